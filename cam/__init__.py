@@ -1,0 +1,56 @@
+"""cam: operators for asynchronous Attention-FFN disaggregated MoE prefill on Ascend NPU.
+
+``cam.ops`` holds the torch-facing operators, ``cam.reference`` their independent goldens. Without an Ascend
+toolkit the kernels run on the twin, a CPU implementation of the Ascend C subset they use.
+"""
+
+import os as _os
+
+import torch as _torch  # noqa: F401  (registers torch.library before the ops module uses it)
+
+from . import _C, errors
+from .errors import (
+    CamError,
+    CommAbortedError,
+    CommTimeoutError,
+    DeviceArgumentError,
+    InvalidArgumentError,
+    KernelFaultError,
+    SyncTimeoutError,
+)
+
+_C._set_error_factory(errors.from_status)
+
+from . import ops, reference  # noqa: E402
+
+__version__ = "0.1.0"
+
+
+def backend() -> str:
+    """"twin" (the CPU implementation) or "ascend"."""
+    return _C.backend()
+
+
+def cmake_dir() -> str:
+    """Directory holding camConfig.cmake: ``cmake -Dcam_DIR=$(python -m cam --cmake-dir)``."""
+    return _os.path.join(_os.path.dirname(__file__), "lib", "cmake", "cam")
+
+
+def include_dir() -> str:
+    return _os.path.join(_os.path.dirname(__file__), "include")
+
+
+__all__ = [
+    "ops",
+    "reference",
+    "backend",
+    "cmake_dir",
+    "include_dir",
+    "CamError",
+    "CommAbortedError",
+    "CommTimeoutError",
+    "DeviceArgumentError",
+    "InvalidArgumentError",
+    "KernelFaultError",
+    "SyncTimeoutError",
+]

@@ -1,0 +1,10 @@
+/* Umbrella header of the cam C++ SDK. */
+#ifndef CAM_H
+#define CAM_H
+
+#include "cam/acl_compat.h"
+#include "cam/cam_status.h"
+#include "cam/cam_platform.h"
+#include "cam/aclnn_cam_dynamic_quant.h"
+
+#endif

@@ -1,0 +1,45 @@
+// Host view of an aclTensor and the argument checks every op shares.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "cam/acl_compat.h"
+
+namespace cam::host {
+
+struct TensorView {
+    uint8_t* data = nullptr;  // address of element 0 (offset applied)
+    aclDataType dtype = ACL_DT_UNDEFINED;
+    aclFormat format = ACL_FORMAT_ND;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> strides;
+
+    int64_t Dim(size_t i) const { return shape.at(i); }
+    uint64_t Numel() const;
+    bool Contiguous() const;
+    std::string ShapeString() const;
+};
+
+const char* DtypeName(aclDataType dtype);
+uint32_t DtypeBytes(aclDataType dtype);
+
+// Each returns ACLNN_SUCCESS or fails with a message that names `op` and `arg`.
+class ArgChecker {
+public:
+    explicit ArgChecker(const char* op) : op_(op) {}
+
+    aclnnStatus View(const aclTensor* t, const char* arg, TensorView* out) const;
+    aclnnStatus Dtype(const TensorView& v, const char* arg, std::initializer_list<aclDataType> allowed) const;
+    aclnnStatus Rank(const TensorView& v, const char* arg, size_t rank) const;
+    aclnnStatus Shape(const TensorView& v, const char* arg, const std::vector<int64_t>& expected) const;
+    aclnnStatus Contiguous(const TensorView& v, const char* arg) const;
+    aclnnStatus Invalid(const std::string& message) const;
+
+private:
+    const char* op_;
+};
+
+}  // namespace cam::host

@@ -1,0 +1,76 @@
+// Per-token symmetric int8 quantization, the one implementation shared by dynamic_quant, dispatch_send and the
+// W1 epilogue. Numerics (docs/numerics.md): amax = max|x| in fp32, inv = 127 / amax (one division),
+// q = clamp(rint(x * inv), -127, 127), scale = amax / 127.
+#pragma once
+
+#include "kernel_operator.h"
+
+namespace cam::kernels {
+
+constexpr float kQuantMax = 127.0f;
+constexpr float kFloatMinNormal = 1.17549435e-38f;
+constexpr float kFloatMax = 3.40282347e+38f;
+
+struct QuantParams {
+    bool quantize;  // false: the whole row becomes q = 0
+    float inv;      // multiplier applied to x when quantize
+    float scale;    // dequant scale stored for the row
+};
+
+// Scalar decision per row, from the row's amax.
+//  - non-finite amax (the row holds inf or NaN): q = 0 and scale = amax / 127, so the fault stays visible downstream;
+//  - zero or subnormal amax, or one so small that 127 / amax overflows: q = 0, scale = 0;
+//  - otherwise the formula above.
+__aicore__ inline QuantParams QuantParamsFromAmax(float amax) {
+    if (!(amax <= kFloatMax)) return {false, 0.0f, amax / kQuantMax};  // NaN or +inf
+    if (amax < kFloatMinNormal) return {false, 0.0f, 0.0f};
+    const float inv = kQuantMax / amax;
+    if (!(inv <= kFloatMax)) return {false, 0.0f, 0.0f};
+    return {true, inv, amax / kQuantMax};
+}
+
+// NaN-propagating max of two chunk maxima, so a NaN anywhere in a row reaches the row's amax.
+__aicore__ inline float CombineAmax(float a, float b) {
+    if (a != a) return a;
+    if (b != b) return b;
+    return a > b ? a : b;
+}
+
+// Working tensors for one chunk of up to `count` elements. All are UB scratch owned by the caller.
+struct QuantScratch {
+    AscendC::LocalTensor<float> absOrInt;   // fp32 |x| for the max; reused as int32 after the multiply
+    AscendC::LocalTensor<half> halfTmp;
+    AscendC::LocalTensor<float> reduceDst;  // >= 8 floats
+    AscendC::LocalTensor<float> reduceWork;
+};
+
+// max |xf[0..count)| of a chunk already widened to fp32. Reads the result back to the scalar unit.
+__aicore__ inline float ChunkAmax(const AscendC::LocalTensor<float>& xf, uint32_t count, const QuantScratch& s) {
+    AscendC::Abs(s.absOrInt, xf, count);
+    AscendC::ReduceMax(s.reduceDst, s.absOrInt, s.reduceWork, count);
+    AscendC::PipeBarrier<AscendC::PIPE_V>();
+    const AscendC::event_t vToS = 0;
+    AscendC::SetFlag<AscendC::HardEvent::V_S>(vToS);
+    AscendC::WaitFlag<AscendC::HardEvent::V_S>(vToS);
+    return s.reduceDst.GetValue(0);
+}
+
+// q[0..count) from fp32 xf (xf is clobbered). fp32 -> int32 rounds half to even; int32 -> half -> int8 is exact
+// for the clamped range, which is the conversion chain the vector unit offers down to int8.
+__aicore__ inline void QuantizeChunk(const AscendC::LocalTensor<int8_t>& q, const AscendC::LocalTensor<float>& xf,
+                                     uint32_t count, const QuantParams& p, const QuantScratch& s) {
+    if (!p.quantize) {
+        AscendC::Duplicate(s.halfTmp, half(0.0f), count);
+        AscendC::Cast(q, s.halfTmp, AscendC::RoundMode::CAST_TRUNC, count);
+        return;
+    }
+    AscendC::Muls(xf, xf, p.inv, count);
+    AscendC::Mins(xf, xf, kQuantMax, count);
+    AscendC::Maxs(xf, xf, -kQuantMax, count);
+    AscendC::LocalTensor<int32_t> asInt = s.absOrInt.ReinterpretCast<int32_t>();
+    AscendC::Cast(asInt, xf, AscendC::RoundMode::CAST_RINT, count);
+    AscendC::Cast(s.halfTmp, asInt, AscendC::RoundMode::CAST_ROUND, count);
+    AscendC::Cast(q, s.halfTmp, AscendC::RoundMode::CAST_TRUNC, count);
+}
+
+}  // namespace cam::kernels

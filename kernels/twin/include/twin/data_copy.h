@@ -1,0 +1,128 @@
+// DataCopy / DataCopyPad between GM and UB, with the alignment rules of the MTE engines.
+#pragma once
+
+#include <cstring>
+
+#include "twin/tensor.h"
+
+namespace AscendC {
+
+// blockLen is in bytes. On the GM side strides are in bytes; on the UB side strides are in 32-byte blocks.
+struct DataCopyExtParams {
+    uint16_t blockCount = 1;
+    uint32_t blockLen = 0;
+    uint32_t srcStride = 0;
+    uint32_t dstStride = 0;
+    uint32_t rsv = 0;
+};
+
+template <typename T>
+struct DataCopyPadExtParams {
+    bool isPad = false;
+    uint8_t leftPadding = 0;   // elements
+    uint8_t rightPadding = 0;  // elements
+    T paddingValue = T();
+};
+
+// Contiguous copies: count * sizeof(T) must be a multiple of 32 bytes and the UB address 32-byte aligned.
+template <typename T>
+void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t count,
+              const std::source_location where = std::source_location::current()) {
+    using namespace cam::twin;
+    CAM_TWIN_CHECK((count * sizeof(T)) % kUbAlign == 0, "copy-align",
+                   "DataCopy GM->UB of " + std::to_string(count * sizeof(T)) +
+                       " bytes is not a multiple of 32 (use DataCopyPad)",
+                   where);
+    CAM_TWIN_CHECK(dst.GetPhyAddr() % kUbAlign == 0, "copy-align", "DataCopy into a UB address not 32-byte aligned",
+                   where);
+    CAM_TWIN_CHECK(count <= dst.GetSize(), "ub-bounds",
+                   "DataCopy of " + std::to_string(count) + " elements into a UB tensor of " +
+                       std::to_string(dst.GetSize()),
+                   where);
+    src.CheckRange(0, count, where);
+    CheckBufferAccess(dst.Record(), Access::CopyIn, where);
+    std::memcpy(dst.Data(), src.GetPhyAddr(), count * sizeof(T));
+}
+
+template <typename T>
+void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count,
+              const std::source_location where = std::source_location::current()) {
+    using namespace cam::twin;
+    CAM_TWIN_CHECK((count * sizeof(T)) % kUbAlign == 0, "copy-align",
+                   "DataCopy UB->GM of " + std::to_string(count * sizeof(T)) +
+                       " bytes is not a multiple of 32 (use DataCopyPad)",
+                   where);
+    CAM_TWIN_CHECK(src.GetPhyAddr() % kUbAlign == 0, "copy-align", "DataCopy from a UB address not 32-byte aligned",
+                   where);
+    CAM_TWIN_CHECK(count <= src.GetSize(), "ub-bounds",
+                   "DataCopy of " + std::to_string(count) + " elements from a UB tensor of " +
+                       std::to_string(src.GetSize()),
+                   where);
+    dst.CheckRange(0, count, where);
+    CheckBufferAccess(src.Record(), Access::CopyOut, where);
+    std::memcpy(dst.GetPhyAddr(), src.Data(), count * sizeof(T));
+}
+
+// GM -> UB, any byte length. Each block lands at a 32-byte boundary in UB; the pad fills the rest of the
+// block when isPad (otherwise those bytes are left as they were, as on hardware).
+template <typename T>
+void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
+                 const DataCopyPadExtParams<T>& pad,
+                 const std::source_location where = std::source_location::current()) {
+    using namespace cam::twin;
+    CAM_TWIN_CHECK(dst.GetPhyAddr() % kUbAlign == 0, "copy-align", "DataCopyPad into a UB address not 32-byte aligned",
+                   where);
+    CAM_TWIN_CHECK(p.blockLen % sizeof(T) == 0, "copy-align", "DataCopyPad blockLen is not a whole element", where);
+    CheckBufferAccess(dst.Record(), Access::CopyIn, where);
+    const uint32_t elems = p.blockLen / sizeof(T);
+    const uint32_t left = pad.isPad ? pad.leftPadding : 0;
+    const uint32_t right = pad.isPad ? pad.rightPadding : 0;
+    const uint32_t ubBlockBytes = ((left + elems + right) * sizeof(T) + kUbAlign - 1) / kUbAlign * kUbAlign;
+    const uint64_t srcPitch = p.blockLen / sizeof(T) + p.srcStride / sizeof(T);
+    CAM_TWIN_CHECK(p.srcStride % sizeof(T) == 0, "copy-align", "DataCopyPad srcStride is not a whole element", where);
+    uint8_t* out = reinterpret_cast<uint8_t*>(dst.Data());
+    const uint64_t ubSpan = static_cast<uint64_t>(p.blockCount) * ubBlockBytes +
+                            (p.blockCount ? (p.blockCount - 1ull) * p.dstStride * kUbAlign : 0);
+    CAM_TWIN_CHECK(ubSpan <= dst.GetSize() * sizeof(T), "ub-bounds",
+                   "DataCopyPad writes " + std::to_string(ubSpan) + " UB bytes into a tensor of " +
+                       std::to_string(dst.GetSize() * sizeof(T)),
+                   where);
+    for (uint32_t b = 0; b < p.blockCount; ++b) {
+        src.CheckRange(b * srcPitch, elems, where);
+        T* row = reinterpret_cast<T*>(out);
+        if (pad.isPad) {
+            for (uint32_t i = 0; i < ubBlockBytes / sizeof(T); ++i) row[i] = pad.paddingValue;
+        }
+        std::memcpy(row + left, src.GetPhyAddr() + b * srcPitch, p.blockLen);
+        out += ubBlockBytes + static_cast<uint64_t>(p.dstStride) * kUbAlign;
+    }
+}
+
+// UB -> GM, any byte length: writes exactly blockLen bytes per block, nothing past them.
+template <typename T>
+void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p,
+                 const std::source_location where = std::source_location::current()) {
+    using namespace cam::twin;
+    CAM_TWIN_CHECK(src.GetPhyAddr() % kUbAlign == 0, "copy-align", "DataCopyPad from a UB address not 32-byte aligned",
+                   where);
+    CAM_TWIN_CHECK(p.blockLen % sizeof(T) == 0, "copy-align", "DataCopyPad blockLen is not a whole element", where);
+    CAM_TWIN_CHECK(p.dstStride % sizeof(T) == 0, "copy-align", "DataCopyPad dstStride is not a whole element", where);
+    CheckBufferAccess(src.Record(), Access::CopyOut, where);
+    const uint32_t elems = p.blockLen / sizeof(T);
+    const uint32_t ubBlockBytes = (p.blockLen + kUbAlign - 1) / kUbAlign * kUbAlign;
+    const uint64_t dstPitch = elems + p.dstStride / sizeof(T);
+    const uint64_t ubSpan = static_cast<uint64_t>(p.blockCount) * ubBlockBytes +
+                            (p.blockCount ? (p.blockCount - 1ull) * p.srcStride * kUbAlign : 0);
+    CAM_TWIN_CHECK(ubSpan <= src.GetSize() * sizeof(T), "ub-bounds",
+                   "DataCopyPad reads " + std::to_string(ubSpan) + " UB bytes from a tensor of " +
+                       std::to_string(src.GetSize() * sizeof(T)),
+                   where);
+    const uint8_t* in = reinterpret_cast<const uint8_t*>(src.Data());
+    for (uint32_t b = 0; b < p.blockCount; ++b) {
+        dst.CheckRange(b * dstPitch, elems, where);
+        std::memcpy(dst.GetPhyAddr() + b * dstPitch, in, p.blockLen);
+        in += ubBlockBytes + static_cast<uint64_t>(p.srcStride) * kUbAlign;
+    }
+}
+
+}  // namespace AscendC

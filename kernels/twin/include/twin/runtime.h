@@ -1,0 +1,75 @@
+// The twin's execution model: one launch runs blockDim blocks as threads; each block has its own UB arena.
+// A broken hardware rule throws TwinViolation naming the kernel, the block and the kernel's call site.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <source_location>
+#include <stdexcept>
+#include <string>
+
+namespace cam::twin {
+
+// What the emulated chip looks like. Tiling reads the same numbers through the host backend, so a kernel never
+// carries a core count or a UB size as a literal.
+struct Platform {
+    const char* name;
+    uint32_t aivCores;   // vector cores
+    uint32_t aicCores;   // cube cores; each pairs with aivCores / aicCores vector cores
+    uint32_t ubBytes;    // unified buffer per vector core
+    uint32_t l1Bytes;    // per cube core
+    uint32_t l0aBytes;
+    uint32_t l0bBytes;
+    uint32_t l0cBytes;
+};
+
+// Named descriptions: "twin" (default, small so many ranks fit on 2 CPUs), "ascend910b", "ascend910_93".
+const Platform* FindPlatform(const char* name);
+// The platform launches are checked against. Chosen by CAM_TWIN_PLATFORM at first use, or SetPlatform().
+const Platform& ActivePlatform();
+bool SetPlatform(const char* name);
+
+class TwinViolation : public std::runtime_error {
+public:
+    explicit TwinViolation(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Thrown inside a block when the launch was aborted because another block failed; never reported on its own.
+class LaunchAborted : public std::runtime_error {
+public:
+    LaunchAborted() : std::runtime_error("launch aborted") {}
+};
+
+[[noreturn]] void Violation(const char* rule, const std::string& detail,
+                            const std::source_location& where);
+
+#define CAM_TWIN_CHECK(cond, rule, detail, where)            \
+    do {                                                      \
+        if (!(cond)) ::cam::twin::Violation(rule, detail, where); \
+    } while (0)
+
+struct BlockContext {
+    const char* kernel = "";
+    uint32_t blockIdx = 0;
+    uint32_t blockNum = 1;
+    uint8_t* ub = nullptr;       // arena of Platform::ubBytes, 32-byte aligned
+    uint32_t ubUsed = 0;         // bytes handed out by TPipe::InitBuffer
+    struct LaunchState* launch = nullptr;
+};
+
+BlockContext& CurrentBlock();
+bool InKernel();
+
+// Runs kernel() on blockDim threads and joins them. The first violation is rethrown (as TwinViolation) after
+// every block has stopped; the others are woken from SyncAll so a failure never turns into a hang.
+void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel);
+
+// Barrier across the blocks of the current launch (SyncAll). Fails loudly when blockDim exceeds the vector cores
+// (the hardware would deadlock) or when a block has left the kernel while others wait.
+void BlockBarrier(const std::source_location& where);
+
+// Seconds a block may wait in SyncAll before the twin calls it a deadlock; CAM_TWIN_SYNC_TIMEOUT_S overrides.
+double SyncTimeoutSeconds();
+
+}  // namespace cam::twin

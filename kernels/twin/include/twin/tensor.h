@@ -1,0 +1,256 @@
+// GlobalTensor / LocalTensor and the UB allocators (TPipe, TQue, TBuf) with the discipline the hardware needs.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <type_traits>
+
+#include "twin/runtime.h"
+#include "twin/types.h"
+
+namespace cam::twin {
+
+constexpr uint32_t kUbAlign = 32;
+
+enum class BufferState : uint8_t { Free, Allocated, Enqueued, Dequeued, Calc };
+
+const char* StateName(BufferState s);
+
+// One UB buffer handed out by TPipe::InitBuffer: either a slot of a queue or the whole of a TBuf.
+struct BufferRecord {
+    uint8_t* base = nullptr;
+    uint32_t bytes = 0;
+    BufferState state = BufferState::Free;
+    AscendC::TPosition position = AscendC::TPosition::VECCALC;
+    std::source_location lastAlloc{};  // where the buffer was last taken, for leak reports
+};
+
+// Which engine touches a UB buffer; the legal buffer states differ per engine.
+enum class Access : uint8_t { Vector, Scalar, CopyIn /*MTE2 writes UB*/, CopyOut /*MTE3 reads UB*/ };
+
+void CheckBufferAccess(const BufferRecord* rec, Access access, const std::source_location& where);
+
+template <typename T>
+constexpr bool kFlagWord = std::is_integral_v<T> && (sizeof(T) == 4 || sizeof(T) == 8);
+
+}  // namespace cam::twin
+
+namespace AscendC {
+
+template <typename T>
+class GlobalTensor {
+public:
+    using PrimType = T;
+    GlobalTensor() = default;
+
+    void SetGlobalBuffer(__gm__ T* buffer, uint64_t bufferSize = 0) {
+        addr_ = buffer;
+        size_ = bufferSize;
+    }
+    __gm__ T* GetPhyAddr() const { return addr_; }
+    __gm__ T* GetPhyAddr(uint64_t offset) const { return addr_ + offset; }
+    uint64_t GetSize() const { return size_; }
+
+    GlobalTensor operator[](uint64_t offset) const {
+        GlobalTensor t;
+        t.addr_ = addr_ + offset;
+        t.size_ = size_ > offset ? size_ - offset : 0;
+        return t;
+    }
+
+    // Scalar GM access. 4- and 8-byte integers are flag words and use acquire/release so a protocol written with
+    // DataCacheCleanAndInvalid on hardware is ordered on the twin too.
+    T GetValue(uint64_t offset, const std::source_location where = std::source_location::current()) const {
+        CheckIndex(offset, where);
+        if constexpr (cam::twin::kFlagWord<T>) {
+            return __atomic_load_n(addr_ + offset, __ATOMIC_ACQUIRE);
+        } else {
+            return addr_[offset];
+        }
+    }
+    void SetValue(uint64_t offset, T value, const std::source_location where = std::source_location::current()) const {
+        CheckIndex(offset, where);
+        if constexpr (cam::twin::kFlagWord<T>) {
+            __atomic_store_n(addr_ + offset, value, __ATOMIC_RELEASE);
+        } else {
+            addr_[offset] = value;
+        }
+    }
+
+    void CheckRange(uint64_t offset, uint64_t count, const std::source_location& where) const {
+        CAM_TWIN_CHECK(addr_ != nullptr, "gm-null", "GlobalTensor used before SetGlobalBuffer", where);
+        CAM_TWIN_CHECK(size_ == 0 || offset + count <= size_, "gm-bounds",
+                       "access [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
+                           ") outside a GlobalTensor of " + std::to_string(size_) + " elements",
+                       where);
+    }
+
+private:
+    void CheckIndex(uint64_t offset, const std::source_location& where) const { CheckRange(offset, 1, where); }
+
+    __gm__ T* addr_ = nullptr;
+    uint64_t size_ = 0;  // elements; 0 = unknown, not checked
+};
+
+template <typename T>
+class LocalTensor {
+public:
+    using PrimType = T;
+    LocalTensor() = default;
+    LocalTensor(T* addr, uint32_t count, cam::twin::BufferRecord* rec) : addr_(addr), count_(count), rec_(rec) {}
+
+    LocalTensor operator[](uint32_t offset) const {
+        const auto where = std::source_location::current();
+        CAM_TWIN_CHECK(offset <= count_, "ub-bounds",
+                       "sub-tensor offset " + std::to_string(offset) + " past a tensor of " + std::to_string(count_),
+                       where);
+        return LocalTensor(addr_ + offset, count_ - offset, rec_);
+    }
+
+    template <typename U>
+    LocalTensor<U> ReinterpretCast() const {
+        return LocalTensor<U>(reinterpret_cast<U*>(addr_), static_cast<uint32_t>(count_ * sizeof(T) / sizeof(U)),
+                              rec_);
+    }
+
+    T GetValue(uint32_t index, const std::source_location where = std::source_location::current()) const {
+        CheckScalar(index, where);
+        return addr_[index];
+    }
+    void SetValue(uint32_t index, T value, const std::source_location where = std::source_location::current()) const {
+        CheckScalar(index, where);
+        addr_[index] = value;
+    }
+
+    uint32_t GetSize() const { return count_; }
+    uint64_t GetPhyAddr() const { return reinterpret_cast<uint64_t>(addr_); }
+
+    // Twin internals for the copy and vector emulation; kernels do not call these.
+    T* Data() const { return addr_; }
+    cam::twin::BufferRecord* Record() const { return rec_; }
+
+private:
+    void CheckScalar(uint32_t index, const std::source_location& where) const {
+        CAM_TWIN_CHECK(addr_ != nullptr, "ub-null", "LocalTensor used before allocation", where);
+        CAM_TWIN_CHECK(index < count_, "ub-bounds",
+                       "index " + std::to_string(index) + " past a tensor of " + std::to_string(count_), where);
+        cam::twin::CheckBufferAccess(rec_, cam::twin::Access::Scalar, where);
+    }
+
+    T* addr_ = nullptr;
+    uint32_t count_ = 0;
+    cam::twin::BufferRecord* rec_ = nullptr;
+};
+
+class TQueBase;
+class TBufBase;
+
+class TPipe {
+public:
+    TPipe();
+    ~TPipe();
+    TPipe(const TPipe&) = delete;
+    TPipe& operator=(const TPipe&) = delete;
+
+    void InitBuffer(TQueBase& que, uint8_t num, uint32_t len,
+                    const std::source_location where = std::source_location::current());
+    void InitBuffer(TBufBase& buf, uint32_t len, const std::source_location where = std::source_location::current());
+
+    // Events are ordering hints for the hardware pipes; the twin executes in program order.
+    template <HardEvent>
+    event_t FetchEventID() { return 0; }
+    event_t FetchEventID(HardEvent) { return 0; }
+    void Destroy() {}
+
+private:
+    uint32_t ubStart_ = 0;  // UB offset this pipe started carving from; given back when it goes away
+};
+
+class TQueBase {
+public:
+    static constexpr int kMaxBuffers = 8;
+
+    template <typename T>
+    LocalTensor<T> AllocTensor(const std::source_location where = std::source_location::current()) {
+        cam::twin::BufferRecord* rec = TakeFree(where);
+        return LocalTensor<T>(reinterpret_cast<T*>(rec->base), rec->bytes / sizeof(T), rec);
+    }
+    template <typename T>
+    void EnQue(const LocalTensor<T>& t, const std::source_location where = std::source_location::current()) {
+        Push(t.Record(), where);
+    }
+    template <typename T>
+    LocalTensor<T> DeQue(const std::source_location where = std::source_location::current()) {
+        cam::twin::BufferRecord* rec = Pop(where);
+        return LocalTensor<T>(reinterpret_cast<T*>(rec->base), rec->bytes / sizeof(T), rec);
+    }
+    template <typename T>
+    void FreeTensor(const LocalTensor<T>& t, const std::source_location where = std::source_location::current()) {
+        Release(t.Record(), where);
+    }
+
+    // A buffer still taken when the queue goes out of scope is a discipline error (the hardware queue would be
+    // left holding it); reported unless the block is already unwinding from another error.
+    ~TQueBase() noexcept(false);
+
+protected:
+    explicit TQueBase(TPosition pos, int32_t depth) : position_(pos), depth_(depth) {}
+
+private:
+    friend class TPipe;
+    cam::twin::BufferRecord* TakeFree(const std::source_location& where);
+    void Push(cam::twin::BufferRecord* rec, const std::source_location& where);
+    cam::twin::BufferRecord* Pop(const std::source_location& where);
+    void Release(cam::twin::BufferRecord* rec, const std::source_location& where);
+    bool Owns(const cam::twin::BufferRecord* rec) const;
+
+    TPosition position_;
+    int32_t depth_;
+    int num_ = 0;
+    cam::twin::BufferRecord records_[kMaxBuffers];
+    cam::twin::BufferRecord* fifo_[kMaxBuffers] = {};
+    int head_ = 0;
+    int queued_ = 0;
+};
+
+template <TPosition pos, int32_t depth = 1>
+class TQue : public TQueBase {
+public:
+    TQue() : TQueBase(pos, depth) {}
+};
+
+class TBufBase {
+public:
+    template <typename T>
+    LocalTensor<T> Get(const std::source_location where = std::source_location::current()) {
+        CAM_TWIN_CHECK(record_.base != nullptr, "tbuf-uninit", "TBuf::Get before TPipe::InitBuffer", where);
+        return LocalTensor<T>(reinterpret_cast<T*>(record_.base), record_.bytes / sizeof(T), &record_);
+    }
+    template <typename T>
+    LocalTensor<T> Get(uint32_t count, const std::source_location where = std::source_location::current()) {
+        CAM_TWIN_CHECK(record_.base != nullptr, "tbuf-uninit", "TBuf::Get before TPipe::InitBuffer", where);
+        CAM_TWIN_CHECK(count * sizeof(T) <= record_.bytes, "ub-bounds",
+                       "TBuf::Get of " + std::to_string(count * sizeof(T)) + " bytes from a buffer of " +
+                           std::to_string(record_.bytes),
+                       where);
+        return LocalTensor<T>(reinterpret_cast<T*>(record_.base), count, &record_);
+    }
+
+protected:
+    explicit TBufBase(TPosition pos) { record_.position = pos; }
+
+private:
+    friend class TPipe;
+    cam::twin::BufferRecord record_;
+};
+
+template <TPosition pos = TPosition::VECCALC>
+class TBuf : public TBufBase {
+public:
+    TBuf() : TBufBase(pos) {}
+};
+
+inline int64_t GetBlockIdx() { return cam::twin::CurrentBlock().blockIdx; }
+inline int64_t GetBlockNum() { return cam::twin::CurrentBlock().blockNum; }
+
+}  // namespace AscendC

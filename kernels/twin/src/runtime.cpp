@@ -1,0 +1,354 @@
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernel_operator.h"
+
+namespace cam::twin {
+
+namespace {
+
+// A2 / A3 numbers are from public platform descriptions (per die for A3); "twin" keeps UB at the real size so
+// tiling is exercised at hardware limits, with few cores so many ranks x blocks fit on a 2-CPU machine.
+const Platform kPlatforms[] = {
+    {"twin", 4, 2, 196608, 524288, 65536, 65536, 131072},
+    {"ascend910b", 48, 24, 196608, 524288, 65536, 65536, 131072},
+    {"ascend910_93", 48, 24, 196608, 524288, 65536, 65536, 131072},
+};
+
+std::mutex gPlatformMutex;
+const Platform* gActive = nullptr;
+
+thread_local BlockContext* tBlock = nullptr;
+
+std::string ShortFile(const char* path) {
+    std::string p(path ? path : "?");
+    for (const char* root : {"/kernels/", "/tests/", "/host/", "/tiling/"}) {
+        auto pos = p.rfind(root);
+        if (pos != std::string::npos) return p.substr(pos + 1);
+    }
+    auto slash = p.rfind('/');
+    return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+}  // namespace
+
+struct LaunchState {
+    const char* kernel;
+    uint32_t blockDim;
+    std::mutex mutex;
+    std::condition_variable cv;
+    uint32_t arrived = 0;
+    uint64_t generation = 0;
+    uint32_t finished = 0;
+    bool aborted = false;
+    std::string firstError;
+
+    void Fail(const std::string& message) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (firstError.empty()) firstError = message;
+        aborted = true;
+        cv.notify_all();
+    }
+};
+
+const Platform* FindPlatform(const char* name) {
+    if (!name) return nullptr;
+    for (const auto& p : kPlatforms)
+        if (std::strcmp(p.name, name) == 0) return &p;
+    return nullptr;
+}
+
+const Platform& ActivePlatform() {
+    std::lock_guard<std::mutex> lock(gPlatformMutex);
+    if (!gActive) {
+        const char* env = std::getenv("CAM_TWIN_PLATFORM");
+        gActive = FindPlatform(env && *env ? env : "twin");
+        if (!gActive) gActive = &kPlatforms[0];
+    }
+    return *gActive;
+}
+
+bool SetPlatform(const char* name) {
+    const Platform* p = FindPlatform(name);
+    if (!p) return false;
+    std::lock_guard<std::mutex> lock(gPlatformMutex);
+    gActive = p;
+    return true;
+}
+
+double SyncTimeoutSeconds() {
+    const char* env = std::getenv("CAM_TWIN_SYNC_TIMEOUT_S");
+    if (env && *env) {
+        double v = std::atof(env);
+        if (v > 0) return v;
+    }
+    return 120.0;
+}
+
+void Violation(const char* rule, const std::string& detail, const std::source_location& where) {
+    std::string msg = "twin: rule '";
+    msg += rule;
+    msg += "' broken";
+    if (tBlock) {
+        msg += " in kernel ";
+        msg += tBlock->kernel;
+        msg += " block " + std::to_string(tBlock->blockIdx) + "/" + std::to_string(tBlock->blockNum);
+    }
+    msg += " at " + ShortFile(where.file_name()) + ":" + std::to_string(where.line());
+    msg += ": " + detail;
+    throw TwinViolation(msg);
+}
+
+BlockContext& CurrentBlock() {
+    if (!tBlock) {
+        static BlockContext outside;  // host code calling GetBlockIdx is a bug; make it visible, not a crash
+        Violation("outside-kernel", "Ascend C API used outside a kernel launch", std::source_location::current());
+        return outside;
+    }
+    return *tBlock;
+}
+
+bool InKernel() { return tBlock != nullptr; }
+
+void BlockBarrier(const std::source_location& where) {
+    BlockContext& block = CurrentBlock();
+    const Platform& platform = ActivePlatform();
+    CAM_TWIN_CHECK(block.blockNum <= platform.aivCores, "syncall-cores",
+                   "SyncAll with blockDim " + std::to_string(block.blockNum) + " > " +
+                       std::to_string(platform.aivCores) + " vector cores of platform " + platform.name +
+                       " (not all blocks can be resident: the hardware deadlocks)",
+                   where);
+    LaunchState& launch = *block.launch;
+    std::unique_lock<std::mutex> lock(launch.mutex);
+    if (launch.aborted) throw LaunchAborted();
+    if (launch.finished > 0) {
+        lock.unlock();
+        Violation("syncall-exit", "SyncAll while another block already left the kernel (hardware deadlock)", where);
+    }
+    const uint64_t generation = launch.generation;
+    if (++launch.arrived == launch.blockDim) {
+        launch.arrived = 0;
+        ++launch.generation;
+        launch.cv.notify_all();
+        return;
+    }
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(SyncTimeoutSeconds());
+    while (launch.generation == generation) {
+        if (launch.aborted) throw LaunchAborted();
+        if (launch.finished > 0) {
+            lock.unlock();
+            Violation("syncall-exit", "a block left the kernel while this one waits in SyncAll (hardware deadlock)",
+                      where);
+        }
+        if (launch.cv.wait_until(lock, deadline) == std::cv_status::timeout && launch.generation == generation) {
+            lock.unlock();
+            Violation("syncall-timeout", "SyncAll waited past the twin's deadlock timeout", where);
+        }
+    }
+}
+
+void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel) {
+    if (blockDim == 0) throw TwinViolation(std::string("twin: launch of ") + kernelName + " with blockDim 0");
+    const Platform& platform = ActivePlatform();
+    LaunchState launch;
+    launch.kernel = kernelName;
+    launch.blockDim = blockDim;
+
+    auto body = [&](uint32_t idx) {
+        struct ArenaFree {
+            void operator()(uint8_t* p) const { std::free(p); }
+        };
+        std::unique_ptr<uint8_t, ArenaFree> arena(
+            static_cast<uint8_t*>(std::aligned_alloc(kUbAlign, platform.ubBytes)));
+        // Poison: the hardware leaves UB holding whatever the last kernel wrote; a kernel must not rely on zeros.
+        std::memset(arena.get(), 0xA5, platform.ubBytes);
+        BlockContext ctx;
+        ctx.kernel = kernelName;
+        ctx.blockIdx = idx;
+        ctx.blockNum = blockDim;
+        ctx.ub = arena.get();
+        ctx.launch = &launch;
+        tBlock = &ctx;
+        try {
+            kernel();
+        } catch (const TwinViolation& e) {
+            launch.Fail(e.what());
+        } catch (const LaunchAborted&) {
+        } catch (const std::exception& e) {
+            launch.Fail(std::string("twin: kernel ") + kernelName + " block " + std::to_string(idx) +
+                        " threw: " + e.what());
+        }
+        tBlock = nullptr;
+        std::lock_guard<std::mutex> lock(launch.mutex);
+        ++launch.finished;
+        launch.cv.notify_all();
+    };
+
+    std::vector<std::thread> threads;
+    threads.reserve(blockDim);
+    for (uint32_t i = 0; i < blockDim; ++i) threads.emplace_back(body, i);
+    for (auto& t : threads) t.join();
+    if (!launch.firstError.empty()) throw TwinViolation(launch.firstError);
+}
+
+const char* StateName(BufferState s) {
+    switch (s) {
+        case BufferState::Free: return "free";
+        case BufferState::Allocated: return "allocated";
+        case BufferState::Enqueued: return "enqueued";
+        case BufferState::Dequeued: return "dequeued";
+        case BufferState::Calc: return "calc";
+    }
+    return "?";
+}
+
+void CheckBufferAccess(const BufferRecord* rec, Access access, const std::source_location& where) {
+    using AscendC::TPosition;
+    if (!rec || rec->state == BufferState::Calc) return;
+    CAM_TWIN_CHECK(rec->state != BufferState::Free, "queue-discipline",
+                   "access to a queue buffer after FreeTensor (or before AllocTensor)", where);
+    CAM_TWIN_CHECK(rec->state != BufferState::Enqueued, "queue-discipline",
+                   "access to a queue buffer between EnQue and DeQue (owned by the other pipe)", where);
+    const bool compute = access == Access::Vector || access == Access::Scalar;
+    if (rec->position == TPosition::VECIN && compute) {
+        CAM_TWIN_CHECK(rec->state == BufferState::Dequeued, "queue-discipline",
+                       "vector/scalar read of a VECIN buffer before EnQue+DeQue (races with the MTE2 copy-in)",
+                       where);
+    }
+    if (rec->position == TPosition::VECOUT && access == Access::CopyOut) {
+        CAM_TWIN_CHECK(rec->state == BufferState::Dequeued, "queue-discipline",
+                       "copy-out of a VECOUT buffer before EnQue+DeQue (races with the vector unit)", where);
+    }
+    if (access == Access::CopyIn) {
+        CAM_TWIN_CHECK(rec->state == BufferState::Allocated, "queue-discipline",
+                       std::string("copy-in to a queue buffer in state ") + StateName(rec->state) +
+                           " (copy into a freshly allocated buffer, then EnQue)",
+                       where);
+    }
+}
+
+}  // namespace cam::twin
+
+namespace AscendC {
+
+using cam::twin::BufferRecord;
+using cam::twin::BufferState;
+using cam::twin::kUbAlign;
+
+namespace {
+
+uint8_t* CarveUb(uint32_t len, const std::source_location& where) {
+    auto& block = cam::twin::CurrentBlock();
+    const auto& platform = cam::twin::ActivePlatform();
+    const uint32_t aligned = (len + kUbAlign - 1) / kUbAlign * kUbAlign;
+    CAM_TWIN_CHECK(len > 0, "ub-capacity", "InitBuffer of 0 bytes", where);
+    CAM_TWIN_CHECK(static_cast<uint64_t>(block.ubUsed) + aligned <= platform.ubBytes, "ub-capacity",
+                   "InitBuffer of " + std::to_string(aligned) + " bytes with " + std::to_string(block.ubUsed) +
+                       " of " + std::to_string(platform.ubBytes) + " UB bytes already taken (platform " +
+                       platform.name + ")",
+                   where);
+    uint8_t* base = block.ub + block.ubUsed;
+    block.ubUsed += aligned;
+    return base;
+}
+
+}  // namespace
+
+TPipe::TPipe() { ubStart_ = cam::twin::InKernel() ? cam::twin::CurrentBlock().ubUsed : 0; }
+
+TPipe::~TPipe() {
+    if (cam::twin::InKernel()) cam::twin::CurrentBlock().ubUsed = ubStart_;
+}
+
+void TPipe::InitBuffer(TQueBase& que, uint8_t num, uint32_t len, const std::source_location where) {
+    CAM_TWIN_CHECK(que.num_ == 0, "queue-discipline", "InitBuffer called twice on one queue", where);
+    CAM_TWIN_CHECK(num >= 1 && num <= TQueBase::kMaxBuffers, "queue-discipline",
+                   "queue buffer count " + std::to_string(num) + " outside [1, 8]", where);
+    for (int i = 0; i < num; ++i) {
+        BufferRecord& rec = que.records_[i];
+        rec.base = CarveUb(len, where);
+        rec.bytes = len;
+        rec.state = BufferState::Free;
+        rec.position = que.position_;
+    }
+    que.num_ = num;
+}
+
+void TPipe::InitBuffer(TBufBase& buf, uint32_t len, const std::source_location where) {
+    CAM_TWIN_CHECK(buf.record_.base == nullptr, "queue-discipline", "InitBuffer called twice on one TBuf", where);
+    buf.record_.base = CarveUb(len, where);
+    buf.record_.bytes = len;
+    buf.record_.state = BufferState::Calc;
+}
+
+bool TQueBase::Owns(const BufferRecord* rec) const {
+    for (int i = 0; i < num_; ++i)
+        if (&records_[i] == rec) return true;
+    return false;
+}
+
+BufferRecord* TQueBase::TakeFree(const std::source_location& where) {
+    CAM_TWIN_CHECK(num_ > 0, "queue-discipline", "AllocTensor on a queue without InitBuffer", where);
+    for (int i = 0; i < num_; ++i) {
+        if (records_[i].state == BufferState::Free) {
+            records_[i].state = BufferState::Allocated;
+            records_[i].lastAlloc = where;
+            return &records_[i];
+        }
+    }
+    cam::twin::Violation("queue-discipline",
+                         "AllocTensor with all " + std::to_string(num_) +
+                             " buffers of the queue taken (FreeTensor missing: the hardware blocks forever)",
+                         where);
+}
+
+void TQueBase::Push(BufferRecord* rec, const std::source_location& where) {
+    CAM_TWIN_CHECK(rec && Owns(rec), "queue-discipline", "EnQue of a tensor that is not from this queue", where);
+    CAM_TWIN_CHECK(rec->state == BufferState::Allocated, "queue-discipline",
+                   std::string("EnQue of a buffer in state ") + cam::twin::StateName(rec->state), where);
+    CAM_TWIN_CHECK(queued_ < depth_ || queued_ < num_, "queue-discipline", "EnQue past the queue depth", where);
+    fifo_[(head_ + queued_) % kMaxBuffers] = rec;
+    ++queued_;
+    rec->state = BufferState::Enqueued;
+}
+
+BufferRecord* TQueBase::Pop(const std::source_location& where) {
+    CAM_TWIN_CHECK(queued_ > 0, "queue-discipline", "DeQue on an empty queue (the hardware blocks forever)", where);
+    BufferRecord* rec = fifo_[head_];
+    head_ = (head_ + 1) % kMaxBuffers;
+    --queued_;
+    rec->state = BufferState::Dequeued;
+    return rec;
+}
+
+void TQueBase::Release(BufferRecord* rec, const std::source_location& where) {
+    CAM_TWIN_CHECK(rec && Owns(rec), "queue-discipline", "FreeTensor of a tensor that is not from this queue",
+                   where);
+    CAM_TWIN_CHECK(rec->state == BufferState::Dequeued || rec->state == BufferState::Allocated, "queue-discipline",
+                   std::string("FreeTensor of a buffer in state ") + cam::twin::StateName(rec->state), where);
+    rec->state = BufferState::Free;
+}
+
+TQueBase::~TQueBase() noexcept(false) {
+    if (!cam::twin::InKernel() || std::uncaught_exceptions() > 0) return;
+    for (int i = 0; i < num_; ++i) {
+        if (records_[i].state != BufferState::Free) {
+            cam::twin::Violation("queue-discipline",
+                                 std::string("queue buffer still ") + cam::twin::StateName(records_[i].state) +
+                                     " at kernel exit (taken here, never freed)",
+                                 records_[i].lastAlloc);
+        }
+    }
+}
+
+}  // namespace AscendC

@@ -1,0 +1,78 @@
+#include "twin/stream.h"
+
+#include <chrono>
+#include <exception>
+
+namespace cam::twin {
+
+Stream::Stream() : worker_([this] { Worker(); }) {}
+
+Stream::~Stream() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    worker_.join();
+}
+
+void Stream::Enqueue(std::function<void()> task) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        tasks_.push_back(std::move(task));
+    }
+    wake_.notify_one();
+}
+
+bool Stream::Synchronize(double timeoutSeconds, StreamError* error) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const bool done = idle_.wait_for(lock, std::chrono::duration<double>(timeoutSeconds),
+                                     [this] { return tasks_.empty() && !running_; });
+    if (!done) return false;
+    if (error) *error = std::move(error_);
+    error_ = StreamError{};
+    return true;
+}
+
+void Stream::Worker() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+        wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;  // stopping and drained
+        std::function<void()> task = std::move(tasks_.front());
+        tasks_.pop_front();
+        const bool poisoned = error_.code != 0;
+        running_ = true;
+        lock.unlock();
+        StreamError failure;
+        if (!poisoned) {
+            try {
+                task();
+            } catch (const TaskError& e) {
+                failure = {e.code, e.what()};
+            } catch (const std::exception& e) {
+                failure = {kTaskFault, e.what()};
+            } catch (...) {
+                failure = {kTaskFault, "unknown exception in a stream task"};
+            }
+        }
+        lock.lock();
+        running_ = false;
+        if (failure.code != 0 && error_.code == 0) error_ = std::move(failure);
+        if (tasks_.empty()) idle_.notify_all();
+    }
+}
+
+}  // namespace cam::twin
+
+#include "twin/launch.h"
+#include "twin/runtime.h"
+
+namespace cam::twin {
+
+void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std::function<void()> kernel) {
+    static_cast<Stream*>(stream)->Enqueue(
+        [kernelName, blockDim, kernel = std::move(kernel)] { RunLaunch(kernelName, blockDim, kernel); });
+}
+
+}  // namespace cam::twin
