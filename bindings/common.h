@@ -1,0 +1,84 @@
+// Plumbing shared by every binding file: tensor descriptors, streams, status -> Python exception, the two aclnn
+// phases. An op family registers its functions with CAM_BINDING(register_fn) from its own .cpp.
+#pragma once
+
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cam/cam.h"
+
+namespace cam::bindings {
+
+namespace py = pybind11;
+
+struct StatusError {
+    aclnnStatus status;
+    std::string message;
+};
+
+inline void ThrowIfFailed(aclnnStatus status) {
+    if (status != ACLNN_SUCCESS) throw StatusError{status, camGetLastErrorMessage()};
+}
+
+// (data_ptr, shape, strides, ACL dtype code), built by cam/_tensor.py.
+using Descriptor = std::tuple<uintptr_t, std::vector<int64_t>, std::vector<int64_t>, int>;
+
+// Owns the aclTensor made from a descriptor for the duration of one call.
+class AclTensor {
+public:
+    explicit AclTensor(const Descriptor& d, aclFormat format = ACL_FORMAT_ND);
+    ~AclTensor() { aclDestroyTensor(tensor_); }
+    AclTensor(const AclTensor&) = delete;
+    AclTensor& operator=(const AclTensor&) = delete;
+    aclTensor* get() const { return tensor_; }
+
+private:
+    aclTensor* tensor_ = nullptr;
+};
+
+class Stream {
+public:
+    Stream();
+    ~Stream() { Close(); }
+    void Close();
+    void Synchronize(double timeoutSeconds);
+    aclrtStream Handle() const;
+
+private:
+    aclrtStream stream_ = nullptr;
+};
+
+// Runs the two aclnn phases; `allocate(nbytes) -> descriptor` hands out workspace that the caller keeps alive until
+// the stream has run the op. The launch phase runs without the GIL.
+template <typename GetWorkspace, typename Run>
+void RunTwoPhase(GetWorkspace&& getWorkspace, Run&& run, Stream& stream, const py::function& allocate) {
+    uint64_t workspaceSize = 0;
+    aclOpExecutor* executor = nullptr;
+    ThrowIfFailed(getWorkspace(&workspaceSize, &executor));
+    void* workspace = nullptr;
+    if (workspaceSize > 0) {
+        Descriptor ws = allocate(workspaceSize).cast<Descriptor>();
+        workspace = reinterpret_cast<void*>(std::get<0>(ws));
+    }
+    aclnnStatus status;
+    {
+        py::gil_scoped_release release;
+        status = run(workspace, workspaceSize, executor, stream.Handle());
+    }
+    ThrowIfFailed(status);
+}
+
+using RegisterFn = void (*)(py::module_&);
+bool AddRegistration(RegisterFn fn);
+
+}  // namespace cam::bindings
+
+#define CAM_BINDING_CONCAT2(a, b) a##b
+#define CAM_BINDING_CONCAT(a, b) CAM_BINDING_CONCAT2(a, b)
+#define CAM_BINDING(fn) \
+    static const bool CAM_BINDING_CONCAT(camBindingRegistered_, __LINE__) = ::cam::bindings::AddRegistration(fn)

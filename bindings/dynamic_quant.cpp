@@ -1,0 +1,22 @@
+#include "common.h"
+
+namespace cam::bindings {
+namespace {
+
+void Register(py::module_& m) {
+    m.def(
+        "dynamic_quant",
+        [](const Descriptor& x, const Descriptor& q, const Descriptor& scale, Stream& stream,
+           const py::function& allocate) {
+            AclTensor tx(x), tq(q), ts(scale);
+            RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
+                return aclnnCamDynamicQuantGetWorkspaceSize(tx.get(), tq.get(), ts.get(), ws, ex);
+            }, aclnnCamDynamicQuant, stream, allocate);
+        },
+        py::arg("x"), py::arg("q"), py::arg("scale"), py::arg("stream"), py::arg("allocate"));
+}
+
+CAM_BINDING(Register);
+
+}  // namespace
+}  // namespace cam::bindings
