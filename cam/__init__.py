@@ -9,6 +9,7 @@ import os as _os
 import torch as _torch  # noqa: F401  (registers torch.library before the ops module uses it)
 
 from . import _C, errors
+from .topology import Topology
 from .errors import (
     CamError,
     CommAbortedError,
@@ -41,6 +42,7 @@ def include_dir() -> str:
 
 
 __all__ = [
+    "Topology",
     "ops",
     "reference",
     "backend",

@@ -1,0 +1,227 @@
+"""Golden (oracle) for the routed data plane: dispatch, combine and a whole round trip.
+
+Plain torch, written from DESIGN §5 and docs/protocol.md, sharing nothing with the
+kernel path: it never looks at windows, signals or records, only at what the ops
+must produce.
+
+* ``dispatch``   - the rows one FFN rank receives for one replica's round: one row per
+  (token, top-k slot) routed to it, grouped by local expert, within an expert ordered
+  by (participant, token, slot); int8 + fp32 scale when quantized.
+* ``combine``    - one participant's routed output: ``acc = acc + w[t,k] * row[t,k]`` in
+  fp32 for k = 0..K-1 (multiply, then add), empty slots skipped, one final rounding.
+* ``round_trip`` - dispatch to every FFN rank, an expert function, combine back.
+
+Loops are deliberate: this is the oracle, clarity beats speed. Conditions the real ops
+refuse (ids out of range, B > Bmax, capacity overflow) raise ``ValueError`` here too.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from cam.topology import Topology
+
+__all__ = ["dispatch", "combine", "round_trip"]
+
+QuantFn = Callable[[torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
+# expert_fn(local_or_global_expert_ids [n] int64, rows [n,H], scales [n] fp32 or None) -> [n,H] activations
+ExpertFn = Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor]], torch.Tensor]
+
+_ACT_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _default_quant(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    # Lazy: the shared per-token quant golden is its own module (bit-exact DESIGN §5 rule).
+    mod = importlib.import_module("cam.reference.dynamic_quant")
+    return mod.dynamic_quant(x)
+
+
+def _check_participant(topo: Topology, p: int, x: torch.Tensor, ids: torch.Tensor) -> None:
+    if x.dim() != 2 or x.shape[1] != topo.H:
+        raise ValueError(f"participant {p}: x must be [B, H={topo.H}], got {tuple(x.shape)}")
+    if x.dtype not in _ACT_DTYPES:
+        raise ValueError(f"participant {p}: x dtype {x.dtype} is not bf16/fp16")
+    b = x.shape[0]
+    if b > topo.Bmax:
+        raise ValueError(f"participant {p}: B = {b} exceeds Bmax = {topo.Bmax}")
+    if tuple(ids.shape) != (b, topo.K):
+        raise ValueError(f"participant {p}: topk_ids must be [B={b}, K={topo.K}], got {tuple(ids.shape)}")
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise ValueError(f"participant {p}: topk_ids must be an integer tensor, got {ids.dtype}")
+    if ids.numel() and (int(ids.min()) < -1 or int(ids.max()) >= topo.E):
+        raise ValueError(f"participant {p}: topk_ids outside [-1, E={topo.E})")
+
+
+def dispatch(
+    topology: Topology,
+    per_participant_inputs: Sequence[Tuple[torch.Tensor, torch.Tensor]],
+    ffn_rank: int,
+    *,
+    quant_fn: Optional[QuantFn] = None,
+) -> Dict[str, object]:
+    """What FFN rank ``ffn_rank`` (global rank, in ``[A, A+F)``) receives for one replica's round.
+
+    ``per_participant_inputs[p] = (x [B_p, H], topk_ids [B_p, K])`` for the P participants
+    of the replica, in participant order.
+
+    Returns a dict:
+        ``rows``         [n, H], int8 if quantized else x's dtype;
+        ``scales``       [n] fp32 (quantized only);
+        ``counts``       [R] int64, rows per local expert (a GMM ``group_list`` of type 1);
+        ``local_expert`` [n] int64, local expert index of each row;
+        ``row_source``   list of n ``(participant, token, k)``.
+    """
+    topo = topology
+    if not topo.A <= ffn_rank < topo.A + topo.F:
+        raise ValueError(f"ffn_rank {ffn_rank} is not an FFN rank (expected [{topo.A}, {topo.A + topo.F}))")
+    if len(per_participant_inputs) != topo.P:
+        raise ValueError(f"expected {topo.P} participants, got {len(per_participant_inputs)}")
+    for p, (x, ids) in enumerate(per_participant_inputs):
+        _check_participant(topo, p, x, ids)
+
+    f = ffn_rank - topo.A
+    first_expert = f * topo.R
+
+    # (local expert, participant, token, slot) for every slot routed here; sorting the tuples is the order
+    cells = []
+    for p, (_, ids) in enumerate(per_participant_inputs):
+        ids_list = ids.tolist()
+        for t, row in enumerate(ids_list):
+            for k, e in enumerate(row):
+                if e == -1:
+                    continue
+                if first_expert <= e < first_expert + topo.R:
+                    cells.append((e - first_expert, p, t, k))
+    cells.sort()
+    n = len(cells)
+    if n > topo.capacity:
+        raise ValueError(f"capacity: {n} rows for FFN rank {ffn_rank} exceed capacity {topo.capacity}")
+
+    if topo.quantized:
+        quant = quant_fn or _default_quant
+        payload = []
+        scales_pp = []
+        for x, _ in per_participant_inputs:
+            q, s = quant(x)  # once per token, whatever the number of its destinations
+            payload.append(q)
+            scales_pp.append(s.reshape(-1))
+        row_dtype = torch.int8
+    else:
+        payload = [x for x, _ in per_participant_inputs]
+        scales_pp = None
+        row_dtype = per_participant_inputs[0][0].dtype
+        if any(x.dtype != row_dtype for x, _ in per_participant_inputs):
+            raise ValueError("participants of one replica must use one activation dtype")
+
+    rows = torch.empty((n, topo.H), dtype=row_dtype)
+    scales = torch.empty((n,), dtype=torch.float32)
+    counts = torch.zeros((topo.R,), dtype=torch.int64)
+    local_expert = torch.empty((n,), dtype=torch.int64)
+    row_source: List[Tuple[int, int, int]] = []
+    for i, (j, p, t, k) in enumerate(cells):
+        rows[i] = payload[p][t]
+        if scales_pp is not None:
+            scales[i] = scales_pp[p][t]
+        counts[j] += 1
+        local_expert[i] = j
+        row_source.append((p, t, k))
+
+    out: Dict[str, object] = {
+        "rows": rows,
+        "counts": counts,
+        "local_expert": local_expert,
+        "row_source": row_source,
+    }
+    if topo.quantized:
+        out["scales"] = scales
+    return out
+
+
+def combine(
+    topology: Topology,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    expert_rows_by_source: Dict[Tuple[int, int], torch.Tensor],
+    *,
+    dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """One participant's routed output ``out [B, H]`` in ``dtype``.
+
+    ``expert_rows_by_source[(t, k)]`` is the expert output row [H] for token ``t``, slot
+    ``k``; it must hold exactly the slots whose id is not -1. The reduction is, per
+    token, ``acc = +0.0f``, then for k = 0..K-1 with ``id != -1``:
+    ``acc = acc + w[t,k] * float(row)`` (fp32 multiply, then fp32 add), then one rounding
+    of ``acc`` to ``dtype``.
+    """
+    topo = topology
+    if topk_ids.dim() != 2 or topk_ids.shape[1] != topo.K:
+        raise ValueError(f"topk_ids must be [B, K={topo.K}], got {tuple(topk_ids.shape)}")
+    b = topk_ids.shape[0]
+    if tuple(topk_weights.shape) != (b, topo.K):
+        raise ValueError(f"topk_weights must be [B={b}, K={topo.K}], got {tuple(topk_weights.shape)}")
+    if topk_weights.dtype != torch.float32:
+        raise ValueError(f"topk_weights must be fp32, got {topk_weights.dtype}")
+    if dtype not in _ACT_DTYPES:
+        raise ValueError(f"dtype {dtype} is not bf16/fp16")
+    ids_list = topk_ids.tolist()
+    expected = {(t, k) for t in range(b) for k in range(topo.K) if ids_list[t][k] != -1}
+    if set(expert_rows_by_source) != expected:
+        missing = sorted(expected - set(expert_rows_by_source))[:4]
+        extra = sorted(set(expert_rows_by_source) - expected)[:4]
+        raise ValueError(f"rows by source do not match the routed slots (missing {missing}, extra {extra})")
+
+    acc = torch.zeros((b, topo.H), dtype=torch.float32)
+    for k in range(topo.K):
+        for t in range(b):
+            if ids_list[t][k] == -1:
+                continue
+            row = expert_rows_by_source[(t, k)].reshape(-1)
+            if row.dtype not in _ACT_DTYPES:
+                raise ValueError(f"row for (token {t}, slot {k}) is {row.dtype}; rows travel as bf16/fp16")
+            if row.numel() != topo.H:
+                raise ValueError(f"row for (token {t}, slot {k}) has {row.numel()} elements, expected H={topo.H}")
+            prod = topk_weights[t, k] * row.to(torch.float32)  # fp32 product, rounded
+            acc[t] = acc[t] + prod  # then fp32 sum, rounded: never fused
+    return acc.to(dtype)
+
+
+def round_trip(
+    topology: Topology,
+    replica_inputs: Sequence[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    expert_fn: ExpertFn,
+    *,
+    quant_fn: Optional[QuantFn] = None,
+    global_ids: bool = False,
+) -> List[torch.Tensor]:
+    """One replica's round through every FFN rank and back.
+
+    ``replica_inputs[p] = (x [B_p, H], topk_ids [B_p, K], topk_weights [B_p, K] fp32)``.
+    For each FFN rank: ``dispatch``, then ``expert_fn(expert_ids, rows, scales)`` (local
+    expert ids in ``[0, R)``, or global ids if ``global_ids``; ``scales`` is None without
+    quantization) must return ``[n, H]`` activations, which go back to their source
+    (participant, token, slot). Returns ``out [B_p, H]`` per participant, in x's dtype.
+    """
+    topo = topology
+    if len(replica_inputs) != topo.P:
+        raise ValueError(f"expected {topo.P} participants, got {len(replica_inputs)}")
+    dispatch_inputs = [(x, ids) for x, ids, _ in replica_inputs]
+    by_source: List[Dict[Tuple[int, int], torch.Tensor]] = [dict() for _ in range(topo.P)]
+    for f in range(topo.F):
+        ffn_rank = topo.A + f
+        d = dispatch(topo, dispatch_inputs, ffn_rank, quant_fn=quant_fn)
+        ids = d["local_expert"]
+        if global_ids:
+            ids = ids + f * topo.R
+        n = len(d["row_source"])
+        out = expert_fn(ids, d["rows"], d.get("scales"))
+        if tuple(out.shape) != (n, topo.H):
+            raise ValueError(f"expert_fn returned {tuple(out.shape)} for FFN rank {ffn_rank}, expected ({n}, {topo.H})")
+        for i, (p, t, k) in enumerate(d["row_source"]):
+            by_source[p][(t, k)] = out[i]
+    return [
+        combine(topo, ids, w, by_source[p], dtype=x.dtype)
+        for p, (x, ids, w) in enumerate(replica_inputs)
+    ]
