@@ -75,4 +75,6 @@ void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std:
         [kernelName, blockDim, kernel = std::move(kernel)] { RunLaunch(kernelName, blockDim, kernel); });
 }
 
+void EnqueueHostTask(void* stream, std::function<void()> task) { static_cast<Stream*>(stream)->Enqueue(std::move(task)); }
+
 }  // namespace cam::twin
