@@ -41,6 +41,19 @@ private:
     aclTensor* tensor_ = nullptr;
 };
 
+// Owns an aclTensorList (and through it the descriptors) made from a list of descriptors, for one call.
+class AclTensorList {
+public:
+    explicit AclTensorList(const std::vector<Descriptor>& ds, aclFormat format = ACL_FORMAT_ND);
+    ~AclTensorList() { aclDestroyTensorList(list_); }
+    AclTensorList(const AclTensorList&) = delete;
+    AclTensorList& operator=(const AclTensorList&) = delete;
+    aclTensorList* get() const { return list_; }
+
+private:
+    aclTensorList* list_ = nullptr;
+};
+
 class Stream {
 public:
     Stream();

@@ -29,6 +29,28 @@ AclTensor::AclTensor(const Descriptor& d, aclFormat format) {
     if (!tensor_) throw StatusError{ACLNN_ERR_PARAM_INVALID, "could not describe a tensor"};
 }
 
+AclTensorList::AclTensorList(const std::vector<Descriptor>& ds, aclFormat format) {
+    std::vector<aclTensor*> tensors;
+    for (const Descriptor& d : ds) {
+        const auto& [ptr, shape, strides, dtype] = d;
+        aclTensor* t = shape.size() == strides.size()
+                           ? aclCreateTensor(shape.data(), shape.size(), static_cast<aclDataType>(dtype),
+                                             strides.data(), 0, format, shape.data(), shape.size(),
+                                             reinterpret_cast<void*>(ptr))
+                           : nullptr;
+        if (!t) {
+            for (aclTensor* made : tensors) aclDestroyTensor(made);
+            throw StatusError{ACLNN_ERR_PARAM_INVALID, "could not describe a tensor of a list"};
+        }
+        tensors.push_back(t);
+    }
+    list_ = aclCreateTensorList(tensors.data(), tensors.size());
+    if (!list_) {
+        for (aclTensor* made : tensors) aclDestroyTensor(made);
+        throw StatusError{ACLNN_ERR_PARAM_INVALID, "could not make a tensor list"};
+    }
+}
+
 Stream::Stream() {
     if (aclrtCreateStream(&stream_) != ACL_SUCCESS) throw StatusError{ACLNN_ERR_INNER, "aclrtCreateStream failed"};
 }

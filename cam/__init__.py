@@ -9,6 +9,7 @@ import os as _os
 import torch as _torch  # noqa: F401  (registers torch.library before the ops module uses it)
 
 from . import _C, errors
+from .layer_weights import LayerWeights
 from .topology import Topology
 from .errors import (
     CamError,
@@ -42,6 +43,7 @@ def include_dir() -> str:
 
 
 __all__ = [
+    "LayerWeights",
     "Topology",
     "ops",
     "reference",

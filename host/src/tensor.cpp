@@ -42,6 +42,29 @@ extern "C" aclnnStatus aclDestroyTensor(const aclTensor* tensor) {
     return ACLNN_SUCCESS;
 }
 
+// The twin's aclTensorList: owns its descriptors, as aclDestroyTensorList destroys them.
+struct aclTensorList {
+    std::vector<const aclTensor*> tensors;
+};
+
+extern "C" aclTensorList* aclCreateTensorList(const aclTensor* const* value, uint64_t size) {
+    if (size > 0 && value == nullptr) return nullptr;
+    for (uint64_t i = 0; i < size; ++i)
+        if (value[i] == nullptr) return nullptr;
+    auto* list = new (std::nothrow) aclTensorList{};
+    if (!list) return nullptr;
+    list->tensors.assign(value, value + size);
+    return list;
+}
+
+extern "C" aclnnStatus aclDestroyTensorList(const aclTensorList* array) {
+    if (array) {
+        for (const aclTensor* t : array->tensors) delete t;
+        delete array;
+    }
+    return ACLNN_SUCCESS;
+}
+
 namespace cam::host {
 
 uint64_t TensorView::Numel() const {
@@ -108,6 +131,17 @@ aclnnStatus ArgChecker::View(const aclTensor* t, const char* arg, TensorView* ou
     out->strides = t->strides;
     if (t->data == nullptr && out->Numel() > 0)
         return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op_) + ": " + arg + " has no data");
+    return ACLNN_SUCCESS;
+}
+
+aclnnStatus ArgChecker::List(const aclTensorList* list, const char* arg, std::vector<TensorView>* out) const {
+    if (list == nullptr) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op_) + ": " + arg + " is null");
+    out->clear();
+    out->resize(list->tensors.size());
+    for (size_t i = 0; i < list->tensors.size(); ++i) {
+        const std::string name = std::string(arg) + "[" + std::to_string(i) + "]";
+        if (aclnnStatus st = View(list->tensors[i], name.c_str(), &(*out)[i])) return st;
+    }
     return ACLNN_SUCCESS;
 }
 

@@ -32,6 +32,8 @@ public:
     explicit ArgChecker(const char* op) : op_(op) {}
 
     aclnnStatus View(const aclTensor* t, const char* arg, TensorView* out) const;
+    // Views of every entry; an entry's checks name it as arg[i].
+    aclnnStatus List(const aclTensorList* list, const char* arg, std::vector<TensorView>* out) const;
     aclnnStatus Dtype(const TensorView& v, const char* arg, std::initializer_list<aclDataType> allowed) const;
     aclnnStatus Rank(const TensorView& v, const char* arg, size_t rank) const;
     aclnnStatus Shape(const TensorView& v, const char* arg, const std::vector<int64_t>& expected) const;

@@ -26,6 +26,7 @@ typedef int aclError;
 typedef int32_t aclnnStatus;
 typedef void* aclrtStream;
 typedef struct aclTensor aclTensor;
+typedef struct aclTensorList aclTensorList;
 typedef struct aclOpExecutor aclOpExecutor;
 
 typedef enum {
@@ -68,6 +69,11 @@ CAM_API aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum
                                    const int64_t* stride, int64_t offset, aclFormat format,
                                    const int64_t* storageDims, uint64_t storageDimsNum, void* tensorData);
 CAM_API aclnnStatus aclDestroyTensor(const aclTensor* tensor);
+
+/* A list of tensors (e.g. one weight per layer). The list takes ownership of the descriptors: destroying the list
+ * destroys them (never the data). Returns NULL when value is NULL with size > 0, or an entry is NULL. */
+CAM_API aclTensorList* aclCreateTensorList(const aclTensor* const* value, uint64_t size);
+CAM_API aclnnStatus aclDestroyTensorList(const aclTensorList* array);
 
 CAM_API aclError aclrtCreateStream(aclrtStream* stream);
 CAM_API aclError aclrtDestroyStream(aclrtStream stream);

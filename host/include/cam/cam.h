@@ -6,5 +6,7 @@
 #include "cam/cam_status.h"
 #include "cam/cam_platform.h"
 #include "cam/aclnn_cam_dynamic_quant.h"
+#include "cam/aclnn_cam_gmm_multi_layer.h"
+#include "cam/aclnn_cam_gmm_swiglu_quant_multi_layer.h"
 
 #endif

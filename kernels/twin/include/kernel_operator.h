@@ -8,3 +8,4 @@
 #include "twin/data_copy.h"
 #include "twin/vector.h"
 #include "twin/sync.h"
+#include "twin/cube.h"

@@ -247,8 +247,11 @@ using cam::twin::kUbAlign;
 
 namespace {
 
-uint8_t* CarveUb(uint32_t len, const std::source_location& where) {
+uint8_t* CarveUb(TPosition pos, uint32_t len, const std::source_location& where) {
+    if (cam::twin::IsCubePosition(pos)) return cam::twin::CarveCubeBuffer(pos, len, where);
     auto& block = cam::twin::CurrentBlock();
+    CAM_TWIN_CHECK(block.coreKind != static_cast<uint8_t>(cam::twin::CoreKind::Cube), "core-kind",
+                   "UB buffer requested by a cube-only kernel (the AIC has no unified buffer)", where);
     const auto& platform = cam::twin::ActivePlatform();
     const uint32_t aligned = (len + kUbAlign - 1) / kUbAlign * kUbAlign;
     CAM_TWIN_CHECK(len > 0, "ub-capacity", "InitBuffer of 0 bytes", where);
@@ -264,10 +267,18 @@ uint8_t* CarveUb(uint32_t len, const std::source_location& where) {
 
 }  // namespace
 
-TPipe::TPipe() { ubStart_ = cam::twin::InKernel() ? cam::twin::CurrentBlock().ubUsed : 0; }
+TPipe::TPipe() {
+    if (!cam::twin::InKernel()) return;
+    const auto& block = cam::twin::CurrentBlock();
+    ubStart_ = block.ubUsed;
+    for (int i = 0; i < 4; ++i) cubeStart_[i] = block.cubeUsed[i];
+}
 
 TPipe::~TPipe() {
-    if (cam::twin::InKernel()) cam::twin::CurrentBlock().ubUsed = ubStart_;
+    if (!cam::twin::InKernel()) return;
+    auto& block = cam::twin::CurrentBlock();
+    block.ubUsed = ubStart_;
+    for (int i = 0; i < 4; ++i) block.cubeUsed[i] = cubeStart_[i];
 }
 
 void TPipe::InitBuffer(TQueBase& que, uint8_t num, uint32_t len, const std::source_location where) {
@@ -276,7 +287,7 @@ void TPipe::InitBuffer(TQueBase& que, uint8_t num, uint32_t len, const std::sour
                    "queue buffer count " + std::to_string(num) + " outside [1, 8]", where);
     for (int i = 0; i < num; ++i) {
         BufferRecord& rec = que.records_[i];
-        rec.base = CarveUb(len, where);
+        rec.base = CarveUb(que.position_, len, where);
         rec.bytes = len;
         rec.state = BufferState::Free;
         rec.position = que.position_;
@@ -286,7 +297,7 @@ void TPipe::InitBuffer(TQueBase& que, uint8_t num, uint32_t len, const std::sour
 
 void TPipe::InitBuffer(TBufBase& buf, uint32_t len, const std::source_location where) {
     CAM_TWIN_CHECK(buf.record_.base == nullptr, "queue-discipline", "InitBuffer called twice on one TBuf", where);
-    buf.record_.base = CarveUb(len, where);
+    buf.record_.base = CarveUb(buf.record_.position, len, where);
     buf.record_.bytes = len;
     buf.record_.state = BufferState::Calc;
 }

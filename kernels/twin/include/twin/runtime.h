@@ -55,6 +55,8 @@ struct BlockContext {
     uint32_t blockNum = 1;
     uint8_t* ub = nullptr;       // arena of Platform::ubBytes, 32-byte aligned
     uint32_t ubUsed = 0;         // bytes handed out by TPipe::InitBuffer
+    uint8_t coreKind = 0;        // CoreKind: vector unless the kernel declared itself cube-only (twin/cube.h)
+    uint32_t cubeUsed[4] = {};   // bytes handed out of L1, L0A, L0B, L0C (twin/cube.h)
     struct LaunchState* launch = nullptr;
 };
 

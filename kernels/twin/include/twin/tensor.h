@@ -164,6 +164,7 @@ public:
 
 private:
     uint32_t ubStart_ = 0;  // UB offset this pipe started carving from; given back when it goes away
+    uint32_t cubeStart_[4] = {};  // same for the cube core's L1 / L0A / L0B / L0C
 };
 
 class TQueBase {

@@ -1,0 +1,43 @@
+#include "common.h"
+
+namespace cam::bindings {
+namespace {
+
+void Register(py::module_& m) {
+    m.def(
+        "gmm_swiglu_quant_multi_layer",
+        [](const Descriptor& x, const Descriptor& xScale, const std::vector<Descriptor>& weights,
+           const std::vector<Descriptor>& weightScales, const Descriptor& groupList, const Descriptor& layerIndex,
+           int64_t groupListType, const Descriptor& y, const Descriptor& yScale, Stream& stream,
+           const py::function& allocate) {
+            AclTensor tx(x), txs(xScale), tgl(groupList), tli(layerIndex), ty(y), tys(yScale);
+            AclTensorList tw(weights, ACL_FORMAT_FRACTAL_NZ), tws(weightScales);
+            RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
+                return aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(tx.get(), txs.get(), tw.get(), tws.get(),
+                                                                       tgl.get(), tli.get(), groupListType, ty.get(),
+                                                                       tys.get(), ws, ex);
+            }, aclnnCamGmmSwigluQuantMultiLayer, stream, allocate);
+        },
+        py::arg("x"), py::arg("x_scale"), py::arg("weights"), py::arg("weight_scales"), py::arg("group_list"),
+        py::arg("layer_index"), py::arg("group_list_type"), py::arg("y"), py::arg("y_scale"), py::arg("stream"),
+        py::arg("allocate"));
+    m.def(
+        "gmm_multi_layer",
+        [](const Descriptor& y, const Descriptor& yScale, const std::vector<Descriptor>& weights,
+           const std::vector<Descriptor>& weightScales, const Descriptor& groupList, const Descriptor& layerIndex,
+           int64_t groupListType, const Descriptor& out, Stream& stream, const py::function& allocate) {
+            AclTensor ty(y), tys(yScale), tgl(groupList), tli(layerIndex), to(out);
+            AclTensorList tw(weights, ACL_FORMAT_FRACTAL_NZ), tws(weightScales);
+            RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
+                return aclnnCamGmmMultiLayerGetWorkspaceSize(ty.get(), tys.get(), tw.get(), tws.get(), tgl.get(),
+                                                            tli.get(), groupListType, to.get(), ws, ex);
+            }, aclnnCamGmmMultiLayer, stream, allocate);
+        },
+        py::arg("y"), py::arg("y_scale"), py::arg("weights"), py::arg("weight_scales"), py::arg("group_list"),
+        py::arg("layer_index"), py::arg("group_list_type"), py::arg("out"), py::arg("stream"), py::arg("allocate"));
+}
+
+CAM_BINDING(Register);
+
+}  // namespace
+}  // namespace cam::bindings

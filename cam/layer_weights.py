@@ -1,0 +1,119 @@
+"""``cam.LayerWeights``: the routed-expert weights of every MoE layer for one grouped matmul (W1 or W2), built once
+at load time. The layer-select GMM ops take it whole and pick the layer on the device from ``layer_index``, so the
+FFN loop never tells the host which layer it is on (DESIGN §4 rule 4)."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+__all__ = ["LayerWeights", "prepack_weights"]
+
+_NZ_K0 = 16  # int8 FRACTAL_NZ fractal: 16 rows (K) ...
+_NZ_N0 = 32  # ... by 32 columns (one 32-byte C0 block)
+
+
+def prepack_weights(weight: torch.Tensor) -> torch.Tensor:
+    """ND int8 weight ``[..., K, N]`` -> FRACTAL_NZ ``[..., ceil(N/32), ceil(K/16), 16, 32]`` (docs/gmm.md §4).
+
+    The layout torch_npu's int8 grouped matmul reads after ``npu_format_cast(w, 29)``: the matrix is zero-padded to
+    K = 16·k1, N = 32·n1; 32-column blocks are outermost and inside a block the K rows follow one another, 32 bytes
+    each. The padding is zeros and part of the layout. Runs once at load; the kernels read it as is.
+
+    Args:
+        weight: int8, at least 2-D, the last two dims ``[K, N]`` (``x @ weight`` orientation).
+
+    Returns:
+        A new contiguous int8 tensor.
+    """
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"prepack_weights: weight must be a torch.Tensor, got {type(weight).__name__}")
+    if weight.dtype != torch.int8:
+        raise TypeError(f"prepack_weights: weight must be int8, got {weight.dtype}")
+    if weight.dim() < 2:
+        raise ValueError(f"prepack_weights: weight must be at least 2-D [..., K, N], got shape {tuple(weight.shape)}")
+    *lead, k, n = weight.shape
+    k1, n1 = -(-k // _NZ_K0), -(-n // _NZ_N0)
+    padded = torch.zeros(*lead, k1 * _NZ_K0, n1 * _NZ_N0, dtype=torch.int8, device=weight.device)
+    padded[..., :k, :n] = weight
+    # [..., K1*16, N1, 32] -> [..., N1, K1*16, 32]: column blocks outermost.
+    nz = padded.reshape(*lead, k1 * _NZ_K0, n1, _NZ_N0).movedim(-2, -3)
+    return nz.reshape(*lead, n1, k1, _NZ_K0, _NZ_N0).contiguous()
+
+
+class LayerWeights:
+    """Per-layer routed-expert weights and scales of one GMM, prepacked once, kept alive for the ops.
+
+    Args:
+        weights: one int8 tensor per layer, all the same shape: ND ``[E_local, K, N]`` (prepacked here with
+            :func:`prepack_weights`) or already FRACTAL_NZ ``[E_local, ceil(N/32), ceil(K/16), 16, 32]``
+            (then pass ``k``).
+        scales: one fp32 ``[E_local, N]`` per-output-channel scale per layer.
+        k: the logical K when ``weights`` are already prepacked (NZ keeps only ``ceil(K/16)``); optional, checked
+            against the activations at every call when given.
+
+    Attributes:
+        weights: tuple of L contiguous NZ int8 tensors (what the kernels read; their addresses go to the device).
+        scales: tuple of L contiguous fp32 ``[E_local, N]`` tensors.
+        num_layers, num_experts, k, n: the common shape (``k`` may be None for prepacked input without ``k``).
+
+    The tensors must not be modified in place while an op that uses them runs.
+    """
+
+    def __init__(self, weights: Sequence[torch.Tensor], scales: Sequence[torch.Tensor], *, k: Optional[int] = None):
+        weights, scales = list(weights), list(scales)
+        if not weights:
+            raise ValueError("LayerWeights: weights must hold at least one layer")
+        if len(weights) != len(scales):
+            raise ValueError(f"LayerWeights: {len(weights)} weights but {len(scales)} scales (one of each per layer)")
+        for i, (w, s) in enumerate(zip(weights, scales)):
+            if not isinstance(w, torch.Tensor) or not isinstance(s, torch.Tensor):
+                raise TypeError(f"LayerWeights: weights[{i}] and scales[{i}] must be torch.Tensors")
+            if w.dtype != torch.int8:
+                raise TypeError(f"LayerWeights: weights[{i}] must be int8, got {w.dtype}")
+            if s.dtype != torch.float32:
+                raise TypeError(f"LayerWeights: scales[{i}] must be float32, got {s.dtype}")
+        shape0 = tuple(weights[0].shape)
+        for i, w in enumerate(weights):
+            if tuple(w.shape) != shape0:
+                raise ValueError(f"LayerWeights: weights[{i}] has shape {tuple(w.shape)}, weights[0] {shape0}")
+        if len(shape0) == 3:
+            e, kk, n = shape0
+            if k is not None and k != kk:
+                raise ValueError(f"LayerWeights: k = {k} but the ND weights have K = {kk}")
+            k = kk
+            packed = [prepack_weights(w) for w in weights]
+        elif len(shape0) == 5 and shape0[3:] == (_NZ_K0, _NZ_N0):
+            e, n1, k1 = shape0[:3]
+            if k is not None and -(-k // _NZ_K0) != k1:
+                raise ValueError(f"LayerWeights: k = {k} does not fit the NZ weights' ceil(K/16) = {k1}")
+            n = None
+            packed = [w.contiguous() for w in weights]
+        else:
+            raise ValueError(
+                "LayerWeights: weights must be ND [E_local, K, N] or FRACTAL_NZ [E_local, N1, K1, 16, 32], "
+                f"got shape {shape0}"
+            )
+        s0 = tuple(scales[0].shape)
+        if len(s0) != 2 or s0[0] != e or (n is not None and s0[1] != n):
+            want = f"[{e}, {n}]" if n is not None else f"[{e}, N]"
+            raise ValueError(f"LayerWeights: scales[0] must have shape {want}, got {s0}")
+        n = s0[1]
+        if len(shape0) == 5 and -(-n // _NZ_N0) != shape0[1]:
+            raise ValueError(f"LayerWeights: scales say N = {n} but the NZ weights hold ceil(N/32) = {shape0[1]}")
+        for i, s in enumerate(scales):
+            if tuple(s.shape) != s0:
+                raise ValueError(f"LayerWeights: scales[{i}] has shape {tuple(s.shape)}, scales[0] {s0}")
+        self.weights = tuple(packed)
+        self.scales = tuple(s.contiguous() for s in scales)
+        self.num_layers = len(packed)
+        self.num_experts = e
+        self.k = k
+        self.n = n
+
+    def __repr__(self) -> str:
+        return (
+            f"LayerWeights(num_layers={self.num_layers}, num_experts={self.num_experts}, k={self.k}, n={self.n}, "
+            "layout=FRACTAL_NZ)"
+        )

@@ -1,0 +1,36 @@
+/* gmm_multi_layer (W2): layer-select grouped int8 matmul with dequant to bf16.
+ *   y             [M, I]  ACL_INT8, contiguous; M is the row capacity (rows of the receive buffer)
+ *   yScale        [M]     ACL_FLOAT, per-row scale
+ *   weights       L tensors, one per layer: ACL_INT8 [E, ceil(H/32), ceil(I/16), 16, 32], the FRACTAL_NZ prepack of
+ *                 an ND [E, I, H] weight (torch_npu's int8 NZ layout; cam.ops.prepack_weights produces it)
+ *   weightScales  L tensors: ACL_FLOAT [E, H], per output channel
+ *   groupList     [E]     ACL_INT64 on the device: counts (groupListType 1) or cumsum (0) of each expert's rows
+ *   layerIndex    [1]     ACL_INT64 on the device: which layer's weights to use
+ *   out           [M, H]  ACL_BF16 (out): out[m] = bf16((float(y[m] . W[l][e]) * yScale[m]) * weightScales[l][e])
+ * Rows past the last group are not written. layerIndex outside [0, L) or a bad groupList (negative count,
+ * decreasing cumsum, total > M) is detected by the kernels before they write anything and reported as
+ * CAM_ERR_DEVICE_ARGUMENT by camSynchronizeStream. The weight tensors must stay alive and unmoved until the
+ * stream has run the op; their addresses go to the device in the op's workspace. */
+#ifndef ACLNN_CAM_GMM_MULTI_LAYER_H
+#define ACLNN_CAM_GMM_MULTI_LAYER_H
+
+#include "cam/cam_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+CAM_API aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y, const aclTensor* yScale,
+                                                          const aclTensorList* weights,
+                                                          const aclTensorList* weightScales,
+                                                          const aclTensor* groupList, const aclTensor* layerIndex,
+                                                          int64_t groupListType, aclTensor* out,
+                                                          uint64_t* workspaceSize, aclOpExecutor** executor);
+CAM_API aclnnStatus aclnnCamGmmMultiLayer(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                                          aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,33 @@
+/* gmm_swiglu_quant_multi_layer (W1): layer-select grouped int8 matmul, dequant, SwiGLU, per-row int8 quant.
+ *   x             [M, K]  ACL_INT8, contiguous; M is the row capacity (rows of the receive buffer)
+ *   xScale        [M]     ACL_FLOAT, per-row scale
+ *   weights       L tensors, one per layer: ACL_INT8 [E, ceil(N/32), ceil(K/16), 16, 32], the FRACTAL_NZ prepack of
+ *                 an ND [E, K, N] weight; N even, columns [0, N/2) are act, [N/2, N) gate
+ *   weightScales  L tensors: ACL_FLOAT [E, N]
+ *   groupList     [E]     ACL_INT64 on the device: counts (groupListType 1) or cumsum (0)
+ *   layerIndex    [1]     ACL_INT64 on the device
+ *   y             [M, N/2] ACL_INT8 (out), yScale [M] ACL_FLOAT (out):
+ *                 c = (float(x[m] . W[l][e]) * xScale[m]) * weightScales[l][e]; s = act / (1 + exp(-act)) * gate;
+ *                 y[m] = clamp(rint(s * (127 / max|s|)), -127, 127), yScale[m] = max|s| / 127 (0 for a zero row)
+ * Rows past the last group are not written; device-detected argument errors as for aclnnCamGmmMultiLayer. */
+#ifndef ACLNN_CAM_GMM_SWIGLU_QUANT_MULTI_LAYER_H
+#define ACLNN_CAM_GMM_SWIGLU_QUANT_MULTI_LAYER_H
+
+#include "cam/cam_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+CAM_API aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
+    const aclTensor* x, const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
+    const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType, aclTensor* y, aclTensor* yScale,
+    uint64_t* workspaceSize, aclOpExecutor** executor);
+CAM_API aclnnStatus aclnnCamGmmSwigluQuantMultiLayer(void* workspace, uint64_t workspaceSize,
+                                                     aclOpExecutor* executor, aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,31 @@
+// Host side of the device status record (kernels/common/device_status.h): device-resident arguments are checked
+// by the kernel's pre-pass; the host zeroes the record before the kernels and inspects it after them, in stream
+// order, so the failure surfaces on synchronize as CAM_ERR_DEVICE_ARGUMENT with a sentence naming the argument.
+// Shared by every op whose kernels validate device-resident values (GMM, and the communication ops).
+//
+// Twin: both steps are host tasks on the twin stream (cam::twin::EnqueueHostTask). Ascend: the reset is an
+// aclrtMemsetAsync before the launch and the check a host callback on the stream (aclrtLaunchCallback), or the
+// same read after the caller's synchronize.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cam/acl_compat.h"
+#include "common/device_status.h"
+
+namespace cam::host {
+
+// "gmm_multi_layer: layer_index 7 outside [0, 3)" and the like; "" for an OK record.
+std::string DescribeDeviceStatus(const char* op, const kernels::DeviceStatusRecord& record);
+
+void EnqueueDeviceStatusReset(aclrtStream stream, void* record);
+
+// `op` must outlive the stream's work (a string literal).
+void EnqueueDeviceStatusCheck(aclrtStream stream, const void* record, const char* op);
+
+// Copies `bytes` to device memory at `dst` in stream order (e.g. an op's address table into its workspace).
+void EnqueueHostToDevice(aclrtStream stream, void* dst, std::vector<uint8_t> bytes);
+
+}  // namespace cam::host

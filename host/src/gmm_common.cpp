@@ -1,0 +1,100 @@
+#include "gmm_common.h"
+
+#include <cstring>
+#include <string>
+
+#include "common/device_status.h"
+#include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
+
+namespace cam::host {
+
+using kernels::CeilDiv;
+
+aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const char* xScaleName, const aclTensor* x,
+                           const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
+                           const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType,
+                           GmmArgs* a) {
+    aclnnStatus st;
+    if ((st = check.View(x, xName, &a->x)) || (st = check.View(xScale, xScaleName, &a->xScale)) ||
+        (st = check.List(weights, "weights", &a->weights)) || (st = check.List(weightScales, "weight_scales", &a->scales)) ||
+        (st = check.View(groupList, "group_list", &a->groupList)) ||
+        (st = check.View(layerIndex, "layer_index", &a->layerIndex)))
+        return st;
+    if ((st = check.Dtype(a->x, xName, {ACL_INT8})) || (st = check.Rank(a->x, xName, 2)) ||
+        (st = check.Contiguous(a->x, xName)))
+        return st;
+    a->m = a->x.Dim(0);
+    a->k = a->x.Dim(1);
+    if (a->k < 1) return check.Invalid(std::string(xName) + " must have at least one column, got shape " + a->x.ShapeString());
+    if (a->k > kernels::kGmmMaxK)
+        return check.Invalid(std::string(xName) + " has K = " + std::to_string(a->k) + " columns; at most " +
+                             std::to_string(kernels::kGmmMaxK) + " are supported");
+    if ((st = check.Dtype(a->xScale, xScaleName, {ACL_FLOAT})) || (st = check.Shape(a->xScale, xScaleName, {a->m})) ||
+        (st = check.Contiguous(a->xScale, xScaleName)))
+        return st;
+
+    if (a->weights.empty()) return check.Invalid("weights must hold at least one layer");
+    if (a->scales.size() != a->weights.size())
+        return check.Invalid("weight_scales has " + std::to_string(a->scales.size()) + " layers, weights has " +
+                             std::to_string(a->weights.size()));
+    a->layers = static_cast<int64_t>(a->weights.size());
+    const TensorView& s0 = a->scales[0];
+    if ((st = check.Dtype(s0, "weight_scales[0]", {ACL_FLOAT})) || (st = check.Rank(s0, "weight_scales[0]", 2)))
+        return st;
+    a->experts = s0.Dim(0);
+    a->n = s0.Dim(1);
+    if (a->experts < 1 || a->n < 1)
+        return check.Invalid("weight_scales[0] must be [E_local >= 1, N >= 1], got " + s0.ShapeString());
+    const std::vector<int64_t> nzShape = {a->experts, static_cast<int64_t>(CeilDiv(a->n, kernels::kGmmNzCols)),
+                                          static_cast<int64_t>(CeilDiv(a->k, kernels::kGmmNzRows)),
+                                          kernels::kGmmNzRows, kernels::kGmmNzCols};
+    for (int64_t l = 0; l < a->layers; ++l) {
+        const std::string w = "weights[" + std::to_string(l) + "]", s = "weight_scales[" + std::to_string(l) + "]";
+        const TensorView& wl = a->weights[l];
+        if (wl.dtype != ACL_INT8 || wl.shape != nzShape) {
+            TensorView expect;
+            expect.shape = nzShape;
+            return check.Invalid(w + " must be int8 " + expect.ShapeString() +
+                                 " (prepacked FRACTAL_NZ [E_local, ceil(N/32), ceil(K/16), 16, 32] with K = " +
+                                 std::to_string(a->k) + " from " + xName + " and E_local, N = " +
+                                 std::to_string(a->n) + " from weight_scales), got " + DtypeName(wl.dtype) + " " +
+                                 wl.ShapeString());
+        }
+        if ((st = check.Contiguous(wl, w.c_str()))) return st;
+        if ((st = check.Dtype(a->scales[l], s.c_str(), {ACL_FLOAT})) ||
+            (st = check.Shape(a->scales[l], s.c_str(), {a->experts, a->n})) ||
+            (st = check.Contiguous(a->scales[l], s.c_str())))
+            return st;
+    }
+    if ((st = check.Dtype(a->groupList, "group_list", {ACL_INT64})) ||
+        (st = check.Shape(a->groupList, "group_list", {a->experts})) || (st = check.Contiguous(a->groupList, "group_list")))
+        return st;
+    if ((st = check.Dtype(a->layerIndex, "layer_index", {ACL_INT64})))
+        return st;
+    if (a->layerIndex.Numel() != 1)
+        return check.Invalid("layer_index must hold exactly one element, got shape " + a->layerIndex.ShapeString());
+    if (groupListType != 0 && groupListType != 1)
+        return check.Invalid("group_list_type must be 0 (cumsum) or 1 (counts), got " + std::to_string(groupListType));
+    return ACLNN_SUCCESS;
+}
+
+GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n) {
+    constexpr uint64_t kAlign = 512;
+    GmmWorkspace w;
+    w.status = 0;
+    w.table = kernels::AlignUp(kernels::kDeviceStatusBytes, kAlign);
+    w.acc = kernels::AlignUp(w.table + 16 * static_cast<uint64_t>(layers), kAlign);
+    w.bytes = kernels::AlignUp(w.acc + 4 * static_cast<uint64_t>(m) * static_cast<uint64_t>(n), kAlign);
+    return w;
+}
+
+std::vector<uint8_t> GmmAddressTable(const GmmArgs& a) {
+    std::vector<uint64_t> table;
+    for (const TensorView& w : a.weights) table.push_back(reinterpret_cast<uintptr_t>(w.data));
+    for (const TensorView& s : a.scales) table.push_back(reinterpret_cast<uintptr_t>(s.data));
+    std::vector<uint8_t> bytes(table.size() * sizeof(uint64_t));
+    std::memcpy(bytes.data(), table.data(), bytes.size());
+    return bytes;
+}
+
+}  // namespace cam::host

@@ -1,0 +1,38 @@
+// What the two layer-select grouped matmuls share on the host: argument checks for the activations, the per-layer
+// weight/scale lists, group_list and layer_index; the workspace layout; the device address table.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cam/acl_compat.h"
+#include "tensor.h"
+
+namespace cam::host {
+
+struct GmmArgs {
+    TensorView x, xScale, groupList, layerIndex;
+    std::vector<TensorView> weights, scales;
+    int64_t m = 0, k = 0, n = 0, experts = 0, layers = 0;
+};
+
+// Checks everything the host can see (dtypes, ranks, shapes, list lengths, FRACTAL_NZ weight shapes); xName /
+// xScaleName are the activation arguments' names ("x"/"x_scale" for W1, "y"/"y_scale" for W2).
+aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const char* xScaleName, const aclTensor* x,
+                           const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
+                           const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType,
+                           GmmArgs* out);
+
+// Workspace: [status record | address table (2L uint64) | int32 accumulator M x N], each 512-byte aligned.
+struct GmmWorkspace {
+    uint64_t status = 0;
+    uint64_t table = 0;
+    uint64_t acc = 0;
+    uint64_t bytes = 0;
+};
+GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n);
+
+// Table the kernels index with the device's layer_index: weights[0..L), then scales[0..L).
+std::vector<uint8_t> GmmAddressTable(const GmmArgs& args);
+
+}  // namespace cam::host

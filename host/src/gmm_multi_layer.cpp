@@ -1,0 +1,68 @@
+#include "cam/aclnn_cam_gmm_multi_layer.h"
+
+#include "backend.h"
+#include "cam/tiling/gmm_tiling.h"
+#include "device_status.h"
+#include "executor.h"
+#include "gmm_common.h"
+#include "gmm_int8_cube/gmm_int8_cube.h"
+#include "gmm_multi_layer/gmm_multi_layer.h"
+#include "status.h"
+#include "tensor.h"
+
+using namespace cam::host;
+
+extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y, const aclTensor* yScale,
+                                                             const aclTensorList* weights,
+                                                             const aclTensorList* weightScales,
+                                                             const aclTensor* groupList, const aclTensor* layerIndex,
+                                                             int64_t groupListType, aclTensor* out,
+                                                             uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return Guarded("aclnnCamGmmMultiLayerGetWorkspaceSize", [&]() -> aclnnStatus {
+        ArgChecker check("gmm_multi_layer");
+        if (!workspaceSize || !executor)
+            return Fail(ACLNN_ERR_PARAM_NULLPTR, "gmm_multi_layer: workspaceSize/executor out-pointer is null");
+        GmmArgs a;
+        aclnnStatus st;
+        if ((st = CheckGmmInputs(check, "y", "y_scale", y, yScale, weights, weightScales, groupList, layerIndex,
+                                 groupListType, &a)))
+            return st;
+        TensorView ov;
+        if ((st = check.View(out, "out", &ov)) || (st = check.Dtype(ov, "out", {ACL_BF16})) ||
+            (st = check.Shape(ov, "out", {a.m, a.n})) || (st = check.Contiguous(ov, "out")))
+            return st;
+
+        cam::kernels::GmmMultiLayerTilingData tiling{};
+        std::string why;
+        const cam::tiling::GmmShape shape{static_cast<uint64_t>(a.m), static_cast<uint64_t>(a.k),
+                                          static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.experts),
+                                          static_cast<uint64_t>(a.layers), groupListType};
+        if (!cam::tiling::TileGmmMultiLayer(CurrentPlatform(), shape, &tiling, &why)) return check.Invalid(why);
+
+        const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);
+        auto* ex = new aclOpExecutor();
+        ex->workspaceSize = ws.bytes;
+        // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
+        ex->launch = [tiling, ws, table = GmmAddressTable(a), y = a.x.data, gl = a.groupList.data,
+                      li = a.layerIndex.data, ys = a.xScale.data, o = ov.data](void* workspace,
+                                                                                aclrtStream stream) {
+            auto* base = static_cast<uint8_t*>(workspace);
+            EnqueueHostToDevice(stream, base + ws.table, table);
+            EnqueueDeviceStatusReset(stream, base + ws.status);
+            cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, y, gl, li, base + ws.table, base + ws.acc,
+                                            base + ws.status, tiling.cube);
+            cam::kernels::LaunchGmmMultiLayerEpilogue(tiling.blockDim, stream, base + ws.acc, ys, gl, li,
+                                                      base + ws.table, o, base + ws.status, tiling);
+            EnqueueDeviceStatusCheck(stream, base + ws.status, "gmm_multi_layer");
+            return ACLNN_SUCCESS;
+        };
+        *workspaceSize = ex->workspaceSize;
+        *executor = ex;
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus aclnnCamGmmMultiLayer(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                                             aclrtStream stream) {
+    return RunExecutor("aclnnCamGmmMultiLayer", workspace, workspaceSize, executor, stream);
+}

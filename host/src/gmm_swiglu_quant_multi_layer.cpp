@@ -1,0 +1,74 @@
+#include "cam/aclnn_cam_gmm_swiglu_quant_multi_layer.h"
+
+#include "backend.h"
+#include "cam/tiling/gmm_tiling.h"
+#include "device_status.h"
+#include "executor.h"
+#include "gmm_common.h"
+#include "gmm_int8_cube/gmm_int8_cube.h"
+#include "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.h"
+#include "status.h"
+#include "tensor.h"
+
+using namespace cam::host;
+
+extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
+    const aclTensor* x, const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
+    const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType, aclTensor* y, aclTensor* yScale,
+    uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return Guarded("aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize", [&]() -> aclnnStatus {
+        ArgChecker check("gmm_swiglu_quant_multi_layer");
+        if (!workspaceSize || !executor)
+            return Fail(ACLNN_ERR_PARAM_NULLPTR,
+                        "gmm_swiglu_quant_multi_layer: workspaceSize/executor out-pointer is null");
+        GmmArgs a;
+        aclnnStatus st;
+        if ((st = CheckGmmInputs(check, "x", "x_scale", x, xScale, weights, weightScales, groupList, layerIndex,
+                                 groupListType, &a)))
+            return st;
+        if (a.n % 2 != 0)
+            return check.Invalid("N = " + std::to_string(a.n) +
+                                 " (from weight_scales) must be even: the output splits into act | gate halves");
+        TensorView yv, sv;
+        if ((st = check.View(y, "y", &yv)) || (st = check.Dtype(yv, "y", {ACL_INT8})) ||
+            (st = check.Shape(yv, "y", {a.m, a.n / 2})) || (st = check.Contiguous(yv, "y")))
+            return st;
+        if ((st = check.View(yScale, "y_scale", &sv)) || (st = check.Dtype(sv, "y_scale", {ACL_FLOAT})) ||
+            (st = check.Shape(sv, "y_scale", {a.m})) || (st = check.Contiguous(sv, "y_scale")))
+            return st;
+
+        cam::kernels::GmmSwigluQuantTilingData tiling{};
+        std::string why;
+        const cam::tiling::GmmShape shape{static_cast<uint64_t>(a.m), static_cast<uint64_t>(a.k),
+                                          static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.experts),
+                                          static_cast<uint64_t>(a.layers), groupListType};
+        if (!cam::tiling::TileGmmSwigluQuantMultiLayer(CurrentPlatform(), shape, &tiling, &why))
+            return check.Invalid(why);
+
+        const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);
+        auto* ex = new aclOpExecutor();
+        ex->workspaceSize = ws.bytes;
+        // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
+        ex->launch = [tiling, ws, table = GmmAddressTable(a), xd = a.x.data, gl = a.groupList.data,
+                      li = a.layerIndex.data, xs = a.xScale.data, yd = yv.data, ysd = sv.data](void* workspace,
+                                                                                                aclrtStream stream) {
+            auto* base = static_cast<uint8_t*>(workspace);
+            EnqueueHostToDevice(stream, base + ws.table, table);
+            EnqueueDeviceStatusReset(stream, base + ws.status);
+            cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, xd, gl, li, base + ws.table, base + ws.acc,
+                                            base + ws.status, tiling.cube);
+            cam::kernels::LaunchGmmSwigluQuantEpilogue(tiling.blockDim, stream, base + ws.acc, xs, gl, li,
+                                                       base + ws.table, yd, ysd, base + ws.status, tiling);
+            EnqueueDeviceStatusCheck(stream, base + ws.status, "gmm_swiglu_quant_multi_layer");
+            return ACLNN_SUCCESS;
+        };
+        *workspaceSize = ex->workspaceSize;
+        *executor = ex;
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayer(void* workspace, uint64_t workspaceSize,
+                                                        aclOpExecutor* executor, aclrtStream stream) {
+    return RunExecutor("aclnnCamGmmSwigluQuantMultiLayer", workspace, workspaceSize, executor, stream);
+}

@@ -1,0 +1,45 @@
+// The status record a kernel's pre-pass fills when a device-resident argument is bad (DESIGN §6). It lives at
+// the start of the op's workspace; the host zeroes it before the launch and reads it after, on the same stream
+// (host/src/device_status.h), turning a non-zero code into CAM_ERR_DEVICE_ARGUMENT with a message naming the
+// argument. Plain C++ so host code shares the layout; kernels write it with WriteDeviceStatus below.
+#pragma once
+
+#include <cstdint>
+
+#ifndef __aicore__
+#define __aicore__
+#endif
+
+namespace cam::kernels {
+
+// What went wrong; the host turns each into a sentence.
+enum DeviceStatusCode : int64_t {
+    kDeviceStatusOk = 0,
+    kDeviceStatusOutOfRange = 1,    // value outside [0, bound)
+    kDeviceStatusNegative = 2,      // element `index` is negative
+    kDeviceStatusDecreasing = 3,    // element `index` is below the previous one (bound)
+    kDeviceStatusTotalExceeds = 4,  // running total `value` passes capacity `bound` at element `index`
+};
+
+// Which argument; names are in host/src/device_status.cpp. New ops append, never renumber.
+enum DeviceArgument : int64_t {
+    kDeviceArgNone = 0,
+    kDeviceArgLayerIndex = 1,
+    kDeviceArgGroupList = 2,
+};
+
+// One record of 8 int64 words (64 bytes: a whole GM cache line, so writing it never tears a neighbour).
+struct DeviceStatusRecord {
+    int64_t code;      // DeviceStatusCode; written last, so a non-zero code means the rest is valid
+    int64_t argument;  // DeviceArgument
+    int64_t index;     // element of the argument (e.g. expert), -1 when the argument is a scalar
+    int64_t value;     // offending value
+    int64_t bound;     // the limit it broke
+    int64_t reserved[3];
+};
+
+constexpr uint32_t kDeviceStatusWords = 8;
+constexpr uint32_t kDeviceStatusBytes = kDeviceStatusWords * 8;
+static_assert(sizeof(DeviceStatusRecord) == kDeviceStatusBytes, "status record is one 64-byte line");
+
+}  // namespace cam::kernels

@@ -1,0 +1,187 @@
+// Cube half of the layer-select grouped matmuls: acc[m, :] = x[m, :] . W[l][e(m)] in int32, for every row of
+// every group, on the AIC cores. GM -> L1 (x: ND -> NZ copy; W: already FRACTAL_NZ, burst copy) -> L0A
+// (LoadData) / L0B (LoadDataWithTranspose) -> Mmad -> L0C -> Fixpipe (NZ -> ND) into the int32 workspace that the
+// op's vector epilogue kernel reads next on the same stream.
+#include "kernel_operator.h"
+
+#include "common/gmm_groups.h"
+#include "gmm_int8_cube/gmm_int8_cube.h"
+
+namespace cam::kernels {
+
+class GmmInt8Cube {
+public:
+    __aicore__ inline void Init(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR acc,
+                                GM_ADDR status, const GmmCubeTilingData& t) {
+        t_ = t;
+        groupList_ = groupList;
+        layerIndex_ = layerIndex;
+        table_ = table;
+        status_ = status;
+        x_.SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(x), uint64_t(t.m) * t.k);
+        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), uint64_t(t.m) * t.n);
+        pipe_.InitBuffer(a1_, kGmmL1Buffers, t.tm * t.tk);
+        pipe_.InitBuffer(b1_, kGmmL1Buffers, t.tk * t.tn);
+        pipe_.InitBuffer(a2_, kGmmL1Buffers, t.tm * t.tk);
+        pipe_.InitBuffer(b2_, kGmmL1Buffers, t.tk * t.tn);
+        pipe_.InitBuffer(c_, 1, t.tm * t.tn * 4);
+    }
+
+    __aicore__ inline void Process() {
+        GmmDeviceArgs args;
+        if (!GmmPrePass(layerIndex_, groupList_, t_.experts, t_.layers, t_.groupListType, t_.m, status_, &args)) return;
+        const uint64_t expertBytes = GmmExpertWeightBytes(t_.kPadded, t_.nBlocks);
+        w_.SetGlobalBuffer(LayerAddress<int8_t>(table_, static_cast<uint32_t>(args.layer)), expertBytes * t_.experts);
+
+        // Units (expert, m-tile, n-tile) are numbered over all experts jointly and dealt round robin, so one expert
+        // holding every row spreads over all cores and empty experts cost nothing.
+        const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
+        uint64_t unit = 0;
+        GroupCursor groups;
+        groups.Init(groupList_, t_.experts, t_.groupListType);
+        while (groups.Next()) {
+            const uint64_t rows = groups.End() - groups.Start();
+            const uint64_t mTiles = CeilDiv(rows, t_.tm);
+            const uint64_t units = mTiles * t_.nTiles;
+            // First unit of this expert that belongs to this core.
+            uint64_t u = (core + t_.blockDim - unit % t_.blockDim) % t_.blockDim;
+            for (; u < units; u += t_.blockDim) {
+                const uint64_t mt = u / t_.nTiles;
+                const uint32_t nt = static_cast<uint32_t>(u % t_.nTiles);
+                const uint64_t row0 = groups.Start() + mt * t_.tm;
+                const uint32_t mLen = static_cast<uint32_t>(rows - mt * t_.tm < t_.tm ? rows - mt * t_.tm : t_.tm);
+                ComputeUnit(groups.Expert(), row0, mLen, nt, expertBytes);
+            }
+            unit += units;
+        }
+    }
+
+private:
+    __aicore__ inline void ComputeUnit(uint32_t expert, uint64_t row0, uint32_t mLen, uint32_t nt,
+                                       uint64_t expertBytes) {
+        const uint32_t n0 = nt * t_.tn;
+        const uint32_t nLen = t_.n - n0 < t_.tn ? t_.n - n0 : t_.tn;
+        const uint32_t nBlk = static_cast<uint32_t>(CeilDiv(nLen, kGmmNzCols));
+        const uint32_t nAl = nBlk * kGmmNzCols;
+        const uint32_t mAl = static_cast<uint32_t>(AlignUp(mLen, kGmmM0));
+        const uint64_t wBase = expert * expertBytes + uint64_t(n0 / kGmmNzCols) * t_.kPadded * kGmmNzCols;
+
+        AscendC::LocalTensor<int32_t> c = c_.AllocTensor<int32_t>();
+        for (uint32_t k0 = 0; k0 < t_.k; k0 += t_.tk) {
+            const uint32_t kLen = t_.k - k0 < t_.tk ? t_.k - k0 : t_.tk;
+            const uint32_t kAl = static_cast<uint32_t>(AlignUp(kLen, kGmmK0));
+            // The NZ weight has K padded to 16 only; when the last step reaches past it, the missing B rows meet
+            // A columns that the ND->NZ copy zero-filled, so they contribute nothing.
+            const uint32_t kRowsB = t_.kPadded - k0 < kAl ? t_.kPadded - k0 : kAl;
+
+            AscendC::LocalTensor<int8_t> a1 = a1_.AllocTensor<int8_t>();
+            AscendC::Nd2NzParams nd2nz;
+            nd2nz.ndNum = 1;
+            nd2nz.nValue = static_cast<uint16_t>(mLen);
+            nd2nz.dValue = static_cast<uint16_t>(kLen);
+            nd2nz.srcNdMatrixStride = 0;
+            nd2nz.srcDValue = static_cast<uint16_t>(t_.k);
+            nd2nz.dstNzC0Stride = static_cast<uint16_t>(mAl);
+            nd2nz.dstNzNStride = 1;
+            nd2nz.dstNzMatrixStride = 0;
+            AscendC::DataCopy(a1, x_[row0 * t_.k + k0], nd2nz);
+            a1_.EnQue(a1);
+
+            AscendC::LocalTensor<int8_t> b1 = b1_.AllocTensor<int8_t>();
+            AscendC::DataCopyParams burst;
+            burst.blockCount = static_cast<uint16_t>(nBlk);
+            burst.blockLen = static_cast<uint16_t>(kRowsB);  // one 32-byte row of a column block per k
+            burst.srcStride = static_cast<uint16_t>(t_.kPadded - kRowsB);
+            burst.dstStride = static_cast<uint16_t>(kAl - kRowsB);
+            AscendC::DataCopy(b1, w_[wBase + uint64_t(k0) * kGmmNzCols], burst);
+            b1_.EnQue(b1);
+
+            // A: L1 NZ (column blocks of mAl rows) -> L0A ZZ (row blocks of kAl columns), one m-block per call.
+            a1 = a1_.DeQue<int8_t>();
+            AscendC::LocalTensor<int8_t> a2 = a2_.AllocTensor<int8_t>();
+            for (uint32_t mb = 0; mb < mAl / kGmmM0; ++mb) {
+                AscendC::LoadData2DParams ld;
+                ld.startIndex = static_cast<uint16_t>(mb);
+                ld.repeatTimes = static_cast<uint8_t>(kAl / kGmmK0);
+                ld.srcStride = static_cast<uint16_t>(mAl / kGmmM0);
+                ld.dstGap = 0;
+                ld.ifTranspose = false;
+                AscendC::LoadData(a2[mb * kAl * kGmmM0], a1, ld);
+            }
+            a2_.EnQue(a2);
+            a1_.FreeTensor(a1);
+
+            // B: L1 NZ (k rows of 32 n) -> L0B ZN (16 n of 32 k per fractal): transpose 32x32 squares, one
+            // 32-column block per call; consecutive k squares land nAl/16 fractals apart.
+            b1 = b1_.DeQue<int8_t>();
+            AscendC::LocalTensor<int8_t> b2 = b2_.AllocTensor<int8_t>();
+            for (uint32_t nb = 0; nb < nBlk; ++nb) {
+                AscendC::LoadData2dTransposeParams lt;
+                lt.startIndex = static_cast<uint16_t>(nb * (kAl / kGmmK0));
+                lt.repeatTimes = static_cast<uint8_t>(kAl / kGmmK0);
+                lt.srcStride = 1;
+                lt.dstGap = static_cast<uint16_t>(nAl / kGmmM0 - 1);
+                lt.dstFracGap = 0;
+                AscendC::LoadDataWithTranspose(b2[nb * 2 * kGmmM0 * kGmmK0], b1, lt);
+            }
+            b2_.EnQue(b2);
+            b1_.FreeTensor(b1);
+
+            a2 = a2_.DeQue<int8_t>();
+            b2 = b2_.DeQue<int8_t>();
+            AscendC::MmadParams mm;
+            mm.m = static_cast<uint16_t>(mLen);
+            // L0B holds whole 32-column blocks (the transposing load's granule), so the cube walks nAl columns;
+            // the extra ones are never stored.
+            mm.n = static_cast<uint16_t>(nAl);
+            mm.k = static_cast<uint16_t>(kLen);
+            mm.cmatrixInitVal = k0 == 0;
+            AscendC::Mmad(c, a2, b2, mm);
+            a2_.FreeTensor(a2);
+            b2_.FreeTensor(b2);
+        }
+        c_.EnQue(c);
+        c = c_.DeQue<int32_t>();
+        AscendC::FixpipeParamsV220 fp;
+        fp.nSize = static_cast<uint16_t>(nLen);
+        fp.mSize = static_cast<uint16_t>(mLen);
+        fp.srcStride = static_cast<uint16_t>(mAl);
+        fp.dstStride = t_.n;
+        AscendC::Fixpipe<int32_t, int32_t, AscendC::CFG_ROW_MAJOR>(acc_[row0 * t_.n + n0], c, fp);
+        c_.FreeTensor(c);
+    }
+
+    GmmCubeTilingData t_{};
+    GM_ADDR groupList_ = nullptr;
+    GM_ADDR layerIndex_ = nullptr;
+    GM_ADDR table_ = nullptr;
+    GM_ADDR status_ = nullptr;
+    AscendC::TPipe pipe_;
+    AscendC::TQue<AscendC::TPosition::A1, kGmmL1Buffers> a1_;
+    AscendC::TQue<AscendC::TPosition::B1, kGmmL1Buffers> b1_;
+    AscendC::TQue<AscendC::TPosition::A2, kGmmL1Buffers> a2_;
+    AscendC::TQue<AscendC::TPosition::B2, kGmmL1Buffers> b2_;
+    AscendC::TQue<AscendC::TPosition::CO1, 1> c_;
+    AscendC::GlobalTensor<int8_t> x_;
+    AscendC::GlobalTensor<int8_t> w_;
+    AscendC::GlobalTensor<int32_t> acc_;
+};
+
+}  // namespace cam::kernels
+
+extern "C" __global__ __aicore__ void cam_gmm_int8_cube(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex,
+                                                        GM_ADDR table, GM_ADDR acc, GM_ADDR status,
+                                                        cam::kernels::GmmCubeTilingData tiling) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    cam::kernels::GmmInt8Cube op;
+    op.Init(x, groupList, layerIndex, table, acc, status, tiling);
+    op.Process();
+}
+
+#include "common/launch.h"
+
+void cam::kernels::LaunchGmmInt8Cube(uint32_t blockDim, void* stream, uint8_t* x, uint8_t* groupList,
+                                     uint8_t* layerIndex, uint8_t* table, uint8_t* acc, uint8_t* status,
+                                     const GmmCubeTilingData& tiling) {
+    CAM_KERNEL_LAUNCH(cam_gmm_int8_cube, blockDim, stream, x, groupList, layerIndex, table, acc, status, tiling);
+}

@@ -1,0 +1,114 @@
+// gmm_multi_layer (W2) epilogue on the vector cores: out[m, h] = bf16((float(acc[m, h]) * y_scale[m]) *
+// w_scale[l][e(m)][h]), fp32 left to right, both conversions round to nearest even. Rows past the last group are
+// in no block's range, so they are never written.
+#include "kernel_operator.h"
+
+#include "common/gmm_groups.h"
+#include "gmm_multi_layer/gmm_multi_layer.h"
+
+namespace cam::kernels {
+
+class GmmMultiLayerEpilogue {
+public:
+    __aicore__ inline void Init(GM_ADDR acc, GM_ADDR yScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table,
+                                GM_ADDR out, GM_ADDR status, const GmmMultiLayerTilingData& t) {
+        t_ = t;
+        groupList_ = groupList;
+        layerIndex_ = layerIndex;
+        table_ = table;
+        status_ = status;
+        const uint64_t elems = uint64_t(t.cube.m) * t.cube.n;
+        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), elems);
+        yScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(yScale), t.cube.m);
+        out_.SetGlobalBuffer(reinterpret_cast<__gm__ bfloat16_t*>(out), elems);
+        pipe_.InitBuffer(accQue_, 2, UbBytes(uint64_t(t.chunk) * 4));
+        pipe_.InitBuffer(scaleQue_, 2, UbBytes(uint64_t(t.chunk) * 4));
+        pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(t.chunk) * 4));
+        pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(t.chunk) * 2));
+    }
+
+    __aicore__ inline void Process() {
+        GmmDeviceArgs args;
+        const GmmCubeTilingData& c = t_.cube;
+        if (!GmmPrePass(layerIndex_, groupList_, c.experts, c.layers, c.groupListType, c.m, status_, &args)) return;
+        wScale_.SetGlobalBuffer(LayerAddress<float>(table_, c.layers + static_cast<uint32_t>(args.layer)),
+                                uint64_t(c.experts) * c.n);
+        const uint64_t block = AscendC::GetBlockIdx(), blocks = t_.blockDim;
+        const uint64_t rowBegin = args.total * block / blocks, rowEnd = args.total * (block + 1) / blocks;
+        GroupCursor groups;
+        groups.Init(groupList_, c.experts, c.groupListType);
+        groups.Next();
+        for (uint64_t row = rowBegin; row < rowEnd; ++row) {
+            while (row >= groups.End() && groups.Next()) {
+            }  // rows < total always have an expert
+            const float ys = yScale_.GetValue(row);
+            for (uint32_t col = 0; col < c.n; col += t_.chunk) {
+                const uint32_t len = c.n - col < t_.chunk ? c.n - col : t_.chunk;
+                Chunk(row, groups.Expert(), col, len, ys);
+            }
+        }
+    }
+
+private:
+    __aicore__ inline void Chunk(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float ys) {
+        const uint64_t off = row * t_.cube.n + col;
+        AscendC::LocalTensor<int32_t> acc = accQue_.AllocTensor<int32_t>();
+        AscendC::DataCopyPad(acc, acc_[off], {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0});
+        accQue_.EnQue(acc);
+        AscendC::LocalTensor<float> ws = scaleQue_.AllocTensor<float>();
+        AscendC::DataCopyPad(ws, wScale_[uint64_t(expert) * t_.cube.n + col], {1, len * 4u, 0, 0, 0},
+                             {false, 0, 0, 0.0f});
+        scaleQue_.EnQue(ws);
+
+        AscendC::LocalTensor<float> f = rowBuf_.Get<float>();
+        acc = accQue_.DeQue<int32_t>();
+        AscendC::Cast(f, acc, AscendC::RoundMode::CAST_RINT, len);
+        accQue_.FreeTensor(acc);
+        AscendC::Muls(f, f, ys, len);
+        ws = scaleQue_.DeQue<float>();
+        AscendC::Mul(f, f, ws, len);
+        scaleQue_.FreeTensor(ws);
+
+        AscendC::LocalTensor<bfloat16_t> o = outQue_.AllocTensor<bfloat16_t>();
+        AscendC::Cast(o, f, AscendC::RoundMode::CAST_RINT, len);
+        outQue_.EnQue(o);
+        o = outQue_.DeQue<bfloat16_t>();
+        AscendC::DataCopyPad(out_[off], o, {1, len * 2u, 0, 0, 0});
+        outQue_.FreeTensor(o);
+    }
+
+    GmmMultiLayerTilingData t_{};
+    GM_ADDR groupList_ = nullptr;
+    GM_ADDR layerIndex_ = nullptr;
+    GM_ADDR table_ = nullptr;
+    GM_ADDR status_ = nullptr;
+    AscendC::TPipe pipe_;
+    AscendC::TQue<AscendC::TPosition::VECIN, 2> accQue_;
+    AscendC::TQue<AscendC::TPosition::VECIN, 2> scaleQue_;
+    AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_;
+    AscendC::GlobalTensor<int32_t> acc_;
+    AscendC::GlobalTensor<float> yScale_;
+    AscendC::GlobalTensor<float> wScale_;
+    AscendC::GlobalTensor<bfloat16_t> out_;
+};
+
+}  // namespace cam::kernels
+
+extern "C" __global__ __aicore__ void cam_gmm_multi_layer_epilogue(GM_ADDR acc, GM_ADDR yScale, GM_ADDR groupList,
+                                                                   GM_ADDR layerIndex, GM_ADDR table, GM_ADDR out,
+                                                                   GM_ADDR status,
+                                                                   cam::kernels::GmmMultiLayerTilingData tiling) {
+    cam::kernels::GmmMultiLayerEpilogue op;
+    op.Init(acc, yScale, groupList, layerIndex, table, out, status, tiling);
+    op.Process();
+}
+
+#include "common/launch.h"
+
+void cam::kernels::LaunchGmmMultiLayerEpilogue(uint32_t blockDim, void* stream, uint8_t* acc, uint8_t* yScale,
+                                               uint8_t* groupList, uint8_t* layerIndex, uint8_t* table, uint8_t* out,
+                                               uint8_t* status, const GmmMultiLayerTilingData& tiling) {
+    CAM_KERNEL_LAUNCH(cam_gmm_multi_layer_epilogue, blockDim, stream, acc, yScale, groupList, layerIndex, table, out,
+                      status, tiling);
+}

@@ -1,0 +1,27 @@
+// Tiling of gmm_multi_layer (W2): the shared cube kernel, then a vector epilogue over the valid rows.
+#pragma once
+
+#include <cstdint>
+
+#include "common/ub_math.h"
+#include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
+
+namespace cam::kernels {
+
+struct GmmMultiLayerTilingData {
+    GmmCubeTilingData cube;
+    uint32_t blockDim;  // AIV cores of the epilogue
+    uint32_t chunk;     // output columns per pass, a multiple of 16 (32-byte bf16 runs)
+};
+
+constexpr uint32_t kGmmEpilogueColAlign = 16;
+
+// UB bytes the W2 epilogue carves for `chunk` columns.
+__aicore__ constexpr uint32_t GmmMultiLayerUbBytes(uint32_t chunk) {
+    return 2 * UbBytes(uint64_t(chunk) * 4)    // int32 accumulator in, double buffered
+           + 2 * UbBytes(uint64_t(chunk) * 4)  // w_scale slice in, double buffered
+           + UbBytes(uint64_t(chunk) * 4)      // fp32 working row
+           + 2 * UbBytes(uint64_t(chunk) * 2); // bf16 out, double buffered
+}
+
+}  // namespace cam::kernels

@@ -1,0 +1,209 @@
+// gmm_swiglu_quant_multi_layer (W1) epilogue on the vector cores, per valid row m of expert e (layer l):
+//   c    = (float(acc[m]) * x_scale[m]) * w_scale[l][e]          fp32, left to right
+//   s    = (act / (1 + exp(-act))) * gate                        act = c[:N/2], gate = c[N/2:]
+//   y[m], y_scale[m] = per-row dynamic quant of s                (common/quant.h, the one shared implementation)
+// Whole rows belong to one core, so the row's amax needs no cross-core step. A row longer than one UB pass
+// spills s (fp32) over the act half of its own accumulator row, which that pass has already consumed, and
+// re-reads it for the quant. Rows past the last group are in no core's range and never written.
+#include "kernel_operator.h"
+
+#include "common/gmm_groups.h"
+#include "common/quant.h"
+#include "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.h"
+
+namespace cam::kernels {
+
+class GmmSwigluQuantEpilogue {
+public:
+    __aicore__ inline void Init(GM_ADDR acc, GM_ADDR xScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table,
+                                GM_ADDR y, GM_ADDR yScale, GM_ADDR status, const GmmSwigluQuantTilingData& t) {
+        t_ = t;
+        groupList_ = groupList;
+        layerIndex_ = layerIndex;
+        table_ = table;
+        status_ = status;
+        const uint64_t accElems = uint64_t(t.cube.m) * t.cube.n;
+        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), accElems);
+        spill_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(acc), accElems);
+        xScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(xScale), t.cube.m);
+        y_.SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(y), uint64_t(t.cube.m) * t.half);
+        yScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(yScale), t.cube.m);
+
+        const uint32_t n = t.chunk;
+        pipe_.InitBuffer(accQue_, 2, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(scaleQue_, 2, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(sBuf_, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(gateBuf_, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(expBuf_, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(absBuf_, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(halfBuf_, UbBytes(uint64_t(n) * 2));
+        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceWorkElems<float>(n)) * 4));
+        pipe_.InitBuffer(reduceBuf_, kUbBlockBytes);
+        pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(yScaleQue_, 1, kGmmSwigluScaleBatch * 4);
+        scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
+    }
+
+    __aicore__ inline void Process() {
+        GmmDeviceArgs args;
+        const GmmCubeTilingData& c = t_.cube;
+        if (!GmmPrePass(layerIndex_, groupList_, c.experts, c.layers, c.groupListType, c.m, status_, &args)) return;
+        wScale_.SetGlobalBuffer(LayerAddress<float>(table_, c.layers + static_cast<uint32_t>(args.layer)),
+                                uint64_t(c.experts) * c.n);
+        const uint64_t block = AscendC::GetBlockIdx(), blocks = t_.blockDim;
+        const uint64_t rowBegin = args.total * block / blocks, rowEnd = args.total * (block + 1) / blocks;
+        GroupCursor groups;
+        groups.Init(groupList_, c.experts, c.groupListType);
+        groups.Next();
+        uint32_t staged = 0;
+        uint64_t stageFirstRow = rowBegin;
+        AscendC::LocalTensor<float> scales;
+        for (uint64_t row = rowBegin; row < rowEnd; ++row) {
+            while (row >= groups.End() && groups.Next()) {
+            }  // rows < total always have an expert
+            if (staged == 0) {
+                scales = yScaleQue_.AllocTensor<float>();
+                stageFirstRow = row;
+            }
+            scales.SetValue(staged++, Row(row, groups.Expert()));
+            if (staged == kGmmSwigluScaleBatch || row + 1 == rowEnd) {
+                yScaleQue_.EnQue(scales);
+                scales = yScaleQue_.DeQue<float>();
+                AscendC::DataCopyPad(yScale_[stageFirstRow], scales, {1, staged * 4u, 0, 0, 0});
+                yScaleQue_.FreeTensor(scales);
+                staged = 0;
+            }
+        }
+    }
+
+private:
+    // Writes y[row] and returns y_scale[row].
+    __aicore__ inline float Row(uint64_t row, uint32_t expert) {
+        const float xs = xScale_.GetValue(row);
+        AscendC::LocalTensor<float> s = sBuf_.Get<float>();
+        float amax = 0.0f;
+        for (uint32_t p = 0; p < t_.passes; ++p) {
+            const uint32_t col = p * t_.chunk, len = Len(col);
+            SwigluChunk(row, expert, col, len, xs, s);
+            amax = CombineAmax(amax, ChunkAmax(s, len, scratch_));
+            if (t_.passes > 1) Spill(row, col, len, s);
+        }
+        const QuantParams q = QuantParamsFromAmax(amax);
+        if (t_.passes == 1) {
+            Store(row, 0, Len(0), s, q);
+            return q.scale;
+        }
+        const AscendC::event_t spilled = pipe_.FetchEventID(AscendC::HardEvent::MTE3_MTE2);
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(spilled);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(spilled);
+        for (uint32_t p = 0; p < t_.passes; ++p) {
+            const uint32_t col = p * t_.chunk, len = Len(col);
+            if (q.quantize) Reload(row, col, len, s);
+            Store(row, col, len, s, q);
+        }
+        return q.scale;
+    }
+
+    __aicore__ inline uint32_t Len(uint32_t col) const { return t_.half - col < t_.chunk ? t_.half - col : t_.chunk; }
+
+    // dst = (float(acc[row, col..col+len)) * xs) * w_scale[expert, col..col+len)
+    __aicore__ inline void Dequant(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float xs,
+                                   const AscendC::LocalTensor<float>& dst) {
+        AscendC::LocalTensor<int32_t> acc = accQue_.AllocTensor<int32_t>();
+        AscendC::DataCopyPad(acc, acc_[row * t_.cube.n + col], {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0});
+        accQue_.EnQue(acc);
+        AscendC::LocalTensor<float> ws = scaleQue_.AllocTensor<float>();
+        AscendC::DataCopyPad(ws, wScale_[uint64_t(expert) * t_.cube.n + col], {1, len * 4u, 0, 0, 0},
+                             {false, 0, 0, 0.0f});
+        scaleQue_.EnQue(ws);
+        acc = accQue_.DeQue<int32_t>();
+        AscendC::Cast(dst, acc, AscendC::RoundMode::CAST_RINT, len);
+        accQue_.FreeTensor(acc);
+        AscendC::Muls(dst, dst, xs, len);
+        ws = scaleQue_.DeQue<float>();
+        AscendC::Mul(dst, dst, ws, len);
+        scaleQue_.FreeTensor(ws);
+    }
+
+    // s[0..len) for output columns [col, col+len): silu(act) * gate, in the stated operation order.
+    __aicore__ inline void SwigluChunk(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float xs,
+                                       const AscendC::LocalTensor<float>& s) {
+        AscendC::LocalTensor<float> gate = gateBuf_.Get<float>();
+        AscendC::LocalTensor<float> e = expBuf_.Get<float>();
+        Dequant(row, expert, col, len, xs, s);
+        Dequant(row, expert, t_.half + col, len, xs, gate);
+        AscendC::Muls(e, s, -1.0f, len);
+        AscendC::Exp(e, e, len);
+        AscendC::Adds(e, e, 1.0f, len);
+        AscendC::Div(s, s, e, len);
+        AscendC::Mul(s, s, gate, len);
+    }
+
+    __aicore__ inline void Spill(uint64_t row, uint32_t col, uint32_t len, const AscendC::LocalTensor<float>& s) {
+        AscendC::LocalTensor<float> o = outQue_.AllocTensor<float>();
+        AscendC::Muls(o, s, 1.0f, len);  // vector copy into the out queue's buffer; x * 1 keeps every bit
+        outQue_.EnQue(o);
+        o = outQue_.DeQue<float>();
+        AscendC::DataCopyPad(spill_[row * t_.cube.n + col], o, {1, len * 4u, 0, 0, 0});
+        outQue_.FreeTensor(o);
+    }
+
+    __aicore__ inline void Reload(uint64_t row, uint32_t col, uint32_t len, const AscendC::LocalTensor<float>& s) {
+        AscendC::LocalTensor<int32_t> in = accQue_.AllocTensor<int32_t>();
+        AscendC::LocalTensor<float> inF = in.ReinterpretCast<float>();
+        AscendC::DataCopyPad(inF, spill_[row * t_.cube.n + col], {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0.0f});
+        accQue_.EnQue(in);
+        in = accQue_.DeQue<int32_t>();
+        AscendC::Muls(s, in.ReinterpretCast<float>(), 1.0f, len);
+        accQue_.FreeTensor(in);
+    }
+
+    __aicore__ inline void Store(uint64_t row, uint32_t col, uint32_t len, const AscendC::LocalTensor<float>& s,
+                                 const QuantParams& q) {
+        AscendC::LocalTensor<int8_t> o = outQue_.AllocTensor<int8_t>();
+        QuantizeChunk(o, s, len, q, scratch_);
+        outQue_.EnQue(o);
+        o = outQue_.DeQue<int8_t>();
+        AscendC::DataCopyPad(y_[row * t_.half + col], o, {1, len, 0, 0, 0});
+        outQue_.FreeTensor(o);
+    }
+
+    GmmSwigluQuantTilingData t_{};
+    GM_ADDR groupList_ = nullptr;
+    GM_ADDR layerIndex_ = nullptr;
+    GM_ADDR table_ = nullptr;
+    GM_ADDR status_ = nullptr;
+    AscendC::TPipe pipe_;
+    AscendC::TQue<AscendC::TPosition::VECIN, 2> accQue_;
+    AscendC::TQue<AscendC::TPosition::VECIN, 2> scaleQue_;
+    AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
+    AscendC::TQue<AscendC::TPosition::VECOUT, 1> yScaleQue_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> sBuf_, gateBuf_, expBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;
+    QuantScratch scratch_;
+    AscendC::GlobalTensor<int32_t> acc_;
+    AscendC::GlobalTensor<float> spill_;
+    AscendC::GlobalTensor<float> xScale_;
+    AscendC::GlobalTensor<float> wScale_;
+    AscendC::GlobalTensor<int8_t> y_;
+    AscendC::GlobalTensor<float> yScale_;
+};
+
+}  // namespace cam::kernels
+
+extern "C" __global__ __aicore__ void cam_gmm_swiglu_quant_multi_layer_epilogue(
+    GM_ADDR acc, GM_ADDR xScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR y, GM_ADDR yScale,
+    GM_ADDR status, cam::kernels::GmmSwigluQuantTilingData tiling) {
+    cam::kernels::GmmSwigluQuantEpilogue op;
+    op.Init(acc, xScale, groupList, layerIndex, table, y, yScale, status, tiling);
+    op.Process();
+}
+
+#include "common/launch.h"
+
+void cam::kernels::LaunchGmmSwigluQuantEpilogue(uint32_t blockDim, void* stream, uint8_t* acc, uint8_t* xScale,
+                                                uint8_t* groupList, uint8_t* layerIndex, uint8_t* table, uint8_t* y,
+                                                uint8_t* yScale, uint8_t* status,
+                                                const GmmSwigluQuantTilingData& tiling) {
+    CAM_KERNEL_LAUNCH(cam_gmm_swiglu_quant_multi_layer_epilogue, blockDim, stream, acc, xScale, groupList, layerIndex,
+                      table, y, yScale, status, tiling);
+}

@@ -1,0 +1,35 @@
+// Tiling of gmm_swiglu_quant_multi_layer (W1): the shared cube kernel, then a vector epilogue over the valid rows.
+#pragma once
+
+#include <cstdint>
+
+#include "common/ub_math.h"
+#include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
+
+namespace cam::kernels {
+
+struct GmmSwigluQuantTilingData {
+    GmmCubeTilingData cube;  // cube.n = N, the full act|gate width
+    uint32_t blockDim;       // AIV cores of the epilogue
+    uint32_t half;           // N / 2: output columns
+    uint32_t chunk;          // output columns per pass, a multiple of 32 (32-byte int8 runs)
+    uint32_t passes;         // ceil(half / chunk); > 1 spills s to the workspace and re-reads it for the quant
+};
+
+constexpr uint32_t kGmmSwigluColAlign = 32;
+constexpr uint32_t kGmmSwigluScaleBatch = 64;  // y_scale values staged in UB before one copy-out
+
+// UB bytes the W1 epilogue carves for `chunk` output columns.
+__aicore__ constexpr uint32_t GmmSwigluQuantUbBytes(uint32_t chunk) {
+    return 2 * UbBytes(uint64_t(chunk) * 4)      // int32 accumulator in (act, then gate), double buffered
+           + 2 * UbBytes(uint64_t(chunk) * 4)    // w_scale slice in, double buffered
+           + 3 * UbBytes(uint64_t(chunk) * 4)    // fp32 act/s, gate, exp term
+           + UbBytes(uint64_t(chunk) * 4)        // |s| / int32 quant scratch
+           + UbBytes(uint64_t(chunk) * 2)        // half quant scratch
+           + UbBytes(uint64_t(ReduceWorkElems<float>(chunk)) * 4)
+           + UbBytes(kUbBlockBytes)              // reduce result
+           + 2 * UbBytes(uint64_t(chunk) * 4)    // out queue: int8 y, or fp32 s when spilling
+           + UbBytes(kGmmSwigluScaleBatch * 4);  // staged y_scale
+}
+
+}  // namespace cam::kernels

@@ -1,0 +1,295 @@
+// The cube path of the Ascend C subset: L1 / L0A / L0B / L0C buffers, GM -> L1 copies (plain and ND -> NZ),
+// L1 -> L0 loads (LoadData, LoadDataWithTranspose), Mmad int8 x int8 -> int32, and Fixpipe L0C -> GM.
+// Layouts are the documented fractal formats; docs/twin.md ("Cube path") states each one and where the twin
+// simplifies. Only what the GMM kernels need: int8 operands, int32 results.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "twin/data_copy.h"
+#include "twin/tensor.h"
+
+namespace cam::twin {
+
+enum class CoreKind : uint8_t { Vector = 0, Cube = 1 };
+
+// Index into BlockContext::cubeUsed and Platform sizes.
+enum CubeMemory : int { kL1 = 0, kL0A = 1, kL0B = 2, kL0C = 3 };
+
+inline bool IsCubePosition(AscendC::TPosition pos) {
+    using AscendC::TPosition;
+    return pos == TPosition::A1 || pos == TPosition::B1 || pos == TPosition::C1 || pos == TPosition::A2 ||
+           pos == TPosition::B2 || pos == TPosition::CO1;
+}
+
+// Carves a buffer of a cube position out of the block's L1 / L0A / L0B / L0C (sizes from the platform).
+uint8_t* CarveCubeBuffer(AscendC::TPosition pos, uint32_t len, const std::source_location& where);
+
+// KERNEL_TASK_TYPE_DEFAULT: a cube-only kernel runs on the AIC cores; the twin checks blockDim against them and
+// refuses UB buffers in it (and cube buffers in vector kernels).
+void DeclareKernelType(int type, const std::source_location& where = std::source_location::current());
+
+// Bytes of one int8 fractal (16 x 32) and the fractal geometry the cube works in.
+constexpr uint32_t kFractalBytes = 512;
+constexpr uint32_t kCubeM0 = 16;      // rows of an A / C fractal
+constexpr uint32_t kCubeN0 = 16;      // columns of a B / C fractal
+constexpr uint32_t kCubeK0Int8 = 32;  // k extent of an int8 fractal (one 32-byte C0 block)
+
+void CheckCubeOperand(const BufferRecord* rec, AscendC::TPosition expected, bool write, const char* role,
+                      const std::source_location& where);
+
+void MmadInt8(int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k, bool init);
+
+}  // namespace cam::twin
+
+// Kernel-type declaration, spelled as in Ascend C (global names, used inside the kernel function).
+enum KernelMetaType : int { KERNEL_TYPE_AIV_ONLY = 0, KERNEL_TYPE_AIC_ONLY = 1 };
+
+#define KERNEL_TASK_TYPE_DEFAULT(type) ::cam::twin::DeclareKernelType(type)
+
+namespace AscendC {
+
+// GM -> L1 with ND -> NZ conversion (C0 = 32 bytes). For row j < nValue and 32-byte block b of the row's dValue
+// elements: dst block at (j * dstNzNStride + b * dstNzC0Stride) * 32 bytes. A row's last partial block is padded
+// with zeros to 32 bytes (documented hardware behaviour); nothing else of dst is written.
+struct Nd2NzParams {
+    uint16_t ndNum = 1;
+    uint16_t nValue = 0;
+    uint16_t dValue = 0;
+    uint16_t srcNdMatrixStride = 0;
+    uint16_t srcDValue = 0;
+    uint16_t dstNzC0Stride = 0;
+    uint16_t dstNzNStride = 1;
+    uint16_t dstNzMatrixStride = 0;
+};
+
+// Burst copy GM -> L1: blockCount bursts of blockLen 32-byte blocks; gaps between bursts in 32-byte blocks.
+struct DataCopyParams {
+    uint16_t blockCount = 1;
+    uint16_t blockLen = 0;
+    uint16_t srcStride = 0;
+    uint16_t dstStride = 0;
+};
+
+template <typename T>
+void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2NzParams& p,
+              const std::source_location where = std::source_location::current()) {
+    using namespace cam::twin;
+    static_assert(sizeof(T) == 1, "the twin's ND->NZ copy covers int8 (C0 = 32 elements)");
+    CAM_TWIN_CHECK(dst.Record() && (dst.Record()->position == TPosition::A1 || dst.Record()->position == TPosition::B1),
+                   "cube-position", "ND->NZ DataCopy destination is not an L1 (A1/B1) buffer", where);
+    CAM_TWIN_CHECK(p.ndNum == 1, "cube-params", "the twin's ND->NZ copy supports ndNum == 1", where);
+    CAM_TWIN_CHECK(p.dValue <= p.srcDValue, "cube-params", "Nd2Nz dValue exceeds the source row pitch srcDValue",
+                   where);
+    CheckBufferAccess(dst.Record(), Access::CopyIn, where);
+    const uint32_t blocks = (p.dValue + kCubeK0Int8 - 1) / kCubeK0Int8;
+    if (p.nValue == 0 || blocks == 0) return;
+    const uint64_t lastByte = (uint64_t(p.nValue - 1) * p.dstNzNStride + uint64_t(blocks - 1) * p.dstNzC0Stride + 1) * 32;
+    CAM_TWIN_CHECK(lastByte <= dst.GetSize(), "l1-bounds",
+                   "ND->NZ copy writes " + std::to_string(lastByte) + " bytes into an L1 tensor of " +
+                       std::to_string(dst.GetSize()),
+                   where);
+    uint8_t* out = reinterpret_cast<uint8_t*>(dst.Data());
+    for (uint32_t j = 0; j < p.nValue; ++j) {
+        src.CheckRange(uint64_t(j) * p.srcDValue, p.dValue, where);
+        const uint8_t* row = reinterpret_cast<const uint8_t*>(src.GetPhyAddr()) + uint64_t(j) * p.srcDValue;
+        for (uint32_t b = 0; b < blocks; ++b) {
+            uint8_t* blk = out + (uint64_t(j) * p.dstNzNStride + uint64_t(b) * p.dstNzC0Stride) * 32;
+            const uint32_t n = std::min<uint32_t>(32, p.dValue - b * 32);
+            std::memcpy(blk, row + b * 32, n);
+            if (n < 32) std::memset(blk + n, 0, 32 - n);
+        }
+    }
+}
+
+template <typename T>
+void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p,
+              const std::source_location where = std::source_location::current()) {
+    using namespace cam::twin;
+    CheckBufferAccess(dst.Record(), Access::CopyIn, where);
+    CAM_TWIN_CHECK(dst.GetPhyAddr() % kUbAlign == 0, "copy-align", "burst DataCopy into an unaligned local address",
+                   where);
+    const uint64_t burst = uint64_t(p.blockLen) * 32 / sizeof(T);
+    const uint64_t srcPitch = burst + uint64_t(p.srcStride) * 32 / sizeof(T);
+    const uint64_t dstPitch = burst + uint64_t(p.dstStride) * 32 / sizeof(T);
+    if (p.blockCount == 0 || burst == 0) return;
+    const uint64_t span = (p.blockCount - 1ull) * dstPitch + burst;
+    CAM_TWIN_CHECK(span <= dst.GetSize(), "local-bounds",
+                   "burst DataCopy writes " + std::to_string(span) + " elements into a local tensor of " +
+                       std::to_string(dst.GetSize()),
+                   where);
+    for (uint32_t b = 0; b < p.blockCount; ++b) {
+        src.CheckRange(b * srcPitch, burst, where);
+        std::memcpy(dst.Data() + b * dstPitch, src.GetPhyAddr() + b * srcPitch, burst * sizeof(T));
+    }
+}
+
+// L1 -> L0A / L0B, one 512-byte fractal per repeat: source fractal (startIndex + r * srcStride), destination
+// fractal r * (1 + dstGap). ifTranspose is not modelled (the GMM kernels transpose B with LoadDataWithTranspose).
+struct LoadData2DParams {
+    uint16_t startIndex = 0;
+    uint8_t repeatTimes = 0;
+    uint16_t srcStride = 0;
+    uint8_t sid = 0;
+    uint16_t dstGap = 0;
+    bool ifTranspose = false;
+    uint8_t addrMode = 0;
+};
+
+template <typename T>
+void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadData2DParams& p,
+              const std::source_location where = std::source_location::current()) {
+    using namespace cam::twin;
+    CAM_TWIN_CHECK(!p.ifTranspose, "cube-params", "LoadData with ifTranspose is not modelled by the twin", where);
+    CAM_TWIN_CHECK(src.Record() && (src.Record()->position == TPosition::A1 || src.Record()->position == TPosition::B1),
+                   "cube-position", "LoadData source is not L1 (A1/B1)", where);
+    CAM_TWIN_CHECK(dst.Record() && (dst.Record()->position == TPosition::A2 || dst.Record()->position == TPosition::B2),
+                   "cube-position", "LoadData destination is not L0A/L0B (A2/B2)", where);
+    CheckCubeOperand(src.Record(), src.Record()->position, false, "LoadData src", where);
+    CheckCubeOperand(dst.Record(), dst.Record()->position, true, "LoadData dst", where);
+    const uint64_t srcBytes = uint64_t(src.GetSize()) * sizeof(T), dstBytes = uint64_t(dst.GetSize()) * sizeof(T);
+    const uint8_t* s = reinterpret_cast<const uint8_t*>(src.Data());
+    uint8_t* d = reinterpret_cast<uint8_t*>(dst.Data());
+    for (uint32_t r = 0; r < p.repeatTimes; ++r) {
+        const uint64_t so = (uint64_t(p.startIndex) + uint64_t(r) * p.srcStride) * kFractalBytes;
+        const uint64_t dO = uint64_t(r) * (1u + p.dstGap) * kFractalBytes;
+        CAM_TWIN_CHECK(so + kFractalBytes <= srcBytes, "l1-bounds", "LoadData reads a fractal past its L1 tensor",
+                       where);
+        CAM_TWIN_CHECK(dO + kFractalBytes <= dstBytes, "l0-bounds", "LoadData writes a fractal past its L0 tensor",
+                       where);
+        std::memcpy(d + dO, s + so, kFractalBytes);
+    }
+}
+
+// int8: each repeat merges two consecutive 16x32 source fractals (a 32x32 square, 1024 bytes) at square index
+// startIndex + r * srcStride, transposes it, and writes the result as two 16x32 fractals: the first at
+// r * (1 + dstGap) fractals, the second (1 + dstFracGap) fractals after the first.
+struct LoadData2dTransposeParams {
+    uint16_t startIndex = 0;
+    uint8_t repeatTimes = 0;
+    uint16_t srcStride = 0;
+    uint16_t dstGap = 0;
+    uint16_t dstFracGap = 0;
+    uint8_t addrMode = 0;
+};
+
+template <typename T>
+void LoadDataWithTranspose(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadData2dTransposeParams& p,
+                           const std::source_location where = std::source_location::current()) {
+    using namespace cam::twin;
+    static_assert(sizeof(T) == 1, "the twin's LoadDataWithTranspose covers int8 (32x32 squares)");
+    CAM_TWIN_CHECK(src.Record() && (src.Record()->position == TPosition::A1 || src.Record()->position == TPosition::B1),
+                   "cube-position", "LoadDataWithTranspose source is not L1 (A1/B1)", where);
+    CAM_TWIN_CHECK(dst.Record() && (dst.Record()->position == TPosition::A2 || dst.Record()->position == TPosition::B2),
+                   "cube-position", "LoadDataWithTranspose destination is not L0A/L0B (A2/B2)", where);
+    CheckCubeOperand(src.Record(), src.Record()->position, false, "LoadDataWithTranspose src", where);
+    CheckCubeOperand(dst.Record(), dst.Record()->position, true, "LoadDataWithTranspose dst", where);
+    const uint64_t srcBytes = src.GetSize(), dstBytes = dst.GetSize();
+    const uint8_t* s = reinterpret_cast<const uint8_t*>(src.Data());
+    uint8_t* d = reinterpret_cast<uint8_t*>(dst.Data());
+    for (uint32_t r = 0; r < p.repeatTimes; ++r) {
+        const uint64_t so = (uint64_t(p.startIndex) + uint64_t(r) * p.srcStride) * 2 * kFractalBytes;
+        const uint64_t d0 = uint64_t(r) * (1u + p.dstGap) * kFractalBytes;
+        const uint64_t d1 = d0 + (1u + p.dstFracGap) * kFractalBytes;
+        CAM_TWIN_CHECK(so + 2 * kFractalBytes <= srcBytes, "l1-bounds",
+                       "LoadDataWithTranspose reads a square past its L1 tensor", where);
+        CAM_TWIN_CHECK(d1 + kFractalBytes <= dstBytes && d0 + kFractalBytes <= dstBytes, "l0-bounds",
+                       "LoadDataWithTranspose writes a fractal past its L0 tensor", where);
+        const uint8_t* sq = s + so;
+        for (uint32_t col = 0; col < 32; ++col) {  // square column -> row of a destination fractal
+            uint8_t* outRow = d + (col < 16 ? d0 : d1) + (col % 16) * 32;
+            for (uint32_t row = 0; row < 32; ++row) outRow[row] = sq[row * 32 + col];
+        }
+    }
+}
+
+struct MmadParams {
+    uint16_t m = 0;
+    uint16_t n = 0;
+    uint16_t k = 0;
+    bool isBias = false;
+    int32_t fmOffset = 0;
+    bool enSsparse = false;
+    bool enWinogradA = false;
+    bool enWinogradB = false;
+    uint8_t unitFlag = 0;
+    bool kDirectionAlign = false;
+    bool cmatrixSource = false;
+    bool cmatrixInitVal = true;  // true: C = A*B; false: C += A*B
+};
+
+// C (L0C, NZ int32) = / += A (L0A, ZZ int8) x B (L0B, ZN int8). The twin computes whole fractals: m and n
+// rounded up to 16, k up to 32, so padding must be zero on at least one side of every product (docs/twin.md).
+inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int8_t>& a, const LocalTensor<int8_t>& b,
+                 const MmadParams& p, const std::source_location where = std::source_location::current()) {
+    using namespace cam::twin;
+    CAM_TWIN_CHECK(!p.isBias && !p.enSsparse && !p.enWinogradA && !p.enWinogradB && p.fmOffset == 0, "cube-params",
+                   "Mmad features other than plain int8 GEMM are not modelled", where);
+    CheckCubeOperand(a.Record(), TPosition::A2, false, "Mmad A", where);
+    CheckCubeOperand(b.Record(), TPosition::B2, false, "Mmad B", where);
+    CheckCubeOperand(c.Record(), TPosition::CO1, true, "Mmad C", where);
+    const uint32_t mA = (p.m + kCubeM0 - 1) / kCubeM0 * kCubeM0;
+    const uint32_t nA = (p.n + kCubeN0 - 1) / kCubeN0 * kCubeN0;
+    const uint32_t kA = (p.k + kCubeK0Int8 - 1) / kCubeK0Int8 * kCubeK0Int8;
+    CAM_TWIN_CHECK(uint64_t(mA) * kA <= a.GetSize(), "l0-bounds",
+                   "Mmad A needs " + std::to_string(uint64_t(mA) * kA) + " bytes of L0A, tensor has " +
+                       std::to_string(a.GetSize()),
+                   where);
+    CAM_TWIN_CHECK(uint64_t(kA) * nA <= b.GetSize(), "l0-bounds",
+                   "Mmad B needs " + std::to_string(uint64_t(kA) * nA) + " bytes of L0B, tensor has " +
+                       std::to_string(b.GetSize()),
+                   where);
+    CAM_TWIN_CHECK(uint64_t(mA) * nA <= c.GetSize(), "l0-bounds",
+                   "Mmad C needs " + std::to_string(uint64_t(mA) * nA) + " int32 of L0C, tensor has " +
+                       std::to_string(c.GetSize()),
+                   where);
+    MmadInt8(c.Data(), a.Data(), b.Data(), mA, nA, kA, p.cmatrixInitVal);
+}
+
+enum class CO2Layout : uint8_t { NZ = 0, ROW_MAJOR, COLUMN_MAJOR };
+
+struct FixpipeConfig {
+    CO2Layout format;
+    constexpr FixpipeConfig(CO2Layout f) : format(f) {}
+};
+
+inline constexpr FixpipeConfig CFG_ROW_MAJOR{CO2Layout::ROW_MAJOR};
+
+// L0C -> GM. srcStride: rows of L0C per 16-column block (the C tile's row count rounded up to 16); dstStride:
+// elements between GM rows. Only mSize x nSize elements are written; no quantization (int32 in, int32 out).
+struct FixpipeParamsV220 {
+    uint16_t nSize = 0;
+    uint16_t mSize = 0;
+    uint16_t srcStride = 0;
+    uint32_t dstStride = 0;
+    uint8_t ndNum = 1;
+    bool reluEn = false;
+    uint8_t unitFlag = 0;
+};
+
+template <typename T, typename U, const FixpipeConfig& config = CFG_ROW_MAJOR>
+void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const FixpipeParamsV220& p,
+             const std::source_location where = std::source_location::current()) {
+    using namespace cam::twin;
+    static_assert(std::is_same_v<T, int32_t> && std::is_same_v<U, int32_t>,
+                  "the twin's Fixpipe moves int32 results without quantization");
+    static_assert(config.format == CO2Layout::ROW_MAJOR, "the twin's Fixpipe writes row-major (NZ -> ND)");
+    CAM_TWIN_CHECK(p.ndNum == 1 && !p.reluEn, "cube-params", "Fixpipe: only ndNum = 1 without ReLU is modelled",
+                   where);
+    CheckCubeOperand(src.Record(), TPosition::CO1, false, "Fixpipe src", where);
+    CAM_TWIN_CHECK(p.srcStride % kCubeM0 == 0 && p.srcStride >= p.mSize, "cube-params",
+                   "Fixpipe srcStride must be the L0C row count (a multiple of 16, >= mSize)", where);
+    const uint32_t nA = (p.nSize + kCubeN0 - 1) / kCubeN0 * kCubeN0;
+    CAM_TWIN_CHECK(uint64_t(p.srcStride) * nA <= src.GetSize(), "l0-bounds", "Fixpipe reads past its L0C tensor",
+                   where);
+    const int32_t* c = src.Data();
+    for (uint32_t i = 0; i < p.mSize; ++i) {
+        dst.CheckRange(uint64_t(i) * p.dstStride, p.nSize, where);
+        T* row = dst.GetPhyAddr() + uint64_t(i) * p.dstStride;
+        for (uint32_t j = 0; j < p.nSize; ++j) row[j] = c[(j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0 + j % kCubeN0];
+    }
+}
+
+}  // namespace AscendC

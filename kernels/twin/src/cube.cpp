@@ -1,0 +1,126 @@
+// Cube-core memories and the int8 matrix unit of the twin (see twin/cube.h and docs/twin.md "Cube path").
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "kernel_operator.h"
+
+namespace cam::twin {
+
+namespace {
+
+struct ArenaFree {
+    void operator()(uint8_t* p) const { std::free(p); }
+};
+
+// Each block is its own thread, so a thread's arenas are exactly one block's L1 and L0 buffers; they go away
+// with the thread at the end of the launch.
+thread_local std::unique_ptr<uint8_t, ArenaFree> tCubeArena[4];
+
+const char* MemoryName(int mem) {
+    static const char* names[] = {"L1", "L0A", "L0B", "L0C"};
+    return names[mem];
+}
+
+int MemoryOf(AscendC::TPosition pos) {
+    using AscendC::TPosition;
+    switch (pos) {
+        case TPosition::A2: return kL0A;
+        case TPosition::B2: return kL0B;
+        case TPosition::CO1: return kL0C;
+        default: return kL1;  // A1, B1, C1
+    }
+}
+
+uint32_t Capacity(const Platform& p, int mem) {
+    switch (mem) {
+        case kL0A: return p.l0aBytes;
+        case kL0B: return p.l0bBytes;
+        case kL0C: return p.l0cBytes;
+        default: return p.l1Bytes;
+    }
+}
+
+}  // namespace
+
+uint8_t* CarveCubeBuffer(AscendC::TPosition pos, uint32_t len, const std::source_location& where) {
+    BlockContext& block = CurrentBlock();
+    const Platform& platform = ActivePlatform();
+    CAM_TWIN_CHECK(block.coreKind == static_cast<uint8_t>(CoreKind::Cube), "core-kind",
+                   "L1/L0 buffer requested by a vector kernel (declare KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY))",
+                   where);
+    CAM_TWIN_CHECK(len > 0, "cube-capacity", "InitBuffer of 0 bytes", where);
+    const int mem = MemoryOf(pos);
+    const uint32_t capacity = Capacity(platform, mem);
+    const uint32_t aligned = (len + kFractalBytes - 1) / kFractalBytes * kFractalBytes;
+    CAM_TWIN_CHECK(uint64_t(block.cubeUsed[mem]) + aligned <= capacity, "cube-capacity",
+                   "InitBuffer of " + std::to_string(aligned) + " bytes with " + std::to_string(block.cubeUsed[mem]) +
+                       " of " + std::to_string(capacity) + " " + MemoryName(mem) + " bytes already taken (platform " +
+                       platform.name + ")",
+                   where);
+    if (!tCubeArena[mem]) {
+        tCubeArena[mem].reset(static_cast<uint8_t*>(std::aligned_alloc(kFractalBytes, capacity)));
+        // Poison, as for UB: the hardware leaves whatever the previous kernel wrote.
+        std::memset(tCubeArena[mem].get(), 0xA5, capacity);
+    }
+    uint8_t* base = tCubeArena[mem].get() + block.cubeUsed[mem];
+    block.cubeUsed[mem] += aligned;
+    return base;
+}
+
+void DeclareKernelType(int type, const std::source_location& where) {
+    BlockContext& block = CurrentBlock();
+    if (type != KERNEL_TYPE_AIC_ONLY) {
+        block.coreKind = static_cast<uint8_t>(CoreKind::Vector);
+        return;
+    }
+    const Platform& platform = ActivePlatform();
+    CAM_TWIN_CHECK(block.blockNum <= platform.aicCores, "cube-cores",
+                   "cube-only kernel launched with blockDim " + std::to_string(block.blockNum) + " > " +
+                       std::to_string(platform.aicCores) + " AIC cores of platform " + platform.name,
+                   where);
+    CAM_TWIN_CHECK(block.ubUsed == 0, "core-kind", "kernel type declared after UB buffers were carved", where);
+    block.coreKind = static_cast<uint8_t>(CoreKind::Cube);
+}
+
+void CheckCubeOperand(const BufferRecord* rec, AscendC::TPosition expected, bool write, const char* role,
+                      const std::source_location& where) {
+    CAM_TWIN_CHECK(rec != nullptr && rec->base != nullptr, "cube-position",
+                   std::string(role) + " operand was never allocated", where);
+    CAM_TWIN_CHECK(rec->position == expected, "cube-position",
+                   std::string(role) + " operand is not in the buffer position the instruction reads/writes", where);
+    CAM_TWIN_CHECK(rec->state != BufferState::Free, "queue-discipline",
+                   std::string(role) + " operand is a freed queue buffer", where);
+    CAM_TWIN_CHECK(rec->state != BufferState::Enqueued, "queue-discipline",
+                   std::string(role) + " operand is between EnQue and DeQue (owned by the other pipe)", where);
+    if (write) {
+        CAM_TWIN_CHECK(rec->state == BufferState::Allocated || rec->state == BufferState::Calc, "queue-discipline",
+                       std::string(role) + " written after it was dequeued (allocate a fresh buffer)", where);
+    }
+}
+
+// A in ZZ: fractal (i/16, kk/32) row-major over the fractal grid, each fractal 16 rows x 32 bytes.
+// B in ZN: fractal (kk/32, j/16) row-major over the grid, each fractal 16 columns of 32 k-values.
+// C in NZ: 16-column blocks one after another, inside a block rows of 16 int32.
+void MmadInt8(int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k, bool init) {
+    const uint32_t kBlocks = k / kCubeK0Int8;
+    for (uint32_t i = 0; i < m; ++i) {
+        const int8_t* aRow = a + (i / kCubeM0) * (uint64_t(k) * kCubeM0) + (i % kCubeM0) * kCubeK0Int8;
+        for (uint32_t j = 0; j < n; ++j) {
+            const int8_t* bCol = b + (j / kCubeN0) * kFractalBytes + (j % kCubeN0) * kCubeK0Int8;
+            int32_t acc = 0;
+            for (uint32_t kb = 0; kb < kBlocks; ++kb) {
+                const int8_t* av = aRow + kb * kFractalBytes;
+                const int8_t* bv = bCol + uint64_t(kb) * n * kCubeK0Int8;
+                int32_t part = 0;
+                for (uint32_t t = 0; t < kCubeK0Int8; ++t) part += int32_t(av[t]) * int32_t(bv[t]);
+                acc += part;
+            }
+            int32_t& out = c[(j / kCubeN0) * (uint64_t(m) * kCubeN0) + i * kCubeN0 + j % kCubeN0];
+            out = init ? acc : out + acc;
+        }
+    }
+}
+
+}  // namespace cam::twin

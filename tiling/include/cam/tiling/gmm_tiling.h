@@ -1,0 +1,32 @@
+#pragma once
+
+#include <string>
+
+#include "cam/tiling/platform_info.h"
+#include "gmm_multi_layer/gmm_multi_layer_tiling_data.h"
+#include "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer_tiling_data.h"
+
+namespace cam::tiling {
+
+// Shapes as the host knows them: the group sizes are on the device, so tiling depends on capacities only.
+struct GmmShape {
+    uint64_t m;        // row capacity M
+    uint64_t k;        // K
+    uint64_t n;        // N of the matmul (W1: act|gate width; W2: H)
+    uint64_t experts;  // E_local
+    uint64_t layers;   // L
+    int64_t groupListType;
+};
+
+// Tile sizes of the cube kernel within L1 / L0A / L0B / L0C; blockDim = AIC cores.
+bool TileGmmCube(const PlatformInfo& platform, const GmmShape& shape, kernels::GmmCubeTilingData* out,
+                 std::string* why);
+
+bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& shape, kernels::GmmMultiLayerTilingData* out,
+                       std::string* why);
+
+// shape.n must be even (act | gate halves).
+bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& shape,
+                                  kernels::GmmSwigluQuantTilingData* out, std::string* why);
+
+}  // namespace cam::tiling

@@ -1,0 +1,122 @@
+#include "cam/tiling/gmm_tiling.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace cam::tiling {
+
+using kernels::AlignUp;
+using kernels::CeilDiv;
+
+namespace {
+
+// Preferred tiles: a 128 x 128 int32 C tile and 256-deep k steps fill A2's halves of L0A/L0B/L0C exactly
+// (2 x 32 KiB, 2 x 32 KiB, 64 KiB) with double-buffered operands; smaller problems shrink to their size.
+constexpr uint32_t kPreferredTm = 128;
+constexpr uint32_t kPreferredTn = 128;
+constexpr uint32_t kPreferredTk = 256;
+
+bool Fits(const PlatformInfo& p, uint32_t tm, uint32_t tn, uint32_t tk) {
+    return kernels::GmmL1Bytes(tm, tn, tk) <= p.l1Bytes && kernels::GmmL0ABytes(tm, tk) <= p.l0aBytes &&
+           kernels::GmmL0BBytes(tn, tk) <= p.l0bBytes && kernels::GmmL0CBytes(tm, tn) <= p.l0cBytes;
+}
+
+// Largest multiple of `align` (at most `cap`) whose UB need fits.
+template <typename F>
+uint32_t LargestChunk(uint32_t ub, uint32_t align, uint32_t cap, F bytes) {
+    uint32_t best = 0;
+    for (uint32_t step = 1u << 20; step >= align; step /= 2) {
+        while (best + step <= cap && bytes(best + step) <= ub) best += step;
+    }
+    return best;
+}
+
+}  // namespace
+
+bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCubeTilingData* out, std::string* why) {
+    constexpr uint64_t kMax32 = std::numeric_limits<uint32_t>::max();
+    if (s.k < 1 || s.k > kernels::kGmmMaxK) {
+        *why = "K = " + std::to_string(s.k) + " outside [1, " + std::to_string(kernels::kGmmMaxK) + "]";
+        return false;
+    }
+    if (s.n < 1 || s.m > kMax32 / 2 || s.n > kMax32 / 2 || s.m * s.n > (uint64_t(1) << 40)) {
+        *why = "M x N = " + std::to_string(s.m) + " x " + std::to_string(s.n) + " is outside the supported range";
+        return false;
+    }
+    if (s.experts < 1 || s.experts > 65535 || s.layers < 1 || s.layers > 65535) {
+        *why = "E_local = " + std::to_string(s.experts) + " and L = " + std::to_string(s.layers) +
+               " must each be in [1, 65535]";
+        return false;
+    }
+    if (s.groupListType != 0 && s.groupListType != 1) {
+        *why = "group_list_type must be 0 (cumsum) or 1 (counts), got " + std::to_string(s.groupListType);
+        return false;
+    }
+    uint32_t tm = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTm, AlignUp(std::max<uint64_t>(s.m, 1), 16)));
+    uint32_t tn = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTn, AlignUp(s.n, 32)));
+    uint32_t tk = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTk, AlignUp(s.k, 32)));
+    // Shrink k first (costs only more steps), then n, then m, until every buffer fits.
+    while (!Fits(platform, tm, tn, tk)) {
+        if (tk > 32) tk -= 32;
+        else if (tn > 32) tn -= 32;
+        else if (tm > 16) tm -= 16;
+        else {
+            *why = "the cube buffers of this platform cannot hold one 16 x 32 x 32 int8 tile";
+            return false;
+        }
+    }
+    kernels::GmmCubeTilingData t{};
+    t.m = static_cast<uint32_t>(s.m);
+    t.k = static_cast<uint32_t>(s.k);
+    t.n = static_cast<uint32_t>(s.n);
+    t.kPadded = static_cast<uint32_t>(AlignUp(s.k, kernels::kGmmNzRows));
+    t.nBlocks = static_cast<uint32_t>(CeilDiv(s.n, kernels::kGmmNzCols));
+    t.experts = static_cast<uint32_t>(s.experts);
+    t.layers = static_cast<uint32_t>(s.layers);
+    t.groupListType = static_cast<uint32_t>(s.groupListType);
+    t.blockDim = std::max<uint32_t>(platform.aicCores, 1);
+    t.tm = tm;
+    t.tn = tn;
+    t.tk = tk;
+    t.nTiles = static_cast<uint32_t>(CeilDiv(s.n, tn));
+    *out = t;
+    return true;
+}
+
+bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels::GmmMultiLayerTilingData* out,
+                       std::string* why) {
+    kernels::GmmMultiLayerTilingData t{};
+    if (!TileGmmCube(platform, s, &t.cube, why)) return false;
+    const uint32_t cap = static_cast<uint32_t>(AlignUp(s.n, kernels::kGmmEpilogueColAlign));
+    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmEpilogueColAlign, cap, kernels::GmmMultiLayerUbBytes);
+    if (t.chunk == 0) {
+        *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue pass";
+        return false;
+    }
+    t.blockDim = std::max<uint32_t>(platform.aivCores, 1);
+    *out = t;
+    return true;
+}
+
+bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& s,
+                                  kernels::GmmSwigluQuantTilingData* out, std::string* why) {
+    if (s.n % 2 != 0) {
+        *why = "N = " + std::to_string(s.n) + " must be even (act | gate halves)";
+        return false;
+    }
+    kernels::GmmSwigluQuantTilingData t{};
+    if (!TileGmmCube(platform, s, &t.cube, why)) return false;
+    t.half = static_cast<uint32_t>(s.n / 2);
+    const uint32_t cap = static_cast<uint32_t>(AlignUp(t.half, kernels::kGmmSwigluColAlign));
+    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmSwigluColAlign, cap, kernels::GmmSwigluQuantUbBytes);
+    if (t.chunk == 0) {
+        *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue pass";
+        return false;
+    }
+    t.passes = static_cast<uint32_t>(CeilDiv(t.half, t.chunk));
+    t.blockDim = std::max<uint32_t>(platform.aivCores, 1);
+    *out = t;
+    return true;
+}
+
+}  // namespace cam::tiling
