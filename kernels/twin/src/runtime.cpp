@@ -247,7 +247,8 @@ using cam::twin::kUbAlign;
 
 namespace {
 
-uint8_t* CarveUb(TPosition pos, uint32_t len, const std::source_location& where) {
+// UB for vector positions; L1 / L0 for cube positions (twin/cube.h).
+uint8_t* CarveBuffer(TPosition pos, uint32_t len, const std::source_location& where) {
     if (cam::twin::IsCubePosition(pos)) return cam::twin::CarveCubeBuffer(pos, len, where);
     auto& block = cam::twin::CurrentBlock();
     CAM_TWIN_CHECK(block.coreKind != static_cast<uint8_t>(cam::twin::CoreKind::Cube), "core-kind",
@@ -287,7 +288,7 @@ void TPipe::InitBuffer(TQueBase& que, uint8_t num, uint32_t len, const std::sour
                    "queue buffer count " + std::to_string(num) + " outside [1, 8]", where);
     for (int i = 0; i < num; ++i) {
         BufferRecord& rec = que.records_[i];
-        rec.base = CarveUb(que.position_, len, where);
+        rec.base = CarveBuffer(que.position_, len, where);
         rec.bytes = len;
         rec.state = BufferState::Free;
         rec.position = que.position_;
@@ -297,7 +298,7 @@ void TPipe::InitBuffer(TQueBase& que, uint8_t num, uint32_t len, const std::sour
 
 void TPipe::InitBuffer(TBufBase& buf, uint32_t len, const std::source_location where) {
     CAM_TWIN_CHECK(buf.record_.base == nullptr, "queue-discipline", "InitBuffer called twice on one TBuf", where);
-    buf.record_.base = CarveUb(buf.record_.position, len, where);
+    buf.record_.base = CarveBuffer(buf.record_.position, len, where);
     buf.record_.bytes = len;
     buf.record_.state = BufferState::Calc;
 }
