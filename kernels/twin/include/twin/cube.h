@@ -13,8 +13,6 @@
 
 namespace cam::twin {
 
-enum class CoreKind : uint8_t { Vector = 0, Cube = 1 };
-
 // Index into BlockContext::cubeUsed and Platform sizes.
 enum CubeMemory : int { kL1 = 0, kL0A = 1, kL0B = 2, kL0C = 3 };
 

@@ -49,13 +49,16 @@ public:
         if (!(cond)) ::cam::twin::Violation(rule, detail, where); \
     } while (0)
 
+// Which core a block runs on: a kernel is vector-only unless it declares itself cube-only (twin/cube.h).
+enum class CoreKind : uint8_t { Vector = 0, Cube = 1 };
+
 struct BlockContext {
     const char* kernel = "";
     uint32_t blockIdx = 0;
     uint32_t blockNum = 1;
     uint8_t* ub = nullptr;       // arena of Platform::ubBytes, 32-byte aligned
     uint32_t ubUsed = 0;         // bytes handed out by TPipe::InitBuffer
-    uint8_t coreKind = 0;        // CoreKind: vector unless the kernel declared itself cube-only (twin/cube.h)
+    uint8_t coreKind = 0;        // CoreKind
     uint32_t cubeUsed[4] = {};   // bytes handed out of L1, L0A, L0B, L0C (twin/cube.h)
     struct LaunchState* launch = nullptr;
 };

@@ -13,6 +13,8 @@ template <typename T>
 void CheckVectorOperand(const AscendC::LocalTensor<T>& t, uint32_t count, const char* role,
                         const std::source_location& where) {
     CAM_TWIN_CHECK(t.Data() != nullptr, "ub-null", std::string(role) + " operand was never allocated", where);
+    CAM_TWIN_CHECK(CurrentBlock().coreKind != static_cast<uint8_t>(CoreKind::Cube), "core-kind",
+                   "vector instruction in a cube-only kernel (the AIC has no vector unit)", where);
     CAM_TWIN_CHECK(t.GetPhyAddr() % kUbAlign == 0, "vector-align",
                    std::string(role) + " operand is not 32-byte aligned in UB", where);
     CAM_TWIN_CHECK(count <= t.GetSize(), "ub-bounds",
