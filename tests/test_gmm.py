@@ -535,3 +535,28 @@ def test_fake_impls_trace():
             torch.ops.cam.gmm_swiglu_quant_multi_layer(
                 fx, fxs, fw, [mode.from_tensor(s) for s in odd_scales], gl, li, 1, y, ys
             )
+
+
+def test_torch_compile_ffn_chain(small):
+    # The W1 -> W2 chain traces as one graph (fake impls, mutated outputs); the compiled graph takes the layer from
+    # the device tensor, so changing its contents switches layers without the host learning which one.
+    x, xs, ws, ss, lw1 = small
+    g = torch.Generator().manual_seed(19)
+    w2 = [torch.randint(-128, 128, (E, N // 2, 24), generator=g, dtype=torch.int8) for _ in range(L)]
+    s2 = [torch.rand(E, 24, generator=g) * 1e-2 for _ in range(L)]
+    lw2 = cam.LayerWeights(w2, s2)
+
+    def ffn(x, xs, gl, li):
+        y, ys = cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw1, gl, li)
+        return cam.ops.gmm_multi_layer(y, ys, lw2, gl, li)
+
+    compiled = torch.compile(ffn, fullgraph=True, backend="aot_eager")
+    gl, li = _gl([2, 5, 0, 4]), _li(0)
+    outs = []
+    for layer in (0, 2):
+        li.fill_(layer)
+        got = compiled(x, xs, gl, li)
+        y, ys = cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw1, gl, li)  # eager W1, its W2 from the golden
+        assert torch.equal(_bits(got), _bits(ref.gmm_multi_layer(y, ys, w2, s2, gl, layer, COUNTS)))
+        outs.append(got)
+    assert not torch.equal(outs[0], outs[1])
