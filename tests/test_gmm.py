@@ -136,8 +136,8 @@ def small():
 
 
 def test_int32_accumulation_exact_small_values():
-    # x, w in {-1, 0, 1} and K = 200: |acc| <= 200 is exact in bf16, so with unit scales out == acc exactly; K crosses
-    # one 256-deep k step boundary only with the next test, this one checks every (row, column) of several units.
+    # x, w in {-1, 0, 1} and K = 200: |acc| <= 200 is exact in bf16, so with unit scales out == acc for every
+    # (row, column) of several units (two n tiles, an expert spanning a partial m tile, an empty expert).
     g = torch.Generator().manual_seed(5)
     m, k, n, e = 40, 200, 150, 3
     x = torch.randint(-1, 2, (m, k), generator=g, dtype=torch.int8)
