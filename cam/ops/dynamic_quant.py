@@ -50,4 +50,5 @@ def dynamic_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     Raises:
         TypeError / ValueError: bad dtype, rank or layout, before anything runs.
     """
+    _check(x)
     return torch.ops.cam.dynamic_quant(x)
