@@ -24,6 +24,14 @@ CASES = {
     "syncall_exit": ("syncall-exit", None),
     "syncall_cores": ("syncall-cores", None),
     "gm_bounds": ("gm-bounds", 0),
+    # cube path (twin/cube.h)
+    "cube_cores": ("cube-cores", None),
+    "l0a_overflow": ("cube-capacity", 0),
+    "cube_buffer_in_vector_kernel": ("core-kind", 0),
+    "ub_in_cube_kernel": ("core-kind", 0),
+    "vector_in_cube_kernel": ("core-kind", 0),
+    "mmad_enqueued_operand": ("queue-discipline", 0),
+    "mmad_l0_bounds": ("l0-bounds", 0),
 }
 
 
@@ -55,7 +63,7 @@ def run_case(binary, case):
     return subprocess.run([binary, case], capture_output=True, text=True, timeout=120, env=env)
 
 
-@pytest.mark.parametrize("case", ["good_copy", "good_copy_48_cores", "stream"])
+@pytest.mark.parametrize("case", ["good_copy", "good_copy_48_cores", "stream", "good_cube"])
 def test_correct_kernel_passes(violations_binary, case):
     result = run_case(violations_binary, case)
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr

@@ -152,6 +152,186 @@ void GmBounds(GM_ADDR src, GM_ADDR) {
     DataCopy(buf.Get<float>(), s[kElems - 8], 16);  // @case:gm_bounds
 }
 
+// ---- cube path (twin/cube.h): one 16 x 64 by 64 x 32 int8 matmul through L1 / L0A / L0B / L0C.
+
+constexpr uint32_t kCubeM = 16, kCubeK = 64, kCubeN = 32;
+
+// Control: A (ND in GM) -> L1 NZ -> L0A ZZ; B (NZ in GM, K rows of 32 bytes) -> L1 -> L0B ZN via the transposing
+// load; Mmad; Fixpipe NZ -> ND. Must pass and give the integer product.
+void GoodCube(GM_ADDR a, GM_ADDR b, GM_ADDR c) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);  // @case:cube_cores
+    TPipe pipe;
+    TQue<TPosition::A1, 1> a1;
+    TQue<TPosition::B1, 1> b1;
+    TQue<TPosition::A2, 1> a2;
+    TQue<TPosition::B2, 1> b2;
+    TQue<TPosition::CO1, 1> co1;
+    pipe.InitBuffer(a1, 1, kCubeM * kCubeK);
+    pipe.InitBuffer(b1, 1, kCubeK * kCubeN);
+    pipe.InitBuffer(a2, 1, kCubeM * kCubeK);
+    pipe.InitBuffer(b2, 1, kCubeK * kCubeN);
+    pipe.InitBuffer(co1, 1, kCubeM * kCubeN * 4);
+    GlobalTensor<int8_t> ga, gb;
+    GlobalTensor<int32_t> gc;
+    ga.SetGlobalBuffer(reinterpret_cast<int8_t*>(a), kCubeM * kCubeK);
+    gb.SetGlobalBuffer(reinterpret_cast<int8_t*>(b), kCubeK * kCubeN);
+    gc.SetGlobalBuffer(reinterpret_cast<int32_t*>(c) + GetBlockIdx() * kCubeM * kCubeN, kCubeM * kCubeN);
+
+    LocalTensor<int8_t> ta = a1.AllocTensor<int8_t>();
+    Nd2NzParams nd;
+    nd.nValue = kCubeM;
+    nd.dValue = kCubeK;
+    nd.srcDValue = kCubeK;
+    nd.dstNzC0Stride = kCubeM;
+    DataCopy(ta, ga, nd);
+    a1.EnQue(ta);
+    LocalTensor<int8_t> tb = b1.AllocTensor<int8_t>();
+    DataCopyParams burst;
+    burst.blockLen = kCubeK;  // K rows of one 32-column block, 32 bytes each
+    DataCopy(tb, gb, burst);
+    b1.EnQue(tb);
+
+    ta = a1.DeQue<int8_t>();
+    LocalTensor<int8_t> la = a2.AllocTensor<int8_t>();
+    LoadData2DParams ld;
+    ld.repeatTimes = kCubeK / 32;
+    ld.srcStride = kCubeM / 16;
+    LoadData(la, ta, ld);
+    a2.EnQue(la);
+    a1.FreeTensor(ta);
+    tb = b1.DeQue<int8_t>();
+    LocalTensor<int8_t> lb = b2.AllocTensor<int8_t>();
+    LoadData2dTransposeParams lt;
+    lt.repeatTimes = kCubeK / 32;
+    lt.srcStride = 1;
+    lt.dstGap = kCubeN / 16 - 1;
+    LoadDataWithTranspose(lb, tb, lt);
+    b2.EnQue(lb);
+    b1.FreeTensor(tb);
+
+    la = a2.DeQue<int8_t>();
+    lb = b2.DeQue<int8_t>();
+    LocalTensor<int32_t> lc = co1.AllocTensor<int32_t>();
+    MmadParams mm;
+    mm.m = kCubeM;
+    mm.n = kCubeN;
+    mm.k = kCubeK;
+    Mmad(lc, la, lb, mm);
+    a2.FreeTensor(la);
+    b2.FreeTensor(lb);
+    co1.EnQue(lc);
+    lc = co1.DeQue<int32_t>();
+    FixpipeParamsV220 fp;
+    fp.nSize = kCubeN;
+    fp.mSize = kCubeM;
+    fp.srcStride = kCubeM;
+    fp.dstStride = kCubeN;
+    Fixpipe<int32_t, int32_t, CFG_ROW_MAJOR>(gc, lc, fp);
+    co1.FreeTensor(lc);
+}
+
+void GoodCubeKernel(GM_ADDR src, GM_ADDR dst) { GoodCube(src, src + kCubeM * kCubeK, dst); }
+
+void L0aOverflow(GM_ADDR, GM_ADDR) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TQue<TPosition::A2, 2> a2;
+    pipe.InitBuffer(a2, 2, cam::twin::ActivePlatform().l0aBytes / 2 + 512);  // @case:l0a_overflow
+}
+
+void CubeBufferInVectorKernel(GM_ADDR, GM_ADDR) {
+    TPipe pipe;
+    TQue<TPosition::A1, 1> a1;
+    pipe.InitBuffer(a1, 1, 512);  // @case:cube_buffer_in_vector_kernel
+}
+
+void UbInCubeKernel(GM_ADDR, GM_ADDR) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 1024);  // @case:ub_in_cube_kernel
+}
+
+void VectorInCubeKernel(GM_ADDR, GM_ADDR) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::A1> l1;
+    pipe.InitBuffer(l1, 1024);
+    Duplicate(l1.Get<float>(), 0.0f, 64);  // @case:vector_in_cube_kernel
+}
+
+void MmadEnqueuedOperand(GM_ADDR, GM_ADDR) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TQue<TPosition::A2, 1> a2;
+    TQue<TPosition::B2, 1> b2;
+    TQue<TPosition::CO1, 1> co1;
+    pipe.InitBuffer(a2, 1, 16 * 32);
+    pipe.InitBuffer(b2, 1, 32 * 16);
+    pipe.InitBuffer(co1, 1, 16 * 16 * 4);
+    LocalTensor<int8_t> la = a2.AllocTensor<int8_t>();
+    LocalTensor<int8_t> lb = b2.AllocTensor<int8_t>();
+    LocalTensor<int32_t> lc = co1.AllocTensor<int32_t>();
+    a2.EnQue(la);
+    b2.EnQue(lb);
+    lb = b2.DeQue<int8_t>();
+    MmadParams mm;
+    mm.m = 16;
+    mm.n = 16;
+    mm.k = 32;
+    Mmad(lc, la, lb, mm);  // @case:mmad_enqueued_operand   A still belongs to the MTE1 -> M hand-off
+    la = a2.DeQue<int8_t>();
+    a2.FreeTensor(la);
+    b2.FreeTensor(lb);
+    co1.FreeTensor(lc);
+}
+
+void MmadL0Bounds(GM_ADDR, GM_ADDR) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::A2> a2;
+    TBuf<TPosition::B2> b2;
+    TBuf<TPosition::CO1> co1;
+    pipe.InitBuffer(a2, 16 * 32);
+    pipe.InitBuffer(b2, 64 * 16);
+    pipe.InitBuffer(co1, 16 * 16 * 4);
+    MmadParams mm;
+    mm.m = 16;
+    mm.n = 16;
+    mm.k = 64;  // A holds only k = 32
+    Mmad(co1.Get<int32_t>(), a2.Get<int8_t>(), b2.Get<int8_t>(), mm);  // @case:mmad_l0_bounds
+}
+
+// Runs GoodCube on blockDim cube blocks and checks every block's C against the integer product.
+int CubeCase(uint32_t blockDim) {
+    std::vector<int8_t> ab(kCubeM * kCubeK + kCubeK * kCubeN);
+    for (size_t i = 0; i < ab.size(); ++i) ab[i] = static_cast<int8_t>((i * 37 + 11) % 255 - 127);
+    const int8_t* a = ab.data();
+    const int8_t* b = ab.data() + kCubeM * kCubeK;  // NZ with one 32-column block: (k, n) at k * 32 + n
+    std::vector<int32_t> c(blockDim * kCubeM * kCubeN, 0);
+    try {
+        cam::twin::RunLaunch("good_cube", blockDim, [&] {
+            GoodCube(reinterpret_cast<GM_ADDR>(ab.data()), reinterpret_cast<GM_ADDR>(ab.data() + kCubeM * kCubeK),
+                     reinterpret_cast<GM_ADDR>(c.data()));
+        });
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return 1;
+    }
+    for (uint32_t blk = 0; blk < blockDim; ++blk)
+        for (uint32_t m = 0; m < kCubeM; ++m)
+            for (uint32_t n = 0; n < kCubeN; ++n) {
+                int32_t want = 0;
+                for (uint32_t k = 0; k < kCubeK; ++k) want += int32_t(a[m * kCubeK + k]) * int32_t(b[k * 32 + n]);
+                if (c[(blk * kCubeM + m) * kCubeN + n] != want) {
+                    std::printf("wrong cube result at block %u (%u, %u)\n", blk, m, n);
+                    return 3;
+                }
+            }
+    std::printf("OK\n");
+    return 0;
+}
+
 struct Case {
     const char* name;
     void (*kernel)(GM_ADDR, GM_ADDR);
@@ -173,6 +353,13 @@ const Case kCases[] = {
     {"leak", Leak, 1},
     {"syncall_exit", SyncAllEarlyExit, 3},
     {"gm_bounds", GmBounds, 1},
+    {"cube_cores", GoodCubeKernel, 3},  // the twin platform has 2 cube cores
+    {"l0a_overflow", L0aOverflow, 1},
+    {"cube_buffer_in_vector_kernel", CubeBufferInVectorKernel, 1},
+    {"ub_in_cube_kernel", UbInCubeKernel, 1},
+    {"vector_in_cube_kernel", VectorInCubeKernel, 1},
+    {"mmad_enqueued_operand", MmadEnqueuedOperand, 1},
+    {"mmad_l0_bounds", MmadL0Bounds, 1},
 };
 
 }  // namespace
@@ -219,6 +406,7 @@ int StreamSemantics() {
 
 int main(int argc, char** argv) {
     if (argc == 2 && std::strcmp(argv[1], "stream") == 0) return StreamSemantics();
+    if (argc == 2 && std::strcmp(argv[1], "good_cube") == 0) return CubeCase(2);
     if (argc != 2) {
         std::fprintf(stderr, "usage: violations <case>\n");
         return 2;
