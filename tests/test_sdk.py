@@ -31,6 +31,7 @@ def test_sdk_program_builds_and_passes(source_root, tmp_path):
         check=True, timeout=300, capture_output=True,
     )
     subprocess.run([cmake, "--build", str(build)], check=True, timeout=300, capture_output=True)
-    result = subprocess.run([str(build / "cam_sdk_test")], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "PASSED" in result.stdout
+    for program in ("cam_sdk_test", "cam_sdk_gmm_test"):
+        result = subprocess.run([str(build / program)], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, program + ": " + result.stdout + result.stderr
+        assert "PASSED" in result.stdout, program
