@@ -560,14 +560,3 @@ def test_torch_compile_ffn_chain(small):
         assert torch.equal(_bits(got), _bits(ref.gmm_multi_layer(y, ys, w2, s2, gl, layer, COUNTS)))
         outs.append(got)
     assert not torch.equal(outs[0], outs[1])
-
-
-def test_c_api_refuses_misaligned_weights(small):
-    x, xs, ws, ss, lw = small
-    flat = torch.zeros(lw.weights[0].numel() + 1, dtype=torch.int8)
-    shifted = flat[1:].view(lw.weights[0].shape)  # contiguous, but one byte past an aligned start
-    shifted.copy_(lw.weights[0])
-    out = torch.zeros(M, N, dtype=torch.bfloat16)
-    with pytest.raises(cam.InvalidArgumentError, match=r"weights\[0\] must start at a 32-byte aligned address"):
-        torch.ops.cam.gmm_multi_layer(x, xs, [shifted, *lw.weights[1:]], list(lw.scales), _gl([3, 3, 3, 3]), _li(0),
-                                      1, out)
