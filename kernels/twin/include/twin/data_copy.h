@@ -24,42 +24,46 @@ struct DataCopyPadExtParams {
     T paddingValue = T();
 };
 
+}  // namespace AscendC
+
+namespace cam::twin {
+
+// The rules both directions of a contiguous DataCopy share: whole 32-byte blocks, an aligned UB address, both
+// sides in bounds, and a UB buffer the copy engine may own at this point.
+template <typename T>
+void CheckContiguousCopy(const AscendC::LocalTensor<T>& ub, const AscendC::GlobalTensor<T>& gm, uint32_t count,
+                         Access access, const std::source_location& where) {
+    const char* dir = access == Access::CopyIn ? "GM->UB" : "UB->GM";
+    CAM_TWIN_CHECK((count * sizeof(T)) % kUbAlign == 0, "copy-align",
+                   std::string("DataCopy ") + dir + " of " + std::to_string(count * sizeof(T)) +
+                       " bytes is not a multiple of 32 (use DataCopyPad)",
+                   where);
+    CAM_TWIN_CHECK(ub.GetPhyAddr() % kUbAlign == 0, "copy-align",
+                   std::string("DataCopy ") + dir + " with a UB address not 32-byte aligned", where);
+    CAM_TWIN_CHECK(count <= ub.GetSize(), "ub-bounds",
+                   "DataCopy of " + std::to_string(count) + " elements with a UB tensor of " +
+                       std::to_string(ub.GetSize()),
+                   where);
+    gm.CheckRange(0, count, where);
+    CheckBufferAccess(ub.Record(), access, where);
+}
+
+}  // namespace cam::twin
+
+namespace AscendC {
+
 // Contiguous copies: count * sizeof(T) must be a multiple of 32 bytes and the UB address 32-byte aligned.
 template <typename T>
 void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t count,
               const std::source_location where = std::source_location::current()) {
-    using namespace cam::twin;
-    CAM_TWIN_CHECK((count * sizeof(T)) % kUbAlign == 0, "copy-align",
-                   "DataCopy GM->UB of " + std::to_string(count * sizeof(T)) +
-                       " bytes is not a multiple of 32 (use DataCopyPad)",
-                   where);
-    CAM_TWIN_CHECK(dst.GetPhyAddr() % kUbAlign == 0, "copy-align", "DataCopy into a UB address not 32-byte aligned",
-                   where);
-    CAM_TWIN_CHECK(count <= dst.GetSize(), "ub-bounds",
-                   "DataCopy of " + std::to_string(count) + " elements into a UB tensor of " +
-                       std::to_string(dst.GetSize()),
-                   where);
-    src.CheckRange(0, count, where);
-    CheckBufferAccess(dst.Record(), Access::CopyIn, where);
+    cam::twin::CheckContiguousCopy(dst, src, count, cam::twin::Access::CopyIn, where);
     std::memcpy(dst.Data(), src.GetPhyAddr(), count * sizeof(T));
 }
 
 template <typename T>
 void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count,
               const std::source_location where = std::source_location::current()) {
-    using namespace cam::twin;
-    CAM_TWIN_CHECK((count * sizeof(T)) % kUbAlign == 0, "copy-align",
-                   "DataCopy UB->GM of " + std::to_string(count * sizeof(T)) +
-                       " bytes is not a multiple of 32 (use DataCopyPad)",
-                   where);
-    CAM_TWIN_CHECK(src.GetPhyAddr() % kUbAlign == 0, "copy-align", "DataCopy from a UB address not 32-byte aligned",
-                   where);
-    CAM_TWIN_CHECK(count <= src.GetSize(), "ub-bounds",
-                   "DataCopy of " + std::to_string(count) + " elements from a UB tensor of " +
-                       std::to_string(src.GetSize()),
-                   where);
-    dst.CheckRange(0, count, where);
-    CheckBufferAccess(src.Record(), Access::CopyOut, where);
+    cam::twin::CheckContiguousCopy(src, dst, count, cam::twin::Access::CopyOut, where);
     std::memcpy(dst.GetPhyAddr(), src.Data(), count * sizeof(T));
 }
 
