@@ -13,6 +13,7 @@ from .topology import Topology
 from .errors import (
     CamError,
     CommAbortedError,
+    CommProtocolError,
     CommTimeoutError,
     DeviceArgumentError,
     InvalidArgumentError,
@@ -22,6 +23,7 @@ from .errors import (
 
 _C._set_error_factory(errors.from_status)
 
+from .comm import Comm  # noqa: E402
 from . import ops, reference  # noqa: E402
 
 __version__ = "0.1.0"
@@ -43,6 +45,7 @@ def include_dir() -> str:
 
 __all__ = [
     "Topology",
+    "Comm",
     "ops",
     "reference",
     "backend",
@@ -50,6 +53,7 @@ __all__ = [
     "include_dir",
     "CamError",
     "CommAbortedError",
+    "CommProtocolError",
     "CommTimeoutError",
     "DeviceArgumentError",
     "InvalidArgumentError",

@@ -1,6 +1,10 @@
 """torch-facing cam operators (``cam.ops.*`` and ``torch.ops.cam.*``), each with a fake implementation so it
 traces under ``torch.compile``."""
 
+from .combine_recv import combine_recv
+from .combine_send import combine_send
+from .dispatch_recv import dispatch_recv
+from .dispatch_send import dispatch_send
 from .dynamic_quant import dynamic_quant
 
-__all__ = ["dynamic_quant"]
+__all__ = ["dynamic_quant", "dispatch_send", "dispatch_recv", "combine_send", "combine_recv"]
