@@ -109,9 +109,13 @@ class Comm:
         self.stream = _C.Stream()
         base, nbytes = self._c.window()
         self.window_bytes = nbytes
-        # This rank's window as a tensor: the data-plane torch ops name it in mutates_args, so torch.compile keeps
-        # them (they write peer memory) and keeps their order. Valid until close().
+        # This rank's window as a tensor, for inspection (tests, diagnostics). Valid until close().
         self.window = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(base), dtype=torch.uint8)
+        # The ordering token of the data-plane torch ops: each op names it in mutates_args and increments it, so
+        # torch.compile neither drops an op (they write peer memory, which no graph sees) nor reorders two ops of one
+        # rank. It is not the window itself on purpose: functionalization may clone a mutated input and copy it
+        # back, which must never touch protocol state.
+        self.token = torch.zeros(1, dtype=torch.int64)
         self.id = next(_ids)
         with _registry_lock:
             _registry[self.id] = self

@@ -14,8 +14,8 @@ def _check(comm: Comm, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> No
     check_tensor("combine_recv", "topk_weights", topk_weights, torch.float32, shape=tuple(topk_ids.shape))
 
 
-@torch.library.custom_op("cam::combine_recv", mutates_args=("window",))
-def _combine_recv(window: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, comm_id: int) -> torch.Tensor:
+@torch.library.custom_op("cam::combine_recv", mutates_args=("token",))
+def _combine_recv(token: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, comm_id: int) -> torch.Tensor:
     comm = comm_for("combine_recv", comm_id, attention=True)
     _check(comm, topk_ids, topk_weights)
     out = torch.empty((topk_ids.shape[0], comm.topology.H), dtype=comm.dtype)
@@ -24,11 +24,12 @@ def _combine_recv(window: torch.Tensor, topk_ids: torch.Tensor, topk_weights: to
                                                  allocate),
         stream=comm.stream,
     )
+    token.add_(1)
     return out
 
 
 @_combine_recv.register_fake
-def _(window, topk_ids, topk_weights, comm_id):
+def _(token, topk_ids, topk_weights, comm_id):
     comm = comm_for("combine_recv", comm_id, attention=True)
     _check(comm, topk_ids, topk_weights)
     return topk_ids.new_empty((topk_ids.shape[0], comm.topology.H), dtype=comm.dtype)
@@ -56,4 +57,4 @@ def combine_recv(comm: Comm, topk_ids: torch.Tensor, topk_weights: torch.Tensor)
         cam.CommTimeoutError: an FFN rank did not complete the round in time (named in the message).
         cam.CommAbortedError: the plane was aborted.
     """
-    return torch.ops.cam.combine_recv(comm._require().window, topk_ids, topk_weights, comm.id)
+    return torch.ops.cam.combine_recv(comm._require().token, topk_ids, topk_weights, comm.id)

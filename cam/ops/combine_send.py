@@ -12,16 +12,17 @@ def _check(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) -> Non
     check_tensor("combine_send", "work_item", work_item, torch.int64, shape=(t.work_item_words,))
 
 
-@torch.library.custom_op("cam::combine_send", mutates_args=("window",))
-def _combine_send(window: torch.Tensor, expert_out: torch.Tensor, work_item: torch.Tensor, comm_id: int) -> None:
+@torch.library.custom_op("cam::combine_send", mutates_args=("token",))
+def _combine_send(token: torch.Tensor, expert_out: torch.Tensor, work_item: torch.Tensor, comm_id: int) -> None:
     comm = comm_for("combine_send", comm_id, attention=False)
     _check(comm, expert_out, work_item)
     _runtime.run(lambda stream, allocate: _C.combine_send(comm._c, desc(expert_out), desc(work_item), stream, allocate),
                  stream=comm.stream)
+    token.add_(1)
 
 
 @_combine_send.register_fake
-def _(window, expert_out, work_item, comm_id) -> None:
+def _(token, expert_out, work_item, comm_id) -> None:
     _check(comm_for("combine_send", comm_id, attention=False), expert_out, work_item)
 
 
@@ -45,4 +46,4 @@ def combine_send(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) 
             of order (refused before anything is written).
         cam.CommAbortedError: the plane was aborted.
     """
-    torch.ops.cam.combine_send(comm._require().window, expert_out, work_item, comm.id)
+    torch.ops.cam.combine_send(comm._require().token, expert_out, work_item, comm.id)

@@ -18,21 +18,22 @@ def _empty_outputs(comm: Comm, like: torch.Tensor):
     )
 
 
-@torch.library.custom_op("cam::dispatch_recv", mutates_args=("window",))
-def _dispatch_recv(window: torch.Tensor, comm_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+@torch.library.custom_op("cam::dispatch_recv", mutates_args=("token",))
+def _dispatch_recv(token: torch.Tensor, comm_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     comm = comm_for("dispatch_recv", comm_id, attention=False)
-    expand_x, scales, counts, work_item = _empty_outputs(comm, window)
+    expand_x, scales, counts, work_item = _empty_outputs(comm, token)
     _runtime.run(
         lambda stream, allocate: _C.dispatch_recv(comm._c, desc(expand_x), desc(scales), desc(counts), desc(work_item),
                                                   stream, allocate),
         stream=comm.stream,
     )
+    token.add_(1)
     return expand_x, scales, counts, work_item
 
 
 @_dispatch_recv.register_fake
-def _(window, comm_id):
-    return _empty_outputs(lookup(comm_id), window)
+def _(token, comm_id):
+    return _empty_outputs(lookup(comm_id), token)
 
 
 def dispatch_recv(comm: Comm) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -67,4 +68,4 @@ def dispatch_recv(comm: Comm) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
         cam.CommAbortedError: the plane was aborted (ends an idle wait at once).
         cam.CommProtocolError / cam.DeviceArgumentError: records that break the protocol or exceed the capacity.
     """
-    return torch.ops.cam.dispatch_recv(comm._require().window, comm.id)
+    return torch.ops.cam.dispatch_recv(comm._require().token, comm.id)

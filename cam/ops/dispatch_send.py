@@ -17,16 +17,17 @@ def _check(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: int) -> N
     check_layer("dispatch_send", comm, layer)
 
 
-@torch.library.custom_op("cam::dispatch_send", mutates_args=("window",))
-def _dispatch_send(window: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor, layer: int, comm_id: int) -> None:
+@torch.library.custom_op("cam::dispatch_send", mutates_args=("token",))
+def _dispatch_send(token: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor, layer: int, comm_id: int) -> None:
     comm = comm_for("dispatch_send", comm_id, attention=True)
     _check(comm, x, topk_ids, layer)
     _runtime.run(lambda stream, allocate: _C.dispatch_send(comm._c, desc(x), desc(topk_ids), layer, stream, allocate),
                  stream=comm.stream)
+    token.add_(1)
 
 
 @_dispatch_send.register_fake
-def _(window, x, topk_ids, layer, comm_id) -> None:
+def _(token, x, topk_ids, layer, comm_id) -> None:
     _check(comm_for("dispatch_send", comm_id, attention=True), x, topk_ids, layer)
 
 
@@ -52,4 +53,4 @@ def dispatch_send(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: in
             the kernel's pre-pass before anything was written; the Comm stays usable.
         cam.CommTimeoutError / cam.CommAbortedError: the slot did not free up in time / the plane was aborted.
     """
-    torch.ops.cam.dispatch_send(comm._require().window, x, topk_ids, layer, comm.id)
+    torch.ops.cam.dispatch_send(comm._require().token, x, topk_ids, layer, comm.id)
