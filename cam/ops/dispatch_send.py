@@ -53,4 +53,5 @@ def dispatch_send(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: in
             the kernel's pre-pass before anything was written; the Comm stays usable.
         cam.CommTimeoutError / cam.CommAbortedError: the slot did not free up in time / the plane was aborted.
     """
-    torch.ops.cam.dispatch_send(comm._require().token, x, topk_ids, layer, comm.id)
+    _check(comm._require(), x, topk_ids, layer)  # here too: a non-int layer must not reach the schema as a RuntimeError
+    torch.ops.cam.dispatch_send(comm.token, x, topk_ids, layer, comm.id)
