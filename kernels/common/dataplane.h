@@ -122,7 +122,13 @@ public:
         const int64_t deadline = AscendC::GetSystemCycle() + followerCycles;
         for (uint32_t i = 0;; ++i) {
             const int64_t d = LoadWord(ws_, 0);
-            if (d != kDecisionUndecided) return d == kDecisionGo;
+            if (d == kDecisionGo) {
+                // Block 0 built tables with scalar stores; drop any line this core cached from an earlier launch
+                // that used the same workspace before reading them.
+                FlushScalarStores(ws_);
+                return true;
+            }
+            if (d != kDecisionUndecided) return false;
             if (AscendC::GetSystemCycle() > deadline) return false;
             SpinPause(i);
         }
