@@ -39,6 +39,9 @@ ROUND_TRIP_CASES = [
     (dict(D=4, P=1, F=4, E=8, K=4, H=33, Bmax=4, slots=1), [[4], [0], [2], [4]]),
     (dict(D=1, P=2, F=4, E=4, K=1, H=128, Bmax=3, quantized=False), [[3, 3], [1, 0]]),
     (dict(D=2, P=1, F=2, E=2, K=2, H=4100, Bmax=3), [[3], [2]]),  # H > one 4096-column pass: chunked quant
+    # enough tokens and rows that every op runs on several blocks (tiling gives a block per 16 rows)
+    (dict(D=2, P=1, F=2, E=8, K=4, H=72, Bmax=70), [[70, 33], [17, 64]]),
+    (dict(D=1, P=2, F=3, E=6, K=3, H=48, Bmax=40, quantized=False, capacity=150), [[40, 9], [35, 40]]),
 ]
 
 
