@@ -19,8 +19,9 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from datetime import timedelta
-from typing import Dict, Optional
+from typing import Optional
 
 import torch
 
@@ -30,7 +31,8 @@ from .topology import Topology
 __all__ = ["Comm"]
 
 _ids = itertools.count(1)
-_registry: Dict[int, "Comm"] = {}
+# Weak: a Comm the caller dropped without close() is collected, and its C handle and stream release the windows.
+_registry: "weakref.WeakValueDictionary[int, Comm]" = weakref.WeakValueDictionary()
 _registry_lock = threading.Lock()
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
