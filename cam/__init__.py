@@ -14,6 +14,7 @@ from .topology import Topology
 from .errors import (
     CamError,
     CommAbortedError,
+    CommProtocolError,
     CommTimeoutError,
     DeviceArgumentError,
     InvalidArgumentError,
@@ -23,6 +24,7 @@ from .errors import (
 
 _C._set_error_factory(errors.from_status)
 
+from .comm import Comm  # noqa: E402
 from . import ops, reference  # noqa: E402
 
 __version__ = "0.1.0"
@@ -45,6 +47,7 @@ def include_dir() -> str:
 __all__ = [
     "LayerWeights",
     "Topology",
+    "Comm",
     "ops",
     "reference",
     "backend",
@@ -52,6 +55,7 @@ __all__ = [
     "include_dir",
     "CamError",
     "CommAbortedError",
+    "CommProtocolError",
     "CommTimeoutError",
     "DeviceArgumentError",
     "InvalidArgumentError",

@@ -27,9 +27,11 @@ def default_stream() -> "_C.Stream":
         return _stream
 
 
-def run(launch) -> None:
+def run(launch, stream=None) -> None:
     """Runs ``launch(stream, allocate)`` and waits for the stream, so a CPU op has completed when it returns
-    (torch CPU semantics). Workspace handed out by ``allocate`` lives until the stream is done with it."""
+    (torch CPU semantics). Workspace handed out by ``allocate`` lives until the stream is done with it. ``stream``
+    defaults to the process-wide stream; data-plane ops pass their communicator's own stream, because ranks that
+    are threads of one process must not queue behind each other."""
     keep = []
 
     def allocate(nbytes: int):
@@ -37,6 +39,7 @@ def run(launch) -> None:
         keep.append(ws)
         return (ws.data_ptr(), [nbytes], [1], 4)
 
-    stream = default_stream()
+    if stream is None:
+        stream = default_stream()
     launch(stream, allocate)
     stream.synchronize(sync_timeout_s())

@@ -31,6 +31,11 @@ class CommAbortedError(CamError):
     """The communicator's abort word was set while an op waited."""
 
 
+class CommProtocolError(CamError):
+    """Data-plane state broke an invariant of docs/protocol.md (a signal ahead of its round, records that disagree,
+    a topology mismatch between ranks); the communicator is aborted."""
+
+
 class SyncTimeoutError(CamError, TimeoutError):
     """The host stopped waiting for a stream; the queued work is still running."""
 
@@ -44,6 +49,7 @@ _BY_STATUS = {
     561203: CommAbortedError,
     561204: KernelFaultError,
     561205: SyncTimeoutError,
+    561210: CommProtocolError,
 }
 
 

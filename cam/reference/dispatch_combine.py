@@ -24,7 +24,7 @@ import torch
 
 from cam.topology import Topology
 
-__all__ = ["dispatch", "combine", "round_trip"]
+__all__ = ["dispatch", "combine", "round_trip", "round_trip_plane"]
 
 QuantFn = Callable[[torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
 # expert_fn(local_or_global_expert_ids [n] int64, rows [n,H], scales [n] fp32 or None) -> [n,H] activations
@@ -225,3 +225,31 @@ def round_trip(
         combine(topo, ids, w, by_source[p], dtype=x.dtype)
         for p, (x, ids, w) in enumerate(replica_inputs)
     ]
+
+
+def round_trip_plane(
+    topology: Topology,
+    inputs_by_rank: Sequence[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    expert_fn: ExpertFn,
+    *,
+    quant_fn: Optional[QuantFn] = None,
+    global_ids: bool = False,
+) -> Dict[str, object]:
+    """One round of every replica of the plane: what every rank sees.
+
+    ``inputs_by_rank[a] = (x, topk_ids, topk_weights)`` for Attention rank ``a`` in ``[0, A)``. Replicas are
+    independent, so this is ``round_trip`` per replica plus ``dispatch`` per (replica, FFN rank).
+
+    Returns ``{"out": [A tensors [B_a, H]], "dispatch": {(replica, ffn_rank): dispatch(...) dict}}``.
+    """
+    topo = topology
+    if len(inputs_by_rank) != topo.A:
+        raise ValueError(f"expected inputs for {topo.A} Attention ranks, got {len(inputs_by_rank)}")
+    outs: List[torch.Tensor] = []
+    per_ffn: Dict[Tuple[int, int], Dict[str, object]] = {}
+    for d in range(topo.D):
+        replica = list(inputs_by_rank[d * topo.P:(d + 1) * topo.P])
+        outs.extend(round_trip(topo, replica, expert_fn, quant_fn=quant_fn, global_ids=global_ids))
+        for f in range(topo.F):
+            per_ffn[(d, topo.A + f)] = dispatch(topo, [(x, i) for x, i, _ in replica], topo.A + f, quant_fn=quant_fn)
+    return {"out": outs, "dispatch": per_ffn}

@@ -14,6 +14,7 @@ extern "C" {
 #define CAM_ERR_COMM_ABORTED 561203    /* the communicator's abort word was set */
 #define CAM_ERR_KERNEL_FAULT 561204    /* the kernel broke a hardware rule (twin) or crashed */
 #define CAM_ERR_SYNC_TIMEOUT 561205    /* the host gave up waiting for the stream; the work goes on */
+#define CAM_ERR_COMM_PROTOCOL 561210   /* data-plane state broke an invariant (docs/protocol.md §9); comm unusable */
 
 /* Message of the last failing cam call on this thread ("" if none). Valid until the next failing call. */
 CAM_API const char* camGetLastErrorMessage(void);

@@ -19,9 +19,9 @@ namespace {
 // A2 / A3 numbers are from public platform descriptions (per die for A3); "twin" keeps UB at the real size so
 // tiling is exercised at hardware limits, with few cores so many ranks x blocks fit on a 2-CPU machine.
 const Platform kPlatforms[] = {
-    {"twin", 4, 2, 196608, 524288, 65536, 65536, 131072},
-    {"ascend910b", 48, 24, 196608, 524288, 65536, 65536, 131072},
-    {"ascend910_93", 48, 24, 196608, 524288, 65536, 65536, 131072},
+    {"twin", 4, 2, 196608, 524288, 65536, 65536, 131072, 50000000},
+    {"ascend910b", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000},
+    {"ascend910_93", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000},
 };
 
 std::mutex gPlatformMutex;
@@ -83,6 +83,16 @@ bool SetPlatform(const char* name) {
     std::lock_guard<std::mutex> lock(gPlatformMutex);
     gActive = p;
     return true;
+}
+
+int64_t SystemCycle() {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count();
+    const uint64_t hz = ActivePlatform().systemCycleHz;
+    // ns * hz / 1e9 without overflowing for any realistic uptime: split whole seconds from the remainder
+    const int64_t sec = ns / 1000000000, rem = ns % 1000000000;
+    return sec * static_cast<int64_t>(hz) + rem * static_cast<int64_t>(hz) / 1000000000;
 }
 
 double SyncTimeoutSeconds() {

@@ -22,6 +22,10 @@ struct Platform {
     uint32_t l0aBytes;
     uint32_t l0bBytes;
     uint32_t l0cBytes;
+    // Frequency of the system cycle counter GetSystemCycle() reads. Ascend's counter ticks at 50 MHz (public
+    // Ascend C documentation: time_us = cycles / 50); the twin derives the same count from steady_clock so kernels
+    // convert timeouts identically on both.
+    uint64_t systemCycleHz;
 };
 
 // Named descriptions: "twin" (default, small so many ranks fit on 2 CPUs), "ascend910b", "ascend910_93".
@@ -73,6 +77,9 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
 // Barrier across the blocks of the current launch (SyncAll). Fails loudly when blockDim exceeds the vector cores
 // (the hardware would deadlock) or when a block has left the kernel while others wait.
 void BlockBarrier(const std::source_location& where);
+
+// Cycles of the platform's system counter since an arbitrary epoch (steady_clock based, monotonic).
+int64_t SystemCycle();
 
 // Seconds a block may wait in SyncAll before the twin calls it a deadlock; CAM_TWIN_SYNC_TIMEOUT_S overrides.
 double SyncTimeoutSeconds();

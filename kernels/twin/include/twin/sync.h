@@ -8,6 +8,10 @@
 
 namespace AscendC {
 
+// The system cycle counter (Platform::systemCycleHz ticks per second). Kernels measure timeouts with it, never
+// with host time.
+inline int64_t GetSystemCycle() { return cam::twin::SystemCycle(); }
+
 template <bool hardSync = true>
 void SyncAll(const std::source_location where = std::source_location::current()) {
     cam::twin::BlockBarrier(where);

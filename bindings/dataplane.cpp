@@ -1,0 +1,163 @@
+// The data plane: cam._C.Comm (a camComm) and the four ops. Everything that can wait (joining a group, the ops)
+// runs without the GIL so other ranks' threads keep going.
+#include "common.h"
+
+#include <cstring>
+#include <memory>
+
+#include "common/window_layout.h"
+
+namespace cam::bindings {
+namespace {
+
+using Fields = std::vector<int64_t>;
+
+CamTopology ToTopology(const Fields& f) {
+    if (f.size() != sizeof(CamTopology) / sizeof(int64_t))
+        throw StatusError{ACLNN_ERR_PARAM_INVALID, "topology needs " + std::to_string(sizeof(CamTopology) / 8) + " fields"};
+    CamTopology t{};
+    std::memcpy(&t, f.data(), sizeof(t));
+    return t;
+}
+
+class Comm {
+public:
+    static std::unique_ptr<Comm> InProcess(const std::string& group, const Fields& fields, int64_t rank,
+                                           int64_t timeoutNs, int64_t idleNs, int32_t joinTimeoutMs) {
+        const CamTopology t = ToTopology(fields);
+        const camCommConfig cfg{timeoutNs, idleNs};
+        camComm* c = nullptr;
+        aclnnStatus st;
+        {
+            py::gil_scoped_release release;
+            st = camCommCreateInProcess(group.c_str(), &t, rank, &cfg, joinTimeoutMs, &c);
+        }
+        ThrowIfFailed(st);
+        return std::unique_ptr<Comm>(new Comm(c));
+    }
+
+    static std::unique_ptr<Comm> Shm(const std::string& name, const Fields& fields, int64_t rank, int64_t timeoutNs,
+                                     int64_t idleNs) {
+        const CamTopology t = ToTopology(fields);
+        const camCommConfig cfg{timeoutNs, idleNs};
+        camComm* c = nullptr;
+        ThrowIfFailed(camCommCreateShm(name.c_str(), &t, rank, &cfg, &c));
+        return std::unique_ptr<Comm>(new Comm(c));
+    }
+
+    ~Comm() { Close(); }
+
+    void AttachShm(const std::vector<std::string>& names) {
+        std::vector<const char*> ptrs;
+        for (const auto& n : names) ptrs.push_back(n.c_str());
+        ThrowIfFailed(camCommAttachShm(Get(), ptrs.data(), static_cast<int64_t>(ptrs.size())));
+    }
+    void UnlinkShm() { ThrowIfFailed(camCommUnlinkShm(Get())); }
+    void Abort() { ThrowIfFailed(camCommAbort(Get())); }
+    void Close() {
+        if (comm_) {
+            camCommDestroy(comm_);
+            comm_ = nullptr;
+        }
+    }
+    bool Closed() const { return comm_ == nullptr; }
+
+    std::pair<uintptr_t, uint64_t> Window() const {
+        void* base = nullptr;
+        uint64_t bytes = 0;
+        ThrowIfFailed(camCommGetWindow(Get(), &base, &bytes));
+        return {reinterpret_cast<uintptr_t>(base), bytes};
+    }
+    uint64_t PeerWindowBytes(int64_t rank) const {
+        uint64_t bytes = 0;
+        ThrowIfFailed(camCommGetPeerWindowBytes(Get(), rank, &bytes));
+        return bytes;
+    }
+    py::dict Status() const {
+        int64_t st[8];
+        int64_t abortWord = 0;
+        ThrowIfFailed(camCommGetStatus(Get(), st, &abortWord));
+        py::dict d;
+        const char* names[] = {"code", "op", "rank", "peer", "replica", "layer", "seq", "detail"};
+        for (int i = 0; i < 8; ++i) d[names[i]] = st[i];
+        d["abort"] = abortWord;
+        return d;
+    }
+
+    camComm* Get() const {
+        if (!comm_) throw StatusError{ACLNN_ERR_PARAM_INVALID, "the communicator is closed"};
+        return comm_;
+    }
+
+private:
+    explicit Comm(camComm* c) : comm_(c) {}
+    camComm* comm_ = nullptr;
+};
+
+void Register(py::module_& m) {
+    py::class_<Comm>(m, "Comm")
+        .def_static("in_process", &Comm::InProcess, py::arg("group"), py::arg("topology"), py::arg("rank"),
+                    py::arg("timeout_ns"), py::arg("idle_poll_ns"), py::arg("join_timeout_ms"))
+        .def_static("shm", &Comm::Shm, py::arg("name"), py::arg("topology"), py::arg("rank"), py::arg("timeout_ns"),
+                    py::arg("idle_poll_ns"))
+        .def("attach_shm", &Comm::AttachShm, py::arg("names"))
+        .def("unlink_shm", &Comm::UnlinkShm)
+        .def("abort", &Comm::Abort)
+        .def("close", &Comm::Close)
+        .def_property_readonly("closed", &Comm::Closed)
+        .def("window", &Comm::Window)
+        .def("peer_window_bytes", &Comm::PeerWindowBytes, py::arg("rank"))
+        .def("status", &Comm::Status);
+
+    m.def(
+        "dispatch_send",
+        [](Comm& comm, const Descriptor& x, const Descriptor& ids, int64_t layer, Stream& stream,
+           const py::function& allocate) {
+            AclTensor tx(x), ti(ids);
+            camComm* c = comm.Get();
+            RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
+                return aclnnCamDispatchSendGetWorkspaceSize(c, tx.get(), ti.get(), layer, ws, ex);
+            }, aclnnCamDispatchSend, stream, allocate);
+        },
+        py::arg("comm"), py::arg("x"), py::arg("topk_ids"), py::arg("layer"), py::arg("stream"), py::arg("allocate"));
+    m.def(
+        "dispatch_recv",
+        [](Comm& comm, const Descriptor& expandX, const Descriptor& scales, const Descriptor& counts,
+           const Descriptor& workItem, Stream& stream, const py::function& allocate) {
+            AclTensor te(expandX), ts(scales), tc(counts), tw(workItem);
+            camComm* c = comm.Get();
+            RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
+                return aclnnCamDispatchRecvGetWorkspaceSize(c, te.get(), ts.get(), tc.get(), tw.get(), ws, ex);
+            }, aclnnCamDispatchRecv, stream, allocate);
+        },
+        py::arg("comm"), py::arg("expand_x"), py::arg("scales"), py::arg("expert_counts"), py::arg("work_item"),
+        py::arg("stream"), py::arg("allocate"));
+    m.def(
+        "combine_send",
+        [](Comm& comm, const Descriptor& expertOut, const Descriptor& workItem, Stream& stream,
+           const py::function& allocate) {
+            AclTensor to(expertOut), tw(workItem);
+            camComm* c = comm.Get();
+            RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
+                return aclnnCamCombineSendGetWorkspaceSize(c, to.get(), tw.get(), ws, ex);
+            }, aclnnCamCombineSend, stream, allocate);
+        },
+        py::arg("comm"), py::arg("expert_out"), py::arg("work_item"), py::arg("stream"), py::arg("allocate"));
+    m.def(
+        "combine_recv",
+        [](Comm& comm, const Descriptor& ids, const Descriptor& weights, const Descriptor& out, Stream& stream,
+           const py::function& allocate) {
+            AclTensor ti(ids), tw(weights), to(out);
+            camComm* c = comm.Get();
+            RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
+                return aclnnCamCombineRecvGetWorkspaceSize(c, ti.get(), tw.get(), to.get(), ws, ex);
+            }, aclnnCamCombineRecv, stream, allocate);
+        },
+        py::arg("comm"), py::arg("topk_ids"), py::arg("topk_weights"), py::arg("out"), py::arg("stream"),
+        py::arg("allocate"));
+}
+
+CAM_BINDING(Register);
+
+}  // namespace
+}  // namespace cam::bindings

@@ -1,0 +1,33 @@
+/* Data-plane op (docs/protocol.md). It runs against a camComm (cam/cam_comm.h) and may wait on the device; every
+ * wait is bounded by the communicator's timeout and ends at once on abort. Errors found on the device surface on
+ * camSynchronizeStream: CAM_ERR_COMM_TIMEOUT / CAM_ERR_COMM_ABORTED / CAM_ERR_COMM_PROTOCOL are fatal (the
+ * communicator refuses further ops); CAM_ERR_DEVICE_ARGUMENT found in a pre-pass leaves nothing written and the
+ * communicator usable. The message (camGetLastErrorMessage) names the op, the rank, the awaited peer or replica
+ * and the layer. */
+#ifndef ACLNN_CAM_DISPATCH_RECV_H
+#define ACLNN_CAM_DISPATCH_RECV_H
+
+#include "cam/cam_comm.h"
+#include "cam/cam_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dispatch_recv (FFN rank): takes the next ready replica round robin, or returns an empty work item after the
+ * idle bound. Outputs have static shapes (N = min(capacity, P*Bmax*K), R = E/F):
+ *   expandX       [N, H] ACL_INT8 (quantized) or the activation dtype; rows past work_item rows are not written
+ *   scales        [N] ACL_FLOAT (quantized) or [1] (unused)
+ *   expertCounts  [R] ACL_INT64: rows per local expert (a group_list of type 1 = counts)
+ *   workItem      [work_item_words] ACL_INT64 (protocol §4.2); word 2 is the layer (0 when empty) */
+CAM_API aclnnStatus aclnnCamDispatchRecvGetWorkspaceSize(camComm* comm, aclTensor* expandX, aclTensor* scales,
+                                                         aclTensor* expertCounts, aclTensor* workItem,
+                                                         uint64_t* workspaceSize, aclOpExecutor** executor);
+CAM_API aclnnStatus aclnnCamDispatchRecv(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                                         aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

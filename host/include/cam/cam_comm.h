@@ -1,0 +1,61 @@
+/* The data-plane communicator: one per rank. It owns this rank's window and the mapping of every peer's window,
+ * and carries the constants the data-plane ops need (topology, rank, timeouts). docs/protocol.md describes the
+ * windows; this header is the C surface over them.
+ *
+ * Transports (how windows become peer-accessible memory):
+ *   - in-process: ranks are threads of one process; windows are registered by group name.
+ *   - POSIX shared memory: ranks are processes; each creates a named segment, the names are exchanged out of band
+ *     (cam.Comm uses a torch.distributed Store), each rank maps every peer's segment, and each segment is unlinked
+ *     as soon as every peer has mapped it, so a crash leaks nothing.
+ *   - (Ascend) HCCL windows: the same camComm with the window addresses taken from the HCCL communicator.
+ *
+ * CamTopology is the POD of cam/window_layout.h. Destroy a communicator only after the streams its ops ran on were
+ * synchronized. */
+#ifndef CAM_COMM_H
+#define CAM_COMM_H
+
+#include "cam/cam_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct camComm camComm;
+typedef struct CamTopology CamTopology;
+
+typedef struct {
+    int64_t timeoutNs;  /* bound of every device wait inside a begun round (slot reuse, partial replica, completion) */
+    int64_t idlePollNs; /* dispatch_recv returns an empty work item after this long with nothing ready */
+} camCommConfig;
+
+/* Threads as ranks. Blocks until all A+F ranks of `group` joined (at most joinTimeoutMs) and fails naming the
+ * ranks that did not, or the rank whose topology differs. The group name is free again once all ranks joined. */
+CAM_API aclnnStatus camCommCreateInProcess(const char* group, const CamTopology* topology, int64_t rank,
+                                           const camCommConfig* config, int32_t joinTimeoutMs, camComm** comm);
+
+/* Processes as ranks, step 1: creates (exclusively) and maps this rank's segment `segmentName` ("/name"). */
+CAM_API aclnnStatus camCommCreateShm(const char* segmentName, const CamTopology* topology, int64_t rank,
+                                     const camCommConfig* config, camComm** comm);
+/* Step 2: maps every peer's segment (names[r] for r = 0..count-1, count = A+F; names[rank] is ignored) and checks
+ * each peer's identity line (topology fingerprint, rank, role, window size). */
+CAM_API aclnnStatus camCommAttachShm(camComm* comm, const char* const* segmentNames, int64_t count);
+/* Step 3, once every peer attached: removes this rank's segment name. Mappings stay valid. */
+CAM_API aclnnStatus camCommUnlinkShm(camComm* comm);
+
+/* Raises the abort word of every rank: every device wait on every rank ends promptly with CAM_ERR_COMM_ABORTED,
+ * and the communicators refuse further ops. Safe to call from any thread while ops are in flight. */
+CAM_API aclnnStatus camCommAbort(camComm* comm);
+CAM_API aclnnStatus camCommDestroy(camComm* comm);
+
+/* This rank's window (base address and the bytes really allocated). */
+CAM_API aclnnStatus camCommGetWindow(const camComm* comm, void** base, uint64_t* bytes);
+/* Bytes allocated for rank `rank`'s window (as mapped by this rank). */
+CAM_API aclnnStatus camCommGetPeerWindowBytes(const camComm* comm, int64_t rank, uint64_t* bytes);
+/* The status record (8 words: code, op, rank, peer, replica, layer, seq, detail) and the abort word. */
+CAM_API aclnnStatus camCommGetStatus(const camComm* comm, int64_t status[8], int64_t* abortWord);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CAM_COMM_H */

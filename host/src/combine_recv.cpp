@@ -1,0 +1,65 @@
+#include "cam/aclnn_cam_combine_recv.h"
+
+#include "backend.h"
+#include "cam/tiling/dataplane_tiling.h"
+#include "combine_recv/combine_recv.h"
+#include "comm.h"
+#include "executor.h"
+#include "status.h"
+#include "tensor.h"
+
+using namespace cam::host;
+
+extern "C" aclnnStatus aclnnCamCombineRecvGetWorkspaceSize(camComm* comm, const aclTensor* topkIds,
+                                                           const aclTensor* topkWeights, aclTensor* out,
+                                                           uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return Guarded("aclnnCamCombineRecvGetWorkspaceSize", [&]() -> aclnnStatus {
+        ArgChecker check("combine_recv");
+        if (!workspaceSize || !executor)
+            return Fail(ACLNN_ERR_PARAM_NULLPTR, "combine_recv: workspaceSize/executor out-pointer is null");
+        aclnnStatus st;
+        if ((st = CheckComm("combine_recv", comm, true))) return st;
+        const CamTopology& t = comm->topo;
+        TensorView iv, wv, ov;
+        if ((st = check.View(topkIds, "topk_ids", &iv)) || (st = check.View(topkWeights, "topk_weights", &wv)) ||
+            (st = check.View(out, "out", &ov)))
+            return st;
+        if ((st = check.Dtype(iv, "topk_ids", {ACL_INT32})) || (st = check.Rank(iv, "topk_ids", 2)) ||
+            (st = check.Contiguous(iv, "topk_ids")))
+            return st;
+        const int64_t b = iv.Dim(0);
+        if (iv.Dim(1) != t.K || b > t.Bmax)
+            return check.Invalid("topk_ids must be [B <= Bmax=" + std::to_string(t.Bmax) + ", K=" + std::to_string(t.K) +
+                                 "], got " + iv.ShapeString());
+        if ((st = check.Dtype(wv, "topk_weights", {ACL_FLOAT})) || (st = check.Shape(wv, "topk_weights", {b, t.K})) ||
+            (st = check.Contiguous(wv, "topk_weights")))
+            return st;
+        if ((st = check.Dtype(ov, "out", {ACL_BF16, ACL_FLOAT16})) || (st = check.Shape(ov, "out", {b, t.H})) ||
+            (st = check.Contiguous(ov, "out")))
+            return st;
+
+        cam::kernels::CombineRecvTilingData tiling{};
+        uint64_t ws = 0;
+        std::string why;
+        if (!cam::tiling::TileCombineRecv(CurrentPlatform(), MakeCommArgs(comm), b, ov.dtype == ACL_BF16, &tiling, &ws,
+                                          &why))
+            return check.Invalid(why);
+        auto* ex = new aclOpExecutor();
+        ex->workspaceSize = ws;
+        ex->launch = [tiling, comm, i = iv.data, w = wv.data, o = ov.data](void* workspace, aclrtStream stream) {
+            cam::kernels::LaunchCombineRecv(tiling.blockDim, stream, i, w, o,
+                                            reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+                                            static_cast<uint8_t*>(workspace), tiling);
+            EnqueueStatusCheck(stream, comm);
+            return ACLNN_SUCCESS;
+        };
+        *workspaceSize = ws;
+        *executor = ex;
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus aclnnCamCombineRecv(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                                           aclrtStream stream) {
+    return RunExecutor("aclnnCamCombineRecv", workspace, workspaceSize, executor, stream);
+}

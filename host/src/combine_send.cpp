@@ -1,0 +1,57 @@
+#include "cam/aclnn_cam_combine_send.h"
+
+#include "backend.h"
+#include "cam/tiling/dataplane_tiling.h"
+#include "combine_send/combine_send.h"
+#include "comm.h"
+#include "executor.h"
+#include "status.h"
+#include "tensor.h"
+
+using namespace cam::host;
+
+extern "C" aclnnStatus aclnnCamCombineSendGetWorkspaceSize(camComm* comm, const aclTensor* expertOut,
+                                                           const aclTensor* workItem, uint64_t* workspaceSize,
+                                                           aclOpExecutor** executor) {
+    return Guarded("aclnnCamCombineSendGetWorkspaceSize", [&]() -> aclnnStatus {
+        ArgChecker check("combine_send");
+        if (!workspaceSize || !executor)
+            return Fail(ACLNN_ERR_PARAM_NULLPTR, "combine_send: workspaceSize/executor out-pointer is null");
+        aclnnStatus st;
+        if ((st = CheckComm("combine_send", comm, false))) return st;
+        const CamTopology& t = comm->topo;
+        TensorView ov, wv;
+        if ((st = check.View(expertOut, "expert_out", &ov)) || (st = check.View(workItem, "work_item", &wv))) return st;
+        if ((st = check.Dtype(ov, "expert_out", {ACL_BF16, ACL_FLOAT16})) ||
+            (st = check.Shape(ov, "expert_out", {cam::layout::recv_rows(t), t.H})) ||
+            (st = check.Contiguous(ov, "expert_out")))
+            return st;
+        if ((st = check.Dtype(wv, "work_item", {ACL_INT64})) ||
+            (st = check.Shape(wv, "work_item", {cam::layout::work_item_words(t)})) ||
+            (st = check.Contiguous(wv, "work_item")))
+            return st;
+
+        cam::kernels::CombineSendTilingData tiling{};
+        uint64_t ws = 0;
+        std::string why;
+        if (!cam::tiling::TileCombineSend(CurrentPlatform(), MakeCommArgs(comm), &tiling, &ws, &why))
+            return check.Invalid(why);
+        auto* ex = new aclOpExecutor();
+        ex->workspaceSize = ws;
+        ex->launch = [tiling, comm, o = ov.data, w = wv.data](void* workspace, aclrtStream stream) {
+            cam::kernels::LaunchCombineSend(tiling.blockDim, stream, o, w,
+                                            reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+                                            static_cast<uint8_t*>(workspace), tiling);
+            EnqueueStatusCheck(stream, comm);
+            return ACLNN_SUCCESS;
+        };
+        *workspaceSize = ws;
+        *executor = ex;
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus aclnnCamCombineSend(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                                           aclrtStream stream) {
+    return RunExecutor("aclnnCamCombineSend", workspace, workspaceSize, executor, stream);
+}

@@ -1,0 +1,62 @@
+// camComm: windows, peer table and the constants of one rank of a data plane, over a Transport. Shared by the
+// four data-plane ops (validation, kernel arguments, reading the status record after a launch).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cam/cam_comm.h"
+#include "common/dataplane_args.h"
+#include "common/window_layout.h"
+#include "tensor.h"
+
+namespace cam::host {
+
+// Where windows live. In-process and POSIX shm on the twin; an HCCL transport on Ascend gives the same view from
+// the HCCL communicator's windows (local window + the remote windows' device addresses).
+class Transport {
+public:
+    virtual ~Transport() = default;
+    virtual const char* Name() const = 0;
+    virtual uint8_t* Window(int64_t rank) const = 0;       // nullptr until mapped
+    virtual uint64_t WindowBytes(int64_t rank) const = 0;  // bytes really allocated/mapped
+};
+
+// Role size of a rank's window (protocol §3).
+int64_t RequiredWindowBytes(const CamTopology& topo, int64_t rank);
+
+}  // namespace cam::host
+
+struct camComm {
+    CamTopology topo{};
+    int64_t rank = 0;
+    camCommConfig config{};
+    std::unique_ptr<cam::host::Transport> transport;
+    std::vector<int64_t> peerTable;  // window base of every rank: the kernels' `peers` argument
+    bool attached = false;
+    std::mutex failureMutex;
+    std::string failure;  // first fatal error reported on this rank
+
+    uint8_t* Own() const { return transport->Window(rank); }
+    bool IsAttention() const { return rank < cam::layout::attention_ranks(topo); }
+};
+
+namespace cam::host {
+
+// Validates that `comm` can run an op of `role` now: attached, role matches, windows big enough, not aborted or
+// failed. Fails with a message naming `op`.
+aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp);
+
+// The constants every data-plane kernel gets (timeouts converted to the platform's cycle counter).
+kernels::dp::CommArgs MakeCommArgs(const camComm* comm);
+
+// Queued after each data-plane launch, in stream order: reads the status record the kernel may have written and
+// turns it into a stream error naming op, rank, peer/replica and layer. Refusals are cleared so the comm stays
+// usable; fatal errors are kept and make the comm refuse further ops.
+void EnqueueStatusCheck(aclrtStream stream, camComm* comm);
+
+}  // namespace cam::host

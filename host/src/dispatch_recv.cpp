@@ -1,0 +1,69 @@
+#include "cam/aclnn_cam_dispatch_recv.h"
+
+#include "backend.h"
+#include "cam/tiling/dataplane_tiling.h"
+#include "comm.h"
+#include "dispatch_recv/dispatch_recv.h"
+#include "executor.h"
+#include "status.h"
+#include "tensor.h"
+
+using namespace cam::host;
+
+extern "C" aclnnStatus aclnnCamDispatchRecvGetWorkspaceSize(camComm* comm, aclTensor* expandX, aclTensor* scales,
+                                                            aclTensor* expertCounts, aclTensor* workItem,
+                                                            uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return Guarded("aclnnCamDispatchRecvGetWorkspaceSize", [&]() -> aclnnStatus {
+        ArgChecker check("dispatch_recv");
+        if (!workspaceSize || !executor)
+            return Fail(ACLNN_ERR_PARAM_NULLPTR, "dispatch_recv: workspaceSize/executor out-pointer is null");
+        aclnnStatus st;
+        if ((st = CheckComm("dispatch_recv", comm, false))) return st;
+        const CamTopology& t = comm->topo;
+        TensorView ev, sv, cv, wv;
+        if ((st = check.View(expandX, "expand_x", &ev)) || (st = check.View(scales, "scales", &sv)) ||
+            (st = check.View(expertCounts, "expert_counts", &cv)) || (st = check.View(workItem, "work_item", &wv)))
+            return st;
+        const int64_t n = cam::layout::recv_rows(t);
+        if (t.quantized) {
+            st = check.Dtype(ev, "expand_x", {ACL_INT8});
+        } else {
+            st = check.Dtype(ev, "expand_x", {ACL_BF16, ACL_FLOAT16});
+        }
+        if (st || (st = check.Shape(ev, "expand_x", {n, t.H})) || (st = check.Contiguous(ev, "expand_x"))) return st;
+        if ((st = check.Dtype(sv, "scales", {ACL_FLOAT})) ||
+            (st = check.Shape(sv, "scales", {t.quantized ? n : 1})) || (st = check.Contiguous(sv, "scales")))
+            return st;
+        if ((st = check.Dtype(cv, "expert_counts", {ACL_INT64})) ||
+            (st = check.Shape(cv, "expert_counts", {cam::layout::experts_per_ffn(t)})) ||
+            (st = check.Contiguous(cv, "expert_counts")))
+            return st;
+        if ((st = check.Dtype(wv, "work_item", {ACL_INT64})) ||
+            (st = check.Shape(wv, "work_item", {cam::layout::work_item_words(t)})) ||
+            (st = check.Contiguous(wv, "work_item")))
+            return st;
+
+        cam::kernels::DispatchRecvTilingData tiling{};
+        uint64_t ws = 0;
+        std::string why;
+        if (!cam::tiling::TileDispatchRecv(CurrentPlatform(), MakeCommArgs(comm), &tiling, &ws, &why))
+            return check.Invalid(why);
+        auto* ex = new aclOpExecutor();
+        ex->workspaceSize = ws;
+        ex->launch = [tiling, comm, e = ev.data, s = sv.data, c = cv.data, w = wv.data](void* workspace,
+                                                                                        aclrtStream stream) {
+            cam::kernels::LaunchDispatchRecv(tiling.blockDim, stream, reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+                                             e, s, c, w, static_cast<uint8_t*>(workspace), tiling);
+            EnqueueStatusCheck(stream, comm);
+            return ACLNN_SUCCESS;
+        };
+        *workspaceSize = ws;
+        *executor = ex;
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus aclnnCamDispatchRecv(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                                            aclrtStream stream) {
+    return RunExecutor("aclnnCamDispatchRecv", workspace, workspaceSize, executor, stream);
+}

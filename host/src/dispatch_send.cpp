@@ -1,0 +1,62 @@
+#include "cam/aclnn_cam_dispatch_send.h"
+
+#include "backend.h"
+#include "cam/tiling/dataplane_tiling.h"
+#include "comm.h"
+#include "dispatch_send/dispatch_send.h"
+#include "executor.h"
+#include "status.h"
+#include "tensor.h"
+
+using namespace cam::host;
+
+extern "C" aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const aclTensor* x, const aclTensor* topkIds,
+                                                            int64_t layer, uint64_t* workspaceSize,
+                                                            aclOpExecutor** executor) {
+    return Guarded("aclnnCamDispatchSendGetWorkspaceSize", [&]() -> aclnnStatus {
+        ArgChecker check("dispatch_send");
+        if (!workspaceSize || !executor)
+            return Fail(ACLNN_ERR_PARAM_NULLPTR, "dispatch_send: workspaceSize/executor out-pointer is null");
+        aclnnStatus st;
+        if ((st = CheckComm("dispatch_send", comm, true))) return st;
+        const CamTopology& t = comm->topo;
+        TensorView xv, iv;
+        if ((st = check.View(x, "x", &xv)) || (st = check.View(topkIds, "topk_ids", &iv))) return st;
+        if ((st = check.Dtype(xv, "x", {ACL_BF16, ACL_FLOAT16})) || (st = check.Rank(xv, "x", 2)) ||
+            (st = check.Contiguous(xv, "x")))
+            return st;
+        const int64_t b = xv.Dim(0);
+        if (xv.Dim(1) != t.H) return check.Invalid("x must be [B, H=" + std::to_string(t.H) + "], got " + xv.ShapeString());
+        if (b > t.Bmax)
+            return check.Invalid("x has B=" + std::to_string(b) + " tokens, more than Bmax=" + std::to_string(t.Bmax));
+        if ((st = check.Dtype(iv, "topk_ids", {ACL_INT32})) || (st = check.Shape(iv, "topk_ids", {b, t.K})) ||
+            (st = check.Contiguous(iv, "topk_ids")))
+            return st;
+        if (layer < 0 || layer >= t.L)
+            return check.Invalid("layer=" + std::to_string(layer) + " outside [0, L=" + std::to_string(t.L) + ")");
+
+        cam::kernels::DispatchSendTilingData tiling{};
+        uint64_t ws = 0;
+        std::string why;
+        if (!cam::tiling::TileDispatchSend(CurrentPlatform(), MakeCommArgs(comm), b, layer, xv.dtype == ACL_BF16,
+                                           &tiling, &ws, &why))
+            return check.Invalid(why);
+        auto* ex = new aclOpExecutor();
+        ex->workspaceSize = ws;
+        ex->launch = [tiling, comm, x = xv.data, ids = iv.data](void* workspace, aclrtStream stream) {
+            cam::kernels::LaunchDispatchSend(tiling.blockDim, stream, x, ids,
+                                             reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+                                             static_cast<uint8_t*>(workspace), tiling);
+            EnqueueStatusCheck(stream, comm);
+            return ACLNN_SUCCESS;
+        };
+        *workspaceSize = ws;
+        *executor = ex;
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus aclnnCamDispatchSend(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                                            aclrtStream stream) {
+    return RunExecutor("aclnnCamDispatchSend", workspace, workspaceSize, executor, stream);
+}

@@ -1,0 +1,176 @@
+// combine_recv (Attention rank a), docs/protocol.md §6.4: wait (bounded) until every FFN rank completed this rank's
+// oldest round in flight, then per token acc = acc + w[t,k] * row(t,k) in fp32 for k = 0..K-1 (multiply, then add;
+// empty slots skipped) and round once to the activation dtype.
+#include "kernel_operator.h"
+
+#include "combine_recv/combine_recv_tiling_data.h"
+#include "common/dataplane.h"
+
+namespace cam::kernels {
+
+template <typename T>
+class CombineRecv {
+public:
+    __aicore__ inline void Init(GM_ADDR ids, GM_ADDR weights, GM_ADDR out, GM_ADDR peers, GM_ADDR workspace,
+                                const CombineRecvTilingData& tiling) {
+        tiling_ = tiling;
+        plane_.Init(peers, tiling.comm);
+        decision_.Init(workspace);
+        const CamTopology& t = plane_.Topo();
+        ids_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(ids), uint64_t(tiling.tokens) * t.K);
+        w_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(weights), uint64_t(tiling.tokens) * t.K);
+        out_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(out), uint64_t(tiling.tokens) * t.H);
+        const uint32_t n = tiling.colsPerPass;
+        pipe_.InitBuffer(inQue_, 2, UbBytes(uint64_t(n) * sizeof(T)));
+        pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(n) * sizeof(T)));
+        pipe_.InitBuffer(accBuf_, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(n) * 4));
+    }
+
+    __aicore__ inline void Process() {
+        decision_.Reset();
+        bool go;
+        if (AscendC::GetBlockIdx() == 0) {
+            go = Control();
+            decision_.Publish(go);
+        } else {
+            go = decision_.Await(tiling_.comm.followerCycles);
+        }
+        if (!go) return;
+        const CamTopology& t = plane_.Topo();
+        round_ = dp::LoadWord(plane_.Own(), layout::attn_recv_count_off(t));
+        slot_ = layout::slot_of_seq(t, layout::seq_of_round(round_));
+        Reduce();
+        AscendC::PipeBarrier<AscendC::PIPE_ALL>();
+        AscendC::SyncAll();
+        if (AscendC::GetBlockIdx() == 0) dp::StoreWord(plane_.Own(), layout::attn_recv_count_off(t), round_ + 1);
+    }
+
+private:
+    __aicore__ inline bool Control() {
+        const CamTopology& t = plane_.Topo();
+        if (!plane_.EntryOk(op::kCombineRecv)) return false;
+        GM_ADDR own = plane_.Own();
+        const int64_t d = layout::replica_of(t, plane_.Rank());
+        const int64_t r = dp::LoadWord(own, layout::attn_recv_count_off(t));
+        const int64_t seq = layout::seq_of_round(r), s = layout::slot_of_seq(t, seq);
+        // Refusals: found before anything is written or awaited, so the round stays receivable.
+        if (r >= dp::LoadWord(own, layout::attn_send_count_off(t))) {
+            plane_.Raise(status::kProtocol, op::kCombineRecv, -1, d, -1, seq, detail::kProtoNothingInFlight, false);
+            return false;
+        }
+        const int64_t layer = dp::LoadWord(own, layout::attn_slot_state_off(t, s) + 8 * kSlotLayer);
+        if (dp::LoadWord(own, layout::attn_slot_state_off(t, s) + 8 * kSlotSeq) != seq) {
+            plane_.Raise(status::kProtocol, op::kCombineRecv, -1, d, layer, seq, detail::kProtoRecordSeq, true);
+            return false;
+        }
+        if (dp::LoadWord(own, layout::attn_slot_state_off(t, s) + 8 * kSlotTokens) != tiling_.tokens) {
+            plane_.Raise(status::kBadInput, op::kCombineRecv, -1, d, layer, seq, detail::kArgTokens, false);
+            return false;
+        }
+        for (int64_t i = 0; i < tiling_.tokens * t.K; ++i) {
+            const int64_t id = ids_.GetValue(i);
+            if (id < -1 || id >= t.E) {
+                plane_.Raise(status::kBadInput, op::kCombineRecv, -1, d, layer, seq, detail::kArgTopkIds, false);
+                return false;
+            }
+        }
+        const int64_t deadline = AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles;
+        for (uint32_t i = 0;; ++i) {
+            const int64_t abort = plane_.AbortWord();
+            if (abort != 0) {
+                plane_.Raise(status::kAborted, op::kCombineRecv, abort - 1, d, layer, seq, abort, false);
+                return false;
+            }
+            int64_t missing = -1;
+            for (int64_t f = 0; f < t.F && missing < 0; ++f) {
+                const int64_t done = dp::LoadWord(own, layout::attn_completion_signal_off(t, s, f));
+                if (done > seq) {
+                    plane_.Raise(status::kProtocol, op::kCombineRecv, t.D * t.P + f, d, layer, seq,
+                                 detail::kProtoSignalAhead, true);
+                    return false;
+                }
+                if (done < seq) missing = t.D * t.P + f;
+            }
+            if (missing < 0) return true;
+            if (AscendC::GetSystemCycle() > deadline) {
+                plane_.Raise(status::kTimeout, op::kCombineRecv, missing, d, layer, seq, detail::kAwaitCompletion,
+                             true);
+                return false;
+            }
+            SpinPause(i);
+        }
+    }
+
+    __aicore__ inline void Reduce() {
+        const CamTopology& t = plane_.Topo();
+        int64_t lo, hi;
+        dp::BlockShare(tiling_.tokens, &lo, &hi);
+        AscendC::LocalTensor<float> acc = accBuf_.Get<float>();
+        AscendC::LocalTensor<float> rowf = rowBuf_.Get<float>();
+        for (int64_t tok = lo; tok < hi; ++tok) {
+            for (uint32_t c = 0; c < t.H; c += tiling_.colsPerPass) {
+                const uint32_t left = static_cast<uint32_t>(t.H) - c;
+                const uint32_t n = left < tiling_.colsPerPass ? left : tiling_.colsPerPass;
+                AscendC::Duplicate(acc, 0.0f, n);
+                for (int64_t k = 0; k < t.K; ++k) {
+                    if (ids_.GetValue(tok * t.K + k) == -1) continue;
+                    const float w = w_.GetValue(tok * t.K + k);
+                    AscendC::GlobalTensor<T> row = dp::TensorAt<T>(
+                        plane_.Own(), layout::attn_combine_row_off(t, slot_, tok * t.K + k) + c * sizeof(T), n);
+                    AscendC::LocalTensor<T> in = inQue_.AllocTensor<T>();
+                    AscendC::DataCopyPad(in, row, {1, uint32_t(n * sizeof(T)), 0, 0, 0}, {false, 0, 0, T()});
+                    inQue_.EnQue(in);
+                    in = inQue_.DeQue<T>();
+                    AscendC::Cast(rowf, in, AscendC::RoundMode::CAST_NONE, n);
+                    inQue_.FreeTensor(in);
+                    AscendC::Muls(rowf, rowf, w, n);   // fp32 product, rounded
+                    AscendC::Add(acc, acc, rowf, n);   // then fp32 sum, rounded: never fused
+                }
+                AscendC::LocalTensor<T> o = outQue_.AllocTensor<T>();
+                AscendC::Cast(o, acc, AscendC::RoundMode::CAST_RINT, n);
+                outQue_.EnQue(o);
+                o = outQue_.DeQue<T>();
+                AscendC::DataCopyPad(out_[uint64_t(tok) * t.H + c], o, {1, uint32_t(n * sizeof(T)), 0, 0, 0});
+                outQue_.FreeTensor(o);
+            }
+        }
+    }
+
+    CombineRecvTilingData tiling_{};
+    dp::Plane plane_;
+    dp::Decision decision_;
+    int64_t round_ = 0, slot_ = 0;
+    AscendC::TPipe pipe_;
+    AscendC::TQue<AscendC::TPosition::VECIN, 2> inQue_;
+    AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> accBuf_, rowBuf_;
+    AscendC::GlobalTensor<int32_t> ids_;
+    AscendC::GlobalTensor<float> w_;
+    AscendC::GlobalTensor<T> out_;
+};
+
+}  // namespace cam::kernels
+
+extern "C" __global__ __aicore__ void cam_combine_recv(GM_ADDR topkIds, GM_ADDR topkWeights, GM_ADDR out,
+                                                       GM_ADDR peers, GM_ADDR workspace,
+                                                       cam::kernels::CombineRecvTilingData tiling) {
+    if (tiling.key == cam::kernels::kCombineRecvBf16) {
+        cam::kernels::CombineRecv<bfloat16_t> op;
+        op.Init(topkIds, topkWeights, out, peers, workspace, tiling);
+        op.Process();
+    } else {
+        cam::kernels::CombineRecv<half> op;
+        op.Init(topkIds, topkWeights, out, peers, workspace, tiling);
+        op.Process();
+    }
+}
+
+#include "common/launch.h"
+#include "combine_recv/combine_recv.h"
+
+void cam::kernels::LaunchCombineRecv(uint32_t blockDim, void* stream, uint8_t* topkIds, uint8_t* topkWeights,
+                                     uint8_t* out, uint8_t* peers, uint8_t* workspace,
+                                     const CombineRecvTilingData& tiling) {
+    CAM_KERNEL_LAUNCH(cam_combine_recv, blockDim, stream, topkIds, topkWeights, out, peers, workspace, tiling);
+}

@@ -1,0 +1,113 @@
+// combine_send (FFN rank A+f), docs/protocol.md §6.3: write each expert output row back to the combine row of its
+// (token, slot) on its source Attention rank, then signal done[s][f] = seq on every participant of the replica,
+// including those that got no rows. An empty work item is a no-op.
+#include "kernel_operator.h"
+
+#include "combine_send/combine_send_tiling_data.h"
+#include "common/dataplane.h"
+
+namespace cam::kernels {
+
+class CombineSend {
+public:
+    __aicore__ inline void Init(GM_ADDR expertOut, GM_ADDR workItem, GM_ADDR peers, GM_ADDR workspace,
+                                const CombineSendTilingData& tiling) {
+        tiling_ = tiling;
+        plane_.Init(peers, tiling.comm);
+        decision_.Init(workspace);
+        expertOut_ = expertOut;
+        wi_ = workItem;
+        mover_.Init(pipe_, tiling.copyChunkBytes);
+    }
+
+    __aicore__ inline void Process() {
+        decision_.Reset();
+        bool go;
+        if (AscendC::GetBlockIdx() == 0) {
+            go = Control();
+            decision_.Publish(go);
+        } else {
+            go = decision_.Await(tiling_.comm.followerCycles);
+        }
+        if (!go) return;
+        Scatter();
+        AscendC::PipeBarrier<AscendC::PIPE_ALL>();
+        AscendC::SyncAll();
+        if (AscendC::GetBlockIdx() == 0) Complete();
+    }
+
+private:
+    __aicore__ inline const CamTopology& Topo() const { return plane_.Topo(); }
+    __aicore__ inline int64_t Wi(int64_t word) const { return dp::LoadWord(wi_, 8 * word); }
+
+    __aicore__ inline bool Control() {
+        const CamTopology& t = Topo();
+        if (!plane_.EntryOk(op::kCombineSend)) return false;
+        // A bad or stale work item is refused before anything is written: the plane stays usable.
+        auto refuse = [&](int64_t code, int64_t d, int64_t det) {
+            plane_.Raise(code, op::kCombineSend, -1, d, -1, Wi(kWiSeq), det, false);
+            return false;
+        };
+        if (Wi(kWiFingerprint) != layout::fingerprint(t) || Wi(kWiFfnRank) != plane_.Rank())
+            return refuse(status::kBadInput, -1, detail::kArgWorkItem);
+        if (Wi(kWiKind) == kWiEmpty) return false;
+        if (Wi(kWiKind) != kWiWork) return refuse(status::kBadInput, -1, detail::kArgWorkItem);
+        const int64_t d = Wi(kWiReplica), q = Wi(kWiSeq);
+        if (d < 0 || d >= t.D || q < 1 || Wi(kWiSlot) != layout::slot_of_seq(t, q) || Wi(kWiRows) < 0 ||
+            Wi(kWiRows) > layout::recv_rows(t))
+            return refuse(status::kBadInput, d, detail::kArgWorkItem);
+        GM_ADDR own = plane_.Own();
+        const int64_t combined = dp::LoadWord(own, layout::ffn_combined_seq_off(t) + 8 * d);
+        const int64_t consumed = dp::LoadWord(own, layout::ffn_done_seq_off(t) + 8 * d);
+        if (combined != q - 1 || q > consumed) return refuse(status::kProtocol, d, detail::kProtoStaleWorkItem);
+        return true;
+    }
+
+    __aicore__ inline void Scatter() {
+        const CamTopology& t = Topo();
+        const int64_t d = Wi(kWiReplica), s = Wi(kWiSlot), n = Wi(kWiRows);
+        const int64_t rowBytes = t.H * t.act_dtype_bytes;
+        int64_t lo, hi;
+        dp::BlockShare(n, &lo, &hi);
+        dp::ForEachRow(t, wi_, lo, hi, [&](int64_t o, int64_t p, int64_t entry) {
+            const int64_t a = layout::attn_rank_of(t, d, p);
+            GM_ADDR region = plane_.Own() + layout::ffn_region_off(t, a, s);
+            const int64_t tk = dp::IndexField(region, t, entry, 1);
+            mover_.Copy(plane_.Window(a) + layout::attn_combine_row_off(t, s, tk), expertOut_ + o * rowBytes, rowBytes);
+        });
+    }
+
+    __aicore__ inline void Complete() {
+        const CamTopology& t = Topo();
+        const int64_t d = Wi(kWiReplica), s = Wi(kWiSlot), q = Wi(kWiSeq);
+        const int64_t f = layout::ffn_index(t, plane_.Rank());
+        for (int64_t p = 0; p < t.P; ++p) {
+            dp::StoreWord(plane_.Window(layout::attn_rank_of(t, d, p)), layout::attn_completion_signal_off(t, s, f), q);
+        }
+        dp::StoreWord(plane_.Own(), layout::ffn_combined_seq_off(t) + 8 * d, q);
+    }
+
+    CombineSendTilingData tiling_{};
+    dp::Plane plane_;
+    dp::Decision decision_;
+    GM_ADDR expertOut_ = nullptr, wi_ = nullptr;
+    AscendC::TPipe pipe_;
+    dp::ByteMover mover_;
+};
+
+}  // namespace cam::kernels
+
+extern "C" __global__ __aicore__ void cam_combine_send(GM_ADDR expertOut, GM_ADDR workItem, GM_ADDR peers,
+                                                       GM_ADDR workspace, cam::kernels::CombineSendTilingData tiling) {
+    cam::kernels::CombineSend op;
+    op.Init(expertOut, workItem, peers, workspace, tiling);
+    op.Process();
+}
+
+#include "common/launch.h"
+#include "combine_send/combine_send.h"
+
+void cam::kernels::LaunchCombineSend(uint32_t blockDim, void* stream, uint8_t* expertOut, uint8_t* workItem,
+                                     uint8_t* peers, uint8_t* workspace, const CombineSendTilingData& tiling) {
+    CAM_KERNEL_LAUNCH(cam_combine_send, blockDim, stream, expertOut, workItem, peers, workspace, tiling);
+}

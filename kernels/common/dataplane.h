@@ -1,0 +1,205 @@
+// Device code shared by the four data-plane kernels (docs/protocol.md): window access, signal words with the
+// memory-ordering rules of §10, the status/abort record of §9, the block-0 decision hand-off, and a GM->UB->GM
+// byte mover. Every offset comes from common/window_layout.h.
+#pragma once
+
+#include "kernel_operator.h"
+
+#include "common/dataplane_args.h"
+#include "common/spin.h"
+#include "common/window_layout.h"
+
+namespace cam::kernels::dp {
+
+__aicore__ inline AscendC::GlobalTensor<int64_t> WordsAt(GM_ADDR base, int64_t byteOff, int64_t count) {
+    AscendC::GlobalTensor<int64_t> g;
+    g.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(base + byteOff), count);
+    return g;
+}
+
+template <typename T>
+__aicore__ inline AscendC::GlobalTensor<T> TensorAt(GM_ADDR base, int64_t byteOff, int64_t count) {
+    AscendC::GlobalTensor<T> g;
+    g.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(base + byteOff), count);
+    return g;
+}
+
+// A signal or state word: invalidate the line, then load (so a stale scalar-cache copy is never re-read); store,
+// then clean the line (so the value leaves this core's scalar cache). On the twin GetValue/SetValue on int64 are
+// acquire/release and the dcci is a full fence.
+__aicore__ inline int64_t LoadWord(GM_ADDR base, int64_t byteOff) {
+    AscendC::GlobalTensor<int64_t> g = WordsAt(base, byteOff, 1);
+    AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(g);
+    return g.GetValue(0);
+}
+
+__aicore__ inline void StoreWord(GM_ADDR base, int64_t byteOff, int64_t value) {
+    AscendC::GlobalTensor<int64_t> g = WordsAt(base, byteOff, 1);
+    g.SetValue(0, value);
+    AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(g);
+}
+
+// Makes scalar stores to a scratch area visible to MTE reads of it (and to other blocks).
+__aicore__ inline void FlushScalarStores(GM_ADDR base) {
+    AscendC::GlobalTensor<int64_t> g = WordsAt(base, 0, 1);
+    AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::ENTIRE_DATA_CACHE, AscendC::DcciDst::CACHELINE_OUT>(g);
+}
+
+// The windows of a data plane as this rank sees them: peers[r] is the base address of rank r's window.
+class Plane {
+public:
+    __aicore__ inline void Init(GM_ADDR peers, const CommArgs& args) {
+        args_ = args;
+        peers_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(peers), layout::world_size(args.topo));
+    }
+
+    __aicore__ inline const CamTopology& Topo() const { return args_.topo; }
+    __aicore__ inline const CommArgs& Args() const { return args_; }
+    __aicore__ inline int64_t Rank() const { return args_.rank; }
+    __aicore__ inline GM_ADDR Window(int64_t rank) const {
+        return reinterpret_cast<GM_ADDR>(static_cast<uintptr_t>(peers_.GetValue(rank)));
+    }
+    __aicore__ inline GM_ADDR Own() const { return Window(args_.rank); }
+
+    __aicore__ inline int64_t AbortWord() const { return LoadWord(Own(), kAbortOff); }
+
+    // Records the first error of this rank (protocol §9). A fatal error also raises every rank's abort word so
+    // every waiter on every rank ends promptly; a refusal (found before the op wrote or waited) leaves the plane
+    // usable and the host clears the record after reporting it.
+    __aicore__ inline void Raise(int64_t code, int64_t op, int64_t peer, int64_t replica, int64_t layer, int64_t seq,
+                                 int64_t detail, bool fatal) const {
+        GM_ADDR own = Own();
+        if (LoadWord(own, kStatusOff + 8 * kStatusCode) == status::kOk) {
+            StoreWord(own, kStatusOff + 8 * kStatusOp, op);
+            StoreWord(own, kStatusOff + 8 * kStatusRank, args_.rank);
+            StoreWord(own, kStatusOff + 8 * kStatusPeer, peer);
+            StoreWord(own, kStatusOff + 8 * kStatusReplica, replica);
+            StoreWord(own, kStatusOff + 8 * kStatusLayer, layer);
+            StoreWord(own, kStatusOff + 8 * kStatusSeq, seq);
+            StoreWord(own, kStatusOff + 8 * kStatusDetail, detail);
+            StoreWord(own, kStatusOff + 8 * kStatusCode, code);
+        }
+        if (!fatal) return;
+        const int64_t world = layout::world_size(args_.topo);
+        for (int64_t r = 0; r < world; ++r) {
+            GM_ADDR w = Window(r);
+            if (LoadWord(w, kAbortOff) == 0) StoreWord(w, kAbortOff, 1 + args_.rank);
+        }
+    }
+
+    // Entry check of every op: a raised abort word or an unreported status means the op must not touch any window.
+    __aicore__ inline bool EntryOk(int64_t op) const {
+        const int64_t abort = AbortWord();
+        if (abort != 0) {
+            Raise(status::kAborted, op, abort - 1, -1, -1, 0, abort, false);
+            return false;
+        }
+        return LoadWord(Own(), kStatusOff + 8 * kStatusCode) == status::kOk;
+    }
+
+private:
+    CommArgs args_{};
+    AscendC::GlobalTensor<int64_t> peers_;
+};
+
+// Block 0 runs the waits and checks; the other blocks learn the outcome through a workspace word instead of
+// sitting in SyncAll for as long as a wait may last.
+class Decision {
+public:
+    __aicore__ inline void Init(GM_ADDR workspace) { ws_ = workspace; }
+
+    // All blocks call this first; the word is cleared before anyone can read it.
+    __aicore__ inline void Reset() {
+        if (AscendC::GetBlockIdx() == 0) StoreWord(ws_, 0, kDecisionUndecided);
+        AscendC::SyncAll();
+    }
+
+    __aicore__ inline void Publish(bool go) { StoreWord(ws_, 0, go ? kDecisionGo : kDecisionStop); }
+
+    // Non-zero blocks: true to proceed. Block 0 always decides within followerCycles, so expiry means a broken
+    // kernel; the block then leaves, and a later SyncAll of block 0 reports it loudly on the twin.
+    __aicore__ inline bool Await(int64_t followerCycles) const {
+        const int64_t deadline = AscendC::GetSystemCycle() + followerCycles;
+        for (uint32_t i = 0;; ++i) {
+            const int64_t d = LoadWord(ws_, 0);
+            if (d == kDecisionGo) {
+                // Block 0 built tables with scalar stores; drop any line this core cached from an earlier launch
+                // that used the same workspace before reading them.
+                FlushScalarStores(ws_);
+                return true;
+            }
+            if (d != kDecisionUndecided) return false;
+            if (AscendC::GetSystemCycle() > deadline) return false;
+            SpinPause(i);
+        }
+    }
+
+private:
+    GM_ADDR ws_ = nullptr;
+};
+
+// [lo, hi) of n items for the calling block.
+__aicore__ inline void BlockShare(int64_t n, int64_t* lo, int64_t* hi) {
+    const int64_t b = AscendC::GetBlockIdx(), nb = AscendC::GetBlockNum();
+    *lo = n * b / nb;
+    *hi = n * (b + 1) / nb;
+}
+
+// Moves bytes GM -> UB -> GM in chunks through a double-buffered queue (MTE2 in, MTE3 out).
+class ByteMover {
+public:
+    __aicore__ inline void Init(AscendC::TPipe& pipe, uint32_t chunkBytes) {
+        chunk_ = chunkBytes;
+        pipe.InitBuffer(que_, 2, chunkBytes);
+    }
+
+    __aicore__ inline void Copy(GM_ADDR dst, GM_ADDR src, uint64_t bytes) {
+        for (uint64_t done = 0; done < bytes;) {
+            const uint32_t n = static_cast<uint32_t>(bytes - done < chunk_ ? bytes - done : chunk_);
+            AscendC::GlobalTensor<uint8_t> s = TensorAt<uint8_t>(src, done, n);
+            AscendC::GlobalTensor<uint8_t> d = TensorAt<uint8_t>(dst, done, n);
+            AscendC::LocalTensor<uint8_t> buf = que_.AllocTensor<uint8_t>();
+            AscendC::DataCopyPad(buf, s, {1, n, 0, 0, 0}, {false, 0, 0, 0});
+            que_.EnQue(buf);
+            buf = que_.DeQue<uint8_t>();
+            AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(0);
+            AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(0);
+            AscendC::DataCopyPad(d, buf, {1, n, 0, 0, 0});
+            AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(0);
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(0);
+            que_.FreeTensor(buf);
+            done += n;
+        }
+    }
+
+private:
+    uint32_t chunk_ = 0;
+    AscendC::TQue<AscendC::TPosition::VECIN, 2> que_;
+};
+
+// Visits the rows [lo, hi) of a work item cell by cell: fn(outRow, participant, indexEntry) for each row, where
+// indexEntry is the position in that participant's index table (protocol §4.3).
+template <typename Fn>
+__aicore__ inline void ForEachRow(const CamTopology& t, GM_ADDR workItem, int64_t lo, int64_t hi, Fn&& fn) {
+    const int64_t R = layout::experts_per_ffn(t);
+    for (int64_t j = 0; j < R; ++j) {
+        for (int64_t p = 0; p < t.P; ++p) {
+            const int64_t out = LoadWord(workItem, 8 * layout::work_item_cell_out_off(t, j, p));
+            const int64_t count = LoadWord(workItem, 8 * layout::work_item_cell_count(t, j, p));
+            const int64_t src = LoadWord(workItem, 8 * layout::work_item_cell_src_off(t, j, p));
+            const int64_t a = out > lo ? out : lo;
+            const int64_t b = out + count < hi ? out + count : hi;
+            for (int64_t o = a; o < b; ++o) fn(o, p, src + (o - out));
+        }
+    }
+}
+
+// int32 pair of an index entry: {token slot, t*K + k}. Read with a line invalidate first (written by a peer).
+__aicore__ inline int32_t IndexField(GM_ADDR region, const CamTopology& t, int64_t entry, int field) {
+    AscendC::GlobalTensor<int32_t> g =
+        TensorAt<int32_t>(region, layout::region_index_off(t) + entry * layout::kIndexEntryBytes + 4 * field, 1);
+    AscendC::DataCacheCleanAndInvalid<int32_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(g);
+    return g.GetValue(0);
+}
+
+}  // namespace cam::kernels::dp

@@ -1,0 +1,27 @@
+// The part of the data-plane device interface that tiling and host code share with the kernels: plain C++, no
+// Ascend C API, so host code can include it.
+#pragma once
+
+#include <cstdint>
+
+#include "common/window_layout.h"
+
+namespace cam::kernels::dp {
+
+// Carried by value in every data-plane tiling. Fixed for the life of a Comm, so captured launches replay with the
+// same arguments (protocol §11).
+struct CommArgs {
+    CamTopology topo;
+    int64_t rank;            // global rank running the kernel
+    int64_t timeoutCycles;   // bound of every wait inside a begun round
+    int64_t idleCycles;      // dispatch_recv: nothing ready for this long -> empty work item
+    int64_t followerCycles;  // bound of the non-zero blocks' wait for block 0's decision (> any block-0 wait)
+};
+
+// Workspace line 0 of every data-plane kernel: block 0's decision for the other blocks.
+inline constexpr int64_t kDecisionUndecided = 0;
+inline constexpr int64_t kDecisionGo = 1;
+inline constexpr int64_t kDecisionStop = 2;
+inline constexpr int64_t kWsDecisionBytes = kLine;
+
+}  // namespace cam::kernels::dp

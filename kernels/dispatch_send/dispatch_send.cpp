@@ -1,0 +1,381 @@
+// dispatch_send (Attention rank a = (replica d, participant p)), docs/protocol.md §6.1: validate the ids and the
+// capacity before any remote write, wait (bounded) for the round's slot to be free, write each token once per
+// destination FFN rank (quantized once with the shared quant code, or as is), the index tables and records, then
+// publish ready[a][s] = seq on every FFN rank after a fence.
+#include "kernel_operator.h"
+
+#include "common/dataplane.h"
+#include "common/quant.h"
+#include "dispatch_send/dispatch_send_tiling_data.h"
+
+namespace cam::kernels {
+
+template <typename T>
+class DispatchSend {
+public:
+    __aicore__ inline void Init(GM_ADDR x, GM_ADDR ids, GM_ADDR peers, GM_ADDR workspace,
+                                const DispatchSendTilingData& tiling) {
+        tiling_ = tiling;
+        plane_.Init(peers, tiling.comm);
+        decision_.Init(workspace);
+        ws_ = workspace;
+        wsl_ = DispatchSendWorkspaceLayout(plane_.Topo());
+        const CamTopology& t = plane_.Topo();
+        x_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), uint64_t(tiling.tokens) * t.H);
+        ids_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(ids), uint64_t(tiling.tokens) * t.K);
+
+        const uint32_t n = tiling.colsPerPass;
+        pipe_.InitBuffer(inQue_, 2, UbBytes(uint64_t(n) * sizeof(T)));
+        pipe_.InitBuffer(outQue_, 2, UbBytes(n));
+        pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(absBuf_, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(halfBuf_, UbBytes(uint64_t(n) * 2));
+        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceWorkElems<float>(n)) * 4));
+        pipe_.InitBuffer(reduceBuf_, kUbBlockBytes);
+        pipe_.InitBuffer(scaleQue_, 1, kUbBlockBytes);
+        mover_.Init(pipe_, tiling.copyChunkBytes);
+        scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
+    }
+
+    __aicore__ inline void Process() {
+        decision_.Reset();
+        bool go;
+        if (AscendC::GetBlockIdx() == 0) {
+            go = Control();
+            decision_.Publish(go);
+        } else {
+            go = decision_.Await(tiling_.comm.followerCycles);
+        }
+        if (!go) return;
+        RoundFromOwnState();
+        MoveTables();
+        MoveTokens();
+        AscendC::PipeBarrier<AscendC::PIPE_ALL>();
+        AscendC::SyncAll();
+        if (AscendC::GetBlockIdx() == 0) Publish();
+    }
+
+private:
+    // ---- block 0: checks, pre-pass, slot-free wait, tables ----
+    __aicore__ inline bool Control() {
+        const CamTopology& t = plane_.Topo();
+        if (!plane_.EntryOk(op::kDispatchSend)) return false;
+        GM_ADDR own = plane_.Own();
+        RoundFromOwnState();
+        const int64_t d = layout::replica_of(t, plane_.Rank());
+        const int64_t R = layout::experts_per_ffn(t);
+        const int64_t B = tiling_.tokens;
+
+        // Pre-pass: ids in range, rows and distinct tokens per FFN rank, token slots. Nothing remote is written.
+        for (int64_t e = 0; e < t.E; ++e) Counts().SetValue(e, 0);
+        for (int64_t f = 0; f < t.F; ++f) TokensPerFfn().SetValue(f, 0);
+        for (int64_t tok = 0; tok < B; ++tok) {
+            for (int64_t f = 0; f < t.F; ++f) Slots().SetValue(tok * t.F + f, -1);
+            for (int64_t k = 0; k < t.K; ++k) {
+                const int64_t id = ids_.GetValue(tok * t.K + k);
+                if (id < -1 || id >= t.E) {
+                    plane_.Raise(status::kBadInput, op::kDispatchSend, -1, d, tiling_.layer, seq_,
+                                 detail::kArgTopkIds, false);
+                    return false;
+                }
+                if (id == -1) continue;
+                Counts().SetValue(id, Counts().GetValue(id) + 1);
+                const int64_t f = id / R;
+                if (Slots().GetValue(tok * t.F + f) < 0) {
+                    const int64_t slot = TokensPerFfn().GetValue(f);
+                    Slots().SetValue(tok * t.F + f, static_cast<int32_t>(slot));
+                    TokensPerFfn().SetValue(f, slot + 1);
+                }
+            }
+        }
+        for (int64_t f = 0; f < t.F; ++f) {
+            int64_t rows = 0;
+            for (int64_t j = 0; j < R; ++j) rows += Counts().GetValue(f * R + j);
+            if (rows > t.capacity) {
+                plane_.Raise(status::kCapacity, op::kDispatchSend, t.D * t.P + f, d, tiling_.layer, seq_, rows,
+                             false);
+                return false;
+            }
+        }
+
+        if (round_ >= t.slots && !WaitSlotFree(own)) return false;
+
+        // Records: written to workspace, copied to each FFN rank by MoveTables.
+        for (int64_t f = 0; f < t.F; ++f) {
+            AscendC::GlobalTensor<int64_t> h = Header(f);
+            int64_t rows = 0;
+            for (int64_t j = 0; j < R; ++j) {
+                h.SetValue(kHdrCounts + j, Counts().GetValue(f * R + j));
+                rows += Counts().GetValue(f * R + j);
+            }
+            h.SetValue(kHdrSeq, seq_);
+            h.SetValue(kHdrLayer, tiling_.layer);
+            h.SetValue(kHdrReplica, d);
+            h.SetValue(kHdrParticipant, layout::participant_of(t, plane_.Rank()));
+            h.SetValue(kHdrTokens, B);
+            h.SetValue(kHdrRows, rows);
+            h.SetValue(kHdrTokenSlots, TokensPerFfn().GetValue(f));
+            h.SetValue(kHdrFingerprint, layout::fingerprint(t));
+        }
+        // Index tables in row order (expert, token, slot): counts become each expert's running position.
+        for (int64_t f = 0; f < t.F; ++f) {
+            int64_t pos = 0;
+            for (int64_t j = 0; j < R; ++j) {
+                const int64_t c = Counts().GetValue(f * R + j);
+                Counts().SetValue(f * R + j, pos);
+                pos += c;
+            }
+        }
+        for (int64_t tok = 0; tok < B; ++tok) {
+            for (int64_t k = 0; k < t.K; ++k) {
+                const int64_t id = ids_.GetValue(tok * t.K + k);
+                if (id == -1) continue;
+                const int64_t f = id / R;
+                const int64_t pos = Counts().GetValue(id);
+                Counts().SetValue(id, pos + 1);
+                AscendC::GlobalTensor<int32_t> entry =
+                    dp::TensorAt<int32_t>(ws_, wsl_.indexOff + f * layout::index_bytes(t) + pos * layout::kIndexEntryBytes, 2);
+                entry.SetValue(0, Slots().GetValue(tok * t.F + f));
+                entry.SetValue(1, static_cast<int32_t>(tok * t.K + k));
+            }
+        }
+        dp::FlushScalarStores(ws_);
+        return true;
+    }
+
+    // Slot s is free once this rank's combine_recv of round r - slots has run (its combine rows are read) and
+    // every FFN rank completed that round (none reads region (a, s) any more).
+    __aicore__ inline bool WaitSlotFree(GM_ADDR own) {
+        const CamTopology& t = plane_.Topo();
+        const int64_t d = layout::replica_of(t, plane_.Rank());
+        const int64_t prevSeq = seq_ - t.slots;
+        const int64_t deadline = AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles;
+        for (uint32_t i = 0;; ++i) {
+            const int64_t abort = plane_.AbortWord();
+            if (abort != 0) {
+                plane_.Raise(status::kAborted, op::kDispatchSend, abort - 1, d, tiling_.layer, seq_, abort, false);
+                return false;
+            }
+            int64_t missing = -1;
+            if (dp::LoadWord(own, layout::attn_recv_count_off(t)) < round_ - t.slots + 1) missing = plane_.Rank();
+            for (int64_t f = 0; f < t.F && missing < 0; ++f) {
+                const int64_t done = dp::LoadWord(own, layout::attn_completion_signal_off(t, slot_, f));
+                if (done > prevSeq) {
+                    plane_.Raise(status::kProtocol, op::kDispatchSend, t.D * t.P + f, d, tiling_.layer, seq_,
+                                 detail::kProtoSignalAhead, true);
+                    return false;
+                }
+                if (done < prevSeq) missing = t.D * t.P + f;
+            }
+            if (missing < 0) return true;
+            if (AscendC::GetSystemCycle() > deadline) {
+                plane_.Raise(status::kTimeout, op::kDispatchSend, missing, d, tiling_.layer, seq_,
+                             detail::kAwaitSlotFree, true);
+                return false;
+            }
+            SpinPause(i);
+        }
+    }
+
+    // ---- all blocks ----
+    __aicore__ inline void RoundFromOwnState() {
+        round_ = dp::LoadWord(plane_.Own(), layout::attn_send_count_off(plane_.Topo()));
+        seq_ = layout::seq_of_round(round_);
+        slot_ = layout::slot_of_seq(plane_.Topo(), seq_);
+    }
+
+    __aicore__ inline GM_ADDR Region(int64_t f) const {
+        const CamTopology& t = plane_.Topo();
+        return plane_.Window(t.D * t.P + f) + layout::ffn_region_off(t, plane_.Rank(), slot_);
+    }
+
+    // Records and index tables, one FFN rank per block in turn.
+    __aicore__ inline void MoveTables() {
+        const CamTopology& t = plane_.Topo();
+        for (int64_t f = AscendC::GetBlockIdx(); f < t.F; f += AscendC::GetBlockNum()) {
+            const int64_t rows = dp::LoadWord(ws_, wsl_.headerOff + f * layout::header_bytes(t) + 8 * kHdrRows);
+            GM_ADDR region = Region(f);
+            mover_.Copy(region + layout::region_index_off(t), ws_ + wsl_.indexOff + f * layout::index_bytes(t),
+                        uint64_t(rows) * layout::kIndexEntryBytes);
+            mover_.Copy(region, ws_ + wsl_.headerOff + f * layout::header_bytes(t),
+                        uint64_t(layout::header_words(t)) * 8);
+        }
+    }
+
+    __aicore__ inline void MoveTokens() {
+        int64_t lo, hi;
+        dp::BlockShare(tiling_.tokens, &lo, &hi);
+        for (int64_t tok = lo; tok < hi; ++tok) {
+            bool any = false;
+            for (int64_t f = 0; f < plane_.Topo().F && !any; ++f) any = Slots().GetValue(tok * plane_.Topo().F + f) >= 0;
+            if (!any) continue;
+            if (plane_.Topo().quantized) {
+                QuantizeToken(tok);
+            } else {
+                CopyToken(tok);
+            }
+        }
+    }
+
+    __aicore__ inline uint32_t ChunkLen(uint32_t col) const {
+        const uint32_t left = static_cast<uint32_t>(plane_.Topo().H) - col;
+        return left < tiling_.colsPerPass ? left : tiling_.colsPerPass;
+    }
+
+    __aicore__ inline void LoadChunk(uint64_t offset, uint32_t n, const AscendC::LocalTensor<float>& xf) {
+        AscendC::LocalTensor<T> in = inQue_.AllocTensor<T>();
+        AscendC::DataCopyPad(in, x_[offset], {1, uint32_t(n * sizeof(T)), 0, 0, 0}, {false, 0, 0, T()});
+        inQue_.EnQue(in);
+        in = inQue_.DeQue<T>();
+        AscendC::Cast(xf, in, AscendC::RoundMode::CAST_NONE, n);
+        inQue_.FreeTensor(in);
+    }
+
+    // Quantize chunk [col, col+n) of a token and write it to every destination of the token.
+    __aicore__ inline void StoreQuantChunk(int64_t tok, uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf,
+                                           const QuantParams& p) {
+        const CamTopology& t = plane_.Topo();
+        AscendC::LocalTensor<int8_t> out = outQue_.AllocTensor<int8_t>();
+        QuantizeChunk(out, xf, n, p, scratch_);
+        outQue_.EnQue(out);
+        out = outQue_.DeQue<int8_t>();
+        for (int64_t f = 0; f < t.F; ++f) {
+            const int32_t slot = Slots().GetValue(tok * t.F + f);
+            if (slot < 0) continue;
+            AscendC::GlobalTensor<int8_t> dst = dp::TensorAt<int8_t>(
+                Region(f), layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t) + col, n);
+            AscendC::DataCopyPad(dst, out, {1, n, 0, 0, 0});
+        }
+        outQue_.FreeTensor(out);
+    }
+
+    __aicore__ inline void QuantizeToken(int64_t tok) {
+        const CamTopology& t = plane_.Topo();
+        const uint64_t rowOffset = uint64_t(tok) * t.H;
+        AscendC::LocalTensor<float> xf = rowBuf_.Get<float>();
+        QuantParams p;
+        if (tiling_.passes == 1) {
+            const uint32_t n = static_cast<uint32_t>(t.H);
+            LoadChunk(rowOffset, n, xf);
+            p = QuantParamsFromAmax(ChunkAmax(xf, n, scratch_));
+            StoreQuantChunk(tok, 0, n, xf, p);
+        } else {
+            float amax = 0.0f;
+            for (uint32_t c = 0; c < t.H; c += tiling_.colsPerPass) {
+                const uint32_t n = ChunkLen(c);
+                LoadChunk(rowOffset + c, n, xf);
+                amax = CombineAmax(amax, ChunkAmax(xf, n, scratch_));
+            }
+            p = QuantParamsFromAmax(amax);
+            for (uint32_t c = 0; c < t.H; c += tiling_.colsPerPass) {
+                const uint32_t n = ChunkLen(c);
+                if (p.quantize) LoadChunk(rowOffset + c, n, xf);
+                StoreQuantChunk(tok, c, n, xf, p);
+            }
+        }
+        AscendC::LocalTensor<float> s = scaleQue_.AllocTensor<float>();
+        s.SetValue(0, p.scale);
+        scaleQue_.EnQue(s);
+        s = scaleQue_.DeQue<float>();
+        AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(0);
+        AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(0);
+        for (int64_t f = 0; f < t.F; ++f) {
+            const int32_t slot = Slots().GetValue(tok * t.F + f);
+            if (slot < 0) continue;
+            AscendC::GlobalTensor<float> dst =
+                dp::TensorAt<float>(Region(f), layout::region_scales_off(t) + 4 * int64_t(slot), 1);
+            AscendC::DataCopyPad(dst, s, {1, 4, 0, 0, 0});
+        }
+        scaleQue_.FreeTensor(s);
+    }
+
+    __aicore__ inline void CopyToken(int64_t tok) {
+        const CamTopology& t = plane_.Topo();
+        for (uint32_t c = 0; c < t.H; c += tiling_.colsPerPass) {
+            const uint32_t n = ChunkLen(c);
+            AscendC::LocalTensor<T> in = inQue_.AllocTensor<T>();
+            AscendC::DataCopyPad(in, x_[uint64_t(tok) * t.H + c], {1, uint32_t(n * sizeof(T)), 0, 0, 0},
+                                 {false, 0, 0, T()});
+            inQue_.EnQue(in);
+            in = inQue_.DeQue<T>();
+            AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(0);
+            AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(0);
+            for (int64_t f = 0; f < t.F; ++f) {
+                const int32_t slot = Slots().GetValue(tok * t.F + f);
+                if (slot < 0) continue;
+                AscendC::GlobalTensor<T> dst = dp::TensorAt<T>(
+                    Region(f), layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t) + c * sizeof(T), n);
+                AscendC::DataCopyPad(dst, in, {1, uint32_t(n * sizeof(T)), 0, 0, 0});
+            }
+            AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(0);
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(0);
+            inQue_.FreeTensor(in);
+        }
+    }
+
+    // ---- block 0, after every block's writes drained (PipeBarrier + SyncAll) ----
+    __aicore__ inline void Publish() {
+        const CamTopology& t = plane_.Topo();
+        for (int64_t f = 0; f < t.F; ++f) {
+            dp::StoreWord(plane_.Window(t.D * t.P + f), layout::ffn_ready_signal_off(t, plane_.Rank(), slot_), seq_);
+        }
+        GM_ADDR own = plane_.Own();
+        dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotSeq, seq_);
+        dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotLayer, tiling_.layer);
+        dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotTokens, tiling_.tokens);
+        dp::StoreWord(own, layout::attn_send_count_off(t), round_ + 1);
+    }
+
+    __aicore__ inline AscendC::GlobalTensor<int64_t> Counts() const {
+        return dp::WordsAt(ws_, wsl_.countsOff, plane_.Topo().E);
+    }
+    __aicore__ inline AscendC::GlobalTensor<int64_t> TokensPerFfn() const {
+        return dp::WordsAt(ws_, wsl_.tokensOff, plane_.Topo().F);
+    }
+    __aicore__ inline AscendC::GlobalTensor<int32_t> Slots() const {
+        return dp::TensorAt<int32_t>(ws_, wsl_.slotsOff, plane_.Topo().Bmax * plane_.Topo().F);
+    }
+    __aicore__ inline AscendC::GlobalTensor<int64_t> Header(int64_t f) const {
+        return dp::WordsAt(ws_, wsl_.headerOff + f * layout::header_bytes(plane_.Topo()),
+                           layout::header_words(plane_.Topo()));
+    }
+
+    DispatchSendTilingData tiling_{};
+    dp::Plane plane_;
+    dp::Decision decision_;
+    GM_ADDR ws_ = nullptr;
+    DispatchSendWorkspace wsl_{};
+    int64_t round_ = 0, seq_ = 0, slot_ = 0;
+    AscendC::TPipe pipe_;
+    AscendC::TQue<AscendC::TPosition::VECIN, 2> inQue_;
+    AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
+    AscendC::TQue<AscendC::TPosition::VECOUT, 1> scaleQue_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;
+    dp::ByteMover mover_;
+    QuantScratch scratch_;
+    AscendC::GlobalTensor<T> x_;
+    AscendC::GlobalTensor<int32_t> ids_;
+};
+
+}  // namespace cam::kernels
+
+extern "C" __global__ __aicore__ void cam_dispatch_send(GM_ADDR x, GM_ADDR topkIds, GM_ADDR peers, GM_ADDR workspace,
+                                                        cam::kernels::DispatchSendTilingData tiling) {
+    if (tiling.key == cam::kernels::kDispatchSendBf16) {
+        cam::kernels::DispatchSend<bfloat16_t> op;
+        op.Init(x, topkIds, peers, workspace, tiling);
+        op.Process();
+    } else {
+        cam::kernels::DispatchSend<half> op;
+        op.Init(x, topkIds, peers, workspace, tiling);
+        op.Process();
+    }
+}
+
+#include "common/launch.h"
+#include "dispatch_send/dispatch_send.h"
+
+void cam::kernels::LaunchDispatchSend(uint32_t blockDim, void* stream, uint8_t* x, uint8_t* topkIds, uint8_t* peers,
+                                      uint8_t* workspace, const DispatchSendTilingData& tiling) {
+    CAM_KERNEL_LAUNCH(cam_dispatch_send, blockDim, stream, x, topkIds, peers, workspace, tiling);
+}

@@ -1,0 +1,57 @@
+// Tiling of dispatch_send, passed by value to the kernel. Filled by tiling/src/dispatch_send_tiling.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "common/dataplane_args.h"
+#include "common/ub_math.h"
+
+namespace cam::kernels {
+
+enum DispatchSendKey : uint32_t { kDispatchSendBf16 = 0, kDispatchSendFp16 = 1 };
+
+struct DispatchSendTilingData {
+    dp::CommArgs comm;
+    int64_t tokens;        // B of this round
+    int64_t layer;
+    uint32_t key;
+    uint32_t blockDim;
+    uint32_t colsPerPass;  // a token row is quantized in passes of this many columns (multiple of 32)
+    uint32_t passes;
+    uint32_t copyChunkBytes;
+    uint32_t reserved;
+};
+
+constexpr uint32_t kDispatchSendMaxCols = 4096;
+constexpr uint32_t kDispatchSendCopyChunk = 16384;
+
+// Workspace: block 0 builds the round's tables here with scalar stores, then every block copies them out with MTE.
+struct DispatchSendWorkspace {
+    int64_t countsOff;    // int64[E]: rows per expert, then the running index position of each expert
+    int64_t tokensOff;    // int64[F]: distinct tokens per FFN rank
+    int64_t slotsOff;     // int32[Bmax * F]: token slot of token t on FFN rank f, or -1
+    int64_t indexOff;     // F x region_index_entries index entries, laid out as in the region
+    int64_t headerOff;    // F x header_bytes records
+    int64_t bytes;
+};
+
+__aicore__ inline DispatchSendWorkspace DispatchSendWorkspaceLayout(const CamTopology& t) {
+    DispatchSendWorkspace w{};
+    w.countsOff = dp::kWsDecisionBytes;
+    w.tokensOff = w.countsOff + int64_t(AlignUp(8 * t.E, kLine));
+    w.slotsOff = w.tokensOff + int64_t(AlignUp(8 * t.F, kLine));
+    w.indexOff = w.slotsOff + int64_t(AlignUp(4 * t.Bmax * t.F, kLine));
+    w.headerOff = w.indexOff + t.F * cam::layout::index_bytes(t);
+    w.bytes = w.headerOff + t.F * cam::layout::header_bytes(t);
+    return w;
+}
+
+// UB the kernel carves: quant working set (as dynamic_quant) plus the table mover and the staged scale.
+__aicore__ constexpr uint32_t DispatchSendUbBytes(uint32_t colsPerPass, uint32_t copyChunkBytes) {
+    return 2 * UbBytes(uint64_t(colsPerPass) * 2) + 2 * UbBytes(colsPerPass) + UbBytes(uint64_t(colsPerPass) * 4) +
+           UbBytes(uint64_t(colsPerPass) * 4) + UbBytes(uint64_t(colsPerPass) * 2) +
+           UbBytes(uint64_t(ReduceWorkElems<float>(colsPerPass)) * 4) + UbBytes(kUbBlockBytes) +
+           UbBytes(kUbBlockBytes) + 2 * UbBytes(copyChunkBytes);
+}
+
+}  // namespace cam::kernels

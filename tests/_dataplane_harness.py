@@ -1,0 +1,207 @@
+"""Threads-as-ranks harness for the data-plane tests: every rank is a thread with its own cam.Comm (in-process
+transport), every join has a deadline, and an exception in any rank is re-raised in the test."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+
+import cam
+from cam.reference.dispatch_combine import round_trip_plane
+from cam.reference.dynamic_quant import dynamic_quant
+
+
+def unique_group(tag: str = "t") -> str:
+    return f"{tag}-{uuid.uuid4().hex[:10]}"
+
+
+def run_ranks(topo: cam.Topology, bodies: Dict[int, Callable[[cam.Comm], object]], *, timeout: float = 60.0,
+              group: Optional[str] = None, **comm_kw) -> Tuple[Dict[int, object], Dict[int, BaseException]]:
+    """Runs ``bodies[rank](comm)`` on one thread per rank of the plane (ranks without a body only join and wait
+    for the others). Returns (results, errors) per rank; fails the test if a rank is still running at the
+    deadline."""
+    group = group or unique_group()
+    results: Dict[int, object] = {}
+    errors: Dict[int, BaseException] = {}
+    done = threading.Event()
+    finished = []
+    lock = threading.Lock()
+
+    def main(rank: int) -> None:
+        try:
+            with cam.Comm(topo, rank, group=group, **comm_kw) as comm:
+                body = bodies.get(rank)
+                if body is not None:
+                    results[rank] = body(comm)
+                else:
+                    # an idle rank: keep the comm open until the others are done
+                    done.wait(timeout)
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            errors[rank] = e
+        finally:
+            with lock:
+                finished.append(rank)
+                if len([r for r in finished if r in bodies]) == len(bodies):
+                    done.set()
+
+    threads = [threading.Thread(target=main, args=(r,), daemon=True, name=f"rank{r}") for r in range(topo.world_size)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    alive = [t.name for t in threads if t.is_alive()]
+    assert not alive, f"ranks still running after {timeout} s: {alive}"
+    return results, errors
+
+
+def raise_first(errors: Dict[int, BaseException]) -> None:
+    if errors:
+        rank = min(errors)
+        raise AssertionError(f"rank {rank} failed: {errors[rank]!r}") from errors[rank]
+
+
+def expert_fn(quantized: bool, dtype: torch.dtype):
+    """A per-expert function that makes every routing mistake visible: dequantize, scale by (global expert + 1)."""
+
+    def fn(e: torch.Tensor, rows: torch.Tensor, scales: Optional[torch.Tensor]) -> torch.Tensor:
+        v = rows.to(torch.float32)
+        if quantized:
+            v = v * scales[:, None]
+        return (v * (e.to(torch.float32) + 1)[:, None]).to(dtype)
+
+    return fn
+
+
+@dataclass
+class Round:
+    layer: int
+    x: torch.Tensor
+    ids: torch.Tensor
+    w: torch.Tensor
+
+
+def make_rounds(topo: cam.Topology, counts: List[List[int]], *, seed: int = 0, dtype=torch.bfloat16,
+                ids_fn=None, layers=None) -> List[List[Round]]:
+    """rounds[a][r] for Attention rank a; counts[a][r] = B of that round."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for a, bs in enumerate(counts):
+        rounds = []
+        for r, b in enumerate(bs):
+            x = (torch.randn((b, topo.H), generator=g) * 3).to(dtype)
+            if ids_fn is not None:
+                ids = ids_fn(a, r, b).to(torch.int32)
+            else:
+                ids = torch.randint(-1, topo.E, (b, topo.K), generator=g, dtype=torch.int32)
+            w = torch.rand((b, topo.K), generator=g, dtype=torch.float32)
+            layer = layers[a][r] if layers is not None else r % topo.L
+            rounds.append(Round(layer, x, ids, w))
+        out.append(rounds)
+    return out
+
+
+@dataclass
+class Served:
+    replica: int
+    seq: int
+    layer: int
+    rows: torch.Tensor
+    scales: torch.Tensor
+    counts: torch.Tensor
+    work_item: torch.Tensor
+
+
+@dataclass
+class FfnLog:
+    served: List[Served] = field(default_factory=list)
+    empties: int = 0
+
+
+def ffn_server(topo: cam.Topology, n_items: int, *, deadline_s: float = 60.0, on_item=None, dtype=torch.bfloat16):
+    """FFN body: serve until n_items non-empty work items went through combine_send; empty items pass through
+    combine_send too (a no-op)."""
+
+    def body(comm: cam.Comm) -> FfnLog:
+        log = FfnLog()
+        fn = expert_fn(topo.quantized, dtype)
+        f = comm.rank - topo.A
+        end = time.monotonic() + deadline_s
+        while len(log.served) < n_items:
+            assert time.monotonic() < end, f"FFN rank {comm.rank} served {len(log.served)}/{n_items} items"
+            ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
+            out = torch.zeros((topo.recv_rows, topo.H), dtype=dtype)
+            if int(wi[0]) == 1:
+                n = int(wi[5])
+                e = torch.repeat_interleave(torch.arange(topo.R), cnt) + f * topo.R
+                out[:n] = fn(e, ex[:n], sc[:n] if topo.quantized else None)
+                log.served.append(Served(int(wi[1]), int(wi[3]), int(wi[2]), ex[:n].clone(),
+                                         sc[:n].clone() if topo.quantized else None, cnt.clone(), wi.clone()))
+                if on_item is not None:
+                    on_item(comm, log)
+            else:
+                log.empties += 1
+            cam.ops.combine_send(comm, out, wi)
+        return log
+
+    return body
+
+
+def attention_body(rounds: List[Round], *, in_flight: int = 1):
+    """Attention body: dispatch and combine its rounds, keeping up to `in_flight` rounds dispatched ahead."""
+
+    def body(comm: cam.Comm) -> List[torch.Tensor]:
+        outs = []
+        sent = 0
+        for r in range(len(rounds)):
+            while sent < len(rounds) and sent - r < in_flight:
+                rd = rounds[sent]
+                cam.ops.dispatch_send(comm, rd.x, rd.ids, rd.layer)
+                sent += 1
+            outs.append(cam.ops.combine_recv(comm, rounds[r].ids, rounds[r].w))
+        return outs
+
+    return body
+
+
+def check_against_golden(topo: cam.Topology, rounds: List[List[Round]], results, dtype=torch.bfloat16) -> None:
+    """Attention outputs == golden round trip of the whole plane; every FFN payload and metadata == golden
+    dispatch."""
+    fn = expert_fn(topo.quantized, dtype)
+    for r in range(len(rounds[0])):
+        golden = round_trip_plane(topo, [(rounds[a][r].x, rounds[a][r].ids, rounds[a][r].w) for a in range(topo.A)],
+                                  fn, quant_fn=dynamic_quant, global_ids=True)
+        for a in range(topo.A):
+            got = results[a][r]
+            assert got.dtype == dtype and torch.equal(got, golden["out"][a]), f"combine output of rank {a} round {r}"
+        for d in range(topo.D):
+            for f in range(topo.F):
+                log = results[topo.A + f]
+                item = [s for s in log.served if s.replica == d and s.seq == r + 1]
+                assert len(item) == 1, f"FFN {f}: replica {d} round {r} served {len(item)} times"
+                item = item[0]
+                gd = golden["dispatch"][(d, topo.A + f)]
+                assert item.layer == rounds[d * topo.P][r].layer
+                assert torch.equal(item.counts, gd["counts"]), (d, r, f)
+                assert torch.equal(item.rows, gd["rows"]), (d, r, f)
+                if topo.quantized:
+                    assert torch.equal(item.scales, gd["scales"]), (d, r, f)
+                wi = item.work_item
+                assert int(wi[5]) == gd["rows"].shape[0] and int(wi[6]) == topo.A + f
+                assert int(wi[7]) == topo.fingerprint and torch.equal(wi[8:8 + topo.R], gd["counts"])
+
+
+def run_round_trip(topo: cam.Topology, rounds: List[List[Round]], *, in_flight: int = 1, timeout: float = 90.0,
+                   dtype=torch.bfloat16, **comm_kw):
+    bodies = {a: attention_body(rounds[a], in_flight=in_flight) for a in range(topo.A)}
+    for f in range(topo.F):
+        bodies[topo.A + f] = ffn_server(topo, topo.D * len(rounds[0]), dtype=dtype)
+    results, errors = run_ranks(topo, bodies, timeout=timeout, dtype=dtype, **comm_kw)
+    raise_first(errors)
+    check_against_golden(topo, rounds, results, dtype=dtype)
+    return results

@@ -1,0 +1,105 @@
+"""Processes as ranks over POSIX shared memory: the same round trip as in-process, and no /dev/shm segment left
+behind, neither after a normal exit nor after a rank was killed (segments are unlinked once every rank mapped
+them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import torch
+
+import cam
+from _dataplane_harness import check_against_golden, make_rounds, FfnLog, Served
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")]
+
+SCRIPT = pathlib.Path(__file__).with_name("_shm_rank.py")
+
+
+def _segments(prefix: str):
+    return sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix))
+
+
+def _launch(tmp_path, topo_kw, counts, prefix, mode):
+    t = cam.Topology(**topo_kw)
+    store = tmp_path / "store"
+    procs = []
+    for r in range(t.world_size):
+        cmd = [sys.executable, str(SCRIPT), "--store", str(store), "--rank", str(r), "--topology", json.dumps(topo_kw),
+               "--counts", json.dumps(counts), "--prefix", prefix, "--out", str(tmp_path / f"rank{r}.pt"),
+               "--mode", mode]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    return t, procs
+
+
+def _finish(procs, timeout):
+    outs = []
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        outs.append((p.returncode, out.decode(errors="replace")))
+    return outs
+
+
+def test_shm_round_trip_over_processes_leaves_no_segment(tmp_path):
+    prefix = f"camtest-{uuid.uuid4().hex[:10]}"
+    topo_kw = dict(D=2, P=1, F=1, E=4, K=2, H=48, Bmax=6, L=2, slots=2)
+    counts = [[6, 2], [0, 5]]
+    t, procs = _launch(tmp_path, topo_kw, counts, prefix, "round_trip")
+    outs = _finish(procs, 150)
+    for r, (code, text) in enumerate(outs):
+        assert code == 0, f"rank {r} exited {code}:\n{text}"
+    assert _segments(prefix) == []
+    results = {}
+    for r in range(t.world_size):
+        res = torch.load(tmp_path / f"rank{r}.pt")
+        if r < t.A:
+            results[r] = res
+        else:
+            log = FfnLog()
+            for d, seq, layer, rows, scales, cnt in res:
+                log.served.append(Served(d, seq, layer, rows, scales, cnt, _fake_wi(t, r, rows.shape[0], cnt)))
+            results[r] = log
+    check_against_golden(t, make_rounds(t, counts, seed=21), results)
+
+
+def _fake_wi(t, rank, n, counts):
+    # the work item words the golden comparison reads (rows, FFN rank, fingerprint, counts)
+    wi = torch.zeros(t.work_item_words, dtype=torch.int64)
+    wi[5], wi[6], wi[7] = n, rank, t.fingerprint
+    wi[8:8 + t.R] = counts
+    return wi
+
+
+def test_shm_killed_rank_leaks_no_segment(tmp_path):
+    prefix = f"camtest-{uuid.uuid4().hex[:10]}"
+    topo_kw = dict(D=1, P=1, F=2, E=4, K=2, H=16, Bmax=2, L=1, slots=1)
+    t, procs = _launch(tmp_path, topo_kw, [[1]], prefix, "wait_for_kill")
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"rank{r}.pt.ready").exists() for r in range(t.world_size)):
+        assert time.monotonic() < deadline, "ranks did not finish the handshake"
+        assert all(p.poll() is None for p in procs), _finish(procs, 10)
+        time.sleep(0.05)
+    # every rank mapped every window: the names are already gone, while the windows are still in use
+    assert _segments(prefix) == []
+    procs[1].send_signal(signal.SIGKILL)
+    procs[1].wait(30)
+    (tmp_path / "rank0.pt.go").touch()
+    (tmp_path / "rank2.pt.go").touch()
+    outs = _finish([procs[0], procs[2]], 60)
+    assert [code for code, _ in outs] == [0, 0], outs
+    assert procs[1].returncode == -signal.SIGKILL
+    assert _segments(prefix) == []
