@@ -1,0 +1,293 @@
+"""``cam.connector.AsyncAFDConnector``: the reference connector that drives asynchronous AFD prefill with cam's ops.
+
+It is shaped after the vLLM AFD plugin's connector contract (``control_plane = None``; a constructor that does no
+device work; a collective ``init_afd_connector()``; ``send_attn_output`` / ``recv_ffn_output`` on Attention ranks;
+``recv_ffn_work_item`` / ``send_ffn_work_item_output`` on FFN ranks) and kept thin: ordering, fairness, readiness
+and completion live in the ops. On the twin the world is ``torch.distributed`` (gloo) plus a shm :class:`cam.Comm`;
+on Ascend the Comm would take HCCL windows from the process group's communicator (untested here, see
+docs/connector.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from datetime import timedelta
+from typing import Deque, Optional, Sequence, Tuple
+
+import torch
+
+from . import ops
+from .comm import Comm
+from .layer_weights import LayerWeights
+from .topology import Topology
+
+__all__ = [
+    "AFDTransferMetadata",
+    "AFDTransferContext",
+    "AsyncAFDConnector",
+    "ConnectorConfig",
+    "FFNWorkItem",
+    "WORK_ITEM_LAYER_WORD",
+]
+
+# Word of the device work item that holds the layer (docs/protocol.md §4.2); W1/W2 read it through a view.
+WORK_ITEM_LAYER_WORD = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectorConfig:
+    """Everything the ranks of one AFD world agree on.
+
+    Args:
+        topology: the data plane (:class:`cam.Topology`), identical on every rank.
+        master_addr / master_port: rendezvous of the world (rank 0 hosts the store).
+        dtype: activation dtype (bfloat16 or float16).
+        timeout_s: bound of device waits inside a begun round and of the rendezvous.
+        idle_poll_s: how long an FFN receive waits before it returns an empty work item.
+        group: name of this world's keys in the store (several worlds may share one store).
+        shm_prefix: name prefix of the shm windows (``/dev/shm/<prefix>-r<rank>``), so a supervisor can remove
+            what a rank killed before the handshake left behind; default unique per process.
+    """
+
+    topology: Topology
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29555
+    dtype: torch.dtype = torch.bfloat16
+    timeout_s: float = 300.0
+    idle_poll_s: float = 0.05
+    group: str = "afd"
+    shm_prefix: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AFDTransferMetadata:
+    """What the Attention model knows about one transfer: the layer and the micro-batch stage."""
+
+    layer_idx: int
+    stage_idx: int = 0
+    seq_lens: Tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class AFDTransferContext:
+    metadata: AFDTransferMetadata
+    states: Optional[object] = None
+
+
+@dataclasses.dataclass
+class FFNWorkItem:
+    """One received work item. Every field is a device tensor of static shape; the host never reads them.
+
+    Attributes:
+        hidden_states: ``[N, H]`` rows grouped by local expert (int8 when the plane is quantized).
+        dynamic_scales: ``[N]`` fp32 per-row scales (quantized plane).
+        group_list: ``[R]`` int64 rows per local expert (GMM ``group_list_type`` 1).
+        work_item: the device work-item record (replica, layer, sequence, rows, counts ...).
+        layer_index: int64 ``[1]`` view of the record's layer word, the GMM ops' ``layer_index``.
+        stage_idx: the FFN stage that received it (always 0: the FFN side is not micro-batched).
+    """
+
+    hidden_states: torch.Tensor
+    dynamic_scales: torch.Tensor
+    group_list: torch.Tensor
+    work_item: torch.Tensor
+    layer_index: torch.Tensor
+    stage_idx: int = 0
+
+
+class AsyncAFDConnector:
+    """One rank of an async AFD world.
+
+    Args:
+        rank: global rank; Attention ranks are ``[0, A)``, FFN ranks ``[A, A + F)``.
+        role: ``"attention"`` or ``"ffn"``; must agree with ``rank``.
+        config: the :class:`ConnectorConfig` shared by every rank.
+
+    Construction does no device work; :meth:`init_afd_connector` is collective over the whole world.
+    """
+
+    control_plane = None  # async: the FFN side is driven by its own receive loop, no DP metadata exchange
+
+    def __init__(self, rank: int, role: str, config: ConnectorConfig):
+        if role not in ("attention", "ffn"):
+            raise ValueError(f"AsyncAFDConnector: role must be 'attention' or 'ffn', got {role!r}")
+        topo = config.topology
+        if not 0 <= rank < topo.world_size:
+            raise ValueError(f"AsyncAFDConnector: rank {rank} outside the world [0, {topo.world_size})")
+        if (rank < topo.A) != (role == "attention"):
+            raise ValueError(f"AsyncAFDConnector: rank {rank} is an {'Attention' if rank < topo.A else 'FFN'} rank "
+                             f"(Attention ranks are [0, {topo.A})), not role {role!r}")
+        self.rank = rank
+        self.role = role
+        self.config = config
+        self.attn_size = topo.A
+        self.ffn_size = topo.F
+        self.expert_per_rank = topo.R
+        self.comm: Optional[Comm] = None
+        self._store = None
+        self._lock = threading.Lock()
+        self._receiving = 0
+        # Attention side: (stage, topk_ids, topk_weights) per dispatched round, in dispatch order.
+        self._pending: Deque[Tuple[int, torch.Tensor, torch.Tensor]] = collections.deque()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def is_initialized(self) -> bool:
+        return self.comm is not None and not self.comm.closed
+
+    @property
+    def world_rank(self) -> int:
+        return self.rank
+
+    def init_afd_connector(self, store=None) -> None:
+        """Collective: joins the world's store (rank 0 hosts it unless ``store`` is given) and builds the shm
+        :class:`cam.Comm`. Idempotent."""
+        if self.is_initialized:
+            return
+        cfg = self.config
+        if store is None:
+            store = torch.distributed.TCPStore(
+                cfg.master_addr, cfg.master_port, cfg.topology.world_size, is_master=self.rank == 0,
+                timeout=timedelta(seconds=cfg.timeout_s), wait_for_workers=False)
+        self._store = store
+        self.comm = Comm(cfg.topology, self.rank, transport="shm", store=store, group=cfg.group, dtype=cfg.dtype,
+                         timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s, join_timeout_s=cfg.timeout_s,
+                         shm_prefix=cfg.shm_prefix)
+
+    @property
+    def store(self):
+        return self._store
+
+    def abort(self) -> None:
+        """Ends every device wait on every rank of the world (cam.CommAbortedError there)."""
+        if self.comm is not None:
+            self.comm.abort()
+
+    def close(self) -> None:
+        """Releases the Comm. Safe after a partial init and from another thread: a receive still blocked in
+        this rank is ended by aborting the plane (a normal close, with nothing in flight, aborts nothing)."""
+        comm = self.comm
+        if comm is None:
+            return
+        with self._lock:
+            receiving = self._receiving
+        if receiving:
+            comm.abort()
+        comm.close()
+        self.comm = None
+
+    def _require(self, role: str) -> Comm:
+        if self.role != role:
+            raise ValueError(f"AsyncAFDConnector: this is an {self.role} rank; the call needs a {role} rank")
+        if not self.is_initialized:
+            raise ValueError("AsyncAFDConnector: call init_afd_connector() first (or the connector is closed)")
+        return self.comm
+
+    class _Receiving:
+        def __init__(self, owner):
+            self.owner = owner
+
+        def __enter__(self):
+            with self.owner._lock:
+                self.owner._receiving += 1
+
+        def __exit__(self, *exc):
+            with self.owner._lock:
+                self.owner._receiving -= 1
+
+    # ------------------------------------------------------------------ Attention side
+
+    def send_attn_output(self, hidden_states: torch.Tensor, context: AFDTransferContext, *,
+                         topk_ids: torch.Tensor, topk_weights: torch.Tensor, **_) -> None:
+        """Dispatches this rank's tokens of one MoE layer to the FFN ranks (routed experts only).
+
+        Args:
+            hidden_states: ``[B, H]`` activations (the plane's dtype).
+            context: carries ``metadata.layer_idx`` (MoE layer in ``[0, L)``) and ``metadata.stage_idx``.
+            topk_ids: int32 ``[B, K]`` routed expert ids in ``[0, E)``, -1 for an empty slot.
+            topk_weights: fp32 ``[B, K]`` combine weights, kept for :meth:`recv_ffn_output`.
+        """
+        comm = self._require("attention")
+        if not isinstance(topk_weights, torch.Tensor) or topk_weights.dtype != torch.float32:
+            raise TypeError("send_attn_output: topk_weights must be a float32 tensor [B, K]")
+        if tuple(topk_weights.shape) != tuple(topk_ids.shape):
+            raise ValueError(f"send_attn_output: topk_weights shape {tuple(topk_weights.shape)} differs from "
+                             f"topk_ids {tuple(topk_ids.shape)}")
+        ops.dispatch_send(comm, hidden_states, topk_ids, context.metadata.layer_idx)
+        self._pending.append((context.metadata.stage_idx, topk_ids, topk_weights))
+
+    def recv_ffn_output(self, ref_tensor: Optional[torch.Tensor] = None, ubatch_idx: int = 0, **_) -> torch.Tensor:
+        """The weighted routed sum ``[B, H]`` of the oldest dispatched round, which must belong to ``ubatch_idx``
+        (results come back in dispatch order: FIFO per stage, stages interleaved as they were sent)."""
+        comm = self._require("attention")
+        if not self._pending:
+            raise ValueError("recv_ffn_output: nothing was dispatched")
+        stage, ids, weights = self._pending[0]
+        if stage != ubatch_idx:
+            raise ValueError(f"recv_ffn_output: the oldest dispatched round is stage {stage}, not {ubatch_idx}; "
+                             "receive in dispatch order")
+        self._pending.popleft()
+        with self._Receiving(self):
+            return ops.combine_recv(comm, ids, weights)
+
+    # ------------------------------------------------------------------ FFN side
+
+    def recv_ffn_work_item(self, stage_idx: int = 0, max_num_tokens: Optional[int] = None) -> FFNWorkItem:
+        """Takes the next ready work item (empty after ``idle_poll_s`` with nothing ready; loop on).
+        ``max_num_tokens`` is accepted for the plugin's signature; the capacity is the topology's."""
+        comm = self._require("ffn")
+        with self._Receiving(self):
+            return _work_item(*ops.dispatch_recv(comm), stage_idx)
+
+    def send_ffn_work_item_output(self, item: FFNWorkItem, output: torch.Tensor) -> None:
+        """Returns the expert outputs ``[N, H]`` of ``item`` to their Attention ranks; completes the round even when
+        the item has no rows (every FFN rank signals every round)."""
+        ops.combine_send(self._require("ffn"), output, item.work_item)
+
+    def ffn_step(self, w1: LayerWeights, w2: LayerWeights) -> torch.Tensor:
+        """One FFN iteration (see :func:`ffn_iteration`); returns the device work-item record."""
+        comm = self._require("ffn")
+        with self._Receiving(self):
+            return ffn_iteration(comm, w1, w2)
+
+
+def ffn_iteration(comm: Comm, w1: LayerWeights, w2: LayerWeights) -> torch.Tensor:
+    """receive → W1 (int8 GMM + SwiGLU + quant) → W2 (int8 GMM + dequant) → send, as one traceable function: the
+    layer and the per-expert counts never leave the device, so it compiles with torch.compile(fullgraph=True) and
+    an empty work item flows through as a no-op. Returns the work-item record (a device tensor)."""
+    item = _work_item(*ops.dispatch_recv(comm))
+    ops.combine_send(comm, ffn_compute(item, w1, w2), item.work_item)
+    return item.work_item
+
+
+def _work_item(rows, scales, counts, work_item, stage_idx: int = 0) -> FFNWorkItem:
+    return FFNWorkItem(rows, scales, counts, work_item,
+                       work_item[WORK_ITEM_LAYER_WORD:WORK_ITEM_LAYER_WORD + 1], stage_idx)
+
+
+def ffn_compute(item: FFNWorkItem, w1: LayerWeights, w2: LayerWeights) -> torch.Tensor:
+    """The routed MoE of one work item; traceable by torch.compile(fullgraph=True) (no host reads)."""
+    y, y_scale = ops.gmm_swiglu_quant_multi_layer(item.hidden_states, item.dynamic_scales, w1, item.group_list,
+                                                  item.layer_index)
+    return ops.gmm_multi_layer(y, y_scale, w2, item.group_list, item.layer_index)
+
+
+def expert_weights(model, topology: Topology, ffn_index: int) -> Tuple[LayerWeights, LayerWeights]:
+    """LayerWeights of FFN rank ``A + ffn_index`` (its R routed experts, every MoE layer) from a
+    :class:`cam.models.MoEModel`."""
+    w1, s1, w2, s2 = model.routed_weights(ffn_index * topology.R, topology.R)
+    return LayerWeights(w1, s1), LayerWeights(w2, s2)
+
+
+def split_tokens(num_tokens: int, participants: int) -> Sequence[Tuple[int, int]]:
+    """Contiguous balanced split of a replica's tokens over its participants: [(start, end)] per participant."""
+    base, extra = divmod(num_tokens, participants)
+    bounds, start = [], 0
+    for p in range(participants):
+        end = start + base + (1 if p < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds

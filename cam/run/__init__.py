@@ -1,0 +1,1 @@
+"""``cam-run``: end-to-end asynchronous AFD prefill on the twin (processes as ranks)."""

@@ -1,0 +1,325 @@
+"""``cam-run``: asynchronous AFD prefill end to end on the twin, with processes as ranks.
+
+Spawns A Attention + F FFN processes, feeds them a seeded workload, watches them (the moment one dies it raises the
+abort key and every other rank's waits end at once), and reports per-request TTFT, makespan, throughput and FFN
+idle time. ``--mode async`` is this library's model (FFN ranks serve any ready replica); ``--mode sync`` puts a
+global barrier across replicas at every layer, with the same ops and the same batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from typing import Dict, List
+
+import torch
+
+from .setup import RunConfig, build, workload_presets
+from .worker import ABORT_KEY, READY_KEY, SHUTDOWN_KEY, START_KEY
+
+_POLL_S = 0.05
+_GRACE_S = 20.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="cam-run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=["async", "sync"], default="async")
+    p.add_argument("--preset", choices=sorted(workload_presets()), default="default", help="workload preset")
+    p.add_argument("--model", choices=["tiny", "small"], default="tiny", help="model preset (cam.models.PRESETS)")
+    p.add_argument("--replicas", type=int, default=2, help="Attention DP replicas D")
+    p.add_argument("--participants", type=int, default=1, help="Attention ranks per replica P (cam-run: 1)")
+    p.add_argument("--ffn", type=int, default=2, help="FFN ranks F (must divide the model's experts)")
+    p.add_argument("--slots", type=int, default=2, help="rounds in flight per Attention rank")
+    p.add_argument("--requests", type=int, help="override the preset's number of requests")
+    p.add_argument("--seed", type=int, help="override the preset's seed")
+    p.add_argument("--skew", type=float, help="override the preset's length skew across replicas")
+    p.add_argument("--cost-model", action="store_true",
+                   help="emulate attention time with calibrated sleeps (shows scheduling on a 2-CPU machine)")
+    p.add_argument("--attention-cost", type=float, nargs=3, default=(0.002, 0.0004, 0.00001), metavar=("A", "B", "C"),
+                   help="cost model: seconds = A + B*tokens + C*sum(len^2) per micro-batch per layer")
+    p.add_argument("--timeout", type=float, default=120.0, help="bound of every wait inside a round (s)")
+    p.add_argument("--idle-poll", type=float, default=0.02, help="FFN idle poll before an empty work item (s)")
+    p.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    p.add_argument("--timeline", metavar="PNG", help="draw each rank's work over time (needs matplotlib)")
+    p.add_argument("--check", action="store_true", help="compare every request with the single-process reference")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--keep", metavar="DIR", help="keep per-rank results and outputs in DIR")
+    return p.parse_args(argv)
+
+
+def _config(args, out_dir: str, port: int) -> RunConfig:
+    spec = dataclasses.asdict(workload_presets()[args.preset])
+    for key in ("requests", "seed", "skew"):
+        value = getattr(args, key)
+        if value is not None:
+            spec["num_requests" if key == "requests" else key] = value
+    for flag in ("replicas", "ffn", "slots"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    if args.timeout <= 0 or args.idle_poll <= 0:
+        raise ValueError("--timeout and --idle-poll must be positive")
+    if args.participants != 1:
+        raise ValueError("cam-run drives one participant per replica (--participants 1); P > 1 is exercised by the "
+                         "op-level tests")
+    cfg = RunConfig(mode=args.mode, model=args.model, workload=spec, D=args.replicas, P=args.participants,
+                    F=args.ffn, slots=args.slots, master_addr="127.0.0.1", master_port=port,
+                    timeout_s=args.timeout, idle_poll_s=args.idle_poll, cost_model=args.cost_model,
+                    attention_cost=tuple(args.attention_cost), out_dir=out_dir, progress=not args.quiet,
+                    shm_prefix=f"cam-run-{os.getpid()}-{port}")
+    cfg.topology()  # validates: E % F, sizes; raises ValueError naming the field
+    return cfg
+
+
+def _remove_leftover_windows(prefix: str) -> None:
+    """Windows are unlinked once every rank mapped them; a rank killed before that leaves its segment behind."""
+    shm = "/dev/shm"
+    if os.path.isdir(shm):
+        for name in os.listdir(shm):
+            if name.startswith(prefix + "-"):
+                try:
+                    os.unlink(os.path.join(shm, name))
+                except OSError:
+                    pass
+
+
+def _failure(failed: Dict[int, int]) -> str:
+    ranks = [r for r in sorted(failed) if r >= 0]
+    if not ranks:
+        return "the world did not come up in time"
+    first = ranks[0]
+    code = failed[first]
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    return f"rank {first} {how}"
+
+
+def _percentile(values: List[float], q: float) -> float:
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, int(round(q / 100 * (len(ordered) - 1)))))
+    return ordered[idx]
+
+
+def _report(cfg: RunConfig, results: Dict[int, dict]) -> dict:
+    _, workload, topo = build(cfg)
+    done = {}
+    for r in results.values():
+        if r["role"] == "attention":
+            for b in r["batches"]:
+                for rid in b["requests"]:
+                    done[rid] = b["end_s"]
+    ttft = {rid: done[rid] - workload.requests[rid].arrival_s for rid in done}
+    tokens = sum(int(workload.requests[rid].tokens.numel()) for rid in done)
+    makespan = max(done.values()) if done else 0.0
+    ffn = [r for r in results.values() if r["role"] == "ffn"]
+    values = list(ttft.values())
+    return {
+        "mode": cfg.mode,
+        "cost_model": cfg.cost_model,
+        "topology": {"D": topo.D, "P": topo.P, "F": topo.F, "E": topo.E, "K": topo.K, "H": topo.H,
+                     "Bmax": topo.Bmax, "L": topo.L, "slots": topo.slots},
+        "model": cfg.model,
+        "workload": cfg.workload,
+        "requests": len(done),
+        "tokens": tokens,
+        "makespan_s": makespan,
+        "throughput_tok_s": tokens / makespan if makespan > 0 else 0.0,
+        "ttft_s": {"mean": statistics.fmean(values), "p50": _percentile(values, 50), "p90": _percentile(values, 90),
+                   "p99": _percentile(values, 99), "max": max(values)} if values else {},
+        "ttft_per_request_s": {str(k): v for k, v in sorted(ttft.items())},
+        "ffn_idle_fraction": statistics.fmean(r["idle_fraction"] for r in ffn) if ffn else 0.0,
+        "ffn": [{"rank": r["rank"], "items": len(r["items"]), "idle_fraction": r["idle_fraction"],
+                 "compute_s": r["compute_s"], "recv_wait_s": r["recv_wait_s"]} for r in ffn],
+    }
+
+
+def _check(cfg: RunConfig, out_dir: str, topo_A: int) -> dict:
+    """Each request's final hidden states against the single-process reference forward of the same batch.
+    Tolerance: the routed experts' W1 epilogue uses fp32 exp in the kernel and a once-rounded float64 exp in the
+    golden, so a SwiGLU output may land one int8 level apart (docs/gmm.md); through the layers that bounds the
+    difference at a few percent of an element's scale, and almost every element matches to ~1e-6."""
+    model, workload, _ = build(cfg)
+    outputs = {}
+    for rank in range(topo_A):
+        outputs.update(torch.load(os.path.join(out_dir, f"outputs-{rank}.pt")))
+    worst_rel, mean_abs, count = 0.0, 0.0, 0
+    for replica, batches in enumerate(workload.batches):
+        for batch in batches:
+            prompts = [workload.requests[r].tokens for r in batch]
+            ref = model.forward_reference(prompts)
+            for rid, expected in zip(batch, ref):
+                got = outputs[rid]
+                diff = (got - expected).abs()
+                worst_rel = max(worst_rel, float(diff.max() / expected.abs().max().clamp_min(1e-6)))
+                mean_abs += float(diff.mean())
+                count += 1
+    mean_abs /= max(count, 1)
+    ok = worst_rel <= 0.05 and mean_abs <= 2e-3
+    return {"ok": ok, "max_rel_diff": worst_rel, "mean_abs_diff": mean_abs, "requests": count,
+            "tolerance": {"max_rel_diff": 0.05, "mean_abs_diff": 2e-3}}
+
+
+def _draw_timeline(report: dict, results: Dict[int, dict], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise SystemExit(f"cam-run: --timeline needs matplotlib (pip install matplotlib): {e}")
+    ranks = sorted(results)
+    fig, ax = plt.subplots(figsize=(12, 1 + 0.6 * len(ranks)))
+    cmap = plt.get_cmap("tab10")
+    for row, rank in enumerate(ranks):
+        r = results[rank]
+        if r["role"] == "attention":
+            for b in r["batches"]:
+                ax.barh(row, b["end_s"] - b["start_s"], left=b["start_s"], color=cmap(b["replica"] % 10), alpha=0.8)
+        else:
+            for it in r["items"]:
+                ax.barh(row, it["end_s"] - it["recv_done_s"], left=it["recv_done_s"], color=cmap(it["replica"] % 10))
+    ax.set_yticks(range(len(ranks)))
+    ax.set_yticklabels([f"{'attn' if results[r]['role'] == 'attention' else 'ffn'} {r}" for r in ranks])
+    ax.set_xlabel("seconds since start (color = replica)")
+    ax.set_title(f"cam-run --mode {report['mode']}: makespan {report['makespan_s']:.2f} s, "
+                 f"FFN idle {report['ffn_idle_fraction']:.0%}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(args) -> int:
+    port = _free_port()
+    out_dir = args.keep or tempfile.mkdtemp(prefix="cam-run-")
+    os.makedirs(out_dir, exist_ok=True)
+    try:
+        cfg = _config(args, out_dir, port)
+    except ValueError as e:
+        print(f"cam-run: bad configuration: {e}", file=sys.stderr)
+        return 2
+    topo = cfg.topology()
+    world = topo.world_size
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=cfg.timeout_s),
+                                       wait_for_workers=False)
+    config_path = os.path.join(out_dir, "config.json")
+    cfg.save(config_path)
+    print(f"cam-run --mode {cfg.mode}{' (cost model)' if cfg.cost_model else ''}: D={topo.D} replicas x "
+          f"P={topo.P}, F={topo.F} FFN ranks, E={topo.E}, K={topo.K}, H={topo.H}, model {cfg.model}, "
+          f"preset {args.preset}", flush=True)
+    procs: Dict[int, subprocess.Popen] = {}
+    failed: Dict[int, int] = {}
+    interrupted = []
+
+    def on_signal(signum, _frame):
+        interrupted.append(signum)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for rank in range(world):
+            procs[rank] = subprocess.Popen([sys.executable, "-m", "cam.run.worker", config_path, str(rank)],
+                                           stdin=subprocess.DEVNULL)
+            if not args.quiet:
+                print(f"rank {rank} ({'attention' if rank < topo.A else 'ffn'}) pid {procs[rank].pid}", flush=True)
+        attention_done = False
+        started = False
+        start_deadline = time.monotonic() + cfg.timeout_s
+        deadline = None
+        while procs and any(p.poll() is None for p in procs.values()):
+            time.sleep(_POLL_S)
+            if not started and store.add(READY_KEY, 0) == world:
+                store.set(START_KEY, repr(time.time() + 0.1))
+                started = True
+            if not started and time.monotonic() > start_deadline and not failed:
+                failed[-1] = -1  # nobody died, but the world never came up
+                print(f"cam-run: not every rank was up within {cfg.timeout_s} s", file=sys.stderr, flush=True)
+            for rank, p in procs.items():
+                code = p.poll()
+                # Only what happens before the abort is a cause; exits after it are its consequences.
+                if code not in (None, 0) and rank not in failed and deadline is None:
+                    failed[rank] = code
+            if (failed or interrupted) and not store.check([ABORT_KEY]):
+                why = (_failure(failed) if failed else f"launcher got signal {interrupted[0]}")
+                store.set(ABORT_KEY, why)
+                print(f"cam-run: {why}; aborting every rank", file=sys.stderr, flush=True)
+                deadline = time.monotonic() + _GRACE_S + cfg.idle_poll_s
+            if not attention_done and all(procs[r].poll() == 0 for r in range(topo.A)):
+                attention_done = True
+                store.set(SHUTDOWN_KEY, "1")
+            if deadline is not None and time.monotonic() > deadline:
+                break
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+        for p in procs.values():
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        for s, h in old.items():
+            signal.signal(s, h)
+        _remove_leftover_windows(cfg.shm_prefix)
+    if failed or interrupted:
+        print("cam-run: FAILED: " + (_failure(failed) if failed else f"interrupted by signal {interrupted[0]}"),
+              file=sys.stderr)
+        if not args.keep:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        return 130 if interrupted else 1
+    results = {}
+    for rank in range(world):
+        with open(os.path.join(out_dir, f"result-{rank}.json")) as f:
+            results[rank] = json.load(f)
+    report = _report(cfg, results)
+    if args.check:
+        report["check"] = _check(cfg, out_dir, topo.A)
+    _print(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+        print(f"wrote {args.json}")
+    if args.timeline:
+        _draw_timeline(report, results, args.timeline)
+        print(f"wrote {args.timeline}")
+    if not args.keep:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    return 0 if report.get("check", {"ok": True})["ok"] else 4
+
+
+def _print(report: dict) -> None:
+    t = report["ttft_s"]
+    print(f"mode {report['mode']}{' (cost model)' if report['cost_model'] else ''}: "
+          f"{report['requests']} requests, {report['tokens']} tokens")
+    print(f"  makespan    {report['makespan_s']:.3f} s   throughput {report['throughput_tok_s']:.1f} tok/s")
+    if t:
+        print(f"  TTFT        mean {t['mean']:.3f} s  p50 {t['p50']:.3f}  p90 {t['p90']:.3f}  p99 {t['p99']:.3f}")
+    print(f"  FFN idle    {report['ffn_idle_fraction']:.1%}  "
+          + "  ".join(f"rank {f['rank']}: {f['items']} items" for f in report["ffn"]))
+    if "check" in report:
+        c = report["check"]
+        print(f"  check       {'PASS' if c['ok'] else 'FAIL'}: max rel diff {c['max_rel_diff']:.2e}, "
+              f"mean abs diff {c['mean_abs_diff']:.2e} vs the single-process reference ({c['requests']} requests)")
+    print("  per-request TTFT (s): " + " ".join(f"{k}:{v:.2f}" for k, v in report["ttft_per_request_s"].items()))
+
+
+def main(argv=None) -> int:
+    return run(_parse(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

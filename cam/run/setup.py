@@ -1,0 +1,84 @@
+"""The configuration every rank of a ``cam-run`` world reads, and what it builds from it (model, workload, topology).
+Everything is a pure function of the config, so every process builds the same things without exchanging them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Tuple
+
+import torch
+
+from ..connector import ConnectorConfig
+from ..models import PRESETS as MODEL_PRESETS
+from ..models import MoEModel
+from ..topology import Topology
+from .workload import PRESETS as WORKLOAD_PRESETS
+from .workload import Workload, WorkloadSpec, make_workload
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    mode: str
+    model: str
+    workload: dict
+    D: int
+    P: int
+    F: int
+    slots: int
+    master_addr: str
+    master_port: int
+    timeout_s: float
+    idle_poll_s: float
+    cost_model: bool
+    attention_cost: Tuple[float, float, float]
+    out_dir: str
+    progress: bool
+    shm_prefix: str
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(dataclasses.asdict(self), f)
+
+    @staticmethod
+    def load(path: str) -> "RunConfig":
+        with open(path) as f:
+            d = json.load(f)
+        d["attention_cost"] = tuple(d["attention_cost"])
+        return RunConfig(**d)
+
+    def workload_spec(self) -> WorkloadSpec:
+        return WorkloadSpec(**self.workload)
+
+    def topology(self) -> Topology:
+        model = MODEL_PRESETS[self.model]
+        workload = make_workload(self.workload_spec(), self.D, model.vocab_size)
+        return topology_for(model, workload, self.D, self.P, self.F, self.slots)
+
+    def connector_config(self) -> ConnectorConfig:
+        return ConnectorConfig(self.topology(), self.master_addr, self.master_port, torch.bfloat16, self.timeout_s,
+                               self.idle_poll_s, group="afd", shm_prefix=self.shm_prefix)
+
+
+def topology_for(model, workload: Workload, D: int, P: int, F: int, slots: int) -> Topology:
+    """The data plane for this model and workload: Bmax is the largest micro-batch a participant sends."""
+    largest = 1
+    for replica in range(D):
+        for batch in workload.batches[replica]:
+            lens = [int(workload.requests[r].tokens.numel()) for r in batch]
+            for stage in (lens[0::2], lens[1::2]) if len(lens) >= 2 else (lens,):
+                largest = max(largest, math.ceil(sum(stage) / P))
+    return Topology(D=D, P=P, F=F, E=model.num_experts, K=model.top_k, H=model.hidden, Bmax=largest,
+                    L=len(model.moe_layers), slots=slots, quantized=True)
+
+
+def build(cfg: RunConfig):
+    """(model, workload, topology) of a run."""
+    config = MODEL_PRESETS[cfg.model]
+    workload = make_workload(cfg.workload_spec(), cfg.D, config.vocab_size)
+    return MoEModel(config), workload, topology_for(config, workload, cfg.D, cfg.P, cfg.F, cfg.slots)
+
+
+def workload_presets():
+    return WORKLOAD_PRESETS

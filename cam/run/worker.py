@@ -1,0 +1,208 @@
+"""One rank of a ``cam-run`` world (``python -m cam.run.worker CONFIG.json RANK``).
+
+Attention ranks run their replica's batches layer by layer through the connector (shared experts locally between
+dispatch and combine); FFN ranks loop receive → W1 → W2 → send until the launcher says the run is over. A watchdog
+thread ends every wait of the world at once when the launcher raises the abort key (a rank died).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+
+from ..connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, expert_weights, ffn_compute
+from .setup import RunConfig, build
+
+ABORT_KEY = "run/abort"
+SHUTDOWN_KEY = "run/shutdown"
+READY_KEY = "run/ready"  # counts ranks whose connector is up
+START_KEY = "run/t0"  # the common clock origin, set by the launcher once every rank is ready
+_POLL_S = 0.05
+
+
+class RankFailed(RuntimeError):
+    pass
+
+
+def _store(cfg: RunConfig):
+    return torch.distributed.TCPStore(cfg.master_addr, cfg.master_port, is_master=False,
+                                      timeout=timedelta(seconds=cfg.timeout_s))
+
+
+def _watch_abort(store, connector: AsyncAFDConnector, seen: dict, stop: threading.Event) -> None:
+    while not stop.wait(_POLL_S):
+        try:
+            if store.check([ABORT_KEY]):
+                seen["by"] = store.get(ABORT_KEY).decode()
+                connector.abort()
+                return
+        except Exception:  # the launcher's store is gone: it died or ended the run; nothing to watch
+            return
+
+
+def _barrier(store, name: str, members: int, deadline_s: float, aborted: dict) -> None:
+    """Store barrier among the Attention ranks (sync mode only), bounded and abort-aware."""
+    store.add(name, 1)
+    deadline = time.monotonic() + deadline_s
+    while store.add(name, 0) < members:
+        if "by" in aborted:
+            raise RankFailed(f"aborted while waiting in barrier {name}: {aborted['by']}")
+        if time.monotonic() > deadline:
+            raise RankFailed(f"barrier {name} not complete within {deadline_s} s")
+        time.sleep(0.001)
+
+
+def _warm_up(model) -> None:
+    """The first call of a torch custom op and of attention pays one-off set-up (seconds); pay it before the clock
+    starts so it does not land in the first batch's TTFT."""
+    from .. import ops
+
+    ops.dynamic_quant(torch.zeros(1, model.config.hidden, dtype=torch.bfloat16))
+    model.pre_moe(model.config.moe_layers[0], torch.zeros(2, model.config.hidden), [2])
+
+
+def _wait_for_start(store, cfg: RunConfig) -> float:
+    """Start-up (imports, windows) is not part of the run: time starts when the launcher says every rank is up."""
+    store.add(READY_KEY, 1)
+    store.wait([START_KEY], timedelta(seconds=cfg.timeout_s))
+    return float(store.get(START_KEY).decode())
+
+
+def run_attention(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict) -> dict:
+    model, workload, topo = build(cfg)
+    replica = rank // topo.P
+    own = workload.batches[replica]
+    steps = max(len(b) for b in workload.batches) if cfg.mode == "sync" else len(own)
+    moe_layers = model.config.moe_layers
+    outputs, events = {}, []
+    _warm_up(model)
+    t0 = _wait_for_start(store, cfg)
+    for step in range(steps):
+        rids = own[step] if step < len(own) else []
+        prompts = [workload.requests[r].tokens for r in rids]
+        seq_lens = [int(p.numel()) for p in prompts]
+        arrival = max((workload.requests[r].arrival_s for r in rids), default=0.0)
+        delay = t0 + arrival - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        start = time.time() - t0
+        # Two micro-batches (stages) when the batch has two requests or more: stage s takes every other request.
+        stages = [list(range(s, len(rids), 2)) for s in range(2)] if len(rids) >= 2 else [list(range(len(rids)))]
+        xs = []
+        for members in stages:
+            toks = [prompts[i] for i in members]
+            xs.append(model.embed_tokens(torch.cat(toks)) if toks else torch.zeros(0, model.config.hidden))
+        lens = [[seq_lens[i] for i in members] for members in stages]
+        for layer in range(model.config.num_layers):
+            if cfg.mode == "sync":
+                _barrier(store, f"run/layer/{step}/{layer}", topo.A, cfg.timeout_s, aborted)
+            if layer not in moe_layers:
+                for s in range(len(stages)):
+                    _emulate_attention(cfg, lens[s])
+                    x, h = model.pre_moe(layer, xs[s], lens[s])
+                    xs[s] = x + model.dense_mlp(layer, h)
+                continue
+            moe_index = moe_layers.index(layer)
+            held = []
+            for s in range(len(stages)):  # Attention(ub) -> dispatch(ub) -> shared(ub), then the next stage
+                _emulate_attention(cfg, lens[s])
+                x, h, ids, w = model.pre_moe(layer, xs[s], lens[s])
+                ctx = AFDTransferContext(AFDTransferMetadata(moe_index, s, tuple(lens[s])))
+                connector.send_attn_output(h, ctx, topk_ids=ids, topk_weights=w)
+                held.append((x, model.shared(layer, h)))
+            for s, (x, shared) in enumerate(held):  # combine in dispatch order
+                routed = connector.recv_ffn_output(ubatch_idx=s)
+                xs[s] = x + routed.to(torch.float32) + shared
+        end = time.time() - t0
+        for members, x in zip(stages, xs):
+            final = model.finish(x)
+            offset = 0
+            for i in members:
+                outputs[rids[i]] = final[offset:offset + seq_lens[i]].clone()
+                offset += seq_lens[i]
+        events.append({"replica": replica, "step": step, "requests": rids, "tokens": sum(seq_lens),
+                       "start_s": start, "end_s": end})
+        if cfg.progress:
+            print(f"[rank {rank}] replica {replica} step {step + 1}/{steps}: {sum(seq_lens)} tokens "
+                  f"in {end - start:.2f} s", file=sys.stderr, flush=True)
+    torch.save(outputs, os.path.join(cfg.out_dir, f"outputs-{rank}.pt"))
+    return {"role": "attention", "rank": rank, "replica": replica, "batches": events}
+
+
+def _emulate_attention(cfg: RunConfig, seq_lens) -> None:
+    """Cost model: attention time ~ a + b * tokens + c * sum(len^2), slept so the 2 CPUs stay free for the ranks'
+    real work and the scheduling effect is not hidden by CPU contention."""
+    if cfg.cost_model and seq_lens:
+        a, b, c = cfg.attention_cost
+        time.sleep(a + b * sum(seq_lens) + c * sum(n * n for n in seq_lens))
+
+
+def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict) -> dict:
+    model, _, topo = build(cfg)
+    w1, w2 = expert_weights(model, topo, rank - topo.A)
+    _warm_up(model)
+    t0 = _wait_for_start(store, cfg)
+    events, waiting, busy = [], 0.0, 0.0
+    loop_start = time.time()
+    iteration = 0
+    while True:
+        if iteration % 4 == 0 and store.check([SHUTDOWN_KEY]):
+            break
+        iteration += 1
+        a = time.time()
+        item = connector.recv_ffn_work_item()
+        b = time.time()
+        out = ffn_compute(item, w1, w2)
+        connector.send_ffn_work_item_output(item, out)
+        c = time.time()
+        waiting += b - a
+        busy += c - b
+        # Telemetry only, after the item is done: which replica/layer this was, for the timeline.
+        rec = item.work_item
+        if int(rec[0]) != 0:
+            events.append({"replica": int(rec[1]), "layer": int(rec[2]), "rows": int(rec[5]),
+                           "start_s": a - t0, "recv_done_s": b - t0, "end_s": c - t0})
+    total = time.time() - loop_start
+    return {"role": "ffn", "rank": rank, "items": events, "recv_wait_s": waiting, "compute_s": busy,
+            "loop_s": total, "idle_fraction": waiting / total if total > 0 else 0.0}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    cfg = RunConfig.load(argv[0])
+    rank = int(argv[1])
+    topo = cfg.topology()
+    role = "attention" if rank < topo.A else "ffn"
+    store = _store(cfg)
+    connector = AsyncAFDConnector(rank, role, cfg.connector_config())
+    aborted: dict = {}
+    stop = threading.Event()
+    watchdog = threading.Thread(target=_watch_abort, args=(store, connector, aborted, stop), daemon=True)
+    result_path = os.path.join(cfg.out_dir, f"result-{rank}.json")
+    try:
+        connector.init_afd_connector(store=store)
+        watchdog.start()
+        result = (run_attention if role == "attention" else run_ffn)(cfg, rank, store, connector, aborted)
+        with open(result_path, "w") as f:
+            json.dump(result, f)
+        return 0
+    except BaseException as e:  # report, then exit non-zero so the launcher aborts the others
+        why = f" (run aborted: {aborted['by']})" if "by" in aborted else ""
+        print(f"[rank {rank}] {role} failed{why}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        if cfg.progress and not aborted:
+            traceback.print_exc()
+        return 3
+    finally:
+        stop.set()
+        connector.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""cam-run end to end: processes as ranks over shm windows, async and sync, correctness against the single-process
+reference, and the failure paths (a killed rank, SIGTERM, bad configuration). Every wait here is bounded."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+RUN_TIMEOUT_S = 240
+
+
+def cam_run(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "cam.run.cli", *args], capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, cwd=cwd)
+
+
+def load_outputs(directory):
+    outputs = {}
+    for name in os.listdir(directory):
+        if name.startswith("outputs-"):
+            outputs.update(torch.load(os.path.join(directory, name)))
+    return outputs
+
+
+def test_async_and_sync_match_the_reference_and_each_other(tmp_path):
+    reports, outputs = {}, {}
+    for mode in ("async", "sync"):
+        keep = tmp_path / mode
+        result = cam_run("--mode", mode, "--check", "--quiet", "--json", str(tmp_path / f"{mode}.json"),
+                         "--keep", str(keep), cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"cam-run --mode {mode}" in result.stdout
+        reports[mode] = json.loads((tmp_path / f"{mode}.json").read_text())
+        outputs[mode] = load_outputs(keep)
+    for mode, report in reports.items():
+        assert report["mode"] == mode
+        assert report["check"]["ok"], report["check"]
+        assert report["makespan_s"] > 0 and report["throughput_tok_s"] > 0
+        assert set(report["ttft_s"]) >= {"mean", "p50", "p90", "p99"}
+        assert 0.0 <= report["ffn_idle_fraction"] <= 1.0
+        assert len(report["ttft_per_request_s"]) == report["requests"] == 12
+    assert outputs["async"].keys() == outputs["sync"].keys()
+    for rid in outputs["async"]:
+        # Same batches, same ops, same numerics: the schedule must not change a single bit.
+        assert torch.equal(outputs["async"][rid], outputs["sync"][rid]), rid
+
+
+class Launcher:
+    """cam-run in the background, its output collected by reader threads so nothing blocks."""
+
+    def __init__(self, *args, cwd):
+        self.proc = subprocess.Popen([sys.executable, "-m", "cam.run.cli", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, cwd=cwd)
+        self.out, self.err = [], []
+        self.readers = [threading.Thread(target=self._read, args=(s, b), daemon=True)
+                        for s, b in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for r in self.readers:
+            r.start()
+
+    @staticmethod
+    def _read(stream, buf):
+        for line in stream:
+            buf.append(line)
+
+    def wait_for(self, needle, timeout_s=RUN_TIMEOUT_S):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(needle in line for line in self.out + self.err):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{needle!r} never appeared:\n{''.join(self.out + self.err)}")
+
+    def pids(self):
+        found = {}
+        for line in self.out:
+            parts = line.split()
+            # "rank 3 (ffn) pid 1234"
+            if len(parts) == 5 and parts[0] == "rank" and parts[3] == "pid" and parts[4].isdigit():
+                found[int(parts[1])] = int(parts[4])
+        return found
+
+    def finish(self, timeout_s=RUN_TIMEOUT_S):
+        code = self.proc.wait(timeout=timeout_s)
+        for r in self.readers:
+            r.join(10)
+        return code, "".join(self.out), "".join(self.err)
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose; only a running process counts.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def leftover_windows(launcher_pid):
+    if not os.path.isdir("/dev/shm"):
+        return []
+    return [n for n in os.listdir("/dev/shm") if n.startswith(f"cam-run-{launcher_pid}-")]
+
+
+@pytest.mark.parametrize("victim_role", ["ffn", "attention"])
+def test_killed_rank_ends_every_process_naming_it(tmp_path, victim_role):
+    run = Launcher("--cost-model", "--preset", "imbalanced", "--timeout", "60", cwd=tmp_path)
+    run.wait_for("step 1/")  # mid-run: a batch is done, others are in flight
+    pids = run.pids()
+    victim = 3 if victim_role == "ffn" else 1
+    os.kill(pids[victim], signal.SIGKILL)
+    start = time.monotonic()
+    code, out, err = run.finish()
+    assert code == 1, out + err
+    assert time.monotonic() - start < 60, "the world must end well within the timeout"
+    assert f"rank {victim} was killed by signal 9" in err, err
+    survivors = [r for r in pids if r != victim]
+    for r in survivors:
+        assert f"[rank {r}]" in err and f"rank {victim} was killed" in err, err
+    assert not any(alive(pid) for pid in pids.values()), "no process may be left behind"
+    assert leftover_windows(run.proc.pid) == [], "no shm window may be left behind"
+
+
+def test_sigterm_is_clean(tmp_path):
+    run = Launcher("--cost-model", "--preset", "imbalanced", "--timeout", "60", cwd=tmp_path)
+    run.wait_for("step 1/")
+    pids = run.pids()
+    run.proc.send_signal(signal.SIGTERM)
+    code, out, err = run.finish()
+    assert code == 130, out + err
+    assert "launcher got signal" in err
+    assert not any(alive(pid) for pid in pids.values())
+    assert leftover_windows(run.proc.pid) == []
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--ffn", "3"], "multiple of F"),
+        (["--participants", "2"], "--participants 1"),
+        (["--replicas", "0"], "--replicas"),
+        (["--slots", "0"], "--slots"),
+    ],
+)
+def test_bad_configuration_is_refused_at_start(tmp_path, args, needle):
+    result = cam_run(*args, "--quiet", cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "bad configuration" in result.stderr and needle in result.stderr, result.stderr
