@@ -395,3 +395,41 @@ def test_signal_ahead_of_its_round_is_a_protocol_error():
     results, errors = run_ranks(t, {1: ffn}, timeout=60)
     raise_first(errors)
     assert "peer rank 0" in results[1], results[1]
+
+
+def test_dead_participant_named_by_its_replica_mate_while_the_ffn_is_busy():
+    """Replica 0's participant 1 never publishes while replica 1 keeps the FFN rank busy, so no dispatch_recv
+    sits on the partial replica long enough to time out. Participant 0's combine_recv (shorter timeout) names the
+    dead participant rather than the FFN rank it was waiting on, and the abort ends everyone else."""
+    t = topo(D=2, P=2, F=1, E=4, slots=2, L=2)
+    rounds = make_rounds(t, [[3] * 8] * 4, seed=12)
+
+    def p0(comm):
+        cam.ops.dispatch_send(comm, rounds[0][0].x, rounds[0][0].ids, 0)
+        with pytest.raises(cam.CommTimeoutError) as info:
+            cam.ops.combine_recv(comm, rounds[0][0].ids, rounds[0][0].w)
+        return str(info.value)
+
+    def dead(comm):
+        time.sleep(0.1)  # mapped, never publishes; the abort below ends the plane
+
+    def busy(comm):
+        a = comm.rank
+        with pytest.raises(cam.CommAbortedError):
+            for rd in rounds[a]:  # keeps the FFN rank serving replica 1 until the abort
+                cam.ops.dispatch_send(comm, rd.x, rd.ids, rd.layer)
+                cam.ops.combine_recv(comm, rd.ids, rd.w)
+            while True:
+                time.sleep(0.05)
+                cam.ops.dispatch_send(comm, rounds[a][0].x, rounds[a][0].ids, 0)
+                cam.ops.combine_recv(comm, rounds[a][0].ids, rounds[a][0].w)
+
+    def ffn(comm):
+        with pytest.raises(cam.CommAbortedError):
+            ffn_server(t, 10_000, deadline_s=60)(comm)
+
+    rank_kw = {0: dict(timeout_s=0.6)}
+    results, errors = run_ranks(t, {0: p0, 1: dead, 2: busy, 3: busy, 4: ffn}, timeout=60, timeout_s=30,
+                                rank_kw=rank_kw)
+    raise_first(errors)
+    assert "combine_recv on rank 0" in results[0] and "participant rank 1" in results[0], results[0]
