@@ -65,8 +65,18 @@ class Comm:
         join_timeout_s: bound of the creation handshake (all ranks joining / mapping).
         shm_prefix: segment-name prefix for ``"shm"`` (default: unique per process); names are ``/<prefix>-r<rank>``.
 
+    Attributes:
+        stream: this rank's device stream; its data-plane ops run there in order (ranks that are threads of one
+            process must not share a stream: an FFN wait would block the Attention work it waits for).
+        window: this rank's window as a uint8 tensor (inspection only; valid until :meth:`close`).
+        window_bytes: bytes really allocated for the window (what the ops validate against).
+        token: the ordering token the torch ops mutate (see ``docs/protocol.md`` §11).
+        id: the int the torch ops carry to find this Comm.
+
     Use as a context manager or call :meth:`close`. After a fatal error (timeout, abort, protocol violation) the
-    plane is aborted on every rank and every op refuses to run; create a new Comm (fresh, zeroed windows).
+    plane is aborted on every rank and every op refuses to run; create a new Comm (fresh, zeroed windows). A
+    refusal (bad ids, capacity, a wrong work item; raised as :class:`cam.DeviceArgumentError` before anything was
+    written) leaves the Comm usable.
     """
 
     def __init__(

@@ -21,10 +21,11 @@ def unique_group(tag: str = "t") -> str:
 
 
 def run_ranks(topo: cam.Topology, bodies: Dict[int, Callable[[cam.Comm], object]], *, timeout: float = 60.0,
-              group: Optional[str] = None, **comm_kw) -> Tuple[Dict[int, object], Dict[int, BaseException]]:
+              group: Optional[str] = None, rank_kw: Optional[Dict[int, dict]] = None,
+              **comm_kw) -> Tuple[Dict[int, object], Dict[int, BaseException]]:
     """Runs ``bodies[rank](comm)`` on one thread per rank of the plane (ranks without a body only join and wait
-    for the others). Returns (results, errors) per rank; fails the test if a rank is still running at the
-    deadline."""
+    for the others). ``rank_kw[rank]`` overrides Comm arguments for one rank. Returns (results, errors) per
+    rank; fails the test if a rank is still running at the deadline."""
     group = group or unique_group()
     results: Dict[int, object] = {}
     errors: Dict[int, BaseException] = {}
@@ -34,7 +35,7 @@ def run_ranks(topo: cam.Topology, bodies: Dict[int, Callable[[cam.Comm], object]
 
     def main(rank: int) -> None:
         try:
-            with cam.Comm(topo, rank, group=group, **comm_kw) as comm:
+            with cam.Comm(topo, rank, group=group, **{**comm_kw, **(rank_kw or {}).get(rank, {})}) as comm:
                 body = bodies.get(rank)
                 if body is not None:
                     results[rank] = body(comm)

@@ -351,3 +351,85 @@ def test_closed_comm_refuses():
     with pytest.raises(ValueError, match="closed"):
         cam.ops.dispatch_send(holder["c"], torch.zeros((1, t.H), dtype=torch.bfloat16),
                               torch.zeros((1, t.K), dtype=torch.int32), 0)
+
+
+def test_recv_capacity_overflow_of_a_replica_is_refused_before_output():
+    """Each participant fits the capacity, their sum does not: dispatch_recv refuses before writing a row (the
+    replica is not consumed) and the error is fatal for the plane (docs/protocol.md §8)."""
+    t = topo(D=1, P=2, F=1, E=4, K=2, Bmax=4, capacity=5)
+    ids = lambda a, r, b: torch.tensor([[0, 1], [2, 3]])  # noqa: E731 - 4 rows each, 8 > 5 in total
+    rounds = make_rounds(t, [[2], [2]], ids_fn=ids)
+    published = threading.Barrier(3, timeout=30)
+
+    def attn(comm):
+        a = comm.rank
+        cam.ops.dispatch_send(comm, rounds[a][0].x, rounds[a][0].ids, 0)
+        published.wait()
+
+    def ffn(comm):
+        published.wait()
+        with pytest.raises(cam.DeviceArgumentError, match="8 rows") as info:
+            cam.ops.dispatch_recv(comm)
+        assert comm.status()["abort"] == 1 + comm.rank
+        return str(info.value)
+
+    results, errors = run_ranks(t, {0: attn, 1: attn, 2: ffn}, timeout=60)
+    raise_first(errors)
+    assert "dispatch_recv on rank 2" in results[2] and "capacity of 5" in results[2], results[2]
+
+
+def test_signal_ahead_of_its_round_is_a_protocol_error():
+    """A ready signal beyond the round the FFN rank expects can only come from a broken peer or stale memory:
+    reported as CommProtocolError naming the rank, and the plane aborts."""
+    t = topo(D=1, P=1, F=1)
+
+    def ffn(comm):
+        w = comm.window.view(torch.int64)
+        w[t.ffn_ready_signal_off(0, 0) // 8] = 3  # round seq 1 expected in slot 0
+        with pytest.raises(cam.CommProtocolError, match="ahead") as info:
+            cam.ops.dispatch_recv(comm)
+        with pytest.raises(cam.CommAbortedError):
+            cam.ops.dispatch_recv(comm)
+        return str(info.value)
+
+    results, errors = run_ranks(t, {1: ffn}, timeout=60)
+    raise_first(errors)
+    assert "peer rank 0" in results[1], results[1]
+
+
+def test_dead_participant_named_by_its_replica_mate_while_the_ffn_is_busy():
+    """Replica 0's participant 1 never publishes while replica 1 keeps the FFN rank busy, so no dispatch_recv
+    sits on the partial replica long enough to time out. Participant 0's combine_recv (shorter timeout) names the
+    dead participant rather than the FFN rank it was waiting on, and the abort ends everyone else."""
+    t = topo(D=2, P=2, F=1, E=4, slots=2, L=2)
+    rounds = make_rounds(t, [[3] * 8] * 4, seed=12)
+
+    def p0(comm):
+        cam.ops.dispatch_send(comm, rounds[0][0].x, rounds[0][0].ids, 0)
+        with pytest.raises(cam.CommTimeoutError) as info:
+            cam.ops.combine_recv(comm, rounds[0][0].ids, rounds[0][0].w)
+        return str(info.value)
+
+    def dead(comm):
+        time.sleep(0.1)  # mapped, never publishes; the abort below ends the plane
+
+    def busy(comm):
+        a = comm.rank
+        with pytest.raises(cam.CommAbortedError):
+            for rd in rounds[a]:  # keeps the FFN rank serving replica 1 until the abort
+                cam.ops.dispatch_send(comm, rd.x, rd.ids, rd.layer)
+                cam.ops.combine_recv(comm, rd.ids, rd.w)
+            while True:
+                time.sleep(0.05)
+                cam.ops.dispatch_send(comm, rounds[a][0].x, rounds[a][0].ids, 0)
+                cam.ops.combine_recv(comm, rounds[a][0].ids, rounds[a][0].w)
+
+    def ffn(comm):
+        with pytest.raises(cam.CommAbortedError):
+            ffn_server(t, 10_000, deadline_s=60)(comm)
+
+    rank_kw = {0: dict(timeout_s=0.6)}
+    results, errors = run_ranks(t, {0: p0, 1: dead, 2: busy, 3: busy, 4: ffn}, timeout=60, timeout_s=30,
+                                rank_kw=rank_kw)
+    raise_first(errors)
+    assert "combine_recv on rank 0" in results[0] and "participant rank 1" in results[0], results[0]

@@ -273,3 +273,15 @@ def test_torch_compile_keeps_side_effecting_ops():
     results, errors = run_ranks(t, {0: attn, 1: ffn}, timeout=120)
     raise_first(errors)
     assert len(results[0]) == 2  # both combine_recv returned: combine_send really ran inside the compiled graph
+
+
+def test_round_trip_on_the_ascend_platform_description():
+    """The same kernels with the A3 platform description (48 vector cores): tiling hands out dozens of blocks,
+    more blocks than FFN ranks or tokens per block, and the result is unchanged."""
+    before = cam._C.platform()["name"]
+    cam._C.set_twin_platform("ascend910_93")
+    try:
+        t = topo(D=1, P=1, F=2, E=4, K=2, H=32, Bmax=400)
+        run_round_trip(t, make_rounds(t, [[400, 37]], seed=13))
+    finally:
+        cam._C.set_twin_platform(before)

@@ -103,3 +103,53 @@ def test_shm_killed_rank_leaks_no_segment(tmp_path):
     assert [code for code, _ in outs] == [0, 0], outs
     assert procs[1].returncode == -signal.SIGKILL
     assert _segments(prefix) == []
+
+
+def _shm_threads(topos, prefix, body=None, timeout=60):
+    """Ranks as threads but over the shm transport (one in-memory HashStore): the handshake and its checks
+    without process start-up cost."""
+    import threading
+
+    from torch.distributed import HashStore
+
+    store = HashStore()
+    results, errors = {}, {}
+
+    def main(rank):
+        try:
+            with cam.Comm(topos[rank], rank, transport="shm", store=store, group="g", shm_prefix=prefix,
+                          join_timeout_s=10) as comm:
+                results[rank] = body(comm) if body else comm.window_bytes
+        except Exception as e:  # noqa: BLE001
+            errors[rank] = e
+
+    threads = [threading.Thread(target=main, args=(r,), daemon=True) for r in range(len(topos))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout)
+    assert not any(th.is_alive() for th in threads)
+    return results, errors
+
+
+def test_shm_topology_mismatch_fails_at_creation_and_leaks_nothing():
+    prefix = f"camtest-{uuid.uuid4().hex[:10]}"
+    good = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=32, Bmax=2, L=1)
+    other = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=2, L=1)
+    results, errors = _shm_threads([good, other], prefix)
+    assert errors, results
+    assert any("different topology" in str(e) for e in errors.values()), errors
+    assert _segments(prefix) == []
+
+
+def test_shm_transport_in_threads_round_trip():
+    from _dataplane_harness import attention_body, ffn_server
+
+    prefix = f"camtest-{uuid.uuid4().hex[:10]}"
+    t = cam.Topology(D=1, P=1, F=2, E=4, K=2, H=40, Bmax=5, L=2)
+    rounds = make_rounds(t, [[5, 3]], seed=2)
+    bodies = {0: attention_body(rounds[0]), 1: ffn_server(t, 2), 2: ffn_server(t, 2)}
+    results, errors = _shm_threads([t] * 3, prefix, body=lambda comm: bodies[comm.rank](comm))
+    assert not errors, errors
+    assert _segments(prefix) == []
+    check_against_golden(t, rounds, results)

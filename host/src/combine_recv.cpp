@@ -1,7 +1,7 @@
 #include "cam/aclnn_cam_combine_recv.h"
 
 #include "backend.h"
-#include "cam/tiling/dataplane_tiling.h"
+#include "cam/tiling/combine_recv_tiling.h"
 #include "combine_recv/combine_recv.h"
 #include "comm.h"
 #include "executor.h"

@@ -1,7 +1,7 @@
 #include "cam/aclnn_cam_combine_send.h"
 
 #include "backend.h"
-#include "cam/tiling/dataplane_tiling.h"
+#include "cam/tiling/combine_send_tiling.h"
 #include "combine_send/combine_send.h"
 #include "comm.h"
 #include "executor.h"

@@ -231,6 +231,9 @@ aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t a
             if (det == detail::kAwaitReplica) {
                 m += "waiting for replica " + std::to_string(replica) + " to publish " + round +
                      ": participant rank " + std::to_string(peer) + " has not published it";
+            } else if (det == detail::kAwaitReplicaMate) {
+                m += "waiting for the FFN ranks to complete " + round + ": participant rank " +
+                     std::to_string(peer) + " of this replica has not published it, so no FFN rank can serve it";
             } else if (det == detail::kAwaitCompletion) {
                 m += "waiting for FFN rank " + std::to_string(peer) + " to complete " + round;
             } else {

@@ -1,7 +1,7 @@
 #include "cam/aclnn_cam_dispatch_recv.h"
 
 #include "backend.h"
-#include "cam/tiling/dataplane_tiling.h"
+#include "cam/tiling/dispatch_recv_tiling.h"
 #include "comm.h"
 #include "dispatch_recv/dispatch_recv.h"
 #include "executor.h"

@@ -1,7 +1,7 @@
 #include "cam/aclnn_cam_dispatch_send.h"
 
 #include "backend.h"
-#include "cam/tiling/dataplane_tiling.h"
+#include "cam/tiling/dispatch_send_tiling.h"
 #include "comm.h"
 #include "dispatch_send/dispatch_send.h"
 #include "executor.h"

@@ -94,8 +94,20 @@ private:
             }
             if (missing < 0) return true;
             if (AscendC::GetSystemCycle() > deadline) {
-                plane_.Raise(status::kTimeout, op::kCombineRecv, missing, d, layer, seq, detail::kAwaitCompletion,
-                             true);
+                // Name the real fault: if a participant of this replica never published the round on the FFN
+                // rank we wait for, that rank could never serve it.
+                int64_t culprit = -1;
+                for (int64_t p = 0; p < t.P && culprit < 0; ++p) {
+                    const int64_t a = layout::attn_rank_of(t, d, p);
+                    if (dp::LoadWord(plane_.Window(missing), layout::ffn_ready_signal_off(t, a, s)) < seq) culprit = a;
+                }
+                if (culprit >= 0) {
+                    plane_.Raise(status::kTimeout, op::kCombineRecv, culprit, d, layer, seq,
+                                 detail::kAwaitReplicaMate, true);
+                } else {
+                    plane_.Raise(status::kTimeout, op::kCombineRecv, missing, d, layer, seq,
+                                 detail::kAwaitCompletion, true);
+                }
                 return false;
             }
             SpinPause(i);

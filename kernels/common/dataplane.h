@@ -117,7 +117,9 @@ public:
     __aicore__ inline void Publish(bool go) { StoreWord(ws_, 0, go ? kDecisionGo : kDecisionStop); }
 
     // Non-zero blocks: true to proceed. Block 0 always decides within followerCycles, so expiry means a broken
-    // kernel; the block then leaves, and a later SyncAll of block 0 reports it loudly on the twin.
+    // kernel; the block then leaves, and a later SyncAll of block 0 reports it loudly on the twin. The abort
+    // word is deliberately not consulted here: block 0 watches it and says stop, and the blocks must never
+    // disagree on go/stop (a block that left early would strand the others in the closing SyncAll).
     __aicore__ inline bool Await(int64_t followerCycles) const {
         const int64_t deadline = AscendC::GetSystemCycle() + followerCycles;
         for (uint32_t i = 0;; ++i) {

@@ -68,6 +68,9 @@ inline constexpr int64_t kArgTokens = 4;
 inline constexpr int64_t kAwaitSlotFree = 1;
 inline constexpr int64_t kAwaitReplica = 2;
 inline constexpr int64_t kAwaitCompletion = 3;
+// combine completion awaited, but a participant of this replica (peer) never published the round, so no FFN
+// rank could serve it: the participant is the fault, not the FFN rank
+inline constexpr int64_t kAwaitReplicaMate = 4;
 // kProtocol: which invariant broke
 inline constexpr int64_t kProtoSignalAhead = 1;       // a signal holds a seq beyond the one expected
 inline constexpr int64_t kProtoRecordSeq = 2;         // record seq != signal seq
