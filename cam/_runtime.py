@@ -7,8 +7,9 @@ import torch
 
 from . import _C
 
-_lock = threading.Lock()
-_stream = None
+_local = threading.local()
+_locks_guard = threading.Lock()
+_stream_locks = {}
 
 
 def sync_timeout_s() -> float:
@@ -20,11 +21,27 @@ def sync_timeout_s() -> float:
 
 
 def default_stream() -> "_C.Stream":
-    global _stream
-    with _lock:
-        if _stream is None:
-            _stream = _C.Stream()
-        return _stream
+    """This thread's stream. Per thread, so ranks that are threads of one process never queue behind each other."""
+    stream = getattr(_local, "stream", None)
+    if stream is None:
+        stream = _local.stream = _C.Stream()
+    return stream
+
+
+def stream_lock(stream) -> threading.Lock:
+    """The lock that makes launch + synchronize on ``stream`` one step. A stream reports an error to whichever
+    synchronize comes first, so two threads interleaving on one stream could take each other's errors (and one
+    would return an unwritten output as if it had succeeded)."""
+    with _locks_guard:
+        lock = _stream_locks.get(id(stream))
+        if lock is None:
+            lock = _stream_locks[id(stream)] = threading.Lock()
+        return lock
+
+
+def forget_stream(stream) -> None:
+    with _locks_guard:
+        _stream_locks.pop(id(stream), None)
 
 
 def run(launch, stream=None) -> None:
@@ -41,5 +58,6 @@ def run(launch, stream=None) -> None:
 
     if stream is None:
         stream = default_stream()
-    launch(stream, allocate)
-    stream.synchronize(sync_timeout_s())
+    with stream_lock(stream):
+        launch(stream, allocate)
+        stream.synchronize(sync_timeout_s())

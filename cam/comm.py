@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from . import _C
+from . import _C, _runtime
 from .topology import Topology
 
 __all__ = ["Comm"]
@@ -177,11 +177,13 @@ class Comm:
             return
         with _registry_lock:
             _registry.pop(self.id, None)
-        try:
-            self.stream.synchronize(self.timeout_s + 60.0)
-        except Exception:  # an op's error was already raised to its caller; closing must still release
-            pass
+        # Wait for an op another thread is running on this stream (it owns the stream's error; abort() first to
+        # end its waits), bounded like any wait.
+        lock = _runtime.stream_lock(self.stream)
+        if lock.acquire(timeout=self.timeout_s + 60.0):
+            lock.release()
         self.stream.close()
+        _runtime.forget_stream(self.stream)
         self.window = None
         self._c.close()
         self._c = None

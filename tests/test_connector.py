@@ -2,6 +2,7 @@
 model's routed golden, the FFN iteration compiles with fullgraph=True (no host reads), and misuse is refused."""
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -159,3 +160,35 @@ def test_constructor_checks_and_close_before_init(model):
     conn.close()  # safe without init
     with pytest.raises(ValueError, match="init_afd_connector"):
         conn.recv_ffn_work_item()
+
+
+def test_close_ends_a_blocked_receive(model):
+    """An Attention rank blocked in recv_ffn_output (its FFN rank never answers) is released by close() from another
+    thread: the plane is aborted, the receive raises cam.CommAbortedError at once instead of waiting for the
+    timeout."""
+    topo, conns = make_world(model, D=1, F=1, group="c")
+    attn, ffn = conns
+    c = model.config
+    h = torch.randn(3, c.hidden).to(torch.bfloat16)
+    ids = torch.zeros(3, c.top_k, dtype=torch.int32)
+    attn.send_attn_output(h, AFDTransferContext(AFDTransferMetadata(0)), topk_ids=ids,
+                          topk_weights=torch.full((3, c.top_k), 0.5))
+    outcome = []
+
+    def receive():
+        try:
+            attn.recv_ffn_output(ubatch_idx=0)
+            outcome.append("returned")
+        except BaseException as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=receive)
+    t.start()
+    time.sleep(0.3)  # let it block in combine_recv
+    assert t.is_alive()
+    start = time.monotonic()
+    attn.close()
+    t.join(30)
+    assert not t.is_alive() and time.monotonic() - start < 30
+    assert isinstance(outcome[0], cam.CommAbortedError), outcome
+    ffn.close()

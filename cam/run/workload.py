@@ -45,7 +45,10 @@ class WorkloadSpec:
 
 PRESETS: Dict[str, WorkloadSpec] = {
     "default": WorkloadSpec(),
-    "imbalanced": WorkloadSpec(num_requests=16, min_len=8, max_len=40, max_batch_tokens=80, skew=3.0),
+    # Lengths vary widely, so at every step a different replica is the straggler: what a per-layer barrier costs.
+    "imbalanced": WorkloadSpec(num_requests=24, min_len=4, max_len=160, max_batch_tokens=1, seed=1),
+    # One replica's prompts are consistently longer: the others finish early instead of waiting for it.
+    "skewed": WorkloadSpec(num_requests=16, min_len=8, max_len=40, max_batch_tokens=80, skew=3.0),
     "arrivals": WorkloadSpec(num_requests=16, arrival_rate=8.0),
 }
 
