@@ -73,4 +73,46 @@ __aicore__ inline void QuantizeChunk(const AscendC::LocalTensor<int8_t>& q, cons
     AscendC::Cast(q, s.halfTmp, AscendC::RoundMode::CAST_TRUNC, count);
 }
 
+// GM chunk -> VECIN queue -> fp32 in xf: the load half of every quantizing kernel. `inQue` holds buffers of at
+// least n elements of T.
+template <typename T, typename Que>
+__aicore__ inline void LoadWidened(Que& inQue, const AscendC::GlobalTensor<T>& src, uint32_t n,
+                                   const AscendC::LocalTensor<float>& xf) {
+    AscendC::LocalTensor<T> in = inQue.template AllocTensor<T>();
+    AscendC::DataCopyPad(in, src, {1, uint32_t(n * sizeof(T)), 0, 0, 0}, {false, 0, 0, T()});
+    inQue.EnQue(in);
+    in = inQue.template DeQue<T>();
+    AscendC::Cast(xf, in, AscendC::RoundMode::CAST_NONE, n);
+    inQue.FreeTensor(in);
+}
+
+// One row of `cols` elements, in passes of at most `colsPerPass`. `load(col, n, xf)` widens chunk [col, col + n)
+// into xf; `store(col, n, xf, params)` quantizes it (QuantizeChunk) and writes it out. A row that fits one pass is
+// read once; a longer row is read twice, first for its amax, then to quantize (a zero or non-finite row is not
+// re-read: its q is all zero). Returns the row's parameters (params.scale is the row's scale).
+template <typename Load, typename Store>
+__aicore__ inline QuantParams QuantizeRowInPasses(uint32_t cols, uint32_t colsPerPass,
+                                                  const AscendC::LocalTensor<float>& xf, const QuantScratch& s,
+                                                  Load&& load, Store&& store) {
+    if (cols <= colsPerPass) {
+        load(0u, cols, xf);
+        const QuantParams p = QuantParamsFromAmax(ChunkAmax(xf, cols, s));
+        store(0u, cols, xf, p);
+        return p;
+    }
+    float amax = 0.0f;
+    for (uint32_t c = 0; c < cols; c += colsPerPass) {
+        const uint32_t n = cols - c < colsPerPass ? cols - c : colsPerPass;
+        load(c, n, xf);
+        amax = CombineAmax(amax, ChunkAmax(xf, n, s));
+    }
+    const QuantParams p = QuantParamsFromAmax(amax);
+    for (uint32_t c = 0; c < cols; c += colsPerPass) {
+        const uint32_t n = cols - c < colsPerPass ? cols - c : colsPerPass;
+        if (p.quantize) load(c, n, xf);
+        store(c, n, xf, p);
+    }
+    return p;
+}
+
 }  // namespace cam::kernels

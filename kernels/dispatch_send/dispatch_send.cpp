@@ -217,20 +217,6 @@ private:
         }
     }
 
-    __aicore__ inline uint32_t ChunkLen(uint32_t col) const {
-        const uint32_t left = static_cast<uint32_t>(plane_.Topo().H) - col;
-        return left < tiling_.colsPerPass ? left : tiling_.colsPerPass;
-    }
-
-    __aicore__ inline void LoadChunk(uint64_t offset, uint32_t n, const AscendC::LocalTensor<float>& xf) {
-        AscendC::LocalTensor<T> in = inQue_.AllocTensor<T>();
-        AscendC::DataCopyPad(in, x_[offset], {1, uint32_t(n * sizeof(T)), 0, 0, 0}, {false, 0, 0, T()});
-        inQue_.EnQue(in);
-        in = inQue_.DeQue<T>();
-        AscendC::Cast(xf, in, AscendC::RoundMode::CAST_NONE, n);
-        inQue_.FreeTensor(in);
-    }
-
     // Quantize chunk [col, col+n) of a token and write it to every destination of the token.
     __aicore__ inline void StoreQuantChunk(int64_t tok, uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf,
                                            const QuantParams& p) {
@@ -252,27 +238,14 @@ private:
     __aicore__ inline void QuantizeToken(int64_t tok) {
         const CamTopology& t = plane_.Topo();
         const uint64_t rowOffset = uint64_t(tok) * t.H;
-        AscendC::LocalTensor<float> xf = rowBuf_.Get<float>();
-        QuantParams p;
-        if (tiling_.passes == 1) {
-            const uint32_t n = static_cast<uint32_t>(t.H);
-            LoadChunk(rowOffset, n, xf);
-            p = QuantParamsFromAmax(ChunkAmax(xf, n, scratch_));
-            StoreQuantChunk(tok, 0, n, xf, p);
-        } else {
-            float amax = 0.0f;
-            for (uint32_t c = 0; c < t.H; c += tiling_.colsPerPass) {
-                const uint32_t n = ChunkLen(c);
-                LoadChunk(rowOffset + c, n, xf);
-                amax = CombineAmax(amax, ChunkAmax(xf, n, scratch_));
-            }
-            p = QuantParamsFromAmax(amax);
-            for (uint32_t c = 0; c < t.H; c += tiling_.colsPerPass) {
-                const uint32_t n = ChunkLen(c);
-                if (p.quantize) LoadChunk(rowOffset + c, n, xf);
-                StoreQuantChunk(tok, c, n, xf, p);
-            }
-        }
+        auto load = [&](uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf) {
+            LoadWidened(inQue_, x_[rowOffset + col], n, xf);
+        };
+        auto store = [&](uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf, const QuantParams& q) {
+            StoreQuantChunk(tok, col, n, xf, q);
+        };
+        const QuantParams p = QuantizeRowInPasses(static_cast<uint32_t>(t.H), tiling_.colsPerPass,
+                                                  rowBuf_.Get<float>(), scratch_, load, store);
         AscendC::LocalTensor<float> s = scaleQue_.AllocTensor<float>();
         s.SetValue(0, p.scale);
         scaleQue_.EnQue(s);
@@ -292,7 +265,7 @@ private:
     __aicore__ inline void CopyToken(int64_t tok) {
         const CamTopology& t = plane_.Topo();
         for (uint32_t c = 0; c < t.H; c += tiling_.colsPerPass) {
-            const uint32_t n = ChunkLen(c);
+            const uint32_t n = t.H - c < tiling_.colsPerPass ? static_cast<uint32_t>(t.H - c) : tiling_.colsPerPass;
             AscendC::LocalTensor<T> in = inQue_.AllocTensor<T>();
             AscendC::DataCopyPad(in, x_[uint64_t(tok) * t.H + c], {1, uint32_t(n * sizeof(T)), 0, 0, 0},
                                  {false, 0, 0, T()});

@@ -55,43 +55,14 @@ private:
     // Returns the row's scale; writes its q.
     __aicore__ inline float QuantizeRow(uint32_t row) {
         const uint64_t rowOffset = uint64_t(row) * tiling_.cols;
-        AscendC::LocalTensor<float> xf = rowBuf_.Get<float>();
-        if (tiling_.passes == 1) {
-            const uint32_t n = tiling_.cols;
-            LoadChunk(rowOffset, n, xf);
-            const QuantParams p = QuantParamsFromAmax(ChunkAmax(xf, n, scratch_));
-            StoreChunk(rowOffset, n, xf, p);
-            return p.scale;
-        }
-        // The row does not fit: one pass for amax, a second that re-reads and quantizes.
-        float amax = 0.0f;
-        for (uint32_t c = 0; c < tiling_.cols; c += tiling_.colsPerPass) {
-            const uint32_t n = ChunkLen(c);
-            LoadChunk(rowOffset + c, n, xf);
-            amax = CombineAmax(amax, ChunkAmax(xf, n, scratch_));
-        }
-        const QuantParams p = QuantParamsFromAmax(amax);
-        for (uint32_t c = 0; c < tiling_.cols; c += tiling_.colsPerPass) {
-            const uint32_t n = ChunkLen(c);
-            if (p.quantize) LoadChunk(rowOffset + c, n, xf);
-            StoreChunk(rowOffset + c, n, xf, p);
-        }
-        return p.scale;
-    }
-
-    __aicore__ inline uint32_t ChunkLen(uint32_t col) const {
-        const uint32_t left = tiling_.cols - col;
-        return left < tiling_.colsPerPass ? left : tiling_.colsPerPass;
-    }
-
-    // GM -> UB -> fp32 in xf.
-    __aicore__ inline void LoadChunk(uint64_t offset, uint32_t n, const AscendC::LocalTensor<float>& xf) {
-        AscendC::LocalTensor<T> in = inQue_.AllocTensor<T>();
-        AscendC::DataCopyPad(in, x_[offset], {1, uint32_t(n * sizeof(T)), 0, 0, 0}, {false, 0, 0, T()});
-        inQue_.EnQue(in);
-        in = inQue_.DeQue<T>();
-        AscendC::Cast(xf, in, AscendC::RoundMode::CAST_NONE, n);
-        inQue_.FreeTensor(in);
+        auto load = [&](uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf) {
+            LoadWidened(inQue_, x_[rowOffset + col], n, xf);
+        };
+        auto store = [&](uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf, const QuantParams& p) {
+            StoreChunk(rowOffset + col, n, xf, p);
+        };
+        return QuantizeRowInPasses(tiling_.cols, tiling_.colsPerPass, rowBuf_.Get<float>(), scratch_, load, store)
+            .scale;
     }
 
     __aicore__ inline void StoreChunk(uint64_t offset, uint32_t n, const AscendC::LocalTensor<float>& xf,
