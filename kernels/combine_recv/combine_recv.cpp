@@ -28,14 +28,7 @@ public:
     }
 
     __aicore__ inline void Process() {
-        decision_.Reset();
-        bool go;
-        if (AscendC::GetBlockIdx() == 0) {
-            go = Control();
-            decision_.Publish(go);
-        } else {
-            go = decision_.Await(tiling_.comm.followerCycles);
-        }
+        const bool go = decision_.Decide([&] { return Control(); }, tiling_.comm.followerCycles);
         if (!go) return;
         const CamTopology& t = plane_.Topo();
         round_ = dp::LoadWord(plane_.Own(), layout::attn_recv_count_off(t));

@@ -108,6 +108,18 @@ class Decision {
 public:
     __aicore__ inline void Init(GM_ADDR workspace) { ws_ = workspace; }
 
+    // The whole exchange: every block clears the word, block 0 runs leader() (which decides go/stop and does what
+    // must precede the others' reads) and publishes, the other blocks wait for it.
+    template <typename Leader>
+    __aicore__ inline bool Decide(Leader&& leader, int64_t followerCycles) {
+        Reset();
+        if (AscendC::GetBlockIdx() != 0) return Await(followerCycles);
+        const bool go = leader();
+        Publish(go);
+        return go;
+    }
+
+private:
     // All blocks call this first; the word is cleared before anyone can read it.
     __aicore__ inline void Reset() {
         if (AscendC::GetBlockIdx() == 0) StoreWord(ws_, 0, kDecisionUndecided);
@@ -136,7 +148,6 @@ public:
         }
     }
 
-private:
     GM_ADDR ws_ = nullptr;
 };
 

@@ -23,16 +23,14 @@ public:
     }
 
     __aicore__ inline void Process() {
-        decision_.Reset();
-        bool go;
-        if (AscendC::GetBlockIdx() == 0) {
-            go = Control();
-            if (!go) WriteEmpty();
-            dp::FlushScalarStores(wi_);
-            decision_.Publish(go);
-        } else {
-            go = decision_.Await(tiling_.comm.followerCycles);
-        }
+        const bool go = decision_.Decide(
+            [&] {
+                const bool ready = Control();
+                if (!ready) WriteEmpty();
+                dp::FlushScalarStores(wi_);
+                return ready;
+            },
+            tiling_.comm.followerCycles);
         if (!go) return;
         Gather();
         AscendC::PipeBarrier<AscendC::PIPE_ALL>();
