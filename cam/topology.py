@@ -427,21 +427,7 @@ class Topology:
     def fingerprint(self) -> int:
         """63-bit FNV-1a of the layout version and every field; equal on all ranks of one plane."""
         h = _FNV_OFFSET
-        for v in (
-            LAYOUT_VERSION,
-            self.D,
-            self.P,
-            self.F,
-            self.E,
-            self.K,
-            self.H,
-            self.Bmax,
-            self.L,
-            self.slots,
-            self.act_dtype_bytes,
-            self.quant,
-            self.capacity,
-        ):
+        for v in (LAYOUT_VERSION, *self.as_c_fields()):
             h = _fnv1a_word(h, int(v))
         return h & 0x7FFFFFFFFFFFFFFF
 

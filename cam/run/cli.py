@@ -25,7 +25,8 @@ from typing import Dict, List
 
 import torch
 
-from .setup import RunConfig, build, workload_presets
+from .setup import RunConfig, build
+from .workload import PRESETS as WORKLOAD_PRESETS
 from .worker import ABORT_KEY, READY_KEY, SHUTDOWN_KEY, START_KEY
 
 _POLL_S = 0.05
@@ -42,7 +43,7 @@ def _parse(argv):
     p = argparse.ArgumentParser(prog="cam-run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=["async", "sync"], default="async")
-    p.add_argument("--preset", choices=sorted(workload_presets()), default="default", help="workload preset")
+    p.add_argument("--preset", choices=sorted(WORKLOAD_PRESETS), default="default", help="workload preset")
     p.add_argument("--model", choices=["tiny", "small"], default="tiny", help="model preset (cam.models.PRESETS)")
     p.add_argument("--replicas", type=int, default=2, help="Attention DP replicas D")
     p.add_argument("--participants", type=int, default=1, help="Attention ranks per replica P (cam-run: 1)")
@@ -66,7 +67,7 @@ def _parse(argv):
 
 
 def _config(args, out_dir: str, port: int) -> RunConfig:
-    spec = dataclasses.asdict(workload_presets()[args.preset])
+    spec = dataclasses.asdict(WORKLOAD_PRESETS[args.preset])
     for key in ("requests", "seed", "skew"):
         value = getattr(args, key)
         if value is not None:
@@ -84,7 +85,6 @@ def _config(args, out_dir: str, port: int) -> RunConfig:
                     timeout_s=args.timeout, idle_poll_s=args.idle_poll, cost_model=args.cost_model,
                     attention_cost=tuple(args.attention_cost), out_dir=out_dir, progress=not args.quiet,
                     shm_prefix=f"cam-run-{os.getpid()}-{port}")
-    cfg.topology()  # validates: E % F, sizes; raises ValueError naming the field
     return cfg
 
 
@@ -116,8 +116,8 @@ def _percentile(values: List[float], q: float) -> float:
     return ordered[idx]
 
 
-def _report(cfg: RunConfig, results: Dict[int, dict]) -> dict:
-    _, workload, topo = build(cfg)
+def _report(cfg: RunConfig, built, results: Dict[int, dict]) -> dict:
+    _, workload, topo = built
     done = {}
     for r in results.values():
         if r["role"] == "attention":
@@ -149,14 +149,14 @@ def _report(cfg: RunConfig, results: Dict[int, dict]) -> dict:
     }
 
 
-def _check(cfg: RunConfig, out_dir: str, topo_A: int) -> dict:
+def _check(built, out_dir: str) -> dict:
     """Each request's final hidden states against the single-process reference forward of the same batch.
     Tolerance: the routed experts' W1 epilogue uses fp32 exp in the kernel and a once-rounded float64 exp in the
     golden, so a SwiGLU output may land one int8 level apart (docs/gmm.md); through the layers that bounds the
     difference at a few percent of an element's scale, and almost every element matches to ~1e-6."""
-    model, workload, _ = build(cfg)
+    model, workload, topo = built
     outputs = {}
-    for rank in range(topo_A):
+    for rank in range(topo.A):
         outputs.update(torch.load(os.path.join(out_dir, f"outputs-{rank}.pt")))
     worst_rel, mean_abs, count = 0.0, 0.0, 0
     for replica, batches in enumerate(workload.batches):
@@ -210,10 +210,11 @@ def run(args) -> int:
     os.makedirs(out_dir, exist_ok=True)
     try:
         cfg = _config(args, out_dir, port)
+        built = build(cfg)  # validates the topology too: E % F, sizes (ValueError naming the field)
     except ValueError as e:
         print(f"cam-run: bad configuration: {e}", file=sys.stderr)
         return 2
-    topo = cfg.topology()
+    topo = built[2]
     world = topo.world_size
     store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=cfg.timeout_s),
                                        wait_for_workers=False)
@@ -285,9 +286,9 @@ def run(args) -> int:
     for rank in range(world):
         with open(os.path.join(out_dir, f"result-{rank}.json")) as f:
             results[rank] = json.load(f)
-    report = _report(cfg, results)
+    report = _report(cfg, built, results)
     if args.check:
-        report["check"] = _check(cfg, out_dir, topo.A)
+        report["check"] = _check(built, out_dir)
     _print(report)
     if args.json:
         with open(args.json, "w") as f:

@@ -14,7 +14,6 @@ from ..connector import ConnectorConfig
 from ..models import PRESETS as MODEL_PRESETS
 from ..models import MoEModel
 from ..topology import Topology
-from .workload import PRESETS as WORKLOAD_PRESETS
 from .workload import Workload, WorkloadSpec, make_workload
 
 
@@ -51,13 +50,8 @@ class RunConfig:
     def workload_spec(self) -> WorkloadSpec:
         return WorkloadSpec(**self.workload)
 
-    def topology(self) -> Topology:
-        model = MODEL_PRESETS[self.model]
-        workload = make_workload(self.workload_spec(), self.D, model.vocab_size)
-        return topology_for(model, workload, self.D, self.P, self.F, self.slots)
-
-    def connector_config(self) -> ConnectorConfig:
-        return ConnectorConfig(self.topology(), self.master_addr, self.master_port, torch.bfloat16, self.timeout_s,
+    def connector_config(self, topology: Topology) -> ConnectorConfig:
+        return ConnectorConfig(topology, self.master_addr, self.master_port, torch.bfloat16, self.timeout_s,
                                self.idle_poll_s, group="afd", shm_prefix=self.shm_prefix)
 
 
@@ -79,6 +73,3 @@ def build(cfg: RunConfig):
     workload = make_workload(cfg.workload_spec(), cfg.D, config.vocab_size)
     return MoEModel(config), workload, topology_for(config, workload, cfg.D, cfg.P, cfg.F, cfg.slots)
 
-
-def workload_presets():
-    return WORKLOAD_PRESETS

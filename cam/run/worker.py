@@ -75,8 +75,8 @@ def _wait_for_start(store, cfg: RunConfig) -> float:
     return float(store.get(START_KEY).decode())
 
 
-def run_attention(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict) -> dict:
-    model, workload, topo = build(cfg)
+def run_attention(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built) -> dict:
+    model, workload, topo = built
     replica = rank // topo.P
     own = workload.batches[replica]
     steps = max(len(b) for b in workload.batches) if cfg.mode == "sync" else len(own)
@@ -144,8 +144,8 @@ def _emulate_attention(cfg: RunConfig, seq_lens) -> None:
         time.sleep(a + b * sum(seq_lens) + c * sum(n * n for n in seq_lens))
 
 
-def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict) -> dict:
-    model, _, topo = build(cfg)
+def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built) -> dict:
+    model, _, topo = built
     w1, w2 = expert_weights(model, topo, rank - topo.A)
     _warm_up(model)
     t0 = _wait_for_start(store, cfg)
@@ -178,10 +178,11 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     cfg = RunConfig.load(argv[0])
     rank = int(argv[1])
-    topo = cfg.topology()
+    built = build(cfg)
+    topo = built[2]
     role = "attention" if rank < topo.A else "ffn"
     store = _store(cfg)
-    connector = AsyncAFDConnector(rank, role, cfg.connector_config())
+    connector = AsyncAFDConnector(rank, role, cfg.connector_config(topo))
     aborted: dict = {}
     stop = threading.Event()
     watchdog = threading.Thread(target=_watch_abort, args=(store, connector, aborted, stop), daemon=True)
@@ -189,7 +190,7 @@ def main(argv=None) -> int:
     try:
         connector.init_afd_connector(store=store)
         watchdog.start()
-        result = (run_attention if role == "attention" else run_ffn)(cfg, rank, store, connector, aborted)
+        result = (run_attention if role == "attention" else run_ffn)(cfg, rank, store, connector, aborted, built)
         with open(result_path, "w") as f:
             json.dump(result, f)
         return 0
