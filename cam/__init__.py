@@ -5,10 +5,40 @@ toolkit the kernels run on the twin, a CPU implementation of the Ascend C subset
 """
 
 import os as _os
+import sys as _sys
 
 import torch as _torch  # noqa: F401  (registers torch.library before the ops module uses it)
 
-from . import _C, errors
+
+def _shadowing_checkout_error(cause: ImportError) -> ImportError:
+    """The ImportError to raise when ``cam`` was found in a source checkout that holds no compiled ``_C``.
+
+    ``python -c``, ``python -m`` and ``python -m pytest`` put the working directory first on ``sys.path``, so
+    typing them at the root of a clone imports the clone's ``cam/`` instead of the installed package. Without this
+    the user sees Python's "partially initialized module (most likely due to a circular import)" riddle."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    if any(name.startswith("_C.") for name in _os.listdir(here)):
+        return cause  # a compiled package whose _C failed for another reason: keep the real error
+    installed = None
+    for entry in _sys.path:
+        candidate = _os.path.join(_os.path.abspath(entry or _os.curdir), "cam")
+        if candidate != here and _os.path.isdir(candidate) and any(
+                name.startswith("_C.") for name in _os.listdir(candidate)):
+            installed = candidate
+            break
+    where = f"the installed package at {installed}" if installed else "an installed cam (pip install .)"
+    return ImportError(
+        f"cam was imported from the source checkout at {here}, which has no compiled extension, and it shadows "
+        f"{where} because the current directory comes first on sys.path: run Python from another directory, or "
+        f"use the installed commands (cam-run, cam-bench, pytest) which do not put the checkout on sys.path")
+
+
+try:
+    from . import _C
+except ImportError as _e:
+    raise _shadowing_checkout_error(_e) from None
+
+from . import errors  # noqa: E402
 from .layer_weights import LayerWeights
 from .topology import Topology
 from .errors import (

@@ -1,4 +1,4 @@
-"""The process-wide twin stream and the rule that a torch-facing op has finished when it returns."""
+"""Each thread's default twin stream, and the rule that a torch-facing op has finished when it returns."""
 
 import os
 import threading
@@ -47,7 +47,7 @@ def forget_stream(stream) -> None:
 def run(launch, stream=None) -> None:
     """Runs ``launch(stream, allocate)`` and waits for the stream, so a CPU op has completed when it returns
     (torch CPU semantics). Workspace handed out by ``allocate`` lives until the stream is done with it. ``stream``
-    defaults to the process-wide stream; data-plane ops pass their communicator's own stream, because ranks that
+    defaults to this thread's stream; data-plane ops pass their communicator's own stream, because ranks that
     are threads of one process must not queue behind each other."""
     keep = []
 

@@ -1,6 +1,6 @@
 """``cam.LayerWeights``: the routed-expert weights of every MoE layer for one grouped matmul (W1 or W2), built once
 at load time. The layer-select GMM ops take it whole and pick the layer on the device from ``layer_index``, so the
-FFN loop never tells the host which layer it is on (DESIGN §4 rule 4)."""
+FFN loop never tells the host which layer it is on (docs/protocol.md §0 rule 4)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ def prepack_weights(weight: torch.Tensor) -> torch.Tensor:
     if weight.dim() < 2:
         raise ValueError(f"prepack_weights: weight must be at least 2-D [..., K, N], got shape {tuple(weight.shape)}")
     *lead, k, n = weight.shape
+    if k < 1 or n < 1:
+        raise ValueError(f"prepack_weights: weight must have K >= 1 and N >= 1, got shape {tuple(weight.shape)}")
     k1, n1 = -(-k // _NZ_K0), -(-n // _NZ_N0)
     padded = torch.zeros(*lead, k1 * _NZ_K0, n1 * _NZ_N0, dtype=torch.int8, device=weight.device)
     padded[..., :k, :n] = weight
@@ -80,12 +82,18 @@ class LayerWeights:
                 raise ValueError(f"LayerWeights: weights[{i}] has shape {tuple(w.shape)}, weights[0] {shape0}")
         if len(shape0) == 3:
             e, kk, n = shape0
+            if e < 1 or kk < 1 or n < 1:
+                raise ValueError(f"LayerWeights: weights must be [E_local >= 1, K >= 1, N >= 1], got shape {shape0}")
             if k is not None and k != kk:
                 raise ValueError(f"LayerWeights: k = {k} but the ND weights have K = {kk}")
             k = kk
             packed = [prepack_weights(w) for w in weights]
         elif len(shape0) == 5 and shape0[3:] == (_NZ_K0, _NZ_N0):
             e, n1, k1 = shape0[:3]
+            if e < 1 or n1 < 1 or k1 < 1:
+                raise ValueError(f"LayerWeights: FRACTAL_NZ weights must have E_local, N1, K1 >= 1, got shape {shape0}")
+            if k is not None and k < 1:
+                raise ValueError(f"LayerWeights: k = {k} must be >= 1")
             if k is not None and -(-k // _NZ_K0) != k1:
                 raise ValueError(f"LayerWeights: k = {k} does not fit the NZ weights' ceil(K/16) = {k1}")
             n = None

@@ -1,105 +1,29 @@
-"""Topology of one AFD data plane and the window layout it implies.
+"""The shape of one AFD data plane (``cam.Topology``).
 
-``Topology`` is the Python twin of the C++ POD ``CamTopology`` in
-``kernels/common/window_layout.h``; every size and offset below uses the same
-formula as that header (docs/protocol.md §3-§4). The header is the layout; this
-file is a plain mirror of it, kept in lock step by a test that compares the two.
-Nothing here imports the compiled extension, so it can be used before a build.
+Every size derived from it (windows, work item, receive rows, fingerprint) comes from the one window layout header,
+``kernels/common/window_layout.h``, through the compiled extension (docs/protocol.md §3-§4): Python never
+re-derives the layout.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
-__all__ = [
-    "Topology",
-    "LAYOUT_VERSION",
-    "ALIGN",
-    "LINE",
-    "CONTROL_BYTES",
-    "ABORT_OFF",
-    "STATUS_OFF",
-    "IDENTITY_OFF",
-    "STATUS_WORDS",
-    "STATUS_FIELDS",
-    "STATUS_CODES",
-    "OPS",
-    "HEADER_FIXED_WORDS",
-    "WORK_ITEM_FIXED_WORDS",
-    "WI_KIND",
-    "WI_REPLICA",
-    "WI_LAYER",
-    "WI_SEQ",
-    "WI_SLOT",
-    "WI_ROWS",
-    "WI_FFN_RANK",
-    "WI_FINGERPRINT",
-    "WI_COUNTS",
-    "WI_EMPTY",
-    "WI_WORK",
-    "INDEX_ENTRY_BYTES",
-    "MAX_DIM",
-    "MAX_WINDOW_BYTES",
-]
+from . import _C
 
-# ---- constants mirrored from window_layout.h (names without the k prefix) ----
-LAYOUT_VERSION = 1
-ALIGN = 32
-LINE = 64
-CONTROL_BYTES = 4 * LINE
-ABORT_OFF = 0
-STATUS_OFF = LINE
-IDENTITY_OFF = 2 * LINE
-STATUS_WORDS = 8
-# status record word index -> name, in order
-STATUS_FIELDS = ("code", "op", "rank", "peer", "replica", "layer", "seq", "detail")
-STATUS_CODES = {
-    0: "ok",
-    1: "timeout",
-    2: "aborted",
-    3: "capacity",
-    4: "bad_input",
-    5: "topology_mismatch",
-    6: "protocol",
-}
-OPS = {0: "none", 1: "dispatch_send", 2: "dispatch_recv", 3: "combine_send", 4: "combine_recv"}
-
-HEADER_FIXED_WORDS = 8
-WORK_ITEM_FIXED_WORDS = 8
-WI_KIND, WI_REPLICA, WI_LAYER, WI_SEQ, WI_SLOT, WI_ROWS, WI_FFN_RANK, WI_FINGERPRINT = range(8)
-WI_COUNTS = 8
-WI_EMPTY = 0
-WI_WORK = 1
-INDEX_ENTRY_BYTES = 8
-ATTN_FIXED_LINES = 2
+__all__ = ["Topology"]
 
 MAX_INT32 = 2**31 - 1
 MAX_DIM = 1 << 20
-MAX_WINDOW_BYTES = 1 << 56
-
-_FNV_OFFSET = 14695981039346656037
-_FNV_PRIME = 1099511628211
-_U64 = (1 << 64) - 1
-
-
-def _align_up(x: int, a: int) -> int:
-    return (x + a - 1) // a * a
-
-
-def _fnv1a_word(h: int, v: int) -> int:
-    v &= _U64  # the C++ casts int64 -> uint64 first
-    for i in range(8):
-        h ^= (v >> (8 * i)) & 0xFF
-        h = (h * _FNV_PRIME) & _U64
-    return h
 
 
 @dataclass(frozen=True)
 class Topology:
     """Shape of one asynchronous AFD data plane: who talks to whom and how big everything is.
 
-    World layout (DESIGN §4): Attention ranks are ``[0, A)`` with ``A = D * P``; replica
+    World layout (docs/protocol.md §1): Attention ranks are ``[0, A)`` with ``A = D * P``; replica
     ``d`` is Attention ranks ``[d*P, (d+1)*P)``; FFN ranks are ``[A, A + F)``; routed
     expert ``e`` lives on FFN rank ``A + e // R`` with ``R = E // F``.
 
@@ -191,11 +115,10 @@ class Topology:
             raise bad("act_dtype_bytes", "only 2-byte activations (bf16/fp16) are supported")
         if not 1 <= self.capacity <= MAX_INT32:
             raise bad("capacity", f"must be in [1, {MAX_INT32}] rows")
-        regions = self.A * self.slots
-        if regions > MAX_WINDOW_BYTES // (LINE + self.region_bytes):
-            raise ValueError(f"Topology needs an FFN window larger than 2**56 bytes: {self}")
-        if self.combine_row_bytes > (MAX_WINDOW_BYTES - self.attn_combine_off) // (self.slots * self.Bmax * self.K):
-            raise ValueError(f"Topology needs an Attention window larger than 2**56 bytes: {self}")
+        if self._layout["first_bad_field"] == _C.WINDOW_FIELD_WINDOW:
+            raise ValueError(f"Topology needs a window larger than 2**56 bytes: {self}")
+        if self._layout["first_bad_field"] != 0:  # the checks above mirror check_topology field by field
+            raise ValueError(f"Topology is invalid (window_layout.h field {self._layout['first_bad_field']}): {self}")
 
     # ------------------------------------------------------------------ derived counts
 
@@ -234,171 +157,41 @@ class Topology:
         """``f`` in ``[0, F)`` of global FFN rank ``A + f``."""
         return rank - self.A
 
-    @staticmethod
-    def seq_of_round(round_: int) -> int:
-        return round_ + 1
-
-    def slot_of_seq(self, seq: int) -> int:
-        return (seq - 1) % self.slots
-
     # ------------------------------------------------------------------ capacity
 
     @property
     def worst_case_rows(self) -> int:
-        return self.P * self.Bmax * self.K
+        """Rows one work item can bring to one FFN rank at most, ``P * Bmax * K``."""
+        return self._layout["worst_case_rows"]
 
     @property
     def recv_rows(self) -> int:
         """Rows of dispatch_recv's static-shape outputs: ``min(capacity, P*Bmax*K)``."""
-        return min(self.capacity, self.worst_case_rows)
+        return self._layout["recv_rows"]
+
+    # ------------------------------------------------------------------ sizes (from window_layout.h)
+
+    @functools.cached_property
+    def _layout(self) -> dict:
+        return _C.window_layout(list(self.as_c_fields()))
 
     @property
-    def region_token_slots(self) -> int:
-        return min(self.Bmax, self.capacity)
-
-    @property
-    def region_index_entries(self) -> int:
-        return min(self.Bmax * self.K, self.capacity)
-
-    # ------------------------------------------------------------------ row strides
-
-    @property
-    def dispatch_elem_bytes(self) -> int:
-        return 1 if self.quantized else self.act_dtype_bytes
-
-    @property
-    def dispatch_row_bytes(self) -> int:
-        return _align_up(self.H * self.dispatch_elem_bytes, ALIGN)
-
-    @property
-    def combine_row_bytes(self) -> int:
-        return _align_up(self.H * self.act_dtype_bytes, ALIGN)
-
-    # ------------------------------------------------------------------ dispatch region
-
-    @property
-    def header_words(self) -> int:
-        return HEADER_FIXED_WORDS + self.R
-
-    @property
-    def header_bytes(self) -> int:
-        return _align_up(8 * self.header_words, ALIGN)
-
-    @property
-    def index_bytes(self) -> int:
-        return _align_up(INDEX_ENTRY_BYTES * self.region_index_entries, ALIGN)
-
-    @property
-    def tokens_bytes(self) -> int:
-        return self.region_token_slots * self.dispatch_row_bytes
-
-    @property
-    def scales_bytes(self) -> int:
-        return _align_up(4 * self.region_token_slots, ALIGN) if self.quantized else 0
-
-    @property
-    def region_header_off(self) -> int:
-        return 0
-
-    @property
-    def region_index_off(self) -> int:
-        return self.header_bytes
-
-    @property
-    def region_tokens_off(self) -> int:
-        return self.region_index_off + self.index_bytes
-
-    @property
-    def region_scales_off(self) -> int:
-        return self.region_tokens_off + self.tokens_bytes
-
-    @property
-    def region_bytes(self) -> int:
-        return _align_up(self.region_scales_off + self.scales_bytes, LINE)
-
-    # ------------------------------------------------------------------ FFN window
-
-    @property
-    def ffn_state_off(self) -> int:
-        return CONTROL_BYTES
-
-    @property
-    def ffn_done_seq_off(self) -> int:
-        return self.ffn_state_off + LINE
-
-    @property
-    def ffn_combined_seq_off(self) -> int:
-        return self.ffn_done_seq_off + _align_up(8 * self.D, LINE)
-
-    @property
-    def ffn_state_bytes(self) -> int:
-        return LINE + 2 * _align_up(8 * self.D, LINE)
-
-    @property
-    def ffn_ready_off(self) -> int:
-        return self.ffn_state_off + self.ffn_state_bytes
-
-    def ffn_ready_signal_off(self, attn_rank: int, slot: int) -> int:
-        return self.ffn_ready_off + (attn_rank * self.slots + slot) * LINE
-
-    @property
-    def ffn_data_off(self) -> int:
-        return self.ffn_ready_off + self.A * self.slots * LINE
-
-    def ffn_region_off(self, attn_rank: int, slot: int) -> int:
-        return self.ffn_data_off + (attn_rank * self.slots + slot) * self.region_bytes
-
-    @property
-    def ffn_window_bytes(self) -> int:
-        return self.ffn_data_off + self.A * self.slots * self.region_bytes
-
-    # ------------------------------------------------------------------ Attention window
-
-    @property
-    def attn_state_off(self) -> int:
-        return CONTROL_BYTES
-
-    @property
-    def attn_send_count_off(self) -> int:
-        return self.attn_state_off
-
-    @property
-    def attn_recv_count_off(self) -> int:
-        return self.attn_state_off + LINE
-
-    def attn_slot_state_off(self, slot: int) -> int:
-        return self.attn_state_off + (ATTN_FIXED_LINES + slot) * LINE
-
-    @property
-    def attn_state_bytes(self) -> int:
-        return (ATTN_FIXED_LINES + self.slots) * LINE
-
-    @property
-    def attn_completion_off(self) -> int:
-        return self.attn_state_off + self.attn_state_bytes
-
-    def attn_completion_signal_off(self, slot: int, f: int) -> int:
-        return self.attn_completion_off + (slot * self.F + f) * LINE
-
-    @property
-    def attn_combine_off(self) -> int:
-        return self.attn_completion_off + self.slots * self.F * LINE
-
-    @property
-    def attn_combine_slot_bytes(self) -> int:
-        return self.Bmax * self.K * self.combine_row_bytes
-
-    def attn_combine_row_off(self, slot: int, tk: int) -> int:
-        return self.attn_combine_off + slot * self.attn_combine_slot_bytes + tk * self.combine_row_bytes
+    def work_item_words(self) -> int:
+        """Length of dispatch_recv's int64 work item (docs/protocol.md §4.2)."""
+        return self._layout["work_item_words"]
 
     @property
     def attn_window_bytes(self) -> int:
-        return self.attn_combine_off + self.slots * self.attn_combine_slot_bytes
+        return self._layout["attn_window_bytes"]
+
+    @property
+    def ffn_window_bytes(self) -> int:
+        return self._layout["ffn_window_bytes"]
 
     @property
     def window_bytes(self) -> int:
-        """Size every rank allocates when the transport needs one size for all (HCCL)."""
-        return max(self.attn_window_bytes, self.ffn_window_bytes)
+        """Size every rank allocates when the transport needs one size for all (HCCL's window)."""
+        return self._layout["window_bytes"]
 
     def rank_window_bytes(self, rank: int) -> int:
         """Bytes rank ``rank`` needs for its own role."""
@@ -406,30 +199,12 @@ class Topology:
             raise ValueError(f"rank {rank} outside [0, {self.world_size})")
         return self.attn_window_bytes if rank < self.A else self.ffn_window_bytes
 
-    # ------------------------------------------------------------------ work item
-
-    def work_item_cell_out_off(self, j: int, p: int) -> int:
-        return WI_COUNTS + self.R + j * self.P + p
-
-    def work_item_cell_count(self, j: int, p: int) -> int:
-        return WI_COUNTS + self.R + self.R * self.P + j * self.P + p
-
-    def work_item_cell_src_off(self, j: int, p: int) -> int:
-        return WI_COUNTS + self.R + 2 * self.R * self.P + j * self.P + p
-
-    @property
-    def work_item_words(self) -> int:
-        return _align_up(WORK_ITEM_FIXED_WORDS + self.R + 3 * self.R * self.P, ALIGN // 8)
-
     # ------------------------------------------------------------------ identity
 
     @property
     def fingerprint(self) -> int:
-        """63-bit FNV-1a of the layout version and every field; equal on all ranks of one plane."""
-        h = _FNV_OFFSET
-        for v in (LAYOUT_VERSION, *self.as_c_fields()):
-            h = _fnv1a_word(h, int(v))
-        return h & 0x7FFFFFFFFFFFFFFF
+        """63-bit hash of the layout version and every field; equal on all ranks of one plane."""
+        return self._layout["fingerprint"]
 
     def as_c_fields(self) -> tuple:
         """Field values in ``CamTopology`` order (what the bindings copy into the POD)."""

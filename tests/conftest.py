@@ -1,8 +1,14 @@
 import os
+import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# `python -m pytest` puts the working directory first on sys.path. Started from the checkout root, the checkout's
+# `cam/` (sources only, no compiled extension) would shadow the installed package these tests check, so the root
+# comes off the path before any test imports cam. Plain `pytest` never puts it there.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import cam
+from _window_layout import IDENTITY_OFF, WindowLayout
 from _dataplane_harness import (
     attention_body,
     check_against_golden,
@@ -37,7 +38,7 @@ def test_comm_window_sizes_and_identity():
 
     def body(comm):
         w = comm.window.view(torch.int64)
-        ident = w[cam.topology.IDENTITY_OFF // 8: cam.topology.IDENTITY_OFF // 8 + 5].tolist()
+        ident = w[IDENTITY_OFF // 8: IDENTITY_OFF // 8 + 5].tolist()
         return comm.window_bytes, ident, comm.status()
 
     results, errors = run_ranks(t, {r: body for r in range(t.world_size)}, timeout=30)
@@ -385,7 +386,7 @@ def test_signal_ahead_of_its_round_is_a_protocol_error():
 
     def ffn(comm):
         w = comm.window.view(torch.int64)
-        w[t.ffn_ready_signal_off(0, 0) // 8] = 3  # round seq 1 expected in slot 0
+        w[WindowLayout(t).ffn_ready_signal_off(0, 0) // 8] = 3  # round seq 1 expected in slot 0
         with pytest.raises(cam.CommProtocolError, match="ahead") as info:
             cam.ops.dispatch_recv(comm)
         with pytest.raises(cam.CommAbortedError):

@@ -54,6 +54,7 @@ def make_world(model, D=2, F=2, Bmax=24, group="w"):
     return topo, conns
 
 
+@pytest.mark.e2e
 def test_round_trip_through_the_connector_matches_the_model(model):
     topo, conns = make_world(model)
     stop = threading.Event()

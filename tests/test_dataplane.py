@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cam
+from _window_layout import WindowLayout
 from _dataplane_harness import (
     attention_body,
     ffn_server,
@@ -129,6 +130,7 @@ def test_slot_reuse_waits_for_own_combine_and_is_bounded():
 
 
 def _ffn_state(comm, t):
+    t = WindowLayout(t)
     w = comm.window.view(torch.int64)
     rr, served = int(w[t.ffn_state_off // 8]), int(w[t.ffn_state_off // 8 + 1])
     done = w[t.ffn_done_seq_off // 8: t.ffn_done_seq_off // 8 + t.D].tolist()
@@ -251,7 +253,11 @@ def test_torch_compile_keeps_side_effecting_ops():
     rounds = make_rounds(t, [[4, 4]], seed=9)
 
     def ffn_step(token, comm_id, fn_scale: float):
-        ex, sc, cnt, wi = torch.ops.cam.dispatch_recv(token, comm_id)
+        ex = torch.empty((t.recv_rows, t.H), dtype=torch.int8)
+        sc = torch.empty((t.recv_rows,), dtype=torch.float32)
+        cnt = torch.empty((t.R,), dtype=torch.int64)
+        wi = torch.empty((t.work_item_words,), dtype=torch.int64)
+        torch.ops.cam.dispatch_recv(token, ex, sc, cnt, wi, comm_id)
         out = torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16)
         n = t.recv_rows
         out[:n] = (ex.to(torch.float32) * sc[:, None] * fn_scale).to(torch.bfloat16)

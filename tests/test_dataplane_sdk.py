@@ -9,7 +9,7 @@ import pytest
 
 import cam
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 
 def test_sdk_round_trip_and_bounded_wait(tmp_path):

@@ -132,8 +132,8 @@ def test_tiling_at_ascend_size():
 @pytest.mark.parametrize(
     "make,exc,match",
     [
-        (lambda: torch.randn(4, 8), TypeError, "bfloat16 or float16"),
-        (lambda: torch.ones(4, 8, dtype=torch.int32), TypeError, "bfloat16 or float16"),
+        (lambda: torch.randn(4, 8), TypeError, "torch.bfloat16 or torch.float16"),
+        (lambda: torch.ones(4, 8, dtype=torch.int32), TypeError, "torch.bfloat16 or torch.float16"),
         (lambda: torch.randn(8, dtype=torch.bfloat16), ValueError, "2-D"),
         (lambda: torch.randn(2, 4, 8, dtype=torch.bfloat16), ValueError, "2-D"),
         (lambda: torch.randn(8, 4, dtype=torch.bfloat16).t(), ValueError, "contiguous"),
@@ -163,12 +163,45 @@ def test_torch_compile_fullgraph():
 
     @torch.compile(fullgraph=True, backend="aot_eager")
     def f(t):
-        q, s = torch.ops.cam.dynamic_quant(t)
+        q, s = cam.ops.dynamic_quant(t)
+        return q.float() * s[:, None]
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def g(t, q, s):  # static output buffers, as a captured loop uses them
+        cam.ops.dynamic_quant(t, out=(q, s))
         return q.float() * s[:, None]
 
     expected_q, expected_s = cam.reference.dynamic_quant(x)
-    assert torch.equal(f(x), expected_q.float() * expected_s[:, None])
+    expected = expected_q.float() * expected_s[:, None]
+    assert torch.equal(f(x), expected)
+    q, s = torch.full(x.shape, 5, dtype=torch.int8), torch.full(x.shape[:1], 5.0)
+    assert torch.equal(g(x, q, s), expected)
+    assert torch.equal(q, expected_q) and torch.equal(s, expected_s)
 
 
-def test_opcheck():
-    torch.library.opcheck(torch.ops.cam.dynamic_quant.default, (torch.randn(3, 50, dtype=torch.bfloat16),))
+def test_out_buffers_are_written_and_returned():
+    x = torch.randn(4, 40, dtype=torch.bfloat16)
+    q, s = torch.full((4, 40), 9, dtype=torch.int8), torch.full((4,), 9.0)
+    rq, rs = cam.ops.dynamic_quant(x, out=(q, s))
+    assert rq is q and rs is s
+    eq, es = cam.reference.dynamic_quant(x)
+    assert torch.equal(q, eq) and torch.equal(s, es)
+
+
+@pytest.mark.parametrize("out, error, match", [
+    ((torch.zeros(4, 40, dtype=torch.int8),), TypeError, "out must be a tuple of 2"),
+    (torch.zeros(4, 40, dtype=torch.int8), TypeError, "out must be a tuple of 2"),
+    ((torch.zeros(4, 40, dtype=torch.int8), None), TypeError, r"out\[1\] must be a torch.Tensor"),
+    ((torch.zeros(4, 40), torch.zeros(4)), TypeError, r"out\[0\] \(q\) must be torch.int8"),
+    ((torch.zeros(4, 41, dtype=torch.int8), torch.zeros(4)), ValueError, r"out\[0\] \(q\) must have shape \[4, 40\]"),
+    ((torch.zeros(4, 40, dtype=torch.int8), torch.zeros(5)), ValueError, r"out\[1\] \(scale\) must have shape \[4\]"),
+])
+def test_bad_out_is_refused_naming_it(out, error, match):
+    with pytest.raises(error, match=match):
+        cam.ops.dynamic_quant(torch.randn(4, 40, dtype=torch.bfloat16), out=out)
+
+
+@pytest.mark.parametrize("bad", [None, [[1.0, 2.0]], 3.0])
+def test_non_tensor_input_is_a_type_error_naming_x(bad):
+    with pytest.raises(TypeError, match="dynamic_quant: x must be a torch.Tensor"):
+        cam.ops.dynamic_quant(bad)

@@ -58,7 +58,7 @@ def _w2_golden(x, xs, ws, ss, gl, layer, glt, sentinel=-3.0):
 def _w1(x, xs, lw, gl, layer, glt, y_sentinel=77, s_sentinel=-1.5):
     y = torch.full((x.shape[0], lw.n // 2), y_sentinel, dtype=torch.int8)
     ys = torch.full((x.shape[0],), s_sentinel, dtype=torch.float32)
-    ry, rys = cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, gl, _li(layer), glt, y=y, y_scale=ys)
+    ry, rys = cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, gl, _li(layer), glt, out=(y, ys))
     assert ry is y and rys is ys
     return y, ys
 
@@ -407,7 +407,7 @@ def test_device_errors_write_nothing(small, layer, values, glt, match):
     y = torch.full((M, N // 2), 9, dtype=torch.int8)
     ys = torch.full((M,), 2.0)
     with pytest.raises(cam.DeviceArgumentError, match=match):
-        cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, gl, _li(layer), glt, y=y, y_scale=ys)
+        cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, gl, _li(layer), glt, out=(y, ys))
     assert bool((y == 9).all()) and bool((ys == 2.0).all())
     # The golden refuses the same inputs (same rule, independent code).
     with pytest.raises(ValueError):

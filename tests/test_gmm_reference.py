@@ -2,7 +2,7 @@
 
 The goldens are checked against a deliberately slow formulation: python-int dot
 products, numpy float32 *scalar* arithmetic one operation at a time, a hand-written
-bf16 rounding and a per-row quant written from DESIGN §5. The two share no code, so
+bf16 rounding and a per-row quant written from docs/numerics.md. The two share no code, so
 agreement is bit-exact evidence that the vectorized golden does what docs/gmm.md says.
 """
 

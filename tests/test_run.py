@@ -12,6 +12,8 @@ import time
 import pytest
 import torch
 
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
 RUN_TIMEOUT_S = 240
 
 

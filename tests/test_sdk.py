@@ -10,6 +10,8 @@ import pytest
 
 import cam
 
+pytestmark = [pytest.mark.slow]
+
 
 def test_cmake_dir_cli(tmp_path):
     # Run outside the checkout so the installed package, not the source tree, answers.

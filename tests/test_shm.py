@@ -54,6 +54,7 @@ def _finish(procs, timeout):
     return outs
 
 
+@pytest.mark.slow
 def test_shm_round_trip_over_processes_leaves_no_segment(tmp_path):
     prefix = f"camtest-{uuid.uuid4().hex[:10]}"
     topo_kw = dict(D=2, P=1, F=1, E=4, K=2, H=48, Bmax=6, L=2, slots=2)
@@ -84,6 +85,7 @@ def _fake_wi(t, rank, n, counts):
     return wi
 
 
+@pytest.mark.slow
 def test_shm_killed_rank_leaks_no_segment(tmp_path):
     prefix = f"camtest-{uuid.uuid4().hex[:10]}"
     topo_kw = dict(D=1, P=1, F=2, E=4, K=2, H=16, Bmax=2, L=1, slots=1)

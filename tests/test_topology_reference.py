@@ -1,4 +1,4 @@
-"""cam.Topology validation, its layout mirror of window_layout.h, and the dispatch/combine golden."""
+"""cam.Topology validation, the tests' layout mirror of window_layout.h, and the dispatch/combine golden."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from cam.reference.dispatch_combine import combine, dispatch, round_trip
-from cam.topology import ALIGN, CONTROL_BYTES, LINE, Topology
+from _window_layout import ALIGN, CONTROL_BYTES, LINE, WindowLayout
+from cam import Topology
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -27,7 +28,7 @@ def topo(**kw) -> Topology:
 
 
 def _quant():
-    # the shared per-token quant golden (DESIGN §5), imported late like the golden does
+    # the shared per-token quant golden (docs/numerics.md), imported late like the golden does
     return importlib.import_module("cam.reference.dynamic_quant").dynamic_quant
 
 
@@ -74,10 +75,10 @@ def test_topology_derived_fields():
     assert [t.ffn_rank_of_expert(e) for e in range(8)] == [4, 4, 4, 4, 5, 5, 5, 5]
     assert t.replica_of(3) == 1 and t.participant_of(3) == 1 and t.attn_rank_of(1, 1) == 3
     # a capacity above the worst case is legal and behaves like the worst case
-    big = topo(capacity=10_000)
+    big = WindowLayout(topo(capacity=10_000))
     assert big.recv_rows == big.worst_case_rows
     assert big.region_token_slots == 16 and big.region_index_entries == 32
-    small = topo(capacity=5)
+    small = WindowLayout(topo(capacity=5))
     assert small.recv_rows == 5 and small.region_token_slots == 5 and small.region_index_entries == 5
     assert small.ffn_window_bytes < t.ffn_window_bytes
     with pytest.raises(Exception):
@@ -98,13 +99,13 @@ def test_fingerprint_is_stable_and_sensitive():
 
 # ----------------------------------------------------------------------------- layout self-consistency
 
-LAYOUT_TOPOLOGIES = [
+LAYOUT_TOPOLOGIES = [WindowLayout(t) for t in [
     topo(),
     topo(quantized=False),
     topo(D=1, P=1, F=1, E=1, K=1, H=1, Bmax=1, L=1, slots=1),
     topo(D=3, P=2, F=4, E=16, K=3, H=129, Bmax=7, L=2, slots=3, capacity=11),
     topo(D=4, P=1, F=3, E=9, K=9, H=7168 // 64, Bmax=33, quantized=False, capacity=1),
-]
+]]
 
 
 def _intervals_disjoint(intervals):
@@ -151,7 +152,7 @@ def test_attention_window_layout_is_disjoint_and_aligned(t):
 
 
 def test_work_item_cells_are_distinct():
-    t = topo(D=3, P=3, F=2, E=6, K=2)
+    t = WindowLayout(topo(D=3, P=3, F=2, E=6, K=2))
     idx = [t.work_item_cell_out_off(j, p) for j in range(t.R) for p in range(t.P)]
     idx += [t.work_item_cell_count(j, p) for j in range(t.R) for p in range(t.P)]
     idx += [t.work_item_cell_src_off(j, p) for j in range(t.R) for p in range(t.P)]
@@ -179,6 +180,7 @@ def _py_value(t: Topology, name: str) -> int:
     return int(getattr(t, _PY_NAME.get(name, name)))
 
 
+@pytest.mark.slow
 def test_python_mirror_matches_window_layout_header(tmp_path):
     """Compile the header with g++ and compare every size and offset with the Python mirror."""
     gxx = shutil.which("g++")
@@ -220,6 +222,18 @@ def test_python_mirror_matches_window_layout_header(tmp_path):
     assert checked > 100
 
 
+@pytest.mark.parametrize("t", LAYOUT_TOPOLOGIES, ids=lambda t: f"D{t.D}P{t.P}F{t.F}E{t.E}K{t.K}q{t.quant}")
+def test_topology_sizes_come_from_the_header(t):
+    """cam.Topology takes its sizes from the compiled header; they equal the tests' independent mirror."""
+    topology = t.topology
+    for name in ("recv_rows", "worst_case_rows", "work_item_words", "attn_window_bytes", "ffn_window_bytes",
+                 "window_bytes", "fingerprint"):
+        assert getattr(topology, name) == getattr(t, name), name
+    for rank in range(topology.world_size):
+        assert topology.rank_window_bytes(rank) == t.rank_window_bytes(rank)
+
+
+@pytest.mark.slow
 def test_cpp_check_topology_agrees_on_rejects(tmp_path):
     gxx = shutil.which("g++")
     if gxx is None:

@@ -10,6 +10,8 @@ import subprocess
 
 import pytest
 
+pytestmark = [pytest.mark.slow]
+
 CASES = {
     # case: (rule the twin must report, block that breaks it or None when any block may)
     "ub_overflow": ("ub-capacity", None),

@@ -1,5 +1,5 @@
-"""cam-bench gmm1 / gmm2: the layer-select grouped matmuls (W1 gmm_swiglu_quant_multi_layer, W2 gmm_multi_layer) on
-the current backend against a torch baseline measured in the same run: a per-group matmul (fp32 matmul of the
+"""cam-bench gmm_swiglu_quant_multi_layer (W1, alias gmm1) / gmm_multi_layer (W2, alias gmm2): the layer-select
+grouped matmuls on the current backend against a torch baseline measured in the same run: a per-group matmul (fp32 matmul of the
 int8-valued operands, weights converted once up front) followed by the same epilogue in vectorized torch ops.
 
 Throughput counts the matmul work actually done, 2 * rows * K * N per second, with rows = the groups' total.
@@ -9,6 +9,8 @@ a run takes seconds on 2 CPUs; group sizes are balanced, skewed (halving per exp
 import torch
 
 from .common import print_table, summarize, time_call, write_json
+
+_W1, _W2 = "gmm_swiglu_quant_multi_layer", "gmm_multi_layer"
 
 # Scaled DeepSeek-like FFN rank: H = 7168 / 7, I = 2048 / 8, E_local = 8 (256 routed experts over 32 FFN ranks).
 _HIDDEN, _INTER, _EXPERTS, _LAYERS = 1024, 256, 8, 3
@@ -74,20 +76,20 @@ def _run(args, which: str) -> int:
     import cam
 
     torch.manual_seed(0)
-    k, n = (_HIDDEN, 2 * _INTER) if which == "gmm1" else (_INTER, _HIDDEN)
+    k, n = (_HIDDEN, 2 * _INTER) if which == _W1 else (_INTER, _HIDDEN)
     layer = 1
     results, table = [], []
-    x, xs, ws, ss = _setup(k, n, args.rows, seed=1 if which == "gmm1" else 2)
+    x, xs, ws, ss = _setup(k, n, args.rows, seed=1 if which == _W1 else 2)
     lw = cam.LayerWeights(ws, ss)
     wf = ws[layer].float()  # the baseline's preferred layout, prepared once like the op's NZ prepack
     li = torch.tensor([layer], dtype=torch.int64)
     for kind in args.groups:
         counts = _groups(kind, args.rows, _EXPERTS)
         gl = torch.tensor(counts, dtype=torch.int64)
-        if which == "gmm1":
+        if which == _W1:
             y = torch.empty(args.rows, n // 2, dtype=torch.int8)
             ysc = torch.empty(args.rows)
-            op = lambda: cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, gl, li, 1, y=y, y_scale=ysc)  # noqa: E731
+            op = lambda: cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, gl, li, 1, out=(y, ysc))  # noqa: E731
             base = lambda: _torch_w1(x, xs, wf, ss[layer], counts)  # noqa: E731
         else:
             out = torch.empty(args.rows, n, dtype=torch.bfloat16)
@@ -97,7 +99,7 @@ def _run(args, which: str) -> int:
         t_base = summarize(time_call(base, warmup=2, repeat=args.repeat, budget_s=args.budget))
         work = 2.0 * sum(counts) * k * n
         r = {
-            "op": "gmm_swiglu_quant_multi_layer" if which == "gmm1" else "gmm_multi_layer",
+            "op": which,
             "groups": kind,
             "group_sizes": counts,
             "M": args.rows,
@@ -130,8 +132,8 @@ def _run(args, which: str) -> int:
     return 0
 
 
-def _add(sub, which: str, help_text: str) -> None:
-    p = sub.add_parser(which, help=help_text)
+def _add(sub, which: str, alias: str, help_text: str) -> None:
+    p = sub.add_parser(which, aliases=[alias], help=help_text)
     p.add_argument("--json", metavar="PATH", help="write results as JSON")
     p.add_argument("--rows", type=int, default=512, help="row capacity M, all rows in groups (default 512)")
     p.add_argument("--groups", nargs="+", default=["balanced", "skewed", "one_expert"],
@@ -142,5 +144,5 @@ def _add(sub, which: str, help_text: str) -> None:
 
 
 def add_parsers(sub) -> None:
-    _add(sub, "gmm1", "W1 gmm_swiglu_quant_multi_layer vs a torch per-group matmul baseline")
-    _add(sub, "gmm2", "W2 gmm_multi_layer vs a torch per-group matmul baseline")
+    _add(sub, _W1, "gmm1", "W1 vs a torch per-group matmul baseline")
+    _add(sub, _W2, "gmm2", "W2 vs a torch per-group matmul baseline")

@@ -3,13 +3,15 @@ import torch
 from .. import _C, _runtime
 from .._tensor import desc
 from ..comm import Comm
-from ._dataplane import check_tensor, comm_for
+from ._checks import Args
+from ._dataplane import comm_arg, comm_for
 
 
 def _check(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) -> None:
     t = comm.topology
-    check_tensor("combine_send", "expert_out", expert_out, comm.dtype, shape=(t.recv_rows, t.H))
-    check_tensor("combine_send", "work_item", work_item, torch.int64, shape=(t.work_item_words,))
+    args = Args("combine_send")
+    args.tensor("expert_out", expert_out, comm.dtype, shape=(t.recv_rows, t.H), layout="[N, H]")
+    args.tensor("work_item", work_item, torch.int64, shape=(t.work_item_words,))
 
 
 @torch.library.custom_op("cam::combine_send", mutates_args=("token",))
@@ -41,9 +43,11 @@ def combine_send(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) 
         work_item: the ``work_item`` dispatch_recv returned on this rank; read only by the kernel.
 
     Raises:
-        TypeError / ValueError: bad dtype or shape, before anything runs.
+        TypeError / ValueError: bad dtype or shape, naming the argument, before anything runs.
         cam.DeviceArgumentError / cam.CommProtocolError: a work item not produced here, or combined twice / out
             of order (refused before anything is written).
         cam.CommAbortedError: the plane was aborted.
     """
-    torch.ops.cam.combine_send(comm._require().token, expert_out, work_item, comm.id)
+    comm = comm_arg("combine_send", comm)
+    Args("combine_send").gate(expert_out=(expert_out, torch.Tensor), work_item=(work_item, torch.Tensor))
+    torch.ops.cam.combine_send(comm.token, expert_out, work_item, comm.id)

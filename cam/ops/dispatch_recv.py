@@ -2,41 +2,51 @@ import torch
 
 from .. import _C, _runtime
 from .._tensor import desc
-from ..comm import Comm, lookup
-from ._dataplane import comm_for
+from ..comm import Comm
+from ._checks import Args
+from ._dataplane import comm_arg, comm_for
+
+_OUT_NAMES = ("expand_x", "scales", "expert_counts", "work_item")
 
 
-def _empty_outputs(comm: Comm, like: torch.Tensor):
+def _output_specs(comm: Comm):
+    """(dtype, shape) of each output, static for the topology: one FFN graph serves every work item."""
     t = comm.topology
     n = t.recv_rows
-    row_dtype = torch.int8 if t.quantized else comm.dtype
     return (
-        like.new_empty((n, t.H), dtype=row_dtype),
-        like.new_empty((n if t.quantized else 1,), dtype=torch.float32),
-        like.new_empty((t.R,), dtype=torch.int64),
-        like.new_empty((t.work_item_words,), dtype=torch.int64),
+        (torch.int8 if t.quantized else comm.dtype, (n, t.H)),
+        (torch.float32, (n if t.quantized else 1,)),
+        (torch.int64, (t.R,)),
+        (torch.int64, (t.work_item_words,)),
     )
 
 
-@torch.library.custom_op("cam::dispatch_recv", mutates_args=("token",))
-def _dispatch_recv(token: torch.Tensor, comm_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _check(comm: Comm, outputs) -> None:
+    args = Args("dispatch_recv")
+    for i, (name, t, (dtype, shape)) in enumerate(zip(_OUT_NAMES, outputs, _output_specs(comm))):
+        args.tensor(f"out[{i}] ({name})", t, dtype, shape=shape)
+
+
+@torch.library.custom_op("cam::dispatch_recv", mutates_args=("token", "expand_x", "scales", "expert_counts",
+                                                              "work_item"))
+def _dispatch_recv(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Tensor, expert_counts: torch.Tensor,
+                   work_item: torch.Tensor, comm_id: int) -> None:
     comm = comm_for("dispatch_recv", comm_id, attention=False)
-    expand_x, scales, counts, work_item = _empty_outputs(comm, token)
+    _check(comm, (expand_x, scales, expert_counts, work_item))
     _runtime.run(
-        lambda stream, allocate: _C.dispatch_recv(comm._c, desc(expand_x), desc(scales), desc(counts), desc(work_item),
-                                                  stream, allocate),
+        lambda stream, allocate: _C.dispatch_recv(comm._c, desc(expand_x), desc(scales), desc(expert_counts),
+                                                  desc(work_item), stream, allocate),
         stream=comm.stream,
     )
     token.add_(1)
-    return expand_x, scales, counts, work_item
 
 
 @_dispatch_recv.register_fake
-def _(token, comm_id):
-    return _empty_outputs(lookup(comm_id), token)
+def _(token, expand_x, scales, expert_counts, work_item, comm_id) -> None:
+    _check(comm_for("dispatch_recv", comm_id, attention=False), (expand_x, scales, expert_counts, work_item))
 
 
-def dispatch_recv(comm: Comm) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def dispatch_recv(comm: Comm, *, out=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """FFN side: take the next ready work item (docs/protocol.md §6.2).
 
     Replicas are served round robin over the ready ones (a replica that is ready is served within D
@@ -46,6 +56,8 @@ def dispatch_recv(comm: Comm) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
 
     Args:
         comm: this rank's :class:`cam.Comm` (an FFN rank).
+        out: optional ``(expand_x, scales, expert_counts, work_item)`` to write into, with the dtypes and shapes
+            below (static buffers of a captured loop); allocated when not given.
 
     Returns:
         ``(expand_x, scales, expert_counts, work_item)``, static shapes from the topology with
@@ -63,9 +75,15 @@ def dispatch_recv(comm: Comm) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
         is not a fault, however long it lasts.
 
     Raises:
+        TypeError / ValueError: ``comm`` not an FFN rank's Comm, or ``out`` of the wrong dtypes or shapes.
         cam.CommTimeoutError: a replica stayed partly published for ``comm.timeout_s`` (names the replica, the
             participant that did not publish and the layer).
         cam.CommAbortedError: the plane was aborted (ends an idle wait at once).
         cam.CommProtocolError / cam.DeviceArgumentError: records that break the protocol or exceed the capacity.
     """
-    return torch.ops.cam.dispatch_recv(comm._require().token, comm.id)
+    comm = comm_arg("dispatch_recv", comm)
+    given = Args("dispatch_recv").outputs("out", out, 4)
+    if given is None:
+        given = tuple(torch.empty(shape, dtype=dtype) for dtype, shape in _output_specs(comm))
+    torch.ops.cam.dispatch_recv(comm.token, *given, comm.id)
+    return given

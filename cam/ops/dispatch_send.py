@@ -3,18 +3,20 @@ import torch
 from .. import _C, _runtime
 from .._tensor import desc
 from ..comm import Comm
-from ._dataplane import check_layer, check_tensor, comm_for
+from ._checks import Args
+from ._dataplane import comm_arg, comm_for
 
 
 def _check(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: int) -> None:
     t = comm.topology
-    check_tensor("dispatch_send", "x", x, comm.dtype, rank=2)
+    args = Args("dispatch_send")
+    args.tensor("x", x, comm.dtype, ndim=2, layout=f"[B, H={t.H}]")
     if x.shape[1] != t.H:
-        raise ValueError(f"dispatch_send: x must be [B, H={t.H}], got {tuple(x.shape)}")
+        raise args.fail("x", f"must be [B, H={t.H}], got {list(x.shape)}")
     if x.shape[0] > t.Bmax:
-        raise ValueError(f"dispatch_send: x has B={x.shape[0]} tokens, more than Bmax={t.Bmax}")
-    check_tensor("dispatch_send", "topk_ids", topk_ids, torch.int32, shape=(x.shape[0], t.K))
-    check_layer("dispatch_send", comm, layer)
+        raise args.fail("x", f"has B={x.shape[0]} tokens, more than Bmax={t.Bmax}")
+    args.tensor("topk_ids", topk_ids, torch.int32, shape=(x.shape[0], t.K), layout="[B, K]")
+    args.integer("layer", layer, 0, t.L, hi_name="L")
 
 
 @torch.library.custom_op("cam::dispatch_send", mutates_args=("token",))
@@ -48,10 +50,11 @@ def dispatch_send(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: in
         layer: MoE layer in ``[0, L)``; travels in-band to the FFN side (work item word 2).
 
     Raises:
-        TypeError / ValueError: bad dtype, shape, layer, or role, before anything runs.
+        TypeError / ValueError: bad dtype, shape, layer, or role, naming the argument, before anything runs.
         cam.DeviceArgumentError: an id outside ``[-1, E)`` or more rows for one FFN rank than ``capacity``, found by
             the kernel's pre-pass before anything was written; the Comm stays usable.
         cam.CommTimeoutError / cam.CommAbortedError: the slot did not free up in time / the plane was aborted.
     """
-    _check(comm._require(), x, topk_ids, layer)  # here too: a non-int layer must not reach the schema as a RuntimeError
+    comm = comm_arg("dispatch_send", comm)
+    Args("dispatch_send").gate(x=(x, torch.Tensor), topk_ids=(topk_ids, torch.Tensor), layer=(layer, int))
     torch.ops.cam.dispatch_send(comm.token, x, topk_ids, layer, comm.id)

@@ -2,45 +2,38 @@ import torch
 
 from .. import _C, _runtime
 from .._tensor import desc
+from ._checks import Args
 
 _ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def _check(x: torch.Tensor) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"dynamic_quant: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in _ACTIVATION_DTYPES:
-        raise TypeError(f"dynamic_quant: x must be bfloat16 or float16, got {x.dtype}")
-    if x.dim() != 2:
-        raise ValueError(f"dynamic_quant: x must be 2-D [tokens, hidden], got shape {tuple(x.shape)}")
+def _check(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
+    args = Args("dynamic_quant")
+    args.tensor("x", x, _ACTIVATION_DTYPES, ndim=2, layout="[tokens, hidden]")
     if x.shape[1] < 1:
-        raise ValueError(f"dynamic_quant: x must have at least one column, got shape {tuple(x.shape)}")
-    if not x.is_contiguous():
-        raise ValueError("dynamic_quant: x must be contiguous (row-major); call .contiguous() first")
+        raise args.fail("x", f"must have at least one column, got shape {tuple(x.shape)}")
+    args.tensor("out[0] (q)", q, torch.int8, shape=x.shape)
+    args.tensor("out[1] (scale)", scale, torch.float32, shape=(x.shape[0],))
 
 
-@torch.library.custom_op("cam::dynamic_quant", mutates_args=())
-def _dynamic_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    _check(x)
-    if x.device.type != "cpu":
-        raise ValueError(f"dynamic_quant: the twin backend runs on CPU tensors, got device {x.device}")
-    q = torch.empty(x.shape, dtype=torch.int8)
-    scale = torch.empty(x.shape[0], dtype=torch.float32)
+@torch.library.custom_op("cam::dynamic_quant", mutates_args=("q", "scale"))
+def _dynamic_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
+    _check(x, q, scale)
     _runtime.run(lambda stream, allocate: _C.dynamic_quant(desc(x), desc(q), desc(scale), stream, allocate))
-    return q, scale
 
 
 @_dynamic_quant.register_fake
-def _(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    _check(x)
-    return x.new_empty(x.shape, dtype=torch.int8), x.new_empty((x.shape[0],), dtype=torch.float32)
+def _(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
+    _check(x, q, scale)
 
 
-def dynamic_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def dynamic_quant(x: torch.Tensor, *, out=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token symmetric int8 quantization (docs/numerics.md).
 
     Args:
         x: ``[M, H]`` bfloat16 or float16, contiguous, M >= 0, H >= 1.
+        out: optional ``(q, scale)`` to write into (int8 ``[M, H]``, fp32 ``[M]``), e.g. static buffers of a
+            captured loop; allocated when not given.
 
     Returns:
         ``(q, scale)``: ``q`` int8 ``[M, H]`` = clamp(rint(x * (127 / amax)), -127, 127) with amax = max|x[m]|
@@ -48,7 +41,15 @@ def dynamic_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         gives q = 0 and a non-finite scale, so the fault stays visible after dequantization.
 
     Raises:
-        TypeError / ValueError: bad dtype, rank or layout, before anything runs.
+        TypeError / ValueError: bad dtype, rank, layout or ``out``, naming the argument, before anything runs.
     """
-    _check(x)
-    return torch.ops.cam.dynamic_quant(x)
+    args = Args("dynamic_quant")
+    args.is_tensor("x", x)
+    given = args.outputs("out", out, 2)
+    if given is None:
+        q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+        scale = torch.empty(x.shape[:1], dtype=torch.float32, device=x.device)
+    else:
+        q, scale = given
+    torch.ops.cam.dynamic_quant(x, q, scale)
+    return q, scale

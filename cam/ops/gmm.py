@@ -11,83 +11,60 @@ import torch
 from .. import _C, _runtime
 from .._tensor import desc
 from ..layer_weights import LayerWeights
+from ._checks import Args
 
 GROUP_LIST_CUMSUM = 0
 GROUP_LIST_COUNTS = 1
 
 
-def _tensor(op: str, name: str, t, dtype: torch.dtype) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != dtype:
-        raise TypeError(f"{op}: {name} must be {dtype}, got {t.dtype}")
-    if t.device.type != "cpu":
-        raise ValueError(f"{op}: the twin backend runs on CPU tensors, {name} is on {t.device}")
-    if not t.is_contiguous():
-        raise ValueError(f"{op}: {name} must be contiguous (row-major); call .contiguous() first")
-
-
-def _check_common(op, xn, x, xsn, x_scale, weights, scales, group_list, layer_index, group_list_type):
+def _check_common(args: Args, xn, x, xsn, x_scale, weights, scales, group_list, layer_index, group_list_type):
     """Host-visible checks shared by both ops; returns (M, K, N, E_local)."""
-    _tensor(op, xn, x, torch.int8)
-    if x.dim() != 2:
-        raise ValueError(f"{op}: {xn} must be 2-D [M, K], got shape {tuple(x.shape)}")
+    args.tensor(xn, x, torch.int8, ndim=2, layout="[M, K]")
     m, k = x.shape
     if k < 1:
-        raise ValueError(f"{op}: {xn} must have at least one column, got shape {tuple(x.shape)}")
-    _tensor(op, xsn, x_scale, torch.float32)
-    if tuple(x_scale.shape) != (m,):
-        raise ValueError(f"{op}: {xsn} must have shape [{m}] (one scale per row of {xn}), got {tuple(x_scale.shape)}")
+        raise args.fail(xn, f"must have at least one column, got shape {tuple(x.shape)}")
+    args.tensor(xsn, x_scale, torch.float32, shape=(m,), layout=f"(one scale per row of {xn})")
+    args.tensor_list("weights", weights)
+    args.tensor_list("weight_scales", scales)
     if len(weights) < 1 or len(weights) != len(scales):
-        raise ValueError(f"{op}: weights ({len(weights)} layers) and weight_scales ({len(scales)}) must match, >= 1")
-    for i, s in enumerate(scales):
-        _tensor(op, f"weight_scales[{i}]", s, torch.float32)
-    if scales[0].dim() != 2:
-        raise ValueError(f"{op}: weight_scales[0] must be 2-D [E_local, N], got shape {tuple(scales[0].shape)}")
+        raise args.fail("weights", f"({len(weights)} layers) and weight_scales ({len(scales)}) must match, >= 1")
+    args.tensor("weight_scales[0]", scales[0], torch.float32, ndim=2, layout="[E_local, N]")
     e, n = scales[0].shape
+    if e < 1 or n < 1:
+        raise args.fail("weight_scales[0]", f"must be [E_local >= 1, N >= 1], got shape {tuple(scales[0].shape)}")
     nz = (e, -(-n // 32), -(-k // 16), 16, 32)
     for i, w in enumerate(weights):
-        _tensor(op, f"weights[{i}]", w, torch.int8)
+        args.tensor(f"weights[{i}]", w, torch.int8)
         if tuple(w.shape) != nz:
-            raise ValueError(
-                f"{op}: weights[{i}] must be FRACTAL_NZ {list(nz)} for K = {k} (from {xn}) and N = {n}, got "
-                f"{tuple(w.shape)} (build the weights with cam.LayerWeights / cam.ops.prepack_weights)"
-            )
-    for i, s in enumerate(scales):
-        if tuple(s.shape) != (e, n):
-            raise ValueError(f"{op}: weight_scales[{i}] must have shape [{e}, {n}], got {tuple(s.shape)}")
-    _tensor(op, "group_list", group_list, torch.int64)
-    if tuple(group_list.shape) != (e,):
-        raise ValueError(f"{op}: group_list must have shape [{e}] (one entry per local expert), got {tuple(group_list.shape)}")
-    _tensor(op, "layer_index", layer_index, torch.int64)
+            raise args.fail(f"weights[{i}]", f"must be FRACTAL_NZ {list(nz)} for K = {k} (from {xn}) and N = {n}, got "
+                                           f"{tuple(w.shape)} (build the weights with cam.LayerWeights / "
+                                           f"cam.ops.prepack_weights)")
+    for i, sc in enumerate(scales):
+        args.tensor(f"weight_scales[{i}]", sc, torch.float32, shape=(e, n))
+    args.tensor("group_list", group_list, torch.int64, shape=(e,), layout="(one entry per local expert)")
+    args.tensor("layer_index", layer_index, torch.int64)
     if layer_index.numel() != 1:
-        raise ValueError(f"{op}: layer_index must hold exactly one element, got shape {tuple(layer_index.shape)}")
+        raise args.fail("layer_index", f"must hold exactly one element, got shape {tuple(layer_index.shape)}")
     if isinstance(group_list_type, bool) or group_list_type not in (GROUP_LIST_CUMSUM, GROUP_LIST_COUNTS):
-        raise ValueError(f"{op}: group_list_type must be 0 (cumsum) or 1 (counts), got {group_list_type!r}")
+        raise args.fail("group_list_type", f"must be 0 (cumsum) or 1 (counts), got {group_list_type!r}")
     return m, k, n, e
 
 
 def _check_w1(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale):
-    op = "gmm_swiglu_quant_multi_layer"
-    m, _, n, _ = _check_common(op, "x", x, "x_scale", x_scale, weights, weight_scales, group_list, layer_index,
+    args = Args("gmm_swiglu_quant_multi_layer")
+    m, _, n, _ = _check_common(args, "x", x, "x_scale", x_scale, weights, weight_scales, group_list, layer_index,
                                group_list_type)
     if n % 2:
-        raise ValueError(f"{op}: N = {n} must be even (the matmul output splits into act | gate halves)")
-    _tensor(op, "y", y, torch.int8)
-    if tuple(y.shape) != (m, n // 2):
-        raise ValueError(f"{op}: y must have shape [{m}, {n // 2}], got {tuple(y.shape)}")
-    _tensor(op, "y_scale", y_scale, torch.float32)
-    if tuple(y_scale.shape) != (m,):
-        raise ValueError(f"{op}: y_scale must have shape [{m}], got {tuple(y_scale.shape)}")
+        raise args.fail("weights", f"N = {n} must be even (the matmul output splits into act | gate halves)")
+    args.tensor("out[0] (y)", y, torch.int8, shape=(m, n // 2))
+    args.tensor("out[1] (y_scale)", y_scale, torch.float32, shape=(m,))
 
 
 def _check_w2(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out):
-    op = "gmm_multi_layer"
-    m, _, n, _ = _check_common(op, "y", y, "y_scale", y_scale, weights, weight_scales, group_list, layer_index,
+    args = Args("gmm_multi_layer")
+    m, _, n, _ = _check_common(args, "y", y, "y_scale", y_scale, weights, weight_scales, group_list, layer_index,
                                group_list_type)
-    _tensor(op, "out", out, torch.bfloat16)
-    if tuple(out.shape) != (m, n):
-        raise ValueError(f"{op}: out must have shape [{m}, {n}], got {tuple(out.shape)}")
+    args.tensor("out", out, torch.bfloat16, shape=(m, n))
 
 
 @torch.library.custom_op("cam::gmm_swiglu_quant_multi_layer", mutates_args=("y", "y_scale"))
@@ -141,9 +118,18 @@ def _(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_ty
     _check_w2(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out)
 
 
-def _layer_weights(op: str, weights) -> LayerWeights:
+def _gate(op: str, x_name: str, x, x_scale_name: str, x_scale, weights, group_list, layer_index,
+          group_list_type) -> LayerWeights:
+    """What must hold before the op schema sees the arguments (the op itself checks the rest)."""
+    args = Args(op)
     if not isinstance(weights, LayerWeights):
         raise TypeError(f"{op}: weights must be a cam.LayerWeights, got {type(weights).__name__}")
+    args.gate(**{x_name: (x, torch.Tensor), x_scale_name: (x_scale, torch.Tensor)},
+              group_list=(group_list, torch.Tensor), layer_index=(layer_index, torch.Tensor),
+              group_list_type=(group_list_type, int))
+    args.tensor(x_name, x, torch.int8, ndim=2, layout="[M, K]")
+    if weights.k is not None and x.shape[1] != weights.k:
+        raise args.fail(x_name, f"has K = {x.shape[1]} columns, the weights K = {weights.k}")
     return weights
 
 
@@ -154,8 +140,8 @@ def gmm_swiglu_quant_multi_layer(
     group_list: torch.Tensor,
     layer_index: torch.Tensor,
     group_list_type: int = GROUP_LIST_COUNTS,
-    y: Optional[torch.Tensor] = None,
-    y_scale: Optional[torch.Tensor] = None,
+    *,
+    out=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """W1: grouped int8 matmul with the layer picked on the device, dequant, SwiGLU, per-row int8 quant.
 
@@ -176,29 +162,25 @@ def gmm_swiglu_quant_multi_layer(
             emits) or their running sum (0). Its total may be below ``M``.
         layer_index: int64 tensor with one element, on the device (may be a view into a work item).
         group_list_type: 1 counts (default) or 0 cumsum.
-        y: optional int8 ``[M, N/2]`` output buffer; y_scale: optional fp32 ``[M]``. Rows past the groups' total
-            are not written (allocated here as zeros when not given).
+        out: optional ``(y, y_scale)`` to write into: int8 ``[M, N/2]`` and fp32 ``[M]`` (static buffers of a
+            captured loop). Rows past the groups' total are not written; when ``out`` is not given they are
+            allocated here as zeros.
 
     Returns:
         ``(y, y_scale)``.
 
     Raises:
-        TypeError / ValueError: dtype, rank, shape, layout or list mismatches, before anything runs.
+        TypeError / ValueError: dtype, rank, shape, layout or list mismatches, naming the argument, before anything
+            runs.
         cam.DeviceArgumentError: ``layer_index`` outside ``[0, L)``, a negative count / decreasing cumsum, or a
             total above ``M``, detected by the kernels before they write anything (outputs untouched).
     """
     op = "gmm_swiglu_quant_multi_layer"
-    lw = _layer_weights(op, weights)
-    if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        _tensor(op, "x", x, torch.int8)
-        raise ValueError(f"{op}: x must be 2-D [M, K], got shape {tuple(x.shape)}")
-    if lw.k is not None and x.shape[1] != lw.k:
-        raise ValueError(f"{op}: x has K = {x.shape[1]} columns, the weights K = {lw.k}")
-    m = x.shape[0]
-    if y is None:
-        y = torch.zeros(m, lw.n // 2, dtype=torch.int8)
-    if y_scale is None:
-        y_scale = torch.zeros(m, dtype=torch.float32)
+    lw = _gate(op, "x", x, "x_scale", x_scale, weights, group_list, layer_index, group_list_type)
+    given = Args(op).outputs("out", out, 2)
+    if given is None:
+        given = (torch.zeros(x.shape[0], lw.n // 2, dtype=torch.int8), torch.zeros(x.shape[0], dtype=torch.float32))
+    y, y_scale = given
     torch.ops.cam.gmm_swiglu_quant_multi_layer(
         x, x_scale, list(lw.weights), list(lw.scales), group_list, layer_index, group_list_type, y, y_scale
     )
@@ -212,7 +194,8 @@ def gmm_multi_layer(
     group_list: torch.Tensor,
     layer_index: torch.Tensor,
     group_list_type: int = GROUP_LIST_COUNTS,
-    out: Optional[torch.Tensor] = None,
+    *,
+    out=None,
 ) -> torch.Tensor:
     """W2: grouped int8 matmul with the layer picked on the device, dequant to bf16.
 
@@ -224,8 +207,8 @@ def gmm_multi_layer(
         y_scale: fp32 ``[M]``.
         weights: :class:`cam.LayerWeights` over ``[E_local, I, H]`` weights and ``[E_local, H]`` scales per layer.
         group_list, layer_index, group_list_type: as for :func:`gmm_swiglu_quant_multi_layer`.
-        out: optional bf16 ``[M, H]`` output buffer; rows past the groups' total are not written (allocated here as
-            zeros when not given).
+        out: optional bf16 ``[M, H]`` to write into; rows past the groups' total are not written (allocated here
+            as zeros when not given).
 
     Returns:
         ``out``.
@@ -235,15 +218,10 @@ def gmm_multi_layer(
         written), as for :func:`gmm_swiglu_quant_multi_layer`.
     """
     op = "gmm_multi_layer"
-    lw = _layer_weights(op, weights)
-    if not isinstance(y, torch.Tensor) or y.dim() != 2:
-        _tensor(op, "y", y, torch.int8)
-        raise ValueError(f"{op}: y must be 2-D [M, I], got shape {tuple(y.shape)}")
-    if lw.k is not None and y.shape[1] != lw.k:
-        raise ValueError(f"{op}: y has I = {y.shape[1]} columns, the weights I = {lw.k}")
-    if out is None:
-        out = torch.zeros(y.shape[0], lw.n, dtype=torch.bfloat16)
+    lw = _gate(op, "y", y, "y_scale", y_scale, weights, group_list, layer_index, group_list_type)
+    given = Args(op).outputs("out", out, 1)
+    result = given[0] if given else torch.zeros(y.shape[0], lw.n, dtype=torch.bfloat16)
     torch.ops.cam.gmm_multi_layer(
-        y, y_scale, list(lw.weights), list(lw.scales), group_list, layer_index, group_list_type, out
+        y, y_scale, list(lw.weights), list(lw.scales), group_list, layer_index, group_list_type, result
     )
-    return out
+    return result

@@ -1,6 +1,6 @@
 """Golden (oracle) for the routed data plane: dispatch, combine and a whole round trip.
 
-Plain torch, written from DESIGN §5 and docs/protocol.md, sharing nothing with the
+Plain torch, written from docs/numerics.md and docs/protocol.md, sharing nothing with the
 kernel path: it never looks at windows, signals or records, only at what the ops
 must produce.
 
@@ -34,7 +34,7 @@ _ACT_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def _default_quant(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    # Lazy: the shared per-token quant golden is its own module (bit-exact DESIGN §5 rule).
+    # Lazy: the shared per-token quant golden is its own module (bit-exact, docs/numerics.md).
     mod = importlib.import_module("cam.reference.dynamic_quant")
     return mod.dynamic_quant(x)
 

@@ -2,7 +2,7 @@
 
 Written in plain torch, independently of the kernels: nothing here is shared with
 the kernel path, so a bug on one side cannot hide in both. See docs/gmm.md for the
-contract these functions pin down (DESIGN §5 numerics).
+contract these functions pin down (docs/numerics.md).
 
 * ``gmm_swiglu_quant_multi_layer`` - W1: int8 GMM, dequant, SwiGLU, per-row quant.
 * ``gmm_multi_layer``              - W2: int8 GMM, dequant, cast to bf16.
@@ -120,7 +120,7 @@ def _exp_f32(a: torch.Tensor) -> torch.Tensor:
 
 
 def _dynamic_quant(s: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    # Lazy: the shared quant golden lives in its own module (DESIGN §5 rule, bit-exact).
+    # Lazy: the shared quant golden lives in its own module (docs/numerics.md, bit-exact).
     mod = importlib.import_module("cam.reference.dynamic_quant")
     q, scale = mod.dynamic_quant(s)
     assert q.dtype == torch.int8 and tuple(q.shape) == tuple(s.shape)

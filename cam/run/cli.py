@@ -204,6 +204,24 @@ def _draw_timeline(report: dict, results: Dict[int, dict], path: str) -> None:
     plt.close(fig)
 
 
+# `python -m cam.run.worker` would put the working directory first on sys.path: started from the root of a source
+# checkout, the worker would import the checkout's uncompiled `cam/` instead of the installed package. `-c` puts ''
+# there instead (unless safe-path mode already left it out, Python 3.11+), and the bootstrap drops it before
+# importing cam. `-I` would too, but it also drops PYTHONPATH and user site-packages, where cam may be installed.
+_WORKER_BOOTSTRAP = (
+    "import sys\n"
+    "if not getattr(sys.flags, 'safe_path', False):\n"
+    "    del sys.path[0]\n"
+    "from cam.run.worker import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def worker_command(config_path: str, rank: int) -> list:
+    """The command line of one worker process: never imports cam from the caller's working directory."""
+    return [sys.executable, "-c", _WORKER_BOOTSTRAP, config_path, str(rank)]
+
+
 def run(args) -> int:
     port = _free_port()
     out_dir = args.keep or tempfile.mkdtemp(prefix="cam-run-")
@@ -233,8 +251,7 @@ def run(args) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         for rank in range(world):
-            procs[rank] = subprocess.Popen([sys.executable, "-m", "cam.run.worker", config_path, str(rank)],
-                                           stdin=subprocess.DEVNULL)
+            procs[rank] = subprocess.Popen(worker_command(config_path, rank), stdin=subprocess.DEVNULL)
             if not args.quiet:
                 print(f"rank {rank} ({'attention' if rank < topo.A else 'ffn'}) pid {procs[rank].pid}", flush=True)
         attention_done = False

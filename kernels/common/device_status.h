@@ -1,4 +1,4 @@
-// The status record a kernel's pre-pass fills when a device-resident argument is bad (DESIGN §6). It lives at
+// The status record a kernel's pre-pass fills when a device-resident argument is bad (docs/architecture.md, "Status codes and errors"). It lives at
 // the start of the op's workspace; the host zeroes it before the launch and reads it after, on the same stream
 // (host/src/device_status.h), turning a non-zero code into CAM_ERR_DEVICE_ARGUMENT with a message naming the
 // argument. Plain C++ so host code shares the layout; kernels write it with WriteDeviceStatus below.

@@ -53,7 +53,7 @@ def run(args) -> int:
 
 
 def add_parsers(sub) -> None:
-    p = sub.add_parser("quant", help="dynamic_quant vs a torch baseline")
+    p = sub.add_parser("dynamic_quant", aliases=["quant"], help="dynamic_quant vs a torch baseline")
     p.add_argument("--json", metavar="PATH", help="write results as JSON")
     p.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"], choices=["bfloat16", "float16"])
     p.add_argument("--repeat", type=int, default=20, help="max timed calls per case")

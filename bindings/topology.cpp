@@ -1,0 +1,41 @@
+// cam.Topology's sizes come from the one window layout header, never from a Python re-derivation of it: a layout
+// change in kernels/common/window_layout.h reaches Python with the next build.
+#include "common.h"
+
+#include <cstring>
+
+#include "common/window_layout.h"
+
+namespace cam::bindings {
+namespace {
+
+py::dict WindowLayout(const std::vector<int64_t>& fields) {
+    if (fields.size() != sizeof(CamTopology) / sizeof(int64_t))
+        throw StatusError{ACLNN_ERR_PARAM_INVALID,
+                          "topology needs " + std::to_string(sizeof(CamTopology) / sizeof(int64_t)) + " fields"};
+    CamTopology t{};
+    std::memcpy(&t, fields.data(), sizeof(t));
+    py::dict d;
+    d["first_bad_field"] = layout::check_topology(t);  // field::k*; the sizes below are meaningless unless 0
+    if (layout::check_topology(t) != field::kOk) return d;
+    d["recv_rows"] = layout::recv_rows(t);
+    d["worst_case_rows"] = layout::worst_case_rows(t);
+    d["work_item_words"] = layout::work_item_words(t);
+    d["attn_window_bytes"] = layout::attn_window_bytes(t);
+    d["ffn_window_bytes"] = layout::ffn_window_bytes(t);
+    d["window_bytes"] = layout::window_bytes(t);
+    d["fingerprint"] = layout::fingerprint(t);
+    return d;
+}
+
+void Register(py::module_& m) {
+    m.def("window_layout", &WindowLayout, py::arg("topology"),
+          "Sizes of a topology's windows and outputs, from kernels/common/window_layout.h.");
+    m.attr("WINDOW_FIELD_WINDOW") = field::kWindow;
+}
+
+}  // namespace
+
+CAM_BINDING(Register);
+
+}  // namespace cam::bindings
