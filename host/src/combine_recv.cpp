@@ -44,22 +44,22 @@ extern "C" aclnnStatus aclnnCamCombineRecvGetWorkspaceSize(camComm* comm, const 
         if (!cam::tiling::TileCombineRecv(CurrentPlatform(), MakeCommArgs(comm), b, ov.dtype == ACL_BF16, &tiling, &ws,
                                           &why))
             return check.Invalid(why);
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("combine_recv");
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, i = iv.data, w = wv.data, o = ov.data](void* workspace, aclrtStream stream) {
+            OpInFlight inFlight(comm);
             cam::kernels::LaunchCombineRecv(tiling.blockDim, stream, i, w, o,
                                             reinterpret_cast<uint8_t*>(comm->peerTable.data()),
                                             static_cast<uint8_t*>(workspace), tiling);
             EnqueueStatusCheck(stream, comm);
+            inFlight.EndInStreamOrder(stream);
             return ACLNN_SUCCESS;
         };
-        *workspaceSize = ws;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamCombineRecv(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                            aclrtStream stream) {
-    return RunExecutor("aclnnCamCombineRecv", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamCombineRecv", "combine_recv", workspace, workspaceSize, executor, stream);
 }

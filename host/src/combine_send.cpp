@@ -36,22 +36,22 @@ extern "C" aclnnStatus aclnnCamCombineSendGetWorkspaceSize(camComm* comm, const 
         std::string why;
         if (!cam::tiling::TileCombineSend(CurrentPlatform(), MakeCommArgs(comm), &tiling, &ws, &why))
             return check.Invalid(why);
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("combine_send");
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, o = ov.data, w = wv.data](void* workspace, aclrtStream stream) {
+            OpInFlight inFlight(comm);
             cam::kernels::LaunchCombineSend(tiling.blockDim, stream, o, w,
                                             reinterpret_cast<uint8_t*>(comm->peerTable.data()),
                                             static_cast<uint8_t*>(workspace), tiling);
             EnqueueStatusCheck(stream, comm);
+            inFlight.EndInStreamOrder(stream);
             return ACLNN_SUCCESS;
         };
-        *workspaceSize = ws;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamCombineSend(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                            aclrtStream stream) {
-    return RunExecutor("aclnnCamCombineSend", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamCombineSend", "combine_send", workspace, workspaceSize, executor, stream);
 }

@@ -48,22 +48,22 @@ extern "C" aclnnStatus aclnnCamDispatchRecvGetWorkspaceSize(camComm* comm, aclTe
         std::string why;
         if (!cam::tiling::TileDispatchRecv(CurrentPlatform(), MakeCommArgs(comm), &tiling, &ws, &why))
             return check.Invalid(why);
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("dispatch_recv");
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, e = ev.data, s = sv.data, c = cv.data, w = wv.data](void* workspace,
                                                                                         aclrtStream stream) {
+            OpInFlight inFlight(comm);
             cam::kernels::LaunchDispatchRecv(tiling.blockDim, stream, reinterpret_cast<uint8_t*>(comm->peerTable.data()),
                                              e, s, c, w, static_cast<uint8_t*>(workspace), tiling);
             EnqueueStatusCheck(stream, comm);
+            inFlight.EndInStreamOrder(stream);
             return ACLNN_SUCCESS;
         };
-        *workspaceSize = ws;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamDispatchRecv(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                             aclrtStream stream) {
-    return RunExecutor("aclnnCamDispatchRecv", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamDispatchRecv", "dispatch_recv", workspace, workspaceSize, executor, stream);
 }

@@ -41,22 +41,22 @@ extern "C" aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const
         if (!cam::tiling::TileDispatchSend(CurrentPlatform(), MakeCommArgs(comm), b, layer, xv.dtype == ACL_BF16,
                                            &tiling, &ws, &why))
             return check.Invalid(why);
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("dispatch_send");
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, x = xv.data, ids = iv.data](void* workspace, aclrtStream stream) {
+            OpInFlight inFlight(comm);
             cam::kernels::LaunchDispatchSend(tiling.blockDim, stream, x, ids,
                                              reinterpret_cast<uint8_t*>(comm->peerTable.data()),
                                              static_cast<uint8_t*>(workspace), tiling);
             EnqueueStatusCheck(stream, comm);
+            inFlight.EndInStreamOrder(stream);
             return ACLNN_SUCCESS;
         };
-        *workspaceSize = ws;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamDispatchSend(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                             aclrtStream stream) {
-    return RunExecutor("aclnnCamDispatchSend", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamDispatchSend", "dispatch_send", workspace, workspaceSize, executor, stream);
 }

@@ -35,20 +35,18 @@ extern "C" aclnnStatus aclnnCamDynamicQuantGetWorkspaceSize(const aclTensor* x, 
         if (!cam::tiling::TileDynamicQuant(CurrentPlatform(), rows, cols, xv.dtype == ACL_BF16, &tiling, &why))
             return check.Invalid(why);
 
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("dynamic_quant");
         if (tiling.blockDim > 0) {
             ex->launch = [tiling, x = xv.data, q = qv.data, s = sv.data](void*, aclrtStream stream) {
                 cam::kernels::LaunchDynamicQuant(tiling.blockDim, stream, x, q, s, tiling);
                 return ACLNN_SUCCESS;
             };
         }
-        *workspaceSize = ex->workspaceSize;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamDynamicQuant(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                             aclrtStream stream) {
-    return RunExecutor("aclnnCamDynamicQuant", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamDynamicQuant", "dynamic_quant", workspace, workspaceSize, executor, stream);
 }

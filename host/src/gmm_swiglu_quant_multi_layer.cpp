@@ -46,7 +46,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
             return check.Invalid(why);
 
         const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("gmm_swiglu_quant_multi_layer");
         ex->workspaceSize = ws.bytes;
         // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
         ex->launch = [tiling, ws, table = GmmAddressTable(a), xd = a.x.data, gl = a.groupList.data,
@@ -62,13 +62,11 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
             EnqueueDeviceStatusCheck(stream, base + ws.status, "gmm_swiglu_quant_multi_layer");
             return ACLNN_SUCCESS;
         };
-        *workspaceSize = ex->workspaceSize;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayer(void* workspace, uint64_t workspaceSize,
                                                         aclOpExecutor* executor, aclrtStream stream) {
-    return RunExecutor("aclnnCamGmmSwigluQuantMultiLayer", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamGmmSwigluQuantMultiLayer", "gmm_swiglu_quant_multi_layer", workspace, workspaceSize, executor, stream);
 }

@@ -9,8 +9,7 @@
  *     as soon as every peer has mapped it, so a crash leaks nothing.
  *   - (Ascend) HCCL windows: the same camComm with the window addresses taken from the HCCL communicator.
  *
- * CamTopology is the POD of cam/window_layout.h. Destroy a communicator only after the streams its ops ran on were
- * synchronized. */
+ * CamTopology is the POD of cam/window_layout.h. */
 #ifndef CAM_COMM_H
 #define CAM_COMM_H
 
@@ -45,6 +44,10 @@ CAM_API aclnnStatus camCommUnlinkShm(camComm* comm);
 /* Raises the abort word of every rank: every device wait on every rank ends promptly with CAM_ERR_COMM_ABORTED,
  * and the communicators refuse further ops. Safe to call from any thread while ops are in flight. */
 CAM_API aclnnStatus camCommAbort(camComm* comm);
+/* Frees the communicator. It refuses, with CAM_ERR_COMM_BUSY and nothing freed, while any op launched on it is still
+ * queued or running (counted until its stream has passed it, whether the op succeeded or failed): synchronize the
+ * streams first; if a synchronize timed out, camCommAbort ends the ops' device waits, then synchronize again. It
+ * never waits. A null comm is a no-op. */
 CAM_API aclnnStatus camCommDestroy(camComm* comm);
 
 /* This rank's window (base address and the bytes really allocated). */
