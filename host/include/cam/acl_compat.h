@@ -18,8 +18,17 @@
 #endif
 
 #if defined(CAM_WITH_CANN)
-#include <acl/acl.h>
+/* Types, data types, formats and ACL error codes: all cam's public headers need (acl/acl_rt.h is not C). */
+#include <acl/acl_base.h>
+#ifdef __cplusplus
 #include <aclnn/acl_meta.h>
+#else
+/* CANN's aclnn/acl_meta.h is C++ only: C callers get the same opaque types and status type it declares. */
+typedef struct aclOpExecutor aclOpExecutor;
+typedef struct aclTensor aclTensor;
+typedef struct aclTensorList aclTensorList;
+typedef int32_t aclnnStatus;
+#endif
 #else
 
 #ifdef __cplusplus
