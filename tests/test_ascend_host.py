@@ -80,3 +80,31 @@ def test_acl_error_failure_is_aclnn_exact():
     text = (pathlib.Path(cam.include_dir()) / "cam" / "acl_compat.h").read_text()
     assert re.search(r"#define ACL_ERROR_FAILURE 500001\b", text)
     assert re.search(r"#define ACL_ERROR_INTERNAL_ERROR 500000\b", text)
+
+
+def test_ascend_plane_check(tmp_path):
+    # docs/ascend.md "Peer memory": the HCCL window must hold the topology's window and the longest device wait must
+    # end before the AI Core op timeout. Expected sizes come from the Python topology (cam.topology), not the C code.
+    import math
+
+    from cam.topology import Topology
+
+    exe = _compile(tmp_path, HERE / "sdk_ascend" / "plane_check.cpp", "plane_check")
+    example = Topology(D=8, P=2, F=4, E=256, K=8, H=7168, Bmax=4096, L=1, quantized=True)  # protocol.md §3
+    need_mib = math.ceil(example.window_bytes / 2**20)
+    assert 850 < need_mib < 950  # the 0.88 GiB of protocol.md
+
+    def check(topo, timeout_s, idle_s, hccl_mib, op_timeout_s):
+        args = [str(v) for v in topo.as_c_fields()] + [str(int(timeout_s * 1e9)), str(int(idle_s * 1e9)),
+                                                       str(hccl_mib), str(op_timeout_s)]
+        out = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60, check=True).stdout
+        status, _, message = out.strip().partition(" ")
+        return int(status), message
+
+    assert check(example, 300, 0.05, 200, 1091)[0] == 161002  # HCCL's default 200 MB window is too small
+    assert f"HCCL_BUFFSIZE to at least {need_mib}" in check(example, 300, 0.05, 200, 1091)[1]
+    assert check(example, 300, 0.05, need_mib, 1091) == (0, "")
+    assert check(example, 300, 0.05, need_mib - 1, 1091)[0] == 161002
+    status, message = check(example, 1031, 0.05, need_mib, 1091)  # 1031 + 0.05 + 60 > 1091
+    assert status == 161002 and "AI Core op timeout of 1091 s" in message
+    assert check(example, 1030, 0.5, need_mib, 1091) == (0, "")

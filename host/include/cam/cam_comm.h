@@ -50,6 +50,13 @@ CAM_API aclnnStatus camCommAbort(camComm* comm);
  * never waits. A null comm is a no-op. */
 CAM_API aclnnStatus camCommDestroy(camComm* comm);
 
+/* Checks a plane for Ascend before it is created (docs/ascend.md): the HCCL window (HCCL_BUFFSIZE, MiB; HCCL's
+ * default is 200) holds the topology's window, and timeoutNs + idlePollNs + 60 s (the longest device wait of an op)
+ * stays below the AI Core op timeout (seconds; 1091 by default). Fails with ACLNN_ERR_PARAM_INVALID and a sentence
+ * naming the HCCL_BUFFSIZE needed or the timeout sum. Pure arithmetic: usable on any backend. */
+CAM_API aclnnStatus camCheckAscendPlane(const CamTopology* topology, const camCommConfig* config,
+                                        uint32_t hcclBufferMiB, uint32_t aicoreTimeoutS);
+
 /* This rank's window (base address and the bytes really allocated). */
 CAM_API aclnnStatus camCommGetWindow(const camComm* comm, void** base, uint64_t* bytes);
 /* Bytes allocated for rank `rank`'s window (as mapped by this rank). */
