@@ -108,3 +108,23 @@ def test_ascend_plane_check(tmp_path):
     status, message = check(example, 1031, 0.05, need_mib, 1091)  # 1031 + 0.05 + 60 > 1091
     assert status == 161002 and "AI Core op timeout of 1091 s" in message
     assert check(example, 1030, 0.5, need_mib, 1091) == (0, "")
+
+
+def test_code_tables_come_from_the_headers():
+    # cam/errors.py and cam/_tensor.py read their codes from _C, which reads them from the C headers: every status
+    # code a header defines is in the table, with the header's value.
+    include = pathlib.Path(cam.include_dir()) / "cam"
+    defined = {}
+    for header in ("cam_status.h", "acl_compat.h"):
+        defined.update((n, int(v)) for n, v in re.findall(r"#define ((?:CAM_ERR|ACLNN)_\w+) (\d+)",
+                                                          (include / header).read_text()))
+    assert cam._C.status_codes() == defined
+    from cam import _tensor, errors
+
+    assert errors._BY_STATUS[defined["CAM_ERR_COMM_TIMEOUT"]] is cam.CommTimeoutError
+    assert errors.from_status(defined["CAM_ERR_DEVICE_ARGUMENT"], "m").__class__ is cam.DeviceArgumentError
+    import torch
+
+    enum = dict((n, int(v)) for n, v in re.findall(r"(ACL_[A-Z0-9]+) = (-?\d+)", (include / "acl_compat.h").read_text()))
+    assert _tensor.ACL_DTYPE[torch.bfloat16] == enum["ACL_BF16"] and _tensor.ACL_DTYPE[torch.int8] == enum["ACL_INT8"]
+    assert set(_tensor.ACL_DTYPE.values()) <= set(enum.values())
