@@ -22,13 +22,9 @@ extern "C" aclnnStatus aclnnCamCombineSendGetWorkspaceSize(camComm* comm, const 
         const CamTopology& t = comm->topo;
         TensorView ov, wv;
         if ((st = check.View(expertOut, "expert_out", &ov)) || (st = check.View(workItem, "work_item", &wv))) return st;
-        if ((st = check.Dtype(ov, "expert_out", {ACL_BF16, ACL_FLOAT16})) ||
-            (st = check.Shape(ov, "expert_out", {cam::layout::recv_rows(t), t.H})) ||
-            (st = check.Contiguous(ov, "expert_out")))
+        if ((st = check.Tensor(ov, "expert_out", {ACL_BF16, ACL_FLOAT16}, {cam::layout::recv_rows(t), t.H})))
             return st;
-        if ((st = check.Dtype(wv, "work_item", {ACL_INT64})) ||
-            (st = check.Shape(wv, "work_item", {cam::layout::work_item_words(t)})) ||
-            (st = check.Contiguous(wv, "work_item")))
+        if ((st = check.Tensor(wv, "work_item", {ACL_INT64}, {cam::layout::work_item_words(t)})))
             return st;
 
         cam::kernels::CombineSendTilingData tiling{};

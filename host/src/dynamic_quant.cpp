@@ -18,16 +18,13 @@ extern "C" aclnnStatus aclnnCamDynamicQuantGetWorkspaceSize(const aclTensor* x, 
         aclnnStatus st;
         if ((st = check.View(x, "x", &xv)) || (st = check.View(q, "q", &qv)) || (st = check.View(scale, "scale", &sv)))
             return st;
-        if ((st = check.Dtype(xv, "x", {ACL_BF16, ACL_FLOAT16})) || (st = check.Rank(xv, "x", 2)) ||
-            (st = check.Contiguous(xv, "x")))
+        if ((st = check.Tensor(xv, "x", {ACL_BF16, ACL_FLOAT16}, {kAnyDim, kAnyDim})))
             return st;
         const int64_t rows = xv.Dim(0), cols = xv.Dim(1);
         if (cols < 1) return check.Invalid("x must have at least one column, got shape " + xv.ShapeString());
-        if ((st = check.Dtype(qv, "q", {ACL_INT8})) || (st = check.Shape(qv, "q", {rows, cols})) ||
-            (st = check.Contiguous(qv, "q")))
+        if ((st = check.Tensor(qv, "q", {ACL_INT8}, {rows, cols})))
             return st;
-        if ((st = check.Dtype(sv, "scale", {ACL_FLOAT})) || (st = check.Shape(sv, "scale", {rows})) ||
-            (st = check.Contiguous(sv, "scale")))
+        if ((st = check.Tensor(sv, "scale", {ACL_FLOAT}, {rows})))
             return st;
 
         cam::kernels::DynamicQuantTilingData tiling{};

@@ -28,8 +28,7 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y,
                                  groupListType, &a)))
             return st;
         TensorView ov;
-        if ((st = check.View(out, "out", &ov)) || (st = check.Dtype(ov, "out", {ACL_BF16})) ||
-            (st = check.Shape(ov, "out", {a.m, a.n})) || (st = check.Contiguous(ov, "out")))
+        if ((st = check.View(out, "out", &ov)) || (st = check.Tensor(ov, "out", {ACL_BF16}, {a.m, a.n})))
             return st;
 
         cam::kernels::GmmMultiLayerTilingData tiling{};

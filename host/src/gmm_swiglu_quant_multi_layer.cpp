@@ -30,11 +30,9 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
             return check.Invalid("N = " + std::to_string(a.n) +
                                  " (from weight_scales) must be even: the output splits into act | gate halves");
         TensorView yv, sv;
-        if ((st = check.View(y, "y", &yv)) || (st = check.Dtype(yv, "y", {ACL_INT8})) ||
-            (st = check.Shape(yv, "y", {a.m, a.n / 2})) || (st = check.Contiguous(yv, "y")))
+        if ((st = check.View(y, "y", &yv)) || (st = check.Tensor(yv, "y", {ACL_INT8}, {a.m, a.n / 2})))
             return st;
-        if ((st = check.View(yScale, "y_scale", &sv)) || (st = check.Dtype(sv, "y_scale", {ACL_FLOAT})) ||
-            (st = check.Shape(sv, "y_scale", {a.m})) || (st = check.Contiguous(sv, "y_scale")))
+        if ((st = check.View(yScale, "y_scale", &sv)) || (st = check.Tensor(sv, "y_scale", {ACL_FLOAT}, {a.m})))
             return st;
 
         cam::kernels::GmmSwigluQuantTilingData tiling{};

@@ -111,6 +111,16 @@ aclnnStatus ArgChecker::List(const aclTensorList* list, const char* arg, std::ve
     return ACLNN_SUCCESS;
 }
 
+aclnnStatus ArgChecker::Tensor(const TensorView& v, const char* arg, std::initializer_list<aclDataType> dtypes,
+                               const std::vector<int64_t>& shape) const {
+    if (aclnnStatus st = Dtype(v, arg, dtypes)) return st;
+    if (aclnnStatus st = Rank(v, arg, shape.size())) return st;
+    for (size_t i = 0; i < shape.size(); ++i) {
+        if (shape[i] != kAnyDim && shape[i] != v.shape[i]) return Shape(v, arg, shape);
+    }
+    return Contiguous(v, arg);
+}
+
 aclnnStatus ArgChecker::Dtype(const TensorView& v, const char* arg, std::initializer_list<aclDataType> allowed) const {
     std::string names;
     for (aclDataType a : allowed) {
