@@ -173,6 +173,23 @@ tiling::PlatformInfo CurrentPlatform() {
     return {d.aiv, d.aic, m->ubBytes, m->l1Bytes, m->l0aBytes, m->l0bBytes, m->l0cBytes};
 }
 
+// Kernels that use SyncAll need every block resident at once. Batch scheduling (schemMode 1) starts them only when
+// all the cores they need are free; normal mode starts them as soon as one is, and with other streams holding cores
+// the started blocks wait in SyncAll for blocks that cannot start (docs/ascend.md §6). A <<<>>> launch carries no
+// attribute: this is the configuration a SyncAll kernel's launch must carry once it goes through a launch call
+// that takes one (the runtime's launch-with-config, not declared in the headers the check compiles against). Its
+// types are CANN's own, so the check keeps it honest.
+const aclrtLaunchKernelCfg& SyncAllLaunchConfig() {
+    static aclrtLaunchKernelAttr attr = [] {
+        aclrtLaunchKernelAttr a{};
+        a.id = ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE;
+        a.value.schemMode = 1;  // batch: all blockDim cores free before the kernel starts
+        return a;
+    }();
+    static const aclrtLaunchKernelCfg cfg{&attr, 1};
+    return cfg;
+}
+
 aclrtStream ResolveStream(aclrtStream stream) { return stream; }  // ACL itself takes null as the default stream
 
 void EnqueueStreamTask(aclrtStream stream, std::function<aclnnStatus(std::string* message)> task) {
