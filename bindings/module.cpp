@@ -1,6 +1,10 @@
 // cam._C: the C API, callable from Python without linking libtorch. The Python layer owns all memory.
 #include "common.h"
 
+#if defined(CAM_WITH_CANN)
+#include <acl/acl.h>  // the stream calls: cam/acl_compat.h takes only acl_base.h from CANN (acl_rt.h is not C)
+#endif
+
 #include <iterator>
 #include <vector>
 

@@ -18,7 +18,7 @@ _registered = False
 def _torch_npu():
     try:
         return importlib.import_module("torch_npu")
-    except ImportError:
+    except (ImportError, OSError):  # absent, or present without its CANN libraries: cam's CPU path still works
         return None
 
 

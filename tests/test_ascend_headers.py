@@ -169,6 +169,18 @@ def test_host_sources_compile_with_cann(acl_inc):
         assert res.returncode == 0, source.name + ": " + res.stderr[-3000:]
 
 
+def test_bindings_compile_with_cann(acl_inc):
+    # cam._C for an Ascend build: the same bindings over CANN's types.
+    pybind11 = pytest.importorskip("pybind11")
+    import sysconfig
+
+    includes = _host_includes(acl_inc) + [pathlib.Path(pybind11.get_include()),
+                                          pathlib.Path(sysconfig.get_paths()["include"])]
+    for source in sorted((ROOT / "bindings").glob("*.cpp")):
+        res = _syntax_check(source, includes)
+        assert res.returncode == 0, source.name + ": " + res.stderr[-3000:]
+
+
 def test_backend_signature_drift_is_a_compile_error(tmp_path, acl_inc):
     # Negative control for (c): the backend takes each runtime call's type from CANN's prototype, so a prototype
     # that changes (here aclrtMemcpyAsync losing its destMax) breaks the build instead of the call at run time.
