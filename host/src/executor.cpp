@@ -62,10 +62,4 @@ aclnnStatus RunExecutor(const char* api, const char* op, void* workspace, uint64
     return Guarded(api, [&] { return owned->launch(workspace, ResolveStream(stream)); });
 }
 
-uint64_t LiveExecutors() {
-    Registry& r = Executors();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    return r.live.size();
-}
-
 }  // namespace cam::host

@@ -28,7 +28,4 @@ aclnnStatus Finish(std::unique_ptr<Executor> executor, uint64_t* workspaceSize, 
 aclnnStatus RunExecutor(const char* api, const char* op, void* workspace, uint64_t workspaceSize,
                         aclOpExecutor* handle, aclrtStream stream);
 
-// Executors made and not yet run (for tests of the registry).
-uint64_t LiveExecutors();
-
 }  // namespace cam::host
