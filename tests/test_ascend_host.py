@@ -22,12 +22,16 @@ def _libdir() -> str:
     return os.path.join(os.path.dirname(cam.__file__), "lib")
 
 
-def _exported(lib: str) -> list[str]:
+def _dynamic_symbols(lib: str, which: str = "--defined-only") -> list[str]:
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("nm (binutils) not available")
-    out = subprocess.run([nm, "-D", "--defined-only", lib], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run([nm, "-D", which, lib], capture_output=True, text=True, timeout=60, check=True)
     return [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
+
+
+def _exported(lib: str) -> list[str]:
+    return _dynamic_symbols(lib)
 
 
 def test_no_acl_symbol_is_exported():
@@ -38,6 +42,12 @@ def test_no_acl_symbol_is_exported():
     assert "camTwinAclCreateTensor" in symbols, "control: the twin's ACL stand-ins exist under cam names"
     leaked = [s for s in symbols if s.lower().startswith("acl") and not s.startswith("aclnnCam")]
     assert leaked == []
+    # Nor does the twin build import one (it would bind to torch_npu's libascendcl when both are loaded), and the
+    # Python module exports nothing but its init.
+    imported = _dynamic_symbols(os.path.join(_libdir(), "libcam_aclnn.so"), "--undefined-only")
+    assert [s for s in imported if s.lower().startswith("acl")] == []
+    module = cam._C.__file__
+    assert [s for s in _exported(module) if s.lower().startswith("acl")] == []
 
 
 def _compile(tmp_path, source: pathlib.Path, name: str) -> pathlib.Path:
