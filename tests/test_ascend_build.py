@@ -89,6 +89,39 @@ def test_kernels_are_compiled_by_bisheng_as_ascend_c(tmp_path):
         assert includes.index(ROOT / "kernels") > includes.index(first), src
 
 
+def test_kernels_go_through_canns_ascendc_module_where_present(tmp_path):
+    # A stand-in for CANN's ascendc_kernel_cmake/ascendc.cmake that records how cam calls it (ascendc_library and
+    # ascendc_compile_definitions, the module's documented interface) and builds an empty library.
+    home, bindir, log = _fake_toolkit(tmp_path)
+    module_dir = home / "compiler" / "tikcpp" / "ascendc_kernel_cmake"
+    module_dir.mkdir(parents=True)
+    (module_dir / "empty.cpp").write_text("// stand-in kernel library\n")
+    (module_dir / "ascendc.cmake").write_text(
+        "set(_cam_stub_dir ${CMAKE_CURRENT_LIST_DIR})\n"
+        "function(ascendc_library name type)\n"
+        "  file(APPEND $ENV{CAM_ASCENDC_LOG} \"library;${name};${type};soc=${SOC_VERSION};${ARGN}\\n\")\n"
+        "  add_library(${name} ${type} ${_cam_stub_dir}/empty.cpp)\n"
+        "endfunction()\n"
+        "function(ascendc_compile_definitions name scope)\n"
+        "  file(APPEND $ENV{CAM_ASCENDC_LOG} \"definitions;${name};${scope};${ARGN}\\n\")\n"
+        "endfunction()\n")
+    module_log = tmp_path / "ascendc.log"
+    env = _env_without_toolkit()
+    env.update(ASCEND_HOME_PATH=str(home), PATH=str(bindir) + os.pathsep + env["PATH"], CAM_BISHENG_LOG=str(log),
+               CAM_ASCENDC_LOG=str(module_log))
+    res = _configure(tmp_path, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = subprocess.run([_cmake(), "--build", str(tmp_path / "build"), "--target", "cam_kernels"],
+                         capture_output=True, text=True, timeout=240, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    calls = [line.split(";") for line in module_log.read_text().splitlines()]
+    library = [c for c in calls if c[0] == "library"]
+    assert len(library) == 1 and library[0][1:4] == ["cam_kernels", "STATIC", "soc=Ascend910B1"]
+    assert sorted(pathlib.Path(p) for p in library[0][4:]) == KERNEL_SOURCES
+    assert ["definitions", "cam_kernels", "PRIVATE", "NDEBUG"] in calls
+    assert not log.exists(), "the module path must not also run cam's own bisheng commands"
+
+
 def test_configure_without_toolkit_fails_with_one_sentence(tmp_path):
     res = _configure(tmp_path, _env_without_toolkit())
     assert res.returncode != 0
