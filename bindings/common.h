@@ -54,16 +54,24 @@ private:
     aclTensorList* list_ = nullptr;
 };
 
+// A stream cam created (owned, destroyed by Close), or a caller's stream wrapped by handle (torch_npu's current
+// stream; never destroyed here). Handle 0 is the default stream.
 class Stream {
 public:
     Stream();
+    static Stream Wrap(uintptr_t handle);
+    Stream(Stream&& other) noexcept;
     ~Stream() { Close(); }
     void Close();
     void Synchronize(double timeoutSeconds);
     aclrtStream Handle() const;
 
 private:
+    struct Borrowed {};
+    Stream(Borrowed, aclrtStream stream) : stream_(stream), owned_(false), open_(true) {}
     aclrtStream stream_ = nullptr;
+    bool owned_ = true;
+    bool open_ = false;
 };
 
 // Runs the two aclnn phases; `allocate(nbytes) -> descriptor` hands out workspace that the caller keeps alive until

@@ -56,6 +56,8 @@ public:
     void Abort() { ThrowIfFailed(camCommAbort(Get())); }
     void Close() {
         if (comm_) {
+            // CAM_ERR_COMM_BUSY (ops still queued after a sync timeout) leaves the communicator allocated: dropping
+            // it leaks the windows, which a running kernel may still touch; freeing them would not be safe.
             camCommDestroy(comm_);
             comm_ = nullptr;
         }

@@ -1,6 +1,11 @@
 // cam._C: the C API, callable from Python without linking libtorch. The Python layer owns all memory.
 #include "common.h"
 
+#if defined(CAM_WITH_CANN)
+#include <acl/acl.h>  // the stream calls: cam/acl_compat.h takes only acl_base.h from CANN (acl_rt.h is not C)
+#endif
+
+#include <iterator>
 #include <vector>
 
 namespace cam::bindings {
@@ -53,14 +58,23 @@ AclTensorList::AclTensorList(const std::vector<Descriptor>& ds, aclFormat format
 
 Stream::Stream() {
     if (aclrtCreateStream(&stream_) != ACL_SUCCESS) throw StatusError{ACLNN_ERR_INNER, "aclrtCreateStream failed"};
+    open_ = true;
+}
+
+Stream Stream::Wrap(uintptr_t handle) { return Stream(Borrowed{}, reinterpret_cast<aclrtStream>(handle)); }
+
+Stream::Stream(Stream&& other) noexcept : stream_(other.stream_), owned_(other.owned_), open_(other.open_) {
+    other.stream_ = nullptr;
+    other.open_ = false;
 }
 
 void Stream::Close() {
-    if (stream_) {
+    if (open_ && owned_ && stream_) {
         py::gil_scoped_release release;
         aclrtDestroyStream(stream_);
-        stream_ = nullptr;
     }
+    stream_ = nullptr;
+    open_ = false;
 }
 
 void Stream::Synchronize(double timeoutSeconds) {
@@ -73,10 +87,51 @@ void Stream::Synchronize(double timeoutSeconds) {
 }
 
 aclrtStream Stream::Handle() const {
-    if (!stream_) throw StatusError{ACLNN_ERR_PARAM_INVALID, "stream is closed"};
+    if (!open_) throw StatusError{ACLNN_ERR_PARAM_INVALID, "stream is closed"};
     return stream_;
 }
 
+}  // namespace cam::bindings
+
+namespace cam::bindings {
+namespace {
+
+struct DtypeCode {
+    const char* name;  // torch's name of the dtype (torch.<name>)
+    aclDataType code;
+};
+
+constexpr DtypeCode kDtypeCodes[] = {
+    {"float32", ACL_FLOAT}, {"float16", ACL_FLOAT16}, {"int8", ACL_INT8},    {"int32", ACL_INT32},
+    {"uint8", ACL_UINT8},   {"int16", ACL_INT16},     {"int64", ACL_INT64},  {"float64", ACL_DOUBLE},
+    {"bool", ACL_BOOL},     {"bfloat16", ACL_BF16},
+};
+
+struct StatusCode {
+    const char* name;
+    int code;
+};
+
+#define CAM_STATUS_ENTRY(name) {#name, name}
+constexpr StatusCode kStatusCodes[] = {
+    CAM_STATUS_ENTRY(ACLNN_SUCCESS),         CAM_STATUS_ENTRY(ACLNN_ERR_PARAM_NULLPTR),
+    CAM_STATUS_ENTRY(ACLNN_ERR_PARAM_INVALID), CAM_STATUS_ENTRY(ACLNN_ERR_RUNTIME_ERROR),
+    CAM_STATUS_ENTRY(ACLNN_ERR_INNER),       CAM_STATUS_ENTRY(CAM_ERR_DEVICE_ARGUMENT),
+    CAM_STATUS_ENTRY(CAM_ERR_COMM_TIMEOUT),  CAM_STATUS_ENTRY(CAM_ERR_COMM_ABORTED),
+    CAM_STATUS_ENTRY(CAM_ERR_KERNEL_FAULT),  CAM_STATUS_ENTRY(CAM_ERR_SYNC_TIMEOUT),
+    CAM_STATUS_ENTRY(CAM_ERR_COMM_BUSY),     CAM_STATUS_ENTRY(CAM_ERR_COMM_PROTOCOL),
+};
+#undef CAM_STATUS_ENTRY
+
+constexpr bool DistinctCodes() {
+    for (size_t i = 0; i < std::size(kStatusCodes); ++i)
+        for (size_t j = i + 1; j < std::size(kStatusCodes); ++j)
+            if (kStatusCodes[i].code == kStatusCodes[j].code) return false;
+    return true;
+}
+static_assert(DistinctCodes(), "two status names share a code");
+
+}  // namespace
 }  // namespace cam::bindings
 
 PYBIND11_MODULE(_C, m) {
@@ -98,6 +153,18 @@ PYBIND11_MODULE(_C, m) {
     m.def("_set_error_factory", [](py::object f) { gErrorFactory = std::move(f); });
     m.add_object("_cleanup", py::capsule([] { gErrorFactory = py::object(); }));
 
+    // The code tables Python needs, from the C headers (the one definition): torch dtype name -> aclDataType, and
+    // status name -> aclnnStatus.
+    m.def("acl_dtypes", [] {
+        py::dict d;
+        for (const auto& e : kDtypeCodes) d[e.name] = static_cast<int>(e.code);
+        return d;
+    });
+    m.def("status_codes", [] {
+        py::dict d;
+        for (const auto& e : kStatusCodes) d[e.name] = e.code;
+        return d;
+    });
     m.def("backend", [] { return std::string(camBackendName()); });
     m.def("platform", [] {
         camPlatformInfo p{};
@@ -113,6 +180,9 @@ PYBIND11_MODULE(_C, m) {
 
     py::class_<Stream>(m, "Stream")
         .def(py::init<>())
+        .def_static("wrap", &Stream::Wrap, py::arg("handle"),
+                    "A caller's aclrtStream by handle (e.g. torch_npu's current stream), never destroyed by cam; "
+                    "0 is the default stream.")
         .def("synchronize", &Stream::Synchronize, py::arg("timeout_s"))
         .def("close", &Stream::Close);
 

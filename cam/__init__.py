@@ -56,13 +56,21 @@ _C._set_error_factory(errors.from_status)
 
 from .comm import Comm  # noqa: E402
 from . import ops, reference  # noqa: E402
+from . import _npu  # noqa: E402
+
+_npu.register()  # NPU implementations of the ops, only where torch_npu is importable
 
 __version__ = "0.1.0"
 
 
 def backend() -> str:
-    """"twin" (the CPU implementation) or "ascend"."""
-    return _C.backend()
+    """"twin" (the kernels run on the CPU twin) or "ascend" (libcam_aclnn is built for Ascend and the torch ops have
+    their NPU implementations, i.e. torch_npu is importable). A build for Ascend without torch_npu reports
+    "ascend (torch_npu not importable)": its C API works, the torch ops do not take NPU tensors."""
+    name = _C.backend()
+    if name == "ascend" and not _npu.registered():
+        return "ascend (torch_npu not importable)"
+    return name
 
 
 def cmake_dir() -> str:

@@ -2,19 +2,10 @@
 
 import torch
 
-# ACL dtype codes (cam/acl_compat.h).
-ACL_DTYPE = {
-    torch.float32: 0,
-    torch.float16: 1,
-    torch.int8: 2,
-    torch.int32: 3,
-    torch.uint8: 4,
-    torch.int16: 6,
-    torch.int64: 9,
-    torch.float64: 11,
-    torch.bool: 12,
-    torch.bfloat16: 27,
-}
+from . import _C
+
+# ACL dtype codes, from cam/acl_compat.h through cam._C (keyed by torch's dtype name).
+ACL_DTYPE = {getattr(torch, name): code for name, code in _C.acl_dtypes().items()}
 
 
 def desc(t: torch.Tensor):

@@ -40,17 +40,28 @@ class SyncTimeoutError(CamError, TimeoutError):
     """The host stopped waiting for a stream; the queued work is still running."""
 
 
-# Status codes from cam/cam_status.h and cam/acl_compat.h.
-_BY_STATUS = {
-    161001: InvalidArgumentError,  # ACLNN_ERR_PARAM_NULLPTR
-    161002: InvalidArgumentError,  # ACLNN_ERR_PARAM_INVALID
-    561201: DeviceArgumentError,
-    561202: CommTimeoutError,
-    561203: CommAbortedError,
-    561204: KernelFaultError,
-    561205: SyncTimeoutError,
-    561210: CommProtocolError,
+# Exception class per status name; the codes come from the C headers through cam._C (cam/cam_status.h,
+# cam/acl_compat.h). A status without a class here raises CamError.
+_CLASS_BY_NAME = {
+    "ACLNN_ERR_PARAM_NULLPTR": InvalidArgumentError,
+    "ACLNN_ERR_PARAM_INVALID": InvalidArgumentError,
+    "CAM_ERR_DEVICE_ARGUMENT": DeviceArgumentError,
+    "CAM_ERR_COMM_TIMEOUT": CommTimeoutError,
+    "CAM_ERR_COMM_ABORTED": CommAbortedError,
+    "CAM_ERR_KERNEL_FAULT": KernelFaultError,
+    "CAM_ERR_SYNC_TIMEOUT": SyncTimeoutError,
+    "CAM_ERR_COMM_PROTOCOL": CommProtocolError,
 }
+
+
+def _by_status() -> dict:
+    from . import _C  # the extension; errors.py itself stays importable without it
+
+    codes = _C.status_codes()
+    return {codes[name]: cls for name, cls in _CLASS_BY_NAME.items()}
+
+
+_BY_STATUS = _by_status()
 
 
 def from_status(status: int, message: str) -> CamError:

@@ -1,10 +1,13 @@
-// Twin backend: streams are twin::Stream worker queues; the platform is the twin's platform description.
+// Twin backend: streams are twin::Stream worker queues (null: a process-wide default stream); the platform is the
+// twin's platform description.
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "backend.h"
 #include "cam/cam_platform.h"
 #include "status.h"
+#include "twin/launch.h"
 #include "twin/runtime.h"
 #include "twin/stream.h"
 
@@ -26,23 +29,60 @@ constexpr double kUnlimitedSeconds = 86400.0;
 
 }  // namespace
 
+void EnqueueStreamTask(aclrtStream stream, std::function<aclnnStatus(std::string* message)> task) {
+    twin::EnqueueHostTask(stream, [task = std::move(task)] {
+        std::string message;
+        const aclnnStatus status = task(&message);
+        if (status != ACLNN_SUCCESS) throw twin::TaskError(status, message);
+    });
+}
+
+// Device memory is host memory on the twin: the copies are plain memcpy in stream order.
+void EnqueueHostToDevice(aclrtStream stream, void* dst, std::vector<uint8_t> bytes) {
+    twin::EnqueueHostTask(stream, [dst, bytes = std::move(bytes)] { std::memcpy(dst, bytes.data(), bytes.size()); });
+}
+
+void EnqueueZero(aclrtStream stream, void* dst, uint64_t bytes) {
+    twin::EnqueueHostTask(stream, [dst, bytes] { std::memset(dst, 0, bytes); });
+}
+
+void EnqueueDeviceRead(aclrtStream stream, const void* src, uint64_t bytes,
+                       std::function<aclnnStatus(const uint8_t* host, std::string* message)> check) {
+    EnqueueStreamTask(stream, [src, bytes, check = std::move(check)](std::string* message) {
+        std::vector<uint8_t> host(bytes);
+        // The kernels publish with release order and the stream worker ran them before this task: a plain copy
+        // sees their writes (the twin's launch joins every block before the next task starts).
+        std::memcpy(host.data(), src, bytes);
+        return check(host.data(), message);
+    });
+}
+
+uint64_t SystemCycleHz() { return twin::ActivePlatform().systemCycleHz; }
+
+aclrtStream ResolveStream(aclrtStream stream) {
+    if (stream) return stream;
+    // Never destroyed: its worker may still run work at exit, and joining it from a static destructor could hang.
+    static twin::Stream* const defaultStream = new twin::Stream();
+    return defaultStream;
+}
+
 }  // namespace cam::host
 
 using cam::host::Fail;
 
-extern "C" aclError aclrtCreateStream(aclrtStream* stream) {
+extern "C" aclError camTwinAclrtCreateStream(aclrtStream* stream) {
     if (!stream) return ACL_ERROR_INVALID_PARAM;
     *stream = new cam::twin::Stream();
     return ACL_SUCCESS;
 }
 
-extern "C" aclError aclrtDestroyStream(aclrtStream stream) {
-    delete static_cast<cam::twin::Stream*>(stream);
+extern "C" aclError camTwinAclrtDestroyStream(aclrtStream stream) {
+    delete static_cast<cam::twin::Stream*>(stream);  // null (the default stream) is never destroyed
     return ACL_SUCCESS;
 }
 
 extern "C" aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutMs) {
-    if (!stream) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camSynchronizeStream: stream is null");
+    stream = cam::host::ResolveStream(stream);
     const double seconds = timeoutMs < 0 ? cam::host::kUnlimitedSeconds : timeoutMs / 1000.0;
     cam::twin::StreamError error;
     if (!static_cast<cam::twin::Stream*>(stream)->Synchronize(seconds, &error)) {
@@ -53,12 +93,13 @@ extern "C" aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutM
     return ACLNN_SUCCESS;
 }
 
-extern "C" aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {
-    if (!stream) return ACL_ERROR_INVALID_PARAM;
+extern "C" aclError camTwinAclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {
     return camSynchronizeStream(stream, timeout) == ACLNN_SUCCESS ? ACL_SUCCESS : ACL_ERROR_FAILURE;
 }
 
-extern "C" aclError aclrtSynchronizeStream(aclrtStream stream) { return aclrtSynchronizeStreamWithTimeout(stream, -1); }
+extern "C" aclError camTwinAclrtSynchronizeStream(aclrtStream stream) {
+    return camTwinAclrtSynchronizeStreamWithTimeout(stream, -1);
+}
 
 extern "C" const char* camBackendName(void) { return "twin"; }
 

@@ -24,18 +24,15 @@ extern "C" aclnnStatus aclnnCamCombineRecvGetWorkspaceSize(camComm* comm, const 
         if ((st = check.View(topkIds, "topk_ids", &iv)) || (st = check.View(topkWeights, "topk_weights", &wv)) ||
             (st = check.View(out, "out", &ov)))
             return st;
-        if ((st = check.Dtype(iv, "topk_ids", {ACL_INT32})) || (st = check.Rank(iv, "topk_ids", 2)) ||
-            (st = check.Contiguous(iv, "topk_ids")))
+        if ((st = check.Tensor(iv, "topk_ids", {ACL_INT32}, {kAnyDim, kAnyDim})))
             return st;
         const int64_t b = iv.Dim(0);
         if (iv.Dim(1) != t.K || b > t.Bmax)
             return check.Invalid("topk_ids must be [B <= Bmax=" + std::to_string(t.Bmax) + ", K=" + std::to_string(t.K) +
                                  "], got " + iv.ShapeString());
-        if ((st = check.Dtype(wv, "topk_weights", {ACL_FLOAT})) || (st = check.Shape(wv, "topk_weights", {b, t.K})) ||
-            (st = check.Contiguous(wv, "topk_weights")))
+        if ((st = check.Tensor(wv, "topk_weights", {ACL_FLOAT}, {b, t.K})))
             return st;
-        if ((st = check.Dtype(ov, "out", {ACL_BF16, ACL_FLOAT16})) || (st = check.Shape(ov, "out", {b, t.H})) ||
-            (st = check.Contiguous(ov, "out")))
+        if ((st = check.Tensor(ov, "out", {ACL_BF16, ACL_FLOAT16}, {b, t.H})))
             return st;
 
         cam::kernels::CombineRecvTilingData tiling{};
@@ -44,22 +41,22 @@ extern "C" aclnnStatus aclnnCamCombineRecvGetWorkspaceSize(camComm* comm, const 
         if (!cam::tiling::TileCombineRecv(CurrentPlatform(), MakeCommArgs(comm), b, ov.dtype == ACL_BF16, &tiling, &ws,
                                           &why))
             return check.Invalid(why);
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("combine_recv");
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, i = iv.data, w = wv.data, o = ov.data](void* workspace, aclrtStream stream) {
+            OpInFlight inFlight(comm);
             cam::kernels::LaunchCombineRecv(tiling.blockDim, stream, i, w, o,
                                             reinterpret_cast<uint8_t*>(comm->peerTable.data()),
                                             static_cast<uint8_t*>(workspace), tiling);
             EnqueueStatusCheck(stream, comm);
+            inFlight.EndInStreamOrder(stream);
             return ACLNN_SUCCESS;
         };
-        *workspaceSize = ws;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamCombineRecv(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                            aclrtStream stream) {
-    return RunExecutor("aclnnCamCombineRecv", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamCombineRecv", "combine_recv", workspace, workspaceSize, executor, stream);
 }

@@ -22,13 +22,9 @@ extern "C" aclnnStatus aclnnCamCombineSendGetWorkspaceSize(camComm* comm, const 
         const CamTopology& t = comm->topo;
         TensorView ov, wv;
         if ((st = check.View(expertOut, "expert_out", &ov)) || (st = check.View(workItem, "work_item", &wv))) return st;
-        if ((st = check.Dtype(ov, "expert_out", {ACL_BF16, ACL_FLOAT16})) ||
-            (st = check.Shape(ov, "expert_out", {cam::layout::recv_rows(t), t.H})) ||
-            (st = check.Contiguous(ov, "expert_out")))
+        if ((st = check.Tensor(ov, "expert_out", {ACL_BF16, ACL_FLOAT16}, {cam::layout::recv_rows(t), t.H})))
             return st;
-        if ((st = check.Dtype(wv, "work_item", {ACL_INT64})) ||
-            (st = check.Shape(wv, "work_item", {cam::layout::work_item_words(t)})) ||
-            (st = check.Contiguous(wv, "work_item")))
+        if ((st = check.Tensor(wv, "work_item", {ACL_INT64}, {cam::layout::work_item_words(t)})))
             return st;
 
         cam::kernels::CombineSendTilingData tiling{};
@@ -36,22 +32,22 @@ extern "C" aclnnStatus aclnnCamCombineSendGetWorkspaceSize(camComm* comm, const 
         std::string why;
         if (!cam::tiling::TileCombineSend(CurrentPlatform(), MakeCommArgs(comm), &tiling, &ws, &why))
             return check.Invalid(why);
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("combine_send");
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, o = ov.data, w = wv.data](void* workspace, aclrtStream stream) {
+            OpInFlight inFlight(comm);
             cam::kernels::LaunchCombineSend(tiling.blockDim, stream, o, w,
                                             reinterpret_cast<uint8_t*>(comm->peerTable.data()),
                                             static_cast<uint8_t*>(workspace), tiling);
             EnqueueStatusCheck(stream, comm);
+            inFlight.EndInStreamOrder(stream);
             return ACLNN_SUCCESS;
         };
-        *workspaceSize = ws;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamCombineSend(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                            aclrtStream stream) {
-    return RunExecutor("aclnnCamCombineSend", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamCombineSend", "combine_send", workspace, workspaceSize, executor, stream);
 }

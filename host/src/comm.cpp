@@ -362,6 +362,15 @@ void EnqueueStatusCheck(aclrtStream stream, camComm* comm) {
     });
 }
 
+OpInFlight::OpInFlight(camComm* comm) {
+    comm->opsInFlight.fetch_add(1);
+    token_ = std::shared_ptr<void>(comm, [](void* c) { static_cast<camComm*>(c)->opsInFlight.fetch_sub(1); });
+}
+
+void OpInFlight::EndInStreamOrder(aclrtStream stream) {
+    EnqueueStreamTask(stream, [token = std::move(token_)](std::string*) { return ACLNN_SUCCESS; });
+}
+
 }  // namespace cam::host
 
 using namespace cam::host;
@@ -506,6 +515,14 @@ extern "C" aclnnStatus camCommAbort(camComm* comm) {
 }
 
 extern "C" aclnnStatus camCommDestroy(camComm* comm) {
+    if (comm) {
+        const int64_t busy = comm->opsInFlight.load();
+        if (busy > 0)
+            return Fail(CAM_ERR_COMM_BUSY, "camCommDestroy: " + std::to_string(busy) +
+                                               " op(s) still queued or running on this communicator; synchronize "
+                                               "their streams first (camCommAbort ends their waits). Nothing was "
+                                               "freed; the communicator is still valid");
+    }
     delete comm;
     return ACLNN_SUCCESS;
 }

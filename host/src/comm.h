@@ -40,6 +40,7 @@ struct camComm {
     bool attached = false;
     std::mutex failureMutex;
     std::string failure;  // first fatal error reported on this rank
+    std::atomic<int64_t> opsInFlight{0};  // launched and not yet past the stream (camCommDestroy refuses meanwhile)
 
     uint8_t* Own() const { return transport->Window(rank); }
     bool IsAttention() const { return rank < cam::layout::attention_ranks(topo); }
@@ -58,5 +59,17 @@ kernels::dp::CommArgs MakeCommArgs(const camComm* comm);
 // turns it into a stream error naming op, rank, peer/replica and layer. Refusals are cleared so the comm stays
 // usable; fatal errors are kept and make the comm refuse further ops.
 void EnqueueStatusCheck(aclrtStream stream, camComm* comm);
+
+// Counts an op in comm->opsInFlight from now until the stream has passed everything queued for it so far (the
+// count drops when the stream releases the task queued here, whether it ran it or skipped it after an error).
+// Call before launching the op's kernel; queue the end after its status check.
+class OpInFlight {
+public:
+    explicit OpInFlight(camComm* comm);
+    void EndInStreamOrder(aclrtStream stream);
+
+private:
+    std::shared_ptr<void> token_;
+};
 
 }  // namespace cam::host

@@ -1,20 +1,4 @@
-// What the data plane needs from the backend beyond launches: host work in stream order (twin: a task on the stream
-// worker; Ascend: a host callback on the stream, aclrtLaunchCallback) and the frequency of the device's system cycle
-// counter (kernels measure their timeouts in it).
+// The data plane's view of the backend seam (kept so comm.cpp's include stays put; everything is in backend.h).
 #pragma once
 
-#include <functional>
-#include <cstdint>
-#include <string>
-
-#include "cam/cam_status.h"
-
-namespace cam::host {
-
-// `task` returns ACLNN_SUCCESS or a status; a failing status (with *message) becomes the stream's error, reported
-// by the next camSynchronizeStream.
-void EnqueueStreamTask(aclrtStream stream, std::function<aclnnStatus(std::string* message)> task);
-
-uint64_t SystemCycleHz();
-
-}  // namespace cam::host
+#include "backend.h"

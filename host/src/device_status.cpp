@@ -1,11 +1,9 @@
 #include "device_status.h"
 
-#include <atomic>
 #include <cstring>
 
+#include "backend.h"
 #include "cam/cam_status.h"
-#include "twin/launch.h"
-#include "twin/stream.h"
 
 namespace cam::host {
 
@@ -19,11 +17,12 @@ const char* ArgumentName(int64_t argument) {
     }
 }
 
-kernels::DeviceStatusRecord Load(const void* record) {
-    // The kernels wrote the record with release order, code last; read the code first with acquire.
-    const auto* words = static_cast<const int64_t*>(record);
+// `host` is a copy of the record taken after the kernels finished (EnqueueDeviceRead).
+kernels::DeviceStatusRecord Parse(const uint8_t* host) {
+    int64_t words[5];
+    std::memcpy(words, host, sizeof(words));
     kernels::DeviceStatusRecord r{};
-    r.code = __atomic_load_n(&words[0], __ATOMIC_ACQUIRE);
+    r.code = words[0];
     r.argument = words[1];
     r.index = words[2];
     r.value = words[3];
@@ -61,18 +60,16 @@ std::string DescribeDeviceStatus(const char* op, const kernels::DeviceStatusReco
 }
 
 void EnqueueDeviceStatusReset(aclrtStream stream, void* record) {
-    twin::EnqueueHostTask(stream, [record] { std::memset(record, 0, kernels::kDeviceStatusBytes); });
+    EnqueueZero(stream, record, kernels::kDeviceStatusBytes);
 }
 
 void EnqueueDeviceStatusCheck(aclrtStream stream, const void* record, const char* op) {
-    twin::EnqueueHostTask(stream, [record, op] {
-        const kernels::DeviceStatusRecord r = Load(record);
-        if (r.code != kernels::kDeviceStatusOk) throw twin::TaskError(CAM_ERR_DEVICE_ARGUMENT, DescribeDeviceStatus(op, r));
+    EnqueueDeviceRead(stream, record, kernels::kDeviceStatusBytes, [op](const uint8_t* host, std::string* message) {
+        const kernels::DeviceStatusRecord r = Parse(host);
+        if (r.code == kernels::kDeviceStatusOk) return ACLNN_SUCCESS;
+        *message = DescribeDeviceStatus(op, r);
+        return CAM_ERR_DEVICE_ARGUMENT;
     });
-}
-
-void EnqueueHostToDevice(aclrtStream stream, void* dst, std::vector<uint8_t> bytes) {
-    twin::EnqueueHostTask(stream, [dst, bytes = std::move(bytes)] { std::memcpy(dst, bytes.data(), bytes.size()); });
 }
 
 }  // namespace cam::host

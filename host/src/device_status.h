@@ -3,9 +3,7 @@
 // order, so the failure surfaces on synchronize as CAM_ERR_DEVICE_ARGUMENT with a sentence naming the argument.
 // Shared by every op whose kernels validate device-resident values (GMM, and the communication ops).
 //
-// Twin: both steps are host tasks on the twin stream (cam::twin::EnqueueHostTask). Ascend: the reset is an
-// aclrtMemsetAsync before the launch and the check a host callback on the stream (aclrtLaunchCallback), or the
-// same read after the caller's synchronize.
+// Both steps go through the backend seam (backend.h): a zeroing before the kernels, a read-back after them.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +22,5 @@ void EnqueueDeviceStatusReset(aclrtStream stream, void* record);
 
 // `op` must outlive the stream's work (a string literal).
 void EnqueueDeviceStatusCheck(aclrtStream stream, const void* record, const char* op);
-
-// Copies `bytes` to device memory at `dst` in stream order (e.g. an op's address table into its workspace).
-void EnqueueHostToDevice(aclrtStream stream, void* dst, std::vector<uint8_t> bytes);
 
 }  // namespace cam::host

@@ -25,22 +25,14 @@ extern "C" aclnnStatus aclnnCamDispatchRecvGetWorkspaceSize(camComm* comm, aclTe
             (st = check.View(expertCounts, "expert_counts", &cv)) || (st = check.View(workItem, "work_item", &wv)))
             return st;
         const int64_t n = cam::layout::recv_rows(t);
-        if (t.quantized) {
-            st = check.Dtype(ev, "expand_x", {ACL_INT8});
-        } else {
-            st = check.Dtype(ev, "expand_x", {ACL_BF16, ACL_FLOAT16});
-        }
-        if (st || (st = check.Shape(ev, "expand_x", {n, t.H})) || (st = check.Contiguous(ev, "expand_x"))) return st;
-        if ((st = check.Dtype(sv, "scales", {ACL_FLOAT})) ||
-            (st = check.Shape(sv, "scales", {t.quantized ? n : 1})) || (st = check.Contiguous(sv, "scales")))
+        st = t.quantized ? check.Tensor(ev, "expand_x", {ACL_INT8}, {n, t.H})
+                         : check.Tensor(ev, "expand_x", {ACL_BF16, ACL_FLOAT16}, {n, t.H});
+        if (st) return st;
+        if ((st = check.Tensor(sv, "scales", {ACL_FLOAT}, {t.quantized ? n : 1})))
             return st;
-        if ((st = check.Dtype(cv, "expert_counts", {ACL_INT64})) ||
-            (st = check.Shape(cv, "expert_counts", {cam::layout::experts_per_ffn(t)})) ||
-            (st = check.Contiguous(cv, "expert_counts")))
+        if ((st = check.Tensor(cv, "expert_counts", {ACL_INT64}, {cam::layout::experts_per_ffn(t)})))
             return st;
-        if ((st = check.Dtype(wv, "work_item", {ACL_INT64})) ||
-            (st = check.Shape(wv, "work_item", {cam::layout::work_item_words(t)})) ||
-            (st = check.Contiguous(wv, "work_item")))
+        if ((st = check.Tensor(wv, "work_item", {ACL_INT64}, {cam::layout::work_item_words(t)})))
             return st;
 
         cam::kernels::DispatchRecvTilingData tiling{};
@@ -48,22 +40,22 @@ extern "C" aclnnStatus aclnnCamDispatchRecvGetWorkspaceSize(camComm* comm, aclTe
         std::string why;
         if (!cam::tiling::TileDispatchRecv(CurrentPlatform(), MakeCommArgs(comm), &tiling, &ws, &why))
             return check.Invalid(why);
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("dispatch_recv");
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, e = ev.data, s = sv.data, c = cv.data, w = wv.data](void* workspace,
                                                                                         aclrtStream stream) {
+            OpInFlight inFlight(comm);
             cam::kernels::LaunchDispatchRecv(tiling.blockDim, stream, reinterpret_cast<uint8_t*>(comm->peerTable.data()),
                                              e, s, c, w, static_cast<uint8_t*>(workspace), tiling);
             EnqueueStatusCheck(stream, comm);
+            inFlight.EndInStreamOrder(stream);
             return ACLNN_SUCCESS;
         };
-        *workspaceSize = ws;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamDispatchRecv(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                             aclrtStream stream) {
-    return RunExecutor("aclnnCamDispatchRecv", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamDispatchRecv", "dispatch_recv", workspace, workspaceSize, executor, stream);
 }

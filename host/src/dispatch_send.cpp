@@ -22,15 +22,13 @@ extern "C" aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const
         const CamTopology& t = comm->topo;
         TensorView xv, iv;
         if ((st = check.View(x, "x", &xv)) || (st = check.View(topkIds, "topk_ids", &iv))) return st;
-        if ((st = check.Dtype(xv, "x", {ACL_BF16, ACL_FLOAT16})) || (st = check.Rank(xv, "x", 2)) ||
-            (st = check.Contiguous(xv, "x")))
+        if ((st = check.Tensor(xv, "x", {ACL_BF16, ACL_FLOAT16}, {kAnyDim, kAnyDim})))
             return st;
         const int64_t b = xv.Dim(0);
         if (xv.Dim(1) != t.H) return check.Invalid("x must be [B, H=" + std::to_string(t.H) + "], got " + xv.ShapeString());
         if (b > t.Bmax)
             return check.Invalid("x has B=" + std::to_string(b) + " tokens, more than Bmax=" + std::to_string(t.Bmax));
-        if ((st = check.Dtype(iv, "topk_ids", {ACL_INT32})) || (st = check.Shape(iv, "topk_ids", {b, t.K})) ||
-            (st = check.Contiguous(iv, "topk_ids")))
+        if ((st = check.Tensor(iv, "topk_ids", {ACL_INT32}, {b, t.K})))
             return st;
         if (layer < 0 || layer >= t.L)
             return check.Invalid("layer=" + std::to_string(layer) + " outside [0, L=" + std::to_string(t.L) + ")");
@@ -41,22 +39,22 @@ extern "C" aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const
         if (!cam::tiling::TileDispatchSend(CurrentPlatform(), MakeCommArgs(comm), b, layer, xv.dtype == ACL_BF16,
                                            &tiling, &ws, &why))
             return check.Invalid(why);
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("dispatch_send");
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, x = xv.data, ids = iv.data](void* workspace, aclrtStream stream) {
+            OpInFlight inFlight(comm);
             cam::kernels::LaunchDispatchSend(tiling.blockDim, stream, x, ids,
                                              reinterpret_cast<uint8_t*>(comm->peerTable.data()),
                                              static_cast<uint8_t*>(workspace), tiling);
             EnqueueStatusCheck(stream, comm);
+            inFlight.EndInStreamOrder(stream);
             return ACLNN_SUCCESS;
         };
-        *workspaceSize = ws;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamDispatchSend(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                             aclrtStream stream) {
-    return RunExecutor("aclnnCamDispatchSend", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamDispatchSend", "dispatch_send", workspace, workspaceSize, executor, stream);
 }

@@ -18,16 +18,13 @@ extern "C" aclnnStatus aclnnCamDynamicQuantGetWorkspaceSize(const aclTensor* x, 
         aclnnStatus st;
         if ((st = check.View(x, "x", &xv)) || (st = check.View(q, "q", &qv)) || (st = check.View(scale, "scale", &sv)))
             return st;
-        if ((st = check.Dtype(xv, "x", {ACL_BF16, ACL_FLOAT16})) || (st = check.Rank(xv, "x", 2)) ||
-            (st = check.Contiguous(xv, "x")))
+        if ((st = check.Tensor(xv, "x", {ACL_BF16, ACL_FLOAT16}, {kAnyDim, kAnyDim})))
             return st;
         const int64_t rows = xv.Dim(0), cols = xv.Dim(1);
         if (cols < 1) return check.Invalid("x must have at least one column, got shape " + xv.ShapeString());
-        if ((st = check.Dtype(qv, "q", {ACL_INT8})) || (st = check.Shape(qv, "q", {rows, cols})) ||
-            (st = check.Contiguous(qv, "q")))
+        if ((st = check.Tensor(qv, "q", {ACL_INT8}, {rows, cols})))
             return st;
-        if ((st = check.Dtype(sv, "scale", {ACL_FLOAT})) || (st = check.Shape(sv, "scale", {rows})) ||
-            (st = check.Contiguous(sv, "scale")))
+        if ((st = check.Tensor(sv, "scale", {ACL_FLOAT}, {rows})))
             return st;
 
         cam::kernels::DynamicQuantTilingData tiling{};
@@ -35,20 +32,18 @@ extern "C" aclnnStatus aclnnCamDynamicQuantGetWorkspaceSize(const aclTensor* x, 
         if (!cam::tiling::TileDynamicQuant(CurrentPlatform(), rows, cols, xv.dtype == ACL_BF16, &tiling, &why))
             return check.Invalid(why);
 
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("dynamic_quant");
         if (tiling.blockDim > 0) {
             ex->launch = [tiling, x = xv.data, q = qv.data, s = sv.data](void*, aclrtStream stream) {
                 cam::kernels::LaunchDynamicQuant(tiling.blockDim, stream, x, q, s, tiling);
                 return ACLNN_SUCCESS;
             };
         }
-        *workspaceSize = ex->workspaceSize;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamDynamicQuant(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                             aclrtStream stream) {
-    return RunExecutor("aclnnCamDynamicQuant", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamDynamicQuant", "dynamic_quant", workspace, workspaceSize, executor, stream);
 }

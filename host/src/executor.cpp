@@ -1,23 +1,65 @@
 #include "executor.h"
 
-#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
+#include "backend.h"
 #include "status.h"
 
 namespace cam::host {
 
-aclnnStatus RunExecutor(const char* api, void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                        aclrtStream stream) {
-    std::unique_ptr<aclOpExecutor> owned(executor);
-    if (!owned) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": executor is null");
+namespace {
+
+struct Registry {
+    std::mutex mutex;
+    std::unordered_map<uintptr_t, std::unique_ptr<Executor>> live;
+    uintptr_t next = 0x10000;  // handles are never reused, so a stale one cannot name a newer executor
+};
+
+Registry& Executors() {
+    static Registry* const registry = new Registry();  // outlives static destruction: ops may run at exit
+    return *registry;
+}
+
+}  // namespace
+
+aclnnStatus Finish(std::unique_ptr<Executor> executor, uint64_t* workspaceSize, aclOpExecutor** handle) {
+    Registry& r = Executors();
+    const uint64_t bytes = executor->workspaceSize;
+    std::lock_guard<std::mutex> lock(r.mutex);
+    const uintptr_t id = r.next;
+    r.next += 16;
+    r.live.emplace(id, std::move(executor));
+    *workspaceSize = bytes;
+    *handle = reinterpret_cast<aclOpExecutor*>(id);
+    return ACLNN_SUCCESS;
+}
+
+aclnnStatus RunExecutor(const char* api, const char* op, void* workspace, uint64_t workspaceSize,
+                        aclOpExecutor* handle, aclrtStream stream) {
+    if (!handle) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": executor is null");
+    std::unique_ptr<Executor> owned;
+    {
+        Registry& r = Executors();
+        std::lock_guard<std::mutex> lock(r.mutex);
+        auto it = r.live.find(reinterpret_cast<uintptr_t>(handle));
+        if (it == r.live.end())
+            return Fail(ACLNN_ERR_PARAM_INVALID,
+                        std::string(api) + ": executor is not live: it already ran (cam executors run once) or was "
+                                           "not made by a cam GetWorkspaceSize");
+        if (std::string(it->second->op) != op)
+            return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": executor was made for " + it->second->op +
+                                                     ", not " + op + " (it stays usable for its own op)");
+        owned = std::move(it->second);
+        r.live.erase(it);
+    }
     if (!owned->launch) return ACLNN_SUCCESS;
-    if (stream == nullptr) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": stream is null");
     if (workspaceSize < owned->workspaceSize || (owned->workspaceSize > 0 && workspace == nullptr)) {
         return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": workspace of " + std::to_string(workspaceSize) +
                                                  " bytes, the op needs " + std::to_string(owned->workspaceSize));
     }
-    return Guarded(api, [&] { return owned->launch(workspace, stream); });
+    return Guarded(api, [&] { return owned->launch(workspace, ResolveStream(stream)); });
 }
 
 }  // namespace cam::host

@@ -1,20 +1,31 @@
-// aclOpExecutor: what GetWorkspaceSize decided (tiling, buffers), run once by the second phase.
+// What GetWorkspaceSize decided (tiling, buffers) for one op, run once by the second phase. The caller holds it
+// as an opaque aclOpExecutor* handle: cam never defines aclOpExecutor (CANN has a class of that name), and a
+// handle is a number from a registry, never reused, so a stale or foreign handle is refused instead of
+// dereferenced.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "cam/acl_compat.h"
 
-struct aclOpExecutor {
+namespace cam::host {
+
+struct Executor {
+    explicit Executor(const char* op) : op(op) {}
+    const char* op;  // the op it was made for ("dynamic_quant"), a string literal
     uint64_t workspaceSize = 0;
     std::function<aclnnStatus(void* workspace, aclrtStream stream)> launch;  // empty: nothing to launch
 };
 
-namespace cam::host {
+// The last step of every GetWorkspaceSize: registers the executor and hands its handle and workspace size out.
+aclnnStatus Finish(std::unique_ptr<Executor> executor, uint64_t* workspaceSize, aclOpExecutor** handle);
 
-// Shared second phase: checks the handles, launches, and frees the executor whatever happens.
-aclnnStatus RunExecutor(const char* api, void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                        aclrtStream stream);
+// The second phase of every op. A handle made for another op is refused and stays live; otherwise the executor
+// is consumed by this call, whether it launches or is refused, so running it again is refused (cam executors are
+// not repeatable). A null stream is the default stream.
+aclnnStatus RunExecutor(const char* api, const char* op, void* workspace, uint64_t workspaceSize,
+                        aclOpExecutor* handle, aclrtStream stream);
 
 }  // namespace cam::host

@@ -20,8 +20,7 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
         (st = check.View(groupList, "group_list", &a->groupList)) ||
         (st = check.View(layerIndex, "layer_index", &a->layerIndex)))
         return st;
-    if ((st = check.Dtype(a->x, xName, {ACL_INT8})) || (st = check.Rank(a->x, xName, 2)) ||
-        (st = check.Contiguous(a->x, xName)))
+    if ((st = check.Tensor(a->x, xName, {ACL_INT8}, {kAnyDim, kAnyDim})))
         return st;
     a->m = a->x.Dim(0);
     a->k = a->x.Dim(1);
@@ -29,8 +28,7 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
     if (a->k > kernels::kGmmMaxK)
         return check.Invalid(std::string(xName) + " has K = " + std::to_string(a->k) + " columns; at most " +
                              std::to_string(kernels::kGmmMaxK) + " are supported");
-    if ((st = check.Dtype(a->xScale, xScaleName, {ACL_FLOAT})) || (st = check.Shape(a->xScale, xScaleName, {a->m})) ||
-        (st = check.Contiguous(a->xScale, xScaleName)))
+    if ((st = check.Tensor(a->xScale, xScaleName, {ACL_FLOAT}, {a->m})))
         return st;
 
     if (a->weights.empty()) return check.Invalid("weights must hold at least one layer");
@@ -39,8 +37,7 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
                              std::to_string(a->weights.size()));
     a->layers = static_cast<int64_t>(a->weights.size());
     const TensorView& s0 = a->scales[0];
-    if ((st = check.Dtype(s0, "weight_scales[0]", {ACL_FLOAT})) || (st = check.Rank(s0, "weight_scales[0]", 2)))
-        return st;
+    if ((st = check.Tensor(s0, "weight_scales[0]", {ACL_FLOAT}, {kAnyDim, kAnyDim}))) return st;
     a->experts = s0.Dim(0);
     a->n = s0.Dim(1);
     if (a->experts < 1 || a->n < 1)
@@ -61,13 +58,9 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
                                  wl.ShapeString());
         }
         if ((st = check.Contiguous(wl, w.c_str()))) return st;
-        if ((st = check.Dtype(a->scales[l], s.c_str(), {ACL_FLOAT})) ||
-            (st = check.Shape(a->scales[l], s.c_str(), {a->experts, a->n})) ||
-            (st = check.Contiguous(a->scales[l], s.c_str())))
-            return st;
+        if ((st = check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->n}))) return st;
     }
-    if ((st = check.Dtype(a->groupList, "group_list", {ACL_INT64})) ||
-        (st = check.Shape(a->groupList, "group_list", {a->experts})) || (st = check.Contiguous(a->groupList, "group_list")))
+    if ((st = check.Tensor(a->groupList, "group_list", {ACL_INT64}, {a->experts})))
         return st;
     if ((st = check.Dtype(a->layerIndex, "layer_index", {ACL_INT64})))
         return st;

@@ -28,8 +28,7 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y,
                                  groupListType, &a)))
             return st;
         TensorView ov;
-        if ((st = check.View(out, "out", &ov)) || (st = check.Dtype(ov, "out", {ACL_BF16})) ||
-            (st = check.Shape(ov, "out", {a.m, a.n})) || (st = check.Contiguous(ov, "out")))
+        if ((st = check.View(out, "out", &ov)) || (st = check.Tensor(ov, "out", {ACL_BF16}, {a.m, a.n})))
             return st;
 
         cam::kernels::GmmMultiLayerTilingData tiling{};
@@ -40,7 +39,7 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y,
         if (!cam::tiling::TileGmmMultiLayer(CurrentPlatform(), shape, &tiling, &why)) return check.Invalid(why);
 
         const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("gmm_multi_layer");
         ex->workspaceSize = ws.bytes;
         // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
         ex->launch = [tiling, ws, table = GmmAddressTable(a), y = a.x.data, gl = a.groupList.data,
@@ -56,13 +55,11 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y,
             EnqueueDeviceStatusCheck(stream, base + ws.status, "gmm_multi_layer");
             return ACLNN_SUCCESS;
         };
-        *workspaceSize = ex->workspaceSize;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamGmmMultiLayer(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                              aclrtStream stream) {
-    return RunExecutor("aclnnCamGmmMultiLayer", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamGmmMultiLayer", "gmm_multi_layer", workspace, workspaceSize, executor, stream);
 }

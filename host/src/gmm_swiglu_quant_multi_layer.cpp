@@ -30,11 +30,9 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
             return check.Invalid("N = " + std::to_string(a.n) +
                                  " (from weight_scales) must be even: the output splits into act | gate halves");
         TensorView yv, sv;
-        if ((st = check.View(y, "y", &yv)) || (st = check.Dtype(yv, "y", {ACL_INT8})) ||
-            (st = check.Shape(yv, "y", {a.m, a.n / 2})) || (st = check.Contiguous(yv, "y")))
+        if ((st = check.View(y, "y", &yv)) || (st = check.Tensor(yv, "y", {ACL_INT8}, {a.m, a.n / 2})))
             return st;
-        if ((st = check.View(yScale, "y_scale", &sv)) || (st = check.Dtype(sv, "y_scale", {ACL_FLOAT})) ||
-            (st = check.Shape(sv, "y_scale", {a.m})) || (st = check.Contiguous(sv, "y_scale")))
+        if ((st = check.View(yScale, "y_scale", &sv)) || (st = check.Tensor(sv, "y_scale", {ACL_FLOAT}, {a.m})))
             return st;
 
         cam::kernels::GmmSwigluQuantTilingData tiling{};
@@ -46,7 +44,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
             return check.Invalid(why);
 
         const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);
-        auto* ex = new aclOpExecutor();
+        auto ex = std::make_unique<Executor>("gmm_swiglu_quant_multi_layer");
         ex->workspaceSize = ws.bytes;
         // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
         ex->launch = [tiling, ws, table = GmmAddressTable(a), xd = a.x.data, gl = a.groupList.data,
@@ -62,13 +60,11 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
             EnqueueDeviceStatusCheck(stream, base + ws.status, "gmm_swiglu_quant_multi_layer");
             return ACLNN_SUCCESS;
         };
-        *workspaceSize = ex->workspaceSize;
-        *executor = ex;
-        return ACLNN_SUCCESS;
+        return Finish(std::move(ex), workspaceSize, executor);
     });
 }
 
 extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayer(void* workspace, uint64_t workspaceSize,
                                                         aclOpExecutor* executor, aclrtStream stream) {
-    return RunExecutor("aclnnCamGmmSwigluQuantMultiLayer", workspace, workspaceSize, executor, stream);
+    return RunExecutor("aclnnCamGmmSwigluQuantMultiLayer", "gmm_swiglu_quant_multi_layer", workspace, workspaceSize, executor, stream);
 }

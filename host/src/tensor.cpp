@@ -1,69 +1,9 @@
 #include "tensor.h"
 
-#include <new>
+#include <memory>
 
+#include "backend.h"
 #include "status.h"
-
-// The twin's aclTensor: a descriptor over caller memory (layout per aclCreateTensor's documented arguments).
-struct aclTensor {
-    std::vector<int64_t> viewDims;
-    std::vector<int64_t> strides;
-    std::vector<int64_t> storageDims;
-    aclDataType dtype;
-    aclFormat format;
-    int64_t offset;  // elements
-    void* data;
-};
-
-extern "C" aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDataType dataType,
-                                      const int64_t* stride, int64_t offset, aclFormat format,
-                                      const int64_t* storageDims, uint64_t storageDimsNum, void* tensorData) {
-    if ((viewDimsNum > 0 && viewDims == nullptr) || viewDimsNum > 16) return nullptr;
-    auto* t = new (std::nothrow) aclTensor{};
-    if (!t) return nullptr;
-    t->viewDims.assign(viewDims, viewDims + viewDimsNum);
-    if (stride) {
-        t->strides.assign(stride, stride + viewDimsNum);
-    } else {  // no strides given: row-major contiguous
-        t->strides.assign(viewDimsNum, 1);
-        for (int64_t i = static_cast<int64_t>(viewDimsNum) - 2; i >= 0; --i)
-            t->strides[i] = t->strides[i + 1] * t->viewDims[i + 1];
-    }
-    if (storageDims) t->storageDims.assign(storageDims, storageDims + storageDimsNum);
-    t->dtype = dataType;
-    t->format = format;
-    t->offset = offset;
-    t->data = tensorData;
-    return t;
-}
-
-extern "C" aclnnStatus aclDestroyTensor(const aclTensor* tensor) {
-    delete tensor;
-    return ACLNN_SUCCESS;
-}
-
-// The twin's aclTensorList: owns its descriptors, as aclDestroyTensorList destroys them.
-struct aclTensorList {
-    std::vector<const aclTensor*> tensors;
-};
-
-extern "C" aclTensorList* aclCreateTensorList(const aclTensor* const* value, uint64_t size) {
-    if (size > 0 && value == nullptr) return nullptr;
-    for (uint64_t i = 0; i < size; ++i)
-        if (value[i] == nullptr) return nullptr;
-    auto* list = new (std::nothrow) aclTensorList{};
-    if (!list) return nullptr;
-    list->tensors.assign(value, value + size);
-    return list;
-}
-
-extern "C" aclnnStatus aclDestroyTensorList(const aclTensorList* array) {
-    if (array) {
-        for (const aclTensor* t : array->tensors) delete t;
-        delete array;
-    }
-    return ACLNN_SUCCESS;
-}
 
 namespace cam::host {
 
@@ -118,32 +58,67 @@ uint32_t DtypeBytes(aclDataType dtype) {
     }
 }
 
+namespace {
+
+// The shape and stride getters allocate the array they return; the caller frees it with delete[].
+aclnnStatus ReadDims(aclnnStatus (*get)(const aclTensor*, int64_t**, uint64_t*), const aclTensor* t,
+                     std::vector<int64_t>* out) {
+    int64_t* dims = nullptr;
+    uint64_t n = 0;
+    const aclnnStatus st = get(t, &dims, &n);
+    std::unique_ptr<int64_t[]> owned(dims);
+    if (st != ACLNN_SUCCESS) return st;
+    if (n > 0 && dims == nullptr) return ACLNN_ERR_INNER;
+    out->assign(dims, dims + n);
+    return ACLNN_SUCCESS;
+}
+
+}  // namespace
+
+// Reads the descriptor only through aclnn's accessors: in CANN aclTensor is opaque.
 aclnnStatus ArgChecker::View(const aclTensor* t, const char* arg, TensorView* out) const {
     if (t == nullptr) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op_) + ": " + arg + " is null");
-    for (int64_t d : t->viewDims) {
+    int64_t offset = 0;
+    void* data = nullptr;
+    if (ReadDims(&aclGetViewShape, t, &out->shape) || ReadDims(&aclGetViewStrides, t, &out->strides) ||
+        aclGetViewOffset(t, &offset) || aclGetDataType(t, &out->dtype) || aclGetFormat(t, &out->format) ||
+        aclGetRawTensorAddr(t, &data))
+        return Invalid(std::string(arg) + " is not a readable aclTensor");
+    if (out->strides.size() != out->shape.size())
+        return Invalid(std::string(arg) + " has " + std::to_string(out->strides.size()) + " strides for " +
+                       std::to_string(out->shape.size()) + " dimensions");
+    for (int64_t d : out->shape) {
         if (d < 0) return Invalid(std::string(arg) + " has a negative dimension");
     }
-    const uint32_t elem = DtypeBytes(t->dtype);
-    if (elem == 0) return Invalid(std::string(arg) + " has an unsupported dtype code " + std::to_string(t->dtype));
-    out->data = static_cast<uint8_t*>(t->data) + t->offset * static_cast<int64_t>(elem);
-    out->dtype = t->dtype;
-    out->format = t->format;
-    out->shape = t->viewDims;
-    out->strides = t->strides;
-    if (t->data == nullptr && out->Numel() > 0)
+    const uint32_t elem = DtypeBytes(out->dtype);
+    if (elem == 0) return Invalid(std::string(arg) + " has an unsupported dtype code " + std::to_string(out->dtype));
+    out->data = static_cast<uint8_t*>(data) + offset * static_cast<int64_t>(elem);
+    if (data == nullptr && out->Numel() > 0)
         return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op_) + ": " + arg + " has no data");
     return ACLNN_SUCCESS;
 }
 
 aclnnStatus ArgChecker::List(const aclTensorList* list, const char* arg, std::vector<TensorView>* out) const {
     if (list == nullptr) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op_) + ": " + arg + " is null");
+    uint64_t size = 0;
+    if (aclGetTensorListSize(list, &size)) return Invalid(std::string(arg) + " is not a readable aclTensorList");
     out->clear();
-    out->resize(list->tensors.size());
-    for (size_t i = 0; i < list->tensors.size(); ++i) {
+    out->resize(size);
+    for (uint64_t i = 0; i < size; ++i) {
         const std::string name = std::string(arg) + "[" + std::to_string(i) + "]";
-        if (aclnnStatus st = View(list->tensors[i], name.c_str(), &(*out)[i])) return st;
+        if (aclnnStatus st = View(TensorListEntry(list, i), name.c_str(), &(*out)[i])) return st;
     }
     return ACLNN_SUCCESS;
+}
+
+aclnnStatus ArgChecker::Tensor(const TensorView& v, const char* arg, std::initializer_list<aclDataType> dtypes,
+                               const std::vector<int64_t>& shape) const {
+    if (aclnnStatus st = Dtype(v, arg, dtypes)) return st;
+    if (aclnnStatus st = Rank(v, arg, shape.size())) return st;
+    for (size_t i = 0; i < shape.size(); ++i) {
+        if (shape[i] != kAnyDim && shape[i] != v.shape[i]) return Shape(v, arg, shape);
+    }
+    return Contiguous(v, arg);
 }
 
 aclnnStatus ArgChecker::Dtype(const TensorView& v, const char* arg, std::initializer_list<aclDataType> allowed) const {

@@ -26,10 +26,18 @@ struct TensorView {
 const char* DtypeName(aclDataType dtype);
 uint32_t DtypeBytes(aclDataType dtype);
 
+// A dimension of ArgChecker::Tensor's expected shape that may have any extent.
+inline constexpr int64_t kAnyDim = -1;
+
 // Each returns ACLNN_SUCCESS or fails with a message that names `op` and `arg`.
 class ArgChecker {
 public:
     explicit ArgChecker(const char* op) : op_(op) {}
+
+    // The check every tensor argument gets, in one call: dtype one of `dtypes`, shape `shape` (kAnyDim matches any
+    // extent; a wrong rank is reported as such), row-major contiguous.
+    aclnnStatus Tensor(const TensorView& v, const char* arg, std::initializer_list<aclDataType> dtypes,
+                       const std::vector<int64_t>& shape) const;
 
     aclnnStatus View(const aclTensor* t, const char* arg, TensorView* out) const;
     // Views of every entry; an entry's checks name it as arg[i].

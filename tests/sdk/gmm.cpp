@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -109,7 +110,14 @@ int main() {
         std::vector<uint8_t> workspace(wsSize);
         st = aclnnCamGmmMultiLayer(workspace.data(), wsSize, ex, stream);
         Expect(st == ACLNN_SUCCESS, std::string("W2 launch: ") + camGetLastErrorMessage());
-        return camSynchronizeStream(stream, 60000);  // workspace outlives the stream's use of it
+        st = camSynchronizeStream(stream, 60000);
+        // After a sync timeout the op still runs: its workspace (and tensors) must not be freed. Stop here.
+        if (st == CAM_ERR_SYNC_TIMEOUT) {
+            std::printf("FAIL: W2 synchronize: %s\n", camGetLastErrorMessage());
+            std::fflush(stdout);
+            std::_Exit(1);
+        }
+        return st;
     };
 
     Expect(runW2() == ACLNN_SUCCESS, std::string("W2 synchronize: ") + camGetLastErrorMessage());

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -49,7 +50,13 @@ aclnnStatus RunOp(Get get, Run run, aclrtStream stream) {
     std::vector<uint8_t> workspace(ws);
     st = run(workspace.data(), ws, ex, stream);
     if (st != ACLNN_SUCCESS) return st;
-    return camSynchronizeStream(stream, 60000);
+    st = camSynchronizeStream(stream, 60000);
+    if (st == CAM_ERR_SYNC_TIMEOUT) {
+        // The op still runs and may touch its workspace: never free it. Leave without returning.
+        std::fprintf(stderr, "synchronize timed out: %s\n", camGetLastErrorMessage());
+        std::_Exit(1);
+    }
+    return st;
 }
 
 constexpr CamTopology kTopo{1, 1, 1, 4, 2, 64, 4, 2, 1, 2, 0, 8};  // D P F E K H Bmax L slots bytes quant cap

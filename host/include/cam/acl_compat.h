@@ -1,6 +1,10 @@
 /* The ACL types and calls cam's C API is written against. With CANN (CAM_WITH_CANN) they come from CANN's own
- * headers; without it cam ships this minimal, ABI-compatible subset and implements it over the twin backend, so
- * one C++ source compiles against either. Values of enums follow the public ACL documentation. */
+ * headers; without it cam declares the subset it uses, with the values of CANN's headers (checked against the
+ * headers torch-npu ships by tests/test_ascend_headers.py), and implements the calls over the twin.
+ *
+ * On the twin, the ACL calls below are static inline forwarders to cam-prefixed exports (camTwinAcl*): SDK code
+ * keeps calling the ACL names, while libcam_aclnn exports no ACL name, so it can share a process with the real
+ * ACL (torch_npu) without either library's calls binding to the other's. */
 #ifndef CAM_ACL_COMPAT_H
 #define CAM_ACL_COMPAT_H
 
@@ -14,8 +18,17 @@
 #endif
 
 #if defined(CAM_WITH_CANN)
-#include <acl/acl.h>
+/* Types, data types, formats and ACL error codes: all cam's public headers need (acl/acl_rt.h is not C). */
+#include <acl/acl_base.h>
+#ifdef __cplusplus
 #include <aclnn/acl_meta.h>
+#else
+/* CANN's aclnn/acl_meta.h is C++ only: C callers get the same opaque types and status type it declares. */
+typedef struct aclOpExecutor aclOpExecutor;
+typedef struct aclTensor aclTensor;
+typedef struct aclTensorList aclTensorList;
+typedef int32_t aclnnStatus;
+#endif
 #else
 
 #ifdef __cplusplus
@@ -27,7 +40,7 @@ typedef int32_t aclnnStatus;
 typedef void* aclrtStream;
 typedef struct aclTensor aclTensor;
 typedef struct aclTensorList aclTensorList;
-typedef struct aclOpExecutor aclOpExecutor;
+typedef struct aclOpExecutor aclOpExecutor; /* opaque: cam never defines it (CANN has a type of that name) */
 
 typedef enum {
     ACL_DT_UNDEFINED = -1,
@@ -56,33 +69,100 @@ typedef enum {
 
 #define ACL_SUCCESS 0
 #define ACL_ERROR_INVALID_PARAM 100000
-#define ACL_ERROR_FAILURE 500000
+#define ACL_ERROR_INTERNAL_ERROR 500000
+#define ACL_ERROR_FAILURE 500001
 
-#define ACLNN_SUCCESS 0
-#define ACLNN_ERR_PARAM_NULLPTR 161001
-#define ACLNN_ERR_PARAM_INVALID 161002
-#define ACLNN_ERR_RUNTIME_ERROR 361001
-#define ACLNN_ERR_INNER 561000
+/* The twin's implementations (twin build only). Call them through the ACL names below. */
+CAM_API aclTensor* camTwinAclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDataType dataType,
+                                          const int64_t* stride, int64_t offset, aclFormat format,
+                                          const int64_t* storageDims, uint64_t storageDimsNum, void* tensorData);
+CAM_API aclnnStatus camTwinAclDestroyTensor(const aclTensor* tensor);
+CAM_API aclTensorList* camTwinAclCreateTensorList(const aclTensor* const* value, uint64_t size);
+CAM_API aclnnStatus camTwinAclDestroyTensorList(const aclTensorList* array);
+CAM_API aclnnStatus camTwinAclGetViewShape(const aclTensor* tensor, int64_t** viewDims, uint64_t* viewDimsNum);
+CAM_API aclnnStatus camTwinAclGetViewStrides(const aclTensor* tensor, int64_t** stridesValue, uint64_t* stridesNum);
+CAM_API aclnnStatus camTwinAclGetViewOffset(const aclTensor* tensor, int64_t* offset);
+CAM_API aclnnStatus camTwinAclGetDataType(const aclTensor* tensor, aclDataType* dataType);
+CAM_API aclnnStatus camTwinAclGetFormat(const aclTensor* tensor, aclFormat* format);
+CAM_API aclnnStatus camTwinAclGetRawTensorAddr(const aclTensor* tensor, void** addr);
+CAM_API aclnnStatus camTwinAclGetTensorListSize(const aclTensorList* tensorList, uint64_t* size);
+CAM_API aclError camTwinAclrtCreateStream(aclrtStream* stream);
+CAM_API aclError camTwinAclrtDestroyStream(aclrtStream stream);
+CAM_API aclError camTwinAclrtSynchronizeStream(aclrtStream stream);
+CAM_API aclError camTwinAclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout);
 
 /* Tensors are descriptors over memory the caller owns; destroying one never frees the data. */
-CAM_API aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDataType dataType,
-                                   const int64_t* stride, int64_t offset, aclFormat format,
-                                   const int64_t* storageDims, uint64_t storageDimsNum, void* tensorData);
-CAM_API aclnnStatus aclDestroyTensor(const aclTensor* tensor);
+static inline aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDataType dataType,
+                                         const int64_t* stride, int64_t offset, aclFormat format,
+                                         const int64_t* storageDims, uint64_t storageDimsNum, void* tensorData) {
+    return camTwinAclCreateTensor(viewDims, viewDimsNum, dataType, stride, offset, format, storageDims,
+                                  storageDimsNum, tensorData);
+}
+static inline aclnnStatus aclDestroyTensor(const aclTensor* tensor) { return camTwinAclDestroyTensor(tensor); }
 
 /* A list of tensors (e.g. one weight per layer). The list takes ownership of the descriptors: destroying the list
  * destroys them (never the data). Returns NULL when value is NULL with size > 0, or an entry is NULL. */
-CAM_API aclTensorList* aclCreateTensorList(const aclTensor* const* value, uint64_t size);
-CAM_API aclnnStatus aclDestroyTensorList(const aclTensorList* array);
+static inline aclTensorList* aclCreateTensorList(const aclTensor* const* value, uint64_t size) {
+    return camTwinAclCreateTensorList(value, size);
+}
+static inline aclnnStatus aclDestroyTensorList(const aclTensorList* array) {
+    return camTwinAclDestroyTensorList(array);
+}
 
-CAM_API aclError aclrtCreateStream(aclrtStream* stream);
-CAM_API aclError aclrtDestroyStream(aclrtStream stream);
-CAM_API aclError aclrtSynchronizeStream(aclrtStream stream);
-CAM_API aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout);
+/* Accessors as in aclnn's acl_meta.h: the arrays returned by the shape/stride getters are allocated by the call
+ * and freed by the caller with delete[] (C++). */
+static inline aclnnStatus aclGetViewShape(const aclTensor* tensor, int64_t** viewDims, uint64_t* viewDimsNum) {
+    return camTwinAclGetViewShape(tensor, viewDims, viewDimsNum);
+}
+static inline aclnnStatus aclGetViewStrides(const aclTensor* tensor, int64_t** stridesValue, uint64_t* stridesNum) {
+    return camTwinAclGetViewStrides(tensor, stridesValue, stridesNum);
+}
+static inline aclnnStatus aclGetViewOffset(const aclTensor* tensor, int64_t* offset) {
+    return camTwinAclGetViewOffset(tensor, offset);
+}
+static inline aclnnStatus aclGetDataType(const aclTensor* tensor, aclDataType* dataType) {
+    return camTwinAclGetDataType(tensor, dataType);
+}
+static inline aclnnStatus aclGetFormat(const aclTensor* tensor, aclFormat* format) {
+    return camTwinAclGetFormat(tensor, format);
+}
+static inline aclnnStatus aclGetRawTensorAddr(const aclTensor* tensor, void** addr) {
+    return camTwinAclGetRawTensorAddr(tensor, addr);
+}
+static inline aclnnStatus aclGetTensorListSize(const aclTensorList* tensorList, uint64_t* size) {
+    return camTwinAclGetTensorListSize(tensorList, size);
+}
+
+/* A null stream is the default stream, as in ACL (the twin keeps one per process). */
+static inline aclError aclrtCreateStream(aclrtStream* stream) { return camTwinAclrtCreateStream(stream); }
+static inline aclError aclrtDestroyStream(aclrtStream stream) { return camTwinAclrtDestroyStream(stream); }
+static inline aclError aclrtSynchronizeStream(aclrtStream stream) { return camTwinAclrtSynchronizeStream(stream); }
+static inline aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {
+    return camTwinAclrtSynchronizeStreamWithTimeout(stream, timeout);
+}
 
 #ifdef __cplusplus
 }
 #endif
 
 #endif /* CAM_WITH_CANN */
+
+/* aclnn status codes (CANN: opdev/op_errno.h, which is not a public header; values from the aclnn API reference's
+ * table of return codes). Defined in both modes; identical redefinitions are harmless if CANN's also appear. */
+#ifndef ACLNN_SUCCESS
+#define ACLNN_SUCCESS 0
+#endif
+#ifndef ACLNN_ERR_PARAM_NULLPTR
+#define ACLNN_ERR_PARAM_NULLPTR 161001
+#endif
+#ifndef ACLNN_ERR_PARAM_INVALID
+#define ACLNN_ERR_PARAM_INVALID 161002
+#endif
+#ifndef ACLNN_ERR_RUNTIME_ERROR
+#define ACLNN_ERR_RUNTIME_ERROR 361001
+#endif
+#ifndef ACLNN_ERR_INNER
+#define ACLNN_ERR_INNER 561000
+#endif
+
 #endif /* CAM_ACL_COMPAT_H */

@@ -9,8 +9,7 @@
  *     as soon as every peer has mapped it, so a crash leaks nothing.
  *   - (Ascend) HCCL windows: the same camComm with the window addresses taken from the HCCL communicator.
  *
- * CamTopology is the POD of cam/window_layout.h. Destroy a communicator only after the streams its ops ran on were
- * synchronized. */
+ * CamTopology is the POD of cam/window_layout.h. */
 #ifndef CAM_COMM_H
 #define CAM_COMM_H
 
@@ -45,7 +44,18 @@ CAM_API aclnnStatus camCommUnlinkShm(camComm* comm);
 /* Raises the abort word of every rank: every device wait on every rank ends promptly with CAM_ERR_COMM_ABORTED,
  * and the communicators refuse further ops. Safe to call from any thread while ops are in flight. */
 CAM_API aclnnStatus camCommAbort(camComm* comm);
+/* Frees the communicator. It refuses, with CAM_ERR_COMM_BUSY and nothing freed, while any op launched on it is still
+ * queued or running (counted until its stream has passed it, whether the op succeeded or failed): synchronize the
+ * streams first; if a synchronize timed out, camCommAbort ends the ops' device waits, then synchronize again. It
+ * never waits. A null comm is a no-op. */
 CAM_API aclnnStatus camCommDestroy(camComm* comm);
+
+/* Checks a plane for Ascend before it is created (docs/ascend.md): the HCCL window (HCCL_BUFFSIZE, MiB; HCCL's
+ * default is 200) holds the topology's window, and timeoutNs + idlePollNs + 60 s (the longest device wait of an op)
+ * stays below the AI Core op timeout (seconds; 1091 by default). Fails with ACLNN_ERR_PARAM_INVALID and a sentence
+ * naming the HCCL_BUFFSIZE needed or the timeout sum. Pure arithmetic: usable on any backend. */
+CAM_API aclnnStatus camCheckAscendPlane(const CamTopology* topology, const camCommConfig* config,
+                                        uint32_t hcclBufferMiB, uint32_t aicoreTimeoutS);
 
 /* This rank's window (base address and the bytes really allocated). */
 CAM_API aclnnStatus camCommGetWindow(const camComm* comm, void** base, uint64_t* bytes);

@@ -8,19 +8,31 @@
 extern "C" {
 #endif
 
+/* Executors (the aclOpExecutor* of the two-phase API) run once: the second phase consumes the executor of its own
+ * op whether it launches or refuses its arguments; running it again, or passing a handle that is not a live cam
+ * executor, returns ACLNN_ERR_PARAM_INVALID; an executor made for another op is refused with
+ * ACLNN_ERR_PARAM_INVALID and stays usable for its own op. aclSetAclOpExecutorRepeatable does not apply to cam
+ * executors. A null stream in the second phase is the default stream. */
+
 /* cam-specific aclnnStatus values, beside ACLNN_SUCCESS / ACLNN_ERR_PARAM_* / ACLNN_ERR_INNER. */
 #define CAM_ERR_DEVICE_ARGUMENT 561201 /* the kernel's pre-pass found a bad device-resident argument */
 #define CAM_ERR_COMM_TIMEOUT 561202    /* a device-side wait inside a round expired */
 #define CAM_ERR_COMM_ABORTED 561203    /* the communicator's abort word was set */
 #define CAM_ERR_KERNEL_FAULT 561204    /* the kernel broke a hardware rule (twin) or crashed */
 #define CAM_ERR_SYNC_TIMEOUT 561205    /* the host gave up waiting for the stream; the work goes on */
+#define CAM_ERR_COMM_BUSY 561206       /* camCommDestroy refused: ops of the communicator are queued or running */
 #define CAM_ERR_COMM_PROTOCOL 561210   /* data-plane state broke an invariant (docs/protocol.md §9); comm unusable */
 
 /* Message of the last failing cam call on this thread ("" if none). Valid until the next failing call. */
 CAM_API const char* camGetLastErrorMessage(void);
 
-/* Waits for `stream` at most timeoutMs (< 0: wait without limit) and returns the first error the stream's work
- * raised since the previous synchronize, as one of the codes above (message in camGetLastErrorMessage). */
+/* Waits for `stream` at most timeoutMs (< 0: wait without limit, which the twin caps at a day) and returns the
+ * first error the stream's work raised since the previous synchronize, as one of the codes above (message in
+ * camGetLastErrorMessage). A null stream is the default stream.
+ * After CAM_ERR_SYNC_TIMEOUT the queued ops still run: the caller may free nothing they use (workspaces, tensor
+ * data, tensor descriptors of a pending launch, the communicator) until a later synchronize of the same stream
+ * returns another status. For data-plane ops camCommAbort makes that prompt; if the caller cannot wait, it must
+ * leak those buffers rather than free them. */
 CAM_API aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutMs);
 
 /* Backend this library was built for: "twin" or "ascend". */

@@ -1,0 +1,41 @@
+// What a data plane on Ascend must satisfy before it is created (docs/ascend.md, "Peer memory"): every rank's window
+// is the HCCL communicator's window, HCCL_BUFFSIZE MiB on every rank, so it must hold the larger role's window; and
+// the longest device wait of an op (the followers' bound: timeout + idle poll + 60 s, MakeCommArgs) must end before
+// the runtime's AI Core op timeout kills the kernel. Pure arithmetic over the layout: checked on the twin too.
+#include <cmath>
+#include <string>
+
+#include "cam/cam_comm.h"
+#include "common/window_layout.h"
+#include "status.h"
+
+namespace {
+
+// The followers' own margin past timeout + idle (kernels' followerCycles in comm.cpp MakeCommArgs).
+constexpr double kFollowerMarginS = 60.0;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+}  // namespace
+
+extern "C" aclnnStatus camCheckAscendPlane(const CamTopology* topology, const camCommConfig* config,
+                                           uint32_t hcclBufferMiB, uint32_t aicoreTimeoutS) {
+    using cam::host::Fail;
+    if (!topology || !config) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCheckAscendPlane: topology/config is null");
+    const int64_t window = cam::layout::window_bytes(*topology);
+    if (static_cast<double>(window) > hcclBufferMiB * kMiB) {
+        const auto need = static_cast<int64_t>(std::ceil(window / kMiB));
+        return Fail(ACLNN_ERR_PARAM_INVALID,
+                    "camCheckAscendPlane: the topology needs a " + std::to_string(window) +
+                        "-byte window on every rank, more than the HCCL window of " + std::to_string(hcclBufferMiB) +
+                        " MiB: set HCCL_BUFFSIZE to at least " + std::to_string(need) +
+                        " (MiB) or shrink Bmax, capacity or slots");
+    }
+    const double waitS = (config->timeoutNs + config->idlePollNs) / 1e9 + kFollowerMarginS;
+    if (config->timeoutNs < 0 || config->idlePollNs < 0 || !(waitS < aicoreTimeoutS)) {
+        return Fail(ACLNN_ERR_PARAM_INVALID,
+                    "camCheckAscendPlane: timeout + idle poll + " + std::to_string(static_cast<int>(kFollowerMarginS)) +
+                        " s = " + std::to_string(waitS) + " s must stay below the AI Core op timeout of " +
+                        std::to_string(aicoreTimeoutS) + " s, or the runtime kills a waiting kernel first");
+    }
+    return ACLNN_SUCCESS;
+}

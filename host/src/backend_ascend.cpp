@@ -1,0 +1,292 @@
+// Ascend backend (CAM_ASCEND=ON, CAM_WITH_CANN): the seam of backend.h over the ACL runtime.
+//
+// The runtime is resolved with dlopen, so libcam_aclnn loads (and reports why it cannot run) on a machine without
+// CANN; every entry point's type is taken from CANN's own prototype (decltype(&aclrtMemcpyAsync) ...), so a
+// signature change in CANN is a compile error in the header check (tests/test_ascend_headers.py).
+//
+// Streams are the caller's aclrtStreams (torch_npu's current stream when called from torch); null is ACL's
+// default stream. Host bytes that go to the device (address tables) and device bytes the host inspects (status
+// records) move with aclrtMemcpyAsync in stream order through page-locked buffers; the host-side checks run in
+// camSynchronizeStream after the stream finished, in the order they were queued, and only then are the buffers
+// freed. A synchronize that times out frees nothing: the device may still use those buffers.
+#include <dlfcn.h>
+
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "acl/acl.h"
+#include "backend.h"
+#include "cam/cam_platform.h"
+#include "cam/cam_status.h"
+#include "status.h"
+
+namespace cam::host {
+
+namespace {
+
+struct Acl {
+    decltype(&aclrtMemcpyAsync) memcpyAsync = nullptr;
+    decltype(&aclrtMemsetAsync) memsetAsync = nullptr;
+    decltype(&aclrtSynchronizeStreamWithTimeout) synchronizeStreamWithTimeout = nullptr;
+    decltype(&aclrtMallocHost) mallocHost = nullptr;
+    decltype(&aclrtFreeHost) freeHost = nullptr;
+    decltype(&aclrtGetDevice) getDevice = nullptr;
+    decltype(&aclGetDeviceCapability) getDeviceCapability = nullptr;
+    decltype(&aclrtGetSocName) getSocName = nullptr;
+    std::string unavailable;  // why the runtime cannot be used; "" when it can
+};
+
+template <typename F>
+bool Resolve(void* lib, const char* name, F* fn, std::string* why) {
+    *fn = reinterpret_cast<F>(dlsym(lib, name));
+    if (*fn == nullptr) *why = std::string("the Ascend runtime (libascendcl.so) has no ") + name;
+    return *fn != nullptr;
+}
+
+const Acl& Runtime() {
+    static const Acl acl = [] {
+        Acl a;
+        // If torch_npu already loaded the runtime, this returns that same library.
+        void* lib = dlopen("libascendcl.so", RTLD_NOW | RTLD_LOCAL);
+        if (lib == nullptr) {
+            const char* why = dlerror();
+            a.unavailable = std::string("the Ascend runtime (libascendcl.so) could not be loaded: ") +
+                            (why ? why : "unknown reason") + " (source CANN's set_env.sh first)";
+            return a;
+        }
+        std::string& why = a.unavailable;
+        (void)(Resolve(lib, "aclrtMemcpyAsync", &a.memcpyAsync, &why) &&
+               Resolve(lib, "aclrtMemsetAsync", &a.memsetAsync, &why) &&
+               Resolve(lib, "aclrtSynchronizeStreamWithTimeout", &a.synchronizeStreamWithTimeout, &why) &&
+               Resolve(lib, "aclrtMallocHost", &a.mallocHost, &why) && Resolve(lib, "aclrtFreeHost", &a.freeHost, &why) &&
+               Resolve(lib, "aclrtGetDevice", &a.getDevice, &why) &&
+               Resolve(lib, "aclGetDeviceCapability", &a.getDeviceCapability, &why) &&
+               Resolve(lib, "aclrtGetSocName", &a.getSocName, &why));
+        return a;
+    }();
+    return acl;
+}
+
+// Thrown inside an op's Guarded body; reported as ACLNN_ERR_INNER with this sentence.
+const Acl& Live() {
+    const Acl& a = Runtime();
+    if (!a.unavailable.empty()) throw std::runtime_error(a.unavailable);
+    return a;
+}
+
+void Check(aclError rc, const char* call) {
+    if (rc != ACL_SUCCESS) throw std::runtime_error(std::string(call) + " failed with ACL error " + std::to_string(rc));
+}
+
+// Page-locked host memory for one async copy, kept until the stream has passed the copy.
+struct HostBuffer {
+    void* ptr = nullptr;
+};
+
+HostBuffer AllocHost(uint64_t bytes) {
+    HostBuffer b;
+    Check(Live().mallocHost(&b.ptr, bytes ? bytes : 1), "aclrtMallocHost");
+    return b;
+}
+
+// Work the host does for a stream once the stream has finished: checks on copied-back bytes, releases.
+struct Pending {
+    HostBuffer buffer;
+    std::function<aclnnStatus(std::string* message)> check;  // may be empty (a buffer to free only)
+};
+
+struct PendingTable {
+    std::mutex mutex;
+    std::unordered_map<aclrtStream, std::deque<Pending>> byStream;
+};
+
+PendingTable& Pendings() {
+    static PendingTable* const table = new PendingTable();  // outlives static destruction
+    return *table;
+}
+
+void Defer(aclrtStream stream, Pending p) {
+    PendingTable& t = Pendings();
+    std::lock_guard<std::mutex> lock(t.mutex);
+    t.byStream[stream].push_back(std::move(p));
+}
+
+struct SocMemory {
+    const char* prefix;
+    uint32_t ubBytes, l1Bytes, l0aBytes, l0bBytes, l0cBytes;
+};
+
+// Per-core buffer sizes of the SoCs in scope (Atlas A2 = Ascend910B*, A3 = Ascend910_93*, both dav-2201), the same
+// values as the twin's ascend910b / ascend910_93 platforms. Core counts come from the runtime.
+constexpr SocMemory kSocs[] = {
+    {"Ascend910B", 196608, 524288, 65536, 65536, 131072},
+    {"Ascend910_93", 196608, 524288, 65536, 65536, 131072},
+};
+
+const SocMemory* SocOf(const char* name) {
+    if (name == nullptr) return nullptr;
+    for (const SocMemory& s : kSocs)
+        if (std::string(name).rfind(s.prefix, 0) == 0) return &s;
+    return nullptr;
+}
+
+struct DeviceCores {
+    uint32_t aiv = 0, aic = 0;
+    const char* soc = nullptr;
+};
+
+DeviceCores QueryCores() {
+    const Acl& a = Live();
+    DeviceCores d;
+    d.soc = a.getSocName();
+    int32_t device = 0;
+    Check(a.getDevice(&device), "aclrtGetDevice (set a device first, e.g. torch.npu.set_device)");
+    int64_t aic = 0, aiv = 0;
+    Check(a.getDeviceCapability(static_cast<uint32_t>(device), ACL_DEVICE_INFO_AI_CORE_NUM, &aic),
+          "aclGetDeviceCapability(AI_CORE_NUM)");
+    Check(a.getDeviceCapability(static_cast<uint32_t>(device), ACL_DEVICE_INFO_VECTOR_CORE_NUM, &aiv),
+          "aclGetDeviceCapability(VECTOR_CORE_NUM)");
+    d.aic = static_cast<uint32_t>(aic);
+    d.aiv = static_cast<uint32_t>(aiv);
+    return d;
+}
+
+// Unbounded host waits are not allowed: "no limit" still means a day, as on the twin.
+constexpr int32_t kUnlimitedMs = 86'400'000;
+
+}  // namespace
+
+tiling::PlatformInfo CurrentPlatform() {
+    // blockDim comes from the runtime's core count: tiling never launches more blocks than the device has cores,
+    // which kernels that use SyncAll require (all blocks resident at once).
+    const DeviceCores d = QueryCores();
+    const SocMemory* m = SocOf(d.soc);
+    if (m == nullptr)
+        throw std::runtime_error(std::string("SoC ") + (d.soc ? d.soc : "(unknown)") +
+                                 " is not supported by cam (Atlas A2 Ascend910B*, A3 Ascend910_93*)");
+    return {d.aiv, d.aic, m->ubBytes, m->l1Bytes, m->l0aBytes, m->l0bBytes, m->l0cBytes};
+}
+
+// Kernels that use SyncAll need every block resident at once. Batch scheduling (schemMode 1) starts them only when
+// all the cores they need are free; normal mode starts them as soon as one is, and with other streams holding cores
+// the started blocks wait in SyncAll for blocks that cannot start (docs/ascend.md §6). A <<<>>> launch carries no
+// attribute: this is the configuration a SyncAll kernel's launch must carry once it goes through a launch call
+// that takes one (the runtime's launch-with-config, not declared in the headers the check compiles against). Its
+// types are CANN's own, so the check keeps it honest.
+const aclrtLaunchKernelCfg& SyncAllLaunchConfig() {
+    static aclrtLaunchKernelAttr attr = [] {
+        aclrtLaunchKernelAttr a{};
+        a.id = ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE;
+        a.value.schemMode = 1;  // batch: all blockDim cores free before the kernel starts
+        return a;
+    }();
+    static const aclrtLaunchKernelCfg cfg{&attr, 1};
+    return cfg;
+}
+
+aclrtStream ResolveStream(aclrtStream stream) { return stream; }  // ACL itself takes null as the default stream
+
+void EnqueueStreamTask(aclrtStream stream, std::function<aclnnStatus(std::string* message)> task) {
+    Defer(stream, Pending{HostBuffer{}, std::move(task)});
+}
+
+void EnqueueHostToDevice(aclrtStream stream, void* dst, std::vector<uint8_t> bytes) {
+    HostBuffer b = AllocHost(bytes.size());
+    std::memcpy(b.ptr, bytes.data(), bytes.size());
+    const aclError rc = Live().memcpyAsync(dst, bytes.size(), b.ptr, bytes.size(), ACL_MEMCPY_HOST_TO_DEVICE, stream);
+    if (rc != ACL_SUCCESS) {
+        Live().freeHost(b.ptr);  // nothing was queued
+        Check(rc, "aclrtMemcpyAsync(host to device)");
+    }
+    Defer(stream, Pending{b, nullptr});
+}
+
+void EnqueueZero(aclrtStream stream, void* dst, uint64_t bytes) {
+    Check(Live().memsetAsync(dst, bytes, 0, bytes, stream), "aclrtMemsetAsync");
+}
+
+void EnqueueDeviceRead(aclrtStream stream, const void* src, uint64_t bytes,
+                       std::function<aclnnStatus(const uint8_t* host, std::string* message)> check) {
+    HostBuffer b = AllocHost(bytes);
+    const aclError rc = Live().memcpyAsync(b.ptr, bytes, src, bytes, ACL_MEMCPY_DEVICE_TO_HOST, stream);
+    if (rc != ACL_SUCCESS) {
+        Live().freeHost(b.ptr);
+        Check(rc, "aclrtMemcpyAsync(device to host)");
+    }
+    const uint8_t* host = static_cast<const uint8_t*>(b.ptr);
+    Defer(stream, Pending{b, [host, check = std::move(check)](std::string* message) { return check(host, message); }});
+}
+
+// The platforms in scope count GetSystemCycle at 50 MHz (docs/ascend.md).
+uint64_t SystemCycleHz() { return 50'000'000; }
+
+}  // namespace cam::host
+
+using cam::host::Fail;
+
+extern "C" aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutMs) {
+    using namespace cam::host;
+    const Acl& a = Runtime();
+    if (!a.unavailable.empty()) return Fail(ACLNN_ERR_RUNTIME_ERROR, "camSynchronizeStream: " + a.unavailable);
+    PendingTable& t = Pendings();
+    size_t covered = 0;  // host work queued before this synchronize: the stream has passed its copies afterwards
+    {
+        std::lock_guard<std::mutex> lock(t.mutex);
+        covered = t.byStream[stream].size();
+    }
+    const aclError rc = a.synchronizeStreamWithTimeout(stream, timeoutMs < 0 ? kUnlimitedMs : timeoutMs);
+    if (rc == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)  // the work continues: every buffer stays
+        return Fail(CAM_ERR_SYNC_TIMEOUT,
+                    "stream did not finish within " + std::to_string(timeoutMs) + " ms (its work continues)");
+    std::deque<Pending> done;
+    {
+        std::lock_guard<std::mutex> lock(t.mutex);
+        std::deque<Pending>& q = t.byStream[stream];
+        for (size_t i = 0; i < covered && !q.empty(); ++i) {
+            done.push_back(std::move(q.front()));
+            q.pop_front();
+        }
+        if (q.empty()) t.byStream.erase(stream);
+    }
+    aclnnStatus first = ACLNN_SUCCESS;
+    std::string firstMessage;
+    for (Pending& p : done) {
+        // A failed stream ran none of its later work: its copied-back bytes are not the kernels' answer.
+        if (p.check && rc == ACL_SUCCESS && first == ACLNN_SUCCESS) {
+            std::string message;
+            const aclnnStatus st = p.check(&message);
+            if (st != ACLNN_SUCCESS) {
+                first = st;
+                firstMessage = message;
+            }
+        }
+        if (p.buffer.ptr) a.freeHost(p.buffer.ptr);
+    }
+    if (rc != ACL_SUCCESS)
+        return Fail(CAM_ERR_KERNEL_FAULT, "the stream failed with ACL error " + std::to_string(rc) +
+                                              " (aclrtSynchronizeStreamWithTimeout)");
+    if (first != ACLNN_SUCCESS) return Fail(first, firstMessage);
+    return ACLNN_SUCCESS;
+}
+
+extern "C" const char* camBackendName(void) { return "ascend"; }
+
+extern "C" aclnnStatus camGetPlatform(camPlatformInfo* info) {
+    if (!info) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camGetPlatform: info is null");
+    return cam::host::Guarded("camGetPlatform", [&] {
+        const cam::tiling::PlatformInfo p = cam::host::CurrentPlatform();
+        *info = {cam::host::Runtime().getSocName(), p.aivCores, p.aicCores, p.ubBytes};
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus camSetTwinPlatform(const char* name) {
+    return Fail(ACLNN_ERR_PARAM_INVALID, std::string("camSetTwinPlatform('") + (name ? name : "(null)") +
+                                             "'): the twin's platform cannot be set; this library runs on Ascend");
+}

@@ -1,0 +1,81 @@
+"""cam-qualify (issue 11 item 7): --dry-run lists the very Step objects the real mode executes; the op checks are
+real comparisons with the goldens (run here on the twin with device "cpu", and caught when the golden disagrees);
+the real mode writes a support matrix with one record per step."""
+
+import json
+
+import pytest
+
+from cam import qualify
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_real_mode_executes_exactly_the_planned_steps(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(qualify, "prerequisites", lambda env: [("everything", True, "stubbed")])
+    ran = []
+
+    def runner(step):
+        ran.append(step)
+        return True, "", 0.0
+
+    out = tmp_path / "matrix.json"
+    assert qualify.main(["--source", str(tmp_path), "--json", str(out)], runner=runner) == 0
+    planned = qualify.plan(qualify.detect(str(tmp_path)))
+    assert ran == planned
+    matrix = json.loads(out.read_text())
+    assert [r["name"] for r in matrix["steps"]] == [s.name for s in planned] and matrix["passed"]
+
+    capsys.readouterr()
+    assert qualify.main(["--dry-run", "--source", str(tmp_path)], runner=runner) == 0
+    listed = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert listed == [s.name for s in planned]
+    assert len(ran) == len(planned), "dry-run ran nothing"
+
+
+def test_plan_covers_the_layout_shapes():
+    steps = qualify.plan(qualify.Environment(source="/src", python="python", mssanitizer="/bin/mssanitizer"))
+    kinds = [s.kind for s in steps]
+    assert kinds[0] == "build" and kinds[-2:] == ["dataplane", "e2e"]
+    ops = [s for s in steps if s.kind == "op"]
+    assert len(ops) == len(qualify.OPS) * 4 * 3
+    for op in qualify.OPS:
+        argvs = [s.argv for s in ops if s.argv[s.argv.index("--op") + 1] == op]
+        rows = {int(a[a.index("--m") + 1]) for a in argvs}
+        ks = {int(a[a.index("--k") + 1]) % 32 for a in argvs}
+        assert rows == {1, 15, 16, 17} and ks == {0, 16, 17}, op
+        if op != "dynamic_quant":
+            assert all(int(a[a.index("--n") + 1]) % 16 != 0 for a in argvs), op
+    assert {s.argv[1] for s in steps if s.kind == "sanitizer"} == {"--tool=memcheck", "--tool=racecheck"}
+    without = qualify.plan(qualify.Environment(source="/src", python="python", mssanitizer=None))
+    assert not [s for s in without if s.kind == "sanitizer"]
+
+
+def test_missing_prerequisites_refuse_the_real_mode(tmp_path, capsys):
+    ran = []
+    rc = qualify.main(["--source", str(tmp_path), "--json", str(tmp_path / "m.json")],
+                      runner=lambda s: ran.append(s) or (True, "", 0.0))
+    assert rc == 2 and ran == [] and not (tmp_path / "m.json").exists()
+    assert "missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("op,m,k,n", [("dynamic_quant", 17, 273, 0), ("gmm_multi_layer", 15, 272, 200),
+                                      ("gmm_swiglu_quant_multi_layer", 17, 273, 104)])
+def test_op_checks_pass_on_the_twin(op, m, k, n):
+    qualify.check_op(op, m, k, n, "cpu")
+
+
+def test_op_check_catches_a_wrong_result(monkeypatch):
+    # Negative control: a golden that disagrees by one element must fail the step.
+    from cam.reference import gmm as gref
+
+    real = gref.gmm_multi_layer
+
+    def off_by_one(*args, **kwargs):
+        out = real(*args, **kwargs).clone()
+        out[0, 0] = float("nan")  # differs from every value, whatever the golden holds
+        return out
+
+    monkeypatch.setattr(gref, "gmm_multi_layer", off_by_one)
+    with pytest.raises(AssertionError, match="out: 1 elements differ"):
+        qualify.check_op("gmm_multi_layer", 16, 256, 200, "cpu")
