@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # compiles
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KERNEL_SOURCES = sorted(p for p in (ROOT / "kernels").glob("*/*.cpp") if p.parent.name != "twin")

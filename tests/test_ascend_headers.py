@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # compiles
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMPAT = ROOT / "host" / "include" / "cam" / "acl_compat.h"
