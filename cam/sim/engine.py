@@ -15,7 +15,7 @@ refused by ``SimTopology``.
 FFN side (one server per FFN rank, docs/protocol.md §7): ``dispatch_recv`` selects round robin over *ready*
 replicas starting after the last served one, and consumes a replica's rounds in order, one work item per
 selection. A round with more rows for an FFN rank than ``capacity`` is several work items (chunks: whole experts
-while they fit, an expert larger than the capacity split by rows); each chunk is one selection, so other ready
+while they fit, an expert larger than the capacity split by rows; see ``chunks``); each chunk is one selection, so other ready
 replicas are interleaved between chunks, and the round is complete for that FFN rank after its last chunk. An idle
 FFN rank notices a published round after ``ffn_wake``. The work item costs dispatch_recv + W1 + W2 + combine_send.
 """
@@ -106,22 +106,30 @@ class _Costs:
 
 
 def chunks(counts: np.ndarray, capacity: int) -> List[tuple]:
-    """Work items of one FFN rank's round: per-local-expert row counts -> [(rows, experts touched)], whole experts
-    while they fit in ``capacity``, an expert larger than it split into full chunks of its own plus a remainder that
-    opens the next chunk."""
+    """Work items of one FFN rank's round: per-local-expert row counts -> [(rows, experts touched)].
+
+    Experts are taken in order. An expert that fits in ``capacity`` is never split: it joins the open chunk if it
+    fits there, else it opens a new one. An expert larger than ``capacity`` is split by rows: its first rows fill the
+    open chunk, then full chunks of its own, and its remainder opens the next chunk."""
     out = []
     rows = active = 0
     for n in counts.tolist():
         if n == 0:
             continue
-        if rows + n > capacity and rows:
-            out.append((rows, active))
-            rows = active = 0
         if n > capacity:
+            if rows:
+                take = capacity - rows
+                out.append((capacity, active + 1))
+                n -= take
+                rows = active = 0
             full, n = divmod(n, capacity)
             out.extend([(capacity, 1)] * full)
-            if n == 0:
-                continue
+            if n:
+                rows, active = n, 1
+            continue
+        if rows + n > capacity:
+            out.append((rows, active))
+            rows = active = 0
         rows += n
         active += 1
     if rows or not out:
@@ -155,7 +163,8 @@ class Simulation:
     into the report."""
 
     def __init__(self, model: ModelShape, topo: SimTopology, workload: SimWorkload, costs: CostModel,
-                 mode: str = "async", seed: int = 0, routing: str = "uniform", expert_skew: float = 0.0):
+                 mode: str = "async", seed: int = 0, routing: str = "uniform", expert_skew: float = 0.0,
+                 trace: bool = False):
         if mode not in ("async", "sync"):
             raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
         if routing not in ROUTINGS:
@@ -168,6 +177,9 @@ class Simulation:
         self.model, self.topo, self.wl, self.mode = model, topo, workload, mode
         self.cost = _Costs(costs, model, topo)
         self.routing = routing
+        # trace: every publish (g, replica, t) and work item (f, replica, g, start, end, last chunk), for tests and
+        # timelines; off by default (it costs memory at scale).
+        self.trace = {"publish": [], "items": []} if trace else None
         self.rng = np.random.default_rng(seed)
         E, F = model.experts, topo.F
         self.R = E // F
@@ -488,6 +500,8 @@ class Simulation:
     def _publish(self, g: int, t: float) -> None:
         d = self.round_replica[g]
         self.published[d] += 1
+        if self.trace is not None:
+            self.trace["publish"].append((g, d, t))
         was = self.published[d] - 1
         wake = self.cost.wake
         for f in range(self.topo.F):
@@ -533,6 +547,8 @@ class Simulation:
         self.rr[f] = d + 1
         self.ffn_time[f] += cost
         self.items += 1
+        if self.trace is not None:
+            self.trace["items"].append((f, d, g, t, t + cost, last))
         heapq.heappush(self.heap, (t + cost, next(self._order), _FFN_DONE, f, g if last else -1))
 
     def _round_complete(self, g: int, t: float) -> None:
