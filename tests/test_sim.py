@@ -332,3 +332,26 @@ def test_cli_sweep_json_and_plots(tmp_path):
     assert set(res["summary"]["best_split"]) == {"async@0", "async@4", "sync@0", "sync@4"}
     assert sorted(os.listdir(plots)) == ["throughput_vs_rate.png", "ttft_cdf.png", "utilisation_vs_af.png"]
     assert sim_cli.main(["--ffn", "3", "--requests", "2", "--quiet"]) == 2  # 3 does not divide 256: a clear error
+
+
+# ---------------------------------------------------------------------------------------------- against cam-run
+
+@pytest.mark.slow
+def test_predicts_cam_run_within_15_percent(tmp_path):
+    """Calibrate on cam-run's ``default`` preset (both modes), then predict fresh runs of the ``imbalanced`` preset
+    (both modes): makespan and mean TTFT within 15%. cam-run runs as a subprocess from a scratch directory, each run
+    bounded by a timeout. The tolerance is the issue's; single cam-run runs on this shared 2-CPU machine vary by
+    about that much (benchmarks/README.md), which is why the emulated attention (known exactly) is made to dominate
+    the CPU-bound work (--cam-run-attention-cost)."""
+    out = tmp_path / "validation.json"
+    cost = tmp_path / "costs.json"
+    argv = ["--calibrate", str(cost), "--calibrate-presets", "default", "--validate-presets", "imbalanced",
+            "--cam-run-requests", "8", "--cam-run-timeout", "300", "--json", str(out), "--quiet"]
+    assert sim_cli.main(argv) == 0
+    res = json.loads(out.read_text())
+    assert {(v["preset"], v["mode"]) for v in res["validation"]} == {("imbalanced", "async"), ("imbalanced", "sync")}
+    for v in res["calibration"] + res["validation"]:
+        for metric, err in v["rel_error"].items():
+            assert abs(err) <= 0.15, f"{v['preset']} {v['mode']} {metric}: predicted {v['predicted']} vs " \
+                                     f"measured {v['measured']}"
+    assert CostModel.load(str(cost)).op("w1").per_row_s > 0

@@ -100,6 +100,18 @@ def run_cam_run(spec: RunSpec, timeout_s: float = 300.0, cam_run: Optional[List[
     return {"spec": dataclasses.asdict(spec), "report": report, "ranks": ranks}
 
 
+def load_runs(path: str) -> dict:
+    """The cam-run records saved by ``cam-sim --calibrate ... --json PATH``."""
+    with open(path) as f:
+        d = json.load(f)
+    for key in ("calibration_runs", "validation_runs"):
+        if key not in d:
+            raise ValueError(f"{path}: not a cam-sim --calibrate --json output (no {key})")
+        for run in d[key]:
+            run["ranks"] = {int(k): v for k, v in run["ranks"].items()}
+    return d
+
+
 def _spec(run: dict) -> RunSpec:
     d = dict(run["spec"])
     d["attention_cost"] = tuple(d["attention_cost"])
@@ -119,7 +131,7 @@ def _lsq_line(x: np.ndarray, y: np.ndarray):
 
 
 # Attention-side overheads fitted through the simulator: (op, term).
-_FITTED = (("attention", "fixed_s"), ("attention", "per_token_s"), ("dispatch_send", "fixed_s"), ("barrier", "fixed_s"))
+_FITTED = (("attention", "fixed_s"), ("dispatch_send", "fixed_s"), ("barrier", "fixed_s"))
 
 
 def _costs(base: Dict[str, dict], theta: Sequence[float], attention_cost) -> CostModel:

@@ -74,7 +74,14 @@ def _parse(argv):
     g.add_argument("--cam-run-replicas", type=int, default=2)
     g.add_argument("--cam-run-ffn", type=int, default=2)
     g.add_argument("--cam-run-model", default="tiny")
+    g.add_argument("--cam-run-requests", type=int, help="override the presets' number of requests")
+    g.add_argument("--cam-run-attention-cost", type=float, nargs=3, default=(0.25, 0.005, 0.0),
+                   metavar=("A", "B", "C"),
+                   help="cam-run --attention-cost of the measured runs: large enough that the emulated attention, "
+                        "known exactly, dominates the CPU work that a shared machine makes noisy")
     g.add_argument("--cam-run-timeout", type=float, default=600.0, help="bound of each cam-run subprocess (s)")
+    g.add_argument("--calibrate-from", metavar="RUNS.json",
+                   help="refit from the cam-run records of an earlier --calibrate --json output (no new runs)")
     return p.parse_args(argv)
 
 
@@ -180,31 +187,40 @@ def _summary(runs: List[dict]) -> dict:
 
 
 def calibrate(args) -> dict:
-    from .calibrate import RunSpec, fit, predict, run_cam_run
+    from .calibrate import RunSpec, fit, load_runs, predict, run_cam_run
 
     def specs(presets):
         return [RunSpec(preset=p, mode=m, model=args.cam_run_model, replicas=args.cam_run_replicas,
-                        ffn=args.cam_run_ffn) for p in presets.split(",") if p for m in ("async", "sync")]
+                        ffn=args.cam_run_ffn, requests=args.cam_run_requests,
+                        attention_cost=tuple(args.cam_run_attention_cost))
+                for p in presets.split(",") if p for m in ("async", "sync")]
 
-    cal = []
-    for spec in specs(args.calibrate_presets):
-        if not args.quiet:
-            print(f"cam-sim: calibration run cam-run --preset {spec.preset} --mode {spec.mode}", flush=True)
-        cal.append(run_cam_run(spec, timeout_s=args.cam_run_timeout))
+    def measure(spec_list, what):
+        out = []
+        for spec in spec_list:
+            if not args.quiet:
+                print(f"cam-sim: {what} run: cam-run {' '.join(spec.argv())}", flush=True)
+            out.append(run_cam_run(spec, timeout_s=args.cam_run_timeout))
+        return out
+
+    if args.calibrate_from:
+        earlier = load_runs(args.calibrate_from)
+        cal, val = earlier["calibration_runs"], earlier["validation_runs"]
+    else:
+        cal = measure(specs(args.calibrate_presets), "calibration")
+        val = measure(specs(args.validate_presets), "validation")
     costs = fit(cal)
     costs.save(args.calibrate)
-    out = {"costs": costs.to_dict(), "calibration": [predict(r, costs) for r in cal], "validation": []}
-    for spec in specs(args.validate_presets):
-        if not args.quiet:
-            print(f"cam-sim: validation run cam-run --preset {spec.preset} --mode {spec.mode}", flush=True)
-        out["validation"].append(predict(run_cam_run(spec, timeout_s=args.cam_run_timeout), costs))
+    out = {"costs": costs.to_dict(), "calibration": [predict(r, costs) for r in cal],
+           "validation": [predict(r, costs) for r in val], "calibration_runs": cal, "validation_runs": val}
     if not args.quiet:
-        for v in out["calibration"] + out["validation"]:
-            e = v["rel_error"]
-            print(f"  {v['preset']:10s} {v['mode']:5s} makespan pred {v['predicted']['makespan_s']:.3f} s vs "
-                  f"measured {v['measured']['makespan_s']:.3f} s ({e['makespan_s']:+.1%}); TTFT mean pred "
-                  f"{v['predicted']['ttft_mean_s']:.3f} vs {v['measured']['ttft_mean_s']:.3f} "
-                  f"({e['ttft_mean_s']:+.1%})")
+        for label in ("calibration", "validation"):
+            for v in out[label]:
+                e = v["rel_error"]
+                print(f"  {label:11s} {v['preset']:10s} {v['mode']:5s} makespan pred {v['predicted']['makespan_s']:.3f}"
+                      f" s vs measured {v['measured']['makespan_s']:.3f} s ({e['makespan_s']:+.1%}); TTFT mean pred "
+                      f"{v['predicted']['ttft_mean_s']:.3f} vs {v['measured']['ttft_mean_s']:.3f} "
+                      f"({e['ttft_mean_s']:+.1%})")
         print(f"cam-sim: wrote {args.calibrate}")
     return out
 
