@@ -62,9 +62,12 @@ def _parse(argv):
     g.add_argument("--sweep", action="store_true",
                    help="sweep the A:F split: every F dividing the experts with D = (total - F) / P >= 1")
     g.add_argument("--total-ranks", type=int, help="ranks to split in --sweep (default D*P + F)")
+    g.add_argument("--sweep-ffn", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
+                   help="with --sweep: only these F values (comma-separated)")
     g = p.add_argument_group("output")
     g.add_argument("--json", metavar="PATH", help="write the results as JSON")
     g.add_argument("--plot-dir", metavar="DIR", help="write TTFT CDF, throughput-vs-rate, utilisation-vs-A:F plots")
+    g.add_argument("--cdf-ffn", type=int, help="TTFT CDFs of the split with this F (default: the first split)")
     g.add_argument("--quiet", action="store_true")
     g = p.add_argument_group("calibration (runs cam-run)")
     g.add_argument("--calibrate", metavar="OUT.json", help="fit twin costs from cam-run runs and write them")
@@ -100,8 +103,13 @@ def _splits(args, model: ModelShape):
         return [(args.replicas, args.ffn)]
     total = args.total_ranks or args.replicas * args.participants + args.ffn
     out = []
-    for f in range(1, model.experts + 1):
-        if model.experts % f == 0 and (total - f) >= args.participants and (total - f) % args.participants == 0:
+    for f in args.sweep_ffn or []:
+        if f < 1 or model.experts % f or total - f < args.participants or (total - f) % args.participants:
+            raise ValueError(f"--sweep-ffn: F={f} must divide {model.experts} experts and leave (total - F) a "
+                             f"positive multiple of P={args.participants} (total {total})")
+    for f in args.sweep_ffn or range(1, model.experts + 1):
+        d, rest = divmod(total - f, args.participants)
+        if model.experts % f == 0 and d >= 1 and rest == 0:
             out.append(((total - f) // args.participants, f))
     if not out:
         raise ValueError(f"--sweep: no split of {total} ranks with F dividing {model.experts} experts")
@@ -134,10 +142,9 @@ def simulate_grid(args) -> dict:
                 rep["rate"] = rate
                 rep["wall_s"] = time.perf_counter() - t0
                 per = rep.pop("ttft_per_request_s")
-                if len(curves) < 2 or (D, F, rate) == (runs[0]["topology"]["D"], runs[0]["topology"]["F"],
-                                                          runs[0]["rate"]):
+                if F == (args.cdf_ffn or _splits(args, model)[0][1]):
                     label = f"{mode} D={D} F={F}" + (f" {rate:g} req/s" if rate else "")
-                    curves.setdefault(label, list(per.values()))
+                    curves[label] = list(per.values())
                 runs.append(rep)
                 if not args.quiet:
                     _line(rep)

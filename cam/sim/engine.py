@@ -15,9 +15,10 @@ refused by ``SimTopology``.
 FFN side (one server per FFN rank, docs/protocol.md §7): ``dispatch_recv`` selects round robin over *ready*
 replicas starting after the last served one, and consumes a replica's rounds in order, one work item per
 selection. A round with more rows for an FFN rank than ``capacity`` is several work items (chunks: whole experts
-while they fit, an expert larger than the capacity split by rows; see ``chunks``); each chunk is one selection, so other ready
-replicas are interleaved between chunks, and the round is complete for that FFN rank after its last chunk. An idle
-FFN rank notices a published round after ``ffn_wake``. The work item costs dispatch_recv + W1 + W2 + combine_send.
+while they fit, an expert larger than the capacity split by rows; see ``chunks``); each chunk is one selection, so
+other ready replicas are interleaved between chunks, and the round is complete for that FFN rank after its last
+chunk. An idle FFN rank notices a published round after ``ffn_wake``. The work item costs dispatch_recv + W1 + W2
++ combine_send.
 """
 
 from __future__ import annotations

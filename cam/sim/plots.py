@@ -23,13 +23,14 @@ def ttft_cdf(curves: Dict[str, List[float]], path: str, title: str, slo_s=None) 
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, values in curves.items():
         v = sorted(values)
-        ax.step(v, [(i + 1) / len(v) for i in range(len(v))], where="post", label=label)
+        ax.step(v, [(i + 1) / len(v) for i in range(len(v))], where="post", label=label,
+                linestyle="-" if label.startswith("async") else "--")
     if slo_s is not None:
         ax.axvline(slo_s, color="grey", linestyle=":", label=f"SLO {slo_s:g} s")
     ax.set_xlabel("TTFT (s)")
     ax.set_ylabel("fraction of requests")
     ax.set_title(title)
-    ax.legend()
+    ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -98,6 +99,8 @@ def all_plots(result: dict, curves: Dict[str, List[float]], out_dir: str, slo_s=
         written.append(p)
     if len({(r["topology"]["D"], r["topology"]["F"]) for r in runs}) > 1:
         p = os.path.join(out_dir, "utilisation_vs_af.png")
-        utilisation_vs_af([r for r in runs if r.get("rate") == runs[0].get("rate")], p, "Utilisation vs A:F")
+        top = max(r.get("rate", 0.0) for r in runs)
+        utilisation_vs_af([r for r in runs if r.get("rate", 0.0) == top], p,
+                          f"Utilisation vs A:F (rate {top:g} req/s)" if top else "Utilisation vs A:F")
         written.append(p)
     return written
