@@ -125,6 +125,30 @@ def test_static_batches_wait_for_last_arrival():
     assert r["ttft_per_request_s"]["1"] == pytest.approx(2.0)
 
 
+def test_participants_split_tokens():
+    # P = 2 participants each run half of the replica's 10 tokens: 0.5 s per dense layer instead of 1 s.
+    m = shape(layers=2, first_dense=2)
+    c = costs(attention={"per_token_s": 0.1})
+    wl = workload([0.0], [10], [0], budget=100)
+    assert simulate(m, SimTopology(D=1, F=1, P=2), wl, c)["makespan_s"] == pytest.approx(1.0)
+    assert simulate(m, SimTopology(D=1, F=1, P=1), wl, c)["makespan_s"] == pytest.approx(2.0)
+
+
+def test_expert_skew_loads_one_ffn_rank_more():
+    # Zipf popularity concentrates rows on a few experts: the busiest FFN rank works longer than under uniform
+    # routing, and a FFN-bound run gets slower (same seed, same workload).
+    m = shape(layers=2, first_dense=0, experts=16, top_k=2)
+    c = costs(w1={"per_row_s": 0.001})
+    wl = SimWorkload.generate(40, 2, lengths="fixed", mean_len=64, token_budget=128, seed=0)
+    flat = Simulation(m, SimTopology(D=2, F=4), wl, c, seed=1)
+    flat_raw = flat.run()
+    hot = Simulation(m, SimTopology(D=2, F=4), wl, c, seed=1, expert_skew=1.5)
+    hot_raw = hot.run()
+    assert max(hot_raw["ffn_busy_s"]) > 1.5 * max(flat_raw["ffn_busy_s"])
+    assert sum(hot_raw["ffn_busy_s"]) == pytest.approx(sum(flat_raw["ffn_busy_s"]))  # same rows in total
+    assert hot_raw["makespan_s"] > flat_raw["makespan_s"]
+
+
 # ---------------------------------------------------------------------------------------------- FFN-side rules
 
 def _traced(model, topo, wl, c, **kw):
@@ -318,20 +342,40 @@ def test_simulator_does_not_import_kernels():
                     assert not a.name.startswith("cam."), f"{path.name}: use relative imports"
 
 
-def test_cli_sweep_json_and_plots(tmp_path):
+def test_cli_sweep_json(tmp_path):
     out = tmp_path / "r.json"
     argv = ["--model", "deepseek-v3", "--replicas", "2", "--ffn", "4", "--sweep", "--total-ranks", "6",
             "--requests", "24", "--rates", "0,4", "--slo", "10", "--json", str(out), "--quiet"]
-    plots = pytest.importorskip("matplotlib") and tmp_path / "plots"
-    assert sim_cli.main(argv + ["--plot-dir", str(plots)]) == 0
+    assert sim_cli.main(argv) == 0
     res = json.loads(out.read_text())
     splits = {(r["topology"]["D"], r["topology"]["F"]) for r in res["runs"]}
     assert splits == {(5, 1), (4, 2), (2, 4)}  # F | 256 and D = 6 - F
     assert len(res["runs"]) == 3 * 2 * 2
     assert {g["rate"] for g in res["summary"]["async_gain"]} == {0.0, 4.0}
     assert set(res["summary"]["best_split"]) == {"async@0", "async@4", "sync@0", "sync@4"}
-    assert sorted(os.listdir(plots)) == ["throughput_vs_rate.png", "ttft_cdf.png", "utilisation_vs_af.png"]
+    for r in res["runs"]:
+        assert r["slo"]["goodput_tok_s"] <= r["throughput_tok_s"] * (1 + 1e-12)
     assert sim_cli.main(["--ffn", "3", "--requests", "2", "--quiet"]) == 2  # 3 does not divide 256: a clear error
+    assert sim_cli.main(["--sweep", "--sweep-ffn", "3", "--requests", "2", "--quiet"]) == 2
+    assert sim_cli.main(["--cam-run-preset", "default", "--quiet"]) == 2  # deepseek-v3 is not a cam-run model
+
+
+def test_cli_cam_run_preset(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert sim_cli.main(["--cam-run-preset", "skewed", "--model", "tiny", "-D", "2", "-F", "2", "--costs",
+                         str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "sim" / "results" /
+                             "twin-calibrated.json"), "--json", str(out), "--quiet"]) == 0
+    res = json.loads(out.read_text())
+    assert [r["requests"] for r in res["runs"]] == [16, 16]  # the preset's requests, both modes
+
+
+def test_cli_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    plots = tmp_path / "plots"
+    argv = ["--model", "deepseek-v3", "--sweep", "--total-ranks", "6", "--sweep-ffn", "2,4", "--requests", "12",
+            "--rates", "1,4", "--slo", "10", "--plot-dir", str(plots), "--quiet"]
+    assert sim_cli.main(argv) == 0
+    assert sorted(os.listdir(plots)) == ["throughput_vs_rate.png", "ttft_cdf.png", "utilisation_vs_af.png"]
 
 
 # ---------------------------------------------------------------------------------------------- against cam-run

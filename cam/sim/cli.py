@@ -121,6 +121,16 @@ def simulate_grid(args) -> dict:
 
     model = _model(args)
     costs = CostModel.load(args.costs)
+    if args.cam_run_preset:
+        from ..models import PRESETS as CAM_RUN_MODELS
+        from ..run.workload import PRESETS as CAM_RUN_PRESETS
+
+        if args.model not in CAM_RUN_MODELS or args.model_json:
+            raise ValueError(f"--cam-run-preset needs --model one of cam-run's models {sorted(CAM_RUN_MODELS)}, "
+                             f"got {args.model!r}")
+        if args.cam_run_preset not in CAM_RUN_PRESETS:
+            raise ValueError(f"--cam-run-preset must be one of {sorted(CAM_RUN_PRESETS)}, got {args.cam_run_preset!r}")
+        args.rates = [CAM_RUN_PRESETS[args.cam_run_preset].arrival_rate]  # the preset brings its own arrivals
     modes = ["async", "sync"] if args.mode == "both" else [args.mode]
     runs, curves = [], {}
     t_start = time.perf_counter()
