@@ -399,3 +399,13 @@ def test_predicts_cam_run_within_15_percent(tmp_path):
             assert abs(err) <= 0.15, f"{v['preset']} {v['mode']} {metric}: predicted {v['predicted']} vs " \
                                      f"measured {v['measured']}"
     assert CostModel.load(str(cost)).op("w1").per_row_s > 0
+
+
+def test_scalar_and_vector_item_costs_agree():
+    from cam.sim.engine import _Costs
+
+    c = _Costs(CostModel.load("ascend-a3-like"), model_presets()["deepseek-v3"], SimTopology(D=2, F=8))
+    m = np.array([0, 1, 7, 300, 4096])
+    a = np.array([0, 1, 3, 32, 32])
+    vec = c.ffn_items(m, a)
+    assert [c.item(float(x), float(y)) for x, y in zip(m, a)] == pytest.approx(vec.tolist(), rel=1e-12)

@@ -82,6 +82,19 @@ class _Costs:
             total += t
         return total
 
+    def item(self, m: float, a: float) -> float:
+        """``ffn_items`` of one item, in plain floats (chunks are cut one FFN rank at a time)."""
+        total = 0.0
+        for op, fpr, bpr, bpe, npr in self._ffn:
+            t = op.fixed_s + op.per_row_s * m + (op.nonempty_s if m > 0 else 0.0)
+            comp = fpr * m / (op.tflops * 1e12) if op.tflops else 0.0
+            mem = (bpr * m + bpe * a) / (op.gbps * 1e9) if op.gbps else 0.0
+            t += comp if comp > mem else mem
+            if op.net_gbps:
+                t += npr * m / (op.net_gbps * 1e9)
+            total += t
+        return total
+
     def table(self, rows_max: int, active) -> np.ndarray:
         """Item seconds for every row count 0..rows_max, with ``active(m)`` experts touched."""
         m = np.arange(rows_max + 1, dtype=np.float64)
@@ -238,11 +251,9 @@ class Simulation:
                 else:
                     within = self.popularity[moe_layer][f * R:(f + 1) * R]
                     ce = self.rng.multinomial(n, within / within.sum())
-                items = chunks(ce, cap)
-                ic = self.cost.ffn_items(np.array([x[0] for x in items], dtype=np.float64),
-                                         np.array([x[1] for x in items], dtype=np.float64))
-                chunked[f] = ic.tolist()
-                cost[f] = ic.sum()
+                ic = [self.cost.item(rows_c, active_c) for rows_c, active_c in chunks(ce, cap)]
+                chunked[f] = ic
+                cost[f] = sum(ic)
         return cost, chunked, slots
 
     # ------------------------------------------------------------------ run
