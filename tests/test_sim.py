@@ -125,6 +125,18 @@ def test_static_batches_wait_for_last_arrival():
     assert r["ttft_per_request_s"]["1"] == pytest.approx(2.0)
 
 
+def test_critical_path_bound_when_ffn_bound():
+    # Two replicas publish one round each at t=0 (free attention); the single FFN rank needs 1 s per item. Each
+    # replica alone would finish at 1 s, but the FFN rank's 2 s of work bound the makespan, which the round robin
+    # meets exactly: replica 0 at 1 s, replica 1 at 2 s.
+    m = shape()
+    c = costs(w1={"fixed_s": 1.0})
+    r = simulate(m, SimTopology(D=2, F=1), workload([0.0, 0.0], [1, 1], [0, 1], budget=4), c, per_request=True)
+    assert r["critical_path_s"] == pytest.approx(2.0) and r["makespan_s"] == pytest.approx(2.0)
+    assert sorted(r["ttft_per_request_s"].values()) == pytest.approx([1.0, 2.0])
+    assert r["ffn_utilisation"] == pytest.approx(1.0)
+
+
 def test_participants_split_tokens():
     # P = 2 participants each run half of the replica's 10 tokens: 0.5 s per dense layer instead of 1 s.
     m = shape(layers=2, first_dense=2)
