@@ -152,8 +152,8 @@ def chunks(counts: np.ndarray, capacity: int) -> List[tuple]:
 
 
 class _Replica:
-    __slots__ = ("d", "next_req", "reqs", "batch_idx", "rids", "stages", "layer", "t", "wait_rounds", "wait_t",
-                 "busy", "chain", "done", "batches_run")
+    __slots__ = ("d", "next_req", "reqs", "batch_idx", "rids", "stages", "layer", "wait_rounds", "wait_t",
+                 "busy", "chain", "batches_run")
 
     def __init__(self, d, reqs):
         self.d = d
@@ -163,12 +163,10 @@ class _Replica:
         self.rids: List[int] = []
         self.stages: List[tuple] = []
         self.layer = 0
-        self.t = 0.0
         self.wait_rounds: List[int] = []
         self.wait_t = 0.0
         self.busy = 0.0
         self.chain = 0.0
-        self.done = False
         self.batches_run = 0
 
 
@@ -346,7 +344,6 @@ class Simulation:
         rep.rids = rids
         rep.stages = [(sum(s),) + self.cost.stage(s) for s in split_stages(lens, self.topo.ubatches)]
         rep.layer = 0
-        rep.t = t
         rep.batches_run += 1
         gate = max((float(self.wl.arrival_s[r]) for r in rids), default=0.0)
         rep.chain = max(rep.chain, gate)
@@ -357,14 +354,12 @@ class Simulation:
         if wl.batches is not None:
             own = wl.batches[rep.d] if rep.d < len(wl.batches) else []
             if rep.batch_idx >= len(own):
-                rep.done = True
                 return
             rids = own[rep.batch_idx]
             rep.batch_idx += 1
             start = max(t, max(float(wl.arrival_s[r]) for r in rids))
         else:
             if rep.next_req >= len(rep.reqs):
-                rep.done = True
                 return
             first = float(wl.arrival_s[rep.reqs[rep.next_req]])
             if first > t:
@@ -477,8 +472,6 @@ class Simulation:
         if wl.batches is not None:
             steps = max(len(b) for b in wl.batches)
             if self.steps >= steps:
-                for rep in self.reps:
-                    rep.done = True
                 return
             batches = []
             for rep in self.reps:
@@ -489,8 +482,6 @@ class Simulation:
             pending = [float(wl.arrival_s[rep.reqs[rep.next_req]]) for rep in self.reps
                        if rep.next_req < len(rep.reqs)]
             if not pending:
-                for rep in self.reps:
-                    rep.done = True
                 return
             t = max(t, min(pending))  # nobody has anything: the step starts at the next arrival
             batches = [self._take_batch(rep, t) for rep in self.reps]
@@ -500,8 +491,6 @@ class Simulation:
         self._sync_layer(t)
 
     def _sync_layer(self, t: float) -> None:
-        for rep in self.reps:
-            rep.t = t
         for rep in self.reps:
             end = self._layer(rep, t)
             if end is not None:  # dense layer: done at `end`, on to the next barrier (or the step's end)
