@@ -1,0 +1,272 @@
+"""``cam-sim``: plan an asynchronous AFD prefill deployment before renting it.
+
+Simulates the schedule cam's ops implement (slot limit, readiness, round-robin selection, chunked work items,
+shared experts on the Attention side; sync mode = a barrier across replicas per layer) with per-op costs, and
+reports TTFT, SLO-compliant throughput, makespan, utilisation and the critical-path bound, for async and sync, over
+A:F splits (``--sweep``) and arrival rates (``--rates``). ``--calibrate`` fits twin costs from measured ``cam-run``
+runs and checks the simulator's predictions against further runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import List
+
+from .costs import CostModel, device_files
+from .engine import ROUTINGS
+from .shapes import ModelShape, SimTopology, model_presets
+from .workload import LENGTH_DISTS, SimWorkload
+
+
+def _floats(s: str) -> List[float]:
+    return [float(x) for x in s.split(",") if x.strip()]
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="cam-sim", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("model and topology")
+    g.add_argument("--model", default="deepseek-v3", help=f"model shape: {', '.join(sorted(model_presets()))}")
+    g.add_argument("--model-json", metavar="PATH", help="model shape as JSON (cam.sim.ModelShape fields)")
+    g.add_argument("--replicas", "-D", type=int, default=16, help="Attention DP replicas D")
+    g.add_argument("--participants", "-P", type=int, default=1, help="Attention ranks per replica P")
+    g.add_argument("--ffn", "-F", type=int, default=16, help="FFN ranks F (must divide the experts)")
+    g.add_argument("--slots", type=int, default=2, help="rounds in flight per Attention rank")
+    g.add_argument("--capacity", type=int, help="rows per work item per FFN rank (default: never chunked)")
+    g.add_argument("--ubatches", type=int, default=2, help="micro-batches per layer")
+    g = p.add_argument_group("costs")
+    g.add_argument("--costs", default="ascend-a3-like",
+                   help=f"cost JSON path or a shipped device ({', '.join(device_files())}), or a --calibrate output")
+    g = p.add_argument_group("workload")
+    g.add_argument("--cam-run-preset", metavar="NAME", help="use cam-run's workload preset (static batches) instead")
+    g.add_argument("--requests", type=int, default=1000)
+    g.add_argument("--lengths", choices=LENGTH_DISTS, default="lognormal")
+    g.add_argument("--mean-len", type=float, default=2048)
+    g.add_argument("--min-len", type=int, default=16)
+    g.add_argument("--max-len", type=int, default=32768)
+    g.add_argument("--sigma", type=float, default=0.8, help="lognormal log-std")
+    g.add_argument("--trace", metavar="CSV", help="arrival_s,length per request (with --lengths trace)")
+    g.add_argument("--rates", type=_floats, default=[0.0],
+                   help="comma-separated Poisson arrival rates in requests/s (0 = closed batch)")
+    g.add_argument("--token-budget", type=int, default=16384, help="max tokens per batch per replica")
+    g = p.add_argument_group("simulation")
+    g.add_argument("--mode", choices=["async", "sync", "both"], default="both")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--routing", choices=ROUTINGS, default="uniform",
+                   help="uniform: rows per expert drawn per round; balanced: exact even split")
+    g.add_argument("--expert-skew", type=float, default=0.0, help="Zipf exponent of expert popularity (0 = uniform)")
+    g.add_argument("--slo", type=float, default=None, help="TTFT SLO in seconds for SLO-compliant throughput")
+    g.add_argument("--sweep", action="store_true",
+                   help="sweep the A:F split: every F dividing the experts with D = (total - F) / P >= 1")
+    g.add_argument("--total-ranks", type=int, help="ranks to split in --sweep (default D*P + F)")
+    g.add_argument("--sweep-ffn", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
+                   help="with --sweep: only these F values (comma-separated)")
+    g = p.add_argument_group("output")
+    g.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    g.add_argument("--plot-dir", metavar="DIR", help="write TTFT CDF, throughput-vs-rate, utilisation-vs-A:F plots")
+    g.add_argument("--cdf-ffn", type=int, help="TTFT CDFs of the split with this F (default: the first split)")
+    g.add_argument("--quiet", action="store_true")
+    g = p.add_argument_group("calibration (runs cam-run)")
+    g.add_argument("--calibrate", metavar="OUT.json", help="fit twin costs from cam-run runs and write them")
+    g.add_argument("--calibrate-presets", default="default", help="cam-run presets to fit on (comma-separated)")
+    g.add_argument("--validate-presets", default="imbalanced,skewed",
+                   help="cam-run presets to predict and compare after fitting (comma-separated; '' = none)")
+    g.add_argument("--cam-run-replicas", type=int, default=2)
+    g.add_argument("--cam-run-ffn", type=int, default=2)
+    g.add_argument("--cam-run-model", default="tiny")
+    g.add_argument("--cam-run-requests", type=int, help="override the presets' number of requests")
+    g.add_argument("--cam-run-attention-cost", type=float, nargs=3, default=(0.25, 0.005, 0.0),
+                   metavar=("A", "B", "C"),
+                   help="cam-run --attention-cost of the measured runs: large enough that the emulated attention, "
+                        "known exactly, dominates the CPU work that a shared machine makes noisy")
+    g.add_argument("--cam-run-timeout", type=float, default=600.0, help="bound of each cam-run subprocess (s)")
+    g.add_argument("--calibrate-from", metavar="RUNS.json",
+                   help="refit from the cam-run records of an earlier --calibrate --json output (no new runs)")
+    return p.parse_args(argv)
+
+
+def _model(args) -> ModelShape:
+    if args.model_json:
+        with open(args.model_json) as f:
+            return ModelShape(**json.load(f))
+    presets = model_presets()
+    if args.model not in presets:
+        raise ValueError(f"--model must be one of {sorted(presets)}, got {args.model!r}")
+    return presets[args.model]
+
+
+def _splits(args, model: ModelShape):
+    if not args.sweep:
+        return [(args.replicas, args.ffn)]
+    total = args.total_ranks or args.replicas * args.participants + args.ffn
+    out = []
+    for f in args.sweep_ffn or []:
+        if f < 1 or model.experts % f or total - f < args.participants or (total - f) % args.participants:
+            raise ValueError(f"--sweep-ffn: F={f} must divide {model.experts} experts and leave (total - F) a "
+                             f"positive multiple of P={args.participants} (total {total})")
+    for f in args.sweep_ffn or range(1, model.experts + 1):
+        d, rest = divmod(total - f, args.participants)
+        if model.experts % f == 0 and d >= 1 and rest == 0:
+            out.append(((total - f) // args.participants, f))
+    if not out:
+        raise ValueError(f"--sweep: no split of {total} ranks with F dividing {model.experts} experts")
+    return out
+
+
+def simulate_grid(args) -> dict:
+    from .report import simulate
+
+    model = _model(args)
+    costs = CostModel.load(args.costs)
+    if args.cam_run_preset:
+        from ..models import PRESETS as CAM_RUN_MODELS
+        from ..run.workload import PRESETS as CAM_RUN_PRESETS
+
+        if args.model not in CAM_RUN_MODELS or args.model_json:
+            raise ValueError(f"--cam-run-preset needs --model one of cam-run's models {sorted(CAM_RUN_MODELS)}, "
+                             f"got {args.model!r}")
+        if args.cam_run_preset not in CAM_RUN_PRESETS:
+            raise ValueError(f"--cam-run-preset must be one of {sorted(CAM_RUN_PRESETS)}, got {args.cam_run_preset!r}")
+        args.rates = [CAM_RUN_PRESETS[args.cam_run_preset].arrival_rate]  # the preset brings its own arrivals
+    modes = ["async", "sync"] if args.mode == "both" else [args.mode]
+    runs, curves = [], {}
+    t_start = time.perf_counter()
+    for D, F in _splits(args, model):
+        topo = SimTopology(D=D, F=F, P=args.participants, slots=args.slots, capacity=args.capacity,
+                           ubatches=args.ubatches)
+        for rate in args.rates:
+            if args.cam_run_preset:
+                wl = SimWorkload.from_cam_run(args.cam_run_preset, D, args.model)
+            else:
+                wl = SimWorkload.generate(args.requests, D, lengths=args.lengths, mean_len=args.mean_len,
+                                          min_len=args.min_len, max_len=args.max_len, sigma=args.sigma,
+                                          trace=args.trace, rate=rate, token_budget=args.token_budget,
+                                          seed=args.seed)
+            for mode in modes:
+                t0 = time.perf_counter()
+                rep = simulate(model, topo, wl, costs, mode=mode, seed=args.seed, routing=args.routing,
+                               expert_skew=args.expert_skew, slo_s=args.slo, per_request=True)
+                rep["rate"] = rate
+                rep["wall_s"] = time.perf_counter() - t0
+                per = rep.pop("ttft_per_request_s")
+                if F == (args.cdf_ffn or _splits(args, model)[0][1]):
+                    label = f"{mode} D={D} F={F}" + (f" {rate:g} req/s" if rate else "")
+                    curves[label] = list(per.values())
+                runs.append(rep)
+                if not args.quiet:
+                    _line(rep)
+    result = {"model": model.to_dict(), "costs": costs.name, "cost_meta": costs.meta, "runs": runs,
+              "summary": _summary(runs), "wall_s": time.perf_counter() - t_start}
+    return result, curves
+
+
+def _line(r: dict) -> None:
+    t = r["ttft_s"]
+    slo = f"  SLO ok {r['slo']['compliant_fraction']:.0%} goodput {r['slo']['goodput_tok_s']:.0f} tok/s" \
+        if "slo" in r else ""
+    print(f"{r['mode']:5s} D={r['topology']['D']:<3d} F={r['topology']['F']:<3d} rate {r['rate']:<6g} "
+          f"makespan {r['makespan_s']:9.3f} s  TTFT mean {t['mean']:8.3f} p50 {t['p50']:8.3f} p90 {t['p90']:8.3f} "
+          f"p99 {t['p99']:8.3f}  util FFN {r['ffn_utilisation']:.0%} Attn {r['attention_utilisation']:.0%}  "
+          f"crit/makespan {r['critical_path_efficiency']:.2f}{slo}  ({r['wall_s']:.1f} s wall)", flush=True)
+
+
+def _summary(runs: List[dict]) -> dict:
+    """Async gain per (rate, split), and the best split per (rate, mode) by SLO-compliant throughput (else
+    throughput)."""
+    def key(r):
+        return (r["rate"], r["topology"]["D"], r["topology"]["F"])
+
+    by = {}
+    for r in runs:
+        by.setdefault(key(r), {})[r["mode"]] = r
+    metric = "goodput_tok_s" if runs and "slo" in runs[0] else "throughput_tok_s"
+
+    def value(r):
+        return r["slo"]["goodput_tok_s"] if "slo" in r else r["throughput_tok_s"]
+
+    gains = []
+    for (rate, D, F), m in sorted(by.items()):
+        if "async" in m and "sync" in m:
+            a, s = m["async"], m["sync"]
+            gains.append({"rate": rate, "D": D, "F": F,
+                          f"{metric}_async_over_sync": value(a) / value(s) if value(s) else None,
+                          "ttft_mean_async_over_sync": a["ttft_s"]["mean"] / s["ttft_s"]["mean"],
+                          "makespan_async_over_sync": a["makespan_s"] / s["makespan_s"]})
+    best = {}
+    for r in runs:
+        k = f"{r['mode']}@{r['rate']:g}"
+        if k not in best or value(r) > best[k][metric]:
+            best[k] = {"D": r["topology"]["D"], "F": r["topology"]["F"], metric: value(r)}
+    return {"metric": metric, "async_gain": gains, "best_split": best}
+
+
+def calibrate(args) -> dict:
+    from .calibrate import RunSpec, fit, load_runs, predict, run_cam_run
+
+    def specs(presets):
+        return [RunSpec(preset=p, mode=m, model=args.cam_run_model, replicas=args.cam_run_replicas,
+                        ffn=args.cam_run_ffn, requests=args.cam_run_requests,
+                        attention_cost=tuple(args.cam_run_attention_cost))
+                for p in presets.split(",") if p for m in ("async", "sync")]
+
+    def measure(spec_list, what):
+        out = []
+        for spec in spec_list:
+            if not args.quiet:
+                print(f"cam-sim: {what} run: cam-run {' '.join(spec.argv())}", flush=True)
+            out.append(run_cam_run(spec, timeout_s=args.cam_run_timeout))
+        return out
+
+    if args.calibrate_from:
+        earlier = load_runs(args.calibrate_from)
+        cal, val = earlier["calibration_runs"], earlier["validation_runs"]
+    else:
+        cal = measure(specs(args.calibrate_presets), "calibration")
+        val = measure(specs(args.validate_presets), "validation")
+    costs = fit(cal)
+    costs.save(args.calibrate)
+    out = {"costs": costs.to_dict(), "calibration": [predict(r, costs) for r in cal],
+           "validation": [predict(r, costs) for r in val], "calibration_runs": cal, "validation_runs": val}
+    if not args.quiet:
+        for label in ("calibration", "validation"):
+            for v in out[label]:
+                e = v["rel_error"]
+                print(f"  {label:11s} {v['preset']:10s} {v['mode']:5s} makespan pred {v['predicted']['makespan_s']:.3f}"
+                      f" s vs measured {v['measured']['makespan_s']:.3f} s ({e['makespan_s']:+.1%}); TTFT mean pred "
+                      f"{v['predicted']['ttft_mean_s']:.3f} vs {v['measured']['ttft_mean_s']:.3f} "
+                      f"({e['ttft_mean_s']:+.1%})")
+        print(f"cam-sim: wrote {args.calibrate}")
+    return out
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    try:
+        if args.calibrate:
+            result = calibrate(args)
+            curves = {}
+        else:
+            result, curves = simulate_grid(args)
+    except (ValueError, OSError, RuntimeError) as e:
+        print(f"cam-sim: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+        if not args.quiet:
+            print(f"wrote {args.json}")
+    if args.plot_dir and not args.calibrate:
+        from .plots import all_plots
+
+        for path in all_plots(result, curves, args.plot_dir, args.slo):
+            if not args.quiet:
+                print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

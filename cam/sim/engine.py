@@ -1,0 +1,575 @@
+"""The discrete-event core: the schedule cam's ops implement, with costs instead of kernels.
+
+Attention side (one entity per replica; its P participants run the same rounds on 1/P of the tokens each and
+publish together, so the readiness rule "all P participants published" holds at the replica's publish time).
+Per batch, per layer, exactly as ``cam-run``'s worker drives the connector:
+    dense layer:  for each micro-batch: attention, dense MLP
+    MoE layer:    for each micro-batch: attention, dispatch_send (publishes round r), shared experts;
+                  then for each micro-batch in dispatch order: combine_recv (waits until every FFN rank completed
+                  that round)
+``--mode sync`` adds a barrier across all replicas before every layer (a replica without a batch runs an empty
+one, whose rounds every FFN rank still consumes). Slots: with ``slots >= micro-batches`` the slot-free wait never
+binds in this schedule (round r - slots was combine-received a layer earlier); fewer slots deadlock and are
+refused by ``SimTopology``.
+
+FFN side (one server per FFN rank, docs/protocol.md §7): ``dispatch_recv`` selects round robin over *ready*
+replicas starting after the last served one, and consumes a replica's rounds in order, one work item per
+selection. A round with more rows for an FFN rank than ``capacity`` is several work items (chunks: whole experts
+while they fit, an expert larger than the capacity split by rows; see ``chunks``); each chunk is one selection, so
+other ready replicas are interleaved between chunks, and the round is complete for that FFN rank after its last
+chunk. An idle FFN rank notices a published round after ``ffn_wake``. The work item costs dispatch_recv + W1 + W2
++ combine_send.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import math
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from .costs import CostModel, Work
+from .shapes import ModelShape, SimTopology
+from .workload import SimWorkload, split_stages
+
+_PUBLISH, _FFN_DONE, _WAKE, _REPLICA = 0, 1, 2, 3
+ROUTINGS = ("uniform", "balanced")
+
+
+def expected_fanout(model: ModelShape, F: int) -> float:
+    """Expected FFN ranks a token's K experts hit (K distinct experts uniformly among E; R = E/F per rank)."""
+    E, K, R = model.experts, model.top_k, model.experts // F
+    if E - R < K:
+        return float(F)
+    return F * (1.0 - math.comb(E - R, K) / math.comb(E, K))
+
+
+class _Costs:
+    """The cost model bound to a model shape and topology: attention-side costs per micro-batch and vectorized FFN
+    work-item costs."""
+
+    def __init__(self, costs: CostModel, model: ModelShape, topo: SimTopology):
+        self.c, self.m, self.t = costs, model, topo
+        self.fanout = expected_fanout(model, topo.F)
+        self.wake = costs.seconds("ffn_wake", Work())
+        self.barrier = costs.seconds("barrier", Work())
+        H, I = model.hidden, model.moe_intermediate
+        # Per-op terms of the FFN work item in rows m and active experts a (docs/sim.md, "what an op costs").
+        self._ffn = []
+        for name, flop_per_row, byte_per_row, byte_per_expert, net_per_row in (
+                ("dispatch_recv", 0.0, H + 4.0, 0.0, 0.0),
+                ("w1", 4.0 * H * I, H + I, 2.0 * H * I, 0.0),
+                ("w2", 2.0 * I * H, I + 2.0 * H, 1.0 * I * H, 0.0),
+                ("combine_send", 0.0, 0.0, 0.0, 2.0 * H)):
+            op = costs.op(name)
+            self._ffn.append((op, flop_per_row, byte_per_row, byte_per_expert, net_per_row))
+
+    def ffn_items(self, m: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Seconds of work items of m rows touching a experts (arrays)."""
+        m = np.asarray(m, dtype=np.float64)
+        a = np.asarray(a, dtype=np.float64)
+        total = np.zeros_like(m)
+        for op, fpr, bpr, bpe, npr in self._ffn:
+            t = op.fixed_s + op.per_row_s * m + np.where(m > 0, op.nonempty_s, 0.0)
+            comp = (fpr * m) / (op.tflops * 1e12) if op.tflops else 0.0
+            mem = (bpr * m + bpe * a) / (op.gbps * 1e9) if op.gbps else 0.0
+            t = t + np.maximum(comp, mem)
+            if op.net_gbps:
+                t = t + npr * m / (op.net_gbps * 1e9)
+            total += t
+        return total
+
+    def item(self, m: float, a: float) -> float:
+        """``ffn_items`` of one item, in plain floats (chunks are cut one FFN rank at a time)."""
+        total = 0.0
+        for op, fpr, bpr, bpe, npr in self._ffn:
+            t = op.fixed_s + op.per_row_s * m + (op.nonempty_s if m > 0 else 0.0)
+            comp = fpr * m / (op.tflops * 1e12) if op.tflops else 0.0
+            mem = (bpr * m + bpe * a) / (op.gbps * 1e9) if op.gbps else 0.0
+            t += comp if comp > mem else mem
+            if op.net_gbps:
+                t += npr * m / (op.net_gbps * 1e9)
+            total += t
+        return total
+
+    def table(self, rows_max: int, active) -> np.ndarray:
+        """Item seconds for every row count 0..rows_max, with ``active(m)`` experts touched."""
+        m = np.arange(rows_max + 1, dtype=np.float64)
+        return self.ffn_items(m, active(m))
+
+    def stage(self, lens: List[int]) -> tuple:
+        """(dense layer, MoE layer before publish, MoE layer after publish, combine_recv) seconds of one participant
+        for a micro-batch of prompts ``lens``."""
+        m, P, c = self.m, self.t.P, self.c
+        n = sum(lens) / P
+        len2 = sum(x * x for x in lens) / P
+        H, K = m.hidden, m.top_k
+        attn = c.seconds("attention", Work(tokens=n, len2=len2, flop=2.0 * m.attn_params * n
+                                           + m.attn_pair_flops * len2 / 2, byte=2.0 * m.attn_params))
+        dense = c.seconds("dense_mlp", Work(tokens=n, flop=6.0 * H * m.dense_intermediate * n,
+                                            byte=6.0 * H * m.dense_intermediate))
+        si = m.shared_experts * m.shared_intermediate
+        shared = c.seconds("shared", Work(tokens=n, flop=6.0 * H * si * n, byte=6.0 * H * si)) if si else 0.0
+        send = c.seconds("dispatch_send", Work(tokens=n, rows=n * K, byte=2.0 * H * n,
+                                               net_byte=n * self.fanout * (H + 4.0)))
+        recv = c.seconds("combine_recv", Work(tokens=n, rows=n * K, byte=2.0 * H * n * (K + 1)))
+        return attn + dense, attn + send, shared, recv
+
+
+def chunks(counts: np.ndarray, capacity: int) -> List[tuple]:
+    """Work items of one FFN rank's round: per-local-expert row counts -> [(rows, experts touched)].
+
+    Experts are taken in order. An expert that fits in ``capacity`` is never split: it joins the open chunk if it
+    fits there, else it opens a new one. An expert larger than ``capacity`` is split by rows: its first rows fill the
+    open chunk, then full chunks of its own, and its remainder opens the next chunk."""
+    out = []
+    rows = active = 0
+    for n in counts.tolist():
+        if n == 0:
+            continue
+        if n > capacity:
+            if rows:
+                take = capacity - rows
+                out.append((capacity, active + 1))
+                n -= take
+                rows = active = 0
+            full, n = divmod(n, capacity)
+            out.extend([(capacity, 1)] * full)
+            if n:
+                rows, active = n, 1
+            continue
+        if rows + n > capacity:
+            out.append((rows, active))
+            rows = active = 0
+        rows += n
+        active += 1
+    if rows or not out:
+        out.append((rows, active))
+    return out
+
+
+class _Replica:
+    __slots__ = ("d", "next_req", "reqs", "batch_idx", "rids", "stages", "layer", "wait_rounds", "wait_t",
+                 "busy", "chain", "batches_run")
+
+    def __init__(self, d, reqs):
+        self.d = d
+        self.reqs = reqs  # request ids of this replica, arrival order
+        self.next_req = 0
+        self.batch_idx = 0
+        self.rids: List[int] = []
+        self.stages: List[tuple] = []
+        self.layer = 0
+        self.wait_rounds: List[int] = []
+        self.wait_t = 0.0
+        self.busy = 0.0
+        self.chain = 0.0
+        self.batches_run = 0
+
+
+class Simulation:
+    """One simulated run. ``run()`` returns the raw per-request and per-rank figures; ``cam.sim.report`` turns them
+    into the report."""
+
+    def __init__(self, model: ModelShape, topo: SimTopology, workload: SimWorkload, costs: CostModel,
+                 mode: str = "async", seed: int = 0, routing: str = "uniform", expert_skew: float = 0.0,
+                 trace: bool = False):
+        if mode not in ("async", "sync"):
+            raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
+        if routing not in ROUTINGS:
+            raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
+        if expert_skew < 0:
+            raise ValueError(f"expert_skew must be >= 0, got {expert_skew}")
+        topo.check(model)
+        if workload.num_replicas > topo.D:
+            raise ValueError(f"workload uses {workload.num_replicas} replicas, topology has D={topo.D}")
+        self.model, self.topo, self.wl, self.mode = model, topo, workload, mode
+        self.cost = _Costs(costs, model, topo)
+        self.routing = routing
+        # trace: every publish (g, replica, t) and work item (f, replica, g, start, end, last chunk), for tests and
+        # timelines; off by default (it costs memory at scale).
+        self.trace = {"publish": [], "items": []} if trace else None
+        self.rng = np.random.default_rng(seed)
+        E, F = model.experts, topo.F
+        self.R = E // F
+        # Expert popularity per MoE layer: uniform, or Zipf(expert_skew) over a per-layer random permutation.
+        if expert_skew > 0:
+            base = 1.0 / np.arange(1, E + 1) ** expert_skew
+            base /= base.sum()
+            self.popularity = [base[self.rng.permutation(E)] for _ in range(model.moe_layers)]
+        else:
+            self.popularity = [np.full(E, 1.0 / E)] * model.moe_layers
+        self.rank_popularity = [p.reshape(F, self.R).sum(axis=1) for p in self.popularity]
+        self._table = np.zeros(0)
+
+    # ------------------------------------------------------------------ routing
+
+    def _active(self, m: np.ndarray) -> np.ndarray:
+        """Experts of one FFN rank touched by m rows: exact for balanced routing (min(R, m)); for drawn routing the
+        expectation with the rank's rows spread uniformly over its R experts."""
+        R = self.R
+        if self.routing == "balanced":
+            return np.minimum(m, R)
+        return R * (1.0 - (1.0 - 1.0 / R) ** m)
+
+    def _item_cost(self, rows: np.ndarray) -> np.ndarray:
+        top = int(rows.max()) if len(rows) else 0
+        if top >= len(self._table):
+            self._table = self.cost.table(max(top, 2 * len(self._table)), self._active)
+        return self._table[rows]
+
+    def _route(self, moe_layer: int, tokens: int):
+        """Per-FFN-rank work of a round: (per-rank item seconds, {f: [chunk seconds]}, total rows).
+
+        Drawn routing: the round's token-slots fall on FFN ranks as a multinomial over the ranks' summed expert
+        popularity; per-expert counts inside a rank (needed only to cut chunks) are drawn conditionally on the
+        rank's rows, which gives exactly the per-expert multinomial."""
+        F, R, K = self.topo.F, self.R, self.model.top_k
+        slots = tokens * K
+        cap = self.topo.capacity
+        if self.routing == "balanced" or slots == 0:
+            q, r = divmod(slots, F)
+            rows = np.full(F, q, dtype=np.int64)
+            rows[:r] += 1
+        else:
+            rows = self.rng.multinomial(slots, self.rank_popularity[moe_layer])
+        cost = self._item_cost(rows)
+        chunked: Dict[int, List[float]] = {}
+        if cap is not None and rows.max() > cap:
+            cost = cost.copy()
+            for f in np.flatnonzero(rows > cap).tolist():
+                n = int(rows[f])
+                if self.routing == "balanced":
+                    q, r = divmod(n, R)
+                    ce = np.full(R, q, dtype=np.int64)
+                    ce[:r] += 1
+                else:
+                    within = self.popularity[moe_layer][f * R:(f + 1) * R]
+                    ce = self.rng.multinomial(n, within / within.sum())
+                ic = [self.cost.item(rows_c, active_c) for rows_c, active_c in chunks(ce, cap)]
+                chunked[f] = ic
+                cost[f] = sum(ic)
+        return cost, chunked, slots
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> dict:
+        m, topo, wl = self.model, self.topo, self.wl
+        D, F = topo.D, topo.F
+        self.heap: list = []
+        self._order = itertools.count()  # ties in time go in the order events were scheduled: deterministic
+        n_layers, first_dense = m.layers, m.first_dense
+        self.ttft = np.full(wl.num_requests, np.nan)
+        self.finish = np.full(wl.num_requests, np.nan)
+        # Rounds, by global id g.
+        self.round_replica: List[int] = []
+        self.round_cost: List[list] = []
+        self.round_chunks: List[dict] = []
+        self.round_remaining: List[int] = []
+        self.round_complete: List[float] = []
+        self.rounds_of: List[List[int]] = [[] for _ in range(D)]
+        self.published = [0] * D
+        self.total_rows = 0
+        # FFN ranks.
+        self.ready = [[] for _ in range(F)]
+        self.rr = [0] * F
+        self.consumed = [[0] * D for _ in range(F)]
+        self.progress: List[Dict[int, int]] = [{} for _ in range(F)]
+        self.ffn_busy = [False] * F
+        self.ffn_time = [0.0] * F
+        self.items = 0
+        reqs = [[] for _ in range(D)]
+        for rid in np.argsort(wl.arrival_s, kind="stable").tolist():
+            reqs[int(wl.replica[rid])].append(rid)
+        self.reps = [_Replica(d, reqs[d]) for d in range(D)]
+        self.barrier_count = 0
+        self.barrier_t = 0.0
+        self.steps = 0
+        if self.mode == "async":
+            for rep in self.reps:
+                self._next_batch(rep, 0.0)
+        else:
+            for rep in self.reps:
+                self._sync_arrive(rep, 0.0)
+        heap = self.heap
+        pop = heapq.heappop
+        select = self._select
+        remaining = self.round_remaining
+        while heap:
+            t, _, kind, x, y = pop(heap)
+            if kind == _FFN_DONE:
+                if y >= 0:
+                    remaining[y] -= 1
+                    if remaining[y] == 0:
+                        self._round_complete(y, t)
+                select(x, t)
+            elif kind == _PUBLISH:
+                self._publish(x, t)
+            elif kind == _WAKE:
+                self._select(x, t)
+            else:
+                self._next_batch(self.reps[x], t)
+        unfinished = int(np.isnan(self.ttft).sum())
+        if unfinished:
+            raise RuntimeError(f"simulation ended with {unfinished} request(s) unserved (a schedule bug)")
+        return self._raw()
+
+    def _push(self, t, kind, x, y=0):
+        heapq.heappush(self.heap, (t, next(self._order), kind, x, y))
+
+    # ------------------------------------------------------------------ Attention side
+
+    def _take_batch(self, rep: _Replica, t: float) -> List[int]:
+        """Dynamic batching: the requests of this replica that arrived by t, in order, up to the token budget."""
+        wl = self.wl
+        budget = wl.token_budget
+        out, used = [], 0
+        while rep.next_req < len(rep.reqs):
+            rid = rep.reqs[rep.next_req]
+            if wl.arrival_s[rid] > t:
+                break
+            n = int(wl.length[rid])
+            if out and used + n > budget:
+                break
+            out.append(rid)
+            used += n
+            rep.next_req += 1
+        return out
+
+    def _begin(self, rep: _Replica, rids: List[int], t: float) -> None:
+        lens = [int(self.wl.length[r]) for r in rids]
+        rep.rids = rids
+        rep.stages = [(sum(s),) + self.cost.stage(s) for s in split_stages(lens, self.topo.ubatches)]
+        rep.layer = 0
+        rep.batches_run += 1
+        gate = max((float(self.wl.arrival_s[r]) for r in rids), default=0.0)
+        rep.chain = max(rep.chain, gate)
+
+    def _next_batch(self, rep: _Replica, t: float) -> None:
+        """Async: the replica is free at t; start its next batch (or wait for an arrival)."""
+        wl = self.wl
+        if wl.batches is not None:
+            own = wl.batches[rep.d] if rep.d < len(wl.batches) else []
+            if rep.batch_idx >= len(own):
+                return
+            rids = own[rep.batch_idx]
+            rep.batch_idx += 1
+            start = max(t, max(float(wl.arrival_s[r]) for r in rids))
+        else:
+            if rep.next_req >= len(rep.reqs):
+                return
+            first = float(wl.arrival_s[rep.reqs[rep.next_req]])
+            if first > t:
+                self._push(first, _REPLICA, rep.d)
+                return
+            rids = self._take_batch(rep, t)
+            start = t
+        self._begin(rep, rids, start)
+        self._advance(rep, start)
+
+    def _advance(self, rep: _Replica, t: float) -> None:
+        """Run layers from rep.layer at time t until a MoE layer waits for the FFN side, a barrier, or the end."""
+        m = self.model
+        while True:
+            if rep.layer == m.layers:
+                self._batch_end(rep, t)
+                return
+            if self.mode == "sync" and rep.layer > 0:
+                self._sync_layer_arrive(rep, t)
+                return
+            t = self._layer(rep, t)
+            if t is None:
+                return
+
+    def _layer(self, rep: _Replica, t: float) -> Optional[float]:
+        """Run layer rep.layer from t. Dense: returns the end time. MoE: publishes the rounds and returns None."""
+        m = self.model
+        if rep.layer < m.first_dense:
+            for st in rep.stages:
+                t += st[1]
+                rep.busy += st[1]
+            rep.chain += sum(st[1] for st in rep.stages)
+            rep.layer += 1
+            return t
+        moe = rep.layer - m.first_dense
+        d = rep.d
+        rep.wait_rounds = []
+        pubs, costs_f = [], []
+        t0 = t
+        for st in rep.stages:
+            t += st[2]
+            rep.busy += st[2] + st[3]
+            cost, chunked, rows = self._route(moe, st[0])
+            g = len(self.round_replica)
+            self.round_replica.append(d)
+            self.round_cost.append(cost.tolist())
+            self.round_chunks.append(chunked)
+            self.round_remaining.append(self.topo.F)
+            self.round_complete.append(math.nan)
+            self.rounds_of[d].append(g)
+            self.total_rows += rows
+            rep.wait_rounds.append(g)
+            self._push(t, _PUBLISH, g)
+            pubs.append(t - t0)
+            costs_f.append(cost)
+            t += st[3]
+        rep.wait_t = t
+        # Critical path of this layer with no other replica contending: each FFN rank serves the micro-batches in
+        # order as they are published.
+        c = rep.chain
+        done_f = np.zeros(self.topo.F)
+        end = c + (t - t0)
+        for s, st in enumerate(rep.stages):
+            done_f = np.maximum(done_f, c + pubs[s]) + costs_f[s]
+            end = max(end, float(done_f.max())) + st[4]
+        rep.chain = end
+        return None
+
+    def _resume(self, rep: _Replica) -> None:
+        """Every round of the waiting MoE layer is complete: combine_recv in dispatch order, then go on."""
+        t = rep.wait_t
+        for g, st in zip(rep.wait_rounds, rep.stages):
+            t = max(t, self.round_complete[g]) + st[4]
+            rep.busy += st[4]
+        rep.layer += 1
+        self._advance(rep, t)
+
+    def _batch_end(self, rep: _Replica, t: float) -> None:
+        for rid in rep.rids:
+            self.finish[rid] = t
+            self.ttft[rid] = t - float(self.wl.arrival_s[rid])
+        rep.rids = []
+        if self.mode == "async":
+            self._next_batch(rep, t)
+        else:
+            self._sync_arrive(rep, t)
+
+    # ------------------------------------------------------------------ sync mode
+
+    def _sync_arrive(self, rep: _Replica, t: float) -> None:
+        """Sync: a replica finished its step at t; the next step's layer-0 barrier."""
+        wl = self.wl
+        if wl.batches is not None and rep.d < len(wl.batches) and rep.batch_idx < len(wl.batches[rep.d]):
+            # cam-run's worker sleeps until its batch's last request arrived, then enters the barrier.
+            t = max(t, max(float(wl.arrival_s[r]) for r in wl.batches[rep.d][rep.batch_idx]))
+        self._barrier(t, self._sync_step)
+
+    def _sync_layer_arrive(self, rep: _Replica, t: float) -> None:
+        self._barrier(t, self._sync_layer)
+
+    def _barrier(self, t: float, release) -> None:
+        self.barrier_t = max(self.barrier_t, t) if self.barrier_count else t
+        self.barrier_count += 1
+        if self.barrier_count == self.topo.D:
+            self.barrier_count = 0
+            release(self.barrier_t + self.cost.barrier)
+
+    def _sync_step(self, t: float) -> None:
+        wl = self.wl
+        if wl.batches is not None:
+            steps = max(len(b) for b in wl.batches)
+            if self.steps >= steps:
+                return
+            batches = []
+            for rep in self.reps:
+                own = wl.batches[rep.d] if rep.d < len(wl.batches) else []
+                batches.append(own[rep.batch_idx] if rep.batch_idx < len(own) else [])
+                rep.batch_idx += 1
+        else:
+            pending = [float(wl.arrival_s[rep.reqs[rep.next_req]]) for rep in self.reps
+                       if rep.next_req < len(rep.reqs)]
+            if not pending:
+                return
+            t = max(t, min(pending))  # nobody has anything: the step starts at the next arrival
+            batches = [self._take_batch(rep, t) for rep in self.reps]
+        self.steps += 1
+        for rep, rids in zip(self.reps, batches):
+            self._begin(rep, rids, t)
+        self._sync_layer(t)
+
+    def _sync_layer(self, t: float) -> None:
+        for rep in self.reps:
+            end = self._layer(rep, t)
+            if end is not None:  # dense layer: done at `end`, on to the next barrier (or the step's end)
+                self._advance(rep, end)
+
+    # ------------------------------------------------------------------ FFN side
+
+    def _publish(self, g: int, t: float) -> None:
+        d = self.round_replica[g]
+        self.published[d] += 1
+        if self.trace is not None:
+            self.trace["publish"].append((g, d, t))
+        was = self.published[d] - 1
+        wake = self.cost.wake
+        for f in range(self.topo.F):
+            if self.consumed[f][d] == was:  # d was not ready for f: it is now
+                bisect.insort(self.ready[f], d)
+                if not self.ffn_busy[f]:
+                    self.ffn_busy[f] = True
+                    if wake > 0:
+                        self._push(t + wake, _WAKE, f)
+                    else:
+                        self._select(f, t)
+
+    def _select(self, f: int, t: float) -> None:
+        """dispatch_recv of FFN rank f at t: round robin over ready replicas from rr_next (protocol §7)."""
+        lst = self.ready[f]
+        if not lst:
+            self.ffn_busy[f] = False
+            return
+        i = bisect.bisect_left(lst, self.rr[f])
+        if i == len(lst):
+            i = 0
+        d = lst[i]
+        consumed = self.consumed[f]
+        k = consumed[d]
+        g = self.rounds_of[d][k]
+        pieces = self.round_chunks[g].get(f) if self.round_chunks[g] else None
+        if pieces:
+            prog = self.progress[f]
+            ci = prog.get(d, 0)
+            cost = pieces[ci]
+            last = ci == len(pieces) - 1
+            if last:
+                del prog[d]
+            else:
+                prog[d] = ci + 1
+        else:
+            cost = self.round_cost[g][f]
+            last = True
+        if last:
+            consumed[d] = k + 1
+            if k + 1 == self.published[d]:
+                del lst[i]
+        self.rr[f] = d + 1
+        self.ffn_time[f] += cost
+        self.items += 1
+        if self.trace is not None:
+            self.trace["items"].append((f, d, g, t, t + cost, last))
+        heapq.heappush(self.heap, (t + cost, next(self._order), _FFN_DONE, f, g if last else -1))
+
+    def _round_complete(self, g: int, t: float) -> None:
+        self.round_complete[g] = t
+        rep = self.reps[self.round_replica[g]]
+        if rep.wait_rounds and rep.wait_rounds[-1] == g:
+            self._resume(rep)
+
+    # ------------------------------------------------------------------ output
+
+    def _raw(self) -> dict:
+        return {
+            "ttft_s": self.ttft,
+            "finish_s": self.finish,
+            "makespan_s": float(np.nanmax(self.finish)),
+            "ffn_busy_s": list(self.ffn_time),
+            "attention_busy_s": [rep.busy for rep in self.reps],
+            "critical_path_s": max(max(rep.chain for rep in self.reps), max(self.ffn_time)),
+            "rounds": len(self.round_replica),
+            "work_items": self.items,
+            "routed_rows": self.total_rows,
+            "batches": sum(rep.batches_run for rep in self.reps),
+        }

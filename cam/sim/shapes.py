@@ -1,0 +1,128 @@
+"""What the simulator is told about the model and the deployment: a model shape and a topology.
+
+Nothing here runs a kernel; shapes only feed the cost model (bytes, FLOPs, rows) and the schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    """Shape of an MoE decoder, as far as prefill cost and the AFD schedule need it.
+
+    Args:
+        layers: decoder layers.
+        first_dense: leading layers with a dense MLP (no MoE round); the rest are MoE layers.
+        hidden: H, the dispatch row width.
+        experts: routed experts E (spread over the FFN ranks, ``E % F == 0``).
+        top_k: K routed experts per token.
+        moe_intermediate: I of a routed expert (W1 is [H, 2I], W2 is [I, H]).
+        shared_experts / shared_intermediate: shared experts, computed on the Attention side.
+        dense_intermediate: I of the dense MLP layers.
+        attn_params: weights of one layer's attention projections (FLOPs per token = 2 * attn_params).
+        attn_pair_flops: FLOPs per (query, key) pair of the score and value products (causal: len^2 / 2 pairs).
+    """
+
+    layers: int
+    first_dense: int
+    hidden: int
+    experts: int
+    top_k: int
+    moe_intermediate: int
+    shared_experts: int
+    shared_intermediate: int
+    dense_intermediate: int
+    attn_params: int
+    attn_pair_flops: int
+
+    def __post_init__(self):
+        for name in ("layers", "hidden", "experts", "top_k", "moe_intermediate"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ModelShape.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.first_dense <= self.layers:
+            raise ValueError(f"ModelShape.first_dense must be in [0, layers], got {self.first_dense}")
+        if self.top_k > self.experts:
+            raise ValueError(f"ModelShape.top_k ({self.top_k}) must be <= experts ({self.experts})")
+        for name in ("shared_experts", "shared_intermediate", "dense_intermediate", "attn_params", "attn_pair_flops"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ModelShape.{name} must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.first_dense
+
+    @staticmethod
+    def from_config(config) -> "ModelShape":
+        """The shape of a ``cam.models.ModelConfig`` (the model ``cam-run`` drives): standard multi-head attention
+        with q, k, v, o projections of [H, H], so 4 H^2 weights and 4 H FLOPs per (query, key) pair."""
+        h = config.hidden
+        return ModelShape(layers=config.num_layers, first_dense=config.first_dense_layers, hidden=h,
+                          experts=config.num_experts, top_k=config.top_k, moe_intermediate=config.moe_intermediate,
+                          shared_experts=config.num_shared_experts, shared_intermediate=config.shared_intermediate,
+                          dense_intermediate=config.dense_intermediate, attn_params=4 * h * h,
+                          attn_pair_flops=4 * h)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# DeepSeek-V3 (config.json of deepseek-ai/DeepSeek-V3): 61 layers, first_k_dense_replace 3, hidden 7168,
+# 256 routed experts, top-8, moe_intermediate 2048, 1 shared expert, dense intermediate 18432. MLA attention:
+# q_lora 1536, kv_lora 512, 128 heads, qk_nope 128 + qk_rope 64, v 128. Projection weights per layer:
+# 7168*1536 + 1536*128*192 + 7168*(512+64) + 512*128*(128+128) + 128*128*7168 = 187,105,280.
+# Pair FLOPs (prefill, heads expanded): 2*128*192 (scores) + 2*128*128 (values) = 81,920.
+DEEPSEEK_V3 = ModelShape(layers=61, first_dense=3, hidden=7168, experts=256, top_k=8, moe_intermediate=2048,
+                         shared_experts=1, shared_intermediate=2048, dense_intermediate=18432,
+                         attn_params=187_105_280, attn_pair_flops=81_920)
+
+
+def model_presets() -> Dict[str, ModelShape]:
+    """``deepseek-v3`` plus every ``cam.models`` preset (by the same name), so cam-run's models are simulated with
+    exactly the shape cam-run runs."""
+    from ..models import PRESETS
+
+    out = {name: ModelShape.from_config(cfg) for name, cfg in PRESETS.items()}
+    out["deepseek-v3"] = DEEPSEEK_V3
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SimTopology:
+    """The deployment: D replicas of P Attention participants each, F FFN ranks.
+
+    Args:
+        slots: rounds in flight per Attention rank (docs/protocol.md §2).
+        capacity: rows one work item may bring to one FFN rank; a round with more rows for an FFN rank is delivered
+            as several work items (chunks). ``None`` = the worst case, never chunked.
+        ubatches: micro-batches per layer (cam-run: 2 whenever a batch has two requests or more).
+    """
+
+    D: int
+    F: int
+    P: int = 1
+    slots: int = 2
+    capacity: Optional[int] = None
+    ubatches: int = 2
+
+    def __post_init__(self):
+        for name in ("D", "F", "P", "slots", "ubatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SimTopology.{name} must be >= 1, got {getattr(self, name)}")
+        if self.capacity is not None and self.capacity < 1:
+            raise ValueError(f"SimTopology.capacity must be >= 1 or None, got {self.capacity}")
+        if self.slots < self.ubatches:
+            # dispatch_send of micro-batch `slots` waits for the slot of micro-batch 0, which is freed only by its
+            # combine_recv, which the schedule issues after every dispatch of the layer: the real run would time out.
+            raise ValueError(f"SimTopology.slots ({self.slots}) < ubatches ({self.ubatches}): the schedule "
+                             "dispatches every micro-batch of a layer before its first combine_recv, so "
+                             "dispatch_send would wait for a slot that is never freed (deadlock)")
+
+    def check(self, model: ModelShape) -> None:
+        if model.experts % self.F:
+            raise ValueError(f"SimTopology.F ({self.F}) must divide the model's experts ({model.experts})")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

@@ -1,0 +1,155 @@
+"""Workloads for the simulator: prompt lengths, arrival times, which replica serves a request, how it batches.
+
+Two kinds:
+- ``SimWorkload.generate`` draws lengths (fixed, uniform, lognormal, or a trace file) and arrivals (closed batch or
+  Poisson) from a seed; each replica then batches *dynamically*: when it is free it takes the requests that have
+  arrived in its queue, in order, up to a token budget (the first one always, however long).
+- ``SimWorkload.from_cam_run`` takes ``cam-run``'s own workload (``cam.run.workload``, imported, not copied): the
+  same requests, arrival times and *static* batches, so simulated and measured runs compute the same batches.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+LENGTH_DISTS = ("fixed", "uniform", "lognormal", "trace")
+
+
+@dataclasses.dataclass(frozen=True)
+class SimWorkload:
+    """Requests (``arrival_s`` ascending per replica, ``length`` tokens, ``replica``) and a batching policy:
+    ``batches`` (static: per replica, lists of request ids, each started once its last request arrived) or
+    ``token_budget`` (dynamic)."""
+
+    arrival_s: np.ndarray
+    length: np.ndarray
+    replica: np.ndarray
+    token_budget: Optional[int] = None
+    batches: Optional[List[List[List[int]]]] = None
+    description: str = ""
+
+    def __post_init__(self):
+        n = len(self.arrival_s)
+        if n < 1:
+            raise ValueError("workload: need at least one request")
+        if len(self.length) != n or len(self.replica) != n:
+            raise ValueError("workload: arrival_s, length and replica must have the same length")
+        if (self.batches is None) == (self.token_budget is None):
+            raise ValueError("workload: give exactly one of batches (static) or token_budget (dynamic)")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise ValueError(f"workload: token_budget must be >= 1, got {self.token_budget}")
+        if np.any(self.length < 1):
+            raise ValueError("workload: every prompt length must be >= 1")
+        if np.any(self.arrival_s < 0) or not np.all(np.isfinite(self.arrival_s)):
+            raise ValueError("workload: arrival times must be finite and >= 0")
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self.batches) if self.batches is not None else int(self.replica.max()) + 1
+
+    # ------------------------------------------------------------------ constructors
+
+    @staticmethod
+    def generate(num_requests: int, replicas: int, *, lengths: str = "lognormal", mean_len: float = 2048,
+                 min_len: int = 1, max_len: int = 32768, sigma: float = 0.8, trace: Optional[str] = None,
+                 rate: float = 0.0, token_budget: int = 16384, seed: int = 0) -> "SimWorkload":
+        """Draw a workload from ``seed``.
+
+        Args:
+            lengths: ``fixed`` (every prompt ``mean_len``), ``uniform`` in [min_len, max_len], ``lognormal`` with
+                mean ``mean_len`` and log-std ``sigma`` (clipped to [min_len, max_len]), or ``trace``.
+            trace: CSV with columns ``arrival_s,length`` (header optional); its arrival times replace the arrival
+                process and its row count replaces ``num_requests``.
+            rate: Poisson arrivals at this many requests per second; 0 = closed batch, all at t = 0.
+            token_budget: a replica's batch holds at most this many tokens (a longer prompt runs alone).
+        Requests go to replicas round robin in arrival order (as cam-run assigns them).
+        """
+        if replicas < 1:
+            raise ValueError(f"workload: replicas must be >= 1, got {replicas}")
+        if lengths not in LENGTH_DISTS:
+            raise ValueError(f"workload: lengths must be one of {LENGTH_DISTS}, got {lengths!r}")
+        if rate < 0:
+            raise ValueError(f"workload: rate must be >= 0, got {rate}")
+        rng = np.random.default_rng(seed)
+        if lengths == "trace":
+            if not trace:
+                raise ValueError("workload: lengths='trace' needs a trace file")
+            arrival, length = load_trace(trace)
+            num_requests = len(length)
+        else:
+            if num_requests < 1:
+                raise ValueError(f"workload: num_requests must be >= 1, got {num_requests}")
+            if not 1 <= min_len <= max_len:
+                raise ValueError(f"workload: need 1 <= min_len <= max_len, got {min_len}, {max_len}")
+            if lengths == "fixed":
+                length = np.full(num_requests, int(mean_len), dtype=np.int64)
+            elif lengths == "uniform":
+                length = rng.integers(min_len, max_len + 1, size=num_requests)
+            else:
+                if mean_len <= 0 or sigma < 0:
+                    raise ValueError("workload: lognormal needs mean_len > 0 and sigma >= 0")
+                mu = np.log(mean_len) - sigma * sigma / 2  # so that the mean of the lognormal is mean_len
+                length = np.rint(rng.lognormal(mu, sigma, size=num_requests))
+            length = np.clip(length, min_len, max_len).astype(np.int64)
+            if rate > 0:
+                arrival = np.cumsum(rng.exponential(1.0 / rate, size=num_requests))
+            else:
+                arrival = np.zeros(num_requests)
+        order = np.argsort(arrival, kind="stable")
+        arrival, length = np.asarray(arrival, dtype=np.float64)[order], np.asarray(length, np.int64)[order]
+        replica = np.arange(num_requests) % replicas
+        desc = (f"{num_requests} requests, lengths {lengths}" + (f" mean {mean_len:g}" if lengths != "trace" else "")
+                + (f", Poisson {rate:g} req/s" if rate > 0 and lengths != "trace" else "")
+                + f", token budget {token_budget}")
+        return SimWorkload(arrival, length, replica.astype(np.int64), token_budget=token_budget, description=desc)
+
+    @staticmethod
+    def from_cam_run(preset: str, replicas: int, model: str = "tiny", **overrides) -> "SimWorkload":
+        """cam-run's workload for ``--preset`` / ``--model`` / ``--replicas`` (``overrides``: num_requests, seed, skew,
+        as cam-run's ``--requests/--seed/--skew``), with its static batches."""
+        from ..models import PRESETS as MODEL_PRESETS
+        from ..run.workload import PRESETS, make_workload
+
+        spec = dataclasses.replace(PRESETS[preset], **overrides)
+        wl = make_workload(spec, replicas, MODEL_PRESETS[model].vocab_size)
+        arrival = np.array([r.arrival_s for r in wl.requests], dtype=np.float64)
+        length = np.array([int(r.tokens.numel()) for r in wl.requests], dtype=np.int64)
+        replica = np.array([r.replica for r in wl.requests], dtype=np.int64)
+        return SimWorkload(arrival, length, replica, batches=[[list(b) for b in bs] for bs in wl.batches],
+                           description=f"cam-run preset {preset} ({spec.num_requests} requests)")
+
+
+def load_trace(path: str):
+    """A CSV of ``arrival_s,length`` rows (a header line is skipped if it is not numeric)."""
+    arrival, length = [], []
+    with open(path, newline="") as f:
+        for lineno, row in enumerate(csv.reader(f), 1):
+            if not row or row[0].strip().startswith("#"):
+                continue
+            try:
+                a, n = float(row[0]), int(float(row[1]))
+            except (ValueError, IndexError):
+                if lineno == 1:
+                    continue  # header
+                raise ValueError(f"trace {path}:{lineno}: expected 'arrival_s,length', got {row!r}") from None
+            arrival.append(a)
+            length.append(n)
+    if not length:
+        raise ValueError(f"trace {path}: no requests")
+    return np.array(arrival, dtype=np.float64), np.array(length, dtype=np.int64)
+
+
+def split_stages(lengths: Sequence[int], ubatches: int) -> List[List[int]]:
+    """Micro-batches of one batch, as cam-run forms them: with two requests or more, micro-batch s takes every
+    ``ubatches``-th request starting at s; a single request (or none) is one micro-batch."""
+    if len(lengths) >= 2 and ubatches >= 2:
+        return [list(lengths[s::ubatches]) for s in range(min(ubatches, len(lengths)))]
+    return [list(lengths)]

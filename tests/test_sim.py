@@ -1,0 +1,424 @@
+"""cam-sim: hand-computed schedules, the protocol's rules (round robin bound, in-order rounds, chunks, sync barrier),
+determinism, cost files and the CLI; and (slow) the prediction of real cam-run runs within 15%.
+
+The expected timelines below are worked out by hand from docs/sim.md's schedule, not by running the simulator."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import pathlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cam.sim import (CostModel, ModelShape, OpCost, Simulation, SimTopology, SimWorkload, Work, chunks,
+                     device_files, model_presets, simulate)
+from cam.sim import cli as sim_cli
+
+SIM_DIR = pathlib.Path(__file__).resolve().parent.parent / "cam" / "sim"
+
+
+def shape(layers=1, first_dense=0, experts=4, top_k=1, **kw):
+    base = dict(layers=layers, first_dense=first_dense, hidden=8, experts=experts, top_k=top_k, moe_intermediate=8,
+                shared_experts=0, shared_intermediate=0, dense_intermediate=8, attn_params=0, attn_pair_flops=0)
+    base.update(kw)
+    return ModelShape(**base)
+
+
+def costs(**ops):
+    return CostModel({k: OpCost(**v) for k, v in ops.items()}, name="test")
+
+
+def workload(arrivals, lengths, replicas, budget=None, batches=None):
+    a = np.array(arrivals, dtype=float)
+    n = np.array(lengths, dtype=np.int64)
+    r = np.array(replicas, dtype=np.int64)
+    return SimWorkload(a, n, r, token_budget=budget, batches=batches)
+
+
+# ---------------------------------------------------------------------------------------------- hand-computed
+
+def test_single_round_timeline():
+    # attention 1.0 -> dispatch_send 0.5 (publish at 1.5) -> shared 0.25 (Attention free at 1.75);
+    # FFN: W1 2.0 from 1.5 to 3.5; combine_recv 0.125 after max(1.75, 3.5): TTFT 3.625.
+    m = shape(shared_experts=1, shared_intermediate=8)
+    c = costs(attention={"fixed_s": 1.0}, dispatch_send={"fixed_s": 0.5}, shared={"fixed_s": 0.25},
+              w1={"fixed_s": 2.0}, combine_recv={"fixed_s": 0.125})
+    r = simulate(m, SimTopology(D=1, F=1), workload([0.0], [5], [0], budget=100), c, mode="async")
+    assert r["makespan_s"] == pytest.approx(3.625)
+    assert r["ttft_s"]["mean"] == pytest.approx(3.625)
+    assert r["ffn_utilisation"] == pytest.approx(2.0 / 3.625)
+    assert r["attention_utilisation"] == pytest.approx((1.0 + 0.5 + 0.25 + 0.125) / 3.625)
+    assert r["rounds"] == 1 and r["work_items"] == 1
+    # Nothing contends, so the schedule *is* the critical path.
+    assert r["critical_path_s"] == pytest.approx(3.625)
+
+
+def test_two_microbatches_combine_in_dispatch_order():
+    # Two requests -> two micro-batches of 4 and 2 tokens; attention 0.1 s/token, W1 1.0 s per item.
+    # ub0: attention 0..0.4, publish 0.4; ub1: attention 0.4..0.6, publish 0.6.
+    # FFN: ub0 0.4..1.4, ub1 1.4..2.4 (in order); combine_recv 0: max(0.6, 1.4) -> 1.4; ub1: 2.4.
+    m = shape()
+    c = costs(attention={"per_token_s": 0.1}, w1={"fixed_s": 1.0})
+    r = simulate(m, SimTopology(D=1, F=1), workload([0.0, 0.0], [4, 2], [0, 0], budget=100), c)
+    assert r["makespan_s"] == pytest.approx(2.4)
+    assert r["rounds"] == 2
+
+
+def test_sync_barrier_vs_async():
+    # Dense-only model (no FFN rounds), 2 layers, attention 0.1 s/token: replica 0 runs 10 tokens (1 s per layer),
+    # replica 1 runs 30 tokens (3 s per layer). Async: 2 s and 6 s. Sync: layer 1 starts for both at 3 s (barrier),
+    # so replica 0 ends at 4 s.
+    m = shape(layers=2, first_dense=2)
+    c = costs(attention={"per_token_s": 0.1})
+    wl = workload([0.0, 0.0], [10, 30], [0, 1], budget=100)
+    a = simulate(m, SimTopology(D=2, F=1), wl, c, mode="async", per_request=True)
+    s = simulate(m, SimTopology(D=2, F=1), wl, c, mode="sync", per_request=True)
+    assert [a["ttft_per_request_s"][k] for k in "01"] == pytest.approx([2.0, 6.0])
+    assert [s["ttft_per_request_s"][k] for k in "01"] == pytest.approx([4.0, 6.0])
+    # With a barrier cost of 0.5 s before each layer: 0.5 + 3 + 0.5 + 1 = 5 s and 0.5 + 3 + 0.5 + 3 = 7 s.
+    c2 = costs(attention={"per_token_s": 0.1}, barrier={"fixed_s": 0.5})
+    s2 = simulate(m, SimTopology(D=2, F=1), wl, c2, mode="sync", per_request=True)
+    assert [s2["ttft_per_request_s"][k] for k in "01"] == pytest.approx([5.0, 7.0])
+
+
+def test_sync_empty_replica_still_sends_rounds():
+    # In sync mode a replica without a batch runs an empty one: its MoE rounds (0 rows) are consumed by every FFN
+    # rank (protocol §2), so with W1 fixed 1 s per item the single FFN rank serves 2 items per layer, not 1.
+    m = shape()
+    c = costs(w1={"fixed_s": 1.0})
+    wl = workload([0.0], [3], [0], budget=100)
+    a = simulate(m, SimTopology(D=2, F=1), wl, c, mode="async")
+    s = simulate(m, SimTopology(D=2, F=1), wl, c, mode="sync")
+    assert a["work_items"] == 1 and s["work_items"] == 2
+    assert a["makespan_s"] == pytest.approx(1.0)
+    # FFN serves replica 0's round (published first, tie broken by schedule order) at 0..1, replica 1's empty round
+    # at 1..2: replica 0's combine waits only for its own round.
+    assert s["makespan_s"] == pytest.approx(1.0)
+
+
+def test_dynamic_batching_token_budget():
+    # One replica, budget 10, dense 1-layer model, 0.1 s/token. t=0: only r0 (6) arrived -> batch [r0], ends 0.6.
+    # t=0.6: r1 (6, arrived 0.5) and r2 (3, arrived 0.6) fit (9 <= 10) -> micro-batches [6], [3]: 0.9 s, ends 1.5.
+    # r3 (5, arrived 0.7) does not fit with them; starts at 1.5, ends 2.0.
+    m = shape(layers=1, first_dense=1)
+    c = costs(attention={"per_token_s": 0.1})
+    wl = workload([0.0, 0.5, 0.6, 0.7], [6, 6, 3, 5], [0, 0, 0, 0], budget=10)
+    r = simulate(m, SimTopology(D=1, F=1), wl, c, per_request=True)
+    got = [r["ttft_per_request_s"][str(i)] for i in range(4)]
+    assert got == pytest.approx([0.6, 1.0, 0.9, 1.3])
+    assert r["batches"] == 3
+
+
+def test_static_batches_wait_for_last_arrival():
+    # cam-run's static batches start once their last request arrived: batch [r0, r1] waits for t=2.
+    m = shape(layers=1, first_dense=1)
+    c = costs(attention={"per_token_s": 0.1})
+    wl = workload([0.0, 2.0], [10, 10], [0, 0], batches=[[[0, 1]]])
+    r = simulate(m, SimTopology(D=1, F=1), wl, c, per_request=True)
+    assert r["ttft_per_request_s"]["0"] == pytest.approx(4.0)
+    assert r["ttft_per_request_s"]["1"] == pytest.approx(2.0)
+
+
+def test_critical_path_bound_when_ffn_bound():
+    # Two replicas publish one round each at t=0 (free attention); the single FFN rank needs 1 s per item. Each
+    # replica alone would finish at 1 s, but the FFN rank's 2 s of work bound the makespan, which the round robin
+    # meets exactly: replica 0 at 1 s, replica 1 at 2 s.
+    m = shape()
+    c = costs(w1={"fixed_s": 1.0})
+    r = simulate(m, SimTopology(D=2, F=1), workload([0.0, 0.0], [1, 1], [0, 1], budget=4), c, per_request=True)
+    assert r["critical_path_s"] == pytest.approx(2.0) and r["makespan_s"] == pytest.approx(2.0)
+    assert sorted(r["ttft_per_request_s"].values()) == pytest.approx([1.0, 2.0])
+    assert r["ffn_utilisation"] == pytest.approx(1.0)
+
+
+def test_participants_split_tokens():
+    # P = 2 participants each run half of the replica's 10 tokens: 0.5 s per dense layer instead of 1 s.
+    m = shape(layers=2, first_dense=2)
+    c = costs(attention={"per_token_s": 0.1})
+    wl = workload([0.0], [10], [0], budget=100)
+    assert simulate(m, SimTopology(D=1, F=1, P=2), wl, c)["makespan_s"] == pytest.approx(1.0)
+    assert simulate(m, SimTopology(D=1, F=1, P=1), wl, c)["makespan_s"] == pytest.approx(2.0)
+
+
+def test_expert_skew_loads_one_ffn_rank_more():
+    # Zipf popularity concentrates rows on a few experts: the busiest FFN rank works longer than under uniform
+    # routing, and a FFN-bound run gets slower (same seed, same workload).
+    m = shape(layers=2, first_dense=0, experts=16, top_k=2)
+    c = costs(w1={"per_row_s": 0.001})
+    wl = SimWorkload.generate(40, 2, lengths="fixed", mean_len=64, token_budget=128, seed=0)
+    flat = Simulation(m, SimTopology(D=2, F=4), wl, c, seed=1)
+    flat_raw = flat.run()
+    hot = Simulation(m, SimTopology(D=2, F=4), wl, c, seed=1, expert_skew=1.5)
+    hot_raw = hot.run()
+    assert max(hot_raw["ffn_busy_s"]) > 1.5 * max(flat_raw["ffn_busy_s"])
+    assert sum(hot_raw["ffn_busy_s"]) == pytest.approx(sum(flat_raw["ffn_busy_s"]))  # same rows in total
+    assert hot_raw["makespan_s"] > flat_raw["makespan_s"]
+
+
+# ---------------------------------------------------------------------------------------------- FFN-side rules
+
+def _traced(model, topo, wl, c, **kw):
+    sim = Simulation(model, topo, wl, c, trace=True, **kw)
+    sim.run()
+    return sim
+
+
+def test_round_robin_order_over_ready_replicas():
+    # Three replicas publish at once (attention free); one FFN rank serves 0, 1, 2 in round-robin order, then each
+    # replica's second micro-batch round again as 0, 1, 2 (rounds of a replica in order).
+    m = shape()
+    c = costs(w1={"fixed_s": 1.0})
+    wl = workload([0.0] * 6, [1] * 6, [0, 1, 2, 0, 1, 2], budget=100)
+    sim = _traced(m, SimTopology(D=3, F=1), wl, c)
+    served = [d for (_, d, _, _, _, _) in sim.trace["items"]]
+    assert served == [0, 1, 2, 0, 1, 2]
+
+
+@settings(max_examples=25, deadline=None)
+@given(D=st.integers(1, 5), F=st.sampled_from([1, 2, 4]), n=st.integers(1, 14), seed=st.integers(0, 1000),
+       cap=st.sampled_from([None, 1, 3]), mode=st.sampled_from(["async", "sync"]))
+def test_protocol_rules_hold(D, F, n, seed, cap, mode):
+    """On random small runs: every FFN rank consumes every round exactly once, a replica's rounds in order; a
+    replica ready when a selection begins is served within D selections (protocol §7); the critical-path bound
+    never exceeds the makespan; utilisations are fractions."""
+    rng = np.random.default_rng(seed)
+    m = shape(layers=3, first_dense=1, experts=4, top_k=2)
+    c = costs(attention={"fixed_s": 0.01, "per_token_s": 0.003}, w1={"fixed_s": 0.002, "per_row_s": 0.001},
+              combine_recv={"fixed_s": 0.001}, ffn_wake={"fixed_s": 0.0005}, barrier={"fixed_s": 0.001})
+    wl = SimWorkload(np.sort(rng.uniform(0, 0.5, n)), rng.integers(1, 12, n), np.arange(n) % D, token_budget=16)
+    topo = SimTopology(D=D, F=F, capacity=cap)
+    sim = _traced(m, topo, wl, c, mode=mode, seed=seed)
+    pub = {g: (d, t) for g, d, t in sim.trace["publish"]}
+    assert len(pub) == len(sim.round_replica)
+    for f in range(F):
+        items = [it for it in sim.trace["items"] if it[0] == f]
+        done = [it[2] for it in items if it[5]]
+        assert sorted(done) == sorted(pub)  # every round once (its last chunk)
+        for d in range(D):
+            own = [g for g in done if pub[g][0] == d]
+            assert own == sorted(own)  # in order
+        # Round robin bound: for each selection, every replica with a published, unserved round at that moment is
+        # served by one of the next D selections (a chunked round counts as served at its first chunk).
+        for i, (_, _, _, start, _, _) in enumerate(items):
+            served_before = {it[2] for it in items[:i]}
+            waiting = {pub[g][0] for g in pub if pub[g][1] <= start and g not in served_before}
+            nxt = {it[1] for it in items[i:i + D]}
+            assert waiting <= nxt
+    r = simulate(m, topo, wl, c, mode=mode, seed=seed)
+    assert r["critical_path_s"] <= r["makespan_s"] * (1 + 1e-12)
+    assert 0 < r["ffn_utilisation"] <= 1 and 0 < r["attention_utilisation"] <= 1
+    assert np.isfinite(r["ttft_s"]["max"])
+
+
+def test_chunks_golden():
+    # capacity 4, per-expert rows [3, 10, 2, 0, 4]: expert 0 (3) opens a chunk; expert 1 (10 > 4) is split: 1 row
+    # fills that chunk [3+1], then two full chunks [4], [4], and its last row opens a chunk that expert 2 (2) joins
+    # [1+2]; expert 4 (4) does not fit there and is not split (it fits a chunk alone): [4].
+    assert chunks(np.array([3, 10, 2, 0, 4]), 4) == [(4, 2), (4, 1), (4, 1), (3, 2), (4, 1)]
+    assert chunks(np.array([0, 0]), 4) == [(0, 0)]
+    assert chunks(np.array([8]), 4) == [(4, 1), (4, 1)]
+    assert chunks(np.array([2, 3, 2]), 4) == [(2, 1), (3, 1), (2, 1)]  # whole experts: 2+3 > 4, 3+2 > 4
+
+
+@given(counts=st.lists(st.integers(0, 50), min_size=1, max_size=12), cap=st.integers(1, 40))
+def test_chunks_cover_rows_within_capacity(counts, cap):
+    out = chunks(np.array(counts), cap)
+    assert sum(r for r, _ in out) == sum(counts)
+    assert all(r <= cap for r, _ in out)
+    assert len(out) >= math.ceil(sum(counts) / cap)
+    # Experts are cut only when larger than a chunk: at most one chunk per fitting expert, ceil(c / cap) + 1 per
+    # split one (the piece filling the open chunk).
+    assert len(out) <= max(1, sum(math.ceil(c / cap) for c in counts if c) + sum(1 for c in counts if c))
+
+
+def test_chunked_round_costs_one_item_per_chunk():
+    # Balanced routing: 6 tokens x K=1 over 2 experts of the single FFN rank -> 3 rows each. Capacity 2: expert 0
+    # gives [2] and its last row opens a chunk that expert 1's first row fills [1+1], then expert 1's [2]: 3 items.
+    m = shape(experts=2)
+    c = costs(w1={"fixed_s": 1.0})
+    wl = workload([0.0], [6], [0], budget=100)
+    assert chunks(np.array([3, 3]), 2) == [(2, 1), (2, 2), (2, 1)]
+    r = simulate(m, SimTopology(D=1, F=1, capacity=2), wl, c, routing="balanced")
+    assert r["work_items"] == 3 and r["makespan_s"] == pytest.approx(3.0)
+    r = simulate(m, SimTopology(D=1, F=1), wl, c, routing="balanced")
+    assert r["work_items"] == 1 and r["makespan_s"] == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------------------------- inputs and outputs
+
+def test_bad_inputs_name_the_argument():
+    with pytest.raises(ValueError, match="deadlock"):
+        SimTopology(D=1, F=1, slots=1, ubatches=2)
+    SimTopology(D=1, F=1, slots=1, ubatches=1)
+    with pytest.raises(ValueError, match="F .3. must divide"):
+        simulate(shape(), SimTopology(D=1, F=3), workload([0.0], [1], [0], budget=4), costs())
+    with pytest.raises(ValueError, match="capacity"):
+        SimTopology(D=1, F=1, capacity=0)
+    with pytest.raises(ValueError, match="top_k"):
+        shape(experts=2, top_k=3)
+    with pytest.raises(ValueError, match="token_budget"):
+        workload([0.0], [1], [0], budget=0)
+    with pytest.raises(ValueError, match="exactly one"):
+        workload([0.0], [1], [0])
+    with pytest.raises(ValueError, match="mode"):
+        simulate(shape(), SimTopology(D=1, F=1), workload([0.0], [1], [0], budget=4), costs(), mode="lockstep")
+    with pytest.raises(ValueError, match="ops.w1 has unknown term"):
+        CostModel.from_dict({"ops": {"w1": {"fixed": 1}}})
+    with pytest.raises(ValueError, match="unknown op"):
+        CostModel.from_dict({"ops": {"w3": {"fixed_s": 1}}})
+    with pytest.raises(ValueError, match="fixed_s must be a number >= 0"):
+        CostModel.from_dict({"ops": {"w1": {"fixed_s": -1}}})
+
+
+def test_determinism_and_seed():
+    m = model_presets()["deepseek-v3"]
+    c = CostModel.load("ascend-a3-like")
+    wl = SimWorkload.generate(16, 2, rate=2.0, seed=3, token_budget=8192, max_len=4096)
+    topo = SimTopology(D=2, F=4, capacity=2048)  # long prompts' rounds are chunked
+    a = simulate(m, topo, wl, c, seed=7, slo_s=5.0, per_request=True)
+    b = simulate(m, topo, wl, c, seed=7, slo_s=5.0, per_request=True)
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    other = simulate(m, topo, wl, c, seed=8, slo_s=5.0, per_request=True)
+    assert other["ttft_per_request_s"] != a["ttft_per_request_s"]
+    assert a["work_items"] > a["rounds"] * 4  # chunks happened
+    w2 = SimWorkload.generate(16, 2, rate=2.0, seed=3, token_budget=8192, max_len=4096)
+    assert np.array_equal(w2.arrival_s, wl.arrival_s) and np.array_equal(w2.length, wl.length)
+
+
+def test_workload_distributions(tmp_path):
+    fixed = SimWorkload.generate(10, 2, lengths="fixed", mean_len=100)
+    assert set(fixed.length.tolist()) == {100} and not fixed.arrival_s.any()
+    uni = SimWorkload.generate(500, 2, lengths="uniform", min_len=5, max_len=9, seed=1)
+    assert set(uni.length.tolist()) == set(range(5, 10))
+    logn = SimWorkload.generate(20000, 2, lengths="lognormal", mean_len=1000, sigma=0.5, min_len=1,
+                                max_len=10 ** 9, rate=4.0, seed=1)
+    assert logn.length.mean() == pytest.approx(1000, rel=0.03)  # 20k draws: sd of the mean ~0.4%
+    assert logn.num_requests / logn.arrival_s[-1] == pytest.approx(4.0, rel=0.03)
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,length\n0.5,10\n0.0,20\n")
+    t = SimWorkload.generate(0, 2, lengths="trace", trace=str(trace))
+    assert t.arrival_s.tolist() == [0.0, 0.5] and t.length.tolist() == [20, 10]
+    trace.write_text("0.5,ten\n")
+    with pytest.raises(ValueError, match="trace"):
+        SimWorkload.generate(0, 2, lengths="trace", trace=str(trace))
+
+
+def test_cam_run_workload_is_imported_not_copied():
+    from cam.models import PRESETS as MODELS
+    from cam.run.workload import PRESETS, make_workload
+
+    wl = SimWorkload.from_cam_run("imbalanced", 3)
+    ref = make_workload(PRESETS["imbalanced"], 3, MODELS["tiny"].vocab_size)
+    assert wl.batches == ref.batches
+    assert wl.length.tolist() == [int(r.tokens.numel()) for r in ref.requests]
+    assert model_presets()["tiny"].experts == MODELS["tiny"].num_experts
+
+
+def test_cost_files(tmp_path):
+    dev = CostModel.load("ascend-a3-like")
+    assert "ascend-a3-like" in device_files()
+    assert "ASSUMPTIONS" in dev.meta["status"]
+    p = tmp_path / "c.json"
+    dev.save(str(p))
+    assert CostModel.load(str(p)).to_dict() == dev.to_dict()
+    # The roofline: max(compute, memory), plus the link.
+    op = OpCost(fixed_s=1.0, tflops=1.0, gbps=1.0, net_gbps=2.0)
+    assert op.seconds(Work(flop=3e12, byte=1e9, net_byte=4e9)) == pytest.approx(1.0 + 3.0 + 2.0)
+    assert op.seconds(Work(flop=1e12, byte=5e9)) == pytest.approx(1.0 + 5.0)
+
+
+def test_simulator_does_not_import_kernels():
+    """The simulator must run without kernels: no cam.sim module imports cam._C or anything that launches them."""
+    banned = {"_C", "ops", "comm", "connector", "_runtime", "cli"}
+    for path in SIM_DIR.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 2:  # from ..x import y  (cam.x)
+                mods = [node.module or ""] + ([a.name for a in node.names] if not node.module else [])
+                for mod in mods:
+                    head = mod.split(".")[0]
+                    if head == "run":
+                        assert mod == "run.workload", f"{path.name} imports cam.{mod}"
+                    else:
+                        assert head not in banned, f"{path.name} imports cam.{mod}"
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    assert not a.name.startswith("cam."), f"{path.name}: use relative imports"
+
+
+def test_cli_sweep_json(tmp_path):
+    out = tmp_path / "r.json"
+    argv = ["--model", "deepseek-v3", "--replicas", "2", "--ffn", "4", "--sweep", "--total-ranks", "6",
+            "--requests", "24", "--rates", "0,4", "--slo", "10", "--json", str(out), "--quiet"]
+    assert sim_cli.main(argv) == 0
+    res = json.loads(out.read_text())
+    splits = {(r["topology"]["D"], r["topology"]["F"]) for r in res["runs"]}
+    assert splits == {(5, 1), (4, 2), (2, 4)}  # F | 256 and D = 6 - F
+    assert len(res["runs"]) == 3 * 2 * 2
+    assert {g["rate"] for g in res["summary"]["async_gain"]} == {0.0, 4.0}
+    assert set(res["summary"]["best_split"]) == {"async@0", "async@4", "sync@0", "sync@4"}
+    for r in res["runs"]:
+        assert r["slo"]["goodput_tok_s"] <= r["throughput_tok_s"] * (1 + 1e-12)
+    assert sim_cli.main(["--ffn", "3", "--requests", "2", "--quiet"]) == 2  # 3 does not divide 256: a clear error
+    assert sim_cli.main(["--sweep", "--sweep-ffn", "3", "--requests", "2", "--quiet"]) == 2
+    assert sim_cli.main(["--cam-run-preset", "default", "--quiet"]) == 2  # deepseek-v3 is not a cam-run model
+
+
+def test_cli_cam_run_preset(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert sim_cli.main(["--cam-run-preset", "skewed", "--model", "tiny", "-D", "2", "-F", "2", "--costs",
+                         str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "sim" / "results" /
+                             "twin-calibrated.json"), "--json", str(out), "--quiet"]) == 0
+    res = json.loads(out.read_text())
+    assert [r["requests"] for r in res["runs"]] == [16, 16]  # the preset's requests, both modes
+
+
+def test_cli_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    plots = tmp_path / "plots"
+    argv = ["--model", "deepseek-v3", "--sweep", "--total-ranks", "6", "--sweep-ffn", "2,4", "--requests", "12",
+            "--rates", "1,4", "--slo", "10", "--plot-dir", str(plots), "--quiet"]
+    assert sim_cli.main(argv) == 0
+    assert sorted(os.listdir(plots)) == ["throughput_vs_rate.png", "ttft_cdf.png", "utilisation_vs_af.png"]
+
+
+# ---------------------------------------------------------------------------------------------- against cam-run
+
+@pytest.mark.slow
+def test_predicts_cam_run_within_15_percent(tmp_path):
+    """Calibrate on cam-run's ``default`` preset (both modes), then predict fresh runs of the ``imbalanced`` preset
+    (both modes): makespan and mean TTFT within 15%. cam-run runs as a subprocess from a scratch directory, each run
+    bounded by a timeout. The tolerance is the issue's; single cam-run runs on this shared 2-CPU machine vary by
+    about that much (benchmarks/README.md), which is why the emulated attention (known exactly) is made to dominate
+    the CPU-bound work (--cam-run-attention-cost)."""
+    out = tmp_path / "validation.json"
+    cost = tmp_path / "costs.json"
+    argv = ["--calibrate", str(cost), "--calibrate-presets", "default", "--validate-presets", "imbalanced",
+            "--cam-run-requests", "8", "--cam-run-timeout", "300", "--json", str(out), "--quiet"]
+    assert sim_cli.main(argv) == 0
+    res = json.loads(out.read_text())
+    assert {(v["preset"], v["mode"]) for v in res["validation"]} == {("imbalanced", "async"), ("imbalanced", "sync")}
+    for v in res["calibration"] + res["validation"]:
+        for metric, err in v["rel_error"].items():
+            assert abs(err) <= 0.15, f"{v['preset']} {v['mode']} {metric}: predicted {v['predicted']} vs " \
+                                     f"measured {v['measured']}"
+    # The fitted FFN work item costs something (its per-row slope may come out 0: rows explain little of the item
+    # time on a busy shared machine, and the fit never goes negative).
+    fitted = CostModel.load(str(cost))
+    assert fitted.op("w1").per_row_s >= 0 and fitted.seconds("w1", Work(rows=40)) > 0
+
+
+def test_scalar_and_vector_item_costs_agree():
+    from cam.sim.engine import _Costs
+
+    c = _Costs(CostModel.load("ascend-a3-like"), model_presets()["deepseek-v3"], SimTopology(D=2, F=8))
+    m = np.array([0, 1, 7, 300, 4096])
+    a = np.array([0, 1, 3, 32, 32])
+    vec = c.ffn_items(m, a)
+    assert [c.item(float(x), float(y)) for x, y in zip(m, a)] == pytest.approx(vec.tolist(), rel=1e-12)
