@@ -391,6 +391,7 @@ def test_cli_plots(tmp_path):
 # ---------------------------------------------------------------------------------------------- against cam-run
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_predicts_cam_run_within_15_percent(tmp_path):
     """Calibrate on cam-run's ``default`` preset (both modes), then predict fresh runs of the ``imbalanced`` preset
     (both modes): makespan and mean TTFT within 15%. cam-run runs as a subprocess from a scratch directory, each run
