@@ -336,3 +336,107 @@ def test_combine_recv_with_other_ids_of_the_same_shape_is_refused():
         gold = golden_out(t, rounds)
         for a in range(t.A):
             assert torch.equal(cam.ops.combine_recv(comms[a], rounds[a][1], rounds[a][2]), gold[a])
+
+
+# ----------------------------------------------------------------------------- item 2: the timeout chain
+
+def test_timeout_chain_is_checked_where_the_comm_is_created(monkeypatch):
+    t = topo()
+    monkeypatch.delenv("CAM_SYNC_TIMEOUT_S", raising=False)
+    with pytest.raises(ValueError, match="timeout_s .* CAM_SYNC_TIMEOUT_S"):
+        cam.Comm(t, 0, group=unique_group("chain"), timeout_s=580.0)
+    with pytest.raises(ValueError, match="idle_poll_s"):
+        cam.Comm(t, 0, group=unique_group("chain"), timeout_s=1.0, idle_poll_s=float("inf"))
+    with pytest.raises(ValueError, match="timeout_s"):
+        cam.Comm(t, 0, group=unique_group("chain"), timeout_s=float("nan"))
+    monkeypatch.setenv("CAM_SYNC_TIMEOUT_S", "1500")
+    with pytest.raises(ValueError, match="AI Core op timeout"):
+        cam.Comm(t, 0, group=unique_group("chain"), timeout_s=1.0)
+    monkeypatch.setenv("CAM_SYNC_TIMEOUT_S", "nan")
+    with pytest.raises(ValueError, match="CAM_SYNC_TIMEOUT_S"):
+        cam.ops.dynamic_quant(torch.zeros((2, 32), dtype=torch.bfloat16))
+
+
+def test_sync_timeout_ends_the_kernel_before_releasing_its_buffers(monkeypatch):
+    """A data-plane wait outlives the host's sync bound (the bound is lowered after creation, as a misconfigured
+    process would): the host aborts the Comm, the kernel ends, and only then does the op raise, so nothing is
+    left running on memory Python may reuse. Before the fix the kernel kept running after SyncTimeoutError."""
+    t = topo()
+    with plane(t, timeout_s=60) as comms:
+        x, ids, w = make_round(t, 0, 9)
+        cam.ops.dispatch_send(comms[0], x, ids, 0)
+        monkeypatch.setenv("CAM_SYNC_TIMEOUT_S", "0.5")
+        start = time.monotonic()
+        with pytest.raises(cam.SyncTimeoutError, match="aborted its communicator; the kernel then ended"):
+            cam.ops.combine_recv(comms[0], ids, w)  # no FFN rank serves: the device wait would last 60 s
+        assert time.monotonic() - start < 30
+        comms[0].stream.synchronize(0.01)  # drained: nothing of that launch is still running or queued
+        assert comms[0].status()["abort"] != 0
+        with pytest.raises(cam.CommAbortedError):
+            cam.ops.dispatch_send(comms[1], x, ids, 0)
+
+
+def test_sync_timeout_of_a_compute_op_waits_for_the_kernel(monkeypatch):
+    x = torch.randn((512, 4096)).to(torch.bfloat16)
+    monkeypatch.setenv("CAM_SYNC_TIMEOUT_S", "0.000001")
+    with pytest.raises(cam.SyncTimeoutError, match="no communicator to abort; the kernel then ended"):
+        cam.ops.dynamic_quant(x)
+    monkeypatch.delenv("CAM_SYNC_TIMEOUT_S")
+    q, s = cam.ops.dynamic_quant(x[:4])  # this thread's stream is healthy again
+    assert q.shape == (4, 4096)
+
+
+# ----------------------------------------------------------------------------- item 7: fork
+
+def _in_forked_child(fn, timeout_s=60.0) -> int:
+    """Runs fn() in a forked child (alarm-bounded), returns its exit status (0 = fn returned True)."""
+    import os
+    import signal
+
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 1
+        try:
+            signal.alarm(int(timeout_s))
+            code = 0 if fn() else 2
+        except BaseException:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+            code = 3
+        finally:
+            os._exit(code)
+    end = time.monotonic() + timeout_s + 10
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError("forked child did not finish")
+
+
+def test_forked_child_runs_ops_and_refuses_inherited_comms(monkeypatch):
+    x = torch.randn((8, 64)).to(torch.bfloat16)
+    q0, s0 = cam.ops.dynamic_quant(x)  # the parent's per-thread stream exists before the fork
+    t = topo()
+    with plane(t) as comms:
+        monkeypatch.setenv("CAM_SYNC_TIMEOUT_S", "20")
+
+        def child():
+            q, s = cam.ops.dynamic_quant(x)  # a fresh stream: before the fix this waited for the sync timeout
+            if not (torch.equal(q, q0) and torch.equal(s, s0)):
+                return False
+            try:
+                cam.ops.dispatch_send(comms[0], x[:, :t.H].contiguous(), torch.zeros((8, 2), dtype=torch.int32), 0)
+            except RuntimeError as e:
+                if "forked child" not in str(e) or "create a new cam.Comm" not in str(e):
+                    return False
+            else:
+                return False
+            comms[0].close()  # dropped without touching the parent's plane
+            return True
+
+        assert _in_forked_child(child) == 0
+        assert comms[0].status()["abort"] == 0  # the parent's plane is untouched
