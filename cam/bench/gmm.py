@@ -8,7 +8,7 @@ a run takes seconds on 2 CPUs; group sizes are balanced, skewed (halving per exp
 
 import torch
 
-from .common import print_table, summarize, time_call, write_json
+from .common import float_in, int_in, print_table, summarize, time_call, write_json
 
 # Scaled DeepSeek-like FFN rank: H = 7168 / 7, I = 2048 / 8, E_local = 8 (256 routed experts over 32 FFN ranks).
 _HIDDEN, _INTER, _EXPERTS, _LAYERS = 1024, 256, 8, 3
@@ -133,11 +133,11 @@ def _run(args, which: str) -> int:
 def _add(sub, which: str, help_text: str) -> None:
     p = sub.add_parser(which, help=help_text)
     p.add_argument("--json", metavar="PATH", help="write results as JSON")
-    p.add_argument("--rows", type=int, default=512, help="row capacity M, all rows in groups (default 512)")
+    p.add_argument("--rows", type=int_in(1, 1 << 16), default=512, help="row capacity M, all rows in groups (default 512)")
     p.add_argument("--groups", nargs="+", default=["balanced", "skewed", "one_expert"],
                    choices=["balanced", "skewed", "one_expert"])
-    p.add_argument("--repeat", type=int, default=10, help="max timed calls per case")
-    p.add_argument("--budget", type=float, default=2.0, help="seconds per case, at least 3 calls")
+    p.add_argument("--repeat", type=int_in(1, 100_000), default=10, help="max timed calls per case")
+    p.add_argument("--budget", type=float_in(0.0, 3600.0), default=2.0, help="seconds per case, at least 3 calls")
     p.set_defaults(run=lambda args: _run(args, which))
 
 
