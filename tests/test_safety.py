@@ -440,3 +440,46 @@ def test_forked_child_runs_ops_and_refuses_inherited_comms(monkeypatch):
 
         assert _in_forked_child(child) == 0
         assert comms[0].status()["abort"] == 0  # the parent's plane is untouched
+
+
+# ----------------------------------------------------------------------------- item 11 (Comm parts)
+
+def test_shm_join_timeout_names_the_missing_ranks():
+    t = topo()
+    store = torch.distributed.HashStore()
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"rank\(s\) 1, 2, 3 never published its segment name"):
+        cam.Comm(t, 0, transport="shm", store=store, group=unique_group("join"), join_timeout_s=0.5)
+    assert time.monotonic() - start < 30
+
+
+def test_close_honours_its_bound_during_an_idle_poll():
+    """An FFN rank's thread sits in a 20 s idle poll; close(wait_s=0.5) ends it (abort) instead of waiting it out,
+    and only returns once the kernel has ended."""
+    t = topo()
+    with plane(t, timeout_s=1.0, idle_poll_s=20.0) as comms:
+        ffn = comms[t.A]
+        seen = []
+
+        def poll():
+            try:
+                cam.ops.dispatch_recv(ffn)
+            except BaseException as e:  # noqa: BLE001
+                seen.append(e)
+
+        th = threading.Thread(target=poll, daemon=True)
+        th.start()
+        from cam import _runtime
+
+        end = time.monotonic() + 30
+        while not _runtime.stream_lock(ffn.stream).locked():  # the poll is running on the Comm's stream
+            assert time.monotonic() < end and th.is_alive(), seen
+            time.sleep(0.01)
+        time.sleep(0.2)
+        start = time.monotonic()
+        ffn.close(wait_s=0.5)
+        took = time.monotonic() - start
+        th.join(30)
+        assert not th.is_alive()
+        assert took < 10, f"close took {took:.1f} s during a 20 s idle poll"
+        assert seen and isinstance(seen[0], cam.CommAbortedError), seen
