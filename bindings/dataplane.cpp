@@ -54,6 +54,7 @@ public:
     }
     void UnlinkShm() { ThrowIfFailed(camCommUnlinkShm(Get())); }
     void Abort() { ThrowIfFailed(camCommAbort(Get())); }
+    void ReportDeadRank(int64_t rank) { ThrowIfFailed(camCommReportDeadRank(Get(), rank)); }
     void Close() {
         if (comm_) {
             camCommDestroy(comm_);
@@ -103,6 +104,7 @@ void Register(py::module_& m) {
         .def("attach_shm", &Comm::AttachShm, py::arg("names"))
         .def("unlink_shm", &Comm::UnlinkShm)
         .def("abort", &Comm::Abort)
+        .def("report_dead_rank", &Comm::ReportDeadRank, py::arg("rank"))
         .def("close", &Comm::Close)
         .def_property_readonly("closed", &Comm::Closed)
         .def("window", &Comm::Window)

@@ -66,6 +66,9 @@ class Comm:
         idle_poll_s: how long ``dispatch_recv`` waits with nothing ready before it returns an empty work item.
         join_timeout_s: bound of the creation handshake (all ranks joining / mapping).
         shm_prefix: segment-name prefix for ``"shm"`` (default: unique per process); names are ``/<prefix>-r<rank>``.
+        liveness_poll_s: ``"shm"`` only: how often a watchdog thread checks that every peer's process is still
+            there. A peer found gone raises the plane's abort with that rank as the reason, so every wait on every
+            surviving rank ends within about this bound (independent of ``timeout_s``) naming the dead rank.
 
     Attributes:
         stream: this rank's device stream; its data-plane ops run there in order (ranks that are threads of one
@@ -94,6 +97,7 @@ class Comm:
         idle_poll_s: float = 0.05,
         join_timeout_s: float = 60.0,
         shm_prefix: Optional[str] = None,
+        liveness_poll_s: float = 0.25,
     ) -> None:
         if not isinstance(topology, Topology):
             raise TypeError(f"Comm: topology must be a cam.Topology, got {type(topology).__name__}")
@@ -107,6 +111,15 @@ class Comm:
         if join_timeout_s > 86400:
             raise ValueError(f"Comm: join_timeout_s must be at most a day, got {join_timeout_s!r}")
         _runtime.check_timeout_chain("Comm", timeout_s, idle_poll_s)
+        if isinstance(liveness_poll_s, bool) or not isinstance(liveness_poll_s, (int, float)) or \
+                not math.isfinite(liveness_poll_s) or not 0 < liveness_poll_s <= 60:
+            raise ValueError(f"Comm: liveness_poll_s must be a number of seconds in (0, 60], got {liveness_poll_s!r}")
+        self._peers_proc = {}
+        self._watch_stop = threading.Event()
+        self._watch_lock = threading.Lock()
+        self._watchdog = None
+        self.dead_rank: Optional[int] = None  # a peer this rank's liveness watchdog found gone, and when (time.time)
+        self.dead_rank_found_at: Optional[float] = None
         self.topology = topology
         self.rank = rank
         self.dtype = dtype
@@ -127,6 +140,11 @@ class Comm:
         self.stream = _C.Stream()
         self._pid = os.getpid()
         self._inherited = False  # set in a forked child (see _after_fork_in_child): a plain flag, so it traces
+        if self._peers_proc:
+            self._watchdog = threading.Thread(target=_watch_peers, args=(weakref.ref(self), float(liveness_poll_s),
+                                                                         self._watch_stop, dict(self._peers_proc)),
+                                              daemon=True, name=f"cam-liveness-r{rank}")
+            self._watchdog.start()
         # A sync timeout on this stream aborts the plane so the kernel ends before its buffers are released.
         _runtime.set_aborter(self.stream, self.abort)
         base, nbytes = self._c.window()
@@ -149,10 +167,15 @@ class Comm:
         world = self.topology.world_size
         deadline = time.monotonic() + join_timeout_s
         try:
+            store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
             store.set(f"{group}/shm/{self.rank}", name)
             self._await_keys(store, [f"{group}/shm/{r}" for r in range(world)], deadline, join_timeout_s,
                              "published its segment name")
             names = [store.get(f"{group}/shm/{r}").decode() for r in range(world)]
+            for r in range(world):
+                proc = store.get(f"{group}/proc/{r}").decode() if r != self.rank else ""
+                if proc:
+                    self._peers_proc[r] = proc
             c.attach_shm(names)
             store.set(f"{group}/mapped/{self.rank}", "1")
             self._await_keys(store, [f"{group}/mapped/{r}" for r in range(world)], deadline, join_timeout_s,
@@ -175,6 +198,12 @@ class Comm:
                                    f"within join_timeout_s={join_timeout_s:g} s (not started, crashed, or a different "
                                    f"group/store)")
             time.sleep(0.005)
+
+    def _stop_watchdog(self) -> None:
+        self._watch_stop.set()
+        if self._watchdog is not None and self._watchdog is not threading.current_thread():
+            self._watchdog.join(10)
+        self._watchdog = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -201,6 +230,8 @@ class Comm:
             return
         with _registry_lock:
             _registry.pop(self.id, None)
+        with self._watch_lock:
+            self._watch_stop.set()
         if self._inherited:
             _runtime._park(self.stream, self._c)  # the parent's: no worker here, and the parent still uses the windows
             self._c = None
@@ -221,6 +252,7 @@ class Comm:
             self._c.close()
         _runtime.forget_stream(self.stream)
         self.window = None
+        self._stop_watchdog()
         self._c = None
 
     def __enter__(self) -> "Comm":
@@ -252,6 +284,39 @@ class Comm:
     def __repr__(self) -> str:
         state = "closed" if self._c is None else f"{self.window_bytes} B window"
         return f"cam.Comm(rank={self.rank}, transport={self.transport!r}, {state}, {self.topology})"
+
+
+def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict) -> None:
+    """Liveness of an shm plane: every peer is a process on this host, so "gone" is exact (no heartbeat to miss
+    under load). The first death found raises the abort word of every rank with the dead rank as the reason; each
+    survivor's watchdog reports the same death and the first write wins. Holds the Comm only weakly."""
+    while not stop.wait(poll_s):
+        for r, ident in peers.items():
+            if _proc_identity(int(ident.split(":")[0])) == ident:
+                continue
+            comm = ref()
+            if comm is None:
+                return
+            with comm._watch_lock:
+                if comm._c is not None and not stop.is_set():
+                    comm._c.report_dead_rank(r)
+                    comm.dead_rank, comm.dead_rank_found_at = r, time.time()
+            return
+        if ref() is None:
+            return
+
+
+def _proc_identity(pid: int) -> Optional[str]:
+    """"pid:start-time" of a live process (start time tells a reused pid apart), or None if it is gone or a
+    zombie. Linux /proc; elsewhere liveness is not watched (None for ourselves means no watchdog)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X"):
+        return None
+    return f"{pid}:{fields[19]}"
 
 
 def _after_fork_in_child() -> None:

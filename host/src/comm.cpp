@@ -31,6 +31,19 @@ void Store(uint8_t* window, int64_t byteOff, int64_t value) {
     __atomic_store_n(reinterpret_cast<int64_t*>(window + byteOff), value, __ATOMIC_RELEASE);
 }
 
+}  // namespace
+
+// The abort word as a reason: raised by a rank (1 + rank), or a rank found dead by a survivor's liveness watchdog
+// (-(1 + rank), see camCommReportDeadRank).
+std::string AbortReason(int64_t abortWord) {
+    if (abortWord < 0)
+        return "the communicator was aborted because rank " + std::to_string(-abortWord - 1) +
+               " died (its process is gone; found by the plane's liveness watchdog)";
+    return "the communicator was aborted by rank " + std::to_string(abortWord - 1);
+}
+
+namespace {
+
 const char* FieldName(int64_t field) {
     static const char* names[] = {"ok", "D", "P", "F", "E", "K", "H", "Bmax", "L", "slots", "act_dtype_bytes",
                                   "quantized", "capacity", "window size"};
@@ -280,7 +293,7 @@ aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t a
             break;
         case status::kAborted:
             status = CAM_ERR_COMM_ABORTED;
-            m += ": the communicator was aborted by rank " + std::to_string(det - 1);
+            m += ": " + AbortReason(det);
             if (seq > 0) m += " while in " + round;
             break;
         case status::kCapacity:
@@ -355,7 +368,7 @@ aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp) {
     const int64_t abortWord = Load(comm->Own(), kAbortOff);
     if (abortWord != 0)
         return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + " on rank " + std::to_string(comm->rank) +
-                                              ": the communicator was aborted by rank " + std::to_string(abortWord - 1));
+                                              ": " + AbortReason(abortWord));
     const int64_t world = layout::world_size(comm->topo);
     for (int64_t r = 0; r < world; ++r) {
         const uint64_t have = comm->transport->WindowBytes(r);
@@ -542,6 +555,22 @@ extern "C" aclnnStatus camCommAbort(camComm* comm) {
         if (!w) continue;  // not mapped yet (shm before attach): nothing of ours runs there
         int64_t expected = 0;
         __atomic_compare_exchange_n(reinterpret_cast<int64_t*>(w + cam::kAbortOff), &expected, 1 + comm->rank, false,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    return ACLNN_SUCCESS;
+}
+
+extern "C" aclnnStatus camCommReportDeadRank(camComm* comm, int64_t deadRank) {
+    if (!comm) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommReportDeadRank: comm is null");
+    const int64_t world = cam::layout::world_size(comm->topo);
+    if (deadRank < 0 || deadRank >= world || deadRank == comm->rank)
+        return Fail(ACLNN_ERR_PARAM_INVALID, "camCommReportDeadRank: deadRank " + std::to_string(deadRank) +
+                                                 " is not a peer of rank " + std::to_string(comm->rank));
+    for (int64_t r = 0; r < world; ++r) {
+        uint8_t* w = comm->transport->Window(r);
+        if (!w) continue;
+        int64_t expected = 0;  // the first reason stays: every survivor reports the same death
+        __atomic_compare_exchange_n(reinterpret_cast<int64_t*>(w + cam::kAbortOff), &expected, -(1 + deadRank), false,
                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     }
     return ACLNN_SUCCESS;

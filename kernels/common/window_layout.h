@@ -84,7 +84,7 @@ inline constexpr int64_t kProtoIndexEntry = 7;        // an index entry a peer w
 
 // ---- control area: first kControlBytes of every window, both roles ----
 inline constexpr int64_t kControlBytes = 4 * kLine;
-inline constexpr int64_t kAbortOff = 0;           // int64: 0, or 1 + rank that raised it
+inline constexpr int64_t kAbortOff = 0;  // int64: 0, 1 + rank that raised it, or -(1 + rank) for a rank found dead
 inline constexpr int64_t kStatusOff = kLine;      // int64[kStatusWords]
 inline constexpr int64_t kIdentityOff = 2 * kLine;  // int64[kIdentityWords], written by the Comm at creation
 

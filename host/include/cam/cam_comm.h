@@ -47,6 +47,10 @@ CAM_API aclnnStatus camCommUnlinkShm(camComm* comm);
 /* Raises the abort word of every rank: every device wait on every rank ends promptly with CAM_ERR_COMM_ABORTED,
  * and the communicators refuse further ops. Safe to call from any thread while ops are in flight. */
 CAM_API aclnnStatus camCommAbort(camComm* comm);
+/* Raises the abort word of every rank with "rank deadRank died" as the reason (unless an abort was already
+ * raised): what a liveness watchdog calls when it finds a peer's process gone, so every survivor's error names the
+ * dead rank. Safe from any thread while ops are in flight. */
+CAM_API aclnnStatus camCommReportDeadRank(camComm* comm, int64_t deadRank);
 CAM_API aclnnStatus camCommDestroy(camComm* comm);
 
 /* This rank's window (base address and the bytes really allocated). */
