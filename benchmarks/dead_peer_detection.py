@@ -39,23 +39,26 @@ def worker(args) -> int:
                   timeout_s=TIMEOUT_S, join_timeout_s=60, liveness_poll_s=args.liveness_poll) as comm:
         g = torch.Generator().manual_seed(args.rank)
 
-        def step():  # one round (Attention) or one work item (FFN); True when it did work
+        def step():  # one round (Attention) or one work item (FFN): (replica, seq) served, or None
             if comm.is_attention:
                 x = torch.randn((topo.Bmax, topo.H), generator=g).to(torch.bfloat16)
                 ids = torch.randint(0, topo.E, (topo.Bmax, topo.K), generator=g, dtype=torch.int32)
                 w = torch.rand((topo.Bmax, topo.K), generator=g)
                 cam.ops.dispatch_send(comm, x, ids, 0)
                 cam.ops.combine_recv(comm, ids, w)
-                return True
+                return (args.rank, 1)
             _, _, _, wi = cam.ops.dispatch_recv(comm)
             cam.ops.combine_send(comm, torch.zeros((topo.recv_rows, topo.H), dtype=torch.bfloat16), wi)
-            return int(wi[0]) == 1
+            return (int(wi[1]), int(wi[3])) if int(wi[0]) == 1 else None
 
-        # Warm-up round on every rank: the first call of each torch op pays one-off set-up (seconds) that is not
-        # detection time. Every FFN rank serves one item per replica, every Attention rank one round.
-        served = 0
-        while served < (1 if comm.is_attention else topo.D):
-            served += step()
+        # Warm-up on every rank: the first call of each torch op pays one-off set-up (seconds) that is not
+        # detection time. Every Attention rank completes its first round, so every FFN rank serves round 1 of
+        # every replica (and whatever later rounds come first) before it counts as ready.
+        firsts = set()
+        while len(firsts) < (1 if comm.is_attention else topo.D):
+            item = step()
+            if item is not None and item[1] == 1:
+                firsts.add(item[0])
         open(out + ".ready", "w").close()
         if args.rank == args.victim:
             time.sleep(300)  # killed by the launcher

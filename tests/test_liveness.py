@@ -31,3 +31,19 @@ def test_every_survivor_names_the_dead_peer(tmp_path, role):
         assert err and f"rank {victim} died" in err, (rank, err)
         assert "aborted by rank" not in err, (rank, err)
     assert run["watchdog_found_s"], "no survivor's watchdog found the death"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_soak_keeps_memory_threads_and_fds_flat(tmp_path):
+    """benchmarks/soak.py with fewer rounds: random shapes including B = 0, golden-checked samples; RSS, threads
+    and fds at the end equal the start (RSS within 16 MiB: allocator noise, not growth per round)."""
+    out = tmp_path / "soak.json"
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "soak.py"), "--rounds", "2000",
+                             "--warmup", "100", "--check-every", "100", "--json", str(out)],
+                            capture_output=True, text=True, timeout=540, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    r = json.loads(out.read_text())
+    assert r["rounds_total"] == 2000 * 2 and not r["errors"] and not r["mismatches"]
+    assert r["end"]["threads"] == r["start"]["threads"] and r["end"]["fds"] == r["start"]["fds"], r
+    assert r["rss_growth_bytes"] < 16 << 20, r
