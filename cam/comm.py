@@ -115,6 +115,7 @@ class Comm:
                 not math.isfinite(liveness_poll_s) or not 0 < liveness_poll_s <= 60:
             raise ValueError(f"Comm: liveness_poll_s must be a number of seconds in (0, 60], got {liveness_poll_s!r}")
         self._peers_proc = {}
+        self._left_key = None  # shm: the Store key that tells the peers' watchdogs this rank left cleanly
         self._watch_stop = threading.Event()
         self._watch_lock = threading.Lock()
         self._watchdog = None
@@ -135,6 +136,7 @@ class Comm:
             if store is None:
                 raise ValueError("Comm: transport 'shm' needs a torch.distributed Store (store=...)")
             self._c = self._create_shm(store, group, fields, timeout_ns, idle_ns, join_timeout_s, shm_prefix)
+            self._store, self._left_key = store, f"{group}/left/{rank}"
         else:
             raise ValueError(f"Comm: transport must be 'in_process' or 'shm', got {transport!r}")
         self.stream = _C.Stream()
@@ -142,7 +144,8 @@ class Comm:
         self._inherited = False  # set in a forked child (see _after_fork_in_child): a plain flag, so it traces
         if self._peers_proc:
             self._watchdog = threading.Thread(target=_watch_peers, args=(weakref.ref(self), float(liveness_poll_s),
-                                                                         self._watch_stop, dict(self._peers_proc)),
+                                                                         self._watch_stop, dict(self._peers_proc),
+                                                                         store, group),
                                               daemon=True, name=f"cam-liveness-r{rank}")
             self._watchdog.start()
         # A sync timeout on this stream aborts the plane so the kernel ends before its buffers are released.
@@ -232,6 +235,11 @@ class Comm:
             _registry.pop(self.id, None)
         with self._watch_lock:
             self._watch_stop.set()
+        if self._left_key is not None and not self._inherited:
+            try:  # a rank that closes is not a dead rank: its process may end now without aborting the plane
+                self._store.set(self._left_key, "1")
+            except Exception:  # noqa: BLE001 - the store may be gone already; then peers see a death, as they should
+                pass
         if self._inherited:
             _runtime._park(self.stream, self._c)  # the parent's: no worker here, and the parent still uses the windows
             self._c = None
@@ -286,13 +294,22 @@ class Comm:
         return f"cam.Comm(rank={self.rank}, transport={self.transport!r}, {state}, {self.topology})"
 
 
-def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict) -> None:
+def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, group: str) -> None:
     """Liveness of an shm plane: every peer is a process on this host, so "gone" is exact (no heartbeat to miss
-    under load). The first death found raises the abort word of every rank with the dead rank as the reason; each
-    survivor's watchdog reports the same death and the first write wins. Holds the Comm only weakly."""
+    under load). A peer whose process is gone without having closed its Comm (its "left" key, set in close()
+    before the process can end) died: the first death found raises the abort word of every rank with the dead
+    rank as the reason; each survivor's watchdog reports the same death and the first write wins. Holds the Comm
+    only weakly."""
     while not stop.wait(poll_s):
-        for r, ident in peers.items():
+        for r, ident in list(peers.items()):
             if _proc_identity(int(ident.split(":")[0])) == ident:
+                continue
+            try:
+                left = store.check([f"{group}/left/{r}"])
+            except Exception:  # noqa: BLE001 - no store to ask: a gone process is a dead one
+                left = False
+            if left:
+                del peers[r]
                 continue
             comm = ref()
             if comm is None:

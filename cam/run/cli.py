@@ -171,7 +171,9 @@ def _remove_leftover_windows(prefix: str) -> None:
 
 
 def _failure(failed: Dict[int, int]) -> str:
-    ranks = [r for r in sorted(failed) if r >= 0]
+    # A rank killed by a signal is a cause; ranks that exited with an error in the same poll are usually its
+    # consequences (their Comm's liveness watchdog aborted the plane within milliseconds), so name it first.
+    ranks = sorted((r for r in failed if r >= 0), key=lambda r: (failed[r] >= 0, r))
     if not ranks:
         return "the world did not come up in time"
     first = ranks[0]
