@@ -483,3 +483,26 @@ def test_close_honours_its_bound_during_an_idle_poll():
         assert not th.is_alive()
         assert took < 10, f"close took {took:.1f} s during a 20 s idle poll"
         assert seen and isinstance(seen[0], cam.CommAbortedError), seen
+
+
+@pytest.mark.parametrize("layer", [-1, 2, 2**40])
+def test_gmm_ops_refuse_a_work_item_whose_layer_word_was_forged(layer):
+    """The other ops that read a work item (its word 2 is the GMM layer_index): a forged layer outside [0, L) is
+    refused by both layer-select GMMs before they write, and the genuine item still completes the round."""
+    from cam.connector import _work_item, ffn_compute
+
+    with dispatched_round(seed=8) as (t, comms, rounds, ffn, item):
+        assert t.L == 2
+        g = torch.Generator().manual_seed(3)
+        n1 = 2 * t.H
+        w1 = cam.LayerWeights([torch.randint(-8, 8, (t.R, t.H, n1), generator=g, dtype=torch.int8)
+                               for _ in range(t.L)], [torch.full((t.R, n1), 0.01) for _ in range(t.L)])
+        w2 = cam.LayerWeights([torch.randint(-8, 8, (t.R, t.H, t.H), generator=g, dtype=torch.int8)
+                               for _ in range(t.L)], [torch.full((t.R, t.H), 0.01) for _ in range(t.L)])
+        forged = item[3].clone()
+        forged[2] = layer
+        with pytest.raises(cam.DeviceArgumentError, match="layer"):
+            ffn_compute(_work_item(item[0], item[1], item[2], forged), w1, w2)
+        ffn_compute(_work_item(*item), w1, w2)  # in range: runs
+        cam.ops.combine_send(comms[ffn], expert_out(comms[ffn], *item), item[3])
+        finish_round(t, comms, rounds, served={ffn})
