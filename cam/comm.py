@@ -77,6 +77,12 @@ class Comm:
         window_bytes: bytes really allocated for the window (what the ops validate against).
         token: the ordering token the torch ops mutate (see ``docs/protocol.md`` §11).
         id: the int the torch ops carry to find this Comm.
+        plane_id: this plane instance's id, the same on every rank; work items carry it (docs/protocol.md §13).
+        dead_rank: ``"shm"``: the peer this rank's liveness watchdog found dead (the plane is then aborted with
+            that rank as the reason), else None.
+
+    Creation refuses ``timeout_s`` / ``idle_poll_s`` that the host's sync bound would not outlast (the timeout
+    chain of docs/protocol.md §9). A forked child cannot use a Comm of its parent: create a new one there.
 
     Use as a context manager or call :meth:`close`. After a fatal error (timeout, abort, protocol violation) the
     plane is aborted on every rank and every op refuses to run; create a new Comm (fresh, zeroed windows). A
