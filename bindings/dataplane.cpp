@@ -23,9 +23,9 @@ CamTopology ToTopology(const Fields& f) {
 class Comm {
 public:
     static std::unique_ptr<Comm> InProcess(const std::string& group, const Fields& fields, int64_t rank,
-                                           int64_t timeoutNs, int64_t idleNs, int32_t joinTimeoutMs) {
+                                           int64_t timeoutNs, int64_t idleNs, int32_t joinTimeoutMs, int64_t actDtype) {
         const CamTopology t = ToTopology(fields);
-        const camCommConfig cfg{timeoutNs, idleNs};
+        const camCommConfig cfg{timeoutNs, idleNs, actDtype};
         camComm* c = nullptr;
         aclnnStatus st;
         {
@@ -37,9 +37,9 @@ public:
     }
 
     static std::unique_ptr<Comm> Shm(const std::string& name, const Fields& fields, int64_t rank, int64_t timeoutNs,
-                                     int64_t idleNs) {
+                                     int64_t idleNs, int64_t actDtype) {
         const CamTopology t = ToTopology(fields);
-        const camCommConfig cfg{timeoutNs, idleNs};
+        const camCommConfig cfg{timeoutNs, idleNs, actDtype};
         camComm* c = nullptr;
         ThrowIfFailed(camCommCreateShm(name.c_str(), &t, rank, &cfg, &c));
         return std::unique_ptr<Comm>(new Comm(c));
@@ -54,6 +54,7 @@ public:
     }
     void UnlinkShm() { ThrowIfFailed(camCommUnlinkShm(Get())); }
     void Abort() { ThrowIfFailed(camCommAbort(Get())); }
+    void ReportDeadRank(int64_t rank) { ThrowIfFailed(camCommReportDeadRank(Get(), rank)); }
     void Close() {
         if (comm_) {
             // CAM_ERR_COMM_BUSY (ops still queued after a sync timeout) leaves the communicator allocated: dropping
@@ -99,12 +100,13 @@ private:
 void Register(py::module_& m) {
     py::class_<Comm>(m, "Comm")
         .def_static("in_process", &Comm::InProcess, py::arg("group"), py::arg("topology"), py::arg("rank"),
-                    py::arg("timeout_ns"), py::arg("idle_poll_ns"), py::arg("join_timeout_ms"))
+                    py::arg("timeout_ns"), py::arg("idle_poll_ns"), py::arg("join_timeout_ms"), py::arg("act_dtype"))
         .def_static("shm", &Comm::Shm, py::arg("name"), py::arg("topology"), py::arg("rank"), py::arg("timeout_ns"),
-                    py::arg("idle_poll_ns"))
+                    py::arg("idle_poll_ns"), py::arg("act_dtype"))
         .def("attach_shm", &Comm::AttachShm, py::arg("names"))
         .def("unlink_shm", &Comm::UnlinkShm)
         .def("abort", &Comm::Abort)
+        .def("report_dead_rank", &Comm::ReportDeadRank, py::arg("rank"))
         .def("close", &Comm::Close)
         .def_property_readonly("closed", &Comm::Closed)
         .def("window", &Comm::Window)

@@ -1,31 +1,81 @@
-"""Each thread's default twin stream, and the rule that a torch-facing op has finished when it returns."""
+"""Each thread's default twin stream, the rule that a torch-facing op has finished when it returns, and the timeout
+chain every wait of an op lives inside (docs/protocol.md §9)."""
 
+import ctypes
+import math
 import os
 import threading
 
 import torch
 
 from . import _C
+from .errors import SyncTimeoutError
 
-_local = threading.local()
+_thread_streams = {}  # thread ident -> that thread's default stream
 _locks_guard = threading.Lock()
 _stream_locks = {}
+# stream id -> callable that ends every device wait on that stream at once (Comm.abort for a Comm's stream)
+_aborters = {}
+
+# ---- the timeout chain, written once: device wait < host sync bound < Ascend AI Core op timeout ----
+# A data-plane kernel's longest wait is timeout_s (a begun round) or idle_poll_s (nothing ready), plus its own
+# bookkeeping; the host's synchronize must outlast it by a margin that a loaded 2-core host never eats, or a
+# healthy-but-slow op would be declared lost.
+SYNC_MARGIN_S = 30.0
+# After a sync timeout, how long the host waits for the stream to drain once every device wait was told to end.
+DRAIN_S = 60.0
+# Ascend's default AI Core op execution timeout (the device kills a kernel running longer); every bound of ours
+# must end first so the error is ours, naming the op and peer, not a device reset.
+AICORE_OP_TIMEOUT_S = 1091.0
+
+# Work whose stream did not drain: the buffers it may still write (workspace, outputs, inputs held by the launch
+# closure) and the stream itself are kept for the life of the process rather than freed under a running kernel.
+_parked = []
 
 
 def sync_timeout_s() -> float:
     """How long an op call waits for its stream (CAM_SYNC_TIMEOUT_S, default 600 s). A hang is a bug: never 0."""
-    value = float(os.environ.get("CAM_SYNC_TIMEOUT_S", "600"))
-    if value <= 0:
-        raise ValueError("CAM_SYNC_TIMEOUT_S must be positive")
+    raw = os.environ.get("CAM_SYNC_TIMEOUT_S", "600")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"CAM_SYNC_TIMEOUT_S must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"CAM_SYNC_TIMEOUT_S must be a positive finite number of seconds, got {raw!r}")
+    if value + DRAIN_S >= AICORE_OP_TIMEOUT_S:
+        raise ValueError(f"CAM_SYNC_TIMEOUT_S={raw}: the sync bound plus the {DRAIN_S:g} s drain must stay below the "
+                         f"Ascend AI Core op timeout ({AICORE_OP_TIMEOUT_S:g} s)")
     return value
 
 
+def check_timeout_chain(who: str, timeout_s: float, idle_poll_s: float) -> None:
+    """Refuses device-wait bounds the host would not outlast: timeout_s and idle_poll_s plus the margin must stay
+    below the sync bound (CAM_SYNC_TIMEOUT_S), which itself stays below the AI Core op timeout."""
+    for name, v in (("timeout_s", timeout_s), ("idle_poll_s", idle_poll_s)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"{who}: {name} must be a positive finite number of seconds, got {v!r}")
+    bound = sync_timeout_s()
+    if timeout_s + idle_poll_s + SYNC_MARGIN_S >= bound:
+        raise ValueError(
+            f"{who}: timeout_s ({timeout_s:g} s) + idle_poll_s ({idle_poll_s:g} s) + {SYNC_MARGIN_S:g} s margin must "
+            f"stay below the host sync bound CAM_SYNC_TIMEOUT_S ({bound:g} s): lower timeout_s/idle_poll_s or raise "
+            f"CAM_SYNC_TIMEOUT_S (it must stay below {AICORE_OP_TIMEOUT_S - DRAIN_S:g} s)")
+
+
 def default_stream() -> "_C.Stream":
-    """This thread's stream. Per thread, so ranks that are threads of one process never queue behind each other."""
-    stream = getattr(_local, "stream", None)
-    if stream is None:
-        stream = _local.stream = _C.Stream()
-    return stream
+    """This thread's stream. Per thread, so ranks that are threads of one process never queue behind each other.
+    Held in a dict by thread id rather than a threading.local, so a forked child can find every inherited stream
+    (see _after_fork_in_child); a dead thread's stream is released when the next thread creates one."""
+    me = threading.get_ident()
+    with _locks_guard:
+        stream = _thread_streams.get(me)
+        if stream is None:
+            alive = {t.ident for t in threading.enumerate()}
+            for ident in [i for i in _thread_streams if i not in alive]:
+                dead = _thread_streams.pop(ident)
+                _stream_locks.pop(id(dead), None)
+            stream = _thread_streams[me] = _C.Stream()
+        return stream
 
 
 def stream_lock(stream) -> threading.Lock:
@@ -39,16 +89,69 @@ def stream_lock(stream) -> threading.Lock:
         return lock
 
 
+def set_aborter(stream, abort) -> None:
+    """Registers how to end every device wait on ``stream`` (a Comm's abort) for the sync-timeout path."""
+    with _locks_guard:
+        _aborters[id(stream)] = abort
+
+
 def forget_stream(stream) -> None:
     with _locks_guard:
         _stream_locks.pop(id(stream), None)
+        _aborters.pop(id(stream), None)
+
+
+def _park(*objs) -> None:
+    """Keeps objects for the life of the process, past interpreter shutdown too: destroying a stream whose kernel
+    still runs (or whose worker thread does not exist, in a forked child) would free memory in use or wait forever."""
+    for o in objs:
+        if o is not None:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(o))
+            _parked.append(o)
+
+
+def is_parked(stream) -> bool:
+    return any(p is stream for p in _parked)
+
+
+def _on_sync_timeout(stream, launch, keep, error: SyncTimeoutError) -> None:
+    """The host stopped waiting, but the kernel may still run and write: never free what it may touch. End its
+    waits (abort its Comm, if the stream is a Comm's), then wait for the stream to drain, bounded. Only a drained
+    stream releases its buffers; otherwise they are parked for the life of the process."""
+    with _locks_guard:
+        abort = _aborters.get(id(stream))
+    how = "no communicator to abort"
+    if abort is not None:
+        try:
+            abort()
+            how = "aborted its communicator"
+        except Exception as e:  # noqa: BLE001 - the original timeout is what the caller must see
+            how = f"could not abort its communicator ({e})"
+    try:
+        stream.synchronize(DRAIN_S)
+        drained = True
+    except SyncTimeoutError:
+        drained = False
+    except Exception:  # noqa: BLE001 - the aborted kernel reports its abort: it has ended, which is what we need
+        drained = True
+    if drained:
+        raise SyncTimeoutError(f"{error} — {how}; the kernel then ended and its buffers were released", error.status) \
+            from error
+    _park(stream, launch, keep)
+    with _locks_guard:
+        for ident, s in list(_thread_streams.items()):
+            if s is stream:  # this thread's later ops get a fresh stream instead of queueing behind the lost one
+                del _thread_streams[ident]
+    raise SyncTimeoutError(
+        f"{error} — {how}, and the kernel still had not ended after {DRAIN_S:g} s more: its workspace, inputs and "
+        f"outputs are kept alive (never reused) for the rest of the process", error.status) from error
 
 
 def run(launch, stream=None) -> None:
     """Runs ``launch(stream, allocate)`` and waits for the stream, so a CPU op has completed when it returns
-    (torch CPU semantics). Workspace handed out by ``allocate`` lives until the stream is done with it. ``stream``
-    defaults to this thread's stream; data-plane ops pass their communicator's own stream, because ranks that
-    are threads of one process must not queue behind each other."""
+    (torch CPU semantics). Workspace handed out by ``allocate`` lives until the stream is done with it; so do the
+    tensors ``launch`` holds (its closure). ``stream`` defaults to this thread's stream; data-plane ops pass their
+    communicator's own stream, because ranks that are threads of one process must not queue behind each other."""
     keep = []
 
     def allocate(nbytes: int):
@@ -58,6 +161,28 @@ def run(launch, stream=None) -> None:
 
     if stream is None:
         stream = default_stream()
+    bound = sync_timeout_s()
     with stream_lock(stream):
+        if is_parked(stream):
+            raise RuntimeError("this stream lost a kernel that never ended after a sync timeout; its communicator is "
+                               "unusable: create a new cam.Comm")
         launch(stream, allocate)
-        stream.synchronize(sync_timeout_s())
+        try:
+            stream.synchronize(bound)
+        except SyncTimeoutError as e:
+            _on_sync_timeout(stream, launch, keep, e)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits the parent's stream objects but not the worker threads behind them: an op queued
+    there would wait forever. Start over with fresh state; the inherited streams are parked (never destroyed:
+    destroying one would join a worker that does not exist in this process). cam.Comm handles its own streams."""
+    global _locks_guard
+    _park(*_thread_streams.values())
+    _thread_streams.clear()
+    _locks_guard = threading.Lock()  # another thread of the parent may have held it at fork time
+    _stream_locks.clear()
+    _aborters.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -14,19 +14,19 @@ On Ascend the same C communicator takes its windows from HCCL (docs/protocol.md 
 from __future__ import annotations
 
 import ctypes
+import math
 import itertools
 import os
 import threading
 import time
 import uuid
 import weakref
-from datetime import timedelta
 from typing import Optional
 
 import torch
 
 from . import _C, _runtime
-from .topology import Topology
+from .topology import IDENTITY_OFF, Topology
 
 __all__ = ["Comm"]
 
@@ -36,6 +36,8 @@ _registry: "weakref.WeakValueDictionary[int, Comm]" = weakref.WeakValueDictionar
 _registry_lock = threading.Lock()
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
+# aclDataType codes (cam/acl_compat.h): the dtype is part of the plane identity checked at creation
+_ACL_DTYPE = {torch.bfloat16: 27, torch.float16: 1}
 
 
 def lookup(comm_id: int) -> "Comm":
@@ -64,6 +66,9 @@ class Comm:
         idle_poll_s: how long ``dispatch_recv`` waits with nothing ready before it returns an empty work item.
         join_timeout_s: bound of the creation handshake (all ranks joining / mapping).
         shm_prefix: segment-name prefix for ``"shm"`` (default: unique per process); names are ``/<prefix>-r<rank>``.
+        liveness_poll_s: ``"shm"`` only: how often a watchdog thread checks that every peer's process is still
+            there. A peer found gone raises the plane's abort with that rank as the reason, so every wait on every
+            surviving rank ends within about this bound (independent of ``timeout_s``) naming the dead rank.
 
     Attributes:
         stream: this rank's device stream; its data-plane ops run there in order (ranks that are threads of one
@@ -72,6 +77,12 @@ class Comm:
         window_bytes: bytes really allocated for the window (what the ops validate against).
         token: the ordering token the torch ops mutate (see ``docs/protocol.md`` §11).
         id: the int the torch ops carry to find this Comm.
+        plane_id: this plane instance's id, the same on every rank; work items carry it (docs/protocol.md §13).
+        dead_rank: ``"shm"``: the peer this rank's liveness watchdog found dead (the plane is then aborted with
+            that rank as the reason), else None.
+
+    Creation refuses ``timeout_s`` / ``idle_poll_s`` that the host's sync bound would not outlast (the timeout
+    chain of docs/protocol.md §9). A forked child cannot use a Comm of its parent: create a new one there.
 
     Use as a context manager or call :meth:`close`. After a fatal error (timeout, abort, protocol violation) the
     plane is aborted on every rank and every op refuses to run; create a new Comm (fresh, zeroed windows). A
@@ -92,6 +103,7 @@ class Comm:
         idle_poll_s: float = 0.05,
         join_timeout_s: float = 60.0,
         shm_prefix: Optional[str] = None,
+        liveness_poll_s: float = 0.25,
     ) -> None:
         if not isinstance(topology, Topology):
             raise TypeError(f"Comm: topology must be a cam.Topology, got {type(topology).__name__}")
@@ -100,8 +112,21 @@ class Comm:
         if dtype not in _ACT_DTYPES:
             raise TypeError(f"Comm: dtype must be torch.bfloat16 or torch.float16, got {dtype}")
         for name, v in (("timeout_s", timeout_s), ("idle_poll_s", idle_poll_s), ("join_timeout_s", join_timeout_s)):
-            if not isinstance(v, (int, float)) or not v > 0:
-                raise ValueError(f"Comm: {name} must be a positive number of seconds, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
+                raise ValueError(f"Comm: {name} must be a positive finite number of seconds, got {v!r}")
+        if join_timeout_s > 86400:
+            raise ValueError(f"Comm: join_timeout_s must be at most a day, got {join_timeout_s!r}")
+        _runtime.check_timeout_chain("Comm", timeout_s, idle_poll_s)
+        if isinstance(liveness_poll_s, bool) or not isinstance(liveness_poll_s, (int, float)) or \
+                not math.isfinite(liveness_poll_s) or not 0 < liveness_poll_s <= 60:
+            raise ValueError(f"Comm: liveness_poll_s must be a number of seconds in (0, 60], got {liveness_poll_s!r}")
+        self._peers_proc = {}
+        self._left_key = None  # shm: the Store key that tells the peers' watchdogs this rank left cleanly
+        self._watch_stop = threading.Event()
+        self._watch_lock = threading.Lock()
+        self._watchdog = None
+        self.dead_rank: Optional[int] = None  # a peer this rank's liveness watchdog found gone, and when (time.time)
+        self.dead_rank_found_at: Optional[float] = None
         self.topology = topology
         self.rank = rank
         self.dtype = dtype
@@ -111,14 +136,26 @@ class Comm:
         fields = list(topology.as_c_fields())
         timeout_ns, idle_ns = int(timeout_s * 1e9), int(idle_poll_s * 1e9)
         if transport == "in_process":
-            self._c = _C.Comm.in_process(group, fields, rank, timeout_ns, idle_ns, int(join_timeout_s * 1000))
+            self._c = _C.Comm.in_process(group, fields, rank, timeout_ns, idle_ns, int(join_timeout_s * 1000),
+                                         _ACL_DTYPE[dtype])
         elif transport == "shm":
             if store is None:
                 raise ValueError("Comm: transport 'shm' needs a torch.distributed Store (store=...)")
             self._c = self._create_shm(store, group, fields, timeout_ns, idle_ns, join_timeout_s, shm_prefix)
+            self._store, self._left_key = store, f"{group}/left/{rank}"
         else:
             raise ValueError(f"Comm: transport must be 'in_process' or 'shm', got {transport!r}")
         self.stream = _C.Stream()
+        self._pid = os.getpid()
+        self._inherited = False  # set in a forked child (see _after_fork_in_child): a plain flag, so it traces
+        if self._peers_proc:
+            self._watchdog = threading.Thread(target=_watch_peers, args=(weakref.ref(self), float(liveness_poll_s),
+                                                                         self._watch_stop, dict(self._peers_proc),
+                                                                         store, group),
+                                              daemon=True, name=f"cam-liveness-r{rank}")
+            self._watchdog.start()
+        # A sync timeout on this stream aborts the plane so the kernel ends before its buffers are released.
+        _runtime.set_aborter(self.stream, self.abort)
         base, nbytes = self._c.window()
         self.window_bytes = nbytes
         # This rank's window as a tensor, for inspection (tests, diagnostics). Valid until close().
@@ -135,25 +172,47 @@ class Comm:
     def _create_shm(self, store, group, fields, timeout_ns, idle_ns, join_timeout_s, prefix):
         prefix = prefix or f"cam-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         name = f"/{prefix}-r{self.rank}"
-        c = _C.Comm.shm(name, fields, self.rank, timeout_ns, idle_ns)
+        c = _C.Comm.shm(name, fields, self.rank, timeout_ns, idle_ns, _ACL_DTYPE[self.dtype])
         world = self.topology.world_size
+        deadline = time.monotonic() + join_timeout_s
         try:
+            store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
             store.set(f"{group}/shm/{self.rank}", name)
-            keys = [f"{group}/shm/{r}" for r in range(world)]
-            store.wait(keys, timedelta(seconds=join_timeout_s))
-            names = [store.get(k).decode() for k in keys]
+            self._await_keys(store, [f"{group}/shm/{r}" for r in range(world)], deadline, join_timeout_s,
+                             "published its segment name")
+            names = [store.get(f"{group}/shm/{r}").decode() for r in range(world)]
+            for r in range(world):
+                proc = store.get(f"{group}/proc/{r}").decode() if r != self.rank else ""
+                if proc:
+                    self._peers_proc[r] = proc
             c.attach_shm(names)
-            store.add(f"{group}/mapped", 1)
-            deadline = time.monotonic() + join_timeout_s
-            while store.add(f"{group}/mapped", 0) < world:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"Comm: rank {self.rank}: not every rank mapped the windows within {join_timeout_s} s")
-                time.sleep(0.002)
+            store.set(f"{group}/mapped/{self.rank}", "1")
+            self._await_keys(store, [f"{group}/mapped/{r}" for r in range(world)], deadline, join_timeout_s,
+                             "mapped the windows")
         except BaseException:
             c.close()  # unlinks the segment too: a failed handshake leaks nothing
             raise
         c.unlink_shm()
         return c
+
+    def _await_keys(self, store, keys, deadline, join_timeout_s, what):
+        """Waits (bounded) until every rank set its key; a timeout names the ranks that did not."""
+        missing = list(range(len(keys)))
+        while True:
+            missing = [r for r in missing if not store.check([keys[r]])]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Comm: rank {self.rank}: rank(s) {', '.join(map(str, missing))} never {what} "
+                                   f"within join_timeout_s={join_timeout_s:g} s (not started, crashed, or a different "
+                                   f"group/store)")
+            time.sleep(0.005)
+
+    def _stop_watchdog(self) -> None:
+        self._watch_stop.set()
+        if self._watchdog is not None and self._watchdog is not threading.current_thread():
+            self._watchdog.join(10)
+        self._watchdog = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -165,27 +224,49 @@ class Comm:
         """Raise the abort word on every rank: every device wait on every rank ends at once with
         :class:`cam.CommAbortedError`, and every later op refuses. Safe from any thread while ops run."""
         if self._c is not None:
-            self._c.abort()
+            self._require()._c.abort()
 
     def status(self) -> dict:
         """This rank's status record and abort word (docs/protocol.md §9), for diagnostics."""
         return self._require()._c.status()
 
-    def close(self) -> None:
-        """Waits for this rank's queued ops (bounded), then releases the stream and the windows. Idempotent."""
+    def close(self, wait_s: float = 10.0) -> None:
+        """Releases the stream and the windows. Idempotent. An op another thread is running on this Comm (an idle
+        ``dispatch_recv`` poll, a round waiting for a peer) gets ``wait_s`` seconds to end; after that the plane is
+        aborted, which ends its device waits at once, and close returns as soon as it did (a kernel's memory is
+        never released while it may still run). In a forked child, an inherited Comm is only dropped."""
         if self._c is None:
             return
         with _registry_lock:
             _registry.pop(self.id, None)
-        # Wait for an op another thread is running on this stream (it owns the stream's error; abort() first to
-        # end its waits), bounded like any wait.
+        with self._watch_lock:
+            self._watch_stop.set()
+        if self._left_key is not None and not self._inherited:
+            try:  # a rank that closes is not a dead rank: its process may end now without aborting the plane
+                self._store.set(self._left_key, "1")
+            except Exception:  # noqa: BLE001 - the store may be gone already; then peers see a death, as they should
+                pass
+        if self._inherited:
+            _runtime._park(self.stream, self._c)  # the parent's: no worker here, and the parent still uses the windows
+            self._c = None
+            self.window = None
+            return
         lock = _runtime.stream_lock(self.stream)
-        if lock.acquire(timeout=self.timeout_s + 60.0):
+        got = lock.acquire(timeout=max(0.0, float(wait_s)))
+        if not got:
+            self.abort()
+            got = lock.acquire(timeout=_runtime.DRAIN_S)
+        if got:
             lock.release()
-        self.stream.close()
+        if not got or _runtime.is_parked(self.stream):
+            # The op never ended: keep what it may touch for the life of the process rather than free it.
+            _runtime._park(self.stream, self._c)
+        else:
+            self.stream.close()
+            self._c.close()
         _runtime.forget_stream(self.stream)
         self.window = None
-        self._c.close()
+        self._stop_watchdog()
         self._c = None
 
     def __enter__(self) -> "Comm":
@@ -197,7 +278,18 @@ class Comm:
     def _require(self) -> "Comm":
         if self._c is None:
             raise ValueError(f"cam.Comm of rank {self.rank} is closed")
+        if self._inherited:
+            raise RuntimeError(f"cam.Comm of rank {self.rank} was created in process {self._pid}; this is a forked "
+                               f"child, which inherits neither its stream nor its place in the plane: "
+                               f"create a new cam.Comm in the child")
         return self
+
+    @property
+    def plane_id(self) -> int:
+        """This plane instance's id (identity line word 7): a hash of the topology, the dtype and every rank's
+        creation nonce, the same on every rank of the plane and stamped into its work items (word 7), so a work
+        item of another plane is refused even when the topology is the same."""
+        return int(self._require().window.view(torch.int64)[IDENTITY_OFF // 8 + 7])
 
     @property
     def is_attention(self) -> bool:
@@ -206,3 +298,58 @@ class Comm:
     def __repr__(self) -> str:
         state = "closed" if self._c is None else f"{self.window_bytes} B window"
         return f"cam.Comm(rank={self.rank}, transport={self.transport!r}, {state}, {self.topology})"
+
+
+def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, group: str) -> None:
+    """Liveness of an shm plane: every peer is a process on this host, so "gone" is exact (no heartbeat to miss
+    under load). A peer whose process is gone without having closed its Comm (its "left" key, set in close()
+    before the process can end) died: the first death found raises the abort word of every rank with the dead
+    rank as the reason; each survivor's watchdog reports the same death and the first write wins. Holds the Comm
+    only weakly."""
+    while not stop.wait(poll_s):
+        for r, ident in list(peers.items()):
+            if _proc_identity(int(ident.split(":")[0])) == ident:
+                continue
+            try:
+                left = store.check([f"{group}/left/{r}"])
+            except Exception:  # noqa: BLE001 - no store to ask: a gone process is a dead one
+                left = False
+            if left:
+                del peers[r]
+                continue
+            comm = ref()
+            if comm is None:
+                return
+            with comm._watch_lock:
+                if comm._c is not None and not stop.is_set():
+                    comm._c.report_dead_rank(r)
+                    comm.dead_rank, comm.dead_rank_found_at = r, time.time()
+            return
+        if ref() is None:
+            return
+
+
+def _proc_identity(pid: int) -> Optional[str]:
+    """"pid:start-time" of a live process (start time tells a reused pid apart), or None if it is gone or a
+    zombie. Linux /proc; elsewhere liveness is not watched (None for ourselves means no watchdog)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X"):
+        return None
+    return f"{pid}:{fields[19]}"
+
+
+def _after_fork_in_child() -> None:
+    """Comms inherited by a forked child belong to the parent: park their stream and handle so that collecting
+    them never joins a worker thread that does not exist here (their ops refuse, see Comm._require)."""
+    global _registry_lock
+    _registry_lock = threading.Lock()  # another thread of the parent may have held it at fork time
+    for comm in list(_registry.values()):
+        comm._inherited = True
+        _runtime._park(comm.stream, comm._c)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -122,6 +122,7 @@ class Served:
 class FfnLog:
     served: List[Served] = field(default_factory=list)
     empties: int = 0
+    plane_id: int = 0  # Comm.plane_id of the rank: word 7 of every work item it produced
 
 
 def ffn_server(topo: cam.Topology, n_items: int, *, deadline_s: float = 60.0, on_item=None, dtype=torch.bfloat16):
@@ -129,7 +130,7 @@ def ffn_server(topo: cam.Topology, n_items: int, *, deadline_s: float = 60.0, on
     combine_send too (a no-op)."""
 
     def body(comm: cam.Comm) -> FfnLog:
-        log = FfnLog()
+        log = FfnLog(plane_id=comm.plane_id)
         fn = expert_fn(topo.quantized, dtype)
         f = comm.rank - topo.A
         end = time.monotonic() + deadline_s
@@ -194,7 +195,8 @@ def check_against_golden(topo: cam.Topology, rounds: List[List[Round]], results,
                     assert torch.equal(item.scales, gd["scales"]), (d, r, f)
                 wi = item.work_item
                 assert int(wi[5]) == gd["rows"].shape[0] and int(wi[6]) == topo.A + f
-                assert int(wi[7]) == topo.fingerprint and torch.equal(wi[8:8 + topo.R], gd["counts"])
+                assert int(wi[7]) == log.plane_id and torch.equal(wi[8:8 + topo.R], gd["counts"])
+    assert len({results[topo.A + f].plane_id for f in range(topo.F)}) == 1, "FFN ranks disagree on the plane id"
 
 
 def run_round_trip(topo: cam.Topology, rounds: List[List[Round]], *, in_flight: int = 1, timeout: float = 90.0,

@@ -15,3 +15,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
 def source_root() -> str:
     """The checkout the tests run from (the twin self-tests compile kernels from its sources)."""
     return ROOT
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long tests (hypothesis tampering, soak); deselect with -m 'not slow'")

@@ -192,6 +192,7 @@ def test_idle_ffn_far_longer_than_timeout_stays_healthy():
     t = topo(D=1, P=1, F=2, E=4)
     rounds = make_rounds(t, [[6]], seed=2)
     empties = []
+    plane_ids = []
 
     def attn(comm):
         time.sleep(1.6)  # > 3x the timeout below
@@ -199,6 +200,7 @@ def test_idle_ffn_far_longer_than_timeout_stays_healthy():
 
     def ffn(comm):
         log = None
+        plane_ids.append(comm.plane_id)
         end = time.monotonic() + 1.0
         while time.monotonic() < end:
             ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
@@ -211,10 +213,10 @@ def test_idle_ffn_far_longer_than_timeout_stays_healthy():
 
     results, errors = run_ranks(t, {0: attn, 1: ffn, 2: ffn}, timeout=60, timeout_s=0.5, idle_poll_s=0.05)
     raise_first(errors)
-    assert len(empties) >= 4
+    assert len(empties) >= 4 and len(set(plane_ids)) == 1 and plane_ids[0] != 0
     for words, counts in empties:
         assert words[0] == 0 and words[1] == -1 and words[2] == 0 and words[3] == 0 and words[5] == 0
-        assert words[7] == t.fingerprint and counts == [0] * t.R
+        assert words[7] == plane_ids[0] and counts == [0] * t.R
     from _dataplane_harness import check_against_golden
 
     check_against_golden(t, rounds, results)

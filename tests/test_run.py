@@ -159,3 +159,96 @@ def test_bad_configuration_is_refused_at_start(tmp_path, args, needle):
     result = cam_run(*args, "--quiet", cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "bad configuration" in result.stderr and needle in result.stderr, result.stderr
+
+
+def test_sigkilled_launcher_ends_every_worker(tmp_path):
+    """Losing the launcher (and with it the store) is an abort: the workers end at once instead of waiting out
+    --timeout for a launcher that will never end the run."""
+    run = Launcher("--cost-model", "--preset", "imbalanced", "--timeout", "200", cwd=tmp_path)
+    run.wait_for("step 1/")
+    pids = run.pids()
+    run.proc.send_signal(signal.SIGKILL)
+    run.finish(30)
+    deadline = time.monotonic() + 90  # far below --timeout: they must not wait for it
+    while any(alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [r for r, pid in pids.items() if alive(pid)]
+    for pid in pids.values():
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"ranks {left} outlived the SIGKILLed launcher"
+    assert leftover_windows(run.proc.pid) == []
+
+
+def _has_matplotlib():
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--timeout", "nan"], "--timeout"),
+        (["--timeout", "inf"], "--timeout"),
+        (["--timeout", "1e9"], "--timeout"),
+        (["--timeout", "-3"], "--timeout"),
+        (["--idle-poll", "nan"], "--idle-poll"),
+        (["--idle-poll", "0"], "--idle-poll"),
+        (["--skew", "nan"], "--skew"),
+        (["--skew", "1e300"], "--skew"),
+        (["--skew", "-1"], "--skew"),
+        (["--attention-cost", "-1", "0", "0"], "--attention-cost A"),
+        (["--attention-cost", "0", "inf", "0"], "--attention-cost B"),
+        (["--requests", "0"], "--requests"),
+        (["--replicas", "4000"], "rank processes"),
+        (["--slots", "100000"], "--slots"),
+        (["--json", "/nonexistent-cam-dir/report.json"], "--json"),
+        (["--timeline", "/nonexistent-cam-dir/t.png"], "--timeline"),
+    ],
+)
+def test_bad_flags_are_refused_before_anything_starts(tmp_path, monkeypatch, capsys, args, needle):
+    import tempfile
+
+    from cam.run import cli
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    started = []
+    monkeypatch.setattr(cli.subprocess, "Popen", lambda *a, **k: started.append(a) or pytest.fail("started a rank"))
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "bad configuration" in err and needle in err, err
+    assert list(scratch.iterdir()) == [], "a refused run left a temporary directory behind"
+    assert not started
+
+
+@pytest.mark.skipif(_has_matplotlib(), reason="matplotlib is installed")
+def test_timeline_without_matplotlib_is_refused_at_start(tmp_path, capsys):
+    from cam.run import cli
+
+    assert cli.main(["--timeline", str(tmp_path / "t.png")]) == 2
+    assert "--timeline needs matplotlib" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["quant", "--repeat", "0"],
+        ["gmm1", "--repeat", "-5"],
+        ["gmm2", "--rows", "0"],
+        ["gmm1", "--rows", "100000000"],
+        ["quant", "--budget", "nan"],
+        ["dispatch", "--rounds", "0"],
+        ["combine", "--rounds", "1"],
+    ],
+)
+def test_cam_bench_refuses_bad_sizes_as_usage_errors(capsys, argv):
+    from cam.bench import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and argv[1] in err, err

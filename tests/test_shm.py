@@ -78,9 +78,10 @@ def test_shm_round_trip_over_processes_leaves_no_segment(tmp_path):
 
 
 def _fake_wi(t, rank, n, counts):
-    # the work item words the golden comparison reads (rows, FFN rank, fingerprint, counts)
+    # the work item words the golden comparison reads (rows, FFN rank, plane id, counts); the plane id is not
+    # carried back from the rank process, so both sides use FfnLog's default
     wi = torch.zeros(t.work_item_words, dtype=torch.int64)
-    wi[5], wi[6], wi[7] = n, rank, t.fingerprint
+    wi[5], wi[6], wi[7] = n, rank, FfnLog().plane_id
     wi[8:8 + t.R] = counts
     return wi
 

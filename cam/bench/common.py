@@ -1,6 +1,8 @@
 """Timing and reporting shared by the cam-bench suites."""
 
+import argparse
 import json
+import math
 import platform
 import statistics
 import time
@@ -51,3 +53,35 @@ def write_json(path: str | None, suite: str, results: list[dict], **extra) -> No
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)
     print(f"wrote {path}")
+
+
+def int_in(lo: int, hi: int):
+    """argparse type: an int in [lo, hi]; anything else is a usage error (exit 2) naming the flag."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def float_in(lo: float, hi: float):
+    """argparse type: a finite float in (lo, hi]."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value) or not lo < value <= hi:
+            raise argparse.ArgumentTypeError(f"must be a finite number in ({lo:g}, {hi:g}], got {text}")
+        return value
+
+    parse.__name__ = "float"
+    return parse

@@ -17,7 +17,7 @@ import uuid
 import numpy as np
 import torch
 
-from .common import print_table, write_json
+from .common import int_in, print_table, write_json
 
 _CASES = [
     # D, P, F, E, K, H, B
@@ -163,7 +163,7 @@ def add_parsers(sub) -> None:
     for stage, text in (("dispatch", "dispatch_send + dispatch_recv"), ("combine", "combine_send + combine_recv")):
         p = sub.add_parser(stage, help=f"{text} vs a memcpy of the same bytes")
         p.add_argument("--json", metavar="PATH", help="write results as JSON")
-        p.add_argument("--rounds", type=int, default=6, help="rounds per case (the first is warm-up)")
+        p.add_argument("--rounds", type=int_in(2, 100_000), default=6, help="rounds per case (the first is warm-up)")
         p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
         p.add_argument("--bf16", action="store_true", help="unquantized dispatch (activations on the wire)")
         p.set_defaults(run=lambda args, stage=stage: _run(args, stage))

@@ -3,7 +3,7 @@ the same math, measured side by side."""
 
 import torch
 
-from .common import print_table, summarize, time_call, write_json
+from .common import float_in, int_in, print_table, summarize, time_call, write_json
 
 # Token counts x hidden sizes of a DeepSeek-like prefill, scaled so a run takes seconds on 2 CPUs.
 _SHAPES = [(128, 2048), (512, 2048), (256, 7168), (64, 16384)]
@@ -56,6 +56,6 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("dynamic_quant", aliases=["quant"], help="dynamic_quant vs a torch baseline")
     p.add_argument("--json", metavar="PATH", help="write results as JSON")
     p.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"], choices=["bfloat16", "float16"])
-    p.add_argument("--repeat", type=int, default=20, help="max timed calls per case")
-    p.add_argument("--budget", type=float, default=1.0, help="seconds per case, at least 3 calls")
+    p.add_argument("--repeat", type=int_in(1, 100_000), default=20, help="max timed calls per case")
+    p.add_argument("--budget", type=float_in(0.0, 3600.0), default=1.0, help="seconds per case, at least 3 calls")
     p.set_defaults(run=run)

@@ -8,7 +8,7 @@ a run takes seconds on 2 CPUs; group sizes are balanced, skewed (halving per exp
 
 import torch
 
-from .common import print_table, summarize, time_call, write_json
+from .common import float_in, int_in, print_table, summarize, time_call, write_json
 
 _W1, _W2 = "gmm_swiglu_quant_multi_layer", "gmm_multi_layer"
 
@@ -135,11 +135,11 @@ def _run(args, which: str) -> int:
 def _add(sub, which: str, alias: str, help_text: str) -> None:
     p = sub.add_parser(which, aliases=[alias], help=help_text)
     p.add_argument("--json", metavar="PATH", help="write results as JSON")
-    p.add_argument("--rows", type=int, default=512, help="row capacity M, all rows in groups (default 512)")
+    p.add_argument("--rows", type=int_in(1, 1 << 16), default=512, help="row capacity M, all rows in groups (default 512)")
     p.add_argument("--groups", nargs="+", default=["balanced", "skewed", "one_expert"],
                    choices=["balanced", "skewed", "one_expert"])
-    p.add_argument("--repeat", type=int, default=10, help="max timed calls per case")
-    p.add_argument("--budget", type=float, default=2.0, help="seconds per case, at least 3 calls")
+    p.add_argument("--repeat", type=int_in(1, 100_000), default=10, help="max timed calls per case")
+    p.add_argument("--budget", type=float_in(0.0, 3600.0), default=2.0, help="seconds per case, at least 3 calls")
     p.set_defaults(run=lambda args: _run(args, which))
 
 

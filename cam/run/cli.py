@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
+import math
 import os
 import shutil
 import signal
@@ -25,6 +27,7 @@ from typing import Dict, List
 
 import torch
 
+from .. import _runtime
 from .setup import RunConfig, build
 from .workload import PRESETS as WORKLOAD_PRESETS
 from .worker import ABORT_KEY, READY_KEY, SHUTDOWN_KEY, START_KEY
@@ -66,20 +69,87 @@ def _parse(argv):
     return p.parse_args(argv)
 
 
+# Per-worker memory a rank needs (torch + the model + windows), to bound the processes a run may start.
+_RANK_BYTES = 512 << 20
+_MAX_SKEW = 100.0
+_MAX_COST_S = 10.0
+_MAX_REQUESTS = 100_000
+
+
+def max_processes() -> int:
+    """How many rank processes this machine can take: a few per CPU, and no more than the memory available."""
+    cpus = os.cpu_count() or 1
+    limit = 16 * cpus
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    limit = min(limit, int(line.split()[1]) * 1024 // _RANK_BYTES)
+    except OSError:
+        pass
+    return max(limit, 2)
+
+
+def _finite(flag: str, value: float, lo: float, hi: float, lo_open: bool = False) -> None:
+    if not math.isfinite(value) or value < lo or (lo_open and value == lo) or value > hi:
+        bound = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        raise ValueError(f"{flag} must be a finite number in {bound}, got {value!r}")
+
+
+def _writable(flag: str, path: str) -> None:
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path!r} is a directory")
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK) or (os.path.exists(path) and
+                                                                         not os.access(path, os.W_OK)):
+        raise ValueError(f"{flag} {path!r} cannot be written (missing or read-only directory)")
+
+
+def check_args(args) -> None:
+    """Every flag checked before any process, port or temporary directory exists; errors name the flag."""
+    for flag in ("replicas", "ffn", "slots"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    if args.slots > 64:
+        raise ValueError(f"--slots must be <= 64, got {args.slots}")
+    if args.participants != 1:
+        raise ValueError("cam-run drives one participant per replica (--participants 1); P > 1 is exercised by the "
+                         "op-level tests")
+    world = args.replicas * args.participants + args.ffn
+    limit = max_processes()
+    if world > limit:
+        raise ValueError(f"--replicas x --participants + --ffn = {world} rank processes; this machine takes at most "
+                         f"{limit} ({os.cpu_count()} CPUs, ~{_RANK_BYTES >> 20} MiB per rank)")
+    _finite("--timeout", args.timeout, 0.0, float("inf"), lo_open=True)
+    _finite("--idle-poll", args.idle_poll, 0.0, float("inf"), lo_open=True)
+    try:
+        _runtime.check_timeout_chain("cam-run", args.timeout, args.idle_poll)
+    except ValueError as e:
+        raise ValueError(str(e).replace("timeout_s", "--timeout").replace("idle_poll_s", "--idle-poll")) from None
+    if args.skew is not None:
+        _finite("--skew", args.skew, 0.0, _MAX_SKEW)
+    if args.requests is not None and not 1 <= args.requests <= _MAX_REQUESTS:
+        raise ValueError(f"--requests must be in [1, {_MAX_REQUESTS}], got {args.requests}")
+    if args.seed is not None and not 0 <= args.seed < 2**63:
+        raise ValueError(f"--seed must be in [0, 2^63), got {args.seed}")
+    for name, value in zip("ABC", args.attention_cost):
+        _finite(f"--attention-cost {name}", value, 0.0, _MAX_COST_S)
+    if args.json:
+        _writable("--json", args.json)
+    if args.timeline:
+        _writable("--timeline", args.timeline)
+        if importlib.util.find_spec("matplotlib") is None:
+            raise ValueError("--timeline needs matplotlib (pip install matplotlib)")
+    if args.keep and os.path.exists(args.keep) and not os.path.isdir(args.keep):
+        raise ValueError(f"--keep {args.keep!r} exists and is not a directory")
+
+
 def _config(args, out_dir: str, port: int) -> RunConfig:
     spec = dataclasses.asdict(WORKLOAD_PRESETS[args.preset])
     for key in ("requests", "seed", "skew"):
         value = getattr(args, key)
         if value is not None:
             spec["num_requests" if key == "requests" else key] = value
-    for flag in ("replicas", "ffn", "slots"):
-        if getattr(args, flag) < 1:
-            raise ValueError(f"--{flag} must be >= 1, got {getattr(args, flag)}")
-    if args.timeout <= 0 or args.idle_poll <= 0:
-        raise ValueError("--timeout and --idle-poll must be positive")
-    if args.participants != 1:
-        raise ValueError("cam-run drives one participant per replica (--participants 1); P > 1 is exercised by the "
-                         "op-level tests")
     cfg = RunConfig(mode=args.mode, model=args.model, workload=spec, D=args.replicas, P=args.participants,
                     F=args.ffn, slots=args.slots, master_addr="127.0.0.1", master_port=port,
                     timeout_s=args.timeout, idle_poll_s=args.idle_poll, cost_model=args.cost_model,
@@ -101,7 +171,9 @@ def _remove_leftover_windows(prefix: str) -> None:
 
 
 def _failure(failed: Dict[int, int]) -> str:
-    ranks = [r for r in sorted(failed) if r >= 0]
+    # A rank killed by a signal is a cause; ranks that exited with an error in the same poll are usually its
+    # consequences (their Comm's liveness watchdog aborted the plane within milliseconds), so name it first.
+    ranks = sorted((r for r in failed if r >= 0), key=lambda r: (failed[r] >= 0, r))
     if not ranks:
         return "the world did not come up in time"
     first = ranks[0]
@@ -223,6 +295,11 @@ def worker_command(config_path: str, rank: int) -> list:
 
 
 def run(args) -> int:
+    try:
+        check_args(args)
+    except ValueError as e:
+        print(f"cam-run: bad configuration: {e}", file=sys.stderr)
+        return 2
     port = _free_port()
     out_dir = args.keep or tempfile.mkdtemp(prefix="cam-run-")
     os.makedirs(out_dir, exist_ok=True)
@@ -231,6 +308,8 @@ def run(args) -> int:
         built = build(cfg)  # validates the topology too: E % F, sizes (ValueError naming the field)
     except ValueError as e:
         print(f"cam-run: bad configuration: {e}", file=sys.stderr)
+        if not args.keep:
+            shutil.rmtree(out_dir, ignore_errors=True)
         return 2
     topo = built[2]
     world = topo.world_size

@@ -2,7 +2,8 @@
 
 Attention ranks run their replica's batches layer by layer through the connector (shared experts locally between
 dispatch and combine); FFN ranks loop receive → W1 → W2 → send until the launcher says the run is over. A watchdog
-thread ends every wait of the world at once when the launcher raises the abort key (a rank died).
+thread ends every wait of the world at once when the launcher raises the abort key (a rank died) or the launcher
+itself is gone.
 """
 
 from __future__ import annotations
@@ -36,14 +37,23 @@ def _store(cfg: RunConfig):
                                       timeout=timedelta(seconds=cfg.timeout_s))
 
 
-def _watch_abort(store, connector: AsyncAFDConnector, seen: dict, stop: threading.Event) -> None:
+def _watch_abort(store, connector: AsyncAFDConnector, seen: dict, stop: threading.Event, launcher_pid: int) -> None:
+    """Ends every wait of the world at once when the launcher raises the abort key, and also when the launcher is
+    gone (its store unreachable, or this process re-parented): a SIGKILLed launcher can no longer end the run, so
+    its workers must not wait out --timeout for it."""
     while not stop.wait(_POLL_S):
-        try:
-            if store.check([ABORT_KEY]):
-                seen["by"] = store.get(ABORT_KEY).decode()
-                connector.abort()
-                return
-        except Exception:  # the launcher's store is gone: it died or ended the run; nothing to watch
+        why = None
+        if os.getppid() != launcher_pid:
+            why = f"the cam-run launcher (pid {launcher_pid}) is gone"
+        else:
+            try:
+                if store.check([ABORT_KEY]):
+                    why = store.get(ABORT_KEY).decode()
+            except Exception as e:  # noqa: BLE001 - any store failure means the launcher's store is lost
+                why = f"lost the cam-run launcher's store ({type(e).__name__}): the launcher died"
+        if why is not None and not stop.is_set():
+            seen["by"] = why
+            connector.abort()
             return
 
 
@@ -185,7 +195,8 @@ def main(argv=None) -> int:
     connector = AsyncAFDConnector(rank, role, cfg.connector_config(topo))
     aborted: dict = {}
     stop = threading.Event()
-    watchdog = threading.Thread(target=_watch_abort, args=(store, connector, aborted, stop), daemon=True)
+    watchdog = threading.Thread(target=_watch_abort, args=(store, connector, aborted, stop, os.getppid()),
+                                daemon=True)
     result_path = os.path.join(cfg.out_dir, f"result-{rank}.json")
     try:
         connector.init_afd_connector(store=store)

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <random>
 
 #include "backend.h"
 #include "status.h"
@@ -30,14 +31,43 @@ void Store(uint8_t* window, int64_t byteOff, int64_t value) {
     __atomic_store_n(reinterpret_cast<int64_t*>(window + byteOff), value, __ATOMIC_RELEASE);
 }
 
+}  // namespace
+
+// The abort word as a reason: raised by a rank (1 + rank), or a rank found dead by a survivor's liveness watchdog
+// (-(1 + rank), see camCommReportDeadRank).
+std::string AbortReason(int64_t abortWord) {
+    if (abortWord < 0)
+        return "the communicator was aborted because rank " + std::to_string(-abortWord - 1) +
+               " died (its process is gone; found by the plane's liveness watchdog)";
+    return "the communicator was aborted by rank " + std::to_string(abortWord - 1);
+}
+
+namespace {
+
 const char* FieldName(int64_t field) {
     static const char* names[] = {"ok", "D", "P", "F", "E", "K", "H", "Bmax", "L", "slots", "act_dtype_bytes",
                                   "quantized", "capacity", "window size"};
     return field >= 0 && field <= field::kWindow ? names[field] : "?";
 }
 
-void WriteIdentity(uint8_t* window, const CamTopology& topo, int64_t rank, uint64_t bytes) {
+// Random per creation, so two planes of one topology (or one plane re-created with the same names) differ.
+int64_t Nonce(const void* salt) {
+    std::random_device rd;
+    uint64_t h = (uint64_t(rd()) << 32) ^ rd();
+    h = layout::fnv1a_word(h, static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    h = layout::fnv1a_word(h, static_cast<uint64_t>(getpid()));
+    h = layout::fnv1a_word(h, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(salt)));
+    return static_cast<int64_t>(h & 0x7fffffffffffffffull) | 1;  // never 0: 0 means "not written"
+}
+
+const char* DtypeName(int64_t dtype) {
+    return dtype == ACL_BF16 ? "bfloat16" : dtype == ACL_FLOAT16 ? "float16" : "?";
+}
+
+void WriteIdentity(uint8_t* window, const CamTopology& topo, int64_t rank, uint64_t bytes, int64_t dtype) {
     const int64_t base = kIdentityOff;
+    Store(window, base + 8 * kIdentityDtype, dtype);
+    Store(window, base + 8 * kIdentityNonce, Nonce(window));
     Store(window, base + 8 * kIdentityFingerprint, layout::fingerprint(topo));
     Store(window, base + 8 * kIdentityVersion, kLayoutVersion);
     Store(window, base + 8 * kIdentityRank, rank);
@@ -47,7 +77,8 @@ void WriteIdentity(uint8_t* window, const CamTopology& topo, int64_t rank, uint6
 
 // Checks the identity line a peer wrote at creation: same topology, the rank and role expected, a window as large
 // as the role needs. Returns "" or the reason.
-std::string CheckIdentity(const uint8_t* window, uint64_t mappedBytes, const CamTopology& topo, int64_t rank) {
+std::string CheckIdentity(const uint8_t* window, uint64_t mappedBytes, const CamTopology& topo, int64_t rank,
+                          int64_t dtype) {
     const int64_t base = kIdentityOff;
     const int64_t fp = Load(window, base + 8 * kIdentityFingerprint);
     if (fp != layout::fingerprint(topo) || Load(window, base + 8 * kIdentityVersion) != kLayoutVersion) {
@@ -57,6 +88,10 @@ std::string CheckIdentity(const uint8_t* window, uint64_t mappedBytes, const Cam
     if (Load(window, base + 8 * kIdentityRank) != rank)
         return "the window registered for rank " + std::to_string(rank) + " belongs to rank " +
                std::to_string(Load(window, base + 8 * kIdentityRank));
+    const int64_t theirs = Load(window, base + 8 * kIdentityDtype);
+    if (theirs != dtype)
+        return "rank " + std::to_string(rank) + " was created with activation dtype " + DtypeName(theirs) +
+               ", ours is " + DtypeName(dtype) + " (the dtype changes the bytes on the wire)";
     const int64_t need = RequiredWindowBytes(topo, rank);
     if (static_cast<int64_t>(mappedBytes) < need)
         return "rank " + std::to_string(rank) + "'s window has " + std::to_string(mappedBytes) +
@@ -189,13 +224,25 @@ aclnnStatus CheckCreateArgs(const char* api, const CamTopology* topology, int64_
                                                  std::to_string(layout::world_size(*topology)) + ")");
     if (config->timeoutNs <= 0 || config->idlePollNs <= 0)
         return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": timeoutNs and idlePollNs must be positive");
+    if (config->actDtype != ACL_BF16 && config->actDtype != ACL_FLOAT16)
+        return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": config->actDtype must be ACL_BF16 or ACL_FLOAT16, got " +
+                                                 std::to_string(config->actDtype));
     return ACLNN_SUCCESS;
 }
 
+// Once every window is mapped and its identity checked: the plane id is a hash of the topology, the dtype and
+// every rank's creation nonce, so every rank computes the same value and no other plane instance has it. Work items
+// carry it (protocol §4.2): one from another plane of the same topology is refused.
 void BuildPeerTable(camComm* c) {
     const int64_t world = layout::world_size(c->topo);
     c->peerTable.resize(world);
     for (int64_t r = 0; r < world; ++r) c->peerTable[r] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(c->transport->Window(r)));
+    uint64_t h = layout::fnv1a_word(14695981039346656037ull, static_cast<uint64_t>(layout::fingerprint(c->topo)));
+    h = layout::fnv1a_word(h, static_cast<uint64_t>(c->config.actDtype));
+    for (int64_t r = 0; r < world; ++r)
+        h = layout::fnv1a_word(h, static_cast<uint64_t>(Load(c->transport->Window(r), kIdentityOff + 8 * kIdentityNonce)));
+    c->planeId = static_cast<int64_t>(h & 0x7fffffffffffffffull);
+    Store(c->Own(), kIdentityOff + 8 * kIdentityPlaneId, c->planeId);
     c->attached = true;
 }
 
@@ -246,7 +293,7 @@ aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t a
             break;
         case status::kAborted:
             status = CAM_ERR_COMM_ABORTED;
-            m += ": the communicator was aborted by rank " + std::to_string(det - 1);
+            m += ": " + AbortReason(det);
             if (seq > 0) m += " while in " + round;
             break;
         case status::kCapacity:
@@ -263,8 +310,12 @@ aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t a
                 m += ": rank " + std::to_string(peer) + " published layer outside [0, L=" + std::to_string(t.L) + ")";
             } else if (det == detail::kArgTokens) {
                 m += ": the token count (topk_ids rows) differs from the one dispatched in " + round;
+            } else if (det == detail::kArgIdsDiffer) {
+                m += ": topk_ids differ from the ids dispatched in " + round +
+                     " (combine_recv must get the ids of the round it receives)";
             } else {
-                m += ": work_item is not a work item dispatch_recv produced on this rank";
+                m += ": work_item is not a work item dispatch_recv produced on this rank of this plane (a word was "
+                     "changed, or it comes from another rank or plane)";
             }
             m += " (device pre-pass, nothing written)";
             break;
@@ -278,8 +329,9 @@ aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t a
                                         "participants published different layers for one round",
                                         "per-expert counts do not sum to the rows",
                                         "the work item was already combined or is out of order",
-                                        "no dispatch_send round is in flight"};
-            m += std::string(": protocol violation: ") + (det >= 1 && det <= 6 ? why[det] : "?") +
+                                        "no dispatch_send round is in flight",
+                                        "a dispatch record or index entry points outside its round"};
+            m += std::string(": protocol violation: ") + (det >= 1 && det <= 7 ? why[det] : "?") +
                  (peer >= 0 ? " (peer rank " + std::to_string(peer) + ")" : "") + " in " + round;
             break;
         }
@@ -316,7 +368,7 @@ aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp) {
     const int64_t abortWord = Load(comm->Own(), kAbortOff);
     if (abortWord != 0)
         return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + " on rank " + std::to_string(comm->rank) +
-                                              ": the communicator was aborted by rank " + std::to_string(abortWord - 1));
+                                              ": " + AbortReason(abortWord));
     const int64_t world = layout::world_size(comm->topo);
     for (int64_t r = 0; r < world; ++r) {
         const uint64_t have = comm->transport->WindowBytes(r);
@@ -341,6 +393,7 @@ kernels::dp::CommArgs MakeCommArgs(const camComm* comm) {
     a.idleCycles = cycles(comm->config.idlePollNs);
     // Block 0 decides within timeout + idle plus its own bookkeeping; 60 s covers a heavily loaded host.
     a.followerCycles = a.timeoutCycles + a.idleCycles + cycles(60'000'000'000LL);
+    a.planeId = comm->planeId;
     return a;
 }
 
@@ -413,7 +466,7 @@ extern "C" aclnnStatus camCommCreateInProcess(const char* group, const CamTopolo
         const uint64_t bytes = static_cast<uint64_t>(RequiredWindowBytes(topo, rank));
         auto block = std::make_shared<Block>(bytes);
         if (!block->base) return fail("cannot allocate a window of " + std::to_string(bytes) + " bytes");
-        WriteIdentity(block->base, topo, rank, bytes);
+        WriteIdentity(block->base, topo, rank, bytes, config->actDtype);
         g->windows[rank] = block;
         if (++g->joined == world) {
             g->complete = true;
@@ -439,7 +492,8 @@ extern "C" aclnnStatus camCommCreateInProcess(const char* group, const CamTopolo
         c->config = *config;
         c->transport = std::make_unique<InProcessTransport>(g);
         for (int64_t r = 0; r < world; ++r) {
-            const std::string why = CheckIdentity(c->transport->Window(r), c->transport->WindowBytes(r), topo, r);
+            const std::string why =
+                CheckIdentity(c->transport->Window(r), c->transport->WindowBytes(r), topo, r, config->actDtype);
             if (!why.empty()) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + why);
         }
         BuildPeerTable(c.get());
@@ -459,7 +513,7 @@ extern "C" aclnnStatus camCommCreateShm(const char* segmentName, const CamTopolo
         const uint64_t bytes = static_cast<uint64_t>(RequiredWindowBytes(topo, rank));
         const std::string err = transport->Create(bytes);
         if (!err.empty()) return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + err);
-        WriteIdentity(transport->Window(rank), topo, rank, bytes);
+        WriteIdentity(transport->Window(rank), topo, rank, bytes, config->actDtype);
         auto c = std::make_unique<camComm>();
         c->topo = topo;
         c->rank = rank;
@@ -485,7 +539,8 @@ extern "C" aclnnStatus camCommAttachShm(camComm* comm, const char* const* segmen
             if (r == comm->rank) continue;
             if (!segmentNames[r]) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": segment name is null");
             std::string why = shm->Map(r, segmentNames[r]);
-            if (why.empty()) why = CheckIdentity(shm->Window(r), shm->WindowBytes(r), comm->topo, r);
+            if (why.empty())
+                why = CheckIdentity(shm->Window(r), shm->WindowBytes(r), comm->topo, r, comm->config.actDtype);
             if (!why.empty()) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + why);
         }
         BuildPeerTable(comm);
@@ -509,6 +564,22 @@ extern "C" aclnnStatus camCommAbort(camComm* comm) {
         if (!w) continue;  // not mapped yet (shm before attach): nothing of ours runs there
         int64_t expected = 0;
         __atomic_compare_exchange_n(reinterpret_cast<int64_t*>(w + cam::kAbortOff), &expected, 1 + comm->rank, false,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    return ACLNN_SUCCESS;
+}
+
+extern "C" aclnnStatus camCommReportDeadRank(camComm* comm, int64_t deadRank) {
+    if (!comm) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommReportDeadRank: comm is null");
+    const int64_t world = cam::layout::world_size(comm->topo);
+    if (deadRank < 0 || deadRank >= world || deadRank == comm->rank)
+        return Fail(ACLNN_ERR_PARAM_INVALID, "camCommReportDeadRank: deadRank " + std::to_string(deadRank) +
+                                                 " is not a peer of rank " + std::to_string(comm->rank));
+    for (int64_t r = 0; r < world; ++r) {
+        uint8_t* w = comm->transport->Window(r);
+        if (!w) continue;
+        int64_t expected = 0;  // the first reason stays: every survivor reports the same death
+        __atomic_compare_exchange_n(reinterpret_cast<int64_t*>(w + cam::kAbortOff), &expected, -(1 + deadRank), false,
                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     }
     return ACLNN_SUCCESS;

@@ -38,6 +38,7 @@ struct camComm {
     std::unique_ptr<cam::host::Transport> transport;
     std::vector<int64_t> peerTable;  // window base of every rank: the kernels' `peers` argument
     bool attached = false;
+    int64_t planeId = 0;  // set when attached (BuildPeerTable): stamped into this plane's work items
     std::mutex failureMutex;
     std::string failure;  // first fatal error reported on this rank
     std::atomic<int64_t> opsInFlight{0};  // launched and not yet past the stream (camCommDestroy refuses meanwhile)

@@ -5,6 +5,7 @@
 
 #include "combine_recv/combine_recv_tiling_data.h"
 #include "common/dataplane.h"
+#include "common/work_item_check.h"
 
 namespace cam::kernels {
 
@@ -67,6 +68,11 @@ private:
                 plane_.Raise(status::kBadInput, op::kCombineRecv, -1, d, layer, seq, detail::kArgTopkIds, false);
                 return false;
             }
+        }
+        if (dp::IdsDigest(ids_, tiling_.tokens * t.K) !=
+            dp::LoadWord(own, layout::attn_slot_state_off(t, s) + 8 * kSlotIdsDigest)) {
+            plane_.Raise(status::kBadInput, op::kCombineRecv, -1, d, layer, seq, detail::kArgIdsDiffer, false);
+            return false;
         }
         const int64_t deadline = AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles;
         for (uint32_t i = 0;; ++i) {

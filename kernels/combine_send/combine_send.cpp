@@ -5,6 +5,7 @@
 
 #include "combine_send/combine_send_tiling_data.h"
 #include "common/dataplane.h"
+#include "common/work_item_check.h"
 
 namespace cam::kernels {
 
@@ -41,9 +42,12 @@ private:
             plane_.Raise(code, op::kCombineSend, -1, d, -1, Wi(kWiSeq), det, false);
             return false;
         };
-        if (Wi(kWiFingerprint) != layout::fingerprint(t) || Wi(kWiFfnRank) != plane_.Rank())
+        if (Wi(kWiFingerprint) != plane_.Args().planeId || Wi(kWiFfnRank) != plane_.Rank())
             return refuse(status::kBadInput, -1, detail::kArgWorkItem);
-        if (Wi(kWiKind) == kWiEmpty) return false;
+        if (Wi(kWiKind) == kWiEmpty) {
+            if (!dp::EmptyWorkItemIsCanonical(plane_, wi_)) return refuse(status::kBadInput, -1, detail::kArgWorkItem);
+            return false;
+        }
         if (Wi(kWiKind) != kWiWork) return refuse(status::kBadInput, -1, detail::kArgWorkItem);
         const int64_t d = Wi(kWiReplica), q = Wi(kWiSeq);
         if (d < 0 || d >= t.D || q < 1 || Wi(kWiSlot) != layout::slot_of_seq(t, q) || Wi(kWiRows) < 0 ||
@@ -53,6 +57,8 @@ private:
         const int64_t combined = dp::LoadWord(own, layout::ffn_combined_seq_off(t) + 8 * d);
         const int64_t consumed = dp::LoadWord(own, layout::ffn_done_seq_off(t) + 8 * d);
         if (combined != q - 1 || q > consumed) return refuse(status::kProtocol, d, detail::kProtoStaleWorkItem);
+        if (!dp::WorkItemMatchesRecords(plane_, wi_, d, q, Wi(kWiSlot)))
+            return refuse(status::kBadInput, d, detail::kArgWorkItem);
         return true;
     }
 
@@ -66,6 +72,7 @@ private:
             const int64_t a = layout::attn_rank_of(t, d, p);
             GM_ADDR region = plane_.Own() + layout::ffn_region_off(t, a, s);
             const int64_t tk = dp::IndexField(region, t, entry, 1);
+            if (tk < 0 || tk >= t.Bmax * t.K) return;  // checked in Control; a peer racing it still stays in the slot
             mover_.Copy(plane_.Window(a) + layout::attn_combine_row_off(t, s, tk), expertOut_ + o * rowBytes, rowBytes);
         });
     }

@@ -16,6 +16,7 @@ struct CommArgs {
     int64_t timeoutCycles;   // bound of every wait inside a begun round
     int64_t idleCycles;      // dispatch_recv: nothing ready for this long -> empty work item
     int64_t followerCycles;  // bound of the non-zero blocks' wait for block 0's decision (> any block-0 wait)
+    int64_t planeId;         // this plane instance (identity line word kIdentityPlaneId): stamped into work items
 };
 
 // Workspace line 0 of every data-plane kernel: block 0's decision for the other blocks.

@@ -64,6 +64,7 @@ inline constexpr int64_t kArgTopkIds = 1;
 inline constexpr int64_t kArgLayer = 2;
 inline constexpr int64_t kArgWorkItem = 3;
 inline constexpr int64_t kArgTokens = 4;
+inline constexpr int64_t kArgIdsDiffer = 5;  // combine_recv: topk_ids are not the ones dispatched in this round
 // kTimeout: what was awaited
 inline constexpr int64_t kAwaitSlotFree = 1;
 inline constexpr int64_t kAwaitReplica = 2;
@@ -78,11 +79,12 @@ inline constexpr int64_t kProtoLayerDiffers = 3;      // participants of one rou
 inline constexpr int64_t kProtoCounts = 4;            // per-expert counts do not sum to rows
 inline constexpr int64_t kProtoStaleWorkItem = 5;     // combine_send of a work item out of order or twice
 inline constexpr int64_t kProtoNothingInFlight = 6;   // combine_recv without a matching dispatch_send
+inline constexpr int64_t kProtoIndexEntry = 7;        // an index entry a peer wrote points outside its round
 }  // namespace detail
 
 // ---- control area: first kControlBytes of every window, both roles ----
 inline constexpr int64_t kControlBytes = 4 * kLine;
-inline constexpr int64_t kAbortOff = 0;           // int64: 0, or 1 + rank that raised it
+inline constexpr int64_t kAbortOff = 0;  // int64: 0, 1 + rank that raised it, or -(1 + rank) for a rank found dead
 inline constexpr int64_t kStatusOff = kLine;      // int64[kStatusWords]
 inline constexpr int64_t kIdentityOff = 2 * kLine;  // int64[kIdentityWords], written by the Comm at creation
 
@@ -101,7 +103,10 @@ inline constexpr int64_t kIdentityVersion = 1;
 inline constexpr int64_t kIdentityRank = 2;
 inline constexpr int64_t kIdentityRole = 3;  // kRoleAttention / kRoleFfn
 inline constexpr int64_t kIdentityWindowBytes = 4;
-inline constexpr int64_t kIdentityWords = 5;
+inline constexpr int64_t kIdentityDtype = 5;    // activation dtype (aclDataType): changes the bytes on the wire
+inline constexpr int64_t kIdentityNonce = 6;    // random per rank and creation: tells plane instances apart
+inline constexpr int64_t kIdentityPlaneId = 7;  // written once every window is mapped: see plane_id() below
+inline constexpr int64_t kIdentityWords = 8;
 inline constexpr int64_t kRoleAttention = 1;
 inline constexpr int64_t kRoleFfn = 2;
 
@@ -125,7 +130,7 @@ inline constexpr int64_t kWiSeq = 3;
 inline constexpr int64_t kWiSlot = 4;
 inline constexpr int64_t kWiRows = 5;
 inline constexpr int64_t kWiFfnRank = 6;
-inline constexpr int64_t kWiFingerprint = 7;
+inline constexpr int64_t kWiFingerprint = 7;  // the plane id (CommArgs::planeId), not only the topology's
 inline constexpr int64_t kWiCounts = 8;  // int64[R], then three int64[R*P] cell tables (see work_item_* below)
 inline constexpr int64_t kWiFixedWords = 8;
 inline constexpr int64_t kWiEmpty = 0;
@@ -138,6 +143,7 @@ inline constexpr int64_t kAttnFixedLines = 2;     // then one line per slot:
 inline constexpr int64_t kSlotSeq = 0;
 inline constexpr int64_t kSlotLayer = 1;
 inline constexpr int64_t kSlotTokens = 2;
+inline constexpr int64_t kSlotIdsDigest = 3;  // digest of the round's topk_ids: combine_recv must get the same ids
 
 // ---- FFN state (own window, written only by this rank's kernels) ----
 inline constexpr int64_t kFfnRrNext = 0;  // first replica the next selection scans

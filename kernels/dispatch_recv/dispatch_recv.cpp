@@ -4,6 +4,7 @@
 #include "kernel_operator.h"
 
 #include "common/dataplane.h"
+#include "common/work_item_check.h"
 #include "dispatch_recv/dispatch_recv_tiling_data.h"
 
 namespace cam::kernels {
@@ -144,6 +145,7 @@ private:
             if (rows > layout::region_index_entries(t) ||
                 Hdr(a, s, kHdrTokenSlots) > layout::region_token_slots(t))
                 return fail(status::kCapacity, rows);
+            if (!dp::RecordInRange(t, Region(a, s), q)) return fail(status::kProtocol, detail::kProtoIndexEntry);
             total += rows;
         }
         if (total > layout::recv_rows(t)) {
@@ -160,7 +162,7 @@ private:
         dp::StoreWord(wi_, 8 * kWiSlot, s);
         dp::StoreWord(wi_, 8 * kWiRows, total);
         dp::StoreWord(wi_, 8 * kWiFfnRank, plane_.Rank());
-        dp::StoreWord(wi_, 8 * kWiFingerprint, fp);
+        dp::StoreWord(wi_, 8 * kWiFingerprint, plane_.Args().planeId);
         int64_t out = 0;
         for (int64_t j = 0; j < R; ++j) {
             int64_t expertRows = 0;
@@ -189,7 +191,7 @@ private:
         dp::StoreWord(wi_, 8 * kWiKind, kWiEmpty);
         dp::StoreWord(wi_, 8 * kWiReplica, -1);
         dp::StoreWord(wi_, 8 * kWiFfnRank, plane_.Rank());
-        dp::StoreWord(wi_, 8 * kWiFingerprint, layout::fingerprint(t));
+        dp::StoreWord(wi_, 8 * kWiFingerprint, plane_.Args().planeId);
         for (int64_t j = 0; j < layout::experts_per_ffn(t); ++j) dp::StoreWord(counts_, 8 * j, 0);
     }
 
@@ -205,6 +207,7 @@ private:
         dp::ForEachRow(t, wi_, lo, hi, [&](int64_t o, int64_t p, int64_t entry) {
             GM_ADDR region = Region(layout::attn_rank_of(t, d, p), s);
             const int64_t slot = dp::IndexField(region, t, entry, 0);
+            if (slot < 0 || slot >= layout::region_token_slots(t)) return;  // checked in Select; bounds a racing peer
             mover_.Copy(expandX_ + o * rowBytes,
                         region + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t), rowBytes);
             if (t.quantized) mover_.Copy(scales_ + 4 * o, region + layout::region_scales_off(t) + 4 * slot, 4);

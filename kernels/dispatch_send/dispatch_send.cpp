@@ -5,6 +5,7 @@
 #include "kernel_operator.h"
 
 #include "common/dataplane.h"
+#include "common/work_item_check.h"
 #include "common/quant.h"
 #include "dispatch_send/dispatch_send_tiling_data.h"
 
@@ -91,6 +92,7 @@ private:
             }
         }
 
+        idsDigest_ = dp::IdsDigest(ids_, B * t.K);
         if (round_ >= t.slots && !WaitSlotFree(own)) return false;
 
         // Records: written to workspace, copied to each FFN rank by MoveTables.
@@ -289,6 +291,7 @@ private:
         dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotSeq, seq_);
         dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotLayer, tiling_.layer);
         dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotTokens, tiling_.tokens);
+        dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotIdsDigest, idsDigest_);
         dp::StoreWord(own, layout::attn_send_count_off(t), round_ + 1);
     }
 
@@ -312,6 +315,7 @@ private:
     GM_ADDR ws_ = nullptr;
     DispatchSendWorkspace wsl_{};
     int64_t round_ = 0, seq_ = 0, slot_ = 0;
+    int64_t idsDigest_ = 0;  // block 0 only: computed in Control, published with the slot state
     AscendC::TPipe pipe_;
     AscendC::TQue<AscendC::TPosition::VECIN, 2> inQue_;
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;

@@ -63,7 +63,7 @@ constexpr CamTopology kTopo{1, 1, 1, 4, 2, 64, 4, 2, 1, 2, 0, 8};  // D P F E K 
 constexpr int64_t B = 3;
 
 int Attention(int* result) {
-    camCommConfig cfg{2'000'000'000, 50'000'000};
+    camCommConfig cfg{2'000'000'000, 50'000'000, ACL_BF16};
     camComm* comm = nullptr;
     CHECK(camCommCreateInProcess("sdk-plane", &kTopo, 0, &cfg, 10000, &comm));
     aclrtStream stream = nullptr;
@@ -123,7 +123,7 @@ int Attention(int* result) {
 }
 
 int Ffn(int* result) {
-    camCommConfig cfg{2'000'000'000, 50'000'000};
+    camCommConfig cfg{2'000'000'000, 50'000'000, ACL_BF16};
     camComm* comm = nullptr;
     CHECK(camCommCreateInProcess("sdk-plane", &kTopo, 1, &cfg, 10000, &comm));
     aclrtStream stream = nullptr;

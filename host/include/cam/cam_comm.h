@@ -25,6 +25,8 @@ typedef struct CamTopology CamTopology;
 typedef struct {
     int64_t timeoutNs;  /* bound of every device wait inside a begun round (slot reuse, partial replica, completion) */
     int64_t idlePollNs; /* dispatch_recv returns an empty work item after this long with nothing ready */
+    int64_t actDtype;   /* ACL_BF16 or ACL_FLOAT16: the activation dtype. Part of the plane identity checked at
+                           creation (it changes the bytes on the wire): every rank of a plane must give the same. */
 } camCommConfig;
 
 /* Threads as ranks. Blocks until all A+F ranks of `group` joined (at most joinTimeoutMs) and fails naming the
@@ -36,7 +38,7 @@ CAM_API aclnnStatus camCommCreateInProcess(const char* group, const CamTopology*
 CAM_API aclnnStatus camCommCreateShm(const char* segmentName, const CamTopology* topology, int64_t rank,
                                      const camCommConfig* config, camComm** comm);
 /* Step 2: maps every peer's segment (names[r] for r = 0..count-1, count = A+F; names[rank] is ignored) and checks
- * each peer's identity line (topology fingerprint, rank, role, window size). */
+ * each peer's identity line (topology fingerprint, activation dtype, rank, role, window size). */
 CAM_API aclnnStatus camCommAttachShm(camComm* comm, const char* const* segmentNames, int64_t count);
 /* Step 3, once every peer attached: removes this rank's segment name. Mappings stay valid. */
 CAM_API aclnnStatus camCommUnlinkShm(camComm* comm);
@@ -44,6 +46,10 @@ CAM_API aclnnStatus camCommUnlinkShm(camComm* comm);
 /* Raises the abort word of every rank: every device wait on every rank ends promptly with CAM_ERR_COMM_ABORTED,
  * and the communicators refuse further ops. Safe to call from any thread while ops are in flight. */
 CAM_API aclnnStatus camCommAbort(camComm* comm);
+/* Raises the abort word of every rank with "rank deadRank died" as the reason (unless an abort was already
+ * raised): what a liveness watchdog calls when it finds a peer's process gone, so every survivor's error names the
+ * dead rank. Safe from any thread while ops are in flight. */
+CAM_API aclnnStatus camCommReportDeadRank(camComm* comm, int64_t deadRank);
 /* Frees the communicator. It refuses, with CAM_ERR_COMM_BUSY and nothing freed, while any op launched on it is still
  * queued or running (counted until its stream has passed it, whether the op succeeded or failed): synchronize the
  * streams first; if a synchronize timed out, camCommAbort ends the ops' device waits, then synchronize again. It

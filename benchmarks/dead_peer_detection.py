@@ -1,0 +1,165 @@
+"""How fast the survivors of an shm plane learn that a peer died, and whether each names it (issue 9, item 8).
+
+A plane of processes (D=2 replicas x P=1, F=2 FFN ranks) runs rounds; once every rank is busy one rank is
+SIGKILLed (an FFN rank, then an Attention rank). Every survivor is inside an op (Attention ranks in combine_recv,
+FFN ranks in dispatch_recv polls); the plane's liveness watchdog raises the abort word naming the dead rank. The
+figure is the time from the kill to each survivor's error, against the same run's device timeout (timeout_s, set
+far above on purpose: detection must not depend on it). Nothing here is a test assertion; tests/test_liveness.py
+runs one plane per victim role and checks that every survivor names the dead rank.
+
+    python benchmarks/dead_peer_detection.py --runs 3 --json benchmarks/results/dead-peer-detection.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TOPOLOGY = dict(D=2, P=1, F=2, E=4, K=2, H=64, Bmax=8, L=2, slots=2)
+TIMEOUT_S = 120.0
+
+
+def worker(args) -> int:
+    import torch
+    from torch.distributed import FileStore
+
+    import cam
+
+    topo = cam.Topology(**TOPOLOGY)
+    store = FileStore(args.store, topo.world_size)
+    out = os.path.join(args.dir, f"rank{args.rank}")
+    with cam.Comm(topo, args.rank, transport="shm", store=store, group="plane", shm_prefix=args.prefix,
+                  timeout_s=TIMEOUT_S, join_timeout_s=60, liveness_poll_s=args.liveness_poll) as comm:
+        g = torch.Generator().manual_seed(args.rank)
+
+        def step():  # one round (Attention) or one work item (FFN): (replica, seq) served, or None
+            if comm.is_attention:
+                x = torch.randn((topo.Bmax, topo.H), generator=g).to(torch.bfloat16)
+                ids = torch.randint(0, topo.E, (topo.Bmax, topo.K), generator=g, dtype=torch.int32)
+                w = torch.rand((topo.Bmax, topo.K), generator=g)
+                cam.ops.dispatch_send(comm, x, ids, 0)
+                cam.ops.combine_recv(comm, ids, w)
+                return (args.rank, 1)
+            _, _, _, wi = cam.ops.dispatch_recv(comm)
+            cam.ops.combine_send(comm, torch.zeros((topo.recv_rows, topo.H), dtype=torch.bfloat16), wi)
+            return (int(wi[1]), int(wi[3])) if int(wi[0]) == 1 else None
+
+        # Warm-up on every rank: the first call of each torch op pays one-off set-up (seconds) that is not
+        # detection time. Every Attention rank completes its first round, so every FFN rank serves round 1 of
+        # every replica (and whatever later rounds come first) before it counts as ready.
+        firsts = set()
+        while len(firsts) < (1 if comm.is_attention else topo.D):
+            item = step()
+            if item is not None and item[1] == 1:
+                firsts.add(item[0])
+        open(out + ".ready", "w").close()
+        if args.rank == args.victim:
+            time.sleep(300)  # killed by the launcher
+            return 1
+        end = time.monotonic() + 2 * TIMEOUT_S
+        rounds = 0
+        try:
+            while time.monotonic() < end:
+                step()
+                rounds += 1
+            result = {"rank": args.rank, "error": None, "rounds": rounds}
+        except cam.CamError as e:
+            result = {"rank": args.rank, "error": str(e), "type": type(e).__name__, "t_error": time.time(),
+                      "t_found": comm.dead_rank_found_at, "rounds": rounds}
+        with open(out + ".json", "w") as f:
+            json.dump(result, f)
+    return 0
+
+
+def one_run(victim: int, liveness_poll: float) -> dict:
+    world = TOPOLOGY["D"] * TOPOLOGY["P"] + TOPOLOGY["F"]
+    with tempfile.TemporaryDirectory(prefix="cam-liveness-") as d:
+        prefix = f"camlive-{os.getpid()}-{victim}-{int(time.time() * 1000) % 100000}"
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--rank", str(r), "--dir", d,
+                                   "--store", os.path.join(d, "store"), "--prefix", prefix, "--victim", str(victim),
+                                   "--liveness-poll", str(liveness_poll)], stdin=subprocess.DEVNULL)
+                 for r in range(world)]
+        try:
+            deadline = time.monotonic() + 180
+            while not all(os.path.exists(os.path.join(d, f"rank{r}.ready")) for r in range(world)):
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    raise RuntimeError("the plane did not come up")
+                time.sleep(0.05)
+            time.sleep(1.0)  # every survivor is inside an op
+            t_kill = time.time()
+            procs[victim].send_signal(signal.SIGKILL)
+            survivors = {}
+            for r, p in enumerate(procs):
+                if r == victim:
+                    p.wait(30)
+                    continue
+                p.wait(TIMEOUT_S / 2)  # well below the device timeout: detection must not wait for it
+                with open(os.path.join(d, f"rank{r}.json")) as f:
+                    survivors[r] = json.load(f)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(30)
+    latency = {r: s["t_error"] - t_kill for r, s in survivors.items() if s.get("t_error")}
+    found = {r: s["t_found"] - t_kill for r, s in survivors.items() if s.get("t_found")}
+    named = {r: f"rank {victim} died" in (s.get("error") or "") for r, s in survivors.items()}
+    return {"victim": victim, "latency_s": latency, "watchdog_found_s": found, "all_named": all(named.values()), "named": named,
+            "errors": {r: s.get("error") for r, s in survivors.items()}}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=1, help="planes per victim role")
+    p.add_argument("--victims", nargs="+", choices=["ffn", "attention"], default=["ffn", "attention"])
+    p.add_argument("--liveness-poll", type=float, default=0.25, help="Comm(liveness_poll_s=...)")
+    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--dir", help=argparse.SUPPRESS)
+    p.add_argument("--store", help=argparse.SUPPRESS)
+    p.add_argument("--prefix", help=argparse.SUPPRESS)
+    p.add_argument("--victim", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        return worker(args)
+    if args.runs < 1 or not 0 < args.liveness_poll <= 60:
+        p.error("--runs must be >= 1 and --liveness-poll in (0, 60]")
+    A = TOPOLOGY["D"] * TOPOLOGY["P"]
+    runs = []
+    for role in args.victims:
+        for _ in range(args.runs):
+            victim = A + 1 if role == "ffn" else 0
+            r = one_run(victim, args.liveness_poll)
+            r["role"] = role
+            runs.append(r)
+            lat = sorted(r["latency_s"].values())
+            print(f"killed {role} rank {victim}: survivors' errors after "
+                  + ", ".join(f"{v:.3f}" for v in lat) + " s (their watchdogs found it after "
+                  + ", ".join(f"{v:.3f}" for v in sorted(r["watchdog_found_s"].values()))
+                  + f" s); all name the dead rank: {r['all_named']}", flush=True)
+    summary = {}
+    for role in args.victims:
+        lat = [v for r in runs if r["role"] == role for v in r["latency_s"].values()]
+        if lat:
+            summary[role] = {"median_s": statistics.median(lat), "max_s": max(lat), "survivor_errors": len(lat),
+                             "all_named": all(r["all_named"] for r in runs if r["role"] == role)}
+            print(f"{role} victim: median {summary[role]['median_s']:.3f} s, max {summary[role]['max_s']:.3f} s "
+                  f"(timeout_s {TIMEOUT_S:g} s, liveness_poll_s {args.liveness_poll:g} s)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"topology": TOPOLOGY, "timeout_s": TIMEOUT_S, "liveness_poll_s": args.liveness_poll,
+                       "summary": summary, "runs": runs}, f, indent=2)
+    ok = all(r["all_named"] and len(r["latency_s"]) == len(r["named"]) for r in runs)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
