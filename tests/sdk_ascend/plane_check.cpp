@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
     int64_t f[12];
     for (int i = 0; i < 12; ++i) f[i] = std::atoll(argv[1 + i]);
     const CamTopology t{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11]};
-    const camCommConfig cfg{std::atoll(argv[13]), std::atoll(argv[14])};
+    const camCommConfig cfg{std::atoll(argv[13]), std::atoll(argv[14]), ACL_BF16};
     const aclnnStatus st = camCheckAscendPlane(&t, &cfg, static_cast<uint32_t>(std::atoll(argv[15])),
                                                static_cast<uint32_t>(std::atoll(argv[16])));
     std::printf("%d %s\n", st, st == ACLNN_SUCCESS ? "" : camGetLastErrorMessage());

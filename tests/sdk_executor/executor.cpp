@@ -77,7 +77,7 @@ constexpr CamTopology kTopo{1, 1, 1, 4, 2, 64, 4, 2, 1, 2, 0, 8};  // D P F E K 
 std::atomic<bool> attentionDone{false};
 
 void Attention() {
-    camCommConfig cfg{1'000'000'000, 50'000'000};  // a 1 s bound on the wait below
+    camCommConfig cfg{1'000'000'000, 50'000'000, ACL_BF16};  // a 1 s bound on the wait below
     camComm* comm = nullptr;
     if (camCommCreateInProcess("sdk-executor", &kTopo, 0, &cfg, 10000, &comm) != ACLNN_SUCCESS) {
         Expect(false, "attention comm");
@@ -122,7 +122,7 @@ void Attention() {
 }
 
 void Ffn() {
-    camCommConfig cfg{1'000'000'000, 50'000'000};
+    camCommConfig cfg{1'000'000'000, 50'000'000, ACL_BF16};
     camComm* comm = nullptr;
     if (camCommCreateInProcess("sdk-executor", &kTopo, 1, &cfg, 10000, &comm) != ACLNN_SUCCESS) {
         Expect(false, "ffn comm");
