@@ -32,6 +32,8 @@ void Register(py::module_& m) {
     m.def("window_layout", &WindowLayout, py::arg("topology"),
           "Sizes of a topology's windows and outputs, from kernels/common/window_layout.h.");
     m.attr("WINDOW_FIELD_WINDOW") = field::kWindow;
+    // int64 index in a window of the plane id every rank stamps into its identity line (cam.Comm.plane_id)
+    m.attr("IDENTITY_PLANE_ID_WORD") = kIdentityOff / 8 + kIdentityPlaneId;
 }
 
 }  // namespace

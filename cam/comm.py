@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 
 from . import _C, _runtime
-from .topology import IDENTITY_OFF, Topology
+from .topology import Topology
 
 __all__ = ["Comm"]
 
@@ -289,7 +289,7 @@ class Comm:
         """This plane instance's id (identity line word 7): a hash of the topology, the dtype and every rank's
         creation nonce, the same on every rank of the plane and stamped into its work items (word 7), so a work
         item of another plane is refused even when the topology is the same."""
-        return int(self._require().window.view(torch.int64)[IDENTITY_OFF // 8 + 7])
+        return int(self._require().window.view(torch.int64)[_C.IDENTITY_PLANE_ID_WORD])
 
     @property
     def is_attention(self) -> bool:

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cam
+from _window_layout import IDENTITY_OFF, WindowLayout
 from cam.reference.dispatch_combine import round_trip_plane
 from cam.reference.dynamic_quant import dynamic_quant
 from _dataplane_harness import expert_fn, unique_group
@@ -218,8 +219,9 @@ def test_out_of_range_index_entry_written_into_a_window_is_refused():
         x, ids, _ = make_round(t, 0, 3)
         cam.ops.dispatch_send(comms[0], x, ids, 0)
         ffn = t.A + int(ids[0, 0]) // t.R
-        region = t.ffn_region_off(0, 0)
-        entry = (region + t.region_index_off) // 4 + 1  # int32 field t*K + k of entry 0
+        layout = WindowLayout(t)
+        region = layout.ffn_region_off(0, 0)
+        entry = (region + layout.region_index_off) // 4 + 1  # int32 field t*K + k of entry 0
         comms[ffn].window.view(torch.int32)[entry] = 2**30
         with pytest.raises(cam.CommProtocolError, match="index entry points outside its round"):
             cam.ops.dispatch_recv(comms[ffn])
@@ -230,8 +232,9 @@ def test_combine_send_refuses_a_work_item_whose_index_entry_was_changed_after_re
         out = expert_out(comms[ffn], *item)
         wi = item[3]
         p, a = 0, 0
-        region = t.ffn_region_off(a, 0)
-        entry = (region + t.region_index_off) // 4 + 1
+        layout = WindowLayout(t)
+        region = layout.ffn_region_off(a, 0)
+        entry = (region + layout.region_index_off) // 4 + 1
         view = comms[ffn].window.view(torch.int32)
         rows = int(comms[ffn].window.view(torch.int64)[region // 8 + 5])
         assert rows > 0
@@ -301,7 +304,7 @@ def test_dtype_mismatch_fails_at_creation_naming_the_rank(odd_rank):
 def test_identity_line_carries_dtype_nonce_and_plane_id():
     t = topo()
     with plane(t, rank_kw={}, dtype=torch.float16) as comms:
-        base = cam.topology.IDENTITY_OFF // 8
+        base = IDENTITY_OFF // 8
         nonces = set()
         for r, c in comms.items():
             ident = c.window.view(torch.int64)[base:base + 8].tolist()
