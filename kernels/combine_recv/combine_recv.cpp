@@ -28,18 +28,24 @@ public:
     }
 
     __aicore__ inline void Process() {
-        const bool go = decision_.Decide([&] { return Control(); }, tiling_.comm.followerCycles);
+        const bool go = decision_.Decide(ControlStep{this}, tiling_.comm.followerCycles);
         if (!go) return;
         const CamTopology& t = plane_.Topo();
         round_ = dp::LoadWord(plane_.Own(), layout::attn_recv_count_off(t));
         slot_ = layout::slot_of_seq(t, layout::seq_of_round(round_));
         Reduce();
-        AscendC::PipeBarrier<AscendC::PIPE_ALL>();
+        AscendC::PipeBarrier<PIPE_ALL>();
         AscendC::SyncAll();
         if (AscendC::GetBlockIdx() == 0) dp::StoreWord(plane_.Own(), layout::attn_recv_count_off(t), round_ + 1);
     }
 
 private:
+    // Device code takes no lambdas (bisheng needs every callee to be __aicore__): a small functor instead.
+    struct ControlStep {
+        CombineRecv* op;
+        __aicore__ inline bool operator()() const { return op->Control(); }
+    };
+
     __aicore__ inline bool Control() {
         const CamTopology& t = plane_.Topo();
         if (!plane_.EntryOk(op::kCombineRecv)) return false;
@@ -160,6 +166,8 @@ private:
 extern "C" __global__ __aicore__ void cam_combine_recv(GM_ADDR topkIds, GM_ADDR topkWeights, GM_ADDR out,
                                                        GM_ADDR peers, GM_ADDR workspace,
                                                        cam::kernels::CombineRecvTilingData tiling) {
+    // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     if (tiling.key == cam::kernels::kCombineRecvBf16) {
         cam::kernels::CombineRecv<bfloat16_t> op;
         op.Init(topkIds, topkWeights, out, peers, workspace, tiling);

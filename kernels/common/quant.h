@@ -48,15 +48,16 @@ struct QuantScratch {
 __aicore__ inline float ChunkAmax(const AscendC::LocalTensor<float>& xf, uint32_t count, const QuantScratch& s) {
     AscendC::Abs(s.absOrInt, xf, count);
     AscendC::ReduceMax(s.reduceDst, s.absOrInt, s.reduceWork, count);
-    AscendC::PipeBarrier<AscendC::PIPE_V>();
-    const AscendC::event_t vToS = 0;
+    AscendC::PipeBarrier<PIPE_V>();
+    const int32_t vToS = EVENT_ID0;
     AscendC::SetFlag<AscendC::HardEvent::V_S>(vToS);
     AscendC::WaitFlag<AscendC::HardEvent::V_S>(vToS);
     return s.reduceDst.GetValue(0);
 }
 
 // q[0..count) from fp32 xf (xf is clobbered). fp32 -> int32 rounds half to even; int32 -> half -> int8 is exact
-// for the clamped range, which is the conversion chain the vector unit offers down to int8.
+// for the clamped range, which is the conversion chain the vector unit offers down to int8. On A2/A3 int32 -> half
+// is a dequantisation through the DEQSCALE register (round mode ignored), so the scale is set to 1 first.
 __aicore__ inline void QuantizeChunk(const AscendC::LocalTensor<int8_t>& q, const AscendC::LocalTensor<float>& xf,
                                      uint32_t count, const QuantParams& p, const QuantScratch& s) {
     if (!p.quantize) {
@@ -69,7 +70,8 @@ __aicore__ inline void QuantizeChunk(const AscendC::LocalTensor<int8_t>& q, cons
     AscendC::Maxs(xf, xf, -kQuantMax, count);
     AscendC::LocalTensor<int32_t> asInt = s.absOrInt.ReinterpretCast<int32_t>();
     AscendC::Cast(asInt, xf, AscendC::RoundMode::CAST_RINT, count);
-    AscendC::Cast(s.halfTmp, asInt, AscendC::RoundMode::CAST_ROUND, count);
+    AscendC::SetDeqScale(static_cast<half>(1.0f));
+    AscendC::Cast(s.halfTmp, asInt, AscendC::RoundMode::CAST_NONE, count);
     AscendC::Cast(q, s.halfTmp, AscendC::RoundMode::CAST_TRUNC, count);
 }
 

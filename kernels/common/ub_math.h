@@ -17,10 +17,12 @@ __aicore__ constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 
 __aicore__ constexpr uint64_t CeilDiv(uint64_t v, uint64_t d) { return (v + d - 1) / d; }
 __aicore__ constexpr uint32_t UbBytes(uint64_t bytes) { return static_cast<uint32_t>(AlignUp(bytes, kUbBlockBytes)); }
 
-// Work buffer for a count-form ReduceMax/ReduceSum: one partial per repeat, rounded to a 32-byte block.
+// Work buffer for a count-form ReduceMax: the hardware writes a (value, index) pair per 256-byte repeat even
+// without calIndex, so 2 elements per repeat, rounded up to a 32-byte block (Ascend C ReduceMax documentation).
 template <typename T>
-__aicore__ constexpr uint32_t ReduceWorkElems(uint32_t count) {
-    return static_cast<uint32_t>(AlignUp(CeilDiv(count, kVectorRepeatBytes / sizeof(T)), kUbBlockBytes / sizeof(T)));
+__aicore__ constexpr uint32_t ReduceMaxWorkElems(uint32_t count) {
+    return static_cast<uint32_t>(
+        AlignUp(2 * CeilDiv(count, kVectorRepeatBytes / sizeof(T)), kUbBlockBytes / sizeof(T)));
 }
 
 }  // namespace cam::kernels

@@ -23,22 +23,31 @@ public:
     }
 
     __aicore__ inline void Process() {
-        const bool go = decision_.Decide(
-            [&] {
-                const bool ready = Control();
-                if (!ready) WriteEmpty();
-                dp::FlushScalarStores(wi_);
-                return ready;
-            },
-            tiling_.comm.followerCycles);
+        const bool go = decision_.Decide(ControlStep{this}, tiling_.comm.followerCycles);
         if (!go) return;
         Gather();
-        AscendC::PipeBarrier<AscendC::PIPE_ALL>();
+        AscendC::PipeBarrier<PIPE_ALL>();
         AscendC::SyncAll();
         if (AscendC::GetBlockIdx() == 0) Consume();
     }
 
 private:
+    // Device code takes no lambdas (bisheng needs every callee to be __aicore__): small functors instead.
+    struct ControlStep {
+        DispatchRecv* op;
+        __aicore__ inline bool operator()() const {
+            const bool ready = op->Control();
+            if (!ready) op->WriteEmpty();
+            dp::FlushScalarStores(op->wi_);
+            return ready;
+        }
+    };
+    struct GatherRow {
+        DispatchRecv* op;
+        int64_t d, s, rowBytes;
+        __aicore__ inline void operator()(int64_t o, int64_t p, int64_t entry) const { op->GatherOne(d, s, rowBytes, o, p, entry); }
+    };
+
     __aicore__ inline const CamTopology& Topo() const { return plane_.Topo(); }
     __aicore__ inline int64_t A() const { return Topo().D * Topo().P; }
 
@@ -115,6 +124,12 @@ private:
         }
     }
 
+    // A record of participant a is bad: fatal, the plane is inconsistent.
+    __aicore__ inline bool FailRecord(int64_t code, int64_t a, int64_t d, int64_t layer, int64_t q, int64_t det) {
+        plane_.Raise(code, op::kDispatchRecv, a, d, layer, q, det, true);
+        return false;
+    }
+
     // Replica d's round q is ready on every participant: validate all P records, then write the work item.
     __aicore__ inline bool Select(int64_t d, int64_t q, int64_t s) {
         const CamTopology& t = Topo();
@@ -123,27 +138,24 @@ private:
         int64_t layer = -1, total = 0;
         for (int64_t p = 0; p < t.P; ++p) {
             const int64_t a = layout::attn_rank_of(t, d, p);
-            auto fail = [&](int64_t code, int64_t det) {
-                plane_.Raise(code, op::kDispatchRecv, a, d, layer, q, det, true);
-                return false;
-            };
-            if (Hdr(a, s, kHdrFingerprint) != fp) return fail(status::kTopologyMismatch, Hdr(a, s, kHdrFingerprint));
-            if (Hdr(a, s, kHdrSeq) != q) return fail(status::kProtocol, detail::kProtoRecordSeq);
+            if (Hdr(a, s, kHdrFingerprint) != fp)
+                return FailRecord(status::kTopologyMismatch, a, d, layer, q, Hdr(a, s, kHdrFingerprint));
+            if (Hdr(a, s, kHdrSeq) != q) return FailRecord(status::kProtocol, a, d, layer, q, detail::kProtoRecordSeq);
             const int64_t l = Hdr(a, s, kHdrLayer);
-            if (l < 0 || l >= t.L) return fail(status::kBadInput, detail::kArgLayer);
-            if (p > 0 && l != layer) return fail(status::kProtocol, detail::kProtoLayerDiffers);
+            if (l < 0 || l >= t.L) return FailRecord(status::kBadInput, a, d, layer, q, detail::kArgLayer);
+            if (p > 0 && l != layer) return FailRecord(status::kProtocol, a, d, layer, q, detail::kProtoLayerDiffers);
             layer = l;
             const int64_t rows = Hdr(a, s, kHdrRows);
             int64_t sum = 0;
             for (int64_t j = 0; j < R; ++j) {
                 const int64_t c = Hdr(a, s, kHdrCounts + j);
-                if (c < 0) return fail(status::kProtocol, detail::kProtoCounts);
+                if (c < 0) return FailRecord(status::kProtocol, a, d, layer, q, detail::kProtoCounts);
                 sum += c;
             }
-            if (sum != rows) return fail(status::kProtocol, detail::kProtoCounts);
+            if (sum != rows) return FailRecord(status::kProtocol, a, d, layer, q, detail::kProtoCounts);
             if (rows > layout::region_index_entries(t) ||
                 Hdr(a, s, kHdrTokenSlots) > layout::region_token_slots(t))
-                return fail(status::kCapacity, rows);
+                return FailRecord(status::kCapacity, a, d, layer, q, rows);
             total += rows;
         }
         if (total > layout::recv_rows(t)) {
@@ -202,13 +214,16 @@ private:
         const int64_t rowBytes = t.H * layout::dispatch_elem_bytes(t);
         int64_t lo, hi;
         dp::BlockShare(n, &lo, &hi);
-        dp::ForEachRow(t, wi_, lo, hi, [&](int64_t o, int64_t p, int64_t entry) {
-            GM_ADDR region = Region(layout::attn_rank_of(t, d, p), s);
-            const int64_t slot = dp::IndexField(region, t, entry, 0);
-            mover_.Copy(expandX_ + o * rowBytes,
-                        region + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t), rowBytes);
-            if (t.quantized) mover_.Copy(scales_ + 4 * o, region + layout::region_scales_off(t) + 4 * slot, 4);
-        });
+        dp::ForEachRow(t, wi_, lo, hi, GatherRow{this, d, s, rowBytes});
+    }
+
+    __aicore__ inline void GatherOne(int64_t d, int64_t s, int64_t rowBytes, int64_t o, int64_t p, int64_t entry) {
+        const CamTopology& t = Topo();
+        GM_ADDR region = Region(layout::attn_rank_of(t, d, p), s);
+        const int64_t slot = dp::IndexField(region, t, entry, 0);
+        mover_.Copy(expandX_ + o * rowBytes, region + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t),
+                    rowBytes);
+        if (t.quantized) mover_.Copy(scales_ + 4 * o, region + layout::region_scales_off(t) + 4 * slot, 4);
     }
 
     // ---- block 0 after the gather drained: the round is consumed ----
@@ -226,7 +241,10 @@ private:
     DispatchRecvTilingData tiling_{};
     dp::Plane plane_;
     dp::Decision decision_;
-    GM_ADDR expandX_ = nullptr, scales_ = nullptr, counts_ = nullptr, wi_ = nullptr;
+    GM_ADDR expandX_ = nullptr;
+    GM_ADDR scales_ = nullptr;
+    GM_ADDR counts_ = nullptr;
+    GM_ADDR wi_ = nullptr;
     AscendC::TPipe pipe_;
     dp::ByteMover mover_;
 };
@@ -236,6 +254,8 @@ private:
 extern "C" __global__ __aicore__ void cam_dispatch_recv(GM_ADDR peers, GM_ADDR expandX, GM_ADDR scales,
                                                         GM_ADDR expertCounts, GM_ADDR workItem, GM_ADDR workspace,
                                                         cam::kernels::DispatchRecvTilingData tiling) {
+    // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     cam::kernels::DispatchRecv op;
     op.Init(peers, expandX, scales, expertCounts, workItem, workspace, tiling);
     op.Process();

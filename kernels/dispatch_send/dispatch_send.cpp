@@ -30,7 +30,7 @@ public:
         pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(absBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(halfBuf_, UbBytes(uint64_t(n) * 2));
-        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceWorkElems<float>(n)) * 4));
+        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceMaxWorkElems<float>(n)) * 4));
         pipe_.InitBuffer(reduceBuf_, kUbBlockBytes);
         pipe_.InitBuffer(scaleQue_, 1, kUbBlockBytes);
         mover_.Init(pipe_, tiling.copyChunkBytes);
@@ -38,17 +38,38 @@ public:
     }
 
     __aicore__ inline void Process() {
-        const bool go = decision_.Decide([&] { return Control(); }, tiling_.comm.followerCycles);
+        const bool go = decision_.Decide(ControlStep{this}, tiling_.comm.followerCycles);
         if (!go) return;
         RoundFromOwnState();
         MoveTables();
         MoveTokens();
-        AscendC::PipeBarrier<AscendC::PIPE_ALL>();
+        AscendC::PipeBarrier<PIPE_ALL>();
         AscendC::SyncAll();
         if (AscendC::GetBlockIdx() == 0) Publish();
     }
 
 private:
+    // Device code takes no lambdas (bisheng needs every callee to be __aicore__): small functors instead.
+    struct ControlStep {
+        DispatchSend* op;
+        __aicore__ inline bool operator()() const { return op->Control(); }
+    };
+    struct LoadChunk {
+        DispatchSend* op;
+        uint64_t rowOffset;
+        __aicore__ inline void operator()(uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf) const {
+            LoadWidened(op->inQue_, op->x_[rowOffset + col], n, xf);
+        }
+    };
+    struct StoreChunk {
+        DispatchSend* op;
+        int64_t tok;
+        __aicore__ inline void operator()(uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf,
+                                          const QuantParams& q) const {
+            op->StoreQuantChunk(tok, col, n, xf, q);
+        }
+    };
+
     // ---- block 0: checks, pre-pass, slot-free wait, tables ----
     __aicore__ inline bool Control() {
         const CamTopology& t = plane_.Topo();
@@ -230,15 +251,9 @@ private:
 
     __aicore__ inline void QuantizeToken(int64_t tok) {
         const CamTopology& t = plane_.Topo();
-        const uint64_t rowOffset = uint64_t(tok) * t.H;
-        auto load = [&](uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf) {
-            LoadWidened(inQue_, x_[rowOffset + col], n, xf);
-        };
-        auto store = [&](uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf, const QuantParams& q) {
-            StoreQuantChunk(tok, col, n, xf, q);
-        };
-        const QuantParams p = QuantizeRowInPasses(static_cast<uint32_t>(t.H), tiling_.colsPerPass,
-                                                  rowBuf_.Get<float>(), scratch_, load, store);
+        const QuantParams p =
+            QuantizeRowInPasses(static_cast<uint32_t>(t.H), tiling_.colsPerPass, rowBuf_.Get<float>(), scratch_,
+                                LoadChunk{this, uint64_t(tok) * t.H}, StoreChunk{this, tok});
         AscendC::LocalTensor<float> s = scaleQue_.AllocTensor<float>();
         s.SetValue(0, p.scale);
         scaleQue_.EnQue(s);
@@ -327,6 +342,8 @@ private:
 
 extern "C" __global__ __aicore__ void cam_dispatch_send(GM_ADDR x, GM_ADDR topkIds, GM_ADDR peers, GM_ADDR workspace,
                                                         cam::kernels::DispatchSendTilingData tiling) {
+    // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     if (tiling.key == cam::kernels::kDispatchSendBf16) {
         cam::kernels::DispatchSend<bfloat16_t> op;
         op.Init(x, topkIds, peers, workspace, tiling);

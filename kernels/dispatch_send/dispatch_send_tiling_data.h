@@ -50,7 +50,7 @@ __aicore__ inline DispatchSendWorkspace DispatchSendWorkspaceLayout(const CamTop
 __aicore__ constexpr uint32_t DispatchSendUbBytes(uint32_t colsPerPass, uint32_t copyChunkBytes) {
     return 2 * UbBytes(uint64_t(colsPerPass) * 2) + 2 * UbBytes(colsPerPass) + UbBytes(uint64_t(colsPerPass) * 4) +
            UbBytes(uint64_t(colsPerPass) * 4) + UbBytes(uint64_t(colsPerPass) * 2) +
-           UbBytes(uint64_t(ReduceWorkElems<float>(colsPerPass)) * 4) + UbBytes(kUbBlockBytes) +
+           UbBytes(uint64_t(ReduceMaxWorkElems<float>(colsPerPass)) * 4) + UbBytes(kUbBlockBytes) +
            UbBytes(kUbBlockBytes) + 2 * UbBytes(copyChunkBytes);
 }
 

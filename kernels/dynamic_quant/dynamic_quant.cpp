@@ -25,7 +25,7 @@ public:
         pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(absBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(halfBuf_, UbBytes(uint64_t(n) * 2));
-        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceWorkElems<float>(n)) * 4));
+        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceMaxWorkElems<float>(n)) * 4));
         pipe_.InitBuffer(reduceBuf_, kUbBlockBytes);
         pipe_.InitBuffer(scaleQue_, 1, kDynamicQuantScaleBatch * 4);
         scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
@@ -52,16 +52,28 @@ public:
     }
 
 private:
+    // Device code takes no lambdas (bisheng needs every callee to be __aicore__): small functors instead.
+    struct LoadChunk {
+        DynamicQuant* op;
+        uint64_t rowOffset;
+        __aicore__ inline void operator()(uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf) const {
+            LoadWidened(op->inQue_, op->x_[rowOffset + col], n, xf);
+        }
+    };
+    struct StoreRowChunk {
+        DynamicQuant* op;
+        uint64_t rowOffset;
+        __aicore__ inline void operator()(uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf,
+                                          const QuantParams& p) const {
+            op->StoreChunk(rowOffset + col, n, xf, p);
+        }
+    };
+
     // Returns the row's scale; writes its q.
     __aicore__ inline float QuantizeRow(uint32_t row) {
         const uint64_t rowOffset = uint64_t(row) * tiling_.cols;
-        auto load = [&](uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf) {
-            LoadWidened(inQue_, x_[rowOffset + col], n, xf);
-        };
-        auto store = [&](uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf, const QuantParams& p) {
-            StoreChunk(rowOffset + col, n, xf, p);
-        };
-        return QuantizeRowInPasses(tiling_.cols, tiling_.colsPerPass, rowBuf_.Get<float>(), scratch_, load, store)
+        return QuantizeRowInPasses(tiling_.cols, tiling_.colsPerPass, rowBuf_.Get<float>(), scratch_,
+                                   LoadChunk{this, rowOffset}, StoreRowChunk{this, rowOffset})
             .scale;
     }
 

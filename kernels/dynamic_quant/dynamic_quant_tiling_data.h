@@ -32,7 +32,7 @@ __aicore__ constexpr uint32_t DynamicQuantUbBytes(uint32_t colsPerPass, uint32_t
            + UbBytes(uint64_t(colsPerPass) * 4)                    // fp32 row chunk
            + UbBytes(uint64_t(colsPerPass) * 4)                    // |x| / int32 scratch
            + UbBytes(uint64_t(colsPerPass) * 2)                    // half scratch
-           + UbBytes(uint64_t(ReduceWorkElems<float>(colsPerPass)) * 4)
+           + UbBytes(uint64_t(ReduceMaxWorkElems<float>(colsPerPass)) * 4)
            + UbBytes(kUbBlockBytes)                                // reduce result
            + UbBytes(kDynamicQuantScaleBatch * 4);                 // staged scales
 }

@@ -37,7 +37,7 @@ public:
         pipe_.InitBuffer(expBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(absBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(halfBuf_, UbBytes(uint64_t(n) * 2));
-        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceWorkElems<float>(n)) * 4));
+        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceMaxWorkElems<float>(n)) * 4));
         pipe_.InitBuffer(reduceBuf_, kUbBlockBytes);
         pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(yScaleQue_, 1, kGmmSwigluScaleBatch * 4);
@@ -93,7 +93,7 @@ private:
             Store(row, 0, Len(0), s, q);
             return q.scale;
         }
-        const AscendC::event_t spilled = pipe_.FetchEventID(AscendC::HardEvent::MTE3_MTE2);
+        const AscendC::TEventID spilled = pipe_.FetchEventID(AscendC::HardEvent::MTE3_MTE2);
         AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(spilled);
         AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(spilled);
         for (uint32_t p = 0; p < t_.passes; ++p) {

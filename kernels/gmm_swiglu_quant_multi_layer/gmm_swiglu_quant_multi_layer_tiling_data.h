@@ -26,7 +26,7 @@ __aicore__ constexpr uint32_t GmmSwigluQuantUbBytes(uint32_t chunk) {
            + 3 * UbBytes(uint64_t(chunk) * 4)    // fp32 act/s, gate, exp term
            + UbBytes(uint64_t(chunk) * 4)        // |s| / int32 quant scratch
            + UbBytes(uint64_t(chunk) * 2)        // half quant scratch
-           + UbBytes(uint64_t(ReduceWorkElems<float>(chunk)) * 4)
+           + UbBytes(uint64_t(ReduceMaxWorkElems<float>(chunk)) * 4)
            + UbBytes(kUbBlockBytes)              // reduce result
            + 2 * UbBytes(uint64_t(chunk) * 4)    // out queue: int8 y, or fp32 s when spilling
            + UbBytes(kGmmSwigluScaleBatch * 4);  // staged y_scale

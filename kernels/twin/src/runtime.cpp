@@ -16,12 +16,18 @@ namespace cam::twin {
 
 namespace {
 
-// A2 / A3 numbers are from public platform descriptions (per die for A3); "twin" keeps UB at the real size so
-// tiling is exercised at hardware limits, with few cores so many ranks x blocks fit on a 2-CPU machine.
+// A2 / A3 numbers are from the public SoC descriptions (docs/twin.md, "Platform descriptions"): 910B1/B2 have
+// 24 AI cores (48 vector), 910B3/B4 20 (40 vector), an A3 die 24 (48 vector); every one has 192 KiB UB, 512 KiB
+// L1 of which the top 128 bytes are not for kernels, 64/64/128 KiB L0A/L0B/L0C. "twin" keeps the buffers at the
+// real sizes so tiling is exercised at hardware limits, with few cores so many ranks x blocks fit on 2 CPUs.
 const Platform kPlatforms[] = {
-    {"twin", 4, 2, 196608, 524288, 65536, 65536, 131072, 50000000},
-    {"ascend910b", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000},
-    {"ascend910_93", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000},
+    {"twin", 4, 2, 196608, 524288, 65536, 65536, 131072, 50000000, 128},
+    {"ascend910b", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128},  // = ascend910b1
+    {"ascend910b1", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128},
+    {"ascend910b2", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128},
+    {"ascend910b3", 40, 20, 196608, 524288, 65536, 65536, 131072, 50000000, 128},
+    {"ascend910b4", 40, 20, 196608, 524288, 65536, 65536, 131072, 50000000, 128},
+    {"ascend910_93", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128},
 };
 
 std::mutex gPlatformMutex;
@@ -132,6 +138,14 @@ bool InKernel() { return tBlock != nullptr; }
 void BlockBarrier(const std::source_location& where) {
     BlockContext& block = CurrentBlock();
     const Platform& platform = ActivePlatform();
+    // Hard SyncAll uses cross-core flags that exist only in a mixed launch: a vector-only kernel must be declared
+    // KERNEL_TYPE_MIX_AIV_1_0 (__mix__(0, 1)), otherwise the hardware barrier never completes.
+    CAM_TWIN_CHECK(block.kernelType == KERNEL_TYPE_MIX_AIV_1_0 || block.kernelType == KERNEL_TYPE_MIX_AIC_1_1 ||
+                       block.kernelType == KERNEL_TYPE_MIX_AIC_1_2,
+                   "syncall-kernel-type",
+                   "SyncAll in a kernel not declared mixed (KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0)): the "
+                   "hardware barrier hangs",
+                   where);
     CAM_TWIN_CHECK(block.blockNum <= platform.aivCores, "syncall-cores",
                    "SyncAll with blockDim " + std::to_string(block.blockNum) + " > " +
                        std::to_string(platform.aivCores) + " vector cores of platform " + platform.name +
@@ -167,6 +181,19 @@ void BlockBarrier(const std::source_location& where) {
     }
 }
 
+// A block that ends normally: every SetFlag must have met its WaitFlag (an unmatched flag stays set into the next
+// kernel on hardware, an unmatched wait would have hung), and the scalar cache is written back (docs/twin.md).
+void EndOfBlock(BlockContext& ctx) {
+    for (int e = 0; e < kHardEventCount; ++e)
+        for (int id = 0; id < kEventIds; ++id)
+            if (ctx.flags[e][id].pending != 0)
+                Violation("flag-pairs",
+                          "SetFlag of event " + std::to_string(e) + " id " + std::to_string(id) +
+                              " never met its WaitFlag before the block ended",
+                          ctx.flags[e][id].where);
+    ctx.dcache->CleanInvalidateAll(std::source_location::current());
+}
+
 void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel) {
     if (blockDim == 0) throw TwinViolation(std::string("twin: launch of ") + kernelName + " with blockDim 0");
     const Platform& platform = ActivePlatform();
@@ -188,9 +215,12 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
         ctx.blockNum = blockDim;
         ctx.ub = arena.get();
         ctx.launch = &launch;
+        DataCache dcache;
+        ctx.dcache = &dcache;
         tBlock = &ctx;
         try {
             kernel();
+            EndOfBlock(ctx);
         } catch (const TwinViolation& e) {
             launch.Fail(e.what());
         } catch (const LaunchAborted&) {
@@ -198,6 +228,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
             launch.Fail(std::string("twin: kernel ") + kernelName + " block " + std::to_string(idx) +
                         " threw: " + e.what());
         }
+        dcache.Drop();  // after a failure: give up this block's lines without writing them back
         tBlock = nullptr;
         std::lock_guard<std::mutex> lock(launch.mutex);
         ++launch.finished;
@@ -278,9 +309,13 @@ uint8_t* CarveBuffer(TPosition pos, uint32_t len, const std::source_location& wh
 
 }  // namespace
 
-TPipe::TPipe() {
+TPipe::TPipe(const std::source_location where) {
     if (!cam::twin::InKernel()) return;
-    const auto& block = cam::twin::CurrentBlock();
+    auto& block = cam::twin::CurrentBlock();
+    // TPipe owns the block's buffers and event ids; a second live one would hand out the same UB and events.
+    CAM_TWIN_CHECK(block.livePipes == 0, "one-tpipe",
+                   "a second TPipe while another is alive in this kernel (one TPipe per kernel)", where);
+    ++block.livePipes;
     ubStart_ = block.ubUsed;
     for (int i = 0; i < 4; ++i) cubeStart_[i] = block.cubeUsed[i];
 }
@@ -288,6 +323,7 @@ TPipe::TPipe() {
 TPipe::~TPipe() {
     if (!cam::twin::InKernel()) return;
     auto& block = cam::twin::CurrentBlock();
+    --block.livePipes;
     block.ubUsed = ubStart_;
     for (int i = 0; i < 4; ++i) block.cubeUsed[i] = cubeStart_[i];
 }
@@ -350,6 +386,8 @@ BufferRecord* TQueBase::Pop(const std::source_location& where) {
     head_ = (head_ + 1) % kMaxBuffers;
     --queued_;
     rec->state = BufferState::Dequeued;
+    // Dequeuing an L0C buffer waits for the M pipe (the EnQue's M -> FIX event): every Mmad so far is complete.
+    if (rec->position == TPosition::CO1) cam::twin::CurrentBlock().lastMmadC = nullptr;
     return rec;
 }
 

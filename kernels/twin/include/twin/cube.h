@@ -42,8 +42,15 @@ void MmadInt8(int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t
 
 }  // namespace cam::twin
 
-// Kernel-type declaration, spelled as in Ascend C (global names, used inside the kernel function).
-enum KernelMetaType : int { KERNEL_TYPE_AIV_ONLY = 0, KERNEL_TYPE_AIC_ONLY = 1 };
+// Kernel-type declaration, spelled and ordered as in Ascend C (global names, used inside the kernel function).
+enum KernelMetaType : uint8_t {
+    KERNEL_TYPE_AIV_ONLY,
+    KERNEL_TYPE_AIC_ONLY,
+    KERNEL_TYPE_MIX_AIV_1_0,
+    KERNEL_TYPE_MIX_AIC_1_0,
+    KERNEL_TYPE_MIX_AIC_1_1,
+    KERNEL_TYPE_MIX_AIC_1_2,
+};
 
 #define KERNEL_TASK_TYPE_DEFAULT(type) ::cam::twin::DeclareKernelType(type)
 
@@ -80,6 +87,9 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2Nz
                    "cube-position", "ND->NZ DataCopy destination is not an L1 (A1/B1) buffer", where);
     CAM_TWIN_CHECK(p.ndNum == 1, "cube-params", "the twin's ND->NZ copy supports ndNum == 1", where);
     CAM_TWIN_CHECK(p.dValue <= p.srcDValue, "cube-params", "Nd2Nz dValue exceeds the source row pitch srcDValue",
+                   where);
+    CAM_TWIN_CHECK(p.nValue <= 16384 && p.srcDValue >= 1 && p.dstNzC0Stride >= 1 && p.dstNzC0Stride <= 16384,
+                   "cube-params", "Nd2Nz nValue <= 16384, srcDValue >= 1 and dstNzC0Stride in [1, 16384] required",
                    where);
     CheckBufferAccess(dst.Record(), Access::CopyIn, where);
     const uint32_t blocks = (p.dValue + kCubeK0Int8 - 1) / kCubeK0Int8;
@@ -147,6 +157,8 @@ void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadDa
                    "cube-position", "LoadData destination is not L0A/L0B (A2/B2)", where);
     CheckCubeOperand(src.Record(), src.Record()->position, false, "LoadData src", where);
     CheckCubeOperand(dst.Record(), dst.Record()->position, true, "LoadData dst", where);
+    CAM_TWIN_CHECK(dst.GetPhyAddr() % kFractalBytes == 0, "cube-align",
+                   "LoadData destination in L0 is not 512-byte aligned", where);
     const uint64_t srcBytes = uint64_t(src.GetSize()) * sizeof(T), dstBytes = uint64_t(dst.GetSize()) * sizeof(T);
     const uint8_t* s = reinterpret_cast<const uint8_t*>(src.Data());
     uint8_t* d = reinterpret_cast<uint8_t*>(dst.Data());
@@ -184,6 +196,8 @@ void LoadDataWithTranspose(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                    "cube-position", "LoadDataWithTranspose destination is not L0A/L0B (A2/B2)", where);
     CheckCubeOperand(src.Record(), src.Record()->position, false, "LoadDataWithTranspose src", where);
     CheckCubeOperand(dst.Record(), dst.Record()->position, true, "LoadDataWithTranspose dst", where);
+    CAM_TWIN_CHECK(dst.GetPhyAddr() % kFractalBytes == 0, "cube-align",
+                   "LoadDataWithTranspose destination in L0 is not 512-byte aligned", where);
     const uint64_t srcBytes = src.GetSize(), dstBytes = dst.GetSize();
     const uint8_t* s = reinterpret_cast<const uint8_t*>(src.Data());
     uint8_t* d = reinterpret_cast<uint8_t*>(dst.Data());
@@ -228,6 +242,26 @@ inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int8_t>& a, co
     CheckCubeOperand(a.Record(), TPosition::A2, false, "Mmad A", where);
     CheckCubeOperand(b.Record(), TPosition::B2, false, "Mmad B", where);
     CheckCubeOperand(c.Record(), TPosition::CO1, true, "Mmad C", where);
+    CAM_TWIN_CHECK(p.m <= 4095 && p.n <= 4095 && p.k <= 4095, "cube-params",
+                   "Mmad m, n, k must each be in [0, 4095]", where);
+    // m == 1 switches the cube to GEMV mode, which reads L0A as ND instead of ZZ: a ZZ-packed A gives garbage.
+    CAM_TWIN_CHECK(p.m != 1, "mmad-gemv",
+                   "Mmad with m == 1 runs in GEMV mode and reads L0A as ND (pad m to 16 for a ZZ operand)", where);
+    {
+        // Below the documented threshold the cube does not order a Mmad after the previous one into the same
+        // L0C: PipeBarrier<PIPE_M> must separate them.
+        BlockContext& block = CurrentBlock();
+        const auto* cBegin = reinterpret_cast<const uint8_t*>(c.Data());
+        const uint64_t cBytes = uint64_t(c.GetSize()) * sizeof(int32_t);
+        const auto* last = static_cast<const uint8_t*>(block.lastMmadC);
+        const bool overlaps = last != nullptr && cBegin < last + block.lastMmadBytes && last < cBegin + cBytes;
+        CAM_TWIN_CHECK(!overlaps || (p.m / 16) * (p.n / 16) >= 10, "mmad-barrier",
+                       "Mmad into the L0C region of the previous Mmad with (m/16)*(n/16) < 10 and no "
+                       "PipeBarrier<PIPE_M> between them",
+                       where);
+        block.lastMmadC = cBegin;
+        block.lastMmadBytes = cBytes;
+    }
     const uint32_t mA = (p.m + kCubeM0 - 1) / kCubeM0 * kCubeM0;
     const uint32_t nA = (p.n + kCubeN0 - 1) / kCubeN0 * kCubeN0;
     const uint32_t kA = (p.k + kCubeK0Int8 - 1) / kCubeK0Int8 * kCubeK0Int8;
@@ -277,6 +311,8 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
     CAM_TWIN_CHECK(p.ndNum == 1 && !p.reluEn, "cube-params", "Fixpipe: only ndNum = 1 without ReLU is modelled",
                    where);
     CheckCubeOperand(src.Record(), TPosition::CO1, false, "Fixpipe src", where);
+    CAM_TWIN_CHECK(p.nSize <= 4095 && p.mSize <= 8192, "cube-params",
+                   "Fixpipe NZ -> ND needs nSize <= 4095 and mSize <= 8192", where);
     CAM_TWIN_CHECK(p.srcStride % kCubeM0 == 0 && p.srcStride >= p.mSize, "cube-params",
                    "Fixpipe srcStride must be the L0C row count (a multiple of 16, >= mSize)", where);
     const uint32_t nA = (p.nSize + kCubeN0 - 1) / kCubeN0 * kCubeN0;
@@ -285,6 +321,7 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
     const int32_t* c = src.Data();
     for (uint32_t i = 0; i < p.mSize; ++i) {
         dst.CheckRange(uint64_t(i) * p.dstStride, p.nSize, where);
+        CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, uint64_t(p.nSize) * sizeof(T), where);
         T* row = dst.GetPhyAddr() + uint64_t(i) * p.dstStride;
         for (uint32_t j = 0; j < p.nSize; ++j) row[j] = c[(j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0 + j % kCubeN0];
     }

@@ -8,7 +8,12 @@
 namespace AscendC {
 
 // blockLen is in bytes. On the GM side strides are in bytes; on the UB side strides are in 32-byte blocks.
+// Constructors as in the Ascend C header, so a brace-init resolves (and narrows) the same way under g++ and bisheng.
 struct DataCopyExtParams {
+    DataCopyExtParams() {}
+    DataCopyExtParams(const uint16_t count, const uint32_t len, const uint32_t srcStrideIn, const uint32_t dstStrideIn,
+                      const uint32_t rsvIn)
+        : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn), rsv(rsvIn) {}
     uint16_t blockCount = 1;
     uint32_t blockLen = 0;
     uint32_t srcStride = 0;
@@ -18,11 +23,18 @@ struct DataCopyExtParams {
 
 template <typename T>
 struct DataCopyPadExtParams {
+    DataCopyPadExtParams() {}
+    DataCopyPadExtParams(const bool isPadValue, const uint8_t leftPadValue, const uint8_t rightPadValue, T padValue)
+        : isPad(isPadValue), leftPadding(leftPadValue), rightPadding(rightPadValue), paddingValue(padValue) {}
     bool isPad = false;
     uint8_t leftPadding = 0;   // elements
     uint8_t rightPadding = 0;  // elements
     T paddingValue = T();
 };
+
+// Documented DataCopyPad ranges: blockCount in [1, 4095], blockLen in [1, 2097151] bytes.
+constexpr uint32_t kDataCopyPadMaxBlockCount = 4095;
+constexpr uint32_t kDataCopyPadMaxBlockLen = 2097151;
 
 }  // namespace AscendC
 
@@ -46,7 +58,18 @@ void CheckContiguousCopy(const AscendC::LocalTensor<T>& ub, const AscendC::Globa
                    where);
     gm.CheckRange(0, count, where);
     CheckBufferAccess(ub.Record(), access, where);
+    if (access == Access::CopyOut) CheckMteWriteAgainstDirtyLines(gm.GetPhyAddr(), uint64_t(count) * sizeof(T), where);
 }
+
+inline void CheckPadParams(const AscendC::DataCopyExtParams& p, const std::source_location& where) {
+    CAM_TWIN_CHECK(p.blockCount >= 1 && p.blockCount <= AscendC::kDataCopyPadMaxBlockCount, "copy-range",
+                   "DataCopyPad blockCount " + std::to_string(p.blockCount) + " outside [1, 4095]", where);
+    CAM_TWIN_CHECK(p.blockLen >= 1 && p.blockLen <= AscendC::kDataCopyPadMaxBlockLen, "copy-range",
+                   "DataCopyPad blockLen " + std::to_string(p.blockLen) + " bytes outside [1, 2097151]", where);
+}
+
+// What a pad-less DataCopyPad leaves in the rest of a 32-byte UB block: unspecified on hardware, poison here.
+constexpr uint8_t kPadPoison = 0xA5;
 
 }  // namespace cam::twin
 
@@ -78,6 +101,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
                    where);
     CAM_TWIN_CHECK(p.blockLen % sizeof(T) == 0, "copy-align", "DataCopyPad blockLen is not a whole element", where);
     CheckBufferAccess(dst.Record(), Access::CopyIn, where);
+    CheckPadParams(p, where);
     const uint32_t elems = p.blockLen / sizeof(T);
     const uint32_t left = pad.isPad ? pad.leftPadding : 0;
     const uint32_t right = pad.isPad ? pad.rightPadding : 0;
@@ -96,6 +120,8 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
         T* row = reinterpret_cast<T*>(out);
         if (pad.isPad) {
             for (uint32_t i = 0; i < ubBlockBytes / sizeof(T); ++i) row[i] = pad.paddingValue;
+        } else {
+            std::memset(out + p.blockLen, kPadPoison, ubBlockBytes - p.blockLen);
         }
         std::memcpy(row + left, src.GetPhyAddr() + b * srcPitch, p.blockLen);
         out += ubBlockBytes + static_cast<uint64_t>(p.dstStride) * kUbAlign;
@@ -112,6 +138,7 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
     CAM_TWIN_CHECK(p.blockLen % sizeof(T) == 0, "copy-align", "DataCopyPad blockLen is not a whole element", where);
     CAM_TWIN_CHECK(p.dstStride % sizeof(T) == 0, "copy-align", "DataCopyPad dstStride is not a whole element", where);
     CheckBufferAccess(src.Record(), Access::CopyOut, where);
+    CheckPadParams(p, where);
     const uint32_t elems = p.blockLen / sizeof(T);
     const uint32_t ubBlockBytes = (p.blockLen + kUbAlign - 1) / kUbAlign * kUbAlign;
     const uint64_t dstPitch = elems + p.dstStride / sizeof(T);
@@ -124,6 +151,7 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
     const uint8_t* in = reinterpret_cast<const uint8_t*>(src.Data());
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         dst.CheckRange(b * dstPitch, elems, where);
+        CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + b * dstPitch, p.blockLen, where);
         std::memcpy(dst.GetPhyAddr() + b * dstPitch, in, p.blockLen);
         in += ubBlockBytes + static_cast<uint64_t>(p.srcStride) * kUbAlign;
     }

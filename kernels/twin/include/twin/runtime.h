@@ -26,9 +26,13 @@ struct Platform {
     // Ascend C documentation: time_us = cycles / 50); the twin derives the same count from steady_clock so kernels
     // convert timeouts identically on both.
     uint64_t systemCycleHz;
+    // Bytes at the top of L1 a kernel may not carve (reserved by the runtime), so tiling works with l1Bytes minus
+    // this, never with the raw size.
+    uint32_t l1ReservedBytes;
 };
 
-// Named descriptions: "twin" (default, small so many ranks fit on 2 CPUs), "ascend910b", "ascend910_93".
+// Named descriptions: "twin" (default, small so many ranks fit on 2 CPUs), "ascend910b1".."ascend910b4",
+// "ascend910b" (= ascend910b1) and "ascend910_93" (one die of an A3).
 const Platform* FindPlatform(const char* name);
 // The platform launches are checked against. Chosen by CAM_TWIN_PLATFORM at first use, or SetPlatform().
 const Platform& ActivePlatform();
@@ -56,6 +60,18 @@ public:
 // Which core a block runs on: a kernel is vector-only unless it declares itself cube-only (twin/cube.h).
 enum class CoreKind : uint8_t { Vector = 0, Cube = 1 };
 
+// What a block remembers between instructions so ordering rules can be checked: pending SetFlag events, the
+// last Mmad's destination (for the PIPE_M rule), the DEQSCALE register and the scalar data cache.
+constexpr int kHardEventCount = 32;  // > number of AscendC::HardEvent values
+constexpr int kEventIds = 8;         // EVENT_ID0 .. EVENT_ID7
+
+struct FlagSlot {
+    int32_t pending = 0;
+    std::source_location where{};
+};
+
+class DataCache;  // twin/dcache.h
+
 struct BlockContext {
     const char* kernel = "";
     uint32_t blockIdx = 0;
@@ -64,6 +80,14 @@ struct BlockContext {
     uint32_t ubUsed = 0;         // bytes handed out by TPipe::InitBuffer
     uint8_t coreKind = 0;        // CoreKind
     uint32_t cubeUsed[4] = {};   // bytes handed out of L1, L0A, L0B, L0C (twin/cube.h)
+    int kernelType = -1;         // KernelMetaType from KERNEL_TASK_TYPE_DEFAULT, -1 when not declared
+    int livePipes = 0;           // TPipe objects alive in this block
+    FlagSlot flags[kHardEventCount][kEventIds];
+    const void* lastMmadC = nullptr;  // CO1 range written by the last Mmad since a PIPE_M barrier
+    uint64_t lastMmadBytes = 0;
+    bool deqScaleSet = false;    // SetDeqScale was called: int32 -> half Cast is defined
+    float deqScale = 1.0f;
+    DataCache* dcache = nullptr;
     struct LaunchState* launch = nullptr;
 };
 

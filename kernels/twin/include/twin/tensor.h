@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "twin/dcache.h"
 #include "twin/runtime.h"
 #include "twin/types.h"
 
@@ -58,18 +59,29 @@ public:
         return t;
     }
 
-    // Scalar GM access. 4- and 8-byte integers are flag words and use acquire/release so a protocol written with
-    // DataCacheCleanAndInvalid on hardware is ordered on the twin too.
+    // Scalar GM access goes through the block's data cache (twin/dcache.h): a value another core wrote is seen
+    // only after DataCacheCleanAndInvalid dropped this block's copy of the line, a stored value leaves the block
+    // only with a clean. CAM_TWIN_DCACHE=0 turns the model off (4/8-byte integers are then acquire/release).
     T GetValue(uint64_t offset, const std::source_location where = std::source_location::current()) const {
         CheckIndex(offset, where);
+        if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
+            T v;
+            cam::twin::CurrentBlock().dcache->Load(addr_ + offset, &v, sizeof(T), where);
+            return v;
+        }
         if constexpr (cam::twin::kFlagWord<T>) {
             return __atomic_load_n(addr_ + offset, __ATOMIC_ACQUIRE);
         } else {
             return addr_[offset];
         }
     }
-    void SetValue(uint64_t offset, T value, const std::source_location where = std::source_location::current()) const {
+    // Not const, as in the Ascend C header: a const GlobalTensor cannot be written through.
+    void SetValue(uint64_t offset, T value, const std::source_location where = std::source_location::current()) {
         CheckIndex(offset, where);
+        if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
+            cam::twin::CurrentBlock().dcache->Store(addr_ + offset, &value, sizeof(T), where);
+            return;
+        }
         if constexpr (cam::twin::kFlagWord<T>) {
             __atomic_store_n(addr_ + offset, value, __ATOMIC_RELEASE);
         } else {
@@ -147,7 +159,7 @@ class TBufBase;
 
 class TPipe {
 public:
-    TPipe();
+    explicit TPipe(const std::source_location where = std::source_location::current());
     ~TPipe();
     TPipe(const TPipe&) = delete;
     TPipe& operator=(const TPipe&) = delete;
@@ -156,10 +168,11 @@ public:
                     const std::source_location where = std::source_location::current());
     void InitBuffer(TBufBase& buf, uint32_t len, const std::source_location where = std::source_location::current());
 
-    // Events are ordering hints for the hardware pipes; the twin executes in program order.
+    // Event ids for SetFlag/WaitFlag. The twin executes pipes in program order; the ids only have to be valid
+    // (0..7) and used in matched pairs (twin/sync.h).
     template <HardEvent>
-    event_t FetchEventID() { return 0; }
-    event_t FetchEventID(HardEvent) { return 0; }
+    TEventID FetchEventID() { return 0; }
+    TEventID FetchEventID(HardEvent) { return 0; }
     void Destroy() {}
 
 private:

@@ -1,0 +1,56 @@
+// The scalar unit's data cache, as the twin models it (docs/twin.md, "Scalar data cache"). Scalar GM accesses
+// (GlobalTensor::GetValue / SetValue) go through a per-block cache of 64-byte lines: a read fills the line once and
+// keeps returning that copy until DataCacheCleanAndInvalid drops it; a store stays in the block's copy until a
+// clean writes it back. MTE copies (DataCopy*) bypass it. So a flag protocol without the right cache maintenance
+// reads stale values or publishes nothing, on the twin as on the hardware.
+//
+// The backing store stays race-free C++: lines are filled with atomic 8-byte loads and written back with atomic
+// read-modify-write of the bytes the block stored, under a lock per write-back. Two cores holding dirty copies
+// of one line (the documented hazard: whichever cleans last overwrites the other's bytes with its stale copy) is a
+// violation, found through a registry of dirty lines, never by overwriting host memory the kernel does not own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <source_location>
+#include <unordered_map>
+
+namespace cam::twin {
+
+constexpr uintptr_t kDcacheLineBytes = 64;
+
+// On unless CAM_TWIN_DCACHE=0 (diagnosis only: it brings back "every scalar access goes straight to GM").
+bool DcacheEnabled();
+
+class DataCache {
+public:
+    DataCache() = default;
+    DataCache(const DataCache&) = delete;
+    DataCache& operator=(const DataCache&) = delete;
+    ~DataCache();
+
+    void Load(const void* addr, void* out, size_t bytes, const std::source_location& where);
+    void Store(void* addr, const void* in, size_t bytes, const std::source_location& where);
+    // Writes the line holding addr back if this block stored into it, then drops it.
+    void CleanInvalidate(const void* addr, const std::source_location& where);
+    void CleanInvalidateAll(const std::source_location& where);
+    // Forgets every line without writing anything back (a failed block).
+    void Drop();
+
+private:
+    struct Line {
+        uint64_t words[kDcacheLineBytes / 8];
+        uint64_t dirty = 0;        // bit i: byte i stored by this block and not yet written back
+        uint64_t fillVersion = 0;  // the line's write-back count when this block filled it
+    };
+    Line& Fill(uintptr_t base);
+    void WriteBack(uintptr_t base, Line& line, const std::source_location& where);
+
+    std::unordered_map<uintptr_t, Line> lines_;
+};
+
+// An MTE write into GM bypasses the cache; if another block holds that line dirty, its later clean overwrites
+// the copied bytes. The copy engines call this for every GM range they write.
+void CheckMteWriteAgainstDirtyLines(const void* addr, uint64_t bytes, const std::source_location& where);
+
+}  // namespace cam::twin

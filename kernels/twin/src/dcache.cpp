@@ -1,0 +1,170 @@
+// The scalar data cache model (twin/dcache.h, docs/twin.md "Scalar data cache").
+#include "twin/dcache.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "twin/runtime.h"
+
+namespace cam::twin {
+
+namespace {
+
+// Who holds a line dirty, and how often it was written back by a clean (its version). A block that filled a line
+// at version v and stores into it after another core's clean made it v+1 holds a stale copy: its own clean would
+// put the old bytes back.
+struct LineState {
+    const DataCache* owner = nullptr;
+    uint64_t version = 0;
+};
+
+constexpr size_t kShards = 64;
+
+struct Shard {
+    std::mutex mutex;
+    std::unordered_map<uintptr_t, LineState> lines;
+};
+
+Shard gShards[kShards];
+std::atomic<int64_t> gDirtyLines{0};
+
+Shard& ShardOf(uintptr_t base) { return gShards[(base / kDcacheLineBytes) % kShards]; }
+
+std::string Hex(uintptr_t v) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
+    return buf;
+}
+
+}  // namespace
+
+bool DcacheEnabled() {
+    static const bool enabled = [] {
+        const char* env = std::getenv("CAM_TWIN_DCACHE");
+        return !(env && std::strcmp(env, "0") == 0);
+    }();
+    return enabled;
+}
+
+DataCache::~DataCache() { Drop(); }
+
+DataCache::Line& DataCache::Fill(uintptr_t base) {
+    auto it = lines_.find(base);
+    if (it != lines_.end()) return it->second;
+    Line line;
+    Shard& shard = ShardOf(base);
+    {
+        std::lock_guard<std::mutex> lock(shard.mutex);
+        auto st = shard.lines.find(base);
+        line.fillVersion = st == shard.lines.end() ? 0 : st->second.version;
+        // The line may extend past the tensor the kernel named; a 64-byte aligned line never crosses a page, so
+        // the bytes are mapped. They are only read here; write-back touches only bytes this block stored.
+        for (size_t i = 0; i < kDcacheLineBytes / 8; ++i)
+            line.words[i] = __atomic_load_n(reinterpret_cast<const uint64_t*>(base) + i, __ATOMIC_ACQUIRE);
+    }
+    return lines_.emplace(base, line).first->second;
+}
+
+void DataCache::Load(const void* addr, void* out, size_t bytes, const std::source_location& where) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+    const uintptr_t base = a & ~(kDcacheLineBytes - 1);
+    CAM_TWIN_CHECK(a % bytes == 0, "scalar-align", "scalar GM read not aligned to its size", where);
+    Line& line = Fill(base);
+    std::memcpy(out, reinterpret_cast<const uint8_t*>(line.words) + (a - base), bytes);
+}
+
+void DataCache::Store(void* addr, const void* in, size_t bytes, const std::source_location& where) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+    const uintptr_t base = a & ~(kDcacheLineBytes - 1);
+    CAM_TWIN_CHECK(a % bytes == 0, "scalar-align", "scalar GM store not aligned to its size", where);
+    Line& line = Fill(base);
+    if (line.dirty == 0) {
+        Shard& shard = ShardOf(base);
+        std::lock_guard<std::mutex> lock(shard.mutex);
+        LineState& st = shard.lines[base];
+        CAM_TWIN_CHECK(st.owner == nullptr || st.owner == this, "dcache-shared-line",
+                       "scalar store into the 64-byte GM line " + Hex(base) +
+                           " while another core holds it dirty: whichever cleans last overwrites the other's bytes",
+                       where);
+        CAM_TWIN_CHECK(st.version == line.fillVersion, "dcache-stale-line",
+                       "scalar store into the 64-byte GM line " + Hex(base) +
+                           " cached before another core wrote it back: the clean would put back stale bytes "
+                           "(invalidate the line before storing)",
+                       where);
+        st.owner = this;
+        gDirtyLines.fetch_add(1, std::memory_order_relaxed);
+    }
+    std::memcpy(reinterpret_cast<uint8_t*>(line.words) + (a - base), in, bytes);
+    for (size_t i = 0; i < bytes; ++i) line.dirty |= uint64_t(1) << (a - base + i);
+}
+
+void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location& where) {
+    (void)where;
+    if (line.dirty == 0) return;
+    Shard& shard = ShardOf(base);
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    for (size_t w = 0; w < kDcacheLineBytes / 8; ++w) {
+        const uint64_t byteMask = (line.dirty >> (8 * w)) & 0xffu;
+        if (byteMask == 0) continue;
+        uint64_t keep = 0;
+        for (int b = 0; b < 8; ++b)
+            if (byteMask & (1u << b)) keep |= uint64_t(0xff) << (8 * b);
+        auto* word = reinterpret_cast<uint64_t*>(base) + w;
+        uint64_t cur = __atomic_load_n(word, __ATOMIC_RELAXED);
+        uint64_t next;
+        do {
+            next = (cur & ~keep) | (line.words[w] & keep);
+        } while (!__atomic_compare_exchange_n(word, &cur, next, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+    }
+    LineState& st = shard.lines[base];
+    st.owner = nullptr;
+    ++st.version;
+    line.dirty = 0;
+    gDirtyLines.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void DataCache::CleanInvalidate(const void* addr, const std::source_location& where) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(addr) & ~(kDcacheLineBytes - 1);
+    auto it = lines_.find(base);
+    if (it == lines_.end()) return;
+    WriteBack(base, it->second, where);
+    lines_.erase(it);
+}
+
+void DataCache::CleanInvalidateAll(const std::source_location& where) {
+    for (auto& [base, line] : lines_) WriteBack(base, line, where);
+    lines_.clear();
+}
+
+void DataCache::Drop() {
+    for (auto& [base, line] : lines_) {
+        if (line.dirty == 0) continue;
+        Shard& shard = ShardOf(base);
+        std::lock_guard<std::mutex> lock(shard.mutex);
+        shard.lines[base].owner = nullptr;
+        gDirtyLines.fetch_sub(1, std::memory_order_relaxed);
+    }
+    lines_.clear();
+}
+
+void CheckMteWriteAgainstDirtyLines(const void* addr, uint64_t bytes, const std::source_location& where) {
+    if (bytes == 0 || gDirtyLines.load(std::memory_order_relaxed) == 0) return;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(addr) & ~(kDcacheLineBytes - 1);
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(addr) + bytes - 1) & ~(kDcacheLineBytes - 1);
+    for (uintptr_t base = first; base <= last; base += kDcacheLineBytes) {
+        Shard& shard = ShardOf(base);
+        std::lock_guard<std::mutex> lock(shard.mutex);
+        auto it = shard.lines.find(base);
+        if (it == shard.lines.end() || it->second.owner == nullptr) continue;
+        Violation("dcache-shared-line",
+                  "MTE write into the 64-byte GM line " + Hex(base) +
+                      " that a core holds dirty in its scalar cache: its clean will overwrite the copied bytes",
+                  where);
+    }
+}
+
+}  // namespace cam::twin
