@@ -14,7 +14,7 @@ public:
     __aicore__ inline void Init(GM_ADDR ids, GM_ADDR weights, GM_ADDR out, GM_ADDR peers, GM_ADDR workspace,
                                 const CombineRecvTilingData& tiling) {
         tiling_ = tiling;
-        plane_.Init(peers, tiling.comm);
+        plane_.Init(peers, tiling.comm, pipe_);
         decision_.Init(workspace);
         const CamTopology& t = plane_.Topo();
         ids_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(ids), uint64_t(tiling.tokens) * t.K);
@@ -83,7 +83,7 @@ private:
             }
             int64_t missing = -1;
             for (int64_t f = 0; f < t.F && missing < 0; ++f) {
-                const int64_t done = dp::LoadWord(own, layout::attn_completion_signal_off(t, s, f));
+                const int64_t done = plane_.Signals().Poll(own, layout::attn_completion_signal_off(t, s, f));
                 if (done > seq) {
                     plane_.Raise(status::kProtocol, op::kCombineRecv, t.D * t.P + f, d, layer, seq,
                                  detail::kProtoSignalAhead, true);
@@ -98,7 +98,7 @@ private:
                 int64_t culprit = -1;
                 for (int64_t p = 0; p < t.P && culprit < 0; ++p) {
                     const int64_t a = layout::attn_rank_of(t, d, p);
-                    if (dp::LoadWord(plane_.Window(missing), layout::ffn_ready_signal_off(t, a, s)) < seq) culprit = a;
+                    if (plane_.Signals().Poll(plane_.Window(missing), layout::ffn_ready_signal_off(t, a, s)) < seq) culprit = a;
                 }
                 if (culprit >= 0) {
                     plane_.Raise(status::kTimeout, op::kCombineRecv, culprit, d, layer, seq,
@@ -185,5 +185,5 @@ extern "C" __global__ __aicore__ void cam_combine_recv(GM_ADDR topkIds, GM_ADDR 
 void cam::kernels::LaunchCombineRecv(uint32_t blockDim, void* stream, uint8_t* topkIds, uint8_t* topkWeights,
                                      uint8_t* out, uint8_t* peers, uint8_t* workspace,
                                      const CombineRecvTilingData& tiling) {
-    CAM_KERNEL_LAUNCH(cam_combine_recv, blockDim, stream, topkIds, topkWeights, out, peers, workspace, tiling);
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_combine_recv, blockDim, stream, topkIds, topkWeights, out, peers, workspace, tiling);
 }

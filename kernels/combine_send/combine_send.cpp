@@ -13,7 +13,7 @@ public:
     __aicore__ inline void Init(GM_ADDR expertOut, GM_ADDR workItem, GM_ADDR peers, GM_ADDR workspace,
                                 const CombineSendTilingData& tiling) {
         tiling_ = tiling;
-        plane_.Init(peers, tiling.comm);
+        plane_.Init(peers, tiling.comm, pipe_);
         decision_.Init(workspace);
         expertOut_ = expertOut;
         wi_ = workItem;
@@ -90,7 +90,8 @@ private:
         const int64_t d = Wi(kWiReplica), s = Wi(kWiSlot), q = Wi(kWiSeq);
         const int64_t f = layout::ffn_index(t, plane_.Rank());
         for (int64_t p = 0; p < t.P; ++p) {
-            dp::StoreWord(plane_.Window(layout::attn_rank_of(t, d, p)), layout::attn_completion_signal_off(t, s, f), q);
+            plane_.Signals().Send(plane_.Window(layout::attn_rank_of(t, d, p)), layout::attn_completion_signal_off(t, s, f),
+                                  q);
         }
         dp::StoreWord(plane_.Own(), layout::ffn_combined_seq_off(t) + 8 * d, q);
     }
@@ -120,5 +121,5 @@ extern "C" __global__ __aicore__ void cam_combine_send(GM_ADDR expertOut, GM_ADD
 
 void cam::kernels::LaunchCombineSend(uint32_t blockDim, void* stream, uint8_t* expertOut, uint8_t* workItem,
                                      uint8_t* peers, uint8_t* workspace, const CombineSendTilingData& tiling) {
-    CAM_KERNEL_LAUNCH(cam_combine_send, blockDim, stream, expertOut, workItem, peers, workspace, tiling);
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_combine_send, blockDim, stream, expertOut, workItem, peers, workspace, tiling);
 }

@@ -39,6 +39,38 @@ __aicore__ inline void StoreWord(GM_ADDR base, int64_t byteOff, int64_t value) {
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(g);
 }
 
+// Signal words that cross ranks (ready, done, abort) travel by MTE through one 32-byte UB block, as production
+// kernels publish them: never a scalar store into a peer's window (its clean would write back the whole 64-byte
+// line from this core's cache), and a poll is an MTE2 read, so no scalar cache line of a peer-written word exists.
+class SignalPort {
+public:
+    __aicore__ inline void Init(AscendC::TPipe& pipe) {
+        pipe.InitBuffer(buf_, kSignalUbBytes);
+        word_ = buf_.Get<int64_t>();
+    }
+
+    // window[off] = value by MTE3. Callers have drained their payload writes before (PIPE_ALL, then SyncAll).
+    __aicore__ inline void Send(GM_ADDR window, int64_t byteOff, int64_t value) const {
+        word_.SetValue(0, value);
+        AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
+        AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
+        AscendC::DataCopyPad(WordsAt(window, byteOff, 1), word_, {1, 8, 0, 0, 0});
+        AscendC::PipeBarrier<PIPE_MTE3>();  // the UB word is rewritten by the next send or poll
+    }
+
+    // window[off] by MTE2.
+    __aicore__ inline int64_t Poll(GM_ADDR window, int64_t byteOff) const {
+        AscendC::DataCopyPad(word_, WordsAt(window, byteOff, 1), {1, 8, 0, 0, 0}, {false, 0, 0, 0});
+        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(EVENT_ID0);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(EVENT_ID0);
+        return word_.GetValue(0);
+    }
+
+private:
+    AscendC::TBuf<AscendC::TPosition::VECCALC> buf_;
+    AscendC::LocalTensor<int64_t> word_;
+};
+
 // Makes scalar stores to a scratch area visible to MTE reads of it (and to other blocks).
 __aicore__ inline void FlushScalarStores(GM_ADDR base) {
     AscendC::GlobalTensor<int64_t> g = WordsAt(base, 0, 1);
@@ -48,10 +80,14 @@ __aicore__ inline void FlushScalarStores(GM_ADDR base) {
 // The windows of a data plane as this rank sees them: peers[r] is the base address of rank r's window.
 class Plane {
 public:
-    __aicore__ inline void Init(GM_ADDR peers, const CommArgs& args) {
+    __aicore__ inline void Init(GM_ADDR peers, const CommArgs& args, AscendC::TPipe& pipe) {
         args_ = args;
         peers_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(peers), layout::world_size(args.topo));
+        signals_.Init(pipe);
     }
+
+    // Cross-rank signals (ready, done, abort): see SignalPort.
+    __aicore__ inline const SignalPort& Signals() const { return signals_; }
 
     __aicore__ inline const CamTopology& Topo() const { return args_.topo; }
     __aicore__ inline const CommArgs& Args() const { return args_; }
@@ -61,7 +97,7 @@ public:
     }
     __aicore__ inline GM_ADDR Own() const { return Window(args_.rank); }
 
-    __aicore__ inline int64_t AbortWord() const { return LoadWord(Own(), kAbortOff); }
+    __aicore__ inline int64_t AbortWord() const { return signals_.Poll(Own(), kAbortOff); }
 
     // Records the first error of this rank (protocol §9). A fatal error also raises every rank's abort word so
     // every waiter on every rank ends promptly; a refusal (found before the op wrote or waited) leaves the plane
@@ -83,7 +119,7 @@ public:
         const int64_t world = layout::world_size(args_.topo);
         for (int64_t r = 0; r < world; ++r) {
             GM_ADDR w = Window(r);
-            if (LoadWord(w, kAbortOff) == 0) StoreWord(w, kAbortOff, 1 + args_.rank);
+            if (signals_.Poll(w, kAbortOff) == 0) signals_.Send(w, kAbortOff, 1 + args_.rank);
         }
     }
 
@@ -100,6 +136,7 @@ public:
 private:
     CommArgs args_{};
     AscendC::GlobalTensor<int64_t> peers_;
+    SignalPort signals_;
 };
 
 // Block 0 runs the waits and checks; the other blocks learn the outcome through a workspace word instead of

@@ -13,7 +13,7 @@ public:
     __aicore__ inline void Init(GM_ADDR peers, GM_ADDR expandX, GM_ADDR scales, GM_ADDR expertCounts,
                                 GM_ADDR workItem, GM_ADDR workspace, const DispatchRecvTilingData& tiling) {
         tiling_ = tiling;
-        plane_.Init(peers, tiling.comm);
+        plane_.Init(peers, tiling.comm, pipe_);
         decision_.Init(workspace);
         expandX_ = expandX;
         scales_ = scales;
@@ -55,7 +55,7 @@ private:
         return dp::LoadWord(plane_.Own(), layout::ffn_done_seq_off(Topo()) + 8 * d);
     }
     __aicore__ inline int64_t Ready(int64_t attnRank, int64_t slot) const {
-        return dp::LoadWord(plane_.Own(), layout::ffn_ready_signal_off(Topo(), attnRank, slot));
+        return plane_.Signals().Poll(plane_.Own(), layout::ffn_ready_signal_off(Topo(), attnRank, slot));
     }
     __aicore__ inline GM_ADDR Region(int64_t attnRank, int64_t slot) const {
         return plane_.Own() + layout::ffn_region_off(Topo(), attnRank, slot);
@@ -267,6 +267,6 @@ extern "C" __global__ __aicore__ void cam_dispatch_recv(GM_ADDR peers, GM_ADDR e
 void cam::kernels::LaunchDispatchRecv(uint32_t blockDim, void* stream, uint8_t* peers, uint8_t* expandX,
                                       uint8_t* scales, uint8_t* expertCounts, uint8_t* workItem, uint8_t* workspace,
                                       const DispatchRecvTilingData& tiling) {
-    CAM_KERNEL_LAUNCH(cam_dispatch_recv, blockDim, stream, peers, expandX, scales, expertCounts, workItem, workspace,
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_dispatch_recv, blockDim, stream, peers, expandX, scales, expertCounts, workItem, workspace,
                       tiling);
 }

@@ -16,7 +16,7 @@ public:
     __aicore__ inline void Init(GM_ADDR x, GM_ADDR ids, GM_ADDR peers, GM_ADDR workspace,
                                 const DispatchSendTilingData& tiling) {
         tiling_ = tiling;
-        plane_.Init(peers, tiling.comm);
+        plane_.Init(peers, tiling.comm, pipe_);
         decision_.Init(workspace);
         ws_ = workspace;
         wsl_ = DispatchSendWorkspaceLayout(plane_.Topo());
@@ -173,7 +173,7 @@ private:
             int64_t missing = -1;
             if (dp::LoadWord(own, layout::attn_recv_count_off(t)) < round_ - t.slots + 1) missing = plane_.Rank();
             for (int64_t f = 0; f < t.F && missing < 0; ++f) {
-                const int64_t done = dp::LoadWord(own, layout::attn_completion_signal_off(t, slot_, f));
+                const int64_t done = plane_.Signals().Poll(own, layout::attn_completion_signal_off(t, slot_, f));
                 if (done > prevSeq) {
                     plane_.Raise(status::kProtocol, op::kDispatchSend, t.D * t.P + f, d, tiling_.layer, seq_,
                                  detail::kProtoSignalAhead, true);
@@ -298,7 +298,8 @@ private:
     __aicore__ inline void Publish() {
         const CamTopology& t = plane_.Topo();
         for (int64_t f = 0; f < t.F; ++f) {
-            dp::StoreWord(plane_.Window(t.D * t.P + f), layout::ffn_ready_signal_off(t, plane_.Rank(), slot_), seq_);
+            plane_.Signals().Send(plane_.Window(t.D * t.P + f), layout::ffn_ready_signal_off(t, plane_.Rank(), slot_),
+                                  seq_);
         }
         GM_ADDR own = plane_.Own();
         dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotSeq, seq_);
@@ -360,5 +361,5 @@ extern "C" __global__ __aicore__ void cam_dispatch_send(GM_ADDR x, GM_ADDR topkI
 
 void cam::kernels::LaunchDispatchSend(uint32_t blockDim, void* stream, uint8_t* x, uint8_t* topkIds, uint8_t* peers,
                                       uint8_t* workspace, const DispatchSendTilingData& tiling) {
-    CAM_KERNEL_LAUNCH(cam_dispatch_send, blockDim, stream, x, topkIds, peers, workspace, tiling);
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_dispatch_send, blockDim, stream, x, topkIds, peers, workspace, tiling);
 }

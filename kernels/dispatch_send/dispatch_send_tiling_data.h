@@ -51,7 +51,7 @@ __aicore__ constexpr uint32_t DispatchSendUbBytes(uint32_t colsPerPass, uint32_t
     return 2 * UbBytes(uint64_t(colsPerPass) * 2) + 2 * UbBytes(colsPerPass) + UbBytes(uint64_t(colsPerPass) * 4) +
            UbBytes(uint64_t(colsPerPass) * 4) + UbBytes(uint64_t(colsPerPass) * 2) +
            UbBytes(uint64_t(ReduceMaxWorkElems<float>(colsPerPass)) * 4) + UbBytes(kUbBlockBytes) +
-           UbBytes(kUbBlockBytes) + 2 * UbBytes(copyChunkBytes);
+           UbBytes(kUbBlockBytes) + 2 * UbBytes(copyChunkBytes) + dp::kSignalUbBytes;
 }
 
 }  // namespace cam::kernels

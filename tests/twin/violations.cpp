@@ -629,6 +629,32 @@ const Case kCases[] = {
     {"mte_into_dirty_line", MteIntoDirtyLine, 1},
 };
 
+// A scalar store into another rank's window (the launch knows every window and its own rank's).
+void PeerScalarStore(GM_ADDR peerWindow) {
+    GlobalTensor<int64_t> w;
+    w.SetGlobalBuffer(reinterpret_cast<int64_t*>(peerWindow), 8);
+    w.SetValue(0, 1);  // @case:peer_scalar_store
+    DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(w);
+}
+
+int PeerStoreCase(bool intoPeer) {
+    alignas(64) static int64_t windows[2][64];
+    cam::twin::LaunchWindows lw;
+    lw.windows = {{reinterpret_cast<uintptr_t>(windows[0]), sizeof(windows[0])},
+                  {reinterpret_cast<uintptr_t>(windows[1]), sizeof(windows[1])}};
+    lw.own = 0;
+    try {
+        cam::twin::RunLaunch(intoPeer ? "peer_scalar_store" : "own_scalar_store", 1, [&] {
+            PeerScalarStore(reinterpret_cast<GM_ADDR>(windows[intoPeer ? 1 : 0]));
+        }, &lw);
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return 1;
+    }
+    std::printf("OK\n");
+    return 0;
+}
+
 // The flag hand-off under the data cache: prints "seen" or "stale" (exit 0 either way unless the launch failed).
 int FlagCase(bool clean, bool invalidate, bool readEarly) {
     alignas(64) static int64_t words[32];
@@ -690,6 +716,8 @@ int StreamSemantics() {
 int main(int argc, char** argv) {
     if (argc == 2 && std::strcmp(argv[1], "stream") == 0) return StreamSemantics();
     if (argc == 2 && std::strcmp(argv[1], "good_cube") == 0) return CubeCase(2);
+    if (argc == 2 && std::strcmp(argv[1], "peer_scalar_store") == 0) return PeerStoreCase(true);
+    if (argc == 2 && std::strcmp(argv[1], "own_scalar_store") == 0) return PeerStoreCase(false);
     if (argc == 2 && std::strcmp(argv[1], "flag_clean_invalidate") == 0) return FlagCase(true, true, true);
     if (argc == 2 && std::strcmp(argv[1], "flag_missing_clean") == 0) return FlagCase(false, true, true);
     if (argc == 2 && std::strcmp(argv[1], "flag_missing_invalidate") == 0) return FlagCase(true, false, true);

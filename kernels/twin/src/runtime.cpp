@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernel_operator.h"
+#include "twin/launch.h"
 
 namespace cam::twin {
 
@@ -57,6 +58,7 @@ struct LaunchState {
     uint32_t finished = 0;
     bool aborted = false;
     std::string firstError;
+    const LaunchWindows* windows = nullptr;
 
     void Fail(const std::string& message) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -194,12 +196,29 @@ void EndOfBlock(BlockContext& ctx) {
     ctx.dcache->CleanInvalidateAll(std::source_location::current());
 }
 
-void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel) {
+void CheckScalarStoreTarget(const void* addr, const std::source_location& where) {
+    const LaunchState* launch = CurrentBlock().launch;
+    if (launch == nullptr || launch->windows == nullptr) return;
+    const auto a = reinterpret_cast<uintptr_t>(addr);
+    const auto& w = launch->windows->windows;
+    for (size_t r = 0; r < w.size(); ++r) {
+        if (a < w[r].first || a >= w[r].first + w[r].second) continue;
+        CAM_TWIN_CHECK(static_cast<int64_t>(r) == launch->windows->own, "peer-scalar-store",
+                       "scalar store into rank " + std::to_string(r) +
+                           "'s window: signals to a peer go out from UB by MTE3 DataCopy after the payload",
+                       where);
+        return;
+    }
+}
+
+void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel,
+               const LaunchWindows* windows) {
     if (blockDim == 0) throw TwinViolation(std::string("twin: launch of ") + kernelName + " with blockDim 0");
     const Platform& platform = ActivePlatform();
     LaunchState launch;
     launch.kernel = kernelName;
     launch.blockDim = blockDim;
+    launch.windows = windows;
 
     auto body = [&](uint32_t idx) {
         struct ArenaFree {
@@ -316,6 +335,7 @@ TPipe::TPipe(const std::source_location where) {
     CAM_TWIN_CHECK(block.livePipes == 0, "one-tpipe",
                    "a second TPipe while another is alive in this kernel (one TPipe per kernel)", where);
     ++block.livePipes;
+    live_ = true;
     ubStart_ = block.ubUsed;
     for (int i = 0; i < 4; ++i) cubeStart_[i] = block.cubeUsed[i];
 }
@@ -323,9 +343,15 @@ TPipe::TPipe(const std::source_location where) {
 TPipe::~TPipe() {
     if (!cam::twin::InKernel()) return;
     auto& block = cam::twin::CurrentBlock();
-    --block.livePipes;
+    if (live_) --block.livePipes;
     block.ubUsed = ubStart_;
     for (int i = 0; i < 4; ++i) block.cubeUsed[i] = cubeStart_[i];
+}
+
+void TPipe::Destroy() {
+    if (!live_ || !cam::twin::InKernel()) return;
+    --cam::twin::CurrentBlock().livePipes;
+    live_ = false;
 }
 
 void TPipe::InitBuffer(TQueBase& que, uint8_t num, uint32_t len, const std::source_location where) {

@@ -96,7 +96,12 @@ bool InKernel();
 
 // Runs kernel() on blockDim threads and joins them. The first violation is rethrown (as TwinViolation) after
 // every block has stopped; the others are woken from SyncAll so a failure never turns into a hang.
-void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel);
+struct LaunchWindows;  // twin/launch.h
+void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel,
+               const LaunchWindows* windows = nullptr);
+
+// A scalar store may only target the launching rank's own window (or memory that is no window at all).
+void CheckScalarStoreTarget(const void* addr, const std::source_location& where);
 
 // Barrier across the blocks of the current launch (SyncAll). Fails loudly when blockDim exceeds the vector cores
 // (the hardware would deadlock) or when a block has left the kernel while others wait.

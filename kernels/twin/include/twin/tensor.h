@@ -78,6 +78,7 @@ public:
     // Not const, as in the Ascend C header: a const GlobalTensor cannot be written through.
     void SetValue(uint64_t offset, T value, const std::source_location where = std::source_location::current()) {
         CheckIndex(offset, where);
+        if (cam::twin::InKernel()) cam::twin::CheckScalarStoreTarget(addr_ + offset, where);
         if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
             cam::twin::CurrentBlock().dcache->Store(addr_ + offset, &value, sizeof(T), where);
             return;
@@ -173,9 +174,11 @@ public:
     template <HardEvent>
     TEventID FetchEventID() { return 0; }
     TEventID FetchEventID(HardEvent) { return 0; }
-    void Destroy() {}
+    // Releases the pipe: another TPipe may be created afterwards (one live TPipe at a time).
+    void Destroy();
 
 private:
+    bool live_ = false;     // counted in the block's live pipes
     uint32_t ubStart_ = 0;  // UB offset this pipe started carving from; given back when it goes away
     uint32_t cubeStart_[4] = {};  // same for the cube core's L1 / L0A / L0B / L0C
 };
