@@ -23,6 +23,7 @@ CASES = {
     "leak": ("queue-discipline", 0),
     "syncall_exit": ("syncall-exit", None),
     "syncall_cores": ("syncall-cores", None),
+    "syncall_cores_910b3": ("syncall-cores", None),
     "gm_bounds": ("gm-bounds", 0),
     # cube path (twin/cube.h)
     "cube_cores": ("cube-cores", None),

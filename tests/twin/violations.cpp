@@ -590,6 +590,7 @@ const Case kCases[] = {
     {"good_copy", GoodCopy, 4},
     {"good_copy_48_cores", GoodCopy, 48},  // legal once the platform has 48 vector cores
     {"syncall_cores", GoodCopy, 8},        // same kernel, more blocks than the 4-core twin has
+    {"syncall_cores_910b3", GoodCopy, 48},  // 48 blocks: fine on 910B1, 8 more than 910B3's 40 vector cores
     {"ub_overflow", UbOverflow, 2},
     {"copy_length", CopyLength, 1},
     {"copy_ub_address", CopyUbAddress, 1},
@@ -727,7 +728,8 @@ int main(int argc, char** argv) {
     }
     for (const Case& c : kCases) {
         if (std::strcmp(c.name, argv[1]) != 0) continue;
-        if (std::strcmp(c.name, "good_copy_48_cores") == 0) cam::twin::SetPlatform("ascend910b");
+        if (std::strcmp(c.name, "good_copy_48_cores") == 0) cam::twin::SetPlatform("ascend910b1");
+        if (std::strcmp(c.name, "syncall_cores_910b3") == 0) cam::twin::SetPlatform("ascend910b3");
         std::vector<float> src(48 * kElems, 1.5f);
         alignas(64) static float dstStore[48 * kElems];
         std::fill(dstStore, dstStore + 48 * kElems, 0.0f);
