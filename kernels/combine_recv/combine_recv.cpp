@@ -98,7 +98,8 @@ private:
                 int64_t culprit = -1;
                 for (int64_t p = 0; p < t.P && culprit < 0; ++p) {
                     const int64_t a = layout::attn_rank_of(t, d, p);
-                    if (plane_.Signals().Poll(plane_.Window(missing), layout::ffn_ready_signal_off(t, a, s)) < seq) culprit = a;
+                    if (plane_.Signals().Poll(plane_.Window(missing), layout::ffn_ready_signal_off(t, a, s)) < seq)
+                        culprit = a;
                 }
                 if (culprit >= 0) {
                     plane_.Raise(status::kTimeout, op::kCombineRecv, culprit, d, layer, seq,
@@ -185,5 +186,6 @@ extern "C" __global__ __aicore__ void cam_combine_recv(GM_ADDR topkIds, GM_ADDR 
 void cam::kernels::LaunchCombineRecv(uint32_t blockDim, void* stream, uint8_t* topkIds, uint8_t* topkWeights,
                                      uint8_t* out, uint8_t* peers, uint8_t* workspace,
                                      const CombineRecvTilingData& tiling) {
-    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_combine_recv, blockDim, stream, topkIds, topkWeights, out, peers, workspace, tiling);
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_combine_recv, blockDim, stream, topkIds, topkWeights, out, peers,
+                         workspace, tiling);
 }

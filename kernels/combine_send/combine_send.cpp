@@ -38,7 +38,9 @@ private:
     struct ScatterRow {
         CombineSend* op;
         int64_t d, s, rowBytes;
-        __aicore__ inline void operator()(int64_t o, int64_t p, int64_t entry) const { op->ScatterOne(d, s, rowBytes, o, p, entry); }
+        __aicore__ inline void operator()(int64_t o, int64_t p, int64_t entry) const {
+            op->ScatterOne(d, s, rowBytes, o, p, entry);
+        }
     };
 
     __aicore__ inline const CamTopology& Topo() const { return plane_.Topo(); }
@@ -90,8 +92,8 @@ private:
         const int64_t d = Wi(kWiReplica), s = Wi(kWiSlot), q = Wi(kWiSeq);
         const int64_t f = layout::ffn_index(t, plane_.Rank());
         for (int64_t p = 0; p < t.P; ++p) {
-            plane_.Signals().Send(plane_.Window(layout::attn_rank_of(t, d, p)), layout::attn_completion_signal_off(t, s, f),
-                                  q);
+            plane_.Signals().Send(plane_.Window(layout::attn_rank_of(t, d, p)),
+                                  layout::attn_completion_signal_off(t, s, f), q);
         }
         dp::StoreWord(plane_.Own(), layout::ffn_combined_seq_off(t) + 8 * d, q);
     }
@@ -121,5 +123,6 @@ extern "C" __global__ __aicore__ void cam_combine_send(GM_ADDR expertOut, GM_ADD
 
 void cam::kernels::LaunchCombineSend(uint32_t blockDim, void* stream, uint8_t* expertOut, uint8_t* workItem,
                                      uint8_t* peers, uint8_t* workspace, const CombineSendTilingData& tiling) {
-    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_combine_send, blockDim, stream, expertOut, workItem, peers, workspace, tiling);
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_combine_send, blockDim, stream, expertOut, workItem, peers, workspace,
+                         tiling);
 }

@@ -31,7 +31,8 @@ inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_
     const int64_t world = layout::world_size(t);
     const auto* bases = reinterpret_cast<const int64_t*>(peers);
     for (int64_t r = 0; r < world; ++r) {
-        const int64_t bytes = r < layout::attention_ranks(t) ? layout::attn_window_bytes(t) : layout::ffn_window_bytes(t);
+        const int64_t bytes =
+            r < layout::attention_ranks(t) ? layout::attn_window_bytes(t) : layout::ffn_window_bytes(t);
         w.windows.emplace_back(static_cast<uintptr_t>(bases[r]), static_cast<uint64_t>(bytes));
     }
     w.own = comm.rank;

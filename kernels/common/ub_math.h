@@ -25,4 +25,22 @@ __aicore__ constexpr uint32_t ReduceMaxWorkElems(uint32_t count) {
         AlignUp(2 * CeilDiv(count, kVectorRepeatBytes / sizeof(T)), kUbBlockBytes / sizeof(T)));
 }
 
+// UB of the row quantizer's working set (common/quant.h, QuantWorkingSet) for passes of `cols` elements of an
+// input with `inBytes` per element: the one count the kernels carve and tiling budgets.
+__aicore__ constexpr uint32_t QuantWorkingSetUbBytes(uint32_t cols, uint32_t inBytes) {
+    return 2 * UbBytes(uint64_t(cols) * inBytes)                   // input queue, double buffered
+           + 2 * UbBytes(cols)                                     // int8 output queue, double buffered
+           + UbBytes(uint64_t(cols) * 4)                           // fp32 row chunk
+           + UbBytes(uint64_t(cols) * 4)                           // |x| / int32 scratch
+           + UbBytes(uint64_t(cols) * 2)                           // half scratch
+           + UbBytes(uint64_t(ReduceMaxWorkElems<float>(cols)) * 4)  // ReduceMax work
+           + kUbBlockBytes;                                        // ReduceMax result
+}
+
+// UB of the GMM epilogues' dequant step (common/gmm_epilogue.h) for `chunk` columns.
+__aicore__ constexpr uint32_t DequantUbBytes(uint32_t chunk) {
+    return 2 * UbBytes(uint64_t(chunk) * 4)     // int32 accumulator in, double buffered
+           + 2 * UbBytes(uint64_t(chunk) * 4);  // w_scale slice in, double buffered
+}
+
 }  // namespace cam::kernels

@@ -45,7 +45,9 @@ private:
     struct GatherRow {
         DispatchRecv* op;
         int64_t d, s, rowBytes;
-        __aicore__ inline void operator()(int64_t o, int64_t p, int64_t entry) const { op->GatherOne(d, s, rowBytes, o, p, entry); }
+        __aicore__ inline void operator()(int64_t o, int64_t p, int64_t entry) const {
+            op->GatherOne(d, s, rowBytes, o, p, entry);
+        }
     };
 
     __aicore__ inline const CamTopology& Topo() const { return plane_.Topo(); }
@@ -221,8 +223,8 @@ private:
         const CamTopology& t = Topo();
         GM_ADDR region = Region(layout::attn_rank_of(t, d, p), s);
         const int64_t slot = dp::IndexField(region, t, entry, 0);
-        mover_.Copy(expandX_ + o * rowBytes, region + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t),
-                    rowBytes);
+        mover_.Copy(expandX_ + o * rowBytes,
+                    region + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t), rowBytes);
         if (t.quantized) mover_.Copy(scales_ + 4 * o, region + layout::region_scales_off(t) + 4 * slot, 4);
     }
 
@@ -267,6 +269,6 @@ extern "C" __global__ __aicore__ void cam_dispatch_recv(GM_ADDR peers, GM_ADDR e
 void cam::kernels::LaunchDispatchRecv(uint32_t blockDim, void* stream, uint8_t* peers, uint8_t* expandX,
                                       uint8_t* scales, uint8_t* expertCounts, uint8_t* workItem, uint8_t* workspace,
                                       const DispatchRecvTilingData& tiling) {
-    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_dispatch_recv, blockDim, stream, peers, expandX, scales, expertCounts, workItem, workspace,
-                      tiling);
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_dispatch_recv, blockDim, stream, peers, expandX, scales, expertCounts,
+                         workItem, workspace, tiling);
 }

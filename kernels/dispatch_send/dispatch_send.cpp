@@ -24,17 +24,9 @@ public:
         x_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), uint64_t(tiling.tokens) * t.H);
         ids_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(ids), uint64_t(tiling.tokens) * t.K);
 
-        const uint32_t n = tiling.colsPerPass;
-        pipe_.InitBuffer(inQue_, 2, UbBytes(uint64_t(n) * sizeof(T)));
-        pipe_.InitBuffer(outQue_, 2, UbBytes(n));
-        pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(n) * 4));
-        pipe_.InitBuffer(absBuf_, UbBytes(uint64_t(n) * 4));
-        pipe_.InitBuffer(halfBuf_, UbBytes(uint64_t(n) * 2));
-        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceMaxWorkElems<float>(n)) * 4));
-        pipe_.InitBuffer(reduceBuf_, kUbBlockBytes);
+        quant_.Init(pipe_, tiling.colsPerPass);
         pipe_.InitBuffer(scaleQue_, 1, kUbBlockBytes);
         mover_.Init(pipe_, tiling.copyChunkBytes);
-        scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
     }
 
     __aicore__ inline void Process() {
@@ -58,7 +50,7 @@ private:
         DispatchSend* op;
         uint64_t rowOffset;
         __aicore__ inline void operator()(uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf) const {
-            LoadWidened(op->inQue_, op->x_[rowOffset + col], n, xf);
+            op->quant_.LoadWidened(op->x_[rowOffset + col], n, xf);
         }
     };
     struct StoreChunk {
@@ -235,10 +227,7 @@ private:
     __aicore__ inline void StoreQuantChunk(int64_t tok, uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf,
                                            const QuantParams& p) {
         const CamTopology& t = plane_.Topo();
-        AscendC::LocalTensor<int8_t> out = outQue_.AllocTensor<int8_t>();
-        QuantizeChunk(out, xf, n, p, scratch_);
-        outQue_.EnQue(out);
-        out = outQue_.DeQue<int8_t>();
+        AscendC::LocalTensor<int8_t> out = quant_.Quantize(xf, n, p);
         for (int64_t f = 0; f < t.F; ++f) {
             const int32_t slot = Slots().GetValue(tok * t.F + f);
             if (slot < 0) continue;
@@ -246,13 +235,13 @@ private:
                 Region(f), layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t) + col, n);
             AscendC::DataCopyPad(dst, out, {1, n, 0, 0, 0});
         }
-        outQue_.FreeTensor(out);
+        quant_.FreeOut(out);
     }
 
     __aicore__ inline void QuantizeToken(int64_t tok) {
         const CamTopology& t = plane_.Topo();
         const QuantParams p =
-            QuantizeRowInPasses(static_cast<uint32_t>(t.H), tiling_.colsPerPass, rowBuf_.Get<float>(), scratch_,
+            QuantizeRowInPasses(static_cast<uint32_t>(t.H), tiling_.colsPerPass, quant_.Row(), quant_.Scratch(),
                                 LoadChunk{this, uint64_t(tok) * t.H}, StoreChunk{this, tok});
         AscendC::LocalTensor<float> s = scaleQue_.AllocTensor<float>();
         s.SetValue(0, p.scale);
@@ -274,11 +263,12 @@ private:
         const CamTopology& t = plane_.Topo();
         for (uint32_t c = 0; c < t.H; c += tiling_.colsPerPass) {
             const uint32_t n = t.H - c < tiling_.colsPerPass ? static_cast<uint32_t>(t.H - c) : tiling_.colsPerPass;
-            AscendC::LocalTensor<T> in = inQue_.AllocTensor<T>();
+            AscendC::TQue<AscendC::TPosition::VECIN, 2>& inQue = quant_.InQue();
+            AscendC::LocalTensor<T> in = inQue.template AllocTensor<T>();
             AscendC::DataCopyPad(in, x_[uint64_t(tok) * t.H + c], {1, uint32_t(n * sizeof(T)), 0, 0, 0},
                                  {false, 0, 0, T()});
-            inQue_.EnQue(in);
-            in = inQue_.DeQue<T>();
+            inQue.EnQue(in);
+            in = inQue.template DeQue<T>();
             AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(0);
             AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(0);
             for (int64_t f = 0; f < t.F; ++f) {
@@ -290,7 +280,7 @@ private:
             }
             AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(0);
             AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(0);
-            inQue_.FreeTensor(in);
+            inQue.FreeTensor(in);
         }
     }
 
@@ -329,12 +319,9 @@ private:
     DispatchSendWorkspace wsl_{};
     int64_t round_ = 0, seq_ = 0, slot_ = 0;
     AscendC::TPipe pipe_;
-    AscendC::TQue<AscendC::TPosition::VECIN, 2> inQue_;
-    AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
+    QuantWorkingSet<T> quant_;
     AscendC::TQue<AscendC::TPosition::VECOUT, 1> scaleQue_;
-    AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;
     dp::ByteMover mover_;
-    QuantScratch scratch_;
     AscendC::GlobalTensor<T> x_;
     AscendC::GlobalTensor<int32_t> ids_;
 };
@@ -361,5 +348,6 @@ extern "C" __global__ __aicore__ void cam_dispatch_send(GM_ADDR x, GM_ADDR topkI
 
 void cam::kernels::LaunchDispatchSend(uint32_t blockDim, void* stream, uint8_t* x, uint8_t* topkIds, uint8_t* peers,
                                       uint8_t* workspace, const DispatchSendTilingData& tiling) {
-    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_dispatch_send, blockDim, stream, x, topkIds, peers, workspace, tiling);
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_dispatch_send, blockDim, stream, x, topkIds, peers, workspace,
+                         tiling);
 }

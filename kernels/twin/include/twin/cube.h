@@ -321,7 +321,8 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
     const int32_t* c = src.Data();
     for (uint32_t i = 0; i < p.mSize; ++i) {
         dst.CheckRange(uint64_t(i) * p.dstStride, p.nSize, where);
-        CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, uint64_t(p.nSize) * sizeof(T), where);
+        CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, uint64_t(p.nSize) * sizeof(T),
+                                       where);
         T* row = dst.GetPhyAddr() + uint64_t(i) * p.dstStride;
         for (uint32_t j = 0; j < p.nSize; ++j) row[j] = c[(j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0 + j % kCubeN0];
     }
