@@ -53,41 +53,36 @@ private:
         const int64_t d = layout::replica_of(t, plane_.Rank());
         const int64_t r = dp::LoadWord(own, layout::attn_recv_count_off(t));
         const int64_t seq = layout::seq_of_round(r), s = layout::slot_of_seq(t, seq);
+        dp::Round round = dp::Round{op::kCombineRecv}.Replica(d).Seq(seq);
         // Refusals: found before anything is written or awaited, so the round stays receivable.
         if (r >= dp::LoadWord(own, layout::attn_send_count_off(t))) {
-            plane_.Raise(status::kProtocol, op::kCombineRecv, -1, d, -1, seq, detail::kProtoNothingInFlight, false);
-            return false;
+            return plane_.Refuse(status::kProtocol, dp::kNoPeer, round, detail::kProtoNothingInFlight);
         }
-        const int64_t layer = dp::LoadWord(own, layout::attn_slot_state_off(t, s) + 8 * kSlotLayer);
-        if (dp::LoadWord(own, layout::attn_slot_state_off(t, s) + 8 * kSlotSeq) != seq) {
-            plane_.Raise(status::kProtocol, op::kCombineRecv, -1, d, layer, seq, detail::kProtoRecordSeq, true);
-            return false;
+        const int64_t layer = dp::LoadWordAt(own, layout::attn_slot_state_off(t, s), kSlotLayer);
+        round = round.Layer(layer);
+        if (dp::LoadWordAt(own, layout::attn_slot_state_off(t, s), kSlotSeq) != seq) {
+            return plane_.Fail(status::kProtocol, dp::kNoPeer, round, detail::kProtoRecordSeq);
         }
-        if (dp::LoadWord(own, layout::attn_slot_state_off(t, s) + 8 * kSlotTokens) != tiling_.tokens) {
-            plane_.Raise(status::kBadInput, op::kCombineRecv, -1, d, layer, seq, detail::kArgTokens, false);
-            return false;
+        if (dp::LoadWordAt(own, layout::attn_slot_state_off(t, s), kSlotTokens) != tiling_.tokens) {
+            return plane_.Refuse(status::kBadInput, dp::kNoPeer, round, detail::kArgTokens);
         }
         for (int64_t i = 0; i < tiling_.tokens * t.K; ++i) {
             const int64_t id = ids_.GetValue(i);
             if (id < -1 || id >= t.E) {
-                plane_.Raise(status::kBadInput, op::kCombineRecv, -1, d, layer, seq, detail::kArgTopkIds, false);
-                return false;
+                return plane_.Refuse(status::kBadInput, dp::kNoPeer, round, detail::kArgTopkIds);
             }
         }
         const int64_t deadline = AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles;
         for (uint32_t i = 0;; ++i) {
             const int64_t abort = plane_.AbortWord();
             if (abort != 0) {
-                plane_.Raise(status::kAborted, op::kCombineRecv, abort - 1, d, layer, seq, abort, false);
-                return false;
+                return plane_.Refuse(status::kAborted, abort - 1, round, abort);
             }
             int64_t missing = -1;
             for (int64_t f = 0; f < t.F && missing < 0; ++f) {
                 const int64_t done = plane_.Signals().Poll(own, layout::attn_completion_signal_off(t, s, f));
                 if (done > seq) {
-                    plane_.Raise(status::kProtocol, op::kCombineRecv, t.D * t.P + f, d, layer, seq,
-                                 detail::kProtoSignalAhead, true);
-                    return false;
+                    return plane_.Fail(status::kProtocol, t.D * t.P + f, round, detail::kProtoSignalAhead);
                 }
                 if (done < seq) missing = t.D * t.P + f;
             }
@@ -102,11 +97,9 @@ private:
                         culprit = a;
                 }
                 if (culprit >= 0) {
-                    plane_.Raise(status::kTimeout, op::kCombineRecv, culprit, d, layer, seq,
-                                 detail::kAwaitReplicaMate, true);
+                    plane_.Fail(status::kTimeout, culprit, round, detail::kAwaitReplicaMate);
                 } else {
-                    plane_.Raise(status::kTimeout, op::kCombineRecv, missing, d, layer, seq,
-                                 detail::kAwaitCompletion, true);
+                    plane_.Fail(status::kTimeout, missing, round, detail::kAwaitCompletion);
                 }
                 return false;
             }

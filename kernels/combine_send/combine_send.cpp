@@ -44,7 +44,7 @@ private:
     };
 
     __aicore__ inline const CamTopology& Topo() const { return plane_.Topo(); }
-    __aicore__ inline int64_t Wi(int64_t word) const { return dp::LoadWord(wi_, 8 * word); }
+    __aicore__ inline int64_t Wi(int64_t word) const { return dp::LoadWordAt(wi_, word); }
 
     __aicore__ inline bool Control() {
         const CamTopology& t = Topo();
@@ -58,16 +58,15 @@ private:
             Wi(kWiRows) > layout::recv_rows(t))
             return Refuse(status::kBadInput, d, detail::kArgWorkItem);
         GM_ADDR own = plane_.Own();
-        const int64_t combined = dp::LoadWord(own, layout::ffn_combined_seq_off(t) + 8 * d);
-        const int64_t consumed = dp::LoadWord(own, layout::ffn_done_seq_off(t) + 8 * d);
+        const int64_t combined = dp::LoadWordAt(own, layout::ffn_combined_seq_off(t), d);
+        const int64_t consumed = dp::LoadWordAt(own, layout::ffn_done_seq_off(t), d);
         if (combined != q - 1 || q > consumed) return Refuse(status::kProtocol, d, detail::kProtoStaleWorkItem);
         return true;
     }
 
     // A bad or stale work item is refused before anything is written: the plane stays usable.
     __aicore__ inline bool Refuse(int64_t code, int64_t d, int64_t det) {
-        plane_.Raise(code, op::kCombineSend, -1, d, -1, Wi(kWiSeq), det, false);
-        return false;
+        return plane_.Refuse(code, dp::kNoPeer, dp::Round{op::kCombineSend}.Replica(d).Seq(Wi(kWiSeq)), det);
     }
 
     __aicore__ inline void Scatter() {
@@ -95,7 +94,7 @@ private:
             plane_.Signals().Send(plane_.Window(layout::attn_rank_of(t, d, p)),
                                   layout::attn_completion_signal_off(t, s, f), q);
         }
-        dp::StoreWord(plane_.Own(), layout::ffn_combined_seq_off(t) + 8 * d, q);
+        dp::StoreWordAt(plane_.Own(), layout::ffn_combined_seq_off(t), d, q);
     }
 
     CombineSendTilingData tiling_{};

@@ -51,10 +51,12 @@ private:
     };
 
     __aicore__ inline const CamTopology& Topo() const { return plane_.Topo(); }
+    // An error record's round; the replica, layer and seq are added where they are known.
+    __aicore__ static inline dp::Round ErrRound() { return dp::Round{op::kDispatchRecv}; }
     __aicore__ inline int64_t A() const { return Topo().D * Topo().P; }
 
     __aicore__ inline int64_t DoneSeq(int64_t d) const {
-        return dp::LoadWord(plane_.Own(), layout::ffn_done_seq_off(Topo()) + 8 * d);
+        return dp::LoadWordAt(plane_.Own(), layout::ffn_done_seq_off(Topo()), d);
     }
     __aicore__ inline int64_t Ready(int64_t attnRank, int64_t slot) const {
         return plane_.Signals().Poll(plane_.Own(), layout::ffn_ready_signal_off(Topo(), attnRank, slot));
@@ -63,7 +65,7 @@ private:
         return plane_.Own() + layout::ffn_region_off(Topo(), attnRank, slot);
     }
     __aicore__ inline int64_t Hdr(int64_t attnRank, int64_t slot, int64_t word) const {
-        return dp::LoadWord(Region(attnRank, slot), 8 * word);
+        return dp::LoadWordAt(Region(attnRank, slot), word);
     }
 
     // ---- block 0 ----
@@ -72,12 +74,11 @@ private:
         if (!plane_.EntryOk(op::kDispatchRecv)) return false;
         const int64_t start = AscendC::GetSystemCycle();
         int64_t partialSince = -1;
-        const int64_t rr = dp::LoadWord(plane_.Own(), layout::ffn_state_off(t) + 8 * kFfnRrNext);
+        const int64_t rr = dp::LoadWordAt(plane_.Own(), layout::ffn_state_off(t), kFfnRrNext);
         for (uint32_t i = 0;; ++i) {
             const int64_t abort = plane_.AbortWord();
             if (abort != 0) {
-                plane_.Raise(status::kAborted, op::kDispatchRecv, abort - 1, -1, -1, 0, abort, false);
-                return false;
+                return plane_.Refuse(status::kAborted, abort - 1, ErrRound(), abort);
             }
             int64_t partial = -1, partialMissing = -1, partialPublished = -1;
             for (int64_t n = 0; n < t.D; ++n) {
@@ -89,9 +90,8 @@ private:
                     const int64_t a = layout::attn_rank_of(t, d, p);
                     const int64_t v = Ready(a, s);
                     if (v > q) {
-                        plane_.Raise(status::kProtocol, op::kDispatchRecv, a, d, -1, q, detail::kProtoSignalAhead,
-                                     true);
-                        return false;
+                        return plane_.Fail(status::kProtocol, a, ErrRound().Replica(d).Seq(q),
+                                           detail::kProtoSignalAhead);
                     }
                     if (v == q) {
                         ++published;
@@ -114,9 +114,8 @@ private:
                 if (now - partialSince > tiling_.comm.timeoutCycles) {
                     const int64_t q = DoneSeq(partial) + 1;
                     const int64_t layer = Hdr(partialPublished, layout::slot_of_seq(t, q), kHdrLayer);
-                    plane_.Raise(status::kTimeout, op::kDispatchRecv, partialMissing, partial, layer, q,
-                                 detail::kAwaitReplica, true);
-                    return false;
+                    return plane_.Fail(status::kTimeout, partialMissing,
+                                       ErrRound().Replica(partial).Layer(layer).Seq(q), detail::kAwaitReplica);
                 }
             } else {
                 partialSince = -1;
@@ -128,8 +127,7 @@ private:
 
     // A record of participant a is bad: fatal, the plane is inconsistent.
     __aicore__ inline bool FailRecord(int64_t code, int64_t a, int64_t d, int64_t layer, int64_t q, int64_t det) {
-        plane_.Raise(code, op::kDispatchRecv, a, d, layer, q, det, true);
-        return false;
+        return plane_.Fail(code, a, ErrRound().Replica(d).Layer(layer).Seq(q), det);
     }
 
     // Replica d's round q is ready on every participant: validate all P records, then write the work item.
@@ -161,20 +159,20 @@ private:
             total += rows;
         }
         if (total > layout::recv_rows(t)) {
-            plane_.Raise(status::kCapacity, op::kDispatchRecv, -1, d, layer, q, total, true);
-            return false;
+            return plane_.Fail(status::kCapacity, dp::kNoPeer, ErrRound().Replica(d).Layer(layer).Seq(q),
+                               total);
         }
 
         const int64_t words = layout::work_item_words(t);
-        for (int64_t w = 0; w < words; ++w) dp::StoreWord(wi_, 8 * w, 0);
-        dp::StoreWord(wi_, 8 * kWiKind, kWiWork);
-        dp::StoreWord(wi_, 8 * kWiReplica, d);
-        dp::StoreWord(wi_, 8 * kWiLayer, layer);
-        dp::StoreWord(wi_, 8 * kWiSeq, q);
-        dp::StoreWord(wi_, 8 * kWiSlot, s);
-        dp::StoreWord(wi_, 8 * kWiRows, total);
-        dp::StoreWord(wi_, 8 * kWiFfnRank, plane_.Rank());
-        dp::StoreWord(wi_, 8 * kWiFingerprint, fp);
+        for (int64_t w = 0; w < words; ++w) dp::StoreWordAt(wi_, w, 0);
+        dp::StoreWordAt(wi_, kWiKind, kWiWork);
+        dp::StoreWordAt(wi_, kWiReplica, d);
+        dp::StoreWordAt(wi_, kWiLayer, layer);
+        dp::StoreWordAt(wi_, kWiSeq, q);
+        dp::StoreWordAt(wi_, kWiSlot, s);
+        dp::StoreWordAt(wi_, kWiRows, total);
+        dp::StoreWordAt(wi_, kWiFfnRank, plane_.Rank());
+        dp::StoreWordAt(wi_, kWiFingerprint, fp);
         int64_t out = 0;
         for (int64_t j = 0; j < R; ++j) {
             int64_t expertRows = 0;
@@ -183,14 +181,14 @@ private:
                 int64_t src = 0;
                 for (int64_t jj = 0; jj < j; ++jj) src += Hdr(a, s, kHdrCounts + jj);
                 const int64_t c = Hdr(a, s, kHdrCounts + j);
-                dp::StoreWord(wi_, 8 * layout::work_item_cell_out_off(t, j, p), out);
-                dp::StoreWord(wi_, 8 * layout::work_item_cell_count(t, j, p), c);
-                dp::StoreWord(wi_, 8 * layout::work_item_cell_src_off(t, j, p), src);
+                dp::StoreWordAt(wi_, layout::work_item_cell_out_off(t, j, p), out);
+                dp::StoreWordAt(wi_, layout::work_item_cell_count(t, j, p), c);
+                dp::StoreWordAt(wi_, layout::work_item_cell_src_off(t, j, p), src);
                 out += c;
                 expertRows += c;
             }
-            dp::StoreWord(wi_, 8 * (kWiCounts + j), expertRows);
-            dp::StoreWord(counts_, 8 * j, expertRows);
+            dp::StoreWordAt(wi_, kWiCounts + j, expertRows);
+            dp::StoreWordAt(counts_, j, expertRows);
         }
         return true;
     }
@@ -199,20 +197,20 @@ private:
     __aicore__ inline void WriteEmpty() {
         const CamTopology& t = Topo();
         const int64_t words = layout::work_item_words(t);
-        for (int64_t w = 0; w < words; ++w) dp::StoreWord(wi_, 8 * w, 0);
-        dp::StoreWord(wi_, 8 * kWiKind, kWiEmpty);
-        dp::StoreWord(wi_, 8 * kWiReplica, -1);
-        dp::StoreWord(wi_, 8 * kWiFfnRank, plane_.Rank());
-        dp::StoreWord(wi_, 8 * kWiFingerprint, layout::fingerprint(t));
-        for (int64_t j = 0; j < layout::experts_per_ffn(t); ++j) dp::StoreWord(counts_, 8 * j, 0);
+        for (int64_t w = 0; w < words; ++w) dp::StoreWordAt(wi_, w, 0);
+        dp::StoreWordAt(wi_, kWiKind, kWiEmpty);
+        dp::StoreWordAt(wi_, kWiReplica, -1);
+        dp::StoreWordAt(wi_, kWiFfnRank, plane_.Rank());
+        dp::StoreWordAt(wi_, kWiFingerprint, layout::fingerprint(t));
+        for (int64_t j = 0; j < layout::experts_per_ffn(t); ++j) dp::StoreWordAt(counts_, j, 0);
     }
 
     // ---- all blocks: expand_x[o] = token store row of the entry's token slot ----
     __aicore__ inline void Gather() {
         const CamTopology& t = Topo();
-        const int64_t d = dp::LoadWord(wi_, 8 * kWiReplica);
-        const int64_t s = dp::LoadWord(wi_, 8 * kWiSlot);
-        const int64_t n = dp::LoadWord(wi_, 8 * kWiRows);
+        const int64_t d = dp::LoadWordAt(wi_, kWiReplica);
+        const int64_t s = dp::LoadWordAt(wi_, kWiSlot);
+        const int64_t n = dp::LoadWordAt(wi_, kWiRows);
         const int64_t rowBytes = t.H * layout::dispatch_elem_bytes(t);
         int64_t lo, hi;
         dp::BlockShare(n, &lo, &hi);
@@ -231,13 +229,13 @@ private:
     // ---- block 0 after the gather drained: the round is consumed ----
     __aicore__ inline void Consume() {
         const CamTopology& t = Topo();
-        const int64_t d = dp::LoadWord(wi_, 8 * kWiReplica);
-        const int64_t q = dp::LoadWord(wi_, 8 * kWiSeq);
+        const int64_t d = dp::LoadWordAt(wi_, kWiReplica);
+        const int64_t q = dp::LoadWordAt(wi_, kWiSeq);
         GM_ADDR own = plane_.Own();
-        dp::StoreWord(own, layout::ffn_done_seq_off(t) + 8 * d, q);
-        dp::StoreWord(own, layout::ffn_state_off(t) + 8 * kFfnRrNext, (d + 1) % t.D);
-        dp::StoreWord(own, layout::ffn_state_off(t) + 8 * kFfnServed,
-                      dp::LoadWord(own, layout::ffn_state_off(t) + 8 * kFfnServed) + 1);
+        dp::StoreWordAt(own, layout::ffn_done_seq_off(t), d, q);
+        dp::StoreWordAt(own, layout::ffn_state_off(t), kFfnRrNext, (d + 1) % t.D);
+        dp::StoreWordAt(own, layout::ffn_state_off(t), kFfnServed,
+                        dp::LoadWordAt(own, layout::ffn_state_off(t), kFfnServed) + 1);
     }
 
     DispatchRecvTilingData tiling_{};

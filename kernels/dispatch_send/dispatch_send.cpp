@@ -80,9 +80,7 @@ private:
             for (int64_t k = 0; k < t.K; ++k) {
                 const int64_t id = ids_.GetValue(tok * t.K + k);
                 if (id < -1 || id >= t.E) {
-                    plane_.Raise(status::kBadInput, op::kDispatchSend, -1, d, tiling_.layer, seq_,
-                                 detail::kArgTopkIds, false);
-                    return false;
+                    return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgTopkIds);
                 }
                 if (id == -1) continue;
                 Counts().SetValue(id, Counts().GetValue(id) + 1);
@@ -98,9 +96,7 @@ private:
             int64_t rows = 0;
             for (int64_t j = 0; j < R; ++j) rows += Counts().GetValue(f * R + j);
             if (rows > t.capacity) {
-                plane_.Raise(status::kCapacity, op::kDispatchSend, t.D * t.P + f, d, tiling_.layer, seq_, rows,
-                             false);
-                return false;
+                return plane_.Refuse(status::kCapacity, t.D * t.P + f, ThisRound(), rows);
             }
         }
 
@@ -159,28 +155,31 @@ private:
         for (uint32_t i = 0;; ++i) {
             const int64_t abort = plane_.AbortWord();
             if (abort != 0) {
-                plane_.Raise(status::kAborted, op::kDispatchSend, abort - 1, d, tiling_.layer, seq_, abort, false);
-                return false;
+                return plane_.Refuse(status::kAborted, abort - 1, ThisRound(), abort);
             }
             int64_t missing = -1;
             if (dp::LoadWord(own, layout::attn_recv_count_off(t)) < round_ - t.slots + 1) missing = plane_.Rank();
             for (int64_t f = 0; f < t.F && missing < 0; ++f) {
                 const int64_t done = plane_.Signals().Poll(own, layout::attn_completion_signal_off(t, slot_, f));
                 if (done > prevSeq) {
-                    plane_.Raise(status::kProtocol, op::kDispatchSend, t.D * t.P + f, d, tiling_.layer, seq_,
-                                 detail::kProtoSignalAhead, true);
-                    return false;
+                    return plane_.Fail(status::kProtocol, t.D * t.P + f, ThisRound(), detail::kProtoSignalAhead);
                 }
                 if (done < prevSeq) missing = t.D * t.P + f;
             }
             if (missing < 0) return true;
             if (AscendC::GetSystemCycle() > deadline) {
-                plane_.Raise(status::kTimeout, op::kDispatchSend, missing, d, tiling_.layer, seq_,
-                             detail::kAwaitSlotFree, true);
-                return false;
+                return plane_.Fail(status::kTimeout, missing, ThisRound(), detail::kAwaitSlotFree);
             }
             SpinPause(i);
         }
+    }
+
+    // What an error record says about this call.
+    __aicore__ inline dp::Round ThisRound() const {
+        return dp::Round{op::kDispatchSend}
+            .Replica(layout::replica_of(plane_.Topo(), plane_.Rank()))
+            .Layer(tiling_.layer)
+            .Seq(seq_);
     }
 
     // ---- all blocks ----
@@ -199,7 +198,7 @@ private:
     __aicore__ inline void MoveTables() {
         const CamTopology& t = plane_.Topo();
         for (int64_t f = AscendC::GetBlockIdx(); f < t.F; f += AscendC::GetBlockNum()) {
-            const int64_t rows = dp::LoadWord(ws_, wsl_.headerOff + f * layout::header_bytes(t) + 8 * kHdrRows);
+            const int64_t rows = dp::LoadWordAt(ws_, wsl_.headerOff + f * layout::header_bytes(t), kHdrRows);
             GM_ADDR region = Region(f);
             mover_.Copy(region + layout::region_index_off(t), ws_ + wsl_.indexOff + f * layout::index_bytes(t),
                         uint64_t(rows) * layout::kIndexEntryBytes);
@@ -292,9 +291,9 @@ private:
                                   seq_);
         }
         GM_ADDR own = plane_.Own();
-        dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotSeq, seq_);
-        dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotLayer, tiling_.layer);
-        dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotTokens, tiling_.tokens);
+        dp::StoreWordAt(own, layout::attn_slot_state_off(t, slot_), kSlotSeq, seq_);
+        dp::StoreWordAt(own, layout::attn_slot_state_off(t, slot_), kSlotLayer, tiling_.layer);
+        dp::StoreWordAt(own, layout::attn_slot_state_off(t, slot_), kSlotTokens, tiling_.tokens);
         dp::StoreWord(own, layout::attn_send_count_off(t), round_ + 1);
     }
 
