@@ -72,39 +72,42 @@ private:
                 return plane_.Refuse(status::kBadInput, dp::kNoPeer, round, detail::kArgTopkIds);
             }
         }
-        const int64_t deadline = AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles;
-        for (uint32_t i = 0;; ++i) {
-            const int64_t abort = plane_.AbortWord();
-            if (abort != 0) {
-                return plane_.Refuse(status::kAborted, abort - 1, round, abort);
-            }
-            int64_t missing = -1;
-            for (int64_t f = 0; f < t.F && missing < 0; ++f) {
-                const int64_t done = plane_.Signals().Poll(own, layout::attn_completion_signal_off(t, s, f));
-                if (done > seq) {
-                    return plane_.Fail(status::kProtocol, t.D * t.P + f, round, detail::kProtoSignalAhead);
-                }
-                if (done < seq) missing = t.D * t.P + f;
-            }
-            if (missing < 0) return true;
-            if (AscendC::GetSystemCycle() > deadline) {
-                // Name the real fault: if a participant of this replica never published the round on the FFN
-                // rank we wait for, that rank could never serve it.
-                int64_t culprit = -1;
-                for (int64_t p = 0; p < t.P && culprit < 0; ++p) {
-                    const int64_t a = layout::attn_rank_of(t, d, p);
-                    if (plane_.Signals().Poll(plane_.Window(missing), layout::ffn_ready_signal_off(t, a, s)) < seq)
-                        culprit = a;
-                }
-                if (culprit >= 0) {
-                    plane_.Fail(status::kTimeout, culprit, round, detail::kAwaitReplicaMate);
-                } else {
-                    plane_.Fail(status::kTimeout, missing, round, detail::kAwaitCompletion);
-                }
-                return false;
-            }
-            SpinPause(i);
+        CompletionPoll poll{this, round, seq, s};
+        const dp::WaitEnd end = dp::BoundedWait(plane_, round, own + layout::attn_completion_signal_off(t, s, 0),
+                                                AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles, poll);
+        if (end != dp::WaitEnd::kExpired) return end == dp::WaitEnd::kDone;
+        // Name the real fault: if a participant of this replica never published the round on the FFN rank we
+        // wait for, that rank could never serve it.
+        for (int64_t p = 0; p < t.P; ++p) {
+            const int64_t a = layout::attn_rank_of(t, d, p);
+            if (plane_.Signals().Poll(plane_.Window(poll.missing), layout::ffn_ready_signal_off(t, a, s)) < seq)
+                return plane_.Fail(status::kTimeout, a, round, detail::kAwaitReplicaMate);
         }
+        return plane_.Fail(status::kTimeout, poll.missing, round, detail::kAwaitCompletion);
+    }
+
+    // Every FFN rank completed round seq (slot s) for this rank: done[s][f] == seq for all f.
+    struct CompletionPoll {
+        CombineRecv* op;
+        dp::Round round;
+        int64_t seq, slot;
+        int64_t missing = dp::kNoPeer;  // the first FFN rank not done yet, for the timeout record
+        __aicore__ inline dp::PollResult operator()() { return op->PollCompletion(round, seq, slot, &missing); }
+    };
+
+    __aicore__ inline dp::PollResult PollCompletion(const dp::Round& round, int64_t seq, int64_t s,
+                                                    int64_t* missing) {
+        const CamTopology& t = plane_.Topo();
+        *missing = dp::kNoPeer;
+        for (int64_t f = 0; f < t.F && *missing == dp::kNoPeer; ++f) {
+            const int64_t done = plane_.Signals().Poll(plane_.Own(), layout::attn_completion_signal_off(t, s, f));
+            if (done > seq) {
+                plane_.Fail(status::kProtocol, t.D * t.P + f, round, detail::kProtoSignalAhead);
+                return dp::PollResult::kStop;
+            }
+            if (done < seq) *missing = t.D * t.P + f;
+        }
+        return *missing == dp::kNoPeer ? dp::PollResult::kDone : dp::PollResult::kWait;
     }
 
     __aicore__ inline void Reduce() {

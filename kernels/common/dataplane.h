@@ -3,6 +3,8 @@
 // byte mover. Every offset comes from common/window_layout.h.
 #pragma once
 
+#include <cstdint>
+
 #include "kernel_operator.h"
 
 #include "common/dataplane_args.h"
@@ -182,6 +184,33 @@ private:
     SignalPort signals_;
 };
 
+// One poll of a bounded wait, and how the wait ended.
+enum class PollResult : uint8_t { kWait, kDone, kStop };
+enum class WaitEnd : uint8_t { kDone, kStop, kAborted, kExpired };
+inline constexpr int64_t kNoDeadline = INT64_MAX;  // the poll bounds the wait itself (dispatch_recv's idle bound)
+
+// The data plane's one bounded wait. `poll()` reads what the wait is for (the signal word at `watched`, and any
+// others) and answers kDone, kStop (it has recorded why) or kWait. The wait also ends when this rank's abort word is
+// raised (recorded as a refusal of `round`, kAborted) or when the system cycle passes `deadline` (kExpired: the
+// caller records the timeout, naming what it still missed). Between polls it backs off on `watched`: a no-op on
+// Ascend, on the twin the block parks until that line is written.
+template <typename Poll>
+__aicore__ inline WaitEnd BoundedWait(const Plane& plane, const Round& round, GM_ADDR watched, int64_t deadline,
+                                      Poll& poll) {
+    for (uint32_t i = 0;; ++i) {
+        const int64_t abort = plane.AbortWord();
+        if (abort != 0) {
+            plane.Refuse(status::kAborted, abort - 1, round, abort);
+            return WaitEnd::kAborted;
+        }
+        const PollResult r = poll();
+        if (r == PollResult::kDone) return WaitEnd::kDone;
+        if (r == PollResult::kStop) return WaitEnd::kStop;
+        if (AscendC::GetSystemCycle() > deadline) return WaitEnd::kExpired;
+        WaitPause(watched, i);
+    }
+}
+
 // Block 0 runs the waits and checks; the other blocks learn the outcome through a workspace word instead of
 // sitting in SyncAll for as long as a wait may last.
 class Decision {
@@ -224,7 +253,7 @@ private:
             }
             if (d != kDecisionUndecided) return false;
             if (AscendC::GetSystemCycle() > deadline) return false;
-            SpinPause(i);
+            WaitPause(ws_, i);
         }
     }
 

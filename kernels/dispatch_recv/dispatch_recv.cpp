@@ -69,60 +69,75 @@ private:
     }
 
     // ---- block 0 ----
+    // Replicas are polled round robin from rr_next; the first whose next round every participant published is
+    // selected. Idle (nothing begun) ends the wait after idleCycles without an error; a begun round that stays
+    // partial for timeoutCycles is a fault naming the missing participant.
+    struct ReadyPoll {
+        DispatchRecv* op;
+        int64_t rr, start;
+        int64_t partialSince = -1;
+        bool selected = false;
+        __aicore__ inline dp::PollResult operator()() { return op->PollReplicas(this); }
+    };
+
     __aicore__ inline bool Control() {
         const CamTopology& t = Topo();
         if (!plane_.EntryOk(op::kDispatchRecv)) return false;
-        const int64_t start = AscendC::GetSystemCycle();
-        int64_t partialSince = -1;
-        const int64_t rr = dp::LoadWordAt(plane_.Own(), layout::ffn_state_off(t), kFfnRrNext);
-        for (uint32_t i = 0;; ++i) {
-            const int64_t abort = plane_.AbortWord();
-            if (abort != 0) {
-                return plane_.Refuse(status::kAborted, abort - 1, ErrRound(), abort);
-            }
-            int64_t partial = -1, partialMissing = -1, partialPublished = -1;
-            for (int64_t n = 0; n < t.D; ++n) {
-                const int64_t d = (rr + n) % t.D;
-                const int64_t q = DoneSeq(d) + 1;
-                const int64_t s = layout::slot_of_seq(t, q);
-                int64_t published = 0, missing = -1, first = -1;
-                for (int64_t p = 0; p < t.P; ++p) {
-                    const int64_t a = layout::attn_rank_of(t, d, p);
-                    const int64_t v = Ready(a, s);
-                    if (v > q) {
-                        return plane_.Fail(status::kProtocol, a, ErrRound().Replica(d).Seq(q),
-                                           detail::kProtoSignalAhead);
-                    }
-                    if (v == q) {
-                        ++published;
-                        if (first < 0) first = a;
-                    } else if (missing < 0) {
-                        missing = a;
-                    }
+        ReadyPoll poll{this, dp::LoadWordAt(plane_.Own(), layout::ffn_state_off(t), kFfnRrNext),
+                       AscendC::GetSystemCycle()};
+        dp::BoundedWait(plane_, ErrRound(), plane_.Own() + layout::ffn_ready_signal_off(t, 0, 0), dp::kNoDeadline,
+                        poll);
+        return poll.selected;
+    }
+
+    __aicore__ inline dp::PollResult PollReplicas(ReadyPoll* st) {
+        const CamTopology& t = Topo();
+        int64_t partial = -1, partialMissing = -1, partialPublished = -1;
+        for (int64_t n = 0; n < t.D; ++n) {
+            const int64_t d = (st->rr + n) % t.D;
+            const int64_t q = DoneSeq(d) + 1;
+            const int64_t s = layout::slot_of_seq(t, q);
+            int64_t published = 0, missing = -1, first = -1;
+            for (int64_t p = 0; p < t.P; ++p) {
+                const int64_t a = layout::attn_rank_of(t, d, p);
+                const int64_t v = Ready(a, s);
+                if (v > q) {
+                    plane_.Fail(status::kProtocol, a, ErrRound().Replica(d).Seq(q), detail::kProtoSignalAhead);
+                    return dp::PollResult::kStop;
                 }
-                if (published == t.P) return Select(d, q, s);
-                if (published > 0 && partial < 0) {
-                    partial = d;
-                    partialMissing = missing;
-                    partialPublished = first;
+                if (v == q) {
+                    ++published;
+                    if (first < 0) first = a;
+                } else if (missing < 0) {
+                    missing = a;
                 }
             }
-            const int64_t now = AscendC::GetSystemCycle();
-            if (partial >= 0) {
-                // A begun round: some participants published, so waiting is bounded by the timeout, not idle.
-                if (partialSince < 0) partialSince = now;
-                if (now - partialSince > tiling_.comm.timeoutCycles) {
-                    const int64_t q = DoneSeq(partial) + 1;
-                    const int64_t layer = Hdr(partialPublished, layout::slot_of_seq(t, q), kHdrLayer);
-                    return plane_.Fail(status::kTimeout, partialMissing,
-                                       ErrRound().Replica(partial).Layer(layer).Seq(q), detail::kAwaitReplica);
-                }
-            } else {
-                partialSince = -1;
-                if (now - start > tiling_.comm.idleCycles) return false;
+            if (published == t.P) {
+                st->selected = Select(d, q, s);
+                return st->selected ? dp::PollResult::kDone : dp::PollResult::kStop;
             }
-            SpinPause(i);
+            if (published > 0 && partial < 0) {
+                partial = d;
+                partialMissing = missing;
+                partialPublished = first;
+            }
         }
+        const int64_t now = AscendC::GetSystemCycle();
+        if (partial >= 0) {
+            // A begun round: some participants published, so waiting is bounded by the timeout, not idle.
+            if (st->partialSince < 0) st->partialSince = now;
+            if (now - st->partialSince > tiling_.comm.timeoutCycles) {
+                const int64_t q = DoneSeq(partial) + 1;
+                const int64_t layer = Hdr(partialPublished, layout::slot_of_seq(t, q), kHdrLayer);
+                plane_.Fail(status::kTimeout, partialMissing, ErrRound().Replica(partial).Layer(layer).Seq(q),
+                            detail::kAwaitReplica);
+                return dp::PollResult::kStop;
+            }
+        } else {
+            st->partialSince = -1;
+            if (now - st->start > tiling_.comm.idleCycles) return dp::PollResult::kStop;  // idle: not a fault
+        }
+        return dp::PollResult::kWait;
     }
 
     // A record of participant a is bad: fatal, the plane is inconsistent.

@@ -147,31 +147,37 @@ private:
 
     // Slot s is free once this rank's combine_recv of round r - slots has run (its combine rows are read) and
     // every FFN rank completed that round (none reads region (a, s) any more).
-    __aicore__ inline bool WaitSlotFree(GM_ADDR own) {
+    struct SlotFreePoll {
+        DispatchSend* op;
+        int64_t missing = dp::kNoPeer;  // who the wait still misses, for the timeout record
+        __aicore__ inline dp::PollResult operator()() { return op->PollSlotFree(&missing); }
+    };
+
+    __aicore__ inline dp::PollResult PollSlotFree(int64_t* missing) {
         const CamTopology& t = plane_.Topo();
-        const int64_t d = layout::replica_of(t, plane_.Rank());
+        GM_ADDR own = plane_.Own();
         const int64_t prevSeq = seq_ - t.slots;
-        const int64_t deadline = AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles;
-        for (uint32_t i = 0;; ++i) {
-            const int64_t abort = plane_.AbortWord();
-            if (abort != 0) {
-                return plane_.Refuse(status::kAborted, abort - 1, ThisRound(), abort);
+        *missing = dp::kNoPeer;
+        if (dp::LoadWord(own, layout::attn_recv_count_off(t)) < round_ - t.slots + 1) *missing = plane_.Rank();
+        for (int64_t f = 0; f < t.F && *missing == dp::kNoPeer; ++f) {
+            const int64_t done = plane_.Signals().Poll(own, layout::attn_completion_signal_off(t, slot_, f));
+            if (done > prevSeq) {
+                plane_.Fail(status::kProtocol, t.D * t.P + f, ThisRound(), detail::kProtoSignalAhead);
+                return dp::PollResult::kStop;
             }
-            int64_t missing = -1;
-            if (dp::LoadWord(own, layout::attn_recv_count_off(t)) < round_ - t.slots + 1) missing = plane_.Rank();
-            for (int64_t f = 0; f < t.F && missing < 0; ++f) {
-                const int64_t done = plane_.Signals().Poll(own, layout::attn_completion_signal_off(t, slot_, f));
-                if (done > prevSeq) {
-                    return plane_.Fail(status::kProtocol, t.D * t.P + f, ThisRound(), detail::kProtoSignalAhead);
-                }
-                if (done < prevSeq) missing = t.D * t.P + f;
-            }
-            if (missing < 0) return true;
-            if (AscendC::GetSystemCycle() > deadline) {
-                return plane_.Fail(status::kTimeout, missing, ThisRound(), detail::kAwaitSlotFree);
-            }
-            SpinPause(i);
+            if (done < prevSeq) *missing = t.D * t.P + f;
         }
+        return *missing == dp::kNoPeer ? dp::PollResult::kDone : dp::PollResult::kWait;
+    }
+
+    __aicore__ inline bool WaitSlotFree(GM_ADDR own) {
+        SlotFreePoll poll{this};
+        const dp::WaitEnd end = dp::BoundedWait(plane_, ThisRound(),
+                                                own + layout::attn_completion_signal_off(plane_.Topo(), slot_, 0),
+                                                AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles, poll);
+        if (end == dp::WaitEnd::kExpired)
+            return plane_.Fail(status::kTimeout, poll.missing, ThisRound(), detail::kAwaitSlotFree);
+        return end == dp::WaitEnd::kDone;
     }
 
     // What an error record says about this call.

@@ -2,7 +2,10 @@
 #include "twin/dcache.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -27,12 +30,25 @@ constexpr size_t kShards = 64;
 struct Shard {
     std::mutex mutex;
     std::unordered_map<uintptr_t, LineState> lines;
+    // Parking (ParkOn): bumped on every write to a line of this shard; parked blocks wait for a change.
+    std::atomic<uint64_t> epoch{0};
+    std::atomic<int32_t> parked{0};
+    std::mutex parkMutex;
+    std::condition_variable parkCv;
 };
 
 Shard gShards[kShards];
 std::atomic<int64_t> gDirtyLines{0};
 
 Shard& ShardOf(uintptr_t base) { return gShards[(base / kDcacheLineBytes) % kShards]; }
+
+void Wake(Shard& shard) {
+    shard.epoch.fetch_add(1, std::memory_order_release);
+    if (shard.parked.load(std::memory_order_acquire) > 0) {
+        std::lock_guard<std::mutex> lock(shard.parkMutex);
+        shard.parkCv.notify_all();
+    }
+}
 
 std::string Hex(uintptr_t v) {
     char buf[32];
@@ -125,6 +141,7 @@ void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location
     ++st.version;
     line.dirty = 0;
     gDirtyLines.fetch_sub(1, std::memory_order_relaxed);
+    Wake(shard);
 }
 
 void DataCache::CleanInvalidate(const void* addr, const std::source_location& where) {
@@ -165,6 +182,58 @@ void CheckMteWriteAgainstDirtyLines(const void* addr, uint64_t bytes, const std:
                       " that a core holds dirty in its scalar cache: its clean will overwrite the copied bytes",
                   where);
     }
+}
+
+void GmRead(void* local, const void* gm, size_t bytes) {
+    auto* out = static_cast<uint8_t*>(local);
+    auto* in = static_cast<const uint8_t*>(gm);
+    size_t i = 0;
+    for (; i < bytes && (reinterpret_cast<uintptr_t>(in + i) & 7u) != 0; ++i)
+        out[i] = __atomic_load_n(in + i, __ATOMIC_ACQUIRE);
+    for (; i + 8 <= bytes; i += 8) {
+        const uint64_t w = __atomic_load_n(reinterpret_cast<const uint64_t*>(in + i), __ATOMIC_ACQUIRE);
+        std::memcpy(out + i, &w, 8);
+    }
+    for (; i < bytes; ++i) out[i] = __atomic_load_n(in + i, __ATOMIC_ACQUIRE);
+}
+
+void GmWrite(void* gm, const void* local, size_t bytes) {
+    auto* out = static_cast<uint8_t*>(gm);
+    auto* in = static_cast<const uint8_t*>(local);
+    size_t i = 0;
+    for (; i < bytes && (reinterpret_cast<uintptr_t>(out + i) & 7u) != 0; ++i)
+        __atomic_store_n(out + i, in[i], __ATOMIC_RELEASE);
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t w;
+        std::memcpy(&w, in + i, 8);
+        __atomic_store_n(reinterpret_cast<uint64_t*>(out + i), w, __ATOMIC_RELEASE);
+    }
+    for (; i < bytes; ++i) __atomic_store_n(out + i, in[i], __ATOMIC_RELEASE);
+}
+
+void WakeParked(const void* addr, uint64_t bytes) {
+    if (bytes == 0) return;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(addr) & ~(kDcacheLineBytes - 1);
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(addr) + bytes - 1) & ~(kDcacheLineBytes - 1);
+    for (uintptr_t base = first; base <= last && base - first < kShards * kDcacheLineBytes; base += kDcacheLineBytes)
+        Wake(ShardOf(base));
+}
+
+void ParkOn(const void* watched, uint32_t iteration) {
+    if (iteration < 64) {
+        std::this_thread::yield();
+        return;
+    }
+    const auto interval = std::chrono::microseconds(iteration < 1024 ? 20 : 100);
+    Shard& shard = ShardOf(reinterpret_cast<uintptr_t>(watched) & ~(kDcacheLineBytes - 1));
+    const uint64_t seen = shard.epoch.load(std::memory_order_acquire);
+    shard.parked.fetch_add(1, std::memory_order_acq_rel);
+    {
+        std::unique_lock<std::mutex> lock(shard.parkMutex);
+        shard.parkCv.wait_for(lock, interval,
+                              [&] { return shard.epoch.load(std::memory_order_acquire) != seen; });
+    }
+    shard.parked.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 }  // namespace cam::twin

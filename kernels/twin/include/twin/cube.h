@@ -106,7 +106,7 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2Nz
         for (uint32_t b = 0; b < blocks; ++b) {
             uint8_t* blk = out + (uint64_t(j) * p.dstNzNStride + uint64_t(b) * p.dstNzC0Stride) * 32;
             const uint32_t n = std::min<uint32_t>(32, p.dValue - b * 32);
-            std::memcpy(blk, row + b * 32, n);
+            GmRead(blk, row + b * 32, n);
             if (n < 32) std::memset(blk + n, 0, 32 - n);
         }
     }
@@ -130,7 +130,7 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataC
                    where);
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         src.CheckRange(b * srcPitch, burst, where);
-        std::memcpy(dst.Data() + b * dstPitch, src.GetPhyAddr() + b * srcPitch, burst * sizeof(T));
+        GmRead(dst.Data() + b * dstPitch, src.GetPhyAddr() + b * srcPitch, burst * sizeof(T));
     }
 }
 
@@ -324,7 +324,10 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
         CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, uint64_t(p.nSize) * sizeof(T),
                                        where);
         T* row = dst.GetPhyAddr() + uint64_t(i) * p.dstStride;
-        for (uint32_t j = 0; j < p.nSize; ++j) row[j] = c[(j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0 + j % kCubeN0];
+        for (uint32_t j = 0; j < p.nSize; ++j) {
+            const T v = c[(j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0 + j % kCubeN0];
+            GmWrite(row + j, &v, sizeof(T));
+        }
     }
 }
 

@@ -80,14 +80,15 @@ template <typename T>
 void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t count,
               const std::source_location where = std::source_location::current()) {
     cam::twin::CheckContiguousCopy(dst, src, count, cam::twin::Access::CopyIn, where);
-    std::memcpy(dst.Data(), src.GetPhyAddr(), count * sizeof(T));
+    cam::twin::GmRead(dst.Data(), src.GetPhyAddr(), count * sizeof(T));
 }
 
 template <typename T>
 void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count,
               const std::source_location where = std::source_location::current()) {
     cam::twin::CheckContiguousCopy(src, dst, count, cam::twin::Access::CopyOut, where);
-    std::memcpy(dst.GetPhyAddr(), src.Data(), count * sizeof(T));
+    cam::twin::GmWrite(dst.GetPhyAddr(), src.Data(), count * sizeof(T));
+    cam::twin::WakeParked(dst.GetPhyAddr(), uint64_t(count) * sizeof(T));
 }
 
 // GM -> UB, any byte length. Each block lands at a 32-byte boundary in UB; the pad fills the rest of the
@@ -123,7 +124,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
         } else {
             std::memset(out + p.blockLen, kPadPoison, ubBlockBytes - p.blockLen);
         }
-        std::memcpy(row + left, src.GetPhyAddr() + b * srcPitch, p.blockLen);
+        GmRead(row + left, src.GetPhyAddr() + b * srcPitch, p.blockLen);
         out += ubBlockBytes + static_cast<uint64_t>(p.dstStride) * kUbAlign;
     }
 }
@@ -152,7 +153,8 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         dst.CheckRange(b * dstPitch, elems, where);
         CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + b * dstPitch, p.blockLen, where);
-        std::memcpy(dst.GetPhyAddr() + b * dstPitch, in, p.blockLen);
+        GmWrite(dst.GetPhyAddr() + b * dstPitch, in, p.blockLen);
+        WakeParked(dst.GetPhyAddr() + b * dstPitch, p.blockLen);
         in += ubBlockBytes + static_cast<uint64_t>(p.srcStride) * kUbAlign;
     }
 }

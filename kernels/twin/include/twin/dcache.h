@@ -53,4 +53,18 @@ private:
 // the copied bytes. The copy engines call this for every GM range they write.
 void CheckMteWriteAgainstDirtyLines(const void* addr, uint64_t bytes, const std::source_location& where);
 
+// The GM side of every MTE copy. Words are moved with atomic accesses (acquire for reads, release for writes), so a
+// signal written by one block's MTE3 and polled by another's MTE2 is race-free C++ and orders the payload written
+// before it, as the drained MTE3 queue does on the hardware.
+void GmRead(void* local, const void* gm, size_t bytes);
+void GmWrite(void* gm, const void* local, size_t bytes);
+
+// After an MTE write to GM: wakes blocks parked (ParkOn) on those lines.
+void WakeParked(const void* addr, uint64_t bytes);
+
+// A waiting block's back-off (cam::kernels::WaitPause): the first polls only yield, later ones park the thread
+// until a write reaches the line of `watched` (an MTE write or a clean, from any block of this process) or a short
+// interval passes, so a waiter neither burns a CPU nor sleeps past the signal it waits for.
+void ParkOn(const void* watched, uint32_t iteration);
+
 }  // namespace cam::twin
