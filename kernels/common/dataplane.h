@@ -26,9 +26,10 @@ __aicore__ inline AscendC::GlobalTensor<T> TensorAt(GM_ADDR base, int64_t byteOf
     return g;
 }
 
-// A signal or state word: invalidate the line, then load (so a stale scalar-cache copy is never re-read); store,
-// then clean the line (so the value leaves this core's scalar cache). On the twin GetValue/SetValue on int64 are
-// acquire/release and the dcci is a full fence.
+// A state word of this rank (or a record a peer or block 0 wrote): invalidate the line, then load (so a stale
+// scalar-cache copy is never re-read); store, then clean the line (so the value leaves this core's scalar cache).
+// The twin models that cache (docs/twin.md), so a missing dcci fails there too. Signals to or from peers are not
+// scalar: see SignalPort.
 __aicore__ inline int64_t LoadWord(GM_ADDR base, int64_t byteOff) {
     AscendC::GlobalTensor<int64_t> g = WordsAt(base, byteOff, 1);
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(g);

@@ -60,6 +60,14 @@ namespace AscendC {
 // elements: dst block at (j * dstNzNStride + b * dstNzC0Stride) * 32 bytes. A row's last partial block is padded
 // with zeros to 32 bytes (documented hardware behaviour); nothing else of dst is written.
 struct Nd2NzParams {
+    Nd2NzParams() {}
+    // As in the Ascend C header (V220), so brace-inits resolve and narrow as under bisheng.
+    Nd2NzParams(const uint16_t ndNumIn, const uint16_t nValueIn, const uint16_t dValueIn,
+                const uint16_t srcNdMatrixStrideIn, const uint16_t srcDValueIn, const uint16_t dstNzC0StrideIn,
+                const uint16_t dstNzNStrideIn, const uint16_t dstNzMatrixStrideIn)
+        : ndNum(ndNumIn), nValue(nValueIn), dValue(dValueIn), srcNdMatrixStride(srcNdMatrixStrideIn),
+          srcDValue(srcDValueIn), dstNzC0Stride(dstNzC0StrideIn), dstNzNStride(dstNzNStrideIn),
+          dstNzMatrixStride(dstNzMatrixStrideIn) {}
     uint16_t ndNum = 1;
     uint16_t nValue = 0;
     uint16_t dValue = 0;
@@ -72,6 +80,9 @@ struct Nd2NzParams {
 
 // Burst copy GM -> L1: blockCount bursts of blockLen 32-byte blocks; gaps between bursts in 32-byte blocks.
 struct DataCopyParams {
+    DataCopyParams() {}
+    DataCopyParams(const uint16_t count, const uint16_t len, const uint16_t srcStrideIn, const uint16_t dstStrideIn)
+        : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn) {}
     uint16_t blockCount = 1;
     uint16_t blockLen = 0;
     uint16_t srcStride = 0;
