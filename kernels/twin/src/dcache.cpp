@@ -27,9 +27,24 @@ struct LineState {
 
 constexpr size_t kShards = 64;
 
+// Line state is kept per launch: the blocks of one kernel are the cores that can share a line. Across launches
+// (other ranks, other kernels) the host heap puts unrelated buffers into one 64-byte line, which device
+// allocations never do, and peers' windows are reached by MTE only (peer-scalar-store), so the twin does not
+// relate lines across launches.
+struct LineKey {
+    uintptr_t base;
+    const void* launch;
+    bool operator==(const LineKey& o) const { return base == o.base && launch == o.launch; }
+};
+struct LineKeyHash {
+    size_t operator()(const LineKey& k) const {
+        return std::hash<uintptr_t>()(k.base) ^ (std::hash<const void*>()(k.launch) * 31u);
+    }
+};
+
 struct Shard {
     std::mutex mutex;
-    std::unordered_map<uintptr_t, LineState> lines;
+    std::unordered_map<LineKey, LineState, LineKeyHash> lines;
     // Parking (ParkOn): bumped on every write to a line of this shard; parked blocks wait for a change.
     std::atomic<uint64_t> epoch{0};
     std::atomic<int32_t> parked{0};
@@ -75,7 +90,7 @@ DataCache::Line& DataCache::Fill(uintptr_t base) {
     Shard& shard = ShardOf(base);
     {
         std::lock_guard<std::mutex> lock(shard.mutex);
-        auto st = shard.lines.find(base);
+        auto st = shard.lines.find(LineKey{base, launch_});
         line.fillVersion = st == shard.lines.end() ? 0 : st->second.version;
         // The line may extend past the tensor the kernel named; a 64-byte aligned line never crosses a page, so
         // the bytes are mapped. They are only read here; write-back touches only bytes this block stored.
@@ -101,7 +116,7 @@ void DataCache::Store(void* addr, const void* in, size_t bytes, const std::sourc
     if (line.dirty == 0) {
         Shard& shard = ShardOf(base);
         std::lock_guard<std::mutex> lock(shard.mutex);
-        LineState& st = shard.lines[base];
+        LineState& st = shard.lines[LineKey{base, launch_}];
         CAM_TWIN_CHECK(st.owner == nullptr || st.owner == this, "dcache-shared-line",
                        "scalar store into the 64-byte GM line " + Hex(base) +
                            " while another core holds it dirty: whichever cleans last overwrites the other's bytes",
@@ -136,7 +151,7 @@ void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location
             next = (cur & ~keep) | (line.words[w] & keep);
         } while (!__atomic_compare_exchange_n(word, &cur, next, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
     }
-    LineState& st = shard.lines[base];
+    LineState& st = shard.lines[LineKey{base, launch_}];
     st.owner = nullptr;
     ++st.version;
     line.dirty = 0;
@@ -162,20 +177,21 @@ void DataCache::Drop() {
         if (line.dirty == 0) continue;
         Shard& shard = ShardOf(base);
         std::lock_guard<std::mutex> lock(shard.mutex);
-        shard.lines[base].owner = nullptr;
+        shard.lines[LineKey{base, launch_}].owner = nullptr;
         gDirtyLines.fetch_sub(1, std::memory_order_relaxed);
     }
     lines_.clear();
 }
 
 void CheckMteWriteAgainstDirtyLines(const void* addr, uint64_t bytes, const std::source_location& where) {
-    if (bytes == 0 || gDirtyLines.load(std::memory_order_relaxed) == 0) return;
+    if (bytes == 0 || gDirtyLines.load(std::memory_order_relaxed) == 0 || !InKernel()) return;
+    const void* launch = CurrentBlock().launch;
     const uintptr_t first = reinterpret_cast<uintptr_t>(addr) & ~(kDcacheLineBytes - 1);
     const uintptr_t last = (reinterpret_cast<uintptr_t>(addr) + bytes - 1) & ~(kDcacheLineBytes - 1);
     for (uintptr_t base = first; base <= last; base += kDcacheLineBytes) {
         Shard& shard = ShardOf(base);
         std::lock_guard<std::mutex> lock(shard.mutex);
-        auto it = shard.lines.find(base);
+        auto it = shard.lines.find(LineKey{base, launch});
         if (it == shard.lines.end() || it->second.owner == nullptr) continue;
         Violation("dcache-shared-line",
                   "MTE write into the 64-byte GM line " + Hex(base) +
@@ -209,6 +225,19 @@ void GmWrite(void* gm, const void* local, size_t bytes) {
         __atomic_store_n(reinterpret_cast<uint64_t*>(out + i), w, __ATOMIC_RELEASE);
     }
     for (; i < bytes; ++i) __atomic_store_n(out + i, in[i], __ATOMIC_RELEASE);
+}
+
+void ForgetLaunch(const void* launch) {
+    for (Shard& shard : gShards) {
+        std::lock_guard<std::mutex> lock(shard.mutex);
+        for (auto it = shard.lines.begin(); it != shard.lines.end();) {
+            if (it->first.launch == launch) {
+                it = shard.lines.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
 }
 
 void WakeParked(const void* addr, uint64_t bytes) {

@@ -234,7 +234,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
         ctx.blockNum = blockDim;
         ctx.ub = arena.get();
         ctx.launch = &launch;
-        DataCache dcache;
+        DataCache dcache(&launch);
         ctx.dcache = &dcache;
         tBlock = &ctx;
         try {
@@ -258,6 +258,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
     threads.reserve(blockDim);
     for (uint32_t i = 0; i < blockDim; ++i) threads.emplace_back(body, i);
     for (auto& t : threads) t.join();
+    ForgetLaunch(&launch);
     if (!launch.firstError.empty()) throw TwinViolation(launch.firstError);
 }
 

@@ -7,7 +7,8 @@
 // The backing store stays race-free C++: lines are filled with atomic 8-byte loads and written back with atomic
 // read-modify-write of the bytes the block stored, under a lock per write-back. Two cores holding dirty copies
 // of one line (the documented hazard: whichever cleans last overwrites the other's bytes with its stale copy) is a
-// violation, found through a registry of dirty lines, never by overwriting host memory the kernel does not own.
+// violation, found through a registry of dirty lines of the launch, never by overwriting host memory the kernel
+// does not own.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +25,7 @@ bool DcacheEnabled();
 
 class DataCache {
 public:
-    DataCache() = default;
+    explicit DataCache(const void* launch) : launch_(launch) {}
     DataCache(const DataCache&) = delete;
     DataCache& operator=(const DataCache&) = delete;
     ~DataCache();
@@ -47,7 +48,11 @@ private:
     void WriteBack(uintptr_t base, Line& line, const std::source_location& where);
 
     std::unordered_map<uintptr_t, Line> lines_;
+    const void* launch_;  // the launch this block belongs to: lines are related within one launch only
 };
+
+// Drops the line registry of a finished launch (every block has written back or dropped its lines).
+void ForgetLaunch(const void* launch);
 
 // An MTE write into GM bypasses the cache; if another block holds that line dirty, its later clean overwrites
 // the copied bytes. The copy engines call this for every GM range they write.
