@@ -83,29 +83,68 @@ bool DcacheEnabled() {
 
 DataCache::~DataCache() { Drop(); }
 
+namespace {
+
+// Loads / stores `bytes` (1, 2, 4 or 8, naturally aligned) at addr atomically.
+uint64_t AtomicLoadN(const uint8_t* addr, size_t bytes) {
+    switch (bytes) {
+        case 8: return __atomic_load_n(reinterpret_cast<const uint64_t*>(addr), __ATOMIC_ACQUIRE);
+        case 4: return __atomic_load_n(reinterpret_cast<const uint32_t*>(addr), __ATOMIC_ACQUIRE);
+        case 2: return __atomic_load_n(reinterpret_cast<const uint16_t*>(addr), __ATOMIC_ACQUIRE);
+        default: return __atomic_load_n(addr, __ATOMIC_ACQUIRE);
+    }
+}
+
+void AtomicStoreN(uint8_t* addr, uint64_t v, size_t bytes) {
+    switch (bytes) {
+        case 8: __atomic_store_n(reinterpret_cast<uint64_t*>(addr), v, __ATOMIC_RELEASE); break;
+        case 4:
+            __atomic_store_n(reinterpret_cast<uint32_t*>(addr), static_cast<uint32_t>(v), __ATOMIC_RELEASE);
+            break;
+        case 2:
+            __atomic_store_n(reinterpret_cast<uint16_t*>(addr), static_cast<uint16_t>(v), __ATOMIC_RELEASE);
+            break;
+        default: __atomic_store_n(addr, static_cast<uint8_t>(v), __ATOMIC_RELEASE); break;
+    }
+}
+
+// Bits [offset, offset + bytes) of a line's 64-bit byte mask.
+uint64_t Mask(uintptr_t offset, size_t bytes) {
+    return (bytes == 64 ? ~uint64_t(0) : ((uint64_t(1) << bytes) - 1)) << offset;
+}
+
+}  // namespace
+
 DataCache::Line& DataCache::Fill(uintptr_t base) {
     auto it = lines_.find(base);
     if (it != lines_.end()) return it->second;
     Line line;
     Shard& shard = ShardOf(base);
-    {
-        std::lock_guard<std::mutex> lock(shard.mutex);
-        auto st = shard.lines.find(LineKey{base, launch_});
-        line.fillVersion = st == shard.lines.end() ? 0 : st->second.version;
-        // The line may extend past the tensor the kernel named; a 64-byte aligned line never crosses a page, so
-        // the bytes are mapped. They are only read here; write-back touches only bytes this block stored.
-        for (size_t i = 0; i < kDcacheLineBytes / 8; ++i)
-            line.words[i] = __atomic_load_n(reinterpret_cast<const uint64_t*>(base) + i, __ATOMIC_ACQUIRE);
-    }
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    auto st = shard.lines.find(LineKey{base, launch_});
+    line.fillVersion = st == shard.lines.end() ? 0 : st->second.version;
     return lines_.emplace(base, line).first->second;
 }
 
+// The hardware fetches the whole line; the twin fetches only bytes the kernel accesses, at their first access,
+// because the rest of a 64-byte line may be host memory the kernel does not own. Once fetched a byte stays as it
+// was until the line is invalidated, as on the hardware.
 void DataCache::Load(const void* addr, void* out, size_t bytes, const std::source_location& where) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
     const uintptr_t base = a & ~(kDcacheLineBytes - 1);
     CAM_TWIN_CHECK(a % bytes == 0, "scalar-align", "scalar GM read not aligned to its size", where);
     Line& line = Fill(base);
-    std::memcpy(out, reinterpret_cast<const uint8_t*>(line.words) + (a - base), bytes);
+    const uint64_t want = Mask(a - base, bytes);
+    auto* cached = reinterpret_cast<uint8_t*>(line.words) + (a - base);
+    if ((line.valid & want) != want) {
+        const uint64_t v = AtomicLoadN(reinterpret_cast<const uint8_t*>(a), bytes);
+        for (size_t i = 0; i < bytes; ++i) {
+            // Bytes already in the line (fetched earlier or stored by this block) keep their value.
+            if (!(line.valid & (uint64_t(1) << (a - base + i)))) cached[i] = reinterpret_cast<const uint8_t*>(&v)[i];
+        }
+        line.valid |= want;
+    }
+    std::memcpy(out, cached, bytes);
 }
 
 void DataCache::Store(void* addr, const void* in, size_t bytes, const std::source_location& where) {
@@ -130,7 +169,8 @@ void DataCache::Store(void* addr, const void* in, size_t bytes, const std::sourc
         gDirtyLines.fetch_add(1, std::memory_order_relaxed);
     }
     std::memcpy(reinterpret_cast<uint8_t*>(line.words) + (a - base), in, bytes);
-    for (size_t i = 0; i < bytes; ++i) line.dirty |= uint64_t(1) << (a - base + i);
+    line.dirty |= Mask(a - base, bytes);
+    line.valid |= Mask(a - base, bytes);
 }
 
 void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location& where) {
@@ -138,18 +178,20 @@ void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location
     if (line.dirty == 0) return;
     Shard& shard = ShardOf(base);
     std::lock_guard<std::mutex> lock(shard.mutex);
-    for (size_t w = 0; w < kDcacheLineBytes / 8; ++w) {
-        const uint64_t byteMask = (line.dirty >> (8 * w)) & 0xffu;
-        if (byteMask == 0) continue;
-        uint64_t keep = 0;
-        for (int b = 0; b < 8; ++b)
-            if (byteMask & (1u << b)) keep |= uint64_t(0xff) << (8 * b);
-        auto* word = reinterpret_cast<uint64_t*>(base) + w;
-        uint64_t cur = __atomic_load_n(word, __ATOMIC_RELAXED);
-        uint64_t next;
-        do {
-            next = (cur & ~keep) | (line.words[w] & keep);
-        } while (!__atomic_compare_exchange_n(word, &cur, next, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+    // Only the bytes this block stored, each run with the widest aligned atomic store it fills, so nothing outside
+    // what the kernel wrote is touched.
+    const auto* cached = reinterpret_cast<const uint8_t*>(line.words);
+    for (size_t i = 0; i < kDcacheLineBytes;) {
+        if (!(line.dirty & (uint64_t(1) << i))) {
+            ++i;
+            continue;
+        }
+        size_t n = 8;
+        while (n > 1 && (i % n != 0 || i + n > kDcacheLineBytes || (line.dirty & Mask(i, n)) != Mask(i, n))) n /= 2;
+        uint64_t v = 0;
+        std::memcpy(&v, cached + i, n);
+        AtomicStoreN(reinterpret_cast<uint8_t*>(base + i), v, n);
+        i += n;
     }
     LineState& st = shard.lines[LineKey{base, launch_}];
     st.owner = nullptr;

@@ -1,11 +1,12 @@
 // The scalar unit's data cache, as the twin models it (docs/twin.md, "Scalar data cache"). Scalar GM accesses
-// (GlobalTensor::GetValue / SetValue) go through a per-block cache of 64-byte lines: a read fills the line once and
-// keeps returning that copy until DataCacheCleanAndInvalid drops it; a store stays in the block's copy until a
+// (GlobalTensor::GetValue / SetValue) go through a per-block cache of 64-byte lines: a read fetches the bytes once
+// and keeps returning that copy until DataCacheCleanAndInvalid drops the line; a store stays in the block's copy until a
 // clean writes it back. MTE copies (DataCopy*) bypass it. So a flag protocol without the right cache maintenance
 // reads stale values or publishes nothing, on the twin as on the hardware.
 //
-// The backing store stays race-free C++: lines are filled with atomic 8-byte loads and written back with atomic
-// read-modify-write of the bytes the block stored, under a lock per write-back. Two cores holding dirty copies
+// The backing store stays race-free C++: bytes are fetched with atomic loads of the accessed size and written back
+// with atomic stores of exactly the bytes the block stored, under a lock per write-back; nothing outside what the
+// kernel accessed is touched (the rest of a line may be host memory the kernel does not own). Two cores holding dirty copies
 // of one line (the documented hazard: whichever cleans last overwrites the other's bytes with its stale copy) is a
 // violation, found through a registry of dirty lines of the launch, never by overwriting host memory the kernel
 // does not own.
@@ -41,6 +42,7 @@ public:
 private:
     struct Line {
         uint64_t words[kDcacheLineBytes / 8];
+        uint64_t valid = 0;        // bit i: byte i fetched from GM or stored by this block
         uint64_t dirty = 0;        // bit i: byte i stored by this block and not yet written back
         uint64_t fillVersion = 0;  // the line's write-back count when this block filled it
     };
