@@ -355,9 +355,9 @@ void TPipe::Destroy() {
     live_ = false;
 }
 
-void TPipe::InitBuffer(TQueBase& que, uint8_t num, uint32_t len, const std::source_location where) {
+void TPipe::InitBuffer(cam::twin::TQueBase& que, uint8_t num, uint32_t len, const std::source_location where) {
     CAM_TWIN_CHECK(que.num_ == 0, "queue-discipline", "InitBuffer called twice on one queue", where);
-    CAM_TWIN_CHECK(num >= 1 && num <= TQueBase::kMaxBuffers, "queue-discipline",
+    CAM_TWIN_CHECK(num >= 1 && num <= cam::twin::TQueBase::kMaxBuffers, "queue-discipline",
                    "queue buffer count " + std::to_string(num) + " outside [1, 8]", where);
     for (int i = 0; i < num; ++i) {
         BufferRecord& rec = que.records_[i];
@@ -369,12 +369,18 @@ void TPipe::InitBuffer(TQueBase& que, uint8_t num, uint32_t len, const std::sour
     que.num_ = num;
 }
 
-void TPipe::InitBuffer(TBufBase& buf, uint32_t len, const std::source_location where) {
+void TPipe::InitBuffer(cam::twin::TBufBase& buf, uint32_t len, const std::source_location where) {
     CAM_TWIN_CHECK(buf.record_.base == nullptr, "queue-discipline", "InitBuffer called twice on one TBuf", where);
     buf.record_.base = CarveBuffer(buf.record_.position, len, where);
     buf.record_.bytes = len;
     buf.record_.state = BufferState::Calc;
 }
+
+}  // namespace AscendC
+
+namespace cam::twin {
+
+using AscendC::TPosition;
 
 bool TQueBase::Owns(const BufferRecord* rec) const {
     for (int i = 0; i < num_; ++i)
@@ -391,7 +397,7 @@ BufferRecord* TQueBase::TakeFree(const std::source_location& where) {
             return &records_[i];
         }
     }
-    cam::twin::Violation("queue-discipline",
+    Violation("queue-discipline",
                          "AllocTensor with all " + std::to_string(num_) +
                              " buffers of the queue taken (FreeTensor missing: the hardware blocks forever)",
                          where);
@@ -438,4 +444,4 @@ TQueBase::~TQueBase() noexcept(false) {
     }
 }
 
-}  // namespace AscendC
+}  // namespace cam::twin

@@ -32,9 +32,6 @@ struct DataCopyPadExtParams {
     T paddingValue = T();
 };
 
-// Documented DataCopyPad ranges: blockCount in [1, 4095], blockLen in [1, 2097151] bytes.
-constexpr uint32_t kDataCopyPadMaxBlockCount = 4095;
-constexpr uint32_t kDataCopyPadMaxBlockLen = 2097151;
 
 }  // namespace AscendC
 
@@ -61,10 +58,14 @@ void CheckContiguousCopy(const AscendC::LocalTensor<T>& ub, const AscendC::Globa
     if (access == Access::CopyOut) CheckMteWriteAgainstDirtyLines(gm.GetPhyAddr(), uint64_t(count) * sizeof(T), where);
 }
 
+// Documented DataCopyPad ranges: blockCount in [1, 4095], blockLen in [1, 2097151] bytes.
+constexpr uint32_t kDataCopyPadMaxBlockCount = 4095;
+constexpr uint32_t kDataCopyPadMaxBlockLen = 2097151;
+
 inline void CheckPadParams(const AscendC::DataCopyExtParams& p, const std::source_location& where) {
-    CAM_TWIN_CHECK(p.blockCount >= 1 && p.blockCount <= AscendC::kDataCopyPadMaxBlockCount, "copy-range",
+    CAM_TWIN_CHECK(p.blockCount >= 1 && p.blockCount <= kDataCopyPadMaxBlockCount, "copy-range",
                    "DataCopyPad blockCount " + std::to_string(p.blockCount) + " outside [1, 4095]", where);
-    CAM_TWIN_CHECK(p.blockLen >= 1 && p.blockLen <= AscendC::kDataCopyPadMaxBlockLen, "copy-range",
+    CAM_TWIN_CHECK(p.blockLen >= 1 && p.blockLen <= kDataCopyPadMaxBlockLen, "copy-range",
                    "DataCopyPad blockLen " + std::to_string(p.blockLen) + " bytes outside [1, 2097151]", where);
 }
 

@@ -155,8 +155,15 @@ private:
     cam::twin::BufferRecord* rec_ = nullptr;
 };
 
+}  // namespace AscendC
+
+namespace cam::twin {
+// The allocators' common parts live outside AscendC: the real namespace has no such names.
 class TQueBase;
 class TBufBase;
+}  // namespace cam::twin
+
+namespace AscendC {
 
 class TPipe {
 public:
@@ -165,9 +172,10 @@ public:
     TPipe(const TPipe&) = delete;
     TPipe& operator=(const TPipe&) = delete;
 
-    void InitBuffer(TQueBase& que, uint8_t num, uint32_t len,
+    void InitBuffer(cam::twin::TQueBase& que, uint8_t num, uint32_t len,
                     const std::source_location where = std::source_location::current());
-    void InitBuffer(TBufBase& buf, uint32_t len, const std::source_location where = std::source_location::current());
+    void InitBuffer(cam::twin::TBufBase& buf, uint32_t len,
+                    const std::source_location where = std::source_location::current());
 
     // Event ids for SetFlag/WaitFlag. The twin executes pipes in program order; the ids only have to be valid
     // (0..7) and used in matched pairs (twin/sync.h).
@@ -182,6 +190,13 @@ private:
     uint32_t ubStart_ = 0;  // UB offset this pipe started carving from; given back when it goes away
     uint32_t cubeStart_[4] = {};  // same for the cube core's L1 / L0A / L0B / L0C
 };
+
+}  // namespace AscendC
+
+namespace cam::twin {
+
+using AscendC::LocalTensor;
+using AscendC::TPosition;
 
 class TQueBase {
 public:
@@ -214,7 +229,7 @@ protected:
     explicit TQueBase(TPosition pos, int32_t depth) : position_(pos), depth_(depth) {}
 
 private:
-    friend class TPipe;
+    friend class AscendC::TPipe;
     cam::twin::BufferRecord* TakeFree(const std::source_location& where);
     void Push(cam::twin::BufferRecord* rec, const std::source_location& where);
     cam::twin::BufferRecord* Pop(const std::source_location& where);
@@ -228,12 +243,6 @@ private:
     cam::twin::BufferRecord* fifo_[kMaxBuffers] = {};
     int head_ = 0;
     int queued_ = 0;
-};
-
-template <TPosition pos, int32_t depth = 1>
-class TQue : public TQueBase {
-public:
-    TQue() : TQueBase(pos, depth) {}
 };
 
 class TBufBase {
@@ -257,12 +266,22 @@ protected:
     explicit TBufBase(TPosition pos) { record_.position = pos; }
 
 private:
-    friend class TPipe;
+    friend class AscendC::TPipe;
     cam::twin::BufferRecord record_;
 };
 
+}  // namespace cam::twin
+
+namespace AscendC {
+
+template <TPosition pos, int32_t depth = 1>
+class TQue : public cam::twin::TQueBase {
+public:
+    TQue() : TQueBase(pos, depth) {}
+};
+
 template <TPosition pos = TPosition::VECCALC>
-class TBuf : public TBufBase {
+class TBuf : public cam::twin::TBufBase {
 public:
     TBuf() : TBufBase(pos) {}
 };

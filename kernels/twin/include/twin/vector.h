@@ -119,6 +119,25 @@ constexpr CastSupport CastOnV220(AscendC::RoundMode mode) {
     return CastSupport::No;
 }
 
+// Work buffer of a count-form ReduceMax: the first round writes a (value, index) pair per 256-byte repeat even
+// without calIndex, rounded up to a 32-byte block (Ascend C ReduceMax documentation).
+template <typename T>
+constexpr uint32_t ReduceMaxWorkElems(uint32_t count) {
+    constexpr uint32_t perRepeat = 256 / sizeof(T);
+    constexpr uint32_t perBlock = 32 / sizeof(T);
+    uint32_t repeats = (count + perRepeat - 1) / perRepeat;
+    return (2 * repeats + perBlock - 1) / perBlock * perBlock;
+}
+
+// ReduceSum's first round writes one partial per repeat, rounded up to a 32-byte block.
+template <typename T>
+constexpr uint32_t ReduceSumWorkElems(uint32_t count) {
+    constexpr uint32_t perRepeat = 256 / sizeof(T);
+    constexpr uint32_t perBlock = 32 / sizeof(T);
+    uint32_t repeats = (count + perRepeat - 1) / perRepeat;
+    return (repeats + perBlock - 1) / perBlock * perBlock;
+}
+
 }  // namespace cam::twin
 
 namespace AscendC {
@@ -195,25 +214,6 @@ void Duplicate(const LocalTensor<T>& dst, T value, uint32_t count,
     for (uint32_t i = 0; i < count; ++i) d[i] = value;
 }
 
-// Work buffer of a count-form ReduceMax: the first round writes a (value, index) pair per 256-byte repeat even
-// without calIndex, rounded up to a 32-byte block (Ascend C ReduceMax documentation).
-template <typename T>
-constexpr uint32_t ReduceMaxWorkElems(uint32_t count) {
-    constexpr uint32_t perRepeat = 256 / sizeof(T);
-    constexpr uint32_t perBlock = 32 / sizeof(T);
-    uint32_t repeats = (count + perRepeat - 1) / perRepeat;
-    return (2 * repeats + perBlock - 1) / perBlock * perBlock;
-}
-
-// ReduceSum's first round writes one partial per repeat, rounded up to a 32-byte block.
-template <typename T>
-constexpr uint32_t ReduceSumWorkElems(uint32_t count) {
-    constexpr uint32_t perRepeat = 256 / sizeof(T);
-    constexpr uint32_t perBlock = 32 / sizeof(T);
-    uint32_t repeats = (count + perRepeat - 1) / perRepeat;
-    return (repeats + perBlock - 1) / perBlock * perBlock;
-}
-
 // dst[0] = max(src[0..count)); NaN propagates. count == 0 is rejected: the hardware result would be undefined.
 // The work buffer gets what the hardware leaves there: per repeat its max and the max's index within the repeat.
 template <typename T>
@@ -223,7 +223,7 @@ void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
     CAM_TWIN_CHECK(count > 0, "vector-count", "ReduceMax over 0 elements", where);
     cam::twin::CheckVectorOperand(dst, 1, "dst", where);
     cam::twin::CheckVectorOperand(src, count, "src", where);
-    cam::twin::CheckVectorOperand(work, ReduceMaxWorkElems<T>(count), "work", where);
+    cam::twin::CheckVectorOperand(work, cam::twin::ReduceMaxWorkElems<T>(count), "work", where);
     constexpr uint32_t perRepeat = 256 / sizeof(T);
     const T* s = src.Data();
     float m = static_cast<float>(s[0]);
@@ -250,7 +250,7 @@ void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
     CAM_TWIN_CHECK(count > 0, "vector-count", "ReduceSum over 0 elements", where);
     cam::twin::CheckVectorOperand(dst, 1, "dst", where);
     cam::twin::CheckVectorOperand(src, count, "src", where);
-    cam::twin::CheckVectorOperand(work, ReduceSumWorkElems<T>(count), "work", where);
+    cam::twin::CheckVectorOperand(work, cam::twin::ReduceSumWorkElems<T>(count), "work", where);
     const T* s = src.Data();
     T acc = s[0];
     for (uint32_t i = 1; i < count; ++i) acc = acc + s[i];
