@@ -51,6 +51,8 @@ CASES = {
     "dcache_shared_line": ("dcache-shared-line", 1),
     "mte_into_dirty_line": ("dcache-shared-line", 0),
     "peer_scalar_store": ("peer-scalar-store", 0),
+    "dcache_stale_line": ("dcache-stale-line", 1),
+    "scalar_misaligned": ("scalar-align", 0),
 }
 
 # Compile-time rules: each bad snippet of tests/twin/compile_checks.cpp must fail to compile against the twin (as
@@ -87,7 +89,8 @@ def run_case(binary, case):
 
 
 @pytest.mark.parametrize("case", ["good_copy", "good_copy_48_cores", "stream", "good_cube", "good_vector",
-                                  "pad_tail_poisoned", "good_mmad_barrier", "own_scalar_store"])
+                                  "pad_tail_poisoned", "good_mmad_barrier", "own_scalar_store",
+                                  "pipe_destroy_then_new"])
 def test_correct_kernel_passes(violations_binary, case):
     result = run_case(violations_binary, case)
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr

@@ -535,6 +535,37 @@ void DcacheSharedLine(GM_ADDR, GM_ADDR dst) {
     DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(words);
 }
 
+void DcacheStaleLine(GM_ADDR, GM_ADDR dst) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+    GlobalTensor<int64_t> words;
+    words.SetGlobalBuffer(reinterpret_cast<int64_t*>(dst), 8);  // one 64-byte line
+    if (GetBlockIdx() == 1) (void)words.GetValue(1);  // block 1 caches the line
+    SyncAll();
+    if (GetBlockIdx() == 0) {
+        words.SetValue(0, 7);
+        DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(words);
+    }
+    SyncAll();
+    if (GetBlockIdx() == 1) words.SetValue(1, 9);  // @case:dcache_stale_line   its copy predates block 0's clean
+    SyncAll();
+    DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(words);
+}
+
+void ScalarMisaligned(GM_ADDR, GM_ADDR dst) {
+    GlobalTensor<int64_t> w;
+    w.SetGlobalBuffer(reinterpret_cast<int64_t*>(dst + 4), 1);
+    (void)w.GetValue(0);  // @case:scalar_misaligned
+}
+
+// Control for one-tpipe: a pipe released with Destroy may be followed by another.
+void PipeDestroyThenNew(GM_ADDR, GM_ADDR) {
+    TPipe first;
+    first.Destroy();
+    TPipe second;
+    TBuf<TPosition::VECCALC> buf;
+    second.InitBuffer(buf, 256);
+}
+
 void MteIntoDirtyLine(GM_ADDR, GM_ADDR dst) {
     TPipe pipe;
     TQue<TPosition::VECOUT, 1> out;
@@ -628,6 +659,9 @@ const Case kCases[] = {
     {"fixpipe_msize", FixpipeMSize, 1},
     {"dcache_shared_line", DcacheSharedLine, 2},
     {"mte_into_dirty_line", MteIntoDirtyLine, 1},
+    {"dcache_stale_line", DcacheStaleLine, 2},
+    {"scalar_misaligned", ScalarMisaligned, 1},
+    {"pipe_destroy_then_new", PipeDestroyThenNew, 1},
 };
 
 // A scalar store into another rank's window (the launch knows every window and its own rank's).
