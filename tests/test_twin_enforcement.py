@@ -13,6 +13,7 @@ import pytest
 CASES = {
     # case: (rule the twin must report, block that breaks it or None when any block may)
     "ub_overflow": ("ub-capacity", None),
+    "ub_api_scratch": ("ub-capacity", 0),
     "copy_length": ("copy-align", 0),
     "copy_ub_address": ("copy-align", 0),
     "vector_misaligned": ("vector-align", 0),

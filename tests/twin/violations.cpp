@@ -50,9 +50,17 @@ void GoodCopy(GM_ADDR src, GM_ADDR dst) {
 void UbOverflow(GM_ADDR, GM_ADDR) {
     TPipe pipe;
     TBuf<TPosition::VECCALC> big, more;
-    const uint32_t ub = cam::twin::ActivePlatform().ubBytes;
-    pipe.InitBuffer(big, ub - 1024);
+    const auto& platform = cam::twin::ActivePlatform();
+    pipe.InitBuffer(big, platform.ubBytes - platform.ubReservedBytes - 1024);
     pipe.InitBuffer(more, 2048);  // @case:ub_overflow
+}
+
+// Fits the raw 192 KiB but not below the API scratch at the top of UB.
+void UbApiScratch(GM_ADDR, GM_ADDR) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> big;
+    const uint32_t ub = cam::twin::ActivePlatform().ubBytes;
+    pipe.InitBuffer(big, ub - 4096);  // @case:ub_api_scratch
 }
 
 void CopyLength(GM_ADDR src, GM_ADDR) {
@@ -623,6 +631,7 @@ const Case kCases[] = {
     {"syncall_cores", GoodCopy, 8},        // same kernel, more blocks than the 4-core twin has
     {"syncall_cores_910b3", GoodCopy, 48},  // 48 blocks: fine on 910B1, 8 more than 910B3's 40 vector cores
     {"ub_overflow", UbOverflow, 2},
+    {"ub_api_scratch", UbApiScratch, 1},
     {"copy_length", CopyLength, 1},
     {"copy_ub_address", CopyUbAddress, 1},
     {"vector_misaligned", VectorMisaligned, 1},

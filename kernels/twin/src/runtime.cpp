@@ -18,17 +18,18 @@ namespace cam::twin {
 namespace {
 
 // A2 / A3 numbers are from the public SoC descriptions (docs/twin.md, "Platform descriptions"): 910B1/B2 have
-// 24 AI cores (48 vector), 910B3/B4 20 (40 vector), an A3 die 24 (48 vector); every one has 192 KiB UB, 512 KiB
-// L1 of which the top 128 bytes are not for kernels, 64/64/128 KiB L0A/L0B/L0C. "twin" keeps the buffers at the
+// 24 AI cores (48 vector), 910B3/B4 20 (40 vector), an A3 die 24 (48 vector); every one has 192 KiB UB of which
+// the top 8 KiB are the API's scratch, 512 KiB L1 of which the top 128 bytes are not for kernels, 64/64/128 KiB
+// L0A/L0B/L0C. "twin" keeps the buffers at the
 // real sizes so tiling is exercised at hardware limits, with few cores so many ranks x blocks fit on 2 CPUs.
 const Platform kPlatforms[] = {
-    {"twin", 4, 2, 196608, 524288, 65536, 65536, 131072, 50000000, 128},
-    {"ascend910b", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128},  // = ascend910b1
-    {"ascend910b1", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128},
-    {"ascend910b2", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128},
-    {"ascend910b3", 40, 20, 196608, 524288, 65536, 65536, 131072, 50000000, 128},
-    {"ascend910b4", 40, 20, 196608, 524288, 65536, 65536, 131072, 50000000, 128},
-    {"ascend910_93", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128},
+    {"twin", 4, 2, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
+    {"ascend910b", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},  // = ascend910b1
+    {"ascend910b1", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
+    {"ascend910b2", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
+    {"ascend910b3", 40, 20, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
+    {"ascend910b4", 40, 20, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
+    {"ascend910_93", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
 };
 
 std::mutex gPlatformMutex;
@@ -316,11 +317,13 @@ uint8_t* CarveBuffer(TPosition pos, uint32_t len, const std::source_location& wh
                    "UB buffer requested by a cube-only kernel (the AIC has no unified buffer)", where);
     const auto& platform = cam::twin::ActivePlatform();
     const uint32_t aligned = (len + kUbAlign - 1) / kUbAlign * kUbAlign;
+    const uint32_t usable = platform.ubBytes - platform.ubReservedBytes;  // the API scratch sits above
     CAM_TWIN_CHECK(len > 0, "ub-capacity", "InitBuffer of 0 bytes", where);
-    CAM_TWIN_CHECK(static_cast<uint64_t>(block.ubUsed) + aligned <= platform.ubBytes, "ub-capacity",
+    CAM_TWIN_CHECK(static_cast<uint64_t>(block.ubUsed) + aligned <= usable, "ub-capacity",
                    "InitBuffer of " + std::to_string(aligned) + " bytes with " + std::to_string(block.ubUsed) +
-                       " of " + std::to_string(platform.ubBytes) + " UB bytes already taken (platform " +
-                       platform.name + ")",
+                       " of " + std::to_string(usable) + " usable UB bytes already taken (platform " +
+                       platform.name + ", " + std::to_string(platform.ubReservedBytes) +
+                       " more at the top are the API's scratch)",
                    where);
     uint8_t* base = block.ub + block.ubUsed;
     block.ubUsed += aligned;

@@ -29,6 +29,9 @@ struct Platform {
     // Bytes at the top of L1 a kernel may not carve (reserved by the runtime), so tiling works with l1Bytes minus
     // this, never with the raw size.
     uint32_t l1ReservedBytes;
+    // Bytes at the top of UB the Ascend C API keeps as its scratch (temporary buffers of vector instructions);
+    // TPipe carves below it, and tiling works with ubBytes minus this.
+    uint32_t ubReservedBytes;
 };
 
 // Named descriptions: "twin" (default, small so many ranks fit on 2 CPUs), "ascend910b1".."ascend910b4",
