@@ -39,6 +39,7 @@ CASES = {
     "cast_without_deqscale": ("cast-deqscale", 0),
     "cast_unsupported": ("cast-support", 0),
     "syncall_not_mixed": ("syncall-kernel-type", None),
+    "syncall_not_aiv_only": ("syncall-kernel-type", None),
     "two_pipes": ("one-tpipe", 0),
     "wait_without_set": ("flag-pairs", 0),
     "set_never_waited": ("flag-pairs", 0),

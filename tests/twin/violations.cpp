@@ -375,6 +375,11 @@ void SyncAllNotMixed(GM_ADDR, GM_ADDR) {
     SyncAll();  // @case:syncall_not_mixed
 }
 
+void SyncAllNotAivOnly(GM_ADDR, GM_ADDR) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+    SyncAll<false>();  // @case:syncall_not_aiv_only   vector-only kernel: the barrier would wait for cube cores
+}
+
 void TwoPipes(GM_ADDR, GM_ADDR) {
     TPipe pipe;
     TPipe other;  // @case:two_pipes
@@ -654,6 +659,7 @@ const Case kCases[] = {
     {"cast_unsupported", CastUnsupported, 1},
     {"good_vector", GoodVector, 1},
     {"syncall_not_mixed", SyncAllNotMixed, 2},
+    {"syncall_not_aiv_only", SyncAllNotAivOnly, 2},
     {"two_pipes", TwoPipes, 1},
     {"wait_without_set", WaitWithoutSet, 1},
     {"set_never_waited", SetNeverWaited, 1},

@@ -138,7 +138,7 @@ BlockContext& CurrentBlock() {
 
 bool InKernel() { return tBlock != nullptr; }
 
-void BlockBarrier(const std::source_location& where) {
+void BlockBarrier(bool isAIVOnly, const std::source_location& where) {
     BlockContext& block = CurrentBlock();
     const Platform& platform = ActivePlatform();
     // Hard SyncAll uses cross-core flags that exist only in a mixed launch: a vector-only kernel must be declared
@@ -148,6 +148,13 @@ void BlockBarrier(const std::source_location& where) {
                    "syncall-kernel-type",
                    "SyncAll in a kernel not declared mixed (KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0)): the "
                    "hardware barrier hangs",
+                   where);
+    // isAIVOnly must say what the launch is: a vector-only kernel waiting for cube cores that never arrive hangs,
+    // a mixed kernel told it is vector-only synchronises only its vector cores.
+    CAM_TWIN_CHECK(isAIVOnly == (block.kernelType == KERNEL_TYPE_MIX_AIV_1_0), "syncall-kernel-type",
+                   std::string("SyncAll<isAIVOnly = ") + (isAIVOnly ? "true" : "false") + "> in a " +
+                       (block.kernelType == KERNEL_TYPE_MIX_AIV_1_0 ? "vector-only (MIX_AIV_1_0)" : "cube+vector") +
+                       " kernel",
                    where);
     CAM_TWIN_CHECK(block.blockNum <= platform.aivCores, "syncall-cores",
                    "SyncAll with blockDim " + std::to_string(block.blockNum) + " > " +

@@ -108,7 +108,7 @@ void CheckScalarStoreTarget(const void* addr, const std::source_location& where)
 
 // Barrier across the blocks of the current launch (SyncAll). Fails loudly when blockDim exceeds the vector cores
 // (the hardware would deadlock) or when a block has left the kernel while others wait.
-void BlockBarrier(const std::source_location& where);
+void BlockBarrier(bool isAIVOnly, const std::source_location& where);
 
 // Cycles of the platform's system counter since an arbitrary epoch (steady_clock based, monotonic).
 int64_t SystemCycle();
