@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.slow]
 CASES = {
     # case: (rule the twin must report, block that breaks it or None when any block may)
     "ub_overflow": ("ub-capacity", None),
+    "ub_api_scratch": ("ub-capacity", 0),
     "copy_length": ("copy-align", 0),
     "copy_ub_address": ("copy-align", 0),
     "vector_misaligned": ("vector-align", 0),
@@ -25,6 +26,7 @@ CASES = {
     "leak": ("queue-discipline", 0),
     "syncall_exit": ("syncall-exit", None),
     "syncall_cores": ("syncall-cores", None),
+    "syncall_cores_910b3": ("syncall-cores", None),
     "gm_bounds": ("gm-bounds", 0),
     # cube path (twin/cube.h)
     "cube_cores": ("cube-cores", None),
@@ -34,7 +36,32 @@ CASES = {
     "vector_in_cube_kernel": ("core-kind", 0),
     "mmad_enqueued_operand": ("queue-discipline", 0),
     "mmad_l0_bounds": ("l0-bounds", 0),
+    # issue 10: what bisheng and A2/A3 reject (docs/twin.md, "Rule -> public source")
+    "reduce_max_work": ("ub-bounds", 0),
+    "cast_without_deqscale": ("cast-deqscale", 0),
+    "cast_unsupported": ("cast-support", 0),
+    "syncall_not_mixed": ("syncall-kernel-type", None),
+    "syncall_not_aiv_only": ("syncall-kernel-type", None),
+    "two_pipes": ("one-tpipe", 0),
+    "wait_without_set": ("flag-pairs", 0),
+    "set_never_waited": ("flag-pairs", 0),
+    "copy_pad_range": ("copy-range", 0),
+    "l1_reserved": ("cube-capacity", 0),
+    "loaddata_misaligned": ("cube-align", 0),
+    "mmad_gemv": ("mmad-gemv", 0),
+    "mmad_too_large": ("cube-params", 0),
+    "mmad_no_barrier": ("mmad-barrier", 0),
+    "fixpipe_msize": ("cube-params", 0),
+    "dcache_shared_line": ("dcache-shared-line", 1),
+    "mte_into_dirty_line": ("dcache-shared-line", 0),
+    "peer_scalar_store": ("peer-scalar-store", 0),
+    "dcache_stale_line": ("dcache-stale-line", 1),
+    "scalar_misaligned": ("scalar-align", 0),
 }
+
+# Compile-time rules: each bad snippet of tests/twin/compile_checks.cpp must fail to compile against the twin (as
+# it fails under bisheng), and its good twin must compile.
+COMPILE_CHECKS = ["gm_addr", "event", "set_value", "pipe", "params"]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +92,9 @@ def run_case(binary, case):
     return subprocess.run([binary, case], capture_output=True, text=True, timeout=120, env=env)
 
 
-@pytest.mark.parametrize("case", ["good_copy", "good_copy_48_cores", "stream", "good_cube"])
+@pytest.mark.parametrize("case", ["good_copy", "good_copy_48_cores", "stream", "good_cube", "good_vector",
+                                  "pad_tail_poisoned", "good_mmad_barrier", "own_scalar_store",
+                                  "pipe_destroy_then_new"])
 def test_correct_kernel_passes(violations_binary, case):
     result = run_case(violations_binary, case)
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
@@ -84,3 +113,75 @@ def test_violation_is_reported(violations_binary, source_root, case):
     line = marker_line(source_root, case)
     if line is not None:
         assert re.search(rf"tests/twin/violations\.cpp:{line}\b", message), message
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("flag_clean_invalidate", "seen"),    # control: store + clean, invalidate + load
+    ("flag_missing_clean", "stale"),      # the store stays in the writer's cache line
+    ("flag_missing_invalidate", "stale"),  # the reader keeps hitting its cached copy
+])
+def test_scalar_data_cache(violations_binary, case, expected):
+    """With the DCache model on (the default), a flag hand-off works only with the documented cache maintenance."""
+    result = run_case(violations_binary, case)
+    assert result.returncode == 0 and result.stdout.strip() == expected, result.stdout + result.stderr
+
+
+def test_dcache_can_be_turned_off_for_diagnosis(violations_binary):
+    env = dict(os.environ, CAM_TWIN_PLATFORM="twin", CAM_TWIN_SYNC_TIMEOUT_S="20", CAM_TWIN_DCACHE="0")
+    result = subprocess.run([violations_binary, "flag_missing_invalidate"], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == 0 and result.stdout.strip() == "seen", result.stdout + result.stderr
+
+
+def _compile_check(source_root, name):
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no C++ compiler")
+    path = os.path.join(source_root, "tests", "twin", "compile_checks.cpp")
+    with open(path) as f:
+        number = re.search(rf"#define CHECK_{name} (\d+)", f.read()).group(1)
+    cmd = [compiler, "-std=c++20", "-fsyntax-only", "-Werror=narrowing", "-I",
+           os.path.join(source_root, "kernels", "twin", "include"), f"-DCHECK={number}", path]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("check", COMPILE_CHECKS)
+def test_bisheng_rejects_do_not_compile(source_root, check):
+    good = _compile_check(source_root, f"good_{check}")
+    assert good.returncode == 0, good.stderr
+    bad = _compile_check(source_root, f"bad_{check}")
+    assert bad.returncode != 0, f"the twin compiled bad_{check}, which bisheng rejects"
+
+
+# A lambda handed to an __aicore__ template is not device code under bisheng; kernels use small functors with an
+# __aicore__ operator() instead. common/launch.h is exempt: its lambda is the twin's host-side launch wrapper.
+LAMBDA = re.compile(r"\[\s*(?:&|=|this)[^\]]*\]\s*(?:\([^)]*\))?\s*(?:mutable\s*)?(?:->\s*[\w:<>]+\s*)?\{")
+
+
+def lambda_sites(text, name):
+    sites = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        code = line.split("//", 1)[0]
+        if LAMBDA.search(code) and "__aicore__" not in code:
+            sites.append(f"{name}:{number}")
+    return sites
+
+
+def test_no_device_lambdas(source_root):
+    sites = []
+    for path in sorted(glob.glob(os.path.join(source_root, "kernels", "**", "*.*"), recursive=True)):
+        rel = os.path.relpath(path, source_root)
+        if rel.startswith(os.path.join("kernels", "twin")) or rel == os.path.join("kernels", "common", "launch.h"):
+            continue
+        if not rel.endswith((".h", ".cpp")):
+            continue
+        with open(path) as f:
+            sites += lambda_sites(f.read(), rel)
+    assert not sites, "device lambdas (use a functor with an __aicore__ operator()): " + ", ".join(sites)
+
+
+def test_lambda_scan_finds_a_lambda():
+    bad = "    const bool go = decision_.Decide([&] { return Control(); }, cycles);\n"
+    good = "    const bool go = decision_.Decide(ControlStep{this}, cycles);\n"
+    assert lambda_sites(bad, "x.cpp") == ["x.cpp:1"]
+    assert lambda_sites(good, "x.cpp") == []

@@ -15,7 +15,9 @@ namespace cam::host {
 
 tiling::PlatformInfo CurrentPlatform() {
     const twin::Platform& p = twin::ActivePlatform();
-    return {p.aivCores, p.aicCores, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
+    // Tiling gets the UB and L1 a kernel may carve: the top of each is reserved (API scratch, runtime).
+    return {p.aivCores, p.aicCores, p.ubBytes - p.ubReservedBytes, p.l1Bytes - p.l1ReservedBytes, p.l0aBytes,
+            p.l0bBytes, p.l0cBytes};
 }
 
 namespace {
@@ -113,6 +115,6 @@ extern "C" aclnnStatus camGetPlatform(camPlatformInfo* info) {
 extern "C" aclnnStatus camSetTwinPlatform(const char* name) {
     if (!name || !cam::twin::SetPlatform(name))
         return Fail(ACLNN_ERR_PARAM_INVALID, std::string("camSetTwinPlatform: unknown platform '") +
-                                                 (name ? name : "(null)") + "' (twin, ascend910b, ascend910_93)");
+                                                 (name ? name : "(null)") + "' (twin, ascend910b, ascend910b1..ascend910b4, ascend910_93)");
     return ACLNN_SUCCESS;
 }

@@ -15,7 +15,7 @@ public:
     __aicore__ inline void Init(GM_ADDR ids, GM_ADDR weights, GM_ADDR out, GM_ADDR peers, GM_ADDR workspace,
                                 const CombineRecvTilingData& tiling) {
         tiling_ = tiling;
-        plane_.Init(peers, tiling.comm);
+        plane_.Init(peers, tiling.comm, pipe_);
         decision_.Init(workspace);
         const CamTopology& t = plane_.Topo();
         ids_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(ids), uint64_t(tiling.tokens) * t.K);
@@ -29,18 +29,24 @@ public:
     }
 
     __aicore__ inline void Process() {
-        const bool go = decision_.Decide([&] { return Control(); }, tiling_.comm.followerCycles);
+        const bool go = decision_.Decide(ControlStep{this}, tiling_.comm.followerCycles);
         if (!go) return;
         const CamTopology& t = plane_.Topo();
         round_ = dp::LoadWord(plane_.Own(), layout::attn_recv_count_off(t));
         slot_ = layout::slot_of_seq(t, layout::seq_of_round(round_));
         Reduce();
-        AscendC::PipeBarrier<AscendC::PIPE_ALL>();
+        AscendC::PipeBarrier<PIPE_ALL>();
         AscendC::SyncAll();
         if (AscendC::GetBlockIdx() == 0) dp::StoreWord(plane_.Own(), layout::attn_recv_count_off(t), round_ + 1);
     }
 
 private:
+    // Device code takes no lambdas (bisheng needs every callee to be __aicore__): a small functor instead.
+    struct ControlStep {
+        CombineRecv* op;
+        __aicore__ inline bool operator()() const { return op->Control(); }
+    };
+
     __aicore__ inline bool Control() {
         const CamTopology& t = plane_.Topo();
         if (!plane_.EntryOk(op::kCombineRecv)) return false;
@@ -48,69 +54,65 @@ private:
         const int64_t d = layout::replica_of(t, plane_.Rank());
         const int64_t r = dp::LoadWord(own, layout::attn_recv_count_off(t));
         const int64_t seq = layout::seq_of_round(r), s = layout::slot_of_seq(t, seq);
+        dp::Round round = dp::Round{op::kCombineRecv}.Replica(d).Seq(seq);
         // Refusals: found before anything is written or awaited, so the round stays receivable.
         if (r >= dp::LoadWord(own, layout::attn_send_count_off(t))) {
-            plane_.Raise(status::kProtocol, op::kCombineRecv, -1, d, -1, seq, detail::kProtoNothingInFlight, false);
-            return false;
+            return plane_.Refuse(status::kProtocol, dp::kNoPeer, round, detail::kProtoNothingInFlight);
         }
-        const int64_t layer = dp::LoadWord(own, layout::attn_slot_state_off(t, s) + 8 * kSlotLayer);
-        if (dp::LoadWord(own, layout::attn_slot_state_off(t, s) + 8 * kSlotSeq) != seq) {
-            plane_.Raise(status::kProtocol, op::kCombineRecv, -1, d, layer, seq, detail::kProtoRecordSeq, true);
-            return false;
+        const int64_t layer = dp::LoadWordAt(own, layout::attn_slot_state_off(t, s), kSlotLayer);
+        round = round.Layer(layer);
+        if (dp::LoadWordAt(own, layout::attn_slot_state_off(t, s), kSlotSeq) != seq) {
+            return plane_.Fail(status::kProtocol, dp::kNoPeer, round, detail::kProtoRecordSeq);
         }
-        if (dp::LoadWord(own, layout::attn_slot_state_off(t, s) + 8 * kSlotTokens) != tiling_.tokens) {
-            plane_.Raise(status::kBadInput, op::kCombineRecv, -1, d, layer, seq, detail::kArgTokens, false);
-            return false;
+        if (dp::LoadWordAt(own, layout::attn_slot_state_off(t, s), kSlotTokens) != tiling_.tokens) {
+            return plane_.Refuse(status::kBadInput, dp::kNoPeer, round, detail::kArgTokens);
         }
         for (int64_t i = 0; i < tiling_.tokens * t.K; ++i) {
             const int64_t id = ids_.GetValue(i);
             if (id < -1 || id >= t.E) {
-                plane_.Raise(status::kBadInput, op::kCombineRecv, -1, d, layer, seq, detail::kArgTopkIds, false);
-                return false;
+                return plane_.Refuse(status::kBadInput, dp::kNoPeer, round, detail::kArgTopkIds);
             }
         }
         if (dp::IdsDigest(ids_, tiling_.tokens * t.K) !=
-            dp::LoadWord(own, layout::attn_slot_state_off(t, s) + 8 * kSlotIdsDigest)) {
-            plane_.Raise(status::kBadInput, op::kCombineRecv, -1, d, layer, seq, detail::kArgIdsDiffer, false);
-            return false;
+            dp::LoadWordAt(own, layout::attn_slot_state_off(t, s), kSlotIdsDigest)) {
+            return plane_.Refuse(status::kBadInput, dp::kNoPeer, round, detail::kArgIdsDiffer);
         }
-        const int64_t deadline = AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles;
-        for (uint32_t i = 0;; ++i) {
-            const int64_t abort = plane_.AbortWord();
-            if (abort != 0) {
-                plane_.Raise(status::kAborted, op::kCombineRecv, abort - 1, d, layer, seq, abort, false);
-                return false;
-            }
-            int64_t missing = -1;
-            for (int64_t f = 0; f < t.F && missing < 0; ++f) {
-                const int64_t done = dp::LoadWord(own, layout::attn_completion_signal_off(t, s, f));
-                if (done > seq) {
-                    plane_.Raise(status::kProtocol, op::kCombineRecv, t.D * t.P + f, d, layer, seq,
-                                 detail::kProtoSignalAhead, true);
-                    return false;
-                }
-                if (done < seq) missing = t.D * t.P + f;
-            }
-            if (missing < 0) return true;
-            if (AscendC::GetSystemCycle() > deadline) {
-                // Name the real fault: if a participant of this replica never published the round on the FFN
-                // rank we wait for, that rank could never serve it.
-                int64_t culprit = -1;
-                for (int64_t p = 0; p < t.P && culprit < 0; ++p) {
-                    const int64_t a = layout::attn_rank_of(t, d, p);
-                    if (dp::LoadWord(plane_.Window(missing), layout::ffn_ready_signal_off(t, a, s)) < seq) culprit = a;
-                }
-                if (culprit >= 0) {
-                    plane_.Raise(status::kTimeout, op::kCombineRecv, culprit, d, layer, seq,
-                                 detail::kAwaitReplicaMate, true);
-                } else {
-                    plane_.Raise(status::kTimeout, op::kCombineRecv, missing, d, layer, seq,
-                                 detail::kAwaitCompletion, true);
-                }
-                return false;
-            }
-            SpinPause(i);
+        CompletionPoll poll{this, round, seq, s};
+        const dp::WaitEnd end = dp::BoundedWait(plane_, round, own + layout::attn_completion_signal_off(t, s, 0),
+                                                AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles, poll);
+        if (end != dp::WaitEnd::kExpired) return end == dp::WaitEnd::kDone;
+        // Name the real fault: if a participant of this replica never published the round on the FFN rank we
+        // wait for, that rank could never serve it.
+        for (int64_t p = 0; p < t.P; ++p) {
+            const int64_t a = layout::attn_rank_of(t, d, p);
+            if (plane_.Signals().Poll(plane_.Window(poll.missing), layout::ffn_ready_signal_off(t, a, s)) < seq)
+                return plane_.Fail(status::kTimeout, a, round, detail::kAwaitReplicaMate);
         }
+        return plane_.Fail(status::kTimeout, poll.missing, round, detail::kAwaitCompletion);
+    }
+
+    // Every FFN rank completed round seq (slot s) for this rank: done[s][f] == seq for all f.
+    struct CompletionPoll {
+        CombineRecv* op;
+        dp::Round round;
+        int64_t seq, slot;
+        int64_t missing = dp::kNoPeer;  // the first FFN rank not done yet, for the timeout record
+        __aicore__ inline dp::PollResult operator()() { return op->PollCompletion(round, seq, slot, &missing); }
+    };
+
+    __aicore__ inline dp::PollResult PollCompletion(const dp::Round& round, int64_t seq, int64_t s,
+                                                    int64_t* missing) {
+        const CamTopology& t = plane_.Topo();
+        *missing = dp::kNoPeer;
+        for (int64_t f = 0; f < t.F && *missing == dp::kNoPeer; ++f) {
+            const int64_t done = plane_.Signals().Poll(plane_.Own(), layout::attn_completion_signal_off(t, s, f));
+            if (done > seq) {
+                plane_.Fail(status::kProtocol, t.D * t.P + f, round, detail::kProtoSignalAhead);
+                return dp::PollResult::kStop;
+            }
+            if (done < seq) *missing = t.D * t.P + f;
+        }
+        return *missing == dp::kNoPeer ? dp::PollResult::kDone : dp::PollResult::kWait;
     }
 
     __aicore__ inline void Reduce() {
@@ -166,6 +168,8 @@ private:
 extern "C" __global__ __aicore__ void cam_combine_recv(GM_ADDR topkIds, GM_ADDR topkWeights, GM_ADDR out,
                                                        GM_ADDR peers, GM_ADDR workspace,
                                                        cam::kernels::CombineRecvTilingData tiling) {
+    // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     if (tiling.key == cam::kernels::kCombineRecvBf16) {
         cam::kernels::CombineRecv<bfloat16_t> op;
         op.Init(topkIds, topkWeights, out, peers, workspace, tiling);
@@ -183,5 +187,6 @@ extern "C" __global__ __aicore__ void cam_combine_recv(GM_ADDR topkIds, GM_ADDR 
 void cam::kernels::LaunchCombineRecv(uint32_t blockDim, void* stream, uint8_t* topkIds, uint8_t* topkWeights,
                                      uint8_t* out, uint8_t* peers, uint8_t* workspace,
                                      const CombineRecvTilingData& tiling) {
-    CAM_KERNEL_LAUNCH(cam_combine_recv, blockDim, stream, topkIds, topkWeights, out, peers, workspace, tiling);
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_combine_recv, blockDim, stream, topkIds, topkWeights, out, peers,
+                         workspace, tiling);
 }

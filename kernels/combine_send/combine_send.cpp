@@ -14,7 +14,7 @@ public:
     __aicore__ inline void Init(GM_ADDR expertOut, GM_ADDR workItem, GM_ADDR peers, GM_ADDR workspace,
                                 const CombineSendTilingData& tiling) {
         tiling_ = tiling;
-        plane_.Init(peers, tiling.comm);
+        plane_.Init(peers, tiling.comm, pipe_);
         decision_.Init(workspace);
         expertOut_ = expertOut;
         wi_ = workItem;
@@ -22,44 +22,58 @@ public:
     }
 
     __aicore__ inline void Process() {
-        const bool go = decision_.Decide([&] { return Control(); }, tiling_.comm.followerCycles);
+        const bool go = decision_.Decide(ControlStep{this}, tiling_.comm.followerCycles);
         if (!go) return;
         Scatter();
-        AscendC::PipeBarrier<AscendC::PIPE_ALL>();
+        AscendC::PipeBarrier<PIPE_ALL>();
         AscendC::SyncAll();
         if (AscendC::GetBlockIdx() == 0) Complete();
     }
 
 private:
+    // Device code takes no lambdas (bisheng needs every callee to be __aicore__): small functors instead.
+    struct ControlStep {
+        CombineSend* op;
+        __aicore__ inline bool operator()() const { return op->Control(); }
+    };
+    struct ScatterRow {
+        CombineSend* op;
+        int64_t d, s, rowBytes;
+        __aicore__ inline void operator()(int64_t o, int64_t p, int64_t entry) const {
+            op->ScatterOne(d, s, rowBytes, o, p, entry);
+        }
+    };
+
     __aicore__ inline const CamTopology& Topo() const { return plane_.Topo(); }
-    __aicore__ inline int64_t Wi(int64_t word) const { return dp::LoadWord(wi_, 8 * word); }
+    __aicore__ inline int64_t Wi(int64_t word) const { return dp::LoadWordAt(wi_, word); }
 
     __aicore__ inline bool Control() {
         const CamTopology& t = Topo();
         if (!plane_.EntryOk(op::kCombineSend)) return false;
         // A bad or stale work item is refused before anything is written: the plane stays usable.
-        auto refuse = [&](int64_t code, int64_t d, int64_t det) {
-            plane_.Raise(code, op::kCombineSend, -1, d, -1, Wi(kWiSeq), det, false);
-            return false;
-        };
         if (Wi(kWiFingerprint) != plane_.Args().planeId || Wi(kWiFfnRank) != plane_.Rank())
-            return refuse(status::kBadInput, -1, detail::kArgWorkItem);
+            return Refuse(status::kBadInput, -1, detail::kArgWorkItem);
         if (Wi(kWiKind) == kWiEmpty) {
-            if (!dp::EmptyWorkItemIsCanonical(plane_, wi_)) return refuse(status::kBadInput, -1, detail::kArgWorkItem);
+            if (!dp::EmptyWorkItemIsCanonical(plane_, wi_)) return Refuse(status::kBadInput, -1, detail::kArgWorkItem);
             return false;
         }
-        if (Wi(kWiKind) != kWiWork) return refuse(status::kBadInput, -1, detail::kArgWorkItem);
+        if (Wi(kWiKind) != kWiWork) return Refuse(status::kBadInput, -1, detail::kArgWorkItem);
         const int64_t d = Wi(kWiReplica), q = Wi(kWiSeq);
         if (d < 0 || d >= t.D || q < 1 || Wi(kWiSlot) != layout::slot_of_seq(t, q) || Wi(kWiRows) < 0 ||
             Wi(kWiRows) > layout::recv_rows(t))
-            return refuse(status::kBadInput, d, detail::kArgWorkItem);
+            return Refuse(status::kBadInput, d, detail::kArgWorkItem);
         GM_ADDR own = plane_.Own();
-        const int64_t combined = dp::LoadWord(own, layout::ffn_combined_seq_off(t) + 8 * d);
-        const int64_t consumed = dp::LoadWord(own, layout::ffn_done_seq_off(t) + 8 * d);
-        if (combined != q - 1 || q > consumed) return refuse(status::kProtocol, d, detail::kProtoStaleWorkItem);
+        const int64_t combined = dp::LoadWordAt(own, layout::ffn_combined_seq_off(t), d);
+        const int64_t consumed = dp::LoadWordAt(own, layout::ffn_done_seq_off(t), d);
+        if (combined != q - 1 || q > consumed) return Refuse(status::kProtocol, d, detail::kProtoStaleWorkItem);
         if (!dp::WorkItemMatchesRecords(plane_, wi_, d, q, Wi(kWiSlot)))
-            return refuse(status::kBadInput, d, detail::kArgWorkItem);
+            return Refuse(status::kBadInput, d, detail::kArgWorkItem);
         return true;
+    }
+
+    // A bad or stale work item is refused before anything is written: the plane stays usable.
+    __aicore__ inline bool Refuse(int64_t code, int64_t d, int64_t det) {
+        return plane_.Refuse(code, dp::kNoPeer, dp::Round{op::kCombineSend}.Replica(d).Seq(Wi(kWiSeq)), det);
     }
 
     __aicore__ inline void Scatter() {
@@ -68,13 +82,16 @@ private:
         const int64_t rowBytes = t.H * t.act_dtype_bytes;
         int64_t lo, hi;
         dp::BlockShare(n, &lo, &hi);
-        dp::ForEachRow(t, wi_, lo, hi, [&](int64_t o, int64_t p, int64_t entry) {
-            const int64_t a = layout::attn_rank_of(t, d, p);
-            GM_ADDR region = plane_.Own() + layout::ffn_region_off(t, a, s);
-            const int64_t tk = dp::IndexField(region, t, entry, 1);
-            if (tk < 0 || tk >= t.Bmax * t.K) return;  // checked in Control; a peer racing it still stays in the slot
-            mover_.Copy(plane_.Window(a) + layout::attn_combine_row_off(t, s, tk), expertOut_ + o * rowBytes, rowBytes);
-        });
+        dp::ForEachRow(t, wi_, lo, hi, ScatterRow{this, d, s, rowBytes});
+    }
+
+    __aicore__ inline void ScatterOne(int64_t d, int64_t s, int64_t rowBytes, int64_t o, int64_t p, int64_t entry) {
+        const CamTopology& t = Topo();
+        const int64_t a = layout::attn_rank_of(t, d, p);
+        GM_ADDR region = plane_.Own() + layout::ffn_region_off(t, a, s);
+        const int64_t tk = dp::IndexField(region, t, entry, 1);
+        if (tk < 0 || tk >= t.Bmax * t.K) return;  // checked in Control; a peer racing it still stays in the slot
+        mover_.Copy(plane_.Window(a) + layout::attn_combine_row_off(t, s, tk), expertOut_ + o * rowBytes, rowBytes);
     }
 
     __aicore__ inline void Complete() {
@@ -82,15 +99,17 @@ private:
         const int64_t d = Wi(kWiReplica), s = Wi(kWiSlot), q = Wi(kWiSeq);
         const int64_t f = layout::ffn_index(t, plane_.Rank());
         for (int64_t p = 0; p < t.P; ++p) {
-            dp::StoreWord(plane_.Window(layout::attn_rank_of(t, d, p)), layout::attn_completion_signal_off(t, s, f), q);
+            plane_.Signals().Send(plane_.Window(layout::attn_rank_of(t, d, p)),
+                                  layout::attn_completion_signal_off(t, s, f), q);
         }
-        dp::StoreWord(plane_.Own(), layout::ffn_combined_seq_off(t) + 8 * d, q);
+        dp::StoreWordAt(plane_.Own(), layout::ffn_combined_seq_off(t), d, q);
     }
 
     CombineSendTilingData tiling_{};
     dp::Plane plane_;
     dp::Decision decision_;
-    GM_ADDR expertOut_ = nullptr, wi_ = nullptr;
+    GM_ADDR expertOut_ = nullptr;
+    GM_ADDR wi_ = nullptr;
     AscendC::TPipe pipe_;
     dp::ByteMover mover_;
 };
@@ -99,6 +118,8 @@ private:
 
 extern "C" __global__ __aicore__ void cam_combine_send(GM_ADDR expertOut, GM_ADDR workItem, GM_ADDR peers,
                                                        GM_ADDR workspace, cam::kernels::CombineSendTilingData tiling) {
+    // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     cam::kernels::CombineSend op;
     op.Init(expertOut, workItem, peers, workspace, tiling);
     op.Process();
@@ -109,5 +130,6 @@ extern "C" __global__ __aicore__ void cam_combine_send(GM_ADDR expertOut, GM_ADD
 
 void cam::kernels::LaunchCombineSend(uint32_t blockDim, void* stream, uint8_t* expertOut, uint8_t* workItem,
                                      uint8_t* peers, uint8_t* workspace, const CombineSendTilingData& tiling) {
-    CAM_KERNEL_LAUNCH(cam_combine_send, blockDim, stream, expertOut, workItem, peers, workspace, tiling);
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_combine_send, blockDim, stream, expertOut, workItem, peers, workspace,
+                         tiling);
 }

@@ -3,6 +3,8 @@
 // byte mover. Every offset comes from common/window_layout.h.
 #pragma once
 
+#include <cstdint>
+
 #include "kernel_operator.h"
 
 #include "common/dataplane_args.h"
@@ -24,9 +26,10 @@ __aicore__ inline AscendC::GlobalTensor<T> TensorAt(GM_ADDR base, int64_t byteOf
     return g;
 }
 
-// A signal or state word: invalidate the line, then load (so a stale scalar-cache copy is never re-read); store,
-// then clean the line (so the value leaves this core's scalar cache). On the twin GetValue/SetValue on int64 are
-// acquire/release and the dcci is a full fence.
+// A state word of this rank (or a record a peer or block 0 wrote): invalidate the line, then load (so a stale
+// scalar-cache copy is never re-read); store, then clean the line (so the value leaves this core's scalar cache).
+// The twin models that cache (docs/twin.md), so a missing dcci fails there too. Signals to or from peers are not
+// scalar: see SignalPort.
 __aicore__ inline int64_t LoadWord(GM_ADDR base, int64_t byteOff) {
     AscendC::GlobalTensor<int64_t> g = WordsAt(base, byteOff, 1);
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(g);
@@ -39,6 +42,76 @@ __aicore__ inline void StoreWord(GM_ADDR base, int64_t byteOff, int64_t value) {
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(g);
 }
 
+// Word `index` of the int64 array that starts at base + arrayOff, with the same cache maintenance.
+__aicore__ inline int64_t LoadWordAt(GM_ADDR base, int64_t arrayOff, int64_t index) {
+    return LoadWord(base, arrayOff + int64_t(sizeof(int64_t)) * index);
+}
+__aicore__ inline void StoreWordAt(GM_ADDR base, int64_t arrayOff, int64_t index, int64_t value) {
+    StoreWord(base, arrayOff + int64_t(sizeof(int64_t)) * index, value);
+}
+// Word `index` of an int64 record that starts at base (work item, region header).
+__aicore__ inline int64_t LoadWordAt(GM_ADDR base, int64_t index) { return LoadWordAt(base, 0, index); }
+__aicore__ inline void StoreWordAt(GM_ADDR base, int64_t index, int64_t value) { StoreWordAt(base, 0, index, value); }
+
+// What an error record says about the round an op was working on; a field not known yet stays kUnknown.
+inline constexpr int64_t kUnknown = -1;
+inline constexpr int64_t kNoPeer = -1;
+
+struct Round {
+    int64_t op = op::kNone;
+    int64_t replica = kUnknown;
+    int64_t layer = kUnknown;
+    int64_t seq = 0;
+
+    __aicore__ inline Round Replica(int64_t v) const {
+        Round r = *this;
+        r.replica = v;
+        return r;
+    }
+    __aicore__ inline Round Layer(int64_t v) const {
+        Round r = *this;
+        r.layer = v;
+        return r;
+    }
+    __aicore__ inline Round Seq(int64_t v) const {
+        Round r = *this;
+        r.seq = v;
+        return r;
+    }
+};
+
+// Signal words that cross ranks (ready, done, abort) travel by MTE through one 32-byte UB block, as production
+// kernels publish them: never a scalar store into a peer's window (its clean would write back the whole 64-byte
+// line from this core's cache), and a poll is an MTE2 read, so no scalar cache line of a peer-written word exists.
+class SignalPort {
+public:
+    __aicore__ inline void Init(AscendC::TPipe& pipe) {
+        pipe.InitBuffer(buf_, kSignalUbBytes);
+        word_ = buf_.Get<int64_t>();
+    }
+
+    // window[off] = value by MTE3. Callers have drained their payload writes before (PIPE_ALL, then SyncAll).
+    __aicore__ inline void Send(GM_ADDR window, int64_t byteOff, int64_t value) const {
+        word_.SetValue(0, value);
+        AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
+        AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
+        AscendC::DataCopyPad(WordsAt(window, byteOff, 1), word_, {1, 8, 0, 0, 0});
+        AscendC::PipeBarrier<PIPE_MTE3>();  // the UB word is rewritten by the next send or poll
+    }
+
+    // window[off] by MTE2.
+    __aicore__ inline int64_t Poll(GM_ADDR window, int64_t byteOff) const {
+        AscendC::DataCopyPad(word_, WordsAt(window, byteOff, 1), {1, 8, 0, 0, 0}, {false, 0, 0, 0});
+        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(EVENT_ID0);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(EVENT_ID0);
+        return word_.GetValue(0);
+    }
+
+private:
+    AscendC::TBuf<AscendC::TPosition::VECCALC> buf_;
+    AscendC::LocalTensor<int64_t> word_;
+};
+
 // Makes scalar stores to a scratch area visible to MTE reads of it (and to other blocks).
 __aicore__ inline void FlushScalarStores(GM_ADDR base) {
     AscendC::GlobalTensor<int64_t> g = WordsAt(base, 0, 1);
@@ -48,10 +121,14 @@ __aicore__ inline void FlushScalarStores(GM_ADDR base) {
 // The windows of a data plane as this rank sees them: peers[r] is the base address of rank r's window.
 class Plane {
 public:
-    __aicore__ inline void Init(GM_ADDR peers, const CommArgs& args) {
+    __aicore__ inline void Init(GM_ADDR peers, const CommArgs& args, AscendC::TPipe& pipe) {
         args_ = args;
         peers_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(peers), layout::world_size(args.topo));
+        signals_.Init(pipe);
     }
+
+    // Cross-rank signals (ready, done, abort): see SignalPort.
+    __aicore__ inline const SignalPort& Signals() const { return signals_; }
 
     __aicore__ inline const CamTopology& Topo() const { return args_.topo; }
     __aicore__ inline const CommArgs& Args() const { return args_; }
@@ -61,46 +138,79 @@ public:
     }
     __aicore__ inline GM_ADDR Own() const { return Window(args_.rank); }
 
-    __aicore__ inline int64_t AbortWord() const { return LoadWord(Own(), kAbortOff); }
+    __aicore__ inline int64_t AbortWord() const { return signals_.Poll(Own(), kAbortOff); }
 
-    // Records the first error of this rank (protocol §9). A fatal error also raises every rank's abort word so
-    // every waiter on every rank ends promptly; a refusal (found before the op wrote or waited) leaves the plane
-    // usable and the host clears the record after reporting it.
-    __aicore__ inline void Raise(int64_t code, int64_t op, int64_t peer, int64_t replica, int64_t layer, int64_t seq,
-                                 int64_t detail, bool fatal) const {
-        GM_ADDR own = Own();
-        if (LoadWord(own, kStatusOff + 8 * kStatusCode) == status::kOk) {
-            StoreWord(own, kStatusOff + 8 * kStatusOp, op);
-            StoreWord(own, kStatusOff + 8 * kStatusRank, args_.rank);
-            StoreWord(own, kStatusOff + 8 * kStatusPeer, peer);
-            StoreWord(own, kStatusOff + 8 * kStatusReplica, replica);
-            StoreWord(own, kStatusOff + 8 * kStatusLayer, layer);
-            StoreWord(own, kStatusOff + 8 * kStatusSeq, seq);
-            StoreWord(own, kStatusOff + 8 * kStatusDetail, detail);
-            StoreWord(own, kStatusOff + 8 * kStatusCode, code);
-        }
-        if (!fatal) return;
+    // Records the first error of this rank (protocol §9) and returns false, so a control step can
+    // `return plane_.Refuse(...)`. A refusal is found before the op wrote or waited: the plane stays usable and the
+    // host clears the record after reporting it.
+    __aicore__ inline bool Refuse(int64_t code, int64_t peer, const Round& round, int64_t detail) const {
+        Record(code, peer, round, detail);
+        return false;
+    }
+
+    // A fault: recorded as above, and every rank's abort word is raised so every waiter on every rank ends promptly.
+    __aicore__ inline bool Fail(int64_t code, int64_t peer, const Round& round, int64_t detail) const {
+        Record(code, peer, round, detail);
         const int64_t world = layout::world_size(args_.topo);
         for (int64_t r = 0; r < world; ++r) {
             GM_ADDR w = Window(r);
-            if (LoadWord(w, kAbortOff) == 0) StoreWord(w, kAbortOff, 1 + args_.rank);
+            if (signals_.Poll(w, kAbortOff) == 0) signals_.Send(w, kAbortOff, 1 + args_.rank);
         }
+        return false;
     }
 
     // Entry check of every op: a raised abort word or an unreported status means the op must not touch any window.
     __aicore__ inline bool EntryOk(int64_t op) const {
         const int64_t abort = AbortWord();
-        if (abort != 0) {
-            Raise(status::kAborted, op, abort - 1, -1, -1, 0, abort, false);
-            return false;
-        }
-        return LoadWord(Own(), kStatusOff + 8 * kStatusCode) == status::kOk;
+        if (abort != 0) return Refuse(status::kAborted, abort - 1, Round{op}, abort);
+        return LoadWordAt(Own(), kStatusOff, kStatusCode) == status::kOk;
     }
 
 private:
+    __aicore__ inline void Record(int64_t code, int64_t peer, const Round& round, int64_t detail) const {
+        GM_ADDR own = Own();
+        if (LoadWordAt(own, kStatusOff, kStatusCode) != status::kOk) return;  // the first error stays
+        StoreWordAt(own, kStatusOff, kStatusOp, round.op);
+        StoreWordAt(own, kStatusOff, kStatusRank, args_.rank);
+        StoreWordAt(own, kStatusOff, kStatusPeer, peer);
+        StoreWordAt(own, kStatusOff, kStatusReplica, round.replica);
+        StoreWordAt(own, kStatusOff, kStatusLayer, round.layer);
+        StoreWordAt(own, kStatusOff, kStatusSeq, round.seq);
+        StoreWordAt(own, kStatusOff, kStatusDetail, detail);
+        StoreWordAt(own, kStatusOff, kStatusCode, code);  // last: a reader that sees the code sees the rest
+    }
+
     CommArgs args_{};
     AscendC::GlobalTensor<int64_t> peers_;
+    SignalPort signals_;
 };
+
+// One poll of a bounded wait, and how the wait ended.
+enum class PollResult : uint8_t { kWait, kDone, kStop };
+enum class WaitEnd : uint8_t { kDone, kStop, kAborted, kExpired };
+inline constexpr int64_t kNoDeadline = INT64_MAX;  // the poll bounds the wait itself (dispatch_recv's idle bound)
+
+// The data plane's one bounded wait. `poll()` reads what the wait is for (the signal word at `watched`, and any
+// others) and answers kDone, kStop (it has recorded why) or kWait. The wait also ends when this rank's abort word is
+// raised (recorded as a refusal of `round`, kAborted) or when the system cycle passes `deadline` (kExpired: the
+// caller records the timeout, naming what it still missed). Between polls it backs off on `watched`: a no-op on
+// Ascend, on the twin the block parks until that line is written.
+template <typename Poll>
+__aicore__ inline WaitEnd BoundedWait(const Plane& plane, const Round& round, GM_ADDR watched, int64_t deadline,
+                                      Poll& poll) {
+    for (uint32_t i = 0;; ++i) {
+        const int64_t abort = plane.AbortWord();
+        if (abort != 0) {
+            plane.Refuse(status::kAborted, abort - 1, round, abort);
+            return WaitEnd::kAborted;
+        }
+        const PollResult r = poll();
+        if (r == PollResult::kDone) return WaitEnd::kDone;
+        if (r == PollResult::kStop) return WaitEnd::kStop;
+        if (AscendC::GetSystemCycle() > deadline) return WaitEnd::kExpired;
+        WaitPause(watched, i);
+    }
+}
 
 // Block 0 runs the waits and checks; the other blocks learn the outcome through a workspace word instead of
 // sitting in SyncAll for as long as a wait may last.
@@ -144,7 +254,7 @@ private:
             }
             if (d != kDecisionUndecided) return false;
             if (AscendC::GetSystemCycle() > deadline) return false;
-            SpinPause(i);
+            WaitPause(ws_, i);
         }
     }
 
@@ -197,9 +307,9 @@ __aicore__ inline void ForEachRow(const CamTopology& t, GM_ADDR workItem, int64_
     const int64_t R = layout::experts_per_ffn(t);
     for (int64_t j = 0; j < R; ++j) {
         for (int64_t p = 0; p < t.P; ++p) {
-            const int64_t out = LoadWord(workItem, 8 * layout::work_item_cell_out_off(t, j, p));
-            const int64_t count = LoadWord(workItem, 8 * layout::work_item_cell_count(t, j, p));
-            const int64_t src = LoadWord(workItem, 8 * layout::work_item_cell_src_off(t, j, p));
+            const int64_t out = LoadWordAt(workItem, 0, layout::work_item_cell_out_off(t, j, p));
+            const int64_t count = LoadWordAt(workItem, 0, layout::work_item_cell_count(t, j, p));
+            const int64_t src = LoadWordAt(workItem, 0, layout::work_item_cell_src_off(t, j, p));
             const int64_t a = out > lo ? out : lo;
             const int64_t b = out + count < hi ? out + count : hi;
             for (int64_t o = a; o < b; ++o) fn(o, p, src + (o - out));

@@ -25,4 +25,7 @@ inline constexpr int64_t kDecisionGo = 1;
 inline constexpr int64_t kDecisionStop = 2;
 inline constexpr int64_t kWsDecisionBytes = kLine;
 
+// UB each data-plane kernel keeps for staging one cross-rank signal word (common/dataplane.h, SignalPort).
+inline constexpr uint32_t kSignalUbBytes = 32;
+
 }  // namespace cam::kernels::dp

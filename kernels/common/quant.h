@@ -5,6 +5,8 @@
 
 #include "kernel_operator.h"
 
+#include "common/ub_math.h"
+
 namespace cam::kernels {
 
 constexpr float kQuantMax = 127.0f;
@@ -48,15 +50,16 @@ struct QuantScratch {
 __aicore__ inline float ChunkAmax(const AscendC::LocalTensor<float>& xf, uint32_t count, const QuantScratch& s) {
     AscendC::Abs(s.absOrInt, xf, count);
     AscendC::ReduceMax(s.reduceDst, s.absOrInt, s.reduceWork, count);
-    AscendC::PipeBarrier<AscendC::PIPE_V>();
-    const AscendC::event_t vToS = 0;
+    AscendC::PipeBarrier<PIPE_V>();
+    const int32_t vToS = EVENT_ID0;
     AscendC::SetFlag<AscendC::HardEvent::V_S>(vToS);
     AscendC::WaitFlag<AscendC::HardEvent::V_S>(vToS);
     return s.reduceDst.GetValue(0);
 }
 
 // q[0..count) from fp32 xf (xf is clobbered). fp32 -> int32 rounds half to even; int32 -> half -> int8 is exact
-// for the clamped range, which is the conversion chain the vector unit offers down to int8.
+// for the clamped range, which is the conversion chain the vector unit offers down to int8. On A2/A3 int32 -> half
+// is a dequantisation through the DEQSCALE register (round mode ignored), so the scale is set to 1 first.
 __aicore__ inline void QuantizeChunk(const AscendC::LocalTensor<int8_t>& q, const AscendC::LocalTensor<float>& xf,
                                      uint32_t count, const QuantParams& p, const QuantScratch& s) {
     if (!p.quantize) {
@@ -69,22 +72,60 @@ __aicore__ inline void QuantizeChunk(const AscendC::LocalTensor<int8_t>& q, cons
     AscendC::Maxs(xf, xf, -kQuantMax, count);
     AscendC::LocalTensor<int32_t> asInt = s.absOrInt.ReinterpretCast<int32_t>();
     AscendC::Cast(asInt, xf, AscendC::RoundMode::CAST_RINT, count);
-    AscendC::Cast(s.halfTmp, asInt, AscendC::RoundMode::CAST_ROUND, count);
+    AscendC::SetDeqScale(static_cast<half>(1.0f));
+    AscendC::Cast(s.halfTmp, asInt, AscendC::RoundMode::CAST_NONE, count);
     AscendC::Cast(q, s.halfTmp, AscendC::RoundMode::CAST_TRUNC, count);
 }
 
-// GM chunk -> VECIN queue -> fp32 in xf: the load half of every quantizing kernel. `inQue` holds buffers of at
-// least n elements of T.
-template <typename T, typename Que>
-__aicore__ inline void LoadWidened(Que& inQue, const AscendC::GlobalTensor<T>& src, uint32_t n,
-                                   const AscendC::LocalTensor<float>& xf) {
-    AscendC::LocalTensor<T> in = inQue.template AllocTensor<T>();
-    AscendC::DataCopyPad(in, src, {1, uint32_t(n * sizeof(T)), 0, 0, 0}, {false, 0, 0, T()});
-    inQue.EnQue(in);
-    in = inQue.template DeQue<T>();
-    AscendC::Cast(xf, in, AscendC::RoundMode::CAST_NONE, n);
-    inQue.FreeTensor(in);
-}
+// The UB working set of a row quantizer over passes of up to `cols` elements of T (dynamic_quant, dispatch_send):
+// it owns its buffers, and QuantWorkingSetUbBytes (common/ub_math.h) is their byte count for tiling.
+template <typename T>
+class QuantWorkingSet {
+public:
+    __aicore__ inline void Init(AscendC::TPipe& pipe, uint32_t cols) {
+        pipe.InitBuffer(inQue_, 2, UbBytes(uint64_t(cols) * sizeof(T)));
+        pipe.InitBuffer(outQue_, 2, UbBytes(cols));
+        pipe.InitBuffer(rowBuf_, UbBytes(uint64_t(cols) * 4));
+        pipe.InitBuffer(absBuf_, UbBytes(uint64_t(cols) * 4));
+        pipe.InitBuffer(halfBuf_, UbBytes(uint64_t(cols) * 2));
+        pipe.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceMaxWorkElems<float>(cols)) * 4));
+        pipe.InitBuffer(reduceBuf_, kUbBlockBytes);
+        scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
+    }
+
+    // GM chunk -> VECIN queue -> fp32 in xf.
+    __aicore__ inline void LoadWidened(const AscendC::GlobalTensor<T>& src, uint32_t n,
+                                       const AscendC::LocalTensor<float>& xf) {
+        AscendC::LocalTensor<T> in = inQue_.template AllocTensor<T>();
+        AscendC::DataCopyPad(in, src, {1, uint32_t(n * sizeof(T)), 0, 0, 0}, {false, 0, 0, T()});
+        inQue_.EnQue(in);
+        in = inQue_.template DeQue<T>();
+        AscendC::Cast(xf, in, AscendC::RoundMode::CAST_NONE, n);
+        inQue_.FreeTensor(in);
+    }
+
+    // Quantizes xf[0..n) into an output buffer and hands it to the MTE3 side; the caller copies it out and
+    // returns it with FreeOut.
+    __aicore__ inline AscendC::LocalTensor<int8_t> Quantize(const AscendC::LocalTensor<float>& xf, uint32_t n,
+                                                           const QuantParams& p) {
+        AscendC::LocalTensor<int8_t> out = outQue_.template AllocTensor<int8_t>();
+        QuantizeChunk(out, xf, n, p, scratch_);
+        outQue_.EnQue(out);
+        return outQue_.template DeQue<int8_t>();
+    }
+    __aicore__ inline void FreeOut(const AscendC::LocalTensor<int8_t>& out) { outQue_.FreeTensor(out); }
+
+    __aicore__ inline AscendC::LocalTensor<float> Row() { return rowBuf_.Get<float>(); }
+    __aicore__ inline const QuantScratch& Scratch() const { return scratch_; }
+    // The input queue, for a kernel that also moves rows of T without quantizing them.
+    __aicore__ inline AscendC::TQue<AscendC::TPosition::VECIN, 2>& InQue() { return inQue_; }
+
+private:
+    AscendC::TQue<AscendC::TPosition::VECIN, 2> inQue_;
+    AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;
+    QuantScratch scratch_;
+};
 
 // One row of `cols` elements, in passes of at most `colsPerPass`. `load(col, n, xf)` widens chunk [col, col + n)
 // into xf; `store(col, n, xf, params)` quantizes it (QuantizeChunk) and writes it out. A row that fits one pass is
@@ -114,5 +155,37 @@ __aicore__ inline QuantParams QuantizeRowInPasses(uint32_t cols, uint32_t colsPe
     }
     return p;
 }
+
+// Per-row fp32 values (quant scales) staged in UB and written out in batches of `batch`, one copy per batch:
+// dynamic_quant's scale and W1's y_scale. Rows are added in increasing order; the last row of a block flushes.
+class ScaleStager {
+public:
+    __aicore__ inline void Init(AscendC::TPipe& pipe, uint32_t batch) {
+        batch_ = batch;
+        pipe.InitBuffer(que_, 1, batch * 4);
+    }
+
+    __aicore__ inline void Add(const AscendC::GlobalTensor<float>& out, uint64_t row, float value, bool last) {
+        if (staged_ == 0) {
+            buf_ = que_.AllocTensor<float>();
+            first_ = row;
+        }
+        buf_.SetValue(staged_++, value);
+        if (staged_ == batch_ || last) {
+            que_.EnQue(buf_);
+            buf_ = que_.DeQue<float>();
+            AscendC::DataCopyPad(out[first_], buf_, {1, staged_ * 4u, 0, 0, 0});
+            que_.FreeTensor(buf_);
+            staged_ = 0;
+        }
+    }
+
+private:
+    AscendC::TQue<AscendC::TPosition::VECOUT, 1> que_;
+    AscendC::LocalTensor<float> buf_;
+    uint32_t batch_ = 0;
+    uint32_t staged_ = 0;
+    uint64_t first_ = 0;
+};
 
 }  // namespace cam::kernels

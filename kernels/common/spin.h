@@ -1,13 +1,12 @@
-// Back-off for device-side spin loops (docs/protocol.md §9). On Ascend a spinning scalar unit has nothing to yield
-// to, so this is a no-op there; on the twin every block is a host thread and many ranks share a few CPUs, so a
-// spinning block must give its CPU to the threads it is waiting for.
+// Back-off for device-side waits (docs/protocol.md §9). On Ascend a spinning scalar unit has nothing to yield to, so
+// this is a no-op there; on the twin every block is a host thread and many ranks share a few CPUs, so a waiting
+// block must give its CPU to the threads it is waiting for.
 #pragma once
 
 #include <cstdint>
 
 #if !defined(__CCE__)
-#include <chrono>
-#include <thread>
+#include "twin/dcache.h"
 #endif
 
 #ifndef __aicore__
@@ -16,17 +15,16 @@
 
 namespace cam::kernels {
 
-// `iteration` counts polls of the current wait from 0. The first polls only yield (a signal that is about to
-// arrive is seen at once); later ones sleep briefly so dozens of waiting blocks do not starve the producers.
-__aicore__ inline void SpinPause(uint32_t iteration) {
+// Back-off of a wait polling the GM word at `watched`; `iteration` counts polls of the current wait from 0. On the
+// twin the first polls only yield (a signal about to arrive is seen at once); later ones park the block on that
+// line until something writes it or a short interval passes, so dozens of waiting blocks neither starve the
+// producers nor sleep past the signal.
+__aicore__ inline void WaitPause(const void* watched, uint32_t iteration) {
 #if defined(__CCE__)
+    (void)watched;
     (void)iteration;
 #else
-    if (iteration < 64) {
-        std::this_thread::yield();
-    } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(iteration < 1024 ? 20 : 100));
-    }
+    ::cam::twin::ParkOn(watched, iteration);
 #endif
 }
 

@@ -2,14 +2,18 @@
 // computed here, from the topology alone, so the Attention side, the FFN side and the host can never disagree.
 // cam/topology.py mirrors these formulas in Python; a test compares the two through the bindings.
 //
-// Header-only, <cstdint> only, no STL containers: it is included by Ascend C device code (compile with
-// -DCAM_HOST_DEVICE=__aicore__), by the g++ twin and by plain host C++.
+// Header-only, <cstdint> only, no STL containers: it is included by Ascend C device code (bisheng: every helper
+// is host + aicore), by the g++ twin and by plain host C++.
 #pragma once
 
 #include <cstdint>
 
 #ifndef CAM_HOST_DEVICE
+#if defined(__CCE__)
+#define CAM_HOST_DEVICE __host__ __aicore__
+#else
 #define CAM_HOST_DEVICE
+#endif
 #endif
 
 // Plain C-layout POD (int64 fields, no padding) so the C API, tiling structs and the bindings can carry it as is.

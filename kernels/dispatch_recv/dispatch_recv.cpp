@@ -14,7 +14,7 @@ public:
     __aicore__ inline void Init(GM_ADDR peers, GM_ADDR expandX, GM_ADDR scales, GM_ADDR expertCounts,
                                 GM_ADDR workItem, GM_ADDR workspace, const DispatchRecvTilingData& tiling) {
         tiling_ = tiling;
-        plane_.Init(peers, tiling.comm);
+        plane_.Init(peers, tiling.comm, pipe_);
         decision_.Init(workspace);
         expandX_ = expandX;
         scales_ = scales;
@@ -24,96 +24,126 @@ public:
     }
 
     __aicore__ inline void Process() {
-        const bool go = decision_.Decide(
-            [&] {
-                const bool ready = Control();
-                if (!ready) WriteEmpty();
-                dp::FlushScalarStores(wi_);
-                return ready;
-            },
-            tiling_.comm.followerCycles);
+        const bool go = decision_.Decide(ControlStep{this}, tiling_.comm.followerCycles);
         if (!go) return;
         Gather();
-        AscendC::PipeBarrier<AscendC::PIPE_ALL>();
+        AscendC::PipeBarrier<PIPE_ALL>();
         AscendC::SyncAll();
         if (AscendC::GetBlockIdx() == 0) Consume();
     }
 
 private:
+    // Device code takes no lambdas (bisheng needs every callee to be __aicore__): small functors instead.
+    struct ControlStep {
+        DispatchRecv* op;
+        __aicore__ inline bool operator()() const {
+            const bool ready = op->Control();
+            if (!ready) op->WriteEmpty();
+            dp::FlushScalarStores(op->wi_);
+            return ready;
+        }
+    };
+    struct GatherRow {
+        DispatchRecv* op;
+        int64_t d, s, rowBytes;
+        __aicore__ inline void operator()(int64_t o, int64_t p, int64_t entry) const {
+            op->GatherOne(d, s, rowBytes, o, p, entry);
+        }
+    };
+
     __aicore__ inline const CamTopology& Topo() const { return plane_.Topo(); }
+    // An error record's round; the replica, layer and seq are added where they are known.
+    __aicore__ static inline dp::Round ErrRound() { return dp::Round{op::kDispatchRecv}; }
     __aicore__ inline int64_t A() const { return Topo().D * Topo().P; }
 
     __aicore__ inline int64_t DoneSeq(int64_t d) const {
-        return dp::LoadWord(plane_.Own(), layout::ffn_done_seq_off(Topo()) + 8 * d);
+        return dp::LoadWordAt(plane_.Own(), layout::ffn_done_seq_off(Topo()), d);
     }
     __aicore__ inline int64_t Ready(int64_t attnRank, int64_t slot) const {
-        return dp::LoadWord(plane_.Own(), layout::ffn_ready_signal_off(Topo(), attnRank, slot));
+        return plane_.Signals().Poll(plane_.Own(), layout::ffn_ready_signal_off(Topo(), attnRank, slot));
     }
     __aicore__ inline GM_ADDR Region(int64_t attnRank, int64_t slot) const {
         return plane_.Own() + layout::ffn_region_off(Topo(), attnRank, slot);
     }
     __aicore__ inline int64_t Hdr(int64_t attnRank, int64_t slot, int64_t word) const {
-        return dp::LoadWord(Region(attnRank, slot), 8 * word);
+        return dp::LoadWordAt(Region(attnRank, slot), word);
     }
 
     // ---- block 0 ----
+    // Replicas are polled round robin from rr_next; the first whose next round every participant published is
+    // selected. Idle (nothing begun) ends the wait after idleCycles without an error; a begun round that stays
+    // partial for timeoutCycles is a fault naming the missing participant.
+    struct ReadyPoll {
+        DispatchRecv* op;
+        int64_t rr, start;
+        int64_t partialSince = -1;
+        bool selected = false;
+        __aicore__ inline dp::PollResult operator()() { return op->PollReplicas(this); }
+    };
+
     __aicore__ inline bool Control() {
         const CamTopology& t = Topo();
         if (!plane_.EntryOk(op::kDispatchRecv)) return false;
-        const int64_t start = AscendC::GetSystemCycle();
-        int64_t partialSince = -1;
-        const int64_t rr = dp::LoadWord(plane_.Own(), layout::ffn_state_off(t) + 8 * kFfnRrNext);
-        for (uint32_t i = 0;; ++i) {
-            const int64_t abort = plane_.AbortWord();
-            if (abort != 0) {
-                plane_.Raise(status::kAborted, op::kDispatchRecv, abort - 1, -1, -1, 0, abort, false);
-                return false;
-            }
-            int64_t partial = -1, partialMissing = -1, partialPublished = -1;
-            for (int64_t n = 0; n < t.D; ++n) {
-                const int64_t d = (rr + n) % t.D;
-                const int64_t q = DoneSeq(d) + 1;
-                const int64_t s = layout::slot_of_seq(t, q);
-                int64_t published = 0, missing = -1, first = -1;
-                for (int64_t p = 0; p < t.P; ++p) {
-                    const int64_t a = layout::attn_rank_of(t, d, p);
-                    const int64_t v = Ready(a, s);
-                    if (v > q) {
-                        plane_.Raise(status::kProtocol, op::kDispatchRecv, a, d, -1, q, detail::kProtoSignalAhead,
-                                     true);
-                        return false;
-                    }
-                    if (v == q) {
-                        ++published;
-                        if (first < 0) first = a;
-                    } else if (missing < 0) {
-                        missing = a;
-                    }
+        ReadyPoll poll{this, dp::LoadWordAt(plane_.Own(), layout::ffn_state_off(t), kFfnRrNext),
+                       AscendC::GetSystemCycle()};
+        dp::BoundedWait(plane_, ErrRound(), plane_.Own() + layout::ffn_ready_signal_off(t, 0, 0), dp::kNoDeadline,
+                        poll);
+        return poll.selected;
+    }
+
+    __aicore__ inline dp::PollResult PollReplicas(ReadyPoll* st) {
+        const CamTopology& t = Topo();
+        int64_t partial = -1, partialMissing = -1, partialPublished = -1;
+        for (int64_t n = 0; n < t.D; ++n) {
+            const int64_t d = (st->rr + n) % t.D;
+            const int64_t q = DoneSeq(d) + 1;
+            const int64_t s = layout::slot_of_seq(t, q);
+            int64_t published = 0, missing = -1, first = -1;
+            for (int64_t p = 0; p < t.P; ++p) {
+                const int64_t a = layout::attn_rank_of(t, d, p);
+                const int64_t v = Ready(a, s);
+                if (v > q) {
+                    plane_.Fail(status::kProtocol, a, ErrRound().Replica(d).Seq(q), detail::kProtoSignalAhead);
+                    return dp::PollResult::kStop;
                 }
-                if (published == t.P) return Select(d, q, s);
-                if (published > 0 && partial < 0) {
-                    partial = d;
-                    partialMissing = missing;
-                    partialPublished = first;
+                if (v == q) {
+                    ++published;
+                    if (first < 0) first = a;
+                } else if (missing < 0) {
+                    missing = a;
                 }
             }
-            const int64_t now = AscendC::GetSystemCycle();
-            if (partial >= 0) {
-                // A begun round: some participants published, so waiting is bounded by the timeout, not idle.
-                if (partialSince < 0) partialSince = now;
-                if (now - partialSince > tiling_.comm.timeoutCycles) {
-                    const int64_t q = DoneSeq(partial) + 1;
-                    const int64_t layer = Hdr(partialPublished, layout::slot_of_seq(t, q), kHdrLayer);
-                    plane_.Raise(status::kTimeout, op::kDispatchRecv, partialMissing, partial, layer, q,
-                                 detail::kAwaitReplica, true);
-                    return false;
-                }
-            } else {
-                partialSince = -1;
-                if (now - start > tiling_.comm.idleCycles) return false;
+            if (published == t.P) {
+                st->selected = Select(d, q, s);
+                return st->selected ? dp::PollResult::kDone : dp::PollResult::kStop;
             }
-            SpinPause(i);
+            if (published > 0 && partial < 0) {
+                partial = d;
+                partialMissing = missing;
+                partialPublished = first;
+            }
         }
+        const int64_t now = AscendC::GetSystemCycle();
+        if (partial >= 0) {
+            // A begun round: some participants published, so waiting is bounded by the timeout, not idle.
+            if (st->partialSince < 0) st->partialSince = now;
+            if (now - st->partialSince > tiling_.comm.timeoutCycles) {
+                const int64_t q = DoneSeq(partial) + 1;
+                const int64_t layer = Hdr(partialPublished, layout::slot_of_seq(t, q), kHdrLayer);
+                plane_.Fail(status::kTimeout, partialMissing, ErrRound().Replica(partial).Layer(layer).Seq(q),
+                            detail::kAwaitReplica);
+                return dp::PollResult::kStop;
+            }
+        } else {
+            st->partialSince = -1;
+            if (now - st->start > tiling_.comm.idleCycles) return dp::PollResult::kStop;  // idle: not a fault
+        }
+        return dp::PollResult::kWait;
+    }
+
+    // A record of participant a is bad: fatal, the plane is inconsistent.
+    __aicore__ inline bool FailRecord(int64_t code, int64_t a, int64_t d, int64_t layer, int64_t q, int64_t det) {
+        return plane_.Fail(code, a, ErrRound().Replica(d).Layer(layer).Seq(q), det);
     }
 
     // Replica d's round q is ready on every participant: validate all P records, then write the work item.
@@ -124,45 +154,43 @@ private:
         int64_t layer = -1, total = 0;
         for (int64_t p = 0; p < t.P; ++p) {
             const int64_t a = layout::attn_rank_of(t, d, p);
-            auto fail = [&](int64_t code, int64_t det) {
-                plane_.Raise(code, op::kDispatchRecv, a, d, layer, q, det, true);
-                return false;
-            };
-            if (Hdr(a, s, kHdrFingerprint) != fp) return fail(status::kTopologyMismatch, Hdr(a, s, kHdrFingerprint));
-            if (Hdr(a, s, kHdrSeq) != q) return fail(status::kProtocol, detail::kProtoRecordSeq);
+            if (Hdr(a, s, kHdrFingerprint) != fp)
+                return FailRecord(status::kTopologyMismatch, a, d, layer, q, Hdr(a, s, kHdrFingerprint));
+            if (Hdr(a, s, kHdrSeq) != q) return FailRecord(status::kProtocol, a, d, layer, q, detail::kProtoRecordSeq);
             const int64_t l = Hdr(a, s, kHdrLayer);
-            if (l < 0 || l >= t.L) return fail(status::kBadInput, detail::kArgLayer);
-            if (p > 0 && l != layer) return fail(status::kProtocol, detail::kProtoLayerDiffers);
+            if (l < 0 || l >= t.L) return FailRecord(status::kBadInput, a, d, layer, q, detail::kArgLayer);
+            if (p > 0 && l != layer) return FailRecord(status::kProtocol, a, d, layer, q, detail::kProtoLayerDiffers);
             layer = l;
             const int64_t rows = Hdr(a, s, kHdrRows);
             int64_t sum = 0;
             for (int64_t j = 0; j < R; ++j) {
                 const int64_t c = Hdr(a, s, kHdrCounts + j);
-                if (c < 0) return fail(status::kProtocol, detail::kProtoCounts);
+                if (c < 0) return FailRecord(status::kProtocol, a, d, layer, q, detail::kProtoCounts);
                 sum += c;
             }
-            if (sum != rows) return fail(status::kProtocol, detail::kProtoCounts);
+            if (sum != rows) return FailRecord(status::kProtocol, a, d, layer, q, detail::kProtoCounts);
             if (rows > layout::region_index_entries(t) ||
                 Hdr(a, s, kHdrTokenSlots) > layout::region_token_slots(t))
-                return fail(status::kCapacity, rows);
-            if (!dp::RecordInRange(t, Region(a, s), q)) return fail(status::kProtocol, detail::kProtoIndexEntry);
+                return FailRecord(status::kCapacity, a, d, layer, q, rows);
+            if (!dp::RecordInRange(t, Region(a, s), q))
+                return FailRecord(status::kProtocol, a, d, layer, q, detail::kProtoIndexEntry);
             total += rows;
         }
         if (total > layout::recv_rows(t)) {
-            plane_.Raise(status::kCapacity, op::kDispatchRecv, -1, d, layer, q, total, true);
-            return false;
+            return plane_.Fail(status::kCapacity, dp::kNoPeer, ErrRound().Replica(d).Layer(layer).Seq(q),
+                               total);
         }
 
         const int64_t words = layout::work_item_words(t);
-        for (int64_t w = 0; w < words; ++w) dp::StoreWord(wi_, 8 * w, 0);
-        dp::StoreWord(wi_, 8 * kWiKind, kWiWork);
-        dp::StoreWord(wi_, 8 * kWiReplica, d);
-        dp::StoreWord(wi_, 8 * kWiLayer, layer);
-        dp::StoreWord(wi_, 8 * kWiSeq, q);
-        dp::StoreWord(wi_, 8 * kWiSlot, s);
-        dp::StoreWord(wi_, 8 * kWiRows, total);
-        dp::StoreWord(wi_, 8 * kWiFfnRank, plane_.Rank());
-        dp::StoreWord(wi_, 8 * kWiFingerprint, plane_.Args().planeId);
+        for (int64_t w = 0; w < words; ++w) dp::StoreWordAt(wi_, w, 0);
+        dp::StoreWordAt(wi_, kWiKind, kWiWork);
+        dp::StoreWordAt(wi_, kWiReplica, d);
+        dp::StoreWordAt(wi_, kWiLayer, layer);
+        dp::StoreWordAt(wi_, kWiSeq, q);
+        dp::StoreWordAt(wi_, kWiSlot, s);
+        dp::StoreWordAt(wi_, kWiRows, total);
+        dp::StoreWordAt(wi_, kWiFfnRank, plane_.Rank());
+        dp::StoreWordAt(wi_, kWiFingerprint, plane_.Args().planeId);
         int64_t out = 0;
         for (int64_t j = 0; j < R; ++j) {
             int64_t expertRows = 0;
@@ -171,14 +199,14 @@ private:
                 int64_t src = 0;
                 for (int64_t jj = 0; jj < j; ++jj) src += Hdr(a, s, kHdrCounts + jj);
                 const int64_t c = Hdr(a, s, kHdrCounts + j);
-                dp::StoreWord(wi_, 8 * layout::work_item_cell_out_off(t, j, p), out);
-                dp::StoreWord(wi_, 8 * layout::work_item_cell_count(t, j, p), c);
-                dp::StoreWord(wi_, 8 * layout::work_item_cell_src_off(t, j, p), src);
+                dp::StoreWordAt(wi_, layout::work_item_cell_out_off(t, j, p), out);
+                dp::StoreWordAt(wi_, layout::work_item_cell_count(t, j, p), c);
+                dp::StoreWordAt(wi_, layout::work_item_cell_src_off(t, j, p), src);
                 out += c;
                 expertRows += c;
             }
-            dp::StoreWord(wi_, 8 * (kWiCounts + j), expertRows);
-            dp::StoreWord(counts_, 8 * j, expertRows);
+            dp::StoreWordAt(wi_, kWiCounts + j, expertRows);
+            dp::StoreWordAt(counts_, j, expertRows);
         }
         return true;
     }
@@ -187,49 +215,55 @@ private:
     __aicore__ inline void WriteEmpty() {
         const CamTopology& t = Topo();
         const int64_t words = layout::work_item_words(t);
-        for (int64_t w = 0; w < words; ++w) dp::StoreWord(wi_, 8 * w, 0);
-        dp::StoreWord(wi_, 8 * kWiKind, kWiEmpty);
-        dp::StoreWord(wi_, 8 * kWiReplica, -1);
-        dp::StoreWord(wi_, 8 * kWiFfnRank, plane_.Rank());
-        dp::StoreWord(wi_, 8 * kWiFingerprint, plane_.Args().planeId);
-        for (int64_t j = 0; j < layout::experts_per_ffn(t); ++j) dp::StoreWord(counts_, 8 * j, 0);
+        for (int64_t w = 0; w < words; ++w) dp::StoreWordAt(wi_, w, 0);
+        dp::StoreWordAt(wi_, kWiKind, kWiEmpty);
+        dp::StoreWordAt(wi_, kWiReplica, -1);
+        dp::StoreWordAt(wi_, kWiFfnRank, plane_.Rank());
+        dp::StoreWordAt(wi_, kWiFingerprint, plane_.Args().planeId);
+        for (int64_t j = 0; j < layout::experts_per_ffn(t); ++j) dp::StoreWordAt(counts_, j, 0);
     }
 
     // ---- all blocks: expand_x[o] = token store row of the entry's token slot ----
     __aicore__ inline void Gather() {
         const CamTopology& t = Topo();
-        const int64_t d = dp::LoadWord(wi_, 8 * kWiReplica);
-        const int64_t s = dp::LoadWord(wi_, 8 * kWiSlot);
-        const int64_t n = dp::LoadWord(wi_, 8 * kWiRows);
+        const int64_t d = dp::LoadWordAt(wi_, kWiReplica);
+        const int64_t s = dp::LoadWordAt(wi_, kWiSlot);
+        const int64_t n = dp::LoadWordAt(wi_, kWiRows);
         const int64_t rowBytes = t.H * layout::dispatch_elem_bytes(t);
         int64_t lo, hi;
         dp::BlockShare(n, &lo, &hi);
-        dp::ForEachRow(t, wi_, lo, hi, [&](int64_t o, int64_t p, int64_t entry) {
-            GM_ADDR region = Region(layout::attn_rank_of(t, d, p), s);
-            const int64_t slot = dp::IndexField(region, t, entry, 0);
-            if (slot < 0 || slot >= layout::region_token_slots(t)) return;  // checked in Select; bounds a racing peer
-            mover_.Copy(expandX_ + o * rowBytes,
-                        region + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t), rowBytes);
-            if (t.quantized) mover_.Copy(scales_ + 4 * o, region + layout::region_scales_off(t) + 4 * slot, 4);
-        });
+        dp::ForEachRow(t, wi_, lo, hi, GatherRow{this, d, s, rowBytes});
+    }
+
+    __aicore__ inline void GatherOne(int64_t d, int64_t s, int64_t rowBytes, int64_t o, int64_t p, int64_t entry) {
+        const CamTopology& t = Topo();
+        GM_ADDR region = Region(layout::attn_rank_of(t, d, p), s);
+        const int64_t slot = dp::IndexField(region, t, entry, 0);
+        if (slot < 0 || slot >= layout::region_token_slots(t)) return;  // checked in Select; bounds a racing peer
+        mover_.Copy(expandX_ + o * rowBytes,
+                    region + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t), rowBytes);
+        if (t.quantized) mover_.Copy(scales_ + 4 * o, region + layout::region_scales_off(t) + 4 * slot, 4);
     }
 
     // ---- block 0 after the gather drained: the round is consumed ----
     __aicore__ inline void Consume() {
         const CamTopology& t = Topo();
-        const int64_t d = dp::LoadWord(wi_, 8 * kWiReplica);
-        const int64_t q = dp::LoadWord(wi_, 8 * kWiSeq);
+        const int64_t d = dp::LoadWordAt(wi_, kWiReplica);
+        const int64_t q = dp::LoadWordAt(wi_, kWiSeq);
         GM_ADDR own = plane_.Own();
-        dp::StoreWord(own, layout::ffn_done_seq_off(t) + 8 * d, q);
-        dp::StoreWord(own, layout::ffn_state_off(t) + 8 * kFfnRrNext, (d + 1) % t.D);
-        dp::StoreWord(own, layout::ffn_state_off(t) + 8 * kFfnServed,
-                      dp::LoadWord(own, layout::ffn_state_off(t) + 8 * kFfnServed) + 1);
+        dp::StoreWordAt(own, layout::ffn_done_seq_off(t), d, q);
+        dp::StoreWordAt(own, layout::ffn_state_off(t), kFfnRrNext, (d + 1) % t.D);
+        dp::StoreWordAt(own, layout::ffn_state_off(t), kFfnServed,
+                        dp::LoadWordAt(own, layout::ffn_state_off(t), kFfnServed) + 1);
     }
 
     DispatchRecvTilingData tiling_{};
     dp::Plane plane_;
     dp::Decision decision_;
-    GM_ADDR expandX_ = nullptr, scales_ = nullptr, counts_ = nullptr, wi_ = nullptr;
+    GM_ADDR expandX_ = nullptr;
+    GM_ADDR scales_ = nullptr;
+    GM_ADDR counts_ = nullptr;
+    GM_ADDR wi_ = nullptr;
     AscendC::TPipe pipe_;
     dp::ByteMover mover_;
 };
@@ -239,6 +273,8 @@ private:
 extern "C" __global__ __aicore__ void cam_dispatch_recv(GM_ADDR peers, GM_ADDR expandX, GM_ADDR scales,
                                                         GM_ADDR expertCounts, GM_ADDR workItem, GM_ADDR workspace,
                                                         cam::kernels::DispatchRecvTilingData tiling) {
+    // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     cam::kernels::DispatchRecv op;
     op.Init(peers, expandX, scales, expertCounts, workItem, workspace, tiling);
     op.Process();
@@ -250,6 +286,6 @@ extern "C" __global__ __aicore__ void cam_dispatch_recv(GM_ADDR peers, GM_ADDR e
 void cam::kernels::LaunchDispatchRecv(uint32_t blockDim, void* stream, uint8_t* peers, uint8_t* expandX,
                                       uint8_t* scales, uint8_t* expertCounts, uint8_t* workItem, uint8_t* workspace,
                                       const DispatchRecvTilingData& tiling) {
-    CAM_KERNEL_LAUNCH(cam_dispatch_recv, blockDim, stream, peers, expandX, scales, expertCounts, workItem, workspace,
-                      tiling);
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_dispatch_recv, blockDim, stream, peers, expandX, scales, expertCounts,
+                         workItem, workspace, tiling);
 }

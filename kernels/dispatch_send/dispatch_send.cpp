@@ -17,7 +17,7 @@ public:
     __aicore__ inline void Init(GM_ADDR x, GM_ADDR ids, GM_ADDR peers, GM_ADDR workspace,
                                 const DispatchSendTilingData& tiling) {
         tiling_ = tiling;
-        plane_.Init(peers, tiling.comm);
+        plane_.Init(peers, tiling.comm, pipe_);
         decision_.Init(workspace);
         ws_ = workspace;
         wsl_ = DispatchSendWorkspaceLayout(plane_.Topo());
@@ -25,31 +25,44 @@ public:
         x_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), uint64_t(tiling.tokens) * t.H);
         ids_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(ids), uint64_t(tiling.tokens) * t.K);
 
-        const uint32_t n = tiling.colsPerPass;
-        pipe_.InitBuffer(inQue_, 2, UbBytes(uint64_t(n) * sizeof(T)));
-        pipe_.InitBuffer(outQue_, 2, UbBytes(n));
-        pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(n) * 4));
-        pipe_.InitBuffer(absBuf_, UbBytes(uint64_t(n) * 4));
-        pipe_.InitBuffer(halfBuf_, UbBytes(uint64_t(n) * 2));
-        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceWorkElems<float>(n)) * 4));
-        pipe_.InitBuffer(reduceBuf_, kUbBlockBytes);
+        quant_.Init(pipe_, tiling.colsPerPass);
         pipe_.InitBuffer(scaleQue_, 1, kUbBlockBytes);
         mover_.Init(pipe_, tiling.copyChunkBytes);
-        scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
     }
 
     __aicore__ inline void Process() {
-        const bool go = decision_.Decide([&] { return Control(); }, tiling_.comm.followerCycles);
+        const bool go = decision_.Decide(ControlStep{this}, tiling_.comm.followerCycles);
         if (!go) return;
         RoundFromOwnState();
         MoveTables();
         MoveTokens();
-        AscendC::PipeBarrier<AscendC::PIPE_ALL>();
+        AscendC::PipeBarrier<PIPE_ALL>();
         AscendC::SyncAll();
         if (AscendC::GetBlockIdx() == 0) Publish();
     }
 
 private:
+    // Device code takes no lambdas (bisheng needs every callee to be __aicore__): small functors instead.
+    struct ControlStep {
+        DispatchSend* op;
+        __aicore__ inline bool operator()() const { return op->Control(); }
+    };
+    struct LoadChunk {
+        DispatchSend* op;
+        uint64_t rowOffset;
+        __aicore__ inline void operator()(uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf) const {
+            op->quant_.LoadWidened(op->x_[rowOffset + col], n, xf);
+        }
+    };
+    struct StoreChunk {
+        DispatchSend* op;
+        int64_t tok;
+        __aicore__ inline void operator()(uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf,
+                                          const QuantParams& q) const {
+            op->StoreQuantChunk(tok, col, n, xf, q);
+        }
+    };
+
     // ---- block 0: checks, pre-pass, slot-free wait, tables ----
     __aicore__ inline bool Control() {
         const CamTopology& t = plane_.Topo();
@@ -68,9 +81,7 @@ private:
             for (int64_t k = 0; k < t.K; ++k) {
                 const int64_t id = ids_.GetValue(tok * t.K + k);
                 if (id < -1 || id >= t.E) {
-                    plane_.Raise(status::kBadInput, op::kDispatchSend, -1, d, tiling_.layer, seq_,
-                                 detail::kArgTopkIds, false);
-                    return false;
+                    return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgTopkIds);
                 }
                 if (id == -1) continue;
                 Counts().SetValue(id, Counts().GetValue(id) + 1);
@@ -86,9 +97,7 @@ private:
             int64_t rows = 0;
             for (int64_t j = 0; j < R; ++j) rows += Counts().GetValue(f * R + j);
             if (rows > t.capacity) {
-                plane_.Raise(status::kCapacity, op::kDispatchSend, t.D * t.P + f, d, tiling_.layer, seq_, rows,
-                             false);
-                return false;
+                return plane_.Refuse(status::kCapacity, t.D * t.P + f, ThisRound(), rows);
             }
         }
 
@@ -140,36 +149,45 @@ private:
 
     // Slot s is free once this rank's combine_recv of round r - slots has run (its combine rows are read) and
     // every FFN rank completed that round (none reads region (a, s) any more).
-    __aicore__ inline bool WaitSlotFree(GM_ADDR own) {
+    struct SlotFreePoll {
+        DispatchSend* op;
+        int64_t missing = dp::kNoPeer;  // who the wait still misses, for the timeout record
+        __aicore__ inline dp::PollResult operator()() { return op->PollSlotFree(&missing); }
+    };
+
+    __aicore__ inline dp::PollResult PollSlotFree(int64_t* missing) {
         const CamTopology& t = plane_.Topo();
-        const int64_t d = layout::replica_of(t, plane_.Rank());
+        GM_ADDR own = plane_.Own();
         const int64_t prevSeq = seq_ - t.slots;
-        const int64_t deadline = AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles;
-        for (uint32_t i = 0;; ++i) {
-            const int64_t abort = plane_.AbortWord();
-            if (abort != 0) {
-                plane_.Raise(status::kAborted, op::kDispatchSend, abort - 1, d, tiling_.layer, seq_, abort, false);
-                return false;
+        *missing = dp::kNoPeer;
+        if (dp::LoadWord(own, layout::attn_recv_count_off(t)) < round_ - t.slots + 1) *missing = plane_.Rank();
+        for (int64_t f = 0; f < t.F && *missing == dp::kNoPeer; ++f) {
+            const int64_t done = plane_.Signals().Poll(own, layout::attn_completion_signal_off(t, slot_, f));
+            if (done > prevSeq) {
+                plane_.Fail(status::kProtocol, t.D * t.P + f, ThisRound(), detail::kProtoSignalAhead);
+                return dp::PollResult::kStop;
             }
-            int64_t missing = -1;
-            if (dp::LoadWord(own, layout::attn_recv_count_off(t)) < round_ - t.slots + 1) missing = plane_.Rank();
-            for (int64_t f = 0; f < t.F && missing < 0; ++f) {
-                const int64_t done = dp::LoadWord(own, layout::attn_completion_signal_off(t, slot_, f));
-                if (done > prevSeq) {
-                    plane_.Raise(status::kProtocol, op::kDispatchSend, t.D * t.P + f, d, tiling_.layer, seq_,
-                                 detail::kProtoSignalAhead, true);
-                    return false;
-                }
-                if (done < prevSeq) missing = t.D * t.P + f;
-            }
-            if (missing < 0) return true;
-            if (AscendC::GetSystemCycle() > deadline) {
-                plane_.Raise(status::kTimeout, op::kDispatchSend, missing, d, tiling_.layer, seq_,
-                             detail::kAwaitSlotFree, true);
-                return false;
-            }
-            SpinPause(i);
+            if (done < prevSeq) *missing = t.D * t.P + f;
         }
+        return *missing == dp::kNoPeer ? dp::PollResult::kDone : dp::PollResult::kWait;
+    }
+
+    __aicore__ inline bool WaitSlotFree(GM_ADDR own) {
+        SlotFreePoll poll{this};
+        const dp::WaitEnd end = dp::BoundedWait(plane_, ThisRound(),
+                                                own + layout::attn_completion_signal_off(plane_.Topo(), slot_, 0),
+                                                AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles, poll);
+        if (end == dp::WaitEnd::kExpired)
+            return plane_.Fail(status::kTimeout, poll.missing, ThisRound(), detail::kAwaitSlotFree);
+        return end == dp::WaitEnd::kDone;
+    }
+
+    // What an error record says about this call.
+    __aicore__ inline dp::Round ThisRound() const {
+        return dp::Round{op::kDispatchSend}
+            .Replica(layout::replica_of(plane_.Topo(), plane_.Rank()))
+            .Layer(tiling_.layer)
+            .Seq(seq_);
     }
 
     // ---- all blocks ----
@@ -188,7 +206,7 @@ private:
     __aicore__ inline void MoveTables() {
         const CamTopology& t = plane_.Topo();
         for (int64_t f = AscendC::GetBlockIdx(); f < t.F; f += AscendC::GetBlockNum()) {
-            const int64_t rows = dp::LoadWord(ws_, wsl_.headerOff + f * layout::header_bytes(t) + 8 * kHdrRows);
+            const int64_t rows = dp::LoadWordAt(ws_, wsl_.headerOff + f * layout::header_bytes(t), kHdrRows);
             GM_ADDR region = Region(f);
             mover_.Copy(region + layout::region_index_off(t), ws_ + wsl_.indexOff + f * layout::index_bytes(t),
                         uint64_t(rows) * layout::kIndexEntryBytes);
@@ -216,10 +234,7 @@ private:
     __aicore__ inline void StoreQuantChunk(int64_t tok, uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf,
                                            const QuantParams& p) {
         const CamTopology& t = plane_.Topo();
-        AscendC::LocalTensor<int8_t> out = outQue_.AllocTensor<int8_t>();
-        QuantizeChunk(out, xf, n, p, scratch_);
-        outQue_.EnQue(out);
-        out = outQue_.DeQue<int8_t>();
+        AscendC::LocalTensor<int8_t> out = quant_.Quantize(xf, n, p);
         for (int64_t f = 0; f < t.F; ++f) {
             const int32_t slot = Slots().GetValue(tok * t.F + f);
             if (slot < 0) continue;
@@ -227,20 +242,14 @@ private:
                 Region(f), layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t) + col, n);
             AscendC::DataCopyPad(dst, out, {1, n, 0, 0, 0});
         }
-        outQue_.FreeTensor(out);
+        quant_.FreeOut(out);
     }
 
     __aicore__ inline void QuantizeToken(int64_t tok) {
         const CamTopology& t = plane_.Topo();
-        const uint64_t rowOffset = uint64_t(tok) * t.H;
-        auto load = [&](uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf) {
-            LoadWidened(inQue_, x_[rowOffset + col], n, xf);
-        };
-        auto store = [&](uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf, const QuantParams& q) {
-            StoreQuantChunk(tok, col, n, xf, q);
-        };
-        const QuantParams p = QuantizeRowInPasses(static_cast<uint32_t>(t.H), tiling_.colsPerPass,
-                                                  rowBuf_.Get<float>(), scratch_, load, store);
+        const QuantParams p =
+            QuantizeRowInPasses(static_cast<uint32_t>(t.H), tiling_.colsPerPass, quant_.Row(), quant_.Scratch(),
+                                LoadChunk{this, uint64_t(tok) * t.H}, StoreChunk{this, tok});
         AscendC::LocalTensor<float> s = scaleQue_.AllocTensor<float>();
         s.SetValue(0, p.scale);
         scaleQue_.EnQue(s);
@@ -261,11 +270,12 @@ private:
         const CamTopology& t = plane_.Topo();
         for (uint32_t c = 0; c < t.H; c += tiling_.colsPerPass) {
             const uint32_t n = t.H - c < tiling_.colsPerPass ? static_cast<uint32_t>(t.H - c) : tiling_.colsPerPass;
-            AscendC::LocalTensor<T> in = inQue_.AllocTensor<T>();
+            AscendC::TQue<AscendC::TPosition::VECIN, 2>& inQue = quant_.InQue();
+            AscendC::LocalTensor<T> in = inQue.template AllocTensor<T>();
             AscendC::DataCopyPad(in, x_[uint64_t(tok) * t.H + c], {1, uint32_t(n * sizeof(T)), 0, 0, 0},
                                  {false, 0, 0, T()});
-            inQue_.EnQue(in);
-            in = inQue_.DeQue<T>();
+            inQue.EnQue(in);
+            in = inQue.template DeQue<T>();
             AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(0);
             AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(0);
             for (int64_t f = 0; f < t.F; ++f) {
@@ -277,7 +287,7 @@ private:
             }
             AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(0);
             AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(0);
-            inQue_.FreeTensor(in);
+            inQue.FreeTensor(in);
         }
     }
 
@@ -285,13 +295,14 @@ private:
     __aicore__ inline void Publish() {
         const CamTopology& t = plane_.Topo();
         for (int64_t f = 0; f < t.F; ++f) {
-            dp::StoreWord(plane_.Window(t.D * t.P + f), layout::ffn_ready_signal_off(t, plane_.Rank(), slot_), seq_);
+            plane_.Signals().Send(plane_.Window(t.D * t.P + f), layout::ffn_ready_signal_off(t, plane_.Rank(), slot_),
+                                  seq_);
         }
         GM_ADDR own = plane_.Own();
-        dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotSeq, seq_);
-        dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotLayer, tiling_.layer);
-        dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotTokens, tiling_.tokens);
-        dp::StoreWord(own, layout::attn_slot_state_off(t, slot_) + 8 * kSlotIdsDigest, idsDigest_);
+        dp::StoreWordAt(own, layout::attn_slot_state_off(t, slot_), kSlotSeq, seq_);
+        dp::StoreWordAt(own, layout::attn_slot_state_off(t, slot_), kSlotLayer, tiling_.layer);
+        dp::StoreWordAt(own, layout::attn_slot_state_off(t, slot_), kSlotTokens, tiling_.tokens);
+        dp::StoreWordAt(own, layout::attn_slot_state_off(t, slot_), kSlotIdsDigest, idsDigest_);
         dp::StoreWord(own, layout::attn_send_count_off(t), round_ + 1);
     }
 
@@ -317,12 +328,9 @@ private:
     int64_t round_ = 0, seq_ = 0, slot_ = 0;
     int64_t idsDigest_ = 0;  // block 0 only: computed in Control, published with the slot state
     AscendC::TPipe pipe_;
-    AscendC::TQue<AscendC::TPosition::VECIN, 2> inQue_;
-    AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
+    QuantWorkingSet<T> quant_;
     AscendC::TQue<AscendC::TPosition::VECOUT, 1> scaleQue_;
-    AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;
     dp::ByteMover mover_;
-    QuantScratch scratch_;
     AscendC::GlobalTensor<T> x_;
     AscendC::GlobalTensor<int32_t> ids_;
 };
@@ -331,6 +339,8 @@ private:
 
 extern "C" __global__ __aicore__ void cam_dispatch_send(GM_ADDR x, GM_ADDR topkIds, GM_ADDR peers, GM_ADDR workspace,
                                                         cam::kernels::DispatchSendTilingData tiling) {
+    // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     if (tiling.key == cam::kernels::kDispatchSendBf16) {
         cam::kernels::DispatchSend<bfloat16_t> op;
         op.Init(x, topkIds, peers, workspace, tiling);
@@ -347,5 +357,6 @@ extern "C" __global__ __aicore__ void cam_dispatch_send(GM_ADDR x, GM_ADDR topkI
 
 void cam::kernels::LaunchDispatchSend(uint32_t blockDim, void* stream, uint8_t* x, uint8_t* topkIds, uint8_t* peers,
                                       uint8_t* workspace, const DispatchSendTilingData& tiling) {
-    CAM_KERNEL_LAUNCH(cam_dispatch_send, blockDim, stream, x, topkIds, peers, workspace, tiling);
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_dispatch_send, blockDim, stream, x, topkIds, peers, workspace,
+                         tiling);
 }

@@ -46,12 +46,11 @@ __aicore__ inline DispatchSendWorkspace DispatchSendWorkspaceLayout(const CamTop
     return w;
 }
 
-// UB the kernel carves: quant working set (as dynamic_quant) plus the table mover and the staged scale.
+// UB the kernel carves: the quant working set (16-bit activations), the staged scale, the table mover and the
+// signal word.
 __aicore__ constexpr uint32_t DispatchSendUbBytes(uint32_t colsPerPass, uint32_t copyChunkBytes) {
-    return 2 * UbBytes(uint64_t(colsPerPass) * 2) + 2 * UbBytes(colsPerPass) + UbBytes(uint64_t(colsPerPass) * 4) +
-           UbBytes(uint64_t(colsPerPass) * 4) + UbBytes(uint64_t(colsPerPass) * 2) +
-           UbBytes(uint64_t(ReduceWorkElems<float>(colsPerPass)) * 4) + UbBytes(kUbBlockBytes) +
-           UbBytes(kUbBlockBytes) + 2 * UbBytes(copyChunkBytes);
+    return QuantWorkingSetUbBytes(colsPerPass, 2) + UbBytes(kUbBlockBytes) + 2 * UbBytes(copyChunkBytes) +
+           dp::kSignalUbBytes;
 }
 
 }  // namespace cam::kernels

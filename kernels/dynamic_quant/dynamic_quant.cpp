@@ -19,71 +19,55 @@ public:
         q_.SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(q), elems);
         scale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(scale), t.rows);
 
-        const uint32_t n = t.colsPerPass;
-        pipe_.InitBuffer(inQue_, 2, UbBytes(uint64_t(n) * sizeof(T)));
-        pipe_.InitBuffer(outQue_, 2, UbBytes(n));
-        pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(n) * 4));
-        pipe_.InitBuffer(absBuf_, UbBytes(uint64_t(n) * 4));
-        pipe_.InitBuffer(halfBuf_, UbBytes(uint64_t(n) * 2));
-        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceWorkElems<float>(n)) * 4));
-        pipe_.InitBuffer(reduceBuf_, kUbBlockBytes);
-        pipe_.InitBuffer(scaleQue_, 1, kDynamicQuantScaleBatch * 4);
-        scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
+        quant_.Init(pipe_, t.colsPerPass);
+        scales_.Init(pipe_, kDynamicQuantScaleBatch);
     }
 
     __aicore__ inline void Process() {
-        uint32_t staged = 0;
-        uint32_t stageFirstRow = rowBegin_;
-        AscendC::LocalTensor<float> scales;
         for (uint32_t row = rowBegin_; row < rowEnd_; ++row) {
-            if (staged == 0) {
-                scales = scaleQue_.AllocTensor<float>();
-                stageFirstRow = row;
-            }
-            scales.SetValue(staged++, QuantizeRow(row));
-            if (staged == kDynamicQuantScaleBatch || row + 1 == rowEnd_) {
-                scaleQue_.EnQue(scales);
-                scales = scaleQue_.DeQue<float>();
-                AscendC::DataCopyPad(scale_[stageFirstRow], scales, {1, staged * 4u, 0, 0, 0});
-                scaleQue_.FreeTensor(scales);
-                staged = 0;
-            }
+            scales_.Add(scale_, row, QuantizeRow(row), row + 1 == rowEnd_);
         }
     }
 
 private:
+    // Device code takes no lambdas (bisheng needs every callee to be __aicore__): small functors instead.
+    struct LoadChunk {
+        DynamicQuant* op;
+        uint64_t rowOffset;
+        __aicore__ inline void operator()(uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf) const {
+            op->quant_.LoadWidened(op->x_[rowOffset + col], n, xf);
+        }
+    };
+    struct StoreRowChunk {
+        DynamicQuant* op;
+        uint64_t rowOffset;
+        __aicore__ inline void operator()(uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf,
+                                          const QuantParams& p) const {
+            op->StoreChunk(rowOffset + col, n, xf, p);
+        }
+    };
+
     // Returns the row's scale; writes its q.
     __aicore__ inline float QuantizeRow(uint32_t row) {
         const uint64_t rowOffset = uint64_t(row) * tiling_.cols;
-        auto load = [&](uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf) {
-            LoadWidened(inQue_, x_[rowOffset + col], n, xf);
-        };
-        auto store = [&](uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf, const QuantParams& p) {
-            StoreChunk(rowOffset + col, n, xf, p);
-        };
-        return QuantizeRowInPasses(tiling_.cols, tiling_.colsPerPass, rowBuf_.Get<float>(), scratch_, load, store)
+        return QuantizeRowInPasses(tiling_.cols, tiling_.colsPerPass, quant_.Row(), quant_.Scratch(),
+                                   LoadChunk{this, rowOffset}, StoreRowChunk{this, rowOffset})
             .scale;
     }
 
     __aicore__ inline void StoreChunk(uint64_t offset, uint32_t n, const AscendC::LocalTensor<float>& xf,
                                       const QuantParams& p) {
-        AscendC::LocalTensor<int8_t> out = outQue_.AllocTensor<int8_t>();
-        QuantizeChunk(out, xf, n, p, scratch_);
-        outQue_.EnQue(out);
-        out = outQue_.DeQue<int8_t>();
+        AscendC::LocalTensor<int8_t> out = quant_.Quantize(xf, n, p);
         AscendC::DataCopyPad(q_[offset], out, {1, n, 0, 0, 0});
-        outQue_.FreeTensor(out);
+        quant_.FreeOut(out);
     }
 
     DynamicQuantTilingData tiling_{};
     uint32_t rowBegin_ = 0;
     uint32_t rowEnd_ = 0;
     AscendC::TPipe pipe_;
-    AscendC::TQue<AscendC::TPosition::VECIN, 2> inQue_;
-    AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
-    AscendC::TQue<AscendC::TPosition::VECOUT, 1> scaleQue_;
-    AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;
-    QuantScratch scratch_;
+    QuantWorkingSet<T> quant_;
+    ScaleStager scales_;
     AscendC::GlobalTensor<T> x_;
     AscendC::GlobalTensor<int8_t> q_;
     AscendC::GlobalTensor<float> scale_;

@@ -27,14 +27,7 @@ constexpr uint32_t kDynamicQuantScaleBatch = 64;  // scales staged in UB before 
 
 // UB bytes the kernel carves for a pass of colsPerPass elements of an input of inBytes per element.
 __aicore__ constexpr uint32_t DynamicQuantUbBytes(uint32_t colsPerPass, uint32_t inBytes) {
-    return 2 * UbBytes(uint64_t(colsPerPass) * inBytes)            // input queue, double buffered
-           + 2 * UbBytes(colsPerPass)                              // int8 output queue, double buffered
-           + UbBytes(uint64_t(colsPerPass) * 4)                    // fp32 row chunk
-           + UbBytes(uint64_t(colsPerPass) * 4)                    // |x| / int32 scratch
-           + UbBytes(uint64_t(colsPerPass) * 2)                    // half scratch
-           + UbBytes(uint64_t(ReduceWorkElems<float>(colsPerPass)) * 4)
-           + UbBytes(kUbBlockBytes)                                // reduce result
-           + UbBytes(kDynamicQuantScaleBatch * 4);                 // staged scales
+    return QuantWorkingSetUbBytes(colsPerPass, inBytes) + UbBytes(kDynamicQuantScaleBatch * 4);  // + staged scales
 }
 
 }  // namespace cam::kernels

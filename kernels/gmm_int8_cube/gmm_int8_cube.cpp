@@ -129,8 +129,12 @@ private:
 
             a2 = a2_.DeQue<int8_t>();
             b2 = b2_.DeQue<int8_t>();
+            // Below (m/16)*(n/16) = 10 the cube does not order this Mmad after the previous one into c.
+            if (k0 > 0 && (mAl / kGmmM0) * (nAl / 16) < 10) AscendC::PipeBarrier<PIPE_M>();
             AscendC::MmadParams mm;
-            mm.m = static_cast<uint16_t>(mLen);
+            // m == 1 would put the cube in GEMV mode, which reads L0A as ND; our A is ZZ, so always pass the
+            // padded row count (rows past mLen are computed from padding and never stored).
+            mm.m = static_cast<uint16_t>(mAl);
             // L0B holds whole 32-column blocks (the transposing load's granule), so the cube walks nAl columns;
             // the extra ones are never stored.
             mm.n = static_cast<uint16_t>(nAl);

@@ -3,6 +3,7 @@
 // in no block's range, so they are never written.
 #include "kernel_operator.h"
 
+#include "common/gmm_epilogue.h"
 #include "common/gmm_groups.h"
 #include "gmm_multi_layer/gmm_multi_layer.h"
 
@@ -21,8 +22,7 @@ public:
         acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), elems);
         yScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(yScale), t.cube.m);
         out_.SetGlobalBuffer(reinterpret_cast<__gm__ bfloat16_t*>(out), elems);
-        pipe_.InitBuffer(accQue_, 2, UbBytes(uint64_t(t.chunk) * 4));
-        pipe_.InitBuffer(scaleQue_, 2, UbBytes(uint64_t(t.chunk) * 4));
+        dequant_.Init(pipe_, t.chunk);
         pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(t.chunk) * 4));
         pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(t.chunk) * 2));
     }
@@ -52,22 +52,8 @@ public:
 private:
     __aicore__ inline void Chunk(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float ys) {
         const uint64_t off = row * t_.cube.n + col;
-        AscendC::LocalTensor<int32_t> acc = accQue_.AllocTensor<int32_t>();
-        AscendC::DataCopyPad(acc, acc_[off], {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0});
-        accQue_.EnQue(acc);
-        AscendC::LocalTensor<float> ws = scaleQue_.AllocTensor<float>();
-        AscendC::DataCopyPad(ws, wScale_[uint64_t(expert) * t_.cube.n + col], {1, len * 4u, 0, 0, 0},
-                             {false, 0, 0, 0.0f});
-        scaleQue_.EnQue(ws);
-
         AscendC::LocalTensor<float> f = rowBuf_.Get<float>();
-        acc = accQue_.DeQue<int32_t>();
-        AscendC::Cast(f, acc, AscendC::RoundMode::CAST_RINT, len);
-        accQue_.FreeTensor(acc);
-        AscendC::Muls(f, f, ys, len);
-        ws = scaleQue_.DeQue<float>();
-        AscendC::Mul(f, f, ws, len);
-        scaleQue_.FreeTensor(ws);
+        dequant_.Run(acc_[off], wScale_[uint64_t(expert) * t_.cube.n + col], len, ys, f);
 
         AscendC::LocalTensor<bfloat16_t> o = outQue_.AllocTensor<bfloat16_t>();
         AscendC::Cast(o, f, AscendC::RoundMode::CAST_RINT, len);
@@ -83,8 +69,7 @@ private:
     GM_ADDR table_ = nullptr;
     GM_ADDR status_ = nullptr;
     AscendC::TPipe pipe_;
-    AscendC::TQue<AscendC::TPosition::VECIN, 2> accQue_;
-    AscendC::TQue<AscendC::TPosition::VECIN, 2> scaleQue_;
+    DequantStep dequant_;
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_;
     AscendC::GlobalTensor<int32_t> acc_;

@@ -18,8 +18,7 @@ constexpr uint32_t kGmmEpilogueColAlign = 16;
 
 // UB bytes the W2 epilogue carves for `chunk` columns.
 __aicore__ constexpr uint32_t GmmMultiLayerUbBytes(uint32_t chunk) {
-    return 2 * UbBytes(uint64_t(chunk) * 4)    // int32 accumulator in, double buffered
-           + 2 * UbBytes(uint64_t(chunk) * 4)  // w_scale slice in, double buffered
+    return DequantUbBytes(chunk)               // accumulator and w_scale in (common/gmm_epilogue.h)
            + UbBytes(uint64_t(chunk) * 4)      // fp32 working row
            + 2 * UbBytes(uint64_t(chunk) * 2); // bf16 out, double buffered
 }

@@ -7,6 +7,7 @@
 // re-reads it for the quant. Rows past the last group are in no core's range and never written.
 #include "kernel_operator.h"
 
+#include "common/gmm_epilogue.h"
 #include "common/gmm_groups.h"
 #include "common/quant.h"
 #include "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.h"
@@ -30,17 +31,16 @@ public:
         yScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(yScale), t.cube.m);
 
         const uint32_t n = t.chunk;
-        pipe_.InitBuffer(accQue_, 2, UbBytes(uint64_t(n) * 4));
-        pipe_.InitBuffer(scaleQue_, 2, UbBytes(uint64_t(n) * 4));
+        dequant_.Init(pipe_, n);
         pipe_.InitBuffer(sBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(gateBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(expBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(absBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(halfBuf_, UbBytes(uint64_t(n) * 2));
-        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceWorkElems<float>(n)) * 4));
+        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceMaxWorkElems<float>(n)) * 4));
         pipe_.InitBuffer(reduceBuf_, kUbBlockBytes);
         pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(n) * 4));
-        pipe_.InitBuffer(yScaleQue_, 1, kGmmSwigluScaleBatch * 4);
+        yScales_.Init(pipe_, kGmmSwigluScaleBatch);
         scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
     }
 
@@ -55,24 +55,10 @@ public:
         GroupCursor groups;
         groups.Init(groupList_, c.experts, c.groupListType);
         groups.Next();
-        uint32_t staged = 0;
-        uint64_t stageFirstRow = rowBegin;
-        AscendC::LocalTensor<float> scales;
         for (uint64_t row = rowBegin; row < rowEnd; ++row) {
             while (row >= groups.End() && groups.Next()) {
             }  // rows < total always have an expert
-            if (staged == 0) {
-                scales = yScaleQue_.AllocTensor<float>();
-                stageFirstRow = row;
-            }
-            scales.SetValue(staged++, Row(row, groups.Expert()));
-            if (staged == kGmmSwigluScaleBatch || row + 1 == rowEnd) {
-                yScaleQue_.EnQue(scales);
-                scales = yScaleQue_.DeQue<float>();
-                AscendC::DataCopyPad(yScale_[stageFirstRow], scales, {1, staged * 4u, 0, 0, 0});
-                yScaleQue_.FreeTensor(scales);
-                staged = 0;
-            }
+            yScales_.Add(yScale_, row, Row(row, groups.Expert()), row + 1 == rowEnd);
         }
     }
 
@@ -93,7 +79,7 @@ private:
             Store(row, 0, Len(0), s, q);
             return q.scale;
         }
-        const AscendC::event_t spilled = pipe_.FetchEventID(AscendC::HardEvent::MTE3_MTE2);
+        const AscendC::TEventID spilled = pipe_.FetchEventID(AscendC::HardEvent::MTE3_MTE2);
         AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(spilled);
         AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(spilled);
         for (uint32_t p = 0; p < t_.passes; ++p) {
@@ -109,20 +95,7 @@ private:
     // dst = (float(acc[row, col..col+len)) * xs) * w_scale[expert, col..col+len)
     __aicore__ inline void Dequant(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float xs,
                                    const AscendC::LocalTensor<float>& dst) {
-        AscendC::LocalTensor<int32_t> acc = accQue_.AllocTensor<int32_t>();
-        AscendC::DataCopyPad(acc, acc_[row * t_.cube.n + col], {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0});
-        accQue_.EnQue(acc);
-        AscendC::LocalTensor<float> ws = scaleQue_.AllocTensor<float>();
-        AscendC::DataCopyPad(ws, wScale_[uint64_t(expert) * t_.cube.n + col], {1, len * 4u, 0, 0, 0},
-                             {false, 0, 0, 0.0f});
-        scaleQue_.EnQue(ws);
-        acc = accQue_.DeQue<int32_t>();
-        AscendC::Cast(dst, acc, AscendC::RoundMode::CAST_RINT, len);
-        accQue_.FreeTensor(acc);
-        AscendC::Muls(dst, dst, xs, len);
-        ws = scaleQue_.DeQue<float>();
-        AscendC::Mul(dst, dst, ws, len);
-        scaleQue_.FreeTensor(ws);
+        dequant_.Run(acc_[row * t_.cube.n + col], wScale_[uint64_t(expert) * t_.cube.n + col], len, xs, dst);
     }
 
     // s[0..len) for output columns [col, col+len): silu(act) * gate, in the stated operation order.
@@ -149,13 +122,7 @@ private:
     }
 
     __aicore__ inline void Reload(uint64_t row, uint32_t col, uint32_t len, const AscendC::LocalTensor<float>& s) {
-        AscendC::LocalTensor<int32_t> in = accQue_.AllocTensor<int32_t>();
-        AscendC::LocalTensor<float> inF = in.ReinterpretCast<float>();
-        AscendC::DataCopyPad(inF, spill_[row * t_.cube.n + col], {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0.0f});
-        accQue_.EnQue(in);
-        in = accQue_.DeQue<int32_t>();
-        AscendC::Muls(s, in.ReinterpretCast<float>(), 1.0f, len);
-        accQue_.FreeTensor(in);
+        dequant_.Reload(spill_[row * t_.cube.n + col], len, s);
     }
 
     __aicore__ inline void Store(uint64_t row, uint32_t col, uint32_t len, const AscendC::LocalTensor<float>& s,
@@ -174,10 +141,9 @@ private:
     GM_ADDR table_ = nullptr;
     GM_ADDR status_ = nullptr;
     AscendC::TPipe pipe_;
-    AscendC::TQue<AscendC::TPosition::VECIN, 2> accQue_;
-    AscendC::TQue<AscendC::TPosition::VECIN, 2> scaleQue_;
+    DequantStep dequant_;
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
-    AscendC::TQue<AscendC::TPosition::VECOUT, 1> yScaleQue_;
+    ScaleStager yScales_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> sBuf_, gateBuf_, expBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;
     QuantScratch scratch_;
     AscendC::GlobalTensor<int32_t> acc_;

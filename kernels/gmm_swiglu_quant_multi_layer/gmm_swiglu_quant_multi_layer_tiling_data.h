@@ -21,12 +21,11 @@ constexpr uint32_t kGmmSwigluScaleBatch = 64;  // y_scale values staged in UB be
 
 // UB bytes the W1 epilogue carves for `chunk` output columns.
 __aicore__ constexpr uint32_t GmmSwigluQuantUbBytes(uint32_t chunk) {
-    return 2 * UbBytes(uint64_t(chunk) * 4)      // int32 accumulator in (act, then gate), double buffered
-           + 2 * UbBytes(uint64_t(chunk) * 4)    // w_scale slice in, double buffered
+    return DequantUbBytes(chunk)                 // accumulator (act, then gate) and w_scale in
            + 3 * UbBytes(uint64_t(chunk) * 4)    // fp32 act/s, gate, exp term
            + UbBytes(uint64_t(chunk) * 4)        // |s| / int32 quant scratch
            + UbBytes(uint64_t(chunk) * 2)        // half quant scratch
-           + UbBytes(uint64_t(ReduceWorkElems<float>(chunk)) * 4)
+           + UbBytes(uint64_t(ReduceMaxWorkElems<float>(chunk)) * 4)
            + UbBytes(kUbBlockBytes)              // reduce result
            + 2 * UbBytes(uint64_t(chunk) * 4)    // out queue: int8 y, or fp32 s when spilling
            + UbBytes(kGmmSwigluScaleBatch * 4);  // staged y_scale

@@ -2,6 +2,7 @@
 // Usage: violations <case>. Prints "OK" and exits 0 when the launch succeeds, prints the twin's error and
 // exits 1 when it fails. Lines marked "@case:<name>" are where each violation must be reported.
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ constexpr uint32_t kElems = 256;
 
 // Control: copy-in, vector op, copy-out with proper queue use. Must pass.
 void GoodCopy(GM_ADDR src, GM_ADDR dst) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);  // SyncAll below
     TPipe pipe;
     TQue<TPosition::VECIN, 1> in;
     TQue<TPosition::VECOUT, 1> out;
@@ -48,9 +50,17 @@ void GoodCopy(GM_ADDR src, GM_ADDR dst) {
 void UbOverflow(GM_ADDR, GM_ADDR) {
     TPipe pipe;
     TBuf<TPosition::VECCALC> big, more;
-    const uint32_t ub = cam::twin::ActivePlatform().ubBytes;
-    pipe.InitBuffer(big, ub - 1024);
+    const auto& platform = cam::twin::ActivePlatform();
+    pipe.InitBuffer(big, platform.ubBytes - platform.ubReservedBytes - 1024);
     pipe.InitBuffer(more, 2048);  // @case:ub_overflow
+}
+
+// Fits the raw 192 KiB but not below the API scratch at the top of UB.
+void UbApiScratch(GM_ADDR, GM_ADDR) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> big;
+    const uint32_t ub = cam::twin::ActivePlatform().ubBytes;
+    pipe.InitBuffer(big, ub - 4096);  // @case:ub_api_scratch
 }
 
 void CopyLength(GM_ADDR src, GM_ADDR) {
@@ -139,6 +149,7 @@ void Leak(GM_ADDR, GM_ADDR) {
 }
 
 void SyncAllEarlyExit(GM_ADDR, GM_ADDR) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     if (GetBlockIdx() == 0) return;  // block 0 never reaches the barrier the others wait in
     SyncAll();  // @case:syncall_exit
 }
@@ -302,6 +313,287 @@ void MmadL0Bounds(GM_ADDR, GM_ADDR) {
     Mmad(co1.Get<int32_t>(), a2.Get<int8_t>(), b2.Get<int8_t>(), mm);  // @case:mmad_l0_bounds
 }
 
+// ---- issue 10: rules added with the kernel review ----
+
+// ReduceMax with the work size of one partial per repeat: the hardware writes (value, index) pairs.
+void ReduceMaxWork(GM_ADDR, GM_ADDR) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> src, dst, work;
+    constexpr uint32_t n = 7168;  // H of the review: 112 repeats of 64 floats
+    pipe.InitBuffer(src, n * 4);
+    pipe.InitBuffer(dst, 32);
+    pipe.InitBuffer(work, 112 * 4);  // one float per repeat: half of what the hardware writes
+    Duplicate(src.Get<float>(), 1.0f, n);
+    ReduceMax(dst.Get<float>(), src.Get<float>(), work.Get<float>(), n);  // @case:reduce_max_work
+}
+
+void CastWithoutDeqScale(GM_ADDR, GM_ADDR) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    Duplicate(a.Get<int32_t>(), int32_t(3), 64);
+    Cast(b.Get<half>(), a.Get<int32_t>(), RoundMode::CAST_NONE, 64);  // @case:cast_without_deqscale
+}
+
+void CastUnsupported(GM_ADDR, GM_ADDR) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    Duplicate(a.Get<float>(), 3.0f, 64);
+    Cast(b.Get<int8_t>(), a.Get<float>(), RoundMode::CAST_RINT, 64);  // @case:cast_unsupported   no fp32 -> int8
+}
+
+// Control for the vector rules: ReduceMax with the documented work size, int32 -> half after SetDeqScale,
+// matched flags. Writes max and the converted value so the harness can check them.
+void GoodVector(GM_ADDR, GM_ADDR dst) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> src, red, work, ints, halves;
+    constexpr uint32_t n = 7168;
+    pipe.InitBuffer(src, n * 4);
+    pipe.InitBuffer(red, 32);
+    pipe.InitBuffer(work, 224 * 4);
+    pipe.InitBuffer(ints, 256);
+    pipe.InitBuffer(halves, 256);
+    LocalTensor<float> x = src.Get<float>();
+    Duplicate(x, 1.0f, n);
+    x.SetValue(5000, 42.0f);
+    ReduceMax(red.Get<float>(), x, work.Get<float>(), n);
+    SetFlag<HardEvent::V_S>(EVENT_ID1);
+    WaitFlag<HardEvent::V_S>(EVENT_ID1);
+    Duplicate(ints.Get<int32_t>(), int32_t(-127), 64);
+    SetDeqScale(static_cast<half>(1.0f));
+    Cast(halves.Get<half>(), ints.Get<int32_t>(), RoundMode::CAST_NONE, 64);
+    GlobalTensor<float> out;
+    out.SetGlobalBuffer(reinterpret_cast<float*>(dst), 2);
+    out.SetValue(0, red.Get<float>().GetValue(0));
+    out.SetValue(1, static_cast<float>(halves.Get<half>().GetValue(63)));
+}
+
+void SyncAllNotMixed(GM_ADDR, GM_ADDR) {
+    SyncAll();  // @case:syncall_not_mixed
+}
+
+void SyncAllNotAivOnly(GM_ADDR, GM_ADDR) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+    SyncAll<false>();  // @case:syncall_not_aiv_only   vector-only kernel: the barrier would wait for cube cores
+}
+
+void TwoPipes(GM_ADDR, GM_ADDR) {
+    TPipe pipe;
+    TPipe other;  // @case:two_pipes
+}
+
+void WaitWithoutSet(GM_ADDR, GM_ADDR) {
+    WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);  // @case:wait_without_set
+}
+
+void SetNeverWaited(GM_ADDR, GM_ADDR) {
+    SetFlag<HardEvent::V_MTE3>(EVENT_ID2);  // @case:set_never_waited
+}
+
+void CopyPadRange(GM_ADDR src, GM_ADDR) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 4096 * 32 + 32);
+    GlobalTensor<float> s;
+    s.SetGlobalBuffer(reinterpret_cast<float*>(src));
+    DataCopyPad(buf.Get<float>(), s, {4096, 4, 0, 0, 0}, {false, 0, 0, 0.0f});  // @case:copy_pad_range
+}
+
+// Control: a pad-less DataCopyPad leaves the rest of the 32-byte block unspecified: never the old bytes.
+void PadTailPoisoned(GM_ADDR src, GM_ADDR dst) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 32);
+    GlobalTensor<float> s, d;
+    s.SetGlobalBuffer(reinterpret_cast<float*>(src), 1);
+    d.SetGlobalBuffer(reinterpret_cast<float*>(dst), 8);
+    LocalTensor<float> t = buf.Get<float>();
+    Duplicate(t, 0.0f, 8);  // old bytes the copy must not be trusted to keep
+    DataCopyPad(t, s, {1, 4, 0, 0, 0}, {false, 0, 0, 0.0f});
+    for (uint32_t i = 0; i < 8; ++i) d.SetValue(i, t.GetValue(i));
+}
+
+void L1Reserved(GM_ADDR, GM_ADDR) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::A1> l1;
+    pipe.InitBuffer(l1, cam::twin::ActivePlatform().l1Bytes);  // @case:l1_reserved   the top 128 bytes are not ours
+}
+
+void LoadDataMisaligned(GM_ADDR, GM_ADDR) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::A1> l1;
+    TBuf<TPosition::A2> l0a;
+    pipe.InitBuffer(l1, 2048);
+    pipe.InitBuffer(l0a, 2048);
+    LoadData2DParams ld;
+    ld.repeatTimes = 1;
+    LoadData(l0a.Get<int8_t>()[256], l1.Get<int8_t>(), ld);  // @case:loaddata_misaligned
+}
+
+void MmadGemv(GM_ADDR, GM_ADDR) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::A2> a2;
+    TBuf<TPosition::B2> b2;
+    TBuf<TPosition::CO1> co1;
+    pipe.InitBuffer(a2, 16 * 32);
+    pipe.InitBuffer(b2, 32 * 16);
+    pipe.InitBuffer(co1, 16 * 16 * 4);
+    MmadParams mm;
+    mm.m = 1;
+    mm.n = 16;
+    mm.k = 32;
+    Mmad(co1.Get<int32_t>(), a2.Get<int8_t>(), b2.Get<int8_t>(), mm);  // @case:mmad_gemv
+}
+
+void MmadTooLarge(GM_ADDR, GM_ADDR) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::A2> a2;
+    TBuf<TPosition::B2> b2;
+    TBuf<TPosition::CO1> co1;
+    pipe.InitBuffer(a2, 16 * 32);
+    pipe.InitBuffer(b2, 32 * 16);
+    pipe.InitBuffer(co1, 16 * 16 * 4);
+    MmadParams mm;
+    mm.m = 16;
+    mm.n = 16;
+    mm.k = 4096;
+    Mmad(co1.Get<int32_t>(), a2.Get<int8_t>(), b2.Get<int8_t>(), mm);  // @case:mmad_too_large
+}
+
+// Two accumulating 16 x 16 Mmads into one L0C tile: (m/16)*(n/16) = 1 < 10, so PIPE_M must separate them.
+void MmadTwice(bool barrier) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::A2> a2;
+    TBuf<TPosition::B2> b2;
+    TBuf<TPosition::CO1> co1;
+    pipe.InitBuffer(a2, 16 * 32);
+    pipe.InitBuffer(b2, 32 * 16);
+    pipe.InitBuffer(co1, 16 * 16 * 4);
+    MmadParams mm;
+    mm.m = 16;
+    mm.n = 16;
+    mm.k = 32;
+    Mmad(co1.Get<int32_t>(), a2.Get<int8_t>(), b2.Get<int8_t>(), mm);
+    mm.cmatrixInitVal = false;
+    if (barrier) PipeBarrier<PIPE_M>();
+    Mmad(co1.Get<int32_t>(), a2.Get<int8_t>(), b2.Get<int8_t>(), mm);  // @case:mmad_no_barrier
+}
+void MmadNoBarrier(GM_ADDR, GM_ADDR) { MmadTwice(false); }
+void GoodMmadBarrier(GM_ADDR, GM_ADDR) { MmadTwice(true); }
+
+void FixpipeMSize(GM_ADDR, GM_ADDR dst) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::CO1> co1;
+    pipe.InitBuffer(co1, 16 * 16 * 4);
+    GlobalTensor<int32_t> g;
+    g.SetGlobalBuffer(reinterpret_cast<int32_t*>(dst));
+    FixpipeParamsV220 fp;
+    fp.nSize = 16;
+    fp.mSize = 8208;
+    fp.srcStride = 8208;
+    fp.dstStride = 16;
+    Fixpipe<int32_t, int32_t, CFG_ROW_MAJOR>(g, co1.Get<int32_t>(), fp);  // @case:fixpipe_msize
+}
+
+// ---- scalar data cache (twin/dcache.h) ----
+
+// Word 0 of dst is a flag block 0 raises for block 1; block 1 polls it (invalidating first when `invalidate`)
+// for a bounded time and writes 1 to word 16 (another line) when it saw the flag, 2 when it gave up.
+void FlagHandOff(GM_ADDR dst, bool clean, bool invalidate, bool readEarly) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+    GlobalTensor<int64_t> flag, result;
+    flag.SetGlobalBuffer(reinterpret_cast<int64_t*>(dst), 1);
+    result.SetGlobalBuffer(reinterpret_cast<int64_t*>(dst) + 16, 1);
+    if (GetBlockIdx() == 1 && readEarly) (void)flag.GetValue(0);  // the line is now in block 1's cache
+    SyncAll();
+    if (GetBlockIdx() == 0) {
+        flag.SetValue(0, 1);
+        if (clean) DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(flag);
+        // Keep the block alive past the reader's deadline: its end-of-block write-back must not rescue a
+        // missing clean.
+        std::this_thread::sleep_for(std::chrono::milliseconds(400));
+        return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    int64_t seen = 2;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (invalidate) DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(flag);
+        if (flag.GetValue(0) == 1) {
+            seen = 1;
+            break;
+        }
+        std::this_thread::yield();
+    }
+    result.SetValue(0, seen);
+    DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(result);
+}
+
+void DcacheSharedLine(GM_ADDR, GM_ADDR dst) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+    GlobalTensor<int64_t> words;
+    words.SetGlobalBuffer(reinterpret_cast<int64_t*>(dst), 8);  // one 64-byte line (dst is 64-byte aligned)
+    if (GetBlockIdx() == 0) words.SetValue(0, 7);
+    SyncAll();
+    if (GetBlockIdx() == 1) words.SetValue(1, 9);  // @case:dcache_shared_line   block 0 still holds the line dirty
+    SyncAll();
+    DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(words);
+}
+
+void DcacheStaleLine(GM_ADDR, GM_ADDR dst) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+    GlobalTensor<int64_t> words;
+    words.SetGlobalBuffer(reinterpret_cast<int64_t*>(dst), 8);  // one 64-byte line
+    if (GetBlockIdx() == 1) (void)words.GetValue(1);  // block 1 caches the line
+    SyncAll();
+    if (GetBlockIdx() == 0) {
+        words.SetValue(0, 7);
+        DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(words);
+    }
+    SyncAll();
+    if (GetBlockIdx() == 1) words.SetValue(1, 9);  // @case:dcache_stale_line   its copy predates block 0's clean
+    SyncAll();
+    DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(words);
+}
+
+void ScalarMisaligned(GM_ADDR, GM_ADDR dst) {
+    GlobalTensor<int64_t> w;
+    w.SetGlobalBuffer(reinterpret_cast<int64_t*>(dst + 4), 1);
+    (void)w.GetValue(0);  // @case:scalar_misaligned
+}
+
+// Control for one-tpipe: a pipe released with Destroy may be followed by another.
+void PipeDestroyThenNew(GM_ADDR, GM_ADDR) {
+    TPipe first;
+    first.Destroy();
+    TPipe second;
+    TBuf<TPosition::VECCALC> buf;
+    second.InitBuffer(buf, 256);
+}
+
+void MteIntoDirtyLine(GM_ADDR, GM_ADDR dst) {
+    TPipe pipe;
+    TQue<TPosition::VECOUT, 1> out;
+    pipe.InitBuffer(out, 1, 64);
+    GlobalTensor<int64_t> words;
+    words.SetGlobalBuffer(reinterpret_cast<int64_t*>(dst), 8);
+    words.SetValue(0, 5);  // dirty in this block's cache, never cleaned
+    LocalTensor<int64_t> t = out.AllocTensor<int64_t>();
+    Duplicate(t.ReinterpretCast<float>(), 0.0f, 16);
+    out.EnQue(t);
+    t = out.DeQue<int64_t>();
+    DataCopy(words, t, 4);  // @case:mte_into_dirty_line
+    out.FreeTensor(t);
+}
+
 // Runs GoodCube on blockDim cube blocks and checks every block's C against the integer product.
 int CubeCase(uint32_t blockDim) {
     std::vector<int8_t> ab(kCubeM * kCubeK + kCubeK * kCubeN);
@@ -342,7 +634,9 @@ const Case kCases[] = {
     {"good_copy", GoodCopy, 4},
     {"good_copy_48_cores", GoodCopy, 48},  // legal once the platform has 48 vector cores
     {"syncall_cores", GoodCopy, 8},        // same kernel, more blocks than the 4-core twin has
+    {"syncall_cores_910b3", GoodCopy, 48},  // 48 blocks: fine on 910B1, 8 more than 910B3's 40 vector cores
     {"ub_overflow", UbOverflow, 2},
+    {"ub_api_scratch", UbApiScratch, 1},
     {"copy_length", CopyLength, 1},
     {"copy_ub_address", CopyUbAddress, 1},
     {"vector_misaligned", VectorMisaligned, 1},
@@ -360,7 +654,72 @@ const Case kCases[] = {
     {"vector_in_cube_kernel", VectorInCubeKernel, 1},
     {"mmad_enqueued_operand", MmadEnqueuedOperand, 1},
     {"mmad_l0_bounds", MmadL0Bounds, 1},
+    {"reduce_max_work", ReduceMaxWork, 1},
+    {"cast_without_deqscale", CastWithoutDeqScale, 1},
+    {"cast_unsupported", CastUnsupported, 1},
+    {"good_vector", GoodVector, 1},
+    {"syncall_not_mixed", SyncAllNotMixed, 2},
+    {"syncall_not_aiv_only", SyncAllNotAivOnly, 2},
+    {"two_pipes", TwoPipes, 1},
+    {"wait_without_set", WaitWithoutSet, 1},
+    {"set_never_waited", SetNeverWaited, 1},
+    {"copy_pad_range", CopyPadRange, 1},
+    {"pad_tail_poisoned", PadTailPoisoned, 1},
+    {"l1_reserved", L1Reserved, 1},
+    {"loaddata_misaligned", LoadDataMisaligned, 1},
+    {"mmad_gemv", MmadGemv, 1},
+    {"mmad_too_large", MmadTooLarge, 1},
+    {"mmad_no_barrier", MmadNoBarrier, 1},
+    {"good_mmad_barrier", GoodMmadBarrier, 1},
+    {"fixpipe_msize", FixpipeMSize, 1},
+    {"dcache_shared_line", DcacheSharedLine, 2},
+    {"mte_into_dirty_line", MteIntoDirtyLine, 1},
+    {"dcache_stale_line", DcacheStaleLine, 2},
+    {"scalar_misaligned", ScalarMisaligned, 1},
+    {"pipe_destroy_then_new", PipeDestroyThenNew, 1},
 };
+
+// A scalar store into another rank's window (the launch knows every window and its own rank's).
+void PeerScalarStore(GM_ADDR peerWindow) {
+    GlobalTensor<int64_t> w;
+    w.SetGlobalBuffer(reinterpret_cast<int64_t*>(peerWindow), 8);
+    w.SetValue(0, 1);  // @case:peer_scalar_store
+    DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(w);
+}
+
+int PeerStoreCase(bool intoPeer) {
+    alignas(64) static int64_t windows[2][64];
+    cam::twin::LaunchWindows lw;
+    lw.windows = {{reinterpret_cast<uintptr_t>(windows[0]), sizeof(windows[0])},
+                  {reinterpret_cast<uintptr_t>(windows[1]), sizeof(windows[1])}};
+    lw.own = 0;
+    try {
+        cam::twin::RunLaunch(intoPeer ? "peer_scalar_store" : "own_scalar_store", 1, [&] {
+            PeerScalarStore(reinterpret_cast<GM_ADDR>(windows[intoPeer ? 1 : 0]));
+        }, &lw);
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return 1;
+    }
+    std::printf("OK\n");
+    return 0;
+}
+
+// The flag hand-off under the data cache: prints "seen" or "stale" (exit 0 either way unless the launch failed).
+int FlagCase(bool clean, bool invalidate, bool readEarly) {
+    alignas(64) static int64_t words[32];
+    for (auto& w : words) w = 0;
+    try {
+        cam::twin::RunLaunch("flag_hand_off", 2, [&] {
+            FlagHandOff(reinterpret_cast<GM_ADDR>(words), clean, invalidate, readEarly);
+        });
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return 1;
+    }
+    std::printf("%s\n", words[16] == 1 ? "seen" : words[16] == 2 ? "stale" : "no result");
+    return 0;
+}
 
 }  // namespace
 
@@ -407,16 +766,25 @@ int StreamSemantics() {
 int main(int argc, char** argv) {
     if (argc == 2 && std::strcmp(argv[1], "stream") == 0) return StreamSemantics();
     if (argc == 2 && std::strcmp(argv[1], "good_cube") == 0) return CubeCase(2);
+    if (argc == 2 && std::strcmp(argv[1], "peer_scalar_store") == 0) return PeerStoreCase(true);
+    if (argc == 2 && std::strcmp(argv[1], "own_scalar_store") == 0) return PeerStoreCase(false);
+    if (argc == 2 && std::strcmp(argv[1], "flag_clean_invalidate") == 0) return FlagCase(true, true, true);
+    if (argc == 2 && std::strcmp(argv[1], "flag_missing_clean") == 0) return FlagCase(false, true, true);
+    if (argc == 2 && std::strcmp(argv[1], "flag_missing_invalidate") == 0) return FlagCase(true, false, true);
     if (argc != 2) {
         std::fprintf(stderr, "usage: violations <case>\n");
         return 2;
     }
     for (const Case& c : kCases) {
         if (std::strcmp(c.name, argv[1]) != 0) continue;
-        if (std::strcmp(c.name, "good_copy_48_cores") == 0) cam::twin::SetPlatform("ascend910b");
-        std::vector<float> src(48 * kElems, 1.5f), dst(48 * kElems, 0.0f);
+        if (std::strcmp(c.name, "good_copy_48_cores") == 0) cam::twin::SetPlatform("ascend910b1");
+        if (std::strcmp(c.name, "syncall_cores_910b3") == 0) cam::twin::SetPlatform("ascend910b3");
+        std::vector<float> src(48 * kElems, 1.5f);
+        alignas(64) static float dstStore[48 * kElems];
+        std::fill(dstStore, dstStore + 48 * kElems, 0.0f);
+        float* dst = dstStore;
         auto* s = reinterpret_cast<GM_ADDR>(src.data());
-        auto* d = reinterpret_cast<GM_ADDR>(dst.data());
+        auto* d = reinterpret_cast<GM_ADDR>(dst);
         try {
             cam::twin::RunLaunch(c.name, c.blockDim, [&] { c.kernel(s, d); });
         } catch (const cam::twin::TwinViolation& e) {
@@ -427,6 +795,18 @@ int main(int argc, char** argv) {
             if (dst[i] != 3.0f) {
                 std::printf("wrong result at %u\n", i);
                 return 3;
+            }
+        }
+        if (c.kernel == GoodVector && (dst[0] != 42.0f || dst[1] != -127.0f)) {
+            std::printf("wrong vector result %g %g\n", dst[0], dst[1]);
+            return 3;
+        }
+        if (c.kernel == PadTailPoisoned) {
+            if (dst[0] != 1.5f) return std::printf("pad-less copy lost its data\n"), 3;
+            for (int i = 1; i < 8; ++i) {
+                uint32_t bits;
+                std::memcpy(&bits, &dst[i], 4);
+                if (bits != 0xA5A5A5A5u) return std::printf("pad-less copy kept old bytes at %d\n", i), 3;
             }
         }
         std::printf("OK\n");

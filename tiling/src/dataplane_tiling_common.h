@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cam/tiling/platform_info.h"
+#include "common/dataplane_args.h"
 #include "common/ub_math.h"
 
 namespace cam::tiling::detail {
@@ -24,7 +25,7 @@ inline uint32_t ColsPerPass(int64_t h, uint32_t maxCols) {
 }
 
 inline bool CopyChunkFits(const PlatformInfo& platform, uint32_t chunk, std::string* why) {
-    if (2ull * chunk <= platform.ubBytes) return true;
+    if (2ull * chunk + kernels::dp::kSignalUbBytes <= platform.ubBytes) return true;
     *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold the double-buffered copy chunk";
     return false;
 }

@@ -38,7 +38,7 @@ uint32_t Capacity(const Platform& p, int mem) {
         case kL0A: return p.l0aBytes;
         case kL0B: return p.l0bBytes;
         case kL0C: return p.l0cBytes;
-        default: return p.l1Bytes;
+        default: return p.l1Bytes - p.l1ReservedBytes;
     }
 }
 
@@ -60,9 +60,10 @@ uint8_t* CarveCubeBuffer(AscendC::TPosition pos, uint32_t len, const std::source
                        platform.name + ")",
                    where);
     if (!tCubeArena[mem]) {
-        tCubeArena[mem].reset(static_cast<uint8_t*>(std::aligned_alloc(kFractalBytes, capacity)));
+        const size_t arenaBytes = (capacity + kFractalBytes - 1) / kFractalBytes * kFractalBytes;
+        tCubeArena[mem].reset(static_cast<uint8_t*>(std::aligned_alloc(kFractalBytes, arenaBytes)));
         // Poison, as for UB: the hardware leaves whatever the previous kernel wrote.
-        std::memset(tCubeArena[mem].get(), 0xA5, capacity);
+        std::memset(tCubeArena[mem].get(), 0xA5, arenaBytes);
     }
     uint8_t* base = tCubeArena[mem].get() + block.cubeUsed[mem];
     block.cubeUsed[mem] += aligned;
@@ -71,6 +72,7 @@ uint8_t* CarveCubeBuffer(AscendC::TPosition pos, uint32_t len, const std::source
 
 void DeclareKernelType(int type, const std::source_location& where) {
     BlockContext& block = CurrentBlock();
+    block.kernelType = type;
     if (type != KERNEL_TYPE_AIC_ONLY) {
         block.coreKind = static_cast<uint8_t>(CoreKind::Vector);
         return;

@@ -11,17 +11,25 @@
 #include <vector>
 
 #include "kernel_operator.h"
+#include "twin/launch.h"
 
 namespace cam::twin {
 
 namespace {
 
-// A2 / A3 numbers are from public platform descriptions (per die for A3); "twin" keeps UB at the real size so
-// tiling is exercised at hardware limits, with few cores so many ranks x blocks fit on a 2-CPU machine.
+// A2 / A3 numbers are from the public SoC descriptions (docs/twin.md, "Platform descriptions"): 910B1/B2 have
+// 24 AI cores (48 vector), 910B3/B4 20 (40 vector), an A3 die 24 (48 vector); every one has 192 KiB UB of which
+// the top 8 KiB are the API's scratch, 512 KiB L1 of which the top 128 bytes are not for kernels, 64/64/128 KiB
+// L0A/L0B/L0C. "twin" keeps the buffers at the
+// real sizes so tiling is exercised at hardware limits, with few cores so many ranks x blocks fit on 2 CPUs.
 const Platform kPlatforms[] = {
-    {"twin", 4, 2, 196608, 524288, 65536, 65536, 131072, 50000000},
-    {"ascend910b", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000},
-    {"ascend910_93", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000},
+    {"twin", 4, 2, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
+    {"ascend910b", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},  // = ascend910b1
+    {"ascend910b1", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
+    {"ascend910b2", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
+    {"ascend910b3", 40, 20, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
+    {"ascend910b4", 40, 20, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
+    {"ascend910_93", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
 };
 
 std::mutex gPlatformMutex;
@@ -51,6 +59,7 @@ struct LaunchState {
     uint32_t finished = 0;
     bool aborted = false;
     std::string firstError;
+    const LaunchWindows* windows = nullptr;
 
     void Fail(const std::string& message) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -129,9 +138,24 @@ BlockContext& CurrentBlock() {
 
 bool InKernel() { return tBlock != nullptr; }
 
-void BlockBarrier(const std::source_location& where) {
+void BlockBarrier(bool isAIVOnly, const std::source_location& where) {
     BlockContext& block = CurrentBlock();
     const Platform& platform = ActivePlatform();
+    // Hard SyncAll uses cross-core flags that exist only in a mixed launch: a vector-only kernel must be declared
+    // KERNEL_TYPE_MIX_AIV_1_0 (__mix__(0, 1)), otherwise the hardware barrier never completes.
+    CAM_TWIN_CHECK(block.kernelType == KERNEL_TYPE_MIX_AIV_1_0 || block.kernelType == KERNEL_TYPE_MIX_AIC_1_1 ||
+                       block.kernelType == KERNEL_TYPE_MIX_AIC_1_2,
+                   "syncall-kernel-type",
+                   "SyncAll in a kernel not declared mixed (KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0)): the "
+                   "hardware barrier hangs",
+                   where);
+    // isAIVOnly must say what the launch is: a vector-only kernel waiting for cube cores that never arrive hangs,
+    // a mixed kernel told it is vector-only synchronises only its vector cores.
+    CAM_TWIN_CHECK(isAIVOnly == (block.kernelType == KERNEL_TYPE_MIX_AIV_1_0), "syncall-kernel-type",
+                   std::string("SyncAll<isAIVOnly = ") + (isAIVOnly ? "true" : "false") + "> in a " +
+                       (block.kernelType == KERNEL_TYPE_MIX_AIV_1_0 ? "vector-only (MIX_AIV_1_0)" : "cube+vector") +
+                       " kernel",
+                   where);
     CAM_TWIN_CHECK(block.blockNum <= platform.aivCores, "syncall-cores",
                    "SyncAll with blockDim " + std::to_string(block.blockNum) + " > " +
                        std::to_string(platform.aivCores) + " vector cores of platform " + platform.name +
@@ -167,12 +191,42 @@ void BlockBarrier(const std::source_location& where) {
     }
 }
 
-void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel) {
+// A block that ends normally: every SetFlag must have met its WaitFlag (an unmatched flag stays set into the next
+// kernel on hardware, an unmatched wait would have hung), and the scalar cache is written back (docs/twin.md).
+void EndOfBlock(BlockContext& ctx) {
+    for (int e = 0; e < kHardEventCount; ++e)
+        for (int id = 0; id < kEventIds; ++id)
+            if (ctx.flags[e][id].pending != 0)
+                Violation("flag-pairs",
+                          "SetFlag of event " + std::to_string(e) + " id " + std::to_string(id) +
+                              " never met its WaitFlag before the block ended",
+                          ctx.flags[e][id].where);
+    ctx.dcache->CleanInvalidateAll(std::source_location::current());
+}
+
+void CheckScalarStoreTarget(const void* addr, const std::source_location& where) {
+    const LaunchState* launch = CurrentBlock().launch;
+    if (launch == nullptr || launch->windows == nullptr) return;
+    const auto a = reinterpret_cast<uintptr_t>(addr);
+    const auto& w = launch->windows->windows;
+    for (size_t r = 0; r < w.size(); ++r) {
+        if (a < w[r].first || a >= w[r].first + w[r].second) continue;
+        CAM_TWIN_CHECK(static_cast<int64_t>(r) == launch->windows->own, "peer-scalar-store",
+                       "scalar store into rank " + std::to_string(r) +
+                           "'s window: signals to a peer go out from UB by MTE3 DataCopy after the payload",
+                       where);
+        return;
+    }
+}
+
+void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel,
+               const LaunchWindows* windows) {
     if (blockDim == 0) throw TwinViolation(std::string("twin: launch of ") + kernelName + " with blockDim 0");
     const Platform& platform = ActivePlatform();
     LaunchState launch;
     launch.kernel = kernelName;
     launch.blockDim = blockDim;
+    launch.windows = windows;
 
     auto body = [&](uint32_t idx) {
         struct ArenaFree {
@@ -188,9 +242,12 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
         ctx.blockNum = blockDim;
         ctx.ub = arena.get();
         ctx.launch = &launch;
+        DataCache dcache(&launch);
+        ctx.dcache = &dcache;
         tBlock = &ctx;
         try {
             kernel();
+            EndOfBlock(ctx);
         } catch (const TwinViolation& e) {
             launch.Fail(e.what());
         } catch (const LaunchAborted&) {
@@ -198,6 +255,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
             launch.Fail(std::string("twin: kernel ") + kernelName + " block " + std::to_string(idx) +
                         " threw: " + e.what());
         }
+        dcache.Drop();  // after a failure: give up this block's lines without writing them back
         tBlock = nullptr;
         std::lock_guard<std::mutex> lock(launch.mutex);
         ++launch.finished;
@@ -208,6 +266,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
     threads.reserve(blockDim);
     for (uint32_t i = 0; i < blockDim; ++i) threads.emplace_back(body, i);
     for (auto& t : threads) t.join();
+    ForgetLaunch(&launch);
     if (!launch.firstError.empty()) throw TwinViolation(launch.firstError);
 }
 
@@ -265,11 +324,13 @@ uint8_t* CarveBuffer(TPosition pos, uint32_t len, const std::source_location& wh
                    "UB buffer requested by a cube-only kernel (the AIC has no unified buffer)", where);
     const auto& platform = cam::twin::ActivePlatform();
     const uint32_t aligned = (len + kUbAlign - 1) / kUbAlign * kUbAlign;
+    const uint32_t usable = platform.ubBytes - platform.ubReservedBytes;  // the API scratch sits above
     CAM_TWIN_CHECK(len > 0, "ub-capacity", "InitBuffer of 0 bytes", where);
-    CAM_TWIN_CHECK(static_cast<uint64_t>(block.ubUsed) + aligned <= platform.ubBytes, "ub-capacity",
+    CAM_TWIN_CHECK(static_cast<uint64_t>(block.ubUsed) + aligned <= usable, "ub-capacity",
                    "InitBuffer of " + std::to_string(aligned) + " bytes with " + std::to_string(block.ubUsed) +
-                       " of " + std::to_string(platform.ubBytes) + " UB bytes already taken (platform " +
-                       platform.name + ")",
+                       " of " + std::to_string(usable) + " usable UB bytes already taken (platform " +
+                       platform.name + ", " + std::to_string(platform.ubReservedBytes) +
+                       " more at the top are the API's scratch)",
                    where);
     uint8_t* base = block.ub + block.ubUsed;
     block.ubUsed += aligned;
@@ -278,9 +339,14 @@ uint8_t* CarveBuffer(TPosition pos, uint32_t len, const std::source_location& wh
 
 }  // namespace
 
-TPipe::TPipe() {
+TPipe::TPipe(const std::source_location where) {
     if (!cam::twin::InKernel()) return;
-    const auto& block = cam::twin::CurrentBlock();
+    auto& block = cam::twin::CurrentBlock();
+    // TPipe owns the block's buffers and event ids; a second live one would hand out the same UB and events.
+    CAM_TWIN_CHECK(block.livePipes == 0, "one-tpipe",
+                   "a second TPipe while another is alive in this kernel (one TPipe per kernel)", where);
+    ++block.livePipes;
+    live_ = true;
     ubStart_ = block.ubUsed;
     for (int i = 0; i < 4; ++i) cubeStart_[i] = block.cubeUsed[i];
 }
@@ -288,13 +354,20 @@ TPipe::TPipe() {
 TPipe::~TPipe() {
     if (!cam::twin::InKernel()) return;
     auto& block = cam::twin::CurrentBlock();
+    if (live_) --block.livePipes;
     block.ubUsed = ubStart_;
     for (int i = 0; i < 4; ++i) block.cubeUsed[i] = cubeStart_[i];
 }
 
-void TPipe::InitBuffer(TQueBase& que, uint8_t num, uint32_t len, const std::source_location where) {
+void TPipe::Destroy() {
+    if (!live_ || !cam::twin::InKernel()) return;
+    --cam::twin::CurrentBlock().livePipes;
+    live_ = false;
+}
+
+void TPipe::InitBuffer(cam::twin::TQueBase& que, uint8_t num, uint32_t len, const std::source_location where) {
     CAM_TWIN_CHECK(que.num_ == 0, "queue-discipline", "InitBuffer called twice on one queue", where);
-    CAM_TWIN_CHECK(num >= 1 && num <= TQueBase::kMaxBuffers, "queue-discipline",
+    CAM_TWIN_CHECK(num >= 1 && num <= cam::twin::TQueBase::kMaxBuffers, "queue-discipline",
                    "queue buffer count " + std::to_string(num) + " outside [1, 8]", where);
     for (int i = 0; i < num; ++i) {
         BufferRecord& rec = que.records_[i];
@@ -306,12 +379,18 @@ void TPipe::InitBuffer(TQueBase& que, uint8_t num, uint32_t len, const std::sour
     que.num_ = num;
 }
 
-void TPipe::InitBuffer(TBufBase& buf, uint32_t len, const std::source_location where) {
+void TPipe::InitBuffer(cam::twin::TBufBase& buf, uint32_t len, const std::source_location where) {
     CAM_TWIN_CHECK(buf.record_.base == nullptr, "queue-discipline", "InitBuffer called twice on one TBuf", where);
     buf.record_.base = CarveBuffer(buf.record_.position, len, where);
     buf.record_.bytes = len;
     buf.record_.state = BufferState::Calc;
 }
+
+}  // namespace AscendC
+
+namespace cam::twin {
+
+using AscendC::TPosition;
 
 bool TQueBase::Owns(const BufferRecord* rec) const {
     for (int i = 0; i < num_; ++i)
@@ -328,7 +407,7 @@ BufferRecord* TQueBase::TakeFree(const std::source_location& where) {
             return &records_[i];
         }
     }
-    cam::twin::Violation("queue-discipline",
+    Violation("queue-discipline",
                          "AllocTensor with all " + std::to_string(num_) +
                              " buffers of the queue taken (FreeTensor missing: the hardware blocks forever)",
                          where);
@@ -350,6 +429,8 @@ BufferRecord* TQueBase::Pop(const std::source_location& where) {
     head_ = (head_ + 1) % kMaxBuffers;
     --queued_;
     rec->state = BufferState::Dequeued;
+    // Dequeuing an L0C buffer waits for the M pipe (the EnQue's M -> FIX event): every Mmad so far is complete.
+    if (rec->position == TPosition::CO1) cam::twin::CurrentBlock().lastMmadC = nullptr;
     return rec;
 }
 
@@ -373,4 +454,4 @@ TQueBase::~TQueBase() noexcept(false) {
     }
 }
 
-}  // namespace AscendC
+}  // namespace cam::twin

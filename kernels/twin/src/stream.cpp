@@ -75,6 +75,14 @@ void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std:
         [kernelName, blockDim, kernel = std::move(kernel)] { RunLaunch(kernelName, blockDim, kernel); });
 }
 
+void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std::function<void()> kernel,
+                   LaunchWindows windows) {
+    static_cast<Stream*>(stream)->Enqueue(
+        [kernelName, blockDim, kernel = std::move(kernel), windows = std::move(windows)] {
+            RunLaunch(kernelName, blockDim, kernel, &windows);
+        });
+}
+
 void EnqueueHostTask(void* stream, std::function<void()> task) { static_cast<Stream*>(stream)->Enqueue(std::move(task)); }
 
 }  // namespace cam::twin

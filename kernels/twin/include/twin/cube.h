@@ -42,8 +42,15 @@ void MmadInt8(int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t
 
 }  // namespace cam::twin
 
-// Kernel-type declaration, spelled as in Ascend C (global names, used inside the kernel function).
-enum KernelMetaType : int { KERNEL_TYPE_AIV_ONLY = 0, KERNEL_TYPE_AIC_ONLY = 1 };
+// Kernel-type declaration, spelled and ordered as in Ascend C (global names, used inside the kernel function).
+enum KernelMetaType : uint8_t {
+    KERNEL_TYPE_AIV_ONLY,
+    KERNEL_TYPE_AIC_ONLY,
+    KERNEL_TYPE_MIX_AIV_1_0,
+    KERNEL_TYPE_MIX_AIC_1_0,
+    KERNEL_TYPE_MIX_AIC_1_1,
+    KERNEL_TYPE_MIX_AIC_1_2,
+};
 
 #define KERNEL_TASK_TYPE_DEFAULT(type) ::cam::twin::DeclareKernelType(type)
 
@@ -53,6 +60,14 @@ namespace AscendC {
 // elements: dst block at (j * dstNzNStride + b * dstNzC0Stride) * 32 bytes. A row's last partial block is padded
 // with zeros to 32 bytes (documented hardware behaviour); nothing else of dst is written.
 struct Nd2NzParams {
+    Nd2NzParams() {}
+    // As in the Ascend C header (V220), so brace-inits resolve and narrow as under bisheng.
+    Nd2NzParams(const uint16_t ndNumIn, const uint16_t nValueIn, const uint16_t dValueIn,
+                const uint16_t srcNdMatrixStrideIn, const uint16_t srcDValueIn, const uint16_t dstNzC0StrideIn,
+                const uint16_t dstNzNStrideIn, const uint16_t dstNzMatrixStrideIn)
+        : ndNum(ndNumIn), nValue(nValueIn), dValue(dValueIn), srcNdMatrixStride(srcNdMatrixStrideIn),
+          srcDValue(srcDValueIn), dstNzC0Stride(dstNzC0StrideIn), dstNzNStride(dstNzNStrideIn),
+          dstNzMatrixStride(dstNzMatrixStrideIn) {}
     uint16_t ndNum = 1;
     uint16_t nValue = 0;
     uint16_t dValue = 0;
@@ -65,6 +80,9 @@ struct Nd2NzParams {
 
 // Burst copy GM -> L1: blockCount bursts of blockLen 32-byte blocks; gaps between bursts in 32-byte blocks.
 struct DataCopyParams {
+    DataCopyParams() {}
+    DataCopyParams(const uint16_t count, const uint16_t len, const uint16_t srcStrideIn, const uint16_t dstStrideIn)
+        : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn) {}
     uint16_t blockCount = 1;
     uint16_t blockLen = 0;
     uint16_t srcStride = 0;
@@ -81,6 +99,9 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2Nz
     CAM_TWIN_CHECK(p.ndNum == 1, "cube-params", "the twin's ND->NZ copy supports ndNum == 1", where);
     CAM_TWIN_CHECK(p.dValue <= p.srcDValue, "cube-params", "Nd2Nz dValue exceeds the source row pitch srcDValue",
                    where);
+    CAM_TWIN_CHECK(p.nValue <= 16384 && p.srcDValue >= 1 && p.dstNzC0Stride >= 1 && p.dstNzC0Stride <= 16384,
+                   "cube-params", "Nd2Nz nValue <= 16384, srcDValue >= 1 and dstNzC0Stride in [1, 16384] required",
+                   where);
     CheckBufferAccess(dst.Record(), Access::CopyIn, where);
     const uint32_t blocks = (p.dValue + kCubeK0Int8 - 1) / kCubeK0Int8;
     if (p.nValue == 0 || blocks == 0) return;
@@ -96,7 +117,7 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2Nz
         for (uint32_t b = 0; b < blocks; ++b) {
             uint8_t* blk = out + (uint64_t(j) * p.dstNzNStride + uint64_t(b) * p.dstNzC0Stride) * 32;
             const uint32_t n = std::min<uint32_t>(32, p.dValue - b * 32);
-            std::memcpy(blk, row + b * 32, n);
+            GmRead(blk, row + b * 32, n);
             if (n < 32) std::memset(blk + n, 0, 32 - n);
         }
     }
@@ -120,7 +141,7 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataC
                    where);
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         src.CheckRange(b * srcPitch, burst, where);
-        std::memcpy(dst.Data() + b * dstPitch, src.GetPhyAddr() + b * srcPitch, burst * sizeof(T));
+        GmRead(dst.Data() + b * dstPitch, src.GetPhyAddr() + b * srcPitch, burst * sizeof(T));
     }
 }
 
@@ -147,6 +168,8 @@ void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadDa
                    "cube-position", "LoadData destination is not L0A/L0B (A2/B2)", where);
     CheckCubeOperand(src.Record(), src.Record()->position, false, "LoadData src", where);
     CheckCubeOperand(dst.Record(), dst.Record()->position, true, "LoadData dst", where);
+    CAM_TWIN_CHECK(dst.GetPhyAddr() % kFractalBytes == 0, "cube-align",
+                   "LoadData destination in L0 is not 512-byte aligned", where);
     const uint64_t srcBytes = uint64_t(src.GetSize()) * sizeof(T), dstBytes = uint64_t(dst.GetSize()) * sizeof(T);
     const uint8_t* s = reinterpret_cast<const uint8_t*>(src.Data());
     uint8_t* d = reinterpret_cast<uint8_t*>(dst.Data());
@@ -184,6 +207,8 @@ void LoadDataWithTranspose(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                    "cube-position", "LoadDataWithTranspose destination is not L0A/L0B (A2/B2)", where);
     CheckCubeOperand(src.Record(), src.Record()->position, false, "LoadDataWithTranspose src", where);
     CheckCubeOperand(dst.Record(), dst.Record()->position, true, "LoadDataWithTranspose dst", where);
+    CAM_TWIN_CHECK(dst.GetPhyAddr() % kFractalBytes == 0, "cube-align",
+                   "LoadDataWithTranspose destination in L0 is not 512-byte aligned", where);
     const uint64_t srcBytes = src.GetSize(), dstBytes = dst.GetSize();
     const uint8_t* s = reinterpret_cast<const uint8_t*>(src.Data());
     uint8_t* d = reinterpret_cast<uint8_t*>(dst.Data());
@@ -228,6 +253,26 @@ inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int8_t>& a, co
     CheckCubeOperand(a.Record(), TPosition::A2, false, "Mmad A", where);
     CheckCubeOperand(b.Record(), TPosition::B2, false, "Mmad B", where);
     CheckCubeOperand(c.Record(), TPosition::CO1, true, "Mmad C", where);
+    CAM_TWIN_CHECK(p.m <= 4095 && p.n <= 4095 && p.k <= 4095, "cube-params",
+                   "Mmad m, n, k must each be in [0, 4095]", where);
+    // m == 1 switches the cube to GEMV mode, which reads L0A as ND instead of ZZ: a ZZ-packed A gives garbage.
+    CAM_TWIN_CHECK(p.m != 1, "mmad-gemv",
+                   "Mmad with m == 1 runs in GEMV mode and reads L0A as ND (pad m to 16 for a ZZ operand)", where);
+    {
+        // Below the documented threshold the cube does not order a Mmad after the previous one into the same
+        // L0C: PipeBarrier<PIPE_M> must separate them.
+        BlockContext& block = CurrentBlock();
+        const auto* cBegin = reinterpret_cast<const uint8_t*>(c.Data());
+        const uint64_t cBytes = uint64_t(c.GetSize()) * sizeof(int32_t);
+        const auto* last = static_cast<const uint8_t*>(block.lastMmadC);
+        const bool overlaps = last != nullptr && cBegin < last + block.lastMmadBytes && last < cBegin + cBytes;
+        CAM_TWIN_CHECK(!overlaps || (p.m / 16) * (p.n / 16) >= 10, "mmad-barrier",
+                       "Mmad into the L0C region of the previous Mmad with (m/16)*(n/16) < 10 and no "
+                       "PipeBarrier<PIPE_M> between them",
+                       where);
+        block.lastMmadC = cBegin;
+        block.lastMmadBytes = cBytes;
+    }
     const uint32_t mA = (p.m + kCubeM0 - 1) / kCubeM0 * kCubeM0;
     const uint32_t nA = (p.n + kCubeN0 - 1) / kCubeN0 * kCubeN0;
     const uint32_t kA = (p.k + kCubeK0Int8 - 1) / kCubeK0Int8 * kCubeK0Int8;
@@ -277,6 +322,8 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
     CAM_TWIN_CHECK(p.ndNum == 1 && !p.reluEn, "cube-params", "Fixpipe: only ndNum = 1 without ReLU is modelled",
                    where);
     CheckCubeOperand(src.Record(), TPosition::CO1, false, "Fixpipe src", where);
+    CAM_TWIN_CHECK(p.nSize <= 4095 && p.mSize <= 8192, "cube-params",
+                   "Fixpipe NZ -> ND needs nSize <= 4095 and mSize <= 8192", where);
     CAM_TWIN_CHECK(p.srcStride % kCubeM0 == 0 && p.srcStride >= p.mSize, "cube-params",
                    "Fixpipe srcStride must be the L0C row count (a multiple of 16, >= mSize)", where);
     const uint32_t nA = (p.nSize + kCubeN0 - 1) / kCubeN0 * kCubeN0;
@@ -285,8 +332,13 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
     const int32_t* c = src.Data();
     for (uint32_t i = 0; i < p.mSize; ++i) {
         dst.CheckRange(uint64_t(i) * p.dstStride, p.nSize, where);
+        CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, uint64_t(p.nSize) * sizeof(T),
+                                       where);
         T* row = dst.GetPhyAddr() + uint64_t(i) * p.dstStride;
-        for (uint32_t j = 0; j < p.nSize; ++j) row[j] = c[(j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0 + j % kCubeN0];
+        for (uint32_t j = 0; j < p.nSize; ++j) {
+            const T v = c[(j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0 + j % kCubeN0];
+            GmWrite(row + j, &v, sizeof(T));
+        }
     }
 }
 

@@ -8,7 +8,12 @@
 namespace AscendC {
 
 // blockLen is in bytes. On the GM side strides are in bytes; on the UB side strides are in 32-byte blocks.
+// Constructors as in the Ascend C header, so a brace-init resolves (and narrows) the same way under g++ and bisheng.
 struct DataCopyExtParams {
+    DataCopyExtParams() {}
+    DataCopyExtParams(const uint16_t count, const uint32_t len, const uint32_t srcStrideIn, const uint32_t dstStrideIn,
+                      const uint32_t rsvIn)
+        : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn), rsv(rsvIn) {}
     uint16_t blockCount = 1;
     uint32_t blockLen = 0;
     uint32_t srcStride = 0;
@@ -18,11 +23,15 @@ struct DataCopyExtParams {
 
 template <typename T>
 struct DataCopyPadExtParams {
+    DataCopyPadExtParams() {}
+    DataCopyPadExtParams(const bool isPadValue, const uint8_t leftPadValue, const uint8_t rightPadValue, T padValue)
+        : isPad(isPadValue), leftPadding(leftPadValue), rightPadding(rightPadValue), paddingValue(padValue) {}
     bool isPad = false;
     uint8_t leftPadding = 0;   // elements
     uint8_t rightPadding = 0;  // elements
     T paddingValue = T();
 };
+
 
 }  // namespace AscendC
 
@@ -46,7 +55,22 @@ void CheckContiguousCopy(const AscendC::LocalTensor<T>& ub, const AscendC::Globa
                    where);
     gm.CheckRange(0, count, where);
     CheckBufferAccess(ub.Record(), access, where);
+    if (access == Access::CopyOut) CheckMteWriteAgainstDirtyLines(gm.GetPhyAddr(), uint64_t(count) * sizeof(T), where);
 }
+
+// Documented DataCopyPad ranges: blockCount in [1, 4095], blockLen in [1, 2097151] bytes.
+constexpr uint32_t kDataCopyPadMaxBlockCount = 4095;
+constexpr uint32_t kDataCopyPadMaxBlockLen = 2097151;
+
+inline void CheckPadParams(const AscendC::DataCopyExtParams& p, const std::source_location& where) {
+    CAM_TWIN_CHECK(p.blockCount >= 1 && p.blockCount <= kDataCopyPadMaxBlockCount, "copy-range",
+                   "DataCopyPad blockCount " + std::to_string(p.blockCount) + " outside [1, 4095]", where);
+    CAM_TWIN_CHECK(p.blockLen >= 1 && p.blockLen <= kDataCopyPadMaxBlockLen, "copy-range",
+                   "DataCopyPad blockLen " + std::to_string(p.blockLen) + " bytes outside [1, 2097151]", where);
+}
+
+// What a pad-less DataCopyPad leaves in the rest of a 32-byte UB block: unspecified on hardware, poison here.
+constexpr uint8_t kPadPoison = 0xA5;
 
 }  // namespace cam::twin
 
@@ -57,14 +81,15 @@ template <typename T>
 void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t count,
               const std::source_location where = std::source_location::current()) {
     cam::twin::CheckContiguousCopy(dst, src, count, cam::twin::Access::CopyIn, where);
-    std::memcpy(dst.Data(), src.GetPhyAddr(), count * sizeof(T));
+    cam::twin::GmRead(dst.Data(), src.GetPhyAddr(), count * sizeof(T));
 }
 
 template <typename T>
 void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count,
               const std::source_location where = std::source_location::current()) {
     cam::twin::CheckContiguousCopy(src, dst, count, cam::twin::Access::CopyOut, where);
-    std::memcpy(dst.GetPhyAddr(), src.Data(), count * sizeof(T));
+    cam::twin::GmWrite(dst.GetPhyAddr(), src.Data(), count * sizeof(T));
+    cam::twin::WakeParked(dst.GetPhyAddr(), uint64_t(count) * sizeof(T));
 }
 
 // GM -> UB, any byte length. Each block lands at a 32-byte boundary in UB; the pad fills the rest of the
@@ -78,6 +103,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
                    where);
     CAM_TWIN_CHECK(p.blockLen % sizeof(T) == 0, "copy-align", "DataCopyPad blockLen is not a whole element", where);
     CheckBufferAccess(dst.Record(), Access::CopyIn, where);
+    CheckPadParams(p, where);
     const uint32_t elems = p.blockLen / sizeof(T);
     const uint32_t left = pad.isPad ? pad.leftPadding : 0;
     const uint32_t right = pad.isPad ? pad.rightPadding : 0;
@@ -96,8 +122,10 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
         T* row = reinterpret_cast<T*>(out);
         if (pad.isPad) {
             for (uint32_t i = 0; i < ubBlockBytes / sizeof(T); ++i) row[i] = pad.paddingValue;
+        } else {
+            std::memset(out + p.blockLen, kPadPoison, ubBlockBytes - p.blockLen);
         }
-        std::memcpy(row + left, src.GetPhyAddr() + b * srcPitch, p.blockLen);
+        GmRead(row + left, src.GetPhyAddr() + b * srcPitch, p.blockLen);
         out += ubBlockBytes + static_cast<uint64_t>(p.dstStride) * kUbAlign;
     }
 }
@@ -112,6 +140,7 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
     CAM_TWIN_CHECK(p.blockLen % sizeof(T) == 0, "copy-align", "DataCopyPad blockLen is not a whole element", where);
     CAM_TWIN_CHECK(p.dstStride % sizeof(T) == 0, "copy-align", "DataCopyPad dstStride is not a whole element", where);
     CheckBufferAccess(src.Record(), Access::CopyOut, where);
+    CheckPadParams(p, where);
     const uint32_t elems = p.blockLen / sizeof(T);
     const uint32_t ubBlockBytes = (p.blockLen + kUbAlign - 1) / kUbAlign * kUbAlign;
     const uint64_t dstPitch = elems + p.dstStride / sizeof(T);
@@ -124,7 +153,9 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
     const uint8_t* in = reinterpret_cast<const uint8_t*>(src.Data());
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         dst.CheckRange(b * dstPitch, elems, where);
-        std::memcpy(dst.GetPhyAddr() + b * dstPitch, in, p.blockLen);
+        CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + b * dstPitch, p.blockLen, where);
+        GmWrite(dst.GetPhyAddr() + b * dstPitch, in, p.blockLen);
+        WakeParked(dst.GetPhyAddr() + b * dstPitch, p.blockLen);
         in += ubBlockBytes + static_cast<uint64_t>(p.srcStride) * kUbAlign;
     }
 }

@@ -3,10 +3,22 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
+#include <vector>
 
 namespace cam::twin {
 
 void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std::function<void()> kernel);
+
+// The peer-accessible windows a data-plane launch sees: every rank's [base, base + bytes) and which one is the
+// launching rank's own. With them the twin refuses a scalar store into a peer's window (peer-scalar-store):
+// signals to peers go out by MTE, as production kernels send them.
+struct LaunchWindows {
+    std::vector<std::pair<uintptr_t, uint64_t>> windows;
+    int64_t own = -1;
+};
+void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std::function<void()> kernel,
+                   LaunchWindows windows);
 
 // Queue host work in stream order (e.g. reading a kernel's status word after it ran). Throwing
 // cam::twin::TaskError from `task` reports its code on the next synchronize. On Ascend this is a host callback

@@ -26,9 +26,16 @@ struct Platform {
     // Ascend C documentation: time_us = cycles / 50); the twin derives the same count from steady_clock so kernels
     // convert timeouts identically on both.
     uint64_t systemCycleHz;
+    // Bytes at the top of L1 a kernel may not carve (reserved by the runtime), so tiling works with l1Bytes minus
+    // this, never with the raw size.
+    uint32_t l1ReservedBytes;
+    // Bytes at the top of UB the Ascend C API keeps as its scratch (temporary buffers of vector instructions);
+    // TPipe carves below it, and tiling works with ubBytes minus this.
+    uint32_t ubReservedBytes;
 };
 
-// Named descriptions: "twin" (default, small so many ranks fit on 2 CPUs), "ascend910b", "ascend910_93".
+// Named descriptions: "twin" (default, small so many ranks fit on 2 CPUs), "ascend910b1".."ascend910b4",
+// "ascend910b" (= ascend910b1) and "ascend910_93" (one die of an A3).
 const Platform* FindPlatform(const char* name);
 // The platform launches are checked against. Chosen by CAM_TWIN_PLATFORM at first use, or SetPlatform().
 const Platform& ActivePlatform();
@@ -56,6 +63,18 @@ public:
 // Which core a block runs on: a kernel is vector-only unless it declares itself cube-only (twin/cube.h).
 enum class CoreKind : uint8_t { Vector = 0, Cube = 1 };
 
+// What a block remembers between instructions so ordering rules can be checked: pending SetFlag events, the
+// last Mmad's destination (for the PIPE_M rule), the DEQSCALE register and the scalar data cache.
+constexpr int kHardEventCount = 32;  // > number of AscendC::HardEvent values
+constexpr int kEventIds = 8;         // EVENT_ID0 .. EVENT_ID7
+
+struct FlagSlot {
+    int32_t pending = 0;
+    std::source_location where{};
+};
+
+class DataCache;  // twin/dcache.h
+
 struct BlockContext {
     const char* kernel = "";
     uint32_t blockIdx = 0;
@@ -64,6 +83,14 @@ struct BlockContext {
     uint32_t ubUsed = 0;         // bytes handed out by TPipe::InitBuffer
     uint8_t coreKind = 0;        // CoreKind
     uint32_t cubeUsed[4] = {};   // bytes handed out of L1, L0A, L0B, L0C (twin/cube.h)
+    int kernelType = -1;         // KernelMetaType from KERNEL_TASK_TYPE_DEFAULT, -1 when not declared
+    int livePipes = 0;           // TPipe objects alive in this block
+    FlagSlot flags[kHardEventCount][kEventIds];
+    const void* lastMmadC = nullptr;  // CO1 range written by the last Mmad since a PIPE_M barrier
+    uint64_t lastMmadBytes = 0;
+    bool deqScaleSet = false;    // SetDeqScale was called: int32 -> half Cast is defined
+    float deqScale = 1.0f;
+    DataCache* dcache = nullptr;
     struct LaunchState* launch = nullptr;
 };
 
@@ -72,11 +99,16 @@ bool InKernel();
 
 // Runs kernel() on blockDim threads and joins them. The first violation is rethrown (as TwinViolation) after
 // every block has stopped; the others are woken from SyncAll so a failure never turns into a hang.
-void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel);
+struct LaunchWindows;  // twin/launch.h
+void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel,
+               const LaunchWindows* windows = nullptr);
+
+// A scalar store may only target the launching rank's own window (or memory that is no window at all).
+void CheckScalarStoreTarget(const void* addr, const std::source_location& where);
 
 // Barrier across the blocks of the current launch (SyncAll). Fails loudly when blockDim exceeds the vector cores
 // (the hardware would deadlock) or when a block has left the kernel while others wait.
-void BlockBarrier(const std::source_location& where);
+void BlockBarrier(bool isAIVOnly, const std::source_location& where);
 
 // Cycles of the platform's system counter since an arbitrary epoch (steady_clock based, monotonic).
 int64_t SystemCycle();

@@ -1,10 +1,22 @@
-// Ordering primitives. Within a block the twin runs every pipe in program order, so pipe flags and barriers only
-// need to exist; across blocks SyncAll is a real barrier and a data-cache maintenance is a full fence.
+// Ordering primitives. Within a block the twin runs every pipe in program order, so pipe flags and barriers order
+// nothing here; they are checked for what the hardware needs (matched SetFlag/WaitFlag pairs per (event, id),
+// PipeBarrier<PIPE_M> between dependent Mmads). Across blocks SyncAll is a real barrier, and the scalar data cache
+// (twin/dcache.h) makes DataCacheCleanAndInvalid the only way a scalar GM access meets other cores.
 #pragma once
 
 #include <atomic>
 
 #include "twin/tensor.h"
+
+namespace cam::twin {
+
+inline FlagSlot& FlagOf(AscendC::HardEvent event, int32_t id, const std::source_location& where) {
+    CAM_TWIN_CHECK(id >= 0 && id < kEventIds, "flag-pairs",
+                   "event id " + std::to_string(id) + " outside EVENT_ID0..EVENT_ID7", where);
+    return CurrentBlock().flags[static_cast<int>(event)][id];
+}
+
+}  // namespace cam::twin
 
 namespace AscendC {
 
@@ -12,24 +24,52 @@ namespace AscendC {
 // with host time.
 inline int64_t GetSystemCycle() { return cam::twin::SystemCycle(); }
 
-template <bool hardSync = true>
+// Hard SyncAll. isAIVOnly as in the Ascend C header: true for a vector-only (KERNEL_TYPE_MIX_AIV_1_0) kernel.
+template <bool isAIVOnly = true>
 void SyncAll(const std::source_location where = std::source_location::current()) {
-    cam::twin::BlockBarrier(where);
+    cam::twin::BlockBarrier(isAIVOnly, where);
 }
 
 template <pipe_t pipe>
-void PipeBarrier() {}
+void PipeBarrier() {
+    // A PIPE_M (or PIPE_ALL) barrier completes every Mmad issued so far: the next one may read their results.
+    if constexpr (pipe == PIPE_M || pipe == PIPE_ALL) {
+        if (cam::twin::InKernel()) cam::twin::CurrentBlock().lastMmadC = nullptr;
+    }
+}
+
+// A WaitFlag with no SetFlag before it waits forever on hardware; a SetFlag never waited for leaks into whatever
+// runs next on the core. Both are violations (the second one when the block ends).
+template <HardEvent event>
+void SetFlag(int32_t eventID, const std::source_location where = std::source_location::current()) {
+    cam::twin::FlagSlot& slot = cam::twin::FlagOf(event, eventID, where);
+    CAM_TWIN_CHECK(slot.pending == 0, "flag-pairs", "SetFlag of an event id already set and not yet waited for",
+                   where);
+    slot.pending = 1;
+    slot.where = where;
+}
 
 template <HardEvent event>
-void SetFlag(event_t) {}
+void WaitFlag(int32_t eventID, const std::source_location where = std::source_location::current()) {
+    cam::twin::FlagSlot& slot = cam::twin::FlagOf(event, eventID, where);
+    CAM_TWIN_CHECK(slot.pending == 1, "flag-pairs", "WaitFlag without a matching SetFlag (the hardware waits forever)",
+                   where);
+    slot.pending = 0;
+}
 
-template <HardEvent event>
-void WaitFlag(event_t) {}
-
-// On hardware this writes the scalar data cache back to / drops it from GM so a flag written or read with
-// GetValue/SetValue is seen by other cores. The twin makes it a sequentially consistent fence.
+// Writes this block's cached copy of the tensor's line (or of every line) back to GM and drops it, so the next
+// scalar read fetches what other cores and the MTEs wrote, and this block's scalar stores reach GM.
 template <typename T, CacheLine line = CacheLine::SINGLE_CACHE_LINE, DcciDst dst = DcciDst::CACHELINE_OUT>
-void DataCacheCleanAndInvalid(const GlobalTensor<T>&) {
+void DataCacheCleanAndInvalid(const GlobalTensor<T>& t,
+                              const std::source_location where = std::source_location::current()) {
+    if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
+        auto* cache = cam::twin::CurrentBlock().dcache;
+        if constexpr (line == CacheLine::ENTIRE_DATA_CACHE) {
+            cache->CleanInvalidateAll(where);
+        } else {
+            cache->CleanInvalidate(t.GetPhyAddr(), where);
+        }
+    }
     std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 

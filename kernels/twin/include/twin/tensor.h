@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "twin/dcache.h"
 #include "twin/runtime.h"
 #include "twin/types.h"
 
@@ -58,18 +59,30 @@ public:
         return t;
     }
 
-    // Scalar GM access. 4- and 8-byte integers are flag words and use acquire/release so a protocol written with
-    // DataCacheCleanAndInvalid on hardware is ordered on the twin too.
+    // Scalar GM access goes through the block's data cache (twin/dcache.h): a value another core wrote is seen
+    // only after DataCacheCleanAndInvalid dropped this block's copy of the line, a stored value leaves the block
+    // only with a clean. CAM_TWIN_DCACHE=0 turns the model off (4/8-byte integers are then acquire/release).
     T GetValue(uint64_t offset, const std::source_location where = std::source_location::current()) const {
         CheckIndex(offset, where);
+        if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
+            T v;
+            cam::twin::CurrentBlock().dcache->Load(addr_ + offset, &v, sizeof(T), where);
+            return v;
+        }
         if constexpr (cam::twin::kFlagWord<T>) {
             return __atomic_load_n(addr_ + offset, __ATOMIC_ACQUIRE);
         } else {
             return addr_[offset];
         }
     }
-    void SetValue(uint64_t offset, T value, const std::source_location where = std::source_location::current()) const {
+    // Not const, as in the Ascend C header: a const GlobalTensor cannot be written through.
+    void SetValue(uint64_t offset, T value, const std::source_location where = std::source_location::current()) {
         CheckIndex(offset, where);
+        if (cam::twin::InKernel()) cam::twin::CheckScalarStoreTarget(addr_ + offset, where);
+        if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
+            cam::twin::CurrentBlock().dcache->Store(addr_ + offset, &value, sizeof(T), where);
+            return;
+        }
         if constexpr (cam::twin::kFlagWord<T>) {
             __atomic_store_n(addr_ + offset, value, __ATOMIC_RELEASE);
         } else {
@@ -142,30 +155,48 @@ private:
     cam::twin::BufferRecord* rec_ = nullptr;
 };
 
+}  // namespace AscendC
+
+namespace cam::twin {
+// The allocators' common parts live outside AscendC: the real namespace has no such names.
 class TQueBase;
 class TBufBase;
+}  // namespace cam::twin
+
+namespace AscendC {
 
 class TPipe {
 public:
-    TPipe();
+    explicit TPipe(const std::source_location where = std::source_location::current());
     ~TPipe();
     TPipe(const TPipe&) = delete;
     TPipe& operator=(const TPipe&) = delete;
 
-    void InitBuffer(TQueBase& que, uint8_t num, uint32_t len,
+    void InitBuffer(cam::twin::TQueBase& que, uint8_t num, uint32_t len,
                     const std::source_location where = std::source_location::current());
-    void InitBuffer(TBufBase& buf, uint32_t len, const std::source_location where = std::source_location::current());
+    void InitBuffer(cam::twin::TBufBase& buf, uint32_t len,
+                    const std::source_location where = std::source_location::current());
 
-    // Events are ordering hints for the hardware pipes; the twin executes in program order.
+    // Event ids for SetFlag/WaitFlag. The twin executes pipes in program order; the ids only have to be valid
+    // (0..7) and used in matched pairs (twin/sync.h).
     template <HardEvent>
-    event_t FetchEventID() { return 0; }
-    event_t FetchEventID(HardEvent) { return 0; }
-    void Destroy() {}
+    TEventID FetchEventID() { return 0; }
+    TEventID FetchEventID(HardEvent) { return 0; }
+    // Releases the pipe: another TPipe may be created afterwards (one live TPipe at a time).
+    void Destroy();
 
 private:
+    bool live_ = false;     // counted in the block's live pipes
     uint32_t ubStart_ = 0;  // UB offset this pipe started carving from; given back when it goes away
     uint32_t cubeStart_[4] = {};  // same for the cube core's L1 / L0A / L0B / L0C
 };
+
+}  // namespace AscendC
+
+namespace cam::twin {
+
+using AscendC::LocalTensor;
+using AscendC::TPosition;
 
 class TQueBase {
 public:
@@ -198,7 +229,7 @@ protected:
     explicit TQueBase(TPosition pos, int32_t depth) : position_(pos), depth_(depth) {}
 
 private:
-    friend class TPipe;
+    friend class AscendC::TPipe;
     cam::twin::BufferRecord* TakeFree(const std::source_location& where);
     void Push(cam::twin::BufferRecord* rec, const std::source_location& where);
     cam::twin::BufferRecord* Pop(const std::source_location& where);
@@ -212,12 +243,6 @@ private:
     cam::twin::BufferRecord* fifo_[kMaxBuffers] = {};
     int head_ = 0;
     int queued_ = 0;
-};
-
-template <TPosition pos, int32_t depth = 1>
-class TQue : public TQueBase {
-public:
-    TQue() : TQueBase(pos, depth) {}
 };
 
 class TBufBase {
@@ -241,12 +266,22 @@ protected:
     explicit TBufBase(TPosition pos) { record_.position = pos; }
 
 private:
-    friend class TPipe;
+    friend class AscendC::TPipe;
     cam::twin::BufferRecord record_;
 };
 
+}  // namespace cam::twin
+
+namespace AscendC {
+
+template <TPosition pos, int32_t depth = 1>
+class TQue : public cam::twin::TQueBase {
+public:
+    TQue() : TQueBase(pos, depth) {}
+};
+
 template <TPosition pos = TPosition::VECCALC>
-class TBuf : public TBufBase {
+class TBuf : public cam::twin::TBufBase {
 public:
     TBuf() : TBufBase(pos) {}
 };

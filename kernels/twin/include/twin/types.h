@@ -10,7 +10,14 @@
 #define __gm__
 #define __inline__ inline
 
-using GM_ADDR = uint8_t*;
+// A macro, as in the Ascend C headers: `GM_ADDR a = nullptr, b = nullptr;` declares b as uint8_t there, so it
+// must not compile here either.
+#define GM_ADDR __gm__ uint8_t*
+
+// bisheng declares the pipes and event ids at global scope (compiler built-ins, not in namespace AscendC), so
+// `AscendC::PIPE_V` or `AscendC::event_t` do not compile there; the twin declares them where bisheng does.
+enum pipe_t : uint8_t { PIPE_S, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_FIX, PIPE_ALL };
+enum event_t : int32_t { EVENT_ID0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
 
 namespace twin_detail {
 
@@ -98,9 +105,8 @@ enum class RoundMode : uint8_t { CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CA
 enum class HardEvent : uint8_t { MTE2_V, V_MTE2, MTE3_V, V_MTE3, MTE2_MTE3, MTE3_MTE2, S_V, V_S, MTE2_S, S_MTE2,
                                  MTE3_S, S_MTE3, M_V, V_M, FIX_V, MTE1_M, M_MTE1 };
 
-enum pipe_t : uint8_t { PIPE_S, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_FIX, PIPE_ALL };
-
-using event_t = int32_t;
+// What TPipe::FetchEventID returns (kernel_tensor_base.h declares it in AscendC).
+using TEventID = int8_t;
 
 enum class CacheLine : uint8_t { SINGLE_CACHE_LINE, ENTIRE_DATA_CACHE };
 enum class DcciDst : uint8_t { CACHELINE_ALL, CACHELINE_UB, CACHELINE_OUT, CACHELINE_ATOMIC };

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cfenv>
+#include <cstring>
 #include <cmath>
 #include <limits>
 
@@ -63,6 +64,78 @@ D CastOne(S s, AscendC::RoundMode mode) {
         // to half / bfloat16_t: via fp32, rounded to nearest even by the storage type's constructor
         return D(static_cast<float>(s));
     }
+}
+
+// Which (src, dst, round mode) the vector Cast supports on Atlas A2 / A3 (the two tables of the Ascend C Cast
+// documentation are identical for the types cam uses). Dequant: int32 -> half, which goes through DEQSCALE.
+enum class CastSupport : uint8_t { No, Yes, Dequant };
+
+template <typename T>
+constexpr const char* TypeName() {
+    if constexpr (std::is_same_v<T, half>) return "half";
+    else if constexpr (std::is_same_v<T, bfloat16_t>) return "bfloat16_t";
+    else if constexpr (std::is_same_v<T, float>) return "float";
+    else if constexpr (std::is_same_v<T, int8_t>) return "int8_t";
+    else if constexpr (std::is_same_v<T, uint8_t>) return "uint8_t";
+    else if constexpr (std::is_same_v<T, int16_t>) return "int16_t";
+    else if constexpr (std::is_same_v<T, int32_t>) return "int32_t";
+    else if constexpr (std::is_same_v<T, int64_t>) return "int64_t";
+    else return "?";
+}
+
+template <typename D, typename S>
+constexpr CastSupport CastOnV220(AscendC::RoundMode mode) {
+    using AscendC::RoundMode;
+    const bool none = mode == RoundMode::CAST_NONE;
+    const bool rounding = mode == RoundMode::CAST_RINT || mode == RoundMode::CAST_FLOOR ||
+                          mode == RoundMode::CAST_CEIL || mode == RoundMode::CAST_ROUND ||
+                          mode == RoundMode::CAST_TRUNC;
+    auto yes = [](bool b) { return b ? CastSupport::Yes : CastSupport::No; };
+    if constexpr (std::is_same_v<D, half>) {
+        if constexpr (std::is_same_v<S, int8_t> || std::is_same_v<S, uint8_t>) return yes(none);
+        if constexpr (std::is_same_v<S, int16_t>) return yes(none || rounding);
+        if constexpr (std::is_same_v<S, int32_t>) return CastSupport::Dequant;
+        if constexpr (std::is_same_v<S, float>) return yes(none || rounding || mode == RoundMode::CAST_ODD);
+    } else if constexpr (std::is_same_v<D, float>) {
+        if constexpr (std::is_same_v<S, half> || std::is_same_v<S, bfloat16_t> || std::is_same_v<S, int16_t>)
+            return yes(none);
+        if constexpr (std::is_same_v<S, int32_t>) return yes(none || rounding);
+        if constexpr (std::is_same_v<S, float> || std::is_same_v<S, int64_t>) return yes(rounding);
+    } else if constexpr (std::is_same_v<D, int8_t> || std::is_same_v<D, uint8_t>) {
+        if constexpr (std::is_same_v<S, half>) return yes(none || rounding);
+    } else if constexpr (std::is_same_v<D, int16_t>) {
+        if constexpr (std::is_same_v<S, half> || std::is_same_v<S, float>) return yes(rounding);
+        if constexpr (std::is_same_v<S, int32_t>) return yes(none);
+    } else if constexpr (std::is_same_v<D, int32_t>) {
+        if constexpr (std::is_same_v<S, half> || std::is_same_v<S, bfloat16_t> || std::is_same_v<S, float>)
+            return yes(rounding);
+        if constexpr (std::is_same_v<S, int64_t>) return yes(none);
+    } else if constexpr (std::is_same_v<D, bfloat16_t>) {
+        if constexpr (std::is_same_v<S, float>) return yes(rounding);
+    } else if constexpr (std::is_same_v<D, int64_t>) {
+        if constexpr (std::is_same_v<S, int32_t>) return yes(none);
+        if constexpr (std::is_same_v<S, float>) return yes(rounding);
+    }
+    return CastSupport::No;
+}
+
+// Work buffer of a count-form ReduceMax: the first round writes a (value, index) pair per 256-byte repeat even
+// without calIndex, rounded up to a 32-byte block (Ascend C ReduceMax documentation).
+template <typename T>
+constexpr uint32_t ReduceMaxWorkElems(uint32_t count) {
+    constexpr uint32_t perRepeat = 256 / sizeof(T);
+    constexpr uint32_t perBlock = 32 / sizeof(T);
+    uint32_t repeats = (count + perRepeat - 1) / perRepeat;
+    return (2 * repeats + perBlock - 1) / perBlock * perBlock;
+}
+
+// ReduceSum's first round writes one partial per repeat, rounded up to a 32-byte block.
+template <typename T>
+constexpr uint32_t ReduceSumWorkElems(uint32_t count) {
+    constexpr uint32_t perRepeat = 256 / sizeof(T);
+    constexpr uint32_t perBlock = 32 / sizeof(T);
+    uint32_t repeats = (count + perRepeat - 1) / perRepeat;
+    return (repeats + perBlock - 1) / perBlock * perBlock;
 }
 
 }  // namespace cam::twin
@@ -141,16 +214,8 @@ void Duplicate(const LocalTensor<T>& dst, T value, uint32_t count,
     for (uint32_t i = 0; i < count; ++i) d[i] = value;
 }
 
-// Work-buffer elements ReduceMax/ReduceSum need: one partial per 256-byte repeat, rounded up to a 32-byte block.
-template <typename T>
-constexpr uint32_t ReduceWorkElems(uint32_t count) {
-    constexpr uint32_t perRepeat = 256 / sizeof(T);
-    constexpr uint32_t perBlock = 32 / sizeof(T);
-    uint32_t repeats = (count + perRepeat - 1) / perRepeat;
-    return (repeats + perBlock - 1) / perBlock * perBlock;
-}
-
 // dst[0] = max(src[0..count)); NaN propagates. count == 0 is rejected: the hardware result would be undefined.
+// The work buffer gets what the hardware leaves there: per repeat its max and the max's index within the repeat.
 template <typename T>
 void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work, uint32_t count,
                bool calIndex = false, const std::source_location where = std::source_location::current()) {
@@ -158,10 +223,23 @@ void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
     CAM_TWIN_CHECK(count > 0, "vector-count", "ReduceMax over 0 elements", where);
     cam::twin::CheckVectorOperand(dst, 1, "dst", where);
     cam::twin::CheckVectorOperand(src, count, "src", where);
-    cam::twin::CheckVectorOperand(work, ReduceWorkElems<T>(count), "work", where);
+    cam::twin::CheckVectorOperand(work, cam::twin::ReduceMaxWorkElems<T>(count), "work", where);
+    constexpr uint32_t perRepeat = 256 / sizeof(T);
     const T* s = src.Data();
     float m = static_cast<float>(s[0]);
     for (uint32_t i = 1; i < count; ++i) m = cam::twin::MaxPropagateNan(m, static_cast<float>(s[i]));
+    T* w = work.Data();
+    for (uint32_t r = 0; r * perRepeat < count; ++r) {
+        const uint32_t n = count - r * perRepeat < perRepeat ? count - r * perRepeat : perRepeat;
+        uint32_t at = 0;
+        float rm = static_cast<float>(s[r * perRepeat]);
+        for (uint32_t i = 1; i < n; ++i) {
+            const float v = static_cast<float>(s[r * perRepeat + i]);
+            if (cam::twin::MaxPropagateNan(rm, v) != rm) rm = v, at = i;
+        }
+        w[2 * r] = static_cast<T>(rm);
+        std::memcpy(&w[2 * r + 1], &at, sizeof(T) < sizeof(at) ? sizeof(T) : sizeof(at));
+    }
     dst.Data()[0] = static_cast<T>(m);
 }
 
@@ -172,11 +250,18 @@ void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
     CAM_TWIN_CHECK(count > 0, "vector-count", "ReduceSum over 0 elements", where);
     cam::twin::CheckVectorOperand(dst, 1, "dst", where);
     cam::twin::CheckVectorOperand(src, count, "src", where);
-    cam::twin::CheckVectorOperand(work, ReduceWorkElems<T>(count), "work", where);
+    cam::twin::CheckVectorOperand(work, cam::twin::ReduceSumWorkElems<T>(count), "work", where);
     const T* s = src.Data();
     T acc = s[0];
     for (uint32_t i = 1; i < count; ++i) acc = acc + s[i];
     dst.Data()[0] = acc;
+}
+
+// The DEQSCALE register an int32 -> half Cast multiplies by (per block).
+inline void SetDeqScale(half scale) {
+    auto& block = cam::twin::CurrentBlock();
+    block.deqScale = static_cast<float>(scale);
+    block.deqScaleSet = true;
 }
 
 template <typename D, typename S>
@@ -184,8 +269,23 @@ void Cast(const LocalTensor<D>& dst, const LocalTensor<S>& src, RoundMode mode, 
           const std::source_location where = std::source_location::current()) {
     cam::twin::CheckVectorOperand(dst, count, "dst", where);
     cam::twin::CheckVectorOperand(src, count, "src", where);
+    const cam::twin::CastSupport support = cam::twin::CastOnV220<D, S>(mode);
+    CAM_TWIN_CHECK(support != cam::twin::CastSupport::No, "cast-support",
+                   std::string("Cast ") + cam::twin::TypeName<S>() + " -> " + cam::twin::TypeName<D>() +
+                       " with round mode " + std::to_string(static_cast<int>(mode)) +
+                       " is not in the A2/A3 Cast table",
+                   where);
     D* d = dst.Data();
     const S* s = src.Data();
+    if (support == cam::twin::CastSupport::Dequant) {
+        // int32 -> half is a dequantisation through DEQSCALE; the round mode is ignored by the hardware.
+        const auto& block = cam::twin::CurrentBlock();
+        CAM_TWIN_CHECK(block.deqScaleSet, "cast-deqscale",
+                       "int32 -> half Cast without SetDeqScale (the hardware scales by whatever DEQSCALE holds)",
+                       where);
+        for (uint32_t i = 0; i < count; ++i) d[i] = D(static_cast<float>(s[i]) * block.deqScale);
+        return;
+    }
     for (uint32_t i = 0; i < count; ++i) d[i] = cam::twin::CastOne<D, S>(s[i], mode);
 }
 

@@ -1,0 +1,77 @@
+// The scalar unit's data cache, as the twin models it (docs/twin.md, "Scalar data cache"). Scalar GM accesses
+// (GlobalTensor::GetValue / SetValue) go through a per-block cache of 64-byte lines: a read fetches the bytes once
+// and keeps returning that copy until DataCacheCleanAndInvalid drops the line; a store stays in the block's copy until a
+// clean writes it back. MTE copies (DataCopy*) bypass it. So a flag protocol without the right cache maintenance
+// reads stale values or publishes nothing, on the twin as on the hardware.
+//
+// The backing store stays race-free C++: bytes are fetched with atomic loads of the accessed size and written back
+// with atomic stores of exactly the bytes the block stored, under a lock per write-back; nothing outside what the
+// kernel accessed is touched (the rest of a line may be host memory the kernel does not own). Two cores holding dirty copies
+// of one line (the documented hazard: whichever cleans last overwrites the other's bytes with its stale copy) is a
+// violation, found through a registry of dirty lines of the launch, never by overwriting host memory the kernel
+// does not own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <source_location>
+#include <unordered_map>
+
+namespace cam::twin {
+
+constexpr uintptr_t kDcacheLineBytes = 64;
+
+// On unless CAM_TWIN_DCACHE=0 (diagnosis only: it brings back "every scalar access goes straight to GM").
+bool DcacheEnabled();
+
+class DataCache {
+public:
+    explicit DataCache(const void* launch) : launch_(launch) {}
+    DataCache(const DataCache&) = delete;
+    DataCache& operator=(const DataCache&) = delete;
+    ~DataCache();
+
+    void Load(const void* addr, void* out, size_t bytes, const std::source_location& where);
+    void Store(void* addr, const void* in, size_t bytes, const std::source_location& where);
+    // Writes the line holding addr back if this block stored into it, then drops it.
+    void CleanInvalidate(const void* addr, const std::source_location& where);
+    void CleanInvalidateAll(const std::source_location& where);
+    // Forgets every line without writing anything back (a failed block).
+    void Drop();
+
+private:
+    struct Line {
+        uint64_t words[kDcacheLineBytes / 8];
+        uint64_t valid = 0;        // bit i: byte i fetched from GM or stored by this block
+        uint64_t dirty = 0;        // bit i: byte i stored by this block and not yet written back
+        uint64_t fillVersion = 0;  // the line's write-back count when this block filled it
+    };
+    Line& Fill(uintptr_t base);
+    void WriteBack(uintptr_t base, Line& line, const std::source_location& where);
+
+    std::unordered_map<uintptr_t, Line> lines_;
+    const void* launch_;  // the launch this block belongs to: lines are related within one launch only
+};
+
+// Drops the line registry of a finished launch (every block has written back or dropped its lines).
+void ForgetLaunch(const void* launch);
+
+// An MTE write into GM bypasses the cache; if another block holds that line dirty, its later clean overwrites
+// the copied bytes. The copy engines call this for every GM range they write.
+void CheckMteWriteAgainstDirtyLines(const void* addr, uint64_t bytes, const std::source_location& where);
+
+// The GM side of every MTE copy. Words are moved with atomic accesses (acquire for reads, release for writes), so a
+// signal written by one block's MTE3 and polled by another's MTE2 is race-free C++ and orders the payload written
+// before it, as the drained MTE3 queue does on the hardware.
+void GmRead(void* local, const void* gm, size_t bytes);
+void GmWrite(void* gm, const void* local, size_t bytes);
+
+// After an MTE write to GM: wakes blocks parked (ParkOn) on those lines.
+void WakeParked(const void* addr, uint64_t bytes);
+
+// A waiting block's back-off (cam::kernels::WaitPause): the first polls only yield, later ones park the thread
+// until a write reaches the line of `watched` (an MTE write or a clean, from any block of this process) or a short
+// interval passes, so a waiter neither burns a CPU nor sleeps past the signal it waits for.
+void ParkOn(const void* watched, uint32_t iteration);
+
+}  // namespace cam::twin
