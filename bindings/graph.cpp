@@ -37,6 +37,17 @@ void Register(py::module_& m) {
     m.def("graph_invalidate", [](uintptr_t graph, const std::string& reason) {
         ThrowIfFailed(camGraphInvalidate(AsGraph(graph), reason.c_str()));
     }, py::arg("graph"), py::arg("reason"));
+    m.def("host_activity", [] {
+        camHostActivity a{};
+        ThrowIfFailed(camGetHostActivity(&a));
+        py::dict d;
+        d["synchronizes"] = a.synchronizes;
+        d["device_reads"] = a.deviceReads;
+        d["host_to_device_copies"] = a.hostToDeviceCopies;
+        d["host_tasks"] = a.hostTasks;
+        d["graph_launches"] = a.graphLaunches;
+        return d;
+    });
     m.def("graph_destroy", [](uintptr_t graph) { ThrowIfFailed(camGraphDestroy(AsGraph(graph))); },
           py::arg("graph"));
 }

@@ -293,3 +293,43 @@ def test_capture_end_without_begin_and_nested_captures_are_refused():
     assert handle != 0
     _C.graph_destroy(handle)
     s.close()
+
+
+def test_replays_do_no_host_read_or_synchronize_per_item(ffn):
+    graph, static, outs = _captured(ffn)
+    before = _C.host_activity()
+    for _ in range(10):
+        graph.replay(synchronize=False)
+    middle = _C.host_activity()
+    graph.synchronize()
+    after = _C.host_activity()
+    assert middle["graph_launches"] - before["graph_launches"] == 10
+    for key in ("synchronizes", "device_reads", "host_to_device_copies", "host_tasks"):
+        assert middle[key] == before[key], key
+    # The synchronize reads each captured op's status record once, however many replays ran.
+    assert after["synchronizes"] - middle["synchronizes"] == 1
+    assert after["device_reads"] - middle["device_reads"] == 2
+    # Control: eager calls do synchronize and read back per op.
+    w1, w2 = ffn
+    before = _C.host_activity()
+    _chain(w1, w2, *static, *outs)
+    after = _C.host_activity()
+    assert after["synchronizes"] - before["synchronizes"] == 2
+    assert after["device_reads"] - before["device_reads"] == 2
+    assert after["host_to_device_copies"] == before["host_to_device_copies"]  # the address table is persistent
+    graph.reset()
+
+
+def test_bench_ffn_loop_runs(tmp_path, capsys):
+    import json
+
+    from cam.bench import main
+
+    path = tmp_path / "ffn.json"
+    assert main(["ffn-loop", "--rows", "16", "--items", "8", "--batch", "4", "--rounds", "1", "--json",
+                 str(path)]) == 0
+    doc = json.loads(path.read_text())
+    r = doc["results"][0]
+    assert r["replay_activity_per_item"]["synchronizes"] == 0.25
+    assert r["eager_activity_per_item"]["synchronizes"] == 2
+    assert "eager/replay" in capsys.readouterr().out

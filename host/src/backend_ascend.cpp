@@ -211,11 +211,13 @@ aclrtStream ResolveStream(aclrtStream stream) { return stream; }  // ACL itself 
 
 void EnqueueStreamTask(aclrtStream stream, std::function<aclnnStatus(std::string* message)> task) {
     RefuseInCapture(stream, "a host task on the stream");
+    CountHostActivity(HostActivity::HostTask);
     Defer(stream, Pending{HostBuffer{}, std::move(task)});
 }
 
 void EnqueueHostToDevice(aclrtStream stream, void* dst, std::vector<uint8_t> bytes) {
     RefuseInCapture(stream, "a host-to-device copy");
+    CountHostActivity(HostActivity::HostToDevice);
     HostBuffer b = AllocHost(bytes.size());
     std::memcpy(b.ptr, bytes.data(), bytes.size());
     const aclError rc = Live().memcpyAsync(dst, bytes.size(), b.ptr, bytes.size(), ACL_MEMCPY_HOST_TO_DEVICE, stream);
@@ -233,6 +235,7 @@ void EnqueueZero(aclrtStream stream, void* dst, uint64_t bytes) {
 void EnqueueDeviceRead(aclrtStream stream, const void* src, uint64_t bytes,
                        std::function<aclnnStatus(const uint8_t* host, std::string* message)> check) {
     RefuseInCapture(stream, "a host read of device data");
+    CountHostActivity(HostActivity::DeviceRead);
     HostBuffer b = AllocHost(bytes);
     const aclError rc = Live().memcpyAsync(b.ptr, bytes, src, bytes, ACL_MEMCPY_DEVICE_TO_HOST, stream);
     if (rc != ACL_SUCCESS) {
@@ -321,6 +324,7 @@ extern "C" aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutM
     const Acl& a = Runtime();
     if (!a.unavailable.empty()) return Fail(ACLNN_ERR_RUNTIME_ERROR, "camSynchronizeStream: " + a.unavailable);
     if (const aclnnStatus refused = CheckSynchronizeAllowed(stream)) return refused;
+    CountHostActivity(HostActivity::Synchronize);
     PendingTable& t = Pendings();
     size_t covered = 0;  // host work queued before this synchronize: the stream has passed its copies afterwards
     {

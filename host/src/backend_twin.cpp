@@ -34,6 +34,7 @@ constexpr double kUnlimitedSeconds = 86400.0;
 
 void EnqueueStreamTask(aclrtStream stream, std::function<aclnnStatus(std::string* message)> task) {
     RefuseInCapture(stream, "a host task on the stream");
+    CountHostActivity(HostActivity::HostTask);
     twin::EnqueueHostTask(stream, [task = std::move(task)] {
         std::string message;
         const aclnnStatus status = task(&message);
@@ -44,6 +45,7 @@ void EnqueueStreamTask(aclrtStream stream, std::function<aclnnStatus(std::string
 // Device memory is host memory on the twin: the copies are plain memcpy in stream order.
 void EnqueueHostToDevice(aclrtStream stream, void* dst, std::vector<uint8_t> bytes) {
     RefuseInCapture(stream, "a host-to-device copy");
+    CountHostActivity(HostActivity::HostToDevice);
     twin::EnqueueHostTask(stream, [dst, bytes = std::move(bytes)] { std::memcpy(dst, bytes.data(), bytes.size()); });
 }
 
@@ -54,6 +56,7 @@ void EnqueueZero(aclrtStream stream, void* dst, uint64_t bytes) {
 void EnqueueDeviceRead(aclrtStream stream, const void* src, uint64_t bytes,
                        std::function<aclnnStatus(const uint8_t* host, std::string* message)> check) {
     RefuseInCapture(stream, "a host read of device data");
+    CountHostActivity(HostActivity::DeviceRead);
     EnqueueStreamTask(stream, [src, bytes, check = std::move(check)](std::string* message) {
         std::vector<uint8_t> host(bytes);
         // The kernels publish with release order and the stream worker ran them before this task: a plain copy
@@ -151,6 +154,7 @@ extern "C" aclError camTwinAclrtDestroyStream(aclrtStream stream) {
 extern "C" aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutMs) {
     stream = cam::host::ResolveStream(stream);
     if (const aclnnStatus refused = cam::host::CheckSynchronizeAllowed(stream)) return refused;
+    cam::host::CountHostActivity(cam::host::HostActivity::Synchronize);
     const double seconds = timeoutMs < 0 ? cam::host::kUnlimitedSeconds : timeoutMs / 1000.0;
     cam::twin::StreamError error;
     if (!static_cast<cam::twin::Stream*>(stream)->Synchronize(seconds, &error)) {

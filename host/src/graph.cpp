@@ -3,6 +3,7 @@
 #include "graph.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -164,6 +165,7 @@ aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed) {
         for (const GraphData::StatusRecord& s : data->records) {
             kernels::DeviceStatusRecord record{};
             ReadDeviceNow(&record, s.record, sizeof(record));
+            CountHostActivity(HostActivity::DeviceRead);
             if (record.code == kernels::kDeviceStatusOk) continue;
             ZeroDeviceNow(s.record, sizeof(record));
             // The stream's own error is the one reported when there is one; the records are cleared regardless.
@@ -173,6 +175,12 @@ aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed) {
     }
     return status;
 }
+
+namespace {
+std::atomic<uint64_t> gActivity[5];
+}
+
+void CountHostActivity(HostActivity what) { gActivity[static_cast<int>(what)].fetch_add(1, std::memory_order_relaxed); }
 
 void ForgetCapture(aclrtStream stream) {
     Registry& r = Graphs();
@@ -289,6 +297,7 @@ extern "C" aclnnStatus camGraphLaunch(camGraph* graph, aclrtStream stream) {
             if (std::find(launched.begin(), launched.end(), g->data) == launched.end()) launched.push_back(g->data);
         }
         LaunchRecording(g->recording, stream, g->data);
+        CountHostActivity(HostActivity::GraphLaunch);
         return ACLNN_SUCCESS;
     });
 }
@@ -320,4 +329,12 @@ extern "C" aclnnStatus camGraphDestroy(camGraph* graph) {
         // of them ran, never under it, so destroy does not wait.
         return ACLNN_SUCCESS;
     });
+}
+
+extern "C" aclnnStatus camGetHostActivity(camHostActivity* activity) {
+    if (!activity) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camGetHostActivity: activity is null");
+    auto get = [](HostActivity w) { return gActivity[static_cast<int>(w)].load(std::memory_order_relaxed); };
+    *activity = {get(HostActivity::Synchronize), get(HostActivity::DeviceRead), get(HostActivity::HostToDevice),
+                 get(HostActivity::HostTask), get(HostActivity::GraphLaunch)};
+    return ACLNN_SUCCESS;
 }

@@ -32,6 +32,10 @@ bool CaptureStatusRecord(aclrtStream stream, const void* record, const char* op)
 // reported records are cleared (`streamFailed`: the stream's own error is reported instead).
 aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed);
 
+// Counters behind camGetHostActivity, bumped by the backends.
+enum class HostActivity { Synchronize, DeviceRead, HostToDevice, HostTask, GraphLaunch };
+void CountHostActivity(HostActivity what);
+
 // The stream is being destroyed: its capture (if any) is dropped.
 void ForgetCapture(aclrtStream stream);
 

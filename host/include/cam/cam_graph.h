@@ -65,6 +65,19 @@ CAM_API aclnnStatus camGraphInvalidate(camGraph* graph, const char* reason);
  * still run: the graph's pool is freed after the last of them, never under a running replay. */
 CAM_API aclnnStatus camGraphDestroy(camGraph* graph);
 
+/* Process-wide counts of the host's interactions with device work since load, for measuring what a replay saves
+ * (cam-bench ffn-loop): synchronizes, reads of device data by the host (stream-ordered read-backs and the status
+ * reads after a graph's synchronize), host-to-device copies, host tasks, kernel launches queued or recorded, graph
+ * launches. */
+typedef struct {
+    uint64_t synchronizes;
+    uint64_t deviceReads;
+    uint64_t hostToDeviceCopies;
+    uint64_t hostTasks;
+    uint64_t graphLaunches;
+} camHostActivity;
+CAM_API aclnnStatus camGetHostActivity(camHostActivity* activity);
+
 #ifdef __cplusplus
 }
 #endif
