@@ -333,3 +333,31 @@ def test_bench_ffn_loop_runs(tmp_path, capsys):
     assert r["replay_activity_per_item"]["synchronizes"] == 0.25
     assert r["eager_activity_per_item"]["synchronizes"] == 2
     assert "eager/replay" in capsys.readouterr().out
+
+
+def test_a_data_plane_op_in_a_capture_is_refused_whole():
+    """The data-plane ops still queue a host task (the communicator's status check): in a capture that is refused
+    at once, the capture is invalidated, and nothing the op queued runs (the peer's window stays untouched)."""
+    import sys
+    import os
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from _dataplane_harness import raise_first, run_ranks
+
+    t = cam.Topology(D=1, P=1, F=1, E=4, K=2, H=64, Bmax=8, L=3, slots=2)
+
+    def attention(comm):
+        x = torch.randn(4, 64).to(comm.dtype)
+        ids = torch.tensor([[0, 1], [2, 3], [1, -1], [0, 2]], dtype=torch.int32)
+        graph = cam.Graph()
+        with pytest.raises(cam.CaptureInvalidatedError, match="a host task on the stream") as ended:
+            with graph.capture(stream=comm.stream):
+                with pytest.raises(cam.CaptureInvalidatedError, match="a host task on the stream"):
+                    cam.ops.dispatch_send(comm, x, ids, 0)
+        assert "no graph was made" in str(ended.value)
+        comm.stream.synchronize(30.0)  # nothing of the refused op is queued: the stream is idle and clean
+        return comm.status()
+
+    results, errors = run_ranks(t, {0: attention}, timeout=60)
+    raise_first(errors)
+    assert results[0]["code"] == 0

@@ -25,8 +25,7 @@
 extern "C" {
 #endif
 
-#define CAM_ERR_CAPTURE_INVALIDATED 561207 /* a capture rule was broken; the capture is invalidated */
-#define CAM_ERR_GRAPH_INVALID 561208       /* the graph is destroyed, or a resource it uses was closed */
+/* Status codes CAM_ERR_CAPTURE_INVALIDATED and CAM_ERR_GRAPH_INVALID are in cam/cam_status.h. */
 
 /* Values as ACL's aclmdlRICaptureMode / aclmdlRICaptureStatus. GLOBAL: a forbidden call on any thread breaks
  * the capture; THREAD_LOCAL: only on the capturing thread; RELAXED: only on the capturing stream itself. */
