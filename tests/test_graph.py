@@ -337,7 +337,8 @@ def test_bench_ffn_loop_runs(tmp_path, capsys):
 
 def test_a_data_plane_op_in_a_capture_is_refused_whole():
     """The data-plane ops still queue a host task (the communicator's status check): in a capture that is refused
-    at once, the capture is invalidated, and nothing the op queued runs (the peer's window stays untouched)."""
+    at once, the capture is invalidated, nothing the op queued is left on the stream, and the communicator reports
+    no error."""
     import sys
     import os
 
