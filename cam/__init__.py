@@ -43,6 +43,8 @@ from .layer_weights import LayerWeights
 from .topology import Topology
 from .errors import (
     CamError,
+    CaptureInvalidatedError,
+    GraphInvalidError,
     CommAbortedError,
     CommProtocolError,
     CommTimeoutError,
@@ -55,6 +57,7 @@ from .errors import (
 _C._set_error_factory(errors.from_status)
 
 from .comm import Comm  # noqa: E402
+from .graph import Graph  # noqa: E402
 from . import ops, reference  # noqa: E402
 from . import _npu  # noqa: E402
 
@@ -86,16 +89,19 @@ __all__ = [
     "LayerWeights",
     "Topology",
     "Comm",
+    "Graph",
     "ops",
     "reference",
     "backend",
     "cmake_dir",
     "include_dir",
     "CamError",
+    "CaptureInvalidatedError",
     "CommAbortedError",
     "CommProtocolError",
     "CommTimeoutError",
     "DeviceArgumentError",
+    "GraphInvalidError",
     "InvalidArgumentError",
     "KernelFaultError",
     "SyncTimeoutError",

@@ -161,6 +161,14 @@ def run(launch, stream=None) -> None:
 
     if stream is None:
         stream = default_stream()
+    from .graph import capture_for  # the capture hook; imported here because cam.graph builds on this module
+
+    capture = capture_for(stream)
+    if capture is not None:
+        # Recorded, not run: workspace comes from the graph's pool and there is nothing to wait for (a synchronize
+        # would break the capture). The graph's replay synchronizes.
+        launch(stream, capture.allocate)
+        return
     bound = sync_timeout_s()
     with stream_lock(stream):
         if is_parked(stream):

@@ -40,6 +40,15 @@ class SyncTimeoutError(CamError, TimeoutError):
     """The host stopped waiting for a stream; the queued work is still running."""
 
 
+class CaptureInvalidatedError(CamError):
+    """A capture rule was broken (a synchronize, a host-sourced copy, a host read of device data, a host task or a
+    workspace that is not graph-owned, during a capture); the capture is invalidated and ending it fails."""
+
+
+class GraphInvalidError(CamError):
+    """The graph was destroyed or reset, or a resource it uses (a communicator) was closed."""
+
+
 # Exception class per status name; the codes come from the C headers through cam._C (cam/cam_status.h,
 # cam/acl_compat.h). A status without a class here raises CamError.
 _CLASS_BY_NAME = {
@@ -51,6 +60,8 @@ _CLASS_BY_NAME = {
     "CAM_ERR_KERNEL_FAULT": KernelFaultError,
     "CAM_ERR_SYNC_TIMEOUT": SyncTimeoutError,
     "CAM_ERR_COMM_PROTOCOL": CommProtocolError,
+    "CAM_ERR_CAPTURE_INVALIDATED": CaptureInvalidatedError,
+    "CAM_ERR_GRAPH_INVALID": GraphInvalidError,
 }
 
 

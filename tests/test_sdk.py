@@ -33,7 +33,7 @@ def test_sdk_program_builds_and_passes(source_root, tmp_path):
         check=True, timeout=300, capture_output=True,
     )
     subprocess.run([cmake, "--build", str(build)], check=True, timeout=300, capture_output=True)
-    for program in ("cam_sdk_test", "cam_sdk_gmm_test"):
+    for program in ("cam_sdk_test", "cam_sdk_gmm_test", "cam_sdk_graph_test"):
         result = subprocess.run([str(build / program)], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, program + ": " + result.stdout + result.stderr
         assert "PASSED" in result.stdout, program

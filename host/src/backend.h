@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cam/acl_compat.h"
+#include "cam/cam_graph.h"
 #include "cam/tiling/platform_info.h"
 
 namespace cam::host {
@@ -37,6 +39,28 @@ void EnqueueZero(aclrtStream stream, void* dst, uint64_t bytes);
 // (Ascend: aclrtMemcpyAsync device-to-host, then a host callback), whose status becomes the stream's error.
 void EnqueueDeviceRead(aclrtStream stream, const void* src, uint64_t bytes,
                        std::function<aclnnStatus(const uint8_t* host, std::string* message)> check);
+
+// Capture seam (graph.cpp holds the rules; the backend records and replays). A recording is what a capturing
+// stream produces; BeginRecording starts it (twin: the stream's tasks go to the recording; Ascend:
+// aclmdlRICaptureBegin), EndRecording stops it (Ascend: aclmdlRICaptureEnd) and, when `keep`, returns something
+// LaunchRecording can queue on a stream as one unit (Ascend: aclmdlRIExecuteAsync). `owner` is kept alive until
+// the launched work ran, so nothing it owns is freed under a running replay.
+struct Recording;
+std::shared_ptr<Recording> BeginRecording(aclrtStream stream, camCaptureMode mode);
+uint64_t RecordedOps(const Recording& recording);
+bool EndRecording(aclrtStream stream, const std::shared_ptr<Recording>& recording, bool keep, std::string* why);
+void LaunchRecording(const std::shared_ptr<Recording>& recording, aclrtStream stream, std::shared_ptr<void> owner);
+
+// Device memory a graph owns, zeroed (Ascend: aclrtMalloc + aclrtMemset); freed with FreeGraphMemory.
+void* AllocGraphMemory(uint64_t bytes);
+void FreeGraphMemory(void* memory);
+// Device memory that lives as long as the process, filled once from the host (Ascend: aclrtMalloc +
+// synchronous aclrtMemcpy, before any stream uses it).
+void* PersistentDeviceCopy(const std::vector<uint8_t>& bytes);
+// Copies device memory to the host; only after a synchronize of the streams that wrote it (Ascend: aclrtMemcpy).
+void ReadDeviceNow(void* host, const void* device, uint64_t bytes);
+// Zeroes device memory no stream is using (Ascend: aclrtMemset).
+void ZeroDeviceNow(void* device, uint64_t bytes);
 
 // Frequency of the device's system cycle counter (kernels measure their timeouts in it).
 uint64_t SystemCycleHz();

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -22,6 +23,7 @@
 
 #include "acl/acl.h"
 #include "backend.h"
+#include "graph.h"
 #include "cam/cam_platform.h"
 #include "cam/cam_status.h"
 #include "status.h"
@@ -39,6 +41,15 @@ struct Acl {
     decltype(&aclrtGetDevice) getDevice = nullptr;
     decltype(&aclGetDeviceCapability) getDeviceCapability = nullptr;
     decltype(&aclrtGetSocName) getSocName = nullptr;
+    // Graph capture (graph.cpp) and the memory graphs own.
+    decltype(&aclmdlRICaptureBegin) captureBegin = nullptr;
+    decltype(&aclmdlRICaptureEnd) captureEnd = nullptr;
+    decltype(&aclmdlRIExecuteAsync) executeAsync = nullptr;
+    decltype(&aclmdlRIDestroy) destroyModel = nullptr;
+    decltype(&aclrtMalloc) malloc = nullptr;
+    decltype(&aclrtFree) free = nullptr;
+    decltype(&aclrtMemcpy) memcpy = nullptr;
+    decltype(&aclrtMemset) memset = nullptr;
     std::string unavailable;  // why the runtime cannot be used; "" when it can
 };
 
@@ -67,7 +78,13 @@ const Acl& Runtime() {
                Resolve(lib, "aclrtMallocHost", &a.mallocHost, &why) && Resolve(lib, "aclrtFreeHost", &a.freeHost, &why) &&
                Resolve(lib, "aclrtGetDevice", &a.getDevice, &why) &&
                Resolve(lib, "aclGetDeviceCapability", &a.getDeviceCapability, &why) &&
-               Resolve(lib, "aclrtGetSocName", &a.getSocName, &why));
+               Resolve(lib, "aclrtGetSocName", &a.getSocName, &why) &&
+               Resolve(lib, "aclmdlRICaptureBegin", &a.captureBegin, &why) &&
+               Resolve(lib, "aclmdlRICaptureEnd", &a.captureEnd, &why) &&
+               Resolve(lib, "aclmdlRIExecuteAsync", &a.executeAsync, &why) &&
+               Resolve(lib, "aclmdlRIDestroy", &a.destroyModel, &why) && Resolve(lib, "aclrtMalloc", &a.malloc, &why) &&
+               Resolve(lib, "aclrtFree", &a.free, &why) && Resolve(lib, "aclrtMemcpy", &a.memcpy, &why) &&
+               Resolve(lib, "aclrtMemset", &a.memset, &why));
         return a;
     }();
     return acl;
@@ -193,10 +210,14 @@ const aclrtLaunchKernelCfg& SyncAllLaunchConfig() {
 aclrtStream ResolveStream(aclrtStream stream) { return stream; }  // ACL itself takes null as the default stream
 
 void EnqueueStreamTask(aclrtStream stream, std::function<aclnnStatus(std::string* message)> task) {
+    RefuseInCapture(stream, "a host task on the stream");
+    CountHostActivity(HostActivity::HostTask);
     Defer(stream, Pending{HostBuffer{}, std::move(task)});
 }
 
 void EnqueueHostToDevice(aclrtStream stream, void* dst, std::vector<uint8_t> bytes) {
+    RefuseInCapture(stream, "a host-to-device copy");
+    CountHostActivity(HostActivity::HostToDevice);
     HostBuffer b = AllocHost(bytes.size());
     std::memcpy(b.ptr, bytes.data(), bytes.size());
     const aclError rc = Live().memcpyAsync(dst, bytes.size(), b.ptr, bytes.size(), ACL_MEMCPY_HOST_TO_DEVICE, stream);
@@ -213,6 +234,8 @@ void EnqueueZero(aclrtStream stream, void* dst, uint64_t bytes) {
 
 void EnqueueDeviceRead(aclrtStream stream, const void* src, uint64_t bytes,
                        std::function<aclnnStatus(const uint8_t* host, std::string* message)> check) {
+    RefuseInCapture(stream, "a host read of device data");
+    CountHostActivity(HostActivity::DeviceRead);
     HostBuffer b = AllocHost(bytes);
     const aclError rc = Live().memcpyAsync(b.ptr, bytes, src, bytes, ACL_MEMCPY_DEVICE_TO_HOST, stream);
     if (rc != ACL_SUCCESS) {
@@ -222,6 +245,72 @@ void EnqueueDeviceRead(aclrtStream stream, const void* src, uint64_t bytes,
     const uint8_t* host = static_cast<const uint8_t*>(b.ptr);
     Defer(stream, Pending{b, [host, check = std::move(check)](std::string* message) { return check(host, message); }});
 }
+
+// cam's capture modes are ACL's (cam/cam_graph.h promises the same values).
+static_assert(static_cast<int>(CAM_CAPTURE_MODE_GLOBAL) == ACL_MODEL_RI_CAPTURE_MODE_GLOBAL &&
+              static_cast<int>(CAM_CAPTURE_MODE_THREAD_LOCAL) == ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL &&
+              static_cast<int>(CAM_CAPTURE_MODE_RELAXED) == ACL_MODEL_RI_CAPTURE_MODE_RELAXED &&
+              static_cast<int>(CAM_CAPTURE_STATUS_NONE) == ACL_MODEL_RI_CAPTURE_STATUS_NONE &&
+              static_cast<int>(CAM_CAPTURE_STATUS_ACTIVE) == ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE &&
+              static_cast<int>(CAM_CAPTURE_STATUS_INVALIDATED) == ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
+              "camCaptureMode / camCaptureStatus differ from acl_mdl.h");
+
+// A recording is the model runtime instance ACL's capture builds; the runtime records what the stream is given.
+struct Recording {
+    aclmdlRI model = nullptr;
+    ~Recording() {
+        if (model) Runtime().destroyModel(model);
+    }
+};
+
+std::shared_ptr<Recording> BeginRecording(aclrtStream stream, camCaptureMode mode) {
+    Check(Live().captureBegin(stream, static_cast<aclmdlRICaptureMode>(mode)), "aclmdlRICaptureBegin");
+    return std::make_shared<Recording>();
+}
+
+uint64_t RecordedOps(const Recording&) { return 0; }  // ACL does not say; the twin counts its tasks
+
+bool EndRecording(aclrtStream stream, const std::shared_ptr<Recording>& recording, bool keep, std::string* why) {
+    aclmdlRI model = nullptr;
+    const aclError rc = Live().captureEnd(stream, &model);
+    if (rc != ACL_SUCCESS) {
+        *why = "aclmdlRICaptureEnd failed with ACL error " + std::to_string(rc);
+        return false;
+    }
+    if (keep) {
+        recording->model = model;
+    } else if (model) {
+        Live().destroyModel(model);  // an invalidated capture leaves no graph
+    }
+    return true;
+}
+
+void LaunchRecording(const std::shared_ptr<Recording>& recording, aclrtStream stream, std::shared_ptr<void> owner) {
+    Check(Live().executeAsync(recording->model, stream), "aclmdlRIExecuteAsync");
+    // The model and the graph's memory stay alive until a synchronize has seen the stream pass this launch.
+    Defer(stream, Pending{HostBuffer{}, [recording, owner = std::move(owner)](std::string*) { return ACLNN_SUCCESS; }});
+}
+
+void* AllocGraphMemory(uint64_t bytes) {
+    void* p = nullptr;
+    Check(Live().malloc(&p, bytes, ACL_MEM_MALLOC_HUGE_FIRST), "aclrtMalloc");
+    Check(Live().memset(p, bytes, 0, bytes), "aclrtMemset");
+    return p;
+}
+
+void FreeGraphMemory(void* memory) { Runtime().free(memory); }
+
+void* PersistentDeviceCopy(const std::vector<uint8_t>& bytes) {
+    void* p = AllocGraphMemory(bytes.size() ? bytes.size() : 1);
+    Check(Live().memcpy(p, bytes.size(), bytes.data(), bytes.size(), ACL_MEMCPY_HOST_TO_DEVICE), "aclrtMemcpy");
+    return p;
+}
+
+void ReadDeviceNow(void* host, const void* device, uint64_t bytes) {
+    Check(Live().memcpy(host, bytes, device, bytes, ACL_MEMCPY_DEVICE_TO_HOST), "aclrtMemcpy(device to host)");
+}
+
+void ZeroDeviceNow(void* device, uint64_t bytes) { Check(Live().memset(device, bytes, 0, bytes), "aclrtMemset"); }
 
 // The platforms in scope count GetSystemCycle at 50 MHz (docs/ascend.md).
 uint64_t SystemCycleHz() { return 50'000'000; }
@@ -234,6 +323,8 @@ extern "C" aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutM
     using namespace cam::host;
     const Acl& a = Runtime();
     if (!a.unavailable.empty()) return Fail(ACLNN_ERR_RUNTIME_ERROR, "camSynchronizeStream: " + a.unavailable);
+    if (const aclnnStatus refused = CheckSynchronizeAllowed(stream)) return refused;
+    CountHostActivity(HostActivity::Synchronize);
     PendingTable& t = Pendings();
     size_t covered = 0;  // host work queued before this synchronize: the stream has passed its copies afterwards
     {
@@ -268,11 +359,15 @@ extern "C" aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutM
         }
         if (p.buffer.ptr) a.freeHost(p.buffer.ptr);
     }
+    // Status records of graphs launched since the last synchronize: read here, once (graph.cpp).
+    const aclnnStatus graphs = Guarded("camSynchronizeStream", [&] {
+        return CheckLaunchedGraphs(stream, rc != ACL_SUCCESS || first != ACLNN_SUCCESS);
+    });
     if (rc != ACL_SUCCESS)
         return Fail(CAM_ERR_KERNEL_FAULT, "the stream failed with ACL error " + std::to_string(rc) +
                                               " (aclrtSynchronizeStreamWithTimeout)");
     if (first != ACLNN_SUCCESS) return Fail(first, firstMessage);
-    return ACLNN_SUCCESS;
+    return graphs;
 }
 
 extern "C" const char* camBackendName(void) { return "ascend"; }

@@ -1,10 +1,13 @@
 // Twin backend: streams are twin::Stream worker queues (null: a process-wide default stream); the platform is the
 // twin's platform description.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "backend.h"
+#include "graph.h"
 #include "cam/cam_platform.h"
 #include "status.h"
 #include "twin/launch.h"
@@ -32,6 +35,8 @@ constexpr double kUnlimitedSeconds = 86400.0;
 }  // namespace
 
 void EnqueueStreamTask(aclrtStream stream, std::function<aclnnStatus(std::string* message)> task) {
+    RefuseInCapture(stream, "a host task on the stream");
+    CountHostActivity(HostActivity::HostTask);
     twin::EnqueueHostTask(stream, [task = std::move(task)] {
         std::string message;
         const aclnnStatus status = task(&message);
@@ -41,6 +46,8 @@ void EnqueueStreamTask(aclrtStream stream, std::function<aclnnStatus(std::string
 
 // Device memory is host memory on the twin: the copies are plain memcpy in stream order.
 void EnqueueHostToDevice(aclrtStream stream, void* dst, std::vector<uint8_t> bytes) {
+    RefuseInCapture(stream, "a host-to-device copy");
+    CountHostActivity(HostActivity::HostToDevice);
     twin::EnqueueHostTask(stream, [dst, bytes = std::move(bytes)] { std::memcpy(dst, bytes.data(), bytes.size()); });
 }
 
@@ -50,6 +57,8 @@ void EnqueueZero(aclrtStream stream, void* dst, uint64_t bytes) {
 
 void EnqueueDeviceRead(aclrtStream stream, const void* src, uint64_t bytes,
                        std::function<aclnnStatus(const uint8_t* host, std::string* message)> check) {
+    RefuseInCapture(stream, "a host read of device data");
+    CountHostActivity(HostActivity::DeviceRead);
     EnqueueStreamTask(stream, [src, bytes, check = std::move(check)](std::string* message) {
         std::vector<uint8_t> host(bytes);
         // The kernels publish with release order and the stream worker ran them before this task: a plain copy
@@ -58,6 +67,63 @@ void EnqueueDeviceRead(aclrtStream stream, const void* src, uint64_t bytes,
         return check(host.data(), message);
     });
 }
+
+// A recording is the tasks the capturing stream would have run; a replay runs them in order as one task, so the
+// first failing one stops the rest and becomes the stream's error, as a failing kernel of a graph does.
+struct Recording {
+    std::mutex mutex;
+    std::vector<std::function<void()>> tasks;
+};
+
+std::shared_ptr<Recording> BeginRecording(aclrtStream stream, camCaptureMode) {
+    auto recording = std::make_shared<Recording>();
+    static_cast<twin::Stream*>(stream)->SetCaptureSink([r = recording.get()](std::function<void()> task) {
+        std::lock_guard<std::mutex> lock(r->mutex);
+        r->tasks.push_back(std::move(task));
+    });
+    return recording;
+}
+
+uint64_t RecordedOps(const Recording& recording) {
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(recording.mutex));
+    return recording.tasks.size();
+}
+
+bool EndRecording(aclrtStream stream, const std::shared_ptr<Recording>& recording, bool keep, std::string*) {
+    static_cast<twin::Stream*>(stream)->SetCaptureSink({});
+    if (!keep) {
+        std::lock_guard<std::mutex> lock(recording->mutex);
+        recording->tasks.clear();
+    }
+    return true;
+}
+
+void LaunchRecording(const std::shared_ptr<Recording>& recording, aclrtStream stream, std::shared_ptr<void> owner) {
+    twin::EnqueueHostTask(stream, [recording, owner = std::move(owner)] {
+        for (const std::function<void()>& task : recording->tasks) task();
+    });
+}
+
+// Device memory is host memory on the twin; 512-byte aligned like the device allocator's blocks.
+void* AllocGraphMemory(uint64_t bytes) {
+    const uint64_t rounded = (bytes + 511) / 512 * 512;
+    void* p = std::aligned_alloc(512, rounded);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, rounded);
+    return p;
+}
+
+void FreeGraphMemory(void* memory) { std::free(memory); }
+
+void* PersistentDeviceCopy(const std::vector<uint8_t>& bytes) {
+    void* p = AllocGraphMemory(bytes.size() ? bytes.size() : 1);
+    std::memcpy(p, bytes.data(), bytes.size());
+    return p;
+}
+
+void ReadDeviceNow(void* host, const void* device, uint64_t bytes) { std::memcpy(host, device, bytes); }
+
+void ZeroDeviceNow(void* device, uint64_t bytes) { std::memset(device, 0, bytes); }
 
 uint64_t SystemCycleHz() { return twin::ActivePlatform().systemCycleHz; }
 
@@ -79,20 +145,28 @@ extern "C" aclError camTwinAclrtCreateStream(aclrtStream* stream) {
 }
 
 extern "C" aclError camTwinAclrtDestroyStream(aclrtStream stream) {
+    if (stream) {
+        static_cast<cam::twin::Stream*>(stream)->SetCaptureSink({});  // a capture dies with its stream
+        cam::host::ForgetCapture(stream);
+    }
     delete static_cast<cam::twin::Stream*>(stream);  // null (the default stream) is never destroyed
     return ACL_SUCCESS;
 }
 
 extern "C" aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutMs) {
     stream = cam::host::ResolveStream(stream);
+    if (const aclnnStatus refused = cam::host::CheckSynchronizeAllowed(stream)) return refused;
+    cam::host::CountHostActivity(cam::host::HostActivity::Synchronize);
     const double seconds = timeoutMs < 0 ? cam::host::kUnlimitedSeconds : timeoutMs / 1000.0;
     cam::twin::StreamError error;
     if (!static_cast<cam::twin::Stream*>(stream)->Synchronize(seconds, &error)) {
         return Fail(CAM_ERR_SYNC_TIMEOUT,
                     "stream did not finish within " + std::to_string(timeoutMs) + " ms (its work continues)");
     }
+    // Status records of graphs launched since the last synchronize: read here, once, never by a host task.
+    const aclnnStatus graphs = cam::host::CheckLaunchedGraphs(stream, error.code != 0);
     if (error.code != 0) return Fail(cam::host::StatusOfTaskCode(error.code), error.message);
-    return ACLNN_SUCCESS;
+    return graphs;
 }
 
 extern "C" aclError camTwinAclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backend.h"
+#include "graph.h"
 #include "cam/cam_status.h"
 
 namespace cam::host {
@@ -60,10 +61,13 @@ std::string DescribeDeviceStatus(const char* op, const kernels::DeviceStatusReco
 }
 
 void EnqueueDeviceStatusReset(aclrtStream stream, void* record) {
+    // In a capture the record is in the graph's zeroed pool and stays sticky across replays (docs/graph.md).
+    if (CaptureStatusRecord(stream, nullptr, nullptr)) return;
     EnqueueZero(stream, record, kernels::kDeviceStatusBytes);
 }
 
 void EnqueueDeviceStatusCheck(aclrtStream stream, const void* record, const char* op) {
+    if (CaptureStatusRecord(stream, record, op)) return;  // read after the synchronize that follows a launch
     EnqueueDeviceRead(stream, record, kernels::kDeviceStatusBytes, [op](const uint8_t* host, std::string* message) {
         const kernels::DeviceStatusRecord r = Parse(host);
         if (r.code == kernels::kDeviceStatusOk) return ACLNN_SUCCESS;

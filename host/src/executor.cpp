@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "backend.h"
+#include "graph.h"
 #include "status.h"
 
 namespace cam::host {
@@ -59,7 +60,11 @@ aclnnStatus RunExecutor(const char* api, const char* op, void* workspace, uint64
         return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": workspace of " + std::to_string(workspaceSize) +
                                                  " bytes, the op needs " + std::to_string(owned->workspaceSize));
     }
-    return Guarded(api, [&] { return owned->launch(workspace, ResolveStream(stream)); });
+    return Guarded(api, [&] {
+        const aclrtStream resolved = ResolveStream(stream);
+        CheckCaptureWorkspace(resolved, workspace, workspaceSize, api);
+        return owned->launch(workspace, resolved);
+    });
 }
 
 }  // namespace cam::host

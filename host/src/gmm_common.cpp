@@ -1,6 +1,10 @@
 #include "gmm_common.h"
 
+#include "backend.h"
+
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "common/device_status.h"
@@ -75,10 +79,26 @@ GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n) {
     constexpr uint64_t kAlign = 512;
     GmmWorkspace w;
     w.status = 0;
-    w.table = kernels::AlignUp(kernels::kDeviceStatusBytes, kAlign);
-    w.acc = kernels::AlignUp(w.table + 16 * static_cast<uint64_t>(layers), kAlign);
+    (void)layers;  // the address table is persistent (PersistentGmmTable), not in the workspace
+    w.acc = kernels::AlignUp(kernels::kDeviceStatusBytes, kAlign);
     w.bytes = kernels::AlignUp(w.acc + 4 * static_cast<uint64_t>(m) * static_cast<uint64_t>(n), kAlign);
     return w;
+}
+
+uint8_t* PersistentGmmTable(const GmmArgs& a) {
+    // Keyed by content: the table holds nothing but addresses, so two weight sets with the same addresses share
+    // one table and a table can never go stale. Built once per weight set, at its first call (an
+    // eager warm-up call before a capture, docs/graph.md), and never freed: a graph may hold its address for life.
+    static std::mutex mutex;
+    static auto* tables = new std::map<std::string, uint8_t*>();
+    const std::vector<uint8_t> bytes = GmmAddressTable(a);
+    std::string key(bytes.begin(), bytes.end());
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = tables->find(key);
+    if (it != tables->end()) return it->second;
+    auto* table = static_cast<uint8_t*>(PersistentDeviceCopy(bytes));
+    tables->emplace(std::move(key), table);
+    return table;
 }
 
 std::vector<uint8_t> GmmAddressTable(const GmmArgs& a) {

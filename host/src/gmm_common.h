@@ -23,10 +23,9 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
                            const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType,
                            GmmArgs* out);
 
-// Workspace: [status record | address table (2L uint64) | int32 accumulator M x N], each 512-byte aligned.
+// Workspace: [status record | int32 accumulator M x N], each 512-byte aligned.
 struct GmmWorkspace {
     uint64_t status = 0;
-    uint64_t table = 0;
     uint64_t acc = 0;
     uint64_t bytes = 0;
 };
@@ -34,5 +33,9 @@ GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n);
 
 // Table the kernels index with the device's layer_index: weights[0..L), then scales[0..L).
 std::vector<uint8_t> GmmAddressTable(const GmmArgs& args);
+
+// The same table in persistent device memory, built at the first call for a weight set and shared by every later
+// call and replay: no host copy per call (and none inside a capture, where a host-sourced copy is refused).
+uint8_t* PersistentGmmTable(const GmmArgs& args);
 
 }  // namespace cam::host

@@ -42,16 +42,15 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y,
         auto ex = std::make_unique<Executor>("gmm_multi_layer");
         ex->workspaceSize = ws.bytes;
         // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
-        ex->launch = [tiling, ws, table = GmmAddressTable(a), y = a.x.data, gl = a.groupList.data,
+        ex->launch = [tiling, ws, table = PersistentGmmTable(a), y = a.x.data, gl = a.groupList.data,
                       li = a.layerIndex.data, ys = a.xScale.data, o = ov.data](void* workspace,
                                                                                 aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);
-            EnqueueHostToDevice(stream, base + ws.table, table);
             EnqueueDeviceStatusReset(stream, base + ws.status);
-            cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, y, gl, li, base + ws.table, base + ws.acc,
+            cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, y, gl, li, table, base + ws.acc,
                                             base + ws.status, tiling.cube);
             cam::kernels::LaunchGmmMultiLayerEpilogue(tiling.blockDim, stream, base + ws.acc, ys, gl, li,
-                                                      base + ws.table, o, base + ws.status, tiling);
+                                                      table, o, base + ws.status, tiling);
             EnqueueDeviceStatusCheck(stream, base + ws.status, "gmm_multi_layer");
             return ACLNN_SUCCESS;
         };

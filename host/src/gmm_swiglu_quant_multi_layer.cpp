@@ -47,16 +47,15 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
         auto ex = std::make_unique<Executor>("gmm_swiglu_quant_multi_layer");
         ex->workspaceSize = ws.bytes;
         // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
-        ex->launch = [tiling, ws, table = GmmAddressTable(a), xd = a.x.data, gl = a.groupList.data,
+        ex->launch = [tiling, ws, table = PersistentGmmTable(a), xd = a.x.data, gl = a.groupList.data,
                       li = a.layerIndex.data, xs = a.xScale.data, yd = yv.data, ysd = sv.data](void* workspace,
                                                                                                 aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);
-            EnqueueHostToDevice(stream, base + ws.table, table);
             EnqueueDeviceStatusReset(stream, base + ws.status);
-            cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, xd, gl, li, base + ws.table, base + ws.acc,
+            cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, xd, gl, li, table, base + ws.acc,
                                             base + ws.status, tiling.cube);
             cam::kernels::LaunchGmmSwigluQuantEpilogue(tiling.blockDim, stream, base + ws.acc, xs, gl, li,
-                                                       base + ws.table, yd, ysd, base + ws.status, tiling);
+                                                       table, yd, ysd, base + ws.status, tiling);
             EnqueueDeviceStatusCheck(stream, base + ws.status, "gmm_swiglu_quant_multi_layer");
             return ACLNN_SUCCESS;
         };

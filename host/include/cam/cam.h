@@ -13,5 +13,6 @@
 #include "cam/aclnn_cam_combine_recv.h"
 #include "cam/aclnn_cam_gmm_multi_layer.h"
 #include "cam/aclnn_cam_gmm_swiglu_quant_multi_layer.h"
+#include "cam/cam_graph.h"
 
 #endif

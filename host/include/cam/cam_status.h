@@ -21,6 +21,8 @@ extern "C" {
 #define CAM_ERR_KERNEL_FAULT 561204    /* the kernel broke a hardware rule (twin) or crashed */
 #define CAM_ERR_SYNC_TIMEOUT 561205    /* the host gave up waiting for the stream; the work goes on */
 #define CAM_ERR_COMM_BUSY 561206       /* camCommDestroy refused: ops of the communicator are queued or running */
+#define CAM_ERR_CAPTURE_INVALIDATED 561207 /* a capture rule was broken; the capture is invalidated (cam_graph.h) */
+#define CAM_ERR_GRAPH_INVALID 561208 /* the graph was destroyed, or invalidated (a resource it uses was closed) */
 #define CAM_ERR_COMM_PROTOCOL 561210   /* data-plane state broke an invariant (docs/protocol.md §9); comm unusable */
 
 /* Message of the last failing cam call on this thread ("" if none). Valid until the next failing call. */

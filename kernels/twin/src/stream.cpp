@@ -19,9 +19,18 @@ Stream::~Stream() {
 void Stream::Enqueue(std::function<void()> task) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
+        if (captureSink_) {
+            captureSink_(std::move(task));
+            return;
+        }
         tasks_.push_back(std::move(task));
     }
     wake_.notify_one();
+}
+
+void Stream::SetCaptureSink(std::function<void(std::function<void()>)> sink) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    captureSink_ = std::move(sink);
 }
 
 bool Stream::Synchronize(double timeoutSeconds, StreamError* error) {

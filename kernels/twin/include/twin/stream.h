@@ -37,6 +37,11 @@ public:
     // The task runs on the worker; an exception it throws becomes the stream's error and later tasks are skipped.
     void Enqueue(std::function<void()> task);
 
+    // Stream capture (host/src/graph_twin.cpp): while a sink is set, Enqueue hands each task to it instead of
+    // queueing it, so a capturing stream records what it would have run, as a capturing NPU stream does. An empty
+    // sink ends the redirection.
+    void SetCaptureSink(std::function<void(std::function<void()>)> sink);
+
     // Waits until every task enqueued so far has run, at most timeoutSeconds. Returns false on timeout (the work
     // goes on). On return the first error since the last Synchronize, if any, is moved into *error.
     bool Synchronize(double timeoutSeconds, StreamError* error);
@@ -51,6 +56,7 @@ private:
     bool running_ = false;  // a task is executing
     bool stopping_ = false;
     StreamError error_;
+    std::function<void(std::function<void()>)> captureSink_;
     std::thread worker_;
 };
 

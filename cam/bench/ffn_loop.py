@@ -1,0 +1,118 @@
+"""cam-bench ffn-loop: host cost per FFN work item (W1 -> W2 on one FFN rank's receive buffer), eager calls vs the
+same chain captured once in a cam.Graph and replayed, in one run.
+
+The measure is the calling thread's CPU time (time.thread_time), not wall time: the question is how much host work
+an item costs, and a thread blocked in a synchronize uses none. Beside it, the C library's own counts of host
+synchronizes, host reads of device data and host-to-device copies per item (camGetHostActivity). Eager mode
+synchronizes after every op (torch CPU semantics) and reads each op's status record back; replay mode launches the
+graph once per item and synchronizes once per --batch items (the status records are read at that synchronize, not
+per item). The target (issue 14) is replay >= 5x less host CPU per item and 0 reads per item."""
+
+import time
+
+import torch
+
+from .common import print_table, write_json
+
+# A scaled DeepSeek-like FFN rank (as cam-bench gmm): hidden, moe intermediate, local experts, layers.
+_HIDDEN, _INTER, _EXPERTS, _LAYERS = 1024, 256, 8, 3
+
+
+def _weights(g, k, n):
+    ws = [torch.randint(-128, 128, (_EXPERTS, k, n), generator=g, dtype=torch.int8) for _ in range(_LAYERS)]
+    ss = [torch.rand(_EXPERTS, n, generator=g) * 1e-2 + 1e-3 for _ in range(_LAYERS)]
+    import cam
+
+    return cam.LayerWeights(ws, ss)
+
+
+def _activity():
+    from cam import _C
+
+    return _C.host_activity()
+
+
+def _per_item(before: dict, after: dict, items: int) -> dict:
+    return {k: (after[k] - before[k]) / items for k in before}
+
+
+def _measure(step, items: int) -> tuple[float, dict]:
+    before = _activity()
+    t0 = time.thread_time()
+    for _ in range(items):
+        step()
+    cpu = time.thread_time() - t0
+    return cpu / items, _per_item(before, _activity(), items)
+
+
+def _run(args) -> int:
+    import cam
+
+    g = torch.Generator().manual_seed(7)
+    w1 = _weights(g, _HIDDEN, 2 * _INTER)
+    w2 = _weights(g, _INTER, _HIDDEN)
+    m = args.rows
+    x = torch.randint(-128, 128, (m, _HIDDEN), generator=g, dtype=torch.int8)
+    xs = torch.rand(m, generator=g) * 1e-2 + 1e-3
+    counts = [m // _EXPERTS] * _EXPERTS
+    counts[-1] += m - sum(counts)
+    gl = torch.tensor(counts if not args.idle else [0] * _EXPERTS, dtype=torch.int64)
+    li = torch.tensor([1], dtype=torch.int64)
+    y = torch.empty(m, _INTER, dtype=torch.int8)
+    ys = torch.empty(m)
+    out = torch.empty(m, _HIDDEN, dtype=torch.bfloat16)
+
+    def eager():
+        cam.ops.gmm_swiglu_quant_multi_layer(x, xs, w1, gl, li, 1, out=(y, ys))
+        cam.ops.gmm_multi_layer(y, ys, w2, gl, li, 1, out=out)
+
+    eager()  # warm-up (builds the persistent address tables)
+    want = out.clone()
+    graph = cam.Graph()
+    with graph.capture():
+        eager()
+    graph.replay()
+    if not torch.equal(out.view(torch.int16), want.view(torch.int16)):
+        raise RuntimeError("replay output differs from eager output: the benchmark would compare different work")
+
+    results, rows = [], []
+    for rep in range(args.rounds):
+        e_cpu, e_act = _measure(eager, args.items)
+        batches = max(1, args.items // args.batch)
+        before = _activity()
+        t0 = time.thread_time()
+        for _ in range(batches):
+            for _ in range(args.batch):
+                graph.replay(synchronize=False)
+            graph.synchronize()
+        r_cpu = (time.thread_time() - t0) / (batches * args.batch)
+        r_act = _per_item(before, _activity(), batches * args.batch)
+        results.append({"round": rep, "eager_cpu_s_per_item": e_cpu, "replay_cpu_s_per_item": r_cpu,
+                        "eager_over_replay": e_cpu / r_cpu, "eager_activity_per_item": e_act,
+                        "replay_activity_per_item": r_act})
+        rows.append([rep, f"{e_cpu * 1e6:.0f}", f"{r_cpu * 1e6:.0f}", f"{e_cpu / r_cpu:.1f}",
+                     f"{e_act['synchronizes']:.2f}/{r_act['synchronizes']:.3f}",
+                     f"{e_act['device_reads']:.2f}/{r_act['device_reads']:.3f}",
+                     f"{e_act['host_to_device_copies']:.2f}/{r_act['host_to_device_copies']:.3f}"])
+    graph.reset()
+    print_table(
+        f"ffn-loop (W1 -> W2, M={m}, {'idle items' if args.idle else 'busy items'}) on backend '{cam.backend()}': "
+        f"host CPU per item (thread_time), eager vs replay (one synchronize per {args.batch} replays)",
+        ["round", "eager us/item", "replay us/item", "eager/replay", "syncs e/r", "dev reads e/r", "h2d copies e/r"],
+        rows,
+    )
+    write_json(args.json, "ffn-loop", results, rows_per_item=m, hidden=_HIDDEN, inter=_INTER,
+               experts=_EXPERTS, layers=_LAYERS, batch=args.batch, idle=args.idle,
+               measure="calling thread CPU seconds per item (time.thread_time); activity from camGetHostActivity")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("ffn-loop", help="host CPU per FFN work item, eager vs captured replay")
+    p.add_argument("--json", metavar="PATH", help="write results as JSON")
+    p.add_argument("--rows", type=int, default=128, help="rows per work item (receive capacity, default 128)")
+    p.add_argument("--items", type=int, default=64, help="work items per measurement (default 64)")
+    p.add_argument("--batch", type=int, default=16, help="replays per synchronize in replay mode (default 16)")
+    p.add_argument("--rounds", type=int, default=3, help="measurement rounds (default 3)")
+    p.add_argument("--idle", action="store_true", help="empty work items (all counts zero)")
+    p.set_defaults(run=_run)

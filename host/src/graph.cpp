@@ -1,0 +1,340 @@
+// Stream capture and graphs, backend-neutral: the capture registry, the rules (docs/graph.md), the graph-owned
+// pool and the status records read after a launch. The recording itself is the backend's (backend.h).
+#include "graph.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "backend.h"
+#include "device_status.h"
+#include "status.h"
+
+namespace cam::host {
+
+namespace {
+
+// What a graph owns; shared with every replay in flight, so it is freed only after the last one ran.
+struct GraphData {
+    struct Block {
+        void* base;
+        uint64_t bytes;
+    };
+    std::vector<Block> pool;
+    struct StatusRecord {
+        void* record;
+        const char* op;  // a string literal
+    };
+    std::vector<StatusRecord> records;
+    ~GraphData() {
+        for (const Block& b : pool) FreeGraphMemory(b.base);
+    }
+};
+
+struct Capture {
+    camCaptureMode mode;
+    std::thread::id thread;
+    camCaptureStatus status = CAM_CAPTURE_STATUS_ACTIVE;
+    std::string broken;  // the first rule broken
+    std::shared_ptr<Recording> recording;
+    std::shared_ptr<GraphData> data = std::make_shared<GraphData>();
+};
+
+struct Graph {
+    std::shared_ptr<Recording> recording;
+    std::shared_ptr<GraphData> data;
+    std::string invalid;  // non-empty: why it may not launch any more
+};
+
+struct Registry {
+    std::mutex mutex;
+    std::map<aclrtStream, Capture> captures;
+    std::unordered_map<uintptr_t, std::shared_ptr<Graph>> graphs;
+    uintptr_t next = 0x20000;  // handles are never reused, so a destroyed one cannot name a newer graph
+    std::map<aclrtStream, std::vector<std::shared_ptr<GraphData>>> launched;  // since the last synchronize
+};
+
+Registry& Graphs() {
+    static Registry* const registry = new Registry();  // outlives static destruction, as the executor registry
+    return *registry;
+}
+
+const char* ModeName(camCaptureMode mode) {
+    switch (mode) {
+        case CAM_CAPTURE_MODE_GLOBAL: return "GLOBAL";
+        case CAM_CAPTURE_MODE_THREAD_LOCAL: return "THREAD_LOCAL";
+        default: return "RELAXED";
+    }
+}
+
+// Registry lock held.
+void Invalidate(Capture& c, const std::string& what) {
+    if (c.status == CAM_CAPTURE_STATUS_ACTIVE) {
+        c.status = CAM_CAPTURE_STATUS_INVALIDATED;
+        c.broken = what;
+    }
+}
+
+std::string Broken(const std::string& what) {
+    return what + " is not allowed while the stream captures; the capture is invalidated "
+                  "(camStreamEndCapture will fail)";
+}
+
+std::shared_ptr<Graph> FindGraph(Registry& r, camGraph* handle) {
+    auto it = r.graphs.find(reinterpret_cast<uintptr_t>(handle));
+    return it == r.graphs.end() ? nullptr : it->second;
+}
+
+}  // namespace
+
+void RefuseInCapture(aclrtStream stream, const char* what) {
+    Registry& r = Graphs();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto it = r.captures.find(stream);
+    if (it == r.captures.end()) return;
+    Invalidate(it->second, what);
+    throw StatusException(CAM_ERR_CAPTURE_INVALIDATED, Broken(what));
+}
+
+aclnnStatus CheckSynchronizeAllowed(aclrtStream stream) {
+    Registry& r = Graphs();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    std::string refused;
+    for (auto& [s, c] : r.captures) {
+        const bool hit = s == stream || c.mode == CAM_CAPTURE_MODE_GLOBAL ||
+                         (c.mode == CAM_CAPTURE_MODE_THREAD_LOCAL && c.thread == std::this_thread::get_id());
+        if (!hit) continue;
+        const std::string what = s == stream ? std::string("a synchronize of the capturing stream")
+                                             : std::string("a synchronize of another stream during a ") +
+                                                   ModeName(c.mode) + " capture";
+        Invalidate(c, what);
+        if (refused.empty()) refused = what;
+    }
+    if (refused.empty()) return ACLNN_SUCCESS;
+    return Fail(CAM_ERR_CAPTURE_INVALIDATED, "camSynchronizeStream: " + Broken(refused));
+}
+
+void CheckCaptureWorkspace(aclrtStream stream, const void* workspace, uint64_t bytes, const char* api) {
+    if (bytes == 0) return;
+    Registry& r = Graphs();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto it = r.captures.find(stream);
+    if (it == r.captures.end()) return;
+    const auto* p = static_cast<const uint8_t*>(workspace);
+    for (const GraphData::Block& b : it->second.data->pool) {
+        const auto* base = static_cast<const uint8_t*>(b.base);
+        if (p >= base && p <= base + b.bytes && bytes <= static_cast<uint64_t>(base + b.bytes - p)) return;
+    }
+    const std::string what = std::string(api) +
+                             " with a workspace that is not graph-owned (take it from camStreamCaptureAllocWorkspace)";
+    Invalidate(it->second, what);
+    throw StatusException(CAM_ERR_CAPTURE_INVALIDATED, Broken(what));
+}
+
+bool CaptureStatusRecord(aclrtStream stream, const void* record, const char* op) {
+    Registry& r = Graphs();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto it = r.captures.find(stream);
+    if (it == r.captures.end()) return false;
+    if (record) it->second.data->records.push_back({const_cast<void*>(record), op});
+    return true;
+}
+
+aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed) {
+    std::vector<std::shared_ptr<GraphData>> launched;
+    {
+        Registry& r = Graphs();
+        std::lock_guard<std::mutex> lock(r.mutex);
+        auto it = r.launched.find(stream);
+        if (it == r.launched.end()) return ACLNN_SUCCESS;
+        launched.swap(it->second);
+        r.launched.erase(it);
+    }
+    // One read per record per synchronize, however many replays ran: this is not a per-item read. A record the
+    // kernels set stays set across replays (nothing resets it on the device) until this read reports it; then it
+    // is cleared, so the next synchronize speaks only of replays after this one. The stream is idle here.
+    aclnnStatus status = ACLNN_SUCCESS;
+    for (const auto& data : launched) {
+        for (const GraphData::StatusRecord& s : data->records) {
+            kernels::DeviceStatusRecord record{};
+            ReadDeviceNow(&record, s.record, sizeof(record));
+            CountHostActivity(HostActivity::DeviceRead);
+            if (record.code == kernels::kDeviceStatusOk) continue;
+            ZeroDeviceNow(s.record, sizeof(record));
+            // The stream's own error is the one reported when there is one; the records are cleared regardless.
+            if (status == ACLNN_SUCCESS && !streamFailed)
+                status = Fail(CAM_ERR_DEVICE_ARGUMENT, DescribeDeviceStatus(s.op, record));
+        }
+    }
+    return status;
+}
+
+namespace {
+std::atomic<uint64_t> gActivity[5];
+}
+
+void CountHostActivity(HostActivity what) { gActivity[static_cast<int>(what)].fetch_add(1, std::memory_order_relaxed); }
+
+void ForgetCapture(aclrtStream stream) {
+    Registry& r = Graphs();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    r.captures.erase(stream);
+    r.launched.erase(stream);
+}
+
+}  // namespace cam::host
+
+using namespace cam::host;
+
+extern "C" aclnnStatus camStreamBeginCapture(aclrtStream stream, camCaptureMode mode) {
+    return Guarded("camStreamBeginCapture", [&]() -> aclnnStatus {
+        if (mode != CAM_CAPTURE_MODE_GLOBAL && mode != CAM_CAPTURE_MODE_THREAD_LOCAL &&
+            mode != CAM_CAPTURE_MODE_RELAXED)
+            return Fail(ACLNN_ERR_PARAM_INVALID, "camStreamBeginCapture: mode " + std::to_string(int(mode)) +
+                                                     " is not GLOBAL (0), THREAD_LOCAL (1) or RELAXED (2)");
+        stream = ResolveStream(stream);
+        Registry& r = Graphs();
+        std::lock_guard<std::mutex> lock(r.mutex);
+        if (r.captures.count(stream))
+            return Fail(ACLNN_ERR_PARAM_INVALID, "camStreamBeginCapture: stream already captures");
+        Capture c;
+        c.mode = mode;
+        c.thread = std::this_thread::get_id();
+        c.recording = BeginRecording(stream, mode);
+        r.captures.emplace(stream, std::move(c));
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus camStreamGetCaptureInfo(aclrtStream stream, camCaptureStatus* status, uint64_t* ops) {
+    return Guarded("camStreamGetCaptureInfo", [&]() -> aclnnStatus {
+        if (!status) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camStreamGetCaptureInfo: status is null");
+        stream = ResolveStream(stream);
+        Registry& r = Graphs();
+        std::lock_guard<std::mutex> lock(r.mutex);
+        auto it = r.captures.find(stream);
+        *status = it == r.captures.end() ? CAM_CAPTURE_STATUS_NONE : it->second.status;
+        if (ops) *ops = it == r.captures.end() ? 0 : RecordedOps(*it->second.recording);
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus camStreamCaptureAllocWorkspace(aclrtStream stream, uint64_t bytes, void** workspace) {
+    return Guarded("camStreamCaptureAllocWorkspace", [&]() -> aclnnStatus {
+        if (!workspace) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camStreamCaptureAllocWorkspace: workspace is null");
+        *workspace = nullptr;
+        stream = ResolveStream(stream);
+        Registry& r = Graphs();
+        std::lock_guard<std::mutex> lock(r.mutex);
+        auto it = r.captures.find(stream);
+        if (it == r.captures.end())
+            return Fail(ACLNN_ERR_PARAM_INVALID, "camStreamCaptureAllocWorkspace: stream does not capture");
+        // Zeroed: the status records at its start begin clean, and are never reset per replay (sticky).
+        void* base = AllocGraphMemory(bytes ? bytes : 1);
+        it->second.data->pool.push_back({base, bytes});
+        *workspace = base;
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus camStreamEndCapture(aclrtStream stream, camGraph** graph) {
+    return Guarded("camStreamEndCapture", [&]() -> aclnnStatus {
+        if (!graph) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camStreamEndCapture: graph is null");
+        *graph = nullptr;
+        stream = ResolveStream(stream);
+        Registry& r = Graphs();
+        Capture c;
+        {
+            std::lock_guard<std::mutex> lock(r.mutex);
+            auto it = r.captures.find(stream);
+            if (it == r.captures.end())
+                return Fail(ACLNN_ERR_PARAM_INVALID, "camStreamEndCapture: stream does not capture");
+            c = std::move(it->second);
+            r.captures.erase(it);
+        }
+        const bool keep = c.status == CAM_CAPTURE_STATUS_ACTIVE;
+        std::string why;
+        if (!EndRecording(stream, c.recording, keep, &why))
+            return Fail(CAM_ERR_CAPTURE_INVALIDATED, "camStreamEndCapture: " + why);
+        // Nothing recorded ever ran, so dropping the recording and its pool here is safe.
+        if (!keep)
+            return Fail(CAM_ERR_CAPTURE_INVALIDATED,
+                        "camStreamEndCapture: the capture was invalidated by " + c.broken + "; no graph was made");
+        auto g = std::make_shared<Graph>();
+        g->recording = std::move(c.recording);
+        g->data = std::move(c.data);
+        std::lock_guard<std::mutex> lock(r.mutex);
+        const uintptr_t id = r.next;
+        r.next += 16;
+        r.graphs.emplace(id, std::move(g));
+        *graph = reinterpret_cast<camGraph*>(id);
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus camGraphLaunch(camGraph* graph, aclrtStream stream) {
+    return Guarded("camGraphLaunch", [&]() -> aclnnStatus {
+        stream = ResolveStream(stream);
+        Registry& r = Graphs();
+        std::shared_ptr<Graph> g;
+        {
+            std::lock_guard<std::mutex> lock(r.mutex);
+            g = FindGraph(r, graph);
+            if (!g)
+                return Fail(CAM_ERR_GRAPH_INVALID,
+                            "camGraphLaunch: graph is not live (destroyed, or not made by camStreamEndCapture)");
+            if (!g->invalid.empty()) return Fail(CAM_ERR_GRAPH_INVALID, "camGraphLaunch: " + g->invalid);
+            if (r.captures.count(stream))
+                return Fail(ACLNN_ERR_PARAM_INVALID, "camGraphLaunch: the stream captures (graphs are not nested)");
+            auto& launched = r.launched[stream];
+            if (std::find(launched.begin(), launched.end(), g->data) == launched.end()) launched.push_back(g->data);
+        }
+        LaunchRecording(g->recording, stream, g->data);
+        CountHostActivity(HostActivity::GraphLaunch);
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus camGraphInvalidate(camGraph* graph, const char* reason) {
+    return Guarded("camGraphInvalidate", [&]() -> aclnnStatus {
+        Registry& r = Graphs();
+        std::lock_guard<std::mutex> lock(r.mutex);
+        std::shared_ptr<Graph> g = FindGraph(r, graph);
+        if (!g) return Fail(CAM_ERR_GRAPH_INVALID, "camGraphInvalidate: graph is not live");
+        if (g->invalid.empty()) g->invalid = reason && *reason ? reason : "the graph was invalidated";
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus camGraphDestroy(camGraph* graph) {
+    return Guarded("camGraphDestroy", [&]() -> aclnnStatus {
+        std::shared_ptr<Graph> g;
+        {
+            Registry& r = Graphs();
+            std::lock_guard<std::mutex> lock(r.mutex);
+            auto it = r.graphs.find(reinterpret_cast<uintptr_t>(graph));
+            if (it == r.graphs.end())
+                return Fail(CAM_ERR_GRAPH_INVALID, "camGraphDestroy: graph is not live (already destroyed?)");
+            g = std::move(it->second);
+            r.graphs.erase(it);
+        }
+        // Replays still queued hold the graph's data (LaunchRecording's owner): the pool is freed after the last
+        // of them ran, never under it, so destroy does not wait.
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus camGetHostActivity(camHostActivity* activity) {
+    if (!activity) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camGetHostActivity: activity is null");
+    auto get = [](HostActivity w) { return gActivity[static_cast<int>(w)].load(std::memory_order_relaxed); };
+    *activity = {get(HostActivity::Synchronize), get(HostActivity::DeviceRead), get(HostActivity::HostToDevice),
+                 get(HostActivity::HostTask), get(HostActivity::GraphLaunch)};
+    return ACLNN_SUCCESS;
+}
