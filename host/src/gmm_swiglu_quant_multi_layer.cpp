@@ -35,7 +35,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
         if ((st = check.View(yScale, "y_scale", &sv)) || (st = check.Tensor(sv, "y_scale", {ACL_FLOAT}, {a.m})))
             return st;
 
-        cam::kernels::GmmSwigluQuantTilingData tiling{};
+        cam::kernels::GmmSwigluQuantMultiLayerTilingData tiling{};
         std::string why;
         const cam::tiling::GmmShape shape{static_cast<uint64_t>(a.m), static_cast<uint64_t>(a.k),
                                           static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.experts),
@@ -54,7 +54,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
             EnqueueDeviceStatusReset(stream, base + ws.status);
             cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, xd, gl, li, table, base + ws.acc,
                                             base + ws.status, tiling.cube);
-            cam::kernels::LaunchGmmSwigluQuantEpilogue(tiling.blockDim, stream, base + ws.acc, xs, gl, li,
+            cam::kernels::LaunchGmmSwigluQuantMultiLayerEpilogue(tiling.blockDim, stream, base + ws.acc, xs, gl, li,
                                                        table, yd, ysd, base + ws.status, tiling);
             EnqueueDeviceStatusCheck(stream, base + ws.status, "gmm_swiglu_quant_multi_layer");
             return ACLNN_SUCCESS;

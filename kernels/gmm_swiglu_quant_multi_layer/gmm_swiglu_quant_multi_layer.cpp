@@ -14,10 +14,10 @@
 
 namespace cam::kernels {
 
-class GmmSwigluQuantEpilogue {
+class GmmSwigluQuantMultiLayerEpilogue {
 public:
     __aicore__ inline void Init(GM_ADDR acc, GM_ADDR xScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table,
-                                GM_ADDR y, GM_ADDR yScale, GM_ADDR status, const GmmSwigluQuantTilingData& t) {
+                                GM_ADDR y, GM_ADDR yScale, GM_ADDR status, const GmmSwigluQuantMultiLayerTilingData& t) {
         t_ = t;
         groupList_ = groupList;
         layerIndex_ = layerIndex;
@@ -135,7 +135,7 @@ private:
         outQue_.FreeTensor(o);
     }
 
-    GmmSwigluQuantTilingData t_{};
+    GmmSwigluQuantMultiLayerTilingData t_{};
     GM_ADDR groupList_ = nullptr;
     GM_ADDR layerIndex_ = nullptr;
     GM_ADDR table_ = nullptr;
@@ -158,18 +158,18 @@ private:
 
 extern "C" __global__ __aicore__ void cam_gmm_swiglu_quant_multi_layer_epilogue(
     GM_ADDR acc, GM_ADDR xScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR y, GM_ADDR yScale,
-    GM_ADDR status, cam::kernels::GmmSwigluQuantTilingData tiling) {
-    cam::kernels::GmmSwigluQuantEpilogue op;
+    GM_ADDR status, cam::kernels::GmmSwigluQuantMultiLayerTilingData tiling) {
+    cam::kernels::GmmSwigluQuantMultiLayerEpilogue op;
     op.Init(acc, xScale, groupList, layerIndex, table, y, yScale, status, tiling);
     op.Process();
 }
 
 #include "common/launch.h"
 
-void cam::kernels::LaunchGmmSwigluQuantEpilogue(uint32_t blockDim, void* stream, uint8_t* acc, uint8_t* xScale,
+void cam::kernels::LaunchGmmSwigluQuantMultiLayerEpilogue(uint32_t blockDim, void* stream, uint8_t* acc, uint8_t* xScale,
                                                 uint8_t* groupList, uint8_t* layerIndex, uint8_t* table, uint8_t* y,
                                                 uint8_t* yScale, uint8_t* status,
-                                                const GmmSwigluQuantTilingData& tiling) {
+                                                const GmmSwigluQuantMultiLayerTilingData& tiling) {
     CAM_KERNEL_LAUNCH(cam_gmm_swiglu_quant_multi_layer_epilogue, blockDim, stream, acc, xScale, groupList, layerIndex,
                       table, y, yScale, status, tiling);
 }

@@ -5,8 +5,8 @@
 
 namespace cam::kernels {
 
-void LaunchGmmSwigluQuantEpilogue(uint32_t blockDim, void* stream, uint8_t* acc, uint8_t* xScale, uint8_t* groupList,
+void LaunchGmmSwigluQuantMultiLayerEpilogue(uint32_t blockDim, void* stream, uint8_t* acc, uint8_t* xScale, uint8_t* groupList,
                                   uint8_t* layerIndex, uint8_t* table, uint8_t* y, uint8_t* yScale, uint8_t* status,
-                                  const GmmSwigluQuantTilingData& tiling);
+                                  const GmmSwigluQuantMultiLayerTilingData& tiling);
 
 }  // namespace cam::kernels

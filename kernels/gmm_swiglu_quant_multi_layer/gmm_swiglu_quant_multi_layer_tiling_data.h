@@ -8,7 +8,7 @@
 
 namespace cam::kernels {
 
-struct GmmSwigluQuantTilingData {
+struct GmmSwigluQuantMultiLayerTilingData {
     GmmCubeTilingData cube;  // cube.n = N, the full act|gate width
     uint32_t blockDim;       // AIV cores of the epilogue
     uint32_t half;           // N / 2: output columns
@@ -20,7 +20,7 @@ constexpr uint32_t kGmmSwigluColAlign = 32;
 constexpr uint32_t kGmmSwigluScaleBatch = 64;  // y_scale values staged in UB before one copy-out
 
 // UB bytes the W1 epilogue carves for `chunk` output columns.
-__aicore__ constexpr uint32_t GmmSwigluQuantUbBytes(uint32_t chunk) {
+__aicore__ constexpr uint32_t GmmSwigluQuantMultiLayerUbBytes(uint32_t chunk) {
     return DequantUbBytes(chunk)                 // accumulator (act, then gate) and w_scale in
            + 3 * UbBytes(uint64_t(chunk) * 4)    // fp32 act/s, gate, exp term
            + UbBytes(uint64_t(chunk) * 4)        // |s| / int32 quant scratch

@@ -99,16 +99,16 @@ bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels:
 }
 
 bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& s,
-                                  kernels::GmmSwigluQuantTilingData* out, std::string* why) {
+                                  kernels::GmmSwigluQuantMultiLayerTilingData* out, std::string* why) {
     if (s.n % 2 != 0) {
         *why = "N = " + std::to_string(s.n) + " must be even (act | gate halves)";
         return false;
     }
-    kernels::GmmSwigluQuantTilingData t{};
+    kernels::GmmSwigluQuantMultiLayerTilingData t{};
     if (!TileGmmCube(platform, s, &t.cube, why)) return false;
     t.half = static_cast<uint32_t>(s.n / 2);
     const uint32_t cap = static_cast<uint32_t>(AlignUp(t.half, kernels::kGmmSwigluColAlign));
-    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmSwigluColAlign, cap, kernels::GmmSwigluQuantUbBytes);
+    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmSwigluColAlign, cap, kernels::GmmSwigluQuantMultiLayerUbBytes);
     if (t.chunk == 0) {
         *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue pass";
         return false;

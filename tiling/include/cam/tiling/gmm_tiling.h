@@ -27,6 +27,6 @@ bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& shape, kern
 
 // shape.n must be even (act | gate halves).
 bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& shape,
-                                  kernels::GmmSwigluQuantTilingData* out, std::string* why);
+                                  kernels::GmmSwigluQuantMultiLayerTilingData* out, std::string* why);
 
 }  // namespace cam::tiling
