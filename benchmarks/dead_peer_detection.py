@@ -7,6 +7,12 @@ figure is the time from the kill to each survivor's error, against the same run'
 far above on purpose: detection must not depend on it). Nothing here is a test assertion; tests/test_liveness.py
 runs one plane per victim role and checks that every survivor names the dead rank.
 
+With --isolate the plane is created with Comm(isolate_replicas=True) (replica isolation, docs/protocol.md §9): a
+killed Attention rank fences its replica instead, so the survivors are expected to go on. The FFN ranks then
+compute golden expert outputs and the surviving Attention rank checks every combine output against
+cam.reference.round_trip; each survivor reports the fenced replicas and how many rounds it completed after the
+fence (tests/test_isolation.py checks them).
+
     python benchmarks/dead_peer_detection.py --runs 3 --json benchmarks/results/dead-peer-detection.json
 """
 
@@ -36,8 +42,11 @@ def worker(args) -> int:
     store = FileStore(args.store, topo.world_size)
     out = os.path.join(args.dir, f"rank{args.rank}")
     with cam.Comm(topo, args.rank, transport="shm", store=store, group="plane", shm_prefix=args.prefix,
-                  timeout_s=TIMEOUT_S, join_timeout_s=60, liveness_poll_s=args.liveness_poll) as comm:
+                  timeout_s=TIMEOUT_S, join_timeout_s=60, liveness_poll_s=args.liveness_poll,
+                  isolate_replicas=args.isolate) as comm:
         g = torch.Generator().manual_seed(args.rank)
+        if args.isolate:
+            return isolated_survivor(args, topo, comm, g, out)
 
         def step():  # one round (Attention) or one work item (FFN): (replica, seq) served, or None
             if comm.is_attention:
@@ -78,13 +87,96 @@ def worker(args) -> int:
     return 0
 
 
-def one_run(victim: int, liveness_poll: float) -> dict:
+def _experts(e, rows, scales):
+    # Golden-checkable experts: dequantize, scale by global expert + 1 (every routing mistake changes the output).
+    import torch
+    v = rows.to(torch.float32)
+    if scales is not None:
+        v = v * scales[:, None]
+    return (v * (e.to(torch.float32) + 1)[:, None]).to(torch.bfloat16)
+
+
+ISOLATED_ROUNDS = 20  # rounds the surviving Attention rank completes after the fence
+FFN_IDLE_END_S = 3.0  # an FFN rank that saw the fence and then nothing for this long is done
+
+
+def isolated_survivor(args, topo, comm, g, out) -> int:
+    """--isolate: Attention ranks run golden-checked rounds, FFN ranks serve with _experts; once every rank is
+    ready the victim is killed, and the survivors must keep going after its replica is fenced."""
+    import torch
+
+    import cam
+    from cam.reference.dispatch_combine import round_trip
+    from cam.reference.dynamic_quant import dynamic_quant
+
+    def attention_round():
+        x = torch.randn((topo.Bmax, topo.H), generator=g).to(torch.bfloat16)
+        ids = torch.randint(0, topo.E, (topo.Bmax, topo.K), generator=g, dtype=torch.int32)
+        w = torch.rand((topo.Bmax, topo.K), generator=g)
+        cam.ops.dispatch_send(comm, x, ids, 0)
+        got = cam.ops.combine_recv(comm, ids, w)
+        (gold,) = round_trip(topo, [(x, ids, w)], _experts, quant_fn=dynamic_quant if topo.quantized else None,
+                             global_ids=True)
+        if not torch.equal(got, gold):
+            raise AssertionError(f"rank {args.rank}: combine output differs from the golden round trip")
+
+    def ffn_item():
+        ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
+        n, f = int(wi[5]), comm.rank - topo.A
+        y = torch.zeros((topo.recv_rows, topo.H), dtype=torch.bfloat16)
+        e = torch.repeat_interleave(torch.arange(topo.R), cnt) + f * topo.R
+        y[:n] = _experts(e, ex[:n], sc[:n] if topo.quantized else None)
+        cam.ops.combine_send(comm, y, wi)
+        return (int(wi[1]), int(wi[3])) if int(wi[0]) == 1 else None
+
+    # Warm-up as in worker(): every Attention rank completes a round, every FFN rank serves round 1 of each replica.
+    firsts = set()
+    while len(firsts) < (1 if comm.is_attention else topo.D):
+        if comm.is_attention:
+            attention_round()
+            firsts.add(args.rank)
+        else:
+            item = ffn_item()
+            if item is not None and item[1] == 1:
+                firsts.add(item[0])
+    open(out + ".ready", "w").close()
+    if args.rank == args.victim:
+        time.sleep(300)  # killed by the launcher
+        return 1
+    end = time.monotonic() + TIMEOUT_S
+    after, idle_since, error = 0, None, None
+    try:
+        while time.monotonic() < end:
+            fenced = bool(comm.fenced_replicas)
+            if comm.is_attention:
+                attention_round()
+                after += fenced
+                if after >= ISOLATED_ROUNDS:
+                    break
+            elif ffn_item() is not None:
+                after += fenced
+                idle_since = None
+            elif fenced and after > 0:
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since > FFN_IDLE_END_S:
+                    break
+    except cam.CamError as e:
+        error = str(e)
+    result = {"rank": args.rank, "error": error, "fenced": comm.fenced_replicas, "rounds_after": after,
+              "t_found": comm.dead_rank_found_at}
+    with open(out + ".json", "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+def one_run(victim: int, liveness_poll: float, isolate: bool = False) -> dict:
     world = TOPOLOGY["D"] * TOPOLOGY["P"] + TOPOLOGY["F"]
     with tempfile.TemporaryDirectory(prefix="cam-liveness-") as d:
         prefix = f"camlive-{os.getpid()}-{victim}-{int(time.time() * 1000) % 100000}"
         procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--rank", str(r), "--dir", d,
                                    "--store", os.path.join(d, "store"), "--prefix", prefix, "--victim", str(victim),
-                                   "--liveness-poll", str(liveness_poll)], stdin=subprocess.DEVNULL)
+                                   "--liveness-poll", str(liveness_poll)] + (["--isolate"] if isolate else []),
+                                  stdin=subprocess.DEVNULL)
                  for r in range(world)]
         try:
             deadline = time.monotonic() + 180
@@ -111,6 +203,9 @@ def one_run(victim: int, liveness_poll: float) -> dict:
     latency = {r: s["t_error"] - t_kill for r, s in survivors.items() if s.get("t_error")}
     found = {r: s["t_found"] - t_kill for r, s in survivors.items() if s.get("t_found")}
     named = {r: f"rank {victim} died" in (s.get("error") or "") for r, s in survivors.items()}
+    if isolate:
+        return {"victim": victim, "survivors": survivors,
+                "ok": all(s["error"] is None and s["fenced"] and s["rounds_after"] > 0 for s in survivors.values())}
     return {"victim": victim, "latency_s": latency, "watchdog_found_s": found, "all_named": all(named.values()), "named": named,
             "errors": {r: s.get("error") for r, s in survivors.items()}}
 
@@ -120,6 +215,8 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=1, help="planes per victim role")
     p.add_argument("--victims", nargs="+", choices=["ffn", "attention"], default=["ffn", "attention"])
     p.add_argument("--liveness-poll", type=float, default=0.25, help="Comm(liveness_poll_s=...)")
+    p.add_argument("--isolate", action="store_true",
+                   help="Comm(isolate_replicas=True): an Attention victim's replica is fenced, the others go on")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
@@ -133,6 +230,18 @@ def main(argv=None) -> int:
     if args.runs < 1 or not 0 < args.liveness_poll <= 60:
         p.error("--runs must be >= 1 and --liveness-poll in (0, 60]")
     A = TOPOLOGY["D"] * TOPOLOGY["P"]
+    if args.isolate:
+        if args.victims != ["attention"]:
+            p.error("--isolate needs --victims attention (an FFN rank's death always aborts the plane)")
+        runs = [one_run(0, args.liveness_poll, isolate=True) for _ in range(args.runs)]
+        for r in runs:
+            print(f"killed Attention rank {r['victim']} with isolation: survivors "
+                  + ", ".join(f"rank {k}: {v['rounds_after']} rounds after the fence, error {v['error']}"
+                              for k, v in r["survivors"].items()), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"topology": TOPOLOGY, "isolate": True, "runs": runs}, f, indent=2)
+        return 0 if all(r["ok"] for r in runs) else 1
     runs = []
     for role in args.victims:
         for _ in range(args.runs):

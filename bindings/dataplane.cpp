@@ -55,6 +55,12 @@ public:
     void UnlinkShm() { ThrowIfFailed(camCommUnlinkShm(Get())); }
     void Abort() { ThrowIfFailed(camCommAbort(Get())); }
     void ReportDeadRank(int64_t rank) { ThrowIfFailed(camCommReportDeadRank(Get(), rank)); }
+    void FenceDeadRank(int64_t rank) { ThrowIfFailed(camCommFenceDeadRank(Get(), rank)); }
+    int64_t ReplicaFence(int64_t replica) const {
+        int64_t dead = -1;
+        ThrowIfFailed(camCommReplicaFence(Get(), replica, &dead));
+        return dead;
+    }
     void Close() {
         if (comm_) {
             // CAM_ERR_COMM_BUSY (ops still queued after a sync timeout) leaves the communicator allocated: dropping
@@ -107,6 +113,8 @@ void Register(py::module_& m) {
         .def("unlink_shm", &Comm::UnlinkShm)
         .def("abort", &Comm::Abort)
         .def("report_dead_rank", &Comm::ReportDeadRank, py::arg("rank"))
+        .def("fence_dead_rank", &Comm::FenceDeadRank, py::arg("rank"))
+        .def("replica_fence", &Comm::ReplicaFence, py::arg("replica"))
         .def("close", &Comm::Close)
         .def_property_readonly("closed", &Comm::Closed)
         .def("window", &Comm::Window)

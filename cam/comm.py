@@ -69,6 +69,10 @@ class Comm:
         liveness_poll_s: ``"shm"`` only: how often a watchdog thread checks that every peer's process is still
             there. A peer found gone raises the plane's abort with that rank as the reason, so every wait on every
             surviving rank ends within about this bound (independent of ``timeout_s``) naming the dead rank.
+        isolate_replicas: ``"shm"`` only, replica isolation (docs/protocol.md §9): when an Attention rank dies, its
+            replica is fenced instead of aborting the plane. FFN ranks drop that replica's rounds and keep serving
+            the others; only the dead rank's replica mates are aborted; a fenced replica never rejoins. The death
+            of an FFN rank still aborts the plane. Set it the same on every rank of the plane.
 
     Attributes:
         stream: this rank's device stream; its data-plane ops run there in order (ranks that are threads of one
@@ -79,7 +83,9 @@ class Comm:
         id: the int the torch ops carry to find this Comm.
         plane_id: this plane instance's id, the same on every rank; work items carry it (docs/protocol.md §13).
         dead_rank: ``"shm"``: the peer this rank's liveness watchdog found dead (the plane is then aborted with
-            that rank as the reason), else None.
+            that rank as the reason, or only its replica fenced under ``isolate_replicas``), else None.
+        fenced_replicas: ``{replica: dead Attention rank}`` of every replica fenced in the plane (read from the
+            windows, so it includes fences another rank's watchdog set first).
 
     Creation refuses ``timeout_s`` / ``idle_poll_s`` that the host's sync bound would not outlast (the timeout
     chain of docs/protocol.md §9). A forked child cannot use a Comm of its parent: create a new one there.
@@ -104,6 +110,7 @@ class Comm:
         join_timeout_s: float = 60.0,
         shm_prefix: Optional[str] = None,
         liveness_poll_s: float = 0.25,
+        isolate_replicas: bool = False,
     ) -> None:
         if not isinstance(topology, Topology):
             raise TypeError(f"Comm: topology must be a cam.Topology, got {type(topology).__name__}")
@@ -120,6 +127,9 @@ class Comm:
         if isinstance(liveness_poll_s, bool) or not isinstance(liveness_poll_s, (int, float)) or \
                 not math.isfinite(liveness_poll_s) or not 0 < liveness_poll_s <= 60:
             raise ValueError(f"Comm: liveness_poll_s must be a number of seconds in (0, 60], got {liveness_poll_s!r}")
+        if not isinstance(isolate_replicas, bool):
+            raise TypeError(f"Comm: isolate_replicas must be a bool, got {isolate_replicas!r}")
+        self.isolate_replicas = isolate_replicas
         self._peers_proc = {}
         self._left_key = None  # shm: the Store key that tells the peers' watchdogs this rank left cleanly
         self._watch_stop = threading.Event()
@@ -151,7 +161,7 @@ class Comm:
         if self._peers_proc:
             self._watchdog = threading.Thread(target=_watch_peers, args=(weakref.ref(self), float(liveness_poll_s),
                                                                          self._watch_stop, dict(self._peers_proc),
-                                                                         store, group),
+                                                                         store, group, isolate_replicas),
                                               daemon=True, name=f"cam-liveness-r{rank}")
             self._watchdog.start()
         # A sync timeout on this stream aborts the plane so the kernel ends before its buffers are released.
@@ -284,6 +294,19 @@ class Comm:
                                f"create a new cam.Comm in the child")
         return self
 
+    def fence_dead_rank(self, rank: int) -> None:
+        """Replica isolation by hand (what the ``isolate_replicas`` watchdog does): Attention rank ``rank`` is
+        gone, so its replica is fenced on every FFN rank and its replica mates are aborted (docs/protocol.md §9).
+        A fenced replica never rejoins. Safe from any thread while ops run."""
+        self._require()._c.fence_dead_rank(int(rank))
+
+    @property
+    def fenced_replicas(self) -> dict:
+        """``{replica: dead Attention rank}`` of every fenced replica of the plane."""
+        c = self._require()._c
+        fences = {d: c.replica_fence(d) for d in range(self.topology.D)}
+        return {d: r for d, r in fences.items() if r >= 0}
+
     @property
     def plane_id(self) -> int:
         """This plane instance's id (identity line word 7): a hash of the topology, the dtype and every rank's
@@ -300,12 +323,15 @@ class Comm:
         return f"cam.Comm(rank={self.rank}, transport={self.transport!r}, {state}, {self.topology})"
 
 
-def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, group: str) -> None:
+def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, group: str,
+                 isolate: bool = False) -> None:
     """Liveness of an shm plane: every peer is a process on this host, so "gone" is exact (no heartbeat to miss
     under load). A peer whose process is gone without having closed its Comm (its "left" key, set in close()
     before the process can end) died: the first death found raises the abort word of every rank with the dead
-    rank as the reason; each survivor's watchdog reports the same death and the first write wins. Holds the Comm
-    only weakly."""
+    rank as the reason; each survivor's watchdog reports the same death and the first write wins. With ``isolate``
+    an Attention rank's death fences its replica instead (camCommFenceDeadRank) and the watchdog keeps watching the
+    others, unless this rank is one of the dead rank's replica mates (then its plane is over). Holds the Comm only
+    weakly."""
     while not stop.wait(poll_s):
         for r, ident in list(peers.items()):
             if _proc_identity(int(ident.split(":")[0])) == ident:
@@ -320,11 +346,20 @@ def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, 
             comm = ref()
             if comm is None:
                 return
+            A, P = comm.topology.A, comm.topology.P
+            fence = isolate and r < A
             with comm._watch_lock:
                 if comm._c is not None and not stop.is_set():
-                    comm._c.report_dead_rank(r)
+                    if fence:
+                        comm._c.fence_dead_rank(r)
+                    else:
+                        comm._c.report_dead_rank(r)
                     comm.dead_rank, comm.dead_rank_found_at = r, time.time()
-            return
+            if not fence or (comm.rank < A and comm.rank // P == r // P):
+                return
+            del peers[r]
+            del comm
+            continue
         if ref() is None:
             return
 

@@ -132,8 +132,12 @@ class WindowLayout:
         return self.ffn_done_seq_off + _align_up(8 * self.D, LINE)
 
     @property
+    def ffn_fence_off(self) -> int:
+        return self.ffn_combined_seq_off + _align_up(8 * self.D, LINE)
+
+    @property
     def ffn_state_bytes(self) -> int:
-        return LINE + 2 * _align_up(8 * self.D, LINE)
+        return LINE + 3 * _align_up(8 * self.D, LINE)
 
     @property
     def ffn_ready_off(self) -> int:

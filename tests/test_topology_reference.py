@@ -123,7 +123,8 @@ def test_ffn_window_layout_is_disjoint_and_aligned(t):
     assert t.index_bytes >= 8 * t.region_index_entries
     assert t.tokens_bytes >= t.region_token_slots * t.H * t.dispatch_elem_bytes
     pieces_state = [(t.ffn_state_off, t.ffn_state_off + 16), (t.ffn_done_seq_off, t.ffn_done_seq_off + 8 * t.D),
-                    (t.ffn_combined_seq_off, t.ffn_combined_seq_off + 8 * t.D)]
+                    (t.ffn_combined_seq_off, t.ffn_combined_seq_off + 8 * t.D),
+                    (t.ffn_fence_off, t.ffn_fence_off + 8 * t.D)]
     _intervals_disjoint(pieces_state)
     assert pieces_state[-1][1] <= t.ffn_ready_off
     signals = [(t.ffn_ready_signal_off(a, s), t.ffn_ready_signal_off(a, s) + LINE)
@@ -166,7 +167,7 @@ _CPP_QUANTITIES = [
     "attention_ranks", "experts_per_ffn", "world_size", "worst_case_rows", "recv_rows", "region_token_slots",
     "region_index_entries", "dispatch_row_bytes", "combine_row_bytes", "header_words", "header_bytes",
     "index_bytes", "tokens_bytes", "scales_bytes", "region_index_off", "region_tokens_off", "region_scales_off",
-    "region_bytes", "ffn_state_off", "ffn_done_seq_off", "ffn_combined_seq_off", "ffn_state_bytes", "ffn_ready_off",
+    "region_bytes", "ffn_state_off", "ffn_done_seq_off", "ffn_combined_seq_off", "ffn_fence_off", "ffn_state_bytes", "ffn_ready_off",
     "ffn_data_off", "ffn_window_bytes", "attn_state_off", "attn_send_count_off", "attn_recv_count_off",
     "attn_state_bytes", "attn_completion_off", "attn_combine_off", "attn_combine_slot_bytes", "attn_window_bytes",
     "window_bytes", "work_item_words", "fingerprint", "check_topology",

@@ -585,6 +585,49 @@ extern "C" aclnnStatus camCommReportDeadRank(camComm* comm, int64_t deadRank) {
     return ACLNN_SUCCESS;
 }
 
+extern "C" aclnnStatus camCommFenceDeadRank(camComm* comm, int64_t deadRank) {
+    if (!comm) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommFenceDeadRank: comm is null");
+    const CamTopology& t = comm->topo;
+    const int64_t A = cam::layout::attention_ranks(t), world = cam::layout::world_size(t);
+    if (deadRank < 0 || deadRank >= A || deadRank == comm->rank)
+        return Fail(ACLNN_ERR_PARAM_INVALID, "camCommFenceDeadRank: deadRank " + std::to_string(deadRank) +
+                                                 " is not an Attention peer of rank " + std::to_string(comm->rank) +
+                                                 " (an FFN rank's death aborts the plane: camCommReportDeadRank)");
+    const int64_t d = cam::layout::replica_of(t, deadRank);
+    // Fence first, then end the mates' waits: a mate's abort can never be seen by an FFN rank before the fence.
+    for (int64_t r = A; r < world; ++r) {
+        uint8_t* w = comm->transport->Window(r);
+        if (!w) continue;
+        int64_t expected = 0;  // the first reason stays: every survivor names the same death
+        __atomic_compare_exchange_n(reinterpret_cast<int64_t*>(w + cam::layout::ffn_fence_off(t) + 8 * d), &expected,
+                                    1 + deadRank, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    for (int64_t p = 0; p < t.P; ++p) {
+        const int64_t r = cam::layout::attn_rank_of(t, d, p);
+        uint8_t* w = r == deadRank ? nullptr : comm->transport->Window(r);
+        if (!w) continue;
+        int64_t expected = 0;
+        __atomic_compare_exchange_n(reinterpret_cast<int64_t*>(w + cam::kAbortOff), &expected, -(1 + deadRank), false,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    return ACLNN_SUCCESS;
+}
+
+extern "C" aclnnStatus camCommReplicaFence(camComm* comm, int64_t replica, int64_t* deadRank) {
+    if (!comm) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommReplicaFence: comm is null");
+    if (!deadRank) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommReplicaFence: deadRank is null");
+    const CamTopology& t = comm->topo;
+    if (replica < 0 || replica >= t.D)
+        return Fail(ACLNN_ERR_PARAM_INVALID, "camCommReplicaFence: replica " + std::to_string(replica) +
+                                                 " is not in [0, D = " + std::to_string(t.D) + ")");
+    const int64_t A = cam::layout::attention_ranks(t);
+    // An FFN rank reads its own fence; an Attention rank the first FFN rank's (every fencer writes all of them).
+    uint8_t* w = comm->transport->Window(comm->rank >= A ? comm->rank : A);
+    const int64_t v = w ? Load(w, cam::layout::ffn_fence_off(t) + 8 * replica) : 0;
+    *deadRank = v == 0 ? -1 : v - 1;
+    return ACLNN_SUCCESS;
+}
+
 extern "C" aclnnStatus camCommDestroy(camComm* comm) {
     if (comm) {
         const int64_t busy = comm->opsInFlight.load();

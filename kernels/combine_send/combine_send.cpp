@@ -68,6 +68,13 @@ private:
         if (combined != q - 1 || q > consumed) return Refuse(status::kProtocol, d, detail::kProtoStaleWorkItem);
         if (!dp::WorkItemMatchesRecords(plane_, wi_, d, q, Wi(kWiSlot)))
             return Refuse(status::kBadInput, d, detail::kArgWorkItem);
+        if (dp::LoadWordAt(own, layout::ffn_fence_off(t), d) != 0) {
+            // Replica d was fenced after this item was handed out (§9): nobody waits for its rows. The round is
+            // dropped, not an error (the host reports the fenced replica); it counts as combined so the
+            // replica's state stays ordered.
+            dp::StoreWordAt(own, layout::ffn_combined_seq_off(t), d, q);
+            return false;
+        }
         return true;
     }
 

@@ -260,13 +260,19 @@ CAM_HOST_DEVICE inline constexpr int64_t region_bytes(const CamTopology& t) {
 
 // ---- FFN window ----
 CAM_HOST_DEVICE inline constexpr int64_t ffn_state_off(const CamTopology&) { return kControlBytes; }
-// line 0: {rr_next, served}; then done_seq[D]; then combined_seq[D]
+// line 0: {rr_next, served}; then done_seq[D]; then combined_seq[D]; then fence[D]
 CAM_HOST_DEVICE inline constexpr int64_t ffn_done_seq_off(const CamTopology& t) { return ffn_state_off(t) + kLine; }
 CAM_HOST_DEVICE inline constexpr int64_t ffn_combined_seq_off(const CamTopology& t) {
     return ffn_done_seq_off(t) + align_up(8 * t.D, kLine);
 }
+// fence[d]: 0, or 1 + the Attention rank of replica d found dead (docs/protocol.md §9, replica isolation). Written
+// only by the host (camCommFenceDeadRank, from a liveness watchdog), never cleared: a fenced replica does not
+// rejoin. The kernels only read it.
+CAM_HOST_DEVICE inline constexpr int64_t ffn_fence_off(const CamTopology& t) {
+    return ffn_combined_seq_off(t) + align_up(8 * t.D, kLine);
+}
 CAM_HOST_DEVICE inline constexpr int64_t ffn_state_bytes(const CamTopology& t) {
-    return kLine + 2 * align_up(8 * t.D, kLine);
+    return kLine + 3 * align_up(8 * t.D, kLine);
 }
 CAM_HOST_DEVICE inline constexpr int64_t ffn_ready_off(const CamTopology& t) {
     return ffn_state_off(t) + ffn_state_bytes(t);

@@ -59,6 +59,9 @@ private:
     __aicore__ inline int64_t DoneSeq(int64_t d) const {
         return dp::LoadWordAt(plane_.Own(), layout::ffn_done_seq_off(Topo()), d);
     }
+    __aicore__ inline bool Fenced(int64_t d) const {
+        return dp::LoadWordAt(plane_.Own(), layout::ffn_fence_off(Topo()), d) != 0;
+    }
     __aicore__ inline int64_t Ready(int64_t attnRank, int64_t slot) const {
         return plane_.Signals().Poll(plane_.Own(), layout::ffn_ready_signal_off(Topo(), attnRank, slot));
     }
@@ -96,6 +99,9 @@ private:
         int64_t partial = -1, partialMissing = -1, partialPublished = -1;
         for (int64_t n = 0; n < t.D; ++n) {
             const int64_t d = (st->rr + n) % t.D;
+            // A fenced replica (an Attention rank of it died, §9) is never selected, however much of its next
+            // round was published: its rounds are dropped, and a partial one is not waited for.
+            if (Fenced(d)) continue;
             const int64_t q = DoneSeq(d) + 1;
             const int64_t s = layout::slot_of_seq(t, q);
             int64_t published = 0, missing = -1, first = -1;

@@ -50,6 +50,15 @@ CAM_API aclnnStatus camCommAbort(camComm* comm);
  * raised): what a liveness watchdog calls when it finds a peer's process gone, so every survivor's error names the
  * dead rank. Safe from any thread while ops are in flight. */
 CAM_API aclnnStatus camCommReportDeadRank(camComm* comm, int64_t deadRank);
+/* Replica isolation (docs/protocol.md §9): Attention rank deadRank died, so its replica d is fenced in every FFN
+ * rank's window. FFN ranks never select a round of d again (published or partial rounds are dropped), combine_send
+ * of an item of d already handed out is a no-op, and the other replicas are served as before. The other
+ * participants of d (which can no longer complete a round) get their abort word raised naming deadRank; nothing
+ * else is aborted. A fenced replica never rejoins the plane. deadRank must be an Attention rank other than the
+ * caller; an FFN rank's death aborts the plane (camCommReportDeadRank). Safe from any thread while ops run. */
+CAM_API aclnnStatus camCommFenceDeadRank(camComm* comm, int64_t deadRank);
+/* *deadRank = the Attention rank whose death fenced replica `replica`, or -1 if it is not fenced. */
+CAM_API aclnnStatus camCommReplicaFence(camComm* comm, int64_t replica, int64_t* deadRank);
 /* Frees the communicator. It refuses, with CAM_ERR_COMM_BUSY and nothing freed, while any op launched on it is still
  * queued or running (counted until its stream has passed it, whether the op succeeded or failed): synchronize the
  * streams first; if a synchronize timed out, camCommAbort ends the ops' device waits, then synchronize again. It

@@ -1,0 +1,155 @@
+"""Issue 9, item 8, replica isolation (docs/protocol.md §9): an Attention rank's death fences its replica. FFN ranks
+drop the fenced replica's rounds (published, partly published, or already handed out) and keep serving the other
+replicas with golden outputs; only the dead rank's replica mates are aborted. The in-process tests fence by hand
+(Comm.fence_dead_rank, what the shm watchdog calls); the shm test kills a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import cam
+from _window_layout import WindowLayout
+from test_safety import expert_out, golden_out, make_round, plane, recv_work, windows
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Replica 0 = ranks 0, 1 (survives); replica 1 = ranks 2, 3 (rank 3 dies); FFN ranks 4, 5.
+T = dict(D=2, P=2, F=2, E=4, K=2, H=32, Bmax=4, L=2, slots=2)
+DEAD, MATE = 3, 2
+
+
+def topo() -> cam.Topology:
+    return cam.Topology(**T)
+
+
+def serve(t, comms, ffn_ranks):
+    """Every FFN rank in ffn_ranks serves one work item with the golden experts; returns their replicas."""
+    got = []
+    for r in ffn_ranks:
+        item = recv_work(comms[r])
+        got.append(int(item[3][1]))
+        cam.ops.combine_send(comms[r], expert_out(comms[r], *item), item[3])
+    return got
+
+
+def assert_idle(t, comms):
+    """No FFN rank is handed anything: dispatch_recv returns empty work items."""
+    for f in range(t.F):
+        for _ in range(3):
+            _, _, cnt, wi = cam.ops.dispatch_recv(comms[t.A + f])
+            assert int(wi[0]) == 0, f"FFN rank {t.A + f} was handed replica {int(wi[1])}'s round {int(wi[3])}"
+            assert int(cnt.sum()) == 0
+            cam.ops.combine_send(comms[t.A + f], torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16), wi)
+
+
+def survivors_served(t, comms, seed):
+    """One more round of replica 0, served and checked against the golden."""
+    rounds = [make_round(t, a, seed) for a in range(t.A)]
+    for a in (0, 1):
+        cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], 1)
+    assert serve(t, comms, [t.A, t.A + 1]) == [0, 0]
+    gold = golden_out(t, rounds)
+    for a in (0, 1):
+        assert torch.equal(cam.ops.combine_recv(comms[a], rounds[a][1], rounds[a][2]), gold[a]), a
+
+
+def assert_fenced(t, comms):
+    for r, c in comms.items():
+        assert c.fenced_replicas == {1: DEAD}, (r, c.fenced_replicas)
+    for r in (0, 1, 4, 5):
+        assert comms[r].status()["abort"] == 0, (r, comms[r].status())
+    assert comms[MATE].status()["abort"] == -(1 + DEAD)
+
+
+def test_published_round_of_a_fenced_replica_is_dropped_and_the_others_are_served():
+    t = topo()
+    with plane(t, timeout_s=120) as comms:
+        rounds = [make_round(t, a, 1) for a in range(t.A)]
+        for a in range(t.A):  # both replicas publish round 1
+            cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], 1)
+        comms[0].fence_dead_rank(DEAD)  # what a survivor's watchdog does when rank 3's process is gone
+        assert_fenced(t, comms)
+        assert serve(t, comms, [t.A, t.A + 1]) == [0, 0]
+        gold = golden_out(t, rounds)
+        for a in (0, 1):
+            assert torch.equal(cam.ops.combine_recv(comms[a], rounds[a][1], rounds[a][2]), gold[a]), a
+        assert_idle(t, comms)  # replica 1's complete round 1 is never handed out
+        with pytest.raises(cam.CommAbortedError, match=f"rank {DEAD} died"):
+            cam.ops.combine_recv(comms[MATE], rounds[MATE][1], rounds[MATE][2])
+        for seed in (2, 3, 4):  # more rounds than slots: the survivors keep going
+            survivors_served(t, comms, seed)
+        assert_fenced(t, comms)
+
+
+def test_partly_published_round_of_a_fenced_replica_is_not_waited_for():
+    t = topo()
+    # timeout_s is short on purpose: without the fence, replica 1's partial round fails the FFN ranks with kTimeout
+    with plane(t, timeout_s=2, idle_poll_s=0.05) as comms:
+        x, ids, _ = make_round(t, MATE, 1)
+        cam.ops.dispatch_send(comms[MATE], x, ids, 1)  # rank 3 dies before publishing its part
+        comms[4].fence_dead_rank(DEAD)
+        for _ in range(30):  # > timeout_s of idle polls
+            assert_idle(t, comms)
+        for seed in (2, 3, 4):
+            survivors_served(t, comms, seed)
+        assert_fenced(t, comms)
+
+
+def test_combine_send_of_an_item_handed_out_before_the_fence_is_a_no_op():
+    t = topo()
+    w = WindowLayout(t)
+    with plane(t, timeout_s=120) as comms:
+        rounds = [make_round(t, a, 1) for a in range(t.A)]
+        for a in (MATE, DEAD):  # only replica 1 publishes: the FFN ranks hand out its round
+            cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], 1)
+        items = {r: recv_work(comms[r]) for r in (t.A, t.A + 1)}
+        assert all(int(it[3][1]) == 1 for it in items.values())
+        comms[1].fence_dead_rank(DEAD)
+        before = windows(comms)
+        for r, it in items.items():
+            cam.ops.combine_send(comms[r], expert_out(comms[r], *it), it[3])  # no error: dropped
+            st = comms[r].status()
+            assert st["code"] == 0 and st["abort"] == 0, st
+            # it counts as combined: the replica's state stays ordered
+            assert int(comms[r].window[w.ffn_combined_seq_off:].view(torch.int64)[1]) == 1
+        for a in range(t.A):
+            assert torch.equal(before[a], comms[a].window), f"rank {a}'s window was written"
+        for seed in (2, 3):
+            survivors_served(t, comms, seed)
+        assert_fenced(t, comms)
+
+
+def test_fence_refuses_ffn_ranks_and_self():
+    t = topo()
+    with plane(t, timeout_s=120) as comms:
+        with pytest.raises(ValueError, match="not an Attention peer"):
+            comms[0].fence_dead_rank(t.A)  # an FFN rank's death aborts the plane instead
+        with pytest.raises(ValueError, match="not an Attention peer"):
+            comms[0].fence_dead_rank(0)
+        assert all(c.fenced_replicas == {} for c in comms.values())
+        survivors_served(t, comms, 1)
+
+
+@pytest.mark.timeout(400)
+def test_killed_attention_rank_fences_its_replica_on_an_shm_plane(tmp_path):
+    """Real processes: SIGKILL of an Attention rank under Comm(isolate_replicas=True). The FFN ranks and the other
+    replica keep running rounds (golden-checked inside the workers) and report the fenced replica."""
+    out = tmp_path / "r.json"
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "dead_peer_detection.py"),
+                             "--runs", "1", "--victims", "attention", "--isolate", "--json", str(out)],
+                            capture_output=True, text=True, timeout=360, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = json.loads(out.read_text())["runs"]
+    victim = run["victim"]
+    assert victim < 2
+    for r, s in run["survivors"].items():
+        assert s["error"] is None, (r, s)
+        assert s["fenced"] == {str(victim): victim}, (r, s)
+        assert s["rounds_after"] > 0, (r, s)
