@@ -39,6 +39,12 @@ def capture_for(stream):
     return capture if capture is not None and capture.stream is stream else None
 
 
+def capturing_stream():
+    """The stream this thread captures on, or None."""
+    capture = getattr(_local, "capture", None)
+    return capture.stream if capture is not None else None
+
+
 def capture_status(stream=None) -> tuple:
     """(status name, recorded ops) of ``stream``'s capture; "none" when it does not capture."""
     status, ops = _C.capture_info(stream if stream is not None else _runtime.default_stream())
