@@ -132,7 +132,6 @@ class AsyncAFDConnector:
         self._receiving = 0
         # Attention side: (stage, topk_ids, topk_weights) per dispatched round, in dispatch order.
         self._pending: Deque[Tuple[int, torch.Tensor, torch.Tensor]] = collections.deque()
-        self._graphs = []  # CapturedFFN of this connector: destroyed before the Comm closes
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -178,9 +177,6 @@ class AsyncAFDConnector:
             receiving = self._receiving
         if receiving:
             comm.abort()
-        graphs, self._graphs = self._graphs, []
-        for captured in graphs:  # a live graph holds the Comm busy (camCommDestroy would refuse)
-            captured.close()
         comm.close()
         self.comm = None
 
@@ -253,12 +249,9 @@ class AsyncAFDConnector:
         ops.combine_send(self._require("ffn"), output, item.work_item)
 
     def capture_ffn(self, w1: LayerWeights, w2: LayerWeights) -> CapturedFFN:
-        """The FFN iteration captured once (:class:`CapturedFFN`); :meth:`ffn_graph_step` replays it. The
-        connector closes it before its Comm."""
-        comm = self._require("ffn")
-        captured = CapturedFFN(comm, w1, w2)
-        self._graphs.append(captured)
-        return captured
+        """The FFN iteration captured once (:class:`CapturedFFN`); :meth:`ffn_graph_step` replays it. Closing the
+        connector (its Comm) ends the graph."""
+        return CapturedFFN(self._require("ffn"), w1, w2)
 
     def ffn_graph_step(self, captured: CapturedFFN, items: int = 1) -> None:
         """Replays ``items`` captured FFN iterations and synchronizes once; no host read per item."""
@@ -312,7 +305,7 @@ class CapturedFFN:
         self.graph.synchronize()
 
     def close(self) -> None:
-        """Destroys the graph (it holds the Comm busy while it lives: close it before the Comm)."""
+        """Destroys the graph now (``Comm.close`` also ends it: a live graph holds its Comm busy)."""
         self.graph.reset()
 
 

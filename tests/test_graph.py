@@ -372,3 +372,42 @@ def test_a_data_plane_op_is_captured_and_its_status_read_at_the_synchronize():
     raise_first(errors)
     refused, after = results[0]
     assert refused["code"] == 0 and after["code"] == 0
+
+
+def _captured_dispatch(comm):
+    x = torch.randn(4, 64).to(comm.dtype)
+    ids = torch.tensor([[0, 1], [2, 3], [1, -1], [0, 2]], dtype=torch.int32)
+    graph = cam.Graph()
+    with graph.capture(stream=comm.stream):
+        cam.ops.dispatch_send(comm, x, ids, 0)
+    return graph, (x, ids)
+
+
+def test_closing_a_comm_ends_its_graphs_and_abort_fails_the_next_replay():
+    """Replaying after abort() raises CommAbortedError (the kernel meets the abort word; the synchronize reads the
+    status). Closing the Comm ends the graphs captured on its stream, so the close succeeds although a graph holds
+    the Comm busy, and a later replay raises GraphInvalidError naming the closed Comm."""
+    import sys
+    import os
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from _dataplane_harness import raise_first, run_ranks
+
+    t = cam.Topology(D=1, P=1, F=1, E=4, K=2, H=64, Bmax=8, L=3, slots=2)
+
+    def attention(comm):
+        graph, keep = _captured_dispatch(comm)
+        comm.abort()
+        with pytest.raises(cam.CommAbortedError):
+            graph.replay()
+        with pytest.raises(cam.CommAbortedError):
+            graph.replay()  # the failure is sticky: the Comm is aborted for good
+        comm.close()
+        with pytest.raises(cam.GraphInvalidError, match="which was closed"):
+            graph.replay()
+        return True
+
+    results, errors = run_ranks(t, {0: attention}, timeout=60)
+    raise_first(errors)
+    assert results[0]
+

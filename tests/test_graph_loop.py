@@ -121,3 +121,53 @@ def test_captured_ffn_loop_equals_the_eager_loop_bit_for_bit(model):
     assert len(eager[0]) == len(replayed[0]) == ROUNDS
     for r, (a, b) in enumerate(zip(eager[0], replayed[0])):
         assert torch.equal(a.view(torch.int16), b.view(torch.int16)), f"round {r}: replayed result differs from eager"
+
+
+@pytest.mark.e2e
+def test_connector_graph_mode_serves_rounds_and_closes_with_a_live_graph(model):
+    """AsyncAFDConnector.capture_ffn / ffn_graph_step: the replayed FFN side serves the Attention side's rounds
+    (results equal the eager ops on the same items, checked above; here against the model's routed golden), the
+    loop stops by an Event (no device read), and close() succeeds with the graph still alive, ending it."""
+    from test_connector import make_world
+
+    from cam.connector import AFDTransferContext, AFDTransferMetadata
+
+    topo, (attn, ffn) = make_world(model, D=1, F=1, group="graph-loop")
+    w1, w2 = expert_weights(model, topo, 0)
+    captured = ffn.capture_ffn(w1, w2)
+    stop, errors, outs = threading.Event(), [], []
+    g = torch.Generator().manual_seed(3)
+    c = model.config
+    inputs = []
+    for layer in range(topo.L):
+        h = torch.randn(6, c.hidden, generator=g).to(torch.bfloat16)
+        ids = torch.argsort(torch.rand(6, c.num_experts, generator=g), dim=1)[:, :c.top_k].to(torch.int32)
+        inputs.append((layer, h, ids.contiguous(), torch.softmax(torch.randn(6, c.top_k, generator=g), -1)))
+
+    def serve():
+        try:
+            end = time.monotonic() + 120
+            while not stop.is_set():
+                assert time.monotonic() < end
+                ffn.ffn_graph_step(captured, items=2)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=serve)
+    t.start()
+    try:
+        for layer, h, ids, w in inputs:
+            attn.send_attn_output(h, AFDTransferContext(AFDTransferMetadata(layer)), topk_ids=ids, topk_weights=w)
+            outs.append(attn.recv_ffn_output())
+    finally:
+        stop.set()
+        t.join(120)
+    assert not t.is_alive() and not errors, errors
+    for (layer, h, ids, w), got in zip(inputs, outs):
+        want = model.routed_reference(layer, h, ids, w)
+        scale = max([1.0] + want.abs().flatten().tolist())  # one int8 level of W1's exp (docs/gmm.md)
+        torch.testing.assert_close(got.float(), want.float(), atol=2e-2 * scale, rtol=0)
+    ffn.close()  # the live graph holds the Comm busy: closing ends it first
+    attn.close()
+    with pytest.raises(cam.GraphInvalidError, match="which was closed"):
+        captured.step()
