@@ -171,3 +171,34 @@ def test_connector_graph_mode_serves_rounds_and_closes_with_a_live_graph(model):
     attn.close()
     with pytest.raises(cam.GraphInvalidError, match="which was closed"):
         captured.step()
+
+
+def test_replayed_ffn_loop_reads_the_host_per_synchronize_not_per_item(model):
+    """Idle replays (nothing dispatched): the host activity of one synchronize after n replays does not grow with n
+    (0 reads, 0 host tasks per item), and every replay ran (its empty work item overwrote the poison)."""
+    topo = _topology(model)
+    from cam import _C
+
+    def ffn(comm):
+        w1, w2 = expert_weights(model, topo, 0)
+        cap = CapturedFFN(comm, w1, w2)
+        try:
+            deltas = {}
+            for n in (2, 12):
+                _poison(*cap.recv)
+                before = _C.host_activity()
+                cap.step(n)
+                after = _C.host_activity()
+                assert int(cap.recv[3][KIND]) == 0 and int(cap.recv[3][1]) == -1, "the replays wrote no empty item"
+                deltas[n] = {k: after[k] - before[k] for k in before}
+            return deltas
+        finally:
+            cap.close()
+
+    results, errors = run_ranks(topo, {1: ffn}, timeout=120, timeout_s=60.0, idle_poll_s=0.01)
+    raise_first(errors)
+    small, big = results[1][2], results[1][12]
+    assert big["graph_launches"] - small["graph_launches"] == 10
+    for key in ("synchronizes", "device_reads", "host_tasks", "host_to_device_copies"):
+        assert big[key] == small[key], (key, small, big)  # per synchronize, not per item
+    assert big["host_tasks"] == 0 and big["host_to_device_copies"] == 0
