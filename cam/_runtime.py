@@ -159,9 +159,12 @@ def run(launch, stream=None) -> None:
         keep.append(ws)
         return (ws.data_ptr(), [nbytes], [1], 4)
 
+    from .graph import capture_for, capturing_stream  # the capture hook; cam.graph builds on this module
+
     if stream is None:
-        stream = default_stream()
-    from .graph import capture_for  # the capture hook; imported here because cam.graph builds on this module
+        # An op that names no stream (the compute ops) joins this thread's capture, so one graph holds a whole FFN
+        # iteration whose data-plane ops run on the Comm's stream (docs/graph.md).
+        stream = capturing_stream() or default_stream()
 
     capture = capture_for(stream)
     if capture is not None:

@@ -261,6 +261,9 @@ class Comm:
             self._c = None
             self.window = None
             return
+        from .graph import close_graphs_of  # graphs captured on this stream use this Comm: they end with it
+
+        close_graphs_of(self.stream, f"the graph uses Comm {self.id} (rank {self.rank}), which was closed")
         lock = _runtime.stream_lock(self.stream)
         got = lock.acquire(timeout=max(0.0, float(wait_s)))
         if not got:

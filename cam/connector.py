@@ -27,6 +27,7 @@ __all__ = [
     "AFDTransferMetadata",
     "AFDTransferContext",
     "AsyncAFDConnector",
+    "CapturedFFN",
     "ConnectorConfig",
     "FFNWorkItem",
     "WORK_ITEM_LAYER_WORD",
@@ -247,11 +248,65 @@ class AsyncAFDConnector:
         the item has no rows (every FFN rank signals every round)."""
         ops.combine_send(self._require("ffn"), output, item.work_item)
 
+    def capture_ffn(self, w1: LayerWeights, w2: LayerWeights) -> CapturedFFN:
+        """The FFN iteration captured once (:class:`CapturedFFN`); :meth:`ffn_graph_step` replays it. Closing the
+        connector (its Comm) ends the graph."""
+        return CapturedFFN(self._require("ffn"), w1, w2)
+
+    def ffn_graph_step(self, captured: CapturedFFN, items: int = 1) -> None:
+        """Replays ``items`` captured FFN iterations and synchronizes once; no host read per item."""
+        self._require("ffn")
+        with self._Receiving(self):
+            captured.step(items)
+
     def ffn_step(self, w1: LayerWeights, w2: LayerWeights) -> torch.Tensor:
         """One FFN iteration (see :func:`ffn_iteration`); returns the device work-item record."""
         comm = self._require("ffn")
         with self._Receiving(self):
             return ffn_iteration(comm, w1, w2)
+
+
+class CapturedFFN:
+    """The FFN iteration (receive → W1 → W2 → send) captured once on the Comm's stream into a :class:`cam.Graph`
+    over static buffers sized by the topology's capacity, so one graph serves every work item (docs/graph.md).
+    :meth:`step` replays it: no host read per work item (an empty item flows through W1, W2 and combine_send as a
+    no-op, so replays idle correctly), and status is read once per synchronize. Stop by not replaying again, or
+    end a replay blocked in a device wait with ``Comm.abort()`` (the next synchronize raises
+    ``CommAbortedError``).
+
+    ``recv`` is ``(expand_x, scales, expert_counts, work_item)`` as dispatch_recv writes them, ``out`` the W2
+    output handed to combine_send; both keep their addresses for the graph's life."""
+
+    def __init__(self, comm: Comm, w1: LayerWeights, w2: LayerWeights):
+        from .graph import Graph
+        from .ops.dispatch_recv import _output_specs
+
+        self.comm = comm
+        self.recv = tuple(torch.zeros(shape, dtype=dtype) for dtype, shape in _output_specs(comm))
+        item = _work_item(*self.recv)
+        # Warm-up on an empty item (zero counts): builds the persistent GMM address tables outside the capture
+        # and gives the static W1/W2 outputs their shapes.
+        self.y, self.y_scale = ops.gmm_swiglu_quant_multi_layer(item.hidden_states, item.dynamic_scales, w1,
+                                                                item.group_list, item.layer_index)
+        self.out = ops.gmm_multi_layer(self.y, self.y_scale, w2, item.group_list, item.layer_index)
+        self.graph = Graph()
+        with self.graph.capture(stream=comm.stream):
+            ops.dispatch_recv(comm, out=self.recv)
+            ops.gmm_swiglu_quant_multi_layer(item.hidden_states, item.dynamic_scales, w1, item.group_list,
+                                             item.layer_index, out=(self.y, self.y_scale))
+            ops.gmm_multi_layer(self.y, self.y_scale, w2, item.group_list, item.layer_index, out=self.out)
+            ops.combine_send(comm, self.out, item.work_item)
+        self.item = item
+
+    def step(self, items: int = 1) -> None:
+        """Replays ``items`` iterations, then synchronizes once (raises what the device reported)."""
+        for _ in range(items):
+            self.graph.replay(synchronize=False)
+        self.graph.synchronize()
+
+    def close(self) -> None:
+        """Destroys the graph now (``Comm.close`` also ends it: a live graph holds its Comm busy)."""
+        self.graph.reset()
 
 
 def ffn_iteration(comm: Comm, w1: LayerWeights, w2: LayerWeights) -> torch.Tensor:

@@ -11,6 +11,7 @@
 
 import contextlib
 import threading
+import weakref
 
 from . import _C, _runtime
 from .errors import GraphInvalidError
@@ -21,6 +22,20 @@ MODES = {"global": 0, "thread_local": 1, "relaxed": 2}
 STATUS_NAMES = {0: "none", 1: "active", 2: "invalidated"}
 
 _local = threading.local()
+# id(stream) -> the Graphs captured on it. A Comm's data-plane ops run on the Comm's stream, so the graphs that use
+# a Comm are the ones captured there; Comm.close ends them (close_graphs_of).
+_by_stream = {}
+_by_stream_lock = threading.Lock()
+
+
+def close_graphs_of(stream, reason: str) -> None:
+    """Destroys every graph captured on ``stream`` (its Comm is closing): a later replay raises
+    ``GraphInvalidError(reason)``. A live graph holds its Comm busy, so this comes before the Comm is freed;
+    replays already queued finish first (the C library frees a graph's pool after the last of them)."""
+    with _by_stream_lock:
+        graphs = list(_by_stream.pop(id(stream), ()))
+    for g in graphs:
+        g._end(reason)
 
 
 class _Capture:
@@ -37,6 +52,12 @@ def capture_for(stream):
     consults it: inside a capture an op neither synchronizes nor allocates its own workspace."""
     capture = getattr(_local, "capture", None)
     return capture if capture is not None and capture.stream is stream else None
+
+
+def capturing_stream():
+    """The stream this thread captures on, or None."""
+    capture = getattr(_local, "capture", None)
+    return capture.stream if capture is not None else None
 
 
 def capture_status(stream=None) -> tuple:
@@ -87,8 +108,17 @@ class Graph:
         self._handle = _C.capture_end(stream)  # raises CaptureInvalidatedError naming the broken rule
         self._stream = stream
         self._was_captured = True
+        self._ended = None
+        with _by_stream_lock:
+            _by_stream.setdefault(id(stream), weakref.WeakSet()).add(self)
+
+    def _end(self, reason: str) -> None:
+        self._ended = reason
+        self.reset()
 
     def _live(self):
+        if self._handle is None and getattr(self, "_ended", None):
+            raise GraphInvalidError(f"Graph.replay: {self._ended}")
         if self._handle is None:
             what = "was reset or destroyed" if self._was_captured else "holds no capture"
             raise GraphInvalidError(f"Graph.replay: this graph {what}")

@@ -335,10 +335,10 @@ def test_bench_ffn_loop_runs(tmp_path, capsys):
     assert "eager/replay" in capsys.readouterr().out
 
 
-def test_a_data_plane_op_in_a_capture_is_refused_whole():
-    """The data-plane ops still queue a host task (the communicator's status check): in a capture that is refused
-    at once, the capture is invalidated, nothing the op queued is left on the stream, and the communicator reports
-    no error."""
+def test_a_data_plane_op_is_captured_and_its_status_read_at_the_synchronize():
+    """A data-plane op records without a host task: its communicator status is read after the synchronize that
+    follows the replay (once, not per replay), with the eager sentence; a refusal is cleared, so the communicator
+    stays usable and a later replay with good input runs."""
     import sys
     import os
 
@@ -351,14 +351,63 @@ def test_a_data_plane_op_in_a_capture_is_refused_whole():
         x = torch.randn(4, 64).to(comm.dtype)
         ids = torch.tensor([[0, 1], [2, 3], [1, -1], [0, 2]], dtype=torch.int32)
         graph = cam.Graph()
-        with pytest.raises(cam.CaptureInvalidatedError, match="a host task on the stream") as ended:
-            with graph.capture(stream=comm.stream):
-                with pytest.raises(cam.CaptureInvalidatedError, match="a host task on the stream"):
-                    cam.ops.dispatch_send(comm, x, ids, 0)
-        assert "no graph was made" in str(ended.value)
-        comm.stream.synchronize(30.0)  # nothing of the refused op is queued: the stream is idle and clean
-        return comm.status()
+        with graph.capture(stream=comm.stream):
+            cam.ops.dispatch_send(comm, x, ids, 0)
+            status, ops = capture_status(comm.stream)
+            assert status == "active" and ops > 0
+        good = ids.clone()
+        ids[1, 0] = 9  # outside [-1, E): the device pre-pass refuses the round before anything is written
+        before = _C.host_activity()
+        with pytest.raises(cam.DeviceArgumentError, match="topk_ids holds an id outside"):
+            graph.replay()
+        after = _C.host_activity()
+        assert after["host_tasks"] == before["host_tasks"], "a replay ran a host task"
+        refused = comm.status()
+        ids.copy_(good)
+        graph.replay()  # the refusal was cleared: the same graph runs the round
+        graph.reset()
+        return refused, comm.status()
 
     results, errors = run_ranks(t, {0: attention}, timeout=60)
     raise_first(errors)
-    assert results[0]["code"] == 0
+    refused, after = results[0]
+    assert refused["code"] == 0 and after["code"] == 0
+
+
+def _captured_dispatch(comm):
+    x = torch.randn(4, 64).to(comm.dtype)
+    ids = torch.tensor([[0, 1], [2, 3], [1, -1], [0, 2]], dtype=torch.int32)
+    graph = cam.Graph()
+    with graph.capture(stream=comm.stream):
+        cam.ops.dispatch_send(comm, x, ids, 0)
+    return graph, (x, ids)
+
+
+def test_closing_a_comm_ends_its_graphs_and_abort_fails_the_next_replay():
+    """Replaying after abort() raises CommAbortedError (the kernel meets the abort word; the synchronize reads the
+    status). Closing the Comm ends the graphs captured on its stream, so the close succeeds although a graph holds
+    the Comm busy, and a later replay raises GraphInvalidError naming the closed Comm."""
+    import sys
+    import os
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from _dataplane_harness import raise_first, run_ranks
+
+    t = cam.Topology(D=1, P=1, F=1, E=4, K=2, H=64, Bmax=8, L=3, slots=2)
+
+    def attention(comm):
+        graph, keep = _captured_dispatch(comm)
+        comm.abort()
+        with pytest.raises(cam.CommAbortedError):
+            graph.replay()
+        with pytest.raises(cam.CommAbortedError):
+            graph.replay()  # the failure is sticky: the Comm is aborted for good
+        comm.close()
+        with pytest.raises(cam.GraphInvalidError, match="which was closed"):
+            graph.replay()
+        return True
+
+    results, errors = run_ranks(t, {0: attention}, timeout=60)
+    raise_first(errors)
+    assert results[0]
+

@@ -64,6 +64,8 @@ def _parse(argv):
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     p.add_argument("--timeline", metavar="PNG", help="draw each rank's work over time (needs matplotlib)")
     p.add_argument("--check", action="store_true", help="compare every request with the single-process reference")
+    p.add_argument("--graph", action="store_true",
+                   help="FFN ranks run their iteration as one captured graph, replayed (docs/graph.md)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--keep", metavar="DIR", help="keep per-rank results and outputs in DIR")
     return p.parse_args(argv)
@@ -154,7 +156,7 @@ def _config(args, out_dir: str, port: int) -> RunConfig:
                     F=args.ffn, slots=args.slots, master_addr="127.0.0.1", master_port=port,
                     timeout_s=args.timeout, idle_poll_s=args.idle_poll, cost_model=args.cost_model,
                     attention_cost=tuple(args.attention_cost), out_dir=out_dir, progress=not args.quiet,
-                    shm_prefix=f"cam-run-{os.getpid()}-{port}")
+                    shm_prefix=f"cam-run-{os.getpid()}-{port}", graph=args.graph)
     return cfg
 
 
@@ -203,6 +205,7 @@ def _report(cfg: RunConfig, built, results: Dict[int, dict]) -> dict:
     values = list(ttft.values())
     return {
         "mode": cfg.mode,
+        "graph": cfg.graph,
         "cost_model": cfg.cost_model,
         "topology": {"D": topo.D, "P": topo.P, "F": topo.F, "E": topo.E, "K": topo.K, "H": topo.H,
                      "Bmax": topo.Bmax, "L": topo.L, "slots": topo.slots},
@@ -317,7 +320,8 @@ def run(args) -> int:
                                        wait_for_workers=False)
     config_path = os.path.join(out_dir, "config.json")
     cfg.save(config_path)
-    print(f"cam-run --mode {cfg.mode}{' (cost model)' if cfg.cost_model else ''}: D={topo.D} replicas x "
+    print(f"cam-run --mode {cfg.mode}{' (cost model)' if cfg.cost_model else ''}"
+          f"{' (FFN by graph replay)' if cfg.graph else ''}: D={topo.D} replicas x "
           f"P={topo.P}, F={topo.F} FFN ranks, E={topo.E}, K={topo.K}, H={topo.H}, model {cfg.model}, "
           f"preset {args.preset}", flush=True)
     procs: Dict[int, subprocess.Popen] = {}

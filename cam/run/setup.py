@@ -35,6 +35,7 @@ class RunConfig:
     out_dir: str
     progress: bool
     shm_prefix: str
+    graph: bool = False  # FFN ranks replay a captured iteration (cam-run --graph)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:

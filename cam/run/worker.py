@@ -158,6 +158,8 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
     model, _, topo = built
     w1, w2 = expert_weights(model, topo, rank - topo.A)
     _warm_up(model)
+    # --graph: the iteration is captured once and replayed (docs/graph.md); nothing in it reads the host.
+    captured = connector.capture_ffn(w1, w2) if cfg.graph else None
     t0 = _wait_for_start(store, cfg)
     events, waiting, busy = [], 0.0, 0.0
     loop_start = time.time()
@@ -167,10 +169,16 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
             break
         iteration += 1
         a = time.time()
-        item = connector.recv_ffn_work_item()
-        b = time.time()
-        out = ffn_compute(item, w1, w2)
-        connector.send_ffn_work_item_output(item, out)
+        if captured is not None:
+            connector.ffn_graph_step(captured)  # one replay, one synchronize (for the telemetry below)
+            item = captured.item
+            # Receive and compute are one replay: its time counts as waiting when the item was empty.
+            b = a if int(item.work_item[0]) != 0 else time.time()
+        else:
+            item = connector.recv_ffn_work_item()
+            b = time.time()
+            out = ffn_compute(item, w1, w2)
+            connector.send_ffn_work_item_output(item, out)
         c = time.time()
         waiting += b - a
         busy += c - b

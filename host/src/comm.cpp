@@ -15,6 +15,7 @@
 #include <random>
 
 #include "backend.h"
+#include "graph.h"
 #include "status.h"
 #include "dataplane_backend.h"
 
@@ -398,7 +399,7 @@ kernels::dp::CommArgs MakeCommArgs(const camComm* comm) {
 }
 
 void EnqueueStatusCheck(aclrtStream stream, camComm* comm) {
-    EnqueueStreamTask(stream, [comm](std::string* message) -> aclnnStatus {
+    auto check = [comm](std::string* message) -> aclnnStatus {
         uint8_t* own = comm->Own();
         int64_t st[kStatusWords];
         for (int64_t i = 0; i < kStatusWords; ++i) st[i] = Load(own, kStatusOff + 8 * i);
@@ -412,7 +413,10 @@ void EnqueueStatusCheck(aclrtStream stream, camComm* comm) {
             if (comm->failure.empty()) comm->failure = *message;
         }
         return status;
-    });
+    };
+    // In a capture the status is read after the synchronize that follows a launch of the graph (graph.h).
+    if (CaptureStatusCheck(stream, check, nullptr)) return;
+    EnqueueStreamTask(stream, std::move(check));
 }
 
 OpInFlight::OpInFlight(camComm* comm) {
@@ -421,6 +425,11 @@ OpInFlight::OpInFlight(camComm* comm) {
 }
 
 void OpInFlight::EndInStreamOrder(aclrtStream stream) {
+    // A captured op is in flight as long as its graph lives: camCommDestroy refuses until the graph is destroyed.
+    if (CaptureStatusCheck(stream, nullptr, token_)) {
+        token_.reset();
+        return;
+    }
     EnqueueStreamTask(stream, [token = std::move(token_)](std::string*) { return ACLNN_SUCCESS; });
 }
 

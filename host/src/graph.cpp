@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,8 @@ struct GraphData {
         const char* op;  // a string literal
     };
     std::vector<StatusRecord> records;
+    std::vector<std::function<aclnnStatus(std::string*)>> checks;  // CaptureStatusCheck
+    std::vector<std::shared_ptr<void>> holds;
     ~GraphData() {
         for (const Block& b : pool) FreeGraphMemory(b.base);
     }
@@ -147,6 +150,17 @@ bool CaptureStatusRecord(aclrtStream stream, const void* record, const char* op)
     return true;
 }
 
+bool CaptureStatusCheck(aclrtStream stream, std::function<aclnnStatus(std::string*)> check,
+                        std::shared_ptr<void> hold) {
+    Registry& r = Graphs();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto it = r.captures.find(stream);
+    if (it == r.captures.end()) return false;
+    if (check) it->second.data->checks.push_back(std::move(check));
+    if (hold) it->second.data->holds.push_back(std::move(hold));
+    return true;
+}
+
 aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed) {
     std::vector<std::shared_ptr<GraphData>> launched;
     {
@@ -171,6 +185,13 @@ aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed) {
             // The stream's own error is the one reported when there is one; the records are cleared regardless.
             if (status == ACLNN_SUCCESS && !streamFailed)
                 status = Fail(CAM_ERR_DEVICE_ARGUMENT, DescribeDeviceStatus(s.op, record));
+        }
+        // Every check runs (each clears what it reported); the first failure is the one reported.
+        for (const auto& check : data->checks) {
+            std::string message;
+            CountHostActivity(HostActivity::DeviceRead);
+            const aclnnStatus st = check(&message);
+            if (st != ACLNN_SUCCESS && status == ACLNN_SUCCESS && !streamFailed) status = Fail(st, message);
         }
     }
     return status;

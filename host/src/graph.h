@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
 
 #include "cam/acl_compat.h"
 #include "cam/cam_graph.h"
@@ -26,6 +29,13 @@ void CheckCaptureWorkspace(aclrtStream stream, const void* workspace, uint64_t b
 // registered with the capture (it lives in the pool, zeroed once) and read after the synchronize that follows a
 // launch of the graph. Returns true when `stream` captures (the caller queues nothing).
 bool CaptureStatusRecord(aclrtStream stream, const void* record, const char* op);
+
+// The same for a status the op keeps elsewhere (the data-plane ops' communicator status, in the communicator's
+// window): `check` reads it and turns it into a status; it runs after the synchronize that follows a launch of the
+// graph, once per synchronize however many replays ran. `hold` lives as long as the graph (the communicator's
+// in-flight token, so the communicator is not freed under a graph that reads it). Returns true when `stream`
+// captures (the caller queues nothing).
+bool CaptureStatusCheck(aclrtStream stream, std::function<aclnnStatus(std::string*)> check, std::shared_ptr<void> hold);
 
 // After a synchronize of `stream` that succeeded: reads the status records of the graphs launched on it since the
 // previous synchronize; the first bad one becomes the status (CAM_ERR_DEVICE_ARGUMENT, the eager sentence) and
