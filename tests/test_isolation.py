@@ -137,6 +137,7 @@ def test_fence_refuses_ffn_ranks_and_self():
         survivors_served(t, comms, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_killed_attention_rank_fences_its_replica_on_an_shm_plane(tmp_path):
     """Real processes: SIGKILL of an Attention rank under Comm(isolate_replicas=True). The FFN ranks and the other
