@@ -18,7 +18,7 @@ from cam.models import PRESETS, MoEModel
 sys.path.insert(0, os.path.dirname(__file__))
 from _dataplane_harness import raise_first, run_ranks  # noqa: E402
 
-ROUNDS = 36
+ROUNDS = 120  # with the idle replays between them: hundreds of replays against the eager loop
 KIND, ROWS = 0, 5  # work item words (docs/protocol.md §4.2): kind (0 = empty), rows
 
 
