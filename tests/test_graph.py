@@ -335,6 +335,23 @@ def test_bench_ffn_loop_runs(tmp_path, capsys):
     assert "eager/replay" in capsys.readouterr().out
 
 
+def test_bench_ffn_loop_plane_runs(tmp_path, capsys):
+    """The whole FFN iteration on an in-process plane: every round the Attention thread dispatched came back in both
+    modes, and replay costs the FFN thread less host CPU per item than eager (by a wide margin: eager synchronizes
+    four ops per item, replay one batch)."""
+    import json
+
+    from cam.bench import main
+
+    path = tmp_path / "ffn-plane.json"
+    assert main(["ffn-loop", "--plane", "--rows", "16", "--items", "8", "--batch", "4", "--rounds", "1", "--json",
+                 str(path)]) == 0
+    r = json.loads(path.read_text())["results"][0]
+    assert r["eager_iterations"] >= 8 and r["replay_iterations"] >= 8
+    assert r["replay_activity_per_item"]["synchronizes"] < r["eager_activity_per_item"]["synchronizes"]
+    assert "eager/replay" in capsys.readouterr().out
+
+
 def test_a_data_plane_op_is_captured_and_its_status_read_at_the_synchronize():
     """A data-plane op records without a host task: its communicator status is read after the synchronize that
     follows the replay (once, not per replay), with the eager sentence; a refusal is cleared, so the communicator

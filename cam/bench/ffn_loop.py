@@ -1,5 +1,7 @@
-"""cam-bench ffn-loop: host cost per FFN work item (W1 -> W2 on one FFN rank's receive buffer), eager calls vs the
-same chain captured once in a cam.Graph and replayed, in one run.
+"""cam-bench ffn-loop: host cost per FFN work item, eager calls vs the same chain captured once in a cam.Graph and
+replayed, in one run. By default the chain is W1 -> W2 on one FFN rank's receive buffer; with --plane it is the
+whole FFN iteration (dispatch_recv -> W1 -> W2 -> combine_send) on an in-process plane whose Attention rank (a
+thread) keeps rounds coming, as the connector's CapturedFFN runs it.
 
 The measure is the calling thread's CPU time (time.thread_time), not wall time: the question is how much host work
 an item costs, and a thread blocked in a synchronize uses none. Beside it, the C library's own counts of host
@@ -107,6 +109,116 @@ def _run(args) -> int:
     return 0
 
 
+def _run_plane(args) -> int:
+    """The whole FFN iteration on a live plane. An Attention thread dispatches each phase's rounds (slots in flight)
+    and combines them; the FFN thread (this one) loops until every round of the phase came back. Idle iterations
+    (nothing ready yet) are part of the loop's cost, so the figure is host CPU per *served* item."""
+    import threading
+    import uuid
+
+    import cam
+    from cam.connector import CapturedFFN, ffn_iteration
+
+    g = torch.Generator().manual_seed(7)
+    tokens = max(1, args.rows // 2)
+    # as many rounds in flight as one replay batch serves, so a batch is not mostly idle polls
+    topo = cam.Topology(D=1, P=1, F=1, E=_EXPERTS, K=2, H=_HIDDEN, Bmax=tokens, L=_LAYERS, slots=max(2, args.batch))
+    w1 = _weights(g, _HIDDEN, 2 * _INTER)
+    w2 = _weights(g, _INTER, _HIDDEN)
+    x = (torch.randn(tokens, _HIDDEN, generator=g) * 2).to(torch.bfloat16)
+    ids = torch.randint(0, _EXPERTS, (tokens, topo.K), generator=g, dtype=torch.int32)
+    weights = torch.rand(tokens, topo.K, generator=g)
+    group = f"ffn-loop-{uuid.uuid4().hex[:10]}"
+    phase_rounds: list = []  # the Attention thread's work orders: rounds per phase, None to stop
+    order, finished, failed = threading.Event(), threading.Event(), []
+    deadline_s = 600.0
+
+    def attention():
+        try:
+            with cam.Comm(topo, 0, group=group, timeout_s=120.0, idle_poll_s=0.005) as comm:
+                while True:
+                    if not order.wait(deadline_s):
+                        raise TimeoutError("ffn-loop: the FFN thread gave no work order")
+                    order.clear()
+                    n = phase_rounds.pop(0)
+                    if n is None:
+                        return
+                    in_flight = 0
+                    for layer in [r % topo.L for r in range(n)]:
+                        if in_flight == topo.slots:
+                            cam.ops.combine_recv(comm, ids, weights)
+                            in_flight -= 1
+                        cam.ops.dispatch_send(comm, x, ids, layer)
+                        in_flight += 1
+                    for _ in range(in_flight):
+                        cam.ops.combine_recv(comm, ids, weights)
+                    finished.set()
+        except BaseException as e:  # noqa: BLE001 - reported by the FFN thread
+            failed.append(e)
+            finished.set()
+
+    def phase(n: int, step) -> tuple[float, dict, int]:
+        finished.clear()
+        phase_rounds.append(n)
+        before = _activity()
+        t0 = time.thread_time()
+        order.set()
+        iterations, end = 0, time.monotonic() + deadline_s
+        while not finished.is_set():
+            if time.monotonic() > end:
+                raise TimeoutError(f"ffn-loop: {n} rounds did not come back within {deadline_s} s")
+            iterations += step()
+        cpu = time.thread_time() - t0
+        if failed:
+            raise RuntimeError(f"ffn-loop: the Attention rank failed: {failed[0]!r}") from failed[0]
+        return cpu / n, _per_item(before, _activity(), n), iterations
+
+    thread = threading.Thread(target=attention, daemon=True, name="ffn-loop-attention")
+    thread.start()
+    results, rows = [], []
+    with cam.Comm(topo, 1, group=group, timeout_s=120.0, idle_poll_s=0.005) as comm:
+        def eager_step() -> int:
+            ffn_iteration(comm, w1, w2)
+            return 1
+
+        captured = CapturedFFN(comm, w1, w2)
+
+        def replay_step() -> int:
+            captured.step(args.batch)
+            return args.batch
+
+        phase(2, eager_step)  # warm-up: address tables, first-call costs
+        phase(2, replay_step)
+        for rep in range(args.rounds):
+            e_cpu, e_act, e_it = phase(args.items, eager_step)
+            r_cpu, r_act, r_it = phase(args.items, replay_step)
+            results.append({"round": rep, "eager_cpu_s_per_item": e_cpu, "replay_cpu_s_per_item": r_cpu,
+                            "eager_over_replay": e_cpu / r_cpu, "eager_activity_per_item": e_act,
+                            "replay_activity_per_item": r_act, "eager_iterations": e_it, "replay_iterations": r_it})
+            rows.append([rep, f"{e_cpu * 1e6:.0f}", f"{r_cpu * 1e6:.0f}", f"{e_cpu / r_cpu:.1f}",
+                         f"{e_act['synchronizes']:.2f}/{r_act['synchronizes']:.3f}",
+                         f"{e_act['device_reads']:.2f}/{r_act['device_reads']:.3f}",
+                         f"{e_act['host_to_device_copies']:.2f}/{r_act['host_to_device_copies']:.3f}"])
+        captured.close()
+        phase_rounds.append(None)
+        order.set()
+        thread.join(deadline_s)
+    print_table(
+        f"ffn-loop --plane (dispatch_recv -> W1 -> W2 -> combine_send, {tokens} tokens x K={topo.K} per round) on "
+        f"backend '{cam.backend()}': host CPU of the FFN thread per served item (thread_time, idle iterations "
+        f"included), eager vs replay (one synchronize per {args.batch} replays); the activity counts are "
+        f"process-wide, so they include the Attention thread's 2 synchronizes and reads per round",
+        ["round", "eager us/item", "replay us/item", "eager/replay", "syncs e/r", "dev reads e/r", "h2d copies e/r"],
+        rows,
+    )
+    write_json(args.json, "ffn-loop-plane", results, tokens=tokens, k=topo.K, hidden=_HIDDEN, inter=_INTER,
+               experts=_EXPERTS, layers=_LAYERS, batch=args.batch,
+               measure="FFN thread CPU seconds per served item (time.thread_time), idle iterations included; "
+                       "activity from camGetHostActivity is process-wide (the Attention thread's dispatch_send and "
+                       "combine_recv add 2 synchronizes and their status reads per round)")
+    return 0
+
+
 def add_parsers(sub) -> None:
     p = sub.add_parser("ffn-loop", help="host CPU per FFN work item, eager vs captured replay")
     p.add_argument("--json", metavar="PATH", help="write results as JSON")
@@ -115,4 +227,6 @@ def add_parsers(sub) -> None:
     p.add_argument("--batch", type=int, default=16, help="replays per synchronize in replay mode (default 16)")
     p.add_argument("--rounds", type=int, default=3, help="measurement rounds (default 3)")
     p.add_argument("--idle", action="store_true", help="empty work items (all counts zero)")
-    p.set_defaults(run=_run)
+    p.add_argument("--plane", action="store_true",
+                   help="the whole FFN iteration (receive, W1, W2, send) on an in-process plane")
+    p.set_defaults(run=lambda args: _run_plane(args) if args.plane else _run(args))
