@@ -10,33 +10,42 @@ import sys as _sys
 import torch as _torch  # noqa: F401  (registers torch.library before the ops module uses it)
 
 
-def _shadowing_checkout_error(cause: ImportError) -> ImportError:
-    """The ImportError to raise when ``cam`` was found in a source checkout that holds no compiled ``_C``.
+def _has_extension(directory: str) -> bool:
+    return any(name.startswith("_C.") for name in _os.listdir(directory))
+
+
+def _installed_package_this_checkout_shadows():
+    """The installed cam's directory when this ``cam/`` is an uncompiled source checkout found first on sys.path.
 
     ``python -c``, ``python -m`` and ``python -m pytest`` put the working directory first on ``sys.path``, so
-    typing them at the root of a clone imports the clone's ``cam/`` instead of the installed package. Without this
-    the user sees Python's "partially initialized module (most likely due to a circular import)" riddle."""
+    typing them at the root of a clone finds the clone's ``cam/`` (sources, no compiled ``_C``) before the
+    installed package the README's ``pip install .`` put in site-packages."""
     here = _os.path.dirname(_os.path.abspath(__file__))
-    if any(name.startswith("_C.") for name in _os.listdir(here)):
-        return cause  # a compiled package whose _C failed for another reason: keep the real error
-    installed = None
+    if _has_extension(here):
+        return None
     for entry in _sys.path:
         candidate = _os.path.join(_os.path.abspath(entry or _os.curdir), "cam")
-        if candidate != here and _os.path.isdir(candidate) and any(
-                name.startswith("_C.") for name in _os.listdir(candidate)):
-            installed = candidate
-            break
-    where = f"the installed package at {installed}" if installed else "an installed cam (pip install .)"
-    return ImportError(
-        f"cam was imported from the source checkout at {here}, which has no compiled extension, and it shadows "
-        f"{where} because the current directory comes first on sys.path: run Python from another directory, or "
-        f"use the installed commands (cam-run, cam-bench, pytest) which do not put the checkout on sys.path")
+        if candidate != here and _os.path.isdir(candidate) and _has_extension(candidate):
+            return candidate
+    return None
 
+
+_installed = _installed_package_this_checkout_shadows()
+if _installed is not None:
+    # Everything below (the extension, every submodule, the SDK paths derived from __file__) then comes from the
+    # installed package; only this file is read from the checkout. cam's own processes (cam-run workers, the test
+    # suite) keep the checkout off sys.path altogether.
+    __path__[:] = [_installed]
+    __file__ = _os.path.join(_installed, "__init__.py")
 
 try:
     from . import _C
 except ImportError as _e:
-    raise _shadowing_checkout_error(_e) from None
+    if _has_extension(_os.path.dirname(_os.path.abspath(__file__))):
+        raise  # a compiled package whose _C failed for another reason: keep the real error
+    raise ImportError(
+        f"cam is not installed: the source checkout at {_os.path.dirname(_os.path.abspath(__file__))} holds no "
+        f"compiled extension; run `pip install .` first (README)") from None
 
 from . import errors  # noqa: E402
 from .layer_weights import LayerWeights
