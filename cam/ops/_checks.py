@@ -32,22 +32,15 @@ class Args:
     # ---------------------------------------------------------------- kinds (what the schema needs)
 
     def gate(self, **arguments) -> None:
-        """Types only: tensors must be tensors, tensor lists lists of tensors, ints ints (not bools). Pass
-        ``name=(value, kind)`` with kind ``torch.Tensor``, ``list`` (of tensors), ``int`` or ``"out"`` (None, a
-        tensor, or a tuple of tensors)."""
+        """Kinds only: tensors must be tensors, ints ints (not bools). Pass ``name=(value, kind)`` with kind
+        ``torch.Tensor`` or ``int``; ``out=`` goes through :meth:`outputs`."""
         for name, (value, kind) in arguments.items():
             if kind is torch.Tensor:
                 self.is_tensor(name, value)
-            elif kind is list:
-                self.tensor_list(name, value)
             elif kind is int:
                 self.integer(name, value)
-            elif kind == "out":
-                if value is not None:
-                    for i, t in enumerate(value if isinstance(value, (tuple, list)) else (value,)):
-                        self.is_tensor(f"{name}[{i}]" if isinstance(value, (tuple, list)) else name, t)
             else:
-                raise AssertionError(kind)
+                raise AssertionError(f"gate: unknown kind {kind!r} for {name}")
 
     def is_tensor(self, name: str, value) -> torch.Tensor:
         if not isinstance(value, torch.Tensor):
