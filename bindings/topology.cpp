@@ -16,8 +16,9 @@ py::dict WindowLayout(const std::vector<int64_t>& fields) {
     CamTopology t{};
     std::memcpy(&t, fields.data(), sizeof(t));
     py::dict d;
-    d["first_bad_field"] = layout::check_topology(t);  // field::k*; the sizes below are meaningless unless 0
-    if (layout::check_topology(t) != field::kOk) return d;
+    const int64_t firstBad = layout::check_topology(t);
+    d["first_bad_field"] = firstBad;  // field::k*; the sizes below are meaningless unless kOk
+    if (firstBad != field::kOk) return d;
     d["recv_rows"] = layout::recv_rows(t);
     d["worst_case_rows"] = layout::worst_case_rows(t);
     d["work_item_words"] = layout::work_item_words(t);
