@@ -61,6 +61,11 @@ public:
         ThrowIfFailed(camCommReplicaFence(Get(), replica, &dead));
         return dead;
     }
+    int64_t DroppedRounds(int64_t replica) const {
+        int64_t dropped = 0;
+        ThrowIfFailed(camCommDroppedRounds(Get(), replica, &dropped));
+        return dropped;
+    }
     void Close() {
         if (comm_) {
             // CAM_ERR_COMM_BUSY (ops still queued after a sync timeout) leaves the communicator allocated: dropping
@@ -115,6 +120,7 @@ void Register(py::module_& m) {
         .def("report_dead_rank", &Comm::ReportDeadRank, py::arg("rank"))
         .def("fence_dead_rank", &Comm::FenceDeadRank, py::arg("rank"))
         .def("replica_fence", &Comm::ReplicaFence, py::arg("replica"))
+        .def("dropped_rounds", &Comm::DroppedRounds, py::arg("replica"))
         .def("close", &Comm::Close)
         .def_property_readonly("closed", &Comm::Closed)
         .def("window", &Comm::Window)

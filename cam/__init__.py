@@ -65,7 +65,7 @@ from .errors import (
 
 _C._set_error_factory(errors.from_status)
 
-from .comm import Comm  # noqa: E402
+from .comm import Comm, LostReplica  # noqa: E402
 from .graph import Graph  # noqa: E402
 from . import ops, reference  # noqa: E402
 from . import _npu  # noqa: E402
@@ -98,6 +98,7 @@ __all__ = [
     "LayerWeights",
     "Topology",
     "Comm",
+    "LostReplica",
     "Graph",
     "ops",
     "reference",

@@ -14,8 +14,9 @@ On Ascend the same C communicator takes its windows from HCCL (docs/protocol.md 
 from __future__ import annotations
 
 import ctypes
-import math
+import dataclasses
 import itertools
+import math
 import os
 import threading
 import time
@@ -28,7 +29,7 @@ import torch
 from . import _C, _runtime
 from .topology import Topology
 
-__all__ = ["Comm"]
+__all__ = ["Comm", "LostReplica"]
 
 _ids = itertools.count(1)
 # Weak: a Comm the caller dropped without close() is collected, and its C handle and stream release the windows.
@@ -69,10 +70,12 @@ class Comm:
         liveness_poll_s: ``"shm"`` only: how often a watchdog thread checks that every peer's process is still
             there. A peer found gone raises the plane's abort with that rank as the reason, so every wait on every
             surviving rank ends within about this bound (independent of ``timeout_s``) naming the dead rank.
-        isolate_replicas: ``"shm"`` only, replica isolation (docs/protocol.md §9): when an Attention rank dies, its
-            replica is fenced instead of aborting the plane. FFN ranks drop that replica's rounds and keep serving
-            the others; only the dead rank's replica mates are aborted; a fenced replica never rejoins. The death
-            of an FFN rank still aborts the plane. Set it the same on every rank of the plane.
+        isolate_replicas: ``"shm"`` only, replica isolation (docs/protocol.md §9), on by default: when an
+            Attention rank dies, its replica is fenced instead of aborting the plane. FFN ranks drop that replica's
+            rounds (counted: :attr:`lost_replicas`) and keep serving the others; only the dead rank's replica mates
+            are aborted; a fenced replica never rejoins. The death of an FFN rank still aborts the plane. ``False``
+            restores the plane-wide abort on any death (for a caller that cannot go on without every replica).
+            Set it the same on every rank of the plane.
 
     Attributes:
         stream: this rank's device stream; its data-plane ops run there in order (ranks that are threads of one
@@ -86,6 +89,8 @@ class Comm:
             that rank as the reason, or only its replica fenced under ``isolate_replicas``), else None.
         fenced_replicas: ``{replica: dead Attention rank}`` of every replica fenced in the plane (read from the
             windows, so it includes fences another rank's watchdog set first).
+        dropped_rounds: FFN ranks: ``{replica: rounds dropped}`` per fenced replica (see :class:`LostReplica`).
+        lost_replicas: ``{replica: LostReplica}`` per fenced replica, with a sentence for logs and errors.
 
     Creation refuses ``timeout_s`` / ``idle_poll_s`` that the host's sync bound would not outlast (the timeout
     chain of docs/protocol.md §9). A forked child cannot use a Comm of its parent: create a new one there.
@@ -110,7 +115,7 @@ class Comm:
         join_timeout_s: float = 60.0,
         shm_prefix: Optional[str] = None,
         liveness_poll_s: float = 0.25,
-        isolate_replicas: bool = False,
+        isolate_replicas: bool = True,
     ) -> None:
         if not isinstance(topology, Topology):
             raise TypeError(f"Comm: topology must be a cam.Topology, got {type(topology).__name__}")
@@ -311,6 +316,23 @@ class Comm:
         return {d: r for d, r in fences.items() if r >= 0}
 
     @property
+    def dropped_rounds(self) -> dict:
+        """FFN ranks: ``{replica: n}`` for every fenced replica, ``n`` its rounds that reached this rank and were
+        never returned (dropped unserved, or served and dropped by combine_send). Exact once this rank has no op
+        of the replica in flight, e.g. between iterations of its FFN loop. Attention ranks: ``{}`` (their lost
+        rounds are the ones they dispatched and did not receive)."""
+        c = self._require()._c
+        if self.is_attention:
+            return {}
+        return {d: c.dropped_rounds(d) for d in self.fenced_replicas}
+
+    @property
+    def lost_replicas(self) -> dict:
+        """``{replica: LostReplica}`` of every fenced replica of the plane, as this rank sees it."""
+        dropped = self.dropped_rounds
+        return {d: LostReplica(d, r, self.rank, dropped.get(d)) for d, r in self.fenced_replicas.items()}
+
+    @property
     def plane_id(self) -> int:
         """This plane instance's id (identity line word 7): a hash of the topology, the dtype and every rank's
         creation nonce, the same on every rank of the plane and stamped into its work items (word 7), so a work
@@ -324,6 +346,30 @@ class Comm:
     def __repr__(self) -> str:
         state = "closed" if self._c is None else f"{self.window_bytes} B window"
         return f"cam.Comm(rank={self.rank}, transport={self.transport!r}, {state}, {self.topology})"
+
+
+@dataclasses.dataclass(frozen=True)
+class LostReplica:
+    """A replica fenced by replica isolation (docs/protocol.md §9), as rank ``seen_by`` reports it.
+
+    Attributes:
+        replica: the fenced replica ``d``.
+        dead_rank: the Attention rank whose death fenced it.
+        seen_by: the reporting rank.
+        dropped_rounds: FFN ranks: rounds of ``d`` that reached ``seen_by`` and were dropped; None on Attention
+            ranks.
+    """
+
+    replica: int
+    dead_rank: int
+    seen_by: int
+    dropped_rounds: Optional[int] = None
+
+    def __str__(self) -> str:
+        dropped = "" if self.dropped_rounds is None else \
+            f"; FFN rank {self.seen_by} dropped {self.dropped_rounds} of its in-flight round(s) of it"
+        return (f"replica {self.replica} lost: Attention rank {self.dead_rank} died{dropped} (replica isolation: "
+                f"the other replicas are served; a fenced replica does not rejoin the plane)")
 
 
 def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, group: str,

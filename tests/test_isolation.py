@@ -60,9 +60,14 @@ def survivors_served(t, comms, seed):
         assert torch.equal(cam.ops.combine_recv(comms[a], rounds[a][1], rounds[a][2]), gold[a]), a
 
 
-def assert_fenced(t, comms):
+def assert_fenced(t, comms, dropped=None):
+    """Replica 1 is fenced on every rank; the FFN ranks count `dropped` of its rounds (exact: between iterations)."""
     for r, c in comms.items():
         assert c.fenced_replicas == {1: DEAD}, (r, c.fenced_replicas)
+        if dropped is not None:
+            assert c.dropped_rounds == ({} if r < t.A else {1: dropped}), (r, c.dropped_rounds)
+            (lost,) = c.lost_replicas.values()
+            assert (lost.replica, lost.dead_rank, lost.dropped_rounds) == (1, DEAD, None if r < t.A else dropped)
     for r in (0, 1, 4, 5):
         assert comms[r].status()["abort"] == 0, (r, comms[r].status())
     assert comms[MATE].status()["abort"] == -(1 + DEAD)
@@ -75,7 +80,7 @@ def test_published_round_of_a_fenced_replica_is_dropped_and_the_others_are_serve
         for a in range(t.A):  # both replicas publish round 1
             cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], 1)
         comms[0].fence_dead_rank(DEAD)  # what a survivor's watchdog does when rank 3's process is gone
-        assert_fenced(t, comms)
+        assert_fenced(t, comms, dropped=1)
         assert serve(t, comms, [t.A, t.A + 1]) == [0, 0]
         gold = golden_out(t, rounds)
         for a in (0, 1):
@@ -85,7 +90,7 @@ def test_published_round_of_a_fenced_replica_is_dropped_and_the_others_are_serve
             cam.ops.combine_recv(comms[MATE], rounds[MATE][1], rounds[MATE][2])
         for seed in (2, 3, 4):  # more rounds than slots: the survivors keep going
             survivors_served(t, comms, seed)
-        assert_fenced(t, comms)
+        assert_fenced(t, comms, dropped=1)
 
 
 def test_partly_published_round_of_a_fenced_replica_is_not_waited_for():
@@ -99,7 +104,7 @@ def test_partly_published_round_of_a_fenced_replica_is_not_waited_for():
             assert_idle(t, comms)
         for seed in (2, 3, 4):
             survivors_served(t, comms, seed)
-        assert_fenced(t, comms)
+        assert_fenced(t, comms, dropped=1)  # published by one participant only: in flight, and dropped
 
 
 def test_combine_send_of_an_item_handed_out_before_the_fence_is_a_no_op():
@@ -123,7 +128,38 @@ def test_combine_send_of_an_item_handed_out_before_the_fence_is_a_no_op():
             assert torch.equal(before[a], comms[a].window), f"rank {a}'s window was written"
         for seed in (2, 3):
             survivors_served(t, comms, seed)
-        assert_fenced(t, comms)
+        assert_fenced(t, comms, dropped=1)  # handed out, computed, and dropped by combine_send
+
+
+def test_dropped_rounds_count_only_what_was_in_flight_at_the_fence():
+    """Replica 1 completes round 1 (served, returned), then publishes rounds 2 and 3 (both slots); round 2 is handed
+    out to one FFN rank before the fence. Every FFN rank drops rounds 2 and 3, never round 1, and says so."""
+    t = topo()
+    with plane(t, timeout_s=120) as comms:
+        r1 = [make_round(t, a, 1) for a in range(t.A)]
+        for a in range(t.A):
+            cam.ops.dispatch_send(comms[a], r1[a][0], r1[a][1], 0)
+        served = []
+        while len(served) < 2 * t.F:  # both replicas' round 1 on both FFN ranks
+            served += serve(t, comms, [t.A, t.A + 1])
+        gold = golden_out(t, r1)
+        for a in range(t.A):
+            assert torch.equal(cam.ops.combine_recv(comms[a], r1[a][1], r1[a][2]), gold[a]), a
+        assert all(c.dropped_rounds == {} and c.lost_replicas == {} for c in comms.values())
+        later = {seed: [make_round(t, a, seed) for a in range(t.A)] for seed in (2, 3)}
+        for seed, rounds in later.items():
+            for a in (MATE, DEAD):
+                cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], 1)
+        item = recv_work(comms[t.A])
+        assert (int(item[3][1]), int(item[3][3])) == (1, 2)
+        comms[t.A + 1].fence_dead_rank(DEAD)
+        cam.ops.combine_send(comms[t.A], expert_out(comms[t.A], *item), item[3])  # dropped
+        assert_idle(t, comms)
+        assert_fenced(t, comms, dropped=2)
+        lost = comms[t.A].lost_replicas[1]
+        assert str(lost).startswith(f"replica 1 lost: Attention rank {DEAD} died; FFN rank {t.A} dropped 2 "), lost
+        survivors_served(t, comms, 4)
+        assert_fenced(t, comms, dropped=2)
 
 
 def test_fence_refuses_ffn_ranks_and_self():
@@ -134,6 +170,8 @@ def test_fence_refuses_ffn_ranks_and_self():
         with pytest.raises(ValueError, match="not an Attention peer"):
             comms[0].fence_dead_rank(0)
         assert all(c.fenced_replicas == {} for c in comms.values())
+        with pytest.raises(ValueError, match="replica 2 is not in"):
+            comms[t.A]._c.dropped_rounds(2)
         survivors_served(t, comms, 1)
 
 

@@ -59,6 +59,11 @@ CAM_API aclnnStatus camCommReportDeadRank(camComm* comm, int64_t deadRank);
 CAM_API aclnnStatus camCommFenceDeadRank(camComm* comm, int64_t deadRank);
 /* *deadRank = the Attention rank whose death fenced replica `replica`, or -1 if it is not fenced. */
 CAM_API aclnnStatus camCommReplicaFence(camComm* comm, int64_t replica, int64_t* deadRank);
+/* FFN ranks: *dropped = rounds of fenced replica `replica` that reached this FFN rank (any participant's ready
+ * signal) and were never returned to it (no done signal: dropped before being handed out, or handed out and then
+ * dropped by combine_send); 0 for a replica that is not fenced. Final once this rank has no op of the replica in
+ * flight (e.g. between two iterations of its FFN loop). */
+CAM_API aclnnStatus camCommDroppedRounds(const camComm* comm, int64_t replica, int64_t* dropped);
 /* Frees the communicator. It refuses, with CAM_ERR_COMM_BUSY and nothing freed, while any op launched on it is still
  * queued or running (counted until its stream has passed it, whether the op succeeded or failed): synchronize the
  * streams first; if a synchronize timed out, camCommAbort ends the ops' device waits, then synchronize again. It
