@@ -19,7 +19,8 @@ from typing import Deque, Optional, Sequence, Tuple
 import torch
 
 from . import ops
-from .comm import Comm
+from .comm import Comm, LostReplica
+from .errors import CommAbortedError
 from .layer_weights import LayerWeights
 from .topology import Topology
 
@@ -30,6 +31,7 @@ __all__ = [
     "CapturedFFN",
     "ConnectorConfig",
     "FFNWorkItem",
+    "ReplicaLostError",
     "WORK_ITEM_LAYER_WORD",
 ]
 
@@ -50,6 +52,9 @@ class ConnectorConfig:
         group: name of this world's keys in the store (several worlds may share one store).
         shm_prefix: name prefix of the shm windows (``/dev/shm/<prefix>-r<rank>``), so a supervisor can remove
             what a rank killed before the handshake left behind; default unique per process.
+        isolate_replicas: replica isolation (``cam.Comm(isolate_replicas=...)``, docs/connector.md): when an
+            Attention rank dies, only its replica is lost (its ranks raise :class:`ReplicaLostError`) and the FFN
+            ranks keep serving the other replicas; ``False`` makes any death end every rank.
     """
 
     topology: Topology
@@ -60,6 +65,24 @@ class ConnectorConfig:
     idle_poll_s: float = 0.05
     group: str = "afd"
     shm_prefix: Optional[str] = None
+    isolate_replicas: bool = True
+
+
+class ReplicaLostError(CommAbortedError):
+    """An Attention rank's replica was fenced because one of its ranks died (replica isolation): this rank can no
+    longer complete a round, and the rounds it had in flight are dropped. The other replicas go on.
+
+    Attributes: ``replica``, ``dead_rank``, ``dropped_rounds`` (rounds this rank dispatched and never received).
+    """
+
+    def __init__(self, lost: LostReplica, rank: int, dropped_rounds: int, cause: str):
+        super().__init__(f"Attention rank {rank}: replica {lost.replica} lost: Attention rank {lost.dead_rank} "
+                         f"died; the {dropped_rounds} round(s) rank {rank} had in flight are dropped (replica "
+                         f"isolation: the other replicas are served; a fenced replica does not rejoin the plane). "
+                         f"Cause: {cause}", getattr(cause, "status", 0))
+        self.replica = lost.replica
+        self.dead_rank = lost.dead_rank
+        self.dropped_rounds = dropped_rounds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,11 +179,28 @@ class AsyncAFDConnector:
         self._store = store
         self.comm = Comm(cfg.topology, self.rank, transport="shm", store=store, group=cfg.group, dtype=cfg.dtype,
                          timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s, join_timeout_s=cfg.timeout_s,
-                         shm_prefix=cfg.shm_prefix)
+                         shm_prefix=cfg.shm_prefix, isolate_replicas=cfg.isolate_replicas)
 
     @property
     def store(self):
         return self._store
+
+    @property
+    def lost_replicas(self) -> dict:
+        """``{replica: cam.LostReplica}`` of every replica fenced in this world (replica isolation). On an FFN rank
+        each names the dead rank and the rounds of that replica this rank dropped (exact between two FFN
+        iterations); ``str()`` of one is the report sentence."""
+        comm = self.comm
+        return {} if comm is None or comm.closed else comm.lost_replicas
+
+    def _replica_lost(self, error: CommAbortedError, in_flight: int) -> CommAbortedError:
+        """On an Attention rank, an abort caused by the fence of its own replica becomes a ReplicaLostError."""
+        comm = self.comm
+        try:
+            lost = comm.lost_replicas.get(self.rank // self.config.topology.P) if comm is not None else None
+        except Exception:  # noqa: BLE001 - the Comm may be closed by now: report the abort as it was
+            lost = None
+        return error if lost is None else ReplicaLostError(lost, self.rank, in_flight, error)
 
     def abort(self) -> None:
         """Ends every device wait on every rank of the world (cam.CommAbortedError there)."""
@@ -217,7 +257,10 @@ class AsyncAFDConnector:
         if tuple(topk_weights.shape) != tuple(topk_ids.shape):
             raise ValueError(f"send_attn_output: topk_weights shape {tuple(topk_weights.shape)} differs from "
                              f"topk_ids {tuple(topk_ids.shape)}")
-        ops.dispatch_send(comm, hidden_states, topk_ids, context.metadata.layer_idx)
+        try:
+            ops.dispatch_send(comm, hidden_states, topk_ids, context.metadata.layer_idx)
+        except CommAbortedError as e:
+            raise self._replica_lost(e, len(self._pending)) from e
         self._pending.append((context.metadata.stage_idx, topk_ids, topk_weights))
 
     def recv_ffn_output(self, ref_tensor: Optional[torch.Tensor] = None, ubatch_idx: int = 0, **_) -> torch.Tensor:
@@ -232,7 +275,10 @@ class AsyncAFDConnector:
                              "receive in dispatch order")
         self._pending.popleft()
         with self._Receiving(self):
-            return ops.combine_recv(comm, ids, weights)
+            try:
+                return ops.combine_recv(comm, ids, weights)
+            except CommAbortedError as e:
+                raise self._replica_lost(e, len(self._pending) + 1) from e
 
     # ------------------------------------------------------------------ FFN side
 

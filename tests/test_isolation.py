@@ -6,6 +6,7 @@ replicas with golden outputs; only the dead rank's replica mates are aborted. Th
 from __future__ import annotations
 
 import json
+import time
 import os
 import subprocess
 import sys
@@ -192,3 +193,98 @@ def test_killed_attention_rank_fences_its_replica_on_an_shm_plane(tmp_path):
         assert s["error"] is None, (r, s)
         assert s["fenced"] == {str(victim): victim}, (r, s)
         assert s["rounds_after"] > 0, (r, s)
+
+
+def test_connector_reports_the_lost_replica_and_finishes_the_others():
+    """AsyncAFDConnector over an shm plane (ranks as threads, isolation on by default): rank 3 of replica 1 "dies"
+    (fenced by hand, as a survivor's watchdog would) while its mate rank 2 waits for a round only it dispatched.
+    Rank 2 gets ReplicaLostError naming the replica, the dead rank and its dropped round; replica 0 keeps running
+    rounds that match the model's routed reference; each FFN rank reports the lost replica and its one dropped
+    round."""
+    import threading
+    from datetime import timedelta
+
+    from cam.connector import (AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, ConnectorConfig,
+                               ReplicaLostError, expert_weights)
+    from cam.models import PRESETS, MoEModel
+
+    model = MoEModel(PRESETS["tiny"])
+    c = model.config
+    t = cam.Topology(D=2, P=2, F=2, E=c.num_experts, K=c.top_k, H=c.hidden, Bmax=8, L=len(c.moe_layers), slots=2)
+    store = torch.distributed.HashStore()
+    store.set_timeout(timedelta(seconds=120))
+    cfg = ConnectorConfig(t, timeout_s=60.0, idle_poll_s=0.01, group="iso-conn")
+    assert cfg.isolate_replicas
+    conns = [AsyncAFDConnector(r, "attention" if r < t.A else "ffn", cfg) for r in range(t.world_size)]
+    inits = [threading.Thread(target=conn.init_afd_connector, kwargs={"store": store}, daemon=True) for conn in conns]
+    for th in inits:
+        th.start()
+    for th in inits:
+        th.join(120)
+    assert all(conn.is_initialized for conn in conns)
+    stop, dispatched, errors, outcome = threading.Event(), threading.Event(), [], {}
+    g = torch.Generator().manual_seed(3)
+
+    def make(tokens):
+        h = torch.randn(tokens, c.hidden, generator=g).to(torch.bfloat16)
+        ids = torch.argsort(torch.rand(tokens, c.num_experts, generator=g), dim=1)[:, :c.top_k].to(torch.int32)
+        return h, ids.contiguous(), torch.softmax(torch.randn(tokens, c.top_k, generator=g), -1)
+
+    def ffn(conn):
+        try:
+            w1, w2 = expert_weights(model, t, conn.rank - t.A)
+            while not stop.is_set():
+                conn.ffn_step(w1, w2)
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            errors.append(e)
+
+    def mate():
+        h, ids, w = make(4)
+        conns[MATE].send_attn_output(h, AFDTransferContext(AFDTransferMetadata(0)), topk_ids=ids, topk_weights=w)
+        dispatched.set()
+        try:
+            conns[MATE].recv_ffn_output(ubatch_idx=0)
+            outcome[MATE] = "returned"
+        except BaseException as e:  # noqa: BLE001 - checked below
+            outcome[MATE] = e
+
+    threads = [threading.Thread(target=ffn, args=(conns[r],), daemon=True) for r in (t.A, t.A + 1)]
+    threads.append(threading.Thread(target=mate, daemon=True))
+    try:
+        for th in threads:
+            th.start()
+        assert dispatched.wait(60)
+        time.sleep(0.5)  # the mate waits in combine_recv; its round is partly published (rank 3 never sends)
+        assert MATE not in outcome
+        conns[0].comm.fence_dead_rank(DEAD)
+        threads[-1].join(60)
+        err = outcome[MATE]
+        assert isinstance(err, ReplicaLostError) and isinstance(err, cam.CommAbortedError), err
+        assert (err.replica, err.dead_rank, err.dropped_rounds) == (1, DEAD, 1)
+        assert f"replica 1 lost: Attention rank {DEAD} died; the 1 round(s) rank {MATE} had in flight" in str(err)
+        for layer in range(t.L):  # replica 0 goes on, both stages; both participants send before either receives
+            sent = {a: [make(3 + a), make(2)] for a in (0, 1)}
+            for a in (0, 1):
+                for s, (h, ids, w) in enumerate(sent[a]):
+                    conns[a].send_attn_output(h, AFDTransferContext(AFDTransferMetadata(layer, s)), topk_ids=ids,
+                                              topk_weights=w)
+            for a in (0, 1):
+                for s, (h, ids, w) in enumerate(sent[a]):
+                    got = conns[a].recv_ffn_output(ubatch_idx=s)
+                    want = model.routed_reference(layer, h, ids, w)
+                    # W1's exp: fp32 in the kernel, float64 in the golden; one int8 level apart at most (docs/gmm.md)
+                    scale = max([1.0] + want.abs().flatten().tolist())
+                    torch.testing.assert_close(got.float(), want.float(), atol=2e-2 * scale, rtol=0)
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(60)
+        reports = {r: conns[r].lost_replicas for r in range(t.world_size)}
+        for conn in conns:
+            conn.close()
+    assert not errors, errors
+    for r in (t.A, t.A + 1):
+        lost = reports[r][1]
+        assert (lost.replica, lost.dead_rank, lost.dropped_rounds) == (1, DEAD, 1), lost
+        assert f"replica 1 lost: Attention rank {DEAD} died; FFN rank {r} dropped 1 " in str(lost)
+    assert reports[0][1].dropped_rounds is None
