@@ -2,16 +2,20 @@
 
 A plane of processes (D=2 replicas x P=1, F=2 FFN ranks) runs rounds; once every rank is busy one rank is
 SIGKILLed (an FFN rank, then an Attention rank). Every survivor is inside an op (Attention ranks in combine_recv,
-FFN ranks in dispatch_recv polls); the plane's liveness watchdog raises the abort word naming the dead rank. The
-figure is the time from the kill to each survivor's error, against the same run's device timeout (timeout_s, set
-far above on purpose: detection must not depend on it). Nothing here is a test assertion; tests/test_liveness.py
-runs one plane per victim role and checks that every survivor names the dead rank.
+FFN ranks in dispatch_recv polls).
 
-With --isolate the plane is created with Comm(isolate_replicas=True) (replica isolation, docs/protocol.md §9): a
-killed Attention rank fences its replica instead, so the survivors are expected to go on. The FFN ranks then
-compute golden expert outputs and the surviving Attention rank checks every combine output against
-cam.reference.round_trip; each survivor reports the fenced replicas and how many rounds it completed after the
-fence (tests/test_isolation.py checks them).
+A killed FFN rank (and, with --no-isolate, a killed Attention rank) makes the plane's liveness watchdog raise the
+abort word naming the dead rank. The figure is the time from the kill to each survivor's error, against the same
+run's device timeout (timeout_s, set far above on purpose: detection must not depend on it).
+
+A killed Attention rank under the default replica isolation (Comm(isolate_replicas=True), docs/protocol.md §9)
+fences its replica instead, and the survivors are expected to go on: the FFN ranks compute golden expert outputs,
+the surviving Attention rank checks every combine output against cam.reference.round_trip, and each survivor
+reports the fenced replicas, the rounds it completed after the fence, and (FFN ranks) the rounds of the lost replica
+it dropped. The figure is the time from the kill to each survivor's watchdog finding the death.
+
+Nothing here is a test assertion; tests/test_liveness.py runs one plane per victim role (default isolation) and
+tests/test_isolation.py one with --no-isolate, and check who reports what.
 
     python benchmarks/dead_peer_detection.py --runs 3 --json benchmarks/results/dead-peer-detection.json
 """
@@ -43,7 +47,7 @@ def worker(args) -> int:
     out = os.path.join(args.dir, f"rank{args.rank}")
     with cam.Comm(topo, args.rank, transport="shm", store=store, group="plane", shm_prefix=args.prefix,
                   timeout_s=TIMEOUT_S, join_timeout_s=60, liveness_poll_s=args.liveness_poll,
-                  isolate_replicas=args.isolate) as comm:
+                  isolate_replicas=not args.no_isolate) as comm:
         g = torch.Generator().manual_seed(args.rank)
         if args.isolate:
             return isolated_survivor(args, topo, comm, g, out)
@@ -163,19 +167,21 @@ def isolated_survivor(args, topo, comm, g, out) -> int:
     except cam.CamError as e:
         error = str(e)
     result = {"rank": args.rank, "error": error, "fenced": comm.fenced_replicas, "rounds_after": after,
-              "t_found": comm.dead_rank_found_at}
+              "t_found": comm.dead_rank_found_at, "dropped": comm.dropped_rounds,
+              "lost": [str(lost) for lost in comm.lost_replicas.values()]}
     with open(out + ".json", "w") as f:
         json.dump(result, f)
     return 0
 
 
-def one_run(victim: int, liveness_poll: float, isolate: bool = False) -> dict:
+def one_run(victim: int, liveness_poll: float, isolate: bool, no_isolate: bool) -> dict:
     world = TOPOLOGY["D"] * TOPOLOGY["P"] + TOPOLOGY["F"]
     with tempfile.TemporaryDirectory(prefix="cam-liveness-") as d:
         prefix = f"camlive-{os.getpid()}-{victim}-{int(time.time() * 1000) % 100000}"
         procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--rank", str(r), "--dir", d,
                                    "--store", os.path.join(d, "store"), "--prefix", prefix, "--victim", str(victim),
-                                   "--liveness-poll", str(liveness_poll)] + (["--isolate"] if isolate else []),
+                                   "--liveness-poll", str(liveness_poll)] + (["--isolate"] if isolate else [])
+                                  + (["--no-isolate"] if no_isolate else []),
                                   stdin=subprocess.DEVNULL)
                  for r in range(world)]
         try:
@@ -204,7 +210,7 @@ def one_run(victim: int, liveness_poll: float, isolate: bool = False) -> dict:
     found = {r: s["t_found"] - t_kill for r, s in survivors.items() if s.get("t_found")}
     named = {r: f"rank {victim} died" in (s.get("error") or "") for r, s in survivors.items()}
     if isolate:
-        return {"victim": victim, "survivors": survivors,
+        return {"victim": victim, "survivors": survivors, "watchdog_found_s": found,
                 "ok": all(s["error"] is None and s["fenced"] and s["rounds_after"] > 0 for s in survivors.values())}
     return {"victim": victim, "latency_s": latency, "watchdog_found_s": found, "all_named": all(named.values()), "named": named,
             "errors": {r: s.get("error") for r, s in survivors.items()}}
@@ -215,8 +221,9 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=1, help="planes per victim role")
     p.add_argument("--victims", nargs="+", choices=["ffn", "attention"], default=["ffn", "attention"])
     p.add_argument("--liveness-poll", type=float, default=0.25, help="Comm(liveness_poll_s=...)")
-    p.add_argument("--isolate", action="store_true",
-                   help="Comm(isolate_replicas=True): an Attention victim's replica is fenced, the others go on")
+    p.add_argument("--no-isolate", action="store_true",
+                   help="Comm(isolate_replicas=False): an Attention victim aborts the plane too")
+    p.add_argument("--isolate", action="store_true", help=argparse.SUPPRESS)  # worker: survivors go on
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
@@ -230,25 +237,20 @@ def main(argv=None) -> int:
     if args.runs < 1 or not 0 < args.liveness_poll <= 60:
         p.error("--runs must be >= 1 and --liveness-poll in (0, 60]")
     A = TOPOLOGY["D"] * TOPOLOGY["P"]
-    if args.isolate:
-        if args.victims != ["attention"]:
-            p.error("--isolate needs --victims attention (an FFN rank's death always aborts the plane)")
-        runs = [one_run(0, args.liveness_poll, isolate=True) for _ in range(args.runs)]
-        for r in runs:
-            print(f"killed Attention rank {r['victim']} with isolation: survivors "
-                  + ", ".join(f"rank {k}: {v['rounds_after']} rounds after the fence, error {v['error']}"
-                              for k, v in r["survivors"].items()), flush=True)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"topology": TOPOLOGY, "isolate": True, "runs": runs}, f, indent=2)
-        return 0 if all(r["ok"] for r in runs) else 1
     runs = []
     for role in args.victims:
         for _ in range(args.runs):
             victim = A + 1 if role == "ffn" else 0
-            r = one_run(victim, args.liveness_poll)
-            r["role"] = role
+            isolate = role == "attention" and not args.no_isolate
+            r = one_run(victim, args.liveness_poll, isolate, args.no_isolate)
+            r["role"], r["isolated"] = role, isolate
             runs.append(r)
+            if isolate:
+                print(f"killed Attention rank {victim}, replica isolation: watchdogs found it after "
+                      + ", ".join(f"{v:.3f}" for v in sorted(r["watchdog_found_s"].values())) + " s; survivors "
+                      + ", ".join(f"rank {k}: {v['rounds_after']} rounds after the fence, dropped {v['dropped']}, "
+                                  f"error {v['error']}" for k, v in r["survivors"].items()), flush=True)
+                continue
             lat = sorted(r["latency_s"].values())
             print(f"killed {role} rank {victim}: survivors' errors after "
                   + ", ".join(f"{v:.3f}" for v in lat) + " s (their watchdogs found it after "
@@ -256,7 +258,13 @@ def main(argv=None) -> int:
                   + f" s); all name the dead rank: {r['all_named']}", flush=True)
     summary = {}
     for role in args.victims:
-        lat = [v for r in runs if r["role"] == role for v in r["latency_s"].values()]
+        found = [v for r in runs if r["role"] == role and r["isolated"] for v in r["watchdog_found_s"].values()]
+        if found:
+            summary[role] = {"isolated": True, "found_median_s": statistics.median(found), "found_max_s": max(found),
+                             "survivors_went_on": all(r["ok"] for r in runs if r["role"] == role)}
+            print(f"{role} victim (replica isolation): found after median {statistics.median(found):.3f} s, max "
+                  f"{max(found):.3f} s (timeout_s {TIMEOUT_S:g} s, liveness_poll_s {args.liveness_poll:g} s)")
+        lat = [v for r in runs if r["role"] == role for v in r.get("latency_s", {}).values()]
         if lat:
             summary[role] = {"median_s": statistics.median(lat), "max_s": max(lat), "survivor_errors": len(lat),
                              "all_named": all(r["all_named"] for r in runs if r["role"] == role)}
@@ -265,8 +273,8 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"topology": TOPOLOGY, "timeout_s": TIMEOUT_S, "liveness_poll_s": args.liveness_poll,
-                       "summary": summary, "runs": runs}, f, indent=2)
-    ok = all(r["all_named"] and len(r["latency_s"]) == len(r["named"]) for r in runs)
+                       "isolate_replicas": not args.no_isolate, "summary": summary, "runs": runs}, f, indent=2)
+    ok = all(r["ok"] if r["isolated"] else r["all_named"] and len(r["latency_s"]) == len(r["named"]) for r in runs)
     return 0 if ok else 1
 
 

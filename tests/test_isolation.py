@@ -1,15 +1,13 @@
 """Issue 9, item 8, replica isolation (docs/protocol.md §9): an Attention rank's death fences its replica. FFN ranks
 drop the fenced replica's rounds (published, partly published, or already handed out) and keep serving the other
-replicas with golden outputs; only the dead rank's replica mates are aborted. The in-process tests fence by hand
-(Comm.fence_dead_rank, what the shm watchdog calls); the shm test kills a real process."""
+replicas with golden outputs; only the dead rank's replica mates are aborted; the FFN ranks count the dropped rounds
+and the connector reports the lost replica. The in-process tests fence by hand (Comm.fence_dead_rank, what the shm
+watchdog calls); the shm tests kill real processes (here the opt-out; the default is tests/test_liveness.py, and
+cam-run --keep-going tests/test_run_keep_going.py)."""
 
 from __future__ import annotations
 
-import json
 import time
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -20,7 +18,6 @@ from test_safety import expert_out, golden_out, make_round, plane, recv_work, wi
 
 pytestmark = pytest.mark.timeout(180)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Replica 0 = ranks 0, 1 (survives); replica 1 = ranks 2, 3 (rank 3 dies); FFN ranks 4, 5.
 T = dict(D=2, P=2, F=2, E=4, K=2, H=32, Bmax=4, L=2, slots=2)
 DEAD, MATE = 3, 2
@@ -178,21 +175,14 @@ def test_fence_refuses_ffn_ranks_and_self():
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_killed_attention_rank_fences_its_replica_on_an_shm_plane(tmp_path):
-    """Real processes: SIGKILL of an Attention rank under Comm(isolate_replicas=True). The FFN ranks and the other
-    replica keep running rounds (golden-checked inside the workers) and report the fenced replica."""
-    out = tmp_path / "r.json"
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "dead_peer_detection.py"),
-                             "--runs", "1", "--victims", "attention", "--isolate", "--json", str(out)],
-                            capture_output=True, text=True, timeout=360, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    (run,) = json.loads(out.read_text())["runs"]
-    victim = run["victim"]
-    assert victim < 2
-    for r, s in run["survivors"].items():
-        assert s["error"] is None, (r, s)
-        assert s["fenced"] == {str(victim): victim}, (r, s)
-        assert s["rounds_after"] > 0, (r, s)
+def test_opting_out_of_isolation_makes_a_dead_attention_rank_abort_the_plane(tmp_path):
+    """Real processes, Comm(isolate_replicas=False): SIGKILL of an Attention rank aborts the whole plane, and every
+    survivor's error names the dead rank (the default, isolation, is tests/test_liveness.py)."""
+    from test_liveness import _detection_run, assert_plane_aborted_naming
+
+    run = _detection_run(tmp_path, "--victims", "attention", "--no-isolate")
+    assert not run["isolated"]
+    assert_plane_aborted_naming(run, victim_is_ffn=False)
 
 
 def test_connector_reports_the_lost_replica_and_finishes_the_others():

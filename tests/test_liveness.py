@@ -1,5 +1,6 @@
 """Issue 9, item 8: on an shm plane a dead peer (FFN or Attention rank) is found by the survivors' liveness
-watchdogs, independent of timeout_s, and every survivor's error names the dead rank (not "aborted by rank 0").
+watchdogs, independent of timeout_s. A dead FFN rank aborts the plane and every survivor's error names it (not
+"aborted by rank 0"); a dead Attention rank, under the default replica isolation, loses only its replica.
 Runs the detection benchmark's plane (benchmarks/dead_peer_detection.py) once per victim role; the latency it
 measures is reported there, never asserted here."""
 
@@ -13,25 +14,54 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-@pytest.mark.parametrize("role", ["ffn", "attention"])
-def test_every_survivor_names_the_dead_peer(tmp_path, role):
+def _detection_run(tmp_path, *flags) -> dict:
     out = tmp_path / "r.json"
     # timeout_s of the plane is 120 s; the run must end far sooner, by detection, not by a device timeout
     result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "dead_peer_detection.py"),
-                             "--runs", "1", "--victims", role, "--json", str(out)],
+                             "--runs", "1", "--json", str(out), *flags],
                             capture_output=True, text=True, timeout=360, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    report = json.loads(out.read_text())
-    (run,) = report["runs"]
+    (run,) = json.loads(out.read_text())["runs"]
+    return run
+
+
+def assert_plane_aborted_naming(run, victim_is_ffn: bool):
     victim = run["victim"]
-    assert (victim >= 2) == (role == "ffn")
+    assert (victim >= 2) == victim_is_ffn
     assert sorted(int(r) for r in run["errors"]) == sorted(r for r in range(4) if r != victim)
     for rank, err in run["errors"].items():
         assert err and f"rank {victim} died" in err, (rank, err)
         assert "aborted by rank" not in err, (rank, err)
     assert run["watchdog_found_s"], "no survivor's watchdog found the death"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_dead_ffn_rank_aborts_the_plane_and_every_survivor_names_it(tmp_path):
+    """Replica isolation is on by default, but an FFN rank's experts are gone: the whole plane ends."""
+    assert_plane_aborted_naming(_detection_run(tmp_path, "--victims", "ffn"), victim_is_ffn=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_dead_attention_rank_loses_only_its_replica_by_default(tmp_path):
+    """The default (replica isolation): the dead Attention rank's replica is fenced; the other replica and both FFN
+    ranks go on with golden-checked rounds (checked inside the workers), every survivor reports the fence, and each
+    FFN rank reports the lost replica with the rounds of it that it dropped."""
+    run = _detection_run(tmp_path, "--victims", "attention")
+    victim = run["victim"]
+    assert victim < 2 and run["isolated"] and run["ok"]
+    assert run["watchdog_found_s"], "no survivor's watchdog found the death"
+    for r, s in run["survivors"].items():
+        assert s["error"] is None, (r, s)
+        assert s["fenced"] == {str(victim): victim}, (r, s)
+        assert s["rounds_after"] > 0, (r, s)
+        if int(r) >= 2:
+            assert set(s["dropped"]) == {str(victim)} and s["dropped"][str(victim)] >= 0, (r, s)
+            (lost,) = s["lost"]
+            assert lost.startswith(f"replica {victim} lost: Attention rank {victim} died; FFN rank {r} dropped "), s
+        else:
+            assert s["dropped"] == {}, (r, s)
 
 
 @pytest.mark.slow
