@@ -278,3 +278,43 @@ def test_connector_reports_the_lost_replica_and_finishes_the_others():
         assert (lost.replica, lost.dead_rank, lost.dropped_rounds) == (1, DEAD, 1), lost
         assert f"replica 1 lost: Attention rank {DEAD} died; FFN rank {r} dropped 1 " in str(lost)
     assert reports[0][1].dropped_rounds is None
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.timeout(400)
+def test_cam_run_keep_going_finishes_the_surviving_replicas(tmp_path):
+    """cam-run --keep-going: Attention rank 1 (replica 1) is SIGKILLed mid-run. Replica 0's requests all finish and
+    pass --check; the report names the lost replica, how its rank died, the requests excluded and the rounds each
+    FFN rank dropped; every process ends well within --timeout and no window is left behind. (Without
+    --keep-going the run fails naming the dead rank: tests/test_run.py.)"""
+    import json
+    import os
+    import signal
+
+    from test_run import Launcher, alive, leftover_windows
+
+    path = tmp_path / "report.json"
+    # --skew 2: replica 1's prompts are 3x longer, so it runs one request per step and is still busy when killed
+    run = Launcher("--keep-going", "--check", "--cost-model", "--requests", "16", "--skew", "2", "--timeout", "60",
+                   "--json", str(path), cwd=tmp_path)
+    run.wait_for("[rank 1] replica 1 step 2/")
+    pids = run.pids()
+    os.kill(pids[1], signal.SIGKILL)
+    start = time.monotonic()
+    code, out, err = run.finish()
+    assert time.monotonic() - start < 60, "the survivors must finish well within the timeout"
+    assert code == 3, out + err
+    report = json.loads(path.read_text())
+    (lost,) = report["lost_replicas"]
+    assert lost["replica"] == 1 and lost["ranks"] == [1], lost
+    assert lost["how"] == ["rank 1 was killed by signal 9"], lost
+    assert set(lost["dropped_rounds"]) == {"2", "3"} and all(n >= 0 for n in lost["dropped_rounds"].values()), lost
+    assert all(rep.startswith("replica 1 lost: Attention rank 1 died; FFN rank ") for rep in lost["ffn_reports"])
+    done = {int(r) for r in report["ttft_per_request_s"]}
+    excluded = set(lost["requests_excluded"])
+    assert done and not done & excluded and done | excluded == set(range(16)), (done, excluded)
+    assert report["check"]["ok"] and report["check"]["requests"] == len(done), report["check"]
+    assert "LOST        replica 1 (rank 1 was killed by signal 9)" in out and "check       PASS" in out, out
+    assert not any(alive(pid) for pid in pids.values()), "no process may be left behind"
+    assert leftover_windows(run.proc.pid) == [], "no shm window may be left behind"

@@ -68,6 +68,9 @@ def _parse(argv):
                    help="FFN ranks run their iteration as one captured graph, replayed (docs/graph.md)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--keep", metavar="DIR", help="keep per-rank results and outputs in DIR")
+    p.add_argument("--keep-going", action="store_true",
+                   help="an Attention rank that dies mid-run loses only its replica: the others finish (--check covers "
+                        "them), the report names the lost replica; exit code 3 (docs/connector.md)")
     return p.parse_args(argv)
 
 
@@ -144,6 +147,8 @@ def check_args(args) -> None:
             raise ValueError("--timeline needs matplotlib (pip install matplotlib)")
     if args.keep and os.path.exists(args.keep) and not os.path.isdir(args.keep):
         raise ValueError(f"--keep {args.keep!r} exists and is not a directory")
+    if args.keep_going and args.mode == "sync":
+        raise ValueError("--keep-going needs --mode async: the sync mode's per-layer barrier waits for every replica")
 
 
 def _config(args, out_dir: str, port: int) -> RunConfig:
@@ -156,7 +161,7 @@ def _config(args, out_dir: str, port: int) -> RunConfig:
                     F=args.ffn, slots=args.slots, master_addr="127.0.0.1", master_port=port,
                     timeout_s=args.timeout, idle_poll_s=args.idle_poll, cost_model=args.cost_model,
                     attention_cost=tuple(args.attention_cost), out_dir=out_dir, progress=not args.quiet,
-                    shm_prefix=f"cam-run-{os.getpid()}-{port}", graph=args.graph)
+                    shm_prefix=f"cam-run-{os.getpid()}-{port}", graph=args.graph, keep_going=args.keep_going)
     return cfg
 
 
@@ -224,7 +229,7 @@ def _report(cfg: RunConfig, built, results: Dict[int, dict]) -> dict:
     }
 
 
-def _check(built, out_dir: str) -> dict:
+def _check(built, out_dir: str, skip=()) -> dict:
     """Each request's final hidden states against the single-process reference forward of the same batch.
     Tolerance: the routed experts' W1 epilogue uses fp32 exp in the kernel and a once-rounded float64 exp in the
     golden, so a SwiGLU output may land one int8 level apart (docs/gmm.md); through the layers that bounds the
@@ -232,10 +237,11 @@ def _check(built, out_dir: str) -> dict:
     model, workload, topo = built
     outputs = {}
     for rank in range(topo.A):
-        outputs.update(torch.load(os.path.join(out_dir, f"outputs-{rank}.pt")))
+        if rank // topo.P not in skip:  # a lost replica (--keep-going) wrote nothing
+            outputs.update(torch.load(os.path.join(out_dir, f"outputs-{rank}.pt")))
     worst_rel, mean_abs, count = 0.0, 0.0, 0
     for replica, batches in enumerate(workload.batches):
-        for batch in batches:
+        for batch in batches if replica not in skip else []:
             prompts = [workload.requests[r].tokens for r in batch]
             ref = model.forward_reference(prompts)
             for rid, expected in zip(batch, ref):
@@ -326,6 +332,7 @@ def run(args) -> int:
           f"preset {args.preset}", flush=True)
     procs: Dict[int, subprocess.Popen] = {}
     failed: Dict[int, int] = {}
+    lost: Dict[int, int] = {}  # --keep-going: Attention ranks that died after the start, {rank: exit code}
     interrupted = []
 
     def on_signal(signum, _frame):
@@ -352,14 +359,14 @@ def run(args) -> int:
             for rank, p in procs.items():
                 code = p.poll()
                 # Only what happens before the abort is a cause; exits after it are its consequences.
-                if code not in (None, 0) and rank not in failed and deadline is None:
-                    failed[rank] = code
+                if code not in (None, 0) and rank not in failed and rank not in lost and deadline is None:
+                    (lost if args.keep_going and started and rank < topo.A else failed)[rank] = code
             if (failed or interrupted) and not store.check([ABORT_KEY]):
                 why = (_failure(failed) if failed else f"launcher got signal {interrupted[0]}")
                 store.set(ABORT_KEY, why)
                 print(f"cam-run: {why}; aborting every rank", file=sys.stderr, flush=True)
                 deadline = time.monotonic() + _GRACE_S + cfg.idle_poll_s
-            if not attention_done and all(procs[r].poll() == 0 for r in range(topo.A)):
+            if not attention_done and all(procs[r].poll() == 0 or r in lost for r in range(topo.A)):
                 attention_done = True
                 store.set(SHUTDOWN_KEY, "1")
             if deadline is not None and time.monotonic() > deadline:
@@ -376,6 +383,8 @@ def run(args) -> int:
         for s, h in old.items():
             signal.signal(s, h)
         _remove_leftover_windows(cfg.shm_prefix)
+    if not failed and len(lost) == topo.A:
+        failed = lost  # every replica lost: nothing finished
     if failed or interrupted:
         print("cam-run: FAILED: " + (_failure(failed) if failed else f"interrupted by signal {interrupted[0]}"),
               file=sys.stderr)
@@ -384,11 +393,14 @@ def run(args) -> int:
         return 130 if interrupted else 1
     results = {}
     for rank in range(world):
-        with open(os.path.join(out_dir, f"result-{rank}.json")) as f:
-            results[rank] = json.load(f)
+        if rank not in lost:
+            with open(os.path.join(out_dir, f"result-{rank}.json")) as f:
+                results[rank] = json.load(f)
     report = _report(cfg, built, results)
+    if lost:
+        report["lost_replicas"] = _lost_replicas(built, lost, results)
     if args.check:
-        report["check"] = _check(built, out_dir)
+        report["check"] = _check(built, out_dir, skip=[d["replica"] for d in report.get("lost_replicas", [])])
     _print(report)
     if args.json:
         with open(args.json, "w") as f:
@@ -399,7 +411,26 @@ def run(args) -> int:
         print(f"wrote {args.timeline}")
     if not args.keep:
         shutil.rmtree(out_dir, ignore_errors=True)
-    return 0 if report.get("check", {"ok": True})["ok"] else 4
+    return 4 if not report.get("check", {"ok": True})["ok"] else 3 if lost else 0
+
+
+def _lost_replicas(built, lost: Dict[int, int], results: Dict[int, dict]) -> List[dict]:
+    """--keep-going: each lost replica, how its rank died, the requests excluded from the report and --check, and
+    the rounds of it each FFN rank dropped (what the FFN ranks' Comms counted, cam.LostReplica)."""
+    _, workload, topo = built
+    out = []
+    for replica in sorted({r // topo.P for r in lost}):
+        ranks = sorted(r for r in lost if r // topo.P == replica)
+        dropped, reports = {}, []
+        for r in results.values():
+            for item in r.get("lost_replicas", []):
+                if item["replica"] == replica:
+                    dropped[str(r["rank"])] = item["dropped_rounds"]
+                    reports.append(item["report"])
+        out.append({"replica": replica, "ranks": ranks, "how": [_failure({r: lost[r]}) for r in ranks],
+                    "requests_excluded": sorted(rid for b in workload.batches[replica] for rid in b),
+                    "dropped_rounds": dropped, "ffn_reports": reports})
+    return out
 
 
 def _print(report: dict) -> None:
@@ -415,6 +446,11 @@ def _print(report: dict) -> None:
         c = report["check"]
         print(f"  check       {'PASS' if c['ok'] else 'FAIL'}: max rel diff {c['max_rel_diff']:.2e}, "
               f"mean abs diff {c['mean_abs_diff']:.2e} vs the single-process reference ({c['requests']} requests)")
+    for lost in report.get("lost_replicas", []):
+        print(f"  LOST        replica {lost['replica']} ({'; '.join(lost['how'])}): its "
+              f"{len(lost['requests_excluded'])} requests are excluded from this report and --check; rounds of it "
+              f"dropped in flight: " + (", ".join(f"FFN rank {r}: {n}" for r, n in lost["dropped_rounds"].items())
+                                        or "none reported"))
     print("  per-request TTFT (s): " + " ".join(f"{k}:{v:.2f}" for k, v in report["ttft_per_request_s"].items()))
 
 

@@ -36,6 +36,7 @@ class RunConfig:
     progress: bool
     shm_prefix: str
     graph: bool = False  # FFN ranks replay a captured iteration (cam-run --graph)
+    keep_going: bool = False  # replica isolation: a dead Attention rank loses only its replica (cam-run --keep-going)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -53,7 +54,8 @@ class RunConfig:
 
     def connector_config(self, topology: Topology) -> ConnectorConfig:
         return ConnectorConfig(topology, self.master_addr, self.master_port, torch.bfloat16, self.timeout_s,
-                               self.idle_poll_s, group="afd", shm_prefix=self.shm_prefix)
+                               self.idle_poll_s, group="afd", shm_prefix=self.shm_prefix,
+                               isolate_replicas=self.keep_going)
 
 
 def topology_for(model, workload: Workload, D: int, P: int, F: int, slots: int) -> Topology:

@@ -188,8 +188,11 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
             events.append({"replica": int(rec[1]), "layer": int(rec[2]), "rows": int(rec[5]),
                            "start_s": a - t0, "recv_done_s": b - t0, "end_s": c - t0})
     total = time.time() - loop_start
+    # Nothing is in flight here now, so the dropped-round counts are final (--keep-going reports them).
+    lost = [{"replica": x.replica, "dead_rank": x.dead_rank, "dropped_rounds": x.dropped_rounds, "report": str(x)}
+            for x in connector.lost_replicas.values()]
     return {"role": "ffn", "rank": rank, "items": events, "recv_wait_s": waiting, "compute_s": busy,
-            "loop_s": total, "idle_fraction": waiting / total if total > 0 else 0.0}
+            "loop_s": total, "idle_fraction": waiting / total if total > 0 else 0.0, "lost_replicas": lost}
 
 
 def main(argv=None) -> int:
