@@ -2,8 +2,8 @@
 drop the fenced replica's rounds (published, partly published, or already handed out) and keep serving the other
 replicas with golden outputs; only the dead rank's replica mates are aborted; the FFN ranks count the dropped rounds
 and the connector reports the lost replica. The in-process tests fence by hand (Comm.fence_dead_rank, what the shm
-watchdog calls); the shm tests kill real processes (here the opt-out; the default is tests/test_liveness.py, and
-cam-run --keep-going tests/test_run_keep_going.py)."""
+watchdog calls); the shm tests kill real processes (the opt-out and cam-run --keep-going here; the default is
+tests/test_liveness.py)."""
 
 from __future__ import annotations
 
@@ -278,6 +278,13 @@ def test_connector_reports_the_lost_replica_and_finishes_the_others():
         assert (lost.replica, lost.dead_rank, lost.dropped_rounds) == (1, DEAD, 1), lost
         assert f"replica 1 lost: Attention rank {DEAD} died; FFN rank {r} dropped 1 " in str(lost)
     assert reports[0][1].dropped_rounds is None
+
+
+def test_cam_run_refuses_keep_going_in_sync_mode(capsys):
+    from cam.run import cli
+
+    assert cli.run(cli._parse(["--keep-going", "--mode", "sync", "--quiet"])) == 2
+    assert "--keep-going needs --mode async" in capsys.readouterr().err
 
 
 @pytest.mark.slow
