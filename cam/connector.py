@@ -75,7 +75,7 @@ class ReplicaLostError(CommAbortedError):
     Attributes: ``replica``, ``dead_rank``, ``dropped_rounds`` (rounds this rank dispatched and never received).
     """
 
-    def __init__(self, lost: LostReplica, rank: int, dropped_rounds: int, cause: str):
+    def __init__(self, lost: LostReplica, rank: int, dropped_rounds: int, cause: CommAbortedError):
         super().__init__(f"Attention rank {rank}: replica {lost.replica} lost: Attention rank {lost.dead_rank} "
                          f"died; the {dropped_rounds} round(s) rank {rank} had in flight are dropped (replica "
                          f"isolation: the other replicas are served; a fenced replica does not rejoin the plane). "
