@@ -190,3 +190,63 @@ def _chunked_case(D, P, F, R, K, Bmax, cap, quantized, seed, data):
 
     rounds = make_rounds(t, bs, ids_fn=ids, seed=seed)
     run_round_trip(t, rounds, in_flight=2)
+
+
+# ----------------------------------------------------------------------------- safety of chunk work items
+
+def test_chunk_work_items_are_bounded_ordered_and_complete_only_at_the_last_chunk():
+    """Every word of a chunk's work item (chunk words included) tampered one at a time is refused before anything
+    is written; a chunk combined twice, or before the chunk handed out ahead of it, is refused; the Attention rank's
+    completion signal moves only with the last chunk; the outputs then equal the golden round trip."""
+    from test_safety import expert_out, golden_out, plane, refused_unchanged, tamper_values
+    from _window_layout import WindowLayout
+
+    t = cam.Topology(D=1, P=2, F=2, E=4, K=2, H=32, Bmax=4, L=2, slots=1, capacity=2)
+    lay = WindowLayout(t)
+    g = torch.Generator().manual_seed(5)
+    ids = torch.tensor([[0, 1], [1, 0], [0, -1]], dtype=torch.int32)  # FFN rank A: experts 0 / 1 get 6 / 4 rows
+    rounds = [((torch.randn((3, t.H), generator=g) * 3).to(torch.bfloat16), ids.clone(),
+               torch.rand((3, t.K), generator=g)) for _ in range(t.A)]
+    with plane(t, timeout_s=120) as comms:
+        for a in range(t.A):
+            cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], 1)
+        ffn = t.A
+        done_word = lay.attn_completion_signal_off(0, 0) // 8
+
+        def recv():
+            ex, sc, cnt, wi = cam.ops.dispatch_recv(comms[ffn])
+            assert int(wi[0]) == 1
+            return ex.clone(), sc.clone(), cnt.clone(), wi.clone()
+
+        first, second = recv(), recv()  # D = 1: the next selection is the same round's next chunk
+        c = lay.work_item_chunk_off
+        assert [(int(it[3][c]), int(it[3][5]), int(it[3][c + 1])) for it in (first, second)] == [(0, 2, 10), (2, 2, 10)]
+        outs = [expert_out(comms[ffn], *it) for it in (first, second)]
+        refused_unchanged(comms, ffn, outs[1], second[3], "second chunk before the first")
+        for w in range(t.work_item_words):
+            for v in tamper_values(int(first[3][w])):
+                forged = first[3].clone()
+                forged[w] = v
+                refused_unchanged(comms, ffn, outs[0], forged, f"word {w} = {v}")
+        cam.ops.combine_send(comms[ffn], outs[0], first[3])
+        refused_unchanged(comms, ffn, outs[0], first[3], "first chunk again")
+        for w in (c, c + 1, c + 2, 5):  # the chunk words and rows of the second item, shifted
+            for v in tamper_values(int(second[3][w])):
+                forged = second[3].clone()
+                forged[w] = v
+                refused_unchanged(comms, ffn, outs[1], forged, f"second chunk word {w} = {v}")
+        cam.ops.combine_send(comms[ffn], outs[1], second[3])
+        for a in range(t.A):
+            assert int(comms[a].window.view(torch.int64)[done_word]) == 0, "a round completed before its last chunk"
+        rest = [recv() for _ in range(3)]
+        assert [int(it[3][c]) for it in rest] == [4, 6, 8]
+        for it in rest:
+            cam.ops.combine_send(comms[ffn], expert_out(comms[ffn], *it), it[3])
+        for a in range(t.A):
+            assert int(comms[a].window.view(torch.int64)[done_word]) == 1
+        item = cam.ops.dispatch_recv(comms[t.A + 1])  # FFN rank A + 1: no rows, still one work item
+        assert int(item[3][0]) == 1 and int(item[3][5]) == 0
+        cam.ops.combine_send(comms[t.A + 1], expert_out(comms[t.A + 1], *item), item[3])
+        gold = golden_out(t, rounds)
+        for a in range(t.A):
+            assert torch.equal(cam.ops.combine_recv(comms[a], rounds[a][1], rounds[a][2]), gold[a])
