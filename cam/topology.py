@@ -55,7 +55,7 @@ class Topology:
             round completes when its last chunk is combined (docs/protocol.md §8). A
             larger value behaves like the worst case.
         window_tokens: distinct tokens one participant may send one FFN rank in one
-            round (>= 1); ``None`` means ``Bmax``. This sizes the windows (the memory a
+            round (>= 1); ``None`` (or 0) means ``Bmax``. This sizes the windows (the memory a
             transport must provide, ``HCCL_BUFFSIZE`` on Ascend); a round above it is
             refused before anything is written. A larger value behaves like ``Bmax``.
 
@@ -79,8 +79,8 @@ class Topology:
     window_tokens: Optional[int] = None
 
     def __post_init__(self) -> None:
-        if self.window_tokens is None:
-            object.__setattr__(self, "window_tokens", self.Bmax)
+        if self.window_tokens is None or (_is_int(self.window_tokens) and self.window_tokens == 0):
+            object.__setattr__(self, "window_tokens", self.Bmax)  # 0 means Bmax in the C POD too
         if self.capacity is None:
             ints = all(_is_int(v) for v in (self.P, self.Bmax, self.K, self.window_tokens))
             # an invalid window_tokens is reported by validate() under its own name, not as a capacity of 0
@@ -127,7 +127,7 @@ class Topology:
         if not 1 <= self.capacity <= MAX_INT32:
             raise bad("capacity", f"must be in [1, {MAX_INT32}] rows")
         if not 1 <= self.window_tokens <= MAX_INT32:
-            raise bad("window_tokens", f"must be in [1, {MAX_INT32}] tokens")
+            raise bad("window_tokens", f"must be in [1, {MAX_INT32}] tokens (or None / 0: Bmax)")
         if self._layout["first_bad_field"] == _C.WINDOW_FIELD_WINDOW:
             raise ValueError(f"Topology needs a window larger than 2**56 bytes: {self}")
         if self._layout["first_bad_field"] != 0:  # the checks above mirror check_topology field by field

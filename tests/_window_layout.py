@@ -38,7 +38,7 @@ class WindowLayout:
     @property
     def window_token_slots(self) -> int:
         """Distinct tokens a participant may send one FFN rank per round: the window bound, not capacity."""
-        return min(self.Bmax, self.window_tokens)
+        return self.Bmax if self.window_tokens == 0 else min(self.Bmax, self.window_tokens)
 
     @property
     def worst_case_rows(self) -> int:
@@ -56,7 +56,8 @@ class WindowLayout:
     def fingerprint(self) -> int:
         """63-bit FNV-1a over the layout version and every field, each as 8 little-endian bytes."""
         h = 14695981039346656037
-        for v in (LAYOUT_VERSION, *self.as_c_fields()):
+        # the last field is hashed as its effective value (window_tokens 0 or above Bmax behaves like Bmax)
+        for v in (LAYOUT_VERSION, *self.as_c_fields()[:-1], self.window_token_slots):
             v = int(v) & ((1 << 64) - 1)
             for i in range(8):
                 h ^= (v >> (8 * i)) & 0xFF

@@ -250,3 +250,26 @@ def test_chunk_work_items_are_bounded_ordered_and_complete_only_at_the_last_chun
         gold = golden_out(t, rounds)
         for a in range(t.A):
             assert torch.equal(cam.ops.combine_recv(comms[a], rounds[a][1], rounds[a][2]), gold[a])
+
+
+def test_records_shrunk_below_the_chunk_cursor_are_a_protocol_error():
+    """A peer that rewrites its records between two chunks so that the round ends before the cursor: the next
+    dispatch_recv finds no chunk to hand out and fails the plane (kProtoIndexEntry) instead of indexing past it."""
+    from test_safety import plane
+    from _window_layout import WindowLayout
+
+    t = cam.Topology(D=1, P=2, F=1, E=2, K=2, H=32, Bmax=4, L=2, slots=1, capacity=2)
+    lay = WindowLayout(t)
+    ids = torch.tensor([[0, 1], [1, 0], [0, -1]], dtype=torch.int32)  # 5 rows per participant
+    with plane(t, timeout_s=120) as comms:
+        for a in range(t.A):
+            cam.ops.dispatch_send(comms[a], torch.ones((3, t.H), dtype=torch.bfloat16), ids, 1)
+        ffn = t.A
+        wi = cam.ops.dispatch_recv(comms[ffn])[3]
+        assert int(wi[0]) == 1 and int(wi[5]) == 2 and int(wi[lay.work_item_chunk_off + 1]) == 10
+        w = comms[ffn].window.view(torch.int64)
+        for a in range(t.A):  # each record now claims one row of expert 0: a round of 2 rows, cursor at 2
+            hdr = lay.ffn_region_off(a, 0) // 8
+            w[hdr + 5], w[hdr + 8], w[hdr + 9] = 1, 1, 0
+        with pytest.raises(cam.CommProtocolError, match="outside its round"):
+            cam.ops.dispatch_recv(comms[ffn])

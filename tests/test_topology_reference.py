@@ -53,7 +53,7 @@ def _quant():
         (dict(act_dtype_bytes=4), "act_dtype_bytes"),
         (dict(quantized=2), "quantized"),
         (dict(capacity=0), "capacity"),
-        (dict(window_tokens=0), "window_tokens"),
+        (dict(window_tokens=-1), "window_tokens"),
         (dict(D=2.0), "D"),
         (dict(H=True), "H"),
     ],
@@ -85,6 +85,8 @@ def test_topology_derived_fields():
     assert small.ffn_window_bytes == t.ffn_window_bytes and small.max_chunks_per_round == 2 * 13
     # window_tokens sizes the windows (default Bmax; above Bmax it behaves like Bmax)
     assert t.window_tokens == 16 and WindowLayout(topo(window_tokens=99)).ffn_window_bytes == t.ffn_window_bytes
+    assert topo(window_tokens=0).window_tokens == 16  # 0 is Bmax, as in the C POD
+    assert topo(window_tokens=99).fingerprint == t.fingerprint  # the effective bound is what the plane agrees on
     win = WindowLayout(topo(window_tokens=5))
     assert win.region_token_slots == 5 and win.region_index_entries == 10 and win.capacity == 2 * 5 * 2
     assert win.ffn_window_bytes < t.ffn_window_bytes and win.attn_window_bytes == t.attn_window_bytes
@@ -258,7 +260,9 @@ def test_cpp_check_topology_agrees_on_rejects(tmp_path):
         ((2, 2, 2, 8, 9, 64, 16, 3, 2, 2, 1, 64), 5),
         ((2, 2, 2, 8, 2, 64, 16, 3, 0, 2, 1, 64), 9),
         ((2, 2, 2, 8, 2, 64, 16, 3, 2, 2, 1, 0), 12),
-        ((1 << 20, 1 << 10, 2, 8, 1, 1 << 20, 1 << 20, 3, 2, 2, 1, 64), 13),
+        ((2, 2, 2, 8, 2, 64, 16, 3, 2, 2, 1, 64, -1), 13),
+        ((2, 2, 2, 8, 2, 64, 16, 3, 2, 2, 1, 64, 0), 0),  # 0 is Bmax; a 12-field initialiser means the same
+        ((1 << 20, 1 << 10, 2, 8, 1, 1 << 20, 1 << 20, 3, 2, 2, 1, 64), 14),
     ]
     body = "\n".join(
         f'  std::printf("%lld\\n", (long long)check_topology(CamTopology{{{", ".join(map(str, c))}}}));'

@@ -30,7 +30,9 @@ struct CamTopology {
     int64_t act_dtype_bytes;  // activation element size (2: bf16/fp16)
     int64_t quantized;        // 1: int8 + fp32 scale per token on the wire; 0: activations as they are
     int64_t capacity;         // Nmax: rows per work item per FFN rank; a round with more is cut into chunks
-    int64_t window_tokens;    // distinct tokens one participant may send one FFN rank per round (sizes the windows)
+    // distinct tokens one participant may send one FFN rank per round (sizes the windows); 0 means Bmax, so a
+    // CamTopology initialised before this field existed keeps its meaning
+    int64_t window_tokens;
 };
 
 namespace cam {
@@ -217,7 +219,7 @@ CAM_HOST_DEVICE inline constexpr int64_t slot_of_seq(const CamTopology& t, int64
 // Distinct tokens one participant may send one FFN rank in a round; more is refused by dispatch_send. This, not
 // capacity, sizes the windows: a region must hold a whole round, whatever the number of chunks it is served in.
 CAM_HOST_DEVICE inline constexpr int64_t window_token_slots(const CamTopology& t) {
-    return min64(t.Bmax, t.window_tokens);
+    return t.window_tokens == 0 ? t.Bmax : min64(t.Bmax, t.window_tokens);
 }
 // rows one round can bring to one FFN rank: every participant's tokens, each with K slots there
 CAM_HOST_DEVICE inline constexpr int64_t worst_case_rows(const CamTopology& t) {
@@ -409,7 +411,8 @@ CAM_HOST_DEVICE inline constexpr int64_t fingerprint(const CamTopology& t) {
     h = fnv1a_word(h, static_cast<uint64_t>(t.act_dtype_bytes));
     h = fnv1a_word(h, static_cast<uint64_t>(t.quantized));
     h = fnv1a_word(h, static_cast<uint64_t>(t.capacity));
-    h = fnv1a_word(h, static_cast<uint64_t>(t.window_tokens));
+    // the effective bound, so 0 (= Bmax), Bmax and anything above it, which behave alike, are one plane
+    h = fnv1a_word(h, static_cast<uint64_t>(window_token_slots(t)));
     return static_cast<int64_t>(h & 0x7fffffffffffffffull);
 }
 
@@ -427,7 +430,7 @@ CAM_HOST_DEVICE inline constexpr int64_t check_topology(const CamTopology& t) {
     if (t.act_dtype_bytes != 2) return field::kActDtypeBytes;
     if (t.quantized != 0 && t.quantized != 1) return field::kQuantized;
     if (t.capacity < 1 || t.capacity > kMaxInt32) return field::kCapacity;
-    if (t.window_tokens < 1 || t.window_tokens > kMaxInt32) return field::kWindowTokens;
+    if (t.window_tokens < 0 || t.window_tokens > kMaxInt32) return field::kWindowTokens;
     // Given the limits above: regions < 2^60, a region < 2^43 bytes, slots*Bmax*K < 2^52, so deciding by division
     // never overflows; past these two checks every offset in this file is < kMaxWindowBytes + 2^48.
     const int64_t regions = attention_ranks(t) * t.slots;

@@ -188,7 +188,7 @@ private:
         const int64_t lo = dp::LoadWordAt(plane_.Own(), layout::ffn_chunk_cursor_off(t), d);
         if (!dp::ChunkStartValid(lo, total))
             return plane_.Fail(status::kProtocol, dp::kNoPeer, ErrRound().Replica(d).Layer(layer).Seq(q),
-                               detail::kProtoCounts);
+                               detail::kProtoIndexEntry);
         dp::StoreWords store{wi_};
         dp::WorkItemWords(plane_, d, q, s, layer, lo, dp::ChunkEnd(plane_, d, s, lo), total, store);
         for (int64_t j = 0; j < R; ++j) dp::StoreWordAt(counts_, j, dp::LoadWordAt(wi_, kWiCounts + j));
