@@ -166,7 +166,7 @@ def test_chunked_round_trip_hypothesis(D, P, F, R, K, Bmax, cap, quantized, seed
 
 
 @pytest.mark.slow
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(D=st.integers(1, 3), P=st.integers(1, 3), F=st.integers(1, 3), R=st.integers(1, 4), K=st.integers(1, 4),
        Bmax=st.integers(1, 9), cap=st.integers(1, 40), quantized=st.booleans(), seed=st.integers(0, 999),
        data=st.data())

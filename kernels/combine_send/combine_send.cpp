@@ -72,8 +72,13 @@ private:
         const bool handedOut = q <= consumed || (q == consumed + 1 && cursor > lo);
         if (combined != q - 1 || !handedOut || Wi(layout::work_item_chunk_off(t) + kWcFirstRow) != lo)
             return Refuse(status::kProtocol, d, detail::kProtoStaleWorkItem);
-        if (!dp::WorkItemMatchesRecords(plane_, wi_, d, q, Wi(kWiSlot), lo))
+        const int64_t s = layout::slot_of_seq(t, q);
+        int64_t hi = 0, roundRows = 0;
+        if (!dp::WorkItemMatchesRecords(plane_, wi_, d, q, s, lo, &hi, &roundRows))
             return Refuse(status::kBadInput, d, detail::kArgWorkItem);
+        // Block 0 keeps what it recomputed: the state it advances after the scatter never comes from the user
+        // tensor again, so a caller rewriting the item meanwhile cannot move this rank's state or signals.
+        item_ = Item{d, s, q, hi, hi >= roundRows};
         if (dp::LoadWordAt(own, layout::ffn_fence_off(t), d) != 0) {
             // Replica d was fenced after this item was handed out (§9): nobody waits for its rows. The chunk is
             // dropped, not an error (the host reports the fenced replica); it counts as combined so the
@@ -107,22 +112,15 @@ private:
         mover_.Copy(plane_.Window(a) + layout::attn_combine_row_off(t, s, tk), expertOut_ + o * rowBytes, rowBytes);
     }
 
-    // The work item matched the records (Control), so its chunk words are this rank's own.
-    __aicore__ inline bool LastChunk() const {
-        const int64_t chunk = layout::work_item_chunk_off(Topo());
-        return Wi(chunk + kWcFirstRow) + Wi(kWiRows) >= Wi(chunk + kWcRoundRows);
-    }
-
     // Only the round's last chunk completes it: Attention waits for done[s][f] == seq, so a round is in on the
     // Attention side only when every chunk of every FFN rank is.
     __aicore__ inline void Complete() {
         const CamTopology& t = Topo();
-        if (LastChunk()) {
-            const int64_t d = Wi(kWiReplica), s = Wi(kWiSlot), q = Wi(kWiSeq);
+        if (item_.last) {
             const int64_t f = layout::ffn_index(t, plane_.Rank());
             for (int64_t p = 0; p < t.P; ++p) {
-                plane_.Signals().Send(plane_.Window(layout::attn_rank_of(t, d, p)),
-                                      layout::attn_completion_signal_off(t, s, f), q);
+                plane_.Signals().Send(plane_.Window(layout::attn_rank_of(t, item_.d, p)),
+                                      layout::attn_completion_signal_off(t, item_.s, f), item_.q);
             }
         }
         Advance();
@@ -131,18 +129,23 @@ private:
     // combined_rows moves past this chunk; the last chunk resets it and records the round as combined.
     __aicore__ inline void Advance() {
         const CamTopology& t = Topo();
-        const int64_t d = Wi(kWiReplica);
         GM_ADDR own = plane_.Own();
-        if (LastChunk()) {
-            dp::StoreWordAt(own, layout::ffn_combined_rows_off(t), d, 0);
-            dp::StoreWordAt(own, layout::ffn_combined_seq_off(t), d, Wi(kWiSeq));
+        if (item_.last) {
+            dp::StoreWordAt(own, layout::ffn_combined_rows_off(t), item_.d, 0);
+            dp::StoreWordAt(own, layout::ffn_combined_seq_off(t), item_.d, item_.q);
         } else {
-            dp::StoreWordAt(own, layout::ffn_combined_rows_off(t), d,
-                            Wi(layout::work_item_chunk_off(t) + kWcFirstRow) + Wi(kWiRows));
+            dp::StoreWordAt(own, layout::ffn_combined_rows_off(t), item_.d, item_.next);
         }
     }
 
+    // The checked item (block 0): replica, slot, seq, the row after its last, whether it ends its round.
+    struct Item {
+        int64_t d = 0, s = 0, q = 0, next = 0;
+        bool last = false;
+    };
+
     CombineSendTilingData tiling_{};
+    Item item_{};
     dp::Plane plane_;
     dp::Decision decision_;
     GM_ADDR expertOut_ = nullptr;

@@ -138,9 +138,10 @@ __aicore__ inline bool ChunkStartValid(int64_t lo, int64_t roundRows) {
 // True when every word of the work item (padding included) is what dispatch_recv writes for the chunk starting at
 // row lo of round q of replica d in slot s, recomputed from the records in this FFN rank's own window, and those
 // records are in range. The caller checked kind, replica, seq, slot and lo against the FFN state first, so d, q and
-// s index the window safely and lo is the chunk this rank handed out next.
+// s index the window safely and lo is the chunk this rank handed out next. On success *hi is the chunk's end and
+// *roundRows the round's rows, both recomputed (the caller need not read them from the work item again).
 __aicore__ inline bool WorkItemMatchesRecords(const Plane& plane, GM_ADDR wi, int64_t d, int64_t q, int64_t s,
-                                              int64_t lo) {
+                                              int64_t lo, int64_t* hi, int64_t* roundRows) {
     const CamTopology& t = plane.Topo();
     int64_t layer = -1, total = 0;
     for (int64_t p = 0; p < t.P; ++p) {
@@ -152,7 +153,9 @@ __aicore__ inline bool WorkItemMatchesRecords(const Plane& plane, GM_ADDR wi, in
     }
     if (!ChunkStartValid(lo, total)) return false;
     MatchWords match{wi};
-    return WorkItemWords(plane, d, q, s, layer, lo, ChunkEnd(plane, d, s, lo), total, match);
+    *hi = ChunkEnd(plane, d, s, lo);
+    *roundRows = total;
+    return WorkItemWords(plane, d, q, s, layer, lo, *hi, total, match);
 }
 
 // An empty work item exactly as dispatch_recv writes it (protocol §4.2): anything else is not one of ours.

@@ -189,8 +189,10 @@ private:
         if (!dp::ChunkStartValid(lo, total))
             return plane_.Fail(status::kProtocol, dp::kNoPeer, ErrRound().Replica(d).Layer(layer).Seq(q),
                                detail::kProtoIndexEntry);
+        const int64_t hi = dp::ChunkEnd(plane_, d, s, lo);
         dp::StoreWords store{wi_};
-        dp::WorkItemWords(plane_, d, q, s, layer, lo, dp::ChunkEnd(plane_, d, s, lo), total, store);
+        dp::WorkItemWords(plane_, d, q, s, layer, lo, hi, total, store);
+        item_ = Item{d, q, hi, hi >= total};
         for (int64_t j = 0; j < R; ++j) dp::StoreWordAt(counts_, j, dp::LoadWordAt(wi_, kWiCounts + j));
         return true;
     }
@@ -232,16 +234,13 @@ private:
     // ---- block 0 after the gather drained: the round is consumed ----
     __aicore__ inline void Consume() {
         const CamTopology& t = Topo();
-        const int64_t d = dp::LoadWordAt(wi_, kWiReplica);
-        const int64_t q = dp::LoadWordAt(wi_, kWiSeq);
-        const int64_t chunk = layout::work_item_chunk_off(t);
-        const int64_t next = dp::LoadWordAt(wi_, chunk + kWcFirstRow) + dp::LoadWordAt(wi_, kWiRows);
+        const int64_t d = item_.d;
         GM_ADDR own = plane_.Own();
-        if (next >= dp::LoadWordAt(wi_, chunk + kWcRoundRows)) {  // the round's last chunk: the round is consumed
+        if (item_.last) {  // the round's last chunk: the round is consumed
             dp::StoreWordAt(own, layout::ffn_chunk_cursor_off(t), d, 0);
-            dp::StoreWordAt(own, layout::ffn_done_seq_off(t), d, q);
+            dp::StoreWordAt(own, layout::ffn_done_seq_off(t), d, item_.q);
         } else {
-            dp::StoreWordAt(own, layout::ffn_chunk_cursor_off(t), d, next);
+            dp::StoreWordAt(own, layout::ffn_chunk_cursor_off(t), d, item_.next);
         }
         // Round robin moves on after every chunk, so other ready replicas are served between two chunks (§7).
         dp::StoreWordAt(own, layout::ffn_state_off(t), kFfnRrNext, (d + 1) % t.D);
@@ -249,7 +248,14 @@ private:
                         dp::LoadWordAt(own, layout::ffn_state_off(t), kFfnServed) + 1);
     }
 
+    // What block 0 selected (Select), for Consume: never read back from the output tensor.
+    struct Item {
+        int64_t d = 0, q = 0, next = 0;
+        bool last = false;
+    };
+
     DispatchRecvTilingData tiling_{};
+    Item item_{};
     dp::Plane plane_;
     dp::Decision decision_;
     GM_ADDR expandX_ = nullptr;
