@@ -21,6 +21,7 @@ py::dict WindowLayout(const std::vector<int64_t>& fields) {
     if (firstBad != field::kOk) return d;
     d["recv_rows"] = layout::recv_rows(t);
     d["worst_case_rows"] = layout::worst_case_rows(t);
+    d["max_chunks_per_round"] = layout::max_chunks_per_round(t);
     d["work_item_words"] = layout::work_item_words(t);
     d["attn_window_bytes"] = layout::attn_window_bytes(t);
     d["ffn_window_bytes"] = layout::ffn_window_bytes(t);

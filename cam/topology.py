@@ -47,11 +47,17 @@ class Topology:
         act_dtype_bytes: element size of activations (bf16/fp16), currently only 2.
         quantized: dispatch int8 + one fp32 scale per token (``True``, the default,
             feeds W1 directly) or the activations unchanged (``False``).
-        capacity: ``Nmax``, rows one work item may bring to one FFN rank (>= 1). ``None``
-            means the worst case ``P * Bmax * K``. A smaller value shrinks the FFN
-            window and dispatch_recv's outputs; a work item that does not fit is refused
-            with an error before anything is written. A larger value is allowed and
-            behaves like the worst case.
+        capacity: ``Nmax``, rows one work item may bring to one FFN rank (>= 1): the FFN
+            working set (dispatch_recv's outputs, the W1/W2 buffers). ``None`` means the
+            worst case ``P * min(Bmax, window_tokens) * K``. A round with more rows for an
+            FFN rank is not an error: it is delivered as several work items (chunks of
+            whole experts, an expert larger than ``capacity`` split by rows), and the
+            round completes when its last chunk is combined (docs/protocol.md §8). A
+            larger value behaves like the worst case.
+        window_tokens: distinct tokens one participant may send one FFN rank in one
+            round (>= 1); ``None`` (or 0) means ``Bmax``. This sizes the windows (the memory a
+            transport must provide, ``HCCL_BUFFSIZE`` on Ascend); a round above it is
+            refused before anything is written. A larger value behaves like ``Bmax``.
 
     All window sizes and offsets are pure functions of these fields (see
     ``kernels/common/window_layout.h``); invalid values raise ``ValueError`` naming the
@@ -70,12 +76,16 @@ class Topology:
     act_dtype_bytes: int = 2
     quantized: bool = True
     capacity: Optional[int] = None
+    window_tokens: Optional[int] = None
 
     def __post_init__(self) -> None:
+        if self.window_tokens is None or (_is_int(self.window_tokens) and self.window_tokens == 0):
+            object.__setattr__(self, "window_tokens", self.Bmax)  # 0 means Bmax in the C POD too
         if self.capacity is None:
-            cap = self.P * self.Bmax * self.K if all(
-                _is_int(v) for v in (self.P, self.Bmax, self.K)
-            ) else None
+            ints = all(_is_int(v) for v in (self.P, self.Bmax, self.K, self.window_tokens))
+            # an invalid window_tokens is reported by validate() under its own name, not as a capacity of 0
+            window = self.window_tokens if ints and self.window_tokens >= 1 else self.Bmax
+            cap = self.P * min(self.Bmax, window) * self.K if ints else None
             object.__setattr__(self, "capacity", cap)
         self.validate()
 
@@ -83,7 +93,8 @@ class Topology:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first invalid field (same order as the C++ check)."""
-        for name in ("D", "P", "F", "E", "K", "H", "Bmax", "L", "slots", "act_dtype_bytes", "capacity"):
+        for name in ("D", "P", "F", "E", "K", "H", "Bmax", "L", "slots", "act_dtype_bytes", "capacity",
+                     "window_tokens"):
             if not _is_int(getattr(self, name)):
                 raise ValueError(f"Topology.{name} must be an int, got {getattr(self, name)!r}")
         if not isinstance(self.quantized, bool) and self.quantized not in (0, 1):
@@ -115,6 +126,8 @@ class Topology:
             raise bad("act_dtype_bytes", "only 2-byte activations (bf16/fp16) are supported")
         if not 1 <= self.capacity <= MAX_INT32:
             raise bad("capacity", f"must be in [1, {MAX_INT32}] rows")
+        if not 1 <= self.window_tokens <= MAX_INT32:
+            raise bad("window_tokens", f"must be in [1, {MAX_INT32}] tokens (or None / 0: Bmax)")
         if self._layout["first_bad_field"] == _C.WINDOW_FIELD_WINDOW:
             raise ValueError(f"Topology needs a window larger than 2**56 bytes: {self}")
         if self._layout["first_bad_field"] != 0:  # the checks above mirror check_topology field by field
@@ -161,13 +174,18 @@ class Topology:
 
     @property
     def worst_case_rows(self) -> int:
-        """Rows one work item can bring to one FFN rank at most, ``P * Bmax * K``."""
+        """Rows one round can bring to one FFN rank at most, ``P * min(Bmax, window_tokens) * K``."""
         return self._layout["worst_case_rows"]
 
     @property
     def recv_rows(self) -> int:
-        """Rows of dispatch_recv's static-shape outputs: ``min(capacity, P*Bmax*K)``."""
+        """Rows of one work item and of dispatch_recv's static-shape outputs: ``min(capacity, worst_case_rows)``."""
         return self._layout["recv_rows"]
+
+    @property
+    def max_chunks_per_round(self) -> int:
+        """Work items one round may take on one FFN rank: ``max(1, 2 * ceil(worst_case_rows / capacity))``."""
+        return self._layout["max_chunks_per_round"]
 
     # ------------------------------------------------------------------ sizes (from window_layout.h)
 
@@ -221,6 +239,7 @@ class Topology:
             self.act_dtype_bytes,
             self.quant,
             self.capacity,
+            self.window_tokens,
         )
 
 

@@ -12,7 +12,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 import cam
-from cam.reference.dispatch_combine import round_trip_plane
+from _window_layout import WindowLayout
+from cam.reference.dispatch_combine import chunk_bounds, round_trip_plane
 from cam.reference.dynamic_quant import dynamic_quant
 
 
@@ -116,6 +117,12 @@ class Served:
     scales: torch.Tensor
     counts: torch.Tensor
     work_item: torch.Tensor
+    first_row: int = 0   # the chunk's first row in its round (chunk words of the work item)
+    round_rows: int = 0  # the round's rows for this FFN rank
+
+    @property
+    def last(self) -> bool:
+        return self.first_row + self.rows.shape[0] == self.round_rows
 
 
 @dataclass
@@ -126,16 +133,17 @@ class FfnLog:
 
 
 def ffn_server(topo: cam.Topology, n_items: int, *, deadline_s: float = 60.0, on_item=None, dtype=torch.bfloat16):
-    """FFN body: serve until n_items non-empty work items went through combine_send; empty items pass through
-    combine_send too (a no-op)."""
+    """FFN body: serve until n_items rounds went through combine_send (a round delivered in chunks counts once, at
+    its last chunk); empty items pass through combine_send too (a no-op)."""
+    chunk = WindowLayout(topo).work_item_chunk_off
 
     def body(comm: cam.Comm) -> FfnLog:
         log = FfnLog(plane_id=comm.plane_id)
         fn = expert_fn(topo.quantized, dtype)
         f = comm.rank - topo.A
         end = time.monotonic() + deadline_s
-        while len(log.served) < n_items:
-            assert time.monotonic() < end, f"FFN rank {comm.rank} served {len(log.served)}/{n_items} items"
+        while sum(s.last for s in log.served) < n_items:
+            assert time.monotonic() < end, f"FFN rank {comm.rank} served {len(log.served)} items, not {n_items} rounds"
             ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
             out = torch.zeros((topo.recv_rows, topo.H), dtype=dtype)
             if int(wi[0]) == 1:
@@ -143,7 +151,8 @@ def ffn_server(topo: cam.Topology, n_items: int, *, deadline_s: float = 60.0, on
                 e = torch.repeat_interleave(torch.arange(topo.R), cnt) + f * topo.R
                 out[:n] = fn(e, ex[:n], sc[:n] if topo.quantized else None)
                 log.served.append(Served(int(wi[1]), int(wi[3]), int(wi[2]), ex[:n].clone(),
-                                         sc[:n].clone() if topo.quantized else None, cnt.clone(), wi.clone()))
+                                         sc[:n].clone() if topo.quantized else None, cnt.clone(), wi.clone(),
+                                         int(wi[chunk]), int(wi[chunk + 1])))
                 if on_item is not None:
                     on_item(comm, log)
             else:
@@ -184,18 +193,23 @@ def check_against_golden(topo: cam.Topology, rounds: List[List[Round]], results,
         for d in range(topo.D):
             for f in range(topo.F):
                 log = results[topo.A + f]
-                item = [s for s in log.served if s.replica == d and s.seq == r + 1]
-                assert len(item) == 1, f"FFN {f}: replica {d} round {r} served {len(item)} times"
-                item = item[0]
+                items = [s for s in log.served if s.replica == d and s.seq == r + 1]  # in the order served
                 gd = golden["dispatch"][(d, topo.A + f)]
-                assert item.layer == rounds[d * topo.P][r].layer
-                assert torch.equal(item.counts, gd["counts"]), (d, r, f)
-                assert torch.equal(item.rows, gd["rows"]), (d, r, f)
-                if topo.quantized:
-                    assert torch.equal(item.scales, gd["scales"]), (d, r, f)
-                wi = item.work_item
-                assert int(wi[5]) == gd["rows"].shape[0] and int(wi[6]) == topo.A + f
-                assert int(wi[7]) == log.plane_id and torch.equal(wi[8:8 + topo.R], gd["counts"])
+                n = gd["rows"].shape[0]
+                # the round's work items are exactly the golden chunks of its rows, each once, in order
+                bounds = chunk_bounds(gd["counts"].tolist(), topo.recv_rows)
+                assert [(s.first_row, s.first_row + s.rows.shape[0]) for s in items] == bounds, (d, r, f)
+                assert len(bounds) <= topo.max_chunks_per_round
+                for item, (lo, hi) in zip(items, bounds):
+                    assert item.layer == rounds[d * topo.P][r].layer and item.round_rows == n
+                    want = torch.bincount(gd["local_expert"][lo:hi], minlength=topo.R)
+                    assert torch.equal(item.counts, want), (d, r, f, lo)
+                    assert torch.equal(item.rows, gd["rows"][lo:hi]), (d, r, f, lo)
+                    if topo.quantized:
+                        assert torch.equal(item.scales, gd["scales"][lo:hi]), (d, r, f, lo)
+                    wi = item.work_item
+                    assert int(wi[5]) == hi - lo and int(wi[6]) == topo.A + f
+                    assert int(wi[7]) == log.plane_id and torch.equal(wi[8:8 + topo.R], want)
     assert len({results[topo.A + f].plane_id for f in range(topo.F)}) == 1, "FFN ranks disagree on the plane id"
 
 

@@ -6,7 +6,7 @@ and (b) address words of a window when they tamper with it (test_dataplane)."""
 
 from __future__ import annotations
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 ALIGN = 32
 LINE = 64
 CONTROL_BYTES = 4 * LINE
@@ -14,6 +14,7 @@ IDENTITY_OFF = 2 * LINE  # int64[5]: fingerprint, layout version, rank, role, wi
 HEADER_FIXED_WORDS = 8
 WORK_ITEM_FIXED_WORDS = 8
 WI_COUNTS = 8
+CHUNK_WORDS = 3  # first row of the round, the round's rows, reserved
 INDEX_ENTRY_BYTES = 8
 ATTN_FIXED_LINES = 2
 
@@ -35,8 +36,17 @@ class WindowLayout:
         return f"WindowLayout({self.topology!r})"
 
     @property
+    def window_token_slots(self) -> int:
+        """Distinct tokens a participant may send one FFN rank per round: the window bound, not capacity."""
+        return self.Bmax if self.window_tokens == 0 else min(self.Bmax, self.window_tokens)
+
+    @property
     def worst_case_rows(self) -> int:
-        return self.P * self.Bmax * self.K
+        return self.P * self.window_token_slots * self.K
+
+    @property
+    def max_chunks_per_round(self) -> int:
+        return max(1, 2 * -(-self.worst_case_rows // self.capacity))
 
     @property
     def recv_rows(self) -> int:
@@ -46,7 +56,8 @@ class WindowLayout:
     def fingerprint(self) -> int:
         """63-bit FNV-1a over the layout version and every field, each as 8 little-endian bytes."""
         h = 14695981039346656037
-        for v in (LAYOUT_VERSION, *self.as_c_fields()):
+        # the last field is hashed as its effective value (window_tokens 0 or above Bmax behaves like Bmax)
+        for v in (LAYOUT_VERSION, *self.as_c_fields()[:-1], self.window_token_slots):
             v = int(v) & ((1 << 64) - 1)
             for i in range(8):
                 h ^= (v >> (8 * i)) & 0xFF
@@ -55,11 +66,11 @@ class WindowLayout:
 
     @property
     def region_token_slots(self) -> int:
-        return min(self.Bmax, self.capacity)
+        return self.window_token_slots
 
     @property
     def region_index_entries(self) -> int:
-        return min(self.Bmax * self.K, self.capacity)
+        return self.window_token_slots * self.K
 
     # ------------------------------------------------------------------ row strides
 
@@ -136,8 +147,16 @@ class WindowLayout:
         return self.ffn_combined_seq_off + _align_up(8 * self.D, LINE)
 
     @property
+    def ffn_chunk_cursor_off(self) -> int:
+        return self.ffn_fence_off + _align_up(8 * self.D, LINE)
+
+    @property
+    def ffn_combined_rows_off(self) -> int:
+        return self.ffn_chunk_cursor_off + _align_up(8 * self.D, LINE)
+
+    @property
     def ffn_state_bytes(self) -> int:
-        return LINE + 3 * _align_up(8 * self.D, LINE)
+        return LINE + 5 * _align_up(8 * self.D, LINE)
 
     @property
     def ffn_ready_off(self) -> int:
@@ -223,6 +242,11 @@ class WindowLayout:
         return WI_COUNTS + self.R + 2 * self.R * self.P + j * self.P + p
 
     @property
+    def work_item_chunk_off(self) -> int:
+        """First of the chunk words: the item's first row in its round, then the round's rows."""
+        return WI_COUNTS + self.R + 3 * self.R * self.P
+
+    @property
     def work_item_words(self) -> int:
-        return _align_up(WORK_ITEM_FIXED_WORDS + self.R + 3 * self.R * self.P, ALIGN // 8)
+        return _align_up(self.work_item_chunk_off + CHUNK_WORDS, ALIGN // 8)
 

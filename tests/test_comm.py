@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import cam
-from _window_layout import IDENTITY_OFF, WindowLayout
+from _window_layout import IDENTITY_OFF, LAYOUT_VERSION, WindowLayout
 from _dataplane_harness import (
     attention_body,
     check_against_golden,
@@ -45,7 +45,7 @@ def test_comm_window_sizes_and_identity():
     raise_first(errors)
     for r, (nbytes, ident, status) in results.items():
         assert nbytes == t.rank_window_bytes(r)
-        assert ident == [t.fingerprint, 1, r, 1 if r < t.A else 2, nbytes]
+        assert ident == [t.fingerprint, LAYOUT_VERSION, r, 1 if r < t.A else 2, nbytes]
         assert status["code"] == 0 and status["abort"] == 0
 
 
@@ -220,17 +220,20 @@ def _snapshot(comms, ranks):
 
 @pytest.mark.parametrize(
     "case",
-    ["id_too_large", "id_below_minus_one", "capacity"],
+    ["id_too_large", "id_below_minus_one", "window_tokens"],
 )
 def test_device_refusal_writes_nothing_and_comm_stays_usable(case):
-    t = topo(D=1, P=1, F=2, E=4, K=2, capacity=3 if case == "capacity" else None)
+    # capacity=1 as well: more rows than capacity is never refused (chunked), only the window bound is
+    t = topo(D=1, P=1, F=2, E=4, K=2, window_tokens=2, capacity=1 if case == "window_tokens" else None)
     good = make_rounds(t, [[2]], seed=6, ids_fn=lambda a, r, b: torch.tensor([[0, 3], [1, -1]]))
     x = good[0][0].x
     bad_ids = {
         "id_too_large": torch.tensor([[0, 4], [1, 2]], dtype=torch.int32),
         "id_below_minus_one": torch.tensor([[0, -2], [1, 2]], dtype=torch.int32),
-        "capacity": torch.tensor([[0, 1], [1, 0]], dtype=torch.int32),  # 4 rows for FFN rank 1 > 3
+        "window_tokens": torch.tensor([[0, 2], [1, 2], [0, 3]], dtype=torch.int32),  # 3 tokens for each FFN rank
     }[case]
+    if case == "window_tokens":
+        x = torch.ones((3, t.H), dtype=torch.bfloat16)
     comms = {}
     ffn_ready = threading.Barrier(t.world_size, timeout=30)
     attn_done = threading.Event()
@@ -259,8 +262,8 @@ def test_device_refusal_writes_nothing_and_comm_stays_usable(case):
     raise_first(errors)
     msg, outs = results[0]
     assert "dispatch_send on rank 0" in msg
-    if case == "capacity":
-        assert "4 rows for FFN rank 1" in msg and "capacity of 3" in msg, msg
+    if case == "window_tokens":
+        assert "3 distinct tokens for FFN rank 1" in msg and "window_tokens = 2" in msg, msg
     else:
         assert "topk_ids" in msg, msg
     results[0] = outs
@@ -354,29 +357,18 @@ def test_closed_comm_refuses():
                               torch.zeros((1, t.K), dtype=torch.int32), 0)
 
 
-def test_recv_capacity_overflow_of_a_replica_is_refused_before_output():
-    """Each participant fits the capacity, their sum does not: dispatch_recv refuses before writing a row (the
-    replica is not consumed) and the error is fatal for the plane (docs/protocol.md §8)."""
+def test_replica_above_capacity_is_chunked_not_refused():
+    """Each participant fits the capacity, their sum does not. This used to be a fatal capacity error at
+    dispatch_recv; now the round is served as chunks (docs/protocol.md §8) and the outputs match the golden."""
     t = topo(D=1, P=2, F=1, E=4, K=2, Bmax=4, capacity=5)
     ids = lambda a, r, b: torch.tensor([[0, 1], [2, 3]])  # noqa: E731 - 4 rows each, 8 > 5 in total
     rounds = make_rounds(t, [[2], [2]], ids_fn=ids)
-    published = threading.Barrier(3, timeout=30)
-
-    def attn(comm):
-        a = comm.rank
-        cam.ops.dispatch_send(comm, rounds[a][0].x, rounds[a][0].ids, 0)
-        published.wait()
-
-    def ffn(comm):
-        published.wait()
-        with pytest.raises(cam.DeviceArgumentError, match="8 rows") as info:
-            cam.ops.dispatch_recv(comm)
-        assert comm.status()["abort"] == 1 + comm.rank
-        return str(info.value)
-
-    results, errors = run_ranks(t, {0: attn, 1: attn, 2: ffn}, timeout=60)
+    bodies = {a: attention_body(rounds[a]) for a in range(t.A)}
+    bodies[t.A] = ffn_server(t, 1)
+    results, errors = run_ranks(t, bodies, timeout=60)
     raise_first(errors)
-    assert "dispatch_recv on rank 2" in results[2] and "capacity of 5" in results[2], results[2]
+    check_against_golden(t, rounds, results)
+    assert [s.rows.shape[0] for s in results[t.A].served] == [4, 4]  # experts {0, 1} then {2, 3}
 
 
 def test_signal_ahead_of_its_round_is_a_protocol_error():

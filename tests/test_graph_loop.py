@@ -17,6 +17,7 @@ from cam.models import PRESETS, MoEModel
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _dataplane_harness import raise_first, run_ranks  # noqa: E402
+from _window_layout import WindowLayout  # noqa: E402
 
 ROUNDS = 120  # with the idle replays between them: hundreds of replays against the eager loop
 KIND, ROWS = 0, 5  # work item words (docs/protocol.md §4.2): kind (0 = empty), rows
@@ -27,16 +28,22 @@ def model():
     return MoEModel(PRESETS["tiny"])
 
 
-def _topology(model):
+def _topology(model, capacity=None):
     c = model.config
     return cam.Topology(D=1, P=1, F=1, E=c.num_experts, K=c.top_k, H=c.hidden, Bmax=16, L=len(c.moe_layers),
-                        slots=2)
+                        slots=2, capacity=capacity)
 
 
-def _rounds(topo, model):
+def _round_done(topo, wi):
+    """A busy item that is its round's last chunk (docs/protocol.md §4.2 chunk words)."""
+    chunk = WindowLayout(topo).work_item_chunk_off
+    return int(wi[KIND]) == 1 and int(wi[chunk]) + int(wi[ROWS]) == int(wi[chunk + 1])
+
+
+def _rounds(topo, model, n_rounds=ROUNDS):
     g = torch.Generator().manual_seed(11)
     rounds = []
-    for r in range(ROUNDS):
+    for r in range(n_rounds):
         b = (0, 1, 5, 16)[r % 4] if r % 7 else 3  # includes rounds with no tokens: legal, and still a work item
         x = torch.randn(b, topo.H, generator=g).to(torch.bfloat16)
         ids = torch.argsort(torch.rand(b, topo.E, generator=g), dim=1)[:, :topo.K].to(torch.int32).contiguous()
@@ -66,27 +73,30 @@ def _poison(*tensors):
         t.view(torch.uint8).fill_(0xFF)
 
 
-def _run(model, graph: bool):
-    topo = _topology(model)
-    rounds = _rounds(topo, model)
+def _run(model, graph: bool, capacity=None, n_rounds=ROUNDS):
+    """Serves n_rounds rounds (a chunked round counts once, at its last chunk); returns the Attention outputs and
+    the FFN rank's (busy items, idle items, rounds)."""
+    topo = _topology(model, capacity)
+    rounds = _rounds(topo, model, n_rounds)
     ready = threading.Event()
 
     def ffn(comm):
         w1, w2 = expert_weights(model, topo, comm.rank - topo.A)
-        busy = idle = 0
+        busy = idle = done = 0
         end = time.monotonic() + 240
         if not graph:
             ready.set()
-            while busy < ROUNDS:
-                assert time.monotonic() < end, f"eager FFN loop served {busy}/{ROUNDS}"
+            while done < n_rounds:
+                assert time.monotonic() < end, f"eager FFN loop served {done}/{n_rounds} rounds"
                 wi = ffn_iteration(comm, w1, w2)
                 busy, idle = (busy + 1, idle) if int(wi[KIND]) else (busy, idle + 1)
-            return busy, idle
+                done += _round_done(topo, wi)
+            return busy, idle, done
         cap = CapturedFFN(comm, w1, w2)
         try:
             ready.set()
-            while busy < ROUNDS:
-                assert time.monotonic() < end, f"replayed FFN loop served {busy}/{ROUNDS}"
+            while done < n_rounds:
+                assert time.monotonic() < end, f"replayed FFN loop served {done}/{n_rounds} rounds"
                 _poison(*cap.recv, cap.y, cap.y_scale, cap.out)
                 cap.step(1)
                 wi = cap.recv[3]
@@ -97,13 +107,14 @@ def _run(model, graph: bool):
                     assert (cap.out.view(torch.uint8) == 0xFF).all(), "an idle replay wrote W2 output"
                     continue
                 busy += 1
+                done += _round_done(topo, wi)
                 # The replayed W1/W2 equal the eager ops on what the replay received, bit for bit.
                 n = int(wi[ROWS])
                 want = ffn_compute(_work_item(*[t.clone() for t in cap.recv]), w1, w2)
                 assert torch.equal(cap.out[:n].view(torch.int16), want[:n].view(torch.int16)), f"item {busy}: W2"
         finally:
             cap.close()
-        return busy, idle
+        return busy, idle, done
 
     results, errors = run_ranks(topo, {0: _attention(rounds, ready), 1: ffn}, timeout=300, timeout_s=60.0,
                                 idle_poll_s=0.01)
@@ -115,12 +126,28 @@ def _run(model, graph: bool):
 def test_captured_ffn_loop_equals_the_eager_loop_bit_for_bit(model):
     eager = _run(model, graph=False)
     replayed = _run(model, graph=True)
-    busy, idle = replayed[1]
-    assert busy == ROUNDS and idle > 0, (busy, idle)  # idle replays ran between busy ones
+    busy, idle, done = replayed[1]
+    assert busy == done == ROUNDS and idle > 0, (busy, idle)  # idle replays ran between busy ones
     assert eager[1][0] == ROUNDS
     assert len(eager[0]) == len(replayed[0]) == ROUNDS
     for r, (a, b) in enumerate(zip(eager[0], replayed[0])):
         assert torch.equal(a.view(torch.int16), b.view(torch.int16)), f"round {r}: replayed result differs from eager"
+
+
+@pytest.mark.e2e
+def test_captured_ffn_loop_serves_chunked_rounds_like_the_eager_loop(model):
+    """capacity = 5 rows: most rounds are several work items (docs/protocol.md §8). The chunk cursor lives in the
+    window, so the same captured graph serves every chunk, and the Attention results equal the eager loop's and the
+    unchunked eager loop's bit for bit."""
+    n = 24
+    unchunked = _run(model, graph=False, n_rounds=n)
+    eager = _run(model, graph=False, capacity=5, n_rounds=n)
+    replayed = _run(model, graph=True, capacity=5, n_rounds=n)
+    assert eager[1][2] == replayed[1][2] == n
+    assert replayed[1][0] == eager[1][0] > 2 * n, (eager[1], replayed[1])  # the rounds really were chunked
+    for r in range(n):
+        for other in (eager, unchunked):
+            assert torch.equal(replayed[0][r].view(torch.int16), other[0][r].view(torch.int16)), f"round {r}"
 
 
 @pytest.mark.e2e

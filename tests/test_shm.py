@@ -72,7 +72,8 @@ def test_shm_round_trip_over_processes_leaves_no_segment(tmp_path):
         else:
             log = FfnLog()
             for d, seq, layer, rows, scales, cnt in res:
-                log.served.append(Served(d, seq, layer, rows, scales, cnt, _fake_wi(t, r, rows.shape[0], cnt)))
+                log.served.append(Served(d, seq, layer, rows, scales, cnt, _fake_wi(t, r, rows.shape[0], cnt),
+                                         0, rows.shape[0]))  # never chunked: capacity is the worst case
             results[r] = log
     check_against_golden(t, make_rounds(t, counts, seed=21), results)
 

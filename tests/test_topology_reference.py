@@ -53,6 +53,7 @@ def _quant():
         (dict(act_dtype_bytes=4), "act_dtype_bytes"),
         (dict(quantized=2), "quantized"),
         (dict(capacity=0), "capacity"),
+        (dict(window_tokens=-1), "window_tokens"),
         (dict(D=2.0), "D"),
         (dict(H=True), "H"),
     ],
@@ -78,9 +79,17 @@ def test_topology_derived_fields():
     big = WindowLayout(topo(capacity=10_000))
     assert big.recv_rows == big.worst_case_rows
     assert big.region_token_slots == 16 and big.region_index_entries == 32
+    # capacity is the FFN working set only: the windows hold a whole round whatever it is
     small = WindowLayout(topo(capacity=5))
-    assert small.recv_rows == 5 and small.region_token_slots == 5 and small.region_index_entries == 5
-    assert small.ffn_window_bytes < t.ffn_window_bytes
+    assert small.recv_rows == 5 and small.region_token_slots == 16 and small.region_index_entries == 32
+    assert small.ffn_window_bytes == t.ffn_window_bytes and small.max_chunks_per_round == 2 * 13
+    # window_tokens sizes the windows (default Bmax; above Bmax it behaves like Bmax)
+    assert t.window_tokens == 16 and WindowLayout(topo(window_tokens=99)).ffn_window_bytes == t.ffn_window_bytes
+    assert topo(window_tokens=0).window_tokens == 16  # 0 is Bmax, as in the C POD
+    assert topo(window_tokens=99).fingerprint == t.fingerprint  # the effective bound is what the plane agrees on
+    win = WindowLayout(topo(window_tokens=5))
+    assert win.region_token_slots == 5 and win.region_index_entries == 10 and win.capacity == 2 * 5 * 2
+    assert win.ffn_window_bytes < t.ffn_window_bytes and win.attn_window_bytes == t.attn_window_bytes
     with pytest.raises(Exception):
         t.D = 3  # frozen
 
@@ -91,7 +100,7 @@ def test_fingerprint_is_stable_and_sensitive():
     assert 0 <= t.fingerprint < 2**63
     seen = {t.fingerprint}
     for kw in (dict(D=3), dict(P=1), dict(F=4), dict(E=16), dict(K=3), dict(H=65), dict(Bmax=17), dict(L=4),
-               dict(slots=1), dict(quantized=False), dict(capacity=7)):
+               dict(slots=1), dict(quantized=False), dict(capacity=7), dict(window_tokens=5)):
         fp = topo(**kw).fingerprint
         assert fp not in seen, kw
         seen.add(fp)
@@ -105,6 +114,7 @@ LAYOUT_TOPOLOGIES = [WindowLayout(t) for t in [
     topo(D=1, P=1, F=1, E=1, K=1, H=1, Bmax=1, L=1, slots=1),
     topo(D=3, P=2, F=4, E=16, K=3, H=129, Bmax=7, L=2, slots=3, capacity=11),
     topo(D=4, P=1, F=3, E=9, K=9, H=7168 // 64, Bmax=33, quantized=False, capacity=1),
+    topo(D=2, P=2, F=2, E=4, K=2, H=40, Bmax=9, capacity=3, window_tokens=4),
 ]]
 
 
@@ -124,7 +134,9 @@ def test_ffn_window_layout_is_disjoint_and_aligned(t):
     assert t.tokens_bytes >= t.region_token_slots * t.H * t.dispatch_elem_bytes
     pieces_state = [(t.ffn_state_off, t.ffn_state_off + 16), (t.ffn_done_seq_off, t.ffn_done_seq_off + 8 * t.D),
                     (t.ffn_combined_seq_off, t.ffn_combined_seq_off + 8 * t.D),
-                    (t.ffn_fence_off, t.ffn_fence_off + 8 * t.D)]
+                    (t.ffn_fence_off, t.ffn_fence_off + 8 * t.D),
+                    (t.ffn_chunk_cursor_off, t.ffn_chunk_cursor_off + 8 * t.D),
+                    (t.ffn_combined_rows_off, t.ffn_combined_rows_off + 8 * t.D)]
     _intervals_disjoint(pieces_state)
     assert pieces_state[-1][1] <= t.ffn_ready_off
     signals = [(t.ffn_ready_signal_off(a, s), t.ffn_ready_signal_off(a, s) + LINE)
@@ -158,7 +170,8 @@ def test_work_item_cells_are_distinct():
     idx += [t.work_item_cell_count(j, p) for j in range(t.R) for p in range(t.P)]
     idx += [t.work_item_cell_src_off(j, p) for j in range(t.R) for p in range(t.P)]
     assert len(set(idx)) == len(idx) == 3 * t.R * t.P
-    assert min(idx) == 8 + t.R and max(idx) < t.work_item_words and t.work_item_words % 4 == 0
+    assert min(idx) == 8 + t.R and max(idx) < t.work_item_chunk_off and t.work_item_words % 4 == 0
+    assert t.work_item_chunk_off + 2 <= t.work_item_words
 
 
 # ----------------------------------------------------------------------------- C++ header mirror
@@ -167,7 +180,9 @@ _CPP_QUANTITIES = [
     "attention_ranks", "experts_per_ffn", "world_size", "worst_case_rows", "recv_rows", "region_token_slots",
     "region_index_entries", "dispatch_row_bytes", "combine_row_bytes", "header_words", "header_bytes",
     "index_bytes", "tokens_bytes", "scales_bytes", "region_index_off", "region_tokens_off", "region_scales_off",
-    "region_bytes", "ffn_state_off", "ffn_done_seq_off", "ffn_combined_seq_off", "ffn_fence_off", "ffn_state_bytes", "ffn_ready_off",
+    "region_bytes", "ffn_state_off", "ffn_done_seq_off", "ffn_combined_seq_off", "ffn_fence_off", "ffn_chunk_cursor_off",
+    "ffn_combined_rows_off", "ffn_state_bytes", "ffn_ready_off", "window_token_slots", "max_chunks_per_round",
+    "work_item_chunk_off",
     "ffn_data_off", "ffn_window_bytes", "attn_state_off", "attn_send_count_off", "attn_recv_count_off",
     "attn_state_bytes", "attn_completion_off", "attn_combine_off", "attn_combine_slot_bytes", "attn_window_bytes",
     "window_bytes", "work_item_words", "fingerprint", "check_topology",
@@ -245,7 +260,9 @@ def test_cpp_check_topology_agrees_on_rejects(tmp_path):
         ((2, 2, 2, 8, 9, 64, 16, 3, 2, 2, 1, 64), 5),
         ((2, 2, 2, 8, 2, 64, 16, 3, 0, 2, 1, 64), 9),
         ((2, 2, 2, 8, 2, 64, 16, 3, 2, 2, 1, 0), 12),
-        ((1 << 20, 1 << 10, 2, 8, 1, 1 << 20, 1 << 20, 3, 2, 2, 1, 64), 13),
+        ((2, 2, 2, 8, 2, 64, 16, 3, 2, 2, 1, 64, -1), 13),
+        ((2, 2, 2, 8, 2, 64, 16, 3, 2, 2, 1, 64, 0), 0),  # 0 is Bmax; a 12-field initialiser means the same
+        ((1 << 20, 1 << 10, 2, 8, 1, 1 << 20, 1 << 20, 3, 2, 2, 1, 64), 14),
     ]
     body = "\n".join(
         f'  std::printf("%lld\\n", (long long)check_topology(CamTopology{{{", ".join(map(str, c))}}}));'
@@ -322,16 +339,16 @@ def test_dispatch_empty_slots_duplicates_and_zero_tokens():
     assert d["rows"].shape == (0, t.H) and d["counts"].sum() == 0
 
 
-def test_dispatch_all_tokens_one_expert_and_capacity():
-    t = topo(capacity=10)
+def test_dispatch_all_tokens_one_expert_and_window_bound():
     ids = [[[3, 3]] * 5, [[3, -1]] * 4]
-    inp = _inputs(t, [5, 4], ids=ids)
-    with pytest.raises(ValueError, match="capacity"):
-        dispatch(t, [(x, i) for x, i, _ in inp], t.A, quant_fn=_quant())  # 14 rows > 10
-    d = dispatch(t, [(x, i) for x, i, _ in inp], t.A + 1, quant_fn=_quant())  # nothing for rank A+1
+    narrow = topo(window_tokens=4)
+    inp = _inputs(narrow, [5, 4], ids=ids)
+    with pytest.raises(ValueError, match="window_tokens"):
+        dispatch(narrow, [(x, i) for x, i, _ in inp], narrow.A, quant_fn=_quant())  # participant 0: 5 tokens > 4
+    d = dispatch(narrow, [(x, i) for x, i, _ in inp], narrow.A + 1, quant_fn=_quant())  # nothing for rank A+1
     assert d["rows"].shape[0] == 0
-    ok = topo(capacity=14)
-    d = dispatch(ok, [(x, i) for x, i, _ in inp], ok.A, quant_fn=_quant())
+    t = topo(capacity=10)  # more rows than capacity is not an error: the ops deliver them in chunks
+    d = dispatch(t, [(x, i) for x, i, _ in inp], t.A, quant_fn=_quant())
     assert d["counts"].tolist() == [0, 0, 0, 14]
     assert [src[0] for src in d["row_source"]] == [0] * 10 + [1] * 4
 

@@ -61,14 +61,16 @@ def dispatch_recv(comm: Comm, *, out=None) -> tuple[torch.Tensor, torch.Tensor, 
 
     Returns:
         ``(expand_x, scales, expert_counts, work_item)``, static shapes from the topology with
-        ``N = min(capacity, P*Bmax*K)`` and ``R = E/F``:
+        ``N = min(capacity, P*min(Bmax, window_tokens)*K)`` and ``R = E/F``. A round with more rows for this rank
+        than ``N`` comes as several work items (chunks, docs/protocol.md §8), each handled like any other:
 
         - ``expand_x`` ``[N, H]``: int8 when quantized, else ``comm.dtype``; rows grouped by local expert, within
           an expert by (participant, token, slot). Rows past ``work_item[5]`` are not written.
         - ``scales`` ``[N]`` fp32 per-row dequant scale (quantized), else a 1-element placeholder.
         - ``expert_counts`` ``[R]`` int64 rows per local expert: a GMM ``group_list`` of type 1 (counts).
         - ``work_item`` ``[work_item_words]`` int64, device-resident (docs/protocol.md §4.2): kind, replica, layer,
-          seq, slot, rows, FFN rank, fingerprint, counts, cell tables. ``work_item[2:3]`` is the GMM ``layer_index``.
+          seq, slot, rows, FFN rank, fingerprint, counts, cell tables, chunk words (first row of the round, the
+          round's rows). ``work_item[2:3]`` is the GMM ``layer_index``.
 
         When nothing became ready within ``comm.idle_poll_s`` the work item is **empty** (kind 0, replica -1,
         layer 0, zero rows and counts): W1/W2/combine_send treat it as a no-op and the caller simply loops. Idle
@@ -79,7 +81,7 @@ def dispatch_recv(comm: Comm, *, out=None) -> tuple[torch.Tensor, torch.Tensor, 
         cam.CommTimeoutError: a replica stayed partly published for ``comm.timeout_s`` (names the replica, the
             participant that did not publish and the layer).
         cam.CommAbortedError: the plane was aborted (ends an idle wait at once).
-        cam.CommProtocolError / cam.DeviceArgumentError: records that break the protocol or exceed the capacity.
+        cam.CommProtocolError / cam.DeviceArgumentError: records that break the protocol or exceed the window.
     """
     comm = comm_arg("dispatch_recv", comm)
     given = Args("dispatch_recv").outputs("out", out, 4)

@@ -51,8 +51,9 @@ def dispatch_send(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: in
 
     Raises:
         TypeError / ValueError: bad dtype, shape, layer, or role, naming the argument, before anything runs.
-        cam.DeviceArgumentError: an id outside ``[-1, E)`` or more rows for one FFN rank than ``capacity``, found by
-            the kernel's pre-pass before anything was written; the Comm stays usable.
+        cam.DeviceArgumentError: an id outside ``[-1, E)`` or more distinct tokens for one FFN rank than
+            ``window_tokens``, found by the kernel's pre-pass before anything was written; the Comm stays usable.
+            More rows than ``capacity`` is not an error: the FFN side receives the round in chunks.
         cam.CommTimeoutError / cam.CommAbortedError: the slot did not free up in time / the plane was aborted.
     """
     comm = comm_arg("dispatch_send", comm)

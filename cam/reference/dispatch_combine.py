@@ -10,9 +10,12 @@ must produce.
 * ``combine``    - one participant's routed output: ``acc = acc + w[t,k] * row[t,k]`` in
   fp32 for k = 0..K-1 (multiply, then add), empty slots skipped, one final rounding.
 * ``round_trip`` - dispatch to every FFN rank, an expert function, combine back.
+* ``chunk_bounds`` - how a round with more rows than ``capacity`` is cut into work items (docs/protocol.md §8):
+  row ranges of ``dispatch``'s row order.
 
 Loops are deliberate: this is the oracle, clarity beats speed. Conditions the real ops
-refuse (ids out of range, B > Bmax, capacity overflow) raise ``ValueError`` here too.
+refuse (ids out of range, B > Bmax, more distinct tokens for one FFN rank than ``window_tokens``) raise
+``ValueError`` here too. More rows than ``capacity`` is not refused: the ops deliver them in chunks.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch
 
 from cam.topology import Topology
 
-__all__ = ["dispatch", "combine", "round_trip", "round_trip_plane"]
+__all__ = ["dispatch", "combine", "round_trip", "round_trip_plane", "chunk_bounds"]
 
 QuantFn = Callable[[torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
 # expert_fn(local_or_global_expert_ids [n] int64, rows [n,H], scales [n] fp32 or None) -> [n,H] activations
@@ -97,8 +100,12 @@ def dispatch(
                     cells.append((e - first_expert, p, t, k))
     cells.sort()
     n = len(cells)
-    if n > topo.capacity:
-        raise ValueError(f"capacity: {n} rows for FFN rank {ffn_rank} exceed capacity {topo.capacity}")
+    window = min(topo.Bmax, topo.window_tokens)
+    for p in range(topo.P):
+        tokens = len({t for (_, pp, t, _) in cells if pp == p})
+        if tokens > window:
+            raise ValueError(f"window_tokens: participant {p} sends {tokens} distinct tokens to FFN rank {ffn_rank}, "
+                             f"more than {window}")
 
     if topo.quantized:
         quant = quant_fn or _default_quant
@@ -138,6 +145,42 @@ def dispatch(
     if topo.quantized:
         out["scales"] = scales
     return out
+
+
+def chunk_bounds(counts: Sequence[int], capacity: int) -> List[Tuple[int, int]]:
+    """Work items of one round on one FFN rank, as ``[lo, hi)`` ranges of its rows in dispatch row order.
+
+    ``counts[j]`` = the round's rows of local expert ``j`` (over all participants). Rule (docs/protocol.md §8):
+    experts in order; an expert with at most ``capacity`` rows is never split - it joins the open chunk if the chunk
+    stays within ``capacity``, otherwise the chunk is closed and the expert opens the next; an expert with more rows
+    is split - its first rows fill the open chunk up to ``capacity``, then come chunks of exactly ``capacity`` of its
+    own, and what is left opens the next chunk. A round without rows is one empty-rowed chunk ``(0, 0)``."""
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1, got {capacity}")
+    bounds: List[Tuple[int, int]] = []
+    lo = pos = 0  # open chunk [lo, pos)
+    for n in counts:
+        n = int(n)
+        if n < 0:
+            raise ValueError(f"negative expert count {n}")
+        if n == 0:
+            continue
+        if n <= capacity:
+            if pos - lo + n > capacity:
+                bounds.append((lo, pos))
+                lo = pos
+            pos += n
+            continue
+        while n > 0:  # a split expert: fill the open chunk, then whole chunks, the rest stays open
+            take = min(n, capacity - (pos - lo))
+            pos += take
+            n -= take
+            if pos - lo == capacity:
+                bounds.append((lo, pos))
+                lo = pos
+    if pos > lo or not bounds:
+        bounds.append((lo, pos))
+    return bounds
 
 
 def combine(

@@ -28,7 +28,7 @@ extern "C" aclnnStatus camCheckAscendPlane(const CamTopology* topology, const ca
                     "camCheckAscendPlane: the topology needs a " + std::to_string(window) +
                         "-byte window on every rank, more than the HCCL window of " + std::to_string(hcclBufferMiB) +
                         " MiB: set HCCL_BUFFSIZE to at least " + std::to_string(need) +
-                        " (MiB) or shrink Bmax, capacity or slots");
+                        " (MiB) or shrink Bmax, window_tokens or slots");
     }
     const double waitS = (config->timeoutNs + config->idlePollNs) / 1e9 + kFollowerMarginS;
     if (config->timeoutNs < 0 || config->idlePollNs < 0 || !(waitS < aicoreTimeoutS)) {

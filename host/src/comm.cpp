@@ -47,7 +47,7 @@ namespace {
 
 const char* FieldName(int64_t field) {
     static const char* names[] = {"ok", "D", "P", "F", "E", "K", "H", "Bmax", "L", "slots", "act_dtype_bytes",
-                                  "quantized", "capacity", "window size"};
+                                  "quantized", "capacity", "window_tokens", "window size"};
     return field >= 0 && field <= field::kWindow ? names[field] : "?";
 }
 
@@ -299,9 +299,14 @@ aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t a
             break;
         case status::kCapacity:
             status = CAM_ERR_DEVICE_ARGUMENT;
-            m += ": " + std::to_string(det) + " rows " +
-                 (peer >= 0 ? "for FFN rank " + std::to_string(peer) : "for this FFN rank") + " in " + round +
-                 " exceed the capacity of " + std::to_string(layout::recv_rows(t)) + " rows";
+            if (st[kStatusOp] == op::kDispatchSend) {  // the window bound; more rows than capacity are chunked
+                m += ": " + std::to_string(det) + " distinct tokens for FFN rank " + std::to_string(peer) + " in " +
+                     round + " exceed window_tokens = " + std::to_string(layout::window_token_slots(t));
+            } else {
+                m += ": " + std::to_string(det) + " rows " +
+                     (peer >= 0 ? "for FFN rank " + std::to_string(peer) : "for this FFN rank") + " in " + round +
+                     " exceed the region of " + std::to_string(layout::region_index_entries(t)) + " rows";
+            }
             break;
         case status::kBadInput:
             status = CAM_ERR_DEVICE_ARGUMENT;

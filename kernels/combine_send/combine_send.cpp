@@ -65,14 +65,25 @@ private:
         GM_ADDR own = plane_.Own();
         const int64_t combined = dp::LoadWordAt(own, layout::ffn_combined_seq_off(t), d);
         const int64_t consumed = dp::LoadWordAt(own, layout::ffn_done_seq_off(t), d);
-        if (combined != q - 1 || q > consumed) return Refuse(status::kProtocol, d, detail::kProtoStaleWorkItem);
-        if (!dp::WorkItemMatchesRecords(plane_, wi_, d, q, Wi(kWiSlot)))
+        // Chunks of a round are combined in the order they were handed out, each once: this item must start where
+        // the combined rows end, and dispatch_recv must have moved past it (the whole round, or its cursor).
+        const int64_t lo = dp::LoadWordAt(own, layout::ffn_combined_rows_off(t), d);
+        const int64_t cursor = dp::LoadWordAt(own, layout::ffn_chunk_cursor_off(t), d);
+        const bool handedOut = q <= consumed || (q == consumed + 1 && cursor > lo);
+        if (combined != q - 1 || !handedOut || Wi(layout::work_item_chunk_off(t) + kWcFirstRow) != lo)
+            return Refuse(status::kProtocol, d, detail::kProtoStaleWorkItem);
+        const int64_t s = layout::slot_of_seq(t, q);
+        int64_t hi = 0, roundRows = 0;
+        if (!dp::WorkItemMatchesRecords(plane_, wi_, d, q, s, lo, &hi, &roundRows))
             return Refuse(status::kBadInput, d, detail::kArgWorkItem);
+        // Block 0 keeps what it recomputed: the state it advances after the scatter never comes from the user
+        // tensor again, so a caller rewriting the item meanwhile cannot move this rank's state or signals.
+        item_ = Item{d, s, q, hi, hi >= roundRows};
         if (dp::LoadWordAt(own, layout::ffn_fence_off(t), d) != 0) {
-            // Replica d was fenced after this item was handed out (§9): nobody waits for its rows. The round is
+            // Replica d was fenced after this item was handed out (§9): nobody waits for its rows. The chunk is
             // dropped, not an error (the host reports the fenced replica); it counts as combined so the
             // replica's state stays ordered.
-            dp::StoreWordAt(own, layout::ffn_combined_seq_off(t), d, q);
+            Advance();
             return false;
         }
         return true;
@@ -101,18 +112,40 @@ private:
         mover_.Copy(plane_.Window(a) + layout::attn_combine_row_off(t, s, tk), expertOut_ + o * rowBytes, rowBytes);
     }
 
+    // Only the round's last chunk completes it: Attention waits for done[s][f] == seq, so a round is in on the
+    // Attention side only when every chunk of every FFN rank is.
     __aicore__ inline void Complete() {
         const CamTopology& t = Topo();
-        const int64_t d = Wi(kWiReplica), s = Wi(kWiSlot), q = Wi(kWiSeq);
-        const int64_t f = layout::ffn_index(t, plane_.Rank());
-        for (int64_t p = 0; p < t.P; ++p) {
-            plane_.Signals().Send(plane_.Window(layout::attn_rank_of(t, d, p)),
-                                  layout::attn_completion_signal_off(t, s, f), q);
+        if (item_.last) {
+            const int64_t f = layout::ffn_index(t, plane_.Rank());
+            for (int64_t p = 0; p < t.P; ++p) {
+                plane_.Signals().Send(plane_.Window(layout::attn_rank_of(t, item_.d, p)),
+                                      layout::attn_completion_signal_off(t, item_.s, f), item_.q);
+            }
         }
-        dp::StoreWordAt(plane_.Own(), layout::ffn_combined_seq_off(t), d, q);
+        Advance();
     }
 
+    // combined_rows moves past this chunk; the last chunk resets it and records the round as combined.
+    __aicore__ inline void Advance() {
+        const CamTopology& t = Topo();
+        GM_ADDR own = plane_.Own();
+        if (item_.last) {
+            dp::StoreWordAt(own, layout::ffn_combined_rows_off(t), item_.d, 0);
+            dp::StoreWordAt(own, layout::ffn_combined_seq_off(t), item_.d, item_.q);
+        } else {
+            dp::StoreWordAt(own, layout::ffn_combined_rows_off(t), item_.d, item_.next);
+        }
+    }
+
+    // The checked item (block 0): replica, slot, seq, the row after its last, whether it ends its round.
+    struct Item {
+        int64_t d = 0, s = 0, q = 0, next = 0;
+        bool last = false;
+    };
+
     CombineSendTilingData tiling_{};
+    Item item_{};
     dp::Plane plane_;
     dp::Decision decision_;
     GM_ADDR expertOut_ = nullptr;

@@ -29,12 +29,15 @@ struct CamTopology {
     int64_t slots;            // rounds in flight per Attention rank (>= 1)
     int64_t act_dtype_bytes;  // activation element size (2: bf16/fp16)
     int64_t quantized;        // 1: int8 + fp32 scale per token on the wire; 0: activations as they are
-    int64_t capacity;         // Nmax: rows per work item per FFN rank (may be below the worst case P*Bmax*K)
+    int64_t capacity;         // Nmax: rows per work item per FFN rank; a round with more is cut into chunks
+    // distinct tokens one participant may send one FFN rank per round (sizes the windows); 0 means Bmax, so a
+    // CamTopology initialised before this field existed keeps its meaning
+    int64_t window_tokens;
 };
 
 namespace cam {
 
-inline constexpr int64_t kLayoutVersion = 1;
+inline constexpr int64_t kLayoutVersion = 2;
 
 // DataCopy granularity: every data array starts on a 32 B boundary and every row stride is a multiple of it.
 inline constexpr int64_t kAlign = 32;
@@ -137,6 +140,11 @@ inline constexpr int64_t kWiFfnRank = 6;
 inline constexpr int64_t kWiFingerprint = 7;  // the plane id (CommArgs::planeId), not only the topology's
 inline constexpr int64_t kWiCounts = 8;  // int64[R], then three int64[R*P] cell tables (see work_item_* below)
 inline constexpr int64_t kWiFixedWords = 8;
+// chunk words, after the cell tables (work_item_chunk_off): a round whose rows for this FFN rank exceed capacity is
+// handed out as several work items, each a contiguous range of the round's row order (docs/protocol.md §8)
+inline constexpr int64_t kWcFirstRow = 0;   // first row of the round this item holds
+inline constexpr int64_t kWcRoundRows = 1;  // rows of the whole round for this FFN rank; the last chunk ends there
+inline constexpr int64_t kWcWords = 3;      // the third word is reserved (0)
 inline constexpr int64_t kWiEmpty = 0;
 inline constexpr int64_t kWiWork = 1;
 
@@ -168,8 +176,9 @@ inline constexpr int64_t kSlots = 9;
 inline constexpr int64_t kActDtypeBytes = 10;
 inline constexpr int64_t kQuantized = 11;
 inline constexpr int64_t kCapacity = 12;
+inline constexpr int64_t kWindowTokens = 13;
 
-inline constexpr int64_t kWindow = 13;  // the windows would exceed kMaxWindowBytes
+inline constexpr int64_t kWindow = 14;  // the windows would exceed kMaxWindowBytes
 }  // namespace field
 
 // Representability limits, not policy: with every dimension <= 2^20 the checks in check_topology cannot overflow,
@@ -206,17 +215,31 @@ CAM_HOST_DEVICE inline constexpr int64_t ffn_index(const CamTopology& t, int64_t
 CAM_HOST_DEVICE inline constexpr int64_t seq_of_round(int64_t round) { return round + 1; }
 CAM_HOST_DEVICE inline constexpr int64_t slot_of_seq(const CamTopology& t, int64_t seq) { return (seq - 1) % t.slots; }
 
-// ---- capacity ----
-CAM_HOST_DEVICE inline constexpr int64_t worst_case_rows(const CamTopology& t) { return t.P * t.Bmax * t.K; }
-// rows of dispatch_recv's static-shape outputs (expand_x, scales)
+// ---- window bound and capacity (docs/protocol.md §8) ----
+// Distinct tokens one participant may send one FFN rank in a round; more is refused by dispatch_send. This, not
+// capacity, sizes the windows: a region must hold a whole round, whatever the number of chunks it is served in.
+CAM_HOST_DEVICE inline constexpr int64_t window_token_slots(const CamTopology& t) {
+    return t.window_tokens == 0 ? t.Bmax : min64(t.Bmax, t.window_tokens);
+}
+// rows one round can bring to one FFN rank: every participant's tokens, each with K slots there
+CAM_HOST_DEVICE inline constexpr int64_t worst_case_rows(const CamTopology& t) {
+    return t.P * window_token_slots(t) * t.K;
+}
+// rows of one work item, and of dispatch_recv's static-shape outputs (expand_x, scales): the FFN working set
 CAM_HOST_DEVICE inline constexpr int64_t recv_rows(const CamTopology& t) {
     return min64(t.capacity, worst_case_rows(t));
 }
-// one participant never sends more than min(B*K, capacity) rows or min(B, capacity) distinct tokens to an FFN rank
-// without being refused, so these bound a region
-CAM_HOST_DEVICE inline constexpr int64_t region_token_slots(const CamTopology& t) { return min64(t.Bmax, t.capacity); }
+// A participant never sends more than window_token_slots distinct tokens (so at most K times as many rows) to an
+// FFN rank without being refused, so these bound a region.
+CAM_HOST_DEVICE inline constexpr int64_t region_token_slots(const CamTopology& t) { return window_token_slots(t); }
 CAM_HOST_DEVICE inline constexpr int64_t region_index_entries(const CamTopology& t) {
-    return min64(t.Bmax * t.K, t.capacity);
+    return window_token_slots(t) * t.K;
+}
+// Work items one round may take on one FFN rank. A chunk that is not the last either holds capacity rows or, with
+// the next chunk, more than capacity (it closed because the next expert did not fit), so n rows take at most
+// 2*ceil(n/capacity) chunks; a round with no rows is one (empty-rowed) item.
+CAM_HOST_DEVICE inline constexpr int64_t max_chunks_per_round(const CamTopology& t) {
+    return max64(1, 2 * ((worst_case_rows(t) + t.capacity - 1) / t.capacity));
 }
 
 // ---- row strides ----
@@ -260,7 +283,8 @@ CAM_HOST_DEVICE inline constexpr int64_t region_bytes(const CamTopology& t) {
 
 // ---- FFN window ----
 CAM_HOST_DEVICE inline constexpr int64_t ffn_state_off(const CamTopology&) { return kControlBytes; }
-// line 0: {rr_next, served}; then done_seq[D]; then combined_seq[D]; then fence[D]
+// line 0: {rr_next, served}; then done_seq[D]; then combined_seq[D]; then fence[D]; then chunk_cursor[D];
+// then combined_rows[D]
 CAM_HOST_DEVICE inline constexpr int64_t ffn_done_seq_off(const CamTopology& t) { return ffn_state_off(t) + kLine; }
 CAM_HOST_DEVICE inline constexpr int64_t ffn_combined_seq_off(const CamTopology& t) {
     return ffn_done_seq_off(t) + align_up(8 * t.D, kLine);
@@ -271,8 +295,17 @@ CAM_HOST_DEVICE inline constexpr int64_t ffn_combined_seq_off(const CamTopology&
 CAM_HOST_DEVICE inline constexpr int64_t ffn_fence_off(const CamTopology& t) {
     return ffn_combined_seq_off(t) + align_up(8 * t.D, kLine);
 }
+// chunk_cursor[d]: first row of the next work item of round done_seq[d] + 1 (0 at a round's start). Written only
+// by dispatch_recv: the chunk cursor lives in device memory, so a captured FFN loop needs no host argument.
+CAM_HOST_DEVICE inline constexpr int64_t ffn_chunk_cursor_off(const CamTopology& t) {
+    return ffn_fence_off(t) + align_up(8 * t.D, kLine);
+}
+// combined_rows[d]: rows of round combined_seq[d] + 1 already combined (chunks before the last). combine_send only.
+CAM_HOST_DEVICE inline constexpr int64_t ffn_combined_rows_off(const CamTopology& t) {
+    return ffn_chunk_cursor_off(t) + align_up(8 * t.D, kLine);
+}
 CAM_HOST_DEVICE inline constexpr int64_t ffn_state_bytes(const CamTopology& t) {
-    return kLine + 3 * align_up(8 * t.D, kLine);
+    return kLine + 5 * align_up(8 * t.D, kLine);
 }
 CAM_HOST_DEVICE inline constexpr int64_t ffn_ready_off(const CamTopology& t) {
     return ffn_state_off(t) + ffn_state_bytes(t);
@@ -346,8 +379,12 @@ CAM_HOST_DEVICE inline constexpr int64_t work_item_cell_count(const CamTopology&
 CAM_HOST_DEVICE inline constexpr int64_t work_item_cell_src_off(const CamTopology& t, int64_t j, int64_t p) {
     return kWiCounts + experts_per_ffn(t) + 2 * experts_per_ffn(t) * t.P + j * t.P + p;
 }
+// chunk words (kWc*), after the three cell tables
+CAM_HOST_DEVICE inline constexpr int64_t work_item_chunk_off(const CamTopology& t) {
+    return kWiCounts + experts_per_ffn(t) + 3 * experts_per_ffn(t) * t.P;
+}
 CAM_HOST_DEVICE inline constexpr int64_t work_item_words(const CamTopology& t) {
-    return align_up(kWiFixedWords + experts_per_ffn(t) + 3 * experts_per_ffn(t) * t.P, kAlign / 8);
+    return align_up(work_item_chunk_off(t) + kWcWords, kAlign / 8);
 }
 
 // ---- fingerprint: FNV-1a over the layout version and every field as 8 little-endian bytes, top bit cleared so it
@@ -374,6 +411,8 @@ CAM_HOST_DEVICE inline constexpr int64_t fingerprint(const CamTopology& t) {
     h = fnv1a_word(h, static_cast<uint64_t>(t.act_dtype_bytes));
     h = fnv1a_word(h, static_cast<uint64_t>(t.quantized));
     h = fnv1a_word(h, static_cast<uint64_t>(t.capacity));
+    // the effective bound, so 0 (= Bmax), Bmax and anything above it, which behave alike, are one plane
+    h = fnv1a_word(h, static_cast<uint64_t>(window_token_slots(t)));
     return static_cast<int64_t>(h & 0x7fffffffffffffffull);
 }
 
@@ -391,6 +430,7 @@ CAM_HOST_DEVICE inline constexpr int64_t check_topology(const CamTopology& t) {
     if (t.act_dtype_bytes != 2) return field::kActDtypeBytes;
     if (t.quantized != 0 && t.quantized != 1) return field::kQuantized;
     if (t.capacity < 1 || t.capacity > kMaxInt32) return field::kCapacity;
+    if (t.window_tokens < 0 || t.window_tokens > kMaxInt32) return field::kWindowTokens;
     // Given the limits above: regions < 2^60, a region < 2^43 bytes, slots*Bmax*K < 2^52, so deciding by division
     // never overflows; past these two checks every offset in this file is < kMaxWindowBytes + 2^48.
     const int64_t regions = attention_ranks(t) * t.slots;

@@ -182,38 +182,18 @@ private:
                 return FailRecord(status::kProtocol, a, d, layer, q, detail::kProtoIndexEntry);
             total += rows;
         }
-        if (total > layout::recv_rows(t)) {
-            return plane_.Fail(status::kCapacity, dp::kNoPeer, ErrRound().Replica(d).Layer(layer).Seq(q),
-                               total);
-        }
-
-        const int64_t words = layout::work_item_words(t);
-        for (int64_t w = 0; w < words; ++w) dp::StoreWordAt(wi_, w, 0);
-        dp::StoreWordAt(wi_, kWiKind, kWiWork);
-        dp::StoreWordAt(wi_, kWiReplica, d);
-        dp::StoreWordAt(wi_, kWiLayer, layer);
-        dp::StoreWordAt(wi_, kWiSeq, q);
-        dp::StoreWordAt(wi_, kWiSlot, s);
-        dp::StoreWordAt(wi_, kWiRows, total);
-        dp::StoreWordAt(wi_, kWiFfnRank, plane_.Rank());
-        dp::StoreWordAt(wi_, kWiFingerprint, plane_.Args().planeId);
-        int64_t out = 0;
-        for (int64_t j = 0; j < R; ++j) {
-            int64_t expertRows = 0;
-            for (int64_t p = 0; p < t.P; ++p) {
-                const int64_t a = layout::attn_rank_of(t, d, p);
-                int64_t src = 0;
-                for (int64_t jj = 0; jj < j; ++jj) src += Hdr(a, s, kHdrCounts + jj);
-                const int64_t c = Hdr(a, s, kHdrCounts + j);
-                dp::StoreWordAt(wi_, layout::work_item_cell_out_off(t, j, p), out);
-                dp::StoreWordAt(wi_, layout::work_item_cell_count(t, j, p), c);
-                dp::StoreWordAt(wi_, layout::work_item_cell_src_off(t, j, p), src);
-                out += c;
-                expertRows += c;
-            }
-            dp::StoreWordAt(wi_, kWiCounts + j, expertRows);
-            dp::StoreWordAt(counts_, j, expertRows);
-        }
+        // The round is served as chunks of at most capacity rows (§8); the cursor says where the next one starts.
+        // It is our own state, but a peer that rewrote its records since the previous chunk could have shrunk
+        // the round below it: that is a protocol fault, never an out-of-range chunk.
+        const int64_t lo = dp::LoadWordAt(plane_.Own(), layout::ffn_chunk_cursor_off(t), d);
+        if (!dp::ChunkStartValid(lo, total))
+            return plane_.Fail(status::kProtocol, dp::kNoPeer, ErrRound().Replica(d).Layer(layer).Seq(q),
+                               detail::kProtoIndexEntry);
+        const int64_t hi = dp::ChunkEnd(plane_, d, s, lo);
+        dp::StoreWords store{wi_};
+        dp::WorkItemWords(plane_, d, q, s, layer, lo, hi, total, store);
+        item_ = Item{d, q, hi, hi >= total};
+        for (int64_t j = 0; j < R; ++j) dp::StoreWordAt(counts_, j, dp::LoadWordAt(wi_, kWiCounts + j));
         return true;
     }
 
@@ -254,16 +234,28 @@ private:
     // ---- block 0 after the gather drained: the round is consumed ----
     __aicore__ inline void Consume() {
         const CamTopology& t = Topo();
-        const int64_t d = dp::LoadWordAt(wi_, kWiReplica);
-        const int64_t q = dp::LoadWordAt(wi_, kWiSeq);
+        const int64_t d = item_.d;
         GM_ADDR own = plane_.Own();
-        dp::StoreWordAt(own, layout::ffn_done_seq_off(t), d, q);
+        if (item_.last) {  // the round's last chunk: the round is consumed
+            dp::StoreWordAt(own, layout::ffn_chunk_cursor_off(t), d, 0);
+            dp::StoreWordAt(own, layout::ffn_done_seq_off(t), d, item_.q);
+        } else {
+            dp::StoreWordAt(own, layout::ffn_chunk_cursor_off(t), d, item_.next);
+        }
+        // Round robin moves on after every chunk, so other ready replicas are served between two chunks (§7).
         dp::StoreWordAt(own, layout::ffn_state_off(t), kFfnRrNext, (d + 1) % t.D);
         dp::StoreWordAt(own, layout::ffn_state_off(t), kFfnServed,
                         dp::LoadWordAt(own, layout::ffn_state_off(t), kFfnServed) + 1);
     }
 
+    // What block 0 selected (Select), for Consume: never read back from the output tensor.
+    struct Item {
+        int64_t d = 0, q = 0, next = 0;
+        bool last = false;
+    };
+
     DispatchRecvTilingData tiling_{};
+    Item item_{};
     dp::Plane plane_;
     dp::Decision decision_;
     GM_ADDR expandX_ = nullptr;

@@ -1,6 +1,6 @@
 // dispatch_send (Attention rank a = (replica d, participant p)), docs/protocol.md §6.1: validate the ids and the
-// capacity before any remote write, wait (bounded) for the round's slot to be free, write each token once per
-// destination FFN rank (quantized once with the shared quant code, or as is), the index tables and records, then
+// window bound (window_tokens) before any remote write, wait (bounded) for the round's slot to be free, write each
+// token once per destination FFN rank (quantized once with the shared quant code, or as is), the index tables and records, then
 // publish ready[a][s] = seq on every FFN rank after a fence.
 #include "kernel_operator.h"
 
@@ -93,11 +93,12 @@ private:
                 }
             }
         }
+        // The window bound, not capacity: a round with more rows than capacity is served in chunks (§8), but its
+        // distinct tokens per FFN rank must fit that rank's region.
         for (int64_t f = 0; f < t.F; ++f) {
-            int64_t rows = 0;
-            for (int64_t j = 0; j < R; ++j) rows += Counts().GetValue(f * R + j);
-            if (rows > t.capacity) {
-                return plane_.Refuse(status::kCapacity, t.D * t.P + f, ThisRound(), rows);
+            const int64_t tokens = TokensPerFfn().GetValue(f);
+            if (tokens > layout::window_token_slots(t)) {
+                return plane_.Refuse(status::kCapacity, t.D * t.P + f, ThisRound(), tokens);
             }
         }
 
