@@ -3,7 +3,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <thread>
 #include <cstdlib>
@@ -11,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "twin/park.h"
 #include "twin/runtime.h"
 
 namespace cam::twin {
@@ -45,11 +45,10 @@ struct LineKeyHash {
 struct Shard {
     std::mutex mutex;
     std::unordered_map<LineKey, LineState, LineKeyHash> lines;
-    // Parking (ParkOn): bumped on every write to a line of this shard; parked blocks wait for a change.
-    std::atomic<uint64_t> epoch{0};
+    // Parking (ParkOn): the futex word bumped on every write to a line of this shard; parked blocks wait for a
+    // change. `parked` spares writers the wake-up system call when nobody waits.
+    std::atomic<uint32_t> epoch{0};
     std::atomic<int32_t> parked{0};
-    std::mutex parkMutex;
-    std::condition_variable parkCv;
 };
 
 Shard gShards[kShards];
@@ -58,11 +57,10 @@ std::atomic<int64_t> gDirtyLines{0};
 Shard& ShardOf(uintptr_t base) { return gShards[(base / kDcacheLineBytes) % kShards]; }
 
 void Wake(Shard& shard) {
-    shard.epoch.fetch_add(1, std::memory_order_release);
-    if (shard.parked.load(std::memory_order_acquire) > 0) {
-        std::lock_guard<std::mutex> lock(shard.parkMutex);
-        shard.parkCv.notify_all();
-    }
+    // seq_cst on both sides (here and in ParkOn): either the writer sees the parked count or the parker sees the
+    // new epoch, so a write never slips past a block about to park.
+    shard.epoch.fetch_add(1, std::memory_order_seq_cst);
+    if (shard.parked.load(std::memory_order_seq_cst) > 0) UnparkAll(shard.epoch);
 }
 
 std::string Hex(uintptr_t v) {
@@ -295,15 +293,14 @@ void ParkOn(const void* watched, uint32_t iteration) {
         std::this_thread::yield();
         return;
     }
+    // In-process writers (MTE copies, cleans) wake the block at once; the timeout bounds the wait for writes the
+    // twin does not see (a peer process, the host) and keeps the kernel's own deadline check running. Block threads
+    // run with a 1 µs timer slack (twin/park.h), so the interval is what the block sleeps, not 50 µs more.
     const auto interval = std::chrono::microseconds(iteration < 1024 ? 20 : 100);
     Shard& shard = ShardOf(reinterpret_cast<uintptr_t>(watched) & ~(kDcacheLineBytes - 1));
-    const uint64_t seen = shard.epoch.load(std::memory_order_acquire);
-    shard.parked.fetch_add(1, std::memory_order_acq_rel);
-    {
-        std::unique_lock<std::mutex> lock(shard.parkMutex);
-        shard.parkCv.wait_for(lock, interval,
-                              [&] { return shard.epoch.load(std::memory_order_acquire) != seen; });
-    }
+    shard.parked.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t seen = shard.epoch.load(std::memory_order_seq_cst);
+    ParkWhileEqual(shard.epoch, seen, interval);
     shard.parked.fetch_sub(1, std::memory_order_acq_rel);
 }
 
