@@ -25,165 +25,43 @@ import platform
 import statistics
 import subprocess
 import sys
-import threading
 import time
-import uuid
 
-import numpy as np
 import torch
 
 
 # ----------------------------------------------------------------------------------------------- machine + baselines
 
-def llc_bytes() -> int:
-    """Largest cache of cpu0 in sysfs (the last level), falling back to /proc/cpuinfo's "cache size"."""
-    best = 0
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for entry in os.listdir(base):
-            try:
-                with open(os.path.join(base, entry, "size")) as f:
-                    text = f.read().strip()
-            except OSError:
-                continue
-            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-            digits = text[:-1] if text[-1:] in "KMG" else text
-            if digits.isdigit():
-                best = max(best, int(digits) * mult)
-    except OSError:
-        pass
-    if best == 0:
-        try:
-            with open("/proc/cpuinfo") as f:
-                for line in f:
-                    if line.startswith("cache size"):
-                        best = int(line.split(":")[1].split()[0]) * 1024
-                        break
-        except (OSError, ValueError, IndexError):
-            pass
-    return best or (32 << 20)
+def _load_common():
+    """cam/bench/common.py of this checkout, loaded by path: the cold-memcpy baseline is written once, and this script
+    still runs against an install whose cam.bench predates it."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "cam", "bench", "common.py")
+    spec = importlib.util.spec_from_file_location("_cam_bench_common", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def cpu_flags() -> list[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    have = set(line.split(":", 1)[1].split())
-                    return sorted(have & {"avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8",
-                                          "amx_tile", "amx_bf16"})
-    except OSError:
-        pass
-    return []
-
-
-class ColdMemcpy:
-    """Single-threaded memcpy (numpy copyto) whose source and destination walk through pools of ``2 * LLC`` bytes
-    each, so a copy never finds its bytes in cache: the same conditions an op meets with fresh activations."""
-
-    def __init__(self, llc: int):
-        self.pool = max(2 * llc, 64 << 20)
-        self.src = np.ones(self.pool, dtype=np.uint8)
-        # Destination offset by a page and a line: equally aligned buffers alias in the caches.
-        self.dst = np.empty(self.pool + 4160, dtype=np.uint8)[4160:]
-        self.dst[:] = 0  # first touch outside the timing
-        self.pos = 0
-
-    def seconds(self, nbytes: int, repeat: int) -> float:
-        """Median seconds of one cold copy of ``nbytes``."""
-        n = max(int(nbytes), 64)
-        if n > self.pool // 2:
-            raise ValueError(f"cold memcpy of {n} bytes needs pools above {2 * n} bytes")
-        samples = []
-        for _ in range(repeat):
-            if self.pos + n > self.pool:
-                self.pos = 0
-            s, d = self.src[self.pos:self.pos + n], self.dst[self.pos:self.pos + n]
-            self.pos += (n + 4095) // 4096 * 4096
-            t0 = time.perf_counter()
-            np.copyto(d, s)
-            samples.append(time.perf_counter() - t0)
-        return statistics.median(samples)
+_common = _load_common()
+llc_bytes, cpu_flags, ColdMemcpy = _common.llc_bytes, _common.cpu_flags, _common.ColdMemcpy
 
 
 def timed(fn, *, warmup: int, repeat: int, budget_s: float) -> float:
-    """Median wall seconds of fn(): warmup untimed calls, then up to repeat timed ones within budget_s (>= 3)."""
-    for _ in range(warmup):
-        fn()
-    samples = []
-    start = time.perf_counter()
-    while len(samples) < repeat and (len(samples) < 3 or time.perf_counter() - start < budget_s):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+    """Median wall seconds of fn() (common.time_call)."""
+    return statistics.median(_common.time_call(fn, warmup=warmup, repeat=repeat, budget_s=budget_s))
 
 
 # ----------------------------------------------------------------------------------------------- the rows
 
-def bench_plane(cold: ColdMemcpy, rounds: int) -> list[dict]:
+def bench_plane(cold, rounds: int) -> list[dict]:
     import cam
 
     D, P, F, E, K, H, B = 2, 1, 2, 16, 4, 2048, 128
-    dtype = torch.bfloat16
     topo = cam.Topology(D=D, P=P, F=F, E=E, K=K, H=H, Bmax=B, L=1, slots=2, quantized=True)
-    world = topo.world_size
-    g = torch.Generator().manual_seed(0)
-    ids = [torch.randint(0, E, (B, K), generator=g, dtype=torch.int32) for _ in range(topo.A)]
-    xs = [torch.randn((B, H), generator=g).to(dtype) for _ in range(topo.A)]
-    ws = [torch.rand((B, K), generator=g) for _ in range(topo.A)]
+    dispatch_s, combine_s, ids = _common.run_plane(topo, rounds, torch.bfloat16)
     rows = sum(int((i != -1).sum()) for i in ids)
-    barrier = threading.Barrier(world + 1, timeout=300)
-    errors = []
-    group = f"twin-speed-{uuid.uuid4().hex[:8]}"
-
-    def rank_main(rank: int) -> None:
-        try:
-            with cam.Comm(topo, rank, group=group, dtype=dtype, idle_poll_s=0.5) as comm:
-                out = torch.zeros((topo.recv_rows, H), dtype=dtype)
-                wi = None
-                for _ in range(rounds):
-                    barrier.wait()
-                    if comm.is_attention:
-                        cam.ops.dispatch_send(comm, xs[rank], ids[rank], 0)
-                    else:
-                        served = 0
-                        while served < D:  # one work item per replica this round
-                            if served:
-                                cam.ops.combine_send(comm, out, wi)
-                            _, _, _, wi = cam.ops.dispatch_recv(comm)
-                            served += int(wi[0])
-                    barrier.wait()  # dispatch stage done
-                    if comm.is_attention:
-                        cam.ops.combine_recv(comm, ids[rank], ws[rank])
-                    else:
-                        cam.ops.combine_send(comm, out, wi)
-                    barrier.wait()  # combine stage done
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-            barrier.abort()
-
-    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(world)]
-    for t in threads:
-        t.start()
-    dispatch_s, combine_s = [], []
-    try:
-        for _ in range(rounds):
-            barrier.wait()
-            t0 = time.perf_counter()
-            barrier.wait()
-            t1 = time.perf_counter()
-            barrier.wait()
-            dispatch_s.append(t1 - t0)
-            combine_s.append(time.perf_counter() - t1)
-    except threading.BrokenBarrierError:
-        pass
-    for t in threads:
-        t.join(300)
-        if t.is_alive():
-            raise RuntimeError("a rank thread did not end within 300 s")
-    if errors:
-        raise errors[0]
     out = []
     for stage, samples, nbytes in (("dispatch", dispatch_s, rows * (H + 4)), ("combine", combine_s, rows * H * 2)):
         op_s = statistics.median(samples[1:])  # the first round warms up
@@ -194,14 +72,7 @@ def bench_plane(cold: ColdMemcpy, rounds: int) -> list[dict]:
     return out
 
 
-def torch_quant(x: torch.Tensor):
-    xf = x.float()
-    amax = xf.abs().amax(dim=1, keepdim=True)
-    q = torch.clamp(torch.round(xf * (127.0 / amax)), -127, 127).to(torch.int8)
-    return q, (amax / 127.0).squeeze(1)
-
-
-def bench_quant(cold: ColdMemcpy, budget: float) -> list[dict]:
+def bench_quant(cold, budget: float) -> list[dict]:
     import cam
 
     x = torch.randn(512, 2048).to(torch.bfloat16)
@@ -210,7 +81,7 @@ def bench_quant(cold: ColdMemcpy, budget: float) -> list[dict]:
     op_s = timed(lambda: cam.ops.dynamic_quant(x, out=(q, s)), warmup=2, repeat=30, budget_s=budget)
     nbytes = x.numel() * 2
     mem_s = cold.seconds(nbytes, 15)
-    tq_s = timed(lambda: torch_quant(x), warmup=2, repeat=30, budget_s=budget)
+    tq_s = timed(lambda: _common.torch_quant(x), warmup=2, repeat=30, budget_s=budget)
     case = "[512, 2048] bf16"
     return [
         {"op": "dynamic_quant", "case": case, "bytes": nbytes, "op_s": op_s, "op_GBps": nbytes / op_s / 1e9,
@@ -242,12 +113,7 @@ def bench_gmm(budget: float) -> list[dict]:
         else:
             o = torch.empty(rows, n, dtype=torch.bfloat16)
             op = lambda: cam.ops.gmm_multi_layer(x, xs, lw, gl, li, 1, out=o)  # noqa: E731
-        wl = ws[1]
-        xg = [x[e * counts[0]:(e + 1) * counts[0]] for e in range(experts)]
-
-        def int_mm():
-            for e in range(experts):
-                torch._int_mm(xg[e], wl[e])
+        int_mm = lambda: _common.int_mm_groups(x, ws[1], counts)  # noqa: E731
 
         op_s = timed(op, warmup=1, repeat=10, budget_s=budget)
         mm_s = timed(int_mm, warmup=1, repeat=10, budget_s=budget)
@@ -260,16 +126,7 @@ def bench_gmm(budget: float) -> list[dict]:
 
 
 def bench_fixed(budget: float) -> list[dict]:
-    import cam
-
-    x = torch.randn(1, 32).to(torch.bfloat16)
-    q, s = torch.empty(1, 32, dtype=torch.int8), torch.empty(1)
-    a = torch.empty_like(x)
-    op_s = timed(lambda: cam.ops.dynamic_quant(x, out=(q, s)), warmup=20, repeat=2000, budget_s=budget)
-    abs_s = timed(lambda: torch.abs(x, out=a), warmup=20, repeat=2000, budget_s=budget)
-    return [{"op": "fixed cost", "case": "dynamic_quant on [1, 32] bf16, out= given", "op_s": op_s,
-             "baseline": "torch.abs(x, out=) on the same tensor", "baseline_s": abs_s,
-             "ratio": abs_s / op_s, "op_over_baseline": op_s / abs_s, "target": 0.1}]
+    return [_common.fixed_cost(budget)]
 
 
 _FIRST_OP = """
@@ -332,7 +189,6 @@ def main(argv=None) -> int:
     llc = llc_bytes()
     cold = ColdMemcpy(llc)
     big = min(cold.pool // 4, 256 << 20)
-    big_s = cold.seconds(big, 5)
     started = time.perf_counter()
     results = []
     results += bench_fixed(args.budget)
@@ -350,7 +206,7 @@ def main(argv=None) -> int:
         "cpus": os.cpu_count(),
         "cpu_flags": cpu_flags(),
         "llc_bytes": llc,
-        "cold_memcpy": {"bytes": big, "GBps": big / big_s / 1e9, "pool_bytes_each_side": cold.pool},
+        "cold_memcpy": {"bytes": big, "GBps": cold.gbps(), "pool_bytes_each_side": cold.pool},
         "seconds": time.perf_counter() - started,
         "results": results,
     }
