@@ -19,9 +19,6 @@ using Clock = std::chrono::steady_clock;
 
 // Idle pool threads leave after this long, so a process that ran many ranks once does not keep their threads.
 constexpr auto kIdleExit = std::chrono::seconds(20);
-// Polls before a thread parks: a launch right after the previous one (the common case: an op's launch and its
-// status read, or a loop of ops) finds its threads still awake.
-constexpr int kSpins = 64;
 
 struct Group {
     const std::function<void(uint32_t)>* body;
@@ -63,7 +60,7 @@ void WorkerLoop(Pool* pool, Worker* self) {
         // Wait for the next job: spin briefly, then park; leave the pool after kIdleExit without one.
         const auto idleSince = Clock::now();
         for (;;) {
-            if (SpinUntil([&] { return self->seq.load(std::memory_order_acquire) != seen; }, kSpins)) break;
+            if (SpinUntil([&] { return self->seq.load(std::memory_order_acquire) != seen; }, SpinNs())) break;
             const auto left = kIdleExit - (Clock::now() - idleSince);
             if (left > Clock::duration::zero()) {
                 ParkWhileEqual(self->seq, seen, std::chrono::duration_cast<std::chrono::nanoseconds>(left));
@@ -124,7 +121,7 @@ void RunBlocks(uint32_t n, const std::function<void(uint32_t)>& body) {
     for (;;) {
         const uint32_t left = group.remaining.load(std::memory_order_acquire);
         if (left == 0) break;
-        if (SpinUntil([&] { return group.remaining.load(std::memory_order_acquire) == 0; }, kSpins)) break;
+        if (SpinUntil([&] { return group.remaining.load(std::memory_order_acquire) == 0; }, SpinNs())) break;
         ParkWhileEqual(group.remaining, left, std::chrono::milliseconds(100));
     }
 }

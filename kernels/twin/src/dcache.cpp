@@ -289,8 +289,12 @@ void WakeParked(const void* addr, uint64_t bytes) {
 }
 
 void ParkOn(const void* watched, uint32_t iteration) {
-    if (iteration < 64) {
-        std::this_thread::yield();
+    // The first polls of a wait re-poll at once (a signal about to arrive costs no sleep). No sched_yield: on a
+    // loaded machine a yield can give the CPU away for a whole time slice.
+    if (iteration < 16) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
         return;
     }
     // In-process writers (MTE copies, cleans) wake the block at once; the timeout bounds the wait for writes the

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <ctime>
 
 #include <linux/futex.h>
@@ -29,6 +30,18 @@ bool ParkWhileEqual(const std::atomic<uint32_t>& word, uint32_t seen, std::chron
 
 void UnparkAll(std::atomic<uint32_t>& word) {
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+int64_t SpinNs() {
+    static const int64_t ns = [] {
+        const char* env = std::getenv("CAM_TWIN_SPIN_NS");
+        if (env && *env) {
+            const long long v = std::atoll(env);
+            if (v >= 0 && v <= 10000000) return static_cast<int64_t>(v);
+        }
+        return int64_t{0};
+    }();
+    return ns;
 }
 
 void TightenTimerSlack() { prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); }

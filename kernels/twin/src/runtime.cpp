@@ -224,7 +224,7 @@ void BlockBarrier(bool isAIVOnly, const std::source_location& where) {
         }
         const uint32_t seen = launch.barrierEvent.load(std::memory_order_acquire);
         lock.unlock();
-        if (!SpinUntil([&] { return launch.barrierEvent.load(std::memory_order_acquire) != seen; }, 32))
+        if (!SpinUntil([&] { return launch.barrierEvent.load(std::memory_order_acquire) != seen; }, SpinNs()))
             ParkWhileEqual(launch.barrierEvent, seen,
                            std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now));
         lock.lock();

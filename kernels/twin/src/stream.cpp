@@ -37,11 +37,6 @@ void Stream::SetCaptureSink(std::function<void(std::function<void()>)> sink) {
     captureSink_ = std::move(sink);
 }
 
-namespace {
-// Polls (with a yield each) before a stream thread sleeps: about the time of a short op on an idle CPU.
-constexpr int kStreamSpins = 64;
-}  // namespace
-
 bool Stream::Synchronize(double timeoutSeconds, StreamError* error) {
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -49,7 +44,7 @@ bool Stream::Synchronize(double timeoutSeconds, StreamError* error) {
     // The spin is inside the bound too: a synchronize never waits past its timeout, however short.
     SpinUntil([&] {
         return outstanding_.load(std::memory_order_acquire) == 0 || std::chrono::steady_clock::now() >= deadline;
-    }, kStreamSpins);
+    }, SpinNs());
     std::unique_lock<std::mutex> lock(mutex_);
     const bool done = idle_.wait_until(lock, deadline, [this] { return tasks_.empty() && !running_; });
     if (!done) return false;
@@ -64,7 +59,7 @@ void Stream::Worker() {
     for (;;) {
         if (tasks_.empty() && !stopping_) {
             lock.unlock();
-            SpinUntil([this] { return outstanding_.load(std::memory_order_acquire) != 0; }, kStreamSpins);
+            SpinUntil([this] { return outstanding_.load(std::memory_order_acquire) != 0; }, SpinNs());
             lock.lock();
         }
         wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });

@@ -1,5 +1,5 @@
-// How a twin thread waits for another: spin a little (a signal that is about to arrive costs no sleep), then park
-// in the kernel on a 32-bit word (Linux futex) until a writer bumps it or a timeout passes. Used by the block
+// How a twin thread waits for another: optionally spin a little (SpinNs), then park in the kernel on a 32-bit word
+// (Linux futex) until a writer bumps it or a timeout passes. Used by the block
 // pool's hand-offs, SyncAll, launch completion and WaitPause (docs/twin.md, "Execution model").
 #pragma once
 
@@ -27,14 +27,31 @@ inline void Signal(std::atomic<uint32_t>& word) {
 // ~85 µs on these VMs. Block and stream threads set it to 1 µs so a timed park ends when asked.
 void TightenTimerSlack();
 
-// Polls done() up to `spins` times, yielding between polls; true as soon as it holds.
+// How long a waiting twin thread busy-polls before it parks: CAM_TWIN_SPIN_NS, default 0. On the shared 2-CPU
+// machines this runs on, every spin measured made hand-offs slower (a 1-block launch + synchronize: 16-20 µs
+// parking at once, 26-52 µs with a 1 µs spin, 130-180 µs with 5 µs): the spinner takes the CPU the thread it waits
+// for needs. A machine with idle cores may set a few µs.
+int64_t SpinNs();
+
+// Polls done() for at most `spinNs` nanoseconds of busy waiting (a CPU pause between polls, no yield: on a loaded
+// machine a yield can hand the core away for a whole time slice, far longer than the park it was meant to save);
+// true as soon as it holds.
 template <typename Done>
-bool SpinUntil(Done&& done, int spins) {
-    for (int i = 0; i < spins; ++i) {
-        if (done()) return true;
-        std::this_thread::yield();
+bool SpinUntil(Done&& done, int64_t spinNs) {
+    if (done()) return true;
+    if (spinNs <= 0) return false;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spinNs);
+    for (;;) {
+        for (int i = 0; i < 16; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#elif defined(__aarch64__)
+            asm volatile("yield");
+#endif
+            if (done()) return true;
+        }
+        if (std::chrono::steady_clock::now() >= end) return done();
     }
-    return done();
 }
 
 }  // namespace cam::twin
