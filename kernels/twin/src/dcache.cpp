@@ -298,9 +298,11 @@ void ParkOn(const void* watched, uint32_t iteration) {
         return;
     }
     // In-process writers (MTE copies, cleans) wake the block at once; the timeout bounds the wait for writes the
-    // twin does not see (a peer process, the host) and keeps the kernel's own deadline check running. Block threads
-    // run with a 1 µs timer slack (twin/park.h), so the interval is what the block sleeps, not 50 µs more.
-    const auto interval = std::chrono::microseconds(iteration < 1024 ? 20 : 100);
+    // twin does not see (a peer process, the host) and keeps the kernel's own deadline check running. It grows with
+    // the wait: a block waking every 20 µs for nothing takes the CPU from the producers it waits for (many blocks
+    // share 2 CPUs here). Block threads run with a 1 µs timer slack (twin/park.h), so the interval is what the block
+    // sleeps; 200 µs is about what the old 100 µs sleeps really lasted with the default slack.
+    const auto interval = std::chrono::microseconds(iteration < 256 ? 50 : 200);
     Shard& shard = ShardOf(reinterpret_cast<uintptr_t>(watched) & ~(kDcacheLineBytes - 1));
     shard.parked.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = shard.epoch.load(std::memory_order_seq_cst);
