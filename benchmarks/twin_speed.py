@@ -198,7 +198,6 @@ def main(argv=None) -> int:
     results += bench_first_op(args.first_op_runs)
     doc = {
         "label": args.label,
-        "cam_file": os.path.dirname(cam.__file__).replace(os.path.expanduser("~"), "~"),
         "cam_version": getattr(cam, "__version__", "?"),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
