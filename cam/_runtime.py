@@ -67,6 +67,9 @@ def default_stream() -> "_C.Stream":
     Held in a dict by thread id rather than a threading.local, so a forked child can find every inherited stream
     (see _after_fork_in_child); a dead thread's stream is released when the next thread creates one."""
     me = threading.get_ident()
+    stream = _thread_streams.get(me)  # the per-call fast path: a dict read is atomic under the GIL
+    if stream is not None:
+        return stream
     with _locks_guard:
         stream = _thread_streams.get(me)
         if stream is None:
@@ -82,6 +85,9 @@ def stream_lock(stream) -> threading.Lock:
     """The lock that makes launch + synchronize on ``stream`` one step. A stream reports an error to whichever
     synchronize comes first, so two threads interleaving on one stream could take each other's errors (and one
     would return an unwritten output as if it had succeeded)."""
+    lock = _stream_locks.get(id(stream))  # per-call fast path; creation below stays under the guard
+    if lock is not None:
+        return lock
     with _locks_guard:
         lock = _stream_locks.get(id(stream))
         if lock is None:
@@ -147,11 +153,22 @@ def _on_sync_timeout(stream, launch, keep, error: SyncTimeoutError) -> None:
         f"outputs are kept alive (never reused) for the rest of the process", error.status) from error
 
 
+_graph = None  # cam.graph (the capture hook), bound at the first run: it imports this module
+
+
 def run(launch, stream=None) -> None:
     """Runs ``launch(stream, allocate)`` and waits for the stream, so a CPU op has completed when it returns
     (torch CPU semantics). Workspace handed out by ``allocate`` lives until the stream is done with it; so do the
     tensors ``launch`` holds (its closure). ``stream`` defaults to this thread's stream; data-plane ops pass their
-    communicator's own stream, because ranks that are threads of one process must not queue behind each other."""
+    communicator's own stream, because ranks that are threads of one process must not queue behind each other.
+
+    This is every op's per-call path: it only looks things up (each lookup's slow path creates what is missing)."""
+    global _graph
+    graph = _graph
+    if graph is None:
+        from . import graph as graph_module
+
+        graph = _graph = graph_module
     keep = []
 
     def allocate(nbytes: int):
@@ -159,14 +176,12 @@ def run(launch, stream=None) -> None:
         keep.append(ws)
         return (ws.data_ptr(), [nbytes], [1], 4)
 
-    from .graph import capture_for, capturing_stream  # the capture hook; cam.graph builds on this module
-
     if stream is None:
         # An op that names no stream (the compute ops) joins this thread's capture, so one graph holds a whole FFN
         # iteration whose data-plane ops run on the Comm's stream (docs/graph.md).
-        stream = capturing_stream() or default_stream()
+        stream = graph.capturing_stream() or default_stream()
 
-    capture = capture_for(stream)
+    capture = graph.capture_for(stream)
     if capture is not None:
         # Recorded, not run: workspace comes from the graph's pool and there is nothing to wait for (a synchronize
         # would break the capture). The graph's replay synchronizes.
@@ -174,7 +189,7 @@ def run(launch, stream=None) -> None:
         return
     bound = sync_timeout_s()
     with stream_lock(stream):
-        if is_parked(stream):
+        if _parked and is_parked(stream):
             raise RuntimeError("this stream lost a kernel that never ended after a sync timeout; its communicator is "
                                "unusable: create a new cam.Comm")
         launch(stream, allocate)

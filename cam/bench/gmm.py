@@ -4,11 +4,14 @@ int8-valued operands, weights converted once up front) followed by the same epil
 
 Throughput counts the matmul work actually done, 2 * rows * K * N per second, with rows = the groups' total.
 The shape is DeepSeek-V3-like (hidden 7168, moe intermediate 2048, 8 local experts on an FFN rank) scaled down so
-a run takes seconds on 2 CPUs; group sizes are balanced, skewed (halving per expert) and all-on-one-expert."""
+a run takes seconds on 2 CPUs; group sizes are balanced, skewed (halving per expert) and all-on-one-expert.
+
+A second baseline is ``torch._int_mm`` on the same groups with torch's threads (the int8 matmul alone, the yardstick
+issue 12 sets: W1 / W2 >= 0.3x of it)."""
 
 import torch
 
-from .common import float_in, int_in, print_table, summarize, time_call, write_json
+from .common import float_in, int_in, int_mm_groups, print_table, summarize, time_call, write_json
 
 _W1, _W2 = "gmm_swiglu_quant_multi_layer", "gmm_multi_layer"
 
@@ -97,6 +100,8 @@ def _run(args, which: str) -> int:
             base = lambda: _torch_w2(x, xs, wf, ss[layer], counts)  # noqa: E731
         t_op = summarize(time_call(op, warmup=2, repeat=args.repeat, budget_s=args.budget))
         t_base = summarize(time_call(base, warmup=2, repeat=args.repeat, budget_s=args.budget))
+        t_mm = summarize(time_call(lambda: int_mm_groups(x, ws[layer], counts), warmup=2, repeat=args.repeat,
+                                   budget_s=args.budget))
         work = 2.0 * sum(counts) * k * n
         r = {
             "op": which,
@@ -112,21 +117,26 @@ def _run(args, which: str) -> int:
             "op_GOPs": work / t_op["median_s"] / 1e9,
             "baseline_GOPs": work / t_base["median_s"] / 1e9,
             "op_over_baseline": t_base["median_s"] / t_op["median_s"],
+            "int_mm_median_s": t_mm["median_s"],
+            "int_mm_GOPs": work / t_mm["median_s"] / 1e9,
+            "op_over_int_mm": t_mm["median_s"] / t_op["median_s"],
+            "torch_threads": torch.get_num_threads(),
         }
         results.append(r)
         table.append([kind, args.rows, k, n, f"{r['op_GOPs']:.2f}", f"{r['baseline_GOPs']:.2f}",
-                      f"{r['op_over_baseline']:.3f}"])
+                      f"{r['op_over_baseline']:.3f}", f"{r['int_mm_GOPs']:.2f}", f"{r['op_over_int_mm']:.3f}"])
     print_table(
-        f"{results[0]['op']} on backend '{cam.backend()}' vs torch per-group matmul "
-        "(2*rows*K*N per second, median; ratio > 1: op faster)",
-        ["groups", "M", "K", "N", "op GOP/s", "torch GOP/s", "op/torch"],
+        f"{results[0]['op']} on backend '{cam.backend()}' vs torch per-group matmul and torch._int_mm per group "
+        f"({torch.get_num_threads()} torch threads; 2*rows*K*N per second, median; ratio > 1: op faster)",
+        ["groups", "M", "K", "N", "op GOP/s", "torch GOP/s", "op/torch", "_int_mm GOP/s", "op/_int_mm"],
         table,
     )
     write_json(
         args.json,
         which,
         results,
-        baseline="torch per-group fp32 matmul of the int8 operands + the same epilogue in torch ops, same process",
+        baseline="torch per-group fp32 matmul of the int8 operands + the same epilogue in torch ops, same process; "
+                 "and torch._int_mm per group (int8 matmul alone) with torch's threads",
         work="2 * rows * K * N, rows = sum(group sizes)",
     )
     return 0

@@ -77,10 +77,10 @@ class Args:
             raise TypeError(f"{self.op}: {name} must be {_names(dtypes)}, got {t.dtype}")
         if ndim is not None and t.dim() != ndim:
             raise self.fail(name, f"must be {ndim}-D{' ' + layout if layout else ''}, got shape {tuple(t.shape)}")
-        if shape is not None and tuple(t.shape) != tuple(shape):
+        if shape is not None and t.shape != tuple(shape):
             raise self.fail(name, f"must have shape {list(shape)}{' ' + layout if layout else ''}, "
                                   f"got {list(t.shape)}")
-        if t.device.type != "cpu":
+        if not t.is_cpu:  # is_cpu, not device.type: this runs for every tensor of every call
             raise self.fail(name, f"is on {t.device}: the twin backend runs on CPU tensors")
         if not t.is_contiguous():
             raise self.fail(name, "must be contiguous (row-major); call .contiguous() first")

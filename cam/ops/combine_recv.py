@@ -3,6 +3,7 @@ import torch
 from .. import _C, _runtime
 from .._tensor import desc
 from ..comm import Comm
+from . import _library
 from ._checks import Args
 from ._dataplane import comm_arg, comm_for
 
@@ -17,7 +18,7 @@ def _check(comm: Comm, topk_ids: torch.Tensor, topk_weights: torch.Tensor, out: 
     args.tensor("out", out, comm.dtype, shape=(topk_ids.shape[0], t.H), layout="[B, H]")
 
 
-@torch.library.custom_op("cam::combine_recv", mutates_args=("token", "out"))
+@_library.op("combine_recv", mutates_args=("token", "out"))
 def _combine_recv(token: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, out: torch.Tensor,
                   comm_id: int) -> None:
     comm = comm_for("combine_recv", comm_id, attention=True)

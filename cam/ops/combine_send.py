@@ -3,6 +3,7 @@ import torch
 from .. import _C, _runtime
 from .._tensor import desc
 from ..comm import Comm
+from . import _library
 from ._checks import Args
 from ._dataplane import comm_arg, comm_for
 
@@ -14,7 +15,7 @@ def _check(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) -> Non
     args.tensor("work_item", work_item, torch.int64, shape=(t.work_item_words,))
 
 
-@torch.library.custom_op("cam::combine_send", mutates_args=("token",))
+@_library.op("combine_send", mutates_args=("token",))
 def _combine_send(token: torch.Tensor, expert_out: torch.Tensor, work_item: torch.Tensor, comm_id: int) -> None:
     comm = comm_for("combine_send", comm_id, attention=False)
     _check(comm, expert_out, work_item)

@@ -3,6 +3,7 @@ import torch
 from .. import _C, _runtime
 from .._tensor import desc
 from ..comm import Comm
+from . import _library
 from ._checks import Args
 from ._dataplane import comm_arg, comm_for
 
@@ -27,7 +28,7 @@ def _check(comm: Comm, outputs) -> None:
         args.tensor(f"out[{i}] ({name})", t, dtype, shape=shape)
 
 
-@torch.library.custom_op("cam::dispatch_recv", mutates_args=("token", "expand_x", "scales", "expert_counts",
+@_library.op("dispatch_recv", mutates_args=("token", "expand_x", "scales", "expert_counts",
                                                               "work_item"))
 def _dispatch_recv(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Tensor, expert_counts: torch.Tensor,
                    work_item: torch.Tensor, comm_id: int) -> None:

@@ -3,6 +3,7 @@ import torch
 from .. import _C, _runtime
 from .._tensor import desc
 from ..comm import Comm
+from . import _library
 from ._checks import Args
 from ._dataplane import comm_arg, comm_for
 
@@ -19,7 +20,7 @@ def _check(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: int) -> N
     args.integer("layer", layer, 0, t.L, hi_name="L")
 
 
-@torch.library.custom_op("cam::dispatch_send", mutates_args=("token",))
+@_library.op("dispatch_send", mutates_args=("token",))
 def _dispatch_send(token: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor, layer: int, comm_id: int) -> None:
     comm = comm_for("dispatch_send", comm_id, attention=True)
     _check(comm, x, topk_ids, layer)

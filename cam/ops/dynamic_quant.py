@@ -2,6 +2,7 @@ import torch
 
 from .. import _C, _runtime
 from .._tensor import desc
+from . import _library
 from ._checks import Args
 
 _ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
@@ -16,7 +17,7 @@ def _check(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
     args.tensor("out[1] (scale)", scale, torch.float32, shape=(x.shape[0],))
 
 
-@torch.library.custom_op("cam::dynamic_quant", mutates_args=("q", "scale"))
+@_library.op("dynamic_quant", mutates_args=("q", "scale"))
 def _dynamic_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
     _check(x, q, scale)
     _runtime.run(lambda stream, allocate: _C.dynamic_quant(desc(x), desc(q), desc(scale), stream, allocate))

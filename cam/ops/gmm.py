@@ -11,6 +11,7 @@ import torch
 from .. import _C, _runtime
 from .._tensor import desc
 from ..layer_weights import LayerWeights
+from . import _library
 from ._checks import Args
 
 GROUP_LIST_CUMSUM = 0
@@ -67,7 +68,7 @@ def _check_w2(y, y_scale, weights, weight_scales, group_list, layer_index, group
     args.tensor("out", out, torch.bfloat16, shape=(m, n))
 
 
-@torch.library.custom_op("cam::gmm_swiglu_quant_multi_layer", mutates_args=("y", "y_scale"))
+@_library.op("gmm_swiglu_quant_multi_layer", mutates_args=("y", "y_scale"))
 def _gmm_swiglu_quant_multi_layer(
     x: torch.Tensor,
     x_scale: torch.Tensor,
@@ -93,7 +94,7 @@ def _(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_ty
     _check_w1(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale)
 
 
-@torch.library.custom_op("cam::gmm_multi_layer", mutates_args=("out",))
+@_library.op("gmm_multi_layer", mutates_args=("out",))
 def _gmm_multi_layer(
     y: torch.Tensor,
     y_scale: torch.Tensor,

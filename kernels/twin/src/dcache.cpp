@@ -3,7 +3,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <thread>
 #include <cstdlib>
@@ -11,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "twin/park.h"
 #include "twin/runtime.h"
 
 namespace cam::twin {
@@ -45,11 +45,10 @@ struct LineKeyHash {
 struct Shard {
     std::mutex mutex;
     std::unordered_map<LineKey, LineState, LineKeyHash> lines;
-    // Parking (ParkOn): bumped on every write to a line of this shard; parked blocks wait for a change.
-    std::atomic<uint64_t> epoch{0};
+    // Parking (ParkOn): the futex word bumped on every write to a line of this shard; parked blocks wait for a
+    // change. `parked` spares writers the wake-up system call when nobody waits.
+    std::atomic<uint32_t> epoch{0};
     std::atomic<int32_t> parked{0};
-    std::mutex parkMutex;
-    std::condition_variable parkCv;
 };
 
 Shard gShards[kShards];
@@ -58,11 +57,10 @@ std::atomic<int64_t> gDirtyLines{0};
 Shard& ShardOf(uintptr_t base) { return gShards[(base / kDcacheLineBytes) % kShards]; }
 
 void Wake(Shard& shard) {
-    shard.epoch.fetch_add(1, std::memory_order_release);
-    if (shard.parked.load(std::memory_order_acquire) > 0) {
-        std::lock_guard<std::mutex> lock(shard.parkMutex);
-        shard.parkCv.notify_all();
-    }
+    // seq_cst on both sides (here and in ParkOn): either the writer sees the parked count or the parker sees the
+    // new epoch, so a write never slips past a block about to park.
+    shard.epoch.fetch_add(1, std::memory_order_seq_cst);
+    if (shard.parked.load(std::memory_order_seq_cst) > 0) UnparkAll(shard.epoch);
 }
 
 std::string Hex(uintptr_t v) {
@@ -291,19 +289,24 @@ void WakeParked(const void* addr, uint64_t bytes) {
 }
 
 void ParkOn(const void* watched, uint32_t iteration) {
-    if (iteration < 64) {
-        std::this_thread::yield();
+    // The first polls of a wait re-poll at once (a signal about to arrive costs no sleep). No sched_yield: on a
+    // loaded machine a yield can give the CPU away for a whole time slice.
+    if (iteration < 16) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
         return;
     }
-    const auto interval = std::chrono::microseconds(iteration < 1024 ? 20 : 100);
+    // In-process writers (MTE copies, cleans) wake the block at once; the timeout bounds the wait for writes the
+    // twin does not see (a peer process, the host) and keeps the kernel's own deadline check running. It grows with
+    // the wait: a block waking every 20 µs for nothing takes the CPU from the producers it waits for (many blocks
+    // share 2 CPUs here). Block threads run with a 1 µs timer slack (twin/park.h), so the interval is what the block
+    // sleeps; 200 µs is about what the old 100 µs sleeps really lasted with the default slack.
+    const auto interval = std::chrono::microseconds(iteration < 256 ? 50 : 200);
     Shard& shard = ShardOf(reinterpret_cast<uintptr_t>(watched) & ~(kDcacheLineBytes - 1));
-    const uint64_t seen = shard.epoch.load(std::memory_order_acquire);
-    shard.parked.fetch_add(1, std::memory_order_acq_rel);
-    {
-        std::unique_lock<std::mutex> lock(shard.parkMutex);
-        shard.parkCv.wait_for(lock, interval,
-                              [&] { return shard.epoch.load(std::memory_order_acquire) != seen; });
-    }
+    shard.parked.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t seen = shard.epoch.load(std::memory_order_seq_cst);
+    ParkWhileEqual(shard.epoch, seen, interval);
     shard.parked.fetch_sub(1, std::memory_order_acq_rel);
 }
 

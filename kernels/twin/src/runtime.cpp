@@ -1,6 +1,6 @@
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "kernel_operator.h"
+#include "twin/block_pool.h"
 #include "twin/launch.h"
+#include "twin/park.h"
 
 namespace cam::twin {
 
@@ -37,6 +39,33 @@ const Platform* gActive = nullptr;
 
 thread_local BlockContext* tBlock = nullptr;
 
+// A thread's UB arena, kept across the launches it runs blocks of. `dirty` bytes from the start were handed out
+// to a kernel since the arena was last poisoned; the rest still holds the poison.
+struct UbArena {
+    struct Free {
+        void operator()(uint8_t* p) const { std::free(p); }
+    };
+    std::unique_ptr<uint8_t, Free> bytes;
+    uint32_t size = 0;
+    uint32_t dirty = 0;
+};
+thread_local UbArena tUb;
+
+// The UB a block starts with. Poison: the hardware leaves UB holding whatever the last kernel wrote; a kernel must
+// not rely on zeros (or on what it left itself). Only the bytes the previous launch on this thread carved are
+// re-poisoned: a kernel reaches UB only through carved buffers, so the rest never stopped being poison.
+uint8_t* FreshUb(uint32_t ubBytes) {
+    if (!tUb.bytes || tUb.size != ubBytes) {
+        tUb.bytes.reset(static_cast<uint8_t*>(std::aligned_alloc(kUbAlign, ubBytes)));
+        if (!tUb.bytes) throw std::bad_alloc();
+        tUb.size = ubBytes;
+        tUb.dirty = ubBytes;
+    }
+    std::memset(tUb.bytes.get(), 0xA5, tUb.dirty);
+    tUb.dirty = 0;
+    return tUb.bytes.get();
+}
+
 std::string ShortFile(const char* path) {
     std::string p(path ? path : "?");
     for (const char* root : {"/kernels/", "/tests/", "/host/", "/tiling/"}) {
@@ -53,11 +82,12 @@ struct LaunchState {
     const char* kernel;
     uint32_t blockDim;
     std::mutex mutex;
-    std::condition_variable cv;
     uint32_t arrived = 0;
     uint64_t generation = 0;
     uint32_t finished = 0;
     bool aborted = false;
+    // Futex word of SyncAll waiters: bumped when the barrier opens, a block finishes or the launch is aborted.
+    std::atomic<uint32_t> barrierEvent{0};
     std::string firstError;
     const LaunchWindows* windows = nullptr;
 
@@ -65,7 +95,7 @@ struct LaunchState {
         std::lock_guard<std::mutex> lock(mutex);
         if (firstError.empty()) firstError = message;
         aborted = true;
-        cv.notify_all();
+        Signal(barrierEvent);
     }
 };
 
@@ -172,22 +202,32 @@ void BlockBarrier(bool isAIVOnly, const std::source_location& where) {
     if (++launch.arrived == launch.blockDim) {
         launch.arrived = 0;
         ++launch.generation;
-        launch.cv.notify_all();
+        Signal(launch.barrierEvent);
         return;
     }
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(SyncTimeoutSeconds());
-    while (launch.generation == generation) {
+    // Spin briefly (the last block is often about to arrive), then park on the event word; every change that
+    // matters to a waiter (the barrier opening, a block leaving, an abort) bumps it.
+    for (;;) {
+        if (launch.generation != generation) return;
         if (launch.aborted) throw LaunchAborted();
         if (launch.finished > 0) {
             lock.unlock();
             Violation("syncall-exit", "a block left the kernel while this one waits in SyncAll (hardware deadlock)",
                       where);
         }
-        if (launch.cv.wait_until(lock, deadline) == std::cv_status::timeout && launch.generation == generation) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline) {
             lock.unlock();
             Violation("syncall-timeout", "SyncAll waited past the twin's deadlock timeout", where);
         }
+        const uint32_t seen = launch.barrierEvent.load(std::memory_order_acquire);
+        lock.unlock();
+        if (!SpinUntil([&] { return launch.barrierEvent.load(std::memory_order_acquire) != seen; }, SpinNs()))
+            ParkWhileEqual(launch.barrierEvent, seen,
+                           std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now));
+        lock.lock();
     }
 }
 
@@ -229,23 +269,16 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
     launch.windows = windows;
 
     auto body = [&](uint32_t idx) {
-        struct ArenaFree {
-            void operator()(uint8_t* p) const { std::free(p); }
-        };
-        std::unique_ptr<uint8_t, ArenaFree> arena(
-            static_cast<uint8_t*>(std::aligned_alloc(kUbAlign, platform.ubBytes)));
-        // Poison: the hardware leaves UB holding whatever the last kernel wrote; a kernel must not rely on zeros.
-        std::memset(arena.get(), 0xA5, platform.ubBytes);
         BlockContext ctx;
         ctx.kernel = kernelName;
         ctx.blockIdx = idx;
         ctx.blockNum = blockDim;
-        ctx.ub = arena.get();
         ctx.launch = &launch;
         DataCache dcache(&launch);
         ctx.dcache = &dcache;
-        tBlock = &ctx;
         try {
+            ctx.ub = FreshUb(platform.ubBytes);
+            tBlock = &ctx;
             kernel();
             EndOfBlock(ctx);
         } catch (const TwinViolation& e) {
@@ -255,17 +288,15 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
             launch.Fail(std::string("twin: kernel ") + kernelName + " block " + std::to_string(idx) +
                         " threw: " + e.what());
         }
+        tUb.dirty = std::max(tUb.dirty, ctx.ubHigh);
         dcache.Drop();  // after a failure: give up this block's lines without writing them back
         tBlock = nullptr;
         std::lock_guard<std::mutex> lock(launch.mutex);
         ++launch.finished;
-        launch.cv.notify_all();
+        Signal(launch.barrierEvent);
     };
 
-    std::vector<std::thread> threads;
-    threads.reserve(blockDim);
-    for (uint32_t i = 0; i < blockDim; ++i) threads.emplace_back(body, i);
-    for (auto& t : threads) t.join();
+    RunBlocks(blockDim, body);
     ForgetLaunch(&launch);
     if (!launch.firstError.empty()) throw TwinViolation(launch.firstError);
 }
@@ -334,6 +365,7 @@ uint8_t* CarveBuffer(TPosition pos, uint32_t len, const std::source_location& wh
                    where);
     uint8_t* base = block.ub + block.ubUsed;
     block.ubUsed += aligned;
+    block.ubHigh = std::max(block.ubHigh, block.ubUsed);
     return base;
 }
 

@@ -1,5 +1,8 @@
 #include "twin/stream.h"
 
+#include "twin/park.h"
+
+#include <algorithm>
 #include <chrono>
 #include <exception>
 
@@ -24,6 +27,7 @@ void Stream::Enqueue(std::function<void()> task) {
             return;
         }
         tasks_.push_back(std::move(task));
+        outstanding_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_one();
 }
@@ -34,9 +38,15 @@ void Stream::SetCaptureSink(std::function<void(std::function<void()>)> sink) {
 }
 
 bool Stream::Synchronize(double timeoutSeconds, StreamError* error) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(std::min(timeoutSeconds, 1e7)));  // no int64 ns overflow
+    // The spin is inside the bound too: a synchronize never waits past its timeout, however short.
+    SpinUntil([&] {
+        return outstanding_.load(std::memory_order_acquire) == 0 || std::chrono::steady_clock::now() >= deadline;
+    }, SpinNs());
     std::unique_lock<std::mutex> lock(mutex_);
-    const bool done = idle_.wait_for(lock, std::chrono::duration<double>(timeoutSeconds),
-                                     [this] { return tasks_.empty() && !running_; });
+    const bool done = idle_.wait_until(lock, deadline, [this] { return tasks_.empty() && !running_; });
     if (!done) return false;
     if (error) *error = std::move(error_);
     error_ = StreamError{};
@@ -44,8 +54,14 @@ bool Stream::Synchronize(double timeoutSeconds, StreamError* error) {
 }
 
 void Stream::Worker() {
+    TightenTimerSlack();  // this thread runs block 0 of every launch: its timed parks must end on time
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
+        if (tasks_.empty() && !stopping_) {
+            lock.unlock();
+            SpinUntil([this] { return outstanding_.load(std::memory_order_acquire) != 0; }, SpinNs());
+            lock.lock();
+        }
         wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
         if (tasks_.empty()) return;  // stopping and drained
         std::function<void()> task = std::move(tasks_.front());
@@ -67,6 +83,7 @@ void Stream::Worker() {
         }
         lock.lock();
         running_ = false;
+        outstanding_.fetch_sub(1, std::memory_order_release);
         if (failure.code != 0 && error_.code == 0) error_ = std::move(failure);
         if (tasks_.empty()) idle_.notify_all();
     }

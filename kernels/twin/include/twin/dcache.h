@@ -69,7 +69,7 @@ void GmWrite(void* gm, const void* local, size_t bytes);
 // After an MTE write to GM: wakes blocks parked (ParkOn) on those lines.
 void WakeParked(const void* addr, uint64_t bytes);
 
-// A waiting block's back-off (cam::kernels::WaitPause): the first polls only yield, later ones park the thread
+// A waiting block's back-off (cam::kernels::WaitPause): the first polls return at once, later ones park the thread
 // until a write reaches the line of `watched` (an MTE write or a clean, from any block of this process) or a short
 // interval passes, so a waiter neither burns a CPU nor sleeps past the signal it waits for.
 void ParkOn(const void* watched, uint32_t iteration);

@@ -1,4 +1,4 @@
-// The twin's execution model: one launch runs blockDim blocks as threads; each block has its own UB arena.
+// The twin's execution model: one launch runs blockDim blocks as threads of a pool; each block has its own UB arena.
 // A broken hardware rule throws TwinViolation naming the kernel, the block and the kernel's call site.
 #pragma once
 
@@ -81,6 +81,7 @@ struct BlockContext {
     uint32_t blockNum = 1;
     uint8_t* ub = nullptr;       // arena of Platform::ubBytes, 32-byte aligned
     uint32_t ubUsed = 0;         // bytes handed out by TPipe::InitBuffer
+    uint32_t ubHigh = 0;         // most bytes ever handed out in this launch: what the next one re-poisons
     uint8_t coreKind = 0;        // CoreKind
     uint32_t cubeUsed[4] = {};   // bytes handed out of L1, L0A, L0B, L0C (twin/cube.h)
     int kernelType = -1;         // KernelMetaType from KERNEL_TASK_TYPE_DEFAULT, -1 when not declared
@@ -97,8 +98,9 @@ struct BlockContext {
 BlockContext& CurrentBlock();
 bool InKernel();
 
-// Runs kernel() on blockDim threads and joins them. The first violation is rethrown (as TwinViolation) after
-// every block has stopped; the others are woken from SyncAll so a failure never turns into a hang.
+// Runs kernel() as blockDim blocks at once, each on a thread of its own (twin/block_pool.h), and returns when all
+// have ended. The first violation is rethrown (as TwinViolation) after every block has stopped; the others are
+// woken from SyncAll so a failure never turns into a hang.
 struct LaunchWindows;  // twin/launch.h
 void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel,
                const LaunchWindows* windows = nullptr);

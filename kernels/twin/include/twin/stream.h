@@ -1,7 +1,10 @@
 // A twin "device stream": an in-order task queue drained by one worker thread, so the host runs ahead of the
-// device as it does on NPU. A task that fails poisons the stream until Synchronize reports the error.
+// device as it does on NPU. A task that fails poisons the stream until Synchronize reports the error. The worker
+// runs block 0 of each launch itself (twin/block_pool.h); it and Synchronize spin briefly before they sleep, so a
+// short op costs no sleeping hand-off when the CPU is free.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -54,6 +57,8 @@ private:
     std::condition_variable idle_;
     std::deque<std::function<void()>> tasks_;
     bool running_ = false;  // a task is executing
+    // Tasks queued or running; read without the lock by the brief spins that spare a hand-off its sleep.
+    std::atomic<uint32_t> outstanding_{0};
     bool stopping_ = false;
     StreamError error_;
     std::function<void(std::function<void()>)> captureSink_;

@@ -1,0 +1,231 @@
+"""The twin's speed table (issue 12): each cam op against a baseline measured in the same run, using only public cam
+API so it runs against any install (``python benchmarks/twin_speed.py --json out.json`` with that install's python).
+
+Rows, each a ratio against its same-run baseline (the machines differ from day to day; only these ratios compare):
+
+- dispatch / combine: one in-process plane (ranks are threads), median stage time, effective bytes (what the stage
+  delivers: dispatch the int8 rows + scales on the FFN ranks, combine the expert rows written back) against a
+  **cold** single-threaded memcpy of the same bytes (source and destination cycle through pools of twice the
+  last-level cache each, so every copy reads and writes memory, not cache);
+- dynamic_quant [512, 2048] bf16: input bytes against the cold memcpy, and against torch's own per-token quant;
+- W1 / W2 (balanced groups): 2*rows*K*N against ``torch._int_mm`` on the same groups with the same torch thread count
+  (the int8 matmul alone, no epilogue: the yardstick the issue names);
+- a one-block zero-work call (dynamic_quant on a [1, 32] tensor) against ``torch.abs`` on the same tiny tensor;
+- the first cam op in a fresh process (what importing cam and the first dispatch cost), in a subprocess.
+
+Also the absolute cold memcpy GB/s, the LLC size read from sysfs and the CPU flags that matter to the twin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+
+# ----------------------------------------------------------------------------------------------- machine + baselines
+
+def _load_common():
+    """cam/bench/common.py of this checkout, loaded by path: the cold-memcpy baseline is written once, and this script
+    still runs against an install whose cam.bench predates it."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "cam", "bench", "common.py")
+    spec = importlib.util.spec_from_file_location("_cam_bench_common", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_common = _load_common()
+llc_bytes, cpu_flags, ColdMemcpy = _common.llc_bytes, _common.cpu_flags, _common.ColdMemcpy
+
+
+def timed(fn, *, warmup: int, repeat: int, budget_s: float) -> float:
+    """Median wall seconds of fn() (common.time_call)."""
+    return statistics.median(_common.time_call(fn, warmup=warmup, repeat=repeat, budget_s=budget_s))
+
+
+# ----------------------------------------------------------------------------------------------- the rows
+
+def bench_plane(cold, rounds: int) -> list[dict]:
+    import cam
+
+    D, P, F, E, K, H, B = 2, 1, 2, 16, 4, 2048, 128
+    topo = cam.Topology(D=D, P=P, F=F, E=E, K=K, H=H, Bmax=B, L=1, slots=2, quantized=True)
+    dispatch_s, combine_s, ids = _common.run_plane(topo, rounds, torch.bfloat16)
+    rows = sum(int((i != -1).sum()) for i in ids)
+    out = []
+    for stage, samples, nbytes in (("dispatch", dispatch_s, rows * (H + 4)), ("combine", combine_s, rows * H * 2)):
+        op_s = statistics.median(samples[1:])  # the first round warms up
+        mem_s = cold.seconds(nbytes, 15)
+        out.append({"op": stage, "case": f"{D}x{P}+{F} E={E} K={K} H={H} B={B} int8 wire", "bytes": nbytes,
+                    "op_s": op_s, "op_GBps": nbytes / op_s / 1e9, "baseline": "cold memcpy of the same bytes",
+                    "baseline_s": mem_s, "ratio": mem_s / op_s, "target": 0.2 if stage == "dispatch" else 0.5})
+    return out
+
+
+def bench_quant(cold, budget: float) -> list[dict]:
+    import cam
+
+    x = torch.randn(512, 2048).to(torch.bfloat16)
+    q = torch.empty(512, 2048, dtype=torch.int8)
+    s = torch.empty(512)
+    op_s = timed(lambda: cam.ops.dynamic_quant(x, out=(q, s)), warmup=2, repeat=30, budget_s=budget)
+    nbytes = x.numel() * 2
+    mem_s = cold.seconds(nbytes, 15)
+    tq_s = timed(lambda: _common.torch_quant(x), warmup=2, repeat=30, budget_s=budget)
+    case = "[512, 2048] bf16"
+    return [
+        {"op": "dynamic_quant", "case": case, "bytes": nbytes, "op_s": op_s, "op_GBps": nbytes / op_s / 1e9,
+         "baseline": "cold memcpy of the input bytes", "baseline_s": mem_s, "ratio": mem_s / op_s, "target": 0.4},
+        {"op": "dynamic_quant", "case": case, "bytes": nbytes, "op_s": op_s, "op_GBps": nbytes / op_s / 1e9,
+         "baseline": "torch per-token quant (vectorized torch ops)", "baseline_s": tq_s, "ratio": tq_s / op_s,
+         "target": None},
+    ]
+
+
+def bench_gmm(budget: float) -> list[dict]:
+    import cam
+
+    hidden, inter, experts, layers, rows = 1024, 256, 8, 2, 512
+    counts = [rows // experts] * experts
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for name, k, n in (("W1", hidden, 2 * inter), ("W2", inter, hidden)):
+        x = torch.randint(-128, 128, (rows, k), generator=g, dtype=torch.int8)
+        xs = torch.rand(rows, generator=g) * 1e-2 + 1e-3
+        ws = [torch.randint(-128, 128, (experts, k, n), generator=g, dtype=torch.int8) for _ in range(layers)]
+        ss = [torch.rand(experts, n, generator=g) * 1e-2 + 1e-3 for _ in range(layers)]
+        lw = cam.LayerWeights(ws, ss)
+        gl = torch.tensor(counts, dtype=torch.int64)
+        li = torch.tensor([1], dtype=torch.int64)
+        if name == "W1":
+            y, ysc = torch.empty(rows, n // 2, dtype=torch.int8), torch.empty(rows)
+            op = lambda: cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, gl, li, 1, out=(y, ysc))  # noqa: E731
+        else:
+            o = torch.empty(rows, n, dtype=torch.bfloat16)
+            op = lambda: cam.ops.gmm_multi_layer(x, xs, lw, gl, li, 1, out=o)  # noqa: E731
+        int_mm = lambda: _common.int_mm_groups(x, ws[1], counts)  # noqa: E731
+
+        op_s = timed(op, warmup=1, repeat=10, budget_s=budget)
+        mm_s = timed(int_mm, warmup=1, repeat=10, budget_s=budget)
+        work = 2.0 * rows * k * n
+        out.append({"op": name, "case": f"M={rows} K={k} N={n} E_local={experts} balanced", "work_ops": work,
+                    "op_s": op_s, "op_GOPs": work / op_s / 1e9,
+                    "baseline": f"torch._int_mm per group, {torch.get_num_threads()} torch threads",
+                    "baseline_s": mm_s, "baseline_GOPs": work / mm_s / 1e9, "ratio": mm_s / op_s, "target": 0.3})
+    return out
+
+
+def bench_fixed(budget: float) -> list[dict]:
+    return [_common.fixed_cost(budget)]
+
+
+_FIRST_OP = """
+import time, sys
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+import cam
+t2 = time.perf_counter()
+x = torch.randn(1, 32).to(torch.bfloat16)
+cam.ops.dynamic_quant(x)
+t3 = time.perf_counter()
+cam.ops.dynamic_quant(x)
+t4 = time.perf_counter()
+print(t1 - t0, t2 - t1, t3 - t2, t4 - t3, int("torch._dynamo" in sys.modules))
+"""
+
+
+def bench_first_op(runs: int) -> list[dict]:
+    samples = []
+    for _ in range(runs):
+        res = subprocess.run([sys.executable, "-c", _FIRST_OP], capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            raise RuntimeError(f"first-op probe failed:\n{res.stderr}")
+        samples.append([float(v) for v in res.stdout.split()])
+    med = [statistics.median(s[i] for s in samples) for i in range(5)]
+    return [{"op": "first op in a process", "case": "import cam, then dynamic_quant on [1, 32]",
+             "import_torch_s": med[0], "import_cam_s": med[1], "first_op_s": med[2], "second_op_s": med[3],
+             "dynamo_imported": bool(med[4]), "runs": runs}]
+
+
+# ----------------------------------------------------------------------------------------------- report
+
+def fmt_row(r: dict) -> str:
+    if r["op"] == "first op in a process":
+        return (f"| first op in a process | import cam {r['import_cam_s'] * 1e3:.0f} ms, first call "
+                f"{r['first_op_s'] * 1e3:.0f} ms, second {r['second_op_s'] * 1e6:.0f} µs | — | torch._dynamo imported: "
+                f"{'yes' if r['dynamo_imported'] else 'no'} | — |")
+    if r["op"] == "fixed cost":
+        return (f"| fixed cost ({r['case']}) | {r['op_s'] * 1e6:.1f} µs | torch.abs {r['baseline_s'] * 1e6:.2f} µs | "
+                f"{r['op_over_baseline']:.1f}× torch.abs | ≤ 10× |")
+    speed = f"{r['op_GBps']:.3f} GB/s" if "op_GBps" in r else f"{r['op_GOPs']:.1f} GOP/s"
+    target = f"≥ {r['target']}×" if r.get("target") else "—"
+    return (f"| {r['op']} ({r['case']}) | {speed} | {r['baseline']}: {r['baseline_s'] * 1e3:.3f} ms | "
+            f"{r['ratio']:.4f}× | {target} |")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    p.add_argument("--md", metavar="PATH", help="write the table as markdown")
+    p.add_argument("--label", default="", help="what was measured (e.g. 'before: main at c8911a8')")
+    p.add_argument("--rounds", type=int, default=8, help="plane rounds (the first warms up)")
+    p.add_argument("--budget", type=float, default=2.0, help="seconds per timed case")
+    p.add_argument("--first-op-runs", type=int, default=3, help="fresh processes for the first-op row")
+    args = p.parse_args(argv)
+
+    import cam
+
+    llc = llc_bytes()
+    cold = ColdMemcpy(llc)
+    big = min(cold.pool // 4, 256 << 20)
+    started = time.perf_counter()
+    results = []
+    results += bench_fixed(args.budget)
+    results += bench_quant(cold, args.budget)
+    results += bench_gmm(args.budget)
+    results += bench_plane(cold, args.rounds)
+    results += bench_first_op(args.first_op_runs)
+    doc = {
+        "label": args.label,
+        "cam_version": getattr(cam, "__version__", "?"),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "host": platform.platform(),
+        "cpus": os.cpu_count(),
+        "cpu_flags": cpu_flags(),
+        "llc_bytes": llc,
+        "cold_memcpy": {"bytes": big, "GBps": cold.gbps(), "pool_bytes_each_side": cold.pool},
+        "seconds": time.perf_counter() - started,
+        "results": results,
+    }
+    lines = [f"# twin speed{': ' + args.label if args.label else ''}", "",
+             f"cold memcpy {doc['cold_memcpy']['GBps']:.2f} GB/s single thread ({big >> 20} MiB, pools of "
+             f"{cold.pool >> 20} MiB per side; LLC {llc >> 20} MiB), {doc['cpus']} CPUs, flags "
+             f"{' '.join(doc['cpu_flags']) or '-'}, torch {torch.__version__} with {doc['torch_threads']} threads.",
+             "", "| op | measured | same-run baseline | ratio (baseline time / op time) | target |",
+             "|---|---|---|---|---|"]
+    lines += [fmt_row(r) for r in results]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
