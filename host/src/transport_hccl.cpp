@@ -169,8 +169,11 @@ extern "C" aclnnStatus camCommCreateHccl(const void* rootInfo, uint64_t rootInfo
         c->config = *config;
         std::string why;
         if (aclnnStatus st = RunWindowTable(c.get(), transport->Group(), transport->DevicePeers(),
-                                            kWindowTableTimeoutMs, &why))
+                                            kWindowTableTimeoutMs, &why)) {
+            // After a timeout the kernel may still write the table and read the windows: keep them all.
+            if (st == CAM_ERR_SYNC_TIMEOUT) (void)transport.release();
             return Fail(st, std::string(api) + ": the peer table could not be built: " + why);
+        }
         // Not reached on hardware yet: the plane's identity lines, abort word and status record live in device
         // windows, and the host side that reads them through the device (docs/ascend.md §3) is not written.
         return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": the HCCL data plane's host side past the peer "

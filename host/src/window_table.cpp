@@ -56,7 +56,7 @@ aclnnStatus RunWindowTable(const camComm* comm, const std::string& group, int64_
     LaunchChecked(tiling, context, reinterpret_cast<uint8_t*>(peers),
                   static_cast<uint8_t*>(status), stream);
     const aclnnStatus st = camSynchronizeStream(stream, timeoutMs);
-    if (st == CAM_ERR_COMM_TIMEOUT || st == ACLNN_ERR_RUNTIME_ERROR) {
+    if (st == CAM_ERR_SYNC_TIMEOUT) {
         // The kernel may still run: its status record and stream stay allocated (never freed under a live kernel).
         *why = std::string("window_table did not finish within ") + std::to_string(timeoutMs) + " ms: " +
                camGetLastErrorMessage();
@@ -80,8 +80,14 @@ aclnnStatus FillPeerTableFromTransport(camComm* comm, std::string* why) {
     char group[48];
     std::snprintf(group, sizeof(group), "cam-twin-plane-%p", static_cast<void*>(comm));
     PublishHcclContext(group, comm->rank, windows, smallest);
+    // The kernel writes device memory of its own, copied into the Comm once it ran: after a timeout the kernel may
+    // still read the context and write the table, so then neither is freed (the Comm that fails may be).
+    auto* table = static_cast<int64_t*>(AllocGraphMemory(8 * world));
+    const aclnnStatus st = RunWindowTable(comm, group, table, kWindowTableTimeoutMs, why);
+    if (st == CAM_ERR_SYNC_TIMEOUT) return st;
     comm->peerTable.assign(world, 0);
-    const aclnnStatus st = RunWindowTable(comm, group, comm->peerTable.data(), kWindowTableTimeoutMs, why);
+    if (st == ACLNN_SUCCESS) ReadDeviceNow(comm->peerTable.data(), table, 8 * world);
+    FreeGraphMemory(table);
     WithdrawHcclContext(group, comm->rank);
     return st;
 }
