@@ -131,3 +131,13 @@ def test_dataplane_round_trip_catches_a_wrong_payload(monkeypatch):
 def test_dataplane_step_on_npu_names_what_is_missing():
     with pytest.raises(RuntimeError, match="needs a cam.Comm over HCCL"):
         qualify.check_dataplane(1, "npu")
+
+
+def test_the_planned_dataplane_step_runs_as_a_subprocess(tmp_path):
+    # The real mode's own Step (its argv, through the CLI) on the twin, with fewer rounds: the wiring works.
+    env = qualify.detect(str(tmp_path), device="cpu")
+    step = next(s for s in qualify.plan(env) if s.kind == "dataplane")
+    argv = list(step.argv)
+    argv[argv.index("--dataplane-rounds") + 1] = "6"
+    ok, detail, _ = qualify.run_subprocess(qualify.Step(step.name, step.kind, tuple(argv), timeout_s=240))
+    assert ok and "data-plane round trip: 6 rounds on cpu: ok" in detail, detail
