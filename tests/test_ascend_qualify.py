@@ -133,6 +133,7 @@ def test_dataplane_step_on_npu_names_what_is_missing():
         qualify.check_dataplane(1, "npu")
 
 
+@pytest.mark.slow  # a subprocess that imports torch and cam
 def test_the_planned_dataplane_step_runs_as_a_subprocess(tmp_path):
     # The real mode's own Step (its argv, through the CLI) on the twin, with fewer rounds: the wiring works.
     env = qualify.detect(str(tmp_path), device="cpu")
