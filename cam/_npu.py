@@ -17,7 +17,7 @@ from .errors import SyncTimeoutError
 from .ops._dataplane import comm_for
 
 _registered = False
-_parked = []  # workspace of ops whose synchronize timed out
+_parked = []  # workspace and tensors of ops whose synchronize timed out
 
 
 def _torch_npu():
@@ -42,7 +42,7 @@ def _run(device: torch.device, launch) -> None:
     try:
         stream.synchronize(_runtime.sync_timeout_s())
     except SyncTimeoutError:
-        _parked.append(keep)  # the kernel may still use its workspace: never freed
+        _parked.append((keep, launch))  # the kernel may still use its workspace and tensors: never freed
         raise
 
 

@@ -29,7 +29,7 @@ CAM_API aclnnStatus camCommGetPeerTable(const camComm* comm, int64_t* peers, int
 
 #if !defined(CAM_WITH_CANN)
 /* Twin only: registers the HCCL context rank `rank` of `group` gets, where the HCCL runtime would set it up:
- * rank id `rank`, rank count `rankDim`, windows[0 .. count) as windowsIn (0 = no window), count <= 64. The twin's
+ * rank id `rank`, rank count `rankDim`, windows[0 .. count) as windowsIn (0 = no window), count <= 1024. The twin's
  * transports register theirs themselves; tests register contexts that are wrong on purpose. */
 CAM_API aclnnStatus camTwinHcclRegisterContext(const char* group, int64_t rank, int64_t rankDim,
                                                const uint64_t* windows, int64_t count);

@@ -19,7 +19,9 @@
 
 namespace cam::twin {
 
-constexpr uint32_t kHcclMaxRanks = 64;   // windowsIn/windowsOut entries of the modelled context
+// windowsIn/windowsOut entries of the modelled context. HCCL's own array length differs by release and SoC (and
+// the client hides it); the twin's is window_table's limit, so no plane the host accepts is refused here.
+constexpr uint32_t kHcclMaxRanks = 1024;
 constexpr uint32_t kHcclMaxGroups = 2;   // GetHcclContext<index>: index 0 or 1
 
 struct HcclContext {
