@@ -219,12 +219,119 @@ def check_op(op: str, m: int, k: int, n: int, device: str, seed: int = 0) -> Non
     raise ValueError(f"unknown op {op!r} (one of {', '.join(OPS)})")
 
 
-def check_dataplane(rounds: int, device: str) -> None:
-    """A data-plane round trip of ``rounds`` rounds with payload checksums on ``device`` NPUs. On Ascend the plane
-    needs the HCCL transport of docs/ascend.md §5, which is not built yet: the step fails with that sentence until
-    it is (the twin's own soak is in benchmarks/)."""
-    raise NotImplementedError(f"data-plane round trip ({rounds} rounds on {device}): the HCCL transport of "
-                              "docs/ascend.md §5 is not built yet")
+# The plane of the round-trip step: two replicas, two FFN ranks, every op on several experts per rank.
+DATAPLANE_TOPOLOGY = dict(D=2, P=1, F=2, E=8, K=3, H=96, Bmax=6, L=3, slots=2)
+DATAPLANE_TIMEOUT_S = 1200.0  # the whole run's deadline (ranks are joined within it); STEP_TIMEOUT_S bounds the step
+
+
+def _checksum(t) -> int:
+    """Order-sensitive checksum of a tensor's bytes (positions weighted), so a swapped row changes it."""
+    import torch
+
+    v = t.contiguous().view(torch.uint8).to(torch.int64).flatten()
+    return int(((v + 1) * (torch.arange(v.numel(), dtype=torch.int64) % 65521 + 1)).sum())
+
+
+def _dataplane_transport(device: str) -> str:
+    if device == "cpu":
+        return "in_process"
+    raise RuntimeError(f"data-plane round trip on {device}: needs a cam.Comm over HCCL. The C API has it in Ascend "
+                       "builds (camCommCreateHccl, the window_table op for the peer table, docs/ascend.md §5), "
+                       "cam.Comm has no 'hccl' transport yet")
+
+
+def check_dataplane(rounds: int, device: str, seed: int = 0) -> None:
+    """A data-plane round trip of ``rounds`` rounds on ``device`` tensors: every Attention rank dispatches and
+    combines each round, every FFN rank applies a per-expert function that exposes routing mistakes. Each round's
+    combine output must equal the golden (reference round trip) exactly, and the checksum of every payload an FFN
+    rank received must equal the checksum of the golden dispatch. Ranks are threads of this process (one device
+    each on Ascend). Raises AssertionError naming the round and rank that differ."""
+    import threading
+
+    import torch
+
+    import cam
+    from cam.reference.dispatch_combine import round_trip_plane
+    from cam.reference.dynamic_quant import dynamic_quant
+
+    transport = _dataplane_transport(device)
+    topo = cam.Topology(**DATAPLANE_TOPOLOGY)
+    dev = torch.device(device)
+    g = torch.Generator().manual_seed(seed)
+    inputs = []  # inputs[r][a] = (x, ids, w)
+    for _ in range(rounds):
+        row = []
+        for _ in range(topo.A):
+            b = int(torch.randint(0, topo.Bmax + 1, (1,), generator=g))
+            row.append(((torch.randn(b, topo.H, generator=g) * 3).to(torch.bfloat16),
+                        torch.randint(-1, topo.E, (b, topo.K), generator=g, dtype=torch.int32),
+                        torch.rand(b, topo.K, generator=g)))
+        inputs.append(row)
+
+    def expert(e, rows, scales):
+        v = rows.to(torch.float32) * (scales[:, None] if topo.quantized else 1)
+        return (v * (e.to(torch.float32) + 1)[:, None]).to(torch.bfloat16)
+
+    received = {}  # (ffn rank, replica, seq) -> checksum of the rows it served
+    failures = []
+    group = f"qualify-{os.getpid()}-{time.monotonic_ns()}"
+
+    def attention(comm):
+        a = comm.rank
+        for r in range(rounds):
+            x, ids, w = inputs[r][a]
+            cam.ops.dispatch_send(comm, x.to(dev), ids.to(dev), r % topo.L)
+            out = cam.ops.combine_recv(comm, ids.to(dev), w.to(dev)).cpu()
+            golden = round_trip_plane(topo, inputs[r], expert, quant_fn=dynamic_quant, global_ids=True)["out"][a]
+            if not torch.equal(out, golden):
+                raise AssertionError(f"round {r}: Attention rank {a}'s combine output differs from the golden "
+                                     f"({int((out != golden).sum())} elements)")
+
+    def ffn(comm):
+        f = comm.rank - topo.A
+        served = 0
+        while served < topo.D * rounds:
+            ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
+            out = torch.zeros((topo.recv_rows, topo.H), dtype=torch.bfloat16, device=dev)
+            if int(wi[0]) == 1:
+                n = int(wi[5])
+                e = torch.repeat_interleave(torch.arange(topo.R), cnt.cpu()) + f * topo.R
+                out[:n] = expert(e, ex[:n].cpu(), sc[:n].cpu()).to(dev)
+                received[(comm.rank, int(wi[1]), int(wi[3]))] = _checksum(ex[:n].cpu())
+                served += 1
+            cam.ops.combine_send(comm, out, wi)
+
+    def rank_main(rank):
+        comm = None
+        try:
+            comm = cam.Comm(topo, rank, transport=transport, group=group)
+            (attention if rank < topo.A else ffn)(comm)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append((rank, e))
+            if comm is not None:
+                comm.abort()  # the other ranks' waits end now instead of at their timeout
+        finally:
+            if comm is not None:
+                comm.close()
+
+    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True, name=f"qualify-rank{r}")
+               for r in range(topo.world_size)]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + DATAPLANE_TIMEOUT_S
+    for th in threads:
+        th.join(max(0.0, deadline - time.monotonic()))
+    if any(th.is_alive() for th in threads):
+        raise AssertionError(f"data-plane round trip: ranks still running after {DATAPLANE_TIMEOUT_S} s")
+    if failures:
+        rank, e = failures[0]  # the first to fail; the others were aborted by it
+        raise AssertionError(f"data-plane round trip: rank {rank} failed: {e}") from e
+    for r in range(rounds):
+        golden = round_trip_plane(topo, inputs[r], expert, quant_fn=dynamic_quant, global_ids=True)["dispatch"]
+        for (d, rank), gd in golden.items():
+            if received.get((rank, d, r + 1)) != _checksum(gd["rows"]):
+                raise AssertionError(f"round {r}: the payload FFN rank {rank} received from replica {d} has the "
+                                     "wrong checksum")
 
 
 # ---------------------------------------------------------------- CLI
@@ -251,6 +358,7 @@ def main(argv: Optional[Sequence[str]] = None, runner: Callable[[Step], tuple] =
         return 0
     if args.dataplane_rounds is not None:
         check_dataplane(args.dataplane_rounds, args.device)
+        print(f"data-plane round trip: {args.dataplane_rounds} rounds on {args.device}: ok")
         return 0
     env = detect(args.source, args.device)
     steps = plan(env)

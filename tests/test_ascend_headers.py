@@ -15,6 +15,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -156,9 +157,24 @@ def _syntax_check(source: pathlib.Path, includes: list[pathlib.Path]) -> subproc
     return subprocess.run([_compiler("g++"), *flags, str(source)], capture_output=True, text=True, timeout=300)
 
 
+def third_party_root(acl_inc: pathlib.Path) -> pathlib.Path:
+    """The wheel's hccl.h includes "third_party/hccl/inc/hccl/hccl_types.h" and "third_party/acl/inc/acl/acl.h"
+    (its own tree's paths): a directory whose third_party is the extracted headers' root resolves them."""
+    base = acl_inc.parent.parent
+    root = pathlib.Path(tempfile.gettempdir()) / f"cam-acl-root-{abs(hash(str(base.resolve())))}"
+    link = root / "third_party"
+    if not link.is_symlink() or link.resolve() != base.resolve():
+        root.mkdir(exist_ok=True)
+        tmp = root / f"third_party.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(base.resolve(), target_is_directory=True)
+        os.replace(tmp, link)
+    return root
+
+
 def _host_includes(acl_inc: pathlib.Path) -> list[pathlib.Path]:
-    return [acl_inc, acl_inc.parent.parent / "hccl" / "inc", SHIM, ROOT / "host" / "include", ROOT / "host" / "src",
-            ROOT / "kernels", ROOT / "tiling" / "include"]
+    return [acl_inc, acl_inc.parent.parent / "hccl" / "inc", third_party_root(acl_inc), SHIM,
+            ROOT / "host" / "include", ROOT / "host" / "src", ROOT / "kernels", ROOT / "tiling" / "include"]
 
 
 def test_host_sources_compile_with_cann(acl_inc):

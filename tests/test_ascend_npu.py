@@ -1,8 +1,10 @@
 """torch_npu integration (issue 11 item 6), tested against a stub torch_npu: the custom ops get "npu" kernels only
 when torch_npu is importable, and those kernels pass the tensors and torch_npu's current stream (by handle) to the
-aclnn API. The stub's stream handle is 0, the default stream, so on the twin the NPU path really runs the kernels
-(on CPU tensors) and its results are compared with the CPU path. Nothing here has run on an NPU."""
+aclnn API. The stub's stream handles are twin streams (0, the default stream, on the main thread), so on the twin
+the NPU path really runs the kernels on CPU tensors: dynamic_quant is compared with the CPU path, and the four
+data-plane ops run a whole round trip checked against the golden. Nothing here has run on an NPU."""
 
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -15,23 +17,44 @@ import cam
 pytestmark = pytest.mark.timeout(240)
 
 STUB = textwrap.dedent('''
-    """Stand-in for torch_npu: names the PrivateUse1 backend "npu" and hands out a current stream whose handle is 0
-    (ACL's default stream), recording the devices it was asked for."""
+    """Stand-in for torch_npu: names the PrivateUse1 backend "npu" and hands out a current stream, recording the
+    devices it was asked for. As in torch, the current stream is per thread: the main thread's handle is 0 (ACL's
+    default stream); any other thread gets a stream of its own (a twin stream made through libcam_aclnn's export),
+    so ranks running as threads do not queue behind each other's waits."""
+    import ctypes
+    import os
+    import threading
+
     import torch
 
     torch.utils.rename_privateuse1_backend("npu")
     CALLS = []
+    _local = threading.local()
 
 
     class _Stream:
-        npu_stream = 0
+        def __init__(self, handle):
+            self.npu_stream = handle
+
+
+    def _thread_stream():
+        if threading.current_thread() is threading.main_thread():
+            return 0
+        if getattr(_local, "handle", None) is None:
+            import cam
+
+            lib = ctypes.CDLL(os.path.join(os.path.dirname(cam.__file__), "lib", "libcam_aclnn.so"))
+            handle = ctypes.c_void_p()
+            assert lib.camTwinAclrtCreateStream(ctypes.byref(handle)) == 0
+            _local.handle = handle.value
+        return _local.handle
 
 
     class npu:
         @staticmethod
         def current_stream(device=None):
-            CALLS.append(str(device))
-            return _Stream()
+            CALLS.append((str(device), threading.current_thread().name))
+            return _Stream(_thread_stream())
 ''')
 
 PROBE = textwrap.dedent('''
@@ -50,14 +73,18 @@ PROBE = textwrap.dedent('''
     q, scale = _npu.dynamic_quant(x)
     q_cpu, scale_cpu = cam.ops.dynamic_quant(x)
     assert torch.equal(q, q_cpu) and torch.equal(scale, scale_cpu)
-    assert torch_npu.CALLS == ["cpu"], torch_npu.CALLS  # the stream came from torch_npu, for the tensors' device
+    assert torch_npu.CALLS == [("cpu", "MainThread")], torch_npu.CALLS  # the stream came from torch_npu
 
-    try:
-        _npu.IMPLEMENTATIONS["cam::dispatch_send"]()
-    except NotImplementedError as e:
-        assert "HCCL transport" in str(e)
-    else:
-        raise AssertionError("data-plane ops on NPU must refuse until the HCCL transport exists")
+    # The data-plane ops through their NPU implementations (made the CPU kernels here, so the stub's CPU tensors
+    # reach them): a round trip of a 2-replica plane, ranks as threads, checked against the golden bit for bit.
+    from _dataplane_harness import make_rounds, run_round_trip
+
+    for op in ("dispatch_send", "dispatch_recv", "combine_send", "combine_recv"):
+        torch.library.register_kernel(f"cam::{op}", "cpu", _npu.IMPLEMENTATIONS[f"cam::{op}"])
+    topo = cam.Topology(D=2, P=1, F=2, E=8, K=3, H=96, Bmax=6, L=3, slots=2)
+    run_round_trip(topo, make_rounds(topo, [[6, 0, 3], [2, 6, 6]], seed=3))
+    ranks = {name for _, name in torch_npu.CALLS[1:]}
+    assert ranks == {f"rank{r}" for r in range(topo.world_size)}, ranks  # every rank's ops took torch_npu's stream
     print("ok")
 ''')
 
@@ -66,8 +93,8 @@ def test_npu_kernels_registered_and_run_through_the_stub(tmp_path):
     pkg = tmp_path / "torch_npu"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(STUB)
-    env_path = str(tmp_path)
-    out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {env_path!r})\n" + PROBE],
+    paths = [str(tmp_path), str(pathlib.Path(__file__).resolve().parent)]
+    out = subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = {paths!r}\n" + PROBE],
                          capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
 

@@ -79,3 +79,66 @@ def test_op_check_catches_a_wrong_result(monkeypatch):
     monkeypatch.setattr(gref, "gmm_multi_layer", off_by_one)
     with pytest.raises(AssertionError, match="out: 1 elements differ"):
         qualify.check_op("gmm_multi_layer", 16, 256, 200, "cpu")
+
+
+def test_dataplane_round_trip_passes_on_the_twin():
+    # The step's own check, here on the twin (threads as ranks, in-process windows): every round exact, every
+    # payload's checksum equal to the golden dispatch's.
+    qualify.check_dataplane(12, "cpu", seed=5)
+
+
+def test_dataplane_round_trip_catches_a_wrong_output(monkeypatch):
+    # Negative control: one element of one round's combine output off must fail the step, naming the round.
+    import cam
+
+    real = cam.ops.combine_recv
+    calls = []
+
+    def corrupt(comm, ids, w):
+        out = real(comm, ids, w)
+        calls.append(comm.rank)
+        if len(calls) >= 3 and out.numel() and not corrupt.done:
+            corrupt.done = True
+            out.view(-1)[0] = float("nan")
+        return out
+
+    corrupt.done = False
+
+    monkeypatch.setattr(cam.ops, "combine_recv", corrupt)
+    with pytest.raises(AssertionError, match=r"rank \d failed: round \d+: Attention rank \d's combine output differs"):
+        qualify.check_dataplane(6, "cpu", seed=7)
+
+
+def test_dataplane_round_trip_catches_a_wrong_payload(monkeypatch):
+    # Negative control for the checksums: a golden dispatch whose rows differ must fail, naming the FFN rank.
+    from cam.reference import dispatch_combine
+
+    real = dispatch_combine.round_trip_plane
+
+    def shifted(*args, **kwargs):
+        res = real(*args, **kwargs)
+        for gd in res["dispatch"].values():
+            if gd["rows"].numel():
+                gd["rows"] = gd["rows"].clone()
+                gd["rows"].view(-1)[0] += 1
+        return res
+
+    monkeypatch.setattr(dispatch_combine, "round_trip_plane", shifted)
+    with pytest.raises(AssertionError, match=r"payload FFN rank \d+ received from replica \d has the wrong checksum"):
+        qualify.check_dataplane(4, "cpu", seed=9)
+
+
+def test_dataplane_step_on_npu_names_what_is_missing():
+    with pytest.raises(RuntimeError, match="needs a cam.Comm over HCCL"):
+        qualify.check_dataplane(1, "npu")
+
+
+@pytest.mark.slow  # a subprocess that imports torch and cam
+def test_the_planned_dataplane_step_runs_as_a_subprocess(tmp_path):
+    # The real mode's own Step (its argv, through the CLI) on the twin, with fewer rounds: the wiring works.
+    env = qualify.detect(str(tmp_path), device="cpu")
+    step = next(s for s in qualify.plan(env) if s.kind == "dataplane")
+    argv = list(step.argv)
+    argv[argv.index("--dataplane-rounds") + 1] = "6"
+    ok, detail, _ = qualify.run_subprocess(qualify.Step(step.name, step.kind, tuple(argv), timeout_s=240))
+    assert ok and "data-plane round trip: 6 rounds on cpu: ok" in detail, detail

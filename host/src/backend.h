@@ -62,6 +62,21 @@ void ReadDeviceNow(void* host, const void* device, uint64_t bytes);
 // Zeroes device memory no stream is using (Ascend: aclrtMemset).
 void ZeroDeviceNow(void* device, uint64_t bytes);
 
+// The HCCL context an MC2 op of `group` gets on `rank` (window_table). Twin: the one registered for it (by a twin
+// transport, PublishHcclContext). Ascend: the op framework binds it to the op's launch, so none can be handed over
+// here: nullptr, and *why says so.
+const void* HcclContextFor(const char* group, int64_t rank, std::string* why);
+// Twin transports: the context the HCCL runtime would give rank `rank` of `group` (windows[r] = rank r's window).
+// Ascend: throws (an HCCL communicator's contexts come from HCCL).
+void PublishHcclContext(const std::string& group, int64_t rank, const std::vector<uint64_t>& windows,
+                        uint64_t windowBytes);
+void WithdrawHcclContext(const std::string& group, int64_t rank);
+
+// A stream of cam's own for one-shot host work (window_table when a Comm is created); destroyed with
+// DestroyOwnStream after it was synchronized.
+aclrtStream CreateOwnStream();
+void DestroyOwnStream(aclrtStream stream);
+
 // Frequency of the device's system cycle counter (kernels measure their timeouts in it).
 uint64_t SystemCycleHz();
 

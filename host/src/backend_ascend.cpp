@@ -50,6 +50,8 @@ struct Acl {
     decltype(&aclrtFree) free = nullptr;
     decltype(&aclrtMemcpy) memcpy = nullptr;
     decltype(&aclrtMemset) memset = nullptr;
+    decltype(&aclrtCreateStream) createStream = nullptr;
+    decltype(&aclrtDestroyStream) destroyStream = nullptr;
     std::string unavailable;  // why the runtime cannot be used; "" when it can
 };
 
@@ -84,7 +86,9 @@ const Acl& Runtime() {
                Resolve(lib, "aclmdlRIExecuteAsync", &a.executeAsync, &why) &&
                Resolve(lib, "aclmdlRIDestroy", &a.destroyModel, &why) && Resolve(lib, "aclrtMalloc", &a.malloc, &why) &&
                Resolve(lib, "aclrtFree", &a.free, &why) && Resolve(lib, "aclrtMemcpy", &a.memcpy, &why) &&
-               Resolve(lib, "aclrtMemset", &a.memset, &why));
+               Resolve(lib, "aclrtMemset", &a.memset, &why) &&
+               Resolve(lib, "aclrtCreateStream", &a.createStream, &why) &&
+               Resolve(lib, "aclrtDestroyStream", &a.destroyStream, &why));
         return a;
     }();
     return acl;
@@ -314,6 +318,32 @@ void ZeroDeviceNow(void* device, uint64_t bytes) { Check(Live().memset(device, b
 
 // The platforms in scope count GetSystemCycle at 50 MHz (docs/ascend.md).
 uint64_t SystemCycleHz() { return 50'000'000; }
+
+// An MC2 op's HCCL context is bound to its launch by the op framework from the op's group (HcclGroup in the op
+// definition); the host never holds it. cam's window_table kernel is launched with <<<>>>, which binds nothing, so
+// on Ascend it needs the op package that registers it as an MC2 op (docs/ascend.md §5; not built).
+const void* HcclContextFor(const char* group, int64_t, std::string* why) {
+    *why = std::string("window_table on Ascend runs as a registered MC2 op bound to group '") + group +
+           "'; that op package is not built yet (docs/ascend.md section 5)";
+    return nullptr;
+}
+
+void PublishHcclContext(const std::string&, int64_t, const std::vector<uint64_t>&, uint64_t) {
+    throw std::runtime_error("the in-process and shared-memory transports are twin-only; on Ascend the windows and "
+                             "their HCCL contexts come from an HcclComm (transport_hccl.cpp)");
+}
+
+void WithdrawHcclContext(const std::string&, int64_t) {}
+
+aclrtStream CreateOwnStream() {
+    aclrtStream s = nullptr;
+    Check(Live().createStream(&s), "aclrtCreateStream");
+    return s;
+}
+
+void DestroyOwnStream(aclrtStream stream) {
+    if (stream) Runtime().destroyStream(stream);
+}
 
 }  // namespace cam::host
 

@@ -7,9 +7,11 @@
 #include <string>
 
 #include "backend.h"
+#include "cam/aclnn_cam_window_table.h"
 #include "graph.h"
 #include "cam/cam_platform.h"
 #include "status.h"
+#include "twin/hccl.h"
 #include "twin/launch.h"
 #include "twin/runtime.h"
 #include "twin/stream.h"
@@ -134,6 +136,33 @@ aclrtStream ResolveStream(aclrtStream stream) {
     return defaultStream;
 }
 
+// The twin's stand-in for the HCCL runtime setting up a group's contexts (twin/hccl.h).
+const void* HcclContextFor(const char* group, int64_t rank, std::string* why) {
+    const twin::HcclContext* c = rank >= 0 ? twin::FindHcclContext(group, static_cast<uint32_t>(rank)) : nullptr;
+    if (c == nullptr) *why = "no HCCL context is registered for rank " + std::to_string(rank);
+    return c;
+}
+
+void PublishHcclContext(const std::string& group, int64_t rank, const std::vector<uint64_t>& windows,
+                        uint64_t windowBytes) {
+    if (windows.size() > twin::kHcclMaxRanks)
+        throw std::runtime_error("the twin's HCCL context holds " + std::to_string(twin::kHcclMaxRanks) +
+                                 " ranks, the plane has " + std::to_string(windows.size()));
+    twin::HcclContext c{};
+    c.rankId = static_cast<uint32_t>(rank);
+    c.rankDim = static_cast<uint32_t>(windows.size());
+    c.winSize = windowBytes;
+    for (size_t r = 0; r < windows.size(); ++r) c.windowsIn[r] = windows[r];
+    twin::RegisterHcclContext(group, static_cast<uint32_t>(rank), c);
+}
+
+void WithdrawHcclContext(const std::string& group, int64_t rank) {
+    twin::UnregisterHcclContext(group, static_cast<uint32_t>(rank));
+}
+
+aclrtStream CreateOwnStream() { return new twin::Stream(); }
+void DestroyOwnStream(aclrtStream stream) { delete static_cast<twin::Stream*>(stream); }
+
 }  // namespace cam::host
 
 using cam::host::Fail;
@@ -190,5 +219,25 @@ extern "C" aclnnStatus camSetTwinPlatform(const char* name) {
     if (!name || !cam::twin::SetPlatform(name))
         return Fail(ACLNN_ERR_PARAM_INVALID, std::string("camSetTwinPlatform: unknown platform '") +
                                                  (name ? name : "(null)") + "' (twin, ascend910b, ascend910b1..ascend910b4, ascend910_93)");
+    return ACLNN_SUCCESS;
+}
+
+extern "C" aclnnStatus camTwinHcclRegisterContext(const char* group, int64_t rank, int64_t rankDim,
+                                                  const uint64_t* windows, int64_t count) {
+    if (!group || (!windows && count > 0)) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camTwinHcclRegisterContext: null argument");
+    if (rank < 0 || rankDim < 0 || count < 0 || count > static_cast<int64_t>(cam::twin::kHcclMaxRanks))
+        return Fail(ACLNN_ERR_PARAM_INVALID, "camTwinHcclRegisterContext: rank, rankDim and count must be >= 0, count <= " +
+                                                 std::to_string(cam::twin::kHcclMaxRanks));
+    cam::twin::HcclContext c{};
+    c.rankId = static_cast<uint32_t>(rank);
+    c.rankDim = static_cast<uint32_t>(rankDim);
+    for (int64_t r = 0; r < count; ++r) c.windowsIn[r] = windows[r];
+    cam::twin::RegisterHcclContext(group, static_cast<uint32_t>(rank), c);
+    return ACLNN_SUCCESS;
+}
+
+extern "C" aclnnStatus camTwinHcclUnregisterContext(const char* group, int64_t rank) {
+    if (!group) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camTwinHcclUnregisterContext: group is null");
+    if (rank >= 0) cam::twin::UnregisterHcclContext(group, static_cast<uint32_t>(rank));
     return ACLNN_SUCCESS;
 }

@@ -18,6 +18,7 @@
 #include "graph.h"
 #include "status.h"
 #include "dataplane_backend.h"
+#include "window_table.h"
 
 using namespace cam;
 
@@ -214,6 +215,8 @@ private:
     bool unlinked_ = false;
 };
 
+}  // namespace
+
 aclnnStatus CheckCreateArgs(const char* api, const CamTopology* topology, int64_t rank, const camCommConfig* config,
                             camComm** comm) {
     if (!topology || !config || !comm) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": null argument");
@@ -231,13 +234,17 @@ aclnnStatus CheckCreateArgs(const char* api, const CamTopology* topology, int64_
     return ACLNN_SUCCESS;
 }
 
+namespace {
+
 // Once every window is mapped and its identity checked: the plane id is a hash of the topology, the dtype and
 // every rank's creation nonce, so every rank computes the same value and no other plane instance has it. Work items
 // carry it (protocol §4.2): one from another plane of the same topology is refused.
-void BuildPeerTable(camComm* c) {
+// The peer table itself comes from the window_table op over the transport's HCCL context (window_table.h).
+aclnnStatus BuildPeerTable(const char* api, camComm* c) {
     const int64_t world = layout::world_size(c->topo);
-    c->peerTable.resize(world);
-    for (int64_t r = 0; r < world; ++r) c->peerTable[r] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(c->transport->Window(r)));
+    std::string why;
+    if (aclnnStatus st = FillPeerTableFromTransport(c, &why))
+        return Fail(st, std::string(api) + ": the peer table could not be built: " + why);
     uint64_t h = layout::fnv1a_word(14695981039346656037ull, static_cast<uint64_t>(layout::fingerprint(c->topo)));
     h = layout::fnv1a_word(h, static_cast<uint64_t>(c->config.actDtype));
     for (int64_t r = 0; r < world; ++r)
@@ -245,6 +252,7 @@ void BuildPeerTable(camComm* c) {
     c->planeId = static_cast<int64_t>(h & 0x7fffffffffffffffull);
     Store(c->Own(), kIdentityOff + 8 * kIdentityPlaneId, c->planeId);
     c->attached = true;
+    return ACLNN_SUCCESS;
 }
 
 const char* OpName(int64_t op) {
@@ -510,7 +518,7 @@ extern "C" aclnnStatus camCommCreateInProcess(const char* group, const CamTopolo
                 CheckIdentity(c->transport->Window(r), c->transport->WindowBytes(r), topo, r, config->actDtype);
             if (!why.empty()) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + why);
         }
-        BuildPeerTable(c.get());
+        if (aclnnStatus st = BuildPeerTable(api, c.get())) return st;
         *comm = c.release();
         return ACLNN_SUCCESS;
     });
@@ -557,8 +565,7 @@ extern "C" aclnnStatus camCommAttachShm(camComm* comm, const char* const* segmen
                 why = CheckIdentity(shm->Window(r), shm->WindowBytes(r), comm->topo, r, comm->config.actDtype);
             if (!why.empty()) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + why);
         }
-        BuildPeerTable(comm);
-        return ACLNN_SUCCESS;
+        return BuildPeerTable(api, comm);
     });
 }
 

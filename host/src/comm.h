@@ -49,6 +49,10 @@ struct camComm {
 
 namespace cam::host {
 
+// The arguments every camCommCreate* takes (null pointers, topology, rank, timeouts, dtype); "api" names the call.
+aclnnStatus CheckCreateArgs(const char* api, const CamTopology* topology, int64_t rank, const camCommConfig* config,
+                            camComm** comm);
+
 // Validates that `comm` can run an op of `role` now: attached, role matches, windows big enough, not aborted or
 // failed. Fails with a message naming `op`.
 aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp);

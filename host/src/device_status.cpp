@@ -14,6 +14,9 @@ const char* ArgumentName(int64_t argument) {
     switch (argument) {
         case kernels::kDeviceArgLayerIndex: return "layer_index";
         case kernels::kDeviceArgGroupList: return "group_list";
+        case kernels::kDeviceArgHcclRankId: return "the HCCL context's rank id";
+        case kernels::kDeviceArgHcclRankDim: return "the HCCL context's rank count";
+        case kernels::kDeviceArgHcclWindow: return "the HCCL context's window of rank";
         default: return "argument";
     }
 }
@@ -53,6 +56,12 @@ std::string DescribeDeviceStatus(const char* op, const kernels::DeviceStatusReco
         case kDeviceStatusTotalExceeds:
             what = arg + " total " + std::to_string(r.value) + " exceeds M = " + std::to_string(r.bound) +
                    (r.index >= 0 ? " (at expert " + std::to_string(r.index) + ")" : "");
+            break;
+        case kDeviceStatusMismatch:
+            what = at + " is " + std::to_string(r.value) + ", expected " + std::to_string(r.bound);
+            break;
+        case kDeviceStatusNull:
+            what = at + " is null";
             break;
         default:
             what = "device status code " + std::to_string(r.code) + " for " + at;

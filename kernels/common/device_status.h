@@ -19,6 +19,8 @@ enum DeviceStatusCode : int64_t {
     kDeviceStatusNegative = 2,      // element `index` is negative
     kDeviceStatusDecreasing = 3,    // element `index` is below the previous one (bound)
     kDeviceStatusTotalExceeds = 4,  // running total `value` passes capacity `bound` at element `index`
+    kDeviceStatusMismatch = 5,      // `value` differs from `bound`, the value it must equal
+    kDeviceStatusNull = 6,          // element `index` is null
 };
 
 // Which argument; names are in host/src/device_status.cpp. New ops append, never renumber.
@@ -26,6 +28,9 @@ enum DeviceArgument : int64_t {
     kDeviceArgNone = 0,
     kDeviceArgLayerIndex = 1,
     kDeviceArgGroupList = 2,
+    kDeviceArgHcclRankDim = 3,  // window_table: the HCCL context's rank count
+    kDeviceArgHcclRankId = 4,   // window_table: the HCCL context's rank id
+    kDeviceArgHcclWindow = 5,   // window_table: a rank's window in the HCCL context
 };
 
 // One record of 8 int64 words (64 bytes: a whole GM cache line, so writing it never tears a neighbour).

@@ -9,10 +9,14 @@
 // batch scheduling mode, are in docs/protocol.md).
 #define CAM_DATAPLANE_LAUNCH(comm, peers, kernel, blockDim, stream, ...) \
     kernel<<<blockDim, nullptr, stream>>>(__VA_ARGS__)
+// MC2 ops (window_table): on Ascend the HCCL context comes from the op framework, which binds the op's group to
+// the launch (docs/ascend.md §5); a <<<>>> launch like this one gets none, so this form is a placeholder.
+#define CAM_MC2_LAUNCH(hcclContext, kernel, blockDim, stream, ...) kernel<<<blockDim, nullptr, stream>>>(__VA_ARGS__)
 #else
 #include <cstdint>
 
 #include "common/dataplane_args.h"
+#include "twin/hccl.h"
 #include "twin/launch.h"
 #define CAM_KERNEL_LAUNCH(kernel, blockDim, stream, ...) \
     ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() { kernel(__VA_ARGS__); })
@@ -21,6 +25,12 @@
 #define CAM_DATAPLANE_LAUNCH(comm, peers, kernel, blockDim, stream, ...)                               \
     ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() { kernel(__VA_ARGS__); }, \
                                ::cam::kernels::dp::TwinWindows(comm, peers))
+// The twin binds the HCCL context to every block thread of the launch, where the runtime binds it on Ascend.
+#define CAM_MC2_LAUNCH(hcclContext, kernel, blockDim, stream, ...)                                          \
+    ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() {                                          \
+        ::cam::twin::HcclContextBinding binding_(static_cast<const ::cam::twin::HcclContext*>(hcclContext)); \
+        kernel(__VA_ARGS__);                                                                                \
+    })
 
 namespace cam::kernels::dp {
 

@@ -11,6 +11,7 @@
 #include "cam/aclnn_cam_dispatch_recv.h"
 #include "cam/aclnn_cam_combine_send.h"
 #include "cam/aclnn_cam_combine_recv.h"
+#include "cam/aclnn_cam_window_table.h"
 #include "cam/aclnn_cam_gmm_multi_layer.h"
 #include "cam/aclnn_cam_gmm_swiglu_quant_multi_layer.h"
 #include "cam/cam_graph.h"

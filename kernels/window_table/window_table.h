@@ -1,0 +1,13 @@
+// Host-facing entry of the window_table kernel, cam's one MC2 op (docs/ascend.md §5).
+#pragma once
+
+#include "window_table/window_table_tiling_data.h"
+
+namespace cam::kernels {
+
+// `hcclContext` is the context of the plane's HCCL group for this rank. On Ascend the op framework binds it to an
+// MC2 op's launch (the argument is not used there); on the twin the launch binds it to the block threads.
+void LaunchWindowTable(uint32_t blockDim, void* stream, const void* hcclContext, uint8_t* peers, uint8_t* status,
+                       const WindowTableTilingData& tiling);
+
+}  // namespace cam::kernels

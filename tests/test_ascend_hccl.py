@@ -1,0 +1,103 @@
+"""Peer memory on Ascend (issue 11 item 5, docs/ascend.md §5): the window_table MC2 op and the HCCL transport.
+
+- The twin models the HCCL context an MC2 op's kernel reads (kernels/twin/include/twin/hccl.h). The real
+  window_table kernel runs on it: with the context bound it writes every window (control); a plain launch, or a
+  group index nothing was bound to, breaks rule hccl-context-unbound (a <<<>>> launch has no HCCL context).
+- Through the SDK: the op turns a registered context into the peer table exactly, refuses a wrong rank count, a
+  wrong rank id or a null window with a sentence and leaves the table untouched, and a plane built by
+  camCommCreateInProcess (whose table now comes from this op) has every rank's window in it. The data-plane tests
+  (tests/test_dataplane*.py) check every plane's results bit-exactly against the reference, on tables from this op.
+- transport_hccl.cpp takes each HCCL entry point's type from the real prototype: a prototype that drifts in a copy
+  of the wheel's hccl.h breaks its build (the control is the unmodified build in test_ascend_headers.py). It has
+  never run: there is no HCCL here."""
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import cam
+
+from test_ascend_headers import _host_includes, _syntax_check, acl_inc  # noqa: F401 (acl_inc is a fixture)
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # compiles
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _gxx() -> str:
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ not available")
+    return gxx
+
+
+@pytest.fixture(scope="module")
+def context_binary(tmp_path_factory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("hccl") / "hccl_context"
+    sources = [ROOT / "tests" / "sdk_ascend" / "hccl_context.cpp", ROOT / "kernels" / "window_table" / "window_table.cpp",
+               *sorted((ROOT / "kernels" / "twin" / "src").glob("*.cpp"))]
+    subprocess.run([_gxx(), "-std=c++20", "-O1", "-pthread", "-I", str(ROOT / "kernels" / "twin" / "include"),
+                    "-I", str(ROOT / "kernels"), *map(str, sources), "-o", str(out)], check=True, timeout=300)
+    return out
+
+
+def _run(binary: pathlib.Path, case: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, CAM_TWIN_PLATFORM="twin", CAM_TWIN_SYNC_TIMEOUT_S="20")
+    return subprocess.run([str(binary), case], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_window_table_kernel_reads_the_bound_context(context_binary):
+    res = _run(context_binary, "bound")
+    assert res.returncode == 0 and res.stdout.strip() == "OK", res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("case, kernel, where", [("unbound", "cam_window_table", r"window_table\.cpp:\d+"),
+                                                 ("second_group", "second_group", r"hccl_context\.cpp:\d+")])
+def test_a_launch_without_a_context_breaks_the_rule(context_binary, case, kernel, where):
+    res = _run(context_binary, case)
+    message = res.stdout.strip()
+    assert res.returncode == 1, message + res.stderr
+    assert "rule 'hccl-context-unbound' broken" in message and f"in kernel {kernel} block 0/1" in message, message
+    assert re.search(where, message), message
+
+
+def test_window_table_through_the_sdk(tmp_path):
+    libdir = os.path.join(os.path.dirname(cam.__file__), "lib")
+    exe = tmp_path / "window_table"
+    subprocess.run([_gxx(), "-std=c++20", "-O1", "-I", cam.include_dir(),
+                    str(ROOT / "tests" / "sdk_ascend" / "window_table.cpp"), "-L", libdir, "-lcam_aclnn",
+                    f"-Wl,-rpath,{libdir}", "-pthread", "-o", str(exe)], check=True, timeout=180)
+    res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr
+
+
+# (prototype in the wheel's hccl.h, the same prototype with an argument dropped)
+DRIFTS = [
+    ("extern HcclResult HcclCommInitRootInfoConfig(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank,",
+     "extern HcclResult HcclCommInitRootInfoConfig(uint32_t nRanks, const HcclRootInfo *rootInfo,"),
+    ("extern HcclResult HcclGetCommName(HcclComm comm, char* commName);",
+     "extern HcclResult HcclGetCommName(char* commName);"),
+]
+
+
+@pytest.mark.parametrize("before, after", DRIFTS, ids=["HcclCommInitRootInfoConfig", "HcclGetCommName"])
+def test_hccl_signature_drift_is_a_compile_error(tmp_path, acl_inc, before, after):  # noqa: F811
+    base = acl_inc.parent.parent
+    overlay = tmp_path / "headers"
+    shutil.copytree(base, overlay, symlinks=True)
+    header = overlay / "hccl" / "inc" / "hccl" / "hccl.h"
+    text = header.read_text()
+    assert before in text, "control: the prototype was found"
+    header.write_text(text.replace(before, after))
+    res = _syntax_check(ROOT / "host" / "src" / "transport_hccl.cpp", _host_includes(overlay / "acl" / "inc"))
+    assert res.returncode != 0 and "transport_hccl.cpp" in res.stderr, res.stderr
+
+
+def test_transport_compiles_against_the_real_headers(acl_inc):  # noqa: F811
+    # The control of the drift tests: the same check on the unmodified headers passes.
+    res = _syntax_check(ROOT / "host" / "src" / "transport_hccl.cpp", _host_includes(acl_inc))
+    assert res.returncode == 0, res.stderr[-3000:]
