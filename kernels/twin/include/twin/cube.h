@@ -38,7 +38,20 @@ constexpr uint32_t kCubeK0Int8 = 32;  // k extent of an int8 fractal (one 32-byt
 void CheckCubeOperand(const BufferRecord* rec, AscendC::TPosition expected, bool write, const char* role,
                       const std::source_location& where);
 
-void MmadInt8(int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k, bool init);
+// The CPU paths of the int8 Mmad (src/cube_kernels.cpp). CAM_TWIN_CUBE=amx|avx512vnni|avx2|portable forces one
+// (auto or unset: the best the CPU and OS allow); a forced path the machine cannot run is a "cube-path" violation
+// at the first Mmad, not a silent fallback.
+enum class CubePath : uint8_t { Portable, Avx2, Avx512Vnni, Amx };
+const char* CubePathName(CubePath path);
+bool ParseCubePath(const char* name, CubePath* out);
+bool CubePathSupported(CubePath path);
+CubePath ActiveCubePath(const std::source_location& where = std::source_location::current());
+
+// C (NZ int32) = / += A (ZZ int8) x B (ZN int8); m, n multiples of 16 and k of 32, operands already checked.
+void MmadInt8With(CubePath path, int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k,
+                  bool init);
+void MmadInt8(int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k, bool init,
+              const std::source_location& where);
 
 }  // namespace cam::twin
 
@@ -288,7 +301,7 @@ inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int8_t>& a, co
                    "Mmad C needs " + std::to_string(uint64_t(mA) * nA) + " int32 of L0C, tensor has " +
                        std::to_string(c.GetSize()),
                    where);
-    MmadInt8(c.Data(), a.Data(), b.Data(), mA, nA, kA, p.cmatrixInitVal);
+    MmadInt8(c.Data(), a.Data(), b.Data(), mA, nA, kA, p.cmatrixInitVal, where);
 }
 
 enum class CO2Layout : uint8_t { NZ = 0, ROW_MAJOR, COLUMN_MAJOR };
