@@ -1,10 +1,14 @@
 // Vector-unit instructions (count form): elementwise, scalar-broadcast, reductions and Cast.
 #pragma once
 
-#include <cfenv>
 #include <cstring>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "twin/tensor.h"
 
@@ -74,7 +78,7 @@ inline I RoundToIntT(float v) {
         const bool nan = r != r;
         const bool over = r >= hiExcl;
         const bool under = r < lo;
-        const I conv = static_cast<I>(nan || over || under ? 0.0f : r);
+        const I conv = static_cast<I>(nan | over | under ? 0.0f : r);
         return nan ? I(0) : (over ? std::numeric_limits<I>::max() : (under ? std::numeric_limits<I>::min() : conv));
     } else {
         constexpr float hi = static_cast<float>(std::numeric_limits<I>::max());
@@ -148,22 +152,35 @@ inline float ReduceMaxFloat(const float* s, float* w, uint32_t count) {
     for (uint32_t r = 0; r * perRepeat < count; ++r) {
         const float* v = s + r * perRepeat;
         const uint32_t n = count - r * perRepeat < perRepeat ? count - r * perRepeat : perRepeat;
-        float lane[8];
-        for (uint32_t l = 0; l < 8; ++l) lane[l] = -std::numeric_limits<float>::infinity();
-        bool nan = false;
+        float rm;
+        bool nan;
+#if defined(__SSE2__)
+        // maxps(v, acc) is v > acc ? v : acc: the same select as the scalar loop; a NaN lane is caught by cmpunord.
+        __m128 acc = _mm_set1_ps(-std::numeric_limits<float>::infinity());
+        __m128 unord = _mm_setzero_ps();
         uint32_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            for (uint32_t l = 0; l < 8; ++l) {
-                nan |= v[i + l] != v[i + l];
-                lane[l] = v[i + l] > lane[l] ? v[i + l] : lane[l];
-            }
+        for (; i + 4 <= n; i += 4) {
+            const __m128 x = _mm_loadu_ps(v + i);
+            acc = _mm_max_ps(x, acc);
+            unord = _mm_or_ps(unord, _mm_cmpunord_ps(x, x));
         }
+        float lane[4];
+        _mm_storeu_ps(lane, acc);
+        nan = _mm_movemask_ps(unord) != 0;
+        rm = lane[0];
+        for (uint32_t l = 1; l < 4; ++l) rm = lane[l] > rm ? lane[l] : rm;
         for (; i < n; ++i) {
             nan |= v[i] != v[i];
-            lane[0] = v[i] > lane[0] ? v[i] : lane[0];
+            rm = v[i] > rm ? v[i] : rm;
         }
-        float rm = lane[0];
-        for (uint32_t l = 1; l < 8; ++l) rm = lane[l] > rm ? lane[l] : rm;
+#else
+        rm = -std::numeric_limits<float>::infinity();
+        nan = false;
+        for (uint32_t i = 0; i < n; ++i) {
+            nan |= v[i] != v[i];
+            rm = v[i] > rm ? v[i] : rm;
+        }
+#endif
         uint32_t at = 0;
         if (nan) {
             // Once the running value is NaN every later element replaces it: the last element wins.
@@ -180,7 +197,8 @@ inline float ReduceMaxFloat(const float* s, float* w, uint32_t count) {
         total = rm > total ? rm : total;
     }
     if (anyNan || total == 0.0f) {
-        // The serial definition keeps the last element equal to the max: for +-0 its sign, for NaN its payload.
+        // The serial definition keeps the last element equal to the max (for +-0, its sign) and turns any NaN into
+        // the canonical quiet NaN.
         float m = s[0];
         for (uint32_t i = 1; i < count; ++i) m = MaxPropagateNan(m, s[i]);
         return m;
