@@ -347,11 +347,12 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
         dst.CheckRange(uint64_t(i) * p.dstStride, p.nSize, where);
         CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, uint64_t(p.nSize) * sizeof(T),
                                        where);
-        T* row = dst.GetPhyAddr() + uint64_t(i) * p.dstStride;
-        for (uint32_t j = 0; j < p.nSize; ++j) {
-            const T v = c[(j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0 + j % kCubeN0];
-            GmWrite(row + j, &v, sizeof(T));
-        }
+        // NZ -> ND for one row in a local staging row, then one GM write of the whole row (the engine writes rows,
+        // not elements).
+        T staged[4096];  // nSize <= 4095, checked above
+        for (uint32_t j = 0; j < p.nSize; ++j)
+            staged[j] = c[(j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0 + j % kCubeN0];
+        GmWrite(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, staged, uint64_t(p.nSize) * sizeof(T));
     }
 }
 
