@@ -184,6 +184,17 @@ int Vector() {
                 return Fail("ReduceMax count " + std::to_string(count) + " trial " + std::to_string(trial));
         }
     }
+    // The 16 x 16 byte transpose of LoadDataWithTranspose, against the definition (dst[c][r] = src[r][c]).
+    for (size_t srcStride : {16u, 32u, 48u}) {
+        for (size_t dstStride : {16u, 32u}) {
+            std::vector<uint8_t> src(16 * srcStride), fast(16 * dstStride, 0xA5), ref(16 * dstStride, 0xA5);
+            for (auto& v : src) v = uint8_t(rng());
+            cam::twin::Transpose16x16(src.data(), srcStride, fast.data(), dstStride);
+            for (size_t c = 0; c < 16; ++c)
+                for (size_t r = 0; r < 16; ++r) ref[c * dstStride + r] = src[r * srcStride + c];
+            if (fast != ref) return Fail("Transpose16x16 strides " + std::to_string(srcStride) + "/" + std::to_string(dstStride));
+        }
+    }
     std::printf("OK vector: %zu fp32 probes, all 65536 half and bf16 inputs, 19 Cast pairs x 6 round modes\n",
                 floats.size());
     return 0;

@@ -36,8 +36,8 @@ struct Shape {
     int32_t* C(int32_t* c, uint32_t ib, uint32_t jb) const { return c + uint64_t(jb) * m * 16 + ib * 256; }
 };
 
-// Portable: the element-by-element sum reordered so that each fractal pair's 32-term dot products are contiguous
-// int32 reductions the compiler vectorises for the baseline ISA.
+// Portable: per fractal pair and k-block both fractals are widened to int16 once, so each 32-term dot product is a
+// contiguous int16 x int16 -> int32 reduction the compiler turns into multiply-add pairs (SSE2 pmaddwd).
 void MmadPortable(int32_t* c, const int8_t* a, const int8_t* b, const Shape& s, bool init) {
     for (uint32_t ib = 0; ib < s.mb(); ++ib) {
         for (uint32_t jb = 0; jb < s.nb(); ++jb) {
@@ -45,13 +45,14 @@ void MmadPortable(int32_t* c, const int8_t* a, const int8_t* b, const Shape& s, 
             for (uint32_t kb = 0; kb < s.kb(); ++kb) {
                 const int8_t* af = s.A(a, ib, kb);
                 const int8_t* bf = b + (uint64_t(kb) * s.nb() + jb) * kFrac;
-                for (uint32_t i = 0; i < 16; ++i) {
+                int16_t aw[512], bw[512];
+                for (uint32_t t = 0; t < 512; ++t) aw[t] = af[t], bw[t] = bf[t];
+                for (uint32_t i = 0; i < 16; ++i)
                     for (uint32_t j = 0; j < 16; ++j) {
                         int32_t dot = 0;
-                        for (uint32_t t = 0; t < 32; ++t) dot += int32_t(af[i * 32 + t]) * int32_t(bf[j * 32 + t]);
+                        for (uint32_t t = 0; t < 32; ++t) dot += int32_t(aw[i * 32 + t]) * int32_t(bw[j * 32 + t]);
                         acc[i][j] += dot;
                     }
-                }
             }
             int32_t* cf = s.C(c, ib, jb);
             for (uint32_t i = 0; i < 16; ++i)
@@ -78,12 +79,25 @@ uint8_t* Scratch(uint64_t bytes) {
 void PackBVnni(uint8_t* out, const int8_t* b, const Shape& s, bool flip) {
     const uint32_t fracs = s.kb() * s.nb();
     const uint32_t x = flip ? 0x80808080u : 0u;
+    const __m128i flipBits = _mm_set1_epi32(int32_t(x));
     for (uint32_t f = 0; f < fracs; ++f) {
-        uint32_t src[128], dst[128];
-        std::memcpy(src, b + uint64_t(f) * kFrac, kFrac);
-        for (uint32_t q = 0; q < 8; ++q)
-            for (uint32_t j = 0; j < 16; ++j) dst[q * 16 + j] = src[j * 8 + q] ^ x;
-        std::memcpy(out + uint64_t(f) * kFrac, dst, kFrac);
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(b) + uint64_t(f) * kFrac;
+        uint8_t* dst = out + uint64_t(f) * kFrac;
+        // 4 x 4 dword blocks: rows j0..j0+3 (q0..q0+3) -> rows q0..q0+3 (j0..j0+3).
+        for (uint32_t j0 = 0; j0 < 16; j0 += 4) {
+            for (uint32_t q0 = 0; q0 < 8; q0 += 4) {
+                __m128i r[4];
+                for (uint32_t i = 0; i < 4; ++i)
+                    r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + ((j0 + i) * 8 + q0) * 4));
+                const __m128i t0 = _mm_unpacklo_epi32(r[0], r[1]), t1 = _mm_unpackhi_epi32(r[0], r[1]);
+                const __m128i t2 = _mm_unpacklo_epi32(r[2], r[3]), t3 = _mm_unpackhi_epi32(r[2], r[3]);
+                const __m128i o[4] = {_mm_unpacklo_epi64(t0, t2), _mm_unpackhi_epi64(t0, t2),
+                                      _mm_unpacklo_epi64(t1, t3), _mm_unpackhi_epi64(t1, t3)};
+                for (uint32_t i = 0; i < 4; ++i)
+                    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + ((q0 + i) * 16 + j0) * 4),
+                                     _mm_xor_si128(o[i], flipBits));
+            }
+        }
     }
 }
 
@@ -276,7 +290,7 @@ bool AmxPermitted() {
 
 #endif  // __x86_64__
 
-bool Supported(CubePath path) {
+bool Probe(CubePath path) {
 #if defined(__x86_64__)
     switch (path) {
         case CubePath::Portable: return true;
@@ -292,6 +306,13 @@ bool Supported(CubePath path) {
 #else
     return path == CubePath::Portable;
 #endif
+}
+
+// Probed once per path (the AMX probe also asks the kernel for the tile state, which every AMX call needs).
+bool Supported(CubePath path) {
+    static const bool supported[4] = {Probe(CubePath::Portable), Probe(CubePath::Avx2), Probe(CubePath::Avx512Vnni),
+                                      Probe(CubePath::Amx)};
+    return supported[static_cast<int>(path) & 3];
 }
 
 struct Resolved {
@@ -353,6 +374,10 @@ CubePath ActiveCubePath(const std::source_location& where) {
 void MmadInt8With(CubePath path, int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k,
                   bool init) {
     const Shape s{m, n, k};
+    // Never run an instruction set the CPU (or, for AMX, the OS) has not granted: that is a SIGILL, not an error.
+    CAM_TWIN_CHECK(static_cast<int>(path) < 4 && Supported(path), "cube-path",
+                   std::string("cube path ") + CubePathName(path) + " is not supported on this machine",
+                   std::source_location::current());
     if (m == 0 || n == 0) return;
     if (k == 0) {
         // No k: C = 0 (init) or unchanged.

@@ -8,6 +8,10 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "twin/data_copy.h"
 #include "twin/tensor.h"
 
@@ -48,6 +52,39 @@ bool CubePathSupported(CubePath path);
 CubePath ActiveCubePath(const std::source_location& where = std::source_location::current());
 
 // C (NZ int32) = / += A (ZZ int8) x B (ZN int8); m, n multiples of 16 and k of 32, operands already checked.
+// dst row c (16 bytes at dst + c * dstStride) = column c of the 16 x 16 bytes at src. SSE2: four unpack stages,
+// each pairing registers that differ in one bit of the row index (8, 16, 32, then 64-bit units).
+inline void Transpose16x16(const uint8_t* src, size_t srcStride, uint8_t* dst, size_t dstStride) {
+#if defined(__SSE2__)
+    __m128i a[16], b[16];
+    for (int r = 0; r < 16; ++r) a[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + r * srcStride));
+    for (int g = 0; g < 8; ++g) {  // index (r3 r2 r1 | c3)
+        b[2 * g] = _mm_unpacklo_epi8(a[2 * g], a[2 * g + 1]);
+        b[2 * g + 1] = _mm_unpackhi_epi8(a[2 * g], a[2 * g + 1]);
+    }
+    for (int hi = 0; hi < 4; ++hi)  // index (r3 r2 | c3 c2)
+        for (int c3 = 0; c3 < 2; ++c3) {
+            const __m128i x = b[hi << 2 | c3], y = b[hi << 2 | 2 | c3];
+            a[hi << 2 | c3 << 1] = _mm_unpacklo_epi16(x, y);
+            a[hi << 2 | c3 << 1 | 1] = _mm_unpackhi_epi16(x, y);
+        }
+    for (int r3 = 0; r3 < 2; ++r3)  // index (r3 | c3 c2 c1)
+        for (int cc = 0; cc < 4; ++cc) {
+            const __m128i x = a[r3 << 3 | cc], y = a[r3 << 3 | 4 | cc];
+            b[r3 << 3 | cc << 1] = _mm_unpacklo_epi32(x, y);
+            b[r3 << 3 | cc << 1 | 1] = _mm_unpackhi_epi32(x, y);
+        }
+    for (int ccc = 0; ccc < 8; ++ccc) {  // index (c3 c2 c1 c0)
+        const __m128i x = b[ccc], y = b[8 | ccc];
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * ccc) * dstStride), _mm_unpacklo_epi64(x, y));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * ccc + 1) * dstStride), _mm_unpackhi_epi64(x, y));
+    }
+#else
+    for (size_t c = 0; c < 16; ++c)
+        for (size_t r = 0; r < 16; ++r) dst[c * dstStride + r] = src[r * srcStride + c];
+#endif
+}
+
 void MmadInt8With(CubePath path, int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k,
                   bool init);
 void MmadInt8(int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k, bool init,
@@ -233,10 +270,11 @@ void LoadDataWithTranspose(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                        "LoadDataWithTranspose reads a square past its L1 tensor", where);
         CAM_TWIN_CHECK(d1 + kFractalBytes <= dstBytes && d0 + kFractalBytes <= dstBytes, "l0-bounds",
                        "LoadDataWithTranspose writes a fractal past its L0 tensor", where);
+        // Square column col -> row col % 16 of the first (col < 16) or second destination fractal.
         const uint8_t* sq = s + so;
-        for (uint32_t col = 0; col < 32; ++col) {  // square column -> row of a destination fractal
-            uint8_t* outRow = d + (col < 16 ? d0 : d1) + (col % 16) * 32;
-            for (uint32_t row = 0; row < 32; ++row) outRow[row] = sq[row * 32 + col];
+        for (uint32_t rb = 0; rb < 32; rb += 16) {
+            Transpose16x16(sq + rb * 32, 32, d + d0 + rb, 32);
+            Transpose16x16(sq + rb * 32 + 16, 32, d + d1 + rb, 32);
         }
     }
 }
