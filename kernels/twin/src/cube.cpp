@@ -70,6 +70,16 @@ uint8_t* CarveCubeBuffer(AscendC::TPosition pos, uint32_t len, const std::source
     return base;
 }
 
+uint8_t* CopyStaging(uint32_t bytes) {
+    thread_local std::unique_ptr<uint8_t[]> buffer;
+    thread_local uint32_t capacity = 0;
+    if (capacity < bytes) {
+        buffer.reset(new uint8_t[bytes]);
+        capacity = bytes;
+    }
+    return buffer.get();
+}
+
 void DeclareKernelType(int type, const std::source_location& where) {
     BlockContext& block = CurrentBlock();
     block.kernelType = type;

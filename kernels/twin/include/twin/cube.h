@@ -39,6 +39,9 @@ constexpr uint32_t kCubeM0 = 16;      // rows of an A / C fractal
 constexpr uint32_t kCubeN0 = 16;      // columns of a B / C fractal
 constexpr uint32_t kCubeK0Int8 = 32;  // k extent of an int8 fractal (one 32-byte C0 block)
 
+// A per-thread (per-block) staging buffer of at least `bytes` for the cube copies; valid until the next call.
+uint8_t* CopyStaging(uint32_t bytes);
+
 void CheckCubeOperand(const BufferRecord* rec, AscendC::TPosition expected, bool write, const char* role,
                       const std::source_location& where);
 
@@ -161,15 +164,15 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2Nz
                        std::to_string(dst.GetSize()),
                    where);
     uint8_t* out = reinterpret_cast<uint8_t*>(dst.Data());
+    // Rows ascend in GM, so the last row's range bounds them all: checked before the first write.
+    src.CheckRange(uint64_t(p.nValue - 1) * p.srcDValue, p.dValue, where);
+    uint8_t* staged = CopyStaging(blocks * 32u);  // one GM read per row, then 32-byte blocks scattered
+    std::memset(staged + p.dValue, 0, blocks * 32u - p.dValue);  // the zero fill of a row's last partial block
     for (uint32_t j = 0; j < p.nValue; ++j) {
-        src.CheckRange(uint64_t(j) * p.srcDValue, p.dValue, where);
-        const uint8_t* row = reinterpret_cast<const uint8_t*>(src.GetPhyAddr()) + uint64_t(j) * p.srcDValue;
-        for (uint32_t b = 0; b < blocks; ++b) {
-            uint8_t* blk = out + (uint64_t(j) * p.dstNzNStride + uint64_t(b) * p.dstNzC0Stride) * 32;
-            const uint32_t n = std::min<uint32_t>(32, p.dValue - b * 32);
-            GmRead(blk, row + b * 32, n);
-            if (n < 32) std::memset(blk + n, 0, 32 - n);
-        }
+        GmRead(staged, reinterpret_cast<const uint8_t*>(src.GetPhyAddr()) + uint64_t(j) * p.srcDValue, p.dValue);
+        uint8_t* rowOut = out + uint64_t(j) * p.dstNzNStride * 32;
+        for (uint32_t b = 0; b < blocks; ++b)
+            std::memcpy(rowOut + uint64_t(b) * p.dstNzC0Stride * 32, staged + b * 32, 32);
     }
 }
 
@@ -189,8 +192,8 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataC
                    "burst DataCopy writes " + std::to_string(span) + " elements into a local tensor of " +
                        std::to_string(dst.GetSize()),
                    where);
+    src.CheckRange((p.blockCount - 1ull) * srcPitch, burst, where);  // the last burst bounds them all
     for (uint32_t b = 0; b < p.blockCount; ++b) {
-        src.CheckRange(b * srcPitch, burst, where);
         GmRead(dst.Data() + b * dstPitch, src.GetPhyAddr() + b * srcPitch, burst * sizeof(T));
     }
 }
@@ -381,8 +384,9 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
     CAM_TWIN_CHECK(uint64_t(p.srcStride) * nA <= src.GetSize(), "l0-bounds", "Fixpipe reads past its L0C tensor",
                    where);
     const int32_t* c = src.Data();
+    // Rows ascend in GM: the last row's range bounds them all, checked before the first write.
+    if (p.mSize > 0) dst.CheckRange(uint64_t(p.mSize - 1) * p.dstStride, p.nSize, where);
     for (uint32_t i = 0; i < p.mSize; ++i) {
-        dst.CheckRange(uint64_t(i) * p.dstStride, p.nSize, where);
         CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, uint64_t(p.nSize) * sizeof(T),
                                        where);
         // NZ -> ND for one row in a local staging row, then one GM write of the whole row (the engine writes rows,
