@@ -70,6 +70,16 @@ uint8_t* CarveCubeBuffer(AscendC::TPosition pos, uint32_t len, const std::source
     return base;
 }
 
+uint8_t* CopyStaging(uint32_t bytes) {
+    thread_local std::unique_ptr<uint8_t[]> buffer;
+    thread_local uint32_t capacity = 0;
+    if (capacity < bytes) {
+        buffer.reset(new uint8_t[bytes]);
+        capacity = bytes;
+    }
+    return buffer.get();
+}
+
 void DeclareKernelType(int type, const std::source_location& where) {
     BlockContext& block = CurrentBlock();
     block.kernelType = type;
@@ -99,29 +109,6 @@ void CheckCubeOperand(const BufferRecord* rec, AscendC::TPosition expected, bool
     if (write) {
         CAM_TWIN_CHECK(rec->state == BufferState::Allocated || rec->state == BufferState::Calc, "queue-discipline",
                        std::string(role) + " written after it was dequeued (allocate a fresh buffer)", where);
-    }
-}
-
-// A in ZZ: fractal (i/16, kk/32) row-major over the fractal grid, each fractal 16 rows x 32 bytes.
-// B in ZN: fractal (kk/32, j/16) row-major over the grid, each fractal 16 columns of 32 k-values.
-// C in NZ: 16-column blocks one after another, inside a block rows of 16 int32.
-void MmadInt8(int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k, bool init) {
-    const uint32_t kBlocks = k / kCubeK0Int8;
-    for (uint32_t i = 0; i < m; ++i) {
-        const int8_t* aRow = a + (i / kCubeM0) * (uint64_t(k) * kCubeM0) + (i % kCubeM0) * kCubeK0Int8;
-        for (uint32_t j = 0; j < n; ++j) {
-            const int8_t* bCol = b + (j / kCubeN0) * kFractalBytes + (j % kCubeN0) * kCubeK0Int8;
-            int32_t acc = 0;
-            for (uint32_t kb = 0; kb < kBlocks; ++kb) {
-                const int8_t* av = aRow + kb * kFractalBytes;
-                const int8_t* bv = bCol + uint64_t(kb) * n * kCubeK0Int8;
-                int32_t part = 0;
-                for (uint32_t t = 0; t < kCubeK0Int8; ++t) part += int32_t(av[t]) * int32_t(bv[t]);
-                acc += part;
-            }
-            int32_t& out = c[(j / kCubeN0) * (uint64_t(m) * kCubeN0) + i * kCubeN0 + j % kCubeN0];
-            out = init ? acc : out + acc;
-        }
     }
 }
 

@@ -8,6 +8,10 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "twin/data_copy.h"
 #include "twin/tensor.h"
 
@@ -35,10 +39,59 @@ constexpr uint32_t kCubeM0 = 16;      // rows of an A / C fractal
 constexpr uint32_t kCubeN0 = 16;      // columns of a B / C fractal
 constexpr uint32_t kCubeK0Int8 = 32;  // k extent of an int8 fractal (one 32-byte C0 block)
 
+// A per-thread (per-block) staging buffer of at least `bytes` for the cube copies; valid until the next call.
+uint8_t* CopyStaging(uint32_t bytes);
+
 void CheckCubeOperand(const BufferRecord* rec, AscendC::TPosition expected, bool write, const char* role,
                       const std::source_location& where);
 
-void MmadInt8(int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k, bool init);
+// The CPU paths of the int8 Mmad (src/cube_kernels.cpp). CAM_TWIN_CUBE=amx|avx512vnni|avx2|portable forces one
+// (auto or unset: the best the CPU and OS allow); a forced path the machine cannot run is a "cube-path" violation
+// at the first Mmad, not a silent fallback.
+enum class CubePath : uint8_t { Portable, Avx2, Avx512Vnni, Amx };
+const char* CubePathName(CubePath path);
+bool ParseCubePath(const char* name, CubePath* out);
+bool CubePathSupported(CubePath path);
+CubePath ActiveCubePath(const std::source_location& where = std::source_location::current());
+
+// C (NZ int32) = / += A (ZZ int8) x B (ZN int8); m, n multiples of 16 and k of 32, operands already checked.
+// dst row c (16 bytes at dst + c * dstStride) = column c of the 16 x 16 bytes at src. SSE2: four unpack stages,
+// each pairing registers that differ in one bit of the row index (8, 16, 32, then 64-bit units).
+inline void Transpose16x16(const uint8_t* src, size_t srcStride, uint8_t* dst, size_t dstStride) {
+#if defined(__SSE2__)
+    __m128i a[16], b[16];
+    for (int r = 0; r < 16; ++r) a[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + r * srcStride));
+    for (int g = 0; g < 8; ++g) {  // index (r3 r2 r1 | c3)
+        b[2 * g] = _mm_unpacklo_epi8(a[2 * g], a[2 * g + 1]);
+        b[2 * g + 1] = _mm_unpackhi_epi8(a[2 * g], a[2 * g + 1]);
+    }
+    for (int hi = 0; hi < 4; ++hi)  // index (r3 r2 | c3 c2)
+        for (int c3 = 0; c3 < 2; ++c3) {
+            const __m128i x = b[hi << 2 | c3], y = b[hi << 2 | 2 | c3];
+            a[hi << 2 | c3 << 1] = _mm_unpacklo_epi16(x, y);
+            a[hi << 2 | c3 << 1 | 1] = _mm_unpackhi_epi16(x, y);
+        }
+    for (int r3 = 0; r3 < 2; ++r3)  // index (r3 | c3 c2 c1)
+        for (int cc = 0; cc < 4; ++cc) {
+            const __m128i x = a[r3 << 3 | cc], y = a[r3 << 3 | 4 | cc];
+            b[r3 << 3 | cc << 1] = _mm_unpacklo_epi32(x, y);
+            b[r3 << 3 | cc << 1 | 1] = _mm_unpackhi_epi32(x, y);
+        }
+    for (int ccc = 0; ccc < 8; ++ccc) {  // index (c3 c2 c1 c0)
+        const __m128i x = b[ccc], y = b[8 | ccc];
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * ccc) * dstStride), _mm_unpacklo_epi64(x, y));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * ccc + 1) * dstStride), _mm_unpackhi_epi64(x, y));
+    }
+#else
+    for (size_t c = 0; c < 16; ++c)
+        for (size_t r = 0; r < 16; ++r) dst[c * dstStride + r] = src[r * srcStride + c];
+#endif
+}
+
+void MmadInt8With(CubePath path, int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k,
+                  bool init);
+void MmadInt8(int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k, bool init,
+              const std::source_location& where);
 
 }  // namespace cam::twin
 
@@ -111,15 +164,15 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2Nz
                        std::to_string(dst.GetSize()),
                    where);
     uint8_t* out = reinterpret_cast<uint8_t*>(dst.Data());
+    // Rows ascend in GM, so the last row's range bounds them all: checked before the first write.
+    src.CheckRange(uint64_t(p.nValue - 1) * p.srcDValue, p.dValue, where);
+    uint8_t* staged = CopyStaging(blocks * 32u);  // one GM read per row, then 32-byte blocks scattered
+    std::memset(staged + p.dValue, 0, blocks * 32u - p.dValue);  // the zero fill of a row's last partial block
     for (uint32_t j = 0; j < p.nValue; ++j) {
-        src.CheckRange(uint64_t(j) * p.srcDValue, p.dValue, where);
-        const uint8_t* row = reinterpret_cast<const uint8_t*>(src.GetPhyAddr()) + uint64_t(j) * p.srcDValue;
-        for (uint32_t b = 0; b < blocks; ++b) {
-            uint8_t* blk = out + (uint64_t(j) * p.dstNzNStride + uint64_t(b) * p.dstNzC0Stride) * 32;
-            const uint32_t n = std::min<uint32_t>(32, p.dValue - b * 32);
-            GmRead(blk, row + b * 32, n);
-            if (n < 32) std::memset(blk + n, 0, 32 - n);
-        }
+        GmRead(staged, reinterpret_cast<const uint8_t*>(src.GetPhyAddr()) + uint64_t(j) * p.srcDValue, p.dValue);
+        uint8_t* rowOut = out + uint64_t(j) * p.dstNzNStride * 32;
+        for (uint32_t b = 0; b < blocks; ++b)
+            std::memcpy(rowOut + uint64_t(b) * p.dstNzC0Stride * 32, staged + b * 32, 32);
     }
 }
 
@@ -139,8 +192,8 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataC
                    "burst DataCopy writes " + std::to_string(span) + " elements into a local tensor of " +
                        std::to_string(dst.GetSize()),
                    where);
+    src.CheckRange((p.blockCount - 1ull) * srcPitch, burst, where);  // the last burst bounds them all
     for (uint32_t b = 0; b < p.blockCount; ++b) {
-        src.CheckRange(b * srcPitch, burst, where);
         GmRead(dst.Data() + b * dstPitch, src.GetPhyAddr() + b * srcPitch, burst * sizeof(T));
     }
 }
@@ -220,10 +273,11 @@ void LoadDataWithTranspose(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                        "LoadDataWithTranspose reads a square past its L1 tensor", where);
         CAM_TWIN_CHECK(d1 + kFractalBytes <= dstBytes && d0 + kFractalBytes <= dstBytes, "l0-bounds",
                        "LoadDataWithTranspose writes a fractal past its L0 tensor", where);
+        // Square column col -> row col % 16 of the first (col < 16) or second destination fractal.
         const uint8_t* sq = s + so;
-        for (uint32_t col = 0; col < 32; ++col) {  // square column -> row of a destination fractal
-            uint8_t* outRow = d + (col < 16 ? d0 : d1) + (col % 16) * 32;
-            for (uint32_t row = 0; row < 32; ++row) outRow[row] = sq[row * 32 + col];
+        for (uint32_t rb = 0; rb < 32; rb += 16) {
+            Transpose16x16(sq + rb * 32, 32, d + d0 + rb, 32);
+            Transpose16x16(sq + rb * 32 + 16, 32, d + d1 + rb, 32);
         }
     }
 }
@@ -288,7 +342,7 @@ inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int8_t>& a, co
                    "Mmad C needs " + std::to_string(uint64_t(mA) * nA) + " int32 of L0C, tensor has " +
                        std::to_string(c.GetSize()),
                    where);
-    MmadInt8(c.Data(), a.Data(), b.Data(), mA, nA, kA, p.cmatrixInitVal);
+    MmadInt8(c.Data(), a.Data(), b.Data(), mA, nA, kA, p.cmatrixInitVal, where);
 }
 
 enum class CO2Layout : uint8_t { NZ = 0, ROW_MAJOR, COLUMN_MAJOR };
@@ -330,15 +384,17 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
     CAM_TWIN_CHECK(uint64_t(p.srcStride) * nA <= src.GetSize(), "l0-bounds", "Fixpipe reads past its L0C tensor",
                    where);
     const int32_t* c = src.Data();
+    // Rows ascend in GM: the last row's range bounds them all, checked before the first write.
+    if (p.mSize > 0) dst.CheckRange(uint64_t(p.mSize - 1) * p.dstStride, p.nSize, where);
     for (uint32_t i = 0; i < p.mSize; ++i) {
-        dst.CheckRange(uint64_t(i) * p.dstStride, p.nSize, where);
         CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, uint64_t(p.nSize) * sizeof(T),
                                        where);
-        T* row = dst.GetPhyAddr() + uint64_t(i) * p.dstStride;
-        for (uint32_t j = 0; j < p.nSize; ++j) {
-            const T v = c[(j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0 + j % kCubeN0];
-            GmWrite(row + j, &v, sizeof(T));
-        }
+        // NZ -> ND for one row in a local staging row, then one GM write of the whole row (the engine writes rows,
+        // not elements).
+        T staged[4096];  // nSize <= 4095, checked above
+        for (uint32_t j = 0; j < p.nSize; ++j)
+            staged[j] = c[(j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0 + j % kCubeN0];
+        GmWrite(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, staged, uint64_t(p.nSize) * sizeof(T));
     }
 }
 

@@ -117,8 +117,8 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
                    "DataCopyPad writes " + std::to_string(ubSpan) + " UB bytes into a tensor of " +
                        std::to_string(dst.GetSize() * sizeof(T)),
                    where);
+    src.CheckRange((p.blockCount - 1ull) * srcPitch, elems, where);  // blocks ascend: the last bounds them all
     for (uint32_t b = 0; b < p.blockCount; ++b) {
-        src.CheckRange(b * srcPitch, elems, where);
         T* row = reinterpret_cast<T*>(out);
         if (pad.isPad) {
             for (uint32_t i = 0; i < ubBlockBytes / sizeof(T); ++i) row[i] = pad.paddingValue;
@@ -150,10 +150,12 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
                    "DataCopyPad reads " + std::to_string(ubSpan) + " UB bytes from a tensor of " +
                        std::to_string(src.GetSize() * sizeof(T)),
                    where);
+    // Every block is checked before the first one is written.
+    dst.CheckRange((p.blockCount - 1ull) * dstPitch, elems, where);  // blocks ascend: the last bounds them all
+    for (uint32_t b = 0; b < p.blockCount; ++b)
+        CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + b * dstPitch, p.blockLen, where);
     const uint8_t* in = reinterpret_cast<const uint8_t*>(src.Data());
     for (uint32_t b = 0; b < p.blockCount; ++b) {
-        dst.CheckRange(b * dstPitch, elems, where);
-        CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + b * dstPitch, p.blockLen, where);
         GmWrite(dst.GetPhyAddr() + b * dstPitch, in, p.blockLen);
         WakeParked(dst.GetPhyAddr() + b * dstPitch, p.blockLen);
         in += ubBlockBytes + static_cast<uint64_t>(p.srcStride) * kUbAlign;

@@ -33,45 +33,41 @@ inline float BitsFloat(uint32_t u) {
     return f;
 }
 
+// The conversions below are branch-free (every case computed, one selected) so loops over them vectorise; each is
+// bit-identical to the element-by-element definition in twin/reference.h (tests/twin/compute_identity.cpp: all
+// 65536 inputs of the 16-bit -> fp32 direction, every exponent and rounding boundary plus random fp32 the other way).
+
 // fp32 -> bf16, round to nearest even; NaN stays a quiet NaN with its sign.
 inline uint16_t FloatToBf16Bits(float f) {
-    uint32_t u = FloatBits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-    uint32_t lsb = (u >> 16) & 1u;
-    u += 0x7fffu + lsb;
-    return static_cast<uint16_t>(u >> 16);
+    const uint32_t u = FloatBits(f);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet = (u >> 16) | 0x0040u;
+    return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
-// fp32 -> IEEE binary16, round to nearest even, overflow to inf, subnormals kept.
+// fp32 -> IEEE binary16, round to nearest even, overflow to inf, subnormals kept, NaN -> quiet NaN with the sign.
 inline uint16_t FloatToHalfBits(float f) {
-    uint32_t u = FloatBits(f);
-    uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-    uint32_t absu = u & 0x7fffffffu;
-    if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
-    if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504
-    if (absu < 0x38800000u) {                                              // below 2^-14: subnormal or zero
-        // Scale into the subnormal grid with one exact multiply and let the FPU round to nearest even.
-        float scaled = BitsFloat(absu) * 16777216.0f;  // 2^24: one half-subnormal ulp becomes 1.0
-        return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(scaled)));
-    }
-    uint32_t mant = absu & 0x7fffffu;
-    int32_t exp = static_cast<int32_t>(absu >> 23) - 127 + 15;
-    uint32_t half = (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
-    uint32_t rest = mant & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) half += 1;  // carry may roll into the exponent: correct
-    return static_cast<uint16_t>(sign | half);
+    const uint32_t u = FloatBits(f);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    const uint32_t absu = u & 0x7fffffffu;
+    // Normal range: rebias, then round the 13 dropped bits to nearest even; a carry rolls into the exponent, up to
+    // inf for values from 65520 on.
+    const uint32_t normal = (absu + 0xc8000fffu + ((absu >> 13) & 1u)) >> 13;  // 0xc8000000: (15 - 127) << 23
+    // Below 2^-14: adding 0.5 puts one half-subnormal ulp at fp32's last place, so the FPU's own round to nearest
+    // even does the rounding; the result's low bits are the half.
+    const uint32_t sub = FloatBits(BitsFloat(absu) + 0.5f) - 0x3f000000u;
+    const uint32_t big = absu > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    const uint32_t h = absu >= 0x47800000u ? big : (absu < 0x38800000u ? sub : normal);
+    return static_cast<uint16_t>(sign | h);
 }
 
 inline float HalfBitsToFloat(uint16_t h) {
-    uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    if (exp == 0) {
-        float v = static_cast<float>(mant) * 5.9604644775390625e-08f;  // 2^-24
-        return sign ? -v : v;
-    }
-    if (exp == 31) return BitsFloat(sign | 0x7f800000u | (mant << 13));
-    return BitsFloat(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+    const uint32_t em = h & 0x7fffu;
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+    const uint32_t normal = (em << 13) + 0x38000000u;  // exponent rebias (127 - 15) << 23
+    const uint32_t infNan = normal + 0x38000000u;      // exponent 31 -> 255, payload kept
+    const uint32_t sub = FloatBits(static_cast<float>(static_cast<int32_t>(em)) * 5.9604644775390625e-08f);  // 2^-24
+    return BitsFloat(sign | (em >= 0x7c00u ? infNan : (em < 0x0400u ? sub : normal)));
 }
 
 }  // namespace twin_detail

@@ -1,10 +1,14 @@
 // Vector-unit instructions (count form): elementwise, scalar-broadcast, reductions and Cast.
 #pragma once
 
-#include <cfenv>
 #include <cstring>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "twin/tensor.h"
 
@@ -25,45 +29,181 @@ void CheckVectorOperand(const AscendC::LocalTensor<T>& t, uint32_t count, const 
     CheckBufferAccess(t.Record(), Access::Vector, where);
 }
 
-// fp32 max that propagates NaN, the vector unit's behaviour the kernels are written against (see docs/twin.md).
+// fp32 max / min that propagate NaN (as the canonical quiet NaN), the vector unit's behaviour the kernels are written
+// against (see docs/twin.md). Written as selects, not branches, so the loops over them vectorise.
 inline float MaxPropagateNan(float a, float b) {
-    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
-    return a > b ? a : b;
+    const bool nan = (a != a) | (b != b);
+    return nan ? std::numeric_limits<float>::quiet_NaN() : (a > b ? a : b);
 }
 inline float MinPropagateNan(float a, float b) {
-    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
-    return a < b ? a : b;
+    const bool nan = (a != a) | (b != b);
+    return nan ? std::numeric_limits<float>::quiet_NaN() : (a < b ? a : b);
+}
+
+// Rounds v to an integral float in the given mode, without libm and without going through double: below 2^23 in
+// magnitude fp32 still has fraction bits and the rounding is done by hand (RINT by adding and removing 2^23, which
+// leaves the FPU's round-to-nearest-even to do it); from 2^23 on every fp32 is already an integer. NaN and inf pass
+// through. Bit-identical to floor / ceil / round / trunc / nearbyint (tests/twin/compute_identity.cpp).
+template <AscendC::RoundMode kMode>
+inline float RoundIntegral(float v) {
+    constexpr float kTwo23 = 8388608.0f;
+    const float a = std::fabs(v);
+    const bool small = a < kTwo23;  // false for NaN and inf
+    const float t = small ? static_cast<float>(static_cast<int32_t>(a)) : a;  // |trunc(v)|
+    float r;
+    if constexpr (kMode == AscendC::RoundMode::CAST_TRUNC) {
+        r = std::copysign(t, v);
+    } else if constexpr (kMode == AscendC::RoundMode::CAST_FLOOR) {
+        const float tv = std::copysign(t, v);
+        r = tv > v ? tv - 1.0f : tv;
+    } else if constexpr (kMode == AscendC::RoundMode::CAST_CEIL) {
+        const float tv = std::copysign(t, v);
+        r = tv < v ? tv + 1.0f : tv;
+    } else if constexpr (kMode == AscendC::RoundMode::CAST_ROUND) {
+        r = std::copysign(a - t >= 0.5f ? t + 1.0f : t, v);  // a - t is exact: the dropped fraction
+    } else {
+        r = std::copysign(small ? (a + kTwo23) - kTwo23 : a, v);
+    }
+    return r;
 }
 
 // Float -> integer with a rounding mode; NaN gives 0 and out-of-range saturates (documented twin semantics).
-template <typename I>
-I RoundToInt(float v, AscendC::RoundMode mode) {
-    if (std::isnan(v)) return 0;
-    double r;
-    switch (mode) {
-        case AscendC::RoundMode::CAST_FLOOR: r = std::floor(v); break;
-        case AscendC::RoundMode::CAST_CEIL: r = std::ceil(v); break;
-        case AscendC::RoundMode::CAST_ROUND: r = std::round(v); break;
-        case AscendC::RoundMode::CAST_TRUNC: r = std::trunc(v); break;
-        default: r = std::nearbyint(v); break;  // CAST_RINT / CAST_NONE: nearest, ties to even
+template <typename I, AscendC::RoundMode kMode>
+inline I RoundToIntT(float v) {
+    const float r = RoundIntegral<kMode>(v);
+    constexpr float lo = static_cast<float>(std::numeric_limits<I>::min());  // exact: a power of two or 0
+    if constexpr (sizeof(I) >= 4) {
+        // The first float past the maximum (2^31, 2^32, 2^63); the int conversion only ever sees in-range values.
+        constexpr float hiExcl = static_cast<float>(std::numeric_limits<I>::max() / 2 + 1) * 2.0f;
+        const bool nan = r != r;
+        const bool over = r >= hiExcl;
+        const bool under = r < lo;
+        const I conv = static_cast<I>(nan | over | under ? 0.0f : r);
+        return nan ? I(0) : (over ? std::numeric_limits<I>::max() : (under ? std::numeric_limits<I>::min() : conv));
+    } else {
+        constexpr float hi = static_cast<float>(std::numeric_limits<I>::max());
+        const float c = r < lo ? lo : (r > hi ? hi : r);
+        return r != r ? I(0) : static_cast<I>(static_cast<int32_t>(r != r ? 0.0f : c));
     }
-    if (r < static_cast<double>(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
-    if (r > static_cast<double>(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
-    return static_cast<I>(r);
 }
 
-template <typename D, typename S>
-D CastOne(S s, AscendC::RoundMode mode) {
+template <typename I>
+I RoundToInt(float v, AscendC::RoundMode mode) {
+    switch (mode) {
+        case AscendC::RoundMode::CAST_FLOOR: return RoundToIntT<I, AscendC::RoundMode::CAST_FLOOR>(v);
+        case AscendC::RoundMode::CAST_CEIL: return RoundToIntT<I, AscendC::RoundMode::CAST_CEIL>(v);
+        case AscendC::RoundMode::CAST_ROUND: return RoundToIntT<I, AscendC::RoundMode::CAST_ROUND>(v);
+        case AscendC::RoundMode::CAST_TRUNC: return RoundToIntT<I, AscendC::RoundMode::CAST_TRUNC>(v);
+        default: return RoundToIntT<I, AscendC::RoundMode::CAST_RINT>(v);  // CAST_RINT / CAST_NONE
+    }
+}
+
+template <typename D, typename S, AscendC::RoundMode kMode>
+inline D CastOneT(S s) {
     if constexpr (std::is_same_v<D, S>) {
         return s;
     } else if constexpr (std::is_integral_v<D>) {
-        return RoundToInt<D>(static_cast<float>(s), mode);  // S is float-like or a small integer
+        return RoundToIntT<D, kMode>(static_cast<float>(s));  // S is float-like or a small integer
     } else if constexpr (std::is_same_v<D, float>) {
         return static_cast<float>(s);  // int32 -> fp32 rounds to nearest even; 16-bit floats widen exactly
     } else {
         // to half / bfloat16_t: via fp32, rounded to nearest even by the storage type's constructor
         return D(static_cast<float>(s));
     }
+}
+
+// The Cast loop of one round mode: one pass the compiler vectorises for the pairs the kernels use.
+template <typename D, typename S, AscendC::RoundMode kMode>
+void CastLoopT(D* d, const S* s, uint32_t count) {
+    for (uint32_t i = 0; i < count; ++i) d[i] = CastOneT<D, S, kMode>(s[i]);
+}
+
+// Element-wise Cast of count elements, the round mode resolved once per call.
+template <typename D, typename S>
+void CastLoop(D* d, const S* s, AscendC::RoundMode mode, uint32_t count) {
+    using AscendC::RoundMode;
+    if constexpr (!std::is_integral_v<D>) {
+        CastLoopT<D, S, RoundMode::CAST_RINT>(d, s, count);  // to a float type: nearest even whatever the mode
+    } else {
+        switch (mode) {
+            case RoundMode::CAST_FLOOR: CastLoopT<D, S, RoundMode::CAST_FLOOR>(d, s, count); break;
+            case RoundMode::CAST_CEIL: CastLoopT<D, S, RoundMode::CAST_CEIL>(d, s, count); break;
+            case RoundMode::CAST_ROUND: CastLoopT<D, S, RoundMode::CAST_ROUND>(d, s, count); break;
+            case RoundMode::CAST_TRUNC: CastLoopT<D, S, RoundMode::CAST_TRUNC>(d, s, count); break;
+            default: CastLoopT<D, S, RoundMode::CAST_RINT>(d, s, count); break;  // CAST_RINT / CAST_NONE
+        }
+    }
+}
+
+// int32 -> half through DEQSCALE: d = half(float(s) * scale).
+template <typename D>
+void DequantLoop(D* d, const int32_t* s, float scale, uint32_t count) {
+    for (uint32_t i = 0; i < count; ++i) d[i] = D(static_cast<float>(s[i]) * scale);
+}
+
+// Count-form ReduceMax over fp32: returns the max (NaN if any element is NaN) and fills the work buffer as the
+// element-by-element definition does (twin/reference.h): per 64-element repeat the first maximal value and its
+// index. Lanes run independently; only the rare cases where lane order shows in the bits (a NaN, or a maximum of
+// +-0 whose sign is the last zero's) take the element-by-element loop.
+inline float ReduceMaxFloat(const float* s, float* w, uint32_t count) {
+    constexpr uint32_t perRepeat = 64;
+    float total = -std::numeric_limits<float>::infinity();
+    bool anyNan = false;
+    for (uint32_t r = 0; r * perRepeat < count; ++r) {
+        const float* v = s + r * perRepeat;
+        const uint32_t n = count - r * perRepeat < perRepeat ? count - r * perRepeat : perRepeat;
+        float rm;
+        bool nan;
+#if defined(__SSE2__)
+        // maxps(v, acc) is v > acc ? v : acc: the same select as the scalar loop; a NaN lane is caught by cmpunord.
+        __m128 acc = _mm_set1_ps(-std::numeric_limits<float>::infinity());
+        __m128 unord = _mm_setzero_ps();
+        uint32_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+            const __m128 x = _mm_loadu_ps(v + i);
+            acc = _mm_max_ps(x, acc);
+            unord = _mm_or_ps(unord, _mm_cmpunord_ps(x, x));
+        }
+        float lane[4];
+        _mm_storeu_ps(lane, acc);
+        nan = _mm_movemask_ps(unord) != 0;
+        rm = lane[0];
+        for (uint32_t l = 1; l < 4; ++l) rm = lane[l] > rm ? lane[l] : rm;
+        for (; i < n; ++i) {
+            nan |= v[i] != v[i];
+            rm = v[i] > rm ? v[i] : rm;
+        }
+#else
+        rm = -std::numeric_limits<float>::infinity();
+        nan = false;
+        for (uint32_t i = 0; i < n; ++i) {
+            nan |= v[i] != v[i];
+            rm = v[i] > rm ? v[i] : rm;
+        }
+#endif
+        uint32_t at = 0;
+        if (nan) {
+            // Once the running value is NaN every later element replaces it: the last element wins.
+            rm = v[0];
+            for (uint32_t j = 1; j < n; ++j)
+                if (MaxPropagateNan(rm, v[j]) != rm) rm = v[j], at = j;
+        } else {
+            while (!(v[at] == rm)) ++at;  // first element equal to the max; it sets the stored bits (+0 vs -0)
+            rm = v[at];
+        }
+        w[2 * r] = rm;
+        std::memcpy(&w[2 * r + 1], &at, sizeof(at));
+        anyNan |= nan;
+        total = rm > total ? rm : total;
+    }
+    if (anyNan || total == 0.0f) {
+        // The serial definition keeps the last element equal to the max (for +-0, its sign) and turns any NaN into
+        // the canonical quiet NaN.
+        float m = s[0];
+        for (uint32_t i = 1; i < count; ++i) m = MaxPropagateNan(m, s[i]);
+        return m;
+    }
+    return total;
 }
 
 // Which (src, dst, round mode) the vector Cast supports on Atlas A2 / A3 (the two tables of the Ascend C Cast
@@ -224,23 +364,28 @@ void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
     cam::twin::CheckVectorOperand(dst, 1, "dst", where);
     cam::twin::CheckVectorOperand(src, count, "src", where);
     cam::twin::CheckVectorOperand(work, cam::twin::ReduceMaxWorkElems<T>(count), "work", where);
-    constexpr uint32_t perRepeat = 256 / sizeof(T);
-    const T* s = src.Data();
-    float m = static_cast<float>(s[0]);
-    for (uint32_t i = 1; i < count; ++i) m = cam::twin::MaxPropagateNan(m, static_cast<float>(s[i]));
-    T* w = work.Data();
-    for (uint32_t r = 0; r * perRepeat < count; ++r) {
-        const uint32_t n = count - r * perRepeat < perRepeat ? count - r * perRepeat : perRepeat;
-        uint32_t at = 0;
-        float rm = static_cast<float>(s[r * perRepeat]);
-        for (uint32_t i = 1; i < n; ++i) {
-            const float v = static_cast<float>(s[r * perRepeat + i]);
-            if (cam::twin::MaxPropagateNan(rm, v) != rm) rm = v, at = i;
+    if constexpr (std::is_same_v<T, float>) {
+        dst.Data()[0] = cam::twin::ReduceMaxFloat(src.Data(), work.Data(), count);
+        return;
+    } else {
+        constexpr uint32_t perRepeat = 256 / sizeof(T);
+        const T* s = src.Data();
+        float m = static_cast<float>(s[0]);
+        for (uint32_t i = 1; i < count; ++i) m = cam::twin::MaxPropagateNan(m, static_cast<float>(s[i]));
+        T* w = work.Data();
+        for (uint32_t r = 0; r * perRepeat < count; ++r) {
+            const uint32_t n = count - r * perRepeat < perRepeat ? count - r * perRepeat : perRepeat;
+            uint32_t at = 0;
+            float rm = static_cast<float>(s[r * perRepeat]);
+            for (uint32_t i = 1; i < n; ++i) {
+                const float v = static_cast<float>(s[r * perRepeat + i]);
+                if (cam::twin::MaxPropagateNan(rm, v) != rm) rm = v, at = i;
+            }
+            w[2 * r] = static_cast<T>(rm);
+            std::memcpy(&w[2 * r + 1], &at, sizeof(T) < sizeof(at) ? sizeof(T) : sizeof(at));
         }
-        w[2 * r] = static_cast<T>(rm);
-        std::memcpy(&w[2 * r + 1], &at, sizeof(T) < sizeof(at) ? sizeof(T) : sizeof(at));
+        dst.Data()[0] = static_cast<T>(m);
     }
-    dst.Data()[0] = static_cast<T>(m);
 }
 
 // dst[0] = sum(src[0..count)) accumulated left to right in T's arithmetic.
@@ -275,18 +420,16 @@ void Cast(const LocalTensor<D>& dst, const LocalTensor<S>& src, RoundMode mode, 
                        " with round mode " + std::to_string(static_cast<int>(mode)) +
                        " is not in the A2/A3 Cast table",
                    where);
-    D* d = dst.Data();
-    const S* s = src.Data();
     if (support == cam::twin::CastSupport::Dequant) {
         // int32 -> half is a dequantisation through DEQSCALE; the round mode is ignored by the hardware.
         const auto& block = cam::twin::CurrentBlock();
         CAM_TWIN_CHECK(block.deqScaleSet, "cast-deqscale",
                        "int32 -> half Cast without SetDeqScale (the hardware scales by whatever DEQSCALE holds)",
                        where);
-        for (uint32_t i = 0; i < count; ++i) d[i] = D(static_cast<float>(s[i]) * block.deqScale);
+        if constexpr (std::is_same_v<S, int32_t>) cam::twin::DequantLoop(dst.Data(), src.Data(), block.deqScale, count);
         return;
     }
-    for (uint32_t i = 0; i < count; ++i) d[i] = cam::twin::CastOne<D, S>(s[i], mode);
+    cam::twin::CastLoop(dst.Data(), src.Data(), mode, count);
 }
 
 }  // namespace AscendC
