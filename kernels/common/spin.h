@@ -16,9 +16,9 @@
 namespace cam::kernels {
 
 // Back-off of a wait polling the GM word at `watched`; `iteration` counts polls of the current wait from 0. On the
-// twin the first polls only yield (a signal about to arrive is seen at once); later ones park the block on that
-// line until something writes it or a short interval passes, so dozens of waiting blocks neither starve the
-// producers nor sleep past the signal.
+// twin the first polls return at once (a signal about to arrive is seen without a park); later ones park the block
+// on that line until something writes it or a short interval passes, so dozens of waiting blocks neither starve
+// the producers nor sleep past the signal (docs/twin.md, execution model).
 __aicore__ inline void WaitPause(const void* watched, uint32_t iteration) {
 #if defined(__CCE__)
     (void)watched;
