@@ -11,7 +11,7 @@
 
 namespace {
 
-// The followers' own margin past timeout + idle (kernels' followerCycles in comm.cpp MakeCommArgs).
+// The followers' own margin past timeout + idle (kernels' followerCycles in comm_ops.cpp MakeCommArgs).
 constexpr double kFollowerMarginS = 60.0;
 constexpr double kMiB = 1024.0 * 1024.0;
 

@@ -29,6 +29,15 @@ public:
 // Role size of a rank's window (protocol §3).
 int64_t RequiredWindowBytes(const CamTopology& topo, int64_t rank);
 
+// A word of a window the host maps (the twin's transports), with the ordering the kernels' signals use. Device
+// state the ops read after a launch goes through the backend seam instead (EnqueueStatusCheck).
+inline int64_t Load(const uint8_t* window, int64_t byteOff) {
+    return __atomic_load_n(reinterpret_cast<const int64_t*>(window + byteOff), __ATOMIC_ACQUIRE);
+}
+inline void Store(uint8_t* window, int64_t byteOff, int64_t value) {
+    __atomic_store_n(reinterpret_cast<int64_t*>(window + byteOff), value, __ATOMIC_RELEASE);
+}
+
 }  // namespace cam::host
 
 struct camComm {
@@ -48,6 +57,21 @@ struct camComm {
 };
 
 namespace cam::host {
+
+// ---- status sentences (comm_status.cpp)
+
+// The abort word as a reason: raised by a rank (1 + rank), or a rank found dead by a survivor's liveness watchdog
+// (-(1 + rank), see camCommReportDeadRank).
+std::string AbortReason(int64_t abortWord);
+
+// Name of a topology field as layout::check_topology reports it (field::k*).
+const char* FieldName(int64_t field);
+
+// The communicator status record `st` (with the abort word) as a sentence naming op, rank, peer/replica and
+// layer, and the C status it maps to.
+aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t abortWord, std::string* msg);
+
+// ---- op plumbing (comm_ops.cpp)
 
 // Validates that `comm` can run an op of `role` now: attached, role matches, windows big enough, not aborted or
 // failed. Fails with a message naming `op`.

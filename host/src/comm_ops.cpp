@@ -1,0 +1,95 @@
+// What the four data-plane ops share around their kernels: the communicator checks, the kernels' constants, the
+// status check queued after a launch, and the in-flight count that keeps camCommDestroy from freeing a busy plane.
+#include "backend.h"
+#include "comm.h"
+#include "graph.h"
+#include "status.h"
+
+namespace cam::host {
+
+int64_t RequiredWindowBytes(const CamTopology& topo, int64_t rank) {
+    return rank < layout::attention_ranks(topo) ? layout::attn_window_bytes(topo) : layout::ffn_window_bytes(topo);
+}
+
+aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp) {
+    if (!comm) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op) + ": comm is null");
+    if (!comm->attached)
+        return Fail(ACLNN_ERR_PARAM_INVALID, std::string(op) + ": comm has not mapped its peers' windows yet");
+    if (comm->IsAttention() != attentionOp)
+        return Fail(ACLNN_ERR_PARAM_INVALID, std::string(op) + ": rank " + std::to_string(comm->rank) + " is " +
+                                                 (comm->IsAttention() ? "an Attention" : "an FFN") + " rank; " + op +
+                                                 " runs on " + (attentionOp ? "Attention" : "FFN") + " ranks");
+    {
+        std::lock_guard<std::mutex> lock(comm->failureMutex);
+        if (!comm->failure.empty())
+            return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + ": the communicator failed earlier (" + comm->failure +
+                                                  "); create a new one");
+    }
+    const int64_t abortWord = Load(comm->Own(), kAbortOff);
+    if (abortWord != 0)
+        return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + " on rank " + std::to_string(comm->rank) +
+                                              ": " + AbortReason(abortWord));
+    const int64_t world = layout::world_size(comm->topo);
+    for (int64_t r = 0; r < world; ++r) {
+        const uint64_t have = comm->transport->WindowBytes(r);
+        const int64_t need = RequiredWindowBytes(comm->topo, r);
+        if (static_cast<int64_t>(have) < need)
+            return Fail(ACLNN_ERR_PARAM_INVALID, std::string(op) + ": rank " + std::to_string(r) + "'s window has " +
+                                                     std::to_string(have) + " bytes, the topology needs " +
+                                                     std::to_string(need));
+    }
+    return ACLNN_SUCCESS;
+}
+
+kernels::dp::CommArgs MakeCommArgs(const camComm* comm) {
+    const uint64_t hz = SystemCycleHz();
+    auto cycles = [hz](int64_t ns) {
+        return static_cast<int64_t>(static_cast<long double>(ns) * static_cast<long double>(hz) / 1e9L) + 1;
+    };
+    kernels::dp::CommArgs a{};
+    a.topo = comm->topo;
+    a.rank = comm->rank;
+    a.timeoutCycles = cycles(comm->config.timeoutNs);
+    a.idleCycles = cycles(comm->config.idlePollNs);
+    // Block 0 decides within timeout + idle plus its own bookkeeping; 60 s covers a heavily loaded host.
+    a.followerCycles = a.timeoutCycles + a.idleCycles + cycles(60'000'000'000LL);
+    a.planeId = comm->planeId;
+    return a;
+}
+
+void EnqueueStatusCheck(aclrtStream stream, camComm* comm) {
+    auto check = [comm](std::string* message) -> aclnnStatus {
+        uint8_t* own = comm->Own();
+        int64_t st[kStatusWords];
+        for (int64_t i = 0; i < kStatusWords; ++i) st[i] = Load(own, kStatusOff + 8 * i);
+        if (st[kStatusCode] == status::kOk) return ACLNN_SUCCESS;
+        const int64_t abortWord = Load(own, kAbortOff);
+        const aclnnStatus status = Describe(comm, st, abortWord, message);
+        if (abortWord == 0) {
+            for (int64_t i = kStatusWords; i-- > 0;) Store(own, kStatusOff + 8 * i, 0);
+        } else {
+            std::lock_guard<std::mutex> lock(comm->failureMutex);
+            if (comm->failure.empty()) comm->failure = *message;
+        }
+        return status;
+    };
+    // In a capture the status is read after the synchronize that follows a launch of the graph (graph.h).
+    if (CaptureStatusCheck(stream, check, nullptr)) return;
+    EnqueueStreamTask(stream, std::move(check));
+}
+
+OpInFlight::OpInFlight(camComm* comm) {
+    comm->opsInFlight.fetch_add(1);
+    token_ = std::shared_ptr<void>(comm, [](void* c) { static_cast<camComm*>(c)->opsInFlight.fetch_sub(1); });
+}
+
+void OpInFlight::EndInStreamOrder(aclrtStream stream) {
+    // A captured op is in flight as long as its graph lives: camCommDestroy refuses until the graph is destroyed.
+    if (CaptureStatusCheck(stream, nullptr, token_)) {
+        token_.reset();
+        return;
+    }
+    EnqueueStreamTask(stream, [token = std::move(token_)](std::string*) { return ACLNN_SUCCESS; });
+}
+
+}  // namespace cam::host
