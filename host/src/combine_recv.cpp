@@ -32,7 +32,8 @@ extern "C" aclnnStatus aclnnCamCombineRecvGetWorkspaceSize(camComm* comm, const 
                                  "], got " + iv.ShapeString());
         if ((st = check.Tensor(wv, "topk_weights", {ACL_FLOAT}, {b, t.K})))
             return st;
-        if ((st = check.Tensor(ov, "out", {ACL_BF16, ACL_FLOAT16}, {b, t.H})))
+        if ((st = check.Tensor(ov, "out", {ACL_BF16, ACL_FLOAT16}, {b, t.H})) ||
+            (st = CheckActDtype(check, ov, "out", comm)))
             return st;
 
         cam::kernels::CombineRecvTilingData tiling{};

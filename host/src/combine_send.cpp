@@ -22,7 +22,8 @@ extern "C" aclnnStatus aclnnCamCombineSendGetWorkspaceSize(camComm* comm, const 
         const CamTopology& t = comm->topo;
         TensorView ov, wv;
         if ((st = check.View(expertOut, "expert_out", &ov)) || (st = check.View(workItem, "work_item", &wv))) return st;
-        if ((st = check.Tensor(ov, "expert_out", {ACL_BF16, ACL_FLOAT16}, {cam::layout::recv_rows(t), t.H})))
+        if ((st = check.Tensor(ov, "expert_out", {ACL_BF16, ACL_FLOAT16}, {cam::layout::recv_rows(t), t.H})) ||
+            (st = CheckActDtype(check, ov, "expert_out", comm)))
             return st;
         if ((st = check.Tensor(wv, "work_item", {ACL_INT64}, {cam::layout::work_item_words(t)})))
             return st;

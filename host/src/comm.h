@@ -77,6 +77,11 @@ aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t a
 // failed. Fails with a message naming `op`.
 aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp);
 
+// An activation tensor of a data-plane op must be in the communicator's actDtype: the window rows, the identity
+// every peer checked at creation and the kernels' byte counts are all for that dtype, so another one would put
+// other bytes on the wire. Fails naming `arg`; call after the tensor's own checks, before anything is launched.
+aclnnStatus CheckActDtype(const ArgChecker& check, const TensorView& v, const char* arg, const camComm* comm);
+
 // The constants every data-plane kernel gets (timeouts converted to the platform's cycle counter).
 kernels::dp::CommArgs MakeCommArgs(const camComm* comm);
 

@@ -41,6 +41,13 @@ aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp) {
     return ACLNN_SUCCESS;
 }
 
+aclnnStatus CheckActDtype(const ArgChecker& check, const TensorView& v, const char* arg, const camComm* comm) {
+    const auto want = static_cast<aclDataType>(comm->config.actDtype);
+    if (v.dtype == want) return ACLNN_SUCCESS;
+    return check.Invalid(std::string(arg) + " is " + DtypeName(v.dtype) + ", but the communicator was created for " +
+                         DtypeName(want) + " activations (camCommConfig.actDtype)");
+}
+
 kernels::dp::CommArgs MakeCommArgs(const camComm* comm) {
     const uint64_t hz = SystemCycleHz();
     auto cycles = [hz](int64_t ns) {

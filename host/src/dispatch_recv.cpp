@@ -27,7 +27,7 @@ extern "C" aclnnStatus aclnnCamDispatchRecvGetWorkspaceSize(camComm* comm, aclTe
         const int64_t n = cam::layout::recv_rows(t);
         st = t.quantized ? check.Tensor(ev, "expand_x", {ACL_INT8}, {n, t.H})
                          : check.Tensor(ev, "expand_x", {ACL_BF16, ACL_FLOAT16}, {n, t.H});
-        if (st) return st;
+        if (st || (!t.quantized && (st = CheckActDtype(check, ev, "expand_x", comm)))) return st;
         if ((st = check.Tensor(sv, "scales", {ACL_FLOAT}, {t.quantized ? n : 1})))
             return st;
         if ((st = check.Tensor(cv, "expert_counts", {ACL_INT64}, {cam::layout::experts_per_ffn(t)})))

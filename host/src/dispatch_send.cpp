@@ -22,7 +22,8 @@ extern "C" aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const
         const CamTopology& t = comm->topo;
         TensorView xv, iv;
         if ((st = check.View(x, "x", &xv)) || (st = check.View(topkIds, "topk_ids", &iv))) return st;
-        if ((st = check.Tensor(xv, "x", {ACL_BF16, ACL_FLOAT16}, {kAnyDim, kAnyDim})))
+        if ((st = check.Tensor(xv, "x", {ACL_BF16, ACL_FLOAT16}, {kAnyDim, kAnyDim})) ||
+            (st = CheckActDtype(check, xv, "x", comm)))
             return st;
         const int64_t b = xv.Dim(0);
         if (xv.Dim(1) != t.H) return check.Invalid("x must be [B, H=" + std::to_string(t.H) + "], got " + xv.ShapeString());
