@@ -1,6 +1,7 @@
 // What the four data-plane ops share around their kernels: the communicator checks, the kernels' constants, the
 // status check queued after a launch, and the in-flight count that keeps camCommDestroy from freeing a busy plane.
 #include "backend.h"
+#include "cam/cam_timeouts.h"
 #include "comm.h"
 #include "graph.h"
 #include "status.h"
@@ -58,8 +59,8 @@ kernels::dp::CommArgs MakeCommArgs(const camComm* comm) {
     a.rank = comm->rank;
     a.timeoutCycles = cycles(comm->config.timeoutNs);
     a.idleCycles = cycles(comm->config.idlePollNs);
-    // Block 0 decides within timeout + idle plus its own bookkeeping; 60 s covers a heavily loaded host.
-    a.followerCycles = a.timeoutCycles + a.idleCycles + cycles(60'000'000'000LL);
+    // Block 0 decides within timeout + idle plus its own bookkeeping; the follower margin covers a heavily loaded host.
+    a.followerCycles = a.timeoutCycles + a.idleCycles + cycles(CAM_FOLLOWER_MARGIN_S * 1'000'000'000LL);
     a.planeId = comm->planeId;
     return a;
 }
