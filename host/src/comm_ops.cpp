@@ -1,5 +1,7 @@
 // What the four data-plane ops share around their kernels: the communicator checks, the kernels' constants, the
 // status check queued after a launch, and the in-flight count that keeps camCommDestroy from freeing a busy plane.
+#include <cstring>
+
 #include "backend.h"
 #include "cam/cam_timeouts.h"
 #include "comm.h"
@@ -65,25 +67,45 @@ kernels::dp::CommArgs MakeCommArgs(const camComm* comm) {
     return a;
 }
 
+namespace {
+
+// The window's control words the check needs, read as one device read: the abort word (line 0) and the status
+// record (line 1) are adjacent (window_layout.h).
+constexpr uint64_t kControlReadBytes = kStatusOff + 8 * kStatusWords;
+static_assert(kAbortOff + 8 <= kStatusOff, "the abort word lies inside the control read");
+
+// `control` is a host copy of the window's first kControlReadBytes, taken after the op's kernels ran. A refusal
+// (abort word clear) is cleared on the device so the comm stays usable; a fatal error is kept as comm->failure.
+aclnnStatus ReportCommStatus(camComm* comm, const uint8_t* control, std::string* message) {
+    int64_t st[kStatusWords];
+    int64_t abortWord;
+    std::memcpy(st, control + kStatusOff, sizeof(st));
+    std::memcpy(&abortWord, control + kAbortOff, sizeof(abortWord));
+    if (st[kStatusCode] == status::kOk) return ACLNN_SUCCESS;
+    const aclnnStatus status = Describe(comm, st, abortWord, message);
+    if (abortWord == 0) {
+        ZeroDeviceNow(comm->Own() + kStatusOff, 8 * kStatusWords);
+    } else {
+        std::lock_guard<std::mutex> lock(comm->failureMutex);
+        if (comm->failure.empty()) comm->failure = *message;
+    }
+    return status;
+}
+
+}  // namespace
+
 void EnqueueStatusCheck(aclrtStream stream, camComm* comm) {
-    auto check = [comm](std::string* message) -> aclnnStatus {
-        uint8_t* own = comm->Own();
-        int64_t st[kStatusWords];
-        for (int64_t i = 0; i < kStatusWords; ++i) st[i] = Load(own, kStatusOff + 8 * i);
-        if (st[kStatusCode] == status::kOk) return ACLNN_SUCCESS;
-        const int64_t abortWord = Load(own, kAbortOff);
-        const aclnnStatus status = Describe(comm, st, abortWord, message);
-        if (abortWord == 0) {
-            for (int64_t i = kStatusWords; i-- > 0;) Store(own, kStatusOff + 8 * i, 0);
-        } else {
-            std::lock_guard<std::mutex> lock(comm->failureMutex);
-            if (comm->failure.empty()) comm->failure = *message;
-        }
-        return status;
+    // In a capture the status is read after the synchronize that follows a launch of the graph (graph.h): the
+    // stream is idle then, so a direct read is in order.
+    auto afterReplay = [comm](std::string* message) -> aclnnStatus {
+        alignas(8) uint8_t control[kControlReadBytes];
+        ReadDeviceNow(control, comm->Own(), kControlReadBytes);
+        return ReportCommStatus(comm, control, message);
     };
-    // In a capture the status is read after the synchronize that follows a launch of the graph (graph.h).
-    if (CaptureStatusCheck(stream, check, nullptr)) return;
-    EnqueueStreamTask(stream, std::move(check));
+    if (CaptureStatusCheck(stream, afterReplay, nullptr)) return;
+    EnqueueDeviceRead(stream, comm->Own(), kControlReadBytes, [comm](const uint8_t* control, std::string* message) {
+        return ReportCommStatus(comm, control, message);
+    });
 }
 
 OpInFlight::OpInFlight(camComm* comm) {
