@@ -15,8 +15,7 @@ extern "C" aclnnStatus aclnnCamCombineSendGetWorkspaceSize(camComm* comm, const 
                                                            aclOpExecutor** executor) {
     return Guarded("aclnnCamCombineSendGetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("combine_send");
-        if (!workspaceSize || !executor)
-            return Fail(ACLNN_ERR_PARAM_NULLPTR, "combine_send: workspaceSize/executor out-pointer is null");
+        if (aclnnStatus st = CheckOutPointers("combine_send", workspaceSize, executor)) return st;
         aclnnStatus st;
         if ((st = CheckComm("combine_send", comm, false))) return st;
         const CamTopology& t = comm->topo;
@@ -36,13 +35,11 @@ extern "C" aclnnStatus aclnnCamCombineSendGetWorkspaceSize(camComm* comm, const 
         auto ex = std::make_unique<Executor>("combine_send");
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, o = ov.data, w = wv.data](void* workspace, aclrtStream stream) {
-            OpInFlight inFlight(comm);
-            cam::kernels::LaunchCombineSend(tiling.blockDim, stream, o, w,
-                                            reinterpret_cast<uint8_t*>(comm->peerTable.data()),
-                                            static_cast<uint8_t*>(workspace), tiling);
-            EnqueueStatusCheck(stream, comm);
-            inFlight.EndInStreamOrder(stream);
-            return ACLNN_SUCCESS;
+            return LaunchOnComm(comm, stream, [&] {
+                cam::kernels::LaunchCombineSend(tiling.blockDim, stream, o, w,
+                                                reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+                                                static_cast<uint8_t*>(workspace), tiling);
+            });
         };
         return Finish(std::move(ex), workspaceSize, executor);
     });

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -89,6 +90,10 @@ kernels::dp::CommArgs MakeCommArgs(const camComm* comm);
 // turns it into a stream error naming op, rank, peer/replica and layer. Refusals are cleared so the comm stays
 // usable; fatal errors are kept and make the comm refuse further ops.
 void EnqueueStatusCheck(aclrtStream stream, camComm* comm);
+
+// The launch of every data-plane op: `kernel` queues its kernel, then the status check follows in stream order, and
+// the op counts as in flight on `comm` from before the kernel until the stream has passed the check.
+aclnnStatus LaunchOnComm(camComm* comm, aclrtStream stream, const std::function<void()>& kernel);
 
 // Counts an op in comm->opsInFlight from now until the stream has passed everything queued for it so far (the
 // count drops when the stream releases the task queued here, whether it ran it or skipped it after an error).

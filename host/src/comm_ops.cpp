@@ -108,6 +108,14 @@ void EnqueueStatusCheck(aclrtStream stream, camComm* comm) {
     });
 }
 
+aclnnStatus LaunchOnComm(camComm* comm, aclrtStream stream, const std::function<void()>& kernel) {
+    OpInFlight inFlight(comm);
+    kernel();
+    EnqueueStatusCheck(stream, comm);
+    inFlight.EndInStreamOrder(stream);
+    return ACLNN_SUCCESS;
+}
+
 OpInFlight::OpInFlight(camComm* comm) {
     comm->opsInFlight.fetch_add(1);
     token_ = std::shared_ptr<void>(comm, [](void* c) { static_cast<camComm*>(c)->opsInFlight.fetch_sub(1); });

@@ -76,4 +76,12 @@ void EnqueueDeviceStatusCheck(aclrtStream stream, const void* record, const char
     });
 }
 
+aclnnStatus LaunchWithDeviceStatus(aclrtStream stream, void* record, const char* op,
+                                   const std::function<void()>& kernels) {
+    EnqueueDeviceStatusReset(stream, record);
+    kernels();
+    EnqueueDeviceStatusCheck(stream, record, op);
+    return ACLNN_SUCCESS;
+}
+
 }  // namespace cam::host

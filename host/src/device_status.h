@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,5 +23,10 @@ void EnqueueDeviceStatusReset(aclrtStream stream, void* record);
 
 // `op` must outlive the stream's work (a string literal).
 void EnqueueDeviceStatusCheck(aclrtStream stream, const void* record, const char* op);
+
+// The launch of every op whose kernels validate device-resident arguments into `record`: the reset, `kernels`
+// (which queue the op's kernels), then the check, in stream order.
+aclnnStatus LaunchWithDeviceStatus(aclrtStream stream, void* record, const char* op,
+                                   const std::function<void()>& kernels);
 
 }  // namespace cam::host
