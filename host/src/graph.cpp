@@ -198,7 +198,9 @@ aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed) {
 }
 
 namespace {
-std::atomic<uint64_t> gActivity[5];
+std::atomic<uint64_t> gActivity[static_cast<int>(HostActivity::kCount)];
+static_assert(sizeof(camHostActivity) == sizeof(uint64_t) * static_cast<int>(HostActivity::kCount),
+              "one camHostActivity field per HostActivity counter");
 }
 
 void CountHostActivity(HostActivity what) { gActivity[static_cast<int>(what)].fetch_add(1, std::memory_order_relaxed); }
