@@ -43,7 +43,8 @@ def _ascend_plane_check(timeout_s, idle_s, aicore_s):
     lib.camCheckAscendPlane.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32]
     lib.camGetLastErrorMessage.restype = ctypes.c_char_p
     status = lib.camCheckAscendPlane(ctypes.addressof(fields), ctypes.addressof(config), 4096, int(aicore_s))
-    return status, lib.camGetLastErrorMessage().decode()
+    # The last-error message is only set by a failure (an older one stays on the thread after a success).
+    return status, lib.camGetLastErrorMessage().decode() if status else ""
 
 
 def test_what_python_accepts_the_ascend_check_accepts(monkeypatch):
