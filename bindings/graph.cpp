@@ -1,12 +1,45 @@
 // Stream capture and graphs (cam/cam_graph.h) for cam.Graph; a graph travels as its integer handle.
 #include "common.h"
 
+#include <iterator>
+#include <utility>
+
 namespace cam::bindings {
 namespace {
 
 camGraph* AsGraph(uintptr_t handle) { return reinterpret_cast<camGraph*>(handle); }
 
+// The capture code tables Python needs, from cam/cam_graph.h (the one definition); names as cam.Graph takes them.
+constexpr std::pair<const char*, camCaptureMode> kCaptureModes[] = {
+    {"global", CAM_CAPTURE_MODE_GLOBAL}, {"thread_local", CAM_CAPTURE_MODE_THREAD_LOCAL},
+    {"relaxed", CAM_CAPTURE_MODE_RELAXED}};
+constexpr std::pair<camCaptureStatus, const char*> kCaptureStatuses[] = {
+    {CAM_CAPTURE_STATUS_NONE, "none"}, {CAM_CAPTURE_STATUS_ACTIVE, "active"},
+    {CAM_CAPTURE_STATUS_INVALIDATED, "invalidated"}};
+// Entry i names enumerator i, and there is one per enumerator (the enums are dense from 0; their values are ACL's,
+// static_asserted in the Ascend backend).
+constexpr bool NamedInOrder() {
+    for (size_t i = 0; i < std::size(kCaptureModes); ++i)
+        if (static_cast<size_t>(kCaptureModes[i].second) != i) return false;
+    for (size_t i = 0; i < std::size(kCaptureStatuses); ++i)
+        if (static_cast<size_t>(kCaptureStatuses[i].first) != i) return false;
+    return true;
+}
+static_assert(NamedInOrder(), "capture code tables out of order");
+static_assert(std::size(kCaptureModes) == CAM_CAPTURE_MODE_RELAXED + 1, "a capture mode without a name");
+static_assert(std::size(kCaptureStatuses) == CAM_CAPTURE_STATUS_INVALIDATED + 1, "a capture status without a name");
+
 void Register(py::module_& m) {
+    m.def("capture_modes", [] {
+        py::dict d;
+        for (const auto& [name, mode] : kCaptureModes) d[name] = static_cast<int>(mode);
+        return d;
+    });
+    m.def("capture_statuses", [] {
+        py::dict d;
+        for (const auto& [status, name] : kCaptureStatuses) d[py::int_(static_cast<int>(status))] = name;
+        return d;
+    });
     m.def("capture_begin", [](Stream& stream, int mode) {
         ThrowIfFailed(camStreamBeginCapture(stream.Handle(), static_cast<camCaptureMode>(mode)));
     }, py::arg("stream"), py::arg("mode"));

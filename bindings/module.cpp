@@ -166,6 +166,17 @@ PYBIND11_MODULE(_C, m) {
         for (const auto& e : kStatusCodes) d[e.name] = e.code;
         return d;
     });
+    // The timeout chain (cam/cam_timeouts.h), seconds: the Python side's bounds come from here.
+    m.def("timeout_chain", [] {
+        camTimeoutChain c{};
+        ThrowIfFailed(camGetTimeoutChain(&c));
+        py::dict d;
+        d["follower_margin_s"] = c.followerMarginS;
+        d["sync_margin_s"] = c.syncMarginS;
+        d["drain_s"] = c.drainS;
+        d["aicore_op_timeout_s"] = c.aicoreOpTimeoutS;
+        return d;
+    });
     m.def("backend", [] { return std::string(camBackendName()); });
     m.def("platform", [] {
         camPlatformInfo p{};

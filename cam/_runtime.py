@@ -17,16 +17,16 @@ _stream_locks = {}
 # stream id -> callable that ends every device wait on that stream at once (Comm.abort for a Comm's stream)
 _aborters = {}
 
-# ---- the timeout chain, written once: device wait < host sync bound < Ascend AI Core op timeout ----
-# A data-plane kernel's longest wait is timeout_s (a begun round) or idle_poll_s (nothing ready), plus its own
-# bookkeeping; the host's synchronize must outlast it by a margin that a loaded 2-core host never eats, or a
-# healthy-but-slow op would be declared lost.
-SYNC_MARGIN_S = 30.0
-# After a sync timeout, how long the host waits for the stream to drain once every device wait was told to end.
-DRAIN_S = 60.0
-# Ascend's default AI Core op execution timeout (the device kills a kernel running longer); every bound of ours
-# must end first so the error is ours, naming the op and peer, not a device reset.
-AICORE_OP_TIMEOUT_S = 1091.0
+# ---- the timeout chain: device wait < host sync bound < Ascend AI Core op timeout ----
+# Written once, in C (cam/cam_timeouts.h, which explains each link); read here through cam._C.
+# SYNC_MARGIN_S: how much longer than a data-plane kernel's longest wait (timeout_s or idle_poll_s) the host's
+# synchronize waits, or a healthy-but-slow op would be declared lost. DRAIN_S: after a sync timeout, how long the
+# host waits for the stream to drain once every device wait was told to end. AICORE_OP_TIMEOUT_S: Ascend's default
+# AI Core op execution timeout; every bound of ours ends first, so the error is ours, not a device reset.
+_CHAIN = _C.timeout_chain()
+SYNC_MARGIN_S = _CHAIN["sync_margin_s"]
+DRAIN_S = _CHAIN["drain_s"]
+AICORE_OP_TIMEOUT_S = _CHAIN["aicore_op_timeout_s"]
 
 # Work whose stream did not drain: the buffers it may still write (workspace, outputs, inputs held by the launch
 # closure) and the stream itself are kept for the life of the process rather than freed under a running kernel.

@@ -27,6 +27,7 @@ from typing import Optional
 import torch
 
 from . import _C, _runtime
+from ._tensor import ACL_DTYPE as _ACL_DTYPE  # aclDataType codes from cam/acl_compat.h, through _C
 from .topology import Topology
 
 __all__ = ["Comm", "LostReplica"]
@@ -36,9 +37,8 @@ _ids = itertools.count(1)
 _registry: "weakref.WeakValueDictionary[int, Comm]" = weakref.WeakValueDictionary()
 _registry_lock = threading.Lock()
 
+# The dtype is part of the plane identity checked at creation (its aclDataType code goes into the window).
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
-# aclDataType codes (cam/acl_compat.h): the dtype is part of the plane identity checked at creation
-_ACL_DTYPE = {torch.bfloat16: 27, torch.float16: 1}
 
 
 def lookup(comm_id: int) -> "Comm":

@@ -16,10 +16,10 @@ import weakref
 from . import _C, _runtime
 from .errors import GraphInvalidError
 
-# cam/cam_graph.h camCaptureMode (the values of ACL's aclmdlRICaptureMode).
-MODES = {"global": 0, "thread_local": 1, "relaxed": 2}
-# cam/cam_graph.h camCaptureStatus.
-STATUS_NAMES = {0: "none", 1: "active", 2: "invalidated"}
+# cam/cam_graph.h camCaptureMode (the values of ACL's aclmdlRICaptureMode) by name, and camCaptureStatus names by
+# value: from the C header through cam._C.
+MODES = _C.capture_modes()
+STATUS_NAMES = _C.capture_statuses()
 
 _local = threading.local()
 # id(stream) -> the Graphs captured on it. A Comm's data-plane ops run on the Comm's stream, so the graphs that use

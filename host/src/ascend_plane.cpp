@@ -1,18 +1,19 @@
 // What a data plane on Ascend must satisfy before it is created (docs/ascend.md, "Peer memory"): every rank's window
 // is the HCCL communicator's window, HCCL_BUFFSIZE MiB on every rank, so it must hold the larger role's window; and
-// the longest device wait of an op (the followers' bound: timeout + idle poll + 60 s, MakeCommArgs) must end before
-// the runtime's AI Core op timeout kills the kernel. Pure arithmetic over the layout: checked on the twin too.
+// the longest device wait of an op (the followers' bound: timeout + idle poll + the follower margin, MakeCommArgs)
+// must end before the runtime's AI Core op timeout kills the kernel (cam/cam_timeouts.h). Pure arithmetic over the
+// layout: checked on the twin too.
 #include <cmath>
 #include <string>
 
 #include "cam/cam_comm.h"
+#include "cam/cam_timeouts.h"
 #include "common/window_layout.h"
 #include "status.h"
 
 namespace {
 
-// The followers' own margin past timeout + idle (kernels' followerCycles in comm.cpp MakeCommArgs).
-constexpr double kFollowerMarginS = 60.0;
+constexpr double kFollowerMarginS = CAM_FOLLOWER_MARGIN_S;
 constexpr double kMiB = 1024.0 * 1024.0;
 
 }  // namespace

@@ -27,6 +27,27 @@ tiling::PlatformInfo CurrentPlatform() {
 
 namespace {
 
+// Device memory is host memory on the twin, and some of it (a data-plane window) other ranks' threads write while
+// the host reads: whole aligned words move with atomic accesses, as the device's DMA moves whole words, so the
+// twin stays race-free C++. Anything else (unaligned ends) is copied bytewise.
+void CopyWords(void* dst, const void* src, uint64_t bytes) {
+    const auto s = reinterpret_cast<uintptr_t>(src), d = reinterpret_cast<uintptr_t>(dst);
+    if (s % 8 == 0 && d % 8 == 0 && bytes % 8 == 0) {
+        for (uint64_t i = 0; i < bytes / 8; ++i)
+            static_cast<int64_t*>(dst)[i] = __atomic_load_n(static_cast<const int64_t*>(src) + i, __ATOMIC_ACQUIRE);
+        return;
+    }
+    std::memcpy(dst, src, bytes);
+}
+
+void ZeroWords(void* dst, uint64_t bytes) {
+    if (reinterpret_cast<uintptr_t>(dst) % 8 == 0 && bytes % 8 == 0) {
+        for (uint64_t i = 0; i < bytes / 8; ++i) __atomic_store_n(static_cast<int64_t*>(dst) + i, 0, __ATOMIC_RELEASE);
+        return;
+    }
+    std::memset(dst, 0, bytes);
+}
+
 aclnnStatus StatusOfTaskCode(int code) {
     return code == twin::kTaskFault ? CAM_ERR_KERNEL_FAULT : code;
 }
@@ -65,7 +86,7 @@ void EnqueueDeviceRead(aclrtStream stream, const void* src, uint64_t bytes,
         std::vector<uint8_t> host(bytes);
         // The kernels publish with release order and the stream worker ran them before this task: a plain copy
         // sees their writes (the twin's launch joins every block before the next task starts).
-        std::memcpy(host.data(), src, bytes);
+        CopyWords(host.data(), src, bytes);
         return check(host.data(), message);
     });
 }
@@ -123,9 +144,9 @@ void* PersistentDeviceCopy(const std::vector<uint8_t>& bytes) {
     return p;
 }
 
-void ReadDeviceNow(void* host, const void* device, uint64_t bytes) { std::memcpy(host, device, bytes); }
+void ReadDeviceNow(void* host, const void* device, uint64_t bytes) { CopyWords(host, device, bytes); }
 
-void ZeroDeviceNow(void* device, uint64_t bytes) { std::memset(device, 0, bytes); }
+void ZeroDeviceNow(void* device, uint64_t bytes) { ZeroWords(device, bytes); }
 
 uint64_t SystemCycleHz() { return twin::ActivePlatform().systemCycleHz; }
 

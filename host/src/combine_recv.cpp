@@ -15,8 +15,7 @@ extern "C" aclnnStatus aclnnCamCombineRecvGetWorkspaceSize(camComm* comm, const 
                                                            uint64_t* workspaceSize, aclOpExecutor** executor) {
     return Guarded("aclnnCamCombineRecvGetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("combine_recv");
-        if (!workspaceSize || !executor)
-            return Fail(ACLNN_ERR_PARAM_NULLPTR, "combine_recv: workspaceSize/executor out-pointer is null");
+        if (aclnnStatus st = CheckOutPointers("combine_recv", workspaceSize, executor)) return st;
         aclnnStatus st;
         if ((st = CheckComm("combine_recv", comm, true))) return st;
         const CamTopology& t = comm->topo;
@@ -32,7 +31,8 @@ extern "C" aclnnStatus aclnnCamCombineRecvGetWorkspaceSize(camComm* comm, const 
                                  "], got " + iv.ShapeString());
         if ((st = check.Tensor(wv, "topk_weights", {ACL_FLOAT}, {b, t.K})))
             return st;
-        if ((st = check.Tensor(ov, "out", {ACL_BF16, ACL_FLOAT16}, {b, t.H})))
+        if ((st = check.Tensor(ov, "out", {ACL_BF16, ACL_FLOAT16}, {b, t.H})) ||
+            (st = CheckActDtype(check, ov, "out", comm)))
             return st;
 
         cam::kernels::CombineRecvTilingData tiling{};
@@ -44,13 +44,11 @@ extern "C" aclnnStatus aclnnCamCombineRecvGetWorkspaceSize(camComm* comm, const 
         auto ex = std::make_unique<Executor>("combine_recv");
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, i = iv.data, w = wv.data, o = ov.data](void* workspace, aclrtStream stream) {
-            OpInFlight inFlight(comm);
-            cam::kernels::LaunchCombineRecv(tiling.blockDim, stream, i, w, o,
-                                            reinterpret_cast<uint8_t*>(comm->peerTable.data()),
-                                            static_cast<uint8_t*>(workspace), tiling);
-            EnqueueStatusCheck(stream, comm);
-            inFlight.EndInStreamOrder(stream);
-            return ACLNN_SUCCESS;
+            return LaunchOnComm(comm, stream, [&] {
+                cam::kernels::LaunchCombineRecv(tiling.blockDim, stream, i, w, o,
+                                                reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+                                                static_cast<uint8_t*>(workspace), tiling);
+            });
         };
         return Finish(std::move(ex), workspaceSize, executor);
     });

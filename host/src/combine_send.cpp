@@ -15,14 +15,14 @@ extern "C" aclnnStatus aclnnCamCombineSendGetWorkspaceSize(camComm* comm, const 
                                                            aclOpExecutor** executor) {
     return Guarded("aclnnCamCombineSendGetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("combine_send");
-        if (!workspaceSize || !executor)
-            return Fail(ACLNN_ERR_PARAM_NULLPTR, "combine_send: workspaceSize/executor out-pointer is null");
+        if (aclnnStatus st = CheckOutPointers("combine_send", workspaceSize, executor)) return st;
         aclnnStatus st;
         if ((st = CheckComm("combine_send", comm, false))) return st;
         const CamTopology& t = comm->topo;
         TensorView ov, wv;
         if ((st = check.View(expertOut, "expert_out", &ov)) || (st = check.View(workItem, "work_item", &wv))) return st;
-        if ((st = check.Tensor(ov, "expert_out", {ACL_BF16, ACL_FLOAT16}, {cam::layout::recv_rows(t), t.H})))
+        if ((st = check.Tensor(ov, "expert_out", {ACL_BF16, ACL_FLOAT16}, {cam::layout::recv_rows(t), t.H})) ||
+            (st = CheckActDtype(check, ov, "expert_out", comm)))
             return st;
         if ((st = check.Tensor(wv, "work_item", {ACL_INT64}, {cam::layout::work_item_words(t)})))
             return st;
@@ -35,13 +35,11 @@ extern "C" aclnnStatus aclnnCamCombineSendGetWorkspaceSize(camComm* comm, const 
         auto ex = std::make_unique<Executor>("combine_send");
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, o = ov.data, w = wv.data](void* workspace, aclrtStream stream) {
-            OpInFlight inFlight(comm);
-            cam::kernels::LaunchCombineSend(tiling.blockDim, stream, o, w,
-                                            reinterpret_cast<uint8_t*>(comm->peerTable.data()),
-                                            static_cast<uint8_t*>(workspace), tiling);
-            EnqueueStatusCheck(stream, comm);
-            inFlight.EndInStreamOrder(stream);
-            return ACLNN_SUCCESS;
+            return LaunchOnComm(comm, stream, [&] {
+                cam::kernels::LaunchCombineSend(tiling.blockDim, stream, o, w,
+                                                reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+                                                static_cast<uint8_t*>(workspace), tiling);
+            });
         };
         return Finish(std::move(ex), workspaceSize, executor);
     });

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +30,15 @@ public:
 // Role size of a rank's window (protocol §3).
 int64_t RequiredWindowBytes(const CamTopology& topo, int64_t rank);
 
+// A word of a window the host maps (the twin's transports), with the ordering the kernels' signals use. Device
+// state the ops read after a launch goes through the backend seam instead (EnqueueStatusCheck).
+inline int64_t Load(const uint8_t* window, int64_t byteOff) {
+    return __atomic_load_n(reinterpret_cast<const int64_t*>(window + byteOff), __ATOMIC_ACQUIRE);
+}
+inline void Store(uint8_t* window, int64_t byteOff, int64_t value) {
+    __atomic_store_n(reinterpret_cast<int64_t*>(window + byteOff), value, __ATOMIC_RELEASE);
+}
+
 }  // namespace cam::host
 
 struct camComm {
@@ -52,10 +62,29 @@ namespace cam::host {
 // The arguments every camCommCreate* takes (null pointers, topology, rank, timeouts, dtype); "api" names the call.
 aclnnStatus CheckCreateArgs(const char* api, const CamTopology* topology, int64_t rank, const camCommConfig* config,
                             camComm** comm);
+// ---- status sentences (comm_status.cpp)
+
+// The abort word as a reason: raised by a rank (1 + rank), or a rank found dead by a survivor's liveness watchdog
+// (-(1 + rank), see camCommReportDeadRank).
+std::string AbortReason(int64_t abortWord);
+
+// Name of a topology field as layout::check_topology reports it (field::k*).
+const char* FieldName(int64_t field);
+
+// The communicator status record `st` (with the abort word) as a sentence naming op, rank, peer/replica and
+// layer, and the C status it maps to.
+aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t abortWord, std::string* msg);
+
+// ---- op plumbing (comm_ops.cpp)
 
 // Validates that `comm` can run an op of `role` now: attached, role matches, windows big enough, not aborted or
 // failed. Fails with a message naming `op`.
 aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp);
+
+// An activation tensor of a data-plane op must be in the communicator's actDtype: the window rows, the identity
+// every peer checked at creation and the kernels' byte counts are all for that dtype, so another one would put
+// other bytes on the wire. Fails naming `arg`; call after the tensor's own checks, before anything is launched.
+aclnnStatus CheckActDtype(const ArgChecker& check, const TensorView& v, const char* arg, const camComm* comm);
 
 // The constants every data-plane kernel gets (timeouts converted to the platform's cycle counter).
 kernels::dp::CommArgs MakeCommArgs(const camComm* comm);
@@ -64,6 +93,10 @@ kernels::dp::CommArgs MakeCommArgs(const camComm* comm);
 // turns it into a stream error naming op, rank, peer/replica and layer. Refusals are cleared so the comm stays
 // usable; fatal errors are kept and make the comm refuse further ops.
 void EnqueueStatusCheck(aclrtStream stream, camComm* comm);
+
+// The launch of every data-plane op: `kernel` queues its kernel, then the status check follows in stream order, and
+// the op counts as in flight on `comm` from before the kernel until the stream has passed the check.
+aclnnStatus LaunchOnComm(camComm* comm, aclrtStream stream, const std::function<void()>& kernel);
 
 // Counts an op in comm->opsInFlight from now until the stream has passed everything queued for it so far (the
 // count drops when the stream releases the task queued here, whether it ran it or skipped it after an error).

@@ -21,19 +21,6 @@ const char* ArgumentName(int64_t argument) {
     }
 }
 
-// `host` is a copy of the record taken after the kernels finished (EnqueueDeviceRead).
-kernels::DeviceStatusRecord Parse(const uint8_t* host) {
-    int64_t words[5];
-    std::memcpy(words, host, sizeof(words));
-    kernels::DeviceStatusRecord r{};
-    r.code = words[0];
-    r.argument = words[1];
-    r.index = words[2];
-    r.value = words[3];
-    r.bound = words[4];
-    return r;
-}
-
 }  // namespace
 
 std::string DescribeDeviceStatus(const char* op, const kernels::DeviceStatusRecord& r) {
@@ -69,6 +56,12 @@ std::string DescribeDeviceStatus(const char* op, const kernels::DeviceStatusReco
     return std::string(op) + ": " + what + " (detected on the device; nothing was written)";
 }
 
+aclnnStatus CheckDeviceStatus(const char* op, const kernels::DeviceStatusRecord& record, std::string* message) {
+    if (record.code == kernels::kDeviceStatusOk) return ACLNN_SUCCESS;
+    *message = DescribeDeviceStatus(op, record);
+    return CAM_ERR_DEVICE_ARGUMENT;
+}
+
 void EnqueueDeviceStatusReset(aclrtStream stream, void* record) {
     // In a capture the record is in the graph's zeroed pool and stays sticky across replays (docs/graph.md).
     if (CaptureStatusRecord(stream, nullptr, nullptr)) return;
@@ -77,12 +70,20 @@ void EnqueueDeviceStatusReset(aclrtStream stream, void* record) {
 
 void EnqueueDeviceStatusCheck(aclrtStream stream, const void* record, const char* op) {
     if (CaptureStatusRecord(stream, record, op)) return;  // read after the synchronize that follows a launch
+    // `host` is a copy of the record taken after the kernels finished.
     EnqueueDeviceRead(stream, record, kernels::kDeviceStatusBytes, [op](const uint8_t* host, std::string* message) {
-        const kernels::DeviceStatusRecord r = Parse(host);
-        if (r.code == kernels::kDeviceStatusOk) return ACLNN_SUCCESS;
-        *message = DescribeDeviceStatus(op, r);
-        return CAM_ERR_DEVICE_ARGUMENT;
+        kernels::DeviceStatusRecord r;
+        std::memcpy(&r, host, sizeof(r));
+        return CheckDeviceStatus(op, r, message);
     });
+}
+
+aclnnStatus LaunchWithDeviceStatus(aclrtStream stream, void* record, const char* op,
+                                   const std::function<void()>& kernels) {
+    EnqueueDeviceStatusReset(stream, record);
+    kernels();
+    EnqueueDeviceStatusCheck(stream, record, op);
+    return ACLNN_SUCCESS;
 }
 
 }  // namespace cam::host

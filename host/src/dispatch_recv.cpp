@@ -15,8 +15,7 @@ extern "C" aclnnStatus aclnnCamDispatchRecvGetWorkspaceSize(camComm* comm, aclTe
                                                             uint64_t* workspaceSize, aclOpExecutor** executor) {
     return Guarded("aclnnCamDispatchRecvGetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("dispatch_recv");
-        if (!workspaceSize || !executor)
-            return Fail(ACLNN_ERR_PARAM_NULLPTR, "dispatch_recv: workspaceSize/executor out-pointer is null");
+        if (aclnnStatus st = CheckOutPointers("dispatch_recv", workspaceSize, executor)) return st;
         aclnnStatus st;
         if ((st = CheckComm("dispatch_recv", comm, false))) return st;
         const CamTopology& t = comm->topo;
@@ -27,7 +26,7 @@ extern "C" aclnnStatus aclnnCamDispatchRecvGetWorkspaceSize(camComm* comm, aclTe
         const int64_t n = cam::layout::recv_rows(t);
         st = t.quantized ? check.Tensor(ev, "expand_x", {ACL_INT8}, {n, t.H})
                          : check.Tensor(ev, "expand_x", {ACL_BF16, ACL_FLOAT16}, {n, t.H});
-        if (st) return st;
+        if (st || (!t.quantized && (st = CheckActDtype(check, ev, "expand_x", comm)))) return st;
         if ((st = check.Tensor(sv, "scales", {ACL_FLOAT}, {t.quantized ? n : 1})))
             return st;
         if ((st = check.Tensor(cv, "expert_counts", {ACL_INT64}, {cam::layout::experts_per_ffn(t)})))
@@ -44,12 +43,10 @@ extern "C" aclnnStatus aclnnCamDispatchRecvGetWorkspaceSize(camComm* comm, aclTe
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, e = ev.data, s = sv.data, c = cv.data, w = wv.data](void* workspace,
                                                                                         aclrtStream stream) {
-            OpInFlight inFlight(comm);
-            cam::kernels::LaunchDispatchRecv(tiling.blockDim, stream, reinterpret_cast<uint8_t*>(comm->peerTable.data()),
-                                             e, s, c, w, static_cast<uint8_t*>(workspace), tiling);
-            EnqueueStatusCheck(stream, comm);
-            inFlight.EndInStreamOrder(stream);
-            return ACLNN_SUCCESS;
+            return LaunchOnComm(comm, stream, [&] {
+                cam::kernels::LaunchDispatchRecv(tiling.blockDim, stream, reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+                                                 e, s, c, w, static_cast<uint8_t*>(workspace), tiling);
+            });
         };
         return Finish(std::move(ex), workspaceSize, executor);
     });

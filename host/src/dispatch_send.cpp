@@ -15,14 +15,14 @@ extern "C" aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const
                                                             aclOpExecutor** executor) {
     return Guarded("aclnnCamDispatchSendGetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("dispatch_send");
-        if (!workspaceSize || !executor)
-            return Fail(ACLNN_ERR_PARAM_NULLPTR, "dispatch_send: workspaceSize/executor out-pointer is null");
+        if (aclnnStatus st = CheckOutPointers("dispatch_send", workspaceSize, executor)) return st;
         aclnnStatus st;
         if ((st = CheckComm("dispatch_send", comm, true))) return st;
         const CamTopology& t = comm->topo;
         TensorView xv, iv;
         if ((st = check.View(x, "x", &xv)) || (st = check.View(topkIds, "topk_ids", &iv))) return st;
-        if ((st = check.Tensor(xv, "x", {ACL_BF16, ACL_FLOAT16}, {kAnyDim, kAnyDim})))
+        if ((st = check.Tensor(xv, "x", {ACL_BF16, ACL_FLOAT16}, {kAnyDim, kAnyDim})) ||
+            (st = CheckActDtype(check, xv, "x", comm)))
             return st;
         const int64_t b = xv.Dim(0);
         if (xv.Dim(1) != t.H) return check.Invalid("x must be [B, H=" + std::to_string(t.H) + "], got " + xv.ShapeString());
@@ -42,13 +42,11 @@ extern "C" aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const
         auto ex = std::make_unique<Executor>("dispatch_send");
         ex->workspaceSize = ws;
         ex->launch = [tiling, comm, x = xv.data, ids = iv.data](void* workspace, aclrtStream stream) {
-            OpInFlight inFlight(comm);
-            cam::kernels::LaunchDispatchSend(tiling.blockDim, stream, x, ids,
-                                             reinterpret_cast<uint8_t*>(comm->peerTable.data()),
-                                             static_cast<uint8_t*>(workspace), tiling);
-            EnqueueStatusCheck(stream, comm);
-            inFlight.EndInStreamOrder(stream);
-            return ACLNN_SUCCESS;
+            return LaunchOnComm(comm, stream, [&] {
+                cam::kernels::LaunchDispatchSend(tiling.blockDim, stream, x, ids,
+                                                 reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+                                                 static_cast<uint8_t*>(workspace), tiling);
+            });
         };
         return Finish(std::move(ex), workspaceSize, executor);
     });

@@ -13,7 +13,7 @@ extern "C" aclnnStatus aclnnCamDynamicQuantGetWorkspaceSize(const aclTensor* x, 
                                                             uint64_t* workspaceSize, aclOpExecutor** executor) {
     return Guarded("aclnnCamDynamicQuantGetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("dynamic_quant");
-        if (!workspaceSize || !executor) return Fail(ACLNN_ERR_PARAM_NULLPTR, "dynamic_quant: workspaceSize/executor out-pointer is null");
+        if (aclnnStatus st = CheckOutPointers("dynamic_quant", workspaceSize, executor)) return st;
         TensorView xv, qv, sv;
         aclnnStatus st;
         if ((st = check.View(x, "x", &xv)) || (st = check.View(q, "q", &qv)) || (st = check.View(scale, "scale", &sv)))

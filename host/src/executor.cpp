@@ -25,6 +25,11 @@ Registry& Executors() {
 
 }  // namespace
 
+aclnnStatus CheckOutPointers(const char* op, const uint64_t* workspaceSize, aclOpExecutor* const* executor) {
+    if (workspaceSize && executor) return ACLNN_SUCCESS;
+    return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op) + ": workspaceSize/executor out-pointer is null");
+}
+
 aclnnStatus Finish(std::unique_ptr<Executor> executor, uint64_t* workspaceSize, aclOpExecutor** handle) {
     Registry& r = Executors();
     const uint64_t bytes = executor->workspaceSize;

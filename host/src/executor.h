@@ -19,6 +19,9 @@ struct Executor {
     std::function<aclnnStatus(void* workspace, aclrtStream stream)> launch;  // empty: nothing to launch
 };
 
+// The first check of every GetWorkspaceSize: both out-pointers given.
+aclnnStatus CheckOutPointers(const char* op, const uint64_t* workspaceSize, aclOpExecutor* const* executor);
+
 // The last step of every GetWorkspaceSize: registers the executor and hands its handle and workspace size out.
 aclnnStatus Finish(std::unique_ptr<Executor> executor, uint64_t* workspaceSize, aclOpExecutor** handle);
 

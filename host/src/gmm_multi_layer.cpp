@@ -20,8 +20,7 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y,
                                                              uint64_t* workspaceSize, aclOpExecutor** executor) {
     return Guarded("aclnnCamGmmMultiLayerGetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("gmm_multi_layer");
-        if (!workspaceSize || !executor)
-            return Fail(ACLNN_ERR_PARAM_NULLPTR, "gmm_multi_layer: workspaceSize/executor out-pointer is null");
+        if (aclnnStatus st = CheckOutPointers("gmm_multi_layer", workspaceSize, executor)) return st;
         GmmArgs a;
         aclnnStatus st;
         if ((st = CheckGmmInputs(check, "y", "y_scale", y, yScale, weights, weightScales, groupList, layerIndex,
@@ -46,13 +45,12 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y,
                       li = a.layerIndex.data, ys = a.xScale.data, o = ov.data](void* workspace,
                                                                                 aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);
-            EnqueueDeviceStatusReset(stream, base + ws.status);
-            cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, y, gl, li, table, base + ws.acc,
-                                            base + ws.status, tiling.cube);
-            cam::kernels::LaunchGmmMultiLayerEpilogue(tiling.blockDim, stream, base + ws.acc, ys, gl, li,
-                                                      table, o, base + ws.status, tiling);
-            EnqueueDeviceStatusCheck(stream, base + ws.status, "gmm_multi_layer");
-            return ACLNN_SUCCESS;
+            return LaunchWithDeviceStatus(stream, base + ws.status, "gmm_multi_layer", [&] {
+                cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, y, gl, li, table, base + ws.acc,
+                                                base + ws.status, tiling.cube);
+                cam::kernels::LaunchGmmMultiLayerEpilogue(tiling.blockDim, stream, base + ws.acc, ys, gl, li,
+                                                          table, o, base + ws.status, tiling);
+            });
         };
         return Finish(std::move(ex), workspaceSize, executor);
     });

@@ -18,9 +18,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
     uint64_t* workspaceSize, aclOpExecutor** executor) {
     return Guarded("aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("gmm_swiglu_quant_multi_layer");
-        if (!workspaceSize || !executor)
-            return Fail(ACLNN_ERR_PARAM_NULLPTR,
-                        "gmm_swiglu_quant_multi_layer: workspaceSize/executor out-pointer is null");
+        if (aclnnStatus st = CheckOutPointers("gmm_swiglu_quant_multi_layer", workspaceSize, executor)) return st;
         GmmArgs a;
         aclnnStatus st;
         if ((st = CheckGmmInputs(check, "x", "x_scale", x, xScale, weights, weightScales, groupList, layerIndex,
@@ -51,13 +49,12 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
                       li = a.layerIndex.data, xs = a.xScale.data, yd = yv.data, ysd = sv.data](void* workspace,
                                                                                                 aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);
-            EnqueueDeviceStatusReset(stream, base + ws.status);
-            cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, xd, gl, li, table, base + ws.acc,
-                                            base + ws.status, tiling.cube);
-            cam::kernels::LaunchGmmSwigluQuantMultiLayerEpilogue(tiling.blockDim, stream, base + ws.acc, xs, gl, li,
-                                                       table, yd, ysd, base + ws.status, tiling);
-            EnqueueDeviceStatusCheck(stream, base + ws.status, "gmm_swiglu_quant_multi_layer");
-            return ACLNN_SUCCESS;
+            return LaunchWithDeviceStatus(stream, base + ws.status, "gmm_swiglu_quant_multi_layer", [&] {
+                cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, xd, gl, li, table, base + ws.acc,
+                                                base + ws.status, tiling.cube);
+                cam::kernels::LaunchGmmSwigluQuantMultiLayerEpilogue(tiling.blockDim, stream, base + ws.acc, xs, gl, li,
+                                                           table, yd, ysd, base + ws.status, tiling);
+            });
         };
         return Finish(std::move(ex), workspaceSize, executor);
     });

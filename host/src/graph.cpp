@@ -180,11 +180,12 @@ aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed) {
             kernels::DeviceStatusRecord record{};
             ReadDeviceNow(&record, s.record, sizeof(record));
             CountHostActivity(HostActivity::DeviceRead);
-            if (record.code == kernels::kDeviceStatusOk) continue;
+            std::string message;
+            const aclnnStatus bad = CheckDeviceStatus(s.op, record, &message);
+            if (bad == ACLNN_SUCCESS) continue;
             ZeroDeviceNow(s.record, sizeof(record));
             // The stream's own error is the one reported when there is one; the records are cleared regardless.
-            if (status == ACLNN_SUCCESS && !streamFailed)
-                status = Fail(CAM_ERR_DEVICE_ARGUMENT, DescribeDeviceStatus(s.op, record));
+            if (status == ACLNN_SUCCESS && !streamFailed) status = Fail(bad, message);
         }
         // Every check runs (each clears what it reported); the first failure is the one reported.
         for (const auto& check : data->checks) {
@@ -198,7 +199,9 @@ aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed) {
 }
 
 namespace {
-std::atomic<uint64_t> gActivity[5];
+std::atomic<uint64_t> gActivity[static_cast<int>(HostActivity::kCount)];
+static_assert(sizeof(camHostActivity) == sizeof(uint64_t) * static_cast<int>(HostActivity::kCount),
+              "one camHostActivity field per HostActivity counter");
 }
 
 void CountHostActivity(HostActivity what) { gActivity[static_cast<int>(what)].fetch_add(1, std::memory_order_relaxed); }

@@ -43,7 +43,8 @@ bool CaptureStatusCheck(aclrtStream stream, std::function<aclnnStatus(std::strin
 aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed);
 
 // Counters behind camGetHostActivity, bumped by the backends.
-enum class HostActivity { Synchronize, DeviceRead, HostToDevice, HostTask, GraphLaunch };
+// In camHostActivity's field order (graph.cpp static_asserts the count).
+enum class HostActivity { Synchronize, DeviceRead, HostToDevice, HostTask, GraphLaunch, kCount };
 void CountHostActivity(HostActivity what);
 
 // The stream is being destroyed: its capture (if any) is dropped.

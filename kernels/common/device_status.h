@@ -1,7 +1,9 @@
 // The status record a kernel's pre-pass fills when a device-resident argument is bad (docs/architecture.md, "Status codes and errors"). It lives at
 // the start of the op's workspace; the host zeroes it before the launch and reads it after, on the same stream
 // (host/src/device_status.h), turning a non-zero code into CAM_ERR_DEVICE_ARGUMENT with a message naming the
-// argument. Plain C++ so host code shares the layout; kernels write it with WriteDeviceStatus below.
+// argument. A captured op's record is zeroed once, with the graph's pool, and read and cleared at each synchronize;
+// kernels write it only while its code is clear (the first error wins, docs/graph.md). Plain C++ so host code
+// shares the layout; kernels write it with WriteDeviceStatus (device_status_write.h).
 #pragma once
 
 #include <cstdint>

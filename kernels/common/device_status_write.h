@@ -7,11 +7,18 @@
 
 namespace cam::kernels {
 
-// Fields first, code last with a flush, so a reader that sees the code also sees the fields.
+// The first error wins: the record is written only while its code is clear. Eager launches start from a record the
+// host zeroed, but a captured op's record lives in the graph's pool and is never reset between replays
+// (docs/graph.md), so without this the last bad replay before a synchronize would hide the first. The line is
+// dropped from the scalar cache before the code is read, so the read sees GM (an earlier launch or replay, run on
+// another core, may have set it). Fields first, code last with a flush, so a reader that sees the code also sees
+// the fields. Only block 0 of a launch reports (GmmPrePass), so no two cores of one launch race for the line.
 __aicore__ inline void WriteDeviceStatus(GM_ADDR record, int64_t code, int64_t argument, int64_t index, int64_t value,
                                          int64_t bound) {
     AscendC::GlobalTensor<int64_t> s;
     s.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(record), kDeviceStatusWords);
+    AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(s);
+    if (s.GetValue(0) != kDeviceStatusOk) return;
     s.SetValue(1, argument);
     s.SetValue(2, index);
     s.SetValue(3, value);

@@ -16,7 +16,8 @@ extern "C" {
 
 /* combine_recv (Attention rank): waits until every FFN rank completed this rank's oldest round in flight, then
  *   out[t] = round(sum_k w[t,k] * row(t,k)) in fp32, slot order, empty slots skipped.
- *   topkIds [B, K] ACL_INT32 (the ids dispatched in that round), topkWeights [B, K] ACL_FLOAT, out [B, H] */
+ *   topkIds [B, K] ACL_INT32 (the ids dispatched in that round), topkWeights [B, K] ACL_FLOAT,
+ *   out [B, H] in camCommConfig.actDtype */
 CAM_API aclnnStatus aclnnCamCombineRecvGetWorkspaceSize(camComm* comm, const aclTensor* topkIds,
                                                         const aclTensor* topkWeights, aclTensor* out,
                                                         uint64_t* workspaceSize, aclOpExecutor** executor);

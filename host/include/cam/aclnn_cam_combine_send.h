@@ -16,7 +16,7 @@ extern "C" {
 
 /* combine_send (FFN rank): sends expertOut rows [0, rows) of the work item back to their source ranks and signals
  * completion to every participant of the replica (also with zero rows). An empty work item is a no-op.
- *   expertOut [N, H] activation dtype;  workItem [work_item_words] ACL_INT64 from dispatch_recv */
+ *   expertOut [N, H] camCommConfig.actDtype; workItem [work_item_words] ACL_INT64 from dispatch_recv */
 CAM_API aclnnStatus aclnnCamCombineSendGetWorkspaceSize(camComm* comm, const aclTensor* expertOut,
                                                         const aclTensor* workItem, uint64_t* workspaceSize,
                                                         aclOpExecutor** executor);

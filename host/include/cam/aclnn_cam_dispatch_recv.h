@@ -16,7 +16,7 @@ extern "C" {
 
 /* dispatch_recv (FFN rank): takes the next ready replica round robin, or returns an empty work item after the
  * idle bound. Outputs have static shapes (N = min(capacity, P*Bmax*K), R = E/F):
- *   expandX       [N, H] ACL_INT8 (quantized) or the activation dtype; rows past work_item rows are not written
+ *   expandX       [N, H] ACL_INT8 (quantized) or camCommConfig.actDtype; rows past work_item rows are not written
  *   scales        [N] ACL_FLOAT (quantized) or [1] (unused)
  *   expertCounts  [R] ACL_INT64: rows per local expert (a group_list of type 1 = counts)
  *   workItem      [work_item_words] ACL_INT64 (protocol §4.2); word 2 is the layer (0 when empty) */

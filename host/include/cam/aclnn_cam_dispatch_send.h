@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 /* dispatch_send (Attention rank): publishes this rank's next round.
- *   x        [B, H] ACL_BF16 / ACL_FLOAT16, contiguous, 0 <= B <= Bmax
+ *   x        [B, H] in the communicator's camCommConfig.actDtype (ACL_BF16 / ACL_FLOAT16), contiguous, 0 <= B <= Bmax
  *   topkIds  [B, K] ACL_INT32, ids in [-1, E) (-1: empty slot); checked on the device before any remote write
  *   layer    in [0, L)
  * Quantized topologies send int8 + one fp32 scale per token (shared per-token quant); else x as is. Waits

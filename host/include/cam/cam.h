@@ -15,5 +15,6 @@
 #include "cam/aclnn_cam_gmm_multi_layer.h"
 #include "cam/aclnn_cam_gmm_swiglu_quant_multi_layer.h"
 #include "cam/cam_graph.h"
+#include "cam/cam_timeouts.h"
 
 #endif

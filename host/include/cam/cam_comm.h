@@ -71,8 +71,9 @@ CAM_API aclnnStatus camCommDroppedRounds(const camComm* comm, int64_t replica, i
 CAM_API aclnnStatus camCommDestroy(camComm* comm);
 
 /* Checks a plane for Ascend before it is created (docs/ascend.md): the HCCL window (HCCL_BUFFSIZE, MiB; HCCL's
- * default is 200) holds the topology's window, and timeoutNs + idlePollNs + 60 s (the longest device wait of an op)
- * stays below the AI Core op timeout (seconds; 1091 by default). Fails with ACLNN_ERR_PARAM_INVALID and a sentence
+ * default is 200) holds the topology's window, and timeoutNs + idlePollNs + CAM_FOLLOWER_MARGIN_S (the longest
+ * device wait of an op, cam/cam_timeouts.h) stays below the AI Core op timeout (seconds; CAM_AICORE_OP_TIMEOUT_S
+ * by default). Fails with ACLNN_ERR_PARAM_INVALID and a sentence
  * naming the HCCL_BUFFSIZE needed or the timeout sum. Pure arithmetic: usable on any backend. */
 CAM_API aclnnStatus camCheckAscendPlane(const CamTopology* topology, const camCommConfig* config,
                                         uint32_t hcclBufferMiB, uint32_t aicoreTimeoutS);

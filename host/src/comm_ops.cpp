@@ -1,0 +1,133 @@
+// What the four data-plane ops share around their kernels: the communicator checks, the kernels' constants, the
+// status check queued after a launch, and the in-flight count that keeps camCommDestroy from freeing a busy plane.
+#include <cstring>
+
+#include "backend.h"
+#include "cam/cam_timeouts.h"
+#include "comm.h"
+#include "graph.h"
+#include "status.h"
+
+namespace cam::host {
+
+int64_t RequiredWindowBytes(const CamTopology& topo, int64_t rank) {
+    return rank < layout::attention_ranks(topo) ? layout::attn_window_bytes(topo) : layout::ffn_window_bytes(topo);
+}
+
+aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp) {
+    if (!comm) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op) + ": comm is null");
+    if (!comm->attached)
+        return Fail(ACLNN_ERR_PARAM_INVALID, std::string(op) + ": comm has not mapped its peers' windows yet");
+    if (comm->IsAttention() != attentionOp)
+        return Fail(ACLNN_ERR_PARAM_INVALID, std::string(op) + ": rank " + std::to_string(comm->rank) + " is " +
+                                                 (comm->IsAttention() ? "an Attention" : "an FFN") + " rank; " + op +
+                                                 " runs on " + (attentionOp ? "Attention" : "FFN") + " ranks");
+    {
+        std::lock_guard<std::mutex> lock(comm->failureMutex);
+        if (!comm->failure.empty())
+            return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + ": the communicator failed earlier (" + comm->failure +
+                                                  "); create a new one");
+    }
+    const int64_t abortWord = Load(comm->Own(), kAbortOff);
+    if (abortWord != 0)
+        return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + " on rank " + std::to_string(comm->rank) +
+                                              ": " + AbortReason(abortWord));
+    const int64_t world = layout::world_size(comm->topo);
+    for (int64_t r = 0; r < world; ++r) {
+        const uint64_t have = comm->transport->WindowBytes(r);
+        const int64_t need = RequiredWindowBytes(comm->topo, r);
+        if (static_cast<int64_t>(have) < need)
+            return Fail(ACLNN_ERR_PARAM_INVALID, std::string(op) + ": rank " + std::to_string(r) + "'s window has " +
+                                                     std::to_string(have) + " bytes, the topology needs " +
+                                                     std::to_string(need));
+    }
+    return ACLNN_SUCCESS;
+}
+
+aclnnStatus CheckActDtype(const ArgChecker& check, const TensorView& v, const char* arg, const camComm* comm) {
+    const auto want = static_cast<aclDataType>(comm->config.actDtype);
+    if (v.dtype == want) return ACLNN_SUCCESS;
+    return check.Invalid(std::string(arg) + " is " + DtypeName(v.dtype) + ", but the communicator was created for " +
+                         DtypeName(want) + " activations (camCommConfig.actDtype)");
+}
+
+kernels::dp::CommArgs MakeCommArgs(const camComm* comm) {
+    const uint64_t hz = SystemCycleHz();
+    auto cycles = [hz](int64_t ns) {
+        return static_cast<int64_t>(static_cast<long double>(ns) * static_cast<long double>(hz) / 1e9L) + 1;
+    };
+    kernels::dp::CommArgs a{};
+    a.topo = comm->topo;
+    a.rank = comm->rank;
+    a.timeoutCycles = cycles(comm->config.timeoutNs);
+    a.idleCycles = cycles(comm->config.idlePollNs);
+    // Block 0 decides within timeout + idle plus its own bookkeeping; the follower margin covers a heavily loaded host.
+    a.followerCycles = a.timeoutCycles + a.idleCycles + cycles(CAM_FOLLOWER_MARGIN_S * 1'000'000'000LL);
+    a.planeId = comm->planeId;
+    return a;
+}
+
+namespace {
+
+// The window's control words the check needs, read as one device read: the abort word (line 0) and the status
+// record (line 1) are adjacent (window_layout.h).
+constexpr uint64_t kControlReadBytes = kStatusOff + 8 * kStatusWords;
+static_assert(kAbortOff + 8 <= kStatusOff, "the abort word lies inside the control read");
+
+// `control` is a host copy of the window's first kControlReadBytes, taken after the op's kernels ran. A refusal
+// (abort word clear) is cleared on the device so the comm stays usable; a fatal error is kept as comm->failure.
+aclnnStatus ReportCommStatus(camComm* comm, const uint8_t* control, std::string* message) {
+    int64_t st[kStatusWords];
+    int64_t abortWord;
+    std::memcpy(st, control + kStatusOff, sizeof(st));
+    std::memcpy(&abortWord, control + kAbortOff, sizeof(abortWord));
+    if (st[kStatusCode] == status::kOk) return ACLNN_SUCCESS;
+    const aclnnStatus status = Describe(comm, st, abortWord, message);
+    if (abortWord == 0) {
+        ZeroDeviceNow(comm->Own() + kStatusOff, 8 * kStatusWords);
+    } else {
+        std::lock_guard<std::mutex> lock(comm->failureMutex);
+        if (comm->failure.empty()) comm->failure = *message;
+    }
+    return status;
+}
+
+}  // namespace
+
+void EnqueueStatusCheck(aclrtStream stream, camComm* comm) {
+    // In a capture the status is read after the synchronize that follows a launch of the graph (graph.h): the
+    // stream is idle then, so a direct read is in order.
+    auto afterReplay = [comm](std::string* message) -> aclnnStatus {
+        alignas(8) uint8_t control[kControlReadBytes];
+        ReadDeviceNow(control, comm->Own(), kControlReadBytes);
+        return ReportCommStatus(comm, control, message);
+    };
+    if (CaptureStatusCheck(stream, afterReplay, nullptr)) return;
+    EnqueueDeviceRead(stream, comm->Own(), kControlReadBytes, [comm](const uint8_t* control, std::string* message) {
+        return ReportCommStatus(comm, control, message);
+    });
+}
+
+aclnnStatus LaunchOnComm(camComm* comm, aclrtStream stream, const std::function<void()>& kernel) {
+    OpInFlight inFlight(comm);
+    kernel();
+    EnqueueStatusCheck(stream, comm);
+    inFlight.EndInStreamOrder(stream);
+    return ACLNN_SUCCESS;
+}
+
+OpInFlight::OpInFlight(camComm* comm) {
+    comm->opsInFlight.fetch_add(1);
+    token_ = std::shared_ptr<void>(comm, [](void* c) { static_cast<camComm*>(c)->opsInFlight.fetch_sub(1); });
+}
+
+void OpInFlight::EndInStreamOrder(aclrtStream stream) {
+    // A captured op is in flight as long as its graph lives: camCommDestroy refuses until the graph is destroyed.
+    if (CaptureStatusCheck(stream, nullptr, token_)) {
+        token_.reset();
+        return;
+    }
+    EnqueueStreamTask(stream, [token = std::move(token_)](std::string*) { return ACLNN_SUCCESS; });
+}
+
+}  // namespace cam::host

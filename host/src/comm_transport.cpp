@@ -1,0 +1,177 @@
+// The twin's transports: in-process registry and POSIX shared memory (comm_transport.h).
+#include "comm_transport.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace cam::host {
+
+namespace {
+
+// ---------------------------------------------------------------- in-process transport
+
+struct Block {
+    uint8_t* base = nullptr;
+    uint64_t bytes = 0;
+    explicit Block(uint64_t n) : bytes(n) {
+        base = static_cast<uint8_t*>(std::aligned_alloc(kLine, layout::align_up(static_cast<int64_t>(n), kLine)));
+        if (base) std::memset(base, 0, bytes);
+    }
+    ~Block() { std::free(base); }
+};
+
+struct Group {
+    std::mutex mutex;
+    std::condition_variable cv;
+    int64_t world = 0;
+    int64_t fingerprint = 0;
+    std::vector<std::shared_ptr<Block>> windows;
+    int64_t joined = 0;
+    bool complete = false;
+    std::string error;
+};
+
+std::mutex gRegistryMutex;
+std::map<std::string, std::shared_ptr<Group>> gGroups;
+
+void Unregister(const std::string& name, const std::shared_ptr<Group>& group) {
+    std::lock_guard<std::mutex> lock(gRegistryMutex);
+    auto it = gGroups.find(name);
+    if (it != gGroups.end() && it->second == group) gGroups.erase(it);
+}
+
+class InProcessTransport : public Transport {
+public:
+    explicit InProcessTransport(std::shared_ptr<Group> group) : group_(std::move(group)) {}
+    const char* Name() const override { return "in-process"; }
+    uint8_t* Window(int64_t rank) const override { return group_->windows[rank]->base; }
+    uint64_t WindowBytes(int64_t rank) const override { return group_->windows[rank]->bytes; }
+
+private:
+    std::shared_ptr<Group> group_;  // keeps every rank's window alive while this rank may still touch it
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> JoinInProcessGroup(const std::string& name, const CamTopology& topo, int64_t rank,
+                                              uint64_t bytes, const std::function<void(uint8_t*)>& init,
+                                              int32_t joinTimeoutMs, std::string* why) {
+    const int64_t world = layout::world_size(topo);
+    const int64_t fp = layout::fingerprint(topo);
+    std::shared_ptr<Group> g;
+    {
+        std::lock_guard<std::mutex> lock(gRegistryMutex);
+        auto& slot = gGroups[name];
+        if (!slot) {
+            slot = std::make_shared<Group>();
+            slot->world = world;
+            slot->fingerprint = fp;
+            slot->windows.resize(world);
+        }
+        g = slot;
+    }
+    std::unique_lock<std::mutex> lock(g->mutex);
+    auto fail = [&](const std::string& reason) -> std::unique_ptr<Transport> {
+        if (g->error.empty()) g->error = reason;
+        g->cv.notify_all();
+        lock.unlock();
+        Unregister(name, g);
+        *why = reason;
+        return nullptr;
+    };
+    if (!g->error.empty()) return fail(g->error);
+    if (g->fingerprint != fp || g->world != world)
+        return fail("rank " + std::to_string(rank) + " joined with a different topology (fingerprint " +
+                    std::to_string(fp) + ", the group's is " + std::to_string(g->fingerprint) + ")");
+    if (g->windows[rank]) return fail("rank " + std::to_string(rank) + " joined twice");
+    auto block = std::make_shared<Block>(bytes);
+    if (!block->base) return fail("cannot allocate a window of " + std::to_string(bytes) + " bytes");
+    init(block->base);
+    g->windows[rank] = block;
+    if (++g->joined == world) {
+        g->complete = true;
+        g->cv.notify_all();
+        lock.unlock();
+        Unregister(name, g);
+        lock.lock();
+    } else {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(joinTimeoutMs);
+        g->cv.wait_until(lock, deadline, [&] { return g->complete || !g->error.empty(); });
+        if (!g->complete) {
+            if (!g->error.empty()) return fail(g->error);
+            std::string missing;
+            for (int64_t r = 0; r < world; ++r)
+                if (!g->windows[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+            return fail("timed out after " + std::to_string(joinTimeoutMs) + " ms; ranks not joined: " + missing);
+        }
+    }
+    lock.unlock();
+    return std::make_unique<InProcessTransport>(g);
+}
+
+// ---------------------------------------------------------------- POSIX shm transport
+
+ShmTransport::ShmTransport(std::string name, int64_t rank, int64_t world)
+    : name_(std::move(name)), rank_(rank), maps_(world) {}
+
+ShmTransport::~ShmTransport() {
+    for (auto& m : maps_)
+        if (m.base) munmap(m.base, m.bytes);
+    if (!unlinked_) shm_unlink(name_.c_str());
+}
+
+std::string ShmTransport::Create(uint64_t bytes) {
+    const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) return "shm_open(" + name_ + ") failed: " + std::strerror(errno);
+    created_ = true;
+    std::string err;
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+        err = "ftruncate(" + name_ + ", " + std::to_string(bytes) + ") failed: " + std::strerror(errno);
+    } else {
+        void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            err = "mmap(" + name_ + ") failed: " + std::strerror(errno);
+        } else {
+            maps_[rank_] = {static_cast<uint8_t*>(p), bytes};
+        }
+    }
+    close(fd);
+    return err;
+}
+
+std::string ShmTransport::Map(int64_t rank, const std::string& name) {
+    const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) return "cannot open rank " + std::to_string(rank) + "'s segment " + name + ": " + std::strerror(errno);
+    struct stat st {};
+    std::string err;
+    if (fstat(fd, &st) != 0) {
+        err = "fstat(" + name + ") failed: " + std::strerror(errno);
+    } else {
+        const uint64_t bytes = static_cast<uint64_t>(st.st_size);
+        void* p = bytes ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+        if (p == MAP_FAILED) {
+            err = "mmap of rank " + std::to_string(rank) + "'s segment " + name + " failed";
+        } else {
+            maps_[rank] = {static_cast<uint8_t*>(p), bytes};
+        }
+    }
+    close(fd);
+    return err;
+}
+
+void ShmTransport::Unlink() {
+    if (!unlinked_ && created_) shm_unlink(name_.c_str());
+    unlinked_ = true;
+}
+
+}  // namespace cam::host
