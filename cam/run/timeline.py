@@ -6,8 +6,8 @@ nested (a step contains its layers, a layer its phases); ``cam.run.trace`` turns
 events and ``check_lanes`` verifies the nesting.
 
 Phases (docs/run.md):
-    Attention rank: ``step`` ⊃ ``layer`` ⊃ ``attention`` (the attention block and router; emulated time under
-    ``--cost-model``), ``dense_mlp``, ``dispatch`` (dispatch_send), ``shared`` (shared experts), ``combine_wait``
+    Attention rank: ``step`` ⊃ ``layer`` ⊃ ``attention`` (the attention block and router; under ``--cost-model``
+    it contains ``emulated``, the slept attention time), ``dense_mlp``, ``dispatch`` (dispatch_send), ``shared`` (shared experts), ``combine_wait``
     (combine_recv: waiting for the FFN ranks, then the weighted sum), ``gather`` (P > 1: the participants'
     all-gather of their rows), ``barrier`` (sync mode, before each layer); ``wait_arrival`` between steps while
     the next batch's requests have not arrived yet.
@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from typing import Dict, Iterable, List
 
-ATTENTION_PHASES = ("attention", "dense_mlp", "dispatch", "shared", "combine_wait", "gather", "barrier",
+ATTENTION_PHASES = ("attention", "emulated", "dense_mlp", "dispatch", "shared", "combine_wait", "gather", "barrier",
                     "wait_arrival")
 FFN_PHASES = ("recv", "compute", "send", "idle")
 

@@ -136,7 +136,7 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
             if layer not in moe_layers:
                 for s in range(len(stages)):
                     with lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
-                        _emulate_attention(cfg, lens[s], topo.P)
+                        _emulate_attention(cfg, lens[s], topo.P, lane)
                         x, h = model.pre_moe(layer, xs[s], lens[s])
                     with lane.span("dense_mlp", layer=layer, stage=s):
                         xs[s] = x + model.dense_mlp(layer, h)
@@ -147,7 +147,7 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
             for s in range(len(stages)):  # Attention(ub) -> dispatch(ub) -> shared(ub), then the next stage
                 a, b = mine[s]
                 with lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
-                    _emulate_attention(cfg, lens[s], topo.P)
+                    _emulate_attention(cfg, lens[s], topo.P, lane)
                     x, h, ids, w = model.pre_moe(layer, xs[s], lens[s])
                 ctx = AFDTransferContext(AFDTransferMetadata(moe_index, s, tuple(lens[s])))
                 with lane.span("dispatch", layer=layer, stage=s, tokens=b - a):
@@ -190,11 +190,12 @@ def emulated_attention_s(attention_cost, seq_lens, participants: int = 1) -> flo
     return a + (b * sum(seq_lens) + c * sum(n * n for n in seq_lens)) / participants
 
 
-def _emulate_attention(cfg: RunConfig, seq_lens, participants: int) -> None:
+def _emulate_attention(cfg: RunConfig, seq_lens, participants: int, lane: Lane) -> None:
     """Slept, so the 2 CPUs stay free for the ranks' real work and the scheduling effect is not hidden by CPU
-    contention."""
+    contention. Its own span inside ``attention``: the rest of that span is the real attention and router."""
     if cfg.cost_model:
-        time.sleep(emulated_attention_s(cfg.attention_cost, seq_lens, participants))
+        with lane.span("emulated"):
+            time.sleep(emulated_attention_s(cfg.attention_cost, seq_lens, participants))
 
 
 def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built) -> dict:
