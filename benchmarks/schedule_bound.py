@@ -45,6 +45,7 @@ def main() -> int:
     args, run_args = parser.parse_known_args()
     run_args = run_args or DEFAULT_ARGS
     runs = {"async": [], "sync": []}
+    failures = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             for mode in ("async", "sync"):
@@ -54,9 +55,17 @@ def main() -> int:
                     os.makedirs(args.traces, exist_ok=True)
                     stem = os.path.splitext(os.path.basename(args.out))[0]
                     extra = ["--trace", os.path.join(args.traces, f"{stem}-{mode}.trace.json")]
-                subprocess.run([sys.executable, "-m", "cam.run.cli", "--mode", mode, "--quiet", "--json", path,
-                                "--keep", keep, *extra, *run_args], check=True, timeout=args.run_timeout,
-                               stdout=subprocess.DEVNULL, cwd=tmp)
+                for attempt in range(2):  # a failed run is recorded, then retried once
+                    done = subprocess.run([sys.executable, "-m", "cam.run.cli", "--mode", mode, "--quiet", "--json",
+                                           path, "--keep", keep, *extra, *run_args], timeout=args.run_timeout,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp)
+                    if done.returncode == 0:
+                        break
+                    failures.append({"mode": mode, "repeat": i, "attempt": attempt, "code": done.returncode,
+                                     "stderr_tail": done.stderr.splitlines()[-8:]})
+                    print(f"{mode} {i}: cam-run failed ({done.returncode}):\n{done.stderr}", flush=True)
+                else:
+                    raise SystemExit(f"{mode} {i}: cam-run failed twice")
                 with open(path) as f:
                     report = json.load(f)
                 bound = report["bound"]
@@ -73,7 +82,7 @@ def main() -> int:
         "simulated_makespan_s": {m: runs[m][0]["simulated_makespan_s"] for m in runs},
         # What the two schedules give with the service times alone (the simulator, same batches and costs).
         "ideal_async_over_sync": runs["async"][0]["simulated_makespan_s"] / runs["sync"][0]["simulated_makespan_s"],
-        "median": {}, "runs": runs,
+        "median": {}, "runs": runs, "failed_runs": failures,
     }
     for key in ("makespan_s", "makespan_over_bound", "ttft_mean_s"):
         summary["median"][key] = {m: statistics.median(r[key] for r in runs[m]) for m in runs}

@@ -216,6 +216,10 @@ def _has_matplotlib():
         (["--slots", "100000"], "--slots"),
         (["--json", "/nonexistent-cam-dir/report.json"], "--json"),
         (["--timeline", "/nonexistent-cam-dir/t.png"], "--timeline"),
+        (["--trace", "/nonexistent-cam-dir/t.json"], "--trace"),
+        (["--participants", "0"], "--participants"),
+        (["--participants", "4000"], "rank processes"),
+        (["--cost-model", "--bound-costs", "/nonexistent-cam-dir/costs.json"], "--bound-costs"),
     ],
 )
 def test_bad_flags_are_refused_before_anything_starts(tmp_path, monkeypatch, capsys, args, needle):

@@ -5,14 +5,16 @@ a critical-path bound no larger than the makespan. Every wait here is bounded (c
 
 import json
 import os
+import signal
 import sys
+import time
 from collections import defaultdict
 
 import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_run import cam_run, load_outputs  # noqa: E402
+from test_run import Launcher, alive, cam_run, leftover_windows, load_outputs  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -90,3 +92,20 @@ def test_two_participants_match_one_bit_for_bit_with_a_trace(tmp_path):
     assert 0 < bound["bound_s"] <= report["makespan_s"]  # a lower bound, from service times alone
     assert bound["makespan_over_bound"] == pytest.approx(report["makespan_s"] / bound["bound_s"])
     assert trace["otherData"]["bound"]["bound_s"] == bound["bound_s"]
+
+
+def test_killed_participant_ends_every_process_naming_it(tmp_path):
+    """A participant dies mid-run while its peer may be inside the replica's all-gather or a device wait: every
+    process still ends, well within --timeout, naming it."""
+    run = Launcher("--participants", "2", "--cost-model", "--preset", "imbalanced", "--timeout", "60", cwd=tmp_path)
+    run.wait_for("step 1/")
+    pids = run.pids()
+    assert len(pids) == 2 * 2 + 2, pids  # D=2 replicas x P=2 + F=2
+    os.kill(pids[1], signal.SIGKILL)  # participant 1 of replica 0
+    start = time.monotonic()
+    code, out, err = run.finish()
+    assert code == 1, out + err
+    assert time.monotonic() - start < 60, "the world must end well within the timeout"
+    assert "rank 1 was killed by signal 9" in err, err
+    assert not any(alive(pid) for pid in pids.values()), "no process may be left behind"
+    assert leftover_windows(run.proc.pid) == [], "no shm window may be left behind"

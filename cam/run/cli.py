@@ -289,8 +289,9 @@ def _draw_timeline(report: dict, results: Dict[int, dict], path: str) -> None:
         raise SystemExit(f"cam-run: --timeline needs matplotlib (pip install matplotlib): {e}")
     ranks = sorted(results)
     fig, ax = plt.subplots(figsize=(14, 1 + 0.6 * len(ranks)))
-    cmap = plt.get_cmap("tab10")
-    # Attention lanes: leaf phases coloured by phase; FFN lanes: items coloured by replica; idle in light grey.
+    cmap, replica_cmap = plt.get_cmap("tab10"), plt.get_cmap("Dark2")
+    # Attention lanes: leaf phases coloured by phase; FFN lanes: items coloured by replica (another palette);
+    # idle in light grey.
     phase_colour = {name: cmap(i % 10) for i, name in enumerate(ATTENTION_PHASES)}
     phase_colour["wait_arrival"] = phase_colour["idle"] = "0.9"
     used = set()
@@ -300,7 +301,7 @@ def _draw_timeline(report: dict, results: Dict[int, dict], path: str) -> None:
             if name in ("step", "layer", "recv", "compute", "send"):
                 continue  # containers and an item's parts: the leaf bars say it
             if name == "item":
-                colour, label = cmap(s["args"]["replica"] % 10), f"FFN item, replica {s['args']['replica']}"
+                colour, label = replica_cmap(s["args"]["replica"] % 8), f"FFN item, replica {s['args']['replica']}"
             else:
                 colour, label = phase_colour.get(name, "0.5"), name
             ax.barh(row, s["end_s"] - s["start_s"], left=s["start_s"], color=colour, height=0.8,
@@ -309,6 +310,8 @@ def _draw_timeline(report: dict, results: Dict[int, dict], path: str) -> None:
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([f"{'attn' if results[r]['role'] == 'attention' else 'ffn'} {r}" for r in ranks])
     ax.invert_yaxis()
+    if report["makespan_s"] > 0:  # FFN ranks idle on until the launcher ends the run: not part of the schedule
+        ax.set_xlim(0, report["makespan_s"] * 1.02)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     ax.set_xlabel("seconds since start")
     bound = f", makespan / bound {report['bound']['makespan_over_bound']:.2f}" if "bound" in report else ""
