@@ -87,6 +87,9 @@ def test_participant_shares_are_contiguous_and_balanced():
     assert one.gather(rows, 3) is rows
     with pytest.raises(ValueError, match="owns 3"):
         one.gather(rows[:2], 3)
+    # An empty micro-batch (sync mode's padding step) needs no exchange, even with several participants.
+    empty = torch.zeros(0, 2)
+    assert Participants(None, 0, 0, 1, 1.0).gather(empty, 0) is empty
 
 
 def test_assemble_refuses_missing_and_twice_delivered_tokens():
@@ -160,3 +163,45 @@ def test_default_bound_costs_exist_and_a_bad_file_is_named(tmp_path):
         load_costs(str(bad))
     with pytest.raises(ValueError, match="--bound-costs"):
         load_costs(str(tmp_path / "missing.json"))
+
+
+_GATHER_CHILD = """
+import sys
+from datetime import timedelta
+import torch
+from cam.run.participants import Participants
+part, port = int(sys.argv[1]), int(sys.argv[2])
+store = torch.distributed.TCPStore("127.0.0.1", port, is_master=part == 0, timeout=timedelta(seconds=60),
+                                   wait_for_workers=False)
+group = Participants(store, 3, part, 2, 60.0)
+for tokens in (5, 1, 0, 4):  # uneven shares, an empty share, an empty micro-batch, even shares
+    full = torch.arange(tokens * 2, dtype=torch.float32).reshape(tokens, 2) * 10 + 1
+    start, end = group.own(tokens)
+    got = group.gather(full[start:end].clone(), tokens)
+    assert torch.equal(got, full), (tokens, got, full)
+group.close()
+print("ok", part)
+"""
+
+
+def test_two_participants_gather_their_rows_in_token_order(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, "-c", _GATHER_CHILD, str(p), str(port)], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in range(2)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=120))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and out.startswith("ok"), out + err

@@ -52,7 +52,7 @@ class Participants:
         start, end = self.own(tokens)
         if own_rows.shape[0] != end - start:
             raise ValueError(f"gather: {own_rows.shape[0]} rows, participant {self.part} owns {end - start}")
-        if self.count == 1:
+        if self.count == 1 or tokens == 0:  # every participant sees the same empty micro-batch: nothing to send
             return own_rows
         bounds = split_tokens(tokens, self.count)
         width = max(e - s for s, e in bounds)  # all_gather needs equal shapes: pad to the largest share
