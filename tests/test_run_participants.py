@@ -97,7 +97,10 @@ def test_two_participants_match_one_bit_for_bit_with_a_trace(tmp_path):
 def test_killed_participant_ends_every_process_naming_it(tmp_path):
     """A participant dies mid-run while its peer may be inside the replica's all-gather or a device wait: every
     process still ends, well within --timeout, naming it."""
-    run = Launcher("--participants", "2", "--cost-model", "--preset", "imbalanced", "--timeout", "60", cwd=tmp_path)
+    # --timeout also bounds the world's start-up (six processes importing torch), which took over 60 s on the
+    # loaded 2-CPU machine; the end after the kill is held to far less than it below.
+    run = Launcher("--participants", "2", "--cost-model", "--preset", "imbalanced", "--timeout", "180",
+                   cwd=tmp_path)
     run.wait_for("step 1/")
     pids = run.pids()
     assert len(pids) == 2 * 2 + 2, pids  # D=2 replicas x P=2 + F=2
@@ -105,7 +108,7 @@ def test_killed_participant_ends_every_process_naming_it(tmp_path):
     start = time.monotonic()
     code, out, err = run.finish()
     assert code == 1, out + err
-    assert time.monotonic() - start < 60, "the world must end well within the timeout"
+    assert time.monotonic() - start < 60, "the world must end well within the timeout (liveness, not --timeout)"
     assert "rank 1 was killed by signal 9" in err, err
     assert not any(alive(pid) for pid in pids.values()), "no process may be left behind"
     assert leftover_windows(run.proc.pid) == [], "no shm window may be left behind"
