@@ -23,10 +23,21 @@ def cam_run(*args, cwd):
 
 
 def load_outputs(directory):
-    outputs = {}
+    """Each request's rows, stitched from the (request, first token, rows) pieces every Attention rank saved; a
+    token missing or delivered twice fails here."""
+    pieces = {}
     for name in os.listdir(directory):
         if name.startswith("outputs-"):
-            outputs.update(torch.load(os.path.join(directory, name)))
+            for rid, first, rows in torch.load(os.path.join(directory, name)):
+                pieces.setdefault(rid, []).append((first, rows))
+    outputs = {}
+    for rid, parts in pieces.items():
+        parts.sort(key=lambda p: p[0])
+        expect = 0
+        for first, rows in parts:
+            assert first == expect, f"request {rid}: piece at token {first}, expected {expect}"
+            expect += rows.shape[0]
+        outputs[rid] = torch.cat([rows for _, rows in parts])
     return outputs
 
 
@@ -150,7 +161,7 @@ def test_sigterm_is_clean(tmp_path):
     "args,needle",
     [
         (["--ffn", "3"], "multiple of F"),
-        (["--participants", "2"], "--participants 1"),
+        (["--participants", "0"], "--participants"),
         (["--replicas", "0"], "--replicas"),
         (["--slots", "0"], "--slots"),
     ],
@@ -205,6 +216,10 @@ def _has_matplotlib():
         (["--slots", "100000"], "--slots"),
         (["--json", "/nonexistent-cam-dir/report.json"], "--json"),
         (["--timeline", "/nonexistent-cam-dir/t.png"], "--timeline"),
+        (["--trace", "/nonexistent-cam-dir/t.json"], "--trace"),
+        (["--participants", "0"], "--participants"),
+        (["--participants", "4000"], "rank processes"),
+        (["--cost-model", "--bound-costs", "/nonexistent-cam-dir/costs.json"], "--bound-costs"),
     ],
 )
 def test_bad_flags_are_refused_before_anything_starts(tmp_path, monkeypatch, capsys, args, needle):

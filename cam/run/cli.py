@@ -28,7 +28,13 @@ from typing import Dict, List
 import torch
 
 from .. import _runtime
+from .bound import DEFAULT_COSTS as DEFAULT_BOUND_COSTS
+from .bound import critical_path
+from .bound import load_costs as load_bound_costs
+from .participants import assemble
 from .setup import RunConfig, build
+from .timeline import ATTENTION_PHASES
+from .trace import write_trace
 from .workload import PRESETS as WORKLOAD_PRESETS
 from .worker import ABORT_KEY, READY_KEY, SHUTDOWN_KEY, START_KEY
 
@@ -49,7 +55,9 @@ def _parse(argv):
     p.add_argument("--preset", choices=sorted(WORKLOAD_PRESETS), default="default", help="workload preset")
     p.add_argument("--model", choices=["tiny", "small"], default="tiny", help="model preset (cam.models.PRESETS)")
     p.add_argument("--replicas", type=int, default=2, help="Attention DP replicas D")
-    p.add_argument("--participants", type=int, default=1, help="Attention ranks per replica P (cam-run: 1)")
+    p.add_argument("--participants", type=int, default=1,
+                   help="Attention ranks per replica P: each runs 1/P of every micro-batch's tokens (sequence "
+                        "parallel) and gets exactly its own tokens back (docs/run.md)")
     p.add_argument("--ffn", type=int, default=2, help="FFN ranks F (must divide the model's experts)")
     p.add_argument("--slots", type=int, default=2, help="rounds in flight per Attention rank")
     p.add_argument("--requests", type=int, help="override the preset's number of requests")
@@ -63,6 +71,11 @@ def _parse(argv):
     p.add_argument("--idle-poll", type=float, default=0.02, help="FFN idle poll before an empty work item (s)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     p.add_argument("--timeline", metavar="PNG", help="draw each rank's work over time (needs matplotlib)")
+    p.add_argument("--trace", metavar="JSON",
+                   help="write each rank's phases as a Chrome trace (Perfetto, chrome://tracing), one process per rank")
+    p.add_argument("--bound-costs", metavar="FILE", default=DEFAULT_BOUND_COSTS,
+                   help="cam-sim cost file (device name or path) for the critical-path bound's non-attention service "
+                        f"times under --cost-model (default {DEFAULT_BOUND_COSTS}; docs/run.md)")
     p.add_argument("--check", action="store_true", help="compare every request with the single-process reference")
     p.add_argument("--graph", action="store_true",
                    help="FFN ranks run their iteration as one captured graph, replayed (docs/graph.md)")
@@ -112,14 +125,11 @@ def _writable(flag: str, path: str) -> None:
 
 def check_args(args) -> None:
     """Every flag checked before any process, port or temporary directory exists; errors name the flag."""
-    for flag in ("replicas", "ffn", "slots"):
+    for flag in ("replicas", "participants", "ffn", "slots"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag} must be >= 1, got {getattr(args, flag)}")
     if args.slots > 64:
         raise ValueError(f"--slots must be <= 64, got {args.slots}")
-    if args.participants != 1:
-        raise ValueError("cam-run drives one participant per replica (--participants 1); P > 1 is exercised by the "
-                         "op-level tests")
     world = args.replicas * args.participants + args.ffn
     limit = max_processes()
     if world > limit:
@@ -145,6 +155,10 @@ def check_args(args) -> None:
         _writable("--timeline", args.timeline)
         if importlib.util.find_spec("matplotlib") is None:
             raise ValueError("--timeline needs matplotlib (pip install matplotlib)")
+    if args.trace:
+        _writable("--trace", args.trace)
+    if args.cost_model:
+        load_bound_costs(args.bound_costs)  # a missing or malformed cost file is refused before anything starts
     if args.keep and os.path.exists(args.keep) and not os.path.isdir(args.keep):
         raise ValueError(f"--keep {args.keep!r} exists and is not a directory")
     if args.keep_going and args.mode == "sync":
@@ -235,10 +249,7 @@ def _check(built, out_dir: str, skip=()) -> dict:
     golden, so a SwiGLU output may land one int8 level apart (docs/gmm.md); through the layers that bounds the
     difference at a few percent of an element's scale, and almost every element matches to ~1e-6."""
     model, workload, topo = built
-    outputs = {}
-    for rank in range(topo.A):
-        if rank // topo.P not in skip:  # a lost replica (--keep-going) wrote nothing
-            outputs.update(torch.load(os.path.join(out_dir, f"outputs-{rank}.pt")))
+    outputs = load_outputs(out_dir, topo.A, workload, participants=topo.P, skip_replicas=skip)
     worst_rel, mean_abs, count = 0.0, 0.0, 0
     for replica, batches in enumerate(workload.batches):
         for batch in batches if replica not in skip else []:
@@ -256,6 +267,26 @@ def _check(built, out_dir: str, skip=()) -> dict:
             "tolerance": {"max_rel_diff": 0.05, "mean_abs_diff": 2e-3}}
 
 
+def load_outputs(out_dir: str, attention_ranks: int, workload, participants: int = 1, skip_replicas=()) -> dict:
+    """Every request's final hidden states, assembled from the pieces each Attention rank saved for the tokens it
+    owned; refuses a token delivered by no participant or by two. The replicas in `skip_replicas` (lost under
+    --keep-going) wrote nothing: their ranks are not read and their requests are not expected."""
+    pieces = []
+    for rank in range(attention_ranks):
+        if rank // participants not in skip_replicas:
+            pieces.extend(torch.load(os.path.join(out_dir, f"outputs-{rank}.pt")))
+    excluded = {rid for d in skip_replicas for batch in workload.batches[d] for rid in batch}
+    return assemble(pieces, {r.rid: int(r.tokens.numel()) for r in workload.requests if r.rid not in excluded})
+
+
+def _bound(cfg: RunConfig, built, costs_file: str, makespan: float) -> dict:
+    model, workload, topo = built
+    bound = critical_path(model.config, workload, topo.D, topo.P, topo.F, topo.slots, load_bound_costs(costs_file),
+                          cfg.attention_cost, cfg.mode)
+    bound["makespan_over_bound"] = makespan / bound["bound_s"] if bound["bound_s"] > 0 else float("inf")
+    return bound
+
+
 def _draw_timeline(report: dict, results: Dict[int, dict], path: str) -> None:
     try:
         import matplotlib
@@ -265,21 +296,35 @@ def _draw_timeline(report: dict, results: Dict[int, dict], path: str) -> None:
     except ImportError as e:
         raise SystemExit(f"cam-run: --timeline needs matplotlib (pip install matplotlib): {e}")
     ranks = sorted(results)
-    fig, ax = plt.subplots(figsize=(12, 1 + 0.6 * len(ranks)))
-    cmap = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(14, 1 + 0.6 * len(ranks)))
+    cmap, replica_cmap = plt.get_cmap("tab10"), plt.get_cmap("Dark2")
+    # Attention lanes: leaf phases coloured by phase; FFN lanes: items coloured by replica (another palette);
+    # idle in light grey.
+    phase_colour = {name: cmap(i % 10) for i, name in enumerate(ATTENTION_PHASES)}
+    phase_colour["wait_arrival"] = phase_colour["idle"] = "0.9"
+    used = set()
     for row, rank in enumerate(ranks):
-        r = results[rank]
-        if r["role"] == "attention":
-            for b in r["batches"]:
-                ax.barh(row, b["end_s"] - b["start_s"], left=b["start_s"], color=cmap(b["replica"] % 10), alpha=0.8)
-        else:
-            for it in r["items"]:
-                ax.barh(row, it["end_s"] - it["recv_done_s"], left=it["recv_done_s"], color=cmap(it["replica"] % 10))
+        for s in results[rank]["spans"]:
+            name = s["name"]
+            if name in ("step", "layer", "recv", "compute", "send"):
+                continue  # containers and an item's parts: the leaf bars say it
+            if name == "item":
+                colour, label = replica_cmap(s["args"]["replica"] % 8), f"FFN item, replica {s['args']['replica']}"
+            else:
+                colour, label = phase_colour.get(name, "0.5"), name
+            ax.barh(row, s["end_s"] - s["start_s"], left=s["start_s"], color=colour, height=0.8,
+                    label=None if label in used else label)
+            used.add(label)
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([f"{'attn' if results[r]['role'] == 'attention' else 'ffn'} {r}" for r in ranks])
-    ax.set_xlabel("seconds since start (color = replica)")
+    ax.invert_yaxis()
+    if report["makespan_s"] > 0:  # FFN ranks idle on until the launcher ends the run: not part of the schedule
+        ax.set_xlim(0, report["makespan_s"] * 1.02)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    ax.set_xlabel("seconds since start")
+    bound = f", makespan / bound {report['bound']['makespan_over_bound']:.2f}" if "bound" in report else ""
     ax.set_title(f"cam-run --mode {report['mode']}: makespan {report['makespan_s']:.2f} s, "
-                 f"FFN idle {report['ffn_idle_fraction']:.0%}")
+                 f"FFN idle {report['ffn_idle_fraction']:.0%}{bound}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -399,6 +444,8 @@ def run(args) -> int:
     report = _report(cfg, built, results)
     if lost:
         report["lost_replicas"] = _lost_replicas(built, lost, results)
+    if cfg.cost_model:
+        report["bound"] = _bound(cfg, built, args.bound_costs, report["makespan_s"])
     if args.check:
         report["check"] = _check(built, out_dir, skip=[d["replica"] for d in report.get("lost_replicas", [])])
     _print(report)
@@ -409,6 +456,9 @@ def run(args) -> int:
     if args.timeline:
         _draw_timeline(report, results, args.timeline)
         print(f"wrote {args.timeline}")
+    if args.trace:
+        write_trace(args.trace, results, report)
+        print(f"wrote {args.trace}")
     if not args.keep:
         shutil.rmtree(out_dir, ignore_errors=True)
     return 4 if not report.get("check", {"ok": True})["ok"] else 3 if lost else 0
@@ -442,6 +492,11 @@ def _print(report: dict) -> None:
         print(f"  TTFT        mean {t['mean']:.3f} s  p50 {t['p50']:.3f}  p90 {t['p90']:.3f}  p99 {t['p99']:.3f}")
     print(f"  FFN idle    {report['ffn_idle_fraction']:.1%}  "
           + "  ".join(f"rank {f['rank']}: {f['items']} items" for f in report["ffn"]))
+    if "bound" in report:
+        b = report["bound"]
+        print(f"  bound       {b['bound_s']:.3f} s ({b['binding']}; longest replica chain "
+              f"{max(b['replica_chain_s']):.3f} s, FFN work / F {b['ffn_work_per_rank_s']:.3f} s)   "
+              f"makespan / bound {b['makespan_over_bound']:.2f}")
     if "check" in report:
         c = report["check"]
         print(f"  check       {'PASS' if c['ok'] else 'FAIL'}: max rel diff {c['max_rel_diff']:.2e}, "

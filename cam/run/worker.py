@@ -19,7 +19,9 @@ from datetime import timedelta
 import torch
 
 from ..connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, expert_weights, ffn_compute
+from .participants import Participants, request_pieces
 from .setup import RunConfig, build
+from .timeline import Lane
 
 ABORT_KEY = "run/abort"
 SHUTDOWN_KEY = "run/shutdown"
@@ -87,13 +89,26 @@ def _wait_for_start(store, cfg: RunConfig) -> float:
 
 def run_attention(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built) -> dict:
     model, workload, topo = built
-    replica = rank // topo.P
+    replica, part = divmod(rank, topo.P)
+    # P > 1: this participant dispatches and combines its own share of each micro-batch (cam.run.participants).
+    group = Participants(store, replica, part, topo.P, cfg.timeout_s)
+    try:
+        return _attention_loop(cfg, rank, store, connector, aborted, built, group)
+    finally:
+        group.close()
+
+
+def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built,
+                    group: Participants) -> dict:
+    model, workload, topo = built
+    replica = group.replica
     own = workload.batches[replica]
     steps = max(len(b) for b in workload.batches) if cfg.mode == "sync" else len(own)
     moe_layers = model.config.moe_layers
-    outputs, events = {}, []
+    pieces, events = [], []
     _warm_up(model)
     t0 = _wait_for_start(store, cfg)
+    lane = Lane(t0)
     for step in range(steps):
         rids = own[step] if step < len(own) else []
         prompts = [workload.requests[r].tokens for r in rids]
@@ -101,8 +116,10 @@ def run_attention(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector
         arrival = max((workload.requests[r].arrival_s for r in rids), default=0.0)
         delay = t0 + arrival - time.time()
         if delay > 0:
+            waited = lane.now()
             time.sleep(delay)
-        start = time.time() - t0
+            lane.add("wait_arrival", waited, lane.now(), step=step)
+        start = lane.now()
         # Two micro-batches (stages) when the batch has two requests or more: stage s takes every other request.
         stages = [list(range(s, len(rids), 2)) for s in range(2)] if len(rids) >= 2 else [list(range(len(rids)))]
         xs = []
@@ -110,48 +127,75 @@ def run_attention(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector
             toks = [prompts[i] for i in members]
             xs.append(model.embed_tokens(torch.cat(toks)) if toks else torch.zeros(0, model.config.hidden))
         lens = [[seq_lens[i] for i in members] for members in stages]
+        mine = [group.own(sum(lens[s])) for s in range(len(stages))]
         for layer in range(model.config.num_layers):
+            layer_start = lane.now()
             if cfg.mode == "sync":
-                _barrier(store, f"run/layer/{step}/{layer}", topo.A, cfg.timeout_s, aborted)
+                with lane.span("barrier", layer=layer):
+                    _barrier(store, f"run/layer/{step}/{layer}", topo.A, cfg.timeout_s, aborted)
             if layer not in moe_layers:
                 for s in range(len(stages)):
-                    _emulate_attention(cfg, lens[s])
-                    x, h = model.pre_moe(layer, xs[s], lens[s])
-                    xs[s] = x + model.dense_mlp(layer, h)
+                    with lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
+                        _emulate_attention(cfg, lens[s], topo.P, lane)
+                        x, h = model.pre_moe(layer, xs[s], lens[s])
+                    with lane.span("dense_mlp", layer=layer, stage=s):
+                        xs[s] = x + model.dense_mlp(layer, h)
+                lane.add("layer", layer_start, lane.now(), layer=layer)
                 continue
             moe_index = moe_layers.index(layer)
             held = []
             for s in range(len(stages)):  # Attention(ub) -> dispatch(ub) -> shared(ub), then the next stage
-                _emulate_attention(cfg, lens[s])
-                x, h, ids, w = model.pre_moe(layer, xs[s], lens[s])
+                a, b = mine[s]
+                with lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
+                    _emulate_attention(cfg, lens[s], topo.P, lane)
+                    x, h, ids, w = model.pre_moe(layer, xs[s], lens[s])
                 ctx = AFDTransferContext(AFDTransferMetadata(moe_index, s, tuple(lens[s])))
-                connector.send_attn_output(h, ctx, topk_ids=ids, topk_weights=w)
-                held.append((x, model.shared(layer, h)))
+                with lane.span("dispatch", layer=layer, stage=s, tokens=b - a):
+                    connector.send_attn_output(h[a:b], ctx, topk_ids=ids[a:b], topk_weights=w[a:b])
+                with lane.span("shared", layer=layer, stage=s):
+                    held.append((x, model.shared(layer, h)))
             for s, (x, shared) in enumerate(held):  # combine in dispatch order
-                routed = connector.recv_ffn_output(ubatch_idx=s)
-                xs[s] = x + routed.to(torch.float32) + shared
-        end = time.time() - t0
-        for members, x in zip(stages, xs):
+                a, b = mine[s]
+                with lane.span("combine_wait", layer=layer, stage=s, tokens=b - a):
+                    routed = connector.recv_ffn_output(ubatch_idx=s)
+                rows = x[a:b] + routed.to(torch.float32) + shared[a:b]
+                if topo.P > 1:
+                    with lane.span("gather", layer=layer, stage=s):
+                        rows = group.gather(rows, sum(lens[s]))
+                xs[s] = rows
+            lane.add("layer", layer_start, lane.now(), layer=layer)
+        end = lane.now()
+        for s, (members, x) in enumerate(zip(stages, xs)):
+            a, b = mine[s]
             final = model.finish(x)
-            offset = 0
-            for i in members:
-                outputs[rids[i]] = final[offset:offset + seq_lens[i]].clone()
-                offset += seq_lens[i]
+            for rid, first, row, count in request_pieces([rids[i] for i in members], lens[s], a, b):
+                pieces.append((rid, first, final[a + row:a + row + count].clone()))
+        lane.add("step", start, end, step=step, requests=list(rids), tokens=sum(seq_lens))
         events.append({"replica": replica, "step": step, "requests": rids, "tokens": sum(seq_lens),
                        "start_s": start, "end_s": end})
         if cfg.progress:
             print(f"[rank {rank}] replica {replica} step {step + 1}/{steps}: {sum(seq_lens)} tokens "
                   f"in {end - start:.2f} s", file=sys.stderr, flush=True)
-    torch.save(outputs, os.path.join(cfg.out_dir, f"outputs-{rank}.pt"))
-    return {"role": "attention", "rank": rank, "replica": replica, "batches": events}
+    torch.save(pieces, os.path.join(cfg.out_dir, f"outputs-{rank}.pt"))
+    return {"role": "attention", "rank": rank, "replica": replica, "participant": group.part, "batches": events,
+            "spans": lane.spans}
 
 
-def _emulate_attention(cfg: RunConfig, seq_lens) -> None:
-    """Cost model: attention time ~ a + b * tokens + c * sum(len^2), slept so the 2 CPUs stay free for the ranks'
-    real work and the scheduling effect is not hidden by CPU contention."""
-    if cfg.cost_model and seq_lens:
-        a, b, c = cfg.attention_cost
-        time.sleep(a + b * sum(seq_lens) + c * sum(n * n for n in seq_lens))
+def emulated_attention_s(attention_cost, seq_lens, participants: int = 1) -> float:
+    """Cost model: attention time of one participant for one micro-batch and layer, a + (b * tokens + c * sum(len^2))
+    / P (each of the P participants attends for its share of the queries; 0 for an empty micro-batch)."""
+    if not seq_lens:
+        return 0.0
+    a, b, c = attention_cost
+    return a + (b * sum(seq_lens) + c * sum(n * n for n in seq_lens)) / participants
+
+
+def _emulate_attention(cfg: RunConfig, seq_lens, participants: int, lane: Lane) -> None:
+    """Slept, so the 2 CPUs stay free for the ranks' real work and the scheduling effect is not hidden by CPU
+    contention. Its own span inside ``attention``: the rest of that span is the real attention and router."""
+    if cfg.cost_model:
+        with lane.span("emulated"):
+            time.sleep(emulated_attention_s(cfg.attention_cost, seq_lens, participants))
 
 
 def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built) -> dict:
@@ -161,6 +205,7 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
     # --graph: the iteration is captured once and replayed (docs/graph.md); nothing in it reads the host.
     captured = connector.capture_ffn(w1, w2) if cfg.graph else None
     t0 = _wait_for_start(store, cfg)
+    lane = Lane(t0)
     events, waiting, busy = [], 0.0, 0.0
     loop_start = time.time()
     iteration = 0
@@ -174,25 +219,35 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
             item = captured.item
             # Receive and compute are one replay: its time counts as waiting when the item was empty.
             b = a if int(item.work_item[0]) != 0 else time.time()
+            sent = c = time.time()
         else:
             item = connector.recv_ffn_work_item()
             b = time.time()
             out = ffn_compute(item, w1, w2)
+            sent = time.time()
             connector.send_ffn_work_item_output(item, out)
-        c = time.time()
+            c = time.time()
         waiting += b - a
         busy += c - b
         # Telemetry only, after the item is done: which replica/layer this was, for the timeline.
         rec = item.work_item
         if int(rec[0]) != 0:
-            events.append({"replica": int(rec[1]), "layer": int(rec[2]), "rows": int(rec[5]),
-                           "start_s": a - t0, "recv_done_s": b - t0, "end_s": c - t0})
+            info = {"replica": int(rec[1]), "layer": int(rec[2]), "rows": int(rec[5])}
+            events.append(dict(info, start_s=a - t0, recv_done_s=b - t0, end_s=c - t0))
+            lane.add("item", a - t0, c - t0, **info)
+            lane.add("recv", a - t0, b - t0)
+            lane.add("compute", b - t0, sent - t0)
+            if c > sent:
+                lane.add("send", sent - t0, c - t0)
+        else:
+            lane.idle(a - t0, c - t0)
     total = time.time() - loop_start
     # Nothing is in flight here now, so the dropped-round counts are final (--keep-going reports them).
     lost = [{"replica": x.replica, "dead_rank": x.dead_rank, "dropped_rounds": x.dropped_rounds, "report": str(x)}
             for x in connector.lost_replicas.values()]
-    return {"role": "ffn", "rank": rank, "items": events, "recv_wait_s": waiting, "compute_s": busy,
-            "loop_s": total, "idle_fraction": waiting / total if total > 0 else 0.0, "lost_replicas": lost}
+    return {"role": "ffn", "rank": rank, "items": events, "spans": lane.spans, "recv_wait_s": waiting,
+            "compute_s": busy, "loop_s": total, "idle_fraction": waiting / total if total > 0 else 0.0,
+            "lost_replicas": lost}
 
 
 def main(argv=None) -> int:

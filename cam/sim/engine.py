@@ -568,6 +568,7 @@ class Simulation:
             "ffn_busy_s": list(self.ffn_time),
             "attention_busy_s": [rep.busy for rep in self.reps],
             "critical_path_s": max(max(rep.chain for rep in self.reps), max(self.ffn_time)),
+            "replica_chain_s": [rep.chain for rep in self.reps],
             "rounds": len(self.round_replica),
             "work_items": self.items,
             "routed_rows": self.total_rows,
