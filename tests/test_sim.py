@@ -224,6 +224,8 @@ def test_chunks_golden():
     assert chunks(np.array([0, 0]), 4) == [(0, 0)]
     assert chunks(np.array([8]), 4) == [(4, 1), (4, 1)]
     assert chunks(np.array([2, 3, 2]), 4) == [(2, 1), (3, 1), (2, 1)]  # whole experts: 2+3 > 4, 3+2 > 4
+    # The open chunk is exactly full when a split expert arrives: none of its rows join it.
+    assert chunks(np.array([4, 10]), 4) == [(4, 1), (4, 1), (4, 1), (2, 1)]
 
 
 @given(counts=st.lists(st.integers(0, 50), min_size=1, max_size=12), cap=st.integers(1, 40))

@@ -133,7 +133,7 @@ def chunks(counts: np.ndarray, capacity: int) -> List[tuple]:
         if n > capacity:
             if rows:
                 take = capacity - rows
-                out.append((capacity, active + 1))
+                out.append((capacity, active + (1 if take else 0)))  # a full open chunk holds none of its rows
                 n -= take
                 rows = active = 0
             full, n = divmod(n, capacity)
