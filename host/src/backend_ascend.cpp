@@ -9,8 +9,6 @@
 // records) move with aclrtMemcpyAsync in stream order through page-locked buffers; the host-side checks run in
 // camSynchronizeStream after the stream finished, in the order they were queued, and only then are the buffers
 // freed. A synchronize that times out frees nothing: the device may still use those buffers.
-#include <dlfcn.h>
-
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -23,6 +21,7 @@
 
 #include "acl/acl.h"
 #include "backend.h"
+#include "dl_library.h"
 #include "graph.h"
 #include "cam/cam_platform.h"
 #include "cam/cam_status.h"
@@ -57,22 +56,15 @@ struct Acl {
 
 template <typename F>
 bool Resolve(void* lib, const char* name, F* fn, std::string* why) {
-    *fn = reinterpret_cast<F>(dlsym(lib, name));
-    if (*fn == nullptr) *why = std::string("the Ascend runtime (libascendcl.so) has no ") + name;
-    return *fn != nullptr;
+    return ResolveSymbol(lib, "libascendcl.so", "the Ascend runtime", name, fn, why);
 }
 
 const Acl& Runtime() {
     static const Acl acl = [] {
         Acl a;
         // If torch_npu already loaded the runtime, this returns that same library.
-        void* lib = dlopen("libascendcl.so", RTLD_NOW | RTLD_LOCAL);
-        if (lib == nullptr) {
-            const char* why = dlerror();
-            a.unavailable = std::string("the Ascend runtime (libascendcl.so) could not be loaded: ") +
-                            (why ? why : "unknown reason") + " (source CANN's set_env.sh first)";
-            return a;
-        }
+        void* lib = OpenCannLibrary("libascendcl.so", "the Ascend runtime", &a.unavailable);
+        if (lib == nullptr) return a;
         std::string& why = a.unavailable;
         (void)(Resolve(lib, "aclrtMemcpyAsync", &a.memcpyAsync, &why) &&
                Resolve(lib, "aclrtMemsetAsync", &a.memsetAsync, &why) &&

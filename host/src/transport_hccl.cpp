@@ -5,8 +5,6 @@
 // libhccl is resolved with dlopen, as the ACL runtime is (backend_ascend.cpp): the library loads where CANN is
 // absent. Every entry point's type is taken from HCCL's own prototype (decltype(&HcclCommInitRootInfoConfig) ...), so
 // a change in HCCL's headers is a compile error in the header check (tests/test_ascend_hccl.py). Never run.
-#include <dlfcn.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +13,7 @@
 
 #include "hccl/hccl.h"
 #include "backend.h"
+#include "dl_library.h"
 #include "cam/cam_comm_hccl.h"
 #include "comm.h"
 #include "status.h"
@@ -37,21 +36,14 @@ struct HcclApi {
 
 template <typename F>
 bool Resolve(void* lib, const char* name, F* fn, std::string* why) {
-    *fn = reinterpret_cast<F>(dlsym(lib, name));
-    if (*fn == nullptr) *why = std::string("the HCCL library (libhccl.so) has no ") + name;
-    return *fn != nullptr;
+    return ResolveSymbol(lib, "libhccl.so", "the HCCL library", name, fn, why);
 }
 
 const HcclApi& Hccl() {
     static const HcclApi api = [] {
         HcclApi a;
-        void* lib = dlopen("libhccl.so", RTLD_NOW | RTLD_LOCAL);
-        if (lib == nullptr) {
-            const char* why = dlerror();
-            a.unavailable = std::string("the HCCL library (libhccl.so) could not be loaded: ") +
-                            (why ? why : "unknown reason") + " (source CANN's set_env.sh first)";
-            return a;
-        }
+        void* lib = OpenCannLibrary("libhccl.so", "the HCCL library", &a.unavailable);
+        if (lib == nullptr) return a;
         std::string& why = a.unavailable;
         (void)(Resolve(lib, "HcclGetRootInfo", &a.getRootInfo, &why) &&
                Resolve(lib, "HcclCommInitRootInfoConfig", &a.initRootInfoConfig, &why) &&
