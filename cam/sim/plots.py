@@ -17,6 +17,16 @@ def _plt():
     return plt
 
 
+def _finish(plt, fig, ax, title: str, path: str) -> None:
+    """The look every study plot shares: title, small legend, light grid, written at 100 dpi and closed."""
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def ttft_cdf(curves: Dict[str, List[float]], path: str, title: str, slo_s=None) -> None:
     """One CDF per label (e.g. async / sync) of per-request TTFT."""
     plt = _plt()
@@ -29,12 +39,7 @@ def ttft_cdf(curves: Dict[str, List[float]], path: str, title: str, slo_s=None) 
         ax.axvline(slo_s, color="grey", linestyle=":", label=f"SLO {slo_s:g} s")
     ax.set_xlabel("TTFT (s)")
     ax.set_ylabel("fraction of requests")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _finish(plt, fig, ax, title, path)
 
 
 def throughput_vs_rate(runs: List[dict], path: str, title: str) -> None:
@@ -51,12 +56,7 @@ def throughput_vs_rate(runs: List[dict], path: str, title: str) -> None:
                 linestyle="-" if key.startswith("async") else "--")
     ax.set_xlabel("arrival rate (requests/s)")
     ax.set_ylabel("SLO-compliant throughput (k tokens/s)")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _finish(plt, fig, ax, title, path)
 
 
 def utilisation_vs_af(runs: List[dict], path: str, title: str) -> None:
@@ -77,12 +77,7 @@ def utilisation_vs_af(runs: List[dict], path: str, title: str) -> None:
     ax.set_xlabel("A:F (Attention ranks per FFN rank)")
     ax.set_ylabel("utilisation")
     ax.set_ylim(0, 1.05)
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _finish(plt, fig, ax, title, path)
 
 
 def all_plots(result: dict, curves: Dict[str, List[float]], out_dir: str, slo_s=None) -> List[str]:
