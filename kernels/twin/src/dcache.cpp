@@ -45,10 +45,6 @@ struct LineKeyHash {
 struct Shard {
     std::mutex mutex;
     std::unordered_map<LineKey, LineState, LineKeyHash> lines;
-    // Parking (ParkOn): the futex word bumped on every write to a line of this shard; parked blocks wait for a
-    // change. `parked` spares writers the wake-up system call when nobody waits.
-    std::atomic<uint32_t> epoch{0};
-    std::atomic<int32_t> parked{0};
 };
 
 Shard gShards[kShards];
@@ -56,11 +52,66 @@ std::atomic<int64_t> gDirtyLines{0};
 
 Shard& ShardOf(uintptr_t base) { return gShards[(base / kDcacheLineBytes) % kShards]; }
 
-void Wake(Shard& shard) {
-    // seq_cst on both sides (here and in ParkOn): either the writer sees the parked count or the parker sees the
-    // new epoch, so a write never slips past a block about to park.
-    shard.epoch.fetch_add(1, std::memory_order_seq_cst);
-    if (shard.parked.load(std::memory_order_seq_cst) > 0) UnparkAll(shard.epoch);
+// ---- waits (ParkOn / WakeParked): a waiter is woken by a write to the very line it watches, nothing else ----
+// A waiting thread registers the line it polls in a slot of this table for as long as it keeps waiting on it; a
+// writer (an MTE write to GM, a clean) bumps the futex word of every slot registered on a line it wrote and wakes
+// the slot's thread if it sleeps. An earlier version bumped one of 64 shards per written line: a 2 KiB payload row
+// touches 32 consecutive lines, so every payload copy woke about half of all waiting blocks for nothing, and on 2
+// CPUs those wake-ups took the CPU from the blocks doing the copies.
+struct ParkSlot {
+    std::atomic<uint32_t> claimed{0};    // owned by one thread (ParkerState) for its lifetime
+    std::atomic<uintptr_t> line{0};      // the line its thread waits on now, 0 when none
+    std::atomic<uint32_t> word{0};       // futex word: bumped by every write to `line`
+    std::atomic<uint32_t> sleeping{0};   // the thread is (about to be) in the futex wait: writers must wake it
+};
+// Polls of a wait that re-poll at once before it parks: a signal about to arrive costs no futex round trip.
+constexpr uint32_t kWaitEagerPolls = 16;
+// Blocks of every rank of a process that wait at once: 4 ranks x 48 blocks on the largest platform fits.
+constexpr uint32_t kParkSlots = 512;
+ParkSlot gParkSlots[kParkSlots];
+std::atomic<uint32_t> gParkSlotsUsed{0};  // slots [0, used) were ever claimed: the writers' scan bound
+
+// This thread's slot, freed when the thread ends (pool threads leave after an idle time).
+struct ParkerState {
+    int32_t slot = -1;
+    uintptr_t line = 0;  // what the slot is registered on
+    uint32_t seen = 0;   // the slot's word when this thread last let its wait poll
+    uint64_t woken = 0;  // parks that ended because the watched line was written (ParkWakeupsThisThread)
+    ~ParkerState() {
+        if (slot < 0) return;
+        gParkSlots[slot].line.store(0, std::memory_order_release);
+        gParkSlots[slot].claimed.store(0, std::memory_order_release);
+    }
+};
+thread_local ParkerState tParker;
+
+ParkSlot* ClaimParkSlot() {
+    if (tParker.slot >= 0) return &gParkSlots[tParker.slot];
+    for (uint32_t i = 0; i < kParkSlots; ++i) {
+        uint32_t free = 0;
+        if (!gParkSlots[i].claimed.compare_exchange_strong(free, 1, std::memory_order_acq_rel)) continue;
+        uint32_t used = gParkSlotsUsed.load(std::memory_order_relaxed);
+        while (used < i + 1 && !gParkSlotsUsed.compare_exchange_weak(used, i + 1, std::memory_order_acq_rel)) {
+        }
+        tParker.slot = static_cast<int32_t>(i);
+        return &gParkSlots[i];
+    }
+    return nullptr;  // more waiting threads than slots: this one falls back to timed parks
+}
+
+// Every registered waiter on a line in [first, last] (line bases) is told that something wrote it.
+void WakeLines(uintptr_t first, uintptr_t last) {
+    // Dekker with ParkOn's registration: the writer's stores, this fence, then its read of the slots; the waiter's
+    // registration, a fence, then its poll. Either the writer sees the registration or the poll sees the write.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const uint32_t used = gParkSlotsUsed.load(std::memory_order_acquire);
+    for (uint32_t i = 0; i < used; ++i) {
+        ParkSlot& s = gParkSlots[i];
+        const uintptr_t line = s.line.load(std::memory_order_relaxed);
+        if (line < first || line > last || line == 0) continue;
+        s.word.fetch_add(1, std::memory_order_seq_cst);
+        if (s.sleeping.load(std::memory_order_seq_cst) != 0) UnparkAll(s.word);
+    }
 }
 
 std::string Hex(uintptr_t v) {
@@ -196,7 +247,7 @@ void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location
     ++st.version;
     line.dirty = 0;
     gDirtyLines.fetch_sub(1, std::memory_order_relaxed);
-    Wake(shard);
+    WakeLines(base, base);
 }
 
 void DataCache::CleanInvalidate(const void* addr, const std::source_location& where) {
@@ -280,34 +331,52 @@ void ForgetLaunch(const void* launch) {
     }
 }
 
+uint64_t ParkWakeupsThisThread() { return tParker.woken; }
+
 void WakeParked(const void* addr, uint64_t bytes) {
     if (bytes == 0) return;
-    const uintptr_t first = reinterpret_cast<uintptr_t>(addr) & ~(kDcacheLineBytes - 1);
-    const uintptr_t last = (reinterpret_cast<uintptr_t>(addr) + bytes - 1) & ~(kDcacheLineBytes - 1);
-    for (uintptr_t base = first; base <= last && base - first < kShards * kDcacheLineBytes; base += kDcacheLineBytes)
-        Wake(ShardOf(base));
+    WakeLines(reinterpret_cast<uintptr_t>(addr) & ~(kDcacheLineBytes - 1),
+              (reinterpret_cast<uintptr_t>(addr) + bytes - 1) & ~(kDcacheLineBytes - 1));
 }
 
 void ParkOn(const void* watched, uint32_t iteration) {
-    // The first polls of a wait re-poll at once (a signal about to arrive costs no sleep). No sched_yield: on a
+    const uintptr_t line = reinterpret_cast<uintptr_t>(watched) & ~(kDcacheLineBytes - 1);
+    ParkSlot* slot = ClaimParkSlot();
+    if (slot != nullptr && (iteration == 0 || tParker.line != line)) {
+        // A new wait (or a wait that moved to another line): register, then let it poll once more. A write after
+        // this point bumps the word; one before it is seen by that poll (the fence pairs with WakeLines').
+        slot->line.store(line, std::memory_order_seq_cst);
+        tParker.line = line;
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        tParker.seen = slot->word.load(std::memory_order_seq_cst);
+        return;
+    }
+    // The first polls of a wait re-poll at once (a signal about to arrive costs no park). No sched_yield: on a
     // loaded machine a yield can give the CPU away for a whole time slice.
-    if (iteration < 16) {
+    if (iteration < kWaitEagerPolls) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
+        if (slot != nullptr) tParker.seen = slot->word.load(std::memory_order_seq_cst);
         return;
     }
-    // In-process writers (MTE copies, cleans) wake the block at once; the timeout bounds the wait for writes the
-    // twin does not see (a peer process, the host) and keeps the kernel's own deadline check running. It grows with
-    // the wait: a block waking every 20 µs for nothing takes the CPU from the producers it waits for (many blocks
-    // share 2 CPUs here). Block threads run with a 1 µs timer slack (twin/park.h), so the interval is what the block
-    // sleeps; 200 µs is about what the old 100 µs sleeps really lasted with the default slack.
+    // In-process writers (MTE copies, cleans) of the watched line wake the block at once; the timeout bounds the
+    // wait for writes the twin does not see (a peer process, the host) and keeps the kernel's own deadline check
+    // running. It grows with the wait, so a long idle wait costs little CPU. Block threads run with a 1 µs timer
+    // slack (twin/park.h), so the interval is what the block sleeps.
     const auto interval = std::chrono::microseconds(iteration < 256 ? 50 : 200);
-    Shard& shard = ShardOf(reinterpret_cast<uintptr_t>(watched) & ~(kDcacheLineBytes - 1));
-    shard.parked.fetch_add(1, std::memory_order_seq_cst);
-    const uint32_t seen = shard.epoch.load(std::memory_order_seq_cst);
-    ParkWhileEqual(shard.epoch, seen, interval);
-    shard.parked.fetch_sub(1, std::memory_order_acq_rel);
+    if (slot == nullptr) {
+        std::atomic<uint32_t> never{0};
+        ParkWhileEqual(never, 0, interval);
+        return;
+    }
+    slot->sleeping.store(1, std::memory_order_seq_cst);
+    // Returns at once if a write came since the last poll. A futex return without a timeout may be spurious (a
+    // signal): only a changed word counts as woken.
+    ParkWhileEqual(slot->word, tParker.seen, interval);
+    slot->sleeping.store(0, std::memory_order_relaxed);
+    if (slot->word.load(std::memory_order_acquire) != tParker.seen) ++tParker.woken;
+    tParker.seen = slot->word.load(std::memory_order_seq_cst);
 }
 
 }  // namespace cam::twin

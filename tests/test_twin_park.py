@@ -1,0 +1,35 @@
+"""Issue 12, waits: a data-plane wait parked on a GM line (twin::ParkOn) is woken by a write to that line and by no
+other (tests/twin/park.cpp, each case a fresh process). The old shard scheme woke about half of all waiters on every
+2 KiB payload copy: `write_to_neighbour_lines` and `neighbour_storm` fail against it; `write_to_watched_line` and the
+same-line cases are their controls (a wake-up that never comes would fail them)."""
+
+import glob
+import os
+import shutil
+import subprocess
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def park_binary(source_root, tmp_path_factory):
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no C++ compiler to build the twin park test")
+    out = str(tmp_path_factory.mktemp("twin-park") / "park")
+    sources = [os.path.join(source_root, "tests", "twin", "park.cpp")]
+    sources += sorted(glob.glob(os.path.join(source_root, "kernels", "twin", "src", "*.cpp")))
+    cmd = [compiler, "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-I", source_root,
+           "-I", os.path.join(source_root, "kernels", "twin", "include"), *sources, "-o", out]
+    subprocess.run(cmd, check=True, timeout=300)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["write_to_watched_line", "write_to_same_line_other_word",
+                                  "write_range_covering_line", "write_to_neighbour_lines",
+                                  "write_before_watched_line", "no_write", "neighbour_storm"])
+def test_park_case(park_binary, case):
+    result = subprocess.run([park_binary, case], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, CAM_TWIN_PLATFORM="twin"))
+    assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
