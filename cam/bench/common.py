@@ -185,8 +185,11 @@ def plane_ids(topo):
 def run_plane(topo, rounds: int, dtype):
     """Rounds of dispatch_send -> dispatch_recv -> combine_send -> combine_recv on an in-process plane (ranks are
     threads); barriers separate the dispatch stage (all Attention ranks send, every FFN rank receives its work
-    item) from the combine stage (every FFN rank sends back, every Attention rank reduces). Returns the seconds of
-    each round's dispatch and combine stage and the ids used. Public cam API only."""
+    items, one per replica) from the combine stage (every FFN rank sends each work item back, every Attention rank
+    reduces). Each stage holds its own ops only: the FFN ranks keep the round's work items and combine them all in
+    the combine stage (an earlier version sent the first replica's rows back between the two dispatch_recvs, so
+    the dispatch stage carried half of combine_send's work). Returns the seconds of each round's dispatch and
+    combine stage and the ids used. Public cam API only."""
     import threading
     import uuid
 
@@ -208,21 +211,20 @@ def run_plane(topo, rounds: int, dtype):
                 out = torch.zeros((topo.recv_rows, topo.H), dtype=dtype)
                 for _ in range(rounds):
                     barrier.wait()
+                    items = []
                     if comm.is_attention:
                         cam.ops.dispatch_send(comm, xs[rank], ids[rank], 0)
-                        wi = None
                     else:
-                        served = 0
-                        while served < topo.D:  # one work item per replica this round
-                            if served:
-                                cam.ops.combine_send(comm, out, wi)
+                        while len(items) < topo.D:  # one work item per replica this round (empty ones: idle polls)
                             _, _, _, wi = cam.ops.dispatch_recv(comm)
-                            served += int(wi[0])
+                            if int(wi[0]):
+                                items.append(wi)
                     barrier.wait()  # dispatch stage done
                     if comm.is_attention:
                         cam.ops.combine_recv(comm, ids[rank], ws[rank])
                     else:
-                        cam.ops.combine_send(comm, out, wi)
+                        for wi in items:
+                            cam.ops.combine_send(comm, out, wi)
                     barrier.wait()  # combine stage done
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
