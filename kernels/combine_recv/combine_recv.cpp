@@ -78,8 +78,11 @@ private:
             return plane_.Refuse(status::kBadInput, dp::kNoPeer, round, detail::kArgIdsDiffer);
         }
         CompletionPoll poll{this, round, seq, s};
-        const dp::WaitEnd end = dp::BoundedWait(plane_, round, own + layout::attn_completion_signal_off(t, s, 0),
-                                                AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles, poll);
+        // done[s][f] of every FFN rank: F lines in a row.
+        const dp::WaitEnd end = dp::BoundedWait(
+            plane_, round, own + layout::attn_completion_signal_off(t, s, 0),
+            layout::attn_completion_signal_off(t, s, t.F) - layout::attn_completion_signal_off(t, s, 0),
+            AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles, poll);
         if (end != dp::WaitEnd::kExpired) return end == dp::WaitEnd::kDone;
         // Name the real fault: if a participant of this replica never published the round on the FFN rank we
         // wait for, that rank could never serve it.

@@ -19,6 +19,7 @@ public:
         expertOut_ = expertOut;
         wi_ = workItem;
         mover_.Init(pipe_, tiling.copyChunkBytes);
+        idx_.Init(pipe_, dp::kTableWindowElems);
     }
 
     __aicore__ inline void Process() {
@@ -74,7 +75,7 @@ private:
             return Refuse(status::kProtocol, d, detail::kProtoStaleWorkItem);
         const int64_t s = layout::slot_of_seq(t, q);
         int64_t hi = 0, roundRows = 0;
-        if (!dp::WorkItemMatchesRecords(plane_, wi_, d, q, s, lo, &hi, &roundRows))
+        if (!dp::WorkItemMatchesRecords(plane_, wi_, d, q, s, lo, &hi, &roundRows, idx_))
             return Refuse(status::kBadInput, d, detail::kArgWorkItem);
         // Block 0 keeps what it recomputed: the state it advances after the scatter never comes from the user
         // tensor again, so a caller rewriting the item meanwhile cannot move this rank's state or signals.
@@ -100,6 +101,7 @@ private:
         const int64_t rowBytes = t.H * t.act_dtype_bytes;
         int64_t lo, hi;
         dp::BlockShare(n, &lo, &hi);
+        idx_.Forget();
         dp::ForEachRow(t, wi_, lo, hi, ScatterRow{this, d, s, rowBytes});
     }
 
@@ -107,8 +109,11 @@ private:
         const CamTopology& t = Topo();
         const int64_t a = layout::attn_rank_of(t, d, p);
         GM_ADDR region = plane_.Own() + layout::ffn_region_off(t, a, s);
-        const int64_t tk = dp::IndexField(region, t, entry, 1);
-        if (tk < 0 || tk >= t.Bmax * t.K) return;  // checked in Control; a peer racing it still stays in the slot
+        // Both checked in Control; bounding them again keeps a peer racing it inside the region and the slot.
+        if (entry < 0 || entry >= layout::region_index_entries(t)) return;
+        dp::UseIndexTable(idx_, region, t);
+        const int64_t tk = idx_.Get(2 * entry + 1);
+        if (tk < 0 || tk >= t.Bmax * t.K) return;
         mover_.Copy(plane_.Window(a) + layout::attn_combine_row_off(t, s, tk), expertOut_ + o * rowBytes, rowBytes);
     }
 
@@ -152,6 +157,7 @@ private:
     GM_ADDR wi_ = nullptr;
     AscendC::TPipe pipe_;
     dp::ByteMover mover_;
+    dp::UbWindow<int32_t> idx_;  // index entries of the region being read
 };
 
 }  // namespace cam::kernels

@@ -9,6 +9,7 @@
 
 #include "common/dataplane_args.h"
 #include "common/spin.h"
+#include "common/ub_math.h"
 #include "common/window_layout.h"
 
 namespace cam::kernels::dp {
@@ -190,14 +191,14 @@ enum class PollResult : uint8_t { kWait, kDone, kStop };
 enum class WaitEnd : uint8_t { kDone, kStop, kAborted, kExpired };
 inline constexpr int64_t kNoDeadline = INT64_MAX;  // the poll bounds the wait itself (dispatch_recv's idle bound)
 
-// The data plane's one bounded wait. `poll()` reads what the wait is for (the signal word at `watched`, and any
-// others) and answers kDone, kStop (it has recorded why) or kWait. The wait also ends when this rank's abort word is
-// raised (recorded as a refusal of `round`, kAborted) or when the system cycle passes `deadline` (kExpired: the
-// caller records the timeout, naming what it still missed). Between polls it backs off on `watched`: a no-op on
-// Ascend, on the twin the block parks until that line is written.
+// The data plane's one bounded wait. `poll()` reads what the wait is for (signal words in [watched, watched +
+// watchedBytes): every line it polls) and answers kDone, kStop (it has recorded why) or kWait. The wait also ends
+// when this rank's abort word is raised (recorded as a refusal of `round`, kAborted) or when the system cycle passes
+// `deadline` (kExpired: the caller records the timeout, naming what it still missed). Between polls it backs off on
+// the watched lines: a no-op on Ascend, on the twin the block parks until one of them is written.
 template <typename Poll>
-__aicore__ inline WaitEnd BoundedWait(const Plane& plane, const Round& round, GM_ADDR watched, int64_t deadline,
-                                      Poll& poll) {
+__aicore__ inline WaitEnd BoundedWait(const Plane& plane, const Round& round, GM_ADDR watched, int64_t watchedBytes,
+                                      int64_t deadline, Poll& poll) {
     for (uint32_t i = 0;; ++i) {
         const int64_t abort = plane.AbortWord();
         if (abort != 0) {
@@ -208,7 +209,7 @@ __aicore__ inline WaitEnd BoundedWait(const Plane& plane, const Round& round, GM
         if (r == PollResult::kDone) return WaitEnd::kDone;
         if (r == PollResult::kStop) return WaitEnd::kStop;
         if (AscendC::GetSystemCycle() > deadline) return WaitEnd::kExpired;
-        WaitPause(watched, i);
+        WaitPause(watched, static_cast<uint64_t>(watchedBytes), i);
     }
 }
 
@@ -300,6 +301,62 @@ private:
     AscendC::TQue<AscendC::TPosition::VECIN, 2> que_;
 };
 
+// Reads of a GM table a peer wrote (index entries, scales) through a UB window filled by MTE2: one copy per
+// kTableWindowElems entries instead of a scalar GM read, with its line invalidate, per entry. An MTE read bypasses
+// the scalar cache, so what it returns is what GM holds when it runs, as the invalidate-then-load did. Entries are
+// read in increasing order mostly (a cell's index entries, a cell's token slots), so a miss refills from the
+// entry asked for.
+template <typename T>
+class UbWindow {
+public:
+    __aicore__ inline void Init(AscendC::TPipe& pipe, uint32_t capElems) {
+        cap_ = capElems;
+        pipe.InitBuffer(buf_, UbBytes(uint64_t(capElems) * sizeof(T)));
+        ub_ = buf_.Get<T>();
+    }
+
+    // Reads go to the table of `count` elements at `base` from now on; a different table forgets the window.
+    __aicore__ inline void Use(GM_ADDR base, int64_t count) {
+        if (base == base_ && count == count_) return;
+        base_ = base;
+        count_ = count;
+        Forget();
+    }
+    // The next read fetches from GM again (a peer may have rewritten the table since).
+    __aicore__ inline void Forget() { n_ = 0; }
+
+    // Element i, 0 <= i < count (the caller bounds i).
+    __aicore__ inline T Get(int64_t i) {
+        if (i < lo_ || i >= lo_ + n_) Fill(i);
+        return ub_.GetValue(static_cast<uint32_t>(i - lo_));
+    }
+
+private:
+    __aicore__ inline void Fill(int64_t i) {
+        const int64_t left = count_ - i;
+        n_ = left < int64_t(cap_) ? left : int64_t(cap_);
+        lo_ = i;
+        // The scalar reads of the previous fill are done before MTE2 overwrites the buffer.
+        AscendC::SetFlag<AscendC::HardEvent::S_MTE2>(EVENT_ID1);
+        AscendC::WaitFlag<AscendC::HardEvent::S_MTE2>(EVENT_ID1);
+        AscendC::DataCopyPad(ub_, TensorAt<T>(base_, i * int64_t(sizeof(T)), n_),
+                             {1, static_cast<uint32_t>(n_ * int64_t(sizeof(T))), 0, 0, 0}, {false, 0, 0, T()});
+        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(EVENT_ID1);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(EVENT_ID1);
+    }
+
+    AscendC::TBuf<AscendC::TPosition::VECCALC> buf_;
+    AscendC::LocalTensor<T> ub_;
+    GM_ADDR base_ = nullptr;
+    int64_t count_ = 0, lo_ = 0, n_ = 0;
+    uint32_t cap_ = 0;
+};
+
+// A region's index table as int32 pairs {token slot, t*K + k}, through a UB window.
+__aicore__ inline void UseIndexTable(UbWindow<int32_t>& w, GM_ADDR region, const CamTopology& t) {
+    w.Use(region + layout::region_index_off(t), 2 * layout::region_index_entries(t));
+}
+
 // Visits the rows [lo, hi) of a work item cell by cell: fn(outRow, participant, indexEntry) for each row, where
 // indexEntry is the position in that participant's index table (protocol §4.3).
 template <typename Fn>
@@ -315,14 +372,6 @@ __aicore__ inline void ForEachRow(const CamTopology& t, GM_ADDR workItem, int64_
             for (int64_t o = a; o < b; ++o) fn(o, p, src + (o - out));
         }
     }
-}
-
-// int32 pair of an index entry: {token slot, t*K + k}. Read with a line invalidate first (written by a peer).
-__aicore__ inline int32_t IndexField(GM_ADDR region, const CamTopology& t, int64_t entry, int field) {
-    AscendC::GlobalTensor<int32_t> g =
-        TensorAt<int32_t>(region, layout::region_index_off(t) + entry * layout::kIndexEntryBytes + 4 * field, 1);
-    AscendC::DataCacheCleanAndInvalid<int32_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(g);
-    return g.GetValue(0);
 }
 
 }  // namespace cam::kernels::dp

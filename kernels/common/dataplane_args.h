@@ -28,4 +28,8 @@ inline constexpr int64_t kWsDecisionBytes = kLine;
 // UB each data-plane kernel keeps for staging one cross-rank signal word (common/dataplane.h, SignalPort).
 inline constexpr uint32_t kSignalUbBytes = 32;
 
+// Elements (4-byte: index entry halves, scales) of one UB table window (common/dataplane.h, UbWindow): 8 KiB.
+inline constexpr uint32_t kTableWindowElems = 2048;
+inline constexpr uint32_t kTableWindowUbBytes = kTableWindowElems * 4;
+
 }  // namespace cam::kernels::dp

@@ -15,17 +15,22 @@
 
 namespace cam::kernels {
 
-// Back-off of a wait polling the GM word at `watched`; `iteration` counts polls of the current wait from 0. On the
-// twin the first polls return at once (a signal about to arrive is seen without a park); later ones park the block
-// on that line until something writes it or a short interval passes, so dozens of waiting blocks neither starve
-// the producers nor sleep past the signal (docs/twin.md, execution model).
-__aicore__ inline void WaitPause(const void* watched, uint32_t iteration) {
+// Back-off of a wait polling GM words in [watched, watched + bytes) (the signal lines it waits for); `iteration`
+// counts polls of the current wait from 0. On the twin the first polls return at once (a signal about to arrive is
+// seen without a park); later ones park the block until something writes one of those lines or a short interval
+// passes, so dozens of waiting blocks neither starve the producers nor sleep past the signal (docs/twin.md,
+// execution model).
+__aicore__ inline void WaitPause(const void* watched, uint64_t bytes, uint32_t iteration) {
 #if defined(__CCE__)
     (void)watched;
+    (void)bytes;
     (void)iteration;
 #else
-    ::cam::twin::ParkOn(watched, iteration);
+    ::cam::twin::ParkOn(watched, bytes, iteration);
 #endif
 }
+
+// A wait on one word.
+__aicore__ inline void WaitPause(const void* watched, uint32_t iteration) { WaitPause(watched, 8, iteration); }
 
 }  // namespace cam::kernels

@@ -10,11 +10,14 @@ namespace cam::kernels::dp {
 
 // Index entries [0, rows) of a dispatch region: token slot in [0, tokenSlots), t*K + k in [0, tokens*K). The
 // callers bounded rows, tokenSlots and tokens by the region's capacity first.
+// The table is read through the UB window `idx` (fresh from GM: the window is made to forget first).
 __aicore__ inline bool IndexEntriesInRange(const CamTopology& t, GM_ADDR region, int64_t rows, int64_t tokenSlots,
-                                           int64_t tokens) {
+                                           int64_t tokens, UbWindow<int32_t>& idx) {
+    UseIndexTable(idx, region, t);
+    idx.Forget();
     for (int64_t e = 0; e < rows; ++e) {
-        const int64_t slot = IndexField(region, t, e, 0);
-        const int64_t tk = IndexField(region, t, e, 1);
+        const int64_t slot = idx.Get(2 * e);
+        const int64_t tk = idx.Get(2 * e + 1);
         if (slot < 0 || slot >= tokenSlots || tk < 0 || tk >= tokens * t.K) return false;
     }
     return true;
@@ -22,7 +25,7 @@ __aicore__ inline bool IndexEntriesInRange(const CamTopology& t, GM_ADDR region,
 
 // The bounds of one participant's record of round q (its header in this FFN rank's window) and of its index
 // table: rows, distinct tokens and B within the region's capacity, counts non-negative and summing to rows.
-__aicore__ inline bool RecordInRange(const CamTopology& t, GM_ADDR region, int64_t q) {
+__aicore__ inline bool RecordInRange(const CamTopology& t, GM_ADDR region, int64_t q, UbWindow<int32_t>& idx) {
     const int64_t rows = LoadWordAt(region, kHdrRows), slots = LoadWordAt(region, kHdrTokenSlots);
     const int64_t tokens = LoadWordAt(region, kHdrTokens);
     if (LoadWordAt(region, kHdrSeq) != q || LoadWordAt(region, kHdrFingerprint) != layout::fingerprint(t)) return false;
@@ -35,7 +38,7 @@ __aicore__ inline bool RecordInRange(const CamTopology& t, GM_ADDR region, int64
         if (c < 0 || c > rows) return false;
         sum += c;
     }
-    return sum == rows && IndexEntriesInRange(t, region, rows, slots, tokens);
+    return sum == rows && IndexEntriesInRange(t, region, rows, slots, tokens, idx);
 }
 
 // Participant p's dispatch region of replica d, slot s, in this FFN rank's own window.
@@ -141,11 +144,11 @@ __aicore__ inline bool ChunkStartValid(int64_t lo, int64_t roundRows) {
 // s index the window safely and lo is the chunk this rank handed out next. On success *hi is the chunk's end and
 // *roundRows the round's rows, both recomputed (the caller need not read them from the work item again).
 __aicore__ inline bool WorkItemMatchesRecords(const Plane& plane, GM_ADDR wi, int64_t d, int64_t q, int64_t s,
-                                              int64_t lo, int64_t* hi, int64_t* roundRows) {
+                                              int64_t lo, int64_t* hi, int64_t* roundRows, UbWindow<int32_t>& idx) {
     const CamTopology& t = plane.Topo();
     int64_t layer = -1, total = 0;
     for (int64_t p = 0; p < t.P; ++p) {
-        if (!RecordInRange(t, RecordRegion(plane, d, p, s), q)) return false;
+        if (!RecordInRange(t, RecordRegion(plane, d, p, s), q, idx)) return false;
         const int64_t l = LoadWordAt(RecordRegion(plane, d, p, s), kHdrLayer);
         if (l < 0 || l >= t.L || (p > 0 && l != layer)) return false;
         layer = l;

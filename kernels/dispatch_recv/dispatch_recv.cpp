@@ -21,6 +21,10 @@ public:
         counts_ = expertCounts;
         wi_ = workItem;
         mover_.Init(pipe_, tiling.copyChunkBytes);
+        idx_.Init(pipe_, dp::kTableWindowElems);
+        scalesIn_.Init(pipe_, dp::kTableWindowElems);
+        pipe_.InitBuffer(scalesOutBuf_, dp::kTableWindowUbBytes);
+        scalesOut_ = scalesOutBuf_.Get<float>();
     }
 
     __aicore__ inline void Process() {
@@ -89,8 +93,10 @@ private:
         if (!plane_.EntryOk(op::kDispatchRecv)) return false;
         ReadyPoll poll{this, dp::LoadWordAt(plane_.Own(), layout::ffn_state_off(t), kFfnRrNext),
                        AscendC::GetSystemCycle()};
-        dp::BoundedWait(plane_, ErrRound(), plane_.Own() + layout::ffn_ready_signal_off(t, 0, 0), dp::kNoDeadline,
-                        poll);
+        // ready[a][s] of every Attention rank and slot: one block of lines, any of which may select a replica.
+        dp::BoundedWait(plane_, ErrRound(), plane_.Own() + layout::ffn_ready_signal_off(t, 0, 0),
+                        layout::ffn_ready_signal_off(t, A(), 0) - layout::ffn_ready_signal_off(t, 0, 0),
+                        dp::kNoDeadline, poll);
         return poll.selected;
     }
 
@@ -178,7 +184,7 @@ private:
             if (rows > layout::region_index_entries(t) ||
                 Hdr(a, s, kHdrTokenSlots) > layout::region_token_slots(t))
                 return FailRecord(status::kCapacity, a, d, layer, q, rows);
-            if (!dp::RecordInRange(t, Region(a, s), q))
+            if (!dp::RecordInRange(t, Region(a, s), q, idx_))
                 return FailRecord(status::kProtocol, a, d, layer, q, detail::kProtoIndexEntry);
             total += rows;
         }
@@ -210,6 +216,8 @@ private:
     }
 
     // ---- all blocks: expand_x[o] = token store row of the entry's token slot ----
+    // A block's rows [lo, hi) come in increasing o, cell by cell; index entries and source scales are read through
+    // UB windows, and the block's output scales are staged in UB and written in runs, not 4 bytes per row.
     __aicore__ inline void Gather() {
         const CamTopology& t = Topo();
         const int64_t d = dp::LoadWordAt(wi_, kWiReplica);
@@ -218,17 +226,45 @@ private:
         const int64_t rowBytes = t.H * layout::dispatch_elem_bytes(t);
         int64_t lo, hi;
         dp::BlockShare(n, &lo, &hi);
+        idx_.Forget();
+        scalesIn_.Forget();
+        scalesOutLo_ = lo;
+        scalesOutN_ = 0;
         dp::ForEachRow(t, wi_, lo, hi, GatherRow{this, d, s, rowBytes});
+        FlushScales();
     }
 
     __aicore__ inline void GatherOne(int64_t d, int64_t s, int64_t rowBytes, int64_t o, int64_t p, int64_t entry) {
         const CamTopology& t = Topo();
         GM_ADDR region = Region(layout::attn_rank_of(t, d, p), s);
-        const int64_t slot = dp::IndexField(region, t, entry, 0);
-        if (slot < 0 || slot >= layout::region_token_slots(t)) return;  // checked in Select; bounds a racing peer
+        // Both checked in Select; bounding them again keeps a racing peer inside the region.
+        if (entry < 0 || entry >= layout::region_index_entries(t)) return;
+        dp::UseIndexTable(idx_, region, t);
+        const int64_t slot = idx_.Get(2 * entry);
+        if (slot < 0 || slot >= layout::region_token_slots(t)) return;
         mover_.Copy(expandX_ + o * rowBytes,
                     region + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t), rowBytes);
-        if (t.quantized) mover_.Copy(scales_ + 4 * o, region + layout::region_scales_off(t) + 4 * slot, 4);
+        if (!t.quantized) return;
+        if (o != scalesOutLo_ + scalesOutN_ || scalesOutN_ == int64_t(dp::kTableWindowElems)) {
+            FlushScales();
+            scalesOutLo_ = o;
+        }
+        scalesIn_.Use(region + layout::region_scales_off(t), layout::region_token_slots(t));
+        scalesOut_.SetValue(static_cast<uint32_t>(scalesOutN_++), scalesIn_.Get(slot));
+    }
+
+    // Output scales [scalesOutLo_, + scalesOutN_) from UB to GM.
+    __aicore__ inline void FlushScales() {
+        if (scalesOutN_ == 0) return;
+        AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID1);
+        AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID1);
+        AscendC::DataCopyPad(dp::TensorAt<float>(scales_, 4 * scalesOutLo_, scalesOutN_), scalesOut_,
+                             {1, static_cast<uint32_t>(4 * scalesOutN_), 0, 0, 0});
+        // The scalar unit refills the buffer only after MTE3 read it.
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID1);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID1);
+        scalesOutLo_ += scalesOutN_;
+        scalesOutN_ = 0;
     }
 
     // ---- block 0 after the gather drained: the round is consumed ----
@@ -264,6 +300,11 @@ private:
     GM_ADDR wi_ = nullptr;
     AscendC::TPipe pipe_;
     dp::ByteMover mover_;
+    dp::UbWindow<int32_t> idx_;     // index entries of the region being read
+    dp::UbWindow<float> scalesIn_;  // scales of the region being read
+    AscendC::TBuf<AscendC::TPosition::VECCALC> scalesOutBuf_;
+    AscendC::LocalTensor<float> scalesOut_;  // output scales [scalesOutLo_, + scalesOutN_) not yet written
+    int64_t scalesOutLo_ = 0, scalesOutN_ = 0;
 };
 
 }  // namespace cam::kernels

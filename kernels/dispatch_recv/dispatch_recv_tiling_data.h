@@ -19,4 +19,10 @@ constexpr uint32_t kDispatchRecvCopyChunk = 16384;
 
 __aicore__ inline int64_t DispatchRecvWorkspaceBytes() { return dp::kWsDecisionBytes; }
 
+// UB the kernel carves: the double-buffered row mover, the signal word, the index and scale windows and the staged
+// output scales.
+__aicore__ constexpr uint32_t DispatchRecvUbBytes(uint32_t copyChunkBytes) {
+    return 2 * UbBytes(copyChunkBytes) + dp::kSignalUbBytes + 3 * dp::kTableWindowUbBytes;
+}
+
 }  // namespace cam::kernels

@@ -175,9 +175,12 @@ private:
 
     __aicore__ inline bool WaitSlotFree(GM_ADDR own) {
         SlotFreePoll poll{this};
-        const dp::WaitEnd end = dp::BoundedWait(plane_, ThisRound(),
-                                                own + layout::attn_completion_signal_off(plane_.Topo(), slot_, 0),
-                                                AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles, poll);
+        // done[slot][f] of every FFN rank: F lines in a row.
+        const CamTopology& t = plane_.Topo();
+        const dp::WaitEnd end = dp::BoundedWait(
+            plane_, ThisRound(), own + layout::attn_completion_signal_off(t, slot_, 0),
+            layout::attn_completion_signal_off(t, slot_, t.F) - layout::attn_completion_signal_off(t, slot_, 0),
+            AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles, poll);
         if (end == dp::WaitEnd::kExpired)
             return plane_.Fail(status::kTimeout, poll.missing, ThisRound(), detail::kAwaitSlotFree);
         return end == dp::WaitEnd::kDone;

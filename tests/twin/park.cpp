@@ -19,12 +19,13 @@ alignas(4096) int64_t gWindow[512];
 int64_t* Watched() { return gWindow + 256; }
 constexpr uint32_t kParked = 300;  // an iteration past the eager polls and past the interval's growth
 
-// The wait starts (iteration 0 registers), a write lands before the park: the park returns at once, woken.
-int WriteBeforePark(const void* written, uint64_t bytes, uint64_t wantWoken) {
-    cam::twin::ParkOn(Watched(), 0);
+// The wait on `watchedBytes` from the watched word starts (iteration 0 registers), a write lands before the park:
+// the park returns at once, woken, if the write touched a watched line; else it lasts its interval.
+int WriteBeforePark(const void* written, uint64_t bytes, uint64_t wantWoken, uint64_t watchedBytes = 8) {
+    cam::twin::ParkOn(Watched(), watchedBytes, 0);
     const uint64_t before = cam::twin::ParkWakeupsThisThread();
     cam::twin::WakeParked(written, bytes);
-    cam::twin::ParkOn(Watched(), kParked);
+    cam::twin::ParkOn(Watched(), watchedBytes, kParked);
     const uint64_t woken = cam::twin::ParkWakeupsThisThread() - before;
     if (woken != wantWoken)
         return std::printf("woken %llu times, want %llu\n", static_cast<unsigned long long>(woken),
@@ -80,6 +81,10 @@ int main(int argc, char** argv) {
     if (c == "write_to_neighbour_lines") rc = WriteBeforePark(Watched() + 8, 2048 - 64, 0);
     if (c == "write_before_watched_line") rc = WriteBeforePark(gWindow, 2048, 0);
     if (c == "no_write") rc = WriteBeforePark(gWindow, 0, 0);
+    // A wait on three signal lines (as combine_recv waits for done[s][f] of every FFN rank).
+    if (c == "range_last_line") rc = WriteBeforePark(Watched() + 16, 8, 1, 3 * 64);
+    if (c == "range_line_after") rc = WriteBeforePark(Watched() + 24, 8, 0, 3 * 64);
+    if (c == "range_line_before") rc = WriteBeforePark(Watched() - 1, 8, 0, 3 * 64);
     if (c == "neighbour_storm") rc = NeighbourStorm();
     if (rc == 2) return std::fprintf(stderr, "unknown case %s\n", argv[1]), 2;
     if (rc == 0) std::printf("OK\n");

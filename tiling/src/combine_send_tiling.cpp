@@ -11,7 +11,7 @@ bool TileCombineSend(const PlatformInfo& platform, const kernels::dp::CommArgs& 
     kernels::CombineSendTilingData t{};
     t.comm = comm;
     t.copyChunkBytes = kernels::kCombineSendCopyChunk;
-    if (!CopyChunkFits(platform, t.copyChunkBytes, why)) return false;
+    if (!WorkingSetFits(platform, kernels::CombineSendUbBytes(t.copyChunkBytes), "combine_send", why)) return false;
     t.blockDim = BlocksFor(platform, cam::layout::recv_rows(comm.topo));
     *workspaceBytes = static_cast<uint64_t>(kernels::CombineSendWorkspaceBytes());
     *out = t;

@@ -24,9 +24,10 @@ inline uint32_t ColsPerPass(int64_t h, uint32_t maxCols) {
     return static_cast<uint32_t>(std::min<uint64_t>(kernels::AlignUp(static_cast<uint64_t>(h), 32), maxCols));
 }
 
-inline bool CopyChunkFits(const PlatformInfo& platform, uint32_t chunk, std::string* why) {
-    if (2ull * chunk + kernels::dp::kSignalUbBytes <= platform.ubBytes) return true;
-    *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold the double-buffered copy chunk";
+// `ubBytes`: what the op's kernel carves (its *UbBytes function).
+inline bool WorkingSetFits(const PlatformInfo& platform, uint64_t ubBytes, const char* op, std::string* why) {
+    if (ubBytes <= platform.ubBytes) return true;
+    *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold " + op + "'s working set";
     return false;
 }
 

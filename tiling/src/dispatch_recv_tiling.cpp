@@ -11,7 +11,7 @@ bool TileDispatchRecv(const PlatformInfo& platform, const kernels::dp::CommArgs&
     kernels::DispatchRecvTilingData t{};
     t.comm = comm;
     t.copyChunkBytes = kernels::kDispatchRecvCopyChunk;
-    if (!CopyChunkFits(platform, t.copyChunkBytes, why)) return false;
+    if (!WorkingSetFits(platform, kernels::DispatchRecvUbBytes(t.copyChunkBytes), "dispatch_recv", why)) return false;
     t.blockDim = BlocksFor(platform, cam::layout::recv_rows(comm.topo));
     *workspaceBytes = static_cast<uint64_t>(kernels::DispatchRecvWorkspaceBytes());
     *out = t;

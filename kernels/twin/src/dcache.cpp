@@ -60,7 +60,11 @@ Shard& ShardOf(uintptr_t base) { return gShards[(base / kDcacheLineBytes) % kSha
 // CPUs those wake-ups took the CPU from the blocks doing the copies.
 struct ParkSlot {
     std::atomic<uint32_t> claimed{0};    // owned by one thread (ParkerState) for its lifetime
-    std::atomic<uintptr_t> line{0};      // the line its thread waits on now, 0 when none
+    // The lines [first, last] its thread waits on now; first == 0 when none. Re-registration clears `first`, sets
+    // `last`, then `first`: a writer reading a mixed pair only wakes for nothing or misses a write that the
+    // waiter's next poll sees anyway (the fences in ParkOn and WakeLines).
+    std::atomic<uintptr_t> first{0};
+    std::atomic<uintptr_t> last{0};
     std::atomic<uint32_t> word{0};       // futex word: bumped by every write to `line`
     std::atomic<uint32_t> sleeping{0};   // the thread is (about to be) in the futex wait: writers must wake it
 };
@@ -74,12 +78,12 @@ std::atomic<uint32_t> gParkSlotsUsed{0};  // slots [0, used) were ever claimed: 
 // This thread's slot, freed when the thread ends (pool threads leave after an idle time).
 struct ParkerState {
     int32_t slot = -1;
-    uintptr_t line = 0;  // what the slot is registered on
+    uintptr_t first = 0, last = 0;  // what the slot is registered on
     uint32_t seen = 0;   // the slot's word when this thread last let its wait poll
     uint64_t woken = 0;  // parks that ended because the watched line was written (ParkWakeupsThisThread)
     ~ParkerState() {
         if (slot < 0) return;
-        gParkSlots[slot].line.store(0, std::memory_order_release);
+        gParkSlots[slot].first.store(0, std::memory_order_release);
         gParkSlots[slot].claimed.store(0, std::memory_order_release);
     }
 };
@@ -107,8 +111,8 @@ void WakeLines(uintptr_t first, uintptr_t last) {
     const uint32_t used = gParkSlotsUsed.load(std::memory_order_acquire);
     for (uint32_t i = 0; i < used; ++i) {
         ParkSlot& s = gParkSlots[i];
-        const uintptr_t line = s.line.load(std::memory_order_relaxed);
-        if (line < first || line > last || line == 0) continue;
+        const uintptr_t lo = s.first.load(std::memory_order_acquire);
+        if (lo == 0 || lo > last || s.last.load(std::memory_order_relaxed) < first) continue;
         s.word.fetch_add(1, std::memory_order_seq_cst);
         if (s.sleeping.load(std::memory_order_seq_cst) != 0) UnparkAll(s.word);
     }
@@ -339,14 +343,18 @@ void WakeParked(const void* addr, uint64_t bytes) {
               (reinterpret_cast<uintptr_t>(addr) + bytes - 1) & ~(kDcacheLineBytes - 1));
 }
 
-void ParkOn(const void* watched, uint32_t iteration) {
-    const uintptr_t line = reinterpret_cast<uintptr_t>(watched) & ~(kDcacheLineBytes - 1);
+void ParkOn(const void* watched, uint64_t bytes, uint32_t iteration) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(watched) & ~(kDcacheLineBytes - 1);
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(watched) + (bytes ? bytes : 1) - 1) & ~(kDcacheLineBytes - 1);
     ParkSlot* slot = ClaimParkSlot();
-    if (slot != nullptr && (iteration == 0 || tParker.line != line)) {
-        // A new wait (or a wait that moved to another line): register, then let it poll once more. A write after
+    if (slot != nullptr && (iteration == 0 || tParker.first != first || tParker.last != last)) {
+        // A new wait (or a wait that moved to other lines): register, then let it poll once more. A write after
         // this point bumps the word; one before it is seen by that poll (the fence pairs with WakeLines').
-        slot->line.store(line, std::memory_order_seq_cst);
-        tParker.line = line;
+        slot->first.store(0, std::memory_order_seq_cst);
+        slot->last.store(last, std::memory_order_seq_cst);
+        slot->first.store(first, std::memory_order_seq_cst);
+        tParker.first = first;
+        tParker.last = last;
         std::atomic_thread_fence(std::memory_order_seq_cst);
         tParker.seen = slot->word.load(std::memory_order_seq_cst);
         return;

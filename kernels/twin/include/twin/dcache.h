@@ -69,12 +69,14 @@ void GmWrite(void* gm, const void* local, size_t bytes);
 // After an MTE write to GM: wakes the blocks parked (ParkOn) on a line in [addr, addr + bytes), and no others.
 void WakeParked(const void* addr, uint64_t bytes);
 
-// A waiting block's back-off (cam::kernels::WaitPause). Iteration 0 (a new wait) registers the line of `watched`
-// for this thread and returns; the next polls return at once; later ones park the thread until a write reaches
-// that very line (an MTE write or a clean, from any block of this process; one that came since the previous poll
-// ends the park at once) or a short interval passes (writes the twin cannot see: another process, the host), so a
-// waiter neither burns a CPU, nor sleeps past the signal it waits for, nor wakes for other lines' writes.
-void ParkOn(const void* watched, uint32_t iteration);
+// A waiting block's back-off (cam::kernels::WaitPause). Iteration 0 (a new wait) registers the lines of
+// [watched, watched + bytes) for this thread and returns; the next polls return at once; later ones park the thread
+// until a write reaches one of those lines (an MTE write or a clean, from any block of this process; one that came
+// since the previous poll ends the park at once) or a short interval passes (writes the twin cannot see: another
+// process, the host), so a waiter neither burns a CPU, nor sleeps past the signal it waits for, nor wakes for
+// other lines' writes.
+void ParkOn(const void* watched, uint64_t bytes, uint32_t iteration);
+inline void ParkOn(const void* watched, uint32_t iteration) { ParkOn(watched, 1, iteration); }
 
 // Parks of the calling thread that a write to the watched line ended (not the interval): for tests.
 uint64_t ParkWakeupsThisThread();
