@@ -26,7 +26,8 @@ public:
         ids_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(ids), uint64_t(tiling.tokens) * t.K);
 
         quant_.Init(pipe_, tiling.colsPerPass);
-        pipe_.InitBuffer(scaleQue_, 1, kUbBlockBytes);
+        pipe_.InitBuffer(scalesBuf_, dp::kTableWindowUbBytes);
+        pipe_.InitBuffer(runBuf_, dp::kTableWindowUbBytes);
         mover_.Init(pipe_, tiling.copyChunkBytes);
     }
 
@@ -219,19 +220,59 @@ private:
         }
     }
 
+    // A block's tokens [lo, hi), in groups of at most kTableWindowElems: each token's scale is kept in UB and a
+    // group's scales go out per FFN rank in runs (a token's slots on one FFN rank follow token order, so a block's
+    // tokens for rank f hold consecutive slots there), not as one 4-byte copy per token and destination.
     __aicore__ inline void MoveTokens() {
         int64_t lo, hi;
         dp::BlockShare(tiling_.tokens, &lo, &hi);
-        for (int64_t tok = lo; tok < hi; ++tok) {
-            bool any = false;
-            for (int64_t f = 0; f < plane_.Topo().F && !any; ++f) any = Slots().GetValue(tok * plane_.Topo().F + f) >= 0;
-            if (!any) continue;
-            if (plane_.Topo().quantized) {
-                QuantizeToken(tok);
-            } else {
-                CopyToken(tok);
+        for (int64_t g = lo; g < hi; g += dp::kTableWindowElems) {
+            const int64_t gEnd = hi - g < int64_t(dp::kTableWindowElems) ? hi : g + dp::kTableWindowElems;
+            for (int64_t tok = g; tok < gEnd; ++tok) {
+                bool any = false;
+                for (int64_t f = 0; f < plane_.Topo().F && !any; ++f)
+                    any = Slots().GetValue(tok * plane_.Topo().F + f) >= 0;
+                if (!any) continue;
+                if (plane_.Topo().quantized) {
+                    QuantizeToken(tok, g);
+                } else {
+                    CopyToken(tok);
+                }
             }
+            if (plane_.Topo().quantized) SendScales(g, gEnd);
         }
+    }
+
+    // Scales of tokens [g, gEnd) (in scalesBuf_ from index 0) to every FFN rank's scale table.
+    __aicore__ inline void SendScales(int64_t g, int64_t gEnd) {
+        const CamTopology& t = plane_.Topo();
+        AscendC::LocalTensor<float> scales = scalesBuf_.Get<float>();
+        AscendC::LocalTensor<float> run = runBuf_.Get<float>();
+        for (int64_t f = 0; f < t.F; ++f) {
+            int64_t first = -1, n = 0;
+            for (int64_t tok = g; tok < gEnd; ++tok) {
+                const int32_t slot = Slots().GetValue(tok * t.F + f);
+                if (slot < 0) continue;
+                if (n > 0 && slot != first + n) {  // not the next slot: never in practice, but stay exact
+                    SendScaleRun(f, first, n, run);
+                    n = 0;
+                }
+                if (n == 0) first = slot;
+                run.SetValue(static_cast<uint32_t>(n++), scales.GetValue(static_cast<uint32_t>(tok - g)));
+            }
+            if (n > 0) SendScaleRun(f, first, n, run);
+        }
+    }
+
+    __aicore__ inline void SendScaleRun(int64_t f, int64_t firstSlot, int64_t n, const AscendC::LocalTensor<float>& run) {
+        AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID1);
+        AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID1);
+        AscendC::GlobalTensor<float> dst =
+            dp::TensorAt<float>(Region(f), layout::region_scales_off(plane_.Topo()) + 4 * firstSlot, n);
+        AscendC::DataCopyPad(dst, run, {1, static_cast<uint32_t>(4 * n), 0, 0, 0});
+        // The scalar unit refills the run only after MTE3 read it.
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID1);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID1);
     }
 
     // Quantize chunk [col, col+n) of a token and write it to every destination of the token.
@@ -249,25 +290,13 @@ private:
         quant_.FreeOut(out);
     }
 
-    __aicore__ inline void QuantizeToken(int64_t tok) {
+    // Token tok of the group starting at token g: its rows go out now, its scale waits in UB (SendScales).
+    __aicore__ inline void QuantizeToken(int64_t tok, int64_t g) {
         const CamTopology& t = plane_.Topo();
         const QuantParams p =
             QuantizeRowInPasses(static_cast<uint32_t>(t.H), tiling_.colsPerPass, quant_.Row(), quant_.Scratch(),
                                 LoadChunk{this, uint64_t(tok) * t.H}, StoreChunk{this, tok});
-        AscendC::LocalTensor<float> s = scaleQue_.AllocTensor<float>();
-        s.SetValue(0, p.scale);
-        scaleQue_.EnQue(s);
-        s = scaleQue_.DeQue<float>();
-        AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(0);
-        AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(0);
-        for (int64_t f = 0; f < t.F; ++f) {
-            const int32_t slot = Slots().GetValue(tok * t.F + f);
-            if (slot < 0) continue;
-            AscendC::GlobalTensor<float> dst =
-                dp::TensorAt<float>(Region(f), layout::region_scales_off(t) + 4 * int64_t(slot), 1);
-            AscendC::DataCopyPad(dst, s, {1, 4, 0, 0, 0});
-        }
-        scaleQue_.FreeTensor(s);
+        scalesBuf_.Get<float>().SetValue(static_cast<uint32_t>(tok - g), p.scale);
     }
 
     __aicore__ inline void CopyToken(int64_t tok) {
@@ -333,7 +362,8 @@ private:
     int64_t idsDigest_ = 0;  // block 0 only: computed in Control, published with the slot state
     AscendC::TPipe pipe_;
     QuantWorkingSet<T> quant_;
-    AscendC::TQue<AscendC::TPosition::VECOUT, 1> scaleQue_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> scalesBuf_;  // scales of the current group of tokens
+    AscendC::TBuf<AscendC::TPosition::VECCALC> runBuf_;     // one FFN rank's run of them, in slot order
     dp::ByteMover mover_;
     AscendC::GlobalTensor<T> x_;
     AscendC::GlobalTensor<int32_t> ids_;
