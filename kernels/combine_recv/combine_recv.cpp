@@ -18,8 +18,11 @@ public:
         plane_.Init(peers, tiling.comm, pipe_);
         decision_.Init(workspace);
         const CamTopology& t = plane_.Topo();
-        ids_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(ids), uint64_t(tiling.tokens) * t.K);
-        w_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(weights), uint64_t(tiling.tokens) * t.K);
+        // ids and weights are read once per (token, slot) and column pass: through UB, not scalar GM reads.
+        ids_.Init(pipe_, dp::kTableWindowElems);
+        ids_.Use(ids, tiling.tokens * t.K);
+        w_.Init(pipe_, dp::kTableWindowElems);
+        w_.Use(weights, tiling.tokens * t.K);
         out_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(out), uint64_t(tiling.tokens) * t.H);
         const uint32_t n = tiling.colsPerPass;
         pipe_.InitBuffer(inQue_, 2, UbBytes(uint64_t(n) * sizeof(T)));
@@ -68,7 +71,7 @@ private:
             return plane_.Refuse(status::kBadInput, dp::kNoPeer, round, detail::kArgTokens);
         }
         for (int64_t i = 0; i < tiling_.tokens * t.K; ++i) {
-            const int64_t id = ids_.GetValue(i);
+            const int64_t id = ids_.Get(i);
             if (id < -1 || id >= t.E) {
                 return plane_.Refuse(status::kBadInput, dp::kNoPeer, round, detail::kArgTopkIds);
             }
@@ -130,8 +133,8 @@ private:
                 const uint32_t n = left < tiling_.colsPerPass ? left : tiling_.colsPerPass;
                 AscendC::Duplicate(acc, 0.0f, n);
                 for (int64_t k = 0; k < t.K; ++k) {
-                    if (ids_.GetValue(tok * t.K + k) == -1) continue;
-                    const float w = w_.GetValue(tok * t.K + k);
+                    if (ids_.Get(tok * t.K + k) == -1) continue;
+                    const float w = w_.Get(tok * t.K + k);
                     AscendC::GlobalTensor<T> row = dp::TensorAt<T>(
                         plane_.Own(), layout::attn_combine_row_off(t, slot_, tok * t.K + k) + c * sizeof(T), n);
                     AscendC::LocalTensor<T> in = inQue_.AllocTensor<T>();
@@ -161,8 +164,8 @@ private:
     AscendC::TQue<AscendC::TPosition::VECIN, 2> inQue_;
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> accBuf_, rowBuf_;
-    AscendC::GlobalTensor<int32_t> ids_;
-    AscendC::GlobalTensor<float> w_;
+    dp::UbWindow<int32_t> ids_;
+    dp::UbWindow<float> w_;
     AscendC::GlobalTensor<T> out_;
 };
 

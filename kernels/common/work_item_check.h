@@ -174,10 +174,11 @@ __aicore__ inline bool EmptyWorkItemIsCanonical(const Plane& plane, GM_ADDR wi) 
 
 // Digest of a round's topk_ids (FNV-1a over the int32 values), kept in the Attention slot state by dispatch_send
 // and compared by combine_recv: ids other than the dispatched ones would read rows of other (token, slot) pairs.
-__aicore__ inline int64_t IdsDigest(const AscendC::GlobalTensor<int32_t>& ids, int64_t n) {
+// The ids are read through the caller's UB window over them.
+__aicore__ inline int64_t IdsDigest(UbWindow<int32_t>& ids, int64_t n) {
     uint64_t h = 14695981039346656037ull;
     for (int64_t i = 0; i < n; ++i)
-        h = layout::fnv1a_word(h, static_cast<uint64_t>(static_cast<int64_t>(ids.GetValue(i))));
+        h = layout::fnv1a_word(h, static_cast<uint64_t>(static_cast<int64_t>(ids.Get(i))));
     return static_cast<int64_t>(h & 0x7fffffffffffffffull);
 }
 

@@ -23,7 +23,9 @@ public:
         wsl_ = DispatchSendWorkspaceLayout(plane_.Topo());
         const CamTopology& t = plane_.Topo();
         x_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), uint64_t(tiling.tokens) * t.H);
-        ids_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(ids), uint64_t(tiling.tokens) * t.K);
+        // topk_ids are read three times by block 0 (checks, digest, index tables): through UB, not scalar GM reads.
+        ids_.Init(pipe_, dp::kTableWindowElems);
+        ids_.Use(ids, tiling.tokens * t.K);
 
         quant_.Init(pipe_, tiling.colsPerPass);
         pipe_.InitBuffer(scalesBuf_, dp::kTableWindowUbBytes);
@@ -80,7 +82,7 @@ private:
         for (int64_t tok = 0; tok < B; ++tok) {
             for (int64_t f = 0; f < t.F; ++f) Slots().SetValue(tok * t.F + f, -1);
             for (int64_t k = 0; k < t.K; ++k) {
-                const int64_t id = ids_.GetValue(tok * t.K + k);
+                const int64_t id = ids_.Get(tok * t.K + k);
                 if (id < -1 || id >= t.E) {
                     return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgTopkIds);
                 }
@@ -134,7 +136,7 @@ private:
         }
         for (int64_t tok = 0; tok < B; ++tok) {
             for (int64_t k = 0; k < t.K; ++k) {
-                const int64_t id = ids_.GetValue(tok * t.K + k);
+                const int64_t id = ids_.Get(tok * t.K + k);
                 if (id == -1) continue;
                 const int64_t f = id / R;
                 const int64_t pos = Counts().GetValue(id);
@@ -366,7 +368,7 @@ private:
     AscendC::TBuf<AscendC::TPosition::VECCALC> runBuf_;     // one FFN rank's run of them, in slot order
     dp::ByteMover mover_;
     AscendC::GlobalTensor<T> x_;
-    AscendC::GlobalTensor<int32_t> ids_;
+    dp::UbWindow<int32_t> ids_;
 };
 
 }  // namespace cam::kernels

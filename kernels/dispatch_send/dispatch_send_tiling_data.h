@@ -46,10 +46,11 @@ __aicore__ inline DispatchSendWorkspace DispatchSendWorkspaceLayout(const CamTop
     return w;
 }
 
-// UB the kernel carves: the quant working set (16-bit activations), a group's scales and one rank's run of them,
+// UB the kernel carves: the quant working set (16-bit activations), the ids window, a group's scales and one rank's
+// run of them,
 // the table mover and the signal word.
 __aicore__ constexpr uint32_t DispatchSendUbBytes(uint32_t colsPerPass, uint32_t copyChunkBytes) {
-    return QuantWorkingSetUbBytes(colsPerPass, 2) + 2 * dp::kTableWindowUbBytes + 2 * UbBytes(copyChunkBytes) +
+    return QuantWorkingSetUbBytes(colsPerPass, 2) + 3 * dp::kTableWindowUbBytes + 2 * UbBytes(copyChunkBytes) +
            dp::kSignalUbBytes;
 }
 
