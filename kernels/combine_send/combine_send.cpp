@@ -19,6 +19,7 @@ public:
         expertOut_ = expertOut;
         wi_ = workItem;
         mover_.Init(pipe_, tiling.copyChunkBytes);
+        rows_.Init(pipe_, dp::kRowBatchUbBytes);
         idx_.Init(pipe_, dp::kTableWindowElems);
     }
 
@@ -102,7 +103,9 @@ private:
         int64_t lo, hi;
         dp::BlockShare(n, &lo, &hi);
         idx_.Forget();
+        batched_ = rows_.Start(rowBytes);
         dp::ForEachRow(t, wi_, lo, hi, ScatterRow{this, d, s, rowBytes});
+        rows_.FlushScatter();
     }
 
     __aicore__ inline void ScatterOne(int64_t d, int64_t s, int64_t rowBytes, int64_t o, int64_t p, int64_t entry) {
@@ -114,7 +117,12 @@ private:
         dp::UseIndexTable(idx_, region, t);
         const int64_t tk = idx_.Get(2 * entry + 1);
         if (tk < 0 || tk >= t.Bmax * t.K) return;
-        mover_.Copy(plane_.Window(a) + layout::attn_combine_row_off(t, s, tk), expertOut_ + o * rowBytes, rowBytes);
+        GM_ADDR dst = plane_.Window(a) + layout::attn_combine_row_off(t, s, tk);
+        if (batched_) {
+            rows_.Scatter(dst, expertOut_ + o * rowBytes);
+        } else {
+            mover_.Copy(dst, expertOut_ + o * rowBytes, rowBytes);
+        }
     }
 
     // Only the round's last chunk completes it: Attention waits for done[s][f] == seq, so a round is in on the
@@ -157,6 +165,8 @@ private:
     GM_ADDR wi_ = nullptr;
     AscendC::TPipe pipe_;
     dp::ByteMover mover_;
+    dp::RowBatch rows_;          // the block's consecutive expert_out rows, scattered to their combine rows
+    bool batched_ = false;       // a row fits rows_ (else mover_ moves it)
     dp::UbWindow<int32_t> idx_;  // index entries of the region being read
 };
 

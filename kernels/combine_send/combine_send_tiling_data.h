@@ -19,9 +19,9 @@ constexpr uint32_t kCombineSendCopyChunk = 16384;
 
 __aicore__ inline int64_t CombineSendWorkspaceBytes() { return dp::kWsDecisionBytes; }
 
-// UB the kernel carves: the double-buffered row mover, the signal word and the index window.
+// UB the kernel carves: the double-buffered row mover, the signal word, the index window and the row batch.
 __aicore__ constexpr uint32_t CombineSendUbBytes(uint32_t copyChunkBytes) {
-    return 2 * UbBytes(copyChunkBytes) + dp::kSignalUbBytes + dp::kTableWindowUbBytes;
+    return 2 * UbBytes(copyChunkBytes) + dp::kSignalUbBytes + dp::kTableWindowUbBytes + dp::kRowBatchUbBytes;
 }
 
 }  // namespace cam::kernels

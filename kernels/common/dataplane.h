@@ -301,6 +301,93 @@ private:
     AscendC::TQue<AscendC::TPosition::VECIN, 2> que_;
 };
 
+// Moves rows between scattered GM rows and consecutive GM rows through one UB buffer, as many per pass as fit
+// (each row at a 32-byte aligned UB offset). A gather (scattered -> consecutive) costs one MTE2 copy per row and
+// one MTE3 copy per pass; a scatter (consecutive -> scattered) one MTE2 copy per pass and one MTE3 copy per row;
+// a ByteMover costs two copies per row. Rows must be offered in order; a row that does not continue the pass's
+// consecutive side ends the pass first.
+class RowBatch {
+public:
+    __aicore__ inline void Init(AscendC::TPipe& pipe, uint32_t bufBytes) {
+        bufBytes_ = bufBytes;
+        pipe.InitBuffer(que_, 1, bufBytes);
+    }
+
+    // Rows of rowBytes from now on. False when one row does not fit the buffer (move it with a ByteMover).
+    __aicore__ inline bool Start(int64_t rowBytes) {
+        rowBytes_ = rowBytes;
+        stride_ = static_cast<int64_t>(AlignUp(static_cast<uint64_t>(rowBytes), kUbBlockBytes));
+        cap_ = stride_ > 0 ? int64_t(bufBytes_) / stride_ : 0;
+        n_ = 0;
+        return cap_ > 0 && rowBytes > 0;
+    }
+
+    // The row at src goes to dst; consecutive calls give consecutive dst rows.
+    __aicore__ inline void Gather(GM_ADDR dst, GM_ADDR src) {
+        if (n_ > 0 && (dst != base_ + n_ * rowBytes_ || n_ == cap_)) FlushGather();
+        if (n_ == 0) Open(dst);
+        AscendC::DataCopyPad(buf_[static_cast<uint32_t>(n_ * stride_)], TensorAt<uint8_t>(src, 0, rowBytes_),
+                             {1, static_cast<uint32_t>(rowBytes_), 0, 0, 0}, {false, 0, 0, 0});
+        ++n_;
+    }
+
+    __aicore__ inline void FlushGather() {
+        if (n_ == 0) return;
+        ToMte3();
+        AscendC::DataCopyPad(TensorAt<uint8_t>(base_, 0, n_ * rowBytes_), buf_,
+                             {static_cast<uint16_t>(n_), static_cast<uint32_t>(rowBytes_), 0, 0, 0});
+        Close();
+    }
+
+    // The row at src goes to dst; consecutive calls give consecutive src rows.
+    __aicore__ inline void Scatter(GM_ADDR dst, GM_ADDR src) {
+        if (n_ > 0 && (src != base_ + n_ * rowBytes_ || n_ == cap_ || n_ == kMaxScatter)) FlushScatter();
+        if (n_ == 0) Open(src);
+        dst_[n_++] = dst;
+    }
+
+    // One MTE2 copy of the pass's consecutive source rows, then an MTE3 copy per destination row.
+    __aicore__ inline void FlushScatter() {
+        if (n_ == 0) return;
+        AscendC::DataCopyPad(buf_, TensorAt<uint8_t>(base_, 0, n_ * rowBytes_),
+                             {static_cast<uint16_t>(n_), static_cast<uint32_t>(rowBytes_), 0, 0, 0},
+                             {false, 0, 0, 0});
+        ToMte3();
+        for (int64_t i = 0; i < n_; ++i)
+            AscendC::DataCopyPad(TensorAt<uint8_t>(dst_[i], 0, rowBytes_), buf_[static_cast<uint32_t>(i * stride_)],
+                                 {1, static_cast<uint32_t>(rowBytes_), 0, 0, 0});
+        Close();
+    }
+
+private:
+    static constexpr int64_t kMaxScatter = 64;  // destinations remembered per scatter pass
+
+    __aicore__ inline void Open(GM_ADDR base) {
+        base_ = base;
+        buf_ = que_.AllocTensor<uint8_t>();
+    }
+    __aicore__ inline void ToMte3() {
+        que_.EnQue(buf_);
+        buf_ = que_.DeQue<uint8_t>();
+        AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(EVENT_ID2);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(EVENT_ID2);
+    }
+    __aicore__ inline void Close() {
+        // The next pass's MTE2 may overwrite the buffer only after this pass's MTE3 read it.
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID2);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID2);
+        que_.FreeTensor(buf_);
+        n_ = 0;
+    }
+
+    AscendC::TQue<AscendC::TPosition::VECIN, 1> que_;
+    AscendC::LocalTensor<uint8_t> buf_;
+    GM_ADDR base_ = nullptr;
+    GM_ADDR dst_[kMaxScatter] = {};
+    int64_t rowBytes_ = 0, stride_ = 0, cap_ = 0, n_ = 0;
+    uint32_t bufBytes_ = 0;
+};
+
 // Reads of a GM table a peer wrote (index entries, scales) through a UB window filled by MTE2: one copy per
 // kTableWindowElems entries instead of a scalar GM read, with its line invalidate, per entry. An MTE read bypasses
 // the scalar cache, so what it returns is what GM holds when it runs, as the invalidate-then-load did. Entries are

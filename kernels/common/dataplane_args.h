@@ -32,4 +32,7 @@ inline constexpr uint32_t kSignalUbBytes = 32;
 inline constexpr uint32_t kTableWindowElems = 2048;
 inline constexpr uint32_t kTableWindowUbBytes = kTableWindowElems * 4;
 
+// UB of one row batch (common/dataplane.h, RowBatch): rows of a gather or scatter staged together.
+inline constexpr uint32_t kRowBatchUbBytes = 65536;
+
 }  // namespace cam::kernels::dp

@@ -21,6 +21,7 @@ public:
         counts_ = expertCounts;
         wi_ = workItem;
         mover_.Init(pipe_, tiling.copyChunkBytes);
+        rows_.Init(pipe_, dp::kRowBatchUbBytes);
         idx_.Init(pipe_, dp::kTableWindowElems);
         scalesIn_.Init(pipe_, dp::kTableWindowElems);
         pipe_.InitBuffer(scalesOutBuf_, dp::kTableWindowUbBytes);
@@ -230,7 +231,9 @@ private:
         scalesIn_.Forget();
         scalesOutLo_ = lo;
         scalesOutN_ = 0;
+        batched_ = rows_.Start(rowBytes);
         dp::ForEachRow(t, wi_, lo, hi, GatherRow{this, d, s, rowBytes});
+        rows_.FlushGather();
         FlushScales();
     }
 
@@ -242,8 +245,12 @@ private:
         dp::UseIndexTable(idx_, region, t);
         const int64_t slot = idx_.Get(2 * entry);
         if (slot < 0 || slot >= layout::region_token_slots(t)) return;
-        mover_.Copy(expandX_ + o * rowBytes,
-                    region + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t), rowBytes);
+        GM_ADDR src = region + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t);
+        if (batched_) {
+            rows_.Gather(expandX_ + o * rowBytes, src);
+        } else {
+            mover_.Copy(expandX_ + o * rowBytes, src, rowBytes);
+        }
         if (!t.quantized) return;
         if (o != scalesOutLo_ + scalesOutN_ || scalesOutN_ == int64_t(dp::kTableWindowElems)) {
             FlushScales();
@@ -300,6 +307,8 @@ private:
     GM_ADDR wi_ = nullptr;
     AscendC::TPipe pipe_;
     dp::ByteMover mover_;
+    dp::RowBatch rows_;             // the block's rows, gathered into consecutive expand_x rows
+    bool batched_ = false;          // a row fits rows_ (else mover_ moves it)
     dp::UbWindow<int32_t> idx_;     // index entries of the region being read
     dp::UbWindow<float> scalesIn_;  // scales of the region being read
     AscendC::TBuf<AscendC::TPosition::VECCALC> scalesOutBuf_;

@@ -19,10 +19,10 @@ constexpr uint32_t kDispatchRecvCopyChunk = 16384;
 
 __aicore__ inline int64_t DispatchRecvWorkspaceBytes() { return dp::kWsDecisionBytes; }
 
-// UB the kernel carves: the double-buffered row mover, the signal word, the index and scale windows and the staged
-// output scales.
+// UB the kernel carves: the double-buffered row mover, the signal word, the index and scale windows, the staged
+// output scales and the row batch.
 __aicore__ constexpr uint32_t DispatchRecvUbBytes(uint32_t copyChunkBytes) {
-    return 2 * UbBytes(copyChunkBytes) + dp::kSignalUbBytes + 3 * dp::kTableWindowUbBytes;
+    return 2 * UbBytes(copyChunkBytes) + dp::kSignalUbBytes + 3 * dp::kTableWindowUbBytes + dp::kRowBatchUbBytes;
 }
 
 }  // namespace cam::kernels
