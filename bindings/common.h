@@ -6,6 +6,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -64,6 +66,10 @@ public:
     ~Stream() { Close(); }
     void Close();
     void Synchronize(double timeoutSeconds);
+    // launch() (an op's second phase), then a synchronize bounded by timeoutSeconds counted from the launch, as
+    // one step for a caller that waits at once: ops whose work ends on its own may run it on this thread
+    // (camBeginSynchronousLaunches). Call without the GIL; throws StatusError.
+    void LaunchAndSynchronize(const std::function<aclnnStatus(aclrtStream)>& launch, double timeoutSeconds);
     aclrtStream Handle() const;
 
 private:
@@ -75,9 +81,11 @@ private:
 };
 
 // Runs the two aclnn phases; `allocate(nbytes) -> descriptor` hands out workspace that the caller keeps alive until
-// the stream has run the op. The launch phase runs without the GIL.
+// the stream has run the op. The launch phase runs without the GIL. With syncTimeoutS, the call also synchronizes
+// the stream within that bound (the eager path: one call, one GIL release); without, it only queues (capture).
 template <typename GetWorkspace, typename Run>
-void RunTwoPhase(GetWorkspace&& getWorkspace, Run&& run, Stream& stream, const py::function& allocate) {
+void RunTwoPhase(GetWorkspace&& getWorkspace, Run&& run, Stream& stream, const py::function& allocate,
+                 std::optional<double> syncTimeoutS) {
     uint64_t workspaceSize = 0;
     aclOpExecutor* executor = nullptr;
     ThrowIfFailed(getWorkspace(&workspaceSize, &executor));
@@ -86,10 +94,17 @@ void RunTwoPhase(GetWorkspace&& getWorkspace, Run&& run, Stream& stream, const p
         Descriptor ws = allocate(workspaceSize).cast<Descriptor>();
         workspace = reinterpret_cast<void*>(std::get<0>(ws));
     }
+    const aclrtStream handle = stream.Handle();
+    if (syncTimeoutS) {
+        py::gil_scoped_release release;
+        stream.LaunchAndSynchronize([&](aclrtStream h) { return run(workspace, workspaceSize, executor, h); },
+                                    *syncTimeoutS);
+        return;
+    }
     aclnnStatus status;
     {
         py::gil_scoped_release release;
-        status = run(workspace, workspaceSize, executor, stream.Handle());
+        status = run(workspace, workspaceSize, executor, handle);
     }
     ThrowIfFailed(status);
 }

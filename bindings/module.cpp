@@ -5,6 +5,7 @@
 #include <acl/acl.h>  // the stream calls: cam/acl_compat.h takes only acl_base.h from CANN (acl_rt.h is not C)
 #endif
 
+#include <chrono>
 #include <iterator>
 #include <vector>
 
@@ -77,13 +78,42 @@ void Stream::Close() {
     open_ = false;
 }
 
+namespace {
+
+int32_t TimeoutMs(double seconds) { return seconds < 0 ? -1 : static_cast<int32_t>(seconds * 1000); }
+
+}  // namespace
+
 void Stream::Synchronize(double timeoutSeconds) {
     aclnnStatus status;
     {
         py::gil_scoped_release release;
-        status = camSynchronizeStream(Handle(), timeoutSeconds < 0 ? -1 : static_cast<int32_t>(timeoutSeconds * 1000));
+        status = camSynchronizeStream(Handle(), TimeoutMs(timeoutSeconds));
     }
     ThrowIfFailed(status);
+}
+
+void Stream::LaunchAndSynchronize(const std::function<aclnnStatus(aclrtStream)>& launch, double timeoutSeconds) {
+    const aclrtStream stream = Handle();
+    const auto start = std::chrono::steady_clock::now();
+    ThrowIfFailed(camBeginSynchronousLaunches(stream));
+    aclnnStatus launched;
+    {
+        struct End {
+            ~End() { camEndSynchronousLaunches(); }
+        } end;
+        launched = launch(stream);
+    }
+    ThrowIfFailed(launched);
+    // The bound counts from the launch: work that ran on this thread spent part of it already.
+    const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double left = timeoutSeconds < 0 ? -1.0 : std::max(0.0, timeoutSeconds - ran);
+    ThrowIfFailed(camSynchronizeStream(stream, TimeoutMs(left)));
+    if (timeoutSeconds >= 0 && ran > timeoutSeconds)
+        throw StatusError{CAM_ERR_SYNC_TIMEOUT, "stream did not finish within " +
+                                                    std::to_string(TimeoutMs(timeoutSeconds)) + " ms: the op ran " +
+                                                    std::to_string(static_cast<int64_t>(ran * 1000)) +
+                                                    " ms on the calling thread (its work has ended)"};
 }
 
 aclrtStream Stream::Handle() const {

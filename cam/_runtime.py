@@ -33,18 +33,32 @@ AICORE_OP_TIMEOUT_S = _CHAIN["aicore_op_timeout_s"]
 _parked = []
 
 
+# Every op reads the bound and few processes ever change it: os.environ.get costs ~1 µs per call (it encodes the
+# key and goes through the Mapping protocol), a read of the dict behind it (kept current by os.environ's setters,
+# as monkeypatch.setenv uses) ~30 ns. The value is parsed again only when the raw string changed.
+_ENV = getattr(os.environ, "_data", None)
+_ENV_KEY = os.environ.encodekey("CAM_SYNC_TIMEOUT_S") if _ENV is not None else None
+_bound_read = (object(), 0.0)  # (raw CAM_SYNC_TIMEOUT_S as last read, None when unset; its value)
+
+
 def sync_timeout_s() -> float:
     """How long an op call waits for its stream (CAM_SYNC_TIMEOUT_S, default 600 s). A hang is a bug: never 0."""
-    raw = os.environ.get("CAM_SYNC_TIMEOUT_S", "600")
+    global _bound_read
+    raw = _ENV.get(_ENV_KEY) if _ENV is not None else os.environ.get("CAM_SYNC_TIMEOUT_S")
+    last_raw, last_value = _bound_read
+    if raw == last_raw:
+        return last_value
+    text = "600" if raw is None else (os.environ.decodevalue(raw) if isinstance(raw, bytes) else raw)
     try:
-        value = float(raw)
+        value = float(text)
     except ValueError:
-        raise ValueError(f"CAM_SYNC_TIMEOUT_S must be a number of seconds, got {raw!r}") from None
+        raise ValueError(f"CAM_SYNC_TIMEOUT_S must be a number of seconds, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"CAM_SYNC_TIMEOUT_S must be a positive finite number of seconds, got {raw!r}")
+        raise ValueError(f"CAM_SYNC_TIMEOUT_S must be a positive finite number of seconds, got {text!r}")
     if value + DRAIN_S >= AICORE_OP_TIMEOUT_S:
-        raise ValueError(f"CAM_SYNC_TIMEOUT_S={raw}: the sync bound plus the {DRAIN_S:g} s drain must stay below the "
-                         f"Ascend AI Core op timeout ({AICORE_OP_TIMEOUT_S:g} s)")
+        raise ValueError(f"CAM_SYNC_TIMEOUT_S={text}: the sync bound plus the {DRAIN_S:g} s drain must stay below "
+                         f"the Ascend AI Core op timeout ({AICORE_OP_TIMEOUT_S:g} s)")
+    _bound_read = (raw, value)
     return value
 
 
@@ -157,10 +171,12 @@ _graph = None  # cam.graph (the capture hook), bound at the first run: it import
 
 
 def run(launch, stream=None) -> None:
-    """Runs ``launch(stream, allocate)`` and waits for the stream, so a CPU op has completed when it returns
-    (torch CPU semantics). Workspace handed out by ``allocate`` lives until the stream is done with it; so do the
-    tensors ``launch`` holds (its closure). ``stream`` defaults to this thread's stream; data-plane ops pass their
-    communicator's own stream, because ranks that are threads of one process must not queue behind each other.
+    """Runs ``launch(stream, allocate, bound)`` so a CPU op has completed when it returns (torch CPU semantics):
+    ``launch`` queues the op and, given a ``bound`` in seconds, synchronizes the stream within it in the same C call
+    (work that ends on its own may then run on this thread: cam/cam_status.h, camBeginSynchronousLaunches).
+    Workspace handed out by ``allocate`` lives until the stream is done with it; so do the tensors ``launch`` holds
+    (its closure). ``stream`` defaults to this thread's stream; data-plane ops pass their communicator's own
+    stream, because ranks that are threads of one process must not queue behind each other.
 
     This is every op's per-call path: it only looks things up (each lookup's slow path creates what is missing)."""
     global _graph
@@ -185,16 +201,15 @@ def run(launch, stream=None) -> None:
     if capture is not None:
         # Recorded, not run: workspace comes from the graph's pool and there is nothing to wait for (a synchronize
         # would break the capture). The graph's replay synchronizes.
-        launch(stream, capture.allocate)
+        launch(stream, capture.allocate, None)
         return
     bound = sync_timeout_s()
     with stream_lock(stream):
         if _parked and is_parked(stream):
             raise RuntimeError("this stream lost a kernel that never ended after a sync timeout; its communicator is "
                                "unusable: create a new cam.Comm")
-        launch(stream, allocate)
         try:
-            stream.synchronize(bound)
+            launch(stream, allocate, bound)
         except SyncTimeoutError as e:
             _on_sync_timeout(stream, launch, keep, e)
 

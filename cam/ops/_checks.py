@@ -96,4 +96,7 @@ class Args:
         if not isinstance(out, (tuple, list)) or len(out) != count:
             raise TypeError(f"{self.op}: {name} must be a tuple of {count} torch.Tensors, got "
                             f"{type(out).__name__}{'' if not isinstance(out, (tuple, list)) else f' of {len(out)}'}")
-        return tuple(self.is_tensor(f"{name}[{i}]", t) for i, t in enumerate(out))
+        for i, t in enumerate(out):
+            if not isinstance(t, torch.Tensor):  # the name is formatted only for the message: this runs per call
+                self.is_tensor(f"{name}[{i}]", t)
+        return tuple(out)

@@ -24,8 +24,8 @@ def _combine_recv(token: torch.Tensor, topk_ids: torch.Tensor, topk_weights: tor
     comm = comm_for("combine_recv", comm_id, attention=True)
     _check(comm, topk_ids, topk_weights, out)
     _runtime.run(
-        lambda stream, allocate: _C.combine_recv(comm._c, desc(topk_ids), desc(topk_weights), desc(out), stream,
-                                                 allocate),
+        lambda stream, allocate, bound: _C.combine_recv(comm._c, desc(topk_ids), desc(topk_weights), desc(out),
+                                                        stream, allocate, bound),
         stream=comm.stream,
     )
     token.add_(1)
@@ -65,5 +65,5 @@ def combine_recv(comm: Comm, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
     given = args.outputs("out", out, 1)
     rows = topk_ids.shape[0] if topk_ids.dim() else 0  # a 0-d topk_ids is refused by the op, naming it
     result = given[0] if given else torch.empty((rows, comm.topology.H), dtype=comm.dtype)
-    torch.ops.cam.combine_recv(comm.token, topk_ids, topk_weights, result, comm.id)
+    _combine_recv(comm.token, topk_ids, topk_weights, result, comm.id)
     return result

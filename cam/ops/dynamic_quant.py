@@ -20,7 +20,8 @@ def _check(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
 @_library.op("dynamic_quant", mutates_args=("q", "scale"))
 def _dynamic_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
     _check(x, q, scale)
-    _runtime.run(lambda stream, allocate: _C.dynamic_quant(desc(x), desc(q), desc(scale), stream, allocate))
+    _runtime.run(lambda stream, allocate, bound: _C.dynamic_quant(desc(x), desc(q), desc(scale), stream, allocate,
+                                                                  bound))
 
 
 @_dynamic_quant.register_fake
@@ -52,5 +53,5 @@ def dynamic_quant(x: torch.Tensor, *, out=None) -> tuple[torch.Tensor, torch.Ten
         scale = torch.empty(x.shape[:1], dtype=torch.float32, device=x.device)
     else:
         q, scale = given
-    torch.ops.cam.dynamic_quant(x, q, scale)
+    _dynamic_quant(x, q, scale)
     return q, scale

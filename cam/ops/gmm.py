@@ -82,9 +82,9 @@ def _gmm_swiglu_quant_multi_layer(
 ) -> None:
     _check_w1(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale)
     _runtime.run(
-        lambda stream, allocate: _C.gmm_swiglu_quant_multi_layer(
+        lambda stream, allocate, bound: _C.gmm_swiglu_quant_multi_layer(
             desc(x), desc(x_scale), [desc(w) for w in weights], [desc(s) for s in weight_scales], desc(group_list),
-            desc(layer_index), group_list_type, desc(y), desc(y_scale), stream, allocate,
+            desc(layer_index), group_list_type, desc(y), desc(y_scale), stream, allocate, bound,
         )
     )
 
@@ -107,9 +107,9 @@ def _gmm_multi_layer(
 ) -> None:
     _check_w2(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out)
     _runtime.run(
-        lambda stream, allocate: _C.gmm_multi_layer(
+        lambda stream, allocate, bound: _C.gmm_multi_layer(
             desc(y), desc(y_scale), [desc(w) for w in weights], [desc(s) for s in weight_scales], desc(group_list),
-            desc(layer_index), group_list_type, desc(out), stream, allocate,
+            desc(layer_index), group_list_type, desc(out), stream, allocate, bound,
         )
     )
 
@@ -182,7 +182,7 @@ def gmm_swiglu_quant_multi_layer(
     if given is None:
         given = (torch.zeros(x.shape[0], lw.n // 2, dtype=torch.int8), torch.zeros(x.shape[0], dtype=torch.float32))
     y, y_scale = given
-    torch.ops.cam.gmm_swiglu_quant_multi_layer(
+    _gmm_swiglu_quant_multi_layer(
         x, x_scale, list(lw.weights), list(lw.scales), group_list, layer_index, group_list_type, y, y_scale
     )
     return y, y_scale
@@ -222,7 +222,7 @@ def gmm_multi_layer(
     lw = _gate(op, "y", y, "y_scale", y_scale, weights, group_list, layer_index, group_list_type)
     given = Args(op).outputs("out", out, 1)
     result = given[0] if given else torch.zeros(y.shape[0], lw.n, dtype=torch.bfloat16)
-    torch.ops.cam.gmm_multi_layer(
+    _gmm_multi_layer(
         y, y_scale, list(lw.weights), list(lw.scales), group_list, layer_index, group_list_type, result
     )
     return result
