@@ -32,11 +32,20 @@ _is_compiling = torch.compiler.is_compiling
 _increment_version = torch._C._increment_version
 
 
+# Kernels registered for cam's ops through torch.library ("ns/op/DispatchKey"), the registry torch keeps to refuse
+# duplicates. cam registers CompositeExplicitAutograd and Meta (and PrivateUse1 in cam._npu); any other key the CPU
+# path would reach (a CPU kernel, an autograd formula) is someone overriding the op, and the dispatcher must run it.
+# Without that registry (another torch), every call goes through the dispatcher.
+_IMPLS = getattr(torch.library, "_impls", None)
+_OURS = ("CompositeExplicitAutograd", "Meta", "PrivateUse1")
+
+
 def direct_ok(args) -> bool:
     """True when calling the kernel function directly is indistinguishable from going through the dispatcher: not
     compiling or tracing, no torch function / dispatch mode and no functorch transform active, and every tensor
     argument (or list entry) a plain CPU ``torch.Tensor`` that autograd need not record (no grad required, or grad
-    mode off). Each test is a TLS or attribute read: this runs on every call."""
+    mode off). The op's own check (:meth:`Op.overridden`) comes first. Each test is a TLS or attribute read: this
+    runs on every call."""
     if (_is_compiling() or _torch_C._len_torch_function_stack() or _torch_C._len_torch_dispatch_stack()
             or _torch_C._are_functorch_transforms_active() or _torch_C._get_tracing_state() is not None):
         return False
@@ -62,9 +71,22 @@ class Op:
         self._fn = fn
         self._mutated = tuple(mutated)
         self._overload = getattr(getattr(torch.ops.cam, name), "default")
+        self._impls_seen = -1
+        self._override = True
+
+    def overridden(self) -> bool:
+        """Whether a kernel other than cam's own was registered for this op on a key a CPU call reaches. Scanned
+        again only when torch's registry changed size (registrations are rare; this runs per call)."""
+        if _IMPLS is None:
+            return True
+        if len(_IMPLS) != self._impls_seen:
+            prefix = f"cam/{self.name}/"
+            self._override = any(k.startswith(prefix) and k[len(prefix):] not in _OURS for k in tuple(_IMPLS))
+            self._impls_seen = len(_IMPLS)
+        return self._override
 
     def __call__(self, *args) -> None:
-        if direct_ok(args):
+        if not self.overridden() and direct_ok(args):
             self._fn(*args)
             _increment_version([args[i] for i in self._mutated])
         else:
