@@ -27,8 +27,18 @@ inline void ThrowIfFailed(aclnnStatus status) {
     if (status != ACLNN_SUCCESS) throw StatusError{status, camGetLastErrorMessage()};
 }
 
-// (data_ptr, shape, strides, ACL dtype code), built by cam/_tensor.py.
-using Descriptor = std::tuple<uintptr_t, std::vector<int64_t>, std::vector<int64_t>, int>;
+// What an aclTensor is made from: (data_ptr, shape, strides, ACL dtype code). From Python it is either a
+// torch.Tensor, read through its Python attributes here (no libtorch link; one C call instead of a Python helper
+// per tensor per call), or the tuple cam/_tensor.py's desc() and the workspace allocators build.
+struct Descriptor {
+    uintptr_t ptr = 0;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> strides;
+    int dtype = 0;
+};
+
+// Fills *d from a torch.Tensor-like object; false (no Python error set) when it is not one.
+bool DescribeTensor(py::handle tensor, Descriptor* d);
 
 // Owns the aclTensor made from a descriptor for the duration of one call.
 class AclTensor {
@@ -92,7 +102,7 @@ void RunTwoPhase(GetWorkspace&& getWorkspace, Run&& run, Stream& stream, const p
     void* workspace = nullptr;
     if (workspaceSize > 0) {
         Descriptor ws = allocate(workspaceSize).cast<Descriptor>();
-        workspace = reinterpret_cast<void*>(std::get<0>(ws));
+        workspace = reinterpret_cast<void*>(ws.ptr);
     }
     const aclrtStream handle = stream.Handle();
     if (syncTimeoutS) {
@@ -113,6 +123,34 @@ using RegisterFn = void (*)(py::module_&);
 bool AddRegistration(RegisterFn fn);
 
 }  // namespace cam::bindings
+
+namespace pybind11::detail {
+
+template <>
+struct type_caster<cam::bindings::Descriptor> {
+    PYBIND11_TYPE_CASTER(cam::bindings::Descriptor, const_name("Descriptor"));
+
+    bool load(handle src, bool) {
+        if (!PyTuple_Check(src.ptr())) return cam::bindings::DescribeTensor(src, &value);
+        const auto t = reinterpret_borrow<tuple>(src);
+        if (t.size() != 4) return false;
+        try {
+            value.ptr = t[0].cast<uintptr_t>();
+            value.shape = t[1].cast<std::vector<int64_t>>();
+            value.strides = t[2].cast<std::vector<int64_t>>();
+            value.dtype = t[3].cast<int>();
+        } catch (const cast_error&) {
+            return false;
+        }
+        return true;
+    }
+
+    static handle cast(const cam::bindings::Descriptor& d, return_value_policy, handle) {
+        return pybind11::make_tuple(d.ptr, d.shape, d.strides, d.dtype).release();
+    }
+};
+
+}  // namespace pybind11::detail
 
 #define CAM_BINDING_CONCAT2(a, b) a##b
 #define CAM_BINDING_CONCAT(a, b) CAM_BINDING_CONCAT2(a, b)

@@ -27,6 +27,49 @@ bool AddRegistration(RegisterFn fn) {
     return true;
 }
 
+namespace {
+
+// Reads a Python sequence of ints (torch.Size, a tuple) into *out.
+bool Int64s(PyObject* seq, std::vector<int64_t>* out) {
+    if (!seq || !PyTuple_Check(seq)) return false;
+    const Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    out->resize(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        const long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i));
+        if (v == -1 && PyErr_Occurred()) return false;
+        (*out)[static_cast<size_t>(i)] = v;
+    }
+    return true;
+}
+
+int DtypeCodeOf(PyObject* dtype);  // below, with the code table
+
+}  // namespace
+
+bool DescribeTensor(py::handle tensor, Descriptor* d) {
+    static PyObject* const kDataPtr = PyUnicode_InternFromString("data_ptr");
+    static PyObject* const kShape = PyUnicode_InternFromString("shape");
+    static PyObject* const kStride = PyUnicode_InternFromString("stride");
+    static PyObject* const kDtype = PyUnicode_InternFromString("dtype");
+    PyObject* t = tensor.ptr();
+    bool ok = false;
+    PyObject* ptr = PyObject_CallMethodNoArgs(t, kDataPtr);
+    PyObject* shape = ptr ? PyObject_GetAttr(t, kShape) : nullptr;
+    PyObject* strides = shape ? PyObject_CallMethodNoArgs(t, kStride) : nullptr;
+    PyObject* dtype = strides ? PyObject_GetAttr(t, kDtype) : nullptr;
+    if (dtype) {
+        d->ptr = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(ptr));
+        d->dtype = DtypeCodeOf(dtype);
+        ok = !PyErr_Occurred() && d->dtype >= 0 && Int64s(shape, &d->shape) && Int64s(strides, &d->strides);
+    }
+    Py_XDECREF(ptr);
+    Py_XDECREF(shape);
+    Py_XDECREF(strides);
+    Py_XDECREF(dtype);
+    if (!ok) PyErr_Clear();  // not a tensor: the caller reports the argument
+    return ok;
+}
+
 AclTensor::AclTensor(const Descriptor& d, aclFormat format) {
     const auto& [ptr, shape, strides, dtype] = d;
     if (shape.size() != strides.size()) throw StatusError{ACLNN_ERR_PARAM_INVALID, "descriptor rank mismatch"};
@@ -153,6 +196,21 @@ constexpr StatusCode kStatusCodes[] = {
     CAM_STATUS_ENTRY(CAM_ERR_CAPTURE_INVALIDATED), CAM_STATUS_ENTRY(CAM_ERR_GRAPH_INVALID),
 };
 #undef CAM_STATUS_ENTRY
+
+// torch dtype object -> ACL code, remembered by identity (torch's dtypes are singletons); -1 for a dtype cam has no
+// code for. Called with the GIL held, which guards the table.
+int DtypeCodeOf(PyObject* dtype) {
+    static std::vector<std::pair<PyObject*, int>> seen;
+    for (const auto& [object, code] : seen)
+        if (object == dtype) return code;
+    const std::string name = py::str(py::handle(dtype));  // "torch.bfloat16"
+    int code = -1;
+    for (const auto& e : kDtypeCodes)
+        if (name == std::string("torch.") + e.name) code = static_cast<int>(e.code);
+    Py_INCREF(dtype);  // kept: the table holds the pointer
+    seen.emplace_back(dtype, code);
+    return code;
+}
 
 constexpr bool DistinctCodes() {
     for (size_t i = 0; i < std::size(kStatusCodes); ++i)

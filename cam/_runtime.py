@@ -192,13 +192,12 @@ def run(launch, stream=None) -> None:
         keep.append(ws)
         return (ws.data_ptr(), [nbytes], [1], 4)
 
+    capture = graph.capture_in_thread()
     if stream is None:
         # An op that names no stream (the compute ops) joins this thread's capture, so one graph holds a whole FFN
         # iteration whose data-plane ops run on the Comm's stream (docs/graph.md).
-        stream = graph.capturing_stream() or default_stream()
-
-    capture = graph.capture_for(stream)
-    if capture is not None:
+        stream = capture.stream if capture is not None else default_stream()
+    if capture is not None and capture.stream is stream:
         # Recorded, not run: workspace comes from the graph's pool and there is nothing to wait for (a synchronize
         # would break the capture). The graph's replay synchronizes.
         launch(stream, capture.allocate, None)

@@ -47,17 +47,11 @@ class _Capture:
         return (_C.capture_alloc(self.stream, nbytes), [nbytes], [1], 4)
 
 
-def capture_for(stream):
-    """The capture that ops launched on ``stream`` by this thread are recorded into, or None. ``cam._runtime.run``
-    consults it: inside a capture an op neither synchronizes nor allocates its own workspace."""
-    capture = getattr(_local, "capture", None)
-    return capture if capture is not None and capture.stream is stream else None
-
-
-def capturing_stream():
-    """The stream this thread captures on, or None."""
-    capture = getattr(_local, "capture", None)
-    return capture.stream if capture is not None else None
+def capture_in_thread():
+    """This thread's capture, or None. ``cam._runtime.run`` consults it once per op: an op launched on the capture's
+    stream (the compute ops join it by default) is recorded, neither synchronizing nor allocating its own
+    workspace."""
+    return getattr(_local, "capture", None)
 
 
 def capture_status(stream=None) -> tuple:

@@ -86,7 +86,8 @@ class Op:
         return self._override
 
     def __call__(self, *args) -> None:
-        if not self.overridden() and direct_ok(args):
+        override = self._override if _IMPLS is not None and len(_IMPLS) == self._impls_seen else self.overridden()
+        if not override and direct_ok(args):
             self._fn(*args)
             _increment_version([args[i] for i in self._mutated])
         else:

@@ -1,7 +1,6 @@
 import torch
 
 from .. import _C, _runtime
-from .._tensor import desc
 from ..comm import Comm
 from . import _library
 from ._checks import Args
@@ -24,7 +23,7 @@ def _combine_recv(token: torch.Tensor, topk_ids: torch.Tensor, topk_weights: tor
     comm = comm_for("combine_recv", comm_id, attention=True)
     _check(comm, topk_ids, topk_weights, out)
     _runtime.run(
-        lambda stream, allocate, bound: _C.combine_recv(comm._c, desc(topk_ids), desc(topk_weights), desc(out),
+        lambda stream, allocate, bound: _C.combine_recv(comm._c, topk_ids, topk_weights, out,
                                                         stream, allocate, bound),
         stream=comm.stream,
     )

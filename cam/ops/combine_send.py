@@ -1,7 +1,6 @@
 import torch
 
 from .. import _C, _runtime
-from .._tensor import desc
 from ..comm import Comm
 from . import _library
 from ._checks import Args
@@ -19,7 +18,7 @@ def _check(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) -> Non
 def _combine_send(token: torch.Tensor, expert_out: torch.Tensor, work_item: torch.Tensor, comm_id: int) -> None:
     comm = comm_for("combine_send", comm_id, attention=False)
     _check(comm, expert_out, work_item)
-    _runtime.run(lambda stream, allocate, bound: _C.combine_send(comm._c, desc(expert_out), desc(work_item), stream,
+    _runtime.run(lambda stream, allocate, bound: _C.combine_send(comm._c, expert_out, work_item, stream,
                                                                  allocate, bound),
                  stream=comm.stream)
     token.add_(1)

@@ -1,7 +1,6 @@
 import torch
 
 from .. import _C, _runtime
-from .._tensor import desc
 from ..comm import Comm
 from . import _library
 from ._checks import Args
@@ -35,8 +34,8 @@ def _dispatch_recv(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Te
     comm = comm_for("dispatch_recv", comm_id, attention=False)
     _check(comm, (expand_x, scales, expert_counts, work_item))
     _runtime.run(
-        lambda stream, allocate, bound: _C.dispatch_recv(comm._c, desc(expand_x), desc(scales), desc(expert_counts),
-                                                         desc(work_item), stream, allocate, bound),
+        lambda stream, allocate, bound: _C.dispatch_recv(comm._c, expand_x, scales, expert_counts,
+                                                         work_item, stream, allocate, bound),
         stream=comm.stream,
     )
     token.add_(1)

@@ -1,7 +1,6 @@
 import torch
 
 from .. import _C, _runtime
-from .._tensor import desc
 from ..comm import Comm
 from . import _library
 from ._checks import Args
@@ -24,7 +23,7 @@ def _check(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: int) -> N
 def _dispatch_send(token: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor, layer: int, comm_id: int) -> None:
     comm = comm_for("dispatch_send", comm_id, attention=True)
     _check(comm, x, topk_ids, layer)
-    _runtime.run(lambda stream, allocate, bound: _C.dispatch_send(comm._c, desc(x), desc(topk_ids), layer, stream,
+    _runtime.run(lambda stream, allocate, bound: _C.dispatch_send(comm._c, x, topk_ids, layer, stream,
                                                                   allocate, bound),
                  stream=comm.stream)
     token.add_(1)

@@ -1,15 +1,15 @@
 import torch
 
 from .. import _C, _runtime
-from .._tensor import desc
 from . import _library
 from ._checks import Args
 
 _ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
+_ARGS = Args("dynamic_quant")  # holds only the op's name: one for every call
 
 
 def _check(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
-    args = Args("dynamic_quant")
+    args = _ARGS
     args.tensor("x", x, _ACTIVATION_DTYPES, ndim=2, layout="[tokens, hidden]")
     if x.shape[1] < 1:
         raise args.fail("x", f"must have at least one column, got shape {tuple(x.shape)}")
@@ -20,8 +20,7 @@ def _check(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
 @_library.op("dynamic_quant", mutates_args=("q", "scale"))
 def _dynamic_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
     _check(x, q, scale)
-    _runtime.run(lambda stream, allocate, bound: _C.dynamic_quant(desc(x), desc(q), desc(scale), stream, allocate,
-                                                                  bound))
+    _runtime.run(lambda stream, allocate, bound: _C.dynamic_quant(x, q, scale, stream, allocate, bound))
 
 
 @_dynamic_quant.register_fake
@@ -45,7 +44,7 @@ def dynamic_quant(x: torch.Tensor, *, out=None) -> tuple[torch.Tensor, torch.Ten
     Raises:
         TypeError / ValueError: bad dtype, rank, layout or ``out``, naming the argument, before anything runs.
     """
-    args = Args("dynamic_quant")
+    args = _ARGS
     args.is_tensor("x", x)
     given = args.outputs("out", out, 2)
     if given is None:

@@ -9,7 +9,6 @@ from typing import Optional
 import torch
 
 from .. import _C, _runtime
-from .._tensor import desc
 from ..layer_weights import LayerWeights
 from . import _library
 from ._checks import Args
@@ -83,8 +82,8 @@ def _gmm_swiglu_quant_multi_layer(
     _check_w1(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale)
     _runtime.run(
         lambda stream, allocate, bound: _C.gmm_swiglu_quant_multi_layer(
-            desc(x), desc(x_scale), [desc(w) for w in weights], [desc(s) for s in weight_scales], desc(group_list),
-            desc(layer_index), group_list_type, desc(y), desc(y_scale), stream, allocate, bound,
+            x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale, stream,
+            allocate, bound,
         )
     )
 
@@ -108,8 +107,8 @@ def _gmm_multi_layer(
     _check_w2(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out)
     _runtime.run(
         lambda stream, allocate, bound: _C.gmm_multi_layer(
-            desc(y), desc(y_scale), [desc(w) for w in weights], [desc(s) for s in weight_scales], desc(group_list),
-            desc(layer_index), group_list_type, desc(out), stream, allocate, bound,
+            y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out, stream, allocate,
+            bound,
         )
     )
 
