@@ -170,6 +170,18 @@ def _on_sync_timeout(stream, launch, keep, error: SyncTimeoutError) -> None:
 _graph = None  # cam.graph (the capture hook), bound at the first run: it imports this module
 
 
+class _Workspace(list):
+    """One op call's workspace allocator (``allocate(nbytes) -> descriptor``) and the buffers it handed out, kept
+    until the stream is done with them: one object per call instead of a list and a closure."""
+
+    __slots__ = ()
+
+    def __call__(self, nbytes: int):
+        ws = torch.empty(nbytes, dtype=torch.uint8)
+        self.append(ws)
+        return (ws.data_ptr(), [nbytes], [1], 4)
+
+
 def run(launch, stream=None) -> None:
     """Runs ``launch(stream, allocate, bound)`` so a CPU op has completed when it returns (torch CPU semantics):
     ``launch`` queues the op and, given a ``bound`` in seconds, synchronizes the stream within it in the same C call
@@ -178,37 +190,33 @@ def run(launch, stream=None) -> None:
     (its closure). ``stream`` defaults to this thread's stream; data-plane ops pass their communicator's own
     stream, because ranks that are threads of one process must not queue behind each other.
 
-    This is every op's per-call path: it only looks things up (each lookup's slow path creates what is missing)."""
+    This is every op's per-call path: it only looks things up (each lookup's slow path creates what is missing:
+    default_stream, stream_lock)."""
     global _graph
     graph = _graph
     if graph is None:
         from . import graph as graph_module
 
         graph = _graph = graph_module
-    keep = []
-
-    def allocate(nbytes: int):
-        ws = torch.empty(nbytes, dtype=torch.uint8)
-        keep.append(ws)
-        return (ws.data_ptr(), [nbytes], [1], 4)
-
     capture = graph.capture_in_thread()
     if stream is None:
         # An op that names no stream (the compute ops) joins this thread's capture, so one graph holds a whole FFN
         # iteration whose data-plane ops run on the Comm's stream (docs/graph.md).
-        stream = capture.stream if capture is not None else default_stream()
+        stream = capture.stream if capture is not None else (_thread_streams.get(threading.get_ident())
+                                                             or default_stream())
     if capture is not None and capture.stream is stream:
         # Recorded, not run: workspace comes from the graph's pool and there is nothing to wait for (a synchronize
         # would break the capture). The graph's replay synchronizes.
         launch(stream, capture.allocate, None)
         return
     bound = sync_timeout_s()
-    with stream_lock(stream):
+    keep = _Workspace()
+    with _stream_locks.get(id(stream)) or stream_lock(stream):
         if _parked and is_parked(stream):
             raise RuntimeError("this stream lost a kernel that never ended after a sync timeout; its communicator is "
                                "unusable: create a new cam.Comm")
         try:
-            launch(stream, allocate, bound)
+            launch(stream, keep, bound)
         except SyncTimeoutError as e:
             _on_sync_timeout(stream, launch, keep, e)
 

@@ -45,7 +45,8 @@ def dynamic_quant(x: torch.Tensor, *, out=None) -> tuple[torch.Tensor, torch.Ten
         TypeError / ValueError: bad dtype, rank, layout or ``out``, naming the argument, before anything runs.
     """
     args = _ARGS
-    args.is_tensor("x", x)
+    if not isinstance(x, torch.Tensor):
+        args.is_tensor("x", x)
     given = args.outputs("out", out, 2)
     if given is None:
         q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
