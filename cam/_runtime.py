@@ -134,7 +134,7 @@ def is_parked(stream) -> bool:
     return any(p is stream for p in _parked)
 
 
-def _on_sync_timeout(stream, launch, keep, error: SyncTimeoutError) -> None:
+def _on_sync_timeout(stream, args, keep, error: SyncTimeoutError) -> None:
     """The host stopped waiting, but the kernel may still run and write: never free what it may touch. End its
     waits (abort its Comm, if the stream is a Comm's), then wait for the stream to drain, bounded. Only a drained
     stream releases its buffers; otherwise they are parked for the life of the process."""
@@ -157,7 +157,7 @@ def _on_sync_timeout(stream, launch, keep, error: SyncTimeoutError) -> None:
     if drained:
         raise SyncTimeoutError(f"{error} — {how}; the kernel then ended and its buffers were released", error.status) \
             from error
-    _park(stream, launch, keep)
+    _park(stream, args, keep)  # args: the tensors the kernel reads and writes
     with _locks_guard:
         for ident, s in list(_thread_streams.items()):
             if s is stream:  # this thread's later ops get a fresh stream instead of queueing behind the lost one
@@ -182,13 +182,13 @@ class _Workspace(list):
         return (ws.data_ptr(), [nbytes], [1], 4)
 
 
-def run(launch, stream=None) -> None:
-    """Runs ``launch(stream, allocate, bound)`` so a CPU op has completed when it returns (torch CPU semantics):
-    ``launch`` queues the op and, given a ``bound`` in seconds, synchronizes the stream within it in the same C call
-    (work that ends on its own may then run on this thread: cam/cam_status.h, camBeginSynchronousLaunches).
-    Workspace handed out by ``allocate`` lives until the stream is done with it; so do the tensors ``launch`` holds
-    (its closure). ``stream`` defaults to this thread's stream; data-plane ops pass their communicator's own
-    stream, because ranks that are threads of one process must not queue behind each other.
+def run(launch, *args, stream=None) -> None:
+    """Runs ``launch(*args, stream, allocate, bound)`` (a ``cam._C`` op) so a CPU op has completed when it returns
+    (torch CPU semantics): ``launch`` queues the op and, given a ``bound`` in seconds, synchronizes the stream within
+    it in the same C call (work that ends on its own may then run on this thread: cam/cam_status.h,
+    camBeginSynchronousLaunches). Workspace handed out by ``allocate`` lives until the stream is done with it; so do
+    ``args``. ``stream`` defaults to this thread's stream; data-plane ops pass their communicator's own stream,
+    because ranks that are threads of one process must not queue behind each other.
 
     This is every op's per-call path: it only looks things up (each lookup's slow path creates what is missing:
     default_stream, stream_lock)."""
@@ -207,7 +207,7 @@ def run(launch, stream=None) -> None:
     if capture is not None and capture.stream is stream:
         # Recorded, not run: workspace comes from the graph's pool and there is nothing to wait for (a synchronize
         # would break the capture). The graph's replay synchronizes.
-        launch(stream, capture.allocate, None)
+        launch(*args, stream, capture.allocate, None)
         return
     bound = sync_timeout_s()
     keep = _Workspace()
@@ -216,9 +216,9 @@ def run(launch, stream=None) -> None:
             raise RuntimeError("this stream lost a kernel that never ended after a sync timeout; its communicator is "
                                "unusable: create a new cam.Comm")
         try:
-            launch(stream, keep, bound)
+            launch(*args, stream, keep, bound)
         except SyncTimeoutError as e:
-            _on_sync_timeout(stream, launch, keep, e)
+            _on_sync_timeout(stream, args, keep, e)
 
 
 def _after_fork_in_child() -> None:

@@ -22,11 +22,7 @@ def _combine_recv(token: torch.Tensor, topk_ids: torch.Tensor, topk_weights: tor
                   comm_id: int) -> None:
     comm = comm_for("combine_recv", comm_id, attention=True)
     _check(comm, topk_ids, topk_weights, out)
-    _runtime.run(
-        lambda stream, allocate, bound: _C.combine_recv(comm._c, topk_ids, topk_weights, out,
-                                                        stream, allocate, bound),
-        stream=comm.stream,
-    )
+    _runtime.run(_C.combine_recv, comm._c, topk_ids, topk_weights, out, stream=comm.stream)
     token.add_(1)
 
 

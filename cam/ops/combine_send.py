@@ -18,9 +18,7 @@ def _check(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) -> Non
 def _combine_send(token: torch.Tensor, expert_out: torch.Tensor, work_item: torch.Tensor, comm_id: int) -> None:
     comm = comm_for("combine_send", comm_id, attention=False)
     _check(comm, expert_out, work_item)
-    _runtime.run(lambda stream, allocate, bound: _C.combine_send(comm._c, expert_out, work_item, stream,
-                                                                 allocate, bound),
-                 stream=comm.stream)
+    _runtime.run(_C.combine_send, comm._c, expert_out, work_item, stream=comm.stream)
     token.add_(1)
 
 

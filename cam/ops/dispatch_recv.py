@@ -33,11 +33,7 @@ def _dispatch_recv(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Te
                    work_item: torch.Tensor, comm_id: int) -> None:
     comm = comm_for("dispatch_recv", comm_id, attention=False)
     _check(comm, (expand_x, scales, expert_counts, work_item))
-    _runtime.run(
-        lambda stream, allocate, bound: _C.dispatch_recv(comm._c, expand_x, scales, expert_counts,
-                                                         work_item, stream, allocate, bound),
-        stream=comm.stream,
-    )
+    _runtime.run(_C.dispatch_recv, comm._c, expand_x, scales, expert_counts, work_item, stream=comm.stream)
     token.add_(1)
 
 

@@ -23,9 +23,7 @@ def _check(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: int) -> N
 def _dispatch_send(token: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor, layer: int, comm_id: int) -> None:
     comm = comm_for("dispatch_send", comm_id, attention=True)
     _check(comm, x, topk_ids, layer)
-    _runtime.run(lambda stream, allocate, bound: _C.dispatch_send(comm._c, x, topk_ids, layer, stream,
-                                                                  allocate, bound),
-                 stream=comm.stream)
+    _runtime.run(_C.dispatch_send, comm._c, x, topk_ids, layer, stream=comm.stream)
     token.add_(1)
 
 

@@ -20,7 +20,7 @@ def _check(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
 @_library.op("dynamic_quant", mutates_args=("q", "scale"))
 def _dynamic_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
     _check(x, q, scale)
-    _runtime.run(lambda stream, allocate, bound: _C.dynamic_quant(x, q, scale, stream, allocate, bound))
+    _runtime.run(_C.dynamic_quant, x, q, scale)
 
 
 @_dynamic_quant.register_fake

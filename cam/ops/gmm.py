@@ -80,12 +80,8 @@ def _gmm_swiglu_quant_multi_layer(
     y_scale: torch.Tensor,
 ) -> None:
     _check_w1(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale)
-    _runtime.run(
-        lambda stream, allocate, bound: _C.gmm_swiglu_quant_multi_layer(
-            x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale, stream,
-            allocate, bound,
-        )
-    )
+    _runtime.run(_C.gmm_swiglu_quant_multi_layer, x, x_scale, weights, weight_scales, group_list, layer_index,
+                 group_list_type, y, y_scale)
 
 
 @_gmm_swiglu_quant_multi_layer.register_fake
@@ -105,12 +101,8 @@ def _gmm_multi_layer(
     out: torch.Tensor,
 ) -> None:
     _check_w2(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out)
-    _runtime.run(
-        lambda stream, allocate, bound: _C.gmm_multi_layer(
-            y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out, stream, allocate,
-            bound,
-        )
-    )
+    _runtime.run(_C.gmm_multi_layer, y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type,
+                 out)
 
 
 @_gmm_multi_layer.register_fake
