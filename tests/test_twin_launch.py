@@ -149,3 +149,45 @@ def test_eager_call_skips_the_dispatcher_only_when_nothing_could_observe_it(monk
     assert len(calls) == 2
     for q, s in ((q1, s1), (q2, s2)):
         assert torch.equal(q, q0) and torch.equal(s, s0)
+
+
+def _bad_dynamic_quant_calls():
+    bf = torch.bfloat16
+    x = torch.randn(4, 64).to(bf)
+    q, s = torch.empty(4, 64, dtype=torch.int8), torch.empty(4)
+    return {
+        "x dtype": (x.float(), (q, s)),
+        "x rank": (x.reshape(4, 8, 8), (q, s)),
+        "x no columns": (torch.empty(4, 0, dtype=bf), (q, s)),
+        "x not contiguous": (x.t().contiguous().t(), (q, s)),
+        "q dtype": (x, (q.to(torch.int16), s)),
+        "q shape": (x, (q[:, :32].contiguous(), s)),
+        "q not contiguous": (x, (torch.empty(64, 4, dtype=torch.int8).t(), s)),
+        "scale dtype": (x, (q, s.double())),
+        "scale shape": (x, (q, torch.empty(5))),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_bad_dynamic_quant_calls()))
+def test_direct_call_refuses_exactly_as_the_dispatcher_path(case, monkeypatch):
+    # The direct path lets the C API validate and runs the Python checker only to word a refusal: every refusal
+    # must be the one the dispatcher path (Python checks first) raises, and nothing may be written.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    calls = _count_dispatches(monkeypatch)
+    x, (q, s) = _bad_dynamic_quant_calls()[case]
+    q.fill_(7)
+    before = q.clone()
+    with pytest.raises(Exception) as direct:
+        cam.ops.dynamic_quant(x, out=(q, s))
+    assert calls == []
+    with Passthrough(), pytest.raises(Exception) as dispatched:
+        cam.ops.dynamic_quant(x, out=(q, s))
+    assert len(calls) == 1
+    assert type(direct.value) is type(dispatched.value) and str(direct.value) == str(dispatched.value)
+    assert "dynamic_quant:" in str(direct.value)
+    assert torch.equal(q, before)

@@ -73,6 +73,7 @@ class Op:
         self._overload = getattr(getattr(torch.ops.cam, name), "default")
         self._impls_seen = -1
         self._override = True
+        self._direct = fn  # what a direct call runs (register_direct)
 
     def overridden(self) -> bool:
         """Whether a kernel other than cam's own was registered for this op on a key a CPU call reaches. Scanned
@@ -88,10 +89,16 @@ class Op:
     def __call__(self, *args) -> None:
         override = self._override if _IMPLS is not None and len(_IMPLS) == self._impls_seen else self.overridden()
         if not override and direct_ok(args):
-            self._fn(*args)
+            self._direct(*args)
             _increment_version([args[i] for i in self._mutated])
         else:
             self._overload(*args)
+
+    def register_direct(self, fn: Callable) -> Callable:
+        """The op's body for a direct call (plain CPU tensors, :func:`direct_ok`), when it may skip work the kernel
+        needs for arbitrary callers (a Python check the C API repeats exactly, say). Same arguments, same effect."""
+        self._direct = fn
+        return fn
 
     def register_fake(self, fn: Callable) -> Callable:
         torch.library.register_fake(self.qualname, fn, lib=_LIB)

@@ -1,6 +1,7 @@
 import torch
 
 from .. import _C, _runtime
+from ..errors import InvalidArgumentError
 from . import _library
 from ._checks import Args
 
@@ -21,6 +22,19 @@ def _check(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
 def _dynamic_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
     _check(x, q, scale)
     _runtime.run(_C.dynamic_quant, x, q, scale)
+
+
+@_dynamic_quant.register_direct
+def _(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
+    # Plain CPU tensors (direct_ok). The C API's checks of dynamic_quant (dtypes, rank, at least one column, shapes,
+    # row-major strides) accept nothing _check refuses and refuse before anything is written, so they run alone:
+    # validation once per call. After a refusal _check runs to raise what the dispatcher path raises, naming the
+    # argument as documented; it passes only where the C API is stricter, and then the C API's error stands.
+    try:
+        _runtime.run(_C.dynamic_quant, x, q, scale)
+    except InvalidArgumentError:
+        _check(x, q, scale)
+        raise
 
 
 @_dynamic_quant.register_fake
