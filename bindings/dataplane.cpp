@@ -137,11 +137,13 @@ void Register(py::module_& m) {
                 return aclnnCamDispatchSendGetWorkspaceSize(c, tx.get(), ti.get(), layer, ws, ex);
             }, aclnnCamDispatchSend, stream, allocate, syncTimeoutS);
         },
-        py::arg("comm"), py::arg("x"), py::arg("topk_ids"), py::arg("layer"), py::arg("stream"), py::arg("allocate"), py::arg("sync_timeout_s") = py::none());
+        py::arg("comm"), py::arg("x"), py::arg("topk_ids"), py::arg("layer"), py::arg("stream"), py::arg("allocate"),
+        py::arg("sync_timeout_s") = py::none());
     m.def(
         "dispatch_recv",
         [](Comm& comm, const Descriptor& expandX, const Descriptor& scales, const Descriptor& counts,
-           const Descriptor& workItem, Stream& stream, const py::function& allocate, std::optional<double> syncTimeoutS) {
+           const Descriptor& workItem, Stream& stream, const py::function& allocate,
+           std::optional<double> syncTimeoutS) {
             AclTensor te(expandX), ts(scales), tc(counts), tw(workItem);
             camComm* c = comm.Get();
             RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
@@ -160,7 +162,8 @@ void Register(py::module_& m) {
                 return aclnnCamCombineSendGetWorkspaceSize(c, to.get(), tw.get(), ws, ex);
             }, aclnnCamCombineSend, stream, allocate, syncTimeoutS);
         },
-        py::arg("comm"), py::arg("expert_out"), py::arg("work_item"), py::arg("stream"), py::arg("allocate"), py::arg("sync_timeout_s") = py::none());
+        py::arg("comm"), py::arg("expert_out"), py::arg("work_item"), py::arg("stream"), py::arg("allocate"),
+        py::arg("sync_timeout_s") = py::none());
     m.def(
         "combine_recv",
         [](Comm& comm, const Descriptor& ids, const Descriptor& weights, const Descriptor& out, Stream& stream,

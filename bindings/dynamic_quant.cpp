@@ -13,7 +13,8 @@ void Register(py::module_& m) {
                 return aclnnCamDynamicQuantGetWorkspaceSize(tx.get(), tq.get(), ts.get(), ws, ex);
             }, aclnnCamDynamicQuant, stream, allocate, syncTimeoutS);
         },
-        py::arg("x"), py::arg("q"), py::arg("scale"), py::arg("stream"), py::arg("allocate"), py::arg("sync_timeout_s") = py::none());
+        py::arg("x"), py::arg("q"), py::arg("scale"), py::arg("stream"), py::arg("allocate"),
+        py::arg("sync_timeout_s") = py::none());
 }
 
 CAM_BINDING(Register);
