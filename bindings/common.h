@@ -6,6 +6,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,8 +27,18 @@ inline void ThrowIfFailed(aclnnStatus status) {
     if (status != ACLNN_SUCCESS) throw StatusError{status, camGetLastErrorMessage()};
 }
 
-// (data_ptr, shape, strides, ACL dtype code), built by cam/_tensor.py.
-using Descriptor = std::tuple<uintptr_t, std::vector<int64_t>, std::vector<int64_t>, int>;
+// What an aclTensor is made from: (data_ptr, shape, strides, ACL dtype code). From Python it is either a
+// torch.Tensor, read through its Python attributes here (no libtorch link; one C call instead of a Python helper
+// per tensor per call), or the tuple cam/_tensor.py's desc() and the workspace allocators build.
+struct Descriptor {
+    uintptr_t ptr = 0;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> strides;
+    int dtype = 0;
+};
+
+// Fills *d from a torch.Tensor-like object; false (no Python error set) when it is not one.
+bool DescribeTensor(py::handle tensor, Descriptor* d);
 
 // Owns the aclTensor made from a descriptor for the duration of one call.
 class AclTensor {
@@ -64,6 +76,10 @@ public:
     ~Stream() { Close(); }
     void Close();
     void Synchronize(double timeoutSeconds);
+    // launch() (an op's second phase), then a synchronize bounded by timeoutSeconds counted from the launch, as
+    // one step for a caller that waits at once: ops whose work ends on its own may run it on this thread
+    // (camBeginSynchronousLaunches). Call without the GIL; throws StatusError.
+    void LaunchAndSynchronize(const std::function<aclnnStatus(aclrtStream)>& launch, double timeoutSeconds);
     aclrtStream Handle() const;
 
 private:
@@ -75,21 +91,30 @@ private:
 };
 
 // Runs the two aclnn phases; `allocate(nbytes) -> descriptor` hands out workspace that the caller keeps alive until
-// the stream has run the op. The launch phase runs without the GIL.
+// the stream has run the op. The launch phase runs without the GIL. With syncTimeoutS, the call also synchronizes
+// the stream within that bound (the eager path: one call, one GIL release); without, it only queues (capture).
 template <typename GetWorkspace, typename Run>
-void RunTwoPhase(GetWorkspace&& getWorkspace, Run&& run, Stream& stream, const py::function& allocate) {
+void RunTwoPhase(GetWorkspace&& getWorkspace, Run&& run, Stream& stream, const py::function& allocate,
+                 std::optional<double> syncTimeoutS) {
     uint64_t workspaceSize = 0;
     aclOpExecutor* executor = nullptr;
     ThrowIfFailed(getWorkspace(&workspaceSize, &executor));
     void* workspace = nullptr;
     if (workspaceSize > 0) {
         Descriptor ws = allocate(workspaceSize).cast<Descriptor>();
-        workspace = reinterpret_cast<void*>(std::get<0>(ws));
+        workspace = reinterpret_cast<void*>(ws.ptr);
+    }
+    const aclrtStream handle = stream.Handle();
+    if (syncTimeoutS) {
+        py::gil_scoped_release release;
+        stream.LaunchAndSynchronize([&](aclrtStream h) { return run(workspace, workspaceSize, executor, h); },
+                                    *syncTimeoutS);
+        return;
     }
     aclnnStatus status;
     {
         py::gil_scoped_release release;
-        status = run(workspace, workspaceSize, executor, stream.Handle());
+        status = run(workspace, workspaceSize, executor, handle);
     }
     ThrowIfFailed(status);
 }
@@ -98,6 +123,34 @@ using RegisterFn = void (*)(py::module_&);
 bool AddRegistration(RegisterFn fn);
 
 }  // namespace cam::bindings
+
+namespace pybind11::detail {
+
+template <>
+struct type_caster<cam::bindings::Descriptor> {
+    PYBIND11_TYPE_CASTER(cam::bindings::Descriptor, const_name("Descriptor"));
+
+    bool load(handle src, bool) {
+        if (!PyTuple_Check(src.ptr())) return cam::bindings::DescribeTensor(src, &value);
+        const auto t = reinterpret_borrow<tuple>(src);
+        if (t.size() != 4) return false;
+        try {
+            value.ptr = t[0].cast<uintptr_t>();
+            value.shape = t[1].cast<std::vector<int64_t>>();
+            value.strides = t[2].cast<std::vector<int64_t>>();
+            value.dtype = t[3].cast<int>();
+        } catch (const cast_error&) {
+            return false;
+        }
+        return true;
+    }
+
+    static handle cast(const cam::bindings::Descriptor& d, return_value_policy, handle) {
+        return pybind11::make_tuple(d.ptr, d.shape, d.strides, d.dtype).release();
+    }
+};
+
+}  // namespace pybind11::detail
 
 #define CAM_BINDING_CONCAT2(a, b) a##b
 #define CAM_BINDING_CONCAT(a, b) CAM_BINDING_CONCAT2(a, b)

@@ -130,49 +130,52 @@ void Register(py::module_& m) {
     m.def(
         "dispatch_send",
         [](Comm& comm, const Descriptor& x, const Descriptor& ids, int64_t layer, Stream& stream,
-           const py::function& allocate) {
+           const py::function& allocate, std::optional<double> syncTimeoutS) {
             AclTensor tx(x), ti(ids);
             camComm* c = comm.Get();
             RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
                 return aclnnCamDispatchSendGetWorkspaceSize(c, tx.get(), ti.get(), layer, ws, ex);
-            }, aclnnCamDispatchSend, stream, allocate);
+            }, aclnnCamDispatchSend, stream, allocate, syncTimeoutS);
         },
-        py::arg("comm"), py::arg("x"), py::arg("topk_ids"), py::arg("layer"), py::arg("stream"), py::arg("allocate"));
+        py::arg("comm"), py::arg("x"), py::arg("topk_ids"), py::arg("layer"), py::arg("stream"), py::arg("allocate"),
+        py::arg("sync_timeout_s") = py::none());
     m.def(
         "dispatch_recv",
         [](Comm& comm, const Descriptor& expandX, const Descriptor& scales, const Descriptor& counts,
-           const Descriptor& workItem, Stream& stream, const py::function& allocate) {
+           const Descriptor& workItem, Stream& stream, const py::function& allocate,
+           std::optional<double> syncTimeoutS) {
             AclTensor te(expandX), ts(scales), tc(counts), tw(workItem);
             camComm* c = comm.Get();
             RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
                 return aclnnCamDispatchRecvGetWorkspaceSize(c, te.get(), ts.get(), tc.get(), tw.get(), ws, ex);
-            }, aclnnCamDispatchRecv, stream, allocate);
+            }, aclnnCamDispatchRecv, stream, allocate, syncTimeoutS);
         },
         py::arg("comm"), py::arg("expand_x"), py::arg("scales"), py::arg("expert_counts"), py::arg("work_item"),
-        py::arg("stream"), py::arg("allocate"));
+        py::arg("stream"), py::arg("allocate"), py::arg("sync_timeout_s") = py::none());
     m.def(
         "combine_send",
         [](Comm& comm, const Descriptor& expertOut, const Descriptor& workItem, Stream& stream,
-           const py::function& allocate) {
+           const py::function& allocate, std::optional<double> syncTimeoutS) {
             AclTensor to(expertOut), tw(workItem);
             camComm* c = comm.Get();
             RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
                 return aclnnCamCombineSendGetWorkspaceSize(c, to.get(), tw.get(), ws, ex);
-            }, aclnnCamCombineSend, stream, allocate);
+            }, aclnnCamCombineSend, stream, allocate, syncTimeoutS);
         },
-        py::arg("comm"), py::arg("expert_out"), py::arg("work_item"), py::arg("stream"), py::arg("allocate"));
+        py::arg("comm"), py::arg("expert_out"), py::arg("work_item"), py::arg("stream"), py::arg("allocate"),
+        py::arg("sync_timeout_s") = py::none());
     m.def(
         "combine_recv",
         [](Comm& comm, const Descriptor& ids, const Descriptor& weights, const Descriptor& out, Stream& stream,
-           const py::function& allocate) {
+           const py::function& allocate, std::optional<double> syncTimeoutS) {
             AclTensor ti(ids), tw(weights), to(out);
             camComm* c = comm.Get();
             RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
                 return aclnnCamCombineRecvGetWorkspaceSize(c, ti.get(), tw.get(), to.get(), ws, ex);
-            }, aclnnCamCombineRecv, stream, allocate);
+            }, aclnnCamCombineRecv, stream, allocate, syncTimeoutS);
         },
         py::arg("comm"), py::arg("topk_ids"), py::arg("topk_weights"), py::arg("out"), py::arg("stream"),
-        py::arg("allocate"));
+        py::arg("allocate"), py::arg("sync_timeout_s") = py::none());
 }
 
 CAM_BINDING(Register);

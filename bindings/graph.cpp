@@ -79,6 +79,7 @@ void Register(py::module_& m) {
         d["host_to_device_copies"] = a.hostToDeviceCopies;
         d["host_tasks"] = a.hostTasks;
         d["graph_launches"] = a.graphLaunches;
+        d["caller_run_tasks"] = a.callerRunTasks;
         return d;
     });
     m.def("graph_destroy", [](uintptr_t graph) { ThrowIfFailed(camGraphDestroy(AsGraph(graph))); },

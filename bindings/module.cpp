@@ -5,6 +5,7 @@
 #include <acl/acl.h>  // the stream calls: cam/acl_compat.h takes only acl_base.h from CANN (acl_rt.h is not C)
 #endif
 
+#include <chrono>
 #include <iterator>
 #include <vector>
 
@@ -24,6 +25,49 @@ std::vector<RegisterFn>& Registrations() {
 bool AddRegistration(RegisterFn fn) {
     Registrations().push_back(fn);
     return true;
+}
+
+namespace {
+
+// Reads a Python sequence of ints (torch.Size, a tuple) into *out.
+bool Int64s(PyObject* seq, std::vector<int64_t>* out) {
+    if (!seq || !PyTuple_Check(seq)) return false;
+    const Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    out->resize(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        const long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i));
+        if (v == -1 && PyErr_Occurred()) return false;
+        (*out)[static_cast<size_t>(i)] = v;
+    }
+    return true;
+}
+
+int DtypeCodeOf(PyObject* dtype);  // below, with the code table
+
+}  // namespace
+
+bool DescribeTensor(py::handle tensor, Descriptor* d) {
+    static PyObject* const kDataPtr = PyUnicode_InternFromString("data_ptr");
+    static PyObject* const kShape = PyUnicode_InternFromString("shape");
+    static PyObject* const kStride = PyUnicode_InternFromString("stride");
+    static PyObject* const kDtype = PyUnicode_InternFromString("dtype");
+    PyObject* t = tensor.ptr();
+    bool ok = false;
+    PyObject* ptr = PyObject_CallMethodNoArgs(t, kDataPtr);
+    PyObject* shape = ptr ? PyObject_GetAttr(t, kShape) : nullptr;
+    PyObject* strides = shape ? PyObject_CallMethodNoArgs(t, kStride) : nullptr;
+    PyObject* dtype = strides ? PyObject_GetAttr(t, kDtype) : nullptr;
+    if (dtype) {
+        d->ptr = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(ptr));
+        d->dtype = DtypeCodeOf(dtype);
+        ok = !PyErr_Occurred() && d->dtype >= 0 && Int64s(shape, &d->shape) && Int64s(strides, &d->strides);
+    }
+    Py_XDECREF(ptr);
+    Py_XDECREF(shape);
+    Py_XDECREF(strides);
+    Py_XDECREF(dtype);
+    if (!ok) PyErr_Clear();  // not a tensor: the caller reports the argument
+    return ok;
 }
 
 AclTensor::AclTensor(const Descriptor& d, aclFormat format) {
@@ -77,13 +121,42 @@ void Stream::Close() {
     open_ = false;
 }
 
+namespace {
+
+int32_t TimeoutMs(double seconds) { return seconds < 0 ? -1 : static_cast<int32_t>(seconds * 1000); }
+
+}  // namespace
+
 void Stream::Synchronize(double timeoutSeconds) {
     aclnnStatus status;
     {
         py::gil_scoped_release release;
-        status = camSynchronizeStream(Handle(), timeoutSeconds < 0 ? -1 : static_cast<int32_t>(timeoutSeconds * 1000));
+        status = camSynchronizeStream(Handle(), TimeoutMs(timeoutSeconds));
     }
     ThrowIfFailed(status);
+}
+
+void Stream::LaunchAndSynchronize(const std::function<aclnnStatus(aclrtStream)>& launch, double timeoutSeconds) {
+    const aclrtStream stream = Handle();
+    const auto start = std::chrono::steady_clock::now();
+    ThrowIfFailed(camBeginSynchronousLaunches(stream));
+    aclnnStatus launched;
+    {
+        struct End {
+            ~End() { camEndSynchronousLaunches(); }
+        } end;
+        launched = launch(stream);
+    }
+    ThrowIfFailed(launched);
+    // The bound counts from the launch: work that ran on this thread spent part of it already.
+    const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double left = timeoutSeconds < 0 ? -1.0 : std::max(0.0, timeoutSeconds - ran);
+    ThrowIfFailed(camSynchronizeStream(stream, TimeoutMs(left)));
+    if (timeoutSeconds >= 0 && ran > timeoutSeconds)
+        throw StatusError{CAM_ERR_SYNC_TIMEOUT, "stream did not finish within " +
+                                                    std::to_string(TimeoutMs(timeoutSeconds)) + " ms: the op ran " +
+                                                    std::to_string(static_cast<int64_t>(ran * 1000)) +
+                                                    " ms on the calling thread (its work has ended)"};
 }
 
 aclrtStream Stream::Handle() const {
@@ -123,6 +196,21 @@ constexpr StatusCode kStatusCodes[] = {
     CAM_STATUS_ENTRY(CAM_ERR_CAPTURE_INVALIDATED), CAM_STATUS_ENTRY(CAM_ERR_GRAPH_INVALID),
 };
 #undef CAM_STATUS_ENTRY
+
+// torch dtype object -> ACL code, remembered by identity (torch's dtypes are singletons); -1 for a dtype cam has no
+// code for. Called with the GIL held, which guards the table.
+int DtypeCodeOf(PyObject* dtype) {
+    static std::vector<std::pair<PyObject*, int>> seen;
+    for (const auto& [object, code] : seen)
+        if (object == dtype) return code;
+    const std::string name = py::str(py::handle(dtype));  // "torch.bfloat16"
+    int code = -1;
+    for (const auto& e : kDtypeCodes)
+        if (name == std::string("torch.") + e.name) code = static_cast<int>(e.code);
+    Py_INCREF(dtype);  // kept: the table holds the pointer
+    seen.emplace_back(dtype, code);
+    return code;
+}
 
 constexpr bool DistinctCodes() {
     for (size_t i = 0; i < std::size(kStatusCodes); ++i)

@@ -33,18 +33,32 @@ AICORE_OP_TIMEOUT_S = _CHAIN["aicore_op_timeout_s"]
 _parked = []
 
 
+# Every op reads the bound and few processes ever change it: os.environ.get costs ~1 µs per call (it encodes the
+# key and goes through the Mapping protocol), a read of the dict behind it (kept current by os.environ's setters,
+# as monkeypatch.setenv uses) ~30 ns. The value is parsed again only when the raw string changed.
+_ENV = getattr(os.environ, "_data", None)
+_ENV_KEY = os.environ.encodekey("CAM_SYNC_TIMEOUT_S") if _ENV is not None else None
+_bound_read = (object(), 0.0)  # (raw CAM_SYNC_TIMEOUT_S as last read, None when unset; its value)
+
+
 def sync_timeout_s() -> float:
     """How long an op call waits for its stream (CAM_SYNC_TIMEOUT_S, default 600 s). A hang is a bug: never 0."""
-    raw = os.environ.get("CAM_SYNC_TIMEOUT_S", "600")
+    global _bound_read
+    raw = _ENV.get(_ENV_KEY) if _ENV is not None else os.environ.get("CAM_SYNC_TIMEOUT_S")
+    last_raw, last_value = _bound_read
+    if raw == last_raw:
+        return last_value
+    text = "600" if raw is None else (os.environ.decodevalue(raw) if isinstance(raw, bytes) else raw)
     try:
-        value = float(raw)
+        value = float(text)
     except ValueError:
-        raise ValueError(f"CAM_SYNC_TIMEOUT_S must be a number of seconds, got {raw!r}") from None
+        raise ValueError(f"CAM_SYNC_TIMEOUT_S must be a number of seconds, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"CAM_SYNC_TIMEOUT_S must be a positive finite number of seconds, got {raw!r}")
+        raise ValueError(f"CAM_SYNC_TIMEOUT_S must be a positive finite number of seconds, got {text!r}")
     if value + DRAIN_S >= AICORE_OP_TIMEOUT_S:
-        raise ValueError(f"CAM_SYNC_TIMEOUT_S={raw}: the sync bound plus the {DRAIN_S:g} s drain must stay below the "
-                         f"Ascend AI Core op timeout ({AICORE_OP_TIMEOUT_S:g} s)")
+        raise ValueError(f"CAM_SYNC_TIMEOUT_S={text}: the sync bound plus the {DRAIN_S:g} s drain must stay below "
+                         f"the Ascend AI Core op timeout ({AICORE_OP_TIMEOUT_S:g} s)")
+    _bound_read = (raw, value)
     return value
 
 
@@ -120,7 +134,7 @@ def is_parked(stream) -> bool:
     return any(p is stream for p in _parked)
 
 
-def _on_sync_timeout(stream, launch, keep, error: SyncTimeoutError) -> None:
+def _on_sync_timeout(stream, args, keep, error: SyncTimeoutError) -> None:
     """The host stopped waiting, but the kernel may still run and write: never free what it may touch. End its
     waits (abort its Comm, if the stream is a Comm's), then wait for the stream to drain, bounded. Only a drained
     stream releases its buffers; otherwise they are parked for the life of the process."""
@@ -143,7 +157,7 @@ def _on_sync_timeout(stream, launch, keep, error: SyncTimeoutError) -> None:
     if drained:
         raise SyncTimeoutError(f"{error} — {how}; the kernel then ended and its buffers were released", error.status) \
             from error
-    _park(stream, launch, keep)
+    _park(stream, args, keep)  # args: the tensors the kernel reads and writes
     with _locks_guard:
         for ident, s in list(_thread_streams.items()):
             if s is stream:  # this thread's later ops get a fresh stream instead of queueing behind the lost one
@@ -156,47 +170,55 @@ def _on_sync_timeout(stream, launch, keep, error: SyncTimeoutError) -> None:
 _graph = None  # cam.graph (the capture hook), bound at the first run: it imports this module
 
 
-def run(launch, stream=None) -> None:
-    """Runs ``launch(stream, allocate)`` and waits for the stream, so a CPU op has completed when it returns
-    (torch CPU semantics). Workspace handed out by ``allocate`` lives until the stream is done with it; so do the
-    tensors ``launch`` holds (its closure). ``stream`` defaults to this thread's stream; data-plane ops pass their
-    communicator's own stream, because ranks that are threads of one process must not queue behind each other.
+class _Workspace(list):
+    """One op call's workspace allocator (``allocate(nbytes) -> descriptor``) and the buffers it handed out, kept
+    until the stream is done with them: one object per call instead of a list and a closure."""
 
-    This is every op's per-call path: it only looks things up (each lookup's slow path creates what is missing)."""
+    __slots__ = ()
+
+    def __call__(self, nbytes: int):
+        ws = torch.empty(nbytes, dtype=torch.uint8)
+        self.append(ws)
+        return (ws.data_ptr(), [nbytes], [1], 4)
+
+
+def run(launch, *args, stream=None) -> None:
+    """Runs ``launch(*args, stream, allocate, bound)`` (a ``cam._C`` op) so a CPU op has completed when it returns
+    (torch CPU semantics): ``launch`` queues the op and, given a ``bound`` in seconds, synchronizes the stream within
+    it in the same C call (work that ends on its own may then run on this thread: cam/cam_status.h,
+    camBeginSynchronousLaunches). Workspace handed out by ``allocate`` lives until the stream is done with it; so do
+    ``args``. ``stream`` defaults to this thread's stream; data-plane ops pass their communicator's own stream,
+    because ranks that are threads of one process must not queue behind each other.
+
+    This is every op's per-call path: it only looks things up (each lookup's slow path creates what is missing:
+    default_stream, stream_lock)."""
     global _graph
     graph = _graph
     if graph is None:
         from . import graph as graph_module
 
         graph = _graph = graph_module
-    keep = []
-
-    def allocate(nbytes: int):
-        ws = torch.empty(nbytes, dtype=torch.uint8)
-        keep.append(ws)
-        return (ws.data_ptr(), [nbytes], [1], 4)
-
+    capture = graph.capture_in_thread()
     if stream is None:
         # An op that names no stream (the compute ops) joins this thread's capture, so one graph holds a whole FFN
         # iteration whose data-plane ops run on the Comm's stream (docs/graph.md).
-        stream = graph.capturing_stream() or default_stream()
-
-    capture = graph.capture_for(stream)
-    if capture is not None:
+        stream = capture.stream if capture is not None else (_thread_streams.get(threading.get_ident())
+                                                             or default_stream())
+    if capture is not None and capture.stream is stream:
         # Recorded, not run: workspace comes from the graph's pool and there is nothing to wait for (a synchronize
         # would break the capture). The graph's replay synchronizes.
-        launch(stream, capture.allocate)
+        launch(*args, stream, capture.allocate, None)
         return
     bound = sync_timeout_s()
-    with stream_lock(stream):
+    keep = _Workspace()
+    with _stream_locks.get(id(stream)) or stream_lock(stream):
         if _parked and is_parked(stream):
             raise RuntimeError("this stream lost a kernel that never ended after a sync timeout; its communicator is "
                                "unusable: create a new cam.Comm")
-        launch(stream, allocate)
         try:
-            stream.synchronize(bound)
+            launch(*args, stream, keep, bound)
         except SyncTimeoutError as e:
-            _on_sync_timeout(stream, launch, keep, e)
+            _on_sync_timeout(stream, args, keep, e)
 
 
 def _after_fork_in_child() -> None:

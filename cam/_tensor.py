@@ -9,5 +9,6 @@ ACL_DTYPE = {getattr(torch, name): code for name, code in _C.acl_dtypes().items(
 
 
 def desc(t: torch.Tensor):
-    """(data_ptr, shape, strides, dtype code) of a CPU tensor."""
-    return (t.data_ptr(), list(t.shape), list(t.stride()), ACL_DTYPE[t.dtype])
+    """(data_ptr, shape, strides, dtype code) of a CPU tensor; shape and strides as torch gives them (tuples: the
+    binding takes any sequence, no list copy per call)."""
+    return (t.data_ptr(), t.shape, t.stride(), ACL_DTYPE[t.dtype])

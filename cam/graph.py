@@ -21,7 +21,11 @@ from .errors import GraphInvalidError
 MODES = _C.capture_modes()
 STATUS_NAMES = _C.capture_statuses()
 
-_local = threading.local()
+class _Local(threading.local):
+    capture = None  # a class default: reading it on a thread that never captured raises (and costs) nothing
+
+
+_local = _Local()
 # id(stream) -> the Graphs captured on it. A Comm's data-plane ops run on the Comm's stream, so the graphs that use
 # a Comm are the ones captured there; Comm.close ends them (close_graphs_of).
 _by_stream = {}
@@ -47,17 +51,11 @@ class _Capture:
         return (_C.capture_alloc(self.stream, nbytes), [nbytes], [1], 4)
 
 
-def capture_for(stream):
-    """The capture that ops launched on ``stream`` by this thread are recorded into, or None. ``cam._runtime.run``
-    consults it: inside a capture an op neither synchronizes nor allocates its own workspace."""
-    capture = getattr(_local, "capture", None)
-    return capture if capture is not None and capture.stream is stream else None
-
-
-def capturing_stream():
-    """The stream this thread captures on, or None."""
-    capture = getattr(_local, "capture", None)
-    return capture.stream if capture is not None else None
+def capture_in_thread():
+    """This thread's capture, or None. ``cam._runtime.run`` consults it once per op: an op launched on the capture's
+    stream (the compute ops join it by default) is recorded, neither synchronizing nor allocating its own
+    workspace."""
+    return _local.capture
 
 
 def capture_status(stream=None) -> tuple:
@@ -87,7 +85,7 @@ class Graph:
             raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
         if self._handle is not None:
             raise RuntimeError("this Graph already holds a capture; call reset() before capturing again")
-        if getattr(_local, "capture", None) is not None:
+        if _local.capture is not None:
             raise RuntimeError("a capture is already active on this thread (captures do not nest)")
         if stream is None:
             stream = _runtime.default_stream()

@@ -36,7 +36,8 @@ def run_case(binary, case, **env):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["pool_reuse", "concurrent_streams", "ub_poison_after_reuse", "flag_wait_woken",
-                                  "flag_wait_deadline", "fork_child"])
+                                  "flag_wait_deadline", "fork_child", "run_here", "run_here_keeps_order",
+                                  "run_here_poison_and_capture"])
 def test_launch_case(launch_binary, case):
     result = run_case(launch_binary, case)
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
@@ -85,3 +86,108 @@ def test_version_check_catches_a_saved_tensor_overwritten_by_an_op():
     cam.ops.dynamic_quant(x, out=(q, scale))
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
+
+
+def _activity():
+    return cam._C.host_activity()["caller_run_tasks"]
+
+
+def test_compute_ops_run_on_the_calling_thread_when_the_stream_is_idle():
+    # dynamic_quant: one launch; the GMM pair: status reset, cube, epilogue, status read. Each ran by the caller.
+    x = torch.randn(4, 64).to(torch.bfloat16)
+    before = _activity()
+    q, s = cam.ops.dynamic_quant(x)
+    assert _activity() - before == 1
+    ref_q, ref_s = cam.reference.dynamic_quant(x)
+    assert torch.equal(q, ref_q) and torch.equal(s, ref_s)
+    # Control: a launch the caller does not synchronize at once (the C API path) goes to the stream's worker.
+    from cam import _runtime
+    from cam._tensor import desc
+
+    q2, s2 = torch.empty_like(q), torch.empty_like(s)
+    stream = _runtime.default_stream()
+    before = _activity()
+    cam._C.dynamic_quant(desc(x), desc(q2), desc(s2), stream, lambda nbytes: None)  # no workspace: never called
+    stream.synchronize(60.0)
+    assert _activity() == before and torch.equal(q2, q) and torch.equal(s2, s)
+
+
+def _count_dispatches(monkeypatch):
+    import sys
+
+    op = sys.modules["cam.ops.dynamic_quant"]._dynamic_quant
+    calls = []
+    real = op._overload
+    monkeypatch.setattr(op, "_overload", lambda *a: (calls.append(1), real(*a))[1])
+    return calls
+
+
+def test_eager_call_skips_the_dispatcher_only_when_nothing_could_observe_it(monkeypatch):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls = _count_dispatches(monkeypatch)
+    x = torch.randn(3, 40).to(torch.bfloat16)
+    q0, s0 = cam.ops.dynamic_quant(x)
+    assert calls == []  # plain CPU tensors, no mode, no grad: straight to the kernel
+
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        q1, s1 = cam.ops.dynamic_quant(x)
+    assert "cam.dynamic_quant.default" in seen and len(calls) == 1  # a mode sees the op
+
+    xg = x.clone().requires_grad_(True)
+    q2, s2 = cam.ops.dynamic_quant(xg)  # autograd must see the call
+    assert len(calls) == 2
+    with torch.no_grad():
+        cam.ops.dynamic_quant(xg)  # nothing to record: direct again
+    assert len(calls) == 2
+    for q, s in ((q1, s1), (q2, s2)):
+        assert torch.equal(q, q0) and torch.equal(s, s0)
+
+
+def _bad_dynamic_quant_calls():
+    bf = torch.bfloat16
+    x = torch.randn(4, 64).to(bf)
+    q, s = torch.empty(4, 64, dtype=torch.int8), torch.empty(4)
+    return {
+        "x dtype": (x.float(), (q, s)),
+        "x rank": (x.reshape(4, 8, 8), (q, s)),
+        "x no columns": (torch.empty(4, 0, dtype=bf), (q, s)),
+        "x not contiguous": (x.t().contiguous().t(), (q, s)),
+        "q dtype": (x, (q.to(torch.int16), s)),
+        "q shape": (x, (q[:, :32].contiguous(), s)),
+        "q not contiguous": (x, (torch.empty(64, 4, dtype=torch.int8).t(), s)),
+        "scale dtype": (x, (q, s.double())),
+        "scale shape": (x, (q, torch.empty(5))),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_bad_dynamic_quant_calls()))
+def test_direct_call_refuses_exactly_as_the_dispatcher_path(case, monkeypatch):
+    # The direct path lets the C API validate and runs the Python checker only to word a refusal: every refusal
+    # must be the one the dispatcher path (Python checks first) raises, and nothing may be written.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    calls = _count_dispatches(monkeypatch)
+    x, (q, s) = _bad_dynamic_quant_calls()[case]
+    q.fill_(7)
+    before = q.clone()
+    with pytest.raises(Exception) as direct:
+        cam.ops.dynamic_quant(x, out=(q, s))
+    assert calls == []
+    with Passthrough(), pytest.raises(Exception) as dispatched:
+        cam.ops.dynamic_quant(x, out=(q, s))
+    assert len(calls) == 1
+    assert type(direct.value) is type(dispatched.value) and str(direct.value) == str(dispatched.value)
+    assert "dynamic_quant:" in str(direct.value)
+    assert torch.equal(q, before)

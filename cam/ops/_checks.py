@@ -71,13 +71,14 @@ class Args:
                ndim: Optional[int] = None, layout: str = "") -> torch.Tensor:
         """A contiguous CPU tensor of ``dtype`` (or one of a tuple), with ``ndim`` dimensions and/or exactly
         ``shape``. ``layout`` names the dimensions in messages, e.g. ``"[M, K]"``."""
-        t = self.is_tensor(name, value)
-        dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
-        if t.dtype not in dtypes:
-            raise TypeError(f"{self.op}: {name} must be {_names(dtypes)}, got {t.dtype}")
+        t = value if isinstance(value, torch.Tensor) else self.is_tensor(name, value)
+        got = t.dtype
+        if got is not dtype and (type(dtype) is not tuple or got not in dtype):  # per call: no tuple built
+            raise TypeError(f"{self.op}: {name} must be {_names(dtype if type(dtype) is tuple else (dtype,))}, "
+                            f"got {got}")
         if ndim is not None and t.dim() != ndim:
             raise self.fail(name, f"must be {ndim}-D{' ' + layout if layout else ''}, got shape {tuple(t.shape)}")
-        if shape is not None and t.shape != tuple(shape):
+        if shape is not None and t.shape != (shape if isinstance(shape, tuple) else tuple(shape)):
             raise self.fail(name, f"must have shape {list(shape)}{' ' + layout if layout else ''}, "
                                   f"got {list(t.shape)}")
         if not t.is_cpu:  # is_cpu, not device.type: this runs for every tensor of every call
@@ -96,4 +97,7 @@ class Args:
         if not isinstance(out, (tuple, list)) or len(out) != count:
             raise TypeError(f"{self.op}: {name} must be a tuple of {count} torch.Tensors, got "
                             f"{type(out).__name__}{'' if not isinstance(out, (tuple, list)) else f' of {len(out)}'}")
-        return tuple(self.is_tensor(f"{name}[{i}]", t) for i, t in enumerate(out))
+        for i, t in enumerate(out):
+            if not isinstance(t, torch.Tensor):  # the name is formatted only for the message: this runs per call
+                self.is_tensor(f"{name}[{i}]", t)
+        return tuple(out)

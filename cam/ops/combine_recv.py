@@ -1,7 +1,6 @@
 import torch
 
 from .. import _C, _runtime
-from .._tensor import desc
 from ..comm import Comm
 from . import _library
 from ._checks import Args
@@ -23,11 +22,7 @@ def _combine_recv(token: torch.Tensor, topk_ids: torch.Tensor, topk_weights: tor
                   comm_id: int) -> None:
     comm = comm_for("combine_recv", comm_id, attention=True)
     _check(comm, topk_ids, topk_weights, out)
-    _runtime.run(
-        lambda stream, allocate: _C.combine_recv(comm._c, desc(topk_ids), desc(topk_weights), desc(out), stream,
-                                                 allocate),
-        stream=comm.stream,
-    )
+    _runtime.run(_C.combine_recv, comm._c, topk_ids, topk_weights, out, stream=comm.stream)
     token.add_(1)
 
 
@@ -65,5 +60,5 @@ def combine_recv(comm: Comm, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
     given = args.outputs("out", out, 1)
     rows = topk_ids.shape[0] if topk_ids.dim() else 0  # a 0-d topk_ids is refused by the op, naming it
     result = given[0] if given else torch.empty((rows, comm.topology.H), dtype=comm.dtype)
-    torch.ops.cam.combine_recv(comm.token, topk_ids, topk_weights, result, comm.id)
+    _combine_recv(comm.token, topk_ids, topk_weights, result, comm.id)
     return result

@@ -1,7 +1,6 @@
 import torch
 
 from .. import _C, _runtime
-from .._tensor import desc
 from ..comm import Comm
 from . import _library
 from ._checks import Args
@@ -19,8 +18,7 @@ def _check(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) -> Non
 def _combine_send(token: torch.Tensor, expert_out: torch.Tensor, work_item: torch.Tensor, comm_id: int) -> None:
     comm = comm_for("combine_send", comm_id, attention=False)
     _check(comm, expert_out, work_item)
-    _runtime.run(lambda stream, allocate: _C.combine_send(comm._c, desc(expert_out), desc(work_item), stream, allocate),
-                 stream=comm.stream)
+    _runtime.run(_C.combine_send, comm._c, expert_out, work_item, stream=comm.stream)
     token.add_(1)
 
 
@@ -51,4 +49,4 @@ def combine_send(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) 
     """
     comm = comm_arg("combine_send", comm)
     Args("combine_send").gate(expert_out=(expert_out, torch.Tensor), work_item=(work_item, torch.Tensor))
-    torch.ops.cam.combine_send(comm.token, expert_out, work_item, comm.id)
+    _combine_send(comm.token, expert_out, work_item, comm.id)

@@ -1,7 +1,6 @@
 import torch
 
 from .. import _C, _runtime
-from .._tensor import desc
 from ..comm import Comm
 from . import _library
 from ._checks import Args
@@ -34,11 +33,7 @@ def _dispatch_recv(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Te
                    work_item: torch.Tensor, comm_id: int) -> None:
     comm = comm_for("dispatch_recv", comm_id, attention=False)
     _check(comm, (expand_x, scales, expert_counts, work_item))
-    _runtime.run(
-        lambda stream, allocate: _C.dispatch_recv(comm._c, desc(expand_x), desc(scales), desc(expert_counts),
-                                                  desc(work_item), stream, allocate),
-        stream=comm.stream,
-    )
+    _runtime.run(_C.dispatch_recv, comm._c, expand_x, scales, expert_counts, work_item, stream=comm.stream)
     token.add_(1)
 
 
@@ -88,5 +83,5 @@ def dispatch_recv(comm: Comm, *, out=None) -> tuple[torch.Tensor, torch.Tensor, 
     given = Args("dispatch_recv").outputs("out", out, 4)
     if given is None:
         given = tuple(torch.empty(shape, dtype=dtype) for dtype, shape in _output_specs(comm))
-    torch.ops.cam.dispatch_recv(comm.token, *given, comm.id)
+    _dispatch_recv(comm.token, *given, comm.id)
     return given

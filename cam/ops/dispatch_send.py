@@ -1,7 +1,6 @@
 import torch
 
 from .. import _C, _runtime
-from .._tensor import desc
 from ..comm import Comm
 from . import _library
 from ._checks import Args
@@ -24,8 +23,7 @@ def _check(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: int) -> N
 def _dispatch_send(token: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor, layer: int, comm_id: int) -> None:
     comm = comm_for("dispatch_send", comm_id, attention=True)
     _check(comm, x, topk_ids, layer)
-    _runtime.run(lambda stream, allocate: _C.dispatch_send(comm._c, desc(x), desc(topk_ids), layer, stream, allocate),
-                 stream=comm.stream)
+    _runtime.run(_C.dispatch_send, comm._c, x, topk_ids, layer, stream=comm.stream)
     token.add_(1)
 
 
@@ -59,4 +57,4 @@ def dispatch_send(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: in
     """
     comm = comm_arg("dispatch_send", comm)
     Args("dispatch_send").gate(x=(x, torch.Tensor), topk_ids=(topk_ids, torch.Tensor), layer=(layer, int))
-    torch.ops.cam.dispatch_send(comm.token, x, topk_ids, layer, comm.id)
+    _dispatch_send(comm.token, x, topk_ids, layer, comm.id)

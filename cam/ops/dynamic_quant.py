@@ -1,15 +1,16 @@
 import torch
 
 from .. import _C, _runtime
-from .._tensor import desc
+from ..errors import InvalidArgumentError
 from . import _library
 from ._checks import Args
 
 _ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
+_ARGS = Args("dynamic_quant")  # holds only the op's name: one for every call
 
 
 def _check(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
-    args = Args("dynamic_quant")
+    args = _ARGS
     args.tensor("x", x, _ACTIVATION_DTYPES, ndim=2, layout="[tokens, hidden]")
     if x.shape[1] < 1:
         raise args.fail("x", f"must have at least one column, got shape {tuple(x.shape)}")
@@ -20,7 +21,20 @@ def _check(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
 @_library.op("dynamic_quant", mutates_args=("q", "scale"))
 def _dynamic_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
     _check(x, q, scale)
-    _runtime.run(lambda stream, allocate: _C.dynamic_quant(desc(x), desc(q), desc(scale), stream, allocate))
+    _runtime.run(_C.dynamic_quant, x, q, scale)
+
+
+@_dynamic_quant.register_direct
+def _(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
+    # Plain CPU tensors (direct_ok). The C API's checks of dynamic_quant (dtypes, rank, at least one column, shapes,
+    # row-major strides) accept nothing _check refuses and refuse before anything is written, so they run alone:
+    # validation once per call. After a refusal _check runs to raise what the dispatcher path raises, naming the
+    # argument as documented; it passes only where the C API is stricter, and then the C API's error stands.
+    try:
+        _runtime.run(_C.dynamic_quant, x, q, scale)
+    except InvalidArgumentError:
+        _check(x, q, scale)
+        raise
 
 
 @_dynamic_quant.register_fake
@@ -44,13 +58,14 @@ def dynamic_quant(x: torch.Tensor, *, out=None) -> tuple[torch.Tensor, torch.Ten
     Raises:
         TypeError / ValueError: bad dtype, rank, layout or ``out``, naming the argument, before anything runs.
     """
-    args = Args("dynamic_quant")
-    args.is_tensor("x", x)
+    args = _ARGS
+    if not isinstance(x, torch.Tensor):
+        args.is_tensor("x", x)
     given = args.outputs("out", out, 2)
     if given is None:
         q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
         scale = torch.empty(x.shape[:1], dtype=torch.float32, device=x.device)
     else:
         q, scale = given
-    torch.ops.cam.dynamic_quant(x, q, scale)
+    _dynamic_quant(x, q, scale)
     return q, scale

@@ -24,6 +24,13 @@ aclrtStream ResolveStream(aclrtStream stream);
 // aclTensorList class of CANN's opdev headers, on the twin the twin's list.
 const aclTensor* TensorListEntry(const aclTensorList* list, uint64_t i);
 
+// Runs an op's launch for a caller that synchronizes right after it (camBeginSynchronousLaunches), for work that
+// ends on its own (Executor::endsOnItsOwn). Twin: what the launch queues runs on the calling thread while the
+// stream is idle (twin::RunHereScope). Ascend: launch() as always.
+aclnnStatus LaunchOnCaller(aclrtStream stream, const std::function<aclnnStatus()>& launch);
+// Stream tasks the calling threads ran themselves so far (camHostActivity::callerRunTasks); 0 on Ascend.
+uint64_t CallerRunTasks();
+
 // Host work in stream order: `task` returns ACLNN_SUCCESS or a status; a failing status (with *message) becomes
 // the stream's error, reported by the next camSynchronizeStream. Twin: a task on the stream's worker. Ascend: a
 // host callback (aclrtLaunchCallback).

@@ -311,6 +311,11 @@ void ZeroDeviceNow(void* device, uint64_t bytes) { Check(Live().memset(device, b
 // The platforms in scope count GetSystemCycle at 50 MHz (docs/ascend.md).
 uint64_t SystemCycleHz() { return 50'000'000; }
 
+// The device runs the work; the caller's synchronize waits for it as always.
+aclnnStatus LaunchOnCaller(aclrtStream, const std::function<aclnnStatus()>& launch) { return launch(); }
+
+uint64_t CallerRunTasks() { return 0; }
+
 // An MC2 op's HCCL context is bound to its launch by the op framework from the op's group (HcclGroup in the op
 // definition); the host never holds it. cam's window_table kernel is launched with <<<>>>, which binds nothing, so
 // on Ascend it needs the op package that registers it as an MC2 op (docs/ascend.md §5; not built).

@@ -57,6 +57,13 @@ constexpr double kUnlimitedSeconds = 86400.0;
 
 }  // namespace
 
+aclnnStatus LaunchOnCaller(aclrtStream stream, const std::function<aclnnStatus()>& launch) {
+    twin::RunHereScope here(stream);
+    return launch();
+}
+
+uint64_t CallerRunTasks() { return twin::Stream::RunHereCount(); }
+
 void EnqueueStreamTask(aclrtStream stream, std::function<aclnnStatus(std::string* message)> task) {
     RefuseInCapture(stream, "a host task on the stream");
     CountHostActivity(HostActivity::HostTask);

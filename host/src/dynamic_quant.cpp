@@ -33,6 +33,7 @@ extern "C" aclnnStatus aclnnCamDynamicQuantGetWorkspaceSize(const aclTensor* x, 
             return check.Invalid(why);
 
         auto ex = std::make_unique<Executor>("dynamic_quant");
+        ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         if (tiling.blockDim > 0) {
             ex->launch = [tiling, x = xv.data, q = qv.data, s = sv.data](void*, aclrtStream stream) {
                 cam::kernels::LaunchDynamicQuant(tiling.blockDim, stream, x, q, s, tiling);

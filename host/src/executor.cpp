@@ -23,6 +23,10 @@ Registry& Executors() {
     return *registry;
 }
 
+// The stream this thread synchronizes right after its launches (camBeginSynchronousLaunches), or none.
+thread_local bool tCallerSyncs = false;
+thread_local aclrtStream tCallerSyncStream = nullptr;
+
 }  // namespace
 
 aclnnStatus CheckOutPointers(const char* op, const uint64_t* workspaceSize, aclOpExecutor* const* executor) {
@@ -68,8 +72,23 @@ aclnnStatus RunExecutor(const char* api, const char* op, void* workspace, uint64
     return Guarded(api, [&] {
         const aclrtStream resolved = ResolveStream(stream);
         CheckCaptureWorkspace(resolved, workspace, workspaceSize, api);
+        if (owned->endsOnItsOwn && tCallerSyncs && tCallerSyncStream == resolved)
+            return LaunchOnCaller(resolved, [&] { return owned->launch(workspace, resolved); });
         return owned->launch(workspace, resolved);
     });
 }
 
 }  // namespace cam::host
+
+extern "C" aclnnStatus camBeginSynchronousLaunches(aclrtStream stream) {
+    return cam::host::Guarded("camBeginSynchronousLaunches", [&] {
+        cam::host::tCallerSyncStream = cam::host::ResolveStream(stream);
+        cam::host::tCallerSyncs = true;
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" void camEndSynchronousLaunches(void) {
+    cam::host::tCallerSyncs = false;
+    cam::host::tCallerSyncStream = nullptr;
+}

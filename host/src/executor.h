@@ -17,6 +17,9 @@ struct Executor {
     const char* op;  // the op it was made for ("dynamic_quant"), a string literal
     uint64_t workspaceSize = 0;
     std::function<aclnnStatus(void* workspace, aclrtStream stream)> launch;  // empty: nothing to launch
+    // Its kernels wait on nothing outside their own launch (no peer flag, no host event), so their run ends on its
+    // own: a caller that synchronizes at once may run them itself (camBeginSynchronousLaunches).
+    bool endsOnItsOwn = false;
 };
 
 // The first check of every GetWorkspaceSize: both out-pointers given.

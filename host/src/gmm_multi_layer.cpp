@@ -39,6 +39,7 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y,
 
         const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);
         auto ex = std::make_unique<Executor>("gmm_multi_layer");
+        ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;
         // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
         ex->launch = [tiling, ws, table = PersistentGmmTable(a), y = a.x.data, gl = a.groupList.data,

@@ -43,6 +43,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
 
         const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);
         auto ex = std::make_unique<Executor>("gmm_swiglu_quant_multi_layer");
+        ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;
         // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
         ex->launch = [tiling, ws, table = PersistentGmmTable(a), xd = a.x.data, gl = a.groupList.data,

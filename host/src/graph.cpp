@@ -200,8 +200,9 @@ aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed) {
 
 namespace {
 std::atomic<uint64_t> gActivity[static_cast<int>(HostActivity::kCount)];
-static_assert(sizeof(camHostActivity) == sizeof(uint64_t) * static_cast<int>(HostActivity::kCount),
-              "one camHostActivity field per HostActivity counter");
+// + callerRunTasks, which the backend counts (CallerRunTasks).
+static_assert(sizeof(camHostActivity) == sizeof(uint64_t) * (static_cast<int>(HostActivity::kCount) + 1),
+              "one camHostActivity field per HostActivity counter, then callerRunTasks");
 }
 
 void CountHostActivity(HostActivity what) { gActivity[static_cast<int>(what)].fetch_add(1, std::memory_order_relaxed); }
@@ -359,6 +360,6 @@ extern "C" aclnnStatus camGetHostActivity(camHostActivity* activity) {
     if (!activity) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camGetHostActivity: activity is null");
     auto get = [](HostActivity w) { return gActivity[static_cast<int>(w)].load(std::memory_order_relaxed); };
     *activity = {get(HostActivity::Synchronize), get(HostActivity::DeviceRead), get(HostActivity::HostToDevice),
-                 get(HostActivity::HostTask), get(HostActivity::GraphLaunch)};
+                 get(HostActivity::HostTask), get(HostActivity::GraphLaunch), CallerRunTasks()};
     return ACLNN_SUCCESS;
 }

@@ -215,6 +215,88 @@ int ForkChild() {
     return 0;
 }
 
+// A caller that synchronizes at once runs its task itself while the stream is idle (RunHereScope): on its own
+// thread, counted; the control without the scope runs on the worker.
+int RunHere() {
+    cam::twin::Stream stream;
+    cam::twin::StreamError error;
+    std::thread::id ran;
+    const uint64_t before = cam::twin::Stream::RunHereCount();
+    stream.Enqueue([&] { ran = std::this_thread::get_id(); });  // control: no scope
+    if (!stream.Synchronize(10, &error) || error.code != 0) return Fail("control task did not finish");
+    if (ran == std::this_thread::get_id()) return Fail("without a scope the task ran on the caller");
+    {
+        cam::twin::RunHereScope here(&stream);
+        stream.Enqueue([&] { ran = std::this_thread::get_id(); });
+        if (ran != std::this_thread::get_id()) return Fail("idle stream in a scope: the task did not run here");
+    }
+    if (cam::twin::Stream::RunHereCount() != before + 1) return Fail("run-here count is not one more");
+    cam::twin::RunHereScope elsewhere(nullptr);  // a scope for another stream does not apply to this one
+    stream.Enqueue([&] { ran = std::this_thread::get_id(); });
+    if (!stream.Synchronize(10, &error)) return Fail("task did not finish");
+    if (ran == std::this_thread::get_id()) return Fail("a scope for another stream ran the task here");
+    return 0;
+}
+
+// Stream order survives: with work queued, a scoped task waits its turn on the worker; a task a caller runs keeps
+// the worker off the queue until it ends.
+int RunHereKeepsOrder() {
+    cam::twin::Stream stream;
+    cam::twin::StreamError error;
+    std::atomic<int> step{0};
+    int seenBySecond = -1, seenByThird = -1;
+    stream.Enqueue([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        step = 1;
+    });
+    {
+        cam::twin::RunHereScope here(&stream);
+        stream.Enqueue([&] { seenBySecond = step.load(); step = 2; });  // busy stream: queued, not run here
+    }
+    if (!stream.Synchronize(10, &error) || error.code != 0) return Fail("queued tasks did not finish");
+    if (seenBySecond != 1) return Fail("a scoped task on a busy stream ran before the task queued ahead of it");
+    // A caller runs a slow task; another thread's task enqueued meanwhile must run after it.
+    std::thread other;
+    {
+        cam::twin::RunHereScope here(&stream);
+        stream.Enqueue([&] {
+            other = std::thread([&] { stream.Enqueue([&] { seenByThird = step.load(); }); });
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            step = 3;
+        });
+    }
+    other.join();
+    if (!stream.Synchronize(10, &error) || error.code != 0) return Fail("tasks did not finish");
+    if (seenByThird != 3) return Fail("the worker ran a task while a caller still ran an earlier one");
+    return 0;
+}
+
+// Errors poison the stream as on the worker: the first failure is reported by Synchronize, later tasks are skipped
+// until then (a scoped task on a poisoned stream is queued and skipped, not run); a capture records instead.
+int RunHerePoisonAndCapture() {
+    cam::twin::Stream stream;
+    cam::twin::StreamError error;
+    bool laterRan = false;
+    {
+        cam::twin::RunHereScope here(&stream);
+        stream.Enqueue([] { throw cam::twin::TaskError(7, "first failure"); });
+        stream.Enqueue([&] { laterRan = true; });
+    }
+    if (!stream.Synchronize(10, &error)) return Fail("poisoned stream did not drain");
+    if (error.code != 7 || error.message != "first failure") return Fail("the run-here failure was not reported");
+    if (laterRan) return Fail("a task after a failure ran before the failure was reported");
+    int recorded = 0;
+    bool ran = false;
+    stream.SetCaptureSink([&](std::function<void()>) { ++recorded; });
+    {
+        cam::twin::RunHereScope here(&stream);
+        stream.Enqueue([&] { ran = true; });
+    }
+    stream.SetCaptureSink({});
+    if (recorded != 1 || ran) return Fail("a capturing stream ran a scoped task instead of recording it");
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -229,6 +311,9 @@ int main(int argc, char** argv) {
     if (c == "flag_wait_woken") rc = FlagWaitCase(50, 30.0, 1);
     if (c == "flag_wait_deadline") rc = FlagWaitCase(-1, 0.3, 2);
     if (c == "fork_child") rc = ForkChild();
+    if (c == "run_here") rc = RunHere();
+    if (c == "run_here_keeps_order") rc = RunHereKeepsOrder();
+    if (c == "run_here_poison_and_capture") rc = RunHerePoisonAndCapture();
     if (rc == 2) return std::fprintf(stderr, "unknown case %s\n", argv[1]), 2;
     if (rc == 0) std::printf("OK\n");
     return rc;

@@ -67,13 +67,14 @@ CAM_API aclnnStatus camGraphDestroy(camGraph* graph);
 /* Process-wide counts of the host's interactions with device work since load, for measuring what a replay saves
  * (cam-bench ffn-loop): synchronizes, reads of device data by the host (stream-ordered read-backs and the status
  * reads after a graph's synchronize), host-to-device copies, host tasks, kernel launches queued or recorded, graph
- * launches. */
+ * launches, and stream tasks run by the calling thread instead of the stream's worker. */
 typedef struct {
     uint64_t synchronizes;
     uint64_t deviceReads;
     uint64_t hostToDeviceCopies;
     uint64_t hostTasks;
     uint64_t graphLaunches;
+    uint64_t callerRunTasks; /* stream tasks the calling thread ran itself (camBeginSynchronousLaunches); twin */
 } camHostActivity;
 CAM_API aclnnStatus camGetHostActivity(camHostActivity* activity);
 

@@ -37,6 +37,16 @@ CAM_API const char* camGetLastErrorMessage(void);
  * leak those buffers rather than free them. */
 CAM_API aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutMs);
 
+/* For a caller that synchronizes `stream` right after its launches (torch's CPU semantics: an op has completed
+ * when it returns). Between camBeginSynchronousLaunches(stream) and camEndSynchronousLaunches() on one thread, the
+ * work of ops whose kernels wait on nothing outside their own launch (dynamic_quant and the GMM pair, not the
+ * data-plane ops) may run on the calling thread inside the op's second phase when the stream is idle, instead of
+ * being handed to the stream's worker and back. Stream order, error reporting (at the next synchronize) and
+ * capture (the work is recorded, not run) are unchanged; such work ends on its own, so the caller's wait stays
+ * bounded by the work itself. A null stream is the default stream. Ascend: no effect (the device runs it). */
+CAM_API aclnnStatus camBeginSynchronousLaunches(aclrtStream stream);
+CAM_API void camEndSynchronousLaunches(void);
+
 /* Backend this library was built for: "twin" or "ascend". */
 CAM_API const char* camBackendName(void);
 

@@ -91,6 +91,10 @@ void WorkerLoop(Pool* pool, Worker* self) {
 
 void RunBlocks(uint32_t n, const std::function<void(uint32_t)>& body) {
     if (n == 0) return;
+    if (n == 1) {  // one block runs on the launching thread: no pool thread, no lock, nothing to wait for
+        body(0);
+        return;
+    }
     Group group{&body, {n}};
     Pool* pool = gPool;
     {

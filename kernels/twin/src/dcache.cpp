@@ -171,6 +171,7 @@ uint64_t Mask(uintptr_t offset, size_t bytes) {
 DataCache::Line& DataCache::Fill(uintptr_t base) {
     auto it = lines_.find(base);
     if (it != lines_.end()) return it->second;
+    touched_ = true;
     Line line;
     Shard& shard = ShardOf(base);
     std::lock_guard<std::mutex> lock(shard.mutex);

@@ -35,7 +35,9 @@ const Platform kPlatforms[] = {
 };
 
 std::mutex gPlatformMutex;
-const Platform* gActive = nullptr;
+// Read on every launch, InitBuffer and cycle-counter read: an atomic pointer, so readers take no lock. Writers
+// (first use, SetPlatform) still serialise on the mutex.
+std::atomic<const Platform*> gActive{nullptr};
 
 thread_local BlockContext* tBlock = nullptr;
 
@@ -90,6 +92,9 @@ struct LaunchState {
     std::atomic<uint32_t> barrierEvent{0};
     std::string firstError;
     const LaunchWindows* windows = nullptr;
+    // A block cached a GM line: the scalar cache's registry holds entries of this launch to forget at its end
+    // (a sweep of every registry shard, which a launch without scalar GM access need not pay).
+    std::atomic<bool> dcacheTouched{false};
 
     void Fail(const std::string& message) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -107,20 +112,21 @@ const Platform* FindPlatform(const char* name) {
 }
 
 const Platform& ActivePlatform() {
+    if (const Platform* p = gActive.load(std::memory_order_acquire)) return *p;
     std::lock_guard<std::mutex> lock(gPlatformMutex);
-    if (!gActive) {
+    if (!gActive.load(std::memory_order_relaxed)) {
         const char* env = std::getenv("CAM_TWIN_PLATFORM");
-        gActive = FindPlatform(env && *env ? env : "twin");
-        if (!gActive) gActive = &kPlatforms[0];
+        const Platform* p = FindPlatform(env && *env ? env : "twin");
+        gActive.store(p ? p : &kPlatforms[0], std::memory_order_release);
     }
-    return *gActive;
+    return *gActive.load(std::memory_order_relaxed);
 }
 
 bool SetPlatform(const char* name) {
     const Platform* p = FindPlatform(name);
     if (!p) return false;
     std::lock_guard<std::mutex> lock(gPlatformMutex);
-    gActive = p;
+    gActive.store(p, std::memory_order_release);
     return true;
 }
 
@@ -290,14 +296,15 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
         }
         tUb.dirty = std::max(tUb.dirty, ctx.ubHigh);
         dcache.Drop();  // after a failure: give up this block's lines without writing them back
+        if (dcache.Touched()) launch.dcacheTouched.store(true, std::memory_order_relaxed);
         tBlock = nullptr;
         std::lock_guard<std::mutex> lock(launch.mutex);
         ++launch.finished;
-        Signal(launch.barrierEvent);
+        if (blockDim > 1) Signal(launch.barrierEvent);  // a SyncAll waiter learns a block left; alone, none waits
     };
 
-    RunBlocks(blockDim, body);
-    ForgetLaunch(&launch);
+    RunBlocks(blockDim, body);  // returns after every block ended: the flag's stores happen-before this load
+    if (launch.dcacheTouched.load(std::memory_order_relaxed)) ForgetLaunch(&launch);
     if (!launch.firstError.empty()) throw TwinViolation(launch.firstError);
 }
 

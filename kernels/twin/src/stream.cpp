@@ -8,6 +8,33 @@
 
 namespace cam::twin {
 
+namespace {
+
+// The stream this thread may run its own tasks on (RunHereScope), or null.
+thread_local const Stream* tRunHere = nullptr;
+std::atomic<uint64_t> gRunHere{0};
+
+}  // namespace
+
+RunHereScope::RunHereScope(void* stream) : previous_(tRunHere) { tRunHere = static_cast<const Stream*>(stream); }
+
+RunHereScope::~RunHereScope() { tRunHere = previous_; }
+
+uint64_t Stream::RunHereCount() { return gRunHere.load(std::memory_order_relaxed); }
+
+StreamError Stream::RunTask(const std::function<void()>& task) {
+    try {
+        task();
+    } catch (const TaskError& e) {
+        return {e.code, e.what()};
+    } catch (const std::exception& e) {
+        return {kTaskFault, e.what()};
+    } catch (...) {
+        return {kTaskFault, "unknown exception in a stream task"};
+    }
+    return {};
+}
+
 Stream::Stream() : worker_([this] { Worker(); }) {}
 
 Stream::~Stream() {
@@ -20,16 +47,39 @@ Stream::~Stream() {
 }
 
 void Stream::Enqueue(std::function<void()> task) {
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (captureSink_) {
-            captureSink_(std::move(task));
-            return;
-        }
-        tasks_.push_back(std::move(task));
-        outstanding_.fetch_add(1, std::memory_order_release);
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (captureSink_) {
+        captureSink_(std::move(task));
+        return;
     }
+    // Idle and not poisoned: nothing this task must wait for, nothing that would skip it. running_ keeps the
+    // worker off the queue until this task ends, so tasks other threads enqueue meanwhile stay behind it and
+    // Synchronize on any thread waits for it: stream order and error poisoning are the worker's, unchanged.
+    if (tRunHere == this && tasks_.empty() && !running_ && error_.code == 0 && !stopping_) {
+        running_ = true;
+        outstanding_.fetch_add(1, std::memory_order_release);
+        lock.unlock();
+        gRunHere.fetch_add(1, std::memory_order_relaxed);
+        StreamError failure = RunTask(task);
+        lock.lock();
+        Finished(std::move(failure));
+        if (!tasks_.empty()) {
+            lock.unlock();
+            wake_.notify_one();
+        }
+        return;
+    }
+    tasks_.push_back(std::move(task));
+    outstanding_.fetch_add(1, std::memory_order_release);
+    lock.unlock();
     wake_.notify_one();
+}
+
+void Stream::Finished(StreamError failure) {
+    running_ = false;
+    outstanding_.fetch_sub(1, std::memory_order_release);
+    if (failure.code != 0 && error_.code == 0) error_ = std::move(failure);
+    if (tasks_.empty()) idle_.notify_all();
 }
 
 void Stream::SetCaptureSink(std::function<void(std::function<void()>)> sink) {
@@ -62,30 +112,18 @@ void Stream::Worker() {
             SpinUntil([this] { return outstanding_.load(std::memory_order_acquire) != 0; }, SpinNs());
             lock.lock();
         }
-        wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+        // !running_: a caller may be running a task of this stream itself (RunHereScope); the queue waits for it.
+        wake_.wait(lock, [this] { return !running_ && (stopping_ || !tasks_.empty()); });
         if (tasks_.empty()) return;  // stopping and drained
         std::function<void()> task = std::move(tasks_.front());
         tasks_.pop_front();
         const bool poisoned = error_.code != 0;
         running_ = true;
         lock.unlock();
-        StreamError failure;
-        if (!poisoned) {
-            try {
-                task();
-            } catch (const TaskError& e) {
-                failure = {e.code, e.what()};
-            } catch (const std::exception& e) {
-                failure = {kTaskFault, e.what()};
-            } catch (...) {
-                failure = {kTaskFault, "unknown exception in a stream task"};
-            }
-        }
+        StreamError failure = poisoned ? StreamError{} : RunTask(task);
+        task = nullptr;  // what the task holds is released before Synchronize can return, as for a run-here task
         lock.lock();
-        running_ = false;
-        outstanding_.fetch_sub(1, std::memory_order_release);
-        if (failure.code != 0 && error_.code == 0) error_ = std::move(failure);
-        if (tasks_.empty()) idle_.notify_all();
+        Finished(std::move(failure));
     }
 }
 

@@ -38,6 +38,8 @@ public:
     void CleanInvalidateAll(const std::source_location& where);
     // Forgets every line without writing anything back (a failed block).
     void Drop();
+    // Whether this block ever cached a line: only then can the launch's line registry hold entries of it.
+    bool Touched() const { return touched_; }
 
 private:
     struct Line {
@@ -51,6 +53,7 @@ private:
 
     std::unordered_map<uintptr_t, Line> lines_;
     const void* launch_;  // the launch this block belongs to: lines are related within one launch only
+    bool touched_ = false;
 };
 
 // Drops the line registry of a finished launch (every block has written back or dropped its lines).
