@@ -58,9 +58,12 @@ Shard& ShardOf(uintptr_t base) { return gShards[(base / kDcacheLineBytes) % kSha
 
 void Wake(Shard& shard) {
     // seq_cst on both sides (here and in ParkOn): either the writer sees the parked count or the parker sees the
-    // new epoch, so a write never slips past a block about to park.
+    // new epoch, so a write never slips past a block about to park. With nobody counted in, a parker's epoch read
+    // comes after this load in that order, so a bump would change nothing it can miss: skip the locked RMW (every
+    // copy out calls this for each line it wrote).
+    if (shard.parked.load(std::memory_order_seq_cst) == 0) return;
     shard.epoch.fetch_add(1, std::memory_order_seq_cst);
-    if (shard.parked.load(std::memory_order_seq_cst) > 0) UnparkAll(shard.epoch);
+    UnparkAll(shard.epoch);
 }
 
 std::string Hex(uintptr_t v) {
