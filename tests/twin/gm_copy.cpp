@@ -65,7 +65,8 @@ int Identity(GmCopyPath path) {
             std::memcpy(want.data() + off, loc, len);
             cam::twin::GmWriteVia(path, gm, loc, len);
             if (std::memcmp(want.data(), gmBack.data(), gmBack.size()) != 0) {
-                std::printf("MISMATCH GmWrite %s len %zu misalignment %zu\n", cam::twin::GmCopyPathName(path), len, mis);
+                std::printf("MISMATCH GmWrite %s len %zu misalignment %zu\n", cam::twin::GmCopyPathName(path), len,
+                            mis);
                 return 1;
             }
             // Read: the local side gets exactly the run.
@@ -85,7 +86,8 @@ int Identity(GmCopyPath path) {
 
 // The control's copy: one byte at a time (what a copy with no word atomicity may do).
 void BytewiseCopy(uint8_t* dst, const uint8_t* src, size_t n) {
-    for (size_t i = 0; i < n; ++i) __atomic_store_n(dst + i, __atomic_load_n(src + i, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    for (size_t i = 0; i < n; ++i)
+        __atomic_store_n(dst + i, __atomic_load_n(src + i, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 }
 
 // A word read whole: torn when it holds both a 0x00 and a 0xFF byte (the two sources' only values).
@@ -151,7 +153,8 @@ int Tear(bool writeSide, const std::string& which, double seconds) {
             } else {
                 // Whole aligned words, each one atomic store, over the 64-byte lines holding the region.
                 const uint64_t v = (n & 1) ? ~uint64_t(0) : 0;
-                for (size_t i = 0; i < 512; i += 8) __atomic_store_n(reinterpret_cast<uint64_t*>(gm + i), v, __ATOMIC_RELAXED);
+                for (size_t i = 0; i < 512; i += 8)
+                    __atomic_store_n(reinterpret_cast<uint64_t*>(gm + i), v, __ATOMIC_RELAXED);
             }
             ++n;
             if ((n & 255) == 0 && Clock::now() > deadline) break;

@@ -69,7 +69,8 @@ inline size_t EdgeStep(uintptr_t addr, size_t left) {
 }
 
 #if defined(__x86_64__)
-// 64 bytes: the GM side with aligned 16-byte moves (VMOVDQA xmm, VEX.128: one access per 16 bytes), the local side unaligned.
+// 64 bytes: the GM side with aligned 16-byte moves (VMOVDQA xmm, VEX.128: one access per 16 bytes), the local
+// side unaligned.
 // Inline assembly, not intrinsics: g++ may turn a loop of vector loads and stores into a memcpy call (loop
 // distribution), which uses `rep movsb` or unaligned wide moves with no per-word atomicity. The memory clobber also
 // keeps the compiler from moving other memory accesses across the copy.

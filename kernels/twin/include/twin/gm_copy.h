@@ -13,12 +13,12 @@
 namespace cam::twin {
 
 enum class GmCopyPath : uint8_t {
-    // 16-byte aligned SSE moves (MOVDQA) for the body. Chosen only where CPUID reports AVX: Intel and AMD
+    // 16-byte aligned moves (VMOVDQA xmm, VEX.128) for the body. Only where CPUID reports AVX: Intel and AMD
     // guarantee those 16-byte accesses atomic on such CPUs (Intel SDM vol. 3A "Guaranteed Atomic Operations",
     // AMD APM vol. 2 §7.3.2), so each 8-byte word inside is a single untorn access.
     Sse16 = 0,
     // 8-byte atomic accesses for the body (any x86-64; every other ISA): the reference path, and what a
-    // ThreadSanitizer build sees (it does not see the SSE path's inline assembly).
+    // ThreadSanitizer build must use (it does not see the sse16 path's inline assembly).
     Word8 = 1,
 };
 
