@@ -1,9 +1,9 @@
 """The twin's MTE copies (docs/twin.md "Copies"). DataCopyPad's strided, padded and multi-block forms against a
 reference written from the stated semantics (tests/twin/copy_pad.cpp). The GM side (kernels/twin/src/gm_copy.cpp):
-each path copies exactly the run (every misalignment, lengths 0..300 and large, nothing outside touched), no naturally aligned
-2/4/8-byte word inside a copied region is ever seen torn by a concurrent reader (both directions, with a byte-wise
-control that the same detector catches), and through the ops each forced path gives the same bits; a path the
-machine cannot run, or an unknown name, is a `copy-path` error."""
+each path copies exactly the run (every misalignment, lengths 0..300 and large, nothing outside touched); no
+naturally aligned 2/4/8-byte word inside a copied region is ever seen torn by a concurrent reader (both directions,
+with a byte-wise control that the same detector catches); through the ops each forced path gives the same bits; a
+path the machine cannot run, or an unknown name, is a `copy-path` error."""
 
 import glob
 import os
