@@ -57,10 +57,10 @@ std::atomic<int64_t> gDirtyLines{0};
 Shard& ShardOf(uintptr_t base) { return gShards[(base / kDcacheLineBytes) % kShards]; }
 
 void Wake(Shard& shard) {
-    // seq_cst on both sides (here and in ParkOn): either the writer sees the parked count or the parker sees the
-    // new epoch, so a write never slips past a block about to park. With nobody counted in, a parker's epoch read
-    // comes after this load in that order, so a bump would change nothing it can miss: skip the locked RMW (every
-    // copy out calls this for each line it wrote).
+    // ParkOn counts itself in (seq_cst) before it reads the epoch it waits on. If this load sees nobody counted in,
+    // every parker's epoch read comes later in the seq_cst order, so a bump here would only be folded into the value
+    // that parker waits on: skipping it changes nothing a parker can observe, and spares every copy out a locked RMW
+    // per line it wrote. A parker seen here gets the bump after it counted itself in, and the wake-up.
     if (shard.parked.load(std::memory_order_seq_cst) == 0) return;
     shard.epoch.fetch_add(1, std::memory_order_seq_cst);
     UnparkAll(shard.epoch);
