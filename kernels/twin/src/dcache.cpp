@@ -296,33 +296,6 @@ void CheckMteWriteAgainstDirtyLines(const void* addr, uint64_t bytes, const std:
     }
 }
 
-void GmRead(void* local, const void* gm, size_t bytes) {
-    auto* out = static_cast<uint8_t*>(local);
-    auto* in = static_cast<const uint8_t*>(gm);
-    size_t i = 0;
-    for (; i < bytes && (reinterpret_cast<uintptr_t>(in + i) & 7u) != 0; ++i)
-        out[i] = __atomic_load_n(in + i, __ATOMIC_ACQUIRE);
-    for (; i + 8 <= bytes; i += 8) {
-        const uint64_t w = __atomic_load_n(reinterpret_cast<const uint64_t*>(in + i), __ATOMIC_ACQUIRE);
-        std::memcpy(out + i, &w, 8);
-    }
-    for (; i < bytes; ++i) out[i] = __atomic_load_n(in + i, __ATOMIC_ACQUIRE);
-}
-
-void GmWrite(void* gm, const void* local, size_t bytes) {
-    auto* out = static_cast<uint8_t*>(gm);
-    auto* in = static_cast<const uint8_t*>(local);
-    size_t i = 0;
-    for (; i < bytes && (reinterpret_cast<uintptr_t>(out + i) & 7u) != 0; ++i)
-        __atomic_store_n(out + i, in[i], __ATOMIC_RELEASE);
-    for (; i + 8 <= bytes; i += 8) {
-        uint64_t w;
-        std::memcpy(&w, in + i, 8);
-        __atomic_store_n(reinterpret_cast<uint64_t*>(out + i), w, __ATOMIC_RELEASE);
-    }
-    for (; i < bytes; ++i) __atomic_store_n(out + i, in[i], __ATOMIC_RELEASE);
-}
-
 void ForgetLaunch(const void* launch) {
     for (Shard& shard : gShards) {
         std::lock_guard<std::mutex> lock(shard.mutex);

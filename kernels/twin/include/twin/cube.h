@@ -391,9 +391,9 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
                                        where);
         // NZ -> ND for one row in a local staging row, then one GM write of the whole row (the engine writes rows,
         // not elements).
-        T staged[4096];  // nSize <= 4095, checked above
-        for (uint32_t j = 0; j < p.nSize; ++j)
-            staged[j] = c[(j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0 + j % kCubeN0];
+        T staged[4096 + kCubeN0];  // nSize <= 4095, checked above; whole 16-column blocks staged
+        for (uint32_t j = 0; j < p.nSize; j += kCubeN0)  // row i of each NZ block is 16 contiguous elements
+            std::memcpy(staged + j, c + (j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0, kCubeN0 * sizeof(T));
         GmWrite(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, staged, uint64_t(p.nSize) * sizeof(T));
     }
 }

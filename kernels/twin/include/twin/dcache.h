@@ -17,6 +17,8 @@
 #include <source_location>
 #include <unordered_map>
 
+#include "twin/gm_copy.h"  // GmRead / GmWrite: the GM side of the MTE copies that bypass this cache
+
 namespace cam::twin {
 
 constexpr uintptr_t kDcacheLineBytes = 64;
@@ -62,12 +64,6 @@ void ForgetLaunch(const void* launch);
 // An MTE write into GM bypasses the cache; if another block holds that line dirty, its later clean overwrites
 // the copied bytes. The copy engines call this for every GM range they write.
 void CheckMteWriteAgainstDirtyLines(const void* addr, uint64_t bytes, const std::source_location& where);
-
-// The GM side of every MTE copy. Words are moved with atomic accesses (acquire for reads, release for writes), so a
-// signal written by one block's MTE3 and polled by another's MTE2 is race-free C++ and orders the payload written
-// before it, as the drained MTE3 queue does on the hardware.
-void GmRead(void* local, const void* gm, size_t bytes);
-void GmWrite(void* gm, const void* local, size_t bytes);
 
 // After an MTE write to GM: wakes the blocks parked (ParkOn) on a line in [addr, addr + bytes), and no others.
 void WakeParked(const void* addr, uint64_t bytes);
