@@ -395,10 +395,11 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
         // to the columns left), no per-element index arithmetic.
         T staged[4096];  // nSize <= 4095, checked above
         const int32_t* rowIn = c + uint64_t(i) * kCubeN0;
-        for (uint32_t j0 = 0; j0 < p.nSize; j0 += kCubeN0) {
-            const uint32_t run = p.nSize - j0 < kCubeN0 ? p.nSize - j0 : kCubeN0;
-            std::memcpy(staged + j0, rowIn + uint64_t(j0) * p.srcStride, run * sizeof(T));
-        }
+        // Full blocks move with a constant-size copy (a variable one compiles to `rep movs`, slow at 64 bytes).
+        uint32_t j0 = 0;
+        for (; j0 + kCubeN0 <= p.nSize; j0 += kCubeN0)
+            std::memcpy(staged + j0, rowIn + uint64_t(j0) * p.srcStride, kCubeN0 * sizeof(T));
+        if (j0 < p.nSize) std::memcpy(staged + j0, rowIn + uint64_t(j0) * p.srcStride, (p.nSize - j0) * sizeof(T));
         GmWrite(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, staged, uint64_t(p.nSize) * sizeof(T));
     }
 }
