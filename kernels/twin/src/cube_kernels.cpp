@@ -76,18 +76,13 @@ uint8_t* Scratch(uint64_t bytes) {
 
 // B fractal (16 columns x 32 k) -> VNNI layout (8 rows of k-quads, each row the 4 k-bytes of all 16 columns): a
 // 16 x 8 -> 8 x 16 transpose of dwords. flip: xor 0x80, turning the signed bytes into (b + 128) as unsigned.
-// kPairs: fractal (kb, jb) goes to ((kb / 2) * nb + jb) * 1024 + (kb % 2) * 512, so the two k-fractals of a
-// 64-deep AMX B tile (16 rows of k-quads) are one contiguous 1024 bytes; otherwise to (kb * nb + jb) * 512.
-template <bool kPairs>
 void PackBVnni(uint8_t* out, const int8_t* b, const Shape& s, bool flip) {
     const uint32_t fracs = s.kb() * s.nb();
     const uint32_t x = flip ? 0x80808080u : 0u;
     const __m128i flipBits = _mm_set1_epi32(int32_t(x));
     for (uint32_t f = 0; f < fracs; ++f) {
         const uint8_t* src = reinterpret_cast<const uint8_t*>(b) + uint64_t(f) * kFrac;
-        const uint32_t kb = f / s.nb(), jb = f % s.nb();
-        uint8_t* dst = out + (kPairs ? (uint64_t(kb >> 1) * s.nb() + jb) * 2 * kFrac + (kb & 1) * kFrac
-                                     : uint64_t(f) * kFrac);
+        uint8_t* dst = out + uint64_t(f) * kFrac;
         // 4 x 4 dword blocks: rows j0..j0+3 (q0..q0+3) -> rows q0..q0+3 (j0..j0+3).
         for (uint32_t j0 = 0; j0 < 16; j0 += 4) {
             for (uint32_t q0 = 0; q0 < 8; q0 += 4) {
@@ -126,7 +121,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void MmadAvx512Vnni(int32
                                                                            const int8_t* b, const Shape& s,
                                                                            bool init) {
     uint8_t* packed = Scratch(uint64_t(s.k) * s.n + uint64_t(s.m) * 4);
-    PackBVnni<false>(packed, b, s, true);
+    PackBVnni(packed, b, s, true);
     int32_t* corr = reinterpret_cast<int32_t*>(packed + uint64_t(s.k) * s.n);
     RowSums128(corr, a, s);
     for (uint32_t ib = 0; ib < s.mb(); ++ib) {
@@ -206,11 +201,9 @@ __attribute__((target("avx2"))) void MmadAvx2(int32_t* c, const int8_t* a, const
     }
 }
 
-// AMX: tdpbssd multiplies signed int8 tiles. A tile is 16 rows x 64 k-bytes: the ZZ fractals (ib, kb) and
-// (ib, kb + 1) side by side, repacked so each row is contiguous (a 32-deep tile would leave half of every tdpbssd
-// idle); B is repacked to VNNI tiles of 16 k-quad rows (PackBVnni<true>); a C fractal is one 16 x 16 int32 tile.
-// An odd last k-fractal gets zero B rows as its partner. C fractals are worked in 2 x 2 blocks so each A and B
-// tile load feeds two products.
+// AMX: tdpbssd multiplies signed int8 tiles directly. An A fractal is a 16-row x 32-byte tile as it lies in L0A;
+// B is repacked to the VNNI tile (8 rows of k-quads x 64 bytes); a C fractal is one 16 x 16 int32 tile. C fractals
+// are worked in 2 x 2 blocks so each A and B tile load feeds two products.
 struct alignas(64) TileConfig {
     uint8_t palette = 1;
     uint8_t startRow = 0;
@@ -219,28 +212,10 @@ struct alignas(64) TileConfig {
     uint8_t rows[16] = {};
 };
 
-constexpr uint32_t kPair = 2 * kFrac;  // bytes of a 64-deep A or B tile
-
-// ZZ A -> per (ib, k-pair) 16 rows x 64 bytes; the missing partner of an odd last fractal is zeros.
-void PackAPairs(uint8_t* out, const int8_t* a, const Shape& s) {
-    const uint32_t pairs = (s.kb() + 1) / 2;
-    for (uint32_t ib = 0; ib < s.mb(); ++ib)
-        for (uint32_t kb = 0; kb < 2 * pairs; ++kb) {
-            uint8_t* dst = out + (uint64_t(ib) * pairs + kb / 2) * kPair + (kb & 1) * 32;
-            if (kb >= s.kb()) {
-                for (uint32_t r = 0; r < 16; ++r) std::memset(dst + r * 64, 0, 32);
-                continue;
-            }
-            const uint8_t* src = reinterpret_cast<const uint8_t*>(s.A(a, ib, kb));
-            for (uint32_t r = 0; r < 16; ++r) std::memcpy(dst + r * 64, src + r * 32, 32);
-        }
-}
-
 template <int MI, int NJ>
-__attribute__((target("amx-tile,amx-int8"))) inline void AmxBlock(int32_t* c, const uint8_t* pa, const uint8_t* pb,
+__attribute__((target("amx-tile,amx-int8"))) inline void AmxBlock(int32_t* c, const int8_t* a, const uint8_t* packed,
                                                                   const Shape& s, uint32_t ib, uint32_t jb, bool init) {
-    constexpr long cStride = 64, abStride = 64;
-    const uint32_t pairs = (s.kb() + 1) / 2;
+    constexpr long cStride = 64, aStride = 32, bStride = 64;
     if (init) {
         _tile_zero(0);
         if constexpr (NJ > 1) _tile_zero(1);
@@ -252,17 +227,17 @@ __attribute__((target("amx-tile,amx-int8"))) inline void AmxBlock(int32_t* c, co
         if constexpr (MI > 1) _tile_loadd(2, s.C(c, ib + 1, jb), cStride);
         if constexpr (MI > 1 && NJ > 1) _tile_loadd(3, s.C(c, ib + 1, jb + 1), cStride);
     }
-    for (uint32_t p = 0; p < pairs; ++p) {
-        const uint8_t* bt = pb + (uint64_t(p) * s.nb() + jb) * kPair;
-        _tile_loadd(4, pa + (uint64_t(ib) * pairs + p) * kPair, abStride);
-        _tile_loadd(6, bt, abStride);
+    for (uint32_t kb = 0; kb < s.kb(); ++kb) {
+        const uint8_t* bf = packed + (uint64_t(kb) * s.nb() + jb) * kFrac;
+        _tile_loadd(4, s.A(a, ib, kb), aStride);
+        _tile_loadd(6, bf, bStride);
         _tile_dpbssd(0, 4, 6);
         if constexpr (NJ > 1) {
-            _tile_loadd(7, bt + kPair, abStride);
+            _tile_loadd(7, bf + kFrac, bStride);
             _tile_dpbssd(1, 4, 7);
         }
         if constexpr (MI > 1) {
-            _tile_loadd(5, pa + (uint64_t(ib + 1) * pairs + p) * kPair, abStride);
+            _tile_loadd(5, s.A(a, ib + 1, kb), aStride);
             _tile_dpbssd(2, 5, 6);
             if constexpr (NJ > 1) _tile_dpbssd(3, 5, 7);
         }
@@ -275,28 +250,23 @@ __attribute__((target("amx-tile,amx-int8"))) inline void AmxBlock(int32_t* c, co
 
 __attribute__((target("amx-tile,amx-int8"))) void MmadAmx(int32_t* c, const int8_t* a, const int8_t* b,
                                                           const Shape& s, bool init) {
-    const uint32_t pairs = (s.kb() + 1) / 2;
-    const uint64_t bBytes = uint64_t(pairs) * s.nb() * kPair, aBytes = uint64_t(pairs) * s.mb() * kPair;
-    uint8_t* pb = Scratch(bBytes + aBytes);
-    uint8_t* pa = pb + bBytes;
-    PackBVnni<true>(pb, b, s, false);
-    if (s.kb() & 1)  // the partner of the odd last k-fractal: zero B rows, so A's half there adds nothing
-        for (uint32_t jb = 0; jb < s.nb(); ++jb) std::memset(pb + (uint64_t(pairs - 1) * s.nb() + jb) * kPair + kFrac, 0, kFrac);
-    PackAPairs(pa, a, s);
+    uint8_t* packed = Scratch(uint64_t(s.k) * s.n);
+    PackBVnni(packed, b, s, false);
     TileConfig cfg;
     for (int t = 0; t < 4; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;  // C
-    for (int t = 4; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;  // A (4, 5), B (6, 7)
+    for (int t = 4; t < 6; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 32;  // A
+    for (int t = 6; t < 8; ++t) cfg.rows[t] = 8, cfg.colsb[t] = 64;   // B
     _tile_loadconfig(&cfg);
     uint32_t ib = 0;
     for (; ib + 2 <= s.mb(); ib += 2) {
         uint32_t jb = 0;
-        for (; jb + 2 <= s.nb(); jb += 2) AmxBlock<2, 2>(c, pa, pb, s, ib, jb, init);
-        if (jb < s.nb()) AmxBlock<2, 1>(c, pa, pb, s, ib, jb, init);
+        for (; jb + 2 <= s.nb(); jb += 2) AmxBlock<2, 2>(c, a, packed, s, ib, jb, init);
+        if (jb < s.nb()) AmxBlock<2, 1>(c, a, packed, s, ib, jb, init);
     }
     if (ib < s.mb()) {
         uint32_t jb = 0;
-        for (; jb + 2 <= s.nb(); jb += 2) AmxBlock<1, 2>(c, pa, pb, s, ib, jb, init);
-        if (jb < s.nb()) AmxBlock<1, 1>(c, pa, pb, s, ib, jb, init);
+        for (; jb + 2 <= s.nb(); jb += 2) AmxBlock<1, 2>(c, a, packed, s, ib, jb, init);
+        if (jb < s.nb()) AmxBlock<1, 1>(c, a, packed, s, ib, jb, init);
     }
     _tile_release();
 }
