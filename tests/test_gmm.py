@@ -196,6 +196,16 @@ def test_w2_tile_edges(m, k, n, counts):
     assert torch.equal(_bits(out), _bits(_w2_golden(x, xs, ws, ss, _gl(counts), 1, COUNTS)))
 
 
+def test_w2_x_streamed_when_k_is_too_long_for_resident_l1():
+    # tm = 128 rows x K = 3900 (3904 padded to 32) = 499 712 bytes of resident A plus two 256 x 64 B tiles is more
+    # than the twin's L1 (524 288 minus 128 reserved bytes), so tiling streams A one k step at a time.
+    counts = [0, 140, 10]
+    x, xs, ws, ss = _problem(29, 150, 3900, 40, len(counts), 1)
+    lw = cam.LayerWeights(ws, ss)
+    out = _w2(x, xs, lw, _gl(counts), 0, COUNTS)
+    assert torch.equal(_bits(out), _bits(_w2_golden(x, xs, ws, ss, _gl(counts), 0, COUNTS)))
+
+
 def test_w2_rounding_and_overflow():
     y = torch.tensor([[1], [1], [127]], dtype=torch.int8)
     ys = torch.tensor([1.0, 1.0, 3e38], dtype=torch.float32)

@@ -1,6 +1,9 @@
 // The dequant step both GMM epilogues start with (W1: gmm_swiglu_quant_multi_layer, W2: gmm_multi_layer):
 //   dst[0..len) = (float(acc[0..len)) * rowScale) * wScale[0..len)      fp32, left to right (docs/numerics.md)
-// It owns the two VECIN queues it streams through; DequantUbBytes (common/ub_math.h) is their byte count.
+// The w_scale slice of one (expert, column range) is the same for every row of that expert, and rows arrive
+// grouped by expert, so a slice is copied into UB once and stays there while rows of the same expert stream
+// through (ScaleSlice); only the accumulator row is copied in per row. DequantUbBytes (common/ub_math.h) covers the
+// two accumulator buffers and up to two resident slices (W1 keeps its act and gate slices, W2 one).
 #pragma once
 
 #include "kernel_operator.h"
@@ -9,28 +12,57 @@
 
 namespace cam::kernels {
 
+// One resident w_scale slice in UB, reloaded only when the (expert, column, length) it holds changes.
+class ScaleSlice {
+public:
+    __aicore__ inline void Init(AscendC::TPipe& pipe, uint32_t chunk) { pipe.InitBuffer(que_, 1, UbBytes(uint64_t(chunk) * 4)); }
+
+    // wScale: the layer's [E_local, N] scales; returns wScale[expert, col..col+len) in UB.
+    __aicore__ inline const AscendC::LocalTensor<float>& Get(const AscendC::GlobalTensor<float>& wScale, uint32_t n,
+                                                             uint32_t expert, uint32_t col, uint32_t len) {
+        if (held_ && expert == expert_ && col == col_ && len == len_) return ws_;
+        Release();
+        AscendC::LocalTensor<float> ws = que_.AllocTensor<float>();
+        AscendC::DataCopyPad(ws, wScale[uint64_t(expert) * n + col], {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0.0f});
+        que_.EnQue(ws);
+        ws_ = que_.DeQue<float>();
+        held_ = true;
+        expert_ = expert;
+        col_ = col;
+        len_ = len;
+        return ws_;
+    }
+
+    // Gives the buffer back to its queue (before the kernel ends, or before loading another slice).
+    __aicore__ inline void Release() {
+        if (held_) que_.FreeTensor(ws_);
+        held_ = false;
+    }
+
+private:
+    AscendC::TQue<AscendC::TPosition::VECIN, 1> que_;
+    AscendC::LocalTensor<float> ws_;
+    bool held_ = false;
+    uint32_t expert_ = 0, col_ = 0, len_ = 0;
+};
+
 class DequantStep {
 public:
     __aicore__ inline void Init(AscendC::TPipe& pipe, uint32_t chunk) {
         pipe.InitBuffer(accQue_, 2, UbBytes(uint64_t(chunk) * 4));
-        pipe.InitBuffer(scaleQue_, 2, UbBytes(uint64_t(chunk) * 4));
     }
 
-    __aicore__ inline void Run(const AscendC::GlobalTensor<int32_t>& acc, const AscendC::GlobalTensor<float>& wScale,
+    // ws: the resident w_scale slice of the row's expert for these columns (ScaleSlice::Get).
+    __aicore__ inline void Run(const AscendC::GlobalTensor<int32_t>& acc, const AscendC::LocalTensor<float>& ws,
                                uint32_t len, float rowScale, const AscendC::LocalTensor<float>& dst) {
         AscendC::LocalTensor<int32_t> a = accQue_.AllocTensor<int32_t>();
         AscendC::DataCopyPad(a, acc, {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0});
         accQue_.EnQue(a);
-        AscendC::LocalTensor<float> ws = scaleQue_.AllocTensor<float>();
-        AscendC::DataCopyPad(ws, wScale, {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0.0f});
-        scaleQue_.EnQue(ws);
         a = accQue_.DeQue<int32_t>();
         AscendC::Cast(dst, a, AscendC::RoundMode::CAST_RINT, len);  // int32 -> fp32, nearest even
         accQue_.FreeTensor(a);
         AscendC::Muls(dst, dst, rowScale, len);
-        ws = scaleQue_.DeQue<float>();
         AscendC::Mul(dst, dst, ws, len);
-        scaleQue_.FreeTensor(ws);
     }
 
     // fp32 GM -> dst through the accumulator queue (W1 re-reads its spilled s this way).
@@ -46,7 +78,6 @@ public:
 
 private:
     AscendC::TQue<AscendC::TPosition::VECIN, 2> accQue_;
-    AscendC::TQue<AscendC::TPosition::VECIN, 2> scaleQue_;
 };
 
 }  // namespace cam::kernels

@@ -40,7 +40,7 @@ __aicore__ constexpr uint32_t QuantWorkingSetUbBytes(uint32_t cols, uint32_t inB
 // UB of the GMM epilogues' dequant step (common/gmm_epilogue.h) for `chunk` columns.
 __aicore__ constexpr uint32_t DequantUbBytes(uint32_t chunk) {
     return 2 * UbBytes(uint64_t(chunk) * 4)     // int32 accumulator in, double buffered
-           + 2 * UbBytes(uint64_t(chunk) * 4);  // w_scale slice in, double buffered
+           + 2 * UbBytes(uint64_t(chunk) * 4);  // up to two resident w_scale slices (ScaleSlice)
 }
 
 }  // namespace cam::kernels

@@ -20,7 +20,10 @@ public:
         status_ = status;
         x_.SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(x), uint64_t(t.m) * t.k);
         acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), uint64_t(t.m) * t.n);
-        pipe_.InitBuffer(a1_, kGmmL1Buffers, t.tm * t.tk);
+        if (t.aResident)
+            pipe_.InitBuffer(aRes_, 1, t.tm * static_cast<uint32_t>(AlignUp(t.k, kGmmK0)));
+        else
+            pipe_.InitBuffer(a1_, kGmmL1Buffers, t.tm * t.tk);
         pipe_.InitBuffer(b1_, kGmmL1Buffers, t.tk * t.tn);
         pipe_.InitBuffer(a2_, kGmmL1Buffers, t.tm * t.tk);
         pipe_.InitBuffer(b2_, kGmmL1Buffers, t.tk * t.tn);
@@ -54,6 +57,8 @@ public:
             }
             unit += units;
         }
+        if (aHeld_) aRes_.FreeTensor(aHeldTensor_);
+        aHeld_ = false;
     }
 
 private:
@@ -66,6 +71,7 @@ private:
         const uint32_t mAl = static_cast<uint32_t>(AlignUp(mLen, kGmmM0));
         const uint64_t wBase = expert * expertBytes + uint64_t(n0 / kGmmNzCols) * t_.kPadded * kGmmNzCols;
 
+        if (t_.aResident) HoldA(row0, mLen, mAl);
         AscendC::LocalTensor<int32_t> c = c_.AllocTensor<int32_t>();
         for (uint32_t k0 = 0; k0 < t_.k; k0 += t_.tk) {
             const uint32_t kLen = t_.k - k0 < t_.tk ? t_.k - k0 : t_.tk;
@@ -74,18 +80,17 @@ private:
             // A columns that the ND->NZ copy zero-filled, so they contribute nothing.
             const uint32_t kRowsB = t_.kPadded - k0 < kAl ? t_.kPadded - k0 : kAl;
 
-            AscendC::LocalTensor<int8_t> a1 = a1_.AllocTensor<int8_t>();
-            AscendC::Nd2NzParams nd2nz;
-            nd2nz.ndNum = 1;
-            nd2nz.nValue = static_cast<uint16_t>(mLen);
-            nd2nz.dValue = static_cast<uint16_t>(kLen);
-            nd2nz.srcNdMatrixStride = 0;
-            nd2nz.srcDValue = static_cast<uint16_t>(t_.k);
-            nd2nz.dstNzC0Stride = static_cast<uint16_t>(mAl);
-            nd2nz.dstNzNStride = 1;
-            nd2nz.dstNzMatrixStride = 0;
-            AscendC::DataCopy(a1, x_[row0 * t_.k + k0], nd2nz);
-            a1_.EnQue(a1);
+            // A of this k step in L1 (NZ, C0 stride mAl): a slice of the resident rows, or a tile copied now.
+            AscendC::LocalTensor<int8_t> a1;
+            uint32_t aFrac0 = 0;  // first L1 fractal of the step's k range
+            if (t_.aResident) {
+                a1 = aHeldTensor_;
+                aFrac0 = k0 / kGmmK0 * (mAl / kGmmM0);
+            } else {
+                a1 = a1_.AllocTensor<int8_t>();
+                AscendC::DataCopy(a1, x_[row0 * t_.k + k0], XToNz(mLen, kLen, mAl));
+                a1_.EnQue(a1);
+            }
 
             AscendC::LocalTensor<int8_t> b1 = b1_.AllocTensor<int8_t>();
             AscendC::DataCopyParams burst;
@@ -97,11 +102,11 @@ private:
             b1_.EnQue(b1);
 
             // A: L1 NZ (column blocks of mAl rows) -> L0A ZZ (row blocks of kAl columns), one m-block per call.
-            a1 = a1_.DeQue<int8_t>();
+            if (!t_.aResident) a1 = a1_.DeQue<int8_t>();
             AscendC::LocalTensor<int8_t> a2 = a2_.AllocTensor<int8_t>();
             for (uint32_t mb = 0; mb < mAl / kGmmM0; ++mb) {
                 AscendC::LoadData2DParams ld;
-                ld.startIndex = static_cast<uint16_t>(mb);
+                ld.startIndex = static_cast<uint16_t>(aFrac0 + mb);
                 ld.repeatTimes = static_cast<uint8_t>(kAl / kGmmK0);
                 ld.srcStride = static_cast<uint16_t>(mAl / kGmmM0);
                 ld.dstGap = 0;
@@ -109,7 +114,7 @@ private:
                 AscendC::LoadData(a2[mb * kAl * kGmmM0], a1, ld);
             }
             a2_.EnQue(a2);
-            a1_.FreeTensor(a1);
+            if (!t_.aResident) a1_.FreeTensor(a1);
 
             // B: L1 NZ (k rows of 32 n) -> L0B ZN (16 n of 32 k per fractal): transpose 32x32 squares, one
             // 32-column block per call; consecutive k squares land nAl/16 fractals apart.
@@ -155,13 +160,47 @@ private:
         c_.FreeTensor(c);
     }
 
+    // ND -> NZ copy of mLen x rows of kLen columns (row pitch K) into 32-byte column blocks mAl rows apart.
+    __aicore__ inline AscendC::Nd2NzParams XToNz(uint32_t mLen, uint32_t kLen, uint32_t mAl) const {
+        AscendC::Nd2NzParams nd2nz;
+        nd2nz.ndNum = 1;
+        nd2nz.nValue = static_cast<uint16_t>(mLen);
+        nd2nz.dValue = static_cast<uint16_t>(kLen);
+        nd2nz.srcNdMatrixStride = 0;
+        nd2nz.srcDValue = static_cast<uint16_t>(t_.k);
+        nd2nz.dstNzC0Stride = static_cast<uint16_t>(mAl);
+        nd2nz.dstNzNStride = 1;
+        nd2nz.dstNzMatrixStride = 0;
+        return nd2nz;
+    }
+
+    // Makes x rows [row0, row0 + mLen) x all of K the resident A in L1. A core's consecutive units are mostly the
+    // n-tiles of one m-tile, so this copies each m-tile in once per core instead of once per unit; x is read-only
+    // for the kernel, so the rows identify the contents.
+    __aicore__ inline void HoldA(uint64_t row0, uint32_t mLen, uint32_t mAl) {
+        if (aHeld_ && aRow0_ == row0 && aRows_ == mLen) return;
+        if (aHeld_) aRes_.FreeTensor(aHeldTensor_);
+        AscendC::LocalTensor<int8_t> a = aRes_.AllocTensor<int8_t>();
+        AscendC::DataCopy(a, x_[row0 * t_.k], XToNz(mLen, t_.k, mAl));
+        aRes_.EnQue(a);
+        aHeldTensor_ = aRes_.DeQue<int8_t>();
+        aHeld_ = true;
+        aRow0_ = row0;
+        aRows_ = mLen;
+    }
+
     GmmCubeTilingData t_{};
     GM_ADDR groupList_ = nullptr;
     GM_ADDR layerIndex_ = nullptr;
     GM_ADDR table_ = nullptr;
     GM_ADDR status_ = nullptr;
     AscendC::TPipe pipe_;
-    AscendC::TQue<AscendC::TPosition::A1, kGmmL1Buffers> a1_;
+    AscendC::TQue<AscendC::TPosition::A1, kGmmL1Buffers> a1_;  // streamed A tiles (aResident == 0)
+    AscendC::TQue<AscendC::TPosition::A1, 1> aRes_;            // resident A (aResident == 1)
+    AscendC::LocalTensor<int8_t> aHeldTensor_;
+    bool aHeld_ = false;
+    uint64_t aRow0_ = 0;
+    uint32_t aRows_ = 0;
     AscendC::TQue<AscendC::TPosition::B1, kGmmL1Buffers> b1_;
     AscendC::TQue<AscendC::TPosition::A2, kGmmL1Buffers> a2_;
     AscendC::TQue<AscendC::TPosition::B2, kGmmL1Buffers> b2_;

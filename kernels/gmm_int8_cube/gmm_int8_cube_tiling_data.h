@@ -30,6 +30,8 @@ struct GmmCubeTilingData {
     uint32_t tn;             // columns per unit, multiple of 32
     uint32_t tk;             // k per L0 step, multiple of 32
     uint32_t nTiles;         // ceil(N / tn)
+    uint32_t aResident;      // 1: a unit's whole A (tm x K) sits in L1 and is reused by the next unit of the same
+                             // rows; 0: A streams through L1 one tk step at a time with B
 };
 
 __aicore__ constexpr uint64_t GmmExpertWeightBytes(uint32_t kPadded, uint32_t nBlocks) {
@@ -39,6 +41,10 @@ __aicore__ constexpr uint64_t GmmExpertWeightBytes(uint32_t kPadded, uint32_t nB
 // Bytes each cube memory needs for tiles (tm, tn, tk); tiling keeps them within the platform's capacities.
 __aicore__ constexpr uint64_t GmmL1Bytes(uint32_t tm, uint32_t tn, uint32_t tk) {
     return kGmmL1Buffers * (uint64_t(tm) * tk + uint64_t(tk) * tn);
+}
+// L1 with A resident: one tm x K (K padded to 32) A buffer, B still double buffered per tk step.
+__aicore__ constexpr uint64_t GmmL1BytesResidentA(uint32_t tm, uint32_t tn, uint32_t tk, uint32_t k) {
+    return uint64_t(tm) * AlignUp(k, kGmmK0) + kGmmL1Buffers * uint64_t(tk) * tn;
 }
 __aicore__ constexpr uint64_t GmmL0ABytes(uint32_t tm, uint32_t tk) { return kGmmL1Buffers * uint64_t(tm) * tk; }
 __aicore__ constexpr uint64_t GmmL0BBytes(uint32_t tn, uint32_t tk) { return kGmmL1Buffers * uint64_t(tk) * tn; }

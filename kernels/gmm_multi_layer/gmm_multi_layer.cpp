@@ -23,6 +23,7 @@ public:
         yScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(yScale), t.cube.m);
         out_.SetGlobalBuffer(reinterpret_cast<__gm__ bfloat16_t*>(out), elems);
         dequant_.Init(pipe_, t.chunk);
+        scale_.Init(pipe_, t.chunk);
         pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(t.chunk) * 4));
         pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(t.chunk) * 2));
     }
@@ -47,13 +48,14 @@ public:
                 Chunk(row, groups.Expert(), col, len, ys);
             }
         }
+        scale_.Release();
     }
 
 private:
     __aicore__ inline void Chunk(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float ys) {
         const uint64_t off = row * t_.cube.n + col;
         AscendC::LocalTensor<float> f = rowBuf_.Get<float>();
-        dequant_.Run(acc_[off], wScale_[uint64_t(expert) * t_.cube.n + col], len, ys, f);
+        dequant_.Run(acc_[off], scale_.Get(wScale_, t_.cube.n, expert, col, len), len, ys, f);
 
         AscendC::LocalTensor<bfloat16_t> o = outQue_.AllocTensor<bfloat16_t>();
         AscendC::Cast(o, f, AscendC::RoundMode::CAST_RINT, len);
@@ -70,6 +72,7 @@ private:
     GM_ADDR status_ = nullptr;
     AscendC::TPipe pipe_;
     DequantStep dequant_;
+    ScaleSlice scale_;  // w_scale of the current expert, kept while its rows stream through
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_;
     AscendC::GlobalTensor<int32_t> acc_;

@@ -32,6 +32,8 @@ public:
 
         const uint32_t n = t.chunk;
         dequant_.Init(pipe_, n);
+        actScale_.Init(pipe_, n);
+        gateScale_.Init(pipe_, n);
         pipe_.InitBuffer(sBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(gateBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(expBuf_, UbBytes(uint64_t(n) * 4));
@@ -60,6 +62,8 @@ public:
             }  // rows < total always have an expert
             yScales_.Add(yScale_, row, Row(row, groups.Expert()), row + 1 == rowEnd);
         }
+        actScale_.Release();
+        gateScale_.Release();
     }
 
 private:
@@ -92,10 +96,11 @@ private:
 
     __aicore__ inline uint32_t Len(uint32_t col) const { return t_.half - col < t_.chunk ? t_.half - col : t_.chunk; }
 
-    // dst = (float(acc[row, col..col+len)) * xs) * w_scale[expert, col..col+len)
+    // dst = (float(acc[row, col..col+len)) * xs) * w_scale[expert, col..col+len); `slice` holds the act or the
+    // gate columns' scales, so both stay resident across the rows of one expert.
     __aicore__ inline void Dequant(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float xs,
-                                   const AscendC::LocalTensor<float>& dst) {
-        dequant_.Run(acc_[row * t_.cube.n + col], wScale_[uint64_t(expert) * t_.cube.n + col], len, xs, dst);
+                                   ScaleSlice& slice, const AscendC::LocalTensor<float>& dst) {
+        dequant_.Run(acc_[row * t_.cube.n + col], slice.Get(wScale_, t_.cube.n, expert, col, len), len, xs, dst);
     }
 
     // s[0..len) for output columns [col, col+len): silu(act) * gate, in the stated operation order.
@@ -103,8 +108,8 @@ private:
                                        const AscendC::LocalTensor<float>& s) {
         AscendC::LocalTensor<float> gate = gateBuf_.Get<float>();
         AscendC::LocalTensor<float> e = expBuf_.Get<float>();
-        Dequant(row, expert, col, len, xs, s);
-        Dequant(row, expert, t_.half + col, len, xs, gate);
+        Dequant(row, expert, col, len, xs, actScale_, s);
+        Dequant(row, expert, t_.half + col, len, xs, gateScale_, gate);
         AscendC::Muls(e, s, -1.0f, len);
         AscendC::Exp(e, e, len);
         AscendC::Adds(e, e, 1.0f, len);
@@ -142,6 +147,7 @@ private:
     GM_ADDR status_ = nullptr;
     AscendC::TPipe pipe_;
     DequantStep dequant_;
+    ScaleSlice actScale_, gateScale_;  // w_scale of the current expert's act / gate columns
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
     ScaleStager yScales_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> sBuf_, gateBuf_, expBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;

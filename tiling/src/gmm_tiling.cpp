@@ -79,6 +79,9 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
     t.tn = tn;
     t.tk = tk;
     t.nTiles = static_cast<uint32_t>(CeilDiv(s.n, tn));
+    // Units of one core that share rows (the n-tiles of an m-tile) then copy x in once instead of once per unit;
+    // K too long for L1 keeps the streaming schedule.
+    t.aResident = kernels::GmmL1BytesResidentA(tm, tn, tk, t.k) <= platform.l1Bytes ? 1u : 0u;
     *out = t;
     return true;
 }

@@ -391,9 +391,15 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
                                        where);
         // NZ -> ND for one row in a local staging row, then one GM write of the whole row (the engine writes rows,
         // not elements).
-        T staged[4096 + kCubeN0];  // nSize <= 4095, checked above; whole 16-column blocks staged
-        for (uint32_t j = 0; j < p.nSize; j += kCubeN0)  // row i of each NZ block is 16 contiguous elements
-            std::memcpy(staged + j, c + (j / kCubeN0) * (p.srcStride * kCubeN0) + i * kCubeN0, kCubeN0 * sizeof(T));
+        // Row i of each 16-column NZ block is 16 contiguous int32: one 64-byte run per block (the last one cut
+        // to the columns left), no per-element index arithmetic.
+        T staged[4096];  // nSize <= 4095, checked above
+        const int32_t* rowIn = c + uint64_t(i) * kCubeN0;
+        // Full blocks move with a constant-size copy (a variable one compiles to `rep movs`, slow at 64 bytes).
+        uint32_t j0 = 0;
+        for (; j0 + kCubeN0 <= p.nSize; j0 += kCubeN0)
+            std::memcpy(staged + j0, rowIn + uint64_t(j0) * p.srcStride, kCubeN0 * sizeof(T));
+        if (j0 < p.nSize) std::memcpy(staged + j0, rowIn + uint64_t(j0) * p.srcStride, (p.nSize - j0) * sizeof(T));
         GmWrite(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, staged, uint64_t(p.nSize) * sizeof(T));
     }
 }
