@@ -182,7 +182,14 @@ void Avx2HalfToInt8(int8_t* d, const half* s, RoundMode mode, uint32_t n) {
 
 void Avx2Dequant(half* d, const int32_t* s, float scale, uint32_t n) {
     const __m256 k = _mm256_set1_ps(scale);
+    // An int32 times a finite scale is never NaN: the NaN patch is needed only for a non-finite DEQSCALE.
+    const bool finite = std::fabs(scale) <= std::numeric_limits<float>::max();
     uint32_t i = 0;
+    for (; finite && i + 8 <= n; i += 8) {
+        const __m256 f = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                         _mm256_cvtps_ph(_mm256_mul_ps(f, k), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
     for (; i + 8 <= n; i += 8) {
         const __m256 f = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), FloatToHalf8(_mm256_mul_ps(f, k)));
@@ -400,35 +407,74 @@ void Avx512Int32ToFloat(float* d, const int32_t* s, uint32_t n) {
     CastTail(d, s, RoundMode::CAST_NONE, i, n);
 }
 
+// fp32 -> int32 with the rounding embedded in the conversion (no separate round), the directed modes alike. The
+// conversion's 0x80000000 for NaN and overflow is patched: NaN -> 0, x >= 2^31 -> INT32_MAX (no fp32 lies strictly
+// between 2^31 - 128 and 2^31, so x >= 2^31 exactly when the rounded value is); below -2^31 it is the saturated
+// INT32_MIN already. CAST_ROUND (half away from zero) has no embedded form and rounds first.
+template <int kRounding>
+inline __m512i FloatToInt32x16(__m512 x) {
+    __m512i c;
+    if constexpr (kRounding < 0) c = _mm512_cvttps_epi32(RoundIntegral16(x, RoundMode::CAST_ROUND));
+    else c = _mm512_cvt_roundps_epi32(x, kRounding | _MM_FROUND_NO_EXC);
+    c = _mm512_mask_mov_epi32(c, _mm512_cmp_ps_mask(x, _mm512_set1_ps(2147483648.0f), _CMP_GE_OQ),
+                              _mm512_set1_epi32(0x7fffffff));
+    return _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), c);
+}
+
+template <int kRounding>
+void Avx512FloatToInt32T(int32_t* d, const float* s, RoundMode mode, uint32_t n) {
+    uint32_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_si512(d + i, FloatToInt32x16<kRounding>(_mm512_loadu_ps(s + i)));
+    CastTail(d, s, mode, i, n);
+}
+
+// The embedded-rounding immediate of a round mode; -1: CAST_ROUND, which has none.
+#define CAM_TWIN_BY_ROUNDING(FN, mode, ...)                                                           \
+    switch (mode) {                                                                                   \
+        case RoundMode::CAST_FLOOR: return FN<_MM_FROUND_TO_NEG_INF>(__VA_ARGS__);                    \
+        case RoundMode::CAST_CEIL: return FN<_MM_FROUND_TO_POS_INF>(__VA_ARGS__);                     \
+        case RoundMode::CAST_TRUNC: return FN<_MM_FROUND_TO_ZERO>(__VA_ARGS__);                       \
+        case RoundMode::CAST_ROUND: return FN<-1>(__VA_ARGS__);                                       \
+        default: return FN<_MM_FROUND_TO_NEAREST_INT>(__VA_ARGS__); /* RINT, NONE: nearest even */    \
+    }
+
 void Avx512FloatToInt32(int32_t* d, const float* s, RoundMode mode, uint32_t n) {
+    CAM_TWIN_BY_ROUNDING(Avx512FloatToInt32T, mode, d, s, mode, n)
+}
+
+// half -> int8: clamp to [-128, 127] first (the bounds are integers, so clamping and rounding commute), convert with
+// the embedded rounding, NaN -> 0, then narrow (in range, so the truncating narrow is exact).
+template <int kRounding>
+void Avx512HalfToInt8T(int8_t* d, const half* s, RoundMode mode, uint32_t n) {
+    const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
     uint32_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m512 x = _mm512_loadu_ps(s + i);
-        const __m512 r = RoundIntegral16(x, mode);
-        __m512i c = _mm512_cvttps_epi32(r);
-        c = _mm512_mask_mov_epi32(c, _mm512_cmp_ps_mask(r, _mm512_set1_ps(2147483648.0f), _CMP_GE_OQ),
-                                  _mm512_set1_epi32(0x7fffffff));
-        c = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), c);
-        _mm512_storeu_si512(d + i, c);
+        const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+        const __m512 c = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+        __m512i v;
+        if constexpr (kRounding < 0) v = _mm512_cvttps_epi32(RoundIntegral16(c, RoundMode::CAST_ROUND));
+        else v = _mm512_cvt_roundps_epi32(c, kRounding | _MM_FROUND_NO_EXC);
+        v = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), v);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm512_cvtepi32_epi8(v));
     }
     CastTail(d, s, mode, i, n);
 }
 
 void Avx512HalfToInt8(int8_t* d, const half* s, RoundMode mode, uint32_t n) {
-    uint32_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
-        const __m512 r = RoundIntegral16(x, mode);
-        const __m512 c = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.0f)), _mm512_set1_ps(127.0f));
-        const __m512i v = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), _mm512_cvttps_epi32(c));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm512_cvtepi32_epi8(v));  // in range: truncation exact
-    }
-    CastTail(d, s, mode, i, n);
+    CAM_TWIN_BY_ROUNDING(Avx512HalfToInt8T, mode, d, s, mode, n)
 }
+#undef CAM_TWIN_BY_ROUNDING
 
 void Avx512Dequant(half* d, const int32_t* s, float scale, uint32_t n) {
     const __m512 k = _mm512_set1_ps(scale);
+    // An int32 times a finite scale is never NaN: the NaN patch is needed only for a non-finite DEQSCALE.
+    const bool finite = std::fabs(scale) <= std::numeric_limits<float>::max();
     uint32_t i = 0;
+    for (; finite && i + 16 <= n; i += 16) {
+        const __m512 f = _mm512_cvtepi32_ps(_mm512_loadu_si512(s + i));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i),
+                            _mm512_cvtps_ph(_mm512_mul_ps(f, k), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
     for (; i + 16 <= n; i += 16) {
         const __m512 f = _mm512_cvtepi32_ps(_mm512_loadu_si512(s + i));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), FloatToHalf16(_mm512_mul_ps(f, k)));
