@@ -410,15 +410,19 @@ void Avx512Int32ToFloat(float* d, const int32_t* s, uint32_t n) {
 // fp32 -> int32 with the rounding embedded in the conversion (no separate round), the directed modes alike. The
 // conversion's 0x80000000 for NaN and overflow is patched: NaN -> 0, x >= 2^31 -> INT32_MAX (no fp32 lies strictly
 // between 2^31 - 128 and 2^31, so x >= 2^31 exactly when the rounded value is); below -2^31 it is the saturated
-// INT32_MIN already. CAST_ROUND (half away from zero) has no embedded form and rounds first.
+// INT32_MIN already. One compare finds both cases (not-less-than is true for NaN); the patch runs only when it hits.
+// CAST_ROUND (half away from zero) has no embedded form and rounds first.
 template <int kRounding>
 inline __m512i FloatToInt32x16(__m512 x) {
     __m512i c;
     if constexpr (kRounding < 0) c = _mm512_cvttps_epi32(RoundIntegral16(x, RoundMode::CAST_ROUND));
     else c = _mm512_cvt_roundps_epi32(x, kRounding | _MM_FROUND_NO_EXC);
-    c = _mm512_mask_mov_epi32(c, _mm512_cmp_ps_mask(x, _mm512_set1_ps(2147483648.0f), _CMP_GE_OQ),
-                              _mm512_set1_epi32(0x7fffffff));
-    return _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), c);
+    const __mmask16 special = _mm512_cmp_ps_mask(x, _mm512_set1_ps(2147483648.0f), _CMP_NLT_UQ);
+    if (__builtin_expect(special != 0, 0)) {
+        c = _mm512_mask_mov_epi32(c, special, _mm512_set1_epi32(0x7fffffff));
+        c = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), c);
+    }
+    return c;
 }
 
 template <int kRounding>
@@ -442,12 +446,39 @@ void Avx512FloatToInt32(int32_t* d, const float* s, RoundMode mode, uint32_t n) 
     CAM_TWIN_BY_ROUNDING(Avx512FloatToInt32T, mode, d, s, mode, n)
 }
 
-// half -> int8: clamp to [-128, 127] first (the bounds are integers, so clamping and rounding commute), convert with
-// the embedded rounding, NaN -> 0, then narrow (in range, so the truncating narrow is exact).
+template <int kRounding>
+inline __m512i HalfToInt32x16(__m256i h) {
+    const __m512 x = _mm512_cvtph_ps(h);
+    if constexpr (kRounding < 0) return _mm512_cvttps_epi32(RoundIntegral16(x, RoundMode::CAST_ROUND));
+    else return _mm512_cvt_roundps_epi32(x, kRounding | _MM_FROUND_NO_EXC);
+}
+
+// half -> int8. Every finite half is an integer-exact fp32 well inside int32, so rounding converts it exactly and
+// the signed saturating packs (int32 -> int16 -> int8) are the clamp to [-128, 127] (the bounds are integers, so
+// clamping and rounding commute). Only inf and NaN need the definition's own answer (+-inf saturate, NaN -> 0): a
+// group of 64 holding one takes the element form. The packs work per 128-bit lane; one dword permute restores order.
+// The 16-lane loop (clamp, convert, NaN -> 0, narrow) takes what is left of a row.
 template <int kRounding>
 void Avx512HalfToInt8T(int8_t* d, const half* s, RoundMode mode, uint32_t n) {
-    const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+    const __m512i absMask = _mm512_set1_epi16(0x7fff), infBits = _mm512_set1_epi16(0x7c00);
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     uint32_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m512i h0 = _mm512_loadu_si512(s + i), h1 = _mm512_loadu_si512(s + i + 32);
+        const __mmask32 special = _mm512_cmpge_epi16_mask(_mm512_and_si512(h0, absMask), infBits) |
+                                  _mm512_cmpge_epi16_mask(_mm512_and_si512(h1, absMask), infBits);
+        if (__builtin_expect(special != 0, 0)) {
+            CastLoopPortable(d + i, s + i, mode, 64);
+            continue;
+        }
+        const __m512i a = HalfToInt32x16<kRounding>(_mm512_castsi512_si256(h0));
+        const __m512i b = HalfToInt32x16<kRounding>(_mm512_extracti64x4_epi64(h0, 1));
+        const __m512i c = HalfToInt32x16<kRounding>(_mm512_castsi512_si256(h1));
+        const __m512i e = HalfToInt32x16<kRounding>(_mm512_extracti64x4_epi64(h1, 1));
+        const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, e));
+        _mm512_storeu_si512(d + i, _mm512_permutexvar_epi32(order, bytes));
+    }
+    const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
     for (; i + 16 <= n; i += 16) {
         const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
         const __m512 c = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
