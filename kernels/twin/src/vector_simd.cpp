@@ -595,12 +595,13 @@ float Avx512ReduceMax(const float* s, float* w, uint32_t count) {
         if (nan) {
             rm = ReduceMaxRepeatFinish(v, perRepeat, 0.0f, true, w + 2 * r);
         } else {
-            const __m512 m = _mm512_max_ps(_mm512_max_ps(x0, x1), _mm512_max_ps(x2, x3));
-            __m256 h8 = _mm256_max_ps(_mm512_castps512_ps256(m), _mm512_extractf32x8_ps(m, 1));
-            __m128 h = _mm_max_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
-            h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-            h = _mm_max_ss(h, _mm_movehdup_ps(h));
-            const __m512 mx = _mm512_set1_ps(_mm_cvtss_f32(h));
+            // The repeat's max in every lane (no NaN here, so max is order-free up to the sign of a zero, which the
+            // first equal element settles).
+            __m512 mx = _mm512_max_ps(_mm512_max_ps(x0, x1), _mm512_max_ps(x2, x3));
+            mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, _MM_SHUFFLE(1, 0, 3, 2)));
+            mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
+            mx = _mm512_max_ps(mx, _mm512_permute_ps(mx, _MM_SHUFFLE(1, 0, 3, 2)));
+            mx = _mm512_max_ps(mx, _mm512_permute_ps(mx, _MM_SHUFFLE(2, 3, 0, 1)));
             const uint64_t eq = uint64_t(_mm512_cmp_ps_mask(x0, mx, _CMP_EQ_OQ)) |
                                 uint64_t(_mm512_cmp_ps_mask(x1, mx, _CMP_EQ_OQ)) << 16 |
                                 uint64_t(_mm512_cmp_ps_mask(x2, mx, _CMP_EQ_OQ)) << 32 |
