@@ -68,15 +68,24 @@ inline __m256 RoundHalfAway8(__m256 x) {
     return _mm256_or_ps(r, _mm256_and_ps(sign, x));
 }
 
-inline __m256 RoundIntegral8(__m256 x, RoundMode mode) {
-    switch (mode) {
-        case RoundMode::CAST_FLOOR: return _mm256_round_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-        case RoundMode::CAST_CEIL: return _mm256_round_ps(x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
-        case RoundMode::CAST_TRUNC: return _mm256_round_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-        case RoundMode::CAST_ROUND: return RoundHalfAway8(x);
-        default: return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    }
+template <RoundMode kMode>
+inline __m256 RoundIntegral8(__m256 x) {
+    if constexpr (kMode == RoundMode::CAST_FLOOR) return _mm256_round_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    else if constexpr (kMode == RoundMode::CAST_CEIL) return _mm256_round_ps(x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+    else if constexpr (kMode == RoundMode::CAST_TRUNC) return _mm256_round_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    else if constexpr (kMode == RoundMode::CAST_ROUND) return RoundHalfAway8(x);
+    else return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
+
+// A loop template instantiated per round mode, so the mode is a constant inside the loop.
+#define CAM_TWIN_BY_MODE(FN, mode, ...)                                                         \
+    switch (mode) {                                                                             \
+        case RoundMode::CAST_FLOOR: return FN<RoundMode::CAST_FLOOR>(__VA_ARGS__);              \
+        case RoundMode::CAST_CEIL: return FN<RoundMode::CAST_CEIL>(__VA_ARGS__);                \
+        case RoundMode::CAST_TRUNC: return FN<RoundMode::CAST_TRUNC>(__VA_ARGS__);              \
+        case RoundMode::CAST_ROUND: return FN<RoundMode::CAST_ROUND>(__VA_ARGS__);              \
+        default: return FN<RoundMode::CAST_RINT>(__VA_ARGS__); /* RINT, NONE: nearest even */  \
+    }
 
 inline __m256i SaturateInt32x8(__m256 x, __m256 r) {
     const __m256i c = _mm256_cvttps_epi32(r);
@@ -150,35 +159,62 @@ void Avx2Int32ToFloat(float* d, const int32_t* s, uint32_t n) {
     CastTail(d, s, RoundMode::CAST_NONE, i, n);
 }
 
-void Avx2FloatToInt32(int32_t* d, const float* s, RoundMode mode, uint32_t n) {
+template <RoundMode kMode>
+void Avx2FloatToInt32T(int32_t* d, const float* s, RoundMode mode, uint32_t n) {
+    const __m256 two31 = _mm256_set1_ps(2147483648.0f);
     uint32_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 x = _mm256_loadu_ps(s + i);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), SaturateInt32x8(x, RoundIntegral8(x, mode)));
+        const __m256 r = RoundIntegral8<kMode>(x);
+        __m256i c = _mm256_cvttps_epi32(r);
+        // NaN or x >= 2^31 (not-less-than is true for NaN): patch only when one compare finds a lane.
+        if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(x, two31, _CMP_NLT_UQ)) != 0, 0)) c = SaturateInt32x8(x, r);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), c);
     }
     CastTail(d, s, mode, i, n);
 }
 
-// half -> int8: round in fp32 (exact: every half is an fp32), clamp to [-128, 127], NaN -> 0, then pack 32 lanes.
-inline __m256i HalfToInt32Clamped8(const half* s, RoundMode mode) {
-    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-    const __m256 r = RoundIntegral8(x, mode);
-    const __m256 c = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-128.0f)), _mm256_set1_ps(127.0f));
-    return _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)), _mm256_cvttps_epi32(c));
+// half -> int8, 32 lanes at a time: every finite half rounds to an exact int32 and the signed saturating packs are
+// the clamp to [-128, 127] (integer bounds: clamping and rounding commute). A group holding an inf or NaN takes the
+// element form. The packs work per 128-bit lane; one dword permute restores the order.
+void Avx2FloatToInt32(int32_t* d, const float* s, RoundMode mode, uint32_t n) {
+    CAM_TWIN_BY_MODE(Avx2FloatToInt32T, mode, d, s, mode, n)
+}
+
+template <RoundMode kMode>
+inline __m256i HalfToInt32x8(__m128i h) {
+    return _mm256_cvttps_epi32(RoundIntegral8<kMode>(_mm256_cvtph_ps(h)));
+}
+
+template <RoundMode kMode>
+void Avx2HalfToInt8T(int8_t* d, const half* s, RoundMode mode, uint32_t n) {
+    const __m256i absMask = _mm256_set1_epi16(0x7fff), belowInf = _mm256_set1_epi16(0x7bff);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    uint32_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i h0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+        const __m256i h1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 16));
+        const __m256i special = _mm256_or_si256(_mm256_cmpgt_epi16(_mm256_and_si256(h0, absMask), belowInf),
+                                                _mm256_cmpgt_epi16(_mm256_and_si256(h1, absMask), belowInf));
+        if (__builtin_expect(!_mm256_testz_si256(special, special), 0)) {
+            CastLoopPortable(d + i, s + i, mode, 32);
+            continue;
+        }
+        const __m256i a = HalfToInt32x8<kMode>(_mm256_castsi256_si128(h0));
+        const __m256i b = HalfToInt32x8<kMode>(_mm256_extracti128_si256(h0, 1));
+        const __m256i c = HalfToInt32x8<kMode>(_mm256_castsi256_si128(h1));
+        const __m256i e = HalfToInt32x8<kMode>(_mm256_extracti128_si256(h1, 1));
+        // Bytes come out as 4-byte groups a0 b0 c0 e0 a1 b1 c1 e1.
+        const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, e));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm256_permutevar8x32_epi32(bytes, order));
+    }
+    CastTail(d, s, mode, i, n);
 }
 
 void Avx2HalfToInt8(int8_t* d, const half* s, RoundMode mode, uint32_t n) {
-    uint32_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m256i a = HalfToInt32Clamped8(s + i, mode), b = HalfToInt32Clamped8(s + i + 8, mode);
-        const __m256i c = HalfToInt32Clamped8(s + i + 16, mode), e = HalfToInt32Clamped8(s + i + 24, mode);
-        // The packs work per 128-bit lane: the bytes come out as 4-byte groups a0 b0 c0 e0 a1 b1 c1 e1.
-        const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, e));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i),
-                            _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-    }
-    CastTail(d, s, mode, i, n);
+    CAM_TWIN_BY_MODE(Avx2HalfToInt8T, mode, d, s, mode, n)
 }
+#undef CAM_TWIN_BY_MODE
 
 void Avx2Dequant(half* d, const int32_t* s, float scale, uint32_t n) {
     const __m256 k = _mm256_set1_ps(scale);
