@@ -52,8 +52,6 @@ inline void CastTail(D* d, const S* s, RoundMode mode, uint32_t from, uint32_t n
     if (from < n) CastLoopPortable(d + from, s + from, mode, n - from);
 }
 
-// The int32 result of an integral-valued fp32 lane r (x the lane before rounding): NaN -> 0, r >= 2^31 -> INT32_MAX;
-// below -2^31 the conversion's own 0x80000000 is already the saturated INT32_MIN.
 // ---- AVX2 + F16C (8 lanes) -------------------------------------------------------------------------------------
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c")
@@ -87,6 +85,8 @@ inline __m256 RoundIntegral8(__m256 x) {
         default: return FN<RoundMode::CAST_RINT>(__VA_ARGS__); /* RINT, NONE: nearest even */  \
     }
 
+// The int32 result of an integral-valued fp32 lane r (x the lane before rounding): NaN -> 0, r >= 2^31 -> INT32_MAX;
+// below -2^31 the conversion's own 0x80000000 is already the saturated INT32_MIN.
 inline __m256i SaturateInt32x8(__m256 x, __m256 r) {
     const __m256i c = _mm256_cvttps_epi32(r);
     const __m256i over = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_set1_ps(2147483648.0f), _CMP_GE_OQ));
