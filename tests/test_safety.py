@@ -380,7 +380,9 @@ def test_sync_timeout_ends_the_kernel_before_releasing_its_buffers(monkeypatch):
 
 
 def test_sync_timeout_of_a_compute_op_waits_for_the_kernel(monkeypatch):
-    x = torch.randn((512, 4096)).to(torch.bfloat16)
+    # Big enough that the kernel is still running when the host starts its 1 µs wait, even if the host thread is
+    # descheduled for a few ms after the launch on a loaded machine (the SIMD vector unit quantizes 512 x 4096 in ~2 ms).
+    x = torch.randn((4096, 4096)).to(torch.bfloat16)
     monkeypatch.setenv("CAM_SYNC_TIMEOUT_S", "0.000001")
     with pytest.raises(cam.SyncTimeoutError, match="no communicator to abort; the kernel then ended"):
         cam.ops.dynamic_quant(x)

@@ -1,8 +1,9 @@
 """The twin's fast compute paths give the bits of its element-by-element definitions (kernels/twin/include/twin/
-reference.h): every Cast pair and round mode over all 16-bit inputs and fp32 probes, Max/Min, ReduceMax, and the int8
-Mmad on every CPU path this machine supports plus the portable one (tests/twin/compute_identity.cpp). The binary is
-built with the flags the wheel's twin uses, so the proof covers the code that runs. Then, through the op: each cube
-path forced with CAM_TWIN_CUBE gives the same GMM bits, and a path the machine cannot run is a clear error."""
+reference.h): every Cast pair and round mode over all 16-bit inputs and fp32 probes, the elementwise fp32
+instructions, Max/Min, ReduceMax on every vector path (CAM_TWIN_VECTOR), and the int8 Mmad on every cube path
+(CAM_TWIN_CUBE) this machine supports plus the portable one (tests/twin/compute_identity.cpp). The binary is built
+with the flags the wheel's twin uses, so the proof covers the code that runs. Then, through the ops: each path forced
+by its variable gives the same bits, and a path the machine cannot run is a clear error."""
 
 import glob
 import os
@@ -16,6 +17,7 @@ import pytest
 pytestmark = [pytest.mark.slow]
 
 CUBE_PATHS = ["amx", "avx512vnni", "avx2", "portable"]
+VECTOR_PATHS = ["avx512", "avx2", "portable"]
 
 # The flags kernels/CMakeLists.txt gives the twin (CMake Release: -O3).
 TWIN_FLAGS = ["-std=c++20", "-O3", "-ffp-contract=off", "-fno-trapping-math", "-pthread"]
@@ -46,10 +48,27 @@ def supported_paths(binary):
     return paths
 
 
-def test_vector_fast_paths_bit_identical(identity_binary):
-    result = run(identity_binary, "vector")
-    assert result.returncode == 0 and result.stdout.startswith("OK"), result.stdout + result.stderr
+def supported_vector_paths(binary):
+    result = run(binary, "vector-paths", timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    paths = result.stdout.split()
+    assert "portable" in paths
+    return paths
+
+
+@pytest.mark.parametrize("path", VECTOR_PATHS)
+def test_vector_path_bit_identical(identity_binary, path):
+    if path not in supported_vector_paths(identity_binary):
+        pytest.skip(f"vector path {path} not supported by this CPU (ran: {supported_vector_paths(identity_binary)})")
+    result = run(identity_binary, "vector", path)
+    assert result.returncode == 0 and result.stdout.startswith(f"OK vector {path}"), result.stdout + result.stderr
     print(result.stdout.strip())
+
+
+def test_vector_check_catches_a_wrong_path(identity_binary):
+    # Control: an unknown path name is refused, not treated as a pass.
+    result = run(identity_binary, "vector", "no-such-path")
+    assert result.returncode == 1 and "MISMATCH unknown vector path" in result.stdout
 
 
 @pytest.mark.parametrize("path", CUBE_PATHS)
@@ -67,11 +86,14 @@ def test_mmad_check_catches_a_wrong_path(identity_binary):
     assert result.returncode == 1 and "MISMATCH unknown cube path" in result.stdout
 
 
-def test_fp32_sweep(identity_binary):
+@pytest.mark.parametrize("path", VECTOR_PATHS)
+def test_fp32_sweep(identity_binary, path):
     # Every 1021st fp32 bit pattern (4.2 M inputs, all exponents, an odd stride so every low-bit pattern recurs);
     # CAM_TWIN_EXHAUSTIVE=1 sweeps all 2^32 (minutes of CPU).
+    if path not in supported_vector_paths(identity_binary):
+        pytest.skip(f"vector path {path} not supported by this CPU")
     stride = "1" if os.environ.get("CAM_TWIN_EXHAUSTIVE") else "1021"
-    result = run(identity_binary, "fp32-exhaustive", stride, timeout=3600)
+    result = run(identity_binary, "fp32-exhaustive", stride, path, timeout=3600)
     assert result.returncode == 0 and result.stdout.startswith("OK"), result.stdout + result.stderr
     print(result.stdout.strip())
 
@@ -120,4 +142,51 @@ def test_unsupported_cube_path_is_refused(identity_binary):
     if not unsupported:
         pytest.skip("every cube path runs on this machine; no unsupported one to force")
     result = run_gmm(unsupported[0])
+    assert result.returncode != 0 and "does not support it" in result.stderr, result.stderr[-2000:]
+
+
+QUANT_SCRIPT = textwrap.dedent(
+    """
+    import hashlib, torch, cam
+    g = torch.Generator().manual_seed(5)
+    outs = []
+    for dtype in (torch.bfloat16, torch.float16):
+        for rows, cols in ((37, 2048), (5, 100), (3, 7168)):
+            x = (torch.randn(rows, cols, generator=g) * 40).to(dtype)
+            x[0, 3] = 0.5   # a tie-to-even on the int8 side once scaled
+            x[1, :] = 0     # a zero row
+            q, s = cam.ops.dynamic_quant(x)
+            outs.append(q.numpy().tobytes() + s.numpy().tobytes())
+    print(hashlib.sha256(b"".join(outs)).hexdigest())
+    """
+)
+
+
+def run_quant(path):
+    env = dict(os.environ, CAM_TWIN_VECTOR=path)
+    return subprocess.run([sys.executable, "-c", QUANT_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_forced_vector_paths_agree_through_the_op(identity_binary):
+    paths = supported_vector_paths(identity_binary)
+    digests = {}
+    for path in paths:
+        result = run_quant(path)
+        assert result.returncode == 0, result.stderr[-2000:]
+        digests[path] = result.stdout.strip()
+    print("vector paths run through dynamic_quant:", ", ".join(paths))
+    assert len(set(digests.values())) == 1, digests
+
+
+def test_unknown_vector_path_is_refused():
+    result = run_quant("bogus")
+    assert result.returncode != 0
+    assert "CAM_TWIN_VECTOR='bogus' is not one of" in result.stderr, result.stderr[-2000:]
+
+
+def test_unsupported_vector_path_is_refused(identity_binary):
+    unsupported = [p for p in VECTOR_PATHS if p not in supported_vector_paths(identity_binary)]
+    if not unsupported:
+        pytest.skip("every vector path runs on this machine; no unsupported one to force")
+    result = run_quant(unsupported[0])
     assert result.returncode != 0 and "does not support it" in result.stderr, result.stderr[-2000:]

@@ -1,7 +1,9 @@
 // Bit-identity of the twin's fast compute paths against the element-by-element definitions of twin/reference.h.
 // Driven by tests/twin/test_compute_identity.py; each mode prints "OK <what ran>" or the first mismatch and exits 1.
-//   vector           every 16-bit input of each 16-bit-source conversion and Cast, fp32 boundaries and random fp32,
-//                    Max / Min, ReduceMax
+//   vector [PATH]    every 16-bit input of each 16-bit-source conversion and Cast, fp32 boundaries and random fp32,
+//                    the elementwise instructions, Max / Min, ReduceMax, on one vector path (default: the active
+//                    one, what CAM_TWIN_VECTOR selects)
+//   vector-paths     the vector paths this machine supports
 //   fp32-exhaustive [STRIDE]  every STRIDE-th (default all) of the 2^32 fp32 inputs of fp32 -> half / bf16 and of
 //                    fp32 -> int32 in every round mode
 //   mmad PATH        random int8 (with -128 and 127 forced in) over edge and tiling shapes, init and accumulate
@@ -21,6 +23,10 @@ namespace {
 
 using AscendC::RoundMode;
 using cam::twin::CubePath;
+using cam::twin::VectorBinaryOp;
+using cam::twin::VectorKernels;
+using cam::twin::VectorPath;
+using cam::twin::VectorScalarOp;
 
 const RoundMode kModes[] = {RoundMode::CAST_NONE, RoundMode::CAST_RINT, RoundMode::CAST_FLOOR,
                             RoundMode::CAST_CEIL, RoundMode::CAST_ROUND, RoundMode::CAST_TRUNC};
@@ -73,18 +79,24 @@ std::vector<float> Fp32Probe(size_t randomCount) {
     return out;
 }
 
+// The inputs also run from a few offsets, so the SIMD loops' full vectors and their element-by-element tails both
+// meet every input, at every alignment.
 template <typename D, typename S>
-int CheckCast(const std::vector<S>& src, const char* name) {
+int CheckCast(const VectorKernels& k, const std::vector<S>& src, const char* name) {
     for (RoundMode mode : kModes) {
         std::vector<D> fast(src.size()), ref(src.size());
-        cam::twin::CastLoop(fast.data(), src.data(), mode, uint32_t(src.size()));
         cam::twin::ref::Cast(ref.data(), src.data(), mode, uint32_t(src.size()), false, 0.0f);
-        for (size_t i = 0; i < src.size(); ++i) {
-            if (!SameBits(fast[i], ref[i])) {
-                char buf[200];
-                std::snprintf(buf, sizeof buf, "Cast %s mode %d input 0x%" PRIx64 ": fast 0x%" PRIx64 " ref 0x%" PRIx64,
-                              name, int(mode), Bits(src[i]), Bits(fast[i]), Bits(ref[i]));
-                return Fail(buf);
+        for (uint32_t off : {0u, 1u, 3u, 7u, 13u}) {
+            if (off >= src.size()) break;
+            cam::twin::CastLoopWith(k, fast.data() + off, src.data() + off, mode, uint32_t(src.size() - off));
+            for (size_t i = off; i < src.size(); ++i) {
+                if (!SameBits(fast[i], ref[i])) {
+                    char buf[240];
+                    std::snprintf(buf, sizeof buf,
+                                  "Cast %s mode %d offset %u input 0x%" PRIx64 ": fast 0x%" PRIx64 " ref 0x%" PRIx64,
+                                  name, int(mode), off, Bits(src[i]), Bits(fast[i]), Bits(ref[i]));
+                    return Fail(buf);
+                }
             }
         }
     }
@@ -103,7 +115,79 @@ std::vector<bfloat16_t> AllBf16() {
     return v;
 }
 
-int Vector() {
+// Elementwise fp32 instructions of one path against the element-by-element definitions. Both operands NaN is the
+// one case where the bits may legitimately differ between two correct IEEE implementations (which payload wins is
+// operand order, which the compiler may swap for the scalar x + y); there only NaN-ness is compared.
+bool SameOrBothNan(float fast, float ref, float a, float b) {
+    if (a != a && b != b) return (fast != fast) == (ref != ref);
+    return SameBits(fast, ref);
+}
+
+int CheckElementwise(const VectorKernels& k, const std::vector<float>& xs) {
+    const size_t n = xs.size();
+    std::vector<float> ys(n), fast(n), ref(n);
+    for (size_t i = 0; i < n; ++i) ys[i] = xs[(i * 7919 + 13) % n];
+    k.absFloat(fast.data(), xs.data(), uint32_t(n));
+    for (size_t i = 0; i < n; ++i)
+        if (!SameBits(fast[i], std::fabs(xs[i]))) return Fail("Abs of " + std::to_string(Bits(xs[i])));
+    const VectorBinaryOp binaries[] = {VectorBinaryOp::Add, VectorBinaryOp::Sub, VectorBinaryOp::Mul,
+                                       VectorBinaryOp::Div, VectorBinaryOp::Max, VectorBinaryOp::Min};
+    for (VectorBinaryOp op : binaries) {
+        for (uint32_t off : {0u, 5u}) {
+            k.binaryFloat(op, fast.data() + off, xs.data() + off, ys.data() + off, uint32_t(n - off));
+            for (size_t i = off; i < n; ++i) {
+                const float a = xs[i], b = ys[i];
+                float r;
+                switch (op) {
+                    case VectorBinaryOp::Add: r = a + b; break;
+                    case VectorBinaryOp::Sub: r = a - b; break;
+                    case VectorBinaryOp::Mul: r = a * b; break;
+                    case VectorBinaryOp::Div: r = a / b; break;
+                    case VectorBinaryOp::Max: r = cam::twin::ref::MaxPropagateNan(a, b); break;
+                    default: r = cam::twin::ref::MinPropagateNan(a, b); break;
+                }
+                if (!SameOrBothNan(fast[i], r, a, b))
+                    return Fail("binary op " + std::to_string(int(op)) + " of " + std::to_string(Bits(a)) + ", " +
+                                std::to_string(Bits(b)));
+            }
+        }
+    }
+    const VectorScalarOp scalars[] = {VectorScalarOp::Adds, VectorScalarOp::Muls, VectorScalarOp::Maxs,
+                                      VectorScalarOp::Mins};
+    for (VectorScalarOp op : scalars) {
+        for (float c : {127.0f, -127.0f, 0.0f, -0.0f, 1.0f, -1.0f, 3.0517578e-05f, 1e30f,
+                        std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+            k.scalarFloat(op, fast.data(), xs.data(), c, uint32_t(n));
+            for (size_t i = 0; i < n; ++i) {
+                const float a = xs[i];
+                float r;
+                switch (op) {
+                    case VectorScalarOp::Adds: r = a + c; break;
+                    case VectorScalarOp::Muls: r = a * c; break;
+                    case VectorScalarOp::Maxs: r = cam::twin::ref::MaxPropagateNan(a, c); break;
+                    default: r = cam::twin::ref::MinPropagateNan(a, c); break;
+                }
+                if (!SameOrBothNan(fast[i], r, a, c))
+                    return Fail("scalar op " + std::to_string(int(op)) + " of " + std::to_string(Bits(a)) + ", " +
+                                std::to_string(Bits(c)));
+            }
+        }
+    }
+    return 0;
+}
+
+int Vector(const char* pathName) {
+    const VectorKernels* kp = &cam::twin::ActiveVectorKernels();
+    if (pathName != nullptr) {
+        VectorPath path;
+        if (!cam::twin::ParseVectorPath(pathName, &path)) return Fail(std::string("unknown vector path ") + pathName);
+        if (!cam::twin::VectorPathSupported(path)) {
+            std::printf("UNSUPPORTED %s\n", pathName);
+            return 2;
+        }
+        kp = &cam::twin::VectorKernelsFor(path);
+    }
+    const VectorKernels& k = *kp;
     int rc = 0;
     const auto halves = AllHalf();
     const auto bf16s = AllBf16();
@@ -129,29 +213,30 @@ int Vector() {
             return Fail("float -> bf16 of " + std::to_string(Bits(f)));
     }
     // Cast pairs of the A2/A3 table the kernels use, and the rest the twin accepts.
-    rc |= CheckCast<float, half>(halves, "half->float");
-    rc |= CheckCast<float, bfloat16_t>(bf16s, "bf16->float");
-    rc |= CheckCast<int8_t, half>(halves, "half->int8");
-    rc |= CheckCast<uint8_t, half>(halves, "half->uint8");
-    rc |= CheckCast<int16_t, half>(halves, "half->int16");
-    rc |= CheckCast<int32_t, half>(halves, "half->int32");
-    rc |= CheckCast<int32_t, bfloat16_t>(bf16s, "bf16->int32");
-    rc |= CheckCast<half, int8_t>(bytes, "int8->half");
-    rc |= CheckCast<half, int16_t>(shorts, "int16->half");
-    rc |= CheckCast<float, int16_t>(shorts, "int16->float");
-    rc |= CheckCast<int32_t, float>(floats, "float->int32");
-    rc |= CheckCast<int16_t, float>(floats, "float->int16");
-    rc |= CheckCast<int64_t, float>(floats, "float->int64");
-    rc |= CheckCast<half, float>(floats, "float->half");
-    rc |= CheckCast<bfloat16_t, float>(floats, "float->bf16");
-    rc |= CheckCast<float, float>(floats, "float->float");
-    rc |= CheckCast<float, int32_t>(ints, "int32->float");
-    rc |= CheckCast<int16_t, int32_t>(ints, "int32->int16");
-    rc |= CheckCast<int64_t, int32_t>(ints, "int32->int64");
+    rc |= CheckCast<float, half>(k, halves, "half->float");
+    rc |= CheckCast<float, bfloat16_t>(k, bf16s, "bf16->float");
+    rc |= CheckCast<int8_t, half>(k, halves, "half->int8");
+    rc |= CheckCast<uint8_t, half>(k, halves, "half->uint8");
+    rc |= CheckCast<int16_t, half>(k, halves, "half->int16");
+    rc |= CheckCast<int32_t, half>(k, halves, "half->int32");
+    rc |= CheckCast<int32_t, bfloat16_t>(k, bf16s, "bf16->int32");
+    rc |= CheckCast<half, int8_t>(k, bytes, "int8->half");
+    rc |= CheckCast<half, int16_t>(k, shorts, "int16->half");
+    rc |= CheckCast<float, int16_t>(k, shorts, "int16->float");
+    rc |= CheckCast<int32_t, float>(k, floats, "float->int32");
+    rc |= CheckCast<int16_t, float>(k, floats, "float->int16");
+    rc |= CheckCast<int64_t, float>(k, floats, "float->int64");
+    rc |= CheckCast<half, float>(k, floats, "float->half");
+    rc |= CheckCast<bfloat16_t, float>(k, floats, "float->bf16");
+    rc |= CheckCast<float, float>(k, floats, "float->float");
+    rc |= CheckCast<float, int32_t>(k, ints, "int32->float");
+    rc |= CheckCast<int16_t, int32_t>(k, ints, "int32->int16");
+    rc |= CheckCast<int64_t, int32_t>(k, ints, "int32->int64");
     if (rc) return rc;
-    for (float scale : {1.0f, 0.5f, 3.0517578125e-05f, 1e-7f, 7.0f}) {
+    for (float scale : {1.0f, 0.5f, 3.0517578125e-05f, 1e-7f, 7.0f, -1.0f, std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN()}) {
         std::vector<half> fast(ints.size()), ref(ints.size());
-        cam::twin::DequantLoop(fast.data(), ints.data(), scale, uint32_t(ints.size()));
+        cam::twin::DequantLoopWith(k, fast.data(), ints.data(), scale, uint32_t(ints.size()));
         cam::twin::ref::Cast(ref.data(), ints.data(), RoundMode::CAST_NONE, uint32_t(ints.size()), true, scale);
         for (size_t i = 0; i < ints.size(); ++i)
             if (fast[i].bits != ref[i].bits) return Fail("dequant int32->half of " + std::to_string(ints[i]));
@@ -180,12 +265,13 @@ int Vector() {
             if (kind == 4) s[rng() % count] = s[rng() % count];  // a tie
             const uint32_t workElems = cam::twin::ReduceMaxWorkElems<float>(count);
             std::vector<float> wf(workElems, 1.5f), wr(workElems, 1.5f);
-            const float mf = cam::twin::ReduceMaxFloat(s.data(), wf.data(), count);
+            const float mf = k.reduceMaxFloat(s.data(), wf.data(), count);
             const float mr = cam::twin::ref::ReduceMax(s.data(), wr.data(), count);
             if (!SameBits(mf, mr) || std::memcmp(wf.data(), wr.data(), workElems * 4) != 0)
                 return Fail("ReduceMax count " + std::to_string(count) + " trial " + std::to_string(trial));
         }
     }
+    if (int e = CheckElementwise(k, floats)) return e;
     // The 16 x 16 byte transpose of LoadDataWithTranspose, against the definition (dst[c][r] = src[r][c]).
     for (size_t srcStride : {16u, 32u, 48u}) {
         for (size_t dstStride : {16u, 32u}) {
@@ -197,16 +283,19 @@ int Vector() {
             if (fast != ref) return Fail("Transpose16x16 strides " + std::to_string(srcStride) + "/" + std::to_string(dstStride));
         }
     }
-    std::printf("OK vector: %zu fp32 probes, all 65536 half and bf16 inputs, 19 Cast pairs x 6 round modes\n",
-                floats.size());
+    std::printf("OK vector %s: %zu fp32 probes, all 65536 half and bf16 inputs, 19 Cast pairs x 6 round modes, "
+                "elementwise fp32 ops, ReduceMax\n",
+                cam::twin::VectorPathName(k.path), floats.size());
     return 0;
 }
 
 // stride 1: all 2^32 inputs; stride s: every s-th bit pattern (an odd s reaches every low-bit combination).
-int Fp32Exhaustive(uint64_t stride) {
+int Fp32Exhaustive(uint64_t stride, const VectorKernels& k) {
     constexpr uint32_t kChunk = 1u << 20;
     std::vector<float> src(kChunk);
     std::vector<int32_t> fi(kChunk), ri(kChunk);
+    std::vector<half> fh(kChunk);
+    std::vector<bfloat16_t> fb(kChunk);
     for (uint64_t base = 0; base < (1ull << 32); base += kChunk * stride) {
         for (uint32_t i = 0; i < kChunk; ++i) src[i] = twin_detail::BitsFloat(uint32_t(base + i * stride));
         for (uint32_t i = 0; i < kChunk; ++i) {
@@ -215,15 +304,21 @@ int Fp32Exhaustive(uint64_t stride) {
                 bfloat16_t(f).bits != cam::twin::ref::FloatToBf16Bits(f))
                 return Fail("fp32 -> 16-bit of 0x" + std::to_string(uint32_t(base + i * stride)));
         }
+        k.castFloatToHalf(fh.data(), src.data(), kChunk);
+        k.castFloatToBf16(fb.data(), src.data(), kChunk);
+        for (uint32_t i = 0; i < kChunk; ++i) {
+            if (fh[i].bits != cam::twin::ref::FloatToHalfBits(src[i]) || fb[i].bits != cam::twin::ref::FloatToBf16Bits(src[i]))
+                return Fail("Cast fp32 -> 16-bit of 0x" + std::to_string(uint32_t(base + i * stride)));
+        }
         for (RoundMode mode : kModes) {
-            cam::twin::CastLoop(fi.data(), src.data(), mode, kChunk);
+            cam::twin::CastLoopWith(k, fi.data(), src.data(), mode, kChunk);
             for (uint32_t i = 0; i < kChunk; ++i) ri[i] = cam::twin::ref::RoundToInt<int32_t>(src[i], mode);
             if (std::memcmp(fi.data(), ri.data(), kChunk * 4) != 0)
                 return Fail("fp32 -> int32 near 0x" + std::to_string(uint32_t(base)) + " mode " + std::to_string(int(mode)));
         }
     }
-    std::printf("OK fp32-exhaustive: every %" PRIu64 "-th of the 2^32 inputs, fp32 -> half / bf16 / int32 (6 round modes)\n",
-                stride);
+    std::printf("OK fp32-exhaustive %s: every %" PRIu64 "-th of the 2^32 inputs, fp32 -> half / bf16 / int32 (6 round modes)\n",
+                cam::twin::VectorPathName(k.path), stride);
     return 0;
 }
 
@@ -277,14 +372,28 @@ int Mmad(const char* name) {
 
 int main(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "";
-    if (mode == "vector") return Vector();
-    if (mode == "fp32-exhaustive") return Fp32Exhaustive(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1);
+    if (mode == "vector") return Vector(argc > 2 ? argv[2] : nullptr);
+    if (mode == "vector-paths") {
+        for (VectorPath p : {VectorPath::Avx512, VectorPath::Avx2, VectorPath::Portable})
+            if (cam::twin::VectorPathSupported(p)) std::printf("%s\n", cam::twin::VectorPathName(p));
+        return 0;
+    }
+    if (mode == "fp32-exhaustive") {
+        const VectorKernels* k = &cam::twin::ActiveVectorKernels();
+        if (argc > 3) {
+            VectorPath path;
+            if (!cam::twin::ParseVectorPath(argv[3], &path)) return Fail(std::string("unknown vector path ") + argv[3]);
+            if (!cam::twin::VectorPathSupported(path)) return std::printf("UNSUPPORTED %s\n", argv[3]), 2;
+            k = &cam::twin::VectorKernelsFor(path);
+        }
+        return Fp32Exhaustive(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1, *k);
+    }
     if (mode == "mmad" && argc > 2) return Mmad(argv[2]);
     if (mode == "paths") {
         for (CubePath p : {CubePath::Amx, CubePath::Avx512Vnni, CubePath::Avx2, CubePath::Portable})
             if (cam::twin::CubePathSupported(p)) std::printf("%s\n", cam::twin::CubePathName(p));
         return 0;
     }
-    std::printf("usage: compute_identity vector | fp32-exhaustive | mmad PATH | paths\n");
+    std::printf("usage: compute_identity vector [PATH] | vector-paths | fp32-exhaustive [STRIDE [PATH]] | mmad PATH | paths\n");
     return 2;
 }

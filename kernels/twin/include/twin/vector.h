@@ -112,15 +112,46 @@ inline D CastOneT(S s) {
     }
 }
 
-// The Cast loop of one round mode: one pass the compiler vectorises for the pairs the kernels use.
+// The end of one 64-element repeat of a count-form ReduceMax, shared by every path: rm is the repeat's maximum
+// value (its sign of zero not yet settled), nan whether the repeat holds a NaN. Writes the repeat's (value, index)
+// pair as the element-by-element definition leaves it and returns the value: the first element equal to the max,
+// which sets the stored bits (+0 vs -0); with a NaN, the serial walk, where every element after a NaN replaces it.
+inline float ReduceMaxRepeatFinish(const float* v, uint32_t n, float rm, bool nan, float* pair) {
+    uint32_t at = 0;
+    if (nan) {
+        rm = v[0];
+        for (uint32_t j = 1; j < n; ++j)
+            if (MaxPropagateNan(rm, v[j]) != rm) rm = v[j], at = j;
+    } else {
+        while (!(v[at] == rm)) ++at;
+        rm = v[at];
+    }
+    pair[0] = rm;
+    std::memcpy(&pair[1], &at, sizeof(at));
+    return rm;
+}
+
+// The instruction's result from the repeats' maxima: the serial definition keeps the last element equal to the max
+// (for +-0, its sign) and turns any NaN into the canonical quiet NaN, so those rare cases walk the elements.
+inline float ReduceMaxFinish(const float* s, uint32_t count, float total, bool anyNan) {
+    if (anyNan || total == 0.0f) {
+        float m = s[0];
+        for (uint32_t i = 1; i < count; ++i) m = MaxPropagateNan(m, s[i]);
+        return m;
+    }
+    return total;
+}
+
+// The Cast loop of one round mode, element by element through CastOneT: the portable path, and the tail of the
+// SIMD paths' full-vector loops.
 template <typename D, typename S, AscendC::RoundMode kMode>
 void CastLoopT(D* d, const S* s, uint32_t count) {
     for (uint32_t i = 0; i < count; ++i) d[i] = CastOneT<D, S, kMode>(s[i]);
 }
 
-// Element-wise Cast of count elements, the round mode resolved once per call.
+// Element-wise Cast of count elements, the round mode resolved once per call (portable path).
 template <typename D, typename S>
-void CastLoop(D* d, const S* s, AscendC::RoundMode mode, uint32_t count) {
+void CastLoopPortable(D* d, const S* s, AscendC::RoundMode mode, uint32_t count) {
     using AscendC::RoundMode;
     if constexpr (!std::is_integral_v<D>) {
         CastLoopT<D, S, RoundMode::CAST_RINT>(d, s, count);  // to a float type: nearest even whatever the mode
@@ -135,17 +166,17 @@ void CastLoop(D* d, const S* s, AscendC::RoundMode mode, uint32_t count) {
     }
 }
 
-// int32 -> half through DEQSCALE: d = half(float(s) * scale).
+// int32 -> half through DEQSCALE: d = half(float(s) * scale) (portable path).
 template <typename D>
-void DequantLoop(D* d, const int32_t* s, float scale, uint32_t count) {
+void DequantLoopPortable(D* d, const int32_t* s, float scale, uint32_t count) {
     for (uint32_t i = 0; i < count; ++i) d[i] = D(static_cast<float>(s[i]) * scale);
 }
 
-// Count-form ReduceMax over fp32: returns the max (NaN if any element is NaN) and fills the work buffer as the
-// element-by-element definition does (twin/reference.h): per 64-element repeat the first maximal value and its
-// index. Lanes run independently; only the rare cases where lane order shows in the bits (a NaN, or a maximum of
-// +-0 whose sign is the last zero's) take the element-by-element loop.
-inline float ReduceMaxFloat(const float* s, float* w, uint32_t count) {
+// Count-form ReduceMax over fp32 (portable path): returns the max (NaN if any element is NaN) and fills the work
+// buffer as the element-by-element definition does (twin/reference.h): per 64-element repeat the first maximal
+// value and its index. Lanes run independently; only the rare cases where lane order shows in the bits (a NaN, or a
+// maximum of +-0 whose sign is the last zero's) take the element-by-element loop.
+inline float ReduceMaxFloatPortable(const float* s, float* w, uint32_t count) {
     constexpr uint32_t perRepeat = 64;
     float total = -std::numeric_limits<float>::infinity();
     bool anyNan = false;
@@ -181,29 +212,134 @@ inline float ReduceMaxFloat(const float* s, float* w, uint32_t count) {
             rm = v[i] > rm ? v[i] : rm;
         }
 #endif
-        uint32_t at = 0;
-        if (nan) {
-            // Once the running value is NaN every later element replaces it: the last element wins.
-            rm = v[0];
-            for (uint32_t j = 1; j < n; ++j)
-                if (MaxPropagateNan(rm, v[j]) != rm) rm = v[j], at = j;
-        } else {
-            while (!(v[at] == rm)) ++at;  // first element equal to the max; it sets the stored bits (+0 vs -0)
-            rm = v[at];
-        }
-        w[2 * r] = rm;
-        std::memcpy(&w[2 * r + 1], &at, sizeof(at));
+        rm = ReduceMaxRepeatFinish(v, n, rm, nan, w + 2 * r);
         anyNan |= nan;
         total = rm > total ? rm : total;
     }
-    if (anyNan || total == 0.0f) {
-        // The serial definition keeps the last element equal to the max (for +-0, its sign) and turns any NaN into
-        // the canonical quiet NaN.
-        float m = s[0];
-        for (uint32_t i = 1; i < count; ++i) m = MaxPropagateNan(m, s[i]);
-        return m;
+    return ReduceMaxFinish(s, count, total, anyNan);
+}
+
+// The vector unit's fast paths (src/vector_simd.cpp). CAM_TWIN_VECTOR=avx512|avx2|portable forces one (auto or
+// unset: the best the CPU allows); a forced path the machine cannot run is a "vector-path" violation at the first
+// vector instruction, not a silent fallback. Every path gives the bits of the element-by-element definitions
+// (twin/reference.h; tests/twin/compute_identity.cpp runs each path the CPU supports).
+enum class VectorPath : uint8_t { Portable, Avx2, Avx512 };
+enum class VectorBinaryOp : uint8_t { Add, Sub, Mul, Div, Max, Min };
+enum class VectorScalarOp : uint8_t { Adds, Muls, Maxs, Mins };
+
+// The element-by-element forms of the binary and scalar-broadcast instructions (portable path and tails).
+template <VectorBinaryOp kOp, typename T>
+inline T BinaryOneT(T x, T y) {
+    if constexpr (kOp == VectorBinaryOp::Add) return static_cast<T>(x + y);
+    else if constexpr (kOp == VectorBinaryOp::Sub) return static_cast<T>(x - y);
+    else if constexpr (kOp == VectorBinaryOp::Mul) return static_cast<T>(x * y);
+    else if constexpr (kOp == VectorBinaryOp::Div) return static_cast<T>(x / y);
+    else if constexpr (kOp == VectorBinaryOp::Max) return static_cast<T>(MaxPropagateNan(x, y));
+    else return static_cast<T>(MinPropagateNan(x, y));
+}
+
+template <VectorBinaryOp kOp, typename T>
+void BinaryLoopT(T* d, const T* a, const T* b, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) d[i] = BinaryOneT<kOp, T>(a[i], b[i]);
+}
+
+template <typename T>
+void BinaryLoopPortable(VectorBinaryOp op, T* d, const T* a, const T* b, uint32_t n) {
+    switch (op) {
+        case VectorBinaryOp::Add: return BinaryLoopT<VectorBinaryOp::Add>(d, a, b, n);
+        case VectorBinaryOp::Sub: return BinaryLoopT<VectorBinaryOp::Sub>(d, a, b, n);
+        case VectorBinaryOp::Mul: return BinaryLoopT<VectorBinaryOp::Mul>(d, a, b, n);
+        case VectorBinaryOp::Div: return BinaryLoopT<VectorBinaryOp::Div>(d, a, b, n);
+        case VectorBinaryOp::Max: return BinaryLoopT<VectorBinaryOp::Max>(d, a, b, n);
+        case VectorBinaryOp::Min: return BinaryLoopT<VectorBinaryOp::Min>(d, a, b, n);
     }
-    return total;
+}
+
+template <VectorScalarOp kOp, typename T>
+void ScalarLoopT(T* d, const T* s, T scalar, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) {
+        const T x = s[i];
+        if constexpr (kOp == VectorScalarOp::Adds) d[i] = static_cast<T>(x + scalar);
+        else if constexpr (kOp == VectorScalarOp::Muls) d[i] = static_cast<T>(x * scalar);
+        else if constexpr (kOp == VectorScalarOp::Maxs) d[i] = static_cast<T>(MaxPropagateNan(x, scalar));
+        else d[i] = static_cast<T>(MinPropagateNan(x, scalar));
+    }
+}
+
+template <typename T>
+void ScalarLoopPortable(VectorScalarOp op, T* d, const T* s, T scalar, uint32_t n) {
+    switch (op) {
+        case VectorScalarOp::Adds: return ScalarLoopT<VectorScalarOp::Adds>(d, s, scalar, n);
+        case VectorScalarOp::Muls: return ScalarLoopT<VectorScalarOp::Muls>(d, s, scalar, n);
+        case VectorScalarOp::Maxs: return ScalarLoopT<VectorScalarOp::Maxs>(d, s, scalar, n);
+        case VectorScalarOp::Mins: return ScalarLoopT<VectorScalarOp::Mins>(d, s, scalar, n);
+    }
+}
+
+template <typename T>
+void AbsLoopPortable(T* d, const T* s, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) d[i] = static_cast<T>(std::fabs(static_cast<float>(s[i])));
+}
+
+// One path's implementation of the instructions (and Cast pairs) on the kernels' hot paths; anything not in the
+// table runs the portable templates above. Operands are already checked; d may equal s (in-place) where the
+// element sizes match.
+struct VectorKernels {
+    VectorPath path;
+    void (*castBf16ToFloat)(float* d, const bfloat16_t* s, uint32_t n);
+    void (*castHalfToFloat)(float* d, const half* s, uint32_t n);
+    void (*castFloatToHalf)(half* d, const float* s, uint32_t n);
+    void (*castFloatToBf16)(bfloat16_t* d, const float* s, uint32_t n);
+    void (*castInt32ToFloat)(float* d, const int32_t* s, uint32_t n);
+    void (*castFloatToInt32)(int32_t* d, const float* s, AscendC::RoundMode mode, uint32_t n);
+    void (*castHalfToInt8)(int8_t* d, const half* s, AscendC::RoundMode mode, uint32_t n);
+    void (*dequantInt32ToHalf)(half* d, const int32_t* s, float scale, uint32_t n);
+    void (*absFloat)(float* d, const float* s, uint32_t n);
+    void (*scalarFloat)(VectorScalarOp op, float* d, const float* s, float scalar, uint32_t n);
+    void (*binaryFloat)(VectorBinaryOp op, float* d, const float* a, const float* b, uint32_t n);
+    float (*reduceMaxFloat)(const float* s, float* work, uint32_t n);
+};
+
+const char* VectorPathName(VectorPath path);
+bool ParseVectorPath(const char* name, VectorPath* out);
+bool VectorPathSupported(VectorPath path);
+// The table of a path the CPU supports (a "vector-path" violation otherwise).
+const VectorKernels& VectorKernelsFor(VectorPath path,
+                                      const std::source_location& where = std::source_location::current());
+// The path CAM_TWIN_VECTOR selects, resolved once per process.
+const VectorKernels& ActiveVectorKernels(const std::source_location& where = std::source_location::current());
+
+// Cast of count elements on a given path: the table's entry for the pairs it has, the portable loop for the rest.
+template <typename D, typename S>
+void CastLoopWith(const VectorKernels& k, D* d, const S* s, AscendC::RoundMode mode, uint32_t count) {
+    if constexpr (std::is_same_v<D, float> && std::is_same_v<S, bfloat16_t>) k.castBf16ToFloat(d, s, count);
+    else if constexpr (std::is_same_v<D, float> && std::is_same_v<S, half>) k.castHalfToFloat(d, s, count);
+    else if constexpr (std::is_same_v<D, half> && std::is_same_v<S, float>) k.castFloatToHalf(d, s, count);
+    else if constexpr (std::is_same_v<D, bfloat16_t> && std::is_same_v<S, float>) k.castFloatToBf16(d, s, count);
+    else if constexpr (std::is_same_v<D, float> && std::is_same_v<S, int32_t>) k.castInt32ToFloat(d, s, count);
+    else if constexpr (std::is_same_v<D, int32_t> && std::is_same_v<S, float>) k.castFloatToInt32(d, s, mode, count);
+    else if constexpr (std::is_same_v<D, int8_t> && std::is_same_v<S, half>) k.castHalfToInt8(d, s, mode, count);
+    else CastLoopPortable(d, s, mode, count);
+}
+
+template <typename D, typename S>
+void CastLoop(D* d, const S* s, AscendC::RoundMode mode, uint32_t count) {
+    CastLoopWith(ActiveVectorKernels(), d, s, mode, count);
+}
+
+template <typename D>
+void DequantLoopWith(const VectorKernels& k, D* d, const int32_t* s, float scale, uint32_t count) {
+    if constexpr (std::is_same_v<D, half>) k.dequantInt32ToHalf(d, s, scale, count);
+    else DequantLoopPortable(d, s, scale, count);
+}
+
+template <typename D>
+void DequantLoop(D* d, const int32_t* s, float scale, uint32_t count) {
+    DequantLoopWith(ActiveVectorKernels(), d, s, scale, count);
+}
+
+inline float ReduceMaxFloat(const float* s, float* w, uint32_t count) {
+    return ActiveVectorKernels().reduceMaxFloat(s, w, count);
 }
 
 // Which (src, dst, round mode) the vector Cast supports on Atlas A2 / A3 (the two tables of the Ascend C Cast
@@ -282,6 +418,18 @@ constexpr uint32_t ReduceSumWorkElems(uint32_t count) {
 
 namespace AscendC {
 
+// Abs, Muls, ... on fp32 (every use in the kernels) run the active path's loop; other element types the portable
+// one. Operands are checked once per call, then the loop runs over contiguous elements.
+template <typename T>
+void Abs(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count,
+         const std::source_location where = std::source_location::current()) {
+    cam::twin::CheckVectorOperand(dst, count, "dst", where);
+    cam::twin::CheckVectorOperand(src, count, "src", where);
+    if constexpr (std::is_same_v<T, float>) cam::twin::ActiveVectorKernels(where).absFloat(dst.Data(), src.Data(), count);
+    else cam::twin::AbsLoopPortable(dst.Data(), src.Data(), count);
+}
+
+// Exp stays element by element through libm (expf): no SIMD exp gives its bits, and the bits are the contract.
 #define CAM_TWIN_UNARY(NAME, EXPR)                                                                         \
     template <typename T>                                                                                  \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count,                        \
@@ -296,54 +444,48 @@ namespace AscendC {
         }                                                                                                  \
     }
 
-CAM_TWIN_UNARY(Abs, std::fabs(x))
 CAM_TWIN_UNARY(Exp, std::exp(x))
 CAM_TWIN_UNARY(Reciprocal, 1.0f / x)
 #undef CAM_TWIN_UNARY
 
-#define CAM_TWIN_BINARY(NAME, EXPR)                                                                        \
+#define CAM_TWIN_BINARY(NAME, OP)                                                                          \
     template <typename T>                                                                                  \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,           \
               uint32_t count, const std::source_location where = std::source_location::current()) {       \
         cam::twin::CheckVectorOperand(dst, count, "dst", where);                                           \
         cam::twin::CheckVectorOperand(src0, count, "src0", where);                                         \
         cam::twin::CheckVectorOperand(src1, count, "src1", where);                                         \
-        T* d = dst.Data();                                                                                 \
-        const T* a = src0.Data();                                                                          \
-        const T* b = src1.Data();                                                                          \
-        for (uint32_t i = 0; i < count; ++i) {                                                             \
-            T x = a[i];                                                                                    \
-            T y = b[i];                                                                                    \
-            d[i] = static_cast<T>(EXPR);                                                                   \
-        }                                                                                                  \
+        if constexpr (std::is_same_v<T, float>)                                                            \
+            cam::twin::ActiveVectorKernels(where).binaryFloat(OP, dst.Data(), src0.Data(), src1.Data(),   \
+                                                              count);                                      \
+        else                                                                                               \
+            cam::twin::BinaryLoopPortable(OP, dst.Data(), src0.Data(), src1.Data(), count);               \
     }
 
-CAM_TWIN_BINARY(Add, x + y)
-CAM_TWIN_BINARY(Sub, x - y)
-CAM_TWIN_BINARY(Mul, x * y)
-CAM_TWIN_BINARY(Div, x / y)
-CAM_TWIN_BINARY(Max, cam::twin::MaxPropagateNan(x, y))
-CAM_TWIN_BINARY(Min, cam::twin::MinPropagateNan(x, y))
+CAM_TWIN_BINARY(Add, cam::twin::VectorBinaryOp::Add)
+CAM_TWIN_BINARY(Sub, cam::twin::VectorBinaryOp::Sub)
+CAM_TWIN_BINARY(Mul, cam::twin::VectorBinaryOp::Mul)
+CAM_TWIN_BINARY(Div, cam::twin::VectorBinaryOp::Div)
+CAM_TWIN_BINARY(Max, cam::twin::VectorBinaryOp::Max)
+CAM_TWIN_BINARY(Min, cam::twin::VectorBinaryOp::Min)
 #undef CAM_TWIN_BINARY
 
-#define CAM_TWIN_SCALAR(NAME, EXPR)                                                                        \
+#define CAM_TWIN_SCALAR(NAME, OP)                                                                          \
     template <typename T>                                                                                  \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, T scalar, uint32_t count,              \
               const std::source_location where = std::source_location::current()) {                       \
         cam::twin::CheckVectorOperand(dst, count, "dst", where);                                           \
         cam::twin::CheckVectorOperand(src, count, "src", where);                                           \
-        T* d = dst.Data();                                                                                 \
-        const T* s = src.Data();                                                                           \
-        for (uint32_t i = 0; i < count; ++i) {                                                             \
-            T x = s[i];                                                                                    \
-            d[i] = static_cast<T>(EXPR);                                                                   \
-        }                                                                                                  \
+        if constexpr (std::is_same_v<T, float>)                                                            \
+            cam::twin::ActiveVectorKernels(where).scalarFloat(OP, dst.Data(), src.Data(), scalar, count);  \
+        else                                                                                               \
+            cam::twin::ScalarLoopPortable(OP, dst.Data(), src.Data(), scalar, count);                      \
     }
 
-CAM_TWIN_SCALAR(Adds, x + scalar)
-CAM_TWIN_SCALAR(Muls, x * scalar)
-CAM_TWIN_SCALAR(Maxs, cam::twin::MaxPropagateNan(x, scalar))
-CAM_TWIN_SCALAR(Mins, cam::twin::MinPropagateNan(x, scalar))
+CAM_TWIN_SCALAR(Adds, cam::twin::VectorScalarOp::Adds)
+CAM_TWIN_SCALAR(Muls, cam::twin::VectorScalarOp::Muls)
+CAM_TWIN_SCALAR(Maxs, cam::twin::VectorScalarOp::Maxs)
+CAM_TWIN_SCALAR(Mins, cam::twin::VectorScalarOp::Mins)
 #undef CAM_TWIN_SCALAR
 
 template <typename T>
@@ -365,7 +507,7 @@ void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
     cam::twin::CheckVectorOperand(src, count, "src", where);
     cam::twin::CheckVectorOperand(work, cam::twin::ReduceMaxWorkElems<T>(count), "work", where);
     if constexpr (std::is_same_v<T, float>) {
-        dst.Data()[0] = cam::twin::ReduceMaxFloat(src.Data(), work.Data(), count);
+        dst.Data()[0] = cam::twin::ActiveVectorKernels(where).reduceMaxFloat(src.Data(), work.Data(), count);
         return;
     } else {
         constexpr uint32_t perRepeat = 256 / sizeof(T);
@@ -426,10 +568,12 @@ void Cast(const LocalTensor<D>& dst, const LocalTensor<S>& src, RoundMode mode, 
         CAM_TWIN_CHECK(block.deqScaleSet, "cast-deqscale",
                        "int32 -> half Cast without SetDeqScale (the hardware scales by whatever DEQSCALE holds)",
                        where);
-        if constexpr (std::is_same_v<S, int32_t>) cam::twin::DequantLoop(dst.Data(), src.Data(), block.deqScale, count);
+        if constexpr (std::is_same_v<S, int32_t>)
+            cam::twin::DequantLoopWith(cam::twin::ActiveVectorKernels(where), dst.Data(), src.Data(), block.deqScale,
+                                       count);
         return;
     }
-    cam::twin::CastLoop(dst.Data(), src.Data(), mode, count);
+    cam::twin::CastLoopWith(cam::twin::ActiveVectorKernels(where), dst.Data(), src.Data(), mode, count);
 }
 
 }  // namespace AscendC
