@@ -267,3 +267,46 @@ def test_cam_bench_refuses_bad_sizes_as_usage_errors(capsys, argv):
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "usage:" in err and argv[1] in err, err
+
+
+class _SlowStore:
+    """A store whose check takes a while, like a TCPStore round trip to a busy launcher (the GIL is released in it)."""
+
+    def __init__(self, delay_s: float):
+        self.delay_s, self.calls, self.inside = delay_s, 0, threading.Event()
+
+    def check(self, keys):
+        self.calls += 1
+        self.inside.set()
+        time.sleep(self.delay_s)
+        return False
+
+
+def _watchdog_in_store_call(store):
+    from cam.run import worker
+
+    stop = threading.Event()
+    watchdog = threading.Thread(target=worker._watch_abort, args=(store, None, {}, stop, os.getppid()), daemon=True)
+    watchdog.start()
+    assert store.inside.wait(10), "the watchdog never polled the store"
+    return stop, watchdog
+
+
+def test_rank_exit_waits_for_the_abort_watchdog_to_leave_its_store_call():
+    """A rank must not finalize while its abort watchdog is inside a store call: the daemon thread would be ended by
+    pthread_exit as it takes the GIL back, which aborts the process (SIGABRT, "terminate called without an active
+    exception") after the rank did all its work. _stop_watch waits for it, bounded; the control shows that setting
+    the stop event alone leaves the thread inside the call."""
+    from cam.run import worker
+
+    store = _SlowStore(0.5)
+    stop, watchdog = _watchdog_in_store_call(store)
+    stop.set()
+    assert watchdog.is_alive(), "control: the stop event alone does not end a store call in flight"
+    watchdog.join(10)
+
+    store = _SlowStore(0.5)
+    stop, watchdog = _watchdog_in_store_call(store)
+    worker._stop_watch(stop, watchdog)
+    assert not watchdog.is_alive()
+    worker._stop_watch(stop, threading.Thread(target=lambda: None))  # a watchdog never started: nothing to wait for

@@ -59,6 +59,21 @@ def _watch_abort(store, connector: AsyncAFDConnector, seen: dict, stop: threadin
             return
 
 
+# How long the exiting rank waits for its abort watchdog to leave a store call in flight (one TCPStore round trip,
+# the loop then sees `stop` within _POLL_S).
+_WATCH_JOIN_S = 10.0
+
+
+def _stop_watch(stop: threading.Event, watchdog: threading.Thread) -> None:
+    """Stops the abort watchdog and waits, bounded, until it has left. A daemon thread still inside a store call
+    (TCPStore releases the GIL) when the interpreter finalizes is ended by pthread_exit as it takes the GIL back; that
+    unwinds through the binding's noexcept GIL guard and aborts the process with "terminate called without an active
+    exception", so a rank that finished its work would die by SIGABRT."""
+    stop.set()
+    if watchdog.ident is not None and watchdog is not threading.current_thread():
+        watchdog.join(_WATCH_JOIN_S)
+
+
 def _barrier(store, name: str, members: int, deadline_s: float, aborted: dict) -> None:
     """Store barrier among the Attention ranks (sync mode only), bounded and abort-aware."""
     store.add(name, 1)
@@ -278,7 +293,7 @@ def main(argv=None) -> int:
             traceback.print_exc()
         return 3
     finally:
-        stop.set()
+        _stop_watch(stop, watchdog)
         connector.close()
 
 
