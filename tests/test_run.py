@@ -310,3 +310,21 @@ def test_rank_exit_waits_for_the_abort_watchdog_to_leave_its_store_call():
     worker._stop_watch(stop, watchdog)
     assert not watchdog.is_alive()
     worker._stop_watch(stop, threading.Thread(target=lambda: None))  # a watchdog never started: nothing to wait for
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage, wire", [("dispatch", []), ("combine", ["--bf16"])])
+def test_cam_bench_dataplane_runs_and_counts_delivered_bytes(tmp_path, stage, wire):
+    """cam-bench dispatch / combine run end to end (they once crashed on a Topology attribute that did not exist) and
+    report the bytes the stage delivers: dispatch an int8 row plus its fp32 scale per routed token, combine a bf16
+    row per routed token (and a bf16 dispatch row with --bf16)."""
+    from cam.bench import main
+
+    out = tmp_path / "r.json"
+    assert main([stage, "--rounds", "2", "--json", str(out)] + wire) == 0
+    results = json.loads(out.read_text())["results"]
+    assert len(results) == 3
+    for r in results:
+        row = r["H"] + 4 if (stage == "dispatch" and r["quantized"]) else r["H"] * 2
+        assert r["bytes"] > 0 and r["bytes"] % row == 0, r
+        assert r["op_over_memcpy"] > 0

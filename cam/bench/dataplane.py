@@ -24,11 +24,13 @@ _CASES = [
 ]
 
 
-def _delivered_bytes(topo, ids_per_rank, stage: str) -> int:
+def _delivered_bytes(topo, ids_per_rank, stage: str, act_bytes: int) -> int:
+    """What the stage delivers: dispatch the wire rows (int8 + one fp32 scale when quantized, else activations),
+    combine the expert rows written back (activations)."""
     rows = sum(int((ids != -1).sum()) for ids in ids_per_rank)
     if stage == "dispatch":
-        return rows * (topo.H * topo.dispatch_elem_bytes + (4 if topo.quantized else 0))
-    return rows * topo.H * topo.act_dtype_bytes
+        return rows * (topo.H + 4 if topo.quantized else topo.H * act_bytes)
+    return rows * topo.H * act_bytes
 
 
 def _run(args, stage: str) -> int:
@@ -39,7 +41,7 @@ def _run(args, stage: str) -> int:
     results, rows = [], []
     for D, P, F, E, K, H, B in _CASES:
         topo = cam.Topology(D=D, P=P, F=F, E=E, K=K, H=H, Bmax=B, L=1, slots=2, quantized=not args.bf16)
-        nbytes = _delivered_bytes(topo, plane_ids(topo), stage)
+        nbytes = _delivered_bytes(topo, plane_ids(topo), stage, dtype.itemsize)
         dispatch_s, combine_s, _ = run_plane(topo, args.rounds, dtype)
         samples = (dispatch_s if stage == "dispatch" else combine_s)[1:]  # first round warms up
         op_s = sorted(samples)[len(samples) // 2]
