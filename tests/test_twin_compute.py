@@ -5,35 +5,23 @@ instructions, Max/Min, ReduceMax on every vector path (CAM_TWIN_VECTOR), and the
 with the flags the wheel's twin uses, so the proof covers the code that runs. Then, through the ops: each path forced
 by its variable gives the same bits, and a path the machine cannot run is a clear error."""
 
-import glob
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from _twin_build import TWIN_FLAGS, build_twin_program
 
 pytestmark = [pytest.mark.slow]
 
 CUBE_PATHS = ["amx", "avx512vnni", "avx2", "portable"]
 VECTOR_PATHS = ["avx512", "avx2", "portable"]
 
-# The flags kernels/CMakeLists.txt gives the twin (CMake Release: -O3).
-TWIN_FLAGS = ["-std=c++20", "-O3", "-ffp-contract=off", "-fno-trapping-math", "-pthread"]
-
-
 @pytest.fixture(scope="module")
 def identity_binary(source_root, tmp_path_factory):
-    compiler = shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        pytest.skip("no C++ compiler to build the twin compute self-test")
-    out = str(tmp_path_factory.mktemp("twin_compute") / "compute_identity")
-    sources = [os.path.join(source_root, "tests", "twin", "compute_identity.cpp")]
-    sources += sorted(glob.glob(os.path.join(source_root, "kernels", "twin", "src", "*.cpp")))
-    cmd = [compiler, *TWIN_FLAGS, "-I", os.path.join(source_root, "kernels", "twin", "include"), *sources, "-o", out]
-    subprocess.run(cmd, check=True, timeout=400)
-    return out
+    return build_twin_program(source_root, str(tmp_path_factory.mktemp("twin_compute") / "compute_identity"),
+                              "compute_identity.cpp", flags=TWIN_FLAGS, timeout=400)
 
 
 def run(binary, *args, timeout=300):

@@ -5,16 +5,14 @@ naturally aligned 2/4/8-byte word inside a copied region is ever seen torn by a 
 with a byte-wise control that the same detector catches); through the ops each forced path gives the same bits; a
 path the machine cannot run, or an unknown name, is a `copy-path` error."""
 
-import glob
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from _twin_build import TWIN_FLAGS, build_twin_program
 
-TWIN_FLAGS = ["-std=c++20", "-O3", "-ffp-contract=off", "-fno-trapping-math", "-pthread"]
 PATHS = ["sse16", "word8"]
 # Each stress run is bounded; the subprocess timeout bounds a hang.
 TEAR_SECONDS = "0.5"
@@ -22,29 +20,14 @@ TEAR_SECONDS = "0.5"
 
 @pytest.fixture(scope="module")
 def copy_binary(source_root, tmp_path_factory):
-    compiler = shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        pytest.skip("no C++ compiler to build the twin copy self-test")
-    out = str(tmp_path_factory.mktemp("twin_copy") / "gm_copy")
-    sources = [os.path.join(source_root, "tests", "twin", "gm_copy.cpp"),
-               os.path.join(source_root, "kernels", "twin", "src", "gm_copy.cpp")]
-    cmd = [compiler, *TWIN_FLAGS, "-I", os.path.join(source_root, "kernels", "twin", "include"), *sources, "-o", out]
-    subprocess.run(cmd, check=True, timeout=300)
-    return out
+    return build_twin_program(source_root, str(tmp_path_factory.mktemp("twin_copy") / "gm_copy"), "gm_copy.cpp",
+                              flags=TWIN_FLAGS, twin_sources=["gm_copy.cpp"])
 
 
 @pytest.mark.slow  # builds the whole twin
 def test_data_copy_pad_forms_against_reference(source_root, tmp_path):
-    compiler = shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        pytest.skip("no C++ compiler to build the twin")
-    out = str(tmp_path / "copy_pad")
-    sources = [os.path.join(source_root, "tests", "twin", "copy_pad.cpp")]
-    sources += sorted(glob.glob(os.path.join(source_root, "kernels", "twin", "src", "*.cpp")))
     # -O1 as the enforcement self-test: the copy code is header templates, compiled into this binary either way.
-    cmd = [compiler, "-std=c++20", "-O1", "-ffp-contract=off", "-pthread",
-           "-I", os.path.join(source_root, "kernels", "twin", "include"), *sources, "-o", out]
-    subprocess.run(cmd, check=True, timeout=600)
+    out = build_twin_program(source_root, str(tmp_path / "copy_pad"), "copy_pad.cpp", timeout=600)
     result = subprocess.run([out], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.startswith("OK"), result.stdout + result.stderr
     print(result.stdout.strip())

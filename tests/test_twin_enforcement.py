@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 import pytest
+from _twin_build import build_twin_program
 
 pytestmark = [pytest.mark.slow]
 
@@ -66,16 +67,7 @@ COMPILE_CHECKS = ["gm_addr", "event", "set_value", "pipe", "params"]
 
 @pytest.fixture(scope="module")
 def violations_binary(source_root, tmp_path_factory):
-    compiler = shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        pytest.skip("no C++ compiler to build the twin self-test")
-    out = str(tmp_path_factory.mktemp("twin") / "violations")
-    sources = [os.path.join(source_root, "tests", "twin", "violations.cpp")]
-    sources += sorted(glob.glob(os.path.join(source_root, "kernels", "twin", "src", "*.cpp")))
-    cmd = [compiler, "-std=c++20", "-O1", "-ffp-contract=off", "-pthread",
-           "-I", os.path.join(source_root, "kernels", "twin", "include"), *sources, "-o", out]
-    subprocess.run(cmd, check=True, timeout=300)
-    return out
+    return build_twin_program(source_root, str(tmp_path_factory.mktemp("twin") / "violations"), "violations.cpp")
 
 
 def marker_line(source_root, case):

@@ -2,13 +2,12 @@
 fresh process), and the per-call path of the Python ops (no torch._dynamo on the eager path, mutations visible to
 autograd's version counters)."""
 
-import glob
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
+from _twin_build import build_twin_program
 import torch
 
 import cam
@@ -16,16 +15,8 @@ import cam
 
 @pytest.fixture(scope="module")
 def launch_binary(source_root, tmp_path_factory):
-    compiler = shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        pytest.skip("no C++ compiler to build the twin launch test")
-    out = str(tmp_path_factory.mktemp("twin-launch") / "launch")
-    sources = [os.path.join(source_root, "tests", "twin", "launch.cpp")]
-    sources += sorted(glob.glob(os.path.join(source_root, "kernels", "twin", "src", "*.cpp")))
-    cmd = [compiler, "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-I", source_root,
-           "-I", os.path.join(source_root, "kernels", "twin", "include"), *sources, "-o", out]
-    subprocess.run(cmd, check=True, timeout=300)
-    return out
+    return build_twin_program(source_root, str(tmp_path_factory.mktemp("twin-launch") / "launch"), "launch.cpp",
+                              include_root=True)
 
 
 def run_case(binary, case, **env):

@@ -5,26 +5,17 @@ same-line cases are their controls (a wake-up that never comes would fail them).
 (`range_*`) is woken by a write to any of them (a wait that watched only the first line slept through the others'
 writes until its interval ended) and by no line outside them."""
 
-import glob
 import os
-import shutil
 import subprocess
 
 import pytest
+from _twin_build import build_twin_program
 
 
 @pytest.fixture(scope="module")
 def park_binary(source_root, tmp_path_factory):
-    compiler = shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        pytest.skip("no C++ compiler to build the twin park test")
-    out = str(tmp_path_factory.mktemp("twin-park") / "park")
-    sources = [os.path.join(source_root, "tests", "twin", "park.cpp")]
-    sources += sorted(glob.glob(os.path.join(source_root, "kernels", "twin", "src", "*.cpp")))
-    cmd = [compiler, "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-I", source_root,
-           "-I", os.path.join(source_root, "kernels", "twin", "include"), *sources, "-o", out]
-    subprocess.run(cmd, check=True, timeout=300)
-    return out
+    return build_twin_program(source_root, str(tmp_path_factory.mktemp("twin-park") / "park"), "park.cpp",
+                              include_root=True)
 
 
 @pytest.mark.slow
