@@ -69,31 +69,6 @@ int NeighbourStorm() {
     return 0;
 }
 
-// A line whose index is the watched line's plus 4096: the same filter counter, another line.
-alignas(64) int64_t gFar[4096 * 8 * 2];
-const int64_t* Collider() {
-    const uintptr_t want = reinterpret_cast<uintptr_t>(Watched()) / 64 % 4096;
-    for (size_t i = 0; i < sizeof(gFar) / sizeof(int64_t); i += 8) {
-        if (reinterpret_cast<uintptr_t>(gFar + i) / 64 % 4096 == want) return gFar + i;
-    }
-    return nullptr;
-}
-
-// The wait registers on the watched line, then moves to the line 128 bytes further (a new registration); a write
-// lands on `written` before the park.
-int MovedWait(const void* written, uint64_t wantWoken) {
-    cam::twin::ParkOn(Watched(), 8, 0);
-    cam::twin::ParkOn(Watched() + 16, 8, 0);
-    const uint64_t before = cam::twin::ParkWakeupsThisThread();
-    cam::twin::WakeParked(written, 8);
-    cam::twin::ParkOn(Watched() + 16, 8, kParked);
-    const uint64_t woken = cam::twin::ParkWakeupsThisThread() - before;
-    if (woken != wantWoken)
-        return std::printf("woken %llu times, want %llu\n", static_cast<unsigned long long>(woken),
-                           static_cast<unsigned long long>(wantWoken)), 1;
-    return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,12 +86,6 @@ int main(int argc, char** argv) {
     if (c == "range_line_after") rc = WriteBeforePark(Watched() + 24, 8, 0, 3 * 64);
     if (c == "range_line_before") rc = WriteBeforePark(Watched() - 1, 8, 0, 3 * 64);
     if (c == "neighbour_storm") rc = NeighbourStorm();
-    // WakeLines skips its slot scan when no registered wait covers a line hashing like the written ones (4096
-    // counters, one per line index mod 4096): a line 4096 lines away shares the watched line's counter and must
-    // still not wake it; a wait that moved to other lines is woken by those, not by its old line.
-    if (c == "filter_collision") rc = WriteBeforePark(Collider(), 8, 0);
-    if (c == "moved_wait_new_line") rc = MovedWait(Watched() + 16, 1);
-    if (c == "moved_wait_old_line") rc = MovedWait(Watched(), 0);
     if (rc == 2) return std::fprintf(stderr, "unknown case %s\n", argv[1]), 2;
     if (rc == 0) std::printf("OK\n");
     return rc;

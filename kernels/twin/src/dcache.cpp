@@ -75,33 +75,6 @@ constexpr uint32_t kParkSlots = 512;
 ParkSlot gParkSlots[kParkSlots];
 std::atomic<uint32_t> gParkSlotsUsed{0};  // slots [0, used) were ever claimed: the writers' scan bound
 
-// Registered lines by hash: counter h holds how many slot registrations cover a line whose index hashes to h. Every
-// MTE write to GM calls WakeLines, nearly always on lines nobody waits on (payload rows, outputs): it reads these
-// counters (written only when a wait registers, so the writers share the line clean) and scans the slots only when
-// one of its lines may be watched. A collision costs a scan, never a missed wake.
-constexpr uint64_t kLineFilter = 4096;
-std::atomic<uint32_t> gLineFilter[kLineFilter];
-
-inline uint64_t FilterIndex(uintptr_t line) { return (line / kDcacheLineBytes) % kLineFilter; }
-inline uint64_t LinesIn(uintptr_t first, uintptr_t last) { return (last - first) / kDcacheLineBytes + 1; }
-
-// Registration [first, last] (line bases) enters (+1) or leaves (-1) the filter. seq_cst: an entry is ordered
-// before the waiter's next poll as its slot's registration is (Dekker with WakeLines).
-void FilterRegister(uintptr_t first, uintptr_t last, int32_t delta) {
-    const uint64_t n = LinesIn(first, last) < kLineFilter ? LinesIn(first, last) : kLineFilter;
-    for (uint64_t i = 0; i < n; ++i)
-        gLineFilter[FilterIndex(first + i * kDcacheLineBytes)].fetch_add(static_cast<uint32_t>(delta),
-                                                                          std::memory_order_seq_cst);
-}
-
-// May a registered wait cover a line in [first, last]? Called after WakeLines' fence.
-bool FilterMayWatch(uintptr_t first, uintptr_t last) {
-    const uint64_t n = LinesIn(first, last) < kLineFilter ? LinesIn(first, last) : kLineFilter;
-    for (uint64_t i = 0; i < n; ++i)
-        if (gLineFilter[FilterIndex(first + i * kDcacheLineBytes)].load(std::memory_order_relaxed) != 0) return true;
-    return false;
-}
-
 // This thread's slot, freed when the thread ends (pool threads leave after an idle time).
 struct ParkerState {
     int32_t slot = -1;
@@ -110,7 +83,6 @@ struct ParkerState {
     uint64_t woken = 0;  // parks that ended because the watched line was written (ParkWakeupsThisThread)
     ~ParkerState() {
         if (slot < 0) return;
-        if (first != 0) FilterRegister(first, last, -1);
         gParkSlots[slot].first.store(0, std::memory_order_release);
         gParkSlots[slot].claimed.store(0, std::memory_order_release);
     }
@@ -136,7 +108,6 @@ void WakeLines(uintptr_t first, uintptr_t last) {
     // Dekker with ParkOn's registration: the writer's stores, this fence, then its read of the slots; the waiter's
     // registration, a fence, then its poll. Either the writer sees the registration or the poll sees the write.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!FilterMayWatch(first, last)) return;
     const uint32_t used = gParkSlotsUsed.load(std::memory_order_acquire);
     for (uint32_t i = 0; i < used; ++i) {
         ParkSlot& s = gParkSlots[i];
@@ -353,8 +324,6 @@ void ParkOn(const void* watched, uint64_t bytes, uint32_t iteration) {
     if (slot != nullptr && (iteration == 0 || tParker.first != first || tParker.last != last)) {
         // A new wait (or a wait that moved to other lines): register, then let it poll once more. A write after
         // this point bumps the word; one before it is seen by that poll (the fence pairs with WakeLines').
-        if (tParker.first != 0) FilterRegister(tParker.first, tParker.last, -1);
-        FilterRegister(first, last, +1);
         slot->first.store(0, std::memory_order_seq_cst);
         slot->last.store(last, std::memory_order_seq_cst);
         slot->first.store(first, std::memory_order_seq_cst);
