@@ -4,6 +4,7 @@ slots, fairness and capture-safety of the FFN side."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -40,16 +41,61 @@ ROUND_TRIP_CASES = [
     (dict(D=4, P=1, F=4, E=8, K=4, H=33, Bmax=4, slots=1), [[4], [0], [2], [4]]),
     (dict(D=1, P=2, F=4, E=4, K=1, H=128, Bmax=3, quantized=False), [[3, 3], [1, 0]]),
     (dict(D=2, P=1, F=2, E=2, K=2, H=4100, Bmax=3), [[3], [2]]),  # H > one 4096-column pass: chunked quant
-    # enough tokens and rows that every op runs on several blocks (tiling gives a block per 16 rows)
+]
+
+# Enough tokens and rows that every op runs on several blocks where tiling gives a block per 16 rows: the Ascend
+# descriptions. The twin's own description also asks for 4 MiB per block (a block is a thread on the host CPUs,
+# PlatformInfo::minBlockBytes), so these payloads run as one block there; MULTI_BLOCK_PLATFORMS runs them on both.
+MULTI_BLOCK_CASES = [
     (dict(D=2, P=1, F=2, E=8, K=4, H=72, Bmax=70), [[70, 33], [17, 64]]),
     (dict(D=1, P=2, F=3, E=6, K=3, H=48, Bmax=40, quantized=False, capacity=150), [[40, 9], [35, 40]]),
 ]
+MULTI_BLOCK_PLATFORMS = ["twin", "ascend910b4"]
+
+
+@contextlib.contextmanager
+def twin_platform(name):
+    before = cam._C.platform()["name"]
+    cam._C.set_twin_platform(name)
+    try:
+        yield
+    finally:
+        cam._C.set_twin_platform(before)
 
 
 @pytest.mark.parametrize("kw, bs", ROUND_TRIP_CASES, ids=lambda v: str(v) if isinstance(v, dict) else None)
 def test_round_trip_matches_golden(kw, bs):
     t = topo(**kw)
     run_round_trip(t, make_rounds(t, bs, seed=len(bs)))
+
+
+@pytest.mark.parametrize("platform", MULTI_BLOCK_PLATFORMS)
+@pytest.mark.parametrize("kw, bs", MULTI_BLOCK_CASES, ids=lambda v: str(v) if isinstance(v, dict) else None)
+def test_round_trip_multi_block(kw, bs, platform):
+    t = topo(**kw)
+    with twin_platform(platform):
+        run_round_trip(t, make_rounds(t, bs, seed=len(bs)))
+
+
+def test_round_trip_payload_above_the_twin_block_floor():
+    """On the twin's own description a payload above its 4 MiB floor per block is split: dispatch_send reads
+    272 x 8192 bf16 (4.25 MiB, two blocks), combine_recv reduces twice that (three blocks)."""
+    t = topo(D=1, P=1, F=2, E=4, K=2, H=8192, Bmax=272)
+    with twin_platform("twin"):
+        run_round_trip(t, make_rounds(t, [[272, 100]], seed=5))
+
+
+# dispatch_send builds a round's tables (counts per expert, slots per token and FFN rank, index entries) in UB when
+# they fit beside its working set, else in the workspace. 4096 tokens x K = 4 do not fit 184 KiB of UB: 128 KiB of
+# index entries, 16 KiB of slots and a working set of ~57 KiB. (Tens of thousands of experts take the same path,
+# but every op then walks E scalar words and such a round takes minutes on the twin.) Every other round-trip test
+# has small tables, so both paths meet the same golden; on ascend910b4 the other blocks read the slots from the
+# workspace too.
+@pytest.mark.parametrize("platform", ["twin", "ascend910b4"])
+def test_round_trip_tables_beyond_ub(platform):
+    t = topo(D=1, P=1, F=1, E=4, K=4, H=16, Bmax=4096)
+    with twin_platform(platform):
+        run_round_trip(t, make_rounds(t, [[4096]], seed=11), timeout=240)
 
 
 @pytest.mark.parametrize("quantized", [True, False])
@@ -286,10 +332,6 @@ def test_torch_compile_keeps_side_effecting_ops():
 def test_round_trip_on_the_ascend_platform_description():
     """The same kernels with the A3 platform description (48 vector cores): tiling hands out dozens of blocks,
     more blocks than FFN ranks or tokens per block, and the result is unchanged."""
-    before = cam._C.platform()["name"]
-    cam._C.set_twin_platform("ascend910_93")
-    try:
+    with twin_platform("ascend910_93"):
         t = topo(D=1, P=1, F=2, E=4, K=2, H=32, Bmax=400)
         run_round_trip(t, make_rounds(t, [[400, 37]], seed=13))
-    finally:
-        cam._C.set_twin_platform(before)

@@ -183,7 +183,8 @@ tiling::PlatformInfo CurrentPlatform() {
     if (m == nullptr)
         throw std::runtime_error(std::string("SoC ") + (d.soc ? d.soc : "(unknown)") +
                                  " is not supported by cam (Atlas A2 Ascend910B*, A3 Ascend910_93*)");
-    return {d.aiv, d.aic, m->ubBytes, m->l1Bytes, m->l0aBytes, m->l0bBytes, m->l0cBytes};
+    // No byte floor per block on the chip: every block is a core of its own (the row floor alone decides).
+    return {d.aiv, d.aic, m->ubBytes, m->l1Bytes, m->l0aBytes, m->l0bBytes, m->l0cBytes, 0};
 }
 
 // Kernels that use SyncAll need every block resident at once. Batch scheduling (schemMode 1) starts them only when

@@ -22,7 +22,7 @@ tiling::PlatformInfo CurrentPlatform() {
     const twin::Platform& p = twin::ActivePlatform();
     // Tiling gets the UB and L1 a kernel may carve: the top of each is reserved (API scratch, runtime).
     return {p.aivCores, p.aicCores, p.ubBytes - p.ubReservedBytes, p.l1Bytes - p.l1ReservedBytes, p.l0aBytes,
-            p.l0bBytes, p.l0cBytes};
+            p.l0bBytes, p.l0cBytes, p.minBlockBytes};
 }
 
 namespace {

@@ -31,11 +31,23 @@ public:
         pipe_.InitBuffer(scalesBuf_, dp::kTableWindowUbBytes);
         pipe_.InitBuffer(runBuf_, dp::kTableWindowUbBytes);
         mover_.Init(pipe_, tiling.copyChunkBytes);
+        if (tiling.tablesInUb != 0) {
+            // Sizes as DispatchSendTablesUbBytes counts them (tiling checked they fit).
+            pipe_.InitBuffer(countsBuf_, DispatchSendTableUbBytes(uint64_t(4 * t.E)));
+            pipe_.InitBuffer(tokensBuf_, DispatchSendTableUbBytes(uint64_t(4 * t.F)));
+            pipe_.InitBuffer(slotsBuf_, DispatchSendTableUbBytes(uint64_t(4 * tiling.tokens * t.F)));
+            pipe_.InitBuffer(entriesBuf_, DispatchSendTableUbBytes(uint64_t(8 * (tiling.tokens * t.K + 3 * t.F))));
+            countsUb_ = countsBuf_.Get<int32_t>();
+            tokensUb_ = tokensBuf_.Get<int32_t>();
+            slotsUb_ = slotsBuf_.Get<int32_t>();
+            entriesUb_ = entriesBuf_.Get<int32_t>();
+        }
     }
 
     __aicore__ inline void Process() {
         const bool go = decision_.Decide(ControlStep{this}, tiling_.comm.followerCycles);
         if (!go) return;
+        if (AscendC::GetBlockIdx() != 0 && tiling_.tablesInUb != 0) LoadSlots();
         RoundFromOwnState();
         MoveTables();
         MoveTokens();
@@ -77,29 +89,27 @@ private:
         const int64_t B = tiling_.tokens;
 
         // Pre-pass: ids in range, rows and distinct tokens per FFN rank, token slots. Nothing remote is written.
-        for (int64_t e = 0; e < t.E; ++e) Counts().SetValue(e, 0);
-        for (int64_t f = 0; f < t.F; ++f) TokensPerFfn().SetValue(f, 0);
+        ClearTables();
         for (int64_t tok = 0; tok < B; ++tok) {
-            for (int64_t f = 0; f < t.F; ++f) Slots().SetValue(tok * t.F + f, -1);
             for (int64_t k = 0; k < t.K; ++k) {
                 const int64_t id = ids_.Get(tok * t.K + k);
                 if (id < -1 || id >= t.E) {
                     return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgTopkIds);
                 }
                 if (id == -1) continue;
-                Counts().SetValue(id, Counts().GetValue(id) + 1);
+                SetCount(id, CountOf(id) + 1);
                 const int64_t f = id / R;
-                if (Slots().GetValue(tok * t.F + f) < 0) {
-                    const int64_t slot = TokensPerFfn().GetValue(f);
-                    Slots().SetValue(tok * t.F + f, static_cast<int32_t>(slot));
-                    TokensPerFfn().SetValue(f, slot + 1);
+                if (SlotOf(tok, f) < 0) {
+                    const int64_t slot = TokensOn(f);
+                    SetSlot(tok, f, slot);
+                    SetTokensOn(f, slot + 1);
                 }
             }
         }
         // The window bound, not capacity: a round with more rows than capacity is served in chunks (§8), but its
         // distinct tokens per FFN rank must fit that rank's region.
         for (int64_t f = 0; f < t.F; ++f) {
-            const int64_t tokens = TokensPerFfn().GetValue(f);
+            const int64_t tokens = TokensOn(f);
             if (tokens > layout::window_token_slots(t)) {
                 return plane_.Refuse(status::kCapacity, t.D * t.P + f, ThisRound(), tokens);
             }
@@ -113,8 +123,8 @@ private:
             AscendC::GlobalTensor<int64_t> h = Header(f);
             int64_t rows = 0;
             for (int64_t j = 0; j < R; ++j) {
-                h.SetValue(kHdrCounts + j, Counts().GetValue(f * R + j));
-                rows += Counts().GetValue(f * R + j);
+                h.SetValue(kHdrCounts + j, CountOf(f * R + j));
+                rows += CountOf(f * R + j);
             }
             h.SetValue(kHdrSeq, seq_);
             h.SetValue(kHdrLayer, tiling_.layer);
@@ -122,33 +132,143 @@ private:
             h.SetValue(kHdrParticipant, layout::participant_of(t, plane_.Rank()));
             h.SetValue(kHdrTokens, B);
             h.SetValue(kHdrRows, rows);
-            h.SetValue(kHdrTokenSlots, TokensPerFfn().GetValue(f));
+            h.SetValue(kHdrTokenSlots, TokensOn(f));
             h.SetValue(kHdrFingerprint, layout::fingerprint(t));
         }
-        // Index tables in row order (expert, token, slot): counts become each expert's running position.
+        // Index tables in row order (expert, token, slot): counts become each expert's running position. In UB
+        // the FFN ranks' tables lie one after another, each from a 32-byte block (RunStart), so positions there
+        // start at the rank's run; in the workspace each rank's table has its own place and positions start at 0.
+        const bool ub = tiling_.tablesInUb != 0;
+        int64_t runStart = 0;
         for (int64_t f = 0; f < t.F; ++f) {
-            int64_t pos = 0;
+            int64_t pos = ub ? runStart : 0;
             for (int64_t j = 0; j < R; ++j) {
-                const int64_t c = Counts().GetValue(f * R + j);
-                Counts().SetValue(f * R + j, pos);
+                const int64_t c = CountOf(f * R + j);
+                SetCount(f * R + j, pos);
                 pos += c;
             }
+            if (ub) runStart = NextRunStart(pos);
         }
         for (int64_t tok = 0; tok < B; ++tok) {
             for (int64_t k = 0; k < t.K; ++k) {
                 const int64_t id = ids_.Get(tok * t.K + k);
                 if (id == -1) continue;
                 const int64_t f = id / R;
-                const int64_t pos = Counts().GetValue(id);
-                Counts().SetValue(id, pos + 1);
+                const int64_t pos = CountOf(id);
+                SetCount(id, pos + 1);
+                if (ub) {
+                    entriesUb_.SetValue(static_cast<uint32_t>(2 * pos), SlotOf(tok, f));
+                    entriesUb_.SetValue(static_cast<uint32_t>(2 * pos + 1), static_cast<int32_t>(tok * t.K + k));
+                    continue;
+                }
                 AscendC::GlobalTensor<int32_t> entry =
                     dp::TensorAt<int32_t>(ws_, wsl_.indexOff + f * layout::index_bytes(t) + pos * layout::kIndexEntryBytes, 2);
-                entry.SetValue(0, Slots().GetValue(tok * t.F + f));
+                entry.SetValue(0, SlotOf(tok, f));
                 entry.SetValue(1, static_cast<int32_t>(tok * t.K + k));
             }
         }
+        if (ub) StoreUbTables();
         dp::FlushScalarStores(ws_);
         return true;
+    }
+
+    // ---- the round's tables: in UB (tablesInUb) or in the workspace ----
+    __aicore__ inline void ClearTables() {
+        const CamTopology& t = plane_.Topo();
+        if (tiling_.tablesInUb != 0) {
+            AscendC::Duplicate(countsUb_, int32_t(0), static_cast<uint32_t>(t.E));
+            AscendC::Duplicate(tokensUb_, int32_t(0), static_cast<uint32_t>(t.F));
+            if (tiling_.tokens > 0)
+                AscendC::Duplicate(slotsUb_, int32_t(-1), static_cast<uint32_t>(tiling_.tokens * t.F));
+            // The scalar pre-pass reads and writes what the vector unit just filled.
+            AscendC::SetFlag<AscendC::HardEvent::V_S>(EVENT_ID2);
+            AscendC::WaitFlag<AscendC::HardEvent::V_S>(EVENT_ID2);
+            return;
+        }
+        for (int64_t e = 0; e < t.E; ++e) Counts().SetValue(e, 0);
+        for (int64_t f = 0; f < t.F; ++f) TokensPerFfn().SetValue(f, 0);
+        for (int64_t i = 0; i < tiling_.tokens * t.F; ++i) Slots().SetValue(i, -1);
+    }
+
+    // Rows per expert of this round; after the index pass, each expert's running position (protocol rows fit
+    // int32: a round has at most Bmax * K of them).
+    __aicore__ inline int64_t CountOf(int64_t e) const {
+        return tiling_.tablesInUb != 0 ? countsUb_.GetValue(static_cast<uint32_t>(e)) : Counts().GetValue(e);
+    }
+    __aicore__ inline void SetCount(int64_t e, int64_t v) {
+        if (tiling_.tablesInUb != 0) {
+            countsUb_.SetValue(static_cast<uint32_t>(e), static_cast<int32_t>(v));
+        } else {
+            Counts().SetValue(e, v);
+        }
+    }
+    // Distinct tokens of this round on FFN rank f so far.
+    __aicore__ inline int64_t TokensOn(int64_t f) const {
+        return tiling_.tablesInUb != 0 ? tokensUb_.GetValue(static_cast<uint32_t>(f)) : TokensPerFfn().GetValue(f);
+    }
+    __aicore__ inline void SetTokensOn(int64_t f, int64_t v) {
+        if (tiling_.tablesInUb != 0) {
+            tokensUb_.SetValue(static_cast<uint32_t>(f), static_cast<int32_t>(v));
+        } else {
+            TokensPerFfn().SetValue(f, v);
+        }
+    }
+    // Token slot of token tok on FFN rank f, or -1.
+    __aicore__ inline int32_t SlotOf(int64_t tok, int64_t f) const {
+        const int64_t i = tok * plane_.Topo().F + f;
+        return tiling_.tablesInUb != 0 ? slotsUb_.GetValue(static_cast<uint32_t>(i)) : Slots().GetValue(i);
+    }
+    __aicore__ inline void SetSlot(int64_t tok, int64_t f, int64_t slot) {
+        const int64_t i = tok * plane_.Topo().F + f;
+        if (tiling_.tablesInUb != 0) {
+            slotsUb_.SetValue(static_cast<uint32_t>(i), static_cast<int32_t>(slot));
+        } else {
+            Slots().SetValue(i, static_cast<int32_t>(slot));
+        }
+    }
+    // Where the next FFN rank's run of UB index entries starts: on a 32-byte block after the end of this one.
+    __aicore__ static inline int64_t NextRunStart(int64_t end) {
+        return (end + kIndexEntriesPerUbBlock - 1) / kIndexEntriesPerUbBlock * kIndexEntriesPerUbBlock;
+    }
+
+    // Block 0, UB tables built: each FFN rank's index entries to its workspace table (MoveTables sends them on),
+    // and, when other blocks run, the slots they read (LoadSlots). Done by MTE3 before the decision is published.
+    __aicore__ inline void StoreUbTables() {
+        const CamTopology& t = plane_.Topo();
+        // The records just stored by the scalar unit may share a 64-byte line with the end of an index table:
+        // written back first, so the line is not dirty in the scalar cache when MTE3 writes beside them.
+        dp::FlushScalarStores(ws_);
+        AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
+        AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
+        int64_t runStart = 0;
+        for (int64_t f = 0; f < t.F; ++f) {
+            // After the index pass the last expert's running position is the end of the rank's run.
+            const int64_t end = CountOf(f * layout::experts_per_ffn(t) + layout::experts_per_ffn(t) - 1);
+            const int64_t rows = end - runStart;
+            if (rows > 0) {
+                AscendC::DataCopyPad(dp::TensorAt<int32_t>(ws_, wsl_.indexOff + f * layout::index_bytes(t), 2 * rows),
+                                     entriesUb_[static_cast<uint32_t>(2 * runStart)],
+                                     {1, static_cast<uint32_t>(rows * layout::kIndexEntryBytes), 0, 0, 0});
+            }
+            runStart = NextRunStart(end);
+        }
+        if (AscendC::GetBlockNum() > 1 && tiling_.tokens > 0) {
+            AscendC::DataCopyPad(dp::TensorAt<int32_t>(ws_, wsl_.slotsOff, tiling_.tokens * t.F), slotsUb_,
+                                 {1, static_cast<uint32_t>(4 * tiling_.tokens * t.F), 0, 0, 0});
+        }
+        // The decision word (a scalar store) goes out only after these copies completed.
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID2);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID2);
+    }
+
+    // Blocks other than 0, UB tables: the slots block 0 stored (StoreUbTables) into this block's UB.
+    __aicore__ inline void LoadSlots() {
+        const int64_t n = tiling_.tokens * plane_.Topo().F;
+        if (n == 0) return;
+        AscendC::DataCopyPad(slotsUb_, dp::TensorAt<int32_t>(ws_, wsl_.slotsOff, n),
+                             {1, static_cast<uint32_t>(4 * n), 0, 0, 0}, {false, 0, 0, 0});
+        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(EVENT_ID2);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(EVENT_ID2);
     }
 
     // Slot s is free once this rank's combine_recv of round r - slots has run (its combine rows are read) and
@@ -233,7 +353,7 @@ private:
             for (int64_t tok = g; tok < gEnd; ++tok) {
                 bool any = false;
                 for (int64_t f = 0; f < plane_.Topo().F && !any; ++f)
-                    any = Slots().GetValue(tok * plane_.Topo().F + f) >= 0;
+                    any = SlotOf(tok, f) >= 0;
                 if (!any) continue;
                 if (plane_.Topo().quantized) {
                     QuantizeToken(tok, g);
@@ -253,7 +373,7 @@ private:
         for (int64_t f = 0; f < t.F; ++f) {
             int64_t first = -1, n = 0;
             for (int64_t tok = g; tok < gEnd; ++tok) {
-                const int32_t slot = Slots().GetValue(tok * t.F + f);
+                const int32_t slot = SlotOf(tok, f);
                 if (slot < 0) continue;
                 if (n > 0 && slot != first + n) {  // not the next slot: never in practice, but stay exact
                     SendScaleRun(f, first, n, run);
@@ -283,7 +403,7 @@ private:
         const CamTopology& t = plane_.Topo();
         AscendC::LocalTensor<int8_t> out = quant_.Quantize(xf, n, p);
         for (int64_t f = 0; f < t.F; ++f) {
-            const int32_t slot = Slots().GetValue(tok * t.F + f);
+            const int32_t slot = SlotOf(tok, f);
             if (slot < 0) continue;
             AscendC::GlobalTensor<int8_t> dst = dp::TensorAt<int8_t>(
                 Region(f), layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t) + col, n);
@@ -314,7 +434,7 @@ private:
             AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(0);
             AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(0);
             for (int64_t f = 0; f < t.F; ++f) {
-                const int32_t slot = Slots().GetValue(tok * t.F + f);
+                const int32_t slot = SlotOf(tok, f);
                 if (slot < 0) continue;
                 AscendC::GlobalTensor<T> dst = dp::TensorAt<T>(
                     Region(f), layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t) + c * sizeof(T), n);
@@ -366,6 +486,9 @@ private:
     QuantWorkingSet<T> quant_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> scalesBuf_;  // scales of the current group of tokens
     AscendC::TBuf<AscendC::TPosition::VECCALC> runBuf_;     // one FFN rank's run of them, in slot order
+    // The round's tables when tiling put them in UB (tablesInUb): see DispatchSendTablesUbBytes.
+    AscendC::TBuf<AscendC::TPosition::VECCALC> countsBuf_, tokensBuf_, slotsBuf_, entriesBuf_;
+    AscendC::LocalTensor<int32_t> countsUb_, tokensUb_, slotsUb_, entriesUb_;
     dp::ByteMover mover_;
     AscendC::GlobalTensor<T> x_;
     dp::UbWindow<int32_t> ids_;

@@ -19,7 +19,8 @@ struct DispatchSendTilingData {
     uint32_t colsPerPass;  // a token row is quantized in passes of this many columns (multiple of 32)
     uint32_t passes;
     uint32_t copyChunkBytes;
-    uint32_t reserved;
+    uint32_t tablesInUb;   // 1: the round's tables (counts, slots, index entries) are built in UB (they fit next
+                           // to the working set); 0: in the workspace with scalar stores (large E, Bmax or F)
 };
 
 constexpr uint32_t kDispatchSendMaxCols = 4096;
@@ -45,6 +46,21 @@ __aicore__ inline DispatchSendWorkspace DispatchSendWorkspaceLayout(const CamTop
     w.bytes = w.headerOff + t.F * cam::layout::header_bytes(t);
     return w;
 }
+
+// UB of the round's tables when they are built there (tablesInUb): int32 counts / running positions per expert,
+// int32 distinct tokens per FFN rank, int32 slots [tokens x F], and every FFN rank's index entries (int32 pairs)
+// one after another, each rank's run starting on a 32-byte UB block (so it leaves by one DataCopyPad): at most
+// tokens * K entries in all plus 3 padding entries per rank.
+// A table of `bytes` in UB: whole 32-byte blocks, at least one (a round may have no tokens).
+__aicore__ constexpr uint32_t DispatchSendTableUbBytes(uint64_t bytes) {
+    return bytes == 0 ? kUbBlockBytes : UbBytes(bytes);
+}
+__aicore__ constexpr uint64_t DispatchSendTablesUbBytes(int64_t E, int64_t F, int64_t tokens, int64_t K) {
+    return uint64_t(DispatchSendTableUbBytes(uint64_t(4 * E))) + DispatchSendTableUbBytes(uint64_t(4 * F)) +
+           DispatchSendTableUbBytes(uint64_t(4 * tokens * F)) + DispatchSendTableUbBytes(uint64_t(8 * (tokens * K + 3 * F)));
+}
+// Index entries per 32-byte UB block: a rank's run of entries starts at a multiple of this.
+constexpr int64_t kIndexEntriesPerUbBlock = 4;
 
 // UB the kernel carves: the quant working set (16-bit activations), the ids window, a group's scales and one rank's
 // run of them,

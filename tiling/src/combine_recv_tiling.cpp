@@ -17,7 +17,9 @@ bool TileCombineRecv(const PlatformInfo& platform, const kernels::dp::CommArgs& 
         *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold combine_recv's working set";
         return false;
     }
-    t.blockDim = BlocksFor(platform, tokens);
+    // The bytes reduced: K combine rows per token.
+    t.blockDim = BlocksFor(platform, tokens,
+                          uint64_t(tokens) * uint64_t(comm.topo.K) * uint64_t(comm.topo.H) * uint64_t(comm.topo.act_dtype_bytes));
     *workspaceBytes = static_cast<uint64_t>(kernels::CombineRecvWorkspaceBytes());
     *out = t;
     return true;

@@ -12,7 +12,8 @@ bool TileCombineSend(const PlatformInfo& platform, const kernels::dp::CommArgs& 
     t.comm = comm;
     t.copyChunkBytes = kernels::kCombineSendCopyChunk;
     if (!WorkingSetFits(platform, kernels::CombineSendUbBytes(t.copyChunkBytes), "combine_send", why)) return false;
-    t.blockDim = BlocksFor(platform, cam::layout::recv_rows(comm.topo));
+    const int64_t rows = cam::layout::recv_rows(comm.topo);
+    t.blockDim = BlocksFor(platform, rows, uint64_t(rows) * uint64_t(comm.topo.H) * uint64_t(comm.topo.act_dtype_bytes));
     *workspaceBytes = static_cast<uint64_t>(kernels::CombineSendWorkspaceBytes());
     *out = t;
     return true;

@@ -15,8 +15,14 @@ namespace cam::tiling::detail {
 // row counts the FFN ops split are static (capacity), so their blockDim never changes between rounds.
 constexpr int64_t kMinRowsPerBlock = 16;
 
-inline uint32_t BlocksFor(const PlatformInfo& platform, int64_t items) {
-    const int64_t want = (items + kMinRowsPerBlock - 1) / kMinRowsPerBlock;
+// Blocks for `items` rows (or tokens) that move `bytes` in all: a block per kMinRowsPerBlock rows, and no more
+// blocks than the platform's byte floor per block (PlatformInfo::minBlockBytes) allows, within the vector cores.
+inline uint32_t BlocksFor(const PlatformInfo& platform, int64_t items, uint64_t bytes) {
+    int64_t want = (items + kMinRowsPerBlock - 1) / kMinRowsPerBlock;
+    if (platform.minBlockBytes > 0) {
+        const uint64_t byBytes = (bytes + platform.minBlockBytes - 1) / platform.minBlockBytes;
+        want = std::min<int64_t>(want, static_cast<int64_t>(std::min<uint64_t>(byBytes, INT64_MAX)));
+    }
     return static_cast<uint32_t>(std::clamp<int64_t>(want, 1, platform.aivCores));
 }
 

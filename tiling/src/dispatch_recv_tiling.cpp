@@ -12,7 +12,8 @@ bool TileDispatchRecv(const PlatformInfo& platform, const kernels::dp::CommArgs&
     t.comm = comm;
     t.copyChunkBytes = kernels::kDispatchRecvCopyChunk;
     if (!WorkingSetFits(platform, kernels::DispatchRecvUbBytes(t.copyChunkBytes), "dispatch_recv", why)) return false;
-    t.blockDim = BlocksFor(platform, cam::layout::recv_rows(comm.topo));
+    const int64_t rows = cam::layout::recv_rows(comm.topo);
+    t.blockDim = BlocksFor(platform, rows, uint64_t(rows) * uint64_t(cam::layout::dispatch_row_bytes(comm.topo)));
     *workspaceBytes = static_cast<uint64_t>(kernels::DispatchRecvWorkspaceBytes());
     *out = t;
     return true;

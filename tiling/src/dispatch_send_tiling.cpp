@@ -20,7 +20,14 @@ bool TileDispatchSend(const PlatformInfo& platform, const kernels::dp::CommArgs&
         *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold dispatch_send's working set";
         return false;
     }
-    t.blockDim = BlocksFor(platform, tokens);
+    // The round's tables go to UB when they fit beside the working set (every usual topology); otherwise (E up to
+    // 2^20 experts, a large Bmax x F) block 0 builds them in the workspace with scalar stores.
+    const CamTopology& topo = comm.topo;
+    const uint64_t base = kernels::DispatchSendUbBytes(t.colsPerPass, t.copyChunkBytes);
+    const uint64_t tables = kernels::DispatchSendTablesUbBytes(topo.E, topo.F, tokens, topo.K);
+    t.tablesInUb = base + tables <= platform.ubBytes ? 1u : 0u;
+    // The bytes a block reads: its tokens' activations (each is quantized once, whatever the fan-out).
+    t.blockDim = BlocksFor(platform, tokens, uint64_t(tokens) * uint64_t(comm.topo.H) * uint64_t(comm.topo.act_dtype_bytes));
     *workspaceBytes = static_cast<uint64_t>(kernels::DispatchSendWorkspaceLayout(comm.topo).bytes);
     *out = t;
     return true;

@@ -24,14 +24,19 @@ namespace {
 // the top 8 KiB are the API's scratch, 512 KiB L1 of which the top 128 bytes are not for kernels, 64/64/128 KiB
 // L0A/L0B/L0C. "twin" keeps the buffers at the
 // real sizes so tiling is exercised at hardware limits, with few cores so many ranks x blocks fit on 2 CPUs.
+// "twin"'s byte floor per data-plane block (Platform::minBlockBytes): 4 MiB, so the 0.5-2 MiB data-plane ops of a
+// 2-CPU machine run as one block each (measured: dispatch and combine stages 1.5-2x faster than with four blocks
+// each, benchmarks/results/twin-speed-plane5.md) and only larger payloads are split.
+constexpr uint64_t kTwinMinBlockBytes = uint64_t(4) << 20;
+
 const Platform kPlatforms[] = {
-    {"twin", 4, 2, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
-    {"ascend910b", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},  // = ascend910b1
-    {"ascend910b1", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
-    {"ascend910b2", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
-    {"ascend910b3", 40, 20, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
-    {"ascend910b4", 40, 20, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
-    {"ascend910_93", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192},
+    {"twin", 4, 2, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192, kTwinMinBlockBytes},
+    {"ascend910b", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192, 0},  // = ascend910b1
+    {"ascend910b1", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192, 0},
+    {"ascend910b2", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192, 0},
+    {"ascend910b3", 40, 20, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192, 0},
+    {"ascend910b4", 40, 20, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192, 0},
+    {"ascend910_93", 48, 24, 196608, 524288, 65536, 65536, 131072, 50000000, 128, 8192, 0},
 };
 
 std::mutex gPlatformMutex;

@@ -32,6 +32,12 @@ struct Platform {
     // Bytes at the top of UB the Ascend C API keeps as its scratch (temporary buffers of vector instructions);
     // TPipe carves below it, and tiling works with ubBytes minus this.
     uint32_t ubReservedBytes;
+    // Bytes a data-plane block should move at least before tiling gives a launch one more block (tiling's
+    // PlatformInfo::minBlockBytes; 0: the row floor alone). On "twin" a block is an OS thread and every rank of a
+    // plane is a thread of the same few host CPUs: one more block buys no parallelism there, it costs a thread
+    // hand-off and its share of two SyncAlls (docs/twin.md, "Launch"). The Ascend descriptions keep 0: on the chip
+    // a block is a core of its own.
+    uint64_t minBlockBytes;
 };
 
 // Named descriptions: "twin" (default, small so many ranks fit on 2 CPUs), "ascend910b1".."ascend910b4",

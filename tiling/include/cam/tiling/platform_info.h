@@ -14,6 +14,9 @@ struct PlatformInfo {
     uint32_t l0aBytes;
     uint32_t l0bBytes;
     uint32_t l0cBytes;
+    // Bytes a data-plane block should move at least before one more block pays for its start, its share of the
+    // launch's SyncAlls and the block-0 decision hand-off (0: no byte floor, the row floor alone decides).
+    uint64_t minBlockBytes;
 };
 
 }  // namespace cam::tiling
