@@ -243,9 +243,11 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
     lane = Lane(t0)
     events, waiting, busy = [], 0.0, 0.0
     loop_start = time.time()
-    iteration = 0
+    iteration, idle = 0, False
     while True:
-        if iteration % 4 == 0 and store.check([SHUTDOWN_KEY]):
+        # Busy, every 4th item asks the store (a round trip); idle, every receive does: the run may be over, and
+        # an idle receive has just waited --idle-poll already.
+        if (idle or iteration % 4 == 0) and store.check([SHUTDOWN_KEY]):
             break
         iteration += 1
         a = time.time()
@@ -266,7 +268,8 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
         busy += c - b
         # Telemetry only, after the item is done: which replica/layer this was, for the timeline.
         rec = item.work_item
-        if int(rec[0]) != 0:
+        idle = int(rec[0]) == 0
+        if not idle:
             info = {"replica": int(rec[1]), "layer": int(rec[2]), "rows": int(rec[5])}
             events.append(dict(info, start_s=a - t0, recv_done_s=b - t0, end_s=c - t0))
             lane.add("item", a - t0, c - t0, **info)
