@@ -430,7 +430,7 @@ def _run(args, marks: Dict[str, float]) -> int:
             if not attention_done and all(procs[r].poll() == 0 or r in lost for r in range(topo.A)):
                 attention_done = True
                 marks["shutdown"] = time.time()
-                store.set(SHUTDOWN_KEY, "1")
+                store.set(SHUTDOWN_KEY, json.dumps({"lost": sorted(lost)}))
             if deadline is not None and time.monotonic() > deadline:
                 break
     finally:

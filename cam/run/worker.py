@@ -281,6 +281,12 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
             lane.idle(a - t0, c - t0)
     marks["done"] = time.time()
     total = marks["done"] - loop_start
+    # --keep-going: the Attention ranks the launcher saw die. This rank's liveness watchdog fences them within its
+    # poll (0.25 s); a run can end sooner, so fence here what it has not yet (idempotent: the first fence stays),
+    # and the dropped-round counts below are about them.
+    for dead in json.loads(store.get(SHUTDOWN_KEY).decode()).get("lost", []):
+        if connector.comm is not None and not connector.comm.closed:
+            connector.comm.fence_dead_rank(int(dead))
     # Nothing is in flight here now, so the dropped-round counts are final (--keep-going reports them).
     lost = [{"replica": x.replica, "dead_rank": x.dead_rank, "dropped_rounds": x.dropped_rounds, "report": str(x)}
             for x in connector.lost_replicas.values()]
