@@ -3,6 +3,7 @@
 // other lines. One case per run (tests/test_twin_park.py); the child process waits, the parent writes.
 //   peer_write_wakes        the parent's write ends the child's park: the child counts a wake-up (woken >= 1)
 //   peer_neighbour_storm    2 KiB writes on both sides of the watched line wake nothing; then the watched write does
+//   pingpong [rounds]       not a test: prints the mean round trip of a signal each way between the processes
 // With CAM_TWIN_SHARED_PARK=0 (the control) nothing is registered: every park there ends by its interval only, so
 // the child counts no wake-up, and still sees the write (the park is bounded).
 #include <sys/mman.h>
@@ -62,6 +63,37 @@ int Waiter(bool storm, bool wantWoken) {
     return 0;
 }
 
+// Waits (bounded, 20 s) until *word == want, as a data-plane wait does: ParkOn with a growing iteration.
+bool WaitFor(const int64_t* word, int64_t want) {
+    const auto t0 = Clock::now();
+    for (uint32_t i = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) != want; ++i) {
+        if (Clock::now() - t0 > std::chrono::seconds(20)) return false;
+        cam::twin::ParkOn(word, 8, i);
+    }
+    return true;
+}
+
+// `rounds` round trips between the two processes, each side's signal an MTE-style write + WakeParked of its own
+// line that the other side waits on. Not a test: the latency it prints is what a shm plane's signal costs
+// (benchmarks/results/twin-speed-run5.md runs it with CAM_TWIN_SHARED_PARK=1 and =0).
+int PingPong(bool child, int rounds) {
+    int64_t* ping = Window() + 128;  // byte 1024: the parent writes, the child waits
+    int64_t* pong = Watched();       // byte 2048: the child writes, the parent waits
+    const auto t0 = Clock::now();
+    for (int64_t k = 1; k <= rounds; ++k) {
+        int64_t* mine = child ? pong : ping;
+        const int64_t* theirs = child ? ping : pong;
+        if (child && !WaitFor(theirs, k)) return 3;
+        __atomic_store_n(mine, k, __ATOMIC_RELEASE);
+        cam::twin::WakeParked(mine, 8);
+        if (!child && !WaitFor(theirs, k)) return 3;
+    }
+    if (!child)
+        std::printf("round_trip_us %.2f\n",
+                    std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / rounds);
+    return 0;
+}
+
 bool WaitPhase(uint32_t want) {
     const auto t0 = Clock::now();
     while (Phase()->load() < want)
@@ -73,10 +105,11 @@ bool WaitPhase(uint32_t want) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 2) return std::fprintf(stderr, "usage: shared_park <case>\n"), 2;
+    if (argc != 2 && argc != 3) return std::fprintf(stderr, "usage: shared_park <case> [rounds]\n"), 2;
     const std::string c = argv[1];
     const bool storm = c == "peer_neighbour_storm";
-    if (!storm && c != "peer_write_wakes") return std::fprintf(stderr, "unknown case %s\n", argv[1]), 2;
+    const bool pingpong = c == "pingpong";
+    if (!storm && !pingpong && c != "peer_write_wakes") return std::fprintf(stderr, "unknown case %s\n", argv[1]), 2;
     const char* env = std::getenv("CAM_TWIN_SHARED_PARK");
     const bool enabled = !(env && std::strcmp(env, "0") == 0);
     const uint64_t bytes = cam::twin::kSharedParkBytes + kWindowBytes;
@@ -89,6 +122,15 @@ int main(int argc, char** argv) {
     // Each process registers the region in its own registry, as each rank registers every window it maps.
     const bool registered = cam::twin::RegisterSharedRegion(Window(), kWindowBytes, gSegment);
     if (registered != enabled) return std::printf("registered %d, want %d\n", registered, enabled), 1;
+    if (pingpong) {
+        const int rounds = argc == 3 ? std::atoi(argv[2]) : 2000;
+        const int rc = PingPong(child == 0, rounds > 0 ? rounds : 1);
+        std::fflush(stdout);
+        if (child == 0) _exit(rc);
+        int status = 0;
+        waitpid(child, &status, 0);  // the child's waits are bounded (20 s each)
+        return rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ? 1 : 0;
+    }
     if (child == 0) {
         const int rc = Waiter(storm, enabled);
         std::fflush(stdout);
