@@ -363,6 +363,9 @@ def _run(args, marks: Dict[str, float]) -> int:
     os.makedirs(out_dir, exist_ok=True)
     try:
         cfg = _config(args, out_dir, port)
+        # Ranks and the launcher's --check share the CPUs (setup.rank_threads). Set before this process runs any
+        # torch op, so a forked rank inherits it with no thread pool behind it.
+        torch.set_num_threads(rank_threads(cfg.world_size))
         workload, topo = plan(cfg)  # validates the topology too: E % F, sizes (ValueError naming the field)
         method = start_method()
     except ValueError as e:
@@ -387,9 +390,6 @@ def _run(args, marks: Dict[str, float]) -> int:
         interrupted.append(signum)
 
     old = {}
-    # Ranks and the launcher's --check share the CPUs (setup.rank_threads); set before the ranks start, and before
-    # this process ran any torch op, so a forked rank inherits it with no thread pool behind it.
-    torch.set_num_threads(rank_threads(world))
     marks["spawn"] = time.time()
     try:
         # Forked ranks start before this process has a thread of its own (the store's come next); they wait for go.

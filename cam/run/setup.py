@@ -68,7 +68,8 @@ def rank_threads(world: int) -> int:
     processes, at least one. torch's default (a thread per CPU in every process) oversubscribes the CPUs as soon
     as the world has more ranks than CPUs: every small op's threads then spin against the other ranks' (on a
     loaded 2-CPU machine a [30, 128] x [128, 128] float64 matmul took 8 ms with 2 threads, 0.02 ms with one)."""
-    return max(1, (os.cpu_count() or 1) // max(1, world))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // max(1, world))
 
 
 def topology_for(model, workload: Workload, D: int, P: int, F: int, slots: int) -> Topology:

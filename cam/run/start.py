@@ -91,8 +91,8 @@ class ForkedRank:
 def start_ranks(method: str, config_path: str, world: int, timeout_s: float) -> Tuple[Dict[int, object],
                                                                                         Callable[[], None]]:
     """Starts ranks 0..world-1 of the run whose config is at `config_path`; returns their handles and ``go``, which
-    the launcher calls once its store is up (a forked rank waits for it, at most `timeout_s`). On an exception
-    every rank already started is killed and reaped."""
+    the launcher calls once its store is up (a forked rank waits for it, at most `timeout_s`; ``go(False)`` tells
+    the ranks to leave instead). On an exception every rank already started is killed and reaped."""
     if method == "exec":
         procs: Dict[int, object] = {}
         try:
@@ -101,7 +101,7 @@ def start_ranks(method: str, config_path: str, world: int, timeout_s: float) -> 
         except BaseException:
             _kill(procs.values())
             raise
-        return procs, lambda: None
+        return procs, lambda run=True: None
     return _fork_ranks(config_path, world, timeout_s)
 
 
@@ -135,13 +135,18 @@ def _fork_ranks(config_path: str, world: int, timeout_s: float):
     os.close(go_r)
     sent: List[bool] = []
 
-    def go() -> None:
+    def go(run: bool = True) -> None:
         if not sent:
             sent.append(True)
-            os.write(go_w, b"g" * world)  # one byte each: every child reads exactly one
-            os.close(go_w)
+            try:
+                if run:
+                    os.write(go_w, b"g" * world)  # one byte each: every child reads exactly one
+            except BrokenPipeError:
+                pass  # every rank is gone already: their exit codes say why (the launcher's loop reports them)
+            finally:
+                os.close(go_w)
 
-    # A launcher that fails before go() closes go_w at exit (or dies): the children read end-of-file and leave.
+    # go(False), or a launcher that dies before go(): the children read end-of-file and leave.
     return procs, go
 
 
@@ -157,7 +162,7 @@ def _child(config_path: str, rank: int, go_r: int, go_w: int, timeout_s: float) 
         os.close(go_r)
         if got != b"g":
             print(f"[rank {rank}] the cam-run launcher never started the run "
-                  f"({'it is gone' if ready else f'no go within {timeout_s:g} s'})", file=sys.stderr, flush=True)
+                  f"({'it gave up or is gone' if ready else f'no go within {timeout_s:g} s'})", file=sys.stderr, flush=True)
         else:
             from .worker import main
 

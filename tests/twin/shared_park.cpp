@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
         _exit(rc);
     }
     int rc = 0;
-    if (!WaitPhase(1)) rc = std::printf("the waiter never registered\n"), 1;
+    if (!WaitPhase(1)) rc = (std::printf("the waiter never registered\n"), 1);
     if (rc == 0 && storm) {
         const auto t0 = Clock::now();
         while (Clock::now() - t0 < std::chrono::milliseconds(50)) {  // payload copies beside the watched line
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
             cam::twin::WakeParked(Window() + 264, 2048 - 128);
         }
         Phase()->store(2);
-        if (!WaitPhase(3)) rc = std::printf("the waiter never took the storm's count\n"), 1;
+        if (!WaitPhase(3)) rc = (std::printf("the waiter never took the storm's count\n"), 1);
     }
     if (rc == 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the waiter is deep in its parks now
@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
     int status = 0;
     waitpid(child, &status, 0);  // the child's wait is bounded (20 s)
     if (rc == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-        rc = std::printf("waiter failed (status %d)\n", status), 1;
+        rc = (std::printf("waiter failed (status %d)\n", status), 1);
     cam::twin::UnregisterSharedRegion(Window());
     if (rc == 0) std::printf("OK\n");
     return rc;

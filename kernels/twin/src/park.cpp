@@ -71,13 +71,16 @@ struct SharedTable {
 static_assert(sizeof(SharedTable) <= kSharedParkBytes, "the park table fits its reserved bytes");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared park words are lock-free, hence address-free");
 
-// Every shared region this process maps. Entries are written under gRegionsMutex and read without it: a kernel only
-// waits on, and a copy only writes, a region whose transport registered it before and unregisters it after.
+// Every shared region this process maps. Entries are written under gRegionsMutex and read without it. Any MTE
+// write of the process looks the registry up (WakeLines), also one into unrelated memory while another thread
+// unregisters a region, so a reader that uses an entry holds it (`users`) and re-checks it is still registered;
+// UnregisterSharedRegion returns, and the transport unmaps, only once no reader holds it.
 struct Region {
     std::atomic<uintptr_t> base{0};  // 0: free entry
     std::atomic<uint64_t> bytes{0};
     std::atomic<SharedTable*> table{nullptr};
     std::atomic<uint64_t> id{0};  // unique per registration: a thread's slot claim names its region by id
+    std::atomic<uint32_t> users{0};
 };
 constexpr uint32_t kRegions = 256;  // windows one process maps: its own and every peer's, for a few Comms
 Region gRegions[kRegions];
@@ -86,15 +89,38 @@ std::atomic<uint32_t> gRegionsLive{0};  // 0: no shared region, every wait is Pa
 std::mutex gRegionsMutex;
 uint64_t gNextRegionId = 1;
 
-Region* FindRegion(uintptr_t a) {
-    if (gRegionsLive.load(std::memory_order_acquire) == 0) return nullptr;
-    const uint32_t used = gRegionsUsed.load(std::memory_order_acquire);
-    for (uint32_t i = 0; i < used; ++i) {
-        const uintptr_t b = gRegions[i].base.load(std::memory_order_acquire);
-        if (b != 0 && a >= b && a - b < gRegions[i].bytes.load(std::memory_order_relaxed)) return &gRegions[i];
+// The registered region holding `a`, held (release with ~Held) so it stays mapped while it is used; or none.
+class Held {
+public:
+    explicit Held(uintptr_t a) {
+        if (gRegionsLive.load(std::memory_order_acquire) == 0) return;
+        const uint32_t used = gRegionsUsed.load(std::memory_order_acquire);
+        for (uint32_t i = 0; i < used; ++i) {
+            Region& r = gRegions[i];
+            const uintptr_t b = r.base.load(std::memory_order_acquire);
+            if (b == 0 || a < b || a - b >= r.bytes.load(std::memory_order_relaxed)) continue;
+            r.users.fetch_add(1, std::memory_order_seq_cst);
+            // Pairs with UnregisterSharedRegion: it clears base, then waits for users; we count, then re-check.
+            if (r.base.load(std::memory_order_seq_cst) == b) {
+                region_ = &r;
+                base_ = b;
+                return;
+            }
+            r.users.fetch_sub(1, std::memory_order_release);
+        }
     }
-    return nullptr;
-}
+    ~Held() {
+        if (region_) region_->users.fetch_sub(1, std::memory_order_release);
+    }
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    Region* get() const { return region_; }
+    uintptr_t base() const { return base_; }
+
+private:
+    Region* region_ = nullptr;
+    uintptr_t base_ = 0;
+};
 
 bool RegionLive(uint64_t id) {  // under gRegionsMutex
     for (uint32_t i = 0; i < gRegionsUsed.load(std::memory_order_relaxed); ++i)
@@ -183,7 +209,8 @@ bool RegisterSharedRegion(const void* base, uint64_t bytes, void* table) {
     std::lock_guard<std::mutex> lock(gRegionsMutex);
     for (uint32_t i = 0; i < kRegions; ++i) {
         Region& r = gRegions[i];
-        if (r.base.load(std::memory_order_relaxed) != 0) continue;
+        // A just-unregistered entry may still have a reader leaving it: take another.
+        if (r.base.load(std::memory_order_relaxed) != 0 || r.users.load(std::memory_order_acquire) != 0) continue;
         r.bytes.store(bytes, std::memory_order_relaxed);
         r.table.store(static_cast<SharedTable*>(table), std::memory_order_relaxed);
         r.id.store(gNextRegionId++, std::memory_order_relaxed);
@@ -196,22 +223,30 @@ bool RegisterSharedRegion(const void* base, uint64_t bytes, void* table) {
 }
 
 void UnregisterSharedRegion(const void* base) {
-    std::lock_guard<std::mutex> lock(gRegionsMutex);
-    for (uint32_t i = 0; i < gRegionsUsed.load(std::memory_order_relaxed); ++i) {
-        Region& r = gRegions[i];
-        if (r.base.load(std::memory_order_relaxed) != reinterpret_cast<uintptr_t>(base)) continue;
-        r.base.store(0, std::memory_order_release);
-        r.id.store(0, std::memory_order_relaxed);
-        gRegionsLive.fetch_sub(1, std::memory_order_acq_rel);
-        return;
+    Region* gone = nullptr;
+    {
+        std::lock_guard<std::mutex> lock(gRegionsMutex);
+        for (uint32_t i = 0; i < gRegionsUsed.load(std::memory_order_relaxed); ++i) {
+            Region& r = gRegions[i];
+            if (r.base.load(std::memory_order_relaxed) != reinterpret_cast<uintptr_t>(base)) continue;
+            r.base.store(0, std::memory_order_seq_cst);
+            r.id.store(0, std::memory_order_relaxed);
+            gRegionsLive.fetch_sub(1, std::memory_order_acq_rel);
+            gone = &r;
+            break;
+        }
     }
+    // Outside the lock (a holder may take it to reuse a thread's slot entry). A holder keeps the region for one
+    // scan or one park (at most 200 µs): no kernel waits on a window whose transport is being destroyed.
+    while (gone != nullptr && gone->users.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
 }
 
 bool SharedParkOn(const void* watched, uint64_t bytes, uint32_t iteration) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(watched);
-    Region* r = FindRegion(a);
+    const Held held(a);
+    Region* r = held.get();
     if (r == nullptr) return false;
-    const uintptr_t base = r->base.load(std::memory_order_relaxed);
+    const uintptr_t base = held.base();
     const uint64_t first = ((a - base) & ~uint64_t(63)) + 1;
     const uint64_t last = ((a + (bytes ? bytes : 1) - 1 - base) & ~uint64_t(63)) + 1;
     SharedParker* me = ClaimSharedSlot(*r);
@@ -252,9 +287,10 @@ bool SharedParkOn(const void* watched, uint64_t bytes, uint32_t iteration) {
 void SharedWake(const void* addr, uint64_t bytes) {
     if (bytes == 0) return;
     const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-    Region* r = FindRegion(a);
+    const Held held(a);
+    Region* r = held.get();
     if (r == nullptr) return;
-    const uintptr_t base = r->base.load(std::memory_order_relaxed);
+    const uintptr_t base = held.base();
     SharedTable* t = r->table.load(std::memory_order_acquire);
     const uint64_t first = ((a - base) & ~uint64_t(63)) + 1;
     const uint64_t last = ((a + bytes - 1 - base) & ~uint64_t(63)) + 1;
