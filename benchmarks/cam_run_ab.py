@@ -6,7 +6,7 @@ makespan and wall-time profile from its --json report. Same-run ratios only: the
 every round (`/proc/loadavg`), and only pairs from one round are compared.
 
     python benchmarks/cam_run_ab.py --rounds 5 --json out.json \\
-        base="/work/baseline-venv/bin/cam-run" new="$VENV/bin/cam-run" -- --check --quiet
+        base="$BASELINE_VENV/bin/cam-run" new="$VENV/bin/cam-run" -- --check --quiet
 """
 
 from __future__ import annotations
