@@ -231,7 +231,7 @@ def test_bad_flags_are_refused_before_anything_starts(tmp_path, monkeypatch, cap
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     started = []
-    monkeypatch.setattr(cli.subprocess, "Popen", lambda *a, **k: started.append(a) or pytest.fail("started a rank"))
+    monkeypatch.setattr(cli, "start_ranks", lambda *a, **k: started.append(a) or pytest.fail("started a rank"))
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert "bad configuration" in err and needle in err, err

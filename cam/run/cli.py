@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from datetime import timedelta
 from typing import Dict, List
 
@@ -32,14 +33,24 @@ from .bound import DEFAULT_COSTS as DEFAULT_BOUND_COSTS
 from .bound import critical_path
 from .bound import load_costs as load_bound_costs
 from .participants import assemble
-from .setup import RunConfig, build
+from .setup import RunConfig, plan, rank_threads
+from .start import WORKER_BOOTSTRAP, start_method, start_ranks, worker_command  # noqa: F401 - worker_command: API
 from .timeline import ATTENTION_PHASES
 from .trace import write_trace
 from .workload import PRESETS as WORKLOAD_PRESETS
-from .worker import ABORT_KEY, READY_KEY, SHUTDOWN_KEY, START_KEY
+from ..models import PRESETS as MODEL_PRESETS
+from ..models import MoEModel
+from .worker import ABORT_KEY, READY_KEY, SHUTDOWN_KEY, START_KEY, process_start_time
 
-_POLL_S = 0.05
+# How often the launcher looks at its ranks and the store: a few syscalls and one store round trip each time. Every
+# stage change (all ready, Attention done, all gone) is seen this late, so it is short.
+_POLL_S = 0.01
 _GRACE_S = 20.0
+# The run's clock starts this long after the last rank said it is ready, so that every rank has the start time
+# before it passes. A rank blocked in the store wait gets it within a round trip, but on a loaded 2-CPU machine it
+# may not run for tens of ms; the makespan would count that, so the margin stays what it always was and makespans
+# compare across versions.
+_START_MARGIN_S = 0.1
 
 
 def _free_port() -> int:
@@ -330,25 +341,20 @@ def _draw_timeline(report: dict, results: Dict[int, dict], path: str) -> None:
     plt.close(fig)
 
 
-# `python -m cam.run.worker` would put the working directory first on sys.path: started from the root of a source
-# checkout, the worker would import the checkout's uncompiled `cam/` instead of the installed package. `-c` puts ''
-# there instead (unless safe-path mode already left it out, Python 3.11+), and the bootstrap drops it before
-# importing cam. `-I` would too, but it also drops PYTHONPATH and user site-packages, where cam may be installed.
-_WORKER_BOOTSTRAP = (
-    "import sys\n"
-    "if not getattr(sys.flags, 'safe_path', False):\n"
-    "    del sys.path[0]\n"
-    "from cam.run.worker import main\n"
-    "sys.exit(main(sys.argv[1:]))\n"
-)
-
-
-def worker_command(config_path: str, rank: int) -> list:
-    """The command line of one worker process: never imports cam from the caller's working directory."""
-    return [sys.executable, "-c", _WORKER_BOOTSTRAP, config_path, str(rank)]
+# The exec start's command line, where it always was (tests/test_readme.py checks it from a checkout's root).
+_WORKER_BOOTSTRAP = WORKER_BOOTSTRAP
 
 
 def run(args) -> int:
+    marks = {"process": process_start_time(), "run": time.time()}  # the wall-time profile (_wall)
+    threads = torch.get_num_threads()
+    try:
+        return _run(args, marks)
+    finally:
+        torch.set_num_threads(threads)  # a caller's own setting (run() is also called in-process)
+
+
+def _run(args, marks: Dict[str, float]) -> int:
     try:
         check_args(args)
     except ValueError as e:
@@ -359,23 +365,25 @@ def run(args) -> int:
     os.makedirs(out_dir, exist_ok=True)
     try:
         cfg = _config(args, out_dir, port)
-        built = build(cfg)  # validates the topology too: E % F, sizes (ValueError naming the field)
+        # Ranks and the launcher's --check share the CPUs (setup.rank_threads). Set before this process runs any
+        # torch op, so a forked rank inherits it with no thread pool behind it.
+        torch.set_num_threads(rank_threads(cfg.world_size))
+        workload, topo = plan(cfg)  # validates the topology too: E % F, sizes (ValueError naming the field)
+        method = start_method()
     except ValueError as e:
         print(f"cam-run: bad configuration: {e}", file=sys.stderr)
         if not args.keep:
             shutil.rmtree(out_dir, ignore_errors=True)
         return 2
-    topo = built[2]
     world = topo.world_size
-    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=cfg.timeout_s),
-                                       wait_for_workers=False)
     config_path = os.path.join(out_dir, "config.json")
     cfg.save(config_path)
     print(f"cam-run --mode {cfg.mode}{' (cost model)' if cfg.cost_model else ''}"
           f"{' (FFN by graph replay)' if cfg.graph else ''}: D={topo.D} replicas x "
           f"P={topo.P}, F={topo.F} FFN ranks, E={topo.E}, K={topo.K}, H={topo.H}, model {cfg.model}, "
           f"preset {args.preset}", flush=True)
-    procs: Dict[int, subprocess.Popen] = {}
+    procs: Dict[int, subprocess.Popen] = {}  # or start.ForkedRank: the same interface
+    exited: Dict[int, float] = {}  # when the launcher saw each rank gone
     failed: Dict[int, int] = {}
     lost: Dict[int, int] = {}  # --keep-going: Attention ranks that died after the start, {rank: exit code}
     interrupted = []
@@ -383,10 +391,17 @@ def run(args) -> int:
     def on_signal(signum, _frame):
         interrupted.append(signum)
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {}
+    marks["spawn"] = time.time()
     try:
+        # Forked ranks start before this process has a thread of its own (the store's come next); they wait for go.
+        started_ranks, go = start_ranks(method, config_path, world, cfg.timeout_s)
+        procs.update(started_ranks)
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True,
+                                           timeout=timedelta(seconds=cfg.timeout_s), wait_for_workers=False)
+        go()
         for rank in range(world):
-            procs[rank] = subprocess.Popen(worker_command(config_path, rank), stdin=subprocess.DEVNULL)
             if not args.quiet:
                 print(f"rank {rank} ({'attention' if rank < topo.A else 'ffn'}) pid {procs[rank].pid}", flush=True)
         attention_done = False
@@ -396,13 +411,16 @@ def run(args) -> int:
         while procs and any(p.poll() is None for p in procs.values()):
             time.sleep(_POLL_S)
             if not started and store.add(READY_KEY, 0) == world:
-                store.set(START_KEY, repr(time.time() + 0.1))
+                marks["start"] = time.time()
+                store.set(START_KEY, repr(marks["start"] + _START_MARGIN_S))
                 started = True
             if not started and time.monotonic() > start_deadline and not failed:
                 failed[-1] = -1  # nobody died, but the world never came up
                 print(f"cam-run: not every rank was up within {cfg.timeout_s} s", file=sys.stderr, flush=True)
             for rank, p in procs.items():
                 code = p.poll()
+                if code is not None:
+                    exited.setdefault(rank, time.time())
                 # Only what happens before the abort is a cause; exits after it are its consequences.
                 if code not in (None, 0) and rank not in failed and rank not in lost and deadline is None:
                     (lost if args.keep_going and started and rank < topo.A else failed)[rank] = code
@@ -413,7 +431,8 @@ def run(args) -> int:
                 deadline = time.monotonic() + _GRACE_S + cfg.idle_poll_s
             if not attention_done and all(procs[r].poll() == 0 or r in lost for r in range(topo.A)):
                 attention_done = True
-                store.set(SHUTDOWN_KEY, "1")
+                marks["shutdown"] = time.time()
+                store.set(SHUTDOWN_KEY, json.dumps({"lost": sorted(lost)}))
             if deadline is not None and time.monotonic() > deadline:
                 break
     finally:
@@ -428,6 +447,7 @@ def run(args) -> int:
         for s, h in old.items():
             signal.signal(s, h)
         _remove_leftover_windows(cfg.shm_prefix)
+        marks["exited"] = time.time()
     if not failed and len(lost) == topo.A:
         failed = lost  # every replica lost: nothing finished
     if failed or interrupted:
@@ -436,18 +456,28 @@ def run(args) -> int:
         if not args.keep:
             shutil.rmtree(out_dir, ignore_errors=True)
         return 130 if interrupted else 1
+    return _finish(args, cfg, (MoEModel(MODEL_PRESETS[cfg.model]), workload, topo), out_dir, lost, marks, exited)
+
+
+def _finish(args, cfg: RunConfig, built, out_dir: str, lost: Dict[int, int], marks: Dict[str, float],
+            exited: Dict[int, float]) -> int:
+    """After every rank is gone: the results, the report, --check and the files asked for."""
+    topo = built[2]
     results = {}
-    for rank in range(world):
+    for rank in range(topo.world_size):
         if rank not in lost:
             with open(os.path.join(out_dir, f"result-{rank}.json")) as f:
                 results[rank] = json.load(f)
     report = _report(cfg, built, results)
+    marks["report"] = time.time()
     if lost:
         report["lost_replicas"] = _lost_replicas(built, lost, results)
     if cfg.cost_model:
         report["bound"] = _bound(cfg, built, args.bound_costs, report["makespan_s"])
     if args.check:
         report["check"] = _check(built, out_dir, skip=[d["replica"] for d in report.get("lost_replicas", [])])
+    marks["checked"] = time.time()
+    report["wall_s"] = _wall(marks, results, exited)
     _print(report)
     if args.json:
         with open(args.json, "w") as f:
@@ -462,6 +492,35 @@ def run(args) -> int:
     if not args.keep:
         shutil.rmtree(out_dir, ignore_errors=True)
     return 4 if not report.get("check", {"ok": True})["ok"] else 3 if lost else 0
+
+
+def _wall(marks: Dict[str, float], results: Dict[int, dict], exited: Dict[int, float]) -> dict:
+    """Where the launcher's wall time went, up to the report (docs/run.md, "Wall time"), and each rank's start-up
+    stages. Every stage is the time between two marks; a mark a run did not reach makes its stages absent."""
+    def span(a, b, m=marks):
+        return m[b] - m[a] if a in m and b in m and math.isfinite(m[a]) else None
+
+    stages = {"launcher_start": span("process", "run"),  # interpreter, imports (torch, cam)
+              "prepare": span("run", "spawn"),  # flags, workload, model, store, config
+              "ranks_up": span("spawn", "start"),  # until every rank said it was ready
+              "run": span("start", "shutdown"),  # until every Attention rank finished
+              "drain": span("shutdown", "exited"),  # FFN ranks told to stop, every process gone
+              "results": span("exited", "report"),
+              "check": span("report", "checked")}
+    total = span("process", "checked") if math.isfinite(marks["process"]) else span("run", "checked")
+    ranks = {}
+    for rank, r in sorted(results.items()):
+        m = dict(r.get("startup", {}))
+        if rank in exited:
+            m["exited"] = exited[rank]
+        ranks[str(rank)] = {k: v for k, v in (("start", span("process", "main", m)), ("build", span("main", "built", m)),
+                                               ("connect", span("built", "connected", m)),
+                                               ("warm_up", span("connected", "warmed", m)),
+                                               ("wait_start", span("warmed", "started", m)),
+                                               ("exit", span("done", "exited", m))) if v is not None}
+        if "process" in m and math.isfinite(m["process"]) and "spawn" in marks:
+            ranks[str(rank)]["spawned_after"] = m["process"] - marks["spawn"]
+    return {"total": total, **{k: v for k, v in stages.items() if v is not None}, "ranks": ranks}
 
 
 def _lost_replicas(built, lost: Dict[int, int], results: Dict[int, dict]) -> List[dict]:
@@ -501,6 +560,16 @@ def _print(report: dict) -> None:
         c = report["check"]
         print(f"  check       {'PASS' if c['ok'] else 'FAIL'}: max rel diff {c['max_rel_diff']:.2e}, "
               f"mean abs diff {c['mean_abs_diff']:.2e} vs the single-process reference ({c['requests']} requests)")
+    if "wall_s" in report:
+        w = report["wall_s"]
+        print(f"  wall        {w['total']:.2f} s: " + ", ".join(
+            f"{k.replace('_', ' ')} {w[k]:.2f}" for k in ("launcher_start", "prepare", "ranks_up", "run", "drain",
+                                                           "results", "check") if k in w))
+        slowest = max(w["ranks"].values(), key=lambda r: sum(r.get(k, 0.0) for k in ("start", "build", "connect",
+                                                                                    "warm_up")), default=None)
+        if slowest:
+            print("              slowest rank up: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f}"
+                                                               for k, v in slowest.items()))
     for lost in report.get("lost_replicas", []):
         print(f"  LOST        replica {lost['replica']} ({'; '.join(lost['how'])}): its "
               f"{len(lost['requests_excluded'])} requests are excluded from this report and --check; rounds of it "
@@ -513,5 +582,29 @@ def main(argv=None) -> int:
     return run(_parse(argv))
 
 
+def console_main() -> None:
+    """The ``cam-run`` command: main(), then the process ends at once. Everything the run opened is closed by then
+    (reports written, ranks reaped, windows unlinked); the interpreter's finalization would only tear down torch,
+    about 0.5 s of a 2-CPU machine's time for nothing."""
+    code = 1
+    try:
+        code = main()
+    except SystemExit as e:  # argparse: --help, usage errors
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # noqa: BLE001 - printed as the interpreter would, then the same exit code
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from typing import Tuple
 
 import torch
@@ -49,6 +50,10 @@ class RunConfig:
         d["attention_cost"] = tuple(d["attention_cost"])
         return RunConfig(**d)
 
+    @property
+    def world_size(self) -> int:
+        return self.D * self.P + self.F
+
     def workload_spec(self) -> WorkloadSpec:
         return WorkloadSpec(**self.workload)
 
@@ -56,6 +61,15 @@ class RunConfig:
         return ConnectorConfig(topology, self.master_addr, self.master_port, torch.bfloat16, self.timeout_s,
                                self.idle_poll_s, group="afd", shm_prefix=self.shm_prefix,
                                isolate_replicas=self.keep_going)
+
+
+def rank_threads(world: int) -> int:
+    """torch intra-op threads of each rank, and of the launcher's --check: the CPUs shared out over the world's
+    processes, at least one. torch's default (a thread per CPU in every process) oversubscribes the CPUs as soon
+    as the world has more ranks than CPUs: every small op's threads then spin against the other ranks' (on a
+    loaded 2-CPU machine a [30, 128] x [128, 128] float64 matmul took 8 ms with 2 threads, 0.02 ms with one)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // max(1, world))
 
 
 def topology_for(model, workload: Workload, D: int, P: int, F: int, slots: int) -> Topology:
@@ -70,9 +84,15 @@ def topology_for(model, workload: Workload, D: int, P: int, F: int, slots: int) 
                     L=len(model.moe_layers), slots=slots, quantized=True)
 
 
-def build(cfg: RunConfig):
-    """(model, workload, topology) of a run."""
+def plan(cfg: RunConfig) -> Tuple[Workload, Topology]:
+    """(workload, topology) of a run, without the model's weights: validates the topology (ValueError naming the
+    field) at the cost of a few small tensors."""
     config = MODEL_PRESETS[cfg.model]
     workload = make_workload(cfg.workload_spec(), cfg.D, config.vocab_size)
-    return MoEModel(config), workload, topology_for(config, workload, cfg.D, cfg.P, cfg.F, cfg.slots)
+    return workload, topology_for(config, workload, cfg.D, cfg.P, cfg.F, cfg.slots)
+
+
+def build(cfg: RunConfig):
+    """(model, workload, topology) of a run."""
+    return (MoEModel(MODEL_PRESETS[cfg.model]),) + plan(cfg)
 

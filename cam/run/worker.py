@@ -20,7 +20,7 @@ import torch
 
 from ..connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, expert_weights, ffn_compute
 from .participants import Participants, request_pieces
-from .setup import RunConfig, build
+from .setup import RunConfig, build, rank_threads
 from .timeline import Lane
 
 ABORT_KEY = "run/abort"
@@ -28,6 +28,21 @@ SHUTDOWN_KEY = "run/shutdown"
 READY_KEY = "run/ready"  # counts ranks whose connector is up
 START_KEY = "run/t0"  # the common clock origin, set by the launcher once every rank is ready
 _POLL_S = 0.05
+
+
+def process_start_time(pid: int = 0) -> float:
+    """When process `pid` (0: this one) started, on the time.time() clock (Linux /proc, 10 ms resolution); nan
+    elsewhere. Lets the wall-time profile count a process's interpreter start and imports, which run before any of
+    its code can take a timestamp."""
+    try:
+        with open(f"/proc/{pid or 'self'}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    # The start is in clock ticks since boot: anchor it on the uptime read now (btime is whole seconds).
+    return time.time() - up + ticks / os.sysconf("SC_CLK_TCK")
 
 
 class RankFailed(RuntimeError):
@@ -95,26 +110,29 @@ def _warm_up(model) -> None:
     model.pre_moe(model.config.moe_layers[0], torch.zeros(2, model.config.hidden), [2])
 
 
-def _wait_for_start(store, cfg: RunConfig) -> float:
+def _wait_for_start(store, cfg: RunConfig, marks: dict) -> float:
     """Start-up (imports, windows) is not part of the run: time starts when the launcher says every rank is up."""
+    marks["warmed"] = time.time()
     store.add(READY_KEY, 1)
     store.wait([START_KEY], timedelta(seconds=cfg.timeout_s))
+    marks["started"] = time.time()
     return float(store.get(START_KEY).decode())
 
 
-def run_attention(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built) -> dict:
+def run_attention(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built,
+                  marks: dict) -> dict:
     model, workload, topo = built
     replica, part = divmod(rank, topo.P)
     # P > 1: this participant dispatches and combines its own share of each micro-batch (cam.run.participants).
     group = Participants(store, replica, part, topo.P, cfg.timeout_s)
     try:
-        return _attention_loop(cfg, rank, store, connector, aborted, built, group)
+        return _attention_loop(cfg, rank, store, connector, aborted, built, group, marks)
     finally:
         group.close()
 
 
 def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built,
-                    group: Participants) -> dict:
+                    group: Participants, marks: dict) -> dict:
     model, workload, topo = built
     replica = group.replica
     own = workload.batches[replica]
@@ -122,7 +140,7 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
     moe_layers = model.config.moe_layers
     pieces, events = [], []
     _warm_up(model)
-    t0 = _wait_for_start(store, cfg)
+    t0 = _wait_for_start(store, cfg, marks)
     lane = Lane(t0)
     for step in range(steps):
         rids = own[step] if step < len(own) else []
@@ -191,9 +209,10 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
         if cfg.progress:
             print(f"[rank {rank}] replica {replica} step {step + 1}/{steps}: {sum(seq_lens)} tokens "
                   f"in {end - start:.2f} s", file=sys.stderr, flush=True)
+    marks["done"] = time.time()
     torch.save(pieces, os.path.join(cfg.out_dir, f"outputs-{rank}.pt"))
     return {"role": "attention", "rank": rank, "replica": replica, "participant": group.part, "batches": events,
-            "spans": lane.spans}
+            "spans": lane.spans, "startup": marks}
 
 
 def emulated_attention_s(attention_cost, seq_lens, participants: int = 1) -> float:
@@ -213,19 +232,22 @@ def _emulate_attention(cfg: RunConfig, seq_lens, participants: int, lane: Lane) 
             time.sleep(emulated_attention_s(cfg.attention_cost, seq_lens, participants))
 
 
-def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built) -> dict:
+def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built,
+            marks: dict) -> dict:
     model, _, topo = built
     w1, w2 = expert_weights(model, topo, rank - topo.A)
     _warm_up(model)
     # --graph: the iteration is captured once and replayed (docs/graph.md); nothing in it reads the host.
     captured = connector.capture_ffn(w1, w2) if cfg.graph else None
-    t0 = _wait_for_start(store, cfg)
+    t0 = _wait_for_start(store, cfg, marks)
     lane = Lane(t0)
     events, waiting, busy = [], 0.0, 0.0
     loop_start = time.time()
-    iteration = 0
+    iteration, idle = 0, False
     while True:
-        if iteration % 4 == 0 and store.check([SHUTDOWN_KEY]):
+        # Busy, every 4th item asks the store (a round trip); idle, every receive does: the run may be over, and
+        # an idle receive has just waited --idle-poll already.
+        if (idle or iteration % 4 == 0) and store.check([SHUTDOWN_KEY]):
             break
         iteration += 1
         a = time.time()
@@ -246,7 +268,8 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
         busy += c - b
         # Telemetry only, after the item is done: which replica/layer this was, for the timeline.
         rec = item.work_item
-        if int(rec[0]) != 0:
+        idle = int(rec[0]) == 0
+        if not idle:
             info = {"replica": int(rec[1]), "layer": int(rec[2]), "rows": int(rec[5])}
             events.append(dict(info, start_s=a - t0, recv_done_s=b - t0, end_s=c - t0))
             lane.add("item", a - t0, c - t0, **info)
@@ -256,20 +279,31 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
                 lane.add("send", sent - t0, c - t0)
         else:
             lane.idle(a - t0, c - t0)
-    total = time.time() - loop_start
+    marks["done"] = time.time()
+    total = marks["done"] - loop_start
+    # --keep-going: the Attention ranks the launcher saw die. This rank's liveness watchdog fences them within its
+    # poll (0.25 s); a run can end sooner, so fence here what it has not yet (idempotent: the first fence stays),
+    # and the dropped-round counts below are about them.
+    for dead in json.loads(store.get(SHUTDOWN_KEY).decode()).get("lost", []):
+        if connector.comm is not None and not connector.comm.closed:
+            connector.comm.fence_dead_rank(int(dead))
     # Nothing is in flight here now, so the dropped-round counts are final (--keep-going reports them).
     lost = [{"replica": x.replica, "dead_rank": x.dead_rank, "dropped_rounds": x.dropped_rounds, "report": str(x)}
             for x in connector.lost_replicas.values()]
     return {"role": "ffn", "rank": rank, "items": events, "spans": lane.spans, "recv_wait_s": waiting,
             "compute_s": busy, "loop_s": total, "idle_fraction": waiting / total if total > 0 else 0.0,
-            "lost_replicas": lost}
+            "lost_replicas": lost, "startup": marks}
 
 
 def main(argv=None) -> int:
+    # Wall-time profile of this rank (the report's "wall"): when it reached each stage, on the time.time() clock.
+    marks = {"process": process_start_time(), "main": time.time()}
     argv = sys.argv[1:] if argv is None else argv
     cfg = RunConfig.load(argv[0])
     rank = int(argv[1])
+    torch.set_num_threads(rank_threads(cfg.world_size))
     built = build(cfg)
+    marks["built"] = time.time()
     topo = built[2]
     role = "attention" if rank < topo.A else "ffn"
     store = _store(cfg)
@@ -281,8 +315,10 @@ def main(argv=None) -> int:
     result_path = os.path.join(cfg.out_dir, f"result-{rank}.json")
     try:
         connector.init_afd_connector(store=store)
+        marks["connected"] = time.time()
         watchdog.start()
-        result = (run_attention if role == "attention" else run_ffn)(cfg, rank, store, connector, aborted, built)
+        result = (run_attention if role == "attention" else run_ffn)(cfg, rank, store, connector, aborted, built,
+                                                                     marks)
         with open(result_path, "w") as f:
             json.dump(result, f)
         return 0

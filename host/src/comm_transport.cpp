@@ -14,6 +14,10 @@
 #include <map>
 #include <mutex>
 
+#ifndef CAM_WITH_CANN
+#include "twin/park.h"
+#endif
+
 namespace cam::host {
 
 namespace {
@@ -125,8 +129,13 @@ ShmTransport::ShmTransport(std::string name, int64_t rank, int64_t world)
     : name_(std::move(name)), rank_(rank), maps_(world) {}
 
 ShmTransport::~ShmTransport() {
-    for (auto& m : maps_)
-        if (m.base) munmap(m.base, m.bytes);
+    for (auto& m : maps_) {
+        if (!m.segment) continue;
+#ifndef CAM_WITH_CANN
+        twin::UnregisterSharedRegion(m.base);  // before the unmap: no wait or wake reaches the table after it
+#endif
+        munmap(m.segment, m.segmentBytes);
+    }
     if (!unlinked_) shm_unlink(name_.c_str());
 }
 
@@ -135,14 +144,15 @@ std::string ShmTransport::Create(uint64_t bytes) {
     if (fd < 0) return "shm_open(" + name_ + ") failed: " + std::strerror(errno);
     created_ = true;
     std::string err;
-    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-        err = "ftruncate(" + name_ + ", " + std::to_string(bytes) + ") failed: " + std::strerror(errno);
+    const uint64_t segmentBytes = kParkBytes + bytes;  // ftruncate zeroes it: the park table starts empty
+    if (ftruncate(fd, static_cast<off_t>(segmentBytes)) != 0) {
+        err = "ftruncate(" + name_ + ", " + std::to_string(segmentBytes) + ") failed: " + std::strerror(errno);
     } else {
-        void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        void* p = mmap(nullptr, segmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED) {
             err = "mmap(" + name_ + ") failed: " + std::strerror(errno);
         } else {
-            maps_[rank_] = {static_cast<uint8_t*>(p), bytes};
+            err = Adopt(rank_, p, segmentBytes);
         }
     }
     close(fd);
@@ -158,15 +168,27 @@ std::string ShmTransport::Map(int64_t rank, const std::string& name) {
         err = "fstat(" + name + ") failed: " + std::strerror(errno);
     } else {
         const uint64_t bytes = static_cast<uint64_t>(st.st_size);
-        void* p = bytes ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+        void* p = bytes > kParkBytes ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
         if (p == MAP_FAILED) {
-            err = "mmap of rank " + std::to_string(rank) + "'s segment " + name + " failed";
+            err = "mmap of rank " + std::to_string(rank) + "'s segment " + name + " failed" +
+                  (bytes > kParkBytes ? "" : " (it is " + std::to_string(bytes) + " bytes: no window)");
         } else {
-            maps_[rank] = {static_cast<uint8_t*>(p), bytes};
+            err = Adopt(rank, p, bytes);
         }
     }
     close(fd);
     return err;
+}
+
+std::string ShmTransport::Adopt(int64_t rank, void* segment, uint64_t segmentBytes) {
+    auto* s = static_cast<uint8_t*>(segment);
+    maps_[rank] = {s + kParkBytes, segmentBytes - kParkBytes, s, segmentBytes};
+#ifndef CAM_WITH_CANN
+    static_assert(kParkBytes == twin::kSharedParkBytes, "the segment reserves the twin's park table");
+    // A full registry only costs speed (that window's waits stay timed parks), never correctness.
+    twin::RegisterSharedRegion(maps_[rank].base, maps_[rank].bytes, s);
+#endif
+    return "";
 }
 
 void ShmTransport::Unlink() {

@@ -29,15 +29,21 @@ public:
     uint8_t* Window(int64_t rank) const override { return maps_[rank].base; }
     uint64_t WindowBytes(int64_t rank) const override { return maps_[rank].bytes; }
 
+    // A segment is its park table (kParkBytes: the twin's process-shared waits, twin/park.h), then the window.
+    static constexpr uint64_t kParkBytes = 8192;
+
     std::string Create(uint64_t bytes);  // "" or the reason
     std::string Map(int64_t rank, const std::string& name);
     void Unlink();
 
 private:
     struct Mapping {
-        uint8_t* base = nullptr;
+        uint8_t* base = nullptr;  // the window
         uint64_t bytes = 0;
+        uint8_t* segment = nullptr;  // what was mapped: the park table, then the window
+        uint64_t segmentBytes = 0;
     };
+    std::string Adopt(int64_t rank, void* segment, uint64_t segmentBytes);
     std::string name_;
     int64_t rank_;
     std::vector<Mapping> maps_;

@@ -108,6 +108,7 @@ void WakeLines(uintptr_t first, uintptr_t last) {
     // Dekker with ParkOn's registration: the writer's stores, this fence, then its read of the slots; the waiter's
     // registration, a fence, then its poll. Either the writer sees the registration or the poll sees the write.
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    SharedWake(reinterpret_cast<const void*>(first), last - first + kDcacheLineBytes);  // other processes' waiters
     const uint32_t used = gParkSlotsUsed.load(std::memory_order_acquire);
     for (uint32_t i = 0; i < used; ++i) {
         ParkSlot& s = gParkSlots[i];
@@ -318,6 +319,7 @@ void WakeParked(const void* addr, uint64_t bytes) {
 }
 
 void ParkOn(const void* watched, uint64_t bytes, uint32_t iteration) {
+    if (SharedParkOn(watched, bytes, iteration)) return;  // a window other processes write (twin/park.h)
     const uintptr_t first = reinterpret_cast<uintptr_t>(watched) & ~(kDcacheLineBytes - 1);
     const uintptr_t last = (reinterpret_cast<uintptr_t>(watched) + (bytes ? bytes : 1) - 1) & ~(kDcacheLineBytes - 1);
     ParkSlot* slot = ClaimParkSlot();

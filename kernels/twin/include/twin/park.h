@@ -54,4 +54,32 @@ bool SpinUntil(Done&& done, int64_t spinNs) {
     }
 }
 
+// ---- waits on memory that several processes map (the shm plane's windows) ----
+// A futex word of this process cannot be woken by a write from another process, so a data-plane wait on a window
+// that a peer process writes would sleep its whole park interval (ParkOn). A shared region carries its own table of
+// park slots, in the shared memory itself but outside the region's bytes (no kernel reaches it through a window
+// address): a waiter registers the lines it watches there, as offsets from the region's base (each process maps
+// the region at its own address), and parks on its slot's word with a process-shared futex; a writer of any process
+// that maps the region bumps and wakes the slots registered on the lines it wrote. Deadlines and every rule stay
+// with the kernels' bounded-wait helper: a park still ends after its interval.
+constexpr uint64_t kSharedParkBytes = 8192;  // the table's size in a region's segment (two pages)
+
+// Registers [base, base + bytes), whose park table (kSharedParkBytes, zeroed by whoever created the segment) is at
+// `table`, for this process. false when the registry is full (waits there then stay timed parks). The mapping must
+// stay until UnregisterSharedRegion(base) returned.
+bool RegisterSharedRegion(const void* base, uint64_t bytes, void* table);
+// On unless CAM_TWIN_SHARED_PARK=0 (A/B and diagnosis only: every wait on a shared region is then a timed park that
+// only the interval ends, as before shared parks existed).
+bool SharedParksEnabled();
+void UnregisterSharedRegion(const void* base);
+
+// ParkOn's and WakeParked's path for a shared region (twin/dcache.h documents the wait): SharedParkOn returns false,
+// doing nothing, when `watched` lies in no registered region; SharedWake wakes the waiters of every process parked
+// on a line of [addr, addr + bytes) if that range lies in a registered region.
+bool SharedParkOn(const void* watched, uint64_t bytes, uint32_t iteration);
+void SharedWake(const void* addr, uint64_t bytes);
+
+// Parks of the calling thread on a shared region that a write to a watched line ended (not the interval): tests.
+uint64_t SharedParkWakeupsThisThread();
+
 }  // namespace cam::twin
