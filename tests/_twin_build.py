@@ -33,7 +33,10 @@ def _object_dir() -> str:
     global _obj_dir
     if _obj_dir is None:
         _obj_dir = tempfile.mkdtemp(prefix="cam-twin-objects-")
-        atexit.register(shutil.rmtree, _obj_dir, True)
+        owner = os.getpid()
+        # Removed when the session's process exits; not by a forked child that exits normally (the session may
+        # still link against them).
+        atexit.register(lambda d=_obj_dir: os.getpid() == owner and shutil.rmtree(d, True))
     return _obj_dir
 
 
