@@ -84,7 +84,7 @@ def dispatch_recv(token, expand_x, scales, expert_counts, work_item, comm_id) ->
     from .ops.dispatch_recv import _check
 
     comm = comm_for("dispatch_recv", comm_id, attention=False)
-    _check(comm, (expand_x, scales, expert_counts, work_item))
+    _check(comm, expand_x, scales, expert_counts, work_item)
     _run(expand_x.device, lambda stream, allocate: _C.dispatch_recv(
         comm._c, desc(expand_x), desc(scales), desc(expert_counts), desc(work_item), stream, allocate))
     token.add_(1)

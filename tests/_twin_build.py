@@ -1,34 +1,81 @@
 """Builds a twin self-test program: one test source from tests/twin/ compiled with g++ against the twin's headers and,
-by default, every twin source. Each self-test used to spell this out in its own fixture."""
+by default, every twin source. Each self-test used to spell this out in its own fixture.
 
+The twin sources are compiled to objects once per test session and flag set, and linked into every program that
+asks for them: five self-test programs link the same ten twin sources, and compiling those is most of each build.
+The objects are built as kernels/CMakeLists.txt builds the cam_twin library (the twin's include directory only;
+the checkout root goes on the include path of the test source alone), with the program's flags, and the
+independent compiles run side by side on the machine's cores."""
+
+import atexit
 import glob
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 
 import pytest
+
+from _parallel import run_all
 
 # The flags kernels/CMakeLists.txt gives the twin (CMake Release: -O3): for tests that prove the fast paths.
 TWIN_FLAGS = ["-std=c++20", "-O3", "-ffp-contract=off", "-fno-trapping-math", "-pthread"]
 # The enforcement self-tests' flags: the rules are checked, not timed, and -O1 builds faster.
 SELFTEST_FLAGS = ["-std=c++20", "-O1", "-ffp-contract=off", "-pthread"]
 
+_lock = threading.Lock()
+_objects = {}  # (compiler, flags, source, its mtime and size) -> object file built this session
+_obj_dir = None
+
+
+def _object_dir() -> str:
+    global _obj_dir
+    if _obj_dir is None:
+        _obj_dir = tempfile.mkdtemp(prefix="cam-twin-objects-")
+        owner = os.getpid()
+        # Removed when the session's process exits; not by a forked child that exits normally (the session may
+        # still link against them).
+        atexit.register(lambda d=_obj_dir: os.getpid() == owner and shutil.rmtree(d, True))
+    return _obj_dir
+
 
 def build_twin_program(source_root: str, out: str, test_source: str, *, flags=SELFTEST_FLAGS, twin_sources=None,
-                       include_root: bool = False, timeout: float = 300) -> str:
-    """Compiles tests/twin/<test_source> into `out` and returns `out`. twin_sources: the twin .cpp files to link, as
-    paths under kernels/twin/src (None: all of them). include_root: also put the checkout root on the include path
-    (for tests that include kernels/common headers). Skips the test when there is no C++ compiler."""
+                       include_root: bool = False, extra_sources=(), extra_includes=(), timeout: float = 300) -> str:
+    """Compiles tests/twin/<test_source> (or an absolute path) into `out` and returns `out`. twin_sources: the twin
+    .cpp files to link, as paths under kernels/twin/src (None: all of them). include_root: also put the checkout
+    root on the include path of the test source (for tests that include kernels/common headers). extra_sources:
+    more of the program's own sources (absolute paths, e.g. a kernel), compiled like the test source, with
+    extra_includes after the twin's include directory. Skips the test when there is no C++ compiler. `timeout`
+    bounds each compiler run (the objects', the test source's, the link)."""
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         pytest.skip(f"no C++ compiler to build the twin self-test {test_source}")
+    twin_include = ["-I", os.path.join(source_root, "kernels", "twin", "include")]
     twin_src = os.path.join(source_root, "kernels", "twin", "src")
-    sources = [os.path.join(source_root, "tests", "twin", test_source)]
     if twin_sources is None:
-        sources += sorted(glob.glob(os.path.join(twin_src, "*.cpp")))
+        twin_paths = sorted(glob.glob(os.path.join(twin_src, "*.cpp")))
     else:
-        sources += [os.path.join(twin_src, s) for s in twin_sources]
-    includes = (["-I", source_root] if include_root else []) + ["-I", os.path.join(source_root, "kernels", "twin",
-                                                                                     "include")]
-    subprocess.run([compiler, *flags, *includes, *sources, "-o", out], check=True, timeout=timeout)
+        twin_paths = [os.path.join(twin_src, s) for s in twin_sources]
+    program_include = (["-I", source_root] if include_root else []) + twin_include
+    for d in extra_includes:
+        program_include += ["-I", str(d)]
+    program = [os.path.join(source_root, "tests", "twin", test_source), *map(str, extra_sources)]
+    units = [(src, program_include, f"{out}.{i}.o") for i, src in enumerate(program)]
+    program_objects = [obj for _, _, obj in units]
+    with _lock:  # one build at a time: a second caller would otherwise compile the same objects again
+        objects, new = [], []
+        for path in twin_paths:
+            st = os.stat(path)
+            key = (compiler, tuple(flags), path, st.st_mtime_ns, st.st_size)
+            obj = _objects.get(key)
+            if obj is None:
+                obj = os.path.join(_object_dir(), f"{len(_objects) + len(new)}-{os.path.basename(path)}.o")
+                new.append((key, obj))
+                units.append((path, twin_include, obj))
+            objects.append(obj)
+        run_all([[compiler, *flags, *includes, "-c", source, "-o", obj] for source, includes, obj in units],
+                timeout=timeout, check=True)
+        _objects.update(new)
+    subprocess.run([compiler, *flags, *program_objects, *objects, "-o", out], check=True, timeout=timeout)
     return out

@@ -21,7 +21,9 @@ import pytest
 
 import cam
 
-from test_ascend_headers import _host_includes, _syntax_check, acl_inc  # noqa: F401 (acl_inc is a fixture)
+from _parallel import run_all
+from _twin_build import build_twin_program
+from test_ascend_headers import _host_includes, _syntax_command, acl_inc  # noqa: F401 (acl_inc is a fixture)
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # compiles
 
@@ -37,12 +39,11 @@ def _gxx() -> str:
 
 @pytest.fixture(scope="module")
 def context_binary(tmp_path_factory) -> pathlib.Path:
+    # The twin's objects are the session's (tests/_twin_build.py): only the test and the kernel compile here.
     out = tmp_path_factory.mktemp("hccl") / "hccl_context"
-    sources = [ROOT / "tests" / "sdk_ascend" / "hccl_context.cpp", ROOT / "kernels" / "window_table" / "window_table.cpp",
-               *sorted((ROOT / "kernels" / "twin" / "src").glob("*.cpp"))]
-    subprocess.run([_gxx(), "-std=c++20", "-O1", "-pthread", "-I", str(ROOT / "kernels" / "twin" / "include"),
-                    "-I", str(ROOT / "kernels"), *map(str, sources), "-o", str(out)], check=True, timeout=300)
-    return out
+    return pathlib.Path(build_twin_program(str(ROOT), str(out), str(ROOT / "tests" / "sdk_ascend" / "hccl_context.cpp"),
+                                           extra_sources=[ROOT / "kernels" / "window_table" / "window_table.cpp"],
+                                           extra_includes=[ROOT / "kernels"]))
 
 
 def _run(binary: pathlib.Path, case: str) -> subprocess.CompletedProcess:
@@ -84,20 +85,36 @@ DRIFTS = [
 ]
 
 
-@pytest.mark.parametrize("before, after", DRIFTS, ids=["HcclCommInitRootInfoConfig", "HcclGetCommName"])
-def test_hccl_signature_drift_is_a_compile_error(tmp_path, acl_inc, before, after):  # noqa: F811
+DRIFT_IDS = ["HcclCommInitRootInfoConfig", "HcclGetCommName"]
+TRANSPORT = ROOT / "host" / "src" / "transport_hccl.cpp"
+
+
+@pytest.fixture(scope="module")
+def transport_checks(tmp_path_factory, acl_inc):  # noqa: F811
+    """The syntax check of transport_hccl.cpp on the unmodified headers (the control) and on each drifted copy,
+    compiled side by side: {"control" or drift id: (the prototype was found in the copy, the compile)}."""
     base = acl_inc.parent.parent
-    overlay = tmp_path / "headers"
-    shutil.copytree(base, overlay, symlinks=True)
-    header = overlay / "hccl" / "inc" / "hccl" / "hccl.h"
-    text = header.read_text()
-    assert before in text, "control: the prototype was found"
-    header.write_text(text.replace(before, after))
-    res = _syntax_check(ROOT / "host" / "src" / "transport_hccl.cpp", _host_includes(overlay / "acl" / "inc"))
+    found, commands = {"control": True}, {"control": _syntax_command(TRANSPORT, _host_includes(acl_inc))}
+    for (before, after), name in zip(DRIFTS, DRIFT_IDS):
+        overlay = tmp_path_factory.mktemp(name) / "headers"
+        shutil.copytree(base, overlay, symlinks=True)
+        header = overlay / "hccl" / "inc" / "hccl" / "hccl.h"
+        text = header.read_text()
+        found[name] = before in text
+        header.write_text(text.replace(before, after))
+        commands[name] = _syntax_command(TRANSPORT, _host_includes(overlay / "acl" / "inc"))
+    results = run_all(list(commands.values()), timeout=300, capture_output=True, text=True)
+    return {name: (found[name], res) for name, res in zip(commands, results)}
+
+
+@pytest.mark.parametrize("name", DRIFT_IDS, ids=DRIFT_IDS)
+def test_hccl_signature_drift_is_a_compile_error(transport_checks, name):
+    found, res = transport_checks[name]
+    assert found, "control: the prototype was found"
     assert res.returncode != 0 and "transport_hccl.cpp" in res.stderr, res.stderr
 
 
-def test_transport_compiles_against_the_real_headers(acl_inc):  # noqa: F811
+def test_transport_compiles_against_the_real_headers(transport_checks):
     # The control of the drift tests: the same check on the unmodified headers passes.
-    res = _syntax_check(ROOT / "host" / "src" / "transport_hccl.cpp", _host_includes(acl_inc))
+    _, res = transport_checks["control"]
     assert res.returncode == 0, res.stderr[-3000:]

@@ -19,6 +19,8 @@ import tempfile
 
 import pytest
 
+from _parallel import run_all
+
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # compiles
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -137,12 +139,13 @@ def test_public_headers_compile_with_cann(tmp_path, acl_inc, lang):
     # C callers never see aclnn/acl_meta.h (C++ only in CANN): acl_compat.h declares its opaque types for them.
     compiler = _compiler("g++" if lang == "c++" else "gcc")
     std, ext, extra = ("-std=c++17", "cpp", ["-I", str(SHIM)]) if lang == "c++" else ("-std=c99", "c", [])
-    for header in PUBLIC_HEADERS:
-        src = tmp_path / f"probe.{ext}"
+    commands = []
+    for i, header in enumerate(PUBLIC_HEADERS):
+        src = tmp_path / f"probe{i}.{ext}"
         src.write_text(f"#include <cam/{header}>\nint main(void) {{ return 0; }}\n")
-        res = subprocess.run([compiler, std, "-Wall", "-Wextra", "-Werror", "-pedantic", "-fsyntax-only",
-                              "-DCAM_WITH_CANN", "-I", str(acl_inc), *extra, "-I", str(ROOT / "host" / "include"),
-                              str(src)], capture_output=True, text=True, timeout=120)
+        commands.append([compiler, std, "-Wall", "-Wextra", "-Werror", "-pedantic", "-fsyntax-only", "-DCAM_WITH_CANN",
+                         "-I", str(acl_inc), *extra, "-I", str(ROOT / "host" / "include"), str(src)])
+    for header, res in zip(PUBLIC_HEADERS, run_all(commands, timeout=120, capture_output=True, text=True)):
         assert res.returncode == 0, header + ": " + res.stderr
 
 
@@ -150,11 +153,20 @@ def test_public_headers_compile_with_cann(tmp_path, acl_inc, lang):
 NOT_CHECKED = {"backend_twin.cpp", "acl_twin.cpp", "tensor_list_ascend.cpp"}
 
 
-def _syntax_check(source: pathlib.Path, includes: list[pathlib.Path]) -> subprocess.CompletedProcess:
+def _syntax_command(source: pathlib.Path, includes: list[pathlib.Path]) -> list[str]:
     flags = ["-std=c++20", "-fsyntax-only", "-Wall", "-Werror", "-DCAM_WITH_CANN"]
     for d in includes:
         flags += ["-I", str(d)]
-    return subprocess.run([_compiler("g++"), *flags, str(source)], capture_output=True, text=True, timeout=300)
+    return [_compiler("g++"), *flags, str(source)]
+
+
+def _syntax_check(source: pathlib.Path, includes: list[pathlib.Path]) -> subprocess.CompletedProcess:
+    return subprocess.run(_syntax_command(source, includes), capture_output=True, text=True, timeout=300)
+
+
+def _syntax_check_all(sources: list[pathlib.Path], includes: list[pathlib.Path]) -> list:
+    """_syntax_check of each source, side by side (independent compiles)."""
+    return run_all([_syntax_command(s, includes) for s in sources], timeout=300, capture_output=True, text=True)
 
 
 def third_party_root(acl_inc: pathlib.Path) -> pathlib.Path:
@@ -180,8 +192,7 @@ def _host_includes(acl_inc: pathlib.Path) -> list[pathlib.Path]:
 def test_host_sources_compile_with_cann(acl_inc):
     sources = sorted(p for p in (ROOT / "host" / "src").glob("*.cpp") if p.name not in NOT_CHECKED)
     assert any(p.name == "backend_ascend.cpp" for p in sources)
-    for source in sources:
-        res = _syntax_check(source, _host_includes(acl_inc))
+    for source, res in zip(sources, _syntax_check_all(sources, _host_includes(acl_inc))):
         assert res.returncode == 0, source.name + ": " + res.stderr[-3000:]
 
 
@@ -192,8 +203,8 @@ def test_bindings_compile_with_cann(acl_inc):
 
     includes = _host_includes(acl_inc) + [pathlib.Path(pybind11.get_include()),
                                           pathlib.Path(sysconfig.get_paths()["include"])]
-    for source in sorted((ROOT / "bindings").glob("*.cpp")):
-        res = _syntax_check(source, includes)
+    sources = sorted((ROOT / "bindings").glob("*.cpp"))
+    for source, res in zip(sources, _syntax_check_all(sources, includes)):
         assert res.returncode == 0, source.name + ": " + res.stderr[-3000:]
 
 

@@ -4,7 +4,7 @@ from .. import _C, _runtime
 from ..comm import Comm
 from . import _library
 from ._checks import Args
-from ._dataplane import comm_arg, comm_for
+from ._dataplane import comm_arg, comm_for, run_direct
 
 
 def _check(comm: Comm, topk_ids: torch.Tensor, topk_weights: torch.Tensor, out: torch.Tensor) -> None:
@@ -23,6 +23,12 @@ def _combine_recv(token: torch.Tensor, topk_ids: torch.Tensor, topk_weights: tor
     comm = comm_for("combine_recv", comm_id, attention=True)
     _check(comm, topk_ids, topk_weights, out)
     _runtime.run(_C.combine_recv, comm._c, topk_ids, topk_weights, out, stream=comm.stream)
+    token.add_(1)
+
+
+@_combine_recv.register_direct
+def _(token, topk_ids, topk_weights, out, comm_id) -> None:
+    run_direct("combine_recv", True, _check, _C.combine_recv, comm_id, topk_ids, topk_weights, out)
     token.add_(1)
 
 

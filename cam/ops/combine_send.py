@@ -4,7 +4,7 @@ from .. import _C, _runtime
 from ..comm import Comm
 from . import _library
 from ._checks import Args
-from ._dataplane import comm_arg, comm_for
+from ._dataplane import comm_arg, comm_for, run_direct
 
 
 def _check(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) -> None:
@@ -19,6 +19,12 @@ def _combine_send(token: torch.Tensor, expert_out: torch.Tensor, work_item: torc
     comm = comm_for("combine_send", comm_id, attention=False)
     _check(comm, expert_out, work_item)
     _runtime.run(_C.combine_send, comm._c, expert_out, work_item, stream=comm.stream)
+    token.add_(1)
+
+
+@_combine_send.register_direct
+def _(token, expert_out, work_item, comm_id) -> None:
+    run_direct("combine_send", False, _check, _C.combine_send, comm_id, expert_out, work_item)
     token.add_(1)
 
 

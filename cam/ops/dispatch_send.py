@@ -4,7 +4,7 @@ from .. import _C, _runtime
 from ..comm import Comm
 from . import _library
 from ._checks import Args
-from ._dataplane import comm_arg, comm_for
+from ._dataplane import comm_arg, comm_for, run_direct
 
 
 def _check(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: int) -> None:
@@ -24,6 +24,12 @@ def _dispatch_send(token: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor,
     comm = comm_for("dispatch_send", comm_id, attention=True)
     _check(comm, x, topk_ids, layer)
     _runtime.run(_C.dispatch_send, comm._c, x, topk_ids, layer, stream=comm.stream)
+    token.add_(1)
+
+
+@_dispatch_send.register_direct
+def _(token, x, topk_ids, layer, comm_id) -> None:
+    run_direct("dispatch_send", True, _check, _C.dispatch_send, comm_id, x, topk_ids, layer)
     token.add_(1)
 
 

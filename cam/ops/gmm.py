@@ -9,6 +9,7 @@ from typing import Optional
 import torch
 
 from .. import _C, _runtime
+from ..errors import InvalidArgumentError
 from ..layer_weights import LayerWeights
 from . import _library
 from ._checks import Args
@@ -84,6 +85,20 @@ def _gmm_swiglu_quant_multi_layer(
                  group_list_type, y, y_scale)
 
 
+@_gmm_swiglu_quant_multi_layer.register_direct
+def _(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale) -> None:
+    # Validation once per call, as dynamic_quant: the C API's checks (gmm_common.cpp, then N even, y, y_scale)
+    # refuse everything _check_w1 refuses for plain CPU tensors, before anything is written, and more (K above the
+    # kernel's limit, tiling). After a refusal _check_w1 runs to raise the documented message naming the argument;
+    # where only the C API refuses, its error stands.
+    try:
+        _runtime.run(_C.gmm_swiglu_quant_multi_layer, x, x_scale, weights, weight_scales, group_list, layer_index,
+                     group_list_type, y, y_scale)
+    except InvalidArgumentError:
+        _check_w1(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale)
+        raise
+
+
 @_gmm_swiglu_quant_multi_layer.register_fake
 def _(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale) -> None:
     _check_w1(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale)
@@ -103,6 +118,17 @@ def _gmm_multi_layer(
     _check_w2(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out)
     _runtime.run(_C.gmm_multi_layer, y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type,
                  out)
+
+
+@_gmm_multi_layer.register_direct
+def _(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out) -> None:
+    # Validation once per call, as for W1 above.
+    try:
+        _runtime.run(_C.gmm_multi_layer, y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type,
+                     out)
+    except InvalidArgumentError:
+        _check_w2(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out)
+        raise
 
 
 @_gmm_multi_layer.register_fake

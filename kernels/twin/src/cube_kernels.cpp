@@ -17,6 +17,7 @@
 #endif
 
 #include "twin/cube.h"
+#include "twin/env_path.h"
 
 namespace cam::twin {
 
@@ -315,29 +316,10 @@ bool Supported(CubePath path) {
     return supported[static_cast<int>(path) & 3];
 }
 
-struct Resolved {
-    CubePath path = CubePath::Portable;
-    std::string error;  // non-empty: CAM_TWIN_CUBE asked for something this machine cannot run
-};
-
-const Resolved& Resolve() {
-    static const Resolved resolved = [] {
-        Resolved r;
-        const char* env = std::getenv("CAM_TWIN_CUBE");
-        if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) {
-            for (CubePath p : {CubePath::Amx, CubePath::Avx512Vnni, CubePath::Avx2, CubePath::Portable})
-                if (Supported(p)) return r.path = p, r;
-            return r;
-        }
-        CubePath p;
-        if (!ParseCubePath(env, &p)) {
-            r.error = std::string("CAM_TWIN_CUBE='") + env + "' is not one of auto, amx, avx512vnni, avx2, portable";
-        } else if (!Supported(p)) {
-            r.error = std::string("CAM_TWIN_CUBE=") + env + " but this CPU (or the OS, for AMX) does not support it";
-        }
-        r.path = p;
-        return r;
-    }();
+const EnvPath<CubePath>& Resolve() {
+    static const EnvPath<CubePath> resolved =
+        ResolveEnvPath("CAM_TWIN_CUBE", {CubePath::Amx, CubePath::Avx512Vnni, CubePath::Avx2, CubePath::Portable},
+                       CubePathName, Supported, "this CPU (or the OS, for AMX) does not support it");
     return resolved;
 }
 
@@ -366,7 +348,7 @@ bool ParseCubePath(const char* name, CubePath* out) {
 bool CubePathSupported(CubePath path) { return Supported(path); }
 
 CubePath ActiveCubePath(const std::source_location& where) {
-    const Resolved& r = Resolve();
+    const EnvPath<CubePath>& r = Resolve();
     CAM_TWIN_CHECK(r.error.empty(), "cube-path", r.error, where);
     return r.path;
 }

@@ -6,6 +6,7 @@
 #include <source_location>
 #include <string>
 
+#include "twin/env_path.h"
 #include "twin/runtime.h"
 
 namespace cam::twin {
@@ -185,29 +186,11 @@ bool CpuHasAvx() {
 #endif
 }
 
-struct Resolved {
-    GmCopyPath path = GmCopyPath::Word8;
-    std::string error;  // non-empty: CAM_TWIN_COPY asked for something this machine cannot run
-};
-
-const Resolved& Resolve() {
-    static const Resolved resolved = [] {
-        Resolved r;
-        const char* env = std::getenv("CAM_TWIN_COPY");
-        if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) {
-            r.path = GmCopyPathSupported(GmCopyPath::Sse16) ? GmCopyPath::Sse16 : GmCopyPath::Word8;
-        } else if (std::strcmp(env, "sse16") == 0) {
-            r.path = GmCopyPath::Sse16;
-            if (!GmCopyPathSupported(r.path))
-                r.error = "CAM_TWIN_COPY=sse16 but this CPU does not report AVX, so its 16-byte moves are not "
-                          "documented atomic";
-        } else if (std::strcmp(env, "word8") == 0) {
-            r.path = GmCopyPath::Word8;
-        } else {
-            r.error = std::string("CAM_TWIN_COPY='") + env + "' is not one of auto, sse16, word8";
-        }
-        return r;
-    }();
+// Resolved at the first copy (twin/env_path.h): sse16 where the CPU has AVX, else word8.
+const EnvPath<GmCopyPath>& Resolve() {
+    static const EnvPath<GmCopyPath> resolved = ResolveEnvPath(
+        "CAM_TWIN_COPY", {GmCopyPath::Sse16, GmCopyPath::Word8}, GmCopyPathName, GmCopyPathSupported,
+        "this CPU does not report AVX, so its 16-byte moves are not documented atomic");
     return resolved;
 }
 
@@ -221,7 +204,7 @@ bool GmCopyPathSupported(GmCopyPath path) {
 const char* GmCopyPathName(GmCopyPath path) { return path == GmCopyPath::Sse16 ? "sse16" : "word8"; }
 
 GmCopyPath ActiveGmCopyPath() {
-    const Resolved& r = Resolve();
+    const EnvPath<GmCopyPath>& r = Resolve();
     if (!r.error.empty()) Violation("copy-path", r.error, std::source_location::current());
     return r.path;
 }

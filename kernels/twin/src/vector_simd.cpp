@@ -13,6 +13,7 @@
 #endif
 
 #include "kernel_operator.h"
+#include "twin/env_path.h"
 
 namespace cam::twin {
 
@@ -707,30 +708,10 @@ const VectorKernels& Table(VectorPath path) {
     }
 }
 
-struct Resolved {
-    const VectorKernels* kernels = &kPortable;
-    std::string error;  // non-empty: CAM_TWIN_VECTOR asked for something this machine cannot run
-};
-
-const Resolved& Resolve() {
-    static const Resolved resolved = [] {
-        Resolved r;
-        const char* env = std::getenv("CAM_TWIN_VECTOR");
-        if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) {
-            for (VectorPath p : {VectorPath::Avx512, VectorPath::Avx2, VectorPath::Portable})
-                if (Supported(p)) return r.kernels = &Table(p), r;
-            return r;
-        }
-        VectorPath p;
-        if (!ParseVectorPath(env, &p)) {
-            r.error = std::string("CAM_TWIN_VECTOR='") + env + "' is not one of auto, avx512, avx2, portable";
-        } else if (!Supported(p)) {
-            r.error = std::string("CAM_TWIN_VECTOR=") + env + " but this CPU does not support it";
-        } else {
-            r.kernels = &Table(p);
-        }
-        return r;
-    }();
+const EnvPath<VectorPath>& Resolve() {
+    static const EnvPath<VectorPath> resolved =
+        ResolveEnvPath("CAM_TWIN_VECTOR", {VectorPath::Avx512, VectorPath::Avx2, VectorPath::Portable},
+                       VectorPathName, Supported, "this CPU does not support it");
     return resolved;
 }
 
@@ -765,9 +746,9 @@ const VectorKernels& VectorKernelsFor(VectorPath path, const std::source_locatio
 }
 
 const VectorKernels& ActiveVectorKernels(const std::source_location& where) {
-    const Resolved& r = Resolve();
+    const EnvPath<VectorPath>& r = Resolve();
     CAM_TWIN_CHECK(r.error.empty(), "vector-path", r.error, where);
-    return *r.kernels;
+    return Table(r.path);
 }
 
 }  // namespace cam::twin
