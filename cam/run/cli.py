@@ -34,7 +34,8 @@ from .bound import critical_path
 from .bound import load_costs as load_bound_costs
 from .participants import assemble
 from .setup import RunConfig, plan, rank_threads
-from .start import WORKER_BOOTSTRAP, start_method, start_ranks, worker_command  # noqa: F401 - worker_command: API
+from .start import WORKER_BOOTSTRAP, exit_now, start_method, start_ranks
+from .start import worker_command  # noqa: F401 - the command line of one exec-started rank: API
 from .timeline import ATTENTION_PHASES
 from .trace import write_trace
 from .workload import PRESETS as WORKLOAD_PRESETS
@@ -599,11 +600,7 @@ def console_main() -> None:
         traceback.print_exc()
         code = 1
     finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        exit_now(code)
 
 
 if __name__ == "__main__":

@@ -173,8 +173,14 @@ def _child(config_path: str, rank: int, go_r: int, go_w: int, timeout_s: float) 
         traceback.print_exc()
         code = 3
     finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code if isinstance(code, int) and 0 <= code < 256 else 1)
+        exit_now(code if isinstance(code, int) and 0 <= code < 256 else 1)
+
+
+def exit_now(code: int) -> None:
+    """Flushes what this process printed and ends it at once: no interpreter finalization (torch's teardown), no
+    atexit handlers. For a process whose work has closed everything it opened."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)

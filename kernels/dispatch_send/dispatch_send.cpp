@@ -190,41 +190,36 @@ private:
         for (int64_t i = 0; i < tiling_.tokens * t.F; ++i) Slots().SetValue(i, -1);
     }
 
+    // A round table is a UB tensor when tiling says the tables fit, else its workspace copy in GM (int32 in UB;
+    // the workspace keeps its own width).
+    template <typename W>
+    __aicore__ inline int64_t TableGet(const AscendC::LocalTensor<int32_t>& ub, const AscendC::GlobalTensor<W>& gm,
+                                       int64_t i) const {
+        return tiling_.tablesInUb != 0 ? static_cast<int64_t>(ub.GetValue(static_cast<uint32_t>(i)))
+                                       : static_cast<int64_t>(gm.GetValue(i));
+    }
+    template <typename W>
+    __aicore__ inline void TableSet(AscendC::LocalTensor<int32_t>& ub, AscendC::GlobalTensor<W> gm, int64_t i,
+                                    int64_t v) {
+        if (tiling_.tablesInUb != 0) {
+            ub.SetValue(static_cast<uint32_t>(i), static_cast<int32_t>(v));
+        } else {
+            gm.SetValue(i, static_cast<W>(v));
+        }
+    }
     // Rows per expert of this round; after the index pass, each expert's running position (protocol rows fit
     // int32: a round has at most Bmax * K of them).
-    __aicore__ inline int64_t CountOf(int64_t e) const {
-        return tiling_.tablesInUb != 0 ? countsUb_.GetValue(static_cast<uint32_t>(e)) : Counts().GetValue(e);
-    }
-    __aicore__ inline void SetCount(int64_t e, int64_t v) {
-        if (tiling_.tablesInUb != 0) {
-            countsUb_.SetValue(static_cast<uint32_t>(e), static_cast<int32_t>(v));
-        } else {
-            Counts().SetValue(e, v);
-        }
-    }
+    __aicore__ inline int64_t CountOf(int64_t e) const { return TableGet(countsUb_, Counts(), e); }
+    __aicore__ inline void SetCount(int64_t e, int64_t v) { TableSet(countsUb_, Counts(), e, v); }
     // Distinct tokens of this round on FFN rank f so far.
-    __aicore__ inline int64_t TokensOn(int64_t f) const {
-        return tiling_.tablesInUb != 0 ? tokensUb_.GetValue(static_cast<uint32_t>(f)) : TokensPerFfn().GetValue(f);
-    }
-    __aicore__ inline void SetTokensOn(int64_t f, int64_t v) {
-        if (tiling_.tablesInUb != 0) {
-            tokensUb_.SetValue(static_cast<uint32_t>(f), static_cast<int32_t>(v));
-        } else {
-            TokensPerFfn().SetValue(f, v);
-        }
-    }
+    __aicore__ inline int64_t TokensOn(int64_t f) const { return TableGet(tokensUb_, TokensPerFfn(), f); }
+    __aicore__ inline void SetTokensOn(int64_t f, int64_t v) { TableSet(tokensUb_, TokensPerFfn(), f, v); }
     // Token slot of token tok on FFN rank f, or -1.
     __aicore__ inline int32_t SlotOf(int64_t tok, int64_t f) const {
-        const int64_t i = tok * plane_.Topo().F + f;
-        return tiling_.tablesInUb != 0 ? slotsUb_.GetValue(static_cast<uint32_t>(i)) : Slots().GetValue(i);
+        return static_cast<int32_t>(TableGet(slotsUb_, Slots(), tok * plane_.Topo().F + f));
     }
     __aicore__ inline void SetSlot(int64_t tok, int64_t f, int64_t slot) {
-        const int64_t i = tok * plane_.Topo().F + f;
-        if (tiling_.tablesInUb != 0) {
-            slotsUb_.SetValue(static_cast<uint32_t>(i), static_cast<int32_t>(slot));
-        } else {
-            Slots().SetValue(i, static_cast<int32_t>(slot));
-        }
+        TableSet(slotsUb_, Slots(), tok * plane_.Topo().F + f, slot);
     }
     // Where the next FFN rank's run of UB index entries starts: on a 32-byte block after the end of this one.
     __aicore__ static inline int64_t NextRunStart(int64_t end) {
