@@ -6,6 +6,10 @@ toolkit the kernels run on the twin, a CPU implementation of the Ascend C subset
 
 import os as _os
 import sys as _sys
+import time as _time
+
+# When this package began importing (before torch): the `cam-run` command's own start for its wall-time profile.
+_import_started = _time.time()
 
 import torch as _torch  # noqa: F401  (registers torch.library before the ops module uses it)
 
