@@ -68,8 +68,6 @@ struct ParkSlot {
     std::atomic<uint32_t> word{0};       // futex word: bumped by every write to `line`
     std::atomic<uint32_t> sleeping{0};   // the thread is (about to be) in the futex wait: writers must wake it
 };
-// Polls of a wait that re-poll at once before it parks: a signal about to arrive costs no futex round trip.
-constexpr uint32_t kWaitEagerPolls = 16;
 // Blocks of every rank of a process that wait at once: 4 ranks x 48 blocks on the largest platform fits.
 constexpr uint32_t kParkSlots = 512;
 ParkSlot gParkSlots[kParkSlots];
@@ -109,14 +107,7 @@ void WakeLines(uintptr_t first, uintptr_t last) {
     // registration, a fence, then its poll. Either the writer sees the registration or the poll sees the write.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     SharedWake(reinterpret_cast<const void*>(first), last - first + kDcacheLineBytes);  // other processes' waiters
-    const uint32_t used = gParkSlotsUsed.load(std::memory_order_acquire);
-    for (uint32_t i = 0; i < used; ++i) {
-        ParkSlot& s = gParkSlots[i];
-        const uintptr_t lo = s.first.load(std::memory_order_acquire);
-        if (lo == 0 || lo > last || s.last.load(std::memory_order_relaxed) < first) continue;
-        s.word.fetch_add(1, std::memory_order_seq_cst);
-        if (s.sleeping.load(std::memory_order_seq_cst) != 0) UnparkAll(s.word);
-    }
+    WakeSlots(gParkSlots, gParkSlotsUsed.load(std::memory_order_acquire), first, last, false);
 }
 
 std::string Hex(uintptr_t v) {
@@ -322,45 +313,7 @@ void ParkOn(const void* watched, uint64_t bytes, uint32_t iteration) {
     if (SharedParkOn(watched, bytes, iteration)) return;  // a window other processes write (twin/park.h)
     const uintptr_t first = reinterpret_cast<uintptr_t>(watched) & ~(kDcacheLineBytes - 1);
     const uintptr_t last = (reinterpret_cast<uintptr_t>(watched) + (bytes ? bytes : 1) - 1) & ~(kDcacheLineBytes - 1);
-    ParkSlot* slot = ClaimParkSlot();
-    if (slot != nullptr && (iteration == 0 || tParker.first != first || tParker.last != last)) {
-        // A new wait (or a wait that moved to other lines): register, then let it poll once more. A write after
-        // this point bumps the word; one before it is seen by that poll (the fence pairs with WakeLines').
-        slot->first.store(0, std::memory_order_seq_cst);
-        slot->last.store(last, std::memory_order_seq_cst);
-        slot->first.store(first, std::memory_order_seq_cst);
-        tParker.first = first;
-        tParker.last = last;
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        tParker.seen = slot->word.load(std::memory_order_seq_cst);
-        return;
-    }
-    // The first polls of a wait re-poll at once (a signal about to arrive costs no park). No sched_yield: on a
-    // loaded machine a yield can give the CPU away for a whole time slice.
-    if (iteration < kWaitEagerPolls) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-        if (slot != nullptr) tParker.seen = slot->word.load(std::memory_order_seq_cst);
-        return;
-    }
-    // In-process writers (MTE copies, cleans) of the watched line wake the block at once; the timeout bounds the
-    // wait for writes the twin does not see (a peer process, the host) and keeps the kernel's own deadline check
-    // running. It grows with the wait, so a long idle wait costs little CPU. Block threads run with a 1 µs timer
-    // slack (twin/park.h), so the interval is what the block sleeps.
-    const auto interval = std::chrono::microseconds(iteration < 256 ? 50 : 200);
-    if (slot == nullptr) {
-        std::atomic<uint32_t> never{0};
-        ParkWhileEqual(never, 0, interval);
-        return;
-    }
-    slot->sleeping.store(1, std::memory_order_seq_cst);
-    // Returns at once if a write came since the last poll. A futex return without a timeout may be spurious (a
-    // signal): only a changed word counts as woken.
-    ParkWhileEqual(slot->word, tParker.seen, interval);
-    slot->sleeping.store(0, std::memory_order_relaxed);
-    if (slot->word.load(std::memory_order_acquire) != tParker.seen) ++tParker.woken;
-    tParker.seen = slot->word.load(std::memory_order_seq_cst);
+    if (WaitStep(ClaimParkSlot(), tParker, first, last, iteration, false)) ++tParker.woken;
 }
 
 }  // namespace cam::twin

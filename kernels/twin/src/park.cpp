@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <mutex>
+#include <utility>
 
 #include <linux/futex.h>
 #include <sys/prctl.h>
@@ -16,21 +17,23 @@ namespace cam::twin {
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free,
               "futex words are plain 32-bit words");
 
-bool ParkWhileEqual(const std::atomic<uint32_t>& word, uint32_t seen, std::chrono::nanoseconds timeout) {
+bool ParkWhileEqual(const std::atomic<uint32_t>& word, uint32_t seen, std::chrono::nanoseconds timeout, bool shared) {
     if (word.load(std::memory_order_acquire) != seen) return true;
     if (timeout.count() <= 0) return false;
     timespec ts;
     ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
     ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
-    // Relative timeout, private futex: the word lives in this process. EAGAIN (word changed), EINTR (a signal)
-    // and a wake all return "maybe changed"; ETIMEDOUT is the only "no".
-    const long rc = syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT_PRIVATE, seen, &ts,
-                            nullptr, 0);
+    // Relative timeout. Private futex unless shared: without FUTEX_PRIVATE_FLAG the kernel keys the wait on the
+    // shared page, so another process's wake reaches it. EAGAIN (word changed), EINTR (a signal) and a wake all
+    // return "maybe changed"; ETIMEDOUT is the only "no".
+    const long rc = syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word),
+                            shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE, seen, &ts, nullptr, 0);
     return !(rc == -1 && errno == ETIMEDOUT);
 }
 
-void UnparkAll(std::atomic<uint32_t>& word) {
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+void UnparkAll(std::atomic<uint32_t>& word, bool shared) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+            nullptr, 0);
 }
 
 int64_t SpinNs() {
@@ -138,6 +141,7 @@ struct SharedParker {
 };
 struct SharedParkers {
     SharedParker parkers[4];
+    SharedParker unclaimed;  // WaitStep's state for waits with no slot (they only ever take timed parks)
     uint64_t woken = 0;
     ~SharedParkers() {
         std::lock_guard<std::mutex> lock(gRegionsMutex);  // the region stays mapped while it is registered
@@ -182,17 +186,11 @@ SharedParker* ClaimSharedSlot(const Region& r) {
     return nullptr;  // a full table: this thread's waits there stay timed parks
 }
 
-bool FutexWaitShared(const std::atomic<uint32_t>& word, uint32_t seen, std::chrono::nanoseconds timeout) {
-    timespec ts;
-    ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
-    ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
-    // No FUTEX_PRIVATE_FLAG: the kernel keys the wait on the shared page, so another process's wake reaches it.
-    const long rc = syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
-    return !(rc == -1 && errno == ETIMEDOUT);
+// The lines of [a, a + bytes) in a region based at `base`, as the table stores them: offsets of line bases + 1.
+std::pair<uint64_t, uint64_t> RegionLines(uintptr_t a, uint64_t bytes, uintptr_t base) {
+    constexpr uint64_t kLineMask = ~uint64_t(63);  // the scalar cache's 64-byte lines (twin/dcache.h)
+    return {((a - base) & kLineMask) + 1, ((a + bytes - 1 - base) & kLineMask) + 1};
 }
-
-// ParkOn's schedule (twin/dcache.h): polls that re-poll at once, then parks growing from 50 to 200 µs.
-constexpr uint32_t kSharedEagerPolls = 16;
 
 }  // namespace
 
@@ -246,41 +244,9 @@ bool SharedParkOn(const void* watched, uint64_t bytes, uint32_t iteration) {
     const Held held(a);
     Region* r = held.get();
     if (r == nullptr) return false;
-    const uintptr_t base = held.base();
-    const uint64_t first = ((a - base) & ~uint64_t(63)) + 1;
-    const uint64_t last = ((a + (bytes ? bytes : 1) - 1 - base) & ~uint64_t(63)) + 1;
+    const auto [first, last] = RegionLines(a, bytes ? bytes : 1, held.base());
     SharedParker* me = ClaimSharedSlot(*r);
-    SharedSlot* slot = me ? me->slot : nullptr;
-    if (slot != nullptr && (iteration == 0 || me->first != first || me->last != last)) {
-        // Register, then let the wait poll once more: a write after this point bumps the word, one before it is
-        // seen by that poll (the fence pairs with SharedWake's).
-        slot->first.store(0, std::memory_order_seq_cst);
-        slot->last.store(last, std::memory_order_seq_cst);
-        slot->first.store(first, std::memory_order_seq_cst);
-        me->first = first;
-        me->last = last;
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        me->seen = slot->word.load(std::memory_order_seq_cst);
-        return true;
-    }
-    if (iteration < kSharedEagerPolls) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-        if (slot != nullptr) me->seen = slot->word.load(std::memory_order_seq_cst);
-        return true;
-    }
-    const auto interval = std::chrono::microseconds(iteration < 256 ? 50 : 200);
-    if (slot == nullptr) {
-        std::atomic<uint32_t> never{0};
-        ParkWhileEqual(never, 0, interval);
-        return true;
-    }
-    slot->sleeping.store(1, std::memory_order_seq_cst);
-    FutexWaitShared(slot->word, me->seen, interval);
-    slot->sleeping.store(0, std::memory_order_relaxed);
-    if (slot->word.load(std::memory_order_acquire) != me->seen) ++tShared.woken;
-    me->seen = slot->word.load(std::memory_order_seq_cst);
+    if (WaitStep(me ? me->slot : nullptr, me ? *me : tShared.unclaimed, first, last, iteration, true)) ++tShared.woken;
     return true;
 }
 
@@ -290,22 +256,12 @@ void SharedWake(const void* addr, uint64_t bytes) {
     const Held held(a);
     Region* r = held.get();
     if (r == nullptr) return;
-    const uintptr_t base = held.base();
     SharedTable* t = r->table.load(std::memory_order_acquire);
-    const uint64_t first = ((a - base) & ~uint64_t(63)) + 1;
-    const uint64_t last = ((a + bytes - 1 - base) & ~uint64_t(63)) + 1;
-    // Dekker with SharedParkOn's registration (as WakeLines with ParkOn's, twin/dcache.cpp).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    uint32_t used = t->used.load(std::memory_order_acquire);
-    if (used > kSharedSlots) used = kSharedSlots;  // a peer can write the table: never scan past it
-    for (uint32_t i = 0; i < used; ++i) {
-        SharedSlot& s = t->slots[i];
-        const uint64_t lo = s.first.load(std::memory_order_acquire);
-        if (lo == 0 || lo > last || s.last.load(std::memory_order_relaxed) < first) continue;
-        s.word.fetch_add(1, std::memory_order_seq_cst);
-        if (s.sleeping.load(std::memory_order_seq_cst) != 0)
-            syscall(SYS_futex, reinterpret_cast<uint32_t*>(&s.word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-    }
+    const auto [first, last] = RegionLines(a, bytes, held.base());
+    // The caller's fence after its writes (WakeLines) pairs with SharedParkOn's registration.
+    const uint32_t used = t->used.load(std::memory_order_acquire);
+    // A peer can write the table: never scan past it.
+    WakeSlots(t->slots, used < kSharedSlots ? used : kSharedSlots, first, last, true);
 }
 
 uint64_t SharedParkWakeupsThisThread() { return tShared.woken; }

@@ -11,11 +11,13 @@
 namespace cam::twin {
 
 // Parks while word == seen, at most `timeout`. Returns false on timeout; true when woken or the word already
-// differs (a return may be spurious: callers re-check what they wait for).
-bool ParkWhileEqual(const std::atomic<uint32_t>& word, uint32_t seen, std::chrono::nanoseconds timeout);
+// differs (a return may be spurious: callers re-check what they wait for). `shared`: the word lives in memory other
+// processes map, and their UnparkAll(word, true) must reach this wait (a process-shared futex).
+bool ParkWhileEqual(const std::atomic<uint32_t>& word, uint32_t seen, std::chrono::nanoseconds timeout,
+                    bool shared = false);
 
-// Wakes every thread parked on `word` (call after changing it).
-void UnparkAll(std::atomic<uint32_t>& word);
+// Wakes every thread parked on `word` (call after changing it); `shared` as for ParkWhileEqual.
+void UnparkAll(std::atomic<uint32_t>& word, bool shared = false);
 
 // Bumps `word` and wakes its parked threads: the one "something changed" signal.
 inline void Signal(std::atomic<uint32_t>& word) {
@@ -54,6 +56,75 @@ bool SpinUntil(Done&& done, int64_t spinNs) {
     }
 }
 
+// ---- a data-plane wait on lines of memory (ParkOn in twin/dcache.h; SharedParkOn below) ----
+// A waiter registers the lines [first, last] it polls in a park slot (`first` == 0: none) and sleeps on the slot's
+// word; a writer of those lines bumps the word and wakes the slot if it sleeps (WakeSlots). Slot: atomics `first`,
+// `last` (64-bit), `word`, `sleeping` (32-bit). Parker: the waiting thread's own `first`, `last`, `seen`.
+
+// The first polls of a wait re-poll at once (a signal about to arrive costs no park). No sched_yield: on a loaded
+// machine a yield can give the CPU away for a whole time slice.
+constexpr uint32_t kWaitEagerPolls = 16;
+
+// Writers the twin sees wake the wait at once; the interval bounds the wait for writes it does not see (the host,
+// a process without shared parks) and keeps the kernel's own deadline check running. It grows with the wait, so a
+// long idle wait costs little CPU. Block threads run with a 1 µs timer slack, so the interval is what they sleep.
+inline std::chrono::microseconds WaitParkInterval(uint32_t iteration) {
+    return std::chrono::microseconds(iteration < 256 ? 50 : 200);
+}
+
+// One poll step of a wait through `slot` (nullptr: no slot to be had, a timed park). Returns true when it parked
+// and a write to the watched lines ended the park (not the interval).
+template <typename Slot, typename Parker>
+bool WaitStep(Slot* slot, Parker& me, uint64_t first, uint64_t last, uint32_t iteration, bool shared) {
+    if (slot != nullptr && (iteration == 0 || me.first != first || me.last != last)) {
+        // A new wait (or one that moved to other lines): register, then let it poll once more. A write after this
+        // point bumps the word; one before it is seen by that poll (the fence pairs with WakeSlots' caller's).
+        slot->first.store(0, std::memory_order_seq_cst);
+        slot->last.store(last, std::memory_order_seq_cst);
+        slot->first.store(first, std::memory_order_seq_cst);
+        me.first = first;
+        me.last = last;
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        me.seen = slot->word.load(std::memory_order_seq_cst);
+        return false;
+    }
+    if (iteration < kWaitEagerPolls) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if (slot != nullptr) me.seen = slot->word.load(std::memory_order_seq_cst);
+        return false;
+    }
+    const auto interval = WaitParkInterval(iteration);
+    if (slot == nullptr) {
+        std::atomic<uint32_t> never{0};
+        ParkWhileEqual(never, 0, interval);
+        return false;
+    }
+    slot->sleeping.store(1, std::memory_order_seq_cst);
+    // Returns at once if a write came since the last poll. A futex return without a timeout may be spurious (a
+    // signal): only a changed word counts as woken.
+    ParkWhileEqual(slot->word, me.seen, interval, shared);
+    slot->sleeping.store(0, std::memory_order_relaxed);
+    const bool woken = slot->word.load(std::memory_order_acquire) != me.seen;
+    me.seen = slot->word.load(std::memory_order_seq_cst);
+    return woken;
+}
+
+// Tells every slot in slots[0, used) registered on a line in [first, last] that something wrote it. The caller
+// fences (seq_cst) between its writes and this scan: Dekker with WaitStep's registration, so either the writer
+// sees the registration or the waiter's next poll sees the write.
+template <typename Slot>
+void WakeSlots(Slot* slots, uint32_t used, uint64_t first, uint64_t last, bool shared) {
+    for (uint32_t i = 0; i < used; ++i) {
+        Slot& s = slots[i];
+        const uint64_t lo = s.first.load(std::memory_order_acquire);
+        if (lo == 0 || lo > last || s.last.load(std::memory_order_relaxed) < first) continue;
+        s.word.fetch_add(1, std::memory_order_seq_cst);
+        if (s.sleeping.load(std::memory_order_seq_cst) != 0) UnparkAll(s.word, shared);
+    }
+}
+
 // ---- waits on memory that several processes map (the shm plane's windows) ----
 // A futex word of this process cannot be woken by a write from another process, so a data-plane wait on a window
 // that a peer process writes would sleep its whole park interval (ParkOn). A shared region carries its own table of
@@ -75,7 +146,8 @@ void UnregisterSharedRegion(const void* base);
 
 // ParkOn's and WakeParked's path for a shared region (twin/dcache.h documents the wait): SharedParkOn returns false,
 // doing nothing, when `watched` lies in no registered region; SharedWake wakes the waiters of every process parked
-// on a line of [addr, addr + bytes) if that range lies in a registered region.
+// on a line of [addr, addr + bytes) if that range lies in a registered region; its caller has fenced (seq_cst)
+// after writing them (WakeLines does, for both tables).
 bool SharedParkOn(const void* watched, uint64_t bytes, uint32_t iteration);
 void SharedWake(const void* addr, uint64_t bytes);
 
