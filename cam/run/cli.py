@@ -34,7 +34,7 @@ from .bound import critical_path
 from .bound import load_costs as load_bound_costs
 from .participants import assemble
 from .setup import RunConfig, plan, rank_threads
-from .start import WORKER_BOOTSTRAP, exit_now, start_method, start_ranks
+from .start import WORKER_BOOTSTRAP, exit_now, kill_and_reap, start_method, start_ranks
 from .start import worker_command  # noqa: F401 - the command line of one exec-started rank: API
 from .timeline import ATTENTION_PHASES
 from .trace import write_trace
@@ -441,14 +441,7 @@ def _run(args, marks: Dict[str, float]) -> int:
             if deadline is not None and time.monotonic() > deadline:
                 break
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-        for p in procs.values():
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
+        kill_and_reap(list(procs.values()))
         for s, h in old.items():
             signal.signal(s, h)
         _remove_leftover_windows(cfg.shm_prefix)

@@ -99,15 +99,17 @@ def start_ranks(method: str, config_path: str, world: int, timeout_s: float) -> 
             for rank in range(world):
                 procs[rank] = subprocess.Popen(worker_command(config_path, rank), stdin=subprocess.DEVNULL)
         except BaseException:
-            _kill(procs.values())
+            kill_and_reap(list(procs.values()))
             raise
         return procs, lambda run=True: None
     return _fork_ranks(config_path, world, timeout_s)
 
 
-def _kill(procs) -> None:
+def kill_and_reap(procs) -> None:
+    """Kills every rank still running (SIGKILL) and reaps each, at most 30 s per rank."""
     for p in procs:
-        p.kill()
+        if p.poll() is None:
+            p.kill()
     for p in procs:
         try:
             p.wait(timeout=30)
@@ -130,7 +132,7 @@ def _fork_ranks(config_path: str, world: int, timeout_s: float):
     except BaseException:
         os.close(go_w)
         os.close(go_r)
-        _kill(list(procs.values()))
+        kill_and_reap(list(procs.values()))
         raise
     os.close(go_r)
     sent: List[bool] = []
