@@ -90,33 +90,53 @@ private:
     bool open_ = false;
 };
 
+// Ends an argument check (camBeginArgumentCheck) however the scope is left.
+struct ArgumentCheckScope {
+    ArgumentCheckScope() { camBeginArgumentCheck(); }
+    ~ArgumentCheckScope() { camEndArgumentCheck(); }
+};
+
 // Runs the two aclnn phases; `allocate(nbytes) -> descriptor` hands out workspace that the caller keeps alive until
 // the stream has run the op. The launch phase runs without the GIL. With syncTimeoutS, the call also synchronizes
 // the stream within that bound (the eager path: one call, one GIL release); without, it only queues (capture).
+// Without a stream (None from Python) only the first phase runs, as an argument check (cam/cam_status.h
+// camBeginArgumentCheck): the descriptors may have no data, nothing is allocated or launched.
 template <typename GetWorkspace, typename Run>
-void RunTwoPhase(GetWorkspace&& getWorkspace, Run&& run, Stream& stream, const py::function& allocate,
+void RunTwoPhase(GetWorkspace&& getWorkspace, Run&& run, Stream* stream, const py::object& allocate,
                  std::optional<double> syncTimeoutS) {
     uint64_t workspaceSize = 0;
     aclOpExecutor* executor = nullptr;
-    ThrowIfFailed(getWorkspace(&workspaceSize, &executor));
-    void* workspace = nullptr;
-    if (workspaceSize > 0) {
-        Descriptor ws = allocate(workspaceSize).cast<Descriptor>();
-        workspace = reinterpret_cast<void*>(ws.ptr);
-    }
-    const aclrtStream handle = stream.Handle();
-    if (syncTimeoutS) {
-        py::gil_scoped_release release;
-        stream.LaunchAndSynchronize([&](aclrtStream h) { return run(workspace, workspaceSize, executor, h); },
-                                    *syncTimeoutS);
+    if (stream == nullptr) {
+        ArgumentCheckScope check;
+        ThrowIfFailed(getWorkspace(&workspaceSize, &executor));
         return;
     }
-    aclnnStatus status;
-    {
-        py::gil_scoped_release release;
-        status = run(workspace, workspaceSize, executor, handle);
+    ThrowIfFailed(getWorkspace(&workspaceSize, &executor));
+    // A second phase refused before launching leaves its executor live (cam_status.h): release it, keeping the
+    // refusal's message (StatusError holds a copy).
+    try {
+        void* workspace = nullptr;
+        if (workspaceSize > 0) {
+            Descriptor ws = allocate(workspaceSize).cast<Descriptor>();
+            workspace = reinterpret_cast<void*>(ws.ptr);
+        }
+        const aclrtStream handle = stream->Handle();
+        if (syncTimeoutS) {
+            py::gil_scoped_release release;
+            stream->LaunchAndSynchronize([&](aclrtStream h) { return run(workspace, workspaceSize, executor, h); },
+                                         *syncTimeoutS);
+            return;
+        }
+        aclnnStatus status;
+        {
+            py::gil_scoped_release release;
+            status = run(workspace, workspaceSize, executor, handle);
+        }
+        ThrowIfFailed(status);
+    } catch (...) {
+        camDestroyExecutor(executor);  // a no-op refusal when the launch consumed it
+        throw;
     }
-    ThrowIfFailed(status);
 }
 
 using RegisterFn = void (*)(py::module_&);

@@ -129,8 +129,8 @@ void Register(py::module_& m) {
 
     m.def(
         "dispatch_send",
-        [](Comm& comm, const Descriptor& x, const Descriptor& ids, int64_t layer, Stream& stream,
-           const py::function& allocate, std::optional<double> syncTimeoutS) {
+        [](Comm& comm, const Descriptor& x, const Descriptor& ids, int64_t layer, Stream* stream,
+           const py::object& allocate, std::optional<double> syncTimeoutS) {
             AclTensor tx(x), ti(ids);
             camComm* c = comm.Get();
             RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
@@ -142,7 +142,7 @@ void Register(py::module_& m) {
     m.def(
         "dispatch_recv",
         [](Comm& comm, const Descriptor& expandX, const Descriptor& scales, const Descriptor& counts,
-           const Descriptor& workItem, Stream& stream, const py::function& allocate,
+           const Descriptor& workItem, Stream* stream, const py::object& allocate,
            std::optional<double> syncTimeoutS) {
             AclTensor te(expandX), ts(scales), tc(counts), tw(workItem);
             camComm* c = comm.Get();
@@ -154,8 +154,8 @@ void Register(py::module_& m) {
         py::arg("stream"), py::arg("allocate"), py::arg("sync_timeout_s") = py::none());
     m.def(
         "combine_send",
-        [](Comm& comm, const Descriptor& expertOut, const Descriptor& workItem, Stream& stream,
-           const py::function& allocate, std::optional<double> syncTimeoutS) {
+        [](Comm& comm, const Descriptor& expertOut, const Descriptor& workItem, Stream* stream,
+           const py::object& allocate, std::optional<double> syncTimeoutS) {
             AclTensor to(expertOut), tw(workItem);
             camComm* c = comm.Get();
             RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
@@ -166,8 +166,8 @@ void Register(py::module_& m) {
         py::arg("sync_timeout_s") = py::none());
     m.def(
         "combine_recv",
-        [](Comm& comm, const Descriptor& ids, const Descriptor& weights, const Descriptor& out, Stream& stream,
-           const py::function& allocate, std::optional<double> syncTimeoutS) {
+        [](Comm& comm, const Descriptor& ids, const Descriptor& weights, const Descriptor& out, Stream* stream,
+           const py::object& allocate, std::optional<double> syncTimeoutS) {
             AclTensor ti(ids), tw(weights), to(out);
             camComm* c = comm.Get();
             RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {

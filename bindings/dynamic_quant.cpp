@@ -6,8 +6,8 @@ namespace {
 void Register(py::module_& m) {
     m.def(
         "dynamic_quant",
-        [](const Descriptor& x, const Descriptor& q, const Descriptor& scale, Stream& stream,
-           const py::function& allocate, std::optional<double> syncTimeoutS) {
+        [](const Descriptor& x, const Descriptor& q, const Descriptor& scale, Stream* stream,
+           const py::object& allocate, std::optional<double> syncTimeoutS) {
             AclTensor tx(x), tq(q), ts(scale);
             RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
                 return aclnnCamDynamicQuantGetWorkspaceSize(tx.get(), tq.get(), ts.get(), ws, ex);

@@ -8,8 +8,8 @@ void Register(py::module_& m) {
         "gmm_swiglu_quant_multi_layer",
         [](const Descriptor& x, const Descriptor& xScale, const std::vector<Descriptor>& weights,
            const std::vector<Descriptor>& weightScales, const Descriptor& groupList, const Descriptor& layerIndex,
-           int64_t groupListType, const Descriptor& y, const Descriptor& yScale, Stream& stream,
-           const py::function& allocate, std::optional<double> syncTimeoutS) {
+           int64_t groupListType, const Descriptor& y, const Descriptor& yScale, Stream* stream,
+           const py::object& allocate, std::optional<double> syncTimeoutS) {
             AclTensor tx(x), txs(xScale), tgl(groupList), tli(layerIndex), ty(y), tys(yScale);
             AclTensorList tw(weights, ACL_FORMAT_FRACTAL_NZ), tws(weightScales);
             RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
@@ -25,7 +25,7 @@ void Register(py::module_& m) {
         "gmm_multi_layer",
         [](const Descriptor& y, const Descriptor& yScale, const std::vector<Descriptor>& weights,
            const std::vector<Descriptor>& weightScales, const Descriptor& groupList, const Descriptor& layerIndex,
-           int64_t groupListType, const Descriptor& out, Stream& stream, const py::function& allocate,
+           int64_t groupListType, const Descriptor& out, Stream* stream, const py::object& allocate,
            std::optional<double> syncTimeoutS) {
             AclTensor ty(y), tys(yScale), tgl(groupList), tli(layerIndex), to(out);
             AclTensorList tw(weights, ACL_FORMAT_FRACTAL_NZ), tws(weightScales);

@@ -59,8 +59,8 @@ bool DescribeTensor(py::handle tensor, Descriptor* d) {
     PyObject* dtype = strides ? PyObject_GetAttr(t, kDtype) : nullptr;
     if (dtype) {
         d->ptr = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(ptr));
-        d->dtype = DtypeCodeOf(dtype);
-        ok = !PyErr_Occurred() && d->dtype >= 0 && Int64s(shape, &d->shape) && Int64s(strides, &d->strides);
+        d->dtype = DtypeCodeOf(dtype);  // -1 (no ACL code): the op refuses it naming the argument
+        ok = !PyErr_Occurred() && Int64s(shape, &d->shape) && Int64s(strides, &d->strides);
     }
     Py_XDECREF(ptr);
     Py_XDECREF(shape);
@@ -194,6 +194,7 @@ constexpr StatusCode kStatusCodes[] = {
     CAM_STATUS_ENTRY(CAM_ERR_KERNEL_FAULT),  CAM_STATUS_ENTRY(CAM_ERR_SYNC_TIMEOUT),
     CAM_STATUS_ENTRY(CAM_ERR_COMM_BUSY),     CAM_STATUS_ENTRY(CAM_ERR_COMM_PROTOCOL),
     CAM_STATUS_ENTRY(CAM_ERR_CAPTURE_INVALIDATED), CAM_STATUS_ENTRY(CAM_ERR_GRAPH_INVALID),
+    CAM_STATUS_ENTRY(CAM_ERR_PARAM_DTYPE),
 };
 #undef CAM_STATUS_ENTRY
 

@@ -1,5 +1,7 @@
-"""Each thread's default twin stream, the rule that a torch-facing op has finished when it returns, and the timeout
-chain every wait of an op lives inside (docs/protocol.md §9)."""
+"""Where an op runs and how it waits: the stream and workspace allocator picked from the tensors' device (a CPU
+tensor runs on this thread's twin stream, an NPU tensor on torch_npu's current stream, cam._npu), the rule that a
+torch-facing op has finished when it returns, the timeout chain every wait of an op lives inside (docs/protocol.md
+§9), and the data-less argument check the fake implementations run (:func:`check`)."""
 
 import ctypes
 import math
@@ -8,7 +10,8 @@ import threading
 
 import torch
 
-from . import _C
+from . import _C, _capture, _npu
+from ._tensor import shape_desc
 from .errors import SyncTimeoutError
 
 _thread_streams = {}  # thread ident -> that thread's default stream
@@ -167,9 +170,6 @@ def _on_sync_timeout(stream, args, keep, error: SyncTimeoutError) -> None:
         f"outputs are kept alive (never reused) for the rest of the process", error.status) from error
 
 
-_graph = None  # cam.graph (the capture hook), bound at the first run: it imports this module
-
-
 class _Workspace(list):
     """One op call's workspace allocator (``allocate(nbytes) -> descriptor``) and the buffers it handed out, kept
     until the stream is done with them: one object per call instead of a list and a closure."""
@@ -182,35 +182,39 @@ class _Workspace(list):
         return (ws.data_ptr(), [nbytes], [1], 4)
 
 
-def run(launch, *args, stream=None) -> None:
-    """Runs ``launch(*args, stream, allocate, bound)`` (a ``cam._C`` op) so a CPU op has completed when it returns
-    (torch CPU semantics): ``launch`` queues the op and, given a ``bound`` in seconds, synchronizes the stream within
-    it in the same C call (work that ends on its own may then run on this thread: cam/cam_status.h,
-    camBeginSynchronousLaunches). Workspace handed out by ``allocate`` lives until the stream is done with it; so do
-    ``args``. ``stream`` defaults to this thread's stream; data-plane ops pass their communicator's own stream,
-    because ranks that are threads of one process must not queue behind each other.
+_capture_in_thread = _capture.capture_in_thread
+
+
+def run(launch, *args, stream=None, tensor=None) -> None:
+    """Runs ``launch(*args, stream, allocate, bound)`` (a ``cam._C`` op) so the op has completed when it returns
+    (torch semantics for a CPU op; on NPU tensors the same rule, so a device-detected error is the op's exception):
+    ``launch`` queues the op and, given a ``bound`` in seconds, synchronizes the stream within it in the same C call
+    (work that ends on its own may then run on this thread: cam/cam_status.h, camBeginSynchronousLaunches). Workspace
+    handed out by ``allocate`` lives until the stream is done with it; so do ``args``.
+
+    The stream comes from the device of ``tensor`` (one of the op's tensors): an NPU tensor runs on torch_npu's
+    current stream with workspace from torch's NPU allocator (cam._npu), so it is ordered after the kernels that
+    produced its inputs; a CPU tensor on ``stream`` (data-plane ops pass their communicator's own stream, because
+    ranks that are threads of one process must not queue behind each other), by default this thread's stream.
 
     This is every op's per-call path: it only looks things up (each lookup's slow path creates what is missing:
     default_stream, stream_lock)."""
-    global _graph
-    graph = _graph
-    if graph is None:
-        from . import graph as graph_module
-
-        graph = _graph = graph_module
-    capture = graph.capture_in_thread()
-    if stream is None:
-        # An op that names no stream (the compute ops) joins this thread's capture, so one graph holds a whole FFN
-        # iteration whose data-plane ops run on the Comm's stream (docs/graph.md).
-        stream = capture.stream if capture is not None else (_thread_streams.get(threading.get_ident())
-                                                             or default_stream())
-    if capture is not None and capture.stream is stream:
-        # Recorded, not run: workspace comes from the graph's pool and there is nothing to wait for (a synchronize
-        # would break the capture). The graph's replay synchronizes.
-        launch(*args, stream, capture.allocate, None)
-        return
+    if tensor is not None and not tensor.is_cpu:  # is_cpu, not device.type: this runs for every call
+        stream, keep = _npu.stream_and_workspace(tensor.device)
+    else:
+        capture = _capture_in_thread()
+        if stream is None:
+            # An op that names no stream (the compute ops) joins this thread's capture, so one graph holds a whole
+            # FFN iteration whose data-plane ops run on the Comm's stream (docs/graph.md).
+            stream = capture.stream if capture is not None else (_thread_streams.get(threading.get_ident())
+                                                                 or default_stream())
+        if capture is not None and capture.stream is stream:
+            # Recorded, not run: workspace comes from the graph's pool and there is nothing to wait for (a
+            # synchronize would break the capture). The graph's replay synchronizes.
+            launch(*args, stream, capture.allocate, None)
+            return
+        keep = _Workspace()
     bound = sync_timeout_s()
-    keep = _Workspace()
     with _stream_locks.get(id(stream)) or stream_lock(stream):
         if _parked and is_parked(stream):
             raise RuntimeError("this stream lost a kernel that never ended after a sync timeout; its communicator is "
@@ -219,6 +223,14 @@ def run(launch, *args, stream=None) -> None:
             launch(*args, stream, keep, bound)
         except SyncTimeoutError as e:
             _on_sync_timeout(stream, args, keep, e)
+
+
+def check(launch, *args) -> None:
+    """The op's argument checks alone, as its C API runs them (GetWorkspaceSize as an argument check, cam_status.h
+    camBeginArgumentCheck), on descriptors without data: what the fake implementations run, so a traced call is
+    refused with the eager call's error and words. Tensors (and lists of them) go as shape-only descriptors."""
+    launch(*[shape_desc(a) if isinstance(a, torch.Tensor) else
+             [shape_desc(t) for t in a] if isinstance(a, list) else a for a in args], None, None)
 
 
 def _after_fork_in_child() -> None:

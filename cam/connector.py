@@ -20,7 +20,7 @@ import torch
 
 from . import ops
 from .comm import Comm, LostReplica
-from .errors import CommAbortedError
+from .errors import CommAbortedError, ReplicaLostError
 from .layer_weights import LayerWeights
 from .topology import Topology
 
@@ -66,23 +66,6 @@ class ConnectorConfig:
     group: str = "afd"
     shm_prefix: Optional[str] = None
     isolate_replicas: bool = True
-
-
-class ReplicaLostError(CommAbortedError):
-    """An Attention rank's replica was fenced because one of its ranks died (replica isolation): this rank can no
-    longer complete a round, and the rounds it had in flight are dropped. The other replicas go on.
-
-    Attributes: ``replica``, ``dead_rank``, ``dropped_rounds`` (rounds this rank dispatched and never received).
-    """
-
-    def __init__(self, lost: LostReplica, rank: int, dropped_rounds: int, cause: CommAbortedError):
-        super().__init__(f"Attention rank {rank}: replica {lost.replica} lost: Attention rank {lost.dead_rank} "
-                         f"died; the {dropped_rounds} round(s) rank {rank} had in flight are dropped (replica "
-                         f"isolation: the other replicas are served; a fenced replica does not rejoin the plane). "
-                         f"Cause: {cause}", getattr(cause, "status", 0))
-        self.replica = lost.replica
-        self.dead_rank = lost.dead_rank
-        self.dropped_rounds = dropped_rounds
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,12 @@ class CamError(RuntimeError):
 
 
 class InvalidArgumentError(CamError, ValueError):
-    """A host-checked argument (shape, dtype, attribute) was refused before any launch."""
+    """A host-checked argument (shape, layout, attribute, value) was refused before any launch."""
+
+
+class InvalidDtypeError(InvalidArgumentError, TypeError):
+    """A tensor argument of a dtype the op does not take (C status CAM_ERR_PARAM_DTYPE), refused before any launch:
+    a ``TypeError``, as Python reports a wrong type, and like every refused argument an :class:`InvalidArgumentError`."""
 
 
 class DeviceArgumentError(CamError, ValueError):
@@ -36,6 +41,24 @@ class CommProtocolError(CamError):
     a topology mismatch between ranks); the communicator is aborted."""
 
 
+class ReplicaLostError(CommAbortedError):
+    """An Attention rank's replica was fenced because one of its ranks died (replica isolation): this rank can no
+    longer complete a round, and the rounds it had in flight are dropped. The other replicas go on.
+
+    Attributes: ``replica``, ``dead_rank``, ``dropped_rounds`` (rounds this rank dispatched and never received).
+    """
+
+    def __init__(self, lost, rank: int, dropped_rounds: int, cause: CommAbortedError):
+        """``lost``: the :class:`cam.comm.LostReplica` the plane reported (its ``replica`` and ``dead_rank``)."""
+        super().__init__(f"Attention rank {rank}: replica {lost.replica} lost: Attention rank {lost.dead_rank} "
+                         f"died; the {dropped_rounds} round(s) rank {rank} had in flight are dropped (replica "
+                         f"isolation: the other replicas are served; a fenced replica does not rejoin the plane). "
+                         f"Cause: {cause}", getattr(cause, "status", 0))
+        self.replica = lost.replica
+        self.dead_rank = lost.dead_rank
+        self.dropped_rounds = dropped_rounds
+
+
 class SyncTimeoutError(CamError, TimeoutError):
     """The host stopped waiting for a stream; the queued work is still running."""
 
@@ -54,6 +77,7 @@ class GraphInvalidError(CamError):
 _CLASS_BY_NAME = {
     "ACLNN_ERR_PARAM_NULLPTR": InvalidArgumentError,
     "ACLNN_ERR_PARAM_INVALID": InvalidArgumentError,
+    "CAM_ERR_PARAM_DTYPE": InvalidDtypeError,
     "CAM_ERR_DEVICE_ARGUMENT": DeviceArgumentError,
     "CAM_ERR_COMM_TIMEOUT": CommTimeoutError,
     "CAM_ERR_COMM_ABORTED": CommAbortedError,

@@ -14,6 +14,7 @@ import threading
 import weakref
 
 from . import _C, _runtime
+from ._capture import _Capture, _local, capture_in_thread  # noqa: F401 - capture_in_thread: cam.graph's API
 from .errors import GraphInvalidError
 
 # cam/cam_graph.h camCaptureMode (the values of ACL's aclmdlRICaptureMode) by name, and camCaptureStatus names by
@@ -21,11 +22,7 @@ from .errors import GraphInvalidError
 MODES = _C.capture_modes()
 STATUS_NAMES = _C.capture_statuses()
 
-class _Local(threading.local):
-    capture = None  # a class default: reading it on a thread that never captured raises (and costs) nothing
 
-
-_local = _Local()
 # id(stream) -> the Graphs captured on it. A Comm's data-plane ops run on the Comm's stream, so the graphs that use
 # a Comm are the ones captured there; Comm.close ends them (close_graphs_of).
 _by_stream = {}
@@ -40,22 +37,6 @@ def close_graphs_of(stream, reason: str) -> None:
         graphs = list(_by_stream.pop(id(stream), ()))
     for g in graphs:
         g._end(reason)
-
-
-class _Capture:
-    def __init__(self, stream):
-        self.stream = stream
-
-    def allocate(self, nbytes: int):
-        """Workspace for a captured op: graph-owned, so the recorded launches keep valid addresses."""
-        return (_C.capture_alloc(self.stream, nbytes), [nbytes], [1], 4)
-
-
-def capture_in_thread():
-    """This thread's capture, or None. ``cam._runtime.run`` consults it once per op: an op launched on the capture's
-    stream (the compute ops join it by default) is recorded, neither synchronizing nor allocating its own
-    workspace."""
-    return _local.capture
 
 
 def capture_status(stream=None) -> tuple:

@@ -120,6 +120,13 @@ class LayerWeights:
         self.k = k
         self.n = n
 
+    def require_k(self, op: str, name: str, x: torch.Tensor) -> None:
+        """Refuses an activation whose columns are not this weight set's logical K. The op's C API cannot: the NZ
+        layout keeps only ceil(K/16) row blocks, so K = 39 activations fit K = 40 weights' shape while the weights'
+        last row would meet the activations' zero padding. Only this object knows K (when it is known at all)."""
+        if self.k is not None and x.dim() == 2 and x.shape[1] != self.k:
+            raise ValueError(f"{op}: {name} has K = {x.shape[1]} columns, the weights K = {self.k}")
+
     def __repr__(self) -> str:
         return (
             f"LayerWeights(num_layers={self.num_layers}, num_experts={self.num_experts}, k={self.k}, n={self.n}, "

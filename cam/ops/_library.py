@@ -9,11 +9,16 @@ CompositeExplicitAutograd kernel (one Python kernel per call), autograd gets tor
 implementation goes through ``torch.library.register_fake``. ``torch.compile`` still sees one opaque, pt2-compliant
 op with declared mutations and a fake impl, so tracing, ``opcheck`` and the out= contract are unchanged.
 
+Each op has one body, registered for every backend (CompositeExplicitAutograd) and named for the NPU dispatch key
+(PrivateUse1, torch_npu's "npu") too: the body passes its tensors to the C API, and cam._runtime picks the stream
+and workspace allocator from their device. Its fake implementation runs the same C argument checks on data-less
+descriptors (cam._runtime.check): the C API is the only rule set (dtype, shape, layout, the Comm's bounds and role).
+
 The public ``cam.ops.*`` functions call the :class:`Op`, which skips even that one dispatcher round trip when nothing
-between the caller and the kernel could want to see the call (:func:`direct_ok`): then the kernel function runs
-directly and bumps the same version counters. Anything else (tensor subclasses, fake tensors, torch function or
-dispatch modes, functorch transforms, tracing, ``torch.compile``, autograd that must record the call, non-CPU
-tensors) goes through ``torch.ops.cam.<name>``, so what those see is unchanged.
+between the caller and the kernel could want to see the call (:func:`direct_ok`): then the same body runs directly
+and bumps the same version counters. Anything else (tensor subclasses, fake tensors, torch function or dispatch
+modes, functorch transforms, tracing, ``torch.compile``, autograd that must record the call, non-CPU tensors) goes
+through ``torch.ops.cam.<name>``, so what those see is unchanged.
 """
 
 from __future__ import annotations
@@ -32,20 +37,11 @@ _is_compiling = torch.compiler.is_compiling
 _increment_version = torch._C._increment_version
 
 
-# Kernels registered for cam's ops through torch.library ("ns/op/DispatchKey"), the registry torch keeps to refuse
-# duplicates. cam registers CompositeExplicitAutograd and Meta (and PrivateUse1 in cam._npu); any other key the CPU
-# path would reach (a CPU kernel, an autograd formula) is someone overriding the op, and the dispatcher must run it.
-# Without that registry (another torch), every call goes through the dispatcher.
-_IMPLS = getattr(torch.library, "_impls", None)
-_OURS = ("CompositeExplicitAutograd", "Meta", "PrivateUse1")
-
-
 def direct_ok(args) -> bool:
     """True when calling the kernel function directly is indistinguishable from going through the dispatcher: not
     compiling or tracing, no torch function / dispatch mode and no functorch transform active, and every tensor
     argument (or list entry) a plain CPU ``torch.Tensor`` that autograd need not record (no grad required, or grad
-    mode off). The op's own check (:meth:`Op.overridden`) comes first. Each test is a TLS or attribute read: this
-    runs on every call."""
+    mode off). Each test is a TLS or attribute read: this runs on every call."""
     if (_is_compiling() or _torch_C._len_torch_function_stack() or _torch_C._len_torch_dispatch_stack()
             or _torch_C._are_functorch_transforms_active() or _torch_C._get_tracing_state() is not None):
         return False
@@ -62,7 +58,7 @@ def direct_ok(args) -> bool:
 
 
 class Op:
-    """A registered op. Calling it runs the op (directly when :func:`direct_ok`, else through
+    """A registered op. Calling it runs the op's one body (directly when :func:`direct_ok`, else through
     ``torch.ops.cam.<name>``); ``register_fake`` adds its fake (meta) implementation, as on a ``custom_op``."""
 
     def __init__(self, name: str, fn: Callable, mutated: Sequence[int]):
@@ -71,34 +67,13 @@ class Op:
         self._fn = fn
         self._mutated = tuple(mutated)
         self._overload = getattr(getattr(torch.ops.cam, name), "default")
-        self._impls_seen = -1
-        self._override = True
-        self._direct = fn  # what a direct call runs (register_direct)
-
-    def overridden(self) -> bool:
-        """Whether a kernel other than cam's own was registered for this op on a key a CPU call reaches. Scanned
-        again only when torch's registry changed size (registrations are rare; this runs per call)."""
-        if _IMPLS is None:
-            return True
-        if len(_IMPLS) != self._impls_seen:
-            prefix = f"cam/{self.name}/"
-            self._override = any(k.startswith(prefix) and k[len(prefix):] not in _OURS for k in tuple(_IMPLS))
-            self._impls_seen = len(_IMPLS)
-        return self._override
 
     def __call__(self, *args) -> None:
-        override = self._override if _IMPLS is not None and len(_IMPLS) == self._impls_seen else self.overridden()
-        if not override and direct_ok(args):
-            self._direct(*args)
+        if direct_ok(args):
+            self._fn(*args)
             _increment_version([args[i] for i in self._mutated])
         else:
             self._overload(*args)
-
-    def register_direct(self, fn: Callable) -> Callable:
-        """The op's body for a direct call (plain CPU tensors, :func:`direct_ok`), when it may skip work the kernel
-        needs for arbitrary callers (a Python check the C API repeats exactly, say). Same arguments, same effect."""
-        self._direct = fn
-        return fn
 
     def register_fake(self, fn: Callable) -> Callable:
         torch.library.register_fake(self.qualname, fn, lib=_LIB)
@@ -107,8 +82,7 @@ class Op:
 
 def op(name: str, mutates_args: Sequence[str]) -> Callable[[Callable], Op]:
     """Decorator: defines ``cam::<name>`` with the schema of the decorated function (``mutates_args`` are its
-    ``Tensor(a!)`` arguments) and registers the function as its kernel for every backend cam has not registered a
-    kernel of its own for (``cam._npu`` adds NPU kernels)."""
+    ``Tensor(a!)`` arguments) and registers the function as its one kernel: for every backend, NPU included."""
 
     def register(fn: Callable) -> Op:
         schema = torch.library.infer_schema(fn, mutates_args=tuple(mutates_args))
@@ -123,6 +97,9 @@ def op(name: str, mutates_args: Sequence[str]) -> Callable[[Callable], Op]:
             _increment_version([args[i] for i in mutated])
 
         _LIB.impl(name, kernel, "CompositeExplicitAutograd")
+        # The NPU key by name (CompositeExplicitAutograd covers it already): the same body, whose tensors' device
+        # picks torch_npu's stream (cam._runtime.run).
+        _LIB.impl(name, kernel, "PrivateUse1")
         return Op(name, fn, mutated)
 
     return register

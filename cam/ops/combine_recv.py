@@ -3,38 +3,21 @@ import torch
 from .. import _C, _runtime
 from ..comm import Comm
 from . import _library
-from ._checks import Args
-from ._dataplane import comm_arg, comm_for, run_direct
-
-
-def _check(comm: Comm, topk_ids: torch.Tensor, topk_weights: torch.Tensor, out: torch.Tensor) -> None:
-    t = comm.topology
-    args = Args("combine_recv")
-    args.tensor("topk_ids", topk_ids, torch.int32, ndim=2, layout=f"[B <= Bmax={t.Bmax}, K={t.K}]")
-    if topk_ids.shape[1] != t.K or topk_ids.shape[0] > t.Bmax:
-        raise args.fail("topk_ids", f"must be [B <= Bmax={t.Bmax}, K={t.K}], got {list(topk_ids.shape)}")
-    args.tensor("topk_weights", topk_weights, torch.float32, shape=tuple(topk_ids.shape), layout="[B, K]")
-    args.tensor("out", out, comm.dtype, shape=(topk_ids.shape[0], t.H), layout="[B, H]")
+from ._dataplane import comm_arg, comm_of
+from ._kinds import Args
 
 
 @_library.op("combine_recv", mutates_args=("token", "out"))
 def _combine_recv(token: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, out: torch.Tensor,
                   comm_id: int) -> None:
-    comm = comm_for("combine_recv", comm_id, attention=True)
-    _check(comm, topk_ids, topk_weights, out)
-    _runtime.run(_C.combine_recv, comm._c, topk_ids, topk_weights, out, stream=comm.stream)
-    token.add_(1)
-
-
-@_combine_recv.register_direct
-def _(token, topk_ids, topk_weights, out, comm_id) -> None:
-    run_direct("combine_recv", True, _check, _C.combine_recv, comm_id, topk_ids, topk_weights, out)
+    comm = comm_of(comm_id)
+    _runtime.run(_C.combine_recv, comm._c, topk_ids, topk_weights, out, stream=comm.stream, tensor=out)
     token.add_(1)
 
 
 @_combine_recv.register_fake
 def _(token, topk_ids, topk_weights, out, comm_id) -> None:
-    _check(comm_for("combine_recv", comm_id, attention=True), topk_ids, topk_weights, out)
+    _runtime.check(_C.combine_recv, comm_of(comm_id)._c, topk_ids, topk_weights, out)
 
 
 def combine_recv(comm: Comm, topk_ids: torch.Tensor, topk_weights: torch.Tensor, *, out=None) -> torch.Tensor:
@@ -65,6 +48,6 @@ def combine_recv(comm: Comm, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
     args.gate(topk_ids=(topk_ids, torch.Tensor), topk_weights=(topk_weights, torch.Tensor))
     given = args.outputs("out", out, 1)
     rows = topk_ids.shape[0] if topk_ids.dim() else 0  # a 0-d topk_ids is refused by the op, naming it
-    result = given[0] if given else torch.empty((rows, comm.topology.H), dtype=comm.dtype)
+    result = given[0] if given else torch.empty((rows, comm.topology.H), dtype=comm.dtype, device=topk_ids.device)
     _combine_recv(comm.token, topk_ids, topk_weights, result, comm.id)
     return result

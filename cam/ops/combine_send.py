@@ -3,34 +3,20 @@ import torch
 from .. import _C, _runtime
 from ..comm import Comm
 from . import _library
-from ._checks import Args
-from ._dataplane import comm_arg, comm_for, run_direct
-
-
-def _check(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) -> None:
-    t = comm.topology
-    args = Args("combine_send")
-    args.tensor("expert_out", expert_out, comm.dtype, shape=(t.recv_rows, t.H), layout="[N, H]")
-    args.tensor("work_item", work_item, torch.int64, shape=(t.work_item_words,))
+from ._dataplane import comm_arg, comm_of
+from ._kinds import Args
 
 
 @_library.op("combine_send", mutates_args=("token",))
 def _combine_send(token: torch.Tensor, expert_out: torch.Tensor, work_item: torch.Tensor, comm_id: int) -> None:
-    comm = comm_for("combine_send", comm_id, attention=False)
-    _check(comm, expert_out, work_item)
-    _runtime.run(_C.combine_send, comm._c, expert_out, work_item, stream=comm.stream)
-    token.add_(1)
-
-
-@_combine_send.register_direct
-def _(token, expert_out, work_item, comm_id) -> None:
-    run_direct("combine_send", False, _check, _C.combine_send, comm_id, expert_out, work_item)
+    comm = comm_of(comm_id)
+    _runtime.run(_C.combine_send, comm._c, expert_out, work_item, stream=comm.stream, tensor=expert_out)
     token.add_(1)
 
 
 @_combine_send.register_fake
 def _(token, expert_out, work_item, comm_id) -> None:
-    _check(comm_for("combine_send", comm_id, attention=False), expert_out, work_item)
+    _runtime.check(_C.combine_send, comm_of(comm_id)._c, expert_out, work_item)
 
 
 def combine_send(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) -> None:

@@ -3,11 +3,8 @@ import torch
 from .. import _C, _runtime
 from ..comm import Comm
 from . import _library
-from ._checks import Args
-from ._dataplane import comm_arg, comm_for, run_direct
-
-_OUT_NAMES = ("expand_x", "scales", "expert_counts", "work_item")
-
+from ._dataplane import comm_arg, comm_of
+from ._kinds import Args
 
 def _output_specs(comm: Comm):
     """(dtype, shape) of each output, static for the topology: one FFN graph serves every work item."""
@@ -21,31 +18,18 @@ def _output_specs(comm: Comm):
     )
 
 
-def _check(comm: Comm, *outputs) -> None:
-    args = Args("dispatch_recv")
-    for i, (name, t, (dtype, shape)) in enumerate(zip(_OUT_NAMES, outputs, _output_specs(comm))):
-        args.tensor(f"out[{i}] ({name})", t, dtype, shape=shape)
-
-
-@_library.op("dispatch_recv", mutates_args=("token", "expand_x", "scales", "expert_counts",
-                                                              "work_item"))
+@_library.op("dispatch_recv", mutates_args=("token", "expand_x", "scales", "expert_counts", "work_item"))
 def _dispatch_recv(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Tensor, expert_counts: torch.Tensor,
                    work_item: torch.Tensor, comm_id: int) -> None:
-    comm = comm_for("dispatch_recv", comm_id, attention=False)
-    _check(comm, expand_x, scales, expert_counts, work_item)
-    _runtime.run(_C.dispatch_recv, comm._c, expand_x, scales, expert_counts, work_item, stream=comm.stream)
-    token.add_(1)
-
-
-@_dispatch_recv.register_direct
-def _(token, expand_x, scales, expert_counts, work_item, comm_id) -> None:
-    run_direct("dispatch_recv", False, _check, _C.dispatch_recv, comm_id, expand_x, scales, expert_counts, work_item)
+    comm = comm_of(comm_id)
+    _runtime.run(_C.dispatch_recv, comm._c, expand_x, scales, expert_counts, work_item, stream=comm.stream,
+                 tensor=expand_x)
     token.add_(1)
 
 
 @_dispatch_recv.register_fake
 def _(token, expand_x, scales, expert_counts, work_item, comm_id) -> None:
-    _check(comm_for("dispatch_recv", comm_id, attention=False), expand_x, scales, expert_counts, work_item)
+    _runtime.check(_C.dispatch_recv, comm_of(comm_id)._c, expand_x, scales, expert_counts, work_item)
 
 
 def dispatch_recv(comm: Comm, *, out=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

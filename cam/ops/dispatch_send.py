@@ -3,39 +3,20 @@ import torch
 from .. import _C, _runtime
 from ..comm import Comm
 from . import _library
-from ._checks import Args
-from ._dataplane import comm_arg, comm_for, run_direct
-
-
-def _check(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: int) -> None:
-    t = comm.topology
-    args = Args("dispatch_send")
-    args.tensor("x", x, comm.dtype, ndim=2, layout=f"[B, H={t.H}]")
-    if x.shape[1] != t.H:
-        raise args.fail("x", f"must be [B, H={t.H}], got {list(x.shape)}")
-    if x.shape[0] > t.Bmax:
-        raise args.fail("x", f"has B={x.shape[0]} tokens, more than Bmax={t.Bmax}")
-    args.tensor("topk_ids", topk_ids, torch.int32, shape=(x.shape[0], t.K), layout="[B, K]")
-    args.integer("layer", layer, 0, t.L, hi_name="L")
+from ._dataplane import comm_arg, comm_of
+from ._kinds import Args
 
 
 @_library.op("dispatch_send", mutates_args=("token",))
 def _dispatch_send(token: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor, layer: int, comm_id: int) -> None:
-    comm = comm_for("dispatch_send", comm_id, attention=True)
-    _check(comm, x, topk_ids, layer)
-    _runtime.run(_C.dispatch_send, comm._c, x, topk_ids, layer, stream=comm.stream)
-    token.add_(1)
-
-
-@_dispatch_send.register_direct
-def _(token, x, topk_ids, layer, comm_id) -> None:
-    run_direct("dispatch_send", True, _check, _C.dispatch_send, comm_id, x, topk_ids, layer)
+    comm = comm_of(comm_id)
+    _runtime.run(_C.dispatch_send, comm._c, x, topk_ids, layer, stream=comm.stream, tensor=x)
     token.add_(1)
 
 
 @_dispatch_send.register_fake
 def _(token, x, topk_ids, layer, comm_id) -> None:
-    _check(comm_for("dispatch_send", comm_id, attention=True), x, topk_ids, layer)
+    _runtime.check(_C.dispatch_send, comm_of(comm_id)._c, x, topk_ids, layer)
 
 
 def dispatch_send(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: int) -> None:

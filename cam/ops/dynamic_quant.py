@@ -1,45 +1,20 @@
 import torch
 
 from .. import _C, _runtime
-from ..errors import InvalidArgumentError
 from . import _library
-from ._checks import Args
+from ._kinds import Args
 
-_ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
 _ARGS = Args("dynamic_quant")  # holds only the op's name: one for every call
-
-
-def _check(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
-    args = _ARGS
-    args.tensor("x", x, _ACTIVATION_DTYPES, ndim=2, layout="[tokens, hidden]")
-    if x.shape[1] < 1:
-        raise args.fail("x", f"must have at least one column, got shape {tuple(x.shape)}")
-    args.tensor("out[0] (q)", q, torch.int8, shape=x.shape)
-    args.tensor("out[1] (scale)", scale, torch.float32, shape=(x.shape[0],))
 
 
 @_library.op("dynamic_quant", mutates_args=("q", "scale"))
 def _dynamic_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
-    _check(x, q, scale)
-    _runtime.run(_C.dynamic_quant, x, q, scale)
-
-
-@_dynamic_quant.register_direct
-def _(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
-    # Plain CPU tensors (direct_ok). The C API's checks of dynamic_quant (dtypes, rank, at least one column, shapes,
-    # row-major strides) accept nothing _check refuses and refuse before anything is written, so they run alone:
-    # validation once per call. After a refusal _check runs to raise what the dispatcher path raises, naming the
-    # argument as documented; it passes only where the C API is stricter, and then the C API's error stands.
-    try:
-        _runtime.run(_C.dynamic_quant, x, q, scale)
-    except InvalidArgumentError:
-        _check(x, q, scale)
-        raise
+    _runtime.run(_C.dynamic_quant, x, q, scale, tensor=x)
 
 
 @_dynamic_quant.register_fake
 def _(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
-    _check(x, q, scale)
+    _runtime.check(_C.dynamic_quant, x, q, scale)
 
 
 def dynamic_quant(x: torch.Tensor, *, out=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,7 +31,8 @@ def dynamic_quant(x: torch.Tensor, *, out=None) -> tuple[torch.Tensor, torch.Ten
         gives q = 0 and a non-finite scale, so the fault stays visible after dequantization.
 
     Raises:
-        TypeError / ValueError: bad dtype, rank, layout or ``out``, naming the argument, before anything runs.
+        cam.InvalidDtypeError (a TypeError) / cam.InvalidArgumentError (a ValueError): bad dtype / rank, shape or
+            layout of ``x`` or ``out``, naming the argument, before anything runs; TypeError: not a tensor.
     """
     args = _ARGS
     if not isinstance(x, torch.Tensor):

@@ -47,8 +47,8 @@ aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp) {
 aclnnStatus CheckActDtype(const ArgChecker& check, const TensorView& v, const char* arg, const camComm* comm) {
     const auto want = static_cast<aclDataType>(comm->config.actDtype);
     if (v.dtype == want) return ACLNN_SUCCESS;
-    return check.Invalid(std::string(arg) + " is " + DtypeName(v.dtype) + ", but the communicator was created for " +
-                         DtypeName(want) + " activations (camCommConfig.actDtype)");
+    return check.WrongDtype(std::string(arg) + " is " + DtypeName(v.dtype) + ", but the communicator was created for " +
+                            DtypeName(want) + " activations (camCommConfig.actDtype)");
 }
 
 kernels::dp::CommArgs MakeCommArgs(const camComm* comm) {

@@ -26,8 +26,11 @@ Registry& Executors() {
 // The stream this thread synchronizes right after its launches (camBeginSynchronousLaunches), or none.
 thread_local bool tCallerSyncs = false;
 thread_local aclrtStream tCallerSyncStream = nullptr;
+thread_local bool tArgumentCheck = false;
 
 }  // namespace
+
+bool ArgumentCheckOnly() { return tArgumentCheck; }
 
 aclnnStatus CheckOutPointers(const char* op, const uint64_t* workspaceSize, aclOpExecutor* const* executor) {
     if (workspaceSize && executor) return ACLNN_SUCCESS;
@@ -35,8 +38,13 @@ aclnnStatus CheckOutPointers(const char* op, const uint64_t* workspaceSize, aclO
 }
 
 aclnnStatus Finish(std::unique_ptr<Executor> executor, uint64_t* workspaceSize, aclOpExecutor** handle) {
-    Registry& r = Executors();
     const uint64_t bytes = executor->workspaceSize;
+    if (tArgumentCheck) {
+        *workspaceSize = bytes;
+        *handle = nullptr;
+        return ACLNN_SUCCESS;
+    }
+    Registry& r = Executors();
     std::lock_guard<std::mutex> lock(r.mutex);
     const uintptr_t id = r.next;
     r.next += 16;
@@ -56,19 +64,22 @@ aclnnStatus RunExecutor(const char* api, const char* op, void* workspace, uint64
         auto it = r.live.find(reinterpret_cast<uintptr_t>(handle));
         if (it == r.live.end())
             return Fail(ACLNN_ERR_PARAM_INVALID,
-                        std::string(api) + ": executor is not live: it already ran (cam executors run once) or was "
-                                           "not made by a cam GetWorkspaceSize");
-        if (std::string(it->second->op) != op)
-            return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": executor was made for " + it->second->op +
-                                                     ", not " + op + " (it stays usable for its own op)");
+                        std::string(api) + ": executor is not live: it already ran (cam executors run once), was "
+                                           "destroyed, or was not made by a cam GetWorkspaceSize");
+        const Executor& e = *it->second;
+        if (std::string(e.op) != op)
+            return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": executor was made for " + e.op + ", not " +
+                                                     op + " (it stays usable for its own op)");
+        // Refused before launching: the executor stays live, for a call with a proper workspace or camDestroyExecutor.
+        if (e.launch && (workspaceSize < e.workspaceSize || (e.workspaceSize > 0 && workspace == nullptr)))
+            return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": workspace of " + std::to_string(workspaceSize) +
+                                                     " bytes" + (workspace ? "" : " at a null address") +
+                                                     ", the op needs " + std::to_string(e.workspaceSize) +
+                                                     " (the executor stays usable)");
         owned = std::move(it->second);
         r.live.erase(it);
     }
     if (!owned->launch) return ACLNN_SUCCESS;
-    if (workspaceSize < owned->workspaceSize || (owned->workspaceSize > 0 && workspace == nullptr)) {
-        return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": workspace of " + std::to_string(workspaceSize) +
-                                                 " bytes, the op needs " + std::to_string(owned->workspaceSize));
-    }
     return Guarded(api, [&] {
         const aclrtStream resolved = ResolveStream(stream);
         CheckCaptureWorkspace(resolved, workspace, workspaceSize, api);
@@ -79,6 +90,26 @@ aclnnStatus RunExecutor(const char* api, const char* op, void* workspace, uint64
 }
 
 }  // namespace cam::host
+
+extern "C" aclnnStatus camDestroyExecutor(aclOpExecutor* executor) {
+    if (!executor) return ACLNN_SUCCESS;
+    std::unique_ptr<cam::host::Executor> owned;  // destroyed outside the lock: its launch may hold captures
+    {
+        cam::host::Registry& r = cam::host::Executors();
+        std::lock_guard<std::mutex> lock(r.mutex);
+        auto it = r.live.find(reinterpret_cast<uintptr_t>(executor));
+        if (it == r.live.end())
+            return cam::host::Fail(ACLNN_ERR_PARAM_INVALID,
+                                   "camDestroyExecutor: executor is not live: it already ran, was destroyed, or was "
+                                   "not made by a cam GetWorkspaceSize");
+        owned = std::move(it->second);
+        r.live.erase(it);
+    }
+    return ACLNN_SUCCESS;
+}
+
+extern "C" void camBeginArgumentCheck(void) { cam::host::tArgumentCheck = true; }
+extern "C" void camEndArgumentCheck(void) { cam::host::tArgumentCheck = false; }
 
 extern "C" aclnnStatus camBeginSynchronousLaunches(aclrtStream stream) {
     return cam::host::Guarded("camBeginSynchronousLaunches", [&] {

@@ -25,12 +25,17 @@ struct Executor {
 // The first check of every GetWorkspaceSize: both out-pointers given.
 aclnnStatus CheckOutPointers(const char* op, const uint64_t* workspaceSize, aclOpExecutor* const* executor);
 
-// The last step of every GetWorkspaceSize: registers the executor and hands its handle and workspace size out.
+// Whether this thread is between camBeginArgumentCheck and camEndArgumentCheck: tensors may have no data, and
+// GetWorkspaceSize checks its arguments without making an executor (nothing may be built from the data addresses).
+bool ArgumentCheckOnly();
+
+// The last step of every GetWorkspaceSize: registers the executor and hands its handle and workspace size out (in
+// an argument check, hands out the workspace size and a null handle, and drops the executor).
 aclnnStatus Finish(std::unique_ptr<Executor> executor, uint64_t* workspaceSize, aclOpExecutor** handle);
 
-// The second phase of every op. A handle made for another op is refused and stays live; otherwise the executor
-// is consumed by this call, whether it launches or is refused, so running it again is refused (cam executors are
-// not repeatable). A null stream is the default stream.
+// The second phase of every op. Refused before launching (a handle made for another op, a missing or too small
+// workspace), the executor stays live for a corrected call or camDestroyExecutor; once it launches it is consumed,
+// so running it again is refused (cam executors are not repeatable). A null stream is the default stream.
 aclnnStatus RunExecutor(const char* api, const char* op, void* workspace, uint64_t workspaceSize,
                         aclOpExecutor* handle, aclrtStream stream);
 

@@ -37,8 +37,8 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
 
     if (a->weights.empty()) return check.Invalid("weights must hold at least one layer");
     if (a->scales.size() != a->weights.size())
-        return check.Invalid("weight_scales has " + std::to_string(a->scales.size()) + " layers, weights has " +
-                             std::to_string(a->weights.size()));
+        return check.Invalid("weights (" + std::to_string(a->weights.size()) + " layers) and weight_scales (" +
+                             std::to_string(a->scales.size()) + " layers) must match");
     a->layers = static_cast<int64_t>(a->weights.size());
     const TensorView& s0 = a->scales[0];
     if ((st = check.Tensor(s0, "weight_scales[0]", {ACL_FLOAT}, {kAnyDim, kAnyDim}))) return st;
@@ -52,14 +52,15 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
     for (int64_t l = 0; l < a->layers; ++l) {
         const std::string w = "weights[" + std::to_string(l) + "]", s = "weight_scales[" + std::to_string(l) + "]";
         const TensorView& wl = a->weights[l];
-        if (wl.dtype != ACL_INT8 || wl.shape != nzShape) {
+        if ((st = check.Dtype(wl, w.c_str(), {ACL_INT8}))) return st;
+        if (wl.shape != nzShape) {
             TensorView expect;
             expect.shape = nzShape;
-            return check.Invalid(w + " must be int8 " + expect.ShapeString() +
-                                 " (prepacked FRACTAL_NZ [E_local, ceil(N/32), ceil(K/16), 16, 32] with K = " +
-                                 std::to_string(a->k) + " from " + xName + " and E_local, N = " +
-                                 std::to_string(a->n) + " from weight_scales), got " + DtypeName(wl.dtype) + " " +
-                                 wl.ShapeString());
+            return check.Invalid(w + " must be FRACTAL_NZ " + expect.ShapeString() +
+                                 " ([E_local, ceil(N/32), ceil(K/16), 16, 32] with K = " + std::to_string(a->k) +
+                                 " from " + xName + " and E_local, N = " + std::to_string(a->n) +
+                                 " from weight_scales), got " + wl.ShapeString() +
+                                 " (build the weights with cam.LayerWeights / cam.ops.prepack_weights)");
         }
         if ((st = check.Contiguous(wl, w.c_str()))) return st;
         if ((st = check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->n}))) return st;

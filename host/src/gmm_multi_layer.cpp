@@ -42,7 +42,7 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y,
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;
         // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
-        ex->launch = [tiling, ws, table = PersistentGmmTable(a), y = a.x.data, gl = a.groupList.data,
+        ex->launch = [tiling, ws, table = ArgumentCheckOnly() ? nullptr : PersistentGmmTable(a), y = a.x.data, gl = a.groupList.data,
                       li = a.layerIndex.data, ys = a.xScale.data, o = ov.data](void* workspace,
                                                                                 aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);

@@ -26,7 +26,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
             return st;
         if (a.n % 2 != 0)
             return check.Invalid("N = " + std::to_string(a.n) +
-                                 " (from weight_scales) must be even: the output splits into act | gate halves");
+                                 " must be even (N from weight_scales): the output splits into act | gate halves");
         TensorView yv, sv;
         if ((st = check.View(y, "y", &yv)) || (st = check.Tensor(yv, "y", {ACL_INT8}, {a.m, a.n / 2})))
             return st;
@@ -46,7 +46,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;
         // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
-        ex->launch = [tiling, ws, table = PersistentGmmTable(a), xd = a.x.data, gl = a.groupList.data,
+        ex->launch = [tiling, ws, table = ArgumentCheckOnly() ? nullptr : PersistentGmmTable(a), xd = a.x.data, gl = a.groupList.data,
                       li = a.layerIndex.data, xs = a.xScale.data, yd = yv.data, ysd = sv.data](void* workspace,
                                                                                                 aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "backend.h"
+#include "executor.h"
 #include "status.h"
 
 namespace cam::host {
@@ -91,10 +92,23 @@ aclnnStatus ArgChecker::View(const aclTensor* t, const char* arg, TensorView* ou
         if (d < 0) return Invalid(std::string(arg) + " has a negative dimension");
     }
     const uint32_t elem = DtypeBytes(out->dtype);
-    if (elem == 0) return Invalid(std::string(arg) + " has an unsupported dtype code " + std::to_string(out->dtype));
+    if (elem == 0)
+        return WrongDtype(std::string(arg) + " has a dtype no cam op takes (ACL code " + std::to_string(out->dtype) +
+                          ")");
+    // The descriptor is caller memory: an offset that points before the data, or past any address a 64-bit host or
+    // device can map (57 bits: x86-64 with 5-level paging; AArch64 hosts and Ascend devices use fewer), would make
+    // the kernels address memory the caller never gave them.
+    constexpr int64_t kMaxByteOffset = int64_t{1} << 57;
+    if (offset < 0 || offset > kMaxByteOffset / elem)
+        return Invalid(std::string(arg) + " has view offset " + std::to_string(offset) + ", outside [0, " +
+                       std::to_string(kMaxByteOffset / elem) + "] elements");
+    if (data == nullptr) {
+        out->data = nullptr;
+        if (out->Numel() > 0 && !ArgumentCheckOnly())
+            return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op_) + ": " + arg + " has no data");
+        return ACLNN_SUCCESS;
+    }
     out->data = static_cast<uint8_t*>(data) + offset * static_cast<int64_t>(elem);
-    if (data == nullptr && out->Numel() > 0)
-        return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op_) + ": " + arg + " has no data");
     return ACLNN_SUCCESS;
 }
 
@@ -127,13 +141,12 @@ aclnnStatus ArgChecker::Dtype(const TensorView& v, const char* arg, std::initial
         if (v.dtype == a) return ACLNN_SUCCESS;
         names += (names.empty() ? "" : " or ") + std::string(DtypeName(a));
     }
-    return Invalid(std::string(arg) + " must be " + names + ", got " + DtypeName(v.dtype));
+    return WrongDtype(std::string(arg) + " must be " + names + ", got " + DtypeName(v.dtype));
 }
 
 aclnnStatus ArgChecker::Rank(const TensorView& v, const char* arg, size_t rank) const {
     if (v.shape.size() == rank) return ACLNN_SUCCESS;
-    return Invalid(std::string(arg) + " must have " + std::to_string(rank) + " dimensions, got shape " +
-                   v.ShapeString());
+    return Invalid(std::string(arg) + " must be " + std::to_string(rank) + "-D, got shape " + v.ShapeString());
 }
 
 aclnnStatus ArgChecker::Shape(const TensorView& v, const char* arg, const std::vector<int64_t>& expected) const {
@@ -147,6 +160,10 @@ aclnnStatus ArgChecker::Contiguous(const TensorView& v, const char* arg) const {
     if (v.Contiguous()) return ACLNN_SUCCESS;
     return Invalid(std::string(arg) + " must be contiguous (row-major), got shape " + v.ShapeString() +
                    " with non-contiguous strides");
+}
+
+aclnnStatus ArgChecker::WrongDtype(const std::string& message) const {
+    return Fail(CAM_ERR_PARAM_DTYPE, std::string(op_) + ": " + message);
 }
 
 aclnnStatus ArgChecker::Invalid(const std::string& message) const {

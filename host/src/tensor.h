@@ -46,7 +46,8 @@ public:
     aclnnStatus Rank(const TensorView& v, const char* arg, size_t rank) const;
     aclnnStatus Shape(const TensorView& v, const char* arg, const std::vector<int64_t>& expected) const;
     aclnnStatus Contiguous(const TensorView& v, const char* arg) const;
-    aclnnStatus Invalid(const std::string& message) const;
+    aclnnStatus Invalid(const std::string& message) const;     // ACLNN_ERR_PARAM_INVALID, "<op>: <message>"
+    aclnnStatus WrongDtype(const std::string& message) const;  // CAM_ERR_PARAM_DTYPE, "<op>: <message>"
 
 private:
     const char* op_;

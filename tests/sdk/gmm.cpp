@@ -108,7 +108,7 @@ int main() {
     aclTensorList* oneScale = aclCreateTensorList(one.data(), one.size());
     st = aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(ty, tys, tw1, oneScale, tgl, tli, 1, ty1, ty1s, &wsSize, &ex);
     Expect(st == ACLNN_ERR_PARAM_INVALID, "weight lists of different lengths must be refused");
-    Expect(std::strstr(camGetLastErrorMessage(), "weight_scales has 1 layers, weights has 3") != nullptr,
+    Expect(std::strstr(camGetLastErrorMessage(), "weights (3 layers) and weight_scales (1 layers) must match") != nullptr,
            std::string("message names the lists: ") + camGetLastErrorMessage());
 
     aclDestroyTensorList(oneScale);

@@ -85,7 +85,7 @@ int main() {
     // A bad argument is refused in the first phase with a message naming it.
     aclTensor* wrong = Make({rows, cols}, ACL_FLOAT, values.data());
     st = aclnnCamDynamicQuantGetWorkspaceSize(wrong, tq, ts, &workspaceSize, &executor);
-    Expect(st == ACLNN_ERR_PARAM_INVALID, "float32 x must be refused");
+    Expect(st == CAM_ERR_PARAM_DTYPE, "float32 x must be refused as a wrong dtype");
     Expect(std::strstr(camGetLastErrorMessage(), "x must be bfloat16 or float16") != nullptr,
            std::string("message names x: ") + camGetLastErrorMessage());
 

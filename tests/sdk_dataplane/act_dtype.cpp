@@ -1,6 +1,6 @@
 // The data-plane ops' activation dtype against camCommConfig.actDtype, through the C API only (issue 9): for a
 // plane created for bf16 and one created for fp16, each op's activation argument in the other dtype is refused by
-// GetWorkspaceSize with ACLNN_ERR_PARAM_INVALID and a message naming the op and the argument (nothing can have
+// GetWorkspaceSize with CAM_ERR_PARAM_DTYPE and a message naming the op and the argument (nothing can have
 // been launched: the launch is the second phase), and the same call in the plane's own dtype is accepted (the
 // control, so a check that refuses everything cannot pass). Two threads are the two ranks (Attention 0, FFN 1)
 // over the in-process transport. Exit code 0 on success; failures print what differed.
@@ -35,10 +35,10 @@ bool Expect(const char* what, aclnnStatus status, bool refused, const std::strin
         return false;
     }
     const std::string want = op + ": " + arg + " is " + Name(given);
-    if (status == ACLNN_ERR_PARAM_INVALID && message.find(want) != std::string::npos &&
+    if (status == CAM_ERR_PARAM_DTYPE && message.find(want) != std::string::npos &&
         message.find(std::string(Name(comm)) + " activations") != std::string::npos)
         return true;
-    std::printf("%s: %s in %s on a %s plane gave %d '%s' (want ACLNN_ERR_PARAM_INVALID '%s...')\n", what,
+    std::printf("%s: %s in %s on a %s plane gave %d '%s' (want CAM_ERR_PARAM_DTYPE '%s...')\n", what,
                 arg.c_str(), Name(given), Name(comm), status, message.c_str(), want.c_str());
     return false;
 }

@@ -24,7 +24,7 @@ void Expect(bool ok, const std::string& what) {
     }
 }
 
-bool MessageHas(const char* needle) { return std::strstr(camGetLastErrorMessage(), needle) != nullptr; }
+bool MessageHas(const std::string& needle) { return std::strstr(camGetLastErrorMessage(), needle.c_str()) != nullptr; }
 
 aclTensor* Tensor(std::vector<int64_t> shape, aclDataType dtype, void* data) {
     return aclCreateTensor(shape.data(), shape.size(), dtype, nullptr, 0, ACL_FORMAT_ND, shape.data(), shape.size(),
@@ -65,6 +65,49 @@ void Executors() {
     Expect(aclnnCamDynamicQuant(nullptr, 0, ex2, nullptr) == ACLNN_SUCCESS, "it still runs as its own op");
     Expect(camSynchronizeStream(nullptr, 60000) == ACLNN_SUCCESS && q[3] == 127, "and computes");
 
+    // An executor that will not run is released by camDestroyExecutor; it is not live afterwards.
+    aclOpExecutor* ex3 = nullptr;
+    Expect(aclnnCamDynamicQuantGetWorkspaceSize(tx, tq, ts, &ws, &ex3) == ACLNN_SUCCESS, "third phase 1");
+    Expect(camDestroyExecutor(ex3) == ACLNN_SUCCESS, "an unrun executor is destroyed");
+    Expect(aclnnCamDynamicQuant(nullptr, 0, ex3, nullptr) == ACLNN_ERR_PARAM_INVALID && MessageHas("not live"),
+           "a destroyed executor does not run");
+    Expect(camDestroyExecutor(ex3) == ACLNN_ERR_PARAM_INVALID && MessageHas("not live"), "nor is destroyed twice");
+    Expect(camDestroyExecutor(nullptr) == ACLNN_SUCCESS, "destroying null is a no-op");
+
+    // An argument check makes no executor and writes nothing, even with data.
+    camBeginArgumentCheck();
+    aclOpExecutor* none = reinterpret_cast<aclOpExecutor*>(0x1);
+    q.assign(q.size(), 0);
+    Expect(aclnnCamDynamicQuantGetWorkspaceSize(tx, tq, ts, &ws, &none) == ACLNN_SUCCESS && none == nullptr,
+           "an argument check hands out no executor");
+    aclTensor* noData = Tensor({m, h}, ACL_BF16, nullptr);
+    Expect(aclnnCamDynamicQuantGetWorkspaceSize(noData, tq, ts, &ws, &none) == ACLNN_SUCCESS,
+           "an argument check takes tensors without data");
+    aclTensor* wrongNoData = Tensor({m, h}, ACL_FLOAT, nullptr);
+    Expect(aclnnCamDynamicQuantGetWorkspaceSize(wrongNoData, tq, ts, &ws, &none) == CAM_ERR_PARAM_DTYPE &&
+               MessageHas("dynamic_quant: x must be bfloat16 or float16, got float32"),
+           "and refuses as the op does");
+    camEndArgumentCheck();
+    Expect(aclnnCamDynamicQuantGetWorkspaceSize(noData, tq, ts, &ws, &none) == ACLNN_ERR_PARAM_NULLPTR &&
+               MessageHas("x has no data"),
+           "outside an argument check a tensor without data is refused");
+    Expect(q[3] == 0, "the argument check wrote nothing");
+    aclDestroyTensor(noData);
+    aclDestroyTensor(wrongNoData);
+
+    // A view offset is caller memory too: one before the data or beyond any mappable address is refused, naming
+    // the tensor; offset 0 (every call above) is the control.
+    for (int64_t offset : {int64_t{-1}, int64_t{1} << 60}) {
+        const int64_t dims[] = {m, h};
+        aclTensor* shifted = aclCreateTensor(dims, 2, ACL_BF16, nullptr, offset, ACL_FORMAT_ND, dims, 2, x.data());
+        aclOpExecutor* never = nullptr;
+        Expect(shifted && aclnnCamDynamicQuantGetWorkspaceSize(shifted, tq, ts, &ws, &never) ==
+                              ACLNN_ERR_PARAM_INVALID &&
+                   MessageHas("dynamic_quant: x has view offset " + std::to_string(offset)) && never == nullptr,
+               "view offset " + std::to_string(offset) + " is refused naming x");
+        aclDestroyTensor(shifted);
+    }
+
     // Handles that were never made by cam.
     Expect(aclnnCamDynamicQuant(nullptr, 0, reinterpret_cast<aclOpExecutor*>(0x1234), nullptr) ==
                ACLNN_ERR_PARAM_INVALID,
@@ -100,6 +143,12 @@ void Attention() {
     aclOpExecutor* ex = nullptr;
     Expect(aclnnCamDispatchSendGetWorkspaceSize(comm, tx, ti, 0, &ws, &ex) == ACLNN_SUCCESS, "dispatch_send phase 1");
     std::vector<uint8_t> workspace(ws ? ws : 1);
+    // A second phase refused for its workspace leaves the executor live: the corrected call runs it.
+    Expect(ws > 0, "dispatch_send needs a workspace");
+    Expect(aclnnCamDispatchSend(nullptr, ws, ex, stream) == ACLNN_ERR_PARAM_INVALID && MessageHas("stays usable"),
+           "a null workspace is refused");
+    Expect(aclnnCamDispatchSend(workspace.data(), ws - 1, ex, stream) == ACLNN_ERR_PARAM_INVALID,
+           "a short workspace is refused");
     Expect(aclnnCamDispatchSend(workspace.data(), ws, ex, stream) == ACLNN_SUCCESS, "dispatch_send phase 2");
     Expect(camSynchronizeStream(stream, 60000) == ACLNN_SUCCESS, "dispatch_send synchronize");
     Expect(aclnnCamDispatchSend(workspace.data(), ws, ex, stream) == ACLNN_ERR_PARAM_INVALID && MessageHas("not live"),

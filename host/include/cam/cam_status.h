@@ -8,11 +8,12 @@
 extern "C" {
 #endif
 
-/* Executors (the aclOpExecutor* of the two-phase API) run once: the second phase consumes the executor of its own
- * op whether it launches or refuses its arguments; running it again, or passing a handle that is not a live cam
- * executor, returns ACLNN_ERR_PARAM_INVALID; an executor made for another op is refused with
- * ACLNN_ERR_PARAM_INVALID and stays usable for its own op. aclSetAclOpExecutorRepeatable does not apply to cam
- * executors. A null stream in the second phase is the default stream. */
+/* Executors (the aclOpExecutor* of the two-phase API) run once: a second phase that launches (or queues into a
+ * capture) consumes the executor of its own op; running it again, or passing a handle that is not a live cam
+ * executor, returns ACLNN_ERR_PARAM_INVALID. A second phase refused before launching (a null or too small workspace,
+ * an executor made for another op) returns ACLNN_ERR_PARAM_INVALID and leaves the executor live: call the second
+ * phase again with a proper workspace, or release it unrun with camDestroyExecutor. aclSetAclOpExecutorRepeatable
+ * does not apply to cam executors. A null stream in the second phase is the default stream. */
 
 /* cam-specific aclnnStatus values, beside ACLNN_SUCCESS / ACLNN_ERR_PARAM_* / ACLNN_ERR_INNER. */
 #define CAM_ERR_DEVICE_ARGUMENT 561201 /* the kernel's pre-pass found a bad device-resident argument */
@@ -24,6 +25,8 @@ extern "C" {
 #define CAM_ERR_CAPTURE_INVALIDATED 561207 /* a capture rule was broken; the capture is invalidated (cam_graph.h) */
 #define CAM_ERR_GRAPH_INVALID 561208 /* the graph was destroyed, or invalidated (a resource it uses was closed) */
 #define CAM_ERR_COMM_PROTOCOL 561210   /* data-plane state broke an invariant (docs/protocol.md §9); comm unusable */
+#define CAM_ERR_PARAM_DTYPE 561211     /* a tensor argument has a dtype the op does not take (a refused argument,
+                                          like ACLNN_ERR_PARAM_INVALID: nothing was made or written) */
 
 /* Message of the last failing cam call on this thread ("" if none). Valid until the next failing call. */
 CAM_API const char* camGetLastErrorMessage(void);
@@ -46,6 +49,19 @@ CAM_API aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutMs);
  * bounded by the work itself. A null stream is the default stream. Ascend: no effect (the device runs it). */
 CAM_API aclnnStatus camBeginSynchronousLaunches(aclrtStream stream);
 CAM_API void camEndSynchronousLaunches(void);
+
+/* Releases an executor a GetWorkspaceSize made that will not run (its second phase was refused, or the caller
+ * changed its mind). ACLNN_ERR_PARAM_INVALID for a handle that is not a live cam executor; null is a no-op. */
+CAM_API aclnnStatus camDestroyExecutor(aclOpExecutor* executor);
+
+/* Argument checks without data, for a caller that has shapes but no memory (a tracer's fake tensors, a planner):
+ * between camBeginArgumentCheck() and camEndArgumentCheck() on one thread, every op's GetWorkspaceSize runs all of
+ * its argument checks (the same checks in the same order, with the same statuses and messages) on tensors whose
+ * data address may be null, and makes no executor: on success *executor is null and *workspaceSize what the op
+ * would need. Nothing is allocated, launched or written. The communicator of a data-plane op must be a live one:
+ * its topology, role and state are part of the checks. */
+CAM_API void camBeginArgumentCheck(void);
+CAM_API void camEndArgumentCheck(void);
 
 /* Backend this library was built for: "twin" or "ascend". */
 CAM_API const char* camBackendName(void);
