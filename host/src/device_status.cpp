@@ -64,12 +64,22 @@ aclnnStatus CheckDeviceStatus(const char* op, const kernels::DeviceStatusRecord&
 
 void EnqueueDeviceStatusReset(aclrtStream stream, void* record) {
     // In a capture the record is in the graph's zeroed pool and stays sticky across replays (docs/graph.md).
-    if (CaptureStatusRecord(stream, nullptr, nullptr)) return;
+    if (CaptureStatusCheck(stream, nullptr, nullptr)) return;
     EnqueueZero(stream, record, kernels::kDeviceStatusBytes);
 }
 
 void EnqueueDeviceStatusCheck(aclrtStream stream, const void* record, const char* op) {
-    if (CaptureStatusRecord(stream, record, op)) return;  // read after the synchronize that follows a launch
+    // In a capture: read after the synchronize that follows a launch of the graph (the stream is idle then), once
+    // per synchronize however many replays ran; a reported record is cleared, so the next synchronize speaks only of
+    // replays after this one (nothing resets it on the device: it is sticky across replays).
+    auto afterReplay = [record, op](std::string* message) -> aclnnStatus {
+        kernels::DeviceStatusRecord r{};
+        ReadDeviceNow(&r, record, sizeof(r));
+        const aclnnStatus st = CheckDeviceStatus(op, r, message);
+        if (st != ACLNN_SUCCESS) ZeroDeviceNow(const_cast<void*>(record), sizeof(r));
+        return st;
+    };
+    if (CaptureStatusCheck(stream, afterReplay, nullptr)) return;
     // `host` is a copy of the record taken after the kernels finished.
     EnqueueDeviceRead(stream, record, kernels::kDeviceStatusBytes, [op](const uint8_t* host, std::string* message) {
         kernels::DeviceStatusRecord r;

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "backend.h"
-#include "device_status.h"
 #include "status.h"
 
 namespace cam::host {
@@ -29,11 +28,6 @@ struct GraphData {
         uint64_t bytes;
     };
     std::vector<Block> pool;
-    struct StatusRecord {
-        void* record;
-        const char* op;  // a string literal
-    };
-    std::vector<StatusRecord> records;
     std::vector<std::function<aclnnStatus(std::string*)>> checks;  // CaptureStatusCheck
     std::vector<std::shared_ptr<void>> holds;
     ~GraphData() {
@@ -141,15 +135,6 @@ void CheckCaptureWorkspace(aclrtStream stream, const void* workspace, uint64_t b
     throw StatusException(CAM_ERR_CAPTURE_INVALIDATED, Broken(what));
 }
 
-bool CaptureStatusRecord(aclrtStream stream, const void* record, const char* op) {
-    Registry& r = Graphs();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    auto it = r.captures.find(stream);
-    if (it == r.captures.end()) return false;
-    if (record) it->second.data->records.push_back({const_cast<void*>(record), op});
-    return true;
-}
-
 bool CaptureStatusCheck(aclrtStream stream, std::function<aclnnStatus(std::string*)> check,
                         std::shared_ptr<void> hold) {
     Registry& r = Graphs();
@@ -176,17 +161,6 @@ aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed) {
     // is cleared, so the next synchronize speaks only of replays after this one. The stream is idle here.
     aclnnStatus status = ACLNN_SUCCESS;
     for (const auto& data : launched) {
-        for (const GraphData::StatusRecord& s : data->records) {
-            kernels::DeviceStatusRecord record{};
-            ReadDeviceNow(&record, s.record, sizeof(record));
-            CountHostActivity(HostActivity::DeviceRead);
-            std::string message;
-            const aclnnStatus bad = CheckDeviceStatus(s.op, record, &message);
-            if (bad == ACLNN_SUCCESS) continue;
-            ZeroDeviceNow(s.record, sizeof(record));
-            // The stream's own error is the one reported when there is one; the records are cleared regardless.
-            if (status == ACLNN_SUCCESS && !streamFailed) status = Fail(bad, message);
-        }
         // Every check runs (each clears what it reported); the first failure is the one reported.
         for (const auto& check : data->checks) {
             std::string message;

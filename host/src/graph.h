@@ -25,12 +25,8 @@ aclnnStatus CheckSynchronizeAllowed(aclrtStream stream);
 // An op's workspace on a capturing stream must come from the capture's pool (camStreamCaptureAllocWorkspace).
 void CheckCaptureWorkspace(aclrtStream stream, const void* workspace, uint64_t bytes, const char* api);
 
-// During a capture an op's device status record is not reset per launch nor read back by a host task: it is
-// registered with the capture (it lives in the pool, zeroed once) and read after the synchronize that follows a
-// launch of the graph. Returns true when `stream` captures (the caller queues nothing).
-bool CaptureStatusRecord(aclrtStream stream, const void* record, const char* op);
-
-// The same for a status the op keeps elsewhere (the data-plane ops' communicator status, in the communicator's
+// During a capture an op's status is not reset per launch nor read back by a host task (device_status.cpp: the
+// record lives in the graph's zeroed pool; the data-plane ops' communicator status, in the communicator's
 // window): `check` reads it and turns it into a status; it runs after the synchronize that follows a launch of the
 // graph, once per synchronize however many replays ran. `hold` lives as long as the graph (the communicator's
 // in-flight token, so the communicator is not freed under a graph that reads it). Returns true when `stream`
