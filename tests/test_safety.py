@@ -511,3 +511,28 @@ def test_gmm_ops_refuse_a_work_item_whose_layer_word_was_forged(layer):
         ffn_compute(_work_item(*item), w1, w2)  # in range: runs
         cam.ops.combine_send(comms[ffn], expert_out(comms[ffn], *item), item[3])
         finish_round(t, comms, rounds, served={ffn})
+
+
+def test_a_record_claiming_too_many_token_slots_is_refused_in_token_words():
+    """A record whose distinct-token count exceeds its region's token slots (rows within bounds) is refused by
+    dispatch_recv in token words, naming window_tokens, not as a row overflow. Control: the untampered round is
+    received."""
+    from _window_layout import WindowLayout
+
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=2, H=32, Bmax=4, L=2, slots=1)
+    lay = WindowLayout(t)
+    ids = torch.tensor([[0, 1], [1, -1]], dtype=torch.int32)
+    for tamper in (False, True):
+        with plane(t, timeout_s=30) as comms:
+            cam.ops.dispatch_send(comms[0], torch.ones((2, t.H), dtype=torch.bfloat16), ids, 1)
+            w = comms[1].window.view(torch.int64)
+            hdr = lay.ffn_region_off(0, 0) // 8
+            if not tamper:
+                assert int(cam.ops.dispatch_recv(comms[1])[3][5]) == 3
+                continue
+            w[hdr + 6] = lay.region_token_slots + 1  # kHdrTokenSlots: distinct tokens stored for this FFN rank
+            with pytest.raises(cam.DeviceArgumentError) as info:
+                cam.ops.dispatch_recv(comms[1])
+            msg = str(info.value)
+            assert f"more distinct tokens than the region's {lay.region_token_slots} token slots" in msg, msg
+            assert "window_tokens" in msg and " rows" not in msg.split("dispatch_recv", 1)[1], msg

@@ -97,6 +97,11 @@ aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t a
             if (st[kStatusOp] == op::kDispatchSend) {  // the window bound; more rows than capacity are chunked
                 m += ": " + std::to_string(det) + " distinct tokens for FFN rank " + std::to_string(peer) + " in " +
                      round + " exceed window_tokens = " + std::to_string(layout::window_token_slots(t));
+            } else if (det <= layout::region_index_entries(t)) {
+                // dispatch_recv reports the record's rows; within the row bound, its distinct tokens overflowed.
+                m += ": the record " + (peer >= 0 ? "for FFN rank " + std::to_string(peer) : "for this FFN rank") +
+                     " in " + round + " claims more distinct tokens than the region's " +
+                     std::to_string(layout::region_token_slots(t)) + " token slots (window_tokens)";
             } else {
                 m += ": " + std::to_string(det) + " rows " +
                      (peer >= 0 ? "for FFN rank " + std::to_string(peer) : "for this FFN rank") + " in " + round +
