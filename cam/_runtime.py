@@ -12,7 +12,7 @@ import torch
 
 from . import _C, _capture, _npu
 from ._tensor import shape_desc
-from .errors import SyncTimeoutError
+from .errors import InvalidArgumentError, SyncTimeoutError
 
 _thread_streams = {}  # thread ident -> that thread's default stream
 _locks_guard = threading.Lock()
@@ -208,7 +208,15 @@ def run(launch, *args, stream=None, tensor=None) -> None:
             # FFN iteration whose data-plane ops run on the Comm's stream (docs/graph.md).
             stream = capture.stream if capture is not None else (_thread_streams.get(threading.get_ident())
                                                                  or default_stream())
-        if capture is not None and capture.stream is stream:
+        if capture is not None:
+            if capture.stream is not stream:
+                # An op bound to another stream (a data-plane op runs on its Comm's) would run now, eagerly, and
+                # publish its round while the graph holds none of it: refused before anything runs.
+                op = getattr(launch, "__name__", "op")
+                raise InvalidArgumentError(
+                    f"{op}: called inside a capture on another stream: this Comm's ops run on the Comm's own stream; "
+                    f"capture on it (cam.Graph().capture(stream=comm.stream)) to record them, or call {op} outside "
+                    f"the capture", _C.status_codes()["ACLNN_ERR_PARAM_INVALID"])
             # Recorded, not run: workspace comes from the graph's pool and there is nothing to wait for (a
             # synchronize would break the capture). The graph's replay synchronizes.
             launch(*args, stream, capture.allocate, None)
