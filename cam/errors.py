@@ -16,7 +16,8 @@ class InvalidArgumentError(CamError, ValueError):
 
 class InvalidDtypeError(InvalidArgumentError, TypeError):
     """A tensor argument of a dtype the op does not take (C status CAM_ERR_PARAM_DTYPE), refused before any launch:
-    a ``TypeError``, as Python reports a wrong type, and like every refused argument an :class:`InvalidArgumentError`."""
+    a ``TypeError``, as Python reports a wrong type, and like every refused argument an
+    :class:`InvalidArgumentError`."""
 
 
 class DeviceArgumentError(CamError, ValueError):
