@@ -102,13 +102,15 @@ class ConnectorConfig:
 
 
 class SignedStore:
-    """A ``torch.distributed`` store whose values are authenticated with the run secret: ``set`` appends
-    HMAC-SHA256(secret, group, key, value); ``get`` refuses (``PermissionError`` naming the key) a value whose tag
-    does not verify, and ``check`` counts such a key as absent. Anyone who can reach the store can still read
-    values, delete keys or write garbage (a denial of service); what it cannot do without the secret is write a
-    value a rank accepts, so it cannot join as a rank, name a segment, or mark a rank as left."""
+    """A ``torch.distributed`` store whose values are authenticated with the run secret: ``set`` prefixes
+    HMAC-SHA256(secret, group, key, value); ``get`` and ``check`` refuse (``PermissionError`` naming the key) a value
+    whose tag does not verify. Anyone who can reach the store can still read values, delete keys, bump counters or
+    write garbage (a denial of service); what it cannot do without the secret is write a value a rank accepts, so it
+    cannot join as a rank, name a segment, or mark a rank as left."""
 
-    _SEP = b"\x00cam-mac\x00"
+    # A value is stored as b"cam-mac1:" + hex tag + b":" + value: the tag first, so a reader that does not verify
+    # gets no usable value (a NUL-truncated C string of a suffixed form would still be the bare value).
+    _HEAD = b"cam-mac1:"
 
     def __init__(self, store, secret: bytes, group: str):
         self._store = store
@@ -120,14 +122,16 @@ class SignedStore:
         return hmac.new(self._secret, msg, hashlib.sha256).hexdigest().encode()
 
     def _open(self, key: str, raw: bytes) -> Optional[bytes]:
-        value, sep, tag = raw.rpartition(self._SEP)
+        if not raw.startswith(self._HEAD):
+            return None
+        tag, sep, value = raw[len(self._HEAD):].partition(b":")
         if sep and hmac.compare_digest(tag, self._tag(key, value)):
             return value
         return None
 
     def set(self, key: str, value) -> None:
         value = value.encode() if isinstance(value, str) else bytes(value)
-        self._store.set(key, value + self._SEP + self._tag(key, value))
+        self._store.set(key, self._HEAD + self._tag(key, value) + b":" + value)
 
     def get(self, key: str) -> bytes:
         value = self._open(key, self._store.get(key))
@@ -138,9 +142,12 @@ class SignedStore:
         return value
 
     def check(self, keys) -> bool:
+        """True when every key is present; a present key whose value does not verify raises (as ``get``), so a
+        forged rendezvous value fails the handshake at once, naming the key, instead of passing for a joined rank."""
         for key in keys:
-            if not self._store.check([key]) or self._open(key, self._store.get(key)) is None:
+            if not self._store.check([key]):
                 return False
+            self.get(key)
         return True
 
     def __getattr__(self, name):
