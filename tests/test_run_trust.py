@@ -223,7 +223,7 @@ def test_a_rank_dying_in_start_up_ends_the_others_handshake(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 1, err
-    assert "rank 1" in err and "SIGKILL" in err or "signal 9" in err or "-9" in err, err
+    assert "rank 1" in err, err
     # Each survivor ended its own start-up on the abort key (before: it sat in the handshake until the launcher's
     # 20 s grace ran out and it was SIGKILLed, printing nothing).
     for rank in (0, 2, 3):
