@@ -92,7 +92,8 @@ def test_sdk_programs_run_clean_under_the_sanitizer(sanitize, tmp_path_factory):
     cmake, gxx = _tools()
     base = os.environ.get("CAM_SANITIZE_BUILD_DIR")
     base = pathlib.Path(base) if base else tmp_path_factory.mktemp("sanitize")
-    lib_build, prefix = base / f"lib-{sanitize}", base / f"prefix-{sanitize}"
+    lib_build = base / {"address": "asan", "thread": "tsan"}[sanitize]
+    prefix = lib_build / "prefix"
     r = _run([cmake, "-S", str(ROOT), "-B", str(lib_build), *_generator(), "-DCAM_BUILD_PYTHON=OFF",
               f"-DCAM_SANITIZE={sanitize}", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", f"-DCMAKE_INSTALL_PREFIX={prefix}"])
     assert r.returncode == 0, r.stdout + r.stderr
@@ -102,7 +103,7 @@ def test_sdk_programs_run_clean_under_the_sanitizer(sanitize, tmp_path_factory):
     assert r.returncode == 0, r.stdout + r.stderr
     cam_dir = str(prefix / "lib" / "cmake" / "cam")
     programs = _sdk_programs(cmake, gxx, cam_dir, str(prefix / "include"), str(prefix / "lib"),
-                             base / f"programs-{sanitize}", FLAGS[sanitize], sanitize)
+                             lib_build / "programs", FLAGS[sanitize], sanitize)
     env = dict(os.environ, **ENV[sanitize])
     # TSan's shadow memory needs the fixed layout that address-space randomization breaks on newer kernels.
     prefix_cmd = ["setarch", platform.machine(), "-R"] if sanitize == "thread" and shutil.which("setarch") else []
