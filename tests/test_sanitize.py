@@ -107,10 +107,27 @@ def test_sdk_programs_run_clean_under_the_sanitizer(sanitize, tmp_path_factory):
     env = dict(os.environ, **ENV[sanitize])
     # TSan's shadow memory needs the fixed layout that address-space randomization breaks on newer kernels.
     prefix_cmd = ["setarch", platform.machine(), "-R"] if sanitize == "thread" and shutil.which("setarch") else []
-    failed = []
-    for exe in programs:
+
+    def report(exe):
         out = _run([*prefix_cmd, str(exe)], env=env, timeout=1200)
         text = out.stdout + out.stderr
         if out.returncode != 0 or any(s in text for s in REPORTS):
-            failed.append(f"{exe.name}: exit {out.returncode}\n{text[-6000:]}")
+            return f"{exe.name}: exit {out.returncode}\n{text[-6000:]}"
+        return None
+
+    # Control: a program with the defect this sanitizer exists for, built and judged the same way, is reported.
+    bug = lib_build / "control.cpp"
+    bug.write_text(_CONTROL[sanitize])
+    r = _run([gxx, "-std=c++20", "-O1", "-g", *FLAGS[sanitize], str(bug), "-pthread", "-o", str(lib_build / "control")])
+    assert r.returncode == 0, r.stderr
+    assert report(lib_build / "control") is not None, "the sanitizer run does not catch a planted defect"
+    failed = [f for f in map(report, programs) if f]
     assert not failed, "\n\n".join(failed)
+
+
+_CONTROL = {
+    "address": "#include <cstdlib>\nint main() { int* p = static_cast<int*>(std::malloc(64)); std::free(p); "
+               "return p[3]; }\n",
+    "thread": "#include <thread>\nint x = 0;\nint main() { std::thread a([] { for (int i = 0; i < 100000; ++i) ++x; "
+              "}); for (int i = 0; i < 100000; ++i) ++x; a.join(); return 0; }\n",
+}
