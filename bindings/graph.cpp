@@ -1,6 +1,7 @@
 // Stream capture and graphs (cam/cam_graph.h) for cam.Graph; a graph travels as its integer handle.
 #include "common.h"
 
+#include <algorithm>
 #include <iterator>
 #include <utility>
 
@@ -67,6 +68,20 @@ void Register(py::module_& m) {
         }
         ThrowIfFailed(status);
     }, py::arg("graph"), py::arg("stream"));
+    m.def("graph_launch_bounded", [](uintptr_t graph, Stream& stream, uint32_t max_queued, double timeout_s) {
+        aclnnStatus status;
+        const int32_t ms = timeout_s < 0 ? -1 : static_cast<int32_t>(std::min(timeout_s * 1000.0, 2147483647.0));
+        {
+            py::gil_scoped_release release;  // the back-pressure wait must not hold the GIL
+            status = camGraphLaunchBounded(AsGraph(graph), stream.Handle(), max_queued, ms);
+        }
+        ThrowIfFailed(status);
+    }, py::arg("graph"), py::arg("stream"), py::arg("max_queued"), py::arg("timeout_s"));
+    m.def("graph_queued", [](uintptr_t graph) {
+        uint64_t queued = 0;
+        ThrowIfFailed(camGraphQueuedReplays(AsGraph(graph), &queued));
+        return queued;
+    }, py::arg("graph"));
     m.def("graph_invalidate", [](uintptr_t graph, const std::string& reason) {
         ThrowIfFailed(camGraphInvalidate(AsGraph(graph), reason.c_str()));
     }, py::arg("graph"), py::arg("reason"));

@@ -17,6 +17,11 @@ _local = _Local()
 class _Capture:
     def __init__(self, stream):
         self.stream = stream
+        self.held = []
+
+    def hold(self, args) -> None:
+        """The arguments of a recorded op (its tensors): the graph keeps them while a replay may run on them."""
+        self.held.append(args)
 
     def allocate(self, nbytes: int):
         """Workspace for a captured op: graph-owned, so the recorded launches keep valid addresses."""

@@ -220,6 +220,7 @@ def run(launch, *args, stream=None, tensor=None) -> None:
             # Recorded, not run: workspace comes from the graph's pool and there is nothing to wait for (a
             # synchronize would break the capture). The graph's replay synchronizes.
             launch(*args, stream, capture.allocate, None)
+            capture.hold(args)  # replays run on these tensors: the graph keeps them (cam/graph.py)
             return
         keep = _Workspace()
     bound = sync_timeout_s()

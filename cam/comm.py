@@ -268,7 +268,7 @@ class Comm:
             return
         from .graph import close_graphs_of  # graphs captured on this stream use this Comm: they end with it
 
-        close_graphs_of(self.stream, f"the graph uses Comm {self.id} (rank {self.rank}), which was closed")
+        close_graphs_of(self.stream, f"the graph uses Comm {self.id} (rank {self.rank}), which was closed", wait_s)
         lock = _runtime.stream_lock(self.stream)
         got = lock.acquire(timeout=max(0.0, float(wait_s)))
         if not got:

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
+import hmac
+import os
+import socket
 import threading
 from datetime import timedelta
 from typing import Deque, Optional, Sequence, Tuple
@@ -32,8 +36,13 @@ __all__ = [
     "ConnectorConfig",
     "FFNWorkItem",
     "ReplicaLostError",
+    "RUN_SECRET_ENV",
     "WORK_ITEM_LAYER_WORD",
+    "loopback_store",
 ]
+
+# The run secret (hex) of a world, when the config names none: how cam-run hands it to its ranks (never the store).
+RUN_SECRET_ENV = "CAM_RUN_SECRET"
 
 # Word of the device work item that holds the layer (docs/protocol.md §4.2); W1/W2 read it through a view.
 WORK_ITEM_LAYER_WORD = 2
@@ -55,6 +64,10 @@ class ConnectorConfig:
         isolate_replicas: replica isolation (``cam.Comm(isolate_replicas=...)``, docs/connector.md): when an
             Attention rank dies, only its replica is lost (its ranks raise :class:`ReplicaLostError`) and the FFN
             ranks keep serving the other replicas; ``False`` makes any death end every rank.
+        secret: the run's shared secret (bytes, >= 16); default: ``$CAM_RUN_SECRET`` (hex) if set. With one,
+            every rendezvous value a rank writes carries an HMAC over (group, key, value) and every value read
+            must carry a valid one, so a process that can reach the store but does not hold the secret cannot
+            stand in for a rank (docs/connector.md, "Trust model"). Never sent through the store.
     """
 
     topology: Topology
@@ -66,6 +79,99 @@ class ConnectorConfig:
     group: str = "afd"
     shm_prefix: Optional[str] = None
     isolate_replicas: bool = True
+    secret: Optional[bytes] = dataclasses.field(default=None, repr=False)
+
+    def run_secret(self) -> Optional[bytes]:
+        """The secret the rendezvous signs with: ``secret``, else ``$CAM_RUN_SECRET``, else None (no signing)."""
+        if self.secret is not None:
+            secret = self.secret
+            if not isinstance(secret, bytes):
+                raise TypeError(f"ConnectorConfig: secret must be bytes, got {type(secret).__name__}")
+        else:
+            text = os.environ.get(RUN_SECRET_ENV)
+            if not text:
+                return None
+            try:
+                secret = bytes.fromhex(text)
+            except ValueError:
+                raise ValueError(f"ConnectorConfig: ${RUN_SECRET_ENV} must be hex, got {len(text)} other "
+                                 f"characters") from None
+        if len(secret) < 16:
+            raise ValueError(f"ConnectorConfig: the run secret must be at least 16 bytes, got {len(secret)}")
+        return secret
+
+
+class SignedStore:
+    """A ``torch.distributed`` store whose values are authenticated with the run secret: ``set`` prefixes
+    HMAC-SHA256(secret, group, key, value); ``get`` and ``check`` refuse (``PermissionError`` naming the key) a value
+    whose tag does not verify. Anyone who can reach the store can still read values, delete keys, bump counters or
+    write garbage (a denial of service); what it cannot do without the secret is write a value a rank accepts, so it
+    cannot join as a rank, name a segment, or mark a rank as left."""
+
+    # A value is stored as b"cam-mac1:" + hex tag + b":" + value: the tag first, so a reader that does not verify
+    # gets no usable value (a NUL-truncated C string of a suffixed form would still be the bare value).
+    _HEAD = b"cam-mac1:"
+
+    def __init__(self, store, secret: bytes, group: str):
+        self._store = store
+        self._secret = secret
+        self._group = group.encode()
+
+    def _tag(self, key: str, value: bytes) -> bytes:
+        msg = b"%d:%s%d:%s" % (len(self._group), self._group, len(key.encode()), key.encode()) + value
+        return hmac.new(self._secret, msg, hashlib.sha256).hexdigest().encode()
+
+    def _open(self, key: str, raw: bytes) -> Optional[bytes]:
+        if not raw.startswith(self._HEAD):
+            return None
+        tag, sep, value = raw[len(self._HEAD):].partition(b":")
+        if sep and hmac.compare_digest(tag, self._tag(key, value)):
+            return value
+        return None
+
+    def set(self, key: str, value) -> None:
+        value = value.encode() if isinstance(value, str) else bytes(value)
+        self._store.set(key, self._HEAD + self._tag(key, value) + b":" + value)
+
+    def get(self, key: str) -> bytes:
+        value = self._open(key, self._store.get(key))
+        if value is None:
+            raise PermissionError(f"rendezvous: store key {key!r} was not written by a member of this run (its value "
+                                  f"carries no valid tag of the run secret): refused. Another process reaching the "
+                                  f"store tried to stand in for a rank, or the ranks do not share one secret")
+        return value
+
+    def check(self, keys) -> bool:
+        """True when every key is present; a present key whose value does not verify raises (as ``get``), so a
+        forged rendezvous value fails the handshake at once, naming the key, instead of passing for a joined rank."""
+        for key in keys:
+            if not self._store.check([key]):
+                return False
+            self.get(key)
+        return True
+
+    def __getattr__(self, name):
+        # add / wait / delete_key / set_timeout ...: counters and waits carry no value to sign (docs/connector.md)
+        return getattr(self._store, name)
+
+
+def loopback_store(port: int, timeout_s: float, world_size: Optional[int] = None):
+    """The master side of a TCPStore that listens on 127.0.0.1 only. ``TCPStore(host, port, is_master=True)``
+    binds every interface (``host`` only tells clients where to connect); a socket bound to loopback and handed
+    over as ``master_listen_fd`` (torch.distributed.TCPStore) is reachable from this host only."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(1024)
+        store = torch.distributed.TCPStore("127.0.0.1", sock.getsockname()[1], world_size, is_master=True,
+                                           timeout=timedelta(seconds=timeout_s), wait_for_workers=False,
+                                           master_listen_fd=sock.fileno())
+    except BaseException:
+        sock.close()
+        raise
+    sock.detach()  # the store's server owns the descriptor now
+    return store
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,11 +261,17 @@ class AsyncAFDConnector:
         if self.is_initialized:
             return
         cfg = self.config
+        secret = cfg.run_secret()
         if store is None:
-            store = torch.distributed.TCPStore(
-                cfg.master_addr, cfg.master_port, cfg.topology.world_size, is_master=self.rank == 0,
-                timeout=timedelta(seconds=cfg.timeout_s), wait_for_workers=False)
+            if self.rank == 0 and cfg.master_addr in ("127.0.0.1", "localhost"):
+                store = loopback_store(cfg.master_port, cfg.timeout_s, cfg.topology.world_size)
+            else:
+                store = torch.distributed.TCPStore(
+                    cfg.master_addr, cfg.master_port, cfg.topology.world_size, is_master=self.rank == 0,
+                    timeout=timedelta(seconds=cfg.timeout_s), wait_for_workers=False)
         self._store = store
+        if secret is not None:
+            store = SignedStore(store, secret, cfg.group)
         self.comm = Comm(cfg.topology, self.rank, transport="shm", store=store, group=cfg.group, dtype=cfg.dtype,
                          timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s, join_timeout_s=cfg.timeout_s,
                          shm_prefix=cfg.shm_prefix, isolate_replicas=cfg.isolate_replicas)
@@ -285,6 +397,7 @@ class AsyncAFDConnector:
     def ffn_graph_step(self, captured: CapturedFFN, items: int = 1) -> None:
         """Replays ``items`` captured FFN iterations and synchronizes once; no host read per item."""
         self._require("ffn")
+        _check_items("ffn_graph_step", items)
         with self._Receiving(self):
             captured.step(items)
 
@@ -304,7 +417,13 @@ class CapturedFFN:
     ``CommAbortedError``).
 
     ``recv`` is ``(expand_x, scales, expert_counts, work_item)`` as dispatch_recv writes them, ``out`` the W2
-    output handed to combine_send; both keep their addresses for the graph's life."""
+    output handed to combine_send; both keep their addresses for the graph's life.
+
+    Back-pressure: at most ``D * slots`` replays (as many work items as the plane can hold ready at once; more
+    could only poll idle) are queued; a replay beyond waits for the oldest to end, so the synchronize at the end
+    of a step outlasts at most that many, however many ``items``. A ``SyncTimeoutError`` returns only after the
+    plane was aborted and the queued replays ended (or, if they never end, with every buffer kept for the
+    process's life): dropping the CapturedFFN after it frees nothing a replay still uses."""
 
     def __init__(self, comm: Comm, w1: LayerWeights, w2: LayerWeights):
         from .graph import Graph
@@ -319,6 +438,7 @@ class CapturedFFN:
                                                                 item.group_list, item.layer_index)
         self.out = ops.gmm_multi_layer(self.y, self.y_scale, w2, item.group_list, item.layer_index)
         self.graph = Graph()
+        self.graph.max_queued = comm.topology.D * comm.topology.slots
         with self.graph.capture(stream=comm.stream):
             ops.dispatch_recv(comm, out=self.recv)
             ops.gmm_swiglu_quant_multi_layer(item.hidden_states, item.dynamic_scales, w1, item.group_list,
@@ -328,7 +448,8 @@ class CapturedFFN:
         self.item = item
 
     def step(self, items: int = 1) -> None:
-        """Replays ``items`` iterations, then synchronizes once (raises what the device reported)."""
+        """Replays ``items`` (an int >= 1) iterations, then synchronizes once (raises what the device reported)."""
+        _check_items("CapturedFFN.step", items)
         for _ in range(items):
             self.graph.replay(synchronize=False)
         self.graph.synchronize()
@@ -336,6 +457,13 @@ class CapturedFFN:
     def close(self) -> None:
         """Destroys the graph now (``Comm.close`` also ends it: a live graph holds its Comm busy)."""
         self.graph.reset()
+
+
+def _check_items(who: str, items) -> None:
+    if isinstance(items, bool) or not isinstance(items, int):
+        raise TypeError(f"{who}: items must be an int >= 1 (the number of replays), got {items!r}")
+    if items < 1:
+        raise ValueError(f"{who}: items must be >= 1 (the number of replays), got {items}")
 
 
 def ffn_iteration(comm: Comm, w1: LayerWeights, w2: LayerWeights) -> torch.Tensor:

@@ -20,10 +20,8 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
-from datetime import timedelta
 from typing import Dict, List
 
 import torch
@@ -34,7 +32,7 @@ from .bound import critical_path
 from .bound import load_costs as load_bound_costs
 from .participants import assemble
 from .setup import RunConfig, plan, rank_threads
-from .start import WORKER_BOOTSTRAP, exit_now, kill_and_reap, start_method, start_ranks
+from .start import WORKER_BOOTSTRAP, exit_now, kill_and_reap, launcher_store, make_run_dir, start_method, start_ranks
 from .start import worker_command  # noqa: F401 - the command line of one exec-started rank: API
 from .timeline import ATTENTION_PHASES
 from .trace import write_trace
@@ -366,7 +364,7 @@ def _run(args, marks: Dict[str, float]) -> int:
         print(f"cam-run: bad configuration: {e}", file=sys.stderr)
         return 2
     port = _free_port()
-    out_dir = args.keep or tempfile.mkdtemp(prefix="cam-run-")
+    out_dir = args.keep or make_run_dir()
     os.makedirs(out_dir, exist_ok=True)
     try:
         cfg = _config(args, out_dir, port)
@@ -403,8 +401,7 @@ def _run(args, marks: Dict[str, float]) -> int:
         started_ranks, go = start_ranks(method, config_path, world, cfg.timeout_s)
         procs.update(started_ranks)
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True,
-                                           timeout=timedelta(seconds=cfg.timeout_s), wait_for_workers=False)
+        store = launcher_store(port, cfg.timeout_s)
         go()
         for rank in range(world):
             if not args.quiet:

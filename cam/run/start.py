@@ -12,20 +12,101 @@ belongs to the launcher, and the worker's ``finally`` has already closed everyth
 Both give the launcher the same handle (``pid``, ``poll``, ``wait``, ``kill``, exit codes as ``subprocess.Popen``
 reports them: ``-N`` for a death by signal ``N``), and every rank starts with the default signal dispositions and
 stdin from ``/dev/null``.
+
+Trust (docs/connector.md, "Trust model"): the launcher's store listens on 127.0.0.1 only (``launcher_store``), and
+every run has its own secret, handed to the ranks in their environment (``$CAM_RUN_SECRET``), never through the
+store or a file: their rendezvous refuses a value not signed with it. A run directory the launcher made
+(``make_run_dir``) names its launcher; a SIGKILLed launcher's directory is removed by its ranks when they see it
+gone and, if they died too, by the next launcher (``reap_stale_run_dirs``).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import select
+import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from typing import Callable, Dict, List, Optional, Tuple
 
 START_ENV = "CAM_RUN_START"
+RUN_DIR_PREFIX = "cam-run-"
+# In a run directory the launcher made (not a --keep one): "<pid> <process start ticks>" of the launcher.
+OWNER_FILE = "launcher.owner"
+
+
+def launcher_store(port: int, timeout_s: float):
+    """The launcher's TCPStore, listening on 127.0.0.1 only (cam.connector.loopback_store)."""
+    from ..connector import loopback_store
+
+    return loopback_store(port, timeout_s)
+
+
+def _identity(pid: int) -> str:
+    """``"<pid> <start ticks>"`` of a live process (a reused pid has another start time), "" when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f"{pid} {f.read().rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return ""
+
+
+def make_run_dir() -> str:
+    """A fresh run directory (mode 0700, mkdtemp) owned by this launcher, after removing stale ones."""
+    reap_stale_run_dirs()
+    path = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
+    with open(os.path.join(path, OWNER_FILE), "w") as f:
+        f.write(_identity(os.getpid()))
+    return path
+
+
+def owner_gone(run_dir: str) -> bool:
+    """True when ``run_dir`` is a launcher-made run directory whose launcher process no longer exists."""
+    try:
+        with open(os.path.join(run_dir, OWNER_FILE)) as f:
+            owner = f.read().strip()
+    except OSError:
+        return False  # not launcher-made (--keep), or already removed
+    try:
+        pid = int(owner.split()[0])
+    except (ValueError, IndexError):
+        return False
+    return _identity(pid) != owner
+
+
+def remove_if_orphaned(run_dir: str) -> bool:
+    """Removes ``run_dir`` when its launcher is gone (a rank's last act after a SIGKILLed launcher)."""
+    if owner_gone(run_dir):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return True
+    return False
+
+
+def reap_stale_run_dirs(parent: Optional[str] = None) -> List[str]:
+    """Removes this user's launcher-made run directories under ``parent`` (the temp dir) whose launcher is gone."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(RUN_DIR_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            continue  # never another user's, never through a symlink
+        if remove_if_orphaned(path):
+            removed.append(path)
+    return removed
 
 # `python -m cam.run.worker` would put the working directory first on sys.path: started from the root of a source
 # checkout, the worker would import the checkout's uncompiled `cam/` instead of the installed package. `-c` puts ''
@@ -92,17 +173,22 @@ def start_ranks(method: str, config_path: str, world: int, timeout_s: float) -> 
                                                                                         Callable[[], None]]:
     """Starts ranks 0..world-1 of the run whose config is at `config_path`; returns their handles and ``go``, which
     the launcher calls once its store is up (a forked rank waits for it, at most `timeout_s`; ``go(False)`` tells
-    the ranks to leave instead). On an exception every rank already started is killed and reaped."""
+    the ranks to leave instead). On an exception every rank already started is killed and reaped. Every rank gets
+    the run's fresh secret in ``$CAM_RUN_SECRET`` (its environment only: the launcher's own stays unchanged)."""
+    from ..connector import RUN_SECRET_ENV
+
+    secret = secrets.token_hex(32)
     if method == "exec":
         procs: Dict[int, object] = {}
+        env = dict(os.environ, **{RUN_SECRET_ENV: secret})
         try:
             for rank in range(world):
-                procs[rank] = subprocess.Popen(worker_command(config_path, rank), stdin=subprocess.DEVNULL)
+                procs[rank] = subprocess.Popen(worker_command(config_path, rank), stdin=subprocess.DEVNULL, env=env)
         except BaseException:
             kill_and_reap(list(procs.values()))
             raise
         return procs, lambda run=True: None
-    return _fork_ranks(config_path, world, timeout_s)
+    return _fork_ranks(config_path, world, timeout_s, (RUN_SECRET_ENV, secret))
 
 
 def kill_and_reap(procs) -> None:
@@ -117,7 +203,7 @@ def kill_and_reap(procs) -> None:
             pass
 
 
-def _fork_ranks(config_path: str, world: int, timeout_s: float):
+def _fork_ranks(config_path: str, world: int, timeout_s: float, secret_env: Optional[Tuple[str, str]] = None):
     # Buffered output would be written once more by every child.
     sys.stdout.flush()
     sys.stderr.flush()
@@ -127,6 +213,8 @@ def _fork_ranks(config_path: str, world: int, timeout_s: float):
         for rank in range(world):
             pid = os.fork()
             if pid == 0:  # pragma: no cover - the child never returns; its exit code is what the tests check
+                if secret_env:
+                    os.environ[secret_env[0]] = secret_env[1]
                 _child(config_path, rank, go_r, go_w, timeout_s)
             procs[rank] = ForkedRank(pid)
     except BaseException:

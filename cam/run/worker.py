@@ -21,6 +21,7 @@ import torch
 from ..connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, expert_weights, ffn_compute
 from .participants import Participants, request_pieces
 from .setup import RunConfig, build, rank_threads
+from .start import remove_if_orphaned
 from .timeline import Lane
 
 ABORT_KEY = "run/abort"
@@ -52,6 +53,30 @@ class RankFailed(RuntimeError):
 def _store(cfg: RunConfig):
     return torch.distributed.TCPStore(cfg.master_addr, cfg.master_port, is_master=False,
                                       timeout=timedelta(seconds=cfg.timeout_s))
+
+
+class _AbortAware:
+    """The store as the connector's handshake sees it: once the watchdog saw the abort key (a rank died during
+    start-up) or the launcher gone, the handshake's next poll raises instead of waiting out its join timeout."""
+
+    def __init__(self, store, aborted: dict):
+        self._store = store
+        self._aborted = aborted
+
+    def _raise_if_aborted(self) -> None:
+        if "by" in self._aborted:
+            raise RankFailed(f"start-up aborted: {self._aborted['by']}")
+
+    def check(self, keys) -> bool:
+        self._raise_if_aborted()
+        return self._store.check(keys)
+
+    def get(self, key):
+        self._raise_if_aborted()
+        return self._store.get(key)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
 
 
 def _watch_abort(store, connector: AsyncAFDConnector, seen: dict, stop: threading.Event, launcher_pid: int) -> None:
@@ -110,11 +135,18 @@ def _warm_up(model) -> None:
     model.pre_moe(model.config.moe_layers[0], torch.zeros(2, model.config.hidden), [2])
 
 
-def _wait_for_start(store, cfg: RunConfig, marks: dict) -> float:
-    """Start-up (imports, windows) is not part of the run: time starts when the launcher says every rank is up."""
+def _wait_for_start(store, cfg: RunConfig, marks: dict, aborted: dict = None) -> float:
+    """Start-up (imports, windows) is not part of the run: time starts when the launcher says every rank is up.
+    Polled, so an abort raised meanwhile (another rank died starting) ends the wait at once."""
     marks["warmed"] = time.time()
     store.add(READY_KEY, 1)
-    store.wait([START_KEY], timedelta(seconds=cfg.timeout_s))
+    deadline = time.monotonic() + cfg.timeout_s
+    while not store.check([START_KEY]):
+        if aborted is not None and "by" in aborted:
+            raise RankFailed(f"aborted while waiting for the start: {aborted['by']}")
+        if time.monotonic() > deadline:
+            raise RankFailed(f"the launcher did not start the run within {cfg.timeout_s:g} s")
+        time.sleep(0.005)
     marks["started"] = time.time()
     return float(store.get(START_KEY).decode())
 
@@ -140,7 +172,7 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
     moe_layers = model.config.moe_layers
     pieces, events = [], []
     _warm_up(model)
-    t0 = _wait_for_start(store, cfg, marks)
+    t0 = _wait_for_start(store, cfg, marks, aborted)
     lane = Lane(t0)
     for step in range(steps):
         rids = own[step] if step < len(own) else []
@@ -239,7 +271,7 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
     _warm_up(model)
     # --graph: the iteration is captured once and replayed (docs/graph.md); nothing in it reads the host.
     captured = connector.capture_ffn(w1, w2) if cfg.graph else None
-    t0 = _wait_for_start(store, cfg, marks)
+    t0 = _wait_for_start(store, cfg, marks, aborted)
     lane = Lane(t0)
     events, waiting, busy = [], 0.0, 0.0
     loop_start = time.time()
@@ -314,9 +346,13 @@ def main(argv=None) -> int:
                                 daemon=True)
     result_path = os.path.join(cfg.out_dir, f"result-{rank}.json")
     try:
-        connector.init_afd_connector(store=store)
-        marks["connected"] = time.time()
+        # The watchdog runs during the handshake too: a rank that died starting aborts the others' handshake.
         watchdog.start()
+        connector.init_afd_connector(store=_AbortAware(store, aborted))
+        marks["connected"] = time.time()
+        if "by" in aborted:  # seen while the Comm was being made: its abort had no Comm to reach yet
+            connector.abort()
+            raise RankFailed(f"start-up aborted: {aborted['by']}")
         result = (run_attention if role == "attention" else run_ffn)(cfg, rank, store, connector, aborted, built,
                                                                      marks)
         with open(result_path, "w") as f:
@@ -331,6 +367,8 @@ def main(argv=None) -> int:
     finally:
         _stop_watch(stop, watchdog)
         connector.close()
+        if "by" in aborted:
+            remove_if_orphaned(cfg.out_dir)  # a SIGKILLed launcher removes nothing: its ranks do
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -30,8 +32,28 @@ struct GraphData {
     std::vector<Block> pool;
     std::vector<std::function<aclnnStatus(std::string*)>> checks;  // CaptureStatusCheck
     std::vector<std::shared_ptr<void>> holds;
+    // Launches queued and not yet run (camGraphLaunchBounded's back-pressure); a QueuedReplay per launch.
+    std::mutex queueMutex;
+    std::condition_variable queueDone;
+    uint64_t queued = 0;
     ~GraphData() {
         for (const Block& b : pool) FreeGraphMemory(b.base);
+    }
+};
+
+// The owner of one queued launch: counts it while it is queued, and keeps the graph's data alive until it ran.
+struct QueuedReplay {
+    std::shared_ptr<GraphData> data;
+    explicit QueuedReplay(std::shared_ptr<GraphData> d) : data(std::move(d)) {
+        std::lock_guard<std::mutex> lock(data->queueMutex);
+        ++data->queued;
+    }
+    ~QueuedReplay() {
+        {
+            std::lock_guard<std::mutex> lock(data->queueMutex);
+            --data->queued;
+        }
+        data->queueDone.notify_all();
     }
 };
 
@@ -278,25 +300,77 @@ extern "C" aclnnStatus camStreamEndCapture(aclrtStream stream, camGraph** graph)
     });
 }
 
+namespace {
+
+// camGraphLaunch and camGraphLaunchBounded. maxQueued 0: no bound.
+aclnnStatus LaunchGraph(const char* api, camGraph* graph, aclrtStream stream, uint32_t maxQueued, int32_t timeoutMs) {
+    stream = ResolveStream(stream);
+    Registry& r = Graphs();
+    std::shared_ptr<Graph> g;
+    {
+        std::lock_guard<std::mutex> lock(r.mutex);
+        g = FindGraph(r, graph);
+        if (!g)
+            return Fail(CAM_ERR_GRAPH_INVALID, std::string(api) +
+                                                   ": graph is not live (destroyed, or not made by camStreamEndCapture)");
+        if (!g->invalid.empty()) return Fail(CAM_ERR_GRAPH_INVALID, std::string(api) + ": " + g->invalid);
+        if (r.captures.count(stream))
+            return Fail(ACLNN_ERR_PARAM_INVALID,
+                        std::string(api) + ": the stream captures (graphs are not nested)");
+    }
+    if (maxQueued > 0) {
+        // Back-pressure: the caller waits for an earlier replay to finish, as a producer waits for a free slot, so
+        // the work a later synchronize must outlast is at most maxQueued replays, never everything ever queued.
+        GraphData& d = *g->data;
+        std::unique_lock<std::mutex> lock(d.queueMutex);
+        auto room = [&] { return d.queued < maxQueued; };
+        if (timeoutMs < 0) {
+            d.queueDone.wait(lock, room);
+        } else if (!d.queueDone.wait_for(lock, std::chrono::milliseconds(timeoutMs), room)) {
+            return Fail(CAM_ERR_SYNC_TIMEOUT, std::string(api) + ": " + std::to_string(d.queued) +
+                                                  " replays of the graph were still queued after " +
+                                                  std::to_string(timeoutMs) +
+                                                  " ms (their work continues); nothing was launched");
+        }
+    }
+    {
+        std::lock_guard<std::mutex> lock(r.mutex);
+        auto& launched = r.launched[stream];
+        if (std::find(launched.begin(), launched.end(), g->data) == launched.end()) launched.push_back(g->data);
+    }
+    LaunchRecording(g->recording, stream, std::make_shared<QueuedReplay>(g->data));
+    CountHostActivity(HostActivity::GraphLaunch);
+    return ACLNN_SUCCESS;
+}
+
+}  // namespace
+
 extern "C" aclnnStatus camGraphLaunch(camGraph* graph, aclrtStream stream) {
-    return Guarded("camGraphLaunch", [&]() -> aclnnStatus {
-        stream = ResolveStream(stream);
-        Registry& r = Graphs();
+    return Guarded("camGraphLaunch", [&]() -> aclnnStatus { return LaunchGraph("camGraphLaunch", graph, stream, 0, -1); });
+}
+
+extern "C" aclnnStatus camGraphLaunchBounded(camGraph* graph, aclrtStream stream, uint32_t maxQueued,
+                                             int32_t timeoutMs) {
+    return Guarded("camGraphLaunchBounded", [&]() -> aclnnStatus {
+        if (maxQueued == 0)
+            return Fail(ACLNN_ERR_PARAM_INVALID, "camGraphLaunchBounded: maxQueued must be >= 1 (camGraphLaunch "
+                                                 "queues without a bound)");
+        return LaunchGraph("camGraphLaunchBounded", graph, stream, maxQueued, timeoutMs);
+    });
+}
+
+extern "C" aclnnStatus camGraphQueuedReplays(camGraph* graph, uint64_t* queued) {
+    return Guarded("camGraphQueuedReplays", [&]() -> aclnnStatus {
+        if (!queued) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camGraphQueuedReplays: queued is null");
         std::shared_ptr<Graph> g;
         {
+            Registry& r = Graphs();
             std::lock_guard<std::mutex> lock(r.mutex);
             g = FindGraph(r, graph);
-            if (!g)
-                return Fail(CAM_ERR_GRAPH_INVALID,
-                            "camGraphLaunch: graph is not live (destroyed, or not made by camStreamEndCapture)");
-            if (!g->invalid.empty()) return Fail(CAM_ERR_GRAPH_INVALID, "camGraphLaunch: " + g->invalid);
-            if (r.captures.count(stream))
-                return Fail(ACLNN_ERR_PARAM_INVALID, "camGraphLaunch: the stream captures (graphs are not nested)");
-            auto& launched = r.launched[stream];
-            if (std::find(launched.begin(), launched.end(), g->data) == launched.end()) launched.push_back(g->data);
         }
-        LaunchRecording(g->recording, stream, g->data);
-        CountHostActivity(HostActivity::GraphLaunch);
+        if (!g) return Fail(CAM_ERR_GRAPH_INVALID, "camGraphQueuedReplays: graph is not live");
+        std::lock_guard<std::mutex> lock(g->data->queueMutex);
+        *queued = g->data->queued;
         return ACLNN_SUCCESS;
     });
 }

@@ -53,8 +53,20 @@ CAM_API aclnnStatus camStreamCaptureAllocWorkspace(aclrtStream stream, uint64_t 
  * CAM_ERR_CAPTURE_INVALIDATED naming the first broken rule, *graph is null and the recording is discarded. */
 CAM_API aclnnStatus camStreamEndCapture(aclrtStream stream, camGraph** graph);
 
-/* Queues the recording on `stream` (it must not be capturing). The host does no per-op work. */
+/* Queues the recording on `stream` (it must not be capturing). The host does no per-op work. No bound on how many
+ * launches queue: a later synchronize must outlast all of them (use camGraphLaunchBounded). */
 CAM_API aclnnStatus camGraphLaunch(camGraph* graph, aclrtStream stream);
+
+/* camGraphLaunch with back-pressure: while `maxQueued` (>= 1) launches of this graph are queued and not yet run,
+ * waits for one to finish, at most `timeoutMs` (< 0: no bound), so a synchronize after any number of launches
+ * waits for at most `maxQueued` replays. On timeout returns CAM_ERR_SYNC_TIMEOUT and queues nothing; the queued
+ * replays go on (free nothing they use: see camSynchronizeStream). Twin: a launch counts until its replay ran.
+ * Ascend (untested here): until the synchronize that sees the stream pass it, since the host observes a replay's
+ * end only there; so on Ascend synchronize at least every `maxQueued` launches. */
+CAM_API aclnnStatus camGraphLaunchBounded(camGraph* graph, aclrtStream stream, uint32_t maxQueued, int32_t timeoutMs);
+
+/* How many launches of `graph` are queued and not yet run (as camGraphLaunchBounded counts them). */
+CAM_API aclnnStatus camGraphQueuedReplays(camGraph* graph, uint64_t* queued);
 
 /* Marks the graph unusable: later launches fail with CAM_ERR_GRAPH_INVALID and `reason`. For resources a graph
  * uses that are closed under it (e.g. a communicator). */
