@@ -12,8 +12,6 @@ cold copy is reported with it, so a run on another machine can be read against i
 
 from __future__ import annotations
 
-import torch
-
 from .common import ColdMemcpy, int_in, llc_bytes, plane_ids, print_table, run_plane, write_json
 
 _CASES = [
@@ -34,6 +32,8 @@ def _delivered_bytes(topo, ids_per_rank, stage: str, act_bytes: int) -> int:
 
 
 def _run(args, stage: str) -> int:
+    import torch
+
     import cam
 
     dtype = getattr(torch, args.dtype)

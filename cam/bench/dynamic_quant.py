@@ -1,8 +1,6 @@
 """cam-bench quant: dynamic_quant (the Ascend C kernel on the current backend) vs torch's own per-token quant of the
 same math and vs a cold memcpy of the input bytes, measured side by side in the same run."""
 
-import torch
-
 from .common import ColdMemcpy, float_in, int_in, llc_bytes, print_table, summarize, time_call, torch_quant, write_json
 
 # Token counts x hidden sizes of a DeepSeek-like prefill, scaled so a run takes seconds on 2 CPUs.
@@ -10,6 +8,8 @@ _SHAPES = [(128, 2048), (512, 2048), (256, 7168), (64, 16384)]
 
 
 def run(args) -> int:
+    import torch
+
     import cam
 
     torch.manual_seed(0)

@@ -9,8 +9,6 @@ a run takes seconds on 2 CPUs; group sizes are balanced, skewed (halving per exp
 A second baseline is ``torch._int_mm`` on the same groups with torch's threads (the int8 matmul alone, the yardstick
 issue 12 sets: W1 / W2 >= 0.3x of it)."""
 
-import torch
-
 from .common import float_in, int_in, int_mm_groups, print_table, summarize, time_call, write_json
 
 _W1, _W2 = "gmm_swiglu_quant_multi_layer", "gmm_multi_layer"
@@ -36,6 +34,8 @@ def _groups(kind: str, rows: int, experts: int) -> list[int]:
 
 
 def _setup(k: int, n: int, rows: int, seed: int):
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(-128, 128, (rows, k), generator=g, dtype=torch.int8)
     xs = torch.rand(rows, generator=g) * 1e-2 + 1e-3
@@ -46,6 +46,8 @@ def _setup(k: int, n: int, rows: int, seed: int):
 
 def _torch_w1(x, xs, wf, ws, counts):
     """Per-group fp32 matmul, dequant, SwiGLU, per-row quant (same formulas, not bit-identical)."""
+    import torch
+
     half = wf.shape[2] // 2
     y = torch.empty(x.shape[0], half, dtype=torch.int8)
     ys = torch.empty(x.shape[0])
@@ -65,6 +67,8 @@ def _torch_w1(x, xs, wf, ws, counts):
 
 
 def _torch_w2(y, ys, wf, ws, counts):
+    import torch
+
     out = torch.empty(y.shape[0], wf.shape[2], dtype=torch.bfloat16)
     start = 0
     for e, c in enumerate(counts):
@@ -76,6 +80,8 @@ def _torch_w2(y, ys, wf, ws, counts):
 
 
 def _run(args, which: str) -> int:
+    import torch
+
     import cam
 
     torch.manual_seed(0)
