@@ -62,9 +62,7 @@ def _core() -> None:
         return
     import importlib
 
-    import torch  # noqa: F401  (registers torch.library before the ops module uses it)
-
-    try:
+    try:  # first: an uninstalled checkout is told so before anything else can fail
         _C = importlib.import_module(__name__ + "._C")
     except ImportError:
         if _has_extension(_os.path.dirname(_os.path.abspath(__file__))):
@@ -72,6 +70,7 @@ def _core() -> None:
         raise ImportError(
             f"cam is not installed: the source checkout at {_os.path.dirname(_os.path.abspath(__file__))} holds "
             f"no compiled extension; run `pip install .` first (README)") from None
+    import torch  # noqa: F401  (registers torch.library before the ops module uses it)
     errors = importlib.import_module(__name__ + ".errors")
     _C._set_error_factory(errors.from_status)
     globals().update(_C=_C, errors=errors)

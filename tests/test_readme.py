@@ -96,6 +96,18 @@ def test_importing_from_the_source_root_uses_the_installed_package(args):
         assert (pathlib.Path(printed) / "camConfig.cmake").is_file(), printed
 
 
+def test_an_uninstalled_checkout_says_so_on_first_use(tmp_path):
+    """Without an installed package (`-S`: no site-packages), the checkout's cam/ imports (it is lazy) and its
+    first use stops with one sentence naming the fix."""
+    import shutil
+
+    shutil.copytree(ROOT / "cam", tmp_path / "cam", ignore=shutil.ignore_patterns("_C.*", "__pycache__"))
+    result = _python("-S", "-c", "import cam; cam.Comm", cwd=tmp_path)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: cam is not installed") and "pip install ." in last, result.stderr
+
+
 @pytest.mark.parametrize("args", [("-c", "import cam; print(cam.backend())"), ("-m", "cam", "--cmake-dir")],
                          ids=["import", "cmake-dir"])
 def test_the_same_commands_work_elsewhere(args, tmp_path):
