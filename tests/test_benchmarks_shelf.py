@@ -1,6 +1,7 @@
 """benchmarks/results/ is a shelf, not a notebook: every results file the tree cites exists, every recorded file
 is named by a row of benchmarks/README.md, and no record is named after a past round of work."""
 
+import os
 import pathlib
 import re
 
@@ -32,12 +33,15 @@ def _expand(pattern: str):
 
 
 def _tracked_files():
-    for glob in SCANNED:
-        for path in ROOT.rglob(glob):
-            rel = path.relative_to(ROOT).as_posix()
-            if (not rel.startswith((".venv/", "build/", ".git/")) and "/results/" not in "/" + rel
-                    and path != pathlib.Path(__file__).resolve()):
-                yield rel, path
+    """The tree's own text files: build trees, virtual environments and the records themselves pruned."""
+    me = pathlib.Path(__file__).resolve()
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in (".git", ".venv", "build", "results", "__pycache__", ".acl-headers")
+                   and not d.startswith(".")]
+        for name in files:
+            path = pathlib.Path(folder) / name
+            if any(path.match(g) for g in SCANNED) and path != me:
+                yield path.relative_to(ROOT).as_posix(), path
 
 
 def test_every_cited_results_file_exists():

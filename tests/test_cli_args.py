@@ -141,7 +141,7 @@ def test_cam_run_impossible_topology_names_the_flags(capsys):
 
 
 @pytest.mark.parametrize("argv", [
-    ["--rows", "0"], ["--rows", "100000"], ["--items", "0"], ["--items", "x"], ["--batch", "0"],
+    ["--json", "/nonexistent-cam-dir/out.json"], ["--rows", "0"], ["--rows", "100000"], ["--items", "0"], ["--items", "x"], ["--batch", "0"],
     ["--batch", "65"], ["--rounds", "0"], ["--rounds", "-3"],
 ])
 def test_cam_bench_ffn_loop_checks_its_arguments(capsys, argv):

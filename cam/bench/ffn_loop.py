@@ -12,7 +12,7 @@ per item). The target is replay >= 5x less host CPU per item and 0 reads per ite
 
 import time
 
-from .common import int_in, print_table, write_json
+from .common import int_in, json_path, print_table, write_json
 
 # A scaled DeepSeek-like FFN rank (as cam-bench gmm): hidden, moe intermediate, local experts, layers.
 _HIDDEN, _INTER, _EXPERTS, _LAYERS = 1024, 256, 8, 3
@@ -225,7 +225,7 @@ def _run_plane(args) -> int:
 
 def add_parsers(sub) -> None:
     p = sub.add_parser("ffn-loop", help="host CPU per FFN work item, eager vs captured replay")
-    p.add_argument("--json", metavar="PATH", help="write results as JSON")
+    p.add_argument("--json", metavar="PATH", type=json_path, help="write results as JSON")
     # Bounds: rows up to a large prefill micro-batch; --batch is also the plane's slots in flight (at most 64).
     p.add_argument("--rows", type=int_in(1, 8192), default=128,
                    help="rows per work item (receive capacity, 1-8192, default 128)")
