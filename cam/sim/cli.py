@@ -156,6 +156,10 @@ def check_args(args) -> None:
             _writable("--" + flag, getattr(args, flag))
     if args.plot_dir:
         _writable("--plot-dir", args.plot_dir, directory=True)
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise ValueError("--plot-dir needs matplotlib (pip install matplotlib, or '.[viz]' from the checkout)")
 
 
 def _model(args) -> ModelShape:
