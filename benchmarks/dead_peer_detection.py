@@ -1,4 +1,4 @@
-"""How fast the survivors of an shm plane learn that a peer died, and whether each names it (issue 9, item 8).
+"""How fast the survivors of an shm plane learn that a peer died, and whether each names it.
 
 A plane of processes (D=2 replicas x P=1, F=2 FFN ranks) runs rounds; once every rank is busy one rank is
 SIGKILLed (an FFN rank, then an Attention rank). Every survivor is inside an op (Attention ranks in combine_recv,

@@ -1,6 +1,6 @@
 """Async vs sync cam-run, alternated run by run so both see the same machine load; writes the medians and the
 async/sync ratios. Usage: python benchmarks/e2e_async_vs_sync.py [--repeats 3] [--out results/e2e-summary.json]
-[cam-run args...]  (default cam-run args: the imbalanced preset under the cost model, 3 replicas, 2 FFN ranks)."""
+[--figures results] [cam-run args...]  (default cam-run args: the imbalanced preset under the cost model, 3 replicas, 2 FFN ranks)."""
 
 import argparse
 import json
@@ -17,20 +17,31 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "e2e-summary.json"))
+    parser.add_argument("--figures", metavar="DIR",
+                        help="the first repeat of each mode also writes DIR/e2e-<preset>-<mode>.{json,png} (its report "
+                             "and its --timeline)")
     args, run_args = parser.parse_known_args()
     run_args = run_args or DEFAULT_ARGS
+    preset = run_args[run_args.index("--preset") + 1] if "--preset" in run_args else "default"
     runs = {"async": [], "sync": []}
+    load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             for mode in ("async", "sync"):
                 path = os.path.join(tmp, f"{mode}-{i}.json")
+                extra = []
+                if args.figures and i == 0:
+                    stem = os.path.join(os.path.abspath(args.figures), f"e2e-{preset}-{mode}")
+                    path, extra = stem + ".json", ["--timeline", stem + ".png"]
                 subprocess.run([sys.executable, "-m", "cam.run.cli", "--mode", mode, "--quiet", "--json", path,
-                                *run_args], check=True, timeout=600, stdout=subprocess.DEVNULL)
+                                *extra, *run_args], check=True, timeout=600, stdout=subprocess.DEVNULL, cwd=tmp)
                 with open(path) as f:
                     runs[mode].append(json.load(f))
     metrics = {"makespan_s": lambda r: r["makespan_s"], "ttft_mean_s": lambda r: r["ttft_s"]["mean"],
                "ttft_p90_s": lambda r: r["ttft_s"]["p90"], "ffn_idle_fraction": lambda r: r["ffn_idle_fraction"]}
-    summary = {"cam_run_args": run_args, "repeats": args.repeats, "median": {}, "async_over_sync": {},
+    load.append(os.getloadavg()[0])
+    summary = {"cam_run_args": run_args, "repeats": args.repeats, "load_average_1min_before_after": load,
+               "median": {}, "async_over_sync": {},
                "runs": {m: [{k: f(r) for k, f in metrics.items()} for r in rs] for m, rs in runs.items()}}
     for name, f in metrics.items():
         a = statistics.median(f(r) for r in runs["async"])

@@ -2,7 +2,7 @@
 Bmax=128, int8 wire by default), so an op has completed when it returns and no other rank runs meanwhile. Prints the
 wall and process-CPU seconds of each op (median after 4 warm-up calls, and min) and the serial sums of a round's
 dispatch (2 dispatch_send + 4 dispatch_recv) and combine (4 combine_send + 2 combine_recv) against a cold memcpy of
-their effective bytes. Used for the per-op rows of benchmarks/results/twin-speed-plane.md; wall above CPU means
+their effective bytes (benchmarks/README.md, "data-plane ops alone"); wall above CPU means
 the op waited (for a CPU on a loaded machine, or for a block). Public cam API only.
 
     python benchmarks/plane_ops.py [rounds] [H] [--json PATH]

@@ -1,6 +1,6 @@
 """Soak: many routed rounds of random shape (B = 0 included) through one plane, threads as ranks; reports rounds,
 RSS, threads and open fds at the start (after a warm-up) and at the end. Memory must stay flat: every op allocates
-its outputs and workspace per call, and nothing may accumulate (issue 9). Every `--check-every`-th round of each
+its outputs and workspace per call, and nothing may accumulate. Every `--check-every`-th round of each
 Attention rank is compared with the independent golden round trip, so the soak also watches correctness.
 
     python benchmarks/soak.py --rounds 10000 --json benchmarks/results/soak.json

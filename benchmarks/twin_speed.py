@@ -1,4 +1,4 @@
-"""The twin's speed table (issue 12): each cam op against a baseline measured in the same run, using only public cam
+"""The twin's speed table: each cam op against a baseline measured in the same run, using only public cam
 API so it runs against any install (``python benchmarks/twin_speed.py --json out.json`` with that install's python).
 
 Rows, each a ratio against its same-run baseline (the machines differ from day to day; only these ratios compare):
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--md", metavar="PATH", help="write the table as markdown")
-    p.add_argument("--label", default="", help="what was measured (e.g. 'before: main at c8911a8')")
+    p.add_argument("--label", default="", help="what was measured (e.g. 'this branch')")
     p.add_argument("--rounds", type=int, default=8, help="plane rounds (the first warms up)")
     p.add_argument("--budget", type=float, default=2.0, help="seconds per timed case")
     p.add_argument("--first-op-runs", type=int, default=3, help="fresh processes for the first-op row")

@@ -1,4 +1,4 @@
-"""A/B of the twin's vector paths on dynamic_quant (issue 12): each configuration runs in its own subprocess (the
+"""A/B of the twin's vector paths on dynamic_quant: each configuration runs in its own subprocess (the
 path is resolved once per process), configurations alternate round by round so machine load hits them alike, and
 every subprocess also times a cold memcpy of the op's input bytes, so each row is a same-run ratio.
 

@@ -11,8 +11,6 @@ import time as _time
 # When this package began importing (before torch): the `cam-run` command's own start for its wall-time profile.
 _import_started = _time.time()
 
-import torch as _torch  # noqa: F401  (registers torch.library before the ops module uses it)
-
 
 def _has_extension(directory: str) -> bool:
     return any(name.startswith("_C.") for name in _os.listdir(directory))
@@ -42,39 +40,123 @@ if _installed is not None:
     __path__[:] = [_installed]
     __file__ = _os.path.join(_installed, "__init__.py")
 
-try:
-    from . import _C
-except ImportError as _e:
-    if _has_extension(_os.path.dirname(_os.path.abspath(__file__))):
-        raise  # a compiled package whose _C failed for another reason: keep the real error
-    raise ImportError(
-        f"cam is not installed: the source checkout at {_os.path.dirname(_os.path.abspath(__file__))} holds no "
-        f"compiled extension; run `pip install .` first (README)") from None
+# The package itself imports neither torch nor the extension: the command-line tools (cam-run, cam-sim, cam-bench)
+# parse and refuse their flags first, and the simulator runs without kernels. The first use of a public name below,
+# or the import of any submodule that is not one of those light ones, loads the rest (_load) before it runs.
+_LIGHT = {"__main__", "_C", "errors", "run", "run.cli", "run.bound", "run.start", "run.timeline", "run.trace", "bench",
+          "bench.common", "bench.dataplane", "bench.dynamic_quant", "bench.ffn_loop", "bench.fixed_cost", "bench.gmm",
+          "models", "models.config", "sim"}
+_LAZY = {
+    "LayerWeights": ".layer_weights", "Topology": ".topology", "Comm": ".comm", "LostReplica": ".comm",
+    "Graph": ".graph", "ops": None, "reference": None, "errors": None, "_C": None, "_npu": None, "_runtime": None,
+    **{name: ".errors" for name in ("CamError", "CaptureInvalidatedError", "GraphInvalidError", "CommAbortedError",
+                                    "CommProtocolError", "CommTimeoutError", "DeviceArgumentError",
+                                    "InvalidArgumentError", "InvalidDtypeError", "KernelFaultError",
+                                    "ReplicaLostError", "SyncTimeoutError")},
+}
+_state = {"core": False, "loaded": False, "loading": False}
 
-from . import errors  # noqa: E402
-from .layer_weights import LayerWeights
-from .topology import Topology
-from .errors import (
-    CamError,
-    CaptureInvalidatedError,
-    GraphInvalidError,
-    CommAbortedError,
-    CommProtocolError,
-    CommTimeoutError,
-    DeviceArgumentError,
-    InvalidArgumentError,
-    KernelFaultError,
-    SyncTimeoutError,
-)
 
-_C._set_error_factory(errors.from_status)
+def _core() -> None:
+    """torch, the extension and its error factory: what every heavy submodule needs before it runs."""
+    if _state["core"]:
+        return
+    import importlib
 
-from .comm import Comm, LostReplica  # noqa: E402
-from .graph import Graph  # noqa: E402
-from . import ops, reference  # noqa: E402
-from . import _npu  # noqa: E402
+    try:  # first: an uninstalled checkout is told so before anything else can fail
+        _C = importlib.import_module(__name__ + "._C")
+    except ImportError:
+        if _has_extension(_os.path.dirname(_os.path.abspath(__file__))):
+            raise  # a compiled package whose _C failed for another reason: keep the real error
+        raise ImportError(
+            f"cam is not installed: the source checkout at {_os.path.dirname(_os.path.abspath(__file__))} holds "
+            f"no compiled extension; run `pip install .` first (README)") from None
+    import torch  # noqa: F401  (registers torch.library before the ops module uses it)
+    errors = importlib.import_module(__name__ + ".errors")
+    _C._set_error_factory(errors.from_status)
+    globals().update(_C=_C, errors=errors)
+    _state["core"] = True
 
-_npu.register()  # NPU implementations of the ops, only where torch_npu is importable
+
+def _finish() -> None:
+    """The public names, the ops and their NPU registration (only where torch_npu is importable)."""
+    import importlib
+
+    names = {}
+    for name, module in _LAZY.items():
+        if module is not None:
+            names[name] = getattr(importlib.import_module(__name__ + module), name)
+    for module in ("_runtime", "ops", "reference", "_npu"):
+        names[module] = importlib.import_module(f"{__name__}.{module}")
+    names["_npu"].register()
+    globals().update(names)
+    _state["loaded"] = True
+
+
+def _load(around=None) -> None:
+    """What ``import cam`` did at once before it became lazy, in one go; with ``around`` (a submodule's own
+    execution, see _LoadFirst), that runs between the core and the rest, so the submodule is executed once, by
+    the import that asked for it. A failure leaves the package unloaded: the next use raises it again."""
+    if _state["loaded"] or _state["loading"]:
+        if around is not None:
+            around()
+        return
+    _state["loading"] = True
+    try:
+        _core()
+        if around is not None:
+            around()
+        _finish()
+    finally:
+        _state["loading"] = False
+
+
+def __getattr__(name: str):
+    if name in _LAZY and not _state["loading"]:
+        _load()
+        return globals()[name]
+    # During _load a submodule's own `from . import _C` lands here: the import system then imports the submodule.
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+class _LoadFirst:
+    """A finder for heavy ``cam.`` submodules imported directly (``from cam.comm import Comm``) while the package
+    is not loaded yet: it hands back the normal finders' spec with its loader wrapped, so that the submodule runs
+    on a package that looks as ``import cam`` used to leave it (extension, error factory; then the ops)."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        sub = fullname[len(__name__) + 1:] if fullname.startswith(__name__ + ".") else None
+        if (not sub or sub in _LIGHT or sub.startswith("sim.") or _state["loaded"] or _state["loading"]):
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _LoadAround(spec.loader)
+        return spec
+
+
+class _LoadAround:
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        _load(around=lambda: self.loader.exec_module(module))
+
+    def __getattr__(self, name):  # get_source, get_filename, is_package, ...: the real loader's
+        return getattr(self.loader, name)
+
+
+if not any(isinstance(f, _LoadFirst) for f in _sys.meta_path):
+    _sys.meta_path.insert(0, _LoadFirst())
 
 __version__ = "0.1.0"
 
@@ -83,6 +165,7 @@ def backend() -> str:
     """"twin" (the kernels run on the CPU twin) or "ascend" (libcam_aclnn is built for Ascend and the torch ops have
     their NPU implementations, i.e. torch_npu is importable). A build for Ascend without torch_npu reports
     "ascend (torch_npu not importable)": its C API works, the torch ops do not take NPU tensors."""
+    _load()
     name = _C.backend()
     if name == "ascend" and not _npu.registered():
         return "ascend (torch_npu not importable)"
@@ -116,6 +199,8 @@ __all__ = [
     "CommTimeoutError",
     "DeviceArgumentError",
     "GraphInvalidError",
+    "InvalidDtypeError",
+    "ReplicaLostError",
     "InvalidArgumentError",
     "KernelFaultError",
     "SyncTimeoutError",

@@ -33,16 +33,43 @@ def test_ci_runs_the_readme_block_verbatim():
     assert len(lines) == 2, lines
     setup, tests = lines
     assert setup.startswith("python -m venv .venv") and setup.endswith("cam-run --check"), setup
-    assert "pip install torch==2.13.0" in setup and "pip install '.[test]'" in setup
+    assert "pip install torch==2.13.0" in setup and "'.[test,viz]'" in setup, setup
+    assert "pip install -v" in setup, "the wheel build must show what it compiles (CMake's progress)"
     assert tests.endswith("pytest -q tests"), tests
     ci = (ROOT / ".ci" / "run").read_text()
     # .ci/run reads the block with the same parser from the root, runs line 1 as it stands, and runs the test
-    # command only after checking that it is the README's line 2.
+    # command only after checking that it is the README's line 2; each as a timed stage.
     assert 'cd "$(dirname "$0")/.."' in ci
     assert "python3 .ci/readme_block.py README.md" in ci
-    assert 'bash -euo pipefail -c "${lines[0]}"' in ci
+    assert 'README_LINE_1="${lines[0]}"' in ci and 'bash -euo pipefail -c "$README_LINE_1"' in ci
     assert f"TEST_COMMAND='{tests}'" in ci and '"${lines[1]}" != "$TEST_COMMAND"' in ci
-    assert ci.rstrip().endswith(tests), "CI's last step must be the README's test command"
+    assert 'bash -euo pipefail -c "$TEST_COMMAND"' in ci
+    stages = [line.split()[1:3] for line in ci.splitlines() if line.startswith("stage ")]
+    assert stages[:3] == [["acl-headers", "acl_headers"], ["readme-setup-and-main-job", "readme_line_1"],
+                          ["readme-tests", "readme_line_2"]], stages
+
+
+def test_ci_stages_are_timed_and_a_failed_stage_fails_the_run(tmp_path):
+    """.ci/run's stage runner, on stand-in stages: each prints its time, a failure does not stop later stages, and
+    the script's exit code says a stage failed."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    runner = ci[ci.index("stage() {"):ci.index("# CANN's public headers")]
+    script = tmp_path / "stages.sh"
+    script.write_text("set -euo pipefail\nfailed=()\n" + runner + """
+ok() { true; }
+bad() { false; echo 'errexit did not stop the stage'; }
+later() { echo later-ran; }
+export -f ok bad later
+stage one ok || true
+stage two bad || true
+stage three later || true
+[ "${#failed[@]}" -eq 0 ] || { echo "failed: ${failed[*]}"; exit 1; }
+""")
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "=== stage one: passed in" in r.stdout and "later-ran" in r.stdout, r.stdout
+    assert "=== stage two: FAILED (exit 1)" in r.stderr and "failed: two" in r.stdout, r.stdout + r.stderr
+    assert "errexit did not stop the stage" not in r.stdout
 
 
 def test_readme_block_parser_skips_prose_and_stops_at_the_first_block():
@@ -67,6 +94,18 @@ def test_importing_from_the_source_root_uses_the_installed_package(args):
     assert printed and str(ROOT / "cam") not in printed, printed  # nothing from the checkout's cam/
     if args[0] == "-m":
         assert (pathlib.Path(printed) / "camConfig.cmake").is_file(), printed
+
+
+def test_an_uninstalled_checkout_says_so_on_first_use(tmp_path):
+    """Without an installed package (`-S`: no site-packages), the checkout's cam/ imports (it is lazy) and its
+    first use stops with one sentence naming the fix."""
+    import shutil
+
+    shutil.copytree(ROOT / "cam", tmp_path / "cam", ignore=shutil.ignore_patterns("_C.*", "__pycache__"))
+    result = _python("-S", "-c", "import cam; cam.Comm", cwd=tmp_path)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: cam is not installed") and "pip install ." in last, result.stderr
 
 
 @pytest.mark.parametrize("args", [("-c", "import cam; print(cam.backend())"), ("-m", "cam", "--cmake-dir")],

@@ -43,10 +43,13 @@ def load_outputs(directory):
 
 def test_async_and_sync_match_the_reference_and_each_other(tmp_path):
     reports, outputs = {}, {}
+    draw = _has_matplotlib() or bool(os.environ.get("CI"))  # CI installs the viz extra: there it must draw
     for mode in ("async", "sync"):
         keep = tmp_path / mode
+        # The async run also draws its --timeline (the same process: no extra world for the plot).
+        timeline = ["--timeline", str(tmp_path / "timeline.png")] if mode == "async" and draw else []
         result = cam_run("--mode", mode, "--check", "--quiet", "--json", str(tmp_path / f"{mode}.json"),
-                         "--keep", str(keep), cwd=tmp_path)
+                         "--keep", str(keep), *timeline, cwd=tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
         assert f"cam-run --mode {mode}" in result.stdout
         reports[mode] = json.loads((tmp_path / f"{mode}.json").read_text())
@@ -62,6 +65,9 @@ def test_async_and_sync_match_the_reference_and_each_other(tmp_path):
     for rid in outputs["async"]:
         # Same batches, same ops, same numerics: the schedule must not change a single bit.
         assert torch.equal(outputs["async"][rid], outputs["sync"][rid]), rid
+    if draw:
+        png = (tmp_path / "timeline.png").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 10_000, len(png)  # a drawn figure, not an empty file
 
 
 class Launcher:

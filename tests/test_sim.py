@@ -345,10 +345,8 @@ def test_simulator_does_not_import_kernels():
                 mods = [node.module or ""] + ([a.name for a in node.names] if not node.module else [])
                 for mod in mods:
                     head = mod.split(".")[0]
-                    if head == "run":
-                        assert mod == "run.workload", f"{path.name} imports cam.{mod}"
-                    else:
-                        assert head not in banned, f"{path.name} imports cam.{mod}"
+                    # cam.run imports cam.sim (its critical-path bound): one direction, so never the other.
+                    assert head not in banned and head != "run", f"{path.name} imports cam.{mod}"
             if isinstance(node, ast.Import):
                 for a in node.names:
                     assert not a.name.startswith("cam."), f"{path.name}: use relative imports"
@@ -382,7 +380,10 @@ def test_cli_cam_run_preset(tmp_path, capsys):
 
 
 def test_cli_plots(tmp_path):
-    pytest.importorskip("matplotlib")
+    if os.environ.get("CI"):  # CI installs the viz extra (the README's first line): the plots must be drawn there
+        import matplotlib  # noqa: F401
+    else:
+        pytest.importorskip("matplotlib")
     plots = tmp_path / "plots"
     argv = ["--model", "deepseek-v3", "--sweep", "--total-ranks", "6", "--sweep-ffn", "2,4", "--requests", "12",
             "--rates", "1,4", "--slo", "10", "--plot-dir", str(plots), "--quiet"]

@@ -158,6 +158,14 @@ def int_in(lo: int, hi: int):
     return parse
 
 
+def json_path(text: str) -> str:
+    """argparse type of --json: a file that can be written, checked before the benchmark runs (not after it)."""
+    parent = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r} (a directory, or a missing or read-only folder)")
+    return text
+
+
 def float_in(lo: float, hi: float):
     """argparse type: a finite float in (lo, hi]."""
 

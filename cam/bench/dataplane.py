@@ -12,9 +12,7 @@ cold copy is reported with it, so a run on another machine can be read against i
 
 from __future__ import annotations
 
-import torch
-
-from .common import ColdMemcpy, int_in, llc_bytes, plane_ids, print_table, run_plane, write_json
+from .common import ColdMemcpy, int_in, json_path, llc_bytes, plane_ids, print_table, run_plane, write_json
 
 _CASES = [
     # D, P, F, E, K, H, B
@@ -34,6 +32,8 @@ def _delivered_bytes(topo, ids_per_rank, stage: str, act_bytes: int) -> int:
 
 
 def _run(args, stage: str) -> int:
+    import torch
+
     import cam
 
     dtype = getattr(torch, args.dtype)
@@ -79,7 +79,7 @@ def _run(args, stage: str) -> int:
 def add_parsers(sub) -> None:
     for stage, text in (("dispatch", "dispatch_send + dispatch_recv"), ("combine", "combine_send + combine_recv")):
         p = sub.add_parser(stage, help=f"{text} vs a memcpy of the same bytes")
-        p.add_argument("--json", metavar="PATH", help="write results as JSON")
+        p.add_argument("--json", metavar="PATH", type=json_path, help="write results as JSON")
         p.add_argument("--rounds", type=int_in(2, 100_000), default=6, help="rounds per case (the first is warm-up)")
         p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
         p.add_argument("--bf16", action="store_true", help="unquantized dispatch (activations on the wire)")

@@ -1,15 +1,16 @@
 """cam-bench quant: dynamic_quant (the Ascend C kernel on the current backend) vs torch's own per-token quant of the
 same math and vs a cold memcpy of the input bytes, measured side by side in the same run."""
 
-import torch
-
-from .common import ColdMemcpy, float_in, int_in, llc_bytes, print_table, summarize, time_call, torch_quant, write_json
+from .common import (ColdMemcpy, float_in, int_in, json_path, llc_bytes, print_table, summarize, time_call, torch_quant,
+                     write_json)
 
 # Token counts x hidden sizes of a DeepSeek-like prefill, scaled so a run takes seconds on 2 CPUs.
 _SHAPES = [(128, 2048), (512, 2048), (256, 7168), (64, 16384)]
 
 
 def run(args) -> int:
+    import torch
+
     import cam
 
     torch.manual_seed(0)
@@ -52,7 +53,7 @@ def run(args) -> int:
 
 def add_parsers(sub) -> None:
     p = sub.add_parser("dynamic_quant", aliases=["quant"], help="dynamic_quant vs a torch baseline")
-    p.add_argument("--json", metavar="PATH", help="write results as JSON")
+    p.add_argument("--json", metavar="PATH", type=json_path, help="write results as JSON")
     p.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"], choices=["bfloat16", "float16"])
     p.add_argument("--repeat", type=int_in(1, 100_000), default=20, help="max timed calls per case")
     p.add_argument("--budget", type=float_in(0.0, 3600.0), default=1.0, help="seconds per case, at least 3 calls")

@@ -8,19 +8,19 @@ an item costs, and a thread blocked in a synchronize uses none. Beside it, the C
 synchronizes, host reads of device data and host-to-device copies per item (camGetHostActivity). Eager mode
 synchronizes after every op (torch CPU semantics) and reads each op's status record back; replay mode launches the
 graph once per item and synchronizes once per --batch items (the status records are read at that synchronize, not
-per item). The target (issue 14) is replay >= 5x less host CPU per item and 0 reads per item."""
+per item). The target is replay >= 5x less host CPU per item and 0 reads per item."""
 
 import time
 
-import torch
-
-from .common import print_table, write_json
+from .common import int_in, json_path, print_table, write_json
 
 # A scaled DeepSeek-like FFN rank (as cam-bench gmm): hidden, moe intermediate, local experts, layers.
 _HIDDEN, _INTER, _EXPERTS, _LAYERS = 1024, 256, 8, 3
 
 
 def _weights(g, k, n):
+    import torch
+
     ws = [torch.randint(-128, 128, (_EXPERTS, k, n), generator=g, dtype=torch.int8) for _ in range(_LAYERS)]
     ss = [torch.rand(_EXPERTS, n, generator=g) * 1e-2 + 1e-3 for _ in range(_LAYERS)]
     import cam
@@ -48,6 +48,8 @@ def _measure(step, items: int) -> tuple[float, dict]:
 
 
 def _run(args) -> int:
+    import torch
+
     import cam
 
     g = torch.Generator().manual_seed(7)
@@ -113,6 +115,8 @@ def _run_plane(args) -> int:
     """The whole FFN iteration on a live plane. An Attention thread dispatches each phase's rounds (slots in flight)
     and combines them; the FFN thread (this one) loops until every round of the phase came back. Idle iterations
     (nothing ready yet) are part of the loop's cost, so the figure is host CPU per *served* item."""
+    import torch
+
     import threading
     import uuid
 
@@ -221,11 +225,14 @@ def _run_plane(args) -> int:
 
 def add_parsers(sub) -> None:
     p = sub.add_parser("ffn-loop", help="host CPU per FFN work item, eager vs captured replay")
-    p.add_argument("--json", metavar="PATH", help="write results as JSON")
-    p.add_argument("--rows", type=int, default=128, help="rows per work item (receive capacity, default 128)")
-    p.add_argument("--items", type=int, default=64, help="work items per measurement (default 64)")
-    p.add_argument("--batch", type=int, default=16, help="replays per synchronize in replay mode (default 16)")
-    p.add_argument("--rounds", type=int, default=3, help="measurement rounds (default 3)")
+    p.add_argument("--json", metavar="PATH", type=json_path, help="write results as JSON")
+    # Bounds: rows up to a large prefill micro-batch; --batch is also the plane's slots in flight (at most 64).
+    p.add_argument("--rows", type=int_in(1, 8192), default=128,
+                   help="rows per work item (receive capacity, 1-8192, default 128)")
+    p.add_argument("--items", type=int_in(1, 100_000), default=64, help="work items per measurement (default 64)")
+    p.add_argument("--batch", type=int_in(1, 64), default=16,
+                   help="replays per synchronize in replay mode (1-64, default 16)")
+    p.add_argument("--rounds", type=int_in(1, 1000), default=3, help="measurement rounds (default 3)")
     p.add_argument("--idle", action="store_true", help="empty work items (all counts zero)")
     p.add_argument("--plane", action="store_true",
                    help="the whole FFN iteration (receive, W1, W2, send) on an in-process plane")

@@ -1,7 +1,7 @@
 """cam-bench fixed: what one op call costs when the op has (almost) nothing to do, against a raw torch op on the same
-tiny tensor in the same run (issue 12's target: at most 10x torch.abs)."""
+tiny tensor in the same run (the target: at most 10x torch.abs)."""
 
-from .common import fixed_cost, float_in, print_table, write_json
+from .common import fixed_cost, float_in, json_path, print_table, write_json
 
 
 def run(args) -> int:
@@ -19,6 +19,6 @@ def run(args) -> int:
 
 def add_parsers(sub) -> None:
     p = sub.add_parser("fixed", help="fixed cost of a one-block, zero-work op call vs torch.abs")
-    p.add_argument("--json", metavar="PATH", help="write results as JSON")
+    p.add_argument("--json", metavar="PATH", type=json_path, help="write results as JSON")
     p.add_argument("--budget", type=float_in(0.0, 3600.0), default=2.0, help="seconds per side, at least 3 calls")
     p.set_defaults(run=run)

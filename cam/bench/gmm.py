@@ -6,12 +6,10 @@ Throughput counts the matmul work actually done, 2 * rows * K * N per second, wi
 The shape is DeepSeek-V3-like (hidden 7168, moe intermediate 2048, 8 local experts on an FFN rank) scaled down so
 a run takes seconds on 2 CPUs; group sizes are balanced, skewed (halving per expert) and all-on-one-expert.
 
-A second baseline is ``torch._int_mm`` on the same groups with torch's threads (the int8 matmul alone, the yardstick
-issue 12 sets: W1 / W2 >= 0.3x of it)."""
+A second baseline is ``torch._int_mm`` on the same groups with torch's threads (the int8 matmul alone, the yardstick of
+the twin's target: W1 / W2 >= 0.3x of it)."""
 
-import torch
-
-from .common import float_in, int_in, int_mm_groups, print_table, summarize, time_call, write_json
+from .common import float_in, int_in, int_mm_groups, json_path, print_table, summarize, time_call, write_json
 
 _W1, _W2 = "gmm_swiglu_quant_multi_layer", "gmm_multi_layer"
 
@@ -36,6 +34,8 @@ def _groups(kind: str, rows: int, experts: int) -> list[int]:
 
 
 def _setup(k: int, n: int, rows: int, seed: int):
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(-128, 128, (rows, k), generator=g, dtype=torch.int8)
     xs = torch.rand(rows, generator=g) * 1e-2 + 1e-3
@@ -46,6 +46,8 @@ def _setup(k: int, n: int, rows: int, seed: int):
 
 def _torch_w1(x, xs, wf, ws, counts):
     """Per-group fp32 matmul, dequant, SwiGLU, per-row quant (same formulas, not bit-identical)."""
+    import torch
+
     half = wf.shape[2] // 2
     y = torch.empty(x.shape[0], half, dtype=torch.int8)
     ys = torch.empty(x.shape[0])
@@ -65,6 +67,8 @@ def _torch_w1(x, xs, wf, ws, counts):
 
 
 def _torch_w2(y, ys, wf, ws, counts):
+    import torch
+
     out = torch.empty(y.shape[0], wf.shape[2], dtype=torch.bfloat16)
     start = 0
     for e, c in enumerate(counts):
@@ -76,6 +80,8 @@ def _torch_w2(y, ys, wf, ws, counts):
 
 
 def _run(args, which: str) -> int:
+    import torch
+
     import cam
 
     torch.manual_seed(0)
@@ -144,7 +150,7 @@ def _run(args, which: str) -> int:
 
 def _add(sub, which: str, alias: str, help_text: str) -> None:
     p = sub.add_parser(which, aliases=[alias], help=help_text)
-    p.add_argument("--json", metavar="PATH", help="write results as JSON")
+    p.add_argument("--json", metavar="PATH", type=json_path, help="write results as JSON")
     p.add_argument("--rows", type=int_in(1, 1 << 16), default=512, help="row capacity M, all rows in groups (default 512)")
     p.add_argument("--groups", nargs="+", default=["balanced", "skewed", "one_expert"],
                    choices=["balanced", "skewed", "one_expert"])

@@ -24,22 +24,16 @@ import time
 import traceback
 from typing import Dict, List
 
-import torch
-
-from .. import _runtime
+# Only modules that need neither torch nor the extension (cam's package is lazy): flags are parsed and refused
+# before `import torch`, which costs seconds (over a minute on a loaded machine). The run imports the rest.
+from ..sim.presets import PRESETS as WORKLOAD_PRESETS
 from .bound import DEFAULT_COSTS as DEFAULT_BOUND_COSTS
 from .bound import critical_path
 from .bound import load_costs as load_bound_costs
-from .participants import assemble
-from .setup import RunConfig, plan, rank_threads
 from .start import WORKER_BOOTSTRAP, exit_now, kill_and_reap, launcher_store, make_run_dir, start_method, start_ranks
 from .start import worker_command  # noqa: F401 - the command line of one exec-started rank: API
 from .timeline import ATTENTION_PHASES
 from .trace import write_trace
-from .workload import PRESETS as WORKLOAD_PRESETS
-from ..models import PRESETS as MODEL_PRESETS
-from ..models import MoEModel
-from .worker import ABORT_KEY, READY_KEY, SHUTDOWN_KEY, START_KEY, process_start_time
 
 # How often the launcher looks at its ranks and the store: a few syscalls and one store round trip each time. Every
 # stage change (all ready, Attention done, all gone) is seen this late, so it is short.
@@ -147,10 +141,6 @@ def check_args(args) -> None:
                          f"{limit} ({os.cpu_count()} CPUs, ~{_RANK_BYTES >> 20} MiB per rank)")
     _finite("--timeout", args.timeout, 0.0, float("inf"), lo_open=True)
     _finite("--idle-poll", args.idle_poll, 0.0, float("inf"), lo_open=True)
-    try:
-        _runtime.check_timeout_chain("cam-run", args.timeout, args.idle_poll)
-    except ValueError as e:
-        raise ValueError(str(e).replace("timeout_s", "--timeout").replace("idle_poll_s", "--idle-poll")) from None
     if args.skew is not None:
         _finite("--skew", args.skew, 0.0, _MAX_SKEW)
     if args.requests is not None and not 1 <= args.requests <= _MAX_REQUESTS:
@@ -173,9 +163,36 @@ def check_args(args) -> None:
         raise ValueError(f"--keep {args.keep!r} exists and is not a directory")
     if args.keep_going and args.mode == "sync":
         raise ValueError("--keep-going needs --mode async: the sync mode's per-layer barrier waits for every replica")
+    # Last, as it needs the runtime (torch, the extension): every check above runs without it.
+    from .. import _runtime
+
+    try:
+        _runtime.check_timeout_chain("cam-run", args.timeout, args.idle_poll)
+    except ValueError as e:
+        raise ValueError(str(e).replace("timeout_s", "--timeout").replace("idle_poll_s", "--idle-poll")) from None
 
 
-def _config(args, out_dir: str, port: int) -> RunConfig:
+# Topology fields the flags set, for a refusal from cam.Topology (which names the field, not the flag).
+_TOPOLOGY_FLAGS = {"D": "--replicas", "P": "--participants", "F": "--ffn", "slots": "--slots",
+                   "Bmax": "--preset/--requests/--skew (the largest micro-batch) with --participants",
+                   "E": "--model (its experts)", "K": "--model (its top-k)", "H": "--model (its hidden size)",
+                   "L": "--model (its MoE layers)"}
+
+
+def _topology_error(e: ValueError) -> str:
+    """``cam.Topology``'s refusal, followed by the flags that set the fields it names."""
+    import re
+
+    text = str(e)
+    fields = [f for f in _TOPOLOGY_FLAGS if re.search(rf"(?<![A-Za-z_]){re.escape(f)}(?![A-Za-z_])", text)]
+    if not fields:
+        return text
+    return text + " (set by " + ", ".join(f"{f}: {_TOPOLOGY_FLAGS[f]}" for f in fields) + ")"
+
+
+def _config(args, out_dir: str, port: int):
+    from .setup import RunConfig
+
     spec = dataclasses.asdict(WORKLOAD_PRESETS[args.preset])
     for key in ("requests", "seed", "skew"):
         value = getattr(args, key)
@@ -219,7 +236,7 @@ def _percentile(values: List[float], q: float) -> float:
     return ordered[idx]
 
 
-def _report(cfg: RunConfig, built, results: Dict[int, dict]) -> dict:
+def _report(cfg, built, results: Dict[int, dict]) -> dict:
     _, workload, topo = built
     done = {}
     for r in results.values():
@@ -281,6 +298,10 @@ def load_outputs(out_dir: str, attention_ranks: int, workload, participants: int
     """Every request's final hidden states, assembled from the pieces each Attention rank saved for the tokens it
     owned; refuses a token delivered by no participant or by two. The replicas in `skip_replicas` (lost under
     --keep-going) wrote nothing: their ranks are not read and their requests are not expected."""
+    import torch
+
+    from .participants import assemble
+
     pieces = []
     for rank in range(attention_ranks):
         if rank // participants not in skip_replicas:
@@ -289,7 +310,7 @@ def load_outputs(out_dir: str, attention_ranks: int, workload, participants: int
     return assemble(pieces, {r.rid: int(r.tokens.numel()) for r in workload.requests if r.rid not in excluded})
 
 
-def _bound(cfg: RunConfig, built, costs_file: str, makespan: float) -> dict:
+def _bound(cfg, built, costs_file: str, makespan: float) -> dict:
     model, workload, topo = built
     bound = critical_path(model.config, workload, topo.D, topo.P, topo.F, topo.slots, load_bound_costs(costs_file),
                           cfg.attention_cost, cfg.mode)
@@ -348,8 +369,17 @@ def run(args) -> int:
     # The wall-time profile (_wall). As the `cam-run` command, the launcher began when `cam` began importing: the
     # process may be older, since a shell running `... && cam-run` as the last command of `bash -c` execs it in its
     # own process (CI's README line counted its pip install as the launcher's start).
-    began = _command_started if _command_started is not None else process_start_time()
-    marks = {"process": began, "run": time.time()}
+    marks = {"run": time.time()}
+    try:
+        check_args(args)
+    except ValueError as e:
+        print(f"cam-run: bad configuration: {e}", file=sys.stderr)
+        return 2
+    import torch
+
+    from .worker import process_start_time
+
+    marks["process"] = _command_started if _command_started is not None else process_start_time()
     threads = torch.get_num_threads()
     try:
         return _run(args, marks)
@@ -358,11 +388,12 @@ def run(args) -> int:
 
 
 def _run(args, marks: Dict[str, float]) -> int:
-    try:
-        check_args(args)
-    except ValueError as e:
-        print(f"cam-run: bad configuration: {e}", file=sys.stderr)
-        return 2
+    import torch
+
+    # Imported before the ranks are forked, so that no rank imports them again (start.py).
+    from . import worker
+    from .setup import plan, rank_threads
+
     port = _free_port()
     out_dir = args.keep or make_run_dir()
     os.makedirs(out_dir, exist_ok=True)
@@ -371,7 +402,10 @@ def _run(args, marks: Dict[str, float]) -> int:
         # Ranks and the launcher's --check share the CPUs (setup.rank_threads). Set before this process runs any
         # torch op, so a forked rank inherits it with no thread pool behind it.
         torch.set_num_threads(rank_threads(cfg.world_size))
-        workload, topo = plan(cfg)  # validates the topology too: E % F, sizes (ValueError naming the field)
+        try:
+            workload, topo = plan(cfg)  # validates the topology too: E % F, sizes (ValueError naming the field)
+        except ValueError as e:
+            raise ValueError(_topology_error(e)) from None
         method = start_method()
     except ValueError as e:
         print(f"cam-run: bad configuration: {e}", file=sys.stderr)
@@ -412,9 +446,9 @@ def _run(args, marks: Dict[str, float]) -> int:
         deadline = None
         while procs and any(p.poll() is None for p in procs.values()):
             time.sleep(_POLL_S)
-            if not started and store.add(READY_KEY, 0) == world:
+            if not started and store.add(worker.READY_KEY, 0) == world:
                 marks["start"] = time.time()
-                store.set(START_KEY, repr(marks["start"] + _START_MARGIN_S))
+                store.set(worker.START_KEY, repr(marks["start"] + _START_MARGIN_S))
                 started = True
             if not started and time.monotonic() > start_deadline and not failed:
                 failed[-1] = -1  # nobody died, but the world never came up
@@ -426,15 +460,15 @@ def _run(args, marks: Dict[str, float]) -> int:
                 # Only what happens before the abort is a cause; exits after it are its consequences.
                 if code not in (None, 0) and rank not in failed and rank not in lost and deadline is None:
                     (lost if args.keep_going and started and rank < topo.A else failed)[rank] = code
-            if (failed or interrupted) and not store.check([ABORT_KEY]):
+            if (failed or interrupted) and not store.check([worker.ABORT_KEY]):
                 why = (_failure(failed) if failed else f"launcher got signal {interrupted[0]}")
-                store.set(ABORT_KEY, why)
+                store.set(worker.ABORT_KEY, why)
                 print(f"cam-run: {why}; aborting every rank", file=sys.stderr, flush=True)
                 deadline = time.monotonic() + _GRACE_S + cfg.idle_poll_s
             if not attention_done and all(procs[r].poll() == 0 or r in lost for r in range(topo.A)):
                 attention_done = True
                 marks["shutdown"] = time.time()
-                store.set(SHUTDOWN_KEY, json.dumps({"lost": sorted(lost)}))
+                store.set(worker.SHUTDOWN_KEY, json.dumps({"lost": sorted(lost)}))
             if deadline is not None and time.monotonic() > deadline:
                 break
     finally:
@@ -451,10 +485,13 @@ def _run(args, marks: Dict[str, float]) -> int:
         if not args.keep:
             shutil.rmtree(out_dir, ignore_errors=True)
         return 130 if interrupted else 1
+    from ..models import PRESETS as MODEL_PRESETS
+    from ..models import MoEModel
+
     return _finish(args, cfg, (MoEModel(MODEL_PRESETS[cfg.model]), workload, topo), out_dir, lost, marks, exited)
 
 
-def _finish(args, cfg: RunConfig, built, out_dir: str, lost: Dict[int, int], marks: Dict[str, float],
+def _finish(args, cfg, built, out_dir: str, lost: Dict[int, int], marks: Dict[str, float],
             exited: Dict[int, float]) -> int:
     """After every rank is gone: the results, the report, --check and the files asked for."""
     topo = built[2]

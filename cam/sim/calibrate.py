@@ -66,7 +66,7 @@ class RunSpec:
             over["num_requests"] = self.requests
         if self.seed is not None:
             over["seed"] = self.seed
-        return SimWorkload.from_cam_run(self.preset, self.replicas, self.model, **over)
+        return SimWorkload.from_cam_run(self.preset, self.replicas, **over)
 
     def topology(self) -> SimTopology:
         return SimTopology(D=self.replicas, F=self.ffn, P=1, slots=self.slots)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 import time
 from typing import List
@@ -29,7 +31,8 @@ def _parse(argv):
     p = argparse.ArgumentParser(prog="cam-sim", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("model and topology")
-    g.add_argument("--model", default="deepseek-v3", help=f"model shape: {', '.join(sorted(model_presets()))}")
+    g.add_argument("--model", default="deepseek-v3", help="model shape: deepseek-v3, or one of cam-run's models "
+                                                           "(cam.models.PRESETS: tiny, small)")
     g.add_argument("--model-json", metavar="PATH", help="model shape as JSON (cam.sim.ModelShape fields)")
     g.add_argument("--replicas", "-D", type=int, default=16, help="Attention DP replicas D")
     g.add_argument("--participants", "-P", type=int, default=1, help="Attention ranks per replica P")
@@ -88,6 +91,77 @@ def _parse(argv):
     return p.parse_args(argv)
 
 
+# Upper bounds of the integer flags: far beyond any deployment or study, and small enough that the simulator's
+# per-rank and per-request arrays fit in memory (--replicas 10^12 was killed by the out-of-memory killer).
+_MAX_RANKS = 1 << 16
+_MAX_REQUESTS = 10_000_000
+_MAX_TOKENS = 1 << 24
+
+
+def _bounded(flag: str, value, lo, hi) -> None:
+    if value is None:
+        return
+    if isinstance(value, float) and not math.isfinite(value) or not lo <= value <= hi:
+        raise ValueError(f"{flag} must be {'a finite number ' if isinstance(value, float) else ''}in "
+                         f"[{lo:g}, {hi:g}], got {value!r}")
+
+
+def _writable(flag: str, path: str, directory: bool = False) -> None:
+    target = path if directory and os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    if not directory and os.path.isdir(path):
+        raise ValueError(f"{flag} {path!r} is a directory")
+    while directory and not os.path.exists(target):  # --plot-dir is created, with its missing parents
+        target = os.path.dirname(target)
+    if not os.path.isdir(target) or not os.access(target, os.W_OK):
+        raise ValueError(f"{flag} {path!r} cannot be written (missing or read-only directory {target!r})")
+
+
+def check_args(args) -> None:
+    """Every flag checked before anything is simulated, run or written; each error names its flag and bound."""
+    for flag in ("replicas", "participants", "ffn", "total_ranks", "cam_run_replicas", "cam_run_ffn"):
+        _bounded("--" + flag.replace("_", "-"), getattr(args, flag), 1, _MAX_RANKS)
+    for flag, hi in (("slots", 64), ("ubatches", 64), ("capacity", _MAX_TOKENS), ("token_budget", _MAX_TOKENS),
+                     ("min_len", _MAX_TOKENS), ("max_len", _MAX_TOKENS), ("cdf_ffn", _MAX_RANKS)):
+        _bounded("--" + flag.replace("_", "-"), getattr(args, flag), 1, hi)
+    for f in args.sweep_ffn or []:
+        _bounded("--sweep-ffn", f, 1, _MAX_RANKS)
+    _bounded("--requests", args.requests, 1, _MAX_REQUESTS)
+    _bounded("--cam-run-requests", args.cam_run_requests, 1, 100_000)
+    _bounded("--mean-len", float(args.mean_len), 1.0, float(_MAX_TOKENS))
+    _bounded("--sigma", float(args.sigma), 0.0, 10.0)
+    _bounded("--seed", args.seed, 0, 2**63 - 1)
+    if not args.rates:
+        raise ValueError("--rates needs at least one rate")
+    for rate in args.rates:
+        _bounded("--rates", float(rate), 0.0, 1e9)
+    _bounded("--expert-skew", float(args.expert_skew), 0.0, 100.0)
+    if args.slo is not None and (not math.isfinite(args.slo) or args.slo <= 0):
+        raise ValueError(f"--slo must be a finite number of seconds > 0, got {args.slo!r}")
+    _bounded("--cam-run-timeout", float(args.cam_run_timeout), 1.0, 86400.0)
+    for name, value in zip("ABC", args.cam_run_attention_cost):
+        _bounded(f"--cam-run-attention-cost {name}", float(value), 0.0, 10.0)
+    if args.min_len > args.max_len:
+        raise ValueError(f"--min-len ({args.min_len}) must be <= --max-len ({args.max_len})")
+    if args.lengths == "trace" and not args.trace:
+        raise ValueError("--lengths trace needs --trace CSV")
+    for flag in ("trace", "model_json", "calibrate_from"):
+        path = getattr(args, flag)
+        if path is not None and not os.path.isfile(path):
+            raise ValueError(f"--{flag.replace('_', '-')}: no such file {path!r}")
+    if not args.calibrate and args.costs not in device_files() and not os.path.isfile(args.costs):
+        raise ValueError(f"--costs {args.costs!r}: neither a shipped device ({', '.join(device_files())}) nor a file "
+                         f"(looked for {os.path.abspath(args.costs)!r})")
+    for flag in ("json", "calibrate"):
+        if getattr(args, flag):
+            _writable("--" + flag, getattr(args, flag))
+    if args.plot_dir:
+        _writable("--plot-dir", args.plot_dir, directory=True)
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise ValueError("--plot-dir needs matplotlib (pip install matplotlib, or '.[viz]' from the checkout)")
+
+
 def _model(args) -> ModelShape:
     if args.model_json:
         with open(args.model_json) as f:
@@ -123,7 +197,7 @@ def simulate_grid(args) -> dict:
     costs = CostModel.load(args.costs)
     if args.cam_run_preset:
         from ..models import PRESETS as CAM_RUN_MODELS
-        from ..run.workload import PRESETS as CAM_RUN_PRESETS
+        from .presets import PRESETS as CAM_RUN_PRESETS
 
         if args.model not in CAM_RUN_MODELS or args.model_json:
             raise ValueError(f"--cam-run-preset needs --model one of cam-run's models {sorted(CAM_RUN_MODELS)}, "
@@ -139,7 +213,7 @@ def simulate_grid(args) -> dict:
                            ubatches=args.ubatches)
         for rate in args.rates:
             if args.cam_run_preset:
-                wl = SimWorkload.from_cam_run(args.cam_run_preset, D, args.model)
+                wl = SimWorkload.from_cam_run(args.cam_run_preset, D)
             else:
                 wl = SimWorkload.generate(args.requests, D, lengths=args.lengths, mean_len=args.mean_len,
                                           min_len=args.min_len, max_len=args.max_len, sigma=args.sigma,
@@ -203,6 +277,19 @@ def _summary(runs: List[dict]) -> dict:
     return {"metric": metric, "async_gain": gains, "best_split": best}
 
 
+def _print_summary(summary: dict) -> None:
+    """The summary's two answers as lines: async over sync per split, and the best split per mode and rate."""
+    metric = summary["metric"].replace("_tok_s", "")
+    for g in summary["async_gain"]:
+        ratio = g[f"{summary['metric']}_async_over_sync"]
+        print(f"async/sync  D={g['D']:<3d} F={g['F']:<3d} rate {g['rate']:<6g} {metric} "
+              f"{'n/a' if ratio is None else f'{ratio:.2f}x'}  TTFT mean {g['ttft_mean_async_over_sync']:.2f}x  "
+              f"makespan {g['makespan_async_over_sync']:.2f}x")
+    for key, b in sorted(summary["best_split"].items()):
+        mode, rate = key.split("@")
+        print(f"best split  {mode:5s} rate {rate:<6s} D={b['D']} F={b['F']} ({metric} {b[summary['metric']]:.0f} tok/s)")
+
+
 def calibrate(args) -> dict:
     from .calibrate import RunSpec, fit, load_runs, predict, run_cam_run
 
@@ -245,6 +332,11 @@ def calibrate(args) -> dict:
 def main(argv=None) -> int:
     args = _parse(argv)
     try:
+        check_args(args)
+    except ValueError as e:
+        print(f"cam-sim: bad configuration: {e}", file=sys.stderr)
+        return 2
+    try:
         if args.calibrate:
             result = calibrate(args)
             curves = {}
@@ -253,6 +345,8 @@ def main(argv=None) -> int:
     except (ValueError, OSError, RuntimeError) as e:
         print(f"cam-sim: {e}", file=sys.stderr)
         return 2
+    if not args.quiet and not args.calibrate:
+        _print_summary(result["summary"])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

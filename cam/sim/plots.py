@@ -13,7 +13,7 @@ def _plt():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
-        raise SystemExit(f"cam-sim: plots need matplotlib (pip install 'cam[viz]'): {e}")
+        raise SystemExit(f"cam-sim: plots need matplotlib (pip install matplotlib, or '.[viz]' from the checkout): {e}")
     return plt
 
 

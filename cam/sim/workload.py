@@ -4,8 +4,9 @@ Two kinds:
 - ``SimWorkload.generate`` draws lengths (fixed, uniform, lognormal, or a trace file) and arrivals (closed batch or
   Poisson) from a seed; each replica then batches *dynamically*: when it is free it takes the requests that have
   arrived in its queue, in order, up to a token budget (the first one always, however long).
-- ``SimWorkload.from_cam_run`` takes ``cam-run``'s own workload (``cam.run.workload``, imported, not copied): the
-  same requests, arrival times and *static* batches, so simulated and measured runs compute the same batches.
+- ``SimWorkload.from_cam_run`` takes ``cam-run``'s own workload schedule (``cam.sim.presets``, which cam-run imports
+  too): the same requests, arrival times and *static* batches, so simulated and measured runs compute the same
+  batches.
 """
 
 from __future__ import annotations
@@ -112,18 +113,15 @@ class SimWorkload:
         return SimWorkload(arrival, length, replica.astype(np.int64), token_budget=token_budget, description=desc)
 
     @staticmethod
-    def from_cam_run(preset: str, replicas: int, model: str = "tiny", **overrides) -> "SimWorkload":
-        """cam-run's workload for ``--preset`` / ``--model`` / ``--replicas`` (``overrides``: num_requests, seed, skew,
-        as cam-run's ``--requests/--seed/--skew``), with its static batches."""
-        from ..models import PRESETS as MODEL_PRESETS
-        from ..run.workload import PRESETS, make_workload
+    def from_cam_run(preset: str, replicas: int, **overrides) -> "SimWorkload":
+        """cam-run's workload for ``--preset`` / ``--replicas`` (``overrides``: num_requests, seed, skew, as cam-run's
+        ``--requests/--seed/--skew``), with its static batches. The model does not matter: it only picks token ids."""
+        from .presets import PRESETS, schedule
 
         spec = dataclasses.replace(PRESETS[preset], **overrides)
-        wl = make_workload(spec, replicas, MODEL_PRESETS[model].vocab_size)
-        arrival = np.array([r.arrival_s for r in wl.requests], dtype=np.float64)
-        length = np.array([int(r.tokens.numel()) for r in wl.requests], dtype=np.int64)
-        replica = np.array([r.replica for r in wl.requests], dtype=np.int64)
-        return SimWorkload(arrival, length, replica, batches=[[list(b) for b in bs] for bs in wl.batches],
+        plan = schedule(spec, replicas)
+        return SimWorkload(np.array(plan.arrival_s, dtype=np.float64), np.array(plan.length, dtype=np.int64),
+                           np.array(plan.replica, dtype=np.int64), batches=[[list(b) for b in bs] for bs in plan.batches],
                            description=f"cam-run preset {preset} ({spec.num_requests} requests)")
 
 
