@@ -130,6 +130,15 @@ class _LoadFirst:
 
     @staticmethod
     def find_spec(fullname, path=None, target=None):
+        if fullname == "torch" and not (_state["loaded"] or _state["loading"]):
+            # `import cam` then `import torch`: torch.ops.cam.* must exist once torch does, as when cam was imported
+            # after torch (below), so the package loads right after torch's own module has run.
+            import importlib.machinery
+
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _LoadAfter(spec.loader)
+            return spec
         sub = fullname[len(__name__) + 1:] if fullname.startswith(__name__ + ".") else None
         if (not sub or sub in _LIGHT or sub.startswith("sim.") or _state["loaded"] or _state["loading"]):
             return None
@@ -155,8 +164,19 @@ class _LoadAround:
         return getattr(self.loader, name)
 
 
+class _LoadAfter(_LoadAround):
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        _load()
+
+
 if not any(isinstance(f, _LoadFirst) for f in _sys.meta_path):
     _sys.meta_path.insert(0, _LoadFirst())
+
+if "torch" in _sys.modules:
+    # A torch program imports cam for its ops: they are registered now, as `import cam` always did. Only a process
+    # without torch (a command-line tool parsing its flags, the simulator) stays light.
+    _load()
 
 __version__ = "0.1.0"
 

@@ -186,3 +186,22 @@ def test_every_public_name_resolves():
     for name in cam.__all__:
         assert getattr(cam, name) is not None, name
     assert cam.__version__
+
+
+_ORDER_PROBE = """
+import sys
+{first}
+{second}
+assert "cam._C" in sys.modules, "torch and cam imported, the ops not loaded"
+torch.ops.cam.dynamic_quant
+torch.ops.cam.gmm_multi_layer
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("first,second", [("import torch", "import cam"), ("import cam", "import torch")])
+def test_torch_ops_cam_exist_once_torch_and_cam_are_imported_in_either_order(tmp_path, first, second):
+    # A torch program that imports cam expects torch.ops.cam.* (README's op table) without touching a cam name.
+    r = subprocess.run([sys.executable, "-c", _ORDER_PROBE.format(first=first, second=second)], capture_output=True,
+                       text=True, timeout=TIMEOUT_S, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
