@@ -134,6 +134,8 @@ class Comm:
             raise ValueError(f"Comm: liveness_poll_s must be a number of seconds in (0, 60], got {liveness_poll_s!r}")
         if not isinstance(isolate_replicas, bool):
             raise TypeError(f"Comm: isolate_replicas must be a bool, got {isolate_replicas!r}")
+        _check_name("group", group, optional=False)
+        _check_name("shm_prefix", shm_prefix, optional=True)
         self.isolate_replicas = isolate_replicas
         self._peers_proc = {}
         self._left_key = None  # shm: the Store key that tells the peers' watchdogs this rank left cleanly
@@ -370,6 +372,23 @@ class LostReplica:
             f"; FFN rank {self.seen_by} dropped {self.dropped_rounds} of its in-flight round(s) of it"
         return (f"replica {self.replica} lost: Attention rank {self.dead_rank} died{dropped} (replica isolation: "
                 f"the other replicas are served; a fenced replica does not rejoin the plane)")
+
+
+def _check_name(what: str, value, *, optional: bool) -> None:
+    """A group name or shm prefix: it reaches the C API as a C string (a NUL would cut it short, so two names could
+    collide) and, for shm, a POSIX shm name (one leading '/' only, added by cam)."""
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"Comm: {what} must be a str{' or None' if optional else ''}, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"Comm: {what} must not be empty")
+    if "\0" in value:
+        raise ValueError(f"Comm: {what} contains a NUL character ({value!r}): the name would be cut short there and "
+                         f"could collide with another plane's")
+    if what == "shm_prefix" and "/" in value:
+        raise ValueError(f"Comm: shm_prefix must not contain '/' (a POSIX shm name has only its leading one), "
+                         f"got {value!r}")
 
 
 def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, group: str,

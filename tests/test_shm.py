@@ -157,3 +157,27 @@ def test_shm_transport_in_threads_round_trip():
     assert not errors, errors
     assert _segments(prefix) == []
     check_against_golden(t, rounds, results)
+
+
+def test_shm_prefix_with_a_nul_is_refused_before_any_segment_exists():
+    # Issue 23 item 4: "p\0x" and "p\0y" were both cut to "p" by the C string, so two planes opened one segment
+    # name. Refused by name before any segment is created (nothing under either prefix); '/' likewise.
+    from torch.distributed import HashStore
+
+    base = f"camtest-{uuid.uuid4().hex[:10]}"
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
+    for bad in (f"{base}\0x", f"{base}\0y"):
+        with pytest.raises(ValueError, match="shm_prefix contains a NUL"):
+            cam.Comm(t, 0, transport="shm", store=HashStore(), shm_prefix=bad, join_timeout_s=5)
+    with pytest.raises(ValueError, match="must not contain '/'"):
+        cam.Comm(t, 0, transport="shm", store=HashStore(), shm_prefix=f"{base}/x", join_timeout_s=5)
+    with pytest.raises(TypeError, match="shm_prefix must be a str or None"):
+        cam.Comm(t, 0, transport="shm", store=HashStore(), shm_prefix=5, join_timeout_s=5)
+    assert _segments(base) == []
+    with pytest.raises(cam.CamError, match="NUL"):  # the binding below refuses it too
+        cam._C.Comm.shm(f"/{base}\0x-r0", list(t.as_c_fields()), 0, 10**9, 10**6, 27)
+    assert _segments(base) == []
+    # Control: the same prefix without the NUL makes a working plane.
+    results, errors = _shm_threads([t] * t.world_size, base)
+    assert errors == {} and len(results) == t.world_size
+    assert _segments(base) == []
