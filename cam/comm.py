@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import itertools
+import json
 import math
 import os
 import threading
@@ -27,6 +28,7 @@ from typing import Optional
 import torch
 
 from . import _C, _runtime
+from .errors import InvalidArgumentError
 from ._tensor import ACL_DTYPE as _ACL_DTYPE  # aclDataType codes from cam/acl_compat.h, through _C
 from .topology import Topology
 
@@ -194,9 +196,12 @@ class Comm:
         deadline = time.monotonic() + join_timeout_s
         try:
             store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
+            # Published before the segment name, so a rank that sees every name sees every topology too.
+            store.set(f"{group}/topo/{self.rank}", json.dumps(self._plane_description()))
             store.set(f"{group}/shm/{self.rank}", name)
             self._await_keys(store, [f"{group}/shm/{r}" for r in range(world)], deadline, join_timeout_s,
                              "published its segment name")
+            _check_same_plane(self.rank, [json.loads(store.get(f"{group}/topo/{r}").decode()) for r in range(world)])
             names = [store.get(f"{group}/shm/{r}").decode() for r in range(world)]
             for r in range(world):
                 proc = store.get(f"{group}/proc/{r}").decode() if r != self.rank else ""
@@ -211,6 +216,12 @@ class Comm:
             raise
         c.unlink_shm()
         return c
+
+    def _plane_description(self) -> dict:
+        """What every rank of one plane must agree on: the topology's fields and the activation dtype."""
+        fields = {f.name: getattr(self.topology, f.name) for f in dataclasses.fields(self.topology)}
+        fields["dtype"] = str(self.dtype).replace("torch.", "")
+        return fields
 
     def _await_keys(self, store, keys, deadline, join_timeout_s, what):
         """Waits (bounded) until every rank set its key; a timeout names the ranks that did not."""
@@ -372,6 +383,28 @@ class LostReplica:
             f"; FFN rank {self.seen_by} dropped {self.dropped_rounds} of its in-flight round(s) of it"
         return (f"replica {self.replica} lost: Attention rank {self.dead_rank} died{dropped} (replica isolation: "
                 f"the other replicas are served; a fenced replica does not rejoin the plane)")
+
+
+def _check_same_plane(rank: int, described: list) -> None:
+    """Every rank reads every rank's published description, so every rank reaches the same verdict at once: the
+    ranks outside the largest group of equal descriptions (ties: the group with the lowest rank) disagree, and the
+    error names each one's differing fields with both values. No rank waits for a join that cannot complete."""
+    groups: dict = {}
+    for r, d in enumerate(described):
+        groups.setdefault(json.dumps(d, sort_keys=True), []).append(r)
+    if len(groups) == 1:
+        return
+    plane = max(groups.values(), key=lambda ranks: (len(ranks), -ranks[0]))
+    ref = described[plane[0]]
+    names = ", ".join(map(str, plane))
+    parts = []
+    for r, d in enumerate(described):
+        if r in plane:
+            continue
+        diffs = [f"{k}={d.get(k)!r} (rank(s) {names}: {k}={ref.get(k)!r})" for k in ref if d.get(k) != ref.get(k)]
+        diffs += [f"{k}={d[k]!r} (unknown to rank(s) {names})" for k in d if k not in ref]
+        parts.append(f"rank {r} was created with a different topology: " + ", ".join(diffs))
+    raise InvalidArgumentError(f"Comm: rank {rank}: " + "; ".join(parts))
 
 
 def _check_name(what: str, value, *, optional: bool) -> None:

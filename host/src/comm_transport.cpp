@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -166,6 +167,16 @@ std::string ShmTransport::Map(int64_t rank, const std::string& name) {
     std::string err;
     if (fstat(fd, &st) != 0) {
         err = "fstat(" + name + ") failed: " + std::strerror(errno);
+    } else if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        // Trust (issue 23 item 2): a segment another user owns, or one group/other may open, can be written by
+        // someone outside this plane, identity line included; only the plane's own user's 0600 segments (what
+        // Create makes) are mapped.
+        char mode[8];
+        std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+        err = "refused rank " + std::to_string(rank) + "'s segment " + name + ": " +
+              (st.st_uid != geteuid() ? "it is owned by uid " + std::to_string(st.st_uid) + ", not this process's uid " +
+                                            std::to_string(geteuid())
+                                      : std::string("it is open to group/other (mode ") + mode + ", cam creates 0600)");
     } else {
         const uint64_t bytes = static_cast<uint64_t>(st.st_size);
         void* p = bytes > kParkBytes ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
