@@ -203,8 +203,14 @@ class Comm:
                              "published its segment name")
             _check_same_plane(self.rank, [json.loads(store.get(f"{group}/topo/{r}").decode()) for r in range(world)])
             names = [store.get(f"{group}/shm/{r}").decode() for r in range(world)]
+            watched = _proc_identity(os.getpid()) is not None  # Linux /proc: every peer must be watchable
             for r in range(world):
                 proc = store.get(f"{group}/proc/{r}").decode() if r != self.rank else ""
+                if watched and r != self.rank and not _is_own_live_process(proc):
+                    # A rank the watchdog cannot watch could stand in for a rank without ever being found dead.
+                    raise InvalidArgumentError(
+                        f"Comm: rank {self.rank}: rank {r} published the process identity {proc!r}, which is no "
+                        f"live process of this user: it could not be watched for liveness")
                 if proc:
                     self._peers_proc[r] = proc
             c.attach_shm(names)
@@ -476,6 +482,19 @@ def _proc_identity(pid: int) -> Optional[str]:
     if fields[0] in ("Z", "X"):
         return None
     return f"{pid}:{fields[19]}"
+
+
+def _is_own_live_process(identity: str) -> bool:
+    """Whether "pid:start-time" names a live process of this process's effective user."""
+    pid, sep, _ = identity.partition(":")
+    if not sep or not pid.isdigit():
+        return False
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.geteuid():
+            return False
+    except OSError:
+        return False
+    return _proc_identity(int(pid)) == identity
 
 
 def _after_fork_in_child() -> None:

@@ -257,3 +257,46 @@ def test_topology_mismatch_names_the_field_and_the_rank_on_every_rank_within_sec
     assert errors == {} and len(results) == 3
     assert _segments(prefix) == []
 
+
+
+@pytest.mark.parametrize("forged", ["", "1:0", "not-a-pid", "dead", "live"])
+def test_a_rank_the_watchdog_cannot_watch_is_refused(forged):
+    # Issue 23 item 2: a forger publishes rank 1 in the store (a real, well-formed 0600 segment of this user, the
+    # right topology) with a process identity that the liveness watchdog could never find dead: none, pid 1 with a
+    # wrong start time, garbage, or a process that has exited. Rank 0 refuses it by rank. Control: the forger's
+    # own live identity is accepted (and then watched).
+    import json
+
+    from torch.distributed import HashStore
+
+    from cam.comm import Comm, _proc_identity
+
+    base = f"camtest-{uuid.uuid4().hex[:10]}"
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
+    if forged == "live":
+        forged = _proc_identity(os.getpid())
+    elif forged == "dead":
+        child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                               text=True, timeout=60, check=True)
+        forged = f"{child.stdout.strip()}:1"
+    store = HashStore()
+    forger = cam._C.Comm.shm(f"/{base}-forged-r1", list(t.as_c_fields()), 1, 10**9, 10**6, 27)
+    probe = Comm.__new__(Comm)
+    probe.topology, probe.dtype = t, torch.bfloat16
+    description = probe._plane_description()  # the exact keys a rank publishes
+    try:
+        store.set("g/proc/1", forged)
+        store.set("g/topo/1", json.dumps(description))
+        store.set("g/shm/1", f"/{base}-forged-r1")
+        if forged == _proc_identity(os.getpid()):  # control
+            store.set("g/mapped/1", "1")
+            with Comm(t, 0, transport="shm", store=store, group="g", shm_prefix=base, join_timeout_s=10) as comm:
+                assert comm._peers_proc == {1: forged}  # accepted, and under the liveness watchdog
+        else:
+            with pytest.raises(cam.InvalidArgumentError, match="rank 1 published the process identity .* could not "
+                                                               "be watched"):
+                cam.Comm(t, 0, transport="shm", store=store, group="g", shm_prefix=base, join_timeout_s=10)
+        assert _segments(f"{base}-r") == []  # rank 0's own segment is gone either way
+    finally:
+        forger.close()
+    assert _segments(base) == []
