@@ -66,7 +66,11 @@ def test_topology_mismatch_across_ranks_fails_at_creation():
     for th in threads:
         th.join(30)
     assert set(errs) == {0, 1}
-    assert any("different topology" in str(e) for e in errs.values()), errs
+    # Issue 23 item 3: whichever joined first, every rank's error names both ranks, the field and both values.
+    for e in errs.values():
+        message = str(e)
+        assert "different topology" in message and "rank 0" in message and "rank 1" in message, message
+        assert "H=65" in message and f"H={t0.H}" in message, message
 
 
 def test_join_timeout_names_missing_ranks():

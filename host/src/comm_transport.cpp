@@ -40,6 +40,8 @@ struct Group {
     std::condition_variable cv;
     int64_t world = 0;
     int64_t fingerprint = 0;
+    CamTopology topo{};  // the first joiner's, to name the fields a later joiner differs in
+    int64_t firstRank = -1;
     std::vector<std::shared_ptr<Block>> windows;
     int64_t joined = 0;
     bool complete = false;
@@ -81,6 +83,8 @@ std::unique_ptr<Transport> JoinInProcessGroup(const std::string& name, const Cam
             slot = std::make_shared<Group>();
             slot->world = world;
             slot->fingerprint = fp;
+            slot->topo = topo;
+            slot->firstRank = rank;
             slot->windows.resize(world);
         }
         g = slot;
@@ -95,9 +99,14 @@ std::unique_ptr<Transport> JoinInProcessGroup(const std::string& name, const Cam
         return nullptr;
     };
     if (!g->error.empty()) return fail(g->error);
-    if (g->fingerprint != fp || g->world != world)
-        return fail("rank " + std::to_string(rank) + " joined with a different topology (fingerprint " +
-                    std::to_string(fp) + ", the group's is " + std::to_string(g->fingerprint) + ")");
+    if (g->fingerprint != fp || g->world != world) {
+        // Two ranks cannot tell which of them is wrong: the sentence every rank of the group gets names both, with
+        // each differing field and both values.
+        std::string diff = TopologyDifference(topo, rank, g->topo, g->firstRank);
+        if (diff.empty()) diff = "rank " + std::to_string(rank) + " and rank " + std::to_string(g->firstRank) +
+                                 " have topologies with different fingerprints";
+        return fail("ranks were created with a different topology: " + diff);
+    }
     if (g->windows[rank]) return fail("rank " + std::to_string(rank) + " joined twice");
     auto block = std::make_shared<Block>(bytes);
     if (!block->base) return fail("cannot allocate a window of " + std::to_string(bytes) + " bytes");
