@@ -225,7 +225,10 @@ class Comm:
 
     def _plane_description(self) -> dict:
         """What every rank of one plane must agree on: the topology's fields and the activation dtype."""
-        fields = {f.name: getattr(self.topology, f.name) for f in dataclasses.fields(self.topology)}
+        fields = {}
+        for f in dataclasses.fields(self.topology):
+            v = getattr(self.topology, f.name)
+            fields[f.name] = v if v is None or isinstance(v, bool) else int(v)  # numpy ints too: JSON-able
         fields["dtype"] = str(self.dtype).replace("torch.", "")
         return fields
 
