@@ -369,6 +369,7 @@ void GoodVector(GM_ADDR, GM_ADDR dst) {
     out.SetGlobalBuffer(reinterpret_cast<float*>(dst), 2);
     out.SetValue(0, red.Get<float>().GetValue(0));
     out.SetValue(1, static_cast<float>(halves.Get<half>().GetValue(63)));
+    DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(out);  // or it is lost
 }
 
 void SyncAllNotMixed(GM_ADDR, GM_ADDR) {
@@ -416,6 +417,7 @@ void PadTailPoisoned(GM_ADDR src, GM_ADDR dst) {
     WaitFlag<HardEvent::V_MTE2>(EVENT_ID0);
     DataCopyPad(t, s, {1, 4, 0, 0, 0}, {false, 0, 0, 0.0f});
     for (uint32_t i = 0; i < 8; ++i) d.SetValue(i, t.GetValue(i));
+    DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(d);  // or it is lost
 }
 
 // The pipe-ordering model (docs/twin.md, "Pipe ordering"). The signal word of SignalPort: sent by MTE3, then the

@@ -284,17 +284,21 @@ void PipeBarrierAll() {
     for (int& n : tState.perPipe) n = 0;
 }
 
+// The queue's hand-off is an event between its two pipes (EnQue sets it, DeQue waits; FreeTensor / AllocTensor the
+// other way), so, like a flag, it orders everything issued on the first pipe so far, and what was already ordered
+// before that pipe, before the second.
 void PipeQueueHandoff(TPosition position, bool toConsumer, const void* addr, uint64_t bytes) {
+    (void)addr;
+    (void)bytes;
     if (!InKernel()) return;
     Pipe producer, consumer;
     if (!QueuePipes(position, &producer, &consumer)) return;
-    const Pipe from = toConsumer ? producer : consumer;
+    const uint8_t from = Bit(toConsumer ? producer : consumer);
     const uint8_t to = Bit(toConsumer ? consumer : producer);
     State& st = tState;
-    const auto lo = reinterpret_cast<uintptr_t>(addr), hi = lo + bytes;
     for (Pending& e : st.pending) {
-        if (e.clean || e.pipe != static_cast<uint8_t>(from) || e.hi <= lo || hi <= e.lo) continue;
-        e.ordered |= to;
+        if (e.clean) continue;
+        if (Bit(static_cast<Pipe>(e.pipe)) == from || (e.ordered & from)) e.ordered |= to;
     }
     Compact(st);
 }
