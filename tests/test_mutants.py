@@ -49,8 +49,10 @@ def _only_when_asked(request):
 MUTANTS = {
     # issue 22 item 1.1: SignalPort::Send with PipeBarrier<PIPE_MTE3> instead of the MTE3 -> MTE2 flag
     "CAM_MUTANT_LOST_ABORT": ("plane", "pipe-order", None),
-    # item 1.3: the scalar tables' clean without the barrier before MTE2 reads them
-    "CAM_MUTANT_CLEAN_NO_BARRIER": ("plane", "dcache-clean-barrier", "cam_dispatch_send"),
+    # item 1.3: the scalar tables' clean without the barrier before MTE2 reads them. That barrier also orders
+    # StoreUbTables' MTE3 copies of the index tables before MoveTables' MTE2 reads of them (a second hazard the
+    # model found behind the first): with this plane's UB tables that one is hit first, so either rule counts.
+    "CAM_MUTANT_CLEAN_NO_BARRIER": ("plane", ("dcache-clean-barrier", "pipe-order"), "cam_dispatch_send"),
     # today's miss: the byte mover's MTE2 -> MTE3 flag dropped (a VECIN hand-off orders MTE2 before V only)
     "CAM_MUTANT_MOVER_NO_MTE2_MTE3": ("plane", "pipe-order", None),
     # today's miss: an own-state scalar store without its clean (lost at kernel end)
@@ -186,8 +188,9 @@ def _judge(switch, res, elapsed, rule, kernel, control_ok):
         return False, "the unmutated build failed the same run"
     if elapsed > 10:
         return False, f"took {elapsed:.1f} s"
-    if f"rule '{rule}' broken" not in text:
-        return False, f"rule {rule} not named (exit {res.returncode}): {text[-600:]}"
+    rules = rule if isinstance(rule, tuple) else (rule,)
+    if not any(f"rule '{r}' broken" in text for r in rules):
+        return False, f"rule {'/'.join(rules)} not named (exit {res.returncode}): {text[-600:]}"
     if kernel and f"in kernel {kernel} " not in text:
         return False, f"rule named, but not in kernel {kernel}: {text[-600:]}"
     return True, ""

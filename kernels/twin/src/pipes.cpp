@@ -43,7 +43,7 @@ constexpr uint8_t kVectorCorePipes = Bit(Pipe::S) | Bit(Pipe::V) | Bit(Pipe::MTE
 constexpr uint8_t kCubeCorePipes = Bit(Pipe::S) | Bit(Pipe::MTE1) | Bit(Pipe::MTE2) | Bit(Pipe::M) | Bit(Pipe::FIX);
 // Pending operations remembered per pipe: older ones are taken as complete (a pipe's queue is finite; docs/twin.md
 // "What it cannot check"). Keeps every check O(1) in the kernel's length.
-constexpr int kDepthPerPipe = 64;
+constexpr int kDepthPerPipe = 16;
 
 // Which pipes access each space at all (a pending op is done with once it is ordered before all of them).
 constexpr uint8_t kUsers[kSpaces] = {
@@ -85,11 +85,12 @@ struct FlagSnapshot {
     uint64_t seq = 0;
 };
 
+// Pending operations per space (a check only ever compares ops on one space), counted per pipe.
 struct State {
-    std::vector<Pending> pending;
+    std::vector<Pending> pending[kSpaces];
     uint64_t seq = 1;
     uint8_t corePipes = kVectorCorePipes;
-    int perPipe[kPipes] = {};
+    int perPipe[kSpaces][kPipes] = {};
     FlagSnapshot flags[kHardEventCount][kEventIds];
 };
 
@@ -126,22 +127,25 @@ uint8_t Needed(const State& st, const Pending& e) {
 bool Done(const State& st, const Pending& e) { return (e.ordered & Needed(st, e)) == Needed(st, e); }
 
 void Compact(State& st) {
-    size_t w = 0;
-    for (size_t i = 0; i < st.pending.size(); ++i) {
-        if (!Done(st, st.pending[i])) {
-            st.pending[w++] = st.pending[i];
-        } else {
-            --st.perPipe[st.pending[i].pipe];
+    for (int s = 0; s < kSpaces; ++s) {
+        std::vector<Pending>& list = st.pending[s];
+        size_t w = 0;
+        for (size_t i = 0; i < list.size(); ++i) {
+            if (!Done(st, list[i])) {
+                list[w++] = list[i];
+            } else {
+                --st.perPipe[s][list[i].pipe];
+            }
         }
+        list.resize(w);
     }
-    st.pending.resize(w);
 }
 
 void Check(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, const std::source_location& where) {
     const uint8_t pb = Bit(p);
     const uint8_t autom = Auto().m[static_cast<int>(s)][static_cast<int>(p)];
-    for (const Pending& e : st.pending) {
-        if (e.pipe == static_cast<uint8_t>(p) || e.space != static_cast<uint8_t>(s)) continue;
+    for (const Pending& e : st.pending[static_cast<int>(s)]) {
+        if (e.pipe == static_cast<uint8_t>(p)) continue;
         if (e.hi <= lo || hi <= e.lo) continue;
         if (!e.write && !write) continue;
         if (e.ordered & pb) continue;
@@ -168,10 +172,12 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
          const std::source_location& where) {
     // The same pipe runs its own ops in order: a new op over the bytes of a recent unordered one of the same kind
     // widens that entry instead of growing the list (loops over one buffer stay one entry).
-    const size_t n = st.pending.size();
+    std::vector<Pending>& list = st.pending[static_cast<int>(s)];
+    int* count = st.perPipe[static_cast<int>(s)];
+    const size_t n = list.size();
     for (size_t k = 0; k < n && k < 8; ++k) {
-        Pending& e = st.pending[n - 1 - k];
-        if (e.pipe == static_cast<uint8_t>(p) && e.space == static_cast<uint8_t>(s) && e.write == write &&
+        Pending& e = list[n - 1 - k];
+        if (e.pipe == static_cast<uint8_t>(p) && e.write == write &&
             e.clean == clean && e.ordered == 0 && lo <= e.hi && e.lo <= hi) {
             if (lo < e.lo) e.lo = lo;
             if (hi > e.hi) e.hi = hi;
@@ -181,17 +187,32 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
     }
     Pending e{lo, hi, st.seq++, where, static_cast<uint8_t>(p), static_cast<uint8_t>(s), write, clean, 0};
     if (Done(st, e)) return;  // nothing could ever conflict with it
-    if (st.perPipe[e.pipe] >= kDepthPerPipe) {
-        for (auto it = st.pending.begin(); it != st.pending.end(); ++it) {
+    // The new op supersedes older ops of its pipe inside its range: it is ordered before nothing yet, so any later
+    // op that would conflict with one of them conflicts with it (a write also covers reads). Keeps the list at the
+    // buffers in use, not the instructions issued.
+    size_t w = 0;
+    for (size_t i = 0; i < list.size(); ++i) {
+        const Pending& o = list[i];
+        const bool covered =
+            o.pipe == e.pipe && o.clean == clean && (write || !o.write) && lo <= o.lo && o.hi <= hi;
+        if (covered) {
+            --count[o.pipe];
+        } else {
+            list[w++] = o;
+        }
+    }
+    list.resize(w);
+    if (count[e.pipe] >= kDepthPerPipe) {
+        for (auto it = list.begin(); it != list.end(); ++it) {
             if (it->pipe == e.pipe) {
-                st.pending.erase(it);
-                --st.perPipe[e.pipe];
+                list.erase(it);
+                --count[e.pipe];
                 break;
             }
         }
     }
-    st.pending.push_back(e);
-    ++st.perPipe[e.pipe];
+    list.push_back(e);
+    ++count[e.pipe];
 }
 
 bool EventPipes(HardEvent e, Pipe* src, Pipe* dst) {
@@ -243,7 +264,7 @@ void PipeTouch(Pipe p, Space s, const void* addr, uint64_t bytes, bool write, co
 void PipeScalarGmLoad(const void* addr, uint64_t bytes, const std::source_location& where) {
     if (!InKernel()) return;
     State& st = tState;
-    if (st.pending.empty()) return;
+    if (st.pending[static_cast<int>(Space::GM)].empty()) return;
     const auto lo = reinterpret_cast<uintptr_t>(addr);
     Check(st, Pipe::S, Space::GM, lo, lo + bytes, false, where);
 }
@@ -271,17 +292,20 @@ void PipeFlagWait(HardEvent event, int32_t id) {
     const uint8_t sb = Bit(src), db = Bit(dst);
     // Everything issued on src before the SetFlag, and everything already ordered before src then, is now
     // ordered before dst. Clean write-backs are not: only a full barrier is documented to wait for them.
-    for (Pending& e : st.pending) {
-        if (e.seq >= at || e.clean) continue;
-        if (e.pipe == static_cast<uint8_t>(src) || (e.ordered & sb)) e.ordered |= db;
+    for (auto& list : st.pending) {
+        for (Pending& e : list) {
+            if (e.seq >= at || e.clean) continue;
+            if (e.pipe == static_cast<uint8_t>(src) || (e.ordered & sb)) e.ordered |= db;
+        }
     }
     Compact(st);
 }
 
 void PipeBarrierAll() {
     if (!InKernel()) return;
-    tState.pending.clear();
-    for (int& n : tState.perPipe) n = 0;
+    for (auto& list : tState.pending) list.clear();
+    for (auto& row : tState.perPipe)
+        for (int& n : row) n = 0;
 }
 
 // The queue's hand-off is an event between its two pipes (EnQue sets it, DeQue waits; FreeTensor / AllocTensor the
@@ -296,9 +320,11 @@ void PipeQueueHandoff(TPosition position, bool toConsumer, const void* addr, uin
     const uint8_t from = Bit(toConsumer ? producer : consumer);
     const uint8_t to = Bit(toConsumer ? consumer : producer);
     State& st = tState;
-    for (Pending& e : st.pending) {
-        if (e.clean) continue;
-        if (Bit(static_cast<Pipe>(e.pipe)) == from || (e.ordered & from)) e.ordered |= to;
+    for (auto& list : st.pending) {
+        for (Pending& e : list) {
+            if (e.clean) continue;
+            if (Bit(static_cast<Pipe>(e.pipe)) == from || (e.ordered & from)) e.ordered |= to;
+        }
     }
     Compact(st);
 }
@@ -307,9 +333,10 @@ void PipeCoreKind(bool cube) { tState.corePipes = cube ? kCubeCorePipes : kVecto
 
 void PipeBlockStart() {
     State& st = tState;
-    st.pending.clear();
+    for (auto& list : st.pending) list.clear();
     st.seq = 1;
-    for (int& n : st.perPipe) n = 0;
+    for (auto& row : st.perPipe)
+        for (int& n : row) n = 0;
     st.corePipes = kVectorCorePipes;
     for (auto& row : st.flags)
         for (auto& f : row) f.seq = 0;
