@@ -12,6 +12,13 @@ if(NOT CAM_ASCEND_HOME AND DEFINED ENV{ASCEND_TOOLKIT_HOME})
   set(CAM_ASCEND_HOME "$ENV{ASCEND_TOOLKIT_HOME}" CACHE PATH "" FORCE)
 endif()
 set(CAM_NPU_ARCH "dav-2201" CACHE STRING "bisheng --npu-arch (dav-2201: Atlas A2 / A3)")
+# The kernels rely on bisheng's automatic sync between the scalar unit and MTE2 / MTE3 / V for UB (LocalTensor)
+# dependencies; every other pipe pair is ordered in the source (flags, barriers, TQue hand-offs). Passed explicitly,
+# never assumed from a project template's default (BiSheng compiler guide, "支持自动同步" / "Automatic
+# Synchronization": option --cce-auto-sync). The twin's table of automatic syncs (kernels/twin/src/pipes.cpp,
+# docs/twin.md "Pipe ordering") holds exactly what this option inserts; tests/test_ascend_build.py checks the
+# option here against kAutoSyncCompilerOption in kernels/twin/include/twin/pipes.h.
+set(CAM_BISHENG_AUTO_SYNC "--cce-auto-sync")
 set(CAM_SOC_VERSION "Ascend910B1" CACHE STRING "SoC for CANN's ascendc module (any A2 Ascend910B* / A3 Ascend910_93*)")
 set(CAM_ASCENDC_CMAKE_DIR "" CACHE PATH "CANN's ascendc_kernel_cmake directory (found under the toolkit if empty)")
 if(NOT CAM_ASCENDC_CMAKE_DIR)
@@ -51,6 +58,7 @@ function(cam_add_bisheng_kernels target kernel_root)
     set(ASCEND_CANN_PACKAGE_PATH ${CAM_ASCEND_HOME})
     include(${CAM_ASCENDC_CMAKE_DIR}/ascendc.cmake)
     ascendc_library(${target} STATIC ${ARGN})
+    ascendc_compile_options(${target} PRIVATE ${CAM_BISHENG_AUTO_SYNC})
     if(CMAKE_BUILD_TYPE MATCHES "^(Release|RelWithDebInfo|MinSizeRel)$")
       ascendc_compile_definitions(${target} PRIVATE NDEBUG)
     endif()
@@ -82,7 +90,7 @@ function(cam_add_bisheng_commands target kernel_root)
     add_custom_command(
       OUTPUT ${obj}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${obj_dir}
-      COMMAND ${CAM_BISHENG} -x asc --npu-arch=${CAM_NPU_ARCH} -std=c++${CMAKE_CXX_STANDARD} -O2 -fPIC ${defines}
+      COMMAND ${CAM_BISHENG} -x asc --npu-arch=${CAM_NPU_ARCH} ${CAM_BISHENG_AUTO_SYNC} -std=c++${CMAKE_CXX_STANDARD} -O2 -fPIC ${defines}
               ${include_flags} -c ${src} -o ${obj}
       DEPENDS ${src} ${kernel_headers}
       COMMENT "bisheng ${rel}"

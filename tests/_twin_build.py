@@ -40,14 +40,39 @@ def _object_dir() -> str:
     return _obj_dir
 
 
+def twin_objects(source_root: str, *, flags=SELFTEST_FLAGS, timeout: float = 300) -> list:
+    """The session's objects of every twin source for `flags` (compiled now if this session has none yet)."""
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no C++ compiler to build the twin")
+    twin_include = ["-I", os.path.join(source_root, "kernels", "twin", "include")]
+    paths = sorted(glob.glob(os.path.join(source_root, "kernels", "twin", "src", "*.cpp")))
+    with _lock:
+        objects, new, commands = [], [], []
+        for path in paths:
+            st = os.stat(path)
+            key = (compiler, tuple(flags), path, st.st_mtime_ns, st.st_size)
+            obj = _objects.get(key)
+            if obj is None:
+                obj = os.path.join(_object_dir(), f"{len(_objects) + len(new)}-{os.path.basename(path)}.o")
+                new.append((key, obj))
+                commands.append([compiler, *flags, *twin_include, "-c", path, "-o", obj])
+            objects.append(obj)
+        run_all(commands, timeout=timeout, check=True)
+        _objects.update(new)
+    return objects
+
+
 def build_twin_program(source_root: str, out: str, test_source: str, *, flags=SELFTEST_FLAGS, twin_sources=None,
-                       include_root: bool = False, extra_sources=(), extra_includes=(), timeout: float = 300) -> str:
+                       include_root: bool = False, extra_sources=(), extra_includes=(), timeout: float = 300,
+                       program_flags=()) -> str:
     """Compiles tests/twin/<test_source> (or an absolute path) into `out` and returns `out`. twin_sources: the twin
     .cpp files to link, as paths under kernels/twin/src (None: all of them). include_root: also put the checkout
     root on the include path of the test source (for tests that include kernels/common headers). extra_sources:
     more of the program's own sources (absolute paths, e.g. a kernel), compiled like the test source, with
-    extra_includes after the twin's include directory. Skips the test when there is no C++ compiler. `timeout`
-    bounds each compiler run (the objects', the test source's, the link)."""
+    extra_includes after the twin's include directory. program_flags: more flags for the program's own sources only
+    (a mutant's -D switch, tests/test_mutants.py), so the twin's objects stay shared. Skips the test when there is
+    no C++ compiler. `timeout` bounds each compiler run (the objects', the test source's, the link)."""
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         pytest.skip(f"no C++ compiler to build the twin self-test {test_source}")
@@ -61,7 +86,7 @@ def build_twin_program(source_root: str, out: str, test_source: str, *, flags=SE
     for d in extra_includes:
         program_include += ["-I", str(d)]
     program = [os.path.join(source_root, "tests", "twin", test_source), *map(str, extra_sources)]
-    units = [(src, program_include, f"{out}.{i}.o") for i, src in enumerate(program)]
+    units = [(src, [*program_flags, *program_include], f"{out}.{i}.o") for i, src in enumerate(program)]
     program_objects = [obj for _, _, obj in units]
     with _lock:  # one build at a time: a second caller would otherwise compile the same objects again
         objects, new = [], []

@@ -19,3 +19,4 @@ def source_root() -> str:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long tests (hypothesis tampering, soak); deselect with -m 'not slow'")
+    config.addinivalue_line("markers", "mutation: the standing mutation suite (tests/test_mutants.py; CAM_MUTANTS=1)")

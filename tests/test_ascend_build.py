@@ -18,6 +18,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 KERNEL_SOURCES = sorted(p for p in (ROOT / "kernels").glob("*/*.cpp") if p.parent.name != "twin")
 
 
+def auto_sync_option() -> str:
+    """The compiler option the twin's table of automatic syncs stands for (kernels/twin/include/twin/pipes.h)."""
+    import re
+    text = (ROOT / "kernels" / "twin" / "include" / "twin" / "pipes.h").read_text()
+    return re.search(r'kAutoSyncCompilerOption\[\] = "([^"]+)"', text).group(1)
+
+
 def _cmake() -> str:
     cmake = shutil.which("cmake")
     if cmake is None:
@@ -80,6 +87,8 @@ def test_kernels_are_compiled_by_bisheng_as_ascend_c(tmp_path):
         src = args[args.index("-c") + 1]
         assert args[args.index("-x") + 1] == "asc", src
         assert "--npu-arch=dav-2201" in args, src
+        # The twin models bisheng's automatic sync only because the build asks for it, by the same spelling.
+        assert auto_sync_option() == "--cce-auto-sync" and auto_sync_option() in args, src
         assert "-DNDEBUG" in args and not [a for a in args if a.startswith("-D") and "TWIN" in a.upper()], src
         includes = [pathlib.Path(a[2:]) for a in args if a.startswith("-I")]
         assert not [d for d in includes if "twin" in d.parts], src
@@ -104,6 +113,9 @@ def test_kernels_go_through_canns_ascendc_module_where_present(tmp_path):
         "endfunction()\n"
         "function(ascendc_compile_definitions name scope)\n"
         "  file(APPEND $ENV{CAM_ASCENDC_LOG} \"definitions;${name};${scope};${ARGN}\\n\")\n"
+        "endfunction()\n"
+        "function(ascendc_compile_options name scope)\n"
+        "  file(APPEND $ENV{CAM_ASCENDC_LOG} \"options;${name};${scope};${ARGN}\\n\")\n"
         "endfunction()\n")
     module_log = tmp_path / "ascendc.log"
     env = _env_without_toolkit()
@@ -119,6 +131,7 @@ def test_kernels_go_through_canns_ascendc_module_where_present(tmp_path):
     assert len(library) == 1 and library[0][1:4] == ["cam_kernels", "STATIC", "soc=Ascend910B1"]
     assert sorted(pathlib.Path(p) for p in library[0][4:]) == KERNEL_SOURCES
     assert ["definitions", "cam_kernels", "PRIVATE", "NDEBUG"] in calls
+    assert ["options", "cam_kernels", "PRIVATE", auto_sync_option()] in calls
     assert not log.exists(), "the module path must not also run cam's own bisheng commands"
 
 

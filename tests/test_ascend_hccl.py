@@ -51,9 +51,27 @@ def _run(binary: pathlib.Path, case: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(binary), case], capture_output=True, text=True, timeout=120, env=env)
 
 
-def test_window_table_kernel_reads_the_bound_context(context_binary):
-    res = _run(context_binary, "bound")
+@pytest.mark.parametrize("case", ["bound", "bound_a3", "tiling_less_a2"])
+def test_window_table_kernel_reads_the_bound_context(context_binary, case):
+    # bound_a3: the same kernel reads the A3 layout (per-rank records) through the client, with its init tiling;
+    # tiling_less_a2: the deprecated tiling-less Init is still right on the A2 flat layout.
+    res = _run(context_binary, case)
     assert res.returncode == 0 and res.stdout.strip() == "OK", res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("case, rule, kernel", [("tiling_less_a3", "hccl-init-tiling", "tiling_less"),
+                                                ("a2_ranks", "hccl-a2-ranks", "past_flat"),
+                                                ("no_finalize", "hccl-finalize", "no_finalize")])
+def test_hccl_client_rules(context_binary, case, rule, kernel):
+    """The tiling-less Init on the A3 description reads the A2 layout (other fields' bytes as windows); the flat
+    layout holds 32 windows; the client must be finalized. Controls: bound, bound_a3, tiling_less_a2 above."""
+    res = _run(context_binary, case)
+    message = res.stdout.strip()
+    assert res.returncode == 1, message + res.stderr
+    assert f"rule '{rule}' broken" in message and f"in kernel {kernel} block 0/1" in message, message
+    line = next(n for n, text in enumerate((ROOT / "tests" / "sdk_ascend" / "hccl_context.cpp").read_text()
+                                           .splitlines(), start=1) if f"@case:{case}" in text)
+    assert re.search(rf"hccl_context\.cpp:{line}\b", message), message
 
 
 @pytest.mark.parametrize("case, kernel, where", [("unbound", "cam_window_table", r"window_table\.cpp:\d+"),

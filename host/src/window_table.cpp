@@ -21,11 +21,19 @@ namespace cam::host {
 
 namespace {
 
+// The op's workspace: the status record, then the init tiling Hccl::Init gets (kernels/window_table).
+constexpr uint64_t kWorkspaceBytes = kernels::kDeviceStatusBytes + kernels::kWindowTableInitTilingBytes;
+
 // What the op needs once its arguments are checked: the launch, the status record in the workspace around it.
+// On the twin the init tiling is a zeroed block (its client only needs one present); on Ascend the op framework's
+// Mc2InitTiling for the group belongs there (docs/ascend.md §5).
 aclnnStatus LaunchChecked(const kernels::WindowTableTilingData& tiling, const void* context, uint8_t* peers,
-                          uint8_t* status, aclrtStream stream) {
+                          uint8_t* workspace, aclrtStream stream) {
+    uint8_t* status = workspace;
+    uint8_t* initTiling = workspace + kernels::kDeviceStatusBytes;
     EnqueueDeviceStatusReset(stream, status);
-    kernels::LaunchWindowTable(tiling.blockDim, stream, context, peers, status, tiling);
+    EnqueueZero(stream, initTiling, kernels::kWindowTableInitTilingBytes);
+    kernels::LaunchWindowTable(tiling.blockDim, stream, context, peers, status, initTiling, tiling);
     EnqueueDeviceStatusCheck(stream, status, "window_table");
     return ACLNN_SUCCESS;
 }
@@ -52,7 +60,7 @@ aclnnStatus RunWindowTable(const camComm* comm, const std::string& group, int64_
         return st;
     }
     aclrtStream stream = CreateOwnStream();
-    void* status = AllocGraphMemory(kernels::kDeviceStatusBytes);
+    void* status = AllocGraphMemory(kWorkspaceBytes);
     LaunchChecked(tiling, context, reinterpret_cast<uint8_t*>(peers),
                   static_cast<uint8_t*>(status), stream);
     const aclnnStatus st = camSynchronizeStream(stream, timeoutMs);
@@ -113,10 +121,17 @@ extern "C" aclnnStatus aclnnCamWindowTableGetWorkspaceSize(const CamTopology* to
         cam::kernels::WindowTableTilingData tiling{};
         const void* context = nullptr;
         if ((st = Prepare("window_table", *topology, rank, group, &tiling, &context))) return st;
+        (void)context;
         auto ex = std::make_unique<Executor>("window_table");
-        ex->workspaceSize = cam::kernels::kDeviceStatusBytes;
-        ex->launch = [tiling, context, p = pv.data](void* workspace, aclrtStream stream) {
-            return LaunchChecked(tiling, context, p, static_cast<uint8_t*>(workspace), stream);
+        ex->workspaceSize = kWorkspaceBytes;
+        // The group's context is looked up again when the op runs, not kept from here: the group may be gone by
+        // then (its context freed), and the launch copies what it finds (kernels/common/launch.h).
+        ex->launch = [tiling, topo = *topology, rank, g = std::string(group), p = pv.data](void* workspace,
+                                                                                           aclrtStream stream) {
+            cam::kernels::WindowTableTilingData fresh{};
+            const void* now = nullptr;
+            if (aclnnStatus s = Prepare("window_table", topo, rank, g.c_str(), &fresh, &now)) return s;
+            return LaunchChecked(tiling, now, p, static_cast<uint8_t*>(workspace), stream);
         };
         return Finish(std::move(ex), workspaceSize, executor);
     });

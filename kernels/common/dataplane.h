@@ -40,7 +40,9 @@ __aicore__ inline int64_t LoadWord(GM_ADDR base, int64_t byteOff) {
 __aicore__ inline void StoreWord(GM_ADDR base, int64_t byteOff, int64_t value) {
     AscendC::GlobalTensor<int64_t> g = WordsAt(base, byteOff, 1);
     g.SetValue(0, value);
+#if !defined(CAM_MUTANT_STATE_NO_CLEAN)
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(g);
+#endif
 }
 
 // Word `index` of the int64 array that starts at base + arrayOff, with the same cache maintenance.
@@ -97,7 +99,16 @@ public:
         AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
         AscendC::DataCopyPad(WordsAt(window, byteOff, 1), word_, {1, 8, 0, 0, 0});
-        AscendC::PipeBarrier<PIPE_MTE3>();  // the UB word is rewritten by the next send or poll
+        // The next Poll's MTE2 copy lands in this same UB word: MTE3 must have read it first. A PIPE_MTE3 barrier
+        // orders MTE3 against itself only, and the compiler's automatic sync covers the scalar unit, not
+        // MTE3 -> MTE2 (docs/twin.md, "Pipe ordering"), so without this flag the abort value can be overwritten
+        // before it leaves and the peer never sees it.
+#if defined(CAM_MUTANT_LOST_ABORT)
+        AscendC::PipeBarrier<PIPE_MTE3>();
+#else
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID0);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID0);
+#endif
     }
 
     // window[off] by MTE2.
@@ -113,10 +124,15 @@ private:
     AscendC::LocalTensor<int64_t> word_;
 };
 
-// Makes scalar stores to a scratch area visible to MTE reads of it (and to other blocks).
+// Makes scalar stores to a scratch area visible to MTE reads of it (and to other blocks). The write-back of a
+// clean runs beside the MTEs: nothing but a full pipe barrier orders it before a copy that reads or writes the
+// same bytes (production kernels put PipeBarrier<PIPE_ALL> after such a clean; docs/twin.md, "Pipe ordering").
 __aicore__ inline void FlushScalarStores(GM_ADDR base) {
     AscendC::GlobalTensor<int64_t> g = WordsAt(base, 0, 1);
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::ENTIRE_DATA_CACHE, AscendC::DcciDst::CACHELINE_OUT>(g);
+#if !defined(CAM_MUTANT_CLEAN_NO_BARRIER)
+    AscendC::PipeBarrier<PIPE_ALL>();
+#endif
 }
 
 // The windows of a data plane as this rank sees them: peers[r] is the base address of rank r's window.
@@ -286,8 +302,11 @@ public:
             AscendC::DataCopyPad(buf, s, {1, n, 0, 0, 0}, {false, 0, 0, 0});
             que_.EnQue(buf);
             buf = que_.DeQue<uint8_t>();
+            // A VECIN hand-off orders MTE2 before V, not before MTE3.
+#if !defined(CAM_MUTANT_MOVER_NO_MTE2_MTE3)
             AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(0);
             AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(0);
+#endif
             AscendC::DataCopyPad(d, buf, {1, n, 0, 0, 0});
             AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(0);
             AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(0);

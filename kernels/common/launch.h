@@ -3,6 +3,15 @@
 // in a plain C++ function so host code never sees either form.
 #pragma once
 
+namespace cam::kernels {
+// What a data-plane launch must ask of the runtime: its kernels are mixed (KERNEL_TYPE_MIX_AIV_1_0) and call a hard
+// SyncAll, so the launch needs batch scheduling mode, or, with other streams' kernels on the cores, its blocks may
+// wait in the barrier for blocks that never start (asc-devkit api/同步控制/核间同步/SyncAll.md). On the twin
+// CAM_DATAPLANE_LAUNCH passes it in the launch descriptor and SyncAll checks it (rule syncall-batch-mode); on
+// Ascend the host launch path (host/src/backend_ascend.cpp) must set the launch's schedule mode from it.
+inline constexpr bool kDataPlaneLaunchNeedsBatchMode = true;
+}  // namespace cam::kernels
+
 #if defined(__CCE__)
 #define CAM_KERNEL_LAUNCH(kernel, blockDim, stream, ...) kernel<<<blockDim, nullptr, stream>>>(__VA_ARGS__)
 // Data-plane kernels: on Ascend the launch itself is the same (the launch requirements, a mixed kernel type and
@@ -22,15 +31,32 @@
     ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() { kernel(__VA_ARGS__); })
 // The twin also gets every rank's window range and which one is the launching rank's, so it can refuse a scalar
 // store into a peer's window.
-#define CAM_DATAPLANE_LAUNCH(comm, peers, kernel, blockDim, stream, ...)                               \
-    ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() { kernel(__VA_ARGS__); }, \
-                               ::cam::kernels::dp::TwinWindows(comm, peers))
-// The twin binds the HCCL context to every block thread of the launch, where the runtime binds it on Ascend.
-#define CAM_MC2_LAUNCH(hcclContext, kernel, blockDim, stream, ...)                                          \
-    ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() {                                          \
-        ::cam::twin::HcclContextBinding binding_(static_cast<const ::cam::twin::HcclContext*>(hcclContext)); \
-        kernel(__VA_ARGS__);                                                                                \
-    })
+// A twin violation in a block aborts the plane before it is reported: every rank's abort word is raised (by this
+// rank, as Plane::Fail does), so the peers' waits end at once instead of running to their timeout, and the
+// violation itself (rule, kernel, block, call site) is this rank's error.
+#define CAM_DATAPLANE_LAUNCH(comm, peers, kernel, blockDim, stream, ...)                          \
+    ::cam::twin::EnqueueLaunch(                                                                  \
+        stream, #kernel, blockDim,                                                               \
+        [=]() {                                                                                  \
+            try {                                                                                \
+                kernel(__VA_ARGS__);                                                             \
+            } catch (const ::cam::twin::TwinViolation&) {                                        \
+                ::cam::kernels::dp::TwinAbortPlane(comm, peers);                                 \
+                throw;                                                                           \
+            }                                                                                    \
+        },                                                                                       \
+        ::cam::kernels::dp::TwinWindows(comm, peers))
+// The twin binds the HCCL context to every block thread of the launch, where the runtime binds it on Ascend. The
+// description is copied when the launch is queued, so a group unregistered afterwards cannot pull memory from
+// under the kernel.
+#define CAM_MC2_LAUNCH(hcclContext, kernel, blockDim, stream, ...)                                               \
+    ::cam::twin::EnqueueLaunch(                                                                                 \
+        stream, #kernel, blockDim,                                                                              \
+        [=, context_ = std::make_shared<const ::cam::twin::HcclContext>(                                        \
+                *static_cast<const ::cam::twin::HcclContext*>(hcclContext))]() {                                \
+            ::cam::twin::HcclContextBinding binding_(context_.get());                                           \
+            kernel(__VA_ARGS__);                                                                                \
+        })
 
 namespace cam::kernels::dp {
 
@@ -46,7 +72,23 @@ inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_
         w.windows.emplace_back(static_cast<uintptr_t>(bases[r]), static_cast<uint64_t>(bytes));
     }
     w.own = comm.rank;
+    w.batchMode = kDataPlaneLaunchNeedsBatchMode;
     return w;
+}
+
+// Raises every rank's abort word that is still 0 to 1 + this rank, as the protocol's Fail does (docs/protocol.md
+// §9), from host code on the failing block's thread: the kernel broke a rule and stopped, so nothing of it writes
+// any more. Atomic like the MTE word writes, and it wakes the waiters parked on those words.
+inline void TwinAbortPlane(const CommArgs& comm, const uint8_t* peers) {
+    const int64_t world = layout::world_size(comm.topo);
+    const auto* bases = reinterpret_cast<const int64_t*>(peers);
+    for (int64_t r = 0; r < world; ++r) {
+        auto* word = reinterpret_cast<int64_t*>(static_cast<uintptr_t>(bases[r]) + kAbortOff);
+        if (word == nullptr) continue;
+        int64_t expected = 0;
+        __atomic_compare_exchange_n(word, &expected, 1 + comm.rank, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        ::cam::twin::WakeParked(word, sizeof(int64_t));
+    }
 }
 
 }  // namespace cam::kernels::dp

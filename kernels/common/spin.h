@@ -12,6 +12,9 @@
 #ifndef __aicore__
 #define __aicore__
 #endif
+#ifndef __gm__
+#define __gm__
+#endif
 
 namespace cam::kernels {
 
@@ -20,7 +23,13 @@ namespace cam::kernels {
 // seen without a park); later ones park the block until something writes one of those lines or a short interval
 // passes, so dozens of waiting blocks neither starve the producers nor sleep past the signal (docs/twin.md,
 // execution model).
+// `watched` keeps its __gm__ qualifier: under bisheng GM and the local memories are distinct address spaces, and a
+// GM address passed as a plain pointer is a different (wrong) address.
+#if defined(CAM_MUTANT_GM_AS_VOID)
 __aicore__ inline void WaitPause(const void* watched, uint64_t bytes, uint32_t iteration) {
+#else
+__aicore__ inline void WaitPause(const __gm__ void* watched, uint64_t bytes, uint32_t iteration) {
+#endif
 #if defined(__CCE__)
     (void)watched;
     (void)bytes;
@@ -31,6 +40,6 @@ __aicore__ inline void WaitPause(const void* watched, uint64_t bytes, uint32_t i
 }
 
 // A wait on one word.
-__aicore__ inline void WaitPause(const void* watched, uint32_t iteration) { WaitPause(watched, 8, iteration); }
+__aicore__ inline void WaitPause(const __gm__ void* watched, uint32_t iteration) { WaitPause(watched, 8, iteration); }
 
 }  // namespace cam::kernels

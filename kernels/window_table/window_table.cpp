@@ -13,13 +13,22 @@ namespace cam::kernels {
 
 class WindowTable {
 public:
-    __aicore__ inline void Init(GM_ADDR peers, GM_ADDR status, const WindowTableTilingData& t) {
+    __aicore__ inline void Init(GM_ADDR peers, GM_ADDR status, GM_ADDR initTiling, const WindowTableTilingData& t) {
         tiling_ = t;
         status_ = status;
         peers_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(peers), t.worldSize);
-        // Without an init tiling: the client only reads the context here, it sends no collective messages.
+        // The documented form, with the init tiling: the deprecated tiling-less Init makes the client read the A2
+        // flat context, which on A3 is a different structure (docs/ascend.md §5, docs/twin.md "HCCL context").
+#if defined(CAM_MUTANT_HCCL_NO_INIT_TILING)
+        (void)initTiling;
         hccl_.Init(AscendC::GetHcclContext<AscendC::HCCL_GROUP_ID_0>());
+#else
+        hccl_.Init(AscendC::GetHcclContext<AscendC::HCCL_GROUP_ID_0>(), initTiling);
+#endif
     }
+
+    // No collective follows: the client's docs ask for Finalize once the last use is done.
+    __aicore__ inline void Finish() { hccl_.Finalize(); }
 
     __aicore__ inline void Process() {
         const uint32_t dim = hccl_.GetRankDim();
@@ -63,18 +72,19 @@ private:
 
 }  // namespace cam::kernels
 
-extern "C" __global__ __aicore__ void cam_window_table(GM_ADDR peers, GM_ADDR status,
+extern "C" __global__ __aicore__ void cam_window_table(GM_ADDR peers, GM_ADDR status, GM_ADDR initTiling,
                                                        cam::kernels::WindowTableTilingData tiling) {
     if (AscendC::GetBlockIdx() != 0) return;
     cam::kernels::WindowTable op;
-    op.Init(peers, status, tiling);
+    op.Init(peers, status, initTiling, tiling);
     op.Process();
+    op.Finish();
 }
 
 #include "common/launch.h"
 #include "window_table/window_table.h"
 
 void cam::kernels::LaunchWindowTable(uint32_t blockDim, void* stream, const void* hcclContext, uint8_t* peers,
-                                     uint8_t* status, const WindowTableTilingData& tiling) {
-    CAM_MC2_LAUNCH(hcclContext, cam_window_table, blockDim, stream, peers, status, tiling);
+                                     uint8_t* status, uint8_t* initTiling, const WindowTableTilingData& tiling) {
+    CAM_MC2_LAUNCH(hcclContext, cam_window_table, blockDim, stream, peers, status, initTiling, tiling);
 }

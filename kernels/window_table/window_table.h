@@ -6,8 +6,10 @@
 namespace cam::kernels {
 
 // `hcclContext` is the context of the plane's HCCL group for this rank. On Ascend the op framework binds it to an
-// MC2 op's launch (the argument is not used there); on the twin the launch binds it to the block threads.
+// MC2 op's launch (the argument is not used there); on the twin the launch binds a copy of it to the block threads,
+// taken when the launch is queued. `initTiling`: kWindowTableInitTilingBytes of device memory holding the group's
+// init tiling (window_table_tiling_data.h).
 void LaunchWindowTable(uint32_t blockDim, void* stream, const void* hcclContext, uint8_t* peers, uint8_t* status,
-                       const WindowTableTilingData& tiling);
+                       uint8_t* initTiling, const WindowTableTilingData& tiling);
 
 }  // namespace cam::kernels

@@ -11,11 +11,36 @@
 #include "twin/runtime.h"
 #include "window_table/window_table_tiling_data.h"
 
-extern "C" void cam_window_table(GM_ADDR peers, GM_ADDR status, cam::kernels::WindowTableTilingData tiling);
+extern "C" void cam_window_table(GM_ADDR peers, GM_ADDR status, GM_ADDR initTiling,
+                                 cam::kernels::WindowTableTilingData tiling);
 
 extern "C" __global__ __aicore__ void second_group(GM_ADDR out) {
     AscendC::Hccl<AscendC::HCCL_SERVER_TYPE_AICPU> hccl;
     hccl.Init(AscendC::GetHcclContext<AscendC::HCCL_GROUP_ID_1>());  // @case:second_group
+    *reinterpret_cast<uint32_t*>(out) = hccl.GetRankDim();
+    hccl.Finalize();
+}
+
+// The deprecated tiling-less Init: fine on the A2 flat context, refused on the A3 description.
+extern "C" __global__ __aicore__ void tiling_less(GM_ADDR out) {
+    AscendC::Hccl<AscendC::HCCL_SERVER_TYPE_AICPU> hccl;
+    hccl.Init(AscendC::GetHcclContext<AscendC::HCCL_GROUP_ID_0>());  // @case:tiling_less_a3
+    *reinterpret_cast<uint64_t*>(out) = reinterpret_cast<uint64_t>(hccl.GetWindowsInAddr(2));
+    hccl.Finalize();
+}
+
+// A window past the 32 the A2 flat layout holds.
+extern "C" __global__ __aicore__ void past_flat(GM_ADDR out, GM_ADDR tiling) {
+    AscendC::Hccl<AscendC::HCCL_SERVER_TYPE_AICPU> hccl;
+    hccl.Init(AscendC::GetHcclContext<AscendC::HCCL_GROUP_ID_0>(), tiling);
+    *reinterpret_cast<uint64_t*>(out) = reinterpret_cast<uint64_t>(hccl.GetWindowsInAddr(32));  // @case:a2_ranks
+    hccl.Finalize();
+}
+
+// Init without Finalize.
+extern "C" __global__ __aicore__ void no_finalize(GM_ADDR out, GM_ADDR tiling) {
+    AscendC::Hccl<AscendC::HCCL_SERVER_TYPE_AICPU> hccl;
+    hccl.Init(AscendC::GetHcclContext<AscendC::HCCL_GROUP_ID_0>(), tiling);  // @case:no_finalize
     *reinterpret_cast<uint32_t*>(out) = hccl.GetRankDim();
 }
 
@@ -27,22 +52,43 @@ int main(int argc, char** argv) {
     alignas(64) static uint8_t windows[3][64];
     cam::twin::HcclContext ctx{};
     ctx.rankId = 1;
-    ctx.rankDim = 3;
+    ctx.rankDim = std::strcmp(c, "a2_ranks") == 0 ? 40 : 3;
     for (int r = 0; r < 3; ++r) ctx.windowsIn[r] = reinterpret_cast<uintptr_t>(windows[r]);
     cam::kernels::WindowTableTilingData tiling{3, 1, 1, 0};
+    alignas(64) static uint8_t initTiling[cam::kernels::kWindowTableInitTilingBytes];
     auto* p = reinterpret_cast<GM_ADDR>(peers);
     auto* s = reinterpret_cast<GM_ADDR>(status);
+    auto* it = reinterpret_cast<GM_ADDR>(initTiling);
+    // bound / bound_a3: the real kernel on the A2 flat and on the A3 layout (the control of tiling_less_a3).
+    const bool a3 = std::strcmp(c, "bound_a3") == 0 || std::strcmp(c, "tiling_less_a3") == 0;
+    if (a3) cam::twin::SetPlatform("ascend910_93");
     try {
-        if (std::strcmp(c, "bound") == 0) {
+        if (std::strcmp(c, "bound") == 0 || std::strcmp(c, "bound_a3") == 0) {
             cam::twin::RunLaunch("cam_window_table", 1, [&] {
                 cam::twin::HcclContextBinding binding(&ctx);
-                cam_window_table(p, s, tiling);
+                cam_window_table(p, s, it, tiling);
             });
             for (int r = 0; r < 3; ++r)
                 if (peers[r] != static_cast<int64_t>(ctx.windowsIn[r]) || status[0] != 0)
                     return std::printf("entry %d: %lld, status %lld\n", r, (long long)peers[r], (long long)status[0]), 3;
+        } else if (std::strcmp(c, "tiling_less_a2") == 0 || std::strcmp(c, "tiling_less_a3") == 0) {
+            cam::twin::RunLaunch("tiling_less", 1, [&] {
+                cam::twin::HcclContextBinding binding(&ctx);
+                tiling_less(p);
+            });
+            if (peers[0] != static_cast<int64_t>(ctx.windowsIn[2])) return std::printf("wrong window\n"), 3;
+        } else if (std::strcmp(c, "a2_ranks") == 0) {
+            cam::twin::RunLaunch("past_flat", 1, [&] {
+                cam::twin::HcclContextBinding binding(&ctx);
+                past_flat(p, it);
+            });
+        } else if (std::strcmp(c, "no_finalize") == 0) {
+            cam::twin::RunLaunch("no_finalize", 1, [&] {
+                cam::twin::HcclContextBinding binding(&ctx);
+                no_finalize(p, it);
+            });
         } else if (std::strcmp(c, "unbound") == 0) {
-            cam::twin::RunLaunch("cam_window_table", 1, [&] { cam_window_table(p, s, tiling); });
+            cam::twin::RunLaunch("cam_window_table", 1, [&] { cam_window_table(p, s, it, tiling); });
         } else if (std::strcmp(c, "second_group") == 0) {
             cam::twin::RunLaunch("second_group", 1, [&] {
                 cam::twin::HcclContextBinding binding(&ctx);

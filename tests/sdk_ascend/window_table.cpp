@@ -82,6 +82,37 @@ int main() {
     bad += Expect("unknown group", Run("g-none", 0, &peers), ACLNN_ERR_PARAM_INVALID,
                   "group 'g-none': no HCCL context is registered for rank 0", peers, untouched);
 
+    // Issue 23: the group goes away between the two phases. The executor used to keep the context's address from
+    // phase 1 and launch on freed memory; now the second phase looks the group up again and refuses.
+    {
+        camTwinHcclRegisterContext("g-gone", 1, 2, windows, 2);
+        std::vector<int64_t> table(2, kSentinel);
+        int64_t shape[1] = {2};
+        aclTensor* t = aclCreateTensor(shape, 1, ACL_INT64, nullptr, 0, ACL_FORMAT_ND, shape, 1, table.data());
+        uint64_t ws = 0;
+        aclOpExecutor* ex = nullptr;
+        aclnnStatus st = aclnnCamWindowTableGetWorkspaceSize(&kTopo, 1, "g-gone", t, &ws, &ex);
+        camTwinHcclUnregisterContext("g-gone", 1);
+        for (int i = 0; i < 64; ++i) {  // reuse the freed context's memory, as a later plane would
+            camTwinHcclRegisterContext(("g-other-" + std::to_string(i)).c_str(), 1, 2, holed, 2);
+        }
+        aclrtStream stream = nullptr;
+        aclrtCreateStream(&stream);
+        std::vector<uint8_t> workspace(ws);
+        if (st == ACLNN_SUCCESS) st = aclnnCamWindowTable(workspace.data(), ws, ex, stream);
+        if (st == ACLNN_SUCCESS) st = camSynchronizeStream(stream, 60000);
+        bad += Expect("group withdrawn between the phases", st, ACLNN_ERR_PARAM_INVALID,
+                      "group 'g-gone': no HCCL context is registered for rank 1", table, untouched);
+        // Control: the same two phases with the group still registered.
+        camTwinHcclRegisterContext("g-stays", 1, 2, windows, 2);
+        st = aclnnCamWindowTableGetWorkspaceSize(&kTopo, 1, "g-stays", t, &ws, &ex);
+        if (st == ACLNN_SUCCESS) st = aclnnCamWindowTable(workspace.data(), ws, ex, stream);
+        if (st == ACLNN_SUCCESS) st = camSynchronizeStream(stream, 60000);
+        bad += Expect("group kept between the phases", st, ACLNN_SUCCESS, nullptr, table, good);
+        aclrtDestroyStream(stream);
+        aclDestroyTensor(t);
+    }
+
     // A plane built through the op: its table is every rank's window, the table the transports gave before.
     camComm* comms[2] = {nullptr, nullptr};
     aclnnStatus created[2] = {-1, -1};

@@ -40,8 +40,9 @@ __aicore__ inline void Check(uint8_t* raw) {
     g.SetValue(0, 1);  // SetValue is not const in the Ascend C header
 #elif IS(good_pipe)
     AscendC::PipeBarrier<PIPE_V>();
+    AscendC::PipeBarrier<AscendC::PIPE_ALL>();  // as the Ascend C docs write it (TPipe constructor page)
 #elif IS(bad_pipe)
-    AscendC::PipeBarrier<AscendC::PIPE_V>();  // pipe_t is a global built-in
+    AscendC::PipeBarrier<AscendC::HardEvent::V_S>();  // an event is no pipe
 #elif IS(good_params)
     AscendC::DataCopyExtParams p{1, 32u, 0, 0, 0};
     AscendC::DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};

@@ -89,6 +89,8 @@ void FlagWait(GM_ADDR flag, GM_ADDR src) {
             DataCopy(t, s, 4);
             q.EnQue(t);
             t = q.DeQue<int64_t>();
+            SetFlag<HardEvent::MTE2_MTE3>(EVENT_ID0);  // the VECIN hand-off orders MTE2 before V, not MTE3
+            WaitFlag<HardEvent::MTE2_MTE3>(EVENT_ID0);
             DataCopy(f, t, 4);
             q.FreeTensor(t);
         }

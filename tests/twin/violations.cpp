@@ -369,6 +369,7 @@ void GoodVector(GM_ADDR, GM_ADDR dst) {
     out.SetGlobalBuffer(reinterpret_cast<float*>(dst), 2);
     out.SetValue(0, red.Get<float>().GetValue(0));
     out.SetValue(1, static_cast<float>(halves.Get<half>().GetValue(63)));
+    DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(out);  // or it is lost
 }
 
 void SyncAllNotMixed(GM_ADDR, GM_ADDR) {
@@ -412,8 +413,87 @@ void PadTailPoisoned(GM_ADDR src, GM_ADDR dst) {
     d.SetGlobalBuffer(reinterpret_cast<float*>(dst), 8);
     LocalTensor<float> t = buf.Get<float>();
     Duplicate(t, 0.0f, 8);  // old bytes the copy must not be trusted to keep
+    SetFlag<HardEvent::V_MTE2>(EVENT_ID0);  // a TBuf has no queue hand-off: V's write is ordered by hand
+    WaitFlag<HardEvent::V_MTE2>(EVENT_ID0);
     DataCopyPad(t, s, {1, 4, 0, 0, 0}, {false, 0, 0, 0.0f});
     for (uint32_t i = 0; i < 8; ++i) d.SetValue(i, t.GetValue(i));
+    DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(d);  // or it is lost
+}
+
+// The pipe-ordering model (docs/twin.md, "Pipe ordering"). The signal word of SignalPort: sent by MTE3, then the
+// next poll lands in the same UB word by MTE2. A PIPE_MTE3 barrier orders MTE3 against itself only.
+template <bool kFlag>
+void SignalWord(GM_ADDR src, GM_ADDR dst) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 32);
+    GlobalTensor<int64_t> s, d;
+    s.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(src), 1);
+    d.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(dst), 1);
+    LocalTensor<int64_t> w = buf.Get<int64_t>();
+    w.SetValue(0, 7);  // S -> MTE3 on UB: the compiler's automatic sync
+    DataCopyPad(d, w, {1, 8, 0, 0, 0});
+    if constexpr (kFlag) {
+        SetFlag<HardEvent::MTE3_MTE2>(EVENT_ID0);
+        WaitFlag<HardEvent::MTE3_MTE2>(EVENT_ID0);
+    } else {
+        PipeBarrier<PIPE_MTE3>();
+    }
+    DataCopyPad(w, s, {1, 8, 0, 0, 0}, {false, 0, 0, 0});  // @case:pipe_mte3_then_mte2
+    (void)w.GetValue(0);
+}
+
+// A scalar store, its clean, then an MTE2 read of the same bytes: the write-back is ordered only by a full barrier.
+template <bool kBarrier>
+void CleanThenCopy(GM_ADDR, GM_ADDR dst) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 64);
+    GlobalTensor<int64_t> d;
+    d.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(dst), 8);
+    d.SetValue(0, 5);
+    DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(d);
+    if constexpr (kBarrier) PipeBarrier<PIPE_ALL>();
+    DataCopyPad(buf.Get<int64_t>(), d, {1, 8, 0, 0, 0}, {false, 0, 0, 0});  // @case:pipe_clean_then_mte2
+}
+
+// GM -> UB -> GM through a VECIN queue: EnQue/DeQue orders MTE2 before V, not before the MTE3 copy-out.
+template <bool kFlag>
+void MoverThroughVecin(GM_ADDR src, GM_ADDR dst) {
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 1, kElems * sizeof(float));
+    GlobalTensor<float> s, d;
+    s.SetGlobalBuffer(reinterpret_cast<float*>(src), kElems);
+    d.SetGlobalBuffer(reinterpret_cast<float*>(dst), kElems);
+    LocalTensor<float> b = q.AllocTensor<float>();
+    DataCopy(b, s, kElems);
+    q.EnQue(b);
+    b = q.DeQue<float>();
+    if constexpr (kFlag) {
+        SetFlag<HardEvent::MTE2_MTE3>(EVENT_ID1);
+        WaitFlag<HardEvent::MTE2_MTE3>(EVENT_ID1);
+    }
+    DataCopy(d, b, kElems);  // @case:pipe_vecin_to_mte3
+    SetFlag<HardEvent::MTE3_MTE2>(EVENT_ID1);
+    WaitFlag<HardEvent::MTE3_MTE2>(EVENT_ID1);
+    q.FreeTensor(b);
+}
+
+// A vector write into a TBuf, then an MTE3 copy-out of it with no flag: no queue, so nothing orders V before MTE3.
+template <bool kFlag>
+void VectorThenCopyOut(GM_ADDR, GM_ADDR dst) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, kElems * sizeof(float));
+    GlobalTensor<float> d;
+    d.SetGlobalBuffer(reinterpret_cast<float*>(dst), kElems);
+    Duplicate(buf.Get<float>(), 3.0f, kElems);
+    if constexpr (kFlag) {
+        SetFlag<HardEvent::V_MTE3>(EVENT_ID2);
+        WaitFlag<HardEvent::V_MTE3>(EVENT_ID2);
+    }
+    DataCopy(d, buf.Get<float>(), kElems);  // @case:pipe_v_then_mte3
 }
 
 void L1Reserved(GM_ADDR, GM_ADDR) {
@@ -632,6 +712,14 @@ struct Case {
 
 const Case kCases[] = {
     {"good_copy", GoodCopy, 4},
+    {"pipe_mte3_then_mte2", SignalWord<false>, 1},
+    {"good_pipe_mte3_then_mte2", SignalWord<true>, 1},
+    {"pipe_clean_then_mte2", CleanThenCopy<false>, 1},
+    {"good_pipe_clean_then_mte2", CleanThenCopy<true>, 1},
+    {"pipe_vecin_to_mte3", MoverThroughVecin<false>, 1},
+    {"good_pipe_vecin_to_mte3", MoverThroughVecin<true>, 1},
+    {"pipe_v_then_mte3", VectorThenCopyOut<false>, 1},
+    {"good_pipe_v_then_mte3", VectorThenCopyOut<true>, 1},
     {"good_copy_48_cores", GoodCopy, 48},  // legal once the platform has 48 vector cores
     {"syncall_cores", GoodCopy, 8},        // same kernel, more blocks than the 4-core twin has
     {"syncall_cores_910b3", GoodCopy, 48},  // 48 blocks: fine on 910B1, 8 more than 910B3's 40 vector cores
@@ -763,8 +851,28 @@ int StreamSemantics() {
     return 0;
 }
 
+// A hard-SyncAll kernel launched with a descriptor (as the data-plane launches are): batch mode on or off.
+int BatchModeCase(bool batchMode) {
+    std::vector<float> src(4 * kElems, 1.5f), dst(4 * kElems, 0.0f);
+    cam::twin::LaunchWindows desc;
+    desc.batchMode = batchMode;
+    const char* name = batchMode ? "good_syncall_batch_mode" : "syncall_no_batch_mode";
+    try {
+        cam::twin::RunLaunch(name, 4, [&] {
+            GoodCopy(reinterpret_cast<GM_ADDR>(src.data()), reinterpret_cast<GM_ADDR>(dst.data()));
+        }, &desc);
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return 1;
+    }
+    std::printf("OK\n");
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc == 2 && std::strcmp(argv[1], "stream") == 0) return StreamSemantics();
+    if (argc == 2 && std::strcmp(argv[1], "syncall_no_batch_mode") == 0) return BatchModeCase(false);
+    if (argc == 2 && std::strcmp(argv[1], "good_syncall_batch_mode") == 0) return BatchModeCase(true);
     if (argc == 2 && std::strcmp(argv[1], "good_cube") == 0) return CubeCase(2);
     if (argc == 2 && std::strcmp(argv[1], "peer_scalar_store") == 0) return PeerStoreCase(true);
     if (argc == 2 && std::strcmp(argv[1], "own_scalar_store") == 0) return PeerStoreCase(false);

@@ -94,6 +94,7 @@ void DeclareKernelType(int type, const std::source_location& where) {
                    where);
     CAM_TWIN_CHECK(block.ubUsed == 0, "core-kind", "kernel type declared after UB buffers were carved", where);
     block.coreKind = static_cast<uint8_t>(CoreKind::Cube);
+    PipeCoreKind(true);
 }
 
 void CheckCubeOperand(const BufferRecord* rec, AscendC::TPosition expected, bool write, const char* role,
@@ -110,6 +111,9 @@ void CheckCubeOperand(const BufferRecord* rec, AscendC::TPosition expected, bool
         CAM_TWIN_CHECK(rec->state == BufferState::Allocated || rec->state == BufferState::Calc, "queue-discipline",
                        std::string(role) + " written after it was dequeued (allocate a fresh buffer)", where);
     }
+    // The instruction's pipe from its name: LoadData* on MTE1, Mmad on M, Fixpipe on FIX.
+    const Pipe pipe = role[0] == 'L' ? Pipe::MTE1 : role[0] == 'M' ? Pipe::M : Pipe::FIX;
+    PipeTouch(pipe, CubeSpace(rec->position), rec->base, rec->bytes, write, where);
 }
 
 }  // namespace cam::twin

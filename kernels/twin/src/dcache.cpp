@@ -11,6 +11,7 @@
 #include <string>
 
 #include "twin/park.h"
+#include "twin/pipes.h"
 #include "twin/runtime.h"
 
 namespace cam::twin {
@@ -215,44 +216,68 @@ void DataCache::Store(void* addr, const void* in, size_t bytes, const std::sourc
         gDirtyLines.fetch_add(1, std::memory_order_relaxed);
     }
     std::memcpy(reinterpret_cast<uint8_t*>(line.words) + (a - base), in, bytes);
+    line.lastStore = where;
     line.dirty |= Mask(a - base, bytes);
     line.valid |= Mask(a - base, bytes);
 }
 
-void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location& where) {
-    (void)where;
-    if (line.dirty == 0) return;
+void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location& where, unsigned from) {
+    const uint64_t part = from == 0 ? ~uint64_t(0) : ~((uint64_t(1) << from) - 1);
+    const uint64_t dirty = line.dirty & part;
+    if (dirty == 0) return;
+    // The write-back runs beside the MTEs until a full pipe barrier (twin/pipes.h): checked before any byte moves.
+    const int first = __builtin_ctzll(dirty), last = 63 - __builtin_clzll(dirty);
+    PipeCleanWrite(reinterpret_cast<const void*>(base + first), uint64_t(last - first + 1), where);
     Shard& shard = ShardOf(base);
     std::lock_guard<std::mutex> lock(shard.mutex);
     // Only the bytes this block stored, each run with the widest aligned atomic store it fills, so nothing outside
     // what the kernel wrote is touched.
     const auto* cached = reinterpret_cast<const uint8_t*>(line.words);
     for (size_t i = 0; i < kDcacheLineBytes;) {
-        if (!(line.dirty & (uint64_t(1) << i))) {
+        if (!(dirty & (uint64_t(1) << i))) {
             ++i;
             continue;
         }
         size_t n = 8;
-        while (n > 1 && (i % n != 0 || i + n > kDcacheLineBytes || (line.dirty & Mask(i, n)) != Mask(i, n))) n /= 2;
+        while (n > 1 && (i % n != 0 || i + n > kDcacheLineBytes || (dirty & Mask(i, n)) != Mask(i, n))) n /= 2;
         uint64_t v = 0;
         std::memcpy(&v, cached + i, n);
         AtomicStoreN(reinterpret_cast<uint8_t*>(base + i), v, n);
         i += n;
     }
     LineState& st = shard.lines[LineKey{base, launch_}];
-    st.owner = nullptr;
     ++st.version;
-    line.dirty = 0;
-    gDirtyLines.fetch_sub(1, std::memory_order_relaxed);
+    line.fillVersion = st.version;  // this block's own write-back leaves its copy current
+    line.dirty &= ~part;
+    if (line.dirty == 0) {
+        st.owner = nullptr;
+        gDirtyLines.fetch_sub(1, std::memory_order_relaxed);
+    }
     WakeLines(base, base);
 }
 
+// SINGLE_CACHE_LINE: the line holding addr, but for an address not 64-byte aligned only the part from the address
+// to the next 64-byte boundary (DataCacheCleanAndInvalid.md): bytes before it stay cached, dirty or not.
 void DataCache::CleanInvalidate(const void* addr, const std::source_location& where) {
-    const uintptr_t base = reinterpret_cast<uintptr_t>(addr) & ~(kDcacheLineBytes - 1);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+    const uintptr_t base = a & ~(kDcacheLineBytes - 1);
     auto it = lines_.find(base);
     if (it == lines_.end()) return;
-    WriteBack(base, it->second, where);
-    lines_.erase(it);
+    const unsigned from = static_cast<unsigned>(a - base);
+    WriteBack(base, it->second, where, from);
+    const uint64_t part = from == 0 ? ~uint64_t(0) : ~((uint64_t(1) << from) - 1);
+    it->second.valid &= ~part;
+    if (it->second.valid == 0 && it->second.dirty == 0) lines_.erase(it);
+}
+
+bool DataCache::FirstDirty(uintptr_t* base, std::source_location* where) const {
+    for (const auto& [b, line] : lines_) {
+        if (line.dirty == 0) continue;
+        *base = b;
+        *where = line.lastStore;
+        return true;
+    }
+    return false;
 }
 
 void DataCache::CleanInvalidateAll(const std::source_location& where) {

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -182,6 +183,14 @@ bool InKernel() { return tBlock != nullptr; }
 void BlockBarrier(bool isAIVOnly, const std::source_location& where) {
     BlockContext& block = CurrentBlock();
     const Platform& platform = ActivePlatform();
+    // With other streams' kernels on the cores, blocks of a hard-SyncAll kernel scheduled one by one can wait in
+    // the barrier for blocks that never get a core: the launch must ask for batch mode (SyncAll.md). A plain
+    // RunLaunch (the twin's self-tests) carries no descriptor and is not checked.
+    const LaunchWindows* desc = block.launch ? block.launch->windows : nullptr;
+    CAM_TWIN_CHECK(desc == nullptr || desc->batchMode, "syncall-batch-mode",
+                   "hard SyncAll in a launch not in batch scheduling mode: with other streams on the cores its "
+                   "blocks may never all be resident",
+                   where);
     // Hard SyncAll uses cross-core flags that exist only in a mixed launch: a vector-only kernel must be declared
     // KERNEL_TYPE_MIX_AIV_1_0 (__mix__(0, 1)), otherwise the hardware barrier never completes.
     CAM_TWIN_CHECK(block.kernelType == KERNEL_TYPE_MIX_AIV_1_0 || block.kernelType == KERNEL_TYPE_MIX_AIC_1_1 ||
@@ -252,7 +261,18 @@ void EndOfBlock(BlockContext& ctx) {
                           "SetFlag of event " + std::to_string(e) + " id " + std::to_string(id) +
                               " never met its WaitFlag before the block ended",
                           ctx.flags[e][id].where);
-    ctx.dcache->CleanInvalidateAll(std::source_location::current());
+    // The hardware does not write a core's dirty lines back when the kernel ends: a scalar store never cleaned is
+    // lost (DataCacheCleanAndInvalid.md; the twin never evicts).
+    uintptr_t line = 0;
+    std::source_location store{};
+    if (DcacheEnabled() && ctx.dcache->FirstDirty(&line, &store)) {
+        char hex[24];
+        std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(line));
+        Violation("dcache-dirty-at-exit",
+                  std::string("a scalar GM store (this line) was never cleaned before the kernel ended: the line at ") +
+                      hex + " stays in the core's data cache and GM never gets it (DataCacheCleanAndInvalid)",
+                  store);
+    }
 }
 
 void CheckScalarStoreTarget(const void* addr, const std::source_location& where) {
@@ -290,6 +310,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
         try {
             ctx.ub = FreshUb(platform.ubBytes);
             tBlock = &ctx;
+            PipeBlockStart();
             kernel();
             EndOfBlock(ctx);
         } catch (const TwinViolation& e) {
@@ -448,6 +469,8 @@ BufferRecord* TQueBase::TakeFree(const std::source_location& where) {
         if (records_[i].state == BufferState::Free) {
             records_[i].state = BufferState::Allocated;
             records_[i].lastAlloc = where;
+            // FreeTensor -> AllocTensor: the queue orders the consumer's last use before the producer's next.
+            cam::twin::PipeQueueHandoff(position_, false, records_[i].base, records_[i].bytes);
             return &records_[i];
         }
     }
@@ -473,6 +496,7 @@ BufferRecord* TQueBase::Pop(const std::source_location& where) {
     head_ = (head_ + 1) % kMaxBuffers;
     --queued_;
     rec->state = BufferState::Dequeued;
+    cam::twin::PipeQueueHandoff(rec->position, true, rec->base, rec->bytes);
     // Dequeuing an L0C buffer waits for the M pipe (the EnQue's M -> FIX event): every Mmad so far is complete.
     if (rec->position == TPosition::CO1) cam::twin::CurrentBlock().lastMmadC = nullptr;
     return rec;

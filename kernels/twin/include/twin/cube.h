@@ -13,6 +13,7 @@
 #endif
 
 #include "twin/data_copy.h"
+#include "twin/pipes.h"
 #include "twin/tensor.h"
 
 namespace cam::twin {
@@ -44,6 +45,13 @@ uint8_t* CopyStaging(uint32_t bytes);
 
 void CheckCubeOperand(const BufferRecord* rec, AscendC::TPosition expected, bool write, const char* role,
                       const std::source_location& where);
+
+// The memory a cube position's buffers live in (for the pipe-ordering model, twin/pipes.h).
+inline Space CubeSpace(AscendC::TPosition pos) {
+    using AscendC::TPosition;
+    return pos == TPosition::A2 ? Space::L0A : pos == TPosition::B2 ? Space::L0B : pos == TPosition::CO1 ? Space::L0C
+                                                                                                         : Space::L1;
+}
 
 // The CPU paths of the int8 Mmad (src/cube_kernels.cpp). CAM_TWIN_CUBE=amx|avx512vnni|avx2|portable forces one
 // (auto or unset: the best the CPU and OS allow); a forced path the machine cannot run is a "cube-path" violation
@@ -166,6 +174,8 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2Nz
     uint8_t* out = reinterpret_cast<uint8_t*>(dst.Data());
     // Rows ascend in GM, so the last row's range bounds them all: checked before the first write.
     src.CheckRange(uint64_t(p.nValue - 1) * p.srcDValue, p.dValue, where);
+    PipeTouch(Pipe::MTE2, Space::GM, src.GetPhyAddr(), uint64_t(p.nValue - 1) * p.srcDValue + p.dValue, false, where);
+    PipeTouch(Pipe::MTE2, Space::L1, dst.Data(), lastByte, true, where);
     uint8_t* staged = CopyStaging(blocks * 32u);  // one GM read per row, then 32-byte blocks scattered
     std::memset(staged + p.dValue, 0, blocks * 32u - p.dValue);  // the zero fill of a row's last partial block
     for (uint32_t j = 0; j < p.nValue; ++j) {
@@ -193,6 +203,10 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataC
                        std::to_string(dst.GetSize()),
                    where);
     src.CheckRange((p.blockCount - 1ull) * srcPitch, burst, where);  // the last burst bounds them all
+    PipeTouch(Pipe::MTE2, Space::GM, src.GetPhyAddr(), ((p.blockCount - 1ull) * srcPitch + burst) * sizeof(T), false,
+              where);
+    PipeTouch(Pipe::MTE2, CubeSpace(dst.Record() ? dst.Record()->position : TPosition::A1), dst.Data(),
+              span * sizeof(T), true, where);
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         GmRead(dst.Data() + b * dstPitch, src.GetPhyAddr() + b * srcPitch, burst * sizeof(T));
     }
@@ -386,6 +400,9 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
     const int32_t* c = src.Data();
     // Rows ascend in GM: the last row's range bounds them all, checked before the first write.
     if (p.mSize > 0) dst.CheckRange(uint64_t(p.mSize - 1) * p.dstStride, p.nSize, where);
+    if (p.mSize > 0)
+        PipeTouch(Pipe::FIX, Space::GM, dst.GetPhyAddr(), (uint64_t(p.mSize - 1) * p.dstStride + p.nSize) * sizeof(T),
+                  true, where);
     for (uint32_t i = 0; i < p.mSize; ++i) {
         CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, uint64_t(p.nSize) * sizeof(T),
                                        where);

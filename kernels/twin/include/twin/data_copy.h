@@ -56,18 +56,24 @@ void CheckContiguousCopy(const AscendC::LocalTensor<T>& ub, const AscendC::Globa
     gm.CheckRange(0, count, where);
     CheckBufferAccess(ub.Record(), access, where);
     if (access == Access::CopyOut) CheckMteWriteAgainstDirtyLines(gm.GetPhyAddr(), uint64_t(count) * sizeof(T), where);
+    const Pipe pipe = access == Access::CopyIn ? Pipe::MTE2 : Pipe::MTE3;
+    PipeTouch(pipe, Space::GM, gm.GetPhyAddr(), uint64_t(count) * sizeof(T), access == Access::CopyOut, where);
+    PipeTouch(pipe, Space::UB, ub.Data(), uint64_t(count) * sizeof(T), access == Access::CopyIn, where);
 }
 
 // Documented DataCopyPad ranges: blockCount in [1, 4095], blockLen in [1, 2097151] bytes.
 constexpr uint32_t kDataCopyPadMaxBlockCount = 4095;
 constexpr uint32_t kDataCopyPadMaxBlockLen = 2097151;
 
+// A zero blockCount or blockLen moves nothing (the DataCopyPad pages call it a no-op); the callers return before
+// touching anything then.
 inline void CheckPadParams(const AscendC::DataCopyExtParams& p, const std::source_location& where) {
-    CAM_TWIN_CHECK(p.blockCount >= 1 && p.blockCount <= kDataCopyPadMaxBlockCount, "copy-range",
-                   "DataCopyPad blockCount " + std::to_string(p.blockCount) + " outside [1, 4095]", where);
-    CAM_TWIN_CHECK(p.blockLen >= 1 && p.blockLen <= kDataCopyPadMaxBlockLen, "copy-range",
-                   "DataCopyPad blockLen " + std::to_string(p.blockLen) + " bytes outside [1, 2097151]", where);
+    CAM_TWIN_CHECK(p.blockCount <= kDataCopyPadMaxBlockCount, "copy-range",
+                   "DataCopyPad blockCount " + std::to_string(p.blockCount) + " outside [0, 4095]", where);
+    CAM_TWIN_CHECK(p.blockLen <= kDataCopyPadMaxBlockLen, "copy-range",
+                   "DataCopyPad blockLen " + std::to_string(p.blockLen) + " bytes outside [0, 2097151]", where);
 }
+inline bool PadCopyIsEmpty(const AscendC::DataCopyExtParams& p) { return p.blockCount == 0 || p.blockLen == 0; }
 
 // What a pad-less DataCopyPad leaves in the rest of a 32-byte UB block: unspecified on hardware, poison here.
 constexpr uint8_t kPadPoison = 0xA5;
@@ -104,6 +110,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
     CAM_TWIN_CHECK(p.blockLen % sizeof(T) == 0, "copy-align", "DataCopyPad blockLen is not a whole element", where);
     CheckBufferAccess(dst.Record(), Access::CopyIn, where);
     CheckPadParams(p, where);
+    if (PadCopyIsEmpty(p)) return;
     const uint32_t elems = p.blockLen / sizeof(T);
     const uint32_t left = pad.isPad ? pad.leftPadding : 0;
     const uint32_t right = pad.isPad ? pad.rightPadding : 0;
@@ -118,6 +125,9 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
                        std::to_string(dst.GetSize() * sizeof(T)),
                    where);
     src.CheckRange((p.blockCount - 1ull) * srcPitch, elems, where);  // blocks ascend: the last bounds them all
+    PipeTouch(Pipe::MTE2, Space::GM, src.GetPhyAddr(), ((p.blockCount - 1ull) * srcPitch + elems) * sizeof(T), false,
+              where);
+    PipeTouch(Pipe::MTE2, Space::UB, out, ubSpan, true, where);
     // Checked: from here on only bytes move. Whole 32-byte blocks with no gaps on either side are one run.
     if (left == 0 && right == 0 && p.blockLen % kUbAlign == 0 && p.srcStride == 0 && p.dstStride == 0) {
         GmRead(out, src.GetPhyAddr(), uint64_t(p.blockCount) * p.blockLen);
@@ -148,6 +158,7 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
     CAM_TWIN_CHECK(p.dstStride % sizeof(T) == 0, "copy-align", "DataCopyPad dstStride is not a whole element", where);
     CheckBufferAccess(src.Record(), Access::CopyOut, where);
     CheckPadParams(p, where);
+    if (PadCopyIsEmpty(p)) return;
     const uint32_t elems = p.blockLen / sizeof(T);
     const uint32_t ubBlockBytes = (p.blockLen + kUbAlign - 1) / kUbAlign * kUbAlign;
     const uint64_t dstPitch = elems + p.dstStride / sizeof(T);
@@ -161,6 +172,9 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
     dst.CheckRange((p.blockCount - 1ull) * dstPitch, elems, where);  // blocks ascend: the last bounds them all
     for (uint32_t b = 0; b < p.blockCount; ++b)
         CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + b * dstPitch, p.blockLen, where);
+    PipeTouch(Pipe::MTE3, Space::UB, src.Data(), ubSpan, false, where);
+    PipeTouch(Pipe::MTE3, Space::GM, dst.GetPhyAddr(), ((p.blockCount - 1ull) * dstPitch + elems) * sizeof(T), true,
+              where);
     const uint8_t* in = reinterpret_cast<const uint8_t*>(src.Data());
     // Checked: from here on only bytes move. Whole 32-byte blocks with no gaps on either side are one run.
     if (p.blockLen % kUbAlign == 0 && p.srcStride == 0 && p.dstStride == 0) {

@@ -38,6 +38,8 @@ public:
     // Writes the line holding addr back if this block stored into it, then drops it.
     void CleanInvalidate(const void* addr, const std::source_location& where);
     void CleanInvalidateAll(const std::source_location& where);
+    // A line this block stored into and never cleaned (its address and the last store's site): false if none.
+    bool FirstDirty(uintptr_t* base, std::source_location* where) const;
     // Forgets every line without writing anything back (a failed block).
     void Drop();
     // Whether this block ever cached a line: only then can the launch's line registry hold entries of it.
@@ -49,9 +51,11 @@ private:
         uint64_t valid = 0;        // bit i: byte i fetched from GM or stored by this block
         uint64_t dirty = 0;        // bit i: byte i stored by this block and not yet written back
         uint64_t fillVersion = 0;  // the line's write-back count when this block filled it
+        std::source_location lastStore{};  // for dcache-dirty-at-exit
     };
     Line& Fill(uintptr_t base);
-    void WriteBack(uintptr_t base, Line& line, const std::source_location& where);
+    // The dirty bytes from byte `from` of the line on (0: all of them).
+    void WriteBack(uintptr_t base, Line& line, const std::source_location& where, unsigned from = 0);
 
     std::unordered_map<uintptr_t, Line> lines_;
     const void* launch_;  // the launch this block belongs to: lines are related within one launch only

@@ -16,6 +16,9 @@ void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std:
 struct LaunchWindows {
     std::vector<std::pair<uintptr_t, uint64_t>> windows;
     int64_t own = -1;
+    // The launch asks for batch scheduling (all blocks start together or none does). A hard SyncAll in a launch
+    // that carries a descriptor without it is a syncall-batch-mode violation (docs/twin.md).
+    bool batchMode = false;
 };
 void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std::function<void()> kernel,
                    LaunchWindows windows);

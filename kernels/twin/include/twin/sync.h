@@ -36,6 +36,9 @@ void PipeBarrier() {
     if constexpr (pipe == PIPE_M || pipe == PIPE_ALL) {
         if (cam::twin::InKernel()) cam::twin::CurrentBlock().lastMmadC = nullptr;
     }
+    // PIPE_ALL waits for every pipe (clean write-backs included); a one-pipe barrier orders that pipe against
+    // itself only, which the model already assumes.
+    if constexpr (pipe == PIPE_ALL) cam::twin::PipeBarrierAll();
 }
 
 // A WaitFlag with no SetFlag before it waits forever on hardware; a SetFlag never waited for leaks into whatever
@@ -47,6 +50,7 @@ void SetFlag(int32_t eventID, const std::source_location where = std::source_loc
                    where);
     slot.pending = 1;
     slot.where = where;
+    cam::twin::PipeFlagSet(event, eventID);
 }
 
 template <HardEvent event>
@@ -55,11 +59,14 @@ void WaitFlag(int32_t eventID, const std::source_location where = std::source_lo
     CAM_TWIN_CHECK(slot.pending == 1, "flag-pairs", "WaitFlag without a matching SetFlag (the hardware waits forever)",
                    where);
     slot.pending = 0;
+    cam::twin::PipeFlagWait(event, eventID);
 }
 
 // Writes this block's cached copy of the tensor's line (or of every line) back to GM and drops it, so the next
 // scalar read fetches what other cores and the MTEs wrote, and this block's scalar stores reach GM.
-template <typename T, CacheLine line = CacheLine::SINGLE_CACHE_LINE, DcciDst dst = DcciDst::CACHELINE_OUT>
+// Every template argument is required, as in the Ascend C header (no defaults): the <T, entireType, dcciDst> form,
+// and the <T, entireType> form that keeps GM consistent (DataCacheCleanAndInvalid.md).
+template <typename T, CacheLine line, DcciDst dst>
 void DataCacheCleanAndInvalid(const GlobalTensor<T>& t,
                               const std::source_location where = std::source_location::current()) {
     if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
@@ -71,6 +78,12 @@ void DataCacheCleanAndInvalid(const GlobalTensor<T>& t,
         }
     }
     std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+template <typename T, CacheLine line>
+void DataCacheCleanAndInvalid(const GlobalTensor<T>& t,
+                              const std::source_location where = std::source_location::current()) {
+    DataCacheCleanAndInvalid<T, line, DcciDst::CACHELINE_OUT>(t, where);
 }
 
 }  // namespace AscendC

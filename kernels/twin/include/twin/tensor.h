@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "twin/dcache.h"
+#include "twin/pipes.h"
 #include "twin/runtime.h"
 #include "twin/types.h"
 
@@ -64,6 +65,7 @@ public:
     // only with a clean. CAM_TWIN_DCACHE=0 turns the model off (4/8-byte integers are then acquire/release).
     T GetValue(uint64_t offset, const std::source_location where = std::source_location::current()) const {
         CheckIndex(offset, where);
+        if (cam::twin::InKernel()) cam::twin::PipeScalarGmLoad(addr_ + offset, sizeof(T), where);
         if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
             T v;
             cam::twin::CurrentBlock().dcache->Load(addr_ + offset, &v, sizeof(T), where);

@@ -18,6 +18,11 @@
 // `AscendC::PIPE_V` or `AscendC::event_t` do not compile there; the twin declares them where bisheng does.
 enum pipe_t : uint8_t { PIPE_S, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_FIX, PIPE_ALL };
 enum event_t : int32_t { EVENT_ID0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
+// The Ascend C documentation itself writes AscendC::PipeBarrier<AscendC::PIPE_ALL>() (the TPipe constructor page,
+// docs/zh/api/.../TPipe构造函数.md), so the pipe names are reachable through AscendC too; event_t is not.
+namespace AscendC {
+using ::PIPE_S, ::PIPE_V, ::PIPE_M, ::PIPE_MTE1, ::PIPE_MTE2, ::PIPE_MTE3, ::PIPE_FIX, ::PIPE_ALL;
+}  // namespace AscendC
 
 namespace twin_detail {
 

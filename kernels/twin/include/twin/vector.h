@@ -27,6 +27,8 @@ void CheckVectorOperand(const AscendC::LocalTensor<T>& t, uint32_t count, const 
                        std::to_string(count),
                    where);
     CheckBufferAccess(t.Record(), Access::Vector, where);
+    const bool write = role[0] == 'd' || role[0] == 'w';  // dst, work: written; src*: read
+    PipeTouch(Pipe::V, Space::UB, t.Data(), uint64_t(count) * sizeof(T), write, where);
 }
 
 // fp32 max / min that propagate NaN (as the canonical quiet NaN), the vector unit's behaviour the kernels are written

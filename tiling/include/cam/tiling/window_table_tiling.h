@@ -11,8 +11,11 @@ namespace cam::tiling {
 // [0, worldSize) or a world larger than kWindowTableMaxRanks.
 bool TileWindowTable(int64_t worldSize, int64_t rank, kernels::WindowTableTilingData* out, std::string* why);
 
-// The most ranks one peer table holds: Atlas A2's one server (8 NPUs) and A3's super node both fit; the bound keeps
-// the table and the kernel's loop small and known.
-constexpr int64_t kWindowTableMaxRanks = 1024;
+// The most ranks one peer table holds: the windows of the Atlas A2 flat HCCL context the client reads
+// (HcclCombineOpParam's windowsIn[HCCL_MAX_RANK_NUM], HCCL_MAX_RANK_NUM = 32 in the Ascend C Hccl client's
+// definitions). A3's context keeps one record per rank and holds more, but the host cannot tell the kernel which
+// layout it gets yet (docs/ascend.md §5), so every plane is held to the flat layout's bound: a larger world would
+// read other fields as windows on A2.
+constexpr int64_t kWindowTableMaxRanks = 32;
 
 }  // namespace cam::tiling
