@@ -11,10 +11,7 @@ CITE = re.compile(r"((?:benchmarks/)?(?:sim/)?)results/([A-Za-z0-9_.{},*\[\]-]+)
 SCANNED = ("*.md", "*.py", "*.cpp", "*.h", "*.txt", "*.toml")
 # Citations in files owned elsewhere that still name records removed from the shelf; each is a one-line fix in that
 # file (point it at results/twin-speed.md or drop the citation). Listed so the shelf's rule holds everywhere else.
-KNOWN_STALE = {
-    ("docs/twin.md", "twin-speed-plane5.md"), ("docs/twin.md", "twin-speed-fixed.md"),
-    ("kernels/twin/src/runtime.cpp", "twin-speed-plane5.md"), ("tests/twin/shared_park.cpp", "twin-speed-run5.md"),
-}
+KNOWN_STALE = set()  # (file, cited name) pairs allowed to cite a missing record: none
 
 
 def _expand(pattern: str):

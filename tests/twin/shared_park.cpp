@@ -75,7 +75,7 @@ bool WaitFor(const int64_t* word, int64_t want) {
 
 // `rounds` round trips between the two processes, each side's signal an MTE-style write + WakeParked of its own
 // line that the other side waits on. Not a test: the latency it prints is what a shm plane's signal costs
-// (benchmarks/results/twin-speed-run5.md runs it with CAM_TWIN_SHARED_PARK=1 and =0).
+// (run it with CAM_TWIN_SHARED_PARK=1 and =0 to compare the process-shared parks with polling).
 int PingPong(bool child, int rounds) {
     int64_t* ping = Window() + 128;  // byte 1024: the parent writes, the child waits
     int64_t* pong = Watched();       // byte 2048: the child writes, the parent waits

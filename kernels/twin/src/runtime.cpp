@@ -27,7 +27,7 @@ namespace {
 // real sizes so tiling is exercised at hardware limits, with few cores so many ranks x blocks fit on 2 CPUs.
 // "twin"'s byte floor per data-plane block (Platform::minBlockBytes): 4 MiB, so the 0.5-2 MiB data-plane ops of a
 // 2-CPU machine run as one block each (measured: dispatch and combine stages 1.5-2x faster than with four blocks
-// each, benchmarks/results/twin-speed-plane5.md) and only larger payloads are split.
+// each, an A/B in git history) and only larger payloads are split.
 constexpr uint64_t kTwinMinBlockBytes = uint64_t(4) << 20;
 
 const Platform kPlatforms[] = {
