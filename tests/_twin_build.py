@@ -48,19 +48,27 @@ def twin_objects(source_root: str, *, flags=SELFTEST_FLAGS, timeout: float = 300
     twin_include = ["-I", os.path.join(source_root, "kernels", "twin", "include")]
     paths = sorted(glob.glob(os.path.join(source_root, "kernels", "twin", "src", "*.cpp")))
     with _lock:
-        objects, new, commands = [], [], []
-        for path in paths:
-            st = os.stat(path)
-            key = (compiler, tuple(flags), path, st.st_mtime_ns, st.st_size)
-            obj = _objects.get(key)
-            if obj is None:
-                obj = os.path.join(_object_dir(), f"{len(_objects) + len(new)}-{os.path.basename(path)}.o")
-                new.append((key, obj))
-                commands.append([compiler, *flags, *twin_include, "-c", path, "-o", obj])
-            objects.append(obj)
-        run_all(commands, timeout=timeout, check=True)
+        objects, new, missing = _session_objects(compiler, flags, paths)
+        run_all([[compiler, *flags, *twin_include, "-c", path, "-o", obj] for path, obj in missing],
+                timeout=timeout, check=True)
         _objects.update(new)
     return objects
+
+
+def _session_objects(compiler: str, flags, paths):
+    """(every path's object, the cache entries to add once they are built, the (path, object) pairs to build):
+    an object is reused while its source's mtime and size and the flags are the same. Called under _lock."""
+    objects, new, missing = [], [], []
+    for path in paths:
+        st = os.stat(path)
+        key = (compiler, tuple(flags), path, st.st_mtime_ns, st.st_size)
+        obj = _objects.get(key)
+        if obj is None:
+            obj = os.path.join(_object_dir(), f"{len(_objects) + len(new)}-{os.path.basename(path)}.o")
+            new.append((key, obj))
+            missing.append((path, obj))
+        objects.append(obj)
+    return objects, new, missing
 
 
 def build_twin_program(source_root: str, out: str, test_source: str, *, flags=SELFTEST_FLAGS, twin_sources=None,
@@ -89,16 +97,8 @@ def build_twin_program(source_root: str, out: str, test_source: str, *, flags=SE
     units = [(src, [*program_flags, *program_include], f"{out}.{i}.o") for i, src in enumerate(program)]
     program_objects = [obj for _, _, obj in units]
     with _lock:  # one build at a time: a second caller would otherwise compile the same objects again
-        objects, new = [], []
-        for path in twin_paths:
-            st = os.stat(path)
-            key = (compiler, tuple(flags), path, st.st_mtime_ns, st.st_size)
-            obj = _objects.get(key)
-            if obj is None:
-                obj = os.path.join(_object_dir(), f"{len(_objects) + len(new)}-{os.path.basename(path)}.o")
-                new.append((key, obj))
-                units.append((path, twin_include, obj))
-            objects.append(obj)
+        objects, new, missing = _session_objects(compiler, flags, twin_paths)
+        units += [(path, twin_include, obj) for path, obj in missing]
         run_all([[compiler, *flags, *includes, "-c", source, "-o", obj] for source, includes, obj in units],
                 timeout=timeout, check=True)
         _objects.update(new)

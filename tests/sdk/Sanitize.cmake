@@ -1,15 +1,8 @@
-# Sanitizer flags for the SDK test programs, as cmake/CamCompilerFlags.cmake gives the library:
-# -DCAM_SANITIZE=address (ASan + UBSan, UBSan fatal) or thread (TSan).
-set(CAM_SANITIZE "" CACHE STRING "address, thread or empty")
+# Sanitizer flags for the SDK test programs: the library's own (cmake/CamSanitize.cmake), -DCAM_SANITIZE=address
+# (ASan + UBSan, UBSan fatal) or thread (TSan).
+include(${CMAKE_CURRENT_LIST_DIR}/../../cmake/CamSanitize.cmake)
 find_package(Threads REQUIRED)
-if(CAM_SANITIZE STREQUAL "address")
-  set(_cam_sanitize -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
-elseif(CAM_SANITIZE STREQUAL "thread")
-  set(_cam_sanitize -fsanitize=thread -fno-omit-frame-pointer)
-elseif(NOT CAM_SANITIZE STREQUAL "")
-  message(FATAL_ERROR "CAM_SANITIZE must be 'address', 'thread' or empty, got '${CAM_SANITIZE}'")
-endif()
-if(_cam_sanitize)
-  add_compile_options(${_cam_sanitize} -g)
-  add_link_options(${_cam_sanitize})
+if(CAM_SANITIZE_FLAGS)
+  add_compile_options(${CAM_SANITIZE_FLAGS} -g)
+  add_link_options(${CAM_SANITIZE_FLAGS})
 endif()
