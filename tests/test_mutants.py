@@ -39,7 +39,7 @@ def _enabled(config) -> bool:
     return os.environ.get("CAM_MUTANTS") == "1" or "mutation" in (config.getoption("-m") or "")
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")  # module scope: it runs before the module's build fixtures
 def _only_when_asked(request):
     if not _enabled(request.config):
         pytest.skip("the mutation suite runs with CAM_MUTANTS=1 or -m mutation (its own CI stage)")
