@@ -20,17 +20,27 @@ CamTopology ToTopology(const Fields& f) {
     return t;
 }
 
+// The C API takes names as C strings: a NUL inside a Python str would cut the name short there, and two different
+// names could then open one segment or group. Refused by name instead.
+const char* CName(const std::string& s, const char* what) {
+    if (s.find('\0') != std::string::npos)
+        throw StatusError{ACLNN_ERR_PARAM_INVALID, std::string(what) + " contains a NUL character: " +
+                                                       "it would be cut short there and could collide with another"};
+    return s.c_str();
+}
+
 class Comm {
 public:
     static std::unique_ptr<Comm> InProcess(const std::string& group, const Fields& fields, int64_t rank,
                                            int64_t timeoutNs, int64_t idleNs, int32_t joinTimeoutMs, int64_t actDtype) {
         const CamTopology t = ToTopology(fields);
         const camCommConfig cfg{timeoutNs, idleNs, actDtype};
+        const char* groupName = CName(group, "group");
         camComm* c = nullptr;
         aclnnStatus st;
         {
             py::gil_scoped_release release;
-            st = camCommCreateInProcess(group.c_str(), &t, rank, &cfg, joinTimeoutMs, &c);
+            st = camCommCreateInProcess(groupName, &t, rank, &cfg, joinTimeoutMs, &c);
         }
         ThrowIfFailed(st);
         return std::unique_ptr<Comm>(new Comm(c));
@@ -41,7 +51,7 @@ public:
         const CamTopology t = ToTopology(fields);
         const camCommConfig cfg{timeoutNs, idleNs, actDtype};
         camComm* c = nullptr;
-        ThrowIfFailed(camCommCreateShm(name.c_str(), &t, rank, &cfg, &c));
+        ThrowIfFailed(camCommCreateShm(CName(name, "shm segment name"), &t, rank, &cfg, &c));
         return std::unique_ptr<Comm>(new Comm(c));
     }
 
@@ -49,7 +59,7 @@ public:
 
     void AttachShm(const std::vector<std::string>& names) {
         std::vector<const char*> ptrs;
-        for (const auto& n : names) ptrs.push_back(n.c_str());
+        for (const auto& n : names) ptrs.push_back(CName(n, "shm segment name"));
         ThrowIfFailed(camCommAttachShm(Get(), ptrs.data(), static_cast<int64_t>(ptrs.size())));
     }
     void UnlinkShm() { ThrowIfFailed(camCommUnlinkShm(Get())); }

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import itertools
+import json
 import math
 import os
 import threading
@@ -27,6 +28,7 @@ from typing import Optional
 import torch
 
 from . import _C, _runtime
+from .errors import InvalidArgumentError
 from ._tensor import ACL_DTYPE as _ACL_DTYPE  # aclDataType codes from cam/acl_compat.h, through _C
 from .topology import Topology
 
@@ -134,6 +136,8 @@ class Comm:
             raise ValueError(f"Comm: liveness_poll_s must be a number of seconds in (0, 60], got {liveness_poll_s!r}")
         if not isinstance(isolate_replicas, bool):
             raise TypeError(f"Comm: isolate_replicas must be a bool, got {isolate_replicas!r}")
+        _check_name("group", group, optional=False)
+        _check_name("shm_prefix", shm_prefix, optional=True)
         self.isolate_replicas = isolate_replicas
         self._peers_proc = {}
         self._left_key = None  # shm: the Store key that tells the peers' watchdogs this rank left cleanly
@@ -192,12 +196,21 @@ class Comm:
         deadline = time.monotonic() + join_timeout_s
         try:
             store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
+            # Published before the segment name, so a rank that sees every name sees every topology too.
+            store.set(f"{group}/topo/{self.rank}", json.dumps(self._plane_description()))
             store.set(f"{group}/shm/{self.rank}", name)
             self._await_keys(store, [f"{group}/shm/{r}" for r in range(world)], deadline, join_timeout_s,
                              "published its segment name")
+            _check_same_plane(self.rank, [json.loads(store.get(f"{group}/topo/{r}").decode()) for r in range(world)])
             names = [store.get(f"{group}/shm/{r}").decode() for r in range(world)]
+            watched = _proc_identity(os.getpid()) is not None  # Linux /proc: every peer must be watchable
             for r in range(world):
                 proc = store.get(f"{group}/proc/{r}").decode() if r != self.rank else ""
+                if watched and r != self.rank and not _is_own_live_process(proc):
+                    # A rank the watchdog cannot watch could stand in for a rank without ever being found dead.
+                    raise InvalidArgumentError(
+                        f"Comm: rank {self.rank}: rank {r} published the process identity {proc!r}, which is no "
+                        f"live process of this user: it could not be watched for liveness")
                 if proc:
                     self._peers_proc[r] = proc
             c.attach_shm(names)
@@ -209,6 +222,15 @@ class Comm:
             raise
         c.unlink_shm()
         return c
+
+    def _plane_description(self) -> dict:
+        """What every rank of one plane must agree on: the topology's fields and the activation dtype."""
+        fields = {}
+        for f in dataclasses.fields(self.topology):
+            v = getattr(self.topology, f.name)
+            fields[f.name] = v if v is None or isinstance(v, bool) else int(v)  # numpy ints too: JSON-able
+        fields["dtype"] = str(self.dtype).replace("torch.", "")
+        return fields
 
     def _await_keys(self, store, keys, deadline, join_timeout_s, what):
         """Waits (bounded) until every rank set its key; a timeout names the ranks that did not."""
@@ -372,6 +394,45 @@ class LostReplica:
                 f"the other replicas are served; a fenced replica does not rejoin the plane)")
 
 
+def _check_same_plane(rank: int, described: list) -> None:
+    """Every rank reads every rank's published description, so every rank reaches the same verdict at once: the
+    ranks outside the largest group of equal descriptions (ties: the group with the lowest rank) disagree, and the
+    error names each one's differing fields with both values. No rank waits for a join that cannot complete."""
+    groups: dict = {}
+    for r, d in enumerate(described):
+        groups.setdefault(json.dumps(d, sort_keys=True), []).append(r)
+    if len(groups) == 1:
+        return
+    plane = max(groups.values(), key=lambda ranks: (len(ranks), -ranks[0]))
+    ref = described[plane[0]]
+    names = ", ".join(map(str, plane))
+    parts = []
+    for r, d in enumerate(described):
+        if r in plane:
+            continue
+        diffs = [f"{k}={d.get(k)!r} (rank(s) {names}: {k}={ref.get(k)!r})" for k in ref if d.get(k) != ref.get(k)]
+        diffs += [f"{k}={d[k]!r} (unknown to rank(s) {names})" for k in d if k not in ref]
+        parts.append(f"rank {r} was created with a different topology: " + ", ".join(diffs))
+    raise InvalidArgumentError(f"Comm: rank {rank}: " + "; ".join(parts))
+
+
+def _check_name(what: str, value, *, optional: bool) -> None:
+    """A group name or shm prefix: it reaches the C API as a C string (a NUL would cut it short, so two names could
+    collide) and, for shm, a POSIX shm name (one leading '/' only, added by cam)."""
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"Comm: {what} must be a str{' or None' if optional else ''}, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"Comm: {what} must not be empty")
+    if "\0" in value:
+        raise ValueError(f"Comm: {what} contains a NUL character ({value!r}): the name would be cut short there and "
+                         f"could collide with another plane's")
+    if what == "shm_prefix" and "/" in value:
+        raise ValueError(f"Comm: shm_prefix must not contain '/' (a POSIX shm name has only its leading one), "
+                         f"got {value!r}")
+
+
 def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, group: str,
                  isolate: bool = False) -> None:
     """Liveness of an shm plane: every peer is a process on this host, so "gone" is exact (no heartbeat to miss
@@ -424,6 +485,19 @@ def _proc_identity(pid: int) -> Optional[str]:
     if fields[0] in ("Z", "X"):
         return None
     return f"{pid}:{fields[19]}"
+
+
+def _is_own_live_process(identity: str) -> bool:
+    """Whether "pid:start-time" names a live process of this process's effective user."""
+    pid, sep, _ = identity.partition(":")
+    if not sep or not pid.isdigit():
+        return False
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.geteuid():
+            return False
+    except OSError:
+        return False
+    return _proc_identity(int(pid)) == identity
 
 
 def _after_fork_in_child() -> None:

@@ -3,13 +3,22 @@
 in each mode prints values and function types; the outputs are diffed); (b) the public headers compile with
 CAM_WITH_CANN as C++ and as C; (c) the Ascend backend and every other host source compile against them.
 
-The headers come from `python .ci/fetch_acl_headers.py` (pinned wheel, extracted to .acl-headers/ or
-$CAM_ACL_HEADERS). Without them these tests skip, unless CAM_REQUIRE_ACL_HEADERS=1 (CI), where they fail.
+Each check runs against every header set of the matrix (issue 21 item 4): torch-npu 2.6.0.post5, 2.8.0 and 2.14.0,
+whose ACL/HCCL APIs differ. What a set declares is found per feature by the probes of cmake/cann_features/ (the
+same sources cmake/CamCannFeatures.cmake compiles for a CMake build; a test checks both give the same header), and
+the sources build each feature's fallback where it is absent. The expected features of each set are written below
+from reading the headers, independently of the probes.
+
+The headers come from `python .ci/fetch_acl_headers.py` (pinned wheels, extracted to .acl-headers/<version>/ or
+$CAM_ACL_HEADERS/<version>/). Without them these tests skip, unless CAM_REQUIRE_ACL_HEADERS=1 (CI), where they
+fail.
 
 What the wheel lacks is checked against the public aclnn API reference instead: the ACLNN_* codes (table of return
 codes, below) and aclnn's tensor calls, whose prototypes are in host/cann_shim/aclnn/acl_meta.h (written from that
 reference; a toolkit build uses CANN's own header)."""
 
+import hashlib
+import importlib.util
 import os
 import pathlib
 import re
@@ -33,16 +42,57 @@ ACLNN_DOCUMENTED = {"ACLNN_SUCCESS": 0, "ACLNN_ERR_PARAM_NULLPTR": 161001, "ACLN
                     "ACLNN_ERR_RUNTIME_ERROR": 361001, "ACLNN_ERR_INNER": 561000}
 
 
-@pytest.fixture(scope="module")
-def acl_inc() -> pathlib.Path:
-    base = pathlib.Path(os.environ.get("CAM_ACL_HEADERS") or ROOT / ".acl-headers")
+def _fetch_script():
+    spec = importlib.util.spec_from_file_location("fetch_acl_headers", ROOT / ".ci" / "fetch_acl_headers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FETCH = _fetch_script()
+HEADER_SETS = [version for version, _ in FETCH.MATRIX]
+PINNED = HEADER_SETS[0]  # the set the single-set checks (test_ascend_hccl.py) use
+
+FEATURE_PROBES = ROOT / "cmake" / "cann_features"
+FEATURES_TEMPLATE = ROOT / "cmake" / "cam_cann_features.h.in"
+
+# What each header set declares, from reading its acl_rt.h, rt_error_codes.h and hccl.h (not from the probes):
+# 2.8.0's acl_rt.h has neither the launch configuration nor ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, and its hccl.h no
+# HcclCommInitRootInfoConfig; only 2.14.0's acl_rt.h has aclrtLaunchKernelV2 and the aclrtIpcMem* calls.
+EXPECTED_FEATURES = {
+    "2.6.0.post5": {"CAM_CANN_HAS_LAUNCH_KERNEL_CFG": 1, "CAM_CANN_HAS_LAUNCH_KERNEL_V2": 0,
+                    "CAM_CANN_HAS_STREAM_SYNC_TIMEOUT_CODE": 1, "CAM_CANN_HAS_IPC_MEM": 0,
+                    "CAM_CANN_HAS_HCCL_COMM_CONFIG": 1},
+    "2.8.0": {"CAM_CANN_HAS_LAUNCH_KERNEL_CFG": 0, "CAM_CANN_HAS_LAUNCH_KERNEL_V2": 0,
+              "CAM_CANN_HAS_STREAM_SYNC_TIMEOUT_CODE": 0, "CAM_CANN_HAS_IPC_MEM": 0,
+              "CAM_CANN_HAS_HCCL_COMM_CONFIG": 0},
+    "2.14.0": {"CAM_CANN_HAS_LAUNCH_KERNEL_CFG": 1, "CAM_CANN_HAS_LAUNCH_KERNEL_V2": 1,
+               "CAM_CANN_HAS_STREAM_SYNC_TIMEOUT_CODE": 1, "CAM_CANN_HAS_IPC_MEM": 1,
+               "CAM_CANN_HAS_HCCL_COMM_CONFIG": 1},
+}
+
+
+def _set_inc(version: str) -> pathlib.Path:
+    base = FETCH.header_set(version)
     inc = base / "acl" / "inc"
     if not (inc / "acl" / "acl_base.h").is_file() or not (base / "hccl" / "inc" / "hccl" / "hccl.h").is_file():
-        message = f"CANN's ACL/HCCL headers are not in {base}: run python .ci/fetch_acl_headers.py"
+        message = f"CANN's ACL/HCCL headers of torch-npu {version} are not in {base}: run python .ci/fetch_acl_headers.py"
         if os.environ.get("CAM_REQUIRE_ACL_HEADERS") == "1":
             pytest.fail(message)
         pytest.skip(message)
     return inc
+
+
+@pytest.fixture(scope="module")
+def acl_inc() -> pathlib.Path:
+    """The pinned header set's acl/inc."""
+    return _set_inc(PINNED)
+
+
+@pytest.fixture(scope="module", params=HEADER_SETS)
+def matrix_inc(request) -> pathlib.Path:
+    """Each header set's acl/inc in turn."""
+    return _set_inc(request.param)
 
 
 def _compiler(name: str) -> str:
@@ -106,8 +156,8 @@ def test_declarations_parsed():
     assert len(constants) >= 20 and len(calls) >= 15
 
 
-def test_constants_and_calls_equal_cann(tmp_path, acl_inc):
-    assert _compare(tmp_path, acl_inc, ROOT / "host" / "include") == {}
+def test_constants_and_calls_equal_cann(tmp_path, matrix_inc):
+    assert _compare(tmp_path, matrix_inc, ROOT / "host" / "include") == {}
 
 
 def test_probe_detects_a_wrong_value(tmp_path, acl_inc):
@@ -135,7 +185,7 @@ PUBLIC_HEADERS = sorted(p.name for p in (ROOT / "host" / "include" / "cam").glob
 
 
 @pytest.mark.parametrize("lang", ["c++", "c"])
-def test_public_headers_compile_with_cann(tmp_path, acl_inc, lang):
+def test_public_headers_compile_with_cann(tmp_path, matrix_inc, lang):
     # C callers never see aclnn/acl_meta.h (C++ only in CANN): acl_compat.h declares its opaque types for them.
     compiler = _compiler("g++" if lang == "c++" else "gcc")
     std, ext, extra = ("-std=c++17", "cpp", ["-I", str(SHIM)]) if lang == "c++" else ("-std=c99", "c", [])
@@ -144,7 +194,7 @@ def test_public_headers_compile_with_cann(tmp_path, acl_inc, lang):
         src = tmp_path / f"probe{i}.{ext}"
         src.write_text(f"#include <cam/{header}>\nint main(void) {{ return 0; }}\n")
         commands.append([compiler, std, "-Wall", "-Wextra", "-Werror", "-pedantic", "-fsyntax-only", "-DCAM_WITH_CANN",
-                         "-I", str(acl_inc), *extra, "-I", str(ROOT / "host" / "include"), str(src)])
+                         "-I", str(matrix_inc), *extra, "-I", str(ROOT / "host" / "include"), str(src)])
     for header, res in zip(PUBLIC_HEADERS, run_all(commands, timeout=120, capture_output=True, text=True)):
         assert res.returncode == 0, header + ": " + res.stderr
 
@@ -184,39 +234,128 @@ def third_party_root(acl_inc: pathlib.Path) -> pathlib.Path:
     return root
 
 
+def _cann_includes(acl_inc: pathlib.Path) -> list[pathlib.Path]:
+    return [acl_inc, acl_inc.parent.parent / "hccl" / "inc", third_party_root(acl_inc)]
+
+
+def probe_features(acl_inc: pathlib.Path) -> dict[str, int]:
+    """{feature: 1 or 0}: whether each probe of cmake/cann_features/ compiles against these headers."""
+    probes = sorted(FEATURE_PROBES.glob("*.cpp"))
+    flags = [f"-I{d}" for d in _cann_includes(acl_inc)]
+    commands = [[_compiler("g++"), "-std=c++17", "-fsyntax-only", *flags, str(p)] for p in probes]
+    results = run_all(commands, timeout=120, capture_output=True, text=True)
+    return {p.stem: int(r.returncode == 0) for p, r in zip(probes, results)}
+
+
+def features_header(features: dict[str, int]) -> str:
+    """cam_cann_features.h as CMake's configure_file writes it from the template (#cmakedefine01 NAME)."""
+    return re.sub(r"^#cmakedefine01 (\w+)$", lambda m: f"#define {m.group(1)} {features[m.group(1)]}",
+                  FEATURES_TEMPLATE.read_text(), flags=re.M)
+
+
+_FEATURE_DIRS: dict[str, pathlib.Path] = {}
+
+
+def features_dir(acl_inc: pathlib.Path) -> pathlib.Path:
+    """A directory holding cam_cann_features.h for these headers (probed once per header tree)."""
+    key = str(acl_inc.resolve())
+    if key not in _FEATURE_DIRS:
+        digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+        out = pathlib.Path(tempfile.gettempdir()) / f"cam-cann-features-{digest}-{os.getpid()}"
+        out.mkdir(exist_ok=True)
+        (out / "cam_cann_features.h").write_text(features_header(probe_features(acl_inc)))
+        _FEATURE_DIRS[key] = out
+    return _FEATURE_DIRS[key]
+
+
 def _host_includes(acl_inc: pathlib.Path) -> list[pathlib.Path]:
-    return [acl_inc, acl_inc.parent.parent / "hccl" / "inc", third_party_root(acl_inc), SHIM,
-            ROOT / "host" / "include", ROOT / "host" / "src", ROOT / "kernels", ROOT / "tiling" / "include"]
+    return [*_cann_includes(acl_inc), features_dir(acl_inc), SHIM, ROOT / "host" / "include", ROOT / "host" / "src",
+            ROOT / "kernels", ROOT / "tiling" / "include"]
 
 
-def test_host_sources_compile_with_cann(acl_inc):
+def test_host_sources_compile_with_cann(matrix_inc):
     sources = sorted(p for p in (ROOT / "host" / "src").glob("*.cpp") if p.name not in NOT_CHECKED)
     assert any(p.name == "backend_ascend.cpp" for p in sources)
-    for source, res in zip(sources, _syntax_check_all(sources, _host_includes(acl_inc))):
+    for source, res in zip(sources, _syntax_check_all(sources, _host_includes(matrix_inc))):
         assert res.returncode == 0, source.name + ": " + res.stderr[-3000:]
 
 
-def test_bindings_compile_with_cann(acl_inc):
+def test_bindings_compile_with_cann(matrix_inc):
     # cam._C for an Ascend build: the same bindings over CANN's types.
     pybind11 = pytest.importorskip("pybind11")
     import sysconfig
 
-    includes = _host_includes(acl_inc) + [pathlib.Path(pybind11.get_include()),
+    includes = _host_includes(matrix_inc) + [pathlib.Path(pybind11.get_include()),
                                           pathlib.Path(sysconfig.get_paths()["include"])]
     sources = sorted((ROOT / "bindings").glob("*.cpp"))
     for source, res in zip(sources, _syntax_check_all(sources, includes)):
         assert res.returncode == 0, source.name + ": " + res.stderr[-3000:]
 
 
-def test_backend_signature_drift_is_a_compile_error(tmp_path, acl_inc):
+def _overlay(tmp_path: pathlib.Path, acl_inc: pathlib.Path, edit) -> pathlib.Path:
+    """A copy of a header set's tree with acl_rt.h changed by edit(text); its acl/inc."""
+    overlay = tmp_path / "overlay"
+    shutil.copytree(acl_inc.parent.parent, overlay, symlinks=True)
+    rt = overlay / "acl" / "inc" / "acl" / "acl_rt.h"
+    text = rt.read_text()
+    changed = edit(text)
+    assert changed != text, "control: the declaration was found"
+    rt.write_text(changed)
+    return overlay / "acl" / "inc"
+
+
+def test_backend_signature_drift_is_a_compile_error(tmp_path, matrix_inc):
     # Negative control for (c): the backend takes each runtime call's type from CANN's prototype, so a prototype
     # that changes (here aclrtMemcpyAsync losing its destMax) breaks the build instead of the call at run time.
-    overlay = tmp_path / "overlay"
-    shutil.copytree(acl_inc, overlay)
-    rt = overlay / "acl" / "acl_rt.h"
-    text = rt.read_text()
-    drifted = re.sub(r"aclrtMemcpyAsync\(void \*dst,\s*size_t destMax,", "aclrtMemcpyAsync(void *dst,", text)
-    assert drifted != text, "control: the prototype was found"
-    rt.write_text(drifted)
-    res = _syntax_check(ROOT / "host" / "src" / "backend_ascend.cpp", _host_includes(overlay))
+    inc = _overlay(tmp_path, matrix_inc, lambda text: re.sub(r"aclrtMemcpyAsync\(void \*dst,\s*size_t destMax,",
+                                                             "aclrtMemcpyAsync(void *dst,", text))
+    res = _syntax_check(ROOT / "host" / "src" / "backend_ascend.cpp", _host_includes(inc))
     assert res.returncode != 0 and "memcpyAsync" in res.stderr, res.stderr
+
+
+def test_feature_probes_find_what_each_header_set_declares(matrix_inc):
+    version = matrix_inc.parent.parent.name
+    assert probe_features(matrix_inc) == EXPECTED_FEATURES[version]
+
+
+def test_every_probe_is_in_the_template():
+    # The generated header has one line per probe: a probe missing from the template would never reach the sources.
+    listed = re.findall(r"^#cmakedefine01 (\w+)$", FEATURES_TEMPLATE.read_text(), re.M)
+    assert sorted(listed) == sorted(p.stem for p in FEATURE_PROBES.glob("*.cpp")) and len(listed) == 5
+
+
+def test_launch_kernel_v2_drift_is_a_compile_error(tmp_path):
+    # The batch-scheduling launch is typed from aclrtLaunchKernelV2's prototype: a changed prototype (its cfg
+    # argument gone) still passes the probe (declared) and so breaks backend_ascend.cpp's build, not a launch.
+    inc = _overlay(tmp_path, _set_inc("2.14.0"), lambda text: text.replace(
+        "const void *argsData, size_t argsSize,\n                                                 aclrtLaunchKernelCfg *cfg, aclrtStream stream);",
+        "const void *argsData, size_t argsSize,\n                                                 aclrtStream stream);"))
+    assert probe_features(inc)["CAM_CANN_HAS_LAUNCH_KERNEL_V2"] == 1
+    res = _syntax_check(ROOT / "host" / "src" / "backend_ascend.cpp", _host_includes(inc))
+    assert res.returncode != 0 and "LaunchKernelV2" in res.stderr, res.stderr
+
+
+def test_a_header_set_without_the_launch_config_builds_the_fallback(tmp_path):
+    # 2.14.0's headers with the configuration type renamed away: the probe turns the feature off (with the launch
+    # call that needs it), and the backend still builds: the fallback path is what 2.8.0 compiles.
+    inc = _overlay(tmp_path, _set_inc("2.14.0"), lambda text: text.replace("aclrtLaunchKernelCfg", "camGoneCfg"))
+    features = probe_features(inc)
+    assert features["CAM_CANN_HAS_LAUNCH_KERNEL_CFG"] == 0 and features["CAM_CANN_HAS_LAUNCH_KERNEL_V2"] == 0
+    res = _syntax_check(ROOT / "host" / "src" / "backend_ascend.cpp", _host_includes(inc))
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_cmake_probe_writes_the_same_header(tmp_path, matrix_inc):
+    # The CMake build's header (cmake/CamCannFeatures.cmake) equals the one these checks compile with.
+    cmake = _compiler("cmake")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.21)\nproject(probe LANGUAGES CXX)\n"
+        f"list(APPEND CMAKE_MODULE_PATH \"{ROOT / 'cmake'}\")\ninclude(CamCannFeatures)\n"
+        "cam_cann_features_header(${CMAKE_BINARY_DIR}/cam_cann_features.h ${CAM_PROBE_INCLUDES})\n")
+    includes = ";".join(str(d) for d in _cann_includes(matrix_inc))
+    res = subprocess.run([cmake, "-S", str(project), "-B", str(tmp_path / "build"), f"-DCAM_PROBE_INCLUDES={includes}"],
+                         capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / "build" / "cam_cann_features.h").read_text() == features_header(probe_features(matrix_inc))

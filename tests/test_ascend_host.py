@@ -119,6 +119,25 @@ def test_ascend_plane_check(tmp_path):
     assert status == 161002 and "AI Core op timeout of 1091 s" in message
     assert check(example, 1030, 0.5, need_mib, 1091) == (0, "")
 
+    # Issue 23 item 4: the two int64 bounds are summed without overflow. INT64_MAX twice wrapped to a negative wait
+    # that passed; each is far beyond the op timeout, so the check refuses and says by how much.
+    big = 2**63 - 1
+
+    def check_ns(timeout_ns, idle_ns):
+        args = [str(v) for v in example.as_c_fields()] + [str(timeout_ns), str(idle_ns), str(need_mib), "1091"]
+        out = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60, check=True).stdout
+        status, _, message = out.strip().partition(" ")
+        return int(status), message
+
+    for timeout_ns, idle_ns in ((big, big), (big, 1), (1, big)):
+        status, message = check_ns(timeout_ns, idle_ns)
+        assert status == 161002 and "AI Core op timeout of 1091 s" in message, (timeout_ns, idle_ns, message)
+    status, message = check_ns(-1, 0)
+    assert status == 161002 and "config->timeoutNs is -1" in message
+    status, message = check_ns(0, -(2**63))
+    assert status == 161002 and f"config->idlePollNs is {-(2**63)}" in message
+    assert check_ns(300 * 10**9, 5 * 10**7) == (0, "")  # control: the defaults pass
+
 
 def test_code_tables_come_from_the_headers():
     # cam/errors.py and cam/_tensor.py read their codes from _C, which reads them from the C headers: every status

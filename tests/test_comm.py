@@ -66,7 +66,11 @@ def test_topology_mismatch_across_ranks_fails_at_creation():
     for th in threads:
         th.join(30)
     assert set(errs) == {0, 1}
-    assert any("different topology" in str(e) for e in errs.values()), errs
+    # Issue 23 item 3: whichever joined first, every rank's error names both ranks, the field and both values.
+    for e in errs.values():
+        message = str(e)
+        assert "different topology" in message and "rank 0" in message and "rank 1" in message, message
+        assert "H=65" in message and f"H={t0.H}" in message, message
 
 
 def test_join_timeout_names_missing_ranks():
@@ -86,6 +90,34 @@ def test_comm_argument_errors():
         cam.Comm(t, 0, transport="rdma")
     with pytest.raises(ValueError, match="Store"):
         cam.Comm(t, 0, transport="shm")
+
+
+def test_group_must_be_a_name():
+    # Issue 23 item 4: Comm(group=None) was pybind's "incompatible function arguments"; now the argument is named.
+    t = topo(D=1, P=1, F=1)
+    for bad in (None, 7, b"cam"):
+        with pytest.raises(TypeError, match="Comm: group must be a str"):
+            cam.Comm(t, 0, group=bad)
+    with pytest.raises(ValueError, match="Comm: group must not be empty"):
+        cam.Comm(t, 0, group="")
+    with pytest.raises(ValueError, match="Comm: group contains a NUL"):
+        cam.Comm(t, 0, group="a\0b")
+    # Below the Python checks the binding refuses it too, rather than cutting the C string at the NUL.
+    with pytest.raises(cam.CamError, match="group contains a NUL"):
+        cam._C.Comm.in_process("a\0b", list(t.as_c_fields()), 0, 10**9, 10**6, 1000, 27)
+    # Control: a plain name makes a plane (both ranks as threads).
+    sizes = {}
+
+    def rank(r):
+        with cam.Comm(t, r, group="named-plane", join_timeout_s=20) as comm:
+            sizes[r] = comm.window_bytes
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(t.world_size)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert len(sizes) == t.world_size and all(v > 0 for v in sizes.values())
 
 
 # ----------------------------------------------------------------------------- bounded waits

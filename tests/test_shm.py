@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -109,7 +110,7 @@ def test_shm_killed_rank_leaks_no_segment(tmp_path):
     assert _segments(prefix) == []
 
 
-def _shm_threads(topos, prefix, body=None, timeout=60):
+def _shm_threads(topos, prefix, body=None, timeout=60, join_timeout_s=10):
     """Ranks as threads but over the shm transport (one in-memory HashStore): the handshake and its checks
     without process start-up cost."""
     import threading
@@ -122,7 +123,7 @@ def _shm_threads(topos, prefix, body=None, timeout=60):
     def main(rank):
         try:
             with cam.Comm(topos[rank], rank, transport="shm", store=store, group="g", shm_prefix=prefix,
-                          join_timeout_s=10) as comm:
+                          join_timeout_s=join_timeout_s) as comm:
                 results[rank] = body(comm) if body else comm.window_bytes
         except Exception as e:  # noqa: BLE001
             errors[rank] = e
@@ -157,3 +158,145 @@ def test_shm_transport_in_threads_round_trip():
     assert not errors, errors
     assert _segments(prefix) == []
     check_against_golden(t, rounds, results)
+
+
+def test_shm_prefix_with_a_nul_is_refused_before_any_segment_exists():
+    # Issue 23 item 4: "p\0x" and "p\0y" were both cut to "p" by the C string, so two planes opened one segment
+    # name. Refused by name before any segment is created (nothing under either prefix); '/' likewise.
+    from torch.distributed import HashStore
+
+    base = f"camtest-{uuid.uuid4().hex[:10]}"
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
+    for bad in (f"{base}\0x", f"{base}\0y"):
+        with pytest.raises(ValueError, match="shm_prefix contains a NUL"):
+            cam.Comm(t, 0, transport="shm", store=HashStore(), shm_prefix=bad, join_timeout_s=5)
+    with pytest.raises(ValueError, match="must not contain '/'"):
+        cam.Comm(t, 0, transport="shm", store=HashStore(), shm_prefix=f"{base}/x", join_timeout_s=5)
+    with pytest.raises(TypeError, match="shm_prefix must be a str or None"):
+        cam.Comm(t, 0, transport="shm", store=HashStore(), shm_prefix=5, join_timeout_s=5)
+    assert _segments(base) == []
+    with pytest.raises(cam.CamError, match="NUL"):  # the binding below refuses it too
+        cam._C.Comm.shm(f"/{base}\0x-r0", list(t.as_c_fields()), 0, 10**9, 10**6, 27)
+    assert _segments(base) == []
+    # Control: the same prefix without the NUL makes a working plane.
+    results, errors = _shm_threads([t] * t.world_size, base)
+    assert errors == {} and len(results) == t.world_size
+    assert _segments(base) == []
+
+
+def _two_segments(base: str):
+    """Rank 0's and rank 1's C communicators of one 2-rank shm plane, created but not attached."""
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
+    names = [f"/{base}-r{r}" for r in range(t.world_size)]
+    comms = [cam._C.Comm.shm(names[r], list(t.as_c_fields()), r, 10**9, 10**6, 27) for r in range(t.world_size)]
+    return comms, names
+
+
+@pytest.mark.parametrize("tamper", ["world_writable", "group_readable", "other_owner"])
+def test_shm_attach_refuses_a_segment_someone_else_can_write(tamper):
+    # Issue 23 item 2: rank 1's real segment file, made writable by group/other (chmod) or handed to another owner
+    # (chown: the tests run as root, so the owner is set directly rather than created by a second uid), is refused
+    # by rank 0's attach with the reason, before anything is mapped from it. Control: the untouched plane attaches.
+    base = f"camtest-{uuid.uuid4().hex[:10]}"
+    comms, names = _two_segments(base)
+    try:
+        path = f"/dev/shm{names[1]}"
+        if tamper == "world_writable":
+            os.chmod(path, 0o666)
+            expected = "open to group/other (mode 0666"
+        elif tamper == "group_readable":
+            os.chmod(path, 0o640)
+            expected = "open to group/other (mode 0640"
+        else:
+            if os.geteuid() != 0:
+                pytest.skip("chown to another uid needs root")
+            os.chown(path, 65534, -1)
+            expected = "owned by uid 65534"
+        with pytest.raises(cam.CamError, match=r"refused rank 1's segment .*" + re.escape(expected)):
+            comms[0].attach_shm(names)
+    finally:
+        for c in comms:
+            c.close()
+    assert _segments(base) == []
+
+
+def test_shm_attach_control_untouched_segments_attach():
+    base = f"camtest-{uuid.uuid4().hex[:10]}"
+    comms, names = _two_segments(base)
+    try:
+        for c in comms:
+            c.attach_shm(names)
+        assert all(os.stat(f"/dev/shm{n}").st_mode & 0o777 == 0o600 for n in names)
+    finally:
+        for c in comms:
+            c.close()
+    assert _segments(base) == []
+
+
+def test_topology_mismatch_names_the_field_and_the_rank_on_every_rank_within_seconds():
+    # Issue 23 item 3: rank 2 (the last to be started here, so never the first joiner) differs in H and Bmax. Every
+    # rank's error names rank 2, each differing field and both values, and never an innocent rank; no rank waits
+    # out its join timeout (30 s) for ranks that did join.
+    prefix = f"camtest-{uuid.uuid4().hex[:10]}"
+    good = cam.Topology(D=1, P=1, F=2, E=4, K=1, H=32, Bmax=2, L=1)
+    odd = cam.Topology(D=1, P=1, F=2, E=4, K=1, H=64, Bmax=3, L=1)
+    start = time.monotonic()
+    results, errors = _shm_threads([good, good, odd], prefix, join_timeout_s=30)
+    elapsed = time.monotonic() - start
+    assert results == {} and set(errors) == {0, 1, 2}, (results, errors)
+    for rank, e in errors.items():
+        message = str(e)
+        assert isinstance(e, cam.InvalidArgumentError), repr(e)
+        assert f"rank {rank}:" in message and "rank 2 was created with a different topology" in message, message
+        assert "H=64 (rank(s) 0, 1: H=32)" in message and "Bmax=3 (rank(s) 0, 1: Bmax=2)" in message, message
+        assert "rank 0 was" not in message and "rank 1 was" not in message and "not joined" not in message, message
+    assert elapsed < 15, elapsed
+    assert _segments(prefix) == []
+    # Control: the same three ranks with one topology make a plane.
+    results, errors = _shm_threads([good] * 3, prefix, join_timeout_s=30)
+    assert errors == {} and len(results) == 3
+    assert _segments(prefix) == []
+
+
+
+@pytest.mark.parametrize("forged", ["", "1:0", "not-a-pid", "dead", "live"])
+def test_a_rank_the_watchdog_cannot_watch_is_refused(forged):
+    # Issue 23 item 2: a forger publishes rank 1 in the store (a real, well-formed 0600 segment of this user, the
+    # right topology) with a process identity that the liveness watchdog could never find dead: none, pid 1 with a
+    # wrong start time, garbage, or a process that has exited. Rank 0 refuses it by rank. Control: the forger's
+    # own live identity is accepted (and then watched).
+    import json
+
+    from torch.distributed import HashStore
+
+    from cam.comm import Comm, _proc_identity
+
+    base = f"camtest-{uuid.uuid4().hex[:10]}"
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
+    if forged == "live":
+        forged = _proc_identity(os.getpid())
+    elif forged == "dead":
+        child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                               text=True, timeout=60, check=True)
+        forged = f"{child.stdout.strip()}:1"
+    store = HashStore()
+    forger = cam._C.Comm.shm(f"/{base}-forged-r1", list(t.as_c_fields()), 1, 10**9, 10**6, 27)
+    probe = Comm.__new__(Comm)
+    probe.topology, probe.dtype = t, torch.bfloat16
+    description = probe._plane_description()  # the exact keys a rank publishes
+    try:
+        store.set("g/proc/1", forged)
+        store.set("g/topo/1", json.dumps(description))
+        store.set("g/shm/1", f"/{base}-forged-r1")
+        if forged == _proc_identity(os.getpid()):  # control
+            store.set("g/mapped/1", "1")
+            with Comm(t, 0, transport="shm", store=store, group="g", shm_prefix=base, join_timeout_s=10) as comm:
+                assert comm._peers_proc == {1: forged}  # accepted, and under the liveness watchdog
+        else:
+            with pytest.raises(cam.InvalidArgumentError, match="rank 1 published the process identity .* could not "
+                                                               "be watched"):
+                cam.Comm(t, 0, transport="shm", store=store, group="g", shm_prefix=base, join_timeout_s=10)
+        assert _segments(f"{base}-r") == []  # rank 0's own segment is gone either way
+    finally:
+        forger.close()
+    assert _segments(base) == []

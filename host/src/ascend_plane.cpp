@@ -31,8 +31,17 @@ extern "C" aclnnStatus camCheckAscendPlane(const CamTopology* topology, const ca
                         " MiB: set HCCL_BUFFSIZE to at least " + std::to_string(need) +
                         " (MiB) or shrink Bmax, window_tokens or slots");
     }
-    const double waitS = (config->timeoutNs + config->idlePollNs) / 1e9 + kFollowerMarginS;
-    if (config->timeoutNs < 0 || config->idlePollNs < 0 || !(waitS < aicoreTimeoutS)) {
+    // Each bound is refused alone first, and the sum is taken in double: two caller-given int64 values can overflow
+    // an int64 sum (signed overflow, and a wrapped negative wait would pass the comparison below).
+    if (config->timeoutNs < 0 || config->idlePollNs < 0)
+        return Fail(ACLNN_ERR_PARAM_INVALID, std::string("camCheckAscendPlane: config->") +
+                                                 (config->timeoutNs < 0 ? "timeoutNs" : "idlePollNs") + " is " +
+                                                 std::to_string(config->timeoutNs < 0 ? config->timeoutNs
+                                                                                      : config->idlePollNs) +
+                                                 ", must be >= 0");
+    const double waitS =
+        (static_cast<double>(config->timeoutNs) + static_cast<double>(config->idlePollNs)) / 1e9 + kFollowerMarginS;
+    if (!(waitS < aicoreTimeoutS)) {
         return Fail(ACLNN_ERR_PARAM_INVALID,
                     "camCheckAscendPlane: timeout + idle poll + " + std::to_string(static_cast<int>(kFollowerMarginS)) +
                         " s = " + std::to_string(waitS) + " s must stay below the AI Core op timeout of " +

@@ -9,6 +9,9 @@
 // records) move with aclrtMemcpyAsync in stream order through page-locked buffers; the host-side checks run in
 // camSynchronizeStream after the stream finished, in the order they were queued, and only then are the buffers
 // freed. A synchronize that times out frees nothing: the device may still use those buffers.
+//
+// CANN's API differs between the header sets cam compiles against (docs/ascend.md §2): what these headers declare
+// comes from cam_cann_features.h (cmake/CamCannFeatures.cmake), and each absent feature has its fallback here.
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -21,6 +24,7 @@
 
 #include "acl/acl.h"
 #include "backend.h"
+#include "cam_cann_features.h"
 #include "dl_library.h"
 #include "graph.h"
 #include "cam/cam_platform.h"
@@ -173,6 +177,16 @@ DeviceCores QueryCores() {
 // Unbounded host waits are not allowed: "no limit" still means a day, as on the twin.
 constexpr int32_t kUnlimitedMs = 86'400'000;
 
+// What aclrtSynchronizeStreamWithTimeout returns when the stream is still running at the deadline. Headers that
+// do not name it (torch-npu 2.8.0's rt_error_codes.h) get the value the runtime returns, 507046 in every header set
+// that names it (torch-npu 2.6.0.post5 and 2.14.0, acl/error_codes/rt_error_codes.h).
+#if CAM_CANN_HAS_STREAM_SYNC_TIMEOUT_CODE
+constexpr aclError kStreamSyncTimeout = ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+static_assert(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT == 507046, "the fallback below assumes this value");
+#else
+constexpr aclError kStreamSyncTimeout = 507046;
+#endif
+
 }  // namespace
 
 tiling::PlatformInfo CurrentPlatform() {
@@ -187,22 +201,51 @@ tiling::PlatformInfo CurrentPlatform() {
     return {d.aiv, d.aic, m->ubBytes, m->l1Bytes, m->l0aBytes, m->l0bBytes, m->l0cBytes, 0};
 }
 
-// Kernels that use SyncAll need every block resident at once. Batch scheduling (schemMode 1) starts them only when
-// all the cores they need are free; normal mode starts them as soon as one is, and with other streams holding cores
-// the started blocks wait in SyncAll for blocks that cannot start (docs/ascend.md §6). A <<<>>> launch carries no
-// attribute: this is the configuration a SyncAll kernel's launch must carry once it goes through a launch call
-// that takes one (the runtime's launch-with-config, not declared in the headers the check compiles against). Its
-// types are CANN's own, so the check keeps it honest.
-const aclrtLaunchKernelCfg& SyncAllLaunchConfig() {
+// Kernels that use SyncAll need every block resident at once. Batch scheduling (schemMode 1) starts a kernel only
+// when all the cores it needs are free; normal mode (0) starts it as soon as one is, and with other streams holding
+// cores the started blocks wait in SyncAll for blocks that cannot start (hicann/runtime
+// docs/api_docs/aclrtLaunchKernelAttrValue.md; docs/ascend.md §6). A <<<>>> launch carries no attribute, so the
+// mode goes with a launch call that takes a configuration: aclrtLaunchKernelV2 on a function handle
+// (LaunchSyncAllKernel below). Each exists where its header set declares what it needs: the configuration in the
+// 2.6.0.post5 and 2.14.0 sets, the call in 2.14.0's only. No kernel goes through it yet: the kernels' launches are
+// bisheng's <<<>>> stubs, which have no function handle (docs/ascend.md §6 states the rule that holds until then).
+#if CAM_CANN_HAS_LAUNCH_KERNEL_CFG
+aclrtLaunchKernelCfg* SyncAllLaunchConfig() {
     static aclrtLaunchKernelAttr attr = [] {
         aclrtLaunchKernelAttr a{};
         a.id = ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE;
         a.value.schemMode = 1;  // batch: all blockDim cores free before the kernel starts
         return a;
     }();
-    static const aclrtLaunchKernelCfg cfg{&attr, 1};
-    return cfg;
+    static aclrtLaunchKernelCfg cfg{&attr, 1};
+    return &cfg;
 }
+#endif
+
+#if CAM_CANN_HAS_LAUNCH_KERNEL_V2
+namespace {
+// Resolved on first use, apart from Runtime(): a runtime without it still runs every <<<>>> launch.
+decltype(&aclrtLaunchKernelV2) LaunchKernelV2() {
+    static const auto fn = [] {
+        decltype(&aclrtLaunchKernelV2) f = nullptr;
+        std::string why;
+        void* lib = OpenCannLibrary("libascendcl.so", "the Ascend runtime", &why);
+        if (lib == nullptr || !ResolveSymbol(lib, "libascendcl.so", "the Ascend runtime", "aclrtLaunchKernelV2", &f,
+                                             &why))
+            throw std::runtime_error(why);
+        return f;
+    }();
+    return fn;
+}
+}  // namespace
+
+void LaunchSyncAllKernel(aclrtFuncHandle kernel, uint32_t blocks, const void* args, size_t argsBytes,
+                         aclrtStream stream) {
+    (void)Live();
+    Check(LaunchKernelV2()(kernel, blocks, args, argsBytes, SyncAllLaunchConfig(), stream),
+          "aclrtLaunchKernelV2 (batch scheduling mode)");
+}
+#endif
 
 aclrtStream ResolveStream(aclrtStream stream) { return stream; }  // ACL itself takes null as the default stream
 
@@ -360,7 +403,7 @@ extern "C" aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutM
         covered = t.byStream[stream].size();
     }
     const aclError rc = a.synchronizeStreamWithTimeout(stream, timeoutMs < 0 ? kUnlimitedMs : timeoutMs);
-    if (rc == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)  // the work continues: every buffer stays
+    if (rc == kStreamSyncTimeout)  // the work continues: every buffer stays
         return Fail(CAM_ERR_SYNC_TIMEOUT,
                     "stream did not finish within " + std::to_string(timeoutMs) + " ms (its work continues)");
     std::deque<Pending> done;

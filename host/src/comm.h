@@ -71,6 +71,10 @@ std::string AbortReason(int64_t abortWord);
 // Name of a topology field as layout::check_topology reports it (field::k*).
 const char* FieldName(int64_t field);
 
+// "rank <a> was created with H=65, Bmax=3; rank <b> with H=64, Bmax=2": every field where two ranks' topologies
+// differ, with both values, naming neither as the wrong one ("" when they are equal).
+std::string TopologyDifference(const CamTopology& a, int64_t rankA, const CamTopology& b, int64_t rankB);
+
 // The communicator status record `st` (with the abort word) as a sentence naming op, rank, peer/replica and
 // layer, and the C status it maps to.
 aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t abortWord, std::string* msg);

@@ -1,6 +1,7 @@
 // The status sentences of the data plane: a communicator status record, an abort word or a bad topology field as
 // the sentence the user reads (docs/protocol.md §9).
 #include <cstdio>
+#include <cstring>
 #include <iterator>
 
 #include "comm.h"
@@ -36,6 +37,25 @@ static_assert(std::size(kProtocolWhy) == detail::kProtoIndexEntry + 1,
 
 const char* FieldName(int64_t field) {
     return field >= 0 && field < static_cast<int64_t>(std::size(kFieldNames)) ? kFieldNames[field] : "?";
+}
+
+std::string TopologyDifference(const CamTopology& a, int64_t rankA, const CamTopology& b, int64_t rankB) {
+    // CamTopology is field::kD .. field::kWindowTokens as int64 words, in that order (cam/window_layout.h).
+    constexpr int64_t kWords = sizeof(CamTopology) / sizeof(int64_t);
+    static_assert(kWords == field::kWindowTokens, "one int64 word per topology field, in field::k* order");
+    int64_t wa[kWords], wb[kWords];
+    std::memcpy(wa, &a, sizeof(wa));
+    std::memcpy(wb, &b, sizeof(wb));
+    std::string ours, theirs;
+    for (int64_t i = 0; i < kWords; ++i) {
+        if (wa[i] == wb[i]) continue;
+        const std::string sep = ours.empty() ? "" : ", ";
+        ours += sep + FieldName(i + 1) + "=" + std::to_string(wa[i]);
+        theirs += sep + FieldName(i + 1) + "=" + std::to_string(wb[i]);
+    }
+    if (ours.empty()) return "";
+    return "rank " + std::to_string(rankA) + " was created with " + ours + "; rank " + std::to_string(rankB) +
+           " with " + theirs;
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -39,6 +40,8 @@ struct Group {
     std::condition_variable cv;
     int64_t world = 0;
     int64_t fingerprint = 0;
+    CamTopology topo{};  // the first joiner's, to name the fields a later joiner differs in
+    int64_t firstRank = -1;
     std::vector<std::shared_ptr<Block>> windows;
     int64_t joined = 0;
     bool complete = false;
@@ -80,6 +83,8 @@ std::unique_ptr<Transport> JoinInProcessGroup(const std::string& name, const Cam
             slot = std::make_shared<Group>();
             slot->world = world;
             slot->fingerprint = fp;
+            slot->topo = topo;
+            slot->firstRank = rank;
             slot->windows.resize(world);
         }
         g = slot;
@@ -94,9 +99,14 @@ std::unique_ptr<Transport> JoinInProcessGroup(const std::string& name, const Cam
         return nullptr;
     };
     if (!g->error.empty()) return fail(g->error);
-    if (g->fingerprint != fp || g->world != world)
-        return fail("rank " + std::to_string(rank) + " joined with a different topology (fingerprint " +
-                    std::to_string(fp) + ", the group's is " + std::to_string(g->fingerprint) + ")");
+    if (g->fingerprint != fp || g->world != world) {
+        // Two ranks cannot tell which of them is wrong: the sentence every rank of the group gets names both, with
+        // each differing field and both values.
+        std::string diff = TopologyDifference(topo, rank, g->topo, g->firstRank);
+        if (diff.empty()) diff = "rank " + std::to_string(rank) + " and rank " + std::to_string(g->firstRank) +
+                                 " have topologies with different fingerprints";
+        return fail("ranks were created with a different topology: " + diff);
+    }
     if (g->windows[rank]) return fail("rank " + std::to_string(rank) + " joined twice");
     auto block = std::make_shared<Block>(bytes);
     if (!block->base) return fail("cannot allocate a window of " + std::to_string(bytes) + " bytes");
@@ -166,6 +176,16 @@ std::string ShmTransport::Map(int64_t rank, const std::string& name) {
     std::string err;
     if (fstat(fd, &st) != 0) {
         err = "fstat(" + name + ") failed: " + std::strerror(errno);
+    } else if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        // Trust (issue 23 item 2): a segment another user owns, or one group/other may open, can be written by
+        // someone outside this plane, identity line included; only the plane's own user's 0600 segments (what
+        // Create makes) are mapped.
+        char mode[8];
+        std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+        err = "refused rank " + std::to_string(rank) + "'s segment " + name + ": " +
+              (st.st_uid != geteuid() ? "it is owned by uid " + std::to_string(st.st_uid) + ", not this process's uid " +
+                                            std::to_string(geteuid())
+                                      : std::string("it is open to group/other (mode ") + mode + ", cam creates 0600)");
     } else {
         const uint64_t bytes = static_cast<uint64_t>(st.st_size);
         void* p = bytes > kParkBytes ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;

@@ -5,6 +5,13 @@
 // libhccl is resolved with dlopen, as the ACL runtime is (backend_ascend.cpp): the library loads where CANN is
 // absent. Every entry point's type is taken from HCCL's own prototype (decltype(&HcclCommInitRootInfoConfig) ...), so
 // a change in HCCL's headers is a compile error in the header check (tests/test_ascend_hccl.py). Never run.
+//
+// HCCL headers without a configured communicator (torch-npu 2.8.0's hccl.h has no HcclCommInitRootInfoConfig, and
+// the window size is its configuration) build both entry points as one refusal that says so
+// (CAM_CANN_HAS_HCCL_COMM_CONFIG, cmake/CamCannFeatures.cmake).
+#include "cam_cann_features.h"
+
+#if CAM_CANN_HAS_HCCL_COMM_CONFIG
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -172,3 +179,27 @@ extern "C" aclnnStatus camCommCreateHccl(const void* rootInfo, uint64_t rootInfo
                                                                 "table is not built yet (docs/ascend.md section 5)");
     });
 }
+
+#else  // !CAM_CANN_HAS_HCCL_COMM_CONFIG
+
+#include <string>
+
+#include "cam/cam_comm_hccl.h"
+#include "status.h"
+
+namespace {
+const char kNoHcclConfig[] =
+    ": the HCCL transport is off in this build: its HCCL headers declare no HcclCommInitRootInfoConfig / "
+    "HcclGetRankSize / HcclGetRankId (torch-npu 2.8.0's hccl.h; docs/ascend.md section 2)";
+}
+
+extern "C" aclnnStatus camHcclGetRootInfo(void*, uint64_t, uint64_t*) {
+    return cam::host::Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("camHcclGetRootInfo") + kNoHcclConfig);
+}
+
+extern "C" aclnnStatus camCommCreateHccl(const void*, uint64_t, const CamTopology*, int64_t, const camCommConfig*,
+                                         uint32_t, camComm**) {
+    return cam::host::Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("camCommCreateHccl") + kNoHcclConfig);
+}
+
+#endif  // CAM_CANN_HAS_HCCL_COMM_CONFIG
