@@ -145,8 +145,8 @@ static inline aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int
  * table. Prototypes and enum values as in CANN's acl/acl_rt.h (torch-npu 2.14.0's header set, docs/ascend.md §5.0).
  * The twin's "device memory" is a POSIX shared-memory segment (host/src/acl_ipc_twin.cpp), so an imported window
  * is host-addressable there. */
-typedef enum aclrtMemMallocPolicy { ACL_MEM_MALLOC_HUGE_FIRST = 0 } aclrtMemMallocPolicy;
-typedef enum aclrtMemcpyKind {
+typedef enum { ACL_MEM_MALLOC_HUGE_FIRST = 0 } aclrtMemMallocPolicy;
+typedef enum {
     ACL_MEMCPY_HOST_TO_HOST = 0,
     ACL_MEMCPY_HOST_TO_DEVICE = 1,
     ACL_MEMCPY_DEVICE_TO_HOST = 2,
