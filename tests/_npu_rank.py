@@ -31,6 +31,8 @@ class TamperingStore:
             rec = json.loads(value)
             if self._field == "key":  # the last digit of the nonce: a key the owner never exported
                 rec["key"] = rec["key"][:-1] + ("0" if rec["key"][-1] != "0" else "1")
+            elif self._field == "pid":  # a record claiming another process than the one the peers allowed
+                rec["pid"] += 1
             else:
                 rec["window_bytes"] += 128
             value = json.dumps(rec)
@@ -47,7 +49,7 @@ def main() -> int:
     p.add_argument("--topology", required=True)
     p.add_argument("--counts", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--mode", choices=["round_trip", "tamper_key", "tamper_size"], default="round_trip")
+    p.add_argument("--mode", choices=["round_trip", "tamper_key", "tamper_size", "tamper_pid"], default="round_trip")
     p.add_argument("--victim", type=int, default=0)
     args = p.parse_args()
     topo = cam.Topology(**json.loads(args.topology))

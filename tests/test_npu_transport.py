@@ -96,7 +96,7 @@ def test_npu_round_trip_calls_and_close(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["tamper_key", "tamper_size"])
+@pytest.mark.parametrize("mode", ["tamper_key", "tamper_size", "tamper_pid"])
 def test_npu_tampered_record_fails_naming_the_rank(tmp_path, mode):
     # Rank 0 publishes an altered record. Every other rank imports rank 0 first (rank order), so each fails on it.
     t, outs = _run(tmp_path, mode)
@@ -111,6 +111,10 @@ def test_npu_tampered_record_fails_naming_the_rank(tmp_path, mode):
         assert o["error"] is not None, f"rank {r} accepted rank 0's tampered record"
         if mode == "tamper_key":
             assert "cannot import rank 0's window" in o["error"], o["error"]
+        elif mode == "tamper_pid":
+            m = re.search(r"rank 0's record comes from pid (\d+), the pid it published \(and this rank allowed\) is "
+                          r"(\d+)", o["error"])
+            assert m and int(m.group(1)) == int(m.group(2)) + 1, o["error"]
         else:
             m = re.search(r"rank 0 published a window of (\d+) bytes, the topology gives that rank (\d+)", o["error"])
             assert m, o["error"]

@@ -110,6 +110,7 @@ public:
     std::string ownKey_;
     std::vector<void*> windows_;  // device addresses: own allocation, then the imports
     std::vector<uint64_t> bytes_;
+    std::vector<int32_t> pids_;          // the pids this rank's window allows (create's peerPids)
     std::vector<std::string> imported_;  // key of every open import ("" when none)
     void* deviceTable_ = nullptr;        // the peer table in device memory
     bool detached_ = false;
@@ -156,9 +157,14 @@ extern "C" aclnnStatus camCommCreateIpc(const CamTopology* topology, int64_t ran
         if (count != world)
             return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + std::to_string(count) +
                                                      " peer pids for a world of " + std::to_string(world));
+        for (int64_t r = 0; r < world; ++r)
+            if (r != rank && peerPids[r] <= 0)
+                return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": peerPids[" + std::to_string(r) + "] is " +
+                                                         std::to_string(peerPids[r]) + ", not a process id");
         const AclIpcApi& acl = AclIpc();
         if (!acl.unavailable.empty()) return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + acl.unavailable);
         auto t = std::make_unique<IpcTransport>(acl, rank, world);
+        t->pids_.assign(peerPids, peerPids + world);
         auto fail = [&](const std::string& why) { return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + why); };
         if (aclError rc = acl.getDevice(&t->device_)) return fail(AclFailed("aclrtGetDevice", rc));
         const uint64_t bytes = static_cast<uint64_t>(RequiredWindowBytes(topo, rank));
@@ -240,6 +246,11 @@ extern "C" aclnnStatus camCommAttachIpc(camComm* comm, const camIpcWindowRecord*
                 const camIpcWindowRecord& rec = records[r];
                 if (std::memchr(rec.key, '\0', CAM_IPC_KEY_BYTES) == nullptr)
                     return invalid(who + " published a key that is not NUL-terminated");
+                // The record must come from the process this rank's allow-list admitted for that rank: another
+                // process publishing for it would hold this rank's window while the real rank is watched.
+                if (rec.pid != t->pids_[r])
+                    return invalid(who + "'s record comes from pid " + std::to_string(rec.pid) +
+                                   ", the pid it published (and this rank allowed) is " + std::to_string(t->pids_[r]));
                 if (rec.fingerprint != cam::layout::fingerprint(topo))
                     return invalid(who + " published topology fingerprint " + std::to_string(rec.fingerprint) +
                                    ", ours is " + std::to_string(cam::layout::fingerprint(topo)));
