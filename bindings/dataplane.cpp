@@ -55,6 +55,44 @@ public:
         return std::unique_ptr<Comm>(new Comm(c));
     }
 
+    // The NPU transport (ACL IPC; the twin's stand-ins on the twin): create + allow the peers' pids, then attach.
+    static std::unique_ptr<Comm> Ipc(const Fields& fields, int64_t rank, int64_t timeoutNs, int64_t idleNs,
+                                     int64_t actDtype, const std::vector<int32_t>& peerPids) {
+        const CamTopology t = ToTopology(fields);
+        const camCommConfig cfg{timeoutNs, idleNs, actDtype};
+        camComm* c = nullptr;
+        ThrowIfFailed(camCommCreateIpc(&t, rank, &cfg, peerPids.data(), static_cast<int64_t>(peerPids.size()), &c));
+        return std::unique_ptr<Comm>(new Comm(c));
+    }
+    py::dict IpcRecord() const {
+        camIpcWindowRecord r{};
+        ThrowIfFailed(camCommGetIpcRecord(Get(), &r));
+        py::dict d;
+        d["key"] = std::string(r.key);
+        d["pid"] = r.pid;
+        d["device"] = r.deviceId;
+        d["window_bytes"] = r.windowBytes;
+        d["fingerprint"] = r.fingerprint;
+        return d;
+    }
+    void AttachIpc(const std::vector<py::dict>& records) {
+        std::vector<camIpcWindowRecord> recs(records.size());
+        for (size_t i = 0; i < records.size(); ++i) {
+            const auto key = records[i]["key"].cast<std::string>();
+            if (key.size() >= CAM_IPC_KEY_BYTES || key.find('\0') != std::string::npos)
+                throw StatusError{ACLNN_ERR_PARAM_INVALID, "rank " + std::to_string(i) + "'s IPC key is longer than " +
+                                                               std::to_string(CAM_IPC_KEY_BYTES - 1) +
+                                                               " bytes or contains a NUL"};
+            std::memcpy(recs[i].key, key.c_str(), key.size() + 1);
+            recs[i].pid = records[i]["pid"].cast<int32_t>();
+            recs[i].deviceId = records[i]["device"].cast<int32_t>();
+            recs[i].windowBytes = records[i]["window_bytes"].cast<uint64_t>();
+            recs[i].fingerprint = records[i]["fingerprint"].cast<int64_t>();
+        }
+        ThrowIfFailed(camCommAttachIpc(Get(), recs.data(), static_cast<int64_t>(recs.size())));
+    }
+    void DetachIpc() { ThrowIfFailed(camCommDetachIpc(Get())); }
+
     ~Comm() { Close(); }
 
     void AttachShm(const std::vector<std::string>& names) {
@@ -124,6 +162,11 @@ void Register(py::module_& m) {
                     py::arg("timeout_ns"), py::arg("idle_poll_ns"), py::arg("join_timeout_ms"), py::arg("act_dtype"))
         .def_static("shm", &Comm::Shm, py::arg("name"), py::arg("topology"), py::arg("rank"), py::arg("timeout_ns"),
                     py::arg("idle_poll_ns"), py::arg("act_dtype"))
+        .def_static("ipc", &Comm::Ipc, py::arg("topology"), py::arg("rank"), py::arg("timeout_ns"),
+                    py::arg("idle_poll_ns"), py::arg("act_dtype"), py::arg("peer_pids"))
+        .def("ipc_record", &Comm::IpcRecord)
+        .def("attach_ipc", &Comm::AttachIpc, py::arg("records"))
+        .def("detach_ipc", &Comm::DetachIpc)
         .def("attach_shm", &Comm::AttachShm, py::arg("names"))
         .def("unlink_shm", &Comm::UnlinkShm)
         .def("abort", &Comm::Abort)
@@ -136,6 +179,34 @@ void Register(py::module_& m) {
         .def("window", &Comm::Window)
         .def("peer_window_bytes", &Comm::PeerWindowBytes, py::arg("rank"))
         .def("status", &Comm::Status);
+
+    m.def("ipc_process_id", [] {
+        int32_t pid = 0;
+        ThrowIfFailed(camIpcProcessId(&pid));
+        return pid;
+    });
+#ifndef CAM_WITH_CANN
+    // Debug surface of the twin's ACL IPC stand-ins (tests): the calls made so far in this process, in order, and
+    // the imports still open.
+    m.def(
+        "twin_ipc_calls",
+        [](bool reset) {
+            std::vector<char> buf(1 << 20);
+            if (camTwinIpcCallLog(buf.data(), buf.size(), reset ? 1 : 0) != ACL_SUCCESS)
+                throw StatusError{ACLNN_ERR_INNER, "the twin's IPC call log is longer than 1 MiB"};
+            std::vector<std::string> calls;
+            std::string all(buf.data());
+            for (size_t at = 0; at < all.size();) {
+                size_t end = all.find(';', at);
+                if (end == std::string::npos) end = all.size();
+                calls.push_back(all.substr(at, end - at));
+                at = end + 1;
+            }
+            return calls;
+        },
+        py::arg("reset") = false);
+    m.def("twin_ipc_open_imports", [] { return camTwinIpcOpenImports(); });
+#endif
 
     m.def(
         "dispatch_send",

@@ -8,6 +8,11 @@ and the constants those ops need (topology, rank, timeouts). Two transports on t
   ``torch.distributed`` Store, every rank maps every peer's segment, and each segment is unlinked as soon as all
   ranks mapped it, so a rank that dies afterwards leaks nothing in ``/dev/shm``.
 
+* ``"npu"``: ranks are processes; each allocates its window as device memory and shares it through ACL IPC
+  (export key, pid allow-list, import by key; docs/ascend.md §5.0), the keys travelling through the Store. On the
+  twin the same code runs over cam's stand-ins of those ACL calls (device memory = a POSIX shm segment, CPU tensors);
+  it has never run on an NPU.
+
 On Ascend the same C communicator takes its windows from HCCL (docs/protocol.md §3).
 """
 
@@ -59,10 +64,13 @@ class Comm:
         topology: the :class:`cam.Topology`, identical on every rank (checked at creation through a fingerprint
             in each window; a mismatch fails naming the rank).
         rank: this rank's global id; Attention ranks are ``[0, A)``, FFN ranks ``[A, A + F)``.
-        transport: ``"in_process"`` (threads as ranks) or ``"shm"`` (processes as ranks).
+        transport: ``"in_process"`` (threads as ranks), ``"shm"`` (processes as ranks) or ``"npu"`` (processes as
+            ranks over ACL IPC device memory; on the twin over cam's POSIX-shm stand-ins of the ACL calls, with CPU
+            tensors).
         group: name of the plane. In-process: ranks with the same name form one plane (free again once all joined).
             shm: prefix of the Store keys.
-        store: ``torch.distributed`` Store (TCPStore/FileStore) for ``"shm"``: carries the segment names.
+        store: ``torch.distributed`` Store (TCPStore/FileStore) for ``"shm"`` and ``"npu"``: carries the segment
+            names (shm) or the pids and IPC window records (npu).
         dtype: activation dtype of the plane (bfloat16 or float16): x, expert outputs and combine outputs.
         timeout_s: bound of every device wait inside a begun round (slot reuse, a replica whose participants only
             partly published, combine completions). Generous by default: contention must never trip it.
@@ -162,8 +170,14 @@ class Comm:
                 raise ValueError("Comm: transport 'shm' needs a torch.distributed Store (store=...)")
             self._c = self._create_shm(store, group, fields, timeout_ns, idle_ns, join_timeout_s, shm_prefix)
             self._store, self._left_key = store, f"{group}/left/{rank}"
+        elif transport == "npu":
+            if store is None:
+                raise ValueError("Comm: transport 'npu' needs a torch.distributed Store (store=...)")
+            self._c = self._create_npu(store, group, fields, timeout_ns, idle_ns, join_timeout_s)
+            self._store, self._left_key = store, f"{group}/left/{rank}"
+            self._group = group
         else:
-            raise ValueError(f"Comm: transport must be 'in_process' or 'shm', got {transport!r}")
+            raise ValueError(f"Comm: transport must be 'in_process', 'shm' or 'npu', got {transport!r}")
         self.stream = _C.Stream()
         self._pid = os.getpid()
         self._inherited = False  # set in a forked child (see _after_fork_in_child): a plain flag, so it traces
@@ -203,16 +217,7 @@ class Comm:
                              "published its segment name")
             _check_same_plane(self.rank, [json.loads(store.get(f"{group}/topo/{r}").decode()) for r in range(world)])
             names = [store.get(f"{group}/shm/{r}").decode() for r in range(world)]
-            watched = _proc_identity(os.getpid()) is not None  # Linux /proc: every peer must be watchable
-            for r in range(world):
-                proc = store.get(f"{group}/proc/{r}").decode() if r != self.rank else ""
-                if watched and r != self.rank and not _is_own_live_process(proc):
-                    # A rank the watchdog cannot watch could stand in for a rank without ever being found dead.
-                    raise InvalidArgumentError(
-                        f"Comm: rank {self.rank}: rank {r} published the process identity {proc!r}, which is no "
-                        f"live process of this user: it could not be watched for liveness")
-                if proc:
-                    self._peers_proc[r] = proc
+            self._collect_peer_processes(store, group)
             c.attach_shm(names)
             store.set(f"{group}/mapped/{self.rank}", "1")
             self._await_keys(store, [f"{group}/mapped/{r}" for r in range(world)], deadline, join_timeout_s,
@@ -222,6 +227,62 @@ class Comm:
             raise
         c.unlink_shm()
         return c
+
+    def _collect_peer_processes(self, store, group) -> None:
+        """The peers' published process identities, for the liveness watchdog (every peer must be watchable)."""
+        watched = _proc_identity(os.getpid()) is not None  # Linux /proc: every peer must be watchable
+        for r in range(self.topology.world_size):
+            proc = store.get(f"{group}/proc/{r}").decode() if r != self.rank else ""
+            if watched and r != self.rank and not _is_own_live_process(proc):
+                # A rank the watchdog cannot watch could stand in for a rank without ever being found dead.
+                raise InvalidArgumentError(
+                    f"Comm: rank {self.rank}: rank {r} published the process identity {proc!r}, which is no "
+                    f"live process of this user: it could not be watched for liveness")
+            if proc:
+                self._peers_proc[r] = proc
+
+    def _create_npu(self, store, group, fields, timeout_ns, idle_ns, join_timeout_s):
+        """ACL IPC handshake: pids first (each window's allow-list needs them), then the window records."""
+        world = self.topology.world_size
+        deadline = time.monotonic() + join_timeout_s
+        store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
+        store.set(f"{group}/topo/{self.rank}", json.dumps(self._plane_description()))
+        store.set(f"{group}/ipcpid/{self.rank}", str(_C.ipc_process_id()))
+        self._await_keys(store, [f"{group}/ipcpid/{r}" for r in range(world)], deadline, join_timeout_s,
+                         "published its pid")
+        _check_same_plane(self.rank, [json.loads(store.get(f"{group}/topo/{r}").decode()) for r in range(world)])
+        self._collect_peer_processes(store, group)
+        pids = [int(store.get(f"{group}/ipcpid/{r}").decode()) for r in range(world)]
+        c = _C.Comm.ipc(fields, self.rank, timeout_ns, idle_ns, _ACL_DTYPE[self.dtype], pids)
+        try:
+            store.set(f"{group}/ipc/{self.rank}", json.dumps(c.ipc_record()))
+            self._await_keys(store, [f"{group}/ipc/{r}" for r in range(world)], deadline, join_timeout_s,
+                             "published its window")
+            c.attach_ipc([json.loads(store.get(f"{group}/ipc/{r}").decode()) for r in range(world)])
+            store.set(f"{group}/mapped/{self.rank}", "1")
+            self._await_keys(store, [f"{group}/mapped/{r}" for r in range(world)], deadline, join_timeout_s,
+                             "imported the windows")
+        except BaseException:
+            c.close()  # closes this rank's imports, then frees its window
+            raise
+        return c
+
+    def _detach_npu(self, wait_s: float) -> bool:
+        """Closes this rank's imports, then waits (bounded) until every live peer closed its imports of this rank's
+        window: an owner must not free memory a peer still has imported. False when some peer did not."""
+        self._c.detach_ipc()
+        world = self.topology.world_size
+        try:
+            self._store.set(f"{self._group}/detached/{self.rank}", "1")
+            keys = [f"{self._group}/detached/{r}" for r in range(world) if r != self.rank and r != self.dead_rank]
+            deadline = time.monotonic() + max(0.0, float(wait_s))
+            while not all(self._store.check([k]) for k in keys):
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.005)
+        except Exception:  # noqa: BLE001 - the store is gone: no peer can say it detached
+            return False
+        return True
 
     def _plane_description(self) -> dict:
         """What every rank of one plane must agree on: the topology's fields and the activation dtype."""
@@ -300,6 +361,9 @@ class Comm:
             lock.release()
         if not got or _runtime.is_parked(self.stream):
             # The op never ended: keep what it may touch for the life of the process rather than free it.
+            _runtime._park(self.stream, self._c)
+        elif self.transport == "npu" and not self._detach_npu(wait_s):
+            # A peer may still have this rank's window imported: keep it for the life of the process.
             _runtime._park(self.stream, self._c)
         else:
             self.stream.close()

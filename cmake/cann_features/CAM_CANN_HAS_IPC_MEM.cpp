@@ -9,5 +9,6 @@ void CamProbe() {
     (void)&aclrtIpcMemClose;
     (void)&aclrtDeviceCanAccessPeer;
     (void)&aclrtDeviceEnablePeerAccess;
+    (void)&aclrtDeviceGetBareTgid;  // the importer's pid for the allow-list
     (void)static_cast<uint64_t>(ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS);
 }

@@ -62,6 +62,16 @@ namespace cam::host {
 // The arguments every camCommCreate* takes (null pointers, topology, rank, timeouts, dtype); "api" names the call.
 aclnnStatus CheckCreateArgs(const char* api, const CamTopology* topology, int64_t rank, const camCommConfig* config,
                             camComm** comm);
+// The identity line (protocol §3) every rank writes into its window at creation and every peer checks (comm_api.cpp).
+// WriteIdentity writes through `window` (host-addressable memory: the window, or a staging copy of its first
+// kIdentityOff + 8 * kIdentityWords bytes); CheckIdentity returns "" or the reason naming `rank`.
+void WriteIdentity(uint8_t* window, const CamTopology& topo, int64_t rank, uint64_t bytes, int64_t dtype);
+std::string CheckIdentity(const uint8_t* window, uint64_t mappedBytes, const CamTopology& topo, int64_t rank,
+                          int64_t dtype);
+// The plane id: a hash of the topology, the dtype and every rank's creation nonce (rank order), so every rank
+// computes the same value and no other plane instance has it.
+int64_t PlaneId(const CamTopology& topo, int64_t actDtype, const std::vector<int64_t>& nonces);
+
 // ---- status sentences (comm_status.cpp)
 
 // The abort word as a reason: raised by a rank (1 + rank), or a rank found dead by a survivor's liveness watchdog

@@ -26,6 +26,8 @@ int64_t Nonce(const void* salt) {
     return static_cast<int64_t>(h & 0x7fffffffffffffffull) | 1;  // never 0: 0 means "not written"
 }
 
+}  // namespace
+
 void WriteIdentity(uint8_t* window, const CamTopology& topo, int64_t rank, uint64_t bytes, int64_t dtype) {
     const int64_t base = kIdentityOff;
     Store(window, base + 8 * kIdentityDtype, dtype);
@@ -61,7 +63,12 @@ std::string CheckIdentity(const uint8_t* window, uint64_t mappedBytes, const Cam
     return "";
 }
 
-}  // namespace
+int64_t PlaneId(const CamTopology& topo, int64_t actDtype, const std::vector<int64_t>& nonces) {
+    uint64_t h = layout::fnv1a_word(14695981039346656037ull, static_cast<uint64_t>(layout::fingerprint(topo)));
+    h = layout::fnv1a_word(h, static_cast<uint64_t>(actDtype));
+    for (int64_t n : nonces) h = layout::fnv1a_word(h, static_cast<uint64_t>(n));
+    return static_cast<int64_t>(h & 0x7fffffffffffffffull);
+}
 
 aclnnStatus CheckCreateArgs(const char* api, const CamTopology* topology, int64_t rank, const camCommConfig* config,
                             camComm** comm) {
@@ -91,11 +98,9 @@ aclnnStatus BuildPeerTable(const char* api, camComm* c) {
     std::string why;
     if (aclnnStatus st = FillPeerTableFromTransport(c, &why))
         return Fail(st, std::string(api) + ": the peer table could not be built: " + why);
-    uint64_t h = layout::fnv1a_word(14695981039346656037ull, static_cast<uint64_t>(layout::fingerprint(c->topo)));
-    h = layout::fnv1a_word(h, static_cast<uint64_t>(c->config.actDtype));
-    for (int64_t r = 0; r < world; ++r)
-        h = layout::fnv1a_word(h, static_cast<uint64_t>(Load(c->transport->Window(r), kIdentityOff + 8 * kIdentityNonce)));
-    c->planeId = static_cast<int64_t>(h & 0x7fffffffffffffffull);
+    std::vector<int64_t> nonces(world);
+    for (int64_t r = 0; r < world; ++r) nonces[r] = Load(c->transport->Window(r), kIdentityOff + 8 * kIdentityNonce);
+    c->planeId = PlaneId(c->topo, c->config.actDtype, nonces);
     Store(c->Own(), kIdentityOff + 8 * kIdentityPlaneId, c->planeId);
     c->attached = true;
     return ACLNN_SUCCESS;

@@ -141,6 +141,61 @@ static inline aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int
     return camTwinAclrtSynchronizeStreamWithTimeout(stream, timeout);
 }
 
+/* Device memory and its IPC export/import: the calls the NPU transport (host/src/transport_ipc.cpp) takes through its
+ * table. Prototypes and enum values as in CANN's acl/acl_rt.h (torch-npu 2.14.0's header set, docs/ascend.md §5.0).
+ * The twin's "device memory" is a POSIX shared-memory segment (host/src/acl_ipc_twin.cpp), so an imported window
+ * is host-addressable there. */
+typedef enum { ACL_MEM_MALLOC_HUGE_FIRST = 0 } aclrtMemMallocPolicy;
+typedef enum {
+    ACL_MEMCPY_HOST_TO_HOST = 0,
+    ACL_MEMCPY_HOST_TO_DEVICE = 1,
+    ACL_MEMCPY_DEVICE_TO_HOST = 2,
+    ACL_MEMCPY_DEVICE_TO_DEVICE = 3
+} aclrtMemcpyKind;
+#define ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x1UL
+#define ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS 0x1UL
+
+CAM_API aclError camTwinAclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy);
+CAM_API aclError camTwinAclrtFree(void* devPtr);
+CAM_API aclError camTwinAclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind kind);
+CAM_API aclError camTwinAclrtGetDevice(int32_t* deviceId);
+CAM_API aclError camTwinAclrtDeviceGetBareTgid(int32_t* pid);
+CAM_API aclError camTwinAclrtDeviceCanAccessPeer(int32_t* canAccessPeer, int32_t deviceId, int32_t peerDeviceId);
+CAM_API aclError camTwinAclrtIpcMemGetExportKey(void* devPtr, size_t size, char* key, size_t len, uint64_t flags);
+CAM_API aclError camTwinAclrtIpcMemSetImportPid(const char* key, int32_t* pid, size_t num);
+CAM_API aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key, uint64_t flags);
+CAM_API aclError camTwinAclrtIpcMemClose(const char* key);
+
+static inline aclError aclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy) {
+    return camTwinAclrtMalloc(devPtr, size, policy);
+}
+static inline aclError aclrtFree(void* devPtr) { return camTwinAclrtFree(devPtr); }
+static inline aclError aclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind kind) {
+    return camTwinAclrtMemcpy(dst, destMax, src, count, kind);
+}
+static inline aclError aclrtGetDevice(int32_t* deviceId) { return camTwinAclrtGetDevice(deviceId); }
+static inline aclError aclrtDeviceGetBareTgid(int32_t* pid) { return camTwinAclrtDeviceGetBareTgid(pid); }
+static inline aclError aclrtDeviceCanAccessPeer(int32_t* canAccessPeer, int32_t deviceId, int32_t peerDeviceId) {
+    return camTwinAclrtDeviceCanAccessPeer(canAccessPeer, deviceId, peerDeviceId);
+}
+static inline aclError aclrtIpcMemGetExportKey(void* devPtr, size_t size, char* key, size_t len, uint64_t flags) {
+    return camTwinAclrtIpcMemGetExportKey(devPtr, size, key, len, flags);
+}
+static inline aclError aclrtIpcMemSetImportPid(const char* key, int32_t* pid, size_t num) {
+    return camTwinAclrtIpcMemSetImportPid(key, pid, num);
+}
+static inline aclError aclrtIpcMemImportByKey(void** devPtr, const char* key, uint64_t flags) {
+    return camTwinAclrtIpcMemImportByKey(devPtr, key, flags);
+}
+static inline aclError aclrtIpcMemClose(const char* key) { return camTwinAclrtIpcMemClose(key); }
+
+/* Debug surface of the twin's IPC stand-ins (tests only): every stand-in call of this process in order, as
+ * "name;name;..." (NUL-terminated, cut at bytes), then cleared when reset != 0; and the imports still open. */
+CAM_API aclError camTwinIpcCallLog(char* out, size_t bytes, int32_t reset);
+CAM_API int64_t camTwinIpcOpenImports(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
  *   - POSIX shared memory: ranks are processes; each creates a named segment, the names are exchanged out of band
  *     (cam.Comm uses a torch.distributed Store), each rank maps every peer's segment, and each segment is unlinked
  *     as soon as every peer has mapped it, so a crash leaks nothing.
+ *   - ACL IPC (the NPU transport): each rank aclrtMalloc's its window, exports a key, imports its peers' windows.
  *   - (Ascend) HCCL windows: the same camComm with the window addresses taken from the HCCL communicator.
  *
  * CamTopology is the POD of cam/window_layout.h. */
@@ -42,6 +43,33 @@ CAM_API aclnnStatus camCommCreateShm(const char* segmentName, const CamTopology*
 CAM_API aclnnStatus camCommAttachShm(camComm* comm, const char* const* segmentNames, int64_t count);
 /* Step 3, once every peer attached: removes this rank's segment name. Mappings stay valid. */
 CAM_API aclnnStatus camCommUnlinkShm(camComm* comm);
+
+/* Processes as ranks over device memory shared by ACL IPC (the NPU transport, docs/ascend.md §5.0; on the twin the
+ * same code runs over cam's POSIX-shm stand-ins of the ACL calls). The exchange between the steps is the caller's
+ * (cam.Comm uses its torch.distributed Store):
+ *   0. camIpcProcessId: this process's pid as ACL's allow-list wants it (aclrtDeviceGetBareTgid); published first.
+ *   1. camCommCreateIpc: allocates this rank's window (aclrtMalloc, the role's size), writes its identity line,
+ *      exports it (aclrtIpcMemGetExportKey) and allows every peer's pid (aclrtIpcMemSetImportPid; peerPids[r] for
+ *      r = 0..count-1, count = A+F, peerPids[rank] ignored). camCommGetIpcRecord then gives the record to publish.
+ *   2. camCommAttachIpc: for every peer's record checks the topology fingerprint, the window size and peer access
+ *      (aclrtDeviceCanAccessPeer, peers on another device), imports its window (aclrtIpcMemImportByKey), checks its
+ *      identity line, and writes the peer table into device memory (aclrtMemcpy). Failures name the rank.
+ *   3. camCommDetachIpc, on every rank before any rank destroys: closes every imported window (aclrtIpcMemClose),
+ *      since an owner must not free memory a peer still has imported. camCommDestroy detaches too. */
+#define CAM_IPC_KEY_BYTES 128 /* ACL's export keys are 65 bytes (aclrtIpcMemGetExportKey's len) */
+typedef struct {
+    char key[CAM_IPC_KEY_BYTES]; /* NUL-terminated export key */
+    int32_t pid;                 /* the owner's pid as aclrtDeviceGetBareTgid gives it */
+    int32_t deviceId;            /* the owner's device (aclrtGetDevice) */
+    uint64_t windowBytes;        /* bytes allocated for the window */
+    int64_t fingerprint;         /* the topology the owner was created with */
+} camIpcWindowRecord;
+CAM_API aclnnStatus camIpcProcessId(int32_t* pid);
+CAM_API aclnnStatus camCommCreateIpc(const CamTopology* topology, int64_t rank, const camCommConfig* config,
+                                     const int32_t* peerPids, int64_t count, camComm** comm);
+CAM_API aclnnStatus camCommGetIpcRecord(const camComm* comm, camIpcWindowRecord* record);
+CAM_API aclnnStatus camCommAttachIpc(camComm* comm, const camIpcWindowRecord* records, int64_t count);
+CAM_API aclnnStatus camCommDetachIpc(camComm* comm);
 
 /* Raises the abort word of every rank: every device wait on every rank ends promptly with CAM_ERR_COMM_ABORTED,
  * and the communicators refuse further ops. Safe to call from any thread while ops are in flight. */

@@ -1,0 +1,272 @@
+// The twin's stand-ins for ACL device memory and its IPC export/import (declared in cam/acl_compat.h), which the NPU
+// transport (transport_ipc.cpp) calls through its table exactly as it calls the real ones on Ascend.
+//
+// "Device memory" is a POSIX shared-memory segment, 0600, of this process's user:
+//   [header: magic, nonce, bytes, allow-list][park table (twin/park.h)][the memory aclrtMalloc returns]
+// The export key is the segment's name plus a random nonce drawn at export; SetImportPid writes the allow-list into
+// the header; ImportByKey maps the segment only when the key's nonce is the one exported and the caller's pid is
+// allowed (the flow of CANN's aclrtIpcMemGetExportKey / aclrtIpcMemSetImportPid / aclrtIpcMemImportByKey pages,
+// docs/ascend.md §5.0); Close unmaps an import, or withdraws an export; Free unmaps and unlinks the owner's segment.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "cam/acl_compat.h"
+#include "twin/park.h"
+
+namespace {
+
+constexpr uint64_t kMagic = 0x63616d2d69706331ull;  // "cam-ipc1"
+constexpr uint64_t kHeaderBytes = 4096;
+constexpr uint64_t kMaxPids = (kHeaderBytes - 40) / 4;
+constexpr uint64_t kPrefixBytes = kHeaderBytes + cam::twin::kSharedParkBytes;
+
+struct Header {
+    uint64_t magic;
+    uint64_t nonce;  // 0: not exported (or withdrawn): nothing can import it
+    uint64_t bytes;
+    uint64_t flags;  // the export's flags (pid validation on unless DISABLE_PID_VALIDATION)
+    uint64_t pids;   // entries of allow[]
+    int32_t allow[kMaxPids];
+};
+static_assert(sizeof(Header) <= kHeaderBytes, "the header fits its page");
+
+struct Segment {
+    std::string name;
+    uint8_t* base = nullptr;  // the mapping (header first)
+    uint64_t mapped = 0;
+    Header* header() const { return reinterpret_cast<Header*>(base); }
+    uint8_t* memory() const { return base + kPrefixBytes; }
+};
+
+std::mutex gMutex;
+std::map<uintptr_t, Segment> gOwned;            // by the address aclrtMalloc returned
+std::map<std::string, Segment> gImported;        // by key
+std::string gLog;
+std::atomic<uint64_t> gCounter{0};
+
+void Log(const char* call) {
+    // gMutex held by the caller
+    if (!gLog.empty()) gLog += ';';
+    gLog += call;
+}
+
+uint64_t Random64() {
+    std::random_device rd;
+    uint64_t v = (uint64_t(rd()) << 32) ^ rd();
+    return v ? v : 1;
+}
+
+// "name:nonce" (hex); false when the key is not of that form.
+bool ParseKey(const char* key, std::string* name, uint64_t* nonce) {
+    if (!key) return false;
+    const char* colon = std::strrchr(key, ':');
+    if (!colon || colon == key || colon[1] == '\0') return false;
+    char* end = nullptr;
+    *nonce = std::strtoull(colon + 1, &end, 16);
+    if (*end != '\0' || *nonce == 0) return false;
+    name->assign(key, colon);
+    return true;
+}
+
+void Register(const Segment& s) {
+    cam::twin::RegisterSharedRegion(s.memory(), s.mapped - kPrefixBytes, s.base + kHeaderBytes);
+}
+
+void Unmap(const Segment& s) {
+    cam::twin::UnregisterSharedRegion(s.memory());  // before the unmap: no wait or wake reaches the table after it
+    munmap(s.base, s.mapped);
+}
+
+}  // namespace
+
+extern "C" aclError camTwinAclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    Log("aclrtMalloc");
+    if (!devPtr || size == 0) return ACL_ERROR_INVALID_PARAM;
+    char name[96];
+    std::snprintf(name, sizeof(name), "/cam-npu-twin-%d-%" PRIu64 "-%016" PRIx64, static_cast<int>(getpid()),
+                  gCounter.fetch_add(1), Random64());
+    const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) return ACL_ERROR_INTERNAL_ERROR;
+    const uint64_t total = kPrefixBytes + size;  // ftruncate zeroes it: header, park table and memory start empty
+    void* p = ftruncate(fd, static_cast<off_t>(total)) == 0
+                  ? mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) {
+        shm_unlink(name);
+        return ACL_ERROR_INTERNAL_ERROR;
+    }
+    Segment s{name, static_cast<uint8_t*>(p), total};
+    s.header()->magic = kMagic;
+    s.header()->bytes = size;
+    Register(s);
+    *devPtr = s.memory();
+    gOwned[reinterpret_cast<uintptr_t>(s.memory())] = s;
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinAclrtFree(void* devPtr) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    Log("aclrtFree");
+    auto it = gOwned.find(reinterpret_cast<uintptr_t>(devPtr));
+    if (it == gOwned.end()) return ACL_ERROR_INVALID_PARAM;
+    Unmap(it->second);
+    shm_unlink(it->second.name.c_str());
+    gOwned.erase(it);
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinAclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind) {
+    {
+        std::lock_guard<std::mutex> lock(gMutex);
+        Log("aclrtMemcpy");
+    }
+    if (!dst || !src || count > destMax) return ACL_ERROR_INVALID_PARAM;
+    std::memcpy(dst, src, count);
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinAclrtGetDevice(int32_t* deviceId) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    Log("aclrtGetDevice");
+    if (!deviceId) return ACL_ERROR_INVALID_PARAM;
+    // One twin "device" per process unless CAM_TWIN_DEVICE_ID says otherwise (tests give each rank its own, so the
+    // transport's peer-access check runs as it would across the NPUs of one server).
+    const char* env = std::getenv("CAM_TWIN_DEVICE_ID");
+    *deviceId = env ? static_cast<int32_t>(std::atoi(env)) : 0;
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinAclrtDeviceGetBareTgid(int32_t* pid) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    Log("aclrtDeviceGetBareTgid");
+    if (!pid) return ACL_ERROR_INVALID_PARAM;
+    *pid = static_cast<int32_t>(getpid());
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinAclrtDeviceCanAccessPeer(int32_t* canAccessPeer, int32_t deviceId, int32_t peerDeviceId) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    Log("aclrtDeviceCanAccessPeer");
+    // As documented for the real call: the two devices must differ. Every twin device reaches every other (one host).
+    if (!canAccessPeer || deviceId == peerDeviceId) return ACL_ERROR_INVALID_PARAM;
+    *canAccessPeer = 1;
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinAclrtIpcMemGetExportKey(void* devPtr, size_t size, char* key, size_t len, uint64_t flags) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    Log("aclrtIpcMemGetExportKey");
+    auto it = gOwned.find(reinterpret_cast<uintptr_t>(devPtr));
+    if (it == gOwned.end() || !key || size == 0 || size > it->second.header()->bytes) return ACL_ERROR_INVALID_PARAM;
+    Header* h = it->second.header();
+    const uint64_t nonce = Random64();
+    char text[160];
+    const int n = std::snprintf(text, sizeof(text), "%s:%" PRIx64, it->second.name.c_str(), nonce);
+    if (n < 0 || static_cast<size_t>(n) + 1 > len) return ACL_ERROR_INVALID_PARAM;
+    h->flags = flags;
+    h->pids = 0;
+    __atomic_store_n(&h->nonce, nonce, __ATOMIC_RELEASE);
+    std::memcpy(key, text, static_cast<size_t>(n) + 1);
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinAclrtIpcMemSetImportPid(const char* key, int32_t* pid, size_t num) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    Log("aclrtIpcMemSetImportPid");
+    std::string name;
+    uint64_t nonce = 0;
+    if (!ParseKey(key, &name, &nonce) || (num > 0 && !pid)) return ACL_ERROR_INVALID_PARAM;
+    for (auto& [addr, s] : gOwned) {
+        Header* h = s.header();
+        if (s.name != name || h->nonce != nonce) continue;
+        if (h->pids + num > kMaxPids) return ACL_ERROR_INVALID_PARAM;
+        for (size_t i = 0; i < num; ++i) h->allow[h->pids + i] = pid[i];
+        __atomic_store_n(&h->pids, h->pids + num, __ATOMIC_RELEASE);
+        return ACL_SUCCESS;
+    }
+    return ACL_ERROR_INVALID_PARAM;  // not a key this process exported
+}
+
+extern "C" aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key, uint64_t) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    Log("aclrtIpcMemImportByKey");
+    std::string name;
+    uint64_t nonce = 0;
+    if (!devPtr || !ParseKey(key, &name, &nonce) || gImported.count(key)) return ACL_ERROR_INVALID_PARAM;
+    const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) return ACL_ERROR_INVALID_PARAM;
+    struct stat st {};
+    void* p = MAP_FAILED;
+    // Only segments this user made as cam makes them (0600): anyone else's could be rewritten under the plane.
+    if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 077) == 0 &&
+        static_cast<uint64_t>(st.st_size) > kPrefixBytes)
+        p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return ACL_ERROR_INVALID_PARAM;
+    Segment s{name, static_cast<uint8_t*>(p), static_cast<uint64_t>(st.st_size)};
+    const Header* h = s.header();
+    bool allowed = (h->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) != 0;
+    const uint64_t npids = std::min<uint64_t>(__atomic_load_n(&h->pids, __ATOMIC_ACQUIRE), kMaxPids);
+    for (uint64_t i = 0; i < npids && !allowed; ++i) allowed = h->allow[i] == static_cast<int32_t>(getpid());
+    if (h->magic != kMagic || __atomic_load_n(&h->nonce, __ATOMIC_ACQUIRE) != nonce || !allowed ||
+        h->bytes + kPrefixBytes > s.mapped) {
+        munmap(p, s.mapped);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    Register(s);
+    *devPtr = s.memory();
+    gImported[key] = s;
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinAclrtIpcMemClose(const char* key) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    Log("aclrtIpcMemClose");
+    if (!key) return ACL_ERROR_INVALID_PARAM;
+    auto it = gImported.find(key);
+    if (it != gImported.end()) {
+        Unmap(it->second);
+        gImported.erase(it);
+        return ACL_SUCCESS;
+    }
+    std::string name;
+    uint64_t nonce = 0;
+    if (!ParseKey(key, &name, &nonce)) return ACL_ERROR_INVALID_PARAM;
+    for (auto& [addr, s] : gOwned) {
+        if (s.name == name && s.header()->nonce == nonce) {
+            __atomic_store_n(&s.header()->nonce, uint64_t{0}, __ATOMIC_RELEASE);  // no import from now on
+            return ACL_SUCCESS;
+        }
+    }
+    return ACL_ERROR_INVALID_PARAM;
+}
+
+extern "C" aclError camTwinIpcCallLog(char* out, size_t bytes, int32_t reset) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    if (!out || bytes == 0) return ACL_ERROR_INVALID_PARAM;
+    const size_t n = std::min(bytes - 1, gLog.size());
+    std::memcpy(out, gLog.data(), n);
+    out[n] = '\0';
+    const bool whole = n == gLog.size();
+    if (reset) gLog.clear();
+    return whole ? ACL_SUCCESS : ACL_ERROR_INVALID_PARAM;
+}
+
+extern "C" int64_t camTwinIpcOpenImports(void) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    return static_cast<int64_t>(gImported.size());
+}

@@ -1,0 +1,345 @@
+// The NPU transport: a plane's windows are device memory of cam's own, shared between the ranks' processes by ACL
+// IPC (docs/ascend.md §5.0): aclrtMalloc, export a key, allow the peers' pids, import the peers' windows by key,
+// close every import before the owner frees. One code path: the entry points come from a table (transport_ipc.h),
+// filled from the runtime by dlopen on Ascend and with cam's POSIX-shm stand-ins on the twin (acl_ipc_twin.cpp).
+// Host code never loads or stores a window directly here: identity lines and the peer table go through aclrtMemcpy.
+#ifdef CAM_WITH_CANN
+#include "cam_cann_features.h"
+#define CAM_IPC_TRANSPORT CAM_CANN_HAS_IPC_MEM
+#else
+#define CAM_IPC_TRANSPORT 1
+#endif
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cam/cam_comm.h"
+#include "comm.h"
+#include "status.h"
+
+#if CAM_IPC_TRANSPORT
+#include <algorithm>
+#include <cstring>
+
+#include "transport_ipc.h"
+#ifdef CAM_WITH_CANN
+#include "dl_library.h"
+#endif
+
+namespace cam::host {
+
+#ifdef CAM_WITH_CANN
+namespace {
+template <typename F>
+bool Resolve(void* lib, const char* name, F* fn, std::string* why) {
+    return ResolveSymbol(lib, "libascendcl.so", "the Ascend runtime", name, fn, why);
+}
+}  // namespace
+
+const AclIpcApi& AclIpc() {
+    static const AclIpcApi api = [] {
+        AclIpcApi a;
+        void* lib = OpenCannLibrary("libascendcl.so", "the Ascend runtime", &a.unavailable);
+        if (lib == nullptr) return a;
+        std::string& why = a.unavailable;
+        (void)(Resolve(lib, "aclrtMalloc", &a.malloc, &why) && Resolve(lib, "aclrtFree", &a.free, &why) &&
+               Resolve(lib, "aclrtMemcpy", &a.memcpy, &why) && Resolve(lib, "aclrtGetDevice", &a.getDevice, &why) &&
+               Resolve(lib, "aclrtDeviceGetBareTgid", &a.bareTgid, &why) &&
+               Resolve(lib, "aclrtDeviceCanAccessPeer", &a.canAccessPeer, &why) &&
+               Resolve(lib, "aclrtIpcMemGetExportKey", &a.exportKey, &why) &&
+               Resolve(lib, "aclrtIpcMemSetImportPid", &a.setImportPid, &why) &&
+               Resolve(lib, "aclrtIpcMemImportByKey", &a.importByKey, &why) &&
+               Resolve(lib, "aclrtIpcMemClose", &a.close, &why));
+        a.hostAddressable = false;
+        return a;
+    }();
+    return api;
+}
+#else
+const AclIpcApi& AclIpc() {
+    static const AclIpcApi api = [] {
+        AclIpcApi a;
+        a.malloc = &camTwinAclrtMalloc;
+        a.free = &camTwinAclrtFree;
+        a.memcpy = &camTwinAclrtMemcpy;
+        a.getDevice = &camTwinAclrtGetDevice;
+        a.bareTgid = &camTwinAclrtDeviceGetBareTgid;
+        a.canAccessPeer = &camTwinAclrtDeviceCanAccessPeer;
+        a.exportKey = &camTwinAclrtIpcMemGetExportKey;
+        a.setImportPid = &camTwinAclrtIpcMemSetImportPid;
+        a.importByKey = &camTwinAclrtIpcMemImportByKey;
+        a.close = &camTwinAclrtIpcMemClose;
+        a.hostAddressable = true;
+        return a;
+    }();
+    return api;
+}
+#endif
+
+namespace {
+
+// aclrtIpcMemGetExportKey's key length (CANN's API reference: len is 65).
+constexpr size_t kAclKeyLen = 65;
+static_assert(kAclKeyLen <= CAM_IPC_KEY_BYTES, "a record holds an ACL key");
+constexpr int64_t kLineBytes = kIdentityOff + 8 * kIdentityWords;  // what a window's identity check reads
+
+std::string AclFailed(const char* call, aclError rc) {
+    return std::string(call) + " failed with ACL error " + std::to_string(static_cast<int>(rc));
+}
+
+class IpcTransport : public Transport {
+public:
+    IpcTransport(const AclIpcApi& acl, int64_t rank, int64_t world)
+        : acl_(acl), rank_(rank), windows_(world, nullptr), bytes_(world, 0), imported_(world) {}
+    ~IpcTransport() override {
+        Detach();
+        if (!ownKey_.empty()) acl_.close(ownKey_.c_str());  // the export is withdrawn: nothing imports it later
+        if (deviceTable_) acl_.free(deviceTable_);
+        if (windows_[rank_]) acl_.free(windows_[rank_]);
+    }
+    const char* Name() const override { return "acl-ipc"; }
+    uint8_t* Window(int64_t rank) const override {
+        return acl_.hostAddressable ? static_cast<uint8_t*>(windows_[rank]) : nullptr;
+    }
+    uint64_t WindowBytes(int64_t rank) const override { return bytes_[rank]; }
+
+    const AclIpcApi& acl_;
+    int64_t rank_;
+    int32_t device_ = 0;
+    std::string ownKey_;
+    std::vector<void*> windows_;  // device addresses: own allocation, then the imports
+    std::vector<uint64_t> bytes_;
+    std::vector<int32_t> pids_;          // the pids this rank's window allows (create's peerPids)
+    std::vector<std::string> imported_;  // key of every open import ("" when none)
+    void* deviceTable_ = nullptr;        // the peer table in device memory
+    bool detached_ = false;
+
+    void Detach() {
+        for (size_t r = 0; r < imported_.size(); ++r) {
+            if (imported_[r].empty()) continue;
+            acl_.close(imported_[r].c_str());
+            imported_[r].clear();
+            windows_[r] = nullptr;
+        }
+        detached_ = true;
+    }
+};
+
+IpcTransport* AsIpc(camComm* comm) { return dynamic_cast<IpcTransport*>(comm->transport.get()); }
+
+}  // namespace
+
+}  // namespace cam::host
+
+using namespace cam;
+using namespace cam::host;
+
+extern "C" aclnnStatus camIpcProcessId(int32_t* pid) {
+    return Guarded("camIpcProcessId", [&]() -> aclnnStatus {
+        if (!pid) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camIpcProcessId: pid is null");
+        const AclIpcApi& acl = AclIpc();
+        if (!acl.unavailable.empty()) return Fail(ACLNN_ERR_RUNTIME_ERROR, "camIpcProcessId: " + acl.unavailable);
+        if (aclError rc = acl.bareTgid(pid))
+            return Fail(ACLNN_ERR_RUNTIME_ERROR, "camIpcProcessId: " + AclFailed("aclrtDeviceGetBareTgid", rc));
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus camCommCreateIpc(const CamTopology* topology, int64_t rank, const camCommConfig* config,
+                                        const int32_t* peerPids, int64_t count, camComm** comm) {
+    return Guarded("camCommCreateIpc", [&]() -> aclnnStatus {
+        const char* api = "camCommCreateIpc";
+        if (aclnnStatus st = CheckCreateArgs(api, topology, rank, config, comm)) return st;
+        const CamTopology topo = *topology;
+        const int64_t world = cam::layout::world_size(topo);
+        if (!peerPids) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": peerPids is null");
+        if (count != world)
+            return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + std::to_string(count) +
+                                                     " peer pids for a world of " + std::to_string(world));
+        for (int64_t r = 0; r < world; ++r)
+            if (r != rank && peerPids[r] <= 0)
+                return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": peerPids[" + std::to_string(r) + "] is " +
+                                                         std::to_string(peerPids[r]) + ", not a process id");
+        const AclIpcApi& acl = AclIpc();
+        if (!acl.unavailable.empty()) return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + acl.unavailable);
+        auto t = std::make_unique<IpcTransport>(acl, rank, world);
+        t->pids_.assign(peerPids, peerPids + world);
+        auto fail = [&](const std::string& why) { return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + why); };
+        if (aclError rc = acl.getDevice(&t->device_)) return fail(AclFailed("aclrtGetDevice", rc));
+        const uint64_t bytes = static_cast<uint64_t>(RequiredWindowBytes(topo, rank));
+        void* window = nullptr;
+        if (aclError rc = acl.malloc(&window, bytes, ACL_MEM_MALLOC_HUGE_FIRST))
+            return fail(AclFailed("aclrtMalloc", rc) + " for a window of " + std::to_string(bytes) + " bytes");
+        t->windows_[rank] = window;
+        t->bytes_[rank] = bytes;
+        // aclrtMalloc does not zero device memory: the protocol's words start at 0 (the twin's segment is zeroed,
+        // the copy keeps one path). One chunk at a time so a large window costs no equally large host buffer.
+        const std::vector<uint8_t> zeros(std::min<uint64_t>(bytes, 1u << 20), 0);
+        for (uint64_t off = 0; off < bytes; off += zeros.size()) {
+            const uint64_t n = std::min<uint64_t>(zeros.size(), bytes - off);
+            if (aclError rc = acl.memcpy(static_cast<uint8_t*>(window) + off, bytes - off, zeros.data(), n,
+                                         ACL_MEMCPY_HOST_TO_DEVICE))
+                return fail(AclFailed("aclrtMemcpy", rc) + " (zeroing the window)");
+        }
+        std::vector<uint8_t> line(kLineBytes, 0);
+        WriteIdentity(line.data(), topo, rank, bytes, config->actDtype);
+        if (aclError rc = acl.memcpy(static_cast<uint8_t*>(window) + kIdentityOff, bytes - kIdentityOff,
+                                     line.data() + kIdentityOff, 8 * kIdentityWords, ACL_MEMCPY_HOST_TO_DEVICE))
+            return fail(AclFailed("aclrtMemcpy", rc) + " (the identity line)");
+        char key[CAM_IPC_KEY_BYTES] = {};
+        if (aclError rc = acl.exportKey(window, bytes, key, kAclKeyLen, ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT))
+            return fail(AclFailed("aclrtIpcMemGetExportKey", rc));
+        t->ownKey_ = key;
+        std::vector<int32_t> pids;
+        for (int64_t r = 0; r < world; ++r)
+            if (r != rank) pids.push_back(peerPids[r]);
+        if (!pids.empty())
+            if (aclError rc = acl.setImportPid(key, pids.data(), pids.size()))
+                return fail(AclFailed("aclrtIpcMemSetImportPid", rc));
+        auto c = std::make_unique<camComm>();
+        c->topo = topo;
+        c->rank = rank;
+        c->config = *config;
+        c->transport = std::move(t);
+        *comm = c.release();
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus camCommGetIpcRecord(const camComm* comm, camIpcWindowRecord* record) {
+    if (!comm || !record) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommGetIpcRecord: null argument");
+    const auto* t = dynamic_cast<const IpcTransport*>(comm->transport.get());
+    if (!t) return Fail(ACLNN_ERR_PARAM_INVALID, "camCommGetIpcRecord: not an ACL IPC communicator");
+    *record = camIpcWindowRecord{};
+    std::strncpy(record->key, t->ownKey_.c_str(), CAM_IPC_KEY_BYTES - 1);
+    int32_t pid = 0;
+    if (aclError rc = t->acl_.bareTgid(&pid))
+        return Fail(ACLNN_ERR_RUNTIME_ERROR, "camCommGetIpcRecord: " + AclFailed("aclrtDeviceGetBareTgid", rc));
+    record->pid = pid;
+    record->deviceId = t->device_;
+    record->windowBytes = t->bytes_[comm->rank];
+    record->fingerprint = cam::layout::fingerprint(comm->topo);
+    return ACLNN_SUCCESS;
+}
+
+extern "C" aclnnStatus camCommAttachIpc(camComm* comm, const camIpcWindowRecord* records, int64_t count) {
+    return Guarded("camCommAttachIpc", [&]() -> aclnnStatus {
+        const char* api = "camCommAttachIpc";
+        if (!comm || !records) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": null argument");
+        IpcTransport* t = AsIpc(comm);
+        if (!t) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": not an ACL IPC communicator");
+        const CamTopology& topo = comm->topo;
+        const int64_t world = cam::layout::world_size(topo);
+        if (count != world)
+            return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + std::to_string(count) +
+                                                     " records for a world of " + std::to_string(world));
+        if (comm->attached || t->detached_)
+            return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": already attached");
+        const AclIpcApi& acl = t->acl_;
+        auto invalid = [&](const std::string& why) { return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + why); };
+        std::vector<int64_t> nonces(world);
+        std::vector<uint8_t> line(kLineBytes, 0);
+        for (int64_t r = 0; r < world; ++r) {
+            const std::string who = "rank " + std::to_string(r);
+            if (r != comm->rank) {
+                const camIpcWindowRecord& rec = records[r];
+                if (std::memchr(rec.key, '\0', CAM_IPC_KEY_BYTES) == nullptr)
+                    return invalid(who + " published a key that is not NUL-terminated");
+                // The record must come from the process this rank's allow-list admitted for that rank: another
+                // process publishing for it would hold this rank's window while the real rank is watched.
+                if (rec.pid != t->pids_[r])
+                    return invalid(who + "'s record comes from pid " + std::to_string(rec.pid) +
+                                   ", the pid it published (and this rank allowed) is " + std::to_string(t->pids_[r]));
+                if (rec.fingerprint != cam::layout::fingerprint(topo))
+                    return invalid(who + " published topology fingerprint " + std::to_string(rec.fingerprint) +
+                                   ", ours is " + std::to_string(cam::layout::fingerprint(topo)));
+                const auto need = static_cast<uint64_t>(RequiredWindowBytes(topo, r));
+                if (rec.windowBytes != need)
+                    return invalid(who + " published a window of " + std::to_string(rec.windowBytes) +
+                                   " bytes, the topology gives that rank " + std::to_string(need));
+                if (rec.deviceId != t->device_) {
+                    int32_t can = 0;
+                    if (aclError rc = acl.canAccessPeer(&can, t->device_, rec.deviceId))
+                        return invalid(who + ": " + AclFailed("aclrtDeviceCanAccessPeer", rc) + " for devices " +
+                                       std::to_string(t->device_) + " and " + std::to_string(rec.deviceId));
+                    if (!can)
+                        return invalid(who + "'s device " + std::to_string(rec.deviceId) + " cannot be reached from "
+                                       "this rank's device " + std::to_string(t->device_));
+                }
+                void* peer = nullptr;
+                if (aclError rc = acl.importByKey(&peer, rec.key, ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS))
+                    return invalid("cannot import " + who + "'s window: " + AclFailed("aclrtIpcMemImportByKey", rc) +
+                                   " (a stale or altered key, or this process's pid is not on its allow-list)");
+                t->imported_[r] = rec.key;
+                t->windows_[r] = peer;
+                t->bytes_[r] = rec.windowBytes;
+            }
+            if (aclError rc = acl.memcpy(line.data() + kIdentityOff, 8 * kIdentityWords,
+                                         static_cast<uint8_t*>(t->windows_[r]) + kIdentityOff, 8 * kIdentityWords,
+                                         ACL_MEMCPY_DEVICE_TO_HOST))
+                return invalid(who + "'s identity line could not be read: " + AclFailed("aclrtMemcpy", rc));
+            const std::string why = CheckIdentity(line.data(), t->bytes_[r], topo, r, comm->config.actDtype);
+            if (!why.empty()) return invalid(why);
+            int64_t nonce = 0;
+            std::memcpy(&nonce, line.data() + kIdentityOff + 8 * kIdentityNonce, 8);
+            nonces[r] = nonce;
+        }
+        std::vector<int64_t> table(world);
+        for (int64_t r = 0; r < world; ++r) table[r] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(t->windows_[r]));
+        void* device = nullptr;
+        if (aclError rc = acl.malloc(&device, 8 * world, ACL_MEM_MALLOC_HUGE_FIRST))
+            return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + AclFailed("aclrtMalloc", rc) + " (peer table)");
+        t->deviceTable_ = device;
+        if (aclError rc = acl.memcpy(device, 8 * world, table.data(), 8 * world, ACL_MEMCPY_HOST_TO_DEVICE))
+            return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + AclFailed("aclrtMemcpy", rc) + " (peer table)");
+        // The twin's launchers read the host copy (comm->peerTable); it holds the same addresses as the device table.
+        comm->peerTable = table;
+        comm->planeId = PlaneId(topo, comm->config.actDtype, nonces);
+        if (aclError rc = acl.memcpy(static_cast<uint8_t*>(t->windows_[comm->rank]) + kIdentityOff + 8 * kIdentityPlaneId,
+                                     8, &comm->planeId, 8, ACL_MEMCPY_HOST_TO_DEVICE))
+            return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + AclFailed("aclrtMemcpy", rc) + " (plane id)");
+        comm->attached = true;
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus camCommDetachIpc(camComm* comm) {
+    if (!comm) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommDetachIpc: comm is null");
+    IpcTransport* t = AsIpc(comm);
+    if (!t) return Fail(ACLNN_ERR_PARAM_INVALID, "camCommDetachIpc: not an ACL IPC communicator");
+    const int64_t busy = comm->opsInFlight.load();
+    if (busy > 0)
+        return Fail(CAM_ERR_COMM_BUSY, "camCommDetachIpc: " + std::to_string(busy) +
+                                           " op(s) still queued or running; synchronize their streams first");
+    t->Detach();
+    comm->attached = false;  // no op runs on a plane whose peer windows are closed
+    return ACLNN_SUCCESS;
+}
+
+#else  // CANN headers without device-memory IPC
+
+namespace {
+const char kNoIpc[] =
+    ": the NPU transport is off in this build: its CANN headers declare no device-memory IPC "
+    "(aclrtIpcMemGetExportKey ..., CAM_CANN_HAS_IPC_MEM; docs/ascend.md section 2)";
+}
+
+extern "C" aclnnStatus camIpcProcessId(int32_t*) {
+    return cam::host::Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("camIpcProcessId") + kNoIpc);
+}
+extern "C" aclnnStatus camCommCreateIpc(const CamTopology*, int64_t, const camCommConfig*, const int32_t*, int64_t,
+                                        camComm**) {
+    return cam::host::Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("camCommCreateIpc") + kNoIpc);
+}
+extern "C" aclnnStatus camCommGetIpcRecord(const camComm*, camIpcWindowRecord*) {
+    return cam::host::Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("camCommGetIpcRecord") + kNoIpc);
+}
+extern "C" aclnnStatus camCommAttachIpc(camComm*, const camIpcWindowRecord*, int64_t) {
+    return cam::host::Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("camCommAttachIpc") + kNoIpc);
+}
+extern "C" aclnnStatus camCommDetachIpc(camComm*) {
+    return cam::host::Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("camCommDetachIpc") + kNoIpc);
+}
+
+#endif  // CAM_IPC_TRANSPORT

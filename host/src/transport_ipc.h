@@ -1,0 +1,37 @@
+// The ACL entry points the NPU transport (transport_ipc.cpp) calls, as one table. Each is typed from the ACL
+// prototype in scope: CANN's own (CAM_WITH_CANN with an IPC-capable header set, CAM_CANN_HAS_IPC_MEM) or cam's
+// ACL-compatible declarations in cam/acl_compat.h (the twin). On Ascend the table is filled by dlopen/dlsym of the
+// runtime; on the twin with cam's stand-ins (acl_ipc_twin.cpp). The transport's logic is the same for both.
+#pragma once
+
+#include <string>
+
+#ifdef CAM_WITH_CANN
+#include <acl/acl.h>
+#else
+#include "cam/acl_compat.h"
+#endif
+
+namespace cam::host {
+
+struct AclIpcApi {
+    decltype(&aclrtMalloc) malloc = nullptr;
+    decltype(&aclrtFree) free = nullptr;
+    decltype(&aclrtMemcpy) memcpy = nullptr;
+    decltype(&aclrtGetDevice) getDevice = nullptr;
+    decltype(&aclrtDeviceGetBareTgid) bareTgid = nullptr;
+    decltype(&aclrtDeviceCanAccessPeer) canAccessPeer = nullptr;
+    decltype(&aclrtIpcMemGetExportKey) exportKey = nullptr;
+    decltype(&aclrtIpcMemSetImportPid) setImportPid = nullptr;
+    decltype(&aclrtIpcMemImportByKey) importByKey = nullptr;
+    decltype(&aclrtIpcMemClose) close = nullptr;
+    // Whether the host may load and store device addresses (the twin: device memory is host shared memory). Only
+    // then does the transport hand windows to host-side code (abort words, fences); Ascend reads go through copies.
+    bool hostAddressable = false;
+    std::string unavailable;  // why the table cannot be used; "" when it can
+};
+
+// The process's table (filled once).
+const AclIpcApi& AclIpc();
+
+}  // namespace cam::host
