@@ -425,8 +425,15 @@ def _longest_spans(res, count: int = 6) -> str:
     return "; ".join(f"{d:.2f} s {what}" for d, what in spans[:count])
 
 
+# Four cam-run worlds (about 45 s on a quiet 2-CPU machine, 86 s loaded): CI runs this in its own timed stage,
+# long-tests (.ci/run), so the README's test tier stays within its budget.
+LONG_TESTS = os.environ.get("CAM_LONG_TESTS") == "1"
+
+
 @pytest.mark.slow
 @pytest.mark.e2e
+@pytest.mark.skipif(not LONG_TESTS, reason="the prediction of cam-run runs with CAM_LONG_TESTS=1 (CI's long-tests "
+                                           "stage)")
 def test_predicts_cam_run_within_15_percent(tmp_path):
     """Calibrate on cam-run's ``default`` preset (both modes), then predict fresh runs of the ``imbalanced`` preset
     (both modes): makespan and mean TTFT within 15%. cam-run runs as a subprocess from a scratch directory, each run
