@@ -590,3 +590,34 @@ def test_batched_protocol_rules_hold(D, F, n, seed, cap, budget, mode):
             assert len(ds) == 1 or rows <= budget
         assert pos == len(items)
 
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_assign_policies(mode):
+    # Dense 1-layer model, 0.01 s/token, D = 2. a (100 tokens) at 0, b, c, d (5 each) at 0.01, 0.02, 0.03.
+    # round robin: a, c -> replica 0; b, d -> 1. c waits for a (ends 1.05: TTFT 1.03); d runs after b (0.11: 0.08).
+    # fewest tokens: c and d go to replica 1 (5 and 10 queued tokens < 100), which runs [b] then [c, d] (0.06 ->
+    #   0.16). shortest queue: c ties (one request each) and goes to the lowest replica, 0, as round robin; d to 1.
+    m = shape(layers=1, first_dense=1)
+    c = costs(attention={"per_token_s": 0.01})
+    wl = workload([0.0, 0.01, 0.02, 0.03], [100, 5, 5, 5], [0, 1, 0, 1], budget=100)
+    got = {}
+    for assign in ("round-robin", "fewest-tokens", "shortest-queue"):
+        r = simulate(m, SimTopology(D=2, F=1), wl, c, per_request=True, assign=assign, mode=mode)
+        got[assign] = [r["ttft_per_request_s"][str(i)] for i in range(4)]
+    if mode == "async":
+        assert got["round-robin"] == pytest.approx([1.0, 0.05, 1.03, 0.08])
+        assert got["fewest-tokens"] == pytest.approx([1.0, 0.05, 0.14, 0.13])
+        assert got["shortest-queue"] == pytest.approx(got["round-robin"])
+    else:
+        # Sync: the first step (t = 0) holds a only; the second starts at 1.0 with b, c, d. Round robin: replica 0
+        # runs [c] (1.05), replica 1 [b, d] as two micro-batches (1.10). Fewest tokens put all three on replica 1:
+        # micro-batches [b, d] and [c], 0.15 s, ends 1.15. The barrier makes the balanced choice the worse one here.
+        assert got["round-robin"] == pytest.approx([1.0, 1.09, 1.03, 1.07])
+        assert got["fewest-tokens"] == pytest.approx([1.0, 1.14, 1.13, 1.12])
+        assert got["shortest-queue"] == pytest.approx(got["round-robin"])
+    with pytest.raises(ValueError, match="assign must be one of"):
+        simulate(m, SimTopology(D=2, F=1), wl, c, assign="random")
+    static = workload([0.0], [1], [0], batches=[[[0]]])
+    with pytest.raises(ValueError, match="dynamically batched"):
+        simulate(m, SimTopology(D=1, F=1), static, c, assign="fewest-tokens")

@@ -18,7 +18,7 @@ import time
 from typing import List
 
 from .costs import CostModel, device_files
-from .engine import ROUTINGS
+from .engine import ASSIGNS, ROUTINGS
 from .shapes import ModelShape, SimTopology, model_presets
 from .workload import LENGTH_DISTS, SimWorkload
 
@@ -67,6 +67,9 @@ def _parse(argv):
                    help="expert placement: contiguous (default: expert e on rank e*F//E), hot:K (the contiguous "
                         "one plus a second replica of each layer's K most popular experts), or a JSON table "
                         "{\"F\": F, \"experts\": [[[rank, slot], ...], ...]}; a row goes to replica (t + k) %% r")
+    g.add_argument("--assign", choices=ASSIGNS, default="round-robin",
+                   help="which Attention replica takes an arriving request: round robin in arrival order (as "
+                        "cam-run), or at its arrival the one with the fewest tokens / requests not yet finished")
     g.add_argument("--batch-items", action="store_true",
                    help="snapshot batching: an FFN rank serves every ready item, up to --batch-rows rows, in one "
                         "grouped-matmul launch (default: one work item per dispatch_recv)")
@@ -245,7 +248,7 @@ def simulate_grid(args) -> dict:
                 t0 = time.perf_counter()
                 rep = simulate(model, topo, wl, costs, mode=mode, seed=args.seed, routing=args.routing,
                                expert_skew=args.expert_skew, slo_s=args.slo, per_request=True,
-                               placement=args.placement,
+                               placement=args.placement, assign=args.assign,
                                batch_rows=args.batch_rows if args.batch_items else None)
                 rep["rate"] = rate
                 rep["wall_s"] = time.perf_counter() - t0

@@ -36,8 +36,12 @@ from .placement import Placement, expected_fanout_of, parse_placement
 from .shapes import ModelShape, SimTopology
 from .workload import SimWorkload, split_stages
 
-_PUBLISH, _FFN_DONE, _WAKE, _REPLICA = 0, 1, 2, 3
+_PUBLISH, _FFN_DONE, _WAKE, _REPLICA, _ARRIVE = 0, 1, 2, 3, 4
 ROUTINGS = ("uniform", "balanced")
+# Which Attention replica takes an arriving request: the workload's own assignment (round robin in arrival order,
+# as cam-run), or at its arrival the replica with the fewest tokens / requests assigned and not yet finished
+# (ties: the lowest replica).
+ASSIGNS = ("round-robin", "fewest-tokens", "shortest-queue")
 
 
 def expected_fanout(model: ModelShape, F: int) -> float:
@@ -154,7 +158,7 @@ def chunks(counts: np.ndarray, capacity: int) -> List[tuple]:
 
 class _Replica:
     __slots__ = ("d", "next_req", "reqs", "batch_idx", "rids", "stages", "layer", "wait_rounds", "wait_t",
-                 "busy", "chain", "batches_run")
+                 "busy", "chain", "batches_run", "assigned", "idle", "free_at")
 
     def __init__(self, d, reqs):
         self.d = d
@@ -169,6 +173,9 @@ class _Replica:
         self.busy = 0.0
         self.chain = 0.0
         self.batches_run = 0
+        self.assigned: List[int] = []  # --assign: requests assigned at arrival
+        self.idle = False
+        self.free_at = 0.0
 
 
 class Simulation:
@@ -177,7 +184,8 @@ class Simulation:
 
     def __init__(self, model: ModelShape, topo: SimTopology, workload: SimWorkload, costs: CostModel,
                  mode: str = "async", seed: int = 0, routing: str = "uniform", expert_skew: float = 0.0,
-                 trace: bool = False, placement=None, batch_rows: Optional[int] = None):
+                 trace: bool = False, placement=None, batch_rows: Optional[int] = None,
+                 assign: str = "round-robin"):
         if mode not in ("async", "sync"):
             raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
         if routing not in ROUTINGS:
@@ -186,6 +194,12 @@ class Simulation:
             raise ValueError(f"expert_skew must be >= 0, got {expert_skew}")
         if batch_rows is not None and batch_rows < model.top_k:
             raise ValueError(f"batch_rows ({batch_rows}) is smaller than one token's rows (top_k = {model.top_k})")
+        if assign not in ASSIGNS:
+            raise ValueError(f"assign must be one of {ASSIGNS}, got {assign!r}")
+        if assign != "round-robin" and workload.batches is not None:
+            raise ValueError(f"assign {assign!r} needs a dynamically batched workload (cam-run presets bring "
+                             "their own static batches and assignment)")
+        self.assign = assign
         if workload.num_replicas > topo.D:
             raise ValueError(f"workload uses {workload.num_replicas} replicas, topology has D={topo.D}")
         self.model, self.topo, self.wl, self.mode = model, topo, workload, mode
@@ -337,8 +351,14 @@ class Simulation:
         self.ffn_time = [0.0] * F
         self.items = 0
         reqs = [[] for _ in range(D)]
+        self._sync_idle = False
+        self._unassigned = 0
         for rid in np.argsort(wl.arrival_s, kind="stable").tolist():
-            reqs[int(wl.replica[rid])].append(rid)
+            if self.assign == "round-robin":
+                reqs[int(wl.replica[rid])].append(rid)
+            else:  # assigned at arrival, by the policy
+                self._push(float(wl.arrival_s[rid]), _ARRIVE, rid)
+                self._unassigned += 1
         self.reps = [_Replica(d, reqs[d]) for d in range(D)]
         self.barrier_count = 0
         self.barrier_t = 0.0
@@ -370,6 +390,10 @@ class Simulation:
                 self._publish(x, t)
             elif kind == _WAKE:
                 select(x, t)
+            elif kind == _ARRIVE:
+                self._arrive(x, t)
+            elif x < 0:  # --assign, sync: the step that waited for an arrival
+                self._sync_step(t)
             else:
                 self._next_batch(self.reps[x], t)
         unfinished = int(np.isnan(self.ttft).sum())
@@ -381,6 +405,29 @@ class Simulation:
         heapq.heappush(self.heap, (t, next(self._order), kind, x, y))
 
     # ------------------------------------------------------------------ Attention side
+
+    def _arrive(self, rid: int, t: float) -> None:
+        """--assign: request rid arrives at t and joins the replica the policy picks; an idle replica starts."""
+        finish, length = self.finish, self.wl.length
+        for r in self.reps:
+            # Not finished by t (a replica's schedule may already run ahead of t: its finish times are known).
+            r.assigned = [x for x in r.assigned if not finish[x] <= t]
+        if self.assign == "fewest-tokens":
+            rep = min(self.reps, key=lambda r: (int(length[r.assigned].sum()) if r.assigned else 0, r.d))
+        else:
+            rep = min(self.reps, key=lambda r: (len(r.assigned), r.d))
+        rep.reqs.append(rid)
+        rep.assigned.append(rid)
+        self._unassigned -= 1
+        # The start is an event at t, after every arrival at the same instant (those were scheduled first), so
+        # requests arriving together are assigned before any of them starts.
+        if self.mode == "async":
+            if rep.idle:
+                rep.idle = False
+                self._push(max(t, rep.free_at), _REPLICA, rep.d)
+        elif self._sync_idle:
+            self._sync_idle = False
+            self._push(t, _REPLICA, -1)
 
     def _take_batch(self, rep: _Replica, t: float) -> List[int]:
         """Dynamic batching: the requests of this replica that arrived by t, in order, up to the token budget."""
@@ -420,6 +467,7 @@ class Simulation:
             start = max(t, max(float(wl.arrival_s[r]) for r in rids))
         else:
             if rep.next_req >= len(rep.reqs):
+                rep.idle, rep.free_at = True, t  # --assign: the next request assigned to it starts it
                 return
             first = float(wl.arrival_s[rep.reqs[rep.next_req]])
             if first > t:
@@ -506,7 +554,10 @@ class Simulation:
             self.ttft[rid] = t - float(self.wl.arrival_s[rid])
         rep.rids = []
         if self.mode == "async":
-            self._next_batch(rep, t)
+            if self.assign == "round-robin":
+                self._next_batch(rep, t)
+            else:  # an event, so every request arriving by t is assigned before the replica takes its next batch
+                self._push(t, _REPLICA, rep.d)
         else:
             self._sync_arrive(rep, t)
 
@@ -518,7 +569,8 @@ class Simulation:
         if wl.batches is not None and rep.d < len(wl.batches) and rep.batch_idx < len(wl.batches[rep.d]):
             # cam-run's worker sleeps until its batch's last request arrived, then enters the barrier.
             t = max(t, max(float(wl.arrival_s[r]) for r in wl.batches[rep.d][rep.batch_idx]))
-        self._barrier(t, self._sync_step)
+        # --assign: the step starts as an event, after every request arriving by then has been assigned.
+        self._barrier(t, self._sync_step if self.assign == "round-robin" else lambda u: self._push(u, _REPLICA, -1))
 
     def _sync_layer_arrive(self, rep: _Replica, t: float) -> None:
         self._barrier(t, self._sync_layer)
@@ -545,6 +597,8 @@ class Simulation:
             pending = [float(wl.arrival_s[rep.reqs[rep.next_req]]) for rep in self.reps
                        if rep.next_req < len(rep.reqs)]
             if not pending:
+                if self._unassigned:  # --assign: the step starts when the next request arrives and is assigned
+                    self._sync_idle = True
                 return
             t = max(t, min(pending))  # nobody has anything: the step starts at the next arrival
             batches = [self._take_batch(rep, t) for rep in self.reps]
