@@ -634,15 +634,22 @@ class Simulation:
                     else:
                         self._select_batch(f, t)
 
-    def _select(self, f: int, t: float) -> None:
-        """dispatch_recv of FFN rank f at t: round robin over ready replicas from rr_next (protocol §7)."""
+    def _rr_start(self, f: int) -> Optional[int]:
+        """Index in FFN rank f's ready list where its round robin resumes (the first ready replica from rr_next,
+        wrapping), or None when nothing is ready (the rank goes idle)."""
         lst = self.ready[f]
         if not lst:
             self.ffn_busy[f] = False
-            return
+            return None
         i = bisect.bisect_left(lst, self.rr[f])
-        if i == len(lst):
-            i = 0
+        return 0 if i == len(lst) else i
+
+    def _select(self, f: int, t: float) -> None:
+        """dispatch_recv of FFN rank f at t: round robin over ready replicas from rr_next (protocol §7)."""
+        i = self._rr_start(f)
+        if i is None:
+            return
+        lst = self.ready[f]
         d = lst[i]
         consumed = self.consumed[f]
         k = consumed[d]
@@ -678,13 +685,10 @@ class Simulation:
         published, and serves them as one launch: the work-item formula over the summed rows, with the experts
         touched counted once per (layer, local expert) group. Every taken item's round completes at the launch's
         end; the next selection starts after the last replica served."""
-        lst = self.ready[f]
-        if not lst:
-            self.ffn_busy[f] = False
+        i = self._rr_start(f)
+        if i is None:
             return
-        i = bisect.bisect_left(lst, self.rr[f])
-        if i == len(lst):
-            i = 0
+        lst = self.ready[f]
         consumed, prog = self.consumed[f], self.progress[f]
         budget = self.batch_rows
         total, taken, done, groups, last_d = 0, [], [], {}, lst[i]
