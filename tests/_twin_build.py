@@ -55,6 +55,14 @@ def twin_objects(source_root: str, *, flags=SELFTEST_FLAGS, timeout: float = 300
     return objects
 
 
+def twin_support_objects(source_root: str, exclude, *, flags=SELFTEST_FLAGS, timeout: float = 300) -> list:
+    """The session's objects (`flags`) of every twin source except the basenames in `exclude`: the twin's runtime for
+    a program that compiles the sources under test itself, with other flags (build_twin_program's twin_sources)."""
+    paths = sorted(glob.glob(os.path.join(source_root, "kernels", "twin", "src", "*.cpp")))
+    objects = twin_objects(source_root, flags=flags, timeout=timeout)
+    return [obj for path, obj in zip(paths, objects) if os.path.basename(path) not in exclude]
+
+
 def _session_objects(compiler: str, flags, paths):
     """(every path's object, the cache entries to add once they are built, the (path, object) pairs to build):
     an object is reused while its source's mtime and size and the flags are the same. Called under _lock."""
@@ -73,13 +81,14 @@ def _session_objects(compiler: str, flags, paths):
 
 def build_twin_program(source_root: str, out: str, test_source: str, *, flags=SELFTEST_FLAGS, twin_sources=None,
                        include_root: bool = False, extra_sources=(), extra_includes=(), timeout: float = 300,
-                       program_flags=()) -> str:
+                       program_flags=(), link_objects=()) -> str:
     """Compiles tests/twin/<test_source> (or an absolute path) into `out` and returns `out`. twin_sources: the twin
     .cpp files to link, as paths under kernels/twin/src (None: all of them). include_root: also put the checkout
     root on the include path of the test source (for tests that include kernels/common headers). extra_sources:
     more of the program's own sources (absolute paths, e.g. a kernel), compiled like the test source, with
     extra_includes after the twin's include directory. program_flags: more flags for the program's own sources only
-    (a mutant's -D switch, tests/test_mutants.py), so the twin's objects stay shared. Skips the test when there is
+    (a mutant's -D switch, tests/test_mutants.py), so the twin's objects stay shared. link_objects: more objects for
+the link (twin_support_objects). Skips the test when there is
     no C++ compiler. `timeout` bounds each compiler run (the objects', the test source's, the link)."""
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
@@ -102,5 +111,6 @@ def build_twin_program(source_root: str, out: str, test_source: str, *, flags=SE
         run_all([[compiler, *flags, *includes, "-c", source, "-o", obj] for source, includes, obj in units],
                 timeout=timeout, check=True)
         _objects.update(new)
-    subprocess.run([compiler, *flags, *program_objects, *objects, "-o", out], check=True, timeout=timeout)
+    subprocess.run([compiler, *flags, *program_objects, *objects, *link_objects, "-o", out], check=True,
+                   timeout=timeout)
     return out

@@ -1,4 +1,4 @@
-"""Issue 9, item 8, replica isolation (docs/protocol.md §9): an Attention rank's death fences its replica. FFN ranks
+"""Replica isolation (docs/protocol.md §9): an Attention rank's death fences its replica. FFN ranks
 drop the fenced replica's rounds (published, partly published, or already handed out) and keep serving the other
 replicas with golden outputs; only the dead rank's replica mates are aborted; the FFN ranks count the dropped rounds
 and the connector reports the lost replica. The in-process tests fence by hand (Comm.fence_dead_rank, what the shm

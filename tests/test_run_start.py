@@ -65,18 +65,5 @@ def test_bad_start_method_is_refused_at_start(tmp_path):
     assert r.returncode == 2 and "CAM_RUN_START must be 'fork' or 'exec'" in r.stderr, r.stdout + r.stderr
 
 
-@pytest.mark.slow
-@pytest.mark.e2e
-def test_exec_start_runs_a_world(tmp_path):
-    """CAM_RUN_START=exec: every rank a fresh interpreter (the path for platforms without fork) still runs and checks."""
-    t = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "cam.run.cli", "--check", "--quiet", "--json", str(tmp_path / "r.json")],
-                       capture_output=True, text=True, timeout=240, cwd=tmp_path,
-                       env=dict(os.environ, CAM_RUN_START="exec"))
-    assert r.returncode == 0, r.stdout + r.stderr
-    report = json.loads((tmp_path / "r.json").read_text())
-    assert report["check"]["ok"] and report["requests"] == 12, report
-    # The profile says where the time went: an exec'd rank pays its own interpreter start and imports.
-    ranks = report["wall_s"]["ranks"]
-    assert set(ranks) == {"0", "1", "2", "3"} and all(v["start"] > 0 for v in ranks.values()), ranks
-    assert time.monotonic() - t < 240
+# The exec start's world (CAM_RUN_START=exec) is the sync run of
+# tests/test_run.py::test_async_and_sync_match_the_reference_and_each_other.

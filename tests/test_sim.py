@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cam.sim import (CostModel, ModelShape, OpCost, Simulation, SimTopology, SimWorkload, Work, chunks,
-                     device_files, model_presets, simulate)
+from cam.sim import (CostModel, ModelShape, OpCost, Placement, Simulation, SimTopology, SimWorkload, Work,
+                     chunks, device_files, model_presets, simulate)
 from cam.sim import cli as sim_cli
 
 SIM_DIR = pathlib.Path(__file__).resolve().parent.parent / "cam" / "sim"
@@ -258,8 +258,8 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match="deadlock"):
         SimTopology(D=1, F=1, slots=1, ubatches=2)
     SimTopology(D=1, F=1, slots=1, ubatches=1)
-    with pytest.raises(ValueError, match="F .3. must divide"):
-        simulate(shape(), SimTopology(D=1, F=3), workload([0.0], [1], [0], budget=4), costs())
+    with pytest.raises(ValueError, match="smaller than one token's rows"):
+        simulate(shape(top_k=2), SimTopology(D=1, F=1), workload([0.0], [1], [0], budget=4), costs(), batch_rows=1)
     with pytest.raises(ValueError, match="capacity"):
         SimTopology(D=1, F=1, capacity=0)
     with pytest.raises(ValueError, match="top_k"):
@@ -365,8 +365,13 @@ def test_cli_sweep_json(tmp_path):
     assert set(res["summary"]["best_split"]) == {"async@0", "async@4", "sync@0", "sync@4"}
     for r in res["runs"]:
         assert r["slo"]["goodput_tok_s"] <= r["throughput_tok_s"] * (1 + 1e-12)
-    assert sim_cli.main(["--ffn", "3", "--requests", "2", "--quiet"]) == 2  # 3 does not divide 256: a clear error
-    assert sim_cli.main(["--sweep", "--sweep-ffn", "3", "--requests", "2", "--quiet"]) == 2
+    # Any F: 3 does not divide 256 (ranks hold 85 or 86 experts); the sweep's default list stays the divisors.
+    assert sim_cli.main(["--ffn", "3", "--requests", "2", "--quiet"]) == 0
+    assert sim_cli.main(["--sweep", "--sweep-ffn", "3", "--requests", "2", "--quiet"]) == 0
+    assert sim_cli.main(["--sweep", "--sweep-ffn", "3", "--total-ranks", "3", "--requests", "2", "--quiet"]) == 2
+    assert sim_cli.main(["--batch-items", "--batch-rows", "7", "--requests", "2", "--quiet"]) == 2  # < top-8
+    assert sim_cli.main(["--placement", "hot:x", "--requests", "2", "--quiet"]) == 2
+    assert sim_cli.main(["--placement", str(tmp_path / "nosuch.json"), "--requests", "2", "--quiet"]) == 2
     assert sim_cli.main(["--cam-run-preset", "default", "--quiet"]) == 2  # deepseek-v3 is not a cam-run model
 
 
@@ -425,8 +430,15 @@ def _longest_spans(res, count: int = 6) -> str:
     return "; ".join(f"{d:.2f} s {what}" for d, what in spans[:count])
 
 
+# Four cam-run worlds (about 45 s on a quiet 2-CPU machine, 86 s loaded): CI runs this in its own timed stage,
+# long-tests (.ci/run), so the README's test tier stays within its budget.
+LONG_TESTS = os.environ.get("CAM_LONG_TESTS") == "1"
+
+
 @pytest.mark.slow
 @pytest.mark.e2e
+@pytest.mark.skipif(not LONG_TESTS, reason="the prediction of cam-run runs with CAM_LONG_TESTS=1 (CI's long-tests "
+                                           "stage)")
 def test_predicts_cam_run_within_15_percent(tmp_path):
     """Calibrate on cam-run's ``default`` preset (both modes), then predict fresh runs of the ``imbalanced`` preset
     (both modes): makespan and mean TTFT within 15%. cam-run runs as a subprocess from a scratch directory, each run
@@ -458,3 +470,154 @@ def test_scalar_and_vector_item_costs_agree():
     a = np.array([0, 1, 3, 32, 32])
     vec = c.ffn_items(m, a)
     assert [c.item(float(x), float(y)) for x, y in zip(m, a)] == pytest.approx(vec.tolist(), rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------- placement, batching
+
+def test_contiguous_placement_is_cams_default_and_takes_any_e_and_f():
+    p = Placement.contiguous(8, 4)
+    assert [r[0] for r in p.replicas] == [(e // 2, e % 2) for e in range(8)]  # e -> rank e // R, slot e % R
+    assert not p.replicated
+    q = Placement.contiguous(60, 8)  # E % F != 0: ranks hold 7 or 8 experts
+    assert sorted(set(q.slots_per_rank.tolist())) == [7, 8] and q.slots_per_rank.sum() == 60
+    # Every expert's rows land somewhere, exactly once.
+    counts = np.arange(60)
+    rows, active = q.split(counts)
+    assert rows.sum() == counts.sum() and active.sum() == 59  # expert 0 has no rows
+
+
+def test_replica_rule_and_split():
+    p = Placement([[(0, 0), (1, 0)], [(1, 1)], [(0, 1), (1, 2), (2, 0)]], F=3)
+    # row (t, k) of expert e -> replicas(e)[(t + k) % r]
+    assert [p.pick(0, t, 0) for t in range(4)] == [(0, 0), (1, 0), (0, 0), (1, 0)]
+    assert p.pick(2, 1, 1) == (2, 0) and p.pick(2, 3, 0) == (0, 1) and p.pick(1, 5, 3) == (1, 1)
+    # The simulator's split is the rule's expectation: 7 rows of expert 2 over 3 replicas -> 3, 2, 2.
+    rows, active = p.split(np.array([5, 1, 7]))
+    assert rows.tolist() == [3 + 3, 2 + 1 + 2, 2] and active.tolist() == [2, 3, 1]
+    assert p.slot_rows(np.array([5, 1, 7]), 1).tolist() == [2, 1, 2]
+
+
+def test_bad_placements_are_refused_naming_the_fault(tmp_path):
+    with pytest.raises(ValueError, match="outside the FFN set"):
+        Placement([[(0, 0)], [(2, 0)]], F=2)
+    with pytest.raises(ValueError, match="replica count of zero"):
+        Placement([[(0, 0)], []], F=2)
+    with pytest.raises(ValueError, match="holds both expert 0 and 1"):
+        Placement([[(0, 0)], [(0, 0)]], F=2)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(Placement.contiguous(4, 2).to_dict()))
+    assert Placement.from_json(str(path), 4, 2).replicas == Placement.contiguous(4, 2).replicas
+    with pytest.raises(ValueError, match="made for F=2"):
+        Placement.from_json(str(path), 4, 3)
+    with pytest.raises(ValueError, match="4 experts, the model has 8"):
+        Placement.from_json(str(path), 8, 2)
+
+
+def test_replicating_the_hottest_experts_evens_the_ffn_ranks():
+    # Zipf-skewed popularity: a second replica of each layer's 4 hottest experts takes load off the busiest FFN
+    # rank, the total rows stay the same, and an FFN-bound run gets shorter (same seed, same workload).
+    m = shape(layers=2, first_dense=0, experts=16, top_k=2)
+    c = costs(w1={"per_row_s": 0.001})
+    wl = SimWorkload.generate(40, 2, lengths="fixed", mean_len=64, token_budget=128, seed=0)
+    hot = Simulation(m, SimTopology(D=2, F=4), wl, c, seed=1, expert_skew=1.5, placement="contiguous").run()
+    rep = Simulation(m, SimTopology(D=2, F=4), wl, c, seed=1, expert_skew=1.5, placement="hot:4").run()
+    assert max(rep["ffn_busy_s"]) < 0.8 * max(hot["ffn_busy_s"])
+    assert sum(rep["ffn_busy_s"]) == pytest.approx(sum(hot["ffn_busy_s"]))
+    assert rep["routed_rows"] == hot["routed_rows"] and rep["makespan_s"] < hot["makespan_s"]
+    place = Placement.replicate_hottest(np.array([0.5, 0.1, 0.1, 0.3]), F=2, k=1)
+    assert place.replicas[0] == ((0, 0), (1, 2))  # the hottest, onto the other rank's next slot
+
+
+def test_uneven_placement_runs_and_loads_ranks_by_their_experts():
+    # E = 6 on F = 4 ranks (2, 1, 2, 1 experts), balanced routing: rows follow the expert counts.
+    m = shape(experts=6, top_k=1)
+    c = costs(w1={"per_row_s": 0.01})
+    wl = workload([0.0], [60], [0], budget=100)
+    r = Simulation(m, SimTopology(D=1, F=4, ubatches=1, slots=1), wl, c, routing="balanced").run()
+    assert r["ffn_busy_s"] == pytest.approx([0.2, 0.1, 0.2, 0.1])
+
+
+def test_batching_serves_every_ready_item_in_one_launch():
+    # Three replicas publish one round each at t=0; the idle FFN rank notices at 0.5 s (ffn_wake); W1 costs 1 s per
+    # launch. One item per dispatch_recv: 0.5 + 3 = 3.5 s. Batched (budget 8 rows, 1 row each): one launch, every
+    # replica done at 1.5 s. Budget 2: 2 + 1 items in round-robin order (replicas 0, 1, then 2 at 2.5 s).
+    m = shape()
+    c = costs(w1={"fixed_s": 1.0}, ffn_wake={"fixed_s": 0.5})
+    wl = workload([0.0] * 3, [1] * 3, [0, 1, 2], budget=100)
+    one = simulate(m, SimTopology(D=3, F=1), wl, c, per_request=True)
+    assert one["makespan_s"] == pytest.approx(3.5) and one["launches"] == 3
+    big = simulate(m, SimTopology(D=3, F=1), wl, c, per_request=True, batch_rows=8)
+    assert big["makespan_s"] == pytest.approx(1.5) and big["launches"] == 1 and big["work_items"] == 3
+    sim = _traced(m, SimTopology(D=3, F=1), wl, c, batch_rows=2)
+    assert [(ds, rows) for _, _, ds, rows in sim.trace["launches"]] == [([0, 1], 2), ([2], 1)]
+    small = simulate(m, SimTopology(D=3, F=1), wl, c, per_request=True, batch_rows=2)
+    assert sorted(small["ttft_per_request_s"].values()) == pytest.approx([1.5, 1.5, 2.5])
+    # A snapshot: with no wake-up delay the first publish starts a launch at once, and the rounds published at the
+    # same instant after it are not waited for (they form the next launch).
+    c0 = costs(w1={"fixed_s": 1.0})
+    sim = _traced(m, SimTopology(D=3, F=1), wl, c0, batch_rows=8)
+    assert [ds for _, _, ds, _ in sim.trace["launches"]] == [[0], [1, 2]]
+
+
+@settings(max_examples=20, deadline=None)
+@given(D=st.integers(1, 5), F=st.sampled_from([1, 2, 3]), n=st.integers(1, 14), seed=st.integers(0, 1000),
+       cap=st.sampled_from([None, 3]), budget=st.sampled_from([2, 5, 64]), mode=st.sampled_from(["async", "sync"]))
+def test_batched_protocol_rules_hold(D, F, n, seed, cap, budget, mode):
+    """Batching keeps the single-item mode's rules: every FFN rank consumes every round exactly once, a replica's
+    rounds in order, a launch stays within its row budget unless it holds one item, and a replica ready when a
+    launch begins is served by one of the next D launches (here F = 3 does not divide E = 4)."""
+    rng = np.random.default_rng(seed)
+    m = shape(layers=3, first_dense=1, experts=4, top_k=2)
+    c = costs(attention={"fixed_s": 0.01, "per_token_s": 0.003}, w1={"fixed_s": 0.002, "per_row_s": 0.001},
+              combine_recv={"fixed_s": 0.001}, ffn_wake={"fixed_s": 0.0005}, barrier={"fixed_s": 0.001})
+    wl = SimWorkload(np.sort(rng.uniform(0, 0.5, n)), rng.integers(1, 12, n), np.arange(n) % D, token_budget=16)
+    sim = _traced(m, SimTopology(D=D, F=F, capacity=cap), wl, c, mode=mode, seed=seed, batch_rows=budget)
+    pub = {g: (d, t) for g, d, t in sim.trace["publish"]}
+    for f in range(F):
+        done = [it[2] for it in sim.trace["items"] if it[0] == f and it[5]]
+        assert sorted(done) == sorted(pub)
+        for d in range(D):
+            own = [g for g in done if pub[g][0] == d]
+            assert own == sorted(own)
+        launches = [(t, ds, rows) for ff, t, ds, rows in sim.trace["launches"] if ff == f]
+        items = [it for it in sim.trace["items"] if it[0] == f]
+        served_before, pos = set(), 0
+        for i, (start, ds, rows) in enumerate(launches):
+            waiting = {pub[g][0] for g in pub if pub[g][1] <= start and g not in served_before}
+            assert waiting <= {d for _, later, _ in launches[i:i + D] for d in later}
+            served_before |= {it[2] for it in items[pos:pos + len(ds)]}
+            pos += len(ds)
+            assert len(ds) == 1 or rows <= budget
+        assert pos == len(items)
+
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_assign_policies(mode):
+    # Dense 1-layer model, 0.01 s/token, D = 2. a (100 tokens) at 0, b, c, d (5 each) at 0.01, 0.02, 0.03.
+    # round robin: a, c -> replica 0; b, d -> 1. c waits for a (ends 1.05: TTFT 1.03); d runs after b (0.11: 0.08).
+    # fewest tokens: c and d go to replica 1 (5 and 10 queued tokens < 100), which runs [b] then [c, d] (0.06 ->
+    #   0.16). shortest queue: c ties (one request each) and goes to the lowest replica, 0, as round robin; d to 1.
+    m = shape(layers=1, first_dense=1)
+    c = costs(attention={"per_token_s": 0.01})
+    wl = workload([0.0, 0.01, 0.02, 0.03], [100, 5, 5, 5], [0, 1, 0, 1], budget=100)
+    got = {}
+    for assign in ("round-robin", "fewest-tokens", "shortest-queue"):
+        r = simulate(m, SimTopology(D=2, F=1), wl, c, per_request=True, assign=assign, mode=mode)
+        got[assign] = [r["ttft_per_request_s"][str(i)] for i in range(4)]
+    if mode == "async":
+        assert got["round-robin"] == pytest.approx([1.0, 0.05, 1.03, 0.08])
+        assert got["fewest-tokens"] == pytest.approx([1.0, 0.05, 0.14, 0.13])
+        assert got["shortest-queue"] == pytest.approx(got["round-robin"])
+    else:
+        # Sync: the first step (t = 0) holds a only; the second starts at 1.0 with b, c, d. Round robin: replica 0
+        # runs [c] (1.05), replica 1 [b, d] as two micro-batches (1.10). Fewest tokens put all three on replica 1:
+        # micro-batches [b, d] and [c], 0.15 s, ends 1.15. The barrier makes the balanced choice the worse one here.
+        assert got["round-robin"] == pytest.approx([1.0, 1.09, 1.03, 1.07])
+        assert got["fewest-tokens"] == pytest.approx([1.0, 1.14, 1.13, 1.12])
+        assert got["shortest-queue"] == pytest.approx(got["round-robin"])
+    with pytest.raises(ValueError, match="assign must be one of"):
+        simulate(m, SimTopology(D=2, F=1), wl, c, assign="random")
+    static = workload([0.0], [1], [0], batches=[[[0]]])
+    with pytest.raises(ValueError, match="dynamically batched"):
+        simulate(m, SimTopology(D=1, F=1), static, c, assign="fewest-tokens")

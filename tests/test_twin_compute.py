@@ -11,17 +11,25 @@ import sys
 import textwrap
 
 import pytest
-from _twin_build import TWIN_FLAGS, build_twin_program
+from _twin_build import TWIN_FLAGS, build_twin_program, twin_support_objects
 
 pytestmark = [pytest.mark.slow]
 
 CUBE_PATHS = ["amx", "avx512vnni", "avx2", "portable"]
 VECTOR_PATHS = ["avx512", "avx2", "portable"]
+# The twin sources holding the compute paths under proof: compiled here with the wheel's flags. The rest of the twin
+# (runtime, pipes, caches, streams: none of it computes a value checked here) links from the session's self-test
+# objects, which the other twin self-tests build anyway; compiling all of it at -O3 as well took most of this
+# module's set-up (121 s of a loaded run).
+COMPUTE_SOURCES = ["vector_simd.cpp", "cube.cpp", "cube_kernels.cpp"]
+
 
 @pytest.fixture(scope="module")
 def identity_binary(source_root, tmp_path_factory):
     return build_twin_program(source_root, str(tmp_path_factory.mktemp("twin_compute") / "compute_identity"),
-                              "compute_identity.cpp", flags=TWIN_FLAGS, timeout=400)
+                              "compute_identity.cpp", flags=TWIN_FLAGS, twin_sources=COMPUTE_SOURCES,
+                              link_objects=twin_support_objects(source_root, COMPUTE_SOURCES, timeout=400),
+                              timeout=400)
 
 
 def run(binary, *args, timeout=300):
@@ -108,15 +116,29 @@ def run_gmm(path):
     return subprocess.run([sys.executable, "-c", GMM_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
 
 
-def test_forced_cube_paths_agree_through_the_op(identity_binary):
-    paths = supported_paths(identity_binary)
-    digests = {}
-    for path in paths:
-        result = run_gmm(path)
-        assert result.returncode == 0, result.stderr[-2000:]
-        digests[path] = result.stdout.strip()
-    print("cube paths run through gmm_multi_layer:", ", ".join(paths))
-    assert len(set(digests.values())) == 1, digests
+@pytest.fixture(scope="module")
+def forced_digests(identity_binary):
+    """Each supported cube path through gmm_multi_layer and each vector path through dynamic_quant, in as few
+    processes as the longer list needs: process i forces cube path i and vector path i (cycling the shorter list),
+    and runs both scripts. Returns ({cube path: [gmm digests]}, {vector path: [quant digests]})."""
+    cube, vector = supported_paths(identity_binary), supported_vector_paths(identity_binary)
+    gmm, quant = {}, {}
+    for i in range(max(len(cube), len(vector))):
+        c, v = cube[i % len(cube)], vector[i % len(vector)]
+        env = dict(os.environ, CAM_TWIN_CUBE=c, CAM_TWIN_VECTOR=v)
+        result = subprocess.run([sys.executable, "-c", GMM_SCRIPT + QUANT_SCRIPT], capture_output=True, text=True,
+                                timeout=300, env=env)
+        assert result.returncode == 0, f"CAM_TWIN_CUBE={c} CAM_TWIN_VECTOR={v}: {result.stderr[-2000:]}"
+        g, q = result.stdout.split()
+        gmm.setdefault(c, []).append(g)
+        quant.setdefault(v, []).append(q)
+    return gmm, quant
+
+
+def test_forced_cube_paths_agree_through_the_op(forced_digests):
+    digests = forced_digests[0]
+    print("cube paths run through gmm_multi_layer:", ", ".join(digests))
+    assert len({d for ds in digests.values() for d in ds}) == 1, digests
 
 
 def test_unknown_cube_path_is_refused():
@@ -155,15 +177,10 @@ def run_quant(path):
     return subprocess.run([sys.executable, "-c", QUANT_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
 
 
-def test_forced_vector_paths_agree_through_the_op(identity_binary):
-    paths = supported_vector_paths(identity_binary)
-    digests = {}
-    for path in paths:
-        result = run_quant(path)
-        assert result.returncode == 0, result.stderr[-2000:]
-        digests[path] = result.stdout.strip()
-    print("vector paths run through dynamic_quant:", ", ".join(paths))
-    assert len(set(digests.values())) == 1, digests
+def test_forced_vector_paths_agree_through_the_op(forced_digests):
+    digests = forced_digests[1]
+    print("vector paths run through dynamic_quant:", ", ".join(digests))
+    assert len({d for ds in digests.values() for d in ds}) == 1, digests
 
 
 def test_unknown_vector_path_is_refused():

@@ -49,12 +49,17 @@ def launcher_store(port: int, timeout_s: float):
 
 
 def _identity(pid: int) -> str:
-    """``"<pid> <start ticks>"`` of a live process (a reused pid has another start time), "" when it is gone."""
+    """``"<pid> <start ticks>"`` of a live process (a reused pid has another start time), "" when it is gone. A
+    zombie is gone: a SIGKILLed launcher stays one until its own parent reaps it, and its ranks, which see it die at
+    once (re-parented), must not mistake it for alive then, or none of them removes its run directory."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f"{pid} {f.read().rsplit(')', 1)[1].split()[19]}"
-    except (OSError, IndexError):
+            fields = f.read().rsplit(')', 1)[1].split()
+    except OSError:
         return ""
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return ""
+    return f"{pid} {fields[19]}"
 
 
 def make_run_dir() -> str:

@@ -333,6 +333,15 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     cfg = RunConfig.load(argv[0])
     rank = int(argv[1])
+    try:
+        return _main(cfg, rank, marks)
+    finally:
+        # A SIGKILLed launcher removes nothing: its ranks do, on every exit path (one may fail on the lost store
+        # while building or connecting, before its watchdog runs); while the launcher lives this removes nothing.
+        remove_if_orphaned(cfg.out_dir)
+
+
+def _main(cfg: RunConfig, rank: int, marks: dict) -> int:
     torch.set_num_threads(rank_threads(cfg.world_size))
     built = build(cfg)
     marks["built"] = time.time()
@@ -367,8 +376,6 @@ def main(argv=None) -> int:
     finally:
         _stop_watch(stop, watchdog)
         connector.close()
-        if "by" in aborted:
-            remove_if_orphaned(cfg.out_dir)  # a SIGKILLed launcher removes nothing: its ranks do
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import time
 from typing import List
 
 from .costs import CostModel, device_files
-from .engine import ROUTINGS
+from .engine import ASSIGNS, ROUTINGS
 from .shapes import ModelShape, SimTopology, model_presets
 from .workload import LENGTH_DISTS, SimWorkload
 
@@ -36,7 +36,9 @@ def _parse(argv):
     g.add_argument("--model-json", metavar="PATH", help="model shape as JSON (cam.sim.ModelShape fields)")
     g.add_argument("--replicas", "-D", type=int, default=16, help="Attention DP replicas D")
     g.add_argument("--participants", "-P", type=int, default=1, help="Attention ranks per replica P")
-    g.add_argument("--ffn", "-F", type=int, default=16, help="FFN ranks F (must divide the experts)")
+    g.add_argument("--ffn", "-F", type=int, default=16,
+                   help="FFN ranks F (any F: when F does not divide the experts, the contiguous placement gives "
+                        "ranks floor or ceil of E/F experts)")
     g.add_argument("--slots", type=int, default=2, help="rounds in flight per Attention rank")
     g.add_argument("--capacity", type=int, help="rows per work item per FFN rank (default: never chunked)")
     g.add_argument("--ubatches", type=int, default=2, help="micro-batches per layer")
@@ -61,6 +63,17 @@ def _parse(argv):
     g.add_argument("--routing", choices=ROUTINGS, default="uniform",
                    help="uniform: rows per expert drawn per round; balanced: exact even split")
     g.add_argument("--expert-skew", type=float, default=0.0, help="Zipf exponent of expert popularity (0 = uniform)")
+    g.add_argument("--placement", metavar="SPEC",
+                   help="expert placement: contiguous (default: expert e on rank e*F//E), hot:K (the contiguous "
+                        "one plus a second replica of each layer's K most popular experts), or a JSON table "
+                        "{\"F\": F, \"experts\": [[[rank, slot], ...], ...]}; a row goes to replica (t + k) %% r")
+    g.add_argument("--assign", choices=ASSIGNS, default="round-robin",
+                   help="which Attention replica takes an arriving request: round robin in arrival order (as "
+                        "cam-run), or at its arrival the one with the fewest tokens / requests not yet finished")
+    g.add_argument("--batch-items", action="store_true",
+                   help="snapshot batching: an FFN rank serves every ready item, up to --batch-rows rows, in one "
+                        "grouped-matmul launch (default: one work item per dispatch_recv)")
+    g.add_argument("--batch-rows", type=int, default=8192, help="row budget of one batched launch (>= top-k)")
     g.add_argument("--slo", type=float, default=None, help="TTFT SLO in seconds for SLO-compliant throughput")
     g.add_argument("--sweep", action="store_true",
                    help="sweep the A:F split: every F dividing the experts with D = (total - F) / P >= 1")
@@ -121,7 +134,8 @@ def check_args(args) -> None:
     for flag in ("replicas", "participants", "ffn", "total_ranks", "cam_run_replicas", "cam_run_ffn"):
         _bounded("--" + flag.replace("_", "-"), getattr(args, flag), 1, _MAX_RANKS)
     for flag, hi in (("slots", 64), ("ubatches", 64), ("capacity", _MAX_TOKENS), ("token_budget", _MAX_TOKENS),
-                     ("min_len", _MAX_TOKENS), ("max_len", _MAX_TOKENS), ("cdf_ffn", _MAX_RANKS)):
+                     ("min_len", _MAX_TOKENS), ("max_len", _MAX_TOKENS), ("cdf_ffn", _MAX_RANKS),
+                     ("batch_rows", _MAX_TOKENS)):
         _bounded("--" + flag.replace("_", "-"), getattr(args, flag), 1, hi)
     for f in args.sweep_ffn or []:
         _bounded("--sweep-ffn", f, 1, _MAX_RANKS)
@@ -144,6 +158,14 @@ def check_args(args) -> None:
         raise ValueError(f"--min-len ({args.min_len}) must be <= --max-len ({args.max_len})")
     if args.lengths == "trace" and not args.trace:
         raise ValueError("--lengths trace needs --trace CSV")
+    if args.placement not in (None, "contiguous") and not args.placement.startswith("hot:") \
+            and not os.path.isfile(args.placement):
+        raise ValueError(f"--placement {args.placement!r}: neither contiguous, hot:K nor a file (looked for "
+                         f"{os.path.abspath(args.placement)!r})")
+    if args.placement and args.placement.startswith("hot:"):
+        k = args.placement[4:]
+        if not k.isdigit():
+            raise ValueError(f"--placement {args.placement!r}: hot:K needs an integer K >= 0")
     for flag in ("trace", "model_json", "calibrate_from"):
         path = getattr(args, flag)
         if path is not None and not os.path.isfile(path):
@@ -178,12 +200,13 @@ def _splits(args, model: ModelShape):
     total = args.total_ranks or args.replicas * args.participants + args.ffn
     out = []
     for f in args.sweep_ffn or []:
-        if f < 1 or model.experts % f or total - f < args.participants or (total - f) % args.participants:
-            raise ValueError(f"--sweep-ffn: F={f} must divide {model.experts} experts and leave (total - F) a "
-                             f"positive multiple of P={args.participants} (total {total})")
+        if f < 1 or total - f < args.participants or (total - f) % args.participants:
+            raise ValueError(f"--sweep-ffn: F={f} must leave (total - F) a positive multiple of "
+                             f"P={args.participants} (total {total})")
     for f in args.sweep_ffn or range(1, model.experts + 1):
         d, rest = divmod(total - f, args.participants)
-        if model.experts % f == 0 and d >= 1 and rest == 0:
+        # Without --sweep-ffn: the F that divide the experts (every rank the same expert count).
+        if (args.sweep_ffn or model.experts % f == 0) and d >= 1 and rest == 0:
             out.append(((total - f) // args.participants, f))
     if not out:
         raise ValueError(f"--sweep: no split of {total} ranks with F dividing {model.experts} experts")
@@ -205,6 +228,8 @@ def simulate_grid(args) -> dict:
         if args.cam_run_preset not in CAM_RUN_PRESETS:
             raise ValueError(f"--cam-run-preset must be one of {sorted(CAM_RUN_PRESETS)}, got {args.cam_run_preset!r}")
         args.rates = [CAM_RUN_PRESETS[args.cam_run_preset].arrival_rate]  # the preset brings its own arrivals
+    if args.batch_items and args.batch_rows < model.top_k:
+        raise ValueError(f"--batch-rows ({args.batch_rows}) is smaller than one token's rows (top-k {model.top_k})")
     modes = ["async", "sync"] if args.mode == "both" else [args.mode]
     runs, curves = [], {}
     t_start = time.perf_counter()
@@ -222,7 +247,9 @@ def simulate_grid(args) -> dict:
             for mode in modes:
                 t0 = time.perf_counter()
                 rep = simulate(model, topo, wl, costs, mode=mode, seed=args.seed, routing=args.routing,
-                               expert_skew=args.expert_skew, slo_s=args.slo, per_request=True)
+                               expert_skew=args.expert_skew, slo_s=args.slo, per_request=True,
+                               placement=args.placement, assign=args.assign,
+                               batch_rows=args.batch_rows if args.batch_items else None)
                 rep["rate"] = rate
                 rep["wall_s"] = time.perf_counter() - t0
                 per = rep.pop("ttft_per_request_s")

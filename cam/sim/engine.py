@@ -32,11 +32,16 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .costs import CostModel, Work
+from .placement import Placement, expected_fanout_of, parse_placement
 from .shapes import ModelShape, SimTopology
 from .workload import SimWorkload, split_stages
 
-_PUBLISH, _FFN_DONE, _WAKE, _REPLICA = 0, 1, 2, 3
+_PUBLISH, _FFN_DONE, _WAKE, _REPLICA, _ARRIVE = 0, 1, 2, 3, 4
 ROUTINGS = ("uniform", "balanced")
+# Which Attention replica takes an arriving request: the workload's own assignment (round robin in arrival order,
+# as cam-run), or at its arrival the replica with the fewest tokens / requests assigned and not yet finished
+# (ties: the lowest replica).
+ASSIGNS = ("round-robin", "fewest-tokens", "shortest-queue")
 
 
 def expected_fanout(model: ModelShape, F: int) -> float:
@@ -51,9 +56,9 @@ class _Costs:
     """The cost model bound to a model shape and topology: attention-side costs per micro-batch and vectorized FFN
     work-item costs."""
 
-    def __init__(self, costs: CostModel, model: ModelShape, topo: SimTopology):
+    def __init__(self, costs: CostModel, model: ModelShape, topo: SimTopology, fanout: Optional[float] = None):
         self.c, self.m, self.t = costs, model, topo
-        self.fanout = expected_fanout(model, topo.F)
+        self.fanout = expected_fanout(model, topo.F) if fanout is None else fanout
         self.wake = costs.seconds("ffn_wake", Work())
         self.barrier = costs.seconds("barrier", Work())
         H, I = model.hidden, model.moe_intermediate
@@ -153,7 +158,7 @@ def chunks(counts: np.ndarray, capacity: int) -> List[tuple]:
 
 class _Replica:
     __slots__ = ("d", "next_req", "reqs", "batch_idx", "rids", "stages", "layer", "wait_rounds", "wait_t",
-                 "busy", "chain", "batches_run")
+                 "busy", "chain", "batches_run", "assigned", "idle", "free_at")
 
     def __init__(self, d, reqs):
         self.d = d
@@ -168,6 +173,9 @@ class _Replica:
         self.busy = 0.0
         self.chain = 0.0
         self.batches_run = 0
+        self.assigned: List[int] = []  # --assign: requests assigned at arrival
+        self.idle = False
+        self.free_at = 0.0
 
 
 class Simulation:
@@ -176,25 +184,34 @@ class Simulation:
 
     def __init__(self, model: ModelShape, topo: SimTopology, workload: SimWorkload, costs: CostModel,
                  mode: str = "async", seed: int = 0, routing: str = "uniform", expert_skew: float = 0.0,
-                 trace: bool = False):
+                 trace: bool = False, placement=None, batch_rows: Optional[int] = None,
+                 assign: str = "round-robin"):
         if mode not in ("async", "sync"):
             raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
         if routing not in ROUTINGS:
             raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
         if expert_skew < 0:
             raise ValueError(f"expert_skew must be >= 0, got {expert_skew}")
-        topo.check(model)
+        if batch_rows is not None and batch_rows < model.top_k:
+            raise ValueError(f"batch_rows ({batch_rows}) is smaller than one token's rows (top_k = {model.top_k})")
+        if assign not in ASSIGNS:
+            raise ValueError(f"assign must be one of {ASSIGNS}, got {assign!r}")
+        if assign != "round-robin" and workload.batches is not None:
+            raise ValueError(f"assign {assign!r} needs a dynamically batched workload (cam-run presets bring "
+                             "their own static batches and assignment)")
+        self.assign = assign
         if workload.num_replicas > topo.D:
             raise ValueError(f"workload uses {workload.num_replicas} replicas, topology has D={topo.D}")
         self.model, self.topo, self.wl, self.mode = model, topo, workload, mode
-        self.cost = _Costs(costs, model, topo)
         self.routing = routing
+        # batch_rows: snapshot batching (an FFN rank takes every ready item, in round-robin order, up to this many
+        # rows, into one launch); None: one work item per dispatch_recv.
+        self.batch_rows = batch_rows
         # trace: every publish (g, replica, t) and work item (f, replica, g, start, end, last chunk), for tests and
         # timelines; off by default (it costs memory at scale).
         self.trace = {"publish": [], "items": []} if trace else None
         self.rng = np.random.default_rng(seed)
         E, F = model.experts, topo.F
-        self.R = E // F
         # Expert popularity per MoE layer: uniform, or Zipf(expert_skew) over a per-layer random permutation.
         if expert_skew > 0:
             base = 1.0 / np.arange(1, E + 1) ** expert_skew
@@ -202,7 +219,28 @@ class Simulation:
             self.popularity = [base[self.rng.permutation(E)] for _ in range(model.moe_layers)]
         else:
             self.popularity = [np.full(E, 1.0 / E)] * model.moe_layers
-        self.rank_popularity = [p.reshape(F, self.R).sum(axis=1) for p in self.popularity]
+        # Placement: None = cam's default (expert e on rank e // R, E % F == 0), drawn per rank; otherwise one
+        # Placement per MoE layer, drawn per expert and split over its replicas (cam.sim.placement).
+        if isinstance(placement, str):
+            placement = parse_placement(placement, E, F, self.popularity)
+        elif isinstance(placement, Placement):
+            placement = [placement] * model.moe_layers
+        if placement is None and E % F:
+            placement = [Placement.contiguous(E, F)] * model.moe_layers
+        if placement is not None:
+            if len(placement) != model.moe_layers:
+                raise ValueError(f"placement: {len(placement)} tables for {model.moe_layers} MoE layers")
+            for p in placement:
+                if p.F != F or p.experts != E:
+                    raise ValueError(f"placement: a table for E={p.experts}, F={p.F}; the run has E={E}, F={F}")
+        self.place = placement
+        fanout = None
+        if placement is not None:
+            fanout = float(np.mean([expected_fanout_of(E, model.top_k, p.distinct_per_rank) for p in placement]))
+        self.cost = _Costs(costs, model, topo, fanout)
+        if placement is None:
+            self.R = E // F
+            self.rank_popularity = [p.reshape(F, self.R).sum(axis=1) for p in self.popularity]
         self._table = np.zeros(0)
 
     # ------------------------------------------------------------------ routing
@@ -227,32 +265,61 @@ class Simulation:
         Drawn routing: the round's token-slots fall on FFN ranks as a multinomial over the ranks' summed expert
         popularity; per-expert counts inside a rank (needed only to cut chunks) are drawn conditionally on the
         rank's rows, which gives exactly the per-expert multinomial."""
-        F, R, K = self.topo.F, self.R, self.model.top_k
-        slots = tokens * K
-        cap = self.topo.capacity
-        if self.routing == "balanced" or slots == 0:
-            q, r = divmod(slots, F)
-            rows = np.full(F, q, dtype=np.int64)
-            rows[:r] += 1
-        else:
-            rows = self.rng.multinomial(slots, self.rank_popularity[moe_layer])
+        if self.place is not None:
+            return self._route_placed(moe_layer, tokens)
+        R = self.R
+        slots = tokens * self.model.top_k
+        rows = self._draw(slots, self.rank_popularity[moe_layer])
         cost = self._item_cost(rows)
-        chunked: Dict[int, List[float]] = {}
-        if cap is not None and rows.max() > cap:
-            cost = cost.copy()
-            for f in np.flatnonzero(rows > cap).tolist():
-                n = int(rows[f])
-                if self.routing == "balanced":
-                    q, r = divmod(n, R)
-                    ce = np.full(R, q, dtype=np.int64)
-                    ce[:r] += 1
-                else:
-                    within = self.popularity[moe_layer][f * R:(f + 1) * R]
-                    ce = self.rng.multinomial(n, within / within.sum())
-                ic = [self.cost.item(rows_c, active_c) for rows_c, active_c in chunks(ce, cap)]
-                chunked[f] = ic
-                cost[f] = sum(ic)
+
+        def per_expert(f: int) -> np.ndarray:
+            within = self.popularity[moe_layer][f * R:(f + 1) * R]
+            return self._draw(int(rows[f]), within / within.sum())
+
+        chunked = self._chunk(rows, cost, per_expert)
+        if self.batch_rows is not None:
+            self._last_rows = (rows, self._active(rows.astype(np.float64)))
         return cost, chunked, slots
+
+    def _route_placed(self, moe_layer: int, tokens: int):
+        """``_route`` under a placement table: per-expert row counts (a multinomial over expert popularity, or the
+        exact even split), each expert's rows split over its replicas (cam.sim.placement); the experts an item
+        touches are its local slots with rows, exactly."""
+        place = self.place[moe_layer]
+        slots = tokens * self.model.top_k
+        counts = self._draw(slots, self.popularity[moe_layer])
+        rows, active = place.split(counts)
+        cost = self.cost.ffn_items(rows, active)
+        chunked = self._chunk(rows, cost, lambda f: place.slot_rows(counts, f))
+        if self.batch_rows is not None:
+            self._last_rows = (rows, active)
+        return cost, chunked, slots
+
+    def _draw(self, n: int, p: np.ndarray) -> np.ndarray:
+        """n rows over len(p) bins: the exact even split under balanced routing (or for no rows), else a
+        multinomial over p."""
+        if self.routing == "balanced" or n == 0:
+            q, r = divmod(n, len(p))
+            out = np.full(len(p), q, dtype=np.int64)
+            out[:r] += 1
+            return out
+        return self.rng.multinomial(n, p)
+
+    def _chunk(self, rows: np.ndarray, cost: np.ndarray, per_slot) -> Dict[int, List[float]]:
+        """The chunks of every FFN rank whose rows exceed the capacity: {f: [chunk seconds]}, ``cost[f]`` set to
+        their sum (in place), their (rows, experts) pairs kept for batching. ``per_slot(f)``: rows per local
+        expert of rank f."""
+        cap = self.topo.capacity
+        chunked: Dict[int, List[float]] = {}
+        self._last_pairs = {}
+        if cap is None or rows.max() <= cap:
+            return chunked
+        for f in np.flatnonzero(rows > cap).tolist():
+            pairs = chunks(per_slot(f), cap)
+            chunked[f] = [self.cost.item(rows_c, active_c) for rows_c, active_c in pairs]
+            cost[f] = sum(chunked[f])
+            self._last_pairs[f] = pairs
+        return chunked
 
     # ------------------------------------------------------------------ run
 
@@ -268,6 +335,8 @@ class Simulation:
         self.round_replica: List[int] = []
         self.round_cost: List[list] = []
         self.round_chunks: List[dict] = []
+        self.round_rows: List[tuple] = []  # batching: (rows per rank, experts touched per rank, chunks, MoE layer)
+        self.launches = 0
         self.round_remaining: List[int] = []
         self.round_complete: List[float] = []
         self.rounds_of: List[List[int]] = [[] for _ in range(D)]
@@ -282,8 +351,14 @@ class Simulation:
         self.ffn_time = [0.0] * F
         self.items = 0
         reqs = [[] for _ in range(D)]
+        self._sync_idle = False
+        self._unassigned = 0
         for rid in np.argsort(wl.arrival_s, kind="stable").tolist():
-            reqs[int(wl.replica[rid])].append(rid)
+            if self.assign == "round-robin":
+                reqs[int(wl.replica[rid])].append(rid)
+            else:  # assigned at arrival, by the policy
+                self._push(float(wl.arrival_s[rid]), _ARRIVE, rid)
+                self._unassigned += 1
         self.reps = [_Replica(d, reqs[d]) for d in range(D)]
         self.barrier_count = 0
         self.barrier_t = 0.0
@@ -296,12 +371,17 @@ class Simulation:
                 self._sync_arrive(rep, 0.0)
         heap = self.heap
         pop = heapq.heappop
-        select = self._select
+        select = self._select if self.batch_rows is None else self._select_batch
         remaining = self.round_remaining
         while heap:
             t, _, kind, x, y = pop(heap)
             if kind == _FFN_DONE:
-                if y >= 0:
+                if type(y) is tuple:  # a batched launch: every item's own round, in the order they were taken
+                    for g in y:
+                        remaining[g] -= 1
+                        if remaining[g] == 0:
+                            self._round_complete(g, t)
+                elif y >= 0:
                     remaining[y] -= 1
                     if remaining[y] == 0:
                         self._round_complete(y, t)
@@ -309,7 +389,11 @@ class Simulation:
             elif kind == _PUBLISH:
                 self._publish(x, t)
             elif kind == _WAKE:
-                self._select(x, t)
+                select(x, t)
+            elif kind == _ARRIVE:
+                self._arrive(x, t)
+            elif x < 0:  # --assign, sync: the step that waited for an arrival
+                self._sync_step(t)
             else:
                 self._next_batch(self.reps[x], t)
         unfinished = int(np.isnan(self.ttft).sum())
@@ -321,6 +405,29 @@ class Simulation:
         heapq.heappush(self.heap, (t, next(self._order), kind, x, y))
 
     # ------------------------------------------------------------------ Attention side
+
+    def _arrive(self, rid: int, t: float) -> None:
+        """--assign: request rid arrives at t and joins the replica the policy picks; an idle replica starts."""
+        finish, length = self.finish, self.wl.length
+        for r in self.reps:
+            # Not finished by t (a replica's schedule may already run ahead of t: its finish times are known).
+            r.assigned = [x for x in r.assigned if not finish[x] <= t]
+        if self.assign == "fewest-tokens":
+            rep = min(self.reps, key=lambda r: (int(length[r.assigned].sum()) if r.assigned else 0, r.d))
+        else:
+            rep = min(self.reps, key=lambda r: (len(r.assigned), r.d))
+        rep.reqs.append(rid)
+        rep.assigned.append(rid)
+        self._unassigned -= 1
+        # The start is an event at t, after every arrival at the same instant (those were scheduled first), so
+        # requests arriving together are assigned before any of them starts.
+        if self.mode == "async":
+            if rep.idle:
+                rep.idle = False
+                self._push(max(t, rep.free_at), _REPLICA, rep.d)
+        elif self._sync_idle:
+            self._sync_idle = False
+            self._push(t, _REPLICA, -1)
 
     def _take_batch(self, rep: _Replica, t: float) -> List[int]:
         """Dynamic batching: the requests of this replica that arrived by t, in order, up to the token budget."""
@@ -360,6 +467,7 @@ class Simulation:
             start = max(t, max(float(wl.arrival_s[r]) for r in rids))
         else:
             if rep.next_req >= len(rep.reqs):
+                rep.idle, rep.free_at = True, t  # --assign: the next request assigned to it starts it
                 return
             first = float(wl.arrival_s[rep.reqs[rep.next_req]])
             if first > t:
@@ -407,6 +515,9 @@ class Simulation:
             self.round_replica.append(d)
             self.round_cost.append(cost.tolist())
             self.round_chunks.append(chunked)
+            if self.batch_rows is not None:
+                self.round_rows.append((self._last_rows[0].tolist(), self._last_rows[1].tolist(),
+                                        self._last_pairs, moe))
             self.round_remaining.append(self.topo.F)
             self.round_complete.append(math.nan)
             self.rounds_of[d].append(g)
@@ -443,7 +554,10 @@ class Simulation:
             self.ttft[rid] = t - float(self.wl.arrival_s[rid])
         rep.rids = []
         if self.mode == "async":
-            self._next_batch(rep, t)
+            if self.assign == "round-robin":
+                self._next_batch(rep, t)
+            else:  # an event, so every request arriving by t is assigned before the replica takes its next batch
+                self._push(t, _REPLICA, rep.d)
         else:
             self._sync_arrive(rep, t)
 
@@ -455,7 +569,8 @@ class Simulation:
         if wl.batches is not None and rep.d < len(wl.batches) and rep.batch_idx < len(wl.batches[rep.d]):
             # cam-run's worker sleeps until its batch's last request arrived, then enters the barrier.
             t = max(t, max(float(wl.arrival_s[r]) for r in wl.batches[rep.d][rep.batch_idx]))
-        self._barrier(t, self._sync_step)
+        # --assign: the step starts as an event, after every request arriving by then has been assigned.
+        self._barrier(t, self._sync_step if self.assign == "round-robin" else lambda u: self._push(u, _REPLICA, -1))
 
     def _sync_layer_arrive(self, rep: _Replica, t: float) -> None:
         self._barrier(t, self._sync_layer)
@@ -482,6 +597,8 @@ class Simulation:
             pending = [float(wl.arrival_s[rep.reqs[rep.next_req]]) for rep in self.reps
                        if rep.next_req < len(rep.reqs)]
             if not pending:
+                if self._unassigned:  # --assign: the step starts when the next request arrives and is assigned
+                    self._sync_idle = True
                 return
             t = max(t, min(pending))  # nobody has anything: the step starts at the next arrival
             batches = [self._take_batch(rep, t) for rep in self.reps]
@@ -512,18 +629,27 @@ class Simulation:
                     self.ffn_busy[f] = True
                     if wake > 0:
                         self._push(t + wake, _WAKE, f)
-                    else:
+                    elif self.batch_rows is None:
                         self._select(f, t)
+                    else:
+                        self._select_batch(f, t)
 
-    def _select(self, f: int, t: float) -> None:
-        """dispatch_recv of FFN rank f at t: round robin over ready replicas from rr_next (protocol §7)."""
+    def _rr_start(self, f: int) -> Optional[int]:
+        """Index in FFN rank f's ready list where its round robin resumes (the first ready replica from rr_next,
+        wrapping), or None when nothing is ready (the rank goes idle)."""
         lst = self.ready[f]
         if not lst:
             self.ffn_busy[f] = False
-            return
+            return None
         i = bisect.bisect_left(lst, self.rr[f])
-        if i == len(lst):
-            i = 0
+        return 0 if i == len(lst) else i
+
+    def _select(self, f: int, t: float) -> None:
+        """dispatch_recv of FFN rank f at t: round robin over ready replicas from rr_next (protocol §7)."""
+        i = self._rr_start(f)
+        if i is None:
+            return
+        lst = self.ready[f]
         d = lst[i]
         consumed = self.consumed[f]
         k = consumed[d]
@@ -552,6 +678,69 @@ class Simulation:
             self.trace["items"].append((f, d, g, t, t + cost, last))
         heapq.heappush(self.heap, (t + cost, next(self._order), _FFN_DONE, f, g if last else -1))
 
+    def _select_batch(self, f: int, t: float) -> None:
+        """Snapshot batching: dispatch_recv of FFN rank f at t takes the ready items in the single-item mode's order
+        (round robin over ready replicas from rr_next, each replica's rounds in order, a chunked round chunk by
+        chunk) while they fit ``batch_rows`` rows (the first always), without waiting for anything not yet
+        published, and serves them as one launch: the work-item formula over the summed rows, with the experts
+        touched counted once per (layer, local expert) group. Every taken item's round completes at the launch's
+        end; the next selection starts after the last replica served."""
+        i = self._rr_start(f)
+        if i is None:
+            return
+        lst = self.ready[f]
+        consumed, prog = self.consumed[f], self.progress[f]
+        budget = self.batch_rows
+        total, taken, done, groups, last_d = 0, [], [], {}, lst[i]
+        full = False
+        for d in lst[i:] + lst[:i]:
+            while consumed[d] < self.published[d]:
+                k = consumed[d]
+                g = self.rounds_of[d][k]
+                rows, active, pairs, layer = self.round_rows[g]
+                pieces = pairs.get(f)
+                if pieces:
+                    ci = prog.get(d, 0)
+                    m, a = pieces[ci]
+                    last = ci == len(pieces) - 1
+                else:
+                    m, a, last = rows[f], active[f], True
+                if taken and total + m > budget:
+                    full = True
+                    break
+                if pieces:
+                    if last:
+                        del prog[d]
+                    else:
+                        prog[d] = ci + 1
+                if last:
+                    consumed[d] = k + 1
+                    done.append(g)
+                total += m
+                groups[layer] = groups.get(layer, 0.0) + a
+                taken.append((d, g, last))
+                last_d = d
+                if not last:
+                    break  # a round's next chunk is the next selection's, as in the single-item mode
+            if full:
+                break
+        lst[:] = [d for d in lst if consumed[d] < self.published[d]]
+        slots = self.R if self.place is None else 0
+        touched = 0.0
+        for layer, a in groups.items():
+            cap = slots or int(self.place[layer].slots_per_rank[f])
+            touched += min(float(cap), a)
+        cost = self.cost.item(float(total), touched)
+        self.rr[f] = last_d + 1
+        self.ffn_time[f] += cost
+        self.items += len(taken)
+        self.launches += 1
+        if self.trace is not None:
+            for d, g, last in taken:
+                self.trace["items"].append((f, d, g, t, t + cost, last))
+            self.trace.setdefault("launches", []).append((f, t, [d for d, _, _ in taken], total))
+        heapq.heappush(self.heap, (t + cost, next(self._order), _FFN_DONE, f, tuple(done)))
+
     def _round_complete(self, g: int, t: float) -> None:
         self.round_complete[g] = t
         rep = self.reps[self.round_replica[g]]
@@ -571,6 +760,7 @@ class Simulation:
             "replica_chain_s": [rep.chain for rep in self.reps],
             "rounds": len(self.round_replica),
             "work_items": self.items,
+            "launches": self.items if self.batch_rows is None else self.launches,
             "routed_rows": self.total_rows,
             "batches": sum(rep.batches_run for rep in self.reps),
         }

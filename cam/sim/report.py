@@ -21,10 +21,11 @@ def percentile(values: np.ndarray, q: float) -> float:
 
 def simulate(model: ModelShape, topo: SimTopology, workload: SimWorkload, costs: CostModel, *, mode: str = "async",
              seed: int = 0, routing: str = "uniform", expert_skew: float = 0.0, slo_s: Optional[float] = None,
-             per_request: bool = False) -> dict:
+             per_request: bool = False, placement=None, batch_rows: Optional[int] = None,
+             assign: str = "round-robin") -> dict:
     """One simulated run, summarized as a JSON-able dict (see docs/sim.md for every field)."""
     raw = Simulation(model, topo, workload, costs, mode=mode, seed=seed, routing=routing,
-                     expert_skew=expert_skew).run()
+                     expert_skew=expert_skew, placement=placement, batch_rows=batch_rows, assign=assign).run()
     ttft = raw["ttft_s"]
     makespan = raw["makespan_s"]
     tokens = int(workload.length.sum())
@@ -48,6 +49,10 @@ def simulate(model: ModelShape, topo: SimTopology, workload: SimWorkload, costs:
         "batches": raw["batches"],
         "rounds": raw["rounds"],
         "work_items": raw["work_items"],
+        "launches": raw["launches"],
+        "batch_rows": batch_rows,
+        "assign": assign,
+        "placement": placement if isinstance(placement, str) or placement is None else "table",
         "routed_rows": raw["routed_rows"],
     }
     if slo_s is not None:
