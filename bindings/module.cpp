@@ -1,10 +1,6 @@
 // cam._C: the C API, callable from Python without linking libtorch. The Python layer owns all memory.
 #include "common.h"
 
-#if defined(CAM_WITH_CANN)
-#include <acl/acl.h>  // the stream calls: cam/acl_compat.h takes only acl_base.h from CANN (acl_rt.h is not C)
-#endif
-
 #include <chrono>
 #include <iterator>
 #include <vector>
@@ -101,7 +97,7 @@ AclTensorList::AclTensorList(const std::vector<Descriptor>& ds, aclFormat format
 }
 
 Stream::Stream() {
-    if (aclrtCreateStream(&stream_) != ACL_SUCCESS) throw StatusError{ACLNN_ERR_INNER, "aclrtCreateStream failed"};
+    if (aclnnStatus st = camStreamCreate(&stream_)) throw StatusError{st, camGetLastErrorMessage()};
     open_ = true;
 }
 
@@ -115,7 +111,7 @@ Stream::Stream(Stream&& other) noexcept : stream_(other.stream_), owned_(other.o
 void Stream::Close() {
     if (open_ && owned_ && stream_) {
         py::gil_scoped_release release;
-        aclrtDestroyStream(stream_);
+        camStreamDestroy(stream_);
     }
     stream_ = nullptr;
     open_ = false;

@@ -33,7 +33,7 @@ from typing import Optional
 import torch
 
 from . import _C, _runtime
-from .errors import InvalidArgumentError
+from .errors import CamError, CommJoinError, InvalidArgumentError
 from ._tensor import ACL_DTYPE as _ACL_DTYPE  # aclDataType codes from cam/acl_compat.h, through _C
 from .topology import Topology
 
@@ -43,6 +43,9 @@ _ids = itertools.count(1)
 # Weak: a Comm the caller dropped without close() is collected, and its C handle and stream release the windows.
 _registry: "weakref.WeakValueDictionary[int, Comm]" = weakref.WeakValueDictionary()
 _registry_lock = threading.Lock()
+
+# How often a handshake wait looks at the missing ranks' failure keys and processes (each look is a few store reads).
+_JOIN_WATCH_S = 0.05
 
 # The dtype is part of the plane identity checked at creation (its aclDataType code goes into the window).
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
@@ -242,28 +245,45 @@ class Comm:
                 self._peers_proc[r] = proc
 
     def _create_npu(self, store, group, fields, timeout_ns, idle_ns, join_timeout_s):
-        """ACL IPC handshake: pids first (each window's allow-list needs them), then the window records."""
+        """ACL IPC handshake: pids first (each window's allow-list needs them), then the window records. A rank
+        that fails publishes why (``{group}/failed/{rank}``) before it raises, and every wait watches the missing
+        ranks' failures and processes, so a refusal or a death at one rank ends every rank's handshake at once,
+        naming that rank, instead of at join_timeout_s."""
         world = self.topology.world_size
         deadline = time.monotonic() + join_timeout_s
-        store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
-        store.set(f"{group}/topo/{self.rank}", json.dumps(self._plane_description()))
-        store.set(f"{group}/ipcpid/{self.rank}", str(_C.ipc_process_id()))
-        self._await_keys(store, [f"{group}/ipcpid/{r}" for r in range(world)], deadline, join_timeout_s,
-                         "published its pid")
-        _check_same_plane(self.rank, [json.loads(store.get(f"{group}/topo/{r}").decode()) for r in range(world)])
-        self._collect_peer_processes(store, group)
-        pids = [int(store.get(f"{group}/ipcpid/{r}").decode()) for r in range(world)]
-        c = _C.Comm.ipc(fields, self.rank, timeout_ns, idle_ns, _ACL_DTYPE[self.dtype], pids)
+        c = None
         try:
+            _forget_key(store, f"{group}/failed/{self.rank}")  # this rank's own earlier attempt on this store
+            store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
+            store.set(f"{group}/topo/{self.rank}", json.dumps(self._plane_description()))
+            store.set(f"{group}/ipcpid/{self.rank}", str(_C.ipc_process_id()))
+            self._await_keys(store, [f"{group}/ipcpid/{r}" for r in range(world)], deadline, join_timeout_s,
+                             "published its pid", group=group)
+            _check_same_plane(self.rank, [json.loads(store.get(f"{group}/topo/{r}").decode()) for r in range(world)])
+            self._collect_peer_processes(store, group)
+            pids = [int(store.get(f"{group}/ipcpid/{r}").decode()) for r in range(world)]
+            c = _C.Comm.ipc(fields, self.rank, timeout_ns, idle_ns, _ACL_DTYPE[self.dtype], pids)
             store.set(f"{group}/ipc/{self.rank}", json.dumps(c.ipc_record()))
             self._await_keys(store, [f"{group}/ipc/{r}" for r in range(world)], deadline, join_timeout_s,
-                             "published its window")
-            c.attach_ipc([json.loads(store.get(f"{group}/ipc/{r}").decode()) for r in range(world)])
+                             "published its window", group=group)
+            try:
+                c.attach_ipc([json.loads(store.get(f"{group}/ipc/{r}").decode()) for r in range(world)])
+            except CamError:
+                # A peer that gave up first has withdrawn its export: its reason is the cause, not this import.
+                for r in range(world):
+                    if r != self.rank:
+                        self._check_joining_peer(store, group, r, "imported the windows", gone=False)
+                raise
             store.set(f"{group}/mapped/{self.rank}", "1")
             self._await_keys(store, [f"{group}/mapped/{r}" for r in range(world)], deadline, join_timeout_s,
-                             "imported the windows")
-        except BaseException:
-            c.close()  # closes this rank's imports, then frees its window
+                             "imported the windows", group=group)
+        except BaseException as e:
+            try:  # before the close withdraws this rank's export, so a peer whose import then fails finds why
+                store.set(f"{group}/failed/{self.rank}", f"{type(e).__name__}: {e}")
+            except Exception:  # noqa: BLE001 - no store to tell: the peers find this rank by its process or timeout
+                pass
+            if c is not None:
+                c.close()  # closes this rank's imports, then frees its window
             raise
         return c
 
@@ -293,18 +313,38 @@ class Comm:
         fields["dtype"] = str(self.dtype).replace("torch.", "")
         return fields
 
-    def _await_keys(self, store, keys, deadline, join_timeout_s, what):
-        """Waits (bounded) until every rank set its key; a timeout names the ranks that did not."""
+    def _await_keys(self, store, keys, deadline, join_timeout_s, what, group=None):
+        """Waits (bounded) until every rank set its key; a timeout names the ranks that did not. With ``group``, a
+        missing rank that published a failure, or whose published process is gone, ends the wait at once, naming
+        it (CommJoinError)."""
         missing = list(range(len(keys)))
+        next_watch = 0.0
         while True:
             missing = [r for r in missing if not store.check([keys[r]])]
             if not missing:
                 return
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if group is not None and now >= next_watch:
+                next_watch = now + _JOIN_WATCH_S
+                for r in missing:
+                    self._check_joining_peer(store, group, r, what)
+            if now > deadline:
                 raise TimeoutError(f"Comm: rank {self.rank}: rank(s) {', '.join(map(str, missing))} never {what} "
                                    f"within join_timeout_s={join_timeout_s:g} s (not started, crashed, or a different "
                                    f"group/store)")
             time.sleep(0.005)
+
+    def _check_joining_peer(self, store, group, r, what, gone=True):
+        """Raises CommJoinError if rank r gave up the handshake (its published reason) or (``gone``) its process is
+        gone."""
+        if store.check([f"{group}/failed/{r}"]):
+            reason = store.get(f"{group}/failed/{r}").decode(errors="replace")
+            raise CommJoinError(f"Comm: rank {self.rank}: rank {r} gave up the handshake before it {what}: {reason}")
+        if gone and store.check([f"{group}/proc/{r}"]):
+            ident = store.get(f"{group}/proc/{r}").decode()
+            if ident and _proc_identity(int(ident.split(":")[0])) != ident:
+                raise CommJoinError(f"Comm: rank {self.rank}: rank {r} died during the handshake (its process "
+                                    f"{ident.split(':')[0]} is gone) before it {what}")
 
     def _stop_watchdog(self) -> None:
         self._watch_stop.set()
@@ -478,6 +518,14 @@ def _check_same_plane(rank: int, described: list) -> None:
         diffs += [f"{k}={d[k]!r} (unknown to rank(s) {names})" for k in d if k not in ref]
         parts.append(f"rank {r} was created with a different topology: " + ", ".join(diffs))
     raise InvalidArgumentError(f"Comm: rank {rank}: " + "; ".join(parts))
+
+
+def _forget_key(store, key: str) -> None:
+    """Deletes a key if the store can (FileStore, TCPStore); a store that cannot keeps it."""
+    try:
+        store.delete_key(key)
+    except Exception:  # noqa: BLE001 - HashStore/PrefixStore variants without delete: nothing stale to fear there
+        pass
 
 
 def _check_name(what: str, value, *, optional: bool) -> None:

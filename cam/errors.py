@@ -103,3 +103,8 @@ _BY_STATUS = _by_status()
 def from_status(status: int, message: str) -> CamError:
     """Builds the exception for a C status (used by the bindings)."""
     return _BY_STATUS.get(status, CamError)(f"{message} [status {status}]", status)
+
+
+class CommJoinError(CamError):
+    """Another rank ended the creation handshake of a plane: it refused the plane (its reason is quoted) or its
+    process died. The message names that rank; this rank's half-built plane is closed (no import left open)."""

@@ -2,7 +2,7 @@
 
 It builds cam with bisheng, runs every op against its golden on NPU tensors at the shapes that catch layout bugs,
 again under msSanitizer memcheck/racecheck when mssanitizer is present, runs a data-plane round trip of many rounds
-with payload checksums and the end-to-end check, and writes a support-matrix JSON (SoC, CANN, torch_npu versions,
+with payload checksums (ranks as processes, one device each, on the NPU transport) and the end-to-end check, and writes a support-matrix JSON (SoC, CANN, torch_npu versions,
 each step pass/fail).
 
 ``--dry-run`` checks the prerequisites and lists the steps without running them: the very ``Step`` objects the
@@ -77,11 +77,17 @@ def plan(env: Environment) -> list:
         for tool in SANITIZER_TOOLS:
             steps += [Step(f"{tool}:{s.name}", "sanitizer", (env.mssanitizer, f"--tool={tool}", *s.argv))
                       for s in op_steps if "[m=17," in s.name]
-    steps.append(Step("dataplane_round_trip", "dataplane",
+    # On NPU: every rank a process with its own device, the windows shared over the NPU transport (ACL IPC).
+    steps.append(Step(f"dataplane_round_trip[transport={_dataplane_transport(env.device)}]", "dataplane",
                       (env.python, "-m", "cam.qualify", "--dataplane-rounds", str(DATAPLANE_ROUNDS), "--device",
                        env.device)))
     steps.append(Step("e2e_check", "e2e", (env.python, "-m", "cam.run.cli", "--check", "--quiet")))
     return steps
+
+
+def describe(step: Step) -> str:
+    """The --dry-run line of a step (of the list the real mode runs)."""
+    return f"  {step.kind:9} {step.name}  $ {' '.join(step.argv)}"
 
 
 def prerequisites(env: Environment) -> list:
@@ -233,32 +239,17 @@ def _checksum(t) -> int:
 
 
 def _dataplane_transport(device: str) -> str:
-    if device == "cpu":
-        return "in_process"
-    raise RuntimeError(f"data-plane round trip on {device}: needs a cam.Comm over HCCL. The C API has it in Ascend "
-                       "builds (camCommCreateHccl, the window_table op for the peer table, docs/ascend.md §5), "
-                       "cam.Comm has no 'hccl' transport yet")
+    """The plane the round-trip step runs on: threads of this process for CPU tensors (the twin), processes over
+    the NPU transport (ACL IPC device memory, docs/ascend.md §5) for NPU tensors."""
+    return "in_process" if device == "cpu" else "npu"
 
 
-def check_dataplane(rounds: int, device: str, seed: int = 0) -> None:
-    """A data-plane round trip of ``rounds`` rounds on ``device`` tensors: every Attention rank dispatches and
-    combines each round, every FFN rank applies a per-expert function that exposes routing mistakes. Each round's
-    combine output must equal the golden (reference round trip) exactly, and the checksum of every payload an FFN
-    rank received must equal the checksum of the golden dispatch. Ranks are threads of this process (one device
-    each on Ascend). Raises AssertionError naming the round and rank that differ."""
-    import threading
-
+def _dataplane_inputs(topo, rounds: int, seed: int) -> list:
+    """inputs[r][a] = (x, ids, w) of round r at Attention rank a (the same in every rank's process)."""
     import torch
 
-    import cam
-    from cam.reference.dispatch_combine import round_trip_plane
-    from cam.reference.dynamic_quant import dynamic_quant
-
-    transport = _dataplane_transport(device)
-    topo = cam.Topology(**DATAPLANE_TOPOLOGY)
-    dev = torch.device(device)
     g = torch.Generator().manual_seed(seed)
-    inputs = []  # inputs[r][a] = (x, ids, w)
+    inputs = []
     for _ in range(rounds):
         row = []
         for _ in range(topo.A):
@@ -267,16 +258,33 @@ def check_dataplane(rounds: int, device: str, seed: int = 0) -> None:
                         torch.randint(-1, topo.E, (b, topo.K), generator=g, dtype=torch.int32),
                         torch.rand(b, topo.K, generator=g)))
         inputs.append(row)
+    return inputs
+
+
+def _expert(topo):
+    import torch
 
     def expert(e, rows, scales):
         v = rows.to(torch.float32) * (scales[:, None] if topo.quantized else 1)
         return (v * (e.to(torch.float32) + 1)[:, None]).to(torch.bfloat16)
 
-    received = {}  # (ffn rank, replica, seq) -> checksum of the rows it served
-    failures = []
-    group = f"qualify-{os.getpid()}-{time.monotonic_ns()}"
+    return expert
 
-    def attention(comm):
+
+def _dataplane_rank(comm, topo, inputs, device, received: dict) -> None:
+    """One rank's part of the round trip: an Attention rank dispatches and combines every round and checks each
+    combine output against the golden; an FFN rank serves every round and records the checksum of what it got in
+    ``received[(ffn rank, replica, seq)]``."""
+    import torch
+
+    import cam
+    from cam.reference.dispatch_combine import round_trip_plane
+    from cam.reference.dynamic_quant import dynamic_quant
+
+    dev = torch.device(device)
+    expert = _expert(topo)
+    rounds = len(inputs)
+    if comm.is_attention:
         a = comm.rank
         for r in range(rounds):
             x, ids, w = inputs[r][a]
@@ -286,26 +294,35 @@ def check_dataplane(rounds: int, device: str, seed: int = 0) -> None:
             if not torch.equal(out, golden):
                 raise AssertionError(f"round {r}: Attention rank {a}'s combine output differs from the golden "
                                      f"({int((out != golden).sum())} elements)")
+        return
+    f = comm.rank - topo.A
+    served = 0
+    while served < topo.D * rounds:
+        ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
+        out = torch.zeros((topo.recv_rows, topo.H), dtype=torch.bfloat16, device=dev)
+        if int(wi[0]) == 1:
+            n = int(wi[5])
+            e = torch.repeat_interleave(torch.arange(topo.R), cnt.cpu()) + f * topo.R
+            out[:n] = expert(e, ex[:n].cpu(), sc[:n].cpu()).to(dev)
+            received[(comm.rank, int(wi[1]), int(wi[3]))] = _checksum(ex[:n].cpu())
+            served += 1
+        cam.ops.combine_send(comm, out, wi)
 
-    def ffn(comm):
-        f = comm.rank - topo.A
-        served = 0
-        while served < topo.D * rounds:
-            ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
-            out = torch.zeros((topo.recv_rows, topo.H), dtype=torch.bfloat16, device=dev)
-            if int(wi[0]) == 1:
-                n = int(wi[5])
-                e = torch.repeat_interleave(torch.arange(topo.R), cnt.cpu()) + f * topo.R
-                out[:n] = expert(e, ex[:n].cpu(), sc[:n].cpu()).to(dev)
-                received[(comm.rank, int(wi[1]), int(wi[3]))] = _checksum(ex[:n].cpu())
-                served += 1
-            cam.ops.combine_send(comm, out, wi)
+
+def _dataplane_threads(topo, inputs, device) -> dict:
+    """Every rank a thread of this process on the in-process plane; the FFN ranks' received checksums."""
+    import threading
+
+    import cam
+
+    received, failures = {}, []
+    group = f"qualify-{os.getpid()}-{time.monotonic_ns()}"
 
     def rank_main(rank):
         comm = None
         try:
-            comm = cam.Comm(topo, rank, transport=transport, group=group)
-            (attention if rank < topo.A else ffn)(comm)
+            comm = cam.Comm(topo, rank, transport="in_process", group=group)
+            _dataplane_rank(comm, topo, inputs, device, received)
         except BaseException as e:  # noqa: BLE001 - reported below
             failures.append((rank, e))
             if comm is not None:
@@ -326,12 +343,104 @@ def check_dataplane(rounds: int, device: str, seed: int = 0) -> None:
     if failures:
         rank, e = failures[0]  # the first to fail; the others were aborted by it
         raise AssertionError(f"data-plane round trip: rank {rank} failed: {e}") from e
+    return received
+
+
+def _dataplane_processes(topo, rounds: int, device: str, seed: int) -> dict:
+    """Every rank a process (``python -m cam.qualify --dataplane-rank R``) on the NPU transport, its pids and window
+    records exchanged through a FileStore; the FFN ranks' received checksums. Each rank is bounded by
+    DATAPLANE_TIMEOUT_S; on a failure or timeout every rank is ended and the first failure is named."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="cam-qualify-") as tmp:
+        procs = []
+        for r in range(topo.world_size):
+            out = os.path.join(tmp, f"rank{r}.json")
+            argv = [sys.executable, "-m", "cam.qualify", "--dataplane-rank", str(r), "--dataplane-store",
+                    os.path.join(tmp, "store"), "--dataplane-rounds", str(rounds), "--device", device, "--seed",
+                    str(seed), "--json", out]
+            procs.append((subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), out))
+        deadline = time.monotonic() + DATAPLANE_TIMEOUT_S
+        logs, failed = [], None
+        try:
+            for r, (p, _) in enumerate(procs):
+                try:
+                    logs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+                except subprocess.TimeoutExpired:
+                    raise AssertionError(f"data-plane round trip: rank {r} still running after "
+                                         f"{DATAPLANE_TIMEOUT_S} s") from None
+                if p.returncode != 0 and failed is None:
+                    failed = r
+        finally:
+            for p, _ in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(30)
+        if failed is not None:
+            raise AssertionError(f"data-plane round trip: rank {failed} failed (exit {procs[failed][0].returncode}):"
+                                 f"\n{logs[failed][-2000:]}")
+        received = {}
+        for _, out in procs:
+            with open(out) as f:
+                for rank, d, seq, checksum in json.load(f)["received"]:
+                    received[(rank, d, seq)] = checksum
+        return received
+
+
+def dataplane_rank_main(rank: int, store_path: str, rounds: int, device: str, seed: int, out: str) -> None:
+    """One rank of the processes' round trip (inside its subprocess): its device (rank modulo the devices
+    torch_npu sees), its Comm on the NPU transport, its part of the rounds; writes the checksums it received."""
+    from torch.distributed import FileStore
+
+    import cam
+
+    topo = cam.Topology(**DATAPLANE_TOPOLOGY)
+    from cam import _npu
+
+    npu = _npu._torch_npu()
+    index = rank % max(1, int(npu.npu.device_count()))
+    npu.npu.set_device(index)
+    store = FileStore(store_path, topo.world_size)
+    received = {}
+    with cam.Comm(topo, rank, transport=_dataplane_transport(device), store=store, group="qualify",
+                  join_timeout_s=120) as comm:
+        _dataplane_rank(comm, topo, _dataplane_inputs(topo, rounds, seed), f"{device}:{index}", received)
+    with open(out, "w") as f:
+        json.dump({"received": [[*k, v] for k, v in received.items()]}, f)
+
+
+def check_dataplane(rounds: int, device: str, seed: int = 0) -> str:
+    """A data-plane round trip of ``rounds`` rounds on ``device`` tensors: every Attention rank dispatches and
+    combines each round, every FFN rank applies a per-expert function that exposes routing mistakes. Each round's
+    combine output must equal the golden (reference round trip) exactly, and the checksum of every payload an FFN
+    rank received must equal the checksum of the golden dispatch. On CPU the ranks are threads of this process; on
+    NPU they are processes on the NPU transport (one device each). Raises AssertionError naming the round and rank
+    that differ; returns the plane it ran on."""
+    import cam
+    from cam.reference.dispatch_combine import round_trip_plane
+    from cam.reference.dynamic_quant import dynamic_quant
+
+    transport = _dataplane_transport(device)
+    topo = cam.Topology(**DATAPLANE_TOPOLOGY)
+    if transport == "npu":
+        from cam import _npu
+
+        if _npu._torch_npu() is None:
+            raise RuntimeError(f"data-plane round trip on {device}: needs torch_npu (NPU tensors and one device per "
+                               f"rank process)")
+        received = _dataplane_processes(topo, rounds, device, seed)
+    else:
+        received = _dataplane_threads(topo, _dataplane_inputs(topo, rounds, seed), device)
+    inputs = _dataplane_inputs(topo, rounds, seed)
+    expert = _expert(topo)
     for r in range(rounds):
         golden = round_trip_plane(topo, inputs[r], expert, quant_fn=dynamic_quant, global_ids=True)["dispatch"]
         for (d, rank), gd in golden.items():
             if received.get((rank, d, r + 1)) != _checksum(gd["rows"]):
                 raise AssertionError(f"round {r}: the payload FFN rank {rank} received from replica {d} has the "
                                      "wrong checksum")
+    where = "threads as ranks" if transport == "in_process" else "processes as ranks"
+    return f"transport {transport}, {topo.world_size} {where}"
 
 
 # ---------------------------------------------------------------- CLI
@@ -347,6 +456,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--dataplane-rounds", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--dataplane-rank", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--dataplane-store", help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     return p
 
 
@@ -356,9 +468,13 @@ def main(argv: Optional[Sequence[str]] = None, runner: Callable[[Step], tuple] =
         check_op(args.op, args.m, args.k, args.n, args.device)
         print(f"{args.op} m={args.m} k={args.k} n={args.n}: ok")
         return 0
+    if args.dataplane_rank is not None:  # one rank of the processes' round trip, inside its subprocess
+        dataplane_rank_main(args.dataplane_rank, args.dataplane_store, args.dataplane_rounds, args.device, args.seed,
+                            args.json)
+        return 0
     if args.dataplane_rounds is not None:
-        check_dataplane(args.dataplane_rounds, args.device)
-        print(f"data-plane round trip: {args.dataplane_rounds} rounds on {args.device}: ok")
+        plane = check_dataplane(args.dataplane_rounds, args.device, args.seed)
+        print(f"data-plane round trip: {args.dataplane_rounds} rounds on {args.device} ({plane}): ok")
         return 0
     env = detect(args.source, args.device)
     steps = plan(env)
@@ -368,7 +484,7 @@ def main(argv: Optional[Sequence[str]] = None, runner: Callable[[Step], tuple] =
     if args.dry_run:
         print(f"{len(steps)} steps:")
         for s in steps:
-            print(f"  {s.kind:9} {s.name}  $ {' '.join(s.argv)}")
+            print(describe(s))
         return 0
     missing = [what for what, found, _ in prereqs if not found and "optional" not in what]
     if missing:

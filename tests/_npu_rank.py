@@ -1,22 +1,30 @@
 """One rank of a processes-as-ranks data plane over the NPU transport (ACL IPC; on the twin its POSIX-shm
-stand-ins), run by tests/test_npu_transport.py. Writes its result, the stand-in call log and the open-import count
-to --out (torch.save), or the error it failed with (mode tamper_*)."""
+stand-ins), run by tests/test_npu_transport.py. Mode round_trip writes its result, the stand-in call log and the
+open-import count to --out (torch.save). Mode faults runs every handshake fault of FAULTS in one process, each on
+its own group of the same store, and writes per fault the error, its time, the call log and the open imports to
+--out (JSON, rewritten after each fault, so a rank that dies in the last one keeps the earlier ones)."""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-from torch.distributed import FileStore  # noqa: E402
 
 import cam  # noqa: E402
 from cam import _C  # noqa: E402
-from _dataplane_harness import attention_body, ffn_server, make_rounds  # noqa: E402
+from _shm_rank import rank_args, round_trip  # noqa: E402
+
+# In this order: the rank that dies in "death" cannot run anything after it.
+FAULTS = ["tamper_key", "tamper_size", "tamper_pid", "topology", "no_peer_access", "store_timeout", "death"]
+FAULT_JOIN_S = 30.0  # every fault but store_timeout must end far sooner: a peer's failure ends the wait at once
+STORE_TIMEOUT_JOIN_S = 2.0
+DEATH_EXIT = 17
 
 
 class TamperingStore:
@@ -42,42 +50,80 @@ class TamperingStore:
         return getattr(self._store, name)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--store", required=True)
-    p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--topology", required=True)
-    p.add_argument("--counts", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--mode", choices=["round_trip", "tamper_key", "tamper_size", "tamper_pid"], default="round_trip")
-    p.add_argument("--victim", type=int, default=0)
-    args = p.parse_args()
-    topo = cam.Topology(**json.loads(args.topology))
-    counts = json.loads(args.counts)
-    store = FileStore(args.store, topo.world_size)
-    if args.mode != "round_trip" and args.rank == args.victim:
-        store = TamperingStore(store, f"plane/ipc/{args.rank}", args.mode.split("_")[1])
-    _C.twin_ipc_calls(reset=True)
-    if args.mode != "round_trip":
+class DyingStore:
+    """The process ends (no cleanup, as a crash) where it would tell the peers it imported their windows."""
+
+    def __init__(self, store, key):
+        self._store, self._key = store, key
+
+    def set(self, key, value):
+        if key == self._key:
+            os._exit(DEATH_EXIT)
+        return self._store.set(key, value)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def _barrier(store, name, world, timeout_s=120.0):
+    """Every rank reaches fault `name` before any starts it (a rank racing ahead would meet the last fault's
+    leftovers); bounded."""
+    store.add(f"barrier/{name}", 1)
+    deadline = time.monotonic() + timeout_s
+    while int(store.add(f"barrier/{name}", 0)) < world:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"barrier {name}: not every rank arrived within {timeout_s} s")
+        time.sleep(0.01)
+
+
+def run_faults(args, topo, store) -> None:
+    last = topo.world_size - 1
+    results = {"pid": os.getpid()}
+    with open(args.out, "w") as f:
+        json.dump(results, f)
+    for fault in FAULTS:
+        _barrier(store, fault, topo.world_size)
+        group = f"fault-{fault}"
+        s, t, join_s = store, topo, FAULT_JOIN_S
+        if fault.startswith("tamper_") and args.rank == 0:
+            s = TamperingStore(store, f"{group}/ipc/0", fault.split("_")[1])
+        elif fault == "topology" and args.rank == last:
+            t = dataclasses.replace(topo, Bmax=topo.Bmax - 2)
+        elif fault == "no_peer_access" and args.rank == 0:
+            os.environ["CAM_TWIN_DENY_PEER_ACCESS"] = "0>2"  # this rank's device 0 cannot reach rank 2's
+        elif fault == "store_timeout":
+            join_s = STORE_TIMEOUT_JOIN_S
+            if args.rank == last:
+                results[fault] = {"skipped": True}
+                continue
+        elif fault == "death" and args.rank == last:
+            s = DyingStore(store, f"{group}/mapped/{last}")
+        _C.twin_ipc_calls(reset=True)
+        start = time.monotonic()
+        error = None
         try:
-            with cam.Comm(topo, args.rank, transport="npu", store=store, group="plane", timeout_s=60,
-                          join_timeout_s=20):
+            with cam.Comm(t, args.rank, transport="npu", store=s, group=group, timeout_s=60, join_timeout_s=join_s):
                 pass
         except Exception as e:  # noqa: BLE001 - the error is the result
-            torch.save({"error": f"{type(e).__name__}: {e}", "open_imports": _C.twin_ipc_open_imports()}, args.out)
-            return 0
-        torch.save({"error": None, "open_imports": _C.twin_ipc_open_imports()}, args.out)
+            error = f"{type(e).__name__}: {e}"
+        os.environ.pop("CAM_TWIN_DENY_PEER_ACCESS", None)
+        results[fault] = {"error": error, "seconds": time.monotonic() - start, "pid": os.getpid(),
+                          "calls": _C.twin_ipc_calls(reset=True), "open_imports": _C.twin_ipc_open_imports()}
+        with open(args.out, "w") as f:
+            json.dump(results, f)
+
+
+def main() -> int:
+    args, topo, counts, store = rank_args(["round_trip", "faults"])
+    _C.twin_ipc_calls(reset=True)
+    if args.mode == "faults":
+        run_faults(args, topo, store)
         return 0
     with cam.Comm(topo, args.rank, transport="npu", store=store, group="plane", timeout_s=60,
                   join_timeout_s=60) as comm:
         create_calls = _C.twin_ipc_calls(reset=True)
         window_bytes = comm.window_bytes
-        rounds = make_rounds(topo, counts, seed=21)
-        if comm.is_attention:
-            result = attention_body(rounds[args.rank], in_flight=2)(comm)
-        else:
-            log = ffn_server(topo, topo.D * len(counts[0]))(comm)
-            result = [(s.replica, s.seq, s.layer, s.rows, s.scales, s.counts) for s in log.served]
+        result = round_trip(comm, topo, counts, args.rank)
         run_calls = _C.twin_ipc_calls(reset=True)
     torch.save({"result": result, "create_calls": create_calls, "run_calls": run_calls,
                 "close_calls": _C.twin_ipc_calls(reset=True), "open_imports": _C.twin_ipc_open_imports(),

@@ -8,6 +8,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -45,9 +46,29 @@ def test_no_acl_symbol_is_exported():
     # Nor does the twin build import one (it would bind to torch_npu's libascendcl when both are loaded), and the
     # Python module exports nothing but its init.
     imported = _dynamic_symbols(os.path.join(_libdir(), "libcam_aclnn.so"), "--undefined-only")
-    assert [s for s in imported if s.lower().startswith("acl")] == []
+    assert [s for s in imported if s.lower().startswith(("acl", "hccl"))] == []
     module = cam._C.__file__
     assert [s for s in _exported(module) if s.lower().startswith("acl")] == []
+    assert [s for s in _dynamic_symbols(module, "--undefined-only")
+            if s.lower().startswith(("acl", "hccl")) and not s.startswith("aclnnCam")] == []
+
+
+def test_library_and_module_need_no_cann_library():
+    # Neither the library nor the bindings module lists a CANN library as a dependency (an Ascend build dlopens
+    # libascendcl/libhccl: test_ascend_headers.py checks its objects), so both load on a machine without CANN.
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf (binutils) not available")
+    for lib in (os.path.join(_libdir(), "libcam_aclnn.so"), cam._C.__file__):
+        out = subprocess.run([readelf, "-d", lib], capture_output=True, text=True, timeout=60, check=True).stdout
+        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+        assert any(n.startswith("libc.so") or n.startswith("libstdc++") for n in needed), f"control: {needed}"
+        assert [n for n in needed if "ascend" in n or "hccl" in n or n.startswith("libacl")] == [], (lib, needed)
+    # and the module imports with no CANN in the environment (no ASCEND_* variables, no library path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND", "LD_LIBRARY_PATH"))}
+    res = subprocess.run([sys.executable, "-c", "import cam._C as c; print(hasattr(c, 'Comm'))"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "True", res.stdout + res.stderr
 
 
 def _compile(tmp_path, source: pathlib.Path, name: str) -> pathlib.Path:

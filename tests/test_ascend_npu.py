@@ -58,6 +58,14 @@ STUB = textwrap.dedent('''
         def current_stream(device=None):
             CALLS.append((str(device), threading.current_thread().name))
             return _Stream(_thread_stream())
+
+        @staticmethod
+        def device_count():
+            return 1  # the stub's one host-memory device
+
+        @staticmethod
+        def set_device(index):
+            CALLS.append(("set_device", index))
 ''')
 
 # Every op through torch.ops.cam on "npu" tensors, against the same op on CPU tensors (the direct path).
@@ -201,7 +209,9 @@ def _run_with_stub(tmp_path, lib, probe, timeout=300):
     pkg.mkdir()
     (pkg / "__init__.py").write_text(STUB)
     paths = [str(tmp_path), str(pathlib.Path(__file__).resolve().parent)]
-    env = {**os.environ, "CAM_TEST_NPU_DEVICE_LIB": str(lib)}
+    # PYTHONPATH too: processes the probe starts (cam-qualify's rank processes) import the same stub
+    env = {**os.environ, "CAM_TEST_NPU_DEVICE_LIB": str(lib),
+           "PYTHONPATH": os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])])}
     return subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = {paths!r}\n" + probe],
                           capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
 
@@ -260,3 +270,24 @@ def test_wrapped_stream_is_never_destroyed():
     owned.close()
     with pytest.raises(cam.InvalidArgumentError, match="closed"):
         owned.synchronize(1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_qualify_dataplane_step_runs_on_the_npu_transport(tmp_path, npu_device_lib):
+    # cam-qualify's own planned data-plane step for NPU tensors, with fewer rounds: its four ranks are processes on
+    # the NPU transport (here the twin's ACL IPC stand-ins) with stub-NPU tensors, every round exact and every
+    # payload's checksum the golden's. Six interpreters import torch (the probe, the step, four ranks): ~1 min.
+    probe = textwrap.dedent('''
+        from cam import qualify
+
+        step = next(s for s in qualify.plan(qualify.detect(".", device="npu")) if s.kind == "dataplane")
+        assert step.name == "dataplane_round_trip[transport=npu]", step.name
+        argv = list(step.argv)
+        argv[argv.index("--dataplane-rounds") + 1] = "3"
+        ok, detail, _ = qualify.run_subprocess(qualify.Step(step.name, step.kind, tuple(argv), timeout_s=600))
+        assert ok and "3 rounds on npu (transport npu, 4 processes as ranks): ok" in detail, detail
+        print("ok")
+    ''')
+    out = _run_with_stub(tmp_path, npu_device_lib, probe, timeout=800)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr

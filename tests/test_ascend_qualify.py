@@ -129,8 +129,29 @@ def test_dataplane_round_trip_catches_a_wrong_payload(monkeypatch):
 
 
 def test_dataplane_step_on_npu_names_what_is_missing():
-    with pytest.raises(RuntimeError, match="needs a cam.Comm over HCCL"):
+    # Without torch_npu there are no NPU tensors (the step itself runs against the stub in test_ascend_npu.py).
+    with pytest.raises(RuntimeError, match="needs torch_npu"):
         qualify.check_dataplane(1, "npu")
+
+
+def test_dry_run_lists_and_real_mode_runs_the_planned_step_objects(tmp_path, monkeypatch, capsys):
+    # Both modes take their steps from one plan() call and act on those very objects: --dry-run describes each
+    # object plan returned (the NPU data-plane step among them), the real mode hands each to the runner.
+    monkeypatch.setattr(qualify, "prerequisites", lambda env: [("everything", True, "stubbed")])
+    planned, described, ran = [], [], []
+    real_plan, real_describe = qualify.plan, qualify.describe
+    monkeypatch.setattr(qualify, "plan", lambda env: planned.append(real_plan(env)) or planned[-1])
+    monkeypatch.setattr(qualify, "describe", lambda step: described.append(step) or real_describe(step))
+    assert qualify.main(["--dry-run", "--source", str(tmp_path)]) == 0
+    assert len(planned) == 1 and len(described) == len(planned[0])
+    assert all(d is p for d, p in zip(described, planned[0]))
+    dataplane = [s for s in planned[0] if s.kind == "dataplane"]
+    assert [s.name for s in dataplane] == ["dataplane_round_trip[transport=npu]"]
+    assert dataplane[0].argv[dataplane[0].argv.index("--device") + 1] == "npu"
+    assert "dataplane_round_trip[transport=npu]" in capsys.readouterr().out
+    assert qualify.main(["--source", str(tmp_path), "--json", str(tmp_path / "m.json")],
+                        runner=lambda step: ran.append(step) or (True, "", 0.0)) == 0
+    assert len(planned) == 2 and len(ran) == len(planned[1]) and all(r is p for r, p in zip(ran, planned[1]))
 
 
 @pytest.mark.slow  # a subprocess that imports torch and cam
@@ -141,4 +162,5 @@ def test_the_planned_dataplane_step_runs_as_a_subprocess(tmp_path):
     argv = list(step.argv)
     argv[argv.index("--dataplane-rounds") + 1] = "6"
     ok, detail, _ = qualify.run_subprocess(qualify.Step(step.name, step.kind, tuple(argv), timeout_s=240))
-    assert ok and "data-plane round trip: 6 rounds on cpu: ok" in detail, detail
+    assert ok and "data-plane round trip: 6 rounds on cpu (transport in_process, 4 threads as ranks): ok" in detail, \
+        detail

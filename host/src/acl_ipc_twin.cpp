@@ -7,16 +7,20 @@
 // the header; ImportByKey maps the segment only when the key's nonce is the one exported and the caller's pid is
 // allowed (the flow of CANN's aclrtIpcMemGetExportKey / aclrtIpcMemSetImportPid / aclrtIpcMemImportByKey pages,
 // docs/ascend.md §5.0); Close unmaps an import, or withdraws an export; Free unmaps and unlinks the owner's segment.
+// A copy whose device side is not inside memory this process allocated or imported is refused. Every call is logged
+// (camTwinIpcCallLog), a refused one as "name!", so tests can prove which imports succeeded and were closed.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <random>
@@ -62,6 +66,40 @@ void Log(const char* call) {
     gLog += call;
 }
 
+// Marks the call just logged as refused ("name!"), so a test can tell the imports that succeeded (and must be
+// closed) from the ones that did not. Returns rc.
+aclError Refused(aclError rc) {
+    // gMutex held by the caller
+    gLog += '!';
+    return rc;
+}
+
+// Whether [p, p + n) lies inside memory this process allocated or imported (gMutex held): the device side of every
+// copy must, as on a device no copy reaches an address the runtime never handed out.
+bool KnownDeviceRange(const void* p, size_t n) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    auto inside = [&](const Segment& s) {
+        const auto lo = reinterpret_cast<uintptr_t>(s.memory());
+        const uintptr_t hi = reinterpret_cast<uintptr_t>(s.base) + s.mapped;
+        return a >= lo && a <= hi && n <= hi - a;
+    };
+    auto it = gOwned.upper_bound(a);
+    if (it != gOwned.begin() && inside(std::prev(it)->second)) return true;
+    for (const auto& [key, s] : gImported)
+        if (inside(s)) return true;
+    return false;
+}
+
+// CAM_TWIN_DENY_PEER_ACCESS="a>b,c>d": device a cannot reach device b (a test hook: the twin's devices all share
+// one host, where every pair would answer yes).
+bool PeerAccessDenied(int32_t from, int32_t to) {
+    const char* env = std::getenv("CAM_TWIN_DENY_PEER_ACCESS");
+    if (!env) return false;
+    const std::string pair = std::to_string(from) + ">" + std::to_string(to);
+    const std::string list = std::string(",") + env + ",";
+    return list.find("," + pair + ",") != std::string::npos;
+}
+
 uint64_t Random64() {
     std::random_device rd;
     uint64_t v = (uint64_t(rd()) << 32) ^ rd();
@@ -94,12 +132,12 @@ void Unmap(const Segment& s) {
 extern "C" aclError camTwinAclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy) {
     std::lock_guard<std::mutex> lock(gMutex);
     Log("aclrtMalloc");
-    if (!devPtr || size == 0) return ACL_ERROR_INVALID_PARAM;
+    if (!devPtr || size == 0) return Refused(ACL_ERROR_INVALID_PARAM);
     char name[96];
     std::snprintf(name, sizeof(name), "/cam-npu-twin-%d-%" PRIu64 "-%016" PRIx64, static_cast<int>(getpid()),
                   gCounter.fetch_add(1), Random64());
     const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) return ACL_ERROR_INTERNAL_ERROR;
+    if (fd < 0) return Refused(ACL_ERROR_INTERNAL_ERROR);
     const uint64_t total = kPrefixBytes + size;  // ftruncate zeroes it: header, park table and memory start empty
     void* p = ftruncate(fd, static_cast<off_t>(total)) == 0
                   ? mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
@@ -107,7 +145,7 @@ extern "C" aclError camTwinAclrtMalloc(void** devPtr, size_t size, aclrtMemMallo
     close(fd);
     if (p == MAP_FAILED) {
         shm_unlink(name);
-        return ACL_ERROR_INTERNAL_ERROR;
+        return Refused(ACL_ERROR_INTERNAL_ERROR);
     }
     Segment s{name, static_cast<uint8_t*>(p), total};
     s.header()->magic = kMagic;
@@ -122,19 +160,24 @@ extern "C" aclError camTwinAclrtFree(void* devPtr) {
     std::lock_guard<std::mutex> lock(gMutex);
     Log("aclrtFree");
     auto it = gOwned.find(reinterpret_cast<uintptr_t>(devPtr));
-    if (it == gOwned.end()) return ACL_ERROR_INVALID_PARAM;
+    if (it == gOwned.end()) return Refused(ACL_ERROR_INVALID_PARAM);
     Unmap(it->second);
     shm_unlink(it->second.name.c_str());
     gOwned.erase(it);
     return ACL_SUCCESS;
 }
 
-extern "C" aclError camTwinAclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind) {
+extern "C" aclError camTwinAclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count,
+                                      aclrtMemcpyKind kind) {
     {
         std::lock_guard<std::mutex> lock(gMutex);
         Log("aclrtMemcpy");
+        if (!dst || !src || count > destMax) return Refused(ACL_ERROR_INVALID_PARAM);
+        const bool toDevice = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+        const bool fromDevice = kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+        if ((toDevice && !KnownDeviceRange(dst, count)) || (fromDevice && !KnownDeviceRange(src, count)))
+            return Refused(ACL_ERROR_INVALID_PARAM);
     }
-    if (!dst || !src || count > destMax) return ACL_ERROR_INVALID_PARAM;
     std::memcpy(dst, src, count);
     return ACL_SUCCESS;
 }
@@ -142,7 +185,7 @@ extern "C" aclError camTwinAclrtMemcpy(void* dst, size_t destMax, const void* sr
 extern "C" aclError camTwinAclrtGetDevice(int32_t* deviceId) {
     std::lock_guard<std::mutex> lock(gMutex);
     Log("aclrtGetDevice");
-    if (!deviceId) return ACL_ERROR_INVALID_PARAM;
+    if (!deviceId) return Refused(ACL_ERROR_INVALID_PARAM);
     // One twin "device" per process unless CAM_TWIN_DEVICE_ID says otherwise (tests give each rank its own, so the
     // transport's peer-access check runs as it would across the NPUs of one server).
     const char* env = std::getenv("CAM_TWIN_DEVICE_ID");
@@ -153,7 +196,7 @@ extern "C" aclError camTwinAclrtGetDevice(int32_t* deviceId) {
 extern "C" aclError camTwinAclrtDeviceGetBareTgid(int32_t* pid) {
     std::lock_guard<std::mutex> lock(gMutex);
     Log("aclrtDeviceGetBareTgid");
-    if (!pid) return ACL_ERROR_INVALID_PARAM;
+    if (!pid) return Refused(ACL_ERROR_INVALID_PARAM);
     *pid = static_cast<int32_t>(getpid());
     return ACL_SUCCESS;
 }
@@ -161,9 +204,10 @@ extern "C" aclError camTwinAclrtDeviceGetBareTgid(int32_t* pid) {
 extern "C" aclError camTwinAclrtDeviceCanAccessPeer(int32_t* canAccessPeer, int32_t deviceId, int32_t peerDeviceId) {
     std::lock_guard<std::mutex> lock(gMutex);
     Log("aclrtDeviceCanAccessPeer");
-    // As documented for the real call: the two devices must differ. Every twin device reaches every other (one host).
-    if (!canAccessPeer || deviceId == peerDeviceId) return ACL_ERROR_INVALID_PARAM;
-    *canAccessPeer = 1;
+    // As documented for the real call: the two devices must differ. Every twin device reaches every other (one host)
+    // unless the test hook says otherwise.
+    if (!canAccessPeer || deviceId == peerDeviceId) return Refused(ACL_ERROR_INVALID_PARAM);
+    *canAccessPeer = PeerAccessDenied(deviceId, peerDeviceId) ? 0 : 1;
     return ACL_SUCCESS;
 }
 
@@ -171,12 +215,12 @@ extern "C" aclError camTwinAclrtIpcMemGetExportKey(void* devPtr, size_t size, ch
     std::lock_guard<std::mutex> lock(gMutex);
     Log("aclrtIpcMemGetExportKey");
     auto it = gOwned.find(reinterpret_cast<uintptr_t>(devPtr));
-    if (it == gOwned.end() || !key || size == 0 || size > it->second.header()->bytes) return ACL_ERROR_INVALID_PARAM;
+    if (it == gOwned.end() || !key || size == 0 || size > it->second.header()->bytes) return Refused(ACL_ERROR_INVALID_PARAM);
     Header* h = it->second.header();
     const uint64_t nonce = Random64();
     char text[160];
     const int n = std::snprintf(text, sizeof(text), "%s:%" PRIx64, it->second.name.c_str(), nonce);
-    if (n < 0 || static_cast<size_t>(n) + 1 > len) return ACL_ERROR_INVALID_PARAM;
+    if (n < 0 || static_cast<size_t>(n) + 1 > len) return Refused(ACL_ERROR_INVALID_PARAM);
     h->flags = flags;
     h->pids = 0;
     __atomic_store_n(&h->nonce, nonce, __ATOMIC_RELEASE);
@@ -189,16 +233,16 @@ extern "C" aclError camTwinAclrtIpcMemSetImportPid(const char* key, int32_t* pid
     Log("aclrtIpcMemSetImportPid");
     std::string name;
     uint64_t nonce = 0;
-    if (!ParseKey(key, &name, &nonce) || (num > 0 && !pid)) return ACL_ERROR_INVALID_PARAM;
+    if (!ParseKey(key, &name, &nonce) || (num > 0 && !pid)) return Refused(ACL_ERROR_INVALID_PARAM);
     for (auto& [addr, s] : gOwned) {
         Header* h = s.header();
         if (s.name != name || h->nonce != nonce) continue;
-        if (h->pids + num > kMaxPids) return ACL_ERROR_INVALID_PARAM;
+        if (h->pids + num > kMaxPids) return Refused(ACL_ERROR_INVALID_PARAM);
         for (size_t i = 0; i < num; ++i) h->allow[h->pids + i] = pid[i];
         __atomic_store_n(&h->pids, h->pids + num, __ATOMIC_RELEASE);
         return ACL_SUCCESS;
     }
-    return ACL_ERROR_INVALID_PARAM;  // not a key this process exported
+    return Refused(ACL_ERROR_INVALID_PARAM);  // not a key this process exported
 }
 
 extern "C" aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key, uint64_t) {
@@ -206,9 +250,9 @@ extern "C" aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key
     Log("aclrtIpcMemImportByKey");
     std::string name;
     uint64_t nonce = 0;
-    if (!devPtr || !ParseKey(key, &name, &nonce) || gImported.count(key)) return ACL_ERROR_INVALID_PARAM;
+    if (!devPtr || !ParseKey(key, &name, &nonce) || gImported.count(key)) return Refused(ACL_ERROR_INVALID_PARAM);
     const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0) return ACL_ERROR_INVALID_PARAM;
+    if (fd < 0) return Refused(ACL_ERROR_INVALID_PARAM);
     struct stat st {};
     void* p = MAP_FAILED;
     // Only segments this user made as cam makes them (0600): anyone else's could be rewritten under the plane.
@@ -216,7 +260,7 @@ extern "C" aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key
         static_cast<uint64_t>(st.st_size) > kPrefixBytes)
         p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
-    if (p == MAP_FAILED) return ACL_ERROR_INVALID_PARAM;
+    if (p == MAP_FAILED) return Refused(ACL_ERROR_INVALID_PARAM);
     Segment s{name, static_cast<uint8_t*>(p), static_cast<uint64_t>(st.st_size)};
     const Header* h = s.header();
     bool allowed = (h->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) != 0;
@@ -225,7 +269,7 @@ extern "C" aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key
     if (h->magic != kMagic || __atomic_load_n(&h->nonce, __ATOMIC_ACQUIRE) != nonce || !allowed ||
         h->bytes + kPrefixBytes > s.mapped) {
         munmap(p, s.mapped);
-        return ACL_ERROR_INVALID_PARAM;
+        return Refused(ACL_ERROR_INVALID_PARAM);
     }
     Register(s);
     *devPtr = s.memory();
@@ -236,7 +280,7 @@ extern "C" aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key
 extern "C" aclError camTwinAclrtIpcMemClose(const char* key) {
     std::lock_guard<std::mutex> lock(gMutex);
     Log("aclrtIpcMemClose");
-    if (!key) return ACL_ERROR_INVALID_PARAM;
+    if (!key) return Refused(ACL_ERROR_INVALID_PARAM);
     auto it = gImported.find(key);
     if (it != gImported.end()) {
         Unmap(it->second);
@@ -245,14 +289,14 @@ extern "C" aclError camTwinAclrtIpcMemClose(const char* key) {
     }
     std::string name;
     uint64_t nonce = 0;
-    if (!ParseKey(key, &name, &nonce)) return ACL_ERROR_INVALID_PARAM;
+    if (!ParseKey(key, &name, &nonce)) return Refused(ACL_ERROR_INVALID_PARAM);
     for (auto& [addr, s] : gOwned) {
         if (s.name == name && s.header()->nonce == nonce) {
             __atomic_store_n(&s.header()->nonce, uint64_t{0}, __ATOMIC_RELEASE);  // no import from now on
             return ACL_SUCCESS;
         }
     }
-    return ACL_ERROR_INVALID_PARAM;
+    return Refused(ACL_ERROR_INVALID_PARAM);
 }
 
 extern "C" aclError camTwinIpcCallLog(char* out, size_t bytes, int32_t reset) {

@@ -35,58 +35,25 @@ namespace cam::host {
 
 namespace {
 
+// The runtime's entry points the backend calls, (member, symbol); graph capture (graph.cpp) and the memory graphs
+// own are among them.
+#define CAM_ACL_BACKEND_ENTRIES(X) \
+    X(memcpyAsync, aclrtMemcpyAsync) X(memsetAsync, aclrtMemsetAsync) \
+    X(synchronizeStreamWithTimeout, aclrtSynchronizeStreamWithTimeout) X(mallocHost, aclrtMallocHost) \
+    X(freeHost, aclrtFreeHost) X(getDevice, aclrtGetDevice) X(getDeviceCapability, aclGetDeviceCapability) \
+    X(getSocName, aclrtGetSocName) X(captureBegin, aclmdlRICaptureBegin) X(captureEnd, aclmdlRICaptureEnd) \
+    X(executeAsync, aclmdlRIExecuteAsync) X(destroyModel, aclmdlRIDestroy) X(malloc, aclrtMalloc) \
+    X(free, aclrtFree) X(memcpy, aclrtMemcpy) X(memset, aclrtMemset) X(createStream, aclrtCreateStream) \
+    X(destroyStream, aclrtDestroyStream)
+
 struct Acl {
-    decltype(&aclrtMemcpyAsync) memcpyAsync = nullptr;
-    decltype(&aclrtMemsetAsync) memsetAsync = nullptr;
-    decltype(&aclrtSynchronizeStreamWithTimeout) synchronizeStreamWithTimeout = nullptr;
-    decltype(&aclrtMallocHost) mallocHost = nullptr;
-    decltype(&aclrtFreeHost) freeHost = nullptr;
-    decltype(&aclrtGetDevice) getDevice = nullptr;
-    decltype(&aclGetDeviceCapability) getDeviceCapability = nullptr;
-    decltype(&aclrtGetSocName) getSocName = nullptr;
-    // Graph capture (graph.cpp) and the memory graphs own.
-    decltype(&aclmdlRICaptureBegin) captureBegin = nullptr;
-    decltype(&aclmdlRICaptureEnd) captureEnd = nullptr;
-    decltype(&aclmdlRIExecuteAsync) executeAsync = nullptr;
-    decltype(&aclmdlRIDestroy) destroyModel = nullptr;
-    decltype(&aclrtMalloc) malloc = nullptr;
-    decltype(&aclrtFree) free = nullptr;
-    decltype(&aclrtMemcpy) memcpy = nullptr;
-    decltype(&aclrtMemset) memset = nullptr;
-    decltype(&aclrtCreateStream) createStream = nullptr;
-    decltype(&aclrtDestroyStream) destroyStream = nullptr;
+    CAM_ACL_BACKEND_ENTRIES(CAM_DL_MEMBER)
     std::string unavailable;  // why the runtime cannot be used; "" when it can
 };
 
-template <typename F>
-bool Resolve(void* lib, const char* name, F* fn, std::string* why) {
-    return ResolveSymbol(lib, "libascendcl.so", "the Ascend runtime", name, fn, why);
-}
-
 const Acl& Runtime() {
-    static const Acl acl = [] {
-        Acl a;
-        // If torch_npu already loaded the runtime, this returns that same library.
-        void* lib = OpenCannLibrary("libascendcl.so", "the Ascend runtime", &a.unavailable);
-        if (lib == nullptr) return a;
-        std::string& why = a.unavailable;
-        (void)(Resolve(lib, "aclrtMemcpyAsync", &a.memcpyAsync, &why) &&
-               Resolve(lib, "aclrtMemsetAsync", &a.memsetAsync, &why) &&
-               Resolve(lib, "aclrtSynchronizeStreamWithTimeout", &a.synchronizeStreamWithTimeout, &why) &&
-               Resolve(lib, "aclrtMallocHost", &a.mallocHost, &why) && Resolve(lib, "aclrtFreeHost", &a.freeHost, &why) &&
-               Resolve(lib, "aclrtGetDevice", &a.getDevice, &why) &&
-               Resolve(lib, "aclGetDeviceCapability", &a.getDeviceCapability, &why) &&
-               Resolve(lib, "aclrtGetSocName", &a.getSocName, &why) &&
-               Resolve(lib, "aclmdlRICaptureBegin", &a.captureBegin, &why) &&
-               Resolve(lib, "aclmdlRICaptureEnd", &a.captureEnd, &why) &&
-               Resolve(lib, "aclmdlRIExecuteAsync", &a.executeAsync, &why) &&
-               Resolve(lib, "aclmdlRIDestroy", &a.destroyModel, &why) && Resolve(lib, "aclrtMalloc", &a.malloc, &why) &&
-               Resolve(lib, "aclrtFree", &a.free, &why) && Resolve(lib, "aclrtMemcpy", &a.memcpy, &why) &&
-               Resolve(lib, "aclrtMemset", &a.memset, &why) &&
-               Resolve(lib, "aclrtCreateStream", &a.createStream, &why) &&
-               Resolve(lib, "aclrtDestroyStream", &a.destroyStream, &why));
-        return a;
-    }();
+    // If torch_npu already loaded the runtime, this opens that same library.
+    static const Acl acl = CAM_DL_LOAD_TABLE(Acl, CAM_ACL_BACKEND_ENTRIES, "libascendcl.so", "the Ascend runtime");
     return acl;
 }
 

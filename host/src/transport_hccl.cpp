@@ -30,37 +30,19 @@ namespace cam::host {
 
 namespace {
 
+// HCCL's entry points the transport calls, (member, symbol).
+#define CAM_HCCL_ENTRIES(X)                                                                                    \
+    X(getRootInfo, HcclGetRootInfo) X(initRootInfoConfig, HcclCommInitRootInfoConfig)                        \
+    X(getCommName, HcclGetCommName) X(getRankSize, HcclGetRankSize) X(getRankId, HcclGetRankId)              \
+    X(commDestroy, HcclCommDestroy) X(errorString, HcclGetErrorString)
+
 struct HcclApi {
-    decltype(&HcclGetRootInfo) getRootInfo = nullptr;
-    decltype(&HcclCommInitRootInfoConfig) initRootInfoConfig = nullptr;
-    decltype(&HcclGetCommName) getCommName = nullptr;
-    decltype(&HcclGetRankSize) getRankSize = nullptr;
-    decltype(&HcclGetRankId) getRankId = nullptr;
-    decltype(&HcclCommDestroy) commDestroy = nullptr;
-    decltype(&HcclGetErrorString) errorString = nullptr;
+    CAM_HCCL_ENTRIES(CAM_DL_MEMBER)
     std::string unavailable;  // why HCCL cannot be used; "" when it can
 };
 
-template <typename F>
-bool Resolve(void* lib, const char* name, F* fn, std::string* why) {
-    return ResolveSymbol(lib, "libhccl.so", "the HCCL library", name, fn, why);
-}
-
 const HcclApi& Hccl() {
-    static const HcclApi api = [] {
-        HcclApi a;
-        void* lib = OpenCannLibrary("libhccl.so", "the HCCL library", &a.unavailable);
-        if (lib == nullptr) return a;
-        std::string& why = a.unavailable;
-        (void)(Resolve(lib, "HcclGetRootInfo", &a.getRootInfo, &why) &&
-               Resolve(lib, "HcclCommInitRootInfoConfig", &a.initRootInfoConfig, &why) &&
-               Resolve(lib, "HcclGetCommName", &a.getCommName, &why) &&
-               Resolve(lib, "HcclGetRankSize", &a.getRankSize, &why) &&
-               Resolve(lib, "HcclGetRankId", &a.getRankId, &why) &&
-               Resolve(lib, "HcclCommDestroy", &a.commDestroy, &why) &&
-               Resolve(lib, "HcclGetErrorString", &a.errorString, &why));
-        return a;
-    }();
+    static const HcclApi api = CAM_DL_LOAD_TABLE(HcclApi, CAM_HCCL_ENTRIES, "libhccl.so", "the HCCL library");
     return api;
 }
 

@@ -23,59 +23,25 @@
 #include <cstring>
 
 #include "transport_ipc.h"
-#ifdef CAM_WITH_CANN
-#include "dl_library.h"
-#endif
 
 namespace cam::host {
 
+const AclIpcApi& AclIpc() {
 #ifdef CAM_WITH_CANN
-namespace {
-template <typename F>
-bool Resolve(void* lib, const char* name, F* fn, std::string* why) {
-    return ResolveSymbol(lib, "libascendcl.so", "the Ascend runtime", name, fn, why);
-}
-}  // namespace
-
-const AclIpcApi& AclIpc() {
-    static const AclIpcApi api = [] {
-        AclIpcApi a;
-        void* lib = OpenCannLibrary("libascendcl.so", "the Ascend runtime", &a.unavailable);
-        if (lib == nullptr) return a;
-        std::string& why = a.unavailable;
-        (void)(Resolve(lib, "aclrtMalloc", &a.malloc, &why) && Resolve(lib, "aclrtFree", &a.free, &why) &&
-               Resolve(lib, "aclrtMemcpy", &a.memcpy, &why) && Resolve(lib, "aclrtGetDevice", &a.getDevice, &why) &&
-               Resolve(lib, "aclrtDeviceGetBareTgid", &a.bareTgid, &why) &&
-               Resolve(lib, "aclrtDeviceCanAccessPeer", &a.canAccessPeer, &why) &&
-               Resolve(lib, "aclrtIpcMemGetExportKey", &a.exportKey, &why) &&
-               Resolve(lib, "aclrtIpcMemSetImportPid", &a.setImportPid, &why) &&
-               Resolve(lib, "aclrtIpcMemImportByKey", &a.importByKey, &why) &&
-               Resolve(lib, "aclrtIpcMemClose", &a.close, &why));
-        a.hostAddressable = false;
-        return a;
-    }();
-    return api;
-}
+    static const AclIpcApi api =
+        CAM_DL_LOAD_TABLE(AclIpcApi, CAM_ACL_IPC_ENTRIES, "libascendcl.so", "the Ascend runtime");
 #else
-const AclIpcApi& AclIpc() {
     static const AclIpcApi api = [] {
         AclIpcApi a;
-        a.malloc = &camTwinAclrtMalloc;
-        a.free = &camTwinAclrtFree;
-        a.memcpy = &camTwinAclrtMemcpy;
-        a.getDevice = &camTwinAclrtGetDevice;
-        a.bareTgid = &camTwinAclrtDeviceGetBareTgid;
-        a.canAccessPeer = &camTwinAclrtDeviceCanAccessPeer;
-        a.exportKey = &camTwinAclrtIpcMemGetExportKey;
-        a.setImportPid = &camTwinAclrtIpcMemSetImportPid;
-        a.importByKey = &camTwinAclrtIpcMemImportByKey;
-        a.close = &camTwinAclrtIpcMemClose;
+#define CAM_TWIN_FILL(member, symbol, twin) a.member = &twin;
+        CAM_ACL_IPC_ENTRIES(CAM_TWIN_FILL)
+#undef CAM_TWIN_FILL
         a.hostAddressable = true;
         return a;
     }();
+#endif
     return api;
 }
-#endif
 
 namespace {
 

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "dl_library.h"
+
 #ifdef CAM_WITH_CANN
 #include <acl/acl.h>
 #else
@@ -14,17 +16,22 @@
 
 namespace cam::host {
 
+// The transport's entry points, (member, symbol, twin stand-in): the one list the table's members, the Ascend
+// dlsym and the twin's fill are made from (the stand-in must have the symbol's type: the fill is an assignment).
+#define CAM_ACL_IPC_ENTRIES(X)                                                   \
+    X(malloc, aclrtMalloc, camTwinAclrtMalloc)                                   \
+    X(free, aclrtFree, camTwinAclrtFree)                                         \
+    X(memcpy, aclrtMemcpy, camTwinAclrtMemcpy)                                   \
+    X(getDevice, aclrtGetDevice, camTwinAclrtGetDevice)                          \
+    X(bareTgid, aclrtDeviceGetBareTgid, camTwinAclrtDeviceGetBareTgid)           \
+    X(canAccessPeer, aclrtDeviceCanAccessPeer, camTwinAclrtDeviceCanAccessPeer)  \
+    X(exportKey, aclrtIpcMemGetExportKey, camTwinAclrtIpcMemGetExportKey)        \
+    X(setImportPid, aclrtIpcMemSetImportPid, camTwinAclrtIpcMemSetImportPid)     \
+    X(importByKey, aclrtIpcMemImportByKey, camTwinAclrtIpcMemImportByKey)        \
+    X(close, aclrtIpcMemClose, camTwinAclrtIpcMemClose)
+
 struct AclIpcApi {
-    decltype(&aclrtMalloc) malloc = nullptr;
-    decltype(&aclrtFree) free = nullptr;
-    decltype(&aclrtMemcpy) memcpy = nullptr;
-    decltype(&aclrtGetDevice) getDevice = nullptr;
-    decltype(&aclrtDeviceGetBareTgid) bareTgid = nullptr;
-    decltype(&aclrtDeviceCanAccessPeer) canAccessPeer = nullptr;
-    decltype(&aclrtIpcMemGetExportKey) exportKey = nullptr;
-    decltype(&aclrtIpcMemSetImportPid) setImportPid = nullptr;
-    decltype(&aclrtIpcMemImportByKey) importByKey = nullptr;
-    decltype(&aclrtIpcMemClose) close = nullptr;
+    CAM_ACL_IPC_ENTRIES(CAM_DL_MEMBER)
     // Whether the host may load and store device addresses (the twin: device memory is host shared memory). Only
     // then does the transport hand windows to host-side code (abort words, fences); Ascend reads go through copies.
     bool hostAddressable = false;

@@ -40,6 +40,12 @@ CAM_API const char* camGetLastErrorMessage(void);
  * leak those buffers rather than free them. */
 CAM_API aclnnStatus camSynchronizeStream(aclrtStream stream, int32_t timeoutMs);
 
+/* A stream of the caller's own on the current device, and its release (after it was synchronized). On Ascend
+ * through the runtime cam resolves at run time, so a caller (cam's Python bindings) needs no ACL symbol at link
+ * or load time. */
+CAM_API aclnnStatus camStreamCreate(aclrtStream* stream);
+CAM_API aclnnStatus camStreamDestroy(aclrtStream stream);
+
 /* For a caller that synchronizes `stream` right after its launches (torch's CPU semantics: an op has completed
  * when it returns). Between camBeginSynchronousLaunches(stream) and camEndSynchronousLaunches() on one thread, the
  * work of ops whose kernels wait on nothing outside their own launch (dynamic_quant and the GMM pair, not the
