@@ -227,6 +227,19 @@ def _set_pipe_model(arm: str) -> None:
         os.environ.pop(PIPE_MODEL_OFF_ENV, None)
 
 
+def _write_outputs(args, doc: dict, lines: list[str]) -> int:
+    """Prints the table and writes --json / --md."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(text)
+    return 0
+
+
 def pipe_model_ab(args) -> int:
     """The model's cost per row: CPU time with the model on over off, alternated in one process; with
     `--base-python`, an older install measured the same way in a child process (the switch does nothing there, so
@@ -272,15 +285,7 @@ def pipe_model_ab(args) -> int:
         if base:
             line += f" {r['base_s'] * 1e3:.3f} ms | {r['base_over_off']:.2f} |"
         lines.append(line)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(text)
-    return 0
+    return _write_outputs(args, doc, lines)
 
 
 # ----------------------------------------------------------------------------------------------- report
@@ -348,15 +353,7 @@ def main(argv=None) -> int:
              "", "| op | measured | same-run baseline | ratio (baseline time / op time) | target |",
              "|---|---|---|---|---|"]
     lines += [fmt_row(r) for r in results]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(text)
-    return 0
+    return _write_outputs(args, doc, lines)
 
 
 if __name__ == "__main__":
