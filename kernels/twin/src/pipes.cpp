@@ -121,7 +121,9 @@ struct State {
     int live = 0;  // ops pending over all lists: flags and hand-offs with nothing pending return at once
     uint8_t busy[kSpaces] = {};  // per space, the pipes whose list is not empty: checks and orders visit only these
     uint8_t corePipes = kVectorCorePipes;
-    bool on = true;
+    // Between PipeBlockStart and PipeBlockEnd (the thread is running a block, the model is not switched off):
+    // the one test every entry point makes, instead of also asking the runtime whether a block is running.
+    bool on = false;
     uint8_t needed[kSpaces][kPipes][2] = {};  // Needed(corePipes, pipe, space, clean), set with the core kind
     FlagSnapshot flags[kHardEventCount][kEventIds];
 };
@@ -327,24 +329,38 @@ bool EventPipes(HardEvent e, Pipe* src, Pipe* dst) {
     return false;
 }
 
-// The queue position's producer and consumer pipes (the TQue rows of kAutoSync).
-bool QueuePipes(TPosition pos, Pipe* producer, Pipe* consumer) {
-    for (int i = 0; i < kAutoSyncRows; ++i) {
-        const AutoSyncRow& r = kAutoSync[i];
-        if (r.by == SyncBy::TQue && r.position == pos) {
-            *producer = r.a;
-            *consumer = r.b;
-            return true;
+// The queue position's producer and consumer pipes (the TQue rows of kAutoSync), indexed by position.
+struct QueueTable {
+    static constexpr int kPositions = static_cast<int>(TPosition::LCM) + 1;
+    bool has[kPositions] = {};
+    Pipe producer[kPositions] = {};
+    Pipe consumer[kPositions] = {};
+    QueueTable() {
+        for (int i = kAutoSyncRows - 1; i >= 0; --i) {  // backwards: the first row of a position wins
+            const AutoSyncRow& r = kAutoSync[i];
+            if (r.by != SyncBy::TQue) continue;
+            const int k = static_cast<int>(r.position);
+            has[k] = true;
+            producer[k] = r.a;
+            consumer[k] = r.b;
         }
     }
-    return false;
+};
+const QueueTable kQueues;  // after kAutoSync in this file, so built from it
+
+bool QueuePipes(TPosition pos, Pipe* producer, Pipe* consumer) {
+    const int k = static_cast<int>(pos);
+    if (k >= QueueTable::kPositions || !kQueues.has[k]) return false;
+    *producer = kQueues.producer[k];
+    *consumer = kQueues.consumer[k];
+    return true;
 }
 
 }  // namespace
 
 void PipeTouch(Pipe p, Space s, const void* addr, uint64_t bytes, bool write, const std::source_location& where) {
     State& st = tState;
-    if (bytes == 0 || !st.on || !InKernel()) return;
+    if (bytes == 0 || !st.on) return;
     const auto lo = reinterpret_cast<uintptr_t>(addr);
     Check(st, p, s, lo, lo + bytes, write, where);
     Add(st, p, s, lo, lo + bytes, write, false, where);
@@ -352,14 +368,14 @@ void PipeTouch(Pipe p, Space s, const void* addr, uint64_t bytes, bool write, co
 
 void PipeScalarGmLoad(const void* addr, uint64_t bytes, const std::source_location& where) {
     State& st = tState;
-    if (st.live == 0 || !st.on || !InKernel()) return;
+    if (st.live == 0 || !st.on) return;
     const auto lo = reinterpret_cast<uintptr_t>(addr);
     Check(st, Pipe::S, Space::GM, lo, lo + bytes, false, where);
 }
 
 void PipeCleanWrite(const void* addr, uint64_t bytes, const std::source_location& where) {
     State& st = tState;
-    if (bytes == 0 || !st.on || !InKernel()) return;
+    if (bytes == 0 || !st.on) return;
     const auto lo = reinterpret_cast<uintptr_t>(addr);
     Check(st, Pipe::S, Space::GM, lo, lo + bytes, true, where);
     Add(st, Pipe::S, Space::GM, lo, lo + bytes, true, true, where);
@@ -367,13 +383,13 @@ void PipeCleanWrite(const void* addr, uint64_t bytes, const std::source_location
 
 void PipeFlagSet(HardEvent event, int32_t id) {
     State& st = tState;
-    if (!st.on || !InKernel()) return;
+    if (!st.on) return;
     st.flags[static_cast<int>(event)][id & (kEventIds - 1)].seq = st.seq++;
 }
 
 void PipeFlagWait(HardEvent event, int32_t id) {
     State& st = tState;
-    if (!st.on || !InKernel()) return;
+    if (!st.on) return;
     Pipe src, dst;
     if (!EventPipes(event, &src, &dst)) return;
     const uint64_t at = st.flags[static_cast<int>(event)][id & (kEventIds - 1)].seq;
@@ -402,7 +418,7 @@ void PipeQueueHandoff(TPosition position, bool toConsumer, const void* addr, uin
     (void)addr;
     (void)bytes;
     State& st = tState;
-    if (!st.on || !InKernel()) return;
+    if (!st.on) return;
     Pipe producer, consumer;
     if (!QueuePipes(position, &producer, &consumer)) return;
     const uint8_t from = Bit(toConsumer ? producer : consumer);
@@ -431,6 +447,8 @@ void PipeCoreKind(bool cube) {
         }
     }
 }
+
+void PipeBlockEnd() { tState.on = false; }
 
 void PipeBlockStart() {
     State& st = tState;
