@@ -158,6 +158,136 @@ def bench_first_op(runs: int) -> list[dict]:
              "dynamo_imported": bool(med[4]), "runs": runs}]
 
 
+# ----------------------------------------------------------------------------------------------- the pipe model's cost
+
+# Read by the twin at each block's start (kernels/twin/src/pipes.cpp); only this A/B sets it.
+PIPE_MODEL_OFF_ENV = "CAM_TWIN_PIPE_MODEL_BENCH_OFF"
+
+
+def _cost_ops() -> list[tuple[str, object, int]]:
+    """(row, one call, calls per sample): the table's cam ops alone, without their baselines."""
+    import cam
+
+    ops = []
+    x1 = torch.randn(1, 32).to(torch.bfloat16)
+    q1, s1 = torch.empty(1, 32, dtype=torch.int8), torch.empty(1)
+    ops.append(("fixed cost (dynamic_quant [1, 32])", lambda: cam.ops.dynamic_quant(x1, out=(q1, s1)), 200))
+    x = torch.randn(512, 2048).to(torch.bfloat16)
+    q, sc = torch.empty(512, 2048, dtype=torch.int8), torch.empty(512)
+    ops.append(("dynamic_quant [512, 2048] bf16", lambda: cam.ops.dynamic_quant(x, out=(q, sc)), 5))
+    hidden, inter, experts, rows = 1024, 256, 8, 512
+    g = torch.Generator().manual_seed(1)
+    gl = torch.tensor([rows // experts] * experts, dtype=torch.int64)
+    li = torch.tensor([1], dtype=torch.int64)
+    for name, k, n in (("W1", hidden, 2 * inter), ("W2", inter, hidden)):
+        a = torch.randint(-128, 128, (rows, k), generator=g, dtype=torch.int8)
+        a_s = torch.rand(rows, generator=g) * 1e-2 + 1e-3
+        lw = cam.LayerWeights([torch.randint(-128, 128, (experts, k, n), generator=g, dtype=torch.int8)] * 2,
+                              [torch.rand(experts, n, generator=g) * 1e-2 + 1e-3] * 2)
+        if name == "W1":
+            y, ys = torch.empty(rows, n // 2, dtype=torch.int8), torch.empty(rows)
+            op = (lambda a=a, a_s=a_s, lw=lw, y=y, ys=ys:
+                  cam.ops.gmm_swiglu_quant_multi_layer(a, a_s, lw, gl, li, 1, out=(y, ys)))
+        else:
+            o = torch.empty(rows, n, dtype=torch.bfloat16)
+            op = lambda a=a, a_s=a_s, lw=lw, o=o: cam.ops.gmm_multi_layer(a, a_s, lw, gl, li, 1, out=o)  # noqa: E731
+        ops.append((f"{name} M={rows} K={k} N={n} E_local={experts}", op, 2))
+    topo = cam.Topology(D=2, P=1, F=2, E=16, K=4, H=2048, Bmax=128, L=1, slots=2, quantized=True)
+    ops.append(("plane: 4 rounds of dispatch + combine, 2x1+2 H=2048 B=128 (Comm set-up included)",
+                lambda: _common.run_plane(topo, 4, torch.bfloat16), 1))
+    return ops
+
+
+def measure_pipe_model_cost(rounds: int) -> dict:
+    """Process CPU seconds per call of each row's op (all threads: the blocks run on the twin's pool), the pipe
+    model on and off alternated in this process, the order flipped every round. CPU time, not wall time, because
+    the shared machine's load moves wall times by more than the effect measured."""
+    out = {}
+    for name, op, calls in _cost_ops():
+        samples = {"on": [], "off": []}
+        for arm in ("on", "off"):  # warm both
+            _set_pipe_model(arm)
+            op()
+        for rnd in range(rounds):
+            for arm in (("on", "off") if rnd % 2 == 0 else ("off", "on")):
+                _set_pipe_model(arm)
+                c0 = time.process_time()
+                for _ in range(calls):
+                    op()
+                samples[arm].append((time.process_time() - c0) / calls)
+        _set_pipe_model("on")
+        out[name] = samples
+    return out
+
+
+def _set_pipe_model(arm: str) -> None:
+    if arm == "off":
+        os.environ[PIPE_MODEL_OFF_ENV] = "1"
+    else:
+        os.environ.pop(PIPE_MODEL_OFF_ENV, None)
+
+
+def _write_outputs(args, doc: dict, lines: list[str]) -> int:
+    """Prints the table and writes --json / --md."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(text)
+    return 0
+
+
+def pipe_model_ab(args) -> int:
+    """The model's cost per row: CPU time with the model on over off, alternated in one process; with
+    `--base-python`, an older install measured the same way in a child process (the switch does nothing there, so
+    its figure is that install's model over this one's no-model time)."""
+    if args.cost_child:
+        json.dump(measure_pipe_model_cost(args.pipe_model_ab), sys.stdout)
+        return 0
+    base = None
+    if args.base_python:
+        env = {k: v for k, v in os.environ.items() if k != PIPE_MODEL_OFF_ENV}
+        env.update(dict(kv.split("=", 1) for kv in args.base_env))
+        res = subprocess.run([args.base_python, os.path.abspath(__file__), "--pipe-model-ab", str(args.pipe_model_ab),
+                              "--cost-child"], env=env, capture_output=True, text=True, timeout=3600)
+        if res.returncode != 0:
+            raise RuntimeError(f"base install's run failed:\n{res.stderr[-4000:]}")
+        base = json.loads(res.stdout)
+    here = measure_pipe_model_cost(args.pipe_model_ab)
+    rows = []
+    for name, smp in here.items():
+        off = statistics.median(smp["off"])
+        row = {"row": name, "off_s": off, "on_s": statistics.median(smp["on"]),
+               "on_over_off_per_round": [a / b for a, b in zip(smp["on"], smp["off"])], "samples": smp}
+        row["on_over_off"] = row["on_s"] / off
+        if base is not None:
+            row["base_s"] = statistics.median(base[name]["on"] + base[name]["off"])
+            row["base_over_off"] = row["base_s"] / off
+        rows.append(row)
+    doc = {"label": args.label, "rounds": args.pipe_model_ab, "host": platform.platform(), "cpus": os.cpu_count(),
+           "torch_threads": torch.get_num_threads(), "load_avg_after": os.getloadavg(),
+           "base": " ".join([args.base_python or "", *args.base_env]).strip(), "rows": rows}
+    lines = [f"# the twin's pipe-ordering model: its cost{': ' + args.label if args.label else ''}", "",
+             f"Process CPU seconds per call (all threads), the model on and off (`{PIPE_MODEL_OFF_ENV}=1`, set only "
+             f"by this benchmark) alternated in one process, {args.pipe_model_ab} rounds, order flipped every round; "
+             "medians. " + ("`base`: an older install measured the same way in a child process, over this install's "
+                            "no-model time. " if base else "") +
+             f"{os.cpu_count()} CPUs, torch {torch.get_num_threads()} threads, load average after the run "
+             f"{os.getloadavg()[0]:.1f}.", "",
+             "| row | off | on | on ÷ off | per round |" + (" base | base ÷ off |" if base else ""),
+             "|---|---|---|---|---|" + ("---|---|" if base else "")]
+    for r in rows:
+        line = (f"| {r['row']} | {r['off_s'] * 1e3:.3f} ms | {r['on_s'] * 1e3:.3f} ms | **{r['on_over_off']:.2f}** | "
+                f"{', '.join(f'{v:.2f}' for v in r['on_over_off_per_round'])} |")
+        if base:
+            line += f" {r['base_s'] * 1e3:.3f} ms | {r['base_over_off']:.2f} |"
+        lines.append(line)
+    return _write_outputs(args, doc, lines)
+
+
 # ----------------------------------------------------------------------------------------------- report
 
 def fmt_row(r: dict) -> str:
@@ -182,7 +312,14 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=8, help="plane rounds (the first warms up)")
     p.add_argument("--budget", type=float, default=2.0, help="seconds per timed case")
     p.add_argument("--first-op-runs", type=int, default=3, help="fresh processes for the first-op row")
+    p.add_argument("--pipe-model-ab", type=int, default=0, metavar="ROUNDS",
+                   help="instead of the table: the twin's pipe model on against off, ROUNDS alternated samples")
+    p.add_argument("--cost-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--base-python", help="with --pipe-model-ab: also alternate this python's install (an older build)")
+    p.add_argument("--base-env", nargs="*", default=[], metavar="K=V", help="environment of the --base-python arm")
     args = p.parse_args(argv)
+    if args.pipe_model_ab:
+        return pipe_model_ab(args)
 
     import cam
 
@@ -216,15 +353,7 @@ def main(argv=None) -> int:
              "", "| op | measured | same-run baseline | ratio (baseline time / op time) | target |",
              "|---|---|---|---|---|"]
     lines += [fmt_row(r) for r in results]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(text)
-    return 0
+    return _write_outputs(args, doc, lines)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The standing mutation suite (issue 22): every kernel defect a review found is re-introduced by a compile-time
+"""The standing mutation suite: every kernel defect a review found is re-introduced by a compile-time
 switch in the kernel source (#if defined(CAM_MUTANT_X), off by default and never defined by the build, so no wheel
 contains one), and the twin must refuse each mutant. A mutant counts as caught only if the rule named for it
 appears in the error of the run that executed the broken code within 10 s, while the unmutated build passes the
@@ -47,21 +47,21 @@ def _only_when_asked(request):
 
 # mutant switch -> (how it is run, the rule that must name it, the kernel that must be named or None)
 MUTANTS = {
-    # issue 22 item 1.1: SignalPort::Send with PipeBarrier<PIPE_MTE3> instead of the MTE3 -> MTE2 flag
+    # the lost abort: SignalPort::Send with PipeBarrier<PIPE_MTE3> instead of the MTE3 -> MTE2 flag
     "CAM_MUTANT_LOST_ABORT": ("plane", "pipe-order", None),
-    # item 1.3: the scalar tables' clean without the barrier before MTE2 reads them. That barrier also orders
+    # the scalar tables' clean without the barrier before MTE2 reads them. That barrier also orders
     # StoreUbTables' MTE3 copies of the index tables before MoveTables' MTE2 reads of them (a second hazard the
     # model found behind the first): with this plane's UB tables that one is hit first, so either rule counts.
     "CAM_MUTANT_CLEAN_NO_BARRIER": ("plane", ("dcache-clean-barrier", "pipe-order"), "cam_dispatch_send"),
-    # today's miss: the byte mover's MTE2 -> MTE3 flag dropped (a VECIN hand-off orders MTE2 before V only)
+    # once missed by every test: the byte mover's MTE2 -> MTE3 flag dropped (a VECIN hand-off orders MTE2 before V only)
     "CAM_MUTANT_MOVER_NO_MTE2_MTE3": ("plane", "pipe-order", None),
-    # today's miss: an own-state scalar store without its clean (lost at kernel end)
+    # once missed by every test: an own-state scalar store without its clean (lost at kernel end)
     "CAM_MUTANT_STATE_NO_CLEAN": ("plane", "dcache-dirty-at-exit", None),
-    # item 1.2: the deprecated tiling-less Hccl::Init on the A3 context
+    # A3 peer windows: the deprecated tiling-less Hccl::Init on the A3 context
     "CAM_MUTANT_HCCL_NO_INIT_TILING": ("hccl", "hccl-init-tiling", "cam_window_table"),
-    # today's miss: a device lambda with a [x, this] capture
+    # once missed by every test: a device lambda with a [x, this] capture
     "CAM_MUTANT_LAMBDA_CAPTURE": ("scan", "device-lambda", None),
-    # item 1.4: WaitPause's GM pointer as const void*
+    # the lost address space: WaitPause's GM pointer as const void*
     "CAM_MUTANT_GM_AS_VOID": ("scan", "gm-qualifier", None),
 }
 

@@ -38,7 +38,7 @@ CASES = {
     "vector_in_cube_kernel": ("core-kind", 0),
     "mmad_enqueued_operand": ("queue-discipline", 0),
     "mmad_l0_bounds": ("l0-bounds", 0),
-    # issue 10: what bisheng and A2/A3 reject (docs/twin.md, "Rule -> public source")
+    # what bisheng and A2/A3 reject (docs/twin.md, "Rule -> public source")
     "reduce_max_work": ("ub-bounds", 0),
     "cast_without_deqscale": ("cast-deqscale", 0),
     "cast_unsupported": ("cast-support", 0),
@@ -59,7 +59,7 @@ CASES = {
     "peer_scalar_store": ("peer-scalar-store", 0),
     "dcache_stale_line": ("dcache-stale-line", 1),
     "scalar_misaligned": ("scalar-align", 0),
-    # issue 22: the pipe-ordering model (docs/twin.md, "Pipe ordering"); each has a good_ control below
+    # the pipe-ordering model (docs/twin.md, "Pipe ordering"); each has a good_ control below
     "pipe_mte3_then_mte2": ("pipe-order", 0),
     "pipe_clean_then_mte2": ("dcache-clean-barrier", 0),
     "pipe_vecin_to_mte3": ("pipe-order", 0),

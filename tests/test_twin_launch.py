@@ -1,4 +1,4 @@
-"""Issue 12, launch / waits / Python overhead: the twin's block pool and parking (tests/twin/launch.cpp, each case a
+"""Launch, waits and Python overhead: the twin's block pool and parking (tests/twin/launch.cpp, each case a
 fresh process), and the per-call path of the Python ops (no torch._dynamo on the eager path, mutations visible to
 autograd's version counters)."""
 
@@ -52,7 +52,7 @@ print(int("torch._dynamo" in sys.modules), int(ok))
 
 
 def test_eager_op_does_not_import_dynamo():
-    # Importing torch._dynamo costs ~0.7 s at the first op of every process (issue 12); the eager path must not.
+    # Importing torch._dynamo costs ~0.7 s at the first op of every process; the eager path must not.
     res = subprocess.run([sys.executable, "-c", _EAGER_PROBE], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["0", "1"], res.stdout

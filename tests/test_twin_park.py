@@ -1,4 +1,4 @@
-"""Issue 12, waits: a data-plane wait parked on a GM line (twin::ParkOn) is woken by a write to that line and by no
+"""Waits: a data-plane wait parked on a GM line (twin::ParkOn) is woken by a write to that line and by no
 other (tests/twin/park.cpp, each case a fresh process). The old shard scheme woke about half of all waiters on every
 2 KiB payload copy: `write_to_neighbour_lines` and `neighbour_storm` fail against it; `write_to_watched_line` and the
 same-line cases are their controls (a wake-up that never comes would fail them). A wait on several signal lines

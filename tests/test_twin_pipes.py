@@ -3,6 +3,7 @@ same rows, each with its source, are docs/twin.md's "Pipe ordering" table. This 
 model never relies on a sync the doc does not state (and the doc never states one the model ignores). The model's
 rules themselves are run by tests/test_twin_enforcement.py (pipe_* cases and their good_ controls)."""
 
+import os
 import pathlib
 import re
 
@@ -45,3 +46,25 @@ def test_compiler_rows_cover_only_the_scalar_unit_on_ub():
         if by == "Compiler":
             assert space == "UB" and "S" in (a, b), (a, b)
     assert not [r for r in code_rows() if {r[0], r[1]} == {"MTE2", "MTE3"}]
+
+
+def test_only_the_cost_benchmark_turns_the_model_off():
+    # The model is on in every test and benchmark. Its cost is measured by benchmarks/twin_speed.py --pipe-model-ab
+    # against runs with CAM_TWIN_PIPE_MODEL_BENCH_OFF=1 (read by pipes.cpp at each block's start); no other file in
+    # the tree may name the switch, so no test, CI stage or library path can run without the model.
+    name = "CAM_TWIN_PIPE_MODEL_BENCH_OFF"
+    allowed = {"kernels/twin/src/pipes.cpp", "benchmarks/twin_speed.py", "benchmarks/README.md", "docs/twin.md",
+               "tests/test_twin_pipes.py"}
+    skip = {".git", ".venv", "build", "__pycache__", ".acl-headers", "results"}
+    found = set()
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in skip and (d == ".ci" or not d.startswith("."))]
+        for f in files:
+            path = pathlib.Path(folder) / f
+            try:
+                if name in path.read_text(errors="strict"):
+                    found.add(path.relative_to(ROOT).as_posix())
+            except (UnicodeDecodeError, OSError):
+                continue
+    assert "kernels/twin/src/pipes.cpp" in found, "the switch is no longer read where this test expects it"
+    assert found <= allowed, f"files naming {name} besides the cost benchmark: {sorted(found - allowed)}"

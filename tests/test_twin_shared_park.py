@@ -1,4 +1,4 @@
-"""Issue 12, waits on the shm plane: a data-plane wait parked on a line of a window that another process writes is
+"""Waits on the shm plane: a data-plane wait parked on a line of a window that another process writes is
 woken by that process's write (twin/park.h, shared regions; tests/twin/shared_park.cpp, each case a fresh pair of
 processes). With CAM_TWIN_SHARED_PARK=0 nothing is registered and the same cases must count no wake-up: the control
 that shows the count comes from the cross-process wake and not from the waiter's own polls (before shared regions,

@@ -323,6 +323,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
         tUb.dirty = std::max(tUb.dirty, ctx.ubHigh);
         dcache.Drop();  // after a failure: give up this block's lines without writing them back
         if (dcache.Touched()) launch.dcacheTouched.store(true, std::memory_order_relaxed);
+        PipeBlockEnd();
         tBlock = nullptr;
         std::lock_guard<std::mutex> lock(launch.mutex);
         ++launch.finished;

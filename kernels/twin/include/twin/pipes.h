@@ -62,6 +62,8 @@ void PipeBarrierAll();
 void PipeQueueHandoff(AscendC::TPosition position, bool toConsumer, const void* addr, uint64_t bytes);
 // A block starts: nothing is pending; it runs on a vector core until PipeCoreKind says otherwise.
 void PipeBlockStart();
+// The block ended (normally or not): nothing is checked or kept on this thread until the next PipeBlockStart.
+void PipeBlockEnd();
 // The block's core kind (KERNEL_TASK_TYPE_DEFAULT): which pipes exist to be ordered against.
 void PipeCoreKind(bool cube);
 
