@@ -330,3 +330,40 @@ def test_the_batched_ffn_loop_is_captured_once_and_replayed():
     for a in range(t.A):
         for r in range(2):
             assert torch.equal(res[a][r], ref_res[a][r]), (a, r)
+
+
+def test_a_batch_with_one_tampered_word_is_refused_whole_before_anything_is_written():
+    """combine_send of a batch checks every item before it writes: any word of either item tampered (or the same
+    replica's item twice) refuses the whole call with no window changed on any rank, and the genuine batch then
+    completes both rounds exactly."""
+    from test_safety import golden_out, make_round, plane, refused_unchanged, tamper_values
+
+    t = cam.Topology(D=2, P=1, F=1, E=4, K=2, H=32, Bmax=4, L=2, slots=1)
+    with plane(t, timeout_s=120) as comms:
+        rounds = [make_round(t, a, 5) for a in range(t.A)]
+        for a in range(t.A):
+            cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], a % t.L)
+        ffn, budget = t.A, 2 * t.recv_rows
+        ex, sc, groups, origin, items = cam.ops.dispatch_recv(comms[ffn], row_budget=budget)
+        assert [int(items[i, 0]) for i in range(items.shape[0])] == [1, 1], "both replicas were ready"
+        n = int(groups[:, 2].sum())
+        out = torch.zeros((budget, t.H), dtype=torch.bfloat16)
+        e = torch.repeat_interleave(groups[:, 1], groups[:, 2])
+        out[:n] = (ex[:n].float() * sc[:n, None] * (e.float() + 1)[:, None]).to(torch.bfloat16)
+        trials = 0
+        for i in range(items.shape[0]):
+            for w in range(t.work_item_words):
+                values = tamper_values(int(items[i, w]))
+                for v in (values if i == 1 else values[:1]):
+                    forged = items.clone()
+                    forged[i, w] = v
+                    refused_unchanged(comms, ffn, out, forged, f"item {i} word {w} = {v}")
+                    trials += 1
+        twice = items.clone()
+        twice[1] = items[0]
+        refused_unchanged(comms, ffn, out, twice, "one replica's item twice")
+        assert trials >= 6 * t.work_item_words
+        cam.ops.combine_send(comms[ffn], out, items)
+        gold = golden_out(t, rounds)
+        for a in range(t.A):
+            assert torch.equal(cam.ops.combine_recv(comms[a], rounds[a][1], rounds[a][2]), gold[a]), a
