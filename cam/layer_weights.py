@@ -121,6 +121,15 @@ class LayerWeights:
         self.n = n
 
     @classmethod
+    def random(cls, experts: int, layers: int, k: int, n: int, generator: torch.Generator,
+               scale: float = 1e-2) -> "LayerWeights":
+        """Synthetic weights for tests and benchmarks: int8 uniform in [-128, 128) ``[experts, k, n]`` and fp32
+        scales uniform in [scale/10, scale*1.1) ``[experts, n]`` per layer, drawn from ``generator``."""
+        ws = [torch.randint(-128, 128, (experts, k, n), generator=generator, dtype=torch.int8) for _ in range(layers)]
+        ss = [(torch.rand(experts, n, generator=generator) * scale + scale / 10).float() for _ in range(layers)]
+        return cls(ws, ss)
+
+    @classmethod
     def from_placement(cls, placement, ffn_index: int, weights: Sequence[torch.Tensor],
                        scales: Sequence[torch.Tensor]) -> "LayerWeights":
         """The weights FFN index ``ffn_index`` serves under a :class:`cam.placement.Placement`: per layer ``l``,

@@ -209,11 +209,7 @@ def test_idle_batch_is_all_empty_and_combines_as_a_no_op():
 
 def _weights(t, inter=16, seed=21):
     g = torch.Generator().manual_seed(seed)
-    w1 = [torch.randint(-128, 128, (t.R, t.H, 2 * inter), generator=g, dtype=torch.int8) for _ in range(t.L)]
-    s1 = [(torch.rand(t.R, 2 * inter, generator=g) * 1e-2 + 1e-3).float() for _ in range(t.L)]
-    w2 = [torch.randint(-128, 128, (t.R, inter, t.H), generator=g, dtype=torch.int8) for _ in range(t.L)]
-    s2 = [(torch.rand(t.R, t.H, generator=g) * 1e-2 + 1e-3).float() for _ in range(t.L)]
-    return cam.LayerWeights(w1, s1), cam.LayerWeights(w2, s2)
+    return (cam.LayerWeights.random(t.R, t.L, t.H, 2 * inter, g), cam.LayerWeights.random(t.R, t.L, inter, t.H, g))
 
 
 def _launches():
