@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "common/window_layout.h"
+#include "dispatch_recv/dispatch_recv_tiling_data.h"
 
 namespace cam::bindings {
 namespace {
@@ -157,6 +158,7 @@ private:
 };
 
 void Register(py::module_& m) {
+    m.attr("DISPATCH_RECV_MAX_ITEMS") = cam::kernels::kDispatchRecvMaxItems;
     py::class_<Comm>(m, "Comm")
         .def_static("in_process", &Comm::InProcess, py::arg("group"), py::arg("topology"), py::arg("rank"),
                     py::arg("timeout_ns"), py::arg("idle_poll_ns"), py::arg("join_timeout_ms"), py::arg("act_dtype"))
@@ -234,6 +236,21 @@ void Register(py::module_& m) {
         py::arg("comm"), py::arg("expand_x"), py::arg("scales"), py::arg("expert_counts"), py::arg("work_item"),
         py::arg("stream"), py::arg("allocate"), py::arg("sync_timeout_s") = py::none());
     m.def(
+        "dispatch_recv_batch",
+        [](Comm& comm, int64_t rowBudget, const Descriptor& expandX, const Descriptor& scales,
+           const Descriptor& groupTable, const Descriptor& origin, const Descriptor& workItems, Stream* stream,
+           const py::object& allocate, std::optional<double> syncTimeoutS) {
+            AclTensor te(expandX), ts(scales), tg(groupTable), to(origin), tw(workItems);
+            camComm* c = comm.Get();
+            RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
+                return aclnnCamDispatchRecvBatchGetWorkspaceSize(c, rowBudget, te.get(), ts.get(), tg.get(), to.get(),
+                                                                 tw.get(), ws, ex);
+            }, aclnnCamDispatchRecv, stream, allocate, syncTimeoutS);
+        },
+        py::arg("comm"), py::arg("row_budget"), py::arg("expand_x"), py::arg("scales"), py::arg("group_table"),
+        py::arg("origin"), py::arg("work_items"), py::arg("stream"), py::arg("allocate"),
+        py::arg("sync_timeout_s") = py::none());
+    m.def(
         "combine_send",
         [](Comm& comm, const Descriptor& expertOut, const Descriptor& workItem, Stream* stream,
            const py::object& allocate, std::optional<double> syncTimeoutS) {
@@ -245,6 +262,18 @@ void Register(py::module_& m) {
         },
         py::arg("comm"), py::arg("expert_out"), py::arg("work_item"), py::arg("stream"), py::arg("allocate"),
         py::arg("sync_timeout_s") = py::none());
+    m.def(
+        "combine_send_batch",
+        [](Comm& comm, int64_t rowBudget, const Descriptor& expertOut, const Descriptor& workItems, Stream* stream,
+           const py::object& allocate, std::optional<double> syncTimeoutS) {
+            AclTensor to(expertOut), tw(workItems);
+            camComm* c = comm.Get();
+            RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
+                return aclnnCamCombineSendBatchGetWorkspaceSize(c, rowBudget, to.get(), tw.get(), ws, ex);
+            }, aclnnCamCombineSend, stream, allocate, syncTimeoutS);
+        },
+        py::arg("comm"), py::arg("row_budget"), py::arg("expert_out"), py::arg("work_items"), py::arg("stream"),
+        py::arg("allocate"), py::arg("sync_timeout_s") = py::none());
     m.def(
         "combine_recv",
         [](Comm& comm, const Descriptor& ids, const Descriptor& weights, const Descriptor& out, Stream* stream,

@@ -4,6 +4,9 @@ namespace cam::bindings {
 namespace {
 
 void Register(py::module_& m) {
+    // How many executors of an op this process launched (cam.h camGetLaunchCount): tests and benchmarks count
+    // grouped-matmul launches with it.
+    m.def("launch_count", [](const std::string& op) { return camGetLaunchCount(op.c_str()); }, py::arg("op"));
     m.def(
         "gmm_swiglu_quant_multi_layer",
         [](const Descriptor& x, const Descriptor& xScale, const std::vector<Descriptor>& weights,

@@ -120,6 +120,42 @@ class LayerWeights:
         self.k = k
         self.n = n
 
+    @classmethod
+    def random(cls, experts: int, layers: int, k: int, n: int, generator: torch.Generator,
+               scale: float = 1e-2) -> "LayerWeights":
+        """Synthetic weights for tests and benchmarks: int8 uniform in [-128, 128) ``[experts, k, n]`` and fp32
+        scales uniform in [scale/10, scale*1.1) ``[experts, n]`` per layer, drawn from ``generator``."""
+        ws = [torch.randint(-128, 128, (experts, k, n), generator=generator, dtype=torch.int8) for _ in range(layers)]
+        ss = [(torch.rand(experts, n, generator=generator) * scale + scale / 10).float() for _ in range(layers)]
+        return cls(ws, ss)
+
+    @classmethod
+    def from_placement(cls, placement, ffn_index: int, weights: Sequence[torch.Tensor],
+                       scales: Sequence[torch.Tensor]) -> "LayerWeights":
+        """The weights FFN index ``ffn_index`` serves under a :class:`cam.placement.Placement`: per layer ``l``,
+        local slot ``j`` holds expert ``placement.slot_experts(l, ffn_index)[j]`` of ``weights[l]`` (ND ``[E, K,
+        N]`` int8, every routed expert) and ``scales[l]`` (``[E, N]`` fp32); an empty slot is zeros. A replicated
+        expert's weights are on every rank that holds a replica."""
+        if not 0 <= ffn_index < placement.ffn_ranks:
+            raise ValueError(f"LayerWeights.from_placement: ffn_index {ffn_index} outside [0, {placement.ffn_ranks})")
+        if len(weights) != placement.layers or len(scales) != placement.layers:
+            raise ValueError(f"LayerWeights.from_placement: {len(weights)} weights and {len(scales)} scales for a "
+                             f"placement of {placement.layers} layers")
+        per_w, per_s = [], []
+        for l, (w, s) in enumerate(zip(weights, scales)):
+            if w.dim() != 3 or w.shape[0] != placement.experts or s.shape != (placement.experts, w.shape[2]):
+                raise ValueError(f"LayerWeights.from_placement: layer {l} needs weights [E={placement.experts}, K, N] "
+                                 f"and scales [E, N], got {tuple(w.shape)} and {tuple(s.shape)}")
+            slots = placement.slot_experts(l, ffn_index)
+            lw = torch.zeros((len(slots), w.shape[1], w.shape[2]), dtype=w.dtype)
+            ls = torch.zeros((len(slots), w.shape[2]), dtype=s.dtype)
+            for j, e in enumerate(slots):
+                if e >= 0:
+                    lw[j], ls[j] = w[e], s[e]
+            per_w.append(lw)
+            per_s.append(ls)
+        return cls(per_w, per_s)
+
     def require_k(self, op: str, name: str, x: torch.Tensor) -> None:
         """Refuses an activation whose columns are not this weight set's logical K. The op's C API cannot: the NZ
         layout keeps only ceil(K/16) row blocks, so K = 39 activations fit K = 40 weights' shape while the weights'

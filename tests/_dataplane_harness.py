@@ -130,6 +130,7 @@ class FfnLog:
     served: List[Served] = field(default_factory=list)
     empties: int = 0
     plane_id: int = 0  # Comm.plane_id of the rank: word 7 of every work item it produced
+    batches: List[List[int]] = field(default_factory=list)  # batched mode: the replicas of each non-empty batch
 
 
 def ffn_server(topo: cam.Topology, n_items: int, *, deadline_s: float = 60.0, on_item=None, dtype=torch.bfloat16):
@@ -158,6 +159,62 @@ def ffn_server(topo: cam.Topology, n_items: int, *, deadline_s: float = 60.0, on
             else:
                 log.empties += 1
             cam.ops.combine_send(comm, out, wi)
+        return log
+
+    return body
+
+
+def serve_batch(topo: cam.Topology, comm: cam.Comm, row_budget: int, log: FfnLog, dtype=torch.bfloat16,
+                before_combine=None) -> int:
+    """One batched dispatch_recv -> expert_fn per row (its expert from the group table) -> one batched combine_send.
+    Appends each item to log.served (as the one-item server would) and the batch's replicas to log.batches;
+    returns the number of work items in the batch."""
+    chunk = WindowLayout(topo).work_item_chunk_off
+    fn = expert_fn(topo.quantized, dtype)
+    f = comm.rank - topo.A
+    ex, sc, groups, origin, items = cam.ops.dispatch_recv(comm, row_budget=row_budget)
+    out = torch.zeros((row_budget, topo.H), dtype=dtype)
+    n = int(groups[:, 2].sum())
+    if n:
+        e = torch.repeat_interleave(groups[:, 1], groups[:, 2]) + f * topo.R
+        out[:n] = fn(e, ex[:n], sc[:n] if topo.quantized else None)
+    base, taken = 0, []
+    for i in range(items.shape[0]):
+        wi = items[i]
+        if int(wi[0]) != 1:
+            continue
+        rows = int(wi[5])
+        taken.append(int(wi[1]))
+        g = groups[i * topo.R:(i + 1) * topo.R]
+        assert torch.all(g[:, 0] == wi[2]) and torch.equal(g[:, 2], wi[8:8 + topo.R]), "group table != work item"
+        log.served.append(Served(int(wi[1]), int(wi[3]), int(wi[2]), ex[base:base + rows].clone(),
+                                 sc[base:base + rows].clone() if topo.quantized else None, wi[8:8 + topo.R].clone(),
+                                 wi.clone(), int(wi[chunk]), int(wi[chunk + 1])))
+        base += rows
+    assert base == n
+    if taken:
+        log.batches.append(taken)
+    else:
+        log.empties += 1
+    if before_combine is not None:
+        before_combine(comm, ex, sc, groups, origin, items, out)
+    cam.ops.combine_send(comm, out, items)
+    return len(taken)
+
+
+def ffn_batch_server(topo: cam.Topology, n_items: int, row_budget: int, *, deadline_s: float = 60.0,
+                     dtype=torch.bfloat16, start=None, before_combine=None):
+    """FFN body in batched mode: serve until n_items rounds completed (at their last chunks). ``start`` (an
+    Event) is waited for before the first poll, so a test can make every replica ready first."""
+
+    def body(comm: cam.Comm) -> FfnLog:
+        log = FfnLog(plane_id=comm.plane_id)
+        if start is not None:
+            assert start.wait(deadline_s), "the Attention ranks never published"
+        end = time.monotonic() + deadline_s
+        while sum(s.last for s in log.served) < n_items:
+            assert time.monotonic() < end, f"FFN rank {comm.rank} served {len(log.served)} items, not {n_items} rounds"
+            serve_batch(topo, comm, row_budget, log, dtype, before_combine)
         return log
 
     return body

@@ -143,7 +143,11 @@ PROBE = textwrap.dedent('''
             torch.ops.cam.dispatch_send(comm.token, dev(xr), dev(ids), 1, comm.id)
             o = dev(torch.zeros(5, topo.H, dtype=torch.bfloat16))
             torch.ops.cam.combine_recv(comm.token, dev(ids), dev(wts), o, comm.id)
-            return o.cpu()
+            # a second round, served by the batched mode (dispatch_recv_batch / combine_send_batch)
+            torch.ops.cam.dispatch_send(comm.token, dev(xr), dev(ids), 0, comm.id)
+            o2 = dev(torch.zeros(5, topo.H, dtype=torch.bfloat16))
+            torch.ops.cam.combine_recv(comm.token, dev(ids), dev(wts), o2, comm.id)
+            return o.cpu(), o2.cpu()
 
         def ffn(comm):
             n = topo.recv_rows
@@ -162,7 +166,20 @@ PROBE = textwrap.dedent('''
             torch.ops.cam.combine_send(comm.token, dev(rows), outs[3], comm.id)
             item = outs[3].cpu()
             item[PLANE_WORD] = 0
-            return [outs[0].cpu(), outs[1].cpu(), outs[2].cpu(), item]
+            budget = 2 * n
+            batch = [dev(torch.zeros(budget, topo.H, dtype=torch.int8)), dev(torch.zeros(budget)),
+                     dev(torch.zeros(topo.R, 3, dtype=torch.int64)), dev(torch.zeros(budget, 3, dtype=torch.int64)),
+                     dev(torch.zeros(1, topo.work_item_words, dtype=torch.int64))]
+            for _ in range(400):
+                torch.ops.cam.dispatch_recv_batch(comm.token, *batch, comm.id, budget)
+                if int(batch[4].cpu()[0, 0]):
+                    break
+            else:
+                raise AssertionError("no batch")
+            rows2 = (batch[0].cpu().float() * batch[1].cpu()[:, None] * 0.5).to(torch.bfloat16)
+            torch.ops.cam.combine_send_batch(comm.token, dev(rows2), batch[4], comm.id, budget)
+            return [outs[0].cpu(), outs[1].cpu(), outs[2].cpu(), item, batch[0].cpu(), batch[2].cpu(),
+                    batch[3].cpu()]
 
         results, errors = run_ranks(topo, {0: attention, 1: ffn}, timeout=120, timeout_s=10.0, idle_poll_s=0.05)
         raise_first(errors)
@@ -175,11 +192,14 @@ PROBE = textwrap.dedent('''
     npu_run = plane(True)
     ranks = {name for _, name in torch_npu.CALLS[before:]}
     assert ranks == {"rank0", "rank1"}, ranks  # every rank's ops took torch_npu's stream, on its own thread
-    same(npu_run[0], cpu_run[0], "combine_recv out")
-    for i, name in enumerate(("expand_x", "scales", "expert_counts", "work_item")):
+    same(npu_run[0][0], cpu_run[0][0], "combine_recv out")
+    same(npu_run[0][1], cpu_run[0][1], "combine_recv out of the batched round")
+    for i, name in enumerate(("expand_x", "scales", "expert_counts", "work_item", "batch expand_x", "group_table",
+                              "origin")):
         same(npu_run[1][i], cpu_run[1][i], name)
     assert npu_run[1][3][5] == int((ids >= 0).sum()), "the round's rows reached the FFN rank"
-    seen |= {"dispatch_send", "dispatch_recv", "combine_send", "combine_recv"}
+    seen |= {"dispatch_send", "dispatch_recv", "combine_send", "combine_recv", "dispatch_recv_batch",
+             "combine_send_batch"}
 
     ops = {n for n in dir(torch.ops.cam) if isinstance(getattr(torch.ops.cam, n), torch._ops.OpOverloadPacket)}
     assert seen == ops, (seen, ops)  # every op of the library was called

@@ -462,7 +462,9 @@ def test_host_errors_before_launch(small):
         w2(x, xs, lw, gl, li.int())
     with pytest.raises(ValueError, match="layer_index must hold exactly one element"):
         w2(x, xs, lw, gl, torch.tensor([0, 1]))
-    with pytest.raises(ValueError, match="group_list_type must be 0"):
+    with pytest.raises(ValueError, match=r"group_list_type must be 0 \(cumsum\), 1 \(counts\) or 2 \(group table\), got 3"):
+        w2(x, xs, lw, gl, li, 3)
+    with pytest.raises(ValueError, match=r"group_list \(a group table, group_list_type 2\) must be \[G, 3\]"):
         w2(x, xs, lw, gl, li, 2)
     with pytest.raises(TypeError, match="weights must be a cam.LayerWeights"):
         w2(x, xs, ws, gl, li)

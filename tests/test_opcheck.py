@@ -89,6 +89,17 @@ def test_opcheck_data_plane_ops():
         assert int(empty[0]) == 0, "an item was ready before the Attention rank dispatched"
         expert_out = torch.zeros(topo.recv_rows, topo.H, dtype=torch.bfloat16)
         torch.library.opcheck(torch.ops.cam.combine_send.default, (comm.token, expert_out, empty, comm.id))
+        # The batched mode's two ops (the public dispatch_recv / combine_send with row_budget / a work_items
+        # table): empty batches, so both are no-ops on the plane.
+        budget = 2 * topo.recv_rows
+        batch = [torch.zeros(shape, dtype=dtype) for shape, dtype in (
+            ((budget, topo.H), torch.int8), ((budget,), torch.float32), ((topo.R, 3), torch.int64),
+            ((budget, 3), torch.int64), ((1, topo.work_item_words), torch.int64))]
+        torch.library.opcheck(torch.ops.cam.dispatch_recv_batch.default, (comm.token, *batch, comm.id, budget))
+        items = cam.ops.dispatch_recv(comm, row_budget=budget)[4]
+        assert int(items[0, 0]) == 0, "an item was ready before the Attention rank dispatched"
+        torch.library.opcheck(torch.ops.cam.combine_send_batch.default,
+                              (comm.token, torch.zeros(budget, topo.H, dtype=torch.bfloat16), items, comm.id, budget))
         ffn_checked.set()
         served = 0
         while not attention_done.is_set():

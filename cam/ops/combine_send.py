@@ -19,6 +19,20 @@ def _(token, expert_out, work_item, comm_id) -> None:
     _runtime.check(_C.combine_send, comm_of(comm_id)._c, expert_out, work_item)
 
 
+@_library.op("combine_send_batch", mutates_args=("token",))
+def _combine_send_batch(token: torch.Tensor, expert_out: torch.Tensor, work_items: torch.Tensor, comm_id: int,
+                        row_budget: int) -> None:
+    comm = comm_of(comm_id)
+    _runtime.run(_C.combine_send_batch, comm._c, row_budget, expert_out, work_items, stream=comm.stream,
+                 tensor=expert_out)
+    token.add_(1)
+
+
+@_combine_send_batch.register_fake
+def _(token, expert_out, work_items, comm_id, row_budget) -> None:
+    _runtime.check(_C.combine_send_batch, comm_of(comm_id)._c, row_budget, expert_out, work_items)
+
+
 def combine_send(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) -> None:
     """FFN side: return a work item's expert outputs to their source Attention ranks (docs/protocol.md §6.3).
 
@@ -31,7 +45,10 @@ def combine_send(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) 
         comm: this rank's :class:`cam.Comm` (an FFN rank).
         expert_out: ``[N, H]`` in ``comm.dtype`` (``N`` as dispatch_recv's ``expand_x``); rows past the work item's
             rows are ignored.
-        work_item: the ``work_item`` dispatch_recv returned on this rank; read only by the kernel.
+        work_item: the ``work_item`` dispatch_recv returned on this rank; read only by the kernel. A batched
+            dispatch_recv's ``work_items`` (2-D) serves the whole batch: ``expert_out`` then has ``row_budget``
+            rows, and each item goes to its own replica with its own done signal, exactly as if it had been served
+            alone. Every item is checked before anything is written.
 
     Raises:
         TypeError / ValueError: bad dtype or shape, naming the argument, before anything runs.
@@ -41,4 +58,8 @@ def combine_send(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) 
     """
     comm = comm_arg("combine_send", comm)
     Args("combine_send").gate(expert_out=(expert_out, torch.Tensor), work_item=(work_item, torch.Tensor))
-    _combine_send(comm.token, expert_out, work_item, comm.id)
+    if work_item.dim() == 2:
+        _combine_send_batch(comm.token, expert_out, work_item, comm.id,
+                            expert_out.shape[0] if expert_out.dim() >= 1 else 0)
+    else:
+        _combine_send(comm.token, expert_out, work_item, comm.id)

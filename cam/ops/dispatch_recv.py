@@ -1,3 +1,5 @@
+from typing import Optional
+
 import torch
 
 from .. import _C, _runtime
@@ -18,6 +20,24 @@ def _output_specs(comm: Comm):
     )
 
 
+def batch_items(topology) -> int:
+    """Work items one batched dispatch_recv may return: ``min(D, 64)`` (the rows of its ``work_items``)."""
+    return min(topology.D, _C.DISPATCH_RECV_MAX_ITEMS)
+
+
+def _batch_output_specs(comm: Comm, row_budget: int):
+    """(dtype, shape) of each output of the batched mode, static for (topology, row_budget)."""
+    t = comm.topology
+    n, items = row_budget, batch_items(t)
+    return (
+        (torch.int8 if t.quantized else comm.dtype, (n, t.H)),
+        (torch.float32, (n if t.quantized else 1,)),
+        (torch.int64, (items * t.R, 3)),
+        (torch.int64, (n, 3)),
+        (torch.int64, (items, t.work_item_words)),
+    )
+
+
 @_library.op("dispatch_recv", mutates_args=("token", "expand_x", "scales", "expert_counts", "work_item"))
 def _dispatch_recv(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Tensor, expert_counts: torch.Tensor,
                    work_item: torch.Tensor, comm_id: int) -> None:
@@ -32,8 +52,24 @@ def _(token, expand_x, scales, expert_counts, work_item, comm_id) -> None:
     _runtime.check(_C.dispatch_recv, comm_of(comm_id)._c, expand_x, scales, expert_counts, work_item)
 
 
-def dispatch_recv(comm: Comm, *, out=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """FFN side: take the next ready work item (docs/protocol.md §6.2).
+@_library.op("dispatch_recv_batch",
+             mutates_args=("token", "expand_x", "scales", "group_table", "origin", "work_items"))
+def _dispatch_recv_batch(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Tensor, group_table: torch.Tensor,
+                         origin: torch.Tensor, work_items: torch.Tensor, comm_id: int, row_budget: int) -> None:
+    comm = comm_of(comm_id)
+    _runtime.run(_C.dispatch_recv_batch, comm._c, row_budget, expand_x, scales, group_table, origin, work_items,
+                 stream=comm.stream, tensor=expand_x)
+    token.add_(1)
+
+
+@_dispatch_recv_batch.register_fake
+def _(token, expand_x, scales, group_table, origin, work_items, comm_id, row_budget) -> None:
+    _runtime.check(_C.dispatch_recv_batch, comm_of(comm_id)._c, row_budget, expand_x, scales, group_table, origin,
+                   work_items)
+
+
+def dispatch_recv(comm: Comm, *, out=None, row_budget: Optional[int] = None):
+    """FFN side: take the next ready work item, or with ``row_budget`` a batch of them (docs/protocol.md §6.2).
 
     Replicas are served round robin over the ready ones (a replica that is ready is served within D
     selections); a replica is ready once all its P participants published the same round. No host argument
@@ -62,14 +98,42 @@ def dispatch_recv(comm: Comm, *, out=None) -> tuple[torch.Tensor, torch.Tensor, 
         layer 0, zero rows and counts): W1/W2/combine_send treat it as a no-op and the caller simply loops. Idle
         is not a fault, however long it lasts.
 
+    Batched (``row_budget`` given): at scan time it takes every replica that is ready, round robin from the same
+    fairness pointer, one chunk each, while the chunks fit ``row_budget`` rows and at most ``I = min(D, 64)``
+    items; it never waits for a replica that is not ready, and waits boundedly as above when none is. The bound
+    stays: a replica ready at a scan is served within D calls. ``row_budget`` must hold one whole work item
+    (``>= recv_rows``). Returns ``(expand_x, scales, group_table, origin, work_items)``:
+
+        - ``expand_x`` ``[row_budget, H]``, ``scales`` ``[row_budget]`` (or ``[1]``): item after item, each item's
+          rows as in the one-item mode; rows past the items' total are not written.
+        - ``group_table`` ``[I*R, 3]`` int64: group ``i*R + j`` is ``(layer of item i, local expert j, rows)``;
+          unused item slots give ``(0, j, 0)``. W1 and W2 take it as their ``group_table`` (docs/gmm.md).
+        - ``origin`` ``[row_budget, 3]`` int64: each written row's ``(replica, participant, t*K + k)``.
+        - ``work_items`` ``[I, work_item_words]`` int64: item ``i`` as the one-item mode writes it, unused slots
+          empty items. ``combine_send`` takes the whole table.
+
+        ``out`` is then the five tensors. Shapes depend only on (topology, row_budget): capturable.
+
     Raises:
-        TypeError / ValueError: ``comm`` not an FFN rank's Comm, or ``out`` of the wrong dtypes or shapes.
+        TypeError / ValueError: ``comm`` not an FFN rank's Comm, ``out`` of the wrong dtypes or shapes, or
+            ``row_budget`` not an int or smaller than one work item's rows (``recv_rows``).
         cam.CommTimeoutError: a replica stayed partly published for ``comm.timeout_s`` (names the replica, the
             participant that did not publish and the layer).
         cam.CommAbortedError: the plane was aborted (ends an idle wait at once).
         cam.CommProtocolError / cam.DeviceArgumentError: records that break the protocol or exceed the window.
     """
     comm = comm_arg("dispatch_recv", comm)
+    if row_budget is not None:
+        args = Args("dispatch_recv")
+        args.integer("row_budget", row_budget)
+        given = args.outputs("out", out, 5)
+        if given is None:
+            if row_budget < comm.topology.recv_rows:  # before allocating row_budget rows; the C API says why
+                _runtime.check(_C.dispatch_recv_batch, comm._c, row_budget, *(
+                    torch.empty(0) for _ in range(5)))
+            given = tuple(torch.empty(shape, dtype=dtype) for dtype, shape in _batch_output_specs(comm, row_budget))
+        _dispatch_recv_batch(comm.token, *given, comm.id, row_budget)
+        return given
     given = Args("dispatch_recv").outputs("out", out, 4)
     if given is None:
         given = tuple(torch.empty(shape, dtype=dtype) for dtype, shape in _output_specs(comm))

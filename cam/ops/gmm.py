@@ -1,6 +1,7 @@
 """Layer-select grouped matmuls of the FFN side (docs/gmm.md): W1 ``gmm_swiglu_quant_multi_layer`` and W2
-``gmm_multi_layer``. Both take every layer's weights at once (:class:`cam.LayerWeights`) and a device-resident
-``layer_index``; the kernels pick the layer on the device."""
+``gmm_multi_layer``. Both take every layer's weights at once (:class:`cam.LayerWeights`) and either a
+device-resident ``layer_index`` with a per-expert ``group_list``, or a group table whose groups name their own
+layer (a batched dispatch_recv's); the kernels pick each group's layer on the device."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ._kinds import Args
 
 GROUP_LIST_CUMSUM = 0
 GROUP_LIST_COUNTS = 1
+GROUP_TABLE = 2  # group_list is a [G, 3] int64 group table {layer, local expert, rows}; layer_index is not read
 
 
 @_library.op("gmm_swiglu_quant_multi_layer", mutates_args=("y", "y_scale"))
@@ -67,10 +69,17 @@ def _gate(op: str, x_name: str, x, x_scale_name: str, x_scale, weights, group_li
     if not isinstance(weights, LayerWeights):
         raise TypeError(f"{op}: weights must be a cam.LayerWeights, got {type(weights).__name__}")
     args.gate(**{x_name: (x, torch.Tensor), x_scale_name: (x_scale, torch.Tensor)},
-              group_list=(group_list, torch.Tensor), layer_index=(layer_index, torch.Tensor),
-              group_list_type=(group_list_type, int))
+              group_list=(group_list, torch.Tensor), group_list_type=(group_list_type, int))
+    if not (layer_index is None and group_list_type == GROUP_TABLE):
+        args.gate(layer_index=(layer_index, torch.Tensor))
     weights.require_k(op, x_name, x)  # the one rule no tensor carries to the C API
     return weights
+
+
+def _layer_index_arg(group_list: torch.Tensor, layer_index: Optional[torch.Tensor]) -> torch.Tensor:
+    """The schema's layer_index: with a group table it is not read, so the table itself stands in (no allocation,
+    nothing new for a capture to hold)."""
+    return group_list if layer_index is None else layer_index
 
 
 def gmm_swiglu_quant_multi_layer(
@@ -78,7 +87,7 @@ def gmm_swiglu_quant_multi_layer(
     x_scale: torch.Tensor,
     weights: LayerWeights,
     group_list: torch.Tensor,
-    layer_index: torch.Tensor,
+    layer_index: Optional[torch.Tensor],
     group_list_type: int = GROUP_LIST_COUNTS,
     *,
     out=None,
@@ -99,9 +108,13 @@ def gmm_swiglu_quant_multi_layer(
         weights: :class:`cam.LayerWeights` over ``[E_local, K, N]`` weights (``N`` even, first half act) and
             ``[E_local, N]`` fp32 scales for every layer.
         group_list: int64 ``[E_local]`` on the device: rows per expert (``group_list_type`` 1, what dispatch_recv
-            emits) or their running sum (0). Its total may be below ``M``.
-        layer_index: int64 tensor with one element, on the device (may be a view into a work item).
-        group_list_type: 1 counts (default) or 0 cumsum.
+            emits) or their running sum (0). Its total may be below ``M``. With ``group_list_type`` 2
+            (:data:`GROUP_TABLE`) a ``[G, 3]`` group table: group ``g``'s rows follow group ``g-1``'s and are
+            computed with layer ``group_list[g, 0]``'s weights of local expert ``group_list[g, 1]``
+            (a batched dispatch_recv's ``group_table``: one launch serves every item, whatever its layer).
+        layer_index: int64 tensor with one element, on the device (may be a view into a work item); ``None`` (not
+            read) with a group table.
+        group_list_type: 1 counts (default), 0 cumsum, or 2 group table.
         out: optional ``(y, y_scale)`` to write into: int8 ``[M, N/2]`` and fp32 ``[M]`` (static buffers of a
             captured loop). Rows past the groups' total are not written; when ``out`` is not given they are
             allocated here as zeros.
@@ -113,7 +126,9 @@ def gmm_swiglu_quant_multi_layer(
         TypeError / ValueError: dtype, rank, shape, layout or list mismatches, naming the argument, before anything
             runs.
         cam.DeviceArgumentError: ``layer_index`` outside ``[0, L)``, a negative count / decreasing cumsum, or a
-            total above ``M``, detected by the kernels before they write anything (outputs untouched).
+            total above ``M``; in a group table a layer outside ``[0, L)``, an expert outside ``[0, E_local)``,
+            negative rows or a total above ``M``: detected by the kernels before they write anything (outputs
+            untouched).
     """
     op = "gmm_swiglu_quant_multi_layer"
     lw = _gate(op, "x", x, "x_scale", x_scale, weights, group_list, layer_index, group_list_type)
@@ -124,7 +139,8 @@ def gmm_swiglu_quant_multi_layer(
                  torch.zeros(rows, dtype=torch.float32, device=x.device))
     y, y_scale = given
     _gmm_swiglu_quant_multi_layer(
-        x, x_scale, list(lw.weights), list(lw.scales), group_list, layer_index, group_list_type, y, y_scale
+        x, x_scale, list(lw.weights), list(lw.scales), group_list, _layer_index_arg(group_list, layer_index),
+        group_list_type, y, y_scale
     )
     return y, y_scale
 
@@ -134,7 +150,7 @@ def gmm_multi_layer(
     y_scale: torch.Tensor,
     weights: LayerWeights,
     group_list: torch.Tensor,
-    layer_index: torch.Tensor,
+    layer_index: Optional[torch.Tensor],
     group_list_type: int = GROUP_LIST_COUNTS,
     *,
     out=None,
@@ -165,6 +181,7 @@ def gmm_multi_layer(
     rows = y.shape[0] if y.dim() else 0  # a 0-d y is refused by the op, naming it
     result = given[0] if given else torch.zeros(rows, lw.n, dtype=torch.bfloat16, device=y.device)
     _gmm_multi_layer(
-        y, y_scale, list(lw.weights), list(lw.scales), group_list, layer_index, group_list_type, result
+        y, y_scale, list(lw.weights), list(lw.scales), group_list, _layer_index_arg(group_list, layer_index),
+        group_list_type, result
     )
     return result

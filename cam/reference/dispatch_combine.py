@@ -183,6 +183,43 @@ def chunk_bounds(counts: Sequence[int], capacity: int) -> List[Tuple[int, int]]:
     return bounds
 
 
+def batch_select(ready_rows: Sequence[Optional[int]], rr: int, row_budget: int,
+                 max_items: int) -> Tuple[List[int], int]:
+    """The replicas one batched dispatch_recv takes, and the fairness pointer after it (docs/protocol.md §7).
+
+    ``ready_rows[d]`` = the rows of replica ``d``'s next chunk when every participant of its next round has
+    published (and it is not fenced), else None; ``rr`` = the pointer before. Rule: scan the replicas
+    ``rr, rr+1, ...`` (mod D) once; skip one that is not ready; stop at ``max_items`` items or at the first ready one
+    whose chunk does not fit what is left of ``row_budget``; take the others in scan order. The pointer moves to
+    the replica after the last one taken (unchanged when none was)."""
+    D = len(ready_rows)
+    taken: List[int] = []
+    used = 0
+    for n in range(D):
+        if len(taken) == max_items:
+            break
+        d = (rr + n) % D
+        rows = ready_rows[d]
+        if rows is None:
+            continue
+        if rows > row_budget - used:
+            break
+        taken.append(d)
+        used += rows
+    return taken, ((taken[-1] + 1) % D if taken else rr)
+
+
+def group_table(items: Sequence[Tuple[int, Sequence[int]]], max_items: int, R: int) -> torch.Tensor:
+    """The ``[max_items * R, 3]`` int64 group table of a batch: ``items[i] = (layer, counts[R])`` of work item i in
+    batch order; group ``i*R + j`` is ``(layer_i, j, counts_i[j])``, and slots past the items ``(0, j, 0)``."""
+    out = torch.zeros((max_items * R, 3), dtype=torch.int64)
+    out[:, 1] = torch.arange(R).repeat(max_items)
+    for i, (layer, counts) in enumerate(items):
+        out[i * R:(i + 1) * R, 0] = int(layer)
+        out[i * R:(i + 1) * R, 2] = torch.as_tensor(list(counts), dtype=torch.int64)
+    return out
+
+
 def combine(
     topology: Topology,
     topk_ids: torch.Tensor,

@@ -27,6 +27,8 @@ import torch
 __all__ = [
     "GROUP_LIST_CUMSUM",
     "GROUP_LIST_COUNTS",
+    "GROUP_TABLE",
+    "group_table_bounds",
     "NZ_K0",
     "NZ_N0",
     "group_bounds",
@@ -41,6 +43,7 @@ __all__ = [
 
 GROUP_LIST_CUMSUM = 0  # torch_npu v2 convention: group_list[e] = end row of expert e
 GROUP_LIST_COUNTS = 1  # group_list[e] = rows of expert e (what dispatch_recv emits)
+GROUP_TABLE = 2        # group_list[g] = (layer, local expert, rows): a batched dispatch_recv's group table
 
 # int8 FRACTAL_NZ fractal: 16 rows (K) x 32 columns (N); 32 = one 32-byte C0 block.
 NZ_K0 = 16
@@ -53,6 +56,37 @@ LayerIndex = Union[int, torch.Tensor]
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def group_table_bounds(table: torch.Tensor, layers: int, experts: int, m: int) -> List[Tuple[int, int, int, int]]:
+    """(layer, local expert, start, end) of every group of a ``[G, 3]`` group table, rows consecutive in table
+    order. Raises ValueError (the device-detected class) for a layer outside [0, layers), an expert outside
+    [0, experts), negative rows or a total above ``m``, naming the group."""
+    assert table.dim() == 2 and table.shape[1] == 3 and table.dtype == torch.int64, "group table must be int64 [G, 3]"
+    out = []
+    start = 0
+    for g, (layer, expert, rows) in enumerate(table.tolist()):
+        if not 0 <= layer < layers:
+            raise ValueError(f"group_table layer of group[{g}] {layer} outside [0, {layers})")
+        if not 0 <= expert < experts:
+            raise ValueError(f"group_table expert of group[{g}] {expert} outside [0, {experts})")
+        if rows < 0:
+            raise ValueError(f"group_table rows of group[{g}] = {rows}: negative")
+        if start + rows > m:
+            raise ValueError(f"group_table total {start + rows} exceeds M = {m} (at group {g})")
+        out.append((layer, expert, start, start + rows))
+        start += rows
+    return out
+
+
+def _groups(group_list: torch.Tensor, group_list_type: int, layer_index: Optional[LayerIndex], layers: int,
+            experts: int, m: int) -> List[Tuple[int, int, int, int]]:
+    """(layer, local expert, start, end) of every group, for either form of the group argument."""
+    if group_list_type == GROUP_TABLE:
+        return group_table_bounds(group_list, layers, experts, m)
+    assert group_list.numel() == experts, "group_list has one entry per local expert"
+    layer = _layer(layer_index, layers)
+    return [(layer, e, s, t) for e, (s, t) in enumerate(group_bounds(group_list, group_list_type, m))]
 
 
 def _layer(layer_index: LayerIndex, num_layers: int) -> int:
@@ -179,7 +213,7 @@ def gmm_swiglu_quant_multi_layer(
 ) -> Tuple[torch.Tensor, torch.Tensor, int]:
     """W1 golden. Returns (y int8 [M, N/2], y_scale fp32 [M], rows_written).
 
-    Per row m of expert e (layer l = layer_index), all fp32, no fused operations:
+    Per row m of group (layer l, expert e) (l = layer_index, or the group table's), all fp32, unfused:
         acc  = x[m] . W[l][e]                      (int32, exact)
         c    = (float(acc) * x_scale[m]) * w_scale[l][e]
         act, gate = c[:N/2], c[N/2:]
@@ -192,10 +226,8 @@ def gmm_swiglu_quant_multi_layer(
     e_local, k, n = weights[0].shape
     assert n % 2 == 0, "W1 output width N must be even (act | gate halves)"
     m = _check_activations(x, x_scale, k)
-    assert group_list.numel() == e_local, "group_list has one entry per local expert"
-    # Both device-checked arguments are validated before any write (ValueError).
-    layer = _layer(layer_index, len(weights))
-    bounds = group_bounds(group_list, group_list_type, m)
+    # The device-checked arguments are validated before any write (ValueError).
+    groups = _groups(group_list, group_list_type, layer_index, len(weights), e_local, m)
 
     half = n // 2
     if y_out is None:
@@ -205,18 +237,17 @@ def gmm_swiglu_quant_multi_layer(
     assert y_out.dtype == torch.int8 and tuple(y_out.shape) == (m, half)
     assert y_scale_out.dtype == torch.float32 and tuple(y_scale_out.shape) == (m,)
 
-    rows_written = bounds[-1][1] if bounds else 0
+    rows_written = groups[-1][3] if groups else 0
     if rows_written == 0:
         return y_out, y_scale_out, 0
 
-    w, w_scale = weights[layer], weight_scales[layer]
     s = torch.empty(rows_written, half, dtype=torch.float32)
-    for e, (start, end) in enumerate(bounds):
+    for layer, e, start, end in groups:
         if end == start:
             continue
-        acc = _acc_rows(x, w[e], start, end)
+        acc = _acc_rows(x, weights[layer][e], start, end)
         c = acc.to(torch.float32) * x_scale[start:end, None]
-        c = c * w_scale[e][None, :]
+        c = c * weight_scales[layer][e][None, :]
         act, gate = c[:, :half], c[:, half:]
         silu = act / (1.0 + _exp_f32(-act))
         s[start:end] = silu * gate
@@ -246,21 +277,18 @@ def gmm_multi_layer(
     _check_layer_lists(weights, weight_scales)
     e_local, i_dim, h = weights[0].shape
     m = _check_activations(y, y_scale, i_dim)
-    assert group_list.numel() == e_local, "group_list has one entry per local expert"
-    layer = _layer(layer_index, len(weights))
-    bounds = group_bounds(group_list, group_list_type, m)
+    groups = _groups(group_list, group_list_type, layer_index, len(weights), e_local, m)
 
     if out is None:
         out = torch.zeros(m, h, dtype=torch.bfloat16)
     assert out.dtype == torch.bfloat16 and tuple(out.shape) == (m, h)
 
-    w, w_scale = weights[layer], weight_scales[layer]
-    for e, (start, end) in enumerate(bounds):
+    for layer, e, start, end in groups:
         if end == start:
             continue
-        acc = _acc_rows(y, w[e], start, end)
+        acc = _acc_rows(y, weights[layer][e], start, end)
         c = acc.to(torch.float32) * y_scale[start:end, None]
-        c = c * w_scale[e][None, :]
+        c = c * weight_scales[layer][e][None, :]
         out[start:end] = c.to(torch.bfloat16)
     return out
 

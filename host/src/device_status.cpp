@@ -17,6 +17,9 @@ const char* ArgumentName(int64_t argument) {
         case kernels::kDeviceArgHcclRankId: return "the HCCL context's rank id";
         case kernels::kDeviceArgHcclRankDim: return "the HCCL context's rank count";
         case kernels::kDeviceArgHcclWindow: return "the HCCL context's window of rank";
+        case kernels::kDeviceArgGroupLayer: return "group_table layer of group";
+        case kernels::kDeviceArgGroupExpert: return "group_table expert of group";
+        case kernels::kDeviceArgGroupRows: return "group_table rows of group";
         default: return "argument";
     }
 }

@@ -1,10 +1,12 @@
 #include "executor.h"
 
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "backend.h"
+#include "cam/cam.h"
 #include "graph.h"
 #include "status.h"
 
@@ -54,6 +56,24 @@ aclnnStatus Finish(std::unique_ptr<Executor> executor, uint64_t* workspaceSize, 
     return ACLNN_SUCCESS;
 }
 
+namespace {
+
+struct LaunchCounts {
+    std::mutex mutex;
+    std::map<std::string, uint64_t> byOp;
+};
+LaunchCounts& Launches() {
+    static auto* counts = new LaunchCounts();  // never destroyed: launches may run during static destruction
+    return *counts;
+}
+void CountLaunch(const char* op) {
+    LaunchCounts& c = Launches();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    ++c.byOp[op];
+}
+
+}  // namespace
+
 aclnnStatus RunExecutor(const char* api, const char* op, void* workspace, uint64_t workspaceSize,
                         aclOpExecutor* handle, aclrtStream stream) {
     if (!handle) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": executor is null");
@@ -80,6 +100,7 @@ aclnnStatus RunExecutor(const char* api, const char* op, void* workspace, uint64
         r.live.erase(it);
     }
     if (!owned->launch) return ACLNN_SUCCESS;
+    CountLaunch(owned->op);
     return Guarded(api, [&] {
         const aclrtStream resolved = ResolveStream(stream);
         CheckCaptureWorkspace(resolved, workspace, workspaceSize, api);
@@ -122,4 +143,12 @@ extern "C" aclnnStatus camBeginSynchronousLaunches(aclrtStream stream) {
 extern "C" void camEndSynchronousLaunches(void) {
     cam::host::tCallerSyncs = false;
     cam::host::tCallerSyncStream = nullptr;
+}
+
+extern "C" uint64_t camGetLaunchCount(const char* op) {
+    if (!op) return 0;
+    cam::host::LaunchCounts& c = cam::host::Launches();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.byOp.find(op);
+    return it == c.byOp.end() ? 0 : it->second;
 }

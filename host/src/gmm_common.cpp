@@ -19,11 +19,13 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
                            const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType,
                            GmmArgs* a) {
     aclnnStatus st;
+    const bool table = groupListType == kernels::kGroupListTable;
     if ((st = check.View(x, xName, &a->x)) || (st = check.View(xScale, xScaleName, &a->xScale)) ||
         (st = check.List(weights, "weights", &a->weights)) || (st = check.List(weightScales, "weight_scales", &a->scales)) ||
-        (st = check.View(groupList, "group_list", &a->groupList)) ||
-        (st = check.View(layerIndex, "layer_index", &a->layerIndex)))
+        (st = check.View(groupList, "group_list", &a->groupList)))
         return st;
+    // A group table names each group's layer: layer_index is not read then, and may be null.
+    if (!(table && layerIndex == nullptr) && (st = check.View(layerIndex, "layer_index", &a->layerIndex))) return st;
     if ((st = check.Tensor(a->x, xName, {ACL_INT8}, {kAnyDim, kAnyDim})))
         return st;
     a->m = a->x.Dim(0);
@@ -65,14 +67,27 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
         if ((st = check.Contiguous(wl, w.c_str()))) return st;
         if ((st = check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->n}))) return st;
     }
+    if (groupListType != 0 && groupListType != 1 && !table)
+        return check.Invalid("group_list_type must be 0 (cumsum), 1 (counts) or 2 (group table), got " +
+                             std::to_string(groupListType));
+    if (table) {
+        if ((st = check.Dtype(a->groupList, "group_list", {ACL_INT64}))) return st;
+        if (a->groupList.shape.size() != 2 || a->groupList.Dim(1) != kernels::kGroupWords)
+            return check.Invalid("group_list (a group table, group_list_type 2) must be [G, 3] {layer, expert, rows}, "
+                                 "got shape " + a->groupList.ShapeString());
+        a->groups = a->groupList.Dim(0);
+        if (a->groups < 1)
+            return check.Invalid("group_list (a group table) must hold at least one group, got shape " +
+                                 a->groupList.ShapeString());
+        return check.Contiguous(a->groupList, "group_list");
+    }
+    a->groups = a->experts;
     if ((st = check.Tensor(a->groupList, "group_list", {ACL_INT64}, {a->experts})))
         return st;
     if ((st = check.Dtype(a->layerIndex, "layer_index", {ACL_INT64})))
         return st;
     if (a->layerIndex.Numel() != 1)
         return check.Invalid("layer_index must hold exactly one element, got shape " + a->layerIndex.ShapeString());
-    if (groupListType != 0 && groupListType != 1)
-        return check.Invalid("group_list_type must be 0 (cumsum) or 1 (counts), got " + std::to_string(groupListType));
     return ACLNN_SUCCESS;
 }
 

@@ -14,10 +14,12 @@ struct GmmArgs {
     TensorView x, xScale, groupList, layerIndex;
     std::vector<TensorView> weights, scales;
     int64_t m = 0, k = 0, n = 0, experts = 0, layers = 0;
+    int64_t groups = 0;  // groups the kernels walk: E_local, or the group table's rows (group_list_type 2)
 };
 
 // Checks everything the host can see (dtypes, ranks, shapes, list lengths, FRACTAL_NZ weight shapes); xName /
-// xScaleName are the activation arguments' names ("x"/"x_scale" for W1, "y"/"y_scale" for W2).
+// xScaleName are the activation arguments' names ("x"/"x_scale" for W1, "y"/"y_scale" for W2). group_list_type 2:
+// group_list is a group table [G, 3] (kernels/common/group_table.h) and layer_index is not read (may be null).
 aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const char* xScaleName, const aclTensor* x,
                            const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
                            const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType,

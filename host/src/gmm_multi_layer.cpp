@@ -34,7 +34,8 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y,
         std::string why;
         const cam::tiling::GmmShape shape{static_cast<uint64_t>(a.m), static_cast<uint64_t>(a.k),
                                           static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.experts),
-                                          static_cast<uint64_t>(a.layers), groupListType};
+                                          static_cast<uint64_t>(a.layers), groupListType,
+                                          static_cast<uint64_t>(a.groups)};
         if (!cam::tiling::TileGmmMultiLayer(CurrentPlatform(), shape, &tiling, &why)) return check.Invalid(why);
 
         const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);

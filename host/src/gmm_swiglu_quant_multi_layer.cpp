@@ -37,7 +37,8 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
         std::string why;
         const cam::tiling::GmmShape shape{static_cast<uint64_t>(a.m), static_cast<uint64_t>(a.k),
                                           static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.experts),
-                                          static_cast<uint64_t>(a.layers), groupListType};
+                                          static_cast<uint64_t>(a.layers), groupListType,
+                                          static_cast<uint64_t>(a.groups)};
         if (!cam::tiling::TileGmmSwigluQuantMultiLayer(CurrentPlatform(), shape, &tiling, &why))
             return check.Invalid(why);
 

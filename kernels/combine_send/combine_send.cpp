@@ -1,6 +1,8 @@
 // combine_send (FFN rank A+f), docs/protocol.md §6.3: write each expert output row back to the combine row of its
 // (token, slot) on its source Attention rank, then signal done[s][f] = seq on every participant of the replica,
-// including those that got no rows. An empty work item is a no-op.
+// including those that got no rows. An empty work item is a no-op. A dispatch_recv batch is its items, each
+// exactly as if served alone (its rows at its place in expert_out, its own replica, its own done signal); every
+// item is checked before any is written.
 #include "kernel_operator.h"
 
 #include "combine_send/combine_send_tiling_data.h"
@@ -18,6 +20,8 @@ public:
         decision_.Init(workspace);
         expertOut_ = expertOut;
         wi_ = workItem;
+        plan_ = workspace + dp::kWsDecisionBytes;
+        items_ = tiling.items < 1 ? 1 : tiling.items > kCombineSendMaxItems ? kCombineSendMaxItems : tiling.items;
         mover_.Init(pipe_, tiling.copyChunkBytes);
         rows_.Init(pipe_, dp::kRowBatchUbBytes);
         idx_.Init(pipe_, dp::kTableWindowElems);
@@ -33,6 +37,14 @@ public:
     }
 
 private:
+    // A checked item (block 0): replica, slot, seq, the row after its last, whether it ends its round, whether it
+    // is a work item to scatter, its rows and its first row in expert_out.
+    struct Item {
+        int64_t d = 0, s = 0, q = 0, next = 0;
+        bool last = false, work = false;
+        int64_t n = 0, base = 0;
+    };
+
     // Device code takes no lambdas (bisheng needs every callee to be __aicore__): small functors instead.
     struct ControlStep {
         CombineSend* op;
@@ -40,24 +52,66 @@ private:
     };
     struct ScatterRow {
         CombineSend* op;
-        int64_t d, s, rowBytes;
+        int64_t d, s, rowBytes, base;
         __aicore__ inline void operator()(int64_t o, int64_t p, int64_t entry) const {
-            op->ScatterOne(d, s, rowBytes, o, p, entry);
+            op->ScatterOne(d, s, rowBytes, base + o, p, entry);
         }
     };
 
     __aicore__ inline const CamTopology& Topo() const { return plane_.Topo(); }
-    __aicore__ inline int64_t Wi(int64_t word) const { return dp::LoadWordAt(wi_, word); }
+    __aicore__ inline GM_ADDR ItemAt(int64_t i) const {
+        return wi_ + i * layout::work_item_words(Topo()) * int64_t(sizeof(int64_t));
+    }
+    __aicore__ inline int64_t Wi(int64_t word) const { return dp::LoadWordAt(cur_, word); }
 
+    // Every item is checked (and its chunk recomputed) before any is written or any state moves: one bad item
+    // refuses the whole call with the plane usable. Then fenced items are dropped, and the plan goes out.
     __aicore__ inline bool Control() {
-        const CamTopology& t = Topo();
         if (!plane_.EntryOk(op::kCombineSend)) return false;
+        int64_t base = 0;
+        for (int64_t i = 0; i < int64_t(items_); ++i) {
+            cur_ = ItemAt(i);
+            Item& it = item_[i];
+            it = Item{};
+            if (!CheckItem(&it)) return false;
+            for (int64_t k = 0; k < i; ++k)  // one chunk per replica per call: a repeat would combine twice
+                if (it.work && item_[k].work && item_[k].d == it.d)
+                    return Refuse(status::kProtocol, it.d, detail::kProtoStaleWorkItem);
+            it.base = base;
+            base += it.n;
+        }
+        if (base > tiling_.rowBudget) return Refuse(status::kBadInput, -1, detail::kArgWorkItem);
+        const CamTopology& t = Topo();
+        bool any = false;
+        for (int64_t i = 0; i < int64_t(items_); ++i) {
+            Item& it = item_[i];
+            if (it.work && dp::LoadWordAt(plane_.Own(), layout::ffn_fence_off(t), it.d) != 0) {
+                // Replica d was fenced after this item was handed out (§9): nobody waits for its rows. The chunk
+                // is dropped, not an error (the host reports the fenced replica); it counts as combined so the
+                // replica's state stays ordered.
+                Advance(it);
+                it.work = false;
+            }
+            any = any || it.work;
+            const int64_t w = i * kCombinePlanWords;
+            dp::StoreWordAt(plan_, w + 0, it.work ? it.d : 0);
+            dp::StoreWordAt(plan_, w + 1, it.work ? it.s : 0);
+            dp::StoreWordAt(plan_, w + 2, it.work ? it.n : 0);
+            dp::StoreWordAt(plan_, w + 3, it.base);
+        }
+        return any;
+    }
+
+    // Item cur_: an empty item (canonical) leaves it.work false; a work item is checked against this rank's state
+    // and records, and `it` gets what was recomputed.
+    __aicore__ inline bool CheckItem(Item* it) {
+        const CamTopology& t = Topo();
         // A bad or stale work item is refused before anything is written: the plane stays usable.
         if (Wi(kWiFingerprint) != plane_.Args().planeId || Wi(kWiFfnRank) != plane_.Rank())
             return Refuse(status::kBadInput, -1, detail::kArgWorkItem);
         if (Wi(kWiKind) == kWiEmpty) {
-            if (!dp::EmptyWorkItemIsCanonical(plane_, wi_)) return Refuse(status::kBadInput, -1, detail::kArgWorkItem);
-            return false;
+            if (!dp::EmptyWorkItemIsCanonical(plane_, cur_)) return Refuse(status::kBadInput, -1, detail::kArgWorkItem);
+            return true;
         }
         if (Wi(kWiKind) != kWiWork) return Refuse(status::kBadInput, -1, detail::kArgWorkItem);
         const int64_t d = Wi(kWiReplica), q = Wi(kWiSeq);
@@ -76,18 +130,11 @@ private:
             return Refuse(status::kProtocol, d, detail::kProtoStaleWorkItem);
         const int64_t s = layout::slot_of_seq(t, q);
         int64_t hi = 0, roundRows = 0;
-        if (!dp::WorkItemMatchesRecords(plane_, wi_, d, q, s, lo, &hi, &roundRows, idx_))
+        if (!dp::WorkItemMatchesRecords(plane_, cur_, d, q, s, lo, &hi, &roundRows, idx_))
             return Refuse(status::kBadInput, d, detail::kArgWorkItem);
         // Block 0 keeps what it recomputed: the state it advances after the scatter never comes from the user
         // tensor again, so a caller rewriting the item meanwhile cannot move this rank's state or signals.
-        item_ = Item{d, s, q, hi, hi >= roundRows};
-        if (dp::LoadWordAt(own, layout::ffn_fence_off(t), d) != 0) {
-            // Replica d was fenced after this item was handed out (§9): nobody waits for its rows. The chunk is
-            // dropped, not an error (the host reports the fenced replica); it counts as combined so the
-            // replica's state stays ordered.
-            Advance();
-            return false;
-        }
+        *it = Item{d, s, q, hi, hi >= roundRows, true, hi - lo, 0};
         return true;
     }
 
@@ -96,16 +143,27 @@ private:
         return plane_.Refuse(code, dp::kNoPeer, dp::Round{op::kCombineSend}.Replica(d).Seq(Wi(kWiSeq)), det);
     }
 
+    // All blocks, from block 0's plan: a block's share of all items' rows, item by item. The cell tables come from
+    // the user's tensor again (checked by block 0); the rows each may address are the plan's.
     __aicore__ inline void Scatter() {
         const CamTopology& t = Topo();
-        const int64_t d = Wi(kWiReplica), s = Wi(kWiSlot), n = Wi(kWiRows);
         const int64_t rowBytes = t.H * t.act_dtype_bytes;
+        int64_t total = 0;
+        for (int64_t i = 0; i < int64_t(items_); ++i) total += Plan(i, 2);
         int64_t lo, hi;
-        dp::BlockShare(n, &lo, &hi);
+        dp::BlockShare(total, &lo, &hi);
         idx_.Forget();
         batched_ = rows_.Start(rowBytes);
-        dp::ForEachRow(t, wi_, lo, hi, ScatterRow{this, d, s, rowBytes});
+        for (int64_t i = 0; i < int64_t(items_); ++i) {
+            const int64_t d = Plan(i, 0), s = Plan(i, 1), n = Plan(i, 2), base = Plan(i, 3);
+            const int64_t a = lo > base ? lo - base : 0, b = hi - base < n ? hi - base : n;
+            if (a < b) dp::ForEachRow(t, ItemAt(i), a, b, ScatterRow{this, d, s, rowBytes, base});
+        }
         rows_.FlushScatter();
+    }
+
+    __aicore__ inline int64_t Plan(int64_t i, int64_t w) const {
+        return dp::LoadWordAt(plan_, i * kCombinePlanWords + w);
     }
 
     __aicore__ inline void ScatterOne(int64_t d, int64_t s, int64_t rowBytes, int64_t o, int64_t p, int64_t entry) {
@@ -113,7 +171,7 @@ private:
         const int64_t a = layout::attn_rank_of(t, d, p);
         GM_ADDR region = plane_.Own() + layout::ffn_region_off(t, a, s);
         // Both checked in Control; bounding them again keeps a peer racing it inside the region and the slot.
-        if (entry < 0 || entry >= layout::region_index_entries(t)) return;
+        if (entry < 0 || entry >= layout::region_index_entries(t) || o >= tiling_.rowBudget) return;
         dp::UseIndexTable(idx_, region, t);
         const int64_t tk = idx_.Get(2 * entry + 1);
         if (tk < 0 || tk >= t.Bmax * t.K) return;
@@ -129,36 +187,37 @@ private:
     // Attention side only when every chunk of every FFN rank is.
     __aicore__ inline void Complete() {
         const CamTopology& t = Topo();
-        if (item_.last) {
-            const int64_t f = layout::ffn_index(t, plane_.Rank());
-            for (int64_t p = 0; p < t.P; ++p) {
-                plane_.Signals().Send(plane_.Window(layout::attn_rank_of(t, item_.d, p)),
-                                      layout::attn_completion_signal_off(t, item_.s, f), item_.q);
+        const int64_t f = layout::ffn_index(t, plane_.Rank());
+        for (int64_t i = 0; i < int64_t(items_); ++i) {
+            const Item& it = item_[i];
+            if (!it.work) continue;
+            if (it.last) {
+                for (int64_t p = 0; p < t.P; ++p) {
+                    plane_.Signals().Send(plane_.Window(layout::attn_rank_of(t, it.d, p)),
+                                          layout::attn_completion_signal_off(t, it.s, f), it.q);
+                }
             }
+            Advance(it);
         }
-        Advance();
     }
 
     // combined_rows moves past this chunk; the last chunk resets it and records the round as combined.
-    __aicore__ inline void Advance() {
+    __aicore__ inline void Advance(const Item& it) {
         const CamTopology& t = Topo();
         GM_ADDR own = plane_.Own();
-        if (item_.last) {
-            dp::StoreWordAt(own, layout::ffn_combined_rows_off(t), item_.d, 0);
-            dp::StoreWordAt(own, layout::ffn_combined_seq_off(t), item_.d, item_.q);
+        if (it.last) {
+            dp::StoreWordAt(own, layout::ffn_combined_rows_off(t), it.d, 0);
+            dp::StoreWordAt(own, layout::ffn_combined_seq_off(t), it.d, it.q);
         } else {
-            dp::StoreWordAt(own, layout::ffn_combined_rows_off(t), item_.d, item_.next);
+            dp::StoreWordAt(own, layout::ffn_combined_rows_off(t), it.d, it.next);
         }
     }
 
-    // The checked item (block 0): replica, slot, seq, the row after its last, whether it ends its round.
-    struct Item {
-        int64_t d = 0, s = 0, q = 0, next = 0;
-        bool last = false;
-    };
-
     CombineSendTilingData tiling_{};
-    Item item_{};
+    Item item_[kCombineSendMaxItems];
+    uint32_t items_ = 1;
+    GM_ADDR cur_ = nullptr;   // the item Control is checking
+    GM_ADDR plan_ = nullptr;  // block 0's plan (workspace)
     dp::Plane plane_;
     dp::Decision decision_;
     GM_ADDR expertOut_ = nullptr;

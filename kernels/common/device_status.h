@@ -33,6 +33,9 @@ enum DeviceArgument : int64_t {
     kDeviceArgHcclRankDim = 3,  // window_table: the HCCL context's rank count
     kDeviceArgHcclRankId = 4,   // window_table: the HCCL context's rank id
     kDeviceArgHcclWindow = 5,   // window_table: a rank's window in the HCCL context
+    kDeviceArgGroupLayer = 6,   // a GMM group table's layer word of group `index`
+    kDeviceArgGroupExpert = 7,  // a GMM group table's expert word of group `index`
+    kDeviceArgGroupRows = 8,    // a GMM group table's rows word of group `index`
 };
 
 // One record of 8 int64 words (64 bytes: a whole GM cache line, so writing it never tears a neighbour).

@@ -12,21 +12,23 @@
 
 namespace cam::kernels {
 
-// One resident w_scale slice in UB, reloaded only when the (expert, column, length) it holds changes.
+// One resident w_scale slice in UB, reloaded only when the (layer, expert, column, length) it holds changes.
 class ScaleSlice {
 public:
     __aicore__ inline void Init(AscendC::TPipe& pipe, uint32_t chunk) { pipe.InitBuffer(que_, 1, UbBytes(uint64_t(chunk) * 4)); }
 
-    // wScale: the layer's [E_local, N] scales; returns wScale[expert, col..col+len) in UB.
+    // wScale: layer `layer`'s [E_local, N] scales; returns wScale[expert, col..col+len) in UB.
     __aicore__ inline const AscendC::LocalTensor<float>& Get(const AscendC::GlobalTensor<float>& wScale, uint32_t n,
-                                                             uint32_t expert, uint32_t col, uint32_t len) {
-        if (held_ && expert == expert_ && col == col_ && len == len_) return ws_;
+                                                             uint32_t layer, uint32_t expert, uint32_t col,
+                                                             uint32_t len) {
+        if (held_ && layer == layer_ && expert == expert_ && col == col_ && len == len_) return ws_;
         Release();
         AscendC::LocalTensor<float> ws = que_.AllocTensor<float>();
         AscendC::DataCopyPad(ws, wScale[uint64_t(expert) * n + col], {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0.0f});
         que_.EnQue(ws);
         ws_ = que_.DeQue<float>();
         held_ = true;
+        layer_ = layer;
         expert_ = expert;
         col_ = col;
         len_ = len;
@@ -43,7 +45,7 @@ private:
     AscendC::TQue<AscendC::TPosition::VECIN, 1> que_;
     AscendC::LocalTensor<float> ws_;
     bool held_ = false;
-    uint32_t expert_ = 0, col_ = 0, len_ = 0;
+    uint32_t layer_ = 0, expert_ = 0, col_ = 0, len_ = 0;
 };
 
 class DequantStep {

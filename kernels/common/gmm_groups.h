@@ -6,59 +6,108 @@
 #include "kernel_operator.h"
 
 #include "common/device_status_write.h"
+#include "common/group_table.h"
 
 namespace cam::kernels {
 
-constexpr uint32_t kGroupListCumsum = 0;
-constexpr uint32_t kGroupListCounts = 1;
-
-// Walks group_list expert by expert, giving each expert's row range [start, end).
+// Walks the groups in row order, giving each group's layer, local expert and row range [start, end). A
+// group_list of type 0/1 is the one-layer case: group e is expert e of layer `layer` (the accepted layer_index);
+// a group table names each group's layer and expert itself.
 class GroupCursor {
 public:
-    __aicore__ inline void Init(GM_ADDR groupList, uint32_t experts, uint32_t type) {
-        gl_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(groupList), experts);
-        experts_ = experts;
+    __aicore__ inline void Init(GM_ADDR groupList, uint32_t groups, uint32_t type, int64_t layer) {
+        gl_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(groupList),
+                            type == kGroupListTable ? uint64_t(groups) * kGroupWords : groups);
+        groups_ = groups;
         type_ = type;
+        layer_ = layer;
         Reset();
     }
     __aicore__ inline void Reset() {
-        expert_ = 0;
+        group_ = 0;
         start_ = 0;
         end_ = 0;
     }
-    // Advances to the next expert; false past the last one. Valid only after the pre-pass accepted group_list.
+    // Advances to the next group; false past the last one. Valid only after the pre-pass accepted the groups.
     __aicore__ inline bool Next() {
-        if (expert_ >= experts_) return false;
+        if (group_ >= groups_) return false;
         start_ = end_;
-        const int64_t v = gl_.GetValue(expert_);
-        end_ = type_ == kGroupListCounts ? start_ + static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
-        ++expert_;
+        if (type_ == kGroupListTable) {
+            const uint64_t w = uint64_t(group_) * kGroupWords;
+            layerOf_ = gl_.GetValue(w + kGroupLayer);
+            expert_ = static_cast<uint32_t>(gl_.GetValue(w + kGroupExpert));
+            end_ = start_ + static_cast<uint64_t>(gl_.GetValue(w + kGroupRows));
+        } else {
+            layerOf_ = layer_;
+            expert_ = group_;
+            const int64_t v = gl_.GetValue(group_);
+            end_ = type_ == kGroupListCounts ? start_ + static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+        }
+        ++group_;
         return true;
     }
-    __aicore__ inline uint32_t Expert() const { return expert_ - 1; }
+    __aicore__ inline uint32_t Expert() const { return expert_; }
+    __aicore__ inline uint32_t Layer() const { return static_cast<uint32_t>(layerOf_); }
     __aicore__ inline uint64_t Start() const { return start_; }
     __aicore__ inline uint64_t End() const { return end_; }
-    __aicore__ inline int64_t Raw(uint32_t e) const { return gl_.GetValue(e); }
 
 private:
     AscendC::GlobalTensor<int64_t> gl_;
-    uint32_t experts_ = 0;
+    uint32_t groups_ = 0;
     uint32_t type_ = kGroupListCounts;
+    int64_t layer_ = 0;
+    uint32_t group_ = 0;
     uint32_t expert_ = 0;
+    int64_t layerOf_ = 0;
     uint64_t start_ = 0;
     uint64_t end_ = 0;
 };
 
 struct GmmDeviceArgs {
-    int64_t layer;   // accepted layer index
+    int64_t layer;   // accepted layer index (types 0/1; 0 for a group table)
     uint64_t total;  // rows covered by the groups (<= capacity)
 };
 
-// Checks layer_index in [0, layers) and group_list (counts >= 0, cumsum non-decreasing from >= 0, total <=
-// capacity). Returns false on the first violation, which block 0 records; nothing has been written then.
-__aicore__ inline bool GmmPrePass(GM_ADDR layerIndex, GM_ADDR groupList, uint32_t experts, uint32_t layers,
-                                  uint32_t type, uint64_t capacity, GM_ADDR status, GmmDeviceArgs* out) {
+// Checks every device word the kernels will read, before anything is written, and returns false on the first
+// violation (block 0 records it). Types 0/1: layer_index in [0, layers) and group_list (counts >= 0, cumsum
+// non-decreasing from >= 0, total <= capacity). A group table: each group's layer in [0, layers), expert in
+// [0, experts), rows >= 0, the running total <= capacity; layer_index is not read.
+__aicore__ inline bool GmmPrePass(GM_ADDR layerIndex, GM_ADDR groupList, uint32_t experts, uint32_t groups,
+                                  uint32_t layers, uint32_t type, uint64_t capacity, GM_ADDR status,
+                                  GmmDeviceArgs* out) {
     const bool report = AscendC::GetBlockIdx() == 0;
+    if (type == kGroupListTable) {
+        AscendC::GlobalTensor<int64_t> gt;
+        gt.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(groupList), uint64_t(groups) * kGroupWords);
+        int64_t end = 0;
+        for (uint32_t g = 0; g < groups; ++g) {
+            const uint64_t w = uint64_t(g) * kGroupWords;
+            const int64_t l = gt.GetValue(w + kGroupLayer), e = gt.GetValue(w + kGroupExpert);
+            const int64_t v = gt.GetValue(w + kGroupRows);
+            if (l < 0 || l >= static_cast<int64_t>(layers)) {
+                if (report) WriteDeviceStatus(status, kDeviceStatusOutOfRange, kDeviceArgGroupLayer, g, l, layers);
+                return false;
+            }
+            if (e < 0 || e >= static_cast<int64_t>(experts)) {
+                if (report) WriteDeviceStatus(status, kDeviceStatusOutOfRange, kDeviceArgGroupExpert, g, e, experts);
+                return false;
+            }
+            if (v < 0) {
+                if (report) WriteDeviceStatus(status, kDeviceStatusNegative, kDeviceArgGroupRows, g, v, 0);
+                return false;
+            }
+            if (v > static_cast<int64_t>(capacity) - end) {  // compared before adding: a huge count cannot wrap
+                if (report)
+                    WriteDeviceStatus(status, kDeviceStatusTotalExceeds, kDeviceArgGroupRows, g,
+                                      v > INT64_MAX - end ? INT64_MAX : end + v, static_cast<int64_t>(capacity));
+                return false;
+            }
+            end += v;
+        }
+        out->layer = 0;
+        out->total = static_cast<uint64_t>(end);
+        return true;
+    }
     AscendC::GlobalTensor<int64_t> li;
     li.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(layerIndex), 1);
     const int64_t layer = li.GetValue(0);

@@ -1,6 +1,8 @@
-// dispatch_recv (FFN rank A+f), docs/protocol.md §6.2: select the next ready replica round robin (§7), wait with
-// a bound, validate the P records before writing any output, then gather the rows expert-major into the static
-// outputs. When nothing is ready within the idle bound it returns an empty work item: idle is not a fault.
+// dispatch_recv (FFN rank A+f), docs/protocol.md §6.2: select ready replicas round robin (§7), wait with a bound,
+// validate the P records of each before writing any output, then gather the rows expert-major into the static
+// outputs. One work item per launch, or (batched) a snapshot: every replica ready at scan time whose next chunk
+// still fits the row budget, taken in round-robin order, never waiting for one that is not ready. When nothing is
+// ready within the idle bound the outputs describe no work: idle is not a fault.
 #include "kernel_operator.h"
 
 #include "common/dataplane.h"
@@ -12,14 +14,19 @@ namespace cam::kernels {
 class DispatchRecv {
 public:
     __aicore__ inline void Init(GM_ADDR peers, GM_ADDR expandX, GM_ADDR scales, GM_ADDR expertCounts,
-                                GM_ADDR workItem, GM_ADDR workspace, const DispatchRecvTilingData& tiling) {
+                                GM_ADDR groupTable, GM_ADDR origin, GM_ADDR workItem, GM_ADDR workspace,
+                                const DispatchRecvTilingData& tiling) {
         tiling_ = tiling;
         plane_.Init(peers, tiling.comm, pipe_);
         decision_.Init(workspace);
         expandX_ = expandX;
         scales_ = scales;
         counts_ = expertCounts;
+        groups_ = groupTable;
+        origin_ = origin;
         wi_ = workItem;
+        maxItems_ = tiling.maxItems < 1 ? 1 : tiling.maxItems > kDispatchRecvMaxItems ? kDispatchRecvMaxItems
+                                                                                      : tiling.maxItems;
         mover_.Init(pipe_, tiling.copyChunkBytes);
         rows_.Init(pipe_, dp::kRowBatchUbBytes);
         idx_.Init(pipe_, dp::kTableWindowElems);
@@ -38,21 +45,28 @@ public:
     }
 
 private:
+    // A selected chunk (block 0), for the outputs and for Consume: never read back from the output tensors.
+    // Rows [lo, hi) of replica d's round q (slot s, `layer`, `total` rows), at rows [base, base + hi - lo) of
+    // expand_x.
+    struct Item {
+        int64_t d = 0, q = 0, s = 0, layer = 0, lo = 0, hi = 0, total = 0, base = 0;
+    };
+
     // Device code takes no lambdas (bisheng needs every callee to be __aicore__): small functors instead.
     struct ControlStep {
         DispatchRecv* op;
         __aicore__ inline bool operator()() const {
             const bool ready = op->Control();
-            if (!ready) op->WriteEmpty();
+            op->WriteOutputs();
             dp::FlushScalarStores(op->wi_);
             return ready;
         }
     };
     struct GatherRow {
         DispatchRecv* op;
-        int64_t d, s, rowBytes;
+        int64_t d, s, rowBytes, base;
         __aicore__ inline void operator()(int64_t o, int64_t p, int64_t entry) const {
-            op->GatherOne(d, s, rowBytes, o, p, entry);
+            op->GatherOne(d, s, rowBytes, base + o, p, entry);
         }
     };
 
@@ -127,7 +141,7 @@ private:
                 }
             }
             if (published == t.P) {
-                st->selected = Select(d, q, s);
+                st->selected = Snapshot(st->rr);
                 return st->selected ? dp::PollResult::kDone : dp::PollResult::kStop;
             }
             if (published > 0 && partial < 0) {
@@ -159,8 +173,55 @@ private:
         return plane_.Fail(code, a, ErrRound().Replica(d).Layer(layer).Seq(q), det);
     }
 
-    // Replica d's round q is ready on every participant: validate all P records, then write the work item.
-    __aicore__ inline bool Select(int64_t d, int64_t q, int64_t s) {
+    // Every participant of replica d published round q (slot s)? A signal past q is a protocol fault (*bad).
+    __aicore__ inline bool FullyPublished(int64_t d, int64_t q, int64_t s, bool* bad) {
+        const CamTopology& t = Topo();
+        for (int64_t p = 0; p < t.P; ++p) {
+            const int64_t a = layout::attn_rank_of(t, d, p);
+            const int64_t v = Ready(a, s);
+            if (v > q) {
+                *bad = true;
+                return plane_.Fail(status::kProtocol, a, ErrRound().Replica(d).Seq(q), detail::kProtoSignalAhead);
+            }
+            if (v != q) return false;
+        }
+        return true;
+    }
+
+    // The selection, in round-robin order from rr: every replica ready now, while the item count and the row
+    // budget allow, each one chunk of its next round. A ready replica whose chunk does not fit ends the scan, so
+    // the next selection starts at or before it: with the first item always fitting (the budget holds a whole
+    // chunk), a replica ready at a scan is served within D selections, as in the one-item mode (§7).
+    __aicore__ inline bool Snapshot(int64_t rr) {
+        const CamTopology& t = Topo();
+        nItems_ = 0;
+        int64_t used = 0;
+        for (int64_t n = 0; n < t.D && nItems_ < int64_t(maxItems_); ++n) {
+            const int64_t d = (rr + n) % t.D;
+            if (Fenced(d)) continue;
+            const int64_t q = DoneSeq(d) + 1;
+            const int64_t s = layout::slot_of_seq(t, q);
+            bool bad = false;
+            if (!FullyPublished(d, q, s, &bad)) {
+                if (!bad) continue;
+                nItems_ = 0;
+                return false;
+            }
+            Item it{};
+            if (!Validate(d, q, s, &it)) {
+                nItems_ = 0;  // a fault: nothing was selected
+                return false;
+            }
+            if (it.hi - it.lo > tiling_.rowBudget - used) break;
+            it.base = used;
+            used += it.hi - it.lo;
+            items_[nItems_++] = it;
+        }
+        return nItems_ > 0;
+    }
+
+    // Replica d's round q is ready on every participant: validate all P records, and fix the chunk it serves.
+    __aicore__ inline bool Validate(int64_t d, int64_t q, int64_t s, Item* it) {
         const CamTopology& t = Topo();
         const int64_t R = layout::experts_per_ffn(t);
         const int64_t fp = layout::fingerprint(t);
@@ -197,44 +258,87 @@ private:
             return plane_.Fail(status::kProtocol, dp::kNoPeer, ErrRound().Replica(d).Layer(layer).Seq(q),
                                detail::kProtoIndexEntry);
         const int64_t hi = dp::ChunkEnd(plane_, d, s, lo);
-        dp::StoreWords store{wi_};
-        dp::WorkItemWords(plane_, d, q, s, layer, lo, hi, total, store);
-        item_ = Item{d, q, hi, hi >= total};
-        for (int64_t j = 0; j < R; ++j) dp::StoreWordAt(counts_, j, dp::LoadWordAt(wi_, kWiCounts + j));
+        *it = Item{d, q, s, layer, lo, hi, total, 0};
         return true;
     }
 
-    // Empty work item (protocol §4.2): layer 0 keeps a layer-select op in range; zero counts make it a no-op.
-    __aicore__ inline void WriteEmpty() {
+    // Block 0, after Control: the work item(s), and the counts (one item) or the group table (a batch). Slots past
+    // the selected items are empty work items; their groups are {layer 0, expert j, 0 rows} (in range, no rows).
+    __aicore__ inline void WriteOutputs() {
         const CamTopology& t = Topo();
-        const int64_t words = layout::work_item_words(t);
-        for (int64_t w = 0; w < words; ++w) dp::StoreWordAt(wi_, w, 0);
-        dp::StoreWordAt(wi_, kWiKind, kWiEmpty);
-        dp::StoreWordAt(wi_, kWiReplica, -1);
-        dp::StoreWordAt(wi_, kWiFfnRank, plane_.Rank());
-        dp::StoreWordAt(wi_, kWiFingerprint, plane_.Args().planeId);
-        for (int64_t j = 0; j < layout::experts_per_ffn(t); ++j) dp::StoreWordAt(counts_, j, 0);
+        const int64_t R = layout::experts_per_ffn(t), W = layout::work_item_words(t);
+        for (int64_t i = 0; i < int64_t(maxItems_); ++i) {
+            GM_ADDR wi = wi_ + i * W * int64_t(sizeof(int64_t));
+            if (i < nItems_) {
+                const Item& it = items_[i];
+                dp::StoreWords store{wi};
+                dp::WorkItemWords(plane_, it.d, it.q, it.s, it.layer, it.lo, it.hi, it.total, store);
+            } else {
+                WriteEmpty(wi);
+            }
+            for (int64_t j = 0; j < R; ++j) {
+                const int64_t c = i < nItems_ ? dp::LoadWordAt(wi, kWiCounts + j) : 0;
+                if (tiling_.batched) {
+                    const int64_t g = (i * R + j) * kGroupWords;
+                    dp::StoreWordAt(groups_, g + kGroupLayer, i < nItems_ ? items_[i].layer : 0);
+                    dp::StoreWordAt(groups_, g + kGroupExpert, j);
+                    dp::StoreWordAt(groups_, g + kGroupRows, c);
+                } else {
+                    dp::StoreWordAt(counts_, j, c);
+                }
+            }
+        }
+    }
+
+    // Empty work item (protocol §4.2): layer 0 keeps a layer-select op in range; zero counts make it a no-op.
+    __aicore__ inline void WriteEmpty(GM_ADDR wi) {
+        const int64_t words = layout::work_item_words(Topo());
+        for (int64_t w = 0; w < words; ++w) dp::StoreWordAt(wi, w, 0);
+        dp::StoreWordAt(wi, kWiKind, kWiEmpty);
+        dp::StoreWordAt(wi, kWiReplica, -1);
+        dp::StoreWordAt(wi, kWiFfnRank, plane_.Rank());
+        dp::StoreWordAt(wi, kWiFingerprint, plane_.Args().planeId);
     }
 
     // ---- all blocks: expand_x[o] = token store row of the entry's token slot ----
-    // A block's rows [lo, hi) come in increasing o, cell by cell; index entries and source scales are read through
-    // UB windows, and the block's output scales are staged in UB and written in runs, not 4 bytes per row.
+    // The items' rows are consecutive in item order; a block's share [lo, hi) of all of them comes in increasing
+    // o, item by item, cell by cell. Index entries and source scales are read through UB windows, and the block's
+    // output scales are staged in UB and written in runs, not 4 bytes per row. The work items were written by
+    // block 0 in this launch, but they are a user tensor: replica, slot and rows are bounded again before use.
     __aicore__ inline void Gather() {
         const CamTopology& t = Topo();
-        const int64_t d = dp::LoadWordAt(wi_, kWiReplica);
-        const int64_t s = dp::LoadWordAt(wi_, kWiSlot);
-        const int64_t n = dp::LoadWordAt(wi_, kWiRows);
+        const int64_t W = layout::work_item_words(t);
+        int64_t total = 0;
+        for (int64_t i = 0; i < int64_t(maxItems_); ++i) total += ItemRows(wi_ + i * W * int64_t(sizeof(int64_t)));
         const int64_t rowBytes = t.H * layout::dispatch_elem_bytes(t);
         int64_t lo, hi;
-        dp::BlockShare(n, &lo, &hi);
+        dp::BlockShare(total, &lo, &hi);
         idx_.Forget();
         scalesIn_.Forget();
         scalesOutLo_ = lo;
         scalesOutN_ = 0;
         batched_ = rows_.Start(rowBytes);
-        dp::ForEachRow(t, wi_, lo, hi, GatherRow{this, d, s, rowBytes});
+        int64_t base = 0;
+        for (int64_t i = 0; i < int64_t(maxItems_); ++i) {
+            GM_ADDR wi = wi_ + i * W * int64_t(sizeof(int64_t));
+            const int64_t n = ItemRows(wi);
+            if (n == 0) continue;
+            const int64_t d = dp::LoadWordAt(wi, kWiReplica), s = dp::LoadWordAt(wi, kWiSlot);
+            const int64_t a = lo > base ? lo - base : 0, b = hi - base < n ? hi - base : n;
+            if (a < b && d >= 0 && d < t.D && s >= 0 && s < t.slots)
+                dp::ForEachRow(t, wi, a, b, GatherRow{this, d, s, rowBytes, base});
+            base += n;
+        }
         rows_.FlushGather();
         FlushScales();
+        if (tiling_.batched) dp::FlushScalarStores(origin_);
+    }
+
+    // Rows of the work item at wi, 0 unless it is a work item whose rows fit what is left of the budget.
+    __aicore__ inline int64_t ItemRows(GM_ADDR wi) const {
+        if (dp::LoadWordAt(wi, kWiKind) != kWiWork) return 0;
+        const int64_t n = dp::LoadWordAt(wi, kWiRows);
+        return n > 0 && n <= layout::recv_rows(Topo()) ? n : 0;
     }
 
     __aicore__ inline void GatherOne(int64_t d, int64_t s, int64_t rowBytes, int64_t o, int64_t p, int64_t entry) {
@@ -244,7 +348,13 @@ private:
         if (entry < 0 || entry >= layout::region_index_entries(t)) return;
         dp::UseIndexTable(idx_, region, t);
         const int64_t slot = idx_.Get(2 * entry);
-        if (slot < 0 || slot >= layout::region_token_slots(t)) return;
+        if (slot < 0 || slot >= layout::region_token_slots(t) || o >= tiling_.rowBudget) return;
+        if (tiling_.batched) {
+            AscendC::GlobalTensor<int64_t> org = dp::WordsAt(origin_, o * kOriginWords * 8, kOriginWords);
+            org.SetValue(0, d);
+            org.SetValue(1, p);
+            org.SetValue(2, idx_.Get(2 * entry + 1));
+        }
         GM_ADDR src = region + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t);
         if (batched_) {
             rows_.Gather(expandX_ + o * rowBytes, src);
@@ -277,34 +387,35 @@ private:
     // ---- block 0 after the gather drained: the round is consumed ----
     __aicore__ inline void Consume() {
         const CamTopology& t = Topo();
-        const int64_t d = item_.d;
         GM_ADDR own = plane_.Own();
-        if (item_.last) {  // the round's last chunk: the round is consumed
-            dp::StoreWordAt(own, layout::ffn_chunk_cursor_off(t), d, 0);
-            dp::StoreWordAt(own, layout::ffn_done_seq_off(t), d, item_.q);
-        } else {
-            dp::StoreWordAt(own, layout::ffn_chunk_cursor_off(t), d, item_.next);
+        for (int64_t i = 0; i < nItems_; ++i) {
+            const Item& it = items_[i];
+            if (it.hi >= it.total) {  // the round's last chunk: the round is consumed
+                dp::StoreWordAt(own, layout::ffn_chunk_cursor_off(t), it.d, 0);
+                dp::StoreWordAt(own, layout::ffn_done_seq_off(t), it.d, it.q);
+            } else {
+                dp::StoreWordAt(own, layout::ffn_chunk_cursor_off(t), it.d, it.hi);
+            }
         }
-        // Round robin moves on after every chunk, so other ready replicas are served between two chunks (§7).
-        dp::StoreWordAt(own, layout::ffn_state_off(t), kFfnRrNext, (d + 1) % t.D);
+        // Round robin moves on past the last replica taken, after every chunk, so other ready replicas are served
+        // between two chunks of one round (§7).
+        dp::StoreWordAt(own, layout::ffn_state_off(t), kFfnRrNext, (items_[nItems_ - 1].d + 1) % t.D);
         dp::StoreWordAt(own, layout::ffn_state_off(t), kFfnServed,
-                        dp::LoadWordAt(own, layout::ffn_state_off(t), kFfnServed) + 1);
+                        dp::LoadWordAt(own, layout::ffn_state_off(t), kFfnServed) + nItems_);
     }
 
-    // What block 0 selected (Select), for Consume: never read back from the output tensor.
-    struct Item {
-        int64_t d = 0, q = 0, next = 0;
-        bool last = false;
-    };
-
     DispatchRecvTilingData tiling_{};
-    Item item_{};
+    Item items_[kDispatchRecvMaxItems];
+    int64_t nItems_ = 0;
+    uint32_t maxItems_ = 1;
     dp::Plane plane_;
     dp::Decision decision_;
     GM_ADDR expandX_ = nullptr;
     GM_ADDR scales_ = nullptr;
-    GM_ADDR counts_ = nullptr;
-    GM_ADDR wi_ = nullptr;
+    GM_ADDR counts_ = nullptr;  // one item: rows per local expert
+    GM_ADDR groups_ = nullptr;  // a batch: the group table, maxItems x R groups (common/group_table.h)
+    GM_ADDR origin_ = nullptr;  // a batch: per row {replica, participant, t*K + k}
+    GM_ADDR wi_ = nullptr;      // maxItems work items of work_item_words
     AscendC::TPipe pipe_;
     dp::ByteMover mover_;
     dp::RowBatch rows_;             // the block's rows, gathered into consecutive expand_x rows
@@ -319,12 +430,13 @@ private:
 }  // namespace cam::kernels
 
 extern "C" __global__ __aicore__ void cam_dispatch_recv(GM_ADDR peers, GM_ADDR expandX, GM_ADDR scales,
-                                                        GM_ADDR expertCounts, GM_ADDR workItem, GM_ADDR workspace,
+                                                        GM_ADDR expertCounts, GM_ADDR groupTable, GM_ADDR origin,
+                                                        GM_ADDR workItem, GM_ADDR workspace,
                                                         cam::kernels::DispatchRecvTilingData tiling) {
     // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     cam::kernels::DispatchRecv op;
-    op.Init(peers, expandX, scales, expertCounts, workItem, workspace, tiling);
+    op.Init(peers, expandX, scales, expertCounts, groupTable, origin, workItem, workspace, tiling);
     op.Process();
 }
 
@@ -332,8 +444,8 @@ extern "C" __global__ __aicore__ void cam_dispatch_recv(GM_ADDR peers, GM_ADDR e
 #include "dispatch_recv/dispatch_recv.h"
 
 void cam::kernels::LaunchDispatchRecv(uint32_t blockDim, void* stream, uint8_t* peers, uint8_t* expandX,
-                                      uint8_t* scales, uint8_t* expertCounts, uint8_t* workItem, uint8_t* workspace,
-                                      const DispatchRecvTilingData& tiling) {
+                                      uint8_t* scales, uint8_t* expertCounts, uint8_t* groupTable, uint8_t* origin,
+                                      uint8_t* workItem, uint8_t* workspace, const DispatchRecvTilingData& tiling) {
     CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_dispatch_recv, blockDim, stream, peers, expandX, scales, expertCounts,
-                         workItem, workspace, tiling);
+                         groupTable, origin, workItem, workspace, tiling);
 }

@@ -1,5 +1,5 @@
-// Cube half of the layer-select grouped matmuls: acc[m, :] = x[m, :] . W[l][e(m)] in int32, for every row of
-// every group, on the AIC cores. GM -> L1 (x: ND -> NZ copy; W: already FRACTAL_NZ, burst copy) -> L0A
+// Cube half of the layer-select grouped matmuls: acc[m, :] = x[m, :] . W[l(m)][e(m)] in int32, for every row of
+// every group, on the AIC cores; each group's weights come from its own layer's entry of the address table. GM -> L1 (x: ND -> NZ copy; W: already FRACTAL_NZ, burst copy) -> L0A
 // (LoadData) / L0B (LoadDataWithTranspose) -> Mmad -> L0C -> Fixpipe (NZ -> ND) into the int32 workspace that the
 // op's vector epilogue kernel reads next on the same stream.
 #include "kernel_operator.h"
@@ -32,18 +32,20 @@ public:
 
     __aicore__ inline void Process() {
         GmmDeviceArgs args;
-        if (!GmmPrePass(layerIndex_, groupList_, t_.experts, t_.layers, t_.groupListType, t_.m, status_, &args)) return;
+        if (!GmmPrePass(layerIndex_, groupList_, t_.experts, t_.groups, t_.layers, t_.groupListType, t_.m, status_,
+                        &args))
+            return;
         const uint64_t expertBytes = GmmExpertWeightBytes(t_.kPadded, t_.nBlocks);
-        w_.SetGlobalBuffer(LayerAddress<int8_t>(table_, static_cast<uint32_t>(args.layer)), expertBytes * t_.experts);
 
         // Units (expert, m-tile, n-tile) are numbered over all experts jointly and dealt round robin, so one expert
         // holding every row spreads over all cores and empty experts cost nothing.
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
         uint64_t unit = 0;
         GroupCursor groups;
-        groups.Init(groupList_, t_.experts, t_.groupListType);
+        groups.Init(groupList_, t_.groups, t_.groupListType, args.layer);
         while (groups.Next()) {
             const uint64_t rows = groups.End() - groups.Start();
+            if (rows > 0) UseLayer(groups.Layer(), expertBytes);
             const uint64_t mTiles = CeilDiv(rows, t_.tm);
             const uint64_t units = mTiles * t_.nTiles;
             // First unit of this expert that belongs to this core.
@@ -62,6 +64,13 @@ public:
     }
 
 private:
+    // w_ = the weights of `layer` (bounded by the pre-pass), switched only when a group's layer differs.
+    __aicore__ inline void UseLayer(uint32_t layer, uint64_t expertBytes) {
+        if (wLayer_ == int64_t(layer)) return;
+        w_.SetGlobalBuffer(LayerAddress<int8_t>(table_, layer), expertBytes * t_.experts);
+        wLayer_ = layer;
+    }
+
     __aicore__ inline void ComputeUnit(uint32_t expert, uint64_t row0, uint32_t mLen, uint32_t nt,
                                        uint64_t expertBytes) {
         const uint32_t n0 = nt * t_.tn;
@@ -190,6 +199,7 @@ private:
     }
 
     GmmCubeTilingData t_{};
+    int64_t wLayer_ = -1;  // the layer w_ points at
     GM_ADDR groupList_ = nullptr;
     GM_ADDR layerIndex_ = nullptr;
     GM_ADDR table_ = nullptr;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "common/group_table.h"
 #include "common/ub_math.h"
 
 namespace cam::kernels {
@@ -24,7 +25,8 @@ struct GmmCubeTilingData {
     uint32_t nBlocks;        // ceil(N / 32): NZ column blocks per expert
     uint32_t experts;        // E_local
     uint32_t layers;         // L
-    uint32_t groupListType;  // 0 cumsum, 1 counts
+    uint32_t groupListType;  // 0 cumsum, 1 counts, 2 group table (common/gmm_groups.h)
+    uint32_t groups;         // groups walked: E_local (types 0/1) or the group table's rows
     uint32_t blockDim;       // AIC cores launched
     uint32_t tm;             // rows per unit, multiple of 16
     uint32_t tn;             // columns per unit, multiple of 32

@@ -1,5 +1,5 @@
 // gmm_multi_layer (W2) epilogue on the vector cores: out[m, h] = bf16((float(acc[m, h]) * y_scale[m]) *
-// w_scale[l][e(m)][h]), fp32 left to right, both conversions round to nearest even. Rows past the last group are
+// w_scale[l(m)][e(m)][h]), fp32 left to right, both conversions round to nearest even. Rows past the last group are
 // in no block's range, so they are never written.
 #include "kernel_operator.h"
 
@@ -31,31 +31,40 @@ public:
     __aicore__ inline void Process() {
         GmmDeviceArgs args;
         const GmmCubeTilingData& c = t_.cube;
-        if (!GmmPrePass(layerIndex_, groupList_, c.experts, c.layers, c.groupListType, c.m, status_, &args)) return;
-        wScale_.SetGlobalBuffer(LayerAddress<float>(table_, c.layers + static_cast<uint32_t>(args.layer)),
-                                uint64_t(c.experts) * c.n);
+        if (!GmmPrePass(layerIndex_, groupList_, c.experts, c.groups, c.layers, c.groupListType, c.m, status_, &args))
+            return;
         const uint64_t block = AscendC::GetBlockIdx(), blocks = t_.blockDim;
         const uint64_t rowBegin = args.total * block / blocks, rowEnd = args.total * (block + 1) / blocks;
         GroupCursor groups;
-        groups.Init(groupList_, c.experts, c.groupListType);
+        groups.Init(groupList_, c.groups, c.groupListType, args.layer);
         groups.Next();
         for (uint64_t row = rowBegin; row < rowEnd; ++row) {
             while (row >= groups.End() && groups.Next()) {
-            }  // rows < total always have an expert
+            }  // rows < total always have a group
+            UseLayer(groups.Layer());
             const float ys = yScale_.GetValue(row);
             for (uint32_t col = 0; col < c.n; col += t_.chunk) {
                 const uint32_t len = c.n - col < t_.chunk ? c.n - col : t_.chunk;
-                Chunk(row, groups.Expert(), col, len, ys);
+                Chunk(row, groups.Layer(), groups.Expert(), col, len, ys);
             }
         }
         scale_.Release();
     }
 
 private:
-    __aicore__ inline void Chunk(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float ys) {
+    // wScale_ = the scales of `layer` (bounded by the pre-pass), switched only when a group's layer differs.
+    __aicore__ inline void UseLayer(uint32_t layer) {
+        if (wLayer_ == int64_t(layer)) return;
+        wScale_.SetGlobalBuffer(LayerAddress<float>(table_, t_.cube.layers + layer),
+                                uint64_t(t_.cube.experts) * t_.cube.n);
+        wLayer_ = layer;
+    }
+
+    __aicore__ inline void Chunk(uint64_t row, uint32_t layer, uint32_t expert, uint32_t col, uint32_t len,
+                                 float ys) {
         const uint64_t off = row * t_.cube.n + col;
         AscendC::LocalTensor<float> f = rowBuf_.Get<float>();
-        dequant_.Run(acc_[off], scale_.Get(wScale_, t_.cube.n, expert, col, len), len, ys, f);
+        dequant_.Run(acc_[off], scale_.Get(wScale_, t_.cube.n, layer, expert, col, len), len, ys, f);
 
         AscendC::LocalTensor<bfloat16_t> o = outQue_.AllocTensor<bfloat16_t>();
         AscendC::Cast(o, f, AscendC::RoundMode::CAST_RINT, len);
@@ -66,6 +75,7 @@ private:
     }
 
     GmmMultiLayerTilingData t_{};
+    int64_t wLayer_ = -1;  // the layer wScale_ points at
     GM_ADDR groupList_ = nullptr;
     GM_ADDR layerIndex_ = nullptr;
     GM_ADDR table_ = nullptr;

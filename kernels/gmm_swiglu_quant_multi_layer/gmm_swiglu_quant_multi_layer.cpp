@@ -1,4 +1,4 @@
-// gmm_swiglu_quant_multi_layer (W1) epilogue on the vector cores, per valid row m of expert e (layer l):
+// gmm_swiglu_quant_multi_layer (W1) epilogue on the vector cores, per valid row m of group (layer l, expert e):
 //   c    = (float(acc[m]) * x_scale[m]) * w_scale[l][e]          fp32, left to right
 //   s    = (act / (1 + exp(-act))) * gate                        act = c[:N/2], gate = c[N/2:]
 //   y[m], y_scale[m] = per-row dynamic quant of s                (common/quant.h, the one shared implementation)
@@ -49,17 +49,18 @@ public:
     __aicore__ inline void Process() {
         GmmDeviceArgs args;
         const GmmCubeTilingData& c = t_.cube;
-        if (!GmmPrePass(layerIndex_, groupList_, c.experts, c.layers, c.groupListType, c.m, status_, &args)) return;
-        wScale_.SetGlobalBuffer(LayerAddress<float>(table_, c.layers + static_cast<uint32_t>(args.layer)),
-                                uint64_t(c.experts) * c.n);
+        if (!GmmPrePass(layerIndex_, groupList_, c.experts, c.groups, c.layers, c.groupListType, c.m, status_, &args))
+            return;
         const uint64_t block = AscendC::GetBlockIdx(), blocks = t_.blockDim;
         const uint64_t rowBegin = args.total * block / blocks, rowEnd = args.total * (block + 1) / blocks;
         GroupCursor groups;
-        groups.Init(groupList_, c.experts, c.groupListType);
+        groups.Init(groupList_, c.groups, c.groupListType, args.layer);
         groups.Next();
         for (uint64_t row = rowBegin; row < rowEnd; ++row) {
             while (row >= groups.End() && groups.Next()) {
-            }  // rows < total always have an expert
+            }  // rows < total always have a group
+            UseLayer(groups.Layer());
+            layer_ = groups.Layer();
             yScales_.Add(yScale_, row, Row(row, groups.Expert()), row + 1 == rowEnd);
         }
         actScale_.Release();
@@ -67,6 +68,14 @@ public:
     }
 
 private:
+    // wScale_ = the scales of `layer` (bounded by the pre-pass), switched only when a group's layer differs.
+    __aicore__ inline void UseLayer(uint32_t layer) {
+        if (wLayer_ == int64_t(layer)) return;
+        wScale_.SetGlobalBuffer(LayerAddress<float>(table_, t_.cube.layers + layer),
+                                uint64_t(t_.cube.experts) * t_.cube.n);
+        wLayer_ = layer;
+    }
+
     // Writes y[row] and returns y_scale[row].
     __aicore__ inline float Row(uint64_t row, uint32_t expert) {
         const float xs = xScale_.GetValue(row);
@@ -100,7 +109,8 @@ private:
     // gate columns' scales, so both stay resident across the rows of one expert.
     __aicore__ inline void Dequant(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float xs,
                                    ScaleSlice& slice, const AscendC::LocalTensor<float>& dst) {
-        dequant_.Run(acc_[row * t_.cube.n + col], slice.Get(wScale_, t_.cube.n, expert, col, len), len, xs, dst);
+        dequant_.Run(acc_[row * t_.cube.n + col], slice.Get(wScale_, t_.cube.n, layer_, expert, col, len), len, xs,
+                     dst);
     }
 
     // s[0..len) for output columns [col, col+len): silu(act) * gate, in the stated operation order.
@@ -141,6 +151,8 @@ private:
     }
 
     GmmSwigluQuantMultiLayerTilingData t_{};
+    int64_t wLayer_ = -1;  // the layer wScale_ points at
+    uint32_t layer_ = 0;   // the current row's layer (its w_scale slices)
     GM_ADDR groupList_ = nullptr;
     GM_ADDR layerIndex_ = nullptr;
     GM_ADDR table_ = nullptr;

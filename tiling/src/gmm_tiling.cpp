@@ -48,8 +48,14 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
                " must each be in [1, 65535]";
         return false;
     }
-    if (s.groupListType != 0 && s.groupListType != 1) {
-        *why = "group_list_type must be 0 (cumsum) or 1 (counts), got " + std::to_string(s.groupListType);
+    if (s.groupListType < 0 || s.groupListType > 2) {
+        *why = "group_list_type must be 0 (cumsum), 1 (counts) or 2 (group table), got " +
+               std::to_string(s.groupListType);
+        return false;
+    }
+    const uint64_t groups = s.groupListType == kernels::kGroupListTable ? s.groups : s.experts;
+    if (groups > kMax32 / kernels::kGroupWords) {
+        *why = "the group table has " + std::to_string(groups) + " groups, more than supported";
         return false;
     }
     uint32_t tm = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTm, AlignUp(std::max<uint64_t>(s.m, 1), 16)));
@@ -74,6 +80,7 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
     t.experts = static_cast<uint32_t>(s.experts);
     t.layers = static_cast<uint32_t>(s.layers);
     t.groupListType = static_cast<uint32_t>(s.groupListType);
+    t.groups = static_cast<uint32_t>(groups);
     t.blockDim = std::max<uint32_t>(platform.aicCores, 1);
     t.tm = tm;
     t.tn = tn;

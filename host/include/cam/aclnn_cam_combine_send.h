@@ -20,6 +20,13 @@ extern "C" {
 CAM_API aclnnStatus aclnnCamCombineSendGetWorkspaceSize(camComm* comm, const aclTensor* expertOut,
                                                         const aclTensor* workItem, uint64_t* workspaceSize,
                                                         aclOpExecutor** executor);
+/* combine_send of a dispatch_recv batch: expertOut [rowBudget, H] (rowBudget as given to the batched dispatch_recv),
+ * workItems its [I, work_item_words] table. Each item goes to its own replica with its own done signal, exactly as
+ * the one-item call would serve it; every item is checked before anything is written (one bad item refuses the
+ * call). Launched with aclnnCamCombineSend. */
+CAM_API aclnnStatus aclnnCamCombineSendBatchGetWorkspaceSize(camComm* comm, int64_t rowBudget,
+                                                             const aclTensor* expertOut, const aclTensor* workItems,
+                                                             uint64_t* workspaceSize, aclOpExecutor** executor);
 CAM_API aclnnStatus aclnnCamCombineSend(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                         aclrtStream stream);
 

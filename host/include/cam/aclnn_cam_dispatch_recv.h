@@ -23,6 +23,19 @@ extern "C" {
 CAM_API aclnnStatus aclnnCamDispatchRecvGetWorkspaceSize(camComm* comm, aclTensor* expandX, aclTensor* scales,
                                                          aclTensor* expertCounts, aclTensor* workItem,
                                                          uint64_t* workspaceSize, aclOpExecutor** executor);
+/* dispatch_recv, batched (same op, one executor type): at scan time takes every replica that is ready, round robin
+ * from the fairness pointer, one chunk each, while the chunks fit rowBudget rows and at most
+ * I = min(D, 64) work items; never waits for a replica that is not ready, and waits boundedly as above when none
+ * is. rowBudget must hold one whole chunk (>= N above), else ACLNN_ERR_PARAM_INVALID naming row_budget. Outputs:
+ *   expandX     [rowBudget, H], scales [rowBudget] (or [1]): the items' rows, item after item, each as above
+ *   groupTable  [I*R, 3] ACL_INT64: group i*R + j = {layer of item i, local expert j, rows}; groups of unused
+ *               item slots are {0, j, 0} (docs/gmm.md "Group table": W1/W2 take it as is)
+ *   origin      [rowBudget, 3] ACL_INT64: per written row {replica, participant, t*K + k}
+ *   workItems   [I, work_item_words] ACL_INT64: item i as one-item mode writes it; unused slots are empty items */
+CAM_API aclnnStatus aclnnCamDispatchRecvBatchGetWorkspaceSize(camComm* comm, int64_t rowBudget, aclTensor* expandX,
+                                                              aclTensor* scales, aclTensor* groupTable,
+                                                              aclTensor* origin, aclTensor* workItems,
+                                                              uint64_t* workspaceSize, aclOpExecutor** executor);
 CAM_API aclnnStatus aclnnCamDispatchRecv(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                          aclrtStream stream);
 

@@ -17,4 +17,17 @@
 #include "cam/cam_graph.h"
 #include "cam/cam_timeouts.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Executors of op `op` ("gmm_multi_layer", "dispatch_recv", ...) this process has launched onto a stream (eagerly
+ * or into a capture; a graph replay launches nothing new). What it counts is the second phase of an op that got as
+ * far as its launch, so a benchmark or test can count, e.g., grouped-matmul launches per served token. */
+CAM_API uint64_t camGetLaunchCount(const char* op);
+
+#ifdef __cplusplus
+}
+#endif
+
 #endif

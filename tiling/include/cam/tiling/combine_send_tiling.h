@@ -9,7 +9,9 @@
 
 namespace cam::tiling {
 
-bool TileCombineSend(const PlatformInfo& platform, const kernels::dp::CommArgs& comm,
-                     kernels::CombineSendTilingData* out, uint64_t* workspaceBytes, std::string* why);
+// `items` work items (1, or a dispatch_recv batch's) over expert_out rows [0, rowBudget).
+bool TileCombineSend(const PlatformInfo& platform, const kernels::dp::CommArgs& comm, uint32_t items,
+                     int64_t rowBudget, kernels::CombineSendTilingData* out, uint64_t* workspaceBytes,
+                     std::string* why);
 
 }  // namespace cam::tiling

@@ -9,7 +9,12 @@
 
 namespace cam::tiling {
 
-bool TileDispatchRecv(const PlatformInfo& platform, const kernels::dp::CommArgs& comm,
+// rowBudget 0: one work item per launch (recv_rows rows); else a batch of up to min(D, kDispatchRecvMaxItems)
+// work items within rowBudget rows, which must hold one whole chunk (>= recv_rows; the caller checked that).
+bool TileDispatchRecv(const PlatformInfo& platform, const kernels::dp::CommArgs& comm, int64_t rowBudget,
                       kernels::DispatchRecvTilingData* out, uint64_t* workspaceBytes, std::string* why);
+
+// Work items of a batch (the rows of its work_items output) for this topology.
+uint32_t DispatchRecvBatchItems(const CamTopology& topo);
 
 }  // namespace cam::tiling

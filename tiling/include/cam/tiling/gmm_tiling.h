@@ -15,7 +15,8 @@ struct GmmShape {
     uint64_t n;        // N of the matmul (W1: act|gate width; W2: H)
     uint64_t experts;  // E_local
     uint64_t layers;   // L
-    int64_t groupListType;
+    int64_t groupListType;  // 0 cumsum, 1 counts (E_local groups of one layer), 2 a group table
+    uint64_t groups = 0;    // rows of the group table (type 2); E_local otherwise
 };
 
 // Tile sizes of the cube kernel within L1 / L0A / L0B / L0C; blockDim = AIC cores.

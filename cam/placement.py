@@ -1,0 +1,190 @@
+"""Expert placement as data (docs/protocol.md §15): per MoE layer, every routed expert has one or more replicas,
+each a (FFN index, local slot) pair; any E and F, any number of replicas per expert. The row of (token ``t``, top-k
+index ``k``) routed to expert ``e`` goes to ``replicas(e)[(t + k) % len(replicas(e))]``: deterministic, spread over
+the replicas, and a token's row for one expert is never split. Every FFN rank has the same fixed number of local
+slots (``slots_per_rank``), chosen when the table is made, so a rebalance only changes which expert a slot holds.
+
+This module is the table, its checks, the replica rule and the per-FFN-rank weight layout. The data-plane kernels
+do not read it yet: today's kernels route by the contiguous table (``Placement.contiguous``), which is what a
+topology with ``E % F == 0`` and one replica per expert means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+__all__ = ["Placement", "PlacementError"]
+
+Replica = Tuple[int, int]  # (FFN index f in [0, F), local slot in [0, slots_per_rank))
+
+
+class PlacementError(ValueError):
+    """A placement table that cannot be served; the message names the layer, the expert and the bad entry."""
+
+
+class Placement:
+    """Per-layer expert -> replicas table.
+
+    Args:
+        experts: E, the routed experts of every layer.
+        ffn_ranks: F, the FFN ranks (indices ``[0, F)``, i.e. global ranks ``A + f``).
+        slots_per_rank: local expert slots on every FFN rank (the same on all, fixed for the plane's life).
+        layers: one entry per layer, ``layers[l][e]`` = the replicas of expert ``e`` (a non-empty sequence of
+            ``(f, slot)``); no two experts of a layer may share a slot.
+
+    Raises:
+        PlacementError: a replica on a rank outside ``[0, F)`` or a slot outside ``[0, slots_per_rank)``, an expert
+            with zero replicas, a slot holding two experts, a layer without exactly E experts; checked here, before
+            any table or weight is built from it.
+    """
+
+    def __init__(self, experts: int, ffn_ranks: int, slots_per_rank: int,
+                 layers: Sequence[Sequence[Sequence[Replica]]]):
+        for name, v in (("experts", experts), ("ffn_ranks", ffn_ranks), ("slots_per_rank", slots_per_rank)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise PlacementError(f"Placement: {name} must be an int >= 1, got {v!r}")
+        if not layers:
+            raise PlacementError("Placement: layers must hold at least one layer")
+        self.experts, self.ffn_ranks, self.slots_per_rank = experts, ffn_ranks, slots_per_rank
+        table: List[List[Tuple[Replica, ...]]] = []
+        for l, layer in enumerate(layers):
+            if len(layer) != experts:
+                raise PlacementError(f"Placement: layer {l} places {len(layer)} experts, expected E = {experts}")
+            owner: Dict[Replica, int] = {}
+            rows = []
+            for e, reps in enumerate(layer):
+                reps = tuple((int(f), int(j)) for f, j in reps)
+                if not reps:
+                    raise PlacementError(f"Placement: layer {l} expert {e} has zero replicas")
+                for f, j in reps:
+                    if not 0 <= f < ffn_ranks:
+                        raise PlacementError(f"Placement: layer {l} expert {e} has a replica on FFN index {f}, "
+                                             f"outside the FFN set [0, {ffn_ranks})")
+                    if not 0 <= j < slots_per_rank:
+                        raise PlacementError(f"Placement: layer {l} expert {e} has a replica in slot {j} of FFN "
+                                             f"index {f}, outside [0, {slots_per_rank})")
+                    if (f, j) in owner:
+                        raise PlacementError(f"Placement: layer {l} slot {j} of FFN index {f} holds expert "
+                                             f"{owner[(f, j)]} and expert {e}")
+                    owner[(f, j)] = e
+                rows.append(reps)
+            table.append(rows)
+        self._table = table
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def contiguous(cls, experts: int, ffn_ranks: int, layers: int) -> "Placement":
+        """Today's placement: expert ``e`` on FFN index ``e // R``, slot ``e % R``, ``R = E / F`` (E % F == 0)."""
+        if ffn_ranks < 1 or experts % ffn_ranks:
+            raise PlacementError(f"Placement.contiguous: E = {experts} is not a multiple of F = {ffn_ranks}")
+        r = experts // ffn_ranks
+        one = [[(e // r, e % r)] for e in range(experts)]
+        return cls(experts, ffn_ranks, r, [one] * layers)
+
+    @classmethod
+    def balanced(cls, experts: int, ffn_ranks: int, layers: int, *, replicate: Sequence[int] = (),
+                 slots_per_rank: Optional[int] = None) -> "Placement":
+        """Any E and F: experts dealt round robin over the FFN ranks (expert ``e`` first on rank ``e % F``), then one
+        extra replica of each expert in ``replicate`` (e.g. the k hottest), each on the next rank that has a free
+        slot and does not hold it yet. ``slots_per_rank`` defaults to the fewest that fit."""
+        extra = list(dict.fromkeys(int(e) for e in replicate))
+        for e in extra:
+            if not 0 <= e < experts:
+                raise PlacementError(f"Placement.balanced: replicate names expert {e}, outside [0, {experts})")
+        need = -(-(experts + len(extra)) // ffn_ranks)
+        slots = need if slots_per_rank is None else slots_per_rank
+        used = [0] * ffn_ranks
+        reps: List[List[Replica]] = [[] for _ in range(experts)]
+
+        def put(e: int, f: int) -> None:
+            if used[f] >= slots:
+                raise PlacementError(f"Placement.balanced: {slots} slots per rank cannot hold E = {experts} experts "
+                                     f"and {len(extra)} replicas on F = {ffn_ranks} ranks")
+            reps[e].append((f, used[f]))
+            used[f] += 1
+
+        for e in range(experts):
+            put(e, e % ffn_ranks)
+        for e in extra:
+            held = {f for f, _ in reps[e]}
+            free = [f for f in sorted(range(ffn_ranks), key=lambda f: (used[f], f)) if f not in held]
+            if not free:
+                raise PlacementError(f"Placement.balanced: expert {e} is already on every FFN rank")
+            put(e, free[0])
+        return cls(experts, ffn_ranks, slots, [reps] * layers)
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def layers(self) -> int:
+        return len(self._table)
+
+    def replicas(self, layer: int, expert: int) -> Tuple[Replica, ...]:
+        return self._table[layer][expert]
+
+    def replica(self, layer: int, expert: int, token: int, k: int) -> Replica:
+        """Where the row of (token slot ``token``, top-k index ``k``) of ``expert`` goes: the documented rule
+        ``replicas(e)[(t + k) % len(replicas(e))]``."""
+        reps = self._table[layer][expert]
+        return reps[(token + k) % len(reps)]
+
+    def slot_experts(self, layer: int, ffn_index: int) -> List[int]:
+        """Expert held by each local slot of FFN index ``ffn_index`` in ``layer`` (-1: an empty slot)."""
+        out = [-1] * self.slots_per_rank
+        for e, reps in enumerate(self._table[layer]):
+            for f, j in reps:
+                if f == ffn_index:
+                    out[j] = e
+        return out
+
+    def route(self, layer: int, topk_ids: torch.Tensor) -> torch.Tensor:
+        """``[B, K, 2]`` int64 (FFN index, local slot) of every (token, k) of ``topk_ids`` (-1 entries give
+        (-1, -1)): the rule above applied to a whole round, for goldens and simulators."""
+        ids = topk_ids.tolist()
+        out = torch.full((len(ids), len(ids[0]) if ids else 0, 2), -1, dtype=torch.int64)
+        for t, row in enumerate(ids):
+            for k, e in enumerate(row):
+                if e >= 0:
+                    out[t, k, 0], out[t, k, 1] = self.replica(layer, e, t, k)
+        return out
+
+    def device_table(self, layer: int) -> torch.Tensor:
+        """The layer's table as int64 ``[E, 1 + 2*max_replicas]``: ``count, f0, slot0, f1, slot1, ...`` (unused
+        pairs -1), the form a kernel would bound word by word before use."""
+        width = max(len(r) for r in self._table[layer])
+        out = torch.full((self.experts, 1 + 2 * width), -1, dtype=torch.int64)
+        for e, reps in enumerate(self._table[layer]):
+            out[e, 0] = len(reps)
+            for i, (f, j) in enumerate(reps):
+                out[e, 1 + 2 * i], out[e, 2 + 2 * i] = f, j
+        return out
+
+    def digest(self) -> str:
+        """A digest of the whole table: ranks compare it to refuse tables that disagree across ranks."""
+        h = hashlib.sha256(f"{self.experts},{self.ffn_ranks},{self.slots_per_rank}".encode())
+        for layer in self._table:
+            for reps in layer:
+                h.update(repr(reps).encode())
+        return h.hexdigest()
+
+    def require_same(self, other: "Placement", who: str = "placement") -> None:
+        """Refuses two tables that disagree (two ranks must serve one table), naming the first difference."""
+        if (self.experts, self.ffn_ranks, self.slots_per_rank, self.layers) != (
+                other.experts, other.ffn_ranks, other.slots_per_rank, other.layers):
+            raise PlacementError(f"{who}: tables differ in shape: (E, F, slots, L) = "
+                                 f"{(self.experts, self.ffn_ranks, self.slots_per_rank, self.layers)} vs "
+                                 f"{(other.experts, other.ffn_ranks, other.slots_per_rank, other.layers)}")
+        for l in range(self.layers):
+            for e in range(self.experts):
+                if self._table[l][e] != other._table[l][e]:
+                    raise PlacementError(f"{who}: tables differ at layer {l} expert {e}: {self._table[l][e]} vs "
+                                         f"{other._table[l][e]}")
+
+    def __repr__(self) -> str:
+        reps = sum(len(r) for layer in self._table for r in layer)
+        return (f"Placement(E={self.experts}, F={self.ffn_ranks}, slots_per_rank={self.slots_per_rank}, "
+                f"L={self.layers}, replicas={reps})")

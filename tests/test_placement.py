@@ -1,0 +1,84 @@
+"""cam.placement (docs/protocol.md §15): the table's checks, the replica rule bit for bit as documented, the
+contiguous default, any E and F with replicated experts, and LayerWeights laid out per FFN rank from a table."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cam
+from cam.placement import Placement, PlacementError
+
+
+def test_contiguous_is_todays_arithmetic():
+    p = Placement.contiguous(8, 2, layers=2)
+    for e in range(8):
+        assert p.replicas(1, e) == ((e // 4, e % 4),)
+        assert p.replica(0, e, token=5, k=3) == (e // 4, e % 4)
+    assert p.slot_experts(0, 1) == [4, 5, 6, 7]
+    with pytest.raises(PlacementError, match="E = 7 is not a multiple of F = 2"):
+        Placement.contiguous(7, 2, layers=1)
+
+
+def test_the_replica_rule_is_t_plus_k_mod_replicas():
+    # 60 experts on 8 FFN ranks (E % F != 0), the 4 hottest replicated once more
+    p = Placement.balanced(60, 8, layers=1, replicate=[3, 17, 17, 42, 59])
+    assert p.slots_per_rank == 8  # ceil((60 + 4) / 8)
+    for e in (3, 17, 42, 59):
+        reps = p.replicas(0, e)
+        assert len(reps) == 2 and reps[0][0] != reps[1][0], "a replica on another rank"
+        for t in range(5):
+            for k in range(4):
+                assert p.replica(0, e, t, k) == reps[(t + k) % 2]
+    assert all(len(p.replicas(0, e)) == 1 for e in range(60) if e not in (3, 17, 42, 59))
+    ids = torch.tensor([[3, 17, -1], [3, 3, 59]])
+    r = p.route(0, ids)
+    assert r[0, 2].tolist() == [-1, -1]
+    assert r[1, 1].tolist() == list(p.replicas(0, 3)[(1 + 1) % 2])
+    counts = [sum(1 for j in p.slot_experts(0, f) if j >= 0) for f in range(8)]
+    assert sum(counts) == 64 and max(counts) - min(counts) <= 1
+
+
+@pytest.mark.parametrize("layers, match", [
+    ([[[(2, 0)], [(0, 0)]]], r"FFN index 2, outside the FFN set \[0, 2\)"),
+    ([[[(0, 0)], []]], "expert 1 has zero replicas"),
+    ([[[(0, 0)], [(0, 0)]]], "slot 0 of FFN index 0 holds expert 0 and expert 1"),
+    ([[[(0, 3)], [(1, 0)]]], r"slot 3 of FFN index 0, outside \[0, 2\)"),
+    ([[[(0, 0)]]], "places 1 experts, expected E = 2"),
+])
+def test_bad_tables_are_refused_naming_the_entry(layers, match):
+    with pytest.raises(PlacementError, match=match):
+        Placement(2, 2, 2, layers)
+
+
+def test_tables_that_differ_across_ranks_are_refused():
+    a = Placement.balanced(6, 2, layers=2, replicate=[1])
+    b = Placement.balanced(6, 2, layers=2, replicate=[2])
+    a.require_same(Placement.balanced(6, 2, layers=2, replicate=[1]))
+    assert a.digest() != b.digest()
+    with pytest.raises(PlacementError, match="tables differ at layer 0 expert 1"):
+        a.require_same(b, "rank 3")
+
+
+def test_device_table_words():
+    p = Placement(3, 2, 2, [[[(0, 0), (1, 1)], [(1, 0)], [(0, 1)]]])
+    assert p.device_table(0).tolist() == [[2, 0, 0, 1, 1], [1, 1, 0, -1, -1], [1, 0, 1, -1, -1]]
+
+
+def test_layer_weights_from_a_placement_hold_each_slots_expert():
+    g = torch.Generator().manual_seed(2)
+    E, K, N, L = 5, 40, 64, 2
+    w = [torch.randint(-128, 128, (E, K, N), generator=g, dtype=torch.int8) for _ in range(L)]
+    s = [torch.rand(E, N, generator=g) for _ in range(L)]
+    p = Placement.balanced(E, 2, layers=L, replicate=[4])
+    for f in range(2):
+        lw = cam.LayerWeights.from_placement(p, f, w, s)
+        assert lw.num_experts == p.slots_per_rank == 3 and lw.num_layers == L
+        for l in range(L):
+            for j, e in enumerate(p.slot_experts(l, f)):
+                want_w = w[l][e] if e >= 0 else torch.zeros(K, N, dtype=torch.int8)
+                want_s = s[l][e] if e >= 0 else torch.zeros(N)
+                assert torch.equal(lw.weights[l][j], cam.ops.prepack_weights(want_w)), (f, l, j)
+                assert torch.equal(lw.scales[l][j], want_s)
+    with pytest.raises(ValueError, match="ffn_index 2 outside"):
+        cam.LayerWeights.from_placement(p, 2, w, s)
