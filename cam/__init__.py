@@ -48,7 +48,9 @@ _LIGHT = {"__main__", "_C", "errors", "run", "run.cli", "run.bound", "run.start"
           "models", "models.config", "sim"}
 _LAZY = {
     "LayerWeights": ".layer_weights", "Topology": ".topology", "Comm": ".comm", "LostReplica": ".comm",
-    "Graph": ".graph", "ops": None, "reference": None, "errors": None, "_C": None, "_npu": None, "_runtime": None,
+    "Graph": ".graph", "quantize_weight": ".convert", "dequantize_weight": ".convert",
+    "UnsupportedModelError": ".convert", "ops": None, "reference": None, "errors": None, "_C": None, "_npu": None,
+    "_runtime": None,
     **{name: ".errors" for name in ("CamError", "CaptureInvalidatedError", "GraphInvalidError", "CommAbortedError",
                                     "CommProtocolError", "CommTimeoutError", "DeviceArgumentError",
                                     "InvalidArgumentError", "InvalidDtypeError", "KernelFaultError",
@@ -207,6 +209,9 @@ __all__ = [
     "Comm",
     "LostReplica",
     "Graph",
+    "quantize_weight",
+    "dequantize_weight",
+    "UnsupportedModelError",
     "ops",
     "reference",
     "backend",
