@@ -207,7 +207,10 @@ def from_hf_module(experts: torch.nn.Module) -> ExpertFFN:
     if not getattr(experts, "has_gate", True):
         raise UnsupportedModelError(f"{who}: {type(experts).__name__} has ungated experts (has_gate = False): not "
                                     "supported, cam's W1 is a gated SwiGLU")
-    if "_apply_gate" in type(experts).__dict__:
+    gate_fn = getattr(type(experts), "_apply_gate", None)
+    if gate_fn is not None and getattr(gate_fn, "__qualname__", None) != "_default_apply_gate":
+        # transformers' use_experts_implementation installs _default_apply_gate (act(gate) * up of the halves)
+        # unless the class has its own, as GPT-OSS's clamped, biased gating.
         raise UnsupportedModelError(f"{who}: {type(experts).__name__} defines its own gating (_apply_gate): not "
                                     "supported")
     if not hasattr(experts, "gate_up_proj") or not hasattr(experts, "down_proj"):
