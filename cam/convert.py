@@ -24,6 +24,7 @@ __all__ = [
     "ExpertFFN",
     "UnsupportedModelError",
     "check_supported_config",
+    "checkpoint_moe_layers",
     "dequantize_weight",
     "dequantized",
     "from_hf_experts",
@@ -351,7 +352,6 @@ def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     Returns:
         ``(layers, info)`` with ``info = {"model_type", "layers": decoder layer ids, "top_k"}``.
     """
-    import glob
     import json
     import os
     import types
@@ -370,20 +370,45 @@ def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     top_k = config.get("num_experts_per_tok")
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"load_checkpoint_experts: {path} has no num_experts_per_tok")
-    files = sorted(glob.glob(os.path.join(directory, "*.safetensors")))
-    if not files:
-        raise ValueError(f"load_checkpoint_experts: no *.safetensors in {directory}")
     tensors: Dict[str, torch.Tensor] = {}
-    for name in files:
+    for name in _safetensors_files(directory):
         tensors.update(load_file(name))
-    prefixes = {}
-    for key in tensors:
-        m = _LAYER_EXPERTS.match(key)
-        if m:
-            prefixes[int(m.group(2))] = m.group(1)
-    if not prefixes:
-        raise ValueError(f"load_checkpoint_experts: no routed experts (<...>.layers.<n>.mlp.experts.*) in {directory}")
+    prefixes = _expert_prefixes(tensors, directory)
     layer_ids = sorted(prefixes)
     layers = [from_hf_state_dict(tensors, prefixes[i], hidden_size=config.get("hidden_size"),
                                  intermediate_size=config.get("moe_intermediate_size")) for i in layer_ids]
     return layers, {"model_type": config.get("model_type"), "layers": layer_ids, "top_k": top_k}
+
+
+def _safetensors_files(directory: str) -> List[str]:
+    import glob
+    import os
+
+    files = sorted(glob.glob(os.path.join(directory, "*.safetensors")))
+    if not files:
+        raise ValueError(f"cam.convert: no *.safetensors in {directory}")
+    return files
+
+
+def _expert_prefixes(keys, directory: str) -> Dict[int, str]:
+    """``{decoder layer id: "<...>.layers.<n>.mlp.experts."}`` of every layer with routed experts."""
+    prefixes = {}
+    for key in keys:
+        m = _LAYER_EXPERTS.match(key)
+        if m:
+            prefixes[int(m.group(2))] = m.group(1)
+    if not prefixes:
+        raise ValueError(f"cam.convert: no routed experts (<...>.layers.<n>.mlp.experts.*) in {directory}")
+    return prefixes
+
+
+def checkpoint_moe_layers(directory: str) -> List[int]:
+    """The decoder layer ids with routed experts in a checkpoint directory, in order (MoE layer ``j`` is the
+    ``j``-th), read from the safetensors headers without loading a weight."""
+    from safetensors import safe_open
+
+    keys: List[str] = []
+    for name in _safetensors_files(directory):
+        with safe_open(name, framework="pt") as f:
+            keys.extend(f.keys())
+    return sorted(_expert_prefixes(keys, directory))

@@ -51,13 +51,15 @@ class ServeResult:
 
 
 def serve_ffn(connector, w1, w2, *, graph: bool = False, stop: Optional[threading.Event] = None,
-              max_serve_s: Optional[float] = None, items_per_check: int = 1) -> ServeResult:
+              ready: Optional[threading.Event] = None, max_serve_s: Optional[float] = None,
+              items_per_check: int = 1) -> ServeResult:
     """Serves FFN rank ``connector`` (an initialized FFN :class:`cam.connector.AsyncAFDConnector`) with routed
     expert weights ``w1`` / ``w2`` (:class:`cam.LayerWeights` of its experts, every MoE layer) until a shutdown
     message, ``stop`` being set, or ``max_serve_s``.
 
     Args:
         graph: capture the iteration once and replay it (:class:`cam.connector.CapturedFFN`) instead of eager ops.
+        ready: set once the loop is about to run its first iteration (after the capture with ``graph``).
         items_per_check: iterations (replays) between two reads of the store's messages (>= 1); each idles at
             most ``idle_poll_s``, so this many idle polls bound how late a message is seen.
 
@@ -82,6 +84,8 @@ def serve_ffn(connector, w1, w2, *, graph: bool = False, stop: Optional[threadin
              connector.rank, first, first + topo.R, topo.L, topo.H, w2.k, "graph replay" if graph else "eager",
              connector.config.idle_poll_s)
     captured = connector.capture_ffn(w1, w2) if graph else None
+    if ready is not None:
+        ready.set()
     start = time.monotonic()
     iterations, reason = 0, None
     try:

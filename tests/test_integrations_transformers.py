@@ -21,7 +21,8 @@ PROMPTS, SEQ = 4, 12
 
 def _config(family):
     common = dict(vocab_size=128, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                  max_position_embeddings=64, num_experts_per_tok=2, moe_intermediate_size=32, tie_word_embeddings=False)
+                  max_position_embeddings=64, num_experts_per_tok=2, moe_intermediate_size=32,
+                  tie_word_embeddings=False)
     if family == "deepseek_v3":
         return transformers.DeepseekV3Config(
             **{**common, "num_key_value_heads": 4}, intermediate_size=96, n_routed_experts=8, n_shared_experts=1,
@@ -31,7 +32,8 @@ def _config(family):
         return transformers.Qwen2MoeConfig(**common, intermediate_size=96, num_experts=8,
                                            shared_expert_intermediate_size=48, decoder_sparse_step=1,
                                            norm_topk_prob=False)
-    return transformers.Qwen3MoeConfig(**common, intermediate_size=96, num_experts=8, head_dim=16, decoder_sparse_step=1,
+    return transformers.Qwen3MoeConfig(**common, intermediate_size=96, num_experts=8, head_dim=16,
+                                       decoder_sparse_step=1,
                                        norm_topk_prob=True)
 
 
@@ -84,6 +86,7 @@ class World:
         self.store = torch.distributed.HashStore()
         self.layers = layers
         self.results, self.errors = {}, {}
+        self.ready = [threading.Event() for _ in range(self.topo.F)]
         self.threads = [threading.Thread(target=self._ffn, args=(f,), daemon=True) for f in range(self.topo.F)]
 
     def _ffn(self, f):
@@ -92,7 +95,7 @@ class World:
         try:
             conn.init_afd_connector(self.store)
             w1, w2 = convert.layer_weights(self.layers, range(f * self.topo.R, (f + 1) * self.topo.R))
-            self.results[rank] = cam.serve_ffn(conn, w1, w2, max_serve_s=4 * TIMEOUT_S)
+            self.results[rank] = cam.serve_ffn(conn, w1, w2, ready=self.ready[f], max_serve_s=4 * TIMEOUT_S)
         except BaseException as e:  # noqa: BLE001 - reported by __exit__
             self.errors[rank] = e
         finally:
@@ -103,6 +106,8 @@ class World:
             t.start()
         self.attention = AsyncAFDConnector(0, "attention", self.cfg)
         self.attention.init_afd_connector(self.store)
+        for event in self.ready:
+            assert event.wait(TIMEOUT_S) or self.errors, "an FFN rank did not start serving"
         return self
 
     def __exit__(self, *exc):
@@ -173,7 +178,8 @@ def test_block_adapter_matches_native(checkpoint):
     shared = [s for s in spans if s["name"] == "shared"]
     assert len(shared) == (0 if family == "qwen3_moe" else PROMPTS * len(decoder_ids))
     for s in shared:
-        before = [d for d in spans if d["name"] == "dispatch" and d["layer"] == s["layer"] and d["end_s"] <= s["start_s"]]
+        before = [d for d in spans
+                  if d["name"] == "dispatch" and d["layer"] == s["layer"] and d["end_s"] <= s["start_s"]]
         after = [c for c in spans if c["name"] == "combine" and c["layer"] == s["layer"] and c["start_s"] >= s["end_s"]]
         assert before and after
         d, c = before[-1], after[0]
