@@ -45,10 +45,12 @@ if _installed is not None:
 # or the import of any submodule that is not one of those light ones, loads the rest (_load) before it runs.
 _LIGHT = {"__main__", "_C", "errors", "run", "run.cli", "run.bound", "run.start", "run.timeline", "run.trace", "bench",
           "bench.common", "bench.dataplane", "bench.dynamic_quant", "bench.ffn_loop", "bench.fixed_cost", "bench.gmm",
-          "models", "models.config", "sim"}
+          "models", "models.config", "sim", "ffn_server", "integrations"}
 _LAZY = {
     "LayerWeights": ".layer_weights", "Topology": ".topology", "Comm": ".comm", "LostReplica": ".comm",
-    "Graph": ".graph", "ops": None, "reference": None, "errors": None, "_C": None, "_npu": None, "_runtime": None,
+    "Graph": ".graph", "serve_ffn": ".ffn_server", "quantize_weight": ".convert", "dequantize_weight": ".convert",
+    "UnsupportedModelError": ".convert", "ops": None, "reference": None, "errors": None, "_C": None, "_npu": None,
+    "_runtime": None,
     **{name: ".errors" for name in ("CamError", "CaptureInvalidatedError", "GraphInvalidError", "CommAbortedError",
                                     "CommProtocolError", "CommTimeoutError", "DeviceArgumentError",
                                     "InvalidArgumentError", "InvalidDtypeError", "KernelFaultError",
@@ -207,6 +209,10 @@ __all__ = [
     "Comm",
     "LostReplica",
     "Graph",
+    "serve_ffn",
+    "quantize_weight",
+    "dequantize_weight",
+    "UnsupportedModelError",
     "ops",
     "reference",
     "backend",

@@ -34,15 +34,30 @@ __all__ = [
     "AsyncAFDConnector",
     "CapturedFFN",
     "ConnectorConfig",
+    "DONE_KEY",
     "FFNWorkItem",
     "ReplicaLostError",
     "RUN_SECRET_ENV",
+    "SHUTDOWN_KEY",
     "WORK_ITEM_LAYER_WORD",
+    "ffn_compute",
+    "ffn_iteration",
     "loopback_store",
+    "post_shutdown",
+    "shutdown_reason",
 ]
 
 # The run secret (hex) of a world, when the config names none: how cam-run hands it to its ranks (never the store).
 RUN_SECRET_ENV = "CAM_RUN_SECRET"
+
+# "shm": ranks are processes (the store is the world's TCPStore); "in_process": ranks are threads of one process
+# sharing one store object (e.g. torch.distributed.HashStore), for tests and single-process use.
+_TRANSPORTS = ("shm", "in_process")
+
+# Host-side serving messages in the store (docs/protocol.md, "Shutdown"): an Attention rank that will send no more
+# rounds, and a request that every FFN rank stop. Signed like every rendezvous value when the run has a secret.
+DONE_KEY = "{group}/serve/done/{rank}"
+SHUTDOWN_KEY = "{group}/serve/shutdown"
 
 # Word of the device work item that holds the layer (docs/protocol.md §4.2); W1/W2 read it through a view.
 WORK_ITEM_LAYER_WORD = 2
@@ -68,6 +83,9 @@ class ConnectorConfig:
             every rendezvous value a rank writes carries an HMAC over (group, key, value) and every value read
             must carry a valid one, so a process that can reach the store but does not hold the secret cannot
             stand in for a rank (docs/connector.md, "Trust model"). Never sent through the store.
+        transport: ``"shm"`` (ranks are processes, the default) or ``"in_process"`` (ranks are threads of one
+            process: :meth:`AsyncAFDConnector.init_afd_connector` then needs the ``store`` every rank shares, and
+            the plane is a ``cam.Comm(transport="in_process")`` named by ``group``).
     """
 
     topology: Topology
@@ -80,6 +98,11 @@ class ConnectorConfig:
     shm_prefix: Optional[str] = None
     isolate_replicas: bool = True
     secret: Optional[bytes] = dataclasses.field(default=None, repr=False)
+    transport: str = "shm"
+
+    def __post_init__(self):
+        if self.transport not in _TRANSPORTS:
+            raise ValueError(f"ConnectorConfig: transport must be one of {_TRANSPORTS}, got {self.transport!r}")
 
     def run_secret(self) -> Optional[bytes]:
         """The secret the rendezvous signs with: ``secret``, else ``$CAM_RUN_SECRET``, else None (no signing)."""
@@ -240,6 +263,7 @@ class AsyncAFDConnector:
         self.expert_per_rank = topo.R
         self.comm: Optional[Comm] = None
         self._store = None
+        self._rendezvous = None  # the store as the ranks' messages go through it (signed when the run has a secret)
         self._lock = threading.Lock()
         self._receiving = 0
         # Attention side: (stage, topk_ids, topk_weights) per dispatched round, in dispatch order.
@@ -256,13 +280,17 @@ class AsyncAFDConnector:
         return self.rank
 
     def init_afd_connector(self, store=None) -> None:
-        """Collective: joins the world's store (rank 0 hosts it unless ``store`` is given) and builds the shm
-        :class:`cam.Comm`. Idempotent."""
+        """Collective: joins the world's store (rank 0 hosts it unless ``store`` is given; an ``in_process`` world
+        needs the one store its threads share) and builds this rank's :class:`cam.Comm`. Idempotent."""
         if self.is_initialized:
             return
         cfg = self.config
         secret = cfg.run_secret()
-        if store is None:
+        if cfg.transport == "in_process":
+            if store is None:
+                raise ValueError("init_afd_connector: an in_process world needs the store its ranks share (e.g. one "
+                                 "torch.distributed.HashStore passed to every rank)")
+        elif store is None:
             if self.rank == 0 and cfg.master_addr in ("127.0.0.1", "localhost"):
                 store = loopback_store(cfg.master_port, cfg.timeout_s, cfg.topology.world_size)
             else:
@@ -270,11 +298,15 @@ class AsyncAFDConnector:
                     cfg.master_addr, cfg.master_port, cfg.topology.world_size, is_master=self.rank == 0,
                     timeout=timedelta(seconds=cfg.timeout_s), wait_for_workers=False)
         self._store = store
-        if secret is not None:
-            store = SignedStore(store, secret, cfg.group)
-        self.comm = Comm(cfg.topology, self.rank, transport="shm", store=store, group=cfg.group, dtype=cfg.dtype,
-                         timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s, join_timeout_s=cfg.timeout_s,
-                         shm_prefix=cfg.shm_prefix, isolate_replicas=cfg.isolate_replicas)
+        self._rendezvous = SignedStore(store, secret, cfg.group) if secret is not None else store
+        if cfg.transport == "in_process":
+            self.comm = Comm(cfg.topology, self.rank, transport="in_process", group=cfg.group, dtype=cfg.dtype,
+                             timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s, join_timeout_s=cfg.timeout_s)
+        else:
+            self.comm = Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous, group=cfg.group,
+                             dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
+                             join_timeout_s=cfg.timeout_s, shm_prefix=cfg.shm_prefix,
+                             isolate_replicas=cfg.isolate_replicas)
 
     @property
     def store(self):
@@ -333,6 +365,32 @@ class AsyncAFDConnector:
         def __exit__(self, *exc):
             with self.owner._lock:
                 self.owner._receiving -= 1
+
+    # ------------------------------------------------------------------ serving messages (host side, the store)
+
+    def _messages(self):
+        if self._rendezvous is None:
+            raise ValueError("AsyncAFDConnector: call init_afd_connector() first")
+        return self._rendezvous
+
+    def finish(self) -> None:
+        """Attention rank: tells the FFN ranks this rank sends no more rounds. Refused while a dispatched round is
+        not received yet (its FFN work must not be cut short). Once every Attention rank finished, every FFN rank's
+        :func:`cam.serve_ffn` loop ends at its next idle poll."""
+        self._require("attention")
+        if self._pending:
+            raise ValueError(f"finish: {len(self._pending)} dispatched round(s) not received yet; call "
+                             "recv_ffn_output for each first")
+        self._messages().set(DONE_KEY.format(group=self.config.group, rank=self.rank), "1")
+
+    def request_shutdown(self, reason: str = "requested") -> None:
+        """Any rank: asks every FFN rank to stop serving at its next idle poll (docs/protocol.md, "Shutdown")."""
+        post_shutdown(self._messages(), self.config.group, reason)
+
+    def shutdown_requested(self) -> Optional[str]:
+        """FFN rank: why to stop serving (a shutdown request, or every Attention rank finished), else None. Host
+        side only: it reads the store, never the device."""
+        return shutdown_reason(self._messages(), self.config.group, self.attn_size)
 
     # ------------------------------------------------------------------ Attention side
 
@@ -406,6 +464,25 @@ class AsyncAFDConnector:
         comm = self._require("ffn")
         with self._Receiving(self):
             return ffn_iteration(comm, w1, w2)
+
+
+def post_shutdown(store, group: str, reason: str = "requested") -> None:
+    """Writes the shutdown request of world ``group`` into ``store`` (the run's signed store when it has a
+    secret: an unsigned request is then refused by the FFN ranks, naming the key)."""
+    if not isinstance(reason, str) or not reason:
+        raise ValueError("post_shutdown: reason must be a non-empty str")
+    store.set(SHUTDOWN_KEY.format(group=group), reason)
+
+
+def shutdown_reason(store, group: str, attention_ranks: int) -> Optional[str]:
+    """The reason world ``group``'s FFN ranks stop: the shutdown request's text, ``"attention finished"`` once all
+    ``attention_ranks`` ranks finished, else None."""
+    key = SHUTDOWN_KEY.format(group=group)
+    if store.check([key]):
+        return store.get(key).decode(errors="replace")
+    if store.check([DONE_KEY.format(group=group, rank=r) for r in range(attention_ranks)]):
+        return "attention finished"
+    return None
 
 
 class CapturedFFN:

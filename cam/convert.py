@@ -1,0 +1,414 @@
+"""``cam.convert``: routed-expert weights of real engines to :class:`cam.LayerWeights`, and the weight quantizer.
+
+Every converter is told its source layout; none infers it from shapes. At H = 2I a transposed ``[E, H, 2I]`` and
+an untransposed ``[E, 2I, H]`` weight have the same shape, so a guess would be silent and wrong (docs/integrations.md
+§1 names each layout and both vocabularies of the SwiGLU halves).
+
+The result of every converter is an :class:`ExpertFFN` in cam's orientation (``x @ W``): ``w1 [E, H, 2I]`` whose
+first half is the SiLU'd input (cam's ``act``; HF's and vLLM's ``gate``) and whose second half multiplies it (cam's
+``gate``; HF's and vLLM's ``up``), and ``w2 [E, I, H]``. :func:`layer_weights` quantizes a list of them (one per MoE
+layer) with :func:`quantize_weight` and builds the W1/W2 :class:`cam.LayerWeights` of one FFN rank's experts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from .layer_weights import LayerWeights
+
+__all__ = [
+    "ExpertFFN",
+    "UnsupportedModelError",
+    "check_supported_config",
+    "checkpoint_moe_layers",
+    "dequantize_weight",
+    "dequantized",
+    "from_hf_experts",
+    "from_hf_module",
+    "from_hf_per_expert",
+    "from_hf_state_dict",
+    "from_vllm",
+    "layer_weights",
+    "load_checkpoint_experts",
+    "quantize_weight",
+]
+
+
+class UnsupportedModelError(ValueError):
+    """A model feature cam's expert kernels do not compute (an activation variant, expert biases, ungated experts).
+    Raised naming the feature, so it is never silently ignored."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertFFN:
+    """One MoE layer's routed experts in cam's orientation, unquantized.
+
+    Attributes:
+        w1: float ``[E, H, 2I]``, ``x @ w1``; columns ``[0, I)`` are cam's ``act`` (SiLU'd; HF ``gate_proj``),
+            ``[I, 2I)`` cam's ``gate`` (the multiplier; HF ``up_proj``).
+        w2: float ``[E, I, H]``, ``s @ w2`` (HF ``down_proj`` transposed).
+    """
+
+    w1: torch.Tensor
+    w2: torch.Tensor
+
+    def __post_init__(self):
+        for name in ("w1", "w2"):
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 3:
+                raise TypeError(f"ExpertFFN: {name} must be a floating-point 3-D tensor, got "
+                                f"{type(t).__name__ if not isinstance(t, torch.Tensor) else (t.dtype, tuple(t.shape))}")
+        e, h, two_i = self.w1.shape
+        if two_i % 2:
+            raise ValueError(f"ExpertFFN: w1 must be [E, H, 2I] with an even last dim, got {tuple(self.w1.shape)}")
+        if tuple(self.w2.shape) != (e, two_i // 2, h):
+            raise ValueError(f"ExpertFFN: w2 must be [E, I, H] = [{e}, {two_i // 2}, {h}] to match w1 "
+                             f"{tuple(self.w1.shape)}, got {tuple(self.w2.shape)}")
+
+    @property
+    def num_experts(self) -> int:
+        return self.w1.shape[0]
+
+    @property
+    def hidden(self) -> int:
+        return self.w1.shape[1]
+
+    @property
+    def intermediate(self) -> int:
+        return self.w2.shape[1]
+
+    def reference(self, x: torch.Tensor, expert: int) -> torch.Tensor:
+        """``silu(x @ act) * (x @ gate) @ w2`` of one expert in fp32: the unquantized expert, for checks."""
+        i = self.intermediate
+        c = x.float() @ self.w1[expert].float()
+        return (torch.nn.functional.silu(c[:, :i]) * c[:, i:]) @ self.w2[expert].float()
+
+
+def _shape_error(who: str, name: str, t: torch.Tensor, want: str) -> ValueError:
+    return ValueError(f"{who}: {name} must be {want}, got shape {tuple(t.shape)}")
+
+
+def _check_3d(who: str, name: str, t, want: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{who}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(f"{who}: {name} must be floating point (unquantized), got {t.dtype}")
+    if t.dim() != 3:
+        raise _shape_error(who, name, t, want)
+
+
+def _check_dims(who: str, hidden: Optional[int], intermediate: Optional[int], h: int, i: int) -> None:
+    if hidden is not None and hidden != h:
+        raise ValueError(f"{who}: the weights give hidden size {h}, hidden_size says {hidden}")
+    if intermediate is not None and intermediate != i:
+        raise ValueError(f"{who}: the weights give intermediate size {i}, intermediate_size says {intermediate}")
+
+
+def from_hf_experts(gate_up_proj: torch.Tensor, down_proj: torch.Tensor, *, is_transposed: bool = False,
+                    is_concatenated: bool = True, hidden_size: Optional[int] = None,
+                    intermediate_size: Optional[int] = None) -> ExpertFFN:
+    """transformers' fused experts (``<model>Experts`` with ``use_experts_implementation``) of one layer.
+
+    Args:
+        gate_up_proj: ``[E, 2I, H]`` (nn.Linear orientation), or ``[E, H, 2I]`` when ``is_transposed``.
+        down_proj: ``[E, H, I]``, or ``[E, I, H]`` when ``is_transposed``.
+        is_transposed / is_concatenated: the module's flags of the same names (transformers'
+            ``use_experts_implementation``): concatenated is ``[gate; up]`` along 2I, interleaved is
+            ``gate0, up0, gate1, up1, ...``.
+        hidden_size / intermediate_size: checked against the weights when given (the model config's
+            ``hidden_size`` and ``moe_intermediate_size``).
+    """
+    who = "from_hf_experts"
+    for name, v in (("is_transposed", is_transposed), ("is_concatenated", is_concatenated)):
+        if not isinstance(v, bool):
+            raise TypeError(f"{who}: {name} must be a bool, got {v!r}")
+    want_gu = "[E, H, 2I]" if is_transposed else "[E, 2I, H]"
+    want_d = "[E, I, H]" if is_transposed else "[E, H, I]"
+    _check_3d(who, "gate_up_proj", gate_up_proj, want_gu)
+    _check_3d(who, "down_proj", down_proj, want_d)
+    gu = gate_up_proj if is_transposed else gate_up_proj.transpose(1, 2)  # -> [E, H, 2I]
+    down = down_proj if is_transposed else down_proj.transpose(1, 2)      # -> [E, I, H]
+    e, h, two_i = gu.shape
+    if two_i % 2:
+        raise _shape_error(who, "gate_up_proj", gate_up_proj, f"{want_gu} (an even 2I)")
+    i = two_i // 2
+    if tuple(down.shape) != (e, i, h):
+        raise _shape_error(who, "down_proj", down_proj, f"{want_d} = " + (
+            f"[{e}, {i}, {h}]" if is_transposed else f"[{e}, {h}, {i}]") + " to match gate_up_proj")
+    _check_dims(who, hidden_size, intermediate_size, h, i)
+    if is_concatenated:
+        w1 = gu
+    else:
+        w1 = torch.cat([gu[..., 0::2], gu[..., 1::2]], dim=-1)
+    return ExpertFFN(w1.contiguous(), down.contiguous())
+
+
+def from_hf_per_expert(gate_proj: Sequence[torch.Tensor], up_proj: Sequence[torch.Tensor],
+                       down_proj: Sequence[torch.Tensor], *, hidden_size: Optional[int] = None,
+                       intermediate_size: Optional[int] = None) -> ExpertFFN:
+    """The per-expert layout (an ``nn.ModuleList`` of MLPs, older transformers and many checkpoints): one
+    ``gate_proj.weight [I, H]``, ``up_proj.weight [I, H]`` and ``down_proj.weight [H, I]`` per expert."""
+    who = "from_hf_per_expert"
+    gate_proj, up_proj, down_proj = list(gate_proj), list(up_proj), list(down_proj)
+    if not gate_proj or not (len(gate_proj) == len(up_proj) == len(down_proj)):
+        raise ValueError(f"{who}: gate_proj, up_proj and down_proj must hold one weight per expert each, got "
+                         f"{len(gate_proj)}, {len(up_proj)}, {len(down_proj)}")
+    g, u, d = torch.stack(gate_proj), torch.stack(up_proj), torch.stack(down_proj)
+    for name, t, want in (("gate_proj", g, "[I, H]"), ("up_proj", u, "[I, H]"), ("down_proj", d, "[H, I]")):
+        _check_3d(who, name, t, f"one {want} per expert")
+    if g.shape != u.shape:
+        raise ValueError(f"{who}: gate_proj {tuple(g.shape[1:])} and up_proj {tuple(u.shape[1:])} differ")
+    return from_hf_experts(torch.cat([g, u], dim=1), d, hidden_size=hidden_size,
+                           intermediate_size=intermediate_size)
+
+
+def from_vllm(w13: torch.Tensor, w2: torch.Tensor, *, hidden_size: Optional[int] = None,
+              intermediate_size: Optional[int] = None) -> ExpertFFN:
+    """vLLM's fused-MoE parameters ``w13_weight [E, 2I, H]`` (``[w1 = gate_proj; w3 = up_proj]``, the first half
+    SiLU'd by ``silu_and_mul``) and ``w2_weight [E, H, I]``: HF's concatenated layout under other names."""
+    return from_hf_experts(w13, w2, hidden_size=hidden_size, intermediate_size=intermediate_size)
+
+
+# ----------------------------------------------------------------------------- what the kernels compute
+
+_ACTIVATIONS = ("silu", "swish")
+
+
+def check_supported_config(config, *, who: str = "cam") -> None:
+    """Refuses, by name, a model config whose routed experts cam's W1/W2 do not compute: an activation other than
+    SiLU, a clamped SwiGLU (``swiglu_limit``), GPT-OSS's activation, expert biases."""
+    model_type = getattr(config, "model_type", None)
+    if model_type == "gpt_oss":
+        raise UnsupportedModelError(
+            f"{who}: GPT-OSS experts are not supported: their activation (interleaved halves, clamped, "
+            f"(up + 1) * gate * sigmoid(1.702 * gate)) and their expert biases are not what cam's W1 computes")
+    limit = getattr(config, "swiglu_limit", None)
+    if limit not in (None, 0, 0.0):
+        raise UnsupportedModelError(f"{who}: swiglu_limit = {limit!r} (a clamped SwiGLU) is not supported: cam's W1 "
+                                    "computes silu(act) * gate without a clamp")
+    act = getattr(config, "hidden_act", "silu")
+    if act not in _ACTIVATIONS:
+        raise UnsupportedModelError(f"{who}: hidden_act = {act!r} is not supported: cam's W1 computes SwiGLU "
+                                    f"(silu)")
+
+
+def from_hf_module(experts: torch.nn.Module) -> ExpertFFN:
+    """One transformers experts module (``gate_up_proj`` / ``down_proj`` parameters and the flags
+    ``use_experts_implementation`` sets on it); refuses what the kernels do not compute, by name."""
+    who = "from_hf_module"
+    config = getattr(experts, "config", None)
+    if config is not None:
+        check_supported_config(config, who=who)
+    if getattr(experts, "has_bias", False):
+        raise UnsupportedModelError(f"{who}: {type(experts).__name__} has expert biases (has_bias): not supported")
+    if not getattr(experts, "has_gate", True):
+        raise UnsupportedModelError(f"{who}: {type(experts).__name__} has ungated experts (has_gate = False): not "
+                                    "supported, cam's W1 is a gated SwiGLU")
+    gate_fn = getattr(type(experts), "_apply_gate", None)
+    if gate_fn is not None and getattr(gate_fn, "__qualname__", None) != "_default_apply_gate":
+        # transformers' use_experts_implementation installs _default_apply_gate (act(gate) * up of the halves)
+        # unless the class has its own, as GPT-OSS's clamped, biased gating.
+        raise UnsupportedModelError(f"{who}: {type(experts).__name__} defines its own gating (_apply_gate): not "
+                                    "supported")
+    if not hasattr(experts, "gate_up_proj") or not hasattr(experts, "down_proj"):
+        raise TypeError(f"{who}: {type(experts).__name__} has no gate_up_proj / down_proj parameters")
+    return from_hf_experts(experts.gate_up_proj.detach(), experts.down_proj.detach(),
+                           is_transposed=bool(getattr(experts, "is_transposed", False)),
+                           is_concatenated=bool(getattr(experts, "is_concatenated", True)))
+
+
+_PER_EXPERT_KEY = re.compile(r"(\d+)\.(gate_proj|up_proj|down_proj)\.weight")
+
+
+def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, is_transposed: bool = False,
+                       is_concatenated: bool = True, hidden_size: Optional[int] = None,
+                       intermediate_size: Optional[int] = None) -> ExpertFFN:
+    """One layer's experts from a checkpoint's tensors under ``prefix`` (e.g. ``"model.layers.3.mlp.experts."``):
+    the fused ``gate_up_proj`` / ``down_proj`` keys, or the per-expert ``<n>.gate_proj.weight`` ... keys."""
+    who = "from_hf_state_dict"
+    if not prefix.endswith("."):
+        prefix += "."
+    fused = (prefix + "gate_up_proj", prefix + "down_proj")
+    if fused[0] in state_dict or fused[1] in state_dict:
+        missing = [k for k in fused if k not in state_dict]
+        if missing:
+            raise KeyError(f"{who}: {missing[0]!r} missing from the checkpoint")
+        bias = [k for k in (prefix + "gate_up_proj_bias", prefix + "down_proj_bias") if k in state_dict]
+        if bias:
+            raise UnsupportedModelError(f"{who}: {bias[0]!r}: expert biases are not supported")
+        return from_hf_experts(state_dict[fused[0]], state_dict[fused[1]], is_transposed=is_transposed,
+                               is_concatenated=is_concatenated, hidden_size=hidden_size,
+                               intermediate_size=intermediate_size)
+    per: Dict[str, Dict[int, torch.Tensor]] = {"gate_proj": {}, "up_proj": {}, "down_proj": {}}
+    for key, value in state_dict.items():
+        if key.startswith(prefix):
+            m = _PER_EXPERT_KEY.fullmatch(key[len(prefix):])
+            if m:
+                per[m.group(2)][int(m.group(1))] = value
+    if not per["gate_proj"]:
+        raise KeyError(f"{who}: no experts under {prefix!r} (neither {fused[0]!r} nor {prefix}0.gate_proj.weight)")
+    n = len(per["gate_proj"])
+    for name, found in per.items():
+        if sorted(found) != list(range(n)):
+            raise KeyError(f"{who}: {prefix}<n>.{name}.weight must exist for experts 0..{n - 1}, found "
+                           f"{sorted(found)}")
+    return from_hf_per_expert([per["gate_proj"][e] for e in range(n)], [per["up_proj"][e] for e in range(n)],
+                              [per["down_proj"][e] for e in range(n)], hidden_size=hidden_size,
+                              intermediate_size=intermediate_size)
+
+
+# ----------------------------------------------------------------------------- quantization
+
+
+def quantize_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel int8 of a ``[E, K, N]`` weight in ``x @ W`` orientation.
+
+    For each expert ``e`` and output column ``n``, in fp32: ``amax = max_k |w[e, k, n]|``, ``scale = amax / 127``,
+    ``q = clamp(round_half_even(w / scale), -127, 127)``; a column of zeros gets ``scale = 0`` and ``q = 0``.
+    ``q * scale`` (:func:`dequantize_weight`) is within ``scale / 2`` of ``w`` element-wise.
+
+    Returns:
+        ``(q int8 [E, K, N], scale fp32 [E, N])``, the ``weights`` / ``scales`` of :class:`cam.LayerWeights`.
+    """
+    if not isinstance(weight, torch.Tensor) or not weight.is_floating_point():
+        raise TypeError("quantize_weight: weight must be a floating-point torch.Tensor")
+    if weight.dim() != 3:
+        raise ValueError(f"quantize_weight: weight must be [E, K, N], got shape {tuple(weight.shape)}")
+    w = weight.detach().to(torch.float32)
+    if not torch.isfinite(w).all():
+        raise ValueError("quantize_weight: weight holds inf or nan")
+    amax = w.abs().amax(dim=1)
+    scale = amax / 127.0
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(w / safe[:, None, :]).clamp_(-127, 127)  # torch.round: half to even
+    q = torch.where(scale[:, None, :] > 0, q, torch.zeros_like(q)).to(torch.int8)
+    return q, scale.contiguous()
+
+
+def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``q * scale`` in fp32: what the kernels' int8 weights stand for."""
+    if q.dtype != torch.int8 or q.dim() != 3:
+        raise TypeError(f"dequantize_weight: q must be int8 [E, K, N], got {q.dtype} {tuple(q.shape)}")
+    if scale.dtype != torch.float32 or tuple(scale.shape) != (q.shape[0], q.shape[2]):
+        raise ValueError(f"dequantize_weight: scale must be fp32 [{q.shape[0]}, {q.shape[2]}], got {scale.dtype} "
+                         f"{tuple(scale.shape)}")
+    return q.to(torch.float32) * scale[:, None, :]
+
+
+def dequantized(layer: ExpertFFN) -> ExpertFFN:
+    """``layer`` with both weights replaced by their dequantized int8 values (what cam computes with), for a native
+    run that differs from cam's only in the activations' quantization."""
+    return ExpertFFN(dequantize_weight(*quantize_weight(layer.w1)), dequantize_weight(*quantize_weight(layer.w2)))
+
+
+def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None) -> Tuple[LayerWeights, LayerWeights]:
+    """The W1 and W2 :class:`cam.LayerWeights` of experts ``experts`` (default: all) of every layer in ``layers``
+    (MoE layer ``j`` is ``layers[j]``, the work item's layer index), quantized with :func:`quantize_weight`.
+
+    An FFN rank ``A + f`` of a topology with ``R`` experts per rank passes ``range(f * R, (f + 1) * R)``."""
+    layers = list(layers)
+    if not layers or not all(isinstance(x, ExpertFFN) for x in layers):
+        raise TypeError("layer_weights: layers must be a non-empty sequence of cam.convert.ExpertFFN")
+    first = layers[0]
+    for j, x in enumerate(layers):
+        if x.w1.shape != first.w1.shape:
+            raise ValueError(f"layer_weights: layers[{j}] has w1 {tuple(x.w1.shape)}, layers[0] "
+                             f"{tuple(first.w1.shape)}")
+    if experts is None:
+        experts = range(first.num_experts)
+    if not isinstance(experts, range) or experts.step != 1 or len(experts) < 1 or experts.start < 0 \
+            or experts.stop > first.num_experts:
+        raise ValueError(f"layer_weights: experts must be a non-empty range(start, stop) inside [0, "
+                         f"{first.num_experts}), got {experts!r}")
+    sl = slice(experts.start, experts.stop)
+    w1q: List[torch.Tensor] = []
+    w1s: List[torch.Tensor] = []
+    w2q: List[torch.Tensor] = []
+    w2s: List[torch.Tensor] = []
+    for x in layers:
+        q, s = quantize_weight(x.w1[sl])
+        w1q.append(q)
+        w1s.append(s)
+        q, s = quantize_weight(x.w2[sl])
+        w2q.append(q)
+        w2s.append(s)
+    return LayerWeights(w1q, w1s), LayerWeights(w2q, w2s)
+
+
+# ----------------------------------------------------------------------------- checkpoint directories
+
+_LAYER_EXPERTS = re.compile(r"(.*\.layers\.(\d+)\.mlp\.experts\.)")
+
+
+def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
+    """The routed experts of every MoE layer of a transformers checkpoint directory (``config.json`` and
+    ``*.safetensors``), in layer order: MoE layer ``j`` is the ``j``-th decoder layer that has experts (the
+    work item's layer index). Refuses, by name, what the kernels do not compute (:func:`check_supported_config`).
+
+    Returns:
+        ``(layers, info)`` with ``info = {"model_type", "layers": decoder layer ids, "top_k"}``.
+    """
+    import json
+    import os
+    import types
+
+    from safetensors.torch import load_file
+
+    path = os.path.join(directory, "config.json")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except OSError as e:
+        raise ValueError(f"load_checkpoint_experts: cannot read {path}: {e}") from None
+    if "text_config" in config and "num_experts_per_tok" not in config:
+        config = config["text_config"]
+    check_supported_config(types.SimpleNamespace(**config), who="load_checkpoint_experts")
+    top_k = config.get("num_experts_per_tok")
+    if not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"load_checkpoint_experts: {path} has no num_experts_per_tok")
+    tensors: Dict[str, torch.Tensor] = {}
+    for name in _safetensors_files(directory):
+        tensors.update(load_file(name))
+    prefixes = _expert_prefixes(tensors, directory)
+    layer_ids = sorted(prefixes)
+    layers = [from_hf_state_dict(tensors, prefixes[i], hidden_size=config.get("hidden_size"),
+                                 intermediate_size=config.get("moe_intermediate_size")) for i in layer_ids]
+    return layers, {"model_type": config.get("model_type"), "layers": layer_ids, "top_k": top_k}
+
+
+def _safetensors_files(directory: str) -> List[str]:
+    import glob
+    import os
+
+    files = sorted(glob.glob(os.path.join(directory, "*.safetensors")))
+    if not files:
+        raise ValueError(f"cam.convert: no *.safetensors in {directory}")
+    return files
+
+
+def _expert_prefixes(keys, directory: str) -> Dict[int, str]:
+    """``{decoder layer id: "<...>.layers.<n>.mlp.experts."}`` of every layer with routed experts."""
+    prefixes = {}
+    for key in keys:
+        m = _LAYER_EXPERTS.match(key)
+        if m:
+            prefixes[int(m.group(2))] = m.group(1)
+    if not prefixes:
+        raise ValueError(f"cam.convert: no routed experts (<...>.layers.<n>.mlp.experts.*) in {directory}")
+    return prefixes
+
+
+def checkpoint_moe_layers(directory: str) -> List[int]:
+    """The decoder layer ids with routed experts in a checkpoint directory, in order (MoE layer ``j`` is the
+    ``j``-th), read from the safetensors headers without loading a weight."""
+    from safetensors import safe_open
+
+    keys: List[str] = []
+    for name in _safetensors_files(directory):
+        with safe_open(name, framework="pt") as f:
+            keys.extend(f.keys())
+    return sorted(_expert_prefixes(keys, directory))

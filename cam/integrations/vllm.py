@@ -1,0 +1,173 @@
+"""cam's vLLM general plugin (docs/integrations.md §4): the routed experts of every MoE layer of a vLLM model go over
+cam's data plane to ``cam-ffn`` processes; vLLM's router stays vLLM's.
+
+vLLM loads it in every one of its processes through the ``vllm.general_plugins`` entry point (pyproject.toml).
+It does nothing unless ``$CAM_VLLM_CONFIG`` is set, so installing cam never changes a vLLM that does not ask for
+it. ``$CAM_VLLM_CONFIG`` is a JSON object: ``rank`` (this engine's Attention rank, one engine per replica, ``P``
+= 1), ``replicas`` (D), ``ffn_ranks`` (F), ``max_tokens`` (Bmax: at least the engine's
+``max_num_batched_tokens`` is best; longer forwards go as several rounds), and optionally ``master_addr``,
+``master_port``, ``group``, ``timeout_s``, ``idle_poll_s``, ``slots``, and ``store_client`` (true: the store is
+hosted by a launcher that outlives every rank, as it should; else Attention rank 0's engine hosts it). The run secret is ``$CAM_RUN_SECRET`` as for
+every rank. E, K, H and the MoE layers come from the model's checkpoint directory.
+
+Then the plugin replaces vLLM's unquantized fused-MoE method (``CustomOp.register_oot`` of
+``UnquantizedFusedMoEMethod``) with one whose ``apply`` dispatches the routed tokens with vLLM's top-k ids and
+weights, runs the layer's shared experts here while the routed work is remote, and combines. It refuses, naming
+them, what cam's kernels do not compute: an activation other than SiLU, expert biases, ``swiglu_limit``, router
+weights applied on the input, expert parallelism inside the engine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+from typing import Optional
+
+CONFIG_ENV = "CAM_VLLM_CONFIG"
+
+__all__ = ["CONFIG_ENV", "register", "shutdown"]
+
+log = logging.getLogger("cam.vllm")
+
+_state = {"registered": False, "plane": None, "layers": None}
+_lock = threading.Lock()
+
+
+def _config() -> Optional[dict]:
+    text = os.environ.get(CONFIG_ENV)
+    if not text:
+        return None
+    try:
+        cfg = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"${CONFIG_ENV} is not JSON: {e}") from None
+    for name in ("rank", "replicas", "ffn_ranks", "max_tokens"):
+        if not isinstance(cfg.get(name), int) or isinstance(cfg.get(name), bool):
+            raise ValueError(f"${CONFIG_ENV}: {name!r} must be an int, got {cfg.get(name)!r}")
+    return cfg
+
+
+def _plane(model_dir: str):
+    """This engine's Attention rank on the plane, joined at the first MoE call (collective with the FFN ranks)."""
+    with _lock:
+        if _state["plane"] is not None:
+            return _state["plane"], _state["layers"]
+        import torch
+
+        from .. import convert
+        from ..connector import AsyncAFDConnector, ConnectorConfig
+        from ..topology import Topology
+        from .plane import AttentionPlane
+
+        cfg = _config()
+        with open(os.path.join(model_dir, "config.json")) as f:
+            model = json.load(f)
+        if "text_config" in model and "num_experts_per_tok" not in model:
+            model = model["text_config"]
+        layers = convert.checkpoint_moe_layers(model_dir)
+        experts = model.get("n_routed_experts", model.get("num_experts", model.get("num_local_experts")))
+        topo = Topology(D=cfg["replicas"], P=1, F=cfg["ffn_ranks"], E=int(experts), K=int(model["num_experts_per_tok"]),
+                        H=int(model["hidden_size"]), Bmax=cfg["max_tokens"], L=len(layers), slots=cfg.get("slots", 2))
+        connector_cfg = ConnectorConfig(topology=topo, master_addr=cfg.get("master_addr", "127.0.0.1"),
+                                        master_port=int(cfg.get("master_port", 29555)), dtype=torch.bfloat16,
+                                        timeout_s=float(cfg.get("timeout_s", 300.0)),
+                                        idle_poll_s=float(cfg.get("idle_poll_s", 0.05)), group=cfg.get("group", "afd"))
+        connector = AsyncAFDConnector(cfg["rank"], "attention", connector_cfg)
+        store = None
+        if cfg.get("store_client"):
+            # A launcher hosts the store and outlives every rank; else rank 0's engine hosts it, and its exit would
+            # cut the FFN ranks' last reads of the serving messages.
+            from datetime import timedelta
+
+            store = torch.distributed.TCPStore(connector_cfg.master_addr, connector_cfg.master_port, None,
+                                               is_master=False, timeout=timedelta(seconds=connector_cfg.timeout_s),
+                                               wait_for_workers=False)
+        connector.init_afd_connector(store)
+        plane = AttentionPlane(connector)
+        _state.update(plane=plane, layers={decoder: j for j, decoder in enumerate(layers)})
+        log.info("cam: vLLM engine is Attention rank %d of %s; MoE layers %s", cfg["rank"], topo, layers)
+        atexit.register(shutdown)
+        return plane, _state["layers"]
+
+
+def shutdown() -> None:
+    """Tells the FFN ranks this engine sends no more rounds (``finish``) and leaves the plane. Idempotent; also
+    registered with atexit once the plane is joined."""
+    with _lock:
+        plane = _state["plane"]
+        _state["plane"] = None
+    if plane is None:
+        return
+    try:
+        plane.connector.finish()
+    finally:
+        plane.connector.close()
+
+
+def _refuse(layer, moe) -> None:
+    from ..convert import UnsupportedModelError
+
+    name = getattr(layer, "layer_name", type(layer).__name__)
+    activation = str(getattr(layer, "activation", "silu")).lower()
+    if "silu" not in activation or "oai" in activation:
+        raise UnsupportedModelError(f"cam vLLM plugin: {name}: activation {activation!r} is not supported (SwiGLU)")
+    if getattr(moe, "has_bias", False):
+        raise UnsupportedModelError(f"cam vLLM plugin: {name}: expert biases are not supported")
+    if getattr(layer, "swiglu_limit", None) not in (None, 0, 0.0):
+        raise UnsupportedModelError(f"cam vLLM plugin: {name}: swiglu_limit = {layer.swiglu_limit!r} is not supported")
+    if getattr(layer, "apply_router_weight_on_input", False):
+        raise UnsupportedModelError(f"cam vLLM plugin: {name}: apply_router_weight_on_input is not supported")
+    if getattr(layer, "expert_map", None) is not None:
+        raise UnsupportedModelError(f"cam vLLM plugin: {name}: expert parallelism inside the engine is not "
+                                    "supported (the experts live on the cam-ffn ranks)")
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point. A no-op without ``$CAM_VLLM_CONFIG``."""
+    if _state["registered"] or _config() is None:
+        return
+    import torch
+    from vllm.config import get_current_vllm_config
+    from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
+    from vllm.model_executor.layers.fused_moe.runner.shared_experts import SharedExpertsOrder
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+    from vllm.model_executor.models.utils import extract_layer_index
+
+    class CamFusedMoEMethod(UnquantizedFusedMoEMethod):
+        """vLLM's unquantized MoE method with the routed experts on cam's data plane."""
+
+        def __init__(self, moe):
+            super().__init__(moe)
+            self._model_dir = get_current_vllm_config().model_config.model
+
+        @property
+        def is_monolithic(self) -> bool:
+            return False  # vLLM's router selects the experts; apply() gets its top-k ids and weights
+
+        @property
+        def mk_can_overlap_shared_experts(self) -> bool:
+            return True  # apply() runs the shared experts between dispatch and combine
+
+        def process_weights_after_loading(self, layer) -> None:
+            # No local expert kernel: the weights are served by cam-ffn from the checkpoint.
+            FusedMoEMethodBase.process_weights_after_loading(self, layer)
+
+        def apply(self, layer, x, topk_weights, topk_ids, shared_experts, shared_experts_input):
+            _refuse(layer, self.moe)
+            plane, layers = _plane(self._model_dir)
+            decoder = extract_layer_index(layer.layer_name)
+            if decoder not in layers:
+                raise ValueError(f"cam vLLM plugin: {layer.layer_name} (decoder layer {decoder}) has no experts in "
+                                 f"the checkpoint (MoE layers {sorted(layers)})")
+            moe_layer = layers[decoder]
+            plane.dispatch(x, topk_ids.to(torch.int32), topk_weights.to(torch.float32), moe_layer)
+            if shared_experts is not None:
+                shared_experts(shared_experts_input, SharedExpertsOrder.MK_INTERNAL_OVERLAPPED)
+            return plane.combine(moe_layer).to(x.dtype)
+
+    UnquantizedFusedMoEMethod.register_oot(CamFusedMoEMethod)
+    _state["registered"] = True
+    log.info("cam: vLLM's unquantized fused-MoE method replaced by cam's data plane")

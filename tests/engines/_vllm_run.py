@@ -1,0 +1,45 @@
+"""One vLLM engine in its own process (the engine tier's Attention replica, or the native reference): greedy first
+token and the prompt's top-2 log-probabilities at every position, as JSON. With $CAM_VLLM_CONFIG set, cam's plugin
+sends the routed experts over the data plane (cam/integrations/vllm.py).
+
+    python _vllm_run.py CHECKPOINT PROMPTS.json OUT.json MAX_TOKENS
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: one process per replica
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def main(checkpoint, prompts_path, out_path, max_tokens):
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    with open(prompts_path) as f:
+        prompts = json.load(f)
+    llm = LLM(model=checkpoint, skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", seed=0,
+              distributed_executor_backend="uni", max_model_len=int(max_tokens), max_num_batched_tokens=int(max_tokens),
+              max_num_seqs=len(prompts))
+    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=2, logprobs=2, detokenize=False)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+    result = []
+    for o in outs:
+        first = o.outputs[0]
+        result.append({
+            "first": first.token_ids[0],
+            "first_logprobs": {str(k): v.logprob for k, v in first.logprobs[0].items()},
+            "prompt": [None if pos is None else {str(k): v.logprob for k, v in pos.items()}
+                       for pos in o.prompt_logprobs],
+        })
+    if os.environ.get("CAM_VLLM_CONFIG"):
+        from cam.integrations import vllm as cam_vllm
+
+        cam_vllm.shutdown()
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

@@ -1,0 +1,215 @@
+"""cam.convert: engine expert layouts to cam's orientation, and the int8 weight quantizer, against goldens written
+here from the engines' own formulas (F.linear over nn.Linear-oriented weights) and numpy's rounding."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cam
+from cam import convert
+
+# The W8A8 bound of docs/numerics.md ("W8A8 against the float model"): relative Frobenius error of a routed output.
+W8A8_REL_BOUND = 0.05
+
+
+def _hf_weights(e=4, h=64, i=32, seed=0):
+    """HF's per-expert nn.Linear weights, std 1/sqrt(fan_in). h = 2i by default: the ambiguous shape."""
+    g = torch.Generator().manual_seed(seed)
+    gate = torch.randn(e, i, h, generator=g) / h ** 0.5
+    up = torch.randn(e, i, h, generator=g) / h ** 0.5
+    down = torch.randn(e, h, i, generator=g) / i ** 0.5
+    return gate, up, down
+
+
+def _hf_expert(x, gate, up, down, expert):
+    """HF's expert MLP: down(silu(gate(x)) * up(x)), nn.Linear weights."""
+    return F.linear(F.silu(F.linear(x, gate[expert])) * F.linear(x, up[expert]), down[expert])
+
+
+def _rel(got, want):
+    return float((got.float() - want.float()).norm() / want.float().norm())
+
+
+def test_quantize_weight_recipe_matches_numpy():
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(3, 40, 24, generator=g)
+    w[1, :, 5] = 0.0  # a zero column: scale 0, q 0
+    # A tie: with amax 127 the scale is 1 and 2.5 must round to 2, -3.5 to -4 (half to even).
+    w[2, :, 7] = 0.0
+    w[2, 0, 7], w[2, 1, 7], w[2, 2, 7] = 127.0, 2.5, -3.5
+    q, s = convert.quantize_weight(w)
+    wn = w.numpy().astype(np.float32)
+    amax = np.abs(wn).max(axis=1)
+    scale = (amax / np.float32(127.0)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        qn = np.clip(np.rint(wn / scale[:, None, :]), -127, 127)
+    qn = np.where(scale[:, None, :] > 0, qn, 0).astype(np.int8)
+    assert s.dtype == torch.float32 and q.dtype == torch.int8
+    np.testing.assert_array_equal(s.numpy(), scale)
+    np.testing.assert_array_equal(q.numpy(), qn)
+    assert int(q[2, 1, 7]) == 2 and int(q[2, 2, 7]) == -4 and float(s[1, 5]) == 0.0
+    deq = convert.dequantize_weight(q, s)
+    assert float(((deq - w).abs() - s[:, None, :] / 2).max()) <= 1e-6  # within half a step
+
+
+def test_quantize_weight_refuses_bad_input():
+    with pytest.raises(TypeError, match="weight"):
+        convert.quantize_weight(torch.zeros(2, 3, 4, dtype=torch.int8))
+    with pytest.raises(ValueError, match=r"\[E, K, N\]"):
+        convert.quantize_weight(torch.zeros(3, 4))
+    with pytest.raises(ValueError, match="inf or nan"):
+        convert.quantize_weight(torch.full((1, 2, 2), float("nan")))
+
+
+def test_every_layout_gives_the_same_experts():
+    gate, up, down = _hf_weights(h=48, i=16)
+    fused = convert.from_hf_experts(torch.cat([gate, up], 1), down)
+    per = convert.from_hf_per_expert(list(gate), list(up), list(down))
+    vllm = convert.from_vllm(torch.cat([gate, up], 1), down)
+    transposed = convert.from_hf_experts(torch.cat([gate, up], 1).transpose(1, 2), down.transpose(1, 2),
+                                         is_transposed=True)
+    inter = torch.stack([gate, up], dim=2).reshape(gate.shape[0], -1, gate.shape[2])  # g0, u0, g1, u1, ...
+    interleaved = convert.from_hf_experts(inter, down, is_concatenated=False)
+    for other in (per, vllm, transposed, interleaved):
+        assert torch.equal(other.w1, fused.w1) and torch.equal(other.w2, fused.w2)
+    x = torch.randn(5, 48)
+    for e in range(4):
+        torch.testing.assert_close(fused.reference(x, e), _hf_expert(x, gate, up, down, e), rtol=1e-5, atol=1e-5)
+
+
+def test_state_dict_fused_and_per_expert():
+    gate, up, down = _hf_weights()
+    p = "model.layers.1.mlp.experts."
+    fused = {p + "gate_up_proj": torch.cat([gate, up], 1), p + "down_proj": down}
+    per = {f"{p}{e}.{n}.weight": t[e] for e in range(4) for n, t in
+           (("gate_proj", gate), ("up_proj", up), ("down_proj", down))}
+    a = convert.from_hf_state_dict(fused, p, hidden_size=64, intermediate_size=32)
+    b = convert.from_hf_state_dict(per, p)
+    assert torch.equal(a.w1, b.w1) and torch.equal(a.w2, b.w2)
+    with pytest.raises(KeyError, match="experts 0..3"):
+        convert.from_hf_state_dict({k: v for k, v in per.items() if not k.startswith(p + "2.up")}, p)
+    with pytest.raises(ValueError, match="intermediate_size says 64"):
+        convert.from_hf_state_dict(fused, p, intermediate_size=64)
+    with pytest.raises(convert.UnsupportedModelError, match="bias"):
+        convert.from_hf_state_dict({**fused, p + "down_proj_bias": torch.zeros(4, 64)}, p)
+
+
+def test_shape_errors_name_the_argument():
+    gate, up, down = _hf_weights(h=48, i=16)
+    with pytest.raises(ValueError, match="down_proj"):
+        convert.from_hf_experts(torch.cat([gate, up], 1), down.transpose(1, 2))
+    with pytest.raises(ValueError, match="gate_up_proj"):
+        convert.from_hf_experts(torch.cat([gate, up], 1)[:, :-1], down)
+    with pytest.raises(TypeError, match="is_transposed"):
+        convert.from_hf_experts(torch.cat([gate, up], 1), down, is_transposed=1)
+
+
+class _Cfg:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+@pytest.mark.parametrize("cfg, name", [
+    (_Cfg(model_type="deepseek_v4", swiglu_limit=10.0, hidden_act="silu"), "swiglu_limit"),
+    (_Cfg(model_type="gpt_oss", hidden_act="silu"), "GPT-OSS"),
+    (_Cfg(model_type="x", hidden_act="gelu"), "hidden_act"),
+])
+def test_unsupported_configs_refused_by_name(cfg, name):
+    with pytest.raises(convert.UnsupportedModelError, match=name):
+        convert.check_supported_config(cfg)
+    convert.check_supported_config(_Cfg(model_type="qwen3_moe", hidden_act="silu", swiglu_limit=None))
+
+
+def test_biased_module_refused():
+    m = torch.nn.Module()
+    m.gate_up_proj = torch.nn.Parameter(torch.zeros(2, 8, 4))
+    m.down_proj = torch.nn.Parameter(torch.zeros(2, 4, 4))
+    m.has_bias = True
+    with pytest.raises(convert.UnsupportedModelError, match="bias"):
+        convert.from_hf_module(m)
+
+
+# ----------------------------------------------------------------------------- through cam's numerics
+
+def _cam_expert_out(w1, w2, x, layer, expert):
+    """Rows ``x`` (all for local expert ``expert``) through cam.reference's W1 and W2 at ``layer``."""
+    q, scale = cam.reference.dynamic_quant(x.to(torch.bfloat16))
+    counts = torch.zeros(w1.num_experts, dtype=torch.int64)
+    counts[expert] = x.shape[0]
+    idx = torch.tensor([layer], dtype=torch.int64)
+    w1q = [cam.reference.unpack_nz_reference(w, w1.k, w1.n) for w in w1.weights]
+    w2q = [cam.reference.unpack_nz_reference(w, w2.k, w2.n) for w in w2.weights]
+    y, ys, _ = cam.reference.gmm_swiglu_quant_multi_layer(q, scale, w1q, list(w1.scales), counts, idx)
+    return cam.reference.gmm_multi_layer(y, ys, w2q, list(w2.scales), counts, idx)
+
+
+def _layers(n=2, **kw):
+    return [_hf_weights(seed=10 + j, **kw) for j in range(n)]
+
+
+def _errors(layers_hf, converted, *, layer_shift=0):
+    """Worst relative error over layers and experts of cam (reference numerics) against HF's float experts."""
+    w1, w2 = convert.layer_weights(converted)
+    x = torch.randn(16, layers_hf[0][0].shape[2], generator=torch.Generator().manual_seed(7))
+    worst = 0.0
+    for j, (gate, up, down) in enumerate(layers_hf):
+        for e in range(gate.shape[0]):
+            got = _cam_expert_out(w1, w2, x, (j + layer_shift) % len(layers_hf), e)
+            worst = max(worst, _rel(got, _hf_expert(x.to(torch.bfloat16).float(), gate, up, down, e)))
+    return worst
+
+
+def test_converted_weights_match_hf_within_the_w8a8_bound():
+    layers_hf = _layers()
+    converted = [convert.from_hf_experts(torch.cat([g, u], 1), d) for g, u, d in layers_hf]
+    assert _errors(layers_hf, converted) < W8A8_REL_BOUND
+
+
+def test_layer_weights_select_experts_of_one_rank():
+    converted = [convert.from_hf_experts(torch.cat([g, u], 1), d) for g, u, d in _layers()]
+    w1, w2 = convert.layer_weights(converted, range(2, 4))
+    w1_all, w2_all = convert.layer_weights(converted)
+    assert w1.num_experts == 2 and w1.num_layers == 2 and (w1.k, w1.n, w2.k, w2.n) == (64, 64, 32, 64)
+    assert torch.equal(w1.scales[1], w1_all.scales[1][2:4])
+    with pytest.raises(ValueError, match="experts must be"):
+        convert.layer_weights(converted, range(3, 5))
+
+
+# Negative cases at H = 2I, where every mistake below has valid shapes: each must show as a numerical mismatch far
+# above the W8A8 bound (the correct conversion of the same weights stays below it, test above).
+
+def test_swapped_swiglu_halves_mismatch():
+    layers_hf = _layers()
+    swapped = [convert.from_hf_experts(torch.cat([u, g], 1), d) for g, u, d in layers_hf]
+    assert _errors(layers_hf, swapped) > 4 * W8A8_REL_BOUND
+
+
+def test_untransposed_weight_mismatch():
+    layers_hf = _layers()
+    # The caller says "transposed" (GPT-OSS-style [E, H, 2I]) but hands gate_up in nn.Linear orientation: at
+    # H = 2I the shape is the same, so only the numbers can tell.
+    wrong = [convert.from_hf_experts(torch.cat([g, u], 1), d.transpose(1, 2), is_transposed=True)
+             for g, u, d in layers_hf]
+    assert _errors(layers_hf, wrong) > 4 * W8A8_REL_BOUND
+
+
+def test_layer_index_off_by_one_mismatch():
+    layers_hf = _layers()
+    converted = [convert.from_hf_experts(torch.cat([g, u], 1), d) for g, u, d in layers_hf]
+    assert _errors(layers_hf, converted, layer_shift=1) > 4 * W8A8_REL_BOUND
+
+
+def test_kernel_agrees_with_reference_on_converted_weights():
+    """The twin's W1/W2 on converted weights equal the reference path within docs/gmm.md's exp tolerance (one int8
+    level of y may move), so the bound above holds for the kernels too."""
+    converted = [convert.from_hf_experts(torch.cat([g, u], 1), d) for g, u, d in _layers(1)]
+    w1, w2 = convert.layer_weights(converted)
+    x = torch.randn(8, 64).to(torch.bfloat16)
+    q, scale = cam.ops.dynamic_quant(x)
+    counts = torch.tensor([3, 0, 5, 0], dtype=torch.int64)
+    idx = torch.zeros(1, dtype=torch.int64)
+    y, ys = cam.ops.gmm_swiglu_quant_multi_layer(q, scale, w1, counts, idx)
+    out = cam.ops.gmm_multi_layer(y, ys, w2, counts, idx)
+    want = torch.cat([_cam_expert_out(w1, w2, x[:3].float(), 0, 0), _cam_expert_out(w1, w2, x[3:].float(), 0, 2)])
+    assert _rel(out, want) < 0.01  # one y level of ~127 per row moved by an exp ulp: well under 1 %

@@ -1,0 +1,249 @@
+"""cam.serve_ffn and cam-ffn: FFN ranks served eagerly and by graph replay over an in-process plane (threads as
+ranks) return exactly what cam's ops compute in one process; the shutdown message stops every FFN rank within its
+idle poll; a forged one is refused by name; cam-ffn processes serve a checkpoint directory and exit cleanly."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+import cam
+from cam import convert
+from cam.connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, ConnectorConfig, post_shutdown
+from cam.integrations.plane import routed_local
+
+TIMEOUT_S = 60.0  # device waits and thread joins; a hung rank fails the test instead of blocking it
+E, K, H, I, L, B = 8, 2, 64, 32, 2, 10
+
+
+def _experts(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [convert.ExpertFFN(torch.randn(E, H, 2 * I, generator=g) / H ** 0.5,
+                              torch.randn(E, I, H, generator=g) / I ** 0.5) for _ in range(L)]
+
+
+class _World:
+    """Ranks as threads: D Attention connectors (returned to the caller) and F FFN ranks running serve_ffn."""
+
+    def __init__(self, group, *, D=1, F=2, graph=False, secret=None, idle_poll_s=0.01):
+        self.topo = cam.Topology(D=D, P=1, F=F, E=E, K=K, H=H, Bmax=B, L=L)
+        self.cfg = ConnectorConfig(topology=self.topo, timeout_s=TIMEOUT_S, idle_poll_s=idle_poll_s, group=group,
+                                   transport="in_process", secret=secret)
+        self.store = torch.distributed.HashStore()
+        self.layers = _experts()
+        self.graph = graph
+        self.results, self.errors, self.stopped_at = {}, {}, {}
+        self.ready = [threading.Event() for _ in range(F)]
+        self.ffn = [threading.Thread(target=self._serve, args=(f,), daemon=True) for f in range(F)]
+
+    def _serve(self, f):
+        rank = self.topo.A + f
+        conn = AsyncAFDConnector(rank, "ffn", self.cfg)
+        try:
+            conn.init_afd_connector(self.store)
+            w1, w2 = convert.layer_weights(self.layers, range(f * self.topo.R, (f + 1) * self.topo.R))
+            self.results[rank] = cam.serve_ffn(conn, w1, w2, graph=self.graph, ready=self.ready[f],
+                                               max_serve_s=4 * TIMEOUT_S)
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            self.errors[rank] = e
+        finally:
+            self.stopped_at[rank] = time.monotonic()
+            conn.close()
+
+    def start(self):
+        for t in self.ffn:
+            t.start()
+        conns = [AsyncAFDConnector(a, "attention", self.cfg) for a in range(self.topo.A)]
+        errors = []
+
+        def init(c):
+            try:
+                c.init_afd_connector(self.store)
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=init, args=(c,)) for c in conns]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT_S)
+        assert not errors and all(c.is_initialized for c in conns), errors
+        # Rounds go out once every FFN rank serves (a graph-mode rank captures first): a round dispatched during
+        # a capture once missed the 60 s timeout on a loaded machine (cause not found, docs/integrations.md §3).
+        for f, event in enumerate(self.ready):
+            assert event.wait(TIMEOUT_S) or self.errors, f"FFN rank {self.topo.A + f} did not start serving"
+        return conns
+
+    def join(self):
+        for t in self.ffn:
+            t.join(TIMEOUT_S)
+        assert not any(t.is_alive() for t in self.ffn), "an FFN rank did not stop within its bound"
+
+
+def _round(conn, layer, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, H, generator=g).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(B)]).to(torch.int32)
+    ids[0, 1] = -1  # an empty slot
+    w = torch.rand(B, K, generator=g)
+    conn.send_attn_output(x, AFDTransferContext(AFDTransferMetadata(layer_idx=layer)), topk_ids=ids, topk_weights=w)
+    return x, ids, w
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_served_rounds_equal_cams_ops_in_one_process(graph):
+    world = _World(f"serve-{graph}", D=2, graph=graph)
+    conns = world.start()
+    got = {}
+    try:
+        for layer in range(L):
+            for a, conn in enumerate(conns):
+                sent = _round(conn, layer, 10 * layer + a)
+                got[(a, layer)] = (sent, conn.recv_ffn_output())
+    finally:
+        for conn in conns:
+            conn.finish()
+        world.join()
+        for conn in conns:
+            conn.close()
+    assert not world.errors, world.errors
+    assert {r.reason for r in world.results.values()} == {"attention finished"}
+    w1, w2 = convert.layer_weights(world.layers)
+    for (a, layer), ((x, ids, w), out) in got.items():
+        # Same quantizer, same row order, same kernels, same combine order: bit for bit.
+        assert torch.equal(out, routed_local(x, ids, w, w1, w2, layer)), (a, layer)
+
+
+def test_shutdown_request_stops_every_ffn_rank_within_its_idle_poll():
+    world = _World("serve-stop", F=2, idle_poll_s=0.02)
+    conns = world.start()
+    try:
+        _round(conns[0], 0, 1)
+        conns[0].recv_ffn_output()
+        with pytest.raises(ValueError, match="not received yet"):
+            _round(conns[0], 1, 2)
+            conns[0].finish()
+        conns[0].recv_ffn_output()
+        asked = time.monotonic()
+        conns[0].request_shutdown("operator stop")
+        world.join()
+    finally:
+        conns[0].close()
+    assert not world.errors, world.errors
+    assert {r.reason for r in world.results.values()} == {"operator stop"}
+    # Each rank idles at most idle_poll_s per iteration before it reads the store; 5 s only guards a loaded machine.
+    assert max(world.stopped_at.values()) - asked < 5.0
+
+
+def test_a_forged_shutdown_is_refused_by_name():
+    world = _World("serve-forged", F=1, secret=b"s" * 32)
+    conns = world.start()
+    try:
+        post_shutdown(world.store, "serve-forged", "not signed")  # the raw store: no tag of the run secret
+        world.join()
+    finally:
+        conns[0].close()
+    (err,) = world.errors.values()
+    assert isinstance(err, PermissionError) and "serve-forged/serve/shutdown" in str(err)
+
+
+def test_serve_ffn_refuses_bad_arguments():
+    world = _World("serve-args", F=1)
+    conns = world.start()
+    try:
+        w1, w2 = convert.layer_weights(_experts())
+        with pytest.raises(ValueError, match="FFN-rank"):
+            cam.serve_ffn(conns[0], w1, w2)
+    finally:
+        conns[0].request_shutdown()
+        world.join()
+        conns[0].close()
+
+
+# ----------------------------------------------------------------------------- cam-ffn processes
+
+
+def _write_checkpoint(path, layers, *, model_type="qwen3_moe"):
+    """A checkpoint directory as transformers writes one for Qwen3-MoE: config.json and per-expert safetensors keys
+    (HF orientation: nn.Linear weights)."""
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for j, x in enumerate(layers):
+        for e in range(E):
+            p = f"model.layers.{j}.mlp.experts.{e}."
+            tensors[p + "gate_proj.weight"] = x.w1[e, :, :I].T.contiguous()
+            tensors[p + "up_proj.weight"] = x.w1[e, :, I:].T.contiguous()
+            tensors[p + "down_proj.weight"] = x.w2[e].T.contiguous()
+    save_file(tensors, os.path.join(path, "model.safetensors"))
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({"model_type": model_type, "hidden_size": H, "moe_intermediate_size": I, "num_experts": E,
+                   "num_experts_per_tok": K, "hidden_act": "silu"}, f)
+
+
+def _cam_ffn(args, env):
+    return subprocess.Popen([sys.executable, "-m", "cam.ffn_server", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL)
+
+
+def test_cam_ffn_processes_serve_a_checkpoint(tmp_path):
+    """Two cam-ffn processes (about 10 s each to import torch and cam on a loaded machine, in parallel) serve a
+    checkpoint directory to an Attention rank in this process, over shm, and exit 0 once it finished."""
+    from cam.connector import loopback_store
+
+    _write_checkpoint(tmp_path, _experts())
+    secret = os.urandom(16)
+    env = dict(os.environ, CAM_RUN_SECRET=secret.hex())
+    store = loopback_store(0, TIMEOUT_S)
+    port = store.port
+    topo = cam.Topology(D=1, P=1, F=2, E=E, K=K, H=H, Bmax=B, L=L)
+    common = ["--checkpoint", str(tmp_path), "-D", "1", "-F", "2", "--max-tokens", str(B), "--master-port",
+              str(port), "--group", "ffn-proc", "--idle-poll", "0.02", "--timeout", str(TIMEOUT_S)]
+    procs = [_cam_ffn(["--rank", str(r), *common] + (["--graph"] if r == 2 else []), env) for r in (1, 2)]
+    try:
+        cfg = ConnectorConfig(topology=topo, master_port=port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
+                              group="ffn-proc", secret=secret)
+        conn = AsyncAFDConnector(0, "attention", cfg)
+        conn.init_afd_connector(store)
+        try:
+            x, ids, w = _round(conn, 1, 5)
+            out = conn.recv_ffn_output()
+            conn.finish()
+        finally:
+            conn.close()
+        outs = [p.communicate(timeout=TIMEOUT_S) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(TIMEOUT_S)
+    for p, (stdout, stderr) in zip(procs, outs):
+        assert p.returncode == 0, stderr
+        result = json.loads(stdout.strip().splitlines()[-1])
+        assert result["reason"] == "attention finished" and result["iterations"] >= 1
+        assert "serving experts" in stderr and "MoE layers [0, 1]" in stderr
+    assert "graph replay" in outs[1][1]
+    w1, w2 = convert.layer_weights(_experts())
+    assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
+
+
+@pytest.mark.parametrize("config, needle", [
+    ({"model_type": "gpt_oss"}, "GPT-OSS"),
+    ({"model_type": "deepseek_v4", "swiglu_limit": 10.0}, "swiglu_limit"),
+])
+def test_cam_ffn_refuses_an_unsupported_checkpoint(tmp_path, config, needle, caplog):
+    _write_checkpoint(tmp_path, _experts())
+    path = os.path.join(tmp_path, "config.json")
+    with open(path) as f:
+        full = json.load(f)
+    with open(path, "w") as f:
+        json.dump({**full, **config}, f)
+    from cam import ffn_server
+
+    assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4"]) == 2
+    assert needle in caplog.text
