@@ -1,4 +1,4 @@
-"""The CAM_ASCEND=ON build (issue 11 item 4), where no toolkit exists: a stand-in `bisheng` on PATH logs its
+"""The CAM_ASCEND=ON build, where no toolkit exists: a stand-in `bisheng` on PATH logs its
 arguments and writes an empty object, and the kernel targets are built. Each kernel's command line is checked:
 Ascend C language, the A2/A3 arch, defines, and the include order (the toolkit's kernel_operator.h is found first;
 the twin's include directory never appears). Without a toolkit, configure stops with one sentence."""

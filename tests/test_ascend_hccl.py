@@ -1,4 +1,4 @@
-"""Peer memory on Ascend (issue 11 item 5, docs/ascend.md §5): the window_table MC2 op and the HCCL transport.
+"""Peer memory on Ascend (docs/ascend.md §5): the window_table MC2 op and the HCCL transport.
 
 - The twin models the HCCL context an MC2 op's kernel reads (kernels/twin/include/twin/hccl.h). The real
   window_table kernel runs on it: with the context bound it writes every window (control); a plain launch, or a

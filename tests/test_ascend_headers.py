@@ -1,9 +1,9 @@
-"""cam's host library against CANN's own public headers, as shipped in the torch-npu wheel (issue 11 item 2):
+"""cam's host library against CANN's own public headers, as shipped in the torch-npu wheel:
 (a) every enumerator, constant and ACL call acl_compat.h declares for the twin equals the real one (a probe compiled
 in each mode prints values and function types; the outputs are diffed); (b) the public headers compile with
 CAM_WITH_CANN as C++ and as C; (c) the Ascend backend and every other host source compile against them.
 
-Each check runs against every header set of the matrix (issue 21 item 4): torch-npu 2.6.0.post5, 2.8.0 and 2.14.0,
+Each check runs against every header set of the matrix: torch-npu 2.6.0.post5, 2.8.0 and 2.14.0,
 whose ACL/HCCL APIs differ. What a set declares is found per feature by the probes of cmake/cann_features/ (the
 same sources cmake/CamCannFeatures.cmake compiles for a CMake build; a test checks both give the same header), and
 the sources build each feature's fallback where it is absent. The expected features of each set are written below

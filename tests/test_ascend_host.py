@@ -1,5 +1,5 @@
-"""The host library as a neighbour of the real ACL (issue 11 item 1) and its executor/communicator lifetime rules
-(issue 9 item 3), through the installed SDK: no ACL name is exported, the public headers are C and C++, executors
+"""The host library as a neighbour of the real ACL and its executor/communicator lifetime rules,
+through the installed SDK: no ACL name is exported, the public headers are C and C++, executors
 run once and only as their own op, a null stream is the default stream, and camCommDestroy refuses while an op of
 the communicator is in flight."""
 
@@ -140,7 +140,7 @@ def test_ascend_plane_check(tmp_path):
     assert status == 161002 and "AI Core op timeout of 1091 s" in message
     assert check(example, 1030, 0.5, need_mib, 1091) == (0, "")
 
-    # Issue 23 item 4: the two int64 bounds are summed without overflow. INT64_MAX twice wrapped to a negative wait
+    # Overflow: the two int64 bounds are summed without overflow. INT64_MAX twice wrapped to a negative wait
     # that passed; each is far beyond the op timeout, so the check refuses and says by how much.
     big = 2**63 - 1
 

@@ -1,4 +1,4 @@
-"""cam-qualify (issue 11 item 7): --dry-run lists the very Step objects the real mode executes; the op checks are
+"""cam-qualify: --dry-run lists the very Step objects the real mode executes; the op checks are
 real comparisons with the goldens (run here on the twin with device "cpu", and caught when the golden disagrees);
 the real mode writes a support matrix with one record per step."""
 

@@ -1,4 +1,4 @@
-"""Chunked delivery (issue 13 §1, docs/protocol.md §8): a round with more rows for an FFN rank than ``capacity`` is
+"""Chunked delivery (docs/protocol.md §8): a round with more rows for an FFN rank than ``capacity`` is
 several work items (whole experts while they fit, a larger expert split by rows), each through combine_send, and the
 round completes on the Attention side only with its last chunk. Outputs are bit-identical to an unchunked run; the
 chunk boundaries are the golden's (cam.reference.dispatch_combine.chunk_bounds) and the simulator's (cam.sim)."""

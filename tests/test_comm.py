@@ -66,7 +66,7 @@ def test_topology_mismatch_across_ranks_fails_at_creation():
     for th in threads:
         th.join(30)
     assert set(errs) == {0, 1}
-    # Issue 23 item 3: whichever joined first, every rank's error names both ranks, the field and both values.
+    # Topology blame: whichever joined first, every rank's error names both ranks, the field and both values.
     for e in errs.values():
         message = str(e)
         assert "different topology" in message and "rank 0" in message and "rank 1" in message, message
@@ -93,7 +93,7 @@ def test_comm_argument_errors():
 
 
 def test_group_must_be_a_name():
-    # Issue 23 item 4: Comm(group=None) was pybind's "incompatible function arguments"; now the argument is named.
+    # Comm(group=None) was pybind's "incompatible function arguments"; now the argument is named.
     t = topo(D=1, P=1, F=1)
     for bad in (None, 7, b"cam"):
         with pytest.raises(TypeError, match="Comm: group must be a str"):

@@ -1,4 +1,4 @@
-"""The C data-plane ops refuse activations whose dtype is not the communicator's actDtype (issue 9), through the
+"""The C data-plane ops refuse activations whose dtype is not the communicator's actDtype, through the
 installed SDK (headers + libcam_aclnn) without Python in the loop: tests/sdk_dataplane/act_dtype.cpp."""
 
 import os

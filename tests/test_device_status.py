@@ -1,4 +1,4 @@
-"""Device status records: the first error wins (issue 14). A captured op's record lives in the graph's pool and is
+"""Device status records: the first error wins. A captured op's record lives in the graph's pool and is
 never reset between replays, so two bad replays before one synchronize must report the first, and the record the
 synchronize reported is cleared, so the next synchronize is clean (docs/graph.md, "Status records")."""
 

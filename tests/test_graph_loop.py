@@ -1,4 +1,4 @@
-"""The FFN loop captured (issue 14 item 5): dispatch_recv → W1 → W2 → combine_send recorded once on the Comm's
+"""The FFN loop captured: dispatch_recv → W1 → W2 → combine_send recorded once on the Comm's
 stream and replayed, with every static buffer poisoned (0xFF) before every replay so a replay that writes nothing
 cannot pass; idle replays (empty work items) between busy ones; the Attention side's results equal those of the
 eager loop bit for bit."""

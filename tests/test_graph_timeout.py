@@ -1,4 +1,4 @@
-"""Issue 23 item 1 and item 4's graph defects: nothing is freed under a running replay. A sync timeout of a replayed
+"""Graph replays and memory: nothing is freed under a running replay. A sync timeout of a replayed
 FFN loop aborts the plane and returns only once the stream is idle, so dropping the CapturedFFN right after it and
 allocating is safe (run in a subprocess: a heap corruption is a SIGABRT there, a failed test here, not a dead suite);
 unsynchronized replays are bounded (back-pressure at the plane's D * slots); Comm.close(wait_s) keeps its bound with

@@ -1,4 +1,4 @@
-"""Issue 9: nothing a kernel dereferences is trusted from memory a user or peer can write, nothing is freed while a
+"""Nothing a kernel dereferences is trusted from memory a user or peer can write, nothing is freed while a
 kernel may still use it, and every refusal leaves the plane usable. Threads as ranks; the ops are called from the
 test thread on the ranks' Comms, so a test can interleave ranks step by step."""
 

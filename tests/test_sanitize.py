@@ -1,4 +1,4 @@
-"""Sanitizer builds (issue 23): the library built from this checkout with -DCAM_SANITIZE=address (ASan + UBSan) and
+"""Sanitizer builds: the library built from this checkout with -DCAM_SANITIZE=address (ASan + UBSan) and
 -DCAM_SANITIZE=thread (TSan), and the C++ SDK test programs (tests/sdk, tests/sdk_dataplane, tests/sdk_executor)
 plus the graph timeout/teardown program (tests/sdk_graph_timeout) built with the same flags against it, each run
 to a clean exit with no sanitizer report.

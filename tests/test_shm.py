@@ -161,7 +161,7 @@ def test_shm_transport_in_threads_round_trip():
 
 
 def test_shm_prefix_with_a_nul_is_refused_before_any_segment_exists():
-    # Issue 23 item 4: "p\0x" and "p\0y" were both cut to "p" by the C string, so two planes opened one segment
+    # A NUL in the prefix: "p\0x" and "p\0y" were both cut to "p" by the C string, so two planes opened one segment
     # name. Refused by name before any segment is created (nothing under either prefix); '/' likewise.
     from torch.distributed import HashStore
 
@@ -194,7 +194,7 @@ def _two_segments(base: str):
 
 @pytest.mark.parametrize("tamper", ["world_writable", "group_readable", "other_owner"])
 def test_shm_attach_refuses_a_segment_someone_else_can_write(tamper):
-    # Issue 23 item 2: rank 1's real segment file, made writable by group/other (chmod) or handed to another owner
+    # Segment trust: rank 1's real segment file, made writable by group/other (chmod) or handed to another owner
     # (chown: the tests run as root, so the owner is set directly rather than created by a second uid), is refused
     # by rank 0's attach with the reason, before anything is mapped from it. Control: the untouched plane attaches.
     base = f"camtest-{uuid.uuid4().hex[:10]}"
@@ -234,7 +234,7 @@ def test_shm_attach_control_untouched_segments_attach():
 
 
 def test_topology_mismatch_names_the_field_and_the_rank_on_every_rank_within_seconds():
-    # Issue 23 item 3: rank 2 (the last to be started here, so never the first joiner) differs in H and Bmax. Every
+    # Topology blame: rank 2 (the last to be started here, so never the first joiner) differs in H and Bmax. Every
     # rank's error names rank 2, each differing field and both values, and never an innocent rank; no rank waits
     # out its join timeout (30 s) for ranks that did join.
     prefix = f"camtest-{uuid.uuid4().hex[:10]}"
@@ -261,7 +261,7 @@ def test_topology_mismatch_names_the_field_and_the_rank_on_every_rank_within_sec
 
 @pytest.mark.parametrize("forged", ["", "1:0", "not-a-pid", "dead", "live"])
 def test_a_rank_the_watchdog_cannot_watch_is_refused(forged):
-    # Issue 23 item 2: a forger publishes rank 1 in the store (a real, well-formed 0600 segment of this user, the
+    # Identity binding: a forger publishes rank 1 in the store (a real, well-formed 0600 segment of this user, the
     # right topology) with a process identity that the liveness watchdog could never find dead: none, pid 1 with a
     # wrong start time, garbage, or a process that has exited. Rank 0 refuses it by rank. Control: the forger's
     # own live identity is accepted (and then watched).

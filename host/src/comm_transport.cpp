@@ -177,7 +177,7 @@ std::string ShmTransport::Map(int64_t rank, const std::string& name) {
     if (fstat(fd, &st) != 0) {
         err = "fstat(" + name + ") failed: " + std::strerror(errno);
     } else if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-        // Trust (issue 23 item 2): a segment another user owns, or one group/other may open, can be written by
+        // Trust: a segment another user owns, or one group/other may open, can be written by
         // someone outside this plane, identity line included; only the plane's own user's 0600 segments (what
         // Create makes) are mapped.
         char mode[8];

@@ -82,7 +82,7 @@ int main() {
     bad += Expect("unknown group", Run("g-none", 0, &peers), ACLNN_ERR_PARAM_INVALID,
                   "group 'g-none': no HCCL context is registered for rank 0", peers, untouched);
 
-    // Issue 23: the group goes away between the two phases. The executor used to keep the context's address from
+    // The group goes away between the two phases. The executor used to keep the context's address from
     // phase 1 and launch on freed memory; now the second phase looks the group up again and refuses.
     {
         camTwinHcclRegisterContext("g-gone", 1, 2, windows, 2);

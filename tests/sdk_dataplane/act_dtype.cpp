@@ -1,4 +1,4 @@
-// The data-plane ops' activation dtype against camCommConfig.actDtype, through the C API only (issue 9): for a
+// The data-plane ops' activation dtype against camCommConfig.actDtype, through the C API only: for a
 // plane created for bf16 and one created for fp16, each op's activation argument in the other dtype is refused by
 // GetWorkspaceSize with CAM_ERR_PARAM_DTYPE and a message naming the op and the argument (nothing can have
 // been launched: the launch is the second phase), and the same call in the plane's own dtype is accepted (the

@@ -1,4 +1,4 @@
-// Executors and communicator lifetime through the C API only (issue 9 item 3): an executor runs once, a second
+// Executors and communicator lifetime through the C API only: an executor runs once, a second
 // run or a handle that is not a live cam executor is refused, an executor of another op is refused and stays
 // usable for its own op, a null stream is the default stream, and camCommDestroy refuses while an op of the
 // communicator is in flight. Prints "ok" and exits 0 when every check held; each failure prints a line.

@@ -1,4 +1,4 @@
-// The twin's execution model after issue 12 (docs/twin.md, "Execution model"): blocks on a reused thread pool,
+// The twin's execution model (docs/twin.md, "Execution model"): blocks on a reused thread pool,
 // waits that park instead of sleeping, deadlines kept. Usage: launch <case>; prints "OK" and exits 0 when the
 // case holds, prints what went wrong and exits 1 otherwise (a violation's message for the negative cases).
 #include <unistd.h>

@@ -313,7 +313,7 @@ void MmadL0Bounds(GM_ADDR, GM_ADDR) {
     Mmad(co1.Get<int32_t>(), a2.Get<int8_t>(), b2.Get<int8_t>(), mm);  // @case:mmad_l0_bounds
 }
 
-// ---- issue 10: rules added with the kernel review ----
+// ---- rules from the review of the kernels against the Ascend C docs ----
 
 // ReduceMax with the work size of one partial per repeat: the hardware writes (value, index) pairs.
 void ReduceMaxWork(GM_ADDR, GM_ADDR) {
