@@ -21,6 +21,8 @@ from cam.connector import (
 )
 from cam.models import PRESETS, MoEModel
 
+from _connector_harness import init_connectors
+
 JOIN_S = 120
 
 
@@ -37,20 +39,7 @@ def make_world(model, D=2, F=2, Bmax=24, group="w"):
     store.set_timeout(timedelta(seconds=JOIN_S))
     cfg = ConnectorConfig(topo, timeout_s=60.0, idle_poll_s=0.01, group=group)
     conns = [AsyncAFDConnector(r, "attention" if r < topo.A else "ffn", cfg) for r in range(topo.world_size)]
-    errors = []
-
-    def init(conn):
-        try:
-            conn.init_afd_connector(store=store)
-        except BaseException as e:  # reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=init, args=(c_,)) for c_ in conns]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(JOIN_S)
-    assert not errors and all(c_.is_initialized for c_ in conns), errors
+    init_connectors(conns, store, JOIN_S)
     return topo, conns
 
 

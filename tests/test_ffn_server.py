@@ -17,6 +17,8 @@ from cam import convert
 from cam.connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, ConnectorConfig, post_shutdown
 from cam.integrations.plane import routed_local
 
+from _connector_harness import init_connectors
+
 TIMEOUT_S = 60.0  # device waits and thread joins; a hung rank fails the test instead of blocking it
 E, K, H, I, L, B = 8, 2, 64, 32, 2, 10
 
@@ -59,20 +61,7 @@ class _World:
         for t in self.ffn:
             t.start()
         conns = [AsyncAFDConnector(a, "attention", self.cfg) for a in range(self.topo.A)]
-        errors = []
-
-        def init(c):
-            try:
-                c.init_afd_connector(self.store)
-            except BaseException as e:  # noqa: BLE001
-                errors.append(e)
-
-        threads = [threading.Thread(target=init, args=(c,)) for c in conns]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(TIMEOUT_S)
-        assert not errors and all(c.is_initialized for c in conns), errors
+        init_connectors(conns, self.store, TIMEOUT_S)
         # Rounds go out once every FFN rank serves (a graph-mode rank captures first): a round dispatched during
         # a capture once missed the 60 s timeout on a loaded machine (cause not found, docs/integrations.md §3).
         for f, event in enumerate(self.ready):
