@@ -516,7 +516,9 @@ class CapturedFFN:
         self.out = ops.gmm_multi_layer(self.y, self.y_scale, w2, item.group_list, item.layer_index)
         self.graph = Graph()
         self.graph.max_queued = comm.topology.D * comm.topology.slots
-        with self.graph.capture(stream=comm.stream):
+        # Thread-local: other ranks may be threads of this process (an in-process plane, cam-ffn serving several
+        # ranks), and their synchronizes of their own streams must not break this rank's capture.
+        with self.graph.capture(stream=comm.stream, mode="thread_local"):
             ops.dispatch_recv(comm, out=self.recv)
             ops.gmm_swiglu_quant_multi_layer(item.hidden_states, item.dynamic_scales, w1, item.group_list,
                                              item.layer_index, out=(self.y, self.y_scale))

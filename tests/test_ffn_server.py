@@ -62,8 +62,7 @@ class _World:
             t.start()
         conns = [AsyncAFDConnector(a, "attention", self.cfg) for a in range(self.topo.A)]
         init_connectors(conns, self.store, TIMEOUT_S)
-        # Rounds go out once every FFN rank serves (a graph-mode rank captures first): a round dispatched during
-        # a capture once missed the 60 s timeout on a loaded machine (cause not found, docs/integrations.md §3).
+        # Rounds go out once every FFN rank serves (a graph-mode rank captures first, docs/integrations.md §3).
         for f, event in enumerate(self.ready):
             assert event.wait(TIMEOUT_S) or self.errors, f"FFN rank {self.topo.A + f} did not start serving"
         return conns
