@@ -5,6 +5,7 @@ chunk boundaries are the golden's (cam.reference.dispatch_combine.chunk_bounds) 
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -166,6 +167,9 @@ def test_chunked_round_trip_hypothesis(D, P, F, R, K, Bmax, cap, quantized, seed
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("CAM_LONG_TESTS") != "1",
+                    reason="200 examples (26 s loaded; the 6-example sweep above runs in the README tier): runs with "
+                           "CAM_LONG_TESTS=1 (CI's long-tests stage)")
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(D=st.integers(1, 3), P=st.integers(1, 3), F=st.integers(1, 3), R=st.integers(1, 4), K=st.integers(1, 4),
        Bmax=st.integers(1, 9), cap=st.integers(1, 40), quantized=st.booleans(), seed=st.integers(0, 999),
