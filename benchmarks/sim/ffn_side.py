@@ -53,7 +53,8 @@ def main(argv=None) -> int:
                  for name, spec in (("contiguous", "contiguous"), (f"hot:{args.hot}", f"hot:{args.hot}"))}
     placement["uniform routing, contiguous"] = _row(simulate(model, topo, closed, costs, **common))
     out = {"model": "deepseek-v3", "costs": costs.name, "cost_status": costs.meta.get("status"),
-           "topology": topo.to_dict(), "args": vars(args),
+           "topology": topo.to_dict(),
+           "args": {k: v for k, v in vars(args).items() if k != "json"},  # the output path is the machine's, not the run's
            "batching": {"workload": wl.description, "rate_req_s": args.rate, "slo_s": args.slo, "runs": batching},
            "placement": {"workload": closed.description, "expert_skew": args.skew, "runs": placement},
            "wall_s": time.perf_counter() - t0}
