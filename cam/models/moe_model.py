@@ -11,22 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import List, Sequence, Tuple
+from typing import List, Sequence
 
 import torch
 import torch.nn.functional as F
 
+from ..convert import quantize_weight
 from ..reference import dynamic_quant as ref_dynamic_quant
 from ..reference import gmm as ref_gmm
 from .config import PRESETS, ModelConfig  # noqa: F401 - re-exported: cam.models.moe_model.PRESETS
-
-
-def _quantize_per_channel(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """fp32 [E, K, N] -> int8 [E, K, N], fp32 scale [E, N] (symmetric, per output channel)."""
-    amax = w.abs().amax(dim=1).clamp_min(1e-8)
-    scale = (amax / 127.0).to(torch.float32)
-    q = torch.clamp(torch.round(w / scale[:, None, :]), -127, 127).to(torch.int8)
-    return q, scale
 
 
 class MoEModel:
@@ -63,8 +56,8 @@ class MoEModel:
         # Routed experts, int8 per MoE layer: W1 [E, H, 2I] (act | gate), W2 [E, I, H], per-channel fp32 scales.
         self.w1, self.w1_scale, self.w2, self.w2_scale = [], [], [], []
         for _ in c.moe_layers:
-            q1, s1 = _quantize_per_channel(randn(c.num_experts, h, 2 * c.moe_intermediate, std=1 / math.sqrt(h)))
-            q2, s2 = _quantize_per_channel(
+            q1, s1 = quantize_weight(randn(c.num_experts, h, 2 * c.moe_intermediate, std=1 / math.sqrt(h)))
+            q2, s2 = quantize_weight(
                 randn(c.num_experts, c.moe_intermediate, h, std=1 / math.sqrt(c.moe_intermediate)))
             self.w1.append(q1)
             self.w1_scale.append(s1)
