@@ -7,8 +7,10 @@
 // the header; ImportByKey maps the segment only when the key's nonce is the one exported and the caller's pid is
 // allowed (the flow of CANN's aclrtIpcMemGetExportKey / aclrtIpcMemSetImportPid / aclrtIpcMemImportByKey pages,
 // docs/ascend.md §5.0); Close unmaps an import, or withdraws an export; Free unmaps and unlinks the owner's segment.
-// A copy whose device side is not inside memory this process allocated or imported is refused. Every call is logged
-// (camTwinIpcCallLog), a refused one as "name!", so tests can prove which imports succeeded and were closed.
+// A copy whose device side is not inside memory this process allocated or imported is refused, and so is a host copy
+// to or from imported memory (CANN allows only device-to-device copies there). Every call on memory is logged
+// (camTwinIpcCallLog), a refused one as "name!" with its reason for aclGetRecentErrMsg, so tests can prove which
+// imports succeeded and were closed.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -66,17 +68,23 @@ void Log(const char* call) {
     gLog += call;
 }
 
+// What aclGetRecentErrMsg returns: the reason of this thread's last refused call ("" before any).
+thread_local std::string gRecent;
+
 // Marks the call just logged as refused ("name!"), so a test can tell the imports that succeeded (and must be
-// closed) from the ones that did not. Returns rc.
-aclError Refused(aclError rc) {
+// closed) from the ones that did not, and keeps `why` for aclGetRecentErrMsg. Returns rc.
+aclError Refused(aclError rc, const char* why = "invalid argument") {
     // gMutex held by the caller
     gLog += '!';
+    gRecent = why;
     return rc;
 }
 
-// Whether [p, p + n) lies inside memory this process allocated or imported (gMutex held): the device side of every
-// copy must, as on a device no copy reaches an address the runtime never handed out.
-bool KnownDeviceRange(const void* p, size_t n) {
+// Where [p, p + n) lies (gMutex held): inside memory this process allocated, inside memory it imported from
+// another device, or neither. The device side of every copy must lie in one of the first two, as on a device no
+// copy reaches an address the runtime never handed out.
+enum class Range { kUnknown, kOwned, kImported };
+Range DeviceRange(const void* p, size_t n) {
     const auto a = reinterpret_cast<uintptr_t>(p);
     auto inside = [&](const Segment& s) {
         const auto lo = reinterpret_cast<uintptr_t>(s.memory());
@@ -84,10 +92,22 @@ bool KnownDeviceRange(const void* p, size_t n) {
         return a >= lo && a <= hi && n <= hi - a;
     };
     auto it = gOwned.upper_bound(a);
-    if (it != gOwned.begin() && inside(std::prev(it)->second)) return true;
+    if (it != gOwned.begin() && inside(std::prev(it)->second)) return Range::kOwned;
     for (const auto& [key, s] : gImported)
-        if (inside(s)) return true;
-    return false;
+        if (inside(s)) return Range::kImported;
+    return Range::kUnknown;
+}
+
+// Device memory moves in whole words as the device's DMA moves them: aligned words with atomic accesses on both
+// sides (a kernel of this process, or a peer process, may load or store them meanwhile), anything else bytewise.
+void CopyDeviceBytes(void* dst, const void* src, size_t n) {
+    if (reinterpret_cast<uintptr_t>(dst) % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 8 == 0 && n % 8 == 0) {
+        for (size_t i = 0; i < n / 8; ++i)
+            __atomic_store_n(static_cast<int64_t*>(dst) + i,
+                             __atomic_load_n(static_cast<const int64_t*>(src) + i, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
+        return;
+    }
+    std::memcpy(dst, src, n);
 }
 
 // CAM_TWIN_DENY_PEER_ACCESS="a>b,c>d": device a cannot reach device b (a test hook: the twin's devices all share
@@ -175,10 +195,20 @@ extern "C" aclError camTwinAclrtMemcpy(void* dst, size_t destMax, const void* sr
         if (!dst || !src || count > destMax) return Refused(ACL_ERROR_INVALID_PARAM);
         const bool toDevice = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
         const bool fromDevice = kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
-        if ((toDevice && !KnownDeviceRange(dst, count)) || (fromDevice && !KnownDeviceRange(src, count)))
-            return Refused(ACL_ERROR_INVALID_PARAM);
+        const Range to = toDevice ? DeviceRange(dst, count) : Range::kOwned;
+        const Range from = fromDevice ? DeviceRange(src, count) : Range::kOwned;
+        if (to == Range::kUnknown || from == Range::kUnknown)
+            return Refused(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: the device side is not memory aclrtMalloc or "
+                                                    "aclrtIpcMemImportByKey handed out");
+        // CANN's aclrtIpcMemGetExportKey page: memory imported from another device cannot be copied to or from the
+        // host directly; a device-to-device copy into own memory comes first (hicann/runtime docs/api_docs).
+        if ((kind == ACL_MEMCPY_HOST_TO_DEVICE && to == Range::kImported) ||
+            (kind == ACL_MEMCPY_DEVICE_TO_HOST && from == Range::kImported))
+            return Refused(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: a host copy to or from memory imported from another "
+                                                    "device (aclrtIpcMemImportByKey) is not allowed; copy device to "
+                                                    "device into own memory first");
     }
-    std::memcpy(dst, src, count);
+    CopyDeviceBytes(dst, src, count);
     return ACL_SUCCESS;
 }
 
@@ -298,6 +328,9 @@ extern "C" aclError camTwinAclrtIpcMemClose(const char* key) {
     }
     return Refused(ACL_ERROR_INVALID_PARAM);
 }
+
+// Not logged: it reads the reason of a refusal, it is not a call on device memory.
+extern "C" const char* camTwinAclGetRecentErrMsg(void) { return gRecent.c_str(); }
 
 extern "C" aclError camTwinIpcCallLog(char* out, size_t bytes, int32_t reset) {
     std::lock_guard<std::mutex> lock(gMutex);

@@ -28,13 +28,11 @@ namespace cam::host {
     X(exportKey, aclrtIpcMemGetExportKey, camTwinAclrtIpcMemGetExportKey)        \
     X(setImportPid, aclrtIpcMemSetImportPid, camTwinAclrtIpcMemSetImportPid)     \
     X(importByKey, aclrtIpcMemImportByKey, camTwinAclrtIpcMemImportByKey)        \
-    X(close, aclrtIpcMemClose, camTwinAclrtIpcMemClose)
+    X(close, aclrtIpcMemClose, camTwinAclrtIpcMemClose)                          \
+    X(recentErrMsg, aclGetRecentErrMsg, camTwinAclGetRecentErrMsg)
 
 struct AclIpcApi {
     CAM_ACL_IPC_ENTRIES(CAM_DL_MEMBER)
-    // Whether the host may load and store device addresses (the twin: device memory is host shared memory). Only
-    // then does the transport hand windows to host-side code (abort words, fences); Ascend reads go through copies.
-    bool hostAddressable = false;
     std::string unavailable;  // why the table cannot be used; "" when it can
 };
 

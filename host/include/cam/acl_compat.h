@@ -167,6 +167,7 @@ CAM_API aclError camTwinAclrtIpcMemGetExportKey(void* devPtr, size_t size, char*
 CAM_API aclError camTwinAclrtIpcMemSetImportPid(const char* key, int32_t* pid, size_t num);
 CAM_API aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key, uint64_t flags);
 CAM_API aclError camTwinAclrtIpcMemClose(const char* key);
+CAM_API const char* camTwinAclGetRecentErrMsg(void);
 
 static inline aclError aclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy) {
     return camTwinAclrtMalloc(devPtr, size, policy);
@@ -190,6 +191,7 @@ static inline aclError aclrtIpcMemImportByKey(void** devPtr, const char* key, ui
     return camTwinAclrtIpcMemImportByKey(devPtr, key, flags);
 }
 static inline aclError aclrtIpcMemClose(const char* key) { return camTwinAclrtIpcMemClose(key); }
+static inline const char* aclGetRecentErrMsg(void) { return camTwinAclGetRecentErrMsg(); }
 
 /* Debug surface of the twin's IPC stand-ins (tests only): every stand-in call of this process in order, as
  * "name;name;..." (NUL-terminated, cut at bytes), then cleared when reset != 0; and the imports still open. */
