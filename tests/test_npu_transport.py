@@ -103,6 +103,13 @@ def test_npu_round_trip_calls_and_close(tmp_path):
         # the host reads the plane's control words (the abort word before each op, the status) through copies,
         # none refused; the data plane allocates and imports nothing more
         assert o["run_calls"] and set(o["run_calls"]) == {"aclrtMemcpy"}, f"rank {r}: {o['run_calls']}"
+        # replica isolation and abort through the same copies: rank 1 fenced rank 0's replica in the FFN ranks'
+        # windows and the last rank aborted every window; every round of replica 0 was returned, so none dropped
+        live = o["liveness"]
+        assert live["fenced"] == {0: 0}, f"rank {r}: {live}"
+        assert live["dropped"] == ({} if r < t.A else {0: 0}), f"rank {r}: {live}"
+        assert live["abort"] == t.world_size, f"rank {r}: {live}"  # 1 + the aborting rank
+        assert set(o["liveness_calls"]) == {"aclrtMemcpy"}, f"rank {r}: {o['liveness_calls']}"
         # every import closed first, then the own export withdrawn, the table and the window freed
         assert o["close_calls"] == ["aclrtIpcMemClose"] * peers + ["aclrtIpcMemClose", "aclrtFree", "aclrtFree"], r
         assert o["open_imports"] == 0, f"rank {r}"
