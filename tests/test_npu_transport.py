@@ -60,6 +60,13 @@ def _run(tmp_path, mode, timeout=180, exit_codes=None):
     return t, [torch.load(tmp_path / f"rank{r}.out") for r in range(t.world_size)]
 
 
+# The ACL calls of the NPU transport's table that act on devices or memory (aclGetRecentErrMsg only explains a
+# failure), as docs/ascend.md §5.0 lists them.
+STAND_INS = {"aclrtMalloc", "aclrtFree", "aclrtMemcpy", "aclrtGetDevice", "aclrtDeviceGetBareTgid",
+             "aclrtDeviceCanAccessPeer", "aclrtIpcMemGetExportKey", "aclrtIpcMemSetImportPid", "aclrtIpcMemImportByKey",
+             "aclrtIpcMemClose"}
+
+
 def _twin_segments(pids):
     return sorted(n for n in os.listdir("/dev/shm") if any(n.startswith(f"cam-npu-twin-{p}-") for p in pids))
 
@@ -100,6 +107,8 @@ def test_npu_round_trip_calls_and_close(tmp_path):
     peers = t.world_size - 1
     for r, o in enumerate(outs):
         assert o["create_calls"] == _expected_create_calls(t, r, o["window_bytes"]), f"rank {r}"
+        # creation and close between them reach every stand-in of the transport's table (the one path an NPU runs)
+        assert set(o["create_calls"]) | set(o["close_calls"]) == STAND_INS, f"rank {r}"
         # the host reads the plane's control words (the abort word before each op, the status) through copies,
         # none refused; the data plane allocates and imports nothing more
         assert o["run_calls"] and set(o["run_calls"]) == {"aclrtMemcpy"}, f"rank {r}: {o['run_calls']}"
@@ -218,6 +227,12 @@ def test_twin_refuses_host_copies_of_imported_memory():
     pid = (ctypes.c_int32 * 1)(os.getpid())
     try:
         assert lib.camTwinAclrtIpcMemSetImportPid(key, pid, ctypes.c_size_t(1)) == 0
+        # the plane's trust rule for a segment (shared with the shm transport): one open to group/other is refused
+        segment = "/dev/shm/" + key.value.decode().rsplit(":", 1)[0].lstrip("/")
+        os.chmod(segment, 0o640)
+        assert lib.camTwinAclrtIpcMemImportByKey(ctypes.byref(imported), key, ctypes.c_uint64(1)) != 0
+        assert b"open to group/other (mode 0640" in lib.camTwinAclGetRecentErrMsg()
+        os.chmod(segment, 0o600)
         assert lib.camTwinAclrtIpcMemImportByKey(ctypes.byref(imported), key, ctypes.c_uint64(1)) == 0
         assert imported.value != own.value
         host = ctypes.create_string_buffer(64)

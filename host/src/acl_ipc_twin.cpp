@@ -29,6 +29,7 @@
 #include <string>
 
 #include "cam/acl_compat.h"
+#include "shm_trust.h"
 #include "twin/park.h"
 
 namespace {
@@ -282,16 +283,17 @@ extern "C" aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key
     uint64_t nonce = 0;
     if (!devPtr || !ParseKey(key, &name, &nonce) || gImported.count(key)) return Refused(ACL_ERROR_INVALID_PARAM);
     const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0) return Refused(ACL_ERROR_INVALID_PARAM);
-    struct stat st {};
-    void* p = MAP_FAILED;
-    // Only segments this user made as cam makes them (0600): anyone else's could be rewritten under the plane.
-    if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 077) == 0 &&
-        static_cast<uint64_t>(st.st_size) > kPrefixBytes)
-        p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd < 0) return Refused(ACL_ERROR_INVALID_PARAM, "no memory of that key exists (its owner freed it or never made it)");
+    // The plane's one trust rule for a segment (shm_trust.h), its reason kept for aclGetRecentErrMsg.
+    uint64_t size = 0;
+    const std::string untrusted = cam::host::RefuseUntrustedSegment(fd, "the imported segment " + name, &size);
+    void* p = untrusted.empty() && size > kPrefixBytes
+                  ? mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
     close(fd);
-    if (p == MAP_FAILED) return Refused(ACL_ERROR_INVALID_PARAM);
-    Segment s{name, static_cast<uint8_t*>(p), static_cast<uint64_t>(st.st_size)};
+    if (!untrusted.empty()) return Refused(ACL_ERROR_INVALID_PARAM, untrusted.c_str());
+    if (p == MAP_FAILED) return Refused(ACL_ERROR_INVALID_PARAM, "the imported segment is too small or cannot be mapped");
+    Segment s{name, static_cast<uint8_t*>(p), size};
     const Header* h = s.header();
     bool allowed = (h->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) != 0;
     const uint64_t npids = std::min<uint64_t>(__atomic_load_n(&h->pids, __ATOMIC_ACQUIRE), kMaxPids);
@@ -299,7 +301,8 @@ extern "C" aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key
     if (h->magic != kMagic || __atomic_load_n(&h->nonce, __ATOMIC_ACQUIRE) != nonce || !allowed ||
         h->bytes + kPrefixBytes > s.mapped) {
         munmap(p, s.mapped);
-        return Refused(ACL_ERROR_INVALID_PARAM);
+        return Refused(ACL_ERROR_INVALID_PARAM, !allowed ? "this process's pid is not on the export's allow-list"
+                                                         : "the key is stale or altered (not the owner's export)");
     }
     Register(s);
     *devPtr = s.memory();
