@@ -188,26 +188,54 @@ extern "C" aclError camTwinAclrtFree(void* devPtr) {
     return ACL_SUCCESS;
 }
 
+namespace {
+
+// The checks every copy passes (gMutex held; the call is logged): both sides where the runtime handed memory out,
+// and memory imported from another device copied only device to device, asynchronously. CANN's
+// aclrtIpcMemGetExportKey page (hicann/runtime docs/api_docs): no host copy of an imported address, synchronous or
+// not, and no synchronous copy of it at all; an asynchronous device-to-device copy into own memory is the way.
+aclError CheckCopy(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind kind, bool async) {
+    if (!dst || !src || count > destMax) return Refused(ACL_ERROR_INVALID_PARAM);
+    const bool toDevice = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+    const bool fromDevice = kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+    const Range to = toDevice ? DeviceRange(dst, count) : Range::kOwned;
+    const Range from = fromDevice ? DeviceRange(src, count) : Range::kOwned;
+    if (to == Range::kUnknown || from == Range::kUnknown)
+        return Refused(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: the device side is not memory aclrtMalloc or "
+                                                "aclrtIpcMemImportByKey handed out");
+    if ((kind == ACL_MEMCPY_HOST_TO_DEVICE && to == Range::kImported) ||
+        (kind == ACL_MEMCPY_DEVICE_TO_HOST && from == Range::kImported))
+        return Refused(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: a host copy to or from memory imported from another "
+                                                "device (aclrtIpcMemImportByKey) is not allowed; copy device to "
+                                                "device into own memory first");
+    if (!async && (to == Range::kImported || from == Range::kImported))
+        return Refused(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: a synchronous copy of memory imported from another "
+                                                "device is not allowed; use aclrtMemcpyAsync device to device");
+    return ACL_SUCCESS;
+}
+
+}  // namespace
+
 extern "C" aclError camTwinAclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count,
                                       aclrtMemcpyKind kind) {
     {
         std::lock_guard<std::mutex> lock(gMutex);
         Log("aclrtMemcpy");
-        if (!dst || !src || count > destMax) return Refused(ACL_ERROR_INVALID_PARAM);
-        const bool toDevice = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
-        const bool fromDevice = kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
-        const Range to = toDevice ? DeviceRange(dst, count) : Range::kOwned;
-        const Range from = fromDevice ? DeviceRange(src, count) : Range::kOwned;
-        if (to == Range::kUnknown || from == Range::kUnknown)
-            return Refused(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: the device side is not memory aclrtMalloc or "
-                                                    "aclrtIpcMemImportByKey handed out");
-        // CANN's aclrtIpcMemGetExportKey page: memory imported from another device cannot be copied to or from the
-        // host directly; a device-to-device copy into own memory comes first (hicann/runtime docs/api_docs).
-        if ((kind == ACL_MEMCPY_HOST_TO_DEVICE && to == Range::kImported) ||
-            (kind == ACL_MEMCPY_DEVICE_TO_HOST && from == Range::kImported))
-            return Refused(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: a host copy to or from memory imported from another "
-                                                    "device (aclrtIpcMemImportByKey) is not allowed; copy device to "
-                                                    "device into own memory first");
+        if (aclError rc = CheckCopy(dst, destMax, src, count, kind, false)) return rc;
+    }
+    CopyDeviceBytes(dst, src, count);
+    return ACL_SUCCESS;
+}
+
+// The copy is done before the call returns: a schedule an asynchronous copy may have (the caller synchronizes the
+// stream before it uses the destination either way).
+extern "C" aclError camTwinAclrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t count,
+                                           aclrtMemcpyKind kind, aclrtStream stream) {
+    {
+        std::lock_guard<std::mutex> lock(gMutex);
+        Log("aclrtMemcpyAsync");
+        (void)stream;  // null is the default stream, as in ACL
+        if (aclError rc = CheckCopy(dst, destMax, src, count, kind, true)) return rc;
     }
     CopyDeviceBytes(dst, src, count);
     return ACL_SUCCESS;

@@ -51,6 +51,8 @@ static_assert(kAclKeyLen <= CAM_IPC_KEY_BYTES, "a record holds an ACL key");
 // Own device memory a peer's words pass through on their way to or from the host (the limit below); the largest
 // host-side access is the identity line.
 constexpr uint64_t kStagingBytes = 8 * kIdentityWords;
+// A copy of a few words that has not finished in this long will not: the device or the peer is gone.
+constexpr int32_t kPeerCopyTimeoutMs = 10000;
 
 // The runtime's own sentence for the failure just seen on this thread, when it has one.
 std::string AclFailed(const char* call, aclError rc) {
@@ -62,7 +64,8 @@ std::string AclFailed(const char* call, aclError rc) {
 // The host never loads or stores a window here: every word it reads or writes is an aclrtMemcpy. A peer's window is
 // memory imported from another device, which CANN's aclrtIpcMemGetExportKey page says cannot be copied to or from
 // the host directly (hicann/runtime docs/api_docs: aclrtIpcMemGetExportKey), so a peer's words go device-to-device
-// through kStagingBytes of this rank's own device memory (the twin's stand-ins refuse the direct copy).
+// through kStagingBytes of this rank's own device memory, asynchronously on a stream of cam's own (the twin's
+// stand-ins refuse the direct copy and the synchronous one).
 class IpcTransport : public Transport {
 public:
     IpcTransport(const AclIpcApi& acl, int64_t rank, int64_t world)
@@ -70,7 +73,8 @@ public:
     ~IpcTransport() override {
         Detach();
         if (!ownKey_.empty()) acl_.close(ownKey_.c_str());  // the export is withdrawn: nothing imports it later
-        if (deviceTable_) acl_.free(deviceTable_);
+        if (stream_ && !stagingLost_) acl_.destroyStream(stream_);
+        if (deviceTable_ && !stagingLost_) acl_.free(deviceTable_);  // else kept: a late copy may still land in it
         if (windows_[rank_]) acl_.free(windows_[rank_]);
     }
     const char* Name() const override { return "acl-ipc"; }
@@ -88,7 +92,7 @@ public:
         if (rank == rank_) return Copy(out, bytes, at, bytes, ACL_MEMCPY_DEVICE_TO_HOST, "reading", why);
         for (uint64_t done = 0; done < bytes; done += kStagingBytes) {
             const uint64_t k = std::min(kStagingBytes, bytes - done);
-            if (!Copy(staging_, kStagingBytes, at + done, k, ACL_MEMCPY_DEVICE_TO_DEVICE, "reading", why) ||
+            if (!PeerCopy(staging_, at + done, k, "reading", why) ||
                 !Copy(reinterpret_cast<uint8_t*>(out) + done, k, staging_, k, ACL_MEMCPY_DEVICE_TO_HOST, "reading", why))
                 return false;
         }
@@ -104,7 +108,7 @@ public:
             const uint64_t k = std::min(kStagingBytes, bytes - done);
             if (!Copy(staging_, kStagingBytes, reinterpret_cast<const uint8_t*>(in) + done, k, ACL_MEMCPY_HOST_TO_DEVICE,
                       "writing", why) ||
-                !Copy(at + done, k, staging_, k, ACL_MEMCPY_DEVICE_TO_DEVICE, "writing", why))
+                !PeerCopy(at + done, staging_, k, "writing", why))
                 return false;
         }
         return true;
@@ -125,6 +129,8 @@ public:
     std::vector<std::string> imported_;  // key of every open import ("" when none)
     void* deviceTable_ = nullptr;        // own device memory: the peer table, then the staging words
     uint8_t* staging_ = nullptr;
+    aclrtStream stream_ = nullptr;      // cam's own, for the copies of peers' words
+    mutable bool stagingLost_ = false;  // a peer copy timed out: it may still write the staging area
     mutable std::mutex stagingMutex_;
     bool detached_ = false;
 
@@ -153,6 +159,26 @@ private:
             return nullptr;
         }
         return w + byteOff;
+    }
+    // Device to device between own memory and a peer's: only asynchronous copies may touch memory imported from
+    // another device (§5.0), so on cam's own stream, then a bounded synchronize. After a timeout the copy may still
+    // run: the staging area is never freed (nor reused) from then on.
+    bool PeerCopy(void* dst, const void* src, uint64_t n, const char* what, std::string* why) const {
+        if (stagingLost_) {
+            *why = "an earlier copy of window words did not finish; this rank no longer copies peers' words";
+            return false;
+        }
+        if (aclError rc = acl_.memcpyAsync(dst, n, src, n, ACL_MEMCPY_DEVICE_TO_DEVICE, stream_)) {
+            *why = AclFailed("aclrtMemcpyAsync", rc) + " " + what + " a peer's window words";
+            return false;
+        }
+        if (aclError rc = acl_.syncStream(stream_, kPeerCopyTimeoutMs)) {
+            stagingLost_ = true;
+            *why = AclFailed("aclrtSynchronizeStreamWithTimeout", rc) + " " + what + " a peer's window words (" +
+                   std::to_string(kPeerCopyTimeoutMs) + " ms)";
+            return false;
+        }
+        return true;
     }
     bool Copy(void* dst, uint64_t max, const void* src, uint64_t n, aclrtMemcpyKind kind, const char* what,
               std::string* why) const {
@@ -280,6 +306,10 @@ extern "C" aclnnStatus camCommAttachIpc(camComm* comm, const camIpcWindowRecord*
             t->deviceTable_ = device;
             t->staging_ = static_cast<uint8_t*>(device) + 8 * world;
         }
+        if (!t->stream_)
+            if (aclError rc = acl.createStream(&t->stream_))
+                return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + AclFailed("aclrtCreateStream", rc) +
+                                                         " (for copies of peers' window words)");
         std::vector<int64_t> nonces(world);
         for (int64_t r = 0; r < world; ++r) {
             const std::string who = "rank " + std::to_string(r);

@@ -22,6 +22,10 @@ namespace cam::host {
     X(malloc, aclrtMalloc, camTwinAclrtMalloc)                                   \
     X(free, aclrtFree, camTwinAclrtFree)                                         \
     X(memcpy, aclrtMemcpy, camTwinAclrtMemcpy)                                   \
+    X(memcpyAsync, aclrtMemcpyAsync, camTwinAclrtMemcpyAsync)                    \
+    X(createStream, aclrtCreateStream, camTwinAclrtCreateStream)                 \
+    X(syncStream, aclrtSynchronizeStreamWithTimeout, camTwinAclrtSynchronizeStreamWithTimeout) \
+    X(destroyStream, aclrtDestroyStream, camTwinAclrtDestroyStream)              \
     X(getDevice, aclrtGetDevice, camTwinAclrtGetDevice)                          \
     X(bareTgid, aclrtDeviceGetBareTgid, camTwinAclrtDeviceGetBareTgid)           \
     X(canAccessPeer, aclrtDeviceCanAccessPeer, camTwinAclrtDeviceCanAccessPeer)  \
