@@ -113,6 +113,25 @@ def run_faults(args, topo, store) -> None:
             json.dump(results, f)
 
 
+def liveness_words(comm, topo, store, rank) -> dict:
+    """After the round trip: rank 1 fences Attention rank 0's replica (the words land in the FFN ranks' windows),
+    then the last rank aborts the plane (every window's abort word); each rank reads what it sees. On this transport
+    every one of those words is a device copy, a peer's through this rank's own device memory."""
+    out = {}
+    _barrier(store, "fence", topo.world_size)
+    if rank == 1:
+        comm.fence_dead_rank(0)
+    _barrier(store, "fenced", topo.world_size)
+    out["fenced"] = comm.fenced_replicas
+    out["dropped"] = comm.dropped_rounds
+    _barrier(store, "abort", topo.world_size)
+    if rank == topo.world_size - 1:
+        comm.abort()
+    _barrier(store, "aborted", topo.world_size)
+    out["abort"] = comm.status()["abort"]
+    return out
+
+
 def main() -> int:
     args, topo, counts, store = rank_args(["round_trip", "faults"])
     _C.twin_ipc_calls(reset=True)
@@ -125,7 +144,10 @@ def main() -> int:
         window_bytes = comm.window_bytes
         result = round_trip(comm, topo, counts, args.rank)
         run_calls = _C.twin_ipc_calls(reset=True)
-    torch.save({"result": result, "create_calls": create_calls, "run_calls": run_calls,
+        liveness = liveness_words(comm, topo, store, args.rank)
+        liveness_calls = _C.twin_ipc_calls(reset=True)
+    torch.save({"result": result, "create_calls": create_calls, "run_calls": run_calls, "liveness": liveness,
+                "liveness_calls": liveness_calls,
                 "close_calls": _C.twin_ipc_calls(reset=True), "open_imports": _C.twin_ipc_open_imports(),
                 "window_bytes": window_bytes, "pid": os.getpid()}, args.out)
     return 0

@@ -7,6 +7,7 @@ nothing copied outside memory a successful allocation or import handed out."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
@@ -59,6 +60,13 @@ def _run(tmp_path, mode, timeout=180, exit_codes=None):
     return t, [torch.load(tmp_path / f"rank{r}.out") for r in range(t.world_size)]
 
 
+# The ACL calls of the NPU transport's table that act on devices or memory, as docs/ascend.md §5.0 lists them
+# (aclGetRecentErrMsg only explains a failure; the stream calls are the twin backend's own stream stand-ins).
+STAND_INS = {"aclrtMalloc", "aclrtFree", "aclrtMemcpy", "aclrtMemcpyAsync", "aclrtGetDevice", "aclrtDeviceGetBareTgid",
+             "aclrtDeviceCanAccessPeer", "aclrtIpcMemGetExportKey", "aclrtIpcMemSetImportPid", "aclrtIpcMemImportByKey",
+             "aclrtIpcMemClose"}
+
+
 def _twin_segments(pids):
     return sorted(n for n in os.listdir("/dev/shm") if any(n.startswith(f"cam-npu-twin-{p}-") for p in pids))
 
@@ -68,11 +76,15 @@ def _expected_create_calls(t, rank, window_bytes):
     calls = ["aclrtDeviceGetBareTgid", "aclrtGetDevice", "aclrtMalloc"]
     calls += ["aclrtMemcpy"] * math.ceil(window_bytes / (1 << 20))  # device memory is not zeroed by aclrtMalloc
     calls += ["aclrtMemcpy", "aclrtIpcMemGetExportKey", "aclrtIpcMemSetImportPid", "aclrtDeviceGetBareTgid"]
+    calls += ["aclrtMalloc"]  # own device memory for the peer table and the staging words
     for r in range(t.world_size):
         if r != rank:
-            calls += ["aclrtDeviceCanAccessPeer", "aclrtIpcMemImportByKey"]
-        calls += ["aclrtMemcpy"]  # the identity line, read back through a copy
-    calls += ["aclrtMalloc", "aclrtMemcpy", "aclrtMemcpy"]  # the device peer table, then the plane id
+            # a peer's identity line: device to device (asynchronously) into own memory, then to the host
+            # (imported memory cannot be copied to the host, nor synchronously at all)
+            calls += ["aclrtDeviceCanAccessPeer", "aclrtIpcMemImportByKey", "aclrtMemcpyAsync", "aclrtMemcpy"]
+        else:
+            calls += ["aclrtMemcpy"]  # its own identity line, read back through a copy
+    calls += ["aclrtMemcpy", "aclrtMemcpy"]  # the device peer table, then the plane id
     return calls
 
 
@@ -95,7 +107,20 @@ def test_npu_round_trip_calls_and_close(tmp_path):
     peers = t.world_size - 1
     for r, o in enumerate(outs):
         assert o["create_calls"] == _expected_create_calls(t, r, o["window_bytes"]), f"rank {r}"
-        assert o["run_calls"] == [], f"rank {r}: the data plane itself makes no ACL call on the twin"
+        # creation and close between them reach every stand-in of the transport's table (the one path an NPU runs)
+        assert set(o["create_calls"]) | set(o["close_calls"]) == STAND_INS, f"rank {r}"
+        # the host reads the plane's control words (the abort word before each op, the status) through copies,
+        # none refused; the data plane allocates and imports nothing more
+        assert o["run_calls"] and set(o["run_calls"]) <= {"aclrtMemcpy", "aclrtMemcpyAsync"}, f"rank {r}"
+        # replica isolation and abort through the same copies: rank 1 fenced rank 0's replica in the FFN ranks'
+        # windows and the last rank aborted every window; every round of replica 0 was returned, so none dropped
+        live = o["liveness"]
+        assert live["fenced"] == {0: 0}, f"rank {r}: {live}"
+        assert live["dropped"] == ({} if r < t.A else {0: 0}), f"rank {r}: {live}"
+        assert live["abort"] == t.world_size, f"rank {r}: {live}"  # 1 + the aborting rank
+        assert set(o["liveness_calls"]) <= {"aclrtMemcpy", "aclrtMemcpyAsync"}, f"rank {r}: {o['liveness_calls']}"
+        # every rank touched a peer's words (a fence, a done signal, an abort word): asynchronously device to device
+        assert "aclrtMemcpyAsync" in o["liveness_calls"], f"rank {r}: {o['liveness_calls']}"
         # every import closed first, then the own export withdrawn, the table and the window freed
         assert o["close_calls"] == ["aclrtIpcMemClose"] * peers + ["aclrtIpcMemClose", "aclrtFree", "aclrtFree"], r
         assert o["open_imports"] == 0, f"rank {r}"
@@ -180,3 +205,51 @@ def test_npu_handshake_faults_name_the_rank_and_leave_nothing_open(tmp_path):
 def test_npu_transport_requires_a_store():
     with pytest.raises(ValueError, match="transport 'npu' needs a torch.distributed Store"):
         cam.Comm(cam.Topology(**TOPO), 0, transport="npu")
+
+
+def _stand_ins():
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(cam.__file__), "lib", "libcam_aclnn.so"))
+    lib.camTwinAclGetRecentErrMsg.restype = ctypes.c_char_p
+    copy = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    lib.camTwinAclrtMemcpy.argtypes = copy
+    lib.camTwinAclrtMemcpyAsync.argtypes = [*copy, ctypes.c_void_p]
+    return lib
+
+
+def test_twin_refuses_host_copies_of_imported_memory():
+    """A twin rule: CANN's aclrtIpcMemGetExportKey page (hicann/runtime, docs/api_docs/aclrtIpcMemGetExportKey.md)
+    says memory imported from another device cannot be copied to or from the host, and only asynchronously device
+    to device. The stand-ins refuse the other copies, naming why; the controls (own memory to the host, an
+    asynchronous copy of imported memory into own memory) pass."""
+    lib = _stand_ins()
+    h2d, d2h, d2d = 1, 2, 3  # aclrtMemcpyKind
+    own, imported = ctypes.c_void_p(), ctypes.c_void_p()
+    assert lib.camTwinAclrtMalloc(ctypes.byref(own), ctypes.c_size_t(4096), 0) == 0
+    key = ctypes.create_string_buffer(65)
+    assert lib.camTwinAclrtIpcMemGetExportKey(own, ctypes.c_size_t(4096), key, ctypes.c_size_t(65),
+                                              ctypes.c_uint64(0)) == 0
+    pid = (ctypes.c_int32 * 1)(os.getpid())
+    try:
+        assert lib.camTwinAclrtIpcMemSetImportPid(key, pid, ctypes.c_size_t(1)) == 0
+        # the plane's trust rule for a segment (shared with the shm transport): one open to group/other is refused
+        segment = "/dev/shm/" + key.value.decode().rsplit(":", 1)[0].lstrip("/")
+        os.chmod(segment, 0o640)
+        assert lib.camTwinAclrtIpcMemImportByKey(ctypes.byref(imported), key, ctypes.c_uint64(1)) != 0
+        assert b"open to group/other (mode 0640" in lib.camTwinAclGetRecentErrMsg()
+        os.chmod(segment, 0o600)
+        assert lib.camTwinAclrtIpcMemImportByKey(ctypes.byref(imported), key, ctypes.c_uint64(1)) == 0
+        assert imported.value != own.value
+        host = ctypes.create_string_buffer(64)
+        assert lib.camTwinAclrtMemcpy(host, 64, own, 64, d2h) == 0  # control: own memory
+        assert lib.camTwinAclrtMemcpyAsync(own, 64, imported, 64, d2d, None) == 0  # control: the transport's path
+        assert lib.camTwinAclrtMemcpy(own, 64, imported, 64, d2d) != 0  # only asynchronous copies may touch it
+        assert b"synchronous copy of memory imported" in lib.camTwinAclGetRecentErrMsg()
+        assert lib.camTwinAclrtMemcpy(host, 64, imported, 64, d2h) != 0
+        assert b"imported from another device" in lib.camTwinAclGetRecentErrMsg()
+        assert lib.camTwinAclrtMemcpy(imported, 64, host, 64, h2d) != 0
+        assert b"imported from another device" in lib.camTwinAclGetRecentErrMsg()
+    finally:
+        if imported.value:
+            assert lib.camTwinAclrtIpcMemClose(key) == 0  # the import
+        assert lib.camTwinAclrtIpcMemClose(key) == 0  # the export
+        assert lib.camTwinAclrtFree(own) == 0

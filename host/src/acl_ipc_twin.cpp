@@ -7,8 +7,10 @@
 // the header; ImportByKey maps the segment only when the key's nonce is the one exported and the caller's pid is
 // allowed (the flow of CANN's aclrtIpcMemGetExportKey / aclrtIpcMemSetImportPid / aclrtIpcMemImportByKey pages,
 // docs/ascend.md §5.0); Close unmaps an import, or withdraws an export; Free unmaps and unlinks the owner's segment.
-// A copy whose device side is not inside memory this process allocated or imported is refused. Every call is logged
-// (camTwinIpcCallLog), a refused one as "name!", so tests can prove which imports succeeded and were closed.
+// A copy whose device side is not inside memory this process allocated or imported is refused, and so is a host copy
+// to or from imported memory (CANN allows only device-to-device copies there). Every call on memory is logged
+// (camTwinIpcCallLog), a refused one as "name!" with its reason for aclGetRecentErrMsg, so tests can prove which
+// imports succeeded and were closed.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -27,6 +29,7 @@
 #include <string>
 
 #include "cam/acl_compat.h"
+#include "shm_trust.h"
 #include "twin/park.h"
 
 namespace {
@@ -66,17 +69,23 @@ void Log(const char* call) {
     gLog += call;
 }
 
+// What aclGetRecentErrMsg returns: the reason of this thread's last refused call ("" before any).
+thread_local std::string gRecent;
+
 // Marks the call just logged as refused ("name!"), so a test can tell the imports that succeeded (and must be
-// closed) from the ones that did not. Returns rc.
-aclError Refused(aclError rc) {
+// closed) from the ones that did not, and keeps `why` for aclGetRecentErrMsg. Returns rc.
+aclError Refused(aclError rc, const char* why = "invalid argument") {
     // gMutex held by the caller
     gLog += '!';
+    gRecent = why;
     return rc;
 }
 
-// Whether [p, p + n) lies inside memory this process allocated or imported (gMutex held): the device side of every
-// copy must, as on a device no copy reaches an address the runtime never handed out.
-bool KnownDeviceRange(const void* p, size_t n) {
+// Where [p, p + n) lies (gMutex held): inside memory this process allocated, inside memory it imported from
+// another device, or neither. The device side of every copy must lie in one of the first two, as on a device no
+// copy reaches an address the runtime never handed out.
+enum class Range { kUnknown, kOwned, kImported };
+Range DeviceRange(const void* p, size_t n) {
     const auto a = reinterpret_cast<uintptr_t>(p);
     auto inside = [&](const Segment& s) {
         const auto lo = reinterpret_cast<uintptr_t>(s.memory());
@@ -84,10 +93,22 @@ bool KnownDeviceRange(const void* p, size_t n) {
         return a >= lo && a <= hi && n <= hi - a;
     };
     auto it = gOwned.upper_bound(a);
-    if (it != gOwned.begin() && inside(std::prev(it)->second)) return true;
+    if (it != gOwned.begin() && inside(std::prev(it)->second)) return Range::kOwned;
     for (const auto& [key, s] : gImported)
-        if (inside(s)) return true;
-    return false;
+        if (inside(s)) return Range::kImported;
+    return Range::kUnknown;
+}
+
+// Device memory moves in whole words as the device's DMA moves them: aligned words with atomic accesses on both
+// sides (a kernel of this process, or a peer process, may load or store them meanwhile), anything else bytewise.
+void CopyDeviceBytes(void* dst, const void* src, size_t n) {
+    if (reinterpret_cast<uintptr_t>(dst) % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 8 == 0 && n % 8 == 0) {
+        for (size_t i = 0; i < n / 8; ++i)
+            __atomic_store_n(static_cast<int64_t*>(dst) + i,
+                             __atomic_load_n(static_cast<const int64_t*>(src) + i, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
+        return;
+    }
+    std::memcpy(dst, src, n);
 }
 
 // CAM_TWIN_DENY_PEER_ACCESS="a>b,c>d": device a cannot reach device b (a test hook: the twin's devices all share
@@ -167,18 +188,56 @@ extern "C" aclError camTwinAclrtFree(void* devPtr) {
     return ACL_SUCCESS;
 }
 
+namespace {
+
+// The checks every copy passes (gMutex held; the call is logged): both sides where the runtime handed memory out,
+// and memory imported from another device copied only device to device, asynchronously. CANN's
+// aclrtIpcMemGetExportKey page (hicann/runtime docs/api_docs): no host copy of an imported address, synchronous or
+// not, and no synchronous copy of it at all; an asynchronous device-to-device copy into own memory is the way.
+aclError CheckCopy(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind kind, bool async) {
+    if (!dst || !src || count > destMax) return Refused(ACL_ERROR_INVALID_PARAM);
+    const bool toDevice = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+    const bool fromDevice = kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+    const Range to = toDevice ? DeviceRange(dst, count) : Range::kOwned;
+    const Range from = fromDevice ? DeviceRange(src, count) : Range::kOwned;
+    if (to == Range::kUnknown || from == Range::kUnknown)
+        return Refused(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: the device side is not memory aclrtMalloc or "
+                                                "aclrtIpcMemImportByKey handed out");
+    if ((kind == ACL_MEMCPY_HOST_TO_DEVICE && to == Range::kImported) ||
+        (kind == ACL_MEMCPY_DEVICE_TO_HOST && from == Range::kImported))
+        return Refused(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: a host copy to or from memory imported from another "
+                                                "device (aclrtIpcMemImportByKey) is not allowed; copy device to "
+                                                "device into own memory first");
+    if (!async && (to == Range::kImported || from == Range::kImported))
+        return Refused(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: a synchronous copy of memory imported from another "
+                                                "device is not allowed; use aclrtMemcpyAsync device to device");
+    return ACL_SUCCESS;
+}
+
+}  // namespace
+
 extern "C" aclError camTwinAclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count,
                                       aclrtMemcpyKind kind) {
     {
         std::lock_guard<std::mutex> lock(gMutex);
         Log("aclrtMemcpy");
-        if (!dst || !src || count > destMax) return Refused(ACL_ERROR_INVALID_PARAM);
-        const bool toDevice = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
-        const bool fromDevice = kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
-        if ((toDevice && !KnownDeviceRange(dst, count)) || (fromDevice && !KnownDeviceRange(src, count)))
-            return Refused(ACL_ERROR_INVALID_PARAM);
+        if (aclError rc = CheckCopy(dst, destMax, src, count, kind, false)) return rc;
     }
-    std::memcpy(dst, src, count);
+    CopyDeviceBytes(dst, src, count);
+    return ACL_SUCCESS;
+}
+
+// The copy is done before the call returns: a schedule an asynchronous copy may have (the caller synchronizes the
+// stream before it uses the destination either way).
+extern "C" aclError camTwinAclrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t count,
+                                           aclrtMemcpyKind kind, aclrtStream stream) {
+    {
+        std::lock_guard<std::mutex> lock(gMutex);
+        Log("aclrtMemcpyAsync");
+        (void)stream;  // null is the default stream, as in ACL
+        if (aclError rc = CheckCopy(dst, destMax, src, count, kind, true)) return rc;
+    }
+    CopyDeviceBytes(dst, src, count);
     return ACL_SUCCESS;
 }
 
@@ -252,16 +311,17 @@ extern "C" aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key
     uint64_t nonce = 0;
     if (!devPtr || !ParseKey(key, &name, &nonce) || gImported.count(key)) return Refused(ACL_ERROR_INVALID_PARAM);
     const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0) return Refused(ACL_ERROR_INVALID_PARAM);
-    struct stat st {};
-    void* p = MAP_FAILED;
-    // Only segments this user made as cam makes them (0600): anyone else's could be rewritten under the plane.
-    if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 077) == 0 &&
-        static_cast<uint64_t>(st.st_size) > kPrefixBytes)
-        p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd < 0) return Refused(ACL_ERROR_INVALID_PARAM, "no memory of that key exists (its owner freed it or never made it)");
+    // The plane's one trust rule for a segment (shm_trust.h), its reason kept for aclGetRecentErrMsg.
+    uint64_t size = 0;
+    const std::string untrusted = cam::host::RefuseUntrustedSegment(fd, "the imported segment " + name, &size);
+    void* p = untrusted.empty() && size > kPrefixBytes
+                  ? mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
     close(fd);
-    if (p == MAP_FAILED) return Refused(ACL_ERROR_INVALID_PARAM);
-    Segment s{name, static_cast<uint8_t*>(p), static_cast<uint64_t>(st.st_size)};
+    if (!untrusted.empty()) return Refused(ACL_ERROR_INVALID_PARAM, untrusted.c_str());
+    if (p == MAP_FAILED) return Refused(ACL_ERROR_INVALID_PARAM, "the imported segment is too small or cannot be mapped");
+    Segment s{name, static_cast<uint8_t*>(p), size};
     const Header* h = s.header();
     bool allowed = (h->flags & ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) != 0;
     const uint64_t npids = std::min<uint64_t>(__atomic_load_n(&h->pids, __ATOMIC_ACQUIRE), kMaxPids);
@@ -269,7 +329,8 @@ extern "C" aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key
     if (h->magic != kMagic || __atomic_load_n(&h->nonce, __ATOMIC_ACQUIRE) != nonce || !allowed ||
         h->bytes + kPrefixBytes > s.mapped) {
         munmap(p, s.mapped);
-        return Refused(ACL_ERROR_INVALID_PARAM);
+        return Refused(ACL_ERROR_INVALID_PARAM, !allowed ? "this process's pid is not on the export's allow-list"
+                                                         : "the key is stale or altered (not the owner's export)");
     }
     Register(s);
     *devPtr = s.memory();
@@ -298,6 +359,9 @@ extern "C" aclError camTwinAclrtIpcMemClose(const char* key) {
     }
     return Refused(ACL_ERROR_INVALID_PARAM);
 }
+
+// Not logged: it reads the reason of a refusal, it is not a call on device memory.
+extern "C" const char* camTwinAclGetRecentErrMsg(void) { return gRecent.c_str(); }
 
 extern "C" aclError camTwinIpcCallLog(char* out, size_t bytes, int32_t reset) {
     std::lock_guard<std::mutex> lock(gMutex);

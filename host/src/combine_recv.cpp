@@ -46,7 +46,7 @@ extern "C" aclnnStatus aclnnCamCombineRecvGetWorkspaceSize(camComm* comm, const 
         ex->launch = [tiling, comm, i = iv.data, w = wv.data, o = ov.data](void* workspace, aclrtStream stream) {
             return LaunchOnComm(comm, stream, [&] {
                 cam::kernels::LaunchCombineRecv(tiling.blockDim, stream, i, w, o,
-                                                reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+                                                comm->DevicePeers(),
                                                 static_cast<uint8_t*>(workspace), tiling);
             });
         };

@@ -48,7 +48,7 @@ aclnnStatus PrepareCombineSend(camComm* comm, bool batched, int64_t rowBudget, c
     ex->launch = [tiling, comm, o = ov.data, w = wv.data](void* workspace, aclrtStream stream) {
         return LaunchOnComm(comm, stream, [&] {
             cam::kernels::LaunchCombineSend(tiling.blockDim, stream, o, w,
-                                            reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+                                            comm->DevicePeers(),
                                             static_cast<uint8_t*>(workspace), tiling);
         });
     };

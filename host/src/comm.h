@@ -17,14 +17,27 @@
 
 namespace cam::host {
 
-// Where windows live. In-process and POSIX shm on the twin; an HCCL transport on Ascend gives the same view from
-// the HCCL communicator's windows (local window + the remote windows' device addresses).
+// Where windows live. In-process and POSIX shm on the twin map every window into the host; the NPU transport (ACL
+// IPC) and the HCCL transport hold device addresses the host cannot load or store.
 class Transport {
 public:
     virtual ~Transport() = default;
     virtual const char* Name() const = 0;
-    virtual uint8_t* Window(int64_t rank) const = 0;       // nullptr until mapped
+    // The host mapping of rank's window: nullptr until mapped, and always where the host cannot address the window.
+    virtual uint8_t* Window(int64_t rank) const = 0;
+    // The window's device address (what the kernels' peer table holds); the host mapping where they are the same.
+    virtual void* DeviceWindow(int64_t rank) const { return Window(rank); }
     virtual uint64_t WindowBytes(int64_t rank) const = 0;  // bytes really allocated/mapped
+
+    // The host's access to words of rank's window: the control words (abort, fences, status record, identity line)
+    // and the signal words a host-side count reads. Here through the host mapping, with the kernels' ordering
+    // (acquire loads, release stores); a transport without one copies through its device runtime. false with *why
+    // when the window cannot be reached (not mapped yet, or no host path on this transport); nothing is touched then.
+    virtual bool ReadWords(int64_t rank, int64_t byteOff, int64_t* out, int64_t n, std::string* why) const;
+    virtual bool WriteWords(int64_t rank, int64_t byteOff, const int64_t* in, int64_t n, std::string* why);
+    // Writes `value` over a 0 and leaves any other value: the first abort or fence reason stays. Atomic through a
+    // host mapping; through copies a writer racing the first may replace its reason (the word is non-zero either way).
+    virtual bool SetIfZero(int64_t rank, int64_t byteOff, int64_t value, std::string* why);
 };
 
 // Role size of a rank's window (protocol §3).
@@ -46,18 +59,35 @@ struct camComm {
     int64_t rank = 0;
     camCommConfig config{};
     std::unique_ptr<cam::host::Transport> transport;
-    std::vector<int64_t> peerTable;  // window base of every rank: the kernels' `peers` argument
+    std::vector<int64_t> peerTable;  // window base of every rank (host copy, camCommGetPeerTable)
+    std::shared_ptr<int64_t> devicePeers;  // the same table in device memory: the kernels' `peers` argument
     bool attached = false;
-    int64_t planeId = 0;  // set when attached (BuildPeerTable): stamped into this plane's work items
+    int64_t planeId = 0;  // set when attached (FinishAttach): stamped into this plane's work items
     std::mutex failureMutex;
     std::string failure;  // first fatal error reported on this rank
     std::atomic<int64_t> opsInFlight{0};  // launched and not yet past the stream (camCommDestroy refuses meanwhile)
 
-    uint8_t* Own() const { return transport->Window(rank); }
+    void* OwnDevice() const { return transport->DeviceWindow(rank); }
+    uint8_t* DevicePeers() const { return reinterpret_cast<uint8_t*>(devicePeers.get()); }
     bool IsAttention() const { return rank < cam::layout::attention_ranks(topo); }
 };
 
 namespace cam::host {
+
+// A communicator of `rank` over `transport`, not attached yet (every camCommCreate* ends here).
+std::unique_ptr<camComm> NewComm(const CamTopology& topo, int64_t rank, const camCommConfig& config,
+                                 std::unique_ptr<Transport> transport);
+
+// Bytes of a window a host-side identity check reads: the line sits kIdentityOff bytes in.
+inline constexpr int64_t kIdentityLineEnd = kIdentityOff + 8 * kIdentityWords;
+
+// Reads rank's identity line through c's transport and checks it (CheckIdentity); *nonce gets its creation nonce.
+// "" or the reason.
+std::string ReadAndCheckIdentity(const camComm* c, int64_t rank, int64_t* nonce);
+
+// Once every window is mapped and its identity checked, with the device peer table in place: the plane id from
+// every rank's nonce, written into this rank's identity line, and the comm attached. "" or the reason.
+std::string FinishAttach(camComm* c, const std::vector<int64_t>& nonces);
 
 // The arguments every camCommCreate* takes (null pointers, topology, rank, timeouts, dtype); "api" names the call.
 aclnnStatus CheckCreateArgs(const char* api, const CamTopology* topology, int64_t rank, const camCommConfig* config,

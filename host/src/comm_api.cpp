@@ -70,6 +70,36 @@ int64_t PlaneId(const CamTopology& topo, int64_t actDtype, const std::vector<int
     return static_cast<int64_t>(h & 0x7fffffffffffffffull);
 }
 
+std::unique_ptr<camComm> NewComm(const CamTopology& topo, int64_t rank, const camCommConfig& config,
+                                 std::unique_ptr<Transport> transport) {
+    auto c = std::make_unique<camComm>();
+    c->topo = topo;
+    c->rank = rank;
+    c->config = config;
+    c->transport = std::move(transport);
+    return c;
+}
+
+std::string ReadAndCheckIdentity(const camComm* c, int64_t rank, int64_t* nonce) {
+    alignas(8) uint8_t line[kIdentityLineEnd] = {};
+    std::string why;
+    if (!c->transport->ReadWords(rank, kIdentityOff, reinterpret_cast<int64_t*>(line + kIdentityOff), kIdentityWords,
+                                 &why))
+        return "rank " + std::to_string(rank) + "'s identity line could not be read: " + why;
+    why = CheckIdentity(line, c->transport->WindowBytes(rank), c->topo, rank, c->config.actDtype);
+    if (why.empty()) *nonce = Load(line, kIdentityOff + 8 * kIdentityNonce);
+    return why;
+}
+
+std::string FinishAttach(camComm* c, const std::vector<int64_t>& nonces) {
+    c->planeId = PlaneId(c->topo, c->config.actDtype, nonces);
+    std::string why;
+    if (!c->transport->WriteWords(c->rank, kIdentityOff + 8 * kIdentityPlaneId, &c->planeId, 1, &why))
+        return "the plane id could not be written: " + why;
+    c->attached = true;
+    return "";
+}
+
 aclnnStatus CheckCreateArgs(const char* api, const CamTopology* topology, int64_t rank, const camCommConfig* config,
                             camComm** comm) {
     if (!topology || !config || !comm) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": null argument");
@@ -89,20 +119,22 @@ aclnnStatus CheckCreateArgs(const char* api, const CamTopology* topology, int64_
 
 namespace {
 
-// Once every window is mapped and its identity checked: the plane id is a hash of the topology, the dtype and
-// every rank's creation nonce, so every rank computes the same value and no other plane instance has it. Work items
-// carry it (protocol §4.2): one from another plane of the same topology is refused.
-// The peer table itself comes from the window_table op over the transport's HCCL context (window_table.h).
-aclnnStatus BuildPeerTable(const char* api, camComm* c) {
+// Every window is mapped: each identity line is checked (the in-process group's before any rank could proceed, a
+// shm peer's as it is mapped; checking again costs a line per rank), the peer table comes from the window_table op
+// over the transport's HCCL context (window_table.h), and the plane id from every rank's nonce. Work items carry it
+// (protocol §4.2): one from another plane of the same topology is refused.
+aclnnStatus AttachMapped(const char* api, camComm* c) {
     const int64_t world = layout::world_size(c->topo);
+    std::vector<int64_t> nonces(world);
+    for (int64_t r = 0; r < world; ++r) {
+        const std::string why = ReadAndCheckIdentity(c, r, &nonces[r]);
+        if (!why.empty()) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + why);
+    }
     std::string why;
     if (aclnnStatus st = FillPeerTableFromTransport(c, &why))
         return Fail(st, std::string(api) + ": the peer table could not be built: " + why);
-    std::vector<int64_t> nonces(world);
-    for (int64_t r = 0; r < world; ++r) nonces[r] = Load(c->transport->Window(r), kIdentityOff + 8 * kIdentityNonce);
-    c->planeId = PlaneId(c->topo, c->config.actDtype, nonces);
-    Store(c->Own(), kIdentityOff + 8 * kIdentityPlaneId, c->planeId);
-    c->attached = true;
+    why = FinishAttach(c, nonces);
+    if (!why.empty()) return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + why);
     return ACLNN_SUCCESS;
 }
 
@@ -119,7 +151,6 @@ extern "C" aclnnStatus camCommCreateInProcess(const char* group, const CamTopolo
         if (!group) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": group is null");
         if (aclnnStatus st = CheckCreateArgs(api, topology, rank, config, comm)) return st;
         const CamTopology topo = *topology;
-        const int64_t world = cam::layout::world_size(topo);
         const std::string name(group);
         const uint64_t bytes = static_cast<uint64_t>(RequiredWindowBytes(topo, rank));
         std::string why;
@@ -127,17 +158,8 @@ extern "C" aclnnStatus camCommCreateInProcess(const char* group, const CamTopolo
             name, topo, rank, bytes, [&](uint8_t* window) { WriteIdentity(window, topo, rank, bytes, config->actDtype); },
             joinTimeoutMs, &why);
         if (!transport) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": group '" + name + "': " + why);
-        auto c = std::make_unique<camComm>();
-        c->topo = topo;
-        c->rank = rank;
-        c->config = *config;
-        c->transport = std::move(transport);
-        for (int64_t r = 0; r < world; ++r) {
-            const std::string why =
-                CheckIdentity(c->transport->Window(r), c->transport->WindowBytes(r), topo, r, config->actDtype);
-            if (!why.empty()) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + why);
-        }
-        if (aclnnStatus st = BuildPeerTable(api, c.get())) return st;
+        auto c = NewComm(topo, rank, *config, std::move(transport));
+        if (aclnnStatus st = AttachMapped(api, c.get())) return st;
         *comm = c.release();
         return ACLNN_SUCCESS;
     });
@@ -155,12 +177,7 @@ extern "C" aclnnStatus camCommCreateShm(const char* segmentName, const CamTopolo
         const std::string err = transport->Create(bytes);
         if (!err.empty()) return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + err);
         WriteIdentity(transport->Window(rank), topo, rank, bytes, config->actDtype);
-        auto c = std::make_unique<camComm>();
-        c->topo = topo;
-        c->rank = rank;
-        c->config = *config;
-        c->transport = std::move(transport);
-        *comm = c.release();
+        *comm = NewComm(topo, rank, *config, std::move(transport)).release();
         return ACLNN_SUCCESS;
     });
 }
@@ -179,12 +196,12 @@ extern "C" aclnnStatus camCommAttachShm(camComm* comm, const char* const* segmen
         for (int64_t r = 0; r < world; ++r) {
             if (r == comm->rank) continue;
             if (!segmentNames[r]) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": segment name is null");
+            int64_t nonce = 0;
             std::string why = shm->Map(r, segmentNames[r]);
-            if (why.empty())
-                why = CheckIdentity(shm->Window(r), shm->WindowBytes(r), comm->topo, r, comm->config.actDtype);
+            if (why.empty()) why = ReadAndCheckIdentity(comm, r, &nonce);
             if (!why.empty()) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + why);
         }
-        return BuildPeerTable(api, comm);
+        return AttachMapped(api, comm);
     });
 }
 
@@ -199,13 +216,8 @@ extern "C" aclnnStatus camCommUnlinkShm(camComm* comm) {
 extern "C" aclnnStatus camCommAbort(camComm* comm) {
     if (!comm) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommAbort: comm is null");
     const int64_t world = cam::layout::world_size(comm->topo);
-    for (int64_t r = 0; r < world; ++r) {
-        uint8_t* w = comm->transport->Window(r);
-        if (!w) continue;  // not mapped yet (shm before attach): nothing of ours runs there
-        int64_t expected = 0;
-        __atomic_compare_exchange_n(reinterpret_cast<int64_t*>(w + cam::kAbortOff), &expected, 1 + comm->rank, false,
-                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    }
+    std::string why;  // a window not mapped yet (before attach) is skipped: nothing of ours runs there
+    for (int64_t r = 0; r < world; ++r) comm->transport->SetIfZero(r, cam::kAbortOff, 1 + comm->rank, &why);
     return ACLNN_SUCCESS;
 }
 
@@ -215,13 +227,9 @@ extern "C" aclnnStatus camCommReportDeadRank(camComm* comm, int64_t deadRank) {
     if (deadRank < 0 || deadRank >= world || deadRank == comm->rank)
         return Fail(ACLNN_ERR_PARAM_INVALID, "camCommReportDeadRank: deadRank " + std::to_string(deadRank) +
                                                  " is not a peer of rank " + std::to_string(comm->rank));
-    for (int64_t r = 0; r < world; ++r) {
-        uint8_t* w = comm->transport->Window(r);
-        if (!w) continue;
-        int64_t expected = 0;  // the first reason stays: every survivor reports the same death
-        __atomic_compare_exchange_n(reinterpret_cast<int64_t*>(w + cam::kAbortOff), &expected, -(1 + deadRank), false,
-                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    }
+    // The first reason stays: every survivor reports the same death.
+    std::string why;
+    for (int64_t r = 0; r < world; ++r) comm->transport->SetIfZero(r, cam::kAbortOff, -(1 + deadRank), &why);
     return ACLNN_SUCCESS;
 }
 
@@ -235,20 +243,13 @@ extern "C" aclnnStatus camCommFenceDeadRank(camComm* comm, int64_t deadRank) {
                                                  " (an FFN rank's death aborts the plane: camCommReportDeadRank)");
     const int64_t d = cam::layout::replica_of(t, deadRank);
     // Fence first, then end the mates' waits: a mate's abort can never be seen by an FFN rank before the fence.
-    for (int64_t r = A; r < world; ++r) {
-        uint8_t* w = comm->transport->Window(r);
-        if (!w) continue;
-        int64_t expected = 0;  // the first reason stays: every survivor names the same death
-        __atomic_compare_exchange_n(reinterpret_cast<int64_t*>(w + cam::layout::ffn_fence_off(t) + 8 * d), &expected,
-                                    1 + deadRank, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    }
+    // The first reason stays: every survivor names the same death.
+    std::string why;
+    for (int64_t r = A; r < world; ++r)
+        comm->transport->SetIfZero(r, cam::layout::ffn_fence_off(t) + 8 * d, 1 + deadRank, &why);
     for (int64_t p = 0; p < t.P; ++p) {
         const int64_t r = cam::layout::attn_rank_of(t, d, p);
-        uint8_t* w = r == deadRank ? nullptr : comm->transport->Window(r);
-        if (!w) continue;
-        int64_t expected = 0;
-        __atomic_compare_exchange_n(reinterpret_cast<int64_t*>(w + cam::kAbortOff), &expected, -(1 + deadRank), false,
-                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        if (r != deadRank) comm->transport->SetIfZero(r, cam::kAbortOff, -(1 + deadRank), &why);
     }
     return ACLNN_SUCCESS;
 }
@@ -262,8 +263,11 @@ extern "C" aclnnStatus camCommReplicaFence(camComm* comm, int64_t replica, int64
                                                  " is not in [0, D = " + std::to_string(t.D) + ")");
     const int64_t A = cam::layout::attention_ranks(t);
     // An FFN rank reads its own fence; an Attention rank the first FFN rank's (every fencer writes all of them).
-    uint8_t* w = comm->transport->Window(comm->rank >= A ? comm->rank : A);
-    const int64_t v = w ? Load(w, cam::layout::ffn_fence_off(t) + 8 * replica) : 0;
+    int64_t v = 0;
+    std::string why;
+    if (!comm->transport->ReadWords(comm->rank >= A ? comm->rank : A, cam::layout::ffn_fence_off(t) + 8 * replica, &v,
+                                    1, &why))
+        v = 0;  // not mapped yet: no fence can have been set through it
     *deadRank = v == 0 ? -1 : v - 1;
     return ACLNN_SUCCESS;
 }
@@ -283,7 +287,7 @@ extern "C" aclnnStatus camCommDestroy(camComm* comm) {
 
 extern "C" aclnnStatus camCommGetWindow(const camComm* comm, void** base, uint64_t* bytes) {
     if (!comm || !base || !bytes) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommGetWindow: null argument");
-    *base = comm->Own();
+    *base = comm->OwnDevice();
     *bytes = comm->transport->WindowBytes(comm->rank);
     return ACLNN_SUCCESS;
 }
@@ -298,7 +302,9 @@ extern "C" aclnnStatus camCommGetPeerWindowBytes(const camComm* comm, int64_t ra
 
 extern "C" aclnnStatus camCommGetStatus(const camComm* comm, int64_t status[8], int64_t* abortWord) {
     if (!comm || !status || !abortWord) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommGetStatus: null argument");
-    for (int64_t i = 0; i < cam::kStatusWords; ++i) status[i] = Load(comm->Own(), cam::kStatusOff + 8 * i);
-    *abortWord = Load(comm->Own(), cam::kAbortOff);
+    std::string why;
+    if (!comm->transport->ReadWords(comm->rank, cam::kStatusOff, status, cam::kStatusWords, &why) ||
+        !comm->transport->ReadWords(comm->rank, cam::kAbortOff, abortWord, 1, &why))
+        return Fail(ACLNN_ERR_RUNTIME_ERROR, "camCommGetStatus: " + why);
     return ACLNN_SUCCESS;
 }

@@ -14,6 +14,48 @@ int64_t RequiredWindowBytes(const CamTopology& topo, int64_t rank) {
     return rank < layout::attention_ranks(topo) ? layout::attn_window_bytes(topo) : layout::ffn_window_bytes(topo);
 }
 
+namespace {
+
+// The host mapping of words [byteOff, byteOff + 8n) of rank's window, or nullptr with *why.
+uint8_t* MappedWords(const Transport& t, int64_t rank, int64_t byteOff, int64_t n, std::string* why) {
+    uint8_t* w = t.Window(rank);
+    if (!w) {
+        *why = "rank " + std::to_string(rank) + "'s window is not mapped into this process (" + t.Name() + ")";
+        return nullptr;
+    }
+    if (byteOff < 0 || n < 0 || byteOff % 8 != 0 || static_cast<uint64_t>(byteOff + 8 * n) > t.WindowBytes(rank)) {
+        *why = "words [" + std::to_string(byteOff) + ", +" + std::to_string(8 * n) + ") lie outside rank " +
+               std::to_string(rank) + "'s window of " + std::to_string(t.WindowBytes(rank)) + " bytes";
+        return nullptr;
+    }
+    return w;
+}
+
+}  // namespace
+
+bool Transport::ReadWords(int64_t rank, int64_t byteOff, int64_t* out, int64_t n, std::string* why) const {
+    const uint8_t* w = MappedWords(*this, rank, byteOff, n, why);
+    if (!w) return false;
+    for (int64_t i = 0; i < n; ++i) out[i] = Load(w, byteOff + 8 * i);
+    return true;
+}
+
+bool Transport::WriteWords(int64_t rank, int64_t byteOff, const int64_t* in, int64_t n, std::string* why) {
+    uint8_t* w = MappedWords(*this, rank, byteOff, n, why);
+    if (!w) return false;
+    for (int64_t i = 0; i < n; ++i) Store(w, byteOff + 8 * i, in[i]);
+    return true;
+}
+
+bool Transport::SetIfZero(int64_t rank, int64_t byteOff, int64_t value, std::string* why) {
+    uint8_t* w = MappedWords(*this, rank, byteOff, 1, why);
+    if (!w) return false;
+    int64_t expected = 0;
+    __atomic_compare_exchange_n(reinterpret_cast<int64_t*>(w + byteOff), &expected, value, false, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+    return true;
+}
+
 aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp) {
     if (!comm) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op) + ": comm is null");
     if (!comm->attached)
@@ -28,7 +70,10 @@ aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp) {
             return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + ": the communicator failed earlier (" + comm->failure +
                                                   "); create a new one");
     }
-    const int64_t abortWord = Load(comm->Own(), kAbortOff);
+    int64_t abortWord = 0;
+    std::string why;
+    if (!comm->transport->ReadWords(comm->rank, kAbortOff, &abortWord, 1, &why))
+        return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(op) + ": the abort word could not be read: " + why);
     if (abortWord != 0)
         return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + " on rank " + std::to_string(comm->rank) +
                                               ": " + AbortReason(abortWord));
@@ -84,7 +129,7 @@ aclnnStatus ReportCommStatus(camComm* comm, const uint8_t* control, std::string*
     if (st[kStatusCode] == status::kOk) return ACLNN_SUCCESS;
     const aclnnStatus status = Describe(comm, st, abortWord, message);
     if (abortWord == 0) {
-        ZeroDeviceNow(comm->Own() + kStatusOff, 8 * kStatusWords);
+        ZeroDeviceNow(static_cast<uint8_t*>(comm->OwnDevice()) + kStatusOff, 8 * kStatusWords);
     } else {
         std::lock_guard<std::mutex> lock(comm->failureMutex);
         if (comm->failure.empty()) comm->failure = *message;
@@ -99,11 +144,11 @@ void EnqueueStatusCheck(aclrtStream stream, camComm* comm) {
     // stream is idle then, so a direct read is in order.
     auto afterReplay = [comm](std::string* message) -> aclnnStatus {
         alignas(8) uint8_t control[kControlReadBytes];
-        ReadDeviceNow(control, comm->Own(), kControlReadBytes);
+        ReadDeviceNow(control, comm->OwnDevice(), kControlReadBytes);
         return ReportCommStatus(comm, control, message);
     };
     if (CaptureStatusCheck(stream, afterReplay, nullptr)) return;
-    EnqueueDeviceRead(stream, comm->Own(), kControlReadBytes, [comm](const uint8_t* control, std::string* message) {
+    EnqueueDeviceRead(stream, comm->OwnDevice(), kControlReadBytes, [comm](const uint8_t* control, std::string* message) {
         return ReportCommStatus(comm, control, message);
     });
 }

@@ -1,6 +1,8 @@
 // The twin's transports: in-process registry and POSIX shared memory (comm_transport.h).
 #include "comm_transport.h"
 
+#include "shm_trust.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -172,22 +174,9 @@ std::string ShmTransport::Create(uint64_t bytes) {
 std::string ShmTransport::Map(int64_t rank, const std::string& name) {
     const int fd = shm_open(name.c_str(), O_RDWR, 0600);
     if (fd < 0) return "cannot open rank " + std::to_string(rank) + "'s segment " + name + ": " + std::strerror(errno);
-    struct stat st {};
-    std::string err;
-    if (fstat(fd, &st) != 0) {
-        err = "fstat(" + name + ") failed: " + std::strerror(errno);
-    } else if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-        // Trust: a segment another user owns, or one group/other may open, can be written by
-        // someone outside this plane, identity line included; only the plane's own user's 0600 segments (what
-        // Create makes) are mapped.
-        char mode[8];
-        std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
-        err = "refused rank " + std::to_string(rank) + "'s segment " + name + ": " +
-              (st.st_uid != geteuid() ? "it is owned by uid " + std::to_string(st.st_uid) + ", not this process's uid " +
-                                            std::to_string(geteuid())
-                                      : std::string("it is open to group/other (mode ") + mode + ", cam creates 0600)");
-    } else {
-        const uint64_t bytes = static_cast<uint64_t>(st.st_size);
+    uint64_t bytes = 0;
+    std::string err = RefuseUntrustedSegment(fd, "rank " + std::to_string(rank) + "'s segment " + name, &bytes);
+    if (err.empty()) {
         void* p = bytes > kParkBytes ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
         if (p == MAP_FAILED) {
             err = "mmap of rank " + std::to_string(rank) + "'s segment " + name + " failed" +

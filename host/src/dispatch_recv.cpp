@@ -77,7 +77,7 @@ aclnnStatus PrepareDispatchRecv(camComm* comm, int64_t rowBudget, const RecvOutp
     ex->launch = [tiling, comm, e = ev.data, s = sv.data, c = cv.data, g = gv.data, org = ov.data, w = wv.data](
                      void* workspace, aclrtStream stream) {
         return LaunchOnComm(comm, stream, [&] {
-            cam::kernels::LaunchDispatchRecv(tiling.blockDim, stream, reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+            cam::kernels::LaunchDispatchRecv(tiling.blockDim, stream, comm->DevicePeers(),
                                              e, s, c, g, org, w, static_cast<uint8_t*>(workspace), tiling);
         });
     };

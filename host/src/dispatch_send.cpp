@@ -44,7 +44,7 @@ extern "C" aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const
         ex->launch = [tiling, comm, x = xv.data, ids = iv.data](void* workspace, aclrtStream stream) {
             return LaunchOnComm(comm, stream, [&] {
                 cam::kernels::LaunchDispatchSend(tiling.blockDim, stream, x, ids,
-                                                 reinterpret_cast<uint8_t*>(comm->peerTable.data()),
+                                                 comm->DevicePeers(),
                                                  static_cast<uint8_t*>(workspace), tiling);
             });
         };

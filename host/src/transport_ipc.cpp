@@ -2,7 +2,7 @@
 // IPC (docs/ascend.md §5.0): aclrtMalloc, export a key, allow the peers' pids, import the peers' windows by key,
 // close every import before the owner frees. One code path: the entry points come from a table (transport_ipc.h),
 // filled from the runtime by dlopen on Ascend and with cam's POSIX-shm stand-ins on the twin (acl_ipc_twin.cpp).
-// Host code never loads or stores a window directly here: identity lines and the peer table go through aclrtMemcpy.
+// Host code never loads or stores a window directly here: every word it touches goes through aclrtMemcpy.
 #ifdef CAM_WITH_CANN
 #include "cam_cann_features.h"
 #define CAM_IPC_TRANSPORT CAM_CANN_HAS_IPC_MEM
@@ -21,6 +21,7 @@
 #if CAM_IPC_TRANSPORT
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include "transport_ipc.h"
 
@@ -36,7 +37,6 @@ const AclIpcApi& AclIpc() {
 #define CAM_TWIN_FILL(member, symbol, twin) a.member = &twin;
         CAM_ACL_IPC_ENTRIES(CAM_TWIN_FILL)
 #undef CAM_TWIN_FILL
-        a.hostAddressable = true;
         return a;
     }();
 #endif
@@ -48,12 +48,24 @@ namespace {
 // aclrtIpcMemGetExportKey's key length (CANN's API reference: len is 65).
 constexpr size_t kAclKeyLen = 65;
 static_assert(kAclKeyLen <= CAM_IPC_KEY_BYTES, "a record holds an ACL key");
-constexpr int64_t kLineBytes = kIdentityOff + 8 * kIdentityWords;  // what a window's identity check reads
+// Own device memory a peer's words pass through on their way to or from the host (the limit below); the largest
+// host-side access is the identity line.
+constexpr uint64_t kStagingBytes = 8 * kIdentityWords;
+// A copy of a few words that has not finished in this long will not: the device or the peer is gone.
+constexpr int32_t kPeerCopyTimeoutMs = 10000;
 
+// The runtime's own sentence for the failure just seen on this thread, when it has one.
 std::string AclFailed(const char* call, aclError rc) {
-    return std::string(call) + " failed with ACL error " + std::to_string(static_cast<int>(rc));
+    const char* said = AclIpc().recentErrMsg ? AclIpc().recentErrMsg() : nullptr;
+    return std::string(call) + " failed with ACL error " + std::to_string(static_cast<int>(rc)) +
+           (said && *said ? std::string(" (") + said + ")" : "");
 }
 
+// The host never loads or stores a window here: every word it reads or writes is an aclrtMemcpy. A peer's window is
+// memory imported from another device, which CANN's aclrtIpcMemGetExportKey page says cannot be copied to or from
+// the host directly (hicann/runtime docs/api_docs: aclrtIpcMemGetExportKey), so a peer's words go device-to-device
+// through kStagingBytes of this rank's own device memory, asynchronously on a stream of cam's own (the twin's
+// stand-ins refuse the direct copy and the synchronous one).
 class IpcTransport : public Transport {
 public:
     IpcTransport(const AclIpcApi& acl, int64_t rank, int64_t world)
@@ -61,14 +73,51 @@ public:
     ~IpcTransport() override {
         Detach();
         if (!ownKey_.empty()) acl_.close(ownKey_.c_str());  // the export is withdrawn: nothing imports it later
-        if (deviceTable_) acl_.free(deviceTable_);
+        if (stream_ && !stagingLost_) acl_.destroyStream(stream_);
+        if (deviceTable_ && !stagingLost_) acl_.free(deviceTable_);  // else kept: a late copy may still land in it
         if (windows_[rank_]) acl_.free(windows_[rank_]);
     }
     const char* Name() const override { return "acl-ipc"; }
-    uint8_t* Window(int64_t rank) const override {
-        return acl_.hostAddressable ? static_cast<uint8_t*>(windows_[rank]) : nullptr;
-    }
+    uint8_t* Window(int64_t) const override { return nullptr; }
+    void* DeviceWindow(int64_t rank) const override { return windows_[rank]; }
     uint64_t WindowBytes(int64_t rank) const override { return bytes_[rank]; }
+
+    bool ReadWords(int64_t rank, int64_t byteOff, int64_t* out, int64_t n, std::string* why) const override {
+        const auto bytes = static_cast<uint64_t>(8 * n);
+        // One staging area, and a watchdog thread writes peers' words while the caller's thread reads: serialized,
+        // with the closing of imports (Detach).
+        std::lock_guard<std::mutex> lock(stagingMutex_);
+        uint8_t* at = Words(rank, byteOff, n, why);
+        if (!at) return false;
+        if (rank == rank_) return Copy(out, bytes, at, bytes, ACL_MEMCPY_DEVICE_TO_HOST, "reading", why);
+        for (uint64_t done = 0; done < bytes; done += kStagingBytes) {
+            const uint64_t k = std::min(kStagingBytes, bytes - done);
+            if (!PeerCopy(staging_, at + done, k, "reading", why) ||
+                !Copy(reinterpret_cast<uint8_t*>(out) + done, k, staging_, k, ACL_MEMCPY_DEVICE_TO_HOST, "reading", why))
+                return false;
+        }
+        return true;
+    }
+    bool WriteWords(int64_t rank, int64_t byteOff, const int64_t* in, int64_t n, std::string* why) override {
+        const auto bytes = static_cast<uint64_t>(8 * n);
+        std::lock_guard<std::mutex> lock(stagingMutex_);
+        uint8_t* at = Words(rank, byteOff, n, why);
+        if (!at) return false;
+        if (rank == rank_) return Copy(at, bytes, in, bytes, ACL_MEMCPY_HOST_TO_DEVICE, "writing", why);
+        for (uint64_t done = 0; done < bytes; done += kStagingBytes) {
+            const uint64_t k = std::min(kStagingBytes, bytes - done);
+            if (!Copy(staging_, kStagingBytes, reinterpret_cast<const uint8_t*>(in) + done, k, ACL_MEMCPY_HOST_TO_DEVICE,
+                      "writing", why) ||
+                !PeerCopy(at + done, staging_, k, "writing", why))
+                return false;
+        }
+        return true;
+    }
+    bool SetIfZero(int64_t rank, int64_t byteOff, int64_t value, std::string* why) override {
+        int64_t now = 0;
+        if (!ReadWords(rank, byteOff, &now, 1, why)) return false;
+        return now != 0 || WriteWords(rank, byteOff, &value, 1, why);
+    }
 
     const AclIpcApi& acl_;
     int64_t rank_;
@@ -78,10 +127,15 @@ public:
     std::vector<uint64_t> bytes_;
     std::vector<int32_t> pids_;          // the pids this rank's window allows (create's peerPids)
     std::vector<std::string> imported_;  // key of every open import ("" when none)
-    void* deviceTable_ = nullptr;        // the peer table in device memory
+    void* deviceTable_ = nullptr;        // own device memory: the peer table, then the staging words
+    uint8_t* staging_ = nullptr;
+    aclrtStream stream_ = nullptr;      // cam's own, for the copies of peers' words
+    mutable bool stagingLost_ = false;  // a peer copy timed out: it may still write the staging area
+    mutable std::mutex stagingMutex_;
     bool detached_ = false;
 
     void Detach() {
+        std::lock_guard<std::mutex> lock(stagingMutex_);
         for (size_t r = 0; r < imported_.size(); ++r) {
             if (imported_[r].empty()) continue;
             acl_.close(imported_[r].c_str());
@@ -89,6 +143,50 @@ public:
             windows_[r] = nullptr;
         }
         detached_ = true;
+    }
+
+private:
+    // The device address of words [byteOff, byteOff + 8n) of rank's window, or nullptr with *why.
+    uint8_t* Words(int64_t rank, int64_t byteOff, int64_t n, std::string* why) const {
+        auto* w = static_cast<uint8_t*>(windows_[rank]);
+        if (!w || (rank != rank_ && !staging_)) {
+            *why = "rank " + std::to_string(rank) + "'s window is not imported";
+            return nullptr;
+        }
+        if (byteOff < 0 || n < 0 || byteOff % 8 != 0 || static_cast<uint64_t>(byteOff + 8 * n) > bytes_[rank]) {
+            *why = "words [" + std::to_string(byteOff) + ", +" + std::to_string(8 * n) + ") lie outside rank " +
+                   std::to_string(rank) + "'s window of " + std::to_string(bytes_[rank]) + " bytes";
+            return nullptr;
+        }
+        return w + byteOff;
+    }
+    // Device to device between own memory and a peer's: only asynchronous copies may touch memory imported from
+    // another device (§5.0), so on cam's own stream, then a bounded synchronize. After a timeout the copy may still
+    // run: the staging area is never freed (nor reused) from then on.
+    bool PeerCopy(void* dst, const void* src, uint64_t n, const char* what, std::string* why) const {
+        if (stagingLost_) {
+            *why = "an earlier copy of window words did not finish; this rank no longer copies peers' words";
+            return false;
+        }
+        if (aclError rc = acl_.memcpyAsync(dst, n, src, n, ACL_MEMCPY_DEVICE_TO_DEVICE, stream_)) {
+            *why = AclFailed("aclrtMemcpyAsync", rc) + " " + what + " a peer's window words";
+            return false;
+        }
+        if (aclError rc = acl_.syncStream(stream_, kPeerCopyTimeoutMs)) {
+            stagingLost_ = true;
+            *why = AclFailed("aclrtSynchronizeStreamWithTimeout", rc) + " " + what + " a peer's window words (" +
+                   std::to_string(kPeerCopyTimeoutMs) + " ms)";
+            return false;
+        }
+        return true;
+    }
+    bool Copy(void* dst, uint64_t max, const void* src, uint64_t n, aclrtMemcpyKind kind, const char* what,
+              std::string* why) const {
+        if (aclError rc = acl_.memcpy(dst, max, src, n, kind)) {
+            *why = AclFailed("aclrtMemcpy", rc) + " " + what + " window words";
+            return false;
+        }
+        return true;
     }
 };
 
@@ -148,7 +246,7 @@ extern "C" aclnnStatus camCommCreateIpc(const CamTopology* topology, int64_t ran
                                          ACL_MEMCPY_HOST_TO_DEVICE))
                 return fail(AclFailed("aclrtMemcpy", rc) + " (zeroing the window)");
         }
-        std::vector<uint8_t> line(kLineBytes, 0);
+        std::vector<uint8_t> line(kIdentityLineEnd, 0);
         WriteIdentity(line.data(), topo, rank, bytes, config->actDtype);
         if (aclError rc = acl.memcpy(static_cast<uint8_t*>(window) + kIdentityOff, bytes - kIdentityOff,
                                      line.data() + kIdentityOff, 8 * kIdentityWords, ACL_MEMCPY_HOST_TO_DEVICE))
@@ -163,12 +261,7 @@ extern "C" aclnnStatus camCommCreateIpc(const CamTopology* topology, int64_t ran
         if (!pids.empty())
             if (aclError rc = acl.setImportPid(key, pids.data(), pids.size()))
                 return fail(AclFailed("aclrtIpcMemSetImportPid", rc));
-        auto c = std::make_unique<camComm>();
-        c->topo = topo;
-        c->rank = rank;
-        c->config = *config;
-        c->transport = std::move(t);
-        *comm = c.release();
+        *comm = NewComm(topo, rank, *config, std::move(t)).release();
         return ACLNN_SUCCESS;
     });
 }
@@ -204,8 +297,20 @@ extern "C" aclnnStatus camCommAttachIpc(camComm* comm, const camIpcWindowRecord*
             return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": already attached");
         const AclIpcApi& acl = t->acl_;
         auto invalid = [&](const std::string& why) { return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + why); };
+        // Own device memory first: the peer table, then the staging words every peer's identity line passes through.
+        if (!t->deviceTable_) {
+            void* device = nullptr;
+            if (aclError rc = acl.malloc(&device, 8 * world + kStagingBytes, ACL_MEM_MALLOC_HUGE_FIRST))
+                return Fail(ACLNN_ERR_RUNTIME_ERROR,
+                            std::string(api) + ": " + AclFailed("aclrtMalloc", rc) + " (peer table and staging)");
+            t->deviceTable_ = device;
+            t->staging_ = static_cast<uint8_t*>(device) + 8 * world;
+        }
+        if (!t->stream_)
+            if (aclError rc = acl.createStream(&t->stream_))
+                return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + AclFailed("aclrtCreateStream", rc) +
+                                                         " (for copies of peers' window words)");
         std::vector<int64_t> nonces(world);
-        std::vector<uint8_t> line(kLineBytes, 0);
         for (int64_t r = 0; r < world; ++r) {
             const std::string who = "rank " + std::to_string(r);
             if (r != comm->rank) {
@@ -241,31 +346,18 @@ extern "C" aclnnStatus camCommAttachIpc(camComm* comm, const camIpcWindowRecord*
                 t->windows_[r] = peer;
                 t->bytes_[r] = rec.windowBytes;
             }
-            if (aclError rc = acl.memcpy(line.data() + kIdentityOff, 8 * kIdentityWords,
-                                         static_cast<uint8_t*>(t->windows_[r]) + kIdentityOff, 8 * kIdentityWords,
-                                         ACL_MEMCPY_DEVICE_TO_HOST))
-                return invalid(who + "'s identity line could not be read: " + AclFailed("aclrtMemcpy", rc));
-            const std::string why = CheckIdentity(line.data(), t->bytes_[r], topo, r, comm->config.actDtype);
+            const std::string why = ReadAndCheckIdentity(comm, r, &nonces[r]);
             if (!why.empty()) return invalid(why);
-            int64_t nonce = 0;
-            std::memcpy(&nonce, line.data() + kIdentityOff + 8 * kIdentityNonce, 8);
-            nonces[r] = nonce;
         }
         std::vector<int64_t> table(world);
         for (int64_t r = 0; r < world; ++r) table[r] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(t->windows_[r]));
-        void* device = nullptr;
-        if (aclError rc = acl.malloc(&device, 8 * world, ACL_MEM_MALLOC_HUGE_FIRST))
-            return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + AclFailed("aclrtMalloc", rc) + " (peer table)");
-        t->deviceTable_ = device;
-        if (aclError rc = acl.memcpy(device, 8 * world, table.data(), 8 * world, ACL_MEMCPY_HOST_TO_DEVICE))
+        if (aclError rc = acl.memcpy(t->deviceTable_, 8 * world, table.data(), 8 * world, ACL_MEMCPY_HOST_TO_DEVICE))
             return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + AclFailed("aclrtMemcpy", rc) + " (peer table)");
-        // The twin's launchers read the host copy (comm->peerTable); it holds the same addresses as the device table.
         comm->peerTable = table;
-        comm->planeId = PlaneId(topo, comm->config.actDtype, nonces);
-        if (aclError rc = acl.memcpy(static_cast<uint8_t*>(t->windows_[comm->rank]) + kIdentityOff + 8 * kIdentityPlaneId,
-                                     8, &comm->planeId, 8, ACL_MEMCPY_HOST_TO_DEVICE))
-            return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + AclFailed("aclrtMemcpy", rc) + " (plane id)");
-        comm->attached = true;
+        // The kernels read the device table; the transport frees it after the last import is closed.
+        comm->devicePeers = std::shared_ptr<int64_t>(static_cast<int64_t*>(t->deviceTable_), [](int64_t*) {});
+        const std::string why = FinishAttach(comm, nonces);
+        if (!why.empty()) return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + why);
         return ACLNN_SUCCESS;
     });
 }

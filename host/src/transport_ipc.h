@@ -22,19 +22,21 @@ namespace cam::host {
     X(malloc, aclrtMalloc, camTwinAclrtMalloc)                                   \
     X(free, aclrtFree, camTwinAclrtFree)                                         \
     X(memcpy, aclrtMemcpy, camTwinAclrtMemcpy)                                   \
+    X(memcpyAsync, aclrtMemcpyAsync, camTwinAclrtMemcpyAsync)                    \
+    X(createStream, aclrtCreateStream, camTwinAclrtCreateStream)                 \
+    X(syncStream, aclrtSynchronizeStreamWithTimeout, camTwinAclrtSynchronizeStreamWithTimeout) \
+    X(destroyStream, aclrtDestroyStream, camTwinAclrtDestroyStream)              \
     X(getDevice, aclrtGetDevice, camTwinAclrtGetDevice)                          \
     X(bareTgid, aclrtDeviceGetBareTgid, camTwinAclrtDeviceGetBareTgid)           \
     X(canAccessPeer, aclrtDeviceCanAccessPeer, camTwinAclrtDeviceCanAccessPeer)  \
     X(exportKey, aclrtIpcMemGetExportKey, camTwinAclrtIpcMemGetExportKey)        \
     X(setImportPid, aclrtIpcMemSetImportPid, camTwinAclrtIpcMemSetImportPid)     \
     X(importByKey, aclrtIpcMemImportByKey, camTwinAclrtIpcMemImportByKey)        \
-    X(close, aclrtIpcMemClose, camTwinAclrtIpcMemClose)
+    X(close, aclrtIpcMemClose, camTwinAclrtIpcMemClose)                          \
+    X(recentErrMsg, aclGetRecentErrMsg, camTwinAclGetRecentErrMsg)
 
 struct AclIpcApi {
     CAM_ACL_IPC_ENTRIES(CAM_DL_MEMBER)
-    // Whether the host may load and store device addresses (the twin: device memory is host shared memory). Only
-    // then does the transport hand windows to host-side code (abort words, fences); Ascend reads go through copies.
-    bool hostAddressable = false;
     std::string unavailable;  // why the table cannot be used; "" when it can
 };
 

@@ -81,7 +81,7 @@ aclnnStatus FillPeerTableFromTransport(camComm* comm, std::string* why) {
     std::vector<uint64_t> windows(world);
     uint64_t smallest = ~0ull;
     for (int64_t r = 0; r < world; ++r) {
-        windows[r] = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(comm->transport->Window(r)));
+        windows[r] = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(comm->transport->DeviceWindow(r)));
         smallest = std::min<uint64_t>(smallest, comm->transport->WindowBytes(r));
     }
     // A name no other Comm of this process has: the group lives only while the table is built.
@@ -94,8 +94,12 @@ aclnnStatus FillPeerTableFromTransport(camComm* comm, std::string* why) {
     const aclnnStatus st = RunWindowTable(comm, group, table, kWindowTableTimeoutMs, why);
     if (st == CAM_ERR_SYNC_TIMEOUT) return st;
     comm->peerTable.assign(world, 0);
-    if (st == ACLNN_SUCCESS) ReadDeviceNow(comm->peerTable.data(), table, 8 * world);
-    FreeGraphMemory(table);
+    if (st == ACLNN_SUCCESS) {
+        ReadDeviceNow(comm->peerTable.data(), table, 8 * world);
+        comm->devicePeers = std::shared_ptr<int64_t>(table, FreeGraphMemory);  // the kernels read this one
+    } else {
+        FreeGraphMemory(table);
+    }
     WithdrawHcclContext(group, comm->rank);
     return st;
 }

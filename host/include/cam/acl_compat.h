@@ -160,6 +160,8 @@ typedef enum {
 CAM_API aclError camTwinAclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy);
 CAM_API aclError camTwinAclrtFree(void* devPtr);
 CAM_API aclError camTwinAclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind kind);
+CAM_API aclError camTwinAclrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t count,
+                                         aclrtMemcpyKind kind, aclrtStream stream);
 CAM_API aclError camTwinAclrtGetDevice(int32_t* deviceId);
 CAM_API aclError camTwinAclrtDeviceGetBareTgid(int32_t* pid);
 CAM_API aclError camTwinAclrtDeviceCanAccessPeer(int32_t* canAccessPeer, int32_t deviceId, int32_t peerDeviceId);
@@ -167,6 +169,7 @@ CAM_API aclError camTwinAclrtIpcMemGetExportKey(void* devPtr, size_t size, char*
 CAM_API aclError camTwinAclrtIpcMemSetImportPid(const char* key, int32_t* pid, size_t num);
 CAM_API aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key, uint64_t flags);
 CAM_API aclError camTwinAclrtIpcMemClose(const char* key);
+CAM_API const char* camTwinAclGetRecentErrMsg(void);
 
 static inline aclError aclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy) {
     return camTwinAclrtMalloc(devPtr, size, policy);
@@ -174,6 +177,10 @@ static inline aclError aclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPol
 static inline aclError aclrtFree(void* devPtr) { return camTwinAclrtFree(devPtr); }
 static inline aclError aclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind kind) {
     return camTwinAclrtMemcpy(dst, destMax, src, count, kind);
+}
+static inline aclError aclrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t count,
+                                        aclrtMemcpyKind kind, aclrtStream stream) {
+    return camTwinAclrtMemcpyAsync(dst, destMax, src, count, kind, stream);
 }
 static inline aclError aclrtGetDevice(int32_t* deviceId) { return camTwinAclrtGetDevice(deviceId); }
 static inline aclError aclrtDeviceGetBareTgid(int32_t* pid) { return camTwinAclrtDeviceGetBareTgid(pid); }
@@ -190,6 +197,7 @@ static inline aclError aclrtIpcMemImportByKey(void** devPtr, const char* key, ui
     return camTwinAclrtIpcMemImportByKey(devPtr, key, flags);
 }
 static inline aclError aclrtIpcMemClose(const char* key) { return camTwinAclrtIpcMemClose(key); }
+static inline const char* aclGetRecentErrMsg(void) { return camTwinAclGetRecentErrMsg(); }
 
 /* Debug surface of the twin's IPC stand-ins (tests only): every stand-in call of this process in order, as
  * "name;name;..." (NUL-terminated, cut at bytes), then cleared when reset != 0; and the imports still open. */
