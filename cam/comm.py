@@ -129,6 +129,7 @@ class Comm:
         shm_prefix: Optional[str] = None,
         liveness_poll_s: float = 0.25,
         isolate_replicas: bool = True,
+        placement=None,
     ) -> None:
         if not isinstance(topology, Topology):
             raise TypeError(f"Comm: topology must be a cam.Topology, got {type(topology).__name__}")
@@ -150,6 +151,8 @@ class Comm:
         _check_name("group", group, optional=False)
         _check_name("shm_prefix", shm_prefix, optional=True)
         self.isolate_replicas = isolate_replicas
+        # Checked before the plane exists: a table the plane cannot serve is refused before anything is created.
+        self.placement, self.placement_table = _placement_for(topology, placement)
         self._peers_proc = {}
         self._left_key = None  # shm: the Store key that tells the peers' watchdogs this rank left cleanly
         self._watch_stop = threading.Event()
@@ -311,6 +314,8 @@ class Comm:
             v = getattr(self.topology, f.name)
             fields[f.name] = v if v is None or isinstance(v, bool) else int(v)  # numpy ints too: JSON-able
         fields["dtype"] = str(self.dtype).replace("torch.", "")
+        # Ranks that would route by different tables never join one plane (docs/protocol.md §15).
+        fields["placement"] = None if self.placement is None else self.placement.digest()
         return fields
 
     def _await_keys(self, store, keys, deadline, join_timeout_s, what, group=None):
@@ -496,6 +501,25 @@ class LostReplica:
             f"; FFN rank {self.seen_by} dropped {self.dropped_rounds} of its in-flight round(s) of it"
         return (f"replica {self.replica} lost: Attention rank {self.dead_rank} died{dropped} (replica isolation: "
                 f"the other replicas are served; a fenced replica does not rejoin the plane)")
+
+
+def _placement_for(topology: Topology, placement):
+    """(placement, device table) for a Comm: the table dispatch_send reads, int64 ``[L, E, 1 + 2F]`` (None for the
+    contiguous placement without a table). Refuses a table that does not fit the topology, naming what differs."""
+    from .placement import Placement  # cam.placement imports torch only; kept local so this module stays light
+
+    if placement is None:
+        if not topology.contiguous_placement:
+            raise ValueError(f"Comm: placement is required: E = {topology.E} experts on F = {topology.F} FFN ranks of "
+                             f"expert_slots = {topology.R} have no contiguous placement (cam.placement.Placement)")
+        return None, None
+    if not isinstance(placement, Placement):
+        raise TypeError(f"Comm: placement must be a cam.placement.Placement, got {type(placement).__name__}")
+    got = (placement.experts, placement.ffn_ranks, placement.slots_per_rank, placement.layers)
+    want = (topology.E, topology.F, topology.R, topology.L)
+    if got != want:
+        raise ValueError(f"Comm: placement has (E, F, slots_per_rank, L) = {got}, the topology {want}")
+    return placement, placement.device_tables(topology.placement_width)
 
 
 def _check_same_plane(rank: int, described: list) -> None:
