@@ -247,12 +247,13 @@ def attention_body(rounds: List[Round], *, in_flight: int = 1):
 
 def check_against_golden(topo: cam.Topology, rounds: List[List[Round]], results, dtype=torch.bfloat16,
                          placement=None) -> None:
-    """Attention outputs == golden round trip of the whole plane (routed by ``placement``, None: contiguous);
-    every FFN payload and metadata == golden dispatch."""
+    """Attention outputs == golden round trip of the whole plane (routed by ``placement``, None: contiguous, or a
+    list of one per round); every FFN payload and metadata == golden dispatch."""
     fn = expert_fn(topo.quantized, dtype)
     for r in range(len(rounds[0])):
         golden = round_trip_plane(topo, [(rounds[a][r].x, rounds[a][r].ids, rounds[a][r].w) for a in range(topo.A)],
-                                  fn, quant_fn=dynamic_quant, global_ids=True, placement=placement,
+                                  fn, quant_fn=dynamic_quant, global_ids=True,
+                                  placement=placement[r] if isinstance(placement, list) else placement,
                                   layer=[rounds[d * topo.P][r].layer for d in range(topo.D)])
         for a in range(topo.A):
             got = results[a][r]

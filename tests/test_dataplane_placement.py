@@ -101,3 +101,77 @@ def test_a_plane_is_refused_a_table_it_cannot_serve():
         cam.Topology(D=1, P=1, F=2, E=5, K=2, H=32, Bmax=4, L=1, expert_slots=2)  # 4 slots for 5 experts
     with pytest.raises(ValueError, match="E = 3: must be a multiple of F"):
         cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1)
+
+
+def test_a_rebalance_mid_run():
+    """Two rounds per replica under table p, a rebalance on every rank (Attention: the device table in place; FFN:
+    slot weights copied into the buffers they already have), two rounds under q: every round bit-exact against the
+    golden under its own table, and no slot buffer moved."""
+    topo = cam.Topology(D=2, P=1, F=2, E=3, K=2, H=32, Bmax=5, L=2, expert_slots=3)
+    p, q = random_placement(3, 2, 3, 2, seed=21), random_placement(3, 2, 3, 2, seed=22)
+    assert p.digest() != q.digest()
+    g = torch.Generator().manual_seed(23)
+    full_w = [torch.randint(-128, 128, (3, 32, 64), generator=g, dtype=torch.int8) for _ in range(2)]
+    full_s = [torch.rand(3, 64, generator=g) for _ in range(2)]
+    rounds = make_rounds(topo, [[5, 4, 5, 3]] * topo.A, seed=25)
+    first = {}
+
+    def attention(a):
+        def body(comm):
+            outs = attention_body(rounds[a][:2])(comm)
+            with pytest.raises(cam.placement.PlacementError, match="racing a round"):
+                cam.ops.dispatch_send(comm, rounds[a][2].x, rounds[a][2].ids, rounds[a][2].layer)
+                try:
+                    comm.set_placement(q)
+                finally:
+                    outs.append(cam.ops.combine_recv(comm, rounds[a][2].ids, rounds[a][2].w))
+            first[a] = comm.set_placement(q)
+            return outs + attention_body(rounds[a][3:])(comm)
+        return body
+
+    def ffn(f):
+        def body(comm):
+            lw = cam.LayerWeights.from_placement(p, f, full_w, full_s)
+            ptrs = [t.data_ptr() for t in lw.weights + lw.scales]
+            log = ffn_server(topo, topo.D * 3)(comm)
+            assert comm.set_placement(q, weights=(lw, full_w, full_s)) == 0
+            want = cam.LayerWeights.from_placement(q, f, full_w, full_s)
+            assert [t.data_ptr() for t in lw.weights + lw.scales] == ptrs, "a slot buffer moved"
+            assert all(torch.equal(x, y) for x, y in zip(lw.weights + lw.scales, want.weights + want.scales))
+            log.served += ffn_server(topo, topo.D)(comm).served
+            return log
+        return body
+
+    bodies = {a: attention(a) for a in range(topo.A)}
+    bodies.update({topo.A + f: ffn(f) for f in range(topo.F)})
+    results, errors = run_ranks(topo, bodies, timeout=120, placement=p)
+    raise_first(errors)
+    assert first == {a: 4 for a in range(topo.A)}  # the 4th round of each rank is the first under q
+    check_against_golden(topo, rounds, results, placement=[p, p, p, q])
+
+
+def test_a_rebalance_with_tables_that_differ_across_ranks_changes_nothing():
+    topo = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1, expert_slots=2)
+    p = Placement.balanced(3, 2, layers=1, replicate=[0])
+    others = {0: Placement.balanced(3, 2, layers=1, replicate=[2])}
+    g = torch.Generator().manual_seed(3)
+    full_w, full_s = [torch.randint(-128, 128, (3, 32, 64), generator=g, dtype=torch.int8)], [torch.rand(3, 64)]
+
+    def body(comm):
+        before = None if comm.placement_table is None else comm.placement_table.clone()
+        kw = {}
+        if comm.rank >= topo.A:
+            kw["weights"] = (cam.LayerWeights.from_placement(p, comm.rank - topo.A, full_w, full_s), full_w, full_s)
+        with pytest.raises(cam.placement.PlacementError, match=r"tables differ across ranks: rank\(s\) 1, 2"):
+            comm.set_placement(others.get(comm.rank, Placement(3, 2, 2, [[[(1, 1)], [(1, 0)], [(0, 0), (0, 1)]]])),
+                               **kw)
+        assert comm.placement is p
+        if before is not None:
+            assert torch.equal(comm.placement_table, before)
+        with pytest.raises(cam.placement.PlacementError, match="FFN index 2, outside the FFN set"):
+            Placement(3, 2, 2, [[[(2, 0)], [(0, 1)], [(1, 0)]]])
+        return True
+
+    results, errors = run_ranks(topo, {r: body for r in range(topo.world_size)}, timeout=60, placement=p)
+    raise_first(errors)
+    assert all(results.values())

@@ -44,6 +44,7 @@ def _dispatch_recv(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Te
     comm = comm_of(comm_id)
     _runtime.run(_C.dispatch_recv, comm._c, expand_x, scales, expert_counts, work_item, stream=comm.stream,
                  tensor=expand_x)
+    comm._count_op("dispatch_recv")
     token.add_(1)
 
 
@@ -59,6 +60,7 @@ def _dispatch_recv_batch(token: torch.Tensor, expand_x: torch.Tensor, scales: to
     comm = comm_of(comm_id)
     _runtime.run(_C.dispatch_recv_batch, comm._c, row_budget, expand_x, scales, group_table, origin, work_items,
                  stream=comm.stream, tensor=expand_x)
+    comm._count_op("dispatch_recv")
     token.add_(1)
 
 

@@ -11,6 +11,7 @@ from ._kinds import Args
 def _dispatch_send(token: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor, layer: int, comm_id: int) -> None:
     comm = comm_of(comm_id)
     _runtime.run(_C.dispatch_send, comm._c, x, topk_ids, layer, comm.placement_table, stream=comm.stream, tensor=x)
+    comm._count_op("dispatch_send")
     token.add_(1)
 
 
