@@ -79,7 +79,7 @@ class Placement:
 
     @classmethod
     def contiguous(cls, experts: int, ffn_ranks: int, layers: int) -> "Placement":
-        """Today's placement: expert ``e`` on FFN index ``e // R``, slot ``e % R``, ``R = E / F`` (E % F == 0)."""
+        """The contiguous placement: expert ``e`` on FFN index ``e // R``, slot ``e % R``, ``R = E / F`` (E % F == 0)."""
         if ffn_ranks < 1 or experts % ffn_ranks:
             raise PlacementError(f"Placement.contiguous: E = {experts} is not a multiple of F = {ffn_ranks}")
         r = experts // ffn_ranks

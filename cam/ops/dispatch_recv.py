@@ -85,8 +85,9 @@ def dispatch_recv(comm: Comm, *, out=None, row_budget: Optional[int] = None):
 
     Returns:
         ``(expand_x, scales, expert_counts, work_item)``, static shapes from the topology with
-        ``N = min(capacity, P*min(Bmax, window_tokens)*K)`` and ``R = E/F``. A round with more rows for this rank
-        than ``N`` comes as several work items (chunks, docs/protocol.md §8), each handled like any other:
+        ``N = min(capacity, P*min(Bmax, window_tokens)*K)`` and ``R`` the local expert slots (``topology.R``). A
+        round with more rows for this rank than ``N`` comes as several work items (chunks, docs/protocol.md §8),
+        each handled like any other:
 
         - ``expand_x`` ``[N, H]``: int8 when quantized, else ``comm.dtype``; rows grouped by local expert, within
           an expert by (participant, token, slot). Rows past ``work_item[5]`` are not written.
