@@ -329,7 +329,8 @@ class Comm:
             fields[f.name] = v if v is None or isinstance(v, bool) else int(v)  # numpy ints too: JSON-able
         fields["dtype"] = str(self.dtype).replace("torch.", "")
         # Ranks that would route by different tables never join one plane (docs/protocol.md §15).
-        fields["placement"] = None if self.placement is None else self.placement.digest()
+        placement = getattr(self, "placement", None)  # a Comm described before its table was set has none
+        fields["placement"] = None if placement is None else placement.digest()
         return fields
 
     # ------------------------------------------------------------------ placement (docs/protocol.md §15)
