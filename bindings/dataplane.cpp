@@ -212,16 +212,20 @@ void Register(py::module_& m) {
 
     m.def(
         "dispatch_send",
-        [](Comm& comm, const Descriptor& x, const Descriptor& ids, int64_t layer, Stream* stream,
-           const py::object& allocate, std::optional<double> syncTimeoutS) {
+        [](Comm& comm, const Descriptor& x, const Descriptor& ids, int64_t layer,
+           const std::optional<Descriptor>& placement, Stream* stream, const py::object& allocate,
+           std::optional<double> syncTimeoutS) {
             AclTensor tx(x), ti(ids);
+            std::optional<AclTensor> tp;
+            if (placement) tp.emplace(*placement);
             camComm* c = comm.Get();
             RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
-                return aclnnCamDispatchSendGetWorkspaceSize(c, tx.get(), ti.get(), layer, ws, ex);
+                return aclnnCamDispatchSendV2GetWorkspaceSize(c, tx.get(), ti.get(), layer, tp ? tp->get() : nullptr,
+                                                              ws, ex);
             }, aclnnCamDispatchSend, stream, allocate, syncTimeoutS);
         },
-        py::arg("comm"), py::arg("x"), py::arg("topk_ids"), py::arg("layer"), py::arg("stream"), py::arg("allocate"),
-        py::arg("sync_timeout_s") = py::none());
+        py::arg("comm"), py::arg("x"), py::arg("topk_ids"), py::arg("layer"), py::arg("placement"), py::arg("stream"),
+        py::arg("allocate"), py::arg("sync_timeout_s") = py::none());
     m.def(
         "dispatch_recv",
         [](Comm& comm, const Descriptor& expandX, const Descriptor& scales, const Descriptor& counts,

@@ -27,6 +27,8 @@ py::dict WindowLayout(const std::vector<int64_t>& fields) {
     d["ffn_window_bytes"] = layout::ffn_window_bytes(t);
     d["window_bytes"] = layout::window_bytes(t);
     d["fingerprint"] = layout::fingerprint(t);
+    d["experts_per_ffn"] = layout::experts_per_ffn(t);
+    d["placement_width"] = layout::placement_width(t);
     return d;
 }
 

@@ -43,6 +43,10 @@ _ids = itertools.count(1)
 # Weak: a Comm the caller dropped without close() is collected, and its C handle and stream release the windows.
 _registry: "weakref.WeakValueDictionary[int, Comm]" = weakref.WeakValueDictionary()
 _registry_lock = threading.Lock()
+# In-process rebalances: (group, epoch) -> {rank: table digest}, and the ranks that read the complete entry
+_rebalances: dict = {}
+_rebalances_read: dict = {}
+_rebalance_cv = threading.Condition()
 
 # How often a handshake wait looks at the missing ranks' failure keys and processes (each look is a few store reads).
 _JOIN_WATCH_S = 0.05
@@ -89,6 +93,11 @@ class Comm:
             are aborted; a fenced replica never rejoins. The death of an FFN rank still aborts the plane. ``False``
             restores the plane-wide abort on any death (for a caller that cannot go on without every replica).
             Set it the same on every rank of the plane.
+        placement: the expert placement (:class:`cam.placement.Placement`, docs/protocol.md §15), the same on every
+            rank (compared in the shm/npu handshake). Required when the topology has no contiguous placement
+            (``expert_slots`` with ``E % F != 0`` or ``R != E / F``); None routes by the contiguous one. Attention
+            ranks pass its device form (:attr:`placement_table`) to every ``dispatch_send``; FFN ranks use it for
+            their slot weights (``cam.LayerWeights.from_placement``). :meth:`set_placement` replaces it.
 
     Attributes:
         stream: this rank's device stream; its data-plane ops run there in order (ranks that are threads of one
@@ -129,6 +138,7 @@ class Comm:
         shm_prefix: Optional[str] = None,
         liveness_poll_s: float = 0.25,
         isolate_replicas: bool = True,
+        placement=None,
     ) -> None:
         if not isinstance(topology, Topology):
             raise TypeError(f"Comm: topology must be a cam.Topology, got {type(topology).__name__}")
@@ -150,6 +160,13 @@ class Comm:
         _check_name("group", group, optional=False)
         _check_name("shm_prefix", shm_prefix, optional=True)
         self.isolate_replicas = isolate_replicas
+        self.group = group
+        self._join_timeout_s = float(join_timeout_s)
+        # Eager data-plane ops that completed on this rank (set_placement refuses to race a round in flight)
+        self._op_counts = dict.fromkeys(("dispatch_send", "combine_recv", "dispatch_recv", "combine_send"), 0)
+        self._placement_epoch = 0
+        # Checked before the plane exists: a table the plane cannot serve is refused before anything is created.
+        self.placement, self.placement_table = _placement_for(topology, placement)
         self._peers_proc = {}
         self._left_key = None  # shm: the Store key that tells the peers' watchdogs this rank left cleanly
         self._watch_stop = threading.Event()
@@ -311,7 +328,128 @@ class Comm:
             v = getattr(self.topology, f.name)
             fields[f.name] = v if v is None or isinstance(v, bool) else int(v)  # numpy ints too: JSON-able
         fields["dtype"] = str(self.dtype).replace("torch.", "")
+        # Ranks that would route by different tables never join one plane (docs/protocol.md §15).
+        placement = getattr(self, "placement", None)  # a Comm described before its table was set has none
+        fields["placement"] = None if placement is None else placement.digest()
         return fields
+
+    # ------------------------------------------------------------------ placement (docs/protocol.md §15)
+
+    def _count_op(self, op: str) -> None:
+        """Called by the data-plane ops after a call completed. A call recorded into a capture did not run, so it
+        is not counted: set_placement's race check covers eager calls (a captured loop rebalances between
+        replays)."""
+        if _runtime._capture_in_thread() is None:
+            self._op_counts[op] += 1
+
+    def set_placement(self, placement, weights=None) -> int:
+        """Rebalance: replace the expert placement between rounds, without re-creating the plane or re-capturing
+        an FFN graph (docs/protocol.md §15, "Rebalance").
+
+        Every rank of the plane calls it with the same table, between the same two rounds: an Attention rank after
+        ``combine_recv`` of its last round under the current table and before its next ``dispatch_send``; an FFN
+        rank once it served (``combine_send``) every round dispatched under the current table. It waits (bounded
+        by ``join_timeout_s``) until every rank called it, compares the tables' digests, and only then changes
+        anything: an Attention rank rewrites :attr:`placement_table` in place (the tensor ``dispatch_send`` reads;
+        its address stays), an FFN rank copies each slot's weights into ``weights``' existing tensors (nothing is
+        allocated for the slots; a captured graph that holds their addresses computes with the new experts).
+        Rounds dispatched before the call were routed, and are served, under the old table.
+
+        Args:
+            placement: the new :class:`cam.placement.Placement` (its own checks refuse a replica outside the FFN
+                set, zero replicas, two experts in one slot).
+            weights: FFN ranks only: ``(layer_weights, expert_weights, expert_scales)``, the ``cam.LayerWeights``
+                this rank serves with (made by ``LayerWeights.from_placement`` for the current table) and every
+                layer's full ``[E, K, N]`` int8 weights and ``[E, N]`` scales; who moves the weights is this call,
+                on each FFN rank, from host tensors the caller holds. None on Attention ranks.
+
+        Returns:
+            the sequence number of this rank's first round under the new table (Attention ranks); 0 on FFN ranks.
+
+        Raises:
+            PlacementError: a table that does not fit the plane, a rebalance racing a round on this rank (a round
+                dispatched and not yet combined, or a work item received and not yet combine_sent), or ranks whose
+                tables differ (every rank refuses, naming them). Nothing was changed on any rank.
+            TimeoutError: a rank did not call it within ``join_timeout_s`` (the table stays the old one).
+        """
+        from .layer_weights import LayerWeights
+        from .placement import Placement, PlacementError
+
+        if not isinstance(placement, Placement):
+            raise TypeError(f"Comm.set_placement: placement must be a cam.placement.Placement, got "
+                            f"{type(placement).__name__}")
+        try:
+            new, table = _placement_for(self.topology, placement)
+        except ValueError as e:
+            raise PlacementError(f"Comm.set_placement: {e}") from None
+        t, c = self.topology, self._op_counts
+        attention = self.rank < t.A
+        if attention:
+            if weights is not None:
+                raise ValueError("Comm.set_placement: an Attention rank holds no expert weights (weights=None)")
+            if c["dispatch_send"] != c["combine_recv"]:
+                raise PlacementError(f"Comm.set_placement: a rebalance racing a round: rank {self.rank} has "
+                                     f"{c['dispatch_send'] - c['combine_recv']} round(s) in flight (dispatched, not "
+                                     f"combine_recv'd); call it after combine_recv of its last round")
+        else:
+            if not (isinstance(weights, tuple) and len(weights) == 3 and isinstance(weights[0], LayerWeights)):
+                raise ValueError("Comm.set_placement: an FFN rank needs weights=(layer_weights, expert_weights, "
+                                 "expert_scales)")
+            slots, full_w, full_s = weights
+            staged = LayerWeights.from_placement(new, self.rank - t.A, full_w, full_s)
+            same = staged.num_layers == slots.num_layers and all(
+                a.shape == b.shape and a.dtype == b.dtype
+                for a, b in zip(staged.weights + staged.scales, slots.weights + slots.scales))
+            if not same:
+                raise ValueError(f"Comm.set_placement: the new slot weights {staged!r} do not have the shapes of the "
+                                 f"slot buffers {slots!r}")
+            if c["dispatch_recv"] != c["combine_send"]:
+                raise PlacementError(f"Comm.set_placement: a rebalance racing a round: FFN rank {self.rank} received "
+                                     f"a work item it has not combine_sent yet")
+        digests = self._exchange_placement(new.digest())
+        differ = [r for r, d in enumerate(digests) if d != digests[0]]
+        if differ:
+            raise PlacementError(f"Comm.set_placement: the tables differ across ranks: rank(s) "
+                                 f"{', '.join(map(str, differ))} passed another table than rank 0 (digest "
+                                 f"{digests[0][:12]}); nothing was changed")
+        if attention:
+            if self.placement_table is None:
+                self.placement_table = table
+            else:
+                self.placement_table.copy_(table)
+        else:
+            for dst, src in zip(slots.weights + slots.scales, staged.weights + staged.scales):
+                dst.copy_(src)
+        self.placement = new
+        return c["dispatch_send"] + 1 if attention else 0
+
+    def _exchange_placement(self, digest: str) -> list:
+        """Every rank's digest for this rebalance (the plane's n-th), in rank order: through the Store (shm/npu)
+        or, for threads as ranks, a process-local table. Bounded by join_timeout_s; every outcome (also a
+        refusal) ends the n-th rebalance, so the ranks stay in step."""
+        world, epoch = self.topology.world_size, self._placement_epoch
+        self._placement_epoch += 1
+        if getattr(self, "_store", None) is not None:
+            keys = [f"{self.group}/placement/{epoch}/{r}" for r in range(world)]
+            self._store.set(keys[self.rank], digest)
+            self._await_keys(self._store, keys, time.monotonic() + self._join_timeout_s, self._join_timeout_s,
+                             "called set_placement")
+            return [self._store.get(k).decode() for k in keys]
+        key = (self.group, epoch)
+        with _rebalance_cv:
+            entry = _rebalances.setdefault(key, {})
+            entry[self.rank] = digest
+            _rebalance_cv.notify_all()
+            if not _rebalance_cv.wait_for(lambda: len(entry) == world, self._join_timeout_s):
+                missing = [r for r in range(world) if r not in entry]
+                raise TimeoutError(f"Comm.set_placement: rank {self.rank}: rank(s) {', '.join(map(str, missing))} "
+                                   f"never called set_placement within join_timeout_s={self._join_timeout_s:g} s")
+            out = [entry[r] for r in range(world)]
+            done = _rebalances_read.setdefault(key, set())
+            done.add(self.rank)
+            if len(done) == world:  # the last reader frees the entry
+                del _rebalances[key], _rebalances_read[key]
+            return out
 
     def _await_keys(self, store, keys, deadline, join_timeout_s, what, group=None):
         """Waits (bounded) until every rank set its key; a timeout names the ranks that did not. With ``group``, a
@@ -498,6 +636,25 @@ class LostReplica:
                 f"the other replicas are served; a fenced replica does not rejoin the plane)")
 
 
+def _placement_for(topology: Topology, placement):
+    """(placement, device table) for a Comm: the table dispatch_send reads, int64 ``[L, E, 1 + 2F]`` (None for the
+    contiguous placement without a table). Refuses a table that does not fit the topology, naming what differs."""
+    from .placement import Placement  # cam.placement imports torch only; kept local so this module stays light
+
+    if placement is None:
+        if not topology.contiguous_placement:
+            raise ValueError(f"Comm: placement is required: E = {topology.E} experts on F = {topology.F} FFN ranks of "
+                             f"expert_slots = {topology.R} have no contiguous placement (cam.placement.Placement)")
+        return None, None
+    if not isinstance(placement, Placement):
+        raise TypeError(f"Comm: placement must be a cam.placement.Placement, got {type(placement).__name__}")
+    got = (placement.experts, placement.ffn_ranks, placement.slots_per_rank, placement.layers)
+    want = (topology.E, topology.F, topology.R, topology.L)
+    if got != want:
+        raise ValueError(f"Comm: placement has (E, F, slots_per_rank, L) = {got}, the topology {want}")
+    return placement, placement.device_tables(topology.placement_width)
+
+
 def _check_same_plane(rank: int, described: list) -> None:
     """Every rank reads every rank's published description, so every rank reaches the same verdict at once: the
     ranks outside the largest group of equal descriptions (ties: the group with the lowest rank) disagree, and the
@@ -615,8 +772,11 @@ def _is_own_live_process(identity: str) -> bool:
 def _after_fork_in_child() -> None:
     """Comms inherited by a forked child belong to the parent: park their stream and handle so that collecting
     them never joins a worker thread that does not exist here (their ops refuse, see Comm._require)."""
-    global _registry_lock
+    global _registry_lock, _rebalance_cv
     _registry_lock = threading.Lock()  # another thread of the parent may have held it at fork time
+    _rebalance_cv = threading.Condition()
+    _rebalances.clear()
+    _rebalances_read.clear()
     for comm in list(_registry.values()):
         comm._inherited = True
         _runtime._park(comm.stream, comm._c)

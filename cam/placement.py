@@ -4,9 +4,10 @@ index ``k``) routed to expert ``e`` goes to ``replicas(e)[(t + k) % len(replicas
 the replicas, and a token's row for one expert is never split. Every FFN rank has the same fixed number of local
 slots (``slots_per_rank``), chosen when the table is made, so a rebalance only changes which expert a slot holds.
 
-This module is the table, its checks, the replica rule and the per-FFN-rank weight layout. The data-plane kernels
-do not read it yet: today's kernels route by the contiguous table (``Placement.contiguous``), which is what a
-topology with ``E % F == 0`` and one replica per expert means.
+This module is the table, its checks, the replica rule and the per-FFN-rank weight layout. ``dispatch_send`` reads
+the table from device memory (``device_tables``: int64 ``[L, E, 1 + 2F]``, bounded word by word by the kernel before
+it writes anything); a Comm given no table routes by the contiguous placement (``Placement.contiguous``), which is
+what a topology with ``E % F == 0`` and one replica per expert means.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class Placement:
 
     @classmethod
     def contiguous(cls, experts: int, ffn_ranks: int, layers: int) -> "Placement":
-        """Today's placement: expert ``e`` on FFN index ``e // R``, slot ``e % R``, ``R = E / F`` (E % F == 0)."""
+        """The contiguous placement: expert ``e`` on FFN index ``e // R``, slot ``e % R``, ``R = E / F`` (E % F == 0)."""
         if ffn_ranks < 1 or experts % ffn_ranks:
             raise PlacementError(f"Placement.contiguous: E = {experts} is not a multiple of F = {ffn_ranks}")
         r = experts // ffn_ranks
@@ -154,14 +155,30 @@ class Placement:
 
     def device_table(self, layer: int) -> torch.Tensor:
         """The layer's table as int64 ``[E, 1 + 2*max_replicas]``: ``count, f0, slot0, f1, slot1, ...`` (unused
-        pairs -1), the form a kernel would bound word by word before use."""
-        width = max(len(r) for r in self._table[layer])
-        out = torch.full((self.experts, 1 + 2 * width), -1, dtype=torch.int64)
+        pairs -1), the form a kernel bounds word by word before use."""
+        out = torch.full((self.experts, 1 + 2 * max(len(r) for r in self._table[layer])), -1, dtype=torch.int64)
+        self._fill(out, layer)
+        return out
+
+    def device_tables(self, width: Optional[int] = None) -> torch.Tensor:
+        """Every layer's table as int64 ``[L, E, width]`` in the form ``dispatch_send`` reads (docs/protocol.md §15),
+        rows as in ``device_table``. ``width`` defaults to ``1 + 2 * F``, the plane's fixed width (at most F
+        replicas per expert), so a rebalance rewrites the same tensor in place."""
+        width = 1 + 2 * self.ffn_ranks if width is None else width
+        most = max(len(r) for layer in self._table for r in layer)
+        if width < 1 + 2 * most:
+            raise PlacementError(f"Placement.device_tables: an expert has {most} replicas, more than a width of "
+                                 f"{width} words holds ({(width - 1) // 2})")
+        out = torch.full((self.layers, self.experts, width), -1, dtype=torch.int64)
+        for l in range(self.layers):
+            self._fill(out[l], l)
+        return out
+
+    def _fill(self, out: torch.Tensor, layer: int) -> None:
         for e, reps in enumerate(self._table[layer]):
             out[e, 0] = len(reps)
             for i, (f, j) in enumerate(reps):
                 out[e, 1 + 2 * i], out[e, 2 + 2 * i] = f, j
-        return out
 
     def digest(self) -> str:
         """A digest of the whole table: ranks compare it to refuse tables that disagree across ranks."""

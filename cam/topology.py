@@ -24,8 +24,10 @@ class Topology:
     """Shape of one asynchronous AFD data plane: who talks to whom and how big everything is.
 
     World layout (docs/protocol.md §1): Attention ranks are ``[0, A)`` with ``A = D * P``; replica
-    ``d`` is Attention ranks ``[d*P, (d+1)*P)``; FFN ranks are ``[A, A + F)``; routed
-    expert ``e`` lives on FFN rank ``A + e // R`` with ``R = E // F``.
+    ``d`` is Attention ranks ``[d*P, (d+1)*P)``; FFN ranks are ``[A, A + F)``. Every FFN rank has ``R``
+    local expert slots; by default ``R = E // F`` and routed expert ``e`` lives in slot ``e % R`` of FFN rank
+    ``A + e // R`` (the contiguous placement); with ``expert_slots`` any E and F are served through a placement
+    table (:class:`cam.placement.Placement`, docs/protocol.md §15).
 
     Arguments:
         D: number of Attention data-parallel replicas (>= 1). Replicas progress
@@ -34,8 +36,8 @@ class Topology:
             together form one replica's work item. Each dispatches the tokens it holds
             and gets back exactly its own tokens from combine_recv.
         F: number of FFN ranks (>= 1).
-        E: number of routed experts (>= 1, ``E % F == 0``); ids are 0-based and carry no
-            shared expert.
+        E: number of routed experts (>= 1; ``E % F == 0`` unless ``expert_slots`` is given); ids are
+            0-based and carry no shared expert.
         K: top-k slots per token (``1 <= K <= E``). A slot id of -1 is an empty slot;
             duplicate ids within a token are legal.
         H: hidden size (>= 1).
@@ -58,6 +60,10 @@ class Topology:
             round (>= 1); ``None`` (or 0) means ``Bmax``. This sizes the windows (the memory a
             transport must provide, ``HCCL_BUFFSIZE`` on Ascend); a round above it is
             refused before anything is written. A larger value behaves like ``Bmax``.
+        expert_slots: local expert slots on every FFN rank, fixed for the plane's life (a rebalance only
+            changes which expert a slot holds). ``None`` (or 0) means ``E // F`` with the contiguous
+            placement; any other value needs ``F * expert_slots >= E`` and a placement table on the
+            Attention ranks (``cam.Comm(placement=...)``).
 
     All window sizes and offsets are pure functions of these fields (see
     ``kernels/common/window_layout.h``); invalid values raise ``ValueError`` naming the
@@ -77,10 +83,13 @@ class Topology:
     quantized: bool = True
     capacity: Optional[int] = None
     window_tokens: Optional[int] = None
+    expert_slots: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.window_tokens is None or (_is_int(self.window_tokens) and self.window_tokens == 0):
             object.__setattr__(self, "window_tokens", self.Bmax)  # 0 means Bmax in the C POD too
+        if self.expert_slots is None:
+            object.__setattr__(self, "expert_slots", 0)  # 0 means E // F in the C POD
         if self.capacity is None:
             ints = all(_is_int(v) for v in (self.P, self.Bmax, self.K, self.window_tokens))
             # an invalid window_tokens is reported by validate() under its own name, not as a capacity of 0
@@ -94,7 +103,7 @@ class Topology:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first invalid field (same order as the C++ check)."""
         for name in ("D", "P", "F", "E", "K", "H", "Bmax", "L", "slots", "act_dtype_bytes", "capacity",
-                     "window_tokens"):
+                     "window_tokens", "expert_slots"):
             if not _is_int(getattr(self, name)):
                 raise ValueError(f"Topology.{name} must be an int, got {getattr(self, name)!r}")
         if not isinstance(self.quantized, bool) and self.quantized not in (0, 1):
@@ -108,8 +117,9 @@ class Topology:
                 raise bad(name, f"must be in [1, {MAX_DIM}]")
         if not 1 <= self.E <= MAX_DIM:
             raise bad("E", f"must be in [1, {MAX_DIM}]")
-        if self.E % self.F != 0:
-            raise bad("E", f"must be a multiple of F = {self.F} (experts are split evenly over FFN ranks)")
+        if self.expert_slots == 0 and self.E % self.F != 0:
+            raise bad("E", f"must be a multiple of F = {self.F} (experts are split evenly over FFN ranks), or "
+                           f"give expert_slots and a placement table")
         if not 1 <= self.K <= self.E:
             raise bad("K", f"must be in [1, E = {self.E}]")
         if not 1 <= self.H <= MAX_DIM:
@@ -128,6 +138,11 @@ class Topology:
             raise bad("capacity", f"must be in [1, {MAX_INT32}] rows")
         if not 1 <= self.window_tokens <= MAX_INT32:
             raise bad("window_tokens", f"must be in [1, {MAX_INT32}] tokens (or None / 0: Bmax)")
+        if not 0 <= self.expert_slots <= MAX_DIM or self.expert_slots * self.F > MAX_DIM:
+            raise bad("expert_slots", f"must be in [0, {MAX_DIM}] with F * expert_slots <= {MAX_DIM}")
+        if self.expert_slots and self.expert_slots * self.F < self.E:
+            raise bad("expert_slots", f"F = {self.F} ranks of {self.expert_slots} slots cannot hold E = {self.E} "
+                                      f"experts")
         if self._layout["first_bad_field"] == _C.WINDOW_FIELD_WINDOW:
             raise ValueError(f"Topology needs a window larger than 2**56 bytes: {self}")
         if self._layout["first_bad_field"] != 0:  # the checks above mirror check_topology field by field
@@ -142,8 +157,14 @@ class Topology:
 
     @property
     def R(self) -> int:
-        """Routed experts per FFN rank, ``E // F``."""
-        return self.E // self.F
+        """Local expert slots per FFN rank: ``expert_slots``, or ``E // F`` by default."""
+        return self.expert_slots or self.E // self.F
+
+    @property
+    def contiguous_placement(self) -> bool:
+        """True when the default placement (expert ``e`` in slot ``e % R`` of FFN index ``e // R``) applies, so
+        no placement table is needed."""
+        return self.E % self.F == 0 and self.R == self.E // self.F
 
     @property
     def world_size(self) -> int:
@@ -163,7 +184,10 @@ class Topology:
         return replica * self.P + participant
 
     def ffn_rank_of_expert(self, expert: int) -> int:
-        """Global rank of the FFN rank holding routed expert ``expert``."""
+        """Global rank of the FFN rank holding routed expert ``expert`` in the contiguous placement."""
+        if not self.contiguous_placement:
+            raise ValueError(f"ffn_rank_of_expert: E = {self.E} on F = {self.F} ranks of {self.R} slots has no "
+                             f"contiguous placement; ask the placement table")
         return self.A + expert // self.R
 
     def ffn_index(self, rank: int) -> int:
@@ -197,6 +221,11 @@ class Topology:
     def work_item_words(self) -> int:
         """Length of dispatch_recv's int64 work item (docs/protocol.md §4.2)."""
         return self._layout["work_item_words"]
+
+    @property
+    def placement_width(self) -> int:
+        """Words per expert of the device placement table, ``1 + 2 * F`` (docs/protocol.md §15)."""
+        return self._layout["placement_width"]
 
     @property
     def attn_window_bytes(self) -> int:
@@ -240,6 +269,7 @@ class Topology:
             self.quant,
             self.capacity,
             self.window_tokens,
+            self.expert_slots,
         )
 
 

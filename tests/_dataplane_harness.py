@@ -80,6 +80,15 @@ def expert_fn(quantized: bool, dtype: torch.dtype):
     return fn
 
 
+def slot_experts(comm: cam.Comm, layer: int) -> torch.Tensor:
+    """[R] int64: the routed expert each local slot of this FFN rank holds in ``layer`` (the FFN side's view of
+    the placement; the contiguous one without a table)."""
+    topo, f = comm.topology, comm.rank - comm.topology.A
+    if comm.placement is None:
+        return torch.arange(topo.R) + f * topo.R
+    return torch.tensor(comm.placement.slot_experts(layer, f), dtype=torch.int64)
+
+
 @dataclass
 class Round:
     layer: int
@@ -141,7 +150,6 @@ def ffn_server(topo: cam.Topology, n_items: int, *, deadline_s: float = 60.0, on
     def body(comm: cam.Comm) -> FfnLog:
         log = FfnLog(plane_id=comm.plane_id)
         fn = expert_fn(topo.quantized, dtype)
-        f = comm.rank - topo.A
         end = time.monotonic() + deadline_s
         while sum(s.last for s in log.served) < n_items:
             assert time.monotonic() < end, f"FFN rank {comm.rank} served {len(log.served)} items, not {n_items} rounds"
@@ -149,7 +157,7 @@ def ffn_server(topo: cam.Topology, n_items: int, *, deadline_s: float = 60.0, on
             out = torch.zeros((topo.recv_rows, topo.H), dtype=dtype)
             if int(wi[0]) == 1:
                 n = int(wi[5])
-                e = torch.repeat_interleave(torch.arange(topo.R), cnt) + f * topo.R
+                e = torch.repeat_interleave(slot_experts(comm, int(wi[2])), cnt)
                 out[:n] = fn(e, ex[:n], sc[:n] if topo.quantized else None)
                 log.served.append(Served(int(wi[1]), int(wi[3]), int(wi[2]), ex[:n].clone(),
                                          sc[:n].clone() if topo.quantized else None, cnt.clone(), wi.clone(),
@@ -171,12 +179,12 @@ def serve_batch(topo: cam.Topology, comm: cam.Comm, row_budget: int, log: FfnLog
     returns the number of work items in the batch."""
     chunk = WindowLayout(topo).work_item_chunk_off
     fn = expert_fn(topo.quantized, dtype)
-    f = comm.rank - topo.A
     ex, sc, groups, origin, items = cam.ops.dispatch_recv(comm, row_budget=row_budget)
     out = torch.zeros((row_budget, topo.H), dtype=dtype)
     n = int(groups[:, 2].sum())
     if n:
-        e = torch.repeat_interleave(groups[:, 1], groups[:, 2]) + f * topo.R
+        held = torch.stack([slot_experts(comm, int(l)) for l in groups[:, 0].tolist()])  # [groups, R]
+        e = torch.repeat_interleave(held[torch.arange(groups.shape[0]), groups[:, 1]], groups[:, 2])
         out[:n] = fn(e, ex[:n], sc[:n] if topo.quantized else None)
     base, taken = 0, []
     for i in range(items.shape[0]):
@@ -237,13 +245,16 @@ def attention_body(rounds: List[Round], *, in_flight: int = 1):
     return body
 
 
-def check_against_golden(topo: cam.Topology, rounds: List[List[Round]], results, dtype=torch.bfloat16) -> None:
-    """Attention outputs == golden round trip of the whole plane; every FFN payload and metadata == golden
-    dispatch."""
+def check_against_golden(topo: cam.Topology, rounds: List[List[Round]], results, dtype=torch.bfloat16,
+                         placement=None) -> None:
+    """Attention outputs == golden round trip of the whole plane (routed by ``placement``, None: contiguous, or a
+    list of one per round); every FFN payload and metadata == golden dispatch."""
     fn = expert_fn(topo.quantized, dtype)
     for r in range(len(rounds[0])):
         golden = round_trip_plane(topo, [(rounds[a][r].x, rounds[a][r].ids, rounds[a][r].w) for a in range(topo.A)],
-                                  fn, quant_fn=dynamic_quant, global_ids=True)
+                                  fn, quant_fn=dynamic_quant, global_ids=True,
+                                  placement=placement[r] if isinstance(placement, list) else placement,
+                                  layer=[rounds[d * topo.P][r].layer for d in range(topo.D)])
         for a in range(topo.A):
             got = results[a][r]
             assert got.dtype == dtype and torch.equal(got, golden["out"][a]), f"combine output of rank {a} round {r}"
@@ -277,5 +288,5 @@ def run_round_trip(topo: cam.Topology, rounds: List[List[Round]], *, in_flight: 
         bodies[topo.A + f] = ffn_server(topo, topo.D * len(rounds[0]), dtype=dtype)
     results, errors = run_ranks(topo, bodies, timeout=timeout, dtype=dtype, **comm_kw)
     raise_first(errors)
-    check_against_golden(topo, rounds, results, dtype=dtype)
+    check_against_golden(topo, rounds, results, dtype=dtype, placement=comm_kw.get("placement"))
     return results

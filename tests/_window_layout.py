@@ -57,7 +57,9 @@ class WindowLayout:
         """63-bit FNV-1a over the layout version and every field, each as 8 little-endian bytes."""
         h = 14695981039346656037
         # the last field is hashed as its effective value (window_tokens 0 or above Bmax behaves like Bmax)
-        for v in (LAYOUT_VERSION, *self.as_c_fields()[:-1], self.window_token_slots):
+        # and the slot count only when it is not the contiguous default (0 and E / F are one plane)
+        tail = () if self.E % self.F == 0 and self.R == self.E // self.F else (self.R,)
+        for v in (LAYOUT_VERSION, *self.as_c_fields()[:-2], self.window_token_slots, *tail):
             v = int(v) & ((1 << 64) - 1)
             for i in range(8):
                 h ^= (v >> (8 * i)) & 0xFF

@@ -82,3 +82,30 @@ def test_layer_weights_from_a_placement_hold_each_slots_expert():
                 assert torch.equal(lw.scales[l][j], want_s)
     with pytest.raises(ValueError, match="ffn_index 2 outside"):
         cam.LayerWeights.from_placement(p, 2, w, s)
+
+
+def test_device_tables_are_every_layer_at_the_plane_width():
+    p = Placement(3, 2, 2, [[[(0, 0), (1, 1)], [(1, 0)], [(0, 1)]], [[(1, 1)], [(0, 0)], [(0, 1), (1, 0)]]])
+    t = p.device_tables()
+    assert t.shape == (2, 3, 5) and t.dtype == torch.int64
+    assert torch.equal(t[0], p.device_table(0)) and t[1].tolist() == [[1, 1, 1, -1, -1], [1, 0, 0, -1, -1],
+                                                                      [2, 0, 1, 1, 0]]
+    with pytest.raises(PlacementError, match="2 replicas, more than a width of 3 words holds"):
+        p.device_tables(3)
+
+
+def test_the_reference_dispatch_routes_as_placement_route():
+    # cam.reference applies the rule itself; Placement.route is the other statement of it
+    from cam.reference import dispatch
+    p = Placement.balanced(7, 3, layers=2, replicate=[1, 4, 5])
+    topo = cam.Topology(D=1, P=1, F=3, E=7, K=3, H=8, Bmax=6, L=2, quantized=False, expert_slots=p.slots_per_rank)
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(-1, 7, (6, 3), generator=g, dtype=torch.int32)
+    x = torch.randn(6, 8, generator=g).to(torch.bfloat16)
+    route = p.route(1, ids)
+    for f in range(3):
+        d = dispatch(topo, [(x, ids)], topo.A + f, placement=p, layer=1)
+        want = sorted((int(route[t, k, 1]), 0, t, k) for t in range(6) for k in range(3)
+                      if int(ids[t, k]) >= 0 and int(route[t, k, 0]) == f)
+        assert [(int(j), 0, t, k) for j, (_, t, k) in zip(d["local_expert"], d["row_source"])] == want
+        assert all(p.slot_experts(1, f)[int(j)] == int(e) for j, e in zip(d["local_expert"], d["expert"]))

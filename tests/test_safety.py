@@ -536,3 +536,53 @@ def test_a_record_claiming_too_many_token_slots_is_refused_in_token_words():
             msg = str(info.value)
             assert f"more distinct tokens than the region's {lay.region_token_slots} token slots" in msg, msg
             assert "window_tokens" in msg and " rows" not in msg.split("dispatch_recv", 1)[1], msg
+
+
+# ----------------------------------------------------------------------------- the placement table
+
+def test_dispatch_send_refuses_every_tampered_word_of_the_placement_table():
+    """Every word of the layer's device table that dispatch_send reads, set one at a time to a value outside its
+    bound (replica count outside [1, F], FFN index outside [0, F), slot outside [0, R)): refused by the pre-pass
+    naming the placement, no window written, the Comm usable. Words it does not read (pairs past the count, other
+    layers) stay harmless: the round after the tampers, with such words changed, is bit-exact against the golden."""
+    from cam.placement import Placement
+    from _dataplane_harness import slot_experts
+
+    t = topo(E=3, expert_slots=2)
+    p = Placement(3, 2, 2, [[[(0, 0), (1, 1)], [(1, 0)], [(0, 1)]],
+                            [[(1, 1)], [(0, 0), (1, 0)], [(0, 1)]]])
+    with plane(t, placement=p) as comms:
+        rounds = [make_round(t, a, seed=41) for a in range(t.A)]
+        table = comms[0].placement_table
+        W, layer = t.placement_width, 1
+        before = windows(comms)
+        tampered = 0
+        for e in range(t.E):
+            n = int(table[layer, e, 0])
+            for c in range(1 + 2 * n):  # the words the kernel reads for expert e
+                bound = t.F if c % 2 == 1 else t.R  # c odd: an FFN index, c even > 0: a slot
+                bad = [0, t.F + 1, -1, 2**40] if c == 0 else [-1, bound, -(2**62)]
+                keep = int(table[layer, e, c])
+                for v in bad:
+                    table[layer, e, c] = v
+                    with pytest.raises(cam.DeviceArgumentError, match="placement table of layer 1"):
+                        cam.ops.dispatch_send(comms[0], rounds[0][0], rounds[0][1], layer)
+                    assert_unchanged(before, comms, f"placement word ({e}, {c}) = {v}")
+                    tampered += 1
+                table[layer, e, c] = keep
+        assert tampered == 3 * 4 + 8 * 3  # 3 counts, 4 (f, slot) pairs read
+        table[layer, 2, 3:] = 2**40  # past expert 2's one replica: never read
+        table[0] = -7  # another layer: never read for a layer-1 round
+        for a in range(t.A):
+            cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], layer)
+        fn = expert_fn(t.quantized, torch.bfloat16)
+        for f in range(t.F):
+            ex, sc, cnt, wi = recv_work(comms[t.A + f])
+            n = int(wi[5])
+            out = torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16)
+            out[:n] = fn(torch.repeat_interleave(slot_experts(comms[t.A + f], layer), cnt), ex[:n], sc[:n])
+            cam.ops.combine_send(comms[t.A + f], out, wi)
+        gold = round_trip_plane(t, rounds, fn, quant_fn=dynamic_quant, global_ids=True, placement=p,
+                                layer=layer)["out"]
+        for a in range(t.A):
+            assert torch.equal(cam.ops.combine_recv(comms[a], rounds[a][1], rounds[a][2]), gold[a]), a

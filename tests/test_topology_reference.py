@@ -54,6 +54,9 @@ def _quant():
         (dict(quantized=2), "quantized"),
         (dict(capacity=0), "capacity"),
         (dict(window_tokens=-1), "window_tokens"),
+        (dict(E=7, expert_slots=3), "expert_slots"),  # 2 ranks of 3 slots for 7 experts
+        (dict(expert_slots=-1), "expert_slots"),
+        (dict(expert_slots=1 << 20), "expert_slots"),  # F * expert_slots beyond 2**20
         (dict(D=2.0), "D"),
         (dict(H=True), "H"),
     ],
@@ -100,10 +103,13 @@ def test_fingerprint_is_stable_and_sensitive():
     assert 0 <= t.fingerprint < 2**63
     seen = {t.fingerprint}
     for kw in (dict(D=3), dict(P=1), dict(F=4), dict(E=16), dict(K=3), dict(H=65), dict(Bmax=17), dict(L=4),
-               dict(slots=1), dict(quantized=False), dict(capacity=7), dict(window_tokens=5)):
+               dict(slots=1), dict(quantized=False), dict(capacity=7), dict(window_tokens=5), dict(expert_slots=5),
+               dict(E=7, expert_slots=4)):
         fp = topo(**kw).fingerprint
         assert fp not in seen, kw
         seen.add(fp)
+    # expert_slots = E / F is the contiguous default: one plane with 0, hashed as before the field existed
+    assert topo(expert_slots=4).fingerprint == t.fingerprint and topo(expert_slots=4).R == t.R == 4
 
 
 # ----------------------------------------------------------------------------- layout self-consistency
@@ -115,6 +121,7 @@ LAYOUT_TOPOLOGIES = [WindowLayout(t) for t in [
     topo(D=3, P=2, F=4, E=16, K=3, H=129, Bmax=7, L=2, slots=3, capacity=11),
     topo(D=4, P=1, F=3, E=9, K=9, H=7168 // 64, Bmax=33, quantized=False, capacity=1),
     topo(D=2, P=2, F=2, E=4, K=2, H=40, Bmax=9, capacity=3, window_tokens=4),
+    topo(D=1, P=1, F=8, E=60, K=4, H=32, Bmax=8, L=2, expert_slots=8),
 ]]
 
 
@@ -262,7 +269,10 @@ def test_cpp_check_topology_agrees_on_rejects(tmp_path):
         ((2, 2, 2, 8, 2, 64, 16, 3, 2, 2, 1, 0), 12),
         ((2, 2, 2, 8, 2, 64, 16, 3, 2, 2, 1, 64, -1), 13),
         ((2, 2, 2, 8, 2, 64, 16, 3, 2, 2, 1, 64, 0), 0),  # 0 is Bmax; a 12-field initialiser means the same
-        ((1 << 20, 1 << 10, 2, 8, 1, 1 << 20, 1 << 20, 3, 2, 2, 1, 64), 14),
+        ((2, 2, 2, 7, 2, 64, 16, 3, 2, 2, 1, 64, 0, 4), 0),  # E % F != 0 with slots for every expert
+        ((2, 2, 2, 7, 2, 64, 16, 3, 2, 2, 1, 64, 0, 3), 14),  # 2 ranks of 3 slots cannot hold 7 experts
+        ((2, 2, 2, 8, 2, 64, 16, 3, 2, 2, 1, 64, 0, -1), 14),
+        ((1 << 20, 1 << 10, 2, 8, 1, 1 << 20, 1 << 20, 3, 2, 2, 1, 64), 15),
     ]
     body = "\n".join(
         f'  std::printf("%lld\\n", (long long)check_topology(CamTopology{{{", ".join(map(str, c))}}}));'

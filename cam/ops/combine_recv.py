@@ -12,6 +12,7 @@ def _combine_recv(token: torch.Tensor, topk_ids: torch.Tensor, topk_weights: tor
                   comm_id: int) -> None:
     comm = comm_of(comm_id)
     _runtime.run(_C.combine_recv, comm._c, topk_ids, topk_weights, out, stream=comm.stream, tensor=out)
+    comm._count_op("combine_recv")
     token.add_(1)
 
 

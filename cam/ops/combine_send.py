@@ -11,6 +11,7 @@ from ._kinds import Args
 def _combine_send(token: torch.Tensor, expert_out: torch.Tensor, work_item: torch.Tensor, comm_id: int) -> None:
     comm = comm_of(comm_id)
     _runtime.run(_C.combine_send, comm._c, expert_out, work_item, stream=comm.stream, tensor=expert_out)
+    comm._count_op("combine_send")
     token.add_(1)
 
 
@@ -25,6 +26,7 @@ def _combine_send_batch(token: torch.Tensor, expert_out: torch.Tensor, work_item
     comm = comm_of(comm_id)
     _runtime.run(_C.combine_send_batch, comm._c, row_budget, expert_out, work_items, stream=comm.stream,
                  tensor=expert_out)
+    comm._count_op("combine_send")
     token.add_(1)
 
 

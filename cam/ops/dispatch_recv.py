@@ -44,6 +44,7 @@ def _dispatch_recv(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Te
     comm = comm_of(comm_id)
     _runtime.run(_C.dispatch_recv, comm._c, expand_x, scales, expert_counts, work_item, stream=comm.stream,
                  tensor=expand_x)
+    comm._count_op("dispatch_recv")
     token.add_(1)
 
 
@@ -59,6 +60,7 @@ def _dispatch_recv_batch(token: torch.Tensor, expand_x: torch.Tensor, scales: to
     comm = comm_of(comm_id)
     _runtime.run(_C.dispatch_recv_batch, comm._c, row_budget, expand_x, scales, group_table, origin, work_items,
                  stream=comm.stream, tensor=expand_x)
+    comm._count_op("dispatch_recv")
     token.add_(1)
 
 
@@ -83,8 +85,9 @@ def dispatch_recv(comm: Comm, *, out=None, row_budget: Optional[int] = None):
 
     Returns:
         ``(expand_x, scales, expert_counts, work_item)``, static shapes from the topology with
-        ``N = min(capacity, P*min(Bmax, window_tokens)*K)`` and ``R = E/F``. A round with more rows for this rank
-        than ``N`` comes as several work items (chunks, docs/protocol.md §8), each handled like any other:
+        ``N = min(capacity, P*min(Bmax, window_tokens)*K)`` and ``R`` the local expert slots (``topology.R``). A
+        round with more rows for this rank than ``N`` comes as several work items (chunks, docs/protocol.md §8),
+        each handled like any other:
 
         - ``expand_x`` ``[N, H]``: int8 when quantized, else ``comm.dtype``; rows grouped by local expert, within
           an expert by (participant, token, slot). Rows past ``work_item[5]`` are not written.

@@ -10,13 +10,15 @@ from ._kinds import Args
 @_library.op("dispatch_send", mutates_args=("token",))
 def _dispatch_send(token: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor, layer: int, comm_id: int) -> None:
     comm = comm_of(comm_id)
-    _runtime.run(_C.dispatch_send, comm._c, x, topk_ids, layer, stream=comm.stream, tensor=x)
+    _runtime.run(_C.dispatch_send, comm._c, x, topk_ids, layer, comm.placement_table, stream=comm.stream, tensor=x)
+    comm._count_op("dispatch_send")
     token.add_(1)
 
 
 @_dispatch_send.register_fake
 def _(token, x, topk_ids, layer, comm_id) -> None:
-    _runtime.check(_C.dispatch_send, comm_of(comm_id)._c, x, topk_ids, layer)
+    comm = comm_of(comm_id)
+    _runtime.check(_C.dispatch_send, comm._c, x, topk_ids, layer, comm.placement_table)
 
 
 def dispatch_send(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: int) -> None:
@@ -24,7 +26,9 @@ def dispatch_send(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: in
 
     Each token is written once per destination FFN rank (int8 + one fp32 scale per token with the shared
     per-token quantization when the topology is quantized, else unchanged), with an index table and a record;
-    then the round is published with a sequence-number signal. Rounds go to slot ``round % slots``; when
+    then the round is published with a sequence-number signal. Each row goes where the Comm's placement table
+    says (docs/protocol.md §15): replica ``(t + k) % n`` of its expert's ``n`` replicas, or with no table the
+    contiguous placement. Rounds go to slot ``round % slots``; when
     ``slots`` rounds are already in flight the op waits (bounded by ``comm.timeout_s``) for the oldest to be
     combined. No barrier spans replicas.
 
@@ -37,7 +41,8 @@ def dispatch_send(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: in
 
     Raises:
         TypeError / ValueError: bad dtype, shape, layer, or role, naming the argument, before anything runs.
-        cam.DeviceArgumentError: an id outside ``[-1, E)`` or more distinct tokens for one FFN rank than
+        cam.DeviceArgumentError: an id outside ``[-1, E)``, a placement table word out of bounds (its device
+            copy, ``comm.placement_table``, was changed), or more distinct tokens for one FFN rank than
             ``window_tokens``, found by the kernel's pre-pass before anything was written; the Comm stays usable.
             More rows than ``capacity`` is not an error: the FFN side receives the round in chunks.
         cam.CommTimeoutError / cam.CommAbortedError: the slot did not free up in time / the plane was aborted.

@@ -5,8 +5,11 @@ kernel path: it never looks at windows, signals or records, only at what the ops
 must produce.
 
 * ``dispatch``   - the rows one FFN rank receives for one replica's round: one row per
-  (token, top-k slot) routed to it, grouped by local expert, within an expert ordered
-  by (participant, token, slot); int8 + fp32 scale when quantized.
+  (token, top-k slot) routed to it, grouped by local expert slot, within a slot ordered
+  by (participant, token, slot); int8 + fp32 scale when quantized. With a placement
+  table (docs/protocol.md §15) the row of (token t, slot k) of expert e goes to replica
+  ``(t + k) % n`` of e's n replicas, each an (FFN index, local slot); without one, expert
+  e is slot ``e % R`` of FFN index ``e // R``.
 * ``combine``    - one participant's routed output: ``acc = acc + w[t,k] * row[t,k]`` in
   fp32 for k = 0..K-1 (multiply, then add), empty slots skipped, one final rounding.
 * ``round_trip`` - dispatch to every FFN rank, an expert function, combine back.
@@ -64,17 +67,22 @@ def dispatch(
     ffn_rank: int,
     *,
     quant_fn: Optional[QuantFn] = None,
+    placement=None,
+    layer: int = 0,
 ) -> Dict[str, object]:
     """What FFN rank ``ffn_rank`` (global rank, in ``[A, A+F)``) receives for one replica's round.
 
     ``per_participant_inputs[p] = (x [B_p, H], topk_ids [B_p, K])`` for the P participants
-    of the replica, in participant order.
+    of the replica, in participant order. ``placement`` (anything with ``replicas(layer, e)``
+    -> a sequence of (FFN index, local slot), e.g. :class:`cam.placement.Placement`) and
+    ``layer`` route the rows; None is the contiguous placement.
 
     Returns a dict:
         ``rows``         [n, H], int8 if quantized else x's dtype;
         ``scales``       [n] fp32 (quantized only);
         ``counts``       [R] int64, rows per local expert (a GMM ``group_list`` of type 1);
-        ``local_expert`` [n] int64, local expert index of each row;
+        ``local_expert`` [n] int64, local expert slot of each row;
+        ``expert``       [n] int64, the routed (global) expert id of each row;
         ``row_source``   list of n ``(participant, token, k)``.
     """
     topo = topology
@@ -86,9 +94,16 @@ def dispatch(
         _check_participant(topo, p, x, ids)
 
     f = ffn_rank - topo.A
-    first_expert = f * topo.R
+    if placement is None and not (topo.E % topo.F == 0 and topo.R == topo.E // topo.F):
+        raise ValueError(f"E = {topo.E} on F = {topo.F} ranks of {topo.R} slots needs a placement table")
 
-    # (local expert, participant, token, slot) for every slot routed here; sorting the tuples is the order
+    def where(e: int, t: int, k: int) -> Tuple[int, int]:
+        if placement is None:
+            return e // topo.R, e % topo.R
+        reps = list(placement.replicas(layer, e))
+        return tuple(reps[(t + k) % len(reps)])
+
+    # (local slot, participant, token, slot, expert) for every slot routed here; sorting the tuples is the order
     cells = []
     for p, (_, ids) in enumerate(per_participant_inputs):
         ids_list = ids.tolist()
@@ -96,13 +111,14 @@ def dispatch(
             for k, e in enumerate(row):
                 if e == -1:
                     continue
-                if first_expert <= e < first_expert + topo.R:
-                    cells.append((e - first_expert, p, t, k))
+                ff, j = where(e, t, k)
+                if ff == f:
+                    cells.append((j, p, t, k, e))
     cells.sort()
     n = len(cells)
     window = min(topo.Bmax, topo.window_tokens)
     for p in range(topo.P):
-        tokens = len({t for (_, pp, t, _) in cells if pp == p})
+        tokens = len({t for (_, pp, t, _, _) in cells if pp == p})
         if tokens > window:
             raise ValueError(f"window_tokens: participant {p} sends {tokens} distinct tokens to FFN rank {ffn_rank}, "
                              f"more than {window}")
@@ -127,19 +143,22 @@ def dispatch(
     scales = torch.empty((n,), dtype=torch.float32)
     counts = torch.zeros((topo.R,), dtype=torch.int64)
     local_expert = torch.empty((n,), dtype=torch.int64)
+    expert = torch.empty((n,), dtype=torch.int64)
     row_source: List[Tuple[int, int, int]] = []
-    for i, (j, p, t, k) in enumerate(cells):
+    for i, (j, p, t, k, e) in enumerate(cells):
         rows[i] = payload[p][t]
         if scales_pp is not None:
             scales[i] = scales_pp[p][t]
         counts[j] += 1
         local_expert[i] = j
+        expert[i] = e
         row_source.append((p, t, k))
 
     out: Dict[str, object] = {
         "rows": rows,
         "counts": counts,
         "local_expert": local_expert,
+        "expert": expert,
         "row_source": row_source,
     }
     if topo.quantized:
@@ -275,6 +294,8 @@ def round_trip(
     *,
     quant_fn: Optional[QuantFn] = None,
     global_ids: bool = False,
+    placement=None,
+    layer: int = 0,
 ) -> List[torch.Tensor]:
     """One replica's round through every FFN rank and back.
 
@@ -291,10 +312,8 @@ def round_trip(
     by_source: List[Dict[Tuple[int, int], torch.Tensor]] = [dict() for _ in range(topo.P)]
     for f in range(topo.F):
         ffn_rank = topo.A + f
-        d = dispatch(topo, dispatch_inputs, ffn_rank, quant_fn=quant_fn)
-        ids = d["local_expert"]
-        if global_ids:
-            ids = ids + f * topo.R
+        d = dispatch(topo, dispatch_inputs, ffn_rank, quant_fn=quant_fn, placement=placement, layer=layer)
+        ids = d["expert"] if global_ids else d["local_expert"]
         n = len(d["row_source"])
         out = expert_fn(ids, d["rows"], d.get("scales"))
         if tuple(out.shape) != (n, topo.H):
@@ -314,11 +333,15 @@ def round_trip_plane(
     *,
     quant_fn: Optional[QuantFn] = None,
     global_ids: bool = False,
+    placement=None,
+    layer: int = 0,
 ) -> Dict[str, object]:
     """One round of every replica of the plane: what every rank sees.
 
     ``inputs_by_rank[a] = (x, topk_ids, topk_weights)`` for Attention rank ``a`` in ``[0, A)``. Replicas are
     independent, so this is ``round_trip`` per replica plus ``dispatch`` per (replica, FFN rank).
+
+    ``layer`` (with ``placement``) is one layer for every replica, or a sequence of one per replica.
 
     Returns ``{"out": [A tensors [B_a, H]], "dispatch": {(replica, ffn_rank): dispatch(...) dict}}``.
     """
@@ -327,9 +350,12 @@ def round_trip_plane(
         raise ValueError(f"expected inputs for {topo.A} Attention ranks, got {len(inputs_by_rank)}")
     outs: List[torch.Tensor] = []
     per_ffn: Dict[Tuple[int, int], Dict[str, object]] = {}
+    layers = [layer] * topo.D if isinstance(layer, int) else list(layer)
     for d in range(topo.D):
         replica = list(inputs_by_rank[d * topo.P:(d + 1) * topo.P])
-        outs.extend(round_trip(topo, replica, expert_fn, quant_fn=quant_fn, global_ids=global_ids))
+        outs.extend(round_trip(topo, replica, expert_fn, quant_fn=quant_fn, global_ids=global_ids,
+                               placement=placement, layer=layers[d]))
         for f in range(topo.F):
-            per_ffn[(d, topo.A + f)] = dispatch(topo, [(x, i) for x, i, _ in replica], topo.A + f, quant_fn=quant_fn)
+            per_ffn[(d, topo.A + f)] = dispatch(topo, [(x, i) for x, i, _ in replica], topo.A + f, quant_fn=quant_fn,
+                                                placement=placement, layer=layers[d])
     return {"out": outs, "dispatch": per_ffn}

@@ -19,7 +19,7 @@ namespace {
 
 // Indexed by field::k* (window_layout.h); kWindow is the last.
 constexpr const char* kFieldNames[] = {"ok", "D", "P", "F", "E", "K", "H", "Bmax", "L", "slots", "act_dtype_bytes",
-                                      "quantized", "capacity", "window_tokens", "window size"};
+                                      "quantized", "capacity", "window_tokens", "expert_slots", "window size"};
 static_assert(std::size(kFieldNames) == field::kWindow + 1, "one name per topology field (field::k* in window_layout.h)");
 
 // Indexed by detail::kProto* (window_layout.h); 0 is unused, kProtoIndexEntry is the last.
@@ -40,9 +40,9 @@ const char* FieldName(int64_t field) {
 }
 
 std::string TopologyDifference(const CamTopology& a, int64_t rankA, const CamTopology& b, int64_t rankB) {
-    // CamTopology is field::kD .. field::kWindowTokens as int64 words, in that order (cam/window_layout.h).
+    // CamTopology is field::kD .. field::kExpertSlots as int64 words, in that order (cam/window_layout.h).
     constexpr int64_t kWords = sizeof(CamTopology) / sizeof(int64_t);
-    static_assert(kWords == field::kWindowTokens, "one int64 word per topology field, in field::k* order");
+    static_assert(kWords == field::kExpertSlots, "one int64 word per topology field, in field::k* order");
     int64_t wa[kWords], wb[kWords];
     std::memcpy(wa, &a, sizeof(wa));
     std::memcpy(wb, &b, sizeof(wb));
@@ -136,6 +136,10 @@ aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t a
                 m += ": rank " + std::to_string(peer) + " published layer outside [0, L=" + std::to_string(t.L) + ")";
             } else if (det == detail::kArgTokens) {
                 m += ": the token count (topk_ids rows) differs from the one dispatched in " + round;
+            } else if (det == detail::kArgPlacement) {
+                m += ": the placement table of layer " + std::to_string(layer) + " holds a word out of bounds (a "
+                     "replica count outside [1, F=" + std::to_string(t.F) + "], an FFN index outside [0, F) or a slot "
+                     "outside [0, expert_slots=" + std::to_string(layout::experts_per_ffn(t)) + "))";
             } else if (det == detail::kArgIdsDiffer) {
                 m += ": topk_ids differ from the ids dispatched in " + round +
                      " (combine_recv must get the ids of the round it receives)";

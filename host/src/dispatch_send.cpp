@@ -10,10 +10,11 @@
 
 using namespace cam::host;
 
-extern "C" aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const aclTensor* x, const aclTensor* topkIds,
-                                                            int64_t layer, uint64_t* workspaceSize,
-                                                            aclOpExecutor** executor) {
-    return Guarded("aclnnCamDispatchSendGetWorkspaceSize", [&]() -> aclnnStatus {
+extern "C" aclnnStatus aclnnCamDispatchSendV2GetWorkspaceSize(camComm* comm, const aclTensor* x,
+                                                              const aclTensor* topkIds, int64_t layer,
+                                                              const aclTensor* placement, uint64_t* workspaceSize,
+                                                              aclOpExecutor** executor) {
+    return Guarded("aclnnCamDispatchSendV2GetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("dispatch_send");
         if (aclnnStatus st = CheckOutPointers("dispatch_send", workspaceSize, executor)) return st;
         aclnnStatus st;
@@ -32,24 +33,42 @@ extern "C" aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const
             return st;
         if (layer < 0 || layer >= t.L)
             return check.Invalid("layer=" + std::to_string(layer) + " outside [0, L=" + std::to_string(t.L) + ")");
+        // The table's words are bounded by the kernel's pre-pass (they live in device memory); here only its shape.
+        TensorView pv{};
+        if (placement == nullptr) {
+            if (!cam::layout::contiguous_placement(t))
+                return check.Invalid("placement is required: E=" + std::to_string(t.E) + " on F=" +
+                                     std::to_string(t.F) + " FFN ranks of expert_slots=" + std::to_string(t.expert_slots) +
+                                     " has no contiguous placement");
+        } else if ((st = check.View(placement, "placement", &pv)) ||
+                   (st = check.Tensor(pv, "placement", {ACL_INT64},
+                                      {t.L, t.E, cam::layout::placement_width(t)}))) {
+            return st;
+        }
 
         cam::kernels::DispatchSendTilingData tiling{};
         uint64_t ws = 0;
         std::string why;
         if (!cam::tiling::TileDispatchSend(CurrentPlatform(), MakeCommArgs(comm), b, layer, xv.dtype == ACL_BF16,
-                                           &tiling, &ws, &why))
+                                           placement != nullptr, &tiling, &ws, &why))
             return check.Invalid(why);
         auto ex = std::make_unique<Executor>("dispatch_send");
         ex->workspaceSize = ws;
-        ex->launch = [tiling, comm, x = xv.data, ids = iv.data](void* workspace, aclrtStream stream) {
+        ex->launch = [tiling, comm, x = xv.data, ids = iv.data, table = pv.data](void* workspace, aclrtStream stream) {
             return LaunchOnComm(comm, stream, [&] {
-                cam::kernels::LaunchDispatchSend(tiling.blockDim, stream, x, ids,
+                cam::kernels::LaunchDispatchSend(tiling.blockDim, stream, x, ids, table,
                                                  comm->DevicePeers(),
                                                  static_cast<uint8_t*>(workspace), tiling);
             });
         };
         return Finish(std::move(ex), workspaceSize, executor);
     });
+}
+
+extern "C" aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const aclTensor* x, const aclTensor* topkIds,
+                                                            int64_t layer, uint64_t* workspaceSize,
+                                                            aclOpExecutor** executor) {
+    return aclnnCamDispatchSendV2GetWorkspaceSize(comm, x, topkIds, layer, nullptr, workspaceSize, executor);
 }
 
 extern "C" aclnnStatus aclnnCamDispatchSend(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,

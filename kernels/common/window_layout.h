@@ -21,7 +21,7 @@ struct CamTopology {
     int64_t D;                // Attention DP replicas
     int64_t P;                // participants (Attention ranks) per replica
     int64_t F;                // FFN ranks
-    int64_t E;                // routed experts; E % F == 0
+    int64_t E;                // routed experts; E % F == 0 unless expert_slots is set
     int64_t K;                // top-k slots per token
     int64_t H;                // hidden size
     int64_t Bmax;             // max tokens per Attention rank per layer
@@ -33,6 +33,9 @@ struct CamTopology {
     // distinct tokens one participant may send one FFN rank per round (sizes the windows); 0 means Bmax, so a
     // CamTopology initialised before this field existed keeps its meaning
     int64_t window_tokens;
+    // local expert slots on every FFN rank, fixed for the plane's life; 0 means E / F (E % F == 0) with today's
+    // contiguous placement. Any other value needs a placement table (docs/protocol.md §15): F * expert_slots >= E.
+    int64_t expert_slots;
 };
 
 namespace cam {
@@ -72,6 +75,7 @@ inline constexpr int64_t kArgLayer = 2;
 inline constexpr int64_t kArgWorkItem = 3;
 inline constexpr int64_t kArgTokens = 4;
 inline constexpr int64_t kArgIdsDiffer = 5;  // combine_recv: topk_ids are not the ones dispatched in this round
+inline constexpr int64_t kArgPlacement = 6;  // dispatch_send: a placement table word is out of bounds
 // kTimeout: what was awaited
 inline constexpr int64_t kAwaitSlotFree = 1;
 inline constexpr int64_t kAwaitReplica = 2;
@@ -178,7 +182,9 @@ inline constexpr int64_t kQuantized = 11;
 inline constexpr int64_t kCapacity = 12;
 inline constexpr int64_t kWindowTokens = 13;
 
-inline constexpr int64_t kWindow = 14;  // the windows would exceed kMaxWindowBytes
+inline constexpr int64_t kExpertSlots = 14;
+
+inline constexpr int64_t kWindow = 15;  // the windows would exceed kMaxWindowBytes
 }  // namespace field
 
 // Representability limits, not policy: with every dimension <= 2^20 the checks in check_topology cannot overflow,
@@ -195,7 +201,22 @@ CAM_HOST_DEVICE inline constexpr int64_t max64(int64_t a, int64_t b) { return a 
 
 // ---- topology-derived counts ----
 CAM_HOST_DEVICE inline constexpr int64_t attention_ranks(const CamTopology& t) { return t.D * t.P; }
-CAM_HOST_DEVICE inline constexpr int64_t experts_per_ffn(const CamTopology& t) { return t.E / t.F; }
+// R: local expert slots per FFN rank (a slot holds one expert of a layer; the FFN side groups rows by slot)
+CAM_HOST_DEVICE inline constexpr int64_t experts_per_ffn(const CamTopology& t) {
+    return t.expert_slots == 0 ? t.E / t.F : t.expert_slots;
+}
+// F * R slots in the plane; dispatch_send's per-slot tables are indexed by f * R + local slot
+CAM_HOST_DEVICE inline constexpr int64_t plane_slots(const CamTopology& t) { return t.F * experts_per_ffn(t); }
+// The contiguous placement (expert e in slot e % R of FFN index e / R) is the only one that needs no table.
+CAM_HOST_DEVICE inline constexpr bool contiguous_placement(const CamTopology& t) {
+    return t.E % t.F == 0 && experts_per_ffn(t) == t.E / t.F;
+}
+// A placement table (docs/protocol.md §15): int64 [L][E][placement_width]: {n, f0, j0, f1, j1, ...}, n in [1, F]
+// replicas of expert e in layer l, replica i on FFN index f_i, local slot j_i; pairs past n are ignored.
+CAM_HOST_DEVICE inline constexpr int64_t placement_width(const CamTopology& t) { return 1 + 2 * t.F; }
+CAM_HOST_DEVICE inline constexpr int64_t placement_words(const CamTopology& t) {
+    return t.L * t.E * placement_width(t);
+}
 CAM_HOST_DEVICE inline constexpr int64_t world_size(const CamTopology& t) { return t.D * t.P + t.F; }
 CAM_HOST_DEVICE inline constexpr int64_t replica_of(const CamTopology& t, int64_t attn_rank) { return attn_rank / t.P; }
 CAM_HOST_DEVICE inline constexpr int64_t participant_of(const CamTopology& t, int64_t attn_rank) {
@@ -413,6 +434,8 @@ CAM_HOST_DEVICE inline constexpr int64_t fingerprint(const CamTopology& t) {
     h = fnv1a_word(h, static_cast<uint64_t>(t.capacity));
     // the effective bound, so 0 (= Bmax), Bmax and anything above it, which behave alike, are one plane
     h = fnv1a_word(h, static_cast<uint64_t>(window_token_slots(t)));
+    // the slot count only when it is not the contiguous default, so 0 and E / F (one plane) hash alike, as before
+    if (!contiguous_placement(t)) h = fnv1a_word(h, static_cast<uint64_t>(experts_per_ffn(t)));
     return static_cast<int64_t>(h & 0x7fffffffffffffffull);
 }
 
@@ -421,7 +444,7 @@ CAM_HOST_DEVICE inline constexpr int64_t check_topology(const CamTopology& t) {
     if (t.D < 1 || t.D > kMaxDim) return field::kD;
     if (t.P < 1 || t.P > kMaxDim) return field::kP;
     if (t.F < 1 || t.F > kMaxDim) return field::kF;
-    if (t.E < 1 || t.E > kMaxDim || t.E % t.F != 0) return field::kE;
+    if (t.E < 1 || t.E > kMaxDim || (t.expert_slots == 0 && t.E % t.F != 0)) return field::kE;
     if (t.K < 1 || t.K > t.E) return field::kK;
     if (t.H < 1 || t.H > kMaxDim) return field::kH;
     if (t.Bmax < 1 || t.Bmax > kMaxDim || t.Bmax * t.K > kMaxInt32) return field::kBmax;
@@ -431,6 +454,10 @@ CAM_HOST_DEVICE inline constexpr int64_t check_topology(const CamTopology& t) {
     if (t.quantized != 0 && t.quantized != 1) return field::kQuantized;
     if (t.capacity < 1 || t.capacity > kMaxInt32) return field::kCapacity;
     if (t.window_tokens < 0 || t.window_tokens > kMaxInt32) return field::kWindowTokens;
+    // every expert needs a slot; F * R bounds dispatch_send's per-slot tables like E does
+    if (t.expert_slots < 0 || t.expert_slots > kMaxDim || t.expert_slots * t.F > kMaxDim ||
+        (t.expert_slots != 0 && t.expert_slots * t.F < t.E))
+        return field::kExpertSlots;
     // Given the limits above: regions < 2^60, a region < 2^43 bytes, slots*Bmax*K < 2^52, so deciding by division
     // never overflows; past these two checks every offset in this file is < kMaxWindowBytes + 2^48.
     const int64_t regions = attention_ranks(t) * t.slots;

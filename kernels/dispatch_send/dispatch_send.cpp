@@ -1,5 +1,5 @@
-// dispatch_send (Attention rank a = (replica d, participant p)), docs/protocol.md §6.1: validate the ids and the
-// window bound (window_tokens) before any remote write, wait (bounded) for the round's slot to be free, write each
+// dispatch_send (Attention rank a = (replica d, participant p)), docs/protocol.md §6.1: validate the ids, the
+// placement table (§15) and the window bound (window_tokens) before any remote write, wait (bounded) for the round's slot to be free, write each
 // token once per destination FFN rank (quantized once with the shared quant code, or as is), the index tables and records, then
 // publish ready[a][s] = seq on every FFN rank after a fence.
 #include "kernel_operator.h"
@@ -14,7 +14,7 @@ namespace cam::kernels {
 template <typename T>
 class DispatchSend {
 public:
-    __aicore__ inline void Init(GM_ADDR x, GM_ADDR ids, GM_ADDR peers, GM_ADDR workspace,
+    __aicore__ inline void Init(GM_ADDR x, GM_ADDR ids, GM_ADDR placement, GM_ADDR peers, GM_ADDR workspace,
                                 const DispatchSendTilingData& tiling) {
         tiling_ = tiling;
         plane_.Init(peers, tiling.comm, pipe_);
@@ -26,6 +26,12 @@ public:
         // topk_ids are read three times by block 0 (checks, digest, index tables): through UB, not scalar GM reads.
         ids_.Init(pipe_, dp::kTableWindowElems);
         ids_.Use(ids, tiling.tokens * t.K);
+        if (tiling.placed != 0) {
+            // This layer's rows of the table, read by block 0 only (the pre-pass bounds every word it uses).
+            const int64_t words = t.E * layout::placement_width(t);
+            place_.Init(pipe_, dp::kTableWindowElems / 2);
+            place_.Use(placement + 8 * tiling.layer * words, words);
+        }
 
         quant_.Init(pipe_, tiling.colsPerPass);
         pipe_.InitBuffer(scalesBuf_, dp::kTableWindowUbBytes);
@@ -33,11 +39,13 @@ public:
         mover_.Init(pipe_, tiling.copyChunkBytes);
         if (tiling.tablesInUb != 0) {
             // Sizes as DispatchSendTablesUbBytes counts them (tiling checked they fit).
-            pipe_.InitBuffer(countsBuf_, DispatchSendTableUbBytes(uint64_t(4 * t.E)));
+            pipe_.InitBuffer(countsBuf_, DispatchSendTableUbBytes(uint64_t(4 * layout::plane_slots(t))));
             pipe_.InitBuffer(tokensBuf_, DispatchSendTableUbBytes(uint64_t(4 * t.F)));
             pipe_.InitBuffer(slotsBuf_, DispatchSendTableUbBytes(uint64_t(4 * tiling.tokens * t.F)));
             pipe_.InitBuffer(entriesBuf_, DispatchSendTableUbBytes(uint64_t(8 * (tiling.tokens * t.K + 3 * t.F))));
+            pipe_.InitBuffer(destsBuf_, DispatchSendTableUbBytes(uint64_t(4 * tiling.tokens * t.K)));
             countsUb_ = countsBuf_.Get<int32_t>();
+            destsUb_ = destsBuf_.Get<int32_t>();
             tokensUb_ = tokensBuf_.Get<int32_t>();
             slotsUb_ = slotsBuf_.Get<int32_t>();
             entriesUb_ = entriesBuf_.Get<int32_t>();
@@ -93,7 +101,12 @@ private:
         const int64_t R = layout::experts_per_ffn(t);
         const int64_t B = tiling_.tokens;
 
-        // Pre-pass: ids in range, rows and distinct tokens per FFN rank, token slots. Nothing remote is written.
+        // Pre-pass: the layer's placement table bounded word by word, ids in range, each row's destination slot
+        // (kept, so the passes below never read user memory again), rows and distinct tokens per FFN rank, token
+        // slots. Nothing remote is written.
+        if (tiling_.placed != 0 && !PlacementInBounds()) {
+            return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgPlacement);
+        }
         ClearTables();
         for (int64_t tok = 0; tok < B; ++tok) {
             for (int64_t k = 0; k < t.K; ++k) {
@@ -101,9 +114,11 @@ private:
                 if (id < -1 || id >= t.E) {
                     return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgTopkIds);
                 }
-                if (id == -1) continue;
-                SetCount(id, CountOf(id) + 1);
-                const int64_t f = id / R;
+                const int64_t g = id == -1 ? -1 : DestSlot(id, tok, k);
+                SetDest(tok * t.K + k, g);
+                if (g == -1) continue;
+                SetCount(g, CountOf(g) + 1);
+                const int64_t f = g / R;
                 if (SlotOf(tok, f) < 0) {
                     const int64_t slot = TokensOn(f);
                     SetSlot(tok, f, slot);
@@ -156,11 +171,11 @@ private:
         }
         for (int64_t tok = 0; tok < B; ++tok) {
             for (int64_t k = 0; k < t.K; ++k) {
-                const int64_t id = ids_.Get(tok * t.K + k);
-                if (id == -1) continue;
-                const int64_t f = id / R;
-                const int64_t pos = CountOf(id);
-                SetCount(id, pos + 1);
+                const int64_t g = DestOf(tok * t.K + k);
+                if (g == -1) continue;
+                const int64_t f = g / R;
+                const int64_t pos = CountOf(g);
+                SetCount(g, pos + 1);
                 if (ub) {
                     entriesUb_.SetValue(static_cast<uint32_t>(2 * pos), SlotOf(tok, f));
                     entriesUb_.SetValue(static_cast<uint32_t>(2 * pos + 1), static_cast<int32_t>(tok * t.K + k));
@@ -177,11 +192,41 @@ private:
         return true;
     }
 
+    // ---- placement (docs/protocol.md §15) ----
+    // Every word of this layer's table that DestSlot may read: n in [1, F], each of the first n replicas on an FFN
+    // index in [0, F) and a slot in [0, R). A tampered word is refused here, before the table steers any write.
+    __aicore__ inline bool PlacementInBounds() {
+        const CamTopology& t = plane_.Topo();
+        const int64_t W = layout::placement_width(t), R = layout::experts_per_ffn(t);
+        for (int64_t e = 0; e < t.E; ++e) {
+            const int64_t n = place_.Get(e * W);
+            if (n < 1 || n > t.F) return false;
+            for (int64_t i = 0; i < n; ++i) {
+                const int64_t f = place_.Get(e * W + 1 + 2 * i), j = place_.Get(e * W + 2 + 2 * i);
+                if (f < 0 || f >= t.F || j < 0 || j >= R) return false;
+            }
+        }
+        return true;
+    }
+    // Plane slot f * R + j of the row (token tok, top-k index k) of expert id: the contiguous placement without a
+    // table, else replica (tok + k) % n of the expert (a token's row for one expert is never split). The words it
+    // reads were bounded by PlacementInBounds, but user memory may change under a running kernel: bounded again,
+    // so even then the slot is a real one (a row then lands on a wrong expert, never outside a window).
+    __aicore__ inline int64_t DestSlot(int64_t id, int64_t tok, int64_t k) {
+        const CamTopology& t = plane_.Topo();
+        if (tiling_.placed == 0) return id;
+        const int64_t W = layout::placement_width(t), R = layout::experts_per_ffn(t);
+        const int64_t n = place_.Get(id * W);
+        const int64_t r = n < 1 || n > t.F ? 0 : (tok + k) % n;
+        const int64_t f = place_.Get(id * W + 1 + 2 * r), j = place_.Get(id * W + 2 + 2 * r);
+        return (f < 0 || f >= t.F ? 0 : f) * R + (j < 0 || j >= R ? 0 : j);
+    }
+
     // ---- the round's tables: in UB (tablesInUb) or in the workspace ----
     __aicore__ inline void ClearTables() {
         const CamTopology& t = plane_.Topo();
         if (tiling_.tablesInUb != 0) {
-            AscendC::Duplicate(countsUb_, int32_t(0), static_cast<uint32_t>(t.E));
+            AscendC::Duplicate(countsUb_, int32_t(0), static_cast<uint32_t>(layout::plane_slots(t)));
             AscendC::Duplicate(tokensUb_, int32_t(0), static_cast<uint32_t>(t.F));
             if (tiling_.tokens > 0)
                 AscendC::Duplicate(slotsUb_, int32_t(-1), static_cast<uint32_t>(tiling_.tokens * t.F));
@@ -190,7 +235,7 @@ private:
             AscendC::WaitFlag<AscendC::HardEvent::V_S>(EVENT_ID2);
             return;
         }
-        for (int64_t e = 0; e < t.E; ++e) Counts().SetValue(e, 0);
+        for (int64_t g = 0; g < layout::plane_slots(t); ++g) Counts().SetValue(g, 0);
         for (int64_t f = 0; f < t.F; ++f) TokensPerFfn().SetValue(f, 0);
         for (int64_t i = 0; i < tiling_.tokens * t.F; ++i) Slots().SetValue(i, -1);
     }
@@ -212,10 +257,13 @@ private:
             gm.SetValue(i, static_cast<W>(v));
         }
     }
-    // Rows per expert of this round; after the index pass, each expert's running position (protocol rows fit
-    // int32: a round has at most Bmax * K of them).
-    __aicore__ inline int64_t CountOf(int64_t e) const { return TableGet(countsUb_, Counts(), e); }
-    __aicore__ inline void SetCount(int64_t e, int64_t v) { TableSet(countsUb_, Counts(), e, v); }
+    // Rows per plane slot (f * R + j) of this round; after the index pass, each slot's running position (protocol
+    // rows fit int32: a round has at most Bmax * K of them).
+    __aicore__ inline int64_t CountOf(int64_t g) const { return TableGet(countsUb_, Counts(), g); }
+    __aicore__ inline void SetCount(int64_t g, int64_t v) { TableSet(countsUb_, Counts(), g, v); }
+    // Plane slot of row tok * K + k (-1: an empty slot), fixed by the pre-pass.
+    __aicore__ inline int64_t DestOf(int64_t tk) const { return TableGet(destsUb_, Dests(), tk); }
+    __aicore__ inline void SetDest(int64_t tk, int64_t g) { TableSet(destsUb_, Dests(), tk, g); }
     // Distinct tokens of this round on FFN rank f so far.
     __aicore__ inline int64_t TokensOn(int64_t f) const { return TableGet(tokensUb_, TokensPerFfn(), f); }
     __aicore__ inline void SetTokensOn(int64_t f, int64_t v) { TableSet(tokensUb_, TokensPerFfn(), f, v); }
@@ -462,7 +510,10 @@ private:
     }
 
     __aicore__ inline AscendC::GlobalTensor<int64_t> Counts() const {
-        return dp::WordsAt(ws_, wsl_.countsOff, plane_.Topo().E);
+        return dp::WordsAt(ws_, wsl_.countsOff, layout::plane_slots(plane_.Topo()));
+    }
+    __aicore__ inline AscendC::GlobalTensor<int32_t> Dests() const {
+        return dp::TensorAt<int32_t>(ws_, wsl_.destsOff, plane_.Topo().Bmax * plane_.Topo().K);
     }
     __aicore__ inline AscendC::GlobalTensor<int64_t> TokensPerFfn() const {
         return dp::WordsAt(ws_, wsl_.tokensOff, plane_.Topo().F);
@@ -487,26 +538,28 @@ private:
     AscendC::TBuf<AscendC::TPosition::VECCALC> scalesBuf_;  // scales of the current group of tokens
     AscendC::TBuf<AscendC::TPosition::VECCALC> runBuf_;     // one FFN rank's run of them, in slot order
     // The round's tables when tiling put them in UB (tablesInUb): see DispatchSendTablesUbBytes.
-    AscendC::TBuf<AscendC::TPosition::VECCALC> countsBuf_, tokensBuf_, slotsBuf_, entriesBuf_;
-    AscendC::LocalTensor<int32_t> countsUb_, tokensUb_, slotsUb_, entriesUb_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> countsBuf_, tokensBuf_, slotsBuf_, entriesBuf_, destsBuf_;
+    AscendC::LocalTensor<int32_t> countsUb_, tokensUb_, slotsUb_, entriesUb_, destsUb_;
     dp::ByteMover mover_;
     AscendC::GlobalTensor<T> x_;
     dp::UbWindow<int32_t> ids_;
+    dp::UbWindow<int64_t> place_;  // this layer's placement table (tiling_.placed)
 };
 
 }  // namespace cam::kernels
 
-extern "C" __global__ __aicore__ void cam_dispatch_send(GM_ADDR x, GM_ADDR topkIds, GM_ADDR peers, GM_ADDR workspace,
+extern "C" __global__ __aicore__ void cam_dispatch_send(GM_ADDR x, GM_ADDR topkIds, GM_ADDR placement, GM_ADDR peers,
+                                                        GM_ADDR workspace,
                                                         cam::kernels::DispatchSendTilingData tiling) {
     // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     if (tiling.key == cam::kernels::kDispatchSendBf16) {
         cam::kernels::DispatchSend<bfloat16_t> op;
-        op.Init(x, topkIds, peers, workspace, tiling);
+        op.Init(x, topkIds, placement, peers, workspace, tiling);
         op.Process();
     } else {
         cam::kernels::DispatchSend<half> op;
-        op.Init(x, topkIds, peers, workspace, tiling);
+        op.Init(x, topkIds, placement, peers, workspace, tiling);
         op.Process();
     }
 }
@@ -514,8 +567,9 @@ extern "C" __global__ __aicore__ void cam_dispatch_send(GM_ADDR x, GM_ADDR topkI
 #include "common/launch.h"
 #include "dispatch_send/dispatch_send.h"
 
-void cam::kernels::LaunchDispatchSend(uint32_t blockDim, void* stream, uint8_t* x, uint8_t* topkIds, uint8_t* peers,
-                                      uint8_t* workspace, const DispatchSendTilingData& tiling) {
-    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_dispatch_send, blockDim, stream, x, topkIds, peers, workspace,
-                         tiling);
+void cam::kernels::LaunchDispatchSend(uint32_t blockDim, void* stream, uint8_t* x, uint8_t* topkIds,
+                                      uint8_t* placement, uint8_t* peers, uint8_t* workspace,
+                                      const DispatchSendTilingData& tiling) {
+    CAM_DATAPLANE_LAUNCH(tiling.comm, peers, cam_dispatch_send, blockDim, stream, x, topkIds, placement, peers,
+                         workspace, tiling);
 }

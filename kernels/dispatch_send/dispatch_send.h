@@ -5,7 +5,8 @@
 
 namespace cam::kernels {
 
-void LaunchDispatchSend(uint32_t blockDim, void* stream, uint8_t* x, uint8_t* topkIds, uint8_t* peers,
-                        uint8_t* workspace, const DispatchSendTilingData& tiling);
+// placement: the plane's int64 [L][E][1 + 2F] table (docs/protocol.md §15) when tiling.placed, else unused
+void LaunchDispatchSend(uint32_t blockDim, void* stream, uint8_t* x, uint8_t* topkIds, uint8_t* placement,
+                        uint8_t* peers, uint8_t* workspace, const DispatchSendTilingData& tiling);
 
 }  // namespace cam::kernels

@@ -23,6 +23,18 @@ extern "C" {
 CAM_API aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const aclTensor* x, const aclTensor* topkIds,
                                                          int64_t layer, uint64_t* workspaceSize,
                                                          aclOpExecutor** executor);
+/* dispatch_send with a placement table (docs/protocol.md §15): as above, and
+ *   placement  [L, E, 1 + 2F] ACL_INT64 device memory, contiguous: for expert e of layer l, {n, f0, j0, f1, j1, ...}
+ *              = n in [1, F] replicas, replica i in local slot j_i (in [0, R)) of FFN index f_i (in [0, F)); pairs
+ *              past n are not read. The row of (token t, top-k index k) of expert e goes to replica (t + k) % n.
+ *              Every word the kernel reads is bounded in its pre-pass before any remote write (a bad one is
+ *              CAM_ERR_DEVICE_ARGUMENT naming the placement, nothing written). NULL: the contiguous placement,
+ *              which only a topology with expert_slots 0 or E / F has; any other topology requires a table.
+ * aclnnCamDispatchSendGetWorkspaceSize is this call with placement NULL. The table must stay unchanged from the
+ * launch until the op completed on its stream. */
+CAM_API aclnnStatus aclnnCamDispatchSendV2GetWorkspaceSize(camComm* comm, const aclTensor* x, const aclTensor* topkIds,
+                                                           int64_t layer, const aclTensor* placement,
+                                                           uint64_t* workspaceSize, aclOpExecutor** executor);
 CAM_API aclnnStatus aclnnCamDispatchSend(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                          aclrtStream stream);
 

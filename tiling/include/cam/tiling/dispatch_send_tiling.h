@@ -10,6 +10,7 @@
 namespace cam::tiling {
 
 bool TileDispatchSend(const PlatformInfo& platform, const kernels::dp::CommArgs& comm, int64_t tokens, int64_t layer,
-                      bool bf16, kernels::DispatchSendTilingData* out, uint64_t* workspaceBytes, std::string* why);
+                      bool bf16, bool placed, kernels::DispatchSendTilingData* out, uint64_t* workspaceBytes,
+                      std::string* why);
 
 }  // namespace cam::tiling

@@ -1,0 +1,177 @@
+"""Expert placement in the data-plane kernels (docs/protocol.md §15): dispatch_send routes each (token, k) row by the
+Comm's device placement table, the FFN side groups by local slot, combine_recv gets every row back from the rank it
+went to. Bit-exact against cam.reference, which applies the documented rule (t + k) % replicas(e) on its own:
+replicated experts, E % F != 0, layers with different tables, chunked items, batched receive; and a plane whose table
+is the contiguous one is bit-identical to a plane with no table."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+import torch
+
+import cam
+from cam.placement import Placement
+from _dataplane_harness import (attention_body, check_against_golden, ffn_batch_server, ffn_server, make_rounds,
+                                raise_first, run_ranks, run_round_trip)
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def random_placement(E: int, F: int, slots: int, L: int, seed: int) -> Placement:
+    """Per layer its own table: every expert in one random slot, then the free slots dealt to random experts as
+    extra replicas (at most F per expert; some slots stay empty)."""
+    rng = random.Random(seed)
+    layers = []
+    for _ in range(L):
+        free = [(f, j) for f in range(F) for j in range(slots)]
+        rng.shuffle(free)
+        reps = [[free.pop()] for _ in range(E)]
+        for slot in free[: len(free) * 2 // 3]:
+            e = rng.randrange(E)
+            if len(reps[e]) < F:
+                reps[e].append(slot)
+        layers.append(reps)
+    return Placement(E, F, slots, layers)
+
+
+def test_replicated_experts_in_layers_with_their_own_tables():
+    # 4 experts in 2 x 3 slots: replicas, empty slots, and a different table per layer (mixed layers per round)
+    topo = cam.Topology(D=2, P=2, F=2, E=4, K=3, H=32, Bmax=6, L=3, expert_slots=3)
+    p = random_placement(4, 2, 3, 3, seed=1)
+    assert any(len(p.replicas(l, e)) > 1 for l in range(3) for e in range(4)), "the table must replicate"
+    layers = [[(a // topo.P + r) % 3 for r in range(3)] for a in range(topo.A)]  # the participants of a replica agree
+    rounds = make_rounds(topo, [[5, 6, 3]] * topo.A, seed=3, layers=layers)
+    run_round_trip(topo, rounds, placement=p, in_flight=2)
+
+
+def test_60_experts_on_8_ffn_ranks():
+    # E % F != 0, the hottest experts replicated: Placement.balanced gives 8 slots per rank
+    p = Placement.balanced(60, 8, layers=2, replicate=[0, 7, 33, 59])
+    topo = cam.Topology(D=1, P=1, F=8, E=60, K=4, H=32, Bmax=8, L=2, slots=1, expert_slots=p.slots_per_rank)
+    assert topo.E % topo.F != 0
+    rounds = make_rounds(topo, [[8, 5]], seed=5)
+    run_round_trip(topo, rounds, placement=p)
+
+
+def test_chunked_items_under_a_placement():
+    # capacity 4 cuts each round into several work items per FFN rank
+    topo = cam.Topology(D=2, P=1, F=2, E=3, K=2, H=32, Bmax=6, L=2, capacity=4, expert_slots=3)
+    p = random_placement(3, 2, 3, 2, seed=7)
+    rounds = make_rounds(topo, [[6, 4, 6]] * topo.A, seed=9)
+    run_round_trip(topo, rounds, placement=p)
+
+
+def test_batched_receive_under_a_placement():
+    topo = cam.Topology(D=3, P=1, F=2, E=5, K=2, H=32, Bmax=4, L=2, slots=1, expert_slots=4)
+    p = random_placement(5, 2, 4, 2, seed=11)
+    rounds = make_rounds(topo, [[4, 3]] * topo.A, seed=13, layers=[[0, 1], [1, 0], [1, 1]])
+    bodies = {a: attention_body(rounds[a]) for a in range(topo.A)}
+    for f in range(topo.F):
+        bodies[topo.A + f] = ffn_batch_server(topo, topo.D * 2, row_budget=2 * topo.recv_rows)
+    results, errors = run_ranks(topo, bodies, timeout=120, placement=p)
+    raise_first(errors)
+    check_against_golden(topo, rounds, results, placement=p)
+
+
+def test_the_contiguous_table_is_bit_identical_to_no_table():
+    topo = cam.Topology(D=1, P=2, F=2, E=4, K=2, H=32, Bmax=5, L=2, slots=1)
+    rounds = make_rounds(topo, [[5, 4]] * topo.A, seed=17)
+    plain = run_round_trip(topo, rounds)
+    tabled = run_round_trip(topo, rounds, placement=Placement.contiguous(4, 2, layers=2))
+    for a in range(topo.A):
+        assert all(torch.equal(x, y) for x, y in zip(plain[a], tabled[a]))
+    for f in range(topo.F):
+        got, want = tabled[topo.A + f].served, plain[topo.A + f].served
+        assert [(s.replica, s.seq, s.layer) for s in got] == [(s.replica, s.seq, s.layer) for s in want]
+        assert all(torch.equal(x.rows, y.rows) and torch.equal(x.counts, y.counts) for x, y in zip(got, want))
+
+
+def test_a_plane_is_refused_a_table_it_cannot_serve():
+    needs = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1, expert_slots=2)
+    with pytest.raises(ValueError, match="placement is required"):
+        cam.Comm(needs, 0, group="placement-needed")
+    with pytest.raises(ValueError, match=r"\(E, F, slots_per_rank, L\) = \(3, 2, 3, 1\)"):
+        cam.Comm(needs, 0, group="placement-shape", placement=Placement.balanced(3, 2, layers=1, slots_per_rank=3))
+    with pytest.raises(TypeError, match="placement must be a cam.placement.Placement"):
+        cam.Comm(needs, 0, group="placement-type", placement=[[(0, 0)]])
+    with pytest.raises(ValueError, match="expert_slots"):
+        cam.Topology(D=1, P=1, F=2, E=5, K=2, H=32, Bmax=4, L=1, expert_slots=2)  # 4 slots for 5 experts
+    with pytest.raises(ValueError, match="E = 3: must be a multiple of F"):
+        cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1)
+
+
+def test_a_rebalance_mid_run():
+    """Two rounds per replica under table p, a rebalance on every rank (Attention: the device table in place; FFN:
+    slot weights copied into the buffers they already have), two rounds under q: every round bit-exact against the
+    golden under its own table, and no slot buffer moved."""
+    topo = cam.Topology(D=2, P=1, F=2, E=3, K=2, H=32, Bmax=5, L=2, expert_slots=3)
+    p, q = random_placement(3, 2, 3, 2, seed=21), random_placement(3, 2, 3, 2, seed=22)
+    assert p.digest() != q.digest()
+    g = torch.Generator().manual_seed(23)
+    full_w = [torch.randint(-128, 128, (3, 32, 64), generator=g, dtype=torch.int8) for _ in range(2)]
+    full_s = [torch.rand(3, 64, generator=g) for _ in range(2)]
+    rounds = make_rounds(topo, [[5, 4, 5, 3]] * topo.A, seed=25)
+    first = {}
+
+    def attention(a):
+        def body(comm):
+            outs = attention_body(rounds[a][:2])(comm)
+            with pytest.raises(cam.placement.PlacementError, match="racing a round"):
+                cam.ops.dispatch_send(comm, rounds[a][2].x, rounds[a][2].ids, rounds[a][2].layer)
+                try:
+                    comm.set_placement(q)
+                finally:
+                    outs.append(cam.ops.combine_recv(comm, rounds[a][2].ids, rounds[a][2].w))
+            first[a] = comm.set_placement(q)
+            return outs + attention_body(rounds[a][3:])(comm)
+        return body
+
+    def ffn(f):
+        def body(comm):
+            lw = cam.LayerWeights.from_placement(p, f, full_w, full_s)
+            ptrs = [t.data_ptr() for t in lw.weights + lw.scales]
+            log = ffn_server(topo, topo.D * 3)(comm)
+            assert comm.set_placement(q, weights=(lw, full_w, full_s)) == 0
+            want = cam.LayerWeights.from_placement(q, f, full_w, full_s)
+            assert [t.data_ptr() for t in lw.weights + lw.scales] == ptrs, "a slot buffer moved"
+            assert all(torch.equal(x, y) for x, y in zip(lw.weights + lw.scales, want.weights + want.scales))
+            log.served += ffn_server(topo, topo.D)(comm).served
+            return log
+        return body
+
+    bodies = {a: attention(a) for a in range(topo.A)}
+    bodies.update({topo.A + f: ffn(f) for f in range(topo.F)})
+    results, errors = run_ranks(topo, bodies, timeout=120, placement=p)
+    raise_first(errors)
+    assert first == {a: 4 for a in range(topo.A)}  # the 4th round of each rank is the first under q
+    check_against_golden(topo, rounds, results, placement=[p, p, p, q])
+
+
+def test_a_rebalance_with_tables_that_differ_across_ranks_changes_nothing():
+    topo = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1, expert_slots=2)
+    p = Placement.balanced(3, 2, layers=1, replicate=[0])
+    others = {0: Placement.balanced(3, 2, layers=1, replicate=[2])}
+    g = torch.Generator().manual_seed(3)
+    full_w, full_s = [torch.randint(-128, 128, (3, 32, 64), generator=g, dtype=torch.int8)], [torch.rand(3, 64)]
+
+    def body(comm):
+        before = None if comm.placement_table is None else comm.placement_table.clone()
+        kw = {}
+        if comm.rank >= topo.A:
+            kw["weights"] = (cam.LayerWeights.from_placement(p, comm.rank - topo.A, full_w, full_s), full_w, full_s)
+        with pytest.raises(cam.placement.PlacementError, match=r"tables differ across ranks: rank\(s\) 1, 2"):
+            comm.set_placement(others.get(comm.rank, Placement(3, 2, 2, [[[(1, 1)], [(1, 0)], [(0, 0), (0, 1)]]])),
+                               **kw)
+        assert comm.placement is p
+        if before is not None:
+            assert torch.equal(comm.placement_table, before)
+        with pytest.raises(cam.placement.PlacementError, match="FFN index 2, outside the FFN set"):
+            Placement(3, 2, 2, [[[(2, 0)], [(0, 1)], [(1, 0)]]])
+        return True
+
+    results, errors = run_ranks(topo, {r: body for r in range(topo.world_size)}, timeout=60, placement=p)
+    raise_first(errors)
+    assert all(results.values())
