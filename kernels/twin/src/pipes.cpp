@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -128,7 +129,12 @@ struct State {
     FlagSnapshot flags[kHardEventCount][kEventIds];
 };
 
-thread_local State tState;
+// Every instruction's entry point reads the block's state: through an initial-exec pointer (a fixed offset from the
+// thread pointer), not a thread_local object of this shared library, whose every access is a __tls_get_addr call
+// (in a dlopen'd library's local-dynamic model). The object itself is owned by a thread_local made at the thread's
+// first block, so only PipeBlockStart pays for the general model.
+thread_local std::unique_ptr<State> tOwner;
+__attribute__((tls_model("initial-exec"))) thread_local State* tState = nullptr;
 
 const char* SpaceName(uint8_t s) {
     static const char* const names[] = {"UB", "L1", "L0A", "L0B", "L0C", "GM"};
@@ -359,37 +365,42 @@ bool QueuePipes(TPosition pos, Pipe* producer, Pipe* consumer) {
 }  // namespace
 
 void PipeTouch(Pipe p, Space s, const void* addr, uint64_t bytes, bool write, const std::source_location& where) {
-    State& st = tState;
-    if (bytes == 0 || !st.on) return;
+    State* sp = tState;
+    if (bytes == 0 || sp == nullptr || !sp->on) return;
+    State& st = *sp;
     const auto lo = reinterpret_cast<uintptr_t>(addr);
     Check(st, p, s, lo, lo + bytes, write, where);
     Add(st, p, s, lo, lo + bytes, write, false, where);
 }
 
 void PipeScalarGmLoad(const void* addr, uint64_t bytes, const std::source_location& where) {
-    State& st = tState;
-    if (st.live == 0 || !st.on) return;
+    State* sp = tState;
+    if (sp == nullptr || sp->live == 0 || !sp->on) return;
+    State& st = *sp;
     const auto lo = reinterpret_cast<uintptr_t>(addr);
     Check(st, Pipe::S, Space::GM, lo, lo + bytes, false, where);
 }
 
 void PipeCleanWrite(const void* addr, uint64_t bytes, const std::source_location& where) {
-    State& st = tState;
-    if (bytes == 0 || !st.on) return;
+    State* sp = tState;
+    if (bytes == 0 || sp == nullptr || !sp->on) return;
+    State& st = *sp;
     const auto lo = reinterpret_cast<uintptr_t>(addr);
     Check(st, Pipe::S, Space::GM, lo, lo + bytes, true, where);
     Add(st, Pipe::S, Space::GM, lo, lo + bytes, true, true, where);
 }
 
 void PipeFlagSet(HardEvent event, int32_t id) {
-    State& st = tState;
-    if (!st.on) return;
+    State* sp = tState;
+    if (sp == nullptr || !sp->on) return;
+    State& st = *sp;
     st.flags[static_cast<int>(event)][id & (kEventIds - 1)].seq = st.seq++;
 }
 
 void PipeFlagWait(HardEvent event, int32_t id) {
-    State& st = tState;
-    if (!st.on) return;
+    State* sp = tState;
+    if (sp == nullptr || !sp->on) return;
+    State& st = *sp;
     Pipe src, dst;
     if (!EventPipes(event, &src, &dst)) return;
     const uint64_t at = st.flags[static_cast<int>(event)][id & (kEventIds - 1)].seq;
@@ -403,8 +414,9 @@ void PipeFlagWait(HardEvent event, int32_t id) {
 }
 
 void PipeBarrierAll() {
-    State& st = tState;
-    if (!InKernel()) return;
+    State* sp = tState;
+    if (sp == nullptr || !InKernel()) return;
+    State& st = *sp;
     for (auto& row : st.lists)
         for (PipeList& list : row) list.Clear();
     st.live = 0;
@@ -417,8 +429,9 @@ void PipeBarrierAll() {
 void PipeQueueHandoff(TPosition position, bool toConsumer, const void* addr, uint64_t bytes) {
     (void)addr;
     (void)bytes;
-    State& st = tState;
-    if (!st.on) return;
+    State* sp = tState;
+    if (sp == nullptr || !sp->on) return;
+    State& st = *sp;
     Pipe producer, consumer;
     if (!QueuePipes(position, &producer, &consumer)) return;
     const uint8_t from = Bit(toConsumer ? producer : consumer);
@@ -435,7 +448,8 @@ static void SetCorePipes(State& st, uint8_t pipes) {
 }
 
 void PipeCoreKind(bool cube) {
-    State& st = tState;
+    if (tState == nullptr) return;  // outside a block: nothing to recompute
+    State& st = *tState;
     SetCorePipes(st, cube ? kCubeCorePipes : kVectorCorePipes);
     // The kind is declared before any buffer is carved, so this is normally empty; recompute anyway.
     for (int sp = 0; sp < kSpaces; ++sp) {
@@ -448,10 +462,16 @@ void PipeCoreKind(bool cube) {
     }
 }
 
-void PipeBlockEnd() { tState.on = false; }
+void PipeBlockEnd() {
+    if (tState != nullptr) tState->on = false;
+}
 
 void PipeBlockStart() {
-    State& st = tState;
+    if (tState == nullptr) {
+        tOwner = std::make_unique<State>();
+        tState = tOwner.get();
+    }
+    State& st = *tState;
     for (auto& row : st.lists)
         for (PipeList& list : row) list.Clear();
     st.live = 0;
