@@ -259,6 +259,43 @@ def test_w1_matches_golden(small, glt):
     cmp.finish()
 
 
+# DeepSeek-V4's clamped SwiGLU (swiglu_limit). With scale_mag 0.05 the dequantized halves reach the tens, so a limit
+# of 3 clamps most elements of both halves and 0.5 nearly all; inf and the default clamp nothing.
+@pytest.mark.parametrize("limit", [3.0, 0.5, 0.0, float("inf")])
+def test_w1_swiglu_limit_matches_golden(limit):
+    x, xs, ws, ss = _problem(7, 24, 64, 96, 2, 2, scale_mag=5e-2)
+    lw = cam.LayerWeights(ws, ss)
+    gl = _gl([10, 14])
+    y = torch.full((24, 48), 77, dtype=torch.int8)
+    ys = torch.full((24,), -1.5, dtype=torch.float32)
+    cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, gl, _li(1), out=(y, ys), swiglu_limit=limit)
+    want = ref.gmm_swiglu_quant_multi_layer(x, xs, ws, ss, gl, 1, COUNTS, swiglu_limit=limit)[:2]
+    cmp = W1Compare()
+    cmp.check((y, ys), want, 24)
+    cmp.finish()
+    plain = ref.gmm_swiglu_quant_multi_layer(x, xs, ws, ss, gl, 1, COUNTS)[:2]
+    # The clamp has to matter at finite limits (else this would not test it) and change nothing at inf.
+    assert torch.equal(want[0], plain[0]) == (limit == float("inf"))
+
+
+def test_w1_swiglu_limit_none_is_the_plain_swiglu(small):
+    x, xs, ws, ss, lw = small
+    gl = _gl(COUNT_CASES["skewed"])
+    y0, ys0 = cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, gl, _li(2))
+    y1, ys1 = cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, gl, _li(2), swiglu_limit=None)
+    assert torch.equal(y0, y1) and torch.equal(ys0.view(torch.int32), ys1.view(torch.int32))
+
+
+@pytest.mark.parametrize("limit, error", [(float("nan"), ValueError), (-1.0, ValueError), ("3", TypeError)])
+def test_w1_swiglu_limit_refused_before_anything_is_written(small, limit, error):
+    x, xs, ws, ss, lw = small
+    y = torch.full((M, N // 2), 77, dtype=torch.int8)
+    ys = torch.full((M,), -1.5, dtype=torch.float32)
+    with pytest.raises(error, match="swiglu_limit"):
+        cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, _gl([3, 3, 3, 3]), _li(0), out=(y, ys), swiglu_limit=limit)
+    assert bool((y == 77).all()) and bool((ys == -1.5).all())
+
+
 def test_w1_tile_edges_and_extremes():
     cmp = W1Compare()
     for m, k, n, counts in [(150, 300, 200, [0, 140, 10]), (45, 17, 62, [20, 0, 25]), (20, 40, 2, [5, 15])]:

@@ -10,7 +10,9 @@ Three kinds of runs, each sharing what it can:
 - the SDK data-plane round trip (tests/sdk_dataplane/round_trip.cpp: a round trip, then a bounded wait that
   expires and raises every rank's abort word), linked from objects: the host library, tiling, twin and the kernels
   a mutant cannot touch are compiled once; per mutant only the four data-plane kernels, side by side;
-- the window_table kernel over the twin's HCCL context (tests/sdk_ascend/hccl_context.cpp) on the A3 description.
+- the window_table kernel over the twin's HCCL context (tests/sdk_ascend/hccl_context.cpp) on the A3 description;
+- one W2 call through the SDK (tests/twin/gmm_fixpipe.cpp: N = 72, one N tile narrower than the cube's 96-column
+  one), linked from the same shared objects with only the cube kernel rebuilt per mutant.
 
 Compiling all that takes minutes on the shared machines, so the suite is not in the default run: it runs with
 CAM_MUTANTS=1 (or `-m mutation`), as its own CI stage."""
@@ -63,6 +65,10 @@ MUTANTS = {
     "CAM_MUTANT_LAMBDA_CAPTURE": ("scan", "device-lambda", None),
     # the lost address space: WaitPause's GM pointer as const void*
     "CAM_MUTANT_GM_AS_VOID": ("scan", "gm-qualifier", None),
+    # a data-plane launch (hard SyncAll) that does not ask for batch scheduling mode
+    "CAM_MUTANT_NO_BATCH_MODE": ("plane", "syncall-batch-mode", None),
+    # the GMM's Fixpipe writes the cube's padded width (a multiple of 32) into accumulator rows N apart
+    "CAM_MUTANT_FIXPIPE_PADDED_N": ("gmm", "fixpipe-nsize", "cam_gmm_int8_cube"),
 }
 
 DATAPLANE_KERNELS = ["dispatch_send", "dispatch_recv", "combine_send", "combine_recv"]
@@ -126,7 +132,10 @@ class _PlaneBuild:
             self.base.append(obj)
             commands.append([self.gxx, *FLAGS, *includes, "-c", src, "-o", obj])
         run_all(commands, timeout=900, check=True, capture_output=True)
+        self.round_trip = self.base[-1]
+        self.cube = self.base[units.index(next(u for u in units if u[0].endswith("gmm_int8_cube.cpp")))]
         self.base += twin_objects(ROOT, flags=FLAGS)
+        self.sdk_gmm = None
 
     def link(self, name: str, define: str | None) -> str:
         objs, commands = [], []
@@ -139,6 +148,27 @@ class _PlaneBuild:
         exe = os.path.join(self.out, name)
         subprocess.run([self.gxx, *FLAGS, *self.base, *objs, "-o", exe, "-lrt"], check=True, timeout=300,
                        capture_output=True)
+        return exe
+
+
+    def link_gmm(self, name: str, define: str | None) -> str:
+        """tests/twin/gmm_fixpipe.cpp over the shared objects (the control's data-plane kernels) and a cube kernel built with
+        `define`; call after link("control", None)."""
+        if self.sdk_gmm is None:
+            self.sdk_gmm = os.path.join(self.out, "sdk-gmm.o")
+            subprocess.run([self.gxx, *FLAGS, *self.inc["sdk"], "-I", os.path.join(ROOT, "tests", "sdk"), "-c",
+                            os.path.join(ROOT, "tests", "twin", "gmm_fixpipe.cpp"), "-o", self.sdk_gmm], check=True,
+                           timeout=300, capture_output=True)
+        cube = self.cube
+        if define:
+            cube = os.path.join(self.out, f"{name}-gmm_int8_cube.o")
+            subprocess.run([self.gxx, *FLAGS, *self.inc["kernel"], f"-D{define}", "-c",
+                            os.path.join(ROOT, "kernels", "gmm_int8_cube", "gmm_int8_cube.cpp"), "-o", cube],
+                           check=True, timeout=300, capture_output=True)
+        objs = [o for o in self.base if o not in (self.round_trip, self.cube)] + [cube, self.sdk_gmm]
+        objs += [os.path.join(self.out, f"control-{k}.o") for k in DATAPLANE_KERNELS]
+        exe = os.path.join(self.out, name)
+        subprocess.run([self.gxx, *FLAGS, *objs, "-o", exe, "-lrt"], check=True, timeout=300, capture_output=True)
         return exe
 
 
@@ -157,14 +187,27 @@ def _record(switch: str, caught: bool, why: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def plane_runs(tmp_path_factory):
+def plane_build(tmp_path_factory):
+    return _PlaneBuild(str(tmp_path_factory.mktemp("mutants")))
+
+
+@pytest.fixture(scope="module")
+def plane_runs(plane_build):
     """The control and every plane mutant, built side by side from the shared objects, then run one by one."""
-    out = str(tmp_path_factory.mktemp("mutants"))
-    build = _PlaneBuild(out)
     runs = {}
     for switch in [None] + [s for s, (kind, _, _) in MUTANTS.items() if kind == "plane"]:
-        exe = build.link((switch or "control").lower(), switch)
+        exe = plane_build.link((switch or "control").lower(), switch)
         runs[switch] = _run(exe)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def gmm_runs(plane_build, plane_runs):
+    """tests/twin/gmm_fixpipe.cpp, unmutated and per gmm mutant, from the plane build's objects (plane_runs linked the control
+    data-plane kernels it reuses)."""
+    runs = {}
+    for switch in [None] + [s for s, (kind, _, _) in MUTANTS.items() if kind == "gmm"]:
+        runs[switch] = _run(plane_build.link_gmm(("gmm-" + (switch or "control")).lower(), switch))
     return runs
 
 
@@ -196,28 +239,31 @@ def _judge(switch, res, elapsed, rule, kernel, control_ok):
     return True, ""
 
 
-@pytest.mark.parametrize("switch", [s for s, v in MUTANTS.items() if v[0] == "plane"])
-def test_plane_mutant_is_caught(plane_runs, switch):
-    control, _ = plane_runs[None]
-    control_ok = control.returncode == 0 and "ok" in control.stdout
+def _check_caught(runs, switch, control_passed) -> None:
+    """The control run must pass (`control_passed(stdout)`), then the mutant's run is judged and recorded."""
+    control, _ = runs[None]
+    control_ok = control.returncode == 0 and control_passed(control.stdout)
     assert control_ok, "control: " + control.stdout + control.stderr
-    res, elapsed = plane_runs[switch]
+    res, elapsed = runs[switch]
     _, rule, kernel = MUTANTS[switch]
     caught, why = _judge(switch, res, elapsed, rule, kernel, control_ok)
     _record(switch, caught, why)
     assert caught, f"{switch}: {why}"
+
+
+@pytest.mark.parametrize("switch", [s for s, v in MUTANTS.items() if v[0] == "plane"])
+def test_plane_mutant_is_caught(plane_runs, switch):
+    _check_caught(plane_runs, switch, lambda out: "ok" in out)
 
 
 @pytest.mark.parametrize("switch", [s for s, v in MUTANTS.items() if v[0] == "hccl"])
 def test_hccl_mutant_is_caught(hccl_runs, switch):
-    control, _ = hccl_runs[None]
-    control_ok = control.returncode == 0 and control.stdout.strip() == "OK"
-    assert control_ok, "control: " + control.stdout + control.stderr
-    res, elapsed = hccl_runs[switch]
-    _, rule, kernel = MUTANTS[switch]
-    caught, why = _judge(switch, res, elapsed, rule, kernel, control_ok)
-    _record(switch, caught, why)
-    assert caught, f"{switch}: {why}"
+    _check_caught(hccl_runs, switch, lambda out: out.strip() == "OK")
+
+
+@pytest.mark.parametrize("switch", [s for s, v in MUTANTS.items() if v[0] == "gmm"])
+def test_gmm_mutant_is_caught(gmm_runs, switch):
+    _check_caught(gmm_runs, switch, lambda out: out.strip() == "OK")
 
 
 @pytest.mark.parametrize("switch", [s for s, v in MUTANTS.items() if v[0] == "scan"])

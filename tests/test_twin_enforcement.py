@@ -54,6 +54,8 @@ CASES = {
     "mmad_too_large": ("cube-params", 0),
     "mmad_no_barrier": ("mmad-barrier", 0),
     "fixpipe_msize": ("cube-params", 0),
+    "fixpipe_nsize_zero": ("fixpipe-nsize", 0),
+    "fixpipe_nsize_past_row": ("fixpipe-nsize", 0),
     "dcache_shared_line": ("dcache-shared-line", 1),
     "mte_into_dirty_line": ("dcache-shared-line", 0),
     "peer_scalar_store": ("peer-scalar-store", 0),
@@ -94,7 +96,7 @@ def run_case(binary, case):
 @pytest.mark.parametrize("case", ["good_copy", "good_copy_48_cores", "stream", "good_cube", "good_vector",
                                   "pad_tail_poisoned", "good_mmad_barrier", "own_scalar_store",
                                   "pipe_destroy_then_new", "good_pipe_mte3_then_mte2", "good_pipe_clean_then_mte2",
-                                  "good_pipe_vecin_to_mte3", "good_pipe_v_then_mte3", "good_syncall_batch_mode"])
+                                  "good_pipe_vecin_to_mte3", "good_pipe_v_then_mte3", "good_syncall_batch_mode", "good_fixpipe_odd_n"])
 def test_correct_kernel_passes(violations_binary, case):
     result = run_case(violations_binary, case)
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr

@@ -30,15 +30,17 @@ def _gmm_swiglu_quant_multi_layer(
     group_list_type: int,
     y: torch.Tensor,
     y_scale: torch.Tensor,
+    swiglu_limit: Optional[float] = None,
 ) -> None:
     _runtime.run(_C.gmm_swiglu_quant_multi_layer, x, x_scale, weights, weight_scales, group_list, layer_index,
-                 group_list_type, y, y_scale, tensor=x)
+                 group_list_type, y, y_scale, swiglu_limit, tensor=x)
 
 
 @_gmm_swiglu_quant_multi_layer.register_fake
-def _(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale) -> None:
+def _(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale,
+      swiglu_limit=None) -> None:
     _runtime.check(_C.gmm_swiglu_quant_multi_layer, x, x_scale, weights, weight_scales, group_list, layer_index,
-                   group_list_type, y, y_scale)
+                   group_list_type, y, y_scale, swiglu_limit)
 
 
 @_library.op("gmm_multi_layer", mutates_args=("out",))
@@ -91,6 +93,7 @@ def gmm_swiglu_quant_multi_layer(
     group_list_type: int = GROUP_LIST_COUNTS,
     *,
     out=None,
+    swiglu_limit: Optional[float] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """W1: grouped int8 matmul with the layer picked on the device, dequant, SwiGLU, per-row int8 quant.
 
@@ -99,7 +102,8 @@ def gmm_swiglu_quant_multi_layer(
 
         c = (float(x[m] . W[l][e]) * x_scale[m]) * w_scale[l][e]        # int32 accumulation, exact
         act, gate = c[:N/2], c[N/2:]
-        s = act / (1 + exp(-act)) * gate
+        s = act / (1 + exp(-act)) * gate          # with swiglu_limit L, first: act = min(act, L),
+                                                   #   gate = max(min(gate, L), -L)   (fp32, L rounded to fp32)
         y[m] = clamp(rint(s * (127 / max|s|)), -127, 127);  y_scale[m] = max|s| / 127   (0 for a zero row)
 
     Args:
@@ -118,6 +122,11 @@ def gmm_swiglu_quant_multi_layer(
         out: optional ``(y, y_scale)`` to write into: int8 ``[M, N/2]`` and fp32 ``[M]`` (static buffers of a
             captured loop). Rows past the groups' total are not written; when ``out`` is not given they are
             allocated here as zeros.
+        swiglu_limit: ``None`` (default): the plain SwiGLU above. A float ``L >= 0`` (or ``inf``): DeepSeek-V4's
+            clamped SwiGLU, as its reference ``DeepseekV4Experts._apply_gate`` (transformers' ``deepseek_v4``)
+            clamps its halves: the silu'd half (cam's act, HF's gate) to at most ``L``, the other (cam's gate, HF's
+            up) to ``[-L, L]``. NaN or a negative value is refused (``ValueError`` naming ``swiglu_limit``).
+            GPT-OSS's activation is a different function and is not offered.
 
     Returns:
         ``(y, y_scale)``.
@@ -140,9 +149,18 @@ def gmm_swiglu_quant_multi_layer(
     y, y_scale = given
     _gmm_swiglu_quant_multi_layer(
         x, x_scale, list(lw.weights), list(lw.scales), group_list, _layer_index_arg(group_list, layer_index),
-        group_list_type, y, y_scale
+        group_list_type, y, y_scale, _swiglu_limit_arg(swiglu_limit)
     )
     return y, y_scale
+
+
+def _swiglu_limit_arg(limit) -> Optional[float]:
+    # The op's schema takes a float: anything else is refused here by name (the value itself is the C API's check).
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+        raise TypeError(f"gmm_swiglu_quant_multi_layer: swiglu_limit must be a float or None, got {limit!r}")
+    return float(limit)
 
 
 def gmm_multi_layer(

@@ -210,6 +210,7 @@ def gmm_swiglu_quant_multi_layer(
     group_list_type: int = GROUP_LIST_COUNTS,
     y_out: Optional[torch.Tensor] = None,
     y_scale_out: Optional[torch.Tensor] = None,
+    swiglu_limit: Optional[float] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, int]:
     """W1 golden. Returns (y int8 [M, N/2], y_scale fp32 [M], rows_written).
 
@@ -219,6 +220,9 @@ def gmm_swiglu_quant_multi_layer(
         act, gate = c[:N/2], c[N/2:]
         s    = (act / (1 + exp(-act))) * gate
         y[m], y_scale[m] = dynamic_quant(s)        (shared per-row quant rule)
+    With ``swiglu_limit`` L (DeepSeek-V4's clamped SwiGLU, transformers' ``DeepseekV4Experts._apply_gate``:
+    ``gate.clamp(max=L)``, ``up.clamp(-L, L)``, HF's gate being the silu'd half, cam's act) the halves are clamped
+    before the SiLU, in fp32 with L rounded to fp32, NaN kept: act = min(act, L), gate = max(min(gate, L), -L).
     Rows >= rows_written are left exactly as they were in ``y_out`` / ``y_scale_out``
     (zero-filled when the buffers are allocated here).
     """
@@ -249,6 +253,10 @@ def gmm_swiglu_quant_multi_layer(
         c = acc.to(torch.float32) * x_scale[start:end, None]
         c = c * weight_scales[layer][e][None, :]
         act, gate = c[:, :half], c[:, half:]
+        if swiglu_limit is not None:
+            lim = torch.tensor(swiglu_limit, dtype=torch.float32)
+            act = torch.minimum(act, lim)
+            gate = torch.maximum(torch.minimum(gate, lim), -lim)
         silu = act / (1.0 + _exp_f32(-act))
         s[start:end] = silu * gate
 

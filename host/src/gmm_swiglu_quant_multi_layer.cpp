@@ -10,15 +10,30 @@
 #include "status.h"
 #include "tensor.h"
 
+#include <cmath>
+#include <limits>
+
 using namespace cam::host;
 
 extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
     const aclTensor* x, const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
     const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType, aclTensor* y, aclTensor* yScale,
     uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(x, xScale, weights, weightScales, groupList, layerIndex,
+                                                              groupListType, nullptr, y, yScale, workspaceSize,
+                                                              executor);
+}
+
+extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
+    const aclTensor* x, const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
+    const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType, const double* swigluLimit,
+    aclTensor* y, aclTensor* yScale, uint64_t* workspaceSize, aclOpExecutor** executor) {
     return Guarded("aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("gmm_swiglu_quant_multi_layer");
         if (aclnnStatus st = CheckOutPointers("gmm_swiglu_quant_multi_layer", workspaceSize, executor)) return st;
+        // The kernel clamps with fp32 min/max: NaN or a negative limit has no clamp it could compute.
+        if (swigluLimit != nullptr && !(*swigluLimit >= 0.0))
+            return check.Invalid("swiglu_limit must be >= 0 (or +inf), got " + std::to_string(*swigluLimit));
         GmmArgs a;
         aclnnStatus st;
         if ((st = CheckGmmInputs(check, "x", "x_scale", x, xScale, weights, weightScales, groupList, layerIndex,
@@ -41,6 +56,12 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
                                           static_cast<uint64_t>(a.groups)};
         if (!cam::tiling::TileGmmSwigluQuantMultiLayer(CurrentPlatform(), shape, &tiling, &why))
             return check.Invalid(why);
+        if (swigluLimit != nullptr) {
+            tiling.clamp = 1;
+            // Rounded to the fp32 the kernel compares in (a limit above fp32's range is +inf: no clamp).
+            tiling.limit = *swigluLimit > std::numeric_limits<float>::max() ? std::numeric_limits<float>::infinity()
+                                                                             : static_cast<float>(*swigluLimit);
+        }
 
         const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);
         auto ex = std::make_unique<Executor>("gmm_swiglu_quant_multi_layer");

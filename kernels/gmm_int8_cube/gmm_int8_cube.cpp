@@ -161,7 +161,11 @@ private:
         c_.EnQue(c);
         c = c_.DeQue<int32_t>();
         AscendC::FixpipeParamsV220 fp;
+#if defined(CAM_MUTANT_FIXPIPE_PADDED_N)
+        fp.nSize = static_cast<uint16_t>(nAl);  // mutant: the cube's padded width, past the accumulator row's end
+#else
         fp.nSize = static_cast<uint16_t>(nLen);
+#endif
         fp.mSize = static_cast<uint16_t>(mLen);
         fp.srcStride = static_cast<uint16_t>(mAl);
         fp.dstStride = t_.n;

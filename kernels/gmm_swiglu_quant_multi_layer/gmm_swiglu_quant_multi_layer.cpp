@@ -1,6 +1,7 @@
 // gmm_swiglu_quant_multi_layer (W1) epilogue on the vector cores, per valid row m of group (layer l, expert e):
 //   c    = (float(acc[m]) * x_scale[m]) * w_scale[l][e]          fp32, left to right
 //   s    = (act / (1 + exp(-act))) * gate                        act = c[:N/2], gate = c[N/2:]
+//          with swiglu_limit L first act = min(act, L), gate = max(min(gate, L), -L)   (DeepSeek-V4's clamp)
 //   y[m], y_scale[m] = per-row dynamic quant of s                (common/quant.h, the one shared implementation)
 // Whole rows belong to one core, so the row's amax needs no cross-core step. A row longer than one UB pass
 // spills s (fp32) over the act half of its own accumulator row, which that pass has already consumed, and
@@ -120,6 +121,11 @@ private:
         AscendC::LocalTensor<float> e = expBuf_.Get<float>();
         Dequant(row, expert, col, len, xs, actScale_, s);
         Dequant(row, expert, t_.half + col, len, xs, gateScale_, gate);
+        if (t_.clamp) {
+            AscendC::Mins(s, s, t_.limit, len);
+            AscendC::Mins(gate, gate, t_.limit, len);
+            AscendC::Maxs(gate, gate, -t_.limit, len);
+        }
         AscendC::Muls(e, s, -1.0f, len);
         AscendC::Exp(e, e, len);
         AscendC::Adds(e, e, 1.0f, len);

@@ -14,6 +14,8 @@ struct GmmSwigluQuantMultiLayerTilingData {
     uint32_t half;           // N / 2: output columns
     uint32_t chunk;          // output columns per pass, a multiple of 32 (32-byte int8 runs)
     uint32_t passes;         // ceil(half / chunk); > 1 spills s to the workspace and re-reads it for the quant
+    uint32_t clamp;          // 1: the clamped SwiGLU (swiglu_limit): act = min(act, limit), gate in [-limit, limit]
+    float limit;             // swiglu_limit as fp32 (clamp == 1): >= 0, or +inf
 };
 
 constexpr uint32_t kGmmSwigluColAlign = 32;

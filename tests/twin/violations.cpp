@@ -584,6 +584,30 @@ void FixpipeMSize(GM_ADDR, GM_ADDR dst) {
     Fixpipe<int32_t, int32_t, CFG_ROW_MAJOR>(g, co1.Get<int32_t>(), fp);  // @case:fixpipe_msize
 }
 
+// Fixpipe NZ -> ND of one 16 x 32 L0C tile with the given nSize and dstStride (elements per destination row).
+void FixpipeN(GM_ADDR dst, uint16_t nSize, uint32_t dstStride) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TQue<TPosition::CO1, 1> co1;
+    pipe.InitBuffer(co1, 1, 16 * 32 * 4);
+    GlobalTensor<int32_t> g;
+    g.SetGlobalBuffer(reinterpret_cast<int32_t*>(dst), 16 * 32);
+    LocalTensor<int32_t> c = co1.AllocTensor<int32_t>();
+    co1.EnQue(c);
+    c = co1.DeQue<int32_t>();
+    FixpipeParamsV220 fp;
+    fp.nSize = nSize;
+    fp.mSize = 16;
+    fp.srcStride = 16;
+    fp.dstStride = dstStride;
+    Fixpipe<int32_t, int32_t, CFG_ROW_MAJOR>(g, c, fp);  // @case:fixpipe_nsize_zero @case:fixpipe_nsize_past_row
+    co1.FreeTensor(c);
+}
+void FixpipeNSizeZero(GM_ADDR, GM_ADDR dst) { FixpipeN(dst, 0, 32); }
+void FixpipeNSizePastRow(GM_ADDR, GM_ADDR dst) { FixpipeN(dst, 32, 20); }
+// Control: with NZ2ND any nSize in [1, 4095] is documented, a multiple of 16 or not (a 20-column tail tile).
+void GoodFixpipeOddN(GM_ADDR, GM_ADDR dst) { FixpipeN(dst, 20, 20); }
+
 // ---- scalar data cache (twin/dcache.h) ----
 
 // Word 0 of dst is a flag block 0 raises for block 1; block 1 polls it (invalidating first when `invalidate`)
@@ -760,6 +784,9 @@ const Case kCases[] = {
     {"mmad_no_barrier", MmadNoBarrier, 1},
     {"good_mmad_barrier", GoodMmadBarrier, 1},
     {"fixpipe_msize", FixpipeMSize, 1},
+    {"fixpipe_nsize_zero", FixpipeNSizeZero, 1},
+    {"fixpipe_nsize_past_row", FixpipeNSizePastRow, 1},
+    {"good_fixpipe_odd_n", GoodFixpipeOddN, 1},
     {"dcache_shared_line", DcacheSharedLine, 2},
     {"mte_into_dirty_line", MteIntoDirtyLine, 1},
     {"dcache_stale_line", DcacheStaleLine, 2},

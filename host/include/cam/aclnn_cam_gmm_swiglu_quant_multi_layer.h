@@ -9,7 +9,10 @@
  *   y             [M, N/2] ACL_INT8 (out), yScale [M] ACL_FLOAT (out):
  *                 c = (float(x[m] . W[l][e]) * xScale[m]) * weightScales[l][e]; s = act / (1 + exp(-act)) * gate;
  *                 y[m] = clamp(rint(s * (127 / max|s|)), -127, 127), yScale[m] = max|s| / 127 (0 for a zero row)
- * Rows past the last group are not written; device-detected argument errors as for aclnnCamGmmMultiLayer. */
+ * Rows past the last group are not written; device-detected argument errors as for aclnnCamGmmMultiLayer.
+ * V2 adds swigluLimit: nullptr is the plain SwiGLU above (the V1 call); a value L (>= 0, or +inf; NaN and negative
+ * values are refused) is DeepSeek-V4's clamped SwiGLU, in fp32 with L rounded to fp32, before the SiLU:
+ *   act = min(act, L), gate = max(min(gate, L), -L). The executor runs with aclnnCamGmmSwigluQuantMultiLayer. */
 #ifndef ACLNN_CAM_GMM_SWIGLU_QUANT_MULTI_LAYER_H
 #define ACLNN_CAM_GMM_SWIGLU_QUANT_MULTI_LAYER_H
 
@@ -23,6 +26,10 @@ CAM_API aclnnStatus aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
     const aclTensor* x, const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
     const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType, aclTensor* y, aclTensor* yScale,
     uint64_t* workspaceSize, aclOpExecutor** executor);
+CAM_API aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
+    const aclTensor* x, const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
+    const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType, const double* swigluLimit,
+    aclTensor* y, aclTensor* yScale, uint64_t* workspaceSize, aclOpExecutor** executor);
 CAM_API aclnnStatus aclnnCamGmmSwigluQuantMultiLayer(void* workspace, uint64_t workspaceSize,
                                                      aclOpExecutor* executor, aclrtStream stream);
 

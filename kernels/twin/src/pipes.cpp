@@ -1,7 +1,9 @@
 #include "twin/pipes.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,34 +74,32 @@ const AutoMasks kAuto;  // after kAutoSync in this file, so built from it
 
 struct Pending {
     uintptr_t lo, hi;
-    uint64_t seq;   // when it (or the last op merged into it) was issued: a flag orders what came before its set
+    uint64_t seq;   // when it (or the last op merged into it) was issued: what a flag or hand-off orders is by seq
     uint64_t born;  // when the entry was made: of several conflicting ops the oldest is reported
     std::source_location where;
     uint8_t pipe, space;
     bool write, clean;
-    uint8_t ordered;  // pipes this op is ordered before
-    uint8_t needed;   // pipes it has to be ordered before to be done with (Needed)
+    uint8_t needed;  // pipes it has to be ordered before to be done with (Needed)
 };
 
 // One pipe's pending ops on one space, oldest first, with a summary a check reads instead of walking the ops:
-// the union of their ranges, whether any writes or is a clean, and the pipes all of them are ordered before.
-// A check touches only the lists of the other pipes whose summary admits a conflict, so its cost no longer grows
-// with the ops in flight (each instruction used to walk every pending op of its space twice).
+// the union of their ranges, whether any writes or is a clean, and the newest op's seq (when that one is ordered
+// before a pipe, all are). A check touches only the lists of the other pipes whose summary admits a conflict.
 struct PipeList {
     std::vector<Pending> ops;
     uintptr_t lo = UINTPTR_MAX, hi = 0;
-    uint8_t orderedAll = 0xff;
+    uint64_t maxSeq = 0;
     bool anyWrite = false, anyClean = false;
 
     void Summarize() {
         lo = UINTPTR_MAX;
         hi = 0;
-        orderedAll = 0xff;
+        maxSeq = 0;
         anyWrite = anyClean = false;
         for (const Pending& e : ops) {
             if (e.lo < lo) lo = e.lo;
             if (e.hi > hi) hi = e.hi;
-            orderedAll &= e.ordered;
+            if (e.seq > maxSeq) maxSeq = e.seq;
             anyWrite |= e.write;
             anyClean |= e.clean;
         }
@@ -114,12 +114,19 @@ struct FlagSnapshot {
     uint64_t seq = 0;
 };
 
+// What is ordered is kept as a vector clock, not as marks on the pending ops: frontier[b][a] is the seq below which
+// every op of pipe a is ordered before pipe b. Ops of one pipe are issued in seq order, so "everything issued on a
+// before the SetFlag, and everything ordered before a then" is one min and one max per pipe: a flag or a queue
+// hand-off costs O(pipes), whatever is in flight, and an op is ordered before b iff its seq is below the frontier.
+// A clean's write-back is never ordered by a frontier (only PipeBarrier<PIPE_ALL> is documented to wait for it).
 struct State {
     PipeList lists[kSpaces][kPipes];
     uint64_t seq = 1;
     uint64_t born = 1;
-    int live = 0;  // ops pending over all lists: flags and hand-offs with nothing pending return at once
-    uint8_t busy[kSpaces] = {};  // per space, the pipes whose list is not empty: checks and orders visit only these
+    uint64_t frontier[kPipes][kPipes] = {};
+    uint64_t frontierMax[kPipes] = {};  // per pipe a, the max over b of frontier[b][a]: an op at or above it is
+                                        // ordered before nothing, so the same pipe may widen it
+    uint8_t busy[kSpaces] = {};  // per space, the pipes whose list is not empty: checks visit only these
     uint8_t corePipes = kVectorCorePipes;
     // Between PipeBlockStart and PipeBlockEnd (the thread is running a block, the model is not switched off):
     // the one test every entry point makes, instead of also asking the runtime whether a block is running.
@@ -128,7 +135,12 @@ struct State {
     FlagSnapshot flags[kHardEventCount][kEventIds];
 };
 
-thread_local State tState;
+// Every instruction's entry point reads the block's state: through an initial-exec pointer (a fixed offset from the
+// thread pointer), not a thread_local object of this shared library, whose every access is a __tls_get_addr call
+// (in a dlopen'd library's local-dynamic model). The object itself is owned by a thread_local made at the thread's
+// first block, so only PipeBlockStart pays for the general model.
+thread_local std::unique_ptr<State> tOwner;
+__attribute__((tls_model("initial-exec"))) thread_local State* tState = nullptr;
 
 const char* SpaceName(uint8_t s) {
     static const char* const names[] = {"UB", "L1", "L0A", "L0B", "L0C", "GM"};
@@ -158,19 +170,27 @@ uint8_t Needed(uint8_t corePipes, uint8_t p, uint8_t s, bool clean) {
     return static_cast<uint8_t>(users & ~autom);
 }
 
-bool Done(const Pending& e) { return (e.ordered & e.needed) == e.needed; }
+bool OrderedBefore(const State& st, const Pending& e, int b) {
+    return !e.clean && e.seq < st.frontier[b][e.pipe];
+}
 
-// Drops the list's ops that are done with; returns how many.
-int Compact(PipeList& list) {
+bool Done(const State& st, const Pending& e) {
+    if (e.clean) return e.needed == 0;
+    for (unsigned rest = e.needed; rest != 0; rest &= rest - 1) {
+        if (e.seq >= st.frontier[__builtin_ctz(rest)][e.pipe]) return false;
+    }
+    return true;
+}
+
+// Drops the list's ops that are done with.
+void Compact(const State& st, PipeList& list) {
     std::vector<Pending>& ops = list.ops;
     size_t w = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
-        if (!Done(ops[i])) ops[w++] = ops[i];
+        if (!Done(st, ops[i])) ops[w++] = ops[i];
     }
-    const int dropped = static_cast<int>(ops.size() - w);
     ops.resize(w);
     list.Summarize();
-    return dropped;
 }
 
 [[noreturn]] void Report(const Pending& e, Pipe p, uintptr_t lo, uintptr_t hi, bool write,
@@ -194,22 +214,25 @@ int Compact(PipeList& list) {
 
 void Check(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, const std::source_location& where) {
     const uint8_t pb = Bit(p);
+    const int pi = static_cast<int>(p);
     const int si = static_cast<int>(s);
-    const uint8_t autom = kAuto.m[si][static_cast<int>(p)];
+    const uint8_t autom = kAuto.m[si][pi];
     const Pending* first = nullptr;
     for (unsigned rest = st.busy[si] & ~pb & 0xffu; rest != 0; rest &= rest - 1) {
         const int q = __builtin_ctz(rest);
         const PipeList& list = st.lists[si][q];
         if (list.hi <= lo || hi <= list.lo) continue;
         if (!write && !list.anyWrite) continue;
-        if (list.orderedAll & pb) continue;
+        if (!list.anyClean) {
+            if (list.maxSeq < st.frontier[pi][q]) continue;  // all ordered before p
+            if (autom & (1u << q)) continue;                 // the compiler orders q and p here
+        }
         const bool compilerOrders = (autom & (1u << q)) != 0;
-        if (compilerOrders && !list.anyClean) continue;
+        const uint64_t frontier = st.frontier[pi][q];
         for (const Pending& e : list.ops) {
             if (e.hi <= lo || hi <= e.lo) continue;
             if (!e.write && !write) continue;
-            if (e.ordered & pb) continue;
-            if (!e.clean && compilerOrders) continue;
+            if (!e.clean && (compilerOrders || e.seq < frontier)) continue;
             if (first == nullptr || e.born < first->born) first = &e;
             break;  // the list is oldest first
         }
@@ -219,41 +242,40 @@ void Check(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, c
 
 void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, bool clean,
          const std::source_location& where) {
-    // The same pipe runs its own ops in order: a new op over the bytes of a recent unordered one of the same kind
-    // widens that entry instead of growing the list (loops over one buffer stay one entry).
+    const uint8_t needed = st.needed[static_cast<int>(s)][static_cast<int>(p)][clean ? 1 : 0];
+    if (needed == 0) return;  // nothing could ever conflict with it
+    // The same pipe runs its own ops in order: a new op over the bytes of a recent one of the same kind that is
+    // ordered before nothing widens that entry instead of growing the list (loops over one buffer stay one entry).
     PipeList& list = st.lists[static_cast<int>(s)][static_cast<int>(p)];
     std::vector<Pending>& ops = list.ops;
     const size_t n = ops.size();
     const bool near = n > 0 && lo <= list.hi && list.lo <= hi;  // else no entry can widen or be superseded
+    const uint64_t unordered = st.frontierMax[static_cast<int>(p)];
     if (near) {
         for (size_t k = 0; k < n && k < 8; ++k) {
             Pending& e = ops[n - 1 - k];
-            if (e.write == write && e.clean == clean && e.ordered == 0 && lo <= e.hi && e.lo <= hi) {
+            if (e.write == write && e.clean == clean && (clean || e.seq >= unordered) && lo <= e.hi && e.lo <= hi) {
                 if (lo < e.lo) e.lo = lo;
                 if (hi > e.hi) e.hi = hi;
                 if (lo < list.lo) list.lo = lo;
                 if (hi > list.hi) list.hi = hi;
                 e.seq = st.seq++;
+                list.maxSeq = e.seq;
                 return;
             }
         }
     }
-    const uint8_t needed = st.needed[static_cast<int>(s)][static_cast<int>(p)][clean ? 1 : 0];
-    if (needed == 0) return;  // nothing could ever conflict with it
     // The new op supersedes older ops of its pipe inside its range: it is ordered before nothing yet, so any later
-    // op that would conflict with one of them conflicts with it (a write also covers reads). Keeps the list at the
-    // buffers in use, not the instructions issued. At the depth limit the oldest goes too.
+    // op that would conflict with one of them conflicts with it (a write also covers reads). Ops already done with
+    // go too. Keeps the list at the buffers in use, not the instructions issued. At the depth limit the oldest goes.
     size_t w = 0;
-    if (near) {
-        for (size_t i = 0; i < n; ++i) {
-            const Pending& o = ops[i];
-            if (!(o.clean == clean && (write || !o.write) && lo <= o.lo && o.hi <= hi)) {
-                if (w != i) ops[w] = o;
-                ++w;
-            }
+    for (size_t i = 0; i < n; ++i) {
+        const Pending& o = ops[i];
+        const bool superseded = near && o.clean == clean && (write || !o.write) && lo <= o.lo && o.hi <= hi;
+        if (!superseded && !Done(st, o)) {
+            if (w != i) ops[w] = o;
+            ++w;
         }
-    } else {
-        w = n;
     }
     size_t from = 0;
     if (w >= static_cast<size_t>(kDepthPerPipe)) from = w - kDepthPerPipe + 1;
@@ -262,46 +284,32 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
         w -= from;
     }
     const bool removed = w != n;
-    st.live -= static_cast<int>(n - w);
     ops.resize(w);
     ops.push_back(Pending{lo, hi, st.seq++, st.born++, where, static_cast<uint8_t>(p), static_cast<uint8_t>(s), write,
-                          clean, 0, needed});
-    ++st.live;
+                          clean, needed});
     st.busy[static_cast<int>(s)] |= Bit(p);
     if (removed) {
         list.Summarize();
     } else {
         if (lo < list.lo) list.lo = lo;
         if (hi > list.hi) list.hi = hi;
-        list.orderedAll = 0;
+        list.maxSeq = ops.back().seq;
         list.anyWrite |= write;
         list.anyClean |= clean;
     }
 }
 
-// Every op for which `reached(e)` holds is now ordered before `to`; ops done with are dropped.
-template <typename Reached>
-void Order(State& st, uint8_t to, Reached reached) {
-    if (st.live == 0) return;
-    for (int sp = 0; sp < kSpaces; ++sp) {
-        for (unsigned rest = st.busy[sp]; rest != 0; rest &= rest - 1) {
-            const int q = __builtin_ctz(rest);
-            PipeList& list = st.lists[sp][q];
-            if (list.orderedAll & to) continue;  // all ordered already
-            bool finished = false;
-            uint8_t all = 0xff;
-            for (Pending& e : list.ops) {
-                if ((e.ordered & to) == 0 && reached(e)) {
-                    e.ordered |= to;
-                    finished |= Done(e);
-                }
-                all &= e.ordered;
-            }
-            list.orderedAll = all;
-            if (finished) {
-                st.live -= Compact(list);
-                if (list.ops.empty()) st.busy[sp] &= static_cast<uint8_t>(~(1u << q));
-            }
+// Every op issued on `from` before `before` (a seq), and every op already ordered before `from` then, is now ordered
+// before `to`.
+void Order(State& st, Pipe from, Pipe to, uint64_t before) {
+    const int f = static_cast<int>(from);
+    const int t = static_cast<int>(to);
+    for (int a = 0; a < kPipes; ++a) {
+        if (a == t) continue;
+        uint64_t reach = a == f ? before : std::min(st.frontier[f][a], before);
+        if (reach > st.frontier[t][a]) {
+            st.frontier[t][a] = reach;
+            if (reach > st.frontierMax[a]) st.frontierMax[a] = reach;
         }
     }
 }
@@ -359,56 +367,60 @@ bool QueuePipes(TPosition pos, Pipe* producer, Pipe* consumer) {
 }  // namespace
 
 void PipeTouch(Pipe p, Space s, const void* addr, uint64_t bytes, bool write, const std::source_location& where) {
-    State& st = tState;
-    if (bytes == 0 || !st.on) return;
+    State* sp = tState;
+    if (bytes == 0 || sp == nullptr || !sp->on) return;
+    State& st = *sp;
     const auto lo = reinterpret_cast<uintptr_t>(addr);
     Check(st, p, s, lo, lo + bytes, write, where);
     Add(st, p, s, lo, lo + bytes, write, false, where);
 }
 
 void PipeScalarGmLoad(const void* addr, uint64_t bytes, const std::source_location& where) {
-    State& st = tState;
-    if (st.live == 0 || !st.on) return;
+    State* sp = tState;
+    if (sp == nullptr || sp->busy[static_cast<int>(Space::GM)] == 0 || !sp->on) return;
+    State& st = *sp;
     const auto lo = reinterpret_cast<uintptr_t>(addr);
     Check(st, Pipe::S, Space::GM, lo, lo + bytes, false, where);
 }
 
 void PipeCleanWrite(const void* addr, uint64_t bytes, const std::source_location& where) {
-    State& st = tState;
-    if (bytes == 0 || !st.on) return;
+    State* sp = tState;
+    if (bytes == 0 || sp == nullptr || !sp->on) return;
+    State& st = *sp;
     const auto lo = reinterpret_cast<uintptr_t>(addr);
     Check(st, Pipe::S, Space::GM, lo, lo + bytes, true, where);
     Add(st, Pipe::S, Space::GM, lo, lo + bytes, true, true, where);
 }
 
 void PipeFlagSet(HardEvent event, int32_t id) {
-    State& st = tState;
-    if (!st.on) return;
+    State* sp = tState;
+    if (sp == nullptr || !sp->on) return;
+    State& st = *sp;
     st.flags[static_cast<int>(event)][id & (kEventIds - 1)].seq = st.seq++;
 }
 
 void PipeFlagWait(HardEvent event, int32_t id) {
-    State& st = tState;
-    if (!st.on) return;
+    State* sp = tState;
+    if (sp == nullptr || !sp->on) return;
+    State& st = *sp;
     Pipe src, dst;
     if (!EventPipes(event, &src, &dst)) return;
-    const uint64_t at = st.flags[static_cast<int>(event)][id & (kEventIds - 1)].seq;
-    const uint8_t sb = Bit(src);
-    const auto srcPipe = static_cast<uint8_t>(src);
     // Everything issued on src before the SetFlag, and everything already ordered before src then, is now
-    // ordered before dst. Clean write-backs are not: only a full barrier is documented to wait for them.
-    Order(st, Bit(dst), [&](const Pending& e) {
-        return e.seq < at && !e.clean && (e.pipe == srcPipe || (e.ordered & sb));
-    });
+    // ordered before dst.
+    Order(st, src, dst, st.flags[static_cast<int>(event)][id & (kEventIds - 1)].seq);
 }
 
 void PipeBarrierAll() {
-    State& st = tState;
-    if (!InKernel()) return;
+    State* sp = tState;
+    if (sp == nullptr || !InKernel()) return;
+    State& st = *sp;
     for (auto& row : st.lists)
         for (PipeList& list : row) list.Clear();
-    st.live = 0;
     for (uint8_t& b : st.busy) b = 0;
+    // Everything issued so far is ordered before every pipe (nothing is left to order; new ops may widen again).
+    for (auto& row : st.frontier)
+        for (uint64_t& f : row) f = st.seq;
+    for (uint64_t& f : st.frontierMax) f = st.seq;
 }
 
 // The queue's hand-off is an event between its two pipes (EnQue sets it, DeQue waits; FreeTensor / AllocTensor the
@@ -417,14 +429,13 @@ void PipeBarrierAll() {
 void PipeQueueHandoff(TPosition position, bool toConsumer, const void* addr, uint64_t bytes) {
     (void)addr;
     (void)bytes;
-    State& st = tState;
-    if (!st.on) return;
+    State* sp = tState;
+    if (sp == nullptr || !sp->on) return;
+    State& st = *sp;
     Pipe producer, consumer;
     if (!QueuePipes(position, &producer, &consumer)) return;
-    const uint8_t from = Bit(toConsumer ? producer : consumer);
-    Order(st, Bit(toConsumer ? consumer : producer), [&](const Pending& e) {
-        return !e.clean && (Bit(static_cast<Pipe>(e.pipe)) == from || (e.ordered & from));
-    });
+    // Everything issued on the first pipe so far: below the next seq.
+    Order(st, toConsumer ? producer : consumer, toConsumer ? consumer : producer, st.seq);
 }
 
 static void SetCorePipes(State& st, uint8_t pipes) {
@@ -435,27 +446,36 @@ static void SetCorePipes(State& st, uint8_t pipes) {
 }
 
 void PipeCoreKind(bool cube) {
-    State& st = tState;
+    if (tState == nullptr) return;  // outside a block: nothing to recompute
+    State& st = *tState;
     SetCorePipes(st, cube ? kCubeCorePipes : kVectorCorePipes);
     // The kind is declared before any buffer is carved, so this is normally empty; recompute anyway.
     for (int sp = 0; sp < kSpaces; ++sp) {
         for (int q = 0; q < kPipes; ++q) {
             PipeList& list = st.lists[sp][q];
             for (Pending& e : list.ops) e.needed = Needed(st.corePipes, e.pipe, e.space, e.clean);
-            st.live -= Compact(list);
+            Compact(st, list);
             if (list.ops.empty()) st.busy[sp] &= static_cast<uint8_t>(~(1u << q));
         }
     }
 }
 
-void PipeBlockEnd() { tState.on = false; }
+void PipeBlockEnd() {
+    if (tState != nullptr) tState->on = false;
+}
 
 void PipeBlockStart() {
-    State& st = tState;
+    if (tState == nullptr) {
+        tOwner = std::make_unique<State>();
+        tState = tOwner.get();
+    }
+    State& st = *tState;
     for (auto& row : st.lists)
         for (PipeList& list : row) list.Clear();
-    st.live = 0;
     for (uint8_t& b : st.busy) b = 0;
+    for (auto& row : st.frontier)
+        for (uint64_t& f : row) f = 0;
+    for (uint64_t& f : st.frontierMax) f = 0;
     st.seq = 1;
     st.born = 1;
     SetCorePipes(st, kVectorCorePipes);

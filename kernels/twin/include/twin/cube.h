@@ -390,8 +390,15 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
     CAM_TWIN_CHECK(p.ndNum == 1 && !p.reluEn, "cube-params", "Fixpipe: only ndNum = 1 without ReLU is modelled",
                    where);
     CheckCubeOperand(src.Record(), TPosition::CO1, false, "Fixpipe src", where);
-    CAM_TWIN_CHECK(p.nSize <= 4095 && p.mSize <= 8192, "cube-params",
-                   "Fixpipe NZ -> ND needs nSize <= 4095 and mSize <= 8192", where);
+    // With NZ2ND (CFG_ROW_MAJOR, the only mode modelled) nSize is any value in [1, 4095]: the multiple of 16 the
+    // same page asks for is the NZ output's (CFG_NZ, 8 with channel split), which does not compile here. dstStride
+    // is the element count of one destination ND row, so a row of nSize elements must fit in it.
+    CAM_TWIN_CHECK(p.nSize >= 1 && p.nSize <= 4095 && p.nSize <= p.dstStride, "fixpipe-nsize",
+                   "Fixpipe NZ -> ND needs nSize in [1, 4095] and at most dstStride (the destination row's elements), "
+                   "got nSize " + std::to_string(p.nSize) + ", dstStride " + std::to_string(p.dstStride),
+                   where);
+    CAM_TWIN_CHECK(p.mSize >= 1 && p.mSize <= 8192, "cube-params", "Fixpipe NZ -> ND needs mSize in [1, 8192]",
+                   where);
     CAM_TWIN_CHECK(p.srcStride % kCubeM0 == 0 && p.srcStride >= p.mSize, "cube-params",
                    "Fixpipe srcStride must be the L0C row count (a multiple of 16, >= mSize)", where);
     const uint32_t nA = (p.nSize + kCubeN0 - 1) / kCubeN0 * kCubeN0;
@@ -399,10 +406,9 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
                    where);
     const int32_t* c = src.Data();
     // Rows ascend in GM: the last row's range bounds them all, checked before the first write.
-    if (p.mSize > 0) dst.CheckRange(uint64_t(p.mSize - 1) * p.dstStride, p.nSize, where);
-    if (p.mSize > 0)
-        PipeTouch(Pipe::FIX, Space::GM, dst.GetPhyAddr(), (uint64_t(p.mSize - 1) * p.dstStride + p.nSize) * sizeof(T),
-                  true, where);
+    dst.CheckRange(uint64_t(p.mSize - 1) * p.dstStride, p.nSize, where);
+    PipeTouch(Pipe::FIX, Space::GM, dst.GetPhyAddr(), (uint64_t(p.mSize - 1) * p.dstStride + p.nSize) * sizeof(T),
+              true, where);
     for (uint32_t i = 0; i < p.mSize; ++i) {
         CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, uint64_t(p.nSize) * sizeof(T),
                                        where);
