@@ -27,6 +27,22 @@ def _floats(s: str) -> List[float]:
     return [float(x) for x in s.split(",") if x.strip()]
 
 
+MODES = ("async", "sync", "colocated")
+
+
+def _modes(s: str) -> List[str]:
+    alias = {"both": ["async", "sync"], "all": list(MODES)}
+    out = []
+    for x in (alias.get(s.strip()) or [y.strip() for y in s.split(",") if y.strip()]):
+        if x not in MODES:
+            raise argparse.ArgumentTypeError(f"unknown mode {x!r}: modes are {', '.join(MODES)} (or both, all)")
+        if x not in out:
+            out.append(x)
+    if not out:
+        raise argparse.ArgumentTypeError("needs at least one mode")
+    return out
+
+
 def _parse(argv):
     p = argparse.ArgumentParser(prog="cam-sim", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -58,7 +74,13 @@ def _parse(argv):
                    help="comma-separated Poisson arrival rates in requests/s (0 = closed batch)")
     g.add_argument("--token-budget", type=int, default=16384, help="max tokens per batch per replica")
     g = p.add_argument_group("simulation")
-    g.add_argument("--mode", choices=["async", "sync", "both"], default="both")
+    g.add_argument("--mode", type=_modes, default="both",
+                   help="comma-separated modes: async, sync (AFD with a barrier per layer), colocated (every device "
+                        "an Attention replica and an expert shard, an all-to-all per layer); both = async,sync; "
+                        "all = async,sync,colocated")
+    g.add_argument("--devices", type=int,
+                   help="devices of the colocated mode (default: as many as the AFD deployment, D*P + F, or "
+                        "--total-ranks with --sweep)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--routing", choices=ROUTINGS, default="uniform",
                    help="uniform: rows per expert drawn per round; balanced: exact even split")
@@ -131,7 +153,7 @@ def _writable(flag: str, path: str, directory: bool = False) -> None:
 
 def check_args(args) -> None:
     """Every flag checked before anything is simulated, run or written; each error names its flag and bound."""
-    for flag in ("replicas", "participants", "ffn", "total_ranks", "cam_run_replicas", "cam_run_ffn"):
+    for flag in ("replicas", "participants", "ffn", "total_ranks", "cam_run_replicas", "cam_run_ffn", "devices"):
         _bounded("--" + flag.replace("_", "-"), getattr(args, flag), 1, _MAX_RANKS)
     for flag, hi in (("slots", 64), ("ubatches", 64), ("capacity", _MAX_TOKENS), ("token_budget", _MAX_TOKENS),
                      ("min_len", _MAX_TOKENS), ("max_len", _MAX_TOKENS), ("cdf_ffn", _MAX_RANKS),
@@ -139,6 +161,9 @@ def check_args(args) -> None:
         _bounded("--" + flag.replace("_", "-"), getattr(args, flag), 1, hi)
     for f in args.sweep_ffn or []:
         _bounded("--sweep-ffn", f, 1, _MAX_RANKS)
+    if "colocated" in args.mode and args.batch_items:
+        raise ValueError("--batch-items is an FFN-side policy of AFD: a colocated device serves all the rows of a "
+                         "collective in one launch; drop colocated from --mode or --batch-items")
     _bounded("--requests", args.requests, 1, _MAX_REQUESTS)
     _bounded("--cam-run-requests", args.cam_run_requests, 1, 100_000)
     _bounded("--mean-len", float(args.mean_len), 1.0, float(_MAX_TOKENS))
@@ -230,15 +255,25 @@ def simulate_grid(args) -> dict:
         args.rates = [CAM_RUN_PRESETS[args.cam_run_preset].arrival_rate]  # the preset brings its own arrivals
     if args.batch_items and args.batch_rows < model.top_k:
         raise ValueError(f"--batch-rows ({args.batch_rows}) is smaller than one token's rows (top-k {model.top_k})")
-    modes = ["async", "sync"] if args.mode == "both" else [args.mode]
+    afd = [m for m in args.mode if m != "colocated"]
+    plan = [(D, F, afd) for D, F in _splits(args, model)] if afd else []
+    if "colocated" in args.mode:
+        N = args.devices or (args.total_ranks if args.sweep and args.total_ranks else
+                             args.replicas * args.participants + args.ffn)
+        if args.cam_run_preset and N < args.replicas:
+            raise ValueError(f"--devices {N}: cam-run preset {args.cam_run_preset!r} spreads its requests over "
+                             f"{args.replicas} replicas")
+        plan.append((N, N, ["colocated"]))
+    cdf_split = (args.cdf_ffn or _splits(args, model)[0][1]) if afd else None
     runs, curves = [], {}
     t_start = time.perf_counter()
-    for D, F in _splits(args, model):
-        topo = SimTopology(D=D, F=F, P=args.participants, slots=args.slots, capacity=args.capacity,
-                           ubatches=args.ubatches)
+    for D, F, modes in plan:
+        colocated = modes == ["colocated"]
+        topo = SimTopology(D=D, F=F, P=1 if colocated else args.participants, slots=args.slots,
+                           capacity=None if colocated else args.capacity, ubatches=args.ubatches)
         for rate in args.rates:
             if args.cam_run_preset:
-                wl = SimWorkload.from_cam_run(args.cam_run_preset, D)
+                wl = SimWorkload.from_cam_run(args.cam_run_preset, args.replicas if colocated else D)
             else:
                 wl = SimWorkload.generate(args.requests, D, lengths=args.lengths, mean_len=args.mean_len,
                                           min_len=args.min_len, max_len=args.max_len, sigma=args.sigma,
@@ -253,8 +288,9 @@ def simulate_grid(args) -> dict:
                 rep["rate"] = rate
                 rep["wall_s"] = time.perf_counter() - t0
                 per = rep.pop("ttft_per_request_s")
-                if F == (args.cdf_ffn or _splits(args, model)[0][1]):
-                    label = f"{mode} D={D} F={F}" + (f" {rate:g} req/s" if rate else "")
+                if colocated or F == cdf_split:
+                    label = (f"colocated N={D}" if colocated else f"{mode} D={D} F={F}") \
+                        + (f" {rate:g} req/s" if rate else "")
                     curves[label] = list(per.values())
                 runs.append(rep)
                 if not args.quiet:
@@ -268,7 +304,8 @@ def _line(r: dict) -> None:
     t = r["ttft_s"]
     slo = f"  SLO ok {r['slo']['compliant_fraction']:.0%} goodput {r['slo']['goodput_tok_s']:.0f} tok/s" \
         if "slo" in r else ""
-    print(f"{r['mode']:5s} D={r['topology']['D']:<3d} F={r['topology']['F']:<3d} rate {r['rate']:<6g} "
+    where = f"N={r['devices']:<7d}" if r["mode"] == "colocated" else f"D={r['topology']['D']:<3d} F={r['topology']['F']:<3d}"
+    print(f"{r['mode']:9s} {where} rate {r['rate']:<6g} "
           f"makespan {r['makespan_s']:9.3f} s  TTFT mean {t['mean']:8.3f} p50 {t['p50']:8.3f} p90 {t['p90']:8.3f} "
           f"p99 {t['p99']:8.3f}  util FFN {r['ffn_utilisation']:.0%} Attn {r['attention_utilisation']:.0%}  "
           f"crit/makespan {r['critical_path_efficiency']:.2f}{slo}  ({r['wall_s']:.1f} s wall)", flush=True)
@@ -296,12 +333,25 @@ def _summary(runs: List[dict]) -> dict:
                           f"{metric}_async_over_sync": value(a) / value(s) if value(s) else None,
                           "ttft_mean_async_over_sync": a["ttft_s"]["mean"] / s["ttft_s"]["mean"],
                           "makespan_async_over_sync": a["makespan_s"] / s["makespan_s"]})
+    # AFD against the colocated deployment on the same number of devices, per rate.
+    vs = []
+    colo = {(r["rate"], r["devices"]): r for r in runs if r["mode"] == "colocated"}
+    for r in runs:
+        c = colo.get((r["rate"], r["devices"]))
+        if r["mode"] == "colocated" or c is None:
+            continue
+        vs.append({"rate": r["rate"], "mode": r["mode"], "D": r["topology"]["D"], "F": r["topology"]["F"],
+                   "devices": r["devices"],
+                   f"{metric}_over_colocated": value(r) / value(c) if value(c) else None,
+                   "ttft_p50_over_colocated": r["ttft_s"]["p50"] / c["ttft_s"]["p50"],
+                   "ttft_p99_over_colocated": r["ttft_s"]["p99"] / c["ttft_s"]["p99"],
+                   "makespan_over_colocated": r["makespan_s"] / c["makespan_s"]})
     best = {}
     for r in runs:
         k = f"{r['mode']}@{r['rate']:g}"
         if k not in best or value(r) > best[k][metric]:
             best[k] = {"D": r["topology"]["D"], "F": r["topology"]["F"], metric: value(r)}
-    return {"metric": metric, "async_gain": gains, "best_split": best}
+    return {"metric": metric, "async_gain": gains, "afd_over_colocated": vs, "best_split": best}
 
 
 def _print_summary(summary: dict) -> None:
@@ -312,6 +362,11 @@ def _print_summary(summary: dict) -> None:
         print(f"async/sync  D={g['D']:<3d} F={g['F']:<3d} rate {g['rate']:<6g} {metric} "
               f"{'n/a' if ratio is None else f'{ratio:.2f}x'}  TTFT mean {g['ttft_mean_async_over_sync']:.2f}x  "
               f"makespan {g['makespan_async_over_sync']:.2f}x")
+    for v in summary["afd_over_colocated"]:
+        ratio = v[f"{summary['metric']}_over_colocated"]
+        print(f"{v['mode']}/colocated D={v['D']:<3d} F={v['F']:<3d} ({v['devices']} devices) rate {v['rate']:<6g} "
+              f"{metric} {'n/a' if ratio is None else f'{ratio:.2f}x'}  TTFT p50 {v['ttft_p50_over_colocated']:.2f}x "
+              f"p99 {v['ttft_p99_over_colocated']:.2f}x  makespan {v['makespan_over_colocated']:.2f}x")
     for key, b in sorted(summary["best_split"].items()):
         mode, rate = key.split("@")
         print(f"best split  {mode:5s} rate {rate:<6s} D={b['D']} F={b['F']} ({metric} {b[summary['metric']]:.0f} tok/s)")
