@@ -6,6 +6,7 @@ The expected timelines below are worked out by hand from docs/sim.md's schedule,
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import math
 import os
@@ -462,6 +463,29 @@ def test_predicts_cam_run_within_15_percent(tmp_path):
     assert fitted.op("w1").per_row_s >= 0 and fitted.seconds("w1", Work(rows=40)) > 0
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.skipif(not LONG_TESTS, reason="the prediction of cam-run runs with CAM_LONG_TESTS=1 (CI's long-tests "
+                                           "stage)")
+def test_predicts_afd_against_colocated_at_equal_devices():
+    """Two devices each way on the twin: async AFD (one replica + one FFN rank) and colocated (two devices, each
+    both), calibrated on one run of each (``default``), then fresh runs, 3 per deployment and preset, judged on their
+    medians: makespan and mean TTFT within 15% (the async and sync models' tolerance, test above), and the winner by
+    mean TTFT predicted right both ways: colocated wins the closed batch (twice the attention capacity), AFD wins
+    ``arrivals`` (a colocated step waits for both devices' batches to arrive). 14 cam-run worlds of 2 processes
+    (about 3 min loaded): long-tests stage."""
+    from cam.sim.calibrate import equal_devices_validation
+
+    res = equal_devices_validation(("default", "arrivals"), repeats=3)
+    winners = {row["preset"]: (row["measured_winner"], row["predicted_winner"]) for row in res["configs"]}
+    assert winners == {"default": ("colocated", "colocated"), "arrivals": ("afd", "afd")}, winners
+    misses = [f"{row['preset']} {name} {metric}: {err:+.0%} (runs {row[name]['measured_runs']})"
+              for row in res["configs"] for name in ("afd", "colocated")
+              for metric, err in row[name]["rel_error"].items() if abs(err) > 0.15]
+    assert not misses, misses
+    assert all(row["colocated"]["devices"] == 2 and row["afd"]["devices"] == 2 for row in res["configs"])
+
+
 def test_scalar_and_vector_item_costs_agree():
     from cam.sim.engine import _Costs
 
@@ -699,3 +723,37 @@ def test_cli_compares_afd_with_colocated_at_equal_devices(tmp_path, capsys):
     with pytest.raises(SystemExit):
         sim_cli.main(["--mode", "colocated,bogus"])
     assert "unknown mode 'bogus'" in capsys.readouterr().err
+
+
+def test_load_axis_bisects_the_colocated_baseline(tmp_path, capsys):
+    # --loads: the base rate is the highest rate the colocated baseline sustains (>= 90% within the SLO): the
+    # baseline run at load 1 meets it, and the bisection's lowest failing rate is within 1/256 of its bracket above.
+    out = tmp_path / "loads.json"
+    # twin-cpu costs the FFN work only; batches of at most 64 tokens make a closed batch several steps long, so the
+    # closed batch misses a 10 ms SLO and the sustained rate is finite.
+    argv = ["--model", "tiny", "--costs", "twin-cpu", "-D", "2", "-F", "2", "--requests", "60", "--mean-len", "48",
+            "--max-len", "256", "--token-budget", "64", "--slo", "0.01", "--loads", "0.5,1,2", "--mode", "all",
+            "--json", str(out)]
+    if importlib.util.find_spec("matplotlib") is not None:
+        argv += ["--plot-dir", str(tmp_path / "plots")]
+    assert sim_cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    la = res["load_axis"]
+    assert la["slo_s"] == 0.01 and la["sustain"] == 0.9 and f"sustains {la['rate_req_s']:.4g} req/s" in printed
+    assert {(r["mode"], r["load"]) for r in res["runs"]} == {(m, x) for m in ("async", "sync", "colocated")
+                                                              for x in (0.5, 1.0, 2.0)}
+    for r in res["runs"]:
+        assert r["rate"] == pytest.approx(r["load"] * la["rate_req_s"])
+    base = next(r for r in res["runs"] if r["mode"] == "colocated" and r["load"] == 1.0)
+    assert base["slo"]["compliant_fraction"] >= 0.9
+    failed = [t["rate_req_s"] for t in la["bisection"] if t["slo_attainment"] < 0.9]
+    assert failed and min(failed) > la["rate_req_s"]
+    assert min(failed) - la["rate_req_s"] <= la["closed_batch_req_s"] * 2 ** 10 / 256
+    if "--plot-dir" in argv:
+        assert (tmp_path / "plots" / "slo_vs_load.png").read_bytes().startswith(b"\x89PNG")
+    assert sim_cli.main(["--model", "tiny", "--loads", "1", "--quiet"]) == 2  # no --slo
+    assert "--loads needs --slo" in capsys.readouterr().err
+    loose = argv[:argv.index("--slo") + 1] + ["10"] + argv[argv.index("--slo") + 2:]
+    assert sim_cli.main(loose + ["--quiet"]) == 2  # the closed batch meets it: any rate is sustained
+    assert "sustains any rate" in capsys.readouterr().err

@@ -67,6 +67,24 @@ def throughput_vs_rate(runs: List[dict], path: str, title: str) -> None:
     _finish(plt, fig, ax, title, path)
 
 
+def slo_vs_load(runs: List[dict], path: str, title: str, sustain=None) -> None:
+    """SLO attainment against offered load (multiples of the colocated baseline's sustained rate), per deployment."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    lines: Dict[str, list] = {}
+    for r in runs:
+        lines.setdefault(_label(r), []).append((r["load"], r["slo"]["compliant_fraction"]))
+    for key, pts in sorted(lines.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=key, linestyle=_style(key))
+    if sustain is not None:
+        ax.axhline(sustain, color="grey", linestyle=":", label=f"sustained: {sustain:.0%} within SLO")
+    ax.set_xlabel("offered load (x the rate colocated sustains)")
+    ax.set_ylabel("SLO attainment (fraction of requests)")
+    ax.set_ylim(0, 1.05)
+    _finish(plt, fig, ax, title, path)
+
+
 def utilisation_vs_af(runs: List[dict], path: str, title: str) -> None:
     """FFN and Attention utilisation against the A:F ratio, per mode."""
     plt = _plt()
@@ -97,6 +115,12 @@ def all_plots(result: dict, curves: Dict[str, List[float]], out_dir: str, slo_s=
     if curves:
         p = os.path.join(out_dir, "ttft_cdf.png")
         ttft_cdf(curves, p, "TTFT CDF", slo_s)
+        written.append(p)
+    if "load_axis" in result:
+        la = result["load_axis"]
+        p = os.path.join(out_dir, "slo_vs_load.png")
+        slo_vs_load(runs, p, f"SLO attainment vs load (1 = {la['rate_req_s']:.3g} req/s, TTFT SLO {la['slo_s']:g} s)",
+                    la["sustain"])
         written.append(p)
     if len({r.get("rate") for r in runs}) > 1 and all("slo" in r for r in runs):
         p = os.path.join(out_dir, "throughput_vs_rate.png")
