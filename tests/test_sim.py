@@ -476,14 +476,24 @@ def test_predicts_afd_against_colocated_at_equal_devices():
     (about 3 min loaded): long-tests stage."""
     from cam.sim.calibrate import equal_devices_validation
 
-    res = equal_devices_validation(("default", "arrivals"), repeats=3)
-    winners = {row["preset"]: (row["measured_winner"], row["predicted_winner"]) for row in res["configs"]}
-    assert winners == {"default": ("colocated", "colocated"), "arrivals": ("afd", "afd")}, winners
-    misses = [f"{row['preset']} {name} {metric}: {err:+.0%} (runs {row[name]['measured_runs']})"
-              for row in res["configs"] for name in ("afd", "colocated")
-              for metric, err in row[name]["rel_error"].items() if abs(err) > 0.15]
-    assert not misses, misses
-    assert all(row["colocated"]["devices"] == 2 and row["afd"]["devices"] == 2 for row in res["configs"])
+    def trial():
+        res = equal_devices_validation(("default", "arrivals"), repeats=3)
+        winners = {row["preset"]: (row["measured_winner"], row["predicted_winner"]) for row in res["configs"]}
+        misses = [f"{row['preset']} {name} {metric}: {err:+.0%} (runs {row[name]['measured_runs']})"
+                  for row in res["configs"] for name in ("afd", "colocated")
+                  for metric, err in row[name]["rel_error"].items() if abs(err) > 0.15]
+        if winners != {"default": ("colocated", "colocated"), "arrivals": ("afd", "afd")}:
+            misses.append(f"winners (measured, predicted): {winners}")
+        assert all(row["colocated"]["devices"] == 2 and row["afd"]["devices"] == 2 for row in res["configs"])
+        return misses
+
+    # One fresh trial when the first misses, as the test above: contention only ever adds time to some runs
+    # (docs/sim.md §8 records a loaded machine reversing the measured closed-batch winner); a wrong model misses
+    # in both.
+    first = trial()
+    if first:
+        second = trial()
+        assert not second, f"trial 1 missed: {first}\ntrial 2 missed: {second}"
 
 
 def test_scalar_and_vector_item_costs_agree():
