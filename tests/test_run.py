@@ -44,10 +44,11 @@ def load_outputs(directory):
 def test_async_and_sync_match_the_reference_and_each_other(tmp_path):
     """Also the exec start (CAM_RUN_START=exec, every rank a fresh interpreter: the path for platforms without
     fork), on the sync run: it runs and checks, and its wall profile says where the time went (an exec'd rank pays
-    its own interpreter start and imports). No extra world for it."""
+    its own interpreter start and imports). No extra world for it. The colocated mode (two processes, each an
+    Attention and an FFN rank of one plane) computes the same batches with the same ops: bit-identical too."""
     reports, outputs = {}, {}
     draw = _has_matplotlib() or bool(os.environ.get("CI"))  # CI installs the viz extra: there it must draw
-    for mode in ("async", "sync"):
+    for mode in ("async", "sync", "colocated"):
         keep = tmp_path / mode
         # The async run also draws its --timeline (the same process: no extra world for the plot).
         timeline = ["--timeline", str(tmp_path / "timeline.png")] if mode == "async" and draw else []
@@ -67,10 +68,14 @@ def test_async_and_sync_match_the_reference_and_each_other(tmp_path):
         assert len(report["ttft_per_request_s"]) == report["requests"] == 12
     ranks = reports["sync"]["wall_s"]["ranks"]
     assert set(ranks) == {"0", "1", "2", "3"} and all(v["start"] > 0 for v in ranks.values()), ranks
-    assert outputs["async"].keys() == outputs["sync"].keys()
+    assert reports["colocated"]["devices"] == 2 and reports["sync"]["devices"] == 4
+    assert sorted(f["rank"] for f in reports["colocated"]["ffn"]) == [2, 3]
+    assert all(f["items"] > 0 for f in reports["colocated"]["ffn"])
+    assert outputs["async"].keys() == outputs["sync"].keys() == outputs["colocated"].keys()
     for rid in outputs["async"]:
         # Same batches, same ops, same numerics: the schedule must not change a single bit.
         assert torch.equal(outputs["async"][rid], outputs["sync"][rid]), rid
+        assert torch.equal(outputs["async"][rid], outputs["colocated"][rid]), rid
     if draw:
         png = (tmp_path / "timeline.png").read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 10_000, len(png)  # a drawn figure, not an empty file
@@ -217,6 +222,10 @@ def _has_matplotlib():
         (["--participants", "0"], "--participants"),
         (["--participants", "4000"], "rank processes"),
         (["--cost-model", "--bound-costs", "/nonexistent-cam-dir/costs.json"], "--bound-costs"),
+        (["--mode", "colocated", "--ffn", "1"], "--ffn must equal --replicas"),
+        (["--mode", "colocated", "--participants", "2"], "--participants must be 1"),
+        (["--mode", "colocated", "--graph"], "--graph needs --mode async or sync"),
+        (["--mode", "colocated", "--keep-going"], "--keep-going needs --mode async"),
     ],
 )
 def test_bad_flags_are_refused_before_anything_starts(tmp_path, monkeypatch, capsys, args, needle):

@@ -9,9 +9,10 @@ simulations of the same workload and seed, differing only in the policy."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+
+from _record import write_json  # benchmarks/sim/_record.py: the script's folder is on sys.path
 
 from cam.sim import CostModel, SimTopology, SimWorkload, model_presets, simulate
 
@@ -63,10 +64,7 @@ def main(argv=None) -> int:
             print(f"{label:9s} {name:28s} makespan {r['makespan_s']:8.3f} s  TTFT p50 {r['ttft_p50_s']:7.3f} "
                   f"p99 {r['ttft_p99_s']:7.3f} s  SLO {r.get('slo_attainment', float('nan')):.0%}  "
                   f"FFN util {r['ffn_utilisation']:.0%}  items {r['work_items']} launches {r['launches']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
-            f.write("\n")
+    write_json(args.json, out)
     return 0
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import json
 import platform
 import time
+
+from _record import write_json  # benchmarks/sim/_record.py: the script's folder is on sys.path
 
 from cam.sim import CostModel, SimTopology, SimWorkload, model_presets, simulate
 
@@ -60,10 +61,7 @@ def main(argv=None) -> int:
                       "requests": args.requests, "costs": costs.name},
            "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},
            "runs": rows}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
-            f.write("\n")
+    write_json(args.json, out)
     return 0
 
 

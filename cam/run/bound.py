@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..sim.colocated import ColocatedSimulation
 from ..sim.costs import CostModel, OpCost
 from ..sim.engine import Simulation
 from ..sim.shapes import ModelShape, SimTopology
@@ -68,18 +69,23 @@ def critical_path(model_config, workload, D: int, P: int, F: int, slots: int, co
     topo = SimTopology(D=D, F=F, P=P, slots=max(slots, 2))
     full = bound_costs(costs, attention_cost)
     wl = sim_workload(workload)
-    raw = Simulation(shape, topo, wl, full, mode="async", routing="balanced").run()
+    colocated = mode == "colocated"
+    # Colocated: one timeline per device, its own attention work plus its shard's experts (no FFN pool to spread
+    # them over), so the bound is the busiest device's chain.
+    raw = (ColocatedSimulation(shape, topo, wl, full, routing="balanced") if colocated else
+           Simulation(shape, topo, wl, full, mode="async", routing="balanced")).run()
     chains = [float(c) for c in raw["replica_chain_s"]]
     ffn_total = float(sum(raw["ffn_busy_s"]))
-    bound = max(max(chains), ffn_total / F)
-    predicted = raw["makespan_s"] if mode == "async" else \
+    bound = max(chains) if colocated else max(max(chains), ffn_total / F)
+    predicted = raw["makespan_s"] if mode in ("async", "colocated") else \
         Simulation(shape, topo, wl, full, mode=mode, routing="balanced").run()["makespan_s"]
+    binding = "device chain" if colocated else "replica chain" if max(chains) >= ffn_total / F else "FFN work"
     return {
         "bound_s": bound,
         "replica_chain_s": chains,
         "ffn_work_s": ffn_total,
         "ffn_work_per_rank_s": ffn_total / F,
-        "binding": "replica chain" if max(chains) >= ffn_total / F else "FFN work",
+        "binding": binding,
         "simulated_makespan_s": float(predicted),
         "costs": costs.name,
         "attention_cost": list(attention_cost),

@@ -3,7 +3,9 @@
 Spawns A Attention + F FFN processes, feeds them a seeded workload, watches them (the moment one dies it raises the
 abort key and every other rank's waits end at once), and reports per-request TTFT, makespan, throughput and FFN
 idle time. ``--mode async`` is this library's model (FFN ranks serve any ready replica); ``--mode sync`` puts a
-global barrier across replicas at every layer, with the same ops and the same batches.
+global barrier across replicas at every layer, with the same ops and the same batches; ``--mode colocated`` is the
+expert-parallel deployment AFD is compared with: D processes, each one device holding Attention rank d and FFN rank
+D + d (the FFN loop on a thread, one compute timeline per device), with the sync barrier per layer.
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def _free_port() -> int:
 def _parse(argv):
     p = argparse.ArgumentParser(prog="cam-run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=["async", "sync"], default="async")
+    p.add_argument("--mode", choices=["async", "sync", "colocated"], default="async",
+                   help="colocated: --replicas devices, each an Attention replica and an FFN rank (--ffn must equal "
+                        "--replicas, --participants 1)")
     p.add_argument("--preset", choices=sorted(WORKLOAD_PRESETS), default="default", help="workload preset")
     p.add_argument("--model", choices=["tiny", "small"], default="tiny", help="model preset (cam.models.PRESETS)")
     p.add_argument("--replicas", type=int, default=2, help="Attention DP replicas D")
@@ -134,7 +138,16 @@ def check_args(args) -> None:
             raise ValueError(f"--{flag} must be >= 1, got {getattr(args, flag)}")
     if args.slots > 64:
         raise ValueError(f"--slots must be <= 64, got {args.slots}")
-    world = args.replicas * args.participants + args.ffn
+    if args.mode == "colocated":
+        if args.participants != 1:
+            raise ValueError(f"--mode colocated: each device is one Attention rank, so --participants must be 1, got "
+                             f"{args.participants}")
+        if args.ffn != args.replicas:
+            raise ValueError(f"--mode colocated: each device is an Attention replica and an FFN rank, so --ffn must "
+                             f"equal --replicas ({args.replicas}), got {args.ffn}")
+        if args.graph:
+            raise ValueError("--graph needs --mode async or sync: a colocated FFN rank shares its process's device")
+    world = args.replicas if args.mode == "colocated" else args.replicas * args.participants + args.ffn
     limit = max_processes()
     if world > limit:
         raise ValueError(f"--replicas x --participants + --ffn = {world} rank processes; this machine takes at most "
@@ -161,8 +174,9 @@ def check_args(args) -> None:
         load_bound_costs(args.bound_costs)  # a missing or malformed cost file is refused before anything starts
     if args.keep and os.path.exists(args.keep) and not os.path.isdir(args.keep):
         raise ValueError(f"--keep {args.keep!r} exists and is not a directory")
-    if args.keep_going and args.mode == "sync":
-        raise ValueError("--keep-going needs --mode async: the sync mode's per-layer barrier waits for every replica")
+    if args.keep_going and args.mode != "async":
+        raise ValueError(f"--keep-going needs --mode async: the {args.mode} mode's per-layer barrier waits for every "
+                         "replica")
     # Last, as it needs the runtime (torch, the extension): every check above runs without it.
     from .. import _runtime
 
@@ -255,6 +269,8 @@ def _report(cfg, built, results: Dict[int, dict]) -> dict:
         "cost_model": cfg.cost_model,
         "topology": {"D": topo.D, "P": topo.P, "F": topo.F, "E": topo.E, "K": topo.K, "H": topo.H,
                      "Bmax": topo.Bmax, "L": topo.L, "slots": topo.slots},
+        # Devices (processes) the run occupies: colocated, each holds an Attention and an FFN rank.
+        "devices": topo.D if cfg.mode == "colocated" else topo.world_size,
         "model": cfg.model,
         "workload": cfg.workload,
         "requests": len(done),
@@ -413,6 +429,8 @@ def _run(args, marks: Dict[str, float]) -> int:
             shutil.rmtree(out_dir, ignore_errors=True)
         return 2
     world = topo.world_size
+    # Colocated: one process per device, holding two ranks of the plane (worker._main_colocated).
+    processes = topo.A if cfg.mode == "colocated" else world
     config_path = os.path.join(out_dir, "config.json")
     cfg.save(config_path)
     print(f"cam-run --mode {cfg.mode}{' (cost model)' if cfg.cost_model else ''}"
@@ -432,14 +450,16 @@ def _run(args, marks: Dict[str, float]) -> int:
     marks["spawn"] = time.time()
     try:
         # Forked ranks start before this process has a thread of its own (the store's come next); they wait for go.
-        started_ranks, go = start_ranks(method, config_path, world, cfg.timeout_s)
+        started_ranks, go = start_ranks(method, config_path, processes, cfg.timeout_s)
         procs.update(started_ranks)
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         store = launcher_store(port, cfg.timeout_s)
         go()
-        for rank in range(world):
+        for rank in range(processes):
             if not args.quiet:
-                print(f"rank {rank} ({'attention' if rank < topo.A else 'ffn'}) pid {procs[rank].pid}", flush=True)
+                role = f"attention + ffn rank {topo.A + rank}" if processes < world else \
+                    "attention" if rank < topo.A else "ffn"
+                print(f"rank {rank} ({role}) pid {procs[rank].pid}", flush=True)
         attention_done = False
         started = False
         start_deadline = time.monotonic() + cfg.timeout_s
@@ -465,7 +485,8 @@ def _run(args, marks: Dict[str, float]) -> int:
                 store.set(worker.ABORT_KEY, why)
                 print(f"cam-run: {why}; aborting every rank", file=sys.stderr, flush=True)
                 deadline = time.monotonic() + _GRACE_S + cfg.idle_poll_s
-            if not attention_done and all(procs[r].poll() == 0 or r in lost for r in range(topo.A)):
+            if not attention_done and (store.add(worker.ATTENTION_DONE_KEY, 0) == topo.A if processes < world else
+                                       all(procs[r].poll() == 0 or r in lost for r in range(topo.A))):
                 attention_done = True
                 marks["shutdown"] = time.time()
                 store.set(worker.SHUTDOWN_KEY, json.dumps({"lost": sorted(lost)}))

@@ -4,6 +4,10 @@ Attention ranks run their replica's batches layer by layer through the connector
 dispatch and combine); FFN ranks loop receive → W1 → W2 → send until the launcher says the run is over. A watchdog
 thread ends every wait of the world at once when the launcher raises the abort key (a rank died) or the launcher
 itself is gone.
+
+``--mode colocated``: process d is one device holding Attention rank d and FFN rank D + d of the same plane (the FFN
+loop on a thread), with the sync mode's barrier per layer; the device's compute (attention, dense MLP, shared
+experts, the FFN work items) takes one lock, so it runs on one timeline, as on a device that hosts both.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from .timeline import Lane
 ABORT_KEY = "run/abort"
 SHUTDOWN_KEY = "run/shutdown"
 READY_KEY = "run/ready"  # counts ranks whose connector is up
+ATTENTION_DONE_KEY = "run/attention_done"  # colocated: counts Attention ranks done (their process still serves)
 START_KEY = "run/t0"  # the common clock origin, set by the launcher once every rank is ready
 _POLL_S = 0.05
 
@@ -114,6 +119,39 @@ def _stop_watch(stop: threading.Event, watchdog: threading.Thread) -> None:
         watchdog.join(_WATCH_JOIN_S)
 
 
+class DeviceTimeline:
+    """Colocated mode: the one compute timeline of a device shared by its Attention rank and its FFN rank. A
+    bounded wait: a holder that never lets go (a hung op) fails the other side with the timeout, never a hang."""
+
+    def __init__(self, timeout_s: float, aborted: dict):
+        self._lock = threading.Lock()
+        self._timeout_s = timeout_s
+        self._aborted = aborted
+
+    def __enter__(self):
+        deadline = time.monotonic() + self._timeout_s
+        while not self._lock.acquire(timeout=min(_POLL_S, self._timeout_s)):
+            if "by" in self._aborted:
+                raise RankFailed(f"aborted while waiting for the device: {self._aborted['by']}")
+            if time.monotonic() > deadline:
+                raise RankFailed(f"the device's other rank held it for more than {self._timeout_s:g} s")
+        return self
+
+    def __exit__(self, *exc):
+        self._lock.release()
+        return False
+
+
+class _Free:
+    """A rank alone on its device: nothing to share."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def _barrier(store, name: str, members: int, deadline_s: float, aborted: dict) -> None:
     """Store barrier among the Attention ranks (sync mode only), bounded and abort-aware."""
     store.add(name, 1)
@@ -152,23 +190,24 @@ def _wait_for_start(store, cfg: RunConfig, marks: dict, aborted: dict = None) ->
 
 
 def run_attention(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built,
-                  marks: dict) -> dict:
+                  marks: dict, device=None) -> dict:
     model, workload, topo = built
     replica, part = divmod(rank, topo.P)
     # P > 1: this participant dispatches and combines its own share of each micro-batch (cam.run.participants).
     group = Participants(store, replica, part, topo.P, cfg.timeout_s)
     try:
-        return _attention_loop(cfg, rank, store, connector, aborted, built, group, marks)
+        return _attention_loop(cfg, rank, store, connector, aborted, built, group, marks, device or _Free())
     finally:
         group.close()
 
 
 def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built,
-                    group: Participants, marks: dict) -> dict:
+                    group: Participants, marks: dict, device) -> dict:
     model, workload, topo = built
     replica = group.replica
     own = workload.batches[replica]
-    steps = max(len(b) for b in workload.batches) if cfg.mode == "sync" else len(own)
+    lockstep = cfg.mode in ("sync", "colocated")  # a barrier across replicas per layer
+    steps = max(len(b) for b in workload.batches) if lockstep else len(own)
     moe_layers = model.config.moe_layers
     pieces, events = [], []
     _warm_up(model)
@@ -195,15 +234,15 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
         mine = [group.own(sum(lens[s])) for s in range(len(stages))]
         for layer in range(model.config.num_layers):
             layer_start = lane.now()
-            if cfg.mode == "sync":
+            if lockstep:
                 with lane.span("barrier", layer=layer):
                     _barrier(store, f"run/layer/{step}/{layer}", topo.A, cfg.timeout_s, aborted)
             if layer not in moe_layers:
                 for s in range(len(stages)):
-                    with lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
+                    with device, lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
                         _emulate_attention(cfg, lens[s], topo.P, lane)
                         x, h = model.pre_moe(layer, xs[s], lens[s])
-                    with lane.span("dense_mlp", layer=layer, stage=s):
+                    with device, lane.span("dense_mlp", layer=layer, stage=s):
                         xs[s] = x + model.dense_mlp(layer, h)
                 lane.add("layer", layer_start, lane.now(), layer=layer)
                 continue
@@ -211,13 +250,13 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
             held = []
             for s in range(len(stages)):  # Attention(ub) -> dispatch(ub) -> shared(ub), then the next stage
                 a, b = mine[s]
-                with lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
+                with device, lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
                     _emulate_attention(cfg, lens[s], topo.P, lane)
                     x, h, ids, w = model.pre_moe(layer, xs[s], lens[s])
                 ctx = AFDTransferContext(AFDTransferMetadata(moe_index, s, tuple(lens[s])))
                 with lane.span("dispatch", layer=layer, stage=s, tokens=b - a):
                     connector.send_attn_output(h[a:b], ctx, topk_ids=ids[a:b], topk_weights=w[a:b])
-                with lane.span("shared", layer=layer, stage=s):
+                with device, lane.span("shared", layer=layer, stage=s):
                     held.append((x, model.shared(layer, h)))
             for s, (x, shared) in enumerate(held):  # combine in dispatch order
                 a, b = mine[s]
@@ -265,7 +304,8 @@ def _emulate_attention(cfg: RunConfig, seq_lens, participants: int, lane: Lane) 
 
 
 def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built,
-            marks: dict) -> dict:
+            marks: dict, device=None) -> dict:
+    device = device or _Free()
     model, _, topo = built
     w1, w2 = expert_weights(model, topo, rank - topo.A)
     _warm_up(model)
@@ -292,7 +332,9 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
         else:
             item = connector.recv_ffn_work_item()
             b = time.time()
-            out = ffn_compute(item, w1, w2)
+            with device:
+                b = time.time()  # colocated: the wait for the device is not compute
+                out = ffn_compute(item, w1, w2)
             sent = time.time()
             connector.send_ffn_work_item_output(item, out)
             c = time.time()
@@ -341,11 +383,100 @@ def main(argv=None) -> int:
         remove_if_orphaned(cfg.out_dir)
 
 
+class _Connectors:
+    """The connectors of one process, as the abort watchdog sees them: one abort reaches every one."""
+
+    def __init__(self, connectors):
+        self.connectors = list(connectors)
+
+    def abort(self) -> None:
+        for c in self.connectors:
+            c.abort()
+
+
+# Bound of the colocated process's joins of its init and FFN threads beyond --timeout: each thread's own waits are
+# bounded by --timeout already, so this only covers their last store round trip.
+_JOIN_MARGIN_S = 30.0
+
+
+def _main_colocated(cfg: RunConfig, rank: int, marks: dict, built) -> int:
+    """Process ``rank`` of a colocated world: Attention rank ``rank`` and FFN rank ``A + rank`` of one plane."""
+    topo = built[2]
+    ranks = [(rank, "attention"), (topo.A + rank, "ffn")]
+    store = _store(cfg)
+    connectors = [AsyncAFDConnector(r, role, cfg.connector_config(topo)) for r, role in ranks]
+    aborted: dict = {}
+    stop = threading.Event()
+    watchdog = threading.Thread(target=_watch_abort, args=(store, _Connectors(connectors), aborted, stop,
+                                                           os.getppid()), daemon=True)
+    device = DeviceTimeline(cfg.timeout_s, aborted)
+    outcome: dict = {}
+
+    def guarded(key, fn, *args):
+        try:
+            outcome[key] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            outcome[key] = e
+
+    def joined(thread: threading.Thread, what: str) -> None:
+        thread.join(cfg.timeout_s + _JOIN_MARGIN_S)
+        if thread.is_alive():
+            raise RankFailed(f"{what} did not end within {cfg.timeout_s + _JOIN_MARGIN_S:g} s")
+
+    try:
+        watchdog.start()
+        # The handshake waits for every rank of the plane, this process's other rank included: both at once.
+        inits = [threading.Thread(target=guarded, args=(("init", i), c.init_afd_connector, _AbortAware(store, aborted)),
+                                  daemon=True) for i, c in enumerate(connectors)]
+        for t in inits:
+            t.start()
+        for t, (r, role) in zip(inits, ranks):
+            joined(t, f"the {role} rank {r}'s connector start-up")
+        for i in range(2):
+            if isinstance(outcome.get(("init", i)), BaseException):
+                raise outcome[("init", i)]
+        marks["connected"] = time.time()
+        if "by" in aborted:
+            raise RankFailed(f"start-up aborted: {aborted['by']}")
+        ffn_marks = dict(marks)
+        ffn = threading.Thread(target=guarded, args=(("run", 1), run_ffn, cfg, ranks[1][0], store, connectors[1],
+                                                     aborted, built, ffn_marks, device), daemon=True)
+        ffn.start()
+        guarded(("run", 0), run_attention, cfg, rank, store, connectors[0], aborted, built, marks, device)
+        if isinstance(outcome[("run", 0)], BaseException):
+            connectors[1].abort()  # its FFN thread's waits end now; the process exits with the Attention error
+            ffn.join(_JOIN_MARGIN_S)
+            raise outcome[("run", 0)]
+        # This Attention rank is done; its FFN rank serves the others' rounds until the launcher says all are.
+        store.add(ATTENTION_DONE_KEY, 1)
+        joined(ffn, f"FFN rank {ranks[1][0]}")
+        for i, (r, role) in enumerate(ranks):
+            result = outcome[("run", i)]
+            if isinstance(result, BaseException):
+                raise result
+            with open(os.path.join(cfg.out_dir, f"result-{r}.json"), "w") as f:
+                json.dump(result, f)
+        return 0
+    except BaseException as e:  # report, then exit non-zero so the launcher aborts the others
+        why = f" (run aborted: {aborted['by']})" if "by" in aborted else ""
+        print(f"[process {rank}] colocated ranks {[r for r, _ in ranks]} failed{why}: {type(e).__name__}: {e}",
+              file=sys.stderr, flush=True)
+        if cfg.progress and not aborted:
+            traceback.print_exc()
+        return 3
+    finally:
+        _stop_watch(stop, watchdog)
+        for c in connectors:
+            c.close()
+
+
 def _main(cfg: RunConfig, rank: int, marks: dict) -> int:
     torch.set_num_threads(rank_threads(cfg.world_size))
     built = build(cfg)
     marks["built"] = time.time()
     topo = built[2]
+    if cfg.mode == "colocated":
+        return _main_colocated(cfg, rank, marks, built)
     role = "attention" if rank < topo.A else "ffn"
     store = _store(cfg)
     connector = AsyncAFDConnector(rank, role, cfg.connector_config(topo))

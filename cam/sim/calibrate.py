@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .colocated import ColocatedSimulation
 from .costs import CostModel, OpCost
 from .engine import Simulation
 from .shapes import ModelShape, SimTopology, model_presets
@@ -51,8 +52,9 @@ class RunSpec:
     attention_cost: tuple = DEFAULT_ATTENTION_COST
 
     def argv(self) -> List[str]:
+        ffn = self.replicas if self.mode == "colocated" else self.ffn
         a = ["--preset", self.preset, "--mode", self.mode, "--model", self.model, "--replicas", str(self.replicas),
-             "--ffn", str(self.ffn), "--slots", str(self.slots), "--cost-model", "--quiet",
+             "--ffn", str(ffn), "--slots", str(self.slots), "--cost-model", "--quiet",
              "--attention-cost", *[repr(float(x)) for x in self.attention_cost]]
         if self.requests is not None:
             a += ["--requests", str(self.requests)]
@@ -69,7 +71,9 @@ class RunSpec:
         return SimWorkload.from_cam_run(self.preset, self.replicas, **over)
 
     def topology(self) -> SimTopology:
-        return SimTopology(D=self.replicas, F=self.ffn, P=1, slots=self.slots)
+        # Colocated: --replicas devices, each also an FFN rank (cam-run refuses --ffn != --replicas there).
+        return SimTopology(D=self.replicas, F=self.replicas if self.mode == "colocated" else self.ffn, P=1,
+                           slots=self.slots)
 
     def shape(self) -> ModelShape:
         return model_presets()[self.model]
@@ -130,15 +134,18 @@ def _lsq_line(x: np.ndarray, y: np.ndarray):
     return float(np.mean(y)) if len(y) else 0.0, 0.0
 
 
-# Attention-side overheads fitted through the simulator: (op, term).
-_FITTED = (("attention", "fixed_s"), ("dispatch_send", "fixed_s"), ("barrier", "fixed_s"))
+# Attention-side overheads fitted through the simulator: (op, term); the barrier only from sync runs, the
+# all-to-all only from colocated ones (there it stands for the per-layer store barrier and the hand-offs between a
+# device's two ranks, which the colocated model folds into its collective).
+_FITTED = (("attention", "fixed_s"), ("dispatch_send", "fixed_s"), ("barrier", "fixed_s"), ("all_to_all", "fixed_s"))
+_FITTED_BY_MODE = {("barrier", "fixed_s"): "sync", ("all_to_all", "fixed_s"): "colocated"}
 
 
-def _costs(base: Dict[str, dict], theta: Sequence[float], attention_cost) -> CostModel:
+def _costs(base: Dict[str, dict], theta: Sequence[float], attention_cost, fitted=_FITTED) -> CostModel:
     ops = {k: dict(v) for k, v in base.items()}
     a, b, c = attention_cost
     ops["attention"] = {"nonempty_s": a, "per_token_s": b, "per_len2_s": c}
-    for (op, term), v in zip(_FITTED, theta):
+    for (op, term), v in zip(fitted, theta):
         ops.setdefault(op, {})
         ops[op][term] = ops[op].get(term, 0.0) + float(v)
     return CostModel({k: OpCost(**v) for k, v in ops.items()}, name="twin-calibrated")
@@ -157,11 +164,14 @@ def _batch_durations(run: dict) -> Dict[tuple, float]:
 def _simulated_durations(run: dict, costs: CostModel) -> Dict[tuple, float]:
     spec = _spec(run)
     wl = spec.workload()
-    sim = Simulation(spec.shape(), spec.topology(), wl, costs, mode=spec.mode, routing="balanced")
+    if spec.mode == "colocated":
+        sim = ColocatedSimulation(spec.shape(), spec.topology(), wl, costs, routing="balanced")
+    else:
+        sim = Simulation(spec.shape(), spec.topology(), wl, costs, mode=spec.mode, routing="balanced")
     sim.run()
     out = {}
-    # Batch start: async = max(free, arrival of its last request); sync = the step's first barrier. Duration is
-    # finish - start, reconstructed from the finish times of consecutive batches.
+    # Batch start: async = max(free, arrival of its last request); sync and colocated = the step's first barrier.
+    # Duration is finish - start, reconstructed from the finish times of consecutive batches.
     for d, batches in enumerate(wl.batches):
         prev = 0.0
         for rids in batches:
@@ -196,12 +206,13 @@ def fit(runs: Sequence[dict]) -> CostModel:
     a, b = _lsq_line(np.array(rows, float), np.array(work, float))
     base = {"w1": {"fixed_s": a, "per_row_s": b},
             "dispatch_recv": {"fixed_s": float(np.percentile(recv, 10))}}
-    has_sync = any(_spec(r).mode == "sync" for r in runs)
-    n_theta = len(_FITTED) if has_sync else len(_FITTED) - 1
+    modes = {_spec(r).mode for r in runs}
+    fitted = tuple(f for f in _FITTED if f not in _FITTED_BY_MODE or _FITTED_BY_MODE[f] in modes)
+    n_theta = len(fitted)
     measured = [_batch_durations(r) for r in runs]
 
     def residuals(theta):
-        c = _costs(base, theta, attention_cost)
+        c = _costs(base, theta, attention_cost, fitted)
         res = []
         for run, meas in zip(runs, measured):
             sim = _simulated_durations(run, c)
@@ -217,7 +228,10 @@ def fit(runs: Sequence[dict]) -> CostModel:
             t2 = theta.copy()
             t2[j] += step
             jac[:, j] = (residuals(t2) - r) / step
-        delta, *_ = np.linalg.lstsq(jac, -r, rcond=None)
+        # Terms the runs cannot tell apart (attention and dispatch_send overheads both come once per MoE micro-batch
+        # and layer when no run has dense-only work between them) make the Jacobian singular: the step is taken
+        # in the directions the data determine (the minimum-norm solution), not blown up along the others.
+        delta, *_ = np.linalg.lstsq(jac, -r, rcond=1e-6)
         improved = False
         for scale in (1.0, 0.5, 0.25, 0.1):
             cand = np.maximum(theta + scale * delta, 0.0)
@@ -227,15 +241,15 @@ def fit(runs: Sequence[dict]) -> CostModel:
                 break
         if not improved:
             break
-    theta = list(theta) + [0.0] * (len(_FITTED) - n_theta)
-    costs = _costs(base, theta, attention_cost)
+    costs = _costs(base, theta, attention_cost, fitted)
     meta = {"source": "cam-sim --calibrate: fitted from cam-run --cost-model runs on this machine (twin backend)",
             "runs": [dict(r["spec"], measured_makespan_s=r["report"]["makespan_s"]) for r in runs],
             "ffn_items": len(rows),
             "batch_duration_rms_residual_s": float(np.sqrt(np.mean(r * r))) if len(r) else 0.0,
             "note": "w1 carries the whole W1 + W2 + combine_send time of a work item (fitted per row); attention "
                     "fixed/per-token and dispatch_send fixed are the real per-layer work around cam-run's emulated "
-                    "attention sleep; barrier is sync mode's store barrier"}
+                    "attention sleep; barrier is sync mode's store barrier; all_to_all (colocated runs) the "
+                    "per-layer store barrier and the hand-offs between a device's two ranks"}
     return CostModel(costs.ops, name="twin-calibrated", meta=meta)
 
 
@@ -252,3 +266,53 @@ def predict(run_or_spec, costs: CostModel) -> dict:
         out["measured"] = {"makespan_s": m["makespan_s"], "ttft_mean_s": m["ttft_s"]["mean"]}
         out["rel_error"] = {k: out["predicted"][k] / out["measured"][k] - 1.0 for k in out["measured"]}
     return out
+
+
+# The equal-devices comparison on the twin (docs/sim.md §8): AFD on two devices (one Attention replica, one FFN rank)
+# against colocated on two (each device both), in a configuration where each one wins. The emulated attention is
+# small enough that an FFN rank's work and the colocated lockstep matter, large enough to dominate the CPU noise.
+EQUAL_DEVICES_ATTENTION_COST = (0.01, 0.0002, 0.0)
+_AFD_2 = {"mode": "async", "replicas": 1, "ffn": 1}
+_COLOCATED_2 = {"mode": "colocated", "replicas": 2, "ffn": 2}
+
+
+def equal_devices_validation(presets: Sequence[str] = ("default", "arrivals"), repeats: int = 3,
+                             attention_cost=EQUAL_DEVICES_ATTENTION_COST, model: str = "tiny",
+                             calibrate_preset: str = "default", timeout_s: float = 300.0, log=None) -> dict:
+    """Calibrate on one run of each deployment (``calibrate_preset``), then for every preset measure each deployment
+    ``repeats`` times (fresh runs) and compare the medians of makespan and mean TTFT with the prediction; the winner
+    (lower mean TTFT) measured and predicted. Returns a JSON-able record with every run's report."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    import statistics
+
+    def spec(preset, kind):
+        return RunSpec(preset=preset, model=model, attention_cost=tuple(attention_cost), **kind)
+
+    def measure(s):
+        if log:
+            log(f"cam-run {' '.join(s.argv())}")
+        return run_cam_run(s, timeout_s=timeout_s)
+
+    cal = [measure(spec(calibrate_preset, k)) for k in (_AFD_2, _COLOCATED_2)]
+    costs = fit(cal)
+    configs = []
+    for preset in presets:
+        row = {"preset": preset}
+        for name, kind in (("afd", _AFD_2), ("colocated", _COLOCATED_2)):
+            s = spec(preset, kind)
+            reports = [measure(s)["report"] for _ in range(repeats)]
+            med = {"makespan_s": statistics.median(r["makespan_s"] for r in reports),
+                   "ttft_mean_s": statistics.median(r["ttft_s"]["mean"] for r in reports)}
+            pred = predict(s, costs)["predicted"]
+            row[name] = {"spec": dataclasses.asdict(s), "devices": reports[0].get("devices"),
+                         "measured_median": med, "predicted": pred,
+                         "rel_error": {k: pred[k] / med[k] - 1.0 for k in med},
+                         "measured_runs": [{"makespan_s": r["makespan_s"], "ttft_mean_s": r["ttft_s"]["mean"]}
+                                           for r in reports]}
+        for what in ("measured_median", "predicted"):
+            a, c = row["afd"][what]["ttft_mean_s"], row["colocated"][what]["ttft_mean_s"]
+            row[f"{what.split('_')[0]}_winner"] = "afd" if a < c else "colocated"
+        configs.append(row)
+    return {"attention_cost": list(attention_cost), "repeats": repeats, "costs": costs.to_dict(),
+            "calibration_runs": cal, "configs": configs}

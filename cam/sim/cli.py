@@ -27,6 +27,22 @@ def _floats(s: str) -> List[float]:
     return [float(x) for x in s.split(",") if x.strip()]
 
 
+MODES = ("async", "sync", "colocated")
+
+
+def _modes(s: str) -> List[str]:
+    alias = {"both": ["async", "sync"], "all": list(MODES)}
+    out = []
+    for x in (alias.get(s.strip()) or [y.strip() for y in s.split(",") if y.strip()]):
+        if x not in MODES:
+            raise argparse.ArgumentTypeError(f"unknown mode {x!r}: modes are {', '.join(MODES)} (or both, all)")
+        if x not in out:
+            out.append(x)
+    if not out:
+        raise argparse.ArgumentTypeError("needs at least one mode")
+    return out
+
+
 def _parse(argv):
     p = argparse.ArgumentParser(prog="cam-sim", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -57,8 +73,20 @@ def _parse(argv):
     g.add_argument("--rates", type=_floats, default=[0.0],
                    help="comma-separated Poisson arrival rates in requests/s (0 = closed batch)")
     g.add_argument("--token-budget", type=int, default=16384, help="max tokens per batch per replica")
+    g.add_argument("--loads", type=_floats,
+                   help="comma-separated offered loads, as multiples of the rate the colocated baseline sustains on "
+                        "the same devices (the highest Poisson rate keeping >= --sustain of requests within --slo, "
+                        "found by bisection and printed); replaces --rates, needs --slo")
+    g.add_argument("--sustain", type=float, default=0.9,
+                   help="with --loads: the SLO attainment that defines the sustained rate")
     g = p.add_argument_group("simulation")
-    g.add_argument("--mode", choices=["async", "sync", "both"], default="both")
+    g.add_argument("--mode", type=_modes, default="both",
+                   help="comma-separated modes: async, sync (AFD with a barrier per layer), colocated (every device "
+                        "an Attention replica and an expert shard, an all-to-all per layer); both = async,sync; "
+                        "all = async,sync,colocated")
+    g.add_argument("--devices", type=int,
+                   help="devices of the colocated mode (default: as many as the AFD deployment, D*P + F, or "
+                        "--total-ranks with --sweep)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--routing", choices=ROUTINGS, default="uniform",
                    help="uniform: rows per expert drawn per round; balanced: exact even split")
@@ -90,6 +118,8 @@ def _parse(argv):
     g.add_argument("--calibrate-presets", default="default", help="cam-run presets to fit on (comma-separated)")
     g.add_argument("--validate-presets", default="imbalanced,skewed",
                    help="cam-run presets to predict and compare after fitting (comma-separated; '' = none)")
+    g.add_argument("--calibrate-modes", type=_modes, default="both",
+                   help="cam-run modes of the calibration and validation runs (comma-separated, as --mode)")
     g.add_argument("--cam-run-replicas", type=int, default=2)
     g.add_argument("--cam-run-ffn", type=int, default=2)
     g.add_argument("--cam-run-model", default="tiny")
@@ -131,7 +161,7 @@ def _writable(flag: str, path: str, directory: bool = False) -> None:
 
 def check_args(args) -> None:
     """Every flag checked before anything is simulated, run or written; each error names its flag and bound."""
-    for flag in ("replicas", "participants", "ffn", "total_ranks", "cam_run_replicas", "cam_run_ffn"):
+    for flag in ("replicas", "participants", "ffn", "total_ranks", "cam_run_replicas", "cam_run_ffn", "devices"):
         _bounded("--" + flag.replace("_", "-"), getattr(args, flag), 1, _MAX_RANKS)
     for flag, hi in (("slots", 64), ("ubatches", 64), ("capacity", _MAX_TOKENS), ("token_budget", _MAX_TOKENS),
                      ("min_len", _MAX_TOKENS), ("max_len", _MAX_TOKENS), ("cdf_ffn", _MAX_RANKS),
@@ -139,6 +169,9 @@ def check_args(args) -> None:
         _bounded("--" + flag.replace("_", "-"), getattr(args, flag), 1, hi)
     for f in args.sweep_ffn or []:
         _bounded("--sweep-ffn", f, 1, _MAX_RANKS)
+    if "colocated" in args.mode and args.batch_items:
+        raise ValueError("--batch-items is an FFN-side policy of AFD: a colocated device serves all the rows of a "
+                         "collective in one launch; drop colocated from --mode or --batch-items")
     _bounded("--requests", args.requests, 1, _MAX_REQUESTS)
     _bounded("--cam-run-requests", args.cam_run_requests, 1, 100_000)
     _bounded("--mean-len", float(args.mean_len), 1.0, float(_MAX_TOKENS))
@@ -151,6 +184,17 @@ def check_args(args) -> None:
     _bounded("--expert-skew", float(args.expert_skew), 0.0, 100.0)
     if args.slo is not None and (not math.isfinite(args.slo) or args.slo <= 0):
         raise ValueError(f"--slo must be a finite number of seconds > 0, got {args.slo!r}")
+    if args.loads is not None:
+        if args.slo is None:
+            raise ValueError("--loads needs --slo: the sustained rate is defined by SLO attainment")
+        if args.cam_run_preset:
+            raise ValueError("--loads needs generated Poisson arrivals, not --cam-run-preset's own")
+        if not args.loads:
+            raise ValueError("--loads needs at least one load")
+        for load in args.loads:
+            _bounded("--loads", float(load), 1e-3, 1e3)
+    if not 0.0 < args.sustain <= 1.0:
+        raise ValueError(f"--sustain must be in (0, 1], got {args.sustain!r}")
     _bounded("--cam-run-timeout", float(args.cam_run_timeout), 1.0, 86400.0)
     for name, value in zip("ABC", args.cam_run_attention_cost):
         _bounded(f"--cam-run-attention-cost {name}", float(value), 0.0, 10.0)
@@ -214,8 +258,6 @@ def _splits(args, model: ModelShape):
 
 
 def simulate_grid(args) -> dict:
-    from .report import simulate
-
     model = _model(args)
     costs = CostModel.load(args.costs)
     if args.cam_run_preset:
@@ -230,45 +272,121 @@ def simulate_grid(args) -> dict:
         args.rates = [CAM_RUN_PRESETS[args.cam_run_preset].arrival_rate]  # the preset brings its own arrivals
     if args.batch_items and args.batch_rows < model.top_k:
         raise ValueError(f"--batch-rows ({args.batch_rows}) is smaller than one token's rows (top-k {model.top_k})")
-    modes = ["async", "sync"] if args.mode == "both" else [args.mode]
+    afd = [m for m in args.mode if m != "colocated"]
+    plan = [(D, F, afd) for D, F in _splits(args, model)] if afd else []
+    # The colocated deployment (and the load axis's baseline) on as many devices as the AFD one.
+    N = args.devices or (args.total_ranks if args.sweep and args.total_ranks else
+                         args.replicas * args.participants + args.ffn)
+    if "colocated" in args.mode:
+        if args.cam_run_preset and N < args.replicas:
+            raise ValueError(f"--devices {N}: cam-run preset {args.cam_run_preset!r} spreads its requests over "
+                             f"{args.replicas} replicas")
+        plan.append((N, N, ["colocated"]))
+    cdf_split = (args.cdf_ffn or _splits(args, model)[0][1]) if afd else None
     runs, curves = [], {}
     t_start = time.perf_counter()
-    for D, F in _splits(args, model):
-        topo = SimTopology(D=D, F=F, P=args.participants, slots=args.slots, capacity=args.capacity,
-                           ubatches=args.ubatches)
-        for rate in args.rates:
-            if args.cam_run_preset:
-                wl = SimWorkload.from_cam_run(args.cam_run_preset, D)
-            else:
-                wl = SimWorkload.generate(args.requests, D, lengths=args.lengths, mean_len=args.mean_len,
-                                          min_len=args.min_len, max_len=args.max_len, sigma=args.sigma,
-                                          trace=args.trace, rate=rate, token_budget=args.token_budget,
-                                          seed=args.seed)
+    load_axis = None
+    if args.loads is not None:
+        load_axis = sustained_rate(args, model, costs, N)
+        args.rates = [load * load_axis["rate_req_s"] for load in args.loads]
+        if not args.quiet:
+            print(f"colocated N={N} sustains {load_axis['rate_req_s']:.4g} req/s (>= {args.sustain:.0%} of requests "
+                  f"within the {args.slo:g} s TTFT SLO; bisection over {len(load_axis['bisection'])} rates); "
+                  f"loads {', '.join(f'{x:g}' for x in args.loads)}", flush=True)
+    for D, F, modes in plan:
+        colocated = modes == ["colocated"]
+        topo = _topology(args, D, F, colocated)
+        for i, rate in enumerate(args.rates):
+            wl = _workload(args, D, rate, colocated)
             for mode in modes:
                 t0 = time.perf_counter()
-                rep = simulate(model, topo, wl, costs, mode=mode, seed=args.seed, routing=args.routing,
-                               expert_skew=args.expert_skew, slo_s=args.slo, per_request=True,
-                               placement=args.placement, assign=args.assign,
-                               batch_rows=args.batch_rows if args.batch_items else None)
+                rep = _simulate(args, model, topo, wl, costs, mode)
                 rep["rate"] = rate
+                if load_axis is not None:
+                    rep["load"] = args.loads[i]
                 rep["wall_s"] = time.perf_counter() - t0
                 per = rep.pop("ttft_per_request_s")
-                if F == (args.cdf_ffn or _splits(args, model)[0][1]):
-                    label = f"{mode} D={D} F={F}" + (f" {rate:g} req/s" if rate else "")
+                if colocated or F == cdf_split:
+                    label = (f"colocated N={D}" if colocated else f"{mode} D={D} F={F}") \
+                        + (f" load {args.loads[i]:g}" if load_axis is not None else f" {rate:g} req/s" if rate else "")
                     curves[label] = list(per.values())
                 runs.append(rep)
                 if not args.quiet:
                     _line(rep)
     result = {"model": model.to_dict(), "costs": costs.name, "cost_meta": costs.meta, "runs": runs,
               "summary": _summary(runs), "wall_s": time.perf_counter() - t_start}
+    if load_axis is not None:
+        result["load_axis"] = load_axis
     return result, curves
+
+
+def _topology(args, D: int, F: int, colocated: bool) -> SimTopology:
+    return SimTopology(D=D, F=F, P=1 if colocated else args.participants, slots=args.slots,
+                       capacity=None if colocated else args.capacity, ubatches=args.ubatches)
+
+
+def _workload(args, D: int, rate: float, colocated: bool) -> SimWorkload:
+    if args.cam_run_preset:
+        return SimWorkload.from_cam_run(args.cam_run_preset, args.replicas if colocated else D)
+    return SimWorkload.generate(args.requests, D, lengths=args.lengths, mean_len=args.mean_len, min_len=args.min_len,
+                                max_len=args.max_len, sigma=args.sigma, trace=args.trace, rate=rate,
+                                token_budget=args.token_budget, seed=args.seed)
+
+
+def _simulate(args, model, topo, wl, costs, mode: str, per_request: bool = True) -> dict:
+    from .report import simulate
+
+    return simulate(model, topo, wl, costs, mode=mode, seed=args.seed, routing=args.routing,
+                    expert_skew=args.expert_skew, slo_s=args.slo, per_request=per_request, placement=args.placement,
+                    assign=args.assign, batch_rows=args.batch_rows if args.batch_items and mode != "colocated" else None)
+
+
+# Bisection steps of the sustained rate: the bracket shrinks to 1/256 of its first width.
+_BISECT_STEPS = 8
+
+
+def sustained_rate(args, model, costs, N: int) -> dict:
+    """The highest Poisson rate at which colocated on N devices keeps >= args.sustain of the requests within the
+    TTFT SLO: the bracket's top starts at the closed batch's request throughput (no open-loop rate above it is
+    sustained for long) and doubles while it still passes; then bisection. The same seed at every rate, so only
+    the arrival times scale."""
+    topo = _topology(args, N, N, True)
+    tried = []
+
+    def attainment(rate: float) -> float:
+        rep = _simulate(args, model, topo, _workload(args, N, rate, True), costs, "colocated", per_request=False)
+        tried.append({"rate_req_s": rate, "slo_attainment": rep["slo"]["compliant_fraction"]})
+        return rep["slo"]["compliant_fraction"]
+
+    closed = _simulate(args, model, topo, _workload(args, N, 0.0, True), costs, "colocated", per_request=False)
+    if closed["slo"]["compliant_fraction"] >= args.sustain:
+        raise ValueError(f"--loads: colocated on {N} devices keeps {closed['slo']['compliant_fraction']:.0%} of "
+                         f"requests within the {args.slo:g} s SLO even when all {closed['requests']} arrive at once, "
+                         "so it sustains any rate: tighten --slo or raise --requests")
+    lo, hi = 0.0, closed["requests"] / closed["makespan_s"]
+    for _ in range(10):
+        if attainment(hi) < args.sustain:
+            break
+        lo, hi = hi, 2 * hi
+    for _ in range(_BISECT_STEPS):
+        mid = (lo + hi) / 2
+        if attainment(mid) >= args.sustain:
+            lo = mid
+        else:
+            hi = mid
+    if lo == 0.0:
+        raise ValueError(f"--loads: colocated on {N} devices keeps {args.sustain:.0%} of requests within the "
+                         f"{args.slo:g} s SLO at no rate down to {hi:.3g} req/s; raise --slo")
+    return {"baseline": f"colocated N={N}", "rate_req_s": lo, "slo_s": args.slo, "sustain": args.sustain,
+            "closed_batch_req_s": closed["requests"] / closed["makespan_s"], "bisection": tried}
 
 
 def _line(r: dict) -> None:
     t = r["ttft_s"]
     slo = f"  SLO ok {r['slo']['compliant_fraction']:.0%} goodput {r['slo']['goodput_tok_s']:.0f} tok/s" \
         if "slo" in r else ""
-    print(f"{r['mode']:5s} D={r['topology']['D']:<3d} F={r['topology']['F']:<3d} rate {r['rate']:<6g} "
+    where = f"N={r['devices']:<7d}" if r["mode"] == "colocated" else f"D={r['topology']['D']:<3d} F={r['topology']['F']:<3d}"
+    print(f"{r['mode']:9s} {where} rate {r['rate']:<6g} "
           f"makespan {r['makespan_s']:9.3f} s  TTFT mean {t['mean']:8.3f} p50 {t['p50']:8.3f} p90 {t['p90']:8.3f} "
           f"p99 {t['p99']:8.3f}  util FFN {r['ffn_utilisation']:.0%} Attn {r['attention_utilisation']:.0%}  "
           f"crit/makespan {r['critical_path_efficiency']:.2f}{slo}  ({r['wall_s']:.1f} s wall)", flush=True)
@@ -296,12 +414,25 @@ def _summary(runs: List[dict]) -> dict:
                           f"{metric}_async_over_sync": value(a) / value(s) if value(s) else None,
                           "ttft_mean_async_over_sync": a["ttft_s"]["mean"] / s["ttft_s"]["mean"],
                           "makespan_async_over_sync": a["makespan_s"] / s["makespan_s"]})
+    # AFD against the colocated deployment on the same number of devices, per rate.
+    vs = []
+    colo = {(r["rate"], r["devices"]): r for r in runs if r["mode"] == "colocated"}
+    for r in runs:
+        c = colo.get((r["rate"], r["devices"]))
+        if r["mode"] == "colocated" or c is None:
+            continue
+        vs.append({"rate": r["rate"], "mode": r["mode"], "D": r["topology"]["D"], "F": r["topology"]["F"],
+                   "devices": r["devices"],
+                   f"{metric}_over_colocated": value(r) / value(c) if value(c) else None,
+                   "ttft_p50_over_colocated": r["ttft_s"]["p50"] / c["ttft_s"]["p50"],
+                   "ttft_p99_over_colocated": r["ttft_s"]["p99"] / c["ttft_s"]["p99"],
+                   "makespan_over_colocated": r["makespan_s"] / c["makespan_s"]})
     best = {}
     for r in runs:
         k = f"{r['mode']}@{r['rate']:g}"
         if k not in best or value(r) > best[k][metric]:
             best[k] = {"D": r["topology"]["D"], "F": r["topology"]["F"], metric: value(r)}
-    return {"metric": metric, "async_gain": gains, "best_split": best}
+    return {"metric": metric, "async_gain": gains, "afd_over_colocated": vs, "best_split": best}
 
 
 def _print_summary(summary: dict) -> None:
@@ -312,6 +443,11 @@ def _print_summary(summary: dict) -> None:
         print(f"async/sync  D={g['D']:<3d} F={g['F']:<3d} rate {g['rate']:<6g} {metric} "
               f"{'n/a' if ratio is None else f'{ratio:.2f}x'}  TTFT mean {g['ttft_mean_async_over_sync']:.2f}x  "
               f"makespan {g['makespan_async_over_sync']:.2f}x")
+    for v in summary["afd_over_colocated"]:
+        ratio = v[f"{summary['metric']}_over_colocated"]
+        print(f"{v['mode']}/colocated D={v['D']:<3d} F={v['F']:<3d} ({v['devices']} devices) rate {v['rate']:<6g} "
+              f"{metric} {'n/a' if ratio is None else f'{ratio:.2f}x'}  TTFT p50 {v['ttft_p50_over_colocated']:.2f}x "
+              f"p99 {v['ttft_p99_over_colocated']:.2f}x  makespan {v['makespan_over_colocated']:.2f}x")
     for key, b in sorted(summary["best_split"].items()):
         mode, rate = key.split("@")
         print(f"best split  {mode:5s} rate {rate:<6s} D={b['D']} F={b['F']} ({metric} {b[summary['metric']]:.0f} tok/s)")
@@ -324,7 +460,7 @@ def calibrate(args) -> dict:
         return [RunSpec(preset=p, mode=m, model=args.cam_run_model, replicas=args.cam_run_replicas,
                         ffn=args.cam_run_ffn, requests=args.cam_run_requests,
                         attention_cost=tuple(args.cam_run_attention_cost))
-                for p in presets.split(",") if p for m in ("async", "sync")]
+                for p in presets.split(",") if p for m in args.calibrate_modes]
 
     def measure(spec_list, what):
         out = []

@@ -17,10 +17,11 @@ import json
 import os
 from typing import Dict, NamedTuple
 
-# Attention side (per participant, per micro-batch, per layer) and FFN side (per work item), plus the sync barrier
-# and the delay an idle FFN rank takes to notice a published round.
+# Attention side (per participant, per micro-batch, per layer) and FFN side (per work item), plus the sync barrier,
+# the delay an idle FFN rank takes to notice a published round, and the colocated mode's all-to-all collective
+# (fixed_s its latency, net_gbps the per-device link rate, net_byte the most one device sends or receives in it).
 OPS = ("attention", "dense_mlp", "shared", "dispatch_send", "combine_recv",
-       "dispatch_recv", "w1", "w2", "combine_send", "ffn_wake", "barrier")
+       "dispatch_recv", "w1", "w2", "combine_send", "ffn_wake", "barrier", "all_to_all")
 TERMS = ("fixed_s", "nonempty_s", "per_token_s", "per_row_s", "per_len2_s", "tflops", "gbps", "net_gbps")
 
 

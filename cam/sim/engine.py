@@ -105,9 +105,10 @@ class _Costs:
         m = np.arange(rows_max + 1, dtype=np.float64)
         return self.ffn_items(m, active(m))
 
-    def stage(self, lens: List[int]) -> tuple:
-        """(dense layer, MoE layer before publish, MoE layer after publish, combine_recv) seconds of one participant
-        for a micro-batch of prompts ``lens``."""
+    def stage_parts(self, lens: List[int], link: bool = True) -> tuple:
+        """(attention, dense MLP, shared experts, dispatch_send, combine_recv) seconds of one participant for a
+        micro-batch of prompts ``lens``; ``link=False`` leaves out dispatch_send's bytes on the link (the colocated
+        mode's all-to-all carries them)."""
         m, P, c = self.m, self.t.P, self.c
         n = sum(lens) / P
         len2 = sum(x * x for x in lens) / P
@@ -119,8 +120,14 @@ class _Costs:
         si = m.shared_experts * m.shared_intermediate
         shared = c.seconds("shared", Work(tokens=n, flop=6.0 * H * si * n, byte=6.0 * H * si)) if si else 0.0
         send = c.seconds("dispatch_send", Work(tokens=n, rows=n * K, byte=2.0 * H * n,
-                                               net_byte=n * self.fanout * (H + 4.0)))
+                                               net_byte=n * self.fanout * (H + 4.0) if link else 0.0))
         recv = c.seconds("combine_recv", Work(tokens=n, rows=n * K, byte=2.0 * H * n * (K + 1)))
+        return attn, dense, shared, send, recv
+
+    def stage(self, lens: List[int]) -> tuple:
+        """(dense layer, MoE layer before publish, MoE layer after publish, combine_recv) seconds of one participant
+        for a micro-batch of prompts ``lens``."""
+        attn, dense, shared, send, recv = self.stage_parts(lens)
         return attn + dense, attn + send, shared, recv
 
 

@@ -7,6 +7,7 @@ from typing import Optional
 import numpy as np
 
 from .costs import CostModel
+from .colocated import ColocatedSimulation
 from .engine import Simulation
 from .shapes import ModelShape, SimTopology
 from .workload import SimWorkload
@@ -24,14 +25,17 @@ def simulate(model: ModelShape, topo: SimTopology, workload: SimWorkload, costs:
              per_request: bool = False, placement=None, batch_rows: Optional[int] = None,
              assign: str = "round-robin") -> dict:
     """One simulated run, summarized as a JSON-able dict (see docs/sim.md for every field)."""
-    raw = Simulation(model, topo, workload, costs, mode=mode, seed=seed, routing=routing,
-                     expert_skew=expert_skew, placement=placement, batch_rows=batch_rows, assign=assign).run()
+    kind = ColocatedSimulation if mode == "colocated" else Simulation
+    raw = kind(model, topo, workload, costs, mode=mode, seed=seed, routing=routing, expert_skew=expert_skew,
+               placement=placement, batch_rows=batch_rows, assign=assign).run()
     ttft = raw["ttft_s"]
     makespan = raw["makespan_s"]
     tokens = int(workload.length.sum())
     out = {
         "mode": mode,
         "topology": topo.to_dict(),
+        # Devices the deployment occupies: colocated, each one a replica and an expert shard; AFD, D*P + F.
+        "devices": topo.D if mode == "colocated" else topo.D * topo.P + topo.F,
         "workload": workload.description,
         "seed": seed,
         "routing": routing,

@@ -1,0 +1,228 @@
+"""The colocated expert-parallel deployment AFD is measured against (``cam-sim --mode colocated``, docs/sim.md §8).
+
+N devices; every device is one Attention replica *and* one expert shard (the contiguous placement over N ranks,
+or ``--placement``). A device runs one timeline: its attention, its shared experts and the routed experts of every
+device's tokens that landed on its shard take turns, nothing overlaps. Per MoE layer and micro-batch:
+
+    attention (each device, its own tokens)
+    dispatch all-to-all        a collective: starts when the last device arrives
+    routed experts (W1 + W2)   each device, the rows of all devices routed to its shard, one grouped launch
+    combine all-to-all         a collective again
+    shared experts, combine    each device, its own tokens
+
+Dense layers need no collective: a device runs them as soon as its previous layer ended, so the next collective
+absorbs the skew. The batches of one step are formed together (the collectives make the devices lockstep, as in
+sync AFD): a device without requests in a step still joins every collective and still serves the experts of the
+others' tokens. Nothing is chunked (the colocated GMM sizes its buffer to the step).
+
+An all-to-all costs the ``all_to_all`` op of the cost file with ``net_byte`` = the largest volume one device sends
+or receives in it: dispatch ``H + 4`` bytes (int8 row + scale) and combine ``2 H`` bytes (bf16) per routed row that
+crosses devices (a row routed to its own device's shard does not). This is the per-rank link model of the AFD
+modes (docs/sim.md §2): no incast, no fabric.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+
+from .engine import Simulation, _Replica
+from .workload import split_stages
+
+
+class ColocatedSimulation(Simulation):
+    """``Simulation`` for ``mode="colocated"``: topology D = F = N devices, P = 1."""
+
+    def __init__(self, model, topo, workload, costs, **kw):
+        if topo.P != 1:
+            raise ValueError(f"colocated mode: every device is one Attention replica (P = 1), got P={topo.P}")
+        if topo.D != topo.F:
+            raise ValueError(f"colocated mode: every device is a replica and an expert shard, so D must equal F "
+                             f"(the device count N), got D={topo.D}, F={topo.F}")
+        if kw.get("batch_rows") is not None:
+            raise ValueError("colocated mode: --batch-items is an FFN-side policy of AFD; a colocated device serves "
+                             "every row of a collective in one launch already")
+        if kw.get("mode", "colocated") != "colocated":
+            raise ValueError(f"ColocatedSimulation runs mode 'colocated', got {kw['mode']!r}")
+        kw["mode"] = "async"  # the base class's checks; the schedule below is its own
+        super().__init__(model, topo, workload, costs, **kw)
+        self.mode = "colocated"
+        c = self.cost.c
+        self._a2a = c.op("all_to_all")
+        # The expert work of one device per collective: the FFN work item's compute terms (receive = local reorder,
+        # W1, W2), without combine_send's link term, which the combine all-to-all carries.
+        self._expert_ops = [term for term in self.cost._ffn if term[0] is not c.op("combine_send")] \
+            if "combine_send" in c.ops else list(self.cost._ffn)
+
+    # ------------------------------------------------------------------ costs
+
+    def _expert_seconds(self, rows: np.ndarray, active: np.ndarray) -> np.ndarray:
+        m = rows.astype(np.float64)
+        a = np.asarray(active, dtype=np.float64)
+        total = np.zeros_like(m)
+        for op, fpr, bpr, bpe, _ in self._expert_ops:
+            t = op.fixed_s + op.per_row_s * m + np.where(m > 0, op.nonempty_s, 0.0)
+            comp = fpr * m / (op.tflops * 1e12) if op.tflops else 0.0
+            mem = (bpr * m + bpe * a) / (op.gbps * 1e9) if op.gbps else 0.0
+            total += t + np.maximum(comp, mem)
+        return total
+
+    def _all_to_all(self, sent: np.ndarray, received: np.ndarray) -> float:
+        op = self._a2a
+        t = op.fixed_s + (op.nonempty_s if sent.any() else 0.0)
+        if op.net_gbps:
+            t += float(np.maximum(sent, received).max()) / (op.net_gbps * 1e9)
+        return t
+
+    def _rank_rows(self, moe_layer: int, tokens: int):
+        """Rows landing on each device's shard for a collective of ``tokens`` tokens, and experts they touch."""
+        slots = tokens * self.model.top_k
+        if self.place is not None:
+            rows, active = self.place[moe_layer].split(self._draw(slots, self.popularity[moe_layer]))
+        else:
+            rows = self._draw(slots, self.rank_popularity[moe_layer])
+            active = self._active(rows.astype(np.float64))
+        return rows, active
+
+    def _parts(self, lens: List[int]) -> tuple:
+        """(dense layer, MoE layer before the dispatch all-to-all, shared experts, combine_recv) seconds of one
+        device for a micro-batch: the AFD stage costs, dispatch_send without its link bytes."""
+        attn, dense, shared, send, recv = self.cost.stage_parts(lens, link=False)
+        return attn + dense, attn + send, shared, recv
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> dict:
+        m, wl, N = self.model, self.wl, self.topo.D
+        self.ttft = np.full(wl.num_requests, np.nan)
+        self.finish = np.full(wl.num_requests, np.nan)
+        self.reps = [_Replica(d, []) for d in range(N)]
+        order = np.argsort(wl.arrival_s, kind="stable").tolist()
+        if self.assign == "round-robin":
+            for rid in order:
+                self.reps[int(wl.replica[rid])].reqs.append(rid)
+        self._pending = [] if self.assign == "round-robin" else order  # --assign: not yet assigned, arrival order
+        self.ffn_time = np.zeros(N)
+        self.collectives = 0
+        self.total_rows = 0
+        self.step_count = 0
+        t = 0.0
+        K, H = m.top_k, m.hidden
+        cross = (N - 1) / N  # rows routed to the device's own shard stay local
+        steps = max(len(b) for b in wl.batches) if wl.batches is not None else None
+        while True:
+            if wl.batches is not None:
+                if self.step_count >= steps:
+                    break
+                batches = []
+                for rep in self.reps:
+                    own = wl.batches[rep.d] if rep.d < len(wl.batches) else []
+                    b = own[self.step_count] if self.step_count < len(own) else []
+                    batches.append(b)
+                    if b:  # cam-run's ranks start a step once their batch's last request arrived
+                        t = max(t, max(float(wl.arrival_s[r]) for r in b))
+            else:
+                self._assign_until(t)
+                waiting = [float(wl.arrival_s[rep.reqs[rep.next_req]]) for rep in self.reps
+                           if rep.next_req < len(rep.reqs)]
+                if not waiting:
+                    if not self._pending:
+                        break
+                    t = max(t, float(wl.arrival_s[self._pending[0]]))
+                    continue
+                t = max(t, min(waiting))
+                self._assign_until(t)
+                batches = [self._take_batch(rep, t) for rep in self.reps]
+            self.step_count += 1
+            t = self._step(batches, t, K, H, cross)
+        unfinished = int(np.isnan(self.ttft).sum())
+        if unfinished:
+            raise RuntimeError(f"simulation ended with {unfinished} request(s) unserved (a schedule bug)")
+        return self._raw()
+
+    def _assign_until(self, t: float) -> None:
+        """--assign: give every request arrived by t to a device, each by the policy as it stood at its arrival
+        (what was finished by then is known: every earlier step has ended)."""
+        if self.assign == "round-robin":
+            return
+        wl, finish = self.wl, self.finish
+        while self._pending and float(wl.arrival_s[self._pending[0]]) <= t:
+            rid = self._pending.pop(0)
+            a = float(wl.arrival_s[rid])
+            for r in self.reps:
+                r.assigned = [x for x in r.assigned if not finish[x] <= a]
+            if self.assign == "fewest-tokens":
+                rep = min(self.reps, key=lambda r: (int(wl.length[r.assigned].sum()) if r.assigned else 0, r.d))
+            else:
+                rep = min(self.reps, key=lambda r: (len(r.assigned), r.d))
+            rep.reqs.append(rid)
+            rep.assigned.append(rid)
+
+    def _step(self, batches, t: float, K: int, H: int, cross: float) -> float:
+        m, N = self.model, self.topo.D
+        stages = []
+        for rep, rids in zip(self.reps, batches):
+            lens = [int(self.wl.length[r]) for r in rids]
+            parts = [(sum(s),) + self._parts(s) for s in split_stages(lens, self.topo.ubatches)] if rids else []
+            stages.append(parts)
+            rep.rids = list(rids)
+            if rids:
+                rep.batches_run += 1
+        S = max(len(s) for s in stages)
+        empty = (0, 0.0, 0.0, 0.0, 0.0)
+        stages = [s + [empty] * (S - len(s)) for s in stages]
+        td = np.full(N, t)
+        busy = np.zeros(N)
+        for layer in range(m.layers):
+            if layer < m.first_dense:
+                for d in range(N):
+                    dense = sum(st[1] for st in stages[d])
+                    td[d] += dense
+                    busy[d] += dense
+                continue
+            moe = layer - m.first_dense
+            for s in range(S):
+                tokens = np.array([stages[d][s][0] for d in range(N)], dtype=np.float64)
+                attn = np.array([stages[d][s][2] for d in range(N)])
+                td += attn
+                busy += attn
+                rows, active = self._rank_rows(moe, int(tokens.sum()))
+                self.total_rows += int(tokens.sum()) * K
+                fan = self.cost.fanout
+                # dispatch: a device sends its tokens' rows to the shards they hit, a shard receives its rows
+                start = float(td.max()) + self._all_to_all(tokens * fan * (H + 4.0) * cross,
+                                                           rows * (H + 4.0) * cross)
+                expert = self._expert_seconds(rows, active)
+                self.ffn_time += expert
+                done = start + expert
+                end = float(done.max()) + self._all_to_all(rows * 2.0 * H * cross, tokens * K * 2.0 * H * cross)
+                tail = np.array([stages[d][s][3] + stages[d][s][4] for d in range(N)])
+                td = end + tail
+                busy += tail
+                self.collectives += 1
+        for d, rep in enumerate(self.reps):
+            rep.busy += float(busy[d])
+            for rid in rep.rids:
+                self.finish[rid] = float(td[d])
+                self.ttft[rid] = float(td[d]) - float(self.wl.arrival_s[rid])
+            rep.rids = []
+        # The step ends for everyone at the last device's end: the next step's first collective waits for it.
+        return float(td.max())
+
+    def _raw(self) -> dict:
+        return {
+            "ttft_s": self.ttft,
+            "finish_s": self.finish,
+            "makespan_s": float(np.nanmax(self.finish)),
+            "ffn_busy_s": self.ffn_time.tolist(),
+            "attention_busy_s": [rep.busy for rep in self.reps],
+            # A lower bound: the busiest device's own work (attention, shared, its experts), no collective waits.
+            "critical_path_s": float(max(rep.busy + e for rep, e in zip(self.reps, self.ffn_time))),
+            "replica_chain_s": [rep.busy + e for rep, e in zip(self.reps, self.ffn_time.tolist())],
+            "rounds": self.collectives,
+            "work_items": self.collectives * self.topo.D,
+            "launches": self.collectives * self.topo.D,
+            "routed_rows": self.total_rows,
+            "batches": sum(rep.batches_run for rep in self.reps),
+        }
