@@ -17,6 +17,7 @@ import hmac
 import os
 import socket
 import threading
+import time
 from datetime import timedelta
 from typing import Deque, Optional, Sequence, Tuple
 
@@ -24,7 +25,7 @@ import torch
 
 from . import ops
 from .comm import Comm, LostReplica
-from .errors import CommAbortedError, ReplicaLostError
+from .errors import CommAbortedError, FFNNotServingError, ReplicaLostError
 from .layer_weights import LayerWeights
 from .topology import Topology
 
@@ -35,6 +36,7 @@ __all__ = [
     "CapturedFFN",
     "ConnectorConfig",
     "DONE_KEY",
+    "SERVING_KEY",
     "FFNWorkItem",
     "ReplicaLostError",
     "RUN_SECRET_ENV",
@@ -58,6 +60,10 @@ _TRANSPORTS = ("shm", "in_process")
 # rounds, and a request that every FFN rank stop. Signed like every rendezvous value when the run has a secret.
 DONE_KEY = "{group}/serve/done/{rank}"
 SHUTDOWN_KEY = "{group}/serve/shutdown"
+# An FFN rank's serving state: "serving" once its loop runs its first iteration (a graph-mode rank after its capture),
+# "failed: ..." when it failed before. Attention ranks wait for it before their first round (wait_ffn_serving).
+SERVING_KEY = "{group}/serve/serving/{rank}"
+SERVING, FAILED_PREFIX = "serving", "failed: "
 
 # Word of the device work item that holds the layer (docs/protocol.md §4.2); W1/W2 read it through a view.
 WORK_ITEM_LAYER_WORD = 2
@@ -386,6 +392,47 @@ class AsyncAFDConnector:
     def request_shutdown(self, reason: str = "requested") -> None:
         """Any rank: asks every FFN rank to stop serving at its next idle poll (docs/protocol.md, "Shutdown")."""
         post_shutdown(self._messages(), self.config.group, reason)
+
+    def mark_serving(self, failure: Optional[str] = None) -> None:
+        """FFN rank: tells the Attention ranks it serves (its loop is about to run its first iteration), or, with
+        ``failure``, that it failed before and never will (their :meth:`wait_ffn_serving` then raises, quoting it)."""
+        self._require("ffn")
+        value = SERVING if failure is None else FAILED_PREFIX + (str(failure) or "unknown")
+        self._messages().set(SERVING_KEY.format(group=self.config.group, rank=self.rank), value)
+
+    def wait_ffn_serving(self, timeout_s: Optional[float] = None) -> None:
+        """Attention rank: returns once every FFN rank serves (:meth:`mark_serving`, which :func:`cam.serve_ffn`
+        calls), polling the store every ``idle_poll_s`` for at most ``timeout_s`` (default the config's). A round
+        sent earlier would wait in the plane for a rank that may still be capturing or may have failed; this names
+        the rank instead. Raises :class:`cam.FFNNotServingError` naming every FFN rank that failed (quoting its
+        reason) or did not serve within the bound. Host side only; FFN loops other than serve_ffn must call
+        :meth:`mark_serving` themselves for it to return."""
+        self._require("attention")
+        bound = self.config.timeout_s if timeout_s is None else timeout_s
+        if not bound > 0:
+            raise ValueError(f"wait_ffn_serving: timeout_s must be > 0 seconds, got {timeout_s!r}")
+        topo, messages = self.config.topology, self._messages()
+        keys = {r: SERVING_KEY.format(group=self.config.group, rank=r) for r in range(topo.A, topo.world_size)}
+        deadline = time.monotonic() + bound
+        while True:
+            waiting, failed = [], []
+            for rank, key in keys.items():
+                if not messages.check([key]):
+                    waiting.append(rank)
+                    continue
+                value = messages.get(key).decode(errors="replace")
+                if value.startswith(FAILED_PREFIX):
+                    failed.append(f"FFN rank {rank} failed before serving: {value[len(FAILED_PREFIX):]}")
+                elif value != SERVING:
+                    failed.append(f"FFN rank {rank} wrote an unknown serving state {value!r} to {key}")
+            if failed:
+                raise FFNNotServingError(f"wait_ffn_serving on rank {self.rank}: " + "; ".join(failed))
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                raise FFNNotServingError(f"wait_ffn_serving on rank {self.rank}: FFN rank(s) {waiting} not serving "
+                                         f"after {bound:g} s (not started, still loading or capturing)")
+            time.sleep(min(self.config.idle_poll_s, max(deadline - time.monotonic(), 0.0)))
 
     def shutdown_requested(self) -> Optional[str]:
         """FFN rank: why to stop serving (a shutdown request, or every Attention rank finished), else None. Host

@@ -59,7 +59,9 @@ def serve_ffn(connector, w1, w2, *, graph: bool = False, stop: Optional[threadin
 
     Args:
         graph: capture the iteration once and replay it (:class:`cam.connector.CapturedFFN`) instead of eager ops.
-        ready: set once the loop is about to run its first iteration (after the capture with ``graph``).
+        ready: set once the loop is about to run its first iteration (after the capture with ``graph``), when it
+            also tells the Attention ranks through the store (``connector.mark_serving()``; a capture that fails
+            is reported there too, so their ``wait_ffn_serving`` raises naming this rank instead of timing out).
         items_per_check: iterations (replays) between two reads of the store's messages (>= 1); each idles at
             most ``idle_poll_s``, so this many idle polls bound how late a message is seen.
 
@@ -83,7 +85,14 @@ def serve_ffn(connector, w1, w2, *, graph: bool = False, stop: Optional[threadin
     log.info("ffn rank %d serving experts [%d, %d) of %d MoE layers, H = %d, I = %d, %s, idle poll %.3f s",
              connector.rank, first, first + topo.R, topo.L, topo.H, w2.k, "graph replay" if graph else "eager",
              connector.config.idle_poll_s)
-    captured = connector.capture_ffn(w1, w2) if graph else None
+    try:
+        captured = connector.capture_ffn(w1, w2) if graph else None
+    except BaseException as e:
+        log.error("ffn rank %d failed before serving: %s: %s", connector.rank, type(e).__name__, e)
+        connector.mark_serving(failure=f"{type(e).__name__}: {e}")
+        raise
+    # Attention ranks wait for this before their first round (AsyncAFDConnector.wait_ffn_serving).
+    connector.mark_serving()
     if ready is not None:
         ready.set()
     start = time.monotonic()

@@ -32,20 +32,21 @@ def _experts(seed=0):
 class _World:
     """Ranks as threads: D Attention connectors (returned to the caller) and F FFN ranks running serve_ffn."""
 
-    def __init__(self, group, *, D=1, F=2, graph=False, secret=None, idle_poll_s=0.01):
+    def __init__(self, group, *, D=1, F=2, graph=False, secret=None, idle_poll_s=0.01, connector=AsyncAFDConnector):
         self.topo = cam.Topology(D=D, P=1, F=F, E=E, K=K, H=H, Bmax=B, L=L)
         self.cfg = ConnectorConfig(topology=self.topo, timeout_s=TIMEOUT_S, idle_poll_s=idle_poll_s, group=group,
                                    transport="in_process", secret=secret)
         self.store = torch.distributed.HashStore()
         self.layers = _experts()
         self.graph = graph
+        self.connector = connector
         self.results, self.errors, self.stopped_at = {}, {}, {}
         self.ready = [threading.Event() for _ in range(F)]
         self.ffn = [threading.Thread(target=self._serve, args=(f,), daemon=True) for f in range(F)]
 
     def _serve(self, f):
         rank = self.topo.A + f
-        conn = AsyncAFDConnector(rank, "ffn", self.cfg)
+        conn = self.connector(rank, "ffn", self.cfg)
         try:
             conn.init_afd_connector(self.store)
             w1, w2 = convert.layer_weights(self.layers, range(f * self.topo.R, (f + 1) * self.topo.R))
@@ -62,9 +63,10 @@ class _World:
             t.start()
         conns = [AsyncAFDConnector(a, "attention", self.cfg) for a in range(self.topo.A)]
         init_connectors(conns, self.store, TIMEOUT_S)
-        # Rounds go out once every FFN rank serves (a graph-mode rank captures first, docs/integrations.md §3).
-        for f, event in enumerate(self.ready):
-            assert event.wait(TIMEOUT_S) or self.errors, f"FFN rank {self.topo.A + f} did not start serving"
+        # Rounds go out once every FFN rank serves, as the FFN ranks say through the store (a graph-mode rank
+        # captures first, docs/integrations.md §3).
+        for conn in conns:
+            conn.wait_ffn_serving(TIMEOUT_S)
         return conns
 
     def join(self):
@@ -140,6 +142,47 @@ def test_a_forged_shutdown_is_refused_by_name():
     assert isinstance(err, PermissionError) and "serve-forged/serve/shutdown" in str(err)
 
 
+class _CaptureFails(AsyncAFDConnector):
+    def capture_ffn(self, w1, w2):
+        raise cam.CaptureInvalidatedError("camStreamEndCapture: the capture was invalidated (a stand-in)")
+
+
+def test_an_ffn_rank_that_fails_before_serving_is_named_at_the_first_round():
+    """A graph-mode FFN rank whose capture fails tells the Attention ranks through the store: their wait names it
+    and its reason at once, instead of a first round that would wait out the plane's timeout for it."""
+    world = _World("serve-capture-fails", F=2, graph=True, connector=_CaptureFails)
+    start = time.monotonic()
+    with pytest.raises(cam.FFNNotServingError, match=r"FFN rank 1 failed before serving: CaptureInvalidatedError"):
+        world.start()
+    assert time.monotonic() - start < TIMEOUT_S / 2  # named well before the plane's bound
+    world.join()
+    assert sorted(world.errors) == [1, 2] and all(isinstance(e, cam.CaptureInvalidatedError)
+                                                  for e in world.errors.values())
+
+
+def test_wait_ffn_serving_is_bounded_and_names_the_ranks_not_serving():
+    topo = cam.Topology(D=1, P=1, F=1, E=E, K=K, H=H, Bmax=B, L=L)
+    cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group="serve-never",
+                          transport="in_process")
+    store = torch.distributed.HashStore()
+    conns = [AsyncAFDConnector(0, "attention", cfg), AsyncAFDConnector(1, "ffn", cfg)]
+    init_connectors(conns, store, TIMEOUT_S)  # the FFN rank joins the plane but never serves
+    try:
+        start = time.monotonic()
+        with pytest.raises(cam.FFNNotServingError, match=r"FFN rank\(s\) \[1\] not serving after 0.2 s"):
+            conns[0].wait_ffn_serving(0.2)
+        assert time.monotonic() - start < 5.0  # 0.2 s plus one poll; 5 s only guards a loaded machine
+        with pytest.raises(ValueError, match="timeout_s"):
+            conns[0].wait_ffn_serving(0)
+        with pytest.raises(ValueError, match="attention rank"):
+            conns[1].wait_ffn_serving(0.2)
+        conns[1].mark_serving()
+        conns[0].wait_ffn_serving(0.2)
+    finally:
+        for conn in conns:
+            conn.close()
+
+
 def test_serve_ffn_refuses_bad_arguments():
     world = _World("serve-args", F=1)
     conns = world.start()
@@ -199,6 +242,7 @@ def test_cam_ffn_processes_serve_a_checkpoint(tmp_path):
         conn = AsyncAFDConnector(0, "attention", cfg)
         conn.init_afd_connector(store)
         try:
+            conn.wait_ffn_serving()  # rank 2 captures its graph first
             x, ids, w = _round(conn, 1, 5)
             out = conn.recv_ffn_output()
             conn.finish()
