@@ -32,13 +32,16 @@ def _experts(seed=0):
 class _World:
     """Ranks as threads: D Attention connectors (returned to the caller) and F FFN ranks running serve_ffn."""
 
-    def __init__(self, group, *, D=1, F=2, graph=False, secret=None, idle_poll_s=0.01, connector=AsyncAFDConnector):
+    def __init__(self, group, *, D=1, F=2, graph=False, secret=None, idle_poll_s=0.01, connector=AsyncAFDConnector,
+                 batched=False):
         self.topo = cam.Topology(D=D, P=1, F=F, E=E, K=K, H=H, Bmax=B, L=L)
         self.cfg = ConnectorConfig(topology=self.topo, timeout_s=TIMEOUT_S, idle_poll_s=idle_poll_s, group=group,
                                    transport="in_process", secret=secret)
         self.store = torch.distributed.HashStore()
         self.layers = _experts()
         self.graph = graph
+        # Two work items' rows: a batch serves both replicas' rounds at once.
+        self.row_budget = 2 * self.topo.recv_rows if batched else None
         self.connector = connector
         self.results, self.errors, self.stopped_at = {}, {}, {}
         self.ready = [threading.Event() for _ in range(F)]
@@ -51,7 +54,7 @@ class _World:
             conn.init_afd_connector(self.store)
             w1, w2 = convert.layer_weights(self.layers, range(f * self.topo.R, (f + 1) * self.topo.R))
             self.results[rank] = cam.serve_ffn(conn, w1, w2, graph=self.graph, ready=self.ready[f],
-                                               max_serve_s=4 * TIMEOUT_S)
+                                               max_serve_s=4 * TIMEOUT_S, row_budget=self.row_budget)
         except BaseException as e:  # noqa: BLE001 - the test reads it
             self.errors[rank] = e
         finally:
@@ -87,16 +90,18 @@ def _round(conn, layer, seed):
     return x, ids, w
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["one-item", "batched"])
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
-def test_served_rounds_equal_cams_ops_in_one_process(graph):
-    world = _World(f"serve-{graph}", D=2, graph=graph)
+def test_served_rounds_equal_cams_ops_in_one_process(graph, batched):
+    world = _World(f"serve-{graph}-{batched}", D=2, graph=graph, batched=batched)
     conns = world.start()
     got = {}
     try:
         for layer in range(L):
+            # Both replicas' rounds are out before either is received, so a batched receive can take both.
+            sent = [_round(conn, layer, 10 * layer + a) for a, conn in enumerate(conns)]
             for a, conn in enumerate(conns):
-                sent = _round(conn, layer, 10 * layer + a)
-                got[(a, layer)] = (sent, conn.recv_ffn_output())
+                got[(a, layer)] = (sent[a], conn.recv_ffn_output())
     finally:
         for conn in conns:
             conn.finish()
@@ -111,8 +116,33 @@ def test_served_rounds_equal_cams_ops_in_one_process(graph):
         assert torch.equal(out, routed_local(x, ids, w, w1, w2, layer)), (a, layer)
 
 
-def test_shutdown_request_stops_every_ffn_rank_within_its_idle_poll():
-    world = _World("serve-stop", F=2, idle_poll_s=0.02)
+def test_one_batched_ffn_step_serves_both_replicas_ready_rounds():
+    """Both replicas' rounds are published (dispatch_send returned) before the FFN rank's first receive: one
+    batched iteration takes both, of different layers, and each replica gets exactly cam's one-process result."""
+    topo = cam.Topology(D=2, P=1, F=1, E=E, K=K, H=H, Bmax=B, L=L)
+    cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group="serve-batch-step",
+                          transport="in_process")
+    conns = [AsyncAFDConnector(r, "attention" if r < topo.A else "ffn", cfg) for r in range(topo.world_size)]
+    init_connectors(conns, torch.distributed.HashStore(), TIMEOUT_S)
+    layers = _experts()
+    w1, w2 = convert.layer_weights(layers)
+    try:
+        sent = [_round(conns[a], a, 7 + a) for a in range(topo.A)]  # replica a at MoE layer a
+        with pytest.raises(ValueError, match="row_budget = 1 is below one work item's rows"):
+            conns[2].ffn_step(w1, w2, row_budget=1)
+        table = conns[2].ffn_step(w1, w2, row_budget=2 * topo.recv_rows)
+        assert int((table[:, 0] != 0).sum()) == 2, table  # word 0: kind, 0 for an empty slot
+        outs = [conns[a].recv_ffn_output() for a in range(topo.A)]
+    finally:
+        for conn in conns:
+            conn.close()
+    for a, ((x, ids, w), out) in enumerate(zip(sent, outs)):
+        assert torch.equal(out, routed_local(x, ids, w, w1, w2, a)), a
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one-item", "batched"])
+def test_shutdown_request_stops_every_ffn_rank_within_its_idle_poll(batched):
+    world = _World(f"serve-stop-{batched}", F=2, idle_poll_s=0.02, batched=batched)
     conns = world.start()
     try:
         _round(conns[0], 0, 1)
@@ -167,7 +197,7 @@ def test_rounds_sent_while_graph_ranks_capture_are_served():
 
 
 class _CaptureFails(AsyncAFDConnector):
-    def capture_ffn(self, w1, w2):
+    def capture_ffn(self, w1, w2, row_budget=None):
         raise cam.CaptureInvalidatedError("camStreamEndCapture: the capture was invalidated (a stand-in)")
 
 
@@ -259,7 +289,9 @@ def test_cam_ffn_processes_serve_a_checkpoint(tmp_path):
     topo = cam.Topology(D=1, P=1, F=2, E=E, K=K, H=H, Bmax=B, L=L)
     common = ["--checkpoint", str(tmp_path), "-D", "1", "-F", "2", "--max-tokens", str(B), "--master-port",
               str(port), "--group", "ffn-proc", "--idle-poll", "0.02", "--timeout", str(TIMEOUT_S)]
-    procs = [_cam_ffn(["--rank", str(r), *common] + (["--graph"] if r == 2 else []), env) for r in (1, 2)]
+    # Rank 1 eager, one work item per iteration; rank 2 replays a captured batched iteration.
+    batched = ["--graph", "--row-budget", str(2 * topo.recv_rows)]
+    procs = [_cam_ffn(["--rank", str(r), *common] + (batched if r == 2 else []), env) for r in (1, 2)]
     try:
         cfg = ConnectorConfig(topology=topo, master_port=port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
                               group="ffn-proc", secret=secret)
@@ -283,7 +315,8 @@ def test_cam_ffn_processes_serve_a_checkpoint(tmp_path):
         result = json.loads(stdout.strip().splitlines()[-1])
         assert result["reason"] == "attention finished" and result["iterations"] >= 1
         assert "serving experts" in stderr and "MoE layers [0, 1]" in stderr
-    assert "graph replay" in outs[1][1]
+    assert "graph replay" in outs[1][1] and f"batches of up to {2 * topo.recv_rows} rows" in outs[1][1]
+    assert "one work item per iteration" in outs[0][1]
     w1, w2 = convert.layer_weights(_experts())
     assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
 
@@ -303,3 +336,12 @@ def test_cam_ffn_refuses_an_unsupported_checkpoint(tmp_path, config, needle, cap
 
     assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4"]) == 2
     assert needle in caplog.text
+
+
+def test_cam_ffn_refuses_a_row_budget_below_one_work_item(tmp_path, caplog):
+    _write_checkpoint(tmp_path, _experts())
+    from cam import ffn_server
+
+    assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4",
+                            "--row-budget", "1"]) == 2
+    assert "--row-budget 1 is below one work item's rows" in caplog.text
