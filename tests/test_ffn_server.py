@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -17,7 +16,7 @@ from cam import convert
 from cam.connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, ConnectorConfig, post_shutdown
 from cam.integrations.plane import routed_local
 
-from _connector_harness import init_connectors
+from _connector_harness import ServingFFNRanks, init_connectors
 
 TIMEOUT_S = 60.0  # device waits and thread joins; a hung rank fails the test instead of blocking it
 E, K, H, I, L, B = 8, 2, 64, 32, 2, 10
@@ -32,38 +31,20 @@ def _experts(seed=0):
 class _World:
     """Ranks as threads: D Attention connectors (returned to the caller) and F FFN ranks running serve_ffn."""
 
-    def __init__(self, group, *, D=1, F=2, graph=False, secret=None, idle_poll_s=0.01, connector=AsyncAFDConnector,
+    def __init__(self, group, *, D=1, F=2, graph=False, secret=None, idle_poll_s=0.01, connector=None,
                  batched=False):
         self.topo = cam.Topology(D=D, P=1, F=F, E=E, K=K, H=H, Bmax=B, L=L)
         self.cfg = ConnectorConfig(topology=self.topo, timeout_s=TIMEOUT_S, idle_poll_s=idle_poll_s, group=group,
                                    transport="in_process", secret=secret)
         self.store = torch.distributed.HashStore()
         self.layers = _experts()
-        self.graph = graph
         # Two work items' rows: a batch serves both replicas' rounds at once.
-        self.row_budget = 2 * self.topo.recv_rows if batched else None
-        self.connector = connector
-        self.results, self.errors, self.stopped_at = {}, {}, {}
-        self.ready = [threading.Event() for _ in range(F)]
-        self.ffn = [threading.Thread(target=self._serve, args=(f,), daemon=True) for f in range(F)]
-
-    def _serve(self, f):
-        rank = self.topo.A + f
-        conn = self.connector(rank, "ffn", self.cfg)
-        try:
-            conn.init_afd_connector(self.store)
-            w1, w2 = convert.layer_weights(self.layers, range(f * self.topo.R, (f + 1) * self.topo.R))
-            self.results[rank] = cam.serve_ffn(conn, w1, w2, graph=self.graph, ready=self.ready[f],
-                                               max_serve_s=4 * TIMEOUT_S, row_budget=self.row_budget)
-        except BaseException as e:  # noqa: BLE001 - the test reads it
-            self.errors[rank] = e
-        finally:
-            self.stopped_at[rank] = time.monotonic()
-            conn.close()
+        self.ffn = ServingFFNRanks(self.cfg, self.store, self.layers, timeout_s=TIMEOUT_S, graph=graph,
+                                   row_budget=2 * self.topo.recv_rows if batched else None, connector=connector)
+        self.results, self.errors, self.stopped_at = self.ffn.results, self.ffn.errors, self.ffn.stopped_at
 
     def start(self, wait_serving=True):
-        for t in self.ffn:
-            t.start()
+        self.ffn.start()
         conns = [AsyncAFDConnector(a, "attention", self.cfg) for a in range(self.topo.A)]
         init_connectors(conns, self.store, TIMEOUT_S)
         if not wait_serving:
@@ -75,9 +56,7 @@ class _World:
         return conns
 
     def join(self):
-        for t in self.ffn:
-            t.join(TIMEOUT_S)
-        assert not any(t.is_alive() for t in self.ffn), "an FFN rank did not stop within its bound"
+        self.ffn.join()
 
 
 def _round(conn, layer, seed):
