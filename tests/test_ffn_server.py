@@ -58,6 +58,16 @@ class _World:
     def join(self):
         self.ffn.join()
 
+    def finish(self, conns):
+        """Every Attention rank finishes, the FFN ranks stop on it, then the Attention ranks close."""
+        try:
+            for conn in conns:
+                conn.finish()
+            self.join()
+        finally:
+            for conn in conns:
+                conn.close()
+
 
 def _round(conn, layer, seed):
     g = torch.Generator().manual_seed(seed)
@@ -82,11 +92,7 @@ def test_served_rounds_equal_cams_ops_in_one_process(graph, batched):
             for a, conn in enumerate(conns):
                 got[(a, layer)] = (sent[a], conn.recv_ffn_output())
     finally:
-        for conn in conns:
-            conn.finish()
-        world.join()
-        for conn in conns:
-            conn.close()
+        world.finish(conns)
     assert not world.errors, world.errors
     assert {r.reason for r in world.results.values()} == {"attention finished"}
     w1, w2 = convert.layer_weights(world.layers)
@@ -167,11 +173,7 @@ def test_rounds_sent_while_graph_ranks_capture_are_served():
                     _round(conn, layer, a)
                     conn.recv_ffn_output()
         finally:
-            for conn in conns:
-                conn.finish()
-            world.join()
-            for conn in conns:
-                conn.close()
+            world.finish(conns)
         assert not world.errors, (n, world.errors)
 
 
