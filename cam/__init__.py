@@ -53,7 +53,7 @@ _LAZY = {
     "_runtime": None,
     **{name: ".errors" for name in ("CamError", "CaptureInvalidatedError", "GraphInvalidError", "CommAbortedError",
                                     "CommProtocolError", "CommTimeoutError", "DeviceArgumentError",
-                                    "InvalidArgumentError", "InvalidDtypeError", "KernelFaultError",
+                                    "FFNNotServingError", "InvalidArgumentError", "InvalidDtypeError", "KernelFaultError",
                                     "ReplicaLostError", "SyncTimeoutError")},
 }
 _state = {"core": False, "loaded": False, "loading": False}
@@ -224,6 +224,7 @@ __all__ = [
     "CommProtocolError",
     "CommTimeoutError",
     "DeviceArgumentError",
+    "FFNNotServingError",
     "GraphInvalidError",
     "InvalidDtypeError",
     "ReplicaLostError",

@@ -17,6 +17,7 @@ import hmac
 import os
 import socket
 import threading
+import time
 from datetime import timedelta
 from typing import Deque, Optional, Sequence, Tuple
 
@@ -24,8 +25,9 @@ import torch
 
 from . import ops
 from .comm import Comm, LostReplica
-from .errors import CommAbortedError, ReplicaLostError
+from .errors import CommAbortedError, FFNNotServingError, ReplicaLostError
 from .layer_weights import LayerWeights
+from .ops.gmm import GROUP_LIST_COUNTS, GROUP_TABLE
 from .topology import Topology
 
 __all__ = [
@@ -35,11 +37,13 @@ __all__ = [
     "CapturedFFN",
     "ConnectorConfig",
     "DONE_KEY",
+    "SERVING_KEY",
     "FFNWorkItem",
     "ReplicaLostError",
     "RUN_SECRET_ENV",
     "SHUTDOWN_KEY",
     "WORK_ITEM_LAYER_WORD",
+    "ffn_batch_iteration",
     "ffn_compute",
     "ffn_iteration",
     "loopback_store",
@@ -58,6 +62,10 @@ _TRANSPORTS = ("shm", "in_process")
 # rounds, and a request that every FFN rank stop. Signed like every rendezvous value when the run has a secret.
 DONE_KEY = "{group}/serve/done/{rank}"
 SHUTDOWN_KEY = "{group}/serve/shutdown"
+# An FFN rank's serving state: "serving" once its loop runs its first iteration (a graph-mode rank after its capture),
+# "failed: ..." when it failed before. Attention ranks wait for it before their first round (wait_ffn_serving).
+SERVING_KEY = "{group}/serve/serving/{rank}"
+SERVING, FAILED_PREFIX = "serving", "failed: "
 
 # Word of the device work item that holds the layer (docs/protocol.md §4.2); W1/W2 read it through a view.
 WORK_ITEM_LAYER_WORD = 2
@@ -387,6 +395,47 @@ class AsyncAFDConnector:
         """Any rank: asks every FFN rank to stop serving at its next idle poll (docs/protocol.md, "Shutdown")."""
         post_shutdown(self._messages(), self.config.group, reason)
 
+    def mark_serving(self, failure: Optional[str] = None) -> None:
+        """FFN rank: tells the Attention ranks it serves (its loop is about to run its first iteration), or, with
+        ``failure``, that it failed before and never will (their :meth:`wait_ffn_serving` then raises, quoting it)."""
+        self._require("ffn")
+        value = SERVING if failure is None else FAILED_PREFIX + (str(failure) or "unknown")
+        self._messages().set(SERVING_KEY.format(group=self.config.group, rank=self.rank), value)
+
+    def wait_ffn_serving(self, timeout_s: Optional[float] = None) -> None:
+        """Attention rank: returns once every FFN rank serves (:meth:`mark_serving`, which :func:`cam.serve_ffn`
+        calls), polling the store every ``idle_poll_s`` for at most ``timeout_s`` (default the config's). A round
+        sent earlier would wait in the plane for a rank that may still be capturing or may have failed; this names
+        the rank instead. Raises :class:`cam.FFNNotServingError` naming every FFN rank that failed (quoting its
+        reason) or did not serve within the bound. Host side only; FFN loops other than serve_ffn must call
+        :meth:`mark_serving` themselves for it to return."""
+        self._require("attention")
+        bound = self.config.timeout_s if timeout_s is None else timeout_s
+        if not bound > 0:
+            raise ValueError(f"wait_ffn_serving: timeout_s must be > 0 seconds, got {timeout_s!r}")
+        topo, messages = self.config.topology, self._messages()
+        keys = {r: SERVING_KEY.format(group=self.config.group, rank=r) for r in range(topo.A, topo.world_size)}
+        deadline = time.monotonic() + bound
+        while True:
+            waiting, failed = [], []
+            for rank, key in keys.items():
+                if not messages.check([key]):
+                    waiting.append(rank)
+                    continue
+                value = messages.get(key).decode(errors="replace")
+                if value.startswith(FAILED_PREFIX):
+                    failed.append(f"FFN rank {rank} failed before serving: {value[len(FAILED_PREFIX):]}")
+                elif value != SERVING:
+                    failed.append(f"FFN rank {rank} wrote an unknown serving state {value!r} to {key}")
+            if failed:
+                raise FFNNotServingError(f"wait_ffn_serving on rank {self.rank}: " + "; ".join(failed))
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                raise FFNNotServingError(f"wait_ffn_serving on rank {self.rank}: FFN rank(s) {waiting} not serving "
+                                         f"after {bound:g} s (not started, still loading or capturing)")
+            time.sleep(min(self.config.idle_poll_s, max(deadline - time.monotonic(), 0.0)))
+
     def shutdown_requested(self) -> Optional[str]:
         """FFN rank: why to stop serving (a shutdown request, or every Attention rank finished), else None. Host
         side only: it reads the store, never the device."""
@@ -447,10 +496,10 @@ class AsyncAFDConnector:
         the item has no rows (every FFN rank signals every round)."""
         ops.combine_send(self._require("ffn"), output, item.work_item)
 
-    def capture_ffn(self, w1: LayerWeights, w2: LayerWeights) -> CapturedFFN:
-        """The FFN iteration captured once (:class:`CapturedFFN`); :meth:`ffn_graph_step` replays it. Closing the
-        connector (its Comm) ends the graph."""
-        return CapturedFFN(self._require("ffn"), w1, w2)
+    def capture_ffn(self, w1: LayerWeights, w2: LayerWeights, row_budget: Optional[int] = None) -> CapturedFFN:
+        """The FFN iteration captured once (:class:`CapturedFFN`, batched with ``row_budget``);
+        :meth:`ffn_graph_step` replays it. Closing the connector (its Comm) ends the graph."""
+        return CapturedFFN(self._require("ffn"), w1, w2, row_budget)
 
     def ffn_graph_step(self, captured: CapturedFFN, items: int = 1) -> None:
         """Replays ``items`` captured FFN iterations and synchronizes once; no host read per item."""
@@ -459,11 +508,14 @@ class AsyncAFDConnector:
         with self._Receiving(self):
             captured.step(items)
 
-    def ffn_step(self, w1: LayerWeights, w2: LayerWeights) -> torch.Tensor:
-        """One FFN iteration (see :func:`ffn_iteration`); returns the device work-item record."""
+    def ffn_step(self, w1: LayerWeights, w2: LayerWeights, row_budget: Optional[int] = None) -> torch.Tensor:
+        """One FFN iteration (see :func:`ffn_iteration`; with ``row_budget`` a batch, :func:`ffn_batch_iteration`);
+        returns the device work-item record (the ``[I, words]`` table when batched)."""
         comm = self._require("ffn")
         with self._Receiving(self):
-            return ffn_iteration(comm, w1, w2)
+            if row_budget is None:
+                return ffn_iteration(comm, w1, w2)
+            return ffn_batch_iteration(comm, w1, w2, row_budget)
 
 
 def post_shutdown(store, group: str, reason: str = "requested") -> None:
@@ -502,29 +554,37 @@ class CapturedFFN:
     plane was aborted and the queued replays ended (or, if they never end, with every buffer kept for the
     process's life): dropping the CapturedFFN after it frees nothing a replay still uses."""
 
-    def __init__(self, comm: Comm, w1: LayerWeights, w2: LayerWeights):
+    def __init__(self, comm: Comm, w1: LayerWeights, w2: LayerWeights, row_budget: Optional[int] = None):
         from .graph import Graph
-        from .ops.dispatch_recv import _output_specs
+        from .ops.dispatch_recv import _batch_output_specs, _output_specs
 
         self.comm = comm
-        self.recv = tuple(torch.zeros(shape, dtype=dtype) for dtype, shape in _output_specs(comm))
-        item = _work_item(*self.recv)
-        # Warm-up on an empty item (zero counts): builds the persistent GMM address tables outside the capture
-        # and gives the static W1/W2 outputs their shapes.
-        self.y, self.y_scale = ops.gmm_swiglu_quant_multi_layer(item.hidden_states, item.dynamic_scales, w1,
-                                                                item.group_list, item.layer_index)
-        self.out = ops.gmm_multi_layer(self.y, self.y_scale, w2, item.group_list, item.layer_index)
+        self.row_budget = row_budget
+        if row_budget is not None:
+            _check_row_budget("CapturedFFN", comm.topology, row_budget)
+            self.recv = tuple(torch.zeros(shape, dtype=dtype) for dtype, shape in _batch_output_specs(comm, row_budget))
+            x, scales, table, _, work = self.recv
+            layer, kind, record = None, GROUP_TABLE, work
+            self.item = None  # a batch has no one work item: ``recv[4]`` is its table
+        else:
+            self.recv = tuple(torch.zeros(shape, dtype=dtype) for dtype, shape in _output_specs(comm))
+            item = _work_item(*self.recv)
+            x, scales, table, layer, kind, record = (item.hidden_states, item.dynamic_scales, item.group_list,
+                                                     item.layer_index, GROUP_LIST_COUNTS, item.work_item)
+            self.item = item
+        # Warm-up on an empty item (zero counts, or a group table of zero rows): builds the persistent GMM address
+        # tables outside the capture and gives the static W1/W2 outputs their shapes.
+        self.y, self.y_scale = ops.gmm_swiglu_quant_multi_layer(x, scales, w1, table, layer, kind)
+        self.out = ops.gmm_multi_layer(self.y, self.y_scale, w2, table, layer, kind)
         self.graph = Graph()
         self.graph.max_queued = comm.topology.D * comm.topology.slots
         # Thread-local: other ranks may be threads of this process (an in-process plane, cam-ffn serving several
         # ranks), and their synchronizes of their own streams must not break this rank's capture.
         with self.graph.capture(stream=comm.stream, mode="thread_local"):
-            ops.dispatch_recv(comm, out=self.recv)
-            ops.gmm_swiglu_quant_multi_layer(item.hidden_states, item.dynamic_scales, w1, item.group_list,
-                                             item.layer_index, out=(self.y, self.y_scale))
-            ops.gmm_multi_layer(self.y, self.y_scale, w2, item.group_list, item.layer_index, out=self.out)
-            ops.combine_send(comm, self.out, item.work_item)
-        self.item = item
+            ops.dispatch_recv(comm, out=self.recv, row_budget=row_budget)
+            ops.gmm_swiglu_quant_multi_layer(x, scales, w1, table, layer, kind, out=(self.y, self.y_scale))
+            ops.gmm_multi_layer(self.y, self.y_scale, w2, table, layer, kind, out=self.out)
+            ops.combine_send(comm, self.out, record)
 
     def step(self, items: int = 1) -> None:
         """Replays ``items`` (an int >= 1) iterations, then synchronizes once (raises what the device reported)."""
@@ -552,6 +612,27 @@ def ffn_iteration(comm: Comm, w1: LayerWeights, w2: LayerWeights) -> torch.Tenso
     item = _work_item(*ops.dispatch_recv(comm))
     ops.combine_send(comm, ffn_compute(item, w1, w2), item.work_item)
     return item.work_item
+
+
+def ffn_batch_iteration(comm: Comm, w1: LayerWeights, w2: LayerWeights, row_budget: int) -> torch.Tensor:
+    """The batched FFN iteration: one ``dispatch_recv(comm, row_budget=...)`` takes every ready replica's work item
+    that fits ``row_budget`` rows, one W1 and one W2 launch serve them all over the receive's group table (each
+    item with its own layer), and one ``combine_send`` returns each item to its replica. Outputs are bit for bit
+    those of :func:`ffn_iteration` serving the same items one by one. Returns the ``[I, words]`` work-item table."""
+    _check_row_budget("ffn_batch_iteration", comm.topology, row_budget)
+    x, scales, table, _, work = ops.dispatch_recv(comm, row_budget=row_budget)
+    y, y_scale = ops.gmm_swiglu_quant_multi_layer(x, scales, w1, table, None, GROUP_TABLE)
+    ops.combine_send(comm, ops.gmm_multi_layer(y, y_scale, w2, table, None, GROUP_TABLE), work)
+    return work
+
+
+def _check_row_budget(who: str, topology: Topology, row_budget) -> None:
+    """Before any buffer or launch: a batch must hold one whole work item (chunks are cut at ``recv_rows``)."""
+    if isinstance(row_budget, bool) or not isinstance(row_budget, int):
+        raise TypeError(f"{who}: row_budget must be an int (rows per batched receive), got {row_budget!r}")
+    if row_budget < topology.recv_rows:
+        raise ValueError(f"{who}: row_budget = {row_budget} is below one work item's rows (recv_rows = "
+                         f"{topology.recv_rows} for this topology)")
 
 
 def _work_item(rows, scales, counts, work_item, stage_idx: int = 0) -> FFNWorkItem:

@@ -108,3 +108,9 @@ def from_status(status: int, message: str) -> CamError:
 class CommJoinError(CamError):
     """Another rank ended the creation handshake of a plane: it refused the plane (its reason is quoted) or its
     process died. The message names that rank; this rank's half-built plane is closed (no import left open)."""
+
+
+class FFNNotServingError(CamError, TimeoutError):
+    """An Attention rank's wait for the FFN ranks to serve (``AsyncAFDConnector.wait_ffn_serving``) ended without
+    every FFN rank serving: one reported that it failed before its first iteration (its reason is quoted), or the
+    bound expired. The message names each FFN rank not serving. Nothing was dispatched."""

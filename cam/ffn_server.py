@@ -52,16 +52,22 @@ class ServeResult:
 
 def serve_ffn(connector, w1, w2, *, graph: bool = False, stop: Optional[threading.Event] = None,
               ready: Optional[threading.Event] = None, max_serve_s: Optional[float] = None,
-              items_per_check: int = 1) -> ServeResult:
+              items_per_check: int = 1, row_budget: Optional[int] = None) -> ServeResult:
     """Serves FFN rank ``connector`` (an initialized FFN :class:`cam.connector.AsyncAFDConnector`) with routed
     expert weights ``w1`` / ``w2`` (:class:`cam.LayerWeights` of its experts, every MoE layer) until a shutdown
     message, ``stop`` being set, or ``max_serve_s``.
 
     Args:
         graph: capture the iteration once and replay it (:class:`cam.connector.CapturedFFN`) instead of eager ops.
-        ready: set once the loop is about to run its first iteration (after the capture with ``graph``).
+        ready: set once the loop is about to run its first iteration (after the capture with ``graph``), when it
+            also tells the Attention ranks through the store (``connector.mark_serving()``; a capture that fails
+            is reported there too, so their ``wait_ffn_serving`` raises naming this rank instead of timing out).
         items_per_check: iterations (replays) between two reads of the store's messages (>= 1); each idles at
             most ``idle_poll_s``, so this many idle polls bound how late a message is seen.
+        row_budget: serve batches: each iteration takes every ready replica's work item that fits this many rows
+            (``dispatch_recv(comm, row_budget=...)``, at least one work item's ``recv_rows``) and serves them with
+            one W1 and one W2 launch (:func:`cam.connector.ffn_batch_iteration`), outputs bit for bit those of
+            the one-item loop. A batched receive idles like the one-item one, so the messages are seen as late.
 
     Raises what the plane raised (after logging it); the connector stays the caller's to close.
     """
@@ -76,14 +82,26 @@ def serve_ffn(connector, w1, w2, *, graph: bool = False, stop: Optional[threadin
     if max_serve_s is not None and not max_serve_s > 0:
         raise ValueError(f"serve_ffn: max_serve_s must be > 0 seconds, got {max_serve_s!r}")
     topo = connector.config.topology
+    if row_budget is not None:
+        from .connector import _check_row_budget
+
+        _check_row_budget("serve_ffn", topo, row_budget)
     if w1.num_experts != topo.R or w2.num_experts != topo.R or w1.num_layers != topo.L:
         raise ValueError(f"serve_ffn: the weights hold {w1.num_experts} experts x {w1.num_layers} layers, the "
                          f"topology wants R = {topo.R} experts x L = {topo.L} layers per FFN rank")
     first = (connector.rank - topo.A) * topo.R
-    log.info("ffn rank %d serving experts [%d, %d) of %d MoE layers, H = %d, I = %d, %s, idle poll %.3f s",
+    log.info("ffn rank %d serving experts [%d, %d) of %d MoE layers, H = %d, I = %d, %s, %s, idle poll %.3f s",
              connector.rank, first, first + topo.R, topo.L, topo.H, w2.k, "graph replay" if graph else "eager",
+             "one work item per iteration" if row_budget is None else f"batches of up to {row_budget} rows",
              connector.config.idle_poll_s)
-    captured = connector.capture_ffn(w1, w2) if graph else None
+    try:
+        captured = connector.capture_ffn(w1, w2, row_budget) if graph else None
+    except BaseException as e:
+        log.error("ffn rank %d failed before serving: %s: %s", connector.rank, type(e).__name__, e)
+        connector.mark_serving(failure=f"{type(e).__name__}: {e}")
+        raise
+    # Attention ranks wait for this before their first round (AsyncAFDConnector.wait_ffn_serving).
+    connector.mark_serving()
     if ready is not None:
         ready.set()
     start = time.monotonic()
@@ -94,7 +112,7 @@ def serve_ffn(connector, w1, w2, *, graph: bool = False, stop: Optional[threadin
                 connector.ffn_graph_step(captured, items_per_check)
             else:
                 for _ in range(items_per_check):
-                    connector.ffn_step(w1, w2)
+                    connector.ffn_step(w1, w2, row_budget)
             iterations += items_per_check
             reason = connector.shutdown_requested()
             if reason is None and stop is not None and stop.is_set():
@@ -133,6 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--master-port", type=int, default=29555)
     p.add_argument("--group", default="afd", help="the world's name in the store")
     p.add_argument("--graph", action="store_true", help="replay one captured FFN iteration instead of eager ops")
+    p.add_argument("--row-budget", type=int, default=None,
+                   help="serve batches of ready work items up to this many rows (one W1 and one W2 launch each)")
     p.add_argument("--timeout", type=float, default=300.0, help="bound of device waits and the rendezvous (s)")
     p.add_argument("--idle-poll", type=float, default=0.05, help="idle receive poll (s): shutdown latency")
     p.add_argument("--max-serve", type=float, default=None, help="stop after this many seconds (default: never)")
@@ -155,6 +175,9 @@ def _load(args):
     if not topo.A <= args.rank < topo.world_size:
         raise ValueError(f"--rank {args.rank} is not an FFN rank: FFN ranks are [{topo.A}, {topo.world_size})")
     f = args.rank - topo.A
+    if args.row_budget is not None and args.row_budget < topo.recv_rows:
+        raise ValueError(f"--row-budget {args.row_budget} is below one work item's rows (recv_rows = "
+                         f"{topo.recv_rows} for this topology)")
     w1, w2 = convert.layer_weights(experts, range(f * topo.R, (f + 1) * topo.R))
     cfg = ConnectorConfig(topology=topo, master_addr=args.master_addr, master_port=args.master_port,
                           dtype=torch.bfloat16, timeout_s=args.timeout, idle_poll_s=args.idle_poll, group=args.group)
@@ -179,7 +202,8 @@ def main(argv=None) -> int:
     connector = AsyncAFDConnector(args.rank, "ffn", cfg)
     try:
         connector.init_afd_connector()
-        result = serve_ffn(connector, w1, w2, graph=args.graph, max_serve_s=args.max_serve)
+        result = serve_ffn(connector, w1, w2, graph=args.graph, max_serve_s=args.max_serve,
+                           row_budget=args.row_budget)
     except Exception as e:  # noqa: BLE001 - logged by serve_ffn or here, then a failing exit status
         log.error("ffn rank %d: %s: %s", args.rank, type(e).__name__, e)
         return EXIT_FAILED

@@ -3,8 +3,6 @@ checkpoints written with save_pretrained here (weights std 1/sqrt(fan_in), token
 the block adapter over an in-process cam plane (one Attention rank, two FFN ranks as threads serving with
 cam.serve_ffn on weights loaded from the checkpoint by cam.convert), against the same model run natively."""
 
-import threading
-
 import pytest
 import torch
 import transformers
@@ -13,6 +11,8 @@ import cam
 from cam import convert
 from cam.connector import AsyncAFDConnector, ConnectorConfig
 from cam.integrations import transformers as camtf
+
+from _connector_harness import ServingFFNRanks
 
 W8A8_REL_BOUND = 0.05  # docs/numerics.md, "W8A8 against the float model"
 TIMEOUT_S = 60.0  # every rank's device waits and every join below
@@ -85,41 +85,25 @@ class World:
                                    transport="in_process")
         self.store = torch.distributed.HashStore()
         self.layers = layers
-        self.results, self.errors = {}, {}
-        self.ready = [threading.Event() for _ in range(self.topo.F)]
-        self.threads = [threading.Thread(target=self._ffn, args=(f,), daemon=True) for f in range(self.topo.F)]
-
-    def _ffn(self, f):
-        rank = self.topo.A + f
-        conn = AsyncAFDConnector(rank, "ffn", self.cfg)
-        try:
-            conn.init_afd_connector(self.store)
-            w1, w2 = convert.layer_weights(self.layers, range(f * self.topo.R, (f + 1) * self.topo.R))
-            self.results[rank] = cam.serve_ffn(conn, w1, w2, ready=self.ready[f], max_serve_s=4 * TIMEOUT_S)
-        except BaseException as e:  # noqa: BLE001 - reported by __exit__
-            self.errors[rank] = e
-        finally:
-            conn.close()
+        self.ffn = ServingFFNRanks(self.cfg, self.store, layers, timeout_s=TIMEOUT_S)
 
     def __enter__(self):
-        for t in self.threads:
-            t.start()
+        self.ffn.start()
         self.attention = AsyncAFDConnector(0, "attention", self.cfg)
         self.attention.init_afd_connector(self.store)
-        for event in self.ready:
-            assert event.wait(TIMEOUT_S) or self.errors, "an FFN rank did not start serving"
+        self.attention.wait_ffn_serving(TIMEOUT_S)
         return self
 
     def __exit__(self, *exc):
         try:
             self.attention.finish()
         finally:
-            for t in self.threads:
-                t.join(TIMEOUT_S)
-            self.attention.close()
-        assert not any(t.is_alive() for t in self.threads), "an FFN rank did not stop within its bound"
-        assert not self.errors, self.errors
-        assert all(r.reason == "attention finished" for r in self.results.values()), self.results
+            try:
+                self.ffn.join()
+            finally:
+                self.attention.close()
+        assert not self.ffn.errors, self.ffn.errors
+        assert all(r.reason == "attention finished" for r in self.ffn.results.values()), self.ffn.results
 
 
 def _prompts(vocab):

@@ -32,6 +32,7 @@ class AttentionPlane:
         self.dtype = connector.config.dtype
         self.record = record
         self.trace: List[dict] = []
+        self._serving = False
 
     def span(self, name: str, layer: int, start: float) -> None:
         if self.record:
@@ -46,8 +47,14 @@ class AttentionPlane:
 
     def dispatch(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, layer: int) -> int:
         """Sends ``x [T, H]`` in rounds of at most ``Bmax`` tokens; returns the number of rounds. At most ``slots``
-        are in flight: beyond, the oldest is received first (:meth:`combine` returns them all in order)."""
+        are in flight: beyond, the oldest is received first (:meth:`combine` returns them all in order). The first
+        call waits for every FFN rank to serve (``connector.wait_ffn_serving()``, bounded by the plane's timeout)."""
         self.check(x, layer)
+        if not self._serving:
+            # The first round waits, bounded, for every FFN rank to serve (a graph-mode cam-ffn captures first);
+            # an FFN rank that failed before serving is then named here instead of a round timing out.
+            self.connector.wait_ffn_serving()
+            self._serving = True
         start = time.monotonic()
         bmax, slots = self.topology.Bmax, self.topology.slots
         x = x.to(self.dtype)

