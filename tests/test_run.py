@@ -226,6 +226,10 @@ def _has_matplotlib():
         (["--mode", "colocated", "--participants", "2"], "--participants must be 1"),
         (["--mode", "colocated", "--graph"], "--graph needs --mode async or sync"),
         (["--mode", "colocated", "--keep-going"], "--keep-going needs --mode async"),
+        (["--batch-rows", "64"], "--batch-rows sets the row budget of --batch-items"),
+        (["--batch-items", "--batch-rows", "0"], "--batch-rows must be >= 1"),
+        (["--batch-items", "--batch-rows", "1"], "--batch-rows 1 is below one work item's rows"),
+        (["--mode", "colocated", "--batch-items"], "--batch-items is an FFN-side policy"),
     ],
 )
 def test_bad_flags_are_refused_before_anything_starts(tmp_path, monkeypatch, capsys, args, needle):

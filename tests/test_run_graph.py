@@ -17,23 +17,41 @@ from test_run import Launcher, alive, cam_run, leftover_windows, load_outputs  #
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
-def test_graph_run_passes_check_bit_identical_to_eager(tmp_path):
-    outputs = {}
-    for name, extra in (("eager", ()), ("graph", ("--graph",))):
+def test_graph_and_batched_runs_pass_check_bit_identical_to_eager(tmp_path):
+    """Also --batch-items, eager and replayed: one receive serves every ready item up to the row budget with one W1
+    and one W2 launch; the schedule changes, not one bit of any output, and every routed row is served once."""
+    outputs, reports = {}, {}
+    runs = (("eager", ()), ("graph", ("--graph",)), ("batched", ("--batch-items",)),
+            ("graph-batched", ("--graph", "--batch-items")))
+    for name, extra in runs:
         keep = tmp_path / name
         result = cam_run(*extra, "--check", "--quiet", "--json", str(tmp_path / f"{name}.json"), "--keep", str(keep),
                          cwd=tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
-        report = json.loads((tmp_path / f"{name}.json").read_text())
-        assert report["graph"] == (name == "graph")
+        report = reports[name] = json.loads((tmp_path / f"{name}.json").read_text())
+        assert report["graph"] == ("graph" in name)
+        assert (report["batch_rows"] is not None) == ("batched" in name)
         assert report["check"]["ok"], report["check"]
         assert report["requests"] == 12
         outputs[name] = load_outputs(keep)
-    assert "FFN by graph replay" in result.stdout
+        if name == "graph":
+            assert "FFN by graph replay" in result.stdout
+        if name == "batched":
+            assert "batched FFN receive" in result.stdout
+    topo = reports["batched"]["topology"]
+    assert reports["batched"]["batch_rows"] > 0 and topo["D"] == 2
+    rows = {name: sum(f["rows"] for f in r["ffn"]) for name, r in reports.items()}
+    assert len(set(rows.values())) == 1 and rows["eager"] > 0, rows
+    for name in ("eager", "batched"):  # eager loops count their W1 + W2 launches: two per receive, served or idle
+        launches = [f["gmm_launches"] for f in reports[name]["ffn"]]
+        assert all(n > 0 and n % 2 == 0 for n in launches), (name, launches)
+    assert all(f["gmm_launches"] is None for f in reports["graph"]["ffn"])
     assert outputs["eager"].keys() == outputs["graph"].keys() and outputs["eager"]
-    for rid in outputs["eager"]:
-        # Same items, same kernels: replaying the captured iteration must not change a single bit.
-        assert torch.equal(outputs["eager"][rid], outputs["graph"][rid]), rid
+    for name in ("graph", "batched", "graph-batched"):
+        assert outputs[name].keys() == outputs["eager"].keys(), name
+        for rid in outputs["eager"]:
+            # Same items, same kernels: replaying or batching the iteration must not change a single bit.
+            assert torch.equal(outputs["eager"][rid], outputs[name][rid]), (name, rid)
 
 
 def test_killed_rank_under_graph_replay_ends_every_process_naming_it(tmp_path):

@@ -87,6 +87,12 @@ def _parse(argv):
     p.add_argument("--check", action="store_true", help="compare every request with the single-process reference")
     p.add_argument("--graph", action="store_true",
                    help="FFN ranks run their iteration as one captured graph, replayed (docs/graph.md)")
+    p.add_argument("--batch-items", action="store_true",
+                   help="snapshot batching: each FFN receive takes every ready work item, up to --batch-rows rows, "
+                        "and serves them with one W1 and one W2 launch (default: one work item per receive)")
+    p.add_argument("--batch-rows", type=int, default=None,
+                   help="row budget of one batched receive (default: every replica's work item fits, D x the "
+                        "topology's rows per work item; at least one work item's rows)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--keep", metavar="DIR", help="keep per-rank results and outputs in DIR")
     p.add_argument("--keep-going", action="store_true",
@@ -174,6 +180,12 @@ def check_args(args) -> None:
         load_bound_costs(args.bound_costs)  # a missing or malformed cost file is refused before anything starts
     if args.keep and os.path.exists(args.keep) and not os.path.isdir(args.keep):
         raise ValueError(f"--keep {args.keep!r} exists and is not a directory")
+    if args.batch_rows is not None and not args.batch_items:
+        raise ValueError("--batch-rows sets the row budget of --batch-items; add --batch-items or drop --batch-rows")
+    if args.batch_items and args.mode == "colocated":
+        raise ValueError("--batch-items is an FFN-side policy of AFD: drop it or use --mode async or sync")
+    if args.batch_rows is not None and args.batch_rows < 1:
+        raise ValueError(f"--batch-rows must be >= 1, got {args.batch_rows}")
     if args.keep_going and args.mode != "async":
         raise ValueError(f"--keep-going needs --mode async: the {args.mode} mode's per-layer barrier waits for every "
                          "replica")
@@ -204,6 +216,17 @@ def _topology_error(e: ValueError) -> str:
     return text + " (set by " + ", ".join(f"{f}: {_TOPOLOGY_FLAGS[f]}" for f in fields) + ")"
 
 
+def _batch_rows(requested, topo) -> int:
+    """--batch-items' row budget, known once the topology is: a batch holds at least one whole work item (chunks
+    are cut at the topology's rows per work item); by default every replica's item fits."""
+    if requested is None:
+        return topo.D * topo.recv_rows
+    if requested < topo.recv_rows:
+        raise ValueError(f"--batch-rows {requested} is below one work item's rows ({topo.recv_rows} for this "
+                         "topology: --model, --replicas, --participants and the preset set it)")
+    return requested
+
+
 def _config(args, out_dir: str, port: int):
     from .setup import RunConfig
 
@@ -216,7 +239,8 @@ def _config(args, out_dir: str, port: int):
                     F=args.ffn, slots=args.slots, master_addr="127.0.0.1", master_port=port,
                     timeout_s=args.timeout, idle_poll_s=args.idle_poll, cost_model=args.cost_model,
                     attention_cost=tuple(args.attention_cost), out_dir=out_dir, progress=not args.quiet,
-                    shm_prefix=f"cam-run-{os.getpid()}-{port}", graph=args.graph, keep_going=args.keep_going)
+                    shm_prefix=f"cam-run-{os.getpid()}-{port}", graph=args.graph, keep_going=args.keep_going,
+                    batch_rows=args.batch_rows if args.batch_items else None)
     return cfg
 
 
@@ -266,6 +290,7 @@ def _report(cfg, built, results: Dict[int, dict]) -> dict:
     return {
         "mode": cfg.mode,
         "graph": cfg.graph,
+        "batch_rows": cfg.batch_rows,
         "cost_model": cfg.cost_model,
         "topology": {"D": topo.D, "P": topo.P, "F": topo.F, "E": topo.E, "K": topo.K, "H": topo.H,
                      "Bmax": topo.Bmax, "L": topo.L, "slots": topo.slots},
@@ -282,7 +307,8 @@ def _report(cfg, built, results: Dict[int, dict]) -> dict:
         "ttft_per_request_s": {str(k): v for k, v in sorted(ttft.items())},
         "ffn_idle_fraction": statistics.fmean(r["idle_fraction"] for r in ffn) if ffn else 0.0,
         "ffn": [{"rank": r["rank"], "items": len(r["items"]), "idle_fraction": r["idle_fraction"],
-                 "compute_s": r["compute_s"], "recv_wait_s": r["recv_wait_s"]} for r in ffn],
+                 "compute_s": r["compute_s"], "recv_wait_s": r["recv_wait_s"], "rows": r.get("rows"),
+                 "gmm_launches": r.get("gmm_launches")} for r in ffn],
     }
 
 
@@ -422,6 +448,8 @@ def _run(args, marks: Dict[str, float]) -> int:
             workload, topo = plan(cfg)  # validates the topology too: E % F, sizes (ValueError naming the field)
         except ValueError as e:
             raise ValueError(_topology_error(e)) from None
+        if args.batch_items:
+            cfg = dataclasses.replace(cfg, batch_rows=_batch_rows(args.batch_rows, topo))
         method = start_method()
     except ValueError as e:
         print(f"cam-run: bad configuration: {e}", file=sys.stderr)
@@ -434,7 +462,8 @@ def _run(args, marks: Dict[str, float]) -> int:
     config_path = os.path.join(out_dir, "config.json")
     cfg.save(config_path)
     print(f"cam-run --mode {cfg.mode}{' (cost model)' if cfg.cost_model else ''}"
-          f"{' (FFN by graph replay)' if cfg.graph else ''}: D={topo.D} replicas x "
+          f"{' (FFN by graph replay)' if cfg.graph else ''}"
+          f"{f' (batched FFN receive, {cfg.batch_rows} rows)' if cfg.batch_rows else ''}: D={topo.D} replicas x "
           f"P={topo.P}, F={topo.F} FFN ranks, E={topo.E}, K={topo.K}, H={topo.H}, model {cfg.model}, "
           f"preset {args.preset}", flush=True)
     procs: Dict[int, subprocess.Popen] = {}  # or start.ForkedRank: the same interface

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -38,6 +38,9 @@ class RunConfig:
     shm_prefix: str
     graph: bool = False  # FFN ranks replay a captured iteration (cam-run --graph)
     keep_going: bool = False  # replica isolation: a dead Attention rank loses only its replica (cam-run --keep-going)
+    # snapshot batching (cam-run --batch-items): each FFN receive takes every ready work item up to this many rows
+    # and serves them with one W1 and one W2 launch; None: one work item per receive
+    batch_rows: Optional[int] = None
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:

@@ -303,6 +303,13 @@ def _emulate_attention(cfg: RunConfig, seq_lens, participants: int, lane: Lane) 
             time.sleep(emulated_attention_s(cfg.attention_cost, seq_lens, participants))
 
 
+def _gmm_launches() -> int:
+    """The grouped-matmul executors this process launched (cam.h camGetLaunchCount): --batch-items' effect."""
+    from .. import _C
+
+    return sum(_C.launch_count(op) for op in ("gmm_swiglu_quant_multi_layer", "gmm_multi_layer"))
+
+
 def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built,
             marks: dict, device=None) -> dict:
     device = device or _Free()
@@ -310,10 +317,12 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
     w1, w2 = expert_weights(model, topo, rank - topo.A)
     _warm_up(model)
     # --graph: the iteration is captured once and replayed (docs/graph.md); nothing in it reads the host.
-    captured = connector.capture_ffn(w1, w2) if cfg.graph else None
+    # --batch-items: each receive takes every ready work item up to cfg.batch_rows rows (one W1 + one W2 launch).
+    captured = connector.capture_ffn(w1, w2, cfg.batch_rows) if cfg.graph else None
+    launches_before = _gmm_launches()
     t0 = _wait_for_start(store, cfg, marks, aborted)
     lane = Lane(t0)
-    events, waiting, busy = [], 0.0, 0.0
+    events, waiting, busy, rows = [], 0.0, 0.0, 0
     loop_start = time.time()
     iteration, idle = 0, False
     while True:
@@ -325,10 +334,17 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
         a = time.time()
         if captured is not None:
             connector.ffn_graph_step(captured)  # one replay, one synchronize (for the telemetry below)
-            item = captured.item
+            records = captured.recv[4] if cfg.batch_rows else captured.item.work_item.unsqueeze(0)
             # Receive and compute are one replay: its time counts as waiting when the item was empty.
-            b = a if int(item.work_item[0]) != 0 else time.time()
+            b = a if bool((records[:, 0] != 0).any()) else time.time()
             sent = c = time.time()
+        elif cfg.batch_rows:
+            with device:
+                b = time.time()  # receive, compute and send are one batched step: all of it counts as busy
+                records = connector.ffn_step(w1, w2, row_budget=cfg.batch_rows)
+            sent = c = time.time()
+            if not bool((records[:, 0] != 0).any()):
+                b = c  # nothing was ready: the step was the receive's idle wait
         else:
             item = connector.recv_ffn_work_item()
             b = time.time()
@@ -338,15 +354,19 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
             sent = time.time()
             connector.send_ffn_work_item_output(item, out)
             c = time.time()
+            records = item.work_item.unsqueeze(0)
         waiting += b - a
         busy += c - b
-        # Telemetry only, after the item is done: which replica/layer this was, for the timeline.
-        rec = item.work_item
-        idle = int(rec[0]) == 0
-        if not idle:
+        # Telemetry only, after the items are done: which replica/layer each was, for the timeline (a batch: one
+        # event per item it served, all with the batch's times).
+        served = [rec for rec in records.tolist() if int(rec[0]) != 0]
+        idle = not served
+        for rec in served:
             info = {"replica": int(rec[1]), "layer": int(rec[2]), "rows": int(rec[5])}
+            rows += info["rows"]
             events.append(dict(info, start_s=a - t0, recv_done_s=b - t0, end_s=c - t0))
             lane.add("item", a - t0, c - t0, **info)
+        if served:
             lane.add("recv", a - t0, b - t0)
             lane.add("compute", b - t0, sent - t0)
             if c > sent:
@@ -365,7 +385,9 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
     lost = [{"replica": x.replica, "dead_rank": x.dead_rank, "dropped_rounds": x.dropped_rounds, "report": str(x)}
             for x in connector.lost_replicas.values()]
     return {"role": "ffn", "rank": rank, "items": events, "spans": lane.spans, "recv_wait_s": waiting,
-            "compute_s": busy, "loop_s": total, "idle_fraction": waiting / total if total > 0 else 0.0,
+            "compute_s": busy, "loop_s": total, "rows": rows,
+            # Eager loops only (a replay launches no executor): W1 + W2 launches of this process while it served.
+            "gmm_launches": None if captured is not None else _gmm_launches() - launches_before, "idle_fraction": waiting / total if total > 0 else 0.0,
             "lost_replicas": lost, "startup": marks}
 
 
