@@ -94,6 +94,8 @@ class ConnectorConfig:
         transport: ``"shm"`` (ranks are processes, the default) or ``"in_process"`` (ranks are threads of one
             process: :meth:`AsyncAFDConnector.init_afd_connector` then needs the ``store`` every rank shares, and
             the plane is a ``cam.Comm(transport="in_process")`` named by ``group``).
+        placement: the expert placement (:class:`cam.placement.Placement`, docs/protocol.md §15) every rank's Comm
+            is created with; None is the contiguous placement (the topology then needs ``E % F == 0``).
     """
 
     topology: Topology
@@ -107,6 +109,7 @@ class ConnectorConfig:
     isolate_replicas: bool = True
     secret: Optional[bytes] = dataclasses.field(default=None, repr=False)
     transport: str = "shm"
+    placement: Optional[object] = None  # a cam.placement.Placement, the same on every rank (cam.Comm(placement=))
 
     def __post_init__(self):
         if self.transport not in _TRANSPORTS:
@@ -309,12 +312,13 @@ class AsyncAFDConnector:
         self._rendezvous = SignedStore(store, secret, cfg.group) if secret is not None else store
         if cfg.transport == "in_process":
             self.comm = Comm(cfg.topology, self.rank, transport="in_process", group=cfg.group, dtype=cfg.dtype,
-                             timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s, join_timeout_s=cfg.timeout_s)
+                             timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s, join_timeout_s=cfg.timeout_s,
+                             placement=cfg.placement)
         else:
             self.comm = Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous, group=cfg.group,
                              dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
                              join_timeout_s=cfg.timeout_s, shm_prefix=cfg.shm_prefix,
-                             isolate_replicas=cfg.isolate_replicas)
+                             isolate_replicas=cfg.isolate_replicas, placement=cfg.placement)
 
     @property
     def store(self):

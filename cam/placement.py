@@ -26,6 +26,34 @@ class PlacementError(ValueError):
     """A placement table that cannot be served; the message names the layer, the expert and the bad entry."""
 
 
+def _deal(experts: int, ffn_ranks: int, slots: int, extra: Sequence[int]) -> List[List[Replica]]:
+    """Placement.balanced's table for one layer: expert ``e`` first on rank ``e % F``, then one more replica of each
+    expert in ``extra`` on the least-used rank with a free slot that does not hold it yet (ties: lowest rank)."""
+    used = [0] * ffn_ranks
+    reps: List[List[Replica]] = [[] for _ in range(experts)]
+
+    def put(e: int, f: int) -> None:
+        reps[e].append((f, used[f]))
+        used[f] += 1
+
+    for e in range(experts):
+        if used[e % ffn_ranks] >= slots:
+            raise PlacementError(f"Placement.balanced: {slots} slots per rank cannot hold E = {experts} experts "
+                                 f"on F = {ffn_ranks} ranks")
+        put(e, e % ffn_ranks)
+    for e in extra:
+        held = {f for f, _ in reps[e]}
+        if len(held) == ffn_ranks:
+            raise PlacementError(f"Placement.balanced: expert {e} is already on every FFN rank")
+        free = [f for f in sorted(range(ffn_ranks), key=lambda f: (used[f], f)) if f not in held and used[f] < slots]
+        if not free:
+            raise PlacementError(f"Placement.balanced: {slots} slots per rank cannot hold E = {experts} experts "
+                                 f"and {len(extra)} replicas on F = {ffn_ranks} ranks (no free slot for expert {e} "
+                                 "on a rank without it)")
+        put(e, free[0])
+    return reps
+
+
 class Placement:
     """Per-layer expert -> replicas table.
 
@@ -91,32 +119,23 @@ class Placement:
                  slots_per_rank: Optional[int] = None) -> "Placement":
         """Any E and F: experts dealt round robin over the FFN ranks (expert ``e`` first on rank ``e % F``), then one
         extra replica of each expert in ``replicate`` (e.g. the k hottest), each on the next rank that has a free
-        slot and does not hold it yet. ``slots_per_rank`` defaults to the fewest that fit."""
+        slot and does not hold it yet. ``slots_per_rank`` defaults to the fewest with which this dealing fits."""
         extra = list(dict.fromkeys(int(e) for e in replicate))
         for e in extra:
             if not 0 <= e < experts:
                 raise PlacementError(f"Placement.balanced: replicate names expert {e}, outside [0, {experts})")
-        need = -(-(experts + len(extra)) // ffn_ranks)
-        slots = need if slots_per_rank is None else slots_per_rank
-        used = [0] * ffn_ranks
-        reps: List[List[Replica]] = [[] for _ in range(experts)]
-
-        def put(e: int, f: int) -> None:
-            if used[f] >= slots:
-                raise PlacementError(f"Placement.balanced: {slots} slots per rank cannot hold E = {experts} experts "
-                                     f"and {len(extra)} replicas on F = {ffn_ranks} ranks")
-            reps[e].append((f, used[f]))
-            used[f] += 1
-
-        for e in range(experts):
-            put(e, e % ffn_ranks)
-        for e in extra:
-            held = {f for f, _ in reps[e]}
-            free = [f for f in sorted(range(ffn_ranks), key=lambda f: (used[f], f)) if f not in held]
-            if not free:
-                raise PlacementError(f"Placement.balanced: expert {e} is already on every FFN rank")
-            put(e, free[0])
-        return cls(experts, ffn_ranks, slots, [reps] * layers)
+        if slots_per_rank is not None:
+            return cls(experts, ffn_ranks, slots_per_rank, [_deal(experts, ffn_ranks, slots_per_rank, extra)] * layers)
+        # The fewest slots that hold E + replicas can still be too few: the last free slot may be on the one rank
+        # that already holds the expert to replicate. One more slot per rank is tried then, up to one per expert.
+        slots = -(-(experts + len(extra)) // ffn_ranks)
+        while True:
+            try:
+                return cls(experts, ffn_ranks, slots, [_deal(experts, ffn_ranks, slots, extra)] * layers)
+            except PlacementError:
+                if slots >= experts + len(extra):
+                    raise
+                slots += 1
 
     # ------------------------------------------------------------------ queries
 

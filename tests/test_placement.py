@@ -109,3 +109,12 @@ def test_the_reference_dispatch_routes_as_placement_route():
                       if int(ids[t, k]) >= 0 and int(route[t, k, 0]) == f)
         assert [(int(j), 0, t, k) for j, (_, t, k) in zip(d["local_expert"], d["row_source"])] == want
         assert all(p.slot_experts(1, f)[int(j)] == int(e) for j, e in zip(d["local_expert"], d["expert"]))
+
+
+def test_balanced_takes_one_more_slot_when_the_last_free_one_is_on_the_replicated_experts_rank():
+    """8 experts + 1 replica on 3 ranks fit 9 slots by count, but after dealing e -> e % 3 the only free slot is on
+    rank 2, which holds expert 5 already: the default slot count is then 4, and an explicit 3 is refused by name."""
+    p = Placement.balanced(8, 3, layers=1, replicate=[5])
+    assert p.slots_per_rank == 4 and p.replicas(0, 5) == ((2, 1), (0, 3))
+    with pytest.raises(PlacementError, match="no free slot for expert 5 on a rank without it"):
+        Placement.balanced(8, 3, layers=1, replicate=[5], slots_per_rank=3)

@@ -230,6 +230,10 @@ def _has_matplotlib():
         (["--batch-items", "--batch-rows", "0"], "--batch-rows must be >= 1"),
         (["--batch-items", "--batch-rows", "1"], "--batch-rows 1 is below one work item's rows"),
         (["--mode", "colocated", "--batch-items"], "--batch-items is an FFN-side policy"),
+        (["--placement", "nope"], "neither contiguous, balanced, hot:K nor a readable JSON file"),
+        (["--placement", "hot:0"], "K must be an int in [1, E = 8]"),
+        (["--placement", "hot:x"], "K must be an int"),
+        (["--ffn", "3", "--placement", "contiguous"], "multiple of F"),
     ],
 )
 def test_bad_flags_are_refused_before_anything_starts(tmp_path, monkeypatch, capsys, args, needle):
@@ -338,3 +342,28 @@ def test_cam_bench_dataplane_runs_and_counts_delivered_bytes(tmp_path, stage, wi
         row = r["H"] + 4 if (stage == "dispatch" and r["quantized"]) else r["H"] * 2
         assert r["bytes"] > 0 and r["bytes"] % row == 0, r
         assert r["op_over_memcpy"] > 0
+
+
+def test_placement_files_are_read_checked_and_refused_by_name(tmp_path):
+    """--placement FILE: the JSON form the report's table has (setup.placement_to_dict) round-trips; a table for
+    another E, F or layer count, or one a Placement refuses (a replica outside the FFN set), names --placement."""
+    from cam.placement import Placement
+    from cam.run import cli
+    from cam.run.setup import placement_from_dict, placement_to_dict, resolve_placement
+
+    cfg = cli._config(cli._parse(["--ffn", "3"]), str(tmp_path), 1)
+    table = placement_to_dict(Placement.balanced(8, 3, layers=2, replicate=[5]))
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"slots_per_rank": table["slots_per_rank"], "layers": table["layers"]}))
+    resolved = resolve_placement(str(good), cfg)
+    assert resolved == table and placement_from_dict(resolved).replicas(1, 5) == ((2, 1), (0, 3))
+    bad = []
+    for name, d in (("other-F", dict(table, ffn_ranks=2)), ("one-layer", dict(table, layers=table["layers"][:1])),
+                    ("outside", dict(table, layers=[[[[7, 0]]] + layer[1:] for layer in table["layers"]])),
+                    ("not-a-table", [1, 2])):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(d))
+        with pytest.raises(ValueError, match=r"--placement") as e:
+            resolve_placement(str(path), cfg)
+        bad.append(str(e.value))
+    assert "F = 2" in bad[0] and "over 1 layers" in bad[1] and "outside the FFN set" in bad[2], bad

@@ -19,10 +19,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 def test_graph_and_batched_runs_pass_check_bit_identical_to_eager(tmp_path):
     """Also --batch-items, eager and replayed: one receive serves every ready item up to the row budget with one W1
-    and one W2 launch; the schedule changes, not one bit of any output, and every routed row is served once."""
+    and one W2 launch; and --placement: experts on FFN ranks by a table, hot ones replicated. The schedule changes,
+    not one bit of any output, and every routed row is served once."""
     outputs, reports = {}, {}
     runs = (("eager", ()), ("graph", ("--graph",)), ("batched", ("--batch-items",)),
-            ("graph-batched", ("--graph", "--batch-items")))
+            ("graph-batched", ("--graph", "--batch-items")),
+            # 8 experts on 3 FFN ranks (no E % F), the 2 most-routed experts on two ranks each
+            ("placed", ("--ffn", "3", "--placement", "hot:2")))
     for name, extra in runs:
         keep = tmp_path / name
         result = cam_run(*extra, "--check", "--quiet", "--json", str(tmp_path / f"{name}.json"), "--keep", str(keep),
@@ -38,6 +41,10 @@ def test_graph_and_batched_runs_pass_check_bit_identical_to_eager(tmp_path):
             assert "FFN by graph replay" in result.stdout
         if name == "batched":
             assert "batched FFN receive" in result.stdout
+    placed = reports["placed"]
+    assert placed["placement"]["slots_per_rank"] == 4 and placed["topology"]["F"] == 3
+    assert all(len(hot) == 2 for hot in placed["placement"]["replicated"]), placed["placement"]
+    assert reports["eager"]["placement"] == {"kind": "contiguous"}
     topo = reports["batched"]["topology"]
     assert reports["batched"]["batch_rows"] > 0 and topo["D"] == 2
     rows = {name: sum(f["rows"] for f in r["ffn"]) for name, r in reports.items()}
@@ -47,7 +54,7 @@ def test_graph_and_batched_runs_pass_check_bit_identical_to_eager(tmp_path):
         assert all(n > 0 and n % 2 == 0 for n in launches), (name, launches)
     assert all(f["gmm_launches"] is None for f in reports["graph"]["ffn"])
     assert outputs["eager"].keys() == outputs["graph"].keys() and outputs["eager"]
-    for name in ("graph", "batched", "graph-batched"):
+    for name in ("graph", "batched", "graph-batched", "placed"):
         assert outputs[name].keys() == outputs["eager"].keys(), name
         for rid in outputs["eager"]:
             # Same items, same kernels: replaying or batching the iteration must not change a single bit.

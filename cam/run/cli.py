@@ -66,7 +66,8 @@ def _parse(argv):
     p.add_argument("--participants", type=int, default=1,
                    help="Attention ranks per replica P: each runs 1/P of every micro-batch's tokens (sequence "
                         "parallel) and gets exactly its own tokens back (docs/run.md)")
-    p.add_argument("--ffn", type=int, default=2, help="FFN ranks F (must divide the model's experts)")
+    p.add_argument("--ffn", type=int, default=2,
+                   help="FFN ranks F (must divide the model's experts unless --placement is not contiguous)")
     p.add_argument("--slots", type=int, default=2, help="rounds in flight per Attention rank")
     p.add_argument("--requests", type=int, help="override the preset's number of requests")
     p.add_argument("--seed", type=int, help="override the preset's seed")
@@ -87,6 +88,10 @@ def _parse(argv):
     p.add_argument("--check", action="store_true", help="compare every request with the single-process reference")
     p.add_argument("--graph", action="store_true",
                    help="FFN ranks run their iteration as one captured graph, replayed (docs/graph.md)")
+    p.add_argument("--placement", default="contiguous", metavar="SPEC",
+                   help="expert placement: contiguous (expert e on FFN rank e // R), balanced (round robin: any E and "
+                        "F), hot:K (balanced plus a second replica of the K experts the model routes most on this "
+                        "workload) or a JSON file (docs/run.md §7)")
     p.add_argument("--batch-items", action="store_true",
                    help="snapshot batching: each FFN receive takes every ready work item, up to --batch-rows rows, "
                         "and serves them with one W1 and one W2 launch (default: one work item per receive)")
@@ -202,7 +207,7 @@ def check_args(args) -> None:
 _TOPOLOGY_FLAGS = {"D": "--replicas", "P": "--participants", "F": "--ffn", "slots": "--slots",
                    "Bmax": "--preset/--requests/--skew (the largest micro-batch) with --participants",
                    "E": "--model (its experts)", "K": "--model (its top-k)", "H": "--model (its hidden size)",
-                   "L": "--model (its MoE layers)"}
+                   "L": "--model (its MoE layers)", "expert_slots": "--placement"}
 
 
 def _topology_error(e: ValueError) -> str:
@@ -214,6 +219,14 @@ def _topology_error(e: ValueError) -> str:
     if not fields:
         return text
     return text + " (set by " + ", ".join(f"{f}: {_TOPOLOGY_FLAGS[f]}" for f in fields) + ")"
+
+
+def _placement_summary(placement) -> dict:
+    """The report's placement: the slots per FFN rank and, per layer, the experts with more than one replica."""
+    if placement is None:
+        return {"kind": "contiguous"}
+    return {"kind": "table", "slots_per_rank": placement["slots_per_rank"],
+            "replicated": [[e for e, reps in enumerate(layer) if len(reps) > 1] for layer in placement["layers"]]}
 
 
 def _batch_rows(requested, topo) -> int:
@@ -291,6 +304,7 @@ def _report(cfg, built, results: Dict[int, dict]) -> dict:
         "mode": cfg.mode,
         "graph": cfg.graph,
         "batch_rows": cfg.batch_rows,
+        "placement": _placement_summary(cfg.placement),
         "cost_model": cfg.cost_model,
         "topology": {"D": topo.D, "P": topo.P, "F": topo.F, "E": topo.E, "K": topo.K, "H": topo.H,
                      "Bmax": topo.Bmax, "L": topo.L, "slots": topo.slots},
@@ -434,7 +448,7 @@ def _run(args, marks: Dict[str, float]) -> int:
 
     # Imported before the ranks are forked, so that no rank imports them again (start.py).
     from . import worker
-    from .setup import plan, rank_threads
+    from .setup import plan, rank_threads, resolve_placement
 
     port = _free_port()
     out_dir = args.keep or make_run_dir()
@@ -444,6 +458,7 @@ def _run(args, marks: Dict[str, float]) -> int:
         # Ranks and the launcher's --check share the CPUs (setup.rank_threads). Set before this process runs any
         # torch op, so a forked rank inherits it with no thread pool behind it.
         torch.set_num_threads(rank_threads(cfg.world_size))
+        cfg = dataclasses.replace(cfg, placement=resolve_placement(args.placement, cfg))
         try:
             workload, topo = plan(cfg)  # validates the topology too: E % F, sizes (ValueError naming the field)
         except ValueError as e:

@@ -14,6 +14,7 @@ import torch
 from ..connector import ConnectorConfig
 from ..models import PRESETS as MODEL_PRESETS
 from ..models import MoEModel
+from ..placement import Placement, PlacementError
 from ..topology import Topology
 from .workload import Workload, WorkloadSpec, make_workload
 
@@ -41,6 +42,8 @@ class RunConfig:
     # snapshot batching (cam-run --batch-items): each FFN receive takes every ready work item up to this many rows
     # and serves them with one W1 and one W2 launch; None: one work item per receive
     batch_rows: Optional[int] = None
+    # expert placement (cam-run --placement), resolved by the launcher: placement_to_dict's form; None: contiguous
+    placement: Optional[dict] = None
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -63,7 +66,10 @@ class RunConfig:
     def connector_config(self, topology: Topology) -> ConnectorConfig:
         return ConnectorConfig(topology, self.master_addr, self.master_port, torch.bfloat16, self.timeout_s,
                                self.idle_poll_s, group="afd", shm_prefix=self.shm_prefix,
-                               isolate_replicas=self.keep_going)
+                               isolate_replicas=self.keep_going, placement=self.expert_placement())
+
+    def expert_placement(self) -> Optional[Placement]:
+        return None if self.placement is None else placement_from_dict(self.placement)
 
 
 def rank_threads(world: int) -> int:
@@ -75,7 +81,73 @@ def rank_threads(world: int) -> int:
     return max(1, cpus // max(1, world))
 
 
-def topology_for(model, workload: Workload, D: int, P: int, F: int, slots: int) -> Topology:
+def placement_to_dict(p: Placement) -> dict:
+    """A placement as JSON (the form a --placement file holds): ``layers[l][e]`` lists expert e's ``[f, slot]``."""
+    return {"experts": p.experts, "ffn_ranks": p.ffn_ranks, "slots_per_rank": p.slots_per_rank,
+            "layers": [[[list(r) for r in p.replicas(l, e)] for e in range(p.experts)] for l in range(p.layers)]}
+
+
+def placement_from_dict(d: dict) -> Placement:
+    return Placement(d["experts"], d["ffn_ranks"], d["slots_per_rank"], d["layers"])
+
+
+def expert_popularity(model: MoEModel, workload: Workload) -> torch.Tensor:
+    """How often the model's own routers choose each routed expert over every prompt of the workload, summed over
+    the MoE layers ([E] int64): what ``--placement hot:K`` replicates the K most chosen of."""
+    counts = torch.zeros(model.config.num_experts, dtype=torch.int64)
+    prompts = [r.tokens for r in workload.requests]
+    seq_lens = [int(p.numel()) for p in prompts]
+    x = model.embed_tokens(torch.cat([p.reshape(-1) for p in prompts]))
+    for layer in range(model.config.num_layers):
+        if layer in model.router:
+            x, h, ids, w = model.pre_moe(layer, x, seq_lens)
+            counts += torch.bincount(ids.reshape(-1).long(), minlength=counts.numel())
+            routed = model.routed_reference(model.config.moe_layers.index(layer), h, ids, w)
+            x = x + routed.to(torch.float32) + model.shared(layer, h)
+        else:
+            x, h = model.pre_moe(layer, x, seq_lens)
+            x = x + model.dense_mlp(layer, h)
+    return counts
+
+
+def resolve_placement(spec: str, cfg: "RunConfig") -> Optional[dict]:
+    """``--placement``: ``contiguous`` (today's ``e -> e // R``: None), ``balanced`` (experts dealt round robin over
+    the FFN ranks: any E and F), ``hot:K`` (balanced plus one more replica of each of the K experts the model's
+    routers choose most on this run's workload), or a JSON file in :func:`placement_to_dict`'s form. ValueError
+    naming --placement for anything else, before any rank exists."""
+    config = MODEL_PRESETS[cfg.model]
+    E, L = config.num_experts, len(config.moe_layers)
+    if spec == "contiguous":
+        return None
+    try:
+        if spec == "balanced":
+            return placement_to_dict(Placement.balanced(E, cfg.F, layers=L))
+        if spec.startswith("hot:"):
+            k = spec[4:]
+            if not k.isdigit() or not 1 <= int(k) <= E:
+                raise ValueError(f"--placement {spec!r}: K must be an int in [1, E = {E}]")
+            workload = make_workload(cfg.workload_spec(), cfg.D, config.vocab_size)
+            counts = expert_popularity(MoEModel(config), workload)
+            hot = sorted(range(E), key=lambda e: (-int(counts[e]), e))[:int(k)]
+            return placement_to_dict(Placement.balanced(E, cfg.F, layers=L, replicate=hot))
+        if not os.path.isfile(spec):
+            raise ValueError(f"--placement {spec!r} is neither contiguous, balanced, hot:K nor a readable JSON file")
+        with open(spec) as f:
+            d = json.load(f)
+        if not isinstance(d, dict) or not {"slots_per_rank", "layers"} <= set(d):
+            raise ValueError(f"--placement {spec!r}: a JSON object with slots_per_rank and layers is expected")
+        d = dict(d, experts=d.get("experts", E), ffn_ranks=d.get("ffn_ranks", cfg.F))
+        if (d["experts"], d["ffn_ranks"], len(d["layers"])) != (E, cfg.F, L):
+            raise ValueError(f"--placement {spec!r} places E = {d['experts']} experts on F = {d['ffn_ranks']} ranks "
+                             f"over {len(d['layers'])} layers; this run has E = {E} (--model), F = {cfg.F} (--ffn), "
+                             f"L = {L}")
+        return placement_to_dict(placement_from_dict(d))
+    except (PlacementError, TypeError, KeyError, json.JSONDecodeError) as e:
+        raise ValueError(f"--placement {spec!r}: {e}") from None
+
+
+def topology_for(model, workload: Workload, D: int, P: int, F: int, slots: int,
+                 expert_slots: Optional[int] = None) -> Topology:
     """The data plane for this model and workload: Bmax is the largest micro-batch a participant sends."""
     largest = 1
     for replica in range(D):
@@ -84,7 +156,7 @@ def topology_for(model, workload: Workload, D: int, P: int, F: int, slots: int) 
             for stage in (lens[0::2], lens[1::2]) if len(lens) >= 2 else (lens,):
                 largest = max(largest, math.ceil(sum(stage) / P))
     return Topology(D=D, P=P, F=F, E=model.num_experts, K=model.top_k, H=model.hidden, Bmax=largest,
-                    L=len(model.moe_layers), slots=slots, quantized=True)
+                    L=len(model.moe_layers), slots=slots, quantized=True, expert_slots=expert_slots)
 
 
 def plan(cfg: RunConfig) -> Tuple[Workload, Topology]:
@@ -92,7 +164,8 @@ def plan(cfg: RunConfig) -> Tuple[Workload, Topology]:
     field) at the cost of a few small tensors."""
     config = MODEL_PRESETS[cfg.model]
     workload = make_workload(cfg.workload_spec(), cfg.D, config.vocab_size)
-    return workload, topology_for(config, workload, cfg.D, cfg.P, cfg.F, cfg.slots)
+    slots = None if cfg.placement is None else cfg.placement["slots_per_rank"]
+    return workload, topology_for(config, workload, cfg.D, cfg.P, cfg.F, cfg.slots, slots)
 
 
 def build(cfg: RunConfig):

@@ -23,6 +23,7 @@ from datetime import timedelta
 import torch
 
 from ..connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, expert_weights, ffn_compute
+from ..layer_weights import LayerWeights
 from .participants import Participants, request_pieces
 from .setup import RunConfig, build, rank_threads
 from .start import remove_if_orphaned
@@ -303,6 +304,17 @@ def _emulate_attention(cfg: RunConfig, seq_lens, participants: int, lane: Lane) 
             time.sleep(emulated_attention_s(cfg.attention_cost, seq_lens, participants))
 
 
+def _ffn_weights(cfg: RunConfig, model, topo, ffn_index: int):
+    """This FFN rank's slot weights: its R contiguous experts, or under --placement the experts its slots hold
+    (a replicated expert's weights on every rank with a replica)."""
+    placement = cfg.expert_placement()
+    if placement is None:
+        return expert_weights(model, topo, ffn_index)
+    w1, s1, w2, s2 = model.routed_weights(0, topo.E)
+    return (LayerWeights.from_placement(placement, ffn_index, w1, s1),
+            LayerWeights.from_placement(placement, ffn_index, w2, s2))
+
+
 def _gmm_launches() -> int:
     """The grouped-matmul executors this process launched (cam.h camGetLaunchCount): --batch-items' effect."""
     from .. import _C
@@ -314,7 +326,7 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
             marks: dict, device=None) -> dict:
     device = device or _Free()
     model, _, topo = built
-    w1, w2 = expert_weights(model, topo, rank - topo.A)
+    w1, w2 = _ffn_weights(cfg, model, topo, rank - topo.A)
     _warm_up(model)
     # --graph: the iteration is captured once and replayed (docs/graph.md); nothing in it reads the host.
     # --batch-items: each receive takes every ready work item up to cfg.batch_rows rows (one W1 + one W2 launch).
