@@ -40,6 +40,9 @@ from .trace import write_trace
 # How often the launcher looks at its ranks and the store: a few syscalls and one store round trip each time. Every
 # stage change (all ready, Attention done, all gone) is seen this late, so it is short.
 _POLL_S = 0.01
+# How long the launcher, seeing a rank fail, watches the others for a signal death that caused it
+# (_await_signalled_cause).
+_CAUSE_GRACE_S = 1.0
 _GRACE_S = 20.0
 # The run's clock starts this long after the last rank said it is ready, so that every rank has the start time
 # before it passes. A rank blocked in the store wait gets it within a round trip, but on a loaded 2-CPU machine it
@@ -267,6 +270,21 @@ def _remove_leftover_windows(prefix: str) -> None:
                     os.unlink(os.path.join(shm, name))
                 except OSError:
                     pass
+
+
+def _await_signalled_cause(procs, failed: Dict[int, int], lost: Dict[int, int]) -> None:
+    """Ranks that exit with an error are usually the consequence of another's death: their liveness watchdog sees a
+    SIGKILLed peer go while the kernel still tears it down, before the launcher can reap it. So before naming a
+    cause, watch the other ranks a bounded moment (_CAUSE_GRACE_S) for one killed by a signal; _failure names it."""
+    grace = time.monotonic() + _CAUSE_GRACE_S
+    while time.monotonic() < grace:
+        for rank, p in procs.items():
+            code = p.poll()
+            if code is not None and code < 0 and rank not in failed and rank not in lost:
+                failed[rank] = code
+        if any(code < 0 for code in failed.values()):
+            return
+        time.sleep(_POLL_S)
 
 
 def _failure(failed: Dict[int, int]) -> str:
@@ -524,6 +542,8 @@ def _run(args, marks: Dict[str, float]) -> int:
                 # Only what happens before the abort is a cause; exits after it are its consequences.
                 if code not in (None, 0) and rank not in failed and rank not in lost and deadline is None:
                     (lost if args.keep_going and started and rank < topo.A else failed)[rank] = code
+            if failed and all(code >= 0 for code in failed.values()) and not store.check([worker.ABORT_KEY]):
+                _await_signalled_cause(procs, failed, lost)
             if (failed or interrupted) and not store.check([worker.ABORT_KEY]):
                 why = (_failure(failed) if failed else f"launcher got signal {interrupted[0]}")
                 store.set(worker.ABORT_KEY, why)
