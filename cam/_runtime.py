@@ -247,7 +247,10 @@ def _after_fork_in_child() -> None:
     there would wait forever. Start over with fresh state; the inherited streams are parked (never destroyed:
     destroying one would join a worker that does not exist in this process). cam.Comm handles its own streams."""
     global _locks_guard
-    _park(*_thread_streams.values())
+    # An aborter is a Comm's bound abort: dropping it here may free the last reference to a Comm that was never
+    # closed, and destroying its stream would wait on its worker's condition variable, whose waiter is the
+    # parent's thread (the child hangs in pthread_cond_destroy). Parked with the streams, never freed.
+    _park(*_thread_streams.values(), *_aborters.values())
     _thread_streams.clear()
     _locks_guard = threading.Lock()  # another thread of the parent may have held it at fork time
     _stream_locks.clear()

@@ -586,3 +586,32 @@ def test_dispatch_send_refuses_every_tampered_word_of_the_placement_table():
                                 layer=layer)["out"]
         for a in range(t.A):
             assert torch.equal(cam.ops.combine_recv(comms[a], rounds[a][1], rounds[a][2]), gold[a]), a
+
+
+def test_fork_while_an_unclosed_comms_stream_is_held_only_by_its_aborter():
+    """What the suite once hit: a Comm never closed is kept alive only by the runtime's aborter table (its bound
+    abort); the fork handler clearing that table freed it in the child, whose stream destruction then waited forever
+    on a condition variable the parent's worker thread was waiting on. Control: the same object freed in the parent
+    (its worker exists there) returns at once."""
+    import gc
+
+    from cam import _runtime
+
+    class Holder:  # stands for a Comm: owns a stream with a live worker, registered by its bound abort
+        def __init__(self):
+            self.stream = cam._C.Stream()
+
+        def abort(self):
+            pass
+
+    holder = Holder()
+    stream_id = id(holder.stream)
+    _runtime.set_aborter(holder.stream, holder.abort)
+    del holder
+    gc.collect()
+    try:
+        assert _in_forked_child(lambda: True, timeout_s=20.0) == 0
+    finally:
+        control = _runtime._aborters.pop(stream_id)  # the parent drops it: the stream is destroyed here
+        del control
+        gc.collect()
