@@ -159,13 +159,16 @@ class MoEModel:
             out[t] = acc.to(torch.bfloat16)
         return out
 
-    def forward_reference(self, prompts: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-        """Single-process prefill of a batch of prompts; returns each prompt's final hidden states [T_i, H]."""
+    def forward_reference(self, prompts: Sequence[torch.Tensor], on_route=None) -> List[torch.Tensor]:
+        """Single-process prefill of a batch of prompts; returns each prompt's final hidden states [T_i, H].
+        ``on_route(moe_index, topk_ids)``, if given, sees every MoE layer's routing."""
         seq_lens = [int(p.numel()) for p in prompts]
         x = self.embed_tokens(torch.cat([p.reshape(-1) for p in prompts])) if prompts else torch.zeros(0)
         for layer in range(self.config.num_layers):
             if layer in self.router:
                 x, h, ids, w = self.pre_moe(layer, x, seq_lens)
+                if on_route is not None:
+                    on_route(self.config.moe_layers.index(layer), ids)
                 routed = self.routed_reference(self.config.moe_layers.index(layer), h, ids, w)
                 x = x + routed.to(torch.float32) + self.shared(layer, h)
             else:

@@ -95,18 +95,11 @@ def expert_popularity(model: MoEModel, workload: Workload) -> torch.Tensor:
     """How often the model's own routers choose each routed expert over every prompt of the workload, summed over
     the MoE layers ([E] int64): what ``--placement hot:K`` replicates the K most chosen of."""
     counts = torch.zeros(model.config.num_experts, dtype=torch.int64)
-    prompts = [r.tokens for r in workload.requests]
-    seq_lens = [int(p.numel()) for p in prompts]
-    x = model.embed_tokens(torch.cat([p.reshape(-1) for p in prompts]))
-    for layer in range(model.config.num_layers):
-        if layer in model.router:
-            x, h, ids, w = model.pre_moe(layer, x, seq_lens)
-            counts += torch.bincount(ids.reshape(-1).long(), minlength=counts.numel())
-            routed = model.routed_reference(model.config.moe_layers.index(layer), h, ids, w)
-            x = x + routed.to(torch.float32) + model.shared(layer, h)
-        else:
-            x, h = model.pre_moe(layer, x, seq_lens)
-            x = x + model.dense_mlp(layer, h)
+
+    def count(_, ids):
+        counts.add_(torch.bincount(ids.reshape(-1).long(), minlength=counts.numel()))
+
+    model.forward_reference([r.tokens for r in workload.requests], on_route=count)
     return counts
 
 
