@@ -102,7 +102,9 @@ class Comm:
     Attributes:
         stream: this rank's device stream; its data-plane ops run there in order (ranks that are threads of one
             process must not share a stream: an FFN wait would block the Attention work it waits for).
-        window: this rank's window as a uint8 tensor (inspection only; valid until :meth:`close`).
+        window: this rank's window as a uint8 tensor (inspection only; valid until :meth:`close`). Only where the
+            window is host memory: on the ``"npu"`` transport on an Ascend backend it is device memory, and reading
+            it does not return a tensor but raises :class:`cam.CamError` (so does :attr:`plane_id`).
         window_bytes: bytes really allocated for the window (what the ops validate against).
         token: the ordering token the torch ops mutate (see ``docs/protocol.md`` §11).
         id: the int the torch ops carry to find this Comm.
@@ -211,8 +213,11 @@ class Comm:
         _runtime.set_aborter(self.stream, self.abort)
         base, nbytes = self._c.window()
         self.window_bytes = nbytes
-        # This rank's window as a tensor, for inspection (tests, diagnostics). Valid until close().
-        self.window = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(base), dtype=torch.uint8)
+        # This rank's window as a tensor, for inspection (tests, diagnostics). Valid until close(). Never over
+        # device memory: a tensor there would make every read of it a host load of a device address.
+        self._window = None
+        if _window_is_host_memory(transport):
+            self._window = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(base), dtype=torch.uint8)
         # The ordering token of the data-plane torch ops: each op names it in mutates_args and increments it, so
         # torch.compile neither drops an op (they write peer memory, which no graph sees) nor reorders two ops of one
         # rank. It is not the window itself on purpose: functionalization may clone a mutated input and copy it
@@ -525,7 +530,7 @@ class Comm:
         if self._inherited:
             _runtime._park(self.stream, self._c)  # the parent's: no worker here, and the parent still uses the windows
             self._c = None
-            self.window = None
+            self._window = None
             return
         from .graph import close_graphs_of  # graphs captured on this stream use this Comm: they end with it
 
@@ -547,7 +552,7 @@ class Comm:
             self.stream.close()
             self._c.close()
         _runtime.forget_stream(self.stream)
-        self.window = None
+        self._window = None
         self._stop_watchdog()
         self._c = None
 
@@ -595,6 +600,16 @@ class Comm:
         """``{replica: LostReplica}`` of every fenced replica of the plane, as this rank sees it."""
         dropped = self.dropped_rounds
         return {d: LostReplica(d, r, self.rank, dropped.get(d)) for d, r in self.fenced_replicas.items()}
+
+    @property
+    def window(self) -> Optional[torch.Tensor]:
+        """This rank's window as a uint8 tensor (None once closed). Refused where the window is device memory (the
+        ``"npu"`` transport on an Ascend backend): the host must not load or store it directly (docs/ascend.md §5.1)."""
+        if self._window is None and self._c is not None and not _window_is_host_memory(self.transport):
+            raise CamError(f"Comm.window: rank {self.rank}'s window is device memory on the {self.transport!r} "
+                           f"transport (backend {_C.backend()!r}); the host cannot read it as host memory. "
+                           f"Comm.status() gives the status record and abort word, copied through the device runtime")
+        return self._window
 
     @property
     def plane_id(self) -> int:
@@ -675,6 +690,13 @@ def _check_same_plane(rank: int, described: list) -> None:
         diffs += [f"{k}={d[k]!r} (unknown to rank(s) {names})" for k in d if k not in ref]
         parts.append(f"rank {r} was created with a different topology: " + ", ".join(diffs))
     raise InvalidArgumentError(f"Comm: rank {rank}: " + "; ".join(parts))
+
+
+def _window_is_host_memory(transport: str) -> bool:
+    """Whether a Comm's own window may be viewed as host memory: on the twin every transport's window is (its
+    NPU-transport stand-ins allocate "device memory" as POSIX shm); on Ascend the npu transport's window is
+    aclrtMalloc'ed device memory."""
+    return transport != "npu" or _C.backend() == "twin"
 
 
 def _forget_key(store, key: str) -> None:

@@ -253,3 +253,57 @@ def test_twin_refuses_host_copies_of_imported_memory():
             assert lib.camTwinAclrtIpcMemClose(key) == 0  # the import
         assert lib.camTwinAclrtIpcMemClose(key) == 0  # the export
         assert lib.camTwinAclrtFree(own) == 0
+
+
+def _npu_plane_in_threads():
+    """Both ranks of a 2-rank npu plane as threads of this process (one pid: each allows itself), over the twin's
+    stand-ins."""
+    import threading
+
+    from torch.distributed import HashStore
+
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
+    store, comms, errors = HashStore(), {}, {}
+
+    def make(r):
+        try:
+            comms[r] = cam.Comm(t, r, transport="npu", store=store, group="w", join_timeout_s=30)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors[r] = e
+
+    threads = [threading.Thread(target=make, args=(r,)) for r in range(t.world_size)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert not any(th.is_alive() for th in threads) and errors == {}, errors
+    return comms
+
+
+def test_npu_window_is_refused_where_it_is_device_memory(monkeypatch):
+    """Comm.window and Comm.plane_id read the window as host memory. On an Ascend backend the npu transport's window
+    is aclrtMalloc'ed device memory, so both refuse, naming the transport, and no tensor is ever made over it (here
+    the backend check is made to answer as on Ascend). Control: the same plane on the twin, whose stand-ins' device
+    memory is host memory, gives the window and one plane id on both ranks."""
+    monkeypatch.setattr(cam.comm, "_window_is_host_memory", lambda transport: transport != "npu")
+    comms = _npu_plane_in_threads()
+    try:
+        for r, c in comms.items():
+            assert c._window is None, f"rank {r}: a tensor over device memory was made"
+            with pytest.raises(cam.CamError, match=rf"Comm.window: rank {r}'s window is device memory on the 'npu'"):
+                c.window
+            with pytest.raises(cam.CamError, match="the host cannot read it as host memory"):
+                c.plane_id
+            assert c.status()["abort"] == 0  # the control words still reach the host, through the copies
+    finally:
+        for c in comms.values():
+            c.close()
+    monkeypatch.undo()
+    comms = _npu_plane_in_threads()  # control
+    try:
+        ids = {c.plane_id for c in comms.values()}
+        assert len(ids) == 1 and ids != {0}, ids
+        assert all(c.window.numel() == c.window_bytes for c in comms.values())
+    finally:
+        for c in comms.values():
+            c.close()
