@@ -124,8 +124,6 @@ struct State {
     uint64_t seq = 1;
     uint64_t born = 1;
     uint64_t frontier[kPipes][kPipes] = {};
-    uint64_t frontierMax[kPipes] = {};  // per pipe a, the max over b of frontier[b][a]: an op at or above it is
-                                        // ordered before nothing, so the same pipe may widen it
     uint8_t busy[kSpaces] = {};  // per space, the pipes whose list is not empty: checks visit only these
     uint8_t corePipes = kVectorCorePipes;
     // Between PipeBlockStart and PipeBlockEnd (the thread is running a block, the model is not switched off):
@@ -250,7 +248,14 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
     std::vector<Pending>& ops = list.ops;
     const size_t n = ops.size();
     const bool near = n > 0 && lo <= list.hi && list.lo <= hi;  // else no entry can widen or be superseded
-    const uint64_t unordered = st.frontierMax[static_cast<int>(p)];
+    // An entry at or above this seq is ordered before none of the pipes that could conflict with it (the `needed`
+    // ones; the others are the compiler's or absent from the core), so widening it loses no ordering. Not the max
+    // over every pipe: a V_S flag per row (the amax read back) would otherwise stop every UB vector entry widening.
+    uint64_t unordered = 0;
+    for (unsigned rest = needed; rest != 0; rest &= rest - 1) {
+        const uint64_t f = st.frontier[__builtin_ctz(rest)][static_cast<int>(p)];
+        if (f > unordered) unordered = f;
+    }
     if (near) {
         for (size_t k = 0; k < n && k < 8; ++k) {
             Pending& e = ops[n - 1 - k];
@@ -307,10 +312,7 @@ void Order(State& st, Pipe from, Pipe to, uint64_t before) {
     for (int a = 0; a < kPipes; ++a) {
         if (a == t) continue;
         uint64_t reach = a == f ? before : std::min(st.frontier[f][a], before);
-        if (reach > st.frontier[t][a]) {
-            st.frontier[t][a] = reach;
-            if (reach > st.frontierMax[a]) st.frontierMax[a] = reach;
-        }
+        if (reach > st.frontier[t][a]) st.frontier[t][a] = reach;
     }
 }
 
@@ -420,7 +422,6 @@ void PipeBarrierAll() {
     // Everything issued so far is ordered before every pipe (nothing is left to order; new ops may widen again).
     for (auto& row : st.frontier)
         for (uint64_t& f : row) f = st.seq;
-    for (uint64_t& f : st.frontierMax) f = st.seq;
 }
 
 // The queue's hand-off is an event between its two pipes (EnQue sets it, DeQue waits; FreeTensor / AllocTensor the
@@ -475,7 +476,6 @@ void PipeBlockStart() {
     for (uint8_t& b : st.busy) b = 0;
     for (auto& row : st.frontier)
         for (uint64_t& f : row) f = 0;
-    for (uint64_t& f : st.frontierMax) f = 0;
     st.seq = 1;
     st.born = 1;
     SetCorePipes(st, kVectorCorePipes);
