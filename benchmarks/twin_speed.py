@@ -10,6 +10,8 @@ Rows, each a ratio against its same-run baseline (the machines differ from day t
 - dynamic_quant [512, 2048] bf16: input bytes against the cold memcpy, and against torch's own per-token quant;
 - W1 / W2 (balanced groups): 2*rows*K*N against ``torch._int_mm`` on the same groups with the same torch thread count
   (the int8 matmul alone, no epilogue: the yardstick the issue names);
+- round trip: dispatch_send -> dispatch_recv -> combine_send -> combine_recv at D2 F2 E16 K4 H4096 B1024 through the
+  public API, ranks as threads of one process, both stages' bytes against the cold memcpy of them;
 - a one-block zero-work call (dynamic_quant on a [1, 32] tensor) against ``torch.abs`` on the same tiny tensor;
 - the first cam op in a fresh process (what importing cam and the first dispatch cost), in a subprocess.
 
@@ -70,6 +72,25 @@ def bench_plane(cold, rounds: int) -> list[dict]:
                     "op_s": op_s, "op_GBps": nbytes / op_s / 1e9, "baseline": "cold memcpy of the same bytes",
                     "baseline_s": mem_s, "ratio": mem_s / op_s, "target": 0.2 if stage == "dispatch" else 0.5})
     return out
+
+
+def bench_round_trip(cold, rounds: int) -> list[dict]:
+    """One round trip as a user runs it (dispatch_send -> dispatch_recv -> combine_send -> combine_recv, public API,
+    ranks as threads of this process) at the issue's shape, against a cold memcpy of the bytes both stages deliver."""
+    import cam
+
+    D, P, F, E, K, H, B = 2, 1, 2, 16, 4, 4096, 1024
+    topo = cam.Topology(D=D, P=P, F=F, E=E, K=K, H=H, Bmax=B, L=1, slots=2, quantized=True)
+    dispatch_s, combine_s, ids = _common.run_plane(topo, rounds, torch.bfloat16)
+    rows = sum(int((i != -1).sum()) for i in ids)
+    nbytes = rows * (H + 4) + rows * H * 2  # int8 rows + scales to the FFN ranks, bf16 expert rows back
+    op_s = statistics.median(d + c for d, c in zip(dispatch_s[1:], combine_s[1:]))  # the first round warms up
+    # ~100 MB, more than the shared pools hold: pools of its own, twice the copy each (ColdMemcpy's rule), so each
+    # copy still reads and writes memory.
+    mem_s = (cold if nbytes <= cold.pool // 2 else ColdMemcpy(nbytes)).seconds(nbytes, 7)
+    return [{"op": "round trip", "case": f"{D}x{P}+{F} E={E} K={K} H={H} B={B} int8 wire, dispatch + combine",
+             "bytes": nbytes, "op_s": op_s, "op_GBps": nbytes / op_s / 1e9, "baseline": "cold memcpy of the same bytes",
+             "baseline_s": mem_s, "ratio": mem_s / op_s, "target": 0.2}]
 
 
 def bench_quant(cold, budget: float) -> list[dict]:
@@ -333,6 +354,7 @@ def main(argv=None) -> int:
     p.add_argument("--md", metavar="PATH", help="write the table as markdown")
     p.add_argument("--label", default="", help="what was measured (e.g. 'this branch')")
     p.add_argument("--rounds", type=int, default=8, help="plane rounds (the first warms up)")
+    p.add_argument("--round-trip-rounds", type=int, default=5, help="round-trip rounds (the first warms up)")
     p.add_argument("--budget", type=float, default=2.0, help="seconds per timed case")
     p.add_argument("--first-op-runs", type=int, default=3, help="fresh processes for the first-op row")
     p.add_argument("--pipe-model-ab", type=int, default=0, metavar="ROUNDS",
@@ -356,6 +378,7 @@ def main(argv=None) -> int:
     results += bench_quant(cold, args.budget)
     results += bench_gmm(args.budget)
     results += bench_plane(cold, args.rounds)
+    results += bench_round_trip(cold, args.round_trip_rounds)
     results += bench_first_op(args.first_op_runs)
     doc = {
         "label": args.label,
