@@ -354,7 +354,9 @@ def main(argv=None) -> int:
     p.add_argument("--md", metavar="PATH", help="write the table as markdown")
     p.add_argument("--label", default="", help="what was measured (e.g. 'this branch')")
     p.add_argument("--rounds", type=int, default=8, help="plane rounds (the first warms up)")
-    p.add_argument("--round-trip-rounds", type=int, default=5, help="round-trip rounds (the first warms up)")
+    p.add_argument("--round-trip-rounds", type=int, default=9,
+                   help="round-trip rounds (the first warms up; the median outvotes the next few, which still "
+                        "fault in fresh window slots)")
     p.add_argument("--budget", type=float, default=2.0, help="seconds per timed case")
     p.add_argument("--first-op-runs", type=int, default=3, help="fresh processes for the first-op row")
     p.add_argument("--pipe-model-ab", type=int, default=0, metavar="ROUNDS",
