@@ -273,11 +273,21 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
     // The new op supersedes older ops of its pipe inside its range: it is ordered before nothing yet, so any later
     // op that would conflict with one of them conflicts with it (a write also covers reads). Ops already done with
     // go too. Keeps the list at the buffers in use, not the instructions issued. At the depth limit the oldest goes.
+    // Done(o), for this list: its ops share pipe and space, so the plain ones share `needed` and are done with once
+    // below every one of those frontiers: one min per Add instead of a walk of `needed` per op (a clean's
+    // write-back is only cleared by PipeBarrier<PIPE_ALL>).
+    const uint8_t plainNeeded = st.needed[static_cast<int>(s)][static_cast<int>(p)][0];
+    uint64_t doneBelow = UINT64_MAX;
+    for (unsigned rest = plainNeeded; rest != 0; rest &= rest - 1) {
+        const uint64_t f = st.frontier[__builtin_ctz(rest)][static_cast<int>(p)];
+        if (f < doneBelow) doneBelow = f;
+    }
     size_t w = 0;
     for (size_t i = 0; i < n; ++i) {
         const Pending& o = ops[i];
         const bool superseded = near && o.clean == clean && (write || !o.write) && lo <= o.lo && o.hi <= hi;
-        if (!superseded && !Done(st, o)) {
+        const bool done = o.clean ? o.needed == 0 : o.seq < doneBelow;
+        if (!superseded && !done) {
             if (w != i) ops[w] = o;
             ++w;
         }
