@@ -10,6 +10,8 @@ Rows, each a ratio against its same-run baseline (the machines differ from day t
 - dynamic_quant [512, 2048] bf16: input bytes against the cold memcpy, and against torch's own per-token quant;
 - W1 / W2 (balanced groups): 2*rows*K*N against ``torch._int_mm`` on the same groups with the same torch thread count
   (the int8 matmul alone, no epilogue: the yardstick the issue names);
+- round trip: dispatch_send -> dispatch_recv -> combine_send -> combine_recv at D2 F2 E16 K4 H4096 B1024 through the
+  public API, ranks as threads of one process, both stages' bytes against the cold memcpy of them;
 - a one-block zero-work call (dynamic_quant on a [1, 32] tensor) against ``torch.abs`` on the same tiny tensor;
 - the first cam op in a fresh process (what importing cam and the first dispatch cost), in a subprocess.
 
@@ -70,6 +72,25 @@ def bench_plane(cold, rounds: int) -> list[dict]:
                     "op_s": op_s, "op_GBps": nbytes / op_s / 1e9, "baseline": "cold memcpy of the same bytes",
                     "baseline_s": mem_s, "ratio": mem_s / op_s, "target": 0.2 if stage == "dispatch" else 0.5})
     return out
+
+
+def bench_round_trip(cold, rounds: int) -> list[dict]:
+    """One round trip as a user runs it (dispatch_send -> dispatch_recv -> combine_send -> combine_recv, public API,
+    ranks as threads of this process) at the issue's shape, against a cold memcpy of the bytes both stages deliver."""
+    import cam
+
+    D, P, F, E, K, H, B = 2, 1, 2, 16, 4, 4096, 1024
+    topo = cam.Topology(D=D, P=P, F=F, E=E, K=K, H=H, Bmax=B, L=1, slots=2, quantized=True)
+    dispatch_s, combine_s, ids = _common.run_plane(topo, rounds, torch.bfloat16)
+    rows = sum(int((i != -1).sum()) for i in ids)
+    nbytes = rows * (H + 4) + rows * H * 2  # int8 rows + scales to the FFN ranks, bf16 expert rows back
+    op_s = statistics.median(d + c for d, c in zip(dispatch_s[1:], combine_s[1:]))  # the first round warms up
+    # ~100 MB, more than the shared pools hold: pools of its own, twice the copy each (ColdMemcpy's rule), so each
+    # copy still reads and writes memory.
+    mem_s = (cold if nbytes <= cold.pool // 2 else ColdMemcpy(nbytes)).seconds(nbytes, 7)
+    return [{"op": "round trip", "case": f"{D}x{P}+{F} E={E} K={K} H={H} B={B} int8 wire, dispatch + combine",
+             "bytes": nbytes, "op_s": op_s, "op_GBps": nbytes / op_s / 1e9, "baseline": "cold memcpy of the same bytes",
+             "baseline_s": mem_s, "ratio": mem_s / op_s, "target": 0.2}]
 
 
 def bench_quant(cold, budget: float) -> list[dict]:
@@ -240,23 +261,38 @@ def _write_outputs(args, doc: dict, lines: list[str]) -> int:
     return 0
 
 
+def _cost_child(python: str, rounds: int, env: dict) -> dict:
+    res = subprocess.run([python, os.path.abspath(__file__), "--pipe-model-ab", str(rounds), "--cost-child"], env=env,
+                         capture_output=True, text=True, timeout=3600)
+    if res.returncode != 0:
+        raise RuntimeError(f"{python}'s run failed:\n{res.stderr[-4000:]}")
+    return json.loads(res.stdout)
+
+
 def pipe_model_ab(args) -> int:
-    """The model's cost per row: CPU time with the model on over off, alternated in one process; with
-    `--base-python`, an older install measured the same way in a child process (the switch does nothing there, so
-    its figure is that install's model over this one's no-model time)."""
+    """The model's cost per row: CPU time with the model on over off, alternated in one process. With
+    `--base-python`, an older install (before) and this one (after) each measure that way in child processes,
+    `--ab-reps` children each, alternated (order flipped every rep), samples pooled per install: the before/after
+    of a change to the model, in the same run."""
     if args.cost_child:
         json.dump(measure_pipe_model_cost(args.pipe_model_ab), sys.stdout)
         return 0
     base = None
     if args.base_python:
-        env = {k: v for k, v in os.environ.items() if k != PIPE_MODEL_OFF_ENV}
-        env.update(dict(kv.split("=", 1) for kv in args.base_env))
-        res = subprocess.run([args.base_python, os.path.abspath(__file__), "--pipe-model-ab", str(args.pipe_model_ab),
-                              "--cost-child"], env=env, capture_output=True, text=True, timeout=3600)
-        if res.returncode != 0:
-            raise RuntimeError(f"base install's run failed:\n{res.stderr[-4000:]}")
-        base = json.loads(res.stdout)
-    here = measure_pipe_model_cost(args.pipe_model_ab)
+        env_here = {k: v for k, v in os.environ.items() if k != PIPE_MODEL_OFF_ENV}
+        env_base = dict(env_here, **dict(kv.split("=", 1) for kv in args.base_env))
+        arms = {"here": (sys.executable, env_here), "base": (args.base_python, env_base)}
+        pooled = {"here": {}, "base": {}}
+        for rep in range(args.ab_reps):
+            for arm in (("base", "here") if rep % 2 == 0 else ("here", "base")):
+                python, env = arms[arm]
+                for name, smp in _cost_child(python, args.pipe_model_ab, env).items():
+                    row = pooled[arm].setdefault(name, {"on": [], "off": []})
+                    row["on"] += smp["on"]
+                    row["off"] += smp["off"]
+        here, base = pooled["here"], pooled["base"]
+    else:
+        here = measure_pipe_model_cost(args.pipe_model_ab)
     rows = []
     for name, smp in here.items():
         off = statistics.median(smp["off"])
@@ -264,27 +300,35 @@ def pipe_model_ab(args) -> int:
                "on_over_off_per_round": [a / b for a, b in zip(smp["on"], smp["off"])], "samples": smp}
         row["on_over_off"] = row["on_s"] / off
         if base is not None:
-            row["base_s"] = statistics.median(base[name]["on"] + base[name]["off"])
-            row["base_over_off"] = row["base_s"] / off
+            b = base[name]
+            row["base_off_s"] = statistics.median(b["off"])
+            row["base_on_s"] = statistics.median(b["on"])
+            row["base_on_over_off"] = row["base_on_s"] / row["base_off_s"]
+            row["on_over_base_on"] = row["on_s"] / row["base_on_s"]
+            row["base_samples"] = b
         rows.append(row)
     doc = {"label": args.label, "rounds": args.pipe_model_ab, "host": platform.platform(), "cpus": os.cpu_count(),
            "torch_threads": torch.get_num_threads(), "load_avg_after": os.getloadavg(),
            "base": " ".join([args.base_python or "", *args.base_env]).strip(), "rows": rows}
+    reps = f"{args.ab_reps} children of {args.pipe_model_ab} rounds per install, alternated, " if base else ""
     lines = [f"# the twin's pipe-ordering model: its cost{': ' + args.label if args.label else ''}", "",
              f"Process CPU seconds per call (all threads), the model on and off (`{PIPE_MODEL_OFF_ENV}=1`, set only "
              f"by this benchmark) alternated in one process, {args.pipe_model_ab} rounds, order flipped every round; "
-             "medians. " + ("`base`: an older install measured the same way in a child process, over this install's "
-                            "no-model time. " if base else "") +
+             "medians. " + (f"`before`: an older install ({reps}samples pooled), measured the same way as this one "
+                            "(`after`). " if base else "") +
              f"{os.cpu_count()} CPUs, torch {torch.get_num_threads()} threads, load average after the run "
-             f"{os.getloadavg()[0]:.1f}.", "",
-             "| row | off | on | on ÷ off | per round |" + (" base | base ÷ off |" if base else ""),
-             "|---|---|---|---|---|" + ("---|---|" if base else "")]
-    for r in rows:
-        line = (f"| {r['row']} | {r['off_s'] * 1e3:.3f} ms | {r['on_s'] * 1e3:.3f} ms | **{r['on_over_off']:.2f}** | "
-                f"{', '.join(f'{v:.2f}' for v in r['on_over_off_per_round'])} |")
-        if base:
-            line += f" {r['base_s'] * 1e3:.3f} ms | {r['base_over_off']:.2f} |"
-        lines.append(line)
+             f"{os.getloadavg()[0]:.1f}.", ""]
+    if base:
+        lines += ["| row | before: on ÷ off | after: on ÷ off | after on ÷ before on | after off ÷ before off |",
+                  "|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['row']} | {r['base_on_over_off']:.2f} | **{r['on_over_off']:.2f}** | "
+                         f"{r['on_over_base_on']:.2f} | {r['off_s'] / r['base_off_s']:.2f} |")
+    else:
+        lines += ["| row | off | on | on ÷ off | per round |", "|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['row']} | {r['off_s'] * 1e3:.3f} ms | {r['on_s'] * 1e3:.3f} ms | "
+                         f"**{r['on_over_off']:.2f}** | {', '.join(f'{v:.2f}' for v in r['on_over_off_per_round'])} |")
     return _write_outputs(args, doc, lines)
 
 
@@ -310,6 +354,9 @@ def main(argv=None) -> int:
     p.add_argument("--md", metavar="PATH", help="write the table as markdown")
     p.add_argument("--label", default="", help="what was measured (e.g. 'this branch')")
     p.add_argument("--rounds", type=int, default=8, help="plane rounds (the first warms up)")
+    p.add_argument("--round-trip-rounds", type=int, default=9,
+                   help="round-trip rounds (the first warms up; the median outvotes the next few, which still "
+                        "fault in fresh window slots)")
     p.add_argument("--budget", type=float, default=2.0, help="seconds per timed case")
     p.add_argument("--first-op-runs", type=int, default=3, help="fresh processes for the first-op row")
     p.add_argument("--pipe-model-ab", type=int, default=0, metavar="ROUNDS",
@@ -317,6 +364,7 @@ def main(argv=None) -> int:
     p.add_argument("--cost-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--base-python", help="with --pipe-model-ab: also alternate this python's install (an older build)")
     p.add_argument("--base-env", nargs="*", default=[], metavar="K=V", help="environment of the --base-python arm")
+    p.add_argument("--ab-reps", type=int, default=6, help="with --base-python: children per install, alternated")
     args = p.parse_args(argv)
     if args.pipe_model_ab:
         return pipe_model_ab(args)
@@ -332,6 +380,7 @@ def main(argv=None) -> int:
     results += bench_quant(cold, args.budget)
     results += bench_gmm(args.budget)
     results += bench_plane(cold, args.rounds)
+    results += bench_round_trip(cold, args.round_trip_rounds)
     results += bench_first_op(args.first_op_runs)
     doc = {
         "label": args.label,

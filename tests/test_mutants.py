@@ -61,6 +61,10 @@ MUTANTS = {
     "CAM_MUTANT_STATE_NO_CLEAN": ("plane", "dcache-dirty-at-exit", None),
     # A3 peer windows: the deprecated tiling-less Hccl::Init on the A3 context
     "CAM_MUTANT_HCCL_NO_INIT_TILING": ("hccl", "hccl-init-tiling", "cam_window_table"),
+    # window_table without its bound of the world to the A2 flat layout's 32 windows, given a world of 40
+    "CAM_MUTANT_HCCL_A2_RANKS": ("hccl", "hccl-a2-ranks", "cam_window_table"),
+    # window_table's Hccl client never finalized
+    "CAM_MUTANT_HCCL_NO_FINALIZE": ("hccl", "hccl-finalize", "cam_window_table"),
     # once missed by every test: a device lambda with a [x, this] capture
     "CAM_MUTANT_LAMBDA_CAPTURE": ("scan", "device-lambda", None),
     # the lost address space: WaitPause's GM pointer as const void*
@@ -211,17 +215,35 @@ def gmm_runs(plane_build, plane_runs):
     return runs
 
 
+# hccl mutant -> (driver, its case, what the unmutated build prints in that case). The A3 case is the driver of
+# tests/test_ascend_hccl.py; the A2 ones are tests/twin/hccl_window_table.cpp (world40's control: the kernel refuses a
+# world of 40 in its status record, kDeviceStatusOutOfRange of kDeviceArgHcclRankDim, 40 outside [0, 33)).
+HCCL_CASES = {
+    "CAM_MUTANT_HCCL_NO_INIT_TILING": ("sdk_ascend/hccl_context.cpp", "bound_a3", "OK"),
+    "CAM_MUTANT_HCCL_A2_RANKS": ("twin/hccl_window_table.cpp", "world40", "REFUSED 1 3 40 33"),
+    "CAM_MUTANT_HCCL_NO_FINALIZE": ("twin/hccl_window_table.cpp", "bound", "OK"),
+}
+
+
 @pytest.fixture(scope="module")
 def hccl_runs(tmp_path_factory):
+    """Per hccl mutant: (its control's run, its own run) of window_table built with the switch, in its case."""
     out = tmp_path_factory.mktemp("mutants-hccl")
     runs = {}
-    for switch in [None] + [s for s, (kind, _, _) in MUTANTS.items() if kind == "hccl"]:
-        exe = build_twin_program(ROOT, str(out / (switch or "control").lower()),
-                                 os.path.join(ROOT, "tests", "sdk_ascend", "hccl_context.cpp"),
-                                 extra_sources=[os.path.join(ROOT, "kernels", "window_table", "window_table.cpp")],
-                                 extra_includes=[os.path.join(ROOT, "kernels")],
-                                 program_flags=[f"-D{switch}"] if switch else [])
-        runs[switch] = _run(exe, "bound_a3", env={"CAM_TWIN_PLATFORM": "twin"})
+
+    def build(driver: str, switch: str | None) -> str:
+        name = (os.path.splitext(os.path.basename(driver))[0] + "-" + (switch or "control")).lower()
+        return build_twin_program(ROOT, str(out / name), os.path.join(ROOT, "tests", driver),
+                                  extra_sources=[os.path.join(ROOT, "kernels", "window_table", "window_table.cpp")],
+                                  extra_includes=[os.path.join(ROOT, "kernels")],
+                                  program_flags=[f"-D{switch}"] if switch else [])
+
+    controls = {}
+    for switch, (driver, case, _) in HCCL_CASES.items():
+        if driver not in controls:
+            controls[driver] = build(driver, None)
+        runs[switch] = (_run(controls[driver], case, env={"CAM_TWIN_PLATFORM": "twin"}),
+                        _run(build(driver, switch), case, env={"CAM_TWIN_PLATFORM": "twin"}))
     return runs
 
 
@@ -258,7 +280,9 @@ def test_plane_mutant_is_caught(plane_runs, switch):
 
 @pytest.mark.parametrize("switch", [s for s, v in MUTANTS.items() if v[0] == "hccl"])
 def test_hccl_mutant_is_caught(hccl_runs, switch):
-    _check_caught(hccl_runs, switch, lambda out: out.strip() == "OK")
+    control, mutant = hccl_runs[switch]
+    expected = HCCL_CASES[switch][2]
+    _check_caught({None: control, switch: mutant}, switch, lambda out: out.strip() == expected)
 
 
 @pytest.mark.parametrize("switch", [s for s, v in MUTANTS.items() if v[0] == "gmm"])

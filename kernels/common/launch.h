@@ -27,6 +27,7 @@ inline constexpr bool kDataPlaneLaunchNeedsBatchMode = true;
 #define CAM_MC2_LAUNCH(hcclContext, kernel, blockDim, stream, ...) kernel<<<blockDim, nullptr, stream>>>(__VA_ARGS__)
 #else
 #include <cstdint>
+#include <string>
 
 #include "common/dataplane_args.h"
 #include "twin/hccl.h"
@@ -35,21 +36,13 @@ inline constexpr bool kDataPlaneLaunchNeedsBatchMode = true;
     ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() { kernel(__VA_ARGS__); })
 // The twin also gets every rank's window range and which one is the launching rank's, so it can refuse a scalar
 // store into a peer's window.
-// A twin violation in a block aborts the plane before it is reported: every rank's abort word is raised (by this
-// rank, as Plane::Fail does), so the peers' waits end at once instead of running to their timeout, and the
-// violation itself (rule, kernel, block, call site) is this rank's error.
+// A twin violation in a block aborts the plane before it is reported (LaunchWindows::onViolation, run by the twin
+// for a rule broken anywhere in the block, its end-of-block checks included): every rank's abort word is raised (by
+// this rank, as Plane::Fail does), with the broken rule beside it, so the peers' waits end at once and their errors
+// can name the rule (TwinAbortReason); the violation itself (rule, kernel, block, call site) is this rank's error.
 #define CAM_DATAPLANE_LAUNCH(comm, peers, kernel, blockDim, stream, ...)                          \
-    ::cam::twin::EnqueueLaunch(                                                                  \
-        stream, #kernel, blockDim,                                                               \
-        [=]() {                                                                                  \
-            try {                                                                                \
-                kernel(__VA_ARGS__);                                                             \
-            } catch (const ::cam::twin::TwinViolation&) {                                        \
-                ::cam::kernels::dp::TwinAbortPlane(comm, peers);                                 \
-                throw;                                                                           \
-            }                                                                                    \
-        },                                                                                       \
-        ::cam::kernels::dp::TwinWindows(comm, peers))
+    ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() { kernel(__VA_ARGS__); },        \
+                               ::cam::kernels::dp::TwinWindows(comm, peers))
 // The twin binds the HCCL context to every block thread of the launch, where the runtime binds it on Ascend. The
 // description is copied when the launch is queued, so a group unregistered afterwards cannot pull memory from
 // under the kernel.
@@ -64,6 +57,62 @@ inline constexpr bool kDataPlaneLaunchNeedsBatchMode = true;
 
 namespace cam::kernels::dp {
 
+// Twin only: the rest of the abort word's line (window_layout.h: line 0 holds only the abort word; the status record
+// starts at the next line) carries, NUL-terminated, "<rule> in <kernel> on rank <r>" of the violation that raised it,
+// so every rank's error can name the rule its peer broke (the host appends TwinAbortReason to the abort sentence).
+inline constexpr int64_t kTwinAbortReasonOff = kAbortOff + 8;
+inline constexpr int64_t kTwinAbortReasonBytes = kStatusOff - kTwinAbortReasonOff;
+static_assert(kTwinAbortReasonOff >= kAbortOff + 8 && kTwinAbortReasonOff + kTwinAbortReasonBytes <= kStatusOff &&
+                  kTwinAbortReasonBytes % 8 == 0,
+              "the twin's abort reason lies between the abort word and the status record");
+
+// The reason's text from a twin violation's message ("twin: rule 'R' broken in kernel K block ..."): R and K.
+inline std::string TwinReasonText(const std::string& violation, int64_t rank) {
+    std::string rule = "?", kernel = "?";
+    const size_t r0 = violation.find("rule '");
+    if (r0 != std::string::npos) {
+        const size_t r1 = violation.find('\'', r0 + 6);
+        if (r1 != std::string::npos) rule = violation.substr(r0 + 6, r1 - r0 - 6);
+    }
+    const size_t k0 = violation.find(" in kernel ");
+    if (k0 != std::string::npos) {
+        const size_t k1 = violation.find(' ', k0 + 11);
+        kernel = violation.substr(k0 + 11, k1 == std::string::npos ? std::string::npos : k1 - k0 - 11);
+    }
+    std::string text = rule + " in " + kernel + " on rank " + std::to_string(rank);
+    if (text.size() > static_cast<size_t>(kTwinAbortReasonBytes) - 1) text.resize(kTwinAbortReasonBytes - 1);
+    return text;
+}
+
+// Raises every rank's abort word that is still 0 to 1 + this rank, as the protocol's Fail does (docs/protocol.md
+// §9), from host code on the failing block's thread: the kernel broke a rule and stopped, so nothing of it writes
+// any more. The reason goes in first, word by word (a peer may read the line meanwhile: no word is torn), and the
+// abort word's seq_cst exchange publishes it; it wakes the waiters parked on those words.
+inline void TwinAbortPlane(const CommArgs& comm, const int64_t* bases, const std::string& violation) {
+    const int64_t world = layout::world_size(comm.topo);
+    int64_t reason[kTwinAbortReasonBytes / 8] = {};
+    const std::string text = TwinReasonText(violation, comm.rank);
+    __builtin_memcpy(reason, text.data(), text.size());
+    for (int64_t r = 0; r < world; ++r) {
+        if (bases[r] == 0) continue;
+        auto* word = reinterpret_cast<int64_t*>(static_cast<uintptr_t>(bases[r]) + kAbortOff);
+        if (__atomic_load_n(word, __ATOMIC_SEQ_CST) != 0) continue;  // raised before: its reason stays
+        auto* slot = reinterpret_cast<int64_t*>(static_cast<uintptr_t>(bases[r]) + kTwinAbortReasonOff);
+        for (int64_t i = 0; i < kTwinAbortReasonBytes / 8; ++i) __atomic_store_n(&slot[i], reason[i], __ATOMIC_RELAXED);
+        int64_t expected = 0;
+        __atomic_compare_exchange_n(word, &expected, 1 + comm.rank, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        ::cam::twin::WakeParked(word, sizeof(int64_t));
+    }
+}
+
+// The twin's reason beside an abort word, from a copy of the window's control line (empty when none was written:
+// an abort raised by a kernel's Fail, the host or the liveness watchdog).
+inline std::string TwinAbortReason(const uint8_t* control) {
+    char text[kTwinAbortReasonBytes + 1] = {};
+    __builtin_memcpy(text, control + kTwinAbortReasonOff, kTwinAbortReasonBytes);
+    return text;
+}
+
 // Host side, twin only: the peer table is host memory written once at Comm creation.
 inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_t* peers) {
     ::cam::twin::LaunchWindows w;
@@ -77,22 +126,8 @@ inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_
     }
     w.own = comm.rank;
     w.batchMode = kDataPlaneLaunchNeedsBatchMode;
+    w.onViolation = [comm, bases](const std::string& violation) { TwinAbortPlane(comm, bases, violation); };
     return w;
-}
-
-// Raises every rank's abort word that is still 0 to 1 + this rank, as the protocol's Fail does (docs/protocol.md
-// §9), from host code on the failing block's thread: the kernel broke a rule and stopped, so nothing of it writes
-// any more. Atomic like the MTE word writes, and it wakes the waiters parked on those words.
-inline void TwinAbortPlane(const CommArgs& comm, const uint8_t* peers) {
-    const int64_t world = layout::world_size(comm.topo);
-    const auto* bases = reinterpret_cast<const int64_t*>(peers);
-    for (int64_t r = 0; r < world; ++r) {
-        auto* word = reinterpret_cast<int64_t*>(static_cast<uintptr_t>(bases[r]) + kAbortOff);
-        if (word == nullptr) continue;
-        int64_t expected = 0;
-        __atomic_compare_exchange_n(word, &expected, 1 + comm.rank, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-        ::cam::twin::WakeParked(word, sizeof(int64_t));
-    }
 }
 
 }  // namespace cam::kernels::dp

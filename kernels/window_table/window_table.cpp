@@ -28,7 +28,11 @@ public:
     }
 
     // No collective follows: the client's docs ask for Finalize once the last use is done.
-    __aicore__ inline void Finish() { hccl_.Finalize(); }
+    __aicore__ inline void Finish() {
+#if !defined(CAM_MUTANT_HCCL_NO_FINALIZE)
+        hccl_.Finalize();
+#endif
+    }
 
     __aicore__ inline void Process() {
         const uint32_t dim = hccl_.GetRankDim();
@@ -36,6 +40,15 @@ public:
             WriteDeviceStatus(status_, kDeviceStatusMismatch, kDeviceArgHcclRankDim, -1, dim, tiling_.worldSize);
             return;
         }
+        // The tiling bounds the world too, but the kernel does not lean on it: asking the flat layout for a rank past
+        // its windowsIn[] reads other fields' bytes as a window address, which the null check would pass.
+#if !defined(CAM_MUTANT_HCCL_A2_RANKS)
+        if (dim > kWindowTableFlatRanks) {
+            WriteDeviceStatus(status_, kDeviceStatusOutOfRange, kDeviceArgHcclRankDim, -1, dim,
+                              kWindowTableFlatRanks + 1);
+            return;
+        }
+#endif
         const uint32_t id = hccl_.GetRankId();
         if (id != tiling_.rank) {
             WriteDeviceStatus(status_, kDeviceStatusMismatch, kDeviceArgHcclRankId, -1, id, tiling_.rank);

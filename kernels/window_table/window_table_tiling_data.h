@@ -11,6 +11,10 @@ namespace cam::kernels {
 // client requires to be present and never reads.
 constexpr uint64_t kWindowTableInitTilingBytes = 256;
 
+// Ranks the A2 flat context can describe (windowsIn[HCCL_MAX_RANK_NUM] of the Hccl client's HcclCombineOpParam):
+// the kernel refuses a larger world, since it cannot tell which layout it was given (docs/twin.md "HCCL context").
+constexpr uint32_t kWindowTableFlatRanks = 32;
+
 struct WindowTableTilingData {
     uint32_t worldSize;  // ranks of the plane (the topology's world size): the context's rank count must equal it
     uint32_t rank;       // this rank in the plane: the context's rank id must equal it

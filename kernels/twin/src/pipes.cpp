@@ -124,8 +124,6 @@ struct State {
     uint64_t seq = 1;
     uint64_t born = 1;
     uint64_t frontier[kPipes][kPipes] = {};
-    uint64_t frontierMax[kPipes] = {};  // per pipe a, the max over b of frontier[b][a]: an op at or above it is
-                                        // ordered before nothing, so the same pipe may widen it
     uint8_t busy[kSpaces] = {};  // per space, the pipes whose list is not empty: checks visit only these
     uint8_t corePipes = kVectorCorePipes;
     // Between PipeBlockStart and PipeBlockEnd (the thread is running a block, the model is not switched off):
@@ -250,7 +248,14 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
     std::vector<Pending>& ops = list.ops;
     const size_t n = ops.size();
     const bool near = n > 0 && lo <= list.hi && list.lo <= hi;  // else no entry can widen or be superseded
-    const uint64_t unordered = st.frontierMax[static_cast<int>(p)];
+    // An entry at or above this seq is ordered before none of the pipes that could conflict with it (the `needed`
+    // ones; the others are the compiler's or absent from the core), so widening it loses no ordering. Not the max
+    // over every pipe: a V_S flag per row (the amax read back) would otherwise stop every UB vector entry widening.
+    uint64_t unordered = 0;
+    for (unsigned rest = needed; rest != 0; rest &= rest - 1) {
+        const uint64_t f = st.frontier[__builtin_ctz(rest)][static_cast<int>(p)];
+        if (f > unordered) unordered = f;
+    }
     if (near) {
         for (size_t k = 0; k < n && k < 8; ++k) {
             Pending& e = ops[n - 1 - k];
@@ -268,11 +273,21 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
     // The new op supersedes older ops of its pipe inside its range: it is ordered before nothing yet, so any later
     // op that would conflict with one of them conflicts with it (a write also covers reads). Ops already done with
     // go too. Keeps the list at the buffers in use, not the instructions issued. At the depth limit the oldest goes.
+    // Done(o), for this list: its ops share pipe and space, so the plain ones share `needed` and are done with once
+    // below every one of those frontiers: one min per Add instead of a walk of `needed` per op (a clean's
+    // write-back is only cleared by PipeBarrier<PIPE_ALL>).
+    const uint8_t plainNeeded = st.needed[static_cast<int>(s)][static_cast<int>(p)][0];
+    uint64_t doneBelow = UINT64_MAX;
+    for (unsigned rest = plainNeeded; rest != 0; rest &= rest - 1) {
+        const uint64_t f = st.frontier[__builtin_ctz(rest)][static_cast<int>(p)];
+        if (f < doneBelow) doneBelow = f;
+    }
     size_t w = 0;
     for (size_t i = 0; i < n; ++i) {
         const Pending& o = ops[i];
         const bool superseded = near && o.clean == clean && (write || !o.write) && lo <= o.lo && o.hi <= hi;
-        if (!superseded && !Done(st, o)) {
+        const bool done = o.clean ? o.needed == 0 : o.seq < doneBelow;
+        if (!superseded && !done) {
             if (w != i) ops[w] = o;
             ++w;
         }
@@ -307,10 +322,7 @@ void Order(State& st, Pipe from, Pipe to, uint64_t before) {
     for (int a = 0; a < kPipes; ++a) {
         if (a == t) continue;
         uint64_t reach = a == f ? before : std::min(st.frontier[f][a], before);
-        if (reach > st.frontier[t][a]) {
-            st.frontier[t][a] = reach;
-            if (reach > st.frontierMax[a]) st.frontierMax[a] = reach;
-        }
+        if (reach > st.frontier[t][a]) st.frontier[t][a] = reach;
     }
 }
 
@@ -420,7 +432,6 @@ void PipeBarrierAll() {
     // Everything issued so far is ordered before every pipe (nothing is left to order; new ops may widen again).
     for (auto& row : st.frontier)
         for (uint64_t& f : row) f = st.seq;
-    for (uint64_t& f : st.frontierMax) f = st.seq;
 }
 
 // The queue's hand-off is an event between its two pipes (EnQue sets it, DeQue waits; FreeTensor / AllocTensor the
@@ -475,7 +486,6 @@ void PipeBlockStart() {
     for (uint8_t& b : st.busy) b = 0;
     for (auto& row : st.frontier)
         for (uint64_t& f : row) f = 0;
-    for (uint64_t& f : st.frontierMax) f = 0;
     st.seq = 1;
     st.born = 1;
     SetCorePipes(st, kVectorCorePipes);

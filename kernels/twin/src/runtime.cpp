@@ -103,6 +103,7 @@ struct LaunchState {
     // A block cached a GM line: the scalar cache's registry holds entries of this launch to forget at its end
     // (a sweep of every registry shard, which a launch without scalar GM access need not pay).
     std::atomic<bool> dcacheTouched{false};
+    std::atomic<bool> violationReported{false};  // windows->onViolation ran
 
     void Fail(const std::string& message) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -316,6 +317,9 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
             kernel();
             EndOfBlock(ctx);
         } catch (const TwinViolation& e) {
+            if (windows != nullptr && windows->onViolation &&
+                !launch.violationReported.exchange(true, std::memory_order_relaxed))
+                windows->onViolation(e.what());
             launch.Fail(e.what());
         } catch (const LaunchAborted&) {
         } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,10 @@ struct LaunchWindows {
     // The launch asks for batch scheduling (all blocks start together or none does). A hard SyncAll in a launch
     // that carries a descriptor without it is a syncall-batch-mode violation (docs/twin.md).
     bool batchMode = false;
+    // Called once, on the failing block's thread, when a block of the launch breaks a twin rule (the violation's
+    // message as argument), before the block ends and whichever rule it was (kernel body or block-end checks): a
+    // data-plane launch aborts the plane with it, so peers end at once instead of at their timeout.
+    std::function<void(const std::string& violation)> onViolation;
 };
 void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std::function<void()> kernel,
                    LaunchWindows windows);
