@@ -368,7 +368,8 @@ class Comm:
 
         Raises:
             PlacementError: a table that does not fit the plane, a rebalance racing a round on this rank (a round
-                dispatched and not yet combined, or a work item received and not yet combine_sent), or ranks whose
+                dispatched and not yet combined, a work item received and not yet combine_sent, or a replay of a
+                captured graph still queued on this FFN rank's stream), or ranks whose
                 tables differ (every rank refuses, naming them). Nothing was changed on any rank.
             TimeoutError: a rank did not call it within ``join_timeout_s`` (the table stays the old one).
         """
