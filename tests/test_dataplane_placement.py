@@ -215,3 +215,33 @@ def test_a_rebalance_under_a_queued_replay_of_a_captured_ffn_loop_is_refused():
     results, errors = run_ranks(topo, {topo.A: ffn}, timeout=60, placement=p, idle_poll_s=0.5)
     raise_first(errors)
     assert results[topo.A]
+
+
+def test_a_rebalance_under_a_queued_replay_of_a_captured_dispatch_send_is_refused():
+    """The Attention side: a captured dispatch_send is not counted either. With one slot and no FFN rank serving,
+    the second replay waits for the slot, so it is queued when set_placement runs: refused, the device table
+    unchanged. The replay then times out (nothing serves it), which is its own, expected, error."""
+    from cam.graph import Graph
+
+    topo = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1, slots=1, expert_slots=2)
+    p, q = Placement.balanced(3, 2, layers=1, replicate=[0]), Placement.balanced(3, 2, layers=1, replicate=[2])
+    x = torch.randn(4, 32).to(torch.bfloat16)
+    ids = torch.tensor([[0, 1], [2, 0], [1, 2], [0, 2]], dtype=torch.int32)
+
+    def attention(comm):
+        before = comm.placement_table.clone()
+        graph = Graph()
+        with graph.capture(stream=comm.stream):
+            cam.ops.dispatch_send(comm, x, ids, 0)
+        graph.replay(synchronize=False)
+        graph.replay(synchronize=False)  # waits for slot 0, which no FFN rank frees
+        with pytest.raises(cam.placement.PlacementError, match="racing a captured replay"):
+            comm.set_placement(q)
+        assert torch.equal(comm.placement_table, before), "a refused rebalance rewrote the table"
+        with pytest.raises(cam.CommTimeoutError):
+            graph.synchronize()
+        return True
+
+    results, errors = run_ranks(topo, {0: attention}, timeout=60, placement=p, timeout_s=2.0)
+    raise_first(errors)
+    assert results[0]
