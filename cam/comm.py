@@ -373,10 +373,12 @@ class Comm:
 
         Raises:
             PlacementError: a table that does not fit the plane, a rebalance racing a round on this rank (a round
-                dispatched and not yet combined, or a work item received and not yet combine_sent), or ranks whose
+                dispatched and not yet combined, a work item received and not yet combine_sent, or a replay of a
+                captured graph still queued on this FFN rank's stream), or ranks whose
                 tables differ (every rank refuses, naming them). Nothing was changed on any rank.
             TimeoutError: a rank did not call it within ``join_timeout_s`` (the table stays the old one).
         """
+        from . import graph as _graph
         from .layer_weights import LayerWeights
         from .placement import Placement, PlacementError
 
@@ -411,20 +413,37 @@ class Comm:
             if c["dispatch_recv"] != c["combine_send"]:
                 raise PlacementError(f"Comm.set_placement: a rebalance racing a round: FFN rank {self.rank} received "
                                      f"a work item it has not combine_sent yet")
+        # A captured loop is not counted above: its replays run on this Comm's stream, so a replay still queued
+        # would route by the table, or compute with the slot weights, this call is about to overwrite.
+        queued = _graph.queued_replays(self.stream)
+        if queued:
+            raise PlacementError(f"Comm.set_placement: a rebalance racing a captured replay: rank {self.rank}'s "
+                                 f"stream has {queued} replay(s) queued; Graph.synchronize() them first")
         digests = self._exchange_placement(new.digest())
         differ = [r for r, d in enumerate(digests) if d != digests[0]]
         if differ:
             raise PlacementError(f"Comm.set_placement: the tables differ across ranks: rank(s) "
                                  f"{', '.join(map(str, differ))} passed another table than rank 0 (digest "
                                  f"{digests[0][:12]}); nothing was changed")
-        if attention:
-            if self.placement_table is None:
-                self.placement_table = table
+        # Under the stream's lock no replay launches while the table or the slots are rewritten; one launched
+        # between the check above and here ends first (bounded), under the old ones.
+        lock, bound = _runtime.stream_lock(self.stream), _runtime.sync_timeout_s()
+        if not lock.acquire(timeout=bound):
+            raise TimeoutError(f"Comm.set_placement: rank {self.rank}'s stream stayed busy for {bound:g} s; nothing "
+                               f"was changed on this rank")
+        try:
+            if _graph.queued_replays(self.stream):
+                self.stream.synchronize(bound)
+            if attention:
+                if self.placement_table is None:
+                    self.placement_table = table
+                else:
+                    self.placement_table.copy_(table)
             else:
-                self.placement_table.copy_(table)
-        else:
-            for dst, src in zip(slots.weights + slots.scales, staged.weights + staged.scales):
-                dst.copy_(src)
+                for dst, src in zip(slots.weights + slots.scales, staged.weights + staged.scales):
+                    dst.copy_(src)
+        finally:
+            lock.release()
         self.placement = new
         return c["dispatch_send"] + 1 if attention else 0
 

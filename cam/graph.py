@@ -44,6 +44,14 @@ def close_graphs_of(stream, reason: str, wait_s=None) -> None:
             pass
 
 
+def queued_replays(stream) -> int:
+    """Replays launched on ``stream`` and not yet ended, over every graph captured there. Comm.set_placement refuses
+    to move slot weights under a queued replay of a captured FFN loop (docs/protocol.md §15)."""
+    with _by_stream_lock:
+        graphs = list(_by_stream.get(id(stream), ()))
+    return sum(_C.graph_queued(g._handle) for g in graphs if g._handle is not None)
+
+
 def capture_status(stream=None) -> tuple:
     """(status name, recorded ops) of ``stream``'s capture; "none" when it does not capture."""
     status, ops = _C.capture_info(stream if stream is not None else _runtime.default_stream())

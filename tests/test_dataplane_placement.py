@@ -175,3 +175,73 @@ def test_a_rebalance_with_tables_that_differ_across_ranks_changes_nothing():
     results, errors = run_ranks(topo, {r: body for r in range(topo.world_size)}, timeout=60, placement=p)
     raise_first(errors)
     assert all(results.values())
+
+
+def test_a_rebalance_under_a_queued_replay_of_a_captured_ffn_loop_is_refused():
+    """A captured FFN loop is invisible to the eager op counts: set_placement on an FFN rank whose stream still has
+    replays queued refuses (naming the race) and leaves every slot buffer as it was; once they ended it goes on."""
+    import importlib
+
+    from cam.graph import Graph
+
+    topo = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1, expert_slots=2)
+    p, q = Placement.balanced(3, 2, layers=1, replicate=[0]), Placement.balanced(3, 2, layers=1, replicate=[2])
+    g = torch.Generator().manual_seed(5)
+    full_w, full_s = [torch.randint(-128, 128, (3, 32, 64), generator=g, dtype=torch.int8)], [torch.rand(3, 64)]
+
+    def ffn(comm):
+        lw = cam.LayerWeights.from_placement(p, 0, full_w, full_s)
+        before = [t.clone() for t in lw.weights + lw.scales]
+        budget = topo.recv_rows
+        specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(comm, budget)
+        recv = tuple(torch.zeros(s, dtype=d) for d, s in specs)
+        out = torch.zeros((budget, topo.H), dtype=torch.bfloat16)
+        graph = Graph()
+        with graph.capture(stream=comm.stream):
+            cam.ops.dispatch_recv(comm, row_budget=budget, out=recv)
+            cam.ops.combine_send(comm, out, recv[4])
+        for _ in range(3):  # nothing is dispatched: each replay idles idle_poll_s, so they stay queued
+            graph.replay(synchronize=False)
+        try:
+            with pytest.raises(cam.placement.PlacementError, match="racing a captured replay"):
+                comm.set_placement(q, weights=(lw, full_w, full_s))
+        finally:
+            graph.synchronize()
+        assert all(torch.equal(x, y) for x, y in zip(lw.weights + lw.scales, before)), "a refused rebalance wrote"
+        graph.reset()
+        return True
+
+    # only FFN rank 0 calls set_placement, and it is refused before the digest exchange: no other rank waits
+    results, errors = run_ranks(topo, {topo.A: ffn}, timeout=60, placement=p, idle_poll_s=0.5)
+    raise_first(errors)
+    assert results[topo.A]
+
+
+def test_a_rebalance_under_a_queued_replay_of_a_captured_dispatch_send_is_refused():
+    """The Attention side: a captured dispatch_send is not counted either. With one slot and no FFN rank serving,
+    the second replay waits for the slot, so it is queued when set_placement runs: refused, the device table
+    unchanged. The replay then times out (nothing serves it), which is its own, expected, error."""
+    from cam.graph import Graph
+
+    topo = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1, slots=1, expert_slots=2)
+    p, q = Placement.balanced(3, 2, layers=1, replicate=[0]), Placement.balanced(3, 2, layers=1, replicate=[2])
+    x = torch.randn(4, 32).to(torch.bfloat16)
+    ids = torch.tensor([[0, 1], [2, 0], [1, 2], [0, 2]], dtype=torch.int32)
+
+    def attention(comm):
+        before = comm.placement_table.clone()
+        graph = Graph()
+        with graph.capture(stream=comm.stream):
+            cam.ops.dispatch_send(comm, x, ids, 0)
+        graph.replay(synchronize=False)
+        graph.replay(synchronize=False)  # waits for slot 0, which no FFN rank frees
+        with pytest.raises(cam.placement.PlacementError, match="racing a captured replay"):
+            comm.set_placement(q)
+        assert torch.equal(comm.placement_table, before), "a refused rebalance rewrote the table"
+        with pytest.raises(cam.CommTimeoutError):
+            graph.synchronize()
+        return True
+
+    results, errors = run_ranks(topo, {0: attention}, timeout=60, placement=p, timeout_s=2.0)
+    raise_first(errors)
+    assert results[0]
