@@ -304,7 +304,8 @@ def test_cam_ffn_processes_serve_a_checkpoint(tmp_path):
 
 @pytest.mark.parametrize("config, needle", [
     ({"model_type": "gpt_oss"}, "GPT-OSS"),
-    ({"model_type": "deepseek_v4", "swiglu_limit": 10.0}, "swiglu_limit"),
+    # MiniMax-M3's limit clamps after the SiLU: not DeepSeek-V4's clamp (docs/integrations.md §1)
+    ({"model_type": "minimax_m3_vl", "swiglu_limit": 7.0}, "swiglu_limit = 7.0 of model_type 'minimax_m3_vl'"),
 ])
 def test_cam_ffn_refuses_an_unsupported_checkpoint(tmp_path, config, needle, caplog):
     _write_checkpoint(tmp_path, _experts())
@@ -317,6 +318,22 @@ def test_cam_ffn_refuses_an_unsupported_checkpoint(tmp_path, config, needle, cap
 
     assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4"]) == 2
     assert needle in caplog.text
+
+
+@pytest.mark.parametrize("flags", [["--graph"], ["--row-budget", "4096"]])
+def test_cam_ffn_refuses_what_it_cannot_serve_with_deepseek_v4s_clamp(tmp_path, flags, caplog):
+    """DeepSeek-V4's swiglu_limit is served eagerly only (the connector's captured and batched iterations take no
+    limit): --graph and --row-budget are refused naming the limit, before the rank joins a world."""
+    _write_checkpoint(tmp_path, _experts())
+    path = os.path.join(tmp_path, "config.json")
+    with open(path) as f:
+        full = json.load(f)
+    with open(path, "w") as f:
+        json.dump({**full, "model_type": "deepseek_v4", "swiglu_limit": 10.0}, f)
+    from cam import ffn_server
+
+    assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4", *flags]) == 2
+    assert "swiglu_limit = 10" in caplog.text and flags[0] in caplog.text
 
 
 def test_cam_ffn_refuses_a_row_budget_below_one_work_item(tmp_path, caplog):
