@@ -44,6 +44,7 @@ def test_cam_run_on_a_checkpoint_matches_native(family, tmp_path):
     assert native["ok"] and native["requests"] == 4, native
     assert native["greedy_equal"] + native["greedy_near_ties"] == 4 and native["greedy_equal"] >= 3, native
     assert native["tokens_bounded"] > 0 and 0 < native["max_rel_diff"] < native["tolerance"]["max_rel_diff"]
+    assert 0 < native["max_block_rel_diff"] < native["tolerance"]["max_block_rel_diff"]
     assert "native      PASS" in proc.stdout
 
 
@@ -64,3 +65,21 @@ def test_checkpoint_flags_refused_by_name(tmp_path):
     _refused(["--checkpoint", str(tmp_path), "--cost-model"], "--cost-model with --checkpoint")
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_moe"}))
     _refused(["--checkpoint", str(tmp_path)], r"no \*.safetensors")
+
+
+def test_native_check_fails_on_a_layer_off_by_one(tmp_path):
+    """The comparison with the engine can fail: the same CheckpointModel with its MoE layers' experts shifted by
+    one (layer j computing with layer j+1's weights, the mistake the layer index invites) is outside the bound,
+    while the model as loaded is within it."""
+    from cam.run.checkpoint import CheckpointModel, native_check
+
+    model = CheckpointModel(_checkpoint("qwen2_moe", tmp_path / "q2"))
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 128, (n,), generator=g) for n in (9, 14)]
+    good = native_check(model, prompts, model.forward_reference(prompts))
+    assert good["ok"] and good["tokens_bounded"] > 0, good
+    for name in ("w1", "w1_scale", "w2", "w2_scale"):
+        ws = getattr(model, name)
+        setattr(model, name, ws[1:] + ws[:1])
+    bad = native_check(model, prompts, model.forward_reference(prompts))
+    assert not bad["ok"] and bad["max_block_rel_diff"] > 10 * good["max_block_rel_diff"], (good, bad)
