@@ -279,3 +279,29 @@ def test_kernel_agrees_with_reference_on_converted_weights():
     out = cam.ops.gmm_multi_layer(y, ys, w2, counts, idx)
     want = torch.cat([_cam_expert_out(w1, w2, x[:3].float(), 0, 0), _cam_expert_out(w1, w2, x[3:].float(), 0, 2)])
     assert _rel(out, want) < 0.01  # one y level of ~127 per row moved by an exp ulp: well under 1 %
+
+
+def test_gpt_oss_experts_refused_by_name_even_without_their_config():
+    """transformers' own GptOssExperts: refused by model_type; without its config, by its biases; without those and
+    under a DeepSeek-V4 config, by the probe of its gating (interleaved halves, (up + 1) * gate * sigmoid(1.702 *
+    gate): another function)."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+    cfg = transformers.GptOssConfig(hidden_size=32, intermediate_size=16, num_local_experts=4, num_experts_per_tok=2)
+    experts = GptOssExperts(cfg)
+    with torch.no_grad():
+        for p in experts.parameters():
+            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.dim())) * 0.2)
+    experts.config = cfg
+    with pytest.raises(convert.UnsupportedModelError, match="GPT-OSS"):
+        convert.from_hf_module(experts)
+    experts.config = None
+    experts.has_bias = True
+    with pytest.raises(convert.UnsupportedModelError, match="has_bias"):
+        convert.from_hf_module(experts)
+    experts.has_bias = False
+    # Even under a config that claims DeepSeek-V4's clamp with the same limit, the probe sees another function.
+    experts.config = _Cfg(model_type="deepseek_v4", swiglu_limit=experts.limit, hidden_act="silu")
+    with pytest.raises(convert.UnsupportedModelError, match="GptOssExperts defines its own gating"):
+        convert.from_hf_module(experts)

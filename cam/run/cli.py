@@ -714,7 +714,8 @@ def _print(report: dict) -> None:
               f"makespan / bound {b['makespan_over_bound']:.2f}")
     if "check" in report:
         c = report["check"]
-        print(f"  check       {'PASS' if c.get('reference_ok', c['ok']) else 'FAIL'}: max rel diff {c['max_rel_diff']:.2e}, "
+        passed = c.get("reference_ok", c["ok"])  # --checkpoint: c["ok"] also needs the native comparison
+        print(f"  check       {'PASS' if passed else 'FAIL'}: max rel diff {c['max_rel_diff']:.2e}, "
               f"mean abs diff {c['mean_abs_diff']:.2e} vs the single-process reference ({c['requests']} requests)")
         if "native" in c:
             n = c["native"]
