@@ -234,7 +234,7 @@ def test_serve_ffn_refuses_bad_arguments():
 # ----------------------------------------------------------------------------- cam-ffn processes
 
 
-def _write_checkpoint(path, layers, *, model_type="qwen3_moe"):
+def _write_checkpoint(path, layers, *, model_type="qwen3_moe", **config):
     """A checkpoint directory as transformers writes one for Qwen3-MoE: config.json and per-expert safetensors keys
     (HF orientation: nn.Linear weights)."""
     from safetensors.torch import save_file
@@ -249,7 +249,7 @@ def _write_checkpoint(path, layers, *, model_type="qwen3_moe"):
     save_file(tensors, os.path.join(path, "model.safetensors"))
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump({"model_type": model_type, "hidden_size": H, "moe_intermediate_size": I, "num_experts": E,
-                   "num_experts_per_tok": K, "hidden_act": "silu"}, f)
+                   "num_experts_per_tok": K, "hidden_act": "silu", **config}, f)
 
 
 def _cam_ffn(args, env):
@@ -300,6 +300,47 @@ def test_cam_ffn_processes_serve_a_checkpoint(tmp_path):
     assert "one work item per iteration" in outs[0][1]
     w1, w2 = convert.layer_weights(_experts())
     assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
+
+
+def test_cam_ffn_processes_serve_deepseek_v4s_clamp(tmp_path):
+    """Two cam-ffn processes on a DeepSeek-V4 checkpoint (swiglu_limit 0.5: it bites on most of these W1 outputs,
+    about N(0, 1)) serve eagerly with the clamp: the routed output equals cam's ops in one process with the limit,
+    and differs from them without it."""
+    from cam.connector import loopback_store
+
+    limit = 0.5
+    _write_checkpoint(tmp_path, _experts(), model_type="deepseek_v4", swiglu_limit=limit)
+    secret = os.urandom(16)
+    env = dict(os.environ, CAM_RUN_SECRET=secret.hex())
+    store = loopback_store(0, TIMEOUT_S)
+    topo = cam.Topology(D=1, P=1, F=2, E=E, K=K, H=H, Bmax=B, L=L)
+    common = ["--checkpoint", str(tmp_path), "-D", "1", "-F", "2", "--max-tokens", str(B), "--master-port",
+              str(store.port), "--group", "ffn-v4", "--idle-poll", "0.02", "--timeout", str(TIMEOUT_S)]
+    procs = [_cam_ffn(["--rank", str(r), *common], env) for r in (1, 2)]
+    try:
+        cfg = ConnectorConfig(topology=topo, master_port=store.port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
+                              group="ffn-v4", secret=secret)
+        conn = AsyncAFDConnector(0, "attention", cfg)
+        conn.init_afd_connector(store)
+        try:
+            conn.wait_ffn_serving()
+            x, ids, w = _round(conn, 1, 5)
+            out = conn.recv_ffn_output()
+            conn.finish()
+        finally:
+            conn.close()
+        outs = [p.communicate(timeout=TIMEOUT_S) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(TIMEOUT_S)
+    for p, (_, stderr) in zip(procs, outs):
+        assert p.returncode == 0, stderr
+        assert "clamped SwiGLU (swiglu_limit 0.5)" in stderr
+    w1, w2 = convert.layer_weights(_experts())
+    assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1, swiglu_limit=limit))
+    assert not torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
 
 
 @pytest.mark.parametrize("config, needle", [
