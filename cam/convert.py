@@ -13,6 +13,7 @@ layer) with :func:`quantize_weight` and builds the W1/W2 :class:`cam.LayerWeight
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -25,6 +26,7 @@ __all__ = [
     "UnsupportedModelError",
     "check_supported_config",
     "checkpoint_moe_layers",
+    "common_swiglu_limit",
     "dequantize_weight",
     "dequantized",
     "from_hf_experts",
@@ -35,6 +37,7 @@ __all__ = [
     "layer_weights",
     "load_checkpoint_experts",
     "quantize_weight",
+    "swiglu",
 ]
 
 
@@ -51,12 +54,17 @@ class ExpertFFN:
         w1: float ``[E, H, 2I]``, ``x @ w1``; columns ``[0, I)`` are cam's ``act`` (SiLU'd; HF ``gate_proj``),
             ``[I, 2I)`` cam's ``gate`` (the multiplier; HF ``up_proj``).
         w2: float ``[E, I, H]``, ``s @ w2`` (HF ``down_proj`` transposed).
+        swiglu_limit: ``None`` for the plain SwiGLU; a float ``L >= 0`` for DeepSeek-V4's clamped SwiGLU (HF's
+            gate clamped to ``max=L``, HF's up to ``[-L, L]`` before ``silu(gate) * up``), which the FFN ranks must
+            pass to W1 (``cam.serve_ffn(..., swiglu_limit=)``, docs/integrations.md §1).
     """
 
     w1: torch.Tensor
     w2: torch.Tensor
+    swiglu_limit: Optional[float] = None
 
     def __post_init__(self):
+        _check_limit("ExpertFFN", self.swiglu_limit)
         for name in ("w1", "w2"):
             t = getattr(self, name)
             if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 3:
@@ -83,9 +91,27 @@ class ExpertFFN:
 
     def reference(self, x: torch.Tensor, expert: int) -> torch.Tensor:
         """``silu(x @ act) * (x @ gate) @ w2`` of one expert in fp32: the unquantized expert, for checks."""
-        i = self.intermediate
         c = x.float() @ self.w1[expert].float()
-        return (torch.nn.functional.silu(c[:, :i]) * c[:, i:]) @ self.w2[expert].float()
+        return swiglu(c, self.swiglu_limit) @ self.w2[expert].float()
+
+
+def swiglu(c: torch.Tensor, swiglu_limit: Optional[float] = None) -> torch.Tensor:
+    """``silu(a) * b`` of ``c = [a | b]`` (HF's ``gate | up``) in fp32, with DeepSeek-V4's clamp when
+    ``swiglu_limit`` is set (``DeepseekV4Experts._apply_gate``: ``a.clamp(max=L)``, ``b.clamp(-L, L)``): the float
+    expert every converter's result stands for, and the probe :func:`from_hf_module` checks a module's own gating
+    against."""
+    a, b = c.float().chunk(2, dim=-1)
+    if swiglu_limit is not None:
+        a = a.clamp(max=swiglu_limit)
+        b = b.clamp(min=-swiglu_limit, max=swiglu_limit)
+    return torch.nn.functional.silu(a) * b
+
+
+def _check_limit(who: str, limit) -> None:
+    if limit is None:
+        return
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or math.isnan(limit) or limit < 0:
+        raise ValueError(f"{who}: swiglu_limit must be None or a number >= 0 (inf clamps nothing), got {limit!r}")
 
 
 def _shape_error(who: str, name: str, t: torch.Tensor, want: str) -> ValueError:
@@ -110,7 +136,7 @@ def _check_dims(who: str, hidden: Optional[int], intermediate: Optional[int], h:
 
 def from_hf_experts(gate_up_proj: torch.Tensor, down_proj: torch.Tensor, *, is_transposed: bool = False,
                     is_concatenated: bool = True, hidden_size: Optional[int] = None,
-                    intermediate_size: Optional[int] = None) -> ExpertFFN:
+                    intermediate_size: Optional[int] = None, swiglu_limit: Optional[float] = None) -> ExpertFFN:
     """transformers' fused experts (``<model>Experts`` with ``use_experts_implementation``) of one layer.
 
     Args:
@@ -121,8 +147,10 @@ def from_hf_experts(gate_up_proj: torch.Tensor, down_proj: torch.Tensor, *, is_t
             ``gate0, up0, gate1, up1, ...``.
         hidden_size / intermediate_size: checked against the weights when given (the model config's
             ``hidden_size`` and ``moe_intermediate_size``).
+        swiglu_limit: DeepSeek-V4's clamp (:class:`ExpertFFN`), None for the plain SwiGLU.
     """
     who = "from_hf_experts"
+    _check_limit(who, swiglu_limit)
     for name, v in (("is_transposed", is_transposed), ("is_concatenated", is_concatenated)):
         if not isinstance(v, bool):
             raise TypeError(f"{who}: {name} must be a bool, got {v!r}")
@@ -144,14 +172,15 @@ def from_hf_experts(gate_up_proj: torch.Tensor, down_proj: torch.Tensor, *, is_t
         w1 = gu
     else:
         w1 = torch.cat([gu[..., 0::2], gu[..., 1::2]], dim=-1)
-    return ExpertFFN(w1.contiguous(), down.contiguous())
+    return ExpertFFN(w1.contiguous(), down.contiguous(), swiglu_limit)
 
 
 def from_hf_per_expert(gate_proj: Sequence[torch.Tensor], up_proj: Sequence[torch.Tensor],
                        down_proj: Sequence[torch.Tensor], *, hidden_size: Optional[int] = None,
-                       intermediate_size: Optional[int] = None) -> ExpertFFN:
+                       intermediate_size: Optional[int] = None, swiglu_limit: Optional[float] = None) -> ExpertFFN:
     """The per-expert layout (an ``nn.ModuleList`` of MLPs, older transformers and many checkpoints): one
-    ``gate_proj.weight [I, H]``, ``up_proj.weight [I, H]`` and ``down_proj.weight [H, I]`` per expert."""
+    ``gate_proj.weight [I, H]``, ``up_proj.weight [I, H]`` and ``down_proj.weight [H, I]`` per expert (DeepSeek's
+    own names: ``w1`` = gate, ``w3`` = up, ``w2`` = down)."""
     who = "from_hf_per_expert"
     gate_proj, up_proj, down_proj = list(gate_proj), list(up_proj), list(down_proj)
     if not gate_proj or not (len(gate_proj) == len(up_proj) == len(down_proj)):
@@ -163,7 +192,7 @@ def from_hf_per_expert(gate_proj: Sequence[torch.Tensor], up_proj: Sequence[torc
     if g.shape != u.shape:
         raise ValueError(f"{who}: gate_proj {tuple(g.shape[1:])} and up_proj {tuple(u.shape[1:])} differ")
     return from_hf_experts(torch.cat([g, u], dim=1), d, hidden_size=hidden_size,
-                           intermediate_size=intermediate_size)
+                           intermediate_size=intermediate_size, swiglu_limit=swiglu_limit)
 
 
 def from_vllm(w13: torch.Tensor, w2: torch.Tensor, *, hidden_size: Optional[int] = None,
@@ -178,22 +207,56 @@ def from_vllm(w13: torch.Tensor, w2: torch.Tensor, *, hidden_size: Optional[int]
 _ACTIVATIONS = ("silu", "swish")
 
 
-def check_supported_config(config, *, who: str = "cam") -> None:
+# The model types whose swiglu_limit is DeepSeek-V4's clamp (transformers 5.19.0
+# models/deepseek_v4/modeling_deepseek_v4.py, DeepseekV4Experts._apply_gate: gate.clamp(max=L), up.clamp(-L, L),
+# silu(gate) * up), which cam's W1 computes. Other models with a limit clamp differently (MiniMax-M3 and Step-3.7
+# clamp silu(gate) after the activation; GPT-OSS is another function), so a limit is accepted only by model type.
+_CLAMPED_SWIGLU_MODELS = ("deepseek_v4",)
+
+
+def check_supported_config(config, *, who: str = "cam") -> Optional[float]:
     """Refuses, by name, a model config whose routed experts cam's W1/W2 do not compute: an activation other than
-    SiLU, a clamped SwiGLU (``swiglu_limit``), GPT-OSS's activation, expert biases."""
+    SiLU, GPT-OSS's activation, a clamped SwiGLU other than DeepSeek-V4's. Returns the ``swiglu_limit`` the FFN
+    ranks must apply: the config's for DeepSeek-V4 (``model_type = "deepseek_v4"``), else None."""
     model_type = getattr(config, "model_type", None)
     if model_type == "gpt_oss":
         raise UnsupportedModelError(
             f"{who}: GPT-OSS experts are not supported: their activation (interleaved halves, clamped, "
             f"(up + 1) * gate * sigmoid(1.702 * gate)) and their expert biases are not what cam's W1 computes")
-    limit = getattr(config, "swiglu_limit", None)
-    if limit not in (None, 0, 0.0):
-        raise UnsupportedModelError(f"{who}: swiglu_limit = {limit!r} (a clamped SwiGLU) is not supported: cam's W1 "
-                                    "computes silu(act) * gate without a clamp")
     act = getattr(config, "hidden_act", "silu")
     if act not in _ACTIVATIONS:
         raise UnsupportedModelError(f"{who}: hidden_act = {act!r} is not supported: cam's W1 computes SwiGLU "
                                     f"(silu)")
+    limits = getattr(config, "swiglu_limits", None)
+    if limits and any(limits):
+        raise UnsupportedModelError(f"{who}: swiglu_limits = {limits!r} (per-layer clamps of model_type "
+                                    f"{model_type!r}, applied after the SiLU) is not supported: cam's W1 clamps only "
+                                    "as DeepSeek-V4 does, before it")
+    limit = getattr(config, "swiglu_limit", None)
+    if model_type in _CLAMPED_SWIGLU_MODELS:
+        if limit is not None:
+            _check_limit(who, limit)
+            return float(limit)
+        return None
+    if limit not in (None, 0, 0.0):
+        raise UnsupportedModelError(f"{who}: swiglu_limit = {limit!r} of model_type {model_type!r} is not supported: "
+                                    "cam's W1 computes DeepSeek-V4's clamp (model_type 'deepseek_v4') and no other")
+    return None
+
+
+def _gating_matches(experts: torch.nn.Module, limit: Optional[float]) -> bool:
+    """Whether a module's own ``_apply_gate`` computes :func:`swiglu` with ``limit``, on a probe that reaches well
+    beyond the limit on both sides (so a clamp after the SiLU, interleaved halves or another function differ).
+    Tolerance: the same fp32 function, evaluated by another expression, may differ in the last bits."""
+    i = int(experts.down_proj.shape[-1] if not getattr(experts, "is_transposed", False) else
+            experts.down_proj.shape[-2])
+    scale = 3.0 * (limit if limit is not None and math.isfinite(limit) and limit > 0 else 1.0)
+    g = torch.Generator().manual_seed(0)
+    probe = (torch.rand(64, 2 * i, generator=g) * 2 - 1) * scale
+    with torch.no_grad():
+        got = experts._apply_gate(probe.to(experts.gate_up_proj.dtype)).float()
+    want = swiglu(probe.to(experts.gate_up_proj.dtype), limit)
+    return got.shape == want.shape and torch.allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def from_hf_module(experts: torch.nn.Module) -> ExpertFFN:
@@ -201,34 +264,46 @@ def from_hf_module(experts: torch.nn.Module) -> ExpertFFN:
     ``use_experts_implementation`` sets on it); refuses what the kernels do not compute, by name."""
     who = "from_hf_module"
     config = getattr(experts, "config", None)
-    if config is not None:
-        check_supported_config(config, who=who)
+    limit = check_supported_config(config, who=who) if config is not None else None
     if getattr(experts, "has_bias", False):
         raise UnsupportedModelError(f"{who}: {type(experts).__name__} has expert biases (has_bias): not supported")
     if not getattr(experts, "has_gate", True):
         raise UnsupportedModelError(f"{who}: {type(experts).__name__} has ungated experts (has_gate = False): not "
                                     "supported, cam's W1 is a gated SwiGLU")
+    if not hasattr(experts, "gate_up_proj") or not hasattr(experts, "down_proj"):
+        raise TypeError(f"{who}: {type(experts).__name__} has no gate_up_proj / down_proj parameters")
     gate_fn = getattr(type(experts), "_apply_gate", None)
     if gate_fn is not None and getattr(gate_fn, "__qualname__", None) != "_default_apply_gate":
         # transformers' use_experts_implementation installs _default_apply_gate (act(gate) * up of the halves)
-        # unless the class has its own, as GPT-OSS's clamped, biased gating.
-        raise UnsupportedModelError(f"{who}: {type(experts).__name__} defines its own gating (_apply_gate): not "
-                                    "supported")
-    if not hasattr(experts, "gate_up_proj") or not hasattr(experts, "down_proj"):
-        raise TypeError(f"{who}: {type(experts).__name__} has no gate_up_proj / down_proj parameters")
+        # unless the class has its own: DeepSeek-V4's clamp (what W1 computes with the limit), GPT-OSS's clamped,
+        # biased gating (not). What the class computes is probed, not assumed from its name.
+        if getattr(experts, "limit", limit) != limit:
+            raise UnsupportedModelError(f"{who}: {type(experts).__name__}.limit = {experts.limit!r} differs from "
+                                        f"the config's swiglu_limit = {limit!r}")
+        if not _gating_matches(experts, limit):
+            raise UnsupportedModelError(f"{who}: {type(experts).__name__} defines its own gating (_apply_gate) that "
+                                        f"is not silu(gate) * up with DeepSeek-V4's swiglu_limit clamp "
+                                        f"(limit {limit!r}): not supported")
+    elif limit is not None:
+        raise UnsupportedModelError(f"{who}: the config sets swiglu_limit = {limit!r} but "
+                                    f"{type(experts).__name__} has no gating of its own that clamps")
     return from_hf_experts(experts.gate_up_proj.detach(), experts.down_proj.detach(),
                            is_transposed=bool(getattr(experts, "is_transposed", False)),
-                           is_concatenated=bool(getattr(experts, "is_concatenated", True)))
+                           is_concatenated=bool(getattr(experts, "is_concatenated", True)), swiglu_limit=limit)
 
 
-_PER_EXPERT_KEY = re.compile(r"(\d+)\.(gate_proj|up_proj|down_proj)\.weight")
+_PER_EXPERT_KEY = re.compile(r"(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight")
+# DeepSeek's own checkpoint names (V4 as transformers saves it): w1 = gate, w3 = up, w2 = down
+# (transformers' conversion_mapping.py, "deepseek_v4": gate_up_proj = cat(w1, w3), down_proj = w2).
+_DEEPSEEK_NAMES = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
 
 
 def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, is_transposed: bool = False,
                        is_concatenated: bool = True, hidden_size: Optional[int] = None,
-                       intermediate_size: Optional[int] = None) -> ExpertFFN:
+                       intermediate_size: Optional[int] = None, swiglu_limit: Optional[float] = None) -> ExpertFFN:
     """One layer's experts from a checkpoint's tensors under ``prefix`` (e.g. ``"model.layers.3.mlp.experts."``):
-    the fused ``gate_up_proj`` / ``down_proj`` keys, or the per-expert ``<n>.gate_proj.weight`` ... keys."""
+    the fused ``gate_up_proj`` / ``down_proj`` keys, or the per-expert ``<n>.gate_proj.weight`` ... keys (or
+    DeepSeek's ``<n>.w1.weight`` / ``w3`` / ``w2``, never mixed with the former)."""
     who = "from_hf_state_dict"
     if not prefix.endswith("."):
         prefix += "."
@@ -242,13 +317,18 @@ def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, i
             raise UnsupportedModelError(f"{who}: {bias[0]!r}: expert biases are not supported")
         return from_hf_experts(state_dict[fused[0]], state_dict[fused[1]], is_transposed=is_transposed,
                                is_concatenated=is_concatenated, hidden_size=hidden_size,
-                               intermediate_size=intermediate_size)
+                               intermediate_size=intermediate_size, swiglu_limit=swiglu_limit)
     per: Dict[str, Dict[int, torch.Tensor]] = {"gate_proj": {}, "up_proj": {}, "down_proj": {}}
+    vocabularies = set()
     for key, value in state_dict.items():
         if key.startswith(prefix):
             m = _PER_EXPERT_KEY.fullmatch(key[len(prefix):])
             if m:
-                per[m.group(2)][int(m.group(1))] = value
+                name = m.group(2)
+                vocabularies.add(name in _DEEPSEEK_NAMES)
+                per[_DEEPSEEK_NAMES.get(name, name)][int(m.group(1))] = value
+    if len(vocabularies) > 1:
+        raise KeyError(f"{who}: {prefix}<n>.* mixes gate_proj/up_proj/down_proj with w1/w3/w2 keys")
     if not per["gate_proj"]:
         raise KeyError(f"{who}: no experts under {prefix!r} (neither {fused[0]!r} nor {prefix}0.gate_proj.weight)")
     n = len(per["gate_proj"])
@@ -258,7 +338,7 @@ def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, i
                            f"{sorted(found)}")
     return from_hf_per_expert([per["gate_proj"][e] for e in range(n)], [per["up_proj"][e] for e in range(n)],
                               [per["down_proj"][e] for e in range(n)], hidden_size=hidden_size,
-                              intermediate_size=intermediate_size)
+                              intermediate_size=intermediate_size, swiglu_limit=swiglu_limit)
 
 
 # ----------------------------------------------------------------------------- quantization
@@ -302,7 +382,19 @@ def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def dequantized(layer: ExpertFFN) -> ExpertFFN:
     """``layer`` with both weights replaced by their dequantized int8 values (what cam computes with), for a native
     run that differs from cam's only in the activations' quantization."""
-    return ExpertFFN(dequantize_weight(*quantize_weight(layer.w1)), dequantize_weight(*quantize_weight(layer.w2)))
+    return ExpertFFN(dequantize_weight(*quantize_weight(layer.w1)), dequantize_weight(*quantize_weight(layer.w2)),
+                     layer.swiglu_limit)
+
+
+def common_swiglu_limit(layers: Sequence[ExpertFFN]) -> Optional[float]:
+    """The ``swiglu_limit`` of every layer in ``layers``: what an FFN rank passes to W1 (one limit per launch, and a
+    batched launch spans layers). ValueError when the layers differ."""
+    limits = {x.swiglu_limit for x in layers}
+    if len(limits) > 1:
+        raise ValueError(f"common_swiglu_limit: the MoE layers have different swiglu_limit values "
+                         f"{sorted(limits, key=str)}: "
+                         "cam's FFN ranks apply one limit to every layer")
+    return limits.pop() if limits else None
 
 
 def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None) -> Tuple[LayerWeights, LayerWeights]:
@@ -341,7 +433,8 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None) 
 
 # ----------------------------------------------------------------------------- checkpoint directories
 
-_LAYER_EXPERTS = re.compile(r"(.*\.layers\.(\d+)\.mlp\.experts\.)")
+# ``mlp``: transformers' names; ``ffn``: DeepSeek's own, which transformers writes back for DeepSeek-V4.
+_LAYER_EXPERTS = re.compile(r"(.*\.layers\.(\d+)\.(?:mlp|ffn)\.experts\.)")
 
 
 def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
@@ -350,7 +443,8 @@ def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     work item's layer index). Refuses, by name, what the kernels do not compute (:func:`check_supported_config`).
 
     Returns:
-        ``(layers, info)`` with ``info = {"model_type", "layers": decoder layer ids, "top_k"}``.
+        ``(layers, info)`` with ``info = {"model_type", "layers": decoder layer ids, "top_k", "swiglu_limit"}``
+        (the limit every FFN rank passes to W1: DeepSeek-V4's, else None).
     """
     import json
     import os
@@ -366,7 +460,7 @@ def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
         raise ValueError(f"load_checkpoint_experts: cannot read {path}: {e}") from None
     if "text_config" in config and "num_experts_per_tok" not in config:
         config = config["text_config"]
-    check_supported_config(types.SimpleNamespace(**config), who="load_checkpoint_experts")
+    limit = check_supported_config(types.SimpleNamespace(**config), who="load_checkpoint_experts")
     top_k = config.get("num_experts_per_tok")
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"load_checkpoint_experts: {path} has no num_experts_per_tok")
@@ -376,8 +470,10 @@ def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     prefixes = _expert_prefixes(tensors, directory)
     layer_ids = sorted(prefixes)
     layers = [from_hf_state_dict(tensors, prefixes[i], hidden_size=config.get("hidden_size"),
-                                 intermediate_size=config.get("moe_intermediate_size")) for i in layer_ids]
-    return layers, {"model_type": config.get("model_type"), "layers": layer_ids, "top_k": top_k}
+                                 intermediate_size=config.get("moe_intermediate_size"), swiglu_limit=limit)
+              for i in layer_ids]
+    return layers, {"model_type": config.get("model_type"), "layers": layer_ids, "top_k": top_k,
+                    "swiglu_limit": limit}
 
 
 def _safetensors_files(directory: str) -> List[str]:
@@ -391,7 +487,8 @@ def _safetensors_files(directory: str) -> List[str]:
 
 
 def _expert_prefixes(keys, directory: str) -> Dict[int, str]:
-    """``{decoder layer id: "<...>.layers.<n>.mlp.experts."}`` of every layer with routed experts."""
+    """``{decoder layer id: "<...>.layers.<n>.mlp.experts."}`` (or ``.ffn.experts.``) of every layer with routed
+    experts."""
     prefixes = {}
     for key in keys:
         m = _LAYER_EXPERTS.match(key)

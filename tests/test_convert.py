@@ -111,14 +111,80 @@ class _Cfg:
 
 
 @pytest.mark.parametrize("cfg, name", [
-    (_Cfg(model_type="deepseek_v4", swiglu_limit=10.0, hidden_act="silu"), "swiglu_limit"),
+    # MiniMax-M3 clamps silu(gate) after the activation: not DeepSeek-V4's clamp, so its limit is refused
+    (_Cfg(model_type="minimax_m3_vl", swiglu_limit=7.0, hidden_act="silu"), "swiglu_limit = 7.0 of model_type"),
+    (_Cfg(model_type="step3p7", swiglu_limits=[0.0, 16.0], hidden_act="silu"), "swiglu_limits"),
     (_Cfg(model_type="gpt_oss", hidden_act="silu"), "GPT-OSS"),
     (_Cfg(model_type="x", hidden_act="gelu"), "hidden_act"),
 ])
 def test_unsupported_configs_refused_by_name(cfg, name):
     with pytest.raises(convert.UnsupportedModelError, match=name):
         convert.check_supported_config(cfg)
-    convert.check_supported_config(_Cfg(model_type="qwen3_moe", hidden_act="silu", swiglu_limit=None))
+    assert convert.check_supported_config(_Cfg(model_type="qwen3_moe", hidden_act="silu", swiglu_limit=None)) is None
+
+
+def test_deepseek_v4_limit_accepted_and_checked():
+    assert convert.check_supported_config(_Cfg(model_type="deepseek_v4", swiglu_limit=10, hidden_act="silu")) == 10.0
+    assert convert.check_supported_config(_Cfg(model_type="deepseek_v4", hidden_act="silu")) is None
+    with pytest.raises(ValueError, match="swiglu_limit"):
+        convert.check_supported_config(_Cfg(model_type="deepseek_v4", swiglu_limit=-1.0, hidden_act="silu"))
+    with pytest.raises(ValueError, match="swiglu_limit"):
+        convert.ExpertFFN(torch.zeros(1, 4, 4), torch.zeros(1, 2, 4), swiglu_limit=float("nan"))
+    with pytest.raises(ValueError, match="different swiglu_limit"):
+        convert.common_swiglu_limit([convert.ExpertFFN(torch.zeros(1, 4, 4), torch.zeros(1, 2, 4), 1.0),
+                                     convert.ExpertFFN(torch.zeros(1, 4, 4), torch.zeros(1, 2, 4), None)])
+
+
+def _v4_experts(limit):
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Experts
+
+    cfg = transformers.DeepseekV4Config(hidden_size=32, moe_intermediate_size=16, n_routed_experts=4,
+                                        num_experts_per_tok=2, swiglu_limit=limit)
+    experts = DeepseekV4Experts(cfg)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        experts.gate_up_proj.copy_(torch.randn(experts.gate_up_proj.shape, generator=g) / 32 ** 0.5)
+        experts.down_proj.copy_(torch.randn(experts.down_proj.shape, generator=g) / 16 ** 0.5)
+    experts.config = cfg
+    return experts
+
+
+def test_deepseek_v4_module_converted_with_its_clamp():
+    """transformers' DeepseekV4Experts is the independent reference of the clamped expert: ExpertFFN.reference
+    (cam's orientation, the clamp of cam.convert.swiglu) equals its own forward on inputs the clamp bites."""
+    experts = _v4_experts(0.5)
+    ffn = convert.from_hf_module(experts)
+    assert ffn.swiglu_limit == 0.5
+    x = torch.randn(24, 32, generator=torch.Generator().manual_seed(1)) * 2
+    ids = torch.zeros(24, 1, dtype=torch.long)
+    with torch.no_grad():
+        want = experts(x, ids, torch.ones(24, 1))
+    assert torch.allclose(ffn.reference(x, 0), want, rtol=1e-5, atol=1e-5)
+    plain = convert.ExpertFFN(ffn.w1, ffn.w2)  # the same weights without the clamp: far off
+    assert float((plain.reference(x, 0) - want).abs().max()) > 10 * float((ffn.reference(x, 0) - want).abs().max())
+
+
+def test_own_gating_probed_not_trusted_by_name():
+    """A class with its own _apply_gate is accepted only when it computes DeepSeek-V4's clamp: the same class with
+    the clamp after the SiLU (as MiniMax-M3 and Step-3.7 clamp) is refused, as is a module limit that disagrees
+    with the config's."""
+    experts = _v4_experts(0.5)
+
+    def clamp_after(self, gate_up):
+        gate, up = gate_up.chunk(2, dim=-1)
+        return self.act_fn(gate).clamp(max=self.limit) * up.clamp(min=-self.limit, max=self.limit)
+
+    type(experts)._apply_gate, saved = clamp_after, type(experts)._apply_gate
+    try:
+        with pytest.raises(convert.UnsupportedModelError, match="_apply_gate"):
+            convert.from_hf_module(experts)
+    finally:
+        type(experts)._apply_gate = saved
+    experts = _v4_experts(0.5)
+    experts.limit = 2.0
+    with pytest.raises(convert.UnsupportedModelError, match="limit"):
+        convert.from_hf_module(experts)
 
 
 def test_biased_module_refused():
@@ -213,3 +279,29 @@ def test_kernel_agrees_with_reference_on_converted_weights():
     out = cam.ops.gmm_multi_layer(y, ys, w2, counts, idx)
     want = torch.cat([_cam_expert_out(w1, w2, x[:3].float(), 0, 0), _cam_expert_out(w1, w2, x[3:].float(), 0, 2)])
     assert _rel(out, want) < 0.01  # one y level of ~127 per row moved by an exp ulp: well under 1 %
+
+
+def test_gpt_oss_experts_refused_by_name_even_without_their_config():
+    """transformers' own GptOssExperts: refused by model_type; without its config, by its biases; without those and
+    under a DeepSeek-V4 config, by the probe of its gating (interleaved halves, (up + 1) * gate * sigmoid(1.702 *
+    gate): another function)."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+    cfg = transformers.GptOssConfig(hidden_size=32, intermediate_size=16, num_local_experts=4, num_experts_per_tok=2)
+    experts = GptOssExperts(cfg)
+    with torch.no_grad():
+        for p in experts.parameters():
+            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.dim())) * 0.2)
+    experts.config = cfg
+    with pytest.raises(convert.UnsupportedModelError, match="GPT-OSS"):
+        convert.from_hf_module(experts)
+    experts.config = None
+    experts.has_bias = True
+    with pytest.raises(convert.UnsupportedModelError, match="has_bias"):
+        convert.from_hf_module(experts)
+    experts.has_bias = False
+    # Even under a config that claims DeepSeek-V4's clamp with the same limit, the probe sees another function.
+    experts.config = _Cfg(model_type="deepseek_v4", swiglu_limit=experts.limit, hidden_act="silu")
+    with pytest.raises(convert.UnsupportedModelError, match="GptOssExperts defines its own gating"):
+        convert.from_hf_module(experts)

@@ -234,7 +234,7 @@ def test_serve_ffn_refuses_bad_arguments():
 # ----------------------------------------------------------------------------- cam-ffn processes
 
 
-def _write_checkpoint(path, layers, *, model_type="qwen3_moe"):
+def _write_checkpoint(path, layers, *, model_type="qwen3_moe", **config):
     """A checkpoint directory as transformers writes one for Qwen3-MoE: config.json and per-expert safetensors keys
     (HF orientation: nn.Linear weights)."""
     from safetensors.torch import save_file
@@ -249,7 +249,7 @@ def _write_checkpoint(path, layers, *, model_type="qwen3_moe"):
     save_file(tensors, os.path.join(path, "model.safetensors"))
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump({"model_type": model_type, "hidden_size": H, "moe_intermediate_size": I, "num_experts": E,
-                   "num_experts_per_tok": K, "hidden_act": "silu"}, f)
+                   "num_experts_per_tok": K, "hidden_act": "silu", **config}, f)
 
 
 def _cam_ffn(args, env):
@@ -302,9 +302,51 @@ def test_cam_ffn_processes_serve_a_checkpoint(tmp_path):
     assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
 
 
+def test_cam_ffn_processes_serve_deepseek_v4s_clamp(tmp_path):
+    """Two cam-ffn processes on a DeepSeek-V4 checkpoint (swiglu_limit 0.5: it bites on most of these W1 outputs,
+    about N(0, 1)) serve eagerly with the clamp: the routed output equals cam's ops in one process with the limit,
+    and differs from them without it."""
+    from cam.connector import loopback_store
+
+    limit = 0.5
+    _write_checkpoint(tmp_path, _experts(), model_type="deepseek_v4", swiglu_limit=limit)
+    secret = os.urandom(16)
+    env = dict(os.environ, CAM_RUN_SECRET=secret.hex())
+    store = loopback_store(0, TIMEOUT_S)
+    topo = cam.Topology(D=1, P=1, F=2, E=E, K=K, H=H, Bmax=B, L=L)
+    common = ["--checkpoint", str(tmp_path), "-D", "1", "-F", "2", "--max-tokens", str(B), "--master-port",
+              str(store.port), "--group", "ffn-v4", "--idle-poll", "0.02", "--timeout", str(TIMEOUT_S)]
+    procs = [_cam_ffn(["--rank", str(r), *common], env) for r in (1, 2)]
+    try:
+        cfg = ConnectorConfig(topology=topo, master_port=store.port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
+                              group="ffn-v4", secret=secret)
+        conn = AsyncAFDConnector(0, "attention", cfg)
+        conn.init_afd_connector(store)
+        try:
+            conn.wait_ffn_serving()
+            x, ids, w = _round(conn, 1, 5)
+            out = conn.recv_ffn_output()
+            conn.finish()
+        finally:
+            conn.close()
+        outs = [p.communicate(timeout=TIMEOUT_S) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(TIMEOUT_S)
+    for p, (_, stderr) in zip(procs, outs):
+        assert p.returncode == 0, stderr
+        assert "clamped SwiGLU (swiglu_limit 0.5)" in stderr
+    w1, w2 = convert.layer_weights(_experts())
+    assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1, swiglu_limit=limit))
+    assert not torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
+
+
 @pytest.mark.parametrize("config, needle", [
     ({"model_type": "gpt_oss"}, "GPT-OSS"),
-    ({"model_type": "deepseek_v4", "swiglu_limit": 10.0}, "swiglu_limit"),
+    # MiniMax-M3's limit clamps after the SiLU: not DeepSeek-V4's clamp (docs/integrations.md §1)
+    ({"model_type": "minimax_m3_vl", "swiglu_limit": 7.0}, "swiglu_limit = 7.0 of model_type 'minimax_m3_vl'"),
 ])
 def test_cam_ffn_refuses_an_unsupported_checkpoint(tmp_path, config, needle, caplog):
     _write_checkpoint(tmp_path, _experts())
@@ -317,6 +359,22 @@ def test_cam_ffn_refuses_an_unsupported_checkpoint(tmp_path, config, needle, cap
 
     assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4"]) == 2
     assert needle in caplog.text
+
+
+@pytest.mark.parametrize("flags", [["--graph"], ["--row-budget", "4096"]])
+def test_cam_ffn_refuses_what_it_cannot_serve_with_deepseek_v4s_clamp(tmp_path, flags, caplog):
+    """DeepSeek-V4's swiglu_limit is served eagerly only (the connector's captured and batched iterations take no
+    limit): --graph and --row-budget are refused naming the limit, before the rank joins a world."""
+    _write_checkpoint(tmp_path, _experts())
+    path = os.path.join(tmp_path, "config.json")
+    with open(path) as f:
+        full = json.load(f)
+    with open(path, "w") as f:
+        json.dump({**full, "model_type": "deepseek_v4", "swiglu_limit": 10.0}, f)
+    from cam import ffn_server
+
+    assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4", *flags]) == 2
+    assert "swiglu_limit = 10" in caplog.text and flags[0] in caplog.text
 
 
 def test_cam_ffn_refuses_a_row_budget_below_one_work_item(tmp_path, caplog):

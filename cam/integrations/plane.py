@@ -80,10 +80,12 @@ class AttentionPlane:
         return torch.cat(outs) if len(outs) > 1 else outs[0]
 
 
-def routed_local(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, w1, w2, layer: int = 0) -> torch.Tensor:
+def routed_local(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, w1, w2, layer: int = 0,
+                 swiglu_limit=None) -> torch.Tensor:
     """cam's routed experts of ``x [T, H]`` (bf16) in this process, with the data plane's numerics: per-token int8
-    quant, rows grouped by expert in (expert, token, slot) order, W1 and W2 at MoE layer ``layer``, then
-    ``acc = acc + w[t, k] * row[t, k]`` in fp32 for k = 0..K-1 and one rounding to bf16."""
+    quant, rows grouped by expert in (expert, token, slot) order, W1 (with DeepSeek-V4's clamp when
+    ``swiglu_limit`` is set) and W2 at MoE layer ``layer``, then ``acc = acc + w[t, k] * row[t, k]`` in fp32 for
+    k = 0..K-1 and one rounding to bf16."""
     t, k = ids.shape
     h = x.shape[1]
     flat = ids.reshape(-1).to(torch.int64)
@@ -93,7 +95,8 @@ def routed_local(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, w1, 
     q, scale = ops.dynamic_quant(x.to(torch.bfloat16).contiguous())
     index = torch.tensor([layer], dtype=torch.int64)
     rows = order // k
-    y, y_scale = ops.gmm_swiglu_quant_multi_layer(q[rows].contiguous(), scale[rows].contiguous(), w1, counts, index)
+    y, y_scale = ops.gmm_swiglu_quant_multi_layer(q[rows].contiguous(), scale[rows].contiguous(), w1, counts, index,
+                                                  swiglu_limit=swiglu_limit)
     out = ops.gmm_multi_layer(y, y_scale, w2, counts, index)
     by_slot = torch.zeros(t * k, h, dtype=torch.float32)
     by_slot[order] = out.to(torch.float32)

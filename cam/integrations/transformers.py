@@ -7,7 +7,7 @@ Two ways in:
   ``from_pretrained(..., experts_implementation="cam")``). Without a plane the experts run in this process (cam's
   W8A8 ops on the module's own weights, converted once); with :func:`attach_plane` each experts call is one blocking
   round trip over the data plane.
-* :func:`wrap_moe_blocks` replaces each MoE block of a DeepSeek-V3, Qwen2-MoE or Qwen3-MoE model with a
+* :func:`wrap_moe_blocks` replaces each MoE block of a DeepSeek-V3, DeepSeek-V4, Qwen2-MoE or Qwen3-MoE model with a
   :class:`CamMoEBlock` that keeps AFD's asynchrony: the router (in float32), then ``dispatch_send`` at the block's
   start, the shared expert computed here while the routed work is remote, ``combine_recv`` at the end.
 
@@ -50,7 +50,8 @@ EXPERTS_IMPLEMENTATION = "cam"
 def _local_weights(module):
     cached = getattr(module, "_cam_local_weights", None)
     if cached is None:
-        cached = convert.layer_weights([convert.from_hf_module(module)])
+        ffn = convert.from_hf_module(module)
+        cached = convert.layer_weights([ffn]) + (ffn.swiglu_limit,)
         module._cam_local_weights = cached
     return cached
 
@@ -67,8 +68,8 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
         plane.dispatch(hidden_states, ids, weights, self._cam_layer)
         routed = plane.combine(self._cam_layer)
     else:
-        w1, w2 = _local_weights(self)
-        routed = routed_local(hidden_states, ids, weights, w1, w2)
+        w1, w2, limit = _local_weights(self)
+        routed = routed_local(hidden_states, ids, weights, w1, w2, swiglu_limit=limit)
     return routed.to(hidden_states.dtype)
 
 
@@ -80,11 +81,28 @@ def register() -> None:
 
 # ----------------------------------------------------------------------------- MoE blocks
 
-def route_float32(block, h: torch.Tensor):
+def route_float32(block, h: torch.Tensor, input_ids: Optional[torch.Tensor] = None):
     """The block's router in float32 whatever the model's dtype (a bf16 gate flips expert choices on real
-    checkpoints, reference anchors §4): returns ``(ids int32 [T, K], weights fp32 [T, K])``."""
+    checkpoints, reference anchors §4): returns ``(ids int32 [T, K], weights fp32 [T, K])``. ``input_ids`` (the
+    block's tokens, ``[..]`` with T elements) is needed by DeepSeek-V4's hash-routed layers only."""
     name = type(block).__name__
-    if name == "DeepseekV3MoE":
+    if name == "DeepseekV4SparseMoeBlock":
+        # DeepSeek-V4's routers (DeepseekV4TopKRouter, DeepseekV4HashRouter) recomputed in float32: the score
+        # function of the logits; the top-k of the bias-corrected scores, or the hash layer's fixed token -> experts
+        # table; the chosen scores normalized and scaled.
+        gate = block.gate
+        scores = gate.score_fn(F.linear(h.to(torch.float32), gate.weight.to(torch.float32)))
+        if block.is_hash:
+            if input_ids is None or input_ids.numel() != h.shape[0]:
+                raise ValueError(f"route_float32: DeepSeek-V4's hash-routed layer needs input_ids of the block's "
+                                 f"{h.shape[0]} tokens, got {None if input_ids is None else tuple(input_ids.shape)}")
+            ids = gate.tid2eid[input_ids.reshape(-1)].long()
+        else:
+            ids = torch.topk(scores + gate.e_score_correction_bias.to(torch.float32), gate.top_k, dim=-1,
+                             sorted=False).indices
+        weights = scores.gather(1, ids)
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20) * gate.routed_scaling_factor
+    elif name == "DeepseekV3MoE":
         # DeepSeek-V3's own router already computes its logits and scores in float32.
         _, weights, ids = block.gate(h)
     elif name in ("Qwen2MoeSparseMoeBlock", "Qwen3MoeSparseMoeBlock"):
@@ -106,27 +124,32 @@ def _shared(block, h: torch.Tensor) -> Optional[torch.Tensor]:
     return None
 
 
-_BLOCKS = ("DeepseekV3MoE", "Qwen2MoeSparseMoeBlock", "Qwen3MoeSparseMoeBlock")
+_BLOCKS = ("DeepseekV3MoE", "DeepseekV4SparseMoeBlock", "Qwen2MoeSparseMoeBlock", "Qwen3MoeSparseMoeBlock")
 
 
 class CamMoEBlock(torch.nn.Module):
     """A model's MoE block with its routed experts on cam's data plane, asynchronously: dispatch at the start, the
-    shared expert here while the routed work is remote, combine at the end."""
+    shared expert here while the routed work is remote, combine at the end.
+
+    :attr:`swiglu_limit` is the clamp the model's experts apply (DeepSeek-V4's, else None): the FFN ranks serving
+    the plane must apply the same one (``cam.serve_ffn(..., swiglu_limit=)``; ``cam-ffn`` reads it from the
+    checkpoint). The Attention side cannot see what the FFN ranks compute, so a mismatch is the server's to avoid.
+    """
 
     def __init__(self, block: torch.nn.Module, layer: int, plane: AttentionPlane):
         super().__init__()
         if type(block).__name__ not in _BLOCKS:
             raise convert.UnsupportedModelError(f"CamMoEBlock: no block adapter for {type(block).__name__} (have "
                                                 f"{', '.join(_BLOCKS)})")
-        convert.check_supported_config(block.experts.config, who="CamMoEBlock")
+        self.swiglu_limit = convert.from_hf_module(block.experts).swiglu_limit  # refuses what W1 does not compute
         self.block = block
         self.layer = layer
         self.plane = plane
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, input_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         shape = hidden_states.shape
         h = hidden_states.reshape(-1, shape[-1])
-        ids, weights = route_float32(self.block, h)
+        ids, weights = route_float32(self.block, h, input_ids)
         self.plane.dispatch(h, ids, weights, self.layer)
         start = time.monotonic()
         shared = _shared(self.block, h)

@@ -22,7 +22,66 @@ from ..reference import gmm as ref_gmm
 from .config import PRESETS, ModelConfig  # noqa: F401 - re-exported: cam.models.moe_model.PRESETS
 
 
-class MoEModel:
+class PrefillReference:
+    """The single-process prefill golden of a model split into cam-run's pieces, written once for every model that
+    has them (:class:`MoEModel`, ``cam.run.checkpoint.CheckpointModel``): ``config`` (``hidden``, ``top_k``,
+    ``num_experts``, ``num_layers``, ``moe_layers``), the routed experts' int8 ``w1``/``w1_scale``/``w2``/
+    ``w2_scale`` per MoE layer, and ``embed_tokens``, ``pre_moe``, ``shared``, ``dense_mlp``, ``finish``."""
+
+    def routed_weights(self, first_expert: int, num_local: int):
+        """Per-MoE-layer lists (w1, w1_scale, w2, w2_scale) of experts [first_expert, first_expert + num_local)."""
+        sl = slice(first_expert, first_expert + num_local)
+        return ([w[sl].contiguous() for w in self.w1], [s[sl].contiguous() for s in self.w1_scale],
+                [w[sl].contiguous() for w in self.w2], [s[sl].contiguous() for s in self.w2_scale])
+
+    def routed_reference(self, moe_index: int, h_bf16: torch.Tensor, topk_ids: torch.Tensor,
+                         topk_weights: torch.Tensor) -> torch.Tensor:
+        """Routed experts of MoE layer ``moe_index`` in one process, with the ops' numerics: per-token int8 quant,
+        W1 (int8 GMM + SwiGLU + quant), W2 (int8 GMM + dequant to bf16), weighted top-K sum in fp32 in slot order,
+        one rounding to bf16."""
+        c = self.config
+        tokens = h_bf16.shape[0]
+        out = torch.zeros(tokens, c.hidden, dtype=torch.bfloat16)
+        if tokens == 0:
+            return out
+        q, scale = ref_dynamic_quant(h_bf16)
+        pairs = [(int(topk_ids[t, k]), t, k) for t in range(tokens) for k in range(c.top_k) if topk_ids[t, k] >= 0]
+        pairs.sort()
+        rows = torch.tensor([t for _, t, _ in pairs], dtype=torch.long)
+        counts = torch.bincount(torch.tensor([e for e, _, _ in pairs]), minlength=c.num_experts).to(torch.int64)
+        layer = torch.tensor([moe_index], dtype=torch.int64)
+        y, y_scale, _ = ref_gmm.gmm_swiglu_quant_multi_layer(
+            q[rows], scale[rows], self.w1, self.w1_scale, counts, layer, ref_gmm.GROUP_LIST_COUNTS)
+        expert_out = ref_gmm.gmm_multi_layer(y, y_scale, self.w2, self.w2_scale, counts, layer,
+                                             ref_gmm.GROUP_LIST_COUNTS)
+        by_slot = {(t, k): expert_out[i] for i, (_, t, k) in enumerate(pairs)}
+        for t in range(tokens):
+            acc = torch.zeros(c.hidden, dtype=torch.float32)
+            for k in range(c.top_k):
+                if (t, k) in by_slot:
+                    acc = acc + topk_weights[t, k] * by_slot[(t, k)].to(torch.float32)
+            out[t] = acc.to(torch.bfloat16)
+        return out
+
+    def forward_reference(self, prompts: Sequence[torch.Tensor], on_route=None) -> List[torch.Tensor]:
+        """Single-process prefill of a batch of prompts; returns each prompt's final hidden states [T_i, H].
+        ``on_route(moe_index, topk_ids)``, if given, sees every MoE layer's routing."""
+        seq_lens = [int(p.numel()) for p in prompts]
+        x = self.embed_tokens(torch.cat([p.reshape(-1) for p in prompts])) if prompts else torch.zeros(0)
+        for layer in range(self.config.num_layers):
+            if layer in self.config.moe_layers:
+                x, h, ids, w = self.pre_moe(layer, x, seq_lens)
+                if on_route is not None:
+                    on_route(self.config.moe_layers.index(layer), ids)
+                routed = self.routed_reference(self.config.moe_layers.index(layer), h, ids, w)
+                x = x + routed.to(torch.float32) + self.shared(layer, h)
+            else:
+                x, h = self.pre_moe(layer, x, seq_lens)
+                x = x + self.dense_mlp(layer, h)
+        return list(self.finish(x).split(seq_lens))
+
+
+class MoEModel(PrefillReference):
     """Deterministic weights plus the pieces of a prefill forward. All Attention-side math runs in fp32 on CPU;
     the routed experts' input is the bf16 normed hidden state (what dispatch_send carries)."""
 
@@ -63,14 +122,6 @@ class MoEModel:
             self.w1_scale.append(s1)
             self.w2.append(q2)
             self.w2_scale.append(s2)
-
-    # ----------------------------------------------------------------- expert weights by FFN rank
-
-    def routed_weights(self, first_expert: int, num_local: int):
-        """Per-MoE-layer lists (w1, w1_scale, w2, w2_scale) of experts [first_expert, first_expert + num_local)."""
-        sl = slice(first_expert, first_expert + num_local)
-        return ([w[sl].contiguous() for w in self.w1], [s[sl].contiguous() for s in self.w1_scale],
-                [w[sl].contiguous() for w in self.w2], [s[sl].contiguous() for s in self.w2_scale])
 
     # ----------------------------------------------------------------- forward pieces
 
@@ -127,51 +178,3 @@ class MoEModel:
 
     def finish(self, x: torch.Tensor) -> torch.Tensor:
         return self._rms(x, self.final_norm)
-
-    # ----------------------------------------------------------------- the routed golden
-
-    def routed_reference(self, moe_index: int, h_bf16: torch.Tensor, topk_ids: torch.Tensor,
-                         topk_weights: torch.Tensor) -> torch.Tensor:
-        """Routed experts of MoE layer ``moe_index`` in one process, with the ops' numerics: per-token int8 quant,
-        W1 (int8 GMM + SwiGLU + quant), W2 (int8 GMM + dequant to bf16), weighted top-K sum in fp32 in slot order,
-        one rounding to bf16."""
-        c = self.config
-        tokens = h_bf16.shape[0]
-        out = torch.zeros(tokens, c.hidden, dtype=torch.bfloat16)
-        if tokens == 0:
-            return out
-        q, scale = ref_dynamic_quant(h_bf16)
-        pairs = [(int(topk_ids[t, k]), t, k) for t in range(tokens) for k in range(c.top_k) if topk_ids[t, k] >= 0]
-        pairs.sort()
-        rows = torch.tensor([t for _, t, _ in pairs], dtype=torch.long)
-        counts = torch.bincount(torch.tensor([e for e, _, _ in pairs]), minlength=c.num_experts).to(torch.int64)
-        layer = torch.tensor([moe_index], dtype=torch.int64)
-        y, y_scale, _ = ref_gmm.gmm_swiglu_quant_multi_layer(
-            q[rows], scale[rows], self.w1, self.w1_scale, counts, layer, ref_gmm.GROUP_LIST_COUNTS)
-        expert_out = ref_gmm.gmm_multi_layer(y, y_scale, self.w2, self.w2_scale, counts, layer,
-                                             ref_gmm.GROUP_LIST_COUNTS)
-        by_slot = {(t, k): expert_out[i] for i, (_, t, k) in enumerate(pairs)}
-        for t in range(tokens):
-            acc = torch.zeros(c.hidden, dtype=torch.float32)
-            for k in range(c.top_k):
-                if (t, k) in by_slot:
-                    acc = acc + topk_weights[t, k] * by_slot[(t, k)].to(torch.float32)
-            out[t] = acc.to(torch.bfloat16)
-        return out
-
-    def forward_reference(self, prompts: Sequence[torch.Tensor], on_route=None) -> List[torch.Tensor]:
-        """Single-process prefill of a batch of prompts; returns each prompt's final hidden states [T_i, H].
-        ``on_route(moe_index, topk_ids)``, if given, sees every MoE layer's routing."""
-        seq_lens = [int(p.numel()) for p in prompts]
-        x = self.embed_tokens(torch.cat([p.reshape(-1) for p in prompts])) if prompts else torch.zeros(0)
-        for layer in range(self.config.num_layers):
-            if layer in self.router:
-                x, h, ids, w = self.pre_moe(layer, x, seq_lens)
-                if on_route is not None:
-                    on_route(self.config.moe_layers.index(layer), ids)
-                routed = self.routed_reference(self.config.moe_layers.index(layer), h, ids, w)
-                x = x + routed.to(torch.float32) + self.shared(layer, h)
-            else:
-                x, h = self.pre_moe(layer, x, seq_lens)
-                x = x + self.dense_mlp(layer, h)
-        return list(self.finish(x).split(seq_lens))

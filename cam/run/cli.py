@@ -64,7 +64,12 @@ def _parse(argv):
                    help="colocated: --replicas devices, each an Attention replica and an FFN rank (--ffn must equal "
                         "--replicas, --participants 1)")
     p.add_argument("--preset", choices=sorted(WORKLOAD_PRESETS), default="default", help="workload preset")
-    p.add_argument("--model", choices=["tiny", "small"], default="tiny", help="model preset (cam.models.PRESETS)")
+    p.add_argument("--model", choices=["tiny", "small"], default=None,
+                   help="model preset (cam.models.PRESETS; default tiny)")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="run a transformers checkpoint directory (config.json + *.safetensors; DeepSeek-V3, Qwen2-MoE "
+                        "or Qwen3-MoE) instead of a --model preset: its routed experts through cam.convert, --check "
+                        "also against the model run natively (docs/run.md, \"A checkpoint\")")
     p.add_argument("--replicas", type=int, default=2, help="Attention DP replicas D")
     p.add_argument("--participants", type=int, default=1,
                    help="Attention ranks per replica P: each runs 1/P of every micro-batch's tokens (sequence "
@@ -194,6 +199,16 @@ def check_args(args) -> None:
         raise ValueError("--batch-items is an FFN-side policy of AFD: drop it or use --mode async or sync")
     if args.batch_rows is not None and args.batch_rows < 1:
         raise ValueError(f"--batch-rows must be >= 1, got {args.batch_rows}")
+    if args.checkpoint is not None:
+        if args.model is not None:
+            raise ValueError("--checkpoint replaces --model: give one of them")
+        if not os.path.isdir(args.checkpoint) or not os.path.isfile(os.path.join(args.checkpoint, "config.json")):
+            raise ValueError(f"--checkpoint {args.checkpoint!r} is not a directory with a config.json")
+        if args.cost_model:
+            raise ValueError("--cost-model with --checkpoint is not supported: the critical-path bound's model shape "
+                             "is a --model preset's")
+        if importlib.util.find_spec("transformers") is None:
+            raise ValueError("--checkpoint needs transformers (pip install 'cam[transformers]')")
     if args.keep_going and args.mode != "async":
         raise ValueError(f"--keep-going needs --mode async: the {args.mode} mode's per-layer barrier waits for every "
                          "replica")
@@ -204,6 +219,10 @@ def check_args(args) -> None:
         _runtime.check_timeout_chain("cam-run", args.timeout, args.idle_poll)
     except ValueError as e:
         raise ValueError(str(e).replace("timeout_s", "--timeout").replace("idle_poll_s", "--idle-poll")) from None
+    if args.checkpoint is not None:
+        from .checkpoint import checkpoint_shape
+
+        checkpoint_shape(args.checkpoint)  # its config and files, before any process (ValueError naming the flag)
 
 
 # Topology fields the flags set, for a refusal from cam.Topology (which names the field, not the flag).
@@ -251,12 +270,13 @@ def _config(args, out_dir: str, port: int):
         value = getattr(args, key)
         if value is not None:
             spec["num_requests" if key == "requests" else key] = value
-    cfg = RunConfig(mode=args.mode, model=args.model, workload=spec, D=args.replicas, P=args.participants,
+    cfg = RunConfig(mode=args.mode, model=args.model or "tiny", workload=spec, D=args.replicas, P=args.participants,
                     F=args.ffn, slots=args.slots, master_addr="127.0.0.1", master_port=port,
                     timeout_s=args.timeout, idle_poll_s=args.idle_poll, cost_model=args.cost_model,
                     attention_cost=tuple(args.attention_cost), out_dir=out_dir, progress=not args.quiet,
                     shm_prefix=f"cam-run-{os.getpid()}-{port}", graph=args.graph, keep_going=args.keep_going,
-                    batch_rows=args.batch_rows if args.batch_items else None)
+                    batch_rows=args.batch_rows if args.batch_items else None,
+                    checkpoint=None if args.checkpoint is None else os.path.abspath(args.checkpoint))
     return cfg
 
 
@@ -328,7 +348,8 @@ def _report(cfg, built, results: Dict[int, dict]) -> dict:
                      "Bmax": topo.Bmax, "L": topo.L, "slots": topo.slots},
         # Devices (processes) the run occupies: colocated, each holds an Attention and an FFN rank.
         "devices": topo.D if cfg.mode == "colocated" else topo.world_size,
-        "model": cfg.model,
+        "model": cfg.model if cfg.checkpoint is None else None,
+        "checkpoint": cfg.checkpoint,
         "workload": cfg.workload,
         "requests": len(done),
         "tokens": tokens,
@@ -366,6 +387,17 @@ def _check(built, out_dir: str, skip=()) -> dict:
     ok = worst_rel <= 0.05 and mean_abs <= 2e-3
     return {"ok": ok, "max_rel_diff": worst_rel, "mean_abs_diff": mean_abs, "requests": count,
             "tolerance": {"max_rel_diff": 0.05, "mean_abs_diff": 2e-3}}
+
+
+def _check_native(built, out_dir: str, skip=()) -> dict:
+    """--checkpoint: every request's final hidden states against the transformers model itself, run natively on the
+    request with the same dequantized experts (cam.run.checkpoint.native_check states its tolerance)."""
+    from .checkpoint import native_check
+
+    model, workload, topo = built
+    outputs = load_outputs(out_dir, topo.A, workload, participants=topo.P, skip_replicas=skip)
+    rids = sorted(outputs)
+    return native_check(model, [workload.requests[r].tokens for r in rids], [outputs[r] for r in rids])
 
 
 def load_outputs(out_dir: str, attention_ranks: int, workload, participants: int = 1, skip_replicas=()) -> dict:
@@ -466,6 +498,8 @@ def _run(args, marks: Dict[str, float]) -> int:
 
     # Imported before the ranks are forked, so that no rank imports them again (start.py).
     from . import worker
+    if args.checkpoint is not None:
+        from . import checkpoint  # noqa: F401 - with transformers and its model classes
     from .setup import plan, rank_threads, resolve_placement
 
     port = _free_port()
@@ -497,7 +531,8 @@ def _run(args, marks: Dict[str, float]) -> int:
     print(f"cam-run --mode {cfg.mode}{' (cost model)' if cfg.cost_model else ''}"
           f"{' (FFN by graph replay)' if cfg.graph else ''}"
           f"{f' (batched FFN receive, {cfg.batch_rows} rows)' if cfg.batch_rows else ''}: D={topo.D} replicas x "
-          f"P={topo.P}, F={topo.F} FFN ranks, E={topo.E}, K={topo.K}, H={topo.H}, model {cfg.model}, "
+          f"P={topo.P}, F={topo.F} FFN ranks, E={topo.E}, K={topo.K}, H={topo.H}, "
+          f"{'checkpoint ' + cfg.checkpoint if cfg.checkpoint else 'model ' + cfg.model}, "
           f"preset {args.preset}", flush=True)
     procs: Dict[int, subprocess.Popen] = {}  # or start.ForkedRank: the same interface
     exited: Dict[int, float] = {}  # when the launcher saw each rank gone
@@ -570,10 +605,9 @@ def _run(args, marks: Dict[str, float]) -> int:
         if not args.keep:
             shutil.rmtree(out_dir, ignore_errors=True)
         return 130 if interrupted else 1
-    from ..models import PRESETS as MODEL_PRESETS
-    from ..models import MoEModel
+    from .setup import make_model
 
-    return _finish(args, cfg, (MoEModel(MODEL_PRESETS[cfg.model]), workload, topo), out_dir, lost, marks, exited)
+    return _finish(args, cfg, (make_model(cfg), workload, topo), out_dir, lost, marks, exited)
 
 
 def _finish(args, cfg, built, out_dir: str, lost: Dict[int, int], marks: Dict[str, float],
@@ -592,7 +626,12 @@ def _finish(args, cfg, built, out_dir: str, lost: Dict[int, int], marks: Dict[st
     if cfg.cost_model:
         report["bound"] = _bound(cfg, built, args.bound_costs, report["makespan_s"])
     if args.check:
-        report["check"] = _check(built, out_dir, skip=[d["replica"] for d in report.get("lost_replicas", [])])
+        skip = [d["replica"] for d in report.get("lost_replicas", [])]
+        report["check"] = _check(built, out_dir, skip=skip)
+        if cfg.checkpoint is not None:
+            report["check"]["native"] = _check_native(built, out_dir, skip)
+            report["check"]["reference_ok"] = report["check"]["ok"]
+            report["check"]["ok"] = report["check"]["ok"] and report["check"]["native"]["ok"]
     marks["checked"] = time.time()
     report["wall_s"] = _wall(marks, results, exited)
     _print(report)
@@ -675,8 +714,16 @@ def _print(report: dict) -> None:
               f"makespan / bound {b['makespan_over_bound']:.2f}")
     if "check" in report:
         c = report["check"]
-        print(f"  check       {'PASS' if c['ok'] else 'FAIL'}: max rel diff {c['max_rel_diff']:.2e}, "
+        passed = c.get("reference_ok", c["ok"])  # --checkpoint: c["ok"] also needs the native comparison
+        print(f"  check       {'PASS' if passed else 'FAIL'}: max rel diff {c['max_rel_diff']:.2e}, "
               f"mean abs diff {c['mean_abs_diff']:.2e} vs the single-process reference ({c['requests']} requests)")
+        if "native" in c:
+            n = c["native"]
+            print(f"  native      {'PASS' if n['ok'] else 'FAIL'}: each MoE block on native's input within "
+                  f"{n['max_block_rel_diff']:.2e} of native's; max rel diff {n['max_rel_diff']:.2e} per token vs "
+                  f"the transformers model with the same dequantized experts ({n['tokens_bounded']} tokens; "
+                  f"{n['tokens_after_a_routing_flip']} after a routing flip, not bounded); greedy next token equal "
+                  f"in {n['greedy_equal']} of {n['requests']} requests ({n['greedy_near_ties']} near-ties)")
     if "wall_s" in report:
         w = report["wall_s"]
         print(f"  wall        {w['total']:.2f} s: " + ", ".join(

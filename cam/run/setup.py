@@ -44,6 +44,8 @@ class RunConfig:
     batch_rows: Optional[int] = None
     # expert placement (cam-run --placement), resolved by the launcher: placement_to_dict's form; None: contiguous
     placement: Optional[dict] = None
+    # cam-run --checkpoint DIR: the model is this transformers checkpoint (cam/run/checkpoint.py), not --model
+    checkpoint: Optional[str] = None
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -70,6 +72,24 @@ class RunConfig:
 
     def expert_placement(self) -> Optional[Placement]:
         return None if self.placement is None else placement_from_dict(self.placement)
+
+
+def model_config(cfg: RunConfig):
+    """The run's model shape: the --model preset, or the --checkpoint directory's (no weights loaded)."""
+    if cfg.checkpoint is not None:
+        from .checkpoint import checkpoint_shape
+
+        return checkpoint_shape(cfg.checkpoint)
+    return MODEL_PRESETS[cfg.model]
+
+
+def make_model(cfg: RunConfig):
+    """The run's model with its weights: the --model preset's MoEModel, or the --checkpoint's CheckpointModel."""
+    if cfg.checkpoint is not None:
+        from .checkpoint import CheckpointModel
+
+        return CheckpointModel(cfg.checkpoint)
+    return MoEModel(MODEL_PRESETS[cfg.model])
 
 
 def rank_threads(world: int) -> int:
@@ -108,7 +128,7 @@ def resolve_placement(spec: str, cfg: "RunConfig") -> Optional[dict]:
     the FFN ranks: any E and F), ``hot:K`` (balanced plus one more replica of each of the K experts the model's
     routers choose most on this run's workload), or a JSON file in :func:`placement_to_dict`'s form. ValueError
     naming --placement for anything else, before any rank exists."""
-    config = MODEL_PRESETS[cfg.model]
+    config = model_config(cfg)
     E, L = config.num_experts, len(config.moe_layers)
     if spec == "contiguous":
         return None
@@ -120,7 +140,7 @@ def resolve_placement(spec: str, cfg: "RunConfig") -> Optional[dict]:
             if not k.isdigit() or not 1 <= int(k) <= E:
                 raise ValueError(f"--placement {spec!r}: K must be an int in [1, E = {E}]")
             workload = make_workload(cfg.workload_spec(), cfg.D, config.vocab_size)
-            counts = expert_popularity(MoEModel(config), workload)
+            counts = expert_popularity(make_model(cfg), workload)
             hot = sorted(range(E), key=lambda e: (-int(counts[e]), e))[:int(k)]
             return placement_to_dict(Placement.balanced(E, cfg.F, layers=L, replicate=hot))
         if not os.path.isfile(spec):
@@ -155,7 +175,7 @@ def topology_for(model, workload: Workload, D: int, P: int, F: int, slots: int,
 def plan(cfg: RunConfig) -> Tuple[Workload, Topology]:
     """(workload, topology) of a run, without the model's weights: validates the topology (ValueError naming the
     field) at the cost of a few small tensors."""
-    config = MODEL_PRESETS[cfg.model]
+    config = model_config(cfg)
     workload = make_workload(cfg.workload_spec(), cfg.D, config.vocab_size)
     slots = None if cfg.placement is None else cfg.placement["slots_per_rank"]
     return workload, topology_for(config, workload, cfg.D, cfg.P, cfg.F, cfg.slots, slots)
@@ -163,5 +183,5 @@ def plan(cfg: RunConfig) -> Tuple[Workload, Topology]:
 
 def build(cfg: RunConfig):
     """(model, workload, topology) of a run."""
-    return (MoEModel(MODEL_PRESETS[cfg.model]),) + plan(cfg)
+    return (make_model(cfg),) + plan(cfg)
 

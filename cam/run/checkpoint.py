@@ -1,0 +1,271 @@
+"""``cam-run --checkpoint DIR``: the main job on a transformers checkpoint directory (``config.json`` and
+``*.safetensors``) instead of a built-in synthetic model (docs/run.md, "A checkpoint").
+
+:class:`CheckpointModel` is the checkpoint's own architecture cut into the pieces every ``cam-run`` rank runs
+(``embed_tokens``, ``pre_moe``, ``shared``, ``dense_mlp``, ``finish``): the transformers model's embedding,
+attention, norms, router (in float32, ``cam.integrations.transformers.route_float32``), shared and dense MLPs,
+while its routed experts come from the checkpoint's files through :mod:`cam.convert` and run on cam's FFN ranks.
+Its ``forward_reference`` is the same single-process golden as the synthetic models' (``--check``), and
+:func:`native_check` compares cam's prefill with the engine itself: the transformers model run natively with the
+same dequantized expert weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import List, Sequence
+
+from ..models.moe_model import PrefillReference
+
+# The architectures whose decoder layer is ``x + attn(norm(x))`` then ``x + mlp(norm(x))`` with an MoE block the
+# block adapter knows. DeepSeek-V4 is not: its residual is a set of hyper-connection streams, and its clamped
+# SwiGLU needs the FFN loop's W1 to take swiglu_limit, which cam-run's worker loop does not pass.
+SUPPORTED = ("deepseek_v3", "qwen2_moe", "qwen3_moe")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointShape:
+    """What the launcher plans a run with (workload, topology, placement), read from ``config.json`` and the
+    safetensors headers without loading a weight; the fields cam-run reads of :class:`cam.models.ModelConfig`."""
+
+    path: str
+    model_type: str
+    vocab_size: int
+    hidden: int
+    num_layers: int
+    num_experts: int
+    top_k: int
+    moe_intermediate: int
+    moe_layer_ids: tuple
+
+    @property
+    def moe_layers(self) -> List[int]:
+        return list(self.moe_layer_ids)
+
+
+def checkpoint_shape(directory: str) -> CheckpointShape:
+    """The checkpoint's shape; ValueError naming ``--checkpoint`` for a directory cam-run cannot run."""
+    from .. import convert
+
+    path = os.path.join(directory, "config.json")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"--checkpoint {directory!r}: cannot read config.json: {e}") from None
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED:
+        raise ValueError(f"--checkpoint {directory!r}: model_type {model_type!r} is not supported by cam-run "
+                         f"(supported: {', '.join(SUPPORTED)})")
+    try:
+        convert.check_supported_config(_Namespace(config), who=f"--checkpoint {directory!r}")
+        layers = convert.checkpoint_moe_layers(directory)
+    except ValueError as e:
+        raise ValueError(str(e) if str(e).startswith("--checkpoint") else f"--checkpoint {directory!r}: {e}") from None
+    # The routed experts' count under each family's name (transformers 5 writes Qwen's as num_local_experts).
+    experts = next((config[k] for k in ("n_routed_experts", "num_local_experts", "num_experts") if k in config), None)
+    fields = {"vocab_size": config.get("vocab_size"), "hidden": config.get("hidden_size"),
+              "num_layers": config.get("num_hidden_layers"), "num_experts": experts,
+              "top_k": config.get("num_experts_per_tok"), "moe_intermediate": config.get("moe_intermediate_size")}
+    for name, value in fields.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"--checkpoint {directory!r}: config.json gives no positive int for {name} ({value!r})")
+    return CheckpointShape(path=os.path.abspath(directory), model_type=model_type, moe_layer_ids=tuple(layers),
+                           **fields)
+
+
+class _Namespace:
+    def __init__(self, d):
+        self.__dict__.update(d)
+
+
+def _causal_mask(n: int, dtype):
+    import torch
+
+    mask = torch.full((n, n), torch.finfo(dtype).min, dtype=dtype).triu(1)
+    return mask[None, None]
+
+
+def _load_native(directory: str):
+    import torch
+    import transformers
+
+    return transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+
+
+class CheckpointModel(PrefillReference):
+    """A transformers MoE checkpoint as cam-run's model (float32 on the Attention side; routed experts int8 by
+    :func:`cam.quantize_weight` from :func:`cam.convert.load_checkpoint_experts`)."""
+
+    def __init__(self, directory: str):
+        import torch
+
+        from .. import convert
+        from ..integrations import transformers as camtf
+
+        self.config = checkpoint_shape(directory)
+        self._camtf = camtf
+        self.hf = _load_native(directory)
+        base = self.hf.model
+        self.blocks = camtf.moe_blocks(self.hf)
+        if list(self.blocks) != self.config.moe_layers:
+            raise ValueError(f"--checkpoint {directory!r}: the model's MoE blocks are decoder layers "
+                             f"{list(self.blocks)}, its files' experts layers {self.config.moe_layers}")
+        experts, _ = convert.load_checkpoint_experts(directory)
+        self.w1, self.w1_scale, self.w2, self.w2_scale = [], [], [], []
+        for ffn in experts:
+            for w, q_list, s_list in ((ffn.w1, self.w1, self.w1_scale), (ffn.w2, self.w2, self.w2_scale)):
+                q, s = convert.quantize_weight(w)
+                q_list.append(q)
+                s_list.append(s)
+        self.experts = experts
+        self._layers = base.layers
+        self._rotary = base.rotary_emb
+        self._no_grad = torch.no_grad
+
+    @property
+    def num_experts(self) -> int:
+        return self.config.num_experts
+
+    @property
+    def top_k(self) -> int:
+        return self.config.top_k
+
+    @property
+    def hidden(self) -> int:
+        return self.config.hidden
+
+    @property
+    def moe_layers(self) -> List[int]:
+        return self.config.moe_layers
+
+    def embed_tokens(self, tokens):
+        import torch
+
+        with self._no_grad():
+            return self.hf.model.embed_tokens(tokens.long()).to(torch.float32)
+
+    def pre_moe(self, layer: int, x, seq_lens: Sequence[int]):
+        """The decoder layer up to its MLP: ``x + attn(input_layernorm(x))`` over each request alone (causal,
+        positions from 0), then ``post_attention_layernorm``; for an MoE layer also the float32 router. Returns
+        ``(x, h)`` or ``(x, h_bf16, topk_ids int32, topk_weights fp32)``, as :class:`cam.models.MoEModel` does."""
+        import torch
+
+        decoder = self._layers[layer]
+        with self._no_grad():
+            out = torch.empty_like(x)
+            start = 0
+            for n in seq_lens:
+                seg = x[start:start + n][None]
+                positions = torch.arange(n)[None]
+                attn, _ = decoder.self_attn(hidden_states=decoder.input_layernorm(seg),
+                                            position_embeddings=self._rotary(seg, positions),
+                                            attention_mask=_causal_mask(n, seg.dtype), position_ids=positions)
+                out[start:start + n] = seg[0] + attn[0]
+                start += n
+            h = decoder.post_attention_layernorm(out)
+            if layer not in self.blocks:
+                return out, h
+            ids, weights = self._camtf.route_float32(self.blocks[layer], h)
+        return out, h.to(torch.bfloat16), ids, weights
+
+    def dense_mlp(self, layer: int, h):
+        with self._no_grad():
+            return self._layers[layer].mlp(h)
+
+    def shared(self, layer: int, h_bf16):
+        """The layer's shared expert (DeepSeek-V3's, Qwen2-MoE's gated one; zeros for Qwen3-MoE) on the bf16 input
+        the routed experts get, as the synthetic model does."""
+        import torch
+
+        h = h_bf16.to(torch.float32)
+        with self._no_grad():
+            out = self._camtf._shared(self.blocks[layer], h)
+        return torch.zeros_like(h) if out is None else out
+
+    def finish(self, x):
+        with self._no_grad():
+            return self.hf.model.norm(x)
+
+
+W8A8_REL_BOUND = 0.05  # docs/numerics.md, "W8A8 against the float model": a block's error relative to its norm
+
+
+def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -> dict:
+    """cam's final hidden states of each prompt against the transformers model run natively on that prompt alone,
+    with the expert weights cam computes with (dequantized int8), and the greedy next token of both through the
+    model's own ``lm_head``.
+
+    Tolerance. What differs is cam's per-token int8 activations and bf16 routed input and output: the W8A8 error
+    docs/numerics.md bounds at 5 % of a block's norm (about 1 % per token on the test models). That bound holds for a
+    token only while cam and the native model choose the same experts for it and for every token before it in the
+    request (attention mixes them in): a token whose router sits at a near-tie may flip its top-k under that 1 %,
+    and then differs by a different expert's output, not a rounding. So the bound is checked per token up to the
+    first position whose routing differs from native at some MoE layer (the routers compared are both float32, on
+    each side's own input); the positions after it are counted, not bounded. The greedy token at the last position
+    must be equal, or a near-tie: the native logits of the two tokens closer than twice the largest logit
+    difference of that prompt.
+
+    A routing flip at the first token would leave nothing bounded, so each MoE block is also checked on its own
+    (teacher-forced): on the native block's input and with the native router's choice, cam's routed experts of that
+    MoE layer (the int8 golden of ``routed_reference``) plus the shared expert must be within the W8A8 bound of the
+    native block's output, relative to its norm over the request. This is what catches a wrong layer's or a wrong
+    half's weights whatever the routing does.
+    """
+    import torch
+
+    from .. import convert
+    from ..integrations import transformers as camtf
+
+    native = _load_native(model.config.path)
+    blocks = list(camtf.moe_blocks(native).values())
+    native_io: list = []
+    hooks = [b.register_forward_hook(lambda mod, args, out: native_io.append(
+        (mod, args[0].reshape(-1, args[0].shape[-1]), out.reshape(-1, out.shape[-1])))) for b in blocks]
+    worst, worst_block, checked, flipped, greedy_equal, near_ties, ok = 0.0, 0.0, 0, 0, 0, 0, True
+    try:
+        with torch.no_grad():
+            for block, ffn in zip(blocks, model.experts):
+                q = convert.dequantized(ffn)
+                block.experts.gate_up_proj.copy_(q.w1.transpose(1, 2))
+                block.experts.down_proj.copy_(q.w2.transpose(1, 2))
+            for tokens, got in zip(prompts, outputs):
+                native_io.clear()
+                want = native.model(input_ids=tokens.reshape(1, -1).long()).last_hidden_state[0]
+                native_ids = []
+                for j, (block, x, out) in enumerate(native_io):
+                    ids, weights = camtf.route_float32(block, x)
+                    native_ids.append(ids)
+                    h = x.to(torch.bfloat16)
+                    mine = model.routed_reference(j, h, ids, weights).float() + model.shared(model.moe_layers[j], h)
+                    worst_block = max(worst_block, float((mine - out).norm() / out.norm().clamp_min(1e-12)))
+                cam_ids: list = []
+                model.forward_reference([tokens.reshape(-1)], on_route=lambda j, ids: cam_ids.append(ids))
+                n = want.shape[0]
+                same = torch.ones(n, dtype=torch.bool)
+                for a, b in zip(cam_ids, native_ids):
+                    same &= (a.long().sort(-1)[0] == b.long().sort(-1)[0]).all(-1)
+                clean = n if bool(same.all()) else int((~same).nonzero()[0])
+                rel = (got.float() - want).norm(dim=-1) / want.norm(dim=-1).clamp_min(1e-12)
+                if clean:
+                    worst = max(worst, float(rel[:clean].max()))
+                checked += clean
+                flipped += n - clean
+                lg, lw = native.lm_head(got[-1:].float())[0], native.lm_head(want[-1:])[0]
+                a, b = int(lw.argmax()), int(lg.argmax())
+                if a == b:
+                    greedy_equal += 1
+                elif float(lw[a] - lw[b]) <= 2 * float((lg - lw).abs().max()):
+                    near_ties += 1
+                else:
+                    ok = False
+    finally:
+        for h in hooks:
+            h.remove()
+    return {"ok": ok and worst < W8A8_REL_BOUND and worst_block < W8A8_REL_BOUND, "max_rel_diff": worst,
+            "max_block_rel_diff": worst_block, "tokens_bounded": checked,
+            "tokens_after_a_routing_flip": flipped, "greedy_equal": greedy_equal, "greedy_near_ties": near_ties,
+            "requests": len(outputs), "tolerance": {"max_rel_diff": W8A8_REL_BOUND,
+                                                    "max_block_rel_diff": W8A8_REL_BOUND}}
