@@ -101,6 +101,27 @@ def test_served_rounds_equal_cams_ops_in_one_process(graph, batched):
         assert torch.equal(out, routed_local(x, ids, w, w1, w2, layer)), (a, layer)
 
 
+def _reap(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait(TIMEOUT_S)
+
+
+def _one_round(conn, store, procs):
+    """One round from Attention rank 0 once every FFN process serves (a graph rank captures first), then finish;
+    returns the round's inputs, its output and every process's (stdout, stderr)."""
+    conn.init_afd_connector(store)
+    try:
+        conn.wait_ffn_serving()
+        x, ids, w = _round(conn, 1, 5)
+        out = conn.recv_ffn_output()
+        conn.finish()
+    finally:
+        conn.close()
+    return x, ids, w, out, [p.communicate(timeout=TIMEOUT_S) for p in procs]
+
+
 def test_one_batched_ffn_step_serves_both_replicas_ready_rounds():
     """Both replicas' rounds are published (dispatch_send returned) before the FFN rank's first receive: one
     batched iteration takes both, of different layers, and each replica gets exactly cam's one-process result."""
@@ -277,20 +298,9 @@ def test_cam_ffn_processes_serve_a_checkpoint(tmp_path):
         cfg = ConnectorConfig(topology=topo, master_port=port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
                               group="ffn-proc", secret=secret)
         conn = AsyncAFDConnector(0, "attention", cfg)
-        conn.init_afd_connector(store)
-        try:
-            conn.wait_ffn_serving()  # rank 2 captures its graph first
-            x, ids, w = _round(conn, 1, 5)
-            out = conn.recv_ffn_output()
-            conn.finish()
-        finally:
-            conn.close()
-        outs = [p.communicate(timeout=TIMEOUT_S) for p in procs]
+        x, ids, w, out, outs = _one_round(conn, store, procs)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(TIMEOUT_S)
+        _reap(procs)
     for p, (stdout, stderr) in zip(procs, outs):
         assert p.returncode == 0, stderr
         result = json.loads(stdout.strip().splitlines()[-1])
@@ -321,20 +331,9 @@ def test_cam_ffn_processes_serve_deepseek_v4s_clamp(tmp_path):
         cfg = ConnectorConfig(topology=topo, master_port=store.port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
                               group="ffn-v4", secret=secret)
         conn = AsyncAFDConnector(0, "attention", cfg)
-        conn.init_afd_connector(store)
-        try:
-            conn.wait_ffn_serving()
-            x, ids, w = _round(conn, 1, 5)
-            out = conn.recv_ffn_output()
-            conn.finish()
-        finally:
-            conn.close()
-        outs = [p.communicate(timeout=TIMEOUT_S) for p in procs]
+        x, ids, w, out, outs = _one_round(conn, store, procs)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(TIMEOUT_S)
+        _reap(procs)
     for p, (_, stderr) in zip(procs, outs):
         assert p.returncode == 0, stderr
         assert "clamped SwiGLU (swiglu_limit 0.5)" in stderr
