@@ -45,3 +45,103 @@ def test_violation_aborts_the_peer_naming_the_rule(program, case, rule):
 def test_control_leaves_the_plane_alone(program):
     rank0, abort, _, reason = _run(program, "clean")
     assert rank0 == "OK" and abort == 0 and reason == "", (rank0, abort, reason)
+
+
+# ---- the host quotes the reason: every rank's op error names the rule and the rank that broke it ----
+# A real violation needs a broken kernel (tests/test_mutants.py builds those); here the reason is written into a
+# non-violating rank's window exactly as TwinAbortPlane writes it (abort word 1 + violator, reason beside it), and
+# that rank's next op must quote it. Offsets are the window layout's (kernels/common/window_layout.h kAbortOff,
+# kAbortReasonOff, kAbortReasonBytes), written here independently of the code under test.
+ABORT_OFF, REASON_OFF, REASON_BYTES, STATUS_OFF = 0, 8, 56, 64
+
+T = dict(D=1, P=2, F=2, E=4, K=2, H=32, Bmax=4, L=2, slots=1)
+
+
+@pytest.fixture
+def comms():
+    import threading
+
+    import cam
+    from _dataplane_harness import unique_group
+
+    t = cam.Topology(**T)
+    group, out, errors = unique_group("abort-reason"), {}, {}
+    ready = threading.Barrier(t.world_size + 1, timeout=60)
+    release = threading.Event()
+
+    def main(r):
+        try:
+            with cam.Comm(t, r, group=group) as c:
+                out[r] = c
+                ready.wait()
+                release.wait(120)
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            errors[r] = e
+            ready.abort()
+
+    threads = [threading.Thread(target=main, args=(r,), daemon=True) for r in range(t.world_size)]
+    for th in threads:
+        th.start()
+    try:
+        ready.wait()
+        yield t, out
+    finally:
+        release.set()
+        for th in threads:
+            th.join(60)
+    assert not errors, errors
+
+
+def _raise_abort(comm, violator: int, reason: bytes) -> None:
+    import torch
+
+    w = comm.window
+    w[REASON_OFF:REASON_OFF + REASON_BYTES] = 0
+    if reason:
+        w[REASON_OFF:REASON_OFF + len(reason)] = torch.frombuffer(bytearray(reason), dtype=torch.uint8)
+    w[ABORT_OFF:ABORT_OFF + 8].view(torch.int64)[0] = 1 + violator
+
+
+def _op_error(t, comm) -> str:
+    import torch
+
+    import cam
+
+    x = torch.zeros((t.Bmax - 1, t.H), dtype=torch.bfloat16)
+    ids = torch.zeros((t.Bmax - 1, t.K), dtype=torch.int32)
+    with pytest.raises(cam.CommAbortedError) as e:
+        cam.ops.dispatch_send(comm, x, ids, 0)
+    return str(e.value)
+
+
+def test_peer_error_names_the_rule_and_the_violating_rank(comms):
+    t, c = comms
+    _raise_abort(c[0], 1, b"peer-scalar-store in dispatch_send on rank 1\0")
+    msg = _op_error(t, c[0])
+    assert "aborted by rank 1" in msg, msg
+    assert ": twin rule peer-scalar-store in dispatch_send on rank 1 [status" in msg, msg
+
+
+def test_abort_without_a_twin_reason_names_no_rule(comms):
+    t, c = comms
+    _raise_abort(c[0], 1, b"")
+    msg = _op_error(t, c[0])
+    assert "aborted by rank 1" in msg and "twin rule" not in msg, msg
+
+
+def test_tampered_reason_is_bounded_and_printable(comms):
+    import torch
+
+    t, c = comms
+    # No NUL anywhere in the slot, every byte value but 0 in it, and printable bytes right after it: a reader that
+    # trusted a terminator or printed raw bytes would show them.
+    garbage = bytes((i * 37) % 255 + 1 for i in range(REASON_BYTES))
+    _raise_abort(c[0], 1, garbage)
+    c[0].window[STATUS_OFF:STATUS_OFF + 8] = torch.frombuffer(bytearray(b"ZZZZZZZZ"), dtype=torch.uint8)
+    msg = _op_error(t, c[0])
+    c[0].window[STATUS_OFF:STATUS_OFF + 8] = 0
+    assert msg.isprintable(), repr(msg)
+    quoted = msg.split(": twin rule ", 1)[1].rsplit(" [status ", 1)[0]  # cam appends the C status
+    assert len(quoted) == REASON_BYTES, (len(quoted), quoted)
+    want = "".join(chr(b) if 0x20 <= b < 0x7f else "?" for b in garbage)
+    assert quoted == want, (quoted, want)

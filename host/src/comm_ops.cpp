@@ -70,13 +70,16 @@ aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp) {
             return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + ": the communicator failed earlier (" + comm->failure +
                                                   "); create a new one");
     }
-    int64_t abortWord = 0;
+    // The whole abort line in one read: a twin violation's reason lies beside the word (window_layout.h).
+    int64_t abortLine[kStatusOff / 8] = {};
     std::string why;
-    if (!comm->transport->ReadWords(comm->rank, kAbortOff, &abortWord, 1, &why))
+    if (!comm->transport->ReadWords(comm->rank, kAbortOff, abortLine, kStatusOff / 8, &why))
         return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(op) + ": the abort word could not be read: " + why);
+    const int64_t abortWord = abortLine[0];
     if (abortWord != 0)
-        return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + " on rank " + std::to_string(comm->rank) +
-                                              ": " + AbortReason(abortWord));
+        return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + " on rank " + std::to_string(comm->rank) + ": " +
+                                              AbortReason(abortWord) +
+                                              TwinRuleSuffix(reinterpret_cast<const uint8_t*>(abortLine)));
     const int64_t world = layout::world_size(comm->topo);
     for (int64_t r = 0; r < world; ++r) {
         const uint64_t have = comm->transport->WindowBytes(r);
@@ -117,7 +120,8 @@ namespace {
 // The window's control words the check needs, read as one device read: the abort word (line 0) and the status
 // record (line 1) are adjacent (window_layout.h).
 constexpr uint64_t kControlReadBytes = kStatusOff + 8 * kStatusWords;
-static_assert(kAbortOff + 8 <= kStatusOff, "the abort word lies inside the control read");
+static_assert(kAbortOff == 0 && kAbortReasonOff + kAbortReasonBytes <= kStatusOff,
+              "the abort word and its reason lie inside the control read");
 
 // `control` is a host copy of the window's first kControlReadBytes, taken after the op's kernels ran. A refusal
 // (abort word clear) is cleared on the device so the comm stays usable; a fatal error is kept as comm->failure.
@@ -128,6 +132,7 @@ aclnnStatus ReportCommStatus(camComm* comm, const uint8_t* control, std::string*
     std::memcpy(&abortWord, control + kAbortOff, sizeof(abortWord));
     if (st[kStatusCode] == status::kOk) return ACLNN_SUCCESS;
     const aclnnStatus status = Describe(comm, st, abortWord, message);
+    if (abortWord != 0) *message += TwinRuleSuffix(control);
     if (abortWord == 0) {
         ZeroDeviceNow(static_cast<uint8_t*>(comm->OwnDevice()) + kStatusOff, 8 * kStatusWords);
     } else {

@@ -15,6 +15,18 @@ std::string AbortReason(int64_t abortWord) {
     return "the communicator was aborted by rank " + std::to_string(abortWord - 1);
 }
 
+std::string TwinRuleSuffix(const uint8_t* abortLine) {
+    // The slot is window memory any process holding the window can write: read at most its bytes, stop at a NUL or
+    // at the slot's end, and let only printable ASCII into a message a user reads (anything else becomes '?').
+    std::string text;
+    for (int64_t i = 0; i < kAbortReasonBytes; ++i) {
+        const unsigned char ch = abortLine[kAbortReasonOff + i];
+        if (ch == 0) break;
+        text += (ch >= 0x20 && ch < 0x7f) ? static_cast<char>(ch) : '?';
+    }
+    return text.empty() ? std::string() : ": twin rule " + text;
+}
+
 namespace {
 
 // Indexed by field::k* (window_layout.h); kWindow is the last.

@@ -60,11 +60,8 @@ namespace cam::kernels::dp {
 // Twin only: the rest of the abort word's line (window_layout.h: line 0 holds only the abort word; the status record
 // starts at the next line) carries, NUL-terminated, "<rule> in <kernel> on rank <r>" of the violation that raised it,
 // so every rank's error can name the rule its peer broke (the host appends TwinAbortReason to the abort sentence).
-inline constexpr int64_t kTwinAbortReasonOff = kAbortOff + 8;
-inline constexpr int64_t kTwinAbortReasonBytes = kStatusOff - kTwinAbortReasonOff;
-static_assert(kTwinAbortReasonOff >= kAbortOff + 8 && kTwinAbortReasonOff + kTwinAbortReasonBytes <= kStatusOff &&
-                  kTwinAbortReasonBytes % 8 == 0,
-              "the twin's abort reason lies between the abort word and the status record");
+inline constexpr int64_t kTwinAbortReasonOff = kAbortReasonOff;
+inline constexpr int64_t kTwinAbortReasonBytes = kAbortReasonBytes;
 
 // The reason's text from a twin violation's message ("twin: rule 'R' broken in kernel K block ..."): R and K.
 inline std::string TwinReasonText(const std::string& violation, int64_t rank) {

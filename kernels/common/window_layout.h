@@ -96,7 +96,13 @@ inline constexpr int64_t kProtoIndexEntry = 7;        // an index entry a peer w
 // ---- control area: first kControlBytes of every window, both roles ----
 inline constexpr int64_t kControlBytes = 4 * kLine;
 inline constexpr int64_t kAbortOff = 0;  // int64: 0, 1 + rank that raised it, or -(1 + rank) for a rank found dead
+// The rest of line 0: on the twin, the NUL-terminated reason of a twin violation that raised the abort word
+// (kernels/common/launch.h TwinAbortPlane); zero otherwise. User-reachable memory: readers bound and filter it.
+inline constexpr int64_t kAbortReasonOff = kAbortOff + 8;
+inline constexpr int64_t kAbortReasonBytes = kLine - kAbortReasonOff;
 inline constexpr int64_t kStatusOff = kLine;      // int64[kStatusWords]
+static_assert(kAbortReasonOff + kAbortReasonBytes <= kStatusOff && kAbortReasonBytes % 8 == 0,
+              "the abort reason lies between the abort word and the status record");
 inline constexpr int64_t kIdentityOff = 2 * kLine;  // int64[kIdentityWords], written by the Comm at creation
 
 inline constexpr int64_t kStatusCode = 0;

@@ -17,5 +17,9 @@ bool TileWindowTable(int64_t worldSize, int64_t rank, kernels::WindowTableTiling
 // layout it gets yet (docs/ascend.md §5), so every plane is held to the flat layout's bound: a larger world would
 // read other fields as windows on A2.
 constexpr int64_t kWindowTableMaxRanks = 32;
+// The host's world cap and the kernel's flat-layout bound are one number written twice: the tiling must never pass
+// a world the kernel would refuse, nor cap below what the kernel can describe.
+static_assert(kWindowTableMaxRanks == static_cast<int64_t>(kernels::kWindowTableFlatRanks),
+              "kWindowTableMaxRanks (host world cap) and kWindowTableFlatRanks (kernel A2 flat layout) differ");
 
 }  // namespace cam::tiling
