@@ -208,7 +208,8 @@ def test_an_ffn_rank_that_fails_before_serving_is_named_at_the_first_round():
     and its reason at once, instead of a first round that would wait out the plane's timeout for it."""
     world = _World("serve-capture-fails", F=2, graph=True, connector=_CaptureFails)
     start = time.monotonic()
-    with pytest.raises(cam.FFNNotServingError, match=r"FFN rank 1 failed before serving: CaptureInvalidatedError"):
+    # Both FFN ranks (1 and 2) fail; which one the store holds first when the wait polls is a race between threads.
+    with pytest.raises(cam.FFNNotServingError, match=r"FFN rank [12] failed before serving: CaptureInvalidatedError"):
         world.start()
     assert time.monotonic() - start < TIMEOUT_S / 2  # named well before the plane's bound
     world.join()
