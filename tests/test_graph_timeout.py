@@ -85,6 +85,9 @@ _TIMEOUT_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.skipif(os.environ.get("CAM_LONG_TESTS") != "1",
+                    reason="48 idle replays against a 32 s sync bound (43 s of waiting): runs with CAM_LONG_TESTS=1 "
+                           "(CI's long-tests stage)")
 def test_a_replay_sync_timeout_returns_with_the_stream_idle_so_dropping_the_captured_ffn_is_safe():
     r = subprocess.run([sys.executable, "-c", _TIMEOUT_SCRIPT.format(here=HERE)], capture_output=True, text=True,
                        timeout=240)

@@ -7,6 +7,7 @@ tests/test_liveness.py)."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -175,6 +176,9 @@ def test_fence_refuses_ffn_ranks_and_self():
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
+@pytest.mark.skipif(os.environ.get("CAM_LONG_TESTS") != "1",
+                    reason="a whole-process dead-peer detection run (25 s; the isolated default runs in the README "
+                           "tier, tests/test_liveness.py): runs with CAM_LONG_TESTS=1 (CI's long-tests stage)")
 def test_opting_out_of_isolation_makes_a_dead_attention_rank_abort_the_plane(tmp_path):
     """Real processes, Comm(isolate_replicas=False): SIGKILL of an Attention rank aborts the whole plane, and every
     survivor's error names the dead rank (the default, isolation, is tests/test_liveness.py)."""
