@@ -75,17 +75,21 @@ def _dequantize_experts(model):
 
 
 class World:
-    """One Attention rank (this thread) and two FFN ranks (threads running cam.serve_ffn), in process."""
+    """One Attention rank (this thread) and two FFN ranks (threads running cam.serve_ffn), in process, serving the
+    checkpoint at ``path`` as cam-ffn would (its experts by cam.convert, its ``swiglu_limit``); ``graph`` and
+    ``batched`` pick the FFN ranks' loop (a batch of up to two work items' rows)."""
 
-    def __init__(self, path, tokens, group):
+    def __init__(self, path, tokens, group, *, graph=False, batched=False):
         layers, info = convert.load_checkpoint_experts(path)
         e, h = layers[0].num_experts, layers[0].hidden
         self.topo = cam.Topology(D=1, P=1, F=2, E=e, K=info["top_k"], H=h, Bmax=tokens, L=len(layers))
         self.cfg = ConnectorConfig(topology=self.topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group=group,
                                    transport="in_process")
         self.store = torch.distributed.HashStore()
-        self.layers = layers
-        self.ffn = ServingFFNRanks(self.cfg, self.store, layers, timeout_s=TIMEOUT_S)
+        self.layers, self.info = layers, info
+        self.ffn = ServingFFNRanks(self.cfg, self.store, layers, timeout_s=TIMEOUT_S, graph=graph,
+                                   row_budget=2 * self.topo.recv_rows if batched else None,
+                                   swiglu_limit=info["swiglu_limit"])
 
     def __enter__(self):
         self.ffn.start()
