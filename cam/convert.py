@@ -26,6 +26,7 @@ __all__ = [
     "UnsupportedModelError",
     "check_supported_config",
     "checkpoint_moe_layers",
+    "checkpoint_config",
     "common_swiglu_limit",
     "dequantize_weight",
     "dequantized",
@@ -437,6 +438,25 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None) 
 _LAYER_EXPERTS = re.compile(r"(.*\.layers\.(\d+)\.(?:mlp|ffn)\.experts\.)")
 
 
+def checkpoint_config(directory: str, *, who: str = "cam.convert") -> Tuple[dict, Optional[float]]:
+    """``config.json`` of a checkpoint directory (its ``text_config`` when the experts' settings are there, as in a
+    multimodal wrapper) and the ``swiglu_limit`` its FFN ranks apply (:func:`check_supported_config`, which refuses
+    an unsupported model by name, naming ``who``)."""
+    import json
+    import os
+    import types
+
+    path = os.path.join(directory, "config.json")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except OSError as e:
+        raise ValueError(f"{who}: cannot read {path}: {e}") from None
+    if "text_config" in config and "num_experts_per_tok" not in config:
+        config = config["text_config"]
+    return config, check_supported_config(types.SimpleNamespace(**config), who=who)
+
+
 def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     """The routed experts of every MoE layer of a transformers checkpoint directory (``config.json`` and
     ``*.safetensors``), in layer order: MoE layer ``j`` is the ``j``-th decoder layer that has experts (the
@@ -446,24 +466,12 @@ def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
         ``(layers, info)`` with ``info = {"model_type", "layers": decoder layer ids, "top_k", "swiglu_limit"}``
         (the limit every FFN rank passes to W1: DeepSeek-V4's, else None).
     """
-    import json
-    import os
-    import types
-
     from safetensors.torch import load_file
 
-    path = os.path.join(directory, "config.json")
-    try:
-        with open(path) as f:
-            config = json.load(f)
-    except OSError as e:
-        raise ValueError(f"load_checkpoint_experts: cannot read {path}: {e}") from None
-    if "text_config" in config and "num_experts_per_tok" not in config:
-        config = config["text_config"]
-    limit = check_supported_config(types.SimpleNamespace(**config), who="load_checkpoint_experts")
+    config, limit = checkpoint_config(directory, who="load_checkpoint_experts")
     top_k = config.get("num_experts_per_tok")
     if not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"load_checkpoint_experts: {path} has no num_experts_per_tok")
+        raise ValueError(f"load_checkpoint_experts: {directory}/config.json has no num_experts_per_tok")
     tensors: Dict[str, torch.Tensor] = {}
     for name in _safetensors_files(directory):
         tensors.update(load_file(name))

@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import threading
-import types
 from typing import Optional
 
 CONFIG_ENV = "CAM_VLLM_CONFIG"
@@ -72,10 +71,7 @@ def _plane(model_dir: str):
         from .plane import AttentionPlane
 
         cfg = _config()
-        with open(os.path.join(model_dir, "config.json")) as f:
-            model = json.load(f)
-        if "text_config" in model and "num_experts_per_tok" not in model:
-            model = model["text_config"]
+        model = convert.checkpoint_config(model_dir, who="cam vLLM plugin")[0]
         layers = convert.checkpoint_moe_layers(model_dir)
         experts = model.get("n_routed_experts", model.get("num_experts", model.get("num_local_experts")))
         topo = Topology(D=cfg["replicas"], P=1, F=cfg["ffn_ranks"], E=int(experts), K=int(model["num_experts_per_tok"]),
@@ -122,13 +118,9 @@ def served_swiglu_limit(model_dir: str) -> Optional[float]:
     (``cam.convert.check_supported_config``). Read once per directory."""
     limits = _state["limits"]
     if model_dir not in limits:
-        from ..convert import check_supported_config
+        from ..convert import checkpoint_config
 
-        with open(os.path.join(model_dir, "config.json")) as f:
-            config = json.load(f)
-        if "text_config" in config and "num_experts_per_tok" not in config:
-            config = {"model_type": config.get("model_type"), **config["text_config"]}
-        limits[model_dir] = check_supported_config(types.SimpleNamespace(**config), who="cam vLLM plugin")
+        limits[model_dir] = checkpoint_config(model_dir, who="cam vLLM plugin")[1]
     return limits[model_dir]
 
 
