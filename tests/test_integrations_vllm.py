@@ -45,6 +45,7 @@ def test_a_layer_whose_clamp_the_ffn_ranks_serve_is_accepted(layer_limit, served
     (_layer(), _moe(), 10.0, "swiglu_limit = None, but the FFN ranks serve the checkpoint's swiglu_limit = 10.0"),
     (_layer(swiglu_limit=7.0), _moe(), 10.0, "swiglu_limit = 7.0"),
     (_layer(swiglu_limit=0.0), _moe(), None, "swiglu_limit = 0.0"),
+    (_layer(swiglu_limit=0.0), _moe(), 0.0, "paths disagree on a limit <= 0"),
     (_layer(), _moe(swiglu_limit=7.0), None, "swiglu_limit = 7.0"),  # only on the MoE config
     (_layer(swiglu_limit=7.0, swiglu_alpha=1.702), _moe(), 7.0, "swiglu_alpha = 1.702"),
     (_layer(swiglu_limit=7.0, swiglu_beta=1.0), _moe(), 7.0, "swiglu_beta = 1.0"),

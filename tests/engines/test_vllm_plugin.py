@@ -161,14 +161,14 @@ def test_plugin_matches_vllm_native(family, tmp_path):
 def test_the_clamp_the_plugin_accepts_is_vllms_own():
     """What the plugin relies on to accept a layer's swiglu_limit (cam/integrations/vllm.py): in the pinned vLLM the
     layer carries it as ``RoutedExperts.swiglu_limit`` (else the plugin would see no limit where vLLM clamps), and
-    vLLM's SiLU MoE activation with that clamp computes cam's ``swiglu`` with the limit (DeepSeek-V4's clamp,
-    which the FFN ranks' W1 applies). Probed on values well beyond the limit on both sides."""
+    vLLM's clamped SwiGLU of the routed experts (``fused_moe/utils.py::swiglu_limit_func``, what its Triton MoE
+    applies; on a CPU its torch form) computes cam's ``swiglu`` with the limit (DeepSeek-V4's clamp, which the FFN
+    ranks' W1 applies). Probed on values well beyond the limit on both sides."""
     import inspect
 
     import torch
-    from vllm.model_executor.layers.fused_moe.activation import (ApplyMoEActivationConfig, MoEActivation,
-                                                                 apply_moe_activation)
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    from vllm.model_executor.layers.fused_moe.utils import swiglu_limit_func
 
     from cam import convert
 
@@ -178,7 +178,7 @@ def test_the_clamp_the_plugin_accepts_is_vllms_own():
     g = torch.Generator().manual_seed(0)
     x = (torch.rand(64, 2 * i, generator=g) * 2 - 1) * 4 * limit
     got = torch.empty(64, i)
-    apply_moe_activation(MoEActivation.SILU, got, x, activation_config=ApplyMoEActivationConfig(clamp_limit=limit))
-    # The same fp32 function, another kernel: a few ulp apart at most.
+    swiglu_limit_func(got, x, limit)
+    # The same fp32 function, another expression (torch.compile'd): a few ulp apart at most.
     assert torch.allclose(got, convert.swiglu(x, limit), rtol=1e-5, atol=1e-6)
     assert not torch.allclose(got, convert.swiglu(x), rtol=1e-2, atol=1e-2)
