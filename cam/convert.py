@@ -68,8 +68,8 @@ class ExpertFFN:
         _check_limit("ExpertFFN", self.swiglu_limit)
         for name in ("w1", "w2"):
             t = getattr(self, name)
-            if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 3:
-                raise TypeError(f"ExpertFFN: {name} must be a floating-point 3-D tensor, got "
+            if not isinstance(t, torch.Tensor) or t.dtype not in _FLOAT_DTYPES or t.dim() != 3:
+                raise TypeError(f"ExpertFFN: {name} must be an unquantized float 3-D tensor, got "
                                 f"{type(t).__name__ if not isinstance(t, torch.Tensor) else (t.dtype, tuple(t.shape))}")
         e, h, two_i = self.w1.shape
         if two_i % 2:
@@ -119,11 +119,18 @@ def _shape_error(who: str, name: str, t: torch.Tensor, want: str) -> ValueError:
     return ValueError(f"{who}: {name} must be {want}, got shape {tuple(t.shape)}")
 
 
+# Unquantized float weights. float8 is floating point too, but a float8 checkpoint's weights stand for themselves
+# times block scales kept beside them (DeepSeek-V3's ``weight_scale_inv``): converted alone they would be silently
+# wrong, so they are refused with every other dtype.
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def _check_3d(who: str, name: str, t, want: str) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{who}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if not t.is_floating_point():
-        raise TypeError(f"{who}: {name} must be floating point (unquantized), got {t.dtype}")
+    if t.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{who}: {name} must be an unquantized float (float16, bfloat16, float32 or float64), got "
+                        f"{t.dtype}: quantized weights are not converted")
     if t.dim() != 3:
         raise _shape_error(who, name, t, want)
 
@@ -452,8 +459,15 @@ def checkpoint_config(directory: str, *, who: str = "cam.convert") -> Tuple[dict
             config = json.load(f)
     except OSError as e:
         raise ValueError(f"{who}: cannot read {path}: {e}") from None
+    quant = config.get("quantization_config")
     if "text_config" in config and "num_experts_per_tok" not in config:
         config = config["text_config"]
+    quant = config.get("quantization_config", quant)
+    if quant:
+        method = quant.get("quant_method", "?") if isinstance(quant, dict) else quant
+        raise UnsupportedModelError(f"{who}: {path} is a quantized checkpoint (quantization_config, quant_method "
+                                    f"{method!r}): cam converts unquantized float expert weights only (its stored "
+                                    "weights would need their scales)")
     return config, check_supported_config(types.SimpleNamespace(**config), who=who)
 
 
