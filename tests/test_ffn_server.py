@@ -154,6 +154,31 @@ def test_one_batched_ffn_step_serves_both_replicas_ready_rounds():
         assert torch.equal(out, routed_local(x, ids, w, w1, w2, a)), a
 
 
+def test_the_clamped_ffn_iteration_compiles_without_a_graph_break():
+    """ffn_iteration with swiglu_limit under torch.compile(fullgraph=True): the limit is a constant of the W1 op, the
+    check before the receive reads nothing from the device, so there is no graph break; the round it serves is
+    cam's clamped result bit for bit."""
+    from cam.connector import ffn_iteration
+
+    topo = cam.Topology(D=1, P=1, F=1, E=E, K=K, H=H, Bmax=B, L=L)
+    cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group="serve-compile-limit",
+                          transport="in_process")
+    conns = [AsyncAFDConnector(r, "attention" if r < topo.A else "ffn", cfg) for r in range(topo.world_size)]
+    init_connectors(conns, torch.distributed.HashStore(), TIMEOUT_S)
+    w1, w2 = convert.layer_weights(_experts())
+    try:
+        step = torch.compile(lambda: ffn_iteration(conns[1].comm, w1, w2, swiglu_limit=LIMIT), fullgraph=True,
+                             backend="aot_eager")
+        x, ids, w = _round(conns[0], 0, 11)
+        step()
+        out = conns[0].recv_ffn_output()
+    finally:
+        for conn in conns:
+            conn.close()
+    assert torch.equal(out, routed_local(x, ids, w, w1, w2, 0, swiglu_limit=LIMIT))
+    assert not torch.equal(out, routed_local(x, ids, w, w1, w2, 0))
+
+
 @pytest.mark.parametrize("batched", [False, True], ids=["one-item", "batched"])
 def test_a_refused_swiglu_limit_takes_no_work_item(batched):
     """A bad limit is refused by name before the receive takes a work item: the round stays ready and the next
