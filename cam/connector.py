@@ -500,10 +500,11 @@ class AsyncAFDConnector:
         the item has no rows (every FFN rank signals every round)."""
         ops.combine_send(self._require("ffn"), output, item.work_item)
 
-    def capture_ffn(self, w1: LayerWeights, w2: LayerWeights, row_budget: Optional[int] = None) -> CapturedFFN:
-        """The FFN iteration captured once (:class:`CapturedFFN`, batched with ``row_budget``);
-        :meth:`ffn_graph_step` replays it. Closing the connector (its Comm) ends the graph."""
-        return CapturedFFN(self._require("ffn"), w1, w2, row_budget)
+    def capture_ffn(self, w1: LayerWeights, w2: LayerWeights, row_budget: Optional[int] = None, *,
+                    swiglu_limit: Optional[float] = None) -> CapturedFFN:
+        """The FFN iteration captured once (:class:`CapturedFFN`, batched with ``row_budget``, W1 clamped with
+        ``swiglu_limit``); :meth:`ffn_graph_step` replays it. Closing the connector (its Comm) ends the graph."""
+        return CapturedFFN(self._require("ffn"), w1, w2, row_budget, swiglu_limit=swiglu_limit)
 
     def ffn_graph_step(self, captured: CapturedFFN, items: int = 1) -> None:
         """Replays ``items`` captured FFN iterations and synchronizes once; no host read per item."""
@@ -512,14 +513,16 @@ class AsyncAFDConnector:
         with self._Receiving(self):
             captured.step(items)
 
-    def ffn_step(self, w1: LayerWeights, w2: LayerWeights, row_budget: Optional[int] = None) -> torch.Tensor:
-        """One FFN iteration (see :func:`ffn_iteration`; with ``row_budget`` a batch, :func:`ffn_batch_iteration`);
-        returns the device work-item record (the ``[I, words]`` table when batched)."""
+    def ffn_step(self, w1: LayerWeights, w2: LayerWeights, row_budget: Optional[int] = None, *,
+                 swiglu_limit: Optional[float] = None) -> torch.Tensor:
+        """One FFN iteration (see :func:`ffn_iteration`; with ``row_budget`` a batch, :func:`ffn_batch_iteration`;
+        W1 clamped with ``swiglu_limit``); returns the device work-item record (the ``[I, words]`` table when
+        batched)."""
         comm = self._require("ffn")
         with self._Receiving(self):
             if row_budget is None:
-                return ffn_iteration(comm, w1, w2)
-            return ffn_batch_iteration(comm, w1, w2, row_budget)
+                return ffn_iteration(comm, w1, w2, swiglu_limit=swiglu_limit)
+            return ffn_batch_iteration(comm, w1, w2, row_budget, swiglu_limit=swiglu_limit)
 
 
 def post_shutdown(store, group: str, reason: str = "requested") -> None:
@@ -550,7 +553,9 @@ class CapturedFFN:
     ``CommAbortedError``).
 
     ``recv`` is ``(expand_x, scales, expert_counts, work_item)`` as dispatch_recv writes them, ``out`` the W2
-    output handed to combine_send; both keep their addresses for the graph's life.
+    output handed to combine_send; both keep their addresses for the graph's life. ``swiglu_limit`` (DeepSeek-V4's
+    clamped SwiGLU, :func:`cam.ops.gmm_swiglu_quant_multi_layer`) is part of the captured W1 launch: every replay
+    clamps with it.
 
     Back-pressure: at most ``D * slots`` replays (as many work items as the plane can hold ready at once; more
     could only poll idle) are queued; a replay beyond waits for the oldest to end, so the synchronize at the end
@@ -558,12 +563,15 @@ class CapturedFFN:
     plane was aborted and the queued replays ended (or, if they never end, with every buffer kept for the
     process's life): dropping the CapturedFFN after it frees nothing a replay still uses."""
 
-    def __init__(self, comm: Comm, w1: LayerWeights, w2: LayerWeights, row_budget: Optional[int] = None):
+    def __init__(self, comm: Comm, w1: LayerWeights, w2: LayerWeights, row_budget: Optional[int] = None, *,
+                 swiglu_limit: Optional[float] = None):
         from .graph import Graph
         from .ops.dispatch_recv import _batch_output_specs, _output_specs
 
+        _check_swiglu_limit("CapturedFFN", swiglu_limit)
         self.comm = comm
         self.row_budget = row_budget
+        self.swiglu_limit = swiglu_limit
         if row_budget is not None:
             _check_row_budget("CapturedFFN", comm.topology, row_budget)
             self.recv = tuple(torch.zeros(shape, dtype=dtype) for dtype, shape in _batch_output_specs(comm, row_budget))
@@ -578,7 +586,8 @@ class CapturedFFN:
             self.item = item
         # Warm-up on an empty item (zero counts, or a group table of zero rows): builds the persistent GMM address
         # tables outside the capture and gives the static W1/W2 outputs their shapes.
-        self.y, self.y_scale = ops.gmm_swiglu_quant_multi_layer(x, scales, w1, table, layer, kind)
+        self.y, self.y_scale = ops.gmm_swiglu_quant_multi_layer(x, scales, w1, table, layer, kind,
+                                                                swiglu_limit=swiglu_limit)
         self.out = ops.gmm_multi_layer(self.y, self.y_scale, w2, table, layer, kind)
         self.graph = Graph()
         self.graph.max_queued = comm.topology.D * comm.topology.slots
@@ -586,7 +595,8 @@ class CapturedFFN:
         # ranks), and their synchronizes of their own streams must not break this rank's capture.
         with self.graph.capture(stream=comm.stream, mode="thread_local"):
             ops.dispatch_recv(comm, out=self.recv, row_budget=row_budget)
-            ops.gmm_swiglu_quant_multi_layer(x, scales, w1, table, layer, kind, out=(self.y, self.y_scale))
+            ops.gmm_swiglu_quant_multi_layer(x, scales, w1, table, layer, kind, out=(self.y, self.y_scale),
+                                             swiglu_limit=swiglu_limit)
             ops.gmm_multi_layer(self.y, self.y_scale, w2, table, layer, kind, out=self.out)
             ops.combine_send(comm, self.out, record)
 
@@ -609,23 +619,30 @@ def _check_items(who: str, items) -> None:
         raise ValueError(f"{who}: items must be >= 1 (the number of replays), got {items}")
 
 
-def ffn_iteration(comm: Comm, w1: LayerWeights, w2: LayerWeights) -> torch.Tensor:
+def ffn_iteration(comm: Comm, w1: LayerWeights, w2: LayerWeights, *,
+                  swiglu_limit: Optional[float] = None) -> torch.Tensor:
     """receive → W1 (int8 GMM + SwiGLU + quant) → W2 (int8 GMM + dequant) → send, as one traceable function: the
     layer and the per-expert counts never leave the device, so it compiles with torch.compile(fullgraph=True) and
-    an empty work item flows through as a no-op. Returns the work-item record (a device tensor)."""
+    an empty work item flows through as a no-op. ``swiglu_limit``: W1's clamped SwiGLU (DeepSeek-V4,
+    :func:`cam.ops.gmm_swiglu_quant_multi_layer`), checked before the receive takes a work item. Returns the
+    work-item record (a device tensor)."""
+    _check_swiglu_limit("ffn_iteration", swiglu_limit)
     item = _work_item(*ops.dispatch_recv(comm))
-    ops.combine_send(comm, ffn_compute(item, w1, w2), item.work_item)
+    ops.combine_send(comm, ffn_compute(item, w1, w2, swiglu_limit=swiglu_limit), item.work_item)
     return item.work_item
 
 
-def ffn_batch_iteration(comm: Comm, w1: LayerWeights, w2: LayerWeights, row_budget: int) -> torch.Tensor:
+def ffn_batch_iteration(comm: Comm, w1: LayerWeights, w2: LayerWeights, row_budget: int, *,
+                        swiglu_limit: Optional[float] = None) -> torch.Tensor:
     """The batched FFN iteration: one ``dispatch_recv(comm, row_budget=...)`` takes every ready replica's work item
-    that fits ``row_budget`` rows, one W1 and one W2 launch serve them all over the receive's group table (each
-    item with its own layer), and one ``combine_send`` returns each item to its replica. Outputs are bit for bit
-    those of :func:`ffn_iteration` serving the same items one by one. Returns the ``[I, words]`` work-item table."""
+    that fits ``row_budget`` rows, one W1 (clamped with ``swiglu_limit`` when given) and one W2 launch serve them
+    all over the receive's group table (each item with its own layer), and one ``combine_send`` returns each item
+    to its replica. Outputs are bit for bit those of :func:`ffn_iteration` serving the same items one by one.
+    Returns the ``[I, words]`` work-item table."""
     _check_row_budget("ffn_batch_iteration", comm.topology, row_budget)
+    _check_swiglu_limit("ffn_batch_iteration", swiglu_limit)
     x, scales, table, _, work = ops.dispatch_recv(comm, row_budget=row_budget)
-    y, y_scale = ops.gmm_swiglu_quant_multi_layer(x, scales, w1, table, None, GROUP_TABLE)
+    y, y_scale = ops.gmm_swiglu_quant_multi_layer(x, scales, w1, table, None, GROUP_TABLE, swiglu_limit=swiglu_limit)
     ops.combine_send(comm, ops.gmm_multi_layer(y, y_scale, w2, table, None, GROUP_TABLE), work)
     return work
 
@@ -639,15 +656,24 @@ def _check_row_budget(who: str, topology: Topology, row_budget) -> None:
                          f"{topology.recv_rows} for this topology)")
 
 
+def _check_swiglu_limit(who: str, limit) -> None:
+    # Before the receive takes a work item: a W1 refused after it would leave that round unanswered.
+    from .convert import _check_limit
+
+    _check_limit(who, limit)
+
+
 def _work_item(rows, scales, counts, work_item, stage_idx: int = 0) -> FFNWorkItem:
     return FFNWorkItem(rows, scales, counts, work_item,
                        work_item[WORK_ITEM_LAYER_WORD:WORK_ITEM_LAYER_WORD + 1], stage_idx)
 
 
-def ffn_compute(item: FFNWorkItem, w1: LayerWeights, w2: LayerWeights) -> torch.Tensor:
-    """The routed MoE of one work item; traceable by torch.compile(fullgraph=True) (no host reads)."""
+def ffn_compute(item: FFNWorkItem, w1: LayerWeights, w2: LayerWeights, *,
+                swiglu_limit: Optional[float] = None) -> torch.Tensor:
+    """The routed MoE of one work item (W1 clamped with ``swiglu_limit`` when given); traceable by
+    torch.compile(fullgraph=True) (no host reads)."""
     y, y_scale = ops.gmm_swiglu_quant_multi_layer(item.hidden_states, item.dynamic_scales, w1, item.group_list,
-                                                  item.layer_index)
+                                                  item.layer_index, swiglu_limit=swiglu_limit)
     return ops.gmm_multi_layer(y, y_scale, w2, item.group_list, item.layer_index)
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "UnsupportedModelError",
     "check_supported_config",
     "checkpoint_moe_layers",
+    "checkpoint_config",
     "common_swiglu_limit",
     "dequantize_weight",
     "dequantized",
@@ -67,8 +68,8 @@ class ExpertFFN:
         _check_limit("ExpertFFN", self.swiglu_limit)
         for name in ("w1", "w2"):
             t = getattr(self, name)
-            if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 3:
-                raise TypeError(f"ExpertFFN: {name} must be a floating-point 3-D tensor, got "
+            if not isinstance(t, torch.Tensor) or t.dtype not in _FLOAT_DTYPES or t.dim() != 3:
+                raise TypeError(f"ExpertFFN: {name} must be an unquantized float 3-D tensor, got "
                                 f"{type(t).__name__ if not isinstance(t, torch.Tensor) else (t.dtype, tuple(t.shape))}")
         e, h, two_i = self.w1.shape
         if two_i % 2:
@@ -118,11 +119,18 @@ def _shape_error(who: str, name: str, t: torch.Tensor, want: str) -> ValueError:
     return ValueError(f"{who}: {name} must be {want}, got shape {tuple(t.shape)}")
 
 
+# Unquantized float weights. float8 is floating point too, but a float8 checkpoint's weights stand for themselves
+# times block scales kept beside them (DeepSeek-V3's ``weight_scale_inv``): converted alone they would be silently
+# wrong, so they are refused with every other dtype.
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def _check_3d(who: str, name: str, t, want: str) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{who}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if not t.is_floating_point():
-        raise TypeError(f"{who}: {name} must be floating point (unquantized), got {t.dtype}")
+    if t.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{who}: {name} must be an unquantized float (float16, bfloat16, float32 or float64), got "
+                        f"{t.dtype}: quantized weights are not converted")
     if t.dim() != 3:
         raise _shape_error(who, name, t, want)
 
@@ -437,6 +445,32 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None) 
 _LAYER_EXPERTS = re.compile(r"(.*\.layers\.(\d+)\.(?:mlp|ffn)\.experts\.)")
 
 
+def checkpoint_config(directory: str, *, who: str = "cam.convert") -> Tuple[dict, Optional[float]]:
+    """``config.json`` of a checkpoint directory (its ``text_config`` when the experts' settings are there, as in a
+    multimodal wrapper) and the ``swiglu_limit`` its FFN ranks apply (:func:`check_supported_config`, which refuses
+    an unsupported model by name, naming ``who``)."""
+    import json
+    import os
+    import types
+
+    path = os.path.join(directory, "config.json")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except OSError as e:
+        raise ValueError(f"{who}: cannot read {path}: {e}") from None
+    quant = config.get("quantization_config")
+    if "text_config" in config and "num_experts_per_tok" not in config:
+        config = config["text_config"]
+    quant = config.get("quantization_config", quant)
+    if quant:
+        method = quant.get("quant_method", "?") if isinstance(quant, dict) else quant
+        raise UnsupportedModelError(f"{who}: {path} is a quantized checkpoint (quantization_config, quant_method "
+                                    f"{method!r}): cam converts unquantized float expert weights only (its stored "
+                                    "weights would need their scales)")
+    return config, check_supported_config(types.SimpleNamespace(**config), who=who)
+
+
 def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     """The routed experts of every MoE layer of a transformers checkpoint directory (``config.json`` and
     ``*.safetensors``), in layer order: MoE layer ``j`` is the ``j``-th decoder layer that has experts (the
@@ -446,24 +480,12 @@ def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
         ``(layers, info)`` with ``info = {"model_type", "layers": decoder layer ids, "top_k", "swiglu_limit"}``
         (the limit every FFN rank passes to W1: DeepSeek-V4's, else None).
     """
-    import json
-    import os
-    import types
-
     from safetensors.torch import load_file
 
-    path = os.path.join(directory, "config.json")
-    try:
-        with open(path) as f:
-            config = json.load(f)
-    except OSError as e:
-        raise ValueError(f"load_checkpoint_experts: cannot read {path}: {e}") from None
-    if "text_config" in config and "num_experts_per_tok" not in config:
-        config = config["text_config"]
-    limit = check_supported_config(types.SimpleNamespace(**config), who="load_checkpoint_experts")
+    config, limit = checkpoint_config(directory, who="load_checkpoint_experts")
     top_k = config.get("num_experts_per_tok")
     if not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"load_checkpoint_experts: {path} has no num_experts_per_tok")
+        raise ValueError(f"load_checkpoint_experts: {directory}/config.json has no num_experts_per_tok")
     tensors: Dict[str, torch.Tensor] = {}
     for name in _safetensors_files(directory):
         tensors.update(load_file(name))

@@ -70,10 +70,8 @@ def serve_ffn(connector, w1, w2, *, graph: bool = False, stop: Optional[threadin
             one W1 and one W2 launch (:func:`cam.connector.ffn_batch_iteration`), outputs bit for bit those of
             the one-item loop. A batched receive idles like the one-item one, so the messages are seen as late.
         swiglu_limit: DeepSeek-V4's clamped SwiGLU in W1 (``cam.convert.common_swiglu_limit`` of the model's
-            layers; None: the plain SwiGLU). The connector's FFN iteration and its captured graph take no limit, so
-            with one this rank serves eagerly, one work item at a time, over the connector's public receive/send
-            (``recv_ffn_work_item`` / ``send_ffn_work_item_output``); ``graph`` and ``row_budget`` are refused with
-            it (ValueError naming them).
+            layers; None: the plain SwiGLU), in every mode: eager, ``graph`` (part of the captured W1 launch) and
+            ``row_budget``.
 
     Raises what the plane raised (after logging it); the connector stays the caller's to close.
     """
@@ -87,14 +85,9 @@ def serve_ffn(connector, w1, w2, *, graph: bool = False, stop: Optional[threadin
         raise ValueError(f"serve_ffn: items_per_check must be an int >= 1, got {items_per_check!r}")
     if max_serve_s is not None and not max_serve_s > 0:
         raise ValueError(f"serve_ffn: max_serve_s must be > 0 seconds, got {max_serve_s!r}")
-    if swiglu_limit is not None:
-        from .convert import _check_limit
+    from .convert import _check_limit
 
-        _check_limit("serve_ffn", swiglu_limit)
-        for name, value in (("graph", graph), ("row_budget", row_budget)):
-            if value not in (False, None):
-                raise ValueError(f"serve_ffn: {name} with swiglu_limit is not supported: the connector's captured "
-                                 "and batched FFN iterations take no limit (docs/integrations.md §3)")
+    _check_limit("serve_ffn", swiglu_limit)
     topo = connector.config.topology
     if row_budget is not None:
         from .connector import _check_row_budget
@@ -110,7 +103,7 @@ def serve_ffn(connector, w1, w2, *, graph: bool = False, stop: Optional[threadin
              "SwiGLU" if swiglu_limit is None else f"clamped SwiGLU (swiglu_limit {swiglu_limit:g})",
              connector.config.idle_poll_s)
     try:
-        captured = connector.capture_ffn(w1, w2, row_budget) if graph else None
+        captured = connector.capture_ffn(w1, w2, row_budget, swiglu_limit=swiglu_limit) if graph else None
     except BaseException as e:
         log.error("ffn rank %d failed before serving: %s: %s", connector.rank, type(e).__name__, e)
         connector.mark_serving(failure=f"{type(e).__name__}: {e}")
@@ -127,10 +120,7 @@ def serve_ffn(connector, w1, w2, *, graph: bool = False, stop: Optional[threadin
                 connector.ffn_graph_step(captured, items_per_check)
             else:
                 for _ in range(items_per_check):
-                    if swiglu_limit is None:
-                        connector.ffn_step(w1, w2, row_budget)
-                    else:
-                        _clamped_step(connector, w1, w2, swiglu_limit)
+                    connector.ffn_step(w1, w2, row_budget, swiglu_limit=swiglu_limit)
             iterations += items_per_check
             reason = connector.shutdown_requested()
             if reason is None and stop is not None and stop.is_set():
@@ -149,18 +139,6 @@ def serve_ffn(connector, w1, w2, *, graph: bool = False, stop: Optional[threadin
         log.warning("ffn rank %d: %s", connector.rank, lost[replica])
     log.info("ffn rank %d stopped (%s) after %d iterations in %.2f s", connector.rank, reason, iterations, seconds)
     return ServeResult(connector.rank, iterations, reason, seconds)
-
-
-def _clamped_step(connector, w1, w2, swiglu_limit: float) -> None:
-    """One eager FFN iteration with W1's clamp: the connector's receive, W1 and W2 at the item's layer (a device
-    tensor: no host read), the connector's send. An empty item flows through as a no-op, as in ffn_step."""
-    from . import ops
-
-    item = connector.recv_ffn_work_item()
-    y, y_scale = ops.gmm_swiglu_quant_multi_layer(item.hidden_states, item.dynamic_scales, w1, item.group_list,
-                                                  item.layer_index, swiglu_limit=swiglu_limit)
-    connector.send_ffn_work_item_output(item, ops.gmm_multi_layer(y, y_scale, w2, item.group_list,
-                                                                  item.layer_index))
 
 
 # ----------------------------------------------------------------------------- cam-ffn
@@ -208,11 +186,6 @@ def _load(args):
     if args.row_budget is not None and args.row_budget < topo.recv_rows:
         raise ValueError(f"--row-budget {args.row_budget} is below one work item's rows (recv_rows = "
                          f"{topo.recv_rows} for this topology)")
-    limit = convert.common_swiglu_limit(experts)
-    if limit is not None and (args.graph or args.row_budget is not None):
-        raise ValueError(f"--graph and --row-budget are not supported with the checkpoint's swiglu_limit = {limit:g} "
-                         "(DeepSeek-V4's clamped SwiGLU): the connector's captured and batched FFN iterations take "
-                         "no limit; serve it eagerly")
     w1, w2 = convert.layer_weights(experts, range(f * topo.R, (f + 1) * topo.R))
     cfg = ConnectorConfig(topology=topo, master_addr=args.master_addr, master_port=args.master_port,
                           dtype=torch.bfloat16, timeout_s=args.timeout, idle_poll_s=args.idle_poll, group=args.group)

@@ -23,14 +23,16 @@ def init_connectors(conns, store, timeout_s: float) -> None:
 
 class ServingFFNRanks:
     """The F FFN ranks of an in-process world as threads, each joining ``store`` and running ``cam.serve_ffn`` on
-    its experts of ``layers`` (a list of ``cam.convert.ExpertFFN``) until a serving message. ``results`` and
-    ``errors`` are keyed by rank, ``stopped_at`` is each rank's end (``time.monotonic()``)."""
+    its experts of ``layers`` (a list of ``cam.convert.ExpertFFN``) until a serving message, with
+    ``serve_ffn``'s ``graph``, ``row_budget`` and ``swiglu_limit``. ``results`` and ``errors`` are keyed by rank,
+    ``stopped_at`` is each rank's end (``time.monotonic()``)."""
 
-    def __init__(self, cfg, store, layers, *, timeout_s: float, graph=False, row_budget=None, connector=None):
+    def __init__(self, cfg, store, layers, *, timeout_s: float, graph=False, row_budget=None, swiglu_limit=None,
+                 connector=None):
         from cam.connector import AsyncAFDConnector
 
         self.cfg, self.store, self.layers, self.timeout_s = cfg, store, layers, timeout_s
-        self.graph, self.row_budget = graph, row_budget
+        self.graph, self.row_budget, self.swiglu_limit = graph, row_budget, swiglu_limit
         self.connector = connector or AsyncAFDConnector
         self.results, self.errors, self.stopped_at = {}, {}, {}
         topo = cfg.topology
@@ -50,7 +52,7 @@ class ServingFFNRanks:
             w1, w2 = convert.layer_weights(self.layers, range(f * topo.R, (f + 1) * topo.R))
             # Bounded: a rank no message reaches stops on its own, after the waits it could have served.
             self.results[rank] = cam.serve_ffn(conn, w1, w2, graph=self.graph, row_budget=self.row_budget,
-                                               max_serve_s=4 * self.timeout_s)
+                                               swiglu_limit=self.swiglu_limit, max_serve_s=4 * self.timeout_s)
         except BaseException as e:  # noqa: BLE001 - the test reads it
             self.errors[rank] = e
         finally:

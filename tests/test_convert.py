@@ -105,6 +105,44 @@ def test_shape_errors_name_the_argument():
         convert.from_hf_experts(torch.cat([gate, up], 1), down, is_transposed=1)
 
 
+def test_quantized_weights_are_refused_not_converted():
+    """A float8 checkpoint's weights are floating point but stand for themselves times block scales kept beside them
+    (DeepSeek-V3's released ``weight_scale_inv``): converted alone they would be silently wrong, so every converter
+    refuses them by dtype (int8 and other integer weights too)."""
+    gate, up, down = _hf_weights()
+    f8 = torch.float8_e4m3fn
+    with pytest.raises(TypeError, match="float8_e4m3fn: quantized weights are not converted"):
+        convert.from_hf_experts(torch.cat([gate, up], 1).to(f8), down.to(f8))
+    sd = {}
+    for e in range(gate.shape[0]):
+        sd[f"model.layers.0.mlp.experts.{e}.gate_proj.weight"] = gate[e].to(f8)
+        sd[f"model.layers.0.mlp.experts.{e}.gate_proj.weight_scale_inv"] = torch.ones(1, 1)
+        sd[f"model.layers.0.mlp.experts.{e}.up_proj.weight"] = up[e].to(f8)
+        sd[f"model.layers.0.mlp.experts.{e}.down_proj.weight"] = down[e].to(f8)
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        convert.from_hf_state_dict(sd, "model.layers.0.mlp.experts.")
+    with pytest.raises(TypeError, match="int8"):
+        convert.from_vllm(torch.cat([gate, up], 1).to(torch.int8), down.to(torch.int8))
+    with pytest.raises(TypeError, match="unquantized float"):
+        convert.ExpertFFN(torch.zeros(1, 4, 4, dtype=f8), torch.zeros(1, 2, 4))
+
+
+@pytest.mark.parametrize("config", [
+    {"model_type": "deepseek_v3", "num_experts_per_tok": 8,
+     "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
+    {"model_type": "wrapper", "text_config": {"model_type": "qwen3_moe", "num_experts_per_tok": 2,
+                                              "quantization_config": {"quant_method": "awq"}}},
+])
+def test_a_quantized_checkpoint_is_refused_by_name(tmp_path, config):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(convert.UnsupportedModelError, match="quantized checkpoint .*quant_method '(fp8|awq)'"):
+        convert.checkpoint_config(str(tmp_path))
+    with pytest.raises(convert.UnsupportedModelError, match="quantization_config"):
+        convert.load_checkpoint_experts(str(tmp_path))
+
+
 class _Cfg:
     def __init__(self, **kw):
         self.__dict__.update(kw)

@@ -20,6 +20,9 @@ from _connector_harness import ServingFFNRanks, init_connectors
 
 TIMEOUT_S = 60.0  # device waits and thread joins; a hung rank fails the test instead of blocking it
 E, K, H, I, L, B = 8, 2, 64, 32, 2, 10
+# DeepSeek-V4's clamped SwiGLU: W1's outputs here are about N(0, 1), so 0.5 clamps most of both halves and a server
+# that dropped the limit would differ (each test checks that it does).
+LIMIT = 0.5
 
 
 def _experts(seed=0):
@@ -32,7 +35,7 @@ class _World:
     """Ranks as threads: D Attention connectors (returned to the caller) and F FFN ranks running serve_ffn."""
 
     def __init__(self, group, *, D=1, F=2, graph=False, secret=None, idle_poll_s=0.01, connector=None,
-                 batched=False):
+                 batched=False, swiglu_limit=None):
         self.topo = cam.Topology(D=D, P=1, F=F, E=E, K=K, H=H, Bmax=B, L=L)
         self.cfg = ConnectorConfig(topology=self.topo, timeout_s=TIMEOUT_S, idle_poll_s=idle_poll_s, group=group,
                                    transport="in_process", secret=secret)
@@ -40,7 +43,8 @@ class _World:
         self.layers = _experts()
         # Two work items' rows: a batch serves both replicas' rounds at once.
         self.ffn = ServingFFNRanks(self.cfg, self.store, self.layers, timeout_s=TIMEOUT_S, graph=graph,
-                                   row_budget=2 * self.topo.recv_rows if batched else None, connector=connector)
+                                   row_budget=2 * self.topo.recv_rows if batched else None,
+                                   swiglu_limit=swiglu_limit, connector=connector)
         self.results, self.errors, self.stopped_at = self.ffn.results, self.ffn.errors, self.ffn.stopped_at
 
     def start(self, wait_serving=True):
@@ -79,10 +83,12 @@ def _round(conn, layer, seed):
     return x, ids, w
 
 
+@pytest.mark.parametrize("limit", [None, LIMIT], ids=["swiglu", "clamped"])
 @pytest.mark.parametrize("batched", [False, True], ids=["one-item", "batched"])
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
-def test_served_rounds_equal_cams_ops_in_one_process(graph, batched):
-    world = _World(f"serve-{graph}-{batched}", D=2, graph=graph, batched=batched)
+def test_served_rounds_equal_cams_ops_in_one_process(graph, batched, limit):
+    """Every serving mode, with and without DeepSeek-V4's clamp in W1."""
+    world = _World(f"serve-{graph}-{batched}-{limit}", D=2, graph=graph, batched=batched, swiglu_limit=limit)
     conns = world.start()
     got = {}
     try:
@@ -98,7 +104,9 @@ def test_served_rounds_equal_cams_ops_in_one_process(graph, batched):
     w1, w2 = convert.layer_weights(world.layers)
     for (a, layer), ((x, ids, w), out) in got.items():
         # Same quantizer, same row order, same kernels, same combine order: bit for bit.
-        assert torch.equal(out, routed_local(x, ids, w, w1, w2, layer)), (a, layer)
+        assert torch.equal(out, routed_local(x, ids, w, w1, w2, layer, swiglu_limit=limit)), (a, layer)
+        if limit is not None:  # the clamp was applied: without it the same rounds differ
+            assert not torch.equal(out, routed_local(x, ids, w, w1, w2, layer)), (a, layer)
 
 
 def _reap(procs):
@@ -144,6 +152,59 @@ def test_one_batched_ffn_step_serves_both_replicas_ready_rounds():
             conn.close()
     for a, ((x, ids, w), out) in enumerate(zip(sent, outs)):
         assert torch.equal(out, routed_local(x, ids, w, w1, w2, a)), a
+
+
+def test_the_clamped_ffn_iteration_compiles_without_a_graph_break():
+    """ffn_iteration with swiglu_limit under torch.compile(fullgraph=True): the limit is a constant of the W1 op, the
+    check before the receive reads nothing from the device, so there is no graph break; the round it serves is
+    cam's clamped result bit for bit."""
+    from cam.connector import ffn_iteration
+
+    topo = cam.Topology(D=1, P=1, F=1, E=E, K=K, H=H, Bmax=B, L=L)
+    cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group="serve-compile-limit",
+                          transport="in_process")
+    conns = [AsyncAFDConnector(r, "attention" if r < topo.A else "ffn", cfg) for r in range(topo.world_size)]
+    init_connectors(conns, torch.distributed.HashStore(), TIMEOUT_S)
+    w1, w2 = convert.layer_weights(_experts())
+    try:
+        step = torch.compile(lambda: ffn_iteration(conns[1].comm, w1, w2, swiglu_limit=LIMIT), fullgraph=True,
+                             backend="aot_eager")
+        x, ids, w = _round(conns[0], 0, 11)
+        step()
+        out = conns[0].recv_ffn_output()
+    finally:
+        for conn in conns:
+            conn.close()
+    assert torch.equal(out, routed_local(x, ids, w, w1, w2, 0, swiglu_limit=LIMIT))
+    assert not torch.equal(out, routed_local(x, ids, w, w1, w2, 0))
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one-item", "batched"])
+def test_a_refused_swiglu_limit_takes_no_work_item(batched):
+    """A bad limit is refused by name before the receive takes a work item: the round stays ready and the next
+    step, with a valid limit, serves it with the clamp (had the refused step taken it, that round would never be
+    answered and the receive below would time out). A capture with a bad limit is refused before it records."""
+    topo = cam.Topology(D=1, P=1, F=1, E=E, K=K, H=H, Bmax=B, L=L)
+    cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group=f"serve-bad-limit-{batched}",
+                          transport="in_process")
+    conns = [AsyncAFDConnector(r, "attention" if r < topo.A else "ffn", cfg) for r in range(topo.world_size)]
+    init_connectors(conns, torch.distributed.HashStore(), TIMEOUT_S)
+    w1, w2 = convert.layer_weights(_experts())
+    budget = topo.recv_rows if batched else None
+    try:
+        x, ids, w = _round(conns[0], 1, 3)
+        for bad in (-1.0, float("nan"), "0.5", True):
+            with pytest.raises(ValueError, match="swiglu_limit"):
+                conns[1].ffn_step(w1, w2, budget, swiglu_limit=bad)
+            with pytest.raises(ValueError, match="swiglu_limit"):
+                conns[1].capture_ffn(w1, w2, budget, swiglu_limit=bad)
+        conns[1].ffn_step(w1, w2, budget, swiglu_limit=LIMIT)
+        out = conns[0].recv_ffn_output()
+    finally:
+        for conn in conns:
+            conn.close()
+    assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1, swiglu_limit=LIMIT))
+    assert not torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["one-item", "batched"])
@@ -199,7 +260,7 @@ def test_rounds_sent_while_graph_ranks_capture_are_served():
 
 
 class _CaptureFails(AsyncAFDConnector):
-    def capture_ffn(self, w1, w2, row_budget=None):
+    def capture_ffn(self, w1, w2, row_budget=None, *, swiglu_limit=None):
         raise cam.CaptureInvalidatedError("camStreamEndCapture: the capture was invalidated (a stand-in)")
 
 
@@ -314,12 +375,12 @@ def test_cam_ffn_processes_serve_a_checkpoint(tmp_path):
 
 
 def test_cam_ffn_processes_serve_deepseek_v4s_clamp(tmp_path):
-    """Two cam-ffn processes on a DeepSeek-V4 checkpoint (swiglu_limit 0.5: it bites on most of these W1 outputs,
-    about N(0, 1)) serve eagerly with the clamp: the routed output equals cam's ops in one process with the limit,
-    and differs from them without it."""
+    """Two cam-ffn processes on a DeepSeek-V4 checkpoint (swiglu_limit 0.5), one eager, one replaying a captured
+    batched iteration, serve with the clamp: the routed output equals cam's ops in one process with the limit, and
+    differs from them without it."""
     from cam.connector import loopback_store
 
-    limit = 0.5
+    limit = LIMIT
     _write_checkpoint(tmp_path, _experts(), model_type="deepseek_v4", swiglu_limit=limit)
     secret = os.urandom(16)
     env = dict(os.environ, CAM_RUN_SECRET=secret.hex())
@@ -327,7 +388,8 @@ def test_cam_ffn_processes_serve_deepseek_v4s_clamp(tmp_path):
     topo = cam.Topology(D=1, P=1, F=2, E=E, K=K, H=H, Bmax=B, L=L)
     common = ["--checkpoint", str(tmp_path), "-D", "1", "-F", "2", "--max-tokens", str(B), "--master-port",
               str(store.port), "--group", "ffn-v4", "--idle-poll", "0.02", "--timeout", str(TIMEOUT_S)]
-    procs = [_cam_ffn(["--rank", str(r), *common], env) for r in (1, 2)]
+    batched = ["--graph", "--row-budget", str(2 * topo.recv_rows)]
+    procs = [_cam_ffn(["--rank", str(r), *common] + (batched if r == 2 else []), env) for r in (1, 2)]
     try:
         cfg = ConnectorConfig(topology=topo, master_port=store.port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
                               group="ffn-v4", secret=secret)
@@ -338,6 +400,8 @@ def test_cam_ffn_processes_serve_deepseek_v4s_clamp(tmp_path):
     for p, (_, stderr) in zip(procs, outs):
         assert p.returncode == 0, stderr
         assert "clamped SwiGLU (swiglu_limit 0.5)" in stderr
+    assert "graph replay" in outs[1][1] and f"batches of up to {2 * topo.recv_rows} rows" in outs[1][1]
+    assert "eager" in outs[0][1] and "one work item per iteration" in outs[0][1]
     w1, w2 = convert.layer_weights(_experts())
     assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1, swiglu_limit=limit))
     assert not torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
@@ -359,22 +423,6 @@ def test_cam_ffn_refuses_an_unsupported_checkpoint(tmp_path, config, needle, cap
 
     assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4"]) == 2
     assert needle in caplog.text
-
-
-@pytest.mark.parametrize("flags", [["--graph"], ["--row-budget", "4096"]])
-def test_cam_ffn_refuses_what_it_cannot_serve_with_deepseek_v4s_clamp(tmp_path, flags, caplog):
-    """DeepSeek-V4's swiglu_limit is served eagerly only (the connector's captured and batched iterations take no
-    limit): --graph and --row-budget are refused naming the limit, before the rank joins a world."""
-    _write_checkpoint(tmp_path, _experts())
-    path = os.path.join(tmp_path, "config.json")
-    with open(path) as f:
-        full = json.load(f)
-    with open(path, "w") as f:
-        json.dump({**full, "model_type": "deepseek_v4", "swiglu_limit": 10.0}, f)
-    from cam import ffn_server
-
-    assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4", *flags]) == 2
-    assert "swiglu_limit = 10" in caplog.text and flags[0] in caplog.text
 
 
 def test_cam_ffn_refuses_a_row_budget_below_one_work_item(tmp_path, caplog):

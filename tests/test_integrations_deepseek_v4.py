@@ -3,8 +3,6 @@ tiny random checkpoint written with save_pretrained here (token ids only, no dow
 converted from the checkpoint's DeepSeek-named keys (``ffn.experts.<n>.w1/w3/w2``) and served with the clamp by FFN
 ranks (threads running cam.serve_ffn), against the same model run natively with the same dequantized weights."""
 
-import threading
-
 import pytest
 import torch
 import transformers
@@ -14,9 +12,8 @@ from cam import convert
 from cam.connector import AsyncAFDConnector, ConnectorConfig
 from cam.integrations import transformers as camtf
 
-from test_integrations_transformers import W8A8_REL_BOUND, _dequantize_experts, _init, _rel, _same_greedy
+from test_integrations_transformers import W8A8_REL_BOUND, World, _dequantize_experts, _init, _rel, _same_greedy
 
-TIMEOUT_S = 60.0  # every rank's device waits and every join below
 PROMPTS, SEQ = 4, 12
 # Small enough that the clamp bites on a good share of this model's W1 outputs (about N(0, 1) here; the test
 # checks the share), so a server that ignored it would be caught.
@@ -62,51 +59,6 @@ def _prompts():
     return [torch.randint(0, 128, (1, SEQ), generator=g) for _ in range(PROMPTS)]
 
 
-class _World:
-    """One Attention rank (this thread) and two FFN ranks (threads running cam.serve_ffn with ``swiglu_limit``)."""
-
-    def __init__(self, layers, top_k, swiglu_limit, group):
-        e, h = layers[0].num_experts, layers[0].hidden
-        self.topo = cam.Topology(D=1, P=1, F=2, E=e, K=top_k, H=h, Bmax=SEQ, L=len(layers))
-        self.cfg = ConnectorConfig(topology=self.topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group=group,
-                                   transport="in_process")
-        self.store = torch.distributed.HashStore()
-        self.layers, self.limit = layers, swiglu_limit
-        self.results, self.errors = {}, {}
-        self.threads = [threading.Thread(target=self._serve, args=(f,), daemon=True) for f in range(2)]
-
-    def _serve(self, f):
-        rank = self.topo.A + f
-        conn = AsyncAFDConnector(rank, "ffn", self.cfg)
-        try:
-            conn.init_afd_connector(self.store)
-            w1, w2 = convert.layer_weights(self.layers, range(f * self.topo.R, (f + 1) * self.topo.R))
-            self.results[rank] = cam.serve_ffn(conn, w1, w2, swiglu_limit=self.limit, max_serve_s=4 * TIMEOUT_S)
-        except BaseException as e:  # noqa: BLE001 - the test reads it
-            self.errors[rank] = e
-        finally:
-            conn.close()
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        self.attention = AsyncAFDConnector(0, "attention", self.cfg)
-        self.attention.init_afd_connector(self.store)
-        self.attention.wait_ffn_serving(TIMEOUT_S)
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            self.attention.finish()
-        finally:
-            for t in self.threads:
-                t.join(TIMEOUT_S)
-            self.attention.close()
-        assert not any(t.is_alive() for t in self.threads), "an FFN rank did not stop within its bound"
-        assert not self.errors, self.errors
-        assert all(r.reason == "attention finished" for r in self.results.values()), self.results
-
-
 def test_checkpoint_experts_are_the_models_own(checkpoint):
     """The DeepSeek-named keys (w1 = gate, w3 = up, w2 = down) convert to what transformers itself loads into
     DeepseekV4Experts (its conversion mapping merges them), and the checkpoint's limit comes along."""
@@ -119,14 +71,19 @@ def test_checkpoint_experts_are_the_models_own(checkpoint):
     assert convert.common_swiglu_limit(layers) == LIMIT
 
 
-def test_block_adapter_with_the_clamp_matches_native(checkpoint):
+# The FFN ranks' loop: eager one item at a time, and replaying a captured batched iteration (the clamp is part of
+# the captured W1 launch).
+@pytest.mark.parametrize("mode", ["eager", "graph-batched"])
+def test_block_adapter_with_the_clamp_matches_native(checkpoint, mode):
     native = _load(checkpoint)
     native_q = _load(checkpoint)
     _dequantize_experts(native_q)
     model = _load(checkpoint)
-    layers, info = convert.load_checkpoint_experts(checkpoint)
     captured = []
-    with _World(layers, info["top_k"], info["swiglu_limit"], "tf-dsv4") as world, torch.no_grad():
+    fast = mode == "graph-batched"
+    with World(checkpoint, SEQ, f"tf-dsv4-{mode}", graph=fast, batched=fast) as world, torch.no_grad():
+        layers = world.layers
+        assert world.ffn.swiglu_limit == LIMIT
         plane = camtf.AttentionPlane(world.attention, record=True)
         assert camtf.wrap_moe_blocks(model, plane) == [0, 1, 2]
         for i in range(3):
@@ -177,7 +134,8 @@ def test_experts_interface_applies_the_clamp(checkpoint):
     assert sum(_same_greedy(g, w) for g, w in zip(got, want)) >= PROMPTS - 1
 
 
-def test_serve_ffn_refuses_what_the_connector_cannot_clamp():
+@pytest.mark.parametrize("limit", [-1.0, float("nan"), "0.75"])
+def test_serve_ffn_refuses_a_bad_swiglu_limit_before_serving(limit):
     topo = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
     cfg = ConnectorConfig(topology=topo, timeout_s=5.0, idle_poll_s=0.01, group="v4-refuse", transport="in_process")
     store = torch.distributed.HashStore()
@@ -188,11 +146,10 @@ def test_serve_ffn_refuses_what_the_connector_cannot_clamp():
     try:
         layers = [convert.ExpertFFN(torch.randn(2, 64, 64), torch.randn(2, 32, 64), swiglu_limit=LIMIT)]
         w1, w2 = convert.layer_weights(layers)
-        for kw, name in (({"graph": True}, "graph"), ({"row_budget": topo.recv_rows}, "row_budget")):
-            with pytest.raises(ValueError, match=name):
-                cam.serve_ffn(conns[1], w1, w2, swiglu_limit=LIMIT, **kw)
-        with pytest.raises(ValueError, match="swiglu_limit"):
-            cam.serve_ffn(conns[1], w1, w2, swiglu_limit=-1.0)
+        for graph in (False, True):
+            with pytest.raises(ValueError, match="swiglu_limit"):
+                cam.serve_ffn(conns[1], w1, w2, graph=graph, swiglu_limit=limit)
+        assert not store.check(["v4-refuse/serve/serving/1"])  # refused before it told anyone it serves
     finally:
         for c in conns:
             c.close()

