@@ -183,6 +183,31 @@ def test_closed_batch_is_assigned_before_any_completion(store):
     assert all(e["finished"] == [0, 0] for e in ft)
 
 
+def test_a_failing_rank_0_stops_its_coordinator(store):
+    # The next arrival is 100 s away: without the stop, the coordinator would sleep until then and the failing rank
+    # would wait for it (and its error be replaced by the join's). With it, close(failed=True) ends the thread within
+    # the coordinator's 50 ms poll; the 5 s join bound is only a hang guard.
+    from cam.run import worker
+    from cam.run.timeline import Lane
+
+    cfg = types.SimpleNamespace(timeout_s=30.0, assign="fewest-tokens", master_addr="127.0.0.1",
+                                master_port=store.port,
+                                workload_spec=lambda: types.SimpleNamespace(max_batch_tokens=8))
+    workload = types.SimpleNamespace(requests=[types.SimpleNamespace(tokens=torch.zeros(4), arrival_s=a)
+                                               for a in (0.0, 100.0)])
+    topo = types.SimpleNamespace(A=1, D=1, P=1)
+    group = types.SimpleNamespace(replica=0, part=0, count=1)
+    aborted: dict = {}
+    t0 = time.time()
+    src = worker._AssignedSteps(cfg, store, workload, topo, group, Lane(t0), t0, aborted, False,
+                                types.SimpleNamespace(abort=lambda: None), 0)
+    assert next(iter(src)) == [0]  # the first request, assigned at 0
+    assert src.close(failed=True) is None
+    assert not src._thread.is_alive()
+    assert "error" not in src._outcome or isinstance(src._outcome["error"], assign.AssignFailed)
+    assert "by" not in aborted  # the rank's own error is the cause; the stop is not reported as another
+
+
 # ---------------------------------------------------------------------------------------------- cam-run, e2e
 
 RUN_TIMEOUT_S = 240

@@ -219,8 +219,10 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
         for step, rids in enumerate(source):
             _run_step(cfg, rank, store, connector, aborted, built, group, device, lane, lockstep, step, rids,
                       source, pieces, events)
-    finally:
-        coordinator_log = source.close()
+    except BaseException:
+        source.close(failed=True)  # stops a coordinator on this rank; the error is this one
+        raise
+    coordinator_log = source.close()
     marks["done"] = time.time()
     torch.save(pieces, os.path.join(cfg.out_dir, f"outputs-{rank}.pt"))
     result = {"role": "attention", "rank": rank, "replica": replica, "participant": group.part, "batches": events,
@@ -252,8 +254,25 @@ class _StaticSteps:
     def finished(self, rids) -> None:
         pass
 
-    def close(self):
+    def close(self, failed: bool = False):
         return None
+
+
+class _AnyOf:
+    """Abort flags read as one (``"by" in flags``): the rank's watchdog's and the coordinator's own stop."""
+
+    def __init__(self, *flags: dict):
+        self.flags = flags
+
+    def __contains__(self, key) -> bool:
+        return any(key in f for f in self.flags)
+
+    def __getitem__(self, key):
+        return next(f[key] for f in self.flags if key in f)
+
+
+# How long a failing Attention rank 0 waits for its coordinator to see the stop (its waits poll every 50 ms).
+_COORDINATOR_STOP_S = 5.0
 
 
 class _AssignedSteps:
@@ -272,7 +291,7 @@ class _AssignedSteps:
         self.last_arrival = t0 + max(arrivals)
         self.queue = assign.ReplicaQueue(store, self.d, lengths, cfg.workload_spec().max_batch_tokens, aborted) \
             if group.part == 0 else None
-        self.coordinator, self._thread, self._outcome = None, None, {}
+        self.coordinator, self._thread, self._outcome, self._halt = None, None, {}, {}
         if rank == 0:
             self.coordinator = assign.Coordinator(cfg.assign, lengths, arrivals, topo.D)
             self._thread = threading.Thread(target=self._coordinate, daemon=True)
@@ -282,10 +301,10 @@ class _AssignedSteps:
         store = None
         try:
             store = _store(self.cfg)
-            self._outcome["log"] = self.coordinator.run(store, self.t0, self.aborted)
+            self._outcome["log"] = self.coordinator.run(store, self.t0, _AnyOf(self.aborted, self._halt))
         except BaseException as e:  # noqa: BLE001 - every replica waits on it: end the run now, not at a timeout
             self._outcome["error"] = e
-            if "by" not in self.aborted:
+            if "by" not in self.aborted and "by" not in self._halt:
                 self.aborted["by"] = f"the assignment coordinator on Attention rank 0 failed: {type(e).__name__}: {e}"
                 self.connector.abort()
 
@@ -347,9 +366,14 @@ class _AssignedSteps:
         if self.queue is not None and rids:
             self.store.add(assign.finished_key(self.d), len(rids))
 
-    def close(self):
-        """The coordinator's log (Attention rank 0; None elsewhere), after its thread ended (bounded)."""
+    def close(self, failed: bool = False):
+        """The coordinator's log (Attention rank 0; None elsewhere), after its thread ended (bounded). ``failed``:
+        this rank is failing; the coordinator is told to stop and nothing is raised (the rank's error is the cause)."""
         if self._thread is None:
+            return None
+        if failed:
+            self._halt["by"] = f"Attention rank 0 (replica {self.d}) failed"
+            self._thread.join(_COORDINATOR_STOP_S)
             return None
         self._thread.join(self.cfg.timeout_s)
         if self._thread.is_alive():
