@@ -269,16 +269,22 @@ def test_cam_run_policies_differ_on_a_skewed_closed_batch(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.e2e
-@pytest.mark.parametrize("mode, policy", [("sync", "fewest-tokens"), ("colocated", "shortest-queue")])
-def test_cam_run_assign_under_arrivals_in_lockstep_modes(tmp_path, mode, policy):
+@pytest.mark.parametrize("mode, policy, participants",
+                         [("sync", "fewest-tokens", 1), ("colocated", "shortest-queue", 1), ("async", "fewest-tokens", 2)])
+def test_cam_run_assign_under_arrivals(tmp_path, mode, policy, participants):
     # Poisson arrivals (the arrivals preset): decisions depend on completions, so they are checked against the
-    # rule and the batch ends; --check compares every request with the reference for the batch it ran in.
+    # rule and the batch ends; --check compares every request with the reference for the batch it ran in (with
+    # P = 2, the batch the first participant took and published). Every rank's spans nest or are disjoint.
+    from cam.run.timeline import check_lanes
+
     keep = tmp_path / "keep"
-    res = cam_run("--preset", "arrivals", "--mode", mode, "--assign", policy, "--check", "--quiet", "--keep",
-                  str(keep), "--json", str(tmp_path / "r.json"), cwd=tmp_path)
+    res = cam_run("--preset", "arrivals", "--mode", mode, "--assign", policy, "--participants", str(participants),
+                  "--check", "--quiet", "--keep", str(keep), "--json", str(tmp_path / "r.json"), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     rep = json.loads((tmp_path / "r.json").read_text())
     plan = schedule(PRESETS["arrivals"], 2)
     assert rep["check"]["ok"] and rep["requests"] == rep["check"]["requests"] == len(plan.length)
     given = check_log(rep["assign_log"], policy, plan.length, 2, _ends(keep))
     assert {int(k): v for k, v in rep["assignment"].items()} == {r: d for d in range(2) for r in given[d]}
+    check_lanes({name: json.loads((keep / name).read_text())["spans"] for name in os.listdir(keep)
+                 if name.startswith("result-")})

@@ -99,8 +99,8 @@ def _parse(argv):
                         "one plus a second replica of each layer's K most popular experts), or a JSON table "
                         "{\"F\": F, \"experts\": [[[rank, slot], ...], ...]}; a row goes to replica (t + k) %% r")
     g.add_argument("--assign", choices=ASSIGNS, default="round-robin",
-                   help="which Attention replica takes an arriving request: round robin in arrival order (as "
-                        "cam-run), or at its arrival the one with the fewest tokens / requests not yet finished")
+                   help="which Attention replica takes an arriving request: round robin in arrival order, or at its "
+                        "arrival the one with the fewest tokens / requests not yet finished (as cam-run --assign)")
     g.add_argument("--batch-items", action="store_true",
                    help="snapshot batching: an FFN rank serves every ready item, up to --batch-rows rows, in one "
                         "grouped-matmul launch (default: one work item per dispatch_recv)")
