@@ -226,6 +226,7 @@ def _has_matplotlib():
         (["--mode", "colocated", "--participants", "2"], "--participants must be 1"),
         (["--mode", "colocated", "--graph"], "--graph needs --mode async or sync"),
         (["--mode", "colocated", "--keep-going"], "--keep-going needs --mode async"),
+        (["--assign", "fewest-tokens", "--keep-going"], "--keep-going needs --assign round-robin"),
         (["--batch-rows", "64"], "--batch-rows sets the row budget of --batch-items"),
         (["--batch-items", "--batch-rows", "0"], "--batch-rows must be >= 1"),
         (["--batch-items", "--batch-rows", "1"], "--batch-rows 1 is below one work item's rows"),

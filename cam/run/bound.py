@@ -61,9 +61,11 @@ def sim_workload(workload) -> SimWorkload:
 
 
 def critical_path(model_config, workload, D: int, P: int, F: int, slots: int, costs: CostModel, attention_cost,
-                  mode: str = "async") -> dict:
+                  mode: str = "async", assign: str = "round-robin", token_budget=None) -> dict:
     """The bound and its two terms for cam-run's workload (see the module docstring), plus what the simulator
-    predicts for ``mode`` with the same costs."""
+    predicts for ``mode`` with the same costs. ``workload.batches`` are the batches the run ran (lockstep modes:
+    one per step, empty where a replica had none); under ``assign`` other than round robin the prediction is the
+    simulator's own run of the same requests under that policy, batching dynamically up to ``token_budget``."""
     shape = ModelShape.from_config(model_config)
     # The simulator refuses slots < micro-batches (a deadlock it cannot run); the bound does not depend on slots.
     topo = SimTopology(D=D, F=F, P=P, slots=max(slots, 2))
@@ -77,10 +79,18 @@ def critical_path(model_config, workload, D: int, P: int, F: int, slots: int, co
     chains = [float(c) for c in raw["replica_chain_s"]]
     ffn_total = float(sum(raw["ffn_busy_s"]))
     bound = max(chains) if colocated else max(max(chains), ffn_total / F)
-    predicted = raw["makespan_s"] if mode in ("async", "colocated") else \
-        Simulation(shape, topo, wl, full, mode=mode, routing="balanced").run()["makespan_s"]
+    if assign != "round-robin":
+        dynamic = dataclasses.replace(wl, batches=None, token_budget=token_budget)
+        predicted = (ColocatedSimulation(shape, topo, dynamic, full, routing="balanced", assign=assign) if colocated
+                     else Simulation(shape, topo, dynamic, full, mode=mode, routing="balanced", assign=assign)
+                     ).run()["makespan_s"]
+    elif mode in ("async", "colocated"):
+        predicted = raw["makespan_s"]
+    else:
+        predicted = Simulation(shape, topo, wl, full, mode=mode, routing="balanced").run()["makespan_s"]
     binding = "device chain" if colocated else "replica chain" if max(chains) >= ffn_total / F else "FFN work"
     return {
+        "assign": assign,
         "bound_s": bound,
         "replica_chain_s": chains,
         "ffn_work_s": ffn_total,

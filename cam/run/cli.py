@@ -28,6 +28,7 @@ from typing import Dict, List
 
 # Only modules that need neither torch nor the extension (cam's package is lazy): flags are parsed and refused
 # before `import torch`, which costs seconds (over a minute on a loaded machine). The run imports the rest.
+from ..sim.presets import ASSIGNS
 from ..sim.presets import PRESETS as WORKLOAD_PRESETS
 from .bound import DEFAULT_COSTS as DEFAULT_BOUND_COSTS
 from .bound import critical_path
@@ -106,6 +107,11 @@ def _parse(argv):
     p.add_argument("--batch-rows", type=int, default=None,
                    help="row budget of one batched receive (default: every replica's work item fits, D x the "
                         "topology's rows per work item; at least one work item's rows)")
+    p.add_argument("--assign", choices=ASSIGNS, default="round-robin",
+                   help="which Attention replica takes an arriving request: round robin in arrival order (the "
+                        "preset's static batches), or, decided at each arrival by a coordinator on Attention rank 0, "
+                        "the replica with the fewest tokens / requests assigned and not yet finished, each replica "
+                        "batching what it was given up to the preset's max_batch_tokens (docs/run.md §8)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--keep", metavar="DIR", help="keep per-rank results and outputs in DIR")
     p.add_argument("--keep-going", action="store_true",
@@ -209,6 +215,9 @@ def check_args(args) -> None:
                              "is a --model preset's")
         if importlib.util.find_spec("transformers") is None:
             raise ValueError("--checkpoint needs transformers (pip install 'cam[transformers]')")
+    if args.keep_going and args.assign != "round-robin":
+        raise ValueError(f"--keep-going needs --assign round-robin: under --assign {args.assign} the coordinator "
+                         "would go on giving requests to a lost replica")
     if args.keep_going and args.mode != "async":
         raise ValueError(f"--keep-going needs --mode async: the {args.mode} mode's per-layer barrier waits for every "
                          "replica")
@@ -275,7 +284,7 @@ def _config(args, out_dir: str, port: int):
                     timeout_s=args.timeout, idle_poll_s=args.idle_poll, cost_model=args.cost_model,
                     attention_cost=tuple(args.attention_cost), out_dir=out_dir, progress=not args.quiet,
                     shm_prefix=f"cam-run-{os.getpid()}-{port}", graph=args.graph, keep_going=args.keep_going,
-                    batch_rows=args.batch_rows if args.batch_items else None,
+                    batch_rows=args.batch_rows if args.batch_items else None, assign=args.assign,
                     checkpoint=None if args.checkpoint is None else os.path.abspath(args.checkpoint))
     return cfg
 
@@ -325,21 +334,40 @@ def _percentile(values: List[float], q: float) -> float:
     return ordered[idx]
 
 
+def batches_run(results: Dict[int, dict], topo) -> Dict[int, List[List[int]]]:
+    """The batches each replica ran, in order, as its first participant recorded them (lockstep modes: one per
+    step, empty where the replica had no request): round robin's static batches, or under --assign the ones the
+    replicas took during the run."""
+    out: Dict[int, List[List[int]]] = {}
+    for r in results.values():
+        if r["role"] == "attention" and r["participant"] == 0:
+            out[r["replica"]] = [list(b["requests"]) for b in r["batches"]]
+    return out
+
+
 def _report(cfg, built, results: Dict[int, dict]) -> dict:
     _, workload, topo = built
-    done = {}
+    done, replica_of = {}, {}
     for r in results.values():
         if r["role"] == "attention":
             for b in r["batches"]:
                 for rid in b["requests"]:
+                    if replica_of.setdefault(rid, r["replica"]) != r["replica"]:
+                        raise RuntimeError(f"request {rid} ran on replicas {replica_of[rid]} and {r['replica']}")
                     done[rid] = b["end_s"]
     ttft = {rid: done[rid] - workload.requests[rid].arrival_s for rid in done}
     tokens = sum(int(workload.requests[rid].tokens.numel()) for rid in done)
     makespan = max(done.values()) if done else 0.0
     ffn = [r for r in results.values() if r["role"] == "ffn"]
     values = list(ttft.values())
+    coordinator = next((r["assign_log"] for r in results.values() if "assign_log" in r), None)
     return {
         "mode": cfg.mode,
+        "assign": cfg.assign,
+        # Which replica ran each request; under --assign (not round robin) also every decision of the coordinator
+        # with the completions and queues it saw (cam/run/assign.py).
+        "assignment": {str(k): v for k, v in sorted(replica_of.items())},
+        **({"assign_log": coordinator} if coordinator is not None else {}),
         "graph": cfg.graph,
         "batch_rows": cfg.batch_rows,
         "placement": _placement_summary(cfg.placement),
@@ -365,16 +393,19 @@ def _report(cfg, built, results: Dict[int, dict]) -> dict:
     }
 
 
-def _check(built, out_dir: str, skip=()) -> dict:
-    """Each request's final hidden states against the single-process reference forward of the same batch.
+def _check(built, out_dir: str, ran: Dict[int, List[List[int]]], skip=()) -> dict:
+    """Each request's final hidden states against the single-process reference forward of the same batch (``ran``:
+    the batches each replica ran, ``batches_run``).
     Tolerance: the routed experts' W1 epilogue uses fp32 exp in the kernel and a once-rounded float64 exp in the
     golden, so a SwiGLU output may land one int8 level apart (docs/gmm.md); through the layers that bounds the
     difference at a few percent of an element's scale, and almost every element matches to ~1e-6."""
     model, workload, topo = built
     outputs = load_outputs(out_dir, topo.A, workload, participants=topo.P, skip_replicas=skip)
     worst_rel, mean_abs, count = 0.0, 0.0, 0
-    for replica, batches in enumerate(workload.batches):
-        for batch in batches if replica not in skip else []:
+    for replica in range(topo.D):
+        for batch in ran.get(replica, []) if replica not in skip else []:
+            if not batch:
+                continue  # a lockstep step this replica ran without requests
             prompts = [workload.requests[r].tokens for r in batch]
             ref = model.forward_reference(prompts)
             for rid, expected in zip(batch, ref):
@@ -416,10 +447,18 @@ def load_outputs(out_dir: str, attention_ranks: int, workload, participants: int
     return assemble(pieces, {r.rid: int(r.tokens.numel()) for r in workload.requests if r.rid not in excluded})
 
 
-def _bound(cfg, built, costs_file: str, makespan: float) -> dict:
+def _bound(cfg, built, ran: Dict[int, List[List[int]]], costs_file: str, makespan: float) -> dict:
+    """The critical-path bound of the batches the run ran (under --assign, the ones taken during the run); the
+    simulator's prediction is for the same requests under the same policy, its batches formed as it simulates."""
     model, workload, topo = built
+    if cfg.assign != "round-robin":
+        replica = {rid: d for d, bs in ran.items() for b in bs for rid in b}
+        workload = dataclasses.replace(
+            workload, requests=[dataclasses.replace(r, replica=replica[r.rid]) for r in workload.requests],
+            batches=[ran.get(d, []) for d in range(topo.D)])
     bound = critical_path(model.config, workload, topo.D, topo.P, topo.F, topo.slots, load_bound_costs(costs_file),
-                          cfg.attention_cost, cfg.mode)
+                          cfg.attention_cost, cfg.mode, assign=cfg.assign,
+                          token_budget=cfg.workload_spec().max_batch_tokens)
     bound["makespan_over_bound"] = makespan / bound["bound_s"] if bound["bound_s"] > 0 else float("inf")
     return bound
 
@@ -529,6 +568,7 @@ def _run(args, marks: Dict[str, float]) -> int:
     config_path = os.path.join(out_dir, "config.json")
     cfg.save(config_path)
     print(f"cam-run --mode {cfg.mode}{' (cost model)' if cfg.cost_model else ''}"
+          f"{f' (--assign {cfg.assign})' if cfg.assign != 'round-robin' else ''}"
           f"{' (FFN by graph replay)' if cfg.graph else ''}"
           f"{f' (batched FFN receive, {cfg.batch_rows} rows)' if cfg.batch_rows else ''}: D={topo.D} replicas x "
           f"P={topo.P}, F={topo.F} FFN ranks, E={topo.E}, K={topo.K}, H={topo.H}, "
@@ -624,10 +664,10 @@ def _finish(args, cfg, built, out_dir: str, lost: Dict[int, int], marks: Dict[st
     if lost:
         report["lost_replicas"] = _lost_replicas(built, lost, results)
     if cfg.cost_model:
-        report["bound"] = _bound(cfg, built, args.bound_costs, report["makespan_s"])
+        report["bound"] = _bound(cfg, built, batches_run(results, topo), args.bound_costs, report["makespan_s"])
     if args.check:
         skip = [d["replica"] for d in report.get("lost_replicas", [])]
-        report["check"] = _check(built, out_dir, skip=skip)
+        report["check"] = _check(built, out_dir, batches_run(results, topo), skip=skip)
         if cfg.checkpoint is not None:
             report["check"]["native"] = _check_native(built, out_dir, skip)
             report["check"]["reference_ok"] = report["check"]["ok"]
@@ -700,7 +740,8 @@ def _lost_replicas(built, lost: Dict[int, int], results: Dict[int, dict]) -> Lis
 
 def _print(report: dict) -> None:
     t = report["ttft_s"]
-    print(f"mode {report['mode']}{' (cost model)' if report['cost_model'] else ''}: "
+    print(f"mode {report['mode']}{' (cost model)' if report['cost_model'] else ''}"
+          f"{', assign ' + report['assign'] if report['assign'] != 'round-robin' else ''}: "
           f"{report['requests']} requests, {report['tokens']} tokens")
     print(f"  makespan    {report['makespan_s']:.3f} s   throughput {report['throughput_tok_s']:.1f} tok/s")
     if t:

@@ -46,6 +46,9 @@ class RunConfig:
     placement: Optional[dict] = None
     # cam-run --checkpoint DIR: the model is this transformers checkpoint (cam/run/checkpoint.py), not --model
     checkpoint: Optional[str] = None
+    # cam-run --assign: round-robin (the workload's static batches) or a policy decided at each arrival
+    # (cam/run/assign.py: fewest-tokens, shortest-queue), the replicas batching dynamically
+    assign: str = "round-robin"
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -160,10 +163,15 @@ def resolve_placement(spec: str, cfg: "RunConfig") -> Optional[dict]:
 
 
 def topology_for(model, workload: Workload, D: int, P: int, F: int, slots: int,
-                 expert_slots: Optional[int] = None) -> Topology:
-    """The data plane for this model and workload: Bmax is the largest micro-batch a participant sends."""
+                 expert_slots: Optional[int] = None, token_budget: Optional[int] = None) -> Topology:
+    """The data plane for this model and workload: Bmax is the largest micro-batch a participant sends. With
+    ``token_budget`` (cam-run --assign: batches formed during the run) the largest any batch can hold: a batch of
+    two requests or more fits the budget, a single request is its own length."""
     largest = 1
-    for replica in range(D):
+    if token_budget is not None:
+        lens = [int(r.tokens.numel()) for r in workload.requests]
+        largest = math.ceil(max(min(token_budget, sum(lens)), max(lens)) / P)
+    for replica in range(D if token_budget is None else 0):
         for batch in workload.batches[replica]:
             lens = [int(workload.requests[r].tokens.numel()) for r in batch]
             for stage in (lens[0::2], lens[1::2]) if len(lens) >= 2 else (lens,):
@@ -178,7 +186,8 @@ def plan(cfg: RunConfig) -> Tuple[Workload, Topology]:
     config = model_config(cfg)
     workload = make_workload(cfg.workload_spec(), cfg.D, config.vocab_size)
     slots = None if cfg.placement is None else cfg.placement["slots_per_rank"]
-    return workload, topology_for(config, workload, cfg.D, cfg.P, cfg.F, cfg.slots, slots)
+    budget = None if cfg.assign == "round-robin" else cfg.workload_spec().max_batch_tokens
+    return workload, topology_for(config, workload, cfg.D, cfg.P, cfg.F, cfg.slots, slots, budget)
 
 
 def build(cfg: RunConfig):

@@ -24,6 +24,7 @@ import torch
 
 from ..connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, expert_weights, ffn_compute
 from ..layer_weights import LayerWeights
+from . import assign
 from .participants import Participants, request_pieces
 from .setup import RunConfig, build, rank_threads
 from .start import remove_if_orphaned
@@ -206,85 +207,250 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
                     group: Participants, marks: dict, device) -> dict:
     model, workload, topo = built
     replica = group.replica
-    own = workload.batches[replica]
     lockstep = cfg.mode in ("sync", "colocated")  # a barrier across replicas per layer
-    steps = max(len(b) for b in workload.batches) if lockstep else len(own)
     moe_layers = model.config.moe_layers
     pieces, events = [], []
     _warm_up(model)
     t0 = _wait_for_start(store, cfg, marks, aborted)
     lane = Lane(t0)
-    for step in range(steps):
-        rids = own[step] if step < len(own) else []
-        prompts = [workload.requests[r].tokens for r in rids]
-        seq_lens = [int(p.numel()) for p in prompts]
-        arrival = max((workload.requests[r].arrival_s for r in rids), default=0.0)
-        delay = t0 + arrival - time.time()
-        if delay > 0:
-            waited = lane.now()
-            time.sleep(delay)
-            lane.add("wait_arrival", waited, lane.now(), step=step)
-        start = lane.now()
-        # Two micro-batches (stages) when the batch has two requests or more: stage s takes every other request.
-        stages = [list(range(s, len(rids), 2)) for s in range(2)] if len(rids) >= 2 else [list(range(len(rids)))]
-        xs = []
-        for members in stages:
-            toks = [prompts[i] for i in members]
-            xs.append(model.embed_tokens(torch.cat(toks)) if toks else torch.zeros(0, model.config.hidden))
-        lens = [[seq_lens[i] for i in members] for members in stages]
-        mine = [group.own(sum(lens[s])) for s in range(len(stages))]
-        for layer in range(model.config.num_layers):
-            layer_start = lane.now()
-            if lockstep:
-                with lane.span("barrier", layer=layer):
-                    _barrier(store, f"run/layer/{step}/{layer}", topo.A, cfg.timeout_s, aborted)
-            if layer not in moe_layers:
-                for s in range(len(stages)):
-                    with device, lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
-                        _emulate_attention(cfg, lens[s], topo.P, lane)
-                        x, h = model.pre_moe(layer, xs[s], lens[s])
-                    with device, lane.span("dense_mlp", layer=layer, stage=s):
-                        xs[s] = x + model.dense_mlp(layer, h)
-                lane.add("layer", layer_start, lane.now(), layer=layer)
-                continue
-            moe_index = moe_layers.index(layer)
-            held = []
-            for s in range(len(stages)):  # Attention(ub) -> dispatch(ub) -> shared(ub), then the next stage
-                a, b = mine[s]
-                with device, lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
-                    _emulate_attention(cfg, lens[s], topo.P, lane)
-                    x, h, ids, w = model.pre_moe(layer, xs[s], lens[s])
-                ctx = AFDTransferContext(AFDTransferMetadata(moe_index, s, tuple(lens[s])))
-                with lane.span("dispatch", layer=layer, stage=s, tokens=b - a):
-                    connector.send_attn_output(h[a:b], ctx, topk_ids=ids[a:b], topk_weights=w[a:b])
-                with device, lane.span("shared", layer=layer, stage=s):
-                    held.append((x, model.shared(layer, h)))
-            for s, (x, shared) in enumerate(held):  # combine in dispatch order
-                a, b = mine[s]
-                with lane.span("combine_wait", layer=layer, stage=s, tokens=b - a):
-                    routed = connector.recv_ffn_output(ubatch_idx=s)
-                rows = x[a:b] + routed.to(torch.float32) + shared[a:b]
-                if topo.P > 1:
-                    with lane.span("gather", layer=layer, stage=s):
-                        rows = group.gather(rows, sum(lens[s]))
-                xs[s] = rows
-            lane.add("layer", layer_start, lane.now(), layer=layer)
-        end = lane.now()
-        for s, (members, x) in enumerate(zip(stages, xs)):
-            a, b = mine[s]
-            final = model.finish(x)
-            for rid, first, row, count in request_pieces([rids[i] for i in members], lens[s], a, b):
-                pieces.append((rid, first, final[a + row:a + row + count].clone()))
-        lane.add("step", start, end, step=step, requests=list(rids), tokens=sum(seq_lens))
-        events.append({"replica": replica, "step": step, "requests": rids, "tokens": sum(seq_lens),
-                       "start_s": start, "end_s": end})
-        if cfg.progress:
-            print(f"[rank {rank}] replica {replica} step {step + 1}/{steps}: {sum(seq_lens)} tokens "
-                  f"in {end - start:.2f} s", file=sys.stderr, flush=True)
+    source = (_StaticSteps(workload, replica, lockstep, lane, t0) if cfg.assign == "round-robin" else
+              _AssignedSteps(cfg, store, workload, topo, group, lane, t0, aborted, lockstep, connector, rank))
+    try:
+        for step, rids in enumerate(source):
+            _run_step(cfg, rank, store, connector, aborted, built, group, device, lane, lockstep, step, rids,
+                      source, pieces, events)
+    except BaseException:
+        source.close(failed=True)  # stops a coordinator on this rank; the error is this one
+        raise
+    coordinator_log = source.close()
     marks["done"] = time.time()
     torch.save(pieces, os.path.join(cfg.out_dir, f"outputs-{rank}.pt"))
-    return {"role": "attention", "rank": rank, "replica": replica, "participant": group.part, "batches": events,
-            "spans": lane.spans, "startup": marks}
+    result = {"role": "attention", "rank": rank, "replica": replica, "participant": group.part, "batches": events,
+              "spans": lane.spans, "startup": marks}
+    if coordinator_log is not None:
+        result["assign_log"] = coordinator_log
+    return result
+
+
+class _StaticSteps:
+    """Round robin: the replica's batches as the workload dealt them (lockstep modes: as many steps as the longest
+    replica has, an empty batch where this one has none), each once its last request arrived."""
+
+    def __init__(self, workload, replica: int, lockstep: bool, lane: Lane, t0: float):
+        self.workload, self.own, self.lane, self.t0 = workload, workload.batches[replica], lane, t0
+        self.steps = max(len(b) for b in workload.batches) if lockstep else len(self.own)
+
+    def __iter__(self):
+        for step in range(self.steps):
+            rids = self.own[step] if step < len(self.own) else []
+            arrival = max((self.workload.requests[r].arrival_s for r in rids), default=0.0)
+            delay = self.t0 + arrival - time.time()
+            if delay > 0:
+                waited = self.lane.now()
+                time.sleep(delay)
+                self.lane.add("wait_arrival", waited, self.lane.now(), step=step)
+            yield rids
+
+    def finished(self, rids) -> None:
+        pass
+
+    def close(self, failed: bool = False):
+        return None
+
+
+class _AnyOf:
+    """Abort flags read as one (``"by" in flags``): the rank's watchdog's and the coordinator's own stop."""
+
+    def __init__(self, *flags: dict):
+        self.flags = flags
+
+    def __contains__(self, key) -> bool:
+        return any(key in f for f in self.flags)
+
+    def __getitem__(self, key):
+        return next(f[key] for f in self.flags if key in f)
+
+
+# How long a failing Attention rank 0 waits for its coordinator to see the stop (its waits poll every 50 ms).
+_COORDINATOR_STOP_S = 5.0
+
+
+class _AssignedSteps:
+    """--assign fewest-tokens / shortest-queue: the batches this replica takes as the coordinator assigns requests
+    (cam.run.assign; docs/run.md §8). Participant 0 of the replica takes them and, with P > 1, publishes each batch
+    for the others. Attention rank 0's process runs the coordinator on a thread of its own, with its own store
+    client."""
+
+    def __init__(self, cfg: RunConfig, store, workload, topo, group: Participants, lane: Lane, t0: float,
+                 aborted: dict, lockstep: bool, connector, rank: int):
+        self.cfg, self.store, self.topo, self.group, self.lane, self.t0 = cfg, store, topo, group, lane, t0
+        self.aborted, self.lockstep, self.connector = aborted, lockstep, connector
+        self.d, self.requests = group.replica, len(workload.requests)
+        lengths = [int(r.tokens.numel()) for r in workload.requests]
+        arrivals = [r.arrival_s for r in workload.requests]
+        self.last_arrival = t0 + max(arrivals)
+        self.queue = assign.ReplicaQueue(store, self.d, lengths, cfg.workload_spec().max_batch_tokens, aborted) \
+            if group.part == 0 else None
+        self.coordinator, self._thread, self._outcome, self._halt = None, None, {}, {}
+        if rank == 0:
+            self.coordinator = assign.Coordinator(cfg.assign, lengths, arrivals, topo.D)
+            self._thread = threading.Thread(target=self._coordinate, daemon=True)
+            self._thread.start()
+
+    def _coordinate(self) -> None:
+        store = None
+        try:
+            store = _store(self.cfg)
+            self._outcome["log"] = self.coordinator.run(store, self.t0, _AnyOf(self.aborted, self._halt))
+        except BaseException as e:  # noqa: BLE001 - every replica waits on it: end the run now, not at a timeout
+            self._outcome["error"] = e
+            if "by" not in self.aborted and "by" not in self._halt:
+                self.aborted["by"] = f"the assignment coordinator on Attention rank 0 failed: {type(e).__name__}: {e}"
+                self.connector.abort()
+
+    def _deadline(self) -> float:
+        """A wait for an assignment lasts at most until the last arrival (the coordinator has assigned everything
+        by then), plus --timeout."""
+        return max(time.time(), self.last_arrival) + self.cfg.timeout_s
+
+    def __iter__(self):
+        return self._lockstep() if self.lockstep else self._async()
+
+    def _async(self):
+        n = 0
+        while True:
+            waited = self.lane.now()
+            if self.queue is not None:
+                rids = self.queue.take_next(self._deadline())
+                if self.group.count > 1:
+                    assign.publish_batch(self.store, self.d, n, rids)
+            else:
+                rids = assign.read_batch(self.store, self.d, n, self._deadline(), self.aborted)
+            if self.lane.now() > waited:
+                self.lane.add("wait_arrival", waited, self.lane.now(), step=n)
+            if not rids:
+                return
+            yield rids
+            n += 1
+
+    def _lockstep(self):
+        """Every replica forms its batch from what it was assigned by now; after a barrier all read how many were
+        taken in all: none (nobody had a request) repeats the formation at the next assignment, and the run ends
+        once every request was taken. The same counts in every replica make the same decisions."""
+        step = attempt = taken = 0
+        while taken < self.requests:
+            if self.queue is not None:
+                rids = self.queue.take()
+                if self.group.count > 1:
+                    assign.publish_batch(self.store, self.d, f"{step}.{attempt}", rids)
+                self.store.add(assign.taken_key(step, attempt), len(rids))
+            with self.lane.span("barrier", step=step, formation=attempt):
+                _barrier(self.store, f"run/step/{step}/{attempt}/formed", self.topo.A, self.cfg.timeout_s,
+                         self.aborted)
+            if self.queue is None:
+                rids = assign.read_batch(self.store, self.d, f"{step}.{attempt}", self._deadline(), self.aborted)
+            total = int(self.store.add(assign.taken_key(step, attempt), 0))
+            if total == 0:  # the step starts once the next request is assigned (log entry `taken` exists)
+                waited = self.lane.now()
+                assign.wait_for_key(self.store, assign.log_key(taken), self._deadline(), self.aborted,
+                                    f"replica {self.d} waiting for the next assignment")
+                self.lane.add("wait_arrival", waited, self.lane.now(), step=step)
+                attempt += 1
+                continue
+            yield rids
+            taken += total
+            step, attempt = step + 1, 0
+
+    def finished(self, rids) -> None:
+        """Participant 0 counts the batch's requests finished, at once: the coordinator's next decision sees it."""
+        if self.queue is not None and rids:
+            self.store.add(assign.finished_key(self.d), len(rids))
+
+    def close(self, failed: bool = False):
+        """The coordinator's log (Attention rank 0; None elsewhere), after its thread ended (bounded). ``failed``:
+        this rank is failing; the coordinator is told to stop and nothing is raised (the rank's error is the cause)."""
+        if self._thread is None:
+            return None
+        if failed:
+            self._halt["by"] = f"Attention rank 0 (replica {self.d}) failed"
+            self._thread.join(_COORDINATOR_STOP_S)
+            return None
+        self._thread.join(self.cfg.timeout_s)
+        if self._thread.is_alive():
+            raise RankFailed(f"the assignment coordinator did not end within {self.cfg.timeout_s:g} s")
+        if "error" in self._outcome:
+            raise self._outcome["error"]
+        return self._outcome["log"]
+
+
+def _run_step(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built,
+              group: Participants, device, lane: Lane, lockstep: bool, step: int, rids, source, pieces: list,
+              events: list) -> None:
+    """One batch (a step), layer by layer: the outputs of its requests go to ``pieces``, its record to ``events``."""
+    model, workload, topo = built
+    replica = group.replica
+    moe_layers = model.config.moe_layers
+    prompts = [workload.requests[r].tokens for r in rids]
+    seq_lens = [int(p.numel()) for p in prompts]
+    start = lane.now()
+    # Two micro-batches (stages) when the batch has two requests or more: stage s takes every other request.
+    stages = [list(range(s, len(rids), 2)) for s in range(2)] if len(rids) >= 2 else [list(range(len(rids)))]
+    xs = []
+    for members in stages:
+        toks = [prompts[i] for i in members]
+        xs.append(model.embed_tokens(torch.cat(toks)) if toks else torch.zeros(0, model.config.hidden))
+    lens = [[seq_lens[i] for i in members] for members in stages]
+    mine = [group.own(sum(lens[s])) for s in range(len(stages))]
+    for layer in range(model.config.num_layers):
+        layer_start = lane.now()
+        if lockstep:
+            with lane.span("barrier", layer=layer):
+                _barrier(store, f"run/layer/{step}/{layer}", topo.A, cfg.timeout_s, aborted)
+        if layer not in moe_layers:
+            for s in range(len(stages)):
+                with device, lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
+                    _emulate_attention(cfg, lens[s], topo.P, lane)
+                    x, h = model.pre_moe(layer, xs[s], lens[s])
+                with device, lane.span("dense_mlp", layer=layer, stage=s):
+                    xs[s] = x + model.dense_mlp(layer, h)
+            lane.add("layer", layer_start, lane.now(), layer=layer)
+            continue
+        moe_index = moe_layers.index(layer)
+        held = []
+        for s in range(len(stages)):  # Attention(ub) -> dispatch(ub) -> shared(ub), then the next stage
+            a, b = mine[s]
+            with device, lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
+                _emulate_attention(cfg, lens[s], topo.P, lane)
+                x, h, ids, w = model.pre_moe(layer, xs[s], lens[s])
+            ctx = AFDTransferContext(AFDTransferMetadata(moe_index, s, tuple(lens[s])))
+            with lane.span("dispatch", layer=layer, stage=s, tokens=b - a):
+                connector.send_attn_output(h[a:b], ctx, topk_ids=ids[a:b], topk_weights=w[a:b])
+            with device, lane.span("shared", layer=layer, stage=s):
+                held.append((x, model.shared(layer, h)))
+        for s, (x, shared) in enumerate(held):  # combine in dispatch order
+            a, b = mine[s]
+            with lane.span("combine_wait", layer=layer, stage=s, tokens=b - a):
+                routed = connector.recv_ffn_output(ubatch_idx=s)
+            rows = x[a:b] + routed.to(torch.float32) + shared[a:b]
+            if topo.P > 1:
+                with lane.span("gather", layer=layer, stage=s):
+                    rows = group.gather(rows, sum(lens[s]))
+            xs[s] = rows
+        lane.add("layer", layer_start, lane.now(), layer=layer)
+    end = lane.now()
+    source.finished(rids)
+    for s, (members, x) in enumerate(zip(stages, xs)):
+        a, b = mine[s]
+        final = model.finish(x)
+        for rid, first, row, count in request_pieces([rids[i] for i in members], lens[s], a, b):
+            pieces.append((rid, first, final[a + row:a + row + count].clone()))
+    lane.add("step", start, end, step=step, requests=list(rids), tokens=sum(seq_lens))
+    events.append({"replica": replica, "step": step, "requests": list(rids), "tokens": sum(seq_lens),
+                   "start_s": start, "end_s": end})
+    if cfg.progress:
+        total = f"/{source.steps}" if isinstance(source, _StaticSteps) else ""
+        print(f"[rank {rank}] replica {replica} step {step + 1}{total}: {sum(seq_lens)} tokens "
+              f"in {end - start:.2f} s", file=sys.stderr, flush=True)
 
 
 def emulated_attention_s(attention_cost, seq_lens, participants: int = 1) -> float:

@@ -50,6 +50,7 @@ class RunSpec:
     requests: Optional[int] = None
     seed: Optional[int] = None
     attention_cost: tuple = DEFAULT_ATTENTION_COST
+    assign: str = "round-robin"
 
     def argv(self) -> List[str]:
         ffn = self.replicas if self.mode == "colocated" else self.ffn
@@ -60,6 +61,8 @@ class RunSpec:
             a += ["--requests", str(self.requests)]
         if self.seed is not None:
             a += ["--seed", str(self.seed)]
+        if self.assign != "round-robin":
+            a += ["--assign", self.assign]
         return a
 
     def workload(self) -> SimWorkload:
@@ -68,7 +71,8 @@ class RunSpec:
             over["num_requests"] = self.requests
         if self.seed is not None:
             over["seed"] = self.seed
-        return SimWorkload.from_cam_run(self.preset, self.replicas, **over)
+        # --assign other than round robin: the preset's requests, batched dynamically as cam-run then batches them.
+        return SimWorkload.from_cam_run(self.preset, self.replicas, dynamic=self.assign != "round-robin", **over)
 
     def topology(self) -> SimTopology:
         # Colocated: --replicas devices, each also an FFN rank (cam-run refuses --ffn != --replicas there).
@@ -186,6 +190,9 @@ def fit(runs: Sequence[dict]) -> CostModel:
     """Costs fitted from cam-run records (``run_cam_run`` outputs) of one model and one machine."""
     if not runs:
         raise ValueError("calibration needs at least one cam-run record")
+    if any(_spec(r).assign != "round-robin" for r in runs):
+        raise ValueError("calibration fits per-batch durations of the static (round-robin) batches; a run with "
+                         "--assign forms its batches during the run")
     models = {_spec(r).model for r in runs}
     if len(models) != 1:
         raise ValueError(f"calibration runs must share one model, got {sorted(models)}")
@@ -258,7 +265,8 @@ def predict(run_or_spec, costs: CostModel) -> dict:
     from .report import simulate
 
     spec = _spec(run_or_spec) if isinstance(run_or_spec, dict) else run_or_spec
-    rep = simulate(spec.shape(), spec.topology(), spec.workload(), costs, mode=spec.mode, routing="balanced")
+    rep = simulate(spec.shape(), spec.topology(), spec.workload(), costs, mode=spec.mode, routing="balanced",
+                   assign=spec.assign)
     out = {"preset": spec.preset, "mode": spec.mode, "predicted": {"makespan_s": rep["makespan_s"],
                                                                    "ttft_mean_s": rep["ttft_s"]["mean"]}}
     if isinstance(run_or_spec, dict):

@@ -18,7 +18,8 @@ import time
 from typing import List
 
 from .costs import CostModel, device_files
-from .engine import ASSIGNS, ROUTINGS
+from .engine import ROUTINGS
+from .presets import ASSIGNS
 from .shapes import ModelShape, SimTopology, model_presets
 from .workload import LENGTH_DISTS, SimWorkload
 
@@ -62,7 +63,9 @@ def _parse(argv):
     g.add_argument("--costs", default="ascend-a3-like",
                    help=f"cost JSON path or a shipped device ({', '.join(device_files())}), or a --calibrate output")
     g = p.add_argument_group("workload")
-    g.add_argument("--cam-run-preset", metavar="NAME", help="use cam-run's workload preset (static batches) instead")
+    g.add_argument("--cam-run-preset", metavar="NAME",
+                   help="use cam-run's workload preset instead (its static batches; with --assign other than "
+                        "round-robin, dynamic batches of its max_batch_tokens, as cam-run --assign)")
     g.add_argument("--requests", type=int, default=1000)
     g.add_argument("--lengths", choices=LENGTH_DISTS, default="lognormal")
     g.add_argument("--mean-len", type=float, default=2048)
@@ -96,8 +99,8 @@ def _parse(argv):
                         "one plus a second replica of each layer's K most popular experts), or a JSON table "
                         "{\"F\": F, \"experts\": [[[rank, slot], ...], ...]}; a row goes to replica (t + k) %% r")
     g.add_argument("--assign", choices=ASSIGNS, default="round-robin",
-                   help="which Attention replica takes an arriving request: round robin in arrival order (as "
-                        "cam-run), or at its arrival the one with the fewest tokens / requests not yet finished")
+                   help="which Attention replica takes an arriving request: round robin in arrival order, or at its "
+                        "arrival the one with the fewest tokens / requests not yet finished (as cam-run --assign)")
     g.add_argument("--batch-items", action="store_true",
                    help="snapshot batching: an FFN rank serves every ready item, up to --batch-rows rows, in one "
                         "grouped-matmul launch (default: one work item per dispatch_recv)")
@@ -327,7 +330,9 @@ def _topology(args, D: int, F: int, colocated: bool) -> SimTopology:
 
 def _workload(args, D: int, rate: float, colocated: bool) -> SimWorkload:
     if args.cam_run_preset:
-        return SimWorkload.from_cam_run(args.cam_run_preset, args.replicas if colocated else D)
+        # --assign other than round robin: the preset's requests, batched as cam-run --assign batches them.
+        return SimWorkload.from_cam_run(args.cam_run_preset, args.replicas if colocated else D,
+                                        dynamic=args.assign != "round-robin")
     return SimWorkload.generate(args.requests, D, lengths=args.lengths, mean_len=args.mean_len, min_len=args.min_len,
                                 max_len=args.max_len, sigma=args.sigma, trace=args.trace, rate=rate,
                                 token_budget=args.token_budget, seed=args.seed)

@@ -28,6 +28,7 @@ from typing import List
 import numpy as np
 
 from .engine import Simulation, _Replica
+from .presets import assign_replica
 from .workload import split_stages
 
 
@@ -152,10 +153,7 @@ class ColocatedSimulation(Simulation):
             a = float(wl.arrival_s[rid])
             for r in self.reps:
                 r.assigned = [x for x in r.assigned if not finish[x] <= a]
-            if self.assign == "fewest-tokens":
-                rep = min(self.reps, key=lambda r: (int(wl.length[r.assigned].sum()) if r.assigned else 0, r.d))
-            else:
-                rep = min(self.reps, key=lambda r: (len(r.assigned), r.d))
+            rep = self.reps[assign_replica(self.assign, [wl.length[r.assigned].tolist() for r in self.reps])]
             rep.reqs.append(rid)
             rep.assigned.append(rid)
 

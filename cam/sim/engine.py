@@ -33,15 +33,12 @@ import numpy as np
 
 from .costs import CostModel, Work
 from .placement import Placement, expected_fanout_of, parse_placement
+from .presets import ASSIGNS, assign_replica
 from .shapes import ModelShape, SimTopology
 from .workload import SimWorkload, split_stages
 
 _PUBLISH, _FFN_DONE, _WAKE, _REPLICA, _ARRIVE = 0, 1, 2, 3, 4
 ROUTINGS = ("uniform", "balanced")
-# Which Attention replica takes an arriving request: the workload's own assignment (round robin in arrival order,
-# as cam-run), or at its arrival the replica with the fewest tokens / requests assigned and not yet finished
-# (ties: the lowest replica).
-ASSIGNS = ("round-robin", "fewest-tokens", "shortest-queue")
 
 
 def expected_fanout(model: ModelShape, F: int) -> float:
@@ -419,10 +416,7 @@ class Simulation:
         for r in self.reps:
             # Not finished by t (a replica's schedule may already run ahead of t: its finish times are known).
             r.assigned = [x for x in r.assigned if not finish[x] <= t]
-        if self.assign == "fewest-tokens":
-            rep = min(self.reps, key=lambda r: (int(length[r.assigned].sum()) if r.assigned else 0, r.d))
-        else:
-            rep = min(self.reps, key=lambda r: (len(r.assigned), r.d))
+        rep = self.reps[assign_replica(self.assign, [length[r.assigned].tolist() for r in self.reps])]
         rep.reqs.append(rid)
         rep.assigned.append(rid)
         self._unassigned -= 1
@@ -467,6 +461,8 @@ class Simulation:
         wl = self.wl
         if wl.batches is not None:
             own = wl.batches[rep.d] if rep.d < len(wl.batches) else []
+            while rep.batch_idx < len(own) and not own[rep.batch_idx]:
+                rep.batch_idx += 1  # an empty step of a lockstep run: nothing to run without the barrier
             if rep.batch_idx >= len(own):
                 return
             rids = own[rep.batch_idx]
@@ -574,8 +570,9 @@ class Simulation:
         """Sync: a replica finished its step at t; the next step's layer-0 barrier."""
         wl = self.wl
         if wl.batches is not None and rep.d < len(wl.batches) and rep.batch_idx < len(wl.batches[rep.d]):
-            # cam-run's worker sleeps until its batch's last request arrived, then enters the barrier.
-            t = max(t, max(float(wl.arrival_s[r]) for r in wl.batches[rep.d][rep.batch_idx]))
+            # cam-run's worker sleeps until its batch's last request arrived, then enters the barrier (an empty
+            # static batch: a step this replica ran without requests, as cam-run --assign records them).
+            t = max([t] + [float(wl.arrival_s[r]) for r in wl.batches[rep.d][rep.batch_idx]])
         # --assign: the step starts as an event, after every request arriving by then has been assigned.
         self._barrier(t, self._sync_step if self.assign == "round-robin" else lambda u: self._push(u, _REPLICA, -1))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +52,23 @@ PRESETS: Dict[str, WorkloadSpec] = {
     "skewed": WorkloadSpec(num_requests=16, min_len=8, max_len=40, max_batch_tokens=80, skew=3.0),
     "arrivals": WorkloadSpec(num_requests=16, arrival_rate=8.0),
 }
+
+
+# Which Attention replica takes an arriving request (cam-sim and cam-run --assign): round robin in arrival order
+# (the schedule below, static), or at its arrival the replica with the fewest tokens / requests assigned to it and
+# not yet finished (ties: the lowest replica).
+ASSIGNS = ("round-robin", "fewest-tokens", "shortest-queue")
+
+
+def assign_replica(policy: str, queued_lengths: Sequence[Sequence[int]]) -> int:
+    """The replica an arriving request joins under ``policy`` ("fewest-tokens" or "shortest-queue"), given the
+    prompt lengths of the requests each replica has been assigned and not yet finished; ties go to the lowest
+    replica. Round robin is not decided here: it is the static deal of :func:`schedule`."""
+    if policy == "fewest-tokens":
+        return min(range(len(queued_lengths)), key=lambda d: (sum(queued_lengths[d]), d))
+    if policy == "shortest-queue":
+        return min(range(len(queued_lengths)), key=lambda d: (len(queued_lengths[d]), d))
+    raise ValueError(f"assign_replica decides fewest-tokens or shortest-queue, got {policy!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -113,16 +113,23 @@ class SimWorkload:
         return SimWorkload(arrival, length, replica.astype(np.int64), token_budget=token_budget, description=desc)
 
     @staticmethod
-    def from_cam_run(preset: str, replicas: int, **overrides) -> "SimWorkload":
+    def from_cam_run(preset: str, replicas: int, dynamic: bool = False, **overrides) -> "SimWorkload":
         """cam-run's workload for ``--preset`` / ``--replicas`` (``overrides``: num_requests, seed, skew, as cam-run's
-        ``--requests/--seed/--skew``), with its static batches. The model does not matter: it only picks token ids."""
+        ``--requests/--seed/--skew``), with its static batches; ``dynamic``: the same requests batched as
+        ``cam-run --assign`` (not round robin) batches them, dynamically with the preset's ``max_batch_tokens`` as
+        the token budget. The model does not matter: it only picks token ids."""
         from .presets import PRESETS, schedule
 
         spec = dataclasses.replace(PRESETS[preset], **overrides)
         plan = schedule(spec, replicas)
+        desc = f"cam-run preset {preset} ({spec.num_requests} requests{', dynamic batches' if dynamic else ''})"
+        if dynamic:
+            return SimWorkload(np.array(plan.arrival_s, dtype=np.float64), np.array(plan.length, dtype=np.int64),
+                               np.array(plan.replica, dtype=np.int64), token_budget=spec.max_batch_tokens,
+                               description=desc)
         return SimWorkload(np.array(plan.arrival_s, dtype=np.float64), np.array(plan.length, dtype=np.int64),
                            np.array(plan.replica, dtype=np.int64), batches=[[list(b) for b in bs] for bs in plan.batches],
-                           description=f"cam-run preset {preset} ({spec.num_requests} requests)")
+                           description=desc)
 
 
 def load_trace(path: str):
