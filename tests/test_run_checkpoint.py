@@ -66,7 +66,8 @@ def _cam_run(path, tmp_path, *extra, python=(), env=None):
 @pytest.mark.e2e
 @pytest.mark.parametrize("family, flags", [("deepseek_v3", ()), ("qwen3_moe", ()), ("deepseek_v4", ()),
                                            ("deepseek_v4", ("--batch-items",)), ("deepseek_v4", ("--graph",))],
-                         ids=["deepseek_v3", "qwen3_moe", "deepseek_v4", "deepseek_v4-batch-items", "deepseek_v4-graph"])
+                         ids=["deepseek_v3", "qwen3_moe", "deepseek_v4", "deepseek_v4-batch-items",
+                              "deepseek_v4-graph"])
 def test_cam_run_on_a_checkpoint_matches_native(family, flags, tmp_path):
     path = _checkpoint(family, tmp_path / family)
     proc, report = _cam_run(path, tmp_path, *flags, python=("-m", "cam.run.cli"))
@@ -208,3 +209,29 @@ def test_native_check_fails_without_the_clamp(deepseek_v4):
     assert not bad["ok"] and bad["max_rel_diff"] > 10 * good["max_rel_diff"], (good, bad)
     with pytest.raises(ValueError, match="tokens must hold the batch's 9 token ids"):
         model.pre_moe(0, model.embed_tokens(prompts[0]), [9])
+
+
+def test_native_check_stops_at_an_indexer_flip(deepseek_v4):
+    """DeepSeek-V4's lightning indexer (its compressed-sparse-attention layer) picks the top index_topk compressed
+    blocks each query attends to: a discrete choice like a router's, which a near-tie flips under cam's int8
+    activations once a prompt has more compressed blocks than index_topk (8 here: more than 32 tokens). On this
+    96-token prompt the first choice that differs from native's is an indexer's, no router's before it; the token
+    where it does is far outside the W8A8 bound (other blocks attended, not a rounding), the tokens before it within.
+    native_check bounds exactly those tokens and says the indexer flipped first."""
+    from cam.run.checkpoint import W8A8_REL_BOUND, _load_native, load_model, native_check
+    from test_integrations_transformers import _dequantize_experts
+
+    model = load_model(deepseek_v4)
+    prompt = torch.randint(0, 128, (96,), generator=torch.Generator().manual_seed(0))
+    got = model.forward_reference([prompt])[0]
+    result = native_check(model, [prompt], [got])
+    assert result["ok"] and result["first_flip"] == {"router": 0, "indexer": 1}, result
+    at = result["tokens_bounded"]
+    assert 0 < at < 96 and result["tokens_after_a_flip"] == 96 - at, result
+    native = _load_native(deepseek_v4)
+    _dequantize_experts(native)
+    with torch.no_grad():
+        want = native.model(input_ids=prompt[None]).last_hidden_state[0]
+    rel = (got - want).norm(dim=-1) / want.norm(dim=-1)
+    assert float(rel[:at].max()) == pytest.approx(result["max_rel_diff"]) and result["max_rel_diff"] < W8A8_REL_BOUND
+    assert float(rel[at]) > 2 * W8A8_REL_BOUND, (at, float(rel[at]))

@@ -332,6 +332,28 @@ class DeepseekV4CheckpointModel(CheckpointModel):
 W8A8_REL_BOUND = 0.05  # docs/numerics.md, "W8A8 against the float model": a block's error relative to its norm
 
 
+def _indexer_hooks(model, store: list) -> list:
+    """Records the choice of every DeepSeek-V4 lightning indexer of ``model`` (its compressed-sparse-attention layers':
+    the top-``index_topk`` compressed KV blocks each query attends to, ``[S, k]``, -1 for none) in call order. Like
+    a router's top-k, a discrete choice that a near-tie flips under int8 activations."""
+    return [m.register_forward_hook(lambda mod, args, out: store.append(out[0]))
+            for m in model.modules() if type(m).__name__ == "DeepseekV4Indexer"]
+
+
+def _first_difference(mine: list, theirs: list, n: int) -> int:
+    """The first of ``n`` positions where two lists of per-position top-k choices (``[n, k]`` each, paired in order)
+    differ as sets; ``n`` if none does."""
+    import torch
+
+    same = torch.ones(n, dtype=torch.bool)
+    for a, b in zip(mine, theirs):
+        if a.shape != b.shape or a.dim() != 2 or a.shape[0] != n:
+            raise ValueError(f"_first_difference: choices of shapes {tuple(a.shape)} and {tuple(b.shape)} for {n} "
+                             "positions")
+        same &= (a.long().sort(-1)[0] == b.long().sort(-1)[0]).all(-1)
+    return n if bool(same.all()) else int((~same).nonzero()[0])
+
+
 def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -> dict:
     """cam's final hidden states of each prompt against the transformers model run natively on that prompt alone,
     with the expert weights cam computes with (dequantized int8), and the greedy next token of both through the
@@ -339,15 +361,17 @@ def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -
 
     Tolerance. What differs is cam's per-token int8 activations and bf16 routed input and output: the W8A8 error
     docs/numerics.md bounds at 5 % of a block's norm (about 1 % per token on the test models). That bound holds for a
-    token only while cam and the native model choose the same experts for it and for every token before it in the
-    request (attention mixes them in): a token whose router sits at a near-tie may flip its top-k under that 1 %,
-    and then differs by a different expert's output, not a rounding. So the bound is checked per token up to the
-    first position whose routing differs from native at some MoE layer (the routers compared are both float32, on
-    each side's own input); the positions after it are counted, not bounded. The greedy token at the last position
-    must be equal, or a near-tie: the native logits of the two tokens closer than twice the largest logit
-    difference of that prompt.
+    token only while cam and the native model make the same discrete choices for it and for every token before it
+    in the request (attention mixes them in): a token whose router sits at a near-tie may flip its top-k under that
+    1 %, and then differs by a different expert's output, not a rounding; so may a DeepSeek-V4 lightning indexer's
+    top-k of the compressed blocks a query attends to (its compressed-sparse-attention layers). So the bound is
+    checked per token up to the first position where a router (both float32, on each side's own input) or an
+    indexer chose differently from native at some layer; the positions after it are counted, not bounded
+    (``first_flip`` says which kind came first in how many requests). The greedy token at the last position must be
+    equal, or a near-tie: the native logits of the two tokens closer than twice the largest logit difference of
+    that prompt.
 
-    A routing flip at the first token would leave nothing bounded, so each MoE block is also checked on its own
+    A flip at the first token would leave nothing bounded, so each MoE block is also checked on its own
     (teacher-forced): on the native block's input and with the native router's choice, cam's routed experts of that
     MoE layer (the int8 golden of ``routed_reference``) plus the shared expert must be within the W8A8 bound of the
     native block's output, relative to its norm over the request. This is what catches a wrong layer's or a wrong
@@ -365,7 +389,11 @@ def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -
     hooks = [b.register_forward_hook(lambda mod, args, kwargs, out: native_io.append(
         (mod, args[0].reshape(-1, args[0].shape[-1]), kwargs.get("input_ids"), out.reshape(-1, out.shape[-1]))),
         with_kwargs=True) for b in blocks]
+    native_picks: list = []
+    cam_picks: list = []
+    hooks += _indexer_hooks(native, native_picks) + _indexer_hooks(model.hf, cam_picks)
     worst, worst_block, checked, flipped, greedy_equal, near_ties, ok = 0.0, 0.0, 0, 0, 0, 0, True
+    first_flip = {"router": 0, "indexer": 0}
     try:
         with torch.no_grad():
             for block, ffn in zip(blocks, model.experts):
@@ -374,6 +402,8 @@ def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -
                 block.experts.down_proj.copy_(q.w2.transpose(1, 2))
             for tokens, got in zip(prompts, outputs):
                 native_io.clear()
+                native_picks.clear()
+                cam_picks.clear()
                 want = native.model(input_ids=tokens.reshape(1, -1).long()).last_hidden_state[0]
                 native_ids = []
                 for j, (block, x, input_ids, out) in enumerate(native_io):
@@ -385,10 +415,14 @@ def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -
                 cam_ids: list = []
                 model.forward_reference([tokens.reshape(-1)], on_route=lambda j, ids: cam_ids.append(ids))
                 n = want.shape[0]
-                same = torch.ones(n, dtype=torch.bool)
-                for a, b in zip(cam_ids, native_ids):
-                    same &= (a.long().sort(-1)[0] == b.long().sort(-1)[0]).all(-1)
-                clean = n if bool(same.all()) else int((~same).nonzero()[0])
+                if len(cam_picks) != len(native_picks):
+                    raise RuntimeError(f"native_check: {len(cam_picks)} indexer calls on cam's side, "
+                                       f"{len(native_picks)} on native's, for one request")
+                routed = _first_difference(cam_ids, native_ids, n)
+                indexed = _first_difference(cam_picks, native_picks, n)
+                clean = min(routed, indexed)
+                for kind, at in (("router", routed), ("indexer", indexed)):
+                    first_flip[kind] += at == clean < n
                 rel = (got.float() - want).norm(dim=-1) / want.norm(dim=-1).clamp_min(1e-12)
                 if clean:
                     worst = max(worst, float(rel[:clean].max()))
@@ -407,6 +441,7 @@ def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -
             h.remove()
     return {"ok": ok and worst < W8A8_REL_BOUND and worst_block < W8A8_REL_BOUND, "max_rel_diff": worst,
             "max_block_rel_diff": worst_block, "tokens_bounded": checked,
-            "tokens_after_a_routing_flip": flipped, "greedy_equal": greedy_equal, "greedy_near_ties": near_ties,
+            "tokens_after_a_flip": flipped, "first_flip": first_flip, "greedy_equal": greedy_equal,
+            "greedy_near_ties": near_ties,
             "requests": len(outputs), "tolerance": {"max_rel_diff": W8A8_REL_BOUND,
                                                     "max_block_rel_diff": W8A8_REL_BOUND}}

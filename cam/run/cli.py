@@ -768,7 +768,7 @@ def _print(report: dict) -> None:
             print(f"  native      {'PASS' if n['ok'] else 'FAIL'}: each MoE block on native's input within "
                   f"{n['max_block_rel_diff']:.2e} of native's; max rel diff {n['max_rel_diff']:.2e} per token vs "
                   f"the transformers model with the same dequantized experts ({n['tokens_bounded']} tokens; "
-                  f"{n['tokens_after_a_routing_flip']} after a routing flip, not bounded); greedy next token equal "
+                  f"{n['tokens_after_a_flip']} after a routing or indexer flip, not bounded); greedy next token equal "
                   f"in {n['greedy_equal']} of {n['requests']} requests ({n['greedy_near_ties']} near-ties)")
     if "wall_s" in report:
         w = report["wall_s"]
