@@ -163,10 +163,12 @@ def test_deepseek_v4_pieces_are_the_native_decoder_layers(deepseek_v4):
     moe_output of the native block's output gives the native layer's output; the embedding and the final hc_head and
     norm are the model's. So the residual (hyper-connection streams mixed by Sinkhorn weights, comb transposed) is the
     engine's, not a guess; only the routed experts' numerics are cam's."""
-    from cam.run.checkpoint import DeepseekV4CheckpointModel, _load_native, load_model
+    from cam.run.checkpoint import CheckpointModel, DeepseekV4CheckpointModel, _load_native, load_model
 
     model = load_model(deepseek_v4)
     assert type(model) is DeepseekV4CheckpointModel and model.swiglu_limit == dsv4.LIMIT
+    with pytest.raises(ValueError, match="CheckpointModel runs model_type .*, not 'deepseek_v4'"):
+        CheckpointModel(deepseek_v4)  # the plain residual's class never runs V4's layers
     native = _load_native(deepseek_v4)
     seen = []
     hooks = [m.register_forward_hook(lambda mod, args, kwargs, out: seen.append(

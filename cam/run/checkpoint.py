@@ -263,6 +263,12 @@ class DeepseekV4CheckpointModel(CheckpointModel):
     def __init__(self, directory: str):
         super().__init__(directory)
         self._hc = self.hf.config.hc_mult
+        # _UpToTheMoE runs this class's forward on a view of the layer: refuse another layer class by name rather
+        # than run a forward written for other attributes.
+        kinds = {type(layer).__name__ for layer in self._layers}
+        if kinds != {"DeepseekV4DecoderLayer"}:
+            raise ValueError(f"--checkpoint {directory!r}: DeepseekV4CheckpointModel runs DeepseekV4DecoderLayer "
+                             f"layers, the model has {sorted(kinds)}")
 
     def embed_tokens(self, tokens):
         """``[T, hc_mult, H]``: the embedding copied into every stream (``DeepseekV4Model.forward``)."""
