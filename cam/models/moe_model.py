@@ -26,7 +26,15 @@ class PrefillReference:
     """The single-process prefill golden of a model split into cam-run's pieces, written once for every model that
     has them (:class:`MoEModel`, ``cam.run.checkpoint.CheckpointModel``): ``config`` (``hidden``, ``top_k``,
     ``num_experts``, ``num_layers``, ``moe_layers``), the routed experts' int8 ``w1``/``w1_scale``/``w2``/
-    ``w2_scale`` per MoE layer, and ``embed_tokens``, ``pre_moe``, ``shared``, ``dense_mlp``, ``finish``."""
+    ``w2_scale`` per MoE layer, and ``embed_tokens``, ``pre_moe``, ``shared``, ``dense_mlp``, ``finish``.
+
+    What a model's pieces pass between them as ``x`` (the residual) is the model's own business: a tensor whose rows
+    are the tokens (``[T, H]`` here; DeepSeek-V4's hyper-connection streams are more) and whatever ``moe_output``
+    needs to finish an MoE layer; the routed experts always see ``h`` of ``[T, H]``."""
+
+    # The clamp every FFN rank's W1 applies to the SwiGLU halves (DeepSeek-V4's ``swiglu_limit``, docs/gmm.md);
+    # None: the plain SwiGLU.
+    swiglu_limit = None
 
     def routed_weights(self, first_expert: int, num_local: int):
         """Per-MoE-layer lists (w1, w1_scale, w2, w2_scale) of experts [first_expert, first_expert + num_local)."""
@@ -51,7 +59,8 @@ class PrefillReference:
         counts = torch.bincount(torch.tensor([e for e, _, _ in pairs]), minlength=c.num_experts).to(torch.int64)
         layer = torch.tensor([moe_index], dtype=torch.int64)
         y, y_scale, _ = ref_gmm.gmm_swiglu_quant_multi_layer(
-            q[rows], scale[rows], self.w1, self.w1_scale, counts, layer, ref_gmm.GROUP_LIST_COUNTS)
+            q[rows], scale[rows], self.w1, self.w1_scale, counts, layer, ref_gmm.GROUP_LIST_COUNTS,
+            swiglu_limit=self.swiglu_limit)
         expert_out = ref_gmm.gmm_multi_layer(y, y_scale, self.w2, self.w2_scale, counts, layer,
                                              ref_gmm.GROUP_LIST_COUNTS)
         by_slot = {(t, k): expert_out[i] for i, (_, t, k) in enumerate(pairs)}
@@ -63,20 +72,27 @@ class PrefillReference:
             out[t] = acc.to(torch.bfloat16)
         return out
 
+    def moe_output(self, layer: int, x, routed: torch.Tensor, shared: torch.Tensor, rows: slice = slice(None)):
+        """Rows ``rows`` of MoE layer ``layer``'s output, from ``pre_moe``'s ``x`` and those rows' routed (bf16, as
+        combined) and shared expert outputs: the plain residual ``x + routed + shared``. A model whose residual is
+        not a sum (DeepSeek-V4's hyper-connections) overrides it."""
+        return x[rows] + routed.to(torch.float32) + shared
+
     def forward_reference(self, prompts: Sequence[torch.Tensor], on_route=None) -> List[torch.Tensor]:
         """Single-process prefill of a batch of prompts; returns each prompt's final hidden states [T_i, H].
         ``on_route(moe_index, topk_ids)``, if given, sees every MoE layer's routing."""
         seq_lens = [int(p.numel()) for p in prompts]
-        x = self.embed_tokens(torch.cat([p.reshape(-1) for p in prompts])) if prompts else torch.zeros(0)
+        tokens = torch.cat([p.reshape(-1) for p in prompts]) if prompts else torch.zeros(0, dtype=torch.long)
+        x = self.embed_tokens(tokens)
         for layer in range(self.config.num_layers):
             if layer in self.config.moe_layers:
-                x, h, ids, w = self.pre_moe(layer, x, seq_lens)
+                x, h, ids, w = self.pre_moe(layer, x, seq_lens, tokens)
                 if on_route is not None:
                     on_route(self.config.moe_layers.index(layer), ids)
                 routed = self.routed_reference(self.config.moe_layers.index(layer), h, ids, w)
-                x = x + routed.to(torch.float32) + self.shared(layer, h)
+                x = self.moe_output(layer, x, routed, self.shared(layer, h))
             else:
-                x, h = self.pre_moe(layer, x, seq_lens)
+                x, h = self.pre_moe(layer, x, seq_lens, tokens)
                 x = x + self.dense_mlp(layer, h)
         return list(self.finish(x).split(seq_lens))
 
@@ -147,9 +163,10 @@ class MoEModel(PrefillReference):
             start += n
         return out
 
-    def pre_moe(self, layer: int, x: torch.Tensor, seq_lens: Sequence[int]):
+    def pre_moe(self, layer: int, x: torch.Tensor, seq_lens: Sequence[int], tokens: torch.Tensor = None):
         """Attention and, for an MoE layer, routing. Returns (x, h) for a dense layer, or
-        (x, h_bf16, topk_ids int32 [T, K], topk_weights fp32 [T, K]) for an MoE layer."""
+        (x, h_bf16, topk_ids int32 [T, K], topk_weights fp32 [T, K]) for an MoE layer. ``tokens`` (the batch's
+        token ids, [T]) is for a router that reads them (DeepSeek-V4's hash layers); this model's does not."""
         n1, n2 = self.norms[layer]
         x = x + self.attention(layer, self._rms(x, n1), seq_lens)
         h = self._rms(x, n2)

@@ -2,12 +2,14 @@
 ``*.safetensors``) instead of a built-in synthetic model (docs/run.md, "A checkpoint").
 
 :class:`CheckpointModel` is the checkpoint's own architecture cut into the pieces every ``cam-run`` rank runs
-(``embed_tokens``, ``pre_moe``, ``shared``, ``dense_mlp``, ``finish``): the transformers model's embedding,
-attention, norms, router (in float32, ``cam.integrations.transformers.route_float32``), shared and dense MLPs,
-while its routed experts come from the checkpoint's files through :mod:`cam.convert` and run on cam's FFN ranks.
-Its ``forward_reference`` is the same single-process golden as the synthetic models' (``--check``), and
-:func:`native_check` compares cam's prefill with the engine itself: the transformers model run natively with the
-same dequantized expert weights.
+(``embed_tokens``, ``pre_moe``, ``shared``, ``dense_mlp``, ``moe_output``, ``finish``): the transformers model's
+embedding, attention, norms, router (in float32, ``cam.integrations.transformers.route_float32``), shared and dense
+MLPs, while its routed experts come from the checkpoint's files through :mod:`cam.convert` and run on cam's FFN
+ranks, with the checkpoint's ``swiglu_limit`` (DeepSeek-V4's clamped SwiGLU). :class:`DeepseekV4CheckpointModel`
+is DeepSeek-V4's: its residual is a set of hyper-connection streams, which its pieces carry as ``x``.
+:func:`load_model` picks the class. Its ``forward_reference`` is the same single-process golden as the synthetic
+models' (``--check``), and :func:`native_check` compares cam's prefill with the engine itself: the transformers
+model run natively with the same dequantized expert weights.
 """
 
 from __future__ import annotations
@@ -15,14 +17,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from ..models.moe_model import PrefillReference
 
-# The architectures whose decoder layer is ``x + attn(norm(x))`` then ``x + mlp(norm(x))`` with an MoE block the
-# block adapter knows. DeepSeek-V4 is not: its residual is a set of hyper-connection streams, and its clamped
-# SwiGLU needs the FFN loop's W1 to take swiglu_limit, which cam-run's worker loop does not pass.
-SUPPORTED = ("deepseek_v3", "qwen2_moe", "qwen3_moe")
+# The architectures with an MoE block the block adapter knows (cam.integrations.transformers): those whose decoder
+# layer is ``x + attn(norm(x))`` then ``x + mlp(norm(x))`` (CheckpointModel), and DeepSeek-V4, whose residual is
+# hyper-connection streams and whose experts clamp the SwiGLU (DeepseekV4CheckpointModel).
+SUPPORTED = ("deepseek_v3", "deepseek_v4", "qwen2_moe", "qwen3_moe")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +41,9 @@ class CheckpointShape:
     top_k: int
     moe_intermediate: int
     moe_layer_ids: tuple
+    # The clamp of the experts' SwiGLU the FFN ranks apply (cam.convert.check_supported_config: DeepSeek-V4's, else
+    # None)
+    swiglu_limit: Optional[float] = None
 
     @property
     def moe_layers(self) -> List[int]:
@@ -60,7 +65,7 @@ def checkpoint_shape(directory: str) -> CheckpointShape:
         raise ValueError(f"--checkpoint {directory!r}: model_type {model_type!r} is not supported by cam-run "
                          f"(supported: {', '.join(SUPPORTED)})")
     try:
-        convert.check_supported_config(_Namespace(config), who=f"--checkpoint {directory!r}")
+        limit = convert.check_supported_config(_Namespace(config), who=f"--checkpoint {directory!r}")
         layers = convert.checkpoint_moe_layers(directory)
     except ValueError as e:
         raise ValueError(str(e) if str(e).startswith("--checkpoint") else f"--checkpoint {directory!r}: {e}") from None
@@ -73,7 +78,7 @@ def checkpoint_shape(directory: str) -> CheckpointShape:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"--checkpoint {directory!r}: config.json gives no positive int for {name} ({value!r})")
     return CheckpointShape(path=os.path.abspath(directory), model_type=model_type, moe_layer_ids=tuple(layers),
-                           **fields)
+                           swiglu_limit=limit, **fields)
 
 
 class _Namespace:
@@ -95,9 +100,19 @@ def _load_native(directory: str):
     return transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
 
 
+def load_model(directory: str) -> "CheckpointModel":
+    """The checkpoint's cam-run model: :class:`DeepseekV4CheckpointModel` for DeepSeek-V4, else
+    :class:`CheckpointModel`."""
+    shape = checkpoint_shape(directory)
+    return (DeepseekV4CheckpointModel if shape.model_type == "deepseek_v4" else CheckpointModel)(directory)
+
+
 class CheckpointModel(PrefillReference):
     """A transformers MoE checkpoint as cam-run's model (float32 on the Attention side; routed experts int8 by
-    :func:`cam.quantize_weight` from :func:`cam.convert.load_checkpoint_experts`)."""
+    :func:`cam.quantize_weight` from :func:`cam.convert.load_checkpoint_experts`). The architectures whose decoder
+    layer is ``x + attn(norm(x))`` then ``x + mlp(norm(x))``; :func:`load_model` picks the class."""
+
+    model_types = ("deepseek_v3", "qwen2_moe", "qwen3_moe")
 
     def __init__(self, directory: str):
         import torch
@@ -106,6 +121,10 @@ class CheckpointModel(PrefillReference):
         from ..integrations import transformers as camtf
 
         self.config = checkpoint_shape(directory)
+        if self.config.model_type not in self.model_types:
+            raise ValueError(f"--checkpoint {directory!r}: {type(self).__name__} runs model_type "
+                             f"{', '.join(self.model_types)}, not {self.config.model_type!r} (cam.run.checkpoint."
+                             f"load_model picks the class)")
         self._camtf = camtf
         self.hf = _load_native(directory)
         base = self.hf.model
@@ -114,6 +133,12 @@ class CheckpointModel(PrefillReference):
             raise ValueError(f"--checkpoint {directory!r}: the model's MoE blocks are decoder layers "
                              f"{list(self.blocks)}, its files' experts layers {self.config.moe_layers}")
         experts, _ = convert.load_checkpoint_experts(directory)
+        # What every FFN rank's W1 applies, and the golden with it: the limit of the experts as loaded (one per
+        # model), which is the config's (checkpoint_shape) unless the files disagree with it.
+        self.swiglu_limit = convert.common_swiglu_limit(experts)
+        if self.swiglu_limit != self.config.swiglu_limit:
+            raise ValueError(f"--checkpoint {directory!r}: the experts' swiglu_limit {self.swiglu_limit!r} is not "
+                             f"the config's {self.config.swiglu_limit!r}")
         self.w1, self.w1_scale, self.w2, self.w2_scale = [], [], [], []
         for ffn in experts:
             for w, q_list, s_list in ((ffn.w1, self.w1, self.w1_scale), (ffn.w2, self.w2, self.w2_scale)):
@@ -147,10 +172,11 @@ class CheckpointModel(PrefillReference):
         with self._no_grad():
             return self.hf.model.embed_tokens(tokens.long()).to(torch.float32)
 
-    def pre_moe(self, layer: int, x, seq_lens: Sequence[int]):
+    def pre_moe(self, layer: int, x, seq_lens: Sequence[int], tokens=None):
         """The decoder layer up to its MLP: ``x + attn(input_layernorm(x))`` over each request alone (causal,
         positions from 0), then ``post_attention_layernorm``; for an MoE layer also the float32 router. Returns
-        ``(x, h)`` or ``(x, h_bf16, topk_ids int32, topk_weights fp32)``, as :class:`cam.models.MoEModel` does."""
+        ``(x, h)`` or ``(x, h_bf16, topk_ids int32, topk_weights fp32)``, as :class:`cam.models.MoEModel` does.
+        These routers do not read ``tokens``."""
         import torch
 
         decoder = self._layers[layer]
@@ -190,7 +216,148 @@ class CheckpointModel(PrefillReference):
             return self.hf.model.norm(x)
 
 
+class _UpToTheMoE:
+    """A DeepSeek-V4 decoder layer as its own ``forward`` sees it (``self.attn_hc``, ``self.self_attn``, ...), its
+    MoE block replaced by a capture: transformers' ``DeepseekV4DecoderLayer.forward`` runs the attention sublayer
+    with its hyper-connections and residual mixing, then ``ffn_hc`` (whose ``post`` weights are kept) and
+    ``post_attention_layernorm``, hands the MoE block's input to :meth:`mlp` (kept), and, since that returns zeros,
+    returns ``post * 0 + comb^T @ streams``: exactly the streams' residual part of the layer's output. One per call,
+    so the model is never modified (a colocated process warms its two ranks up on two threads)."""
+
+    def __init__(self, decoder):
+        self._decoder = decoder
+        self.attn_hc = decoder.attn_hc
+        self.self_attn = decoder.self_attn
+        self.input_layernorm = decoder.input_layernorm
+        self.post_attention_layernorm = decoder.post_attention_layernorm
+        self.post = self.h = None
+
+    def ffn_hc(self, streams):
+        post, comb, collapsed = self._decoder.ffn_hc(streams)
+        self.post = post
+        return post, comb, collapsed
+
+    def mlp(self, h, input_ids=None):
+        import torch
+
+        self.h = h
+        return torch.zeros_like(h)
+
+    def __call__(self, streams, **kwargs):
+        mixed = type(self._decoder).forward(self, streams, **kwargs)
+        return mixed, self.post, self.h
+
+
+class DeepseekV4CheckpointModel(CheckpointModel):
+    """DeepSeek-V4 (transformers' ``DeepseekV4ForCausalLM``) as cam-run's model. Its residual is ``hc_mult``
+    hyper-connection streams per token, so ``x`` is ``[T, hc_mult, H]`` between the pieces, and an MoE layer's
+    output is ``post * (routed + shared) + comb^T @ streams`` with the ``ffn_hc`` weights of that layer
+    (``DeepseekV4DecoderLayer.forward``), not a sum. Every piece but that last line is the transformers model's own
+    code: :class:`_UpToTheMoE` runs the decoder layer's ``forward`` up to its MoE block, ``hc_head`` collapses the
+    streams at the end. Its routers: the top-k layers' on the float32 scores, the hash layers' on the token ids
+    (``tokens``). Its routed experts clamp the SwiGLU halves with the checkpoint's ``swiglu_limit``, on the FFN
+    ranks as in the golden; its shared expert, here, with the model's own module (which clamps as well)."""
+
+    model_types = ("deepseek_v4",)
+
+    def __init__(self, directory: str):
+        super().__init__(directory)
+        self._hc = self.hf.config.hc_mult
+        # _UpToTheMoE runs this class's forward on a view of the layer: refuse another layer class by name rather
+        # than run a forward written for other attributes.
+        kinds = {type(layer).__name__ for layer in self._layers}
+        if kinds != {"DeepseekV4DecoderLayer"}:
+            raise ValueError(f"--checkpoint {directory!r}: DeepseekV4CheckpointModel runs DeepseekV4DecoderLayer "
+                             f"layers, the model has {sorted(kinds)}")
+
+    def embed_tokens(self, tokens):
+        """``[T, hc_mult, H]``: the embedding copied into every stream (``DeepseekV4Model.forward``)."""
+        import torch
+
+        with self._no_grad():
+            e = self.hf.model.embed_tokens(tokens.long()).to(torch.float32)
+        return e.unsqueeze(1).expand(-1, self._hc, -1).contiguous()
+
+    def _position_inputs(self, seg):
+        """What ``DeepseekV4Model.forward`` hands each decoder layer for one request alone from position 0 without
+        a cache: the positions, both rotary tables and its sliding-window causal mask (made by transformers)."""
+        import torch
+        from transformers.masking_utils import create_sliding_window_causal_mask
+
+        base = self.hf.model
+        n = seg.shape[1]
+        positions = torch.arange(n)[None]
+        embeds = seg[:, :, 0]
+        mask = create_sliding_window_causal_mask(config=base.config, inputs_embeds=embeds, attention_mask=None,
+                                                 past_key_values=None, position_ids=positions)
+        rope = {kind: self._rotary(embeds, position_ids=positions, layer_type=kind) for kind in ("main", "compress")}
+        return {"position_embeddings": rope, "position_ids": positions, "attention_mask": mask}
+
+    def pre_moe(self, layer: int, x, seq_lens: Sequence[int], tokens=None):
+        """The decoder layer up to its MoE block over each request alone: returns ``((mixed, post), h_bf16, ids,
+        weights)`` with ``mixed = comb^T @ streams`` and ``post`` the ``ffn_hc`` weights the MoE output is expanded
+        with (:meth:`moe_output`). ``tokens`` (the batch's ids) is needed by the hash-routed layers."""
+        import torch
+
+        if tokens is None or tokens.numel() != x.shape[0]:
+            raise ValueError(f"DeepseekV4CheckpointModel.pre_moe: tokens must hold the batch's {x.shape[0]} token "
+                             f"ids (the hash-routed layers read them), got "
+                             f"{None if tokens is None else tuple(tokens.shape)}")
+        decoder = self._layers[layer]
+        hidden = x.shape[-1]
+        mixed, post, h = torch.empty_like(x), x.new_empty(x.shape[:2]), x.new_empty(x.shape[0], hidden)
+        with self._no_grad():
+            start = 0
+            for n in seq_lens:
+                seg = x[start:start + n][None]
+                m, p, hn = _UpToTheMoE(decoder)(seg, **self._position_inputs(seg))
+                mixed[start:start + n], post[start:start + n], h[start:start + n] = m[0], p[0], hn[0]
+                start += n
+            ids, weights = self._camtf.route_float32(self.blocks[layer], h, tokens.reshape(-1))
+        return (mixed, post), h.to(torch.bfloat16), ids, weights
+
+    def moe_output(self, layer: int, x, routed, shared, rows: slice = slice(None)):
+        """``post * (routed + shared) + comb^T @ streams`` for rows ``rows``: ``DeepseekV4DecoderLayer.forward``'s
+        last line, with the MoE block's output ``routed + shared`` as its ``DeepseekV4SparseMoeBlock`` sums them."""
+        import torch
+
+        mixed, post = x
+        y = routed.to(torch.float32) + shared
+        return post[rows].unsqueeze(-1) * y.unsqueeze(-2) + mixed[rows]
+
+    def dense_mlp(self, layer: int, h):
+        raise ValueError("DeepSeek-V4 has no dense MLP layer (its mlp_layer_types are hash_moe and moe)")
+
+    def finish(self, x):
+        """``norm(hc_head(streams))``: the streams collapsed, then the final norm (``DeepseekV4Model.forward``)."""
+        base = self.hf.model
+        with self._no_grad():
+            return base.norm(base.hc_head(x[None]))[0]
+
+
 W8A8_REL_BOUND = 0.05  # docs/numerics.md, "W8A8 against the float model": a block's error relative to its norm
+
+
+def _indexer_hooks(model, store: list) -> list:
+    """Records the choice of every DeepSeek-V4 lightning indexer of ``model`` (its compressed-sparse-attention layers':
+    the top-``index_topk`` compressed KV blocks each query attends to, ``[S, k]``, -1 for none) in call order. Like
+    a router's top-k, a discrete choice that a near-tie flips under int8 activations."""
+    return [m.register_forward_hook(lambda mod, args, out: store.append(out[0]))
+            for m in model.modules() if type(m).__name__ == "DeepseekV4Indexer"]
+
+
+def _first_difference(mine: list, theirs: list, n: int) -> int:
+    """The first of ``n`` positions where two lists of per-position top-k choices (``[n, k]`` each, paired in order)
+    differ as sets; ``n`` if none does."""
+    import torch
+
+    same = torch.ones(n, dtype=torch.bool)
+    for a, b in zip(mine, theirs):
+        if a.shape != b.shape or a.dim() != 2 or a.shape[0] != n:
+            raise ValueError(f"_first_difference: choices of shapes {tuple(a.shape)} and {tuple(b.shape)} for {n} "
+                             "positions")
+        same &= (a.long().sort(-1)[0] == b.long().sort(-1)[0]).all(-1)
+    return n if bool(same.all()) else int((~same).nonzero()[0])
 
 
 def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -> dict:
@@ -200,15 +367,17 @@ def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -
 
     Tolerance. What differs is cam's per-token int8 activations and bf16 routed input and output: the W8A8 error
     docs/numerics.md bounds at 5 % of a block's norm (about 1 % per token on the test models). That bound holds for a
-    token only while cam and the native model choose the same experts for it and for every token before it in the
-    request (attention mixes them in): a token whose router sits at a near-tie may flip its top-k under that 1 %,
-    and then differs by a different expert's output, not a rounding. So the bound is checked per token up to the
-    first position whose routing differs from native at some MoE layer (the routers compared are both float32, on
-    each side's own input); the positions after it are counted, not bounded. The greedy token at the last position
-    must be equal, or a near-tie: the native logits of the two tokens closer than twice the largest logit
-    difference of that prompt.
+    token only while cam and the native model make the same discrete choices for it and for every token before it
+    in the request (attention mixes them in): a token whose router sits at a near-tie may flip its top-k under that
+    1 %, and then differs by a different expert's output, not a rounding; so may a DeepSeek-V4 lightning indexer's
+    top-k of the compressed blocks a query attends to (its compressed-sparse-attention layers). So the bound is
+    checked per token up to the first position where a router (both float32, on each side's own input) or an
+    indexer chose differently from native at some layer; the positions after it are counted, not bounded
+    (``first_flip`` says which kind came first in how many requests). The greedy token at the last position must be
+    equal, or a near-tie: the native logits of the two tokens closer than twice the largest logit difference of
+    that prompt.
 
-    A routing flip at the first token would leave nothing bounded, so each MoE block is also checked on its own
+    A flip at the first token would leave nothing bounded, so each MoE block is also checked on its own
     (teacher-forced): on the native block's input and with the native router's choice, cam's routed experts of that
     MoE layer (the int8 golden of ``routed_reference``) plus the shared expert must be within the W8A8 bound of the
     native block's output, relative to its norm over the request. This is what catches a wrong layer's or a wrong
@@ -222,9 +391,15 @@ def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -
     native = _load_native(model.config.path)
     blocks = list(camtf.moe_blocks(native).values())
     native_io: list = []
-    hooks = [b.register_forward_hook(lambda mod, args, out: native_io.append(
-        (mod, args[0].reshape(-1, args[0].shape[-1]), out.reshape(-1, out.shape[-1])))) for b in blocks]
+    # Each block's input, the token ids a hash-routed one reads (DeepSeek-V4's, passed as input_ids=), its output.
+    hooks = [b.register_forward_hook(lambda mod, args, kwargs, out: native_io.append(
+        (mod, args[0].reshape(-1, args[0].shape[-1]), kwargs.get("input_ids"), out.reshape(-1, out.shape[-1]))),
+        with_kwargs=True) for b in blocks]
+    native_picks: list = []
+    cam_picks: list = []
+    hooks += _indexer_hooks(native, native_picks) + _indexer_hooks(model.hf, cam_picks)
     worst, worst_block, checked, flipped, greedy_equal, near_ties, ok = 0.0, 0.0, 0, 0, 0, 0, True
+    first_flip = {"router": 0, "indexer": 0}
     try:
         with torch.no_grad():
             for block, ffn in zip(blocks, model.experts):
@@ -233,10 +408,12 @@ def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -
                 block.experts.down_proj.copy_(q.w2.transpose(1, 2))
             for tokens, got in zip(prompts, outputs):
                 native_io.clear()
+                native_picks.clear()
+                cam_picks.clear()
                 want = native.model(input_ids=tokens.reshape(1, -1).long()).last_hidden_state[0]
                 native_ids = []
-                for j, (block, x, out) in enumerate(native_io):
-                    ids, weights = camtf.route_float32(block, x)
+                for j, (block, x, input_ids, out) in enumerate(native_io):
+                    ids, weights = camtf.route_float32(block, x, input_ids)
                     native_ids.append(ids)
                     h = x.to(torch.bfloat16)
                     mine = model.routed_reference(j, h, ids, weights).float() + model.shared(model.moe_layers[j], h)
@@ -244,10 +421,14 @@ def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -
                 cam_ids: list = []
                 model.forward_reference([tokens.reshape(-1)], on_route=lambda j, ids: cam_ids.append(ids))
                 n = want.shape[0]
-                same = torch.ones(n, dtype=torch.bool)
-                for a, b in zip(cam_ids, native_ids):
-                    same &= (a.long().sort(-1)[0] == b.long().sort(-1)[0]).all(-1)
-                clean = n if bool(same.all()) else int((~same).nonzero()[0])
+                if len(cam_picks) != len(native_picks):
+                    raise RuntimeError(f"native_check: {len(cam_picks)} indexer calls on cam's side, "
+                                       f"{len(native_picks)} on native's, for one request")
+                routed = _first_difference(cam_ids, native_ids, n)
+                indexed = _first_difference(cam_picks, native_picks, n)
+                clean = min(routed, indexed)
+                for kind, at in (("router", routed), ("indexer", indexed)):
+                    first_flip[kind] += at == clean < n
                 rel = (got.float() - want).norm(dim=-1) / want.norm(dim=-1).clamp_min(1e-12)
                 if clean:
                     worst = max(worst, float(rel[:clean].max()))
@@ -266,6 +447,7 @@ def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -
             h.remove()
     return {"ok": ok and worst < W8A8_REL_BOUND and worst_block < W8A8_REL_BOUND, "max_rel_diff": worst,
             "max_block_rel_diff": worst_block, "tokens_bounded": checked,
-            "tokens_after_a_routing_flip": flipped, "greedy_equal": greedy_equal, "greedy_near_ties": near_ties,
+            "tokens_after_a_flip": flipped, "first_flip": first_flip, "greedy_equal": greedy_equal,
+            "greedy_near_ties": near_ties,
             "requests": len(outputs), "tolerance": {"max_rel_diff": W8A8_REL_BOUND,
                                                     "max_block_rel_diff": W8A8_REL_BOUND}}

@@ -68,9 +68,10 @@ def _parse(argv):
     p.add_argument("--model", choices=["tiny", "small"], default=None,
                    help="model preset (cam.models.PRESETS; default tiny)")
     p.add_argument("--checkpoint", metavar="DIR",
-                   help="run a transformers checkpoint directory (config.json + *.safetensors; DeepSeek-V3, Qwen2-MoE "
-                        "or Qwen3-MoE) instead of a --model preset: its routed experts through cam.convert, --check "
-                        "also against the model run natively (docs/run.md, \"A checkpoint\")")
+                   help="run a transformers checkpoint directory (config.json + *.safetensors; DeepSeek-V3, "
+                        "DeepSeek-V4, Qwen2-MoE or Qwen3-MoE) instead of a --model preset: its routed experts through "
+                        "cam.convert (with DeepSeek-V4's swiglu_limit on every FFN rank), --check also against the "
+                        "model run natively (docs/run.md, \"A checkpoint\")")
     p.add_argument("--replicas", type=int, default=2, help="Attention DP replicas D")
     p.add_argument("--participants", type=int, default=1,
                    help="Attention ranks per replica P: each runs 1/P of every micro-batch's tokens (sequence "
@@ -346,7 +347,7 @@ def batches_run(results: Dict[int, dict], topo) -> Dict[int, List[List[int]]]:
 
 
 def _report(cfg, built, results: Dict[int, dict]) -> dict:
-    _, workload, topo = built
+    model, workload, topo = built
     done, replica_of = {}, {}
     for r in results.values():
         if r["role"] == "attention":
@@ -378,6 +379,9 @@ def _report(cfg, built, results: Dict[int, dict]) -> dict:
         "devices": topo.D if cfg.mode == "colocated" else topo.world_size,
         "model": cfg.model if cfg.checkpoint is None else None,
         "checkpoint": cfg.checkpoint,
+        # The clamp every FFN rank's W1 applied (worker.ffn_swiglu_limit; a --checkpoint's DeepSeek-V4
+        # swiglu_limit), None for the plain SwiGLU.
+        "swiglu_limit": model.swiglu_limit,
         "workload": cfg.workload,
         "requests": len(done),
         "tokens": tokens,
@@ -539,7 +543,7 @@ def _run(args, marks: Dict[str, float]) -> int:
     from . import worker
     if args.checkpoint is not None:
         from . import checkpoint  # noqa: F401 - with transformers and its model classes
-    from .setup import plan, rank_threads, resolve_placement
+    from .setup import model_config, plan, rank_threads, resolve_placement
 
     port = _free_port()
     out_dir = args.keep or make_run_dir()
@@ -563,6 +567,7 @@ def _run(args, marks: Dict[str, float]) -> int:
             shutil.rmtree(out_dir, ignore_errors=True)
         return 2
     world = topo.world_size
+    limit = model_config(cfg).swiglu_limit if cfg.checkpoint is not None else None
     # Colocated: one process per device, holding two ranks of the plane (worker._main_colocated).
     processes = topo.A if cfg.mode == "colocated" else world
     config_path = os.path.join(out_dir, "config.json")
@@ -573,7 +578,7 @@ def _run(args, marks: Dict[str, float]) -> int:
           f"{f' (batched FFN receive, {cfg.batch_rows} rows)' if cfg.batch_rows else ''}: D={topo.D} replicas x "
           f"P={topo.P}, F={topo.F} FFN ranks, E={topo.E}, K={topo.K}, H={topo.H}, "
           f"{'checkpoint ' + cfg.checkpoint if cfg.checkpoint else 'model ' + cfg.model}, "
-          f"preset {args.preset}", flush=True)
+          f"{f'W1 swiglu_limit {limit:g}, ' if limit is not None else ''}preset {args.preset}", flush=True)
     procs: Dict[int, subprocess.Popen] = {}  # or start.ForkedRank: the same interface
     exited: Dict[int, float] = {}  # when the launcher saw each rank gone
     failed: Dict[int, int] = {}
@@ -763,7 +768,7 @@ def _print(report: dict) -> None:
             print(f"  native      {'PASS' if n['ok'] else 'FAIL'}: each MoE block on native's input within "
                   f"{n['max_block_rel_diff']:.2e} of native's; max rel diff {n['max_rel_diff']:.2e} per token vs "
                   f"the transformers model with the same dequantized experts ({n['tokens_bounded']} tokens; "
-                  f"{n['tokens_after_a_routing_flip']} after a routing flip, not bounded); greedy next token equal "
+                  f"{n['tokens_after_a_flip']} after a routing or indexer flip, not bounded); greedy next token equal "
                   f"in {n['greedy_equal']} of {n['requests']} requests ({n['greedy_near_ties']} near-ties)")
     if "wall_s" in report:
         w = report["wall_s"]

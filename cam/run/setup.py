@@ -87,11 +87,12 @@ def model_config(cfg: RunConfig):
 
 
 def make_model(cfg: RunConfig):
-    """The run's model with its weights: the --model preset's MoEModel, or the --checkpoint's CheckpointModel."""
+    """The run's model with its weights: the --model preset's MoEModel, or the --checkpoint's model
+    (cam.run.checkpoint.load_model)."""
     if cfg.checkpoint is not None:
-        from .checkpoint import CheckpointModel
+        from .checkpoint import load_model
 
-        return CheckpointModel(cfg.checkpoint)
+        return load_model(cfg.checkpoint)
     return MoEModel(MODEL_PRESETS[cfg.model])
 
 

@@ -172,7 +172,8 @@ def _warm_up(model) -> None:
     from .. import ops
 
     ops.dynamic_quant(torch.zeros(1, model.config.hidden, dtype=torch.bfloat16))
-    model.pre_moe(model.config.moe_layers[0], torch.zeros(2, model.config.hidden), [2])
+    tokens = torch.zeros(2, dtype=torch.long)
+    model.pre_moe(model.config.moe_layers[0], model.embed_tokens(tokens), [2], tokens)
 
 
 def _wait_for_start(store, cfg: RunConfig, marks: dict, aborted: dict = None) -> float:
@@ -395,10 +396,11 @@ def _run_step(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, ab
     start = lane.now()
     # Two micro-batches (stages) when the batch has two requests or more: stage s takes every other request.
     stages = [list(range(s, len(rids), 2)) for s in range(2)] if len(rids) >= 2 else [list(range(len(rids)))]
-    xs = []
-    for members in stages:
-        toks = [prompts[i] for i in members]
-        xs.append(model.embed_tokens(torch.cat(toks)) if toks else torch.zeros(0, model.config.hidden))
+    # Each stage's token ids (a router may read them: DeepSeek-V4's hash layers) and its residual, whose rows are
+    # the tokens (the model's shape: [T, H], or DeepSeek-V4's [T, streams, H]).
+    ts = [torch.cat([prompts[i].reshape(-1) for i in members]) if members else torch.zeros(0, dtype=torch.long)
+          for members in stages]
+    xs = [model.embed_tokens(t) for t in ts]
     lens = [[seq_lens[i] for i in members] for members in stages]
     mine = [group.own(sum(lens[s])) for s in range(len(stages))]
     for layer in range(model.config.num_layers):
@@ -410,7 +412,7 @@ def _run_step(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, ab
             for s in range(len(stages)):
                 with device, lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
                     _emulate_attention(cfg, lens[s], topo.P, lane)
-                    x, h = model.pre_moe(layer, xs[s], lens[s])
+                    x, h = model.pre_moe(layer, xs[s], lens[s], ts[s])
                 with device, lane.span("dense_mlp", layer=layer, stage=s):
                     xs[s] = x + model.dense_mlp(layer, h)
             lane.add("layer", layer_start, lane.now(), layer=layer)
@@ -421,7 +423,7 @@ def _run_step(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, ab
             a, b = mine[s]
             with device, lane.span("attention", layer=layer, stage=s, tokens=sum(lens[s])):
                 _emulate_attention(cfg, lens[s], topo.P, lane)
-                x, h, ids, w = model.pre_moe(layer, xs[s], lens[s])
+                x, h, ids, w = model.pre_moe(layer, xs[s], lens[s], ts[s])
             ctx = AFDTransferContext(AFDTransferMetadata(moe_index, s, tuple(lens[s])))
             with lane.span("dispatch", layer=layer, stage=s, tokens=b - a):
                 connector.send_attn_output(h[a:b], ctx, topk_ids=ids[a:b], topk_weights=w[a:b])
@@ -431,7 +433,7 @@ def _run_step(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, ab
             a, b = mine[s]
             with lane.span("combine_wait", layer=layer, stage=s, tokens=b - a):
                 routed = connector.recv_ffn_output(ubatch_idx=s)
-            rows = x[a:b] + routed.to(torch.float32) + shared[a:b]
+            rows = model.moe_output(layer, x, routed, shared[a:b], slice(a, b))
             if topo.P > 1:
                 with lane.span("gather", layer=layer, stage=s):
                     rows = group.gather(rows, sum(lens[s]))
@@ -481,6 +483,12 @@ def _ffn_weights(cfg: RunConfig, model, topo, ffn_index: int):
             LayerWeights.from_placement(placement, ffn_index, w2, s2))
 
 
+def ffn_swiglu_limit(model):
+    """The clamp this FFN rank's W1 applies (the model's ``swiglu_limit``: DeepSeek-V4's, else None), on every path
+    of its loop: eager, batched and captured."""
+    return model.swiglu_limit
+
+
 def _gmm_launches() -> int:
     """The grouped-matmul executors this process launched (cam.h camGetLaunchCount): --batch-items' effect."""
     from .. import _C
@@ -493,10 +501,11 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
     device = device or _Free()
     model, _, topo = built
     w1, w2 = _ffn_weights(cfg, model, topo, rank - topo.A)
+    limit = ffn_swiglu_limit(model)
     _warm_up(model)
     # --graph: the iteration is captured once and replayed (docs/graph.md); nothing in it reads the host.
     # --batch-items: each receive takes every ready work item up to cfg.batch_rows rows (one W1 + one W2 launch).
-    captured = connector.capture_ffn(w1, w2, cfg.batch_rows) if cfg.graph else None
+    captured = connector.capture_ffn(w1, w2, cfg.batch_rows, swiglu_limit=limit) if cfg.graph else None
     launches_before = _gmm_launches()
     t0 = _wait_for_start(store, cfg, marks, aborted)
     lane = Lane(t0)
@@ -519,7 +528,7 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
         elif cfg.batch_rows:
             with device:
                 b = time.time()  # receive, compute and send are one batched step: all of it counts as busy
-                records = connector.ffn_step(w1, w2, row_budget=cfg.batch_rows)
+                records = connector.ffn_step(w1, w2, row_budget=cfg.batch_rows, swiglu_limit=limit)
             sent = c = time.time()
             if not bool((records[:, 0] != 0).any()):
                 b = c  # nothing was ready: the step was the receive's idle wait
@@ -528,7 +537,7 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
             b = time.time()
             with device:
                 b = time.time()  # colocated: the wait for the device is not compute
-                out = ffn_compute(item, w1, w2)
+                out = ffn_compute(item, w1, w2, swiglu_limit=limit)
             sent = time.time()
             connector.send_ffn_work_item_output(item, out)
             c = time.time()
