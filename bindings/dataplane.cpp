@@ -159,6 +159,7 @@ private:
 
 void Register(py::module_& m) {
     m.attr("DISPATCH_RECV_MAX_ITEMS") = cam::kernels::kDispatchRecvMaxItems;
+    m.attr("SHM_NAME_MAX") = CAM_SHM_NAME_MAX;
     py::class_<Comm>(m, "Comm")
         .def_static("in_process", &Comm::InProcess, py::arg("group"), py::arg("topology"), py::arg("rank"),
                     py::arg("timeout_ns"), py::arg("idle_poll_ns"), py::arg("join_timeout_ms"), py::arg("act_dtype"))

@@ -161,6 +161,11 @@ class Comm:
             raise TypeError(f"Comm: isolate_replicas must be a bool, got {isolate_replicas!r}")
         _check_name("group", group, optional=False)
         _check_name("shm_prefix", shm_prefix, optional=True)
+        if transport == "shm" and shm_prefix is not None:
+            longest = f"/{shm_prefix}-r{topology.world_size - 1}"
+            if len(longest.encode()) > _C.SHM_NAME_MAX:
+                raise ValueError(f"Comm: shm_prefix {shm_prefix!r} is too long: a segment name such as {longest!r} "
+                                 f"must fit {_C.SHM_NAME_MAX} bytes (the twin's window key holds it with a nonce)")
         self.isolate_replicas = isolate_replicas
         self.group = group
         self._join_timeout_s = float(join_timeout_s)

@@ -108,6 +108,9 @@ def test_shm_killed_rank_leaks_no_segment(tmp_path):
     assert [code for code, _ in outs] == [0, 0], outs
     assert procs[1].returncode == -signal.SIGKILL
     assert _segments(prefix) == []
+    # nor did the killed rank's own device memory that was never exported (its peer table and staging words):
+    # the twin allocates it unnamed
+    assert _segments(f"cam-npu-twin-{procs[1].pid}-") == []
 
 
 def _shm_threads(topos, prefix, body=None, timeout=60, join_timeout_s=10):
@@ -154,10 +157,20 @@ def test_shm_transport_in_threads_round_trip():
     t = cam.Topology(D=1, P=1, F=2, E=4, K=2, H=40, Bmax=5, L=2)
     rounds = make_rounds(t, [[5, 3]], seed=2)
     bodies = {0: attention_body(rounds[0]), 1: ffn_server(t, 2), 2: ffn_server(t, 2)}
+    cam._C.twin_ipc_calls(reset=True)
     results, errors = _shm_threads([t] * 3, prefix, body=lambda comm: bodies[comm.rank](comm))
     assert not errors, errors
     assert _segments(prefix) == []
     check_against_golden(t, rounds, results)
+    # the plane ran the NPU transport's code over the twin's ACL stand-ins: three windows exported without a pid
+    # allow-list (no pids exchanged), every peer's imported and closed, every allocation freed, nothing refused
+    calls = cam._C.twin_ipc_calls(reset=True)
+    assert calls.count("aclrtIpcMemGetExportKey") == 3 and "aclrtIpcMemSetImportPid" not in calls, calls
+    assert calls.count("aclrtIpcMemImportByKey") == 6, calls
+    assert calls.count("aclrtIpcMemClose") == 6 + 3, calls  # the imports, then each export withdrawn
+    assert calls.count("aclrtFree") == calls.count("aclrtMalloc") == 6, calls  # windows, peer tables
+    assert not [c for c in calls if c.endswith("!")], calls
+    assert cam._C.twin_ipc_open_imports() == 0
 
 
 def test_shm_prefix_with_a_nul_is_refused_before_any_segment_exists():
@@ -182,6 +195,49 @@ def test_shm_prefix_with_a_nul_is_refused_before_any_segment_exists():
     results, errors = _shm_threads([t] * t.world_size, base)
     assert errors == {} and len(results) == t.world_size
     assert _segments(base) == []
+
+
+def test_shm_names_that_cannot_be_a_twin_key_are_refused_before_anything_exists():
+    # The twin's window key holds the segment name and a nonce in ACL's 65 bytes: a prefix whose longest name would
+    # not fit is refused by name before any segment or store key exists; the C API refuses such a name, and one
+    # without its leading '/' or with another '/'. Control: the longest prefix that fits makes a plane.
+    from torch.distributed import HashStore
+
+    base = f"camtest-{uuid.uuid4().hex[:10]}"
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
+    fits = base + "x" * (cam._C.SHM_NAME_MAX - len(f"/{base}-r1"))
+    store = HashStore()
+    with pytest.raises(ValueError, match=r"shm_prefix .* is too long: a segment name such as .* must fit 47 bytes"):
+        cam.Comm(t, 0, transport="shm", store=store, shm_prefix=fits + "x", join_timeout_s=5)
+    assert not store.check(["cam/proc/0"])
+    fields = list(t.as_c_fields())
+    for bad, why in ((f"/{fits}x-r1", "at most 47 bytes"), (f"{base}-r0", "must be '/' and a name"),
+                     (f"/{base}/x-r0", "must be '/' and a name without another '/'")):
+        with pytest.raises(cam.CamError, match=f"camCommCreateShm: segmentName .*{re.escape(why)}"):
+            cam._C.Comm.shm(bad, fields, 0, 10**9, 10**6, 27)
+    assert _segments(base) == []
+    results, errors = _shm_threads([t] * t.world_size, fits)  # control
+    assert errors == {} and len(results) == t.world_size
+    assert _segments(base) == []
+
+
+def test_twin_call_log_is_bounded():
+    # The stand-ins log every call on device memory for tests; a plane that runs for hours copies words on every op,
+    # so the log keeps its newest entries and counts the ones it dropped (the first entry says how many).
+    import ctypes
+
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(cam.__file__), "lib", "libcam_aclnn.so"))
+    device = ctypes.c_int32()
+    cam._C.twin_ipc_calls(reset=True)
+    n = 60000  # ~900 KB of "aclrtGetDevice;": past the cap several times
+    for _ in range(n):
+        lib.camTwinAclrtGetDevice(ctypes.byref(device))
+    calls = cam._C.twin_ipc_calls(reset=True)
+    m = re.fullmatch(r"\((\d+) earlier calls dropped\)", calls[0])
+    assert m, calls[:3]
+    assert set(calls[1:]) == {"aclrtGetDevice"} and int(m.group(1)) + len(calls) - 1 == n
+    assert len(";".join(calls)) <= 256 * 1024 + 64
+    assert cam._C.twin_ipc_calls() == []  # the reset cleared the count too
 
 
 def _two_segments(base: str):
@@ -212,8 +268,11 @@ def test_shm_attach_refuses_a_segment_someone_else_can_write(tamper):
                 pytest.skip("chown to another uid needs root")
             os.chown(path, 65534, -1)
             expected = "owned by uid 65534"
-        with pytest.raises(cam.CamError, match=r"refused rank 1's segment .*" + re.escape(expected)):
+        cam._C.twin_ipc_calls(reset=True)
+        with pytest.raises(cam.CamError, match=r"rank 1's segment /\S+: .*refused the segment .*" + re.escape(expected)):
             comms[0].attach_shm(names)
+        # refused at the look-up of its key: nothing was imported from it (the stand-ins' call log)
+        assert "aclrtIpcMemImportByKey" not in cam._C.twin_ipc_calls(reset=True)
     finally:
         for c in comms:
             c.close()
