@@ -136,6 +136,11 @@ public:
         ThrowIfFailed(camCommGetPeerWindowBytes(Get(), rank, &bytes));
         return bytes;
     }
+    int64_t PlaneId() const {
+        int64_t id = 0;
+        ThrowIfFailed(camCommGetPlaneId(Get(), &id));
+        return id;
+    }
     py::dict Status() const {
         int64_t st[8];
         int64_t abortWord = 0;
@@ -181,7 +186,8 @@ void Register(py::module_& m) {
         .def_property_readonly("closed", &Comm::Closed)
         .def("window", &Comm::Window)
         .def("peer_window_bytes", &Comm::PeerWindowBytes, py::arg("rank"))
-        .def("status", &Comm::Status);
+        .def("status", &Comm::Status)
+        .def("plane_id", &Comm::PlaneId);
 
     m.def("ipc_process_id", [] {
         int32_t pid = 0;

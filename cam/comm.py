@@ -104,7 +104,7 @@ class Comm:
             process must not share a stream: an FFN wait would block the Attention work it waits for).
         window: this rank's window as a uint8 tensor (inspection only; valid until :meth:`close`). Only where the
             window is host memory: on the ``"npu"`` transport on an Ascend backend it is device memory, and reading
-            it does not return a tensor but raises :class:`cam.CamError` (so does :attr:`plane_id`).
+            it does not return a tensor but raises :class:`cam.CamError`.
         window_bytes: bytes really allocated for the window (what the ops validate against).
         token: the ordering token the torch ops mutate (see ``docs/protocol.md`` §11).
         id: the int the torch ops carry to find this Comm.
@@ -639,8 +639,9 @@ class Comm:
     def plane_id(self) -> int:
         """This plane instance's id (identity line word 7): a hash of the topology, the dtype and every rank's
         creation nonce, the same on every rank of the plane and stamped into its work items (word 7), so a work
-        item of another plane is refused even when the topology is the same."""
-        return int(self._require().window.view(torch.int64)[_C.IDENTITY_PLANE_ID_WORD])
+        item of another plane is refused even when the topology is the same. Read from the window through the
+        transport (``camCommGetPlaneId``: a device copy where the window is device memory), on every transport."""
+        return self._require()._c.plane_id()
 
     @property
     def is_attention(self) -> bool:

@@ -281,20 +281,25 @@ def _npu_plane_in_threads():
 
 
 def test_npu_window_is_refused_where_it_is_device_memory(monkeypatch):
-    """Comm.window and Comm.plane_id read the window as host memory. On an Ascend backend the npu transport's window
-    is aclrtMalloc'ed device memory, so both refuse, naming the transport, and no tensor is ever made over it (here
-    the backend check is made to answer as on Ascend). Control: the same plane on the twin, whose stand-ins' device
-    memory is host memory, gives the window and one plane id on both ranks."""
+    """Comm.window reads the window as host memory. On an Ascend backend the npu transport's window is
+    aclrtMalloc'ed device memory, so it refuses, naming the transport, and no tensor is ever made over it (here the
+    backend check is made to answer as on Ascend). Comm.plane_id and Comm.status() read their words through the
+    transport (device copies, camCommGetPlaneId / camCommGetStatus), so they answer there too: one plane id on both
+    ranks, read by an aclrtMemcpy. Control: the same plane on the twin, whose stand-ins' device memory is host
+    memory, gives the window, and its identity line holds the plane id the getter returns."""
     monkeypatch.setattr(cam.comm, "_window_is_host_memory", lambda transport: transport != "npu")
     comms = _npu_plane_in_threads()
     try:
+        ids = set()
         for r, c in comms.items():
             assert c._window is None, f"rank {r}: a tensor over device memory was made"
             with pytest.raises(cam.CamError, match=rf"Comm.window: rank {r}'s window is device memory on the 'npu'"):
                 c.window
-            with pytest.raises(cam.CamError, match="the host cannot read it as host memory"):
-                c.plane_id
+            _C.twin_ipc_calls(reset=True)
+            ids.add(c.plane_id)
+            assert _C.twin_ipc_calls(reset=True) == ["aclrtMemcpy"], f"rank {r}: not one device-to-host copy"
             assert c.status()["abort"] == 0  # the control words still reach the host, through the copies
+        assert len(ids) == 1 and ids != {0}, ids
     finally:
         for c in comms.values():
             c.close()
@@ -304,6 +309,8 @@ def test_npu_window_is_refused_where_it_is_device_memory(monkeypatch):
         ids = {c.plane_id for c in comms.values()}
         assert len(ids) == 1 and ids != {0}, ids
         assert all(c.window.numel() == c.window_bytes for c in comms.values())
+        assert {int(c.window.view(torch.int64)[_C.IDENTITY_PLANE_ID_WORD]) for c in comms.values()} == ids
     finally:
         for c in comms.values():
             c.close()
+

@@ -260,3 +260,11 @@ extern "C" aclnnStatus camCommGetStatus(const camComm* comm, int64_t status[8], 
         return Fail(ACLNN_ERR_RUNTIME_ERROR, "camCommGetStatus: " + why);
     return ACLNN_SUCCESS;
 }
+
+extern "C" aclnnStatus camCommGetPlaneId(const camComm* comm, int64_t* planeId) {
+    if (!comm || !planeId) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommGetPlaneId: null argument");
+    std::string why;
+    if (!comm->transport->ReadWords(comm->rank, cam::kIdentityOff + 8 * cam::kIdentityPlaneId, planeId, 1, &why))
+        return Fail(ACLNN_ERR_RUNTIME_ERROR, "camCommGetPlaneId: " + why);
+    return ACLNN_SUCCESS;
+}

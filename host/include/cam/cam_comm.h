@@ -118,6 +118,9 @@ CAM_API aclnnStatus camCommGetWindow(const camComm* comm, void** base, uint64_t*
 CAM_API aclnnStatus camCommGetPeerWindowBytes(const camComm* comm, int64_t rank, uint64_t* bytes);
 /* The status record (8 words: code, op, rank, peer, replica, layer, seq, detail) and the abort word. */
 CAM_API aclnnStatus camCommGetStatus(const camComm* comm, int64_t status[8], int64_t* abortWord);
+/* This plane instance's id (word 7 of this rank's identity line, docs/protocol.md §13): the same on every rank once
+ * attached, 0 before. Read from the window through the transport (a device copy where the window is device memory). */
+CAM_API aclnnStatus camCommGetPlaneId(const camComm* comm, int64_t* planeId);
 
 #ifdef __cplusplus
 }
