@@ -50,6 +50,9 @@ _rebalance_cv = threading.Condition()
 
 # How often a handshake wait looks at the missing ranks' failure keys and processes (each look is a few store reads).
 _JOIN_WATCH_S = 0.05
+# npu: how long a rank whose handshake failed waits for its peers to say they closed their imports of its window
+# before it gives up and keeps the window for the life of the process (at most join_timeout_s).
+_FAILED_RELEASE_S = 10.0
 
 # The dtype is part of the plane identity checked at creation (its aclDataType code goes into the window).
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
@@ -280,7 +283,8 @@ class Comm:
         deadline = time.monotonic() + join_timeout_s
         c = None
         try:
-            _forget_key(store, f"{group}/failed/{self.rank}")  # this rank's own earlier attempt on this store
+            for stale in ("failed", "detached"):  # this rank's own earlier attempt on this store
+                _forget_key(store, f"{group}/{stale}/{self.rank}")
             store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
             store.set(f"{group}/topo/{self.rank}", json.dumps(self._plane_description()))
             store.set(f"{group}/ipcpid/{self.rank}", str(_C.ipc_process_id()))
@@ -309,27 +313,72 @@ class Comm:
                 store.set(f"{group}/failed/{self.rank}", f"{type(e).__name__}: {e}")
             except Exception:  # noqa: BLE001 - no store to tell: the peers find this rank by its process or timeout
                 pass
-            if c is not None:
-                c.close()  # closes this rank's imports, then frees its window
+            self._release_after_failed_handshake(c, store, group)
             raise
         return c
+
+    def _release_after_failed_handshake(self, c, store, group) -> None:
+        """A failed handshake frees this rank's window only as a close does: a peer may have imported it already
+        (every peer that read this rank's record), and an owner must not free memory a peer still has imported
+        (docs/ascend.md §5.0, teardown order). So this rank closes its own imports and says so (every failing rank
+        does, also one that never created its window, so nobody waits for it), then waits, bounded, until every peer
+        that joined and is still alive said the same; a peer that does not answer leaves the window allocated for
+        the life of the process."""
+        detached = True
+        if c is not None:
+            try:
+                c.detach_ipc()
+            except CamError:  # the handshake's own error is the one raised; nothing is freed below
+                detached = False
+        if detached:
+            try:
+                store.set(f"{group}/detached/{self.rank}", "1")
+            except Exception:  # noqa: BLE001 - no store: the peers' waits end at their own bound
+                pass
+        if c is None:
+            return
+        wait_s = min(_FAILED_RELEASE_S, self._join_timeout_s)
+        if detached and self._await_peers_detached(store, group, wait_s, joined_only=True):
+            c.close()  # withdraws the export, frees the window
+        else:
+            _runtime._park(c)
+
+    def _await_peers_detached(self, store, group, wait_s: float, joined_only: bool = False) -> bool:
+        """Waits (bounded) until every peer said it closed its imports of this rank's window
+        (``{group}/detached/{r}``), skipping the peer this rank's watchdog found dead and any peer whose process is
+        gone (its imports went with it), and with ``joined_only`` a peer that never published its process (it never
+        read this rank's record). False when some peer did not answer in time, or the store is gone."""
+        pending = [r for r in range(self.topology.world_size) if r != self.rank and r != self.dead_rank]
+        deadline = time.monotonic() + max(0.0, float(wait_s))
+        try:
+            while True:
+                pending = [r for r in pending if not store.check([f"{group}/detached/{r}"])
+                           and not self._peer_process_gone(store, group, r, joined_only)]
+                if not pending:
+                    return True
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.01)
+        except Exception:  # noqa: BLE001 - the store is gone: no peer can say it detached
+            return False
+
+    @staticmethod
+    def _peer_process_gone(store, group, r, absent_is_gone: bool) -> bool:
+        """Whether rank r's published process has ended (or, with ``absent_is_gone``, was never published)."""
+        if not store.check([f"{group}/proc/{r}"]):
+            return absent_is_gone
+        ident = store.get(f"{group}/proc/{r}").decode()
+        return bool(ident) and _proc_identity(int(ident.split(":")[0])) != ident
 
     def _detach_npu(self, wait_s: float) -> bool:
         """Closes this rank's imports, then waits (bounded) until every live peer closed its imports of this rank's
         window: an owner must not free memory a peer still has imported. False when some peer did not."""
         self._c.detach_ipc()
-        world = self.topology.world_size
         try:
             self._store.set(f"{self._group}/detached/{self.rank}", "1")
-            keys = [f"{self._group}/detached/{r}" for r in range(world) if r != self.rank and r != self.dead_rank]
-            deadline = time.monotonic() + max(0.0, float(wait_s))
-            while not all(self._store.check([k]) for k in keys):
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(0.005)
         except Exception:  # noqa: BLE001 - the store is gone: no peer can say it detached
             return False
-        return True
+        return self._await_peers_detached(self._store, self._group, wait_s)
 
     def _plane_description(self) -> dict:
         """What every rank of one plane must agree on: the topology's fields and the activation dtype."""
