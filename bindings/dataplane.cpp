@@ -57,12 +57,19 @@ public:
     }
 
     // The NPU transport (ACL IPC; the twin's stand-ins on the twin): create + allow the peers' pids, then attach.
+    // With segmentName, the twin's shm plane: the same, the window's segment named so (camCommCreateShmIpc).
     static std::unique_ptr<Comm> Ipc(const Fields& fields, int64_t rank, int64_t timeoutNs, int64_t idleNs,
-                                     int64_t actDtype, const std::vector<int32_t>& peerPids) {
+                                     int64_t actDtype, const std::vector<int32_t>& peerPids,
+                                     const std::optional<std::string>& segmentName) {
         const CamTopology t = ToTopology(fields);
         const camCommConfig cfg{timeoutNs, idleNs, actDtype};
         camComm* c = nullptr;
-        ThrowIfFailed(camCommCreateIpc(&t, rank, &cfg, peerPids.data(), static_cast<int64_t>(peerPids.size()), &c));
+        const auto count = static_cast<int64_t>(peerPids.size());
+        if (segmentName)
+            ThrowIfFailed(camCommCreateShmIpc(CName(*segmentName, "shm segment name"), &t, rank, &cfg,
+                                              peerPids.data(), count, &c));
+        else
+            ThrowIfFailed(camCommCreateIpc(&t, rank, &cfg, peerPids.data(), count, &c));
         return std::unique_ptr<Comm>(new Comm(c));
     }
     py::dict IpcRecord() const {
@@ -171,7 +178,8 @@ void Register(py::module_& m) {
         .def_static("shm", &Comm::Shm, py::arg("name"), py::arg("topology"), py::arg("rank"), py::arg("timeout_ns"),
                     py::arg("idle_poll_ns"), py::arg("act_dtype"))
         .def_static("ipc", &Comm::Ipc, py::arg("topology"), py::arg("rank"), py::arg("timeout_ns"),
-                    py::arg("idle_poll_ns"), py::arg("act_dtype"), py::arg("peer_pids"))
+                    py::arg("idle_poll_ns"), py::arg("act_dtype"), py::arg("peer_pids"),
+                    py::arg("segment_name") = py::none())
         .def("ipc_record", &Comm::IpcRecord)
         .def("attach_ipc", &Comm::AttachIpc, py::arg("records"))
         .def("detach_ipc", &Comm::DetachIpc)

@@ -4,14 +4,13 @@ A Comm owns this rank's window and the mapping of every peer's window, a device 
 and the constants those ops need (topology, rank, timeouts). Two transports on the twin:
 
 * ``"in_process"``: ranks are threads of one process; windows are registered under a group name.
-* ``"shm"``: ranks are processes; each creates a POSIX shared-memory segment, the names are exchanged through a
-  ``torch.distributed`` Store, every rank maps every peer's segment, and each segment is unlinked as soon as all
-  ranks mapped it, so a rank that dies afterwards leaks nothing in ``/dev/shm``.
-
 * ``"npu"``: ranks are processes; each allocates its window as device memory and shares it through ACL IPC
-  (export key, pid allow-list, import by key; docs/ascend.md §5.0), the keys travelling through the Store. On the
-  twin the same code runs over cam's stand-ins of those ACL calls (device memory = a POSIX shm segment, CPU tensors);
-  it has never run on an NPU.
+  (export key, pid allow-list, import by key; docs/ascend.md §5.0), the keys travelling through a
+  ``torch.distributed`` Store. On the twin the same code runs over cam's stand-ins of those ACL calls (device
+  memory = a POSIX shm segment, CPU tensors); it has never run on an NPU.
+* ``"shm"`` (the twin only): the ``"npu"`` transport and handshake over the twin's stand-ins, each window's segment
+  named ``/<shm_prefix>-r<rank>`` and the name removed as soon as every rank imported every window, so a rank that
+  dies afterwards leaks nothing in ``/dev/shm`` (and a supervisor finds a crashed handshake's by prefix).
 
 On Ascend the same C communicator takes its windows from HCCL (docs/protocol.md §3).
 """
@@ -74,23 +73,24 @@ class Comm:
         topology: the :class:`cam.Topology`, identical on every rank (checked at creation through a fingerprint
             in each window; a mismatch fails naming the rank).
         rank: this rank's global id; Attention ranks are ``[0, A)``, FFN ranks ``[A, A + F)``.
-        transport: ``"in_process"`` (threads as ranks), ``"shm"`` (processes as ranks) or ``"npu"`` (processes as
-            ranks over ACL IPC device memory; on the twin over cam's POSIX-shm stand-ins of the ACL calls, with CPU
-            tensors).
+        transport: ``"in_process"`` (threads as ranks), ``"npu"`` (processes as ranks over ACL IPC device memory;
+            on the twin over cam's POSIX-shm stand-ins of the ACL calls, with CPU tensors) or ``"shm"`` (the twin
+            only: ``"npu"`` over the stand-ins with segment names after ``shm_prefix``, removed once every rank
+            imported every window).
         group: name of the plane. In-process: ranks with the same name form one plane (free again once all joined).
             shm: prefix of the Store keys.
-        store: ``torch.distributed`` Store (TCPStore/FileStore) for ``"shm"`` and ``"npu"``: carries the segment
-            names (shm) or the pids and IPC window records (npu).
+        store: ``torch.distributed`` Store (TCPStore/FileStore) for ``"shm"`` and ``"npu"``: carries the pids and
+            the IPC window records.
         dtype: activation dtype of the plane (bfloat16 or float16): x, expert outputs and combine outputs.
         timeout_s: bound of every device wait inside a begun round (slot reuse, a replica whose participants only
             partly published, combine completions). Generous by default: contention must never trip it.
         idle_poll_s: how long ``dispatch_recv`` waits with nothing ready before it returns an empty work item.
-        join_timeout_s: bound of the creation handshake (all ranks joining / mapping).
+        join_timeout_s: bound of the creation handshake (all ranks joining / importing).
         shm_prefix: segment-name prefix for ``"shm"`` (default: unique per process); names are ``/<prefix>-r<rank>``.
-        liveness_poll_s: ``"shm"`` only: how often a watchdog thread checks that every peer's process is still
+        liveness_poll_s: ``"shm"`` and ``"npu"`` (processes as ranks): how often a watchdog thread checks that every peer's process is still
             there. A peer found gone raises the plane's abort with that rank as the reason, so every wait on every
             surviving rank ends within about this bound (independent of ``timeout_s``) naming the dead rank.
-        isolate_replicas: ``"shm"`` only, replica isolation (docs/protocol.md §9), on by default: when an
+        isolate_replicas: ``"shm"`` and ``"npu"``, replica isolation (docs/protocol.md §9), on by default: when an
             Attention rank dies, its replica is fenced instead of aborting the plane. FFN ranks drop that replica's
             rounds (counted: :attr:`lost_replicas`) and keep serving the others; only the dead rank's replica mates
             are aborted; a fenced replica never rejoins. The death of an FFN rank still aborts the plane. ``False``
@@ -112,7 +112,7 @@ class Comm:
         token: the ordering token the torch ops mutate (see ``docs/protocol.md`` §11).
         id: the int the torch ops carry to find this Comm.
         plane_id: this plane instance's id, the same on every rank; work items carry it (docs/protocol.md §13).
-        dead_rank: ``"shm"``: the peer this rank's liveness watchdog found dead (the plane is then aborted with
+        dead_rank: ``"shm"``/``"npu"``: the peer this rank's liveness watchdog found dead (the plane is then aborted with
             that rank as the reason, or only its replica fenced under ``isolate_replicas``), else None.
         fenced_replicas: ``{replica: dead Attention rank}`` of every replica fenced in the plane (read from the
             windows, so it includes fences another rank's watchdog set first).
@@ -195,15 +195,15 @@ class Comm:
         if transport == "in_process":
             self._c = _C.Comm.in_process(group, fields, rank, timeout_ns, idle_ns, int(join_timeout_s * 1000),
                                          _ACL_DTYPE[dtype])
-        elif transport == "shm":
+        elif transport in ("shm", "npu"):
             if store is None:
-                raise ValueError("Comm: transport 'shm' needs a torch.distributed Store (store=...)")
-            self._c = self._create_shm(store, group, fields, timeout_ns, idle_ns, join_timeout_s, shm_prefix)
-            self._store, self._left_key = store, f"{group}/left/{rank}"
-        elif transport == "npu":
-            if store is None:
-                raise ValueError("Comm: transport 'npu' needs a torch.distributed Store (store=...)")
-            self._c = self._create_npu(store, group, fields, timeout_ns, idle_ns, join_timeout_s)
+                raise ValueError(f"Comm: transport {transport!r} needs a torch.distributed Store (store=...)")
+            # One handshake and one C transport for both: shm is the npu transport over the twin's stand-ins, its
+            # windows' segments named after shm_prefix so a supervisor finds a crashed plane's by prefix.
+            shm_name = None
+            if transport == "shm":
+                shm_name = f"/{shm_prefix or f'cam-{os.getpid()}-{uuid.uuid4().hex[:12]}'}-r{rank}"
+            self._c = self._create_ipc(store, group, fields, timeout_ns, idle_ns, join_timeout_s, shm_name)
             self._store, self._left_key = store, f"{group}/left/{rank}"
             self._group = group
         else:
@@ -235,32 +235,6 @@ class Comm:
         with _registry_lock:
             _registry[self.id] = self
 
-    def _create_shm(self, store, group, fields, timeout_ns, idle_ns, join_timeout_s, prefix):
-        prefix = prefix or f"cam-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        name = f"/{prefix}-r{self.rank}"
-        c = _C.Comm.shm(name, fields, self.rank, timeout_ns, idle_ns, _ACL_DTYPE[self.dtype])
-        world = self.topology.world_size
-        deadline = time.monotonic() + join_timeout_s
-        try:
-            store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
-            # Published before the segment name, so a rank that sees every name sees every topology too.
-            store.set(f"{group}/topo/{self.rank}", json.dumps(self._plane_description()))
-            store.set(f"{group}/shm/{self.rank}", name)
-            self._await_keys(store, [f"{group}/shm/{r}" for r in range(world)], deadline, join_timeout_s,
-                             "published its segment name")
-            _check_same_plane(self.rank, [json.loads(store.get(f"{group}/topo/{r}").decode()) for r in range(world)])
-            names = [store.get(f"{group}/shm/{r}").decode() for r in range(world)]
-            self._collect_peer_processes(store, group)
-            c.attach_shm(names)
-            store.set(f"{group}/mapped/{self.rank}", "1")
-            self._await_keys(store, [f"{group}/mapped/{r}" for r in range(world)], deadline, join_timeout_s,
-                             "mapped the windows")
-        except BaseException:
-            c.close()  # unlinks the segment too: a failed handshake leaks nothing
-            raise
-        c.unlink_shm()
-        return c
-
     def _collect_peer_processes(self, store, group) -> None:
         """The peers' published process identities, for the liveness watchdog (every peer must be watchable)."""
         watched = _proc_identity(os.getpid()) is not None  # Linux /proc: every peer must be watchable
@@ -274,11 +248,13 @@ class Comm:
             if proc:
                 self._peers_proc[r] = proc
 
-    def _create_npu(self, store, group, fields, timeout_ns, idle_ns, join_timeout_s):
+    def _create_ipc(self, store, group, fields, timeout_ns, idle_ns, join_timeout_s, shm_name=None):
         """ACL IPC handshake: pids first (each window's allow-list needs them), then the window records. A rank
         that fails publishes why (``{group}/failed/{rank}``) before it raises, and every wait watches the missing
         ranks' failures and processes, so a refusal or a death at one rank ends every rank's handshake at once,
-        naming that rank, instead of at join_timeout_s."""
+        naming that rank, instead of at join_timeout_s. ``shm_name`` (the twin's shm plane): the window's segment
+        is named so, and the name is removed once every rank imported every window, so a rank that dies afterwards
+        leaks nothing in /dev/shm."""
         world = self.topology.world_size
         deadline = time.monotonic() + join_timeout_s
         c = None
@@ -293,7 +269,7 @@ class Comm:
             _check_same_plane(self.rank, [json.loads(store.get(f"{group}/topo/{r}").decode()) for r in range(world)])
             self._collect_peer_processes(store, group)
             pids = [int(store.get(f"{group}/ipcpid/{r}").decode()) for r in range(world)]
-            c = _C.Comm.ipc(fields, self.rank, timeout_ns, idle_ns, _ACL_DTYPE[self.dtype], pids)
+            c = _C.Comm.ipc(fields, self.rank, timeout_ns, idle_ns, _ACL_DTYPE[self.dtype], pids, shm_name)
             store.set(f"{group}/ipc/{self.rank}", json.dumps(c.ipc_record()))
             self._await_keys(store, [f"{group}/ipc/{r}" for r in range(world)], deadline, join_timeout_s,
                              "published its window", group=group)
@@ -308,6 +284,8 @@ class Comm:
             store.set(f"{group}/mapped/{self.rank}", "1")
             self._await_keys(store, [f"{group}/mapped/{r}" for r in range(world)], deadline, join_timeout_s,
                              "imported the windows", group=group)
+            if shm_name is not None:
+                c.unlink_shm()
         except BaseException as e:
             try:  # before the close withdraws this rank's export, so a peer whose import then fails finds why
                 store.set(f"{group}/failed/{self.rank}", f"{type(e).__name__}: {e}")
@@ -327,6 +305,8 @@ class Comm:
         detached = True
         if c is not None:
             try:
+                if self.transport == "shm":
+                    c.unlink_shm()  # no import can start from now on, and a kept window leaves no name behind
                 c.detach_ipc()
             except CamError:  # the handshake's own error is the one raised; nothing is freed below
                 detached = False

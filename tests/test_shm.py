@@ -150,6 +150,52 @@ def test_shm_topology_mismatch_fails_at_creation_and_leaks_nothing():
     assert _segments(prefix) == []
 
 
+def test_shm_handshake_refusal_ends_every_rank_at_once_and_leaves_no_segment():
+    # The shm plane runs the npu transport's handshake: rank 0's published window record claims 128 bytes more than
+    # the topology gives it; every other rank refuses it naming both sizes, rank 0 learns it from their failure keys,
+    # every rank ends long before join_timeout_s (30 s), and no segment name is left under the prefix.
+    import threading
+
+    from torch.distributed import HashStore
+
+    class Tampering:
+        def __init__(self, store):
+            self._store = store
+
+        def set(self, key, value):
+            if key == "g/ipc/0":
+                rec = json.loads(value)
+                rec["window_bytes"] += 128
+                value = json.dumps(rec)
+            return self._store.set(key, value)
+
+        def __getattr__(self, name):
+            return getattr(self._store, name)
+
+    prefix = f"camtest-{uuid.uuid4().hex[:10]}"
+    t = cam.Topology(D=1, P=1, F=2, E=4, K=1, H=32, Bmax=2, L=1)
+    store, errors = HashStore(), {}
+
+    def main(rank):
+        try:
+            cam.Comm(t, rank, transport="shm", store=Tampering(store) if rank == 0 else store, group="g",
+                     shm_prefix=prefix, join_timeout_s=30).close()
+        except Exception as e:  # noqa: BLE001 - the error is the result
+            errors[rank] = e
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=main, args=(r,), daemon=True) for r in range(t.world_size)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not any(th.is_alive() for th in threads) and set(errors) == {0, 1, 2}, errors
+    assert time.monotonic() - start < 20
+    for rank, e in errors.items():
+        assert re.search(r"rank 0 published a window of (\d+) bytes, the topology gives that rank (\d+)", str(e)), e
+    assert _segments(prefix) == []
+
+
 def test_shm_transport_in_threads_round_trip():
     from _dataplane_harness import attention_body, ffn_server
 
@@ -162,10 +208,10 @@ def test_shm_transport_in_threads_round_trip():
     assert not errors, errors
     assert _segments(prefix) == []
     check_against_golden(t, rounds, results)
-    # the plane ran the NPU transport's code over the twin's ACL stand-ins: three windows exported without a pid
-    # allow-list (no pids exchanged), every peer's imported and closed, every allocation freed, nothing refused
+    # the plane ran the NPU transport's code and handshake over the twin's ACL stand-ins: three windows exported,
+    # each with its pid allow-list, every peer's imported and closed, every allocation freed, nothing refused
     calls = cam._C.twin_ipc_calls(reset=True)
-    assert calls.count("aclrtIpcMemGetExportKey") == 3 and "aclrtIpcMemSetImportPid" not in calls, calls
+    assert calls.count("aclrtIpcMemGetExportKey") == 3 and calls.count("aclrtIpcMemSetImportPid") == 3, calls
     assert calls.count("aclrtIpcMemImportByKey") == 6, calls
     assert calls.count("aclrtIpcMemClose") == 6 + 3, calls  # the imports, then each export withdrawn
     assert calls.count("aclrtFree") == calls.count("aclrtMalloc") == 6, calls  # windows, peer tables
@@ -339,14 +385,16 @@ def test_a_rank_the_watchdog_cannot_watch_is_refused(forged):
                                text=True, timeout=60, check=True)
         forged = f"{child.stdout.strip()}:1"
     store = HashStore()
-    forger = cam._C.Comm.shm(f"/{base}-forged-r1", list(t.as_c_fields()), 1, 10**9, 10**6, 27)
+    forger = cam._C.Comm.ipc(list(t.as_c_fields()), 1, 10**9, 10**6, 27, [os.getpid()] * 2,
+                             segment_name=f"/{base}-forged-r1")
     probe = Comm.__new__(Comm)
     probe.topology, probe.dtype = t, torch.bfloat16
     description = probe._plane_description()  # the exact keys a rank publishes
     try:
         store.set("g/proc/1", forged)
         store.set("g/topo/1", json.dumps(description))
-        store.set("g/shm/1", f"/{base}-forged-r1")
+        store.set("g/ipcpid/1", str(os.getpid()))
+        store.set("g/ipc/1", json.dumps(forger.ipc_record()))
         if forged == _proc_identity(os.getpid()):  # control
             store.set("g/mapped/1", "1")
             with Comm(t, 0, transport="shm", store=store, group="g", shm_prefix=base, join_timeout_s=10) as comm:

@@ -272,20 +272,33 @@ aclnnStatus CreateWindow(const char* api, const CamTopology& topo, int64_t rank,
 }  // namespace
 }  // namespace cam::host
 
+namespace cam::host {
+namespace {
+
+// peerPids: one process id per rank of the topology (the own entry is not read). After CheckCreateArgs.
+aclnnStatus CheckPeerPids(const char* api, const CamTopology& topo, int64_t rank, const int32_t* peerPids,
+                          int64_t count) {
+    const int64_t world = cam::layout::world_size(topo);
+    if (!peerPids) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": peerPids is null");
+    if (count != world)
+        return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + std::to_string(count) +
+                                                 " peer pids for a world of " + std::to_string(world));
+    for (int64_t r = 0; r < world; ++r)
+        if (r != rank && peerPids[r] <= 0)
+            return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": peerPids[" + std::to_string(r) + "] is " +
+                                                     std::to_string(peerPids[r]) + ", not a process id");
+    return ACLNN_SUCCESS;
+}
+
+}  // namespace
+}  // namespace cam::host
+
 extern "C" aclnnStatus camCommCreateIpc(const CamTopology* topology, int64_t rank, const camCommConfig* config,
                                         const int32_t* peerPids, int64_t count, camComm** comm) {
     return Guarded("camCommCreateIpc", [&]() -> aclnnStatus {
         const char* api = "camCommCreateIpc";
         if (aclnnStatus st = CheckCreateArgs(api, topology, rank, config, comm)) return st;
-        const int64_t world = cam::layout::world_size(*topology);
-        if (!peerPids) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": peerPids is null");
-        if (count != world)
-            return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + std::to_string(count) +
-                                                     " peer pids for a world of " + std::to_string(world));
-        for (int64_t r = 0; r < world; ++r)
-            if (r != rank && peerPids[r] <= 0)
-                return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": peerPids[" + std::to_string(r) + "] is " +
-                                                         std::to_string(peerPids[r]) + ", not a process id");
+        if (aclnnStatus st = CheckPeerPids(api, *topology, rank, peerPids, count)) return st;
         return CreateWindow(api, *topology, rank, *config, peerPids, nullptr, comm);
     });
 }
@@ -386,7 +399,7 @@ aclnnStatus CheckAttach(const char* api, camComm* comm, const void* entries, int
                         IpcTransport** t) {
     if (!comm || !entries) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": null argument");
     *t = AsIpc(comm);
-    if (!*t || (*t)->shmNamed_ != shm)
+    if (!*t || (shm && !(*t)->shmNamed_))
         return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + (shm ? ": not a shared-memory communicator (camCommCreateShm)"
                                                                      : ": not an ACL IPC communicator (camCommCreateIpc)"));
     const int64_t world = cam::layout::world_size(comm->topo);
@@ -441,20 +454,44 @@ const char kShmIsTwin[] =
 
 }  // namespace
 
+namespace {
+
+// A name the twin's stand-ins can give a window's segment and fit, with a nonce, into its key; "" or the refusal.
+std::string RefuseShmName(const char* name) {
+    const size_t n = std::strlen(name);
+    if (name[0] == '/' && n >= 2 && !std::strchr(name + 1, '/') && n <= kMaxShmName) return "";
+    return std::string("segmentName '") + name + "' must be '/' and a name without another '/', at most " +
+           std::to_string(kMaxShmName) + " bytes in all (the window's key holds it with a nonce in " +
+           std::to_string(kAclKeyLen) + " bytes)";
+}
+
+// camCommCreateShm (peerPids null) and camCommCreateShmIpc.
+aclnnStatus CreateShm(const char* api, const char* segmentName, const CamTopology* topology, int64_t rank,
+                      const camCommConfig* config, const int32_t* peerPids, int64_t count, camComm** comm) {
+    if (!segmentName) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": segmentName is null");
+    if (aclnnStatus st = CheckCreateArgs(api, topology, rank, config, comm)) return st;
+    if (peerPids || count != 0)
+        if (aclnnStatus st = CheckPeerPids(api, *topology, rank, peerPids, count)) return st;
+    const std::string bad = RefuseShmName(segmentName);
+    if (!bad.empty()) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + bad);
+    if (!AclIpc().twinNames.nameNextExport) return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + kShmIsTwin);
+    return CreateWindow(api, *topology, rank, *config, peerPids, segmentName, comm);
+}
+
+}  // namespace
+
 extern "C" aclnnStatus camCommCreateShm(const char* segmentName, const CamTopology* topology, int64_t rank,
                                         const camCommConfig* config, camComm** comm) {
     return Guarded("camCommCreateShm", [&]() -> aclnnStatus {
-        const char* api = "camCommCreateShm";
-        if (!segmentName) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": segmentName is null");
-        if (aclnnStatus st = CheckCreateArgs(api, topology, rank, config, comm)) return st;
-        const size_t n = std::strlen(segmentName);
-        if (segmentName[0] != '/' || n < 2 || std::strchr(segmentName + 1, '/') || n > kMaxShmName)
-            return Fail(ACLNN_ERR_PARAM_INVALID,
-                        std::string(api) + ": segmentName '" + segmentName + "' must be '/' and a name without "
-                        "another '/', at most " + std::to_string(kMaxShmName) + " bytes in all (the window's key "
-                        "holds it with a nonce in " + std::to_string(kAclKeyLen) + " bytes)");
-        if (!AclIpc().twinNames.nameNextExport) return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + kShmIsTwin);
-        return CreateWindow(api, *topology, rank, *config, nullptr, segmentName, comm);
+        return CreateShm("camCommCreateShm", segmentName, topology, rank, config, nullptr, 0, comm);
+    });
+}
+
+extern "C" aclnnStatus camCommCreateShmIpc(const char* segmentName, const CamTopology* topology, int64_t rank,
+                                           const camCommConfig* config, const int32_t* peerPids, int64_t count,
+                                           camComm** comm) {
+    return Guarded("camCommCreateShmIpc", [&]() -> aclnnStatus {
+        return CreateShm("camCommCreateShmIpc", segmentName, topology, rank, config, peerPids, count, comm);
     });
 }
 
@@ -519,6 +556,10 @@ extern "C" aclnnStatus camCommDetachIpc(camComm*) {
 }
 extern "C" aclnnStatus camCommCreateShm(const char*, const CamTopology*, int64_t, const camCommConfig*, camComm**) {
     return cam::host::Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("camCommCreateShm") + kNoIpc);
+}
+extern "C" aclnnStatus camCommCreateShmIpc(const char*, const CamTopology*, int64_t, const camCommConfig*,
+                                           const int32_t*, int64_t, camComm**) {
+    return cam::host::Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("camCommCreateShmIpc") + kNoIpc);
 }
 extern "C" aclnnStatus camCommAttachShm(camComm*, const char* const*, int64_t) {
     return cam::host::Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("camCommAttachShm") + kNoIpc);

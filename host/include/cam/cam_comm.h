@@ -43,6 +43,12 @@ CAM_API aclnnStatus camCommCreateInProcess(const char* group, const CamTopology*
 #define CAM_SHM_NAME_MAX 47 /* the twin's key holds the name, ':' and a 16-digit nonce in ACL's 65 bytes */
 CAM_API aclnnStatus camCommCreateShm(const char* segmentName, const CamTopology* topology, int64_t rank,
                                      const camCommConfig* config, camComm** comm);
+/* The shm plane as cam.Comm makes it: step 1 with the pid allow-list of camCommCreateIpc (peerPids, count: as there),
+ * the records then exchanged and attached as on the NPU transport (camCommGetIpcRecord, camCommAttachIpc), and
+ * step 3 below. Refused on Ascend. */
+CAM_API aclnnStatus camCommCreateShmIpc(const char* segmentName, const CamTopology* topology, int64_t rank,
+                                        const camCommConfig* config, const int32_t* peerPids, int64_t count,
+                                        camComm** comm);
 /* Step 2: camCommAttachIpc's path with every peer's record read from its segment by name (names[r] for
  * r = 0..count-1, count = A+F; names[rank] is ignored): imports every peer's window and checks its identity line
  * (topology fingerprint, activation dtype, rank, role, window size). */
