@@ -294,6 +294,33 @@ def _two_segments(base: str):
     return comms, names
 
 
+def test_shm_attach_by_name_checks_the_owner_pid_where_pids_were_allowed():
+    # camCommCreateShmIpc (pids exchanged) then attach by name: the segment's owner pid must be the one this rank
+    # allowed for that rank, or the attach refuses naming both, before importing. Control: the right pid attaches.
+    base = f"camtest-{uuid.uuid4().hex[:10]}"
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
+    names = [f"/{base}-r{r}" for r in range(t.world_size)]
+    me = os.getpid()
+    for wrong in (True, False):
+        pids = [[me, me + 1 if wrong else me], [me, me]]
+        comms = [cam._C.Comm.ipc(list(t.as_c_fields()), r, 10**9, 10**6, 27, pids[r], segment_name=names[r])
+                 for r in range(t.world_size)]
+        try:
+            cam._C.twin_ipc_calls(reset=True)
+            if wrong:
+                with pytest.raises(cam.CamError, match=rf"rank 1's record comes from pid {me}, the pid it published "
+                                                       rf"\(and this rank allowed\) is {me + 1}"):
+                    comms[0].attach_shm(names)
+                assert "aclrtIpcMemImportByKey" not in cam._C.twin_ipc_calls(reset=True)
+            else:
+                for c in comms:
+                    c.attach_shm(names)
+        finally:
+            for c in comms:
+                c.close()
+    assert _segments(base) == []
+
+
 @pytest.mark.parametrize("tamper", ["world_writable", "group_readable", "other_owner"])
 def test_shm_attach_refuses_a_segment_someone_else_can_write(tamper):
     # Segment trust: rank 1's real segment file, made writable by group/other (chmod) or handed to another owner

@@ -51,8 +51,8 @@ struct Header {
     uint64_t bytes;
     uint64_t flags;  // the export's flags (pid validation on unless DISABLE_PID_VALIDATION)
     uint64_t pids;   // entries of allow[]
-    int32_t ownerDevice;  // the twin device of the process that allocated it (a shm-plane attach by name reads it)
-    int32_t reserved;
+    int32_t ownerDevice;  // the twin device and the pid of the process that allocated it (what a record would
+    int32_t ownerPid;     // publish; a shm-plane attach by name reads them)
     int32_t allow[kMaxPids];
 };
 static_assert(sizeof(Header) <= kHeaderBytes, "the header fits its page");
@@ -215,6 +215,7 @@ extern "C" aclError camTwinAclrtMalloc(void** devPtr, size_t size, aclrtMemMallo
     s.header()->magic = kMagic;
     s.header()->bytes = size;
     s.header()->ownerDevice = TwinDevice();
+    s.header()->ownerPid = static_cast<int32_t>(getpid());
     Register(s);
     *devPtr = s.memory();
     gOwned[reinterpret_cast<uintptr_t>(s.memory())] = s;
@@ -471,9 +472,10 @@ extern "C" aclError camTwinIpcNameNextExport(const char* name) {
     return ACL_SUCCESS;
 }
 
-extern "C" aclError camTwinIpcKeyOfName(const char* name, char* key, size_t len, uint64_t* bytes, int32_t* deviceId) {
+extern "C" aclError camTwinIpcKeyOfName(const char* name, char* key, size_t len, uint64_t* bytes, int32_t* deviceId,
+                                       int32_t* ownerPid) {
     std::lock_guard<std::mutex> lock(gMutex);
-    if (!name || !key || !bytes || !deviceId) return Unanswered(ACL_ERROR_INVALID_PARAM, "null argument");
+    if (!name || !key || !bytes || !deviceId || !ownerPid) return Unanswered(ACL_ERROR_INVALID_PARAM, "null argument");
     const int fd = shm_open(name, O_RDONLY, 0600);
     if (fd < 0) return Unanswered(ACL_ERROR_INVALID_PARAM, std::string("cannot open it: ") + std::strerror(errno));
     // The plane's one trust rule (shm_trust.h), before anything of the segment is read.
@@ -490,6 +492,7 @@ extern "C" aclError camTwinIpcKeyOfName(const char* name, char* key, size_t len,
     const uint64_t have = h->bytes;
     const bool ours = h->magic == kMagic && have + kPrefixBytes <= size;
     *deviceId = h->ownerDevice;
+    *ownerPid = h->ownerPid;
     munmap(p, kHeaderBytes);
     if (!ours) return Unanswered(ACL_ERROR_INVALID_PARAM, "it is not twin device memory");
     if (nonce == 0) return Unanswered(ACL_ERROR_INVALID_PARAM, "its owner withdrew its export");

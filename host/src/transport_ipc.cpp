@@ -505,11 +505,12 @@ extern "C" aclnnStatus camCommAttachShm(camComm* comm, const char* const* segmen
         for (int64_t r = 0; r < world; ++r) {
             if (r == comm->rank) continue;
             if (!segmentNames[r]) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": segment name is null");
-            // The record a peer of the NPU plane publishes, read from its segment: no pid (none was exchanged), the
-            // window's size and device as its owner allocated them, the topology left to its identity line.
+            // The record a peer of the NPU plane publishes, read from its segment: key, the window's size, its
+            // owner's device and pid (checked only where this rank allowed pids: camCommCreateShmIpc), the topology
+            // left to its identity line.
             camIpcWindowRecord& rec = records[r];
             if (aclError rc = t->acl_.twinNames.keyOfName(segmentNames[r], rec.key, kAclKeyLen, &rec.windowBytes,
-                                                          &rec.deviceId))
+                                                          &rec.deviceId, &rec.pid))
                 return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": rank " + std::to_string(r) + "'s segment " +
                                                          segmentNames[r] + ": " + AclFailed("camTwinIpcKeyOfName", rc));
             rec.fingerprint = cam::layout::fingerprint(comm->topo);

@@ -41,7 +41,8 @@ namespace cam::host {
 // (cam/acl_compat.h camTwinIpc*). No ACL counterpart: null on Ascend, where that plane does not exist.
 struct AclIpcTwinNames {
     aclError (*nameNextExport)(const char* name) = nullptr;
-    aclError (*keyOfName)(const char* name, char* key, size_t len, uint64_t* bytes, int32_t* deviceId) = nullptr;
+    aclError (*keyOfName)(const char* name, char* key, size_t len, uint64_t* bytes, int32_t* deviceId,
+                          int32_t* ownerPid) = nullptr;
     aclError (*unlinkName)(const char* key) = nullptr;
 };
 

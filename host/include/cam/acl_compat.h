@@ -210,11 +210,12 @@ CAM_API int64_t camTwinIpcOpenImports(void);
  *   camTwinIpcNameNextExport: the next aclrtIpcMemGetExportKey of this thread names its memory exactly `name`
  *     ("/x", no other '/'); the export fails if that name exists.
  *   camTwinIpcKeyOfName: the current export key of the memory named `name` (after the plane's segment trust
- *     rule), its bytes and its owner's twin device.
+ *     rule), its bytes, and its owner's twin device and pid (what the owner's window record would carry).
  *   camTwinIpcUnlinkName: removes the name of memory this process exported under `key`; mappings and imports stay
  *     valid, no new import can find it. */
 CAM_API aclError camTwinIpcNameNextExport(const char* name);
-CAM_API aclError camTwinIpcKeyOfName(const char* name, char* key, size_t len, uint64_t* bytes, int32_t* deviceId);
+CAM_API aclError camTwinIpcKeyOfName(const char* name, char* key, size_t len, uint64_t* bytes, int32_t* deviceId,
+                                     int32_t* ownerPid);
 CAM_API aclError camTwinIpcUnlinkName(const char* key);
 
 #ifdef __cplusplus
