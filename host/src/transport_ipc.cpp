@@ -128,7 +128,7 @@ public:
     std::vector<uint64_t> bytes_;
     std::vector<int32_t> pids_;          // the pids this rank's window allows (create's peerPids); empty: none
                                          // (the twin's shm plane: no pid check, the segment trust rule guards)
-    bool shmNamed_ = false;              // created by camCommCreateShm (the twin's shm plane)
+    bool shmNamed_ = false;              // its segment named by camCommCreateShm(Ipc) (the twin's shm plane)
     bool unlinked_ = false;              // camCommUnlinkShm removed the window's name
     std::vector<std::string> imported_;  // key of every open import ("" when none)
     void* deviceTable_ = nullptr;        // own device memory: the peer table, then the staging words
@@ -218,9 +218,9 @@ namespace cam::host {
 namespace {
 
 // The one create path. peerPids (world entries, the own ignored) become the window's allow-list; null exports
-// without one (the twin's shm plane, which exchanges no pids: any process of this user may import, as any could
-// open a segment of it, and the segment trust rule is the guard). exportName: the twin's shm plane names the
-// window's segment (null: the runtime's own key).
+// without one (camCommCreateShm, which exchanges no pids: any process of this user may import, as any could open a
+// segment of it, and the segment trust rule is the guard). exportName: the twin's shm plane names the window's
+// segment (null: the runtime's own key).
 aclnnStatus CreateWindow(const char* api, const CamTopology& topo, int64_t rank, const camCommConfig& config,
                          const int32_t* peerPids, const char* exportName, camComm** comm) {
     const int64_t world = cam::layout::world_size(topo);
@@ -268,12 +268,6 @@ aclnnStatus CreateWindow(const char* api, const CamTopology& topo, int64_t rank,
     *comm = NewComm(topo, rank, config, std::move(t)).release();
     return ACLNN_SUCCESS;
 }
-
-}  // namespace
-}  // namespace cam::host
-
-namespace cam::host {
-namespace {
 
 // peerPids: one process id per rank of the topology (the own entry is not read). After CheckCreateArgs.
 aclnnStatus CheckPeerPids(const char* api, const CamTopology& topo, int64_t rank, const int32_t* peerPids,
@@ -438,9 +432,11 @@ extern "C" aclnnStatus camCommDetachIpc(camComm* comm) {
 }
 
 // ---- The twin's shm plane: this transport over the twin's stand-ins, the windows' segments named by the caller
-// ("/prefix-r<rank>", so a supervisor finds a crashed plane's by prefix) and exported without a pid allow-list (no
-// pids are exchanged; the segment trust rule is the guard, as for any segment of this user). Attach looks each
-// peer's current key up by its name; unlink removes the name once every peer imported the window.
+// ("/prefix-r<rank>", so a supervisor finds a crashed plane's by prefix). camCommCreateShmIpc allows the peers' pids
+// as camCommCreateIpc does (cam.Comm's shm plane: the same handshake); camCommCreateShm, for C callers without a
+// store exchange of pids, exports without an allow-list (the segment trust rule is the guard, as for any segment of
+// this user) and camCommAttachShm looks each peer's current key up by its segment name. Unlink removes the name
+// once every peer imported the window.
 
 namespace {
 
@@ -451,10 +447,6 @@ static_assert(kMaxShmName == CAM_SHM_NAME_MAX, "cam_comm.h states the limit");
 const char kShmIsTwin[] =
     ": the shm plane is the twin's (the NPU transport over its POSIX-shm stand-ins of the ACL calls); on Ascend a "
     "plane of processes is made with camCommCreateIpc";
-
-}  // namespace
-
-namespace {
 
 // A name the twin's stand-ins can give a window's segment and fit, with a nonce, into its key; "" or the refusal.
 std::string RefuseShmName(const char* name) {
