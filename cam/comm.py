@@ -1,7 +1,7 @@
 """``cam.Comm``: one rank's handle on an asynchronous AFD data plane (docs/protocol.md).
 
 A Comm owns this rank's window and the mapping of every peer's window, a device stream its data-plane ops run on,
-and the constants those ops need (topology, rank, timeouts). Two transports on the twin:
+and the constants those ops need (topology, rank, timeouts). Transports:
 
 * ``"in_process"``: ranks are threads of one process; windows are registered under a group name.
 * ``"npu"``: ranks are processes; each allocates its window as device memory and shares it through ACL IPC
@@ -49,7 +49,7 @@ _rebalance_cv = threading.Condition()
 
 # How often a handshake wait looks at the missing ranks' failure keys and processes (each look is a few store reads).
 _JOIN_WATCH_S = 0.05
-# npu: how long a rank whose handshake failed waits for its peers to say they closed their imports of its window
+# shm/npu: how long a rank whose handshake failed waits for its peers to say they closed their imports of its window
 # before it gives up and keeps the window for the life of the process (at most join_timeout_s).
 _FAILED_RELEASE_S = 10.0
 
@@ -78,7 +78,7 @@ class Comm:
             only: ``"npu"`` over the stand-ins with segment names after ``shm_prefix``, removed once every rank
             imported every window).
         group: name of the plane. In-process: ranks with the same name form one plane (free again once all joined).
-            shm: prefix of the Store keys.
+            shm/npu: prefix of the Store keys.
         store: ``torch.distributed`` Store (TCPStore/FileStore) for ``"shm"`` and ``"npu"``: carries the pids and
             the IPC window records.
         dtype: activation dtype of the plane (bfloat16 or float16): x, expert outputs and combine outputs.
@@ -87,9 +87,10 @@ class Comm:
         idle_poll_s: how long ``dispatch_recv`` waits with nothing ready before it returns an empty work item.
         join_timeout_s: bound of the creation handshake (all ranks joining / importing).
         shm_prefix: segment-name prefix for ``"shm"`` (default: unique per process); names are ``/<prefix>-r<rank>``.
-        liveness_poll_s: ``"shm"`` and ``"npu"`` (processes as ranks): how often a watchdog thread checks that every peer's process is still
-            there. A peer found gone raises the plane's abort with that rank as the reason, so every wait on every
-            surviving rank ends within about this bound (independent of ``timeout_s``) naming the dead rank.
+        liveness_poll_s: ``"shm"`` and ``"npu"`` (processes as ranks): how often a watchdog thread checks that
+            every peer's process is still there. A peer found gone raises the plane's abort with that rank as the
+            reason, so every wait on every surviving rank ends within about this bound (independent of
+            ``timeout_s``) naming the dead rank.
         isolate_replicas: ``"shm"`` and ``"npu"``, replica isolation (docs/protocol.md §9), on by default: when an
             Attention rank dies, its replica is fenced instead of aborting the plane. FFN ranks drop that replica's
             rounds (counted: :attr:`lost_replicas`) and keep serving the others; only the dead rank's replica mates
@@ -112,8 +113,8 @@ class Comm:
         token: the ordering token the torch ops mutate (see ``docs/protocol.md`` §11).
         id: the int the torch ops carry to find this Comm.
         plane_id: this plane instance's id, the same on every rank; work items carry it (docs/protocol.md §13).
-        dead_rank: ``"shm"``/``"npu"``: the peer this rank's liveness watchdog found dead (the plane is then aborted with
-            that rank as the reason, or only its replica fenced under ``isolate_replicas``), else None.
+        dead_rank: ``"shm"``/``"npu"``: the peer this rank's liveness watchdog found dead (the plane is then
+            aborted with that rank as the reason, or only its replica fenced under ``isolate_replicas``), else None.
         fenced_replicas: ``{replica: dead Attention rank}`` of every replica fenced in the plane (read from the
             windows, so it includes fences another rank's watchdog set first).
         dropped_rounds: FFN ranks: ``{replica: rounds dropped}`` per fenced replica (see :class:`LostReplica`).

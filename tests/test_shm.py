@@ -342,7 +342,8 @@ def test_shm_attach_refuses_a_segment_someone_else_can_write(tamper):
             os.chown(path, 65534, -1)
             expected = "owned by uid 65534"
         cam._C.twin_ipc_calls(reset=True)
-        with pytest.raises(cam.CamError, match=r"rank 1's segment /\S+: .*refused the segment .*" + re.escape(expected)):
+        refused = r"rank 1's segment /\S+: .*refused the segment .*" + re.escape(expected)
+        with pytest.raises(cam.CamError, match=refused):
             comms[0].attach_shm(names)
         # refused at the look-up of its key: nothing was imported from it (the stand-ins' call log)
         assert "aclrtIpcMemImportByKey" not in cam._C.twin_ipc_calls(reset=True)

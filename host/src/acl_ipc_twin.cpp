@@ -87,7 +87,8 @@ void Log(const char* call) {
     if (gLog.size() > kLogCapBytes) {
         size_t cut = gLog.find(';', gLog.size() - kLogCapBytes / 2);
         cut = cut == std::string::npos ? gLog.size() : cut + 1;
-        gLogDropped += static_cast<uint64_t>(std::count(gLog.begin(), gLog.begin() + static_cast<std::ptrdiff_t>(cut), ';'));
+        const auto end = gLog.begin() + static_cast<std::ptrdiff_t>(cut);
+        gLogDropped += static_cast<uint64_t>(std::count(gLog.begin(), end, ';'));
         gLog.erase(0, cut);
     }
     if (!gLog.empty()) gLog += ';';

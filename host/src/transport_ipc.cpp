@@ -255,7 +255,8 @@ aclnnStatus CreateWindow(const char* api, const CamTopology& topo, int64_t rank,
         if (aclError rc = acl.twinNames.nameNextExport(exportName))
             return fail(AclFailed("camTwinIpcNameNextExport", rc) + " for the segment name " + exportName);
     char key[CAM_IPC_KEY_BYTES] = {};
-    const uint64_t flags = peerPids ? ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT : ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION;
+    const uint64_t flags =
+        peerPids ? ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT : ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION;
     if (aclError rc = acl.exportKey(window, bytes, key, kAclKeyLen, flags))
         return fail(AclFailed("aclrtIpcMemGetExportKey", rc));
     t->ownKey_ = key;
@@ -394,8 +395,9 @@ aclnnStatus CheckAttach(const char* api, camComm* comm, const void* entries, int
     if (!comm || !entries) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": null argument");
     *t = AsIpc(comm);
     if (!*t || (shm && !(*t)->shmNamed_))
-        return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + (shm ? ": not a shared-memory communicator (camCommCreateShm)"
-                                                                     : ": not an ACL IPC communicator (camCommCreateIpc)"));
+        return Fail(ACLNN_ERR_PARAM_INVALID,
+                    std::string(api) + (shm ? ": not a shared-memory communicator (camCommCreateShm)"
+                                            : ": not an ACL IPC communicator (camCommCreateIpc)"));
     const int64_t world = cam::layout::world_size(comm->topo);
     if (count != world)
         return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + std::to_string(count) +
