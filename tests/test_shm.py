@@ -262,6 +262,15 @@ def test_shm_names_that_cannot_be_a_twin_key_are_refused_before_anything_exists(
         with pytest.raises(cam.CamError, match=f"camCommCreateShm: segmentName .*{re.escape(why)}"):
             cam._C.Comm.shm(bad, fields, 0, 10**9, 10**6, 27)
     assert _segments(base) == []
+    # a name is created exclusively: a second window under a name that exists is refused, the first untouched
+    first = cam._C.Comm.shm(f"/{base}-r0", fields, 0, 10**9, 10**6, 27)
+    try:
+        with pytest.raises(cam.CamError, match=rf"cannot name the exported memory /{base}-r0: File exists"):
+            cam._C.Comm.shm(f"/{base}-r0", fields, 0, 10**9, 10**6, 27)
+        assert _segments(base) == [f"{base}-r0"]
+    finally:
+        first.close()
+    assert _segments(base) == []
     results, errors = _shm_threads([t] * t.world_size, fits)  # control
     assert errors == {} and len(results) == t.world_size
     assert _segments(base) == []
