@@ -280,6 +280,23 @@ def _npu_plane_in_threads():
     return comms
 
 
+def _close_in_threads(comms):
+    """Closes every rank at once, as separate processes would: a rank's close waits (bounded) for every peer's word
+    that it closed its imports, so closing them one after another in one thread would make the first wait its whole
+    bound and then keep its window for the life of the process."""
+    import threading
+
+    names = ["/dev/shm" + c._c.ipc_record()["key"].rsplit(":", 1)[0] for c in comms.values()]
+    threads = [threading.Thread(target=c.close) for c in comms.values()]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not any(th.is_alive() for th in threads)
+    # every window freed, none kept for a peer that did not answer in time
+    assert [n for n in names if os.path.exists(n)] == []
+
+
 def test_npu_window_is_refused_where_it_is_device_memory(monkeypatch):
     """Comm.window reads the window as host memory. On an Ascend backend the npu transport's window is
     aclrtMalloc'ed device memory, so it refuses, naming the transport, and no tensor is ever made over it (here the
@@ -301,8 +318,7 @@ def test_npu_window_is_refused_where_it_is_device_memory(monkeypatch):
             assert c.status()["abort"] == 0  # the control words still reach the host, through the copies
         assert len(ids) == 1 and ids != {0}, ids
     finally:
-        for c in comms.values():
-            c.close()
+        _close_in_threads(comms)
     monkeypatch.undo()
     comms = _npu_plane_in_threads()  # control
     try:
@@ -311,8 +327,8 @@ def test_npu_window_is_refused_where_it_is_device_memory(monkeypatch):
         assert all(c.window.numel() == c.window_bytes for c in comms.values())
         assert {int(c.window.view(torch.int64)[_C.IDENTITY_PLANE_ID_WORD]) for c in comms.values()} == ids
     finally:
-        for c in comms.values():
-            c.close()
+        _close_in_threads(comms)
+    assert _C.twin_ipc_open_imports() == 0
 
 
 @pytest.mark.parametrize("peer_answers", [True, False])
