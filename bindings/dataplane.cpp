@@ -57,12 +57,19 @@ public:
     }
 
     // The NPU transport (ACL IPC; the twin's stand-ins on the twin): create + allow the peers' pids, then attach.
+    // With segmentName, the twin's shm plane: the same, the window's segment named so (camCommCreateShmIpc).
     static std::unique_ptr<Comm> Ipc(const Fields& fields, int64_t rank, int64_t timeoutNs, int64_t idleNs,
-                                     int64_t actDtype, const std::vector<int32_t>& peerPids) {
+                                     int64_t actDtype, const std::vector<int32_t>& peerPids,
+                                     const std::optional<std::string>& segmentName) {
         const CamTopology t = ToTopology(fields);
         const camCommConfig cfg{timeoutNs, idleNs, actDtype};
         camComm* c = nullptr;
-        ThrowIfFailed(camCommCreateIpc(&t, rank, &cfg, peerPids.data(), static_cast<int64_t>(peerPids.size()), &c));
+        const auto count = static_cast<int64_t>(peerPids.size());
+        if (segmentName)
+            ThrowIfFailed(camCommCreateShmIpc(CName(*segmentName, "shm segment name"), &t, rank, &cfg,
+                                              peerPids.data(), count, &c));
+        else
+            ThrowIfFailed(camCommCreateIpc(&t, rank, &cfg, peerPids.data(), count, &c));
         return std::unique_ptr<Comm>(new Comm(c));
     }
     py::dict IpcRecord() const {
@@ -136,6 +143,11 @@ public:
         ThrowIfFailed(camCommGetPeerWindowBytes(Get(), rank, &bytes));
         return bytes;
     }
+    int64_t PlaneId() const {
+        int64_t id = 0;
+        ThrowIfFailed(camCommGetPlaneId(Get(), &id));
+        return id;
+    }
     py::dict Status() const {
         int64_t st[8];
         int64_t abortWord = 0;
@@ -159,13 +171,15 @@ private:
 
 void Register(py::module_& m) {
     m.attr("DISPATCH_RECV_MAX_ITEMS") = cam::kernels::kDispatchRecvMaxItems;
+    m.attr("SHM_NAME_MAX") = CAM_SHM_NAME_MAX;
     py::class_<Comm>(m, "Comm")
         .def_static("in_process", &Comm::InProcess, py::arg("group"), py::arg("topology"), py::arg("rank"),
                     py::arg("timeout_ns"), py::arg("idle_poll_ns"), py::arg("join_timeout_ms"), py::arg("act_dtype"))
         .def_static("shm", &Comm::Shm, py::arg("name"), py::arg("topology"), py::arg("rank"), py::arg("timeout_ns"),
                     py::arg("idle_poll_ns"), py::arg("act_dtype"))
         .def_static("ipc", &Comm::Ipc, py::arg("topology"), py::arg("rank"), py::arg("timeout_ns"),
-                    py::arg("idle_poll_ns"), py::arg("act_dtype"), py::arg("peer_pids"))
+                    py::arg("idle_poll_ns"), py::arg("act_dtype"), py::arg("peer_pids"),
+                    py::arg("segment_name") = py::none())
         .def("ipc_record", &Comm::IpcRecord)
         .def("attach_ipc", &Comm::AttachIpc, py::arg("records"))
         .def("detach_ipc", &Comm::DetachIpc)
@@ -180,7 +194,8 @@ void Register(py::module_& m) {
         .def_property_readonly("closed", &Comm::Closed)
         .def("window", &Comm::Window)
         .def("peer_window_bytes", &Comm::PeerWindowBytes, py::arg("rank"))
-        .def("status", &Comm::Status);
+        .def("status", &Comm::Status)
+        .def("plane_id", &Comm::PlaneId);
 
     m.def("ipc_process_id", [] {
         int32_t pid = 0;

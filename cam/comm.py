@@ -1,17 +1,16 @@
 """``cam.Comm``: one rank's handle on an asynchronous AFD data plane (docs/protocol.md).
 
 A Comm owns this rank's window and the mapping of every peer's window, a device stream its data-plane ops run on,
-and the constants those ops need (topology, rank, timeouts). Two transports on the twin:
+and the constants those ops need (topology, rank, timeouts). Transports:
 
 * ``"in_process"``: ranks are threads of one process; windows are registered under a group name.
-* ``"shm"``: ranks are processes; each creates a POSIX shared-memory segment, the names are exchanged through a
-  ``torch.distributed`` Store, every rank maps every peer's segment, and each segment is unlinked as soon as all
-  ranks mapped it, so a rank that dies afterwards leaks nothing in ``/dev/shm``.
-
 * ``"npu"``: ranks are processes; each allocates its window as device memory and shares it through ACL IPC
-  (export key, pid allow-list, import by key; docs/ascend.md §5.0), the keys travelling through the Store. On the
-  twin the same code runs over cam's stand-ins of those ACL calls (device memory = a POSIX shm segment, CPU tensors);
-  it has never run on an NPU.
+  (export key, pid allow-list, import by key; docs/ascend.md §5.0), the keys travelling through a
+  ``torch.distributed`` Store. On the twin the same code runs over cam's stand-ins of those ACL calls (device
+  memory = a POSIX shm segment, CPU tensors); it has never run on an NPU.
+* ``"shm"`` (the twin only): the ``"npu"`` transport and handshake over the twin's stand-ins, each window's segment
+  named ``/<shm_prefix>-r<rank>`` and the name removed as soon as every rank imported every window, so a rank that
+  dies afterwards leaks nothing in ``/dev/shm`` (and a supervisor finds a crashed handshake's by prefix).
 
 On Ascend the same C communicator takes its windows from HCCL (docs/protocol.md §3).
 """
@@ -50,6 +49,9 @@ _rebalance_cv = threading.Condition()
 
 # How often a handshake wait looks at the missing ranks' failure keys and processes (each look is a few store reads).
 _JOIN_WATCH_S = 0.05
+# shm/npu: how long a rank whose handshake failed waits for its peers to say they closed their imports of its window
+# before it gives up and keeps the window for the life of the process (at most join_timeout_s).
+_FAILED_RELEASE_S = 10.0
 
 # The dtype is part of the plane identity checked at creation (its aclDataType code goes into the window).
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
@@ -71,23 +73,25 @@ class Comm:
         topology: the :class:`cam.Topology`, identical on every rank (checked at creation through a fingerprint
             in each window; a mismatch fails naming the rank).
         rank: this rank's global id; Attention ranks are ``[0, A)``, FFN ranks ``[A, A + F)``.
-        transport: ``"in_process"`` (threads as ranks), ``"shm"`` (processes as ranks) or ``"npu"`` (processes as
-            ranks over ACL IPC device memory; on the twin over cam's POSIX-shm stand-ins of the ACL calls, with CPU
-            tensors).
+        transport: ``"in_process"`` (threads as ranks), ``"npu"`` (processes as ranks over ACL IPC device memory;
+            on the twin over cam's POSIX-shm stand-ins of the ACL calls, with CPU tensors) or ``"shm"`` (the twin
+            only: ``"npu"`` over the stand-ins with segment names after ``shm_prefix``, removed once every rank
+            imported every window).
         group: name of the plane. In-process: ranks with the same name form one plane (free again once all joined).
-            shm: prefix of the Store keys.
-        store: ``torch.distributed`` Store (TCPStore/FileStore) for ``"shm"`` and ``"npu"``: carries the segment
-            names (shm) or the pids and IPC window records (npu).
+            shm/npu: prefix of the Store keys.
+        store: ``torch.distributed`` Store (TCPStore/FileStore) for ``"shm"`` and ``"npu"``: carries the pids and
+            the IPC window records.
         dtype: activation dtype of the plane (bfloat16 or float16): x, expert outputs and combine outputs.
         timeout_s: bound of every device wait inside a begun round (slot reuse, a replica whose participants only
             partly published, combine completions). Generous by default: contention must never trip it.
         idle_poll_s: how long ``dispatch_recv`` waits with nothing ready before it returns an empty work item.
-        join_timeout_s: bound of the creation handshake (all ranks joining / mapping).
+        join_timeout_s: bound of the creation handshake (all ranks joining / importing).
         shm_prefix: segment-name prefix for ``"shm"`` (default: unique per process); names are ``/<prefix>-r<rank>``.
-        liveness_poll_s: ``"shm"`` only: how often a watchdog thread checks that every peer's process is still
-            there. A peer found gone raises the plane's abort with that rank as the reason, so every wait on every
-            surviving rank ends within about this bound (independent of ``timeout_s``) naming the dead rank.
-        isolate_replicas: ``"shm"`` only, replica isolation (docs/protocol.md §9), on by default: when an
+        liveness_poll_s: ``"shm"`` and ``"npu"`` (processes as ranks): how often a watchdog thread checks that
+            every peer's process is still there. A peer found gone raises the plane's abort with that rank as the
+            reason, so every wait on every surviving rank ends within about this bound (independent of
+            ``timeout_s``) naming the dead rank.
+        isolate_replicas: ``"shm"`` and ``"npu"``, replica isolation (docs/protocol.md §9), on by default: when an
             Attention rank dies, its replica is fenced instead of aborting the plane. FFN ranks drop that replica's
             rounds (counted: :attr:`lost_replicas`) and keep serving the others; only the dead rank's replica mates
             are aborted; a fenced replica never rejoins. The death of an FFN rank still aborts the plane. ``False``
@@ -104,13 +108,13 @@ class Comm:
             process must not share a stream: an FFN wait would block the Attention work it waits for).
         window: this rank's window as a uint8 tensor (inspection only; valid until :meth:`close`). Only where the
             window is host memory: on the ``"npu"`` transport on an Ascend backend it is device memory, and reading
-            it does not return a tensor but raises :class:`cam.CamError` (so does :attr:`plane_id`).
+            it does not return a tensor but raises :class:`cam.CamError`.
         window_bytes: bytes really allocated for the window (what the ops validate against).
         token: the ordering token the torch ops mutate (see ``docs/protocol.md`` §11).
         id: the int the torch ops carry to find this Comm.
         plane_id: this plane instance's id, the same on every rank; work items carry it (docs/protocol.md §13).
-        dead_rank: ``"shm"``: the peer this rank's liveness watchdog found dead (the plane is then aborted with
-            that rank as the reason, or only its replica fenced under ``isolate_replicas``), else None.
+        dead_rank: ``"shm"``/``"npu"``: the peer this rank's liveness watchdog found dead (the plane is then
+            aborted with that rank as the reason, or only its replica fenced under ``isolate_replicas``), else None.
         fenced_replicas: ``{replica: dead Attention rank}`` of every replica fenced in the plane (read from the
             windows, so it includes fences another rank's watchdog set first).
         dropped_rounds: FFN ranks: ``{replica: rounds dropped}`` per fenced replica (see :class:`LostReplica`).
@@ -161,6 +165,11 @@ class Comm:
             raise TypeError(f"Comm: isolate_replicas must be a bool, got {isolate_replicas!r}")
         _check_name("group", group, optional=False)
         _check_name("shm_prefix", shm_prefix, optional=True)
+        if transport == "shm" and shm_prefix is not None:
+            longest = f"/{shm_prefix}-r{topology.world_size - 1}"
+            if len(longest.encode()) > _C.SHM_NAME_MAX:
+                raise ValueError(f"Comm: shm_prefix {shm_prefix!r} is too long: a segment name such as {longest!r} "
+                                 f"must fit {_C.SHM_NAME_MAX} bytes (the twin's window key holds it with a nonce)")
         self.isolate_replicas = isolate_replicas
         self.group = group
         self._join_timeout_s = float(join_timeout_s)
@@ -187,15 +196,15 @@ class Comm:
         if transport == "in_process":
             self._c = _C.Comm.in_process(group, fields, rank, timeout_ns, idle_ns, int(join_timeout_s * 1000),
                                          _ACL_DTYPE[dtype])
-        elif transport == "shm":
+        elif transport in ("shm", "npu"):
             if store is None:
-                raise ValueError("Comm: transport 'shm' needs a torch.distributed Store (store=...)")
-            self._c = self._create_shm(store, group, fields, timeout_ns, idle_ns, join_timeout_s, shm_prefix)
-            self._store, self._left_key = store, f"{group}/left/{rank}"
-        elif transport == "npu":
-            if store is None:
-                raise ValueError("Comm: transport 'npu' needs a torch.distributed Store (store=...)")
-            self._c = self._create_npu(store, group, fields, timeout_ns, idle_ns, join_timeout_s)
+                raise ValueError(f"Comm: transport {transport!r} needs a torch.distributed Store (store=...)")
+            # One handshake and one C transport for both: shm is the npu transport over the twin's stand-ins, its
+            # windows' segments named after shm_prefix so a supervisor finds a crashed plane's by prefix.
+            shm_name = None
+            if transport == "shm":
+                shm_name = f"/{shm_prefix or f'cam-{os.getpid()}-{uuid.uuid4().hex[:12]}'}-r{rank}"
+            self._c = self._create_ipc(store, group, fields, timeout_ns, idle_ns, join_timeout_s, shm_name)
             self._store, self._left_key = store, f"{group}/left/{rank}"
             self._group = group
         else:
@@ -227,32 +236,6 @@ class Comm:
         with _registry_lock:
             _registry[self.id] = self
 
-    def _create_shm(self, store, group, fields, timeout_ns, idle_ns, join_timeout_s, prefix):
-        prefix = prefix or f"cam-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        name = f"/{prefix}-r{self.rank}"
-        c = _C.Comm.shm(name, fields, self.rank, timeout_ns, idle_ns, _ACL_DTYPE[self.dtype])
-        world = self.topology.world_size
-        deadline = time.monotonic() + join_timeout_s
-        try:
-            store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
-            # Published before the segment name, so a rank that sees every name sees every topology too.
-            store.set(f"{group}/topo/{self.rank}", json.dumps(self._plane_description()))
-            store.set(f"{group}/shm/{self.rank}", name)
-            self._await_keys(store, [f"{group}/shm/{r}" for r in range(world)], deadline, join_timeout_s,
-                             "published its segment name")
-            _check_same_plane(self.rank, [json.loads(store.get(f"{group}/topo/{r}").decode()) for r in range(world)])
-            names = [store.get(f"{group}/shm/{r}").decode() for r in range(world)]
-            self._collect_peer_processes(store, group)
-            c.attach_shm(names)
-            store.set(f"{group}/mapped/{self.rank}", "1")
-            self._await_keys(store, [f"{group}/mapped/{r}" for r in range(world)], deadline, join_timeout_s,
-                             "mapped the windows")
-        except BaseException:
-            c.close()  # unlinks the segment too: a failed handshake leaks nothing
-            raise
-        c.unlink_shm()
-        return c
-
     def _collect_peer_processes(self, store, group) -> None:
         """The peers' published process identities, for the liveness watchdog (every peer must be watchable)."""
         watched = _proc_identity(os.getpid()) is not None  # Linux /proc: every peer must be watchable
@@ -266,16 +249,19 @@ class Comm:
             if proc:
                 self._peers_proc[r] = proc
 
-    def _create_npu(self, store, group, fields, timeout_ns, idle_ns, join_timeout_s):
+    def _create_ipc(self, store, group, fields, timeout_ns, idle_ns, join_timeout_s, shm_name=None):
         """ACL IPC handshake: pids first (each window's allow-list needs them), then the window records. A rank
         that fails publishes why (``{group}/failed/{rank}``) before it raises, and every wait watches the missing
         ranks' failures and processes, so a refusal or a death at one rank ends every rank's handshake at once,
-        naming that rank, instead of at join_timeout_s."""
+        naming that rank, instead of at join_timeout_s. ``shm_name`` (the twin's shm plane): the window's segment
+        is named so, and the name is removed once every rank imported every window, so a rank that dies afterwards
+        leaks nothing in /dev/shm."""
         world = self.topology.world_size
         deadline = time.monotonic() + join_timeout_s
         c = None
         try:
-            _forget_key(store, f"{group}/failed/{self.rank}")  # this rank's own earlier attempt on this store
+            for stale in ("failed", "detached"):  # this rank's own earlier attempt on this store
+                _forget_key(store, f"{group}/{stale}/{self.rank}")
             store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
             store.set(f"{group}/topo/{self.rank}", json.dumps(self._plane_description()))
             store.set(f"{group}/ipcpid/{self.rank}", str(_C.ipc_process_id()))
@@ -284,7 +270,7 @@ class Comm:
             _check_same_plane(self.rank, [json.loads(store.get(f"{group}/topo/{r}").decode()) for r in range(world)])
             self._collect_peer_processes(store, group)
             pids = [int(store.get(f"{group}/ipcpid/{r}").decode()) for r in range(world)]
-            c = _C.Comm.ipc(fields, self.rank, timeout_ns, idle_ns, _ACL_DTYPE[self.dtype], pids)
+            c = _C.Comm.ipc(fields, self.rank, timeout_ns, idle_ns, _ACL_DTYPE[self.dtype], pids, shm_name)
             store.set(f"{group}/ipc/{self.rank}", json.dumps(c.ipc_record()))
             self._await_keys(store, [f"{group}/ipc/{r}" for r in range(world)], deadline, join_timeout_s,
                              "published its window", group=group)
@@ -299,32 +285,81 @@ class Comm:
             store.set(f"{group}/mapped/{self.rank}", "1")
             self._await_keys(store, [f"{group}/mapped/{r}" for r in range(world)], deadline, join_timeout_s,
                              "imported the windows", group=group)
+            if shm_name is not None:
+                c.unlink_shm()
         except BaseException as e:
             try:  # before the close withdraws this rank's export, so a peer whose import then fails finds why
                 store.set(f"{group}/failed/{self.rank}", f"{type(e).__name__}: {e}")
             except Exception:  # noqa: BLE001 - no store to tell: the peers find this rank by its process or timeout
                 pass
-            if c is not None:
-                c.close()  # closes this rank's imports, then frees its window
+            self._release_after_failed_handshake(c, store, group)
             raise
         return c
+
+    def _release_after_failed_handshake(self, c, store, group) -> None:
+        """A failed handshake frees this rank's window only as a close does: a peer may have imported it already
+        (every peer that read this rank's record), and an owner must not free memory a peer still has imported
+        (docs/ascend.md §5.0, teardown order). So this rank closes its own imports and says so (every failing rank
+        does, also one that never created its window, so nobody waits for it), then waits, bounded, until every peer
+        that joined and is still alive said the same; a peer that does not answer leaves the window allocated for
+        the life of the process."""
+        detached = True
+        if c is not None:
+            try:
+                if self.transport == "shm":
+                    c.unlink_shm()  # no import can start from now on, and a kept window leaves no name behind
+                c.detach_ipc()
+            except CamError:  # the handshake's own error is the one raised; nothing is freed below
+                detached = False
+        if detached:
+            try:
+                store.set(f"{group}/detached/{self.rank}", "1")
+            except Exception:  # noqa: BLE001 - no store: the peers' waits end at their own bound
+                pass
+        if c is None:
+            return
+        wait_s = min(_FAILED_RELEASE_S, self._join_timeout_s)
+        if detached and self._await_peers_detached(store, group, wait_s, joined_only=True):
+            c.close()  # withdraws the export, frees the window
+        else:
+            _runtime._park(c)
+
+    def _await_peers_detached(self, store, group, wait_s: float, joined_only: bool = False) -> bool:
+        """Waits (bounded) until every peer said it closed its imports of this rank's window
+        (``{group}/detached/{r}``), skipping the peer this rank's watchdog found dead and any peer whose process is
+        gone (its imports went with it), and with ``joined_only`` a peer that never published its process (it never
+        read this rank's record). False when some peer did not answer in time, or the store is gone."""
+        pending = [r for r in range(self.topology.world_size) if r != self.rank and r != self.dead_rank]
+        deadline = time.monotonic() + max(0.0, float(wait_s))
+        try:
+            while True:
+                pending = [r for r in pending if not store.check([f"{group}/detached/{r}"])
+                           and not self._peer_process_gone(store, group, r, joined_only)]
+                if not pending:
+                    return True
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.01)
+        except Exception:  # noqa: BLE001 - the store is gone: no peer can say it detached
+            return False
+
+    @staticmethod
+    def _peer_process_gone(store, group, r, absent_is_gone: bool) -> bool:
+        """Whether rank r's published process has ended (or, with ``absent_is_gone``, was never published)."""
+        if not store.check([f"{group}/proc/{r}"]):
+            return absent_is_gone
+        ident = store.get(f"{group}/proc/{r}").decode()
+        return bool(ident) and _proc_identity(int(ident.split(":")[0])) != ident
 
     def _detach_npu(self, wait_s: float) -> bool:
         """Closes this rank's imports, then waits (bounded) until every live peer closed its imports of this rank's
         window: an owner must not free memory a peer still has imported. False when some peer did not."""
         self._c.detach_ipc()
-        world = self.topology.world_size
         try:
             self._store.set(f"{self._group}/detached/{self.rank}", "1")
-            keys = [f"{self._group}/detached/{r}" for r in range(world) if r != self.rank and r != self.dead_rank]
-            deadline = time.monotonic() + max(0.0, float(wait_s))
-            while not all(self._store.check([k]) for k in keys):
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(0.005)
         except Exception:  # noqa: BLE001 - the store is gone: no peer can say it detached
             return False
-        return True
+        return self._await_peers_detached(self._store, self._group, wait_s)
 
     def _plane_description(self) -> dict:
         """What every rank of one plane must agree on: the topology's fields and the activation dtype."""
@@ -634,8 +669,9 @@ class Comm:
     def plane_id(self) -> int:
         """This plane instance's id (identity line word 7): a hash of the topology, the dtype and every rank's
         creation nonce, the same on every rank of the plane and stamped into its work items (word 7), so a work
-        item of another plane is refused even when the topology is the same."""
-        return int(self._require().window.view(torch.int64)[_C.IDENTITY_PLANE_ID_WORD])
+        item of another plane is refused even when the topology is the same. Read from the window through the
+        transport (``camCommGetPlaneId``: a device copy where the window is device memory), on every transport."""
+        return self._require()._c.plane_id()
 
     @property
     def is_attention(self) -> bool:

@@ -280,30 +280,127 @@ def _npu_plane_in_threads():
     return comms
 
 
+def _close_in_threads(comms):
+    """Closes every rank at once, as separate processes would: a rank's close waits (bounded) for every peer's word
+    that it closed its imports, so closing them one after another in one thread would make the first wait its whole
+    bound and then keep its window for the life of the process."""
+    import threading
+
+    names = ["/dev/shm" + c._c.ipc_record()["key"].rsplit(":", 1)[0] for c in comms.values()]
+    threads = [threading.Thread(target=c.close) for c in comms.values()]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not any(th.is_alive() for th in threads)
+    # every window freed, none kept for a peer that did not answer in time
+    assert [n for n in names if os.path.exists(n)] == []
+
+
 def test_npu_window_is_refused_where_it_is_device_memory(monkeypatch):
-    """Comm.window and Comm.plane_id read the window as host memory. On an Ascend backend the npu transport's window
-    is aclrtMalloc'ed device memory, so both refuse, naming the transport, and no tensor is ever made over it (here
-    the backend check is made to answer as on Ascend). Control: the same plane on the twin, whose stand-ins' device
-    memory is host memory, gives the window and one plane id on both ranks."""
+    """Comm.window reads the window as host memory. On an Ascend backend the npu transport's window is
+    aclrtMalloc'ed device memory, so it refuses, naming the transport, and no tensor is ever made over it (here the
+    backend check is made to answer as on Ascend). Comm.plane_id and Comm.status() read their words through the
+    transport (device copies, camCommGetPlaneId / camCommGetStatus), so they answer there too: one plane id on both
+    ranks, read by an aclrtMemcpy. Control: the same plane on the twin, whose stand-ins' device memory is host
+    memory, gives the window, and its identity line holds the plane id the getter returns."""
     monkeypatch.setattr(cam.comm, "_window_is_host_memory", lambda transport: transport != "npu")
     comms = _npu_plane_in_threads()
     try:
+        ids = set()
         for r, c in comms.items():
             assert c._window is None, f"rank {r}: a tensor over device memory was made"
             with pytest.raises(cam.CamError, match=rf"Comm.window: rank {r}'s window is device memory on the 'npu'"):
                 c.window
-            with pytest.raises(cam.CamError, match="the host cannot read it as host memory"):
-                c.plane_id
+            _C.twin_ipc_calls(reset=True)
+            ids.add(c.plane_id)
+            assert _C.twin_ipc_calls(reset=True) == ["aclrtMemcpy"], f"rank {r}: not one device-to-host copy"
             assert c.status()["abort"] == 0  # the control words still reach the host, through the copies
+        assert len(ids) == 1 and ids != {0}, ids
     finally:
-        for c in comms.values():
-            c.close()
+        _close_in_threads(comms)
     monkeypatch.undo()
     comms = _npu_plane_in_threads()  # control
     try:
         ids = {c.plane_id for c in comms.values()}
         assert len(ids) == 1 and ids != {0}, ids
         assert all(c.window.numel() == c.window_bytes for c in comms.values())
+        assert {int(c.window.view(torch.int64)[_C.IDENTITY_PLANE_ID_WORD]) for c in comms.values()} == ids
     finally:
-        for c in comms.values():
-            c.close()
+        _close_in_threads(comms)
+    assert _C.twin_ipc_open_imports() == 0
+
+
+@pytest.mark.parametrize("peer_answers", [True, False])
+def test_a_failed_handshake_frees_no_window_a_peer_still_imports(peer_answers):
+    """CANN's teardown order (aclrtIpcMemClose.md): every importer closes its import before the owner closes the key
+    and frees. Rank 0 (a real cam.Comm, in a thread) fails its handshake after rank 1 (driven by hand, this process)
+    imported its window: rank 1 gives up (its failure key), or never answers at all (rank 0 times out). Rank 0 must
+    not free while rank 1's import is open: it waits for rank 1's word that it closed its imports and frees then
+    (answers), or keeps the window for the life of the process (silent). The stand-ins' call log shows no aclrtFree
+    before rank 1 closed its import; without the wait rank 0 freed at once."""
+    import threading
+
+    from torch.distributed import HashStore
+
+    from cam.comm import Comm, _proc_identity
+
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
+    store, g = HashStore(), "failed-release"
+    probe = Comm.__new__(Comm)
+    probe.topology, probe.dtype = t, torch.bfloat16
+    store.set(f"{g}/proc/1", _proc_identity(os.getpid()))
+    store.set(f"{g}/topo/1", json.dumps(probe._plane_description()))
+    store.set(f"{g}/ipcpid/1", str(os.getpid()))
+    out = {}
+
+    def rank0():
+        try:
+            cam.Comm(t, 0, transport="npu", store=store, group=g, join_timeout_s=30 if peer_answers else 2)
+        except Exception as e:  # noqa: BLE001 - the error is the result
+            out["error"] = e
+
+    def wait_key(key, timeout=30, or_rank0_done=False):
+        deadline = time.monotonic() + timeout
+        while not store.check([key]) and not (or_rank0_done and not th.is_alive()):
+            assert time.monotonic() < deadline, f"{key} never set"
+            time.sleep(0.01)
+
+    _C.twin_ipc_calls(reset=True)
+    th = threading.Thread(target=rank0, daemon=True)
+    th.start()
+    wait_key(f"{g}/ipc/0")
+    c1 = _C.Comm.ipc(list(t.as_c_fields()), 1, 10**9, 10**6, 27, [os.getpid()] * 2)
+    window0 = json.loads(store.get(f"{g}/ipc/0").decode())["key"].rsplit(":", 1)[0]
+    try:
+        store.set(f"{g}/ipc/1", json.dumps(c1.ipc_record()))
+        c1.attach_ipc([json.loads(store.get(f"{g}/ipc/{r}").decode()) for r in range(2)])  # imports rank 0's window
+        if peer_answers:
+            store.set(f"{g}/failed/1", "RuntimeError: rank 1 gives up")
+        wait_key(f"{g}/detached/0", or_rank0_done=True)  # rank 0 is in its failure path, its imports closed
+        if peer_answers:
+            time.sleep(0.5)  # rank 0 waits for rank 1's word (up to 10 s)
+            assert th.is_alive()
+        else:
+            th.join(30)  # rank 0 gives up waiting (min(10 s, join 2 s)) and ends on its own
+            assert not th.is_alive()
+        before = _C.twin_ipc_calls(reset=True)
+        assert "aclrtFree" not in before, f"rank 0 freed while rank 1 still imports its window: {before}"
+        c1.detach_ipc()  # rank 1 closes its import of rank 0's window ...
+        store.set(f"{g}/detached/1", "1")  # ... and says so
+        th.join(30)
+        assert not th.is_alive()
+        after = _C.twin_ipc_calls(reset=True)
+        if peer_answers:
+            assert isinstance(out["error"], cam.errors.CommJoinError) and "rank 1 gave up" in str(out["error"]), out
+            # rank 0 withdrew its export, then freed its peer table and its window
+            assert after[-3:] == ["aclrtIpcMemClose", "aclrtFree", "aclrtFree"], after
+            assert not os.path.exists(f"/dev/shm{window0}")
+        else:
+            assert isinstance(out["error"], TimeoutError) and "rank(s) 1 never imported" in str(out["error"]), out
+            assert "aclrtFree" not in after, after  # kept for the life of the process
+            assert os.path.exists(f"/dev/shm{window0}")
+    finally:
+        c1.close()
+        if not peer_answers and os.path.exists(f"/dev/shm{window0}"):
+            os.unlink(f"/dev/shm{window0}")  # the kept window's name: this test process lives on

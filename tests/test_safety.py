@@ -453,7 +453,7 @@ def test_shm_join_timeout_names_the_missing_ranks():
     t = topo()
     store = torch.distributed.HashStore()
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match=r"rank\(s\) 1, 2, 3 never published its segment name"):
+    with pytest.raises(TimeoutError, match=r"rank\(s\) 1, 2, 3 never published its pid"):
         cam.Comm(t, 0, transport="shm", store=store, group=unique_group("join"), join_timeout_s=0.5)
     assert time.monotonic() - start < 30
 

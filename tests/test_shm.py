@@ -108,6 +108,9 @@ def test_shm_killed_rank_leaks_no_segment(tmp_path):
     assert [code for code, _ in outs] == [0, 0], outs
     assert procs[1].returncode == -signal.SIGKILL
     assert _segments(prefix) == []
+    # nor did the killed rank's own device memory that was never exported (its peer table and staging words):
+    # the twin allocates it unnamed
+    assert _segments(f"cam-npu-twin-{procs[1].pid}-") == []
 
 
 def _shm_threads(topos, prefix, body=None, timeout=60, join_timeout_s=10):
@@ -147,6 +150,52 @@ def test_shm_topology_mismatch_fails_at_creation_and_leaks_nothing():
     assert _segments(prefix) == []
 
 
+def test_shm_handshake_refusal_ends_every_rank_at_once_and_leaves_no_segment():
+    # The shm plane runs the npu transport's handshake: rank 0's published window record claims 128 bytes more than
+    # the topology gives it; every other rank refuses it naming both sizes, rank 0 learns it from their failure keys,
+    # every rank ends long before join_timeout_s (30 s), and no segment name is left under the prefix.
+    import threading
+
+    from torch.distributed import HashStore
+
+    class Tampering:
+        def __init__(self, store):
+            self._store = store
+
+        def set(self, key, value):
+            if key == "g/ipc/0":
+                rec = json.loads(value)
+                rec["window_bytes"] += 128
+                value = json.dumps(rec)
+            return self._store.set(key, value)
+
+        def __getattr__(self, name):
+            return getattr(self._store, name)
+
+    prefix = f"camtest-{uuid.uuid4().hex[:10]}"
+    t = cam.Topology(D=1, P=1, F=2, E=4, K=1, H=32, Bmax=2, L=1)
+    store, errors = HashStore(), {}
+
+    def main(rank):
+        try:
+            cam.Comm(t, rank, transport="shm", store=Tampering(store) if rank == 0 else store, group="g",
+                     shm_prefix=prefix, join_timeout_s=30).close()
+        except Exception as e:  # noqa: BLE001 - the error is the result
+            errors[rank] = e
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=main, args=(r,), daemon=True) for r in range(t.world_size)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not any(th.is_alive() for th in threads) and set(errors) == {0, 1, 2}, errors
+    assert time.monotonic() - start < 20
+    for rank, e in errors.items():
+        assert re.search(r"rank 0 published a window of (\d+) bytes, the topology gives that rank (\d+)", str(e)), e
+    assert _segments(prefix) == []
+
+
 def test_shm_transport_in_threads_round_trip():
     from _dataplane_harness import attention_body, ffn_server
 
@@ -154,10 +203,20 @@ def test_shm_transport_in_threads_round_trip():
     t = cam.Topology(D=1, P=1, F=2, E=4, K=2, H=40, Bmax=5, L=2)
     rounds = make_rounds(t, [[5, 3]], seed=2)
     bodies = {0: attention_body(rounds[0]), 1: ffn_server(t, 2), 2: ffn_server(t, 2)}
+    cam._C.twin_ipc_calls(reset=True)
     results, errors = _shm_threads([t] * 3, prefix, body=lambda comm: bodies[comm.rank](comm))
     assert not errors, errors
     assert _segments(prefix) == []
     check_against_golden(t, rounds, results)
+    # the plane ran the NPU transport's code and handshake over the twin's ACL stand-ins: three windows exported,
+    # each with its pid allow-list, every peer's imported and closed, every allocation freed, nothing refused
+    calls = cam._C.twin_ipc_calls(reset=True)
+    assert calls.count("aclrtIpcMemGetExportKey") == 3 and calls.count("aclrtIpcMemSetImportPid") == 3, calls
+    assert calls.count("aclrtIpcMemImportByKey") == 6, calls
+    assert calls.count("aclrtIpcMemClose") == 6 + 3, calls  # the imports, then each export withdrawn
+    assert calls.count("aclrtFree") == calls.count("aclrtMalloc") == 6, calls  # windows, peer tables
+    assert not [c for c in calls if c.endswith("!")], calls
+    assert cam._C.twin_ipc_open_imports() == 0
 
 
 def test_shm_prefix_with_a_nul_is_refused_before_any_segment_exists():
@@ -184,12 +243,91 @@ def test_shm_prefix_with_a_nul_is_refused_before_any_segment_exists():
     assert _segments(base) == []
 
 
+def test_shm_names_that_cannot_be_a_twin_key_are_refused_before_anything_exists():
+    # The twin's window key holds the segment name and a nonce in ACL's 65 bytes: a prefix whose longest name would
+    # not fit is refused by name before any segment or store key exists; the C API refuses such a name, and one
+    # without its leading '/' or with another '/'. Control: the longest prefix that fits makes a plane.
+    from torch.distributed import HashStore
+
+    base = f"camtest-{uuid.uuid4().hex[:10]}"
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
+    fits = base + "x" * (cam._C.SHM_NAME_MAX - len(f"/{base}-r1"))
+    store = HashStore()
+    with pytest.raises(ValueError, match=r"shm_prefix .* is too long: a segment name such as .* must fit 47 bytes"):
+        cam.Comm(t, 0, transport="shm", store=store, shm_prefix=fits + "x", join_timeout_s=5)
+    assert not store.check(["cam/proc/0"])
+    fields = list(t.as_c_fields())
+    for bad, why in ((f"/{fits}x-r1", "at most 47 bytes"), (f"{base}-r0", "must be '/' and a name"),
+                     (f"/{base}/x-r0", "must be '/' and a name without another '/'")):
+        with pytest.raises(cam.CamError, match=f"camCommCreateShm: segmentName .*{re.escape(why)}"):
+            cam._C.Comm.shm(bad, fields, 0, 10**9, 10**6, 27)
+    assert _segments(base) == []
+    # a name is created exclusively: a second window under a name that exists is refused, the first untouched
+    first = cam._C.Comm.shm(f"/{base}-r0", fields, 0, 10**9, 10**6, 27)
+    try:
+        with pytest.raises(cam.CamError, match=rf"cannot name the exported memory /{base}-r0: File exists"):
+            cam._C.Comm.shm(f"/{base}-r0", fields, 0, 10**9, 10**6, 27)
+        assert _segments(base) == [f"{base}-r0"]
+    finally:
+        first.close()
+    assert _segments(base) == []
+    results, errors = _shm_threads([t] * t.world_size, fits)  # control
+    assert errors == {} and len(results) == t.world_size
+    assert _segments(base) == []
+
+
+def test_twin_call_log_is_bounded():
+    # The stand-ins log every call on device memory for tests; a plane that runs for hours copies words on every op,
+    # so the log keeps its newest entries and counts the ones it dropped (the first entry says how many).
+    import ctypes
+
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(cam.__file__), "lib", "libcam_aclnn.so"))
+    device = ctypes.c_int32()
+    cam._C.twin_ipc_calls(reset=True)
+    n = 60000  # ~900 KB of "aclrtGetDevice;": past the cap several times
+    for _ in range(n):
+        lib.camTwinAclrtGetDevice(ctypes.byref(device))
+    calls = cam._C.twin_ipc_calls(reset=True)
+    m = re.fullmatch(r"\((\d+) earlier calls dropped\)", calls[0])
+    assert m, calls[:3]
+    assert set(calls[1:]) == {"aclrtGetDevice"} and int(m.group(1)) + len(calls) - 1 == n
+    assert len(";".join(calls)) <= 256 * 1024 + 64
+    assert cam._C.twin_ipc_calls() == []  # the reset cleared the count too
+
+
 def _two_segments(base: str):
     """Rank 0's and rank 1's C communicators of one 2-rank shm plane, created but not attached."""
     t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
     names = [f"/{base}-r{r}" for r in range(t.world_size)]
     comms = [cam._C.Comm.shm(names[r], list(t.as_c_fields()), r, 10**9, 10**6, 27) for r in range(t.world_size)]
     return comms, names
+
+
+def test_shm_attach_by_name_checks_the_owner_pid_where_pids_were_allowed():
+    # camCommCreateShmIpc (pids exchanged) then attach by name: the segment's owner pid must be the one this rank
+    # allowed for that rank, or the attach refuses naming both, before importing. Control: the right pid attaches.
+    base = f"camtest-{uuid.uuid4().hex[:10]}"
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
+    names = [f"/{base}-r{r}" for r in range(t.world_size)]
+    me = os.getpid()
+    for wrong in (True, False):
+        pids = [[me, me + 1 if wrong else me], [me, me]]
+        comms = [cam._C.Comm.ipc(list(t.as_c_fields()), r, 10**9, 10**6, 27, pids[r], segment_name=names[r])
+                 for r in range(t.world_size)]
+        try:
+            cam._C.twin_ipc_calls(reset=True)
+            if wrong:
+                with pytest.raises(cam.CamError, match=rf"rank 1's record comes from pid {me}, the pid it published "
+                                                       rf"\(and this rank allowed\) is {me + 1}"):
+                    comms[0].attach_shm(names)
+                assert "aclrtIpcMemImportByKey" not in cam._C.twin_ipc_calls(reset=True)
+            else:
+                for c in comms:
+                    c.attach_shm(names)
+        finally:
+            for c in comms:
+                c.close()
+    assert _segments(base) == []
 
 
 @pytest.mark.parametrize("tamper", ["world_writable", "group_readable", "other_owner"])
@@ -212,8 +350,12 @@ def test_shm_attach_refuses_a_segment_someone_else_can_write(tamper):
                 pytest.skip("chown to another uid needs root")
             os.chown(path, 65534, -1)
             expected = "owned by uid 65534"
-        with pytest.raises(cam.CamError, match=r"refused rank 1's segment .*" + re.escape(expected)):
+        cam._C.twin_ipc_calls(reset=True)
+        refused = r"rank 1's segment /\S+: .*refused the segment .*" + re.escape(expected)
+        with pytest.raises(cam.CamError, match=refused):
             comms[0].attach_shm(names)
+        # refused at the look-up of its key: nothing was imported from it (the stand-ins' call log)
+        assert "aclrtIpcMemImportByKey" not in cam._C.twin_ipc_calls(reset=True)
     finally:
         for c in comms:
             c.close()
@@ -280,14 +422,16 @@ def test_a_rank_the_watchdog_cannot_watch_is_refused(forged):
                                text=True, timeout=60, check=True)
         forged = f"{child.stdout.strip()}:1"
     store = HashStore()
-    forger = cam._C.Comm.shm(f"/{base}-forged-r1", list(t.as_c_fields()), 1, 10**9, 10**6, 27)
+    forger = cam._C.Comm.ipc(list(t.as_c_fields()), 1, 10**9, 10**6, 27, [os.getpid()] * 2,
+                             segment_name=f"/{base}-forged-r1")
     probe = Comm.__new__(Comm)
     probe.topology, probe.dtype = t, torch.bfloat16
     description = probe._plane_description()  # the exact keys a rank publishes
     try:
         store.set("g/proc/1", forged)
         store.set("g/topo/1", json.dumps(description))
-        store.set("g/shm/1", f"/{base}-forged-r1")
+        store.set("g/ipcpid/1", str(os.getpid()))
+        store.set("g/ipc/1", json.dumps(forger.ipc_record()))
         if forged == _proc_identity(os.getpid()):  # control
             store.set("g/mapped/1", "1")
             with Comm(t, 0, transport="shm", store=store, group="g", shm_prefix=base, join_timeout_s=10) as comm:

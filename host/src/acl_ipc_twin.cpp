@@ -2,17 +2,21 @@
 // transport (transport_ipc.cpp) calls through its table exactly as it calls the real ones on Ascend.
 //
 // "Device memory" is a POSIX shared-memory segment, 0600, of this process's user:
-//   [header: magic, nonce, bytes, allow-list][park table (twin/park.h)][the memory aclrtMalloc returns]
-// The export key is the segment's name plus a random nonce drawn at export; SetImportPid writes the allow-list into
-// the header; ImportByKey maps the segment only when the key's nonce is the one exported and the caller's pid is
-// allowed (the flow of CANN's aclrtIpcMemGetExportKey / aclrtIpcMemSetImportPid / aclrtIpcMemImportByKey pages,
-// docs/ascend.md §5.0); Close unmaps an import, or withdraws an export; Free unmaps and unlinks the owner's segment.
+//   [header: magic, nonce, bytes, owner, allow-list][park table (twin/park.h)][the memory aclrtMalloc returns]
+// aclrtMalloc creates it without a name (O_TMPFILE in /dev/shm), so memory a process never exports disappears with
+// the process even when it is killed, as device memory does with its process. Export links it under a name (the
+// twin's shm plane chooses that name: camTwinIpcNameNextExport; otherwise /cam-npu-twin-<pid>-...), and the key is
+// the name plus a random nonce drawn at export; SetImportPid writes the allow-list into the header; ImportByKey maps
+// the segment only when the key's nonce is the one exported and the caller's pid is allowed (the flow of CANN's
+// aclrtIpcMemGetExportKey / aclrtIpcMemSetImportPid / aclrtIpcMemImportByKey pages, docs/ascend.md §5.0); Close
+// unmaps an import, or withdraws an export; Free unmaps the owner's segment and removes its name.
 // A copy whose device side is not inside memory this process allocated or imported is refused, and so is a host copy
 // to or from imported memory (CANN allows only device-to-device copies there). Every call on memory is logged
-// (camTwinIpcCallLog), a refused one as "name!" with its reason for aclGetRecentErrMsg, so tests can prove which
-// imports succeeded and were closed.
+// (camTwinIpcCallLog; bounded, the oldest entries go first), a refused one as "name!" with its reason for
+// aclGetRecentErrMsg, so tests can prove which imports succeeded and were closed.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <cerrno>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,8 +40,10 @@ namespace {
 
 constexpr uint64_t kMagic = 0x63616d2d69706331ull;  // "cam-ipc1"
 constexpr uint64_t kHeaderBytes = 4096;
-constexpr uint64_t kMaxPids = (kHeaderBytes - 40) / 4;
+constexpr uint64_t kMaxPids = (kHeaderBytes - 48) / 4;
 constexpr uint64_t kPrefixBytes = kHeaderBytes + cam::twin::kSharedParkBytes;
+// Where glibc's shm_open keeps POSIX shm on Linux: memory is created there unnamed (O_TMPFILE) and linked at export.
+constexpr char kShmDir[] = "/dev/shm";
 
 struct Header {
     uint64_t magic;
@@ -45,29 +51,52 @@ struct Header {
     uint64_t bytes;
     uint64_t flags;  // the export's flags (pid validation on unless DISABLE_PID_VALIDATION)
     uint64_t pids;   // entries of allow[]
+    int32_t ownerDevice;  // the twin device and the pid of the process that allocated it (what a record would
+    int32_t ownerPid;     // publish; a shm-plane attach by name reads them)
     int32_t allow[kMaxPids];
 };
 static_assert(sizeof(Header) <= kHeaderBytes, "the header fits its page");
 
 struct Segment {
-    std::string name;
+    std::string name;  // "/name" once exported (imports: always), "" before
     uint8_t* base = nullptr;  // the mapping (header first)
     uint64_t mapped = 0;
+    int fd = -1;          // the owner's descriptor (export links it under a name); -1 for an import
+    bool linked = false;  // the owner's name exists (until camTwinIpcUnlinkName or Free removes it)
+    int64_t imports = 0;  // an import: how many ImportByKey of its key are open in this process (one mapping)
     Header* header() const { return reinterpret_cast<Header*>(base); }
     uint8_t* memory() const { return base + kPrefixBytes; }
 };
 
 std::mutex gMutex;
 std::map<uintptr_t, Segment> gOwned;            // by the address aclrtMalloc returned
-std::map<std::string, Segment> gImported;        // by key
+// By key. Ranks that are threads of one process (the twin's shm plane in tests) import one key more than once: the
+// imports share one mapping and each Close ends one of them.
+std::map<std::string, Segment> gImported;
 std::string gLog;
+uint64_t gLogDropped = 0;  // entries dropped from the front of gLog since the last reset
 std::atomic<uint64_t> gCounter{0};
+
+// The log is for tests that read it between phases; a plane that runs for hours (a soak, cam-run) copies words on
+// every op, so the log keeps at most its newest kLogCapBytes and counts what it dropped (camTwinIpcCallLog reports
+// it as a first entry).
+constexpr size_t kLogCapBytes = 256 * 1024;
 
 void Log(const char* call) {
     // gMutex held by the caller
+    if (gLog.size() > kLogCapBytes) {
+        size_t cut = gLog.find(';', gLog.size() - kLogCapBytes / 2);
+        cut = cut == std::string::npos ? gLog.size() : cut + 1;
+        const auto end = gLog.begin() + static_cast<std::ptrdiff_t>(cut);
+        gLogDropped += static_cast<uint64_t>(std::count(gLog.begin(), end, ';'));
+        gLog.erase(0, cut);
+    }
     if (!gLog.empty()) gLog += ';';
     gLog += call;
 }
+
+// The name the next export of this thread links its memory under (camTwinIpcNameNextExport), "" for the default.
+thread_local std::string gNextExportName;
 
 // What aclGetRecentErrMsg returns: the reason of this thread's last refused call ("" before any).
 thread_local std::string gRecent;
@@ -77,6 +106,13 @@ thread_local std::string gRecent;
 aclError Refused(aclError rc, const char* why = "invalid argument") {
     // gMutex held by the caller
     gLog += '!';
+    gRecent = why;
+    return rc;
+}
+aclError Refused(aclError rc, const std::string& why) { return Refused(rc, why.c_str()); }
+
+// A refusal of one of the twin's own calls (not an ACL call, so not in the log): only the reason is kept.
+aclError Unanswered(aclError rc, const std::string& why) {
     gRecent = why;
     return rc;
 }
@@ -121,6 +157,13 @@ bool PeerAccessDenied(int32_t from, int32_t to) {
     return list.find("," + pair + ",") != std::string::npos;
 }
 
+// One twin "device" per process unless CAM_TWIN_DEVICE_ID says otherwise (tests give each rank its own, so the
+// transport's peer-access check runs as it would across the NPUs of one server).
+int32_t TwinDevice() {
+    const char* env = std::getenv("CAM_TWIN_DEVICE_ID");
+    return env ? static_cast<int32_t>(std::atoi(env)) : 0;
+}
+
 uint64_t Random64() {
     std::random_device rd;
     uint64_t v = (uint64_t(rd()) << 32) ^ rd();
@@ -154,23 +197,26 @@ extern "C" aclError camTwinAclrtMalloc(void** devPtr, size_t size, aclrtMemMallo
     std::lock_guard<std::mutex> lock(gMutex);
     Log("aclrtMalloc");
     if (!devPtr || size == 0) return Refused(ACL_ERROR_INVALID_PARAM);
-    char name[96];
-    std::snprintf(name, sizeof(name), "/cam-npu-twin-%d-%" PRIu64 "-%016" PRIx64, static_cast<int>(getpid()),
-                  gCounter.fetch_add(1), Random64());
-    const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) return Refused(ACL_ERROR_INTERNAL_ERROR);
+    // Unnamed until exported: a process killed before it exports (or memory it never exports, a staging area)
+    // leaves nothing behind in /dev/shm.
+    const int fd = open(kShmDir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return Refused(ACL_ERROR_INTERNAL_ERROR, std::string("cannot create twin device memory (O_TMPFILE in ") +
+                                                     kShmDir + "): " + std::strerror(errno));
     const uint64_t total = kPrefixBytes + size;  // ftruncate zeroes it: header, park table and memory start empty
     void* p = ftruncate(fd, static_cast<off_t>(total)) == 0
                   ? mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                   : MAP_FAILED;
-    close(fd);
     if (p == MAP_FAILED) {
-        shm_unlink(name);
-        return Refused(ACL_ERROR_INTERNAL_ERROR);
+        close(fd);
+        return Refused(ACL_ERROR_INTERNAL_ERROR, std::string("cannot map twin device memory of ") +
+                                                     std::to_string(size) + " bytes: " + std::strerror(errno));
     }
-    Segment s{name, static_cast<uint8_t*>(p), total};
+    Segment s{"", static_cast<uint8_t*>(p), total, fd, false};
     s.header()->magic = kMagic;
     s.header()->bytes = size;
+    s.header()->ownerDevice = TwinDevice();
+    s.header()->ownerPid = static_cast<int32_t>(getpid());
     Register(s);
     *devPtr = s.memory();
     gOwned[reinterpret_cast<uintptr_t>(s.memory())] = s;
@@ -183,7 +229,8 @@ extern "C" aclError camTwinAclrtFree(void* devPtr) {
     auto it = gOwned.find(reinterpret_cast<uintptr_t>(devPtr));
     if (it == gOwned.end()) return Refused(ACL_ERROR_INVALID_PARAM);
     Unmap(it->second);
-    shm_unlink(it->second.name.c_str());
+    if (it->second.linked) shm_unlink(it->second.name.c_str());
+    close(it->second.fd);
     gOwned.erase(it);
     return ACL_SUCCESS;
 }
@@ -245,10 +292,7 @@ extern "C" aclError camTwinAclrtGetDevice(int32_t* deviceId) {
     std::lock_guard<std::mutex> lock(gMutex);
     Log("aclrtGetDevice");
     if (!deviceId) return Refused(ACL_ERROR_INVALID_PARAM);
-    // One twin "device" per process unless CAM_TWIN_DEVICE_ID says otherwise (tests give each rank its own, so the
-    // transport's peer-access check runs as it would across the NPUs of one server).
-    const char* env = std::getenv("CAM_TWIN_DEVICE_ID");
-    *deviceId = env ? static_cast<int32_t>(std::atoi(env)) : 0;
+    *deviceId = TwinDevice();
     return ACL_SUCCESS;
 }
 
@@ -273,12 +317,37 @@ extern "C" aclError camTwinAclrtDeviceCanAccessPeer(int32_t* canAccessPeer, int3
 extern "C" aclError camTwinAclrtIpcMemGetExportKey(void* devPtr, size_t size, char* key, size_t len, uint64_t flags) {
     std::lock_guard<std::mutex> lock(gMutex);
     Log("aclrtIpcMemGetExportKey");
+    const std::string chosen = std::move(gNextExportName);  // the hint is for this export only, whatever its outcome
+    gNextExportName.clear();
     auto it = gOwned.find(reinterpret_cast<uintptr_t>(devPtr));
     if (it == gOwned.end() || !key || size == 0 || size > it->second.header()->bytes) return Refused(ACL_ERROR_INVALID_PARAM);
-    Header* h = it->second.header();
+    Segment& s = it->second;
+    if (!s.linked) {
+        char name[96];
+        if (chosen.empty())
+            std::snprintf(name, sizeof(name), "/cam-npu-twin-%d-%" PRIu64 "-%016" PRIx64, static_cast<int>(getpid()),
+                          gCounter.fetch_add(1), Random64());
+        // The key holds the name, a ':' and up to 16 hex digits of nonce: a name that cannot fit is refused here,
+        // before it exists.
+        const std::string linkName = chosen.empty() ? std::string(name) : chosen;
+        if (linkName.size() + 18 > len)
+            return Refused(ACL_ERROR_INVALID_PARAM, "the segment name " + linkName + " does not fit a key of " +
+                                                        std::to_string(len) + " bytes with its nonce");
+        char fdPath[64];
+        std::snprintf(fdPath, sizeof(fdPath), "/proc/self/fd/%d", s.fd);
+        const std::string path = std::string(kShmDir) + linkName;
+        if (linkat(AT_FDCWD, fdPath, AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) != 0)
+            return Refused(ACL_ERROR_INVALID_PARAM, "cannot name the exported memory " + linkName + ": " +
+                                                        std::strerror(errno));
+        s.name = linkName;
+        s.linked = true;
+    } else if (!chosen.empty() && chosen != s.name) {
+        return Refused(ACL_ERROR_INVALID_PARAM, "the memory is exported as " + s.name + " already, not " + chosen);
+    }
+    Header* h = s.header();
     const uint64_t nonce = Random64();
     char text[160];
-    const int n = std::snprintf(text, sizeof(text), "%s:%" PRIx64, it->second.name.c_str(), nonce);
+    const int n = std::snprintf(text, sizeof(text), "%s:%" PRIx64, s.name.c_str(), nonce);
     if (n < 0 || static_cast<size_t>(n) + 1 > len) return Refused(ACL_ERROR_INVALID_PARAM);
     h->flags = flags;
     h->pids = 0;
@@ -309,7 +378,14 @@ extern "C" aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key
     Log("aclrtIpcMemImportByKey");
     std::string name;
     uint64_t nonce = 0;
-    if (!devPtr || !ParseKey(key, &name, &nonce) || gImported.count(key)) return Refused(ACL_ERROR_INVALID_PARAM);
+    if (!devPtr || !ParseKey(key, &name, &nonce)) return Refused(ACL_ERROR_INVALID_PARAM);
+    if (auto open = gImported.find(key); open != gImported.end()) {
+        if (__atomic_load_n(&open->second.header()->nonce, __ATOMIC_ACQUIRE) != nonce)
+            return Refused(ACL_ERROR_INVALID_PARAM, "the key is stale (its owner withdrew the export)");
+        ++open->second.imports;
+        *devPtr = open->second.memory();
+        return ACL_SUCCESS;
+    }
     const int fd = shm_open(name.c_str(), O_RDWR, 0600);
     if (fd < 0) return Refused(ACL_ERROR_INVALID_PARAM, "no memory of that key exists (its owner freed it or never made it)");
     // The plane's one trust rule for a segment (shm_trust.h), its reason kept for aclGetRecentErrMsg.
@@ -334,20 +410,17 @@ extern "C" aclError camTwinAclrtIpcMemImportByKey(void** devPtr, const char* key
     }
     Register(s);
     *devPtr = s.memory();
+    s.imports = 1;
     gImported[key] = s;
     return ACL_SUCCESS;
 }
 
+// A process that both exports a key and imports it (ranks that are threads of one process) closes that key once as
+// its owner and once per import, in an order the key cannot tell apart: the first Close of a live export withdraws
+// it, every later one ends one import, so the one shared import mapping lives until the last Close of the key.
 extern "C" aclError camTwinAclrtIpcMemClose(const char* key) {
     std::lock_guard<std::mutex> lock(gMutex);
     Log("aclrtIpcMemClose");
-    if (!key) return Refused(ACL_ERROR_INVALID_PARAM);
-    auto it = gImported.find(key);
-    if (it != gImported.end()) {
-        Unmap(it->second);
-        gImported.erase(it);
-        return ACL_SUCCESS;
-    }
     std::string name;
     uint64_t nonce = 0;
     if (!ParseKey(key, &name, &nonce)) return Refused(ACL_ERROR_INVALID_PARAM);
@@ -357,7 +430,12 @@ extern "C" aclError camTwinAclrtIpcMemClose(const char* key) {
             return ACL_SUCCESS;
         }
     }
-    return Refused(ACL_ERROR_INVALID_PARAM);
+    auto it = gImported.find(key);
+    if (it == gImported.end()) return Refused(ACL_ERROR_INVALID_PARAM);
+    if (--it->second.imports > 0) return ACL_SUCCESS;
+    Unmap(it->second);
+    gImported.erase(it);
+    return ACL_SUCCESS;
 }
 
 // Not logged: it reads the reason of a refusal, it is not a call on device memory.
@@ -366,15 +444,85 @@ extern "C" const char* camTwinAclGetRecentErrMsg(void) { return gRecent.c_str();
 extern "C" aclError camTwinIpcCallLog(char* out, size_t bytes, int32_t reset) {
     std::lock_guard<std::mutex> lock(gMutex);
     if (!out || bytes == 0) return ACL_ERROR_INVALID_PARAM;
-    const size_t n = std::min(bytes - 1, gLog.size());
-    std::memcpy(out, gLog.data(), n);
+    std::string all;
+    if (gLogDropped) {
+        all.append("(").append(std::to_string(gLogDropped)).append(" earlier calls dropped)");
+        if (!gLog.empty()) all.push_back(';');
+    }
+    all.append(gLog);
+    const size_t n = std::min(bytes - 1, all.size());
+    std::memcpy(out, all.data(), n);
     out[n] = '\0';
-    const bool whole = n == gLog.size();
-    if (reset) gLog.clear();
+    const bool whole = n == all.size();
+    if (reset) {
+        gLog.clear();
+        gLogDropped = 0;
+    }
     return whole ? ACL_SUCCESS : ACL_ERROR_INVALID_PARAM;
+}
+
+// ---- the twin's shm plane (camCommCreateShm / camCommAttachShm / camCommUnlinkShm in transport_ipc.cpp): the NPU
+// transport over these stand-ins, with segment names a supervisor can find by prefix and remove. Not ACL calls, so
+// not logged; a refusal's reason is what aclGetRecentErrMsg returns.
+
+extern "C" aclError camTwinIpcNameNextExport(const char* name) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    if (!name || name[0] != '/' || name[1] == '\0' || std::strchr(name + 1, '/'))
+        return Unanswered(ACL_ERROR_INVALID_PARAM, "a segment name is '/' and a name without another '/'");
+    gNextExportName = name;
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinIpcKeyOfName(const char* name, char* key, size_t len, uint64_t* bytes, int32_t* deviceId,
+                                       int32_t* ownerPid) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    if (!name || !key || !bytes || !deviceId || !ownerPid) return Unanswered(ACL_ERROR_INVALID_PARAM, "null argument");
+    const int fd = shm_open(name, O_RDONLY, 0600);
+    if (fd < 0) return Unanswered(ACL_ERROR_INVALID_PARAM, std::string("cannot open it: ") + std::strerror(errno));
+    // The plane's one trust rule (shm_trust.h), before anything of the segment is read.
+    uint64_t size = 0;
+    const std::string untrusted = cam::host::RefuseUntrustedSegment(fd, std::string("the segment ") + name, &size);
+    void* p = untrusted.empty() && size > kPrefixBytes ? mmap(nullptr, kHeaderBytes, PROT_READ, MAP_SHARED, fd, 0)
+                                                       : MAP_FAILED;
+    close(fd);
+    if (!untrusted.empty()) return Unanswered(ACL_ERROR_INVALID_PARAM, untrusted);
+    if (p == MAP_FAILED)
+        return Unanswered(ACL_ERROR_INVALID_PARAM, "it is " + std::to_string(size) + " bytes: no twin device memory");
+    const auto* h = static_cast<const Header*>(p);
+    const uint64_t nonce = __atomic_load_n(&h->nonce, __ATOMIC_ACQUIRE);
+    const uint64_t have = h->bytes;
+    const bool ours = h->magic == kMagic && have + kPrefixBytes <= size;
+    *deviceId = h->ownerDevice;
+    *ownerPid = h->ownerPid;
+    munmap(p, kHeaderBytes);
+    if (!ours) return Unanswered(ACL_ERROR_INVALID_PARAM, "it is not twin device memory");
+    if (nonce == 0) return Unanswered(ACL_ERROR_INVALID_PARAM, "its owner withdrew its export");
+    const int n = std::snprintf(key, len, "%s:%" PRIx64, name, nonce);
+    if (n < 0 || static_cast<size_t>(n) + 1 > len)
+        return Unanswered(ACL_ERROR_INVALID_PARAM, "its key does not fit " + std::to_string(len) + " bytes");
+    *bytes = have;
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinIpcUnlinkName(const char* key) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    std::string name;
+    uint64_t nonce = 0;
+    if (!ParseKey(key, &name, &nonce)) return Unanswered(ACL_ERROR_INVALID_PARAM, "not a key");
+    // By name only: the export may be withdrawn already (ranks that are threads of one process: a peer's Close of
+    // its import may have been the first Close of the key, see camTwinAclrtIpcMemClose).
+    for (auto& [addr, s] : gOwned) {
+        if (s.name != name) continue;
+        if (s.linked) shm_unlink(s.name.c_str());
+        s.linked = false;
+        return ACL_SUCCESS;
+    }
+    return Unanswered(ACL_ERROR_INVALID_PARAM, "not a key this process exported");
 }
 
 extern "C" int64_t camTwinIpcOpenImports(void) {
     std::lock_guard<std::mutex> lock(gMutex);
-    return static_cast<int64_t>(gImported.size());
+    int64_t open = 0;
+    for (const auto& [key, s] : gImported) open += s.imports;
+    return open;
 }

@@ -119,8 +119,8 @@ aclnnStatus CheckCreateArgs(const char* api, const CamTopology* topology, int64_
 
 namespace {
 
-// Every window is mapped: each identity line is checked (the in-process group's before any rank could proceed, a
-// shm peer's as it is mapped; checking again costs a line per rank), the peer table comes from the window_table op
+// Every window is mapped: each identity line is checked (the in-process group's before any rank could proceed;
+// checking again costs a line per rank), the peer table comes from the window_table op
 // over the transport's HCCL context (window_table.h), and the plane id from every rank's nonce. Work items carry it
 // (protocol §4.2): one from another plane of the same topology is refused.
 aclnnStatus AttachMapped(const char* api, camComm* c) {
@@ -163,54 +163,6 @@ extern "C" aclnnStatus camCommCreateInProcess(const char* group, const CamTopolo
         *comm = c.release();
         return ACLNN_SUCCESS;
     });
-}
-
-extern "C" aclnnStatus camCommCreateShm(const char* segmentName, const CamTopology* topology, int64_t rank,
-                                        const camCommConfig* config, camComm** comm) {
-    return Guarded("camCommCreateShm", [&]() -> aclnnStatus {
-        const char* api = "camCommCreateShm";
-        if (!segmentName) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": segmentName is null");
-        if (aclnnStatus st = CheckCreateArgs(api, topology, rank, config, comm)) return st;
-        const CamTopology topo = *topology;
-        auto transport = std::make_unique<ShmTransport>(segmentName, rank, cam::layout::world_size(topo));
-        const uint64_t bytes = static_cast<uint64_t>(RequiredWindowBytes(topo, rank));
-        const std::string err = transport->Create(bytes);
-        if (!err.empty()) return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": " + err);
-        WriteIdentity(transport->Window(rank), topo, rank, bytes, config->actDtype);
-        *comm = NewComm(topo, rank, *config, std::move(transport)).release();
-        return ACLNN_SUCCESS;
-    });
-}
-
-extern "C" aclnnStatus camCommAttachShm(camComm* comm, const char* const* segmentNames, int64_t count) {
-    return Guarded("camCommAttachShm", [&]() -> aclnnStatus {
-        const char* api = "camCommAttachShm";
-        if (!comm || !segmentNames) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": null argument");
-        auto* shm = dynamic_cast<ShmTransport*>(comm->transport.get());
-        if (!shm) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": not a shared-memory communicator");
-        const int64_t world = cam::layout::world_size(comm->topo);
-        if (count != world)
-            return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + std::to_string(count) +
-                                                     " segment names for a world of " + std::to_string(world));
-        if (comm->attached) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": already attached");
-        for (int64_t r = 0; r < world; ++r) {
-            if (r == comm->rank) continue;
-            if (!segmentNames[r]) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": segment name is null");
-            int64_t nonce = 0;
-            std::string why = shm->Map(r, segmentNames[r]);
-            if (why.empty()) why = ReadAndCheckIdentity(comm, r, &nonce);
-            if (!why.empty()) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(api) + ": " + why);
-        }
-        return AttachMapped(api, comm);
-    });
-}
-
-extern "C" aclnnStatus camCommUnlinkShm(camComm* comm) {
-    if (!comm) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommUnlinkShm: comm is null");
-    auto* shm = dynamic_cast<ShmTransport*>(comm->transport.get());
-    if (!shm) return Fail(ACLNN_ERR_PARAM_INVALID, "camCommUnlinkShm: not a shared-memory communicator");
-    shm->Unlink();
-    return ACLNN_SUCCESS;
 }
 
 extern "C" aclnnStatus camCommAbort(camComm* comm) {
@@ -306,5 +258,13 @@ extern "C" aclnnStatus camCommGetStatus(const camComm* comm, int64_t status[8], 
     if (!comm->transport->ReadWords(comm->rank, cam::kStatusOff, status, cam::kStatusWords, &why) ||
         !comm->transport->ReadWords(comm->rank, cam::kAbortOff, abortWord, 1, &why))
         return Fail(ACLNN_ERR_RUNTIME_ERROR, "camCommGetStatus: " + why);
+    return ACLNN_SUCCESS;
+}
+
+extern "C" aclnnStatus camCommGetPlaneId(const camComm* comm, int64_t* planeId) {
+    if (!comm || !planeId) return Fail(ACLNN_ERR_PARAM_NULLPTR, "camCommGetPlaneId: null argument");
+    std::string why;
+    if (!comm->transport->ReadWords(comm->rank, cam::kIdentityOff + 8 * cam::kIdentityPlaneId, planeId, 1, &why))
+        return Fail(ACLNN_ERR_RUNTIME_ERROR, "camCommGetPlaneId: " + why);
     return ACLNN_SUCCESS;
 }

@@ -71,6 +71,13 @@ aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp) {
                                                   "); create a new one");
     }
     // The whole abort line in one read: a twin violation's reason lies beside the word (window_layout.h).
+    // A snapshot on the host thread, not ordered with the ops already queued on the stream, on purpose: a launch is
+    // refused at once when the plane is known to be aborted, and the word only ever goes from 0 to a reason, so a
+    // stale read can only let a launch through, whose kernel then sees the word on the device and ends (the status
+    // check queued after it, EnqueueStatusCheck, is the stream-ordered read). On the npu transport the read is a
+    // synchronous aclrtMemcpy of own device memory, which copies at once without an implicit device or stream
+    // synchronization (CANN's aclrtMemcpy page, "约束说明"), so it neither waits for the queued ops nor sees less
+    // than the twin's host load does.
     int64_t abortLine[kStatusOff / 8] = {};
     std::string why;
     if (!comm->transport->ReadWords(comm->rank, kAbortOff, abortLine, kStatusOff / 8, &why))

@@ -1,15 +1,6 @@
-// The twin's transports: in-process registry and POSIX shared memory (comm_transport.h).
+// The twin's in-process transport (comm_transport.h).
 #include "comm_transport.h"
 
-#include "shm_trust.h"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -17,15 +8,9 @@
 #include <map>
 #include <mutex>
 
-#ifndef CAM_WITH_CANN
-#include "twin/park.h"
-#endif
-
 namespace cam::host {
 
 namespace {
-
-// ---------------------------------------------------------------- in-process transport
 
 struct Block {
     uint8_t* base = nullptr;
@@ -133,76 +118,6 @@ std::unique_ptr<Transport> JoinInProcessGroup(const std::string& name, const Cam
     }
     lock.unlock();
     return std::make_unique<InProcessTransport>(g);
-}
-
-// ---------------------------------------------------------------- POSIX shm transport
-
-ShmTransport::ShmTransport(std::string name, int64_t rank, int64_t world)
-    : name_(std::move(name)), rank_(rank), maps_(world) {}
-
-ShmTransport::~ShmTransport() {
-    for (auto& m : maps_) {
-        if (!m.segment) continue;
-#ifndef CAM_WITH_CANN
-        twin::UnregisterSharedRegion(m.base);  // before the unmap: no wait or wake reaches the table after it
-#endif
-        munmap(m.segment, m.segmentBytes);
-    }
-    if (!unlinked_) shm_unlink(name_.c_str());
-}
-
-std::string ShmTransport::Create(uint64_t bytes) {
-    const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) return "shm_open(" + name_ + ") failed: " + std::strerror(errno);
-    created_ = true;
-    std::string err;
-    const uint64_t segmentBytes = kParkBytes + bytes;  // ftruncate zeroes it: the park table starts empty
-    if (ftruncate(fd, static_cast<off_t>(segmentBytes)) != 0) {
-        err = "ftruncate(" + name_ + ", " + std::to_string(segmentBytes) + ") failed: " + std::strerror(errno);
-    } else {
-        void* p = mmap(nullptr, segmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) {
-            err = "mmap(" + name_ + ") failed: " + std::strerror(errno);
-        } else {
-            err = Adopt(rank_, p, segmentBytes);
-        }
-    }
-    close(fd);
-    return err;
-}
-
-std::string ShmTransport::Map(int64_t rank, const std::string& name) {
-    const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0) return "cannot open rank " + std::to_string(rank) + "'s segment " + name + ": " + std::strerror(errno);
-    uint64_t bytes = 0;
-    std::string err = RefuseUntrustedSegment(fd, "rank " + std::to_string(rank) + "'s segment " + name, &bytes);
-    if (err.empty()) {
-        void* p = bytes > kParkBytes ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-        if (p == MAP_FAILED) {
-            err = "mmap of rank " + std::to_string(rank) + "'s segment " + name + " failed" +
-                  (bytes > kParkBytes ? "" : " (it is " + std::to_string(bytes) + " bytes: no window)");
-        } else {
-            err = Adopt(rank, p, bytes);
-        }
-    }
-    close(fd);
-    return err;
-}
-
-std::string ShmTransport::Adopt(int64_t rank, void* segment, uint64_t segmentBytes) {
-    auto* s = static_cast<uint8_t*>(segment);
-    maps_[rank] = {s + kParkBytes, segmentBytes - kParkBytes, s, segmentBytes};
-#ifndef CAM_WITH_CANN
-    static_assert(kParkBytes == twin::kSharedParkBytes, "the segment reserves the twin's park table");
-    // A full registry only costs speed (that window's waits stay timed parks), never correctness.
-    twin::RegisterSharedRegion(maps_[rank].base, maps_[rank].bytes, s);
-#endif
-    return "";
-}
-
-void ShmTransport::Unlink() {
-    if (!unlinked_ && created_) shm_unlink(name_.c_str());
-    unlinked_ = true;
 }
 
 }  // namespace cam::host

@@ -1,7 +1,8 @@
-// The one trust rule for mapping another process's POSIX shm segment into a plane, shared by the twin's shm
-// transport (a peer's window) and the twin's ACL IPC stand-ins (an import by key): a segment someone outside the
-// plane can write (another user's, or one open to group/other) could rewrite the window under it, identity line
-// included, so only the plane user's own 0600 segments (what cam creates) are mapped (docs/protocol.md §9).
+// The one trust rule for mapping another process's POSIX shm segment into a plane: the twin's ACL IPC stand-ins
+// apply it to every import by key and every look-up of a key by segment name (the shm plane's attach), which are the
+// only ways a twin plane maps a peer's window. A segment someone outside the plane can write (another user's, or
+// one open to group/other) could rewrite the window under it, identity line included, so only the plane user's own
+// 0600 segments (what cam creates) are mapped (docs/protocol.md §9).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,8 @@
 // runtime; on the twin with cam's stand-ins (acl_ipc_twin.cpp). The transport's logic is the same for both.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "dl_library.h"
@@ -35,8 +37,18 @@ namespace cam::host {
     X(close, aclrtIpcMemClose, camTwinAclrtIpcMemClose)                          \
     X(recentErrMsg, aclGetRecentErrMsg, camTwinAclGetRecentErrMsg)
 
+// The twin's shm plane: the same transport over the stand-ins, with names of the caller's choosing
+// (cam/acl_compat.h camTwinIpc*). No ACL counterpart: null on Ascend, where that plane does not exist.
+struct AclIpcTwinNames {
+    aclError (*nameNextExport)(const char* name) = nullptr;
+    aclError (*keyOfName)(const char* name, char* key, size_t len, uint64_t* bytes, int32_t* deviceId,
+                          int32_t* ownerPid) = nullptr;
+    aclError (*unlinkName)(const char* key) = nullptr;
+};
+
 struct AclIpcApi {
     CAM_ACL_IPC_ENTRIES(CAM_DL_MEMBER)
+    AclIpcTwinNames twinNames;
     std::string unavailable;  // why the table cannot be used; "" when it can
 };
 

@@ -32,7 +32,7 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kParked = 300;  // past the eager polls and the interval's growth (ParkOn)
 constexpr uint64_t kWindowBytes = 4096;
 
-uint8_t* gSegment = nullptr;  // the park table, then the window (as ShmTransport lays out a segment)
+uint8_t* gSegment = nullptr;  // the park table, then the window (as the twin's ACL stand-ins lay out theirs)
 int64_t* Window() { return reinterpret_cast<int64_t*>(gSegment + cam::twin::kSharedParkBytes); }
 int64_t* Watched() { return Window() + 256; }  // the line at byte 2048
 std::atomic<uint32_t>* Phase() { return reinterpret_cast<std::atomic<uint32_t>*>(Window() + 511); }  // last line

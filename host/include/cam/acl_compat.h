@@ -204,6 +204,20 @@ static inline const char* aclGetRecentErrMsg(void) { return camTwinAclGetRecentE
 CAM_API aclError camTwinIpcCallLog(char* out, size_t bytes, int32_t reset);
 CAM_API int64_t camTwinIpcOpenImports(void);
 
+/* The twin's shm plane (camCommCreateShm/AttachShm/UnlinkShm: the NPU transport over these stand-ins, with segment
+ * names chosen by the caller so a supervisor can find and remove a crashed plane's by prefix). Not ACL calls: no
+ * Ascend counterpart, and the transport takes them from its table only where they exist (the twin).
+ *   camTwinIpcNameNextExport: the next aclrtIpcMemGetExportKey of this thread names its memory exactly `name`
+ *     ("/x", no other '/'); the export fails if that name exists.
+ *   camTwinIpcKeyOfName: the current export key of the memory named `name` (after the plane's segment trust
+ *     rule), its bytes, and its owner's twin device and pid (what the owner's window record would carry).
+ *   camTwinIpcUnlinkName: removes the name of memory this process exported under `key`; mappings and imports stay
+ *     valid, no new import can find it. */
+CAM_API aclError camTwinIpcNameNextExport(const char* name);
+CAM_API aclError camTwinIpcKeyOfName(const char* name, char* key, size_t len, uint64_t* bytes, int32_t* deviceId,
+                                     int32_t* ownerPid);
+CAM_API aclError camTwinIpcUnlinkName(const char* key);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,10 +4,11 @@
  *
  * Transports (how windows become peer-accessible memory):
  *   - in-process: ranks are threads of one process; windows are registered by group name.
- *   - POSIX shared memory: ranks are processes; each creates a named segment, the names are exchanged out of band
- *     (cam.Comm uses a torch.distributed Store), each rank maps every peer's segment, and each segment is unlinked
- *     as soon as every peer has mapped it, so a crash leaks nothing.
  *   - ACL IPC (the NPU transport): each rank aclrtMalloc's its window, exports a key, imports its peers' windows.
+ *   - POSIX shared memory (the twin only): the NPU transport over the twin's POSIX-shm stand-ins of the ACL calls,
+ *     with segment names of the caller's choosing; the names are exchanged out of band (cam.Comm uses a
+ *     torch.distributed Store), each rank imports every peer's window by name, and each name is removed as soon as
+ *     every peer has imported it, so a crash leaks nothing.
  *   - (Ascend) HCCL windows: the same camComm with the window addresses taken from the HCCL communicator.
  *
  * CamTopology is the POD of cam/window_layout.h. */
@@ -35,13 +36,24 @@ typedef struct {
 CAM_API aclnnStatus camCommCreateInProcess(const char* group, const CamTopology* topology, int64_t rank,
                                            const camCommConfig* config, int32_t joinTimeoutMs, camComm** comm);
 
-/* Processes as ranks, step 1: creates (exclusively) and maps this rank's segment `segmentName` ("/name"). */
+/* Processes as ranks on the twin, step 1: camCommCreateIpc's path without a pid allow-list (no pids are exchanged;
+ * the segments' trust rule guards: this user's, mode 0600), the window's segment named exactly `segmentName` ("/name",
+ * no other '/', at most CAM_SHM_NAME_MAX bytes; created exclusively). Refused on Ascend, where camCommCreateIpc is
+ * the way. */
+#define CAM_SHM_NAME_MAX 47 /* the twin's key holds the name, ':' and a 16-digit nonce in ACL's 65 bytes */
 CAM_API aclnnStatus camCommCreateShm(const char* segmentName, const CamTopology* topology, int64_t rank,
                                      const camCommConfig* config, camComm** comm);
-/* Step 2: maps every peer's segment (names[r] for r = 0..count-1, count = A+F; names[rank] is ignored) and checks
- * each peer's identity line (topology fingerprint, activation dtype, rank, role, window size). */
+/* The shm plane as cam.Comm makes it: step 1 with the pid allow-list of camCommCreateIpc (peerPids, count: as there),
+ * the records then exchanged and attached as on the NPU transport (camCommGetIpcRecord, camCommAttachIpc), and
+ * step 3 below. Refused on Ascend. */
+CAM_API aclnnStatus camCommCreateShmIpc(const char* segmentName, const CamTopology* topology, int64_t rank,
+                                        const camCommConfig* config, const int32_t* peerPids, int64_t count,
+                                        camComm** comm);
+/* Step 2: camCommAttachIpc's path with every peer's record read from its segment by name (names[r] for
+ * r = 0..count-1, count = A+F; names[rank] is ignored): imports every peer's window and checks its identity line
+ * (topology fingerprint, activation dtype, rank, role, window size). */
 CAM_API aclnnStatus camCommAttachShm(camComm* comm, const char* const* segmentNames, int64_t count);
-/* Step 3, once every peer attached: removes this rank's segment name. Mappings stay valid. */
+/* Step 3, once every peer attached: removes this rank's segment name. Imports stay valid. */
 CAM_API aclnnStatus camCommUnlinkShm(camComm* comm);
 
 /* Processes as ranks over device memory shared by ACL IPC (the NPU transport, docs/ascend.md §5.0; on the twin the
@@ -112,6 +124,9 @@ CAM_API aclnnStatus camCommGetWindow(const camComm* comm, void** base, uint64_t*
 CAM_API aclnnStatus camCommGetPeerWindowBytes(const camComm* comm, int64_t rank, uint64_t* bytes);
 /* The status record (8 words: code, op, rank, peer, replica, layer, seq, detail) and the abort word. */
 CAM_API aclnnStatus camCommGetStatus(const camComm* comm, int64_t status[8], int64_t* abortWord);
+/* This plane instance's id (word 7 of this rank's identity line, docs/protocol.md §13): the same on every rank once
+ * attached, 0 before. Read from the window through the transport (a device copy where the window is device memory). */
+CAM_API aclnnStatus camCommGetPlaneId(const camComm* comm, int64_t* planeId);
 
 #ifdef __cplusplus
 }
