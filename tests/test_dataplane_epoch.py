@@ -376,3 +376,44 @@ def test_the_placement_buffer_is_the_epoch_line_then_the_rows_and_a_rebalance_mo
     results, errors = run_ranks(t, {r: body for r in range(t.world_size)}, timeout=60, placement=P_TABLE)
     raise_first(errors)
     assert all(results.values())
+
+
+def test_a_replay_of_a_captured_ffn_loop_holds_back_while_the_weights_move():
+    """The first race as §15 words it, with a replay: the FFN rank's captured batched loop (dispatch_recv ->
+    combine_send, captured once) is replayed while its weights epoch is -1 (a rebalance copying its slots): the
+    replay takes nothing although the round is published; replayed again once the weights are back at epoch 0 it
+    takes the round, every row the golden dispatch's, the item carrying epoch 0."""
+    import importlib
+
+    from cam.graph import Graph
+    from cam.reference.dispatch_combine import dispatch
+
+    t = cam.Topology(D=1, P=1, F=1, E=2, K=2, H=32, Bmax=4, L=2, slots=1)
+    with plane(t, timeout_s=60, idle_poll_s=0.05) as comms:
+        att, ffn = comms[0], comms[1]
+        budget = t.recv_rows
+        specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(ffn, budget)
+        recv = tuple(torch.zeros(s, dtype=d) for d, s in specs)
+        out = torch.zeros((budget, t.H), dtype=torch.bfloat16)
+        graph = Graph()
+        with graph.capture(stream=ffn.stream):
+            cam.ops.dispatch_recv(ffn, row_budget=budget, out=recv)
+            cam.ops.combine_send(ffn, out, recv[4])
+        try:
+            x, ids, w = a_round(t, 0, seed=12)
+            cam.ops.dispatch_send(att, x, ids, 1)
+            set_weights_epoch(ffn, -1)
+            graph.replay()
+            assert int(recv[4][:, 0].sum()) == 0, "a replay served a round while the weights were moving"
+            set_weights_epoch(ffn, 0)
+            graph.replay()
+            items = recv[4]
+            assert int(items[0, 0]) == 1 and item_epoch(t, items[0]) == 0 and int(items[1:, 0].sum()) == 0
+            gd = dispatch(t, [(x, ids)], t.A, quant_fn=dynamic_quant)
+            n = int(items[0, 5])
+            assert n == gd["rows"].shape[0] and torch.equal(recv[0][:n], gd["rows"])
+            assert torch.equal(recv[1][:n], gd["scales"])
+        finally:
+            graph.synchronize()
+            graph.reset()
+        cam.ops.combine_recv(att, ids, w)  # the round completes (its rows are the loop's zeros)
