@@ -6,8 +6,8 @@
 // (t + k) % n sends it (computed here on its own), and every Attention output is its routed sum with an expert that
 // scales a row by (expert + 1), the expert read from the table by slot: a row sent to a wrong slot or returned to a
 // wrong (t, k) shows. The table buffer carries its epoch line (word 0: the epoch, 0 here): with the epoch word -1 (a
-// rebalance rewriting the table) dispatch_send refuses naming it, and the FFN ranks' weights epoch is 0 (serve) and
-// refuses a value that is not an epoch. Exit code 0 on success; failures print what differed.
+// rebalance rewriting the table) dispatch_send refuses naming it; the FFN ranks' weights epoch is 0 at creation,
+// refuses a value that is not an epoch, and at -1 (weights being moved) no poll hands out work. Exit code 0 on success; failures print what differed.
 #include <cam/cam.h>
 #include <cam/window_layout.h>
 
@@ -162,6 +162,23 @@ int Ffn(int64_t f, int* result) {
         std::printf("FFN index %lld: weights epoch %lld at creation, or -2 accepted\n", (long long)f, (long long)epoch);
         ++bad;
     }
+    // Weights being moved (-1): whatever the Attention ranks published meanwhile, no poll hands out work.
+    CHECK(camCommSetWeightsEpoch(comm, -1));
+    for (int polls = 0; polls < 4; ++polls) {
+        CHECK(RunOp([&](uint64_t* ws, aclOpExecutor** e) {
+            return aclnnCamDispatchRecvBatchGetWorkspaceSize(comm, budget, te, ts, tg, tor, tw, ws, e);
+        }, aclnnCamDispatchRecv, stream));
+        for (int64_t i = 0; i < items; ++i) {
+            if (wi[i * words + cam::kWiKind] == cam::kWiWork) {
+                std::printf("FFN index %lld: a work item while the weights epoch was -1\n", (long long)f);
+                ++bad;
+            }
+        }
+        CHECK(RunOp([&](uint64_t* ws, aclOpExecutor** e) {
+            return aclnnCamCombineSendBatchGetWorkspaceSize(comm, budget, to, tw, ws, e);
+        }, aclnnCamCombineSend, stream));
+    }
+    CHECK(camCommSetWeightsEpoch(comm, 0));
     int served = 0;
     for (int polls = 0; served < kTopo.D && polls < 400; ++polls) {
         CHECK(RunOp([&](uint64_t* ws, aclOpExecutor** e) {
