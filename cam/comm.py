@@ -228,6 +228,12 @@ class Comm:
         self.id = next(_ids)
         with _registry_lock:
             _registry[self.id] = self
+        if transport == "in_process":
+            try:
+                self._agree_on_placement_in_process()
+            except BaseException:
+                self.close()
+                raise
 
     def _create_shm(self, store, group, fields, timeout_ns, idle_ns, join_timeout_s, prefix):
         prefix = prefix or f"cam-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -497,21 +503,42 @@ class Comm:
             self._await_keys(self._store, keys, time.monotonic() + self._join_timeout_s, self._join_timeout_s,
                              "called set_placement")
             return [self._store.get(k).decode() for k in keys]
-        key = (self.group, epoch)
+        return self._exchange_in_process((self.group, epoch), digest, "Comm.set_placement", "called set_placement")
+
+    def _exchange_in_process(self, key, digest, who: str, what: str) -> list:
+        """Every rank's ``digest`` under ``key`` for threads as ranks (a process-local table), in rank order;
+        bounded by join_timeout_s. The last rank to read frees the entry."""
+        world = self.topology.world_size
         with _rebalance_cv:
             entry = _rebalances.setdefault(key, {})
             entry[self.rank] = digest
             _rebalance_cv.notify_all()
             if not _rebalance_cv.wait_for(lambda: len(entry) == world, self._join_timeout_s):
                 missing = [r for r in range(world) if r not in entry]
-                raise TimeoutError(f"Comm.set_placement: rank {self.rank}: rank(s) {', '.join(map(str, missing))} "
-                                   f"never called set_placement within join_timeout_s={self._join_timeout_s:g} s")
+                raise TimeoutError(f"{who}: rank {self.rank}: rank(s) {', '.join(map(str, missing))} never {what} "
+                                   f"within join_timeout_s={self._join_timeout_s:g} s")
             out = [entry[r] for r in range(world)]
             done = _rebalances_read.setdefault(key, set())
             done.add(self.rank)
             if len(done) == world:  # the last reader frees the entry
                 del _rebalances[key], _rebalances_read[key]
             return out
+
+    def _agree_on_placement_in_process(self) -> None:
+        """Threads as ranks join in C on the topology alone; the placement (which the shm/npu handshake compares
+        as part of the plane description) is compared here, once the plane exists and before any op can run:
+        ranks created with different tables would route one round by two tables. Every rank refuses, naming the
+        ranks that differ from rank 0."""
+        from .placement import PlacementError
+
+        mine = None if self.placement is None else self.placement.digest()
+        digests = self._exchange_in_process(("created", self.group, self.plane_id), mine, "Comm",
+                                            "finished creating its Comm")
+        differ = [r for r, d in enumerate(digests) if d != digests[0]]
+        if differ:
+            raise PlacementError(f"Comm: rank(s) {', '.join(map(str, differ))} were created with another placement "
+                                 f"table than rank 0 ({'none' if digests[0] is None else digests[0][:12]}); every "
+                                 f"rank of a plane must route by the same table (docs/protocol.md §15)")
 
     def _await_keys(self, store, keys, deadline, join_timeout_s, what, group=None):
         """Waits (bounded) until every rank set its key; a timeout names the ranks that did not. With ``group``, a

@@ -104,6 +104,25 @@ def test_a_plane_is_refused_a_table_it_cannot_serve():
         cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1)
 
 
+def test_threads_created_with_different_tables_are_refused_on_every_rank():
+    """Threads as ranks join in C on the topology alone: the placement is compared right after, as the shm/npu
+    handshake compares it, so a plane whose ranks hold different tables is refused on every rank (naming the rank
+    that differs) before any op runs, and each rank's window is released."""
+    topo = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1, expert_slots=2)
+    p = Placement.balanced(3, 2, layers=1, replicate=[0])
+    q = Placement.balanced(3, 2, layers=1, replicate=[2])
+    results, errors = run_ranks(topo, {r: (lambda comm: True) for r in range(topo.world_size)}, timeout=60,
+                                placement=p, rank_kw={1: {"placement": q}})
+    assert not results and sorted(errors) == [0, 1, 2], (results, errors)
+    for r, e in errors.items():
+        assert isinstance(e, cam.placement.PlacementError), e
+        assert "rank(s) 1 were created with another placement table than rank 0" in str(e), e
+    results, errors = run_ranks(topo, {r: (lambda comm: True) for r in range(topo.world_size)}, timeout=60,
+                                placement=p)
+    raise_first(errors)
+    assert all(results.values())
+
+
 def test_a_rebalance_mid_run():
     """Two rounds per replica under table p, a rebalance on every rank (Attention: the device table in place; FFN:
     slot weights copied into the buffers they already have), two rounds under q: every round bit-exact against the
