@@ -2,7 +2,8 @@
 // (token, slot) on its source Attention rank, then signal done[s][f] = seq on every participant of the replica,
 // including those that got no rows. An empty work item is a no-op. A dispatch_recv batch is its items, each
 // exactly as if served alone (its rows at its place in expert_out, its own replica, its own done signal); every
-// item is checked before any is written.
+// item is checked before any is written, and an item whose slot weights moved to another placement epoch since it
+// was received fails before anything is written (§15).
 #include "kernel_operator.h"
 
 #include "combine_send/combine_send_tiling_data.h"

@@ -1,8 +1,10 @@
 // dispatch_recv (FFN rank A+f), docs/protocol.md §6.2: select ready replicas round robin (§7), wait with a bound,
 // validate the P records of each before writing any output, then gather the rows expert-major into the static
 // outputs. One work item per launch, or (batched) a snapshot: every replica ready at scan time whose next chunk
-// still fits the row budget, taken in round-robin order, never waiting for one that is not ready. When nothing is
-// ready within the idle bound the outputs describe no work: idle is not a fault.
+// still fits the row budget, taken in round-robin order, never waiting for one that is not ready. A round routed by
+// a newer placement table than this rank's slot weights hold (or any, while the weights move) is not ready yet; one
+// routed by an older table is a fault naming both epochs (§15). When nothing is ready within the idle bound the
+// outputs describe no work: idle is not a fault.
 #include "kernel_operator.h"
 
 #include "common/dataplane.h"
