@@ -21,7 +21,7 @@ from cam.reference.dispatch_combine import batch_select, chunk_bounds, epoch_ver
 from cam.reference.dynamic_quant import dynamic_quant
 from _dataplane_harness import (FfnLog, attention_body, expert_fn, ffn_server, make_rounds, raise_first, run_ranks,
                                 serve_batch, slot_experts, check_against_golden)
-from _window_layout import HDR_EPOCH, WindowLayout
+from _window_layout import WindowLayout
 from test_safety import plane
 
 pytestmark = pytest.mark.timeout(240)
