@@ -117,6 +117,12 @@ public:
         ThrowIfFailed(camCommReplicaFence(Get(), replica, &dead));
         return dead;
     }
+    void SetWeightsEpoch(int64_t epoch) { ThrowIfFailed(camCommSetWeightsEpoch(Get(), epoch)); }
+    int64_t WeightsEpoch() const {
+        int64_t epoch = 0;
+        ThrowIfFailed(camCommGetWeightsEpoch(Get(), &epoch));
+        return epoch;
+    }
     int64_t DroppedRounds(int64_t replica) const {
         int64_t dropped = 0;
         ThrowIfFailed(camCommDroppedRounds(Get(), replica, &dropped));
@@ -190,6 +196,8 @@ void Register(py::module_& m) {
         .def("fence_dead_rank", &Comm::FenceDeadRank, py::arg("rank"))
         .def("replica_fence", &Comm::ReplicaFence, py::arg("replica"))
         .def("dropped_rounds", &Comm::DroppedRounds, py::arg("replica"))
+        .def("set_weights_epoch", &Comm::SetWeightsEpoch, py::arg("epoch"))
+        .def("weights_epoch", &Comm::WeightsEpoch)
         .def("close", &Comm::Close)
         .def_property_readonly("closed", &Comm::Closed)
         .def("window", &Comm::Window)

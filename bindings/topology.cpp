@@ -29,6 +29,7 @@ py::dict WindowLayout(const std::vector<int64_t>& fields) {
     d["fingerprint"] = layout::fingerprint(t);
     d["experts_per_ffn"] = layout::experts_per_ffn(t);
     d["placement_width"] = layout::placement_width(t);
+    d["placement_words"] = layout::placement_words(t);
     return d;
 }
 
@@ -38,6 +39,9 @@ void Register(py::module_& m) {
     m.attr("WINDOW_FIELD_WINDOW") = field::kWindow;
     // int64 index in a window of the plane id every rank stamps into its identity line (cam.Comm.plane_id)
     m.attr("IDENTITY_PLANE_ID_WORD") = kIdentityOff / 8 + kIdentityPlaneId;
+    // the placement table's epoch word and the first word of its rows (layer 0), docs/protocol.md §15
+    m.attr("PLACEMENT_EPOCH_WORD") = layout::kPlacementEpochWord;
+    m.attr("PLACEMENT_ROWS_WORD") = layout::kPlacementHeaderWords;
 }
 
 }  // namespace

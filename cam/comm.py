@@ -100,7 +100,8 @@ class Comm:
         placement: the expert placement (:class:`cam.placement.Placement`, docs/protocol.md §15), the same on every
             rank (compared in the shm/npu handshake). Required when the topology has no contiguous placement
             (``expert_slots`` with ``E % F != 0`` or ``R != E / F``); None routes by the contiguous one. Attention
-            ranks pass its device form (:attr:`placement_table`) to every ``dispatch_send``; FFN ranks use it for
+            ranks pass its device form (:attr:`placement_buffer`: the table's epoch line, then its rows, which
+            :attr:`placement_table` views as ``[L, E, 1 + 2F]``) to every ``dispatch_send``; FFN ranks use it for
             their slot weights (``cam.LayerWeights.from_placement``). :meth:`set_placement` replaces it.
 
     Attributes:
@@ -177,7 +178,8 @@ class Comm:
         self._op_counts = dict.fromkeys(("dispatch_send", "combine_recv", "dispatch_recv", "combine_send"), 0)
         self._placement_epoch = 0
         # Checked before the plane exists: a table the plane cannot serve is refused before anything is created.
-        self.placement, self.placement_table = _placement_for(topology, placement)
+        self.placement, self.placement_buffer, self.placement_table = _placement_for(topology, placement)
+        self._table_epoch = 0  # rebalances adopted: the epoch of the table and of the FFN slot weights (§15)
         self._peers_proc = {}
         self._left_key = None  # shm: the Store key that tells the peers' watchdogs this rank left cleanly
         self._watch_stop = threading.Event()
@@ -235,6 +237,12 @@ class Comm:
         self.id = next(_ids)
         with _registry_lock:
             _registry[self.id] = self
+        if transport == "in_process":
+            try:
+                self._agree_on_placement_in_process()
+            except BaseException:
+                self.close()
+                raise
 
     def _collect_peer_processes(self, store, group) -> None:
         """The peers' published process identities, for the liveness watchdog (every peer must be watchable)."""
@@ -390,10 +398,13 @@ class Comm:
         ``combine_recv`` of its last round under the current table and before its next ``dispatch_send``; an FFN
         rank once it served (``combine_send``) every round dispatched under the current table. It waits (bounded
         by ``join_timeout_s``) until every rank called it, compares the tables' digests, and only then changes
-        anything: an Attention rank rewrites :attr:`placement_table` in place (the tensor ``dispatch_send`` reads;
-        its address stays), an FFN rank copies each slot's weights into ``weights``' existing tensors (nothing is
-        allocated for the slots; a captured graph that holds their addresses computes with the new experts).
-        Rounds dispatched before the call were routed, and are served, under the old table.
+        anything: every rank rewrites :attr:`placement_buffer` in place (the tensor ``dispatch_send`` reads; its
+        address stays) and moves it to the next epoch (:attr:`placement_epoch`), an FFN rank copies each slot's
+        weights into ``weights``' existing tensors (nothing is allocated for the slots; a captured graph that holds
+        their addresses computes with the new experts) between setting its weights-epoch line to -1 and to the new
+        epoch. Rounds dispatched before the call were routed, and are served, under the old table; the kernels
+        compare the epochs (docs/protocol.md §15), so a round that meets weights of another epoch is held back
+        (newer) or fails naming both epochs (older), never computed with another table's experts.
 
         Args:
             placement: the new :class:`cam.placement.Placement` (its own checks refuse a replica outside the FFN
@@ -421,7 +432,7 @@ class Comm:
             raise TypeError(f"Comm.set_placement: placement must be a cam.placement.Placement, got "
                             f"{type(placement).__name__}")
         try:
-            new, table = _placement_for(self.topology, placement)
+            new = _placement_for(self.topology, placement)[0]
         except ValueError as e:
             raise PlacementError(f"Comm.set_placement: {e}") from None
         t, c = self.topology, self._op_counts
@@ -460,27 +471,60 @@ class Comm:
             raise PlacementError(f"Comm.set_placement: the tables differ across ranks: rank(s) "
                                  f"{', '.join(map(str, differ))} passed another table than rank 0 (digest "
                                  f"{digests[0][:12]}); nothing was changed")
+        self._adopt_placement(new, None if attention else (slots, staged))
+        return c["dispatch_send"] + 1 if attention else 0
+
+    def _adopt_placement(self, new, ffn_slots) -> None:
+        """set_placement's change, once every rank agreed: the next epoch's table (both roles) and, on an FFN rank,
+        its slot weights (``ffn_slots`` = (the LayerWeights served with, the new table's staged weights)). Each is
+        a seqlock write (docs/protocol.md §15): the epoch word -1, the contents, then the new epoch, so a kernel
+        reading across the rewrite sees -1 or two different epochs and holds the round back or refuses it."""
+        from . import graph as _graph
+
+        epoch = self._table_epoch + 1
+        if ffn_slots is not None:
+            # Weights moving: from here every round is held back on the device, also one a replay launched on
+            # another stream (or before the lock below) takes, until the copies completed.
+            self._set_weights_epoch(-1)
         # Under the stream's lock no replay launches while the table or the slots are rewritten; one launched
         # between the check above and here ends first (bounded), under the old ones.
         lock, bound = _runtime.stream_lock(self.stream), _runtime.sync_timeout_s()
         if not lock.acquire(timeout=bound):
+            if ffn_slots is not None:
+                self._set_weights_epoch(self._table_epoch)  # nothing moved: the old weights serve again
             raise TimeoutError(f"Comm.set_placement: rank {self.rank}'s stream stayed busy for {bound:g} s; nothing "
                                f"was changed on this rank")
         try:
             if _graph.queued_replays(self.stream):
                 self.stream.synchronize(bound)
-            if attention:
-                if self.placement_table is None:
-                    self.placement_table = table
-                else:
-                    self.placement_table.copy_(table)
+            if self.placement_buffer is None:  # a contiguous plane's first table: nothing reads it yet
+                _, self.placement_buffer, self.placement_table = _placement_for(self.topology, new, epoch)
             else:
-                for dst, src in zip(slots.weights + slots.scales, staged.weights + staged.scales):
+                self.placement_buffer[_C.PLACEMENT_EPOCH_WORD] = -1
+                self.placement_table.copy_(new.device_tables(self.topology.placement_width))
+                self.placement_buffer[_C.PLACEMENT_EPOCH_WORD] = epoch
+            if ffn_slots is not None:
+                slots, staged = ffn_slots
+                dsts = slots.weights + slots.scales
+                for dst, src in zip(dsts, staged.weights + staged.scales):
                     dst.copy_(src)
+                for device in {d.device for d in dsts if not d.is_cpu}:  # device copies are queued: wait for them
+                    torch.accelerator.synchronize(device)
+                self._set_weights_epoch(epoch)
         finally:
             lock.release()
+        self._table_epoch = epoch
         self.placement = new
-        return c["dispatch_send"] + 1 if attention else 0
+
+    def _set_weights_epoch(self, epoch: int) -> None:
+        """The FFN rank's weights-epoch line (camCommSetWeightsEpoch): -1 while the slots change, then the epoch."""
+        self._c.set_weights_epoch(epoch)
+
+    @property
+    def placement_epoch(self) -> int:
+        """Rebalances this rank adopted: the epoch of its table (Attention ranks write it into every record) and of
+        its slot weights (FFN ranks; their weights-epoch line holds it between rebalances), docs/protocol.md §15."""
+        return self._table_epoch
 
     def _exchange_placement(self, digest: str) -> list:
         """Every rank's digest for this rebalance (the plane's n-th), in rank order: through the Store (shm/npu)
@@ -494,21 +538,42 @@ class Comm:
             self._await_keys(self._store, keys, time.monotonic() + self._join_timeout_s, self._join_timeout_s,
                              "called set_placement")
             return [self._store.get(k).decode() for k in keys]
-        key = (self.group, epoch)
+        return self._exchange_in_process((self.group, epoch), digest, "Comm.set_placement", "called set_placement")
+
+    def _exchange_in_process(self, key, digest, who: str, what: str) -> list:
+        """Every rank's ``digest`` under ``key`` for threads as ranks (a process-local table), in rank order;
+        bounded by join_timeout_s. The last rank to read frees the entry."""
+        world = self.topology.world_size
         with _rebalance_cv:
             entry = _rebalances.setdefault(key, {})
             entry[self.rank] = digest
             _rebalance_cv.notify_all()
             if not _rebalance_cv.wait_for(lambda: len(entry) == world, self._join_timeout_s):
                 missing = [r for r in range(world) if r not in entry]
-                raise TimeoutError(f"Comm.set_placement: rank {self.rank}: rank(s) {', '.join(map(str, missing))} "
-                                   f"never called set_placement within join_timeout_s={self._join_timeout_s:g} s")
+                raise TimeoutError(f"{who}: rank {self.rank}: rank(s) {', '.join(map(str, missing))} never {what} "
+                                   f"within join_timeout_s={self._join_timeout_s:g} s")
             out = [entry[r] for r in range(world)]
             done = _rebalances_read.setdefault(key, set())
             done.add(self.rank)
             if len(done) == world:  # the last reader frees the entry
                 del _rebalances[key], _rebalances_read[key]
             return out
+
+    def _agree_on_placement_in_process(self) -> None:
+        """Threads as ranks join in C on the topology alone; the placement (which the shm/npu handshake compares
+        as part of the plane description) is compared here, once the plane exists and before any op can run:
+        ranks created with different tables would route one round by two tables. Every rank refuses, naming the
+        ranks that differ from rank 0."""
+        from .placement import PlacementError
+
+        mine = None if self.placement is None else self.placement.digest()
+        digests = self._exchange_in_process(("created", self.group, self.plane_id), mine, "Comm",
+                                            "finished creating its Comm")
+        differ = [r for r, d in enumerate(digests) if d != digests[0]]
+        if differ:
+            raise PlacementError(f"Comm: rank(s) {', '.join(map(str, differ))} were created with another placement "
+                                 f"table than rank 0 ({'none' if digests[0] is None else digests[0][:12]}); every "
+                                 f"rank of a plane must route by the same table (docs/protocol.md §15)")
 
     def _await_keys(self, store, keys, deadline, join_timeout_s, what, group=None):
         """Waits (bounded) until every rank set its key; a timeout names the ranks that did not. With ``group``, a
@@ -706,23 +771,30 @@ class LostReplica:
                 f"the other replicas are served; a fenced replica does not rejoin the plane)")
 
 
-def _placement_for(topology: Topology, placement):
-    """(placement, device table) for a Comm: the table dispatch_send reads, int64 ``[L, E, 1 + 2F]`` (None for the
-    contiguous placement without a table). Refuses a table that does not fit the topology, naming what differs."""
+def _placement_for(topology: Topology, placement, epoch: int = 0):
+    """(placement, device buffer, its rows) for a Comm: the buffer dispatch_send reads, int64 ``[placement_words]``
+    (docs/protocol.md §15: the epoch line, word ``PLACEMENT_EPOCH_WORD`` = ``epoch``, then the rows from word
+    ``PLACEMENT_ROWS_WORD``), and the rows as a view ``[L, E, 1 + 2F]`` of it; Nones for the contiguous placement
+    without a table. Refuses a table that does not fit the topology, naming what differs."""
     from .placement import Placement  # cam.placement imports torch only; kept local so this module stays light
 
     if placement is None:
         if not topology.contiguous_placement:
             raise ValueError(f"Comm: placement is required: E = {topology.E} experts on F = {topology.F} FFN ranks of "
                              f"expert_slots = {topology.R} have no contiguous placement (cam.placement.Placement)")
-        return None, None
+        return None, None, None
     if not isinstance(placement, Placement):
         raise TypeError(f"Comm: placement must be a cam.placement.Placement, got {type(placement).__name__}")
     got = (placement.experts, placement.ffn_ranks, placement.slots_per_rank, placement.layers)
     want = (topology.E, topology.F, topology.R, topology.L)
     if got != want:
         raise ValueError(f"Comm: placement has (E, F, slots_per_rank, L) = {got}, the topology {want}")
-    return placement, placement.device_tables(topology.placement_width)
+    rows = placement.device_tables(topology.placement_width)
+    buffer = torch.zeros(topology.placement_words, dtype=torch.int64)
+    table = buffer[_C.PLACEMENT_ROWS_WORD:].view(rows.shape)
+    table.copy_(rows)
+    buffer[_C.PLACEMENT_EPOCH_WORD] = epoch
+    return placement, buffer, table
 
 
 def _check_same_plane(rank: int, described: list) -> None:

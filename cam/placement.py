@@ -5,9 +5,10 @@ the replicas, and a token's row for one expert is never split. Every FFN rank ha
 slots (``slots_per_rank``), chosen when the table is made, so a rebalance only changes which expert a slot holds.
 
 This module is the table, its checks, the replica rule and the per-FFN-rank weight layout. ``dispatch_send`` reads
-the table from device memory (``device_tables``: int64 ``[L, E, 1 + 2F]``, bounded word by word by the kernel before
-it writes anything); a Comm given no table routes by the contiguous placement (``Placement.contiguous``), which is
-what a topology with ``E % F == 0`` and one replica per expert means.
+the table from device memory (``device_tables``: int64 ``[L, E, 1 + 2F]``, after an epoch line in the Comm's
+``placement_buffer``; bounded word by word by the kernel before it writes anything, docs/protocol.md §15); a Comm
+given no table routes by the contiguous placement (``Placement.contiguous``), which is what a topology with
+``E % F == 0`` and one replica per expert means.
 """
 
 from __future__ import annotations

@@ -228,6 +228,11 @@ class Topology:
         return self._layout["placement_width"]
 
     @property
+    def placement_words(self) -> int:
+        """Words of the device placement table: its epoch line, then ``L * E * placement_width`` (§15)."""
+        return self._layout["placement_words"]
+
+    @property
     def attn_window_bytes(self) -> int:
         return self._layout["attn_window_bytes"]
 

@@ -6,15 +6,19 @@ and (b) address words of a window when they tamper with it (test_dataplane)."""
 
 from __future__ import annotations
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 ALIGN = 32
 LINE = 64
 CONTROL_BYTES = 4 * LINE
 IDENTITY_OFF = 2 * LINE  # int64[5]: fingerprint, layout version, rank, role, window bytes
-HEADER_FIXED_WORDS = 8
+HEADER_FIXED_WORDS = 9
+HDR_EPOCH = 8  # the placement epoch the round was routed by (§4.1)
+HDR_COUNTS = 9  # rows per local expert
 WORK_ITEM_FIXED_WORDS = 8
 WI_COUNTS = 8
-CHUNK_WORDS = 3  # first row of the round, the round's rows, reserved
+CHUNK_WORDS = 3  # first row of the round, the round's rows, the round's placement epoch
+WC_EPOCH = 2
+PLACEMENT_HEADER_WORDS = LINE // 8  # the placement table's epoch line (word 0: the epoch), then its rows (§15)
 INDEX_ENTRY_BYTES = 8
 ATTN_FIXED_LINES = 2
 
@@ -157,8 +161,13 @@ class WindowLayout:
         return self.ffn_chunk_cursor_off + _align_up(8 * self.D, LINE)
 
     @property
+    def ffn_weights_epoch_off(self) -> int:
+        """The line of the epoch of this FFN rank's slot weights (§15), after the per-replica arrays."""
+        return self.ffn_combined_rows_off + _align_up(8 * self.D, LINE)
+
+    @property
     def ffn_state_bytes(self) -> int:
-        return LINE + 5 * _align_up(8 * self.D, LINE)
+        return 2 * LINE + 5 * _align_up(8 * self.D, LINE)
 
     @property
     def ffn_ready_off(self) -> int:
@@ -249,6 +258,24 @@ class WindowLayout:
         return WI_COUNTS + self.R + 3 * self.R * self.P
 
     @property
+    def work_item_epoch(self) -> int:
+        """The chunk word holding the round's placement epoch."""
+        return self.work_item_chunk_off + WC_EPOCH
+
+    @property
     def work_item_words(self) -> int:
         return _align_up(self.work_item_chunk_off + CHUNK_WORDS, ALIGN // 8)
 
+
+    # ------------------------------------------------------------------ placement table (§15)
+
+    @property
+    def placement_width(self) -> int:
+        return 1 + 2 * self.F
+
+    def placement_layer_word(self, layer: int) -> int:
+        return PLACEMENT_HEADER_WORDS + layer * self.E * self.placement_width
+
+    @property
+    def placement_words(self) -> int:
+        return self.placement_layer_word(self.L)

@@ -260,7 +260,7 @@ def test_records_shrunk_below_the_chunk_cursor_are_a_protocol_error():
     """A peer that rewrites its records between two chunks so that the round ends before the cursor: the next
     dispatch_recv finds no chunk to hand out and fails the plane (kProtoIndexEntry) instead of indexing past it."""
     from test_safety import plane
-    from _window_layout import WindowLayout
+    from _window_layout import HDR_COUNTS, WindowLayout
 
     t = cam.Topology(D=1, P=2, F=1, E=2, K=2, H=32, Bmax=4, L=2, slots=1, capacity=2)
     lay = WindowLayout(t)
@@ -274,6 +274,6 @@ def test_records_shrunk_below_the_chunk_cursor_are_a_protocol_error():
         w = comms[ffn].window.view(torch.int64)
         for a in range(t.A):  # each record now claims one row of expert 0: a round of 2 rows, cursor at 2
             hdr = lay.ffn_region_off(a, 0) // 8
-            w[hdr + 5], w[hdr + 8], w[hdr + 9] = 1, 1, 0
+            w[hdr + 5], w[hdr + HDR_COUNTS], w[hdr + HDR_COUNTS + 1] = 1, 1, 0
         with pytest.raises(cam.CommProtocolError, match="outside its round"):
             cam.ops.dispatch_recv(comms[ffn])

@@ -14,6 +14,7 @@ import torch
 
 import cam
 from cam.placement import Placement
+from _window_layout import WindowLayout
 from _dataplane_harness import (attention_body, check_against_golden, ffn_batch_server, ffn_server, make_rounds,
                                 raise_first, run_ranks, run_round_trip)
 
@@ -101,6 +102,25 @@ def test_a_plane_is_refused_a_table_it_cannot_serve():
         cam.Topology(D=1, P=1, F=2, E=5, K=2, H=32, Bmax=4, L=1, expert_slots=2)  # 4 slots for 5 experts
     with pytest.raises(ValueError, match="E = 3: must be a multiple of F"):
         cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1)
+
+
+def test_threads_created_with_different_tables_are_refused_on_every_rank():
+    """Threads as ranks join in C on the topology alone: the placement is compared right after, as the shm/npu
+    handshake compares it, so a plane whose ranks hold different tables is refused on every rank (naming the rank
+    that differs) before any op runs, and each rank's window is released."""
+    topo = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1, expert_slots=2)
+    p = Placement.balanced(3, 2, layers=1, replicate=[0])
+    q = Placement.balanced(3, 2, layers=1, replicate=[2])
+    results, errors = run_ranks(topo, {r: (lambda comm: True) for r in range(topo.world_size)}, timeout=60,
+                                placement=p, rank_kw={1: {"placement": q}})
+    assert not results and sorted(errors) == [0, 1, 2], (results, errors)
+    for r, e in errors.items():
+        assert isinstance(e, cam.placement.PlacementError), e
+        assert "rank(s) 1 were created with another placement table than rank 0" in str(e), e
+    results, errors = run_ranks(topo, {r: (lambda comm: True) for r in range(topo.world_size)}, timeout=60,
+                                placement=p)
+    raise_first(errors)
+    assert all(results.values())
 
 
 def test_a_rebalance_mid_run():
@@ -245,3 +265,86 @@ def test_a_rebalance_under_a_queued_replay_of_a_captured_dispatch_send_is_refuse
     results, errors = run_ranks(topo, {0: attention}, timeout=60, placement=p, timeout_s=2.0)
     raise_first(errors)
     assert results[0]
+
+
+def _shm_rebalance_rank(rank, store_path, group, out):
+    """One process of test_a_rebalance_over_shm_processes: a round under P_SHM, set_placement(Q_SHM), a round
+    under Q_SHM; puts (rank, what it saw) or (rank, the error) on ``out``."""
+    from torch.distributed import FileStore
+
+    t, p, q = _SHM_TOPO(), *_SHM_TABLES()
+    rounds = make_rounds(t, [[4, 3]], seed=31)
+    g = torch.Generator().manual_seed(32)
+    full_w = [torch.randint(-128, 128, (3, 32, 64), generator=g, dtype=torch.int8) for _ in range(t.L)]
+    full_s = [torch.rand(3, 64, generator=g) for _ in range(t.L)]
+    try:
+        with cam.Comm(t, rank, transport="shm", store=FileStore(store_path, t.world_size), group=group,
+                      placement=p, timeout_s=60) as comm:
+            if rank < t.A:
+                outs = attention_body(rounds[rank][:1])(comm)
+                seq = comm.set_placement(q)
+                outs += attention_body(rounds[rank][1:])(comm)
+                # as plain ints: a tensor on a queue is shared through the child's fds, gone once it exits
+                out.put((rank, (seq, int(comm.placement_buffer[0]), [o.view(torch.int16).tolist() for o in outs])))
+            else:
+                lw = cam.LayerWeights.from_placement(p, rank - t.A, full_w, full_s)
+                first = ffn_server(t, t.D)(comm)
+                comm.set_placement(q, weights=(lw, full_w, full_s))
+                w = comm._c.weights_epoch()
+                second = ffn_server(t, t.D)(comm)
+                epoch = WindowLayout(t).work_item_epoch
+                out.put((rank, (w, [int(s.work_item[epoch]) for s in first.served + second.served])))
+    except BaseException as e:  # noqa: BLE001 - reported by the test
+        out.put((rank, e))
+
+
+def _SHM_TOPO():
+    return cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=2, slots=1, expert_slots=2)
+
+
+def _SHM_TABLES():
+    return (Placement(3, 2, 2, [[[(0, 0), (1, 1)], [(1, 0)], [(0, 1)]]] * 2),
+            Placement(3, 2, 2, [[[(1, 0)], [(0, 0), (1, 1)], [(0, 1)]]] * 2))
+
+
+@pytest.mark.slow  # three spawned processes import torch and cam: about 10 s on two shared CPUs
+def test_a_rebalance_over_shm_processes(tmp_path):
+    """set_placement with processes as ranks (shm transport: the digests through the Store, the weights epoch
+    through the transport's word access): the Attention rank's table moves to epoch 1, every FFN rank's weights
+    epoch too, the items of the round after it carry epoch 1, and both rounds are bit-exact against the golden
+    under their own tables."""
+    import multiprocessing as mp
+
+    from _dataplane_harness import unique_group
+
+    t, (p, q) = _SHM_TOPO(), _SHM_TABLES()
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    group = unique_group("shm-rebalance")
+    procs = [ctx.Process(target=_shm_rebalance_rank, args=(r, str(tmp_path / "store"), group, out), daemon=True)
+             for r in range(t.world_size)]
+    for pr in procs:
+        pr.start()
+    try:
+        got = dict(out.get(timeout=180) for _ in procs)
+    finally:
+        for pr in procs:
+            pr.join(60)
+            if pr.is_alive():
+                pr.kill()
+    errors = {r: v for r, v in got.items() if isinstance(v, BaseException)}
+    raise_first(errors)
+    seq, epoch, outs = got[0]
+    assert (seq, epoch) == (2, 1)
+    for f in range(t.F):
+        assert got[t.A + f] == (1, [0, 1]), got[t.A + f]
+    rounds = make_rounds(t, [[4, 3]], seed=31)
+    from cam.reference.dispatch_combine import round_trip_plane
+    from cam.reference.dynamic_quant import dynamic_quant
+    from _dataplane_harness import expert_fn
+
+    for r, table in enumerate((p, q)):
+        rd = rounds[0][r]
+        gold = round_trip_plane(t, [(rd.x, rd.ids, rd.w)], expert_fn(t.quantized, torch.bfloat16),
+                                quant_fn=dynamic_quant, global_ids=True, placement=table, layer=rd.layer)["out"]
+        assert outs[r] == gold[0].view(torch.int16).tolist(), r

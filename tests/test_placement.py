@@ -118,3 +118,38 @@ def test_balanced_takes_one_more_slot_when_the_last_free_one_is_on_the_replicate
     assert p.slots_per_rank == 4 and p.replicas(0, 5) == ((2, 1), (0, 3))
     with pytest.raises(PlacementError, match="no free slot for expert 5 on a rank without it"):
         Placement.balanced(8, 3, layers=1, replicate=[5], slots_per_rank=3)
+
+
+def test_epoch_verdict_is_the_documented_rule():
+    """cam.reference's epoch rule (docs/protocol.md §15) on hand-written cases: -1 holds everything back, a newer
+    epoch on any participant holds back, all equal serves, anything else fails naming the first participant
+    whose epoch is not the weights'."""
+    from cam.reference.dispatch_combine import epoch_verdict
+
+    cases = [
+        (([0, 0], 0), ("serve", None)),
+        (([3], 3), ("serve", None)),
+        (([0, 0], -1), ("hold", None)),
+        (([5, 2], -1), ("hold", None)),
+        (([1, 1], 0), ("hold", None)),
+        (([0, 1], 0), ("hold", None)),
+        (([0, 0], 1), ("fail", 0)),
+        (([1, 0], 1), ("fail", 1)),
+        (([2, 0], 1), ("hold", None)),
+        (([-1, 0], 0), ("fail", 0)),
+        (([0, 0], -4), ("fail", 0)),
+    ]
+    for (epochs, w), want in cases:
+        assert epoch_verdict(epochs, w) == want, (epochs, w)
+
+
+def test_placement_buffer_golden_is_the_epoch_line_then_the_padded_rows():
+    from cam.reference.dispatch_combine import placement_buffer
+
+    p = Placement(3, 2, 2, [[[(0, 0), (1, 1)], [(1, 0)], [(0, 1)]]])
+    buf = placement_buffer(p, epoch=4)
+    assert buf.tolist() == [4, 0, 0, 0, 0, 0, 0, 0,
+                            2, 0, 0, 1, 1,
+                            1, 1, 0, -1, -1,
+                            1, 0, 1, -1, -1]
+    assert torch.equal(buf[8:].view(1, 3, 5), p.device_tables())

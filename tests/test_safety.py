@@ -588,6 +588,143 @@ def test_dispatch_send_refuses_every_tampered_word_of_the_placement_table():
             assert torch.equal(cam.ops.combine_recv(comms[a], rounds[a][1], rounds[a][2]), gold[a]), a
 
 
+def test_dispatch_send_refuses_a_tampered_epoch_word_of_the_placement_table():
+    """The table's epoch word (docs/protocol.md §15), set one value at a time: a negative one (-1 is a table being
+    rewritten) is refused by the pre-pass naming the epoch word, nothing written, the Comm usable. A non-negative
+    one is an epoch, so dispatch_send publishes the round carrying it: the FFN rank, whose weights are at epoch 0,
+    holds it back (never computes it with weights of another epoch) until its weights epoch says the same, then
+    the round is bit-exact."""
+    from cam.placement import Placement
+    from _window_layout import HDR_EPOCH
+
+    t = topo(E=3, expert_slots=2)
+    p = Placement(3, 2, 2, [[[(0, 0), (1, 1)], [(1, 0)], [(0, 1)]]] * 2)
+    lay = WindowLayout(t)
+    with plane(t, placement=p) as comms:
+        rounds = [make_round(t, a, seed=43) for a in range(t.A)]
+        before = windows(comms)
+        for v in (-1, -2, -(2**62)):
+            comms[0].placement_buffer[0] = v
+            with pytest.raises(cam.DeviceArgumentError, match=f"placement table's epoch word is {v}"):
+                cam.ops.dispatch_send(comms[0], rounds[0][0], rounds[0][1], 1)
+            assert_unchanged(before, comms, f"epoch word = {v}")
+        big = 2**40
+        for a in range(t.A):
+            comms[a].placement_buffer[0] = big
+            cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], 1)
+        for f in range(t.F):
+            r = t.A + f
+            hdr = lay.ffn_region_off(0, 0) // 8
+            assert int(comms[r].window.view(torch.int64)[hdr + HDR_EPOCH]) == big  # the record carries it
+            wi = cam.ops.dispatch_recv(comms[r])[3]
+            assert int(wi[0]) == 0, "a round of another epoch was served"
+            cam.ops.combine_send(comms[r], torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16), wi)
+            comms[r]._c.set_weights_epoch(big)
+        from cam.reference.dispatch_combine import round_trip_plane as golden_plane
+        fn = expert_fn(t.quantized, torch.bfloat16)
+        from _dataplane_harness import slot_experts
+        for f in range(t.F):
+            ex, sc, cnt, wi = recv_work(comms[t.A + f])
+            assert int(wi[lay.work_item_epoch]) == big
+            n = int(wi[5])
+            out = torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16)
+            out[:n] = fn(torch.repeat_interleave(slot_experts(comms[t.A + f], 1), cnt), ex[:n], sc[:n])
+            cam.ops.combine_send(comms[t.A + f], out, wi)
+        gold = golden_plane(t, rounds, fn, quant_fn=dynamic_quant, global_ids=True, placement=p, layer=1)["out"]
+        for a in range(t.A):
+            assert torch.equal(cam.ops.combine_recv(comms[a], rounds[a][1], rounds[a][2]), gold[a]), a
+
+
+@pytest.mark.parametrize("value", [-1, -3, 1, 2**40])
+def test_a_tampered_record_epoch_is_held_back_or_a_named_fault(value):
+    """A participant's record epoch (kHdrEpoch, in the FFN window a peer writes) changed after it was published,
+    one value at a time, with the FFN rank's weights at epoch 0: a larger epoch holds the round back (empty items,
+    no state moved), and restored the round is served exactly; a negative one is a fault at dispatch_recv naming
+    the participant and both epochs."""
+    from _window_layout import HDR_EPOCH
+
+    t = topo()
+    lay = WindowLayout(t)
+    with plane(t, timeout_s=60) as comms:
+        rounds = [make_round(t, a, seed=44) for a in range(t.A)]
+        for a in range(t.A):
+            cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], 1)
+        ffn = t.A
+        w = comms[ffn].window.view(torch.int64)
+        word = lay.ffn_region_off(1, 0) // 8 + HDR_EPOCH  # participant 1's record
+        assert int(w[word]) == 0
+        w[word] = value
+        if value < 0:
+            with pytest.raises(cam.CommProtocolError) as info:
+                cam.ops.dispatch_recv(comms[ffn])
+            msg = str(info.value)
+            assert f"published by rank 1 was routed by placement epoch {value}" in msg and "at epoch 0" in msg, msg
+            return
+        state = comms[ffn].window[:lay.ffn_ready_off].clone()
+        wi = cam.ops.dispatch_recv(comms[ffn])[3]
+        assert int(wi[0]) == 0 and torch.equal(comms[ffn].window[:lay.ffn_ready_off], state)
+        cam.ops.combine_send(comms[ffn], torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16), wi)
+        w[word] = 0
+        finish_round(t, comms, rounds, served=set())
+
+
+def test_a_record_epoch_changed_after_dispatch_recv_refuses_combine_send():
+    """combine_send recomputes the item from the records: a record epoch changed after dispatch_recv (so the item's
+    epoch word no longer matches) is refused as a forged item, nothing written, and restored the item completes."""
+    from _window_layout import HDR_EPOCH
+
+    with dispatched_round(seed=45) as (t, comms, rounds, ffn, item):
+        lay = WindowLayout(t)
+        out = expert_out(comms[ffn], *item)
+        w = comms[ffn].window.view(torch.int64)
+        word = lay.ffn_region_off(0, 0) // 8 + HDR_EPOCH
+        for v in (1, -1):
+            w[word] = v
+            refused_unchanged(comms, ffn, out, item[3], f"record epoch = {v}")
+        w[word] = 0
+        cam.ops.combine_send(comms[ffn], out, item[3])
+        finish_round(t, comms, rounds, served={ffn})
+
+
+@pytest.mark.parametrize("when,value", [("recv", -1), ("recv", 5), ("recv", -9), ("combine", 5), ("combine", -1),
+                                        ("combine", -9)])
+def test_a_tampered_weights_epoch_line_is_a_hold_back_or_a_named_fault(when, value):
+    """The FFN rank's weights-epoch line (its own window, which peers can write), one value at a time. Before
+    dispatch_recv: -1 (weights moving) holds the round back, and restored it is served exactly; any other value is
+    not the round's epoch 0, a fault naming both. Between dispatch_recv and combine_send: any value but 0 fails
+    combine_send naming both epochs before it writes a row or a signal."""
+    t = topo()
+    lay = WindowLayout(t)
+    with plane(t, timeout_s=60) as comms:
+        rounds = [make_round(t, a, seed=46) for a in range(t.A)]
+        for a in range(t.A):
+            cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], 1)
+        ffn = t.A
+        line = comms[ffn].window.view(torch.int64)[lay.ffn_weights_epoch_off // 8:lay.ffn_weights_epoch_off // 8 + 1]
+        if when == "combine":
+            item = recv_work(comms[ffn])
+            out = expert_out(comms[ffn], *item)
+            before = {a: comms[a].window[256:].clone() for a in range(t.A)}
+            line[0] = value
+            with pytest.raises(cam.CommProtocolError, match=f"routed by placement epoch 0, but this FFN rank's "
+                                                            f"slot weights are at epoch {value}"):
+                cam.ops.combine_send(comms[ffn], out, item[3])
+            for a in range(t.A):
+                assert torch.equal(comms[a].window[256:], before[a]), f"combine_send wrote into rank {a}"
+            return
+        line[0] = value
+        if value != -1:
+            with pytest.raises(cam.CommProtocolError, match=f"routed by placement epoch 0, but this FFN rank's slot "
+                                                            f"weights are at epoch {value}"):
+                cam.ops.dispatch_recv(comms[ffn])
+            return
+        wi = cam.ops.dispatch_recv(comms[ffn])[3]
+        assert int(wi[0]) == 0, "a round was served while the weights were moving"
+        cam.ops.combine_send(comms[ffn], torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16), wi)
+        line[0] = 0
+        finish_round(t, comms, rounds, served=set())
+
+
 def test_fork_while_an_unclosed_comms_stream_is_held_only_by_its_aborter():
     """What the suite once hit: a Comm never closed is kept alive only by the runtime's aborter table (its bound
     abort); the fork handler clearing that table freed it in the child, whose stream destruction then waited forever

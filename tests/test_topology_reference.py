@@ -136,14 +136,15 @@ def test_ffn_window_layout_is_disjoint_and_aligned(t):
     assert t.region_bytes % LINE == 0
     for off in (t.region_index_off, t.region_tokens_off, t.region_scales_off, t.dispatch_row_bytes):
         assert off % ALIGN == 0
-    assert t.header_bytes >= 8 * (8 + t.R)
+    assert t.header_bytes >= 8 * (9 + t.R)
     assert t.index_bytes >= 8 * t.region_index_entries
     assert t.tokens_bytes >= t.region_token_slots * t.H * t.dispatch_elem_bytes
     pieces_state = [(t.ffn_state_off, t.ffn_state_off + 16), (t.ffn_done_seq_off, t.ffn_done_seq_off + 8 * t.D),
                     (t.ffn_combined_seq_off, t.ffn_combined_seq_off + 8 * t.D),
                     (t.ffn_fence_off, t.ffn_fence_off + 8 * t.D),
                     (t.ffn_chunk_cursor_off, t.ffn_chunk_cursor_off + 8 * t.D),
-                    (t.ffn_combined_rows_off, t.ffn_combined_rows_off + 8 * t.D)]
+                    (t.ffn_combined_rows_off, t.ffn_combined_rows_off + 8 * t.D),
+                    (t.ffn_weights_epoch_off, t.ffn_weights_epoch_off + LINE)]
     _intervals_disjoint(pieces_state)
     assert pieces_state[-1][1] <= t.ffn_ready_off
     signals = [(t.ffn_ready_signal_off(a, s), t.ffn_ready_signal_off(a, s) + LINE)
@@ -188,7 +189,8 @@ _CPP_QUANTITIES = [
     "region_index_entries", "dispatch_row_bytes", "combine_row_bytes", "header_words", "header_bytes",
     "index_bytes", "tokens_bytes", "scales_bytes", "region_index_off", "region_tokens_off", "region_scales_off",
     "region_bytes", "ffn_state_off", "ffn_done_seq_off", "ffn_combined_seq_off", "ffn_fence_off", "ffn_chunk_cursor_off",
-    "ffn_combined_rows_off", "ffn_state_bytes", "ffn_ready_off", "window_token_slots", "max_chunks_per_round",
+    "ffn_combined_rows_off", "ffn_weights_epoch_off", "ffn_state_bytes", "ffn_ready_off", "window_token_slots",
+    "max_chunks_per_round", "placement_width", "placement_words",
     "work_item_chunk_off",
     "ffn_data_off", "ffn_window_bytes", "attn_state_off", "attn_send_count_off", "attn_recv_count_off",
     "attn_state_bytes", "attn_completion_off", "attn_combine_off", "attn_combine_slot_bytes", "attn_window_bytes",

@@ -55,7 +55,9 @@ def combine_send(comm: Comm, expert_out: torch.Tensor, work_item: torch.Tensor) 
     Raises:
         TypeError / ValueError: bad dtype or shape, naming the argument, before anything runs.
         cam.DeviceArgumentError / cam.CommProtocolError: a work item not produced here, or combined twice / out
-            of order (refused before anything is written).
+            of order (refused before anything is written). cam.CommProtocolError also when this rank's slot
+            weights moved to another placement epoch since the item was received (fatal, names both epochs,
+            docs/protocol.md §15; nothing written).
         cam.CommAbortedError: the plane was aborted.
     """
     comm = comm_arg("combine_send", comm)

@@ -123,7 +123,10 @@ def dispatch_recv(comm: Comm, *, out=None, row_budget: Optional[int] = None):
         cam.CommTimeoutError: a replica stayed partly published for ``comm.timeout_s`` (names the replica, the
             participant that did not publish and the layer).
         cam.CommAbortedError: the plane was aborted (ends an idle wait at once).
-        cam.CommProtocolError / cam.DeviceArgumentError: records that break the protocol or exceed the window.
+        cam.CommProtocolError / cam.DeviceArgumentError: records that break the protocol or exceed the window, or
+            a round routed by an older placement table than this rank's slot weights hold (names both epochs,
+            docs/protocol.md §15). A round routed by a newer one, or any round while a rebalance moves the
+            weights, is held back (not ready): an idle poll returns empty items, no error.
     """
     comm = comm_arg("dispatch_recv", comm)
     if row_budget is not None:

@@ -10,7 +10,7 @@ from ._kinds import Args
 @_library.op("dispatch_send", mutates_args=("token",))
 def _dispatch_send(token: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor, layer: int, comm_id: int) -> None:
     comm = comm_of(comm_id)
-    _runtime.run(_C.dispatch_send, comm._c, x, topk_ids, layer, comm.placement_table, stream=comm.stream, tensor=x)
+    _runtime.run(_C.dispatch_send, comm._c, x, topk_ids, layer, comm.placement_buffer, stream=comm.stream, tensor=x)
     comm._count_op("dispatch_send")
     token.add_(1)
 
@@ -18,7 +18,7 @@ def _dispatch_send(token: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor,
 @_dispatch_send.register_fake
 def _(token, x, topk_ids, layer, comm_id) -> None:
     comm = comm_of(comm_id)
-    _runtime.check(_C.dispatch_send, comm._c, x, topk_ids, layer, comm.placement_table)
+    _runtime.check(_C.dispatch_send, comm._c, x, topk_ids, layer, comm.placement_buffer)
 
 
 def dispatch_send(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: int) -> None:
@@ -42,7 +42,8 @@ def dispatch_send(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: in
     Raises:
         TypeError / ValueError: bad dtype, shape, layer, or role, naming the argument, before anything runs.
         cam.DeviceArgumentError: an id outside ``[-1, E)``, a placement table word out of bounds (its device
-            copy, ``comm.placement_table``, was changed), or more distinct tokens for one FFN rank than
+            copy, ``comm.placement_buffer``, was changed), the table's epoch negative or changed while the kernel
+            read the table (docs/protocol.md §15), or more distinct tokens for one FFN rank than
             ``window_tokens``, found by the kernel's pre-pass before anything was written; the Comm stays usable.
             More rows than ``capacity`` is not an error: the FFN side receives the round in chunks.
         cam.CommTimeoutError / cam.CommAbortedError: the slot did not free up in time / the plane was aborted.

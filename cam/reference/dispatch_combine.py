@@ -15,6 +15,9 @@ must produce.
 * ``round_trip`` - dispatch to every FFN rank, an expert function, combine back.
 * ``chunk_bounds`` - how a round with more rows than ``capacity`` is cut into work items (docs/protocol.md §8):
   row ranges of ``dispatch``'s row order.
+* ``epoch_verdict`` - what an FFN rank does with a published round given the placement epoch each participant
+  routed it by and the epoch of its slot weights (docs/protocol.md §15): serve it, hold it back, or fail.
+* ``placement_buffer`` - the device form of a placement table: its epoch line, then the rows (§15).
 
 Loops are deliberate: this is the oracle, clarity beats speed. Conditions the real ops
 refuse (ids out of range, B > Bmax, more distinct tokens for one FFN rank than ``window_tokens``) raise
@@ -30,7 +33,8 @@ import torch
 
 from cam.topology import Topology
 
-__all__ = ["dispatch", "combine", "round_trip", "round_trip_plane", "chunk_bounds"]
+__all__ = ["dispatch", "combine", "round_trip", "round_trip_plane", "chunk_bounds", "epoch_verdict",
+           "placement_buffer"]
 
 QuantFn = Callable[[torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
 # expert_fn(local_or_global_expert_ids [n] int64, rows [n,H], scales [n] fp32 or None) -> [n,H] activations
@@ -226,6 +230,36 @@ def batch_select(ready_rows: Sequence[Optional[int]], rr: int, row_budget: int,
         taken.append(d)
         used += rows
     return taken, ((taken[-1] + 1) % D if taken else rr)
+
+
+def epoch_verdict(round_epochs: Sequence[int], weights_epoch: int) -> Tuple[str, Optional[int]]:
+    """What an FFN rank does with a round every participant published (docs/protocol.md §15), and which
+    participant a failure names: ``("hold", None)`` while the weights are being moved (epoch -1) or when a
+    participant routed it by a newer table than the weights hold (the round is not ready yet, as if unpublished);
+    ``("serve", None)`` when every participant's epoch is the weights'; otherwise ``("fail", p)`` with ``p`` the
+    first participant whose epoch differs (an older table, a negative epoch, or weights whose epoch is not one).
+    ``round_epochs[p]`` is participant p's record epoch. A batched receive treats a held round as not ready."""
+    w = int(weights_epoch)
+    es = [int(e) for e in round_epochs]
+    if w == -1 or (w >= 0 and any(e > w for e in es)):
+        return "hold", None
+    for p, e in enumerate(es):
+        if e != w:
+            return "fail", p
+    return "serve", None
+
+
+def placement_buffer(placement, epoch: int = 0) -> torch.Tensor:
+    """The int64 device form ``dispatch_send`` reads (docs/protocol.md §15): 8 words of the epoch line (word 0 the
+    epoch, the rest 0), then for every layer and expert ``n, f0, j0, f1, j1, ...`` padded with -1 to ``1 + 2F``."""
+    F = placement.ffn_ranks
+    out = [int(epoch)] + [0] * 7
+    for layer in range(placement.layers):
+        for e in range(placement.experts):
+            reps = placement.replicas(layer, e)
+            row = [len(reps)] + [v for f, j in reps for v in (f, j)]
+            out += row + [-1] * (1 + 2 * F - len(row))
+    return torch.tensor(out, dtype=torch.int64)
 
 
 def group_table(items: Sequence[Tuple[int, Sequence[int]]], max_items: int, R: int) -> torch.Tensor:

@@ -121,7 +121,9 @@ std::string TopologyDifference(const CamTopology& a, int64_t rankA, const CamTop
 
 // The communicator status record `st` (with the abort word) as a sentence naming op, rank, peer/replica and
 // layer, and the C status it maps to.
-aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t abortWord, std::string* msg);
+// `args`: the status arguments line (kStatusArgsOff, kStatusArgsWords words) written with the record.
+aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], const int64_t args[kStatusArgsWords],
+                     int64_t abortWord, std::string* msg);
 
 // ---- op plumbing (comm_ops.cpp)
 

@@ -124,23 +124,30 @@ kernels::dp::CommArgs MakeCommArgs(const camComm* comm) {
 
 namespace {
 
-// The window's control words the check needs, read as one device read: the abort word (line 0) and the status
-// record (line 1) are adjacent (window_layout.h).
-constexpr uint64_t kControlReadBytes = kStatusOff + 8 * kStatusWords;
-static_assert(kAbortOff == 0 && kAbortReasonOff + kAbortReasonBytes <= kStatusOff,
-              "the abort word and its reason lie inside the control read");
+// The window's control words the check needs, read as one device read of the control area: the abort word
+// (line 0), the status record (line 1) and the status arguments (line 3) (window_layout.h).
+constexpr uint64_t kControlReadBytes = kControlBytes;
+static_assert(kAbortOff == 0 && kAbortReasonOff + kAbortReasonBytes <= kStatusOff &&
+                  kStatusOff + 8 * kStatusWords <= kControlBytes &&
+                  kStatusArgsOff + 8 * kStatusArgsWords <= kControlBytes,
+              "the abort word, its reason, the status record and its arguments lie inside the control read");
 
 // `control` is a host copy of the window's first kControlReadBytes, taken after the op's kernels ran. A refusal
 // (abort word clear) is cleared on the device so the comm stays usable; a fatal error is kept as comm->failure.
 aclnnStatus ReportCommStatus(camComm* comm, const uint8_t* control, std::string* message) {
     int64_t st[kStatusWords];
+    int64_t args[kStatusArgsWords];
     int64_t abortWord;
     std::memcpy(st, control + kStatusOff, sizeof(st));
+    std::memcpy(args, control + kStatusArgsOff, sizeof(args));
     std::memcpy(&abortWord, control + kAbortOff, sizeof(abortWord));
     if (st[kStatusCode] == status::kOk) return ACLNN_SUCCESS;
-    const aclnnStatus status = Describe(comm, st, abortWord, message);
+    const aclnnStatus status = Describe(comm, st, args, abortWord, message);
     if (abortWord != 0) *message += TwinRuleSuffix(control);
     if (abortWord == 0) {
+        // the arguments first: a record the next op writes finds both lines clear, and a refusal leaves the
+        // window as it found it
+        ZeroDeviceNow(static_cast<uint8_t*>(comm->OwnDevice()) + kStatusArgsOff, 8 * kStatusArgsWords);
         ZeroDeviceNow(static_cast<uint8_t*>(comm->OwnDevice()) + kStatusOff, 8 * kStatusWords);
     } else {
         std::lock_guard<std::mutex> lock(comm->failureMutex);

@@ -41,8 +41,9 @@ constexpr const char* kProtocolWhy[] = {"?", "a signal is ahead of the round it 
                                         "per-expert counts do not sum to the rows",
                                         "the work item was already combined or is out of order",
                                         "no dispatch_send round is in flight",
-                                        "a dispatch record or index entry points outside its round"};
-static_assert(std::size(kProtocolWhy) == detail::kProtoIndexEntry + 1,
+                                        "a dispatch record or index entry points outside its round",
+                                        "a round's placement epoch is not the epoch of this FFN rank's slot weights"};
+static_assert(std::size(kProtocolWhy) == detail::kProtoPlacementEpoch + 1,
               "one sentence per protocol invariant (detail::kProto* in window_layout.h)");
 
 }  // namespace
@@ -91,8 +92,11 @@ std::string Seconds(int64_t ns) {
 }  // namespace
 
 // The status record as a sentence, and the C status it maps to.
-aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t abortWord, std::string* msg) {
+aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], const int64_t args[kStatusArgsWords],
+                     int64_t abortWord, std::string* msg) {
     const int64_t code = st[kStatusCode], peer = st[kStatusPeer], replica = st[kStatusReplica];
+    const bool epochs = args[kStatusArgKind] == kStatusArgsEpochs;
+    const int64_t epochA = args[kStatusArgA], epochB = args[kStatusArgB];
     const int64_t layer = st[kStatusLayer], seq = st[kStatusSeq], det = st[kStatusDetail];
     const CamTopology& t = c->topo;
     std::string m = std::string(OpName(st[kStatusOp])) + " on rank " + std::to_string(st[kStatusRank]);
@@ -148,6 +152,14 @@ aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t a
                 m += ": rank " + std::to_string(peer) + " published layer outside [0, L=" + std::to_string(t.L) + ")";
             } else if (det == detail::kArgTokens) {
                 m += ": the token count (topk_ids rows) differs from the one dispatched in " + round;
+            } else if (det == detail::kArgPlacement && epochs && epochA < 0) {
+                m += ": the placement table's epoch word is " + std::to_string(epochA) +
+                     (epochA == -1 ? " (a rebalance is rewriting the table)" : ", not an epoch") +
+                     "; the round of layer " + std::to_string(layer) + " was not published";
+            } else if (det == detail::kArgPlacement && epochs) {
+                m += ": the placement table changed while dispatch_send read it (epoch " + std::to_string(epochA) +
+                     " before its rows were read, " + std::to_string(epochB) + " before publishing); the round of "
+                     "layer " + std::to_string(layer) + " was not published: send it again";
             } else if (det == detail::kArgPlacement) {
                 m += ": the placement table of layer " + std::to_string(layer) + " holds a word out of bounds (a "
                      "replica count outside [1, F=" + std::to_string(t.F) + "], an FFN index outside [0, F) or a slot "
@@ -166,7 +178,18 @@ aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], int64_t a
                  std::to_string(det) + ", ours is " + std::to_string(layout::fingerprint(t));
             break;
         default: {
-            const bool known = det >= 1 && det <= detail::kProtoIndexEntry;
+            if (det == detail::kProtoPlacementEpoch && epochs) {
+                // dispatch_recv names the participant whose record carries the epoch; combine_send the work item
+                m += ": protocol violation: " + round + (peer >= 0 ? " as published by rank " + std::to_string(peer) : "") +
+                     " was routed by placement epoch " + std::to_string(epochA) + ", but this FFN rank's slot " +
+                     "weights are at epoch " + std::to_string(epochB) +
+                     (epochB == -1 ? " (being moved by a rebalance)" : "") +
+                     (st[kStatusOp] == op::kCombineSend ? ": the weights changed while the work item was computed"
+                                                        : ": its experts are no longer in these slots") +
+                     " (docs/protocol.md §15)";
+                break;
+            }
+            const bool known = det >= 1 && det <= detail::kProtoPlacementEpoch;
             m += std::string(": protocol violation: ") + (known ? kProtocolWhy[det] : "?") +
                  (peer >= 0 ? " (peer rank " + std::to_string(peer) + ")" : "") + " in " + round;
             break;

@@ -33,7 +33,8 @@ extern "C" aclnnStatus aclnnCamDispatchSendV2GetWorkspaceSize(camComm* comm, con
             return st;
         if (layer < 0 || layer >= t.L)
             return check.Invalid("layer=" + std::to_string(layer) + " outside [0, L=" + std::to_string(t.L) + ")");
-        // The table's words are bounded by the kernel's pre-pass (they live in device memory); here only its shape.
+        // The table's words (its epoch and rows) are bounded by the kernel's pre-pass (they live in device memory);
+        // here only its shape.
         TensorView pv{};
         if (placement == nullptr) {
             if (!cam::layout::contiguous_placement(t))
@@ -41,8 +42,7 @@ extern "C" aclnnStatus aclnnCamDispatchSendV2GetWorkspaceSize(camComm* comm, con
                                      std::to_string(t.F) + " FFN ranks of expert_slots=" + std::to_string(t.expert_slots) +
                                      " has no contiguous placement");
         } else if ((st = check.View(placement, "placement", &pv)) ||
-                   (st = check.Tensor(pv, "placement", {ACL_INT64},
-                                      {t.L, t.E, cam::layout::placement_width(t)}))) {
+                   (st = check.Tensor(pv, "placement", {ACL_INT64}, {cam::layout::placement_words(t)}))) {
             return st;
         }
 

@@ -2,7 +2,8 @@
 // (token, slot) on its source Attention rank, then signal done[s][f] = seq on every participant of the replica,
 // including those that got no rows. An empty work item is a no-op. A dispatch_recv batch is its items, each
 // exactly as if served alone (its rows at its place in expert_out, its own replica, its own done signal); every
-// item is checked before any is written.
+// item is checked before any is written, and an item whose slot weights moved to another placement epoch since it
+// was received fails before anything is written (§15).
 #include "kernel_operator.h"
 
 #include "combine_send/combine_send_tiling_data.h"
@@ -129,9 +130,19 @@ private:
         if (combined != q - 1 || !handedOut || Wi(layout::work_item_chunk_off(t) + kWcFirstRow) != lo)
             return Refuse(status::kProtocol, d, detail::kProtoStaleWorkItem);
         const int64_t s = layout::slot_of_seq(t, q);
-        int64_t hi = 0, roundRows = 0;
-        if (!dp::WorkItemMatchesRecords(plane_, cur_, d, q, s, lo, &hi, &roundRows, idx_))
+        int64_t hi = 0, roundRows = 0, epoch = 0;
+        if (!dp::WorkItemMatchesRecords(plane_, cur_, d, q, s, lo, &hi, &roundRows, &epoch, idx_))
             return Refuse(status::kBadInput, d, detail::kArgWorkItem);
+        // The item was computed with the slot weights of its round's epoch only if they are still that epoch's
+        // (docs/protocol.md §15): a rebalance that moved (or is moving, -1) the weights since dispatch_recv checked
+        // them makes these rows another expert's. A fault, before anything is written: the round cannot be
+        // completed right any more, and every rank learns it. (An item of a fenced replica is dropped below:
+        // nobody waits for its rows.)
+        const int64_t w = dp::LoadWord(own, layout::ffn_weights_epoch_off(t));
+        if (epoch != w && dp::LoadWordAt(own, layout::ffn_fence_off(t), d) == 0)
+            return plane_.Fail(status::kProtocol, dp::kNoPeer,
+                               dp::Round{op::kCombineSend}.Replica(d).Layer(Wi(kWiLayer)).Seq(q),
+                               detail::kProtoPlacementEpoch, dp::Epochs(epoch, w));
         // Block 0 keeps what it recomputed: the state it advances after the scatter never comes from the user
         // tensor again, so a caller rewriting the item meanwhile cannot move this rank's state or signals.
         *it = Item{d, s, q, hi, hi >= roundRows, true, hi - lo, 0};

@@ -83,6 +83,14 @@ struct Round {
     }
 };
 
+// The status arguments a detail names beyond the record (window_layout.h kStatusArgsOff): none by default.
+struct StatusArgs {
+    int64_t kind = kStatusArgsNone;
+    int64_t a = 0, b = 0;
+};
+// Two placement epochs (kStatusArgsEpochs): the round's (or the table's first read) and the weights' (or its second).
+__aicore__ inline StatusArgs Epochs(int64_t a, int64_t b) { return StatusArgs{kStatusArgsEpochs, a, b}; }
+
 // Signal words that cross ranks (ready, done, abort) travel by MTE through one 32-byte UB block, as production
 // kernels publish them: never a scalar store into a peer's window (its clean would write back the whole 64-byte
 // line from this core's cache), and a poll is an MTE2 read, so no scalar cache line of a peer-written word exists.
@@ -160,14 +168,16 @@ public:
     // Records the first error of this rank (protocol §9) and returns false, so a control step can
     // `return plane_.Refuse(...)`. A refusal is found before the op wrote or waited: the plane stays usable and the
     // host clears the record after reporting it.
-    __aicore__ inline bool Refuse(int64_t code, int64_t peer, const Round& round, int64_t detail) const {
-        Record(code, peer, round, detail);
+    __aicore__ inline bool Refuse(int64_t code, int64_t peer, const Round& round, int64_t detail,
+                                  const StatusArgs& args = StatusArgs{}) const {
+        Record(code, peer, round, detail, args);
         return false;
     }
 
     // A fault: recorded as above, and every rank's abort word is raised so every waiter on every rank ends promptly.
-    __aicore__ inline bool Fail(int64_t code, int64_t peer, const Round& round, int64_t detail) const {
-        Record(code, peer, round, detail);
+    __aicore__ inline bool Fail(int64_t code, int64_t peer, const Round& round, int64_t detail,
+                                const StatusArgs& args = StatusArgs{}) const {
+        Record(code, peer, round, detail, args);
         const int64_t world = layout::world_size(args_.topo);
         for (int64_t r = 0; r < world; ++r) {
             GM_ADDR w = Window(r);
@@ -184,9 +194,13 @@ public:
     }
 
 private:
-    __aicore__ inline void Record(int64_t code, int64_t peer, const Round& round, int64_t detail) const {
+    __aicore__ inline void Record(int64_t code, int64_t peer, const Round& round, int64_t detail,
+                                  const StatusArgs& args) const {
         GM_ADDR own = Own();
         if (LoadWordAt(own, kStatusOff, kStatusCode) != status::kOk) return;  // the first error stays
+        StoreWordAt(own, kStatusArgsOff, kStatusArgKind, args.kind);
+        StoreWordAt(own, kStatusArgsOff, kStatusArgA, args.a);
+        StoreWordAt(own, kStatusArgsOff, kStatusArgB, args.b);
         StoreWordAt(own, kStatusOff, kStatusOp, round.op);
         StoreWordAt(own, kStatusOff, kStatusRank, args_.rank);
         StoreWordAt(own, kStatusOff, kStatusPeer, peer);

@@ -40,7 +40,9 @@ struct CamTopology {
 
 namespace cam {
 
-inline constexpr int64_t kLayoutVersion = 2;
+// 3: the dispatch record's placement epoch (kHdrEpoch), the FFN rank's weights-epoch line, the placement table's
+// epoch line and the status arguments line (docs/protocol.md §15)
+inline constexpr int64_t kLayoutVersion = 3;
 
 // DataCopy granularity: every data array starts on a 32 B boundary and every row stride is a multiple of it.
 inline constexpr int64_t kAlign = 32;
@@ -75,7 +77,9 @@ inline constexpr int64_t kArgLayer = 2;
 inline constexpr int64_t kArgWorkItem = 3;
 inline constexpr int64_t kArgTokens = 4;
 inline constexpr int64_t kArgIdsDiffer = 5;  // combine_recv: topk_ids are not the ones dispatched in this round
-inline constexpr int64_t kArgPlacement = 6;  // dispatch_send: a placement table word is out of bounds
+// dispatch_send: a placement table word is out of bounds, or (status arguments kStatusArgsEpochs) the table's epoch
+// word was negative or changed while the op read the table
+inline constexpr int64_t kArgPlacement = 6;
 // kTimeout: what was awaited
 inline constexpr int64_t kAwaitSlotFree = 1;
 inline constexpr int64_t kAwaitReplica = 2;
@@ -91,6 +95,8 @@ inline constexpr int64_t kProtoCounts = 4;            // per-expert counts do no
 inline constexpr int64_t kProtoStaleWorkItem = 5;     // combine_send of a work item out of order or twice
 inline constexpr int64_t kProtoNothingInFlight = 6;   // combine_recv without a matching dispatch_send
 inline constexpr int64_t kProtoIndexEntry = 7;        // an index entry a peer wrote points outside its round
+// a round's placement epoch is not the epoch of this FFN rank's slot weights (status arguments: both epochs)
+inline constexpr int64_t kProtoPlacementEpoch = 8;
 }  // namespace detail
 
 // ---- control area: first kControlBytes of every window, both roles ----
@@ -126,6 +132,20 @@ inline constexpr int64_t kIdentityPlaneId = 7;  // written once every window is 
 inline constexpr int64_t kIdentityWords = 8;
 inline constexpr int64_t kRoleAttention = 1;
 inline constexpr int64_t kRoleFfn = 2;
+// Line 3 of the control area: values a status detail names beyond the record's 8 words (the two epochs of a
+// placement-epoch error). The kernel writes them with the record, before its code (kind kStatusArgsNone when the
+// detail names none), so a reader that sees the code sees the arguments of that record, never of an older one.
+inline constexpr int64_t kStatusArgsOff = 3 * kLine;
+inline constexpr int64_t kStatusArgKind = 0;
+inline constexpr int64_t kStatusArgA = 1;
+inline constexpr int64_t kStatusArgB = 2;
+inline constexpr int64_t kStatusArgsWords = 3;
+inline constexpr int64_t kStatusArgsNone = 0;
+// A = the epoch of the round (dispatch_recv, combine_send) or of the table at the pre-pass (dispatch_send); B = the
+// epoch of this FFN rank's slot weights, or of the table before publishing
+inline constexpr int64_t kStatusArgsEpochs = 1;
+static_assert(kStatusArgsOff >= kIdentityOff + 8 * kIdentityWords && kStatusArgsOff + 8 * kStatusArgsWords <= kControlBytes,
+              "the status arguments take the control area's last line");
 
 // ---- dispatch record (header of each FFN-window region), int64 words ----
 inline constexpr int64_t kHdrSeq = 0;
@@ -136,8 +156,9 @@ inline constexpr int64_t kHdrTokens = 4;       // B of this participant
 inline constexpr int64_t kHdrRows = 5;         // rows for this FFN rank
 inline constexpr int64_t kHdrTokenSlots = 6;   // distinct tokens stored for this FFN rank
 inline constexpr int64_t kHdrFingerprint = 7;
-inline constexpr int64_t kHdrCounts = 8;       // int64[R] rows per local expert
-inline constexpr int64_t kHdrFixedWords = 8;
+inline constexpr int64_t kHdrEpoch = 8;        // placement epoch of the table the round was routed by (0: no table)
+inline constexpr int64_t kHdrCounts = 9;       // int64[R] rows per local expert
+inline constexpr int64_t kHdrFixedWords = 9;
 
 // ---- work item (dispatch_recv output, int64 words) ----
 inline constexpr int64_t kWiKind = 0;  // kWiEmpty / kWiWork
@@ -154,7 +175,8 @@ inline constexpr int64_t kWiFixedWords = 8;
 // handed out as several work items, each a contiguous range of the round's row order (docs/protocol.md §8)
 inline constexpr int64_t kWcFirstRow = 0;   // first row of the round this item holds
 inline constexpr int64_t kWcRoundRows = 1;  // rows of the whole round for this FFN rank; the last chunk ends there
-inline constexpr int64_t kWcWords = 3;      // the third word is reserved (0)
+inline constexpr int64_t kWcEpoch = 2;      // the round's placement epoch (kHdrEpoch of its records); 0 when empty
+inline constexpr int64_t kWcWords = 3;
 inline constexpr int64_t kWiEmpty = 0;
 inline constexpr int64_t kWiWork = 1;
 
@@ -217,11 +239,19 @@ CAM_HOST_DEVICE inline constexpr int64_t plane_slots(const CamTopology& t) { ret
 CAM_HOST_DEVICE inline constexpr bool contiguous_placement(const CamTopology& t) {
     return t.E % t.F == 0 && experts_per_ffn(t) == t.E / t.F;
 }
-// A placement table (docs/protocol.md §15): int64 [L][E][placement_width]: {n, f0, j0, f1, j1, ...}, n in [1, F]
-// replicas of expert e in layer l, replica i on FFN index f_i, local slot j_i; pairs past n are ignored.
+// A placement table (docs/protocol.md §15), int64 [placement_words]: an epoch line, then [L][E][placement_width]
+// rows {n, f0, j0, f1, j1, ...}, n in [1, F] replicas of expert e in layer l, replica i on FFN index f_i, local slot
+// j_i; pairs past n are ignored. The epoch word (0 at creation, +1 per rebalance, -1 while a rebalance rewrites the
+// rows) is written last by a rebalance; dispatch_send reads it before and after it reads the rows (a seqlock).
+inline constexpr int64_t kPlacementEpochWord = 0;
+inline constexpr int64_t kPlacementHeaderWords = kLine / 8;  // the epoch has a line of its own; words 1..7 are 0
 CAM_HOST_DEVICE inline constexpr int64_t placement_width(const CamTopology& t) { return 1 + 2 * t.F; }
+// first word of layer l's rows
+CAM_HOST_DEVICE inline constexpr int64_t placement_layer_word(const CamTopology& t, int64_t layer) {
+    return kPlacementHeaderWords + layer * t.E * placement_width(t);
+}
 CAM_HOST_DEVICE inline constexpr int64_t placement_words(const CamTopology& t) {
-    return t.L * t.E * placement_width(t);
+    return placement_layer_word(t, t.L);
 }
 CAM_HOST_DEVICE inline constexpr int64_t world_size(const CamTopology& t) { return t.D * t.P + t.F; }
 CAM_HOST_DEVICE inline constexpr int64_t replica_of(const CamTopology& t, int64_t attn_rank) { return attn_rank / t.P; }
@@ -311,7 +341,7 @@ CAM_HOST_DEVICE inline constexpr int64_t region_bytes(const CamTopology& t) {
 // ---- FFN window ----
 CAM_HOST_DEVICE inline constexpr int64_t ffn_state_off(const CamTopology&) { return kControlBytes; }
 // line 0: {rr_next, served}; then done_seq[D]; then combined_seq[D]; then fence[D]; then chunk_cursor[D];
-// then combined_rows[D]
+// then combined_rows[D]; then the weights-epoch line
 CAM_HOST_DEVICE inline constexpr int64_t ffn_done_seq_off(const CamTopology& t) { return ffn_state_off(t) + kLine; }
 CAM_HOST_DEVICE inline constexpr int64_t ffn_combined_seq_off(const CamTopology& t) {
     return ffn_done_seq_off(t) + align_up(8 * t.D, kLine);
@@ -331,8 +361,15 @@ CAM_HOST_DEVICE inline constexpr int64_t ffn_chunk_cursor_off(const CamTopology&
 CAM_HOST_DEVICE inline constexpr int64_t ffn_combined_rows_off(const CamTopology& t) {
     return ffn_chunk_cursor_off(t) + align_up(8 * t.D, kLine);
 }
+// The epoch of the slot weights this FFN rank serves with (docs/protocol.md §15): 0 at creation (a zeroed window),
+// -1 while a rebalance copies the slots, then the new table's epoch. A line of its own, written only by the host
+// (camCommSetWeightsEpoch); dispatch_recv holds back rounds newer than it and refuses older ones, combine_send
+// refuses an item whose epoch it no longer is.
+CAM_HOST_DEVICE inline constexpr int64_t ffn_weights_epoch_off(const CamTopology& t) {
+    return ffn_combined_rows_off(t) + align_up(8 * t.D, kLine);
+}
 CAM_HOST_DEVICE inline constexpr int64_t ffn_state_bytes(const CamTopology& t) {
-    return kLine + 5 * align_up(8 * t.D, kLine);
+    return 2 * kLine + 5 * align_up(8 * t.D, kLine);
 }
 CAM_HOST_DEVICE inline constexpr int64_t ffn_ready_off(const CamTopology& t) {
     return ffn_state_off(t) + ffn_state_bytes(t);

@@ -83,11 +83,12 @@ __aicore__ inline int64_t ChunkEnd(const Plane& plane, int64_t d, int64_t s, int
 __aicore__ inline int64_t Clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 // Every word of the work item dispatch_recv writes for rows [lo, hi) of replica d's round q (slot s, `layer`,
-// `roundRows` rows), padding included, in order: sink(word, value) returns false to stop. Written once, used to
-// write the item (dispatch_recv) and to check it (combine_send). The records must have been bounded first.
+// `roundRows` rows, placement `epoch`), padding included, in order: sink(word, value) returns false to stop. Written
+// once, used to write the item (dispatch_recv) and to check it (combine_send). The records must have been bounded
+// first.
 template <typename Sink>
 __aicore__ inline bool WorkItemWords(const Plane& plane, int64_t d, int64_t q, int64_t s, int64_t layer, int64_t lo,
-                                     int64_t hi, int64_t roundRows, Sink& sink) {
+                                     int64_t hi, int64_t roundRows, int64_t epoch, Sink& sink) {
     const CamTopology& t = plane.Topo();
     const int64_t R = layout::experts_per_ffn(t), n = hi - lo;
     if (!sink(kWiKind, kWiWork) || !sink(kWiReplica, d) || !sink(kWiLayer, layer) || !sink(kWiSeq, q) ||
@@ -115,8 +116,9 @@ __aicore__ inline bool WorkItemWords(const Plane& plane, int64_t d, int64_t q, i
         expertStart = cellStart;
     }
     const int64_t chunk = layout::work_item_chunk_off(t);
-    if (!sink(chunk + kWcFirstRow, lo) || !sink(chunk + kWcRoundRows, roundRows)) return false;
-    for (int64_t w = chunk + kWcRoundRows + 1; w < layout::work_item_words(t); ++w)
+    if (!sink(chunk + kWcFirstRow, lo) || !sink(chunk + kWcRoundRows, roundRows) || !sink(chunk + kWcEpoch, epoch))
+        return false;
+    for (int64_t w = chunk + kWcWords; w < layout::work_item_words(t); ++w)
         if (!sink(w, 0)) return false;
     return true;
 }
@@ -141,24 +143,30 @@ __aicore__ inline bool ChunkStartValid(int64_t lo, int64_t roundRows) {
 // True when every word of the work item (padding included) is what dispatch_recv writes for the chunk starting at
 // row lo of round q of replica d in slot s, recomputed from the records in this FFN rank's own window, and those
 // records are in range. The caller checked kind, replica, seq, slot and lo against the FFN state first, so d, q and
-// s index the window safely and lo is the chunk this rank handed out next. On success *hi is the chunk's end and
-// *roundRows the round's rows, both recomputed (the caller need not read them from the work item again).
+// s index the window safely and lo is the chunk this rank handed out next. On success *hi is the chunk's end,
+// *roundRows the round's rows and *epoch its placement epoch (equal on the P records), all recomputed (the caller
+// need not read them from the work item again).
 __aicore__ inline bool WorkItemMatchesRecords(const Plane& plane, GM_ADDR wi, int64_t d, int64_t q, int64_t s,
-                                              int64_t lo, int64_t* hi, int64_t* roundRows, UbWindow<int32_t>& idx) {
+                                              int64_t lo, int64_t* hi, int64_t* roundRows, int64_t* epoch,
+                                              UbWindow<int32_t>& idx) {
     const CamTopology& t = plane.Topo();
-    int64_t layer = -1, total = 0;
+    int64_t layer = -1, total = 0, e = -1;
     for (int64_t p = 0; p < t.P; ++p) {
         if (!RecordInRange(t, RecordRegion(plane, d, p, s), q, idx)) return false;
         const int64_t l = LoadWordAt(RecordRegion(plane, d, p, s), kHdrLayer);
         if (l < 0 || l >= t.L || (p > 0 && l != layer)) return false;
+        const int64_t ep = LoadWordAt(RecordRegion(plane, d, p, s), kHdrEpoch);
+        if (ep < 0 || (p > 0 && ep != e)) return false;
         layer = l;
+        e = ep;
         total += LoadWordAt(RecordRegion(plane, d, p, s), kHdrRows);
     }
     if (!ChunkStartValid(lo, total)) return false;
     MatchWords match{wi};
     *hi = ChunkEnd(plane, d, s, lo);
     *roundRows = total;
-    return WorkItemWords(plane, d, q, s, layer, lo, *hi, total, match);
+    *epoch = e;
+    return WorkItemWords(plane, d, q, s, layer, lo, *hi, total, e, match);
 }
 
 // An empty work item exactly as dispatch_recv writes it (protocol §4.2): anything else is not one of ours.

@@ -1,8 +1,10 @@
 // dispatch_recv (FFN rank A+f), docs/protocol.md §6.2: select ready replicas round robin (§7), wait with a bound,
 // validate the P records of each before writing any output, then gather the rows expert-major into the static
 // outputs. One work item per launch, or (batched) a snapshot: every replica ready at scan time whose next chunk
-// still fits the row budget, taken in round-robin order, never waiting for one that is not ready. When nothing is
-// ready within the idle bound the outputs describe no work: idle is not a fault.
+// still fits the row budget, taken in round-robin order, never waiting for one that is not ready. A round routed by
+// a newer placement table than this rank's slot weights hold (or any, while the weights move) is not ready yet; one
+// routed by an older table is a fault naming both epochs (§15). When nothing is ready within the idle bound the
+// outputs describe no work: idle is not a fault.
 #include "kernel_operator.h"
 
 #include "common/dataplane.h"
@@ -49,7 +51,7 @@ private:
     // Rows [lo, hi) of replica d's round q (slot s, `layer`, `total` rows), at rows [base, base + hi - lo) of
     // expand_x.
     struct Item {
-        int64_t d = 0, q = 0, s = 0, layer = 0, lo = 0, hi = 0, total = 0, base = 0;
+        int64_t d = 0, q = 0, s = 0, layer = 0, lo = 0, hi = 0, total = 0, base = 0, epoch = 0;
     };
 
     // Device code takes no lambdas (bisheng needs every callee to be __aicore__): small functors instead.
@@ -90,6 +92,20 @@ private:
     __aicore__ inline int64_t Hdr(int64_t attnRank, int64_t slot, int64_t word) const {
         return dp::LoadWordAt(Region(attnRank, slot), word);
     }
+    // The epoch of the slot weights this rank serves with (host-written, docs/protocol.md §15).
+    __aicore__ inline int64_t WeightsEpoch() const {
+        return dp::LoadWord(plane_.Own(), layout::ffn_weights_epoch_off(Topo()));
+    }
+    // Round q of replica d (slot s, every participant published) was routed by a table newer than the weights, or
+    // the weights are being moved (-1): it is not ready yet, as if unpublished. The records' epochs are bounded
+    // and compared with the weights' in Validate; an older epoch is a fault there, not a hold-back.
+    __aicore__ inline bool HeldBack(int64_t d, int64_t s) const {
+        if (w_ == -1) return true;
+        if (w_ < 0) return false;
+        for (int64_t p = 0; p < Topo().P; ++p)
+            if (Hdr(layout::attn_rank_of(Topo(), d, p), s, kHdrEpoch) > w_) return true;
+        return false;
+    }
 
     // ---- block 0 ----
     // Replicas are polled round robin from rr_next; the first whose next round every participant published is
@@ -118,6 +134,7 @@ private:
     __aicore__ inline dp::PollResult PollReplicas(ReadyPoll* st) {
         const CamTopology& t = Topo();
         int64_t partial = -1, partialMissing = -1, partialPublished = -1;
+        w_ = WeightsEpoch();  // one value per poll: the hold-back and the checks of this selection agree
         for (int64_t n = 0; n < t.D; ++n) {
             const int64_t d = (st->rr + n) % t.D;
             // A fenced replica (an Attention rank of it died, §9) is never selected, however much of its next
@@ -141,6 +158,7 @@ private:
                 }
             }
             if (published == t.P) {
+                if (HeldBack(d, s)) continue;  // not ready for these weights: neither selected nor partial
                 st->selected = Snapshot(st->rr);
                 return st->selected ? dp::PollResult::kDone : dp::PollResult::kStop;
             }
@@ -207,6 +225,7 @@ private:
                 nItems_ = 0;
                 return false;
             }
+            if (HeldBack(d, s)) continue;
             Item it{};
             if (!Validate(d, q, s, &it)) {
                 nItems_ = 0;  // a fault: nothing was selected
@@ -225,7 +244,7 @@ private:
         const CamTopology& t = Topo();
         const int64_t R = layout::experts_per_ffn(t);
         const int64_t fp = layout::fingerprint(t);
-        int64_t layer = -1, total = 0;
+        int64_t layer = -1, total = 0, epoch = 0;
         for (int64_t p = 0; p < t.P; ++p) {
             const int64_t a = layout::attn_rank_of(t, d, p);
             if (Hdr(a, s, kHdrFingerprint) != fp)
@@ -248,6 +267,12 @@ private:
                 return FailRecord(status::kCapacity, a, d, layer, q, rows);
             if (!dp::RecordInRange(t, Region(a, s), q, idx_))
                 return FailRecord(status::kProtocol, a, d, layer, q, detail::kProtoIndexEntry);
+            // Routed by the table whose slots these weights hold, or a fault naming both epochs (a newer one was
+            // held back; an older one was routed by a table whose experts these slots no longer hold).
+            epoch = Hdr(a, s, kHdrEpoch);
+            if (epoch != w_)
+                return plane_.Fail(status::kProtocol, a, ErrRound().Replica(d).Layer(layer).Seq(q),
+                                   detail::kProtoPlacementEpoch, dp::Epochs(epoch, w_));
             total += rows;
         }
         // The round is served as chunks of at most capacity rows (§8); the cursor says where the next one starts.
@@ -258,7 +283,7 @@ private:
             return plane_.Fail(status::kProtocol, dp::kNoPeer, ErrRound().Replica(d).Layer(layer).Seq(q),
                                detail::kProtoIndexEntry);
         const int64_t hi = dp::ChunkEnd(plane_, d, s, lo);
-        *it = Item{d, q, s, layer, lo, hi, total, 0};
+        *it = Item{d, q, s, layer, lo, hi, total, 0, epoch};
         return true;
     }
 
@@ -272,7 +297,7 @@ private:
             if (i < nItems_) {
                 const Item& it = items_[i];
                 dp::StoreWords store{wi};
-                dp::WorkItemWords(plane_, it.d, it.q, it.s, it.layer, it.lo, it.hi, it.total, store);
+                dp::WorkItemWords(plane_, it.d, it.q, it.s, it.layer, it.lo, it.hi, it.total, it.epoch, store);
             } else {
                 WriteEmpty(wi);
             }
@@ -407,6 +432,7 @@ private:
     DispatchRecvTilingData tiling_{};
     Item items_[kDispatchRecvMaxItems];
     int64_t nItems_ = 0;
+    int64_t w_ = 0;  // block 0: the weights epoch read by the current poll
     uint32_t maxItems_ = 1;
     dp::Plane plane_;
     dp::Decision decision_;

@@ -1,5 +1,6 @@
 // dispatch_send (Attention rank a = (replica d, participant p)), docs/protocol.md §6.1: validate the ids, the
-// placement table (§15) and the window bound (window_tokens) before any remote write, wait (bounded) for the round's slot to be free, write each
+// placement table (§15: its words, and its epoch before and after reading them) and the window bound
+// (window_tokens) before any remote write, wait (bounded) for the round's slot to be free, write each
 // token once per destination FFN rank (quantized once with the shared quant code, or as is), the index tables and records, then
 // publish ready[a][s] = seq on every FFN rank after a fence.
 #include "kernel_operator.h"
@@ -30,7 +31,8 @@ public:
             // This layer's rows of the table, read by block 0 only (the pre-pass bounds every word it uses).
             const int64_t words = t.E * layout::placement_width(t);
             place_.Init(pipe_, dp::kTableWindowElems / 2);
-            place_.Use(placement + 8 * tiling.layer * words, words);
+            place_.Use(placement + 8 * layout::placement_layer_word(t, tiling.layer), words);
+            table_ = placement;
         }
 
         quant_.Init(pipe_, tiling.colsPerPass);
@@ -101,6 +103,15 @@ private:
         const int64_t R = layout::experts_per_ffn(t);
         const int64_t B = tiling_.tokens;
 
+        // The table's epoch before its rows are read (a seqlock, docs/protocol.md §15): a rebalance writes -1, the
+        // rows, then the new epoch, so a negative epoch is a table being rewritten (or not an epoch at all).
+        epoch_ = 0;
+        if (tiling_.placed != 0) {
+            epoch_ = TableEpoch();
+            if (epoch_ < 0)
+                return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgPlacement,
+                                     dp::Epochs(epoch_, epoch_));
+        }
         // Pre-pass: the layer's placement table bounded word by word, ids in range, each row's destination slot
         // (kept, so the passes below never read user memory again), rows and distinct tokens per FFN rank, token
         // slots. Nothing remote is written.
@@ -154,6 +165,7 @@ private:
             h.SetValue(kHdrRows, rows);
             h.SetValue(kHdrTokenSlots, TokensOn(f));
             h.SetValue(kHdrFingerprint, layout::fingerprint(t));
+            h.SetValue(kHdrEpoch, epoch_);
         }
         // Index tables in row order (expert, token, slot): counts become each expert's running position. In UB
         // the FFN ranks' tables lie one after another, each from a 32-byte block (RunStart), so positions there
@@ -189,8 +201,20 @@ private:
         }
         if (ub) StoreUbTables();
         dp::FlushScalarStores(ws_);
+        // The epoch again, after every read of the rows and before any remote write: a different value means the
+        // table was rewritten meanwhile, so the rows read may mix two tables (or name the old one while the FFN
+        // ranks move to the new). Refused: nothing published, the round is sent again under the table as it is.
+        if (tiling_.placed != 0) {
+            const int64_t again = TableEpoch();
+            if (again != epoch_)
+                return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgPlacement,
+                                     dp::Epochs(epoch_, again));
+        }
         return true;
     }
+
+    // The table's epoch word (user memory: read fresh from GM each time).
+    __aicore__ inline int64_t TableEpoch() const { return dp::LoadWordAt(table_, layout::kPlacementEpochWord); }
 
     // ---- placement (docs/protocol.md §15) ----
     // Every word of this layer's table that DestSlot may read: n in [1, F], each of the first n replicas on an FFN
@@ -533,6 +557,8 @@ private:
     DispatchSendWorkspace wsl_{};
     int64_t round_ = 0, seq_ = 0, slot_ = 0;
     int64_t idsDigest_ = 0;  // block 0 only: computed in Control, published with the slot state
+    int64_t epoch_ = 0;      // block 0 only: the table's epoch at the pre-pass (0 without a table), in every record
+    GM_ADDR table_ = nullptr;  // the placement table (tiling_.placed): its epoch line, then the layers' rows
     AscendC::TPipe pipe_;
     QuantWorkingSet<T> quant_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> scalesBuf_;  // scales of the current group of tokens

@@ -5,7 +5,9 @@
 // rounds went through. Checked: each FFN rank's group table holds exactly the rows the documented replica rule
 // (t + k) % n sends it (computed here on its own), and every Attention output is its routed sum with an expert that
 // scales a row by (expert + 1), the expert read from the table by slot: a row sent to a wrong slot or returned to a
-// wrong (t, k) shows. Exit code 0 on success; failures print what differed.
+// wrong (t, k) shows. The table buffer carries its epoch line (word 0: the epoch, 0 here): with the epoch word -1 (a
+// rebalance rewriting the table) dispatch_send refuses naming it; the FFN ranks' weights epoch is 0 at creation,
+// refuses a value that is not an epoch, and at -1 (weights being moved) no poll hands out work. Exit code 0 on success; failures print what differed.
 #include <cam/cam.h>
 #include <cam/window_layout.h>
 
@@ -27,6 +29,7 @@ constexpr int64_t B = 4;
 constexpr int64_t kW = 1 + 2 * kTopo.F;  // placement_width
 // layer 0: expert 0 in slot 0 of both ranks, expert 1 in slot 1 of rank 0, expert 2 in slot 1 of rank 1
 const std::vector<int64_t> kTable = {2, 0, 0, 1, 0, 1, 0, 1, -1, -1, 1, 1, 1, -1, -1};
+constexpr int64_t kHeader = 8;  // the device buffer: epoch line (word 0), then the rows (docs/protocol.md §15)
 
 // (FFN index, slot) of the row (t, k) of expert e: the documented rule, from the table
 void Where(int64_t e, int64_t t, int64_t k, int64_t* f, int64_t* j) {
@@ -58,12 +61,19 @@ int Attention(int64_t a, int* result) {
     for (size_t i = 0; i < x.size(); ++i) x[i] = Bf16(static_cast<float>((i + 3 * a) % 9) - 4.0f);
     std::vector<int32_t> ids = IdsOf(a);
     std::vector<float> w = {0.5f, 0.25f, 1.0f, 2.0f, 0.75f, 1.5f, 3.0f, 0.125f};
-    std::vector<int64_t> table = kTable;
+    std::vector<int64_t> table(kHeader, 0);
+    table.insert(table.end(), kTable.begin(), kTable.end());
+    if (static_cast<int64_t>(table.size()) != cam::layout::placement_words(kTopo)) {
+        std::printf("the table buffer has %zu words, the layout %lld\n", table.size(),
+                    (long long)cam::layout::placement_words(kTopo));
+        *result = 1;
+        return 0;
+    }
     aclTensor* tx = Tensor({B, kTopo.H}, ACL_BF16, x.data());
     aclTensor* ti = Tensor({B, kTopo.K}, ACL_INT32, ids.data());
     aclTensor* tw = Tensor({B, kTopo.K}, ACL_FLOAT, w.data());
     aclTensor* to = Tensor({B, kTopo.H}, ACL_BF16, out.data());
-    aclTensor* tp = Tensor({kTopo.L, kTopo.E, kW}, ACL_INT64, table.data());
+    aclTensor* tp = Tensor({static_cast<int64_t>(table.size())}, ACL_INT64, table.data());
     int bad = 0;
     // This topology has no contiguous placement: without the table the call is refused naming it.
     uint64_t ws = 0;
@@ -71,6 +81,20 @@ int Attention(int64_t a, int* result) {
     if (aclnnCamDispatchSendGetWorkspaceSize(comm, tx, ti, 0, &ws, &ex) != ACLNN_ERR_PARAM_INVALID ||
         !std::strstr(camGetLastErrorMessage(), "placement is required")) {
         std::printf("a dispatch_send without a table was not refused: %s\n", camGetLastErrorMessage());
+        ++bad;
+    }
+    // A table being rewritten (epoch word -1): refused by the kernel before anything is written, the comm usable.
+    table[0] = -1;
+    if (RunOp([&](uint64_t* ws, aclOpExecutor** ex) {
+            return aclnnCamDispatchSendV2GetWorkspaceSize(comm, tx, ti, 0, tp, ws, ex);
+        }, aclnnCamDispatchSend, stream) != CAM_ERR_DEVICE_ARGUMENT ||
+        !std::strstr(camGetLastErrorMessage(), "epoch word is -1")) {
+        std::printf("a table with epoch -1 was not refused: %s\n", camGetLastErrorMessage());
+        ++bad;
+    }
+    table[0] = 0;
+    if (camCommSetWeightsEpoch(comm, 0) != ACLNN_ERR_PARAM_INVALID) {
+        std::printf("an Attention rank set a weights epoch\n");
         ++bad;
     }
     CHECK(RunOp([&](uint64_t* ws, aclOpExecutor** ex) {
@@ -131,6 +155,30 @@ int Ffn(int64_t f, int* result) {
                 if (ff == f) ++want[d * R + j];
             }
     }
+    int64_t epoch = -2;
+    CHECK(camCommGetWeightsEpoch(comm, &epoch));
+    int bad = 0;
+    if (epoch != 0 || camCommSetWeightsEpoch(comm, -2) != ACLNN_ERR_PARAM_INVALID) {
+        std::printf("FFN index %lld: weights epoch %lld at creation, or -2 accepted\n", (long long)f, (long long)epoch);
+        ++bad;
+    }
+    // Weights being moved (-1): whatever the Attention ranks published meanwhile, no poll hands out work.
+    CHECK(camCommSetWeightsEpoch(comm, -1));
+    for (int polls = 0; polls < 4; ++polls) {
+        CHECK(RunOp([&](uint64_t* ws, aclOpExecutor** e) {
+            return aclnnCamDispatchRecvBatchGetWorkspaceSize(comm, budget, te, ts, tg, tor, tw, ws, e);
+        }, aclnnCamDispatchRecv, stream));
+        for (int64_t i = 0; i < items; ++i) {
+            if (wi[i * words + cam::kWiKind] == cam::kWiWork) {
+                std::printf("FFN index %lld: a work item while the weights epoch was -1\n", (long long)f);
+                ++bad;
+            }
+        }
+        CHECK(RunOp([&](uint64_t* ws, aclOpExecutor** e) {
+            return aclnnCamCombineSendBatchGetWorkspaceSize(comm, budget, to, tw, ws, e);
+        }, aclnnCamCombineSend, stream));
+    }
+    CHECK(camCommSetWeightsEpoch(comm, 0));
     int served = 0;
     for (int polls = 0; served < kTopo.D && polls < 400; ++polls) {
         CHECK(RunOp([&](uint64_t* ws, aclOpExecutor** e) {
@@ -155,7 +203,6 @@ int Ffn(int64_t f, int* result) {
             return aclnnCamCombineSendBatchGetWorkspaceSize(comm, budget, to, tw, ws, e);
         }, aclnnCamCombineSend, stream));
     }
-    int bad = 0;
     if (served != kTopo.D || got != want) {
         std::printf("FFN index %lld: served %d items; rows per (replica, slot):", (long long)f, served);
         for (size_t i = 0; i < got.size(); ++i) std::printf(" %lld/%lld", (long long)got[i], (long long)want[i]);

@@ -24,14 +24,18 @@ CAM_API aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const ac
                                                          int64_t layer, uint64_t* workspaceSize,
                                                          aclOpExecutor** executor);
 /* dispatch_send with a placement table (docs/protocol.md §15): as above, and
- *   placement  [L, E, 1 + 2F] ACL_INT64 device memory, contiguous: for expert e of layer l, {n, f0, j0, f1, j1, ...}
- *              = n in [1, F] replicas, replica i in local slot j_i (in [0, R)) of FFN index f_i (in [0, F)); pairs
- *              past n are not read. The row of (token t, top-k index k) of expert e goes to replica (t + k) % n.
- *              Every word the kernel reads is bounded in its pre-pass before any remote write (a bad one is
- *              CAM_ERR_DEVICE_ARGUMENT naming the placement, nothing written). NULL: the contiguous placement,
- *              which only a topology with expert_slots 0 or E / F has; any other topology requires a table.
- * aclnnCamDispatchSendGetWorkspaceSize is this call with placement NULL. The table must stay unchanged from the
- * launch until the op completed on its stream. */
+ *   placement  [8 + L * E * (1 + 2F)] ACL_INT64 device memory, contiguous. Word 0 is the table's epoch (0 at
+ *              creation, +1 per rebalance; a rebalance writes -1, then the rows, then the new epoch), words 1..7 are
+ *              0; then for expert e of layer l, at word 8 + (l * E + e) * (1 + 2F), {n, f0, j0, f1, j1, ...} = n in
+ *              [1, F] replicas, replica i in local slot j_i (in [0, R)) of FFN index f_i (in [0, F)); pairs past n
+ *              are not read. The row of (token t, top-k index k) of expert e goes to replica (t + k) % n. Every
+ *              word the kernel reads is bounded in its pre-pass before any remote write, and the epoch is read
+ *              before and after the rows: a bad word, a negative epoch or an epoch that changed is
+ *              CAM_ERR_DEVICE_ARGUMENT naming the placement, nothing written. Every record carries the epoch; FFN
+ *              ranks serve a round only with slot weights of the same epoch (camCommSetWeightsEpoch). NULL: the
+ *              contiguous placement at epoch 0, which only a topology with expert_slots 0 or E / F has; any other
+ *              topology requires a table.
+ * aclnnCamDispatchSendGetWorkspaceSize is this call with placement NULL. */
 CAM_API aclnnStatus aclnnCamDispatchSendV2GetWorkspaceSize(camComm* comm, const aclTensor* x, const aclTensor* topkIds,
                                                            int64_t layer, const aclTensor* placement,
                                                            uint64_t* workspaceSize, aclOpExecutor** executor);

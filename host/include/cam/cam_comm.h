@@ -104,6 +104,14 @@ CAM_API aclnnStatus camCommReplicaFence(camComm* comm, int64_t replica, int64_t*
  * dropped by combine_send); 0 for a replica that is not fenced. Final once this rank has no op of the replica in
  * flight (e.g. between two iterations of its FFN loop). */
 CAM_API aclnnStatus camCommDroppedRounds(const camComm* comm, int64_t replica, int64_t* dropped);
+/* FFN ranks, expert placement (docs/protocol.md §15): the epoch of the slot weights this rank serves with, in its
+ * window's weights-epoch line (0 at creation). A rebalance sets -1 before it copies new experts into the slots and
+ * the new table's epoch once the copies completed. dispatch_recv holds back a round routed by a newer table (or
+ * any round while the epoch is -1) and fails on an older one (CAM_ERR_COMM_PROTOCOL naming both epochs);
+ * combine_send fails on a work item whose epoch it no longer is. epoch >= -1. *epoch of the getter: the line as
+ * the device sees it. */
+CAM_API aclnnStatus camCommSetWeightsEpoch(camComm* comm, int64_t epoch);
+CAM_API aclnnStatus camCommGetWeightsEpoch(const camComm* comm, int64_t* epoch);
 /* Frees the communicator. It refuses, with CAM_ERR_COMM_BUSY and nothing freed, while any op launched on it is still
  * queued or running (counted until its stream has passed it, whether the op succeeded or failed): synchronize the
  * streams first; if a synchronize timed out, camCommAbort ends the ops' device waits, then synchronize again. It
