@@ -210,6 +210,24 @@ def serve_batch(topo: cam.Topology, comm: cam.Comm, row_budget: int, log: FfnLog
     return len(taken)
 
 
+def capture_batched_loop(topo: cam.Topology, comm: cam.Comm):
+    """A batched FFN loop (dispatch_recv over the whole receive budget -> combine_send of zero rows) captured once on
+    the rank's stream, for tests that replay it: returns (graph, the receive outputs, the zero rows)."""
+    import importlib
+
+    from cam.graph import Graph
+
+    budget = topo.recv_rows
+    specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(comm, budget)
+    recv = tuple(torch.zeros(s, dtype=d) for d, s in specs)
+    out = torch.zeros((budget, topo.H), dtype=torch.bfloat16)
+    graph = Graph()
+    with graph.capture(stream=comm.stream):
+        cam.ops.dispatch_recv(comm, row_budget=budget, out=recv)
+        cam.ops.combine_send(comm, out, recv[4])
+    return graph, recv, out
+
+
 def ffn_batch_server(topo: cam.Topology, n_items: int, row_budget: int, *, deadline_s: float = 60.0,
                      dtype=torch.bfloat16, start=None, before_combine=None):
     """FFN body in batched mode: serve until n_items rounds completed (at their last chunks). ``start`` (an

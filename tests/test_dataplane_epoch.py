@@ -383,22 +383,13 @@ def test_a_replay_of_a_captured_ffn_loop_holds_back_while_the_weights_move():
     combine_send, captured once) is replayed while its weights epoch is -1 (a rebalance copying its slots): the
     replay takes nothing although the round is published; replayed again once the weights are back at epoch 0 it
     takes the round, every row the golden dispatch's, the item carrying epoch 0."""
-    import importlib
-
-    from cam.graph import Graph
+    from _dataplane_harness import capture_batched_loop
     from cam.reference.dispatch_combine import dispatch
 
     t = cam.Topology(D=1, P=1, F=1, E=2, K=2, H=32, Bmax=4, L=2, slots=1)
     with plane(t, timeout_s=60, idle_poll_s=0.05) as comms:
         att, ffn = comms[0], comms[1]
-        budget = t.recv_rows
-        specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(ffn, budget)
-        recv = tuple(torch.zeros(s, dtype=d) for d, s in specs)
-        out = torch.zeros((budget, t.H), dtype=torch.bfloat16)
-        graph = Graph()
-        with graph.capture(stream=ffn.stream):
-            cam.ops.dispatch_recv(ffn, row_budget=budget, out=recv)
-            cam.ops.combine_send(ffn, out, recv[4])
+        graph, recv, _ = capture_batched_loop(t, ffn)
         try:
             x, ids, w = a_round(t, 0, seed=12)
             cam.ops.dispatch_send(att, x, ids, 1)

@@ -200,9 +200,7 @@ def test_a_rebalance_with_tables_that_differ_across_ranks_changes_nothing():
 def test_a_rebalance_under_a_queued_replay_of_a_captured_ffn_loop_is_refused():
     """A captured FFN loop is invisible to the eager op counts: set_placement on an FFN rank whose stream still has
     replays queued refuses (naming the race) and leaves every slot buffer as it was; once they ended it goes on."""
-    import importlib
-
-    from cam.graph import Graph
+    from _dataplane_harness import capture_batched_loop
 
     topo = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1, expert_slots=2)
     p, q = Placement.balanced(3, 2, layers=1, replicate=[0]), Placement.balanced(3, 2, layers=1, replicate=[2])
@@ -212,14 +210,7 @@ def test_a_rebalance_under_a_queued_replay_of_a_captured_ffn_loop_is_refused():
     def ffn(comm):
         lw = cam.LayerWeights.from_placement(p, 0, full_w, full_s)
         before = [t.clone() for t in lw.weights + lw.scales]
-        budget = topo.recv_rows
-        specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(comm, budget)
-        recv = tuple(torch.zeros(s, dtype=d) for d, s in specs)
-        out = torch.zeros((budget, topo.H), dtype=torch.bfloat16)
-        graph = Graph()
-        with graph.capture(stream=comm.stream):
-            cam.ops.dispatch_recv(comm, row_budget=budget, out=recv)
-            cam.ops.combine_send(comm, out, recv[4])
+        graph, _, _ = capture_batched_loop(topo, comm)
         for _ in range(3):  # nothing is dispatched: each replay idles idle_poll_s, so they stay queued
             graph.replay(synchronize=False)
         try:
