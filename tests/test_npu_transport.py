@@ -304,6 +304,7 @@ def test_npu_window_is_refused_where_it_is_device_memory(monkeypatch):
     transport (device copies, camCommGetPlaneId / camCommGetStatus), so they answer there too: one plane id on both
     ranks, read by an aclrtMemcpy. Control: the same plane on the twin, whose stand-ins' device memory is host
     memory, gives the window, and its identity line holds the plane id the getter returns."""
+    open_before = _C.twin_ipc_open_imports()  # relative: see test_shm_transport_in_threads_round_trip
     monkeypatch.setattr(cam.comm, "_window_is_host_memory", lambda transport: transport != "npu")
     comms = _npu_plane_in_threads()
     try:
@@ -328,7 +329,7 @@ def test_npu_window_is_refused_where_it_is_device_memory(monkeypatch):
         assert {int(c.window.view(torch.int64)[_C.IDENTITY_PLANE_ID_WORD]) for c in comms.values()} == ids
     finally:
         _close_in_threads(comms)
-    assert _C.twin_ipc_open_imports() == 0
+    assert _C.twin_ipc_open_imports() == open_before
 
 
 @pytest.mark.parametrize("peer_answers", [True, False])

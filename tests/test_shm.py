@@ -204,6 +204,10 @@ def test_shm_transport_in_threads_round_trip():
     rounds = make_rounds(t, [[5, 3]], seed=2)
     bodies = {0: attention_body(rounds[0]), 1: ffn_server(t, 2), 2: ffn_server(t, 2)}
     cam._C.twin_ipc_calls(reset=True)
+    # relative: an earlier test of this process may leave an import counted for its life (test_npu_transport.py's
+    # failed handshake whose peer never answers keeps its window, and with both ranks in one process the stand-ins
+    # cannot tell that rank's close of the peer's key from the peer's own withdrawal of it)
+    open_before = cam._C.twin_ipc_open_imports()
     results, errors = _shm_threads([t] * 3, prefix, body=lambda comm: bodies[comm.rank](comm))
     assert not errors, errors
     assert _segments(prefix) == []
@@ -216,7 +220,7 @@ def test_shm_transport_in_threads_round_trip():
     assert calls.count("aclrtIpcMemClose") == 6 + 3, calls  # the imports, then each export withdrawn
     assert calls.count("aclrtFree") == calls.count("aclrtMalloc") == 6, calls  # windows, peer tables
     assert not [c for c in calls if c.endswith("!")], calls
-    assert cam._C.twin_ipc_open_imports() == 0
+    assert cam._C.twin_ipc_open_imports() == open_before
 
 
 def test_shm_prefix_with_a_nul_is_refused_before_any_segment_exists():
