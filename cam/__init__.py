@@ -43,7 +43,8 @@ if _installed is not None:
 # The package itself imports neither torch nor the extension: the command-line tools (cam-run, cam-sim, cam-bench)
 # parse and refuse their flags first, and the simulator runs without kernels. The first use of a public name below,
 # or the import of any submodule that is not one of those light ones, loads the rest (_load) before it runs.
-_LIGHT = {"__main__", "_C", "errors", "run", "run.cli", "run.bound", "run.start", "run.timeline", "run.trace", "bench",
+_LIGHT = {"__main__", "_C", "_proc", "errors", "run", "run.cli", "run.bound", "run.run_dir", "run.start", "run.timeline",
+          "run.trace", "bench",
           "bench.common", "bench.dataplane", "bench.dynamic_quant", "bench.ffn_loop", "bench.fixed_cost", "bench.gmm",
           "models", "models.config", "sim", "ffn_server", "integrations"}
 _LAZY = {

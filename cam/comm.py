@@ -33,6 +33,7 @@ import torch
 
 from . import _C, _runtime
 from .errors import CamError, CommJoinError, InvalidArgumentError
+from ._proc import start_ticks
 from ._tensor import ACL_DTYPE as _ACL_DTYPE  # aclDataType codes from cam/acl_compat.h, through _C
 from .topology import Topology
 
@@ -895,14 +896,8 @@ def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, 
 def _proc_identity(pid: int) -> Optional[str]:
     """"pid:start-time" of a live process (start time tells a reused pid apart), or None if it is gone or a
     zombie. Linux /proc; elsewhere liveness is not watched (None for ourselves means no watchdog)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] in ("Z", "X"):
-        return None
-    return f"{pid}:{fields[19]}"
+    ticks = start_ticks(pid)
+    return None if ticks is None else f"{pid}:{ticks}"
 
 
 def _is_own_live_process(identity: str) -> bool:

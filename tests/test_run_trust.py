@@ -21,7 +21,7 @@ import torch
 import cam
 from cam.connector import AsyncAFDConnector, ConnectorConfig, SignedStore, loopback_store
 from cam.models import PRESETS, MoEModel
-from cam.run import start
+from cam.run import run_dir, start
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -159,23 +159,23 @@ def _gone(pid: int) -> bool:
 def test_stale_run_dirs_of_dead_launchers_are_reaped(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait(timeout=30)
-    stale = tmp_path / (start.RUN_DIR_PREFIX + "stale")
+    stale = tmp_path / (run_dir.RUN_DIR_PREFIX + "stale")
     stale.mkdir()
-    (stale / start.OWNER_FILE).write_text(f"{dead.pid} 12345")
-    reused = tmp_path / (start.RUN_DIR_PREFIX + "reused")  # a live pid, but another process's start time
+    (stale / run_dir.OWNER_FILE).write_text(f"{dead.pid} 12345")
+    reused = tmp_path / (run_dir.RUN_DIR_PREFIX + "reused")  # a live pid, but another process's start time
     reused.mkdir()
-    (reused / start.OWNER_FILE).write_text(f"{os.getpid()} 1")
-    live = tmp_path / (start.RUN_DIR_PREFIX + "live")
+    (reused / run_dir.OWNER_FILE).write_text(f"{os.getpid()} 1")
+    live = tmp_path / (run_dir.RUN_DIR_PREFIX + "live")
     live.mkdir()
-    (live / start.OWNER_FILE).write_text(start._identity(os.getpid()))
-    kept = tmp_path / (start.RUN_DIR_PREFIX + "kept")  # --keep style: no owner file
+    (live / run_dir.OWNER_FILE).write_text(run_dir.process_identity(os.getpid()))
+    kept = tmp_path / (run_dir.RUN_DIR_PREFIX + "kept")  # --keep style: no owner file
     kept.mkdir()
-    removed = start.reap_stale_run_dirs(str(tmp_path))
+    removed = run_dir.reap_stale_run_dirs(str(tmp_path))
     assert sorted(removed) == sorted([str(stale), str(reused)])
     assert live.exists() and kept.exists() and not stale.exists() and not reused.exists()
-    made = start.make_run_dir()
+    made = run_dir.make_run_dir()
     try:
-        assert os.stat(made).st_mode & 0o777 == 0o700 and not start.owner_gone(made)
+        assert os.stat(made).st_mode & 0o777 == 0o700 and not run_dir.owner_gone(made)
     finally:
         import shutil
 
@@ -193,11 +193,11 @@ def test_a_zombie_launcher_counts_as_gone(tmp_path):
         os.read(r, 1)
         os._exit(0)
     os.close(r)
-    run_dir = tmp_path / (start.RUN_DIR_PREFIX + "zombie")
-    run_dir.mkdir()
+    zombie_dir = tmp_path / (run_dir.RUN_DIR_PREFIX + "zombie")
+    zombie_dir.mkdir()
     try:
-        (run_dir / start.OWNER_FILE).write_text(start._identity(pid))
-        assert not start.owner_gone(str(run_dir)), "control: a live launcher is not gone"
+        (zombie_dir / run_dir.OWNER_FILE).write_text(run_dir.process_identity(pid))
+        assert not run_dir.owner_gone(str(zombie_dir)), "control: a live launcher is not gone"
         os.write(w, b"x")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -207,8 +207,8 @@ def test_a_zombie_launcher_counts_as_gone(tmp_path):
             time.sleep(0.01)
         else:
             raise AssertionError("the child never became a zombie")
-        assert start.owner_gone(str(run_dir)) and start.remove_if_orphaned(str(run_dir))
-        assert not run_dir.exists()
+        assert run_dir.owner_gone(str(zombie_dir)) and run_dir.remove_if_orphaned(str(zombie_dir))
+        assert not zombie_dir.exists()
     finally:
         os.close(w)
         os.waitpid(pid, 0)
@@ -245,7 +245,7 @@ def test_a_sigkilled_launchers_run_dir_is_removed_by_its_ranks(tmp_path):
 
     proc, pids, tmp = _launch(tmp_path, "--requests", "400", "--timeout", "200")
     try:
-        dirs = [p for p in tmp.iterdir() if p.name.startswith(start.RUN_DIR_PREFIX)]
+        dirs = [p for p in tmp.iterdir() if p.name.startswith(run_dir.RUN_DIR_PREFIX)]
         assert len(dirs) == 1, dirs
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:  # mid-run: a batch is done, others are in flight
@@ -285,4 +285,4 @@ def test_a_rank_dying_in_start_up_ends_the_others_handshake(tmp_path):
     for rank in (0, 2, 3):
         assert re.search(rf"\[rank {rank}\] \w+ failed \(run aborted: .*\).*(start-up aborted|waiting for the start)",
                          err), (rank, err)
-    assert not [p for p in tmp.iterdir() if p.name.startswith(start.RUN_DIR_PREFIX)], "the run dir was left"
+    assert not [p for p in tmp.iterdir() if p.name.startswith(run_dir.RUN_DIR_PREFIX)], "the run dir was left"

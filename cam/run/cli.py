@@ -33,7 +33,8 @@ from ..sim.presets import PRESETS as WORKLOAD_PRESETS
 from .bound import DEFAULT_COSTS as DEFAULT_BOUND_COSTS
 from .bound import critical_path
 from .bound import load_costs as load_bound_costs
-from .start import WORKER_BOOTSTRAP, exit_now, kill_and_reap, launcher_store, make_run_dir, start_method, start_ranks
+from .run_dir import make_run_dir
+from .start import WORKER_BOOTSTRAP, exit_now, kill_and_reap, launcher_store, start_method, start_ranks
 from .start import worker_command  # noqa: F401 - the command line of one exec-started rank: API
 from .timeline import ATTENTION_PHASES
 from .trace import write_trace

@@ -15,9 +15,7 @@ stdin from ``/dev/null``.
 
 Trust (docs/connector.md, "Trust model"): the launcher's store listens on 127.0.0.1 only (``launcher_store``), and
 every run has its own secret, handed to the ranks in their environment (``$CAM_RUN_SECRET``), never through the
-store or a file: their rendezvous refuses a value not signed with it. A run directory the launcher made
-(``make_run_dir``) names its launcher; a SIGKILLed launcher's directory is removed by its ranks when they see it
-gone and, if they died too, by the next launcher (``reap_stale_run_dirs``).
+store or a file: their rendezvous refuses a value not signed with it. Run directories: ``cam.run.run_dir``.
 """
 
 from __future__ import annotations
@@ -25,20 +23,14 @@ from __future__ import annotations
 import os
 import secrets
 import select
-import shutil
 import signal
-import stat
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from typing import Callable, Dict, List, Optional, Tuple
 
 START_ENV = "CAM_RUN_START"
-RUN_DIR_PREFIX = "cam-run-"
-# In a run directory the launcher made (not a --keep one): "<pid> <process start ticks>" of the launcher.
-OWNER_FILE = "launcher.owner"
 
 
 def launcher_store(port: int, timeout_s: float):
@@ -47,71 +39,6 @@ def launcher_store(port: int, timeout_s: float):
 
     return loopback_store(port, timeout_s)
 
-
-def _identity(pid: int) -> str:
-    """``"<pid> <start ticks>"`` of a live process (a reused pid has another start time), "" when it is gone. A
-    zombie is gone: a SIGKILLed launcher stays one until its own parent reaps it, and its ranks, which see it die at
-    once (re-parented), must not mistake it for alive then, or none of them removes its run directory."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(')', 1)[1].split()
-    except OSError:
-        return ""
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
-        return ""
-    return f"{pid} {fields[19]}"
-
-
-def make_run_dir() -> str:
-    """A fresh run directory (mode 0700, mkdtemp) owned by this launcher, after removing stale ones."""
-    reap_stale_run_dirs()
-    path = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
-    with open(os.path.join(path, OWNER_FILE), "w") as f:
-        f.write(_identity(os.getpid()))
-    return path
-
-
-def owner_gone(run_dir: str) -> bool:
-    """True when ``run_dir`` is a launcher-made run directory whose launcher process no longer exists."""
-    try:
-        with open(os.path.join(run_dir, OWNER_FILE)) as f:
-            owner = f.read().strip()
-    except OSError:
-        return False  # not launcher-made (--keep), or already removed
-    try:
-        pid = int(owner.split()[0])
-    except (ValueError, IndexError):
-        return False
-    return _identity(pid) != owner
-
-
-def remove_if_orphaned(run_dir: str) -> bool:
-    """Removes ``run_dir`` when its launcher is gone (a rank's last act after a SIGKILLed launcher)."""
-    if owner_gone(run_dir):
-        shutil.rmtree(run_dir, ignore_errors=True)
-        return True
-    return False
-
-
-def reap_stale_run_dirs(parent: Optional[str] = None) -> List[str]:
-    """Removes this user's launcher-made run directories under ``parent`` (the temp dir) whose launcher is gone."""
-    parent = parent or tempfile.gettempdir()
-    removed = []
-    try:
-        names = [n for n in os.listdir(parent) if n.startswith(RUN_DIR_PREFIX)]
-    except OSError:
-        return removed
-    for name in names:
-        path = os.path.join(parent, name)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-            continue  # never another user's, never through a symlink
-        if remove_if_orphaned(path):
-            removed.append(path)
-    return removed
 
 # `python -m cam.run.worker` would put the working directory first on sys.path: started from the root of a source
 # checkout, the worker would import the checkout's uncompiled `cam/` instead of the installed package. `-c` puts ''

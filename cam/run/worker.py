@@ -26,8 +26,8 @@ from ..connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnect
 from ..layer_weights import LayerWeights
 from . import assign
 from .participants import Participants, request_pieces
+from .run_dir import remove_if_orphaned
 from .setup import RunConfig, build, rank_threads
-from .start import remove_if_orphaned
 from .timeline import Lane
 
 ABORT_KEY = "run/abort"
