@@ -131,11 +131,13 @@ def test_scalar_data_cache(violations_binary, case, expected):
 
 def test_store_never_cleaned_is_lost(violations_binary):
     """The store stays in the writer's cache line (the reader sees nothing), and the line is not written back when
-    the kernel ends: the writer's block is refused, naming the store (control: flag_clean_invalidate above)."""
+    the kernel ends: the writer's block is refused, naming the store, and GM still holds the old value (control:
+    flag_clean_invalidate above, where the cleaned store reaches GM and the reader sees it)."""
     result = run_case(violations_binary, "flag_missing_clean")
     message = result.stdout.strip()
     assert result.returncode == 1 and "rule 'dcache-dirty-at-exit' broken" in message, message + result.stderr
     assert re.search(r"violations\.cpp:\d+", message), message
+    assert "flag in GM after the kernel: 0" in message, message
 
 
 def test_dcache_can_be_turned_off_for_diagnosis(violations_binary):

@@ -622,8 +622,8 @@ void FlagHandOff(GM_ADDR dst, bool clean, bool invalidate, bool readEarly) {
     if (GetBlockIdx() == 0) {
         flag.SetValue(0, 1);
         if (clean) DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(flag);
-        // Keep the block alive past the reader's deadline: its end-of-block write-back must not rescue a
-        // missing clean.
+        // Keep the block alive past the reader's deadline, so the reader's whole wait runs while an uncleaned store
+        // sits in this block's cache (and the block's end, which writes nothing back, comes after it).
         std::this_thread::sleep_for(std::chrono::milliseconds(400));
         return;
     }
@@ -829,7 +829,8 @@ int FlagCase(bool clean, bool invalidate, bool readEarly) {
             FlagHandOff(reinterpret_cast<GM_ADDR>(words), clean, invalidate, readEarly);
         });
     } catch (const cam::twin::TwinViolation& e) {
-        std::printf("%s\n", e.what());
+        // What GM holds after the refused launch: a store never cleaned must not have reached it.
+        std::printf("%s\nflag in GM after the kernel: %lld\n", e.what(), static_cast<long long>(words[0]));
         return 1;
     }
     std::printf("%s\n", words[16] == 1 ? "seen" : words[16] == 2 ? "stale" : "no result");
