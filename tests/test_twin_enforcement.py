@@ -66,6 +66,7 @@ CASES = {
     "pipe_clean_then_mte2": ("dcache-clean-barrier", 0),
     "pipe_vecin_to_mte3": ("pipe-order", 0),
     "pipe_v_then_mte3": ("pipe-order", 0),
+    "pipe_v_deep_then_mte3": ("pipe-order", 0),
     "syncall_no_batch_mode": ("syncall-batch-mode", None),
 }
 
@@ -96,7 +97,8 @@ def run_case(binary, case):
 @pytest.mark.parametrize("case", ["good_copy", "good_copy_48_cores", "stream", "good_cube", "good_vector",
                                   "pad_tail_poisoned", "good_mmad_barrier", "own_scalar_store",
                                   "pipe_destroy_then_new", "good_pipe_mte3_then_mte2", "good_pipe_clean_then_mte2",
-                                  "good_pipe_vecin_to_mte3", "good_pipe_v_then_mte3", "good_syncall_batch_mode", "good_fixpipe_odd_n"])
+                                  "good_pipe_vecin_to_mte3", "good_pipe_v_then_mte3", "good_pipe_v_deep_then_mte3",
+                                  "good_syncall_batch_mode", "good_fixpipe_odd_n"])
 def test_correct_kernel_passes(violations_binary, case):
     result = run_case(violations_binary, case)
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr

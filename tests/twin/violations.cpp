@@ -496,6 +496,25 @@ void VectorThenCopyOut(GM_ADDR, GM_ADDR dst) {
     DataCopy(d, buf.Get<float>(), kElems);  // @case:pipe_v_then_mte3
 }
 
+// 40 vector writes to separate 32-byte slices of a TBuf (64 bytes apart, so none touches another), then an MTE3
+// copy-out of the first: a V op 40 ops back is still pending unless a flag orders V before MTE3 (the model keeps
+// every V op on UB until it is ordered, up to 64; it used to keep 16 per pipe and would have forgotten this one).
+template <bool kFlag>
+void VectorDeepThenCopyOut(GM_ADDR, GM_ADDR dst) {
+    constexpr uint32_t kSlices = 40, kStride = 16, kSlice = 8;
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, kSlices * kStride * sizeof(float));
+    GlobalTensor<float> d;
+    d.SetGlobalBuffer(reinterpret_cast<float*>(dst), kSlice);
+    for (uint32_t i = 0; i < kSlices; ++i) Duplicate(buf.Get<float>()[i * kStride], float(i), kSlice);
+    if constexpr (kFlag) {
+        SetFlag<HardEvent::V_MTE3>(EVENT_ID2);
+        WaitFlag<HardEvent::V_MTE3>(EVENT_ID2);
+    }
+    DataCopy(d, buf.Get<float>(), kSlice);  // @case:pipe_v_deep_then_mte3
+}
+
 void L1Reserved(GM_ADDR, GM_ADDR) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
     TPipe pipe;
@@ -744,6 +763,8 @@ const Case kCases[] = {
     {"good_pipe_vecin_to_mte3", MoverThroughVecin<true>, 1},
     {"pipe_v_then_mte3", VectorThenCopyOut<false>, 1},
     {"good_pipe_v_then_mte3", VectorThenCopyOut<true>, 1},
+    {"pipe_v_deep_then_mte3", VectorDeepThenCopyOut<false>, 1},
+    {"good_pipe_v_deep_then_mte3", VectorDeepThenCopyOut<true>, 1},
     {"good_copy_48_cores", GoodCopy, 48},  // legal once the platform has 48 vector cores
     {"syncall_cores", GoodCopy, 8},        // same kernel, more blocks than the 4-core twin has
     {"syncall_cores_910b3", GoodCopy, 48},  // 48 blocks: fine on 910B1, 8 more than 910B3's 40 vector cores
