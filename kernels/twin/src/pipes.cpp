@@ -431,7 +431,7 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
         const uint64_t f = st.frontier[__builtin_ctz(rest)][static_cast<int>(p)];
         if (f > unordered) unordered = f;
     }
-    if (near) {
+    if (near && (clean || list.maxSeq >= unordered)) {  // below it no plain entry may widen (maxSeq: the newest)
         for (size_t k = 0; k < n && k < 8; ++k) {
             Pending& e = ops[n - 1 - k];
             if (e.write == write && e.clean == clean && (clean || e.seq >= unordered) && lo <= e.hi && e.lo <= hi) {
@@ -524,8 +524,9 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
 void Order(State& st, Pipe from, Pipe to, uint64_t before) {
     const int f = static_cast<int>(from);
     const int t = static_cast<int>(to);
-    for (int a = 0; a < kPipes; ++a) {
-        if (a == t) continue;
+    // Pipes absent from the core issue nothing: their frontiers stay as they are.
+    for (unsigned rest = st.corePipes & ~(1u << t); rest != 0; rest &= rest - 1) {
+        const int a = __builtin_ctz(rest);
         uint64_t reach = a == f ? before : std::min(st.frontier[f][a], before);
         if (reach > st.frontier[t][a]) st.frontier[t][a] = reach;
     }
