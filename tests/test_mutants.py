@@ -18,7 +18,11 @@ Three kinds of runs, each sharing what it can:
   same way with only the dynamic_quant kernel rebuilt;
 - compile-only mutants, for what bisheng refuses to compile and the twin's headers refuse the same way (a
   `GM_ADDR` list, `AscendC::event_t`): the kernel source is compiled with the switch, and it counts as caught only
-  if the compiler's error is at a line of the mutant's block and says what the rule expects.
+  if the compiler's error is at a line of the mutant's block and says what the rule expects;
+- one build mutant: the defect that lives in the build description, not in a kernel source (bisheng's automatic
+  sync not stated), re-introduced by a text substitution in a copy of cmake/ and built with the stand-in bisheng of
+  tests/test_ascend_build.py; caught if the check on every kernel's command line fails for the copy and passes for
+  the tree.
 
 Compiling all that takes minutes on the shared machines, so the suite is not in the default run: it runs with
 CAM_MUTANTS=1 (or `-m mutation`), as its own CI stage."""
@@ -105,6 +109,14 @@ Q = "['\u2018\u2019]"
 COMPILE_RULES = {
     "gm_addr": rf"cannot convert {Q}std::nullptr_t{Q} to {Q}uint8_t{Q}",
     "event": rf"{Q}event_t{Q} (?:is not a member of {Q}AscendC{Q}|in namespace {Q}AscendC{Q} does not name)",
+}
+
+# The second review's fix 5 lives in the Ascend build (cmake/CamAscend.cmake passes bisheng --cce-auto-sync, which the
+# twin's automatic-sync table stands for), so no kernel-source switch can re-introduce it: switch -> (file, its text,
+# the mutated text, the check that must fail). Counted in the summary with the others.
+BUILD_MUTANTS = {
+    "CAM_MUTANT_BUILD_NO_AUTO_SYNC": ("cmake/CamAscend.cmake", 'set(CAM_BISHENG_AUTO_SYNC "--cce-auto-sync")',
+                                      'set(CAM_BISHENG_AUTO_SYNC "")', "auto-sync-option"),
 }
 
 DATAPLANE_KERNELS = ["dispatch_send", "dispatch_recv", "combine_send", "combine_recv"]
@@ -387,12 +399,63 @@ def test_scan_mutant_is_caught(switch):
     assert sites, f"{switch}: the {rule} scan missed it"
 
 
+def _stand_in_build(root: str, work) -> list:
+    """The kernels of the tree at `root` built with CAM_ASCEND=ON and tests/test_ascend_build.py's stand-in bisheng
+    (which logs each command line): the commands."""
+    import test_ascend_build as ab
+
+    home, bindir, log = ab._fake_toolkit(work)
+    env = ab._env_without_toolkit()
+    env.update(ASCEND_HOME_PATH=str(home), PATH=str(bindir) + os.pathsep + env["PATH"], CAM_BISHENG_LOG=str(log))
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run([shutil.which("cmake"), "-S", root, "-B", str(work / "build"), *generator, "-DCAM_ASCEND=ON",
+                    "-DCAM_BUILD_PYTHON=OFF", "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True,
+                   timeout=240, env=env)
+    subprocess.run([shutil.which("cmake"), "--build", str(work / "build"), "--target", "cam_kernels"], check=True,
+                   capture_output=True, timeout=240, env=env)
+    import json
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("switch", list(BUILD_MUTANTS))
+def test_build_mutant_is_caught(tmp_path, switch):
+    if shutil.which("cc") is None or shutil.which("cmake") is None:
+        pytest.skip("cmake and cc are needed for the stand-in Ascend build")
+    from test_ascend_build import auto_sync_option
+
+    path, old, new, rule = BUILD_MUTANTS[switch]
+    # The mutated tree: the checkout's entries as links, the mutated file's top folder copied and edited.
+    src = tmp_path / "src"
+    src.mkdir()
+    top = path.split("/")[0]
+    for entry in os.listdir(ROOT):
+        if entry not in (".git", ".venv", "build", top):
+            os.symlink(os.path.join(ROOT, entry), src / entry)
+    shutil.copytree(os.path.join(ROOT, top), src / top)
+    text = (src / path).read_text()
+    assert text.count(old) == 1, f"{path} no longer holds {old!r}"
+    (src / path).write_text(text.replace(old, new))
+
+    def missing(commands):  # test_ascend_build's check: every kernel's bisheng command carries the option
+        return [c[c.index("-c") + 1] for c in commands if auto_sync_option() not in c]
+
+    (tmp_path / "control").mkdir()
+    (tmp_path / "mutant").mkdir()
+    control = _stand_in_build(ROOT, tmp_path / "control")
+    assert control and not missing(control), "control: the tree's own build lacks the option"
+    mutant = _stand_in_build(str(src), tmp_path / "mutant")
+    caught = bool(mutant) and bool(missing(mutant))
+    _record(switch, caught, "" if caught else f"{rule}: every mutated command still carries {auto_sync_option()}")
+    assert caught, f"{switch}: {rule} not broken"
+
+
 def test_summary(capsys):
     """Runs last in this module: the suite's summary line."""
     caught = sum(1 for c, _ in _results.values() if c)
+    total = len(MUTANTS) + len(BUILD_MUTANTS)
     with capsys.disabled():
-        print(f"\nmutants {len(MUTANTS)}, caught {caught}")
-        for switch in MUTANTS:
+        print(f"\nmutants {total}, caught {caught}")
+        for switch in [*MUTANTS, *BUILD_MUTANTS]:
             if switch not in _results or not _results[switch][0]:
                 print(f"  missed {switch}: {_results.get(switch, (False, 'not run'))[1]}")
-    assert caught == len(MUTANTS)
+    assert caught == total
