@@ -114,28 +114,35 @@ struct FlagSnapshot {
     uint64_t seq = 0;
 };
 
-// The vector pipe's ops on UB: far the most frequent ops of a vector kernel, and conflicting only with MTE2 / MTE3
-// ops on UB (the compiler orders S), which are few. So a V op costs an append here, and the MTE op that follows pays
-// for the check. Entries are in issue (seq) order, so those done with (ordered before every pipe they could
+// The MTE2, MTE3 and vector pipes' ops on UB and GM: nearly all of a vector kernel's ops (every operand of every
+// vector instruction, both sides of every copy), all plain (no cache clean), so each (space, pipe) keeps them as a
+// log instead of a list. Entries are in issue (seq) order, so those done with (ordered before every pipe they could
 // conflict with) are a prefix, dropped by moving `head`, and those not yet ordered before a given pipe are a suffix,
-// which is all a check of that pipe reads. Every op keeps its own entry (nothing merged); kVLogDepth of them, the
-// oldest taken as complete beyond that (a pipe's queue is finite).
-constexpr uint32_t kVLogDepth = 64;
+// found by bisection: all a check of that pipe reads, its first conflicting entry the oldest. A new op widens the
+// newest entry when it is of the same kind, overlaps or abuts it and that entry is ordered before none of the pipes
+// it could conflict with (a stream of row copies stays one entry; exact, as for the lists); V ops never do (their
+// append is kept to a few stores: they are the most frequent). kLogDepth entries, the oldest taken as complete beyond
+// that (a pipe's queue is finite).
+constexpr uint32_t kLogDepth = 64;
 
-struct VLogEntry {
+struct LogEntry {
     uintptr_t lo, hi;
-    uint64_t seq;  // also when it was made: entries here never widen
+    uint64_t seq;   // the newest op merged into it
+    uint64_t born;  // the seq it was made with: of several conflicting ops the oldest is reported
     std::source_location where;
     bool write;
 };
 
-struct VLog {
-    uint64_t head = 0, tail = 0;  // entries [head, tail), at index % kVLogDepth
+struct OpLog {
+    uint64_t head = 0, tail = 0;  // entries [head, tail), at index % kLogDepth
     uintptr_t lo = UINTPTR_MAX, hi = 0;  // covers every live entry (reset when the log empties)
     bool anyWrite = false;
-    VLogEntry e[kVLogDepth];
+    bool merges = true;
+    uint8_t pipe = 0, space = 0;
+    LogEntry* e = nullptr;  // into State::logEntries: the headers stay a few cache lines
 
-    const VLogEntry& At(uint64_t i) const { return e[i % kVLogDepth]; }
+    const LogEntry& At(uint64_t i) const { return e[i % kLogDepth]; }
+    LogEntry& At(uint64_t i) { return e[i % kLogDepth]; }
     bool Empty() const { return head == tail; }
     void Clear() {
         head = tail;
@@ -144,6 +151,21 @@ struct VLog {
         anyWrite = false;
     }
 };
+
+// The (space, pipe) pairs kept as logs; every other pair keeps a PipeList.
+struct LogPair {
+    Space space;
+    Pipe pipe;
+    bool merges;
+};
+constexpr LogPair kLogPairs[] = {
+    {Space::UB, Pipe::V, false}, {Space::UB, Pipe::MTE2, true}, {Space::UB, Pipe::MTE3, true},
+    {Space::GM, Pipe::MTE2, true}, {Space::GM, Pipe::MTE3, true},
+};
+constexpr int kLogCount = sizeof(kLogPairs) / sizeof(kLogPairs[0]);
+constexpr int kVLog = 0;  // kLogPairs[0]: V on UB
+constexpr int kUb = static_cast<int>(Space::UB);
+constexpr int kV = static_cast<int>(Pipe::V);
 
 // What is ordered is kept as a vector clock, not as marks on the pending ops: frontier[b][a] is the seq below which
 // every op of pipe a is ordered before pipe b. Ops of one pipe are issued in seq order, so "everything issued on a
@@ -161,8 +183,22 @@ struct State {
     bool on = false;
     uint8_t needed[kSpaces][kPipes][2] = {};  // Needed(corePipes, pipe, space, clean), set with the core kind
     FlagSnapshot flags[kHardEventCount][kEventIds];
-    VLog vlog;  // V's ops on UB (the V / UB slot of `lists` stays empty)
-    // Ops added to the UB lists (all other pipes' than V's), and what a V op has to check against as of that count:
+    OpLog logs[kLogCount];           // their slots of `lists` stay empty
+    int8_t logOf[kSpaces][kPipes];   // index into logs, or -1
+    LogEntry logEntries[kLogCount][kLogDepth];
+    State() {
+        for (auto& row : logOf)
+            for (int8_t& i : row) i = -1;
+        for (int i = 0; i < kLogCount; ++i) {
+            const int sp = static_cast<int>(kLogPairs[i].space), pp = static_cast<int>(kLogPairs[i].pipe);
+            logOf[sp][pp] = static_cast<int8_t>(i);
+            logs[i].merges = kLogPairs[i].merges;
+            logs[i].space = static_cast<uint8_t>(sp);
+            logs[i].pipe = static_cast<uint8_t>(pp);
+            logs[i].e = logEntries[i];
+        }
+    }
+    // Ops added on UB by other pipes than V, and what a V op has to check against as of that count:
     // the range (and whether a write is among them) of the lists not wholly ordered before V. Until the next op is
     // added it stays a superset of what a V op can conflict with (ordering only ever grows), so a V op outside it
     // checks nothing.
@@ -251,19 +287,15 @@ void Compact(const State& st, PipeList& list) {
     Violation("pipe-order", detail, where);
 }
 
-constexpr int kUb = static_cast<int>(Space::UB);
-constexpr int kV = static_cast<int>(Pipe::V);
 
-// Drops the V log's prefix done with: ordered before every pipe a V op on UB has to be ordered before.
-void PruneVLog(State& st) {
-    VLog& log = st.vlog;
+// Drops a log's prefix done with: ordered before every pipe its ops have to be ordered before.
+void PruneLog(State& st, OpLog& log) {
     uint64_t doneBelow = UINT64_MAX;
-    for (unsigned rest = st.needed[kUb][kV][0]; rest != 0; rest &= rest - 1) {
-        const uint64_t f = st.frontier[__builtin_ctz(rest)][kV];
+    for (unsigned rest = st.needed[log.space][log.pipe][0]; rest != 0; rest &= rest - 1) {
+        const uint64_t f = st.frontier[__builtin_ctz(rest)][log.pipe];
         if (f < doneBelow) doneBelow = f;
     }
-    // seqs ascend from head to tail: the first not done with, by bisection
-    uint64_t a = log.head, b = log.tail;
+    uint64_t a = log.head, b = log.tail;  // seqs ascend from head to tail: the first not done with, by bisection
     while (a < b) {
         const uint64_t m = a + (b - a) / 2;
         if (log.At(m).seq < doneBelow) a = m + 1;
@@ -272,17 +304,15 @@ void PruneVLog(State& st) {
     log.head = a;
     if (log.Empty()) {
         log.Clear();
-        st.busy[kUb] &= static_cast<uint8_t>(~Bit(Pipe::V));
+        st.busy[log.space] &= static_cast<uint8_t>(~(1u << log.pipe));
     }
 }
 
-// The oldest V op on UB that pipe `pi` touching [lo, hi) (a write or not) conflicts with, or nullptr. Only the
+// The oldest op of a log that pipe `pi` touching [lo, hi) (a write or not) conflicts with, or nullptr. Only the
 // suffix not yet ordered before pi can.
-const VLogEntry* CheckVLog(State& st, int pi, uintptr_t lo, uintptr_t hi, bool write, bool compilerOrders) {
-    VLog& log = st.vlog;
-    if (compilerOrders || log.Empty() || log.hi <= lo || hi <= log.lo || (!write && !log.anyWrite)) return nullptr;
-    const uint64_t frontier = st.frontier[pi][kV];
-    if (log.At(log.tail - 1).seq < frontier) return nullptr;  // all ordered before pi
+const LogEntry* CheckLog(const State& st, const OpLog& log, int pi, uintptr_t lo, uintptr_t hi, bool write) {
+    const uint64_t frontier = st.frontier[pi][log.pipe];
+    if (log.Empty() || log.At(log.tail - 1).seq < frontier) return nullptr;  // all ordered before pi
     uint64_t i = log.head, b = log.tail;  // the first entry not ordered before pi, by bisection (seqs ascend)
     while (i < b) {
         const uint64_t m = i + (b - i) / 2;
@@ -290,23 +320,24 @@ const VLogEntry* CheckVLog(State& st, int pi, uintptr_t lo, uintptr_t hi, bool w
         else b = m;
     }
     for (; i < log.tail; ++i) {
-        const VLogEntry& e = log.At(i);
+        const LogEntry& e = log.At(i);
         if (e.hi <= lo || hi <= e.lo || (!e.write && !write)) continue;
         return &e;  // issue order: the first is the oldest
     }
     return nullptr;
 }
 
+// V's append: no merging, nothing but the stores.
 inline void AppendVLog(State& st, uintptr_t lo, uintptr_t hi, bool write, const std::source_location& where) {
-    VLog& log = st.vlog;
-    if (log.tail - log.head == kVLogDepth) {
-        PruneVLog(st);
-        if (log.tail - log.head == kVLogDepth) ++log.head;  // the oldest is taken as complete
+    OpLog& log = st.logs[kVLog];
+    if (log.tail - log.head == kLogDepth) {
+        PruneLog(st, log);
+        if (log.tail - log.head == kLogDepth) ++log.head;  // the oldest is taken as complete
     }
-    VLogEntry& e = log.e[log.tail % kVLogDepth];
+    LogEntry& e = log.At(log.tail);
     e.lo = lo;
     e.hi = hi;
-    e.seq = st.seq++;
+    e.seq = e.born = st.seq++;
     e.where = where;
     e.write = write;
     ++log.tail;
@@ -314,6 +345,45 @@ inline void AppendVLog(State& st, uintptr_t lo, uintptr_t hi, bool write, const 
     if (hi > log.hi) log.hi = hi;
     log.anyWrite |= write;
     st.busy[kUb] |= Bit(Pipe::V);
+}
+
+inline void AppendLog(State& st, OpLog& log, uintptr_t lo, uintptr_t hi, bool write,
+                      const std::source_location& where) {
+    if (log.merges && !log.Empty()) {
+        LogEntry& t = log.At(log.tail - 1);
+        if (t.write == write && lo <= t.hi && t.lo <= hi) {
+            // Widened only while ordered before none of the pipes it could conflict with (`needed`): no ordering
+            // is lost.
+            bool unordered = true;
+            for (unsigned rest = st.needed[log.space][log.pipe][0]; rest != 0; rest &= rest - 1)
+                unordered &= t.seq >= st.frontier[__builtin_ctz(rest)][log.pipe];
+            if (unordered) {
+                if (lo < t.lo) t.lo = lo;
+                if (hi > t.hi) t.hi = hi;
+                t.seq = st.seq++;
+                if (lo < log.lo) log.lo = lo;
+                if (hi > log.hi) log.hi = hi;
+                if (log.space == kUb) ++st.ubAdds;
+                return;
+            }
+        }
+    }
+    if (log.tail - log.head == kLogDepth) {
+        PruneLog(st, log);
+        if (log.tail - log.head == kLogDepth) ++log.head;  // the oldest is taken as complete
+    }
+    LogEntry& e = log.At(log.tail);
+    e.lo = lo;
+    e.hi = hi;
+    e.seq = e.born = st.seq++;
+    e.where = where;
+    e.write = write;
+    ++log.tail;
+    if (lo < log.lo) log.lo = lo;
+    if (hi > log.hi) log.hi = hi;
+    log.anyWrite |= write;
+    st.busy[log.space] |= static_cast<uint8_t>(1u << log.pipe);
+    if (log.space == kUb && log.pipe != kV) ++st.ubAdds;
 }
 
 // The lists (bit q: pipe q's) whose summary admits a conflict with pipe pi touching [lo, hi) of space si: they
@@ -324,10 +394,10 @@ inline unsigned Candidates(const State& st, int si, int pi, uintptr_t lo, uintpt
     unsigned cand = 0;
     for (unsigned rest = st.busy[si] & ~(1u << pi) & 0xffu; rest != 0; rest &= rest - 1) {
         const int q = __builtin_ctz(rest);
-        if (si == kUb && q == kV) {  // busy: the log is not empty
-            const VLog& log = st.vlog;
+        if (st.logOf[si][q] >= 0) {  // busy: the log is not empty
+            const OpLog& log = st.logs[st.logOf[si][q]];
             if ((autom & (1u << q)) || log.hi <= lo || hi <= log.lo || (!write && !log.anyWrite) ||
-                log.At(log.tail - 1).seq < st.frontier[pi][kV])
+                log.At(log.tail - 1).seq < st.frontier[pi][q])
                 continue;
         } else {
             const PipeList& list = st.lists[si][q];
@@ -350,13 +420,17 @@ __attribute__((noinline)) void CheckLists(State& st, Pipe p, Space s, uintptr_t 
     const int si = static_cast<int>(s);
     const uint8_t autom = kAuto.m[si][pi];
     const Pending* first = nullptr;
-    const VLogEntry* firstLog = nullptr;
+    const LogEntry* firstLog = nullptr;
+    const OpLog* firstLogOf = nullptr;
     for (unsigned rest = cand; rest != 0; rest &= rest - 1) {
         const int q = __builtin_ctz(rest);
-        if (si == kUb && q == kV) {
-            const VLogEntry* e = CheckVLog(st, pi, lo, hi, write, (autom & (1u << q)) != 0);
-            if (e != nullptr && (first == nullptr || e->seq < first->born)) {
+        if (st.logOf[si][q] >= 0) {  // a candidate: the compiler does not order q and pi here
+            const OpLog& log = st.logs[st.logOf[si][q]];
+            const LogEntry* e = CheckLog(st, log, pi, lo, hi, write);
+            if (e != nullptr && (first == nullptr || e->born < first->born) &&
+                (firstLog == nullptr || e->born < firstLog->born)) {
                 firstLog = e;
+                firstLogOf = &log;
                 first = nullptr;
             }
             continue;
@@ -368,7 +442,7 @@ __attribute__((noinline)) void CheckLists(State& st, Pipe p, Space s, uintptr_t 
             if (e.hi <= lo || hi <= e.lo) continue;
             if (!e.write && !write) continue;
             if (!e.clean && (compilerOrders || e.seq < frontier)) continue;
-            if ((first == nullptr || e.born < first->born) && (firstLog == nullptr || e.born < firstLog->seq)) {
+            if ((first == nullptr || e.born < first->born) && (firstLog == nullptr || e.born < firstLog->born)) {
                 first = &e;
                 firstLog = nullptr;
             }
@@ -377,8 +451,8 @@ __attribute__((noinline)) void CheckLists(State& st, Pipe p, Space s, uintptr_t 
     }
     if (first != nullptr) Report(*first, p, lo, hi, write, where);
     if (firstLog != nullptr) {
-        Pending e{firstLog->lo, firstLog->hi, firstLog->seq, firstLog->seq, firstLog->where,
-                  static_cast<uint8_t>(Pipe::V), static_cast<uint8_t>(Space::UB), firstLog->write, false, 0};
+        Pending e{firstLog->lo, firstLog->hi, firstLog->seq, firstLog->born, firstLog->where, firstLogOf->pipe,
+                  firstLogOf->space, firstLog->write, false, 0};
         Report(e, p, lo, hi, write, where);
     }
 }
@@ -400,11 +474,21 @@ inline void CheckV(State& st, uintptr_t lo, uintptr_t hi, bool write, const std:
         c.anyWrite = false;
         for (unsigned rest = st.busy[kUb] & ~(1u << kV) & 0xffu; rest != 0; rest &= rest - 1) {
             const int q = __builtin_ctz(rest);
-            const PipeList& list = st.lists[kUb][q];
-            if ((autom & (1u << q)) || (!list.anyClean && list.maxSeq < st.frontier[kV][q])) continue;
-            if (list.lo < c.lo) c.lo = list.lo;
-            if (list.hi > c.hi) c.hi = list.hi;
-            c.anyWrite |= list.anyWrite;
+            if (autom & (1u << q)) continue;
+            uintptr_t qlo, qhi;
+            bool qWrite;
+            if (st.logOf[kUb][q] >= 0) {
+                const OpLog& log = st.logs[st.logOf[kUb][q]];
+                if (log.At(log.tail - 1).seq < st.frontier[kV][q]) continue;
+                qlo = log.lo, qhi = log.hi, qWrite = log.anyWrite;
+            } else {
+                const PipeList& list = st.lists[kUb][q];
+                if (!list.anyClean && list.maxSeq < st.frontier[kV][q]) continue;
+                qlo = list.lo, qhi = list.hi, qWrite = list.anyWrite;
+            }
+            if (qlo < c.lo) c.lo = qlo;
+            if (qhi > c.hi) c.hi = qhi;
+            c.anyWrite |= qWrite;
         }
     }
     if (c.hi <= lo || hi <= c.lo || (!write && !c.anyWrite)) return;
@@ -589,13 +673,19 @@ void PipeTouch(Pipe p, Space s, const void* addr, uint64_t bytes, bool write, co
     if (bytes == 0 || sp == nullptr || !sp->on) return;
     State& st = *sp;
     const auto lo = reinterpret_cast<uintptr_t>(addr);
-    if (p == Pipe::V && s == Space::UB) {
+    if (p == Pipe::V && s == Space::UB) {  // the most frequent op: its own path
         CheckV(st, lo, lo + bytes, write, where);
         if (st.needed[kUb][kV][0] != 0) AppendVLog(st, lo, lo + bytes, write, where);
         return;
     }
+    const int si = static_cast<int>(s), pi = static_cast<int>(p);
     Check(st, p, s, lo, lo + bytes, write, where);
-    Add(st, p, s, lo, lo + bytes, write, false, where);
+    const int li = st.logOf[si][pi];
+    if (li < 0) {
+        Add(st, p, s, lo, lo + bytes, write, false, where);
+    } else if (st.needed[si][pi][0] != 0) {
+        AppendLog(st, st.logs[li], lo, lo + bytes, write, where);
+    }
 }
 
 void PipeScalarGmLoad(const void* addr, uint64_t bytes, const std::source_location& where) {
@@ -639,7 +729,7 @@ void PipeBarrierAll() {
     State& st = *sp;
     for (auto& row : st.lists)
         for (PipeList& list : row) list.Clear();
-    st.vlog.Clear();
+    for (OpLog& log : st.logs) log.Clear();
     for (uint8_t& b : st.busy) b = 0;
     // Everything issued so far is ordered before every pipe (nothing is left to order; new ops may widen again).
     for (auto& row : st.frontier)
@@ -681,11 +771,13 @@ void PipeCoreKind(bool cube) {
             if (list.ops.empty()) st.busy[sp] &= static_cast<uint8_t>(~(1u << q));
         }
     }
-    if (st.needed[kUb][kV][0] == 0) {  // no V on this core, or nothing it could conflict with
-        st.vlog.Clear();
-        st.busy[kUb] &= static_cast<uint8_t>(~Bit(Pipe::V));
-    } else if (!st.vlog.Empty()) {
-        PruneVLog(st);
+    for (OpLog& log : st.logs) {
+        if (st.needed[log.space][log.pipe][0] == 0) {  // absent from this core, or nothing it could conflict with
+            log.Clear();
+            st.busy[log.space] &= static_cast<uint8_t>(~(1u << log.pipe));
+        } else if (!log.Empty()) {
+            PruneLog(st, log);
+        }
     }
 }
 
@@ -701,7 +793,7 @@ void PipeBlockStart() {
     State& st = *tState;
     for (auto& row : st.lists)
         for (PipeList& list : row) list.Clear();
-    st.vlog.Clear();
+    for (OpLog& log : st.logs) log.Clear();
     st.vCheck.at = 0;
     st.ubAdds = 1;
     for (uint8_t& b : st.busy) b = 0;
