@@ -292,6 +292,15 @@ def _write_outputs(args, doc: dict, lines: list[str]) -> int:
     return 0
 
 
+def _base_description(args) -> str:
+    """The older install's command, without machine paths (records are tracked files): the interpreter's name and
+    each --base-env variable's name."""
+    if not args.base_python:
+        return ""
+    names = [kv.split("=", 1)[0] + "=<older install>" for kv in args.base_env]
+    return " ".join([os.path.basename(args.base_python), *names])
+
+
 def _cost_child(python: str, rounds: int, env: dict) -> dict:
     res = subprocess.run([python, os.path.abspath(__file__), "--pipe-model-ab", str(rounds), "--cost-child"], env=env,
                          capture_output=True, text=True, timeout=3600)
@@ -344,7 +353,7 @@ def pipe_model_ab(args) -> int:
         rows.append(row)
     doc = {"label": args.label, "rounds": args.pipe_model_ab, "host": platform.platform(), "cpus": os.cpu_count(),
            "torch_threads": torch.get_num_threads(), "load_avg_after": os.getloadavg(),
-           "base": " ".join([args.base_python or "", *args.base_env]).strip(), "rows": rows}
+           "base": _base_description(args), "rows": rows}
     reps = f"{args.ab_reps} children of {args.pipe_model_ab} rounds per install, alternated, " if base else ""
     lines = [f"# the twin's pipe-ordering model: its cost{': ' + args.label if args.label else ''}", "",
              f"Process CPU seconds per call (all threads), the model on and off (`{PIPE_MODEL_OFF_ENV}=1`, set only "
@@ -429,7 +438,7 @@ def table_ab(args) -> int:
                 row["cpu_field"] = cpu_field
                 row["cpu_after_over_before"] = statistics.median(cpu["here"]) / statistics.median(cpu["base"])
         rows.append(row)
-    doc = {"label": args.label, "ab_reps": args.ab_reps, "base": " ".join([args.base_python, *args.base_env]),
+    doc = {"label": args.label, "ab_reps": args.ab_reps, "base": _base_description(args),
            "host": platform.platform(), "cpus": os.cpu_count(), "load_avg_after": os.getloadavg(), "rows": rows,
            "children": docs}
     lines = [f"# twin speed, before and after{': ' + args.label if args.label else ''}", "",
