@@ -327,10 +327,17 @@ const LogEntry* CheckLog(const State& st, const OpLog& log, int pi, uintptr_t lo
     return nullptr;
 }
 
-// V's append: no merging, nothing but the stores.
+// V's append: no merging, nothing but the stores. Its summary is "everything" while it holds an entry (set when it
+// stops being empty), so an append keeps none: a check of it goes by its newest seq and then its unordered suffix,
+// which is empty whenever V was ordered before the checking pipe.
 inline void AppendVLog(State& st, uintptr_t lo, uintptr_t hi, bool write, const std::source_location& where) {
     OpLog& log = st.logs[kVLog];
-    if (log.tail - log.head == kLogDepth) {
+    if (log.Empty()) {
+        log.lo = 0;
+        log.hi = UINTPTR_MAX;
+        log.anyWrite = true;
+        st.busy[kUb] |= Bit(Pipe::V);
+    } else if (log.tail - log.head == kLogDepth) {
         PruneLog(st, log);
         if (log.tail - log.head == kLogDepth) ++log.head;  // the oldest is taken as complete
     }
@@ -341,10 +348,6 @@ inline void AppendVLog(State& st, uintptr_t lo, uintptr_t hi, bool write, const 
     e.where = where;
     e.write = write;
     ++log.tail;
-    if (lo < log.lo) log.lo = lo;
-    if (hi > log.hi) log.hi = hi;
-    log.anyWrite |= write;
-    st.busy[kUb] |= Bit(Pipe::V);
 }
 
 inline void AppendLog(State& st, OpLog& log, uintptr_t lo, uintptr_t hi, bool write,
