@@ -419,51 +419,76 @@ def table_ab(args) -> int:
         for arm in (("base", "here") if rep % 2 == 0 else ("here", "base")):
             python, env = arms[arm]
             docs[arm].append(_table_child(python, args, env))
+    doc = {"label": args.label, "ab_reps": args.ab_reps, "base": _base_description(args),
+           "host": platform.platform(), "cpus": os.cpu_count(), "load_avg_after": os.getloadavg(),
+           "rows": _ab_rows(docs), "children": docs}
+    return _write_outputs(args, doc, _ab_lines(doc))
+
+
+def _ab_rows(docs: dict) -> list[dict]:
+    """Per row of the table: each install's ratios (one per child) and medians, and after ÷ before of the op's own
+    wall time and process CPU time (medians over the children)."""
+
+    def values(arm, key, field):
+        return [x[field] for d in docs[arm] for x in d["results"] if _row_key(x) == key and field in x]
+
     rows = []
     for r in docs["here"][0]["results"]:
         if r["op"] == "first op in a process":
             continue
         key = _row_key(r)
         field = "op_over_baseline" if r["op"] == "fixed cost" else "ratio"
-        got = {arm: [x[field] for d in docs[arm] for x in d["results"] if _row_key(x) == key] for arm in docs}
-        if not got["base"]:
-            got["base"] = [float("nan")]
+        got = {arm: values(arm, key, field) or [float("nan")] for arm in docs}
         row = {"row": key, "field": field, "target": r.get("target"), "here": got["here"], "base": got["base"],
                "here_median": statistics.median(got["here"]), "base_median": statistics.median(got["base"])}
+        op = {arm: values(arm, key, "op_s") for arm in docs}
+        if op["here"] and op["base"]:
+            row["op_after_over_before"] = statistics.median(op["here"]) / statistics.median(op["base"])
         cpu_field = "op_cpu_s" if "op_cpu_s" in r else "round_cpu_s" if "round_cpu_s" in r else None
         if cpu_field:
-            cpu = {arm: [x[cpu_field] for d in docs[arm] for x in d["results"] if _row_key(x) == key and
-                         cpu_field in x] for arm in docs}
+            cpu = {arm: values(arm, key, cpu_field) for arm in docs}
             if cpu["here"] and cpu["base"]:
                 row["cpu_field"] = cpu_field
                 row["cpu_after_over_before"] = statistics.median(cpu["here"]) / statistics.median(cpu["base"])
         rows.append(row)
-    doc = {"label": args.label, "ab_reps": args.ab_reps, "base": _base_description(args),
-           "host": platform.platform(), "cpus": os.cpu_count(), "load_avg_after": os.getloadavg(), "rows": rows,
-           "children": docs}
-    lines = [f"# twin speed, before and after{': ' + args.label if args.label else ''}", "",
-             f"Each install ran the table in {args.ab_reps} child processes, alternated with the other's (order flipped "
-             f"every rep); each cell is the median over that install's children of the row's same-run ratio "
+    return rows
+
+
+def _ab_lines(doc: dict) -> list[str]:
+    reps = doc["ab_reps"]
+    lines = [f"# twin speed, before and after{': ' + doc['label'] if doc['label'] else ''}", "",
+             f"Each install ran the table in {reps} child processes, alternated with the other's (order flipped "
+             f"every rep); each ratio cell is the median over that install's children of the row's same-run ratio "
              f"(baseline time / op time; for the fixed cost, op time / torch.abs time, lower is better). `before`: "
-             f"`{doc['base']}`. {os.cpu_count()} CPUs (shared), load average after the run "
-             f"{os.getloadavg()[0]:.1f}.", "",
-             "The CPU column is process CPU time (all threads) per call, or per plane round for the plane rows (Comm "
-             "set-up included), after ÷ before: what the twin's own work costs, which other load moves far less "
-             "than wall time.", "",
-             "| row | before | after | after ÷ before | CPU after ÷ before | target | after, per child |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
+             f"`{doc['base']}`. {doc['cpus']} CPUs (shared), load average after the run "
+             f"{doc['load_avg_after'][0]:.1f}.", "",
+             "`op time` is the op's own wall time, `CPU` its process CPU time (all threads) per call, or per plane "
+             "round for the plane rows (Comm set-up included), each after ÷ before over the children's medians: "
+             "the baselines themselves move with the machine's other load (torch's 2-thread `_int_mm` by up to 100× "
+             "between children), the op's own times far less.", "",
+             "| row | before | after | after ÷ before | op time after ÷ before | CPU after ÷ before | target | "
+             "after, per child |", "|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
         if r["field"] == "op_over_baseline":
             target = "≤ 10× torch.abs"
             fmt = lambda v: f"{v:.1f}× torch.abs"  # noqa: E731
         else:
             target = f"≥ {r['target']}×" if r["target"] else "—"
             fmt = lambda v: f"{v:.4f}×"  # noqa: E731
+        op = f"{r['op_after_over_before']:.2f}" if "op_after_over_before" in r else "—"
         cpu = f"{r['cpu_after_over_before']:.2f}" if "cpu_after_over_before" in r else "—"
         lines.append(f"| {r['row']} | {fmt(r['base_median'])} | **{fmt(r['here_median'])}** | "
-                     f"{r['here_median'] / r['base_median']:.2f} | {cpu} | {target} | "
+                     f"{r['here_median'] / r['base_median']:.2f} | {op} | {cpu} | {target} | "
                      f"{', '.join(f'{v:.3g}' for v in r['here'])} |")
-    return _write_outputs(args, doc, lines)
+    return lines
+
+
+def render_ab(args) -> int:
+    """Re-renders a recorded before/after (its children's results) with this script's rows and table."""
+    with open(args.render_ab) as f:
+        doc = json.load(f)
+    doc["rows"] = _ab_rows(doc["children"])
+    return _write_outputs(args, doc, _ab_lines(doc))
 
 
 def main(argv=None) -> int:
@@ -481,11 +506,15 @@ def main(argv=None) -> int:
                    help="instead of the table: the twin's pipe model on against off, ROUNDS alternated samples")
     p.add_argument("--cost-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--table-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--render-ab", metavar="JSON", help="re-render a recorded --base-python run (its children) as the "
+                                                       "table, to --md / --json")
     p.add_argument("--base-python", help="also alternate this python's install (an older build) with this one: the "
                                          "table's before/after, or with --pipe-model-ab the model's cost's")
     p.add_argument("--base-env", nargs="*", default=[], metavar="K=V", help="environment of the --base-python arm")
     p.add_argument("--ab-reps", type=int, default=6, help="with --base-python: children per install, alternated")
     args = p.parse_args(argv)
+    if args.render_ab:
+        return render_ab(args)
     if args.pipe_model_ab:
         return pipe_model_ab(args)
     if args.base_python and not args.table_child:
