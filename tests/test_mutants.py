@@ -348,6 +348,11 @@ def test_op_mutant_is_caught(op_runs, switch):
     _check_caught(op_runs[MUTANTS[switch][0]], switch, lambda out: out.strip() == "OK")
 
 
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
 def _mutant_lines(path: str, switch: str) -> range:
     """The lines (1-based) of the `#if defined(switch)` block in path, its #else branch included."""
     with open(path) as f:
@@ -372,7 +377,7 @@ def test_compile_mutant_is_caught(switch):
     (of the file holding the switch, which may be a header the kernel includes)."""
     _, rule, kernel = MUTANTS[switch]
     holder = next(p for p in glob.glob(os.path.join(ROOT, "kernels", "**", "*.*"), recursive=True)
-                  if "/twin/" not in p and p.endswith((".h", ".cpp")) and f"defined({switch})" in open(p).read())
+                  if "/twin/" not in p and p.endswith((".h", ".cpp")) and f"defined({switch})" in _read(p))
     lines = _mutant_lines(holder, switch)
     base = [_gxx(), *FLAGS, "-fsyntax-only", "-I", os.path.join(ROOT, "kernels"),
             "-I", os.path.join(ROOT, "kernels", "twin", "include"), "-Werror=narrowing",
