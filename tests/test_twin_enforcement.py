@@ -67,6 +67,7 @@ CASES = {
     "pipe_vecin_to_mte3": ("pipe-order", 0),
     "pipe_v_then_mte3": ("pipe-order", 0),
     "pipe_v_deep_then_mte3": ("pipe-order", 0),
+    "pipe_inplace_v_then_mte2": ("pipe-order", 0),
     "syncall_no_batch_mode": ("syncall-batch-mode", None),
 }
 
@@ -98,6 +99,7 @@ def run_case(binary, case):
                                   "pad_tail_poisoned", "good_mmad_barrier", "own_scalar_store",
                                   "pipe_destroy_then_new", "good_pipe_mte3_then_mte2", "good_pipe_clean_then_mte2",
                                   "good_pipe_vecin_to_mte3", "good_pipe_v_then_mte3", "good_pipe_v_deep_then_mte3",
+                                  "good_pipe_inplace_v_then_mte2",
                                   "good_syncall_batch_mode", "good_fixpipe_odd_n"])
 def test_correct_kernel_passes(violations_binary, case):
     result = run_case(violations_binary, case)

@@ -515,6 +515,26 @@ void VectorDeepThenCopyOut(GM_ADDR, GM_ADDR dst) {
     DataCopy(d, buf.Get<float>(), kSlice);  // @case:pipe_v_deep_then_mte3
 }
 
+// An in-place vector instruction (Muls(x, x, ...)) on a TBuf, then an MTE2 copy into the same bytes with no flag:
+// the model keeps the instruction's write (its source read is the same bytes), so the copy still meets it.
+template <bool kFlag>
+void InPlaceVectorThenCopyIn(GM_ADDR src, GM_ADDR) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, kElems * sizeof(float));
+    GlobalTensor<float> s;
+    s.SetGlobalBuffer(reinterpret_cast<float*>(src), kElems);
+    Duplicate(buf.Get<float>(), 1.0f, kElems);
+    SetFlag<HardEvent::V_MTE2>(EVENT_ID4);  // the Duplicate is ordered: only the Muls can meet the copy
+    WaitFlag<HardEvent::V_MTE2>(EVENT_ID4);
+    Muls(buf.Get<float>(), buf.Get<float>(), 2.0f, kElems);
+    if constexpr (kFlag) {
+        SetFlag<HardEvent::V_MTE2>(EVENT_ID3);
+        WaitFlag<HardEvent::V_MTE2>(EVENT_ID3);
+    }
+    DataCopy(buf.Get<float>(), s, kElems);  // @case:pipe_inplace_v_then_mte2
+}
+
 void L1Reserved(GM_ADDR, GM_ADDR) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
     TPipe pipe;
@@ -765,6 +785,8 @@ const Case kCases[] = {
     {"good_pipe_v_then_mte3", VectorThenCopyOut<true>, 1},
     {"pipe_v_deep_then_mte3", VectorDeepThenCopyOut<false>, 1},
     {"good_pipe_v_deep_then_mte3", VectorDeepThenCopyOut<true>, 1},
+    {"pipe_inplace_v_then_mte2", InPlaceVectorThenCopyIn<false>, 1},
+    {"good_pipe_inplace_v_then_mte2", InPlaceVectorThenCopyIn<true>, 1},
     {"good_copy_48_cores", GoodCopy, 48},  // legal once the platform has 48 vector cores
     {"syncall_cores", GoodCopy, 8},        // same kernel, more blocks than the 4-core twin has
     {"syncall_cores_910b3", GoodCopy, 48},  // 48 blocks: fine on 910B1, 8 more than 910B3's 40 vector cores
