@@ -7,7 +7,8 @@ Rows, each a ratio against its same-run baseline (the machines differ from day t
   delivers: dispatch the int8 rows + scales on the FFN ranks, combine the expert rows written back) against a
   **cold** single-threaded memcpy of the same bytes (source and destination cycle through pools of twice the
   last-level cache each, so every copy reads and writes memory, not cache);
-- dynamic_quant [512, 2048] bf16: input bytes against the cold memcpy, and against torch's own per-token quant;
+- dynamic_quant [512, 2048] bf16: input bytes against the cold memcpy, and against torch's own per-token quant; and
+  at [4096, 7168] bf16 (a DeepSeek-V3 hidden size, the shape issue 26 sets its target at) against the cold memcpy;
 - W1 / W2 (balanced groups): 2*rows*K*N against ``torch._int_mm`` on the same groups with the same torch thread count
   (the int8 matmul alone, no epilogue: the yardstick the issue names);
 - round trip: dispatch_send -> dispatch_recv -> combine_send -> combine_recv at D2 F2 E16 K4 H4096 B1024 through the
@@ -55,6 +56,16 @@ def timed(fn, *, warmup: int, repeat: int, budget_s: float) -> float:
     return statistics.median(_common.time_call(fn, warmup=warmup, repeat=repeat, budget_s=budget_s))
 
 
+def cpu_per_call(fn, calls: int) -> float:
+    """Process CPU seconds per call of fn() (all threads: the twin's blocks run on its pool). Beside the wall-time
+    ratios, which other load on a shared machine moves by tens of percent: what the twin's own work costs."""
+    fn()
+    c0 = time.process_time()
+    for _ in range(calls):
+        fn()
+    return (time.process_time() - c0) / calls
+
+
 # ----------------------------------------------------------------------------------------------- the rows
 
 def bench_plane(cold, rounds: int) -> list[dict]:
@@ -62,7 +73,9 @@ def bench_plane(cold, rounds: int) -> list[dict]:
 
     D, P, F, E, K, H, B = 2, 1, 2, 16, 4, 2048, 128
     topo = cam.Topology(D=D, P=P, F=F, E=E, K=K, H=H, Bmax=B, L=1, slots=2, quantized=True)
+    c0 = time.process_time()
     dispatch_s, combine_s, ids = _common.run_plane(topo, rounds, torch.bfloat16)
+    cpu_round_s = (time.process_time() - c0) / rounds  # Comm set-up included, all threads
     rows = sum(int((i != -1).sum()) for i in ids)
     out = []
     for stage, samples, nbytes in (("dispatch", dispatch_s, rows * (H + 4)), ("combine", combine_s, rows * H * 2)):
@@ -70,7 +83,8 @@ def bench_plane(cold, rounds: int) -> list[dict]:
         mem_s = cold.seconds(nbytes, 15)
         out.append({"op": stage, "case": f"{D}x{P}+{F} E={E} K={K} H={H} B={B} int8 wire", "bytes": nbytes,
                     "op_s": op_s, "op_GBps": nbytes / op_s / 1e9, "baseline": "cold memcpy of the same bytes",
-                    "baseline_s": mem_s, "ratio": mem_s / op_s, "target": 0.2 if stage == "dispatch" else 0.5})
+                    "baseline_s": mem_s, "ratio": mem_s / op_s, "target": 0.2 if stage == "dispatch" else 0.5,
+                    "round_cpu_s": cpu_round_s})
     return out
 
 
@@ -81,7 +95,9 @@ def bench_round_trip(cold, rounds: int) -> list[dict]:
 
     D, P, F, E, K, H, B = 2, 1, 2, 16, 4, 4096, 1024
     topo = cam.Topology(D=D, P=P, F=F, E=E, K=K, H=H, Bmax=B, L=1, slots=2, quantized=True)
+    c0 = time.process_time()
     dispatch_s, combine_s, ids = _common.run_plane(topo, rounds, torch.bfloat16)
+    cpu_round_s = (time.process_time() - c0) / rounds  # Comm set-up included, all threads
     rows = sum(int((i != -1).sum()) for i in ids)
     nbytes = rows * (H + 4) + rows * H * 2  # int8 rows + scales to the FFN ranks, bf16 expert rows back
     op_s = statistics.median(d + c for d, c in zip(dispatch_s[1:], combine_s[1:]))  # the first round warms up
@@ -90,7 +106,7 @@ def bench_round_trip(cold, rounds: int) -> list[dict]:
     mem_s = (cold if nbytes <= cold.pool // 2 else ColdMemcpy(nbytes)).seconds(nbytes, 7)
     return [{"op": "round trip", "case": f"{D}x{P}+{F} E={E} K={K} H={H} B={B} int8 wire, dispatch + combine",
              "bytes": nbytes, "op_s": op_s, "op_GBps": nbytes / op_s / 1e9, "baseline": "cold memcpy of the same bytes",
-             "baseline_s": mem_s, "ratio": mem_s / op_s, "target": 0.2}]
+             "baseline_s": mem_s, "ratio": mem_s / op_s, "target": 0.2, "round_cpu_s": cpu_round_s}]
 
 
 def bench_quant(cold, budget: float) -> list[dict]:
@@ -103,14 +119,28 @@ def bench_quant(cold, budget: float) -> list[dict]:
     nbytes = x.numel() * 2
     mem_s = cold.seconds(nbytes, 15)
     tq_s = timed(lambda: _common.torch_quant(x), warmup=2, repeat=30, budget_s=budget)
+    cpu_s = cpu_per_call(lambda: cam.ops.dynamic_quant(x, out=(q, s)), 20)
     case = "[512, 2048] bf16"
-    return [
+    rows = [
         {"op": "dynamic_quant", "case": case, "bytes": nbytes, "op_s": op_s, "op_GBps": nbytes / op_s / 1e9,
-         "baseline": "cold memcpy of the input bytes", "baseline_s": mem_s, "ratio": mem_s / op_s, "target": 0.4},
+         "baseline": "cold memcpy of the input bytes", "baseline_s": mem_s, "ratio": mem_s / op_s, "target": 0.4,
+         "op_cpu_s": cpu_s},
         {"op": "dynamic_quant", "case": case, "bytes": nbytes, "op_s": op_s, "op_GBps": nbytes / op_s / 1e9,
          "baseline": "torch per-token quant (vectorized torch ops)", "baseline_s": tq_s, "ratio": tq_s / op_s,
          "target": None},
     ]
+    # The issue's shape: 56 MiB in, more than the shared cold pools hold, so pools of its own (ColdMemcpy's rule).
+    x = torch.randn(4096, 7168).to(torch.bfloat16)
+    q = torch.empty(4096, 7168, dtype=torch.int8)
+    s = torch.empty(4096)
+    op_s = timed(lambda: cam.ops.dynamic_quant(x, out=(q, s)), warmup=1, repeat=10, budget_s=budget)
+    cpu_s = cpu_per_call(lambda: cam.ops.dynamic_quant(x, out=(q, s)), 4)
+    nbytes = x.numel() * 2
+    mem_s = (cold if nbytes <= cold.pool // 2 else ColdMemcpy(nbytes)).seconds(nbytes, 7)
+    rows.append({"op": "dynamic_quant", "case": "[4096, 7168] bf16", "bytes": nbytes, "op_s": op_s,
+                 "op_GBps": nbytes / op_s / 1e9, "baseline": "cold memcpy of the input bytes", "baseline_s": mem_s,
+                 "ratio": mem_s / op_s, "target": 0.4, "op_cpu_s": cpu_s})
+    return rows
 
 
 def bench_gmm(budget: float) -> list[dict]:
@@ -138,9 +168,10 @@ def bench_gmm(budget: float) -> list[dict]:
 
         op_s = timed(op, warmup=1, repeat=10, budget_s=budget)
         mm_s = timed(int_mm, warmup=1, repeat=10, budget_s=budget)
+        cpu_s = cpu_per_call(op, 5)
         work = 2.0 * rows * k * n
         out.append({"op": name, "case": f"M={rows} K={k} N={n} E_local={experts} balanced", "work_ops": work,
-                    "op_s": op_s, "op_GOPs": work / op_s / 1e9,
+                    "op_s": op_s, "op_GOPs": work / op_s / 1e9, "op_cpu_s": cpu_s,
                     "baseline": f"torch._int_mm per group, {torch.get_num_threads()} torch threads",
                     "baseline_s": mm_s, "baseline_GOPs": work / mm_s / 1e9, "ratio": mm_s / op_s, "target": 0.3})
     return out
@@ -261,6 +292,15 @@ def _write_outputs(args, doc: dict, lines: list[str]) -> int:
     return 0
 
 
+def _base_description(args) -> str:
+    """The older install's command, without machine paths (records are tracked files): the interpreter's name and
+    each --base-env variable's name."""
+    if not args.base_python:
+        return ""
+    names = [kv.split("=", 1)[0] + "=<older install>" for kv in args.base_env]
+    return " ".join([os.path.basename(args.base_python), *names])
+
+
 def _cost_child(python: str, rounds: int, env: dict) -> dict:
     res = subprocess.run([python, os.path.abspath(__file__), "--pipe-model-ab", str(rounds), "--cost-child"], env=env,
                          capture_output=True, text=True, timeout=3600)
@@ -299,36 +339,42 @@ def pipe_model_ab(args) -> int:
         row = {"row": name, "off_s": off, "on_s": statistics.median(smp["on"]),
                "on_over_off_per_round": [a / b for a, b in zip(smp["on"], smp["off"])], "samples": smp}
         row["on_over_off"] = row["on_s"] / off
+        # Each round's on and off ran back to back: the median of their ratios is the paired estimate, which load
+        # drifting between rounds or children moves less than the ratio of the pooled medians.
+        row["on_over_off_paired"] = statistics.median(row["on_over_off_per_round"])
         if base is not None:
             b = base[name]
             row["base_off_s"] = statistics.median(b["off"])
             row["base_on_s"] = statistics.median(b["on"])
             row["base_on_over_off"] = row["base_on_s"] / row["base_off_s"]
+            row["base_on_over_off_paired"] = statistics.median(a / c for a, c in zip(b["on"], b["off"]))
             row["on_over_base_on"] = row["on_s"] / row["base_on_s"]
             row["base_samples"] = b
         rows.append(row)
     doc = {"label": args.label, "rounds": args.pipe_model_ab, "host": platform.platform(), "cpus": os.cpu_count(),
            "torch_threads": torch.get_num_threads(), "load_avg_after": os.getloadavg(),
-           "base": " ".join([args.base_python or "", *args.base_env]).strip(), "rows": rows}
+           "base": _base_description(args), "rows": rows}
     reps = f"{args.ab_reps} children of {args.pipe_model_ab} rounds per install, alternated, " if base else ""
     lines = [f"# the twin's pipe-ordering model: its cost{': ' + args.label if args.label else ''}", "",
              f"Process CPU seconds per call (all threads), the model on and off (`{PIPE_MODEL_OFF_ENV}=1`, set only "
              f"by this benchmark) alternated in one process, {args.pipe_model_ab} rounds, order flipped every round; "
-             "medians. " + (f"`before`: an older install ({reps}samples pooled), measured the same way as this one "
+             "on ÷ off is the ratio of the medians, `paired` the median of each round's on ÷ off. " + (f"`before`: an older install ({reps}samples pooled), measured the same way as this one "
                             "(`after`). " if base else "") +
              f"{os.cpu_count()} CPUs, torch {torch.get_num_threads()} threads, load average after the run "
              f"{os.getloadavg()[0]:.1f}.", ""]
     if base:
-        lines += ["| row | before: on ÷ off | after: on ÷ off | after on ÷ before on | after off ÷ before off |",
-                  "|---|---|---|---|---|"]
+        lines += ["| row | before: on ÷ off | after: on ÷ off | before, paired | after, paired | after on ÷ before on | "
+                  "after off ÷ before off |", "|---|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {r['row']} | {r['base_on_over_off']:.2f} | **{r['on_over_off']:.2f}** | "
+                         f"{r['base_on_over_off_paired']:.2f} | **{r['on_over_off_paired']:.2f}** | "
                          f"{r['on_over_base_on']:.2f} | {r['off_s'] / r['base_off_s']:.2f} |")
     else:
-        lines += ["| row | off | on | on ÷ off | per round |", "|---|---|---|---|---|"]
+        lines += ["| row | off | on | on ÷ off | paired | per round |", "|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {r['row']} | {r['off_s'] * 1e3:.3f} ms | {r['on_s'] * 1e3:.3f} ms | "
-                         f"**{r['on_over_off']:.2f}** | {', '.join(f'{v:.2f}' for v in r['on_over_off_per_round'])} |")
+                         f"**{r['on_over_off']:.2f}** | {r['on_over_off_paired']:.2f} | "
+                         f"{', '.join(f'{v:.2f}' for v in r['on_over_off_per_round'])} |")
     return _write_outputs(args, doc, lines)
 
 
@@ -348,6 +394,103 @@ def fmt_row(r: dict) -> str:
             f"{r['ratio']:.4f}× | {target} |")
 
 
+def _row_key(r: dict) -> str:
+    return f"{r['op']} ({r['case']}) vs {r.get('baseline', '-')}"
+
+
+def _table_child(python: str, args, env: dict) -> dict:
+    cmd = [python, os.path.abspath(__file__), "--table-child", "--rounds", str(args.rounds), "--round-trip-rounds",
+           str(args.round_trip_rounds), "--budget", str(args.budget), "--first-op-runs", str(args.first_op_runs)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    if res.returncode != 0:
+        raise RuntimeError(f"{python}'s run failed:\n{res.stderr[-4000:]}")
+    return json.loads(res.stdout)
+
+
+def table_ab(args) -> int:
+    """The table's ratios before (an older install, --base-python / --base-env) and after (this one), each measured
+    by `--ab-reps` child processes per install, alternated (order flipped every rep): the same-run before/after of a
+    change. Each row's ratio is the median over its install's children."""
+    env_here = dict(os.environ)
+    env_base = dict(env_here, **dict(kv.split("=", 1) for kv in args.base_env))
+    arms = {"here": (sys.executable, env_here), "base": (args.base_python, env_base)}
+    docs = {"here": [], "base": []}
+    for rep in range(args.ab_reps):
+        for arm in (("base", "here") if rep % 2 == 0 else ("here", "base")):
+            python, env = arms[arm]
+            docs[arm].append(_table_child(python, args, env))
+    doc = {"label": args.label, "ab_reps": args.ab_reps, "base": _base_description(args),
+           "host": platform.platform(), "cpus": os.cpu_count(), "load_avg_after": os.getloadavg(),
+           "rows": _ab_rows(docs), "children": docs}
+    return _write_outputs(args, doc, _ab_lines(doc))
+
+
+def _ab_rows(docs: dict) -> list[dict]:
+    """Per row of the table: each install's ratios (one per child) and medians, and after ÷ before of the op's own
+    wall time and process CPU time (medians over the children)."""
+
+    def values(arm, key, field):
+        return [x[field] for d in docs[arm] for x in d["results"] if _row_key(x) == key and field in x]
+
+    rows = []
+    for r in docs["here"][0]["results"]:
+        if r["op"] == "first op in a process":
+            continue
+        key = _row_key(r)
+        field = "op_over_baseline" if r["op"] == "fixed cost" else "ratio"
+        got = {arm: values(arm, key, field) or [float("nan")] for arm in docs}
+        row = {"row": key, "field": field, "target": r.get("target"), "here": got["here"], "base": got["base"],
+               "here_median": statistics.median(got["here"]), "base_median": statistics.median(got["base"])}
+        op = {arm: values(arm, key, "op_s") for arm in docs}
+        if op["here"] and op["base"]:
+            row["op_after_over_before"] = statistics.median(op["here"]) / statistics.median(op["base"])
+        cpu_field = "op_cpu_s" if "op_cpu_s" in r else "round_cpu_s" if "round_cpu_s" in r else None
+        if cpu_field:
+            cpu = {arm: values(arm, key, cpu_field) for arm in docs}
+            if cpu["here"] and cpu["base"]:
+                row["cpu_field"] = cpu_field
+                row["cpu_after_over_before"] = statistics.median(cpu["here"]) / statistics.median(cpu["base"])
+        rows.append(row)
+    return rows
+
+
+def _ab_lines(doc: dict) -> list[str]:
+    reps = doc["ab_reps"]
+    lines = [f"# twin speed, before and after{': ' + doc['label'] if doc['label'] else ''}", "",
+             f"Each install ran the table in {reps} child processes, alternated with the other's (order flipped "
+             f"every rep); each ratio cell is the median over that install's children of the row's same-run ratio "
+             f"(baseline time / op time; for the fixed cost, op time / torch.abs time, lower is better). `before`: "
+             f"`{doc['base']}`. {doc['cpus']} CPUs (shared), load average after the run "
+             f"{doc['load_avg_after'][0]:.1f}.", "",
+             "`op time` is the op's own wall time, `CPU` its process CPU time (all threads) per call, or per plane "
+             "round for the plane rows (Comm set-up included), each after ÷ before over the children's medians: "
+             "the baselines themselves move with the machine's other load (torch's 2-thread `_int_mm` by up to 100× "
+             "between children), the op's own times far less.", "",
+             "| row | before | after | after ÷ before | op time after ÷ before | CPU after ÷ before | target | "
+             "after, per child |", "|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        if r["field"] == "op_over_baseline":
+            target = "≤ 10× torch.abs"
+            fmt = lambda v: f"{v:.1f}× torch.abs"  # noqa: E731
+        else:
+            target = f"≥ {r['target']}×" if r["target"] else "—"
+            fmt = lambda v: f"{v:.4f}×"  # noqa: E731
+        op = f"{r['op_after_over_before']:.2f}" if "op_after_over_before" in r else "—"
+        cpu = f"{r['cpu_after_over_before']:.2f}" if "cpu_after_over_before" in r else "—"
+        lines.append(f"| {r['row']} | {fmt(r['base_median'])} | **{fmt(r['here_median'])}** | "
+                     f"{r['here_median'] / r['base_median']:.2f} | {op} | {cpu} | {target} | "
+                     f"{', '.join(f'{v:.3g}' for v in r['here'])} |")
+    return lines
+
+
+def render_ab(args) -> int:
+    """Re-renders a recorded before/after (its children's results) with this script's rows and table."""
+    with open(args.render_ab) as f:
+        doc = json.load(f)
+    doc["rows"] = _ab_rows(doc["children"])
+    return _write_outputs(args, doc, _ab_lines(doc))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
@@ -362,12 +505,20 @@ def main(argv=None) -> int:
     p.add_argument("--pipe-model-ab", type=int, default=0, metavar="ROUNDS",
                    help="instead of the table: the twin's pipe model on against off, ROUNDS alternated samples")
     p.add_argument("--cost-child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--base-python", help="with --pipe-model-ab: also alternate this python's install (an older build)")
+    p.add_argument("--table-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--render-ab", metavar="JSON", help="re-render a recorded --base-python run (its children) as the "
+                                                       "table, to --md / --json")
+    p.add_argument("--base-python", help="also alternate this python's install (an older build) with this one: the "
+                                         "table's before/after, or with --pipe-model-ab the model's cost's")
     p.add_argument("--base-env", nargs="*", default=[], metavar="K=V", help="environment of the --base-python arm")
     p.add_argument("--ab-reps", type=int, default=6, help="with --base-python: children per install, alternated")
     args = p.parse_args(argv)
+    if args.render_ab:
+        return render_ab(args)
     if args.pipe_model_ab:
         return pipe_model_ab(args)
+    if args.base_python and not args.table_child:
+        return table_ab(args)
 
     import cam
 
@@ -395,6 +546,9 @@ def main(argv=None) -> int:
         "seconds": time.perf_counter() - started,
         "results": results,
     }
+    if args.table_child:
+        json.dump(doc, sys.stdout)
+        return 0
     lines = [f"# twin speed{': ' + args.label if args.label else ''}", "",
              f"cold memcpy {doc['cold_memcpy']['GBps']:.2f} GB/s single thread ({big >> 20} MiB, pools of "
              f"{cold.pool >> 20} MiB per side; LLC {llc >> 20} MiB), {doc['cpus']} CPUs, flags "

@@ -12,7 +12,17 @@ Three kinds of runs, each sharing what it can:
   a mutant cannot touch are compiled once; per mutant only the four data-plane kernels, side by side;
 - the window_table kernel over the twin's HCCL context (tests/sdk_ascend/hccl_context.cpp) on the A3 description;
 - one W2 call through the SDK (tests/twin/gmm_fixpipe.cpp: N = 72, one N tile narrower than the cube's 96-column
-  one), linked from the same shared objects with only the cube kernel rebuilt per mutant.
+  one; K = 300, two accumulating k steps into a small tile; a one-row group), linked from the same shared objects
+  with only the cube kernel rebuilt per mutant;
+- one dynamic_quant call through the SDK (tests/twin/quant_rules.cpp: 1000 columns, 16 vector repeats a row), the
+  same way with only the dynamic_quant kernel rebuilt;
+- compile-only mutants, for what bisheng refuses to compile and the twin's headers refuse the same way (a
+  `GM_ADDR` list, `AscendC::event_t`): the kernel source is compiled with the switch, and it counts as caught only
+  if the compiler's error is at a line of the mutant's block and says what the rule expects;
+- one build mutant: the defect that lives in the build description, not in a kernel source (bisheng's automatic
+  sync not stated), re-introduced by a text substitution in a copy of cmake/ and built with the stand-in bisheng of
+  tests/test_ascend_build.py; caught if the check on every kernel's command line fails for the copy and passes for
+  the tree.
 
 Compiling all that takes minutes on the shared machines, so the suite is not in the default run: it runs with
 CAM_MUTANTS=1 (or `-m mutation`), as its own CI stage."""
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -73,6 +84,39 @@ MUTANTS = {
     "CAM_MUTANT_NO_BATCH_MODE": ("plane", "syncall-batch-mode", None),
     # the GMM's Fixpipe writes the cube's padded width (a multiple of 32) into accumulator rows N apart
     "CAM_MUTANT_FIXPIPE_PADDED_N": ("gmm", "fixpipe-nsize", "cam_gmm_int8_cube"),
+    # the first review's: Mmad given a group's real row count, m = 1 for a one-row group (GEMV mode reads L0A as ND)
+    "CAM_MUTANT_MMAD_GEMV": ("gmm", "mmad-gemv", "cam_gmm_int8_cube"),
+    # the first review's: no PipeBarrier<PIPE_M> between accumulating Mmads under (m/16)(n/16) = 10
+    "CAM_MUTANT_NO_PIPE_M_BARRIER": ("gmm", "mmad-barrier", "cam_gmm_int8_cube"),
+    # the first review's: ReduceMax's work buffer of one element per repeat (it writes value and index)
+    "CAM_MUTANT_REDUCE_WORK_HALF": ("quant", "ub-bounds", "cam_dynamic_quant"),
+    # the first review's: int32 -> half Cast without SetDeqScale (a dequant through whatever DEQSCALE holds)
+    "CAM_MUTANT_NO_DEQSCALE": ("quant", "cast-deqscale", "cam_dynamic_quant"),
+    # the first review's: a hard-SyncAll kernel not declared mixed (combine_recv)
+    "CAM_MUTANT_SYNCALL_NOT_MIX": ("plane", "syncall-kernel-type", "cam_combine_recv"),
+    # the first review's: a signal into a peer's window by scalar store and clean instead of MTE3 from UB
+    "CAM_MUTANT_PEER_SCALAR_SIGNAL": ("plane", "peer-scalar-store", None),
+    # the first review's: GM_ADDR a = ..., b = ...; (GM_ADDR is a macro: b is a uint8_t)
+    "CAM_MUTANT_GM_ADDR_LIST": ("compile", "gm_addr", "gmm_int8_cube/gmm_int8_cube.cpp"),
+    # the first review's: AscendC::event_t, which bisheng does not declare (event_t is global)
+    "CAM_MUTANT_ASCENDC_EVENT_T": ("compile", "event", "dynamic_quant/dynamic_quant.cpp"),
+}
+
+# compile rule (the check's name in tests/twin/compile_checks.cpp, which holds its bad snippet and control) -> what
+# g++'s error at a line of the mutant's block must say; the twin's headers declare what bisheng declares. Quotes
+# are ASCII or typographic, as g++'s locale makes them.
+Q = "['\u2018\u2019]"
+COMPILE_RULES = {
+    "gm_addr": rf"cannot convert {Q}std::nullptr_t{Q} to {Q}uint8_t{Q}",
+    "event": rf"{Q}event_t{Q} (?:is not a member of {Q}AscendC{Q}|in namespace {Q}AscendC{Q} does not name)",
+}
+
+# The second review's fix 5 lives in the Ascend build (cmake/CamAscend.cmake passes bisheng --cce-auto-sync, which the
+# twin's automatic-sync table stands for), so no kernel-source switch can re-introduce it: switch -> (file, its text,
+# the mutated text, the check that must fail). Counted in the summary with the others.
+BUILD_MUTANTS = {
+    "CAM_MUTANT_BUILD_NO_AUTO_SYNC": ("cmake/CamAscend.cmake", 'set(CAM_BISHENG_AUTO_SYNC "--cce-auto-sync")',
+                                      'set(CAM_BISHENG_AUTO_SYNC "")', "auto-sync-option"),
 }
 
 DATAPLANE_KERNELS = ["dispatch_send", "dispatch_recv", "combine_send", "combine_recv"]
@@ -137,9 +181,11 @@ class _PlaneBuild:
             commands.append([self.gxx, *FLAGS, *includes, "-c", src, "-o", obj])
         run_all(commands, timeout=900, check=True, capture_output=True)
         self.round_trip = self.base[-1]
-        self.cube = self.base[units.index(next(u for u in units if u[0].endswith("gmm_int8_cube.cpp")))]
+        # op kernel -> its unmutated object, which an op mutant's link replaces
+        self.kernel_objects = {os.path.basename(src): obj for (src, _), obj in zip(units, self.base)
+                               if src.startswith(os.path.join(ROOT, "kernels"))}
         self.base += twin_objects(ROOT, flags=FLAGS)
-        self.sdk_gmm = None
+        self.drivers = {}
 
     def link(self, name: str, define: str | None) -> str:
         objs, commands = [], []
@@ -155,21 +201,24 @@ class _PlaneBuild:
         return exe
 
 
-    def link_gmm(self, name: str, define: str | None) -> str:
-        """tests/twin/gmm_fixpipe.cpp over the shared objects (the control's data-plane kernels) and a cube kernel built with
-        `define`; call after link("control", None)."""
-        if self.sdk_gmm is None:
-            self.sdk_gmm = os.path.join(self.out, "sdk-gmm.o")
+    def link_op(self, kind: str, name: str, define: str | None) -> str:
+        """An op driver (OP_RUNS[kind]) over the shared objects (the control's data-plane kernels) and its op kernel
+        built with `define`; call after link("control", None)."""
+        driver, kernel = OP_RUNS[kind]
+        if driver not in self.drivers:
+            obj = os.path.join(self.out, f"driver-{kind}.o")
             subprocess.run([self.gxx, *FLAGS, *self.inc["sdk"], "-I", os.path.join(ROOT, "tests", "sdk"), "-c",
-                            os.path.join(ROOT, "tests", "twin", "gmm_fixpipe.cpp"), "-o", self.sdk_gmm], check=True,
+                            os.path.join(ROOT, "tests", "twin", driver), "-o", obj], check=True,
                            timeout=300, capture_output=True)
-        cube = self.cube
+            self.drivers[driver] = obj
+        unmutated = self.kernel_objects[os.path.basename(kernel)]
+        op = unmutated
         if define:
-            cube = os.path.join(self.out, f"{name}-gmm_int8_cube.o")
+            op = os.path.join(self.out, f"{name}-{os.path.basename(kernel)}.o")
             subprocess.run([self.gxx, *FLAGS, *self.inc["kernel"], f"-D{define}", "-c",
-                            os.path.join(ROOT, "kernels", "gmm_int8_cube", "gmm_int8_cube.cpp"), "-o", cube],
+                            os.path.join(ROOT, "kernels", kernel), "-o", op],
                            check=True, timeout=300, capture_output=True)
-        objs = [o for o in self.base if o not in (self.round_trip, self.cube)] + [cube, self.sdk_gmm]
+        objs = [o for o in self.base if o not in (self.round_trip, unmutated)] + [op, self.drivers[driver]]
         objs += [os.path.join(self.out, f"control-{k}.o") for k in DATAPLANE_KERNELS]
         exe = os.path.join(self.out, name)
         subprocess.run([self.gxx, *FLAGS, *objs, "-o", exe, "-lrt"], check=True, timeout=300, capture_output=True)
@@ -205,13 +254,22 @@ def plane_runs(plane_build):
     return runs
 
 
+# op mutant kind -> (its driver in tests/twin/, the kernel source rebuilt per mutant, under kernels/)
+OP_RUNS = {
+    "gmm": ("gmm_fixpipe.cpp", "gmm_int8_cube/gmm_int8_cube.cpp"),
+    "quant": ("quant_rules.cpp", "dynamic_quant/dynamic_quant.cpp"),
+}
+
+
 @pytest.fixture(scope="module")
-def gmm_runs(plane_build, plane_runs):
-    """tests/twin/gmm_fixpipe.cpp, unmutated and per gmm mutant, from the plane build's objects (plane_runs linked the control
-    data-plane kernels it reuses)."""
+def op_runs(plane_build, plane_runs):
+    """Per op kind: its driver, unmutated and per mutant of that kind, from the plane build's objects (plane_runs
+    linked the control data-plane kernels it reuses)."""
     runs = {}
-    for switch in [None] + [s for s, (kind, _, _) in MUTANTS.items() if kind == "gmm"]:
-        runs[switch] = _run(plane_build.link_gmm(("gmm-" + (switch or "control")).lower(), switch))
+    for kind in OP_RUNS:
+        runs[kind] = {}
+        for switch in [None] + [s for s, (k, _, _) in MUTANTS.items() if k == kind]:
+            runs[kind][switch] = _run(plane_build.link_op(kind, (kind + "-" + (switch or "control")).lower(), switch))
     return runs
 
 
@@ -285,9 +343,56 @@ def test_hccl_mutant_is_caught(hccl_runs, switch):
     _check_caught({None: control, switch: mutant}, switch, lambda out: out.strip() == expected)
 
 
-@pytest.mark.parametrize("switch", [s for s, v in MUTANTS.items() if v[0] == "gmm"])
-def test_gmm_mutant_is_caught(gmm_runs, switch):
-    _check_caught(gmm_runs, switch, lambda out: out.strip() == "OK")
+@pytest.mark.parametrize("switch", [s for s, v in MUTANTS.items() if v[0] in OP_RUNS])
+def test_op_mutant_is_caught(op_runs, switch):
+    _check_caught(op_runs[MUTANTS[switch][0]], switch, lambda out: out.strip() == "OK")
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _mutant_lines(path: str, switch: str) -> range:
+    """The lines (1-based) of the `#if defined(switch)` block in path, its #else branch included."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    start = next(i for i, line in enumerate(lines, 1) if f"defined({switch})" in line)
+    depth, end = 0, start
+    for i in range(start, len(lines) + 1):
+        s = lines[i - 1].strip()
+        if s.startswith("#if"):
+            depth += 1
+        elif s.startswith("#endif"):
+            depth -= 1
+            if depth == 0:
+                end = i
+                break
+    return range(start, end + 1)
+
+
+@pytest.mark.parametrize("switch", [s for s, v in MUTANTS.items() if v[0] == "compile"])
+def test_compile_mutant_is_caught(switch):
+    """The kernel source compiles unmutated, and with the switch fails with the rule's error at the mutant's lines
+    (of the file holding the switch, which may be a header the kernel includes)."""
+    _, rule, kernel = MUTANTS[switch]
+    holder = next(p for p in glob.glob(os.path.join(ROOT, "kernels", "**", "*.*"), recursive=True)
+                  if "/twin/" not in p and p.endswith((".h", ".cpp")) and f"defined({switch})" in _read(p))
+    lines = _mutant_lines(holder, switch)
+    base = [_gxx(), *FLAGS, "-fsyntax-only", "-I", os.path.join(ROOT, "kernels"),
+            "-I", os.path.join(ROOT, "kernels", "twin", "include"), "-Werror=narrowing",
+            os.path.join(ROOT, "kernels", kernel)]
+    control, mutant = run_all([base, base[:-1] + [f"-D{switch}", base[-1]]], timeout=300, capture_output=True,
+                              text=True)
+    assert control.returncode == 0, "control: " + control.stderr[-2000:]
+    name = re.escape(os.path.relpath(holder, ROOT))
+    errors = [m for m in re.finditer(rf"{name}:(\d+):\d+: error: (.*)", mutant.stderr)
+              if int(m.group(1)) in lines]
+    caught = mutant.returncode != 0 and any(re.search(COMPILE_RULES[rule], m.group(2)) for m in errors)
+    why = "" if caught else f"no {rule} error at {os.path.relpath(holder, ROOT)}:{lines.start}-{lines.stop - 1} " \
+                            f"(exit {mutant.returncode}): {mutant.stderr[-800:]}"
+    _record(switch, caught, why)
+    assert caught, f"{switch}: {why}"
 
 
 @pytest.mark.parametrize("switch", [s for s, v in MUTANTS.items() if v[0] == "scan"])
@@ -299,12 +404,63 @@ def test_scan_mutant_is_caught(switch):
     assert sites, f"{switch}: the {rule} scan missed it"
 
 
+def _stand_in_build(root: str, work) -> list:
+    """The kernels of the tree at `root` built with CAM_ASCEND=ON and tests/test_ascend_build.py's stand-in bisheng
+    (which logs each command line): the commands."""
+    import test_ascend_build as ab
+
+    home, bindir, log = ab._fake_toolkit(work)
+    env = ab._env_without_toolkit()
+    env.update(ASCEND_HOME_PATH=str(home), PATH=str(bindir) + os.pathsep + env["PATH"], CAM_BISHENG_LOG=str(log))
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run([shutil.which("cmake"), "-S", root, "-B", str(work / "build"), *generator, "-DCAM_ASCEND=ON",
+                    "-DCAM_BUILD_PYTHON=OFF", "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True,
+                   timeout=240, env=env)
+    subprocess.run([shutil.which("cmake"), "--build", str(work / "build"), "--target", "cam_kernels"], check=True,
+                   capture_output=True, timeout=240, env=env)
+    import json
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("switch", list(BUILD_MUTANTS))
+def test_build_mutant_is_caught(tmp_path, switch):
+    if shutil.which("cc") is None or shutil.which("cmake") is None:
+        pytest.skip("cmake and cc are needed for the stand-in Ascend build")
+    from test_ascend_build import auto_sync_option
+
+    path, old, new, rule = BUILD_MUTANTS[switch]
+    # The mutated tree: the checkout's entries as links, the mutated file's top folder copied and edited.
+    src = tmp_path / "src"
+    src.mkdir()
+    top = path.split("/")[0]
+    for entry in os.listdir(ROOT):
+        if entry not in (".git", ".venv", "build", top):
+            os.symlink(os.path.join(ROOT, entry), src / entry)
+    shutil.copytree(os.path.join(ROOT, top), src / top)
+    text = (src / path).read_text()
+    assert text.count(old) == 1, f"{path} no longer holds {old!r}"
+    (src / path).write_text(text.replace(old, new))
+
+    def missing(commands):  # test_ascend_build's check: every kernel's bisheng command carries the option
+        return [c[c.index("-c") + 1] for c in commands if auto_sync_option() not in c]
+
+    (tmp_path / "control").mkdir()
+    (tmp_path / "mutant").mkdir()
+    control = _stand_in_build(ROOT, tmp_path / "control")
+    assert control and not missing(control), "control: the tree's own build lacks the option"
+    mutant = _stand_in_build(str(src), tmp_path / "mutant")
+    caught = bool(mutant) and bool(missing(mutant))
+    _record(switch, caught, "" if caught else f"{rule}: every mutated command still carries {auto_sync_option()}")
+    assert caught, f"{switch}: {rule} not broken"
+
+
 def test_summary(capsys):
     """Runs last in this module: the suite's summary line."""
     caught = sum(1 for c, _ in _results.values() if c)
+    total = len(MUTANTS) + len(BUILD_MUTANTS)
     with capsys.disabled():
-        print(f"\nmutants {len(MUTANTS)}, caught {caught}")
-        for switch in MUTANTS:
+        print(f"\nmutants {total}, caught {caught}")
+        for switch in [*MUTANTS, *BUILD_MUTANTS]:
             if switch not in _results or not _results[switch][0]:
                 print(f"  missed {switch}: {_results.get(switch, (False, 'not run'))[1]}")
-    assert caught == len(MUTANTS)
+    assert caught == total

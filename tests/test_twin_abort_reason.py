@@ -31,15 +31,46 @@ def _run(program, case):
     return rank0, int(m.group(1)), int(m.group(2)), m.group(3)
 
 
+def _expected_reason(rule: str, kernel: str, rank: int, violation: str) -> str:
+    """The slot's text as specified (kernels/common/launch.h): rule, kernel and rank, then the block and the call site
+    (file name and line) each if the whole stays within the slot's 55 characters (56 bytes with the NUL)."""
+    m = re.search(r" block (\d+/\d+) at (?:[^ :]*/)?([^ /:]+:\d+): ", violation)
+    text = f"{rule} in {kernel} on rank {rank}"
+    for more in (f" block {m.group(1)}", f" at {m.group(2)}"):
+        if len(text) + len(more) <= REASON_BYTES - 1:
+            text += more
+    return text
+
+
 @pytest.mark.parametrize("case, rule", [("dirty_exit", "dcache-dirty-at-exit"), ("peer_store", "peer-scalar-store")])
 def test_violation_aborts_the_peer_naming_the_rule(program, case, rule):
     rank0, abort, waited_ms, reason = _run(program, case)
     assert f"rule '{rule}' broken in kernel store_word" in rank0, rank0
     assert abort == 1, (abort, reason)  # raised by rank 0 (1 + rank)
-    assert reason == f"{rule} in store_word on rank 0", reason
+    assert reason == _expected_reason(rule, "store_word", 0, rank0), (reason, rank0)
+    assert reason.startswith(f"{rule} in store_word on rank 0 block 0/1"), reason  # these names leave room for it
     # The peer's wait is bounded by 10 s: ending well before it means the abort, not the bound, ended it (a loaded
     # machine can delay the launch by seconds, never by the whole bound).
     assert waited_ms < 8000, waited_ms
+
+
+@pytest.mark.parametrize("violation, rank", [
+    # room for the block and the call site: both go in
+    ("twin: rule 'pipe-order' broken in kernel k block 2/4 at kernels/common/dataplane.h:310: MTE2 read of ...", 3),
+    # room for the block only
+    ("twin: rule 'pipe-order' broken in kernel cam_combine_send block 0/1 at kernels/common/dataplane.h:310: x", 1),
+    # no room for either: the first part alone, as before
+    ("twin: rule 'dcache-dirty-at-exit' broken in kernel cam_dispatch_send block 47/48 at "
+     "kernels/dispatch_send/dispatch_send.cpp:1234: a scalar GM store", 12),
+])
+def test_reason_text_keeps_what_fits(program, violation, rank):
+    res = subprocess.run([program, "format", violation, str(rank)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    rule = re.search(r"rule '([^']+)'", violation).group(1)
+    kernel = re.search(r" in kernel (\S+) ", violation).group(1)
+    text = res.stdout.rstrip("\n")
+    assert text == _expected_reason(rule, kernel, rank, violation), text
+    assert len(text) <= REASON_BYTES - 1, text
 
 
 def test_control_leaves_the_plane_alone(program):

@@ -66,6 +66,8 @@ CASES = {
     "pipe_clean_then_mte2": ("dcache-clean-barrier", 0),
     "pipe_vecin_to_mte3": ("pipe-order", 0),
     "pipe_v_then_mte3": ("pipe-order", 0),
+    "pipe_v_deep_then_mte3": ("pipe-order", 0),
+    "pipe_inplace_v_then_mte2": ("pipe-order", 0),
     "syncall_no_batch_mode": ("syncall-batch-mode", None),
 }
 
@@ -96,7 +98,9 @@ def run_case(binary, case):
 @pytest.mark.parametrize("case", ["good_copy", "good_copy_48_cores", "stream", "good_cube", "good_vector",
                                   "pad_tail_poisoned", "good_mmad_barrier", "own_scalar_store",
                                   "pipe_destroy_then_new", "good_pipe_mte3_then_mte2", "good_pipe_clean_then_mte2",
-                                  "good_pipe_vecin_to_mte3", "good_pipe_v_then_mte3", "good_syncall_batch_mode", "good_fixpipe_odd_n"])
+                                  "good_pipe_vecin_to_mte3", "good_pipe_v_then_mte3", "good_pipe_v_deep_then_mte3",
+                                  "good_pipe_inplace_v_then_mte2",
+                                  "good_syncall_batch_mode", "good_fixpipe_odd_n"])
 def test_correct_kernel_passes(violations_binary, case):
     result = run_case(violations_binary, case)
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
@@ -131,11 +135,13 @@ def test_scalar_data_cache(violations_binary, case, expected):
 
 def test_store_never_cleaned_is_lost(violations_binary):
     """The store stays in the writer's cache line (the reader sees nothing), and the line is not written back when
-    the kernel ends: the writer's block is refused, naming the store (control: flag_clean_invalidate above)."""
+    the kernel ends: the writer's block is refused, naming the store, and GM still holds the old value (control:
+    flag_clean_invalidate above, where the cleaned store reaches GM and the reader sees it)."""
     result = run_case(violations_binary, "flag_missing_clean")
     message = result.stdout.strip()
     assert result.returncode == 1 and "rule 'dcache-dirty-at-exit' broken" in message, message + result.stderr
     assert re.search(r"violations\.cpp:\d+", message), message
+    assert "flag in GM after the kernel: 0" in message, message
 
 
 def test_dcache_can_be_turned_off_for_diagnosis(violations_binary):

@@ -103,6 +103,10 @@ public:
 
     // window[off] = value by MTE3. Callers have drained their payload writes before (PIPE_ALL, then SyncAll).
     __aicore__ inline void Send(GM_ADDR window, int64_t byteOff, int64_t value) const {
+#if defined(CAM_MUTANT_PEER_SCALAR_SIGNAL)
+        StoreWord(window, byteOff, value);  // mutant: a scalar store (and clean) into the peer's window
+        return;
+#endif
         word_.SetValue(0, value);
         AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);

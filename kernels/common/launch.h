@@ -59,13 +59,16 @@ namespace cam::kernels::dp {
 
 // Twin only: the rest of the abort word's line (window_layout.h: line 0 holds only the abort word; the status record
 // starts at the next line) carries, NUL-terminated, "<rule> in <kernel> on rank <r>" of the violation that raised it,
-// so every rank's error can name the rule its peer broke (the host appends TwinAbortReason to the abort sentence).
+// then " block <b>/<n>" and " at <file>:<line>" (the call site's file name) each as long as the whole still fits, so
+// every rank's error can name the rule its peer broke, and where when the slot holds it (the host appends
+// TwinAbortReason to the abort sentence).
 inline constexpr int64_t kTwinAbortReasonOff = kAbortReasonOff;
 inline constexpr int64_t kTwinAbortReasonBytes = kAbortReasonBytes;
 
-// The reason's text from a twin violation's message ("twin: rule 'R' broken in kernel K block ..."): R and K.
+// The reason's text from a twin violation's message ("twin: rule 'R' broken in kernel K block B/N at F:L: ..."): R
+// and K, then the block and the call site (F's file name) while they fit.
 inline std::string TwinReasonText(const std::string& violation, int64_t rank) {
-    std::string rule = "?", kernel = "?";
+    std::string rule = "?", kernel = "?", block, site;
     const size_t r0 = violation.find("rule '");
     if (r0 != std::string::npos) {
         const size_t r1 = violation.find('\'', r0 + 6);
@@ -75,9 +78,22 @@ inline std::string TwinReasonText(const std::string& violation, int64_t rank) {
     if (k0 != std::string::npos) {
         const size_t k1 = violation.find(' ', k0 + 11);
         kernel = violation.substr(k0 + 11, k1 == std::string::npos ? std::string::npos : k1 - k0 - 11);
+        const size_t b0 = violation.find(" block ", k0 + 11);
+        if (b0 != std::string::npos) block = violation.substr(b0 + 7, violation.find(' ', b0 + 7) - b0 - 7);
     }
+    const size_t s0 = violation.find(" at ");
+    if (s0 != std::string::npos) {
+        const size_t s1 = violation.find(": ", s0 + 4);
+        site = violation.substr(s0 + 4, s1 == std::string::npos ? std::string::npos : s1 - s0 - 4);
+        const size_t slash = site.rfind('/');
+        if (slash != std::string::npos) site = site.substr(slash + 1);
+    }
+    const size_t room = static_cast<size_t>(kTwinAbortReasonBytes) - 1;  // the NUL
     std::string text = rule + " in " + kernel + " on rank " + std::to_string(rank);
-    if (text.size() > static_cast<size_t>(kTwinAbortReasonBytes) - 1) text.resize(kTwinAbortReasonBytes - 1);
+    for (const std::string& more : {block.empty() ? block : " block " + block, site.empty() ? site : " at " + site}) {
+        if (!more.empty() && text.size() + more.size() <= room) text += more;
+    }
+    if (text.size() > room) text.resize(room);
     return text;
 }
 

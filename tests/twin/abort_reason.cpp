@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -35,6 +36,12 @@ extern "C" __global__ __aicore__ void store_word(GM_ADDR window, int64_t offset,
 }
 
 int main(int argc, char** argv) {
+    // `format <violation message> <rank>`: the slot's text TwinReasonText makes of it, for messages no kernel here
+    // produces (a short rule and kernel that leave room for the call site, a long one that leaves none).
+    if (argc == 4 && std::string(argv[1]) == "format") {
+        std::printf("%s\n", cam::kernels::dp::TwinReasonText(argv[2], std::atoll(argv[3])).c_str());
+        return 0;
+    }
     if (argc != 2) return 2;
     const std::string c = argv[1];
     if (c != "dirty_exit" && c != "peer_store" && c != "clean") return 2;

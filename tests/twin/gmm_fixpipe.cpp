@@ -1,7 +1,9 @@
 // One W2 (gmm_multi_layer) call through the SDK's C API at N = 72: a single N tile narrower than the cube's
-// 96-column tile, so the cube's Fixpipe writes its tail with nSize = 72. Prints "OK", or "FAIL: " and the
-// synchronize's error message (the twin's violation: rule, kernel, block, call site). The mutation suite links it
-// against a cube kernel built with a mutant switch.
+// 96-column tile, so the cube's Fixpipe writes its tail with nSize = 72; K = 300, two k steps (256 + 44) of
+// accumulating Mmads into a 16 x 96 tile, under the size where the cube orders them itself; and a group of one row,
+// which the cube must not hand to Mmad as m = 1. Prints "OK", or "FAIL: " and the synchronize's error message (the
+// twin's violation: rule, kernel, block, call site). The mutation suite links it against a cube kernel built with
+// a mutant switch.
 #include <cam/cam.h>
 
 #include <cstdio>
@@ -13,11 +15,11 @@
 using namespace sdk_test;
 
 int main() {
-    const int64_t m = 8, i = 40, h = 72, e = 2, layers = 1;
+    const int64_t m = 9, i = 300, h = 72, e = 3, layers = 1;
     std::vector<int8_t> y(m * i, 3);
     std::vector<float> yScale(m, 0.5f);
     Layers w2 = MakeLayers(layers, e, i, h, 5);
-    std::vector<int64_t> groupList = {5, 3};
+    std::vector<int64_t> groupList = {5, 3, 1};
     int64_t layerIndex = 0;
     std::vector<uint16_t> out(m * h, 0);
     aclrtStream stream = nullptr;

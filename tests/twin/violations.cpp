@@ -496,6 +496,45 @@ void VectorThenCopyOut(GM_ADDR, GM_ADDR dst) {
     DataCopy(d, buf.Get<float>(), kElems);  // @case:pipe_v_then_mte3
 }
 
+// 40 vector writes to separate 32-byte slices of a TBuf (64 bytes apart, so none touches another), then an MTE3
+// copy-out of the first: a V op 40 ops back is still pending unless a flag orders V before MTE3 (the model keeps
+// every V op on UB until it is ordered, up to 64; it used to keep 16 per pipe and would have forgotten this one).
+template <bool kFlag>
+void VectorDeepThenCopyOut(GM_ADDR, GM_ADDR dst) {
+    constexpr uint32_t kSlices = 40, kStride = 16, kSlice = 8;
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, kSlices * kStride * sizeof(float));
+    GlobalTensor<float> d;
+    d.SetGlobalBuffer(reinterpret_cast<float*>(dst), kSlice);
+    for (uint32_t i = 0; i < kSlices; ++i) Duplicate(buf.Get<float>()[i * kStride], float(i), kSlice);
+    if constexpr (kFlag) {
+        SetFlag<HardEvent::V_MTE3>(EVENT_ID2);
+        WaitFlag<HardEvent::V_MTE3>(EVENT_ID2);
+    }
+    DataCopy(d, buf.Get<float>(), kSlice);  // @case:pipe_v_deep_then_mte3
+}
+
+// An in-place vector instruction (Muls(x, x, ...)) on a TBuf, then an MTE2 copy into the same bytes with no flag:
+// the model keeps the instruction's write (its source read is the same bytes), so the copy still meets it.
+template <bool kFlag>
+void InPlaceVectorThenCopyIn(GM_ADDR src, GM_ADDR) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, kElems * sizeof(float));
+    GlobalTensor<float> s;
+    s.SetGlobalBuffer(reinterpret_cast<float*>(src), kElems);
+    Duplicate(buf.Get<float>(), 1.0f, kElems);
+    SetFlag<HardEvent::V_MTE2>(EVENT_ID4);  // the Duplicate is ordered: only the Muls can meet the copy
+    WaitFlag<HardEvent::V_MTE2>(EVENT_ID4);
+    Muls(buf.Get<float>(), buf.Get<float>(), 2.0f, kElems);
+    if constexpr (kFlag) {
+        SetFlag<HardEvent::V_MTE2>(EVENT_ID3);
+        WaitFlag<HardEvent::V_MTE2>(EVENT_ID3);
+    }
+    DataCopy(buf.Get<float>(), s, kElems);  // @case:pipe_inplace_v_then_mte2
+}
+
 void L1Reserved(GM_ADDR, GM_ADDR) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
     TPipe pipe;
@@ -622,8 +661,8 @@ void FlagHandOff(GM_ADDR dst, bool clean, bool invalidate, bool readEarly) {
     if (GetBlockIdx() == 0) {
         flag.SetValue(0, 1);
         if (clean) DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(flag);
-        // Keep the block alive past the reader's deadline: its end-of-block write-back must not rescue a
-        // missing clean.
+        // Keep the block alive past the reader's deadline, so the reader's whole wait runs while an uncleaned store
+        // sits in this block's cache (and the block's end, which writes nothing back, comes after it).
         std::this_thread::sleep_for(std::chrono::milliseconds(400));
         return;
     }
@@ -744,6 +783,10 @@ const Case kCases[] = {
     {"good_pipe_vecin_to_mte3", MoverThroughVecin<true>, 1},
     {"pipe_v_then_mte3", VectorThenCopyOut<false>, 1},
     {"good_pipe_v_then_mte3", VectorThenCopyOut<true>, 1},
+    {"pipe_v_deep_then_mte3", VectorDeepThenCopyOut<false>, 1},
+    {"good_pipe_v_deep_then_mte3", VectorDeepThenCopyOut<true>, 1},
+    {"pipe_inplace_v_then_mte2", InPlaceVectorThenCopyIn<false>, 1},
+    {"good_pipe_inplace_v_then_mte2", InPlaceVectorThenCopyIn<true>, 1},
     {"good_copy_48_cores", GoodCopy, 48},  // legal once the platform has 48 vector cores
     {"syncall_cores", GoodCopy, 8},        // same kernel, more blocks than the 4-core twin has
     {"syncall_cores_910b3", GoodCopy, 48},  // 48 blocks: fine on 910B1, 8 more than 910B3's 40 vector cores
@@ -829,7 +872,8 @@ int FlagCase(bool clean, bool invalidate, bool readEarly) {
             FlagHandOff(reinterpret_cast<GM_ADDR>(words), clean, invalidate, readEarly);
         });
     } catch (const cam::twin::TwinViolation& e) {
-        std::printf("%s\n", e.what());
+        // What GM holds after the refused launch: a store never cleaned must not have reached it.
+        std::printf("%s\nflag in GM after the kernel: %lld\n", e.what(), static_cast<long long>(words[0]));
         return 1;
     }
     std::printf("%s\n", words[16] == 1 ? "seen" : words[16] == 2 ? "stale" : "no result");

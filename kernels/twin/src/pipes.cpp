@@ -75,7 +75,7 @@ const AutoMasks kAuto;  // after kAutoSync in this file, so built from it
 struct Pending {
     uintptr_t lo, hi;
     uint64_t seq;   // when it (or the last op merged into it) was issued: what a flag or hand-off orders is by seq
-    uint64_t born;  // when the entry was made: of several conflicting ops the oldest is reported
+    uint64_t born;  // the seq it was made with (seq moves when it widens): of several conflicts the oldest is reported
     std::source_location where;
     uint8_t pipe, space;
     bool write, clean;
@@ -114,6 +114,59 @@ struct FlagSnapshot {
     uint64_t seq = 0;
 };
 
+// The MTE2, MTE3 and vector pipes' ops on UB and GM: nearly all of a vector kernel's ops (every operand of every
+// vector instruction, both sides of every copy), all plain (no cache clean), so each (space, pipe) keeps them as a
+// log instead of a list. Entries are in issue (seq) order, so those done with (ordered before every pipe they could
+// conflict with) are a prefix, dropped by moving `head`, and those not yet ordered before a given pipe are a suffix,
+// found by bisection: all a check of that pipe reads, its first conflicting entry the oldest. A new op widens the
+// newest entry when it is of the same kind, overlaps or abuts it and that entry is ordered before none of the pipes
+// it could conflict with (a stream of row copies stays one entry; exact, as for the lists); V ops never do (their
+// append is kept to a few stores: they are the most frequent). kLogDepth entries, the oldest taken as complete beyond
+// that (a pipe's queue is finite).
+constexpr uint32_t kLogDepth = 64;
+
+struct LogEntry {
+    uintptr_t lo, hi;
+    uint64_t seq;   // the newest op merged into it
+    uint64_t born;  // the seq it was made with: of several conflicting ops the oldest is reported
+    std::source_location where;
+    bool write;
+};
+
+struct OpLog {
+    uint64_t head = 0, tail = 0;  // entries [head, tail), at index % kLogDepth
+    uintptr_t lo = UINTPTR_MAX, hi = 0;  // covers every live entry (reset when the log empties)
+    bool anyWrite = false;
+    bool merges = true;
+    uint8_t pipe = 0, space = 0;
+    LogEntry* e = nullptr;  // into State::logEntries: the headers stay a few cache lines
+
+    const LogEntry& At(uint64_t i) const { return e[i % kLogDepth]; }
+    LogEntry& At(uint64_t i) { return e[i % kLogDepth]; }
+    bool Empty() const { return head == tail; }
+    void Clear() {
+        head = tail;
+        lo = UINTPTR_MAX;
+        hi = 0;
+        anyWrite = false;
+    }
+};
+
+// The (space, pipe) pairs kept as logs; every other pair keeps a PipeList.
+struct LogPair {
+    Space space;
+    Pipe pipe;
+    bool merges;
+};
+constexpr LogPair kLogPairs[] = {
+    {Space::UB, Pipe::V, false}, {Space::UB, Pipe::MTE2, true}, {Space::UB, Pipe::MTE3, true},
+    {Space::GM, Pipe::MTE2, true}, {Space::GM, Pipe::MTE3, true},
+};
+constexpr int kLogCount = sizeof(kLogPairs) / sizeof(kLogPairs[0]);
+constexpr int kVLog = 0;  // kLogPairs[0]: V on UB
+constexpr int kUb = static_cast<int>(Space::UB);
+constexpr int kV = static_cast<int>(Pipe::V);
+
 // What is ordered is kept as a vector clock, not as marks on the pending ops: frontier[b][a] is the seq below which
 // every op of pipe a is ordered before pipe b. Ops of one pipe are issued in seq order, so "everything issued on a
 // before the SetFlag, and everything ordered before a then" is one min and one max per pipe: a flag or a queue
@@ -122,7 +175,6 @@ struct FlagSnapshot {
 struct State {
     PipeList lists[kSpaces][kPipes];
     uint64_t seq = 1;
-    uint64_t born = 1;
     uint64_t frontier[kPipes][kPipes] = {};
     uint8_t busy[kSpaces] = {};  // per space, the pipes whose list is not empty: checks visit only these
     uint8_t corePipes = kVectorCorePipes;
@@ -131,6 +183,31 @@ struct State {
     bool on = false;
     uint8_t needed[kSpaces][kPipes][2] = {};  // Needed(corePipes, pipe, space, clean), set with the core kind
     FlagSnapshot flags[kHardEventCount][kEventIds];
+    OpLog logs[kLogCount];           // their slots of `lists` stay empty
+    int8_t logOf[kSpaces][kPipes];   // index into logs, or -1
+    LogEntry logEntries[kLogCount][kLogDepth];
+    State() {
+        for (auto& row : logOf)
+            for (int8_t& i : row) i = -1;
+        for (int i = 0; i < kLogCount; ++i) {
+            const int sp = static_cast<int>(kLogPairs[i].space), pp = static_cast<int>(kLogPairs[i].pipe);
+            logOf[sp][pp] = static_cast<int8_t>(i);
+            logs[i].merges = kLogPairs[i].merges;
+            logs[i].space = static_cast<uint8_t>(sp);
+            logs[i].pipe = static_cast<uint8_t>(pp);
+            logs[i].e = logEntries[i];
+        }
+    }
+    // Ops added on UB by other pipes than V, and what a V op has to check against as of that count:
+    // the range (and whether a write is among them) of the lists not wholly ordered before V. Until the next op is
+    // added it stays a superset of what a V op can conflict with (ordering only ever grows), so a V op outside it
+    // checks nothing.
+    uint64_t ubAdds = 1;
+    struct {
+        uint64_t at = 0;
+        uintptr_t lo = UINTPTR_MAX, hi = 0;
+        bool anyWrite = false;
+    } vCheck;
 };
 
 // Every instruction's entry point reads the block's state: through an initial-exec pointer (a fixed offset from the
@@ -210,38 +287,223 @@ void Compact(const State& st, PipeList& list) {
     Violation("pipe-order", detail, where);
 }
 
-void Check(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, const std::source_location& where) {
-    const uint8_t pb = Bit(p);
+
+// Drops a log's prefix done with: ordered before every pipe its ops have to be ordered before.
+void PruneLog(State& st, OpLog& log) {
+    uint64_t doneBelow = UINT64_MAX;
+    for (unsigned rest = st.needed[log.space][log.pipe][0]; rest != 0; rest &= rest - 1) {
+        const uint64_t f = st.frontier[__builtin_ctz(rest)][log.pipe];
+        if (f < doneBelow) doneBelow = f;
+    }
+    uint64_t a = log.head, b = log.tail;  // seqs ascend from head to tail: the first not done with, by bisection
+    while (a < b) {
+        const uint64_t m = a + (b - a) / 2;
+        if (log.At(m).seq < doneBelow) a = m + 1;
+        else b = m;
+    }
+    log.head = a;
+    if (log.Empty()) {
+        log.Clear();
+        st.busy[log.space] &= static_cast<uint8_t>(~(1u << log.pipe));
+    }
+}
+
+// The oldest op of a log that pipe `pi` touching [lo, hi) (a write or not) conflicts with, or nullptr. Only the
+// suffix not yet ordered before pi can.
+const LogEntry* CheckLog(const State& st, const OpLog& log, int pi, uintptr_t lo, uintptr_t hi, bool write) {
+    const uint64_t frontier = st.frontier[pi][log.pipe];
+    if (log.Empty() || log.At(log.tail - 1).seq < frontier) return nullptr;  // all ordered before pi
+    uint64_t i = log.head, b = log.tail;  // the first entry not ordered before pi, by bisection (seqs ascend)
+    while (i < b) {
+        const uint64_t m = i + (b - i) / 2;
+        if (log.At(m).seq < frontier) i = m + 1;
+        else b = m;
+    }
+    for (; i < log.tail; ++i) {
+        const LogEntry& e = log.At(i);
+        if (e.hi <= lo || hi <= e.lo || (!e.write && !write)) continue;
+        return &e;  // issue order: the first is the oldest
+    }
+    return nullptr;
+}
+
+// V's append: no merging, nothing but the stores. Its summary is "everything" while it holds an entry (set when it
+// stops being empty), so an append keeps none: a check of it goes by its newest seq and then its unordered suffix,
+// which is empty whenever V was ordered before the checking pipe.
+inline void AppendVLog(State& st, uintptr_t lo, uintptr_t hi, bool write, const std::source_location& where) {
+    OpLog& log = st.logs[kVLog];
+    if (log.Empty()) {
+        log.lo = 0;
+        log.hi = UINTPTR_MAX;
+        log.anyWrite = true;
+        st.busy[kUb] |= Bit(Pipe::V);
+    } else if (log.tail - log.head == kLogDepth) {
+        PruneLog(st, log);
+        if (log.tail - log.head == kLogDepth) ++log.head;  // the oldest is taken as complete
+    }
+    LogEntry& e = log.At(log.tail);
+    e.lo = lo;
+    e.hi = hi;
+    e.seq = e.born = st.seq++;
+    e.where = where;
+    e.write = write;
+    ++log.tail;
+}
+
+inline void AppendLog(State& st, OpLog& log, uintptr_t lo, uintptr_t hi, bool write,
+                      const std::source_location& where) {
+    if (log.merges && !log.Empty()) {
+        LogEntry& t = log.At(log.tail - 1);
+        if (t.write == write && lo <= t.hi && t.lo <= hi) {
+            // Widened only while ordered before none of the pipes it could conflict with (`needed`): no ordering
+            // is lost.
+            bool unordered = true;
+            for (unsigned rest = st.needed[log.space][log.pipe][0]; rest != 0; rest &= rest - 1)
+                unordered &= t.seq >= st.frontier[__builtin_ctz(rest)][log.pipe];
+            if (unordered) {
+                if (lo < t.lo) t.lo = lo;
+                if (hi > t.hi) t.hi = hi;
+                t.seq = st.seq++;
+                if (lo < log.lo) log.lo = lo;
+                if (hi > log.hi) log.hi = hi;
+                if (log.space == kUb) ++st.ubAdds;
+                return;
+            }
+        }
+    }
+    if (log.tail - log.head == kLogDepth) {
+        PruneLog(st, log);
+        if (log.tail - log.head == kLogDepth) ++log.head;  // the oldest is taken as complete
+    }
+    LogEntry& e = log.At(log.tail);
+    e.lo = lo;
+    e.hi = hi;
+    e.seq = e.born = st.seq++;
+    e.where = where;
+    e.write = write;
+    ++log.tail;
+    if (lo < log.lo) log.lo = lo;
+    if (hi > log.hi) log.hi = hi;
+    log.anyWrite |= write;
+    st.busy[log.space] |= static_cast<uint8_t>(1u << log.pipe);
+    if (log.space == kUb && log.pipe != kV) ++st.ubAdds;
+}
+
+// The lists (bit q: pipe q's) whose summary admits a conflict with pipe pi touching [lo, hi) of space si: they
+// overlap it, one side writes, and not all their ops are ordered before pi (or the compiler orders the two here).
+// Every op checks this; it is inlined, and the walk of the few lists it names (CheckLists) is not.
+inline unsigned Candidates(const State& st, int si, int pi, uintptr_t lo, uintptr_t hi, bool write) {
+    const uint8_t autom = kAuto.m[si][pi];
+    unsigned cand = 0;
+    for (unsigned rest = st.busy[si] & ~(1u << pi) & 0xffu; rest != 0; rest &= rest - 1) {
+        const int q = __builtin_ctz(rest);
+        if (st.logOf[si][q] >= 0) {  // busy: the log is not empty
+            const OpLog& log = st.logs[st.logOf[si][q]];
+            if ((autom & (1u << q)) || log.hi <= lo || hi <= log.lo || (!write && !log.anyWrite) ||
+                log.At(log.tail - 1).seq < st.frontier[pi][q])
+                continue;
+        } else {
+            const PipeList& list = st.lists[si][q];
+            if (list.hi <= lo || hi <= list.lo) continue;
+            if (!write && !list.anyWrite) continue;
+            if (!list.anyClean) {
+                if (list.maxSeq < st.frontier[pi][q]) continue;  // all ordered before p
+                if (autom & (1u << q)) continue;                 // the compiler orders q and p here
+            }
+        }
+        cand |= 1u << q;
+    }
+    return cand;
+}
+
+// The candidate lists' ops: the oldest that conflicts is reported, naming both call sites.
+__attribute__((noinline)) void CheckLists(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write,
+                                          const std::source_location& where, unsigned cand) {
     const int pi = static_cast<int>(p);
     const int si = static_cast<int>(s);
     const uint8_t autom = kAuto.m[si][pi];
     const Pending* first = nullptr;
-    for (unsigned rest = st.busy[si] & ~pb & 0xffu; rest != 0; rest &= rest - 1) {
+    const LogEntry* firstLog = nullptr;
+    const OpLog* firstLogOf = nullptr;
+    for (unsigned rest = cand; rest != 0; rest &= rest - 1) {
         const int q = __builtin_ctz(rest);
-        const PipeList& list = st.lists[si][q];
-        if (list.hi <= lo || hi <= list.lo) continue;
-        if (!write && !list.anyWrite) continue;
-        if (!list.anyClean) {
-            if (list.maxSeq < st.frontier[pi][q]) continue;  // all ordered before p
-            if (autom & (1u << q)) continue;                 // the compiler orders q and p here
+        if (st.logOf[si][q] >= 0) {  // a candidate: the compiler does not order q and pi here
+            const OpLog& log = st.logs[st.logOf[si][q]];
+            const LogEntry* e = CheckLog(st, log, pi, lo, hi, write);
+            if (e != nullptr && (first == nullptr || e->born < first->born) &&
+                (firstLog == nullptr || e->born < firstLog->born)) {
+                firstLog = e;
+                firstLogOf = &log;
+                first = nullptr;
+            }
+            continue;
         }
+        const PipeList& list = st.lists[si][q];
         const bool compilerOrders = (autom & (1u << q)) != 0;
         const uint64_t frontier = st.frontier[pi][q];
         for (const Pending& e : list.ops) {
             if (e.hi <= lo || hi <= e.lo) continue;
             if (!e.write && !write) continue;
             if (!e.clean && (compilerOrders || e.seq < frontier)) continue;
-            if (first == nullptr || e.born < first->born) first = &e;
+            if ((first == nullptr || e.born < first->born) && (firstLog == nullptr || e.born < firstLog->born)) {
+                first = &e;
+                firstLog = nullptr;
+            }
             break;  // the list is oldest first
         }
     }
     if (first != nullptr) Report(*first, p, lo, hi, write, where);
+    if (firstLog != nullptr) {
+        Pending e{firstLog->lo, firstLog->hi, firstLog->seq, firstLog->born, firstLog->where, firstLogOf->pipe,
+                  firstLogOf->space, firstLog->write, false, 0};
+        Report(e, p, lo, hi, write, where);
+    }
+}
+
+inline void Check(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write,
+                  const std::source_location& where) {
+    const unsigned cand = Candidates(st, static_cast<int>(s), static_cast<int>(p), lo, hi, write);
+    if (cand != 0) CheckLists(st, p, s, lo, hi, write, where, cand);
+}
+
+// Check for a V op on UB, through State::vCheck.
+inline void CheckV(State& st, uintptr_t lo, uintptr_t hi, bool write, const std::source_location& where) {
+    const uint8_t autom = kAuto.m[kUb][kV];
+    auto& c = st.vCheck;
+    if (c.at != st.ubAdds) {
+        c.at = st.ubAdds;
+        c.lo = UINTPTR_MAX;
+        c.hi = 0;
+        c.anyWrite = false;
+        for (unsigned rest = st.busy[kUb] & ~(1u << kV) & 0xffu; rest != 0; rest &= rest - 1) {
+            const int q = __builtin_ctz(rest);
+            if (autom & (1u << q)) continue;
+            uintptr_t qlo, qhi;
+            bool qWrite;
+            if (st.logOf[kUb][q] >= 0) {
+                const OpLog& log = st.logs[st.logOf[kUb][q]];
+                if (log.At(log.tail - 1).seq < st.frontier[kV][q]) continue;
+                qlo = log.lo, qhi = log.hi, qWrite = log.anyWrite;
+            } else {
+                const PipeList& list = st.lists[kUb][q];
+                if (!list.anyClean && list.maxSeq < st.frontier[kV][q]) continue;
+                qlo = list.lo, qhi = list.hi, qWrite = list.anyWrite;
+            }
+            if (qlo < c.lo) c.lo = qlo;
+            if (qhi > c.hi) c.hi = qhi;
+            c.anyWrite |= qWrite;
+        }
+    }
+    if (c.hi <= lo || hi <= c.lo || (!write && !c.anyWrite)) return;
+    const unsigned cand = Candidates(st, kUb, kV, lo, hi, write);
+    if (cand != 0) CheckLists(st, Pipe::V, Space::UB, lo, hi, write, where, cand);
 }
 
 void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, bool clean,
          const std::source_location& where) {
     const uint8_t needed = st.needed[static_cast<int>(s)][static_cast<int>(p)][clean ? 1 : 0];
     if (needed == 0) return;  // nothing could ever conflict with it
+    if (s == Space::UB) ++st.ubAdds;
     // The same pipe runs its own ops in order: a new op over the bytes of a recent one of the same kind that is
     // ordered before nothing widens that entry instead of growing the list (loops over one buffer stay one entry).
     PipeList& list = st.lists[static_cast<int>(s)][static_cast<int>(p)];
@@ -256,7 +518,7 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
         const uint64_t f = st.frontier[__builtin_ctz(rest)][static_cast<int>(p)];
         if (f > unordered) unordered = f;
     }
-    if (near) {
+    if (near && (clean || list.maxSeq >= unordered)) {  // below it no plain entry may widen (maxSeq: the newest)
         for (size_t k = 0; k < n && k < 8; ++k) {
             Pending& e = ops[n - 1 - k];
             if (e.write == write && e.clean == clean && (clean || e.seq >= unordered) && lo <= e.hi && e.lo <= hi) {
@@ -282,7 +544,10 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
         const uint64_t f = st.frontier[__builtin_ctz(rest)][static_cast<int>(p)];
         if (f < doneBelow) doneBelow = f;
     }
+    // The kept ops' summary is gathered in the same pass (the new op joins it below).
     size_t w = 0;
+    uintptr_t sumLo = UINTPTR_MAX, sumHi = 0;
+    bool sumWrite = false, sumClean = false;
     for (size_t i = 0; i < n; ++i) {
         const Pending& o = ops[i];
         const bool superseded = near && o.clean == clean && (write || !o.write) && lo <= o.lo && o.hi <= hi;
@@ -290,21 +555,48 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
         if (!superseded && !done) {
             if (w != i) ops[w] = o;
             ++w;
+            if (o.lo < sumLo) sumLo = o.lo;
+            if (o.hi > sumHi) sumHi = o.hi;
+            sumWrite |= o.write;
+            sumClean |= o.clean;
         }
     }
-    size_t from = 0;
-    if (w >= static_cast<size_t>(kDepthPerPipe)) from = w - kDepthPerPipe + 1;
-    if (from > 0) {
+    bool removed = w != n;
+    if (w >= static_cast<size_t>(kDepthPerPipe)) {  // at the depth limit the oldest go
+        removed = true;
+        const size_t from = w - kDepthPerPipe + 1;
         for (size_t i = from; i < w; ++i) ops[i - from] = ops[i];
         w -= from;
+        sumLo = UINTPTR_MAX;
+        sumHi = 0;
+        sumWrite = sumClean = false;
+        for (size_t i = 0; i < w; ++i) {
+            if (ops[i].lo < sumLo) sumLo = ops[i].lo;
+            if (ops[i].hi > sumHi) sumHi = ops[i].hi;
+            sumWrite |= ops[i].write;
+            sumClean |= ops[i].clean;
+        }
     }
-    const bool removed = w != n;
     ops.resize(w);
-    ops.push_back(Pending{lo, hi, st.seq++, st.born++, where, static_cast<uint8_t>(p), static_cast<uint8_t>(s), write,
-                          clean, needed});
+    // Field by field into the new slot: a braced temporary is built on the stack with narrow stores and copied
+    // with wide loads that cannot take them forwarded (a stall per new entry).
+    Pending& ne = ops.emplace_back();
+    ne.lo = lo;
+    ne.hi = hi;
+    ne.seq = ne.born = st.seq++;
+    ne.where = where;
+    ne.pipe = static_cast<uint8_t>(p);
+    ne.space = static_cast<uint8_t>(s);
+    ne.write = write;
+    ne.clean = clean;
+    ne.needed = needed;
     st.busy[static_cast<int>(s)] |= Bit(p);
-    if (removed) {
-        list.Summarize();
+    if (removed) {  // the kept ops' summary, the new op's seq the newest
+        list.lo = lo < sumLo ? lo : sumLo;
+        list.hi = hi > sumHi ? hi : sumHi;
+        list.maxSeq = ne.seq;
+        list.anyWrite = sumWrite | write;
+        list.anyClean = sumClean | clean;
     } else {
         if (lo < list.lo) list.lo = lo;
         if (hi > list.hi) list.hi = hi;
@@ -319,8 +611,9 @@ void Add(State& st, Pipe p, Space s, uintptr_t lo, uintptr_t hi, bool write, boo
 void Order(State& st, Pipe from, Pipe to, uint64_t before) {
     const int f = static_cast<int>(from);
     const int t = static_cast<int>(to);
-    for (int a = 0; a < kPipes; ++a) {
-        if (a == t) continue;
+    // Pipes absent from the core issue nothing: their frontiers stay as they are.
+    for (unsigned rest = st.corePipes & ~(1u << t); rest != 0; rest &= rest - 1) {
+        const int a = __builtin_ctz(rest);
         uint64_t reach = a == f ? before : std::min(st.frontier[f][a], before);
         if (reach > st.frontier[t][a]) st.frontier[t][a] = reach;
     }
@@ -383,8 +676,19 @@ void PipeTouch(Pipe p, Space s, const void* addr, uint64_t bytes, bool write, co
     if (bytes == 0 || sp == nullptr || !sp->on) return;
     State& st = *sp;
     const auto lo = reinterpret_cast<uintptr_t>(addr);
+    if (p == Pipe::V && s == Space::UB) {  // the most frequent op: its own path
+        CheckV(st, lo, lo + bytes, write, where);
+        if (st.needed[kUb][kV][0] != 0) AppendVLog(st, lo, lo + bytes, write, where);
+        return;
+    }
+    const int si = static_cast<int>(s), pi = static_cast<int>(p);
     Check(st, p, s, lo, lo + bytes, write, where);
-    Add(st, p, s, lo, lo + bytes, write, false, where);
+    const int li = st.logOf[si][pi];
+    if (li < 0) {
+        Add(st, p, s, lo, lo + bytes, write, false, where);
+    } else if (st.needed[si][pi][0] != 0) {
+        AppendLog(st, st.logs[li], lo, lo + bytes, write, where);
+    }
 }
 
 void PipeScalarGmLoad(const void* addr, uint64_t bytes, const std::source_location& where) {
@@ -428,6 +732,7 @@ void PipeBarrierAll() {
     State& st = *sp;
     for (auto& row : st.lists)
         for (PipeList& list : row) list.Clear();
+    for (OpLog& log : st.logs) log.Clear();
     for (uint8_t& b : st.busy) b = 0;
     // Everything issued so far is ordered before every pipe (nothing is left to order; new ops may widen again).
     for (auto& row : st.frontier)
@@ -469,6 +774,14 @@ void PipeCoreKind(bool cube) {
             if (list.ops.empty()) st.busy[sp] &= static_cast<uint8_t>(~(1u << q));
         }
     }
+    for (OpLog& log : st.logs) {
+        if (st.needed[log.space][log.pipe][0] == 0) {  // absent from this core, or nothing it could conflict with
+            log.Clear();
+            st.busy[log.space] &= static_cast<uint8_t>(~(1u << log.pipe));
+        } else if (!log.Empty()) {
+            PruneLog(st, log);
+        }
+    }
 }
 
 void PipeBlockEnd() {
@@ -483,11 +796,13 @@ void PipeBlockStart() {
     State& st = *tState;
     for (auto& row : st.lists)
         for (PipeList& list : row) list.Clear();
+    for (OpLog& log : st.logs) log.Clear();
+    st.vCheck.at = 0;
+    st.ubAdds = 1;
     for (uint8_t& b : st.busy) b = 0;
     for (auto& row : st.frontier)
         for (uint64_t& f : row) f = 0;
     st.seq = 1;
-    st.born = 1;
     SetCorePipes(st, kVectorCorePipes);
     // benchmarks/twin_speed.py --pipe-model-ab measures the model's cost against runs without it; nothing else
     // sets this (tests/test_twin_pipes.py checks), so every test and every other benchmark runs under the model.

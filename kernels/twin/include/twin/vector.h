@@ -14,9 +14,12 @@
 
 namespace cam::twin {
 
+// `touch`: also hand the operand to the pipe model. An in-place instruction's source (the same bytes as its
+// destination) passes false: the destination's write, at the same point of the same instruction, conflicts with
+// everything its read would (InPlace).
 template <typename T>
 void CheckVectorOperand(const AscendC::LocalTensor<T>& t, uint32_t count, const char* role,
-                        const std::source_location& where) {
+                        const std::source_location& where, bool touch = true) {
     CAM_TWIN_CHECK(t.Data() != nullptr, "ub-null", std::string(role) + " operand was never allocated", where);
     CAM_TWIN_CHECK(CurrentBlock().coreKind != static_cast<uint8_t>(CoreKind::Cube), "core-kind",
                    "vector instruction in a cube-only kernel (the AIC has no vector unit)", where);
@@ -28,7 +31,13 @@ void CheckVectorOperand(const AscendC::LocalTensor<T>& t, uint32_t count, const 
                    where);
     CheckBufferAccess(t.Record(), Access::Vector, where);
     const bool write = role[0] == 'd' || role[0] == 'w';  // dst, work: written; src*: read
-    PipeTouch(Pipe::V, Space::UB, t.Data(), uint64_t(count) * sizeof(T), write, where);
+    if (touch) PipeTouch(Pipe::V, Space::UB, t.Data(), uint64_t(count) * sizeof(T), write, where);
+}
+
+// Whether src is dst's bytes (same type, same start, same count at the call): an in-place instruction.
+template <typename T>
+bool InPlace(const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& src) {
+    return dst.Data() == src.Data();
 }
 
 // fp32 max / min that propagate NaN (as the canonical quiet NaN), the vector unit's behaviour the kernels are written
@@ -426,7 +435,7 @@ template <typename T>
 void Abs(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count,
          const std::source_location where = std::source_location::current()) {
     cam::twin::CheckVectorOperand(dst, count, "dst", where);
-    cam::twin::CheckVectorOperand(src, count, "src", where);
+    cam::twin::CheckVectorOperand(src, count, "src", where, !cam::twin::InPlace(dst, src));
     if constexpr (std::is_same_v<T, float>) cam::twin::ActiveVectorKernels(where).absFloat(dst.Data(), src.Data(), count);
     else cam::twin::AbsLoopPortable(dst.Data(), src.Data(), count);
 }
@@ -437,7 +446,7 @@ void Abs(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count,
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count,                        \
               const std::source_location where = std::source_location::current()) {                       \
         cam::twin::CheckVectorOperand(dst, count, "dst", where);                                           \
-        cam::twin::CheckVectorOperand(src, count, "src", where);                                           \
+        cam::twin::CheckVectorOperand(src, count, "src", where, !cam::twin::InPlace(dst, src));            \
         T* d = dst.Data();                                                                                 \
         const T* s = src.Data();                                                                           \
         for (uint32_t i = 0; i < count; ++i) {                                                             \
@@ -455,8 +464,8 @@ CAM_TWIN_UNARY(Reciprocal, 1.0f / x)
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,           \
               uint32_t count, const std::source_location where = std::source_location::current()) {       \
         cam::twin::CheckVectorOperand(dst, count, "dst", where);                                           \
-        cam::twin::CheckVectorOperand(src0, count, "src0", where);                                         \
-        cam::twin::CheckVectorOperand(src1, count, "src1", where);                                         \
+        cam::twin::CheckVectorOperand(src0, count, "src0", where, !cam::twin::InPlace(dst, src0));         \
+        cam::twin::CheckVectorOperand(src1, count, "src1", where, !cam::twin::InPlace(dst, src1));         \
         if constexpr (std::is_same_v<T, float>)                                                            \
             cam::twin::ActiveVectorKernels(where).binaryFloat(OP, dst.Data(), src0.Data(), src1.Data(),   \
                                                               count);                                      \
@@ -477,7 +486,7 @@ CAM_TWIN_BINARY(Min, cam::twin::VectorBinaryOp::Min)
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, T scalar, uint32_t count,              \
               const std::source_location where = std::source_location::current()) {                       \
         cam::twin::CheckVectorOperand(dst, count, "dst", where);                                           \
-        cam::twin::CheckVectorOperand(src, count, "src", where);                                           \
+        cam::twin::CheckVectorOperand(src, count, "src", where, !cam::twin::InPlace(dst, src));            \
         if constexpr (std::is_same_v<T, float>)                                                            \
             cam::twin::ActiveVectorKernels(where).scalarFloat(OP, dst.Data(), src.Data(), scalar, count);  \
         else                                                                                               \
