@@ -6,10 +6,10 @@ and (b) address words of a window when they tamper with it (test_dataplane)."""
 
 from __future__ import annotations
 
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 ALIGN = 32
 LINE = 64
-CONTROL_BYTES = 4 * LINE
+CONTROL_BYTES = 7 * LINE
 IDENTITY_OFF = 2 * LINE  # int64[5]: fingerprint, layout version, rank, role, window bytes
 HEADER_FIXED_WORDS = 9
 HDR_EPOCH = 8  # the placement epoch the round was routed by (§4.1)

@@ -33,7 +33,7 @@ def _run(program, case):
 
 def _expected_reason(rule: str, kernel: str, rank: int, violation: str) -> str:
     """The slot's text as specified (kernels/common/launch.h): rule, kernel and rank, then the block and the call site
-    (file name and line) each if the whole stays within the slot's 55 characters (56 bytes with the NUL)."""
+    (file name and line) each if the whole stays within the slot's 191 characters (192 bytes with the NUL)."""
     m = re.search(r" block (\d+/\d+) at (?:[^ :]*/)?([^ /:]+:\d+): ", violation)
     text = f"{rule} in {kernel} on rank {rank}"
     for more in (f" block {m.group(1)}", f" at {m.group(2)}"):
@@ -54,16 +54,23 @@ def test_violation_aborts_the_peer_naming_the_rule(program, case, rule):
     assert waited_ms < 8000, waited_ms
 
 
-@pytest.mark.parametrize("violation, rank", [
-    # room for the block and the call site: both go in
-    ("twin: rule 'pipe-order' broken in kernel k block 2/4 at kernels/common/dataplane.h:310: MTE2 read of ...", 3),
-    # room for the block only
-    ("twin: rule 'pipe-order' broken in kernel cam_combine_send block 0/1 at kernels/common/dataplane.h:310: x", 1),
-    # no room for either: the first part alone, as before
+# The longest names cam's kernels and rules have: every part must reach the peers for them.
+_LONGEST = ("twin: rule 'dcache-dirty-at-exit' broken in kernel cam_gmm_swiglu_quant_multi_layer block 47/48 at "
+            "kernels/gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.cpp:1234: a scalar GM store")
+
+
+@pytest.mark.parametrize("violation, rank, parts", [
+    ("twin: rule 'pipe-order' broken in kernel k block 2/4 at kernels/common/dataplane.h:310: MTE2 read of ...", 3,
+     2),
     ("twin: rule 'dcache-dirty-at-exit' broken in kernel cam_dispatch_send block 47/48 at "
-     "kernels/dispatch_send/dispatch_send.cpp:1234: a scalar GM store", 12),
+     "kernels/dispatch_send/dispatch_send.cpp:1234: a scalar GM store", 12, 2),
+    (_LONGEST, 1023, 2),
+    # names no cam kernel has: the block still fits, the call site does not
+    (_LONGEST.replace("cam_gmm_swiglu_quant_multi_layer", "k" * 130), 1, 1),
+    # nor the block: the first part alone
+    (_LONGEST.replace("cam_gmm_swiglu_quant_multi_layer", "k" * 150), 1, 0),
 ])
-def test_reason_text_keeps_what_fits(program, violation, rank):
+def test_reason_text_keeps_what_fits(program, violation, rank, parts):
     res = subprocess.run([program, "format", violation, str(rank)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     rule = re.search(r"rule '([^']+)'", violation).group(1)
@@ -71,6 +78,7 @@ def test_reason_text_keeps_what_fits(program, violation, rank):
     text = res.stdout.rstrip("\n")
     assert text == _expected_reason(rule, kernel, rank, violation), text
     assert len(text) <= REASON_BYTES - 1, text
+    assert (" block " in text) + (" at " in text) == parts, text
 
 
 def test_control_leaves_the_plane_alone(program):
@@ -83,7 +91,7 @@ def test_control_leaves_the_plane_alone(program):
 # non-violating rank's window exactly as TwinAbortPlane writes it (abort word 1 + violator, reason beside it), and
 # that rank's next op must quote it. Offsets are the window layout's (kernels/common/window_layout.h kAbortOff,
 # kAbortReasonOff, kAbortReasonBytes), written here independently of the code under test.
-ABORT_OFF, REASON_OFF, REASON_BYTES, STATUS_OFF = 0, 8, 56, 64
+ABORT_OFF, REASON_OFF, REASON_BYTES, STATUS_OFF = 0, 256, 192, 64
 
 T = dict(D=1, P=2, F=2, E=4, K=2, H=32, Bmax=4, L=2, slots=1)
 

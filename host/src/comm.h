@@ -108,9 +108,10 @@ int64_t PlaneId(const CamTopology& topo, int64_t actDtype, const std::vector<int
 // (-(1 + rank), see camCommReportDeadRank).
 std::string AbortReason(int64_t abortWord);
 
-// ": twin rule <rule> in <kernel> on rank <r>" when a copy of the window's abort line (its first kStatusOff bytes)
-// carries the twin's violation reason beside the abort word (window_layout.h kAbortReasonOff), else "".
-std::string TwinRuleSuffix(const uint8_t* abortLine);
+// ": twin rule <rule> in <kernel> on rank <r> block <b>/<n> at <file>:<line>" when a copy of the window's control
+// area (its first kControlBytes) carries the twin's reason for the abort word (window_layout.h kAbortReasonOff),
+// else "".
+std::string TwinRuleSuffix(const uint8_t* control);
 
 // Name of a topology field as layout::check_topology reports it (field::k*).
 const char* FieldName(int64_t field);

@@ -70,7 +70,7 @@ aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp) {
             return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + ": the communicator failed earlier (" + comm->failure +
                                                   "); create a new one");
     }
-    // The whole abort line in one read: a twin violation's reason lies beside the word (window_layout.h).
+    // The abort word and the twin's reason for it in one read of the control area (window_layout.h).
     // A snapshot on the host thread, not ordered with the ops already queued on the stream, on purpose: a launch is
     // refused at once when the plane is known to be aborted, and the word only ever goes from 0 to a reason, so a
     // stale read can only let a launch through, whose kernel then sees the word on the device and ends (the status
@@ -78,15 +78,15 @@ aclnnStatus CheckComm(const char* op, camComm* comm, bool attentionOp) {
     // synchronous aclrtMemcpy of own device memory, which copies at once without an implicit device or stream
     // synchronization (CANN's aclrtMemcpy page, "约束说明"), so it neither waits for the queued ops nor sees less
     // than the twin's host load does.
-    int64_t abortLine[kStatusOff / 8] = {};
+    int64_t control[kControlBytes / 8] = {};
     std::string why;
-    if (!comm->transport->ReadWords(comm->rank, kAbortOff, abortLine, kStatusOff / 8, &why))
+    if (!comm->transport->ReadWords(comm->rank, 0, control, kControlBytes / 8, &why))
         return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(op) + ": the abort word could not be read: " + why);
-    const int64_t abortWord = abortLine[0];
+    const int64_t abortWord = control[kAbortOff / 8];
     if (abortWord != 0)
         return Fail(CAM_ERR_COMM_ABORTED, std::string(op) + " on rank " + std::to_string(comm->rank) + ": " +
                                               AbortReason(abortWord) +
-                                              TwinRuleSuffix(reinterpret_cast<const uint8_t*>(abortLine)));
+                                              TwinRuleSuffix(reinterpret_cast<const uint8_t*>(control)));
     const int64_t world = layout::world_size(comm->topo);
     for (int64_t r = 0; r < world; ++r) {
         const uint64_t have = comm->transport->WindowBytes(r);
@@ -127,7 +127,7 @@ namespace {
 // The window's control words the check needs, read as one device read of the control area: the abort word
 // (line 0), the status record (line 1) and the status arguments (line 3) (window_layout.h).
 constexpr uint64_t kControlReadBytes = kControlBytes;
-static_assert(kAbortOff == 0 && kAbortReasonOff + kAbortReasonBytes <= kStatusOff &&
+static_assert(kAbortOff == 0 && kAbortReasonOff + kAbortReasonBytes <= kControlBytes &&
                   kStatusOff + 8 * kStatusWords <= kControlBytes &&
                   kStatusArgsOff + 8 * kStatusArgsWords <= kControlBytes,
               "the abort word, its reason, the status record and its arguments lie inside the control read");

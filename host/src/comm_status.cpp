@@ -15,12 +15,12 @@ std::string AbortReason(int64_t abortWord) {
     return "the communicator was aborted by rank " + std::to_string(abortWord - 1);
 }
 
-std::string TwinRuleSuffix(const uint8_t* abortLine) {
+std::string TwinRuleSuffix(const uint8_t* control) {
     // The slot is window memory any process holding the window can write: read at most its bytes, stop at a NUL or
     // at the slot's end, and let only printable ASCII into a message a user reads (anything else becomes '?').
     std::string text;
     for (int64_t i = 0; i < kAbortReasonBytes; ++i) {
-        const unsigned char ch = abortLine[kAbortReasonOff + i];
+        const unsigned char ch = control[kAbortReasonOff + i];
         if (ch == 0) break;
         text += (ch >= 0x20 && ch < 0x7f) ? static_cast<char>(ch) : '?';
     }

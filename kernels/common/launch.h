@@ -57,10 +57,10 @@ inline constexpr bool kDataPlaneLaunchNeedsBatchMode = true;
 
 namespace cam::kernels::dp {
 
-// Twin only: the rest of the abort word's line (window_layout.h: line 0 holds only the abort word; the status record
-// starts at the next line) carries, NUL-terminated, "<rule> in <kernel> on rank <r>" of the violation that raised it,
-// then " block <b>/<n>" and " at <file>:<line>" (the call site's file name) each as long as the whole still fits, so
-// every rank's error can name the rule its peer broke, and where when the slot holds it (the host appends
+// Twin only: the control area's reason lines (window_layout.h kAbortReasonOff) carry, NUL-terminated,
+// "<rule> in <kernel> on rank <r>" of the violation that raised the abort word, then " block <b>/<n>" and
+// " at <file>:<line>" (the call site's file name), each as long as the whole still fits (the slot is sized for the
+// longest kernel and file names), so every rank's error names the rule its peer broke and where (the host appends
 // TwinAbortReason to the abort sentence).
 inline constexpr int64_t kTwinAbortReasonOff = kAbortReasonOff;
 inline constexpr int64_t kTwinAbortReasonBytes = kAbortReasonBytes;
@@ -118,7 +118,7 @@ inline void TwinAbortPlane(const CommArgs& comm, const int64_t* bases, const std
     }
 }
 
-// The twin's reason beside an abort word, from a copy of the window's control line (empty when none was written:
+// The twin's reason for an abort word, from a copy of the window's control area (empty when none was written:
 // an abort raised by a kernel's Fail, the host or the liveness watchdog).
 inline std::string TwinAbortReason(const uint8_t* control) {
     char text[kTwinAbortReasonBytes + 1] = {};

@@ -42,7 +42,7 @@ namespace cam {
 
 // 3: the dispatch record's placement epoch (kHdrEpoch), the FFN rank's weights-epoch line, the placement table's
 // epoch line and the status arguments line (docs/protocol.md §15)
-inline constexpr int64_t kLayoutVersion = 3;
+inline constexpr int64_t kLayoutVersion = 4;
 
 // DataCopy granularity: every data array starts on a 32 B boundary and every row stride is a multiple of it.
 inline constexpr int64_t kAlign = 32;
@@ -100,15 +100,9 @@ inline constexpr int64_t kProtoPlacementEpoch = 8;
 }  // namespace detail
 
 // ---- control area: first kControlBytes of every window, both roles ----
-inline constexpr int64_t kControlBytes = 4 * kLine;
+inline constexpr int64_t kControlBytes = 7 * kLine;
 inline constexpr int64_t kAbortOff = 0;  // int64: 0, 1 + rank that raised it, or -(1 + rank) for a rank found dead
-// The rest of line 0: on the twin, the NUL-terminated reason of a twin violation that raised the abort word
-// (kernels/common/launch.h TwinAbortPlane); zero otherwise. User-reachable memory: readers bound and filter it.
-inline constexpr int64_t kAbortReasonOff = kAbortOff + 8;
-inline constexpr int64_t kAbortReasonBytes = kLine - kAbortReasonOff;
 inline constexpr int64_t kStatusOff = kLine;      // int64[kStatusWords]
-static_assert(kAbortReasonOff + kAbortReasonBytes <= kStatusOff && kAbortReasonBytes % 8 == 0,
-              "the abort reason lies between the abort word and the status record");
 inline constexpr int64_t kIdentityOff = 2 * kLine;  // int64[kIdentityWords], written by the Comm at creation
 
 inline constexpr int64_t kStatusCode = 0;
@@ -145,7 +139,16 @@ inline constexpr int64_t kStatusArgsNone = 0;
 // epoch of this FFN rank's slot weights, or of the table before publishing
 inline constexpr int64_t kStatusArgsEpochs = 1;
 static_assert(kStatusArgsOff >= kIdentityOff + 8 * kIdentityWords && kStatusArgsOff + 8 * kStatusArgsWords <= kControlBytes,
-              "the status arguments take the control area's last line");
+              "the status arguments take line 3 of the control area");
+// Lines 4-6: on the twin, the NUL-terminated reason of a twin violation that raised the abort word
+// (kernels/common/launch.h TwinAbortPlane: rule, kernel, rank, block, call site); zero otherwise. Three lines, so
+// the longest kernel and file names still fit with the block and the call site. User-reachable memory: readers
+// bound and filter it.
+inline constexpr int64_t kAbortReasonOff = 4 * kLine;
+inline constexpr int64_t kAbortReasonBytes = 3 * kLine;
+static_assert(kAbortReasonOff >= kStatusArgsOff + 8 * kStatusArgsWords &&
+                  kAbortReasonOff + kAbortReasonBytes <= kControlBytes && kAbortReasonBytes % 8 == 0,
+              "the abort reason lies after the status arguments, inside the control area");
 
 // ---- dispatch record (header of each FFN-window region), int64 words ----
 inline constexpr int64_t kHdrSeq = 0;
