@@ -69,6 +69,33 @@ int NeighbourStorm() {
     return 0;
 }
 
+// A wait with a slot that no write reaches for 60 ms (as combine_recv waits for a round's expert rows): its park
+// interval grows to 1 ms, so it polls about 16 + 40 + 48 times where a fixed 50 µs / 200 µs schedule polled about
+// 490 times, each timed wake-up two context switches on CPUs the producers need. Every park lasts at least its
+// interval (or ends at the write), so the count is an upper bound whatever the load; the write still ends the wait.
+int LongWaitPolls() {
+    std::thread writer([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(60));
+        __atomic_store_n(Watched(), 1, __ATOMIC_RELEASE);
+        cam::twin::WakeParked(Watched(), 8);
+    });
+    const auto t0 = Clock::now();
+    uint32_t polls = 0;
+    bool seen = false;
+    for (uint32_t i = 0; Clock::now() - t0 < std::chrono::seconds(20); ++i) {
+        if (__atomic_load_n(Watched(), __ATOMIC_ACQUIRE) != 0) {
+            seen = true;
+            break;
+        }
+        cam::twin::ParkOn(Watched(), i);
+        ++polls;
+    }
+    writer.join();
+    if (!seen) return std::printf("the write of the watched word was not seen within 20 s\n"), 1;
+    if (polls > 150) return std::printf("a 60 ms wait polled %u times (want at most 150)\n", polls), 1;
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,6 +113,7 @@ int main(int argc, char** argv) {
     if (c == "range_line_after") rc = WriteBeforePark(Watched() + 24, 8, 0, 3 * 64);
     if (c == "range_line_before") rc = WriteBeforePark(Watched() - 1, 8, 0, 3 * 64);
     if (c == "neighbour_storm") rc = NeighbourStorm();
+    if (c == "long_wait_polls") rc = LongWaitPolls();
     if (rc == 2) return std::fprintf(stderr, "unknown case %s\n", argv[1]), 2;
     if (rc == 0) std::printf("OK\n");
     return rc;

@@ -68,8 +68,24 @@ constexpr uint32_t kWaitEagerPolls = 16;
 // Writers the twin sees wake the wait at once; the interval bounds the wait for writes it does not see (the host,
 // a process without shared parks) and keeps the kernel's own deadline check running. It grows with the wait, so a
 // long idle wait costs little CPU. Block threads run with a 1 µs timer slack, so the interval is what they sleep.
+// A wait without a slot (WaitStep's `slot` null: the slot table was full, or CAM_TWIN_SHARED_PARK=0 on a window
+// another process writes) has nothing but the interval to end its park: 50 µs, 200 µs after 256 polls.
 inline std::chrono::microseconds WaitParkInterval(uint32_t iteration) {
     return std::chrono::microseconds(iteration < 256 ? 50 : 200);
+}
+
+// A wait with a slot is woken by every write of this process to its lines (and, through a shared region's table,
+// of every process mapping it), so its interval serves only the writes the twin does not see (the host's abort
+// word or weights epoch; a peer process's with CAM_TWIN_SHARED_PARK=0) and the deadline check: it doubles every
+// kWatchedParkDoubling parks, from 50 µs to 1 ms. Each park that an
+// interval ends costs two context switches on CPUs the producers need: at 50 µs a 30 ms wait (a combine_recv
+// waiting for a round-trip's expert rows) parked about 320 times; this way about 60. A write the twin does not see
+// is noticed at most 1 ms late (was 200 µs).
+constexpr uint32_t kWatchedParkDoubling = 8;
+inline std::chrono::microseconds WatchedParkInterval(uint32_t iteration) {
+    const uint32_t parks = iteration < kWaitEagerPolls ? 0 : iteration - kWaitEagerPolls;
+    const uint32_t doublings = parks / kWatchedParkDoubling;
+    return std::chrono::microseconds(doublings >= 5 ? 1000 : 50u << doublings);
 }
 
 // One poll step of a wait through `slot` (nullptr: no slot to be had, a timed park). Returns true when it parked
@@ -95,12 +111,12 @@ bool WaitStep(Slot* slot, Parker& me, uint64_t first, uint64_t last, uint32_t it
         if (slot != nullptr) me.seen = slot->word.load(std::memory_order_seq_cst);
         return false;
     }
-    const auto interval = WaitParkInterval(iteration);
     if (slot == nullptr) {
         std::atomic<uint32_t> never{0};
-        ParkWhileEqual(never, 0, interval);
+        ParkWhileEqual(never, 0, WaitParkInterval(iteration));
         return false;
     }
+    const auto interval = WatchedParkInterval(iteration);
     slot->sleeping.store(1, std::memory_order_seq_cst);
     // Returns at once if a write came since the last poll. A futex return without a timeout may be spurious (a
     // signal): only a changed word counts as woken.
