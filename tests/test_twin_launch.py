@@ -103,6 +103,69 @@ def test_compute_ops_run_on_the_calling_thread_when_the_stream_is_idle():
     assert _activity() == before and torch.equal(q2, q) and torch.equal(s2, s)
 
 
+def test_combine_send_runs_on_the_calling_thread_and_the_peer_waits_do_not():
+    # combine_send waits on no peer (it checks the item, writes the rows, signals): its launch, status check and
+    # in-flight token run on the FFN rank's own thread. dispatch_send / dispatch_recv / combine_recv wait on other
+    # ranks: they stay on the Comm's stream worker, where a synchronize can give up on a wedged kernel (the control).
+    import threading
+    import uuid
+
+    topo = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1, slots=2)
+    group = f"run-here-{uuid.uuid4().hex[:8]}"
+    x = torch.randn(4, 64).to(torch.bfloat16)
+    ids = torch.tensor([[0], [1], [0], [1]], dtype=torch.int32)
+    weights = torch.ones(4, 1)
+    counts, errors = {}, []
+    sent = threading.Event()
+
+    def attention():
+        with cam.Comm(topo, 0, group=group, dtype=torch.bfloat16) as comm:
+            before = _activity()
+            cam.ops.dispatch_send(comm, x, ids, 0)
+            sent.set()
+            out = cam.ops.combine_recv(comm, ids, weights)
+            counts["attention"] = _activity() - before
+            return out
+
+    def ffn():
+        with cam.Comm(topo, 1, group=group, dtype=torch.bfloat16) as comm:
+            assert sent.wait(60)
+            before = _activity()
+            expand_x, scales, _, item = cam.ops.dispatch_recv(comm)
+            counts["dispatch_recv"] = _activity() - before
+            assert int(item[5]) == 4
+            rows = (expand_x.float() * scales[:, None]).to(torch.bfloat16)
+            before = _activity()
+            cam.ops.combine_send(comm, rows, item)
+            counts["combine_send"] = _activity() - before
+
+    results = {}
+
+    def run(name, fn):
+        try:
+            results[name] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+            sent.set()
+
+    threads = [threading.Thread(target=run, args=(n, f), daemon=True) for n, f in (("a", attention), ("f", ffn))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a rank did not finish within 60 s"
+    if errors:
+        raise errors[0]
+    # caller_run_tasks is process-wide: each rank's count covers only its own calls while the other rank waited
+    # (the attention rank's includes the FFN rank's combine_send, which ran while it sat in combine_recv).
+    assert counts["dispatch_recv"] == 0
+    assert counts["combine_send"] == 3  # the launch, the status check, the in-flight token
+    assert counts["attention"] == 3  # the FFN rank's combine_send only: dispatch_send and combine_recv ran on the worker
+    # K = 1, weight 1: each token comes back as its own dequantized row.
+    q, sc = cam.reference.dynamic_quant(x)
+    assert torch.equal(results["a"], (q.float() * sc[:, None]).to(torch.bfloat16))
+
+
 def _count_dispatches(monkeypatch):
     import sys
 

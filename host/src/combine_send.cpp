@@ -45,6 +45,10 @@ aclnnStatus PrepareCombineSend(camComm* comm, bool batched, int64_t rowBudget, c
         return check.Invalid(why);
     auto ex = std::make_unique<Executor>("combine_send");
     ex->workspaceSize = ws;
+    // It waits on no peer and no host event: it checks the items, writes the rows and signals (a refusal or an
+    // aborted plane ends it at once), so a caller that synchronizes at once may run it on its own thread instead of
+    // handing it to the stream's worker (≈ 70 of ≈ 90 µs of a call that has nothing to send, on the twin).
+    ex->endsOnItsOwn = true;
     ex->launch = [tiling, comm, o = ov.data, w = wv.data](void* workspace, aclrtStream stream) {
         return LaunchOnComm(comm, stream, [&] {
             cam::kernels::LaunchCombineSend(tiling.blockDim, stream, o, w,
