@@ -166,6 +166,51 @@ def test_combine_send_runs_on_the_calling_thread_and_the_peer_waits_do_not():
     assert torch.equal(results["a"], (q.float() * sc[:, None]).to(torch.bfloat16))
 
 
+def _vm_flags(address: int) -> list:
+    """The VmFlags of the mapping holding `address` (/proc/self/smaps)."""
+    current = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                current = lo <= address < hi
+            elif current and line.startswith("VmFlags:"):
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads the mapping's flags from /proc/self/smaps")
+def test_in_process_windows_of_2_mib_or_more_are_advised_for_huge_pages():
+    # The data plane streams tens of MiB through the windows per round: a window of 2 MiB or more is 2 MiB aligned and
+    # madvise(MADV_HUGEPAGE)d (VmFlags "hg"), this mapping only. A smaller window is left alone (the control).
+    import threading
+    import uuid
+
+    for H, Bmax, want in ((4096, 512, True), (64, 4, False)):  # want: a window of this plane is >= 2 MiB
+        topo = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=H, Bmax=Bmax, L=1, slots=2)
+        group, seen, errors = f"thp-{uuid.uuid4().hex[:8]}", {}, []
+
+        def rank(r):
+            try:
+                with cam.Comm(topo, r, group=group, dtype=torch.bfloat16) as comm:
+                    w = comm.window
+                    seen[r] = (w.numel(), w.data_ptr() % (2 << 20), "hg" in _vm_flags(w.data_ptr()))
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                errors.append(e)
+
+        threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors and len(seen) == 2, errors
+        for nbytes, offset, advised in seen.values():
+            assert advised == (nbytes >= 2 << 20), (H, nbytes, advised)
+            assert offset == 0 or nbytes < 2 << 20, (H, nbytes, offset)
+        assert any(advised for _, _, advised in seen.values()) == want, (H, seen)
+
+
 def _count_dispatches(monkeypatch):
     import sys
 
