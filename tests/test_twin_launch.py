@@ -180,7 +180,8 @@ def _vm_flags(address: int) -> list:
     raise AssertionError(f"no mapping holds {address:#x}")
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads the mapping's flags from /proc/self/smaps")
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps") or not os.path.exists("/sys/kernel/mm/transparent_hugepage"),
+                    reason="reads the mapping's flags from /proc/self/smaps; a kernel without THP refuses the advice")
 def test_in_process_windows_of_2_mib_or_more_are_advised_for_huge_pages():
     # The data plane streams tens of MiB through the windows per round: a window of 2 MiB or more is 2 MiB aligned and
     # madvise(MADV_HUGEPAGE)d (VmFlags "hg"), this mapping only. A smaller window is left alone (the control).
