@@ -1,8 +1,10 @@
 """Expert placement as data (docs/protocol.md §15): per MoE layer, every routed expert has one or more replicas,
 each a (FFN index, local slot) pair; any E and F, any number of replicas per expert. The row of (token ``t``, top-k
-index ``k``) routed to expert ``e`` goes to ``replicas(e)[(t + k) % len(replicas(e))]``: deterministic, spread over
-the replicas, and a token's row for one expert is never split. Every FFN rank has the same fixed number of local
-slots (``slots_per_rank``), chosen when the table is made, so a rebalance only changes which expert a slot holds.
+index ``k``) routed to expert ``e`` goes to ``replicas(e)[(t + k0) % len(replicas(e))]``, ``k0`` the smallest top-k
+index of token ``t`` whose id is ``e`` (``k0 = k`` unless the token names ``e`` twice): deterministic, spread over the
+replicas by token and by a token's experts, and all of a token's rows for one expert go to one replica. Every FFN rank
+has the same fixed number of local slots (``slots_per_rank``), chosen when the table is made, so a rebalance only
+changes which expert a slot holds.
 
 This module is the table, its checks, the replica rule and the per-FFN-rank weight layout. ``dispatch_send`` reads
 the table from device memory (``device_tables``: int64 ``[L, E, 1 + 2F]``, after an epoch line in the Comm's
@@ -147,11 +149,16 @@ class Placement:
     def replicas(self, layer: int, expert: int) -> Tuple[Replica, ...]:
         return self._table[layer][expert]
 
-    def replica(self, layer: int, expert: int, token: int, k: int) -> Replica:
-        """Where the row of (token slot ``token``, top-k index ``k``) of ``expert`` goes: the documented rule
-        ``replicas(e)[(t + k) % len(replicas(e))]``."""
-        reps = self._table[layer][expert]
-        return reps[(token + k) % len(reps)]
+    def replica(self, layer: int, row: Sequence[int], token: int, k: int) -> Replica:
+        """Where the row of (token slot ``token``, top-k index ``k``) goes, ``row`` being that token's top-k ids
+        (its expert is ``row[k]``): the documented rule ``replicas(e)[(t + k0) % len(replicas(e))]`` with ``k0``
+        the first index of ``e`` in ``row``, so a token's rows for one expert share one replica."""
+        row = [int(e) for e in row]
+        if not 0 <= k < len(row) or not 0 <= row[k] < self.experts:
+            raise ValueError(f"Placement.replica: top-k index {k} of the row {row} names no expert in [0, "
+                             f"{self.experts})")
+        reps = self._table[layer][row[k]]
+        return reps[(token + row.index(row[k])) % len(reps)]
 
     def slot_experts(self, layer: int, ffn_index: int) -> List[int]:
         """Expert held by each local slot of FFN index ``ffn_index`` in ``layer`` (-1: an empty slot)."""
@@ -170,7 +177,7 @@ class Placement:
         for t, row in enumerate(ids):
             for k, e in enumerate(row):
                 if e >= 0:
-                    out[t, k, 0], out[t, k, 1] = self.replica(layer, e, t, k)
+                    out[t, k, 0], out[t, k, 1] = self.replica(layer, row, t, k)
         return out
 
     def device_table(self, layer: int) -> torch.Tensor:

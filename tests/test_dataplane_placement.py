@@ -1,8 +1,10 @@
 """Expert placement in the data-plane kernels (docs/protocol.md §15): dispatch_send routes each (token, k) row by the
 Comm's device placement table, the FFN side groups by local slot, combine_recv gets every row back from the rank it
-went to. Bit-exact against cam.reference, which applies the documented rule (t + k) % replicas(e) on its own:
-replicated experts, E % F != 0, layers with different tables, chunked items, batched receive; and a plane whose table
-is the contiguous one is bit-identical to a plane with no table."""
+went to. Bit-exact against cam.reference, which applies the documented rule (t + k0) % replicas(e) on its own (k0 the
+token's first top-k index naming the expert): replicated experts, duplicate ids in a token's row, E % F != 0, layers
+with different tables, chunked items, batched receive, many random rounds; a token's rows for one expert reach one
+replica (a hand-written case); and a plane whose table is the contiguous one is bit-identical to a plane with no
+table."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ import torch
 import cam
 from cam.placement import Placement
 from _window_layout import WindowLayout
-from _dataplane_harness import (attention_body, check_against_golden, ffn_batch_server, ffn_server, make_rounds,
-                                raise_first, run_ranks, run_round_trip)
+from _dataplane_harness import (Round, attention_body, check_against_golden, ffn_batch_server, ffn_server,
+                                make_rounds, raise_first, run_ranks, run_round_trip)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -38,14 +40,78 @@ def random_placement(E: int, F: int, slots: int, L: int, seed: int) -> Placement
     return Placement(E, F, slots, layers)
 
 
+def ids_with_duplicates(topo: cam.Topology, seed: int):
+    """make_rounds' ids_fn: random ids in [-1, E) where about a third of the top-k slots repeat an id an earlier
+    slot of the same token already names (duplicates are legal: one row per slot)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def fn(a: int, r: int, b: int) -> torch.Tensor:
+        ids = torch.randint(-1, topo.E, (b, topo.K), generator=g, dtype=torch.int64)
+        for t in range(b):
+            for k in range(1, topo.K):
+                if int(torch.randint(0, 3, (1,), generator=g)) == 0:
+                    ids[t, k] = ids[t, int(torch.randint(0, k, (1,), generator=g))]
+        return ids
+
+    return fn
+
+
+def splits_under_t_plus_k(p: Placement, rounds) -> int:
+    """Rows whose replica under (t + k) % n differs from the documented rule's, (t + k0) % n: the rows a test must
+    have for the duplicate rule to be exercised at all."""
+    n = 0
+    for per_rank in rounds:
+        for rd in per_rank:
+            for t, row in enumerate(rd.ids.tolist()):
+                for k, e in enumerate(row):
+                    if e >= 0:
+                        reps = p.replicas(rd.layer, e)
+                        n += reps[(t + k) % len(reps)] != reps[(t + row.index(e)) % len(reps)]
+    return n
+
+
 def test_replicated_experts_in_layers_with_their_own_tables():
     # 4 experts in 2 x 3 slots: replicas, empty slots, and a different table per layer (mixed layers per round)
     topo = cam.Topology(D=2, P=2, F=2, E=4, K=3, H=32, Bmax=6, L=3, expert_slots=3)
     p = random_placement(4, 2, 3, 3, seed=1)
     assert any(len(p.replicas(l, e)) > 1 for l in range(3) for e in range(4)), "the table must replicate"
     layers = [[(a // topo.P + r) % 3 for r in range(3)] for a in range(topo.A)]  # the participants of a replica agree
-    rounds = make_rounds(topo, [[5, 6, 3]] * topo.A, seed=3, layers=layers)
+    rounds = make_rounds(topo, [[5, 6, 3]] * topo.A, seed=3, layers=layers, ids_fn=ids_with_duplicates(topo, 3))
+    assert splits_under_t_plus_k(p, rounds) > 0, "no duplicate id of a replicated expert where the rules differ"
     run_round_trip(topo, rounds, placement=p, in_flight=2)
+
+
+# The hand-made duplicate case of tests/test_placement.py: expert 0 on two replicas, 1 on one, 2 on three, 3 (never
+# named) on one. Where each (t, k) row goes, by hand from (t + k0) % n (derivation there):
+DUP_TABLE = [[(0, 0), (1, 0)], [(2, 0)], [(0, 1), (1, 1), (2, 1)], [(0, 2)]]
+DUP_IDS = [[0, 0, 2, 2], [2, 0, 2, 0], [1, 0, -1, 0], [0, 2, 0, 0]]
+# FFN index -> local slot -> the tokens of its rows, in the FFN rank's row order (slot, token, k):
+DUP_RECEIVED = {0: {0: [0, 0, 1, 1], 1: [], 2: []},
+                1: {0: [2, 2, 3, 3, 3], 1: [1, 1, 3], 2: []},
+                2: {0: [2], 1: [0, 0], 2: []}}
+
+
+def test_a_tokens_rows_for_one_expert_reach_one_replica():
+    """dispatch_send on the hand-made case: each FFN rank receives exactly the rows written by hand (token t's row is
+    the constant t + 1, unquantized, so a row names its token), so a token naming a replicated expert twice has both
+    rows on one FFN rank in one slot; the round trip is bit-exact against cam.reference. With the rule (t + k) % n
+    in the kernel, token 0's second row of expert 0 lands on FFN rank 1 and this fails."""
+    topo = cam.Topology(D=1, P=1, F=3, E=4, K=4, H=32, Bmax=4, L=1, slots=1, quantized=False, expert_slots=3)
+    p = Placement(4, 3, 3, [DUP_TABLE])
+    x = (torch.arange(1, 5, dtype=torch.float32)[:, None] * torch.ones(1, topo.H)).to(torch.bfloat16)
+    w = torch.rand((4, topo.K), generator=torch.Generator().manual_seed(1))
+    rounds = [[Round(0, x, torch.tensor(DUP_IDS, dtype=torch.int32), w)]]
+    bodies = {0: attention_body(rounds[0])}
+    bodies.update({topo.A + f: ffn_server(topo, 1) for f in range(topo.F)})
+    results, errors = run_ranks(topo, bodies, timeout=60, placement=p)
+    raise_first(errors)
+    for f in range(topo.F):  # the hand-written golden first, then the reference
+        (item,) = results[topo.A + f].served
+        want = DUP_RECEIVED[f]
+        assert item.counts.tolist() == [len(want[j]) for j in range(topo.R)], (f, item.counts)
+        tokens = [t for j in range(topo.R) for t in want[j]]
+        assert torch.equal(item.rows, x[tokens]), (f, item.rows[:, 0])
+    check_against_golden(topo, rounds, results, placement=p)
 
 
 def test_60_experts_on_8_ffn_ranks():
@@ -61,20 +127,63 @@ def test_chunked_items_under_a_placement():
     # capacity 4 cuts each round into several work items per FFN rank
     topo = cam.Topology(D=2, P=1, F=2, E=3, K=2, H=32, Bmax=6, L=2, capacity=4, expert_slots=3)
     p = random_placement(3, 2, 3, 2, seed=7)
-    rounds = make_rounds(topo, [[6, 4, 6]] * topo.A, seed=9)
+    rounds = make_rounds(topo, [[6, 4, 6]] * topo.A, seed=9, ids_fn=ids_with_duplicates(topo, 9))
+    assert splits_under_t_plus_k(p, rounds) > 0
     run_round_trip(topo, rounds, placement=p)
 
 
 def test_batched_receive_under_a_placement():
     topo = cam.Topology(D=3, P=1, F=2, E=5, K=2, H=32, Bmax=4, L=2, slots=1, expert_slots=4)
     p = random_placement(5, 2, 4, 2, seed=11)
-    rounds = make_rounds(topo, [[4, 3]] * topo.A, seed=13, layers=[[0, 1], [1, 0], [1, 1]])
+    rounds = make_rounds(topo, [[4, 3]] * topo.A, seed=13, layers=[[0, 1], [1, 0], [1, 1]],
+                         ids_fn=ids_with_duplicates(topo, 13))
+    assert splits_under_t_plus_k(p, rounds) > 0
     bodies = {a: attention_body(rounds[a]) for a in range(topo.A)}
     for f in range(topo.F):
         bodies[topo.A + f] = ffn_batch_server(topo, topo.D * 2, row_budget=2 * topo.recv_rows)
     results, errors = run_ranks(topo, bodies, timeout=120, placement=p)
     raise_first(errors)
     check_against_golden(topo, rounds, results, placement=p)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_many_random_rounds_with_duplicates_and_replicas(seed):
+    """Property: random tables per layer (replicas, empty slots), random rounds of random sizes and layers whose ids
+    repeat within a token about a third of the time, two rounds in flight, capacity small enough to chunk: every
+    round bit-exact against cam.reference (FFN payloads, counts, chunks and Attention outputs)."""
+    rng = random.Random(seed)
+    F, E, R = 3, 5, 3
+    topo = cam.Topology(D=2, P=2, F=F, E=E, K=4, H=32, Bmax=6, L=3, capacity=10, expert_slots=R)
+    p = random_placement(E, F, R, 3, seed=100 + seed)
+    n_rounds = 24
+    counts = [[rng.randint(0, topo.Bmax) for _ in range(n_rounds)] for _ in range(topo.D)]
+    layers = [[rng.randrange(topo.L) for _ in range(n_rounds)] for _ in range(topo.D)]
+    per_rank = [a // topo.P for a in range(topo.A)]  # the participants of a replica agree on B and the layer
+    rounds = make_rounds(topo, [counts[d] for d in per_rank], seed=200 + seed, layers=[layers[d] for d in per_rank],
+                         ids_fn=ids_with_duplicates(topo, 300 + seed))
+    assert splits_under_t_plus_k(p, rounds) > 0
+    run_round_trip(topo, rounds, placement=p, in_flight=2)
+
+
+def test_duplicates_in_a_token_whose_ids_straddle_the_kernels_ids_window():
+    """dispatch_send reads topk_ids through a UB window of 2048 ids (kTableWindowElems); with K = 3, token 682's ids
+    are ids 2046..2048, so its k0 scan reads back across a refill. Every token names a replicated expert twice, the
+    first time at a random index: bit-exact against cam.reference."""
+    topo = cam.Topology(D=1, P=1, F=2, E=3, K=3, H=32, Bmax=800, L=1, slots=1, expert_slots=2)
+    p = Placement(3, 2, 2, [[[(0, 0), (1, 0)], [(0, 1)], [(1, 1)]]])
+    g = torch.Generator().manual_seed(27)
+
+    def ids_fn(a, r, b):
+        ids = torch.randint(1, 3, (b, 3), generator=g)
+        first = torch.randint(0, 2, (b,), generator=g)
+        ids[torch.arange(b), first] = 0
+        ids[:, 2] = 0  # expert 0 at index first and at 2: (t + first) % 2 and (t + 2) % 2 differ when first = 1
+        return ids
+
+    rounds = make_rounds(topo, [[800]], seed=29, ids_fn=ids_fn)
+    assert rounds[0][0].ids[682].tolist().count(0) >= 2
+    assert splits_under_t_plus_k(p, rounds) > 0
+    run_round_trip(topo, rounds, placement=p)
 
 
 def test_the_contiguous_table_is_bit_identical_to_no_table():

@@ -14,13 +14,13 @@ def test_contiguous_is_todays_arithmetic():
     p = Placement.contiguous(8, 2, layers=2)
     for e in range(8):
         assert p.replicas(1, e) == ((e // 4, e % 4),)
-        assert p.replica(0, e, token=5, k=3) == (e // 4, e % 4)
+        assert p.replica(0, [7, e, e], token=5, k=2) == (e // 4, e % 4)
     assert p.slot_experts(0, 1) == [4, 5, 6, 7]
     with pytest.raises(PlacementError, match="E = 7 is not a multiple of F = 2"):
         Placement.contiguous(7, 2, layers=1)
 
 
-def test_the_replica_rule_is_t_plus_k_mod_replicas():
+def test_the_replica_rule_without_duplicates_is_t_plus_k_mod_replicas():
     # 60 experts on 8 FFN ranks (E % F != 0), the 4 hottest replicated once more
     p = Placement.balanced(60, 8, layers=1, replicate=[3, 17, 17, 42, 59])
     assert p.slots_per_rank == 8  # ceil((60 + 4) / 8)
@@ -29,14 +29,55 @@ def test_the_replica_rule_is_t_plus_k_mod_replicas():
         assert len(reps) == 2 and reps[0][0] != reps[1][0], "a replica on another rank"
         for t in range(5):
             for k in range(4):
-                assert p.replica(0, e, t, k) == reps[(t + k) % 2]
+                row = [e if i == k else 10 + i for i in range(4)]  # e once, at index k
+                assert p.replica(0, row, t, k) == reps[(t + k) % 2]
     assert all(len(p.replicas(0, e)) == 1 for e in range(60) if e not in (3, 17, 42, 59))
     ids = torch.tensor([[3, 17, -1], [3, 3, 59]])
     r = p.route(0, ids)
     assert r[0, 2].tolist() == [-1, -1]
-    assert r[1, 1].tolist() == list(p.replicas(0, 3)[(1 + 1) % 2])
+    assert r[0, 1].tolist() == list(p.replicas(0, 17)[(0 + 1) % 2])
+    assert r[1, 0].tolist() == r[1, 1].tolist() == list(p.replicas(0, 3)[(1 + 0) % 2]), "token 1's rows of 3 split"
     counts = [sum(1 for j in p.slot_experts(0, f) if j >= 0) for f in range(8)]
     assert sum(counts) == 64 and max(counts) - min(counts) <= 1
+    with pytest.raises(ValueError, match="top-k index 2 of the row"):
+        p.replica(0, [3, 17, -1], 0, 2)
+
+
+# A hand-made case for the duplicate-id rule (docs/protocol.md §15): expert 0 on two replicas, expert 1 on one,
+# expert 2 on three, expert 3 (never named) on one; tokens naming 0 or 2 twice (or three times). DUP_ROUTE is written
+# by hand from replica(t, k) = replicas(e)[(t + k0) % n], k0 the token's first index naming e, one line per token:
+#   t=0 [0, 0, 2, 2]: e0 k0=0 -> 0 % 2 = 0 (0, 0);  e2 k0=2 -> 2 % 3 = 2 (2, 1)
+#   t=1 [2, 0, 2, 0]: e2 k0=0 -> 1 % 3 = 1 (1, 1);  e0 k0=1 -> 2 % 2 = 0 (0, 0)
+#   t=2 [1, 0, -1, 0]: e1 -> (2, 0);  e0 k0=1 -> 3 % 2 = 1 (1, 0);  -1 nowhere
+#   t=3 [0, 2, 0, 0]: e0 k0=0 -> 3 % 2 = 1 (1, 0);  e2 k0=1 -> 4 % 3 = 1 (1, 1)
+# The rule (t + k) % n splits token 0's, 1's and 3's rows of one expert over two replicas.
+DUP_TABLE = [[(0, 0), (1, 0)], [(2, 0)], [(0, 1), (1, 1), (2, 1)], [(0, 2)]]
+DUP_IDS = [[0, 0, 2, 2], [2, 0, 2, 0], [1, 0, -1, 0], [0, 2, 0, 0]]
+DUP_ROUTE = [[(0, 0), (0, 0), (2, 1), (2, 1)],
+             [(1, 1), (0, 0), (1, 1), (0, 0)],
+             [(2, 0), (1, 0), (-1, -1), (1, 0)],
+             [(1, 0), (1, 1), (1, 0), (1, 0)]]
+
+
+def test_a_tokens_rows_for_one_expert_share_one_replica():
+    """Duplicate ids in a token's row (legal, one row per slot) of a replicated expert: Placement.route and
+    cam.reference.dispatch both send all of the token's rows for that expert to one replica, as written by hand."""
+    from cam.reference import dispatch
+
+    p = Placement(4, 3, 3, [DUP_TABLE])
+    ids = torch.tensor(DUP_IDS, dtype=torch.int32)
+    assert [[tuple(x) for x in row] for row in p.route(0, ids).tolist()] == DUP_ROUTE
+    for t, row in enumerate(DUP_IDS):
+        for k, e in enumerate(row):
+            if e >= 0:
+                assert p.replica(0, row, t, k) == DUP_ROUTE[t][k], (t, k)
+    topo = cam.Topology(D=1, P=1, F=3, E=4, K=4, H=8, Bmax=4, L=1, quantized=False, expert_slots=3)
+    x = torch.arange(4 * 8, dtype=torch.float32).reshape(4, 8).to(torch.bfloat16)
+    for f in range(3):
+        d = dispatch(topo, [(x, ids)], topo.A + f, placement=p, layer=0)
+        want = sorted((j, 0, t, k) for t in range(4) for k in range(4) if DUP_ROUTE[t][k][0] == f
+                      for j in [DUP_ROUTE[t][k][1]])
+        assert [(int(j), p_, t, k) for j, (p_, t, k) in zip(d["local_expert"], d["row_source"])] == want, f
 
 
 @pytest.mark.parametrize("layers, match", [
@@ -101,8 +142,12 @@ def test_the_reference_dispatch_routes_as_placement_route():
     topo = cam.Topology(D=1, P=1, F=3, E=7, K=3, H=8, Bmax=6, L=2, quantized=False, expert_slots=p.slots_per_rank)
     g = torch.Generator().manual_seed(4)
     ids = torch.randint(-1, 7, (6, 3), generator=g, dtype=torch.int32)
+    ids[::2, 1] = ids[::2, 0]  # duplicates in half the tokens (legal: one row per slot)
     x = torch.randn(6, 8, generator=g).to(torch.bfloat16)
     route = p.route(1, ids)
+    dup = [t for t in range(0, 6, 2) if int(ids[t, 0]) >= 0 and len(p.replicas(1, int(ids[t, 0]))) > 1]
+    assert dup, "no duplicate of a replicated expert (where (t + k) % n would split the token's rows)"
+    assert all(route[t, 0].tolist() == route[t, 1].tolist() for t in dup)
     for f in range(3):
         d = dispatch(topo, [(x, ids)], topo.A + f, placement=p, layer=1)
         want = sorted((int(route[t, k, 1]), 0, t, k) for t in range(6) for k in range(3)

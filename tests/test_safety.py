@@ -544,7 +544,9 @@ def test_dispatch_send_refuses_every_tampered_word_of_the_placement_table():
     """Every word of the layer's device table that dispatch_send reads, set one at a time to a value outside its
     bound (replica count outside [1, F], FFN index outside [0, F), slot outside [0, R)): refused by the pre-pass
     naming the placement, no window written, the Comm usable. Words it does not read (pairs past the count, other
-    layers) stay harmless: the round after the tampers, with such words changed, is bit-exact against the golden."""
+    layers) stay harmless: the round after the tampers, with such words changed, is bit-exact against the golden.
+    Token 1 of every round names the replicated expert 1 twice, so the pre-pass's scan for the token's first index
+    of an expert (docs/protocol.md §15) runs under every tamper and in the final round."""
     from cam.placement import Placement
     from _dataplane_harness import slot_experts
 
@@ -553,6 +555,8 @@ def test_dispatch_send_refuses_every_tampered_word_of_the_placement_table():
                             [[(1, 1)], [(0, 0), (1, 0)], [(0, 1)]]])
     with plane(t, placement=p) as comms:
         rounds = [make_round(t, a, seed=41) for a in range(t.A)]
+        for _, ids, _ in rounds:
+            ids[1] = 1
         table = comms[0].placement_table
         W, layer = t.placement_width, 1
         before = windows(comms)

@@ -534,13 +534,47 @@ def test_contiguous_placement_is_cams_default_and_takes_any_e_and_f():
 
 def test_replica_rule_and_split():
     p = Placement([[(0, 0), (1, 0)], [(1, 1)], [(0, 1), (1, 2), (2, 0)]], F=3)
-    # row (t, k) of expert e -> replicas(e)[(t + k) % r]
-    assert [p.pick(0, t, 0) for t in range(4)] == [(0, 0), (1, 0), (0, 0), (1, 0)]
-    assert p.pick(2, 1, 1) == (2, 0) and p.pick(2, 3, 0) == (0, 1) and p.pick(1, 5, 3) == (1, 1)
+    # row (t, k) of expert e = row[k] -> replicas(e)[(t + k0) % r], k0 the token's first index naming e
+    assert [p.pick([0], t, 0) for t in range(4)] == [(0, 0), (1, 0), (0, 0), (1, 0)]
+    assert p.pick([1, 2], 1, 1) == (2, 0) and p.pick([2], 3, 0) == (0, 1) and p.pick([0, 0, 0, 1], 5, 3) == (1, 1)
+    # a token naming an expert twice: both rows on its first slot's replica ((t + k) % r would split them)
+    assert p.pick([0, 0], 0, 0) == p.pick([0, 0], 0, 1) == (0, 0)
+    assert p.pick([2, 0, 2], 1, 0) == p.pick([2, 0, 2], 1, 2) == (1, 2) and p.pick([2, 0, 2], 1, 1) == (0, 0)
+    with pytest.raises(ValueError, match="top-k index 1 of the row"):
+        p.pick([0, -1], 0, 1)
     # The simulator's split is the rule's expectation: 7 rows of expert 2 over 3 replicas -> 3, 2, 2.
     rows, active = p.split(np.array([5, 1, 7]))
     assert rows.tolist() == [3 + 3, 2 + 1 + 2, 2] and active.tolist() == [2, 3, 1]
     assert p.slot_rows(np.array([5, 1, 7]), 1).tolist() == [2, 1, 2]
+
+
+def test_the_simulators_replica_rule_routes_as_the_reference():
+    """cam.sim's Placement.pick and cam.reference.dispatch (each applying the rule of docs/protocol.md §15 on its
+    own) send every (token, k) row of random rounds to the same (FFN rank, slot), with duplicate ids in the rows."""
+    import torch
+
+    import cam
+    from cam.placement import Placement as CamPlacement
+    from cam.reference import dispatch
+
+    table = [[(0, 0), (1, 0)], [(1, 1)], [(0, 1), (1, 2), (2, 0)], [(2, 1)]]
+    sim, ref = Placement(table, F=3), CamPlacement(4, 3, 3, [table])
+    topo = cam.Topology(D=1, P=1, F=3, E=4, K=3, H=8, Bmax=8, L=1, quantized=False, expert_slots=3)
+    g = torch.Generator().manual_seed(6)
+    dups = 0
+    for _ in range(20):
+        ids = torch.randint(-1, 4, (8, 3), generator=g, dtype=torch.int32)
+        ids[:, 1] = torch.where(torch.rand(8, generator=g) < 0.5, ids[:, 0], ids[:, 1])
+        x = torch.zeros(8, 8, dtype=torch.bfloat16)
+        got = {}
+        for f in range(3):
+            d = dispatch(topo, [(x, ids)], topo.A + f, placement=ref, layer=0)
+            got.update({(t, k): (f, int(j)) for j, (_, t, k) in zip(d["local_expert"], d["row_source"])})
+        rows = ids.tolist()
+        want = {(t, k): sim.pick(row, t, k) for t, row in enumerate(rows) for k, e in enumerate(row) if e >= 0}
+        assert got == want
+        dups += sum(row[0] == row[1] >= 0 and len(table[row[0]]) > 1 for row in rows)
+    assert dups > 0  # rows (t, 1) that (t + k) % n would send elsewhere than (t, 0)
 
 
 def test_bad_placements_are_refused_naming_the_fault(tmp_path):

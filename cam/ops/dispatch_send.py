@@ -27,7 +27,8 @@ def dispatch_send(comm: Comm, x: torch.Tensor, topk_ids: torch.Tensor, layer: in
     Each token is written once per destination FFN rank (int8 + one fp32 scale per token with the shared
     per-token quantization when the topology is quantized, else unchanged), with an index table and a record;
     then the round is published with a sequence-number signal. Each row goes where the Comm's placement table
-    says (docs/protocol.md §15): replica ``(t + k) % n`` of its expert's ``n`` replicas, or with no table the
+    says (docs/protocol.md §15): replica ``(t + k0) % n`` of its expert's ``n`` replicas, ``k0`` the token's first
+    top-k index naming that expert (a token's rows for one expert share a replica), or with no table the
     contiguous placement. Rounds go to slot ``round % slots``; when
     ``slots`` rounds are already in flight the op waits (bounded by ``comm.timeout_s``) for the oldest to be
     combined. No barrier spans replicas.

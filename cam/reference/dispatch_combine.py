@@ -8,8 +8,9 @@ must produce.
   (token, top-k slot) routed to it, grouped by local expert slot, within a slot ordered
   by (participant, token, slot); int8 + fp32 scale when quantized. With a placement
   table (docs/protocol.md §15) the row of (token t, slot k) of expert e goes to replica
-  ``(t + k) % n`` of e's n replicas, each an (FFN index, local slot); without one, expert
-  e is slot ``e % R`` of FFN index ``e // R``.
+  ``(t + k0) % n`` of e's n replicas, each an (FFN index, local slot), k0 the first slot of
+  token t whose id is e (a token's rows for one expert share a replica); without one,
+  expert e is slot ``e % R`` of FFN index ``e // R``.
 * ``combine``    - one participant's routed output: ``acc = acc + w[t,k] * row[t,k]`` in
   fp32 for k = 0..K-1 (multiply, then add), empty slots skipped, one final rounding.
 * ``round_trip`` - dispatch to every FFN rank, an expert function, combine back.
@@ -101,11 +102,12 @@ def dispatch(
     if placement is None and not (topo.E % topo.F == 0 and topo.R == topo.E // topo.F):
         raise ValueError(f"E = {topo.E} on F = {topo.F} ranks of {topo.R} slots needs a placement table")
 
-    def where(e: int, t: int, k: int) -> Tuple[int, int]:
+    def where(e: int, t: int, k0: int) -> Tuple[int, int]:
+        """(FFN index, local slot) of token t's rows of expert e, k0 = the token's first slot naming e."""
         if placement is None:
             return e // topo.R, e % topo.R
         reps = list(placement.replicas(layer, e))
-        return tuple(reps[(t + k) % len(reps)])
+        return tuple(reps[(t + k0) % len(reps)])
 
     # (local slot, participant, token, slot, expert) for every slot routed here; sorting the tuples is the order
     cells = []
@@ -115,7 +117,7 @@ def dispatch(
             for k, e in enumerate(row):
                 if e == -1:
                     continue
-                ff, j = where(e, t, k)
+                ff, j = where(e, t, row.index(e))
                 if ff == f:
                     cells.append((j, p, t, k, e))
     cells.sort()

@@ -97,7 +97,8 @@ def _parse(argv):
     g.add_argument("--placement", metavar="SPEC",
                    help="expert placement: contiguous (default: expert e on rank e*F//E), hot:K (the contiguous "
                         "one plus a second replica of each layer's K most popular experts), or a JSON table "
-                        "{\"F\": F, \"experts\": [[[rank, slot], ...], ...]}; a row goes to replica (t + k) %% r")
+                        "{\"F\": F, \"experts\": [[[rank, slot], ...], ...]}; a row goes to replica (t + k0) %% r, "
+                        "k0 the token's first top-k index naming the expert")
     g.add_argument("--assign", choices=ASSIGNS, default="round-robin",
                    help="which Attention replica takes an arriving request: round robin in arrival order, or at its "
                         "arrival the one with the fewest tokens / requests not yet finished (as cam-run --assign)")

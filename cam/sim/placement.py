@@ -2,11 +2,12 @@
 replica a routed row goes to (docs/sim.md, "Placement"; the kernels' contract is docs/protocol.md).
 
 The replica rule: row (token slot ``t``, top-k index ``k``) of expert ``e`` goes to
-``replicas(e)[(t + k) % len(replicas(e))]``. It never splits one token's rows for one expert differently from
-its other rows of that expert (one (t, k) pair is one row), and it spreads an expert's rows over its replicas. The
-simulator draws per-expert row counts, not tokens, so it applies the rule's expectation: an expert's ``n`` rows of
-a round are split over its ``r`` replicas as evenly as possible (the first ``n mod r`` replicas one more), which is
-what the rule gives on consecutive token slots.
+``replicas(e)[(t + k0) % len(replicas(e))]``, ``k0`` the smallest top-k index of token ``t`` whose id is ``e``
+(``k0 = k`` unless the token names ``e`` twice). All of a token's rows for one expert go to one replica, and an
+expert's rows spread over its replicas token by token. The simulator draws per-expert row counts, not tokens, so it
+applies the rule's expectation: an expert's ``n`` rows of a round are split over its ``r`` replicas as evenly as
+possible (the first ``n mod r`` replicas one more), which is what the rule gives on consecutive token slots (rows
+counted per token: a token naming an expert twice sends both rows to one replica).
 """
 
 from __future__ import annotations
@@ -61,10 +62,15 @@ class Placement:
     def replicated(self) -> bool:
         return any(len(r) > 1 for r in self.replicas)
 
-    def pick(self, e: int, t: int, k: int) -> Tuple[int, int]:
-        """The (rank, slot) that row (token slot t, top-k index k) of expert e goes to."""
+    def pick(self, row: Sequence[int], t: int, k: int) -> Tuple[int, int]:
+        """The (rank, slot) that row (token slot t, top-k index k) goes to, ``row`` being token t's top-k expert
+        ids (its expert is ``row[k]``; -1 is an empty slot, which goes nowhere)."""
+        row = [int(e) for e in row]
+        e = row[k]
+        if not 0 <= e < self.experts:
+            raise ValueError(f"placement: top-k index {k} of the row {row} names no expert in [0, {self.experts})")
         reps = self.replicas[e]
-        return reps[(t + k) % len(reps)]
+        return reps[(t + row.index(e)) % len(reps)]
 
     def split(self, counts: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """Per-expert row counts of a round -> (rows per FFN rank, local slots with rows per FFN rank)."""

@@ -24,7 +24,8 @@ public:
         wsl_ = DispatchSendWorkspaceLayout(plane_.Topo());
         const CamTopology& t = plane_.Topo();
         x_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), uint64_t(tiling.tokens) * t.H);
-        // topk_ids are read three times by block 0 (checks, digest, index tables): through UB, not scalar GM reads.
+        // topk_ids are read more than once by block 0 (checks, a replicated expert's first top-k index in the
+        // token, digest): through UB, not scalar GM reads.
         ids_.Init(pipe_, dp::kTableWindowElems);
         ids_.Use(ids, tiling.tokens * t.K);
         if (tiling.placed != 0) {
@@ -233,15 +234,23 @@ private:
         return true;
     }
     // Plane slot f * R + j of the row (token tok, top-k index k) of expert id: the contiguous placement without a
-    // table, else replica (tok + k) % n of the expert (a token's row for one expert is never split). The words it
-    // reads were bounded by PlacementInBounds, but user memory may change under a running kernel: bounded again,
-    // so even then the slot is a real one (a row then lands on a wrong expert, never outside a window).
+    // table, else replica (tok + k0) % n of the expert, k0 the token's first top-k index whose id is this one
+    // (docs/protocol.md §15), so all of a token's rows for one expert go to one replica. k0 comes from the ids at
+    // top-k indices below k, each already checked by the pre-pass, and only compared here: whatever they hold now,
+    // 0 <= k0 <= k. The table words it reads were bounded by PlacementInBounds, but user memory may change under a
+    // running kernel: bounded again, so even then the slot is a real one (a row then lands on a wrong expert, never
+    // outside a window).
     __aicore__ inline int64_t DestSlot(int64_t id, int64_t tok, int64_t k) {
         const CamTopology& t = plane_.Topo();
         if (tiling_.placed == 0) return id;
         const int64_t W = layout::placement_width(t), R = layout::experts_per_ffn(t);
         const int64_t n = place_.Get(id * W);
-        const int64_t r = n < 1 || n > t.F ? 0 : (tok + k) % n;
+        int64_t r = 0;
+        if (n > 1 && n <= t.F) {  // one replica: the first whatever k0 is
+            int64_t k0 = 0;
+            while (k0 < k && ids_.Get(tok * t.K + k0) != id) ++k0;
+            r = (tok + k0) % n;
+        }
         const int64_t f = place_.Get(id * W + 1 + 2 * r), j = place_.Get(id * W + 2 + 2 * r);
         return (f < 0 || f >= t.F ? 0 : f) * R + (j < 0 || j >= R ? 0 : j);
     }

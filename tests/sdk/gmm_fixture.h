@@ -1,12 +1,13 @@
 // Shared by the SDK programs that run the layer-select GMMs (gmm.cpp, graph.cpp): tensor descriptors over host
 // buffers, a hand-written bf16 rounding, the FRACTAL_NZ prepack and seeded per-layer weights, all written from
-// docs/gmm.md with plain loops.
+// docs/gmm.md with plain loops; and the OK/FAIL run of one op that the twin's rule drivers (tests/twin) print.
 #pragma once
 
 #include <cam/cam.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -77,6 +78,28 @@ inline aclTensorList* ScaleList(Layers& ls, int64_t e, int64_t n) {
     std::vector<const aclTensor*> ts;
     for (auto& s : ls.scales) ts.push_back(Make({e, n}, ACL_FLOAT, s.data()));
     return aclCreateTensorList(ts.data(), ts.size());
+}
+
+// The second phase of an op whose first phase returned `prepared` (its executor `ex`, `wsSize` bytes of workspace):
+// `launch(workspace, wsSize, ex, stream)`, then a synchronize bounded by 20 s. Prints "OK" and returns 0, or prints
+// "FAIL: " and the error message (for a twin violation: rule, kernel, block, call site), the drivers' whole output.
+template <class Launch>
+int RunAndReport(aclnnStatus prepared, uint64_t wsSize, aclOpExecutor* ex, aclrtStream stream, Launch launch) {
+    if (prepared != ACLNN_SUCCESS) {
+        std::printf("FAIL: GetWorkspaceSize: %s\n", camGetLastErrorMessage());
+        return 1;
+    }
+    std::vector<uint8_t> workspace(wsSize);
+    aclnnStatus st = launch(workspace.data(), wsSize, ex, stream);
+    if (st == ACLNN_SUCCESS) st = camSynchronizeStream(stream, 20000);
+    if (st != ACLNN_SUCCESS) {
+        const std::string message = camGetLastErrorMessage();  // read after the call, before anything else
+        std::printf("FAIL: %s\n", message.c_str());
+        std::fflush(stdout);
+        std::_Exit(1);  // a timed-out op may still use the workspace: never free it
+    }
+    std::printf("OK\n");
+    return 0;
 }
 
 }  // namespace sdk_test

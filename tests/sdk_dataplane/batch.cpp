@@ -3,11 +3,13 @@
 // 0 replicated on both ranks; each Attention rank dispatches one unquantized round with the table
 // (aclnnCamDispatchSendV2), each FFN rank serves with the batched dispatch_recv and combine_send until both replicas'
 // rounds went through. Checked: each FFN rank's group table holds exactly the rows the documented replica rule
-// (t + k) % n sends it (computed here on its own), and every Attention output is its routed sum with an expert that
-// scales a row by (expert + 1), the expert read from the table by slot: a row sent to a wrong slot or returned to a
-// wrong (t, k) shows. The table buffer carries its epoch line (word 0: the epoch, 0 here): with the epoch word -1 (a
-// rebalance rewriting the table) dispatch_send refuses naming it; the FFN ranks' weights epoch is 0 at creation,
-// refuses a value that is not an epoch, and at -1 (weights being moved) no poll hands out work. Exit code 0 on success; failures print what differed.
+// (t + k0) % n sends it, k0 the token's first top-k index naming the expert (computed here on its own; Attention
+// rank 1's token 1 names the replicated expert 0 twice, so both its rows go to one FFN rank), and every Attention
+// output is its routed sum with an expert that scales a row by (expert + 1), the expert read from the table by slot:
+// a row sent to a wrong slot or returned to a wrong (t, k) shows. The table buffer carries its epoch line (word 0:
+// the epoch, 0 here): with the epoch word -1 (a rebalance rewriting the table) dispatch_send refuses naming it; the
+// FFN ranks' weights epoch is 0 at creation, refuses a value that is not an epoch, and at -1 (weights being moved) no
+// poll hands out work. Exit code 0 on success; failures print what differed.
 #include <cam/cam.h>
 #include <cam/window_layout.h>
 
@@ -31,10 +33,13 @@ constexpr int64_t kW = 1 + 2 * kTopo.F;  // placement_width
 const std::vector<int64_t> kTable = {2, 0, 0, 1, 0, 1, 0, 1, -1, -1, 1, 1, 1, -1, -1};
 constexpr int64_t kHeader = 8;  // the device buffer: epoch line (word 0), then the rows (docs/protocol.md §15)
 
-// (FFN index, slot) of the row (t, k) of expert e: the documented rule, from the table
-void Where(int64_t e, int64_t t, int64_t k, int64_t* f, int64_t* j) {
+// (FFN index, slot) of the row (t, k), row = token t's top-k ids: the documented rule, from the table
+void Where(const int32_t* row, int64_t t, int64_t k, int64_t* f, int64_t* j) {
+    const int64_t e = row[k];
+    int64_t k0 = 0;
+    while (row[k0] != e) ++k0;
     const int64_t n = kTable[e * kW];
-    const int64_t r = (t + k) % n;
+    const int64_t r = (t + k0) % n;
     *f = kTable[e * kW + 1 + 2 * r];
     *j = kTable[e * kW + 2 + 2 * r];
 }
@@ -151,7 +156,7 @@ int Ffn(int64_t f, int* result) {
             for (int64_t k = 0; k < kTopo.K; ++k) {
                 if (ids[t * kTopo.K + k] == -1) continue;
                 int64_t ff, j;
-                Where(ids[t * kTopo.K + k], t, k, &ff, &j);
+                Where(&ids[t * kTopo.K], t, k, &ff, &j);
                 if (ff == f) ++want[d * R + j];
             }
     }

@@ -33,20 +33,7 @@ int main() {
     aclTensorList* tws = ScaleList(w2, e, h);
     uint64_t wsSize = 0;
     aclOpExecutor* ex = nullptr;
-    aclnnStatus st = aclnnCamGmmMultiLayerGetWorkspaceSize(ty, tys, tw, tws, tgl, tli, 1, tout, &wsSize, &ex);
-    if (st != ACLNN_SUCCESS) {
-        std::printf("FAIL: GetWorkspaceSize: %s\n", camGetLastErrorMessage());
-        return 1;
-    }
-    std::vector<uint8_t> workspace(wsSize);
-    st = aclnnCamGmmMultiLayer(workspace.data(), wsSize, ex, stream);
-    if (st == ACLNN_SUCCESS) st = camSynchronizeStream(stream, 20000);
-    if (st != ACLNN_SUCCESS) {
-        const std::string message = camGetLastErrorMessage();  // read after the call, before anything else
-        std::printf("FAIL: %s\n", message.c_str());
-        std::fflush(stdout);
-        std::_Exit(1);  // a timed-out op may still use the workspace: never free it
-    }
-    std::printf("OK\n");
-    return 0;
+    const aclnnStatus prepared =
+        aclnnCamGmmMultiLayerGetWorkspaceSize(ty, tys, tw, tws, tgl, tli, 1, tout, &wsSize, &ex);
+    return RunAndReport(prepared, wsSize, ex, stream, aclnnCamGmmMultiLayer);
 }

@@ -28,7 +28,8 @@ CAM_API aclnnStatus aclnnCamDispatchSendGetWorkspaceSize(camComm* comm, const ac
  *              creation, +1 per rebalance; a rebalance writes -1, then the rows, then the new epoch), words 1..7 are
  *              0; then for expert e of layer l, at word 8 + (l * E + e) * (1 + 2F), {n, f0, j0, f1, j1, ...} = n in
  *              [1, F] replicas, replica i in local slot j_i (in [0, R)) of FFN index f_i (in [0, F)); pairs past n
- *              are not read. The row of (token t, top-k index k) of expert e goes to replica (t + k) % n. Every
+ *              are not read. The row of (token t, top-k index k) of expert e goes to replica (t + k0) % n, k0 the
+ *              smallest top-k index of token t whose id is e (a token's rows for one expert share a replica). Every
  *              word the kernel reads is bounded in its pre-pass before any remote write, and the epoch is read
  *              before and after the rows: a bad word, a negative epoch or an epoch that changed is
  *              CAM_ERR_DEVICE_ARGUMENT naming the placement, nothing written. Every record carries the epoch; FFN
