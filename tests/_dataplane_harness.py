@@ -3,6 +3,8 @@ transport), every join has a deadline, and an exception in any rank is re-raised
 
 from __future__ import annotations
 
+import faulthandler
+import sys
 import threading
 import time
 import uuid
@@ -58,7 +60,12 @@ def run_ranks(topo: cam.Topology, bodies: Dict[int, Callable[[cam.Comm], object]
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     alive = [t.name for t in threads if t.is_alive()]
-    assert not alive, f"ranks still running after {timeout} s: {alive}"
+    if alive:
+        # Where the live ranks wait, and what ended the others: a rank that raised or returned early is usually why
+        # the rest still wait, and its error is otherwise lost behind this one.
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        ended = {r: (repr(errors[r]) if r in errors else "returned") for r in sorted(finished)}
+        raise AssertionError(f"ranks still running after {timeout} s: {alive}; the ranks that ended: {ended}")
     return results, errors
 
 
