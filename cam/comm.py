@@ -590,7 +590,10 @@ class Comm:
             if group is not None and now >= next_watch:
                 next_watch = now + _JOIN_WATCH_S
                 for r in missing:
-                    self._check_joining_peer(store, group, r, what)
+                    # Only a rank still without its key: one that published it and then gave up (it found the
+                    # plane descriptions differ, say) is for this rank's own next check to name, as it does there.
+                    if not store.check([keys[r]]):
+                        self._check_joining_peer(store, group, r, what)
             if now > deadline:
                 raise TimeoutError(f"Comm: rank {self.rank}: rank(s) {', '.join(map(str, missing))} never {what} "
                                    f"within join_timeout_s={join_timeout_s:g} s (not started, crashed, or a different "

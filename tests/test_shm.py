@@ -379,6 +379,41 @@ def test_shm_attach_control_untouched_segments_attach():
     assert _segments(base) == []
 
 
+class _KeyArrivesLate:
+    """A store in which rank 1's key arrives between a wait's look for it and its look for rank 1's failure: rank 1
+    published its key, found the plane descriptions differ, and gave up (the race that once made rank 0 report a
+    CommJoinError instead of naming the differing field itself)."""
+
+    def __init__(self, key_ever_set: bool):
+        self.data = {"g/k/0": b"1", "g/failed/1": b"InvalidArgumentError: rank 1 was created with a different topology"}
+        self.key_ever_set, self.looks = key_ever_set, 0
+
+    def check(self, keys):
+        if keys == ["g/k/1"]:
+            self.looks += 1
+            return self.key_ever_set and self.looks > 1
+        return all(k in self.data for k in keys)
+
+    def get(self, key):
+        return self.data[key]
+
+
+@pytest.mark.parametrize("key_ever_set", [True, False])
+def test_a_wait_leaves_a_peer_that_published_its_key_to_the_next_check(key_ever_set):
+    import types
+
+    waiter = types.SimpleNamespace(rank=0)
+    waiter._check_joining_peer = lambda *a, **kw: cam.Comm._check_joining_peer(waiter, *a, **kw)
+    store = _KeyArrivesLate(key_ever_set)
+    wait = lambda: cam.Comm._await_keys(waiter, store, ["g/k/0", "g/k/1"], time.monotonic() + 5, 5,  # noqa: E731
+                                        "published its pid", group="g")
+    if key_ever_set:
+        wait()  # returns: the caller's own comparison of the descriptions names the field (test below)
+    else:  # control: a rank that gave up without its key ends the wait at once, quoting its reason
+        with pytest.raises(cam.errors.CommJoinError, match="rank 1 gave up the handshake before it published its pid"):
+            wait()
+
+
 def test_topology_mismatch_names_the_field_and_the_rank_on_every_rank_within_seconds():
     # Topology blame: rank 2 (the last to be started here, so never the first joiner) differs in H and Bmax. Every
     # rank's error names rank 2, each differing field and both values, and never an innocent rank; no rank waits
