@@ -21,7 +21,8 @@ struct Block {
         // A window of 2 MiB or more: 2 MiB aligned and advised for transparent huge pages (madvise on this
         // mapping only; the process's THP setting is not touched). The data-plane ops stream tens of MiB through the
         // windows each round, and with 4 KiB pages each 4 KiB of a copy costs a TLB miss, a nested page walk in a VM;
-        // the round trip at H 4096, B 1024 took about 3 % less CPU with them (benchmarks/results/twin-speed.md).
+        // the round trip at H 4096, B 1024 took about 3 % less CPU with them under perf (the speed
+        // table's record, benchmarks/results/twin-speed.md, has them only together with two other changes).
         constexpr uint64_t kHuge = uint64_t(2) << 20;
         if (n >= kHuge) {
             const uint64_t rounded = (n + kHuge - 1) / kHuge * kHuge;
