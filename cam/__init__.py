@@ -53,7 +53,7 @@ _LAZY = {
     "UnsupportedModelError": ".convert", "ops": None, "reference": None, "errors": None, "_C": None, "_npu": None,
     "_runtime": None,
     **{name: ".errors" for name in ("CamError", "CaptureInvalidatedError", "GraphInvalidError", "CommAbortedError",
-                                    "CommProtocolError", "CommTimeoutError", "DeviceArgumentError",
+                                    "CommJoinError", "CommProtocolError", "CommTimeoutError", "DeviceArgumentError",
                                     "FFNNotServingError", "InvalidArgumentError", "InvalidDtypeError", "KernelFaultError",
                                     "ReplicaLostError", "SyncTimeoutError")},
 }
@@ -222,6 +222,7 @@ __all__ = [
     "CamError",
     "CaptureInvalidatedError",
     "CommAbortedError",
+    "CommJoinError",
     "CommProtocolError",
     "CommTimeoutError",
     "DeviceArgumentError",

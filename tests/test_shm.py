@@ -410,7 +410,7 @@ def test_a_wait_leaves_a_peer_that_published_its_key_to_the_next_check(key_ever_
     if key_ever_set:
         wait()  # returns: the caller's own comparison of the descriptions names the field (test below)
     else:  # control: a rank that gave up without its key ends the wait at once, quoting its reason
-        with pytest.raises(cam.errors.CommJoinError, match="rank 1 gave up the handshake before it published its pid"):
+        with pytest.raises(cam.CommJoinError, match="rank 1 gave up the handshake before it published its pid"):
             wait()
 
 
