@@ -606,11 +606,10 @@ class Comm:
         if store.check([f"{group}/failed/{r}"]):
             reason = store.get(f"{group}/failed/{r}").decode(errors="replace")
             raise CommJoinError(f"Comm: rank {self.rank}: rank {r} gave up the handshake before it {what}: {reason}")
-        if gone and store.check([f"{group}/proc/{r}"]):
-            ident = store.get(f"{group}/proc/{r}").decode()
-            if ident and _proc_identity(int(ident.split(":")[0])) != ident:
-                raise CommJoinError(f"Comm: rank {self.rank}: rank {r} died during the handshake (its process "
-                                    f"{ident.split(':')[0]} is gone) before it {what}")
+        if gone and self._peer_process_gone(store, group, r, absent_is_gone=False):
+            pid = store.get(f"{group}/proc/{r}").decode().split(":")[0]
+            raise CommJoinError(f"Comm: rank {self.rank}: rank {r} died during the handshake (its process {pid} is "
+                                f"gone) before it {what}")
 
     def _stop_watchdog(self) -> None:
         self._watch_stop.set()

@@ -31,6 +31,15 @@ def _experts(seed=0):
                               torch.randn(E, I, H, generator=g) / I ** 0.5) for _ in range(L)]
 
 
+def _connectors(group, *, D=1, F=1):
+    """Every rank's connector of an in-process plane, all on this thread: the test steps the FFN ranks itself."""
+    topo = cam.Topology(D=D, P=1, F=F, E=E, K=K, H=H, Bmax=B, L=L)
+    cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group=group, transport="in_process")
+    conns = [AsyncAFDConnector(r, "attention" if r < topo.A else "ffn", cfg) for r in range(topo.world_size)]
+    init_connectors(conns, torch.distributed.HashStore(), TIMEOUT_S)
+    return topo, conns
+
+
 class _World:
     """Ranks as threads: D Attention connectors (returned to the caller) and F FFN ranks running serve_ffn."""
 
@@ -133,11 +142,7 @@ def _one_round(conn, store, procs):
 def test_one_batched_ffn_step_serves_both_replicas_ready_rounds():
     """Both replicas' rounds are published (dispatch_send returned) before the FFN rank's first receive: one
     batched iteration takes both, of different layers, and each replica gets exactly cam's one-process result."""
-    topo = cam.Topology(D=2, P=1, F=1, E=E, K=K, H=H, Bmax=B, L=L)
-    cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group="serve-batch-step",
-                          transport="in_process")
-    conns = [AsyncAFDConnector(r, "attention" if r < topo.A else "ffn", cfg) for r in range(topo.world_size)]
-    init_connectors(conns, torch.distributed.HashStore(), TIMEOUT_S)
+    topo, conns = _connectors("serve-batch-step", D=2)
     layers = _experts()
     w1, w2 = convert.layer_weights(layers)
     try:
@@ -160,11 +165,7 @@ def test_the_clamped_ffn_iteration_compiles_without_a_graph_break():
     cam's clamped result bit for bit."""
     from cam.connector import ffn_iteration
 
-    topo = cam.Topology(D=1, P=1, F=1, E=E, K=K, H=H, Bmax=B, L=L)
-    cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group="serve-compile-limit",
-                          transport="in_process")
-    conns = [AsyncAFDConnector(r, "attention" if r < topo.A else "ffn", cfg) for r in range(topo.world_size)]
-    init_connectors(conns, torch.distributed.HashStore(), TIMEOUT_S)
+    _, conns = _connectors("serve-compile-limit")
     w1, w2 = convert.layer_weights(_experts())
     try:
         step = torch.compile(lambda: ffn_iteration(conns[1].comm, w1, w2, swiglu_limit=LIMIT), fullgraph=True,
@@ -184,11 +185,7 @@ def test_a_refused_swiglu_limit_takes_no_work_item(batched):
     """A bad limit is refused by name before the receive takes a work item: the round stays ready and the next
     step, with a valid limit, serves it with the clamp (had the refused step taken it, that round would never be
     answered and the receive below would time out). A capture with a bad limit is refused before it records."""
-    topo = cam.Topology(D=1, P=1, F=1, E=E, K=K, H=H, Bmax=B, L=L)
-    cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group=f"serve-bad-limit-{batched}",
-                          transport="in_process")
-    conns = [AsyncAFDConnector(r, "attention" if r < topo.A else "ffn", cfg) for r in range(topo.world_size)]
-    init_connectors(conns, torch.distributed.HashStore(), TIMEOUT_S)
+    topo, conns = _connectors(f"serve-bad-limit-{batched}")
     w1, w2 = convert.layer_weights(_experts())
     budget = topo.recv_rows if batched else None
     try:
@@ -279,12 +276,7 @@ def test_an_ffn_rank_that_fails_before_serving_is_named_at_the_first_round():
 
 
 def test_wait_ffn_serving_is_bounded_and_names_the_ranks_not_serving():
-    topo = cam.Topology(D=1, P=1, F=1, E=E, K=K, H=H, Bmax=B, L=L)
-    cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group="serve-never",
-                          transport="in_process")
-    store = torch.distributed.HashStore()
-    conns = [AsyncAFDConnector(0, "attention", cfg), AsyncAFDConnector(1, "ffn", cfg)]
-    init_connectors(conns, store, TIMEOUT_S)  # the FFN rank joins the plane but never serves
+    _, conns = _connectors("serve-never")  # the FFN rank joins the plane but never serves
     try:
         start = time.monotonic()
         with pytest.raises(cam.FFNNotServingError, match=r"FFN rank\(s\) \[1\] not serving after 0.2 s"):

@@ -141,16 +141,21 @@ def refused_unchanged(comms, ffn, out, forged, what):
 
 
 @contextlib.contextmanager
-def dispatched_round(seed=1, **kw):
-    """A plane with one round dispatched by every Attention rank and received by FFN rank A (not combined)."""
+def published_round(seed=1, timeout_s=120, **kw):
+    """A plane with one round (layer 1) dispatched by every Attention rank; FFN rank A has received nothing."""
     t = topo(**kw)
-    with plane(t, timeout_s=120) as comms:
+    with plane(t, timeout_s=timeout_s) as comms:
         rounds = [make_round(t, a, seed) for a in range(t.A)]
         for a in range(t.A):
             cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], 1)
-        ffn = t.A
-        item = recv_work(comms[ffn])
-        yield t, comms, rounds, ffn, item
+        yield t, comms, rounds, t.A
+
+
+@contextlib.contextmanager
+def dispatched_round(seed=1, **kw):
+    """A plane with one round dispatched by every Attention rank and received by FFN rank A (not combined)."""
+    with published_round(seed, **kw) as (t, comms, rounds, ffn):
+        yield t, comms, rounds, ffn, recv_work(comms[ffn])
 
 
 def test_combine_send_refuses_every_tampered_word_of_the_work_item():
@@ -647,13 +652,8 @@ def test_a_tampered_record_epoch_is_held_back_or_a_named_fault(value):
     the participant and both epochs."""
     from _window_layout import HDR_EPOCH
 
-    t = topo()
-    lay = WindowLayout(t)
-    with plane(t, timeout_s=60) as comms:
-        rounds = [make_round(t, a, seed=44) for a in range(t.A)]
-        for a in range(t.A):
-            cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], 1)
-        ffn = t.A
+    with published_round(seed=44, timeout_s=60) as (t, comms, rounds, ffn):
+        lay = WindowLayout(t)
         w = comms[ffn].window.view(torch.int64)
         word = lay.ffn_region_off(1, 0) // 8 + HDR_EPOCH  # participant 1's record
         assert int(w[word]) == 0
@@ -697,13 +697,8 @@ def test_a_tampered_weights_epoch_line_is_a_hold_back_or_a_named_fault(when, val
     dispatch_recv: -1 (weights moving) holds the round back, and restored it is served exactly; any other value is
     not the round's epoch 0, a fault naming both. Between dispatch_recv and combine_send: any value but 0 fails
     combine_send naming both epochs before it writes a row or a signal."""
-    t = topo()
-    lay = WindowLayout(t)
-    with plane(t, timeout_s=60) as comms:
-        rounds = [make_round(t, a, seed=46) for a in range(t.A)]
-        for a in range(t.A):
-            cam.ops.dispatch_send(comms[a], rounds[a][0], rounds[a][1], 1)
-        ffn = t.A
+    with published_round(seed=46, timeout_s=60) as (t, comms, rounds, ffn):
+        lay = WindowLayout(t)
         line = comms[ffn].window.view(torch.int64)[lay.ffn_weights_epoch_off // 8:lay.ffn_weights_epoch_off // 8 + 1]
         if when == "combine":
             item = recv_work(comms[ffn])

@@ -327,6 +327,22 @@ const LogEntry* CheckLog(const State& st, const OpLog& log, int pi, uintptr_t lo
     return nullptr;
 }
 
+// A new entry at the log's tail; a full log is pruned first, and if nothing could go its oldest is taken as complete.
+inline void PushEntry(State& st, OpLog& log, uintptr_t lo, uintptr_t hi, bool write,
+                      const std::source_location& where) {
+    if (log.tail - log.head == kLogDepth) {
+        PruneLog(st, log);
+        if (log.tail - log.head == kLogDepth) ++log.head;
+    }
+    LogEntry& e = log.At(log.tail);
+    e.lo = lo;
+    e.hi = hi;
+    e.seq = e.born = st.seq++;
+    e.where = where;
+    e.write = write;
+    ++log.tail;
+}
+
 // V's append: no merging, nothing but the stores. Its summary is "everything" while it holds an entry (set when it
 // stops being empty), so an append keeps none: a check of it goes by its newest seq and then its unordered suffix,
 // which is empty whenever V was ordered before the checking pipe.
@@ -337,17 +353,8 @@ inline void AppendVLog(State& st, uintptr_t lo, uintptr_t hi, bool write, const 
         log.hi = UINTPTR_MAX;
         log.anyWrite = true;
         st.busy[kUb] |= Bit(Pipe::V);
-    } else if (log.tail - log.head == kLogDepth) {
-        PruneLog(st, log);
-        if (log.tail - log.head == kLogDepth) ++log.head;  // the oldest is taken as complete
     }
-    LogEntry& e = log.At(log.tail);
-    e.lo = lo;
-    e.hi = hi;
-    e.seq = e.born = st.seq++;
-    e.where = where;
-    e.write = write;
-    ++log.tail;
+    PushEntry(st, log, lo, hi, write, where);
 }
 
 inline void AppendLog(State& st, OpLog& log, uintptr_t lo, uintptr_t hi, bool write,
@@ -371,17 +378,7 @@ inline void AppendLog(State& st, OpLog& log, uintptr_t lo, uintptr_t hi, bool wr
             }
         }
     }
-    if (log.tail - log.head == kLogDepth) {
-        PruneLog(st, log);
-        if (log.tail - log.head == kLogDepth) ++log.head;  // the oldest is taken as complete
-    }
-    LogEntry& e = log.At(log.tail);
-    e.lo = lo;
-    e.hi = hi;
-    e.seq = e.born = st.seq++;
-    e.where = where;
-    e.write = write;
-    ++log.tail;
+    PushEntry(st, log, lo, hi, write, where);
     if (lo < log.lo) log.lo = lo;
     if (hi > log.hi) log.hi = hi;
     log.anyWrite |= write;
