@@ -152,7 +152,18 @@ class Plane {
 public:
     __aicore__ inline void Init(GM_ADDR peers, const CommArgs& args, AscendC::TPipe& pipe) {
         args_ = args;
-        peers_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(peers), layout::world_size(args.topo));
+        const int64_t world = layout::world_size(args.topo);
+        peers_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(peers), world);
+        // The host writes the table once per Comm, and a later Comm's table may sit where an earlier one's was; the
+        // scalar cache is not emptied between launches, so a line of it may still hold the earlier Comm's
+        // addresses. Every line is invalidated before the first read (Window reads it with GetValue).
+        const uintptr_t first = reinterpret_cast<uintptr_t>(peers) & ~uintptr_t(kLine - 1);
+        const uintptr_t end = reinterpret_cast<uintptr_t>(peers) + uintptr_t(world) * sizeof(int64_t);
+        for (uintptr_t line = first; line < end; line += kLine) {
+            AscendC::GlobalTensor<int64_t> g = WordsAt(reinterpret_cast<GM_ADDR>(line), 0, 1);
+            AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE,
+                                              AscendC::DcciDst::CACHELINE_OUT>(g);
+        }
         signals_.Init(pipe);
     }
 

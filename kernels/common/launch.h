@@ -172,6 +172,7 @@ inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_
         w.windows.emplace_back(static_cast<uintptr_t>(bases[r]), static_cast<uint64_t>(bytes));
     }
     w.own = comm.rank;
+    w.hostTables = {{reinterpret_cast<uintptr_t>(peers), static_cast<uint64_t>(world) * sizeof(int64_t)}};
     w.batchMode = launch.scheduleMode == ScheduleMode::Batch;
     w.onViolation = [comm, bases](const std::string& violation) { TwinAbortPlane(comm, bases, violation); };
     return w;

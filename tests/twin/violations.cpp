@@ -863,6 +863,37 @@ int PeerStoreCase(bool intoPeer) {
     return 0;
 }
 
+// A read of a table the host rewrites between launches (the peer table): invalidate its line first, or the core
+// may read what an earlier launch left in its scalar cache.
+void ReadHostTable(GM_ADDR table, GM_ADDR out, bool invalidate) {
+    GlobalTensor<int64_t> t;
+    t.SetGlobalBuffer(reinterpret_cast<int64_t*>(table), 8);
+    if (invalidate) DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(t);
+    const int64_t v = t.GetValue(3);  // @case:table_not_invalidated
+    GlobalTensor<int64_t> o;
+    o.SetGlobalBuffer(reinterpret_cast<int64_t*>(out), 8);
+    o.SetValue(0, v);
+    DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(o);
+}
+
+int HostTableCase(bool invalidate) {
+    alignas(64) static int64_t table[8] = {0, 0, 0, 42, 0, 0, 0, 0};
+    alignas(64) static int64_t out[8];
+    cam::twin::LaunchWindows lw;
+    lw.hostTables = {{reinterpret_cast<uintptr_t>(table), sizeof(table)}};
+    try {
+        cam::twin::RunLaunch(invalidate ? "good_table_invalidated" : "table_not_invalidated", 1, [&] {
+            ReadHostTable(reinterpret_cast<GM_ADDR>(table), reinterpret_cast<GM_ADDR>(out), invalidate);
+        }, &lw);
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return 1;
+    }
+    if (out[0] != 42) return std::printf("read %lld\n", static_cast<long long>(out[0])), 3;
+    std::printf("OK\n");
+    return 0;
+}
+
 // The flag hand-off under the data cache: prints "seen" or "stale" (exit 0 either way unless the launch failed).
 int FlagCase(bool clean, bool invalidate, bool readEarly) {
     alignas(64) static int64_t words[32];
@@ -947,6 +978,8 @@ int main(int argc, char** argv) {
     if (argc == 2 && std::strcmp(argv[1], "good_cube") == 0) return CubeCase(2);
     if (argc == 2 && std::strcmp(argv[1], "peer_scalar_store") == 0) return PeerStoreCase(true);
     if (argc == 2 && std::strcmp(argv[1], "own_scalar_store") == 0) return PeerStoreCase(false);
+    if (argc == 2 && std::strcmp(argv[1], "table_not_invalidated") == 0) return HostTableCase(false);
+    if (argc == 2 && std::strcmp(argv[1], "good_table_invalidated") == 0) return HostTableCase(true);
     if (argc == 2 && std::strcmp(argv[1], "flag_clean_invalidate") == 0) return FlagCase(true, true, true);
     if (argc == 2 && std::strcmp(argv[1], "flag_missing_clean") == 0) return FlagCase(false, true, true);
     if (argc == 2 && std::strcmp(argv[1], "flag_missing_invalidate") == 0) return FlagCase(true, false, true);

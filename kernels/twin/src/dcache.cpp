@@ -180,6 +180,7 @@ void DataCache::Load(const void* addr, void* out, size_t bytes, const std::sourc
     const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
     const uintptr_t base = a & ~(kDcacheLineBytes - 1);
     CAM_TWIN_CHECK(a % bytes == 0, "scalar-align", "scalar GM read not aligned to its size", where);
+    if (hostTables_ != nullptr && lines_.find(base) == lines_.end()) CheckTableFetch(a, base, where);
     Line& line = Fill(base);
     const uint64_t want = Mask(a - base, bytes);
     auto* cached = reinterpret_cast<uint8_t*>(line.words) + (a - base);
@@ -192,6 +193,19 @@ void DataCache::Load(const void* addr, void* out, size_t bytes, const std::sourc
         line.valid |= want;
     }
     std::memcpy(out, cached, bytes);
+}
+
+void DataCache::CheckTableFetch(uintptr_t addr, uintptr_t base, const std::source_location& where) const {
+    if (invalidatedAll_ || invalidated_.count(base) != 0) return;
+    for (const auto& [start, bytes] : *hostTables_) {
+        if (addr < start || addr >= start + bytes) continue;
+        Violation("dcache-table-not-invalidated",
+                  "scalar read of " + Hex(addr) + " in a table the host rewrites between launches (the peer table) "
+                      "without invalidating its 64-byte line first in this launch: the core's scalar cache may still "
+                      "hold that line from an earlier launch (an earlier Comm's table at the same address); "
+                      "DataCacheCleanAndInvalid the table's lines before reading it",
+                  where);
+    }
 }
 
 void DataCache::Store(void* addr, const void* in, size_t bytes, const std::source_location& where) {
@@ -261,6 +275,7 @@ void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location
 void DataCache::CleanInvalidate(const void* addr, const std::source_location& where) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
     const uintptr_t base = a & ~(kDcacheLineBytes - 1);
+    if (a == base) invalidated_.insert(base);  // only a whole line counts: a partial one keeps its first bytes
     auto it = lines_.find(base);
     if (it == lines_.end()) return;
     const unsigned from = static_cast<unsigned>(a - base);
@@ -283,6 +298,7 @@ bool DataCache::FirstDirty(uintptr_t* base, std::source_location* where) const {
 void DataCache::CleanInvalidateAll(const std::source_location& where) {
     for (auto& [base, line] : lines_) WriteBack(base, line, where);
     lines_.clear();
+    invalidatedAll_ = true;
 }
 
 void DataCache::Drop() {

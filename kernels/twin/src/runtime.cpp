@@ -308,7 +308,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
         ctx.blockIdx = idx;
         ctx.blockNum = blockDim;
         ctx.launch = &launch;
-        DataCache dcache(&launch);
+        DataCache dcache(&launch, launch.windows != nullptr ? &launch.windows->hostTables : nullptr);
         ctx.dcache = &dcache;
         try {
             ctx.ub = FreshUb(platform.ubBytes);
