@@ -1,9 +1,9 @@
-// Kernel side of the device status record (common/device_status.h).
+// Kernel side of the device status record (common/device_status_record.h).
 #pragma once
 
 #include "kernel_operator.h"
 
-#include "common/device_status.h"
+#include "common/device_status_record.h"
 
 namespace cam::kernels {
 

@@ -10,7 +10,7 @@
 #include "kernel_operator.h"
 #include "twin/hccl.h"
 #include "twin/runtime.h"
-#include "common/device_status.h"
+#include "common/device_status_record.h"
 #include "window_table/window_table_tiling_data.h"
 
 extern "C" void cam_window_table(GM_ADDR peers, GM_ADDR status, GM_ADDR initTiling,
