@@ -43,6 +43,8 @@ __aicore__ inline void StoreWord(GM_ADDR base, int64_t byteOff, int64_t value) {
 #if !defined(CAM_MUTANT_STATE_NO_CLEAN)
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(g);
 #endif
+    // The dcci does not wait for its write-back: a later clean's could land first (docs/twin.md, "a clean and dsb").
+    AscendC::DataSyncBarrier<AscendC::MemDsbT::ALL>();
 }
 
 // Word `index` of the int64 array that starts at base + arrayOff, with the same cache maintenance.
@@ -142,6 +144,7 @@ private:
 __aicore__ inline void FlushScalarStores(GM_ADDR base) {
     AscendC::GlobalTensor<int64_t> g = WordsAt(base, 0, 1);
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::ENTIRE_DATA_CACHE, AscendC::DcciDst::CACHELINE_OUT>(g);
+    AscendC::DataSyncBarrier<AscendC::MemDsbT::ALL>();  // the write-back has landed before anything this block publishes next
 #if !defined(CAM_MUTANT_CLEAN_NO_BARRIER)
     AscendC::PipeBarrier<PIPE_ALL>();
 #endif

@@ -700,6 +700,7 @@ void DcacheStaleLine(GM_ADDR, GM_ADDR dst) {
     if (GetBlockIdx() == 0) {
         words.SetValue(0, 7);
         DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(words);
+        DataSyncBarrier<MemDsbT::ALL>();
     }
     SyncAll();
     if (GetBlockIdx() == 1) words.SetValue(1, 9);  // @case:dcache_stale_line   its copy predates block 0's clean
@@ -765,6 +766,24 @@ int CubeCase(uint32_t blockDim) {
             }
     std::printf("OK\n");
     return 0;
+}
+
+// Two words published one after the other by scalar store + clean, the other blocks reading them after SyncAll: a
+// dcci does not wait for its write-back, so without DataSyncBarrier the second can land first (or after SyncAll).
+template <int kCase>  // 0: no dsb between the cleans, 1: none before SyncAll, 2: dsb after each clean (control)
+void CleanThenPublish(GM_ADDR, GM_ADDR dst) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+    GlobalTensor<int64_t> words;
+    words.SetGlobalBuffer(reinterpret_cast<int64_t*>(dst), 16);  // two 64-byte lines
+    if (GetBlockIdx() == 0) {
+        words.SetValue(0, 7);
+        DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(words);
+        if (kCase != 0) DataSyncBarrier<MemDsbT::ALL>();
+        words.SetValue(8, 1);
+        DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(words[8]);  // @case:clean_no_dsb
+        if (kCase == 2) DataSyncBarrier<MemDsbT::DDR>();
+    }
+    SyncAll();  // @case:syncall_clean_no_dsb
 }
 
 struct Case {
@@ -833,6 +852,9 @@ const Case kCases[] = {
     {"dcache_shared_line", DcacheSharedLine, 2},
     {"mte_into_dirty_line", MteIntoDirtyLine, 1},
     {"dcache_stale_line", DcacheStaleLine, 2},
+    {"clean_no_dsb", CleanThenPublish<0>, 2},
+    {"syncall_clean_no_dsb", CleanThenPublish<1>, 2},
+    {"good_clean_dsb", CleanThenPublish<2>, 2},
     {"scalar_misaligned", ScalarMisaligned, 1},
     {"pipe_destroy_then_new", PipeDestroyThenNew, 1},
 };

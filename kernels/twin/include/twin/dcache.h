@@ -52,6 +52,14 @@ public:
     bool FirstDirty(uintptr_t* base, std::source_location* where) const;
     // Forgets every line without writing anything back (a failed block).
     void Drop();
+    // DataSyncBarrier<ALL|DDR>: every write-back of an earlier clean has landed.
+    void WriteBacksDone() { pendingClean_ = 0; }
+    // A clean whose write-back no DataSyncBarrier has waited for (its call site): false if none.
+    bool PendingWriteBack(std::source_location* where) const {
+        if (pendingClean_ == 0) return false;
+        *where = pendingWhere_;
+        return true;
+    }
     // Whether this block ever cached a line: only then can the launch's line registry hold entries of it.
     bool Touched() const { return touched_; }
 
@@ -76,6 +84,11 @@ private:
     const HostTables* hostTables_;
     std::unordered_set<uintptr_t> invalidated_;  // line bases this block invalidated in this launch
     bool invalidatedAll_ = false;                // an ENTIRE_DATA_CACHE clean-and-invalidate ran in this launch
+    // Rule dcache-clean-no-dsb: the clean calls of this block (numbered from 1) and the one whose write-back is still
+    // in flight (0: none), which a write-back of a later clean or a SyncAll must not overtake.
+    uint64_t cleanCalls_ = 0;
+    uint64_t pendingClean_ = 0;
+    std::source_location pendingWhere_{};
 };
 
 // Drops the line registry of a finished launch (every block has written back or dropped its lines).
