@@ -2,8 +2,10 @@
 
 It builds cam with bisheng, runs every op against its golden on NPU tensors at the shapes that catch layout bugs,
 again under msSanitizer memcheck/racecheck when mssanitizer is present, runs a data-plane round trip of many rounds
-with payload checksums (ranks as processes, one device each, on the NPU transport) and the end-to-end check, and writes a support-matrix JSON (SoC, CANN, torch_npu versions,
-each step pass/fail).
+with payload checksums (ranks as processes, one device each, on the NPU transport), the same round trip again while
+every device runs matmuls on a stream of its own (the payload an FFN rank reads once it saw a round's ready word must
+have the golden checksum: the cross-device ordering of a round's writes, docs/protocol.md §10.2), and the end-to-end
+check, and writes a support-matrix JSON (SoC, CANN, torch_npu versions, each step pass/fail).
 
 ``--dry-run`` checks the prerequisites and lists the steps without running them: the very ``Step`` objects the
 real mode executes (``plan``), which the tests check. Nothing here has run on hardware yet.
@@ -13,6 +15,7 @@ which runs one check of ``check_op`` (also usable on the twin with ``--device cp
 """
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -33,6 +36,7 @@ N_W2 = 200                  # N % 16 = 8
 OPS = ("dynamic_quant", "gmm_swiglu_quant_multi_layer", "gmm_multi_layer")
 SANITIZER_TOOLS = ("memcheck", "racecheck")
 DATAPLANE_ROUNDS = 2000
+DATAPLANE_LOAD_ROUNDS = 2000  # the ordering step: as many rounds, each device busy with other work meanwhile
 STEP_TIMEOUT_S = 1800.0
 
 
@@ -81,6 +85,9 @@ def plan(env: Environment) -> list:
     steps.append(Step(f"dataplane_round_trip[transport={_dataplane_transport(env.device)}]", "dataplane",
                       (env.python, "-m", "cam.qualify", "--dataplane-rounds", str(DATAPLANE_ROUNDS), "--device",
                        env.device)))
+    steps.append(Step(f"dataplane_order_under_load[transport={_dataplane_transport(env.device)}]", "dataplane",
+                      (env.python, "-m", "cam.qualify", "--dataplane-rounds", str(DATAPLANE_LOAD_ROUNDS),
+                       "--dataplane-load", "--device", env.device)))
     steps.append(Step("e2e_check", "e2e", (env.python, "-m", "cam.run.cli", "--check", "--quiet")))
     return steps
 
@@ -244,6 +251,43 @@ def _dataplane_transport(device: str) -> str:
     return "in_process" if device == "cpu" else "npu"
 
 
+class _DeviceLoad:
+    """Other work on ``device`` while the rounds run: matmuls on a stream of their own on NPU (a CPU thread on the
+    twin), so the data plane's writes share the chip with other traffic, as on a loaded machine. ``iterations``
+    counts the matmuls done (the step reports it: a load that never ran proves nothing)."""
+
+    def __init__(self, device: str):
+        import threading
+
+        self.device, self.iterations, self._stop = device, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"qualify-load-{device}")
+
+    def _run(self) -> None:
+        import torch
+
+        dev = torch.device(self.device)
+        npu = None
+        if dev.type == "npu":
+            from cam import _npu
+
+            npu = _npu._torch_npu().npu
+        a = torch.rand(256, 256, device=dev)
+        with npu.stream(npu.Stream(device=dev)) if npu else contextlib.nullcontext():
+            while not self._stop.is_set():
+                a = torch.mm(a, a).clamp_(0, 1)
+                if npu:
+                    npu.current_stream().synchronize()  # a bounded queue: the load runs beside the rounds
+                self.iterations += 1
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(60)
+
+
 def _dataplane_inputs(topo, rounds: int, seed: int) -> list:
     """inputs[r][a] = (x, ids, w) of round r at Attention rank a (the same in every rank's process)."""
     import torch
@@ -309,8 +353,9 @@ def _dataplane_rank(comm, topo, inputs, device, received: dict) -> None:
         cam.ops.combine_send(comm, out, wi)
 
 
-def _dataplane_threads(topo, inputs, device) -> dict:
-    """Every rank a thread of this process on the in-process plane; the FFN ranks' received checksums."""
+def _dataplane_threads(topo, inputs, device, load: bool = False) -> tuple:
+    """Every rank a thread of this process on the in-process plane, with one _DeviceLoad beside them when ``load``;
+    the FFN ranks' received checksums and the load's matmul count."""
     import threading
 
     import cam
@@ -333,20 +378,21 @@ def _dataplane_threads(topo, inputs, device) -> dict:
 
     threads = [threading.Thread(target=rank_main, args=(r,), daemon=True, name=f"qualify-rank{r}")
                for r in range(topo.world_size)]
-    for th in threads:
-        th.start()
-    deadline = time.monotonic() + DATAPLANE_TIMEOUT_S
-    for th in threads:
-        th.join(max(0.0, deadline - time.monotonic()))
+    with _DeviceLoad(device) if load else contextlib.nullcontext() as busy:
+        for th in threads:
+            th.start()
+        deadline = time.monotonic() + DATAPLANE_TIMEOUT_S
+        for th in threads:
+            th.join(max(0.0, deadline - time.monotonic()))
     if any(th.is_alive() for th in threads):
         raise AssertionError(f"data-plane round trip: ranks still running after {DATAPLANE_TIMEOUT_S} s")
     if failures:
         rank, e = failures[0]  # the first to fail; the others were aborted by it
         raise AssertionError(f"data-plane round trip: rank {rank} failed: {e}") from e
-    return received
+    return received, busy.iterations if load else 0
 
 
-def _dataplane_processes(topo, rounds: int, device: str, seed: int) -> dict:
+def _dataplane_processes(topo, rounds: int, device: str, seed: int, load: bool = False) -> tuple:
     """Every rank a process (``python -m cam.qualify --dataplane-rank R``) on the NPU transport, its pids and window
     records exchanged through a FileStore; the FFN ranks' received checksums. Each rank is bounded by
     DATAPLANE_TIMEOUT_S; on a failure or timeout every rank is ended and the first failure is named."""
@@ -358,7 +404,7 @@ def _dataplane_processes(topo, rounds: int, device: str, seed: int) -> dict:
             out = os.path.join(tmp, f"rank{r}.json")
             argv = [sys.executable, "-m", "cam.qualify", "--dataplane-rank", str(r), "--dataplane-store",
                     os.path.join(tmp, "store"), "--dataplane-rounds", str(rounds), "--device", device, "--seed",
-                    str(seed), "--json", out]
+                    str(seed), "--json", out] + (["--dataplane-load"] if load else [])
             procs.append((subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), out))
         deadline = time.monotonic() + DATAPLANE_TIMEOUT_S
         logs, failed = [], None
@@ -379,15 +425,18 @@ def _dataplane_processes(topo, rounds: int, device: str, seed: int) -> dict:
         if failed is not None:
             raise AssertionError(f"data-plane round trip: rank {failed} failed (exit {procs[failed][0].returncode}):"
                                  f"\n{logs[failed][-2000:]}")
-        received = {}
+        received, iterations = {}, 0
         for _, out in procs:
             with open(out) as f:
-                for rank, d, seq, checksum in json.load(f)["received"]:
-                    received[(rank, d, seq)] = checksum
-        return received
+                record = json.load(f)
+            for rank, d, seq, checksum in record["received"]:
+                received[(rank, d, seq)] = checksum
+            iterations += record.get("load_iterations", 0)
+        return received, iterations
 
 
-def dataplane_rank_main(rank: int, store_path: str, rounds: int, device: str, seed: int, out: str) -> None:
+def dataplane_rank_main(rank: int, store_path: str, rounds: int, device: str, seed: int, out: str,
+                        load: bool = False) -> None:
     """One rank of the processes' round trip (inside its subprocess): its device (rank modulo the devices
     torch_npu sees), its Comm on the NPU transport, its part of the rounds; writes the checksums it received."""
     from torch.distributed import FileStore
@@ -402,20 +451,24 @@ def dataplane_rank_main(rank: int, store_path: str, rounds: int, device: str, se
     npu.npu.set_device(index)
     store = FileStore(store_path, topo.world_size)
     received = {}
-    with cam.Comm(topo, rank, transport=_dataplane_transport(device), store=store, group="qualify",
-                  join_timeout_s=120) as comm:
+    with _DeviceLoad(f"{device}:{index}") if load else contextlib.nullcontext() as busy, \
+            cam.Comm(topo, rank, transport=_dataplane_transport(device), store=store, group="qualify",
+                     join_timeout_s=120) as comm:
         _dataplane_rank(comm, topo, _dataplane_inputs(topo, rounds, seed), f"{device}:{index}", received)
     with open(out, "w") as f:
-        json.dump({"received": [[*k, v] for k, v in received.items()]}, f)
+        json.dump({"received": [[*k, v] for k, v in received.items()],
+                   "load_iterations": busy.iterations if load else 0}, f)
 
 
-def check_dataplane(rounds: int, device: str, seed: int = 0) -> str:
+def check_dataplane(rounds: int, device: str, seed: int = 0, load: bool = False) -> str:
     """A data-plane round trip of ``rounds`` rounds on ``device`` tensors: every Attention rank dispatches and
     combines each round, every FFN rank applies a per-expert function that exposes routing mistakes. Each round's
     combine output must equal the golden (reference round trip) exactly, and the checksum of every payload an FFN
     rank received must equal the checksum of the golden dispatch. On CPU the ranks are threads of this process; on
     NPU they are processes on the NPU transport (one device each). Raises AssertionError naming the round and rank
-    that differ; returns the plane it ran on."""
+    that differ; returns the plane it ran on. With ``load`` every device also runs matmuls on a stream of its own
+    meanwhile (_DeviceLoad): an FFN rank reads a payload once it saw the round's ready word, so a checksum that
+    differs then is a round whose writes were not all visible when its ready word was (docs/protocol.md §10.2)."""
     import cam
     from cam.reference.dispatch_combine import round_trip_plane
     from cam.reference.dynamic_quant import dynamic_quant
@@ -428,9 +481,11 @@ def check_dataplane(rounds: int, device: str, seed: int = 0) -> str:
         if _npu._torch_npu() is None:
             raise RuntimeError(f"data-plane round trip on {device}: needs torch_npu (NPU tensors and one device per "
                                f"rank process)")
-        received = _dataplane_processes(topo, rounds, device, seed)
+        received, iterations = _dataplane_processes(topo, rounds, device, seed, load)
     else:
-        received = _dataplane_threads(topo, _dataplane_inputs(topo, rounds, seed), device)
+        received, iterations = _dataplane_threads(topo, _dataplane_inputs(topo, rounds, seed), device, load)
+    if load and iterations == 0:
+        raise AssertionError("data-plane round trip under load: the load never ran a matmul")
     inputs = _dataplane_inputs(topo, rounds, seed)
     expert = _expert(topo)
     for r in range(rounds):
@@ -438,9 +493,11 @@ def check_dataplane(rounds: int, device: str, seed: int = 0) -> str:
         for (d, rank), gd in golden.items():
             if received.get((rank, d, r + 1)) != _checksum(gd["rows"]):
                 raise AssertionError(f"round {r}: the payload FFN rank {rank} received from replica {d} has the "
-                                     "wrong checksum")
+                                     "wrong checksum (read after the round's ready word" +
+                                     (", under load: the round's writes were not all visible when its ready word "
+                                      "was, docs/protocol.md §10.2)" if load else ")"))
     where = "threads as ranks" if transport == "in_process" else "processes as ranks"
-    return f"transport {transport}, {topo.world_size} {where}"
+    return f"transport {transport}, {topo.world_size} {where}" + (f", load {iterations} matmuls" if load else "")
 
 
 # ---------------------------------------------------------------- CLI
@@ -458,6 +515,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dataplane-rounds", type=int, help=argparse.SUPPRESS)
     p.add_argument("--dataplane-rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--dataplane-store", help=argparse.SUPPRESS)
+    p.add_argument("--dataplane-load", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     return p
 
@@ -470,11 +528,12 @@ def main(argv: Optional[Sequence[str]] = None, runner: Callable[[Step], tuple] =
         return 0
     if args.dataplane_rank is not None:  # one rank of the processes' round trip, inside its subprocess
         dataplane_rank_main(args.dataplane_rank, args.dataplane_store, args.dataplane_rounds, args.device, args.seed,
-                            args.json)
+                            args.json, args.dataplane_load)
         return 0
     if args.dataplane_rounds is not None:
-        plane = check_dataplane(args.dataplane_rounds, args.device, args.seed)
-        print(f"data-plane round trip: {args.dataplane_rounds} rounds on {args.device} ({plane}): ok")
+        plane = check_dataplane(args.dataplane_rounds, args.device, args.seed, args.dataplane_load)
+        what = "data-plane round trip under load" if args.dataplane_load else "data-plane round trip"
+        print(f"{what}: {args.dataplane_rounds} rounds on {args.device} ({plane}): ok")
         return 0
     env = detect(args.source, args.device)
     steps = plan(env)

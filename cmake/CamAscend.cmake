@@ -1,7 +1,9 @@
 # CAM_ASCEND=ON: the toolkit the kernels and the Ascend backend are built with.
 #
 # Kernels are compiled by CANN's bisheng, one command per kernel source, as Ascend C (-x asc) for the SoCs in scope
-# (--npu-arch=dav-2201: Atlas A2 and A3). The Ascend C headers (kernel_operator.h) come first on the include path
+# (--npu-arch=dav-2201: Atlas A2 and A3). That is host and device compiled together, which registers each kernel
+# under its host-side symbol: the function handle the data-plane kernels are launched by (aclrtGetFuncBySymbol, so
+# the launch can carry batch scheduling mode; kernels/common/launch.h, docs/ascend.md §6) comes from this build. The Ascend C headers (kernel_operator.h) come first on the include path
 # and the twin's include directory never appears: a kernel must not compile against the twin on this path.
 # Where the toolkit ships its Ascend C CMake module (ascendc_kernel_cmake/ascendc.cmake, with ascendc_library), that
 # module builds the kernels for SOC_VERSION; otherwise cam's own custom commands do, one bisheng call per kernel.

@@ -5,6 +5,7 @@ the twin's include directory never appears). Without a toolkit, configure stops 
 
 import json
 import os
+import re
 import pathlib
 import shutil
 import subprocess
@@ -38,6 +39,8 @@ def _fake_toolkit(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, p
     for d in (tikcfw / "impl", tikcfw / "interface", home / "include"):
         d.mkdir(parents=True)
     (tikcfw / "kernel_operator.h").write_text("/* stand-in: never compiled */\n")
+    (tikcfw / "lib" / "hccl").mkdir(parents=True)  # the Hccl client's header window_table includes
+    (tikcfw / "lib" / "hccl" / "hccl.h").write_text("/* stand-in: never compiled */\n")
     bindir = tmp_path / "bin"
     bindir.mkdir()
     log = tmp_path / "bisheng.log"
@@ -49,7 +52,12 @@ def _fake_toolkit(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, p
         "with open(os.environ['CAM_BISHENG_LOG'], 'a') as f:\n"
         "    f.write(json.dumps(args) + '\\n')\n"
         "out = args[args.index('-o') + 1]\n"
-        "subprocess.run(['cc', '-c', '-x', 'c', '/dev/null', '-o', out], check=True, timeout=60)\n")
+        "subprocess.run(['cc', '-c', '-x', 'c', '/dev/null', '-o', out], check=True, timeout=60)\n"
+        # What bisheng's host pass sees of the source (__CCE__ defined, the same includes and defines), beside the
+        # object: how each kernel is launched is read from it.
+        "flags = [a for a in args if a.startswith(('-I', '-D', '-std='))]\n"
+        "subprocess.run(['c++', '-E', '-P', '-x', 'c++', '-D__CCE__', *flags, args[args.index('-c') + 1],\n"
+        "                '-o', out + '.i'], check=True, timeout=60)\n")
     stand_in.chmod(0o755)
     return home, bindir, log
 
@@ -68,9 +76,12 @@ def _env_without_toolkit() -> dict:
     return env
 
 
-def test_kernels_are_compiled_by_bisheng_as_ascend_c(tmp_path):
-    if shutil.which("cc") is None:
-        pytest.skip("cc not available for the stand-in's empty object")
+@pytest.fixture(scope="module")
+def stand_in_build(tmp_path_factory):
+    """The kernel targets built with the stand-in bisheng: (the build tree, the fake toolkit's root, the log)."""
+    if shutil.which("cc") is None or shutil.which("c++") is None:
+        pytest.skip("cc / c++ not available for the stand-in's empty object and preprocessed source")
+    tmp_path = tmp_path_factory.mktemp("bisheng")
     home, bindir, log = _fake_toolkit(tmp_path)
     env = _env_without_toolkit()
     env.update(ASCEND_HOME_PATH=str(home), PATH=str(bindir) + os.pathsep + env["PATH"], CAM_BISHENG_LOG=str(log))
@@ -79,7 +90,11 @@ def test_kernels_are_compiled_by_bisheng_as_ascend_c(tmp_path):
     res = subprocess.run([_cmake(), "--build", str(tmp_path / "build"), "--target", "cam_kernels"],
                          capture_output=True, text=True, timeout=240, env=env)
     assert res.returncode == 0, res.stdout + res.stderr
+    return tmp_path / "build", home, log
 
+
+def test_kernels_are_compiled_by_bisheng_as_ascend_c(stand_in_build):
+    _, home, log = stand_in_build
     commands = [json.loads(line) for line in log.read_text().splitlines()]
     compiled = {pathlib.Path(c[c.index("-c") + 1]) for c in commands}
     assert compiled == set(KERNEL_SOURCES) and len(commands) == len(KERNEL_SOURCES)
@@ -96,6 +111,38 @@ def test_kernels_are_compiled_by_bisheng_as_ascend_c(tmp_path):
         first = next(d for d in includes if (d / "kernel_operator.h").is_file())
         assert first == home / "compiler" / "tikcpp" / "tikcfw", src
         assert includes.index(ROOT / "kernels") > includes.index(first), src
+
+
+def _host_pass(build: pathlib.Path, source: pathlib.Path) -> str:
+    rel = source.relative_to(ROOT / "kernels")
+    found = list(build.rglob(f"bisheng/{rel}.o.i"))
+    assert len(found) == 1, (source, found)
+    return found[0].read_text()
+
+
+# The expansion of CAM_DATAPLANE_LAUNCH on Ascend: the kernel's symbol and the data-plane launch descriptor.
+CONFIGURED_LAUNCH = (r"::cam::kernels::LaunchWithDescriptor\(reinterpret_cast<const void\*>\(&cam_\w+\), \"cam_\w+\", "
+                     r"[^;]*::cam::kernels::kDataPlaneLaunch")
+
+
+def test_syncall_kernels_are_launched_with_their_schedule_mode(stand_in_build):
+    """A kernel that calls SyncAll needs batch scheduling mode, which only a configured launch carries (the
+    configuration's ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE; a <<<>>> launch takes none, docs/ascend.md §6). As bisheng's
+    host pass sees each such kernel's source, its launch wrapper goes through cam::kernels::LaunchConfigured with
+    the data-plane descriptor and nothing in it is a <<<>>> launch. Control: a kernel without SyncAll
+    (dynamic_quant) is still a <<<>>> launch, which the check would see."""
+    build, _, _ = stand_in_build
+    syncall = [p for p in KERNEL_SOURCES if "CAM_DATAPLANE_LAUNCH" in p.read_text()]
+    assert {p.parent.name for p in syncall} == {"dispatch_send", "dispatch_recv", "combine_send", "combine_recv"}
+    for source in KERNEL_SOURCES:
+        text = _host_pass(build, source)
+        uses_syncall = "SyncAll" in text
+        assert uses_syncall == (source in syncall), source
+        if uses_syncall:
+            assert "<<<" not in text, f"{source.name}: a SyncAll kernel launched with <<<>>>"
+            assert re.search(CONFIGURED_LAUNCH, text), source.name
+    control = _host_pass(build, ROOT / "kernels" / "dynamic_quant" / "dynamic_quant.cpp")
+    assert "<<<" in control and not re.search(CONFIGURED_LAUNCH, control)
 
 
 def test_kernels_go_through_canns_ascendc_module_where_present(tmp_path):

@@ -74,6 +74,18 @@ def test_hccl_client_rules(context_binary, case, rule, kernel):
     assert re.search(rf"hccl_context\.cpp:{line}\b", message), message
 
 
+@pytest.mark.parametrize("case", ["zeroed_a2", "a2_tiling_on_a3"])
+def test_an_init_tiling_of_the_other_device_type_breaks_the_rule(context_binary, case):
+    """The client reads the A2 flat context only for device type 1 (HCCL_ASCEND910B) in the init tiling, the A3
+    records for any other: a zeroed tiling reads A3's layout on A2, and A2's tiling reads the
+    flat layout on A3. The real kernel's Init is named. Controls: bound, bound_a3 (each SoC's own tiling)."""
+    res = _run(context_binary, case)
+    message = res.stdout.strip()
+    assert res.returncode == 1, message + res.stderr
+    assert "rule 'hccl-init-device-type' broken" in message and "in kernel cam_window_table block 0/1" in message
+    assert re.search(r"window_table\.cpp:\d+", message), message
+
+
 @pytest.mark.parametrize("case, kernel, where", [("unbound", "cam_window_table", r"window_table\.cpp:\d+"),
                                                  ("second_group", "second_group", r"hccl_context\.cpp:\d+")])
 def test_a_launch_without_a_context_breaks_the_rule(context_binary, case, kernel, where):

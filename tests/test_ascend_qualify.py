@@ -3,6 +3,7 @@ real comparisons with the goldens (run here on the twin with device "cpu", and c
 the real mode writes a support matrix with one record per step."""
 
 import json
+import re
 
 import pytest
 
@@ -128,6 +129,40 @@ def test_dataplane_round_trip_catches_a_wrong_payload(monkeypatch):
         qualify.check_dataplane(4, "cpu", seed=9)
 
 
+def test_dataplane_round_trip_under_load_passes_on_the_twin():
+    # The ordering step's check on the twin: the rounds run while a load thread does matmuls, and the load ran.
+    plane = qualify.check_dataplane(6, "cpu", seed=3, load=True)
+    assert re.search(r"load [1-9]\d* matmuls", plane), plane
+
+
+def test_dataplane_round_trip_under_load_names_the_ordering(monkeypatch):
+    # Negative control: under load a payload checksum that differs is named as the round's writes not all visible
+    # at its ready word.
+    from cam.reference import dispatch_combine
+
+    real = dispatch_combine.round_trip_plane
+
+    def shifted(*args, **kwargs):
+        res = real(*args, **kwargs)
+        for gd in res["dispatch"].values():
+            if gd["rows"].numel():
+                gd["rows"] = gd["rows"].clone()
+                gd["rows"].view(-1)[0] += 1
+        return res
+
+    monkeypatch.setattr(dispatch_combine, "round_trip_plane", shifted)
+    with pytest.raises(AssertionError, match=r"wrong checksum \(read after the round's ready word, under load: the "
+                                             r"round's writes were not all visible"):
+        qualify.check_dataplane(3, "cpu", seed=9, load=True)
+
+
+def test_the_load_that_never_runs_fails_the_step(monkeypatch):
+    # A load that did no work proves nothing about ordering under load: the step refuses to pass.
+    monkeypatch.setattr(qualify._DeviceLoad, "_run", lambda self: None)
+    with pytest.raises(AssertionError, match="the load never ran a matmul"):
+        qualify.check_dataplane(2, "cpu", seed=1, load=True)
+
+
 def test_dataplane_step_on_npu_names_what_is_missing():
     # Without torch_npu there are no NPU tensors (the step itself runs against the stub in test_ascend_npu.py).
     with pytest.raises(RuntimeError, match="needs torch_npu"):
@@ -146,7 +181,9 @@ def test_dry_run_lists_and_real_mode_runs_the_planned_step_objects(tmp_path, mon
     assert len(planned) == 1 and len(described) == len(planned[0])
     assert all(d is p for d, p in zip(described, planned[0]))
     dataplane = [s for s in planned[0] if s.kind == "dataplane"]
-    assert [s.name for s in dataplane] == ["dataplane_round_trip[transport=npu]"]
+    assert [s.name for s in dataplane] == ["dataplane_round_trip[transport=npu]",
+                                           "dataplane_order_under_load[transport=npu]"]
+    assert "--dataplane-load" in dataplane[1].argv and "--dataplane-load" not in dataplane[0].argv
     assert dataplane[0].argv[dataplane[0].argv.index("--device") + 1] == "npu"
     assert "dataplane_round_trip[transport=npu]" in capsys.readouterr().out
     assert qualify.main(["--source", str(tmp_path), "--json", str(tmp_path / "m.json")],

@@ -60,6 +60,9 @@ CASES = {
     "mte_into_dirty_line": ("dcache-shared-line", 0),
     "peer_scalar_store": ("peer-scalar-store", 0),
     "dcache_stale_line": ("dcache-stale-line", 1),
+    "table_not_invalidated": ("dcache-table-not-invalidated", 0),
+    "clean_no_dsb": ("dcache-clean-no-dsb", 0),
+    "syncall_clean_no_dsb": ("dcache-clean-no-dsb", 0),
     "scalar_misaligned": ("scalar-align", 0),
     # the pipe-ordering model (docs/twin.md, "Pipe ordering"); each has a good_ control below
     "pipe_mte3_then_mte2": ("pipe-order", 0),
@@ -96,7 +99,7 @@ def run_case(binary, case):
 
 
 @pytest.mark.parametrize("case", ["good_copy", "good_copy_48_cores", "stream", "good_cube", "good_vector",
-                                  "pad_tail_poisoned", "good_mmad_barrier", "own_scalar_store",
+                                  "pad_tail_poisoned", "good_mmad_barrier", "own_scalar_store", "good_table_invalidated", "good_clean_dsb",
                                   "pipe_destroy_then_new", "good_pipe_mte3_then_mte2", "good_pipe_clean_then_mte2",
                                   "good_pipe_vecin_to_mte3", "good_pipe_v_then_mte3", "good_pipe_v_deep_then_mte3",
                                   "good_pipe_inplace_v_then_mte2",

@@ -1,5 +1,5 @@
 // The device backend seam: everything the host ops need from the device runtime besides kernel launches. One
-// implementation per backend: backend_twin.cpp (+ acl_twin.cpp) on the twin, backend_ascend.cpp on Ascend. Every
+// implementation per backend: host/twin/backend_twin.cpp (+ acl_twin.cpp) on the twin, backend_ascend.cpp on Ascend. Every
 // "Enqueue" call is ordered on `stream` with the launches around it.
 #pragma once
 

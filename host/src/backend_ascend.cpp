@@ -25,6 +25,7 @@
 #include "acl/acl.h"
 #include "backend.h"
 #include "cam_cann_features.h"
+#include "common/launch_descriptor.h"
 #include "dl_library.h"
 #include "graph.h"
 #include "cam/cam_platform.h"
@@ -168,51 +169,70 @@ tiling::PlatformInfo CurrentPlatform() {
     return {d.aiv, d.aic, m->ubBytes, m->l1Bytes, m->l0aBytes, m->l0bBytes, m->l0cBytes, 0};
 }
 
+}  // namespace cam::host
+
+namespace cam::kernels {
+
 // Kernels that use SyncAll need every block resident at once. Batch scheduling (schemMode 1) starts a kernel only
 // when all the cores it needs are free; normal mode (0) starts it as soon as one is, and with other streams holding
 // cores the started blocks wait in SyncAll for blocks that cannot start (hicann/runtime
 // docs/api_docs/aclrtLaunchKernelAttrValue.md; docs/ascend.md §6). A <<<>>> launch carries no attribute, so the
-// mode goes with a launch call that takes a configuration: aclrtLaunchKernelV2 on a function handle
-// (LaunchSyncAllKernel below). Each exists where its header set declares what it needs: the configuration in the
-// 2.6.0.post5 and 2.14.0 sets, the call in 2.14.0's only. No kernel goes through it yet: the kernels' launches are
-// bisheng's <<<>>> stubs, which have no function handle (docs/ascend.md §6 states the rule that holds until then).
-#if CAM_CANN_HAS_LAUNCH_KERNEL_CFG
-aclrtLaunchKernelCfg* SyncAllLaunchConfig() {
-    static aclrtLaunchKernelAttr attr = [] {
-        aclrtLaunchKernelAttr a{};
-        a.id = ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE;
-        a.value.schemMode = 1;  // batch: all blockDim cores free before the kernel starts
-        return a;
-    }();
-    static aclrtLaunchKernelCfg cfg{&attr, 1};
-    return &cfg;
-}
-#endif
-
+// data-plane kernels' launch wrappers come here (kernels/common/launch.h CAM_DATAPLANE_LAUNCH): the kernel's symbol
+// becomes a function handle (aclrtGetFuncBySymbol, for kernels bisheng compiled host and device together, which
+// cam's are) and aclrtLaunchKernelV2 launches it with the descriptor's schedule mode. Both are resolved with dlopen
+// on first use, so a runtime without them still runs every <<<>>> launch; aclrtLaunchKernelV2 is typed from its
+// prototype where the headers declare it (2.14.0's only), and where they do not every data-plane launch is refused.
 #if CAM_CANN_HAS_LAUNCH_KERNEL_V2
 namespace {
-// Resolved on first use, apart from Runtime(): a runtime without it still runs every <<<>>> launch.
+
+template <typename Fn>
+Fn ResolveRuntime(const char* symbol) {
+    Fn f = nullptr;
+    std::string why;
+    void* lib = host::OpenCannLibrary("libascendcl.so", "the Ascend runtime", &why);
+    if (lib == nullptr || !host::ResolveSymbol(lib, "libascendcl.so", "the Ascend runtime", symbol, &f, &why))
+        throw std::runtime_error(why);
+    return f;
+}
+
 decltype(&aclrtLaunchKernelV2) LaunchKernelV2() {
-    static const auto fn = [] {
-        decltype(&aclrtLaunchKernelV2) f = nullptr;
-        std::string why;
-        void* lib = OpenCannLibrary("libascendcl.so", "the Ascend runtime", &why);
-        if (lib == nullptr || !ResolveSymbol(lib, "libascendcl.so", "the Ascend runtime", "aclrtLaunchKernelV2", &f,
-                                             &why))
-            throw std::runtime_error(why);
-        return f;
-    }();
+    static const auto fn = ResolveRuntime<decltype(&aclrtLaunchKernelV2)>("aclrtLaunchKernelV2");
     return fn;
 }
+
+decltype(&aclrtGetFuncBySymbol) GetFuncBySymbol() {
+    static const auto fn = ResolveRuntime<decltype(&aclrtGetFuncBySymbol)>("aclrtGetFuncBySymbol");
+    return fn;
+}
+
 }  // namespace
 
-void LaunchSyncAllKernel(aclrtFuncHandle kernel, uint32_t blocks, const void* args, size_t argsBytes,
-                         aclrtStream stream) {
-    (void)Live();
-    Check(LaunchKernelV2()(kernel, blocks, args, argsBytes, SyncAllLaunchConfig(), stream),
-          "aclrtLaunchKernelV2 (batch scheduling mode)");
+void LaunchConfigured(const void* kernelSymbol, const char* kernelName, uint32_t blockDim, void* stream,
+                      const void* args, size_t argsBytes, const LaunchDescriptor& launch) {
+    (void)host::Live();
+    // A handle is valid on the device it was taken on only: it is looked up on every launch, not kept.
+    aclrtFuncHandle handle = nullptr;
+    host::Check(GetFuncBySymbol()(kernelSymbol, &handle), kernelName);
+    aclrtLaunchKernelAttr attr{};
+    attr.id = ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE;
+    attr.value.schemMode = static_cast<uint8_t>(launch.scheduleMode);
+    aclrtLaunchKernelCfg cfg{&attr, 1};
+    host::Check(LaunchKernelV2()(handle, blockDim, args, argsBytes, &cfg, static_cast<aclrtStream>(stream)),
+                kernelName);
+}
+#else
+void LaunchConfigured(const void*, const char* kernelName, uint32_t, void*, const void*, size_t,
+                      const LaunchDescriptor&) {
+    throw std::runtime_error(std::string(kernelName) +
+                             ": a data-plane kernel calls SyncAll and needs batch scheduling mode, which only the "
+                             "configured launch (aclrtLaunchKernelV2) carries; this build's CANN headers do not "
+                             "declare it (docs/ascend.md section 6)");
 }
 #endif
+
+}  // namespace cam::kernels
+
+namespace cam::host {
 
 aclrtStream ResolveStream(aclrtStream stream) { return stream; }  // ACL itself takes null as the default stream
 

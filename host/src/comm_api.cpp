@@ -150,6 +150,8 @@ extern "C" aclnnStatus camCommCreateInProcess(const char* group, const CamTopolo
         const char* api = "camCommCreateInProcess";
         if (!group) return Fail(ACLNN_ERR_PARAM_NULLPTR, std::string(api) + ": group is null");
         if (aclnnStatus st = CheckCreateArgs(api, topology, rank, config, comm)) return st;
+        if (const std::string why = WindowTablePlaneTooLarge(api, *topology); !why.empty())
+            return Fail(ACLNN_ERR_PARAM_INVALID, why);
         const CamTopology topo = *topology;
         const std::string name(group);
         const uint64_t bytes = static_cast<uint64_t>(RequiredWindowBytes(topo, rank));

@@ -1,4 +1,4 @@
-// Host side of the device status record (kernels/common/device_status.h): device-resident arguments are checked
+// Host side of the device status record (kernels/common/device_status_record.h): device-resident arguments are checked
 // by the kernel's pre-pass; the host zeroes the record before the kernels and inspects it after them, in stream
 // order, so the failure surfaces on synchronize as CAM_ERR_DEVICE_ARGUMENT with a sentence naming the argument.
 // Shared by every op whose kernels validate device-resident values (GMM, and the communication ops).
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cam/acl_compat.h"
-#include "common/device_status.h"
+#include "common/device_status_record.h"
 
 namespace cam::host {
 

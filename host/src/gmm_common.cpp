@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "common/device_status.h"
+#include "common/device_status_record.h"
 #include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
 
 namespace cam::host {

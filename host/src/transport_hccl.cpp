@@ -112,6 +112,8 @@ extern "C" aclnnStatus camCommCreateHccl(const void* rootInfo, uint64_t rootInfo
                                                      std::to_string(rootInfoBytes) + ", HCCL's root info has " +
                                                      std::to_string(sizeof(HcclRootInfo)));
         if (aclnnStatus st = CheckCreateArgs(api, topology, rank, config, comm)) return st;
+        if (const std::string why = WindowTablePlaneTooLarge(api, *topology); !why.empty())
+            return Fail(ACLNN_ERR_PARAM_INVALID, why);
         const CamTopology topo = *topology;
         const int64_t world = cam::layout::world_size(topo);
         // Every rank gets the same HCCL window, so it must hold the larger role's window (protocol §3).

@@ -1,7 +1,7 @@
 // The NPU transport: a plane's windows are device memory of cam's own, shared between the ranks' processes by ACL
 // IPC (docs/ascend.md §5.0): aclrtMalloc, export a key, allow the peers' pids, import the peers' windows by key,
 // close every import before the owner frees. One code path: the entry points come from a table (transport_ipc.h),
-// filled from the runtime by dlopen on Ascend and with cam's POSIX-shm stand-ins on the twin (acl_ipc_twin.cpp).
+// filled from the runtime by dlopen on Ascend and with cam's POSIX-shm stand-ins on the twin (host/twin/acl_ipc_twin.cpp).
 // Host code never loads or stores a window directly here: every word it touches goes through aclrtMemcpy.
 #ifdef CAM_WITH_CANN
 #include "cam_cann_features.h"

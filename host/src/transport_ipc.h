@@ -1,7 +1,7 @@
 // The ACL entry points the NPU transport (transport_ipc.cpp) calls, as one table. Each is typed from the ACL
 // prototype in scope: CANN's own (CAM_WITH_CANN with an IPC-capable header set, CAM_CANN_HAS_IPC_MEM) or cam's
 // ACL-compatible declarations in cam/acl_compat.h (the twin). On Ascend the table is filled by dlopen/dlsym of the
-// runtime; on the twin with cam's stand-ins (acl_ipc_twin.cpp). The transport's logic is the same for both.
+// runtime; on the twin with cam's stand-ins (host/twin/acl_ipc_twin.cpp). The transport's logic is the same for both.
 #pragma once
 
 #include <cstddef>

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "cam/aclnn_cam_window_table.h"
+#include "cam/cam_platform.h"
 #include "cam/tiling/window_table_tiling.h"
 #include "device_status.h"
 #include "executor.h"
@@ -24,26 +25,32 @@ namespace {
 // The op's workspace: the status record, then the init tiling Hccl::Init gets (kernels/window_table).
 constexpr uint64_t kWorkspaceBytes = kernels::kDeviceStatusBytes + kernels::kWindowTableInitTilingBytes;
 
-// What the op needs once its arguments are checked: the launch, the status record in the workspace around it.
-// On the twin the init tiling is a zeroed block (its client only needs one present); on Ascend the op framework's
-// Mc2InitTiling for the group belongs there (docs/ascend.md §5).
-aclnnStatus LaunchChecked(const kernels::WindowTableTilingData& tiling, const void* context, uint8_t* peers,
+// What the op needs once its arguments are checked: the launch, the status record in the workspace around it, and
+// the init tiling after it, filled for this SoC (a zeroed one makes the client read A3's layout on A2).
+aclnnStatus LaunchChecked(const kernels::WindowTableTilingData& tiling,
+                          const kernels::WindowTableInitTiling& initTiling, const void* context, uint8_t* peers,
                           uint8_t* workspace, aclrtStream stream) {
     uint8_t* status = workspace;
-    uint8_t* initTiling = workspace + kernels::kDeviceStatusBytes;
+    uint8_t* init = workspace + kernels::kDeviceStatusBytes;
     EnqueueDeviceStatusReset(stream, status);
-    EnqueueZero(stream, initTiling, kernels::kWindowTableInitTilingBytes);
-    kernels::LaunchWindowTable(tiling.blockDim, stream, context, peers, status, initTiling, tiling);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&initTiling);
+    EnqueueHostToDevice(stream, init, std::vector<uint8_t>(bytes, bytes + sizeof(initTiling)));
+    kernels::LaunchWindowTable(tiling.blockDim, stream, context, peers, status, init, tiling);
     EnqueueDeviceStatusCheck(stream, status, "window_table");
     return ACLNN_SUCCESS;
 }
 
-// The group checks both entry points share: a tiling for (topology, rank) and the group's context for the rank.
+// The group checks both entry points share: a tiling for (topology, rank), the init tiling for this SoC and the
+// group's context for the rank.
 aclnnStatus Prepare(const char* op, const CamTopology& topo, int64_t rank, const char* group,
-                    kernels::WindowTableTilingData* tiling, const void** context) {
+                    kernels::WindowTableTilingData* tiling, kernels::WindowTableInitTiling* initTiling,
+                    const void** context) {
     std::string why;
     if (!tiling::TileWindowTable(layout::world_size(topo), rank, tiling, &why))
         return Fail(ACLNN_ERR_PARAM_INVALID, why);
+    camPlatformInfo platform{};
+    if (aclnnStatus st = camGetPlatform(&platform)) return st;
+    if (!tiling::TileWindowTableInit(platform.name, initTiling, &why)) return Fail(ACLNN_ERR_PARAM_INVALID, why);
     *context = HcclContextFor(group, rank, &why);
     if (*context == nullptr) return Fail(ACLNN_ERR_PARAM_INVALID, std::string(op) + ": group '" + group + "': " + why);
     return ACLNN_SUCCESS;
@@ -51,17 +58,27 @@ aclnnStatus Prepare(const char* op, const CamTopology& topo, int64_t rank, const
 
 }  // namespace
 
+std::string WindowTablePlaneTooLarge(const char* api, const CamTopology& topo) {
+    const int64_t world = layout::world_size(topo);
+    if (world <= tiling::kWindowTableMaxRanks) return "";
+    return std::string(api) + ": world size " + std::to_string(world) + " exceeds " +
+           std::to_string(tiling::kWindowTableMaxRanks) +
+           ", the most ranks the HCCL window path's peer table holds (window_table reads the A2 flat context's 32 "
+           "windows); the IPC transport (camCommCreateIpc) builds its own table and has no such bound";
+}
+
 aclnnStatus RunWindowTable(const camComm* comm, const std::string& group, int64_t* peers, int32_t timeoutMs,
                            std::string* why) {
     kernels::WindowTableTilingData tiling{};
+    kernels::WindowTableInitTiling initTiling{};
     const void* context = nullptr;
-    if (aclnnStatus st = Prepare("window_table", comm->topo, comm->rank, group.c_str(), &tiling, &context)) {
+    if (aclnnStatus st = Prepare("window_table", comm->topo, comm->rank, group.c_str(), &tiling, &initTiling, &context)) {
         *why = camGetLastErrorMessage();
         return st;
     }
     aclrtStream stream = CreateOwnStream();
     void* status = AllocGraphMemory(kWorkspaceBytes);
-    LaunchChecked(tiling, context, reinterpret_cast<uint8_t*>(peers),
+    LaunchChecked(tiling, initTiling, context, reinterpret_cast<uint8_t*>(peers),
                   static_cast<uint8_t*>(status), stream);
     const aclnnStatus st = camSynchronizeStream(stream, timeoutMs);
     if (st == CAM_ERR_SYNC_TIMEOUT) {
@@ -123,8 +140,9 @@ extern "C" aclnnStatus aclnnCamWindowTableGetWorkspaceSize(const CamTopology* to
             (st = check.Tensor(pv, "peers", {ACL_INT64}, {cam::layout::world_size(*topology)})))
             return st;
         cam::kernels::WindowTableTilingData tiling{};
+        cam::kernels::WindowTableInitTiling initTiling{};
         const void* context = nullptr;
-        if ((st = Prepare("window_table", *topology, rank, group, &tiling, &context))) return st;
+        if ((st = Prepare("window_table", *topology, rank, group, &tiling, &initTiling, &context))) return st;
         (void)context;
         auto ex = std::make_unique<Executor>("window_table");
         ex->workspaceSize = kWorkspaceBytes;
@@ -133,9 +151,10 @@ extern "C" aclnnStatus aclnnCamWindowTableGetWorkspaceSize(const CamTopology* to
         ex->launch = [tiling, topo = *topology, rank, g = std::string(group), p = pv.data](void* workspace,
                                                                                            aclrtStream stream) {
             cam::kernels::WindowTableTilingData fresh{};
+            cam::kernels::WindowTableInitTiling freshInit{};
             const void* now = nullptr;
-            if (aclnnStatus s = Prepare("window_table", topo, rank, g.c_str(), &fresh, &now)) return s;
-            return LaunchChecked(tiling, now, p, static_cast<uint8_t*>(workspace), stream);
+            if (aclnnStatus s = Prepare("window_table", topo, rank, g.c_str(), &fresh, &freshInit, &now)) return s;
+            return LaunchChecked(tiling, freshInit, now, p, static_cast<uint8_t*>(workspace), stream);
         };
         return Finish(std::move(ex), workspaceSize, executor);
     });

@@ -16,6 +16,10 @@ aclnnStatus RunWindowTable(const camComm* comm, const std::string& group, int64_
 // One single-block kernel: 60 s covers a heavily loaded host, as the data plane's follower margin does.
 constexpr int32_t kWindowTableTimeoutMs = 60'000;
 
+// The HCCL window path (window_table over an HCCL context) reaches planes of at most tiling::kWindowTableMaxRanks
+// ranks: empty when `topo` fits, else the sentence `api` refuses it with, before anything is created.
+std::string WindowTablePlaneTooLarge(const char* api, const CamTopology& topo);
+
 // Twin transports: the windows they mapped become the HCCL context of a group private to `comm`, as the HCCL runtime
 // would set it up, and window_table turns it into the peer table.
 aclnnStatus FillPeerTableFromTransport(camComm* comm, std::string* why);

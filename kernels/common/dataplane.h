@@ -43,6 +43,8 @@ __aicore__ inline void StoreWord(GM_ADDR base, int64_t byteOff, int64_t value) {
 #if !defined(CAM_MUTANT_STATE_NO_CLEAN)
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(g);
 #endif
+    // The dcci does not wait for its write-back: a later clean's could land first (docs/twin.md, "a clean and dsb").
+    AscendC::DataSyncBarrier<AscendC::MemDsbT::ALL>();
 }
 
 // Word `index` of the int64 array that starts at base + arrayOff, with the same cache maintenance.
@@ -142,6 +144,7 @@ private:
 __aicore__ inline void FlushScalarStores(GM_ADDR base) {
     AscendC::GlobalTensor<int64_t> g = WordsAt(base, 0, 1);
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::ENTIRE_DATA_CACHE, AscendC::DcciDst::CACHELINE_OUT>(g);
+    AscendC::DataSyncBarrier<AscendC::MemDsbT::ALL>();  // the write-back has landed before anything this block publishes next
 #if !defined(CAM_MUTANT_CLEAN_NO_BARRIER)
     AscendC::PipeBarrier<PIPE_ALL>();
 #endif
@@ -152,7 +155,18 @@ class Plane {
 public:
     __aicore__ inline void Init(GM_ADDR peers, const CommArgs& args, AscendC::TPipe& pipe) {
         args_ = args;
-        peers_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(peers), layout::world_size(args.topo));
+        const int64_t world = layout::world_size(args.topo);
+        peers_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(peers), world);
+        // The host writes the table once per Comm, and a later Comm's table may sit where an earlier one's was; the
+        // scalar cache is not emptied between launches, so a line of it may still hold the earlier Comm's
+        // addresses. Every line is invalidated before the first read (Window reads it with GetValue).
+        const uintptr_t first = reinterpret_cast<uintptr_t>(peers) & ~uintptr_t(kLine - 1);
+        const uintptr_t end = reinterpret_cast<uintptr_t>(peers) + uintptr_t(world) * sizeof(int64_t);
+        for (uintptr_t line = first; line < end; line += kLine) {
+            AscendC::GlobalTensor<int64_t> g = WordsAt(reinterpret_cast<GM_ADDR>(line), 0, 1);
+            AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE,
+                                              AscendC::DcciDst::CACHELINE_OUT>(g);
+        }
         signals_.Init(pipe);
     }
 

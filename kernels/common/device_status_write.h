@@ -1,9 +1,9 @@
-// Kernel side of the device status record (common/device_status.h).
+// Kernel side of the device status record (common/device_status_record.h).
 #pragma once
 
 #include "kernel_operator.h"
 
-#include "common/device_status.h"
+#include "common/device_status_record.h"
 
 namespace cam::kernels {
 
@@ -23,8 +23,12 @@ __aicore__ inline void CleanStatusLines(const AscendC::GlobalTensor<int64_t>& s)
         AscendC::GlobalTensor<int64_t> second = s[(next - a) / sizeof(int64_t)];
         AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE,
                                           AscendC::DcciDst::CACHELINE_OUT>(second);
+        AscendC::DataSyncBarrier<AscendC::MemDsbT::ALL>();
     }
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(s);
+    // The code word is written back last and must not land before the rest (a dcci does not wait for its
+    // write-back; docs/twin.md, "a clean and dsb").
+    AscendC::DataSyncBarrier<AscendC::MemDsbT::ALL>();
 }
 
 __aicore__ inline void WriteDeviceStatus(GM_ADDR record, int64_t code, int64_t argument, int64_t index, int64_t value,

@@ -1,6 +1,6 @@
 // Device-side reading of the GMM's device-resident arguments: layer_index and group_list. Every core of both
 // GMM kernels runs the same pre-pass before touching any output, so all reach the same verdict without a
-// barrier; block 0 alone records a failure in the status record (common/device_status.h).
+// barrier; block 0 alone records a failure in the status record (common/device_status_record.h).
 #pragma once
 
 #include "kernel_operator.h"

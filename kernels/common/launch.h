@@ -1,27 +1,59 @@
-// How a kernel is put on a stream. bisheng compiles the triple-chevron launch; g++ hands the same kernel to the
-// twin, which runs it on the stream's worker thread as blockDim block threads. Each op's .cpp wraps its launch
+// How a kernel is put on a stream. bisheng compiles the triple-chevron launch, or for a kernel that needs a launch
+// configuration (the data plane's batch scheduling mode) the configured launch by function handle; g++ hands the
+// same kernel to the twin, which runs it on the stream's worker thread as blockDim block threads. Each op's .cpp wraps its launch
 // in a plain C++ function so host code never sees either form.
 #pragma once
+
+#include "common/launch_descriptor.h"
 
 namespace cam::kernels {
 // What a data-plane launch must ask of the runtime: its kernels are mixed (KERNEL_TYPE_MIX_AIV_1_0) and call a hard
 // SyncAll, so the launch needs batch scheduling mode, or, with other streams' kernels on the cores, its blocks may
-// wait in the barrier for blocks that never start (asc-devkit api/同步控制/核间同步/SyncAll.md). On the twin
-// CAM_DATAPLANE_LAUNCH passes it in the launch descriptor and SyncAll checks it (rule syncall-batch-mode); on
-// Ascend the host launch path (host/src/backend_ascend.cpp) must set the launch's schedule mode from it.
+// wait in the barrier for blocks that never start (asc-devkit api/同步控制/核间同步/SyncAll.md). Both launches of
+// CAM_DATAPLANE_LAUNCH take it from one launch descriptor (kDataPlaneLaunch below): on Ascend the configured launch
+// sets the runtime's schedule mode from it, on the twin SyncAll checks it (rule syncall-batch-mode).
 #if defined(CAM_MUTANT_NO_BATCH_MODE)
 inline constexpr bool kDataPlaneLaunchNeedsBatchMode = false;  // mutant: the launch forgets batch scheduling mode
 #else
 inline constexpr bool kDataPlaneLaunchNeedsBatchMode = true;
 #endif
+
+// The data-plane launches' descriptor: on Ascend the configured launch sets the runtime's schedule mode from it.
+inline constexpr LaunchDescriptor kDataPlaneLaunch{kDataPlaneLaunchNeedsBatchMode ? ScheduleMode::Batch
+                                                                                  : ScheduleMode::Normal};
 }  // namespace cam::kernels
 
 #if defined(__CCE__)
 #define CAM_KERNEL_LAUNCH(kernel, blockDim, stream, ...) kernel<<<blockDim, nullptr, stream>>>(__VA_ARGS__)
-// Data-plane kernels: on Ascend the launch itself is the same (the launch requirements, a mixed kernel type and
-// batch scheduling mode, are in docs/protocol.md).
-#define CAM_DATAPLANE_LAUNCH(comm, peers, kernel, blockDim, stream, ...) \
-    kernel<<<blockDim, nullptr, stream>>>(__VA_ARGS__)
+
+namespace cam::kernels {
+
+// The argument block of a kernel launched by handle: every parameter in declaration order at its natural alignment,
+// as the parameters of a C struct (the block a <<<>>> stub builds from the same list).
+template <typename... Args>
+inline void LaunchWithDescriptor(const void* kernelSymbol, const char* kernelName, uint32_t blockDim, void* stream,
+                                 const LaunchDescriptor& launch, const Args&... args) {
+    constexpr size_t kBytes = [] {
+        size_t end = 0;
+        ((end = (end + alignof(Args) - 1) / alignof(Args) * alignof(Args) + sizeof(Args)), ...);
+        return (end + 7) / 8 * 8;
+    }();
+    alignas(8) uint8_t block[kBytes] = {};
+    size_t at = 0;
+    ((at = (at + alignof(Args) - 1) / alignof(Args) * alignof(Args),
+      __builtin_memcpy(block + at, &args, sizeof(Args)), at += sizeof(Args)),
+     ...);
+    LaunchConfigured(kernelSymbol, kernelName, blockDim, stream, block, kBytes, launch);
+}
+
+}  // namespace cam::kernels
+
+// Data-plane kernels (every kernel that calls SyncAll): through the configured launch with the data-plane
+// descriptor, never a <<<>>> launch, which carries no schedule mode (tests/test_ascend_build.py checks every such
+// kernel's translation unit as bisheng's host pass sees it).
+#define CAM_DATAPLANE_LAUNCH(comm, peers, kernel, blockDim, stream, ...)                                  \
+    ::cam::kernels::LaunchWithDescriptor(reinterpret_cast<const void*>(&kernel), #kernel, blockDim, stream, \
+                                         ::cam::kernels::kDataPlaneLaunch, __VA_ARGS__)
 // MC2 ops (window_table): on Ascend the HCCL context comes from the op framework, which binds the op's group to
 // the launch (docs/ascend.md §5); a <<<>>> launch like this one gets none, so this form is a placeholder.
 #define CAM_MC2_LAUNCH(hcclContext, kernel, blockDim, stream, ...) kernel<<<blockDim, nullptr, stream>>>(__VA_ARGS__)
@@ -42,7 +74,7 @@ inline constexpr bool kDataPlaneLaunchNeedsBatchMode = true;
 // can name the rule (TwinAbortReason); the violation itself (rule, kernel, block, call site) is this rank's error.
 #define CAM_DATAPLANE_LAUNCH(comm, peers, kernel, blockDim, stream, ...)                          \
     ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() { kernel(__VA_ARGS__); },        \
-                               ::cam::kernels::dp::TwinWindows(comm, peers))
+                               ::cam::kernels::dp::TwinWindows(comm, peers, ::cam::kernels::kDataPlaneLaunch))
 // The twin binds the HCCL context to every block thread of the launch, where the runtime binds it on Ascend. The
 // description is copied when the launch is queued, so a group unregistered afterwards cannot pull memory from
 // under the kernel.
@@ -127,7 +159,9 @@ inline std::string TwinAbortReason(const uint8_t* control) {
 }
 
 // Host side, twin only: the peer table is host memory written once at Comm creation.
-inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_t* peers) {
+// The launch's schedule mode comes from the descriptor the Ascend launch also takes (rule syncall-batch-mode).
+inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_t* peers,
+                                              const LaunchDescriptor& launch) {
     ::cam::twin::LaunchWindows w;
     const CamTopology& t = comm.topo;
     const int64_t world = layout::world_size(t);
@@ -138,7 +172,8 @@ inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_
         w.windows.emplace_back(static_cast<uintptr_t>(bases[r]), static_cast<uint64_t>(bytes));
     }
     w.own = comm.rank;
-    w.batchMode = kDataPlaneLaunchNeedsBatchMode;
+    w.hostTables = {{reinterpret_cast<uintptr_t>(peers), static_cast<uint64_t>(world) * sizeof(int64_t)}};
+    w.batchMode = launch.scheduleMode == ScheduleMode::Batch;
     w.onViolation = [comm, bases](const std::string& violation) { TwinAbortPlane(comm, bases, violation); };
     return w;
 }

@@ -73,6 +73,7 @@ private:
     __aicore__ inline void FlushLineOf(uint32_t entry) {
         AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE,
                                           AscendC::DcciDst::CACHELINE_OUT>(peers_[entry]);
+        AscendC::DataSyncBarrier<AscendC::MemDsbT::ALL>();  // each line's write-back lands before the next clean's
     }
 
     static constexpr uint32_t kInt64PerLine = 64 / sizeof(int64_t);

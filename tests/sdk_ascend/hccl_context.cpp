@@ -55,15 +55,22 @@ int main(int argc, char** argv) {
     ctx.rankDim = std::strcmp(c, "a2_ranks") == 0 ? 40 : 3;
     for (int r = 0; r < 3; ++r) ctx.windowsIn[r] = reinterpret_cast<uintptr_t>(windows[r]);
     cam::kernels::WindowTableTilingData tiling{3, 1, 1, 0};
-    alignas(64) static uint8_t initTiling[cam::kernels::kWindowTableInitTilingBytes];
+    alignas(64) static cam::kernels::WindowTableInitTiling initTiling{};
     auto* p = reinterpret_cast<GM_ADDR>(peers);
     auto* s = reinterpret_cast<GM_ADDR>(status);
-    auto* it = reinterpret_cast<GM_ADDR>(initTiling);
-    // bound / bound_a3: the real kernel on the A2 flat and on the A3 layout (the control of tiling_less_a3).
-    const bool a3 = std::strcmp(c, "bound_a3") == 0 || std::strcmp(c, "tiling_less_a3") == 0;
+    auto* it = reinterpret_cast<GM_ADDR>(&initTiling);
+    // bound / bound_a3: the real kernel on the A2 flat and on the A3 layout (the control of tiling_less_a3), each
+    // with the init tiling its SoC gets; zeroed_a2 / a2_tiling_on_a3: a tiling whose device type selects the other
+    // layout (rule hccl-init-device-type; bound and bound_a3 are their controls).
+    const bool a3 = std::strcmp(c, "bound_a3") == 0 || std::strcmp(c, "tiling_less_a3") == 0 ||
+                    std::strcmp(c, "a2_tiling_on_a3") == 0;
     if (a3) cam::twin::SetPlatform("ascend910_93");
+    initTiling.deviceType = a3 ? cam::kernels::kHcclDeviceTypeA3 : cam::kernels::kHcclDeviceTypeA2;
+    if (std::strcmp(c, "zeroed_a2") == 0) initTiling.deviceType = 0;
+    if (std::strcmp(c, "a2_tiling_on_a3") == 0) initTiling.deviceType = cam::kernels::kHcclDeviceTypeA2;
     try {
-        if (std::strcmp(c, "bound") == 0 || std::strcmp(c, "bound_a3") == 0) {
+        if (std::strcmp(c, "bound") == 0 || std::strcmp(c, "bound_a3") == 0 || std::strcmp(c, "zeroed_a2") == 0 ||
+            std::strcmp(c, "a2_tiling_on_a3") == 0) {
             cam::twin::RunLaunch("cam_window_table", 1, [&] {
                 cam::twin::HcclContextBinding binding(&ctx);
                 cam_window_table(p, s, it, tiling);

@@ -1,7 +1,9 @@
 // window_table through the installed SDK on the twin: a registered HCCL context is turned into the peer table
 // exactly; a context with the wrong rank count, the wrong rank id or a null window is refused by the synchronize
 // with a sentence naming it and the table is left as it was; an unknown group is refused before anything runs; and
-// the table of a plane built by camCommCreateInProcess (through this op) is every rank's window, as before.
+// the table of a plane built by camCommCreateInProcess (through this op) is every rank's window, as before; the
+// op gives the client the init tiling of each SoC's context layout (A2 and A3 descriptions); a plane larger than
+// the table's 32 ranks is refused when it is created.
 // Prints "ok" or what differed.
 #include <cam/cam.h>
 #include <cam/window_layout.h>
@@ -65,6 +67,13 @@ int main() {
 
     camTwinHcclRegisterContext("g-good", 1, 2, windows, 2);
     bad += Expect("control", Run("g-good", 1, &peers), ACLNN_SUCCESS, nullptr, peers, good);
+    // The host fills the init tiling for the SoC: the client reads A2's flat context on Ascend910B and A3's per-rank
+    // records on Ascend910_93 (a zeroed tiling makes it read A3's on A2: twin rule hccl-init-device-type).
+    for (const char* soc : {"ascend910b", "ascend910_93"}) {
+        camSetTwinPlatform(soc);
+        bad += Expect(soc, Run("g-good", 1, &peers), ACLNN_SUCCESS, nullptr, peers, good);
+    }
+    camSetTwinPlatform("twin");
 
     camTwinHcclRegisterContext("g-dim", 1, 3, windows, 2);
     bad += Expect("rank count", Run("g-dim", 1, &peers), CAM_ERR_DEVICE_ARGUMENT,
@@ -141,6 +150,19 @@ int main() {
         }
     }
     for (camComm* c : comms) camCommDestroy(c);
+    // A plane past the 32 windows the table is read from is refused by name before any window is created (the
+    // 2-rank plane above is the control).
+    {
+        constexpr CamTopology big{32, 1, 1, 4, 2, 64, 4, 2, 1, 2, 0, 8};  // world size 33
+        camComm* c = nullptr;
+        const aclnnStatus st = camCommCreateInProcess("wt-big", &big, 0, &cfg, 1000, &c);
+        const std::string message = st ? camGetLastErrorMessage() : "";
+        if (st != ACLNN_ERR_PARAM_INVALID || c != nullptr ||
+            message.find("camCommCreateInProcess: world size 33 exceeds 32") == std::string::npos) {
+            std::printf("world 33: status %d, message '%s'\n", st, message.c_str());
+            ++bad;
+        }
+    }
     for (const char* g : {"g-good", "g-dim", "g-id", "g-null"})
         for (int r = 0; r < 2; ++r) camTwinHcclUnregisterContext(g, r);
     if (bad) return 1;

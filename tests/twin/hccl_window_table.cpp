@@ -10,7 +10,7 @@
 #include "kernel_operator.h"
 #include "twin/hccl.h"
 #include "twin/runtime.h"
-#include "common/device_status.h"
+#include "common/device_status_record.h"
 #include "window_table/window_table_tiling_data.h"
 
 extern "C" void cam_window_table(GM_ADDR peers, GM_ADDR status, GM_ADDR initTiling,
@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
     alignas(64) static int64_t peers[kRanks];
     alignas(64) static int64_t status[cam::kernels::kDeviceStatusWords];
     alignas(64) static uint8_t windows[kRanks][64];
-    alignas(64) static uint8_t initTiling[cam::kernels::kWindowTableInitTilingBytes];
+    alignas(64) static cam::kernels::WindowTableInitTiling initTiling{};
+    initTiling.deviceType = cam::kernels::kHcclDeviceTypeA2;  // the A2 flat context below
     static cam::twin::HcclContext ctx{};  // static: its window arrays are 16 KiB
     const uint32_t world = world40 ? kRanks : 3;
     ctx.rankId = 1;
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
         cam::twin::RunLaunch("cam_window_table", 1, [&] {
             cam::twin::HcclContextBinding binding(&ctx);
             cam_window_table(reinterpret_cast<GM_ADDR>(peers), reinterpret_cast<GM_ADDR>(status),
-                             reinterpret_cast<GM_ADDR>(initTiling), tiling);
+                             reinterpret_cast<GM_ADDR>(&initTiling), tiling);
         });
     } catch (const cam::twin::TwinViolation& e) {
         std::printf("%s\n", e.what());

@@ -700,6 +700,7 @@ void DcacheStaleLine(GM_ADDR, GM_ADDR dst) {
     if (GetBlockIdx() == 0) {
         words.SetValue(0, 7);
         DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(words);
+        DataSyncBarrier<MemDsbT::ALL>();
     }
     SyncAll();
     if (GetBlockIdx() == 1) words.SetValue(1, 9);  // @case:dcache_stale_line   its copy predates block 0's clean
@@ -765,6 +766,24 @@ int CubeCase(uint32_t blockDim) {
             }
     std::printf("OK\n");
     return 0;
+}
+
+// Two words published one after the other by scalar store + clean, the other blocks reading them after SyncAll: a
+// dcci does not wait for its write-back, so without DataSyncBarrier the second can land first (or after SyncAll).
+template <int kCase>  // 0: no dsb between the cleans, 1: none before SyncAll, 2: dsb after each clean (control)
+void CleanThenPublish(GM_ADDR, GM_ADDR dst) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+    GlobalTensor<int64_t> words;
+    words.SetGlobalBuffer(reinterpret_cast<int64_t*>(dst), 16);  // two 64-byte lines
+    if (GetBlockIdx() == 0) {
+        words.SetValue(0, 7);
+        DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(words);
+        if (kCase != 0) DataSyncBarrier<MemDsbT::ALL>();
+        words.SetValue(8, 1);
+        DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(words[8]);  // @case:clean_no_dsb
+        if (kCase == 2) DataSyncBarrier<MemDsbT::DDR>();
+    }
+    SyncAll();  // @case:syncall_clean_no_dsb
 }
 
 struct Case {
@@ -833,6 +852,9 @@ const Case kCases[] = {
     {"dcache_shared_line", DcacheSharedLine, 2},
     {"mte_into_dirty_line", MteIntoDirtyLine, 1},
     {"dcache_stale_line", DcacheStaleLine, 2},
+    {"clean_no_dsb", CleanThenPublish<0>, 2},
+    {"syncall_clean_no_dsb", CleanThenPublish<1>, 2},
+    {"good_clean_dsb", CleanThenPublish<2>, 2},
     {"scalar_misaligned", ScalarMisaligned, 1},
     {"pipe_destroy_then_new", PipeDestroyThenNew, 1},
 };
@@ -859,6 +881,37 @@ int PeerStoreCase(bool intoPeer) {
         std::printf("%s\n", e.what());
         return 1;
     }
+    std::printf("OK\n");
+    return 0;
+}
+
+// A read of a table the host rewrites between launches (the peer table): invalidate its line first, or the core
+// may read what an earlier launch left in its scalar cache.
+void ReadHostTable(GM_ADDR table, GM_ADDR out, bool invalidate) {
+    GlobalTensor<int64_t> t;
+    t.SetGlobalBuffer(reinterpret_cast<int64_t*>(table), 8);
+    if (invalidate) DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(t);
+    const int64_t v = t.GetValue(3);  // @case:table_not_invalidated
+    GlobalTensor<int64_t> o;
+    o.SetGlobalBuffer(reinterpret_cast<int64_t*>(out), 8);
+    o.SetValue(0, v);
+    DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(o);
+}
+
+int HostTableCase(bool invalidate) {
+    alignas(64) static int64_t table[8] = {0, 0, 0, 42, 0, 0, 0, 0};
+    alignas(64) static int64_t out[8];
+    cam::twin::LaunchWindows lw;
+    lw.hostTables = {{reinterpret_cast<uintptr_t>(table), sizeof(table)}};
+    try {
+        cam::twin::RunLaunch(invalidate ? "good_table_invalidated" : "table_not_invalidated", 1, [&] {
+            ReadHostTable(reinterpret_cast<GM_ADDR>(table), reinterpret_cast<GM_ADDR>(out), invalidate);
+        }, &lw);
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return 1;
+    }
+    if (out[0] != 42) return std::printf("read %lld\n", static_cast<long long>(out[0])), 3;
     std::printf("OK\n");
     return 0;
 }
@@ -947,6 +1000,8 @@ int main(int argc, char** argv) {
     if (argc == 2 && std::strcmp(argv[1], "good_cube") == 0) return CubeCase(2);
     if (argc == 2 && std::strcmp(argv[1], "peer_scalar_store") == 0) return PeerStoreCase(true);
     if (argc == 2 && std::strcmp(argv[1], "own_scalar_store") == 0) return PeerStoreCase(false);
+    if (argc == 2 && std::strcmp(argv[1], "table_not_invalidated") == 0) return HostTableCase(false);
+    if (argc == 2 && std::strcmp(argv[1], "good_table_invalidated") == 0) return HostTableCase(true);
     if (argc == 2 && std::strcmp(argv[1], "flag_clean_invalidate") == 0) return FlagCase(true, true, true);
     if (argc == 2 && std::strcmp(argv[1], "flag_missing_clean") == 0) return FlagCase(false, true, true);
     if (argc == 2 && std::strcmp(argv[1], "flag_missing_invalidate") == 0) return FlagCase(true, false, true);

@@ -143,7 +143,7 @@ static inline aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int
 
 /* Device memory and its IPC export/import: the calls the NPU transport (host/src/transport_ipc.cpp) takes through its
  * table. Prototypes and enum values as in CANN's acl/acl_rt.h (torch-npu 2.14.0's header set, docs/ascend.md §5.0).
- * The twin's "device memory" is a POSIX shared-memory segment (host/src/acl_ipc_twin.cpp), so an imported window
+ * The twin's "device memory" is a POSIX shared-memory segment (host/twin/acl_ipc_twin.cpp), so an imported window
  * is host-addressable there. */
 typedef enum { ACL_MEM_MALLOC_HUGE_FIRST = 0 } aclrtMemMallocPolicy;
 typedef enum {

@@ -180,6 +180,7 @@ void DataCache::Load(const void* addr, void* out, size_t bytes, const std::sourc
     const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
     const uintptr_t base = a & ~(kDcacheLineBytes - 1);
     CAM_TWIN_CHECK(a % bytes == 0, "scalar-align", "scalar GM read not aligned to its size", where);
+    if (hostTables_ != nullptr && lines_.find(base) == lines_.end()) CheckTableFetch(a, base, where);
     Line& line = Fill(base);
     const uint64_t want = Mask(a - base, bytes);
     auto* cached = reinterpret_cast<uint8_t*>(line.words) + (a - base);
@@ -192,6 +193,19 @@ void DataCache::Load(const void* addr, void* out, size_t bytes, const std::sourc
         line.valid |= want;
     }
     std::memcpy(out, cached, bytes);
+}
+
+void DataCache::CheckTableFetch(uintptr_t addr, uintptr_t base, const std::source_location& where) const {
+    if (invalidatedAll_ || invalidated_.count(base) != 0) return;
+    for (const auto& [start, bytes] : *hostTables_) {
+        if (addr < start || addr >= start + bytes) continue;
+        Violation("dcache-table-not-invalidated",
+                  "scalar read of " + Hex(addr) + " in a table the host rewrites between launches (the peer table) "
+                      "without invalidating its 64-byte line first in this launch: the core's scalar cache may still "
+                      "hold that line from an earlier launch (an earlier Comm's table at the same address); "
+                      "DataCacheCleanAndInvalid the table's lines before reading it",
+                  where);
+    }
 }
 
 void DataCache::Store(void* addr, const void* in, size_t bytes, const std::source_location& where) {
@@ -225,6 +239,16 @@ void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location
     const uint64_t part = from == 0 ? ~uint64_t(0) : ~((uint64_t(1) << from) - 1);
     const uint64_t dirty = line.dirty & part;
     if (dirty == 0) return;
+    // A dcci does not wait for its write-back: a second clean's write-back may land before the first one's, so a
+    // word published by the second could be seen before the data the first wrote back (DataSyncBarrier between).
+    if (pendingClean_ != 0 && pendingClean_ != cleanCalls_)
+        Violation("dcache-clean-no-dsb",
+                  "a clean writes back the 64-byte GM line " + Hex(base) + " while the write-back of the clean at " +
+                      CallSite(pendingWhere_) + " was never waited for: the two can land in either order (DataSyncBarrier<MemDsbT::ALL> "
+                      "after a clean, as production kernels do)",
+                  where);
+    pendingClean_ = cleanCalls_;
+    pendingWhere_ = where;
     // The write-back runs beside the MTEs until a full pipe barrier (twin/pipes.h): checked before any byte moves.
     const int first = __builtin_ctzll(dirty), last = 63 - __builtin_clzll(dirty);
     PipeCleanWrite(reinterpret_cast<const void*>(base + first), uint64_t(last - first + 1), where);
@@ -259,8 +283,10 @@ void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location
 // SINGLE_CACHE_LINE: the line holding addr, but for an address not 64-byte aligned only the part from the address
 // to the next 64-byte boundary (DataCacheCleanAndInvalid.md): bytes before it stay cached, dirty or not.
 void DataCache::CleanInvalidate(const void* addr, const std::source_location& where) {
+    ++cleanCalls_;
     const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
     const uintptr_t base = a & ~(kDcacheLineBytes - 1);
+    if (a == base) invalidated_.insert(base);  // only a whole line counts: a partial one keeps its first bytes
     auto it = lines_.find(base);
     if (it == lines_.end()) return;
     const unsigned from = static_cast<unsigned>(a - base);
@@ -281,8 +307,10 @@ bool DataCache::FirstDirty(uintptr_t* base, std::source_location* where) const {
 }
 
 void DataCache::CleanInvalidateAll(const std::source_location& where) {
+    ++cleanCalls_;
     for (auto& [base, line] : lines_) WriteBack(base, line, where);
     lines_.clear();
+    invalidatedAll_ = true;
 }
 
 void DataCache::Drop() {

@@ -88,6 +88,10 @@ std::string ShortFile(const char* path) {
 
 }  // namespace
 
+std::string CallSite(const std::source_location& where) {
+    return ShortFile(where.file_name()) + ":" + std::to_string(where.line());
+}
+
 struct LaunchState {
     const char* kernel;
     uint32_t blockDim;
@@ -167,7 +171,7 @@ void Violation(const char* rule, const std::string& detail, const std::source_lo
         msg += tBlock->kernel;
         msg += " block " + std::to_string(tBlock->blockIdx) + "/" + std::to_string(tBlock->blockNum);
     }
-    msg += " at " + ShortFile(where.file_name()) + ":" + std::to_string(where.line());
+    msg += " at " + CallSite(where);
     msg += ": " + detail;
     throw TwinViolation(msg);
 }
@@ -189,6 +193,14 @@ void BlockBarrier(bool isAIVOnly, const std::source_location& where) {
     // With other streams' kernels on the cores, blocks of a hard-SyncAll kernel scheduled one by one can wait in
     // the barrier for blocks that never get a core: the launch must ask for batch mode (SyncAll.md). A plain
     // RunLaunch (the twin's self-tests) carries no descriptor and is not checked.
+    // The other blocks read what this one cleaned once the barrier opens: the write-back must have landed (a dcci
+    // does not wait for it, and SyncAll is a pipe barrier and a cross-core flag, no dsb).
+    std::source_location clean;
+    if (block.dcache != nullptr && block.dcache->PendingWriteBack(&clean))
+        Violation("dcache-clean-no-dsb",
+                  "SyncAll while the write-back of the clean at " + CallSite(clean) + " was never waited for: the other blocks may read the line before it lands "
+                      "(DataSyncBarrier<MemDsbT::ALL> after the clean)",
+                  where);
     const LaunchWindows* desc = block.launch ? block.launch->windows : nullptr;
     CAM_TWIN_CHECK(desc == nullptr || desc->batchMode, "syncall-batch-mode",
                    "hard SyncAll in a launch not in batch scheduling mode: with other streams on the cores its "
@@ -308,7 +320,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
         ctx.blockIdx = idx;
         ctx.blockNum = blockDim;
         ctx.launch = &launch;
-        DataCache dcache(&launch);
+        DataCache dcache(&launch, launch.windows != nullptr ? &launch.windows->hostTables : nullptr);
         ctx.dcache = &dcache;
         try {
             ctx.ub = FreshUb(platform.ubBytes);

@@ -16,6 +16,9 @@
 #include <cstdint>
 #include <source_location>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "twin/gm_copy.h"  // GmRead / GmWrite: the GM side of the MTE copies that bypass this cache
 
@@ -26,9 +29,16 @@ constexpr uintptr_t kDcacheLineBytes = 64;
 // On unless CAM_TWIN_DCACHE=0 (diagnosis only: it brings back "every scalar access goes straight to GM").
 bool DcacheEnabled();
 
+// GM ranges the host rewrites between launches (a Comm's peer table, written once per Comm at an address an earlier
+// Comm's table may have had): a core's scalar cache is not emptied between kernel launches, so a line of such a range
+// may still hold an earlier launch's bytes. A block must invalidate a line of it (DataCacheCleanAndInvalid of the line
+// or of the entire cache) before its first scalar read in the launch (rule dcache-table-not-invalidated).
+using HostTables = std::vector<std::pair<uintptr_t, uint64_t>>;
+
 class DataCache {
 public:
-    explicit DataCache(const void* launch) : launch_(launch) {}
+    explicit DataCache(const void* launch, const HostTables* hostTables = nullptr)
+        : launch_(launch), hostTables_(hostTables) {}
     DataCache(const DataCache&) = delete;
     DataCache& operator=(const DataCache&) = delete;
     ~DataCache();
@@ -42,6 +52,14 @@ public:
     bool FirstDirty(uintptr_t* base, std::source_location* where) const;
     // Forgets every line without writing anything back (a failed block).
     void Drop();
+    // DataSyncBarrier<ALL|DDR>: every write-back of an earlier clean has landed.
+    void WriteBacksDone() { pendingClean_ = 0; }
+    // A clean whose write-back no DataSyncBarrier has waited for (its call site): false if none.
+    bool PendingWriteBack(std::source_location* where) const {
+        if (pendingClean_ == 0) return false;
+        *where = pendingWhere_;
+        return true;
+    }
     // Whether this block ever cached a line: only then can the launch's line registry hold entries of it.
     bool Touched() const { return touched_; }
 
@@ -57,9 +75,20 @@ private:
     // The dirty bytes from byte `from` of the line on (0: all of them).
     void WriteBack(uintptr_t base, Line& line, const std::source_location& where, unsigned from = 0);
 
+    // Rule dcache-table-not-invalidated, at a read that fetches the line from GM.
+    void CheckTableFetch(uintptr_t addr, uintptr_t base, const std::source_location& where) const;
+
     std::unordered_map<uintptr_t, Line> lines_;
     const void* launch_;  // the launch this block belongs to: lines are related within one launch only
     bool touched_ = false;
+    const HostTables* hostTables_;
+    std::unordered_set<uintptr_t> invalidated_;  // line bases this block invalidated in this launch
+    bool invalidatedAll_ = false;                // an ENTIRE_DATA_CACHE clean-and-invalidate ran in this launch
+    // Rule dcache-clean-no-dsb: the clean calls of this block (numbered from 1) and the one whose write-back is still
+    // in flight (0: none), which a write-back of a later clean or a SyncAll must not overtake.
+    uint64_t cleanCalls_ = 0;
+    uint64_t pendingClean_ = 0;
+    std::source_location pendingWhere_{};
 };
 
 // Drops the line registry of a finished launch (every block has written back or dropped its lines).

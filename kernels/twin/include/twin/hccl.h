@@ -7,7 +7,8 @@
 // count, window size, then windowsIn[] / windowsOut[] of HCCL_MAX_RANK_NUM = 32 entries); on A3 (ascend910_93) a
 // header with this rank's own windows and one record per remote rank. The client reads the flat layout unless
 // Init got an init tiling (the deprecated tiling-less Init on an A3 context reads other fields' bytes as windows),
-// so the twin refuses the tiling-less form on the A3 description (rule hccl-init-tiling), refuses a window of a
+// so the twin refuses the tiling-less form on the A3 description (rule hccl-init-tiling), an init tiling whose
+// device type makes the client read the other layout (hccl-init-device-type), a window of a
 // rank the flat layout cannot hold (hccl-a2-ranks) and requires Finalize (hccl-finalize).
 //
 // On the twin the transports fill one description per rank (HcclContext, the layout-free input) where the HCCL
@@ -32,6 +33,11 @@ constexpr uint32_t kHcclMaxRanks = 1024;
 constexpr uint32_t kHcclMaxGroups = 2;   // GetHcclContext<index>: index 0 or 1
 // Windows the A2 flat layout holds (HCCL_MAX_RANK_NUM of the Ascend C Hccl client's HcclCombineOpParam).
 constexpr uint32_t kHcclA2FlatRanks = 32;
+// The init tiling as the client reads it (asc-devkit's Mc2InitTilingInner, 64 bytes): Init copies the byte at
+// offset 46 as the device type, and the window lookups read the A2 flat context when it is HCCL_ASCEND910B (1),
+// the A3 one for any other value (impl/adv_api/detail/hccl/impl/platform_v220/hccl_aicpu.h).
+constexpr uint32_t kHcclInitTilingDeviceTypeByte = 46;
+constexpr uint8_t kHcclAscend910B = 1;
 
 struct HcclContext {
     uint64_t workSpace;
@@ -148,6 +154,17 @@ public:
                        "context is the A3 one (per-rank records): its 'windows' would be other fields' bytes; pass "
                        "the Mc2InitTiling (Init(context, initTiling))",
                        where);
+        if (initTiling != nullptr) {
+            const uint8_t type = static_cast<const uint8_t*>(initTiling)[::cam::twin::kHcclInitTilingDeviceTypeByte];
+            const int reads = type == ::cam::twin::kHcclAscend910B ? 1 : 2;
+            CAM_TWIN_CHECK(reads == layout, "hccl-init-device-type",
+                           "Hccl::Init with an init tiling of device type " + std::to_string(type) + ": the client "
+                           "then reads the " + (reads == 1 ? "A2 flat" : "A3 per-rank") + " context, but this "
+                           "platform's context is the " + (layout == 1 ? "A2 flat" : "A3 per-rank") + " one: every "
+                           "peer address would come from other fields' bytes; fill the tiling's device type for "
+                           "the SoC (1 on Ascend910B)",
+                           where);
+        }
         layout_ = layout;
         context_ = context;
     }

@@ -20,6 +20,9 @@ struct LaunchWindows {
     // The launch asks for batch scheduling (all blocks start together or none does). A hard SyncAll in a launch
     // that carries a descriptor without it is a syncall-batch-mode violation (docs/twin.md).
     bool batchMode = false;
+    // GM the host rewrites between launches (the Comm's peer table): every block must invalidate a line of it before
+    // its first scalar read (rule dcache-table-not-invalidated, twin/dcache.h).
+    std::vector<std::pair<uintptr_t, uint64_t>> hostTables;
     // Called once, on the failing block's thread, when a block of the launch breaks a twin rule (the violation's
     // message as argument), before the block ends and whichever rule it was (kernel body or block-end checks): a
     // data-plane launch aborts the plane with it, so peers end at once instead of at their timeout.

@@ -61,6 +61,9 @@ public:
 [[noreturn]] void Violation(const char* rule, const std::string& detail,
                             const std::source_location& where);
 
+// "file:line" of a call site as violations print it (the file from the source tree's kernels/, tests/, ... on).
+std::string CallSite(const std::source_location& where);
+
 #define CAM_TWIN_CHECK(cond, rule, detail, where)            \
     do {                                                      \
         if (!(cond)) ::cam::twin::Violation(rule, detail, where); \

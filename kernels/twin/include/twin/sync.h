@@ -86,4 +86,19 @@ void DataCacheCleanAndInvalid(const GlobalTensor<T>& t,
     DataCacheCleanAndInvalid<T, line, DcciDst::CACHELINE_OUT>(t, where);
 }
 
+// Which memory accesses DataSyncBarrier waits for (DataSyncBarrier(ISASI) page): ALL, DDR (GM), UB, SEQ.
+enum class MemDsbT : uint8_t { ALL = 0, DDR, UB, SEQ };
+
+// Blocks until the earlier memory accesses of the kind named have finished. A clean's write-back to GM is one
+// (DataCacheCleanAndInvalid is a bare dcci that does not wait for it): ALL or DDR completes it, so a later clean or
+// a SyncAll can no longer overtake it (rule dcache-clean-no-dsb).
+template <MemDsbT arg>
+void DataSyncBarrier(const std::source_location where = std::source_location::current()) {
+    (void)where;
+    if constexpr (arg == MemDsbT::ALL || arg == MemDsbT::DDR) {
+        if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) cam::twin::CurrentBlock().dcache->WriteBacksDone();
+    }
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
 }  // namespace AscendC

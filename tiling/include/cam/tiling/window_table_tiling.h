@@ -11,6 +11,12 @@ namespace cam::tiling {
 // [0, worldSize) or a world larger than kWindowTableMaxRanks.
 bool TileWindowTable(int64_t worldSize, int64_t rank, kernels::WindowTableTilingData* out, std::string* why);
 
+// Fills the init tiling the Hccl client reads for the SoC named `socName` (the runtime's SoC name on Ascend, the
+// platform description's name on the twin, either case): Ascend910_93* gets the A3 device type; Ascend910B* and the
+// twin's "twin" description (an A2-class chip with fewer cores) get A2's. Returns false with *why set for any other
+// SoC, whose HCCL context layout cam does not know.
+bool TileWindowTableInit(const char* socName, kernels::WindowTableInitTiling* out, std::string* why);
+
 // The most ranks one peer table holds: the windows of the Atlas A2 flat HCCL context the client reads
 // (HcclCombineOpParam's windowsIn[HCCL_MAX_RANK_NUM], HCCL_MAX_RANK_NUM = 32 in the Ascend C Hccl client's
 // definitions). A3's context keeps one record per rank and holds more, but the host cannot tell the kernel which
