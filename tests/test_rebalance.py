@@ -1,0 +1,242 @@
+"""A rebalance (Comm.set_placement, docs/protocol.md §15) moves everything an FFN rank computes with, and is one
+agreement across the plane.
+
+The FFN ranks here compute with the real W1/W2 ops (gmm_swiglu_quant_multi_layer, gmm_multi_layer) over
+cam.FfnWeights, and every Attention output is compared bit for bit with cam.reference's round trip under the table
+its round was routed by: rounds before, held back during, and after a rebalance, with DP replicas, replicated
+experts and E % F != 0. Then the agreement: a refusal on one rank (a round in flight) refuses the attempt on every
+rank, the retry succeeds on every rank (in-process and shm), and a rank that never joins makes every rank time out
+on the old table."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import cam
+from cam import _C, _runtime
+from cam.placement import Placement, PlacementError
+from _dataplane_harness import (FfnLog, attention_body, check_real_rounds, expert_set, make_rounds, raise_first,
+                                real_ffn_server, real_ffn_step, run_ranks, unique_group)
+
+pytestmark = pytest.mark.timeout(300)
+
+# E = 5 experts on F = 2 FFN ranks of 4 slots: no contiguous placement; experts 0 and 3 (then 1 and 4) replicated
+TOPO = dict(D=2, P=1, F=2, E=5, K=2, H=32, Bmax=5, L=2, expert_slots=4)
+P_TABLE = Placement.balanced(5, 2, layers=2, replicate=[0, 3], slots_per_rank=4)
+Q_TABLE = Placement(5, 2, 4, [[[(1, 3)], [(0, 0), (1, 1)], [(1, 0)], [(0, 3)], [(0, 1), (1, 2)]],
+                              [[(0, 2), (1, 0)], [(1, 3)], [(0, 1)], [(1, 1), (0, 3)], [(0, 0)]]])
+
+
+def test_the_tables_move_experts_between_ranks():
+    """The golden below only proves something if q puts other experts in the slots than p."""
+    for layer in range(2):
+        for f in range(2):
+            assert P_TABLE.slot_experts(layer, f) != Q_TABLE.slot_experts(layer, f)
+
+
+def test_rounds_before_and_after_a_rebalance_are_the_real_ffn_of_their_own_table():
+    """Two rounds per replica under p, a rebalance on every rank, two under q: every Attention output is the
+    golden W1 -> SwiGLU -> W2 of its own table's experts (so W1 AND W2 moved, with their scales), the slot tensors
+    kept their addresses, and every slot tensor equals what ExpertWeights.slots(q) gives."""
+    topo = cam.Topology(**TOPO)
+    ws = expert_set(topo, seed=3)
+    rounds = make_rounds(topo, [[5, 4, 5, 3]] * topo.A, seed=4)
+    first = {}
+
+    def attention(a):
+        def body(comm):
+            outs = attention_body(rounds[a][:2])(comm)
+            first[a] = comm.set_placement(Q_TABLE)
+            return outs + attention_body(rounds[a][2:])(comm)
+        return body
+
+    def ffn(f):
+        def body(comm):
+            experts = ws.experts()
+            served = experts.slots(P_TABLE, f)
+            ptrs = [t.data_ptr() for t in served.tensors()]
+            log = real_ffn_server(topo.D * 2, served)(comm)
+            assert comm.set_placement(Q_TABLE, served, experts=experts) == 0
+            assert [t.data_ptr() for t in served.tensors()] == ptrs, "a slot tensor moved"
+            want = experts.slots(Q_TABLE, f)
+            assert all(torch.equal(x, y) for x, y in zip(served.tensors(), want.tensors()))
+            return real_ffn_server(topo.D * 2, served, log=log)(comm)
+        return body
+
+    bodies = {a: attention(a) for a in range(topo.A)}
+    bodies.update({topo.A + f: ffn(f) for f in range(topo.F)})
+    results, errors = run_ranks(topo, bodies, timeout=240, placement=P_TABLE)
+    raise_first(errors)
+    assert first == {a: 3 for a in range(topo.A)}
+    check_real_rounds(topo, rounds, results, ws, [P_TABLE, P_TABLE, Q_TABLE, Q_TABLE])
+
+
+def test_a_round_is_held_back_while_w2_is_still_being_copied(monkeypatch):
+    """FFN rank 0 is paused after it copied W1's new slots and before W2's: its weights epoch is -1, and a round
+    the Attention rank already dispatched under q is held back by a dispatch_recv on another stream (partly moved
+    weights are never served); once W2 is copied the real chain serves it, bit-exact against q's golden."""
+    topo = cam.Topology(D=1, P=1, F=2, E=5, K=2, H=32, Bmax=4, L=2, expert_slots=4)
+    ws = expert_set(topo, seed=5)
+    rounds = make_rounds(topo, [[4, 4]], seed=6)
+    paused, release, dispatched = threading.Event(), threading.Event(), threading.Event()
+    slow = topo.A
+    copy_set = cam.Comm._copy_weight_set
+
+    def paused_copy(self, name, dst, src):
+        copy_set(self, name, dst, src)
+        if self.rank == slow and name == "w1":
+            paused.set()
+            assert release.wait(60)
+
+    monkeypatch.setattr(cam.Comm, "_copy_weight_set", paused_copy)
+
+    def attention(comm):
+        outs = attention_body(rounds[0][:1])(comm)
+        comm.set_placement(Q_TABLE)
+        r = rounds[0][1]
+        cam.ops.dispatch_send(comm, r.x, r.ids, r.layer)
+        dispatched.set()
+        return outs + [cam.ops.combine_recv(comm, r.ids, r.w)]
+
+    def ffn(comm):
+        experts = ws.experts()
+        served = experts.slots(P_TABLE, comm.rank - topo.A)
+        log = real_ffn_server(1, served)(comm)
+        if comm.rank != slow:
+            comm.set_placement(Q_TABLE, served, experts=experts)
+            return real_ffn_server(1, served, log=log)(comm)
+        errs = []
+        th = threading.Thread(target=lambda: _catch(errs, comm.set_placement, Q_TABLE, served, experts=experts),
+                              daemon=True)
+        th.start()
+        try:
+            assert paused.wait(60) and dispatched.wait(60)
+            assert comm._c.weights_epoch() == -1
+            # The rebalance holds this Comm's stream; a loop on another stream (a replay there) is what could take
+            # the round now, so dispatch_recv runs on one: it is held back on the device, not served.
+            other = _C.Stream()
+            try:
+                got = [torch.zeros(s, dtype=d) for d, s in ((torch.int8, (topo.recv_rows, topo.H)),
+                                                            (torch.float32, (topo.recv_rows,)),
+                                                            (torch.int64, (topo.R,)),
+                                                            (torch.int64, (topo.work_item_words,)))]
+                for _ in range(3):
+                    _runtime.run(_C.dispatch_recv, comm._c, *got, stream=other, tensor=got[0])
+                    assert int(got[3][0]) != 1, "a round was taken with W1 moved and W2 not"
+            finally:
+                other.close()
+        finally:
+            release.set()
+            th.join(60)
+        assert not th.is_alive() and not errs, errs
+        assert comm._c.weights_epoch() == 1
+        return real_ffn_server(1, served, log=log)(comm)
+
+    results, errors = run_ranks(topo, {0: attention, topo.A: ffn, topo.A + 1: ffn}, timeout=240, placement=P_TABLE)
+    raise_first(errors)
+    check_real_rounds(topo, rounds, results, ws, [P_TABLE, Q_TABLE])
+
+
+def _catch(errs, fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+    except BaseException as e:  # noqa: BLE001 - reported by the test
+        errs.append(e)
+
+
+# ----------------------------------------------------------------------------- the signature
+
+def test_set_placement_refuses_anything_but_both_weight_sets():
+    """A single LayerWeights, the old (layer_weights, weights, scales) tuple, or the two objects swapped: refused
+    naming the argument, on the rank that passed it, and every other rank learns of the refusal."""
+    topo = cam.Topology(D=1, P=1, F=1, E=2, K=2, H=32, Bmax=4, L=1)
+    p = Placement.contiguous(2, 1, 1)
+    q = Placement(2, 1, 2, [[[(0, 1)], [(0, 0)]]])
+    ws = expert_set(topo, seed=7)
+    tried = []
+
+    def ffn(comm):
+        experts = ws.experts()
+        served = experts.slots(p, 0)
+        before = [t.clone() for t in served.tensors()]
+        bad = [((served.w1,), {}, "weights must be the cam.FfnWeights"),
+               (((served.w1, ws.w1, ws.s1),), {}, "weights must be the cam.FfnWeights"),
+               ((served,), {"experts": experts.w1}, "experts must be the cam.ExpertWeights"),
+               ((experts,), {"experts": served}, "weights must be the cam.FfnWeights")]
+        for args, kw, msg in bad:
+            with pytest.raises(TypeError, match=msg):
+                comm.set_placement(q, *args, **kw)
+            tried.append(msg)
+        assert all(torch.equal(x, y) for x, y in zip(served.tensors(), before))
+        comm.set_placement(q, served, experts=experts)
+        return comm.placement_epoch
+
+    def attention(comm):
+        for _ in range(4):
+            with pytest.raises(PlacementError, match=r"rank 1 refused: TypeError: Comm.set_placement: (weights|"
+                                                     r"experts) must be"):
+                comm.set_placement(q)
+        comm.set_placement(q)
+        return comm.placement_epoch
+
+    results, errors = run_ranks(topo, {0: attention, 1: ffn}, timeout=60, placement=p)
+    raise_first(errors)
+    assert results == {0: 1, 1: 1} and len(tried) == 4
+
+
+def test_ffn_and_expert_weights_check_that_w1_and_w2_chain():
+    g = torch.Generator().manual_seed(1)
+    w1 = cam.LayerWeights.random(3, 2, 32, 32, g)
+    w2 = cam.LayerWeights.random(3, 2, 16, 32, g)
+    assert cam.FfnWeights(w1, w2).num_experts == 3
+    with pytest.raises(ValueError, match="w2 has K = 8"):
+        cam.FfnWeights(w1, cam.LayerWeights.random(3, 2, 8, 32, g))
+    with pytest.raises(ValueError, match="w1 has 2 layers, w2 1"):
+        cam.ExpertWeights(w1, cam.LayerWeights.random(3, 1, 16, 32, g))
+    with pytest.raises(ValueError, match="w1 has 3 experts per layer, w2 2"):
+        cam.FfnWeights(w1, cam.LayerWeights.random(2, 2, 16, 32, g))
+    with pytest.raises(ValueError, match="w1 has K = 32 .* w2 N = 64"):
+        cam.FfnWeights(w1, cam.LayerWeights.random(3, 2, 16, 64, g))
+    with pytest.raises(ValueError, match="same cam.LayerWeights"):
+        cam.FfnWeights(w1, w1)
+    with pytest.raises(TypeError, match="w2 must be a cam.LayerWeights"):
+        cam.FfnWeights(w1, None)
+    for bad in (-1.0, float("nan"), True, "7"):
+        with pytest.raises(ValueError, match="swiglu_limit"):
+            cam.FfnWeights(w1, w2, swiglu_limit=bad)
+
+
+def test_a_rebalance_keeps_the_swiglu_limit_and_refuses_one_that_differs():
+    """swiglu_limit is part of what an FFN rank computes with: served and source must agree, or the rebalance is
+    refused naming it; with a limit that clips, the rounds after the rebalance are still the golden's."""
+    topo = cam.Topology(D=1, P=1, F=2, E=5, K=2, H=32, Bmax=4, L=2, expert_slots=4)
+    ws = expert_set(topo, seed=8, swiglu_limit=0.05)
+    rounds = make_rounds(topo, [[4, 4]], seed=9)
+
+    def attention(comm):
+        outs = attention_body(rounds[0][:1])(comm)
+        with pytest.raises(PlacementError, match="swiglu_limit"):
+            comm.set_placement(Q_TABLE)
+        comm.set_placement(Q_TABLE)
+        return outs + attention_body(rounds[0][1:])(comm)
+
+    def ffn(comm):
+        experts = ws.experts()
+        served = experts.slots(P_TABLE, comm.rank - topo.A)
+        log = real_ffn_server(1, served)(comm)
+        other = cam.ExpertWeights(experts.w1, experts.w2, swiglu_limit=None)
+        if comm.rank == topo.A:
+            with pytest.raises(ValueError, match="swiglu_limit 0.05, experts None"):
+                comm.set_placement(Q_TABLE, served, experts=other)
+        else:
+            with pytest.raises(PlacementError, match="swiglu_limit"):
+                comm.set_placement(Q_TABLE, served, experts=experts)
+        comm.set_placement(Q_TABLE, served, experts=experts)
+        return real_ffn_server(1, served, log=log)(comm)
+
+    results, errors = run_ranks(topo, {0: attention, topo.A: ffn, topo.A + 1: ffn}, timeout=240, placement=P_TABLE)
+    raise_first(errors)
+    check_real_rounds(topo, rounds, results, ws, [P_TABLE, Q_TABLE])
