@@ -240,3 +240,157 @@ def test_a_rebalance_keeps_the_swiglu_limit_and_refuses_one_that_differs():
     results, errors = run_ranks(topo, {0: attention, topo.A: ffn, topo.A + 1: ffn}, timeout=240, placement=P_TABLE)
     raise_first(errors)
     check_real_rounds(topo, rounds, results, ws, [P_TABLE, Q_TABLE])
+
+
+# ----------------------------------------------------------------------------- the agreement
+
+SMALL = dict(D=1, P=1, F=1, E=2, K=2, H=32, Bmax=4, L=1)
+SWAPPED = Placement(2, 1, 2, [[[(0, 1)], [(0, 0)]]])  # the contiguous table's two experts in each other's slot
+
+
+def _refuse_then_retry(rank: int, comm: cam.Comm, seed: int):
+    """The issue's sequence, one body per rank: every rank calls set_placement while the Attention rank has a round
+    in flight (the FFN rank served it already), then, once the round is combined, every rank calls it again.
+    Returns (the errors of the first call, the epoch after the retry, the Attention rank's outputs as int16
+    lists, the table digest)."""
+    topo = comm.topology
+    ws = expert_set(topo, seed=seed)
+    rounds = make_rounds(topo, [[4, 3]], seed=seed + 1)
+    errs = []
+    if rank < topo.A:
+        r = rounds[0][0]
+        cam.ops.dispatch_send(comm, r.x, r.ids, r.layer)
+        try:
+            comm.set_placement(SWAPPED)
+        except PlacementError as e:
+            errs.append(str(e))
+        outs = [cam.ops.combine_recv(comm, r.ids, r.w)]
+        assert comm.placement_epoch == 0 and comm.placement is None
+        assert comm.set_placement(SWAPPED) == 2
+        outs += attention_body(rounds[0][1:])(comm)
+        return errs, comm.placement_epoch, [o.view(torch.int16).tolist() for o in outs], comm.placement.digest()
+    experts = ws.experts()
+    served = experts.slots(Placement.contiguous(2, 1, 1), 0)
+    log = real_ffn_server(1, served)(comm)
+    try:
+        comm.set_placement(SWAPPED, served, experts=experts)
+    except PlacementError as e:
+        errs.append(str(e))
+    assert comm.placement_epoch == 0 and comm._c.weights_epoch() == 0
+    comm.set_placement(SWAPPED, served, experts=experts)
+    real_ffn_server(1, served, log=log)(comm)
+    return errs, comm.placement_epoch, None, comm.placement.digest()
+
+
+def _check_refuse_then_retry(got: dict, seed: int) -> None:
+    topo = cam.Topology(**SMALL)
+    for rank in range(topo.world_size):
+        errs, epoch, _, digest = got[rank]
+        assert len(errs) == 1 and "rank 0 refused: a rebalance racing a round" in errs[0], (rank, errs)
+        assert "nothing was changed on any rank" in errs[0]
+        assert epoch == 1 and digest == SWAPPED.digest(), (rank, epoch)
+    ws = expert_set(topo, seed=seed)
+    rounds = make_rounds(topo, [[4, 3]], seed=seed + 1)
+    outs = {0: [torch.tensor(o, dtype=torch.int16).view(torch.bfloat16) for o in got[0][2]]}
+    check_real_rounds(topo, rounds, outs, ws, [Placement.contiguous(2, 1, 1), SWAPPED])
+
+
+def test_a_refused_rebalance_is_refused_on_every_rank_and_the_retry_succeeds_on_every_rank():
+    """One replica, one FFN rank, two experts, threads as ranks: the Attention rank's refusal (a round in flight)
+    reaches the FFN rank too, both stay on the old table, and the retry moves both (then a round under the new
+    table is the real FFN's golden)."""
+    topo = cam.Topology(**SMALL)
+    results, errors = run_ranks(topo, {r: (lambda comm, r=r: _refuse_then_retry(r, comm, 11)) for r in range(2)},
+                                timeout=120)
+    raise_first(errors)
+    _check_refuse_then_retry(results, 11)
+
+
+def _shm_refuse_then_retry_rank(rank, store_path, group, out):
+    from torch.distributed import FileStore
+
+    topo = cam.Topology(**SMALL)
+    try:
+        with cam.Comm(topo, rank, transport="shm", store=FileStore(store_path, topo.world_size), group=group,
+                      timeout_s=60) as comm:
+            out.put((rank, _refuse_then_retry(rank, comm, 13)))
+    except BaseException as e:  # noqa: BLE001 - reported by the test
+        out.put((rank, e))
+
+
+@pytest.mark.slow  # two spawned processes import torch and cam
+def test_a_refused_rebalance_over_shm_processes_is_refused_on_every_rank_and_the_retry_succeeds(tmp_path):
+    """The same sequence with processes as ranks (the agreement through the Store)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    group = unique_group("shm-refuse")
+    procs = [ctx.Process(target=_shm_refuse_then_retry_rank, args=(r, str(tmp_path / "store"), group, out),
+                         daemon=True) for r in range(2)]
+    for pr in procs:
+        pr.start()
+    try:
+        got = dict(out.get(timeout=180) for _ in procs)
+    finally:
+        for pr in procs:
+            pr.join(60)
+            if pr.is_alive():
+                pr.kill()
+    raise_first({r: v for r, v in got.items() if isinstance(v, BaseException)})
+    _check_refuse_then_retry(got, 13)
+
+
+def test_a_rank_that_does_not_join_makes_every_rank_time_out_on_the_old_table_and_the_retry_succeeds():
+    """The Attention rank calls set_placement, the FFN rank does not within join_timeout_s: the attempt times out
+    on the Attention rank naming the FFN rank; the FFN rank's first call is that attempt and learns it timed out
+    (nothing moved on either); the next call on both commits."""
+    topo = cam.Topology(**SMALL)
+    ws = expert_set(topo, seed=17)
+    first_done = threading.Event()
+
+    def attention(comm):
+        with pytest.raises(TimeoutError, match=r"rank\(s\) 1 never called set_placement"):
+            comm.set_placement(SWAPPED)
+        first_done.set()
+        assert comm.placement is None and comm.placement_epoch == 0
+        assert comm.set_placement(SWAPPED) == 1
+        return comm.placement_epoch
+
+    def ffn(comm):
+        experts = ws.experts()
+        served = experts.slots(Placement.contiguous(2, 1, 1), 0)
+        before = [t.clone() for t in served.tensors()]
+        assert first_done.wait(60)
+        with pytest.raises(TimeoutError, match=r"rebalance 1\.0 was refused: rank\(s\) 1 never called"):
+            comm.set_placement(SWAPPED, served, experts=experts)
+        assert all(torch.equal(x, y) for x, y in zip(served.tensors(), before))
+        assert comm._c.weights_epoch() == 0 and comm.rebalance_id == "1.1"
+        comm.set_placement(SWAPPED, served, experts=experts)
+        assert all(torch.equal(x, y) for x, y in zip(served.tensors(), experts.slots(SWAPPED, 0).tensors()))
+        return comm.placement_epoch
+
+    results, errors = run_ranks(topo, {0: attention, 1: ffn}, timeout=120, join_timeout_s=3.0)
+    raise_first(errors)
+    assert results == {0: 1, 1: 1}
+
+
+def test_tables_that_differ_refuse_the_attempt_on_every_rank_and_the_retry_with_one_table_succeeds():
+    topo = cam.Topology(**SMALL)
+    ws = expert_set(topo, seed=19)
+
+    def body(comm):
+        kw = {}
+        if comm.rank >= topo.A:
+            experts = ws.experts()
+            kw = {"weights": experts.slots(Placement.contiguous(2, 1, 1), 0), "experts": experts}
+        first = SWAPPED if comm.rank == 0 else Placement.contiguous(2, 1, 1)
+        with pytest.raises(PlacementError, match=r"tables differ across ranks: rank\(s\) 1"):
+            comm.set_placement(first, **kw)
+        assert comm.placement_epoch == 0
+        comm.set_placement(SWAPPED, **kw)
+        return comm.placement_epoch
+
+    results, errors = run_ranks(topo, {0: body, 1: body}, timeout=60)
+    raise_first(errors)
+    assert results == {0: 1, 1: 1}
