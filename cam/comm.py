@@ -487,13 +487,17 @@ class Comm:
         if weights.swiglu_limit != experts.swiglu_limit:
             raise ValueError(f"Comm.set_placement: weights apply swiglu_limit {weights.swiglu_limit}, experts "
                              f"{experts.swiglu_limit}: a rebalance moves experts, it does not change the activation")
+        sources = {t.untyped_storage().data_ptr() for t in experts.tensors()}
+        for name, dst in zip(_weight_names(weights.num_layers), weights.tensors()):
+            if dst.untyped_storage().data_ptr() in sources:
+                # Copying a slot into memory it shares with the experts would overwrite the source of later moves.
+                raise ValueError(f"Comm.set_placement: weights.{name} shares memory with experts (a view of the same "
+                                 f"tensor): the served slots must be tensors of their own")
         staged = experts.slots(new, self.rank - self.topology.A)
-        names = [f"{w}.{part}[{l}]" for w in ("w1", "w2") for part in ("weights", "scales")
-                 for l in range(weights.num_layers)]
         if staged.num_layers != weights.num_layers:
             raise ValueError(f"Comm.set_placement: weights hold {weights.num_layers} layers, experts "
                              f"{staged.num_layers}")
-        for name, dst, src in zip(names, weights.tensors(), staged.tensors()):
+        for name, dst, src in zip(_weight_names(weights.num_layers), weights.tensors(), staged.tensors()):
             if dst.shape != src.shape or dst.dtype != src.dtype:
                 raise ValueError(f"Comm.set_placement: weights.{name} is {dst.dtype} {tuple(dst.shape)}, the new "
                                  f"slots' {src.dtype} {tuple(src.shape)} (experts must have the served weights' "
@@ -886,6 +890,11 @@ def _placement_for(topology: Topology, placement, epoch: int = 0):
     table.copy_(rows)
     buffer[_C.PLACEMENT_EPOCH_WORD] = epoch
     return placement, buffer, table
+
+
+def _weight_names(layers: int) -> list:
+    """The names of FfnWeights.tensors(), in its order."""
+    return [f"{w}.{part}[{l}]" for w in ("w1", "w2") for part in ("weights", "scales") for l in range(layers)]
 
 
 class _LocalStore:

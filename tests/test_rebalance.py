@@ -394,3 +394,60 @@ def test_tables_that_differ_refuse_the_attempt_on_every_rank_and_the_retry_with_
     results, errors = run_ranks(topo, {0: body, 1: body}, timeout=60)
     raise_first(errors)
     assert results == {0: 1, 1: 1}
+
+
+def test_served_slots_that_share_memory_with_the_experts_are_refused():
+    """A served slot tensor that is a view of the experts' (LayerWeights keeps a contiguous scales tensor as it is,
+    so slicing the full scales gives one) would have each rebalance overwrite the source of the next: refused
+    naming the tensor, on the rank that passed it; every rank learns of it."""
+    topo = cam.Topology(**SMALL)
+    ws = expert_set(topo, seed=23)
+
+    def ffn(comm):
+        experts = ws.experts()
+        aliased = cam.FfnWeights(cam.LayerWeights(ws.w1, [s[:2] for s in experts.w1.scales]),
+                                 cam.LayerWeights(ws.w2, [s.clone() for s in ws.s2]))
+        with pytest.raises(ValueError, match=r"weights.w1.scales\[0\] shares memory with experts"):
+            comm.set_placement(SWAPPED, aliased, experts=experts)
+        return comm.placement_epoch
+
+    def attention(comm):
+        with pytest.raises(PlacementError, match="rank 1 refused: ValueError"):
+            comm.set_placement(SWAPPED)
+        return comm.placement_epoch
+
+    results, errors = run_ranks(topo, {0: attention, 1: ffn}, timeout=60)
+    raise_first(errors)
+    assert results == {0: 0, 1: 0}
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_cam_run_rebalance_every_passes_check(tmp_path):
+    """cam-run --rebalance-every 1: every rank adopts a rebalance after each step (every expert moves to another FFN
+    rank), the outputs still equal the single-process reference, and the report says every rank ended at the same
+    epoch; eager, and captured + batched with a replicated table on F = 3."""
+    import json
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_run import cam_run
+
+    for name, extra in (("eager", ()), ("graph", ("--graph", "--batch-items", "--ffn", "3", "--placement", "hot:2"))):
+        out = tmp_path / f"{name}.json"
+        result = cam_run("--rebalance-every", "1", *extra, "--check", "--quiet", "--json", str(out), cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        report = json.loads(out.read_text())
+        assert report["check"]["ok"], report["check"]
+        assert report["rebalances"] == [3] and report["check"]["rebalances"] == {"want": 3, "got": [3]}
+
+
+def test_cam_run_refuses_rebalance_every_where_it_is_not_driven(capsys):
+    from cam.run import cli
+
+    for extra in ((), ("--assign", "fewest-tokens"), ("--keep-going",), ("--mode", "colocated")):
+        n = "-1" if not extra else "2"
+        assert cli.main(["--rebalance-every", n, *extra, "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert ("must be >= 0" if not extra else f"is not driven with {' '.join(extra)}") in err, err
