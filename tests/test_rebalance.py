@@ -11,6 +11,7 @@ on the old table."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -451,3 +452,71 @@ def test_cam_run_refuses_rebalance_every_where_it_is_not_driven(capsys):
         assert cli.main(["--rebalance-every", n, *extra, "--quiet"]) == 2
         err = capsys.readouterr().err
         assert ("must be >= 0" if not extra else f"is not driven with {' '.join(extra)}") in err, err
+
+
+def test_a_captured_batched_ffn_loop_serves_the_new_experts_after_a_rebalance_without_recapture():
+    """The FFN ranks' iteration (a batched dispatch_recv over every replica's rows -> W1 and W2 over the group table
+    -> batched combine_send) is captured once and replayed; a rebalance between replays rewrites the slot tensors
+    the graph holds, and the replays after it compute with the new experts: every round before and after is the
+    real FFN's golden under its own table."""
+    import importlib
+
+    from cam.graph import Graph
+    from cam.ops.gmm import GROUP_TABLE
+    from _window_layout import WindowLayout
+
+    topo = cam.Topology(**TOPO)
+    ws = expert_set(topo, seed=29)
+    rounds = make_rounds(topo, [[5, 4, 5, 3]] * topo.A, seed=30)
+    chunk = WindowLayout(topo).work_item_chunk_off
+
+    def attention(a):
+        def body(comm):
+            outs = attention_body(rounds[a][:2])(comm)
+            comm.set_placement(Q_TABLE)
+            return outs + attention_body(rounds[a][2:])(comm)
+        return body
+
+    def ffn(f):
+        def body(comm):
+            experts = ws.experts()
+            served = experts.slots(P_TABLE, f)
+            budget = topo.D * topo.recv_rows
+            specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(comm, budget)
+            recv = tuple(torch.zeros(s, dtype=d) for d, s in specs)
+            y = torch.zeros(budget, served.w1.n // 2, dtype=torch.int8)
+            ys = torch.zeros(budget, dtype=torch.float32)
+            out = torch.zeros(budget, topo.H, dtype=torch.bfloat16)
+            graph = Graph()
+            with graph.capture(stream=comm.stream):
+                cam.ops.dispatch_recv(comm, row_budget=budget, out=recv)
+                cam.ops.gmm_swiglu_quant_multi_layer(recv[0], recv[1], served.w1, recv[2], None, GROUP_TABLE,
+                                                     out=(y, ys), swiglu_limit=served.swiglu_limit)
+                cam.ops.gmm_multi_layer(y, ys, served.w2, recv[2], None, GROUP_TABLE, out=out)
+                cam.ops.combine_send(comm, out, recv[4])
+
+            def serve(n_rounds):
+                done, end = 0, time.monotonic() + 90
+                while done < n_rounds:
+                    assert time.monotonic() < end, f"FFN rank {comm.rank} completed {done} of {n_rounds} rounds"
+                    graph.replay()
+                    items = recv[4]
+                    done += sum(int(items[i, 5]) + int(items[i, chunk]) == int(items[i, chunk + 1])
+                                for i in range(items.shape[0]) if int(items[i, 0]) == 1)
+
+            try:
+                serve(topo.D * 2)
+                comm.set_placement(Q_TABLE, served, experts=experts)
+                serve(topo.D * 2)
+            finally:
+                graph.synchronize()
+                graph.reset()
+            return comm.placement_epoch
+        return body
+
+    bodies = {a: attention(a) for a in range(topo.A)}
+    bodies.update({topo.A + f: ffn(f) for f in range(topo.F)})
+    results, errors = run_ranks(topo, bodies, timeout=240, placement=P_TABLE)
+    raise_first(errors)
+    assert all(results[topo.A + f] == 1 for f in range(topo.F))
+    check_real_rounds(topo, rounds, results, ws, [P_TABLE, P_TABLE, Q_TABLE, Q_TABLE])
