@@ -371,7 +371,7 @@ def test_a_rank_that_does_not_join_makes_every_rank_time_out_on_the_old_table_an
         assert all(torch.equal(x, y) for x, y in zip(served.tensors(), experts.slots(SWAPPED, 0).tensors()))
         return comm.placement_epoch
 
-    results, errors = run_ranks(topo, {0: attention, 1: ffn}, timeout=120, join_timeout_s=3.0)
+    results, errors = run_ranks(topo, {0: attention, 1: ffn}, timeout=120, join_timeout_s=5.0)
     raise_first(errors)
     assert results == {0: 1, 1: 1}
 
