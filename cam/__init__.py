@@ -48,7 +48,8 @@ _LIGHT = {"__main__", "_C", "_proc", "errors", "run", "run.cli", "run.bound", "r
           "bench.common", "bench.dataplane", "bench.dynamic_quant", "bench.ffn_loop", "bench.fixed_cost", "bench.gmm",
           "models", "models.config", "sim", "ffn_server", "integrations"}
 _LAZY = {
-    "LayerWeights": ".layer_weights", "Topology": ".topology", "Comm": ".comm", "LostReplica": ".comm",
+    "LayerWeights": ".layer_weights", "FfnWeights": ".ffn_weights", "ExpertWeights": ".ffn_weights",
+    "Topology": ".topology", "Comm": ".comm", "LostReplica": ".comm",
     "Graph": ".graph", "serve_ffn": ".ffn_server", "quantize_weight": ".convert", "dequantize_weight": ".convert",
     "UnsupportedModelError": ".convert", "ops": None, "reference": None, "errors": None, "_C": None, "_npu": None,
     "_runtime": None,
@@ -206,6 +207,8 @@ def include_dir() -> str:
 
 __all__ = [
     "LayerWeights",
+    "FfnWeights",
+    "ExpertWeights",
     "Topology",
     "Comm",
     "LostReplica",

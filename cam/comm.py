@@ -43,10 +43,12 @@ _ids = itertools.count(1)
 # Weak: a Comm the caller dropped without close() is collected, and its C handle and stream release the windows.
 _registry: "weakref.WeakValueDictionary[int, Comm]" = weakref.WeakValueDictionary()
 _registry_lock = threading.Lock()
-# In-process rebalances: (group, epoch) -> {rank: table digest}, and the ranks that read the complete entry
+# Threads as ranks at creation: (key) -> {rank: table digest}, and the ranks that read the complete entry
 _rebalances: dict = {}
 _rebalances_read: dict = {}
 _rebalance_cv = threading.Condition()
+# Threads as ranks: the rebalance agreements of each plane, (group, plane_id) -> _LocalStore, held by its Comms
+_local_stores: "weakref.WeakValueDictionary[tuple, _LocalStore]" = weakref.WeakValueDictionary()
 
 # How often a handshake wait looks at the missing ranks' failure keys and processes (each look is a few store reads).
 _JOIN_WATCH_S = 0.05
@@ -103,7 +105,7 @@ class Comm:
             (``expert_slots`` with ``E % F != 0`` or ``R != E / F``); None routes by the contiguous one. Attention
             ranks pass its device form (:attr:`placement_buffer`: the table's epoch line, then its rows, which
             :attr:`placement_table` views as ``[L, E, 1 + 2F]``) to every ``dispatch_send``; FFN ranks use it for
-            their slot weights (``cam.LayerWeights.from_placement``). :meth:`set_placement` replaces it.
+            their slot weights (``cam.ExpertWeights.slots``). :meth:`set_placement` replaces it.
 
     Attributes:
         stream: this rank's device stream; its data-plane ops run there in order (ranks that are threads of one
@@ -177,7 +179,8 @@ class Comm:
         self._join_timeout_s = float(join_timeout_s)
         # Eager data-plane ops that completed on this rank (set_placement refuses to race a round in flight)
         self._op_counts = dict.fromkeys(("dispatch_send", "combine_recv", "dispatch_recv", "combine_send"), 0)
-        self._placement_epoch = 0
+        self._rebalance_attempt = 0  # set_placement calls since the last adopted table (§15, the agreement)
+        self._store = self._group = self._local_store = None  # where rebalance agreements are written
         # Checked before the plane exists: a table the plane cannot serve is refused before anything is created.
         self.placement, self.placement_buffer, self.placement_table = _placement_for(topology, placement)
         self._table_epoch = 0  # rebalances adopted: the epoch of the table and of the FFN slot weights (§15)
@@ -391,42 +394,76 @@ class Comm:
         if _runtime._capture_in_thread() is None:
             self._op_counts[op] += 1
 
-    def set_placement(self, placement, weights=None) -> int:
+    def set_placement(self, placement, weights=None, *, experts=None) -> int:
         """Rebalance: replace the expert placement between rounds, without re-creating the plane or re-capturing
         an FFN graph (docs/protocol.md §15, "Rebalance").
 
         Every rank of the plane calls it with the same table, between the same two rounds: an Attention rank after
         ``combine_recv`` of its last round under the current table and before its next ``dispatch_send``; an FFN
-        rank once it served (``combine_send``) every round dispatched under the current table. It waits (bounded
-        by ``join_timeout_s``) until every rank called it, compares the tables' digests, and only then changes
-        anything: every rank rewrites :attr:`placement_buffer` in place (the tensor ``dispatch_send`` reads; its
-        address stays) and moves it to the next epoch (:attr:`placement_epoch`), an FFN rank copies each slot's
-        weights into ``weights``' existing tensors (nothing is allocated for the slots; a captured graph that holds
-        their addresses computes with the new experts) between setting its weights-epoch line to -1 and to the new
-        epoch. Rounds dispatched before the call were routed, and are served, under the old table; the kernels
-        compare the epochs (docs/protocol.md §15), so a round that meets weights of another epoch is held back
-        (newer) or fails naming both epochs (older), never computed with another table's experts.
+        rank once it served (``combine_send``) every round dispatched under the current table.
+
+        A rebalance is an **agreement** keyed by its id ``(epoch, attempt)`` (:attr:`rebalance_id`): the k-th call
+        of every rank while the plane is at table epoch ``e - 1`` is attempt k of epoch ``e``. Every call joins
+        it and votes: "ready" with the table's digest, or "refuse" with the reason when this rank cannot adopt it
+        now (a round in flight, a queued replay, a bad argument). The attempt is decided once, for every rank: it
+        commits when every rank voted ready with the same digest; it is refused as soon as any rank refuses, the
+        digests differ, or a rank has not voted within ``join_timeout_s``. A refused attempt changes nothing on any
+        rank, and every rank raises naming the cause (also a rank that joins after the decision: it reads it), so
+        calling it again on every rank once the cause is gone is the next attempt and succeeds.
+
+        On commit every rank rewrites :attr:`placement_buffer` in place (the tensor ``dispatch_send`` reads; its
+        address stays) and moves it to the next epoch (:attr:`placement_epoch`), and an FFN rank copies each slot's
+        W1 and W2 weights and scales into ``weights``' existing tensors between setting its weights-epoch line to
+        -1 and to the new epoch, so no round is served with partly moved weights. Rounds dispatched before the call
+        were routed, and are served, under the old table; the kernels compare the epochs, so a round that meets
+        weights of another epoch is held back (newer) or fails naming both epochs (older).
 
         Args:
             placement: the new :class:`cam.placement.Placement` (its own checks refuse a replica outside the FFN
                 set, zero replicas, two experts in one slot).
-            weights: FFN ranks only: ``(layer_weights, expert_weights, expert_scales)``, the ``cam.LayerWeights``
-                this rank serves with (made by ``LayerWeights.from_placement`` for the current table) and every
-                layer's full ``[E, K, N]`` int8 weights and ``[E, N]`` scales; who moves the weights is this call,
-                on each FFN rank, from host tensors the caller holds. None on Attention ranks.
+            weights: FFN ranks only: the :class:`cam.FfnWeights` this rank serves with (W1, W2, swiglu_limit; made
+                by ``ExpertWeights.slots`` for the current table). Its tensors are rewritten in place.
+            experts: FFN ranks only: the :class:`cam.ExpertWeights` of every routed expert (the same W1/W2 shapes
+                and swiglu_limit as ``weights``), on the host, that the new slots are copied from.
+            Attention ranks pass neither.
 
         Returns:
             the sequence number of this rank's first round under the new table (Attention ranks); 0 on FFN ranks.
 
         Raises:
-            PlacementError: a table that does not fit the plane, a rebalance racing a round on this rank (a round
-                dispatched and not yet combined, a work item received and not yet combine_sent, or a replay of a
-                captured graph still queued on this FFN rank's stream), or ranks whose
-                tables differ (every rank refuses, naming them). Nothing was changed on any rank.
-            TimeoutError: a rank did not call it within ``join_timeout_s`` (the table stays the old one).
+            TypeError / ValueError: this rank's own bad argument (it votes "refuse" first, so every rank learns).
+            PlacementError: the attempt was refused: a table that does not fit the plane, a rebalance racing a round
+                on some rank (a round dispatched and not yet combined, a work item received and not yet
+                combine_sent, or a replay of a captured graph still queued), or tables that differ across ranks.
+                Nothing was changed on any rank.
+            TimeoutError: a rank did not join the attempt within ``join_timeout_s``; nothing was changed on any rank.
         """
-        from . import graph as _graph
-        from .layer_weights import LayerWeights
+        from .placement import PlacementError
+
+        self._require()
+        attention = self.rank < self.topology.A
+        new, staged, local_error, refusal = None, None, None, None
+        try:
+            new, staged = self._prepare_placement(placement, weights, experts, attention)
+            refusal = self._placement_race(attention)
+        except (TypeError, ValueError) as e:
+            local_error, refusal = e, f"{type(e).__name__}: {e}"
+        vote = {"refuse": refusal} if refusal is not None else {"digest": new.digest()}
+        decision = self._agree(vote)
+        if not decision["commit"]:
+            if local_error is not None:
+                raise local_error
+            err = TimeoutError if decision["kind"] == "timeout" else PlacementError
+            raise err(f"Comm.set_placement: rank {self.rank}: rebalance {decision['id']} was refused: "
+                      f"{decision['reason']}; nothing was changed on any rank (every rank is still at placement "
+                      f"epoch {self._table_epoch}): call set_placement again on every rank once the cause is gone")
+        self._adopt_placement(new, None if attention else (weights, staged))
+        return self._op_counts["dispatch_send"] + 1 if attention else 0
+
+    def _prepare_placement(self, placement, weights, experts, attention):
+        """set_placement's local checks, before this rank votes: (the table, an FFN rank's staged slot weights).
+        Raises what a caller's bad argument is (TypeError / ValueError naming it); nothing is written."""
+        from .ffn_weights import ExpertWeights, FfnWeights
         from .placement import Placement, PlacementError
 
         if not isinstance(placement, Placement):
@@ -436,65 +473,130 @@ class Comm:
             new = _placement_for(self.topology, placement)[0]
         except ValueError as e:
             raise PlacementError(f"Comm.set_placement: {e}") from None
-        t, c = self.topology, self._op_counts
-        attention = self.rank < t.A
         if attention:
-            if weights is not None:
-                raise ValueError("Comm.set_placement: an Attention rank holds no expert weights (weights=None)")
-            if c["dispatch_send"] != c["combine_recv"]:
-                raise PlacementError(f"Comm.set_placement: a rebalance racing a round: rank {self.rank} has "
-                                     f"{c['dispatch_send'] - c['combine_recv']} round(s) in flight (dispatched, not "
-                                     f"combine_recv'd); call it after combine_recv of its last round")
-        else:
-            if not (isinstance(weights, tuple) and len(weights) == 3 and isinstance(weights[0], LayerWeights)):
-                raise ValueError("Comm.set_placement: an FFN rank needs weights=(layer_weights, expert_weights, "
-                                 "expert_scales)")
-            slots, full_w, full_s = weights
-            staged = LayerWeights.from_placement(new, self.rank - t.A, full_w, full_s)
-            same = staged.num_layers == slots.num_layers and all(
-                a.shape == b.shape and a.dtype == b.dtype
-                for a, b in zip(staged.weights + staged.scales, slots.weights + slots.scales))
-            if not same:
-                raise ValueError(f"Comm.set_placement: the new slot weights {staged!r} do not have the shapes of the "
-                                 f"slot buffers {slots!r}")
-            if c["dispatch_recv"] != c["combine_send"]:
-                raise PlacementError(f"Comm.set_placement: a rebalance racing a round: FFN rank {self.rank} received "
-                                     f"a work item it has not combine_sent yet")
+            if weights is not None or experts is not None:
+                raise ValueError("Comm.set_placement: an Attention rank holds no expert weights (weights=None, "
+                                 "experts=None)")
+            return new, None
+        if not isinstance(weights, FfnWeights):
+            raise TypeError(f"Comm.set_placement: weights must be the cam.FfnWeights this FFN rank serves with (W1 "
+                            f"and W2 together), got {type(weights).__name__}")
+        if not isinstance(experts, ExpertWeights):
+            raise TypeError(f"Comm.set_placement: experts must be the cam.ExpertWeights of every routed expert (W1 "
+                            f"and W2 together), got {type(experts).__name__}")
+        if weights.swiglu_limit != experts.swiglu_limit:
+            raise ValueError(f"Comm.set_placement: weights apply swiglu_limit {weights.swiglu_limit}, experts "
+                             f"{experts.swiglu_limit}: a rebalance moves experts, it does not change the activation")
+        sources = {t.untyped_storage().data_ptr() for t in experts.tensors()}
+        for name, dst in zip(_weight_names(weights.num_layers), weights.tensors()):
+            if dst.untyped_storage().data_ptr() in sources:
+                # Copying a slot into memory it shares with the experts would overwrite the source of later moves.
+                raise ValueError(f"Comm.set_placement: weights.{name} shares memory with experts (a view of the same "
+                                 f"tensor): the served slots must be tensors of their own")
+        staged = experts.slots(new, self.rank - self.topology.A)
+        if staged.num_layers != weights.num_layers:
+            raise ValueError(f"Comm.set_placement: weights hold {weights.num_layers} layers, experts "
+                             f"{staged.num_layers}")
+        for name, dst, src in zip(_weight_names(weights.num_layers), weights.tensors(), staged.tensors()):
+            if dst.shape != src.shape or dst.dtype != src.dtype:
+                raise ValueError(f"Comm.set_placement: weights.{name} is {dst.dtype} {tuple(dst.shape)}, the new "
+                                 f"slots' {src.dtype} {tuple(src.shape)} (experts must have the served weights' "
+                                 f"shapes, with E experts for R = {self.topology.R} slots)")
+        return new, staged
+
+    def _placement_race(self, attention) -> Optional[str]:
+        """Why this rank cannot adopt a table now (a round of its own in flight), or None."""
+        c = self._op_counts
+        if attention and c["dispatch_send"] != c["combine_recv"]:
+            return (f"a rebalance racing a round: rank {self.rank} has {c['dispatch_send'] - c['combine_recv']} "
+                    f"round(s) in flight (dispatched, not combine_recv'd); call it after combine_recv of its last "
+                    f"round")
+        if not attention and c["dispatch_recv"] != c["combine_send"]:
+            return (f"a rebalance racing a round: FFN rank {self.rank} received a work item it has not "
+                    f"combine_sent yet")
         # A captured loop is not counted above: its replays run on this Comm's stream, so a replay still queued
         # would route by the table, or compute with the slot weights, this call is about to overwrite.
+        from . import graph as _graph
+
         queued = _graph.queued_replays(self.stream)
         if queued:
-            raise PlacementError(f"Comm.set_placement: a rebalance racing a captured replay: rank {self.rank}'s "
-                                 f"stream has {queued} replay(s) queued; Graph.synchronize() them first")
-        digests = self._exchange_placement(new.digest())
-        differ = [r for r, d in enumerate(digests) if d != digests[0]]
-        if differ:
-            raise PlacementError(f"Comm.set_placement: the tables differ across ranks: rank(s) "
-                                 f"{', '.join(map(str, differ))} passed another table than rank 0 (digest "
-                                 f"{digests[0][:12]}); nothing was changed")
-        self._adopt_placement(new, None if attention else (slots, staged))
-        return c["dispatch_send"] + 1 if attention else 0
+            return (f"a rebalance racing a captured replay: rank {self.rank}'s stream has {queued} replay(s) "
+                    f"queued; Graph.synchronize() them first")
+        return None
+
+    @property
+    def rebalance_id(self) -> str:
+        """The id of the rebalance attempt this rank's next set_placement joins: ``"<epoch>.<attempt>"``."""
+        return f"{self._table_epoch + 1}.{self._rebalance_attempt}"
+
+    def _agree(self, vote: dict) -> dict:
+        """This rank's vote in the next rebalance attempt, and the attempt's decision (the same on every rank):
+        ``{"commit", "kind", "reason", "id"}``. The decision is written once (``compare_set``): the first rank that
+        can decide (every vote present, a refusal, or its own deadline) writes it, and every rank reads what was
+        written, also a rank whose own view would have decided otherwise. Bounded by join_timeout_s."""
+        rid = self.rebalance_id
+        self._rebalance_attempt += 1
+        store, prefix = self._agreement_store()
+        key = f"{prefix}/rebalance/{self.plane_id}/{rid}"
+        world = self.topology.world_size
+        store.set(f"{key}/vote/{self.rank}", json.dumps(vote))
+        deadline = time.monotonic() + self._join_timeout_s
+        votes: dict = {}
+        next_watch = 0.0
+        while not store.check([f"{key}/decision"]):
+            for r in range(world):
+                if r not in votes and store.check([f"{key}/vote/{r}"]):
+                    votes[r] = json.loads(store.get(f"{key}/vote/{r}").decode())
+            now = time.monotonic()
+            gone = []
+            if self._store is not None and now >= next_watch and len(votes) < world:
+                next_watch = now + _JOIN_WATCH_S
+                gone = [r for r in range(world) if r not in votes and
+                        self._peer_process_gone(self._store, self._group, r, absent_is_gone=False)]
+            verdict = _rebalance_verdict(votes, world, now > deadline, gone, self._join_timeout_s)
+            if verdict is not None:
+                store.compare_set(f"{key}/decision", "", json.dumps({**verdict, "id": rid}))
+                break
+            time.sleep(0.002)
+        decision = json.loads(store.get(f"{key}/decision").decode())
+        if decision["commit"]:
+            self._rebalance_attempt = 0
+        return decision
+
+    def _agreement_store(self):
+        """(store, key prefix) of rebalance agreements: the plane's Store (shm/npu), or a process-local one shared
+        by the threads of an in-process plane."""
+        if self._store is not None:
+            return self._store, self._group
+        key = (self.group, self.plane_id)
+        with _registry_lock:
+            store = _local_stores.get(key)
+            if store is None:
+                store = _local_stores[key] = _LocalStore()
+        self._local_store = store  # held while this Comm lives; the entry goes with the plane's last Comm
+        return store, self.group
 
     def _adopt_placement(self, new, ffn_slots) -> None:
         """set_placement's change, once every rank agreed: the next epoch's table (both roles) and, on an FFN rank,
-        its slot weights (``ffn_slots`` = (the LayerWeights served with, the new table's staged weights)). Each is
+        its slot weights (``ffn_slots`` = (the FfnWeights served with, the new table's staged FfnWeights)). Each is
         a seqlock write (docs/protocol.md §15): the epoch word -1, the contents, then the new epoch, so a kernel
-        reading across the rewrite sees -1 or two different epochs and holds the round back or refuses it."""
+        reading across the rewrite sees -1 or two different epochs and holds the round back or refuses it. Every
+        tensor of W1 and of W2 is copied before the weights epoch leaves -1."""
         from . import graph as _graph
 
         epoch = self._table_epoch + 1
         if ffn_slots is not None:
             # Weights moving: from here every round is held back on the device, also one a replay launched on
-            # another stream (or before the lock below) takes, until the copies completed.
+            # another stream (or before the lock below) takes, until every copy completed.
             self._set_weights_epoch(-1)
         # Under the stream's lock no replay launches while the table or the slots are rewritten; one launched
-        # between the check above and here ends first (bounded), under the old ones.
+        # before ends first (bounded), under the old ones.
         lock, bound = _runtime.stream_lock(self.stream), _runtime.sync_timeout_s()
         if not lock.acquire(timeout=bound):
-            if ffn_slots is not None:
-                self._set_weights_epoch(self._table_epoch)  # nothing moved: the old weights serve again
-            raise TimeoutError(f"Comm.set_placement: rank {self.rank}'s stream stayed busy for {bound:g} s; nothing "
-                               f"was changed on this rank")
+            # Every other rank adopts this table: a rank that cannot must not serve or dispatch under the old one.
+            self.abort()
+            raise TimeoutError(f"Comm.set_placement: rank {self.rank}'s stream stayed busy for {bound:g} s after "
+                               f"every rank agreed on rebalance to epoch {epoch}; the plane was aborted")
         try:
             if _graph.queued_replays(self.stream):
                 self.stream.synchronize(bound)
@@ -505,17 +607,21 @@ class Comm:
                 self.placement_table.copy_(new.device_tables(self.topology.placement_width))
                 self.placement_buffer[_C.PLACEMENT_EPOCH_WORD] = epoch
             if ffn_slots is not None:
-                slots, staged = ffn_slots
-                dsts = slots.weights + slots.scales
-                for dst, src in zip(dsts, staged.weights + staged.scales):
-                    dst.copy_(src)
-                for device in {d.device for d in dsts if not d.is_cpu}:  # device copies are queued: wait for them
+                served, staged = ffn_slots
+                for name in ("w1", "w2"):
+                    self._copy_weight_set(name, getattr(served, name), getattr(staged, name))
+                for device in {d.device for d in served.tensors() if not d.is_cpu}:  # device copies are queued
                     torch.accelerator.synchronize(device)
                 self._set_weights_epoch(epoch)
         finally:
             lock.release()
         self._table_epoch = epoch
         self.placement = new
+
+    def _copy_weight_set(self, name: str, dst, src) -> None:
+        """One weight set's (``name``: "w1" or "w2") new slots into the LayerWeights served with, in place."""
+        for d, s in zip(dst.weights + dst.scales, src.weights + src.scales):
+            d.copy_(s)
 
     def _set_weights_epoch(self, epoch: int) -> None:
         """The FFN rank's weights-epoch line (camCommSetWeightsEpoch): -1 while the slots change, then the epoch."""
@@ -526,20 +632,6 @@ class Comm:
         """Rebalances this rank adopted: the epoch of its table (Attention ranks write it into every record) and of
         its slot weights (FFN ranks; their weights-epoch line holds it between rebalances), docs/protocol.md §15."""
         return self._table_epoch
-
-    def _exchange_placement(self, digest: str) -> list:
-        """Every rank's digest for this rebalance (the plane's n-th), in rank order: through the Store (shm/npu)
-        or, for threads as ranks, a process-local table. Bounded by join_timeout_s; every outcome (also a
-        refusal) ends the n-th rebalance, so the ranks stay in step."""
-        world, epoch = self.topology.world_size, self._placement_epoch
-        self._placement_epoch += 1
-        if getattr(self, "_store", None) is not None:
-            keys = [f"{self.group}/placement/{epoch}/{r}" for r in range(world)]
-            self._store.set(keys[self.rank], digest)
-            self._await_keys(self._store, keys, time.monotonic() + self._join_timeout_s, self._join_timeout_s,
-                             "called set_placement")
-            return [self._store.get(k).decode() for k in keys]
-        return self._exchange_in_process((self.group, epoch), digest, "Comm.set_placement", "called set_placement")
 
     def _exchange_in_process(self, key, digest, who: str, what: str) -> list:
         """Every rank's ``digest`` under ``key`` for threads as ranks (a process-local table), in rank order;
@@ -800,6 +892,67 @@ def _placement_for(topology: Topology, placement, epoch: int = 0):
     return placement, buffer, table
 
 
+def _weight_names(layers: int) -> list:
+    """The names of FfnWeights.tensors(), in its order."""
+    return [f"{w}.{part}[{l}]" for w in ("w1", "w2") for part in ("weights", "scales") for l in range(layers)]
+
+
+class _LocalStore:
+    """The part of a ``torch.distributed`` Store a rebalance agreement uses, for the threads of an in-process plane."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kv: dict = {}
+
+    def set(self, key: str, value: str) -> None:
+        with self._lock:
+            self._kv[key] = value.encode()
+
+    def get(self, key: str) -> bytes:
+        with self._lock:
+            return self._kv[key]
+
+    def check(self, keys) -> bool:
+        with self._lock:
+            return all(k in self._kv for k in keys)
+
+    def compare_set(self, key: str, expected: str, desired: str) -> bytes:
+        """As the Store's: sets ``desired`` when ``key`` is absent and ``expected`` is empty (or when it holds
+        ``expected``); returns what ``key`` holds after."""
+        with self._lock:
+            cur = self._kv.get(key)
+            if (cur is None and expected == "") or cur == expected.encode():
+                self._kv[key] = cur = desired.encode()
+            return cur
+
+
+def _rebalance_verdict(votes: dict, world: int, timed_out: bool, gone, join_timeout_s: float) -> Optional[dict]:
+    """The decision one rank can take on a rebalance attempt from the votes it has read (``{rank: vote}``), or None
+    while it must wait: refused as soon as a rank refused, a missing rank's process is gone (``gone``) or, at the
+    deadline, some rank has not voted; else, once every rank voted, committed when their digests agree."""
+    refused = {r: v["refuse"] for r, v in sorted(votes.items()) if "refuse" in v}
+    if refused:
+        return {"commit": False, "kind": "refused",
+                "reason": "; ".join(f"rank {r} refused: {why}" for r, why in refused.items())}
+    if gone:
+        return {"commit": False, "kind": "timeout",
+                "reason": f"rank(s) {', '.join(map(str, gone))} died before joining it"}
+    if len(votes) == world:
+        digests = [votes[r]["digest"] for r in range(world)]
+        differ = [r for r in range(world) if digests[r] != digests[0]]
+        if differ:
+            return {"commit": False, "kind": "differ",
+                    "reason": f"the tables differ across ranks: rank(s) {', '.join(map(str, differ))} passed another "
+                              f"table than rank 0 (digest {digests[0][:12]})"}
+        return {"commit": True, "kind": "commit", "reason": ""}
+    if timed_out:
+        missing = [r for r in range(world) if r not in votes]
+        return {"commit": False, "kind": "timeout",
+                "reason": f"rank(s) {', '.join(map(str, missing))} never called set_placement within "
+                          f"join_timeout_s={join_timeout_s:g} s"}
+    return None
+
+
 def _check_same_plane(rank: int, described: list) -> None:
     """Every rank reads every rank's published description, so every rank reaches the same verdict at once: the
     ranks outside the largest group of equal descriptions (ties: the group with the lowest rank) disagree, and the
@@ -923,6 +1076,7 @@ def _after_fork_in_child() -> None:
     _rebalance_cv = threading.Condition()
     _rebalances.clear()
     _rebalances_read.clear()
+    _local_stores.clear()
     for comm in list(_registry.values()):
         comm._inherited = True
         _runtime._park(comm.stream, comm._c)

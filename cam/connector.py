@@ -175,6 +175,15 @@ class SignedStore:
                                   f"store tried to stand in for a rank, or the ranks do not share one secret")
         return value
 
+    def compare_set(self, key: str, expected: str, desired) -> bytes:
+        """Write-once (``expected`` empty, the only form cam uses: a rebalance decision, docs/protocol.md §15):
+        sets the signed ``desired`` if ``key`` is absent, and returns the verified value the key holds."""
+        if expected != "":
+            raise ValueError("SignedStore.compare_set: only the write-once form (expected='') is supported")
+        desired = desired.encode() if isinstance(desired, str) else bytes(desired)
+        self._store.compare_set(key, "", self._HEAD + self._tag(key, desired) + b":" + desired)
+        return self.get(key)
+
     def check(self, keys) -> bool:
         """True when every key is present; a present key whose value does not verify raises (as ``get``), so a
         forged rendezvous value fails the handshake at once, naming the key, instead of passing for a joined rank."""

@@ -352,6 +352,35 @@ def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, i
 # ----------------------------------------------------------------------------- quantization
 
 
+# What quantize_weight reads exactly: float8 formats carry their own scaling, which a plain cast would drop.
+_QUANTIZABLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check_quantizable(weight) -> None:
+    """quantize_weight's input checks, before anything is computed: a [E, K, N] float16/bfloat16/float32/float64
+    tensor with E, K, N >= 1, finite, and no column whose largest magnitude is non-zero but too small for a normal
+    fp32 scale (amax / 127 below the smallest normal fp32: the scale would underflow, to zero or to a subnormal,
+    and ``q * scale`` would no longer be within ``scale / 2`` of ``w``)."""
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"quantize_weight: weight must be a torch.Tensor, got {type(weight).__name__}")
+    if weight.dtype not in _QUANTIZABLE:
+        raise TypeError(f"quantize_weight: weight must be float16, bfloat16, float32 or float64, got {weight.dtype}")
+    if weight.dim() != 3 or min(weight.shape) < 1:
+        raise ValueError(f"quantize_weight: weight must be [E, K, N] with E, K, N >= 1, got shape "
+                         f"{tuple(weight.shape)}")
+    w = weight.detach()
+    if not torch.isfinite(w).all():
+        raise ValueError("quantize_weight: weight holds inf or nan")
+    amax = w.abs().amax(dim=1).to(torch.float64)
+    tiny = torch.finfo(torch.float32).tiny
+    bad = (amax > 0) & ((amax.to(torch.float32) / 127.0).to(torch.float64) < tiny)
+    if bad.any():
+        e, n = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"quantize_weight: weight column [{e}, :, {n}] has largest magnitude {float(amax[e, n]):.3g}, "
+                         f"non-zero but below 127 x the smallest normal fp32 ({127 * tiny:.3g}): its int8 scale would "
+                         f"underflow; flush such values to zero first")
+
+
 def quantize_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-output-channel int8 of a ``[E, K, N]`` weight in ``x @ W`` orientation.
 
@@ -359,16 +388,16 @@ def quantize_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     ``q = clamp(round_half_even(w / scale), -127, 127)``; a column of zeros gets ``scale = 0`` and ``q = 0``.
     ``q * scale`` (:func:`dequantize_weight`) is within ``scale / 2`` of ``w`` element-wise.
 
+    Raises:
+        TypeError: ``weight`` is not a float16/bfloat16/float32/float64 tensor (float8 carries its own scaling).
+        ValueError: ``weight`` is not ``[E, K, N]`` with every dimension >= 1, holds inf/NaN, or has a non-zero
+            column too small for a normal fp32 scale (below ``127 * finfo(float32).tiny``, e.g. denormals).
+
     Returns:
         ``(q int8 [E, K, N], scale fp32 [E, N])``, the ``weights`` / ``scales`` of :class:`cam.LayerWeights`.
     """
-    if not isinstance(weight, torch.Tensor) or not weight.is_floating_point():
-        raise TypeError("quantize_weight: weight must be a floating-point torch.Tensor")
-    if weight.dim() != 3:
-        raise ValueError(f"quantize_weight: weight must be [E, K, N], got shape {tuple(weight.shape)}")
+    _check_quantizable(weight)
     w = weight.detach().to(torch.float32)
-    if not torch.isfinite(w).all():
-        raise ValueError("quantize_weight: weight holds inf or nan")
     amax = w.abs().amax(dim=1)
     scale = amax / 127.0
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))

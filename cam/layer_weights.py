@@ -44,6 +44,15 @@ def prepack_weights(weight: torch.Tensor) -> torch.Tensor:
     return nz.reshape(*lead, n1, k1, _NZ_K0, _NZ_N0).contiguous()
 
 
+def _check_scale_values(i: int, s: torch.Tensor) -> None:
+    """A dequant scale is finite and >= 0 (0: an empty slot or an all-zero column): a NaN, inf or negative one
+    would flow through every product of the kernels' epilogue unnoticed."""
+    bad = ~torch.isfinite(s) | (s < 0)
+    if bool(bad.any()):
+        at = tuple(int(v) for v in bad.nonzero()[0])
+        raise ValueError(f"LayerWeights: scales[{i}] must be finite and >= 0, got {float(s[at])} at {list(at)}")
+
+
 class LayerWeights:
     """Per-layer routed-expert weights and scales of one GMM, prepacked once, kept alive for the ops.
 
@@ -113,6 +122,7 @@ class LayerWeights:
         for i, s in enumerate(scales):
             if tuple(s.shape) != s0:
                 raise ValueError(f"LayerWeights: scales[{i}] has shape {tuple(s.shape)}, scales[0] {s0}")
+            _check_scale_values(i, s)
         self.weights = tuple(packed)
         self.scales = tuple(s.contiguous() for s in scales)
         self.num_layers = len(packed)

@@ -57,6 +57,27 @@ def _deal(experts: int, ffn_ranks: int, slots: int, extra: Sequence[int]) -> Lis
     return reps
 
 
+def _index(v, what: str, layer: int, expert: int) -> int:
+    """A replica's FFN index or slot as an int: an integer (Python, numpy or a one-element integer tensor), never a
+    bool or a float (truncating 1.7 to 1 would place the expert where nobody asked)."""
+    import operator
+
+    if isinstance(v, bool) or (isinstance(v, torch.Tensor) and v.dtype == torch.bool):
+        raise PlacementError(f"Placement: layer {layer} expert {expert} has a replica whose {what} is the bool {v!r}, "
+                             f"not an int")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise PlacementError(f"Placement: layer {layer} expert {expert} has a replica whose {what} is {v!r} "
+                             f"({type(v).__name__}), not an int") from None
+
+
+def _check_counts(who: str, **counts) -> None:
+    for name, v in counts.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise PlacementError(f"{who}: {name} must be an int >= 1, got {v!r}")
+
+
 class Placement:
     """Per-layer expert -> replicas table.
 
@@ -75,9 +96,7 @@ class Placement:
 
     def __init__(self, experts: int, ffn_ranks: int, slots_per_rank: int,
                  layers: Sequence[Sequence[Sequence[Replica]]]):
-        for name, v in (("experts", experts), ("ffn_ranks", ffn_ranks), ("slots_per_rank", slots_per_rank)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise PlacementError(f"Placement: {name} must be an int >= 1, got {v!r}")
+        _check_counts("Placement", experts=experts, ffn_ranks=ffn_ranks, slots_per_rank=slots_per_rank)
         if not layers:
             raise PlacementError("Placement: layers must hold at least one layer")
         self.experts, self.ffn_ranks, self.slots_per_rank = experts, ffn_ranks, slots_per_rank
@@ -88,7 +107,7 @@ class Placement:
             owner: Dict[Replica, int] = {}
             rows = []
             for e, reps in enumerate(layer):
-                reps = tuple((int(f), int(j)) for f, j in reps)
+                reps = tuple((_index(f, "FFN index", l, e), _index(j, "slot", l, e)) for f, j in reps)
                 if not reps:
                     raise PlacementError(f"Placement: layer {l} expert {e} has zero replicas")
                 for f, j in reps:
@@ -111,7 +130,8 @@ class Placement:
     @classmethod
     def contiguous(cls, experts: int, ffn_ranks: int, layers: int) -> "Placement":
         """The contiguous placement: expert ``e`` on FFN index ``e // R``, slot ``e % R``, ``R = E / F`` (E % F == 0)."""
-        if ffn_ranks < 1 or experts % ffn_ranks:
+        _check_counts("Placement.contiguous", experts=experts, ffn_ranks=ffn_ranks, layers=layers)
+        if experts % ffn_ranks:
             raise PlacementError(f"Placement.contiguous: E = {experts} is not a multiple of F = {ffn_ranks}")
         r = experts // ffn_ranks
         one = [[(e // r, e % r)] for e in range(experts)]
@@ -123,7 +143,13 @@ class Placement:
         """Any E and F: experts dealt round robin over the FFN ranks (expert ``e`` first on rank ``e % F``), then one
         extra replica of each expert in ``replicate`` (e.g. the k hottest), each on the next rank that has a free
         slot and does not hold it yet. ``slots_per_rank`` defaults to the fewest with which this dealing fits."""
-        extra = list(dict.fromkeys(int(e) for e in replicate))
+        _check_counts("Placement.balanced", experts=experts, ffn_ranks=ffn_ranks, layers=layers)
+        if slots_per_rank is not None:
+            _check_counts("Placement.balanced", slots_per_rank=slots_per_rank)
+        for e in replicate:
+            if isinstance(e, bool) or not isinstance(e, int):
+                raise PlacementError(f"Placement.balanced: replicate must hold expert ids (ints), got {e!r}")
+        extra = list(dict.fromkeys(replicate))
         for e in extra:
             if not 0 <= e < experts:
                 raise PlacementError(f"Placement.balanced: replicate names expert {e}, outside [0, {experts})")
@@ -146,6 +172,10 @@ class Placement:
     def layers(self) -> int:
         return len(self._table)
 
+    def _check_layer(self, who: str, layer) -> None:
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.layers:
+            raise ValueError(f"Placement.{who}: layer must be an int in [0, {self.layers}), got {layer!r}")
+
     def replicas(self, layer: int, expert: int) -> Tuple[Replica, ...]:
         return self._table[layer][expert]
 
@@ -162,6 +192,10 @@ class Placement:
 
     def slot_experts(self, layer: int, ffn_index: int) -> List[int]:
         """Expert held by each local slot of FFN index ``ffn_index`` in ``layer`` (-1: an empty slot)."""
+        self._check_layer("slot_experts", layer)
+        if isinstance(ffn_index, bool) or not isinstance(ffn_index, int) or not 0 <= ffn_index < self.ffn_ranks:
+            raise ValueError(f"Placement.slot_experts: ffn_index must be an int in [0, {self.ffn_ranks}), got "
+                             f"{ffn_index!r}")
         out = [-1] * self.slots_per_rank
         for e, reps in enumerate(self._table[layer]):
             for f, j in reps:

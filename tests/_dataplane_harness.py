@@ -315,3 +315,102 @@ def run_round_trip(topo: cam.Topology, rounds: List[List[Round]], *, in_flight: 
     raise_first(errors)
     check_against_golden(topo, rounds, results, dtype=dtype, placement=comm_kw.get("placement"))
     return results
+
+
+# ----------------------------------------------------------------------------- the real FFN (W1 then W2) and its golden
+
+@dataclass
+class ExpertSet:
+    """Every routed expert's int8 W1 ``[E, H, 2I]`` and W2 ``[E, I, H]`` with fp32 scales, per layer, as ND tensors
+    drawn here (the golden reads these, never the cam objects built from them)."""
+    w1: List[torch.Tensor]
+    s1: List[torch.Tensor]
+    w2: List[torch.Tensor]
+    s2: List[torch.Tensor]
+    swiglu_limit: Optional[float] = None
+
+    def experts(self) -> "cam.ExpertWeights":
+        return cam.ExpertWeights(cam.LayerWeights(self.w1, self.s1), cam.LayerWeights(self.w2, self.s2),
+                                 swiglu_limit=self.swiglu_limit)
+
+
+def expert_set(topo: cam.Topology, inter: int = 16, *, seed: int = 0, swiglu_limit=None) -> ExpertSet:
+    """Random int8 weights; scales small enough that W1's SwiGLU stays in its interesting range."""
+    g = torch.Generator().manual_seed(seed)
+
+    def w(k, n):
+        return [torch.randint(-128, 128, (topo.E, k, n), generator=g, dtype=torch.int8) for _ in range(topo.L)]
+
+    def s(n, scale):
+        return [(torch.rand(topo.E, n, generator=g) * scale + scale / 10).float() for _ in range(topo.L)]
+
+    return ExpertSet(w(topo.H, 2 * inter), s(2 * inter, 2e-3), w(inter, topo.H), s(topo.H, 5e-2), swiglu_limit)
+
+
+def real_expert_fn(ws: ExpertSet, layer: int):
+    """round_trip_plane's expert function for layer ``layer``: cam.reference's W1 then W2 of each row's global
+    expert (rows are independent: W1 quantizes per row)."""
+    from cam.reference import gmm as ref
+
+    def fn(e: torch.Tensor, rows: torch.Tensor, scales: Optional[torch.Tensor]) -> torch.Tensor:
+        out = torch.zeros((rows.shape[0], ws.w2[layer].shape[2]), dtype=torch.bfloat16)
+        for u in torch.unique(e).tolist():
+            idx = (e == u).nonzero().flatten()
+            counts = torch.tensor([idx.numel()], dtype=torch.int64)
+            y, ys, _ = ref.gmm_swiglu_quant_multi_layer(rows[idx], scales[idx], [ws.w1[layer][u:u + 1]],
+                                                        [ws.s1[layer][u:u + 1]], counts, 0,
+                                                        swiglu_limit=ws.swiglu_limit)
+            out[idx] = ref.gmm_multi_layer(y, ys, [ws.w2[layer][u:u + 1]], [ws.s2[layer][u:u + 1]], counts, 0)
+        return out
+
+    return fn
+
+
+def real_ffn_step(comm: cam.Comm, weights: "cam.FfnWeights", log: FfnLog) -> bool:
+    """One dispatch_recv -> W1 -> W2 -> combine_send with the real GMM ops over ``weights`` (an empty item goes
+    through combine_send as zeros). Returns whether it served a work item (appended to ``log``)."""
+    topo = comm.topology
+    chunk = WindowLayout(topo).work_item_chunk_off
+    ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
+    if int(wi[0]) != 1:
+        log.empties += 1
+        cam.ops.combine_send(comm, torch.zeros((topo.recv_rows, topo.H), dtype=comm.dtype), wi)
+        return False
+    y, ys = cam.ops.gmm_swiglu_quant_multi_layer(ex, sc, weights.w1, cnt, wi[2:3], swiglu_limit=weights.swiglu_limit)
+    out = cam.ops.gmm_multi_layer(y, ys, weights.w2, cnt, wi[2:3])
+    n = int(wi[5])
+    log.served.append(Served(int(wi[1]), int(wi[3]), int(wi[2]), ex[:n].clone(), sc[:n].clone(), cnt.clone(),
+                             wi.clone(), int(wi[chunk]), int(wi[chunk + 1])))
+    cam.ops.combine_send(comm, out, wi)
+    return True
+
+
+def real_ffn_server(n_items: int, weights: "cam.FfnWeights", *, deadline_s: float = 90.0, log: Optional[FfnLog] = None):
+    """FFN body with the real W1/W2: serve until n_items more rounds completed (at their last chunks)."""
+
+    def body(comm: cam.Comm) -> FfnLog:
+        out = log if log is not None else FfnLog(plane_id=comm.plane_id)
+        goal = sum(s.last for s in out.served) + n_items
+        end = time.monotonic() + deadline_s
+        while sum(s.last for s in out.served) < goal:
+            assert time.monotonic() < end, f"FFN rank {comm.rank} did not complete {n_items} rounds"
+            real_ffn_step(comm, weights, out)
+        return out
+
+    return body
+
+
+def check_real_rounds(topo: cam.Topology, rounds: List[List[Round]], outs: Dict[int, List[torch.Tensor]],
+                      ws: ExpertSet, tables: list) -> None:
+    """Every Attention rank's combine output of round r == the golden round trip with the real experts under
+    ``tables[r]`` (every replica of a round on one layer)."""
+    for r, table in enumerate(tables):
+        layer = rounds[0][r].layer
+        assert all(rounds[a][r].layer == layer for a in range(topo.A))
+        golden = round_trip_plane(topo, [(rounds[a][r].x, rounds[a][r].ids, rounds[a][r].w) for a in range(topo.A)],
+                                  real_expert_fn(ws, layer), quant_fn=dynamic_quant, global_ids=True,
+                                  placement=table, layer=layer)["out"]
+        for a in range(topo.A):
+            got = outs[a][r]
+            differ = int((got.view(torch.int16) != golden[a].view(torch.int16)).sum())
+            assert differ == 0, f"round {r} of Attention rank {a}: {differ} of {got.numel()} elements differ"

@@ -19,8 +19,8 @@ from cam import _C, _runtime
 from cam.placement import Placement
 from cam.reference.dispatch_combine import batch_select, chunk_bounds, epoch_verdict, round_trip_plane
 from cam.reference.dynamic_quant import dynamic_quant
-from _dataplane_harness import (FfnLog, attention_body, expert_fn, ffn_server, make_rounds, raise_first, run_ranks,
-                                serve_batch, slot_experts, check_against_golden)
+from _dataplane_harness import (FfnLog, attention_body, expert_fn, expert_set, ffn_server, make_rounds, raise_first,
+                                run_ranks, serve_batch, slot_experts, check_against_golden)
 from _window_layout import WindowLayout
 from test_safety import plane
 
@@ -132,8 +132,7 @@ def test_a_round_routed_by_the_new_table_waits_for_the_ffn_ranks_copy(monkeypatc
     adopts without a pause and serves the round at once."""
     t = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=2, slots=1, expert_slots=2)
     g = torch.Generator().manual_seed(7)
-    full_w = [torch.randint(-128, 128, (3, 32, 64), generator=g, dtype=torch.int8) for _ in range(t.L)]
-    full_s = [torch.rand(3, 64, generator=g) for _ in range(t.L)]
+    experts = expert_set(t, seed=8).experts()
     rounds = make_rounds(t, [[4, 3]], seed=9, ids_fn=lambda a, r, b: torch.randint(0, 3, (b, 2), generator=g))
     paused, release, dispatched = threading.Event(), threading.Event(), threading.Event()
     held = []
@@ -165,17 +164,17 @@ def test_a_round_routed_by_the_new_table_waits_for_the_ffn_ranks_copy(monkeypatc
         return outs + [cam.ops.combine_recv(comm, r.ids, r.w)]
 
     def ffn(comm):
-        lw = cam.LayerWeights.from_placement(P_TABLE, comm.rank - t.A, full_w, full_s)
+        served = experts.slots(P_TABLE, comm.rank - t.A)
         log = ffn_server(t, 1)(comm)
         if comm.rank != slow:
-            comm.set_placement(Q_TABLE, weights=(lw, full_w, full_s))
+            comm.set_placement(Q_TABLE, served, experts=experts)
             log.served += ffn_server(t, 1)(comm).served
             return log
         errs = []
 
         def rebalance():
             try:
-                comm.set_placement(Q_TABLE, weights=(lw, full_w, full_s))
+                comm.set_placement(Q_TABLE, served, experts=experts)
             except BaseException as e:  # noqa: BLE001 - reported below
                 errs.append(e)
 
@@ -353,9 +352,7 @@ def test_the_placement_buffer_is_the_epoch_line_then_the_rows_and_a_rebalance_mo
     from cam.reference.dispatch_combine import placement_buffer
 
     t = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=2, slots=1, expert_slots=2)
-    g = torch.Generator().manual_seed(2)
-    full_w = [torch.randint(-128, 128, (3, 32, 64), generator=g, dtype=torch.int8) for _ in range(t.L)]
-    full_s = [torch.rand(3, 64, generator=g) for _ in range(t.L)]
+    experts = expert_set(t, seed=3).experts()
 
     def body(comm):
         assert torch.equal(comm.placement_buffer, placement_buffer(P_TABLE, 0))
@@ -364,8 +361,7 @@ def test_the_placement_buffer_is_the_epoch_line_then_the_rows_and_a_rebalance_mo
         kw = {}
         if comm.rank >= t.A:
             assert comm._c.weights_epoch() == 0
-            kw["weights"] = (cam.LayerWeights.from_placement(P_TABLE, comm.rank - t.A, full_w, full_s), full_w,
-                             full_s)
+            kw = {"weights": experts.slots(P_TABLE, comm.rank - t.A), "experts": experts}
         comm.set_placement(Q_TABLE, **kw)
         assert torch.equal(comm.placement_buffer, placement_buffer(Q_TABLE, 1)) and comm.placement_epoch == 1
         assert comm.placement_buffer.data_ptr() == ptr

@@ -17,8 +17,8 @@ import torch
 import cam
 from cam.placement import Placement
 from _window_layout import WindowLayout
-from _dataplane_harness import (Round, attention_body, check_against_golden, ffn_batch_server, ffn_server,
-                                make_rounds, raise_first, run_ranks, run_round_trip)
+from _dataplane_harness import (Round, attention_body, check_against_golden, expert_set, ffn_batch_server,
+                                ffn_server, make_rounds, raise_first, run_ranks, run_round_trip)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -239,9 +239,7 @@ def test_a_rebalance_mid_run():
     topo = cam.Topology(D=2, P=1, F=2, E=3, K=2, H=32, Bmax=5, L=2, expert_slots=3)
     p, q = random_placement(3, 2, 3, 2, seed=21), random_placement(3, 2, 3, 2, seed=22)
     assert p.digest() != q.digest()
-    g = torch.Generator().manual_seed(23)
-    full_w = [torch.randint(-128, 128, (3, 32, 64), generator=g, dtype=torch.int8) for _ in range(2)]
-    full_s = [torch.rand(3, 64, generator=g) for _ in range(2)]
+    ws = expert_set(topo, seed=23)
     rounds = make_rounds(topo, [[5, 4, 5, 3]] * topo.A, seed=25)
     first = {}
 
@@ -260,13 +258,18 @@ def test_a_rebalance_mid_run():
 
     def ffn(f):
         def body(comm):
-            lw = cam.LayerWeights.from_placement(p, f, full_w, full_s)
-            ptrs = [t.data_ptr() for t in lw.weights + lw.scales]
+            experts = ws.experts()
+            served = experts.slots(p, f)
+            ptrs = [t.data_ptr() for t in served.tensors()]
             log = ffn_server(topo, topo.D * 3)(comm)
-            assert comm.set_placement(q, weights=(lw, full_w, full_s)) == 0
-            want = cam.LayerWeights.from_placement(q, f, full_w, full_s)
-            assert [t.data_ptr() for t in lw.weights + lw.scales] == ptrs, "a slot buffer moved"
-            assert all(torch.equal(x, y) for x, y in zip(lw.weights + lw.scales, want.weights + want.scales))
+            # the Attention ranks' first call refused the attempt (a round in flight): this rank's first call is
+            # that attempt, and it learns so; its second is the retry
+            with pytest.raises(cam.placement.PlacementError, match="racing a round"):
+                comm.set_placement(q, served, experts=experts)
+            assert comm.set_placement(q, served, experts=experts) == 0
+            want = experts.slots(q, f)
+            assert [t.data_ptr() for t in served.tensors()] == ptrs, "a slot buffer moved"
+            assert all(torch.equal(x, y) for x, y in zip(served.tensors(), want.tensors()))
             log.served += ffn_server(topo, topo.D)(comm).served
             return log
         return body
@@ -283,14 +286,13 @@ def test_a_rebalance_with_tables_that_differ_across_ranks_changes_nothing():
     topo = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1, expert_slots=2)
     p = Placement.balanced(3, 2, layers=1, replicate=[0])
     others = {0: Placement.balanced(3, 2, layers=1, replicate=[2])}
-    g = torch.Generator().manual_seed(3)
-    full_w, full_s = [torch.randint(-128, 128, (3, 32, 64), generator=g, dtype=torch.int8)], [torch.rand(3, 64)]
+    experts = expert_set(topo, seed=4).experts()
 
     def body(comm):
         before = None if comm.placement_table is None else comm.placement_table.clone()
         kw = {}
         if comm.rank >= topo.A:
-            kw["weights"] = (cam.LayerWeights.from_placement(p, comm.rank - topo.A, full_w, full_s), full_w, full_s)
+            kw = {"weights": experts.slots(p, comm.rank - topo.A), "experts": experts}
         with pytest.raises(cam.placement.PlacementError, match=r"tables differ across ranks: rank\(s\) 1, 2"):
             comm.set_placement(others.get(comm.rank, Placement(3, 2, 2, [[[(1, 1)], [(1, 0)], [(0, 0), (0, 1)]]])),
                                **kw)
@@ -313,25 +315,24 @@ def test_a_rebalance_under_a_queued_replay_of_a_captured_ffn_loop_is_refused():
 
     topo = cam.Topology(D=1, P=1, F=2, E=3, K=2, H=32, Bmax=4, L=1, expert_slots=2)
     p, q = Placement.balanced(3, 2, layers=1, replicate=[0]), Placement.balanced(3, 2, layers=1, replicate=[2])
-    g = torch.Generator().manual_seed(5)
-    full_w, full_s = [torch.randint(-128, 128, (3, 32, 64), generator=g, dtype=torch.int8)], [torch.rand(3, 64)]
+    experts = expert_set(topo, seed=6).experts()
 
     def ffn(comm):
-        lw = cam.LayerWeights.from_placement(p, 0, full_w, full_s)
-        before = [t.clone() for t in lw.weights + lw.scales]
+        served = experts.slots(p, 0)
+        before = [t.clone() for t in served.tensors()]
         graph, _, _ = capture_batched_loop(topo, comm)
         for _ in range(3):  # nothing is dispatched: each replay idles idle_poll_s, so they stay queued
             graph.replay(synchronize=False)
         try:
             with pytest.raises(cam.placement.PlacementError, match="racing a captured replay"):
-                comm.set_placement(q, weights=(lw, full_w, full_s))
+                comm.set_placement(q, served, experts=experts)
         finally:
             graph.synchronize()
-        assert all(torch.equal(x, y) for x, y in zip(lw.weights + lw.scales, before)), "a refused rebalance wrote"
+        assert all(torch.equal(x, y) for x, y in zip(served.tensors(), before)), "a refused rebalance wrote"
         graph.reset()
         return True
 
-    # only FFN rank 0 calls set_placement, and it is refused before the digest exchange: no other rank waits
+    # only FFN rank 0 calls set_placement: its own refusal decides the attempt, so it waits for no other rank
     results, errors = run_ranks(topo, {topo.A: ffn}, timeout=60, placement=p, idle_poll_s=0.5)
     raise_first(errors)
     assert results[topo.A]
@@ -374,9 +375,7 @@ def _shm_rebalance_rank(rank, store_path, group, out):
 
     t, p, q = _SHM_TOPO(), *_SHM_TABLES()
     rounds = make_rounds(t, [[4, 3]], seed=31)
-    g = torch.Generator().manual_seed(32)
-    full_w = [torch.randint(-128, 128, (3, 32, 64), generator=g, dtype=torch.int8) for _ in range(t.L)]
-    full_s = [torch.rand(3, 64, generator=g) for _ in range(t.L)]
+    experts = expert_set(t, seed=32).experts()
     try:
         with cam.Comm(t, rank, transport="shm", store=FileStore(store_path, t.world_size), group=group,
                       placement=p, timeout_s=60) as comm:
@@ -387,9 +386,9 @@ def _shm_rebalance_rank(rank, store_path, group, out):
                 # as plain ints: a tensor on a queue is shared through the child's fds, gone once it exits
                 out.put((rank, (seq, int(comm.placement_buffer[0]), [o.view(torch.int16).tolist() for o in outs])))
             else:
-                lw = cam.LayerWeights.from_placement(p, rank - t.A, full_w, full_s)
+                served = experts.slots(p, rank - t.A)
                 first = ffn_server(t, t.D)(comm)
-                comm.set_placement(q, weights=(lw, full_w, full_s))
+                comm.set_placement(q, served, experts=experts)
                 w = comm._c.weights_epoch()
                 second = ffn_server(t, t.D)(comm)
                 epoch = WindowLayout(t).work_item_epoch

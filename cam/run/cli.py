@@ -114,6 +114,9 @@ def _parse(argv):
                         "preset's static batches), or, decided at each arrival by a coordinator on Attention rank 0, "
                         "the replica with the fewest tokens / requests assigned and not yet finished, each replica "
                         "batching what it was given up to the preset's max_batch_tokens (docs/run.md §8)")
+    p.add_argument("--rebalance-every", type=int, default=0, metavar="N",
+                   help="every rank rebalances the expert placement (Comm.set_placement: every expert to another "
+                        "FFN rank) after each N steps of a replica; --check covers the rounds after (docs/run.md §7)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--keep", metavar="DIR", help="keep per-rank results and outputs in DIR")
     p.add_argument("--keep-going", action="store_true",
@@ -223,6 +226,14 @@ def check_args(args) -> None:
     if args.keep_going and args.mode != "async":
         raise ValueError(f"--keep-going needs --mode async: the {args.mode} mode's per-layer barrier waits for every "
                          "replica")
+    if args.rebalance_every < 0:
+        raise ValueError(f"--rebalance-every must be >= 0 (0: no rebalance), got {args.rebalance_every}")
+    if args.rebalance_every:
+        for bad, why in ((args.assign != "round-robin", f"--assign {args.assign}"),
+                         (args.keep_going, "--keep-going"), (args.mode == "colocated", "--mode colocated")):
+            if bad:
+                raise ValueError(f"--rebalance-every is not driven with {why}: every rank must join every rebalance "
+                                 f"at a step boundary of the static round-robin batches")
     # Last, as it needs the runtime (torch, the extension): every check above runs without it.
     from .. import _runtime
 
@@ -287,6 +298,7 @@ def _config(args, out_dir: str, port: int):
                     attention_cost=tuple(args.attention_cost), out_dir=out_dir, progress=not args.quiet,
                     shm_prefix=f"cam-run-{os.getpid()}-{port}", graph=args.graph, keep_going=args.keep_going,
                     batch_rows=args.batch_rows if args.batch_items else None, assign=args.assign,
+                    rebalance_every=args.rebalance_every,
                     checkpoint=None if args.checkpoint is None else os.path.abspath(args.checkpoint))
     return cfg
 
@@ -373,6 +385,8 @@ def _report(cfg, built, results: Dict[int, dict]) -> dict:
         "graph": cfg.graph,
         "batch_rows": cfg.batch_rows,
         "placement": _placement_summary(cfg.placement),
+        # --rebalance-every: the placement epoch every rank ended at (one per rebalance adopted; all equal)
+        "rebalances": sorted({r.get("placement_epoch", 0) for r in results.values()}),
         "cost_model": cfg.cost_model,
         "topology": {"D": topo.D, "P": topo.P, "F": topo.F, "E": topo.E, "K": topo.K, "H": topo.H,
                      "Bmax": topo.Bmax, "L": topo.L, "slots": topo.slots},
@@ -674,6 +688,12 @@ def _finish(args, cfg, built, out_dir: str, lost: Dict[int, int], marks: Dict[st
     if args.check:
         skip = [d["replica"] for d in report.get("lost_replicas", [])]
         report["check"] = _check(built, out_dir, batches_run(results, topo), skip=skip)
+        if cfg.rebalance_every:  # every rank adopted every rebalance, and the outputs above are still the reference's
+            from .setup import rebalance_count
+
+            want = [rebalance_count(cfg, built[1])]
+            report["check"]["rebalances"] = {"want": want[0], "got": report["rebalances"]}
+            report["check"]["ok"] = report["check"]["ok"] and report["rebalances"] == want
         if cfg.checkpoint is not None:
             report["check"]["native"] = _check_native(built, out_dir, skip)
             report["check"]["reference_ok"] = report["check"]["ok"]

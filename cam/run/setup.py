@@ -49,6 +49,8 @@ class RunConfig:
     # cam-run --assign: round-robin (the workload's static batches) or a policy decided at each arrival
     # (cam/run/assign.py: fewest-tokens, shortest-queue), the replicas batching dynamically
     assign: str = "round-robin"
+    # cam-run --rebalance-every N: every Attention rank rebalances after each N-th step (0: never); rebalance_tables
+    rebalance_every: int = 0
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -75,6 +77,23 @@ class RunConfig:
 
     def expert_placement(self) -> Optional[Placement]:
         return None if self.placement is None else placement_from_dict(self.placement)
+
+
+def rebalance_table(cfg: RunConfig, topo: Topology, k: int) -> Placement:
+    """The table rebalance ``k`` (1, 2, ...) of a --rebalance-every run adopts: the run's table (contiguous without
+    --placement) with every replica moved from FFN index f to (f + k) % F, so each rebalance moves every expert to
+    another rank (F > 1) and a run's outputs must not change (--check)."""
+    base = cfg.expert_placement() or Placement.contiguous(topo.E, topo.F, topo.L)
+    return Placement(base.experts, base.ffn_ranks, base.slots_per_rank,
+                     [[[((f + k) % base.ffn_ranks, j) for f, j in base.replicas(l, e)] for e in range(base.experts)]
+                      for l in range(base.layers)])
+
+
+def rebalance_count(cfg: RunConfig, workload) -> int:
+    """How many rebalances a --rebalance-every run makes: one per N steps of the replica with the most steps;
+    every rank joins each (a replica with fewer steps joins the rest after its last step)."""
+    n = cfg.rebalance_every
+    return max(len(b) for b in workload.batches) // n if n else 0
 
 
 def model_config(cfg: RunConfig):

@@ -23,11 +23,12 @@ from datetime import timedelta
 import torch
 
 from ..connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, expert_weights, ffn_compute
+from ..ffn_weights import ExpertWeights, FfnWeights
 from ..layer_weights import LayerWeights
 from . import assign
 from .participants import Participants, request_pieces
 from .run_dir import remove_if_orphaned
-from .setup import RunConfig, build, rank_threads
+from .setup import RunConfig, build, rank_threads, rebalance_count, rebalance_table
 from .timeline import Lane
 
 ABORT_KEY = "run/abort"
@@ -216,10 +217,15 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
     lane = Lane(t0)
     source = (_StaticSteps(workload, replica, lockstep, lane, t0) if cfg.assign == "round-robin" else
               _AssignedSteps(cfg, store, workload, topo, group, lane, t0, aborted, lockstep, connector, rank))
+    rebalanced = 0
     try:
         for step, rids in enumerate(source):
             _run_step(cfg, rank, store, connector, aborted, built, group, device, lane, lockstep, step, rids,
                       source, pieces, events)
+            if cfg.rebalance_every and (step + 1) % cfg.rebalance_every == 0:
+                rebalanced = _rebalance(cfg, rank, store, connector, aborted, topo, rebalanced + 1, lane)
+        for k in range(rebalanced + 1, rebalance_count(cfg, workload) + 1):  # the others' rebalances: join them
+            rebalanced = _rebalance(cfg, rank, store, connector, aborted, topo, k, lane)
     except BaseException:
         source.close(failed=True)  # stops a coordinator on this rank; the error is this one
         raise
@@ -227,10 +233,34 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
     marks["done"] = time.time()
     torch.save(pieces, os.path.join(cfg.out_dir, f"outputs-{rank}.pt"))
     result = {"role": "attention", "rank": rank, "replica": replica, "participant": group.part, "batches": events,
-              "spans": lane.spans, "startup": marks}
+              "spans": lane.spans, "startup": marks, "placement_epoch": connector.comm.placement_epoch}
     if coordinator_log is not None:
         result["assign_log"] = coordinator_log
     return result
+
+
+def _rebalance(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, topo, k: int,
+               lane: Lane, weights=None) -> int:
+    """Rebalance ``k`` of a --rebalance-every run on this rank (nothing of its own in flight: an Attention rank
+    between steps, an FFN rank between iterations). Attention ranks meet first (a bounded store barrier), so the
+    FFN ranks, which join once every Attention rank arrived, find the plane quiet; the agreement itself is
+    Comm.set_placement's. Returns ``k``."""
+    table = rebalance_table(cfg, topo, k)
+    with lane.span("rebalance", epoch=k):
+        if weights is None:
+            _barrier(store, f"run/rebalance/{k}", topo.A, cfg.timeout_s, aborted)
+            connector.comm.set_placement(table)
+        else:
+            connector.comm.set_placement(table, weights[0], experts=weights[1])
+    if connector.comm.placement_epoch != k:
+        raise RankFailed(f"rank {rank}: after rebalance {k} the plane is at placement epoch "
+                         f"{connector.comm.placement_epoch}")
+    return k
+
+
+def _rebalance_due(store, topo, k: int) -> bool:
+    """FFN ranks: whether every Attention rank reached rebalance ``k`` (its barrier counter is complete)."""
+    return store.check([f"run/rebalance/{k}"]) and store.add(f"run/rebalance/{k}", 0) >= topo.A
 
 
 class _StaticSteps:
@@ -502,6 +532,13 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
     model, _, topo = built
     w1, w2 = _ffn_weights(cfg, model, topo, rank - topo.A)
     limit = ffn_swiglu_limit(model)
+    # --rebalance-every: the served slots (rewritten in place, so a captured loop follows) and every expert's weights
+    rebalances, rebalanced, weights = rebalance_count(cfg, built[1]), 0, None
+    if rebalances:
+        # copies: the served slots may be views of the model's tensors (a rebalance writes into them)
+        w1q, s1, w2q, s2 = ([t.clone() for t in ts] for ts in model.routed_weights(0, topo.E))
+        weights = (FfnWeights(w1, w2, swiglu_limit=limit),
+                   ExpertWeights(LayerWeights(w1q, s1), LayerWeights(w2q, s2), swiglu_limit=limit))
     _warm_up(model)
     # --graph: the iteration is captured once and replayed (docs/graph.md); nothing in it reads the host.
     # --batch-items: each receive takes every ready work item up to cfg.batch_rows rows (one W1 + one W2 launch).
@@ -517,6 +554,8 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
         # an idle receive has just waited --idle-poll already.
         if (idle or iteration % 4 == 0) and store.check([SHUTDOWN_KEY]):
             break
+        if rebalanced < rebalances and (idle or iteration % 4 == 0) and _rebalance_due(store, topo, rebalanced + 1):
+            rebalanced = _rebalance(cfg, rank, store, connector, aborted, topo, rebalanced + 1, lane, weights)
         iteration += 1
         a = time.time()
         if captured is not None:
@@ -572,6 +611,7 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
     lost = [{"replica": x.replica, "dead_rank": x.dead_rank, "dropped_rounds": x.dropped_rounds, "report": str(x)}
             for x in connector.lost_replicas.values()]
     return {"role": "ffn", "rank": rank, "items": events, "spans": lane.spans, "recv_wait_s": waiting,
+            "placement_epoch": connector.comm.placement_epoch,
             "compute_s": busy, "loop_s": total, "rows": rows,
             # Eager loops only (a replay launches no executor): W1 + W2 launches of this process while it served.
             "gmm_launches": None if captured is not None else _gmm_launches() - launches_before, "idle_fraction": waiting / total if total > 0 else 0.0,
