@@ -1,44 +1,12 @@
 """Source scans over the kernels for what bisheng rejects and g++ accepts (docs/twin.md, "What the twin enforces"):
-device lambdas, whatever their capture list, and GM pointers that lost their __gm__ qualifier. Mutant blocks
-(#if defined(CAM_MUTANT_X) ... #else ... #endif, tests/test_mutants.py) are resolved first, for no mutant by
-default or for the one asked for, so the scans see the source a build with that switch compiles."""
+device lambdas, whatever their capture list, and GM pointers that lost their __gm__ qualifier. A scan reads the
+tree at a given root: the checkout, or a mutant's scratch tree (tests/_mutants.py)."""
 
 from __future__ import annotations
 
 import glob
 import os
 import re
-
-MUTANT_IF = re.compile(r"#\s*if\s+(!?)\s*defined\((CAM_MUTANT_\w+)\)")
-
-
-def resolve_mutants(text: str, enabled: frozenset = frozenset()) -> str:
-    """The text with CAM_MUTANT_* conditionals resolved (other preprocessor lines kept); dropped lines become
-    empty, so line numbers stay those of the file."""
-    out, stack = [], []  # stack of (is a mutant block, taking this branch)
-    for line in text.splitlines():
-        s = line.strip()
-        m = MUTANT_IF.match(s)
-        if m:
-            take = (m.group(2) in enabled) != (m.group(1) == "!")
-            stack.append((True, take))
-            out.append("")
-            continue
-        if s.startswith("#if"):
-            stack.append((False, True))
-        elif s.startswith("#else") and stack and stack[-1][0]:
-            stack[-1] = (True, not stack[-1][1])
-            out.append("")
-            continue
-        elif s.startswith("#endif") and stack:
-            mutant, _ = stack.pop()
-            if mutant:
-                out.append("")
-                continue
-        live = all(take for _, take in stack)
-        out.append(line if live else "")
-    return "\n".join(out)
-
 
 # A lambda: a capture list (anything in brackets, including none, [x, this], [=, &y]) where an expression starts,
 # then optional parameters, specifiers and a return type, then its body. An array subscript follows a name or a
@@ -82,12 +50,12 @@ def kernel_files(source_root: str) -> list:
     return files
 
 
-def scan(source_root: str, enabled: frozenset = frozenset()) -> dict:
-    """{rule: [sites]} over the kernels, with the given mutants switched on."""
+def scan(source_root: str) -> dict:
+    """{rule: [sites]} over the kernels of the tree at source_root."""
     found = {"device-lambda": [], "gm-qualifier": []}
     for path, rel in kernel_files(source_root):
         with open(path) as f:
-            text = resolve_mutants(f.read(), enabled)
+            text = f.read()
         found["device-lambda"] += lambda_sites(text, rel)
         found["gm-qualifier"] += bare_gm_pointer_sites(text, rel)
     return found

@@ -172,7 +172,7 @@ def test_bisheng_rejects_do_not_compile(source_root, check):
 
 # A lambda handed to an __aicore__ template is not device code under bisheng; kernels use small functors with an
 # __aicore__ operator() instead. A GM pointer passed as void* loses its address space under bisheng. Both are
-# source scans (tests/_kernel_scan.py) over the kernels with every mutant switch off.
+# source scans (tests/_kernel_scan.py) over the kernels.
 def test_no_device_lambdas(source_root):
     sites = scan(source_root)["device-lambda"]
     assert not sites, "device lambdas (use a functor with an __aicore__ operator()): " + ", ".join(sites)

@@ -175,9 +175,7 @@ extern "C" __global__ __aicore__ void cam_combine_recv(GM_ADDR topkIds, GM_ADDR 
                                                        GM_ADDR peers, GM_ADDR workspace,
                                                        cam::kernels::CombineRecvTilingData tiling) {
     // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
-#if !defined(CAM_MUTANT_SYNCALL_NOT_MIX)
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
-#endif
     if (tiling.key == cam::kernels::kCombineRecvBf16) {
         cam::kernels::CombineRecv<bfloat16_t> op;
         op.Init(topkIds, topkWeights, out, peers, workspace, tiling);

@@ -9,11 +9,7 @@ namespace cam::kernels {
 // wait in the barrier for blocks that never start (asc-devkit api/同步控制/核间同步/SyncAll.md). On the twin
 // CAM_DATAPLANE_LAUNCH passes it in the launch descriptor and SyncAll checks it (rule syncall-batch-mode); on
 // Ascend the host launch path (host/src/backend_ascend.cpp) must set the launch's schedule mode from it.
-#if defined(CAM_MUTANT_NO_BATCH_MODE)
-inline constexpr bool kDataPlaneLaunchNeedsBatchMode = false;  // mutant: the launch forgets batch scheduling mode
-#else
 inline constexpr bool kDataPlaneLaunchNeedsBatchMode = true;
-#endif
 }  // namespace cam::kernels
 
 #if defined(__CCE__)

@@ -56,12 +56,7 @@ public:
     }
 
     __aicore__ inline void Process() {
-#if defined(CAM_MUTANT_LAMBDA_CAPTURE)
-        const int64_t x = 0;
-        const bool go = decision_.Decide([x, this] { return x == 0 && Control(); }, tiling_.comm.followerCycles);
-#else
         const bool go = decision_.Decide(ControlStep{this}, tiling_.comm.followerCycles);
-#endif
         if (!go) return;
         if (AscendC::GetBlockIdx() != 0 && tiling_.tablesInUb != 0) LoadSlots();
         RoundFromOwnState();
