@@ -103,16 +103,23 @@ MUTANTS = {
     "gm_addr_list": ("compile", "gm_addr", "gmm_int8_cube/gmm_int8_cube.cpp"),
     # the first review's: AscendC::event_t, which bisheng does not declare (event_t is global)
     "ascendc_event_t": ("compile", "event", "dynamic_quant/dynamic_quant.cpp"),
+    # a device function that calls itself (the device runs no recursion)
+    "device_recursion": ("scan", "device-recursion", None),
+    # a RowBatch remembering 2048 scatter destinations: the op objects holding one outgrow the kernel frame budget
+    "kernel_frame": ("compile", "kernel-frame", "combine_send/combine_send.cpp"),
 }
 
 # compile rule (the check's name in tests/twin/compile_checks.cpp, which holds its bad snippet and control) -> what
-# g++'s error at a line of the mutant's block must say; the twin's headers declare what bisheng declares. Quotes
-# are ASCII or typographic, as g++'s locale makes them.
+# g++'s error at a line the patch added must say; the twin's headers declare what bisheng declares. Quotes are ASCII
+# or typographic, as g++'s locale makes them.
 Q = "['\u2018\u2019]"
 COMPILE_RULES = {
     "gm_addr": rf"cannot convert {Q}std::nullptr_t{Q} to {Q}uint8_t{Q}",
     "event": rf"{Q}event_t{Q} (?:is not a member of {Q}AscendC{Q}|in namespace {Q}AscendC{Q} does not name)",
+    "kernel-frame": r"static assertion failed: op object over the kernel frame budget",
 }
+# compile rules whose error is where the rule is asserted (a kernel entry's FitsKernelFrame), not at the patch's lines
+ASSERTED_RULES = {"kernel-frame": "FitsKernelFrame"}
 
 # The second review's fix 5 lives in the Ascend build (cmake/CamAscend.cmake passes bisheng --cce-auto-sync, which the
 # twin's automatic-sync table stands for), so its patch is to cmake/, built with the stand-in bisheng: mutant -> the
@@ -371,6 +378,11 @@ def test_compile_mutant_is_caught(name):
 
     control, mutant = run_all([command(ROOT), command(tree)], timeout=300, capture_output=True, text=True)
     assert control.returncode == 0, "control: " + control.stderr[-2000:]
+    if rule in ASSERTED_RULES:  # at a line of the kernel holding the assertion
+        rel = os.path.join("kernels", kernel)
+        with open(os.path.join(tree, rel)) as f:
+            asserted = {i for i, line in enumerate(f.read().splitlines(), 1) if ASSERTED_RULES[rule] in line}
+        added = {rel: asserted}
     errors = [m for rel, lines in added.items()
               for m in re.finditer(rf"{re.escape(rel)}:(\d+):\d+: error: (.*)", mutant.stderr)
               if int(m.group(1)) in lines]

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from _parallel import run_all
 from _twin_build import build_twin_program
-from _kernel_scan import bare_gm_pointer_sites, lambda_sites, scan
+from _kernel_scan import bare_gm_pointer_sites, lambda_sites, scan, RESTRICTED
 
 pytestmark = [pytest.mark.slow]
 
@@ -73,7 +73,7 @@ CASES = {
 
 # Compile-time rules: each bad snippet of tests/twin/compile_checks.cpp must fail to compile against the twin (as
 # it fails under bisheng), and its good twin must compile.
-COMPILE_CHECKS = ["gm_addr", "event", "set_value", "pipe", "params"]
+COMPILE_CHECKS = ["gm_addr", "event", "set_value", "pipe", "params", "kernel_frame"]
 
 
 @pytest.fixture(scope="module")
@@ -203,3 +203,66 @@ def test_gm_qualifier_scan():
     assert bare_gm_pointer_sites("__aicore__ inline void WaitPause(const void* watched, uint32_t i) {", "x.h") == ["x.h:1"]
     assert bare_gm_pointer_sites("__aicore__ inline void WaitPause(const __gm__ void* watched, uint32_t i) {",
                                  "x.h") == []
+
+
+# The device's C++ (docs/twin.md, "Device code"): no virtual functions, STL, dynamic allocation or recursion, and
+# each kernel entry's op object held to the stack budget. Control: the kernels as they are.
+DEVICE_RULES = [*RESTRICTED, "device-recursion", "kernel-frame"]
+
+
+@pytest.mark.parametrize("rule", DEVICE_RULES)
+def test_kernels_keep_to_device_cpp(source_root, rule):
+    sites = scan(source_root)[rule]
+    assert not sites, f"{rule}: " + ", ".join(sites)
+
+
+ENTRY = """extern "C" __global__ __aicore__ void cam_x(GM_ADDR x, cam::kernels::XTilingData tiling) {{
+    cam::kernels::X{op} op;
+{after}    op.Init(x, tiling);
+}}
+"""
+BUDGET = '    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");\n'
+
+# rule -> (device code that breaks it, device code close to it that does not)
+DEVICE_CASES = {
+    "device-virtual": ("class Op {\n    virtual __aicore__ void Process();\n};\n",
+                       "class Op {\n    __aicore__ void Process();  // not virtual: no vtable on the device\n};\n"),
+    "device-stl": ("#include <cstdint>\n#include <vector>\n",
+                   '#include <cstdint>\n__aicore__ inline int64_t F() { const char* s = "std::vector"; return 0; }\n'),
+    "device-alloc": ("__aicore__ inline int64_t* F() {\n    return new int64_t[4];\n}\n",
+                     "class Op {\n    Op(const Op&) = delete;\n    int64_t renewed_ = 0;\n};\n"),
+    "device-recursion": ("__aicore__ inline uint64_t Sum(uint64_t n) {\n    return n == 0 ? 0 : n + Sum(n - 1);\n}\n",
+                         "__aicore__ inline int64_t Load(GM_ADDR b, int64_t i) { return Load(b, 0, i); }\n"
+                         "__aicore__ inline void Init(GM_ADDR b) {\n    plane_.Init(b);\n}\n"),
+    "kernel-frame": (ENTRY.format(op="<half>", after=""), ENTRY.format(op="<half>", after=BUDGET)),
+}
+
+
+def _scratch_tree(tmp_path, text):
+    (tmp_path / "kernels" / "x").mkdir(parents=True)
+    (tmp_path / "kernels" / "x" / "x.cpp").write_text(text)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("rule", DEVICE_RULES)
+def test_device_cpp_scan_finds_the_defect(tmp_path, rule):
+    bad, _ = DEVICE_CASES[rule]
+    found = scan(_scratch_tree(tmp_path, bad))
+    assert found[rule] == ["kernels/x/x.cpp:2"], found
+    assert not [r for r, sites in found.items() if sites and r != rule], found
+
+
+@pytest.mark.parametrize("rule", DEVICE_RULES)
+def test_device_cpp_scan_passes_the_control(tmp_path, rule):
+    _, good = DEVICE_CASES[rule]
+    found = scan(_scratch_tree(tmp_path, good))
+    assert not [sites for sites in found.values() if sites], found
+
+
+def test_device_cpp_scan_skips_twin_only_branches(tmp_path):
+    """What only the twin compiles (the #else side of __CCE__) is host code; the device side is scanned."""
+    text = ("#if defined(__CCE__)\n#define WAIT(x) (void)(x)\n#else\n#include <string>\n"
+            "#define WAIT(x) std::string(x)\n#endif\n")
+    assert not scan(_scratch_tree(tmp_path, text))["device-stl"]
+    (tmp_path / "kernels" / "x" / "x.cpp").write_text(text.replace("(void)(x)", "std::string(x)"))
+    assert scan(str(tmp_path))["device-stl"] == ["kernels/x/x.cpp:2"]

@@ -4,6 +4,8 @@
 // op's vector epilogue kernel reads next on the same stream.
 #include "kernel_operator.h"
 
+#include "common/kernel_frame.h"
+
 #include "common/gmm_groups.h"
 #include "gmm_int8_cube/gmm_int8_cube.h"
 
@@ -227,6 +229,7 @@ extern "C" __global__ __aicore__ void cam_gmm_int8_cube(GM_ADDR x, GM_ADDR group
                                                         cam::kernels::GmmCubeTilingData tiling) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
     cam::kernels::GmmInt8Cube op;
+    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
     op.Init(x, groupList, layerIndex, table, acc, status, tiling);
     op.Process();
 }

@@ -4,6 +4,8 @@
 // Everything the context says is checked before the first store (rank count = the topology's world size, rank id =
 // this rank, no null window), so a refused context leaves the table as it was and says why in the status record.
 #include "kernel_operator.h"
+
+#include "common/kernel_frame.h"
 #include "lib/hccl/hccl.h"
 
 #include "common/device_status_write.h"
@@ -80,6 +82,7 @@ extern "C" __global__ __aicore__ void cam_window_table(GM_ADDR peers, GM_ADDR st
                                                        cam::kernels::WindowTableTilingData tiling) {
     if (AscendC::GetBlockIdx() != 0) return;
     cam::kernels::WindowTable op;
+    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
     op.Init(peers, status, initTiling, tiling);
     op.Process();
     op.Finish();
