@@ -89,6 +89,8 @@ MUTANTS = {
     "fixpipe_padded_n": ("gmm", "fixpipe-nsize", "cam_gmm_int8_cube"),
     # the first review's: Mmad given a group's real row count, m = 1 for a one-row group (GEMV mode reads L0A as ND)
     "mmad_gemv": ("gmm", "mmad-gemv", "cam_gmm_int8_cube"),
+    # every Mmad of a tile accumulating: the first adds to what L0C held before
+    "mmad_uninit": ("gmm", "mmad-init", "cam_gmm_int8_cube"),
     # the first review's: no PipeBarrier<PIPE_M> between accumulating Mmads under (m/16)(n/16) = 10
     "no_pipe_m_barrier": ("gmm", "mmad-barrier", "cam_gmm_int8_cube"),
     # the first review's: ReduceMax's work buffer of one element per repeat (it writes value and index)

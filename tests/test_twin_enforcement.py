@@ -53,6 +53,8 @@ CASES = {
     "mmad_gemv": ("mmad-gemv", 0),
     "mmad_too_large": ("cube-params", 0),
     "mmad_no_barrier": ("mmad-barrier", 0),
+    "mmad_uninit": ("mmad-init", 0),
+    "mmad_uninit_second_tile": ("mmad-init", 0),
     "fixpipe_msize": ("cube-params", 0),
     "fixpipe_nsize_zero": ("fixpipe-nsize", 0),
     "fixpipe_nsize_past_row": ("fixpipe-nsize", 0),
@@ -96,7 +98,7 @@ def run_case(binary, case):
 
 
 @pytest.mark.parametrize("case", ["good_copy", "good_copy_48_cores", "stream", "good_cube", "good_vector",
-                                  "pad_tail_poisoned", "good_mmad_barrier", "own_scalar_store",
+                                  "pad_tail_poisoned", "good_mmad_barrier", "good_mmad_init", "own_scalar_store",
                                   "pipe_destroy_then_new", "good_pipe_mte3_then_mte2", "good_pipe_clean_then_mte2",
                                   "good_pipe_vecin_to_mte3", "good_pipe_v_then_mte3", "good_pipe_v_deep_then_mte3",
                                   "good_pipe_inplace_v_then_mte2",

@@ -18,7 +18,9 @@ namespace {
 
 using namespace sdk_test;
 
-constexpr CamTopology kTopo{1, 1, 1, 4, 2, 64, 4, 2, 1, 2, 0, 8};  // D P F E K H Bmax L slots bytes quant cap
+// H = 8192 bf16: 16 KiB rows, so a 64 KiB RowBatch (kRowBatchUbBytes) holds 4 of them and the round's 5 routed rows
+// take a second pass in dispatch_recv's gather and combine_send's scatter.
+constexpr CamTopology kTopo{1, 1, 1, 4, 2, 8192, 4, 2, 1, 2, 0, 8};  // D P F E K H Bmax L slots bytes quant cap
 constexpr int64_t B = 3;
 
 int Attention(int* result) {

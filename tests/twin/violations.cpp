@@ -605,6 +605,38 @@ void MmadTwice(bool barrier) {
     if (barrier) PipeBarrier<PIPE_M>();
     Mmad(co1.Get<int32_t>(), a2.Get<int8_t>(), b2.Get<int8_t>(), mm);  // @case:mmad_no_barrier
 }
+// Two tiles through one L0C queue slot, each two accumulating 16 x 16 Mmads. The slot keeps the first tile's sums
+// when it is taken again, so each tile's first Mmad must initialise (cmatrixInitVal); firstInits: whether that
+// Mmad of tile 0 / tile 1 does.
+void MmadTiles(bool tile0Inits, bool tile1Inits) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::A2> a2;
+    TBuf<TPosition::B2> b2;
+    TQue<TPosition::CO1, 1> co1;
+    pipe.InitBuffer(a2, 16 * 32);
+    pipe.InitBuffer(b2, 32 * 16);
+    pipe.InitBuffer(co1, 1, 16 * 16 * 4);
+    for (int tile = 0; tile < 2; ++tile) {
+        LocalTensor<int32_t> c = co1.AllocTensor<int32_t>();
+        MmadParams mm;
+        mm.m = 16;
+        mm.n = 16;
+        mm.k = 32;
+        mm.cmatrixInitVal = tile == 0 ? tile0Inits : tile1Inits;
+        Mmad(c, a2.Get<int8_t>(), b2.Get<int8_t>(), mm);  // @case:mmad_uninit @case:mmad_uninit_second_tile
+        PipeBarrier<PIPE_M>();
+        mm.cmatrixInitVal = false;
+        Mmad(c, a2.Get<int8_t>(), b2.Get<int8_t>(), mm);
+        co1.EnQue(c);
+        c = co1.DeQue<int32_t>();
+        co1.FreeTensor(c);
+    }
+}
+void MmadUninit(GM_ADDR, GM_ADDR) { MmadTiles(false, false); }
+void MmadUninitSecondTile(GM_ADDR, GM_ADDR) { MmadTiles(true, false); }
+void GoodMmadInit(GM_ADDR, GM_ADDR) { MmadTiles(true, true); }
+
 void MmadNoBarrier(GM_ADDR, GM_ADDR) { MmadTwice(false); }
 void GoodMmadBarrier(GM_ADDR, GM_ADDR) { MmadTwice(true); }
 
@@ -826,6 +858,9 @@ const Case kCases[] = {
     {"mmad_too_large", MmadTooLarge, 1},
     {"mmad_no_barrier", MmadNoBarrier, 1},
     {"good_mmad_barrier", GoodMmadBarrier, 1},
+    {"mmad_uninit", MmadUninit, 1},
+    {"mmad_uninit_second_tile", MmadUninitSecondTile, 1},
+    {"good_mmad_init", GoodMmadInit, 1},
     {"fixpipe_msize", FixpipeMSize, 1},
     {"fixpipe_nsize_zero", FixpipeNSizeZero, 1},
     {"fixpipe_nsize_past_row", FixpipeNSizePastRow, 1},

@@ -476,6 +476,7 @@ BufferRecord* TQueBase::TakeFree(const std::source_location& where) {
         if (records_[i].state == BufferState::Free) {
             records_[i].state = BufferState::Allocated;
             records_[i].lastAlloc = where;
+            records_[i].initBegin = records_[i].initEnd = nullptr;  // what the last owner left is not ours
             // FreeTensor -> AllocTensor: the queue orders the consumer's last use before the producer's next.
             cam::twin::PipeQueueHandoff(position_, false, records_[i].base, records_[i].bytes);
             return &records_[i];
