@@ -54,6 +54,7 @@ CASES = {
     "mmad_too_large": ("cube-params", 0),
     "mmad_no_barrier": ("mmad-barrier", 0),
     "mmad_uninit": ("mmad-init", 0),
+    "signal_before_syncall": ("signal-order", None),
     "mmad_uninit_second_tile": ("mmad-init", 0),
     "fixpipe_msize": ("cube-params", 0),
     "fixpipe_nsize_zero": ("fixpipe-nsize", 0),
@@ -102,7 +103,7 @@ def run_case(binary, case):
                                   "pipe_destroy_then_new", "good_pipe_mte3_then_mte2", "good_pipe_clean_then_mte2",
                                   "good_pipe_vecin_to_mte3", "good_pipe_v_then_mte3", "good_pipe_v_deep_then_mte3",
                                   "good_pipe_inplace_v_then_mte2",
-                                  "good_syncall_batch_mode", "good_fixpipe_odd_n"])
+                                  "good_syncall_batch_mode", "good_fixpipe_odd_n", "good_signal_after_syncall"])
 def test_correct_kernel_passes(violations_binary, case):
     result = run_case(violations_binary, case)
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
@@ -123,6 +124,16 @@ def test_violation_is_reported(violations_binary, source_root, case):
         assert re.search(rf"tests/twin/violations\.cpp:{line}\b", message), message
     if rule in ("pipe-order", "dcache-clean-barrier"):  # names both call sites: this op and the pending one
         assert len(re.findall(r"violations\.cpp:\d+", message)) >= 2, message
+
+
+def test_signal_order_names_both_writes(violations_binary, source_root):
+    """Whichever block the twin catches (the signal after block 1's write, or block 1's write after the signal), the
+    message names the signal and the other block's write."""
+    message = run_case(violations_binary, "signal_before_syncall").stdout
+    with open(os.path.join(source_root, "tests", "twin", "violations.cpp")) as f:
+        lines = {site: n for n, line in enumerate(f, 1) for site in ("peer_data", "peer_signal") if f"@site:{site}" in line}
+    for site, number in lines.items():
+        assert f"violations.cpp:{number}" in message, (site, message)
 
 
 @pytest.mark.parametrize("case, expected", [

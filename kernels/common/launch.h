@@ -132,6 +132,12 @@ inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_
         const int64_t bytes =
             r < layout::attention_ranks(t) ? layout::attn_window_bytes(t) : layout::ffn_window_bytes(t);
         w.windows.emplace_back(static_cast<uintptr_t>(bases[r]), static_cast<uint64_t>(bytes));
+        // The words whose arrival publishes a round's data: ready[a][s] of an FFN window, the completion signals
+        // of an Attention window (signal-order).
+        const bool attn = r < layout::attention_ranks(t);
+        const int64_t begin = attn ? layout::attn_completion_off(t) : layout::ffn_ready_off(t);
+        const int64_t end = attn ? layout::attn_combine_off(t) : layout::ffn_data_off(t);
+        w.signals.emplace_back(static_cast<uintptr_t>(bases[r] + begin), static_cast<uint64_t>(end - begin));
     }
     w.own = comm.rank;
     w.batchMode = kDataPlaneLaunchNeedsBatchMode;

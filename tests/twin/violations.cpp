@@ -898,6 +898,46 @@ int PeerStoreCase(bool intoPeer) {
     return 0;
 }
 
+// Two blocks each write 64 bytes into a peer's window, then block 0 signals the peer (one word by MTE3 from UB, into
+// the window's signal line). Only a SyncAll between the writes and the signal orders block 1's write before it.
+void PeerSignal(GM_ADDR peer, bool syncFirst) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 64);
+    LocalTensor<int64_t> words = buf.Get<int64_t>();
+    for (uint32_t i = 0; i < 8; ++i) words.SetValue(i, GetBlockIdx() + 1);
+    GlobalTensor<int64_t> data, signal;
+    data.SetGlobalBuffer(reinterpret_cast<int64_t*>(peer) + GetBlockIdx() * 8, 8);
+    signal.SetGlobalBuffer(reinterpret_cast<int64_t*>(peer) + 32, 1);
+    SetFlag<HardEvent::S_MTE3>(EVENT_ID0);
+    WaitFlag<HardEvent::S_MTE3>(EVENT_ID0);
+    DataCopy(data, words, 8);  // @site:peer_data
+    PipeBarrier<PIPE_ALL>();
+    if (syncFirst) SyncAll();
+    if (GetBlockIdx() == 0) DataCopyPad(signal, words, {1, 8, 0, 0, 0});  // @site:peer_signal
+}
+
+int PeerSignalCase(bool syncFirst) {
+    alignas(64) static int64_t windows[2][64];
+    cam::twin::LaunchWindows lw;
+    lw.windows = {{reinterpret_cast<uintptr_t>(windows[0]), sizeof(windows[0])},
+                  {reinterpret_cast<uintptr_t>(windows[1]), sizeof(windows[1])}};
+    lw.own = 0;
+    lw.batchMode = true;
+    for (const auto* w : {windows[0], windows[1]}) lw.signals.emplace_back(reinterpret_cast<uintptr_t>(w + 32), 64);
+    try {
+        cam::twin::RunLaunch(syncFirst ? "good_signal_after_syncall" : "signal_before_syncall", 2,
+                             [&] { PeerSignal(reinterpret_cast<GM_ADDR>(windows[1]), syncFirst); }, &lw);
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return 1;
+    }
+    if (windows[1][0] != 1 || windows[1][8] != 2 || windows[1][32] != 1) return std::printf("wrong words\n"), 3;
+    std::printf("OK\n");
+    return 0;
+}
+
 // The flag hand-off under the data cache: prints "seen" or "stale" (exit 0 either way unless the launch failed).
 int FlagCase(bool clean, bool invalidate, bool readEarly) {
     alignas(64) static int64_t words[32];
@@ -982,6 +1022,8 @@ int main(int argc, char** argv) {
     if (argc == 2 && std::strcmp(argv[1], "good_cube") == 0) return CubeCase(2);
     if (argc == 2 && std::strcmp(argv[1], "peer_scalar_store") == 0) return PeerStoreCase(true);
     if (argc == 2 && std::strcmp(argv[1], "own_scalar_store") == 0) return PeerStoreCase(false);
+    if (argc == 2 && std::strcmp(argv[1], "signal_before_syncall") == 0) return PeerSignalCase(false);
+    if (argc == 2 && std::strcmp(argv[1], "good_signal_after_syncall") == 0) return PeerSignalCase(true);
     if (argc == 2 && std::strcmp(argv[1], "flag_clean_invalidate") == 0) return FlagCase(true, true, true);
     if (argc == 2 && std::strcmp(argv[1], "flag_missing_clean") == 0) return FlagCase(false, true, true);
     if (argc == 2 && std::strcmp(argv[1], "flag_missing_invalidate") == 0) return FlagCase(true, false, true);

@@ -297,6 +297,7 @@ void DataCache::Drop() {
 }
 
 void CheckMteWriteAgainstDirtyLines(const void* addr, uint64_t bytes, const std::source_location& where) {
+    CheckPeerWriteOrder(addr, bytes, where);
     if (bytes == 0 || gDirtyLines.load(std::memory_order_relaxed) == 0 || !InKernel()) return;
     const void* launch = CurrentBlock().launch;
     const uintptr_t first = reinterpret_cast<uintptr_t>(addr) & ~(kDcacheLineBytes - 1);
