@@ -92,6 +92,9 @@ MUTANTS = {
     "mmad_gemv": ("gmm", "mmad-gemv", "cam_gmm_int8_cube"),
     # dispatch_send's block 0 signalling the FFN rank without the SyncAll after every block's token writes
     "signal_before_syncall": ("plane", "signal-order", "cam_dispatch_send"),
+    # combine_recv's send-count read without its invalidate (an earlier launch "already did it"), under the twin's
+    # mode in which lines outlive a launch
+    "stale_line_earlier_launch": ("plane", "dcache-earlier-launch", "cam_combine_recv"),
     # every Mmad of a tile accumulating: the first adds to what L0C held before
     "mmad_uninit": ("gmm", "mmad-init", "cam_gmm_int8_cube"),
     # the first review's: no PipeBarrier<PIPE_M> between accumulating Mmads under (m/16)(n/16) = 10
@@ -268,8 +271,14 @@ def plane_build(tmp_path_factory):
 
 # Plane mutants run on the twin's own description (one block per op: the round trip's payload is below its byte floor
 # per block) unless named here. On ascend910b4 (no floor) the round trip's 20 tokens give dispatch_send two blocks
-# (tiling's block per 16 rows), so ordering between blocks is exercised; each platform has its own control run.
-PLANE_PLATFORM = {"signal_before_syncall": "ascend910b4"}
+# (tiling's block per 16 rows), so ordering between blocks is exercised. CAM_TWIN_DCACHE_ACROSS_LAUNCHES=1 keeps the
+# lines a launch left cached for every later one (docs/twin.md, "Scalar data cache"). Each setting has its own
+# control run.
+TWIN_DEFAULT = (("CAM_TWIN_PLATFORM", "twin"),)
+PLANE_ENV = {
+    "signal_before_syncall": (("CAM_TWIN_PLATFORM", "ascend910b4"),),
+    "stale_line_earlier_launch": (("CAM_TWIN_PLATFORM", "twin"), ("CAM_TWIN_DCACHE_ACROSS_LAUNCHES", "1")),
+}
 
 
 @pytest.fixture(scope="module")
@@ -278,13 +287,12 @@ def plane_runs(plane_build):
     mutant -> {None: the control's run on the mutant's platform, mutant: its run}."""
     exes = {name: plane_build.link((name or "control").lower(), name)
             for name in [None] + [s for s, (kind, _, _) in MUTANTS.items() if kind == "plane"]}
-    controls = {platform: _run(exes[None], env={"CAM_TWIN_PLATFORM": platform})
-                for platform in {"twin", *PLANE_PLATFORM.values()}}
+    controls = {env: _run(exes[None], env=dict(env)) for env in {TWIN_DEFAULT, *PLANE_ENV.values()}}
     runs = {}
     for name, exe in exes.items():
         if name is not None:
-            platform = PLANE_PLATFORM.get(name, "twin")
-            runs[name] = {None: controls[platform], name: _run(exe, env={"CAM_TWIN_PLATFORM": platform})}
+            env = PLANE_ENV.get(name, TWIN_DEFAULT)
+            runs[name] = {None: controls[env], name: _run(exe, env=dict(env))}
     return runs
 
 

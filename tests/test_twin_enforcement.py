@@ -126,6 +126,25 @@ def test_violation_is_reported(violations_binary, source_root, case):
         assert len(re.findall(r"violations\.cpp:\d+", message)) >= 2, message
 
 
+def test_dcache_across_launches(violations_binary, source_root):
+    """CAM_TWIN_DCACHE_ACROSS_LAUNCHES=1: a line an earlier launch left cached, read again without an invalidate after
+    GM changed, is refused; invalidating it first passes; without the mode the twin keeps each launch's cache fresh."""
+    mode = {"CAM_TWIN_DCACHE_ACROSS_LAUNCHES": "1"}
+
+    def run(case, env):
+        return subprocess.run([violations_binary, case], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, CAM_TWIN_PLATFORM="twin", **env))
+
+    bad = run("dcache_earlier_launch", mode)
+    assert bad.returncode == 1 and "rule 'dcache-earlier-launch' broken" in bad.stdout, bad.stdout + bad.stderr
+    assert "in kernel dcache_earlier_launch block" in bad.stdout
+    assert f"violations.cpp:{marker_line(source_root, 'dcache_earlier_launch')}" in bad.stdout, bad.stdout
+    good = run("good_dcache_later_launch", mode)
+    assert good.returncode == 0 and good.stdout.strip() == "OK", good.stdout + good.stderr
+    default = run("dcache_earlier_launch", {"CAM_TWIN_DCACHE_ACROSS_LAUNCHES": "0"})
+    assert default.returncode == 0 and default.stdout.strip() == "OK", default.stdout + default.stderr
+
+
 def test_signal_order_names_both_writes(violations_binary, source_root):
     """Whichever block the twin catches (the signal after block 1's write, or block 1's write after the signal), the
     message names the signal and the other block's write."""

@@ -938,6 +938,31 @@ int PeerSignalCase(bool syncFirst) {
     return 0;
 }
 
+// Two launches of one block each: the first reads word 0 (its line is still cached when the launch ends), the host
+// changes the word, the second reads it again, invalidating the line first or not.
+int EarlierLaunchCase(bool invalidate) {
+    alignas(64) static int64_t words[8];
+    words[0] = 1;
+    int64_t seen = 0;
+    const auto read = [&] {
+        GlobalTensor<int64_t> g;
+        g.SetGlobalBuffer(reinterpret_cast<int64_t*>(words), 8);
+        if (invalidate) DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(g);
+        seen = g.GetValue(0);  // @case:dcache_earlier_launch
+    };
+    try {
+        cam::twin::RunLaunch("first_launch", 1, read);
+        words[0] = 2;
+        cam::twin::RunLaunch(invalidate ? "good_dcache_later_launch" : "dcache_earlier_launch", 1, read);
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return 1;
+    }
+    if (seen != 2) return std::printf("read %lld\n", static_cast<long long>(seen)), 3;
+    std::printf("OK\n");
+    return 0;
+}
+
 // The flag hand-off under the data cache: prints "seen" or "stale" (exit 0 either way unless the launch failed).
 int FlagCase(bool clean, bool invalidate, bool readEarly) {
     alignas(64) static int64_t words[32];
@@ -1023,6 +1048,8 @@ int main(int argc, char** argv) {
     if (argc == 2 && std::strcmp(argv[1], "peer_scalar_store") == 0) return PeerStoreCase(true);
     if (argc == 2 && std::strcmp(argv[1], "own_scalar_store") == 0) return PeerStoreCase(false);
     if (argc == 2 && std::strcmp(argv[1], "signal_before_syncall") == 0) return PeerSignalCase(false);
+    if (argc == 2 && std::strcmp(argv[1], "dcache_earlier_launch") == 0) return EarlierLaunchCase(false);
+    if (argc == 2 && std::strcmp(argv[1], "good_dcache_later_launch") == 0) return EarlierLaunchCase(true);
     if (argc == 2 && std::strcmp(argv[1], "good_signal_after_syncall") == 0) return PeerSignalCase(true);
     if (argc == 2 && std::strcmp(argv[1], "flag_clean_invalidate") == 0) return FlagCase(true, true, true);
     if (argc == 2 && std::strcmp(argv[1], "flag_missing_clean") == 0) return FlagCase(false, true, true);

@@ -127,6 +127,26 @@ bool DcacheEnabled() {
     return enabled;
 }
 
+bool DcacheAcrossLaunches() {
+    static const bool enabled = [] {
+        const char* env = std::getenv("CAM_TWIN_DCACHE_ACROSS_LAUNCHES");
+        return env && std::strcmp(env, "1") == 0;
+    }();
+    return enabled;
+}
+
+namespace {
+
+// What blocks held when their launches ended (DcacheAcrossLaunches): per line, the bytes of the last copy left.
+struct HeldLine {
+    uint64_t words[kDcacheLineBytes / 8];
+    uint64_t valid = 0;
+};
+std::mutex gHeldMutex;
+std::unordered_map<uintptr_t, HeldLine> gHeld;
+
+}  // namespace
+
 DataCache::~DataCache() { Drop(); }
 
 namespace {
@@ -185,6 +205,19 @@ void DataCache::Load(const void* addr, void* out, size_t bytes, const std::sourc
     auto* cached = reinterpret_cast<uint8_t*>(line.words) + (a - base);
     if ((line.valid & want) != want) {
         const uint64_t v = AtomicLoadN(reinterpret_cast<const uint8_t*>(a), bytes);
+        if (DcacheAcrossLaunches() && !invalidatedAll_ && invalidated_.find(base) == invalidated_.end()) {
+            std::lock_guard<std::mutex> lock(gHeldMutex);
+            auto held = gHeld.find(base);
+            if (held != gHeld.end() && (held->second.valid & want) == want) {
+                uint64_t old = 0;
+                std::memcpy(&old, reinterpret_cast<const uint8_t*>(held->second.words) + (a - base), bytes);
+                CAM_TWIN_CHECK(old == v, "dcache-earlier-launch",
+                               "scalar GM read of the line " + Hex(base) +
+                                   " with no invalidate of it in this launch: an earlier launch left it cached, GM "
+                                   "changed since, and the core running this block may still hold the old copy",
+                               where);
+            }
+        }
         for (size_t i = 0; i < bytes; ++i) {
             // Bytes already in the line (fetched earlier or stored by this block) keep their value.
             if (!(line.valid & (uint64_t(1) << (a - base + i)))) cached[i] = reinterpret_cast<const uint8_t*>(&v)[i];
@@ -261,6 +294,7 @@ void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location
 void DataCache::CleanInvalidate(const void* addr, const std::source_location& where) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
     const uintptr_t base = a & ~(kDcacheLineBytes - 1);
+    if (DcacheAcrossLaunches()) invalidated_[base] = true;
     auto it = lines_.find(base);
     if (it == lines_.end()) return;
     const unsigned from = static_cast<unsigned>(a - base);
@@ -281,11 +315,24 @@ bool DataCache::FirstDirty(uintptr_t* base, std::source_location* where) const {
 }
 
 void DataCache::CleanInvalidateAll(const std::source_location& where) {
+    invalidatedAll_ = true;
     for (auto& [base, line] : lines_) WriteBack(base, line, where);
     lines_.clear();
 }
 
 void DataCache::Drop() {
+    if (DcacheAcrossLaunches() && !lines_.empty()) {
+        // What the block's core still holds when it is done with this launch.
+        std::lock_guard<std::mutex> lock(gHeldMutex);
+        for (const auto& [base, line] : lines_) {
+            HeldLine& held = gHeld[base];
+            auto* dst = reinterpret_cast<uint8_t*>(held.words);
+            const auto* src = reinterpret_cast<const uint8_t*>(line.words);
+            for (size_t i = 0; i < kDcacheLineBytes; ++i)
+                if (line.valid & (uint64_t(1) << i)) dst[i] = src[i];
+            held.valid |= line.valid;
+        }
+    }
     for (auto& [base, line] : lines_) {
         if (line.dirty == 0) continue;
         Shard& shard = ShardOf(base);

@@ -26,6 +26,12 @@ constexpr uintptr_t kDcacheLineBytes = 64;
 // On unless CAM_TWIN_DCACHE=0 (diagnosis only: it brings back "every scalar access goes straight to GM").
 bool DcacheEnabled();
 
+// CAM_TWIN_DCACHE_ACROSS_LAUNCHES=1 (off by default; the mutation suite and the cache tier turn it on): a line a
+// block still held when its launch ended stays, in the model, on some core for every later launch, so a scalar read
+// of it in a later launch without an invalidate of that line (or of the whole cache) first, while GM no longer holds
+// those bytes, is a dcache-earlier-launch violation: on the hardware any core may still hold the old copy.
+bool DcacheAcrossLaunches();
+
 class DataCache {
 public:
     explicit DataCache(const void* launch) : launch_(launch) {}
@@ -60,6 +66,9 @@ private:
     std::unordered_map<uintptr_t, Line> lines_;
     const void* launch_;  // the launch this block belongs to: lines are related within one launch only
     bool touched_ = false;
+    // Lines this block invalidated in this launch (DcacheAcrossLaunches): no earlier launch's copy can be read there.
+    std::unordered_map<uintptr_t, bool> invalidated_;
+    bool invalidatedAll_ = false;
 };
 
 // Drops the line registry of a finished launch (every block has written back or dropped its lines).
