@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from _parallel import run_all
 from _twin_build import build_twin_program
-from _kernel_scan import bare_gm_pointer_sites, lambda_sites, scan
+from _kernel_scan import bare_gm_pointer_sites, lambda_sites, scan, RESTRICTED
 
 pytestmark = [pytest.mark.slow]
 
@@ -53,6 +53,9 @@ CASES = {
     "mmad_gemv": ("mmad-gemv", 0),
     "mmad_too_large": ("cube-params", 0),
     "mmad_no_barrier": ("mmad-barrier", 0),
+    "mmad_uninit": ("mmad-init", 0),
+    "signal_before_syncall": ("signal-order", None),
+    "mmad_uninit_second_tile": ("mmad-init", 0),
     "fixpipe_msize": ("cube-params", 0),
     "fixpipe_nsize_zero": ("fixpipe-nsize", 0),
     "fixpipe_nsize_past_row": ("fixpipe-nsize", 0),
@@ -76,7 +79,7 @@ CASES = {
 
 # Compile-time rules: each bad snippet of tests/twin/compile_checks.cpp must fail to compile against the twin (as
 # it fails under bisheng), and its good twin must compile.
-COMPILE_CHECKS = ["gm_addr", "event", "set_value", "pipe", "params"]
+COMPILE_CHECKS = ["gm_addr", "event", "set_value", "pipe", "params", "kernel_frame"]
 
 
 @pytest.fixture(scope="module")
@@ -99,11 +102,12 @@ def run_case(binary, case):
 
 
 @pytest.mark.parametrize("case", ["good_copy", "good_copy_48_cores", "stream", "good_cube", "good_vector",
-                                  "pad_tail_poisoned", "good_mmad_barrier", "own_scalar_store", "good_table_invalidated", "good_clean_dsb",
+                                  "pad_tail_poisoned", "good_mmad_barrier", "good_mmad_init", "own_scalar_store",
+                                  "good_table_invalidated", "good_clean_dsb",
                                   "pipe_destroy_then_new", "good_pipe_mte3_then_mte2", "good_pipe_clean_then_mte2",
                                   "good_pipe_vecin_to_mte3", "good_pipe_v_then_mte3", "good_pipe_v_deep_then_mte3",
                                   "good_pipe_inplace_v_then_mte2",
-                                  "good_syncall_batch_mode", "good_fixpipe_odd_n"])
+                                  "good_syncall_batch_mode", "good_fixpipe_odd_n", "good_signal_after_syncall"])
 def test_correct_kernel_passes(violations_binary, case):
     result = run_case(violations_binary, case)
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
@@ -124,6 +128,35 @@ def test_violation_is_reported(violations_binary, source_root, case):
         assert re.search(rf"tests/twin/violations\.cpp:{line}\b", message), message
     if rule in ("pipe-order", "dcache-clean-barrier"):  # names both call sites: this op and the pending one
         assert len(re.findall(r"violations\.cpp:\d+", message)) >= 2, message
+
+
+def test_dcache_across_launches(violations_binary, source_root):
+    """CAM_TWIN_DCACHE_ACROSS_LAUNCHES=1: a line an earlier launch left cached, read again without an invalidate after
+    GM changed, is refused; invalidating it first passes; without the mode the twin keeps each launch's cache fresh."""
+    mode = {"CAM_TWIN_DCACHE_ACROSS_LAUNCHES": "1"}
+
+    def run(case, env):
+        return subprocess.run([violations_binary, case], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, CAM_TWIN_PLATFORM="twin", **env))
+
+    bad = run("dcache_earlier_launch", mode)
+    assert bad.returncode == 1 and "rule 'dcache-earlier-launch' broken" in bad.stdout, bad.stdout + bad.stderr
+    assert "in kernel dcache_earlier_launch block" in bad.stdout
+    assert f"violations.cpp:{marker_line(source_root, 'dcache_earlier_launch')}" in bad.stdout, bad.stdout
+    good = run("good_dcache_later_launch", mode)
+    assert good.returncode == 0 and good.stdout.strip() == "OK", good.stdout + good.stderr
+    default = run("dcache_earlier_launch", {"CAM_TWIN_DCACHE_ACROSS_LAUNCHES": "0"})
+    assert default.returncode == 0 and default.stdout.strip() == "OK", default.stdout + default.stderr
+
+
+def test_signal_order_names_both_writes(violations_binary, source_root):
+    """Whichever block the twin catches (the signal after block 1's write, or block 1's write after the signal), the
+    message names the signal and the other block's write."""
+    message = run_case(violations_binary, "signal_before_syncall").stdout
+    with open(os.path.join(source_root, "tests", "twin", "violations.cpp")) as f:
+        lines = {site: n for n, line in enumerate(f, 1) for site in ("peer_data", "peer_signal") if f"@site:{site}" in line}
+    for site, number in lines.items():
+        assert f"violations.cpp:{number}" in message, (site, message)
 
 
 @pytest.mark.parametrize("case, expected", [
@@ -175,7 +208,7 @@ def test_bisheng_rejects_do_not_compile(source_root, check):
 
 # A lambda handed to an __aicore__ template is not device code under bisheng; kernels use small functors with an
 # __aicore__ operator() instead. A GM pointer passed as void* loses its address space under bisheng. Both are
-# source scans (tests/_kernel_scan.py) over the kernels with every mutant switch off.
+# source scans (tests/_kernel_scan.py) over the kernels.
 def test_no_device_lambdas(source_root):
     sites = scan(source_root)["device-lambda"]
     assert not sites, "device lambdas (use a functor with an __aicore__ operator()): " + ", ".join(sites)
@@ -206,3 +239,66 @@ def test_gm_qualifier_scan():
     assert bare_gm_pointer_sites("__aicore__ inline void WaitPause(const void* watched, uint32_t i) {", "x.h") == ["x.h:1"]
     assert bare_gm_pointer_sites("__aicore__ inline void WaitPause(const __gm__ void* watched, uint32_t i) {",
                                  "x.h") == []
+
+
+# The device's C++ (docs/twin.md, "Device code"): no virtual functions, STL, dynamic allocation or recursion, and
+# each kernel entry's op object held to the stack budget. Control: the kernels as they are.
+DEVICE_RULES = [*RESTRICTED, "device-recursion", "kernel-frame"]
+
+
+@pytest.mark.parametrize("rule", DEVICE_RULES)
+def test_kernels_keep_to_device_cpp(source_root, rule):
+    sites = scan(source_root)[rule]
+    assert not sites, f"{rule}: " + ", ".join(sites)
+
+
+ENTRY = """extern "C" __global__ __aicore__ void cam_x(GM_ADDR x, cam::kernels::XTilingData tiling) {{
+    cam::kernels::X{op} op;
+{after}    op.Init(x, tiling);
+}}
+"""
+BUDGET = '    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");\n'
+
+# rule -> (device code that breaks it, device code close to it that does not)
+DEVICE_CASES = {
+    "device-virtual": ("class Op {\n    virtual __aicore__ void Process();\n};\n",
+                       "class Op {\n    __aicore__ void Process();  // not virtual: no vtable on the device\n};\n"),
+    "device-stl": ("#include <cstdint>\n#include <vector>\n",
+                   '#include <cstdint>\n__aicore__ inline int64_t F() { const char* s = "std::vector"; return 0; }\n'),
+    "device-alloc": ("__aicore__ inline int64_t* F() {\n    return new int64_t[4];\n}\n",
+                     "class Op {\n    Op(const Op&) = delete;\n    int64_t renewed_ = 0;\n};\n"),
+    "device-recursion": ("__aicore__ inline uint64_t Sum(uint64_t n) {\n    return n == 0 ? 0 : n + Sum(n - 1);\n}\n",
+                         "__aicore__ inline int64_t Load(GM_ADDR b, int64_t i) { return Load(b, 0, i); }\n"
+                         "__aicore__ inline void Init(GM_ADDR b) {\n    plane_.Init(b);\n}\n"),
+    "kernel-frame": (ENTRY.format(op="<half>", after=""), ENTRY.format(op="<half>", after=BUDGET)),
+}
+
+
+def _scratch_tree(tmp_path, text):
+    (tmp_path / "kernels" / "x").mkdir(parents=True)
+    (tmp_path / "kernels" / "x" / "x.cpp").write_text(text)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("rule", DEVICE_RULES)
+def test_device_cpp_scan_finds_the_defect(tmp_path, rule):
+    bad, _ = DEVICE_CASES[rule]
+    found = scan(_scratch_tree(tmp_path, bad))
+    assert found[rule] == ["kernels/x/x.cpp:2"], found
+    assert not [r for r, sites in found.items() if sites and r != rule], found
+
+
+@pytest.mark.parametrize("rule", DEVICE_RULES)
+def test_device_cpp_scan_passes_the_control(tmp_path, rule):
+    _, good = DEVICE_CASES[rule]
+    found = scan(_scratch_tree(tmp_path, good))
+    assert not [sites for sites in found.values() if sites], found
+
+
+def test_device_cpp_scan_skips_twin_only_branches(tmp_path):
+    """What only the twin compiles (the #else side of __CCE__) is host code; the device side is scanned."""
+    text = ("#if defined(__CCE__)\n#define WAIT(x) (void)(x)\n#else\n#include <string>\n"
+            "#define WAIT(x) std::string(x)\n#endif\n")
+    assert not scan(_scratch_tree(tmp_path, text))["device-stl"]
+    (tmp_path / "kernels" / "x" / "x.cpp").write_text(text.replace("(void)(x)", "std::string(x)"))
+    assert scan(str(tmp_path))["device-stl"] == ["kernels/x/x.cpp:2"]

@@ -3,6 +3,8 @@
 // empty slots skipped) and round once to the activation dtype.
 #include "kernel_operator.h"
 
+#include "common/kernel_frame.h"
+
 #include "combine_recv/combine_recv_tiling_data.h"
 #include "common/dataplane.h"
 #include "common/work_item_check.h"
@@ -175,15 +177,15 @@ extern "C" __global__ __aicore__ void cam_combine_recv(GM_ADDR topkIds, GM_ADDR 
                                                        GM_ADDR peers, GM_ADDR workspace,
                                                        cam::kernels::CombineRecvTilingData tiling) {
     // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
-#if !defined(CAM_MUTANT_SYNCALL_NOT_MIX)
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
-#endif
     if (tiling.key == cam::kernels::kCombineRecvBf16) {
         cam::kernels::CombineRecv<bfloat16_t> op;
+        static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
         op.Init(topkIds, topkWeights, out, peers, workspace, tiling);
         op.Process();
     } else {
         cam::kernels::CombineRecv<half> op;
+        static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
         op.Init(topkIds, topkWeights, out, peers, workspace, tiling);
         op.Process();
     }

@@ -6,6 +6,8 @@
 // was received fails before anything is written (§15).
 #include "kernel_operator.h"
 
+#include "common/kernel_frame.h"
+
 #include "combine_send/combine_send_tiling_data.h"
 #include "common/dataplane.h"
 #include "common/work_item_check.h"
@@ -247,6 +249,7 @@ extern "C" __global__ __aicore__ void cam_combine_send(GM_ADDR expertOut, GM_ADD
     // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     cam::kernels::CombineSend op;
+    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
     op.Init(expertOut, workItem, peers, workspace, tiling);
     op.Process();
 }

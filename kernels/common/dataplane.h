@@ -40,9 +40,7 @@ __aicore__ inline int64_t LoadWord(GM_ADDR base, int64_t byteOff) {
 __aicore__ inline void StoreWord(GM_ADDR base, int64_t byteOff, int64_t value) {
     AscendC::GlobalTensor<int64_t> g = WordsAt(base, byteOff, 1);
     g.SetValue(0, value);
-#if !defined(CAM_MUTANT_STATE_NO_CLEAN)
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(g);
-#endif
     // The dcci does not wait for its write-back: a later clean's could land first (docs/twin.md, "a clean and dsb").
     AscendC::DataSyncBarrier<AscendC::MemDsbT::ALL>();
 }
@@ -105,10 +103,6 @@ public:
 
     // window[off] = value by MTE3. Callers have drained their payload writes before (PIPE_ALL, then SyncAll).
     __aicore__ inline void Send(GM_ADDR window, int64_t byteOff, int64_t value) const {
-#if defined(CAM_MUTANT_PEER_SCALAR_SIGNAL)
-        StoreWord(window, byteOff, value);  // mutant: a scalar store (and clean) into the peer's window
-        return;
-#endif
         word_.SetValue(0, value);
         AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
@@ -117,12 +111,8 @@ public:
         // orders MTE3 against itself only, and the compiler's automatic sync covers the scalar unit, not
         // MTE3 -> MTE2 (docs/twin.md, "Pipe ordering"), so without this flag the abort value can be overwritten
         // before it leaves and the peer never sees it.
-#if defined(CAM_MUTANT_LOST_ABORT)
-        AscendC::PipeBarrier<PIPE_MTE3>();
-#else
         AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID0);
         AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID0);
-#endif
     }
 
     // window[off] by MTE2.
@@ -145,9 +135,7 @@ __aicore__ inline void FlushScalarStores(GM_ADDR base) {
     AscendC::GlobalTensor<int64_t> g = WordsAt(base, 0, 1);
     AscendC::DataCacheCleanAndInvalid<int64_t, AscendC::CacheLine::ENTIRE_DATA_CACHE, AscendC::DcciDst::CACHELINE_OUT>(g);
     AscendC::DataSyncBarrier<AscendC::MemDsbT::ALL>();  // the write-back has landed before anything this block publishes next
-#if !defined(CAM_MUTANT_CLEAN_NO_BARRIER)
     AscendC::PipeBarrier<PIPE_ALL>();
-#endif
 }
 
 // The windows of a data plane as this rank sees them: peers[r] is the base address of rank r's window.
@@ -335,10 +323,8 @@ public:
             que_.EnQue(buf);
             buf = que_.DeQue<uint8_t>();
             // A VECIN hand-off orders MTE2 before V, not before MTE3.
-#if !defined(CAM_MUTANT_MOVER_NO_MTE2_MTE3)
             AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(0);
             AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(0);
-#endif
             AscendC::DataCopyPad(d, buf, {1, n, 0, 0, 0});
             AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(0);
             AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(0);

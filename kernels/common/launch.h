@@ -12,11 +12,7 @@ namespace cam::kernels {
 // wait in the barrier for blocks that never start (asc-devkit api/同步控制/核间同步/SyncAll.md). Both launches of
 // CAM_DATAPLANE_LAUNCH take it from one launch descriptor (kDataPlaneLaunch below): on Ascend the configured launch
 // sets the runtime's schedule mode from it, on the twin SyncAll checks it (rule syncall-batch-mode).
-#if defined(CAM_MUTANT_NO_BATCH_MODE)
-inline constexpr bool kDataPlaneLaunchNeedsBatchMode = false;  // mutant: the launch forgets batch scheduling mode
-#else
 inline constexpr bool kDataPlaneLaunchNeedsBatchMode = true;
-#endif
 
 // The data-plane launches' descriptor: on Ascend the configured launch sets the runtime's schedule mode from it.
 inline constexpr LaunchDescriptor kDataPlaneLaunch{kDataPlaneLaunchNeedsBatchMode ? ScheduleMode::Batch
@@ -170,6 +166,12 @@ inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_
         const int64_t bytes =
             r < layout::attention_ranks(t) ? layout::attn_window_bytes(t) : layout::ffn_window_bytes(t);
         w.windows.emplace_back(static_cast<uintptr_t>(bases[r]), static_cast<uint64_t>(bytes));
+        // The words whose arrival publishes a round's data: ready[a][s] of an FFN window, the completion signals
+        // of an Attention window (signal-order).
+        const bool attn = r < layout::attention_ranks(t);
+        const int64_t begin = attn ? layout::attn_completion_off(t) : layout::ffn_ready_off(t);
+        const int64_t end = attn ? layout::attn_combine_off(t) : layout::ffn_data_off(t);
+        w.signals.emplace_back(static_cast<uintptr_t>(bases[r] + begin), static_cast<uint64_t>(end - begin));
     }
     w.own = comm.rank;
     w.hostTables = {{reinterpret_cast<uintptr_t>(peers), static_cast<uint64_t>(world) * sizeof(int64_t)}};

@@ -51,11 +51,7 @@ __aicore__ inline float ChunkAmax(const AscendC::LocalTensor<float>& xf, uint32_
     AscendC::Abs(s.absOrInt, xf, count);
     AscendC::ReduceMax(s.reduceDst, s.absOrInt, s.reduceWork, count);
     AscendC::PipeBarrier<PIPE_V>();
-#if defined(CAM_MUTANT_ASCENDC_EVENT_T)
-    const AscendC::event_t vToS = EVENT_ID0;  // mutant: bisheng declares event_t at global scope only
-#else
     const int32_t vToS = EVENT_ID0;
-#endif
     AscendC::SetFlag<AscendC::HardEvent::V_S>(vToS);
     AscendC::WaitFlag<AscendC::HardEvent::V_S>(vToS);
     return s.reduceDst.GetValue(0);
@@ -76,9 +72,7 @@ __aicore__ inline void QuantizeChunk(const AscendC::LocalTensor<int8_t>& q, cons
     AscendC::Maxs(xf, xf, -kQuantMax, count);
     AscendC::LocalTensor<int32_t> asInt = s.absOrInt.ReinterpretCast<int32_t>();
     AscendC::Cast(asInt, xf, AscendC::RoundMode::CAST_RINT, count);
-#if !defined(CAM_MUTANT_NO_DEQSCALE)
     AscendC::SetDeqScale(static_cast<half>(1.0f));
-#endif
     AscendC::Cast(s.halfTmp, asInt, AscendC::RoundMode::CAST_NONE, count);
     AscendC::Cast(q, s.halfTmp, AscendC::RoundMode::CAST_TRUNC, count);
 }

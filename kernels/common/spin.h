@@ -25,11 +25,7 @@ namespace cam::kernels {
 // execution model).
 // `watched` keeps its __gm__ qualifier: under bisheng GM and the local memories are distinct address spaces, and a
 // GM address passed as a plain pointer is a different (wrong) address.
-#if defined(CAM_MUTANT_GM_AS_VOID)
-__aicore__ inline void WaitPause(const void* watched, uint64_t bytes, uint32_t iteration) {
-#else
 __aicore__ inline void WaitPause(const __gm__ void* watched, uint64_t bytes, uint32_t iteration) {
-#endif
 #if defined(__CCE__)
     (void)watched;
     (void)bytes;

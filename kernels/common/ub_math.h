@@ -21,13 +21,8 @@ __aicore__ constexpr uint32_t UbBytes(uint64_t bytes) { return static_cast<uint3
 // without calIndex, so 2 elements per repeat, rounded up to a 32-byte block (Ascend C ReduceMax documentation).
 template <typename T>
 __aicore__ constexpr uint32_t ReduceMaxWorkElems(uint32_t count) {
-#if defined(CAM_MUTANT_REDUCE_WORK_HALF)
-    // mutant: one element per repeat, as if only the values were written
-    return static_cast<uint32_t>(AlignUp(CeilDiv(count, kVectorRepeatBytes / sizeof(T)), kUbBlockBytes / sizeof(T)));
-#else
     return static_cast<uint32_t>(
         AlignUp(2 * CeilDiv(count, kVectorRepeatBytes / sizeof(T)), kUbBlockBytes / sizeof(T)));
-#endif
 }
 
 // UB of the row quantizer's working set (common/quant.h, QuantWorkingSet) for passes of `cols` elements of an

@@ -7,6 +7,8 @@
 // outputs describe no work: idle is not a fault.
 #include "kernel_operator.h"
 
+#include "common/kernel_frame.h"
+
 #include "common/dataplane.h"
 #include "common/work_item_check.h"
 #include "dispatch_recv/dispatch_recv_tiling_data.h"
@@ -462,6 +464,7 @@ extern "C" __global__ __aicore__ void cam_dispatch_recv(GM_ADDR peers, GM_ADDR e
     // Vector-only, but the hard SyncAll needs a mixed launch (docs/protocol.md, "Launch requirements").
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     cam::kernels::DispatchRecv op;
+    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
     op.Init(peers, expandX, scales, expertCounts, groupTable, origin, workItem, workspace, tiling);
     op.Process();
 }

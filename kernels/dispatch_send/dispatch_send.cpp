@@ -5,6 +5,8 @@
 // publish ready[a][s] = seq on every FFN rank after a fence.
 #include "kernel_operator.h"
 
+#include "common/kernel_frame.h"
+
 #include "common/dataplane.h"
 #include "common/work_item_check.h"
 #include "common/quant.h"
@@ -56,12 +58,7 @@ public:
     }
 
     __aicore__ inline void Process() {
-#if defined(CAM_MUTANT_LAMBDA_CAPTURE)
-        const int64_t x = 0;
-        const bool go = decision_.Decide([x, this] { return x == 0 && Control(); }, tiling_.comm.followerCycles);
-#else
         const bool go = decision_.Decide(ControlStep{this}, tiling_.comm.followerCycles);
-#endif
         if (!go) return;
         if (AscendC::GetBlockIdx() != 0 && tiling_.tablesInUb != 0) LoadSlots();
         RoundFromOwnState();
@@ -590,10 +587,12 @@ extern "C" __global__ __aicore__ void cam_dispatch_send(GM_ADDR x, GM_ADDR topkI
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
     if (tiling.key == cam::kernels::kDispatchSendBf16) {
         cam::kernels::DispatchSend<bfloat16_t> op;
+        static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
         op.Init(x, topkIds, placement, peers, workspace, tiling);
         op.Process();
     } else {
         cam::kernels::DispatchSend<half> op;
+        static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
         op.Init(x, topkIds, placement, peers, workspace, tiling);
         op.Process();
     }

@@ -1,6 +1,8 @@
 // dynamic_quant: x [rows, cols] bf16/fp16 -> q int8 [rows, cols], scale fp32 [rows]. Vector cores only.
 #include "kernel_operator.h"
 
+#include "common/kernel_frame.h"
+
 #include "common/quant.h"
 #include "dynamic_quant/dynamic_quant_tiling_data.h"
 
@@ -79,10 +81,12 @@ extern "C" __global__ __aicore__ void cam_dynamic_quant(GM_ADDR x, GM_ADDR q, GM
                                                         cam::kernels::DynamicQuantTilingData tiling) {
     if (tiling.key == cam::kernels::kDynamicQuantBf16) {
         cam::kernels::DynamicQuant<bfloat16_t> op;
+        static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
         op.Init(x, q, scale, tiling);
         op.Process();
     } else {
         cam::kernels::DynamicQuant<half> op;
+        static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
         op.Init(x, q, scale, tiling);
         op.Process();
     }

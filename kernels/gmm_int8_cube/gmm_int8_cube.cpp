@@ -4,6 +4,8 @@
 // op's vector epilogue kernel reads next on the same stream.
 #include "kernel_operator.h"
 
+#include "common/kernel_frame.h"
+
 #include "common/gmm_groups.h"
 #include "gmm_int8_cube/gmm_int8_cube.h"
 
@@ -144,17 +146,11 @@ private:
             a2 = a2_.DeQue<int8_t>();
             b2 = b2_.DeQue<int8_t>();
             // Below (m/16)*(n/16) = 10 the cube does not order this Mmad after the previous one into c.
-#if !defined(CAM_MUTANT_NO_PIPE_M_BARRIER)
             if (k0 > 0 && (mAl / kGmmM0) * (nAl / 16) < 10) AscendC::PipeBarrier<PIPE_M>();
-#endif
             AscendC::MmadParams mm;
             // m == 1 would put the cube in GEMV mode, which reads L0A as ND; our A is ZZ, so always pass the
             // padded row count (rows past mLen are computed from padding and never stored).
-#if defined(CAM_MUTANT_MMAD_GEMV)
-            mm.m = static_cast<uint16_t>(mLen);  // mutant: the tile's real rows, 1 for a one-row group
-#else
             mm.m = static_cast<uint16_t>(mAl);
-#endif
             // L0B holds whole 32-column blocks (the transposing load's granule), so the cube walks nAl columns;
             // the extra ones are never stored.
             mm.n = static_cast<uint16_t>(nAl);
@@ -167,11 +163,7 @@ private:
         c_.EnQue(c);
         c = c_.DeQue<int32_t>();
         AscendC::FixpipeParamsV220 fp;
-#if defined(CAM_MUTANT_FIXPIPE_PADDED_N)
-        fp.nSize = static_cast<uint16_t>(nAl);  // mutant: the cube's padded width, past the accumulator row's end
-#else
         fp.nSize = static_cast<uint16_t>(nLen);
-#endif
         fp.mSize = static_cast<uint16_t>(mLen);
         fp.srcStride = static_cast<uint16_t>(mAl);
         fp.dstStride = t_.n;
@@ -210,12 +202,8 @@ private:
 
     GmmCubeTilingData t_{};
     int64_t wLayer_ = -1;  // the layer w_ points at
-#if defined(CAM_MUTANT_GM_ADDR_LIST)
-    GM_ADDR groupList_ = nullptr, layerIndex_ = nullptr;  // mutant: GM_ADDR is a macro, layerIndex_ a uint8_t
-#else
     GM_ADDR groupList_ = nullptr;
     GM_ADDR layerIndex_ = nullptr;
-#endif
     GM_ADDR table_ = nullptr;
     GM_ADDR status_ = nullptr;
     AscendC::TPipe pipe_;
@@ -241,6 +229,7 @@ extern "C" __global__ __aicore__ void cam_gmm_int8_cube(GM_ADDR x, GM_ADDR group
                                                         cam::kernels::GmmCubeTilingData tiling) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
     cam::kernels::GmmInt8Cube op;
+    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
     op.Init(x, groupList, layerIndex, table, acc, status, tiling);
     op.Process();
 }

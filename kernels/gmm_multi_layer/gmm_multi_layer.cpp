@@ -3,6 +3,8 @@
 // in no block's range, so they are never written.
 #include "kernel_operator.h"
 
+#include "common/kernel_frame.h"
+
 #include "common/gmm_epilogue.h"
 #include "common/gmm_groups.h"
 #include "gmm_multi_layer/gmm_multi_layer.h"
@@ -98,6 +100,7 @@ extern "C" __global__ __aicore__ void cam_gmm_multi_layer_epilogue(GM_ADDR acc, 
                                                                    GM_ADDR status,
                                                                    cam::kernels::GmmMultiLayerTilingData tiling) {
     cam::kernels::GmmMultiLayerEpilogue op;
+    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
     op.Init(acc, yScale, groupList, layerIndex, table, out, status, tiling);
     op.Process();
 }

@@ -8,6 +8,8 @@
 // re-reads it for the quant. Rows past the last group are in no core's range and never written.
 #include "kernel_operator.h"
 
+#include "common/kernel_frame.h"
+
 #include "common/gmm_epilogue.h"
 #include "common/gmm_groups.h"
 #include "common/quant.h"
@@ -184,6 +186,7 @@ extern "C" __global__ __aicore__ void cam_gmm_swiglu_quant_multi_layer_epilogue(
     GM_ADDR acc, GM_ADDR xScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR y, GM_ADDR yScale,
     GM_ADDR status, cam::kernels::GmmSwigluQuantMultiLayerTilingData tiling) {
     cam::kernels::GmmSwigluQuantMultiLayerEpilogue op;
+    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
     op.Init(acc, xScale, groupList, layerIndex, table, y, yScale, status, tiling);
     op.Process();
 }

@@ -4,6 +4,8 @@
 // Everything the context says is checked before the first store (rank count = the topology's world size, rank id =
 // this rank, no null window), so a refused context leaves the table as it was and says why in the status record.
 #include "kernel_operator.h"
+
+#include "common/kernel_frame.h"
 #include "lib/hccl/hccl.h"
 
 #include "common/device_status_write.h"
@@ -19,19 +21,12 @@ public:
         peers_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(peers), t.worldSize);
         // The documented form, with the init tiling: the deprecated tiling-less Init makes the client read the A2
         // flat context, which on A3 is a different structure (docs/ascend.md §5, docs/twin.md "HCCL context").
-#if defined(CAM_MUTANT_HCCL_NO_INIT_TILING)
-        (void)initTiling;
-        hccl_.Init(AscendC::GetHcclContext<AscendC::HCCL_GROUP_ID_0>());
-#else
         hccl_.Init(AscendC::GetHcclContext<AscendC::HCCL_GROUP_ID_0>(), initTiling);
-#endif
     }
 
     // No collective follows: the client's docs ask for Finalize once the last use is done.
     __aicore__ inline void Finish() {
-#if !defined(CAM_MUTANT_HCCL_NO_FINALIZE)
         hccl_.Finalize();
-#endif
     }
 
     __aicore__ inline void Process() {
@@ -42,13 +37,11 @@ public:
         }
         // The tiling bounds the world too, but the kernel does not lean on it: asking the flat layout for a rank past
         // its windowsIn[] reads other fields' bytes as a window address, which the null check would pass.
-#if !defined(CAM_MUTANT_HCCL_A2_RANKS)
         if (dim > kWindowTableFlatRanks) {
             WriteDeviceStatus(status_, kDeviceStatusOutOfRange, kDeviceArgHcclRankDim, -1, dim,
                               kWindowTableFlatRanks + 1);
             return;
         }
-#endif
         const uint32_t id = hccl_.GetRankId();
         if (id != tiling_.rank) {
             WriteDeviceStatus(status_, kDeviceStatusMismatch, kDeviceArgHcclRankId, -1, id, tiling_.rank);
@@ -90,6 +83,7 @@ extern "C" __global__ __aicore__ void cam_window_table(GM_ADDR peers, GM_ADDR st
                                                        cam::kernels::WindowTableTilingData tiling) {
     if (AscendC::GetBlockIdx() != 0) return;
     cam::kernels::WindowTable op;
+    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
     op.Init(peers, status, initTiling, tiling);
     op.Process();
     op.Finish();

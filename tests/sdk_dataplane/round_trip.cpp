@@ -18,8 +18,15 @@ namespace {
 
 using namespace sdk_test;
 
-constexpr CamTopology kTopo{1, 1, 1, 4, 2, 64, 4, 2, 1, 2, 0, 8};  // D P F E K H Bmax L slots bytes quant cap
-constexpr int64_t B = 3;
+// H = 8192 bf16: 16 KiB rows, so a 64 KiB RowBatch (kRowBatchUbBytes) holds 4 of them and the round's routed rows
+// take further passes in dispatch_recv's gather and combine_send's scatter. B = 20 tokens: on a description without
+// a byte floor per block (CAM_TWIN_PLATFORM=ascend910b4) tiling gives a block per 16 rows, so dispatch_send runs two
+// blocks that both write the FFN rank's window before block 0 signals it.
+constexpr CamTopology kTopo{1, 1, 1, 4, 2, 8192, 20, 2, 1, 2, 0, 64};  // D P F E K H Bmax L slots bytes quant cap
+constexpr int64_t B = 20;
+
+// Token t's experts: t % 4 and (t + 1) % 4, the second slot empty for every fifth token.
+int32_t ExpertOf(int64_t t, int64_t k) { return k == 1 && t % 5 == 4 ? -1 : static_cast<int32_t>((t + k) % 4); }
 
 int Attention(int* result) {
     camCommConfig cfg{2'000'000'000, 50'000'000, ACL_BF16};
@@ -29,8 +36,12 @@ int Attention(int* result) {
     aclrtCreateStream(&stream);
     std::vector<uint16_t> x(B * kTopo.H);
     for (size_t i = 0; i < x.size(); ++i) x[i] = Bf16(static_cast<float>(i % 7) - 3.0f);
-    std::vector<int32_t> ids = {0, 3, 2, 2, -1, 1};
-    std::vector<float> w = {0.5f, 0.25f, 1.0f, 2.0f, 9.0f, 0.75f};
+    std::vector<int32_t> ids(B * kTopo.K);
+    std::vector<float> w(B * kTopo.K);
+    for (int64_t i = 0; i < B * kTopo.K; ++i) {
+        ids[i] = ExpertOf(i / kTopo.K, i % kTopo.K);
+        w[i] = 0.25f * static_cast<float>(1 + i % 7);
+    }
     std::vector<uint16_t> out(B * kTopo.H);
     aclTensor* tx = Tensor({B, kTopo.H}, ACL_BF16, x.data());
     aclTensor* ti = Tensor({B, kTopo.K}, ACL_INT32, ids.data());
@@ -109,7 +120,16 @@ int Ffn(int* result) {
         served += wi[cam::kWiKind] == cam::kWiWork;
     }
     int bad = 0;
-    if (wi[cam::kWiLayer] != 1 || wi[cam::kWiRows] != 5 || counts != std::vector<int64_t>{1, 1, 2, 1}) {
+    std::vector<int64_t> expected(R);
+    int64_t rows = 0;
+    for (int64_t t = 0; t < B; ++t) {
+        for (int64_t k = 0; k < kTopo.K; ++k) {
+            if (ExpertOf(t, k) < 0) continue;
+            ++expected[ExpertOf(t, k)];
+            ++rows;
+        }
+    }
+    if (wi[cam::kWiLayer] != 1 || wi[cam::kWiRows] != rows || counts != expected) {
         std::printf("work item: layer %lld rows %lld\n", (long long)wi[cam::kWiLayer], (long long)wi[cam::kWiRows]);
         ++bad;
     }

@@ -2,6 +2,8 @@
 // each `bad_*` must fail to compile and its `good_*` control must compile (tests/test_twin_enforcement.py).
 #include "kernel_operator.h"
 
+#include "../../kernels/common/kernel_frame.h"
+
 #define IS(name) (CHECK_##name == CHECK)
 #define CHECK_good_gm_addr 1
 #define CHECK_bad_gm_addr 2
@@ -13,6 +15,14 @@
 #define CHECK_bad_pipe 8
 #define CHECK_good_params 9
 #define CHECK_bad_params 10
+#define CHECK_good_kernel_frame 11
+#define CHECK_bad_kernel_frame 12
+
+// An op object of `bytes`: a kernel entry asserts its op against the stack budget (common/kernel_frame.h).
+template <uint32_t bytes>
+struct OpOf {
+    uint8_t state[bytes];
+};
 
 __aicore__ inline void Check(uint8_t* raw) {
     (void)raw;
@@ -51,6 +61,14 @@ __aicore__ inline void Check(uint8_t* raw) {
     uint64_t len = 32;
     AscendC::DataCopyExtParams p{1, len, 0, 0, 0};  // the real constructor takes a uint32_t: narrowing
     (void)p;
+#elif IS(good_kernel_frame)
+    OpOf<cam::kernels::kKernelOpBudgetBytes> op;
+    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
+    (void)op;
+#elif IS(bad_kernel_frame)
+    OpOf<cam::kernels::kKernelOpBudgetBytes + 1> op;
+    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
+    (void)op;
 #else
 #error "unknown CHECK"
 #endif

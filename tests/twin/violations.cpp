@@ -605,6 +605,38 @@ void MmadTwice(bool barrier) {
     if (barrier) PipeBarrier<PIPE_M>();
     Mmad(co1.Get<int32_t>(), a2.Get<int8_t>(), b2.Get<int8_t>(), mm);  // @case:mmad_no_barrier
 }
+// Two tiles through one L0C queue slot, each two accumulating 16 x 16 Mmads. The slot keeps the first tile's sums
+// when it is taken again, so each tile's first Mmad must initialise (cmatrixInitVal); firstInits: whether that
+// Mmad of tile 0 / tile 1 does.
+void MmadTiles(bool tile0Inits, bool tile1Inits) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::A2> a2;
+    TBuf<TPosition::B2> b2;
+    TQue<TPosition::CO1, 1> co1;
+    pipe.InitBuffer(a2, 16 * 32);
+    pipe.InitBuffer(b2, 32 * 16);
+    pipe.InitBuffer(co1, 1, 16 * 16 * 4);
+    for (int tile = 0; tile < 2; ++tile) {
+        LocalTensor<int32_t> c = co1.AllocTensor<int32_t>();
+        MmadParams mm;
+        mm.m = 16;
+        mm.n = 16;
+        mm.k = 32;
+        mm.cmatrixInitVal = tile == 0 ? tile0Inits : tile1Inits;
+        Mmad(c, a2.Get<int8_t>(), b2.Get<int8_t>(), mm);  // @case:mmad_uninit @case:mmad_uninit_second_tile
+        PipeBarrier<PIPE_M>();
+        mm.cmatrixInitVal = false;
+        Mmad(c, a2.Get<int8_t>(), b2.Get<int8_t>(), mm);
+        co1.EnQue(c);
+        c = co1.DeQue<int32_t>();
+        co1.FreeTensor(c);
+    }
+}
+void MmadUninit(GM_ADDR, GM_ADDR) { MmadTiles(false, false); }
+void MmadUninitSecondTile(GM_ADDR, GM_ADDR) { MmadTiles(true, false); }
+void GoodMmadInit(GM_ADDR, GM_ADDR) { MmadTiles(true, true); }
+
 void MmadNoBarrier(GM_ADDR, GM_ADDR) { MmadTwice(false); }
 void GoodMmadBarrier(GM_ADDR, GM_ADDR) { MmadTwice(true); }
 
@@ -845,6 +877,9 @@ const Case kCases[] = {
     {"mmad_too_large", MmadTooLarge, 1},
     {"mmad_no_barrier", MmadNoBarrier, 1},
     {"good_mmad_barrier", GoodMmadBarrier, 1},
+    {"mmad_uninit", MmadUninit, 1},
+    {"mmad_uninit_second_tile", MmadUninitSecondTile, 1},
+    {"good_mmad_init", GoodMmadInit, 1},
     {"fixpipe_msize", FixpipeMSize, 1},
     {"fixpipe_nsize_zero", FixpipeNSizeZero, 1},
     {"fixpipe_nsize_past_row", FixpipeNSizePastRow, 1},
@@ -912,6 +947,71 @@ int HostTableCase(bool invalidate) {
         return 1;
     }
     if (out[0] != 42) return std::printf("read %lld\n", static_cast<long long>(out[0])), 3;
+    std::printf("OK\n");
+    return 0;
+}
+
+// Two blocks each write 64 bytes into a peer's window, then block 0 signals the peer (one word by MTE3 from UB, into
+// the window's signal line). Only a SyncAll between the writes and the signal orders block 1's write before it.
+void PeerSignal(GM_ADDR peer, bool syncFirst) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 64);
+    LocalTensor<int64_t> words = buf.Get<int64_t>();
+    for (uint32_t i = 0; i < 8; ++i) words.SetValue(i, GetBlockIdx() + 1);
+    GlobalTensor<int64_t> data, signal;
+    data.SetGlobalBuffer(reinterpret_cast<int64_t*>(peer) + GetBlockIdx() * 8, 8);
+    signal.SetGlobalBuffer(reinterpret_cast<int64_t*>(peer) + 32, 1);
+    SetFlag<HardEvent::S_MTE3>(EVENT_ID0);
+    WaitFlag<HardEvent::S_MTE3>(EVENT_ID0);
+    DataCopy(data, words, 8);  // @site:peer_data
+    PipeBarrier<PIPE_ALL>();
+    if (syncFirst) SyncAll();
+    if (GetBlockIdx() == 0) DataCopyPad(signal, words, {1, 8, 0, 0, 0});  // @site:peer_signal
+}
+
+int PeerSignalCase(bool syncFirst) {
+    alignas(64) static int64_t windows[2][64];
+    cam::twin::LaunchWindows lw;
+    lw.windows = {{reinterpret_cast<uintptr_t>(windows[0]), sizeof(windows[0])},
+                  {reinterpret_cast<uintptr_t>(windows[1]), sizeof(windows[1])}};
+    lw.own = 0;
+    lw.batchMode = true;
+    for (const auto* w : {windows[0], windows[1]}) lw.signals.emplace_back(reinterpret_cast<uintptr_t>(w + 32), 64);
+    try {
+        cam::twin::RunLaunch(syncFirst ? "good_signal_after_syncall" : "signal_before_syncall", 2,
+                             [&] { PeerSignal(reinterpret_cast<GM_ADDR>(windows[1]), syncFirst); }, &lw);
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return 1;
+    }
+    if (windows[1][0] != 1 || windows[1][8] != 2 || windows[1][32] != 1) return std::printf("wrong words\n"), 3;
+    std::printf("OK\n");
+    return 0;
+}
+
+// Two launches of one block each: the first reads word 0 (its line is still cached when the launch ends), the host
+// changes the word, the second reads it again, invalidating the line first or not.
+int EarlierLaunchCase(bool invalidate) {
+    alignas(64) static int64_t words[8];
+    words[0] = 1;
+    int64_t seen = 0;
+    const auto read = [&] {
+        GlobalTensor<int64_t> g;
+        g.SetGlobalBuffer(reinterpret_cast<int64_t*>(words), 8);
+        if (invalidate) DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(g);
+        seen = g.GetValue(0);  // @case:dcache_earlier_launch
+    };
+    try {
+        cam::twin::RunLaunch("first_launch", 1, read);
+        words[0] = 2;
+        cam::twin::RunLaunch(invalidate ? "good_dcache_later_launch" : "dcache_earlier_launch", 1, read);
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return 1;
+    }
+    if (seen != 2) return std::printf("read %lld\n", static_cast<long long>(seen)), 3;
     std::printf("OK\n");
     return 0;
 }
@@ -1002,6 +1102,10 @@ int main(int argc, char** argv) {
     if (argc == 2 && std::strcmp(argv[1], "own_scalar_store") == 0) return PeerStoreCase(false);
     if (argc == 2 && std::strcmp(argv[1], "table_not_invalidated") == 0) return HostTableCase(false);
     if (argc == 2 && std::strcmp(argv[1], "good_table_invalidated") == 0) return HostTableCase(true);
+    if (argc == 2 && std::strcmp(argv[1], "signal_before_syncall") == 0) return PeerSignalCase(false);
+    if (argc == 2 && std::strcmp(argv[1], "dcache_earlier_launch") == 0) return EarlierLaunchCase(false);
+    if (argc == 2 && std::strcmp(argv[1], "good_dcache_later_launch") == 0) return EarlierLaunchCase(true);
+    if (argc == 2 && std::strcmp(argv[1], "good_signal_after_syncall") == 0) return PeerSignalCase(true);
     if (argc == 2 && std::strcmp(argv[1], "flag_clean_invalidate") == 0) return FlagCase(true, true, true);
     if (argc == 2 && std::strcmp(argv[1], "flag_missing_clean") == 0) return FlagCase(false, true, true);
     if (argc == 2 && std::strcmp(argv[1], "flag_missing_invalidate") == 0) return FlagCase(true, false, true);

@@ -1,4 +1,5 @@
 // Cube-core memories and the int8 matrix unit of the twin (see twin/cube.h and docs/twin.md "Cube path").
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -68,6 +69,22 @@ uint8_t* CarveCubeBuffer(AscendC::TPosition pos, uint32_t len, const std::source
     uint8_t* base = tCubeArena[mem].get() + block.cubeUsed[mem];
     block.cubeUsed[mem] += aligned;
     return base;
+}
+
+void CheckMmadInit(BufferRecord* rec, const void* c, uint64_t bytes, bool init, const std::source_location& where) {
+    const auto* begin = static_cast<const uint8_t*>(c);
+    const uint8_t* end = begin + bytes;
+    if (init) {
+        rec->initBegin = rec->initBegin == nullptr ? begin : std::min(rec->initBegin, begin);
+        rec->initEnd = std::max(rec->initEnd, end);
+        return;
+    }
+    // L0C keeps whatever the previous tile or kernel left in it: accumulating into bytes nothing initialised adds
+    // to that.
+    CAM_TWIN_CHECK(rec->initBegin != nullptr && rec->initBegin <= begin && end <= rec->initEnd, "mmad-init",
+                   "Mmad with cmatrixInitVal = false into L0C bytes no initialising Mmad wrote since the buffer was "
+                   "taken (the first Mmad into a fresh L0C must set cmatrixInitVal)",
+                   where);
 }
 
 uint8_t* CopyStaging(uint32_t bytes) {

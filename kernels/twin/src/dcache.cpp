@@ -127,6 +127,26 @@ bool DcacheEnabled() {
     return enabled;
 }
 
+bool DcacheAcrossLaunches() {
+    static const bool enabled = [] {
+        const char* env = std::getenv("CAM_TWIN_DCACHE_ACROSS_LAUNCHES");
+        return env && std::strcmp(env, "1") == 0;
+    }();
+    return enabled;
+}
+
+namespace {
+
+// What blocks held when their launches ended (DcacheAcrossLaunches): per line, the bytes of the last copy left.
+struct HeldLine {
+    uint64_t words[kDcacheLineBytes / 8];
+    uint64_t valid = 0;
+};
+std::mutex gHeldMutex;
+std::unordered_map<uintptr_t, HeldLine> gHeld;
+
+}  // namespace
+
 DataCache::~DataCache() { Drop(); }
 
 namespace {
@@ -186,6 +206,19 @@ void DataCache::Load(const void* addr, void* out, size_t bytes, const std::sourc
     auto* cached = reinterpret_cast<uint8_t*>(line.words) + (a - base);
     if ((line.valid & want) != want) {
         const uint64_t v = AtomicLoadN(reinterpret_cast<const uint8_t*>(a), bytes);
+        if (DcacheAcrossLaunches() && !invalidatedAll_ && invalidated_.find(base) == invalidated_.end()) {
+            std::lock_guard<std::mutex> lock(gHeldMutex);
+            auto held = gHeld.find(base);
+            if (held != gHeld.end() && (held->second.valid & want) == want) {
+                uint64_t old = 0;
+                std::memcpy(&old, reinterpret_cast<const uint8_t*>(held->second.words) + (a - base), bytes);
+                CAM_TWIN_CHECK(old == v, "dcache-earlier-launch",
+                               "scalar GM read of the line " + Hex(base) +
+                                   " with no invalidate of it in this launch: an earlier launch left it cached, GM "
+                                   "changed since, and the core running this block may still hold the old copy",
+                               where);
+            }
+        }
         for (size_t i = 0; i < bytes; ++i) {
             // Bytes already in the line (fetched earlier or stored by this block) keep their value.
             if (!(line.valid & (uint64_t(1) << (a - base + i)))) cached[i] = reinterpret_cast<const uint8_t*>(&v)[i];
@@ -196,7 +229,7 @@ void DataCache::Load(const void* addr, void* out, size_t bytes, const std::sourc
 }
 
 void DataCache::CheckTableFetch(uintptr_t addr, uintptr_t base, const std::source_location& where) const {
-    if (invalidatedAll_ || invalidated_.count(base) != 0) return;
+    if (invalidatedAll_ || invalidatedLines_.count(base) != 0) return;
     for (const auto& [start, bytes] : *hostTables_) {
         if (addr < start || addr >= start + bytes) continue;
         Violation("dcache-table-not-invalidated",
@@ -286,7 +319,8 @@ void DataCache::CleanInvalidate(const void* addr, const std::source_location& wh
     ++cleanCalls_;
     const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
     const uintptr_t base = a & ~(kDcacheLineBytes - 1);
-    if (a == base) invalidated_.insert(base);  // only a whole line counts: a partial one keeps its first bytes
+    if (a == base) invalidatedLines_.insert(base);  // only a whole line counts: a partial one keeps its first bytes
+    if (DcacheAcrossLaunches()) invalidated_[base] = true;
     auto it = lines_.find(base);
     if (it == lines_.end()) return;
     const unsigned from = static_cast<unsigned>(a - base);
@@ -314,6 +348,18 @@ void DataCache::CleanInvalidateAll(const std::source_location& where) {
 }
 
 void DataCache::Drop() {
+    if (DcacheAcrossLaunches() && !lines_.empty()) {
+        // What the block's core still holds when it is done with this launch.
+        std::lock_guard<std::mutex> lock(gHeldMutex);
+        for (const auto& [base, line] : lines_) {
+            HeldLine& held = gHeld[base];
+            auto* dst = reinterpret_cast<uint8_t*>(held.words);
+            const auto* src = reinterpret_cast<const uint8_t*>(line.words);
+            for (size_t i = 0; i < kDcacheLineBytes; ++i)
+                if (line.valid & (uint64_t(1) << i)) dst[i] = src[i];
+            held.valid |= line.valid;
+        }
+    }
     for (auto& [base, line] : lines_) {
         if (line.dirty == 0) continue;
         Shard& shard = ShardOf(base);
@@ -325,6 +371,7 @@ void DataCache::Drop() {
 }
 
 void CheckMteWriteAgainstDirtyLines(const void* addr, uint64_t bytes, const std::source_location& where) {
+    CheckPeerWriteOrder(addr, bytes, where);
     if (bytes == 0 || gDirtyLines.load(std::memory_order_relaxed) == 0 || !InKernel()) return;
     const void* launch = CurrentBlock().launch;
     const uintptr_t first = reinterpret_cast<uintptr_t>(addr) & ~(kDcacheLineBytes - 1);

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "kernel_operator.h"
@@ -92,6 +93,16 @@ std::string CallSite(const std::source_location& where) {
     return ShortFile(where.file_name()) + ":" + std::to_string(where.line());
 }
 
+// One peer window's writes by this launch's blocks, for signal-order: the SyncAll interval (the barrier's
+// generation + 1; 0: none) of each block's last write there, and of the last signal.
+struct PeerWrites {
+    std::vector<uint64_t> dataInterval;
+    std::vector<std::source_location> dataWhere;
+    uint64_t signalInterval = 0;
+    uint32_t signalBlock = 0;
+    std::source_location signalWhere{};
+};
+
 struct LaunchState {
     const char* kernel;
     uint32_t blockDim;
@@ -108,6 +119,7 @@ struct LaunchState {
     // (a sweep of every registry shard, which a launch without scalar GM access need not pay).
     std::atomic<bool> dcacheTouched{false};
     std::atomic<bool> violationReported{false};  // windows->onViolation ran
+    std::unordered_map<int64_t, PeerWrites> peerWrites;  // by peer rank; under mutex
 
     void Fail(const std::string& message) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -305,6 +317,60 @@ void CheckScalarStoreTarget(const void* addr, const std::source_location& where)
     }
 }
 
+namespace {
+
+std::string Site(const std::source_location& where) {
+    const char* file = where.file_name();
+    const char* slash = std::strrchr(file, '/');
+    return std::string(slash ? slash + 1 : file) + ":" + std::to_string(where.line());
+}
+
+}  // namespace
+
+void CheckPeerWriteOrder(const void* addr, uint64_t bytes, const std::source_location& where) {
+    if (!InKernel()) return;
+    BlockContext& block = CurrentBlock();
+    LaunchState* launch = block.launch;
+    if (launch == nullptr || launch->windows == nullptr || launch->blockDim < 2 || bytes == 0) return;
+    const LaunchWindows& desc = *launch->windows;
+    const auto a = reinterpret_cast<uintptr_t>(addr);
+    int64_t peer = -1;
+    for (size_t r = 0; r < desc.windows.size(); ++r)
+        if (a >= desc.windows[r].first && a < desc.windows[r].first + desc.windows[r].second) peer = int64_t(r);
+    if (peer < 0 || peer == desc.own) return;
+    bool signal = false;
+    for (const auto& [begin, len] : desc.signals) signal = signal || (a >= begin && a + bytes <= begin + len);
+    std::string broken;
+    {
+        std::lock_guard<std::mutex> lock(launch->mutex);
+        const uint64_t interval = launch->generation + 1;
+        PeerWrites& w = launch->peerWrites[peer];
+        if (w.dataInterval.empty()) {
+            w.dataInterval.assign(launch->blockDim, 0);
+            w.dataWhere.resize(launch->blockDim);
+        }
+        if (signal) {
+            for (uint32_t b = 0; b < launch->blockDim && broken.empty(); ++b) {
+                if (b != block.blockIdx && w.dataInterval[b] == interval)
+                    broken = "signal to rank " + std::to_string(peer) + " while block " + std::to_string(b) +
+                             " wrote into that rank's window (" + Site(w.dataWhere[b]) +
+                             ") with no SyncAll since: nothing orders that write before the signal";
+            }
+            w.signalInterval = interval;
+            w.signalBlock = block.blockIdx;
+            w.signalWhere = where;
+        } else {
+            if (w.signalInterval == interval && w.signalBlock != block.blockIdx)
+                broken = "write into rank " + std::to_string(peer) + "'s window after block " +
+                         std::to_string(w.signalBlock) + " signalled it (" + Site(w.signalWhere) +
+                         ") with no SyncAll between: the peer may read before this write lands";
+            w.dataInterval[block.blockIdx] = interval;
+            w.dataWhere[block.blockIdx] = where;
+        }
+    }
+    if (!broken.empty()) Violation("signal-order", broken, where);
+}
+
 void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel,
                const LaunchWindows* windows) {
     if (blockDim == 0) throw TwinViolation(std::string("twin: launch of ") + kernelName + " with blockDim 0");
@@ -488,6 +554,7 @@ BufferRecord* TQueBase::TakeFree(const std::source_location& where) {
         if (records_[i].state == BufferState::Free) {
             records_[i].state = BufferState::Allocated;
             records_[i].lastAlloc = where;
+            records_[i].initBegin = records_[i].initEnd = nullptr;  // what the last owner left is not ours
             // FreeTensor -> AllocTensor: the queue orders the consumer's last use before the producer's next.
             cam::twin::PipeQueueHandoff(position_, false, records_[i].base, records_[i].bytes);
             return &records_[i];

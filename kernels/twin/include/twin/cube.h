@@ -98,6 +98,9 @@ inline void Transpose16x16(const uint8_t* src, size_t srcStride, uint8_t* dst, s
 
 void MmadInt8With(CubePath path, int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k,
                   bool init);
+// An Mmad writing `bytes` of L0C at c: one with cmatrixInitVal (C = A*B) initialises them; one without (C += A*B)
+// must add only into bytes an initialising Mmad wrote since the buffer was taken (rule mmad-init).
+void CheckMmadInit(BufferRecord* rec, const void* c, uint64_t bytes, bool init, const std::source_location& where);
 void MmadInt8(int32_t* c, const int8_t* a, const int8_t* b, uint32_t m, uint32_t n, uint32_t k, bool init,
               const std::source_location& where);
 
@@ -356,6 +359,7 @@ inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int8_t>& a, co
                    "Mmad C needs " + std::to_string(uint64_t(mA) * nA) + " int32 of L0C, tensor has " +
                        std::to_string(c.GetSize()),
                    where);
+    CheckMmadInit(c.Record(), c.Data(), uint64_t(mA) * nA * sizeof(int32_t), p.cmatrixInitVal, where);
     MmadInt8(c.Data(), a.Data(), b.Data(), mA, nA, kA, p.cmatrixInitVal, where);
 }
 

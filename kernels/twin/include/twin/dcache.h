@@ -34,6 +34,11 @@ bool DcacheEnabled();
 // may still hold an earlier launch's bytes. A block must invalidate a line of it (DataCacheCleanAndInvalid of the line
 // or of the entire cache) before its first scalar read in the launch (rule dcache-table-not-invalidated).
 using HostTables = std::vector<std::pair<uintptr_t, uint64_t>>;
+// CAM_TWIN_DCACHE_ACROSS_LAUNCHES=1 (off by default; the mutation suite and the cache tier turn it on): a line a
+// block still held when its launch ended stays, in the model, on some core for every later launch, so a scalar read
+// of it in a later launch without an invalidate of that line (or of the whole cache) first, while GM no longer holds
+// those bytes, is a dcache-earlier-launch violation: on the hardware any core may still hold the old copy.
+bool DcacheAcrossLaunches();
 
 class DataCache {
 public:
@@ -82,13 +87,16 @@ private:
     const void* launch_;  // the launch this block belongs to: lines are related within one launch only
     bool touched_ = false;
     const HostTables* hostTables_;
-    std::unordered_set<uintptr_t> invalidated_;  // line bases this block invalidated in this launch
+    std::unordered_set<uintptr_t> invalidatedLines_;  // whole lines this block invalidated in this launch
     bool invalidatedAll_ = false;                // an ENTIRE_DATA_CACHE clean-and-invalidate ran in this launch
     // Rule dcache-clean-no-dsb: the clean calls of this block (numbered from 1) and the one whose write-back is still
     // in flight (0: none), which a write-back of a later clean or a SyncAll must not overtake.
     uint64_t cleanCalls_ = 0;
     uint64_t pendingClean_ = 0;
     std::source_location pendingWhere_{};
+    // Lines this block invalidated, in whole or from an address on, in this launch (DcacheAcrossLaunches): no
+    // earlier launch's copy can be read there.
+    std::unordered_map<uintptr_t, bool> invalidated_;
 };
 
 // Drops the line registry of a finished launch (every block has written back or dropped its lines).

@@ -23,6 +23,10 @@ struct LaunchWindows {
     // GM the host rewrites between launches (the Comm's peer table): every block must invalidate a line of it before
     // its first scalar read (rule dcache-table-not-invalidated, twin/dcache.h).
     std::vector<std::pair<uintptr_t, uint64_t>> hostTables;
+    // Absolute ranges of the windows where an arrival tells the peer that the data written before it is complete
+    // (ready and completion signals). A block's write there and another block's write into the same peer's window
+    // with no SyncAll between them is a signal-order violation: nothing orders the other block's write first.
+    std::vector<std::pair<uintptr_t, uint64_t>> signals;
     // Called once, on the failing block's thread, when a block of the launch breaks a twin rule (the violation's
     // message as argument), before the block ends and whichever rule it was (kernel body or block-end checks): a
     // data-plane launch aborts the plane with it, so peers end at once instead of at their timeout.

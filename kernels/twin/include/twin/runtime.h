@@ -117,6 +117,10 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
 // A scalar store may only target the launching rank's own window (or memory that is no window at all).
 void CheckScalarStoreTarget(const void* addr, const std::source_location& where);
 
+// An MTE write into GM (the copy engines, through CheckMteWriteAgainstDirtyLines): a write into a peer's window is
+// checked against the other blocks' writes into it since the last SyncAll (signal-order, LaunchWindows::signals).
+void CheckPeerWriteOrder(const void* addr, uint64_t bytes, const std::source_location& where);
+
 // Barrier across the blocks of the current launch (SyncAll). Fails loudly when blockDim exceeds the vector cores
 // (the hardware would deadlock) or when a block has left the kernel while others wait.
 void BlockBarrier(bool isAIVOnly, const std::source_location& where);

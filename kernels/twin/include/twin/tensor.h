@@ -25,6 +25,10 @@ struct BufferRecord {
     BufferState state = BufferState::Free;
     AscendC::TPosition position = AscendC::TPosition::VECCALC;
     std::source_location lastAlloc{};  // where the buffer was last taken, for leak reports
+    // An L0C buffer's bytes an initialising Mmad wrote since it was last taken ([initBegin, initEnd), their hull):
+    // an accumulating Mmad may only add into those (mmad-init, twin/cube.h).
+    const uint8_t* initBegin = nullptr;
+    const uint8_t* initEnd = nullptr;
 };
 
 // Which engine touches a UB buffer; the legal buffer states differ per engine.
