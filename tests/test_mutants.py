@@ -176,7 +176,9 @@ class _PlaneBuild:
     def __init__(self, out: str):
         self.out = out
         self.gxx = _gxx()
-        host = [p for p in sorted(glob.glob(os.path.join(ROOT, "host", "src", "*.cpp")))
+        # host/twin/: the twin backend the SDK round trip runs on (docs/architecture.md)
+        host = [p for p in sorted(glob.glob(os.path.join(ROOT, "host", "src", "*.cpp"))
+                                  + glob.glob(os.path.join(ROOT, "host", "twin", "*.cpp")))
                 if os.path.basename(p) not in ("backend_ascend.cpp", "tensor_list_ascend.cpp", "transport_hccl.cpp")]
         tiling = sorted(glob.glob(os.path.join(ROOT, "tiling", "src", "*.cpp")))
         others = [p for p in sorted(glob.glob(os.path.join(ROOT, "kernels", "*", "*.cpp")))
