@@ -24,16 +24,20 @@ inline constexpr LaunchDescriptor kDataPlaneLaunch{kDataPlaneLaunchNeedsBatchMod
 
 namespace cam::kernels {
 
+// The bytes of the argument block LaunchWithDescriptor builds for these parameter types.
+template <typename... Args>
+constexpr size_t ArgumentBlockBytes() {
+    size_t end = 0;
+    ((end = (end + alignof(Args) - 1) / alignof(Args) * alignof(Args) + sizeof(Args)), ...);
+    return (end + 7) / 8 * 8;
+}
+
 // The argument block of a kernel launched by handle: every parameter in declaration order at its natural alignment,
 // as the parameters of a C struct (the block a <<<>>> stub builds from the same list).
 template <typename... Args>
 inline void LaunchWithDescriptor(const void* kernelSymbol, const char* kernelName, uint32_t blockDim, void* stream,
                                  const LaunchDescriptor& launch, const Args&... args) {
-    constexpr size_t kBytes = [] {
-        size_t end = 0;
-        ((end = (end + alignof(Args) - 1) / alignof(Args) * alignof(Args) + sizeof(Args)), ...);
-        return (end + 7) / 8 * 8;
-    }();
+    constexpr size_t kBytes = ArgumentBlockBytes<Args...>();
     alignas(8) uint8_t block[kBytes] = {};
     size_t at = 0;
     ((at = (at + alignof(Args) - 1) / alignof(Args) * alignof(Args),
