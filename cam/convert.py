@@ -20,6 +20,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from .layer_weights import LayerWeights
+from .w4a8 import quantize_weight_int4
 
 __all__ = [
     "ExpertFFN",
@@ -352,8 +353,12 @@ def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, i
 # ----------------------------------------------------------------------------- quantization
 
 
-def quantize_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def quantize_weight(weight: torch.Tensor, bits: int = 8,
+                    group_size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-output-channel int8 of a ``[E, K, N]`` weight in ``x @ W`` orientation.
+
+    ``bits=4`` is the W4A8 quantizer instead (:func:`cam.w4a8.quantize_weight_int4`: values in [-7, 7], scale
+    ``amax / 7``, per channel or per ``group_size`` K rows); ``group_size`` is only for ``bits=4``.
 
     For each expert ``e`` and output column ``n``, in fp32: ``amax = max_k |w[e, k, n]|``, ``scale = amax / 127``,
     ``q = clamp(round_half_even(w / scale), -127, 127)``; a column of zeros gets ``scale = 0`` and ``q = 0``.
@@ -362,6 +367,9 @@ def quantize_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     Returns:
         ``(q int8 [E, K, N], scale fp32 [E, N])``, the ``weights`` / ``scales`` of :class:`cam.LayerWeights`.
     """
+    if bits == 4 and not isinstance(bits, bool):
+        return quantize_weight_int4(weight, group_size)
+    _check_int8_bits(bits, group_size)
     if not isinstance(weight, torch.Tensor) or not weight.is_floating_point():
         raise TypeError("quantize_weight: weight must be a floating-point torch.Tensor")
     if weight.dim() != 3:
@@ -375,6 +383,14 @@ def quantize_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     q = torch.round(w / safe[:, None, :]).clamp_(-127, 127)  # torch.round: half to even
     q = torch.where(scale[:, None, :] > 0, q, torch.zeros_like(q)).to(torch.int8)
     return q, scale.contiguous()
+
+
+def _check_int8_bits(bits, group_size) -> None:
+    if isinstance(bits, bool) or bits != 8:
+        raise ValueError(f"quantize_weight: bits must be 8 (W8A8) or 4 (W4A8), got {bits!r}")
+    if group_size is not None:
+        raise ValueError(f"quantize_weight: group_size {group_size!r} is only for bits=4 (int8 weights are per "
+                         "output channel)")
 
 
 def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
