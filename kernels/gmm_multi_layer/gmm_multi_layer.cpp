@@ -1,6 +1,7 @@
 // gmm_multi_layer (W2) epilogue on the vector cores: out[m, h] = bf16((float(acc[m, h]) * y_scale[m]) *
-// w_scale[l(m)][e(m)][h]), fp32 left to right, both conversions round to nearest even. Rows past the last group are
-// in no block's range, so they are never written.
+// w_scale[l(m)][e(m)][h]), fp32 left to right, both conversions round to nearest even; with an output scale, one more
+// fp32 multiply before the bf16 rounding. Rows past the last group are in no block's range, so they are never
+// written.
 #include "kernel_operator.h"
 
 #include "common/gmm_epilogue.h"
@@ -65,6 +66,7 @@ private:
         const uint64_t off = row * t_.cube.n + col;
         AscendC::LocalTensor<float> f = rowBuf_.Get<float>();
         dequant_.Run(acc_[off], scale_.Get(wScale_, t_.cube.n, layer, expert, col, len), len, ys, f);
+        if (t_.outScaled) AscendC::Muls(f, f, t_.outScale, len);
 
         AscendC::LocalTensor<bfloat16_t> o = outQue_.AllocTensor<bfloat16_t>();
         AscendC::Cast(o, f, AscendC::RoundMode::CAST_RINT, len);

@@ -12,6 +12,8 @@ struct GmmMultiLayerTilingData {
     GmmCubeTilingData cube;
     uint32_t blockDim;  // AIV cores of the epilogue
     uint32_t chunk;     // output columns per pass, a multiple of 16 (32-byte bf16 runs)
+    uint32_t outScaled; // 1: out = bf16(c * outScale), an FFN-side routed scaling factor (docs/gmm.md §9.2)
+    float outScale;     // finite fp32 (outScaled == 1)
 };
 
 constexpr uint32_t kGmmEpilogueColAlign = 16;

@@ -10,7 +10,10 @@
  * Rows past the last group are not written. layerIndex outside [0, L) or a bad groupList (negative count,
  * decreasing cumsum, total > M) is detected by the kernels before they write anything and reported as
  * CAM_ERR_DEVICE_ARGUMENT by camSynchronizeStream. The weight tensors must stay alive and unmoved until the
- * stream has run the op; their addresses go to the device in the op's workspace. */
+ * stream has run the op; their addresses go to the device in the op's workspace.
+ * V2 adds outScale: nullptr is the call above (V1); a finite value s (rounded to fp32) gives
+ * out[m] = bf16(((float(acc) * yScale[m]) * weightScales[l][e]) * s), e.g. routed_scaling_factor applied on the
+ * FFN side. NaN, inf or a value beyond fp32's range is ACLNN_ERR_PARAM_INVALID naming out_scale. */
 #ifndef ACLNN_CAM_GMM_MULTI_LAYER_H
 #define ACLNN_CAM_GMM_MULTI_LAYER_H
 
@@ -26,6 +29,13 @@ CAM_API aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y, co
                                                           const aclTensor* groupList, const aclTensor* layerIndex,
                                                           int64_t groupListType, aclTensor* out,
                                                           uint64_t* workspaceSize, aclOpExecutor** executor);
+CAM_API aclnnStatus aclnnCamGmmMultiLayerV2GetWorkspaceSize(const aclTensor* y, const aclTensor* yScale,
+                                                            const aclTensorList* weights,
+                                                            const aclTensorList* weightScales,
+                                                            const aclTensor* groupList, const aclTensor* layerIndex,
+                                                            int64_t groupListType, const double* outScale,
+                                                            aclTensor* out, uint64_t* workspaceSize,
+                                                            aclOpExecutor** executor);
 CAM_API aclnnStatus aclnnCamGmmMultiLayer(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                           aclrtStream stream);
 

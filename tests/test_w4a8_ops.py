@@ -1,0 +1,93 @@
+"""W2's output scale (routed_scaling_factor on the FFN side) and W4A8 per-channel weights through today's grouped
+matmul kernels, against the goldens (docs/gmm.md §9.2: per-channel W4A8 is W8A8 with int4-valued weights)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cam
+from cam.reference import gmm as ref8
+from cam.reference import w4a8 as ref4
+
+
+def _problem(seed, m, k, n, experts, layers, int4=False):
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = (-8, 8) if int4 else (-128, 128)
+    x = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8)
+    xs = torch.rand(m, generator=g) * 1e-2 + 1e-3
+    ws = [torch.randint(lo, hi, (experts, k, n), generator=g, dtype=torch.int8) for _ in range(layers)]
+    ss = [torch.rand(experts, n, generator=g) * 1e-2 + 1e-3 for _ in range(layers)]
+    return x, xs, ws, ss
+
+
+def _bits(t):
+    return t.view(torch.int16)
+
+
+@pytest.mark.parametrize("out_scale", [2.5, 0.7071067811865476, 1.0, -3.0])
+def test_w2_out_scale_matches_the_golden(out_scale):
+    x, xs, ws, ss = _problem(1, 40, 96, 72, 3, 2)
+    lw = cam.LayerWeights(ws, ss)
+    gl = torch.tensor([11, 0, 20], dtype=torch.int64)
+    out = torch.full((40, 72), 9.0, dtype=torch.bfloat16)
+    cam.ops.gmm_multi_layer(x, xs, lw, gl, torch.tensor([1]), out=out, out_scale=out_scale)
+    want = ref8.gmm_multi_layer(x, xs, ws, ss, gl, 1, out=torch.full((40, 72), 9.0, dtype=torch.bfloat16),
+                                out_scale=out_scale)
+    assert torch.equal(_bits(out), _bits(want))
+    plain = ref8.gmm_multi_layer(x, xs, ws, ss, gl, 1)
+    assert torch.equal(_bits(out[:31]), _bits(plain[:31])) == (out_scale == 1.0)
+    assert bool((out[31:].float() == 9.0).all())
+
+
+def test_w2_out_scale_over_a_group_table():
+    x, xs, ws, ss = _problem(2, 50, 64, 40, 2, 3)
+    lw = cam.LayerWeights(ws, ss)
+    table = torch.tensor([[2, 1, 7], [0, 0, 13], [2, 0, 0], [1, 1, 20]], dtype=torch.int64)
+    got = cam.ops.gmm_multi_layer(x, xs, lw, table, None, cam.ops.gmm.GROUP_TABLE, out_scale=2.5)
+    want = ref8.gmm_multi_layer(x, xs, ws, ss, table, None, ref8.GROUP_TABLE, out_scale=2.5)
+    assert torch.equal(_bits(got), _bits(want))
+
+
+def test_w2_without_out_scale_is_unchanged():
+    x, xs, ws, ss = _problem(3, 20, 32, 48, 2, 1)
+    lw = cam.LayerWeights(ws, ss)
+    gl = torch.tensor([5, 15], dtype=torch.int64)
+    a = cam.ops.gmm_multi_layer(x, xs, lw, gl, torch.tensor([0]))
+    b = cam.ops.gmm_multi_layer(x, xs, lw, gl, torch.tensor([0]), out_scale=None)
+    assert torch.equal(_bits(a), _bits(b))
+    assert torch.equal(_bits(a), _bits(ref8.gmm_multi_layer(x, xs, ws, ss, gl, 0)))
+
+
+@pytest.mark.parametrize("value, error", [(float("nan"), ValueError), (float("inf"), ValueError),
+                                          (1e40, ValueError), ("2.5", TypeError), (True, TypeError)])
+def test_bad_out_scale_is_refused_by_name_before_anything_is_written(value, error):
+    x, xs, ws, ss = _problem(4, 8, 32, 32, 1, 1)
+    lw = cam.LayerWeights(ws, ss)
+    out = torch.full((8, 32), 9.0, dtype=torch.bfloat16)
+    with pytest.raises(error, match="out_scale"):
+        cam.ops.gmm_multi_layer(x, xs, lw, torch.tensor([8]), torch.tensor([0]), out=out, out_scale=value)
+    assert bool((out.float() == 9.0).all())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_per_channel_w4a8_through_todays_kernels(seed):
+    g = torch.Generator().manual_seed(50 + seed)
+    m, k, n = (int(v) for v in torch.randint(1, 120, (3,), generator=g))
+    n = 2 * n
+    x, xs, ws, ss = _problem(60 + seed, m, k, n, 3, 2, int4=True)
+    table = torch.tensor([[1, 2, m // 3], [0, 0, m // 4], [1, 0, m - m // 3 - m // 4]], dtype=torch.int64)
+    lw = cam.LayerWeights(ws, ss)
+    w2 = [w.transpose(1, 2).contiguous() for w in ws]  # [E, N, K]: W2 of the same shapes
+    s2 = [torch.rand(3, k, generator=g) * 1e-2 + 1e-3 for _ in ws]
+    y, ys = cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, table, None, cam.ops.gmm.GROUP_TABLE)
+    want_y, want_ys, rows = ref4.gmm_swiglu_quant_multi_layer_w4a8(x, xs, ws, ss, table, None, ref8.GROUP_TABLE)
+    assert rows == m
+    # docs/gmm.md §6: y within ±1 (the device exp), y_scale within 1e-6 relative.
+    assert int((y.to(torch.int16) - want_y.to(torch.int16)).abs().max()) <= 1
+    assert torch.allclose(ys, want_ys, rtol=1e-6, atol=0)
+    yy = torch.randint(-128, 128, (m, n), generator=g, dtype=torch.int8)
+    out = cam.ops.gmm_multi_layer(yy, xs, cam.LayerWeights(w2, s2), table, None, cam.ops.gmm.GROUP_TABLE,
+                                  out_scale=2.5)
+    want = ref4.gmm_multi_layer_w4a8(yy, xs, w2, s2, table, None, ref8.GROUP_TABLE, out_scale=2.5)
+    assert torch.equal(_bits(out), _bits(want))
