@@ -403,11 +403,13 @@ def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.to(torch.float32) * scale[:, None, :]
 
 
-def dequantized(layer: ExpertFFN) -> ExpertFFN:
-    """``layer`` with both weights replaced by their dequantized int8 values (what cam computes with), for a native
-    run that differs from cam's only in the activations' quantization."""
-    return ExpertFFN(dequantize_weight(*quantize_weight(layer.w1)), dequantize_weight(*quantize_weight(layer.w2)),
-                     layer.swiglu_limit)
+def dequantized(layer: ExpertFFN, *, bits: int = 8) -> ExpertFFN:
+    """``layer`` with both weights replaced by their dequantized int8 (``bits=4``: per-channel int4) values (what cam
+    computes with), for a native run that differs from cam's only in the activations' quantization."""
+    def deq(w: torch.Tensor) -> torch.Tensor:
+        q, s = quantize_weight(w, bits=bits)
+        return dequantize_weight(q, s)
+    return ExpertFFN(deq(layer.w1), deq(layer.w2), layer.swiglu_limit)
 
 
 def common_swiglu_limit(layers: Sequence[ExpertFFN]) -> Optional[float]:
@@ -421,9 +423,14 @@ def common_swiglu_limit(layers: Sequence[ExpertFFN]) -> Optional[float]:
     return limits.pop() if limits else None
 
 
-def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None) -> Tuple[LayerWeights, LayerWeights]:
+def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, *,
+                  bits: int = 8) -> Tuple[LayerWeights, LayerWeights]:
     """The W1 and W2 :class:`cam.LayerWeights` of experts ``experts`` (default: all) of every layer in ``layers``
     (MoE layer ``j`` is ``layers[j]``, the work item's layer index), quantized with :func:`quantize_weight`.
+
+    ``bits=4``: per-channel int4 values (``quantize_weight(w, bits=4)``) held in int8 storage. Today's kernels compute
+    them exactly as the W4A8 contract says (docs/gmm.md §9.1: per channel, W4A8 is W8A8 with int4-valued weights), but
+    the bytes are int8's: the capacity W4A8 is for needs the int4 kernels (§9.3).
 
     An FFN rank ``A + f`` of a topology with ``R`` experts per rank passes ``range(f * R, (f + 1) * R)``."""
     layers = list(layers)
@@ -446,10 +453,10 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None) 
     w2q: List[torch.Tensor] = []
     w2s: List[torch.Tensor] = []
     for x in layers:
-        q, s = quantize_weight(x.w1[sl])
+        q, s = quantize_weight(x.w1[sl], bits=bits)
         w1q.append(q)
         w1s.append(s)
-        q, s = quantize_weight(x.w2[sl])
+        q, s = quantize_weight(x.w2[sl], bits=bits)
         w2q.append(q)
         w2s.append(s)
     return LayerWeights(w1q, w1s), LayerWeights(w2q, w2s)

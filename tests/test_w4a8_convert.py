@@ -225,3 +225,47 @@ def test_from_consumer_bad_input_is_refused_by_name(what, match):
         kw["layout"] = "int32"
     with pytest.raises((ValueError, TypeError), match=match):
         w4a8.from_consumer(packed, enc, assist, **kw)
+
+
+# ----------------------------------------------------------------------------- an FFN through the kernels
+
+
+def _hf_layer(seed, e=4, h=64, i=32):
+    g = torch.Generator().manual_seed(seed)
+    gate_up = torch.randn(e, 2 * i, h, generator=g) / h ** 0.5  # nn.Linear orientation, gate rows first
+    down = torch.randn(e, h, i, generator=g) / i ** 0.5
+    return cam.convert.from_hf_experts(gate_up, down)
+
+
+def _native(layer, x, expert):
+    """The float expert on x: silu(x @ w1_gate) * (x @ w1_up) @ w2 in float64 (cam's orientation)."""
+    w1, w2 = layer.w1[expert].double(), layer.w2[expert].double()
+    c = x.double() @ w1
+    half = c.shape[1] // 2
+    return (torch.nn.functional.silu(c[:, :half]) * c[:, half:]) @ w2
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_w4a8_ffn_through_the_kernels_matches_native_with_the_same_dequantized_weights(bits):
+    layers = [_hf_layer(20 + j) for j in range(2)]
+    w1, w2 = cam.convert.layer_weights(layers, bits=bits)
+    assert (int(w1.weights[0].abs().max()) <= 7) == (bits == 4)
+    x = torch.randn(12, 64, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    q, scale = cam.ops.dynamic_quant(x)
+    counts = torch.tensor([4, 0, 6, 2], dtype=torch.int64)
+    for j, layer in enumerate(layers):
+        idx = torch.tensor([j], dtype=torch.int64)
+        y, ys = cam.ops.gmm_swiglu_quant_multi_layer(q, scale, w1, counts, idx)
+        out = cam.ops.gmm_multi_layer(y, ys, w2, counts, idx).double()
+        deq = cam.convert.dequantized(layer, bits=bits)
+        start = 0
+        for e, n in enumerate(counts.tolist()):
+            if n:
+                rows = slice(start, start + n)
+                want = _native(deq, x[rows].float(), e)
+                # Only the activations' int8 quantization separates cam from this native run (docs/numerics.md).
+                assert float((out[rows] - want).norm() / want.norm()) < 0.05
+                # The weights' int4 rounding is what separates both from the float model, far above int8's.
+                far = float((_native(layer, x[rows].float(), e) - want).norm() / want.norm())
+                assert (far > 0.03) == (bits == 4)
+                start += n
