@@ -210,6 +210,9 @@ def assist_matrix(q: torch.Tensor, scale: torch.Tensor, group_size: Optional[int
     check_int4(q, "q", who)
     e, k, n = q.shape
     groups = _check_scale_shape(who, "scale", scale, e, k, n, group_size)
+    if not bool(torch.isfinite(scale).all()):
+        idx = [int(i) for i in (~torch.isfinite(scale)).nonzero()[0]]
+        raise ValueError(f"{who}: scale{idx} = {float(scale[tuple(idx)])} is not finite")
     colsum = q.to(torch.float64).reshape(e, groups, k // groups, n).sum(dim=2)  # exact integers
     return (8.0 * (colsum * _grouped(scale).to(torch.float64)).sum(dim=1)).to(torch.float32)
 

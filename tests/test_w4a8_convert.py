@@ -176,6 +176,12 @@ def test_assist_matrix_is_eight_times_the_scaled_column_sum():
     assert w4a8.assist_matrix(q, s).tolist() == [[8 * 4 * 0.5, 8 * 2 * 0.25]]
 
 
+def test_assist_matrix_refuses_a_non_finite_scale():
+    q = torch.zeros(1, 2, 2, dtype=torch.int8)
+    with pytest.raises(ValueError, match=r"scale\[0, 1\] = nan is not finite"):
+        w4a8.assist_matrix(q, torch.tensor([[1.0, float("nan")]]))
+
+
 def test_an_assist_matrix_rounded_differently_is_accepted():
     q, s, packed, enc, assist = _consumer(7)
     nudged = (assist.to(torch.float64) * (1 + 2e-7)).to(torch.float32)
