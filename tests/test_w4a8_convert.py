@@ -275,3 +275,33 @@ def test_w4a8_ffn_through_the_kernels_matches_native_with_the_same_dequantized_w
                 far = float((_native(layer, x[rows].float(), e) - want).norm() / want.norm())
                 assert (far > 0.03) == (bits == 4)
                 start += n
+
+
+def test_the_consumers_format_through_the_kernels():
+    """A layer's experts in the consumer's W4A8 format (packed int4-in-int32, int64 scales, assist matrix), converted
+    by cam.w4a8.from_consumer and run by W1 and W2 with its routed_scaling_factor on the FFN side, against the float
+    expert with the decoded weights."""
+    layer = _hf_layer(30)
+    decoded, intended = [], []
+    for w in (layer.w1, layer.w2):
+        q, s = cam.quantize_weight(w, bits=4)
+        enc = w4a8.encode_scale_int64(s)
+        assist = w4a8.assist_matrix(q, w4a8.decode_scale_int64(enc))
+        decoded.append(w4a8.from_consumer(w4a8.pack_int4(q, layout=LAYOUT), enc, assist, layout=LAYOUT))
+        intended.append(w4a8.dequantize_weight_int4(q, s))  # the consumer's weights before its encoding
+    (q1, s1), (q2, s2) = decoded
+    w1, w2 = cam.LayerWeights([q1], [s1]), cam.LayerWeights([q2], [s2])
+    native = cam.convert.ExpertFFN(*intended)
+    x = torch.randn(10, 64, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    q, scale = cam.ops.dynamic_quant(x)
+    counts = torch.tensor([3, 3, 0, 4], dtype=torch.int64)
+    idx = torch.zeros(1, dtype=torch.int64)
+    y, ys = cam.ops.gmm_swiglu_quant_multi_layer(q, scale, w1, counts, idx)
+    rsf = 2.5
+    out = cam.ops.gmm_multi_layer(y, ys, w2, counts, idx, out_scale=rsf).double()
+    start = 0
+    for e, n in enumerate(counts.tolist()):
+        if n:
+            want = rsf * _native(native, x[start:start + n].float(), e)
+            assert float((out[start:start + n] - want).norm() / want.norm()) < 0.05
+            start += n
