@@ -263,6 +263,9 @@ def from_consumer(weight: torch.Tensor, scale: torch.Tensor, assist: torch.Tenso
     if not isinstance(scale, torch.Tensor) or scale.dtype != torch.int64:
         got = scale.dtype if isinstance(scale, torch.Tensor) else type(scale).__name__
         raise TypeError(f"{who}: scale must be int64 (the encoded quant parameter), got {got}")
+    if scale.dim() >= 2 and (scale.shape[0] != e or scale.shape[-1] != n):
+        raise ValueError(f"{who}: weight {list(weight.shape)} packs E = {e} experts of N = {n} columns (eight per "
+                         f"int32), scale {list(scale.shape)} has E = {scale.shape[0]}, N = {scale.shape[-1]}")
     _check_scale_shape(who, "scale", scale, e, k, n, group_size)
     s = decode_scale_int64(scale, "scale", who)
     check_assist(assist, q, s, group_size, "assist", who)

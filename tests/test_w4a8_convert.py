@@ -200,7 +200,9 @@ def test_an_inconsistent_assist_matrix_is_refused_by_name():
     ("assist_experts", r"assist must be \[E, N\] = \[3, 40\]"),
     ("assist_nan", r"assist\[0, 0\] = nan is not finite"),
     ("assist_dtype", "assist must be an fp32 tensor"),
-    ("scale_shape", r"scale must be \[E, N\] = \[3, 40\]"),
+    ("scale_shape", r"weight \[3, 64, 5\] packs E = 3 experts of N = 40 columns .* scale \[3, 8\] has E = 3, N = 8"),
+    ("weight_n", r"weight \[3, 64, 4\] packs E = 3 experts of N = 32 columns"),
+    ("scale_1d", r"scale must be \[E, N\] = \[3, 40\]"),
     ("scale_dtype", "scale must be int64"),
     ("weight_dtype", "weight must be int32"),
     ("weight_k", r"scale must be \[E, K / group_size, N\]"),
@@ -219,6 +221,10 @@ def test_from_consumer_bad_input_is_refused_by_name(what, match):
         assist = assist.double()
     elif what == "scale_shape":
         enc = enc[:, :8]
+    elif what == "weight_n":
+        packed = packed[..., :4]
+    elif what == "scale_1d":
+        enc = enc[0]
     elif what == "scale_dtype":
         enc = s
     elif what == "weight_dtype":
