@@ -104,10 +104,13 @@ class LayerWeights:
                 f"got shape {shape0}"
             )
         s0 = tuple(scales[0].shape)
-        if len(s0) != 2 or s0[0] != e or (n is not None and s0[1] != n):
+        # [E, N] per output channel, or [E, G, N] per group of K / G rows along K (docs/gmm.md §9.2).
+        if len(s0) not in (2, 3) or s0[0] != e or (n is not None and s0[-1] != n):
             want = f"[{e}, {n}]" if n is not None else f"[{e}, N]"
-            raise ValueError(f"LayerWeights: scales[0] must have shape {want}, got {s0}")
-        n = s0[1]
+            raise ValueError(f"LayerWeights: scales[0] must have shape {want} (or [{e}, G, N] per K group), got {s0}")
+        if len(s0) == 3 and (s0[1] < 1 or (k is not None and k % s0[1] != 0)):
+            raise ValueError(f"LayerWeights: scales[0] {s0} has {s0[1]} K groups, which must divide K = {k}")
+        n = s0[-1]
         if len(shape0) == 5 and -(-n // _NZ_N0) != shape0[1]:
             raise ValueError(f"LayerWeights: scales say N = {n} but the NZ weights hold ceil(N/32) = {shape0[1]}")
         for i, s in enumerate(scales):

@@ -91,3 +91,49 @@ def test_per_channel_w4a8_through_todays_kernels(seed):
                                   out_scale=2.5)
     want = ref4.gmm_multi_layer_w4a8(yy, xs, w2, s2, table, None, ref8.GROUP_TABLE, out_scale=2.5)
     assert torch.equal(_bits(out), _bits(want))
+
+
+# ----------------------------------------------------------------------------- per-group scales along K (W2)
+
+
+@pytest.mark.parametrize("m,k,n,group_size", [(40, 256, 72, 64), (23, 96, 40, 32), (9, 512, 48, 256),
+                                              (30, 384, 136, 128)])
+def test_w2_per_group_scales_match_the_golden(m, k, n, group_size):
+    g = torch.Generator().manual_seed(k + group_size)
+    x, xs, ws, _ = _problem(k, m, k, n, 3, 2, int4=True)
+    ss = [torch.rand(3, k // group_size, n, generator=g) * 1e-2 + 1e-3 for _ in ws]
+    lw = cam.LayerWeights(ws, ss)
+    gl = torch.tensor([m // 3, 0, m - m // 3 - 1], dtype=torch.int64)
+    out = torch.full((m, n), 9.0, dtype=torch.bfloat16)
+    cam.ops.gmm_multi_layer(x, xs, lw, gl, torch.tensor([1]), out=out, out_scale=0.5)
+    want = ref4.gmm_multi_layer_w4a8(x, xs, ws, ss, gl, 1, out=torch.full((m, n), 9.0, dtype=torch.bfloat16),
+                                     group_size=group_size, out_scale=0.5)
+    assert torch.equal(_bits(out), _bits(want))
+    assert bool((out[m - 1:].float() == 9.0).all())
+
+
+def test_w2_per_group_scales_over_a_group_table():
+    k, n, gs = 128, 64, 32
+    g = torch.Generator().manual_seed(5)
+    x, xs, ws, _ = _problem(5, 50, k, n, 2, 3, int4=True)
+    ss = [torch.rand(2, k // gs, n, generator=g) * 1e-2 + 1e-3 for _ in ws]
+    table = torch.tensor([[2, 1, 7], [0, 0, 13], [2, 0, 0], [1, 1, 20]], dtype=torch.int64)
+    got = cam.ops.gmm_multi_layer(x, xs, cam.LayerWeights(ws, ss), table, None, cam.ops.gmm.GROUP_TABLE)
+    want = ref4.gmm_multi_layer_w4a8(x, xs, ws, ss, table, None, ref8.GROUP_TABLE, group_size=gs)
+    assert torch.equal(_bits(got), _bits(want))
+    # The groups' scales matter: the per-channel result with group 0's scales is a different output.
+    other = ref4.gmm_multi_layer_w4a8(x, xs, ws, [s[:, 0, :].contiguous() for s in ss], table, None,
+                                      ref8.GROUP_TABLE)
+    assert not torch.equal(_bits(got), _bits(other))
+
+
+def test_per_group_scales_refused_by_name():
+    x, xs, ws, _ = _problem(6, 8, 96, 32, 1, 1, int4=True)
+    with pytest.raises(ValueError, match=r"weight_scales\[0\] .* splits K = 96 into 2 groups"):
+        cam.ops.gmm_multi_layer(x, xs, cam.LayerWeights(ws, [torch.ones(1, 2, 32)]), torch.tensor([8]),
+                                torch.tensor([0]))
+    w1 = cam.LayerWeights(ws, [torch.ones(1, 3, 32)])
+    with pytest.raises(ValueError, match="supported by gmm_multi_layer .* only"):
+        cam.ops.gmm_swiglu_quant_multi_layer(x, xs, w1, torch.tensor([8]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="5 K groups, which must divide K = 96"):
+        cam.LayerWeights(ws, [torch.ones(1, 5, 32)])

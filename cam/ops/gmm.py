@@ -184,7 +184,9 @@ def gmm_multi_layer(
     Args:
         y: int8 ``[M, I]`` (W1's output); ``M`` is the row capacity.
         y_scale: fp32 ``[M]``.
-        weights: :class:`cam.LayerWeights` over ``[E_local, I, H]`` weights and ``[E_local, H]`` scales per layer.
+        weights: :class:`cam.LayerWeights` over ``[E_local, I, H]`` weights and ``[E_local, H]`` scales per layer,
+            or ``[E_local, G, H]`` scales per group of ``I / G`` rows (a multiple of 32) along I: each group's int32
+            partial dequantized with its scales, the groups summed in fp32 in order (docs/gmm.md §9.2).
         group_list, layer_index, group_list_type: as for :func:`gmm_swiglu_quant_multi_layer`.
         out: optional bf16 ``[M, H]`` to write into; rows past the groups' total are not written (allocated here
             as zeros when not given).

@@ -52,12 +52,12 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerV2GetWorkspaceSize(const aclTensor* 
         const cam::tiling::GmmShape shape{static_cast<uint64_t>(a.m), static_cast<uint64_t>(a.k),
                                           static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.experts),
                                           static_cast<uint64_t>(a.layers), groupListType,
-                                          static_cast<uint64_t>(a.groups)};
+                                          static_cast<uint64_t>(a.groups), static_cast<uint64_t>(a.kGroups)};
         if (!cam::tiling::TileGmmMultiLayer(CurrentPlatform(), shape, &tiling, &why)) return check.Invalid(why);
         tiling.outScaled = outScale != nullptr ? 1 : 0;
         tiling.outScale = outScale != nullptr ? static_cast<float>(*outScale) : 1.0f;
 
-        const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);
+        const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n, a.kGroups);
         auto ex = std::make_unique<Executor>("gmm_multi_layer");
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;

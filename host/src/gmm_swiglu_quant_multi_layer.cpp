@@ -39,6 +39,9 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
         if ((st = CheckGmmInputs(check, "x", "x_scale", x, xScale, weights, weightScales, groupList, layerIndex,
                                  groupListType, &a)))
             return st;
+        if (a.kGroups > 1)
+            return check.Invalid("weight_scales per group along K ([E, G, N]) are supported by gmm_multi_layer (W2) "
+                                 "only; gmm_swiglu_quant_multi_layer takes [E, N]");
         if (a.n % 2 != 0)
             return check.Invalid("N = " + std::to_string(a.n) +
                                  " must be even (N from weight_scales): the output splits into act | gate halves");

@@ -18,11 +18,13 @@ struct GmmMultiLayerTilingData {
 
 constexpr uint32_t kGmmEpilogueColAlign = 16;
 
-// UB bytes the W2 epilogue carves for `chunk` columns.
-__aicore__ constexpr uint32_t GmmMultiLayerUbBytes(uint32_t chunk) {
+// UB bytes the W2 epilogue carves for `chunk` columns; `grouped` (per-group scales along K): one more fp32 row for
+// each group's dequantized partial before it is added.
+__aicore__ constexpr uint32_t GmmMultiLayerUbBytes(uint32_t chunk, bool grouped = false) {
     return DequantUbBytes(chunk)               // accumulator and w_scale in (common/gmm_epilogue.h)
            + UbBytes(uint64_t(chunk) * 4)      // fp32 working row
-           + 2 * UbBytes(uint64_t(chunk) * 2); // bf16 out, double buffered
+           + 2 * UbBytes(uint64_t(chunk) * 2)  // bf16 out, double buffered
+           + (grouped ? UbBytes(uint64_t(chunk) * 4) : 0);
 }
 
 }  // namespace cam::kernels

@@ -3,7 +3,8 @@
  *   yScale        [M]     ACL_FLOAT, per-row scale
  *   weights       L tensors, one per layer: ACL_INT8 [E, ceil(H/32), ceil(I/16), 16, 32], the FRACTAL_NZ prepack of
  *                 an ND [E, I, H] weight (torch_npu's int8 NZ layout; cam.ops.prepack_weights produces it)
- *   weightScales  L tensors: ACL_FLOAT [E, H], per output channel
+ *   weightScales  L tensors: ACL_FLOAT [E, H], per output channel, or [E, G, H]: per group of I / G rows of I
+ *                 (a multiple of 32), each group's int32 partial scaled and the groups summed in fp32 in order
  *   groupList     [E]     ACL_INT64 on the device: counts (groupListType 1) or cumsum (0) of each expert's rows
  *   layerIndex    [1]     ACL_INT64 on the device: which layer's weights to use
  *   out           [M, H]  ACL_BF16 (out): out[m] = bf16((float(y[m] . W[l][e]) * yScale[m]) * weightScales[l][e])
