@@ -132,8 +132,31 @@ def test_per_group_scales_refused_by_name():
     with pytest.raises(ValueError, match=r"weight_scales\[0\] .* splits K = 96 into 2 groups"):
         cam.ops.gmm_multi_layer(x, xs, cam.LayerWeights(ws, [torch.ones(1, 2, 32)]), torch.tensor([8]),
                                 torch.tensor([0]))
-    w1 = cam.LayerWeights(ws, [torch.ones(1, 3, 32)])
-    with pytest.raises(ValueError, match="supported by gmm_multi_layer .* only"):
+    w1 = cam.LayerWeights(ws, [torch.ones(1, 4, 32)])  # groups of 24 rows: not a multiple of 32
+    with pytest.raises(ValueError, match=r"weight_scales\[0\] .* splits K = 96 into 4 groups"):
         cam.ops.gmm_swiglu_quant_multi_layer(x, xs, w1, torch.tensor([8]), torch.tensor([0]))
     with pytest.raises(ValueError, match="5 K groups, which must divide K = 96"):
         cam.LayerWeights(ws, [torch.ones(1, 5, 32)])
+
+
+@pytest.mark.parametrize("m,k,n,group_size,table", [(40, 256, 72, 64, False), (23, 96, 40, 32, True),
+                                                    (30, 384, 136, 128, False), (5, 64, 9000, 32, False)])
+def test_w1_per_group_scales_match_the_golden(m, k, n, group_size, table):
+    # The last shape's N / 2 = 4500 output columns need two epilogue passes with the extra UB row: the spill path.
+    g = torch.Generator().manual_seed(k + n)
+    x, xs, ws, _ = _problem(k + 1, m, k, n, 3, 2, int4=True)
+    ss = [torch.rand(3, k // group_size, n, generator=g) * 2e-2 + 1e-3 for _ in ws]
+    lw = cam.LayerWeights(ws, ss)
+    if table:
+        gl, li, glt = torch.tensor([[1, 2, 9], [0, 0, 4], [1, 0, 10]], dtype=torch.int64), None, ref8.GROUP_TABLE
+    else:
+        gl, li, glt = torch.tensor([m // 3, 0, m - m // 3 - 1], dtype=torch.int64), 1, ref8.GROUP_LIST_COUNTS
+    y = torch.full((m, n // 2), 77, dtype=torch.int8)
+    ys = torch.full((m,), -1.5, dtype=torch.float32)
+    cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, gl, None if table else torch.tensor([li]), glt, out=(y, ys))
+    want_y, want_ys, rows = ref4.gmm_swiglu_quant_multi_layer_w4a8(x, xs, ws, ss, gl, li, glt, group_size=group_size)
+    # docs/gmm.md §6: y within ±1 (the device exp), y_scale within 1e-6 relative; rows past the groups untouched.
+    assert int((y[:rows].to(torch.int16) - want_y[:rows].to(torch.int16)).abs().max()) <= 1
+    assert float((y[:rows] != want_y[:rows]).float().mean()) <= 1e-2
+    assert torch.allclose(ys[:rows], want_ys[:rows], rtol=1e-6, atol=0)
+    assert bool((y[rows:] == 77).all()) and bool((ys[rows:] == -1.5).all())

@@ -111,7 +111,9 @@ def gmm_swiglu_quant_multi_layer(
         x: int8 ``[M, K]`` activations (the dispatch receive buffer); ``M`` is the row capacity, ``M >= 0``.
         x_scale: fp32 ``[M]`` per-row dequant scale of ``x``.
         weights: :class:`cam.LayerWeights` over ``[E_local, K, N]`` weights (``N`` even, first half act) and
-            ``[E_local, N]`` fp32 scales for every layer.
+            ``[E_local, N]`` fp32 scales for every layer, or ``[E_local, G, N]`` per group of ``K / G`` rows (a
+            multiple of 32) along K: each group's int32 partial dequantized with its scales, summed in fp32 in group
+            order (docs/gmm.md §9.2).
         group_list: int64 ``[E_local]`` on the device: rows per expert (``group_list_type`` 1, what dispatch_recv
             emits) or their running sum (0). Its total may be below ``M``. With ``group_list_type`` 2
             (:data:`GROUP_TABLE`) a ``[G, 3]`` group table: group ``g``'s rows follow group ``g-1``'s and are

@@ -39,9 +39,6 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
         if ((st = CheckGmmInputs(check, "x", "x_scale", x, xScale, weights, weightScales, groupList, layerIndex,
                                  groupListType, &a)))
             return st;
-        if (a.kGroups > 1)
-            return check.Invalid("weight_scales per group along K ([E, G, N]) are supported by gmm_multi_layer (W2) "
-                                 "only; gmm_swiglu_quant_multi_layer takes [E, N]");
         if (a.n % 2 != 0)
             return check.Invalid("N = " + std::to_string(a.n) +
                                  " must be even (N from weight_scales): the output splits into act | gate halves");
@@ -56,7 +53,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
         const cam::tiling::GmmShape shape{static_cast<uint64_t>(a.m), static_cast<uint64_t>(a.k),
                                           static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.experts),
                                           static_cast<uint64_t>(a.layers), groupListType,
-                                          static_cast<uint64_t>(a.groups)};
+                                          static_cast<uint64_t>(a.groups), static_cast<uint64_t>(a.kGroups)};
         if (!cam::tiling::TileGmmSwigluQuantMultiLayer(CurrentPlatform(), shape, &tiling, &why))
             return check.Invalid(why);
         if (swigluLimit != nullptr) {
@@ -66,7 +63,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
                                                                              : static_cast<float>(*swigluLimit);
         }
 
-        const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);
+        const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n, a.kGroups);
         auto ex = std::make_unique<Executor>("gmm_swiglu_quant_multi_layer");
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;

@@ -132,7 +132,9 @@ bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& 
     if (!TileGmmCube(platform, s, &t.cube, why)) return false;
     t.half = static_cast<uint32_t>(s.n / 2);
     const uint32_t cap = static_cast<uint32_t>(AlignUp(t.half, kernels::kGmmSwigluColAlign));
-    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmSwigluColAlign, cap, kernels::GmmSwigluQuantMultiLayerUbBytes);
+    const bool grouped = s.kGroups > 1;
+    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmSwigluColAlign, cap,
+                           [grouped](uint32_t c) { return kernels::GmmSwigluQuantMultiLayerUbBytes(c, grouped); });
     if (t.chunk == 0) {
         *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue pass";
         return false;
