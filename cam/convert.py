@@ -20,7 +20,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from .layer_weights import LayerWeights
-from .w4a8 import quantize_weight_int4
+from .w4a8 import dequantize_weight_int4, quantize_weight_int4
 
 __all__ = [
     "ExpertFFN",
@@ -403,12 +403,13 @@ def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.to(torch.float32) * scale[:, None, :]
 
 
-def dequantized(layer: ExpertFFN, *, bits: int = 8) -> ExpertFFN:
-    """``layer`` with both weights replaced by their dequantized int8 (``bits=4``: per-channel int4) values (what cam
-    computes with), for a native run that differs from cam's only in the activations' quantization."""
+def dequantized(layer: ExpertFFN, *, bits: int = 8, group_size: Optional[int] = None) -> ExpertFFN:
+    """``layer`` with both weights replaced by their dequantized int8 (``bits=4``: int4, per channel or per
+    ``group_size`` K rows) values (what cam computes with), for a native run that differs from cam's only in the
+    activations' quantization."""
     def deq(w: torch.Tensor) -> torch.Tensor:
-        q, s = quantize_weight(w, bits=bits)
-        return dequantize_weight(q, s)
+        q, s = quantize_weight(w, bits=bits, group_size=group_size)
+        return dequantize_weight(q, s) if group_size is None else dequantize_weight_int4(q, s, group_size)
     return ExpertFFN(deq(layer.w1), deq(layer.w2), layer.swiglu_limit)
 
 
@@ -423,14 +424,16 @@ def common_swiglu_limit(layers: Sequence[ExpertFFN]) -> Optional[float]:
     return limits.pop() if limits else None
 
 
-def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, *,
-                  bits: int = 8) -> Tuple[LayerWeights, LayerWeights]:
+def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, *, bits: int = 8,
+                  group_size: Optional[int] = None) -> Tuple[LayerWeights, LayerWeights]:
     """The W1 and W2 :class:`cam.LayerWeights` of experts ``experts`` (default: all) of every layer in ``layers``
     (MoE layer ``j`` is ``layers[j]``, the work item's layer index), quantized with :func:`quantize_weight`.
 
     ``bits=4``: per-channel int4 values (``quantize_weight(w, bits=4)``) held in int8 storage. Today's kernels compute
     them exactly as the W4A8 contract says (docs/gmm.md §9.1: per channel, W4A8 is W8A8 with int4-valued weights), but
-    the bytes are int8's: the capacity W4A8 is for needs the int4 kernels (§9.3).
+    the bytes are int8's: the capacity W4A8 is for needs the int4 kernels (§9.3). ``group_size`` (``bits=4`` only):
+    scales per group of that many K rows, ``[E, K / group_size, N]``, which the kernels apply per group (§9.2); it
+    must divide both H and I and be a multiple of 32.
 
     An FFN rank ``A + f`` of a topology with ``R`` experts per rank passes ``range(f * R, (f + 1) * R)``."""
     layers = list(layers)
@@ -453,10 +456,10 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
     w2q: List[torch.Tensor] = []
     w2s: List[torch.Tensor] = []
     for x in layers:
-        q, s = quantize_weight(x.w1[sl], bits=bits)
+        q, s = quantize_weight(x.w1[sl], bits=bits, group_size=group_size)
         w1q.append(q)
         w1s.append(s)
-        q, s = quantize_weight(x.w2[sl], bits=bits)
+        q, s = quantize_weight(x.w2[sl], bits=bits, group_size=group_size)
         w2q.append(q)
         w2s.append(s)
     return LayerWeights(w1q, w1s), LayerWeights(w2q, w2s)

@@ -257,10 +257,11 @@ def _native(layer, x, expert):
     return (torch.nn.functional.silu(c[:, :half]) * c[:, half:]) @ w2
 
 
-@pytest.mark.parametrize("bits", [8, 4])
-def test_w4a8_ffn_through_the_kernels_matches_native_with_the_same_dequantized_weights(bits):
+@pytest.mark.parametrize("bits,group_size", [(8, None), (4, None), (4, 32)])
+def test_w4a8_ffn_through_the_kernels_matches_native_with_the_same_dequantized_weights(bits, group_size):
     layers = [_hf_layer(20 + j) for j in range(2)]
-    w1, w2 = cam.convert.layer_weights(layers, bits=bits)
+    w1, w2 = cam.convert.layer_weights(layers, bits=bits, group_size=group_size)
+    assert w1.scales[0].dim() == (2 if group_size is None else 3)
     assert (int(w1.weights[0].abs().max()) <= 7) == (bits == 4)
     x = torch.randn(12, 64, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     q, scale = cam.ops.dynamic_quant(x)
@@ -269,7 +270,7 @@ def test_w4a8_ffn_through_the_kernels_matches_native_with_the_same_dequantized_w
         idx = torch.tensor([j], dtype=torch.int64)
         y, ys = cam.ops.gmm_swiglu_quant_multi_layer(q, scale, w1, counts, idx)
         out = cam.ops.gmm_multi_layer(y, ys, w2, counts, idx).double()
-        deq = cam.convert.dequantized(layer, bits=bits)
+        deq = cam.convert.dequantized(layer, bits=bits, group_size=group_size)
         start = 0
         for e, n in enumerate(counts.tolist()):
             if n:
