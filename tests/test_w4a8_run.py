@@ -25,3 +25,49 @@ def test_cam_run_w4a8_on_a_checkpoint_matches_native(family, tmp_path):
 
 def test_weights_flag_needs_a_checkpoint():
     _refused(["--weights", "w4a8"], "--weights w4a8 needs --checkpoint")
+
+
+def test_cam_ffn_serves_w4a8_experts(tmp_path):
+    """A cam-ffn process with --weights w4a8 --group-size 32 serves a checkpoint: the routed output equals cam's ops
+    in one process on the same int4 experts, and differs from the W8A8 experts'."""
+    import os
+
+    import torch
+
+    import cam
+    from cam import convert
+    from cam.connector import AsyncAFDConnector, ConnectorConfig, loopback_store
+    from cam.integrations.plane import routed_local
+    from test_ffn_server import B, E, H, K, L, TIMEOUT_S, _cam_ffn, _experts, _one_round, _reap, _write_checkpoint
+
+    _write_checkpoint(tmp_path, _experts())
+    secret = os.urandom(16)
+    env = dict(os.environ, CAM_RUN_SECRET=secret.hex())
+    store = loopback_store(0, TIMEOUT_S)
+    topo = cam.Topology(D=1, P=1, F=1, E=E, K=K, H=H, Bmax=B, L=L)
+    procs = [_cam_ffn(["--rank", "1", "--checkpoint", str(tmp_path), "-D", "1", "-F", "1", "--max-tokens", str(B),
+                       "--master-port", str(store.port), "--group", "ffn-w4", "--idle-poll", "0.02", "--timeout",
+                       str(TIMEOUT_S), "--weights", "w4a8", "--group-size", "32"], env)]
+    try:
+        cfg = ConnectorConfig(topology=topo, master_port=store.port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
+                              group="ffn-w4", secret=secret)
+        conn = AsyncAFDConnector(0, "attention", cfg)
+        x, ids, w, out, outs = _one_round(conn, store, procs)
+    finally:
+        _reap(procs)
+    assert procs[0].returncode == 0, outs[0][1]
+    assert "weights w4a8 (groups of 32 K rows)" in outs[0][1]
+    w1, w2 = convert.layer_weights(_experts(), bits=4, group_size=32)
+    assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
+    w1, w2 = convert.layer_weights(_experts())
+    assert not torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
+
+
+def test_cam_ffn_group_size_needs_w4a8(tmp_path, caplog):
+    from cam import ffn_server
+    from test_ffn_server import _experts, _write_checkpoint
+
+    _write_checkpoint(tmp_path, _experts())
+    assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4",
+                            "--group-size", "32"]) == 2
+    assert "--group-size needs --weights w4a8" in caplog.text
