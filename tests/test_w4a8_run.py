@@ -71,3 +71,40 @@ def test_cam_ffn_group_size_needs_w4a8(tmp_path, caplog):
     assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4",
                             "--group-size", "32"]) == 2
     assert "--group-size needs --weights w4a8" in caplog.text
+
+
+def test_transformers_cam_w4a8_experts_match_native_with_the_same_int4_weights():
+    """transformers' experts extension point with "cam_w4a8": greedy tokens of a tiny Qwen3-MoE equal the native
+    model's with the same dequantized int4 experts (near-ties allowed, as for "cam"), and the W8A8-dequantized native
+    model is a different model at these weights."""
+    import torch
+    import transformers
+
+    from cam import convert
+    from cam.integrations import transformers as camtf
+    from test_integrations_transformers import PROMPTS, _config, _init, _prompts, _same_greedy
+
+    camtf.register()
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(_config("qwen3_moe")).eval()
+    _init(model, 7)
+    natives = {}
+    for bits in (4, 8):
+        native = transformers.AutoModelForCausalLM.from_config(_config("qwen3_moe")).eval()
+        native.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            for block in camtf.moe_blocks(native).values():
+                ffn = convert.dequantized(convert.from_hf_module(block.experts), bits=bits)
+                block.experts.gate_up_proj.copy_(ffn.w1.transpose(1, 2))
+                block.experts.down_proj.copy_(ffn.w2.transpose(1, 2))
+        natives[bits] = native
+    model.set_experts_implementation(camtf.EXPERTS_IMPLEMENTATION_W4A8)
+    prompts = _prompts(model.config.vocab_size)
+    with torch.no_grad():
+        got = [model(p).logits[0, -1] for p in prompts]
+        want = [natives[4](p).logits[0, -1] for p in prompts]
+        w8 = [natives[8](p).logits[0, -1] for p in prompts]
+    assert sum(_same_greedy(g, w) for g, w in zip(got, want)) >= PROMPTS - 1
+    err4 = max(float((g - w).abs().max() / w.abs().max()) for g, w in zip(got, want))
+    err8 = max(float((g - w).abs().max() / w.abs().max()) for g, w in zip(got, w8))
+    assert err4 < err8, (err4, err8)  # closer to its own weights than to the int8 ones
