@@ -76,6 +76,7 @@ def _gate(op: str, x_name: str, x, x_scale_name: str, x_scale, weights, group_li
     if not (layer_index is None and group_list_type == GROUP_TABLE):
         args.gate(layer_index=(layer_index, torch.Tensor))
     weights.require_k(op, x_name, x)  # the one rule no tensor carries to the C API
+    weights.require_format(op, "int8")
     return weights
 
 

@@ -2,6 +2,7 @@
 // of prepacked ZN fractals for B), LoadData into L0A / L0B, Mmad and Fixpipe, against the integer product; and one
 // kernel per int4 rule that breaks it (docs/twin.md, "int4 operands"). Usage: cube_int4 <case>.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -108,6 +109,41 @@ void Int4Cube(GM_ADDR a, GM_ADDR b, GM_ADDR c, Shape s, Break brk) {
     co1.FreeTensor(lc);
 }
 
+// One launch of Int4Cube; prints the violation and returns false if the twin refused the kernel.
+bool Launch(std::vector<uint8_t>& a, std::vector<uint8_t>& b, std::vector<int32_t>& c, Shape s, Break brk) {
+    try {
+        cam::twin::RunLaunch("int4_cube", 1, [&] {
+            Int4Cube(reinterpret_cast<GM_ADDR>(a.data()), reinterpret_cast<GM_ADDR>(b.data()),
+                     reinterpret_cast<GM_ADDR>(c.data()), s, brk);
+        });
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return false;
+    }
+    return true;
+}
+
+// Operands packed by the caller (cam's packers): DIR/a.bin (A ND, packed along k), DIR/b.bin (B ZN fractals);
+// writes DIR/c.bin (int32 [m, n]).
+int FromFiles(const std::string& dir, Shape s) {
+    auto load = [&](const char* name, size_t bytes) {
+        std::vector<uint8_t> v(bytes);
+        FILE* f = std::fopen((dir + "/" + name).c_str(), "rb");
+        if (f == nullptr || std::fread(v.data(), 1, bytes, f) != bytes) v.clear();
+        if (f != nullptr) std::fclose(f);
+        return v;
+    };
+    std::vector<uint8_t> a = load("a.bin", s.m * s.k / 2), b = load("b.bin", s.k4() * s.n / 2);
+    if (a.empty() || b.empty()) return std::fprintf(stderr, "cannot read a.bin / b.bin in %s\n", dir.c_str()), 2;
+    std::vector<int32_t> c(s.m * s.n, 0);
+    if (!Launch(a, b, c, s, Break::None)) return 1;
+    FILE* f = std::fopen((dir + "/c.bin").c_str(), "wb");
+    if (f == nullptr || std::fwrite(c.data(), 4, c.size(), f) != c.size()) return std::fprintf(stderr, "cannot write\n"), 2;
+    std::fclose(f);
+    std::printf("OK\n");
+    return 0;
+}
+
 uint8_t Nibble(int v) { return static_cast<uint8_t>(v) & 0x0F; }
 
 // Random int4 values over [-8, 7]; A packed along k (ND), B in ZN fractals, its rows past k random too (the
@@ -129,15 +165,7 @@ int Run(Shape s, Break brk) {
             b[byte] |= Nibble(bv[k * s.n + j]) << (4 * (k % 2));
         }
     std::vector<int32_t> c(s.m * s.n, 0);
-    try {
-        cam::twin::RunLaunch("int4_cube", 1, [&] {
-            Int4Cube(reinterpret_cast<GM_ADDR>(a.data()), reinterpret_cast<GM_ADDR>(b.data()),
-                     reinterpret_cast<GM_ADDR>(c.data()), s, brk);
-        });
-    } catch (const cam::twin::TwinViolation& e) {
-        std::printf("%s\n", e.what());
-        return 1;
-    }
+    if (!Launch(a, b, c, s, brk)) return 1;
     for (uint32_t r = 0; r < s.m; ++r)
         for (uint32_t j = 0; j < s.n; ++j) {
             int32_t want = 0;
@@ -154,7 +182,10 @@ int Run(Shape s, Break brk) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 2) return std::fprintf(stderr, "usage: cube_int4 <case>\n"), 2;
+    if (argc == 6 && std::strcmp(argv[1], "file") == 0)
+        return FromFiles(argv[2], {uint32_t(std::atoi(argv[3])), uint32_t(std::atoi(argv[4])),
+                                   uint32_t(std::atoi(argv[5]))});
+    if (argc != 2) return std::fprintf(stderr, "usage: cube_int4 <case> | file DIR M K N\n"), 2;
     const std::string c = argv[1];
     if (c == "good_int4") return Run({32, 128, 48}, Break::None);
     if (c == "good_int4_k96") return Run({16, 96, 32}, Break::None);  // K padded to 64 by the copy, B past K random
