@@ -176,6 +176,13 @@ class LayerWeights:
         for i, s in enumerate(scales):
             if tuple(s.shape) != s0:
                 raise ValueError(f"LayerWeights: scales[{i}] has shape {tuple(s.shape)}, scales[0] {s0}")
+        if format == "int4":
+            # W4A8's bad-input contract (docs/gmm.md §9.4): a non-finite scale is refused, not carried into outputs.
+            for i, sc in enumerate(scales):
+                bad = ~torch.isfinite(sc)
+                if bool(bad.any()):
+                    idx = [int(j) for j in bad.nonzero()[0]]
+                    raise ValueError(f"LayerWeights: scales[{i}]{idx} = {float(sc[tuple(idx)])} is not finite")
         self.weights = tuple(packed)
         self.scales = tuple(s.contiguous() for s in scales)
         self.format = format

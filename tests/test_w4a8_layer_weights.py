@@ -85,6 +85,11 @@ def test_int4_refusals_name_the_argument():
         cam.LayerWeights([prepack_weights(w)], [s], k=64, format="int4")
     with pytest.raises(TypeError, match="weight must be int8"):
         prepack_weights_int4(w.to(torch.int16))
+    for value in (float("nan"), float("inf")):
+        s_bad = s.clone()
+        s_bad[1, 2] = value
+        with pytest.raises(ValueError, match=rf"scales\[0\]\[1, 2\] = {value} is not finite"):
+            cam.LayerWeights([w], [s_bad], format="int4")
 
 
 def test_ops_refuse_packed_int4_by_name():
