@@ -138,7 +138,8 @@ int FromFiles(const std::string& dir, Shape s) {
     std::vector<int32_t> c(s.m * s.n, 0);
     if (!Launch(a, b, c, s, Break::None)) return 1;
     FILE* f = std::fopen((dir + "/c.bin").c_str(), "wb");
-    if (f == nullptr || std::fwrite(c.data(), 4, c.size(), f) != c.size()) return std::fprintf(stderr, "cannot write\n"), 2;
+    if (f == nullptr || std::fwrite(c.data(), 4, c.size(), f) != c.size())
+        return std::fprintf(stderr, "cannot write c.bin in %s\n", dir.c_str()), 2;
     std::fclose(f);
     std::printf("OK\n");
     return 0;

@@ -141,9 +141,8 @@ public:
 
     template <typename U>
     LocalTensor<U> ReinterpretCast() const {
-        return LocalTensor<U>(reinterpret_cast<U*>(addr_), static_cast<uint32_t>(uint64_t(count_) * cam::twin::kElemBits<T> /
-                                                                    cam::twin::kElemBits<U>),
-                              rec_);
+        const uint64_t bits = uint64_t(count_) * cam::twin::kElemBits<T>;
+        return LocalTensor<U>(reinterpret_cast<U*>(addr_), static_cast<uint32_t>(bits / cam::twin::kElemBits<U>), rec_);
     }
 
     T GetValue(uint32_t index, const std::source_location where = std::source_location::current()) const {
@@ -227,7 +226,8 @@ public:
     template <typename T>
     LocalTensor<T> AllocTensor(const std::source_location where = std::source_location::current()) {
         cam::twin::BufferRecord* rec = TakeFree(where);
-        return LocalTensor<T>(reinterpret_cast<T*>(rec->base), static_cast<uint32_t>(cam::twin::ElemsInBytes<T>(rec->bytes)), rec);
+        return LocalTensor<T>(reinterpret_cast<T*>(rec->base),
+                              static_cast<uint32_t>(cam::twin::ElemsInBytes<T>(rec->bytes)), rec);
     }
     template <typename T>
     void EnQue(const LocalTensor<T>& t, const std::source_location where = std::source_location::current()) {
@@ -236,7 +236,8 @@ public:
     template <typename T>
     LocalTensor<T> DeQue(const std::source_location where = std::source_location::current()) {
         cam::twin::BufferRecord* rec = Pop(where);
-        return LocalTensor<T>(reinterpret_cast<T*>(rec->base), static_cast<uint32_t>(cam::twin::ElemsInBytes<T>(rec->bytes)), rec);
+        return LocalTensor<T>(reinterpret_cast<T*>(rec->base),
+                              static_cast<uint32_t>(cam::twin::ElemsInBytes<T>(rec->bytes)), rec);
     }
     template <typename T>
     void FreeTensor(const LocalTensor<T>& t, const std::source_location where = std::source_location::current()) {
@@ -272,15 +273,15 @@ public:
     template <typename T>
     LocalTensor<T> Get(const std::source_location where = std::source_location::current()) {
         CAM_TWIN_CHECK(record_.base != nullptr, "tbuf-uninit", "TBuf::Get before TPipe::InitBuffer", where);
-        return LocalTensor<T>(reinterpret_cast<T*>(record_.base), static_cast<uint32_t>(cam::twin::ElemsInBytes<T>(record_.bytes)),
-                              &record_);
+        return LocalTensor<T>(reinterpret_cast<T*>(record_.base),
+                              static_cast<uint32_t>(cam::twin::ElemsInBytes<T>(record_.bytes)), &record_);
     }
     template <typename T>
     LocalTensor<T> Get(uint32_t count, const std::source_location where = std::source_location::current()) {
         CAM_TWIN_CHECK(record_.base != nullptr, "tbuf-uninit", "TBuf::Get before TPipe::InitBuffer", where);
         CAM_TWIN_CHECK(cam::twin::BytesOfElems<T>(count) <= record_.bytes, "ub-bounds",
-                       "TBuf::Get of " + std::to_string(cam::twin::BytesOfElems<T>(count)) + " bytes from a buffer of " +
-                           std::to_string(record_.bytes),
+                       "TBuf::Get of " + std::to_string(cam::twin::BytesOfElems<T>(count)) +
+                           " bytes from a buffer of " + std::to_string(record_.bytes),
                        where);
         return LocalTensor<T>(reinterpret_cast<T*>(record_.base), count, &record_);
     }
