@@ -28,18 +28,19 @@ void Register(py::module_& m) {
         "gmm_multi_layer",
         [](const Descriptor& y, const Descriptor& yScale, const std::vector<Descriptor>& weights,
            const std::vector<Descriptor>& weightScales, const Descriptor& groupList, const Descriptor& layerIndex,
-           int64_t groupListType, const Descriptor& out, Stream* stream, const py::object& allocate,
-           std::optional<double> syncTimeoutS) {
+           int64_t groupListType, const Descriptor& out, std::optional<double> outScale, Stream* stream,
+           const py::object& allocate, std::optional<double> syncTimeoutS) {
             AclTensor ty(y), tys(yScale), tgl(groupList), tli(layerIndex), to(out);
             AclTensorList tw(weights, ACL_FORMAT_FRACTAL_NZ), tws(weightScales);
             RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
-                return aclnnCamGmmMultiLayerGetWorkspaceSize(ty.get(), tys.get(), tw.get(), tws.get(), tgl.get(),
-                                                            tli.get(), groupListType, to.get(), ws, ex);
+                return aclnnCamGmmMultiLayerV2GetWorkspaceSize(ty.get(), tys.get(), tw.get(), tws.get(), tgl.get(),
+                                                              tli.get(), groupListType,
+                                                              outScale ? &*outScale : nullptr, to.get(), ws, ex);
             }, aclnnCamGmmMultiLayer, stream, allocate, syncTimeoutS);
         },
         py::arg("y"), py::arg("y_scale"), py::arg("weights"), py::arg("weight_scales"), py::arg("group_list"),
-        py::arg("layer_index"), py::arg("group_list_type"), py::arg("out"), py::arg("stream"), py::arg("allocate"),
-        py::arg("sync_timeout_s") = py::none());
+        py::arg("layer_index"), py::arg("group_list_type"), py::arg("out"), py::arg("out_scale"), py::arg("stream"),
+        py::arg("allocate"), py::arg("sync_timeout_s") = py::none());
 }
 
 CAM_BINDING(Register);

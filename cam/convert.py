@@ -20,6 +20,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from .layer_weights import LayerWeights
+from .w4a8 import dequantize_weight_int4, quantize_weight_int4
 
 __all__ = [
     "ExpertFFN",
@@ -381,8 +382,12 @@ def _check_quantizable(weight) -> None:
                          f"underflow; flush such values to zero first")
 
 
-def quantize_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def quantize_weight(weight: torch.Tensor, bits: int = 8,
+                    group_size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-output-channel int8 of a ``[E, K, N]`` weight in ``x @ W`` orientation.
+
+    ``bits=4`` is the W4A8 quantizer instead (:func:`cam.w4a8.quantize_weight_int4`: values in [-7, 7], scale
+    ``amax / 7``, per channel or per ``group_size`` K rows); ``group_size`` is only for ``bits=4``.
 
     For each expert ``e`` and output column ``n``, in fp32: ``amax = max_k |w[e, k, n]|``, ``scale = amax / 127``,
     ``q = clamp(round_half_even(w / scale), -127, 127)``; a column of zeros gets ``scale = 0`` and ``q = 0``.
@@ -396,6 +401,9 @@ def quantize_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     Returns:
         ``(q int8 [E, K, N], scale fp32 [E, N])``, the ``weights`` / ``scales`` of :class:`cam.LayerWeights`.
     """
+    if bits == 4 and not isinstance(bits, bool):
+        return quantize_weight_int4(weight, group_size)
+    _check_int8_bits(bits, group_size)
     _check_quantizable(weight)
     w = weight.detach().to(torch.float32)
     amax = w.abs().amax(dim=1)
@@ -404,6 +412,14 @@ def quantize_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     q = torch.round(w / safe[:, None, :]).clamp_(-127, 127)  # torch.round: half to even
     q = torch.where(scale[:, None, :] > 0, q, torch.zeros_like(q)).to(torch.int8)
     return q, scale.contiguous()
+
+
+def _check_int8_bits(bits, group_size) -> None:
+    if isinstance(bits, bool) or bits != 8:
+        raise ValueError(f"quantize_weight: bits must be 8 (W8A8) or 4 (W4A8), got {bits!r}")
+    if group_size is not None:
+        raise ValueError(f"quantize_weight: group_size {group_size!r} is only for bits=4 (int8 weights are per "
+                         "output channel)")
 
 
 def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -416,11 +432,14 @@ def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.to(torch.float32) * scale[:, None, :]
 
 
-def dequantized(layer: ExpertFFN) -> ExpertFFN:
-    """``layer`` with both weights replaced by their dequantized int8 values (what cam computes with), for a native
-    run that differs from cam's only in the activations' quantization."""
-    return ExpertFFN(dequantize_weight(*quantize_weight(layer.w1)), dequantize_weight(*quantize_weight(layer.w2)),
-                     layer.swiglu_limit)
+def dequantized(layer: ExpertFFN, *, bits: int = 8, group_size: Optional[int] = None) -> ExpertFFN:
+    """``layer`` with both weights replaced by their dequantized int8 (``bits=4``: int4, per channel or per
+    ``group_size`` K rows) values (what cam computes with), for a native run that differs from cam's only in the
+    activations' quantization."""
+    def deq(w: torch.Tensor) -> torch.Tensor:
+        q, s = quantize_weight(w, bits=bits, group_size=group_size)
+        return dequantize_weight(q, s) if group_size is None else dequantize_weight_int4(q, s, group_size)
+    return ExpertFFN(deq(layer.w1), deq(layer.w2), layer.swiglu_limit)
 
 
 def common_swiglu_limit(layers: Sequence[ExpertFFN]) -> Optional[float]:
@@ -434,9 +453,16 @@ def common_swiglu_limit(layers: Sequence[ExpertFFN]) -> Optional[float]:
     return limits.pop() if limits else None
 
 
-def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None) -> Tuple[LayerWeights, LayerWeights]:
+def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, *, bits: int = 8,
+                  group_size: Optional[int] = None) -> Tuple[LayerWeights, LayerWeights]:
     """The W1 and W2 :class:`cam.LayerWeights` of experts ``experts`` (default: all) of every layer in ``layers``
     (MoE layer ``j`` is ``layers[j]``, the work item's layer index), quantized with :func:`quantize_weight`.
+
+    ``bits=4``: per-channel int4 values (``quantize_weight(w, bits=4)``) held in int8 storage. Today's kernels compute
+    them exactly as the W4A8 contract says (docs/gmm.md §9.1: per channel, W4A8 is W8A8 with int4-valued weights), but
+    the bytes are int8's: the capacity W4A8 is for needs the int4 kernels (§9.3). ``group_size`` (``bits=4`` only):
+    scales per group of that many K rows, ``[E, K / group_size, N]``, which the kernels apply per group (§9.2); it
+    must divide both H and I and be a multiple of 32.
 
     An FFN rank ``A + f`` of a topology with ``R`` experts per rank passes ``range(f * R, (f + 1) * R)``."""
     layers = list(layers)
@@ -459,10 +485,10 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None) 
     w2q: List[torch.Tensor] = []
     w2s: List[torch.Tensor] = []
     for x in layers:
-        q, s = quantize_weight(x.w1[sl])
+        q, s = quantize_weight(x.w1[sl], bits=bits, group_size=group_size)
         w1q.append(q)
         w1s.append(s)
-        q, s = quantize_weight(x.w2[sl])
+        q, s = quantize_weight(x.w2[sl], bits=bits, group_size=group_size)
         w2q.append(q)
         w2s.append(s)
     return LayerWeights(w1q, w1s), LayerWeights(w2q, w2s)

@@ -164,6 +164,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0, help="bound of device waits and the rendezvous (s)")
     p.add_argument("--idle-poll", type=float, default=0.05, help="idle receive poll (s): shutdown latency")
     p.add_argument("--max-serve", type=float, default=None, help="stop after this many seconds (default: never)")
+    p.add_argument("--weights", choices=["w8a8", "w4a8"], default="w8a8",
+                   help="the routed experts' format; w4a8: int4 values (cam.quantize_weight(bits=4)) in int8 storage "
+                        "on today's kernels (docs/gmm.md §9)")
+    p.add_argument("--group-size", type=int, default=None,
+                   help="with --weights w4a8: scales per group of this many K rows (a multiple of 32 dividing H and "
+                        "I); default per output channel")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -186,7 +192,10 @@ def _load(args):
     if args.row_budget is not None and args.row_budget < topo.recv_rows:
         raise ValueError(f"--row-budget {args.row_budget} is below one work item's rows (recv_rows = "
                          f"{topo.recv_rows} for this topology)")
-    w1, w2 = convert.layer_weights(experts, range(f * topo.R, (f + 1) * topo.R))
+    if args.group_size is not None and args.weights != "w4a8":
+        raise ValueError("--group-size needs --weights w4a8")
+    w1, w2 = convert.layer_weights(experts, range(f * topo.R, (f + 1) * topo.R), bits=4 if args.weights == "w4a8" else 8,
+                                   group_size=args.group_size)
     cfg = ConnectorConfig(topology=topo, master_addr=args.master_addr, master_port=args.master_port,
                           dtype=torch.bfloat16, timeout_s=args.timeout, idle_poll_s=args.idle_poll, group=args.group)
     return cfg, w1, w2, info
@@ -204,7 +213,9 @@ def main(argv=None) -> int:
     except (ValueError, KeyError, TypeError, OSError) as e:
         log.error("refused: %s", e)
         return EXIT_USAGE
-    log.info("checkpoint %s: %s, MoE layers %s", args.checkpoint, info["model_type"], json.dumps(info["layers"]))
+    log.info("checkpoint %s: %s, MoE layers %s, weights %s%s", args.checkpoint, info["model_type"],
+             json.dumps(info["layers"]), args.weights,
+             "" if args.group_size is None else f" (groups of {args.group_size} K rows)")
     from .connector import AsyncAFDConnector
 
     connector = AsyncAFDConnector(args.rank, "ffn", cfg)

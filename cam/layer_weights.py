@@ -8,10 +8,16 @@ from typing import Optional, Sequence
 
 import torch
 
-__all__ = ["LayerWeights", "prepack_weights"]
+__all__ = ["LayerWeights", "prepack_weights", "prepack_weights_int4", "FORMATS"]
 
 _NZ_K0 = 16  # int8 FRACTAL_NZ fractal: 16 rows (K) ...
 _NZ_N0 = 32  # ... by 32 columns (one 32-byte C0 block)
+_ZN4_K0 = 64  # int4 ZN fractal (what L0B holds for an int4 Mmad): 64 K values of a column in 32 bytes ...
+_ZN4_N0 = 16  # ... by 16 columns, 512 bytes
+
+# What LayerWeights.weights hold: "int8" FRACTAL_NZ int8 (W8A8, and int4 values in int8 storage), "int4" packed
+# int4 in the int4 cube's ZN fractals (half the bytes; docs/gmm.md §9.3).
+FORMATS = ("int8", "int4")
 
 
 def prepack_weights(weight: torch.Tensor) -> torch.Tensor:
@@ -53,26 +59,77 @@ def _check_scale_values(i: int, s: torch.Tensor) -> None:
         raise ValueError(f"LayerWeights: scales[{i}] must be finite and >= 0, got {float(s[at])} at {list(at)}")
 
 
+def prepack_weights_int4(weight: torch.Tensor) -> torch.Tensor:
+    """ND int4 values ``[..., K, N]`` (int8 storage, each in [-8, 7]) -> packed int4 ZN fractals, uint8
+    ``[..., ceil(K/64), ceil(N/16), 16, 32]`` (docs/gmm.md §9.3).
+
+    The layout an int4 ``Mmad`` reads from L0B (docs/twin.md, "int4 operands"), so the kernel moves it with burst
+    copies and ``LoadData`` and never transposes int4: fractal ``(kb, nb)`` holds columns ``16·nb .. 16·nb + 15``,
+    each as its 64 K values ``64·kb ..`` in 32 bytes, value ``k`` in byte ``(k % 64) // 2``, the low nibble for
+    even ``k``. K is zero-padded to 64 and N to 16; the padding is part of the layout. Half the bytes of
+    :func:`prepack_weights` (up to the padding).
+
+    Args:
+        weight: int8, at least 2-D, the last two dims ``[K, N]``, every value in [-8, 7].
+
+    Returns:
+        A new contiguous uint8 tensor.
+    """
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"prepack_weights_int4: weight must be a torch.Tensor, got {type(weight).__name__}")
+    if weight.dtype != torch.int8:
+        raise TypeError(f"prepack_weights_int4: weight must be int8 (int4 values), got {weight.dtype}")
+    if weight.dim() < 2:
+        raise ValueError(f"prepack_weights_int4: weight must be at least 2-D [..., K, N], got shape "
+                         f"{tuple(weight.shape)}")
+    *lead, k, n = weight.shape
+    if k < 1 or n < 1:
+        raise ValueError(f"prepack_weights_int4: weight must have K >= 1 and N >= 1, got shape {tuple(weight.shape)}")
+    bad = (weight < -8) | (weight > 7)
+    if bool(bad.any()):
+        idx = [int(i) for i in bad.nonzero()[0]]
+        raise ValueError(f"prepack_weights_int4: weight{idx} = {int(weight[tuple(idx)])} is outside the int4 range "
+                         "[-8, 7]")
+    k1, n1 = -(-k // _ZN4_K0), -(-n // _ZN4_N0)
+    padded = torch.zeros(*lead, k1 * _ZN4_K0, n1 * _ZN4_N0, dtype=torch.int8, device=weight.device)
+    padded[..., :k, :n] = weight
+    # [..., K1, 64, N1, 16] -> [..., K1, N1, 16 columns, 64 k]: each column's K values contiguous.
+    zn = padded.reshape(*lead, k1, _ZN4_K0, n1, _ZN4_N0).permute(*range(len(lead)), -4, -2, -1, -3)
+    nibbles = (zn.to(torch.int16) & 0xF).to(torch.uint8)
+    return (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).contiguous()
+
+
 class LayerWeights:
     """Per-layer routed-expert weights and scales of one GMM, prepacked once, kept alive for the ops.
 
     Args:
         weights: one int8 tensor per layer, all the same shape: ND ``[E_local, K, N]`` (prepacked here with
-            :func:`prepack_weights`) or already FRACTAL_NZ ``[E_local, ceil(N/32), ceil(K/16), 16, 32]``
-            (then pass ``k``).
+            :func:`prepack_weights`, or :func:`prepack_weights_int4` with ``format="int4"``) or already FRACTAL_NZ
+            ``[E_local, ceil(N/32), ceil(K/16), 16, 32]`` (then pass ``k``; ``format="int8"`` only).
         scales: one fp32 ``[E_local, N]`` per-output-channel scale per layer.
         k: the logical K when ``weights`` are already prepacked (NZ keeps only ``ceil(K/16)``); optional, checked
             against the activations at every call when given.
+        format: ``"int8"`` (default): int8 FRACTAL_NZ, what today's kernels read (W8A8, or int4 values in int8
+            storage). ``"int4"``: the ND weights must hold int4 values in [-8, 7] and are stored packed two to a
+            byte in the int4 cube's ZN fractals, half the bytes; with ``colsums``, the per-column sums route (a)'s
+            recombination adds (docs/gmm.md §9). The grouped-matmul ops do not take this format yet.
 
     Attributes:
-        weights: tuple of L contiguous NZ int8 tensors (what the kernels read; their addresses go to the device).
+        weights: tuple of L contiguous NZ int8 tensors (what the kernels read; their addresses go to the device), or
+            with ``format="int4"`` L uint8 ``[E_local, ceil(K/64), ceil(N/16), 16, 32]`` packed int4 tensors.
+        format: ``"int8"`` or ``"int4"``.
+        colsums: ``format="int4"``: L int32 ``[E_local, G, N]`` tensors, ``Σ_k w[k, n]`` over each of the G K groups
+            of the scales (G = 1 per channel); None for ``"int8"``.
         scales: tuple of L contiguous fp32 ``[E_local, N]`` tensors.
         num_layers, num_experts, k, n: the common shape (``k`` may be None for prepacked input without ``k``).
 
     The tensors must not be modified in place while an op that uses them runs.
     """
 
-    def __init__(self, weights: Sequence[torch.Tensor], scales: Sequence[torch.Tensor], *, k: Optional[int] = None):
+    def __init__(self, weights: Sequence[torch.Tensor], scales: Sequence[torch.Tensor], *, k: Optional[int] = None,
+                 format: str = "int8"):
+        if format not in FORMATS:
+            raise ValueError(f"LayerWeights: format must be one of {FORMATS}, got {format!r}")
         weights, scales = list(weights), list(scales)
         if not weights:
             raise ValueError("LayerWeights: weights must hold at least one layer")
@@ -96,7 +153,10 @@ class LayerWeights:
             if k is not None and k != kk:
                 raise ValueError(f"LayerWeights: k = {k} but the ND weights have K = {kk}")
             k = kk
-            packed = [prepack_weights(w) for w in weights]
+            packed = [(prepack_weights_int4 if format == "int4" else prepack_weights)(w) for w in weights]
+        elif format == "int4":
+            raise ValueError(f"LayerWeights: format 'int4' takes ND weights [E_local, K, N] of int4 values, got "
+                             f"shape {shape0}")
         elif len(shape0) == 5 and shape0[3:] == (_NZ_K0, _NZ_N0):
             e, n1, k1 = shape0[:3]
             if e < 1 or n1 < 1 or k1 < 1:
@@ -113,10 +173,13 @@ class LayerWeights:
                 f"got shape {shape0}"
             )
         s0 = tuple(scales[0].shape)
-        if len(s0) != 2 or s0[0] != e or (n is not None and s0[1] != n):
+        # [E, N] per output channel, or [E, G, N] per group of K / G rows along K (docs/gmm.md §9.2).
+        if len(s0) not in (2, 3) or s0[0] != e or (n is not None and s0[-1] != n):
             want = f"[{e}, {n}]" if n is not None else f"[{e}, N]"
-            raise ValueError(f"LayerWeights: scales[0] must have shape {want}, got {s0}")
-        n = s0[1]
+            raise ValueError(f"LayerWeights: scales[0] must have shape {want} (or [{e}, G, N] per K group), got {s0}")
+        if len(s0) == 3 and (s0[1] < 1 or (k is not None and k % s0[1] != 0)):
+            raise ValueError(f"LayerWeights: scales[0] {s0} has {s0[1]} K groups, which must divide K = {k}")
+        n = s0[-1]
         if len(shape0) == 5 and -(-n // _NZ_N0) != shape0[1]:
             raise ValueError(f"LayerWeights: scales say N = {n} but the NZ weights hold ceil(N/32) = {shape0[1]}")
         for i, s in enumerate(scales):
@@ -125,6 +188,13 @@ class LayerWeights:
             _check_scale_values(i, s)
         self.weights = tuple(packed)
         self.scales = tuple(s.contiguous() for s in scales)
+        self.format = format
+        self.colsums = None
+        if format == "int4":
+            groups = s0[1] if len(s0) == 3 else 1
+            # The recombination's int32 term, per K group of the scales: computed from the int4 values at load.
+            self.colsums = tuple(w.to(torch.int32).reshape(e, groups, k // groups, n).sum(dim=2, dtype=torch.int32)
+                                 .contiguous() for w in weights)
         self.num_layers = len(packed)
         self.num_experts = e
         self.k = k
@@ -173,8 +243,15 @@ class LayerWeights:
         if self.k is not None and x.dim() == 2 and x.shape[1] != self.k:
             raise ValueError(f"{op}: {name} has K = {x.shape[1]} columns, the weights K = {self.k}")
 
+    def require_format(self, op: str, format: str) -> None:
+        """Refuses weights in a storage format op's kernels do not read, naming the argument and both formats."""
+        if self.format != format:
+            raise ValueError(f"{op}: weights hold format {self.format!r} (packed int4), the op's kernels read "
+                             f"{format!r}: build the LayerWeights with format={format!r} (int4 values in int8 "
+                             "storage run through them)")
+
     def __repr__(self) -> str:
         return (
             f"LayerWeights(num_layers={self.num_layers}, num_experts={self.num_experts}, k={self.k}, n={self.n}, "
-            "layout=FRACTAL_NZ)"
+            f"format={self.format!r}, layout={'ZN int4' if self.format == 'int4' else 'FRACTAL_NZ'})"
         )

@@ -6,7 +6,8 @@ Two ways in:
   runs its routed experts through cam's ops with ``model.set_experts_implementation("cam")`` (or
   ``from_pretrained(..., experts_implementation="cam")``). Without a plane the experts run in this process (cam's
   W8A8 ops on the module's own weights, converted once); with :func:`attach_plane` each experts call is one blocking
-  round trip over the data plane.
+  round trip over the data plane. ``"cam_w4a8"`` is the in-process form with the weights quantized to per-channel
+  int4 values instead (docs/gmm.md §9; int8 storage on today's kernels).
 * :func:`wrap_moe_blocks` replaces each MoE block of a DeepSeek-V3, DeepSeek-V4, Qwen2-MoE or Qwen3-MoE model with a
   :class:`CamMoEBlock` that keeps AFD's asynchrony: the router (in float32), then ``dispatch_send`` at the block's
   start, the shared expert computed here while the routed work is remote, ``combine_recv`` at the end.
@@ -29,6 +30,7 @@ from .plane import AttentionPlane, routed_local
 
 __all__ = [
     "EXPERTS_IMPLEMENTATION",
+    "EXPERTS_IMPLEMENTATION_W4A8",
     "AttentionPlane",
     "CamMoEBlock",
     "attach_plane",
@@ -42,17 +44,19 @@ __all__ = [
 ]
 
 EXPERTS_IMPLEMENTATION = "cam"
+EXPERTS_IMPLEMENTATION_W4A8 = "cam_w4a8"
 
 
 # ----------------------------------------------------------------------------- the experts implementation
 
 
-def _local_weights(module):
-    cached = getattr(module, "_cam_local_weights", None)
+def _local_weights(module, bits: int = 8):
+    attr = "_cam_local_weights" if bits == 8 else f"_cam_local_weights_w{bits}"
+    cached = getattr(module, attr, None)
     if cached is None:
         ffn = convert.from_hf_module(module)
-        cached = convert.layer_weights([ffn]) + (ffn.swiglu_limit,)
-        module._cam_local_weights = cached
+        cached = convert.layer_weights([ffn], bits=bits) + (ffn.swiglu_limit,)
+        setattr(module, attr, cached)
     return cached
 
 
@@ -73,9 +77,21 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     return routed.to(hidden_states.dtype)
 
 
+def experts_forward_w4a8(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                         top_k_weights: torch.Tensor) -> torch.Tensor:
+    """The ``"cam_w4a8"`` experts implementation: as ``"cam"`` in this process, with the module's weights quantized to
+    per-channel int4 values (``cam.quantize_weight(bits=4)``; ``del module._cam_local_weights_w4`` after changing
+    them)."""
+    w1, w2, limit = _local_weights(self, bits=4)
+    routed = routed_local(hidden_states, top_k_index.to(torch.int32), top_k_weights.to(torch.float32), w1, w2,
+                          swiglu_limit=limit)
+    return routed.to(hidden_states.dtype)
+
+
 def register() -> None:
-    """Registers ``"cam"`` in transformers' ``ExpertsInterface`` (idempotent)."""
+    """Registers ``"cam"`` and ``"cam_w4a8"`` in transformers' ``ExpertsInterface`` (idempotent)."""
     ExpertsInterface.register(EXPERTS_IMPLEMENTATION, experts_forward)
+    ExpertsInterface.register(EXPERTS_IMPLEMENTATION_W4A8, experts_forward_w4a8)
     assert EXPERTS_IMPLEMENTATION in ALL_EXPERTS_FUNCTIONS
 
 

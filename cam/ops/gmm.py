@@ -53,15 +53,16 @@ def _gmm_multi_layer(
     layer_index: torch.Tensor,
     group_list_type: int,
     out: torch.Tensor,
+    out_scale: Optional[float] = None,
 ) -> None:
     _runtime.run(_C.gmm_multi_layer, y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type,
-                 out, tensor=y)
+                 out, out_scale, tensor=y)
 
 
 @_gmm_multi_layer.register_fake
-def _(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out) -> None:
+def _(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out, out_scale=None) -> None:
     _runtime.check(_C.gmm_multi_layer, y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type,
-                   out)
+                   out, out_scale)
 
 
 def _gate(op: str, x_name: str, x, x_scale_name: str, x_scale, weights, group_list, layer_index,
@@ -75,6 +76,7 @@ def _gate(op: str, x_name: str, x, x_scale_name: str, x_scale, weights, group_li
     if not (layer_index is None and group_list_type == GROUP_TABLE):
         args.gate(layer_index=(layer_index, torch.Tensor))
     weights.require_k(op, x_name, x)  # the one rule no tensor carries to the C API
+    weights.require_format(op, "int8")
     return weights
 
 
@@ -110,7 +112,9 @@ def gmm_swiglu_quant_multi_layer(
         x: int8 ``[M, K]`` activations (the dispatch receive buffer); ``M`` is the row capacity, ``M >= 0``.
         x_scale: fp32 ``[M]`` per-row dequant scale of ``x``.
         weights: :class:`cam.LayerWeights` over ``[E_local, K, N]`` weights (``N`` even, first half act) and
-            ``[E_local, N]`` fp32 scales for every layer.
+            ``[E_local, N]`` fp32 scales for every layer, or ``[E_local, G, N]`` per group of ``K / G`` rows (a
+            multiple of 32) along K: each group's int32 partial dequantized with its scales, summed in fp32 in group
+            order (docs/gmm.md §9.2).
         group_list: int64 ``[E_local]`` on the device: rows per expert (``group_list_type`` 1, what dispatch_recv
             emits) or their running sum (0). Its total may be below ``M``. With ``group_list_type`` 2
             (:data:`GROUP_TABLE`) a ``[G, 3]`` group table: group ``g``'s rows follow group ``g-1``'s and are
@@ -172,19 +176,26 @@ def gmm_multi_layer(
     group_list_type: int = GROUP_LIST_COUNTS,
     *,
     out=None,
+    out_scale: Optional[float] = None,
 ) -> torch.Tensor:
     """W2: grouped int8 matmul with the layer picked on the device, dequant to bf16.
 
     ``out[m] = bf16((float(y[m] . W[l][e]) * y_scale[m]) * w_scale[l][e])``: exact int32 accumulation, fp32 products
-    left to right, one round-to-nearest-even to bf16 (overflow gives inf).
+    left to right, one round-to-nearest-even to bf16 (overflow gives inf). With ``out_scale`` s:
+    ``bf16(((float(acc) * y_scale[m]) * w_scale[l][e]) * s)``, s rounded to fp32 (docs/gmm.md §9.2).
 
     Args:
         y: int8 ``[M, I]`` (W1's output); ``M`` is the row capacity.
         y_scale: fp32 ``[M]``.
-        weights: :class:`cam.LayerWeights` over ``[E_local, I, H]`` weights and ``[E_local, H]`` scales per layer.
+        weights: :class:`cam.LayerWeights` over ``[E_local, I, H]`` weights and ``[E_local, H]`` scales per layer,
+            or ``[E_local, G, H]`` scales per group of ``I / G`` rows (a multiple of 32) along I: each group's int32
+            partial dequantized with its scales, the groups summed in fp32 in order (docs/gmm.md §9.2).
         group_list, layer_index, group_list_type: as for :func:`gmm_swiglu_quant_multi_layer`.
         out: optional bf16 ``[M, H]`` to write into; rows past the groups' total are not written (allocated here
             as zeros when not given).
+        out_scale: ``None`` (default) or a float applied to every output before the bf16 rounding, such as
+            ``routed_scaling_factor`` when the FFN side scales routed output; it must be finite in fp32
+            (``ValueError`` naming ``out_scale``).
 
     Returns:
         ``out``.
@@ -198,8 +209,10 @@ def gmm_multi_layer(
     given = Args(op).outputs("out", out, 1)
     rows = y.shape[0] if y.dim() else 0  # a 0-d y is refused by the op, naming it
     result = given[0] if given else torch.zeros(rows, lw.n, dtype=torch.bfloat16, device=y.device)
+    if out_scale is not None and (isinstance(out_scale, bool) or not isinstance(out_scale, (int, float))):
+        raise TypeError(f"gmm_multi_layer: out_scale must be a float or None, got {out_scale!r}")
     _gmm_multi_layer(
         y, y_scale, list(lw.weights), list(lw.scales), group_list, _layer_index_arg(group_list, layer_index),
-        group_list_type, result
+        group_list_type, result, None if out_scale is None else float(out_scale)
     )
     return result

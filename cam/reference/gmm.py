@@ -275,11 +275,13 @@ def gmm_multi_layer(
     layer_index: LayerIndex,
     group_list_type: int = GROUP_LIST_COUNTS,
     out: Optional[torch.Tensor] = None,
+    out_scale: Optional[float] = None,
 ) -> torch.Tensor:
     """W2 golden. Returns out bf16 [M, H].
 
     Per row m of expert e: out[m] = bf16((float(acc) * y_scale[m]) * w_scale[l][e]),
     fp32 products left to right, one round-to-nearest-even to bf16 (overflow -> inf).
+    With ``out_scale`` s (rounded to fp32): one more fp32 multiply by s before the bf16 rounding.
     Rows past the last group keep what ``out`` held (zeros if allocated here).
     """
     _check_layer_lists(weights, weight_scales)
@@ -297,6 +299,8 @@ def gmm_multi_layer(
         acc = _acc_rows(y, weights[layer][e], start, end)
         c = acc.to(torch.float32) * y_scale[start:end, None]
         c = c * weight_scales[layer][e][None, :]
+        if out_scale is not None:
+            c = c * torch.tensor(out_scale, dtype=torch.float32)
         out[start:end] = c.to(torch.bfloat16)
     return out
 

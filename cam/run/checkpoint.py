@@ -100,11 +100,17 @@ def _load_native(directory: str):
     return transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
 
 
-def load_model(directory: str) -> "CheckpointModel":
+# cam-run --weights: the routed experts' weight format -> the bits of cam.quantize_weight. W4A8 runs per-channel int4
+# values in int8 storage on today's kernels (docs/gmm.md §9.3): the W4A8 numerics, not yet its capacity.
+WEIGHT_BITS = {"w8a8": 8, "w4a8": 4}
+
+
+def load_model(directory: str, weights: str = "w8a8") -> "CheckpointModel":
     """The checkpoint's cam-run model: :class:`DeepseekV4CheckpointModel` for DeepSeek-V4, else
-    :class:`CheckpointModel`."""
+    :class:`CheckpointModel`, its routed experts quantized as ``weights`` (a key of :data:`WEIGHT_BITS`)."""
     shape = checkpoint_shape(directory)
-    return (DeepseekV4CheckpointModel if shape.model_type == "deepseek_v4" else CheckpointModel)(directory)
+    cls = DeepseekV4CheckpointModel if shape.model_type == "deepseek_v4" else CheckpointModel
+    return cls(directory, weights)
 
 
 class CheckpointModel(PrefillReference):
@@ -114,10 +120,15 @@ class CheckpointModel(PrefillReference):
 
     model_types = ("deepseek_v3", "qwen2_moe", "qwen3_moe")
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, weights: str = "w8a8"):
         import torch
 
         from .. import convert
+
+        if weights not in WEIGHT_BITS:
+            raise ValueError(f"--weights must be one of {sorted(WEIGHT_BITS)}, got {weights!r}")
+        self.weights = weights
+        self.weight_bits = WEIGHT_BITS[weights]
         from ..integrations import transformers as camtf
 
         self.config = checkpoint_shape(directory)
@@ -142,7 +153,7 @@ class CheckpointModel(PrefillReference):
         self.w1, self.w1_scale, self.w2, self.w2_scale = [], [], [], []
         for ffn in experts:
             for w, q_list, s_list in ((ffn.w1, self.w1, self.w1_scale), (ffn.w2, self.w2, self.w2_scale)):
-                q, s = convert.quantize_weight(w)
+                q, s = convert.quantize_weight(w, bits=self.weight_bits)
                 q_list.append(q)
                 s_list.append(s)
         self.experts = experts
@@ -260,8 +271,8 @@ class DeepseekV4CheckpointModel(CheckpointModel):
 
     model_types = ("deepseek_v4",)
 
-    def __init__(self, directory: str):
-        super().__init__(directory)
+    def __init__(self, directory: str, weights: str = "w8a8"):
+        super().__init__(directory, weights)
         self._hc = self.hf.config.hc_mult
         # _UpToTheMoE runs this class's forward on a view of the layer: refuse another layer class by name rather
         # than run a forward written for other attributes.
@@ -403,7 +414,7 @@ def native_check(model: CheckpointModel, prompts: Sequence, outputs: Sequence) -
     try:
         with torch.no_grad():
             for block, ffn in zip(blocks, model.experts):
-                q = convert.dequantized(ffn)
+                q = convert.dequantized(ffn, bits=model.weight_bits)
                 block.experts.gate_up_proj.copy_(q.w1.transpose(1, 2))
                 block.experts.down_proj.copy_(q.w2.transpose(1, 2))
             for tokens, got in zip(prompts, outputs):

@@ -73,6 +73,10 @@ def _parse(argv):
                         "DeepSeek-V4, Qwen2-MoE or Qwen3-MoE) instead of a --model preset: its routed experts through "
                         "cam.convert (with DeepSeek-V4's swiglu_limit on every FFN rank), --check also against the "
                         "model run natively (docs/run.md, \"A checkpoint\")")
+    p.add_argument("--weights", choices=["w8a8", "w4a8"], default="w8a8",
+                   help="with --checkpoint: the routed experts' format. w4a8: per-channel int4 weights "
+                        "(cam.quantize_weight(bits=4)), run as int8 storage on today's kernels, --check against the "
+                        "native model with the same dequantized int4 weights (docs/gmm.md §9)")
     p.add_argument("--replicas", type=int, default=2, help="Attention DP replicas D")
     p.add_argument("--participants", type=int, default=1,
                    help="Attention ranks per replica P: each runs 1/P of every micro-batch's tokens (sequence "
@@ -210,6 +214,8 @@ def check_args(args) -> None:
         raise ValueError("--batch-items is an FFN-side policy of AFD: drop it or use --mode async or sync")
     if args.batch_rows is not None and args.batch_rows < 1:
         raise ValueError(f"--batch-rows must be >= 1, got {args.batch_rows}")
+    if args.weights != "w8a8" and args.checkpoint is None:
+        raise ValueError(f"--weights {args.weights} needs --checkpoint (a --model preset's experts are W8A8)")
     if args.checkpoint is not None:
         if args.model is not None:
             raise ValueError("--checkpoint replaces --model: give one of them")
@@ -299,7 +305,8 @@ def _config(args, out_dir: str, port: int):
                     shm_prefix=f"cam-run-{os.getpid()}-{port}", graph=args.graph, keep_going=args.keep_going,
                     batch_rows=args.batch_rows if args.batch_items else None, assign=args.assign,
                     rebalance_every=args.rebalance_every,
-                    checkpoint=None if args.checkpoint is None else os.path.abspath(args.checkpoint))
+                    checkpoint=None if args.checkpoint is None else os.path.abspath(args.checkpoint),
+                    weights=args.weights)
     return cfg
 
 
@@ -394,6 +401,7 @@ def _report(cfg, built, results: Dict[int, dict]) -> dict:
         "devices": topo.D if cfg.mode == "colocated" else topo.world_size,
         "model": cfg.model if cfg.checkpoint is None else None,
         "checkpoint": cfg.checkpoint,
+        "weights": cfg.weights,
         # The clamp every FFN rank's W1 applied (worker.ffn_swiglu_limit; a --checkpoint's DeepSeek-V4
         # swiglu_limit), None for the plain SwiGLU.
         "swiglu_limit": model.swiglu_limit,

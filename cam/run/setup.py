@@ -46,6 +46,8 @@ class RunConfig:
     placement: Optional[dict] = None
     # cam-run --checkpoint DIR: the model is this transformers checkpoint (cam/run/checkpoint.py), not --model
     checkpoint: Optional[str] = None
+    # cam-run --weights: the checkpoint's routed experts as w8a8 or w4a8 (cam/run/checkpoint.py, WEIGHT_BITS)
+    weights: str = "w8a8"
     # cam-run --assign: round-robin (the workload's static batches) or a policy decided at each arrival
     # (cam/run/assign.py: fewest-tokens, shortest-queue), the replicas batching dynamically
     assign: str = "round-robin"
@@ -111,7 +113,7 @@ def make_model(cfg: RunConfig):
     if cfg.checkpoint is not None:
         from .checkpoint import load_model
 
-        return load_model(cfg.checkpoint)
+        return load_model(cfg.checkpoint, cfg.weights)
     return MoEModel(MODEL_PRESETS[cfg.model])
 
 

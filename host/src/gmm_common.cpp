@@ -43,9 +43,19 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
                              std::to_string(a->scales.size()) + " layers) must match");
     a->layers = static_cast<int64_t>(a->weights.size());
     const TensorView& s0 = a->scales[0];
-    if ((st = check.Tensor(s0, "weight_scales[0]", {ACL_FLOAT}, {kAnyDim, kAnyDim}))) return st;
+    // [E, N] per output channel, or [E, G, N] per group of K / G rows along K (docs/gmm.md §9.2).
+    if (s0.shape.size() == 3) {
+        if ((st = check.Tensor(s0, "weight_scales[0]", {ACL_FLOAT}, {kAnyDim, kAnyDim, kAnyDim}))) return st;
+        a->kGroups = s0.Dim(1);
+        if (a->kGroups < 1 || a->k % a->kGroups != 0 || (a->k / a->kGroups) % kernels::kGmmK0 != 0)
+            return check.Invalid("weight_scales[0] " + s0.ShapeString() + " splits K = " + std::to_string(a->k) +
+                                 " into " + std::to_string(a->kGroups) + " groups: each group must be a multiple of " +
+                                 std::to_string(kernels::kGmmK0) + " rows");
+    } else if ((st = check.Tensor(s0, "weight_scales[0]", {ACL_FLOAT}, {kAnyDim, kAnyDim}))) {
+        return st;
+    }
     a->experts = s0.Dim(0);
-    a->n = s0.Dim(1);
+    a->n = s0.Dim(s0.shape.size() - 1);
     if (a->experts < 1 || a->n < 1)
         return check.Invalid("weight_scales[0] must be [E_local >= 1, N >= 1], got " + s0.ShapeString());
     const std::vector<int64_t> nzShape = {a->experts, static_cast<int64_t>(CeilDiv(a->n, kernels::kGmmNzCols)),
@@ -65,7 +75,10 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
                                  " (build the weights with cam.LayerWeights / cam.ops.prepack_weights)");
         }
         if ((st = check.Contiguous(wl, w.c_str()))) return st;
-        if ((st = check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->n}))) return st;
+        if ((st = a->kGroups > 1 || s0.shape.size() == 3
+                      ? check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->kGroups, a->n})
+                      : check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->n})))
+            return st;
     }
     if (groupListType != 0 && groupListType != 1 && !table)
         return check.Invalid("group_list_type must be 0 (cumsum), 1 (counts) or 2 (group table), got " +
@@ -91,13 +104,14 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
     return ACLNN_SUCCESS;
 }
 
-GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n) {
+GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n, int64_t kGroups) {
     constexpr uint64_t kAlign = 512;
     GmmWorkspace w;
     w.status = 0;
     (void)layers;  // the address table is persistent (PersistentGmmTable), not in the workspace
     w.acc = kernels::AlignUp(kernels::kDeviceStatusBytes, kAlign);
-    w.bytes = kernels::AlignUp(w.acc + 4 * static_cast<uint64_t>(m) * static_cast<uint64_t>(n), kAlign);
+    w.bytes = kernels::AlignUp(
+        w.acc + 4 * static_cast<uint64_t>(kGroups) * static_cast<uint64_t>(m) * static_cast<uint64_t>(n), kAlign);
     return w;
 }
 

@@ -15,6 +15,7 @@ struct GmmArgs {
     std::vector<TensorView> weights, scales;
     int64_t m = 0, k = 0, n = 0, experts = 0, layers = 0;
     int64_t groups = 0;  // groups the kernels walk: E_local, or the group table's rows (group_list_type 2)
+    int64_t kGroups = 1; // scale groups along K: weight_scales [E, kGroups, N]; 1 for [E, N] (per output channel)
 };
 
 // Checks everything the host can see (dtypes, ranks, shapes, list lengths, FRACTAL_NZ weight shapes); xName /
@@ -25,13 +26,13 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
                            const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType,
                            GmmArgs* out);
 
-// Workspace: [status record | int32 accumulator M x N], each 512-byte aligned.
+// Workspace: [status record | int32 accumulator kGroups x M x N], each 512-byte aligned.
 struct GmmWorkspace {
     uint64_t status = 0;
     uint64_t acc = 0;
     uint64_t bytes = 0;
 };
-GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n);
+GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n, int64_t kGroups = 1);
 
 // Table the kernels index with the device's layer_index: weights[0..L), then scales[0..L).
 std::vector<uint8_t> GmmAddressTable(const GmmArgs& args);

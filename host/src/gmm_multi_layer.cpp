@@ -10,6 +10,9 @@
 #include "status.h"
 #include "tensor.h"
 
+#include <cmath>
+#include <string>
+
 using namespace cam::host;
 
 extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y, const aclTensor* yScale,
@@ -18,9 +21,23 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y,
                                                              const aclTensor* groupList, const aclTensor* layerIndex,
                                                              int64_t groupListType, aclTensor* out,
                                                              uint64_t* workspaceSize, aclOpExecutor** executor) {
-    return Guarded("aclnnCamGmmMultiLayerGetWorkspaceSize", [&]() -> aclnnStatus {
+    return aclnnCamGmmMultiLayerV2GetWorkspaceSize(y, yScale, weights, weightScales, groupList, layerIndex,
+                                                   groupListType, nullptr, out, workspaceSize, executor);
+}
+
+extern "C" aclnnStatus aclnnCamGmmMultiLayerV2GetWorkspaceSize(const aclTensor* y, const aclTensor* yScale,
+                                                               const aclTensorList* weights,
+                                                               const aclTensorList* weightScales,
+                                                               const aclTensor* groupList, const aclTensor* layerIndex,
+                                                               int64_t groupListType, const double* outScale,
+                                                               aclTensor* out, uint64_t* workspaceSize,
+                                                               aclOpExecutor** executor) {
+    return Guarded("aclnnCamGmmMultiLayerV2GetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("gmm_multi_layer");
         if (aclnnStatus st = CheckOutPointers("gmm_multi_layer", workspaceSize, executor)) return st;
+        // The kernel multiplies in fp32: the value must stay finite once rounded to it.
+        if (outScale != nullptr && !std::isfinite(static_cast<float>(*outScale)))
+            return check.Invalid("out_scale must be finite in fp32, got " + std::to_string(*outScale));
         GmmArgs a;
         aclnnStatus st;
         if ((st = CheckGmmInputs(check, "y", "y_scale", y, yScale, weights, weightScales, groupList, layerIndex,
@@ -35,10 +52,12 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerGetWorkspaceSize(const aclTensor* y,
         const cam::tiling::GmmShape shape{static_cast<uint64_t>(a.m), static_cast<uint64_t>(a.k),
                                           static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.experts),
                                           static_cast<uint64_t>(a.layers), groupListType,
-                                          static_cast<uint64_t>(a.groups)};
+                                          static_cast<uint64_t>(a.groups), static_cast<uint64_t>(a.kGroups)};
         if (!cam::tiling::TileGmmMultiLayer(CurrentPlatform(), shape, &tiling, &why)) return check.Invalid(why);
+        tiling.outScaled = outScale != nullptr ? 1 : 0;
+        tiling.outScale = outScale != nullptr ? static_cast<float>(*outScale) : 1.0f;
 
-        const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);
+        const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n, a.kGroups);
         auto ex = std::make_unique<Executor>("gmm_multi_layer");
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;

@@ -53,7 +53,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
         const cam::tiling::GmmShape shape{static_cast<uint64_t>(a.m), static_cast<uint64_t>(a.k),
                                           static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.experts),
                                           static_cast<uint64_t>(a.layers), groupListType,
-                                          static_cast<uint64_t>(a.groups)};
+                                          static_cast<uint64_t>(a.groups), static_cast<uint64_t>(a.kGroups)};
         if (!cam::tiling::TileGmmSwigluQuantMultiLayer(CurrentPlatform(), shape, &tiling, &why))
             return check.Invalid(why);
         if (swigluLimit != nullptr) {
@@ -63,7 +63,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
                                                                              : static_cast<float>(*swigluLimit);
         }
 
-        const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n);
+        const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n, a.kGroups);
         auto ex = std::make_unique<Executor>("gmm_swiglu_quant_multi_layer");
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;

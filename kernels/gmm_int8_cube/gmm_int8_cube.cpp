@@ -21,7 +21,7 @@ public:
         table_ = table;
         status_ = status;
         x_.SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(x), uint64_t(t.m) * t.k);
-        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), uint64_t(t.m) * t.n);
+        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), uint64_t(t.kGroups) * t.m * t.n);
         if (t.aResident)
             pipe_.InitBuffer(aRes_, 1, t.tm * static_cast<uint32_t>(AlignUp(t.k, kGmmK0)));
         else
@@ -146,7 +146,7 @@ private:
             a2 = a2_.DeQue<int8_t>();
             b2 = b2_.DeQue<int8_t>();
             // Below (m/16)*(n/16) = 10 the cube does not order this Mmad after the previous one into c.
-            if (k0 > 0 && (mAl / kGmmM0) * (nAl / 16) < 10) AscendC::PipeBarrier<PIPE_M>();
+            if (k0 % t_.kGroup != 0 && (mAl / kGmmM0) * (nAl / 16) < 10) AscendC::PipeBarrier<PIPE_M>();
             AscendC::MmadParams mm;
             // m == 1 would put the cube in GEMV mode, which reads L0A as ND; our A is ZZ, so always pass the
             // padded row count (rows past mLen are computed from padding and never stored).
@@ -155,11 +155,25 @@ private:
             // the extra ones are never stored.
             mm.n = static_cast<uint16_t>(nAl);
             mm.k = static_cast<uint16_t>(kLen);
-            mm.cmatrixInitVal = k0 == 0;
+            mm.cmatrixInitVal = k0 % t_.kGroup == 0;  // each scale group's partial starts from zero
             AscendC::Mmad(c, a2, b2, mm);
             a2_.FreeTensor(a2);
             b2_.FreeTensor(b2);
+            // Steps never straddle groups (tiling), so a group ends exactly at a step's end.
+            const uint32_t kEnd = k0 + kLen;
+            if (kEnd % t_.kGroup == 0 && kEnd < t_.k) {
+                StoreC(c, kEnd / t_.kGroup - 1, row0, mLen, mAl, n0, nLen, nAl);
+                c = c_.AllocTensor<int32_t>();
+            }
         }
+        StoreC(c, t_.kGroups - 1, row0, mLen, mAl, n0, nLen, nAl);
+    }
+
+    // L0C -> the int32 partial of K group `group` (the whole sum for per-channel scales), only the valid rows and
+    // columns; gives c back to its queue.
+    __aicore__ inline void StoreC(AscendC::LocalTensor<int32_t>& c, uint32_t group, uint64_t row0, uint32_t mLen,
+                                  uint32_t mAl, uint32_t n0, uint32_t nLen, uint32_t nAl) {
+        (void)nAl;
         c_.EnQue(c);
         c = c_.DeQue<int32_t>();
         AscendC::FixpipeParamsV220 fp;
@@ -167,7 +181,8 @@ private:
         fp.mSize = static_cast<uint16_t>(mLen);
         fp.srcStride = static_cast<uint16_t>(mAl);
         fp.dstStride = t_.n;
-        AscendC::Fixpipe<int32_t, int32_t, AscendC::CFG_ROW_MAJOR>(acc_[row0 * t_.n + n0], c, fp);
+        AscendC::Fixpipe<int32_t, int32_t, AscendC::CFG_ROW_MAJOR>(
+            acc_[uint64_t(group) * t_.m * t_.n + row0 * t_.n + n0], c, fp);
         c_.FreeTensor(c);
     }
 

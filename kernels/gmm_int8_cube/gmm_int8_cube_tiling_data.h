@@ -34,6 +34,8 @@ struct GmmCubeTilingData {
     uint32_t nTiles;         // ceil(N / tn)
     uint32_t aResident;      // 1: a unit's whole A (tm x K) sits in L1 and is reused by the next unit of the same
                              // rows; 0: A streams through L1 one tk step at a time with B
+    uint32_t kGroup;         // K rows per scale group (a multiple of tk): one int32 partial [M, N] each, in order
+    uint32_t kGroups;        // K / kGroup; 1 for per-output-channel scales (kGroup == K)
 };
 
 __aicore__ constexpr uint64_t GmmExpertWeightBytes(uint32_t kPadded, uint32_t nBlocks) {

@@ -1,6 +1,7 @@
 // gmm_multi_layer (W2) epilogue on the vector cores: out[m, h] = bf16((float(acc[m, h]) * y_scale[m]) *
-// w_scale[l(m)][e(m)][h]), fp32 left to right, both conversions round to nearest even. Rows past the last group are
-// in no block's range, so they are never written.
+// w_scale[l(m)][e(m)][h]), fp32 left to right, both conversions round to nearest even; with an output scale, one more
+// fp32 multiply before the bf16 rounding. Rows past the last group are in no block's range, so they are never
+// written.
 #include "kernel_operator.h"
 
 #include "common/kernel_frame.h"
@@ -21,13 +22,14 @@ public:
         table_ = table;
         status_ = status;
         const uint64_t elems = uint64_t(t.cube.m) * t.cube.n;
-        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), elems);
+        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), elems * t.cube.kGroups);
         yScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(yScale), t.cube.m);
         out_.SetGlobalBuffer(reinterpret_cast<__gm__ bfloat16_t*>(out), elems);
         dequant_.Init(pipe_, t.chunk);
         scale_.Init(pipe_, t.chunk);
         pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(t.chunk) * 4));
         pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(t.chunk) * 2));
+        if (t.cube.kGroups > 1) pipe_.InitBuffer(partBuf_, UbBytes(uint64_t(t.chunk) * 4));
     }
 
     __aicore__ inline void Process() {
@@ -58,7 +60,7 @@ private:
     __aicore__ inline void UseLayer(uint32_t layer) {
         if (wLayer_ == int64_t(layer)) return;
         wScale_.SetGlobalBuffer(LayerAddress<float>(table_, t_.cube.layers + layer),
-                                uint64_t(t_.cube.experts) * t_.cube.n);
+                                uint64_t(t_.cube.experts) * t_.cube.kGroups * t_.cube.n);
         wLayer_ = layer;
     }
 
@@ -66,7 +68,19 @@ private:
                                  float ys) {
         const uint64_t off = row * t_.cube.n + col;
         AscendC::LocalTensor<float> f = rowBuf_.Get<float>();
-        dequant_.Run(acc_[off], scale_.Get(wScale_, t_.cube.n, layer, expert, col, len), len, ys, f);
+        // Per-group scales ([E, G, N]): each group's partial dequantized with its own slice, then summed in group
+        // order (docs/gmm.md §9.2); one group is the per-channel case.
+        const uint32_t groups = t_.cube.kGroups;
+        const uint64_t partStride = uint64_t(t_.cube.m) * t_.cube.n;
+        dequant_.Run(acc_[off], scale_.Get(wScale_, t_.cube.n, layer, expert * groups, col, len), len, ys, f);
+        for (uint32_t g = 1; g < groups; ++g) {
+            AscendC::LocalTensor<float> part = partBuf_.Get<float>();
+            dequant_.Run(acc_[g * partStride + off], scale_.Get(wScale_, t_.cube.n, layer, expert * groups + g, col,
+                                                                len),
+                         len, ys, part);
+            AscendC::Add(f, f, part, len);
+        }
+        if (t_.outScaled) AscendC::Muls(f, f, t_.outScale, len);
 
         AscendC::LocalTensor<bfloat16_t> o = outQue_.AllocTensor<bfloat16_t>();
         AscendC::Cast(o, f, AscendC::RoundMode::CAST_RINT, len);
@@ -87,6 +101,7 @@ private:
     ScaleSlice scale_;  // w_scale of the current expert, kept while its rows stream through
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf_;  // one group's dequantized partial (kGroups > 1)
     AscendC::GlobalTensor<int32_t> acc_;
     AscendC::GlobalTensor<float> yScale_;
     AscendC::GlobalTensor<float> wScale_;

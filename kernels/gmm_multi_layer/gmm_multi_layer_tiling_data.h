@@ -12,15 +12,19 @@ struct GmmMultiLayerTilingData {
     GmmCubeTilingData cube;
     uint32_t blockDim;  // AIV cores of the epilogue
     uint32_t chunk;     // output columns per pass, a multiple of 16 (32-byte bf16 runs)
+    uint32_t outScaled; // 1: out = bf16(c * outScale), an FFN-side routed scaling factor (docs/gmm.md §9.2)
+    float outScale;     // finite fp32 (outScaled == 1)
 };
 
 constexpr uint32_t kGmmEpilogueColAlign = 16;
 
-// UB bytes the W2 epilogue carves for `chunk` columns.
-__aicore__ constexpr uint32_t GmmMultiLayerUbBytes(uint32_t chunk) {
+// UB bytes the W2 epilogue carves for `chunk` columns; `grouped` (per-group scales along K): one more fp32 row for
+// each group's dequantized partial before it is added.
+__aicore__ constexpr uint32_t GmmMultiLayerUbBytes(uint32_t chunk, bool grouped = false) {
     return DequantUbBytes(chunk)               // accumulator and w_scale in (common/gmm_epilogue.h)
            + UbBytes(uint64_t(chunk) * 4)      // fp32 working row
-           + 2 * UbBytes(uint64_t(chunk) * 2); // bf16 out, double buffered
+           + 2 * UbBytes(uint64_t(chunk) * 2)  // bf16 out, double buffered
+           + (grouped ? UbBytes(uint64_t(chunk) * 4) : 0);
 }
 
 }  // namespace cam::kernels

@@ -27,7 +27,7 @@ public:
         table_ = table;
         status_ = status;
         const uint64_t accElems = uint64_t(t.cube.m) * t.cube.n;
-        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), accElems);
+        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), accElems * t.cube.kGroups);
         spill_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(acc), accElems);
         xScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(xScale), t.cube.m);
         y_.SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(y), uint64_t(t.cube.m) * t.half);
@@ -45,6 +45,7 @@ public:
         pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceMaxWorkElems<float>(n)) * 4));
         pipe_.InitBuffer(reduceBuf_, kUbBlockBytes);
         pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(n) * 4));
+        if (t.cube.kGroups > 1) pipe_.InitBuffer(partBuf_, UbBytes(uint64_t(n) * 4));
         yScales_.Init(pipe_, kGmmSwigluScaleBatch);
         scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
     }
@@ -75,7 +76,7 @@ private:
     __aicore__ inline void UseLayer(uint32_t layer) {
         if (wLayer_ == int64_t(layer)) return;
         wScale_.SetGlobalBuffer(LayerAddress<float>(table_, t_.cube.layers + layer),
-                                uint64_t(t_.cube.experts) * t_.cube.n);
+                                uint64_t(t_.cube.experts) * t_.cube.kGroups * t_.cube.n);
         wLayer_ = layer;
     }
 
@@ -109,11 +110,21 @@ private:
     __aicore__ inline uint32_t Len(uint32_t col) const { return t_.half - col < t_.chunk ? t_.half - col : t_.chunk; }
 
     // dst = (float(acc[row, col..col+len)) * xs) * w_scale[expert, col..col+len); `slice` holds the act or the
-    // gate columns' scales, so both stay resident across the rows of one expert.
+    // gate columns' scales, so both stay resident across the rows of one expert. With scale groups along K
+    // ([E, G, N]), each group's partial is dequantized with its own slice and the groups are added in order
+    // (docs/gmm.md §9.2).
     __aicore__ inline void Dequant(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float xs,
                                    ScaleSlice& slice, const AscendC::LocalTensor<float>& dst) {
-        dequant_.Run(acc_[row * t_.cube.n + col], slice.Get(wScale_, t_.cube.n, layer_, expert, col, len), len, xs,
-                     dst);
+        const uint32_t groups = t_.cube.kGroups;
+        const uint64_t off = row * t_.cube.n + col, partStride = uint64_t(t_.cube.m) * t_.cube.n;
+        dequant_.Run(acc_[off], slice.Get(wScale_, t_.cube.n, layer_, expert * groups, col, len), len, xs, dst);
+        for (uint32_t g = 1; g < groups; ++g) {
+            AscendC::LocalTensor<float> part = partBuf_.Get<float>();
+            dequant_.Run(acc_[g * partStride + off], slice.Get(wScale_, t_.cube.n, layer_, expert * groups + g, col,
+                                                               len),
+                         len, xs, part);
+            AscendC::Add(dst, dst, part, len);
+        }
     }
 
     // s[0..len) for output columns [col, col+len): silu(act) * gate, in the stated operation order.
@@ -171,6 +182,7 @@ private:
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
     ScaleStager yScales_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> sBuf_, gateBuf_, expBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf_;  // one K group's dequantized partial (kGroups > 1)
     QuantScratch scratch_;
     AscendC::GlobalTensor<int32_t> acc_;
     AscendC::GlobalTensor<float> spill_;

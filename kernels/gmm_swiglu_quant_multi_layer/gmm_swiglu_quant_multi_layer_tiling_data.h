@@ -21,8 +21,8 @@ struct GmmSwigluQuantMultiLayerTilingData {
 constexpr uint32_t kGmmSwigluColAlign = 32;
 constexpr uint32_t kGmmSwigluScaleBatch = 64;  // y_scale values staged in UB before one copy-out
 
-// UB bytes the W1 epilogue carves for `chunk` output columns.
-__aicore__ constexpr uint32_t GmmSwigluQuantMultiLayerUbBytes(uint32_t chunk) {
+// UB bytes the W1 epilogue carves for `chunk` output columns; `grouped` (scale groups along K): one more fp32 row.
+__aicore__ constexpr uint32_t GmmSwigluQuantMultiLayerUbBytes(uint32_t chunk, bool grouped = false) {
     return DequantUbBytes(chunk)                 // accumulator (act, then gate) and w_scale in
            + 3 * UbBytes(uint64_t(chunk) * 4)    // fp32 act/s, gate, exp term
            + UbBytes(uint64_t(chunk) * 4)        // |s| / int32 quant scratch
@@ -30,7 +30,8 @@ __aicore__ constexpr uint32_t GmmSwigluQuantMultiLayerUbBytes(uint32_t chunk) {
            + UbBytes(uint64_t(ReduceMaxWorkElems<float>(chunk)) * 4)
            + UbBytes(kUbBlockBytes)              // reduce result
            + 2 * UbBytes(uint64_t(chunk) * 4)    // out queue: int8 y, or fp32 s when spilling
-           + UbBytes(kGmmSwigluScaleBatch * 4);  // staged y_scale
+           + UbBytes(kGmmSwigluScaleBatch * 4)   // staged y_scale
+           + (grouped ? UbBytes(uint64_t(chunk) * 4) : 0);
 }
 
 }  // namespace cam::kernels

@@ -58,6 +58,12 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
         *why = "the group table has " + std::to_string(groups) + " groups, more than supported";
         return false;
     }
+    if (s.kGroups < 1 || s.k % s.kGroups != 0 || (s.kGroups > 1 && (s.k / s.kGroups) % kernels::kGmmK0 != 0)) {
+        *why = "K = " + std::to_string(s.k) + " in " + std::to_string(s.kGroups) +
+               " scale groups: each group must be a multiple of " + std::to_string(kernels::kGmmK0) + " rows of K";
+        return false;
+    }
+    const uint64_t kGroup = s.k / s.kGroups;
     uint32_t tm = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTm, AlignUp(std::max<uint64_t>(s.m, 1), 16)));
     uint32_t tn = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTn, AlignUp(s.n, 32)));
     uint32_t tk = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTk, AlignUp(s.k, 32)));
@@ -71,7 +77,13 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
             return false;
         }
     }
+    // A k step never straddles two scale groups: each group's partial is flushed on its own.
+    if (s.kGroups > 1) {
+        while (kGroup % tk != 0) tk -= kernels::kGmmK0;
+    }
     kernels::GmmCubeTilingData t{};
+    t.kGroup = static_cast<uint32_t>(kGroup);
+    t.kGroups = static_cast<uint32_t>(s.kGroups);
     t.m = static_cast<uint32_t>(s.m);
     t.k = static_cast<uint32_t>(s.k);
     t.n = static_cast<uint32_t>(s.n);
@@ -98,7 +110,9 @@ bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels:
     kernels::GmmMultiLayerTilingData t{};
     if (!TileGmmCube(platform, s, &t.cube, why)) return false;
     const uint32_t cap = static_cast<uint32_t>(AlignUp(s.n, kernels::kGmmEpilogueColAlign));
-    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmEpilogueColAlign, cap, kernels::GmmMultiLayerUbBytes);
+    const bool grouped = s.kGroups > 1;
+    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmEpilogueColAlign, cap,
+                           [grouped](uint32_t c) { return kernels::GmmMultiLayerUbBytes(c, grouped); });
     if (t.chunk == 0) {
         *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue pass";
         return false;
@@ -118,7 +132,9 @@ bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& 
     if (!TileGmmCube(platform, s, &t.cube, why)) return false;
     t.half = static_cast<uint32_t>(s.n / 2);
     const uint32_t cap = static_cast<uint32_t>(AlignUp(t.half, kernels::kGmmSwigluColAlign));
-    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmSwigluColAlign, cap, kernels::GmmSwigluQuantMultiLayerUbBytes);
+    const bool grouped = s.kGroups > 1;
+    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmSwigluColAlign, cap,
+                           [grouped](uint32_t c) { return kernels::GmmSwigluQuantMultiLayerUbBytes(c, grouped); });
     if (t.chunk == 0) {
         *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue pass";
         return false;

@@ -3,7 +3,8 @@
  *   xScale        [M]     ACL_FLOAT, per-row scale
  *   weights       L tensors, one per layer: ACL_INT8 [E, ceil(N/32), ceil(K/16), 16, 32], the FRACTAL_NZ prepack of
  *                 an ND [E, K, N] weight; N even, columns [0, N/2) are act, [N/2, N) gate
- *   weightScales  L tensors: ACL_FLOAT [E, N]
+ *   weightScales  L tensors: ACL_FLOAT [E, N], or [E, G, N] per group of K / G rows of K (a multiple of 32): each
+ *                 group's int32 partial scaled, the groups summed in fp32 in order, then the SwiGLU below
  *   groupList     [E]     ACL_INT64 on the device: counts (groupListType 1) or cumsum (0)
  *   layerIndex    [1]     ACL_INT64 on the device
  *   y             [M, N/2] ACL_INT8 (out), yScale [M] ACL_FLOAT (out):

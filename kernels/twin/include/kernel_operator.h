@@ -9,3 +9,4 @@
 #include "twin/vector.h"
 #include "twin/sync.h"
 #include "twin/cube.h"
+#include "twin/cube_int4.h"

@@ -54,12 +54,16 @@ public:
         size_ = bufferSize;
     }
     __gm__ T* GetPhyAddr() const { return addr_; }
-    __gm__ T* GetPhyAddr(uint64_t offset) const { return addr_ + offset; }
+    __gm__ T* GetPhyAddr(uint64_t offset) const {
+        CheckPairOffset(offset, std::source_location::current());
+        return cam::twin::AdvanceElems(addr_, offset);
+    }
     uint64_t GetSize() const { return size_; }
 
     GlobalTensor operator[](uint64_t offset) const {
+        CheckPairOffset(offset, std::source_location::current());
         GlobalTensor t;
-        t.addr_ = addr_ + offset;
+        t.addr_ = cam::twin::AdvanceElems(addr_, offset);
         t.size_ = size_ > offset ? size_ - offset : 0;
         return t;
     }
@@ -68,6 +72,7 @@ public:
     // only after DataCacheCleanAndInvalid dropped this block's copy of the line, a stored value leaves the block
     // only with a clean. CAM_TWIN_DCACHE=0 turns the model off (4/8-byte integers are then acquire/release).
     T GetValue(uint64_t offset, const std::source_location where = std::source_location::current()) const {
+        static_assert(cam::twin::kElemBits<T> >= 8, "the twin has no scalar access to packed int4 elements");
         CheckIndex(offset, where);
         if (cam::twin::InKernel()) cam::twin::PipeScalarGmLoad(addr_ + offset, sizeof(T), where);
         if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
@@ -83,6 +88,7 @@ public:
     }
     // Not const, as in the Ascend C header: a const GlobalTensor cannot be written through.
     void SetValue(uint64_t offset, T value, const std::source_location where = std::source_location::current()) {
+        static_assert(cam::twin::kElemBits<T> >= 8, "the twin has no scalar access to packed int4 elements");
         CheckIndex(offset, where);
         if (cam::twin::InKernel()) cam::twin::CheckScalarStoreTarget(addr_ + offset, where);
         if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
@@ -106,6 +112,13 @@ public:
 
 private:
     void CheckIndex(uint64_t offset, const std::source_location& where) const { CheckRange(offset, 1, where); }
+    // An int4 tensor addresses bytes: an odd element offset would start inside a byte.
+    static void CheckPairOffset(uint64_t offset, const std::source_location& where) {
+        if constexpr (cam::twin::kElemBits<T> == 4)
+            CAM_TWIN_CHECK(offset % 2 == 0, "int4-pair",
+                           "int4 tensor offset " + std::to_string(offset) + " is odd (two elements share a byte)",
+                           where);
+    }
 
     __gm__ T* addr_ = nullptr;
     uint64_t size_ = 0;  // elements; 0 = unknown, not checked
@@ -123,20 +136,26 @@ public:
         CAM_TWIN_CHECK(offset <= count_, "ub-bounds",
                        "sub-tensor offset " + std::to_string(offset) + " past a tensor of " + std::to_string(count_),
                        where);
-        return LocalTensor(addr_ + offset, count_ - offset, rec_);
+        if constexpr (cam::twin::kElemBits<T> == 4)
+            CAM_TWIN_CHECK(offset % 2 == 0, "int4-pair",
+                           "int4 tensor offset " + std::to_string(offset) + " is odd (two elements share a byte)",
+                           where);
+        return LocalTensor(cam::twin::AdvanceElems(addr_, offset), count_ - offset, rec_);
     }
 
     template <typename U>
     LocalTensor<U> ReinterpretCast() const {
-        return LocalTensor<U>(reinterpret_cast<U*>(addr_), static_cast<uint32_t>(count_ * sizeof(T) / sizeof(U)),
-                              rec_);
+        const uint64_t bits = uint64_t(count_) * cam::twin::kElemBits<T>;
+        return LocalTensor<U>(reinterpret_cast<U*>(addr_), static_cast<uint32_t>(bits / cam::twin::kElemBits<U>), rec_);
     }
 
     T GetValue(uint32_t index, const std::source_location where = std::source_location::current()) const {
+        static_assert(cam::twin::kElemBits<T> >= 8, "the twin has no scalar access to packed int4 elements");
         CheckScalar(index, where);
         return addr_[index];
     }
     void SetValue(uint32_t index, T value, const std::source_location where = std::source_location::current()) const {
+        static_assert(cam::twin::kElemBits<T> >= 8, "the twin has no scalar access to packed int4 elements");
         CheckScalar(index, where);
         addr_[index] = value;
     }
@@ -211,7 +230,8 @@ public:
     template <typename T>
     LocalTensor<T> AllocTensor(const std::source_location where = std::source_location::current()) {
         cam::twin::BufferRecord* rec = TakeFree(where);
-        return LocalTensor<T>(reinterpret_cast<T*>(rec->base), rec->bytes / sizeof(T), rec);
+        return LocalTensor<T>(reinterpret_cast<T*>(rec->base),
+                              static_cast<uint32_t>(cam::twin::ElemsInBytes<T>(rec->bytes)), rec);
     }
     template <typename T>
     void EnQue(const LocalTensor<T>& t, const std::source_location where = std::source_location::current()) {
@@ -220,7 +240,8 @@ public:
     template <typename T>
     LocalTensor<T> DeQue(const std::source_location where = std::source_location::current()) {
         cam::twin::BufferRecord* rec = Pop(where);
-        return LocalTensor<T>(reinterpret_cast<T*>(rec->base), rec->bytes / sizeof(T), rec);
+        return LocalTensor<T>(reinterpret_cast<T*>(rec->base),
+                              static_cast<uint32_t>(cam::twin::ElemsInBytes<T>(rec->bytes)), rec);
     }
     template <typename T>
     void FreeTensor(const LocalTensor<T>& t, const std::source_location where = std::source_location::current()) {
@@ -256,14 +277,15 @@ public:
     template <typename T>
     LocalTensor<T> Get(const std::source_location where = std::source_location::current()) {
         CAM_TWIN_CHECK(record_.base != nullptr, "tbuf-uninit", "TBuf::Get before TPipe::InitBuffer", where);
-        return LocalTensor<T>(reinterpret_cast<T*>(record_.base), record_.bytes / sizeof(T), &record_);
+        return LocalTensor<T>(reinterpret_cast<T*>(record_.base),
+                              static_cast<uint32_t>(cam::twin::ElemsInBytes<T>(record_.bytes)), &record_);
     }
     template <typename T>
     LocalTensor<T> Get(uint32_t count, const std::source_location where = std::source_location::current()) {
         CAM_TWIN_CHECK(record_.base != nullptr, "tbuf-uninit", "TBuf::Get before TPipe::InitBuffer", where);
-        CAM_TWIN_CHECK(count * sizeof(T) <= record_.bytes, "ub-bounds",
-                       "TBuf::Get of " + std::to_string(count * sizeof(T)) + " bytes from a buffer of " +
-                           std::to_string(record_.bytes),
+        CAM_TWIN_CHECK(cam::twin::BytesOfElems<T>(count) <= record_.bytes, "ub-bounds",
+                       "TBuf::Get of " + std::to_string(cam::twin::BytesOfElems<T>(count)) +
+                           " bytes from a buffer of " + std::to_string(record_.bytes),
                        where);
         return LocalTensor<T>(reinterpret_cast<T*>(record_.base), count, &record_);
     }

@@ -96,6 +96,34 @@ struct bfloat16_t {
 
 static_assert(sizeof(half) == 2 && sizeof(bfloat16_t) == 2, "16-bit float storage");
 
+// A 4-bit signed integer in [-8, 7], the cube's int4 operand type. It has no storage of its own: a tensor of it
+// packs two elements to a byte, element 2i in the low nibble and 2i + 1 in the high one, and its sizes and offsets
+// count elements (docs/twin.md, "int4 operands"). The struct is the byte of a pair, for pointers only.
+struct int4b_t {
+    uint8_t pair;
+};
+
+namespace cam::twin {
+
+// Bits of one element of a tensor of T: what turns element counts into bytes for every tensor type.
+template <typename T>
+inline constexpr uint64_t kElemBits = sizeof(T) * 8;
+template <>
+inline constexpr uint64_t kElemBits<int4b_t> = 4;
+
+template <typename T>
+constexpr uint64_t ElemsInBytes(uint64_t bytes) { return bytes * 8 / kElemBits<T>; }
+template <typename T>
+constexpr uint64_t BytesOfElems(uint64_t elems) { return (elems * kElemBits<T> + 7) / 8; }
+// p advanced by `elems` elements; for int4 the caller checks that elems is even (a pair never splits).
+template <typename T>
+T* AdvanceElems(T* p, uint64_t elems) {
+    if constexpr (kElemBits<T> == 4) return reinterpret_cast<T*>(reinterpret_cast<uint8_t*>(p) + elems / 2);
+    else return p + elems;
+}
+
+}  // namespace cam::twin
+
 namespace AscendC {
 
 enum class TPosition : uint8_t { GM, VECIN, VECOUT, VECCALC, A1, A2, B1, B2, C1, C2, CO1, CO2, LCM };

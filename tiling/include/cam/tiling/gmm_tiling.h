@@ -17,6 +17,7 @@ struct GmmShape {
     uint64_t layers;   // L
     int64_t groupListType;  // 0 cumsum, 1 counts (E_local groups of one layer), 2 a group table
     uint64_t groups = 0;    // rows of the group table (type 2); E_local otherwise
+    uint64_t kGroups = 1;   // scale groups along K (docs/gmm.md §9.2); 1: per output channel
 };
 
 // Tile sizes of the cube kernel within L1 / L0A / L0B / L0C; blockDim = AIC cores.

@@ -1,0 +1,110 @@
+"""cam-run --checkpoint DIR --weights w4a8: a tiny random checkpoint's routed experts as per-channel int4 values
+(run on today's kernels in int8 storage, docs/gmm.md §9.3), checked against the single-process reference and the
+transformers model run natively with the same dequantized int4 experts."""
+
+import pytest
+
+from test_run_checkpoint import _cam_run, _checkpoint, _refused
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v4"])
+def test_cam_run_w4a8_on_a_checkpoint_matches_native(family, tmp_path):
+    path = _checkpoint(family, tmp_path / family)
+    proc, report = _cam_run(path, tmp_path, "--weights", "w4a8", python=("-m", "cam.run.cli"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report["weights"] == "w4a8"
+    check = report["check"]
+    assert check["ok"] and check["reference_ok"], check
+    native = check["native"]
+    assert native["ok"] and native["requests"] == 4, native
+    assert native["greedy_equal"] + native["greedy_near_ties"] == 4, native
+    assert 0 < native["max_block_rel_diff"] < native["tolerance"]["max_block_rel_diff"]
+
+
+def test_weights_flag_needs_a_checkpoint():
+    _refused(["--weights", "w4a8"], "--weights w4a8 needs --checkpoint")
+
+
+def test_cam_ffn_serves_w4a8_experts(tmp_path):
+    """A cam-ffn process with --weights w4a8 --group-size 32 serves a checkpoint: the routed output equals cam's ops
+    in one process on the same int4 experts, and differs from the W8A8 experts'."""
+    import os
+
+    import torch
+
+    import cam
+    from cam import convert
+    from cam.connector import AsyncAFDConnector, ConnectorConfig, loopback_store
+    from cam.integrations.plane import routed_local
+    from test_ffn_server import B, E, H, K, L, TIMEOUT_S, _cam_ffn, _experts, _one_round, _reap, _write_checkpoint
+
+    _write_checkpoint(tmp_path, _experts())
+    secret = os.urandom(16)
+    env = dict(os.environ, CAM_RUN_SECRET=secret.hex())
+    store = loopback_store(0, TIMEOUT_S)
+    topo = cam.Topology(D=1, P=1, F=1, E=E, K=K, H=H, Bmax=B, L=L)
+    procs = [_cam_ffn(["--rank", "1", "--checkpoint", str(tmp_path), "-D", "1", "-F", "1", "--max-tokens", str(B),
+                       "--master-port", str(store.port), "--group", "ffn-w4", "--idle-poll", "0.02", "--timeout",
+                       str(TIMEOUT_S), "--weights", "w4a8", "--group-size", "32"], env)]
+    try:
+        cfg = ConnectorConfig(topology=topo, master_port=store.port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
+                              group="ffn-w4", secret=secret)
+        conn = AsyncAFDConnector(0, "attention", cfg)
+        x, ids, w, out, outs = _one_round(conn, store, procs)
+    finally:
+        _reap(procs)
+    assert procs[0].returncode == 0, outs[0][1]
+    assert "weights w4a8 (groups of 32 K rows)" in outs[0][1]
+    w1, w2 = convert.layer_weights(_experts(), bits=4, group_size=32)
+    assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
+    w1, w2 = convert.layer_weights(_experts())
+    assert not torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
+
+
+def test_cam_ffn_group_size_needs_w4a8(tmp_path, caplog):
+    from cam import ffn_server
+    from test_ffn_server import _experts, _write_checkpoint
+
+    _write_checkpoint(tmp_path, _experts())
+    assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4",
+                            "--group-size", "32"]) == 2
+    assert "--group-size needs --weights w4a8" in caplog.text
+
+
+def test_transformers_cam_w4a8_experts_match_native_with_the_same_int4_weights():
+    """transformers' experts extension point with "cam_w4a8": greedy tokens of a tiny Qwen3-MoE equal the native
+    model's with the same dequantized int4 experts (near-ties allowed, as for "cam"), and the W8A8-dequantized native
+    model is a different model at these weights."""
+    import torch
+    import transformers
+
+    from cam import convert
+    from cam.integrations import transformers as camtf
+    from test_integrations_transformers import PROMPTS, _config, _init, _prompts, _same_greedy
+
+    camtf.register()
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(_config("qwen3_moe")).eval()
+    _init(model, 7)
+    natives = {}
+    for bits in (4, 8):
+        native = transformers.AutoModelForCausalLM.from_config(_config("qwen3_moe")).eval()
+        native.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            for block in camtf.moe_blocks(native).values():
+                ffn = convert.dequantized(convert.from_hf_module(block.experts), bits=bits)
+                block.experts.gate_up_proj.copy_(ffn.w1.transpose(1, 2))
+                block.experts.down_proj.copy_(ffn.w2.transpose(1, 2))
+        natives[bits] = native
+    model.set_experts_implementation(camtf.EXPERTS_IMPLEMENTATION_W4A8)
+    prompts = _prompts(model.config.vocab_size)
+    with torch.no_grad():
+        got = [model(p).logits[0, -1] for p in prompts]
+        want = [natives[4](p).logits[0, -1] for p in prompts]
+        w8 = [natives[8](p).logits[0, -1] for p in prompts]
+    assert sum(_same_greedy(g, w) for g, w in zip(got, want)) >= PROMPTS - 1
+    err4 = max(float((g - w).abs().max() / w.abs().max()) for g, w in zip(got, want))
+    err8 = max(float((g - w).abs().max() / w.abs().max()) for g, w in zip(got, w8))
+    assert err4 < err8, (err4, err8)  # closer to its own weights than to the int8 ones
