@@ -6,7 +6,7 @@ and (b) address words of a window when they tamper with it (test_dataplane)."""
 
 from __future__ import annotations
 
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 ALIGN = 32
 LINE = 64
 CONTROL_BYTES = 7 * LINE
@@ -20,6 +20,7 @@ CHUNK_WORDS = 3  # first row of the round, the round's rows, the round's placeme
 WC_EPOCH = 2
 PLACEMENT_HEADER_WORDS = LINE // 8  # the placement table's epoch line (word 0: the epoch), then its rows (§15)
 INDEX_ENTRY_BYTES = 8
+SEAL_BYTES = 8  # a seal: the int64 seq of the round whose data it follows (§10.2)
 ATTN_FIXED_LINES = 2
 
 
@@ -131,8 +132,24 @@ class WindowLayout:
         return self.region_tokens_off + self.tokens_bytes
 
     @property
+    def seals_bytes(self) -> int:
+        """The tables seal in a 32-byte block of its own, then one int64 seal per token slot."""
+        return _align_up(ALIGN + SEAL_BYTES * self.region_token_slots, ALIGN)
+
+    @property
+    def region_seals_off(self) -> int:
+        return self.region_scales_off + self.scales_bytes
+
+    @property
+    def region_tables_seal_off(self) -> int:
+        return self.region_seals_off
+
+    def region_token_seal_off(self, token_slot: int) -> int:
+        return self.region_seals_off + ALIGN + SEAL_BYTES * token_slot
+
+    @property
     def region_bytes(self) -> int:
-        return _align_up(self.region_scales_off + self.scales_bytes, LINE)
+        return _align_up(self.region_seals_off + self.seals_bytes, LINE)
 
     # ------------------------------------------------------------------ FFN window
 
@@ -216,8 +233,19 @@ class WindowLayout:
         return self.attn_completion_off + (slot * self.F + f) * LINE
 
     @property
-    def attn_combine_off(self) -> int:
+    def attn_seals_off(self) -> int:
         return self.attn_completion_off + self.slots * self.F * LINE
+
+    @property
+    def attn_seals_bytes(self) -> int:
+        return _align_up(SEAL_BYTES * self.slots * self.Bmax * self.K, LINE)
+
+    def attn_combine_seal_off(self, slot: int, tk: int) -> int:
+        return self.attn_seals_off + (slot * self.Bmax * self.K + tk) * SEAL_BYTES
+
+    @property
+    def attn_combine_off(self) -> int:
+        return self.attn_seals_off + self.attn_seals_bytes
 
     @property
     def attn_combine_slot_bytes(self) -> int:

@@ -751,3 +751,123 @@ def test_fork_while_an_unclosed_comms_stream_is_held_only_by_its_aborter():
         control = _runtime._aborters.pop(stream_id)  # the parent drops it: the stream is destroyed here
         del control
         gc.collect()
+
+
+# ----------------------------------------------------------------------------- seals: a round's writes in order
+
+def _late_write(comm, data, seals, stale=0x5A, delay_s=0.4):
+    """Rewinds the byte ranges `data` and the int64 seal words `seals` of comm's window to what they held before
+    the round's writes landed (bytes `stale`, seal 0), as if those writes were still on their way after the ready (or
+    done) word arrived; returns a function that lands them later: the data first, then the seals, as the writing
+    block's MTE3 queue orders them."""
+    w = comm.window
+    words = w.view(torch.int64)
+    kept = [(r, w[r].clone()) for r in data]
+    sealed = [(s, int(words[s])) for s in seals]
+    for s, value in sealed:
+        assert value == 1, f"seal word {s} holds {value}, not round seq 1"
+        words[s] = 0
+    for r, _ in kept:
+        w[r] = stale
+
+    def land():
+        time.sleep(delay_s)
+        for r, b in kept:
+            w[r] = b
+        time.sleep(0.05)
+        for s, value in sealed:
+            words[s] = value
+
+    return land
+
+
+def _in_thread(fn):
+    out, err = {}, {}
+
+    def run():
+        try:
+            out["v"] = fn()
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            err["e"] = e
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th, out, err
+
+
+def _waits_then_lands(th, out, err, land):
+    time.sleep(0.3)
+    assert th.is_alive() and not out and not err, f"the op returned before the seal arrived: {out or err}"
+    land()
+    th.join(60)
+    assert not th.is_alive() and not err, err
+    return out["v"]
+
+
+def test_dispatch_recv_waits_for_a_token_row_that_lands_after_the_ready_word():
+    """A token row and its scale of participant 0 land on the FFN rank after the ready word: dispatch_recv must not
+    read them before their seal says so, and the round trip stays bit-exact against the golden. Without the
+    receiver's seal check it reads the stale row and the output differs."""
+    with published_round(seed=6) as (t, comms, rounds, ffn):
+        assert t.quantized
+        lay = WindowLayout(t)
+        region = lay.ffn_region_off(0, 0)
+        row, scale = region + lay.region_tokens_off, region + lay.region_scales_off  # token slot 0: token 0
+        land = _late_write(comms[ffn], [slice(row, row + lay.dispatch_row_bytes), slice(scale, scale + 4)],
+                           [(region + lay.region_token_seal_off(0)) // 8])
+        item = _waits_then_lands(*_in_thread(lambda: recv_work(comms[ffn])), land)
+        cam.ops.combine_send(comms[ffn], expert_out(comms[ffn], *item), item[3])
+        finish_round(t, comms, rounds, served={ffn})
+
+
+def test_dispatch_recv_waits_for_a_record_that_lands_after_the_ready_word():
+    """The record and index table of participant 1 land after the ready word (the window held zeros there): nothing
+    of them is read (not even the epoch the hold-back compares) before the tables seal. Without the check the zero
+    record is a topology-mismatch fault."""
+    with published_round(seed=7) as (t, comms, rounds, ffn):
+        lay = WindowLayout(t)
+        region = lay.ffn_region_off(1, 0)
+        land = _late_write(comms[ffn], [slice(region, region + lay.region_tokens_off)],
+                           [(region + lay.region_tables_seal_off) // 8], stale=0)
+        item = _waits_then_lands(*_in_thread(lambda: recv_work(comms[ffn])), land)
+        cam.ops.combine_send(comms[ffn], expert_out(comms[ffn], *item), item[3])
+        finish_round(t, comms, rounds, served={ffn})
+
+
+def test_combine_recv_waits_for_a_combine_row_that_lands_after_the_done_word():
+    """A combine row lands on the Attention rank after every done word: combine_recv must not read it before its
+    seal, and its output stays bit-exact against the golden. Without the seal check it sums the stale row."""
+    with published_round(seed=8) as (t, comms, rounds, _):
+        for f in range(t.F):
+            item = recv_work(comms[t.A + f])
+            cam.ops.combine_send(comms[t.A + f], expert_out(comms[t.A + f], *item), item[3])
+        lay = WindowLayout(t)
+        row = lay.attn_combine_row_off(0, 0)  # token 0, top-k slot 0: make_round gives it an expert
+        land = _late_write(comms[0], [slice(row, row + lay.combine_row_bytes)], [lay.attn_combine_seal_off(0, 0) // 8])
+        gold = golden_out(t, rounds)
+        got = _waits_then_lands(*_in_thread(lambda: cam.ops.combine_recv(comms[0], rounds[0][1], rounds[0][2])), land)
+        assert torch.equal(got, gold[0])
+        assert torch.equal(cam.ops.combine_recv(comms[1], rounds[1][1], rounds[1][2]), gold[1])
+
+
+@pytest.mark.parametrize("side", ["dispatch", "combine"])
+def test_a_seal_that_never_arrives_is_a_timeout_naming_what_is_awaited(side):
+    """A seal that never comes ends the receiver's wait at the op's timeout, with an error saying what it waited
+    for; nothing stale is read."""
+    t = topo(P=1)
+    with plane(t, timeout_s=1.0) as comms:
+        x, ids, w = make_round(t, 0, 9)
+        cam.ops.dispatch_send(comms[0], x, ids, 1)
+        lay = WindowLayout(t)
+        if side == "dispatch":
+            ffn = t.A + int(ids[0, 0]) // t.R
+            comms[ffn].window.view(torch.int64)[(lay.ffn_region_off(0, 0) + lay.region_token_seal_off(0)) // 8] = 0
+            with pytest.raises(cam.CommTimeoutError, match="participant rank 0 has not published it .*seals"):
+                recv_work(comms[ffn])
+            return
+        for f in range(t.F):
+            item = recv_work(comms[t.A + f])
+            cam.ops.combine_send(comms[t.A + f], expert_out(comms[t.A + f], *item), item[3])
+        comms[0].window.view(torch.int64)[lay.attn_combine_seal_off(0, 0) // 8] = 0
+        with pytest.raises(cam.CommTimeoutError, match="a row's seal has not arrived"):
+            cam.ops.combine_recv(comms[0], ids, w)

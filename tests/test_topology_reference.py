@@ -188,12 +188,14 @@ _CPP_QUANTITIES = [
     "attention_ranks", "experts_per_ffn", "world_size", "worst_case_rows", "recv_rows", "region_token_slots",
     "region_index_entries", "dispatch_row_bytes", "combine_row_bytes", "header_words", "header_bytes",
     "index_bytes", "tokens_bytes", "scales_bytes", "region_index_off", "region_tokens_off", "region_scales_off",
-    "region_bytes", "ffn_state_off", "ffn_done_seq_off", "ffn_combined_seq_off", "ffn_fence_off", "ffn_chunk_cursor_off",
+    "seals_bytes", "region_seals_off", "region_tables_seal_off", "region_bytes", "ffn_state_off", "ffn_done_seq_off",
+    "ffn_combined_seq_off", "ffn_fence_off", "ffn_chunk_cursor_off",
     "ffn_combined_rows_off", "ffn_weights_epoch_off", "ffn_state_bytes", "ffn_ready_off", "window_token_slots",
     "max_chunks_per_round", "placement_width", "placement_words",
     "work_item_chunk_off",
     "ffn_data_off", "ffn_window_bytes", "attn_state_off", "attn_send_count_off", "attn_recv_count_off",
-    "attn_state_bytes", "attn_completion_off", "attn_combine_off", "attn_combine_slot_bytes", "attn_window_bytes",
+    "attn_state_bytes", "attn_completion_off", "attn_seals_off", "attn_seals_bytes", "attn_combine_off",
+    "attn_combine_slot_bytes", "attn_window_bytes",
     "window_bytes", "work_item_words", "fingerprint", "check_topology",
 ]
 _PY_NAME = {"attention_ranks": "A", "experts_per_ffn": "R"}
@@ -223,6 +225,8 @@ def test_python_mirror_matches_window_layout_header(tmp_path):
         for s in range(t.slots):
             lines.append(f'    std::printf("{i} attn_slot_state_off/{s} %lld\\n", (long long)attn_slot_state_off(t, {s}));')
             lines.append(f'    std::printf("{i} attn_combine_row_off/{s}/3 %lld\\n", (long long)attn_combine_row_off(t, {s}, 3));')
+            lines.append(f'    std::printf("{i} attn_combine_seal_off/{s}/3 %lld\\n", (long long)attn_combine_seal_off(t, {s}, 3));')
+            lines.append(f'    std::printf("{i} region_token_seal_off/{s} %lld\\n", (long long)region_token_seal_off(t, {s}));')
             for f in range(t.F):
                 lines.append(f'    std::printf("{i} attn_completion_signal_off/{s}/{f} %lld\\n", (long long)attn_completion_signal_off(t, {s}, {f}));')
         for j, p in itertools.product(range(t.R), range(t.P)):

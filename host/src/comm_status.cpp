@@ -109,10 +109,15 @@ aclnnStatus Describe(const camComm* c, const int64_t st[kStatusWords], const int
             m += ": timed out after " + Seconds(c->config.timeoutNs) + " ";
             if (det == detail::kAwaitReplica) {
                 m += "waiting for replica " + std::to_string(replica) + " to publish " + round +
-                     ": participant rank " + std::to_string(peer) + " has not published it";
+                     ": participant rank " + std::to_string(peer) +
+                     " has not published it (its ready word, and the seals of what it wrote)";
             } else if (det == detail::kAwaitReplicaMate) {
                 m += "waiting for the FFN ranks to complete " + round + ": participant rank " +
                      std::to_string(peer) + " of this replica has not published it, so no FFN rank can serve it";
+            } else if (det == detail::kAwaitCompletion && peer < 0) {
+                // every done word is in, a combine row's seal is not (docs/protocol.md §10.2)
+                m += "waiting for the combine rows of " + round +
+                     ": every FFN rank signalled it done, but a row's seal has not arrived";
             } else if (det == detail::kAwaitCompletion) {
                 m += "waiting for FFN rank " + std::to_string(peer) + " to complete " + round;
             } else {

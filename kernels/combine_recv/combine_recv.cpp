@@ -25,6 +25,7 @@ public:
         ids_.Use(ids, tiling.tokens * t.K);
         w_.Init(pipe_, dp::kTableWindowElems);
         w_.Use(weights, tiling.tokens * t.K);
+        seals_.Init(pipe_, dp::kSealRunElems);
         out_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(out), uint64_t(tiling.tokens) * t.H);
         const uint32_t n = tiling.colsPerPass;
         pipe_.InitBuffer(inQue_, 2, UbBytes(uint64_t(n) * sizeof(T)));
@@ -89,6 +90,10 @@ private:
             layout::attn_completion_signal_off(t, s, t.F) - layout::attn_completion_signal_off(t, s, 0),
             AscendC::GetSystemCycle() + tiling_.comm.timeoutCycles, poll);
         if (end != dp::WaitEnd::kExpired) return end == dp::WaitEnd::kDone;
+        // Every FFN rank signalled, but a row's seal never came (docs/protocol.md §10.2): which rank owes it is not
+        // known here (a placement table may put the expert anywhere), so no peer is named.
+        if (poll.missing == dp::kNoPeer)
+            return plane_.Fail(status::kTimeout, dp::kNoPeer, round, detail::kAwaitCompletion);
         // Name the real fault: if a participant of this replica never published the round on the FFN rank we
         // wait for, that rank could never serve it.
         for (int64_t p = 0; p < t.P; ++p) {
@@ -120,7 +125,20 @@ private:
             }
             if (done < seq) *missing = t.D * t.P + f;
         }
-        return *missing == dp::kNoPeer ? dp::PollResult::kDone : dp::PollResult::kWait;
+        if (*missing != dp::kNoPeer) return dp::PollResult::kWait;
+        return RowsSealed(seq, s) ? dp::PollResult::kDone : dp::PollResult::kWait;
+    }
+
+    // Every combine row this round has (a slot whose id is not -1) carries the round's seal: its FFN rank's writes
+    // of it are in, whatever the order in which other cores' writes (the done signal) arrived (§10.2).
+    __aicore__ inline bool RowsSealed(int64_t seq, int64_t s) {
+        const CamTopology& t = plane_.Topo();
+        const int64_t n = tiling_.tokens * t.K;
+        seals_.Use(plane_.Own() + layout::attn_combine_seal_off(t, s, 0), n);
+        seals_.Forget();
+        for (int64_t i = 0; i < n; ++i)
+            if (ids_.Get(i) != -1 && seals_.Get(i) != seq) return false;
+        return true;
     }
 
     __aicore__ inline void Reduce() {
@@ -168,6 +186,7 @@ private:
     AscendC::TBuf<AscendC::TPosition::VECCALC> accBuf_, rowBuf_;
     dp::UbWindow<int32_t> ids_;
     dp::UbWindow<float> w_;
+    dp::UbWindow<int64_t> seals_;  // the combine rows' seals of the round awaited
     AscendC::GlobalTensor<T> out_;
 };
 

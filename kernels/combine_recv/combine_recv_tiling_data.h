@@ -25,7 +25,8 @@ __aicore__ inline int64_t CombineRecvWorkspaceBytes() { return dp::kWsDecisionBy
 
 __aicore__ constexpr uint32_t CombineRecvUbBytes(uint32_t colsPerPass) {
     return 2 * UbBytes(uint64_t(colsPerPass) * 2) + 2 * UbBytes(uint64_t(colsPerPass) * 2) +
-           2 * UbBytes(uint64_t(colsPerPass) * 4) + dp::kSignalUbBytes + 2 * dp::kTableWindowUbBytes;
+           2 * UbBytes(uint64_t(colsPerPass) * 4) + dp::kSignalUbBytes + 2 * dp::kTableWindowUbBytes +
+           dp::kSealUbBytes;
 }
 
 }  // namespace cam::kernels

@@ -28,6 +28,7 @@ public:
         mover_.Init(pipe_, tiling.copyChunkBytes);
         rows_.Init(pipe_, dp::kRowBatchUbBytes);
         idx_.Init(pipe_, dp::kTableWindowElems);
+        seals_.Init(pipe_);
     }
 
     __aicore__ inline void Process() {
@@ -58,6 +59,13 @@ private:
         int64_t d, s, rowBytes, base;
         __aicore__ inline void operator()(int64_t o, int64_t p, int64_t entry) const {
             op->ScatterOne(d, s, rowBytes, base + o, p, entry);
+        }
+    };
+    struct SealRow {
+        CombineSend* op;
+        int64_t d, s, q, base;
+        __aicore__ inline void operator()(int64_t o, int64_t p, int64_t entry) const {
+            op->SealOne(d, s, q, base + o, p, entry);
         }
     };
 
@@ -101,6 +109,7 @@ private:
             dp::StoreWordAt(plan_, w + 1, it.work ? it.s : 0);
             dp::StoreWordAt(plan_, w + 2, it.work ? it.n : 0);
             dp::StoreWordAt(plan_, w + 3, it.base);
+            dp::StoreWordAt(plan_, w + 4, it.work ? it.q : 0);
         }
         return any;
     }
@@ -173,6 +182,32 @@ private:
             if (a < b) dp::ForEachRow(t, ItemAt(i), a, b, ScatterRow{this, d, s, rowBytes, base});
         }
         rows_.FlushScatter();
+        // Each row's seal after every row of this block (docs/protocol.md §10.2): combine_recv reads a row only once
+        // its seal is the round's seq.
+        seals_.AfterData();
+        for (int64_t i = 0; i < int64_t(items_); ++i) {
+            const int64_t d = Plan(i, 0), s = Plan(i, 1), n = Plan(i, 2), base = Plan(i, 3), q = Plan(i, 4);
+            const int64_t a = lo > base ? lo - base : 0, b = hi - base < n ? hi - base : n;
+            if (a < b) dp::ForEachRow(t, ItemAt(i), a, b, SealRow{this, d, s, q, base});
+        }
+    }
+
+    // The combine row's destination (token t, slot k) = tk of index entry `entry`, or -1 when out of range.
+    __aicore__ inline int64_t RowTk(GM_ADDR region, int64_t o, int64_t entry) {
+        const CamTopology& t = Topo();
+        // Both checked in Control; bounding them again keeps a peer racing it inside the region and the slot.
+        if (entry < 0 || entry >= layout::region_index_entries(t) || o >= tiling_.rowBudget) return -1;
+        dp::UseIndexTable(idx_, region, t);
+        const int64_t tk = idx_.Get(2 * entry + 1);
+        return tk < 0 || tk >= t.Bmax * t.K ? -1 : tk;
+    }
+
+    __aicore__ inline void SealOne(int64_t d, int64_t s, int64_t q, int64_t o, int64_t p, int64_t entry) {
+        const CamTopology& t = Topo();
+        const int64_t a = layout::attn_rank_of(t, d, p);
+        const int64_t tk = RowTk(plane_.Own() + layout::ffn_region_off(t, a, s), o, entry);
+        if (tk < 0) return;
+        seals_.Write(plane_.Window(a) + layout::attn_combine_seal_off(t, s, tk), 1, q);
     }
 
     __aicore__ inline int64_t Plan(int64_t i, int64_t w) const {
@@ -182,12 +217,8 @@ private:
     __aicore__ inline void ScatterOne(int64_t d, int64_t s, int64_t rowBytes, int64_t o, int64_t p, int64_t entry) {
         const CamTopology& t = Topo();
         const int64_t a = layout::attn_rank_of(t, d, p);
-        GM_ADDR region = plane_.Own() + layout::ffn_region_off(t, a, s);
-        // Both checked in Control; bounding them again keeps a peer racing it inside the region and the slot.
-        if (entry < 0 || entry >= layout::region_index_entries(t) || o >= tiling_.rowBudget) return;
-        dp::UseIndexTable(idx_, region, t);
-        const int64_t tk = idx_.Get(2 * entry + 1);
-        if (tk < 0 || tk >= t.Bmax * t.K) return;
+        const int64_t tk = RowTk(plane_.Own() + layout::ffn_region_off(t, a, s), o, entry);
+        if (tk < 0) return;
         GM_ADDR dst = plane_.Window(a) + layout::attn_combine_row_off(t, s, tk);
         if (batched_) {
             rows_.Scatter(dst, expertOut_ + o * rowBytes);
@@ -240,6 +271,7 @@ private:
     dp::RowBatch rows_;          // the block's consecutive expert_out rows, scattered to their combine rows
     bool batched_ = false;       // a row fits rows_ (else mover_ moves it)
     dp::UbWindow<int32_t> idx_;  // index entries of the region being read
+    dp::SealPort seals_;         // the seals of this block's combine rows
 };
 
 }  // namespace cam::kernels

@@ -19,17 +19,19 @@ struct CombineSendTilingData {
 
 constexpr uint32_t kCombineSendCopyChunk = 16384;
 constexpr uint32_t kCombineSendMaxItems = 64;  // = kDispatchRecvMaxItems: the batches dispatch_recv makes
-// Block 0's plan for the other blocks, after the decision line: per item {replica, slot, rows, first row}, rows 0
+// Block 0's plan for the other blocks, after the decision line: per item {replica, slot, rows, first row, seq}, rows 0
 // for an item nobody scatters (empty or fenced). In the workspace, so no block reads it from the user's tensor.
-constexpr int64_t kCombinePlanWords = 4;
+constexpr int64_t kCombinePlanWords = 5;
 
 __aicore__ inline int64_t CombineSendWorkspaceBytes() {
     return dp::kWsDecisionBytes + int64_t(kCombineSendMaxItems) * kCombinePlanWords * 8;
 }
 
-// UB the kernel carves: the double-buffered row mover, the signal word, the index window and the row batch.
+// UB the kernel carves: the double-buffered row mover, the signal word, the index window, the row batch and the
+// seal run.
 __aicore__ constexpr uint32_t CombineSendUbBytes(uint32_t copyChunkBytes) {
-    return 2 * UbBytes(copyChunkBytes) + dp::kSignalUbBytes + dp::kTableWindowUbBytes + dp::kRowBatchUbBytes;
+    return 2 * UbBytes(copyChunkBytes) + dp::kSignalUbBytes + dp::kTableWindowUbBytes + dp::kRowBatchUbBytes +
+           dp::kSealUbBytes;
 }
 
 }  // namespace cam::kernels

@@ -476,6 +476,52 @@ private:
     uint32_t cap_ = 0;
 };
 
+// Seals (docs/protocol.md §10.2): the int64 seq of a round, written after the data it covers by the block that
+// wrote that data, on the same MTE3 queue, so a receiver that reads the seal equal to its round's seq reads that
+// data complete. It relies only on one core's writes to one peer arriving in order, not on another core's signal.
+class SealPort {
+public:
+    __aicore__ inline void Init(AscendC::TPipe& pipe) {
+        pipe.InitBuffer(buf_, kSealUbBytes);
+        ub_ = buf_.Get<int64_t>();
+    }
+
+    // Every MTE3 copy this block issued so far has completed: the data the next seals cover is out first.
+    __aicore__ inline void AfterData() const { AscendC::PipeBarrier<PIPE_MTE3>(); }
+
+    // n consecutive seals at dst, each = seq, by MTE3 (call AfterData after the covered copies first).
+    __aicore__ inline void Write(GM_ADDR dst, int64_t n, int64_t seq) {
+        if (seq != staged_) {
+            // The scalar unit refills the run only after MTE3 read the previous one.
+            AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID3);
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID3);
+            for (uint32_t i = 0; i < kSealRunElems; ++i) ub_.SetValue(i, seq);
+            staged_ = seq;
+            AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID3);
+            AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID3);
+        }
+        for (int64_t i = 0; i < n; i += kSealRunElems) {
+            const int64_t m = n - i < int64_t(kSealRunElems) ? n - i : int64_t(kSealRunElems);
+            AscendC::DataCopyPad(WordsAt(dst, i * layout::kSealBytes, m), ub_,
+                                 {1, static_cast<uint32_t>(m * layout::kSealBytes), 0, 0, 0});
+        }
+    }
+
+private:
+    AscendC::TBuf<AscendC::TPosition::VECCALC> buf_;
+    AscendC::LocalTensor<int64_t> ub_;
+    int64_t staged_ = 0;  // the value ub_ holds; 0 (never a round's seq) until the first Write
+};
+
+// The n seals at `base` all equal seq, read afresh through w by MTE2 (a peer writes them: never a scalar read).
+__aicore__ inline bool Sealed(UbWindow<int64_t>& w, GM_ADDR base, int64_t n, int64_t seq) {
+    w.Use(base, n);
+    w.Forget();
+    for (int64_t i = 0; i < n; ++i)
+        if (w.Get(i) != seq) return false;
+    return true;
+}
+
 // A region's index table as int32 pairs {token slot, t*K + k}, through a UB window.
 __aicore__ inline void UseIndexTable(UbWindow<int32_t>& w, GM_ADDR region, const CamTopology& t) {
     w.Use(region + layout::region_index_off(t), 2 * layout::region_index_entries(t));

@@ -32,6 +32,10 @@ inline constexpr uint32_t kSignalUbBytes = 32;
 inline constexpr uint32_t kTableWindowElems = 2048;
 inline constexpr uint32_t kTableWindowUbBytes = kTableWindowElems * 4;
 
+// Seals (common/dataplane.h, SealPort; docs/protocol.md §10.2) staged in UB per copy: a run of int64 words.
+inline constexpr uint32_t kSealRunElems = 64;
+inline constexpr uint32_t kSealUbBytes = kSealRunElems * 8;
+
 // UB of one row batch (common/dataplane.h, RowBatch): rows of a gather or scatter staged together.
 inline constexpr uint32_t kRowBatchUbBytes = 65536;
 

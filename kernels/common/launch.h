@@ -174,7 +174,7 @@ inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_
         // of an Attention window (signal-order).
         const bool attn = r < layout::attention_ranks(t);
         const int64_t begin = attn ? layout::attn_completion_off(t) : layout::ffn_ready_off(t);
-        const int64_t end = attn ? layout::attn_combine_off(t) : layout::ffn_data_off(t);
+        const int64_t end = attn ? layout::attn_seals_off(t) : layout::ffn_data_off(t);
         w.signals.emplace_back(static_cast<uintptr_t>(bases[r] + begin), static_cast<uint64_t>(end - begin));
     }
     w.own = comm.rank;

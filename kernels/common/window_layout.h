@@ -41,8 +41,9 @@ struct CamTopology {
 namespace cam {
 
 // 3: the dispatch record's placement epoch (kHdrEpoch), the FFN rank's weights-epoch line, the placement table's
-// epoch line and the status arguments line (docs/protocol.md §15)
-inline constexpr int64_t kLayoutVersion = 4;
+// epoch line and the status arguments line (docs/protocol.md §15); 5: the seal arrays of the dispatch regions and
+// of the combine rows (docs/protocol.md §10.2)
+inline constexpr int64_t kLayoutVersion = 5;
 
 // DataCopy granularity: every data array starts on a 32 B boundary and every row stride is a multiple of it.
 inline constexpr int64_t kAlign = 32;
@@ -337,8 +338,23 @@ CAM_HOST_DEVICE inline constexpr int64_t region_tokens_off(const CamTopology& t)
 CAM_HOST_DEVICE inline constexpr int64_t region_scales_off(const CamTopology& t) {
     return region_tokens_off(t) + tokens_bytes(t);
 }
+// Seals (docs/protocol.md §10.2): int64 words, each the seq of the round whose data it follows, written by the
+// block that wrote that data, after it, on the same MTE3 queue; a receiver reads the data only once its seal equals
+// the round's seq. A region's tables seal (record and index table) has a 32-byte block of its own; then one seal
+// per token slot (the slot's row and scale).
+inline constexpr int64_t kSealBytes = 8;
+CAM_HOST_DEVICE inline constexpr int64_t seals_bytes(const CamTopology& t) {
+    return align_up(kAlign + kSealBytes * region_token_slots(t), kAlign);
+}
+CAM_HOST_DEVICE inline constexpr int64_t region_seals_off(const CamTopology& t) {
+    return region_scales_off(t) + scales_bytes(t);
+}
+CAM_HOST_DEVICE inline constexpr int64_t region_tables_seal_off(const CamTopology& t) { return region_seals_off(t); }
+CAM_HOST_DEVICE inline constexpr int64_t region_token_seal_off(const CamTopology& t, int64_t tokenSlot) {
+    return region_seals_off(t) + kAlign + kSealBytes * tokenSlot;
+}
 CAM_HOST_DEVICE inline constexpr int64_t region_bytes(const CamTopology& t) {
-    return align_up(region_scales_off(t) + scales_bytes(t), kLine);
+    return align_up(region_seals_off(t) + seals_bytes(t), kLine);
 }
 
 // ---- FFN window ----
@@ -413,8 +429,19 @@ CAM_HOST_DEVICE inline constexpr int64_t attn_completion_off(const CamTopology& 
 CAM_HOST_DEVICE inline constexpr int64_t attn_completion_signal_off(const CamTopology& t, int64_t slot, int64_t f) {
     return attn_completion_off(t) + (slot * t.F + f) * kLine;
 }
-CAM_HOST_DEVICE inline constexpr int64_t attn_combine_off(const CamTopology& t) {
+// One seal per combine row (token t, top-k slot k) of each slot, written by the FFN rank that wrote the row
+// (docs/protocol.md §10.2)
+CAM_HOST_DEVICE inline constexpr int64_t attn_seals_off(const CamTopology& t) {
     return attn_completion_off(t) + t.slots * t.F * kLine;
+}
+CAM_HOST_DEVICE inline constexpr int64_t attn_seals_bytes(const CamTopology& t) {
+    return align_up(kSealBytes * t.slots * t.Bmax * t.K, kLine);
+}
+CAM_HOST_DEVICE inline constexpr int64_t attn_combine_seal_off(const CamTopology& t, int64_t slot, int64_t tk) {
+    return attn_seals_off(t) + (slot * t.Bmax * t.K + tk) * kSealBytes;
+}
+CAM_HOST_DEVICE inline constexpr int64_t attn_combine_off(const CamTopology& t) {
+    return attn_seals_off(t) + attn_seals_bytes(t);
 }
 CAM_HOST_DEVICE inline constexpr int64_t attn_combine_slot_bytes(const CamTopology& t) {
     return t.Bmax * t.K * combine_row_bytes(t);

@@ -35,6 +35,7 @@ public:
         rows_.Init(pipe_, dp::kRowBatchUbBytes);
         idx_.Init(pipe_, dp::kTableWindowElems);
         scalesIn_.Init(pipe_, dp::kTableWindowElems);
+        seals_.Init(pipe_, dp::kSealRunElems);
         pipe_.InitBuffer(scalesOutBuf_, dp::kTableWindowUbBytes);
         scalesOut_ = scalesOutBuf_.Get<float>();
     }
@@ -94,6 +95,18 @@ private:
     __aicore__ inline int64_t Hdr(int64_t attnRank, int64_t slot, int64_t word) const {
         return dp::LoadWordAt(Region(attnRank, slot), word);
     }
+    // Participant a's round q (its ready word seen) has arrived whole: its record and index table are sealed with q,
+    // and then every token slot its record names (docs/protocol.md §10.2). Another core's ready word says nothing
+    // about when this core's writes land, so nothing of the region is read before its seal. A record naming more
+    // token slots than the region has is not awaited but refused by Validate.
+    __aicore__ inline bool Arrived(int64_t a, int64_t s, int64_t q) {
+        const CamTopology& t = Topo();
+        GM_ADDR region = Region(a, s);
+        if (!dp::Sealed(seals_, region + layout::region_tables_seal_off(t), 1, q)) return false;
+        const int64_t n = Hdr(a, s, kHdrTokenSlots);
+        if (n > layout::region_token_slots(t)) return true;
+        return dp::Sealed(seals_, region + layout::region_token_seal_off(t, 0), n < 0 ? 0 : n, q);
+    }
     // The epoch of the slot weights this rank serves with (host-written, docs/protocol.md §15).
     __aicore__ inline int64_t WeightsEpoch() const {
         return dp::LoadWord(plane_.Own(), layout::ffn_weights_epoch_off(Topo()));
@@ -144,7 +157,7 @@ private:
             if (Fenced(d)) continue;
             const int64_t q = DoneSeq(d) + 1;
             const int64_t s = layout::slot_of_seq(t, q);
-            int64_t published = 0, missing = -1, first = -1;
+            int64_t published = 0, begun = 0, missing = -1, first = -1;
             for (int64_t p = 0; p < t.P; ++p) {
                 const int64_t a = layout::attn_rank_of(t, d, p);
                 const int64_t v = Ready(a, s);
@@ -153,8 +166,13 @@ private:
                     return dp::PollResult::kStop;
                 }
                 if (v == q) {
-                    ++published;
+                    ++begun;
                     if (first < 0) first = a;
+                }
+                // Published: the ready word and every seal of the round (§10.2); a participant whose writes are
+                // still landing is awaited like one that has not signalled, under the same timeout.
+                if (v == q && Arrived(a, s, q)) {
+                    ++published;
                 } else if (missing < 0) {
                     missing = a;
                 }
@@ -164,7 +182,7 @@ private:
                 st->selected = Snapshot(st->rr);
                 return st->selected ? dp::PollResult::kDone : dp::PollResult::kStop;
             }
-            if (published > 0 && partial < 0) {
+            if (begun > 0 && partial < 0) {
                 partial = d;
                 partialMissing = missing;
                 partialPublished = first;
@@ -203,7 +221,7 @@ private:
                 *bad = true;
                 return plane_.Fail(status::kProtocol, a, ErrRound().Replica(d).Seq(q), detail::kProtoSignalAhead);
             }
-            if (v != q) return false;
+            if (v != q || !Arrived(a, s, q)) return false;
         }
         return true;
     }
@@ -450,6 +468,7 @@ private:
     bool batched_ = false;          // a row fits rows_ (else mover_ moves it)
     dp::UbWindow<int32_t> idx_;     // index entries of the region being read
     dp::UbWindow<float> scalesIn_;  // scales of the region being read
+    dp::UbWindow<int64_t> seals_;   // block 0: the seals of the region whose arrival is checked
     AscendC::TBuf<AscendC::TPosition::VECCALC> scalesOutBuf_;
     AscendC::LocalTensor<float> scalesOut_;  // output scales [scalesOutLo_, + scalesOutN_) not yet written
     int64_t scalesOutLo_ = 0, scalesOutN_ = 0;

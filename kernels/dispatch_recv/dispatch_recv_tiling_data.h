@@ -31,7 +31,8 @@ __aicore__ inline int64_t DispatchRecvWorkspaceBytes() { return dp::kWsDecisionB
 // UB the kernel carves: the double-buffered row mover, the signal word, the index and scale windows, the staged
 // output scales and the row batch.
 __aicore__ constexpr uint32_t DispatchRecvUbBytes(uint32_t copyChunkBytes) {
-    return 2 * UbBytes(copyChunkBytes) + dp::kSignalUbBytes + 3 * dp::kTableWindowUbBytes + dp::kRowBatchUbBytes;
+    return 2 * UbBytes(copyChunkBytes) + dp::kSignalUbBytes + 3 * dp::kTableWindowUbBytes + dp::kRowBatchUbBytes +
+           dp::kSealUbBytes;
 }
 
 }  // namespace cam::kernels

@@ -42,6 +42,7 @@ public:
         pipe_.InitBuffer(scalesBuf_, dp::kTableWindowUbBytes);
         pipe_.InitBuffer(runBuf_, dp::kTableWindowUbBytes);
         mover_.Init(pipe_, tiling.copyChunkBytes);
+        seals_.Init(pipe_);
         if (tiling.tablesInUb != 0) {
             // Sizes as DispatchSendTablesUbBytes counts them (tiling checked they fit).
             pipe_.InitBuffer(countsBuf_, DispatchSendTableUbBytes(uint64_t(4 * layout::plane_slots(t))));
@@ -417,6 +418,8 @@ private:
                         uint64_t(rows) * layout::kIndexEntryBytes);
             mover_.Copy(region, ws_ + wsl_.headerOff + f * layout::header_bytes(t),
                         uint64_t(layout::header_words(t)) * 8);
+            seals_.AfterData();
+            seals_.Write(region + layout::region_tables_seal_off(t), 1, seq_);
         }
     }
 
@@ -440,6 +443,28 @@ private:
                 }
             }
             if (plane_.Topo().quantized) SendScales(g, gEnd);
+            SealTokens(g, gEnd);
+        }
+    }
+
+    // The seals of tokens [g, gEnd) on every FFN rank, after their rows and scales (docs/protocol.md §10.2): per
+    // FFN rank in runs of consecutive token slots, as the scales go.
+    __aicore__ inline void SealTokens(int64_t g, int64_t gEnd) {
+        const CamTopology& t = plane_.Topo();
+        seals_.AfterData();
+        for (int64_t f = 0; f < t.F; ++f) {
+            int64_t first = -1, n = 0;
+            for (int64_t tok = g; tok < gEnd; ++tok) {
+                const int32_t slot = SlotOf(tok, f);
+                if (slot < 0) continue;
+                if (n > 0 && slot != first + n) {
+                    seals_.Write(Region(f) + layout::region_token_seal_off(t, first), n, seq_);
+                    n = 0;
+                }
+                if (n == 0) first = slot;
+                ++n;
+            }
+            if (n > 0) seals_.Write(Region(f) + layout::region_token_seal_off(t, first), n, seq_);
         }
     }
 
@@ -573,6 +598,7 @@ private:
     AscendC::TBuf<AscendC::TPosition::VECCALC> countsBuf_, tokensBuf_, slotsBuf_, entriesBuf_, destsBuf_;
     AscendC::LocalTensor<int32_t> countsUb_, tokensUb_, slotsUb_, entriesUb_, destsUb_;
     dp::ByteMover mover_;
+    dp::SealPort seals_;  // this block's seals after its rows, scales and tables (docs/protocol.md §10.2)
     AscendC::GlobalTensor<T> x_;
     dp::UbWindow<int32_t> ids_;
     dp::UbWindow<int64_t> place_;  // this layer's placement table (tiling_.placed)

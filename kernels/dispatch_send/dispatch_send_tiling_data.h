@@ -71,7 +71,7 @@ constexpr int64_t kIndexEntriesPerUbBlock = 4;
 // run of them, the placement table's window when placed, the table mover and the signal word.
 __aicore__ constexpr uint32_t DispatchSendUbBytes(uint32_t colsPerPass, uint32_t copyChunkBytes, bool placed) {
     return QuantWorkingSetUbBytes(colsPerPass, 2) + (placed ? 4 : 3) * dp::kTableWindowUbBytes +
-           2 * UbBytes(copyChunkBytes) + dp::kSignalUbBytes;
+           2 * UbBytes(copyChunkBytes) + dp::kSignalUbBytes + dp::kSealUbBytes;
 }
 
 }  // namespace cam::kernels
