@@ -8,6 +8,7 @@
 #include "twin/dcache.h"
 #include "twin/pipes.h"
 #include "twin/runtime.h"
+#include "twin/timing.h"
 #include "twin/types.h"
 
 namespace cam::twin {
@@ -65,6 +66,7 @@ public:
     // only with a clean. CAM_TWIN_DCACHE=0 turns the model off (4/8-byte integers are then acquire/release).
     T GetValue(uint64_t offset, const std::source_location where = std::source_location::current()) const {
         CheckIndex(offset, where);
+        cam::twin::TimeScalar(true);
         if (cam::twin::InKernel()) cam::twin::PipeScalarGmLoad(addr_ + offset, sizeof(T), where);
         if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
             T v;
@@ -80,6 +82,7 @@ public:
     // Not const, as in the Ascend C header: a const GlobalTensor cannot be written through.
     void SetValue(uint64_t offset, T value, const std::source_location where = std::source_location::current()) {
         CheckIndex(offset, where);
+        cam::twin::TimeScalar(true);
         if (cam::twin::InKernel()) cam::twin::CheckScalarStoreTarget(addr_ + offset, where);
         if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
             cam::twin::CurrentBlock().dcache->Store(addr_ + offset, &value, sizeof(T), where);
@@ -130,10 +133,12 @@ public:
 
     T GetValue(uint32_t index, const std::source_location where = std::source_location::current()) const {
         CheckScalar(index, where);
+        cam::twin::TimeScalar(false);
         return addr_[index];
     }
     void SetValue(uint32_t index, T value, const std::source_location where = std::source_location::current()) const {
         CheckScalar(index, where);
+        cam::twin::TimeScalar(false);
         addr_[index] = value;
     }
 

@@ -1,0 +1,461 @@
+// The timing model (docs/twin.md, "Timing model"): each block records what it issues; each launch's record is
+// costed at its end for every device of timing_constants.h.
+#include "twin/timing.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "twin/runtime.h"
+#include "twin/timing_constants.h"
+#include "twin/types.h"
+
+namespace cam::twin {
+
+using AscendC::HardEvent;
+using AscendC::TPosition;
+
+namespace {
+
+const char* EnvTimingPath() {
+    const char* p = std::getenv("CAM_TWIN_TIMING");
+    return p != nullptr && p[0] != '\0' && std::strcmp(p, "0") != 0 ? p : nullptr;
+}
+
+}  // namespace
+
+bool gTimingOn = EnvTimingPath() != nullptr;
+
+namespace {
+
+constexpr int kPipes = static_cast<int>(Pipe::kCount);
+
+enum class Kind : uint8_t { GmCopy, LocalCopy, Vector, Mmad, Scalar, FlagSet, FlagWait, Barrier, QueueSet, QueueWait,
+                            SyncAll };
+
+struct Rec {
+    Kind kind;
+    uint8_t pipe;   // GmCopy / LocalCopy: the pipe; Flag*: the event; Queue*: the position; Scalar: 1 = GM
+    uint8_t flag;   // Queue*: toConsumer; Flag*: the event id
+    uint8_t pad = 0;
+    uint64_t a;     // bytes (per burst for GmCopy), m for Mmad, buffer for Queue*
+    uint64_t b;     // bursts, n
+    uint64_t c;     // GM address, k
+    uint64_t d;     // GM pitch
+};
+
+struct BlockTrace {
+    uint32_t idx = 0;
+    uint8_t coreKind = 0;
+    std::vector<Rec> recs;
+};
+
+thread_local std::vector<Rec>* tRecs = nullptr;
+thread_local std::unique_ptr<std::vector<Rec>> tOwned;
+thread_local int64_t tVector = -1;  // index of the vector instruction whose operands are being seen
+
+std::mutex gMutex;
+std::unordered_map<const void*, std::vector<BlockTrace>> gLaunches;  // blocks ended, by launch
+std::vector<LaunchCost> gCosts;
+
+void Push(const Rec& r) {
+    if (tRecs != nullptr) tRecs->push_back(r);
+}
+
+// One device's figures, read by name from the one table.
+struct Device {
+    double clock, mte2, mte3, mte1, fix, mteLat, burst, vecRepeat, vecBytes, vecStart, cubeStart, cubeMacs, issue,
+        scalarUb, scalarGm, hbm, l2Bytes, l2Bw, sync, launch;
+};
+
+double Lookup(const char* name, bool a3) {
+    for (const auto& c : timing::kConstants)
+        if (std::strcmp(c.name, name) == 0) return a3 ? c.a3 : c.a2;
+    throw std::invalid_argument(std::string("timing constant ") + name + " is not in timing_constants.h");
+}
+
+Device MakeDevice(bool a3, bool l2hi) {
+    Device d;
+    d.clock = Lookup("core_clock_hz", a3);
+    d.mte2 = Lookup("mte2_bytes_per_cycle", a3);
+    d.mte3 = Lookup("mte3_bytes_per_cycle", a3);
+    d.mte1 = Lookup("mte1_bytes_per_cycle", a3);
+    d.fix = Lookup("fixpipe_bytes_per_cycle", a3);
+    d.mteLat = Lookup("mte_latency_cycles", a3);
+    d.burst = Lookup("mte_burst_cycles", a3);
+    d.vecRepeat = Lookup("vector_cycles_per_repeat", a3);
+    d.vecBytes = Lookup("vector_bytes_per_repeat", a3);
+    d.vecStart = Lookup("vector_startup_cycles", a3);
+    d.cubeStart = Lookup("cube_startup_cycles", a3);
+    d.cubeMacs = Lookup("cube_int8_macs_per_cycle", a3);
+    d.issue = Lookup("scalar_issue_cycles", a3);
+    d.scalarUb = Lookup("scalar_ub_access_cycles", a3);
+    d.scalarGm = Lookup("scalar_gm_access_cycles", a3);
+    d.hbm = Lookup("hbm_bytes_per_s_die", a3);
+    d.l2Bytes = Lookup("l2_bytes", a3);
+    d.l2Bw = Lookup(l2hi ? "l2_bytes_per_s_die_hi" : "l2_bytes_per_s_die_lo", a3);
+    d.sync = Lookup("syncall_cycles", a3);
+    d.launch = Lookup("launch_seconds", a3);
+    return d;
+}
+
+const char* PositionName(uint8_t pos) {
+    static const char* const names[] = {"GM", "VECIN", "VECOUT", "VECCALC", "A1", "A2", "B1",
+                                        "B2", "C1", "C2", "CO1", "CO2", "LCM"};
+    return pos < sizeof(names) / sizeof(names[0]) ? names[pos] : "?";
+}
+
+const char* EventName(uint8_t e) {
+    static const char* const names[] = {"MTE2_V", "V_MTE2", "MTE3_V", "V_MTE3", "MTE2_MTE3", "MTE3_MTE2",
+                                        "S_V",    "V_S",    "MTE2_S", "S_MTE2", "MTE3_S",    "S_MTE3",
+                                        "M_V",    "V_M",    "FIX_V",  "MTE1_M", "M_MTE1"};
+    return e < sizeof(names) / sizeof(names[0]) ? names[e] : "?";
+}
+
+// Cycles an instruction occupies its pipe.
+double Cycles(const Rec& r, const Device& d) {
+    switch (r.kind) {
+        case Kind::GmCopy: {
+            const double bw = r.pipe == uint8_t(Pipe::MTE2) ? d.mte2 : r.pipe == uint8_t(Pipe::MTE3) ? d.mte3 : d.fix;
+            return d.mteLat + double(r.b - 1) * d.burst + double(r.a) * double(r.b) / bw;
+        }
+        case Kind::LocalCopy: return d.cubeStart + double(r.a) / d.mte1;
+        case Kind::Vector: return d.vecStart + double((r.a + uint64_t(d.vecBytes) - 1) / uint64_t(d.vecBytes)) * d.vecRepeat;
+        case Kind::Mmad: return d.cubeStart + double(r.a) * double(r.b) * double(r.c) / d.cubeMacs;
+        default: return 0;
+    }
+}
+
+// The L2 policy: every launch starts with a cold L2; the first read of a 512-byte line misses; a re-read hits
+// when the launch's distinct read footprint fits in L2, else with probability capacity / footprint.
+double L2HitFraction(const std::vector<BlockTrace>& blocks, double l2Bytes, double* readBytes) {
+    std::unordered_set<uint64_t> lines;
+    double total = 0;
+    for (const BlockTrace& b : blocks)
+        for (const Rec& r : b.recs) {
+            if (r.kind != Kind::GmCopy || r.pipe != uint8_t(Pipe::MTE2)) continue;
+            total += double(r.a) * double(r.b);
+            for (uint64_t i = 0; i < r.b; ++i) {
+                const uint64_t lo = (r.c + i * r.d) >> 9, hi = (r.c + i * r.d + r.a - 1) >> 9;
+                for (uint64_t l = lo; l <= hi; ++l) lines.insert(l);
+            }
+        }
+    *readBytes = total;
+    if (total <= 0) return 0;
+    const double footprint = double(lines.size()) * 512.0;
+    const double reread = std::max(0.0, total - footprint);
+    const double keep = footprint <= l2Bytes ? 1.0 : l2Bytes / footprint;
+    return reread * keep / total;
+}
+
+struct Core {
+    double tS = 0;
+    double t[kPipes] = {};
+    double busy[kPipes] = {};
+    std::unordered_map<uint32_t, double> flags;
+    struct QueueEvents {
+        std::vector<double> sets;  // when each set (EnQue / FreeTensor) fired, in order
+        uint64_t waits = 0;        // waits (DeQue / AllocTensor) seen
+    };
+    std::unordered_map<uint64_t, QueueEvents> queues;
+    size_t pos = 0;
+    bool done = false;
+    double Now() const {
+        double m = tS;
+        for (double x : t) m = std::max(m, x);
+        return m;
+    }
+};
+
+void Wait(Core& c, Pipe p, double at, const std::string& what, LaunchCost& out, const Device& d) {
+    double& cur = p == Pipe::S ? c.tS : c.t[int(p)];
+    const double ready = p == Pipe::S ? c.tS : std::max(cur, c.tS);
+    if (at > ready) out.stalls[what] += (at - ready) / d.clock;
+    cur = std::max(cur, at);
+}
+
+// Runs one core's records up to its next SyncAll (or its end); returns bytes it moved to / from GM.
+void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, double* rd, double* wr) {
+    while (c.pos < b.recs.size()) {
+        const Rec& r = b.recs[c.pos++];
+        switch (r.kind) {
+            case Kind::GmCopy: case Kind::LocalCopy: case Kind::Vector: case Kind::Mmad: {
+                const Pipe p = r.kind == Kind::Vector ? Pipe::V : r.kind == Kind::Mmad ? Pipe::M : Pipe(r.pipe);
+                c.tS += d.issue;
+                c.busy[int(Pipe::S)] += d.issue;
+                const double cyc = Cycles(r, d);
+                const double start = std::max(c.tS, c.t[int(p)]);
+                c.t[int(p)] = start + cyc;
+                c.busy[int(p)] += cyc;
+                ++out.instructions;
+                if (r.kind == Kind::GmCopy) (p == Pipe::MTE2 ? *rd : *wr) += double(r.a) * double(r.b);
+                break;
+            }
+            case Kind::Scalar: {
+                const double cyc = r.pipe ? d.scalarGm : d.scalarUb;
+                c.tS += cyc;
+                c.busy[int(Pipe::S)] += cyc;
+                break;
+            }
+            case Kind::FlagSet: case Kind::FlagWait: {
+                Pipe src, dst;
+                if (!HardEventPipes(HardEvent(r.pipe), &src, &dst)) break;
+                const uint32_t key = uint32_t(r.pipe) * 8u + r.flag;
+                if (r.kind == Kind::FlagSet) {
+                    c.flags[key] = src == Pipe::S ? c.tS : std::max(c.t[int(src)], c.tS);
+                } else {
+                    auto it = c.flags.find(key);
+                    if (it != c.flags.end()) Wait(c, dst, it->second, std::string("WaitFlag<") + EventName(r.pipe) + ">", out, d);
+                }
+                break;
+            }
+            case Kind::QueueSet: case Kind::QueueWait: {
+                Pipe producer, consumer;
+                if (!QueuePositionPipes(TPosition(r.pipe), &producer, &consumer)) break;
+                const bool toConsumer = r.flag != 0;
+                const uint64_t key = r.a * 2 + (toConsumer ? 1 : 0);
+                Core::QueueEvents& q = c.queues[key];
+                if (r.kind == Kind::QueueSet) {
+                    const Pipe from = toConsumer ? producer : consumer;
+                    q.sets.push_back(from == Pipe::S ? c.tS : std::max(c.t[int(from)], c.tS));
+                } else {
+                    // DeQue j pairs with EnQue j; AllocTensor j with FreeTensor j - buffers (none before that).
+                    const uint64_t j = q.waits++;
+                    const uint64_t lag = toConsumer ? 0 : r.b;
+                    if (j < lag || j - lag >= q.sets.size()) break;
+                    Wait(c, toConsumer ? consumer : producer, q.sets[j - lag],
+                         std::string(toConsumer ? "DeQue<" : "AllocTensor<") + PositionName(r.pipe) + ">", out, d);
+                }
+                break;
+            }
+            case Kind::Barrier: {
+                const double now = c.Now();
+                if (now > c.tS) out.stalls["PipeBarrier<PIPE_ALL>"] += (now - c.tS) / d.clock;
+                c.tS = now;
+                for (double& x : c.t) x = now;
+                break;
+            }
+            case Kind::SyncAll: return;
+        }
+    }
+    c.done = true;
+}
+
+LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& blocks, bool a3, bool l2hi) {
+    const Device d = MakeDevice(a3, l2hi);
+    LaunchCost out;
+    out.kernel = kernel;
+    out.device = a3 ? "a3" : "a2";
+    out.l2 = l2hi ? "hi" : "lo";
+    out.blockDim = blockDim;
+    std::sort(blocks.begin(), blocks.end(), [](const BlockTrace& x, const BlockTrace& y) { return x.idx < y.idx; });
+    double totalRead = 0;
+    out.l2HitFraction = L2HitFraction(blocks, d.l2Bytes, &totalRead);
+    std::vector<Core> cores(blocks.size());
+    double segStart = 0;  // cycles
+    bool more = true;
+    while (more) {
+        double rd = 0, wr = 0, arrive = segStart;
+        more = false;
+        for (size_t i = 0; i < blocks.size(); ++i) {
+            if (cores[i].done) continue;
+            RunSegment(cores[i], blocks[i], d, out, &rd, &wr);
+            arrive = std::max(arrive, cores[i].Now());
+            if (!cores[i].done) more = true;
+        }
+        out.gmReadBytes += rd;
+        out.gmWriteBytes += wr;
+        // The die's memory: misses and writes share HBM, hits share L2 (a floor on the segment, not a per-core
+        // slowdown: stated in docs/twin.md).
+        const double h = out.l2HitFraction;
+        const double floorS = (rd * (1 - h) + wr) / d.hbm + rd * h / d.l2Bw;
+        out.bandwidthFloorSeconds += floorS;
+        double end = std::max(arrive, segStart + floorS * d.clock);
+        if (more) end += d.sync;
+        for (Core& c : cores) {
+            if (more && c.Now() < end - d.sync) out.stalls["SyncAll"] += (end - d.sync - c.Now()) / d.clock;
+            if (more) {
+                c.tS = end;
+                for (double& x : c.t) x = end;
+            }
+        }
+        segStart = end;
+    }
+    double last = 0;
+    for (size_t i = 0; i < cores.size(); ++i) {
+        for (int p = 0; p < kPipes; ++p) out.busy[p] += cores[i].busy[p] / d.clock;
+        if (blocks[i].coreKind != 0) ++out.cubeBlocks;
+        if (cores[i].Now() > last) {
+            last = cores[i].Now();
+            out.criticalCore = blocks[i].idx;
+            for (int p = 0; p < kPipes; ++p) out.criticalBusy[p] = cores[i].busy[p] / d.clock;
+        }
+    }
+    out.seconds = std::max(last, segStart) / d.clock + d.launch;
+    return out;
+}
+
+std::string Num(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return buf;
+}
+
+std::string Quote(const std::string& s) {
+    std::string o = "\"";
+    for (char ch : s) {
+        if (ch == '"' || ch == '\\') o += '\\';
+        o += ch;
+    }
+    return o + "\"";
+}
+
+}  // namespace
+
+std::string LaunchCostJson(const LaunchCost& c) {
+    std::string s = "{\"kernel\":" + Quote(c.kernel) + ",\"device\":" + Quote(c.device) + ",\"l2\":" + Quote(c.l2) +
+                    ",\"block_dim\":" + std::to_string(c.blockDim) + ",\"cube_blocks\":" +
+                    std::to_string(c.cubeBlocks) + ",\"seconds\":" + Num(c.seconds) + ",\"busy\":{";
+    for (int p = 0; p < kPipes; ++p)
+        s += std::string(p ? "," : "") + Quote(PipeName(Pipe(p))) + ":" + Num(c.busy[p]);
+    s += "},\"critical_busy\":{";
+    for (int p = 0; p < kPipes; ++p)
+        s += std::string(p ? "," : "") + Quote(PipeName(Pipe(p))) + ":" + Num(c.criticalBusy[p]);
+    s += "},\"critical_core\":" + std::to_string(c.criticalCore) + ",\"stalls\":{";
+    bool first = true;
+    for (const auto& [k, v] : c.stalls) {
+        s += std::string(first ? "" : ",") + Quote(k) + ":" + Num(v);
+        first = false;
+    }
+    s += "},\"gm_read_bytes\":" + Num(c.gmReadBytes) + ",\"gm_write_bytes\":" + Num(c.gmWriteBytes) +
+         ",\"l2_hit_fraction\":" + Num(c.l2HitFraction) + ",\"bandwidth_floor_seconds\":" +
+         Num(c.bandwidthFloorSeconds) + ",\"instructions\":" + std::to_string(c.instructions) + "}";
+    return s;
+}
+
+void SetTimingEnabled(bool on) { gTimingOn = on; }
+
+std::vector<LaunchCost> TakeLaunchCosts() {
+    std::lock_guard<std::mutex> lock(gMutex);
+    std::vector<LaunchCost> out;
+    out.swap(gCosts);
+    return out;
+}
+
+double TimingConstant(const char* name, const char* device) {
+    if (std::strcmp(device, "a2") != 0 && std::strcmp(device, "a3") != 0)
+        throw std::invalid_argument(std::string("timing device ") + device + " is neither a2 nor a3");
+    return Lookup(name, std::strcmp(device, "a3") == 0);
+}
+
+void TimeGmCopy(Pipe p, const void* gm, uint64_t burstBytes, uint64_t bursts, uint64_t pitch) {
+    if (!gTimingOn || bursts == 0 || burstBytes == 0) return;
+    Push({Kind::GmCopy, uint8_t(p), 0, 0, burstBytes, bursts, reinterpret_cast<uintptr_t>(gm), pitch});
+}
+
+void TimeLocalCopy(Pipe p, uint64_t bytes) {
+    if (!gTimingOn) return;
+    Push({Kind::LocalCopy, uint8_t(p), 0, 0, bytes, 1, 0, 0});
+}
+
+void TimeVectorOperand(const char* role, uint64_t bytes) {
+    if (!gTimingOn || tRecs == nullptr) return;
+    if (role[0] == 'd') {
+        tVector = int64_t(tRecs->size());
+        Push({Kind::Vector, uint8_t(Pipe::V), 0, 0, bytes, 1, 0, 0});
+    } else if (tVector >= 0 && size_t(tVector) < tRecs->size()) {
+        Rec& r = (*tRecs)[size_t(tVector)];
+        r.a = std::max(r.a, bytes);
+    }
+}
+
+void TimeMmad(uint32_t m, uint32_t n, uint32_t k) {
+    if (!gTimingOn) return;
+    Push({Kind::Mmad, uint8_t(Pipe::M), 0, 0, m, n, k, 0});
+}
+
+void TimeScalar(bool gm) {
+    if (!gTimingOn) return;
+    Push({Kind::Scalar, uint8_t(gm ? 1 : 0), 0, 0, 0, 0, 0, 0});
+}
+
+void TimeFlagSet(HardEvent e, int32_t id) {
+    if (!gTimingOn) return;
+    Push({Kind::FlagSet, uint8_t(e), uint8_t(id & 7), 0, 0, 0, 0, 0});
+}
+
+void TimeFlagWait(HardEvent e, int32_t id) {
+    if (!gTimingOn) return;
+    Push({Kind::FlagWait, uint8_t(e), uint8_t(id & 7), 0, 0, 0, 0, 0});
+}
+
+void TimeBarrierAll() {
+    if (!gTimingOn) return;
+    Push({Kind::Barrier, 0, 0, 0, 0, 0, 0, 0});
+}
+
+void TimeQueue(TPosition pos, bool toConsumer, bool set, const void* queue, int buffers) {
+    if (!gTimingOn) return;
+    Push({set ? Kind::QueueSet : Kind::QueueWait, uint8_t(pos), uint8_t(toConsumer ? 1 : 0), 0,
+          reinterpret_cast<uintptr_t>(queue), uint64_t(buffers), 0, 0});
+}
+
+void TimeSyncAll() {
+    if (!gTimingOn) return;
+    Push({Kind::SyncAll, 0, 0, 0, 0, 0, 0, 0});
+}
+
+void TimeBlockStart() {
+    if (!gTimingOn) return;
+    if (!tOwned) tOwned = std::make_unique<std::vector<Rec>>();
+    tOwned->clear();
+    tRecs = tOwned.get();
+    tVector = -1;
+}
+
+void TimeBlockEnd(uint32_t blockIdx, uint8_t coreKind) {
+    if (!gTimingOn || tRecs == nullptr) return;
+    BlockTrace b;
+    b.idx = blockIdx;
+    b.coreKind = coreKind;
+    b.recs.swap(*tRecs);
+    tRecs = nullptr;
+    const void* launch = CurrentBlock().launch;
+    std::lock_guard<std::mutex> lock(gMutex);
+    gLaunches[launch].push_back(std::move(b));
+}
+
+void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim) {
+    if (!gTimingOn) return;
+    std::vector<BlockTrace> blocks;
+    {
+        std::lock_guard<std::mutex> lock(gMutex);
+        auto it = gLaunches.find(launch);
+        if (it == gLaunches.end()) return;
+        blocks.swap(it->second);
+        gLaunches.erase(it);
+    }
+    std::vector<LaunchCost> costs;
+    for (bool a3 : {false, true})
+        for (bool hi : {false, true}) costs.push_back(Cost(kernel, blockDim, blocks, a3, hi));
+    if (const char* path = EnvTimingPath(); path != nullptr && std::strcmp(path, "1") != 0) {
+        std::lock_guard<std::mutex> lock(gMutex);
+        if (FILE* f = std::fopen(path, "a")) {
+            for (const LaunchCost& c : costs) std::fprintf(f, "%s\n", LaunchCostJson(c).c_str());
+            std::fclose(f);
+        }
+    }
+    std::lock_guard<std::mutex> lock(gMutex);
+    for (LaunchCost& c : costs) gCosts.push_back(std::move(c));
+    // Kept for TakeLaunchCosts until taken; a long run with a file named never takes them, so only the newest stay.
+    constexpr size_t kKept = 4096;
+    if (gCosts.size() > kKept) gCosts.erase(gCosts.begin(), gCosts.end() - kKept);
+}
+
+}  // namespace cam::twin

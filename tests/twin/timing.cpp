@@ -1,0 +1,243 @@
+// The timing model's closed-form checks (docs/twin.md, "Timing model"). Usage: timing <case>; prints "OK" and exits 0
+// when the model's prediction equals the closed-form answer computed here from the constants table (or, for the
+// comparisons, when the order holds), prints both numbers and exits 1 otherwise.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernel_operator.h"
+#include "twin/runtime.h"
+#include "twin/timing.h"
+
+using namespace AscendC;
+using cam::twin::TimingConstant;
+
+namespace {
+
+const char* gDevice = "a3";
+double K(const char* name) { return TimingConstant(name, gDevice); }
+
+// Runs the kernel as one launch with timing on; returns the A3 (L2 low end) prediction in cycles, launch cost
+// excluded, and the whole cost in *out.
+template <typename F>
+double Cycles(uint32_t blockDim, F kernel, cam::twin::LaunchCost* out = nullptr) {
+    cam::twin::SetTimingEnabled(true);
+    cam::twin::TakeLaunchCosts();
+    cam::twin::RunLaunch("timing_case", blockDim, kernel);
+    for (const auto& c : cam::twin::TakeLaunchCosts()) {
+        if (c.device == gDevice && c.l2 == "lo") {
+            if (out) *out = c;
+            return (c.seconds - K("launch_seconds")) * K("core_clock_hz");
+        }
+    }
+    std::printf("no cost recorded\n");
+    std::exit(1);
+}
+
+int Check(double got, double want, double rel) {
+    if (std::fabs(got - want) <= rel * want) {
+        std::printf("OK\n");
+        return 0;
+    }
+    std::printf("predicted %.3f cycles, closed form %.3f\n", got, want);
+    return 1;
+}
+
+std::vector<uint8_t> gGm(64u << 20);
+
+// n copies GM -> UB of `bytes` each from consecutive addresses: issue, then n * (latency + bytes / bandwidth).
+int Mte2Stream(uint64_t bytes, int n) {
+    const double got = Cycles(1, [&] {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf;
+        pipe.InitBuffer(buf, uint32_t(bytes));
+        LocalTensor<uint8_t> t = buf.Get<uint8_t>();
+        GlobalTensor<uint8_t> g;
+        g.SetGlobalBuffer(gGm.data(), gGm.size());
+        for (int i = 0; i < n; ++i) DataCopy(t, g[uint64_t(i) * bytes], uint32_t(bytes));
+    });
+    const double each = K("mte_latency_cycles") + double(bytes) / K("mte2_bytes_per_cycle");
+    return Check(got, K("scalar_issue_cycles") + n * each, 1e-9);
+}
+
+// n Adds over `elems` floats: issue, then n * (startup + repeats).
+int VectorLoop(uint32_t elems, int n) {
+    const double got = Cycles(1, [&] {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf;
+        pipe.InitBuffer(buf, elems * 4);
+        LocalTensor<float> t = buf.Get<float>();
+        for (int i = 0; i < n; ++i) Adds(t, t, 1.0f, elems);
+    });
+    const double repeats = std::ceil(elems * 4.0 / K("vector_bytes_per_repeat"));
+    const double each = K("vector_startup_cycles") + repeats * K("vector_cycles_per_repeat");
+    return Check(got, K("scalar_issue_cycles") + n * each, 1e-9);
+}
+
+// n int8 Mmads of m x n x k: issue, then n * (startup + m n k / MACs per cycle).
+int CubeLoop(int count) {
+    constexpr uint16_t M = 128, N = 128, KK = 128;
+    const double got = Cycles(1, [&] {
+        KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+        TPipe pipe;
+        TQue<TPosition::A2, 1> a2;
+        TQue<TPosition::B2, 1> b2;
+        TQue<TPosition::CO1, 1> co1;
+        pipe.InitBuffer(a2, 1, M * KK);
+        pipe.InitBuffer(b2, 1, KK * N);
+        pipe.InitBuffer(co1, 1, M * N * 4);
+        LocalTensor<int8_t> la = a2.AllocTensor<int8_t>();
+        LocalTensor<int8_t> lb = b2.AllocTensor<int8_t>();
+        LocalTensor<int32_t> lc = co1.AllocTensor<int32_t>();
+        MmadParams mm;
+        mm.m = M;
+        mm.n = N;
+        mm.k = KK;
+        for (int i = 0; i < count; ++i) Mmad(lc, la, lb, mm);
+        a2.FreeTensor(la);
+        b2.FreeTensor(lb);
+        co1.FreeTensor(lc);
+    });
+    const double each = K("cube_startup_cycles") + double(M) * N * KK / K("cube_int8_macs_per_cycle");
+    return Check(got, K("scalar_issue_cycles") + count * each, 1e-9);
+}
+
+// A VECIN queue of `buffers` buffers: copy in, hand to V, one Adds, free. With two buffers the copy of tile i+1
+// runs under the Adds of tile i; with one, AllocTensor waits for the Adds' FreeTensor.
+double QueueLoop(int buffers, uint32_t bytes, int n, int vectorOps) {
+    return Cycles(1, [&] {
+        TPipe pipe;
+        TQue<TPosition::VECIN, 2> in;
+        pipe.InitBuffer(in, buffers, bytes);
+        GlobalTensor<float> g;
+        g.SetGlobalBuffer(reinterpret_cast<float*>(gGm.data()), gGm.size() / 4);
+        for (int i = 0; i < n; ++i) {
+            LocalTensor<float> t = in.AllocTensor<float>();
+            DataCopy(t, g[uint64_t(i) * bytes / 4], bytes / 4);
+            in.EnQue(t);
+            t = in.DeQue<float>();
+            for (int v = 0; v < vectorOps; ++v) Adds(t, t, 1.0f, bytes / 4);
+            in.FreeTensor(t);
+        }
+    });
+}
+
+int QueueCase(int buffers) {
+    constexpr uint32_t kBytes = 16384;
+    constexpr int kN = 32, kOps = 4;
+    const double got = QueueLoop(buffers, kBytes, kN, kOps);
+    const double mte = K("mte_latency_cycles") + kBytes / K("mte2_bytes_per_cycle");
+    const double v = kOps * (K("vector_startup_cycles") +
+                             std::ceil(kBytes / K("vector_bytes_per_repeat")) * K("vector_cycles_per_repeat"));
+    const double issue = K("scalar_issue_cycles");
+    // Depth 1: every tile's copy waits for the previous tile's Adds: n (mte + v). Two buffers: the copies run back
+    // to back while the Adds follow, the slower pipe sets the pace: mte + n max(mte, v) + ... exactly, with the
+    // first copy issued one issue slot in and each Adds after its copy.
+    const double want = buffers == 1 ? issue + kN * (mte + v)
+                                     : issue + (v > mte ? mte + kN * v : kN * mte + v);
+    return Check(got, want, 0.01);
+}
+
+// Two pipes, MTE2 and V, over two UB tiles: `overlap` gives each tile its own event id so the copy of the next
+// tile waits only for the Adds that used the same tile; otherwise one tile, so each copy waits for the last Adds.
+double FlagPair(bool overlap) {
+    return Cycles(1, [&] {
+        constexpr uint32_t kBytes = 16384;
+        constexpr int kN = 32;
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf;
+        pipe.InitBuffer(buf, 2 * kBytes);
+        LocalTensor<float> all = buf.Get<float>();
+        GlobalTensor<float> g;
+        g.SetGlobalBuffer(reinterpret_cast<float*>(gGm.data()), gGm.size() / 4);
+        const int tiles = overlap ? 2 : 1;
+        for (int i = 0; i < kN; ++i) {
+            const int s = i % tiles;
+            LocalTensor<float> t = all[s * kBytes / 4];
+            if (i >= tiles) WaitFlag<HardEvent::V_MTE2>(s);
+            DataCopy(t, g[uint64_t(i) * kBytes / 4], kBytes / 4);
+            SetFlag<HardEvent::MTE2_V>(s);
+            WaitFlag<HardEvent::MTE2_V>(s);
+            for (int v = 0; v < 4; ++v) Adds(t, t, 1.0f, kBytes / 4);
+            SetFlag<HardEvent::V_MTE2>(s);
+        }
+        for (int s = 0; s < tiles; ++s) WaitFlag<HardEvent::V_MTE2>(s);
+    });
+}
+
+// Block 1 does `extra` more Adds before a SyncAll; both then do one: the launch ends at the later block's arrival
+// plus the SyncAll plus one Adds.
+int SyncAllJoin() {
+    constexpr uint32_t kElems = 4096;
+    constexpr int kExtra = 50;
+    cam::twin::LaunchCost cost;
+    const double got = Cycles(2, [&] {
+        KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf;
+        pipe.InitBuffer(buf, kElems * 4);
+        LocalTensor<float> t = buf.Get<float>();
+        Adds(t, t, 1.0f, kElems);
+        if (GetBlockIdx() == 1)
+            for (int i = 0; i < kExtra; ++i) Adds(t, t, 1.0f, kElems);
+        SyncAll();
+        Adds(t, t, 1.0f, kElems);
+    }, &cost);
+    const double add = K("vector_startup_cycles") + kElems * 4 / K("vector_bytes_per_repeat");
+    const double issue = K("scalar_issue_cycles");
+    const double want = issue + (1 + kExtra) * add + K("syncall_cycles") + issue + add;
+    if (cost.stalls.count("SyncAll") == 0) {
+        std::printf("no SyncAll stall recorded for the early block\n");
+        return 1;
+    }
+    return Check(got, want, 1e-9);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: timing <case>\n");
+        return 2;
+    }
+    cam::twin::SetPlatform("ascend910_93");
+    const std::string c = argv[1];
+    if (c == "mte2_512") return Mte2Stream(512, 64);
+    if (c == "mte2_4k") return Mte2Stream(4096, 64);
+    if (c == "mte2_32k") return Mte2Stream(32768, 64);
+    if (c == "vector_loop") return VectorLoop(2048, 100);
+    if (c == "cube_loop") return CubeLoop(40);
+    if (c == "queue_depth1") return QueueCase(1);
+    if (c == "queue_pingpong") return QueueCase(2);
+    if (c == "syncall_join") return SyncAllJoin();
+    if (c == "serialised_slower") {
+        const double serial = FlagPair(false), overlap = FlagPair(true);
+        if (serial > overlap * 1.3) {
+            std::printf("OK\n");
+            return 0;
+        }
+        std::printf("serialised %.1f cycles, overlapped %.1f\n", serial, overlap);
+        return 1;
+    }
+    if (c == "off_records_nothing") {
+        cam::twin::SetTimingEnabled(false);
+        cam::twin::TakeLaunchCosts();
+        cam::twin::RunLaunch("timing_off", 1, [] {
+            TPipe pipe;
+            TBuf<TPosition::VECCALC> buf;
+            pipe.InitBuffer(buf, 1024);
+            LocalTensor<float> t = buf.Get<float>();
+            Adds(t, t, 1.0f, 256);
+        });
+        if (!cam::twin::TakeLaunchCosts().empty()) {
+            std::printf("a launch with timing off was costed\n");
+            return 1;
+        }
+        std::printf("OK\n");
+        return 0;
+    }
+    std::fprintf(stderr, "unknown case %s\n", argv[1]);
+    return 2;
+}
