@@ -37,7 +37,7 @@ namespace {
 constexpr int kPipes = static_cast<int>(Pipe::kCount);
 
 enum class Kind : uint8_t { GmCopy, LocalCopy, Vector, Mmad, Scalar, FlagSet, FlagWait, Barrier, QueueSet, QueueWait,
-                            SyncAll };
+                            SyncAll, PeerWait };
 
 struct Rec {
     Kind kind;
@@ -59,6 +59,7 @@ struct BlockTrace {
 thread_local std::vector<Rec>* tRecs = nullptr;
 thread_local std::unique_ptr<std::vector<Rec>> tOwned;
 thread_local int64_t tVector = -1;  // index of the vector instruction whose operands are being seen
+thread_local size_t tPollMark = 0;   // record count after a wait's first poll
 
 std::mutex gMutex;
 std::unordered_map<const void*, std::vector<BlockTrace>> gLaunches;  // blocks ended, by launch
@@ -242,6 +243,7 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                 break;
             }
             case Kind::SyncAll: return;
+            case Kind::PeerWait: ++out.peerWaits; break;
         }
     }
     c.done = true;
@@ -335,7 +337,8 @@ std::string LaunchCostJson(const LaunchCost& c) {
     }
     s += "},\"gm_read_bytes\":" + Num(c.gmReadBytes) + ",\"gm_write_bytes\":" + Num(c.gmWriteBytes) +
          ",\"l2_hit_fraction\":" + Num(c.l2HitFraction) + ",\"bandwidth_floor_seconds\":" +
-         Num(c.bandwidthFloorSeconds) + ",\"instructions\":" + std::to_string(c.instructions) + "}";
+         Num(c.bandwidthFloorSeconds) + ",\"instructions\":" + std::to_string(c.instructions) +
+         ",\"peer_waits\":" + std::to_string(c.peerWaits) + "}";
     return s;
 }
 
@@ -411,6 +414,17 @@ void TimeSyncAll() {
     Push({Kind::SyncAll, 0, 0, 0, 0, 0, 0, 0});
 }
 
+void TimeWaitPoll(uint32_t iteration) {
+    if (!gTimingOn || tRecs == nullptr) return;
+    if (iteration == 0) {
+        tRecs->push_back({Kind::PeerWait, 0, 0, 0, 0, 0, 0, 0});
+        tPollMark = tRecs->size();
+    } else if (tPollMark <= tRecs->size()) {
+        tRecs->resize(tPollMark);  // the repeated poll
+        tVector = -1;
+    }
+}
+
 void TimeBlockStart() {
     if (!gTimingOn) return;
     if (!tOwned) tOwned = std::make_unique<std::vector<Rec>>();
@@ -447,6 +461,20 @@ void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim) {
     if (const char* path = EnvTimingPath(); path != nullptr && std::strcmp(path, "1") != 0) {
         std::lock_guard<std::mutex> lock(gMutex);
         if (FILE* f = std::fopen(path, "a")) {
+            // The table itself, once per process: what a reader of the file computes bounds with (one source).
+            static bool wroteConstants = false;
+            if (!wroteConstants) {
+                wroteConstants = true;
+                std::string line = "{\"constants\":{";
+                for (int dev = 0; dev < 2; ++dev) {
+                    line += std::string(dev ? "," : "") + (dev ? "\"a3\"" : "\"a2\"") + ":{";
+                    for (int i = 0; i < timing::kConstantCount; ++i)
+                        line += std::string(i ? "," : "") + Quote(timing::kConstants[i].name) + ":" +
+                                Num(dev ? timing::kConstants[i].a3 : timing::kConstants[i].a2);
+                    line += "}";
+                }
+                std::fprintf(f, "%s}}\n", line.c_str());
+            }
             for (const LaunchCost& c : costs) std::fprintf(f, "%s\n", LaunchCostJson(c).c_str());
             std::fclose(f);
         }

@@ -43,6 +43,10 @@ void TimeBarrierAll();
 // buffers for its (j - buffers)-th FreeTensor (the buffers rotate, as Ascend C's queue events do).
 void TimeQueue(AscendC::TPosition pos, bool toConsumer, bool set, const void* queue, int buffers);
 void TimeSyncAll();
+// A bounded wait's poll `iteration` failed and the block is about to poll again (twin::ParkOn). The model keeps the
+// records of the first poll and of the one that succeeds and drops the repeats between: how often the twin's thread
+// re-polled says how the host CPUs were shared, not how long the wait lasts on the device (docs/twin.md).
+void TimeWaitPoll(uint32_t iteration);
 void TimeBlockStart();
 void TimeBlockEnd(uint32_t blockIdx, uint8_t coreKind);
 void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim);  // after every block ended
@@ -62,6 +66,7 @@ struct LaunchCost {
     double gmReadBytes = 0, gmWriteBytes = 0, l2HitFraction = 0;
     double bandwidthFloorSeconds = 0;  // what the die's HBM / L2 alone would need (a segment floor when larger)
     uint64_t instructions = 0;
+    uint64_t peerWaits = 0;  // bounded waits that polled more than once (their length is not modelled)
 };
 
 void SetTimingEnabled(bool on);
