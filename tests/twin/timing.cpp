@@ -7,7 +7,12 @@
 #include <string>
 #include <vector>
 
+#include <chrono>
+#include <thread>
+
 #include "kernel_operator.h"
+#include "kernels/common/spin.h"
+#include "twin/launch.h"
 #include "twin/runtime.h"
 #include "twin/timing.h"
 
@@ -22,10 +27,11 @@ double K(const char* name) { return TimingConstant(name, gDevice); }
 // Runs the kernel as one launch with timing on; returns the A3 (L2 low end) prediction in cycles, launch cost
 // excluded, and the whole cost in *out.
 template <typename F>
-double Cycles(uint32_t blockDim, F kernel, cam::twin::LaunchCost* out = nullptr) {
+double Cycles(uint32_t blockDim, F kernel, cam::twin::LaunchCost* out = nullptr,
+              const cam::twin::LaunchWindows* windows = nullptr) {
     cam::twin::SetTimingEnabled(true);
     cam::twin::TakeLaunchCosts();
-    cam::twin::RunLaunch("timing_case", blockDim, kernel);
+    cam::twin::RunLaunch("timing_case", blockDim, kernel, windows);
     for (const auto& c : cam::twin::TakeLaunchCosts()) {
         if (c.device == gDevice && c.l2 == "lo") {
             if (out) *out = c;
@@ -195,6 +201,73 @@ int SyncAllJoin() {
     return Check(got, want, 1e-9);
 }
 
+// Block 0 polls a GM word that block 1 sets after `delayMs` of host time (a bounded wait's shape: clean, load,
+// pause). How often the twin's thread re-polled depends on the host's CPUs, not on the device: the prediction must
+// be the same whatever the delay, and the wait counted.
+double PollCase(int delayMs, uint64_t* waits) {
+    alignas(64) static int64_t word[8];
+    word[0] = 0;
+    cam::twin::LaunchCost cost;
+    const double cycles = Cycles(2, [&] {
+        GlobalTensor<int64_t> g;
+        g.SetGlobalBuffer(word, 8);
+        if (GetBlockIdx() == 1) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+            g.SetValue(0, 1);
+            DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(g);
+            return;
+        }
+        for (uint32_t i = 0;; ++i) {
+            DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(g);
+            if (g.GetValue(0) != 0) break;
+            cam::kernels::WaitPause(word, 8, i);
+        }
+    }, &cost);
+    *waits = cost.peerWaits;
+    return cycles;
+}
+
+int PollRepeats() {
+    uint64_t waitsShort = 0, waitsLong = 0;
+    const double late = PollCase(40, &waitsLong);
+    const double early = PollCase(0, &waitsShort);
+    if (waitsLong == 0) {
+        std::printf("the 40 ms wait was not counted as a wait\n");
+        return 1;
+    }
+    return Check(late, early, 1e-12);
+}
+
+// 8 blocks each copy 32 tiles of 32 KiB out of UB into a window: into a peer's, the rank's link carries all of it
+// (8 MiB over link_bytes_per_s_rank, longer than any core's copies); into its own, each core's MTE3 sets the pace
+// (the die's HBM would take less).
+int PeerCopy(bool peer) {
+    constexpr uint32_t kTile = 32768, kTiles = 32, kBlocks = 8;
+    static std::vector<uint8_t> own(kBlocks * kTiles * kTile), other(kBlocks * kTiles * kTile);
+    cam::twin::LaunchWindows w;
+    w.windows = {{reinterpret_cast<uintptr_t>(own.data()), own.size()},
+                 {reinterpret_cast<uintptr_t>(other.data()), other.size()}};
+    w.own = 0;
+    uint8_t* dst = peer ? other.data() : own.data();
+    const double got = Cycles(kBlocks, [&] {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf;
+        pipe.InitBuffer(buf, kTile);
+        LocalTensor<uint8_t> t = buf.Get<uint8_t>();
+        GlobalTensor<uint8_t> g;
+        g.SetGlobalBuffer(dst + uint64_t(GetBlockIdx()) * kTiles * kTile, uint64_t(kTiles) * kTile);
+        for (uint32_t i = 0; i < kTiles; ++i) DataCopy(g[uint64_t(i) * kTile], t, kTile);
+    }, nullptr, &w);
+    const double bytes = double(kBlocks) * kTiles * kTile;
+    const double core = K("scalar_issue_cycles") + kTiles * (K("mte_latency_cycles") + kTile / K("mte3_bytes_per_cycle"));
+    const double link = bytes / K("link_bytes_per_s_rank") * K("core_clock_hz");
+    if (!(link > core && bytes / K("hbm_bytes_per_s_die") * K("core_clock_hz") < core)) {
+        std::printf("case no longer separates link, HBM and core (link %.0f, core %.0f cycles)\n", link, core);
+        return 1;
+    }
+    return Check(got, peer ? link : core, 1e-9);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,6 +285,9 @@ int main(int argc, char** argv) {
     if (c == "queue_depth1") return QueueCase(1);
     if (c == "queue_pingpong") return QueueCase(2);
     if (c == "syncall_join") return SyncAllJoin();
+    if (c == "peer_copy_link") return PeerCopy(true);
+    if (c == "own_copy_core") return PeerCopy(false);
+    if (c == "poll_repeats_not_costed") return PollRepeats();
     if (c == "serialised_slower") {
         const double serial = FlagPair(false), overlap = FlagPair(true);
         if (serial > overlap * 1.3) {

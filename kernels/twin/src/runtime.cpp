@@ -340,7 +340,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
     };
 
     RunBlocks(blockDim, body);  // returns after every block ended: the flag's stores happen-before this load
-    TimeLaunchEnd(&launch, kernelName, blockDim);
+    TimeLaunchEnd(&launch, kernelName, blockDim, windows);
     if (launch.dcacheTouched.load(std::memory_order_relaxed)) ForgetLaunch(&launch);
     if (!launch.firstError.empty()) throw TwinViolation(launch.firstError);
 }

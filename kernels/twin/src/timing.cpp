@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "twin/launch.h"
 #include "twin/runtime.h"
 #include "twin/timing_constants.h"
 #include "twin/types.h"
@@ -72,7 +73,7 @@ void Push(const Rec& r) {
 // One device's figures, read by name from the one table.
 struct Device {
     double clock, mte2, mte3, mte1, fix, mteLat, burst, vecRepeat, vecBytes, vecStart, cubeStart, cubeMacs, issue,
-        scalarUb, scalarGm, hbm, l2Bytes, l2Bw, sync, launch;
+        scalarUb, scalarGm, hbm, l2Bytes, l2Bw, sync, launch, link;
 };
 
 double Lookup(const char* name, bool a3) {
@@ -103,6 +104,7 @@ Device MakeDevice(bool a3, bool l2hi) {
     d.l2Bw = Lookup(l2hi ? "l2_bytes_per_s_die_hi" : "l2_bytes_per_s_die_lo", a3);
     d.sync = Lookup("syncall_cycles", a3);
     d.launch = Lookup("launch_seconds", a3);
+    d.link = Lookup("link_bytes_per_s_rank", a3);
     return d;
 }
 
@@ -181,8 +183,20 @@ void Wait(Core& c, Pipe p, double at, const std::string& what, LaunchCost& out, 
     cur = std::max(cur, at);
 }
 
-// Runs one core's records up to its next SyncAll (or its end); returns bytes it moved to / from GM.
-void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, double* rd, double* wr) {
+// Whether a GM address lies in a peer's window of the launch (not the launching rank's own).
+bool InPeerWindow(const LaunchWindows* w, uint64_t addr) {
+    if (w == nullptr) return false;
+    for (size_t i = 0; i < w->windows.size(); ++i) {
+        if (int64_t(i) == w->own) continue;
+        if (addr >= w->windows[i].first && addr < w->windows[i].first + w->windows[i].second) return true;
+    }
+    return false;
+}
+
+// Runs one core's records up to its next SyncAll (or its end); adds the bytes it moved to / from GM and over the
+// peer link.
+void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, const LaunchWindows* w, double* rd,
+                double* wr, double* link) {
     while (c.pos < b.recs.size()) {
         const Rec& r = b.recs[c.pos++];
         switch (r.kind) {
@@ -195,7 +209,11 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                 c.t[int(p)] = start + cyc;
                 c.busy[int(p)] += cyc;
                 ++out.instructions;
-                if (r.kind == Kind::GmCopy) (p == Pipe::MTE2 ? *rd : *wr) += double(r.a) * double(r.b);
+                if (r.kind == Kind::GmCopy) {  // a peer's window is the peer's HBM: this die's link, not its HBM
+                    const double bytes = double(r.a) * double(r.b);
+                    if (InPeerWindow(w, r.c)) *link += bytes;
+                    else (p == Pipe::MTE2 ? *rd : *wr) += bytes;
+                }
                 break;
             }
             case Kind::Scalar: {
@@ -249,7 +267,8 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
     c.done = true;
 }
 
-LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& blocks, bool a3, bool l2hi) {
+LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& blocks, const LaunchWindows* w,
+               bool a3, bool l2hi) {
     const Device d = MakeDevice(a3, l2hi);
     LaunchCost out;
     out.kernel = kernel;
@@ -263,20 +282,22 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
     double segStart = 0;  // cycles
     bool more = true;
     while (more) {
-        double rd = 0, wr = 0, arrive = segStart;
+        double rd = 0, wr = 0, link = 0, arrive = segStart;
         more = false;
         for (size_t i = 0; i < blocks.size(); ++i) {
             if (cores[i].done) continue;
-            RunSegment(cores[i], blocks[i], d, out, &rd, &wr);
+            RunSegment(cores[i], blocks[i], d, out, w, &rd, &wr, &link);
             arrive = std::max(arrive, cores[i].Now());
             if (!cores[i].done) more = true;
         }
         out.gmReadBytes += rd;
         out.gmWriteBytes += wr;
+        out.linkBytes += link;
         // The die's memory: misses and writes share HBM, hits share L2 (a floor on the segment, not a per-core
         // slowdown: stated in docs/twin.md).
         const double h = out.l2HitFraction;
-        const double floorS = (rd * (1 - h) + wr) / d.hbm + rd * h / d.l2Bw;
+        // The peer link is a resource of its own: the rank's copies to / from peers share link_bytes_per_s_rank.
+        const double floorS = std::max((rd * (1 - h) + wr) / d.hbm + rd * h / d.l2Bw, link / d.link);
         out.bandwidthFloorSeconds += floorS;
         double end = std::max(arrive, segStart + floorS * d.clock);
         if (more) end += d.sync;
@@ -338,7 +359,7 @@ std::string LaunchCostJson(const LaunchCost& c) {
     s += "},\"gm_read_bytes\":" + Num(c.gmReadBytes) + ",\"gm_write_bytes\":" + Num(c.gmWriteBytes) +
          ",\"l2_hit_fraction\":" + Num(c.l2HitFraction) + ",\"bandwidth_floor_seconds\":" +
          Num(c.bandwidthFloorSeconds) + ",\"instructions\":" + std::to_string(c.instructions) +
-         ",\"peer_waits\":" + std::to_string(c.peerWaits) + "}";
+         ",\"peer_waits\":" + std::to_string(c.peerWaits) + ",\"link_bytes\":" + Num(c.linkBytes) + "}";
     return s;
 }
 
@@ -445,7 +466,7 @@ void TimeBlockEnd(uint32_t blockIdx, uint8_t coreKind) {
     gLaunches[launch].push_back(std::move(b));
 }
 
-void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim) {
+void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim, const LaunchWindows* windows) {
     if (!gTimingOn) return;
     std::vector<BlockTrace> blocks;
     {
@@ -457,7 +478,7 @@ void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim) {
     }
     std::vector<LaunchCost> costs;
     for (bool a3 : {false, true})
-        for (bool hi : {false, true}) costs.push_back(Cost(kernel, blockDim, blocks, a3, hi));
+        for (bool hi : {false, true}) costs.push_back(Cost(kernel, blockDim, blocks, windows, a3, hi));
     if (const char* path = EnvTimingPath(); path != nullptr && std::strcmp(path, "1") != 0) {
         std::lock_guard<std::mutex> lock(gMutex);
         if (FILE* f = std::fopen(path, "a")) {

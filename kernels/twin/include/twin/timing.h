@@ -49,7 +49,10 @@ void TimeSyncAll();
 void TimeWaitPoll(uint32_t iteration);
 void TimeBlockStart();
 void TimeBlockEnd(uint32_t blockIdx, uint8_t coreKind);
-void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim);  // after every block ended
+// After every block ended. `windows`: a data-plane launch's rank windows; a GM copy into or out of a window other
+// than the launching rank's own crosses the peer link.
+struct LaunchWindows;
+void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim, const LaunchWindows* windows);
 
 // What one launch costs on one device.
 struct LaunchCost {
@@ -64,6 +67,7 @@ struct LaunchCost {
     uint32_t criticalCore = 0;
     std::map<std::string, double> stalls;  // seconds a pipe waited, summed over cores, by what it waited on
     double gmReadBytes = 0, gmWriteBytes = 0, l2HitFraction = 0;
+    double linkBytes = 0;  // copies to / from a peer's window
     double bandwidthFloorSeconds = 0;  // what the die's HBM / L2 alone would need (a segment floor when larger)
     uint64_t instructions = 0;
     uint64_t peerWaits = 0;  // bounded waits that polled more than once (their length is not modelled)
