@@ -74,7 +74,10 @@ def _worker(tokens: int, routing: str, out: str) -> int:
 
     # One plane round: Attention rank 0, FFN ranks 1..8.
     _mark(out, "plane")
-    topo = cam.Topology(D=1, P=1, F=F, E=E, K=K, H=H, Bmax=tokens, L=1, slots=1, quantized=True)
+    # Windows and the FFN working set sized to this round's routing, not the worst case (P * Bmax * K rows per FFN
+    # rank: 8 GiB of expert rows at 16384 tokens, more than this machine should hold for a prediction).
+    topo = cam.Topology(D=1, P=1, F=F, E=E, K=K, H=H, Bmax=tokens, L=1, slots=1, quantized=True,
+                        capacity=max(stats["rows"]), window_tokens=max(stats["pairs"]))
     weights = torch.rand(tokens, K, generator=g)
     barrier = threading.Barrier(topo.world_size, timeout=1800)
     errors = []
