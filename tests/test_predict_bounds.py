@@ -72,7 +72,7 @@ def _launch(kernel, device, l2, seconds, block_dim=2):
     return {"kernel": kernel, "device": device, "l2": l2, "block_dim": block_dim, "cube_blocks": 0,
             "seconds": seconds, "busy": {"S": seconds, "V": 0.5 * seconds}, "critical_busy": {"S": seconds,
             "V": 0.25 * seconds}, "critical_core": 0, "stalls": {"SyncAll": 1e-6}, "l2_hit_fraction": 0.5,
-            "peer_waits": 0}
+            "peer_waits": 0, "bandwidth_floor_seconds": 0.1 * seconds, "link_bytes": 0.0}
 
 
 def test_report_sums_gmm_launches_and_takes_the_slowest_rank(tmp_path):
@@ -87,3 +87,13 @@ def test_report_sums_gmm_launches_and_takes_the_slowest_rank(tmp_path):
     assert w2["predicted_s"] == 4.0 and w2["launches"] == 2 and w2["critical_pipe"] == "S"
     assert predict._op_cost("dispatch_recv", parsed, "a3", "lo")["predicted_s"] == 5.0
     assert predict._op_cost("dispatch_send", parsed, "a3", "lo") is None
+
+
+def test_link_floor_is_named_the_critical_resource():
+    consts = {"link_bytes_per_s_rank": 10.0, "launch_seconds": 0.0}
+    rec = _launch("cam_combine_send", "a3", "lo", 2.0)
+    assert predict._critical(rec, consts) == "S"
+    rec.update(bandwidth_floor_seconds=2.0, link_bytes=20.0)  # 20 B at 10 B/s: the whole launch
+    assert predict._critical(rec, consts) == "link"
+    rec.update(link_bytes=0.0)
+    assert predict._critical(rec, consts) == "HBM/L2"

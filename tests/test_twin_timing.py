@@ -30,6 +30,17 @@ def test_timing_case(timing_binary, case):
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
 
 
+@pytest.mark.slow
+def test_perfetto_trace(timing_binary, tmp_path):
+    path = tmp_path / "trace.json"
+    result = subprocess.run([timing_binary, "trace", str(path)], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, CAM_TWIN_PLATFORM="ascend910_93"))
+    assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
+    import json
+    trace = json.loads(path.read_text())  # what Perfetto parses
+    assert "model prediction" in trace["otherData"]["label"]
+
+
 _ROW = re.compile(r'\{"(\w+)",\s*([^,]+),\s*([^,]+),\s*([^,]+),\s*([^,]+),\s*"([^"]*)",\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\}',
                   re.S)
 

@@ -154,6 +154,16 @@ def _parse(path: str) -> dict:
     return {"constants": constants, "launches": launches, "stats": stats}
 
 
+def _critical(rec: dict, consts: dict) -> str:
+    """What set a launch's time: the die's memory or the rank's link when their floor covers it (no core's pipe
+    was the limit), else the critical core's busiest pipe."""
+    floor = rec["bandwidth_floor_seconds"]
+    if floor >= 0.95 * (rec["seconds"] - consts.get("launch_seconds", 0.0)):
+        link = rec.get("link_bytes", 0.0) / consts["link_bytes_per_s_rank"] if consts else 0.0
+        return "link" if link >= 0.5 * floor else "HBM/L2"
+    return max(rec["critical_busy"], key=rec["critical_busy"].get)
+
+
 def _op_cost(op: str, parsed: dict, device: str, l2: str) -> dict | None:
     """The op's predicted cost: the sum of its launches (GMM: the cube launch and its epilogue); for a plane op, the
     slowest rank's launch (every FFN rank runs its own)."""
@@ -175,7 +185,8 @@ def _op_cost(op: str, parsed: dict, device: str, l2: str) -> dict | None:
         for k, v in r["stalls"].items():
             stalls[k] = stalls.get(k, 0.0) + v
     cores = max(r["block_dim"] for r in recs)
-    critical = max(crit, key=crit.get)
+    consts = (parsed.get("constants") or {}).get(device) or {}
+    critical = _critical(max(recs, key=lambda r: r["seconds"]), consts) if consts else max(crit, key=crit.get)
     return {
         "predicted_s": total,
         "launches": len(recs),
@@ -189,13 +200,18 @@ def _op_cost(op: str, parsed: dict, device: str, l2: str) -> dict | None:
     }
 
 
-def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0) -> dict:
+def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, trace: str | None = None,
+            trace_kernel: str = "cam_gmm_int8_cube") -> dict:
+    """Runs each round size's worker and costs what it recorded. trace: write the first round's first launch of
+    `trace_kernel` as a Perfetto trace (one track per pipe per core; A3, L2 low end)."""
     results = {"label": "model prediction (twin timing model), not a measurement", "shape": dict(SHAPE),
                "routing": routing, "platform_traced": PLATFORM, "rounds": []}
     for tokens in rounds:
         with tempfile.TemporaryDirectory(prefix="cam-predict-") as d:
             path = os.path.join(d, "timing.jsonl")
             env = dict(os.environ, CAM_TWIN_TIMING=path, CAM_TWIN_PLATFORM=PLATFORM)
+            if trace and tokens == rounds[0]:
+                env.update(CAM_TWIN_TIMING_TRACE=os.path.abspath(trace), CAM_TWIN_TIMING_TRACE_KERNEL=trace_kernel)
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "cam.bench.predict", "--_worker", str(tokens), routing, path],
                                   env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -268,7 +284,16 @@ def print_prediction(results: dict, device: str) -> None:
 
 
 def _run(args) -> int:
-    results = predict(rounds=args.rounds, routing="uniform", timeout_s=args.timeout)
+    if args.from_json:
+        with open(args.from_json) as f:
+            results = json.load(f)
+        print_prediction(results, args.device)
+        return 0
+    for t in args.rounds:
+        if t < 1:
+            raise SystemExit(f"--rounds: {t} tokens is not a positive count")
+    results = predict(rounds=tuple(args.rounds), routing="uniform", timeout_s=args.timeout, trace=args.trace,
+                      trace_kernel=args.trace_kernel)
     print_prediction(results, args.device)
     if args.json:
         with open(args.json, "w") as f:
@@ -284,6 +309,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--rounds", type=int, nargs="+", default=list(ROUNDS), help="tokens per round (default 4096 "
                                                                                  "8192 16384)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per round size's child process")
+    p.add_argument("--trace", metavar="FILE", help="write the first round's first launch of --trace-kernel as a "
+                                                   "Perfetto trace (one track per pipe per core)")
+    p.add_argument("--trace-kernel", default="cam_gmm_int8_cube", help="kernel name for --trace")
+    p.add_argument("--from-json", metavar="FILE", help="print a recorded --json result instead of running")
     p.set_defaults(run=_run)
 
 

@@ -2,6 +2,9 @@
 // when the model's prediction equals the closed-form answer computed here from the constants table (or, for the
 // comparisons, when the order holds), prints both numbers and exits 1 otherwise.
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -268,9 +271,48 @@ int PeerCopy(bool peer) {
     return Check(got, peer ? link : core, 1e-9);
 }
 
+// CAM_TWIN_TIMING_TRACE: the launch's instructions as Perfetto slices, one per instruction on its core's pipe track.
+int TraceCase(const char* path) {
+    setenv("CAM_TWIN_TIMING_TRACE", path, 1);
+    Cycles(2, [&] {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf;
+        pipe.InitBuffer(buf, 4096);
+        LocalTensor<float> t = buf.Get<float>();
+        for (int i = 0; i < 10; ++i) Adds(t, t, 1.0f, 1024);
+        GlobalTensor<float> g;
+        g.SetGlobalBuffer(reinterpret_cast<float*>(gGm.data()) + GetBlockIdx() * 1024, 1024);
+        SetFlag<HardEvent::V_MTE3>(0);
+        WaitFlag<HardEvent::V_MTE3>(0);
+        DataCopy(g, t, 1024);
+    });
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    size_t slices = 0, vector = 0, mte3 = 0;
+    for (size_t at = text.find("\"ph\":\"X\""); at != std::string::npos; at = text.find("\"ph\":\"X\"", at + 1)) {
+        ++slices;
+        const size_t end = text.find('}', at);
+        const std::string ev = text.substr(at, end - at);
+        if (ev.find("\"name\":\"Vector\"") != std::string::npos && ev.find("\"tid\":1,") != std::string::npos) ++vector;
+        if (ev.find("\"name\":\"DataCopy\"") != std::string::npos && ev.find("\"tid\":5,") != std::string::npos) ++mte3;
+    }
+    if (slices != 22 || vector != 20 || mte3 != 2 || text.find("\"name\":\"core 1\"") == std::string::npos) {
+        std::printf("trace has %zu slices (%zu vector on V, %zu copies on MTE3), want 22 (20, 2)\n", slices, vector, mte3);
+        return 1;
+    }
+    std::printf("OK\n");
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (argc == 3 && std::strcmp(argv[1], "trace") == 0) {
+        cam::twin::SetPlatform("ascend910_93");
+        return TraceCase(argv[2]);
+    }
     if (argc != 2) {
         std::fprintf(stderr, "usage: timing <case>\n");
         return 2;

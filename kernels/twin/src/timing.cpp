@@ -3,6 +3,7 @@
 #include "twin/timing.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -157,7 +158,19 @@ double L2HitFraction(const std::vector<BlockTrace>& blocks, double l2Bytes, doub
     return reread * keep / total;
 }
 
+// One instruction's span on its pipe, for the Perfetto trace.
+struct Span {
+    uint32_t core;
+    uint8_t pipe;
+    Kind kind;
+    double start, end;  // cycles
+    uint64_t a, b, c;
+};
+constexpr size_t kMaxSpans = 400000;  // a trace stays a file Perfetto opens (the first spans of a long launch)
+
 struct Core {
+    uint32_t idx = 0;
+    std::vector<Span>* spans = nullptr;  // non-null: record every instruction's span
     double tS = 0;
     double t[kPipes] = {};
     double busy[kPipes] = {};
@@ -208,6 +221,8 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                 const double start = std::max(c.tS, c.t[int(p)]);
                 c.t[int(p)] = start + cyc;
                 c.busy[int(p)] += cyc;
+                if (c.spans != nullptr && c.spans->size() < kMaxSpans)
+                    c.spans->push_back({c.idx, uint8_t(p), r.kind, start, start + cyc, r.a, r.b, r.c});
                 ++out.instructions;
                 if (r.kind == Kind::GmCopy) {  // a peer's window is the peer's HBM: this die's link, not its HBM
                     const double bytes = double(r.a) * double(r.b);
@@ -268,7 +283,7 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
 }
 
 LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& blocks, const LaunchWindows* w,
-               bool a3, bool l2hi) {
+               bool a3, bool l2hi, std::vector<Span>* spans = nullptr) {
     const Device d = MakeDevice(a3, l2hi);
     LaunchCost out;
     out.kernel = kernel;
@@ -279,6 +294,10 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
     double totalRead = 0;
     out.l2HitFraction = L2HitFraction(blocks, d.l2Bytes, &totalRead);
     std::vector<Core> cores(blocks.size());
+    for (size_t i = 0; i < cores.size(); ++i) {
+        cores[i].idx = blocks[i].idx;
+        cores[i].spans = spans;
+    }
     double segStart = 0;  // cycles
     bool more = true;
     while (more) {
@@ -337,6 +356,40 @@ std::string Quote(const std::string& s) {
         o += ch;
     }
     return o + "\"";
+}
+
+const char* EnvTracePath() {
+    const char* p = std::getenv("CAM_TWIN_TIMING_TRACE");
+    return p != nullptr && p[0] != '\0' ? p : nullptr;
+}
+
+// Chrome trace JSON (Perfetto opens it): one process per core, one thread per pipe, one slice per instruction.
+void WriteTrace(const char* path, const char* kernel, const std::vector<Span>& spans, uint32_t cores,
+                const Device& d) {
+    FILE* f = std::fopen(path, "w");
+    if (f == nullptr) return;
+    std::fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"kernel\":%s,\"label\":\"timing model prediction "
+                    "(A3, L2 low end), not a measurement\"},\"traceEvents\":[",
+                 Quote(kernel).c_str());
+    bool first = true;
+    for (uint32_t c = 0; c < cores; ++c) {
+        for (int p = 0; p < kPipes; ++p) {
+            std::fprintf(f, "%s{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+                         first ? "" : ",", c, p, PipeName(Pipe(p)));
+            first = false;
+        }
+        std::fprintf(f, ",{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%u,\"args\":{\"name\":\"core %u\"}}", c, c);
+    }
+    static const char* const kinds[] = {"DataCopy", "LoadData", "Vector", "Mmad", "Scalar"};
+    for (const Span& s : spans) {
+        const char* name = int(s.kind) < 5 ? kinds[int(s.kind)] : "?";
+        std::fprintf(f, ",{\"ph\":\"X\",\"name\":\"%s\",\"pid\":%u,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,"
+                        "\"args\":{\"a\":%llu,\"b\":%llu}}",
+                     name, s.core, int(s.pipe), s.start / d.clock * 1e6, (s.end - s.start) / d.clock * 1e6,
+                     static_cast<unsigned long long>(s.a), static_cast<unsigned long long>(s.b));
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
 }
 
 }  // namespace
@@ -475,6 +528,17 @@ void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim, co
         if (it == gLaunches.end()) return;
         blocks.swap(it->second);
         gLaunches.erase(it);
+    }
+    // CAM_TWIN_TIMING_TRACE=<file>: the first launch whose kernel is CAM_TWIN_TIMING_TRACE_KERNEL (any, unset) is
+    // written as a Perfetto trace, costed on A3 at the L2 range's low end.
+    if (const char* tracePath = EnvTracePath(); tracePath != nullptr) {
+        static std::atomic<bool> traced{false};
+        const char* want = std::getenv("CAM_TWIN_TIMING_TRACE_KERNEL");
+        if ((want == nullptr || std::strcmp(want, kernel) == 0) && !traced.exchange(true)) {
+            std::vector<Span> spans;
+            Cost(kernel, blockDim, blocks, windows, true, false, &spans);
+            WriteTrace(tracePath, kernel, spans, uint32_t(blocks.size()), MakeDevice(true, false));
+        }
     }
     std::vector<LaunchCost> costs;
     for (bool a3 : {false, true})
