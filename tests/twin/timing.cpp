@@ -306,6 +306,23 @@ int TraceCase(const char* path) {
     return 0;
 }
 
+// One block reads the same 4 KiB tile 100 times and another tile once: 101 copies, 2 distinct, so the re-reads'
+// share of the bytes (99 of 101) hit L2.
+int L2Reread() {
+    cam::twin::LaunchCost cost;
+    Cycles(1, [&] {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf;
+        pipe.InitBuffer(buf, 4096);
+        LocalTensor<uint8_t> t = buf.Get<uint8_t>();
+        GlobalTensor<uint8_t> g;
+        g.SetGlobalBuffer(gGm.data(), gGm.size());
+        for (int i = 0; i < 100; ++i) DataCopy(t, g, 4096);
+        DataCopy(t, g[8192], 4096);
+    }, &cost);
+    return Check(cost.l2HitFraction, 99.0 / 101.0, 1e-12);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -327,6 +344,7 @@ int main(int argc, char** argv) {
     if (c == "queue_depth1") return QueueCase(1);
     if (c == "queue_pingpong") return QueueCase(2);
     if (c == "syncall_join") return SyncAllJoin();
+    if (c == "l2_reread") return L2Reread();
     if (c == "peer_copy_link") return PeerCopy(true);
     if (c == "own_copy_core") return PeerCopy(false);
     if (c == "poll_repeats_not_costed") return PollRepeats();

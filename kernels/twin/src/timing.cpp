@@ -66,6 +66,9 @@ thread_local size_t tPollMark = 0;   // record count after a wait's first poll
 std::mutex gMutex;
 std::unordered_map<const void*, std::vector<BlockTrace>> gLaunches;  // blocks ended, by launch
 std::vector<LaunchCost> gCosts;
+// Record buffers of costed launches, kept with their capacity for the next blocks: a fresh buffer per block and
+// launch was page faults on every record it grew into.
+std::vector<std::vector<Rec>> gSpare;
 
 void Push(const Rec& r) {
     if (tRecs != nullptr) tRecs->push_back(r);
@@ -136,26 +139,48 @@ double Cycles(const Rec& r, const Device& d) {
     }
 }
 
-// The L2 policy: every launch starts with a cold L2; the first read of a 512-byte line misses; a re-read hits
-// when the launch's distinct read footprint fits in L2, else with probability capacity / footprint.
-double L2HitFraction(const std::vector<BlockTrace>& blocks, double l2Bytes, double* readBytes) {
-    std::unordered_set<uint64_t> lines;
+// The launch's MTE2 reads: their bytes and their footprint, the bytes of its distinct copies (same GM start, burst
+// bytes, bursts and pitch: a GEMM re-reads its A and B tiles exactly). Copies of the same bytes in another shape
+// count again, so the footprint errs large and the hit fraction small. Computed once per launch.
+struct Reads {
     double total = 0;
+    double footprint = 0;
+};
+
+struct CopyKey {
+    uint64_t addr, burst, bursts, pitch;
+    bool operator==(const CopyKey&) const = default;
+};
+struct CopyKeyHash {
+    size_t operator()(const CopyKey& k) const {
+        uint64_t h = k.addr * 0x9E3779B97F4A7C15ull;
+        h ^= (k.burst + (h << 6) + (h >> 2)) * 0xBF58476D1CE4E5B9ull;
+        h ^= (k.bursts + (h << 6) + (h >> 2)) * 0x94D049BB133111EBull;
+        h ^= k.pitch + (h << 6) + (h >> 2);
+        return size_t(h);
+    }
+};
+
+Reads LaunchReads(const std::vector<BlockTrace>& blocks) {
+    std::unordered_set<CopyKey, CopyKeyHash> seen;
+    Reads out;
     for (const BlockTrace& b : blocks)
         for (const Rec& r : b.recs) {
             if (r.kind != Kind::GmCopy || r.pipe != uint8_t(Pipe::MTE2)) continue;
-            total += double(r.a) * double(r.b);
-            for (uint64_t i = 0; i < r.b; ++i) {
-                const uint64_t lo = (r.c + i * r.d) >> 9, hi = (r.c + i * r.d + r.a - 1) >> 9;
-                for (uint64_t l = lo; l <= hi; ++l) lines.insert(l);
-            }
+            const double bytes = double(r.a) * double(r.b);
+            out.total += bytes;
+            if (seen.insert({r.c, r.a, r.b, r.d}).second) out.footprint += bytes;
         }
-    *readBytes = total;
-    if (total <= 0) return 0;
-    const double footprint = double(lines.size()) * 512.0;
-    const double reread = std::max(0.0, total - footprint);
-    const double keep = footprint <= l2Bytes ? 1.0 : l2Bytes / footprint;
-    return reread * keep / total;
+    return out;
+}
+
+// The L2 policy: every launch starts with a cold L2; the first read of a copy misses; a re-read hits when the
+// launch's read footprint fits in L2, else with probability capacity / footprint.
+double L2HitFraction(const Reads& r, double l2Bytes) {
+    if (r.total <= 0) return 0;
+    const double reread = std::max(0.0, r.total - r.footprint);
+    const double keep = r.footprint <= l2Bytes ? 1.0 : l2Bytes / r.footprint;
+    return reread * keep / r.total;
 }
 
 // One instruction's span on its pipe, for the Perfetto trace.
@@ -189,10 +214,11 @@ struct Core {
     }
 };
 
-void Wait(Core& c, Pipe p, double at, const std::string& what, LaunchCost& out, const Device& d) {
+// The stall's name is built only when the wait delays the pipe (this runs once per flag and queue event).
+void Wait(Core& c, Pipe p, double at, const char* what, const char* arg, LaunchCost& out, const Device& d) {
     double& cur = p == Pipe::S ? c.tS : c.t[int(p)];
     const double ready = p == Pipe::S ? c.tS : std::max(cur, c.tS);
-    if (at > ready) out.stalls[what] += (at - ready) / d.clock;
+    if (at > ready) out.stalls[std::string(what) + arg + ">"] += (at - ready) / d.clock;
     cur = std::max(cur, at);
 }
 
@@ -245,7 +271,7 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                     c.flags[key] = src == Pipe::S ? c.tS : std::max(c.t[int(src)], c.tS);
                 } else {
                     auto it = c.flags.find(key);
-                    if (it != c.flags.end()) Wait(c, dst, it->second, std::string("WaitFlag<") + EventName(r.pipe) + ">", out, d);
+                    if (it != c.flags.end()) Wait(c, dst, it->second, "WaitFlag<", EventName(r.pipe), out, d);
                 }
                 break;
             }
@@ -263,8 +289,8 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                     const uint64_t j = q.waits++;
                     const uint64_t lag = toConsumer ? 0 : r.b;
                     if (j < lag || j - lag >= q.sets.size()) break;
-                    Wait(c, toConsumer ? consumer : producer, q.sets[j - lag],
-                         std::string(toConsumer ? "DeQue<" : "AllocTensor<") + PositionName(r.pipe) + ">", out, d);
+                    Wait(c, toConsumer ? consumer : producer, q.sets[j - lag], toConsumer ? "DeQue<" : "AllocTensor<",
+                         PositionName(r.pipe), out, d);
                 }
                 break;
             }
@@ -282,8 +308,8 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
     c.done = true;
 }
 
-LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& blocks, const LaunchWindows* w,
-               bool a3, bool l2hi, std::vector<Span>* spans = nullptr) {
+LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& blocks, const Reads& reads,
+               const LaunchWindows* w, bool a3, bool l2hi, std::vector<Span>* spans = nullptr) {
     const Device d = MakeDevice(a3, l2hi);
     LaunchCost out;
     out.kernel = kernel;
@@ -291,8 +317,7 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
     out.l2 = l2hi ? "hi" : "lo";
     out.blockDim = blockDim;
     std::sort(blocks.begin(), blocks.end(), [](const BlockTrace& x, const BlockTrace& y) { return x.idx < y.idx; });
-    double totalRead = 0;
-    out.l2HitFraction = L2HitFraction(blocks, d.l2Bytes, &totalRead);
+    out.l2HitFraction = L2HitFraction(reads, d.l2Bytes);
     std::vector<Core> cores(blocks.size());
     for (size_t i = 0; i < cores.size(); ++i) {
         cores[i].idx = blocks[i].idx;
@@ -502,6 +527,13 @@ void TimeWaitPoll(uint32_t iteration) {
 void TimeBlockStart() {
     if (!gTimingOn) return;
     if (!tOwned) tOwned = std::make_unique<std::vector<Rec>>();
+    if (tOwned->capacity() == 0) {
+        std::lock_guard<std::mutex> lock(gMutex);
+        if (!gSpare.empty()) {
+            tOwned->swap(gSpare.back());
+            gSpare.pop_back();
+        }
+    }
     tOwned->clear();
     tRecs = tOwned.get();
     tVector = -1;
@@ -536,13 +568,14 @@ void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim, co
         const char* want = std::getenv("CAM_TWIN_TIMING_TRACE_KERNEL");
         if ((want == nullptr || std::strcmp(want, kernel) == 0) && !traced.exchange(true)) {
             std::vector<Span> spans;
-            Cost(kernel, blockDim, blocks, windows, true, false, &spans);
+            Cost(kernel, blockDim, blocks, LaunchReads(blocks), windows, true, false, &spans);
             WriteTrace(tracePath, kernel, spans, uint32_t(blocks.size()), MakeDevice(true, false));
         }
     }
     std::vector<LaunchCost> costs;
+    const Reads reads = LaunchReads(blocks);
     for (bool a3 : {false, true})
-        for (bool hi : {false, true}) costs.push_back(Cost(kernel, blockDim, blocks, windows, a3, hi));
+        for (bool hi : {false, true}) costs.push_back(Cost(kernel, blockDim, blocks, reads, windows, a3, hi));
     if (const char* path = EnvTimingPath(); path != nullptr && std::strcmp(path, "1") != 0) {
         std::lock_guard<std::mutex> lock(gMutex);
         if (FILE* f = std::fopen(path, "a")) {
@@ -565,6 +598,8 @@ void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim, co
         }
     }
     std::lock_guard<std::mutex> lock(gMutex);
+    for (BlockTrace& b : blocks)
+        if (gSpare.size() < 256) gSpare.push_back(std::move(b.recs));
     for (LaunchCost& c : costs) gCosts.push_back(std::move(c));
     // Kept for TakeLaunchCosts until taken; a long run with a file named never takes them, so only the newest stay.
     constexpr size_t kKept = 4096;
