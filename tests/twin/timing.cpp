@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -204,17 +205,20 @@ int SyncAllJoin() {
     return Check(got, want, 1e-9);
 }
 
-// Block 0 polls a GM word that block 1 sets after `delayMs` of host time (a bounded wait's shape: clean, load,
-// pause). How often the twin's thread re-polled depends on the host's CPUs, not on the device: the prediction must
-// be the same whatever the delay, and the wait counted.
+// Block 0 polls a GM word that block 1 sets `delayMs` of host time after block 0's first poll failed (a bounded
+// wait's shape: clean, load, pause). How often the twin's thread re-polled depends on the host's CPUs, not on the
+// device: the prediction must be the same whatever the delay, and the wait counted.
 double PollCase(int delayMs, uint64_t* waits) {
     alignas(64) static int64_t word[8];
+    static std::atomic<bool> firstPollFailed;
     word[0] = 0;
+    firstPollFailed = false;
     cam::twin::LaunchCost cost;
     const double cycles = Cycles(2, [&] {
         GlobalTensor<int64_t> g;
         g.SetGlobalBuffer(word, 8);
         if (GetBlockIdx() == 1) {
+            while (!firstPollFailed.load()) std::this_thread::yield();
             std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
             g.SetValue(0, 1);
             DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(g);
@@ -223,6 +227,7 @@ double PollCase(int delayMs, uint64_t* waits) {
         for (uint32_t i = 0;; ++i) {
             DataCacheCleanAndInvalid<int64_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(g);
             if (g.GetValue(0) != 0) break;
+            firstPollFailed = true;
             cam::kernels::WaitPause(word, 8, i);
         }
     }, &cost);
@@ -233,9 +238,10 @@ double PollCase(int delayMs, uint64_t* waits) {
 int PollRepeats() {
     uint64_t waitsShort = 0, waitsLong = 0;
     const double late = PollCase(40, &waitsLong);
-    const double early = PollCase(0, &waitsShort);
-    if (waitsLong == 0) {
-        std::printf("the 40 ms wait was not counted as a wait\n");
+    const double early = PollCase(1, &waitsShort);
+    if (waitsLong != 1 || waitsShort != 1) {
+        std::printf("waits counted: %llu and %llu, want 1 each\n", (unsigned long long)waitsLong,
+                    (unsigned long long)waitsShort);
         return 1;
     }
     return Check(late, early, 1e-12);

@@ -456,17 +456,17 @@ double TimingConstant(const char* name, const char* device) {
     return Lookup(name, std::strcmp(device, "a3") == 0);
 }
 
-void TimeGmCopy(Pipe p, const void* gm, uint64_t burstBytes, uint64_t bursts, uint64_t pitch) {
+void TimeGmCopyRecord(Pipe p, const void* gm, uint64_t burstBytes, uint64_t bursts, uint64_t pitch) {
     if (!gTimingOn || bursts == 0 || burstBytes == 0) return;
     Push({Kind::GmCopy, uint8_t(p), 0, 0, burstBytes, bursts, reinterpret_cast<uintptr_t>(gm), pitch});
 }
 
-void TimeLocalCopy(Pipe p, uint64_t bytes) {
+void TimeLocalCopyRecord(Pipe p, uint64_t bytes) {
     if (!gTimingOn) return;
     Push({Kind::LocalCopy, uint8_t(p), 0, 0, bytes, 1, 0, 0});
 }
 
-void TimeVectorOperand(const char* role, uint64_t bytes) {
+void TimeVectorOperandRecord(const char* role, uint64_t bytes) {
     if (!gTimingOn || tRecs == nullptr) return;
     if (role[0] == 'd') {
         tVector = int64_t(tRecs->size());
@@ -477,43 +477,43 @@ void TimeVectorOperand(const char* role, uint64_t bytes) {
     }
 }
 
-void TimeMmad(uint32_t m, uint32_t n, uint32_t k) {
+void TimeMmadRecord(uint32_t m, uint32_t n, uint32_t k) {
     if (!gTimingOn) return;
     Push({Kind::Mmad, uint8_t(Pipe::M), 0, 0, m, n, k, 0});
 }
 
-void TimeScalar(bool gm) {
+void TimeScalarRecord(bool gm) {
     if (!gTimingOn) return;
     Push({Kind::Scalar, uint8_t(gm ? 1 : 0), 0, 0, 0, 0, 0, 0});
 }
 
-void TimeFlagSet(HardEvent e, int32_t id) {
+void TimeFlagSetRecord(HardEvent e, int32_t id) {
     if (!gTimingOn) return;
     Push({Kind::FlagSet, uint8_t(e), uint8_t(id & 7), 0, 0, 0, 0, 0});
 }
 
-void TimeFlagWait(HardEvent e, int32_t id) {
+void TimeFlagWaitRecord(HardEvent e, int32_t id) {
     if (!gTimingOn) return;
     Push({Kind::FlagWait, uint8_t(e), uint8_t(id & 7), 0, 0, 0, 0, 0});
 }
 
-void TimeBarrierAll() {
+void TimeBarrierAllRecord() {
     if (!gTimingOn) return;
     Push({Kind::Barrier, 0, 0, 0, 0, 0, 0, 0});
 }
 
-void TimeQueue(TPosition pos, bool toConsumer, bool set, const void* queue, int buffers) {
+void TimeQueueRecord(TPosition pos, bool toConsumer, bool set, const void* queue, int buffers) {
     if (!gTimingOn) return;
     Push({set ? Kind::QueueSet : Kind::QueueWait, uint8_t(pos), uint8_t(toConsumer ? 1 : 0), 0,
           reinterpret_cast<uintptr_t>(queue), uint64_t(buffers), 0, 0});
 }
 
-void TimeSyncAll() {
+void TimeSyncAllRecord() {
     if (!gTimingOn) return;
     Push({Kind::SyncAll, 0, 0, 0, 0, 0, 0, 0});
 }
 
-void TimeWaitPoll(uint32_t iteration) {
+void TimeWaitPollRecord(uint32_t iteration) {
     if (!gTimingOn || tRecs == nullptr) return;
     if (iteration == 0) {
         tRecs->push_back({Kind::PeerWait, 0, 0, 0, 0, 0, 0, 0});
@@ -524,7 +524,7 @@ void TimeWaitPoll(uint32_t iteration) {
     }
 }
 
-void TimeBlockStart() {
+void TimeBlockStartRecord() {
     if (!gTimingOn) return;
     if (!tOwned) tOwned = std::make_unique<std::vector<Rec>>();
     if (tOwned->capacity() == 0) {
@@ -539,7 +539,7 @@ void TimeBlockStart() {
     tVector = -1;
 }
 
-void TimeBlockEnd(uint32_t blockIdx, uint8_t coreKind) {
+void TimeBlockEndRecord(uint32_t blockIdx, uint8_t coreKind) {
     if (!gTimingOn || tRecs == nullptr) return;
     BlockTrace b;
     b.idx = blockIdx;
@@ -551,7 +551,7 @@ void TimeBlockEnd(uint32_t blockIdx, uint8_t coreKind) {
     gLaunches[launch].push_back(std::move(b));
 }
 
-void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim, const LaunchWindows* windows) {
+void TimeLaunchEndRecord(const void* launch, const char* kernel, uint32_t blockDim, const LaunchWindows* windows) {
     if (!gTimingOn) return;
     std::vector<BlockTrace> blocks;
     {

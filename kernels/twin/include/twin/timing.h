@@ -26,33 +26,76 @@ inline bool TimingOn() { return gTimingOn; }
 bool HardEventPipes(AscendC::HardEvent e, Pipe* src, Pipe* dst);
 bool QueuePositionPipes(AscendC::TPosition pos, Pipe* producer, Pipe* consumer);
 
-// Hooks. Each returns at once when timing is off.
+// Hooks: inline, so with timing off each is one test of gTimingOn where it is called (the *Record functions do
+// the work).
 // A copy with GM on one side (MTE2 reads, MTE3 / FIX writes): `bursts` bursts of `burstBytes` bytes each,
 // `pitch` bytes apart in GM starting at `gm`.
-void TimeGmCopy(Pipe p, const void* gm, uint64_t burstBytes, uint64_t bursts, uint64_t pitch);
-void TimeLocalCopy(Pipe p, uint64_t bytes);  // MTE1: L1 -> L0A/L0B
+void TimeGmCopyRecord(Pipe p, const void* gm, uint64_t burstBytes, uint64_t bursts, uint64_t pitch);
+inline void TimeGmCopy(Pipe p, const void* gm, uint64_t burstBytes, uint64_t bursts, uint64_t pitch) {
+    if (gTimingOn) TimeGmCopyRecord(p, gm, burstBytes, bursts, pitch);
+}
+void TimeLocalCopyRecord(Pipe p, uint64_t bytes);
+inline void TimeLocalCopy(Pipe p, uint64_t bytes) {
+    if (gTimingOn) TimeLocalCopyRecord(p, bytes);
+}  // MTE1: L1 -> L0A/L0B
 // A vector instruction's operand: "dst" starts the instruction; its other operands widen it to their bytes.
-void TimeVectorOperand(const char* role, uint64_t bytes);
-void TimeMmad(uint32_t m, uint32_t n, uint32_t k);  // int8, padded sizes
-void TimeScalar(bool gm);                          // one scalar GetValue / SetValue
-void TimeFlagSet(AscendC::HardEvent e, int32_t id);
-void TimeFlagWait(AscendC::HardEvent e, int32_t id);
-void TimeBarrierAll();
+void TimeVectorOperandRecord(const char* role, uint64_t bytes);
+inline void TimeVectorOperand(const char* role, uint64_t bytes) {
+    if (gTimingOn) TimeVectorOperandRecord(role, bytes);
+}
+void TimeMmadRecord(uint32_t m, uint32_t n, uint32_t k);
+inline void TimeMmad(uint32_t m, uint32_t n, uint32_t k) {
+    if (gTimingOn) TimeMmadRecord(m, n, k);
+}  // int8, padded sizes
+void TimeScalarRecord(bool gm);
+inline void TimeScalar(bool gm) {
+    if (gTimingOn) TimeScalarRecord(gm);
+}                          // one scalar GetValue / SetValue
+void TimeFlagSetRecord(AscendC::HardEvent e, int32_t id);
+inline void TimeFlagSet(AscendC::HardEvent e, int32_t id) {
+    if (gTimingOn) TimeFlagSetRecord(e, id);
+}
+void TimeFlagWaitRecord(AscendC::HardEvent e, int32_t id);
+inline void TimeFlagWait(AscendC::HardEvent e, int32_t id) {
+    if (gTimingOn) TimeFlagWaitRecord(e, id);
+}
+void TimeBarrierAllRecord();
+inline void TimeBarrierAll() {
+    if (gTimingOn) TimeBarrierAllRecord();
+}
 // A TQue event: EnQue (toConsumer, set) / DeQue (toConsumer, wait); FreeTensor (!toConsumer, set) / AllocTensor
 // (!toConsumer, wait). The j-th DeQue waits for the j-th EnQue; the j-th AllocTensor of a queue of `buffers`
 // buffers for its (j - buffers)-th FreeTensor (the buffers rotate, as Ascend C's queue events do).
-void TimeQueue(AscendC::TPosition pos, bool toConsumer, bool set, const void* queue, int buffers);
-void TimeSyncAll();
+void TimeQueueRecord(AscendC::TPosition pos, bool toConsumer, bool set, const void* queue, int buffers);
+inline void TimeQueue(AscendC::TPosition pos, bool toConsumer, bool set, const void* queue, int buffers) {
+    if (gTimingOn) TimeQueueRecord(pos, toConsumer, set, queue, buffers);
+}
+void TimeSyncAllRecord();
+inline void TimeSyncAll() {
+    if (gTimingOn) TimeSyncAllRecord();
+}
 // A bounded wait's poll `iteration` failed and the block is about to poll again (twin::ParkOn). The model keeps the
 // records of the first poll and of the one that succeeds and drops the repeats between: how often the twin's thread
 // re-polled says how the host CPUs were shared, not how long the wait lasts on the device (docs/twin.md).
-void TimeWaitPoll(uint32_t iteration);
-void TimeBlockStart();
-void TimeBlockEnd(uint32_t blockIdx, uint8_t coreKind);
+void TimeWaitPollRecord(uint32_t iteration);
+inline void TimeWaitPoll(uint32_t iteration) {
+    if (gTimingOn) TimeWaitPollRecord(iteration);
+}
+void TimeBlockStartRecord();
+inline void TimeBlockStart() {
+    if (gTimingOn) TimeBlockStartRecord();
+}
+void TimeBlockEndRecord(uint32_t blockIdx, uint8_t coreKind);
+inline void TimeBlockEnd(uint32_t blockIdx, uint8_t coreKind) {
+    if (gTimingOn) TimeBlockEndRecord(blockIdx, coreKind);
+}
 // After every block ended. `windows`: a data-plane launch's rank windows; a GM copy into or out of a window other
 // than the launching rank's own crosses the peer link.
 struct LaunchWindows;
-void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim, const LaunchWindows* windows);
+void TimeLaunchEndRecord(const void* launch, const char* kernel, uint32_t blockDim, const LaunchWindows* windows);
+inline void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim, const LaunchWindows* windows) {
+    if (gTimingOn) TimeLaunchEndRecord(launch, kernel, blockDim, windows);
+}
 
 // What one launch costs on one device.
 struct LaunchCost {
