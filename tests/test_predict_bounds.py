@@ -97,3 +97,16 @@ def test_link_floor_is_named_the_critical_resource():
     assert predict._critical(rec, consts) == "link"
     rec.update(link_bytes=0.0)
     assert predict._critical(rec, consts) == "HBM/L2"
+
+
+def test_routings_pick_k_distinct_experts_and_skew_loads_one_rank():
+    for routing in ("uniform", "skewed"):
+        ids = predict._ids(512, routing)
+        assert ids.shape == (512, 8) and all(len(set(row.tolist())) == 8 for row in ids), routing
+        assert int(ids.min()) >= 0 and int(ids.max()) < 256
+    uniform = routing_stats(predict._ids(4096, "uniform"), E=256, F=8)["rows"]
+    skewed = routing_stats(predict._ids(4096, "skewed"), E=256, F=8)["rows"]
+    assert sum(uniform) == sum(skewed) == 4096 * 8
+    assert max(skewed) > 1.5 * max(uniform)  # Zipf(1.2) puts about twice the uniform share on the hottest rank
+    with pytest.raises(ValueError, match="routing 'zipf'"):
+        predict._ids(4, "zipf")

@@ -23,6 +23,8 @@ from .common import json_path, print_table
 
 SHAPE = {"H": 7168, "I": 2048, "E": 256, "K": 8, "F": 8}
 ROUNDS = (4096, 8192, 16384)
+ROUTINGS = ("uniform", "skewed")
+ZIPF_S = 1.2
 # Kernel launches of each op, by the twin's kernel name (host/src: CAM_KERNEL_LAUNCH / CAM_DATAPLANE_LAUNCH).
 _KERNELS = {
     "dynamic_quant": ("cam_dynamic_quant",),
@@ -46,7 +48,14 @@ def _ids(tokens: int, routing: str):
     E, K = SHAPE["E"], SHAPE["K"]
     if routing == "uniform":  # K distinct experts per token, uniformly at random
         return torch.rand(tokens, E, generator=g).argsort(dim=1)[:, :K].to(torch.int32)
-    raise ValueError(f"routing {routing!r}")
+    if routing == "skewed":
+        # K distinct experts per token drawn with Zipf(ZIPF_S) popularity over a seeded order of the experts (the
+        # skew cam-sim's study uses, docs/sim.md): hot experts, so one FFN rank carries more rows than the others.
+        order = torch.randperm(E, generator=g)
+        weight = torch.empty(E)
+        weight[order] = 1.0 / torch.arange(1, E + 1, dtype=torch.float32) ** ZIPF_S
+        return torch.multinomial(weight.expand(tokens, E), K, replacement=False, generator=g).to(torch.int32)
+    raise ValueError(f"routing {routing!r} is neither 'uniform' nor 'skewed'")
 
 
 def _mark(path: str, name: str) -> None:
@@ -289,18 +298,23 @@ def print_prediction(results: dict, device: str) -> None:
 def _run(args) -> int:
     if args.from_json:
         with open(args.from_json) as f:
-            results = json.load(f)
-        print_prediction(results, args.device)
+            recorded = json.load(f)
+        for results in recorded["runs"]:
+            print_prediction(results, args.device)
         return 0
     for t in args.rounds:
         if t < 1:
             raise SystemExit(f"--rounds: {t} tokens is not a positive count")
-    results = predict(rounds=tuple(args.rounds), routing="uniform", timeout_s=args.timeout, trace=args.trace,
-                      trace_kernel=args.trace_kernel)
-    print_prediction(results, args.device)
+    runs = []
+    for i, routing in enumerate(args.routing):
+        results = predict(rounds=tuple(args.rounds), routing=routing, timeout_s=args.timeout,
+                          trace=args.trace if i == 0 else None, trace_kernel=args.trace_kernel)
+        print_prediction(results, args.device)
+        runs.append(results)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump({"label": "model prediction (twin timing model), not a measurement", "runs": runs}, f,
+                      indent=1)
     return 0
 
 
@@ -311,6 +325,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", metavar="PATH", type=json_path, help="write every device's results as JSON")
     p.add_argument("--rounds", type=int, nargs="+", default=list(ROUNDS), help="tokens per round (default 4096 "
                                                                                  "8192 16384)")
+    p.add_argument("--routing", nargs="+", choices=list(ROUTINGS), default=["uniform"],
+                   help=f"uniform top-K, and/or skewed: Zipf({ZIPF_S}) expert popularity (default uniform)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per round size's child process")
     p.add_argument("--trace", metavar="FILE", help="write the first round's first launch of --trace-kernel as a "
                                                    "Perfetto trace (one track per pipe per core)")
