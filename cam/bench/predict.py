@@ -288,7 +288,7 @@ def print_prediction(results: dict, device: str) -> None:
             f"MODEL PREDICTION for {device.upper()} (not a measurement): {entry['tokens']} tokens, "
             f"{results['routing']} top-{SHAPE['K']}, FFN rank rows {entry['ffn_rank_rows']}; µs; busy = critical "
             f"core's pipe busy fraction; time range = L2 bandwidth high-low end; stalls summed over cores; "
-            f"cross-rank waits not timed; twin wall {entry['wall_s']:.0f} s",
+            f"cross-rank waits not timed; scalar (S) time is the least certain term; twin wall {entry['wall_s']:.0f} s",
             ["op", "cores", "predicted µs", "busy (critical core)", "critical pipe", "top stalls µs", "bound µs",
              "bound by", "ratio", "GB/s vs DeepEP-Ascend A3 EP8 (external)"],
             rows,
