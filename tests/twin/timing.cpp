@@ -329,6 +329,103 @@ int L2Reread() {
     return Check(cost.l2HitFraction, 99.0 / 101.0, 1e-12);
 }
 
+// One tile through the whole cube path (as tests/twin/violations.cpp's GoodCube): ND->NZ copy of A and a burst copy
+// of B into L1 (MTE2), LoadData and LoadDataWithTranspose into L0 (MTE1), Mmad (M), Fixpipe to GM (FIX). Each pipe's
+// busy time is the closed form of its instructions.
+int CubePath() {
+    constexpr uint32_t kM = 16, kK = 64, kN = 32;
+    static std::vector<int8_t> a(kM * kK, 1), b(kK * kN, 1);
+    static std::vector<int32_t> c(kM * kN);
+    cam::twin::LaunchCost cost;
+    Cycles(1, [&] {
+        KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+        TPipe pipe;
+        TQue<TPosition::A1, 1> a1;
+        TQue<TPosition::B1, 1> b1;
+        TQue<TPosition::A2, 1> a2;
+        TQue<TPosition::B2, 1> b2;
+        TQue<TPosition::CO1, 1> co1;
+        pipe.InitBuffer(a1, 1, kM * kK);
+        pipe.InitBuffer(b1, 1, kK * kN);
+        pipe.InitBuffer(a2, 1, kM * kK);
+        pipe.InitBuffer(b2, 1, kK * kN);
+        pipe.InitBuffer(co1, 1, kM * kN * 4);
+        GlobalTensor<int8_t> ga, gb;
+        GlobalTensor<int32_t> gc;
+        ga.SetGlobalBuffer(a.data(), kM * kK);
+        gb.SetGlobalBuffer(b.data(), kK * kN);
+        gc.SetGlobalBuffer(c.data(), kM * kN);
+        LocalTensor<int8_t> ta = a1.AllocTensor<int8_t>();
+        Nd2NzParams nd;
+        nd.nValue = kM;
+        nd.dValue = kK;
+        nd.srcDValue = kK;
+        nd.dstNzC0Stride = kM;
+        DataCopy(ta, ga, nd);
+        a1.EnQue(ta);
+        LocalTensor<int8_t> tb = b1.AllocTensor<int8_t>();
+        DataCopyParams burst;
+        burst.blockLen = kK;
+        DataCopy(tb, gb, burst);
+        b1.EnQue(tb);
+        ta = a1.DeQue<int8_t>();
+        LocalTensor<int8_t> la = a2.AllocTensor<int8_t>();
+        LoadData2DParams ld;
+        ld.repeatTimes = kK / 32;
+        ld.srcStride = kM / 16;
+        LoadData(la, ta, ld);
+        a2.EnQue(la);
+        a1.FreeTensor(ta);
+        tb = b1.DeQue<int8_t>();
+        LocalTensor<int8_t> lb = b2.AllocTensor<int8_t>();
+        LoadData2dTransposeParams lt;
+        lt.repeatTimes = kK / 32;
+        lt.srcStride = 1;
+        lt.dstGap = kN / 16 - 1;
+        LoadDataWithTranspose(lb, tb, lt);
+        b2.EnQue(lb);
+        b1.FreeTensor(tb);
+        la = a2.DeQue<int8_t>();
+        lb = b2.DeQue<int8_t>();
+        LocalTensor<int32_t> lc = co1.AllocTensor<int32_t>();
+        MmadParams mm;
+        mm.m = kM;
+        mm.n = kN;
+        mm.k = kK;
+        Mmad(lc, la, lb, mm);
+        a2.FreeTensor(la);
+        b2.FreeTensor(lb);
+        co1.EnQue(lc);
+        lc = co1.DeQue<int32_t>();
+        FixpipeParamsV220 fp;
+        fp.nSize = kN;
+        fp.mSize = kM;
+        fp.srcStride = kM;
+        fp.dstStride = kN;
+        Fixpipe<int32_t, int32_t, CFG_ROW_MAJOR>(gc, lc, fp);
+        co1.FreeTensor(lc);
+    }, &cost);
+    const double clk = K("core_clock_hz"), lat = K("mte_latency_cycles"), bur = K("mte_burst_cycles");
+    const double mte2 = (lat + (kM - 1) * bur + kM * kK / K("mte2_bytes_per_cycle")) +  // ND->NZ: a burst per row
+                        (lat + kK * kN / K("mte2_bytes_per_cycle"));                     // B: one burst
+    const double mte1 = (K("cube_startup_cycles") + 2 * 512 / K("mte1_bytes_per_cycle")) +
+                        (K("cube_startup_cycles") + 2 * 2 * 512 / K("mte1_bytes_per_cycle"));
+    const double m = K("cube_startup_cycles") + double(kM) * kN * kK / K("cube_int8_macs_per_cycle");
+    const double fix = lat + (kM - 1) * bur + kM * kN * 4 / K("fixpipe_bytes_per_cycle");
+    const double got[] = {cost.busy[int(cam::twin::Pipe::MTE2)] * clk, cost.busy[int(cam::twin::Pipe::MTE1)] * clk,
+                          cost.busy[int(cam::twin::Pipe::M)] * clk, cost.busy[int(cam::twin::Pipe::FIX)] * clk};
+    const double want[] = {mte2, mte1, m, fix};
+    const char* names[] = {"MTE2", "MTE1", "M", "FIX"};
+    for (int i = 0; i < 4; ++i) {
+        if (std::fabs(got[i] - want[i]) > 1e-6 * want[i]) {
+            std::printf("%s busy %.3f cycles, closed form %.3f\n", names[i], got[i], want[i]);
+            return 1;
+        }
+    }
+    std::printf("OK\n");
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -347,6 +444,7 @@ int main(int argc, char** argv) {
     if (c == "mte2_32k") return Mte2Stream(32768, 64);
     if (c == "vector_loop") return VectorLoop(2048, 100);
     if (c == "cube_loop") return CubeLoop(40);
+    if (c == "cube_path") return CubePath();
     if (c == "queue_depth1") return QueueCase(1);
     if (c == "queue_pingpong") return QueueCase(2);
     if (c == "syncall_join") return SyncAllJoin();
