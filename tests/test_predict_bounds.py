@@ -110,3 +110,11 @@ def test_routings_pick_k_distinct_experts_and_skew_loads_one_rank():
     assert max(skewed) > 1.5 * max(uniform)  # Zipf(1.2) puts about twice the uniform share on the hottest rank
     with pytest.raises(ValueError, match="routing 'zipf'"):
         predict._ids(4, "zipf")
+
+
+def test_routing_stats_under_a_placement_by_hand():
+    # token 0: expert 0 on (rank 1, slot 0), expert 3 on (rank 0, slot 1); token 1: both rows on (rank 1, slot 1).
+    placed = torch.tensor([[[1, 0], [0, 1]], [[1, 1], [1, 1]]])
+    s = routing_stats(IDS, E=4, F=2, placed=placed)
+    assert s["rows"] == [1, 3] and s["pairs"] == [1, 2] and s["pairs_total"] == 3
+    assert s["counts"] == [[0, 1], [1, 2]]

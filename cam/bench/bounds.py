@@ -19,22 +19,29 @@ _SCALE = 4   # fp32 scale per row
 _ID = 4      # int32 expert id / fp32 combine weight
 
 
-def routing_stats(ids, E: int, F: int) -> dict:
-    """From [tokens, K] expert ids (-1: empty slot): per FFN rank its expert rows, distinct tokens, per-expert
-    counts; the Attention rank's (token, rank) pairs in total."""
+def routing_stats(ids, E: int, F: int, placed=None) -> dict:
+    """From [tokens, K] expert ids (-1: empty slot): per FFN rank its expert rows, distinct tokens, per-slot
+    counts; the Attention rank's (token, rank) pairs in total. placed: the [tokens, K, 2] (FFN index, local slot)
+    of every row under a placement table (cam.placement.Placement.route; -1 for an empty slot), when the experts
+    are not placed contiguously (E / F per rank)."""
     import torch
 
     ids = ids.to(torch.int64)
     valid = ids >= 0
-    per_rank = E // F
+    if placed is None:
+        per_rank = E // F
+        rank_of = torch.where(valid, ids // per_rank, torch.full_like(ids, -1))
+        slot_of = torch.where(valid, ids % per_rank, torch.full_like(ids, -1))
+    else:
+        placed = placed.to(torch.int64)
+        rank_of, slot_of = placed[..., 0], placed[..., 1]
+        per_rank = int(slot_of.max()) + 1 if slot_of.numel() else 1
     rows, pairs, counts = [], [], []
-    rank_of = torch.where(valid, ids // per_rank, torch.full_like(ids, -1))
     for r in range(F):
         hit = rank_of == r
         rows.append(int(hit.sum()))
         pairs.append(int(hit.any(dim=1).sum()))
-        local = ids[hit] - r * per_rank
-        counts.append(torch.bincount(local, minlength=per_rank).tolist())
+        counts.append(torch.bincount(slot_of[hit], minlength=per_rank).tolist())
     return {"rows": rows, "pairs": pairs, "counts": counts, "pairs_total": sum(pairs)}
 
 

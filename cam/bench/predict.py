@@ -23,7 +23,8 @@ from .common import json_path, print_table
 
 SHAPE = {"H": 7168, "I": 2048, "E": 256, "K": 8, "F": 8}
 ROUNDS = (4096, 8192, 16384)
-ROUTINGS = ("uniform", "skewed")
+ROUTINGS = ("uniform", "skewed", "placed")
+REPLICATED = 8  # "placed": the skewed routing with its hottest experts given a second replica (cam.placement)
 ZIPF_S = 1.2
 # Kernel launches of each op, by the twin's kernel name (host/src: CAM_KERNEL_LAUNCH / CAM_DATAPLANE_LAUNCH).
 _KERNELS = {
@@ -48,14 +49,27 @@ def _ids(tokens: int, routing: str):
     E, K = SHAPE["E"], SHAPE["K"]
     if routing == "uniform":  # K distinct experts per token, uniformly at random
         return torch.rand(tokens, E, generator=g).argsort(dim=1)[:, :K].to(torch.int32)
-    if routing == "skewed":
+    if routing in ("skewed", "placed"):
         # K distinct experts per token drawn with Zipf(ZIPF_S) popularity over a seeded order of the experts (the
         # skew cam-sim's study uses, docs/sim.md): hot experts, so one FFN rank carries more rows than the others.
         order = torch.randperm(E, generator=g)
         weight = torch.empty(E)
         weight[order] = 1.0 / torch.arange(1, E + 1, dtype=torch.float32) ** ZIPF_S
         return torch.multinomial(weight.expand(tokens, E), K, replacement=False, generator=g).to(torch.int32)
-    raise ValueError(f"routing {routing!r} is neither 'uniform' nor 'skewed'")
+    raise ValueError(f"routing {routing!r} is not one of {ROUTINGS}")
+
+
+def _placement(ids, routing: str):
+    """For "placed": Placement.balanced with the REPLICATED hottest experts of this round replicated, as
+    cam.placement would place them; None (the contiguous placement) otherwise."""
+    if routing != "placed":
+        return None
+    import torch
+
+    from cam.placement import Placement
+
+    hot = torch.bincount(ids.flatten().to(torch.int64), minlength=SHAPE["E"]).argsort(descending=True)
+    return Placement.balanced(SHAPE["E"], SHAPE["F"], 1, replicate=hot[:REPLICATED].tolist())
 
 
 def _mark(path: str, name: str) -> None:
@@ -74,7 +88,8 @@ def _worker(tokens: int, routing: str, out: str) -> int:
 
     H, I, E, K, F = (SHAPE[k] for k in ("H", "I", "E", "K", "F"))
     ids = _ids(tokens, routing)
-    stats = routing_stats(ids, E, F)
+    placement = _placement(ids, routing)
+    stats = routing_stats(ids, E, F, placement.route(0, ids) if placement is not None else None)
     g = torch.Generator().manual_seed(1)
     x = (torch.randn(tokens, H, generator=g)).to(torch.bfloat16)
 
@@ -86,7 +101,8 @@ def _worker(tokens: int, routing: str, out: str) -> int:
     # Windows and the FFN working set sized to this round's routing, not the worst case (P * Bmax * K rows per FFN
     # rank: 8 GiB of expert rows at 16384 tokens, more than this machine should hold for a prediction).
     topo = cam.Topology(D=1, P=1, F=F, E=E, K=K, H=H, Bmax=tokens, L=1, slots=1, quantized=True,
-                        capacity=max(stats["rows"]), window_tokens=max(stats["pairs"]))
+                        capacity=max(stats["rows"]), window_tokens=max(stats["pairs"]),
+                        expert_slots=placement.slots_per_rank if placement is not None else None)
     weights = torch.rand(tokens, K, generator=g)
     barrier = threading.Barrier(topo.world_size, timeout=1800)
     errors = []
@@ -94,7 +110,8 @@ def _worker(tokens: int, routing: str, out: str) -> int:
 
     def rank_main(rank: int) -> None:
         try:
-            with cam.Comm(topo, rank, group=group, dtype=torch.bfloat16, idle_poll_s=0.5) as comm:
+            with cam.Comm(topo, rank, group=group, dtype=torch.bfloat16, idle_poll_s=0.5,
+                          placement=placement) as comm:
                 barrier.wait()
                 if comm.is_attention:
                     cam.ops.dispatch_send(comm, x, ids, 0)
@@ -124,7 +141,7 @@ def _worker(tokens: int, routing: str, out: str) -> int:
     # W1 and W2 on the most loaded FFN rank's rows and group sizes.
     r = max(range(F), key=lambda i: stats["rows"][i])
     rows, counts = stats["rows"][r], stats["counts"][r]
-    e_local = E // F
+    e_local = placement.slots_per_rank if placement is not None else E // F
     gl = torch.tensor(counts, dtype=torch.int64)
     li = torch.tensor([0], dtype=torch.int64)
     xq = torch.randint(-127, 128, (rows, H), generator=g, dtype=torch.int8)
@@ -326,7 +343,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--rounds", type=int, nargs="+", default=list(ROUNDS), help="tokens per round (default 4096 "
                                                                                  "8192 16384)")
     p.add_argument("--routing", nargs="+", choices=list(ROUTINGS), default=["uniform"],
-                   help=f"uniform top-K, and/or skewed: Zipf({ZIPF_S}) expert popularity (default uniform)")
+                   help=f"uniform top-K; skewed: Zipf({ZIPF_S}) expert popularity; placed: skewed with the "
+                        f"{REPLICATED} hottest experts replicated by a placement table (default uniform)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per round size's child process")
     p.add_argument("--trace", metavar="FILE", help="write the first round's first launch of --trace-kernel as a "
                                                    "Perfetto trace (one track per pipe per core)")
