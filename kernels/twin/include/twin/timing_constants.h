@@ -36,8 +36,8 @@ inline constexpr Constant kConstants[] = {
      "A3: 1.6 TB/s per die (3.2 TB/s per package), arXiv 2506.12708 CloudMatrix384; A2: no primary source found "
      "(anchors-4.md section 2), assumption: the A3 die's figure, range [1.2e12, 1.6e12]"},
     {"l2_bytes", 192.0 * 1024 * 1024, 192.0 * 1024 * 1024, 192.0 * 1024 * 1024, 192.0 * 1024 * 1024, "B",
-     "L2 192 MiB (910B1/B2): anchors-4.md section 2 (catlass arch.hpp as quoted there); A3 not found, "
-     "assumption: the A2 die's 192 MiB"},
+     "L2 192 MiB (910B1/B2): anchors-4.md section 2, which names catlass arch.hpp (the arch.hpp read for this "
+     "table, include/catlass/arch/arch.hpp, lists UB/L1/L0 sizes but no L2 field); A3 not found, the A2 die's 192 MiB"},
     {"link_bytes_per_s_rank", 56e9, 196e9, 56e9, 392e9, "B/s",
      "assumption, range [56e9, 392e9]: raw per-rank peer bandwidth. A2: one HCCS link of the 8-card mesh, 56 GB/s; "
      "A3: UB 196 GB/s per NPU (chinaresearchcollective CloudMatrix 384 analysis); high end 392 GB/s "
