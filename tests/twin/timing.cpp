@@ -274,7 +274,104 @@ int PeerCopy(bool peer) {
         std::printf("case no longer separates link, HBM and core (link %.0f, core %.0f cycles)\n", link, core);
         return 1;
     }
-    return Check(got, peer ? link : core, 1e-9);
+    // Into a peer: the link starts carrying with the first copy (issued after one scalar issue) and is busy from
+    // then on.
+    return Check(got, peer ? K("scalar_issue_cycles") + link : core, 1e-9);
+}
+
+// Time through GM words: block 1 runs n Adds, lets the scalar unit wait for them and publishes a signal word by an
+// 8-byte MTE3 copy (the data plane's SignalPort shape); block 0 polls the word by MTE2 until it is set. The poll
+// that saw the value completes at the write's landing (the copy's end) plus the poll latency, then the scalar unit
+// reads the UB word: the launch ends there, whatever block 0's own polls cost and however the host scheduled them.
+int PollWaitsOnLaterWrite() {
+    constexpr uint32_t kElems = 4096;
+    constexpr int kAdds = 200;
+    alignas(64) static int64_t word[8];
+    word[0] = 0;
+    const double got = Cycles(2, [&] {
+        KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf, sig;
+        pipe.InitBuffer(buf, kElems * 4);
+        pipe.InitBuffer(sig, 32);
+        LocalTensor<int64_t> w = sig.Get<int64_t>();
+        GlobalTensor<int64_t> g;
+        g.SetGlobalBuffer(word, 8);
+        if (GetBlockIdx() == 1) {
+            LocalTensor<float> t = buf.Get<float>();
+            for (int i = 0; i < kAdds; ++i) Adds(t, t, 1.0f, kElems);
+            SetFlag<HardEvent::V_S>(0);
+            WaitFlag<HardEvent::V_S>(0);
+            w.SetValue(0, 1);
+            SetFlag<HardEvent::S_MTE3>(0);
+            WaitFlag<HardEvent::S_MTE3>(0);
+            DataCopyPad(g, w, DataCopyExtParams{1, 8, 0, 0, 0});
+            return;
+        }
+        for (uint32_t i = 0;; ++i) {
+            DataCopyPad(w, g, DataCopyExtParams{1, 8, 0, 0, 0}, DataCopyPadExtParams<int64_t>{false, 0, 0, 0});
+            SetFlag<HardEvent::MTE2_S>(0);
+            WaitFlag<HardEvent::MTE2_S>(0);
+            if (w.GetValue(0) != 0) break;
+            cam::kernels::WaitPause(word, 8, i);
+        }
+    });
+    const double add = K("vector_startup_cycles") + kElems * 4 / K("vector_bytes_per_repeat");
+    const double issue = K("scalar_issue_cycles");
+    const double vectorEnd = issue + kAdds * add;
+    const double landing = vectorEnd + K("scalar_ub_access_cycles") + issue + K("mte_latency_cycles") +
+                           8 / K("mte3_bytes_per_cycle");
+    return Check(got, landing + K("poll_latency_cycles") + K("scalar_ub_access_cycles"), 1e-9);
+}
+
+// Two ranks' launches, running at the same time, each copy 8 MiB into a third rank's window: the receiver's
+// ingress carries both, so the later one ends when 16 MiB have crossed it (one sender alone: peer_copy_link).
+int IngressShared() {
+    constexpr uint32_t kTile = 32768, kTiles = 32, kBlocks = 8;
+    static std::vector<uint8_t> recv(2 * kBlocks * kTiles * kTile), s1(kTile), s2(kTile);
+    static std::atomic<int> started{0};
+    started = 0;
+    cam::twin::SetTimingEnabled(true);
+    cam::twin::TakeLaunchCosts();
+    auto sender = [&](int own) {
+        cam::twin::LaunchWindows w;
+        w.windows = {{reinterpret_cast<uintptr_t>(recv.data()), recv.size()},
+                     {reinterpret_cast<uintptr_t>(s1.data()), s1.size()},
+                     {reinterpret_cast<uintptr_t>(s2.data()), s2.size()}};
+        w.own = own;
+        cam::twin::RunLaunch("timing_sender", kBlocks, [&] {
+            // Both launches run at once on the host (one group in the model's virtual time).
+            if (GetBlockIdx() == 0) {
+                started.fetch_add(1);
+                while (started.load() < 2) std::this_thread::yield();
+            }
+            TPipe pipe;
+            TBuf<TPosition::VECCALC> buf;
+            pipe.InitBuffer(buf, kTile);
+            LocalTensor<uint8_t> t = buf.Get<uint8_t>();
+            GlobalTensor<uint8_t> g;
+            g.SetGlobalBuffer(recv.data() + (uint64_t(own - 1) * kBlocks + GetBlockIdx()) * kTiles * kTile,
+                              uint64_t(kTiles) * kTile);
+            for (uint32_t i = 0; i < kTiles; ++i) DataCopy(g[uint64_t(i) * kTile], t, kTile);
+        }, &w);
+    };
+    std::thread a(sender, 1), b(sender, 2);
+    a.join();
+    b.join();
+    std::vector<double> ends;
+    for (const auto& c : cam::twin::TakeLaunchCosts())
+        if (c.device == gDevice && c.l2 == "lo") ends.push_back((c.seconds - K("launch_seconds")) * K("core_clock_hz"));
+    if (ends.size() != 2) {
+        std::printf("%zu sender launches costed, want 2\n", ends.size());
+        return 1;
+    }
+    const double one = double(kBlocks) * kTiles * kTile / K("link_bytes_per_s_rank") * K("core_clock_hz");
+    const double first = std::min(ends[0], ends[1]), last = std::max(ends[0], ends[1]);
+    if (first < 1.5 * one) {  // the two share the ingress: neither gets it alone for long
+        std::printf("the earlier sender ended at %.0f cycles, one sender alone needs %.0f\n", first, one);
+        return 1;
+    }
+    return Check(last, K("scalar_issue_cycles") + 2 * one, 1e-9);
 }
 
 // CAM_TWIN_TIMING_TRACE: the launch's instructions as Perfetto slices, one per instruction on its core's pipe track.
@@ -452,6 +549,8 @@ int main(int argc, char** argv) {
     if (c == "peer_copy_link") return PeerCopy(true);
     if (c == "own_copy_core") return PeerCopy(false);
     if (c == "poll_repeats_not_costed") return PollRepeats();
+    if (c == "poll_waits_on_later_write") return PollWaitsOnLaterWrite();
+    if (c == "ingress_shared") return IngressShared();
     if (c == "serialised_slower") {
         const double serial = FlagPair(false), overlap = FlagPair(true);
         if (serial > overlap * 1.3) {

@@ -3,6 +3,7 @@
 #include "twin/timing.h"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +51,7 @@ struct Rec {
     uint64_t b;     // bursts, n
     uint64_t c;     // GM address, k
     uint64_t d;     // GM pitch
+    uint64_t w = 0; // GmCopy of a signal word: the write's token (MTE3 / FIX) or the token of the write a read saw
 };
 
 struct BlockTrace {
@@ -62,6 +64,7 @@ thread_local std::vector<Rec>* tRecs = nullptr;
 thread_local std::unique_ptr<std::vector<Rec>> tOwned;
 thread_local int64_t tVector = -1;  // index of the vector instruction whose operands are being seen
 thread_local size_t tPollMark = 0;   // record count after a wait's first poll
+thread_local int64_t tPendingRead = -1;  // a signal-word read whose observed write is looked up after it ran
 
 std::mutex gMutex;
 std::unordered_map<const void*, std::vector<BlockTrace>> gLaunches;  // blocks ended, by launch
@@ -70,14 +73,49 @@ std::vector<LaunchCost> gCosts;
 // launch was page faults on every record it grew into.
 std::vector<std::vector<Rec>> gSpare;
 
+// ---- time through GM words ----
+// A signal word is a GM copy of at most kSignalBytes in one burst (the data plane's ready / done words travel by
+// MTE as 8-byte copies). Every such write takes a token, logged per 8-byte word before the bytes move; a read of
+// such a word records the newest token on its words once the bytes have moved (looked up at the block's next
+// record), so it names the write whose value it saw. The tokens are the twin-only timestamps beside the signal
+// words: a write's landing time is known once its launch is costed.
+constexpr uint64_t kSignalBytes = 64;
+std::mutex gWordMutex;
+std::unordered_map<uint64_t, uint64_t> gWordToken;  // GM word (address / 8) -> newest write's token
+uint64_t gNextToken = 1;
+
+bool SignalCopy(uint64_t burstBytes, uint64_t bursts) { return bursts == 1 && burstBytes <= kSignalBytes; }
+
+uint64_t LogSignalWrite(uint64_t addr, uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(gWordMutex);
+    const uint64_t t = gNextToken++;
+    for (uint64_t word = addr >> 3; word <= (addr + bytes - 1) >> 3; ++word) gWordToken[word] = t;
+    return t;
+}
+
+void ResolvePendingRead() {
+    if (tPendingRead < 0) return;
+    const size_t i = size_t(tPendingRead);
+    tPendingRead = -1;
+    if (tRecs == nullptr || i >= tRecs->size()) return;
+    Rec& r = (*tRecs)[i];
+    uint64_t newest = 0;
+    std::lock_guard<std::mutex> lock(gWordMutex);
+    for (uint64_t word = r.c >> 3; word <= (r.c + r.a - 1) >> 3; ++word)
+        if (auto it = gWordToken.find(word); it != gWordToken.end()) newest = std::max(newest, it->second);
+    r.w = newest;
+}
+
 void Push(const Rec& r) {
-    if (tRecs != nullptr) tRecs->push_back(r);
+    if (tRecs == nullptr) return;
+    ResolvePendingRead();
+    tRecs->push_back(r);
 }
 
 // One device's figures, read by name from the one table.
 struct Device {
     double clock, mte2, mte3, mte1, fix, mteLat, burst, vecRepeat, vecBytes, vecStart, cubeStart, cubeMacs, issue,
-        scalarUb, scalarGm, hbm, l2Bytes, l2Bw, sync, launch, link;
+        scalarUb, scalarGm, hbm, l2Bytes, l2Bw, sync, launch, link, pollLat;
 };
 
 double Lookup(const char* name, bool a3) {
@@ -109,6 +147,7 @@ Device MakeDevice(bool a3, bool l2hi) {
     d.sync = Lookup("syncall_cycles", a3);
     d.launch = Lookup("launch_seconds", a3);
     d.link = Lookup("link_bytes_per_s_rank", a3);
+    d.pollLat = Lookup("poll_latency_cycles", a3);
     return d;
 }
 
@@ -222,20 +261,58 @@ void Wait(Core& c, Pipe p, double at, const char* what, const char* arg, LaunchC
     cur = std::max(cur, at);
 }
 
-// Whether a GM address lies in a peer's window of the launch (not the launching rank's own).
-bool InPeerWindow(const LaunchWindows* w, uint64_t addr) {
-    if (w == nullptr) return false;
+// The base of the peer's window (not the launching rank's own) a GM address lies in, 0 when none: the peer's
+// ingress is named by its window.
+uint64_t PeerWindow(const LaunchWindows* w, uint64_t addr) {
+    if (w == nullptr) return 0;
     for (size_t i = 0; i < w->windows.size(); ++i) {
         if (int64_t(i) == w->own) continue;
-        if (addr >= w->windows[i].first && addr < w->windows[i].first + w->windows[i].second) return true;
+        if (addr >= w->windows[i].first && addr < w->windows[i].first + w->windows[i].second)
+            return w->windows[i].first;
     }
-    return false;
+    return 0;
+}
+
+// Virtual time shared by the launches of one group (launches whose host lifetimes overlap: the ranks of a plane
+// round), all of which start at cycle 0. landIn: each signal write's landing time from the previous pass over the
+// group (a write of a launch outside the group landed before the group began: absent, 0); landOut: this pass's.
+// writes: the pass's copies into peers' windows, put through the links once every launch of the pass has run.
+struct LinkWrite {
+    double start, end, bytes;  // cycles on the writer's pipe
+    size_t launch;
+    uint64_t peer;   // the receiver's window
+    uint64_t token;  // a signal word's, else 0
+};
+struct PlaneTime {
+    const std::unordered_map<uint64_t, double>* landIn = nullptr;
+    std::unordered_map<uint64_t, double> landOut;
+    std::vector<LinkWrite> writes;
+    size_t launch = 0;  // the launch being costed
+};
+
+// The pass's peer writes in the order they start: each crosses its launch's egress and its receiver's ingress
+// (shared by every sender of the group) one after the other at link_bytes_per_s_rank, and lands when both have
+// carried it and its copy is done. Fills the signal writes' landing times; returns each launch's last landing.
+std::vector<double> RunLinks(PlaneTime& plane, size_t launches, double linkBytesPerCycle) {
+    std::vector<double> last(launches, 0.0), egress(launches, 0.0);
+    std::unordered_map<uint64_t, double> ingress;
+    std::stable_sort(plane.writes.begin(), plane.writes.end(),
+                     [](const LinkWrite& x, const LinkWrite& y) { return x.start < y.start; });
+    for (const LinkWrite& w : plane.writes) {
+        double& in = ingress[w.peer];
+        const double done = std::max({w.start, egress[w.launch], in}) + w.bytes / linkBytesPerCycle;
+        egress[w.launch] = in = done;
+        const double land = std::max(w.end, done);
+        last[w.launch] = std::max(last[w.launch], land);
+        if (w.token != 0) plane.landOut[w.token] = land;
+    }
+    return last;
 }
 
 // Runs one core's records up to its next SyncAll (or its end); adds the bytes it moved to / from GM and over the
 // peer link.
 void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, const LaunchWindows* w, double* rd,
-                double* wr, double* link) {
+                double* wr, double* link, PlaneTime& plane) {
     while (c.pos < b.recs.size()) {
         const Rec& r = b.recs[c.pos++];
         switch (r.kind) {
@@ -245,15 +322,29 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                 c.busy[int(Pipe::S)] += d.issue;
                 const double cyc = Cycles(r, d);
                 const double start = std::max(c.tS, c.t[int(p)]);
-                c.t[int(p)] = start + cyc;
+                double end = start + cyc;
+                // A read that saw a signal write completes no earlier than that write's landing plus the poll
+                // latency.
+                if (r.kind == Kind::GmCopy && p == Pipe::MTE2 && r.w != 0 && plane.landIn != nullptr) {
+                    auto it = plane.landIn->find(r.w);
+                    if (it != plane.landIn->end() && it->second + d.pollLat > end) {
+                        out.stalls["GM word landing"] += (it->second + d.pollLat - end) / d.clock;
+                        end = it->second + d.pollLat;
+                    }
+                }
+                c.t[int(p)] = end;
                 c.busy[int(p)] += cyc;
                 if (c.spans != nullptr && c.spans->size() < kMaxSpans)
                     c.spans->push_back({c.idx, uint8_t(p), r.kind, start, start + cyc, r.a, r.b, r.c});
                 ++out.instructions;
                 if (r.kind == Kind::GmCopy) {  // a peer's window is the peer's HBM: this die's link, not its HBM
                     const double bytes = double(r.a) * double(r.b);
-                    if (InPeerWindow(w, r.c)) *link += bytes;
+                    const uint64_t peer = p == Pipe::MTE2 ? 0 : PeerWindow(w, r.c);
+                    const bool peerRead = p == Pipe::MTE2 && PeerWindow(w, r.c) != 0;
+                    if (peer != 0 || peerRead) *link += bytes;
                     else (p == Pipe::MTE2 ? *rd : *wr) += bytes;
+                    if (peer != 0) plane.writes.push_back({start, end, bytes, plane.launch, peer, r.w});
+                    else if (p != Pipe::MTE2 && r.w != 0) plane.landOut[r.w] = end;
                 }
                 break;
             }
@@ -309,7 +400,7 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
 }
 
 LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& blocks, const Reads& reads,
-               const LaunchWindows* w, bool a3, bool l2hi, std::vector<Span>* spans = nullptr) {
+               const LaunchWindows* w, bool a3, bool l2hi, PlaneTime& plane, std::vector<Span>* spans = nullptr) {
     const Device d = MakeDevice(a3, l2hi);
     LaunchCost out;
     out.kernel = kernel;
@@ -330,7 +421,7 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
         more = false;
         for (size_t i = 0; i < blocks.size(); ++i) {
             if (cores[i].done) continue;
-            RunSegment(cores[i], blocks[i], d, out, w, &rd, &wr, &link);
+            RunSegment(cores[i], blocks[i], d, out, w, &rd, &wr, &link, plane);
             arrive = std::max(arrive, cores[i].Now());
             if (!cores[i].done) more = true;
         }
@@ -364,7 +455,7 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
             for (int p = 0; p < kPipes; ++p) out.criticalBusy[p] = cores[i].busy[p] / d.clock;
         }
     }
-    out.seconds = std::max(last, segStart) / d.clock + d.launch;
+    out.seconds = std::max(last, segStart) / d.clock + d.launch;  // the launch's peer writes landing: CostGroup
     return out;
 }
 
@@ -417,6 +508,115 @@ void WriteTrace(const char* path, const char* kernel, const std::vector<Span>& s
     std::fclose(f);
 }
 
+// A launch ended, waiting for the others of its group to end.
+struct Pending {
+    std::string kernel;
+    uint32_t blockDim = 0;
+    std::vector<BlockTrace> blocks;
+    bool hasWindows = false;
+    LaunchWindows windows;  // a copy: the launch's own lives on its stack
+};
+std::unordered_set<const void*> gStarted;  // launches with a block started and no end seen
+uint32_t gRunning = 0;
+std::vector<Pending> gGroup;  // ended launches of the group still running
+
+// Passes over a group until no landing time moves (each pass can only delay a wait, so they settle; a chain of
+// waits through k launches settles in k + 1 passes).
+constexpr int kMaxPasses = 8;
+
+bool SameLandings(const std::unordered_map<uint64_t, double>& a, const std::unordered_map<uint64_t, double>& b) {
+    if (a.size() != b.size()) return false;
+    for (const auto& [k, v] : a) {
+        auto it = b.find(k);
+        if (it == b.end() || std::fabs(it->second - v) > 1e-6) return false;
+    }
+    return true;
+}
+
+// Costs every launch of a group for each device and end of the L2 range, in one virtual time (PlaneTime), and
+// files the costs (and the trace, the first time its kernel is seen).
+void CostGroup(std::vector<Pending>& group) {
+    if (group.empty()) return;
+    std::vector<Reads> reads;
+    for (Pending& p : group) reads.push_back(LaunchReads(p.blocks));
+    auto win = [](const Pending& p) { return p.hasWindows ? &p.windows : nullptr; };
+    std::vector<std::vector<LaunchCost>> costs(group.size());
+    std::unordered_map<uint64_t, double> traceLand;  // A3, L2 low end: the trace's landing times
+    for (bool a3 : {false, true})
+        for (bool hi : {false, true}) {
+            std::unordered_map<uint64_t, double> land;
+            std::vector<LaunchCost> pass(group.size());
+            for (int k = 0; k < kMaxPasses; ++k) {
+                PlaneTime plane;
+                plane.landIn = &land;
+                for (size_t i = 0; i < group.size(); ++i) {
+                    plane.launch = i;
+                    pass[i] = Cost(group[i].kernel.c_str(), group[i].blockDim, group[i].blocks, reads[i],
+                                   win(group[i]), a3, hi, plane);
+                }
+                // A launch ends when its writes into peers have landed.
+                const Device d = MakeDevice(a3, hi);
+                const std::vector<double> landed = RunLinks(plane, group.size(), d.link / d.clock);
+                for (size_t i = 0; i < group.size(); ++i)
+                    pass[i].seconds = std::max(pass[i].seconds, landed[i] / d.clock + d.launch);
+                const bool settled = SameLandings(land, plane.landOut);
+                land.swap(plane.landOut);
+                if (settled) break;
+            }
+            for (size_t i = 0; i < group.size(); ++i) costs[i].push_back(std::move(pass[i]));
+            if (a3 && !hi) traceLand = land;
+        }
+    // CAM_TWIN_TIMING_TRACE=<file>: the first launch whose kernel is CAM_TWIN_TIMING_TRACE_KERNEL (any, unset) is
+    // written as a Perfetto trace, costed on A3 at the L2 range's low end.
+    if (const char* tracePath = EnvTracePath(); tracePath != nullptr) {
+        static std::atomic<bool> traced{false};
+        const char* want = std::getenv("CAM_TWIN_TIMING_TRACE_KERNEL");
+        for (size_t i = 0; i < group.size(); ++i) {
+            if (want != nullptr && group[i].kernel != want) continue;
+            if (traced.exchange(true)) break;
+            std::vector<Span> spans;
+            PlaneTime plane;
+            plane.landIn = &traceLand;
+            Cost(group[i].kernel.c_str(), group[i].blockDim, group[i].blocks, reads[i], win(group[i]), true, false,
+                 plane, &spans);
+            WriteTrace(tracePath, group[i].kernel.c_str(), spans, uint32_t(group[i].blocks.size()),
+                       MakeDevice(true, false));
+            break;
+        }
+    }
+    if (const char* path = EnvTimingPath(); path != nullptr && std::strcmp(path, "1") != 0) {
+        std::lock_guard<std::mutex> lock(gMutex);
+        if (FILE* f = std::fopen(path, "a")) {
+            // The table itself, once per process: what a reader of the file computes bounds with (one source).
+            static bool wroteConstants = false;
+            if (!wroteConstants) {
+                wroteConstants = true;
+                std::string line = "{\"constants\":{";
+                for (int dev = 0; dev < 2; ++dev) {
+                    line += std::string(dev ? "," : "") + (dev ? "\"a3\"" : "\"a2\"") + ":{";
+                    for (int i = 0; i < timing::kConstantCount; ++i)
+                        line += std::string(i ? "," : "") + Quote(timing::kConstants[i].name) + ":" +
+                                Num(dev ? timing::kConstants[i].a3 : timing::kConstants[i].a2);
+                    line += "}";
+                }
+                std::fprintf(f, "%s}}\n", line.c_str());
+            }
+            for (const auto& launchCosts : costs)
+                for (const LaunchCost& c : launchCosts) std::fprintf(f, "%s\n", LaunchCostJson(c).c_str());
+            std::fclose(f);
+        }
+    }
+    std::lock_guard<std::mutex> lock(gMutex);
+    for (Pending& p : group)
+        for (BlockTrace& b : p.blocks)
+            if (gSpare.size() < 256) gSpare.push_back(std::move(b.recs));
+    for (auto& launchCosts : costs)
+        for (LaunchCost& c : launchCosts) gCosts.push_back(std::move(c));
+    // Kept for TakeLaunchCosts until taken; a long run with a file named never takes them, so only the newest stay.
+    constexpr size_t kKept = 4096;
+    if (gCosts.size() > kKept) gCosts.erase(gCosts.begin(), gCosts.end() - kKept);
+}
+
 }  // namespace
 
 std::string LaunchCostJson(const LaunchCost& c) {
@@ -457,8 +657,13 @@ double TimingConstant(const char* name, const char* device) {
 }
 
 void TimeGmCopyRecord(Pipe p, const void* gm, uint64_t burstBytes, uint64_t bursts, uint64_t pitch) {
-    if (!gTimingOn || bursts == 0 || burstBytes == 0) return;
-    Push({Kind::GmCopy, uint8_t(p), 0, 0, burstBytes, bursts, reinterpret_cast<uintptr_t>(gm), pitch});
+    if (!gTimingOn || bursts == 0 || burstBytes == 0 || tRecs == nullptr) return;
+    const uint64_t addr = reinterpret_cast<uintptr_t>(gm);
+    Rec r{Kind::GmCopy, uint8_t(p), 0, 0, burstBytes, bursts, addr, pitch};
+    const bool signal = SignalCopy(burstBytes, bursts);
+    if (signal && p != Pipe::MTE2) r.w = LogSignalWrite(addr, burstBytes);  // before the bytes move
+    Push(r);
+    if (signal && p == Pipe::MTE2) tPendingRead = int64_t(tRecs->size()) - 1;  // after they moved
 }
 
 void TimeLocalCopyRecord(Pipe p, uint64_t bytes) {
@@ -515,6 +720,7 @@ void TimeSyncAllRecord() {
 
 void TimeWaitPollRecord(uint32_t iteration) {
     if (!gTimingOn || tRecs == nullptr) return;
+    ResolvePendingRead();
     if (iteration == 0) {
         tRecs->push_back({Kind::PeerWait, 0, 0, 0, 0, 0, 0, 0});
         tPollMark = tRecs->size();
@@ -537,10 +743,14 @@ void TimeBlockStartRecord() {
     tOwned->clear();
     tRecs = tOwned.get();
     tVector = -1;
+    tPendingRead = -1;
+    std::lock_guard<std::mutex> lock(gMutex);
+    if (gStarted.insert(CurrentBlock().launch).second) ++gRunning;
 }
 
 void TimeBlockEndRecord(uint32_t blockIdx, uint8_t coreKind) {
     if (!gTimingOn || tRecs == nullptr) return;
+    ResolvePendingRead();
     BlockTrace b;
     b.idx = blockIdx;
     b.coreKind = coreKind;
@@ -553,57 +763,28 @@ void TimeBlockEndRecord(uint32_t blockIdx, uint8_t coreKind) {
 
 void TimeLaunchEndRecord(const void* launch, const char* kernel, uint32_t blockDim, const LaunchWindows* windows) {
     if (!gTimingOn) return;
-    std::vector<BlockTrace> blocks;
+    std::vector<Pending> group;
     {
         std::lock_guard<std::mutex> lock(gMutex);
         auto it = gLaunches.find(launch);
-        if (it == gLaunches.end()) return;
-        blocks.swap(it->second);
-        gLaunches.erase(it);
-    }
-    // CAM_TWIN_TIMING_TRACE=<file>: the first launch whose kernel is CAM_TWIN_TIMING_TRACE_KERNEL (any, unset) is
-    // written as a Perfetto trace, costed on A3 at the L2 range's low end.
-    if (const char* tracePath = EnvTracePath(); tracePath != nullptr) {
-        static std::atomic<bool> traced{false};
-        const char* want = std::getenv("CAM_TWIN_TIMING_TRACE_KERNEL");
-        if ((want == nullptr || std::strcmp(want, kernel) == 0) && !traced.exchange(true)) {
-            std::vector<Span> spans;
-            Cost(kernel, blockDim, blocks, LaunchReads(blocks), windows, true, false, &spans);
-            WriteTrace(tracePath, kernel, spans, uint32_t(blocks.size()), MakeDevice(true, false));
-        }
-    }
-    std::vector<LaunchCost> costs;
-    const Reads reads = LaunchReads(blocks);
-    for (bool a3 : {false, true})
-        for (bool hi : {false, true}) costs.push_back(Cost(kernel, blockDim, blocks, reads, windows, a3, hi));
-    if (const char* path = EnvTimingPath(); path != nullptr && std::strcmp(path, "1") != 0) {
-        std::lock_guard<std::mutex> lock(gMutex);
-        if (FILE* f = std::fopen(path, "a")) {
-            // The table itself, once per process: what a reader of the file computes bounds with (one source).
-            static bool wroteConstants = false;
-            if (!wroteConstants) {
-                wroteConstants = true;
-                std::string line = "{\"constants\":{";
-                for (int dev = 0; dev < 2; ++dev) {
-                    line += std::string(dev ? "," : "") + (dev ? "\"a3\"" : "\"a2\"") + ":{";
-                    for (int i = 0; i < timing::kConstantCount; ++i)
-                        line += std::string(i ? "," : "") + Quote(timing::kConstants[i].name) + ":" +
-                                Num(dev ? timing::kConstants[i].a3 : timing::kConstants[i].a2);
-                    line += "}";
-                }
-                std::fprintf(f, "%s}}\n", line.c_str());
+        if (it != gLaunches.end()) {
+            Pending p;
+            p.kernel = kernel;
+            p.blockDim = blockDim;
+            p.blocks.swap(it->second);
+            gLaunches.erase(it);
+            if (windows != nullptr) {
+                p.hasWindows = true;
+                p.windows.windows = windows->windows;
+                p.windows.own = windows->own;
             }
-            for (const LaunchCost& c : costs) std::fprintf(f, "%s\n", LaunchCostJson(c).c_str());
-            std::fclose(f);
+            gGroup.push_back(std::move(p));
         }
+        if (gStarted.erase(launch) != 0 && gRunning > 0) --gRunning;
+        if (gRunning != 0) return;  // a launch of the group still runs: its writes may be what these waited for
+        group.swap(gGroup);
     }
-    std::lock_guard<std::mutex> lock(gMutex);
-    for (BlockTrace& b : blocks)
-        if (gSpare.size() < 256) gSpare.push_back(std::move(b.recs));
-    for (LaunchCost& c : costs) gCosts.push_back(std::move(c));
-    // Kept for TakeLaunchCosts until taken; a long run with a file named never takes them, so only the newest stay.
-    constexpr size_t kKept = 4096;
-    if (gCosts.size() > kKept) gCosts.erase(gCosts.begin(), gCosts.end() - kKept);
+    CostGroup(group);
 }
 
 }  // namespace cam::twin

@@ -90,7 +90,8 @@ inline void TimeBlockEnd(uint32_t blockIdx, uint8_t coreKind) {
     if (gTimingOn) TimeBlockEndRecord(blockIdx, coreKind);
 }
 // After every block ended. `windows`: a data-plane launch's rank windows; a GM copy into or out of a window other
-// than the launching rank's own crosses the peer link.
+// than the launching rank's own crosses the peer link. Launches whose lifetimes overlap are costed together, in one
+// virtual time, when the last of them ends (their signal words' landing times travel between them).
 struct LaunchWindows;
 void TimeLaunchEndRecord(const void* launch, const char* kernel, uint32_t blockDim, const LaunchWindows* windows);
 inline void TimeLaunchEnd(const void* launch, const char* kernel, uint32_t blockDim, const LaunchWindows* windows) {
@@ -113,7 +114,7 @@ struct LaunchCost {
     double linkBytes = 0;  // copies to / from a peer's window
     double bandwidthFloorSeconds = 0;  // what the die's HBM / L2 alone would need (a segment floor when larger)
     uint64_t instructions = 0;
-    uint64_t peerWaits = 0;  // bounded waits that polled more than once (their length is not modelled)
+    uint64_t peerWaits = 0;  // bounded waits that polled more than once (each waits for the value it saw to land)
 };
 
 void SetTimingEnabled(bool on);

@@ -74,6 +74,9 @@ inline constexpr Constant kConstants[] = {
      "assumption, range [500, 5000]: one SyncAll after its last core arrives (cross-core flags)"},
     {"launch_seconds", 5e-6, 5e-6, 2e-6, 20e-6, "s",
      "assumption, range [2e-6, 20e-6]: fixed device-side cost of one kernel launch"},
+    {"poll_latency_cycles", 1000, 1000, 200, 4000, "cycles",
+     "assumption, range [200, 4000]: from a signal word landing to the poll that sees it completing (half a poll "
+     "loop's period plus one MTE2 read's latency); no public figure found"},
 };
 // ROWS: end
 // clang-format on
