@@ -99,6 +99,15 @@ def test_link_floor_is_named_the_critical_resource():
     assert predict._critical(rec, consts) == "HBM/L2"
 
 
+def test_a_launch_that_waited_on_peers_names_them():
+    consts = {"link_bytes_per_s_rank": 10.0, "launch_seconds": 0.0}
+    rec = _launch("cam_dispatch_recv", "a3", "lo", 2.0)
+    rec["stalls"] = {"GM word landing": 0.9}  # less than half its time: its own pipes
+    assert predict._critical(rec, consts) == "S"
+    rec["stalls"] = {"GM word landing": 1.5}
+    assert predict._critical(rec, consts) == "peers"
+
+
 def test_routings_pick_k_distinct_experts_and_skew_loads_one_rank():
     for routing in ("uniform", "skewed"):
         ids = predict._ids(512, routing)

@@ -7,7 +7,8 @@ launch's instruction record is costed for A2 and A3 at both ends of the assumed 
 One child process per round size runs every op once (dynamic_quant on the round's tokens; one plane round of
 dispatch_send / dispatch_recv / combine_send / combine_recv with the Attention rank and the 8 FFN ranks as threads;
 W1 and W2 on the most loaded FFN rank's rows), so a run records each launch once and costs it for both devices.
-Cross-rank waits are not timed by the model (docs/twin.md): a data-plane op's prediction is its own work."""
+The launches of one plane phase are costed in one virtual time (docs/twin.md, "Time through GM words"): a plane op's
+prediction runs from its phase's start to its end on the slowest rank, its waits on peers' writes included."""
 
 from __future__ import annotations
 
@@ -181,8 +182,12 @@ def _parse(path: str) -> dict:
 
 
 def _critical(rec: dict, consts: dict) -> str:
-    """What set a launch's time: the die's memory or the rank's link when their floor covers it (no core's pipe
-    was the limit), else the critical core's busiest pipe."""
+    """What set a launch's time: its peers when it spent most of it waiting for their writes to land, the die's
+    memory or the rank's link when their floor covers it (no core's pipe was the limit), else the critical core's
+    busiest pipe."""
+    # A launch that spent most of its time waiting for peers' signal words to land waited on its peers.
+    if rec["stalls"].get("GM word landing", 0.0) >= 0.5 * rec["seconds"]:
+        return "peers"
     floor = rec["bandwidth_floor_seconds"]
     if floor >= 0.95 * (rec["seconds"] - consts.get("launch_seconds", 0.0)):
         link = rec.get("link_bytes", 0.0) / consts["link_bytes_per_s_rank"] if consts else 0.0
@@ -293,8 +298,8 @@ def print_prediction(results: dict, device: str) -> None:
                 # The protocol's link bytes over the predicted time, beside the published per-rank figure (their
                 # byte count may be defined differently: a reference, not a like-for-like comparison).
                 key = "dispatch" if op == "dispatch_send" else "combine"
-                pred = b["link_bytes"] / lo["predicted_s"] / 1e9
-                ext = f"{pred:.0f} predicted vs {EXTERNAL_A3_EP8_4096[key] / 1e9:.0f} GB/s"
+                gbps = b["link_bytes"] / lo["predicted_s"] / 1e9
+                ext = f"{gbps:.0f} predicted vs {EXTERNAL_A3_EP8_4096[key] / 1e9:.0f} GB/s"
             rows.append([op, lo["block_dim"], pred, busy, lo["critical_pipe"], stall, _fmt_s(b["bound_s"]),
                          b["limit"], f"{o['ratio_lo']:.1f}", ext])
         chain = dev["ffn_chain"]
@@ -305,7 +310,8 @@ def print_prediction(results: dict, device: str) -> None:
             f"MODEL PREDICTION for {device.upper()} (not a measurement): {entry['tokens']} tokens, "
             f"{results['routing']} top-{SHAPE['K']}, FFN rank rows {entry['ffn_rank_rows']}; µs; busy = critical "
             f"core's pipe busy fraction; time range = L2 bandwidth high-low end; stalls summed over cores; "
-            f"cross-rank waits not timed; scalar (S) time is the least certain term; twin wall {entry['wall_s']:.0f} s",
+            f"a plane op's time runs from its phase's start and includes its waits on peers' writes; scalar (S) time is "
+            f"the least certain term; twin wall {entry['wall_s']:.0f} s",
             ["op", "cores", "predicted µs", "busy (critical core)", "critical pipe", "top stalls µs", "bound µs",
              "bound by", "ratio", "GB/s vs DeepEP-Ascend A3 EP8 (external)"],
             rows,
