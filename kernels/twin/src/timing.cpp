@@ -339,11 +339,12 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                 ++out.instructions;
                 if (r.kind == Kind::GmCopy) {  // a peer's window is the peer's HBM: this die's link, not its HBM
                     const double bytes = double(r.a) * double(r.b);
-                    const uint64_t peer = p == Pipe::MTE2 ? 0 : PeerWindow(w, r.c);
-                    const bool peerRead = p == Pipe::MTE2 && PeerWindow(w, r.c) != 0;
-                    if (peer != 0 || peerRead) *link += bytes;
+                    const uint64_t peer = PeerWindow(w, r.c);
+                    if (peer != 0) *link += bytes;
                     else (p == Pipe::MTE2 ? *rd : *wr) += bytes;
-                    if (peer != 0) plane.writes.push_back({start, end, bytes, plane.launch, peer, r.w});
+                    // Writes into a peer go through the link queues (RunLinks); reads out of one count to the floor.
+                    if (peer != 0 && p != Pipe::MTE2)
+                        plane.writes.push_back({start, end, bytes, plane.launch, peer, r.w});
                     else if (p != Pipe::MTE2 && r.w != 0) plane.landOut[r.w] = end;
                 }
                 break;
