@@ -521,15 +521,18 @@ std::unordered_set<const void*> gStarted;  // launches with a block started and 
 uint32_t gRunning = 0;
 std::vector<Pending> gGroup;  // ended launches of the group still running
 
-// Passes over a group until no landing time moves (each pass can only delay a wait, so they settle; a chain of
-// waits through k launches settles in k + 1 passes).
+// Passes over a group until no landing time a read saw moves (each pass can only delay a wait, so they settle; a
+// chain of waits through k launches settles in k + 1 passes, a group whose reads saw no signal write in one).
 constexpr int kMaxPasses = 8;
 
-bool SameLandings(const std::unordered_map<uint64_t, double>& a, const std::unordered_map<uint64_t, double>& b) {
-    if (a.size() != b.size()) return false;
-    for (const auto& [k, v] : a) {
-        auto it = b.find(k);
-        if (it == b.end() || std::fabs(it->second - v) > 1e-6) return false;
+// Whether this pass's landings of the tokens the group's reads saw equal the previous pass's (the other writes'
+// landings change nothing).
+bool SameLandings(const std::unordered_set<uint64_t>& read, const std::unordered_map<uint64_t, double>& a,
+                  const std::unordered_map<uint64_t, double>& b) {
+    for (uint64_t t : read) {
+        auto x = a.find(t), y = b.find(t);
+        const double va = x == a.end() ? 0.0 : x->second, vb = y == b.end() ? 0.0 : y->second;
+        if (std::fabs(va - vb) > 1e-6) return false;
     }
     return true;
 }
@@ -539,7 +542,13 @@ bool SameLandings(const std::unordered_map<uint64_t, double>& a, const std::unor
 void CostGroup(std::vector<Pending>& group) {
     if (group.empty()) return;
     std::vector<Reads> reads;
-    for (Pending& p : group) reads.push_back(LaunchReads(p.blocks));
+    std::unordered_set<uint64_t> readTokens;  // the signal writes whose values the group's reads saw
+    for (Pending& p : group) {
+        reads.push_back(LaunchReads(p.blocks));
+        for (const BlockTrace& b : p.blocks)
+            for (const Rec& r : b.recs)
+                if (r.kind == Kind::GmCopy && r.pipe == uint8_t(Pipe::MTE2) && r.w != 0) readTokens.insert(r.w);
+    }
     auto win = [](const Pending& p) { return p.hasWindows ? &p.windows : nullptr; };
     std::vector<std::vector<LaunchCost>> costs(group.size());
     std::unordered_map<uint64_t, double> traceLand;  // A3, L2 low end: the trace's landing times
@@ -560,7 +569,7 @@ void CostGroup(std::vector<Pending>& group) {
                 const std::vector<double> landed = RunLinks(plane, group.size(), d.link / d.clock);
                 for (size_t i = 0; i < group.size(); ++i)
                     pass[i].seconds = std::max(pass[i].seconds, landed[i] / d.clock + d.launch);
-                const bool settled = SameLandings(land, plane.landOut);
+                const bool settled = SameLandings(readTokens, land, plane.landOut);
                 land.swap(plane.landOut);
                 if (settled) break;
             }
