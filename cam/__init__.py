@@ -46,7 +46,7 @@ if _installed is not None:
 _LIGHT = {"__main__", "_C", "_proc", "errors", "run", "run.cli", "run.bound", "run.run_dir", "run.start", "run.timeline",
           "run.trace", "bench",
           "bench.common", "bench.dataplane", "bench.dynamic_quant", "bench.ffn_loop", "bench.fixed_cost", "bench.gmm",
-          "bench.expert_bytes",
+          "bench.expert_bytes", "bench.predict", "bench.bounds",
           "models", "models.config", "sim", "ffn_server", "integrations"}
 _LAZY = {
     "LayerWeights": ".layer_weights", "FfnWeights": ".ffn_weights", "ExpertWeights": ".ffn_weights",

@@ -6,7 +6,7 @@ import importlib
 import sys
 
 # Subcommand modules; each exposes add_parsers(subparsers), registering parsers whose `run` default does the work.
-_SUITES = ("dynamic_quant", "gmm", "dataplane", "ffn_loop", "fixed_cost", "expert_bytes")
+_SUITES = ("dynamic_quant", "gmm", "dataplane", "ffn_loop", "fixed_cost", "expert_bytes", "predict")
 
 
 def main(argv=None) -> int:

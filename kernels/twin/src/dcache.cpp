@@ -13,6 +13,7 @@
 #include "twin/park.h"
 #include "twin/pipes.h"
 #include "twin/runtime.h"
+#include "twin/timing.h"
 
 namespace cam::twin {
 
@@ -410,6 +411,7 @@ void WakeParked(const void* addr, uint64_t bytes) {
 }
 
 void ParkOn(const void* watched, uint64_t bytes, uint32_t iteration) {
+    TimeWaitPoll(iteration);
     if (SharedParkOn(watched, bytes, iteration)) return;  // a window other processes write (twin/park.h)
     const uintptr_t first = reinterpret_cast<uintptr_t>(watched) & ~(kDcacheLineBytes - 1);
     const uintptr_t last = (reinterpret_cast<uintptr_t>(watched) + (bytes ? bytes : 1) - 1) & ~(kDcacheLineBytes - 1);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "twin/runtime.h"
+#include "twin/timing.h"
 #include "twin/types.h"
 
 namespace cam::twin {
@@ -668,6 +669,9 @@ bool QueuePipes(TPosition pos, Pipe* producer, Pipe* consumer) {
 
 }  // namespace
 
+bool HardEventPipes(HardEvent e, Pipe* src, Pipe* dst) { return EventPipes(e, src, dst); }
+bool QueuePositionPipes(TPosition pos, Pipe* producer, Pipe* consumer) { return QueuePipes(pos, producer, consumer); }
+
 void PipeTouch(Pipe p, Space s, const void* addr, uint64_t bytes, bool write, const std::source_location& where) {
     State* sp = tState;
     if (bytes == 0 || sp == nullptr || !sp->on) return;
@@ -706,6 +710,7 @@ void PipeCleanWrite(const void* addr, uint64_t bytes, const std::source_location
 }
 
 void PipeFlagSet(HardEvent event, int32_t id) {
+    TimeFlagSet(event, id);
     State* sp = tState;
     if (sp == nullptr || !sp->on) return;
     State& st = *sp;
@@ -713,6 +718,7 @@ void PipeFlagSet(HardEvent event, int32_t id) {
 }
 
 void PipeFlagWait(HardEvent event, int32_t id) {
+    TimeFlagWait(event, id);
     State* sp = tState;
     if (sp == nullptr || !sp->on) return;
     State& st = *sp;
@@ -724,6 +730,7 @@ void PipeFlagWait(HardEvent event, int32_t id) {
 }
 
 void PipeBarrierAll() {
+    if (InKernel()) TimeBarrierAll();
     State* sp = tState;
     if (sp == nullptr || !InKernel()) return;
     State& st = *sp;

@@ -16,6 +16,7 @@
 #include "twin/block_pool.h"
 #include "twin/launch.h"
 #include "twin/park.h"
+#include "twin/timing.h"
 
 namespace cam::twin {
 
@@ -392,6 +393,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
             ctx.ub = FreshUb(platform.ubBytes);
             tBlock = &ctx;
             PipeBlockStart();
+            TimeBlockStart();
             kernel();
             EndOfBlock(ctx);
         } catch (const TwinViolation& e) {
@@ -408,6 +410,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
         dcache.Drop();  // after a failure: give up this block's lines without writing them back
         if (dcache.Touched()) launch.dcacheTouched.store(true, std::memory_order_relaxed);
         PipeBlockEnd();
+        TimeBlockEnd(idx, ctx.coreKind);
         tBlock = nullptr;
         std::lock_guard<std::mutex> lock(launch.mutex);
         ++launch.finished;
@@ -415,6 +418,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
     };
 
     RunBlocks(blockDim, body);  // returns after every block ended: the flag's stores happen-before this load
+    TimeLaunchEnd(&launch, kernelName, blockDim, windows);
     if (launch.dcacheTouched.load(std::memory_order_relaxed)) ForgetLaunch(&launch);
     if (!launch.firstError.empty()) throw TwinViolation(launch.firstError);
 }
@@ -557,6 +561,7 @@ BufferRecord* TQueBase::TakeFree(const std::source_location& where) {
             records_[i].initBegin = records_[i].initEnd = nullptr;  // what the last owner left is not ours
             // FreeTensor -> AllocTensor: the queue orders the consumer's last use before the producer's next.
             cam::twin::PipeQueueHandoff(position_, false, records_[i].base, records_[i].bytes);
+            cam::twin::TimeQueue(position_, false, false, this, num_);
             return &records_[i];
         }
     }
@@ -574,6 +579,7 @@ void TQueBase::Push(BufferRecord* rec, const std::source_location& where) {
     fifo_[(head_ + queued_) % kMaxBuffers] = rec;
     ++queued_;
     rec->state = BufferState::Enqueued;
+    cam::twin::TimeQueue(rec->position, true, true, this, num_);
 }
 
 BufferRecord* TQueBase::Pop(const std::source_location& where) {
@@ -583,6 +589,7 @@ BufferRecord* TQueBase::Pop(const std::source_location& where) {
     --queued_;
     rec->state = BufferState::Dequeued;
     cam::twin::PipeQueueHandoff(rec->position, true, rec->base, rec->bytes);
+    cam::twin::TimeQueue(rec->position, true, false, this, num_);
     // Dequeuing an L0C buffer waits for the M pipe (the EnQue's M -> FIX event): every Mmad so far is complete.
     if (rec->position == TPosition::CO1) cam::twin::CurrentBlock().lastMmadC = nullptr;
     return rec;
@@ -594,6 +601,7 @@ void TQueBase::Release(BufferRecord* rec, const std::source_location& where) {
     CAM_TWIN_CHECK(rec->state == BufferState::Dequeued || rec->state == BufferState::Allocated, "queue-discipline",
                    std::string("FreeTensor of a buffer in state ") + cam::twin::StateName(rec->state), where);
     rec->state = BufferState::Free;
+    cam::twin::TimeQueue(rec->position, false, true, this, num_);
 }
 
 TQueBase::~TQueBase() noexcept(false) {

@@ -179,6 +179,7 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2Nz
     src.CheckRange(uint64_t(p.nValue - 1) * p.srcDValue, p.dValue, where);
     PipeTouch(Pipe::MTE2, Space::GM, src.GetPhyAddr(), uint64_t(p.nValue - 1) * p.srcDValue + p.dValue, false, where);
     PipeTouch(Pipe::MTE2, Space::L1, dst.Data(), lastByte, true, where);
+    TimeGmCopy(Pipe::MTE2, src.GetPhyAddr(), p.dValue, p.nValue, p.srcDValue);
     uint8_t* staged = CopyStaging(blocks * 32u);  // one GM read per row, then 32-byte blocks scattered
     std::memset(staged + p.dValue, 0, blocks * 32u - p.dValue);  // the zero fill of a row's last partial block
     for (uint32_t j = 0; j < p.nValue; ++j) {
@@ -210,6 +211,7 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataC
               where);
     PipeTouch(Pipe::MTE2, CubeSpace(dst.Record() ? dst.Record()->position : TPosition::A1), dst.Data(),
               span * sizeof(T), true, where);
+    TimeGmCopy(Pipe::MTE2, src.GetPhyAddr(), burst * sizeof(T), p.blockCount, srcPitch * sizeof(T));
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         GmRead(dst.Data() + b * dstPitch, src.GetPhyAddr() + b * srcPitch, burst * sizeof(T));
     }
@@ -241,6 +243,7 @@ void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadDa
     CAM_TWIN_CHECK(dst.GetPhyAddr() % kFractalBytes == 0, "cube-align",
                    "LoadData destination in L0 is not 512-byte aligned", where);
     const uint64_t srcBytes = uint64_t(src.GetSize()) * sizeof(T), dstBytes = uint64_t(dst.GetSize()) * sizeof(T);
+    TimeLocalCopy(Pipe::MTE1, uint64_t(p.repeatTimes) * kFractalBytes);
     const uint8_t* s = reinterpret_cast<const uint8_t*>(src.Data());
     uint8_t* d = reinterpret_cast<uint8_t*>(dst.Data());
     for (uint32_t r = 0; r < p.repeatTimes; ++r) {
@@ -280,6 +283,7 @@ void LoadDataWithTranspose(const LocalTensor<T>& dst, const LocalTensor<T>& src,
     CAM_TWIN_CHECK(dst.GetPhyAddr() % kFractalBytes == 0, "cube-align",
                    "LoadDataWithTranspose destination in L0 is not 512-byte aligned", where);
     const uint64_t srcBytes = src.GetSize(), dstBytes = dst.GetSize();
+    TimeLocalCopy(Pipe::MTE1, uint64_t(p.repeatTimes) * 2 * kFractalBytes);
     const uint8_t* s = reinterpret_cast<const uint8_t*>(src.Data());
     uint8_t* d = reinterpret_cast<uint8_t*>(dst.Data());
     for (uint32_t r = 0; r < p.repeatTimes; ++r) {
@@ -360,6 +364,7 @@ inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int8_t>& a, co
                        std::to_string(c.GetSize()),
                    where);
     CheckMmadInit(c.Record(), c.Data(), uint64_t(mA) * nA * sizeof(int32_t), p.cmatrixInitVal, where);
+    TimeMmad(mA, nA, kA);
     MmadInt8(c.Data(), a.Data(), b.Data(), mA, nA, kA, p.cmatrixInitVal, where);
 }
 
@@ -413,6 +418,7 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
     dst.CheckRange(uint64_t(p.mSize - 1) * p.dstStride, p.nSize, where);
     PipeTouch(Pipe::FIX, Space::GM, dst.GetPhyAddr(), (uint64_t(p.mSize - 1) * p.dstStride + p.nSize) * sizeof(T),
               true, where);
+    TimeGmCopy(Pipe::FIX, dst.GetPhyAddr(), uint64_t(p.nSize) * sizeof(T), p.mSize, uint64_t(p.dstStride) * sizeof(T));
     for (uint32_t i = 0; i < p.mSize; ++i) {
         CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, uint64_t(p.nSize) * sizeof(T),
                                        where);

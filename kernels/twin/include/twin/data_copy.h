@@ -57,6 +57,7 @@ void CheckContiguousCopy(const AscendC::LocalTensor<T>& ub, const AscendC::Globa
     CheckBufferAccess(ub.Record(), access, where);
     if (access == Access::CopyOut) CheckMteWriteAgainstDirtyLines(gm.GetPhyAddr(), uint64_t(count) * sizeof(T), where);
     const Pipe pipe = access == Access::CopyIn ? Pipe::MTE2 : Pipe::MTE3;
+    TimeGmCopy(pipe, gm.GetPhyAddr(), uint64_t(count) * sizeof(T), 1, 0);
     PipeTouch(pipe, Space::GM, gm.GetPhyAddr(), uint64_t(count) * sizeof(T), access == Access::CopyOut, where);
     PipeTouch(pipe, Space::UB, ub.Data(), uint64_t(count) * sizeof(T), access == Access::CopyIn, where);
 }
@@ -128,6 +129,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
     PipeTouch(Pipe::MTE2, Space::GM, src.GetPhyAddr(), ((p.blockCount - 1ull) * srcPitch + elems) * sizeof(T), false,
               where);
     PipeTouch(Pipe::MTE2, Space::UB, out, ubSpan, true, where);
+    TimeGmCopy(Pipe::MTE2, src.GetPhyAddr(), p.blockLen, p.blockCount, srcPitch * sizeof(T));
     // Checked: from here on only bytes move. Whole 32-byte blocks with no gaps on either side are one run.
     if (left == 0 && right == 0 && p.blockLen % kUbAlign == 0 && p.srcStride == 0 && p.dstStride == 0) {
         GmRead(out, src.GetPhyAddr(), uint64_t(p.blockCount) * p.blockLen);
@@ -173,6 +175,7 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
     for (uint32_t b = 0; b < p.blockCount; ++b)
         CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + b * dstPitch, p.blockLen, where);
     PipeTouch(Pipe::MTE3, Space::UB, src.Data(), ubSpan, false, where);
+    TimeGmCopy(Pipe::MTE3, dst.GetPhyAddr(), p.blockLen, p.blockCount, dstPitch * sizeof(T));
     PipeTouch(Pipe::MTE3, Space::GM, dst.GetPhyAddr(), ((p.blockCount - 1ull) * dstPitch + elems) * sizeof(T), true,
               where);
     const uint8_t* in = reinterpret_cast<const uint8_t*>(src.Data());

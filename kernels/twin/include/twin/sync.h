@@ -27,6 +27,7 @@ inline int64_t GetSystemCycle() { return cam::twin::SystemCycle(); }
 // Hard SyncAll. isAIVOnly as in the Ascend C header: true for a vector-only (KERNEL_TYPE_MIX_AIV_1_0) kernel.
 template <bool isAIVOnly = true>
 void SyncAll(const std::source_location where = std::source_location::current()) {
+    cam::twin::TimeSyncAll();
     cam::twin::BlockBarrier(isAIVOnly, where);
 }
 

@@ -8,6 +8,7 @@
 #include "twin/dcache.h"
 #include "twin/pipes.h"
 #include "twin/runtime.h"
+#include "twin/timing.h"
 #include "twin/types.h"
 
 namespace cam::twin {
@@ -74,6 +75,7 @@ public:
     T GetValue(uint64_t offset, const std::source_location where = std::source_location::current()) const {
         static_assert(cam::twin::kElemBits<T> >= 8, "the twin has no scalar access to packed int4 elements");
         CheckIndex(offset, where);
+        cam::twin::TimeScalar(true);
         if (cam::twin::InKernel()) cam::twin::PipeScalarGmLoad(addr_ + offset, sizeof(T), where);
         if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
             T v;
@@ -90,6 +92,7 @@ public:
     void SetValue(uint64_t offset, T value, const std::source_location where = std::source_location::current()) {
         static_assert(cam::twin::kElemBits<T> >= 8, "the twin has no scalar access to packed int4 elements");
         CheckIndex(offset, where);
+        cam::twin::TimeScalar(true);
         if (cam::twin::InKernel()) cam::twin::CheckScalarStoreTarget(addr_ + offset, where);
         if (cam::twin::InKernel() && cam::twin::DcacheEnabled()) {
             cam::twin::CurrentBlock().dcache->Store(addr_ + offset, &value, sizeof(T), where);
@@ -152,11 +155,13 @@ public:
     T GetValue(uint32_t index, const std::source_location where = std::source_location::current()) const {
         static_assert(cam::twin::kElemBits<T> >= 8, "the twin has no scalar access to packed int4 elements");
         CheckScalar(index, where);
+        cam::twin::TimeScalar(false);
         return addr_[index];
     }
     void SetValue(uint32_t index, T value, const std::source_location where = std::source_location::current()) const {
         static_assert(cam::twin::kElemBits<T> >= 8, "the twin has no scalar access to packed int4 elements");
         CheckScalar(index, where);
+        cam::twin::TimeScalar(false);
         addr_[index] = value;
     }
 

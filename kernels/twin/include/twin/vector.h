@@ -32,6 +32,7 @@ void CheckVectorOperand(const AscendC::LocalTensor<T>& t, uint32_t count, const 
     CheckBufferAccess(t.Record(), Access::Vector, where);
     const bool write = role[0] == 'd' || role[0] == 'w';  // dst, work: written; src*: read
     if (touch) PipeTouch(Pipe::V, Space::UB, t.Data(), uint64_t(count) * sizeof(T), write, where);
+    TimeVectorOperand(role, uint64_t(count) * sizeof(T));
 }
 
 // Whether src is dst's bytes (same type, same start, same count at the call): an in-place instruction.

@@ -1,0 +1,143 @@
+"""Fits cam-sim's A3 and A2 device files (cam/sim/devices/ascend-a3-like.json, ascend-a2-like.json) to the twin
+timing model's predictions of cam's own kernels (`cam-bench predict`, docs/twin.md "Timing model"): a model's
+prediction, not a measurement, and labelled so in each file.
+
+    python benchmarks/fit_sim_devices.py [--predict benchmarks/results/predict.json] [--out cam/sim/devices]
+
+The predict record holds every op at DeepSeek-V3 shapes for rounds of 4096, 8192 and 16384 tokens under uniform and
+skewed routing (the hottest FFN rank's rows 4197 to 30875), costed for A2 and A3. Per device, at the L2 bandwidth
+assumption's low end (the slower end), each op cam computes gets a least-squares line over those rounds:
+
+- Attention side, per token of the round (`dispatch_send`, `combine_recv`): fixed_s + per_token_s * tokens.
+- FFN side, per row of the hottest FFN rank (`dispatch_recv`, `w1`, `w2`, `combine_send`): fixed_s + per_row_s *
+  rows. `dispatch_recv`'s own part: its predicted time less its wait for the signal words to land (the simulator
+  times the wait for a published round itself). `combine_send` keeps its share of the Attention rank's ingress (the
+  8 FFN ranks of the record send into one Attention rank at once, so each ends when the receiver has taken the
+  round's rows): fitted on the uniform rounds only, where a rank's rows are an eighth of the round's.
+- The colocated baseline's `all_to_all`: fixed_s + bytes / net_gbps over cam's dispatch, the Attention rank's egress
+  bytes against `dispatch_recv`'s end (the sender's time plus the last row's landing). The simulator has one op for
+  both directions; cam's dispatch is the slower one (its combine moves its bytes about 10x faster in the record), so
+  its line is used for both, as the published-figure file used the lower of DeepEP-Ascend's two figures.
+
+A negative intercept is refitted through the origin. The simulator's rate terms (tflops, gbps, net_gbps) of these
+ops are dropped: the fitted lines already hold compute, memory and link. What cam does not compute (attention, dense
+layers, the shared expert) and the simulator's latencies (`ffn_wake`, `barrier`) keep the labelled assumptions of
+the A3 file, cited in its meta; A2 takes the same figures for them (the A2 910B die has the same AI cores and clock
+in the platform tables, docs/twin.md constants).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROUTINGS = ("uniform", "skewed")  # the placement-table case runs another dispatch_send: not the simulator's op
+TOKEN_OPS = {"dispatch_send": "dispatch_send", "combine_recv": "combine_recv"}
+ROW_OPS = {"dispatch_recv": "dispatch_recv", "w1": "gmm_swiglu_quant_multi_layer", "w2": "gmm_multi_layer",
+           "combine_send": "combine_send"}
+KEPT = ("attention", "dense_mlp", "shared", "ffn_wake", "barrier")
+WAIT_STALL = "GM word landing"
+
+
+def fit_line(x, y) -> tuple[float, float, float]:
+    """(intercept, slope, largest relative residual) of a least-squares line, intercept >= 0 and slope >= 0."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(x) < 2 or np.ptp(x) == 0:
+        raise ValueError("fit_line needs at least two distinct x values")
+    slope, icept = np.polyfit(x, y, 1)
+    if icept < 0:
+        icept, slope = 0.0, float(x @ y / (x @ x))
+    slope = max(float(slope), 0.0)
+    resid = float(np.max(np.abs(icept + slope * x - y) / y))
+    return float(icept), slope, resid
+
+
+def points(record: dict, device: str) -> dict:
+    """Per sim op: [(x, seconds)] from the record's rounds (x: tokens, rows or bytes)."""
+    out = {k: [] for k in (*TOKEN_OPS, *ROW_OPS, "all_to_all")}
+    for run in record["runs"]:
+        if run["routing"] not in ROUTINGS:
+            continue
+        for rnd in run["rounds"]:
+            ops = rnd["devices"][device]["ops"]
+            lo = {op: ops[op]["l2_lo"] for op in ops}
+            for name, op in TOKEN_OPS.items():
+                out[name].append((rnd["tokens"], lo[op]["predicted_s"]))
+            for name, op in ROW_OPS.items():
+                if name == "combine_send" and run["routing"] != "uniform":
+                    continue  # its time is the Attention rank's shared ingress: the round's rows, not this rank's
+                s = lo[op]["predicted_s"]
+                if name == "dispatch_recv":
+                    s -= lo[op]["stalls_s"].get(WAIT_STALL, 0.0)
+                out[name].append((rnd["ffn_rank_rows"], s))
+            out["all_to_all"].append((ops["dispatch_send"]["bound"]["link_bytes"], lo["dispatch_recv"]["predicted_s"]))
+    return out
+
+
+def device_file(record: dict, device: str, base: dict) -> dict:
+    pts = points(record, device)
+    ops, fits = {}, {}
+    for name, xy in pts.items():
+        x, y = zip(*xy)
+        icept, slope, resid = fit_line(x, y)
+        if name in TOKEN_OPS:
+            ops[name] = {"fixed_s": icept, "per_token_s": slope}
+        elif name in ROW_OPS:
+            ops[name] = {"fixed_s": icept, "per_row_s": slope}
+        else:
+            ops[name] = {"fixed_s": icept, "net_gbps": 1.0 / slope / 1e9}
+        fits[name] = {"x": "tokens" if name in TOKEN_OPS else "rows" if name in ROW_OPS else "bytes",
+                      "points": [[float(a), float(b)] for a, b in xy], "largest_relative_residual": round(resid, 4)}
+    for name in KEPT:
+        ops[name] = dict(base["ops"][name])
+    bm = base["meta"]
+    meta = {
+        "status": (f"MODELLED from cam's kernels by the twin's timing model ({device.upper()} parameter set; "
+                   "cam-bench predict, benchmarks/results/predict.json), not measured: no Ascend device was used. "
+                   "attention, dense_mlp, shared, ffn_wake and barrier remain ASSUMPTIONS (meta.assumptions)."),
+        "fitted_by": "benchmarks/fit_sim_devices.py (its docstring says what each op's line is fitted to)",
+        "modelled_ops": {k: v for k, v in fits.items()},
+        "assumptions": {"published_figures": bm.get("published_figures", {}),
+                        "assumed_efficiencies": bm.get("assumed_efficiencies", {}),
+                        "formula": bm.get("formula", ""),
+                        "applies_to": list(KEPT),
+                        "a2": "A2 takes the A3 die's figures for these (same AI cores and clock per die in the "
+                              "platform tables; no primary A2 compute figure found)" if device == "a2" else ""},
+    }
+    name = "ascend-a3-like" if device == "a3" else "ascend-a2-like"
+    return {"name": name, "meta": meta, "ops": ops}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--predict", default=os.path.join(ROOT, "benchmarks", "results", "predict.json"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "cam", "sim", "devices"))
+    ap.add_argument("--base", default=None,
+                    help="device file whose assumed ops (attention, dense, shared, latencies) are kept "
+                         "(default: the A3 file's 'assumptions' block, or the file itself before its first fit)")
+    a = ap.parse_args(argv)
+    with open(a.predict) as f:
+        record = json.load(f)
+    base_path = a.base or os.path.join(a.out, "ascend-a3-like.json")
+    with open(base_path) as f:
+        base = json.load(f)
+    if "assumptions" in base["meta"]:  # a fitted file: its kept ops and their citations
+        base = {"ops": base["ops"], "meta": base["meta"]["assumptions"]}
+    for device in ("a3", "a2"):
+        d = device_file(record, device, base)
+        path = os.path.join(a.out, d["name"] + ".json")
+        with open(path, "w") as f:
+            json.dump(d, f, indent=2)
+            f.write("\n")
+        worst = max(v["largest_relative_residual"] for v in d["meta"]["modelled_ops"].values())
+        print(f"{path}: {len(d['meta']['modelled_ops'])} ops fitted, largest relative residual {worst:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,366 @@
+"""cam-bench predict: the twin's timing model's PREDICTION of each op's time on an Ascend A3 or A2 die at
+DeepSeek-V3 shapes (H 7168, I 2048, E 256, top-8, 8 FFN ranks), beside the op's bound from its semantics
+(cam.bench.bounds). Nothing here is a measurement: the kernels run on the twin (CPU) with CAM_TWIN_TIMING set, each
+launch's instruction record is costed for A2 and A3 at both ends of the assumed L2 bandwidth range
+(docs/twin.md, "Timing model"), and the table prints the model's numbers.
+
+One child process per round size runs every op once (dynamic_quant on the round's tokens; one plane round of
+dispatch_send / dispatch_recv / combine_send / combine_recv with the Attention rank and the 8 FFN ranks as threads;
+W1 and W2 on the most loaded FFN rank's rows), so a run records each launch once and costs it for both devices.
+The launches of one plane phase are costed in one virtual time (docs/twin.md, "Time through GM words"): a plane op's
+prediction runs from its phase's start to its end on the slowest rank, its waits on peers' writes included."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from .bounds import FFN_CHAIN, OPS, ffn_chain_bound, op_bound, routing_stats
+from .common import json_path, print_table
+
+SHAPE = {"H": 7168, "I": 2048, "E": 256, "K": 8, "F": 8}
+ROUNDS = (4096, 8192, 16384)
+ROUTINGS = ("uniform", "skewed", "placed")
+REPLICATED = 8  # "placed": the skewed routing with its hottest experts given a second replica (cam.placement)
+ZIPF_S = 1.2
+# Kernel launches of each op, by the twin's kernel name (host/src: CAM_KERNEL_LAUNCH / CAM_DATAPLANE_LAUNCH).
+_KERNELS = {
+    "dynamic_quant": ("cam_dynamic_quant",),
+    "dispatch_send": ("cam_dispatch_send",),
+    "dispatch_recv": ("cam_dispatch_recv",),
+    "gmm_swiglu_quant_multi_layer": ("cam_gmm_int8_cube", "cam_gmm_swiglu_quant_multi_layer_epilogue"),
+    "gmm_multi_layer": ("cam_gmm_int8_cube", "cam_gmm_multi_layer_epilogue"),
+    "combine_send": ("cam_combine_send",),
+    "combine_recv": ("cam_combine_recv",),
+}
+# The per-rank bandwidth production EP kernels publish on A3 (sgl-project/sgl-kernel-npu README, DeepEP-Ascend,
+# normal mode, EP8, 4096 tokens, H 7168, top-8; anchors-4.md section 2). Printed beside the prediction, never used.
+EXTERNAL_A3_EP8_4096 = {"dispatch": 146e9, "combine": 125e9}
+PLATFORM = "ascend910_93"  # one A3 die; an A2 (910B1) has the same core counts and memories, so one trace serves both
+
+
+def _ids(tokens: int, routing: str):
+    import torch
+
+    g = torch.Generator().manual_seed(tokens)
+    E, K = SHAPE["E"], SHAPE["K"]
+    if routing == "uniform":  # K distinct experts per token, uniformly at random
+        return torch.rand(tokens, E, generator=g).argsort(dim=1)[:, :K].to(torch.int32)
+    if routing in ("skewed", "placed"):
+        # K distinct experts per token drawn with Zipf(ZIPF_S) popularity over a seeded order of the experts (the
+        # skew cam-sim's study uses, docs/sim.md): hot experts, so one FFN rank carries more rows than the others.
+        order = torch.randperm(E, generator=g)
+        weight = torch.empty(E)
+        weight[order] = 1.0 / torch.arange(1, E + 1, dtype=torch.float32) ** ZIPF_S
+        return torch.multinomial(weight.expand(tokens, E), K, replacement=False, generator=g).to(torch.int32)
+    raise ValueError(f"routing {routing!r} is not one of {ROUTINGS}")
+
+
+def _placement(ids, routing: str):
+    """For "placed": Placement.balanced with the REPLICATED hottest experts of this round replicated, as
+    cam.placement would place them; None (the contiguous placement) otherwise."""
+    if routing != "placed":
+        return None
+    import torch
+
+    from cam.placement import Placement
+
+    hot = torch.bincount(ids.flatten().to(torch.int64), minlength=SHAPE["E"]).argsort(descending=True)
+    return Placement.balanced(SHAPE["E"], SHAPE["F"], 1, replicate=hot[:REPLICATED].tolist())
+
+
+def _mark(path: str, name: str) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps({"marker": name}) + "\n")
+
+
+def _worker(tokens: int, routing: str, out: str) -> int:
+    """Runs every op once at this round size with timing on (CAM_TWIN_TIMING=out set by the parent)."""
+    import threading
+    import uuid
+
+    import torch
+
+    import cam
+
+    H, I, E, K, F = (SHAPE[k] for k in ("H", "I", "E", "K", "F"))
+    ids = _ids(tokens, routing)
+    placement = _placement(ids, routing)
+    stats = routing_stats(ids, E, F, placement.route(0, ids) if placement is not None else None)
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(tokens, H, generator=g)).to(torch.bfloat16)
+
+    _mark(out, "dynamic_quant")
+    cam.ops.dynamic_quant(x)
+
+    # One plane round: Attention rank 0, FFN ranks 1..8.
+    _mark(out, "plane")
+    # Windows and the FFN working set sized to this round's routing, not the worst case (P * Bmax * K rows per FFN
+    # rank: 8 GiB of expert rows at 16384 tokens, more than this machine should hold for a prediction).
+    topo = cam.Topology(D=1, P=1, F=F, E=E, K=K, H=H, Bmax=tokens, L=1, slots=1, quantized=True,
+                        capacity=max(stats["rows"]), window_tokens=max(stats["pairs"]),
+                        expert_slots=placement.slots_per_rank if placement is not None else None)
+    weights = torch.rand(tokens, K, generator=g)
+    barrier = threading.Barrier(topo.world_size, timeout=1800)
+    errors = []
+    group = f"predict-{uuid.uuid4().hex[:8]}"
+
+    def rank_main(rank: int) -> None:
+        try:
+            with cam.Comm(topo, rank, group=group, dtype=torch.bfloat16, idle_poll_s=0.5,
+                          placement=placement) as comm:
+                barrier.wait()
+                if comm.is_attention:
+                    cam.ops.dispatch_send(comm, x, ids, 0)
+                    barrier.wait()
+                    cam.ops.combine_recv(comm, ids, weights)
+                else:
+                    item = None
+                    while item is None:
+                        _, _, _, wi = cam.ops.dispatch_recv(comm)
+                        if int(wi[0]):
+                            item = wi
+                    barrier.wait()
+                    expert_out = torch.zeros((topo.recv_rows, H), dtype=torch.bfloat16)
+                    cam.ops.combine_send(comm, expert_out, item)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(topo.world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(3600)
+    if errors:
+        raise errors[0]
+
+    # W1 and W2 on the most loaded FFN rank's rows and group sizes.
+    r = max(range(F), key=lambda i: stats["rows"][i])
+    rows, counts = stats["rows"][r], stats["counts"][r]
+    e_local = placement.slots_per_rank if placement is not None else E // F
+    gl = torch.tensor(counts, dtype=torch.int64)
+    li = torch.tensor([0], dtype=torch.int64)
+    xq = torch.randint(-127, 128, (rows, H), generator=g, dtype=torch.int8)
+    xs = torch.rand(rows, generator=g) * 1e-2 + 1e-3
+    w1 = cam.LayerWeights([torch.randint(-127, 128, (e_local, H, 2 * I), generator=g, dtype=torch.int8)],
+                          [torch.rand(e_local, 2 * I, generator=g) * 1e-2])
+    _mark(out, "gmm_swiglu_quant_multi_layer")
+    y, ys = cam.ops.gmm_swiglu_quant_multi_layer(xq, xs, w1, gl, li, 1)
+    del w1
+    w2 = cam.LayerWeights([torch.randint(-127, 128, (e_local, I, H), generator=g, dtype=torch.int8)],
+                          [torch.rand(e_local, H, generator=g) * 1e-2])
+    _mark(out, "gmm_multi_layer")
+    cam.ops.gmm_multi_layer(y, ys, w2, gl, li, 1)
+    _mark(out, "end")
+    with open(out, "a") as f:
+        f.write(json.dumps({"routing_stats": {k: stats[k] for k in ("rows", "pairs", "pairs_total")},
+                            "critical_rank": r, "critical_counts": counts}) + "\n")
+    return 0
+
+
+def _parse(path: str) -> dict:
+    """The worker's file: constants, per-op launch costs (by marker and kernel name), routing stats."""
+    constants, launches, stats = None, {}, None
+    section = None
+    with open(path) as f:
+        for line in f:
+            rec = json.loads(line)
+            if "constants" in rec:
+                constants = rec["constants"]
+            elif "marker" in rec:
+                section = rec["marker"]
+            elif "routing_stats" in rec:
+                stats = rec
+            elif "kernel" in rec and section is not None:
+                launches.setdefault(section, []).append(rec)
+    return {"constants": constants, "launches": launches, "stats": stats}
+
+
+def _critical(rec: dict, consts: dict) -> str:
+    """What set a launch's time: its peers when it spent most of it waiting for their writes to land, the die's
+    memory or the rank's link when their floor covers it (no core's pipe was the limit), else the critical core's
+    busiest pipe."""
+    # A launch that spent most of its time waiting for peers' signal words to land waited on its peers.
+    if rec["stalls"].get("GM word landing", 0.0) >= 0.5 * rec["seconds"]:
+        return "peers"
+    floor = rec["bandwidth_floor_seconds"]
+    if floor >= 0.95 * (rec["seconds"] - consts.get("launch_seconds", 0.0)):
+        link = rec.get("link_bytes", 0.0) / consts["link_bytes_per_s_rank"] if consts else 0.0
+        return "link" if link >= 0.5 * floor else "HBM/L2"
+    return max(rec["critical_busy"], key=rec["critical_busy"].get)
+
+
+def _op_cost(op: str, parsed: dict, device: str, l2: str) -> dict | None:
+    """The op's predicted cost: the sum of its launches (GMM: the cube launch and its epilogue); for a plane op, the
+    slowest rank's launch (every FFN rank runs its own)."""
+    section = "plane" if op in ("dispatch_send", "dispatch_recv", "combine_send", "combine_recv") else op
+    recs = [r for r in parsed["launches"].get(section, [])
+            if r["kernel"] in _KERNELS[op] and r["device"] == device and r["l2"] == l2]
+    if not recs:
+        return None
+    if section == "plane":
+        recs = [max(recs, key=lambda r: r["seconds"])]
+    total = sum(r["seconds"] for r in recs)
+    busy, stalls = {}, {}
+    crit = {}
+    for r in recs:
+        for p, v in r["busy"].items():
+            busy[p] = busy.get(p, 0.0) + v
+        for p, v in r["critical_busy"].items():
+            crit[p] = crit.get(p, 0.0) + v
+        for k, v in r["stalls"].items():
+            stalls[k] = stalls.get(k, 0.0) + v
+    cores = max(r["block_dim"] for r in recs)
+    consts = (parsed.get("constants") or {}).get(device) or {}
+    critical = _critical(max(recs, key=lambda r: r["seconds"]), consts) if consts else max(crit, key=crit.get)
+    return {
+        "predicted_s": total,
+        "launches": len(recs),
+        "block_dim": cores,
+        "busy_fraction": {p: v / (total * cores) for p, v in busy.items() if v > 0},
+        "critical_core_busy_fraction": {p: v / total for p, v in crit.items() if v > 0},
+        "critical_pipe": critical,
+        "stalls_s": dict(sorted(stalls.items(), key=lambda kv: -kv[1])[:4]),
+        "peer_waits": sum(r.get("peer_waits", 0) for r in recs),
+        "l2_hit_fraction": max(r["l2_hit_fraction"] for r in recs),
+    }
+
+
+def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, trace: str | None = None,
+            trace_kernel: str = "cam_gmm_int8_cube") -> dict:
+    """Runs each round size's worker and costs what it recorded. trace: write the first round's first launch of
+    `trace_kernel` as a Perfetto trace (one track per pipe per core; A3, L2 low end)."""
+    results = {"label": "model prediction (twin timing model), not a measurement", "shape": dict(SHAPE),
+               "routing": routing, "platform_traced": PLATFORM, "rounds": []}
+    for tokens in rounds:
+        with tempfile.TemporaryDirectory(prefix="cam-predict-") as d:
+            path = os.path.join(d, "timing.jsonl")
+            env = dict(os.environ, CAM_TWIN_TIMING=path, CAM_TWIN_PLATFORM=PLATFORM)
+            if trace and tokens == rounds[0]:
+                env.update(CAM_TWIN_TIMING_TRACE=os.path.abspath(trace), CAM_TWIN_TIMING_TRACE_KERNEL=trace_kernel)
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "cam.bench.predict", "--_worker", str(tokens), routing, path],
+                                  env=env, capture_output=True, text=True, timeout=timeout_s)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                raise RuntimeError(f"predict worker for {tokens} tokens failed:\n{proc.stderr[-4000:]}")
+            parsed = _parse(path)
+        results["constants"] = parsed["constants"]
+        st = parsed["stats"]
+        r = st["critical_rank"]
+        shape = {"tokens": tokens, **{k: SHAPE[k] for k in ("H", "I", "E", "K", "F")},
+                 "rows": st["routing_stats"]["rows"][r], "pairs": st["routing_stats"]["pairs"][r],
+                 "pairs_total": st["routing_stats"]["pairs_total"],
+                 "active_experts": sum(1 for c in st["critical_counts"] if c)}
+        entry = {"tokens": tokens, "wall_s": wall, "ffn_rank_rows": shape["rows"], "devices": {}}
+        for device in ("a3", "a2"):
+            consts = parsed["constants"][device]
+            bounds = {op: op_bound(op, **shape, device=consts) for op in OPS}
+            ops = {}
+            for op in OPS:
+                lo, hi = _op_cost(op, parsed, device, "lo"), _op_cost(op, parsed, device, "hi")
+                if lo is None:
+                    continue
+                ops[op] = {"l2_lo": lo, "l2_hi": hi, "bound": bounds[op],
+                           "ratio_lo": lo["predicted_s"] / bounds[op]["bound_s"],
+                           "ratio_hi": hi["predicted_s"] / bounds[op]["bound_s"]}
+            chain_pred = sum(ops[op]["l2_lo"]["predicted_s"] for op in FFN_CHAIN if op in ops)
+            entry["devices"][device] = {"ops": ops, "ffn_chain": {
+                "predicted_s_l2_lo": chain_pred,
+                "predicted_s_l2_hi": sum(ops[op]["l2_hi"]["predicted_s"] for op in FFN_CHAIN if op in ops),
+                "bound_s": ffn_chain_bound(bounds)}}
+        results["rounds"].append(entry)
+    return results
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s * 1e6:.1f}"
+
+
+def print_prediction(results: dict, device: str) -> None:
+    for entry in results["rounds"]:
+        rows = []
+        dev = entry["devices"][device]
+        for op, o in dev["ops"].items():
+            lo, hi, b = o["l2_lo"], o["l2_hi"], o["bound"]
+            pred = _fmt_s(lo["predicted_s"]) if abs(hi["predicted_s"] - lo["predicted_s"]) < 1e-9 else \
+                f"{_fmt_s(hi['predicted_s'])}-{_fmt_s(lo['predicted_s'])}"
+            busy = " ".join(f"{p}:{v:.2f}" for p, v in sorted(lo["critical_core_busy_fraction"].items(),
+                                                                 key=lambda kv: -kv[1])[:3])
+            stall = ", ".join(f"{k} {_fmt_s(v)}" for k, v in list(lo["stalls_s"].items())[:2]) or "-"
+            ext = ""
+            if device == "a3" and entry["tokens"] == 4096 and op in ("dispatch_send", "combine_send"):
+                # The protocol's link bytes over the predicted time, beside the published per-rank figure (their
+                # byte count may be defined differently: a reference, not a like-for-like comparison).
+                key = "dispatch" if op == "dispatch_send" else "combine"
+                gbps = b["link_bytes"] / lo["predicted_s"] / 1e9
+                ext = f"{gbps:.0f} predicted vs {EXTERNAL_A3_EP8_4096[key] / 1e9:.0f} GB/s"
+            rows.append([op, lo["block_dim"], pred, busy, lo["critical_pipe"], stall, _fmt_s(b["bound_s"]),
+                         b["limit"], f"{o['ratio_lo']:.1f}", ext])
+        chain = dev["ffn_chain"]
+        rows.append(["FFN chain", "", f"{_fmt_s(chain['predicted_s_l2_hi'])}-{_fmt_s(chain['predicted_s_l2_lo'])}",
+                     "", "", "", _fmt_s(chain["bound_s"]), "", f"{chain['predicted_s_l2_lo'] / chain['bound_s']:.1f}",
+                     ""])
+        print_table(
+            f"MODEL PREDICTION for {device.upper()} (not a measurement): {entry['tokens']} tokens, "
+            f"{results['routing']} top-{SHAPE['K']}, FFN rank rows {entry['ffn_rank_rows']}; µs; busy = critical "
+            f"core's pipe busy fraction; time range = L2 bandwidth high-low end; stalls summed over cores; "
+            f"a plane op's time runs from its phase's start and includes its waits on peers' writes; scalar (S) time is "
+            f"the least certain term; twin wall {entry['wall_s']:.0f} s",
+            ["op", "cores", "predicted µs", "busy (critical core)", "critical pipe", "top stalls µs", "bound µs",
+             "bound by", "ratio", "GB/s vs DeepEP-Ascend A3 EP8 (external)"],
+            rows,
+        )
+
+
+def _run(args) -> int:
+    if args.from_json:
+        with open(args.from_json) as f:
+            recorded = json.load(f)
+        for results in recorded["runs"]:
+            print_prediction(results, args.device)
+        return 0
+    for t in args.rounds:
+        if t < 1:
+            raise SystemExit(f"--rounds: {t} tokens is not a positive count")
+    runs = []
+    for i, routing in enumerate(args.routing):
+        results = predict(rounds=tuple(args.rounds), routing=routing, timeout_s=args.timeout,
+                          trace=args.trace if i == 0 else None, trace_kernel=args.trace_kernel)
+        print_prediction(results, args.device)
+        runs.append(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"label": "model prediction (twin timing model), not a measurement", "runs": runs}, f,
+                      indent=1)
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("predict", help="the twin timing model's predicted op times on A3 / A2 (a model, not a "
+                                       "measurement) beside each op's bound")
+    p.add_argument("--device", choices=["a3", "a2"], default="a3")
+    p.add_argument("--json", metavar="PATH", type=json_path, help="write every device's results as JSON")
+    p.add_argument("--rounds", type=int, nargs="+", default=list(ROUNDS), help="tokens per round (default 4096 "
+                                                                                 "8192 16384)")
+    p.add_argument("--routing", nargs="+", choices=list(ROUTINGS), default=["uniform"],
+                   help=f"uniform top-K; skewed: Zipf({ZIPF_S}) expert popularity; placed: skewed with the "
+                        f"{REPLICATED} hottest experts replicated by a placement table (default uniform)")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per round size's child process")
+    p.add_argument("--trace", metavar="FILE", help="write the first round's first launch of --trace-kernel as a "
+                                                   "Perfetto trace (one track per pipe per core)")
+    p.add_argument("--trace-kernel", default="cam_gmm_int8_cube", help="kernel name for --trace")
+    p.add_argument("--from-json", metavar="FILE", help="print a recorded --json result instead of running")
+    p.set_defaults(run=_run)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--_worker":
+        sys.exit(_worker(int(sys.argv[2]), sys.argv[3], sys.argv[4]))
+    print("usage: cam-bench predict ...", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,129 @@
+"""Op bounds from semantics (cam/bench/bounds.py, docs/twin.md "Op bounds"), against goldens worked by hand for a
+tiny plane, and the predict report's reading of a timing file (cam/bench/predict.py)."""
+
+import json
+
+import pytest
+import torch
+
+from cam.bench.bounds import ffn_chain_bound, op_bound, routing_stats
+from cam.bench import predict
+
+# 1 MAC/s cube, 100 B/s HBM, 10 B/s link: every term is easy to read.
+DEV = {"aic_per_die": 1, "cube_int8_macs_per_cycle": 1, "core_clock_hz": 1, "hbm_bytes_per_s_die": 100,
+       "link_bytes_per_s_rank": 10}
+# 2 tokens, H 4, I 2, E 4 over F 2 (2 experts per rank), top-2: token 0 -> experts 0 (rank 0), 3 (rank 1);
+# token 1 -> experts 1, 0 (both rank 0).
+IDS = torch.tensor([[0, 3], [1, 0]], dtype=torch.int32)
+SHAPE = dict(tokens=2, H=4, I=2, E=4, K=2, F=2)
+
+
+def test_routing_stats_by_hand():
+    s = routing_stats(IDS, E=4, F=2)
+    assert s["rows"] == [3, 1]
+    assert s["pairs"] == [2, 1]
+    assert s["pairs_total"] == 3
+    assert s["counts"] == [[2, 1], [0, 1]]
+
+
+def test_empty_slots_route_nowhere():
+    s = routing_stats(torch.tensor([[0, -1], [-1, -1]], dtype=torch.int32), E=4, F=2)
+    assert s["rows"] == [1, 0] and s["pairs"] == [1, 0]
+
+
+def _b(op, rank=0):
+    s = routing_stats(IDS, E=4, F=2)
+    return op_bound(op, **SHAPE, rows=s["rows"][rank], pairs=s["pairs"][rank], pairs_total=s["pairs_total"],
+                    active_experts=sum(1 for c in s["counts"][rank] if c), device=DEV)
+
+
+def test_bounds_by_hand():
+    # dynamic_quant [2, 4]: 16 B bf16 in, 8 B int8 out, 8 B scales = 32 B over HBM.
+    assert _b("dynamic_quant")["hbm_bytes"] == 32 and _b("dynamic_quant")["bound_s"] == pytest.approx(0.32)
+    # dispatch_send: 3 (token, rank) rows of 4 + 4 bytes on the link = 24 B / 10 B/s.
+    d = _b("dispatch_send")
+    assert (d["link_bytes"], d["limit"]) == (24, "link") and d["bound_s"] == pytest.approx(2.4)
+    # dispatch_recv on rank 0: 2 distinct tokens arrive (16 B ingress), 3 expert rows written (24 B) + 16 read.
+    r = _b("dispatch_recv")
+    assert (r["link_bytes"], r["hbm_bytes"]) == (16, 40) and r["bound_s"] == pytest.approx(1.6)
+    # W1 on rank 0: 3 rows x H 4 x 2I 4 = 48 MACs at 1 MAC/s.
+    w1 = _b("gmm_swiglu_quant_multi_layer")
+    assert (w1["macs"], w1["limit"]) == (48, "cube") and w1["bound_s"] == pytest.approx(48)
+    # W2 on rank 0: 3 x I 2 x H 4 = 24 MACs.
+    assert _b("gmm_multi_layer")["macs"] == 24
+    # combine_send on rank 0: 3 expert rows of 4 bf16 = 24 B out on the link.
+    assert _b("combine_send")["link_bytes"] == 24
+    # combine_recv: 2 tokens x 2 rows x 4 bf16 = 32 B in; HBM 32 + 16 out + 16 weights.
+    c = _b("combine_recv")
+    assert (c["link_bytes"], c["hbm_bytes"]) == (32, 64) and c["bound_s"] == pytest.approx(3.2)
+    chain = {op: _b(op) for op in ("dispatch_recv", "gmm_swiglu_quant_multi_layer", "gmm_multi_layer",
+                                   "combine_send")}
+    assert ffn_chain_bound(chain) == pytest.approx(1.6 + 48 + 24 + 2.4)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="op 'gmm'"):
+        op_bound("gmm", **SHAPE, rows=1, pairs=1, pairs_total=1, active_experts=1, device=DEV)
+    with pytest.raises(ValueError, match="rows"):
+        op_bound("dynamic_quant", **SHAPE, rows=-1, pairs=1, pairs_total=1, active_experts=1, device=DEV)
+
+
+def _launch(kernel, device, l2, seconds, block_dim=2):
+    return {"kernel": kernel, "device": device, "l2": l2, "block_dim": block_dim, "cube_blocks": 0,
+            "seconds": seconds, "busy": {"S": seconds, "V": 0.5 * seconds}, "critical_busy": {"S": seconds,
+            "V": 0.25 * seconds}, "critical_core": 0, "stalls": {"SyncAll": 1e-6}, "l2_hit_fraction": 0.5,
+            "peer_waits": 0, "bandwidth_floor_seconds": 0.1 * seconds, "link_bytes": 0.0}
+
+
+def test_report_sums_gmm_launches_and_takes_the_slowest_rank(tmp_path):
+    path = tmp_path / "t.jsonl"
+    lines = [{"constants": {"a3": {}, "a2": {}}}, {"marker": "gmm_multi_layer"},
+             _launch("cam_gmm_int8_cube", "a3", "lo", 3.0), _launch("cam_gmm_multi_layer_epilogue", "a3", "lo", 1.0),
+             {"marker": "plane"}, _launch("cam_dispatch_recv", "a3", "lo", 2.0),
+             _launch("cam_dispatch_recv", "a3", "lo", 5.0), _launch("cam_dispatch_recv", "a3", "hi", 9.0)]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    parsed = predict._parse(str(path))
+    w2 = predict._op_cost("gmm_multi_layer", parsed, "a3", "lo")
+    assert w2["predicted_s"] == 4.0 and w2["launches"] == 2 and w2["critical_pipe"] == "S"
+    assert predict._op_cost("dispatch_recv", parsed, "a3", "lo")["predicted_s"] == 5.0
+    assert predict._op_cost("dispatch_send", parsed, "a3", "lo") is None
+
+
+def test_link_floor_is_named_the_critical_resource():
+    consts = {"link_bytes_per_s_rank": 10.0, "launch_seconds": 0.0}
+    rec = _launch("cam_combine_send", "a3", "lo", 2.0)
+    assert predict._critical(rec, consts) == "S"
+    rec.update(bandwidth_floor_seconds=2.0, link_bytes=20.0)  # 20 B at 10 B/s: the whole launch
+    assert predict._critical(rec, consts) == "link"
+    rec.update(link_bytes=0.0)
+    assert predict._critical(rec, consts) == "HBM/L2"
+
+
+def test_a_launch_that_waited_on_peers_names_them():
+    consts = {"link_bytes_per_s_rank": 10.0, "launch_seconds": 0.0}
+    rec = _launch("cam_dispatch_recv", "a3", "lo", 2.0)
+    rec["stalls"] = {"GM word landing": 0.9}  # less than half its time: its own pipes
+    assert predict._critical(rec, consts) == "S"
+    rec["stalls"] = {"GM word landing": 1.5}
+    assert predict._critical(rec, consts) == "peers"
+
+
+def test_routings_pick_k_distinct_experts_and_skew_loads_one_rank():
+    for routing in ("uniform", "skewed"):
+        ids = predict._ids(512, routing)
+        assert ids.shape == (512, 8) and all(len(set(row.tolist())) == 8 for row in ids), routing
+        assert int(ids.min()) >= 0 and int(ids.max()) < 256
+    uniform = routing_stats(predict._ids(4096, "uniform"), E=256, F=8)["rows"]
+    skewed = routing_stats(predict._ids(4096, "skewed"), E=256, F=8)["rows"]
+    assert sum(uniform) == sum(skewed) == 4096 * 8
+    assert max(skewed) > 1.5 * max(uniform)  # Zipf(1.2) puts about twice the uniform share on the hottest rank
+    with pytest.raises(ValueError, match="routing 'zipf'"):
+        predict._ids(4, "zipf")
+
+
+def test_routing_stats_under_a_placement_by_hand():
+    # token 0: expert 0 on (rank 1, slot 0), expert 3 on (rank 0, slot 1); token 1: both rows on (rank 1, slot 1).
+    placed = torch.tensor([[[1, 0], [0, 1]], [[1, 1], [1, 1]]])
+    s = routing_stats(IDS, E=4, F=2, placed=placed)
+    assert s["rows"] == [1, 3] and s["pairs"] == [1, 2] and s["pairs_total"] == 3
+    assert s["counts"] == [[0, 1], [1, 2]]
