@@ -200,6 +200,19 @@ def gmm_int32_reference(
     return out
 
 
+def _swiglu(c: torch.Tensor, swiglu_limit: Optional[float]) -> torch.Tensor:
+    """W1's epilogue before the quant, on fp32 ``c [rows, N]`` (act | gate halves): the clamps of ``swiglu_limit``
+    (when given), then ``silu(act) * gate``, every step in fp32 as docs/numerics.md states it."""
+    half = c.shape[1] // 2
+    act, gate = c[:, :half], c[:, half:]
+    if swiglu_limit is not None:
+        lim = torch.tensor(swiglu_limit, dtype=torch.float32)
+        act = torch.minimum(act, lim)
+        gate = torch.maximum(torch.minimum(gate, lim), -lim)
+    silu = act / (1.0 + _exp_f32(-act))
+    return silu * gate
+
+
 def gmm_swiglu_quant_multi_layer(
     x: torch.Tensor,
     x_scale: torch.Tensor,
@@ -252,13 +265,7 @@ def gmm_swiglu_quant_multi_layer(
         acc = _acc_rows(x, weights[layer][e], start, end)
         c = acc.to(torch.float32) * x_scale[start:end, None]
         c = c * weight_scales[layer][e][None, :]
-        act, gate = c[:, :half], c[:, half:]
-        if swiglu_limit is not None:
-            lim = torch.tensor(swiglu_limit, dtype=torch.float32)
-            act = torch.minimum(act, lim)
-            gate = torch.maximum(torch.minimum(gate, lim), -lim)
-        silu = act / (1.0 + _exp_f32(-act))
-        s[start:end] = silu * gate
+        s[start:end] = _swiglu(c, swiglu_limit)
 
     q, q_scale = _dynamic_quant(s)
     y_out[:rows_written] = q

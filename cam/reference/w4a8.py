@@ -16,7 +16,7 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
-from .gmm import GROUP_LIST_COUNTS, LayerIndex, _check_activations, _dynamic_quant, _exp_f32, _groups
+from .gmm import GROUP_LIST_COUNTS, LayerIndex, _check_activations, _dynamic_quant, _groups, _swiglu
 
 __all__ = [
     "msd_split",
@@ -117,12 +117,7 @@ def gmm_swiglu_quant_multi_layer_w4a8(
         if end == start:
             continue
         c = _dequant(x, x_scale, weights[layer][e], weight_scales[layer][e], start, end, groups_k)
-        act, gate = c[:, :half], c[:, half:]
-        if swiglu_limit is not None:
-            lim = torch.tensor(swiglu_limit, dtype=torch.float32)
-            act = torch.minimum(act, lim)
-            gate = torch.maximum(torch.minimum(gate, lim), -lim)
-        s[start:end] = (act / (1.0 + _exp_f32(-act))) * gate
+        s[start:end] = _swiglu(c, swiglu_limit)
     q, q_scale = _dynamic_quant(s)
     y_out[:rows] = q
     y_scale_out[:rows] = q_scale
