@@ -18,6 +18,9 @@ ROWS = {
     "dynamic_quant [4096, 7168]": "quant",
     "W1 M=2048 K=7168 N=4096 (8 experts)": "w1",
     "W2 M=2048 K=2048 N=7168 (8 experts)": "w2",
+    # the four data-plane ops of an in-process plane (benchmarks/plane_ops.py's 2x1+2 E=16 K=4 H=2048 Bmax=128): a
+    # plane phase's launches are costed together, re-costed until the landings their polls saw settle
+    "data-plane round (4 ops, plane_ops.py)": "plane",
 }
 
 _CHILD = r"""
@@ -48,11 +51,23 @@ print(sorted(samples)[len(samples) // 2])
 """
 
 
+def _plane_child(reps: int, env: dict, d: str) -> float:
+    """The sum over the four ops of their median process CPU per call (plane_ops.py, 4 warm-up calls + reps)."""
+    out = os.path.join(d, "plane.json")
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plane_ops.py"),
+                    str(4 + reps), "--json", out], env=env, capture_output=True, text=True, timeout=1800, check=True)
+    with open(out) as f:
+        ops = json.load(f)["ops"]
+    return sum(o["cpu_median_s"] for o in ops.values())
+
+
 def _child(which: str, reps: int, timing: bool, out: str) -> float:
     env = dict(os.environ, CAM_TWIN_PLATFORM="ascend910_93")
     env.pop("CAM_TWIN_TIMING", None)
     if timing:
         env["CAM_TWIN_TIMING"] = out
+    if which == "plane":
+        return _plane_child(reps, env, os.path.dirname(out))
     r = subprocess.run([sys.executable, "-c", _CHILD, which, str(reps)], env=env, capture_output=True, text=True,
                        timeout=1800, check=True)
     return float(r.stdout.strip().splitlines()[-1])
