@@ -110,8 +110,8 @@ def test_dataplane_round_trip_catches_a_wrong_output(monkeypatch):
         qualify.check_dataplane(6, "cpu", seed=7)
 
 
-def test_dataplane_round_trip_catches_a_wrong_payload(monkeypatch):
-    # Negative control for the checksums: a golden dispatch whose rows differ must fail, naming the FFN rank.
+def _shift_golden_payload(monkeypatch):
+    """The golden round trip with the first received row of every FFN rank off by one: a payload check must fail."""
     from cam.reference import dispatch_combine
 
     real = dispatch_combine.round_trip_plane
@@ -125,6 +125,11 @@ def test_dataplane_round_trip_catches_a_wrong_payload(monkeypatch):
         return res
 
     monkeypatch.setattr(dispatch_combine, "round_trip_plane", shifted)
+
+
+def test_dataplane_round_trip_catches_a_wrong_payload(monkeypatch):
+    # Negative control for the checksums: a golden dispatch whose rows differ must fail, naming the FFN rank.
+    _shift_golden_payload(monkeypatch)
     with pytest.raises(AssertionError, match=r"payload FFN rank \d+ received from replica \d has the wrong checksum"):
         qualify.check_dataplane(4, "cpu", seed=9)
 
@@ -138,19 +143,7 @@ def test_dataplane_round_trip_under_load_passes_on_the_twin():
 def test_dataplane_round_trip_under_load_names_the_ordering(monkeypatch):
     # Negative control: under load a payload checksum that differs is named as the round's writes not all visible
     # at its ready word.
-    from cam.reference import dispatch_combine
-
-    real = dispatch_combine.round_trip_plane
-
-    def shifted(*args, **kwargs):
-        res = real(*args, **kwargs)
-        for gd in res["dispatch"].values():
-            if gd["rows"].numel():
-                gd["rows"] = gd["rows"].clone()
-                gd["rows"].view(-1)[0] += 1
-        return res
-
-    monkeypatch.setattr(dispatch_combine, "round_trip_plane", shifted)
+    _shift_golden_payload(monkeypatch)
     with pytest.raises(AssertionError, match=r"wrong checksum \(read after the round's ready word, under load: the "
                                              r"round's writes were not all visible"):
         qualify.check_dataplane(3, "cpu", seed=9, load=True)
