@@ -8,8 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <iterator>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -68,7 +71,7 @@ thread_local int64_t tPendingRead = -1;  // a signal-word read whose observed wr
 
 std::mutex gMutex;
 std::unordered_map<const void*, std::vector<BlockTrace>> gLaunches;  // blocks ended, by launch
-std::vector<LaunchCost> gCosts;
+std::deque<LaunchCost> gCosts;  // a deque: a long run drops the oldest at every launch
 // Record buffers of costed launches, kept with their capacity for the next blocks: a fresh buffer per block and
 // launch was page faults on every record it grew into.
 std::vector<std::vector<Rec>> gSpare;
@@ -149,6 +152,14 @@ Device MakeDevice(bool a3, bool l2hi) {
     d.link = Lookup("link_bytes_per_s_rank", a3);
     d.pollLat = Lookup("poll_latency_cycles", a3);
     return d;
+}
+
+// The four devices of a costing, read from the table once: a plane launch of a few hundred instructions is costed
+// at least four times, and reading 22 constants by name each time was a measurable part of it.
+const Device& DeviceOf(bool a3, bool l2hi) {
+    static const Device devices[4] = {MakeDevice(false, false), MakeDevice(false, true), MakeDevice(true, false),
+                                      MakeDevice(true, true)};
+    return devices[(a3 ? 2 : 0) + (l2hi ? 1 : 0)];
 }
 
 const char* PositionName(uint8_t pos) {
@@ -232,20 +243,82 @@ struct Span {
 };
 constexpr size_t kMaxSpans = 400000;  // a trace stays a file Perfetto opens (the first spans of a long launch)
 
+// A launch's stalls by what they waited on, summed in the order they occur (the same sums LaunchCost::stalls
+// holds): a name is a static prefix and argument (`arg` null: the prefix alone), so a stall costs no string until
+// the launch's costing ends, when they become LaunchCost::stalls.
+class Stalls {
+public:
+    void Add(const char* what, const char* arg, double seconds) {
+        for (Sum& x : sums_)
+            if (x.what == what && x.arg == arg) {
+                x.seconds += seconds;
+                return;
+            }
+        sums_.push_back({what, arg, seconds});
+    }
+    void Into(std::map<std::string, double>& out) const {
+        for (const Sum& x : sums_) out[x.arg == nullptr ? std::string(x.what) : std::string(x.what) + x.arg + ">"] += x.seconds;
+    }
+
+private:
+    struct Sum {
+        const char* what;
+        const char* arg;
+        double seconds;
+    };
+    std::vector<Sum> sums_;
+};
+
 struct Core {
     uint32_t idx = 0;
     std::vector<Span>* spans = nullptr;  // non-null: record every instruction's span
+    Stalls* stalls = nullptr;           // the launch's
     double tS = 0;
     double t[kPipes] = {};
     double busy[kPipes] = {};
-    std::unordered_map<uint32_t, double> flags;
+    // A core uses a handful of flags and queues: flat lists searched in order, whose storage a core keeps from one
+    // costing to the next (Reset), rather than hash maps built per costing.
+    std::vector<std::pair<uint32_t, double>> flags;  // (event * 8 + id, when the last SetFlag fired)
     struct QueueEvents {
+        uint64_t key = 0;
         std::vector<double> sets;  // when each set (EnQue / FreeTensor) fired, in order
         uint64_t waits = 0;        // waits (DeQue / AllocTensor) seen
     };
-    std::unordered_map<uint64_t, QueueEvents> queues;
+    std::vector<QueueEvents> queues;  // the first `queueCount` are this costing's
+    size_t queueCount = 0;
     size_t pos = 0;
     bool done = false;
+    void Reset(uint32_t i, std::vector<Span>* s, Stalls* st) {
+        idx = i;
+        spans = s;
+        stalls = st;
+        tS = 0;
+        std::fill(std::begin(t), std::end(t), 0.0);
+        std::fill(std::begin(busy), std::end(busy), 0.0);
+        flags.clear();
+        queueCount = 0;
+        pos = 0;
+        done = false;
+    }
+    double* Flag(uint32_t key) {
+        for (auto& f : flags)
+            if (f.first == key) return &f.second;
+        return nullptr;
+    }
+    void SetFlag(uint32_t key, double at) {
+        if (double* f = Flag(key)) *f = at;
+        else flags.push_back({key, at});
+    }
+    QueueEvents& Queue(uint64_t key) {
+        for (size_t i = 0; i < queueCount; ++i)
+            if (queues[i].key == key) return queues[i];
+        if (queueCount == queues.size()) queues.emplace_back();
+        QueueEvents& q = queues[queueCount++];
+        q.key = key;
+        q.sets.clear();
+        q.waits = 0;
+        return q;
+    }
     double Now() const {
         double m = tS;
         for (double x : t) m = std::max(m, x);
@@ -253,11 +326,10 @@ struct Core {
     }
 };
 
-// The stall's name is built only when the wait delays the pipe (this runs once per flag and queue event).
-void Wait(Core& c, Pipe p, double at, const char* what, const char* arg, LaunchCost& out, const Device& d) {
+void Wait(Core& c, Pipe p, double at, const char* what, const char* arg, const Device& d) {
     double& cur = p == Pipe::S ? c.tS : c.t[int(p)];
     const double ready = p == Pipe::S ? c.tS : std::max(cur, c.tS);
-    if (at > ready) out.stalls[std::string(what) + arg + ">"] += (at - ready) / d.clock;
+    if (at > ready) c.stalls->Add(what, arg, (at - ready) / d.clock);
     cur = std::max(cur, at);
 }
 
@@ -328,7 +400,7 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                 if (r.kind == Kind::GmCopy && p == Pipe::MTE2 && r.w != 0 && plane.landIn != nullptr) {
                     auto it = plane.landIn->find(r.w);
                     if (it != plane.landIn->end() && it->second + d.pollLat > end) {
-                        out.stalls["GM word landing"] += (it->second + d.pollLat - end) / d.clock;
+                        c.stalls->Add("GM word landing", nullptr, (it->second + d.pollLat - end) / d.clock);
                         end = it->second + d.pollLat;
                     }
                 }
@@ -350,9 +422,12 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                 break;
             }
             case Kind::Scalar: {
+                // One add per access, as they were issued (a product would round differently).
                 const double cyc = r.pipe ? d.scalarGm : d.scalarUb;
-                c.tS += cyc;
-                c.busy[int(Pipe::S)] += cyc;
+                for (uint64_t n = 0; n < r.a; ++n) {
+                    c.tS += cyc;
+                    c.busy[int(Pipe::S)] += cyc;
+                }
                 break;
             }
             case Kind::FlagSet: case Kind::FlagWait: {
@@ -360,10 +435,9 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                 if (!HardEventPipes(HardEvent(r.pipe), &src, &dst)) break;
                 const uint32_t key = uint32_t(r.pipe) * 8u + r.flag;
                 if (r.kind == Kind::FlagSet) {
-                    c.flags[key] = src == Pipe::S ? c.tS : std::max(c.t[int(src)], c.tS);
-                } else {
-                    auto it = c.flags.find(key);
-                    if (it != c.flags.end()) Wait(c, dst, it->second, "WaitFlag<", EventName(r.pipe), out, d);
+                    c.SetFlag(key, src == Pipe::S ? c.tS : std::max(c.t[int(src)], c.tS));
+                } else if (const double* at = c.Flag(key)) {
+                    Wait(c, dst, *at, "WaitFlag<", EventName(r.pipe), d);
                 }
                 break;
             }
@@ -372,7 +446,7 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                 if (!QueuePositionPipes(TPosition(r.pipe), &producer, &consumer)) break;
                 const bool toConsumer = r.flag != 0;
                 const uint64_t key = r.a * 2 + (toConsumer ? 1 : 0);
-                Core::QueueEvents& q = c.queues[key];
+                Core::QueueEvents& q = c.Queue(key);
                 if (r.kind == Kind::QueueSet) {
                     const Pipe from = toConsumer ? producer : consumer;
                     q.sets.push_back(from == Pipe::S ? c.tS : std::max(c.t[int(from)], c.tS));
@@ -382,13 +456,13 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                     const uint64_t lag = toConsumer ? 0 : r.b;
                     if (j < lag || j - lag >= q.sets.size()) break;
                     Wait(c, toConsumer ? consumer : producer, q.sets[j - lag], toConsumer ? "DeQue<" : "AllocTensor<",
-                         PositionName(r.pipe), out, d);
+                         PositionName(r.pipe), d);
                 }
                 break;
             }
             case Kind::Barrier: {
                 const double now = c.Now();
-                if (now > c.tS) out.stalls["PipeBarrier<PIPE_ALL>"] += (now - c.tS) / d.clock;
+                if (now > c.tS) c.stalls->Add("PipeBarrier<PIPE_ALL>", nullptr, (now - c.tS) / d.clock);
                 c.tS = now;
                 for (double& x : c.t) x = now;
                 break;
@@ -402,7 +476,7 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
 
 LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& blocks, const Reads& reads,
                const LaunchWindows* w, bool a3, bool l2hi, PlaneTime& plane, std::vector<Span>* spans = nullptr) {
-    const Device d = MakeDevice(a3, l2hi);
+    const Device& d = DeviceOf(a3, l2hi);
     LaunchCost out;
     out.kernel = kernel;
     out.device = a3 ? "a3" : "a2";
@@ -410,11 +484,12 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
     out.blockDim = blockDim;
     std::sort(blocks.begin(), blocks.end(), [](const BlockTrace& x, const BlockTrace& y) { return x.idx < y.idx; });
     out.l2HitFraction = L2HitFraction(reads, d.l2Bytes);
-    std::vector<Core> cores(blocks.size());
-    for (size_t i = 0; i < cores.size(); ++i) {
-        cores[i].idx = blocks[i].idx;
-        cores[i].spans = spans;
-    }
+    // The cores' state is kept from one costing to the next on this thread (its lists' storage).
+    static thread_local std::vector<Core> pool;
+    if (pool.size() < blocks.size()) pool.resize(blocks.size());
+    Stalls stalls;
+    for (size_t i = 0; i < blocks.size(); ++i) pool[i].Reset(blocks[i].idx, spans, &stalls);
+    const auto cores = std::span<Core>(pool.data(), blocks.size());
     double segStart = 0;  // cycles
     bool more = true;
     while (more) {
@@ -438,7 +513,7 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
         double end = std::max(arrive, segStart + floorS * d.clock);
         if (more) end += d.sync;
         for (Core& c : cores) {
-            if (more && c.Now() < end - d.sync) out.stalls["SyncAll"] += (end - d.sync - c.Now()) / d.clock;
+            if (more && c.Now() < end - d.sync) stalls.Add("SyncAll", nullptr, (end - d.sync - c.Now()) / d.clock);
             if (more) {
                 c.tS = end;
                 for (double& x : c.t) x = end;
@@ -456,6 +531,7 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
             for (int p = 0; p < kPipes; ++p) out.criticalBusy[p] = cores[i].busy[p] / d.clock;
         }
     }
+    stalls.Into(out.stalls);
     out.seconds = std::max(last, segStart) / d.clock + d.launch;  // the launch's peer writes landing: CostGroup
     return out;
 }
@@ -565,7 +641,7 @@ void CostGroup(std::vector<Pending>& group) {
                                    win(group[i]), a3, hi, plane);
                 }
                 // A launch ends when its writes into peers have landed.
-                const Device d = MakeDevice(a3, hi);
+                const Device& d = DeviceOf(a3, hi);
                 const std::vector<double> landed = RunLinks(plane, group.size(), d.link / d.clock);
                 for (size_t i = 0; i < group.size(); ++i)
                     pass[i].seconds = std::max(pass[i].seconds, landed[i] / d.clock + d.launch);
@@ -590,7 +666,7 @@ void CostGroup(std::vector<Pending>& group) {
             Cost(group[i].kernel.c_str(), group[i].blockDim, group[i].blocks, reads[i], win(group[i]), true, false,
                  plane, &spans);
             WriteTrace(tracePath, group[i].kernel.c_str(), spans, uint32_t(group[i].blocks.size()),
-                       MakeDevice(true, false));
+                       DeviceOf(true, false));
             break;
         }
     }
@@ -624,7 +700,7 @@ void CostGroup(std::vector<Pending>& group) {
         for (LaunchCost& c : launchCosts) gCosts.push_back(std::move(c));
     // Kept for TakeLaunchCosts until taken; a long run with a file named never takes them, so only the newest stay.
     constexpr size_t kKept = 4096;
-    if (gCosts.size() > kKept) gCosts.erase(gCosts.begin(), gCosts.end() - kKept);
+    while (gCosts.size() > kKept) gCosts.pop_front();
 }
 
 }  // namespace
@@ -655,8 +731,8 @@ void SetTimingEnabled(bool on) { gTimingOn = on; }
 
 std::vector<LaunchCost> TakeLaunchCosts() {
     std::lock_guard<std::mutex> lock(gMutex);
-    std::vector<LaunchCost> out;
-    out.swap(gCosts);
+    std::vector<LaunchCost> out(std::make_move_iterator(gCosts.begin()), std::make_move_iterator(gCosts.end()));
+    gCosts.clear();
     return out;
 }
 
@@ -698,8 +774,18 @@ void TimeMmadRecord(uint32_t m, uint32_t n, uint32_t k) {
 }
 
 void TimeScalarRecord(bool gm) {
-    if (!gTimingOn) return;
-    Push({Kind::Scalar, uint8_t(gm ? 1 : 0), 0, 0, 0, 0, 0, 0});
+    if (!gTimingOn || tRecs == nullptr) return;
+    ResolvePendingRead();
+    // A run of scalar accesses of one kind is one record counting them (most of a data-plane kernel's records), but
+    // never one that reaches back before a wait's first poll (the repeats after it are dropped: TimeWaitPollRecord).
+    if (tRecs->size() > tPollMark) {
+        Rec& last = tRecs->back();
+        if (last.kind == Kind::Scalar && last.pipe == uint8_t(gm ? 1 : 0)) {
+            ++last.a;
+            return;
+        }
+    }
+    tRecs->push_back({Kind::Scalar, uint8_t(gm ? 1 : 0), 0, 0, 1, 0, 0, 0});
 }
 
 void TimeFlagSetRecord(HardEvent e, int32_t id) {
@@ -754,6 +840,7 @@ void TimeBlockStartRecord() {
     tRecs = tOwned.get();
     tVector = -1;
     tPendingRead = -1;
+    tPollMark = 0;
     std::lock_guard<std::mutex> lock(gMutex);
     if (gStarted.insert(CurrentBlock().launch).second) ++gRunning;
 }
