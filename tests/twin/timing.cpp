@@ -374,6 +374,112 @@ int IngressShared() {
     return Check(last, K("scalar_issue_cycles") + 2 * one, 1e-9);
 }
 
+// A plane group costed on the four devices, with the sharing between them checked against costing each device
+// afresh (SetTimingSelfCheck): a sender copies 1 MiB into the receiver's window (the link floor binds, at another
+// cycle on A2 than on A3, so its SyncAll ends later: costed again) and its block 0 then publishes a signal word there; the receiver polls it while its
+// other block re-reads one tile (an L2 floor that differs between the L2 ends without binding: taken from the other
+// end's costing). Every cost must equal the unshared one, and some must have been shared.
+int VariantsShared() {
+    constexpr uint32_t kTile = 32768, kTiles = 8, kBlocks = 4;
+    static std::vector<uint8_t> recv(kBlocks * kTiles * kTile + 64), send(kTile), src(kTile);
+    static std::atomic<int> started{0};
+    started = 0;
+    int64_t* word = reinterpret_cast<int64_t*>(recv.data() + kBlocks * kTiles * kTile);
+    word[0] = 0;
+    cam::twin::SetTimingEnabled(true);
+    cam::twin::SetTimingSelfCheck(true);
+    cam::twin::TakeLaunchCosts();
+    cam::twin::TakeTimingSharing();
+    cam::twin::LaunchWindows w;
+    w.windows = {{reinterpret_cast<uintptr_t>(recv.data()), recv.size()},
+                 {reinterpret_cast<uintptr_t>(send.data()), send.size()}};
+    auto startTogether = [] {
+        if (GetBlockIdx() == 0) {
+            started.fetch_add(1);
+            while (started.load() < 2) std::this_thread::yield();
+        }
+    };
+    std::thread sender([&] {
+        cam::twin::LaunchWindows ws = w;
+        ws.own = 1;
+        ws.batchMode = true;  // its SyncAll
+        cam::twin::RunLaunch("timing_sender", kBlocks, [&] {
+            KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+            startTogether();
+            TPipe pipe;
+            TBuf<TPosition::VECCALC> buf, sig;
+            pipe.InitBuffer(buf, kTile);
+            pipe.InitBuffer(sig, 32);
+            LocalTensor<uint8_t> t = buf.Get<uint8_t>();
+            GlobalTensor<uint8_t> g;
+            g.SetGlobalBuffer(recv.data() + uint64_t(GetBlockIdx()) * kTiles * kTile, uint64_t(kTiles) * kTile);
+            for (uint32_t i = 0; i < kTiles; ++i) DataCopy(g[uint64_t(i) * kTile], t, kTile);
+            SyncAll();
+            if (GetBlockIdx() != 0) return;
+            LocalTensor<int64_t> s = sig.Get<int64_t>();
+            s.SetValue(0, 1);
+            SetFlag<HardEvent::S_MTE3>(0);
+            WaitFlag<HardEvent::S_MTE3>(0);
+            GlobalTensor<int64_t> gw;
+            gw.SetGlobalBuffer(word, 8);
+            DataCopyPad(gw, s, DataCopyExtParams{1, 8, 0, 0, 0});
+        }, &ws);
+    });
+    std::thread receiver([&] {
+        cam::twin::LaunchWindows wr = w;
+        wr.own = 0;
+        cam::twin::RunLaunch("timing_receiver", 2, [&] {
+            KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+            startTogether();
+            TPipe pipe;
+            TBuf<TPosition::VECCALC> buf, sig;
+            pipe.InitBuffer(buf, kTile);
+            pipe.InitBuffer(sig, 32);
+            if (GetBlockIdx() == 1) {
+                LocalTensor<uint8_t> t = buf.Get<uint8_t>();
+                GlobalTensor<uint8_t> g;
+                g.SetGlobalBuffer(src.data(), src.size());
+                for (int i = 0; i < 4; ++i) DataCopy(t, g, kTile);
+                return;
+            }
+            LocalTensor<int64_t> s = sig.Get<int64_t>();
+            GlobalTensor<int64_t> gw;
+            gw.SetGlobalBuffer(word, 8);
+            for (uint32_t i = 0;; ++i) {
+                DataCopyPad(s, gw, DataCopyExtParams{1, 8, 0, 0, 0}, DataCopyPadExtParams<int64_t>{false, 0, 0, 0});
+                SetFlag<HardEvent::MTE2_S>(0);
+                WaitFlag<HardEvent::MTE2_S>(0);
+                if (s.GetValue(0) != 0) break;
+                cam::kernels::WaitPause(word, 8, i);
+            }
+        }, &wr);
+    });
+    sender.join();
+    receiver.join();
+    cam::twin::SetTimingSelfCheck(false);
+    const auto costs = cam::twin::TakeLaunchCosts();
+    const cam::twin::TimingSharing sharing = cam::twin::TakeTimingSharing();
+    if (costs.size() != 8) {
+        std::printf("%zu costs, want 2 launches x 4 devices\n", costs.size());
+        return 1;
+    }
+    double floorLo = -1, floorHi = -1;
+    for (const auto& c : costs)
+        if (c.kernel == "timing_receiver" && c.device == "a2") (c.l2 == "lo" ? floorLo : floorHi) = c.bandwidthFloorSeconds;
+    if (!(floorLo > floorHi && floorHi > 0)) {  // the case must give the two L2 ends different floors
+        std::printf("receiver's floors %.3g (lo) and %.3g (hi): the case no longer separates the L2 ends\n", floorLo,
+                    floorHi);
+        return 1;
+    }
+    if (sharing.mismatches != 0 || sharing.derived == 0) {
+        std::printf("shared costings %llu, costs that differ from the unshared costing %llu\n",
+                    (unsigned long long)sharing.derived, (unsigned long long)sharing.mismatches);
+        return 1;
+    }
+    std::printf("OK\n");
+    return 0;
+}
+
 // CAM_TWIN_TIMING_TRACE: the launch's instructions as Perfetto slices, one per instruction on its core's pipe track.
 int TraceCase(const char* path) {
     setenv("CAM_TWIN_TIMING_TRACE", path, 1);
@@ -551,6 +657,7 @@ int main(int argc, char** argv) {
     if (c == "poll_repeats_not_costed") return PollRepeats();
     if (c == "poll_waits_on_later_write") return PollWaitsOnLaterWrite();
     if (c == "ingress_shared") return IngressShared();
+    if (c == "variants_shared") return VariantsShared();
     if (c == "serialised_slower") {
         const double serial = FlagPair(false), overlap = FlagPair(true);
         if (serial > overlap * 1.3) {

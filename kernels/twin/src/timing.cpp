@@ -359,6 +359,7 @@ struct PlaneTime {
     const std::unordered_map<uint64_t, double>* landIn = nullptr;
     std::unordered_map<uint64_t, double> landOut;
     std::vector<LinkWrite> writes;
+    std::vector<std::pair<uint64_t, double>> ownLand;  // the landOut entries of writes into no peer, in order
     size_t launch = 0;  // the launch being costed
 };
 
@@ -417,7 +418,10 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                     // Writes into a peer go through the link queues (RunLinks); reads out of one count to the floor.
                     if (peer != 0 && p != Pipe::MTE2)
                         plane.writes.push_back({start, end, bytes, plane.launch, peer, r.w});
-                    else if (p != Pipe::MTE2 && r.w != 0) plane.landOut[r.w] = end;
+                    else if (p != Pipe::MTE2 && r.w != 0) {
+                        plane.landOut[r.w] = end;
+                        plane.ownLand.push_back({r.w, end});
+                    }
                 }
                 break;
             }
@@ -474,8 +478,23 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
     c.done = true;
 }
 
+// A segment's floor: what the die's memory and the rank's link alone would need for its bytes (seconds).
+double SegmentFloor(double rd, double wr, double link, double h, const Device& d) {
+    // The die's memory: misses and writes share HBM, hits share L2 (a floor on the segment, not a per-core
+    // slowdown: stated in docs/twin.md). The peer link is a resource of its own: the rank's copies to / from peers
+    // share link_bytes_per_s_rank.
+    return std::max((rd * (1 - h) + wr) / d.hbm + rd * h / d.l2Bw, link / d.link);
+}
+
+// One segment of a costing (between SyncAlls): its start, the cores' latest arrival, its bytes and its end (cycles,
+// before the SyncAll's own cost).
+struct Segment {
+    double start, arrive, rd, wr, link, end;
+};
+
 LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& blocks, const Reads& reads,
-               const LaunchWindows* w, bool a3, bool l2hi, PlaneTime& plane, std::vector<Span>* spans = nullptr) {
+               const LaunchWindows* w, bool a3, bool l2hi, PlaneTime& plane, std::vector<Span>* spans = nullptr,
+               std::vector<Segment>* segments = nullptr) {
     const Device& d = DeviceOf(a3, l2hi);
     LaunchCost out;
     out.kernel = kernel;
@@ -504,13 +523,10 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
         out.gmReadBytes += rd;
         out.gmWriteBytes += wr;
         out.linkBytes += link;
-        // The die's memory: misses and writes share HBM, hits share L2 (a floor on the segment, not a per-core
-        // slowdown: stated in docs/twin.md).
-        const double h = out.l2HitFraction;
-        // The peer link is a resource of its own: the rank's copies to / from peers share link_bytes_per_s_rank.
-        const double floorS = std::max((rd * (1 - h) + wr) / d.hbm + rd * h / d.l2Bw, link / d.link);
+        const double floorS = SegmentFloor(rd, wr, link, out.l2HitFraction, d);
         out.bandwidthFloorSeconds += floorS;
         double end = std::max(arrive, segStart + floorS * d.clock);
+        if (segments != nullptr) segments->push_back({segStart, arrive, rd, wr, link, end});
         if (more) end += d.sync;
         for (Core& c : cores) {
             if (more && c.Now() < end - d.sync) stalls.Add("SyncAll", nullptr, (end - d.sync - c.Now()) / d.clock);
@@ -613,8 +629,137 @@ bool SameLandings(const std::unordered_set<uint64_t>& read, const std::unordered
     return true;
 }
 
-// Costs every launch of a group for each device and end of the L2 range, in one virtual time (PlaneTime), and
-// files the costs (and the trace, the first time its kernel is seen).
+// Whether two devices differ only in figures a costing reads after its cores have run (the segments' floors: HBM,
+// L2, link): then the cores run the same instructions at the same cycles on both, as long as every segment ends at
+// the same cycle and the landings their reads wait for are the same.
+bool SameCores(const Device& a, const Device& b) {
+    return a.clock == b.clock && a.mte2 == b.mte2 && a.mte3 == b.mte3 && a.mte1 == b.mte1 && a.fix == b.fix &&
+           a.mteLat == b.mteLat && a.burst == b.burst && a.vecRepeat == b.vecRepeat && a.vecBytes == b.vecBytes &&
+           a.vecStart == b.vecStart && a.cubeStart == b.cubeStart && a.cubeMacs == b.cubeMacs && a.issue == b.issue &&
+           a.scalarUb == b.scalarUb && a.scalarGm == b.scalarGm && a.sync == b.sync && a.launch == b.launch &&
+           a.pollLat == b.pollLat;
+}
+
+// One launch's costing kept for the next device: its cost before its peer writes landed, its segments, and what it
+// put into the pass's virtual time (its writes into peers, its own signal writes' landings).
+struct Costing {
+    LaunchCost cost;
+    std::vector<Segment> segments;
+    std::vector<LinkWrite> writes;
+    std::vector<std::pair<uint64_t, double>> ownLand;
+};
+// A pass of a device's costing, kept for the next device: the device, the landings its reads saw (the group's read
+// tokens in one order: whether each was known, and when it landed) and each launch's costing.
+struct PassMemo {
+    const Device* device = nullptr;
+    std::vector<std::pair<bool, double>> landRead;
+    std::vector<Costing> launches;
+};
+
+std::atomic<bool> gSelfCheck{false};
+std::atomic<uint64_t> gDerived{0}, gRecosted{0}, gMismatches{0};
+
+// Launch `c`'s cost on device `d` from its costing on another device whose cores run the same (SameCores, same
+// landings read), when each segment ends at the cycle it ended there; false when one does not (its floor binds
+// differently), and the launch is costed afresh.
+bool Derive(const Costing& c, const Reads& reads, const Device& d, bool a3, bool hi, LaunchCost* out) {
+    const double h = L2HitFraction(reads, d.l2Bytes);
+    double floors = 0;
+    for (const Segment& s : c.segments) {
+        const double floorS = SegmentFloor(s.rd, s.wr, s.link, h, d);
+        floors += floorS;
+        if (std::max(s.arrive, s.start + floorS * d.clock) != s.end) return false;
+    }
+    *out = c.cost;
+    out->device = a3 ? "a3" : "a2";
+    out->l2 = hi ? "hi" : "lo";
+    out->l2HitFraction = h;
+    out->bandwidthFloorSeconds = floors;
+    return true;
+}
+
+// Every launch of a group costed for each device and end of the L2 range, in one virtual time (PlaneTime): costs[i]
+// holds launch i's (A2 lo, A2 hi, A3 lo, A3 hi). With `share`, a pass whose device runs the cores as a previous
+// device's same pass did (SameCores, the same landings read) takes each launch's cost from that costing where every
+// segment ends at the same cycle (Derive), the cores' run not repeated; the costs are the same as without.
+std::vector<std::vector<LaunchCost>> CostDevices(std::vector<Pending>& group, const std::vector<Reads>& reads,
+                                                 const std::unordered_set<uint64_t>& readTokens, bool share,
+                                                 std::unordered_map<uint64_t, double>* traceLand) {
+    auto win = [](const Pending& p) { return p.hasWindows ? &p.windows : nullptr; };
+    std::vector<std::vector<LaunchCost>> costs(group.size());
+    std::vector<PassMemo> memo(kMaxPasses);
+    std::vector<std::pair<bool, double>> landRead;
+    for (bool a3 : {false, true})
+        for (bool hi : {false, true}) {
+            const Device& d = DeviceOf(a3, hi);
+            std::unordered_map<uint64_t, double> land;
+            std::vector<LaunchCost> pass(group.size());
+            for (int k = 0; k < kMaxPasses; ++k) {
+                PlaneTime plane;
+                plane.landIn = &land;
+                landRead.clear();
+                for (uint64_t t : readTokens) {
+                    auto it = land.find(t);
+                    landRead.push_back(it == land.end() ? std::pair<bool, double>{false, 0.0}
+                                                        : std::pair<bool, double>{true, it->second});
+                }
+                PassMemo& m = memo[k];
+                const bool reuse = share && m.device != nullptr && SameCores(*m.device, d) && m.landRead == landRead;
+                if (!reuse) {
+                    m.device = &d;
+                    m.landRead = landRead;
+                    m.launches.assign(group.size(), Costing{});
+                }
+                for (size_t i = 0; i < group.size(); ++i) {
+                    plane.launch = i;
+                    Costing& c = m.launches[i];
+                    if (reuse && Derive(c, reads[i], d, a3, hi, &pass[i])) {
+                        plane.writes.insert(plane.writes.end(), c.writes.begin(), c.writes.end());
+                        for (const auto& [token, at] : c.ownLand) {
+                            plane.landOut[token] = at;
+                            plane.ownLand.push_back({token, at});
+                        }
+                        ++gDerived;
+                        continue;
+                    }
+                    const size_t w0 = plane.writes.size(), o0 = plane.ownLand.size();
+                    c.segments.clear();
+                    pass[i] = Cost(group[i].kernel.c_str(), group[i].blockDim, group[i].blocks, reads[i],
+                                   win(group[i]), a3, hi, plane, nullptr, share ? &c.segments : nullptr);
+                    ++gRecosted;
+                    if (share) {
+                        c.cost = pass[i];
+                        c.writes.assign(plane.writes.begin() + w0, plane.writes.end());
+                        c.ownLand.assign(plane.ownLand.begin() + o0, plane.ownLand.end());
+                    }
+                }
+                // A launch ends when its writes into peers have landed.
+                const std::vector<double> landed = RunLinks(plane, group.size(), d.link / d.clock);
+                for (size_t i = 0; i < group.size(); ++i)
+                    pass[i].seconds = std::max(pass[i].seconds, landed[i] / d.clock + d.launch);
+                const bool settled = SameLandings(readTokens, land, plane.landOut);
+                land.swap(plane.landOut);
+                if (settled) break;
+            }
+            for (size_t i = 0; i < group.size(); ++i) costs[i].push_back(std::move(pass[i]));
+            if (a3 && !hi && traceLand != nullptr) *traceLand = land;
+        }
+    return costs;
+}
+
+bool SameCost(const LaunchCost& a, const LaunchCost& b) {
+    bool same = a.kernel == b.kernel && a.device == b.device && a.l2 == b.l2 && a.blockDim == b.blockDim &&
+                a.cubeBlocks == b.cubeBlocks && a.seconds == b.seconds && a.criticalCore == b.criticalCore &&
+                a.stalls == b.stalls && a.gmReadBytes == b.gmReadBytes && a.gmWriteBytes == b.gmWriteBytes &&
+                a.l2HitFraction == b.l2HitFraction && a.linkBytes == b.linkBytes &&
+                a.bandwidthFloorSeconds == b.bandwidthFloorSeconds && a.instructions == b.instructions &&
+                a.peerWaits == b.peerWaits;
+    for (int p = 0; p < kPipes; ++p) same = same && a.busy[p] == b.busy[p] && a.criticalBusy[p] == b.criticalBusy[p];
+    return same;
+}
+
+// Costs every launch of a group (CostDevices) and files the costs (and the trace, the first time its kernel is
+// seen).
 void CostGroup(std::vector<Pending>& group) {
     if (group.empty()) return;
     std::vector<Reads> reads;
@@ -626,32 +771,14 @@ void CostGroup(std::vector<Pending>& group) {
                 if (r.kind == Kind::GmCopy && r.pipe == uint8_t(Pipe::MTE2) && r.w != 0) readTokens.insert(r.w);
     }
     auto win = [](const Pending& p) { return p.hasWindows ? &p.windows : nullptr; };
-    std::vector<std::vector<LaunchCost>> costs(group.size());
     std::unordered_map<uint64_t, double> traceLand;  // A3, L2 low end: the trace's landing times
-    for (bool a3 : {false, true})
-        for (bool hi : {false, true}) {
-            std::unordered_map<uint64_t, double> land;
-            std::vector<LaunchCost> pass(group.size());
-            for (int k = 0; k < kMaxPasses; ++k) {
-                PlaneTime plane;
-                plane.landIn = &land;
-                for (size_t i = 0; i < group.size(); ++i) {
-                    plane.launch = i;
-                    pass[i] = Cost(group[i].kernel.c_str(), group[i].blockDim, group[i].blocks, reads[i],
-                                   win(group[i]), a3, hi, plane);
-                }
-                // A launch ends when its writes into peers have landed.
-                const Device& d = DeviceOf(a3, hi);
-                const std::vector<double> landed = RunLinks(plane, group.size(), d.link / d.clock);
-                for (size_t i = 0; i < group.size(); ++i)
-                    pass[i].seconds = std::max(pass[i].seconds, landed[i] / d.clock + d.launch);
-                const bool settled = SameLandings(readTokens, land, plane.landOut);
-                land.swap(plane.landOut);
-                if (settled) break;
-            }
-            for (size_t i = 0; i < group.size(); ++i) costs[i].push_back(std::move(pass[i]));
-            if (a3 && !hi) traceLand = land;
-        }
+    std::vector<std::vector<LaunchCost>> costs = CostDevices(group, reads, readTokens, true, &traceLand);
+    if (gSelfCheck.load()) {  // SetTimingSelfCheck: the same record costed without sharing gives the same costs
+        const std::vector<std::vector<LaunchCost>> fresh = CostDevices(group, reads, readTokens, false, nullptr);
+        for (size_t i = 0; i < costs.size(); ++i)
+            for (size_t v = 0; v < costs[i].size(); ++v)
+                if (!SameCost(costs[i][v], fresh[i][v])) ++gMismatches;
+    }
     // CAM_TWIN_TIMING_TRACE=<file>: the first launch whose kernel is CAM_TWIN_TIMING_TRACE_KERNEL (any, unset) is
     // written as a Perfetto trace, costed on A3 at the L2 range's low end.
     if (const char* tracePath = EnvTracePath(); tracePath != nullptr) {
@@ -672,7 +799,16 @@ void CostGroup(std::vector<Pending>& group) {
     }
     if (const char* path = EnvTimingPath(); path != nullptr && std::strcmp(path, "1") != 0) {
         std::lock_guard<std::mutex> lock(gMutex);
-        if (FILE* f = std::fopen(path, "a")) {
+        // The file stays open from one group to the next (an open and a close per launch were a measurable part of
+        // a small launch's costing); each group's lines are flushed as they are written.
+        static FILE* f = nullptr;
+        static std::string openPath;
+        if (f == nullptr || openPath != path) {
+            if (f != nullptr) std::fclose(f);
+            f = std::fopen(path, "a");
+            openPath = path;
+        }
+        if (f != nullptr) {
             // The table itself, once per process: what a reader of the file computes bounds with (one source).
             static bool wroteConstants = false;
             if (!wroteConstants) {
@@ -689,7 +825,7 @@ void CostGroup(std::vector<Pending>& group) {
             }
             for (const auto& launchCosts : costs)
                 for (const LaunchCost& c : launchCosts) std::fprintf(f, "%s\n", LaunchCostJson(c).c_str());
-            std::fclose(f);
+            std::fflush(f);
         }
     }
     std::lock_guard<std::mutex> lock(gMutex);
@@ -728,6 +864,12 @@ std::string LaunchCostJson(const LaunchCost& c) {
 }
 
 void SetTimingEnabled(bool on) { gTimingOn = on; }
+
+void SetTimingSelfCheck(bool on) { gSelfCheck = on; }
+
+TimingSharing TakeTimingSharing() {
+    return {gDerived.exchange(0), gRecosted.exchange(0), gMismatches.exchange(0)};
+}
 
 std::vector<LaunchCost> TakeLaunchCosts() {
     std::lock_guard<std::mutex> lock(gMutex);

@@ -118,6 +118,17 @@ struct LaunchCost {
 };
 
 void SetTimingEnabled(bool on);
+// A launch is costed on A2 and A3 at both L2 ends; a device whose cores run as another's did (the devices differ
+// only in HBM, L2 and link figures, and the landings read are the same) takes the cost from that costing wherever
+// every segment ends at the same cycle. The self-check costs every group a second time without that and counts the
+// costs that differ (a test's switch: it doubles the costing).
+void SetTimingSelfCheck(bool on);
+struct TimingSharing {
+    uint64_t derived = 0;     // launch costings taken from another device's
+    uint64_t recosted = 0;    // launch costings run (the self-check's included)
+    uint64_t mismatches = 0;  // self-check: costs that differ from the unshared costing's
+};
+TimingSharing TakeTimingSharing();  // since the last call
 // Every launch costed since the last call (each launch: A2 lo, A2 hi, A3 lo, A3 hi), oldest first.
 std::vector<LaunchCost> TakeLaunchCosts();
 // One constant of timing_constants.h for a device ("a2" / "a3"); throws on an unknown name.
