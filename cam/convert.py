@@ -454,7 +454,7 @@ def common_swiglu_limit(layers: Sequence[ExpertFFN]) -> Optional[float]:
 
 
 def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, *, bits: int = 8,
-                  group_size: Optional[int] = None) -> Tuple[LayerWeights, LayerWeights]:
+                  group_size: Optional[int] = None, slots: Optional[int] = None) -> Tuple[LayerWeights, LayerWeights]:
     """The W1 and W2 :class:`cam.LayerWeights` of experts ``experts`` (default: all) of every layer in ``layers``
     (MoE layer ``j`` is ``layers[j]``, the work item's layer index), quantized with :func:`quantize_weight`.
 
@@ -464,7 +464,9 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
     scales per group of that many K rows, ``[E, K / group_size, N]``, which the kernels apply per group (§9.2); it
     must divide both H and I and be a multiple of 32.
 
-    An FFN rank ``A + f`` of a topology with ``R`` experts per rank passes ``range(f * R, (f + 1) * R)``."""
+    An FFN rank ``A + f`` of a topology with ``R`` experts per rank passes ``range(f * R, (f + 1) * R)``; under the
+    contiguous placement of an E that F does not divide (:meth:`cam.placement.Placement.contiguous`) its experts'
+    range and ``slots = R``: the slots past the range are empty (zero weights and scales)."""
     layers = list(layers)
     if not layers or not all(isinstance(x, ExpertFFN) for x in layers):
         raise TypeError("layer_weights: layers must be a non-empty sequence of cam.convert.ExpertFFN")
@@ -479,6 +481,9 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
             or experts.stop > first.num_experts:
         raise ValueError(f"layer_weights: experts must be a non-empty range(start, stop) inside [0, "
                          f"{first.num_experts}), got {experts!r}")
+    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < len(experts)):
+        raise ValueError(f"layer_weights: slots must be an int >= the {len(experts)} experts of {experts!r}, got "
+                         f"{slots!r}")
     sl = slice(experts.start, experts.stop)
     w1q: List[torch.Tensor] = []
     w1s: List[torch.Tensor] = []
@@ -491,6 +496,11 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
         q, s = quantize_weight(x.w2[sl], bits=bits, group_size=group_size)
         w2q.append(q)
         w2s.append(s)
+    if slots is not None and slots > len(experts):
+        def pad(t: torch.Tensor) -> torch.Tensor:
+            return torch.cat([t, t.new_zeros((slots - len(experts),) + tuple(t.shape[1:]))])
+
+        w1q, w1s, w2q, w2s = ([pad(t) for t in ts] for ts in (w1q, w1s, w2q, w2s))
     return LayerWeights(w1q, w1s), LayerWeights(w2q, w2s)
 
 

@@ -151,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, required=True, help="this FFN rank's global rank, in [A, A + F)")
     p.add_argument("--replicas", "-D", type=int, default=1, help="Attention DP replicas D")
     p.add_argument("--participants", "-P", type=int, default=1, help="Attention ranks per replica P")
-    p.add_argument("--ffn-ranks", "-F", type=int, default=1, help="FFN ranks F (the experts split evenly)")
+    p.add_argument("--ffn-ranks", "-F", type=int, default=1,
+                   help="FFN ranks F (the experts split contiguously: floor or ceil E / F each)")
     p.add_argument("--max-tokens", type=int, required=True, help="Bmax: tokens per Attention rank per MoE layer")
     p.add_argument("--slots", type=int, default=2, help="rounds in flight per Attention rank")
     p.add_argument("--capacity", type=int, default=None, help="rows per work item (default: the worst case)")
@@ -180,12 +181,14 @@ def _load(args):
 
     from . import convert
     from .connector import ConnectorConfig
+    from .placement import Placement, contiguous_slots
     from .topology import Topology
 
     experts, info = convert.load_checkpoint_experts(args.checkpoint)
     first = experts[0]
     topo = Topology(D=args.replicas, P=args.participants, F=args.ffn_ranks, E=first.num_experts, K=info["top_k"],
-                    H=first.hidden, Bmax=args.max_tokens, L=len(experts), slots=args.slots, capacity=args.capacity)
+                    H=first.hidden, Bmax=args.max_tokens, L=len(experts), slots=args.slots, capacity=args.capacity,
+                    expert_slots=contiguous_slots(first.num_experts, args.ffn_ranks))
     if not topo.A <= args.rank < topo.world_size:
         raise ValueError(f"--rank {args.rank} is not an FFN rank: FFN ranks are [{topo.A}, {topo.world_size})")
     f = args.rank - topo.A
@@ -194,10 +197,14 @@ def _load(args):
                          f"{topo.recv_rows} for this topology)")
     if args.group_size is not None and args.weights != "w4a8":
         raise ValueError("--group-size needs --weights w4a8")
-    w1, w2 = convert.layer_weights(experts, range(f * topo.R, (f + 1) * topo.R), bits=4 if args.weights == "w4a8" else 8,
-                                   group_size=args.group_size)
+    # F not dividing E: the contiguous placement's table (floor or ceil E / F experts per rank), on every rank
+    placement = None if topo.contiguous_placement else Placement.contiguous(topo.E, topo.F, topo.L)
+    held = [e for e in placement.slot_experts(0, f) if e >= 0] if placement else [f * topo.R, (f + 1) * topo.R - 1]
+    w1, w2 = convert.layer_weights(experts, range(held[0], held[-1] + 1), bits=4 if args.weights == "w4a8" else 8,
+                                   group_size=args.group_size, slots=topo.R)
     cfg = ConnectorConfig(topology=topo, master_addr=args.master_addr, master_port=args.master_port,
-                          dtype=torch.bfloat16, timeout_s=args.timeout, idle_poll_s=args.idle_poll, group=args.group)
+                          dtype=torch.bfloat16, timeout_s=args.timeout, idle_poll_s=args.idle_poll, group=args.group,
+                          placement=placement)
     return cfg, w1, w2, info
 
 

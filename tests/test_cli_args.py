@@ -129,10 +129,11 @@ def test_cam_sim_sweep_prints_best_split_and_async_gain(capsys):
 
 
 def test_cam_run_impossible_topology_names_the_flags(capsys):
-    """tiny has 8 experts: --ffn 3 cannot divide them; the refusal names the flag, not only the Topology field."""
+    """tiny has 8 experts: 9 FFN ranks cannot each hold one; the refusal names the flag, not only the Topology
+    field."""
     from cam.run.cli import main
 
-    assert main(["--ffn", "3"]) == 2
+    assert main(["--ffn", "9"]) == 2
     err = capsys.readouterr().err
     assert "bad configuration" in err and "--ffn" in err, err
 

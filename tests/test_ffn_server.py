@@ -366,6 +366,34 @@ def test_cam_ffn_processes_serve_a_checkpoint(tmp_path):
     assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
 
 
+def test_three_cam_ffn_processes_serve_eight_experts_by_the_contiguous_table(tmp_path):
+    """cam-ffn -F 3 on 8 experts: each process serves its floor or ceil of E / F experts (3, 3, 2) in 3 slots, the
+    Attention rank routes by the same contiguous table, and the routed output equals cam's ops in one process."""
+    from cam.connector import loopback_store
+    from cam.placement import Placement
+
+    _write_checkpoint(tmp_path, _experts())
+    secret = os.urandom(16)
+    env = dict(os.environ, CAM_RUN_SECRET=secret.hex())
+    store = loopback_store(0, TIMEOUT_S)
+    topo = cam.Topology(D=1, P=1, F=3, E=E, K=K, H=H, Bmax=B, L=L, expert_slots=3)
+    common = ["--checkpoint", str(tmp_path), "-D", "1", "-F", "3", "--max-tokens", str(B), "--master-port",
+              str(store.port), "--group", "ffn-three", "--idle-poll", "0.02", "--timeout", str(TIMEOUT_S)]
+    procs = [_cam_ffn(["--rank", str(r), *common], env) for r in (1, 2, 3)]
+    try:
+        cfg = ConnectorConfig(topology=topo, master_port=store.port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
+                              group="ffn-three", secret=secret, placement=Placement.contiguous(E, 3, layers=L))
+        conn = AsyncAFDConnector(0, "attention", cfg)
+        x, ids, w, out, outs = _one_round(conn, store, procs)
+    finally:
+        _reap(procs)
+    for p, (stdout, stderr) in zip(procs, outs):
+        assert p.returncode == 0, stderr
+        assert json.loads(stdout.strip().splitlines()[-1])["reason"] == "attention finished"
+    w1, w2 = convert.layer_weights(_experts())
+    assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
+
+
 def test_cam_ffn_processes_serve_deepseek_v4s_clamp(tmp_path):
     """Two cam-ffn processes on a DeepSeek-V4 checkpoint (swiglu_limit 0.5), one eager, one replaying a captured
     batched iteration, serve with the clamp: the routed output equals cam's ops in one process with the limit, and

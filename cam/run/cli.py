@@ -82,7 +82,7 @@ def _parse(argv):
                    help="Attention ranks per replica P: each runs 1/P of every micro-batch's tokens (sequence "
                         "parallel) and gets exactly its own tokens back (docs/run.md)")
     p.add_argument("--ffn", type=int, default=2,
-                   help="FFN ranks F (must divide the model's experts unless --placement is not contiguous)")
+                   help="FFN ranks F (at most the model's experts; contiguous: floor or ceil E / F experts each)")
     p.add_argument("--slots", type=int, default=2, help="rounds in flight per Attention rank")
     p.add_argument("--requests", type=int, help="override the preset's number of requests")
     p.add_argument("--seed", type=int, help="override the preset's seed")

@@ -32,7 +32,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .costs import CostModel, Work
-from .placement import Placement, expected_fanout_of, parse_placement
+from ..placement import Placement
+from .placement import RowSplit, expected_fanout_of, parse_placement
 from .presets import ASSIGNS, assign_replica
 from .shapes import ModelShape, SimTopology
 from .workload import SimWorkload, split_stages
@@ -223,17 +224,22 @@ class Simulation:
             self.popularity = [base[self.rng.permutation(E)] for _ in range(model.moe_layers)]
         else:
             self.popularity = [np.full(E, 1.0 / E)] * model.moe_layers
-        # Placement: None = cam's default (expert e on rank e // R, E % F == 0), drawn per rank; otherwise one
-        # Placement per MoE layer, drawn per expert and split over its replicas (cam.sim.placement).
+        # Placement: None = cam's default (expert e on rank e // R, E % F == 0), drawn per rank; otherwise a
+        # cam.placement.Placement per MoE layer (or one of one layer, or of every layer), drawn per expert and split
+        # over its replicas (cam.sim.placement.RowSplit).
         if isinstance(placement, str):
             placement = parse_placement(placement, E, F, self.popularity)
         elif isinstance(placement, Placement):
-            placement = [placement] * model.moe_layers
+            if placement.layers not in (1, model.moe_layers):
+                raise ValueError(f"placement: a table of {placement.layers} layers for {model.moe_layers} MoE layers")
+            placement = [placement] * model.moe_layers if placement.layers == 1 else \
+                [RowSplit(placement, l) for l in range(model.moe_layers)]
         if placement is None and E % F:
-            placement = [Placement.contiguous(E, F)] * model.moe_layers
+            placement = [Placement.contiguous(E, F, layers=1)] * model.moe_layers
         if placement is not None:
             if len(placement) != model.moe_layers:
                 raise ValueError(f"placement: {len(placement)} tables for {model.moe_layers} MoE layers")
+            placement = [p if isinstance(p, RowSplit) else RowSplit(p) for p in placement]
             for p in placement:
                 if p.F != F or p.experts != E:
                     raise ValueError(f"placement: a table for E={p.experts}, F={p.F}; the run has E={E}, F={F}")
@@ -287,7 +293,7 @@ class Simulation:
 
     def _route_placed(self, moe_layer: int, tokens: int):
         """``_route`` under a placement table: per-expert row counts (a multinomial over expert popularity, or the
-        exact even split), each expert's rows split over its replicas (cam.sim.placement); the experts an item
+        exact even split), each expert's rows split over its replicas (cam.sim.placement.RowSplit); the experts an item
         touches are its local slots with rows, exactly."""
         place = self.place[moe_layer]
         slots = tokens * self.model.top_k
