@@ -19,6 +19,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from . import checkpoint_config as ckpt
 from .layer_weights import LayerWeights
 from .w4a8 import dequantize_weight_int4, quantize_weight_int4
 
@@ -506,27 +507,17 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
 
 # ----------------------------------------------------------------------------- checkpoint directories
 
-# ``mlp``: transformers' names; ``ffn``: DeepSeek's own, which transformers writes back for DeepSeek-V4.
-_LAYER_EXPERTS = re.compile(r"(.*\.layers\.(\d+)\.(?:mlp|ffn)\.experts\.)")
-
-
 def checkpoint_config(directory: str, *, who: str = "cam.convert") -> Tuple[dict, Optional[float]]:
     """``config.json`` of a checkpoint directory (its ``text_config`` when the experts' settings are there, as in a
     multimodal wrapper) and the ``swiglu_limit`` its FFN ranks apply (:func:`check_supported_config`, which refuses
     an unsupported model by name, naming ``who``)."""
-    import json
     import os
     import types
 
     path = os.path.join(directory, "config.json")
-    try:
-        with open(path) as f:
-            config = json.load(f)
-    except OSError as e:
-        raise ValueError(f"{who}: cannot read {path}: {e}") from None
+    config = ckpt.read_config(directory, who=who)
     quant = config.get("quantization_config")
-    if "text_config" in config and "num_experts_per_tok" not in config:
-        config = config["text_config"]
+    config = ckpt.model_section(config)
     quant = config.get("quantization_config", quant)
     if quant:
         method = quant.get("quant_method", "?") if isinstance(quant, dict) else quant
@@ -548,51 +539,27 @@ def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     from safetensors.torch import load_file
 
     config, limit = checkpoint_config(directory, who="load_checkpoint_experts")
-    top_k = config.get("num_experts_per_tok")
-    if not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"load_checkpoint_experts: {directory}/config.json has no num_experts_per_tok")
+    who = f"load_checkpoint_experts: {directory}/config.json"
+    top_k = ckpt.config_int(config, "top_k", who=who)
+    count = ckpt.config_int(config, "experts", who=who, required=False)
+    hidden = ckpt.config_int(config, "hidden", who=who, required=False)
+    intermediate = ckpt.config_int(config, "moe_intermediate", who=who, required=False)
     tensors: Dict[str, torch.Tensor] = {}
-    for name in _safetensors_files(directory):
+    for name in ckpt.safetensors_files(directory):
         tensors.update(load_file(name))
-    prefixes = _expert_prefixes(tensors, directory)
+    prefixes = ckpt.expert_prefixes(tensors, directory)
     layer_ids = sorted(prefixes)
-    layers = [from_hf_state_dict(tensors, prefixes[i], hidden_size=config.get("hidden_size"),
-                                 intermediate_size=config.get("moe_intermediate_size"), swiglu_limit=limit)
-              for i in layer_ids]
+    layers = [from_hf_state_dict(tensors, prefixes[i], hidden_size=hidden, intermediate_size=intermediate,
+                                 swiglu_limit=limit) for i in layer_ids]
+    for i, x in zip(layer_ids, layers):
+        if count is not None and x.num_experts != count:
+            raise ckpt.CheckpointConfigError(f"load_checkpoint_experts: {prefixes[i]}* holds {x.num_experts} "
+                                             f"experts, {directory}/config.json says {count}")
     return layers, {"model_type": config.get("model_type"), "layers": layer_ids, "top_k": top_k,
                     "swiglu_limit": limit}
 
 
-def _safetensors_files(directory: str) -> List[str]:
-    import glob
-    import os
-
-    files = sorted(glob.glob(os.path.join(directory, "*.safetensors")))
-    if not files:
-        raise ValueError(f"cam.convert: no *.safetensors in {directory}")
-    return files
-
-
-def _expert_prefixes(keys, directory: str) -> Dict[int, str]:
-    """``{decoder layer id: "<...>.layers.<n>.mlp.experts."}`` (or ``.ffn.experts.``) of every layer with routed
-    experts."""
-    prefixes = {}
-    for key in keys:
-        m = _LAYER_EXPERTS.match(key)
-        if m:
-            prefixes[int(m.group(2))] = m.group(1)
-    if not prefixes:
-        raise ValueError(f"cam.convert: no routed experts (<...>.layers.<n>.mlp.experts.*) in {directory}")
-    return prefixes
-
-
 def checkpoint_moe_layers(directory: str) -> List[int]:
     """The decoder layer ids with routed experts in a checkpoint directory, in order (MoE layer ``j`` is the
-    ``j``-th), read from the safetensors headers without loading a weight."""
-    from safetensors import safe_open
-
-    keys: List[str] = []
-    for name in _safetensors_files(directory):
-        with safe_open(name, framework="pt") as f:
-            keys.extend(f.keys())
-    return sorted(_expert_prefixes(keys, directory))
+    ``j``-th), read from the safetensors headers without loading a weight (:func:`cam.checkpoint_config.moe_layers`)."""
+    return ckpt.moe_layers(directory)

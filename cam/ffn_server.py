@@ -181,14 +181,12 @@ def _load(args):
 
     from . import convert
     from .connector import ConnectorConfig
-    from .placement import Placement, contiguous_slots
+    from .placement import Placement
     from .topology import Topology
 
     experts, info = convert.load_checkpoint_experts(args.checkpoint)
-    first = experts[0]
-    topo = Topology(D=args.replicas, P=args.participants, F=args.ffn_ranks, E=first.num_experts, K=info["top_k"],
-                    H=first.hidden, Bmax=args.max_tokens, L=len(experts), slots=args.slots, capacity=args.capacity,
-                    expert_slots=contiguous_slots(first.num_experts, args.ffn_ranks))
+    topo = Topology.from_checkpoint(args.checkpoint, D=args.replicas, P=args.participants, F=args.ffn_ranks,
+                                    Bmax=args.max_tokens, slots=args.slots, capacity=args.capacity)
     if not topo.A <= args.rank < topo.world_size:
         raise ValueError(f"--rank {args.rank} is not an FFN rank: FFN ranks are [{topo.A}, {topo.world_size})")
     f = args.rank - topo.A

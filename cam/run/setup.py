@@ -202,6 +202,9 @@ def topology_for(model, workload: Workload, D: int, P: int, F: int, slots: int,
             lens = [int(workload.requests[r].tokens.numel()) for r in batch]
             for stage in (lens[0::2], lens[1::2]) if len(lens) >= 2 else (lens,):
                 largest = max(largest, math.ceil(sum(stage) / P))
+    if isinstance(getattr(model, "path", None), str):  # --checkpoint: its config.json, as every caller reads it
+        return Topology.from_checkpoint(model.path, D=D, P=P, F=F, Bmax=largest, slots=slots, quantized=True,
+                                        expert_slots=expert_slots)
     return Topology(D=D, P=P, F=F, E=model.num_experts, K=model.top_k, H=model.hidden, Bmax=largest,
                     L=len(model.moe_layers), slots=slots, quantized=True, expert_slots=expert_slots)
 
