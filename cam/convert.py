@@ -138,6 +138,11 @@ def _check_3d(who: str, name: str, t, want: str) -> None:
 
 
 def _check_dims(who: str, hidden: Optional[int], intermediate: Optional[int], h: int, i: int) -> None:
+    for name, v in (("hidden_size", hidden), ("intermediate_size", intermediate)):
+        if isinstance(v, str):
+            raise TypeError(f"{who}: {name} is the string {v!r}, not an int")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise TypeError(f"{who}: {name} must be an int, got {v!r} ({type(v).__name__})")
     if hidden is not None and hidden != h:
         raise ValueError(f"{who}: the weights give hidden size {h}, hidden_size says {hidden}")
     if intermediate is not None and intermediate != i:
@@ -325,10 +330,15 @@ def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, i
         bias = [k for k in (prefix + "gate_up_proj_bias", prefix + "down_proj_bias") if k in state_dict]
         if bias:
             raise UnsupportedModelError(f"{who}: {bias[0]!r}: expert biases are not supported")
+        for key in fused:
+            if isinstance(state_dict[key], torch.Tensor) and state_dict[key].dim() != 3:
+                raise ValueError(f"{who}: {key} must be a 3-D [E, out, in] weight, got "
+                                 f"{tuple(state_dict[key].shape)}")
         return from_hf_experts(state_dict[fused[0]], state_dict[fused[1]], is_transposed=is_transposed,
                                is_concatenated=is_concatenated, hidden_size=hidden_size,
                                intermediate_size=intermediate_size, swiglu_limit=swiglu_limit)
     per: Dict[str, Dict[int, torch.Tensor]] = {"gate_proj": {}, "up_proj": {}, "down_proj": {}}
+    first_key: Dict[str, str] = {}
     vocabularies = set()
     for key, value in state_dict.items():
         if key.startswith(prefix):
@@ -336,7 +346,16 @@ def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, i
             if m:
                 name = m.group(2)
                 vocabularies.add(name in _DEEPSEEK_NAMES)
-                per[_DEEPSEEK_NAMES.get(name, name)][int(m.group(1))] = value
+                name = _DEEPSEEK_NAMES.get(name, name)
+                # Each tensor checked under its own key: stacking them would fail without naming one.
+                if not isinstance(value, torch.Tensor) or value.dim() != 2:
+                    raise ValueError(f"{who}: {key} must be a 2-D [out, in] weight, got "
+                                     f"{tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__}")
+                same = first_key.setdefault(name, key)
+                if value.shape != state_dict[same].shape:
+                    raise ValueError(f"{who}: {key} has shape {tuple(value.shape)}, {same} "
+                                     f"{tuple(state_dict[same].shape)}: every expert's {name} must have one shape")
+                per[name][int(m.group(1))] = value
     if len(vocabularies) > 1:
         raise KeyError(f"{who}: {prefix}<n>.* mixes gate_proj/up_proj/down_proj with w1/w3/w2 keys")
     if not per["gate_proj"]:
@@ -545,16 +564,31 @@ def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     hidden = ckpt.config_int(config, "hidden", who=who, required=False)
     intermediate = ckpt.config_int(config, "moe_intermediate", who=who, required=False)
     tensors: Dict[str, torch.Tensor] = {}
+    origin: Dict[str, str] = {}
     for name in ckpt.safetensors_files(directory):
-        tensors.update(load_file(name))
+        try:
+            loaded = load_file(name)
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError on bad bytes
+            raise ckpt.CheckpointConfigError(f"{name}: not a readable safetensors file ({type(e).__name__}: "
+                                             f"{e})") from None
+        tensors.update(loaded)
+        origin.update(dict.fromkeys(loaded, name))
     prefixes = ckpt.expert_prefixes(tensors, directory)
     layer_ids = sorted(prefixes)
-    layers = [from_hf_state_dict(tensors, prefixes[i], hidden_size=hidden, intermediate_size=intermediate,
-                                 swiglu_limit=limit) for i in layer_ids]
-    for i, x in zip(layer_ids, layers):
-        if count is not None and x.num_experts != count:
-            raise ckpt.CheckpointConfigError(f"load_checkpoint_experts: {prefixes[i]}* holds {x.num_experts} "
-                                             f"experts, {directory}/config.json says {count}")
+    layers = []
+    for i in layer_ids:
+        # A refused tensor is named by its key (from_hf_state_dict) and here by the file(s) holding the layer.
+        files = ", ".join(sorted({origin[k] for k in tensors if k.startswith(prefixes[i])}))
+        try:
+            layers.append(from_hf_state_dict(tensors, prefixes[i], hidden_size=hidden, intermediate_size=intermediate,
+                                             swiglu_limit=limit))
+        except UnsupportedModelError:
+            raise
+        except (ValueError, KeyError, TypeError) as e:
+            raise ckpt.CheckpointConfigError(f"{files}: {e.args[0] if e.args else e}") from None
+        if count is not None and layers[-1].num_experts != count:
+            raise ckpt.CheckpointConfigError(f"{files}: {prefixes[i]}* holds {layers[-1].num_experts} experts, "
+                                             f"{directory}/config.json says {count}")
     return layers, {"model_type": config.get("model_type"), "layers": layer_ids, "top_k": top_k,
                     "swiglu_limit": limit}
 

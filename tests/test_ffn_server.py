@@ -445,6 +445,62 @@ def test_cam_ffn_refuses_an_unsupported_checkpoint(tmp_path, config, needle, cap
     assert needle in caplog.text
 
 
+def _retensor(path, key, make):
+    """Rewrites the checkpoint's safetensors file with tensor ``key`` replaced by ``make(tensor)``."""
+    from safetensors.torch import load_file, save_file
+
+    name = os.path.join(path, "model.safetensors")
+    tensors = load_file(name)
+    tensors[key] = make(tensors[key])
+    save_file(tensors, name)
+
+
+def _rewrite(path, name, data):
+    with open(os.path.join(path, name), "wb") as f:
+        f.write(data)
+
+
+def _truncate(path):
+    name = os.path.join(path, "model.safetensors")
+    with open(name, "rb") as f:
+        data = f.read()
+    _rewrite(path, "model.safetensors", data[:len(data) // 2])
+
+
+def _set_config(path, **changes):
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({**config, **changes}, f)
+
+
+UP = "model.layers.1.mlp.experts.3.up_proj.weight"
+DOWN = "model.layers.0.mlp.experts.2.down_proj.weight"
+
+
+@pytest.mark.parametrize("spoil, file, needles", [
+    (lambda p: _rewrite(p, "config.json", b"[1, 2]"), "config.json", ["holds a JSON list, not an object"]),
+    (_truncate, "model.safetensors", ["not a readable safetensors file"]),
+    (lambda p: _rewrite(p, "model.safetensors", os.urandom(4096)), "model.safetensors",
+     ["not a readable safetensors file"]),
+    (lambda p: _retensor(p, UP, lambda t: torch.zeros(I + 1, H)), "model.safetensors",
+     [UP, f"has shape ({I + 1}, {H})"]),
+    (lambda p: _retensor(p, DOWN, lambda t: t.reshape(-1)), "model.safetensors", [DOWN, "must be a 2-D"]),
+    (lambda p: _set_config(p, hidden_size=str(H)), "config.json", [f"hidden_size is the string '{H}', not an int"]),
+], ids=["config-list", "truncated", "garbage", "wrong-shape", "1-D", "string-hidden-size"])
+def test_cam_ffn_refuses_a_broken_checkpoint_naming_the_file_and_tensor(tmp_path, spoil, file, needles, caplog):
+    """A broken checkpoint is a refused command (exit 2) whose error names the file and, for a bad tensor, its key;
+    never a traceback and exit 1."""
+    _write_checkpoint(tmp_path, _experts())
+    spoil(str(tmp_path))
+    from cam import ffn_server
+
+    assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4"]) == 2
+    refused = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused:")]
+    assert refused, caplog.text
+    assert os.path.join(str(tmp_path), file) in refused[0] and all(n in refused[0] for n in needles), refused[0]
+
+
 def test_cam_ffn_refuses_a_row_budget_below_one_work_item(tmp_path, caplog):
     _write_checkpoint(tmp_path, _experts())
     from cam import ffn_server
