@@ -248,6 +248,7 @@ def _has_matplotlib():
         (["--placement", "hot:0"], "K must be an int in [1, E = 8]"),
         (["--placement", "hot:x"], "K must be an int"),
         (["--ffn", "9", "--placement", "contiguous"], "--ffn 9: more FFN ranks than the model's E = 8 experts"),
+        (["--keep", "/proc/cam-keep"], "--keep '/proc/cam-keep' cannot be made in '/proc'"),
     ],
 )
 def test_bad_flags_are_refused_before_anything_starts(tmp_path, monkeypatch, capsys, args, needle):

@@ -33,7 +33,7 @@ from ..sim.presets import PRESETS as WORKLOAD_PRESETS
 from .bound import DEFAULT_COSTS as DEFAULT_BOUND_COSTS
 from .bound import critical_path
 from .bound import load_costs as load_bound_costs
-from .run_dir import make_run_dir
+from .run_dir import check_keep_dir, make_run_dir
 from .start import WORKER_BOOTSTRAP, exit_now, kill_and_reap, launcher_store, start_method, start_ranks
 from .start import worker_command  # noqa: F401 - the command line of one exec-started rank: API
 from .timeline import ATTENTION_PHASES
@@ -206,8 +206,8 @@ def check_args(args) -> None:
         _writable("--trace", args.trace)
     if args.cost_model:
         load_bound_costs(args.bound_costs)  # a missing or malformed cost file is refused before anything starts
-    if args.keep and os.path.exists(args.keep) and not os.path.isdir(args.keep):
-        raise ValueError(f"--keep {args.keep!r} exists and is not a directory")
+    if args.keep:
+        check_keep_dir(args.keep)
     if args.batch_rows is not None and not args.batch_items:
         raise ValueError("--batch-rows sets the row budget of --batch-items; add --batch-items or drop --batch-rows")
     if args.batch_items and args.mode == "colocated":
