@@ -18,14 +18,12 @@ import cam
 from cam.reference.dispatch_combine import chunk_bounds
 from cam.sim.engine import chunks as sim_chunks
 from _dataplane_harness import attention_body, ffn_server, make_rounds, raise_first, run_ranks, run_round_trip
+from _topology import topology_with
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def topo(**kw) -> cam.Topology:
-    base = dict(D=1, P=2, F=2, E=8, K=3, H=40, Bmax=6, L=2, slots=2)
-    base.update(kw)
-    return cam.Topology(**base)
+topo = topology_with(D=1, P=2, F=2, E=8, K=3, H=40, Bmax=6, L=2, slots=2)
 
 
 # ----------------------------------------------------------------------------- the rule, on paper

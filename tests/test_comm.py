@@ -20,14 +20,12 @@ from _dataplane_harness import (
     run_ranks,
     unique_group,
 )
+from _topology import topology_with
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def topo(**kw) -> cam.Topology:
-    base = dict(D=1, P=1, F=1, E=4, K=2, H=64, Bmax=8, L=3, slots=2)
-    base.update(kw)
-    return cam.Topology(**base)
+topo = topology_with(D=1, P=1, F=1, E=4, K=2, H=64, Bmax=8, L=3, slots=2)
 
 
 # ----------------------------------------------------------------------------- creation

@@ -16,14 +16,12 @@ from cam.reference.dynamic_quant import dynamic_quant
 from _window_layout import WindowLayout
 from _dataplane_harness import (FfnLog, check_against_golden, ffn_batch_server, make_rounds, raise_first, run_ranks,
                                 run_round_trip, serve_batch)
+from _topology import topology_with
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def topo(**kw) -> cam.Topology:
-    base = dict(D=3, P=1, F=1, E=4, K=2, H=32, Bmax=6, L=2, slots=2)
-    base.update(kw)
-    return cam.Topology(**base)
+topo = topology_with(D=3, P=1, F=1, E=4, K=2, H=32, Bmax=6, L=2, slots=2)
 
 
 def attention_first_published(rounds, published: threading.Barrier):

@@ -16,6 +16,7 @@ import torch
 import cam
 from _window_layout import WindowLayout
 from test_safety import expert_out, golden_out, make_round, plane, recv_work, windows
+from _topology import topology_with
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -24,8 +25,7 @@ T = dict(D=2, P=2, F=2, E=4, K=2, H=32, Bmax=4, L=2, slots=2)
 DEAD, MATE = 3, 2
 
 
-def topo() -> cam.Topology:
-    return cam.Topology(**T)
+topo = topology_with(**T)
 
 
 def serve(t, comms, ffn_ranks):

@@ -18,14 +18,14 @@ from _window_layout import IDENTITY_OFF, WindowLayout
 from cam.reference.dispatch_combine import round_trip_plane
 from cam.reference.dynamic_quant import dynamic_quant
 from _dataplane_harness import expert_fn, unique_group
+from _topology import topology_with
 
 pytestmark = pytest.mark.timeout(180)
 
 T = dict(D=1, P=2, F=2, E=4, K=2, H=32, Bmax=4, L=2, slots=1)
 
 
-def topo(**kw) -> cam.Topology:
-    return cam.Topology(**{**T, **kw})
+topo = topology_with(**T)
 
 
 @contextlib.contextmanager
