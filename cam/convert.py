@@ -349,8 +349,8 @@ def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, i
                 name = _DEEPSEEK_NAMES.get(name, name)
                 # Each tensor checked under its own key: stacking them would fail without naming one.
                 if not isinstance(value, torch.Tensor) or value.dim() != 2:
-                    raise ValueError(f"{who}: {key} must be a 2-D [out, in] weight, got "
-                                     f"{tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__}")
+                    got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                    raise ValueError(f"{who}: {key} must be a 2-D [out, in] weight, got {got}")
                 same = first_key.setdefault(name, key)
                 if value.shape != state_dict[same].shape:
                     raise ValueError(f"{who}: {key} has shape {tuple(value.shape)}, {same} "

@@ -144,9 +144,9 @@ class Placement:
         """The contiguous placement, any E >= F: expert ``e`` on FFN index ``f = e * F // E``, in slot
         ``e - first(f)``, ``first(f) = ceil(f * E / F)``. FFN index ``f`` holds experts ``[first(f), first(f + 1))``:
         ``ceil(E / F)`` of them on ``E % F`` indices spread evenly from index 0, ``floor(E / F)`` on the others
-        (E = 8, F = 3: 3, 3, 2; E = 10, F = 4: 3, 2, 3, 2). Every rank has ``ceil(E / F)`` slots, so a floor rank's last slot is empty. When
-        F divides E this is exactly ``e // R, e % R`` with ``R = E / F``: the layout a Comm without a table
-        routes by."""
+        (E = 8, F = 3: 3, 3, 2; E = 10, F = 4: 3, 2, 3, 2). Every rank has ``ceil(E / F)`` slots, so a floor
+        rank's last slot is empty. When F divides E this is exactly ``e // R, e % R`` with ``R = E / F``: the
+        layout a Comm without a table routes by."""
         _check_counts("Placement.contiguous", experts=experts, ffn_ranks=ffn_ranks, layers=layers)
         if experts < ffn_ranks:
             raise PlacementError(f"Placement.contiguous: E = {experts} experts cannot fill F = {ffn_ranks} FFN ranks "

@@ -12,4 +12,5 @@ from .shapes import DEEPSEEK_V3, ModelShape, SimTopology, model_presets
 from .workload import SimWorkload, load_trace, split_stages
 
 __all__ = ["CostModel", "OpCost", "Work", "device_files", "Simulation", "chunks", "expected_fanout", "Placement",
-           "RowSplit", "simulate", "DEEPSEEK_V3", "ModelShape", "SimTopology", "model_presets", "SimWorkload", "load_trace", "split_stages"]
+           "RowSplit", "simulate", "DEEPSEEK_V3", "ModelShape", "SimTopology", "model_presets", "SimWorkload",
+           "load_trace", "split_stages"]
