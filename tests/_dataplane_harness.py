@@ -225,7 +225,7 @@ def capture_batched_loop(topo: cam.Topology, comm: cam.Comm):
     from cam.graph import Graph
 
     budget = topo.recv_rows
-    specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(comm, budget)
+    specs = importlib.import_module("cam.ops.dispatch_recv").batch_output_specs(comm, budget)
     recv = tuple(torch.zeros(s, dtype=d) for d, s in specs)
     out = torch.zeros((budget, topo.H), dtype=torch.bfloat16)
     graph = Graph()

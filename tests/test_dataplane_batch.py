@@ -180,7 +180,7 @@ def test_a_row_budget_below_one_work_item_is_refused_before_anything_runs():
             cam.ops.dispatch_recv(comm, row_budget=0)
         with pytest.raises(TypeError, match="row_budget must be an int"):
             cam.ops.dispatch_recv(comm, row_budget=2.0)
-        specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(comm, t.recv_rows)
+        specs = importlib.import_module("cam.ops.dispatch_recv").batch_output_specs(comm, t.recv_rows)
         out = tuple(torch.empty(s, dtype=d) for d, s in specs)
         bad = (out[0], out[1], out[2][:-1], out[3], out[4])
         with pytest.raises(cam.InvalidArgumentError, match="group_table"):
@@ -297,7 +297,7 @@ def test_the_batched_ffn_loop_is_captured_once_and_replayed():
     chunk = WindowLayout(t).work_item_chunk_off
 
     def ffn(comm):
-        specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(comm, budget)
+        specs = importlib.import_module("cam.ops.dispatch_recv").batch_output_specs(comm, budget)
         recv = tuple(torch.zeros(s, dtype=d) for d, s in specs)
         ex, sc, groups, origin, items = recv
         items[:, 0] = 0  # kind empty: the warm-up below is a no-op
