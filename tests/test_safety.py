@@ -499,7 +499,7 @@ def test_close_honours_its_bound_during_an_idle_poll():
 def test_gmm_ops_refuse_a_work_item_whose_layer_word_was_forged(layer):
     """The other ops that read a work item (its word 2 is the GMM layer_index): a forged layer outside [0, L) is
     refused by both layer-select GMMs before they write, and the genuine item still completes the round."""
-    from cam.connector import _work_item, ffn_compute
+    from cam.connector import ffn_compute, ffn_work_item as _work_item
 
     with dispatched_round(seed=8) as (t, comms, rounds, ffn, item):
         assert t.L == 2
