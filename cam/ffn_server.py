@@ -49,8 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, required=True, help="Bmax: tokens per Attention rank per MoE layer")
     p.add_argument("--slots", type=int, default=2, help="rounds in flight per Attention rank")
     p.add_argument("--capacity", type=int, default=None, help="rows per work item (default: the worst case)")
-    p.add_argument("--master-addr", default="127.0.0.1")
-    p.add_argument("--master-port", type=int, default=29555)
+    p.add_argument("--master-addr", default="127.0.0.1", help="the world's rendezvous host (rank 0's store)")
+    p.add_argument("--master-port", type=int, default=29555, help="the world's rendezvous port")
     p.add_argument("--group", default="afd", help="the world's name in the store")
     p.add_argument("--graph", action="store_true", help="replay one captured FFN iteration instead of eager ops")
     add_row_budget_flag(p, help="serve batches of ready work items up to this many rows (one W1 and one W2 launch "
@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--group-size", type=int, default=None,
                    help="with --weights w4a8: scales per group of this many K rows (a multiple of 32 dividing H and "
                         "I); default per output channel")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="logging level of the server's messages (stderr)")
     return p
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import warnings
+import sys
 from typing import Optional
 
 __all__ = ["WEIGHT_FORMATS", "ServePolicy", "add_row_budget_flag", "check_items_per_check", "row_budget_bounds"]
@@ -111,16 +111,19 @@ class _DeprecatedSpelling(_Spelling):
     """An old spelling of ``--row-budget``: still accepted, with a warning naming the new flag."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        warnings.warn(f"{option_string} is deprecated: use --row-budget (same meaning)", FutureWarning, stacklevel=2)
+        print(f"{parser.prog}: warning: {option_string} is deprecated: use --row-budget (same meaning)",
+              file=sys.stderr)
         super().__call__(parser, namespace, values, option_string)
 
 
-def add_row_budget_flag(parser, *, help: str, default: Optional[int] = None, deprecated=()) -> None:
+def add_row_budget_flag(parser, *, help: str, default: Optional[int] = None, deprecated=(),
+                        dest: str = "row_budget") -> None:
     """``--row-budget ROWS`` on a command line (cam-ffn, cam-run, cam-sim), and its old spellings ``deprecated``
-    (each warns, naming ``--row-budget``). ``args.row_budget_flag`` is the spelling the user typed (for refusals
-    that name it), ``--row-budget`` when none was."""
-    parser.add_argument("--row-budget", type=int, default=default, action=_Spelling, metavar="ROWS", help=help)
+    (each warns, naming ``--row-budget``). ``args.<dest>_flag`` is the spelling the user typed (for refusals that
+    name it), ``--row-budget`` when none was."""
+    parser.add_argument("--row-budget", type=int, default=default, dest=dest, action=_Spelling, metavar="ROWS",
+                        help=help)
     for old in deprecated:
-        parser.add_argument(old, type=int, dest="row_budget", action=_DeprecatedSpelling, metavar="ROWS",
+        parser.add_argument(old, type=int, dest=dest, action=_DeprecatedSpelling, metavar="ROWS",
                             default=argparse.SUPPRESS, help="deprecated spelling of --row-budget")
-    parser.set_defaults(row_budget_flag="--row-budget")
+    parser.set_defaults(**{dest + "_flag": "--row-budget"})
