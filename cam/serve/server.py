@@ -56,7 +56,8 @@ class Iteration:
     it was idle), ``received`` → ``computed`` W1 + W2 (with a shared ``device``: from when it was held), and
     ``computed`` → ``end`` the send; a batched or replayed iteration has no send phase of its own (``computed ==
     end``). ``records`` is the ``[n, work_item_words]`` table of the work items it served (a view of the device
-    records, :meth:`cam.WorkItem.table` names their words); ``served`` whether any was not empty.
+    records, :meth:`cam.WorkItem.table` names their words; read them during the call: a replay's buffers are the
+    next replay's too); ``served`` whether any was not empty.
     """
 
     start: float
