@@ -221,10 +221,11 @@ def _ffn_one_by_one(t, w1, w2, n_rounds):
         done = 0
         while done < n_rounds:
             ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
-            y, ys = cam.ops.gmm_swiglu_quant_multi_layer(ex, sc, w1, cnt, wi[2:3])
-            out = cam.ops.gmm_multi_layer(y, ys, w2, cnt, wi[2:3])
+            y, ys = cam.ops.gmm_swiglu_quant_multi_layer(ex, sc, w1, cnt, cam.WorkItem(wi).layer_index)
+            out = cam.ops.gmm_multi_layer(y, ys, w2, cnt, cam.WorkItem(wi).layer_index)
             cam.ops.combine_send(comm, out, wi)
-            done += int(wi[0]) == 1 and int(wi[5]) + int(wi[WindowLayout(t).work_item_chunk_off]) == \
+            view = cam.WorkItem(wi)
+            done += view.kind == 1 and view.rows + int(wi[WindowLayout(t).work_item_chunk_off]) == \
                 int(wi[WindowLayout(t).work_item_chunk_off + 1])
         return done
     return body
