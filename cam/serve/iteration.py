@@ -1,9 +1,9 @@
-"""The FFN iteration, receive -> W1 -> W2 -> send, eager (:func:`ffn_iteration`, :func:`ffn_batch_iteration`) or
-captured once and replayed (:class:`CapturedFFN`).
+"""receive -> W1 -> W2 -> send: one FFN rank's iteration, eager or captured once and replayed.
 
-Its one job is the device work of one FFN rank's iteration; its two halves are the data plane's (``dispatch_recv``
-takes a work item or a batch, ``combine_send`` returns it) and the routed experts' (:func:`ffn_compute`: W1 = int8
-GMM + SwiGLU + quant, W2 = int8 GMM + dequant). Nothing here reads the host: the layer and the per-expert counts
+Its one job is the device work of that iteration, in two halves: the data plane's (``dispatch_recv`` takes a work
+item or a batch, ``combine_send`` returns it) around the routed experts' (:func:`ffn_compute`: W1 = int8 GMM +
+SwiGLU + quant, W2 = int8 GMM + dequant). Eager: :func:`ffn_iteration`, :func:`ffn_batch_iteration`; captured:
+:class:`CapturedFFN`. Nothing here reads the host: the layer and the per-expert counts
 stay on the device, so an empty work item flows through as a no-op and a captured iteration replays correctly.
 """
 

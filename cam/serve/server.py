@@ -120,12 +120,7 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
         raise ValueError("serve_ffn: connector must be an initialized FFN-rank AsyncAFDConnector")
     if not isinstance(w1, LayerWeights) or not isinstance(w2, LayerWeights):
         raise TypeError("serve_ffn: w1 and w2 must be cam.LayerWeights")
-    if policy is None:
-        if isinstance(items_per_check, bool) or not isinstance(items_per_check, int) or items_per_check < 1:
-            raise ValueError(f"serve_ffn: items_per_check must be an int >= 1, got {items_per_check!r}")
-        from ..convert import check_swiglu_limit
-
-        check_swiglu_limit("serve_ffn", swiglu_limit)
+    if policy is None:  # its checks are the policy's
         policy = ServePolicy(row_budget=row_budget, graph=graph, swiglu_limit=swiglu_limit,
                              items_per_check=items_per_check)
     elif not isinstance(policy, ServePolicy) or (graph, items_per_check, row_budget, swiglu_limit) != \
