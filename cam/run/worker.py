@@ -1,7 +1,7 @@
 """One rank of a ``cam-run`` world (``python -m cam.run.worker CONFIG.json RANK``).
 
 Attention ranks run their replica's batches layer by layer through the connector (shared experts locally between
-dispatch and combine); FFN ranks loop receive → W1 → W2 → send until the launcher says the run is over. A watchdog
+dispatch and combine); FFN ranks run :func:`cam.serve_ffn` until the launcher says the run is over. A watchdog
 thread ends every wait of the world at once when the launcher raises the abort key (a rank died) or the launcher
 itself is gone.
 
