@@ -85,7 +85,7 @@ class CapturedFFN:
             self.recv = tuple(torch.zeros(shape, dtype=dtype) for dtype, shape in batch_output_specs(comm, row_budget))
             x, scales, table, _, work = self.recv
             layer, kind, record = None, GROUP_TABLE, work
-            self.item = None  # a batch has no one work item: ``recv[4]`` is its table
+            self.item = None  # a batch has no one work item: ``records`` is its table
         else:
             self.recv = tuple(torch.zeros(shape, dtype=dtype) for dtype, shape in output_specs(comm))
             item = ffn_work_item(*self.recv)
@@ -107,6 +107,12 @@ class CapturedFFN:
                                              swiglu_limit=swiglu_limit)
             ops.gmm_multi_layer(self.y, self.y_scale, w2, table, layer, kind, out=self.out)
             ops.combine_send(comm, self.out, record)
+
+    @property
+    def records(self) -> torch.Tensor:
+        """The ``[n, work_item_words]`` work items of the last replay (a batch's table, or the one item as one row;
+        :meth:`cam.WorkItem.table` names their words): static buffers, rewritten by the next replay."""
+        return self.recv[4] if self.item is None else self.item.work_item.unsqueeze(0)
 
     def step(self, items: int = 1) -> None:
         """Replays ``items`` (an int >= 1) iterations, then synchronizes once (raises what the device reported)."""

@@ -213,8 +213,7 @@ class _Step:
         if self.captured is not None:
             with self.device:
                 conn.ffn_graph_step(self.captured)  # one replay, one synchronize
-            records = self.captured.recv[4] if policy.batch_rows is not None else \
-                self.captured.item.work_item.unsqueeze(0)
+            records = self.captured.records
             b = sent = c = time.time()
         elif policy.batch_rows is not None:
             with self.device:
