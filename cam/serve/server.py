@@ -161,9 +161,9 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
     iterations, message, since_check = 0, None, 0
     try:
         while message is None:
-            done = step(telemetry=on_iteration is not None)
-            iterations += 1
-            since_check += 1
+            ran, done = step(telemetry=on_iteration is not None)
+            iterations += ran
+            since_check += ran
             if done is not None:
                 on_iteration(done)
             if since_check < policy.items_per_check and (done is None or done.served):
@@ -205,14 +205,19 @@ class _Step:
         self.connector, self.captured, self.w1, self.w2 = connector, captured, w1, w2
         self.policy, self.device = policy, device
 
-    def __call__(self, telemetry: bool) -> Optional[Iteration]:
+    def __call__(self, telemetry: bool) -> Tuple[int, Optional[Iteration]]:
+        """(iterations run, the last one's :class:`Iteration` when ``telemetry``)."""
         from .iteration import ffn_compute
 
         conn, policy = self.connector, self.policy
+        if self.captured is not None and not telemetry:
+            with self.device:  # the replays between two checks, one synchronize
+                conn.ffn_graph_step(self.captured, policy.items_per_check)
+            return policy.items_per_check, None
         a = time.time()
         if self.captured is not None:
             with self.device:
-                conn.ffn_graph_step(self.captured)  # one replay, one synchronize
+                conn.ffn_graph_step(self.captured)  # one replay, one synchronize: its records are read next
             records = self.captured.records
             b = sent = c = time.time()
         elif policy.batch_rows is not None:
@@ -230,7 +235,7 @@ class _Step:
             c = time.time()
             records = item.work_item.unsqueeze(0)
         if not telemetry:
-            return None
+            return 1, None
         from ..work_item import WorkItem
 
         served = bool((WorkItem.kinds(records) != WorkItem.EMPTY).any())
@@ -239,4 +244,4 @@ class _Step:
             b = a if served else c
         elif policy.batch_rows is not None and not served:
             b = c  # nothing was ready: the batched step was the receive's idle wait
-        return Iteration(a, b, sent, c, records, served)
+        return 1, Iteration(a, b, sent, c, records, served)
