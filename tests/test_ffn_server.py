@@ -504,3 +504,33 @@ def test_the_shutdown_message_carries_the_lost_ranks():
     assert Shutdown.parse('{"lost": [2]}') == Shutdown("run over", (2,))  # cam-run's launcher writes this form
     with pytest.raises(ValueError, match="lost must be a list of ranks"):
         Shutdown.parse('{"lost": "2"}')
+
+
+def test_a_replayed_loop_synchronizes_once_per_check():
+    """Without on_iteration, a captured loop replays items_per_check times between two synchronizes (and checks)."""
+    import threading
+
+    from cam.serve import ServePolicy, serve_ffn
+
+    topo, conns = _connectors("serve-per-check", D=1)
+    ffn = conns[topo.A]
+    steps, graph_step = [], ffn.ffn_graph_step
+    ffn.ffn_graph_step = lambda captured, items=1: (steps.append(items), graph_step(captured, items))
+    w1, w2 = convert.layer_weights(_experts(), range(topo.R))
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(result=serve_ffn(
+        ffn, w1, w2, ServePolicy(graph=True, items_per_check=3), max_serve_s=TIMEOUT_S)), daemon=True)
+    thread.start()
+    try:
+        conns[0].wait_ffn_serving(TIMEOUT_S)
+        _round(conns[0], 0, 0)
+        conns[0].recv_ffn_output()
+        conns[0].finish()
+        thread.join(TIMEOUT_S)
+        assert not thread.is_alive()
+        result = out["result"]
+        assert result.reason == "attention finished" and steps and set(steps) == {3}
+        assert result.iterations == 3 * len(steps)
+    finally:
+        for conn in conns:
+            conn.close()
