@@ -26,11 +26,11 @@ from .. import ops
 from ..comm import Comm
 from ..errors import CommAbortedError, FFNNotServingError, ReplicaLostError
 from ..layer_weights import LayerWeights
+from ..topology import Topology
 from .iteration import CapturedFFN, FFNWorkItem, ffn_batch_iteration, ffn_iteration, ffn_work_item
 from .policy import check_items_per_check
 from .store import (DONE_KEY, FAILED_PREFIX, RUN_SECRET_ENV, SERVING, SERVING_KEY, Shutdown, SignedStore,
                     loopback_store, post_shutdown, shutdown_message)
-from ..topology import Topology
 
 __all__ = ["AFDTransferContext", "AFDTransferMetadata", "AsyncAFDConnector", "ConnectorConfig", "split_tokens"]
 
