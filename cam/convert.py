@@ -27,6 +27,7 @@ __all__ = [
     "ExpertFFN",
     "UnsupportedModelError",
     "check_supported_config",
+    "check_swiglu_limit",
     "checkpoint_moe_layers",
     "checkpoint_config",
     "common_swiglu_limit",
@@ -67,7 +68,7 @@ class ExpertFFN:
     swiglu_limit: Optional[float] = None
 
     def __post_init__(self):
-        _check_limit("ExpertFFN", self.swiglu_limit)
+        check_swiglu_limit("ExpertFFN", self.swiglu_limit)
         for name in ("w1", "w2"):
             t = getattr(self, name)
             if not isinstance(t, torch.Tensor) or t.dtype not in _FLOAT_DTYPES or t.dim() != 3:
@@ -110,7 +111,8 @@ def swiglu(c: torch.Tensor, swiglu_limit: Optional[float] = None) -> torch.Tenso
     return torch.nn.functional.silu(a) * b
 
 
-def _check_limit(who: str, limit) -> None:
+def check_swiglu_limit(who: str, limit) -> None:
+    """W1's clamp (DeepSeek-V4's ``swiglu_limit``): None, or a number >= 0 (inf clamps nothing)."""
     if limit is None:
         return
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or math.isnan(limit) or limit < 0:
@@ -165,7 +167,7 @@ def from_hf_experts(gate_up_proj: torch.Tensor, down_proj: torch.Tensor, *, is_t
         swiglu_limit: DeepSeek-V4's clamp (:class:`ExpertFFN`), None for the plain SwiGLU.
     """
     who = "from_hf_experts"
-    _check_limit(who, swiglu_limit)
+    check_swiglu_limit(who, swiglu_limit)
     for name, v in (("is_transposed", is_transposed), ("is_concatenated", is_concatenated)):
         if not isinstance(v, bool):
             raise TypeError(f"{who}: {name} must be a bool, got {v!r}")
@@ -250,7 +252,7 @@ def check_supported_config(config, *, who: str = "cam") -> Optional[float]:
     limit = getattr(config, "swiglu_limit", None)
     if model_type in _CLAMPED_SWIGLU_MODELS:
         if limit is not None:
-            _check_limit(who, limit)
+            check_swiglu_limit(who, limit)
             return float(limit)
         return None
     if limit not in (None, 0, 0.0):

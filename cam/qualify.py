@@ -366,11 +366,12 @@ def _dataplane_rank(comm, topo, inputs, device, received: dict) -> None:
     while served < topo.D * rounds:
         ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
         out = torch.zeros((topo.recv_rows, topo.H), dtype=torch.bfloat16, device=dev)
-        if int(wi[0]) == 1:
-            n = int(wi[5])
+        item = cam.WorkItem(wi)
+        if item.kind == cam.WorkItem.WORK:
+            n = item.rows
             e = torch.repeat_interleave(torch.arange(topo.R), cnt.cpu()) + f * topo.R
             out[:n] = expert(e, ex[:n].cpu(), sc[:n].cpu()).to(dev)
-            received[(comm.rank, int(wi[1]), int(wi[3]))] = _checksum(ex[:n].cpu())
+            received[(comm.rank, item.replica, item.seq)] = _checksum(ex[:n].cpu())
             served += 1
         cam.ops.combine_send(comm, out, wi)
 

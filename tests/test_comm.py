@@ -329,7 +329,7 @@ def test_combine_send_refuses_foreign_and_repeated_work_items():
             cam.ops.combine_send(comm, out, torch.zeros(t.work_item_words, dtype=torch.int64))
         while True:
             ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
-            if int(wi[0]) == 1:
+            if cam.WorkItem(wi).kind == 1:
                 break
         cam.ops.combine_send(comm, out, wi)
         with pytest.raises(cam.CommProtocolError, match="already combined"):

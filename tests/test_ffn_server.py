@@ -508,3 +508,113 @@ def test_cam_ffn_refuses_a_row_budget_below_one_work_item(tmp_path, caplog):
     assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4",
                             "--row-budget", "1"]) == 2
     assert "--row-budget 1 is below one work item's rows" in caplog.text
+
+
+class _Device:
+    """A shared device as the colocated mode holds it: counts how often serve_ffn held it, and checks it is never
+    held twice at once."""
+
+    def __init__(self):
+        self.entered, self.held = 0, False
+
+    def __enter__(self):
+        assert not self.held
+        self.held, self.entered = True, self.entered + 1
+
+    def __exit__(self, *exc):
+        self.held = False
+
+
+@pytest.mark.parametrize("mode", ["eager", "batched", "graph"])
+def test_serve_ffn_reports_phases_holds_the_device_and_fences_the_lost_ranks(mode):
+    """The one loop's hooks, as cam-run uses them: each iteration's phase times and work items (on_iteration), the
+    device held around compute, a shutdown message naming a lost Attention rank (fenced before it returns, its
+    replica then reported), and the W1 + W2 launch count (None for a replay, which launches none)."""
+    import threading
+
+    from cam.serve import ServePolicy, serve_ffn
+
+    topo, conns = _connectors(f"serve-hooks-{mode}", D=2)
+    ffn = conns[topo.A]
+    w1, w2 = convert.layer_weights(_experts(), range(topo.R))
+    policy = ServePolicy(graph=mode == "graph", row_budget=2 * topo.recv_rows if mode == "batched" else None)
+    device, seen, items, out = _Device(), [], [], {}
+
+    def on_iteration(it):  # the records are read during the call: a replay's buffers are the next replay's too
+        seen.append(it)
+        items.append([(w.replica, w.layer) for w in cam.WorkItem.table(it.records) if not w.is_empty])
+
+    def serve():
+        try:
+            out["result"] = serve_ffn(ffn, w1, w2, policy, device=device, on_iteration=on_iteration,
+                                      max_serve_s=TIMEOUT_S)
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            out["error"] = e
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        conns[0].wait_ffn_serving(TIMEOUT_S)
+        for layer in range(L):
+            for a in range(topo.A):
+                _round(conns[a], layer, a)
+            for a in range(topo.A):
+                conns[a].recv_ffn_output()
+        conns[0].request_shutdown("run over", lost=[1])
+        thread.join(TIMEOUT_S)
+        assert not thread.is_alive() and "error" not in out, out
+        result = out["result"]
+        assert result.reason == "run over" and result.lost_ranks == (1,)
+        assert set(ffn.lost_replicas) == {1} and ffn.lost_replicas[1].dead_rank == 1
+        assert len(seen) == result.iterations and device.entered == result.iterations
+        served = [item for its in items for item in its]
+        assert sorted(served) == sorted((a, layer) for layer in range(L) for a in range(topo.A))
+        assert all(it.start <= it.received <= it.computed <= it.end for it in seen)
+        assert [it.served for it in seen] == [bool(its) for its in items]
+        if mode == "graph":
+            assert result.launches is None
+        else:
+            assert result.launches == 2 * result.iterations  # one W1 and one W2 per iteration, idle ones included
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_the_shutdown_message_carries_the_lost_ranks():
+    from cam.serve.store import Shutdown
+
+    assert Shutdown.parse("requested") == Shutdown("requested")
+    assert Shutdown.parse(Shutdown("over", (3, 1)).text()) == Shutdown("over", (1, 3))
+    assert Shutdown.parse('{"lost": [2]}') == Shutdown("run over", (2,))  # cam-run's launcher writes this form
+    with pytest.raises(ValueError, match="lost must be a list of ranks"):
+        Shutdown.parse('{"lost": "2"}')
+
+
+def test_a_replayed_loop_synchronizes_once_per_check():
+    """Without on_iteration, a captured loop replays items_per_check times between two synchronizes (and checks)."""
+    import threading
+
+    from cam.serve import ServePolicy, serve_ffn
+
+    topo, conns = _connectors("serve-per-check", D=1)
+    ffn = conns[topo.A]
+    steps, graph_step = [], ffn.ffn_graph_step
+    ffn.ffn_graph_step = lambda captured, items=1: (steps.append(items), graph_step(captured, items))
+    w1, w2 = convert.layer_weights(_experts(), range(topo.R))
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(result=serve_ffn(
+        ffn, w1, w2, ServePolicy(graph=True, items_per_check=3), max_serve_s=TIMEOUT_S)), daemon=True)
+    thread.start()
+    try:
+        conns[0].wait_ffn_serving(TIMEOUT_S)
+        _round(conns[0], 0, 0)
+        conns[0].recv_ffn_output()
+        conns[0].finish()
+        thread.join(TIMEOUT_S)
+        assert not thread.is_alive()
+        result = out["result"]
+        assert result.reason == "attention finished" and steps and set(steps) == {3}
+        assert result.iterations == 3 * len(steps)
+    finally:
+        for conn in conns:
+            conn.close()

@@ -43,7 +43,8 @@ def assert_idle(t, comms):
     for f in range(t.F):
         for _ in range(3):
             _, _, cnt, wi = cam.ops.dispatch_recv(comms[t.A + f])
-            assert int(wi[0]) == 0, f"FFN rank {t.A + f} was handed replica {int(wi[1])}'s round {int(wi[3])}"
+            view = cam.WorkItem(wi)
+            assert view.kind == 0, f"FFN rank {t.A + f} was handed replica {view.replica}'s round {view.seq}"
             assert int(cnt.sum()) == 0
             cam.ops.combine_send(comms[t.A + f], torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16), wi)
 

@@ -17,6 +17,7 @@ import sys
 import time
 from typing import List
 
+from ..serve.policy import add_row_budget_flag
 from .costs import CostModel, device_files
 from .engine import ROUTINGS
 from .presets import ASSIGNS
@@ -103,9 +104,11 @@ def _parse(argv):
                    help="which Attention replica takes an arriving request: round robin in arrival order, or at its "
                         "arrival the one with the fewest tokens / requests not yet finished (as cam-run --assign)")
     g.add_argument("--batch-items", action="store_true",
-                   help="snapshot batching: an FFN rank serves every ready item, up to --batch-rows rows, in one "
+                   help="snapshot batching: an FFN rank serves every ready item, up to --row-budget rows, in one "
                         "grouped-matmul launch (default: one work item per dispatch_recv)")
-    g.add_argument("--batch-rows", type=int, default=8192, help="row budget of one batched launch (>= top-k)")
+    # 8192: the budget of the recorded study (docs/sim.md §7), kept so that it reproduces.
+    add_row_budget_flag(g, default=8192, dest="batch_rows", deprecated=("--batch-rows",),
+                        help="row budget of one batched launch (>= top-k; default 8192, the recorded study's)")
     g.add_argument("--slo", type=float, default=None, help="TTFT SLO in seconds for SLO-compliant throughput")
     g.add_argument("--sweep", action="store_true",
                    help="sweep the A:F split: every F dividing the experts with D = (total - F) / P >= 1")
