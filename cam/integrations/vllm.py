@@ -69,6 +69,7 @@ def _plane(model_dir: str):
 
         from .. import convert
         from ..connector import AsyncAFDConnector, ConnectorConfig
+        from ..placement import Placement
         from ..topology import Topology
         from .plane import AttentionPlane
 
@@ -80,7 +81,10 @@ def _plane(model_dir: str):
         connector_cfg = ConnectorConfig(topology=topo, master_addr=cfg.get("master_addr", "127.0.0.1"),
                                         master_port=int(cfg.get("master_port", 29555)), dtype=torch.bfloat16,
                                         timeout_s=float(cfg.get("timeout_s", 300.0)),
-                                        idle_poll_s=float(cfg.get("idle_poll_s", 0.05)), group=cfg.get("group", "afd"))
+                                        idle_poll_s=float(cfg.get("idle_poll_s", 0.05)), group=cfg.get("group", "afd"),
+                                        # F not dividing E: the contiguous table cam-ffn's ranks serve by
+                                        placement=None if topo.contiguous_placement else
+                                        Placement.contiguous(topo.E, topo.F, topo.L))
         connector = AsyncAFDConnector(cfg["rank"], "attention", connector_cfg)
         store = None
         if cfg.get("store_client"):
