@@ -17,6 +17,7 @@ import sys
 import time
 from typing import List
 
+from . import serving
 from .costs import CostModel, device_files
 from .engine import ROUTINGS
 from .presets import ASSIGNS
@@ -75,7 +76,12 @@ def _parse(argv):
     g.add_argument("--trace", metavar="CSV", help="arrival_s,length per request (with --lengths trace)")
     g.add_argument("--rates", type=_floats, default=[0.0],
                    help="comma-separated Poisson arrival rates in requests/s (0 = closed batch)")
-    g.add_argument("--token-budget", type=int, default=16384, help="max tokens per batch per replica")
+    g.add_argument("--token-budget", type=int, default=None,
+                   help="max tokens per batch per replica; with an --engine, the engine's per-step budget (a longer "
+                        "prompt is chunked); default the engine's max_num_batched_tokens, 16384 without one")
+    g.add_argument("--engine", default="none", choices=sorted(serving.ENGINES),
+                   help="serving engine whose behaviour and defaults apply (docs/sim.md §11): none (neutral: whole "
+                        "prompts, as cam-run), vllm, vllm-afd-recipe")
     g.add_argument("--loads", type=_floats,
                    help="comma-separated offered loads, as multiples of the rate the colocated baseline sustains on "
                         "the same devices (the highest Poisson rate keeping >= --sustain of requests within --slo, "
@@ -336,7 +342,15 @@ def _workload(args, D: int, rate: float, colocated: bool) -> SimWorkload:
                                         dynamic=args.assign != "round-robin")
     return SimWorkload.generate(args.requests, D, lengths=args.lengths, mean_len=args.mean_len, min_len=args.min_len,
                                 max_len=args.max_len, sigma=args.sigma, trace=args.trace, rate=rate,
-                                token_budget=args.token_budget, seed=args.seed)
+                                token_budget=token_budget(args), seed=args.seed,
+                                chunked=serving.engine(args.engine).chunked_prefill)
+
+
+def token_budget(args) -> int:
+    """--token-budget, or the named engine's max_num_batched_tokens, or 16384 with no engine."""
+    if args.token_budget is not None:
+        return args.token_budget
+    return serving.engine(args.engine).max_num_batched_tokens or 16384
 
 
 def _simulate(args, model, topo, wl, costs, mode: str, per_request: bool = True) -> dict:

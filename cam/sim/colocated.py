@@ -86,10 +86,12 @@ class ColocatedSimulation(Simulation):
             active = self._active(rows.astype(np.float64))
         return rows, active
 
-    def _parts(self, lens: List[int]) -> tuple:
+    def _parts(self, pieces: List[tuple]) -> tuple:
         """(dense layer, MoE layer before the dispatch all-to-all, shared experts, combine_recv) seconds of one
-        device for a micro-batch: the AFD stage costs, dispatch_send without its link bytes."""
-        attn, dense, shared, send, recv = self.cost.stage_parts(lens, link=False)
+        device for a micro-batch of pieces ``(request, tokens, prefix)``: the AFD stage costs, dispatch_send without
+        its link bytes."""
+        attn, dense, shared, send, recv = self.cost.stage_parts([n for _, n, _ in pieces], link=False,
+                                                                prefix=[p for _, _, p in pieces])
         return attn + dense, attn + send, shared, recv
 
     # ------------------------------------------------------------------ run
@@ -119,10 +121,10 @@ class ColocatedSimulation(Simulation):
                 batches = []
                 for rep in self.reps:
                     own = wl.batches[rep.d] if rep.d < len(wl.batches) else []
-                    b = own[self.step_count] if self.step_count < len(own) else []
+                    b = self._pieces(own[self.step_count]) if self.step_count < len(own) else []
                     batches.append(b)
                     if b:  # cam-run's ranks start a step once their batch's last request arrived
-                        t = max(t, max(float(wl.arrival_s[r]) for r in b))
+                        t = max(t, max(float(wl.arrival_s[r]) for r, _, _ in b))
             else:
                 self._assign_until(t)
                 waiting = [float(wl.arrival_s[rep.reqs[rep.next_req]]) for rep in self.reps
@@ -160,12 +162,12 @@ class ColocatedSimulation(Simulation):
     def _step(self, batches, t: float, K: int, H: int, cross: float) -> float:
         m, N = self.model, self.topo.D
         stages = []
-        for rep, rids in zip(self.reps, batches):
-            lens = [int(self.wl.length[r]) for r in rids]
-            parts = [(sum(s),) + self._parts(s) for s in split_stages(lens, self.topo.ubatches)] if rids else []
+        for rep, pieces in zip(self.reps, batches):
+            parts = [(sum(n for _, n, _ in s),) + self._parts(s)
+                     for s in split_stages(pieces, self.topo.ubatches)] if pieces else []
             stages.append(parts)
-            rep.rids = list(rids)
-            if rids:
+            rep.rids = self._finishing(pieces)
+            if pieces:
                 rep.batches_run += 1
         S = max(len(s) for s in stages)
         empty = (0, 0.0, 0.0, 0.0, 0.0)

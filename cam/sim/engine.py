@@ -103,16 +103,19 @@ class _Costs:
         m = np.arange(rows_max + 1, dtype=np.float64)
         return self.ffn_items(m, active(m))
 
-    def stage_parts(self, lens: List[int], link: bool = True) -> tuple:
+    def stage_parts(self, lens: List[int], link: bool = True, prefix: Optional[List[int]] = None) -> tuple:
         """(attention, dense MLP, shared experts, dispatch_send, combine_recv) seconds of one participant for a
-        micro-batch of prompts ``lens``; ``link=False`` leaves out dispatch_send's bytes on the link (the colocated
-        mode's all-to-all carries them)."""
+        micro-batch of prompts (or prompt chunks) ``lens``; ``prefix``: the tokens of each prompt already processed
+        by earlier steps (chunked prefill), whose keys and values the chunk's queries attend to as well;
+        ``link=False`` leaves out dispatch_send's bytes on the link (the colocated mode's all-to-all carries them)."""
         m, P, c = self.m, self.t.P, self.c
         n = sum(lens) / P
-        len2 = sum(x * x for x in lens) / P
+        len2 = attention_len2(lens, prefix) / P
+        context = sum(prefix) / P if prefix else 0.0
         H, K = m.hidden, m.top_k
         attn = c.seconds("attention", Work(tokens=n, len2=len2, flop=2.0 * m.attn_params * n
-                                           + m.attn_pair_flops * len2 / 2, byte=2.0 * m.attn_params))
+                                           + m.attn_pair_flops * len2 / 2 + m.context_flops_per_token * context,
+                                           byte=2.0 * m.attn_params))
         dense = c.seconds("dense_mlp", Work(tokens=n, flop=6.0 * H * m.dense_intermediate * n,
                                             byte=6.0 * H * m.dense_intermediate))
         si = m.shared_experts * m.shared_intermediate
@@ -122,11 +125,22 @@ class _Costs:
         recv = c.seconds("combine_recv", Work(tokens=n, rows=n * K, byte=2.0 * H * n * (K + 1)))
         return attn, dense, shared, send, recv
 
-    def stage(self, lens: List[int]) -> tuple:
+    def stage(self, pieces: List[tuple]) -> tuple:
         """(dense layer, MoE layer before publish, MoE layer after publish, combine_recv) seconds of one participant
-        for a micro-batch of prompts ``lens``."""
-        attn, dense, shared, send, recv = self.stage_parts(lens)
+        for a micro-batch of pieces ``(request, tokens, prefix)``."""
+        attn, dense, shared, send, recv = self.stage_parts([n for _, n, _ in pieces],
+                                                           prefix=[p for _, _, p in pieces])
         return attn + dense, attn + send, shared, recv
+
+
+def attention_len2(lens: List[int], prefix: Optional[List[int]] = None) -> float:
+    """Twice the causal (query, key) pairs of prompt chunks: a chunk of c tokens after p tokens already processed has
+    c·p + c²/2 pairs (each of its queries sees the p cached keys and the chunk's earlier ones), so the attention
+    terms ``attn_pair_flops · len2 / 2`` and ``per_len2_s · len2`` grow with the context, not only the chunk. A
+    whole prompt (p = 0) gives the prompt's len²."""
+    if not prefix:
+        return float(sum(c * c for c in lens))
+    return float(sum(c * c + 2 * c * p for c, p in zip(lens, prefix)))
 
 
 def chunks(counts: np.ndarray, capacity: int) -> List[tuple]:
@@ -163,7 +177,7 @@ def chunks(counts: np.ndarray, capacity: int) -> List[tuple]:
 
 class _Replica:
     __slots__ = ("d", "next_req", "reqs", "batch_idx", "rids", "stages", "layer", "wait_rounds", "wait_t",
-                 "busy", "chain", "batches_run", "assigned", "idle", "free_at")
+                 "busy", "chain", "batches_run", "assigned", "idle", "free_at", "prefilled")
 
     def __init__(self, d, reqs):
         self.d = d
@@ -181,6 +195,7 @@ class _Replica:
         self.assigned: List[int] = []  # --assign: requests assigned at arrival
         self.idle = False
         self.free_at = 0.0
+        self.prefilled = 0  # chunked prefill: tokens of the head request served by earlier steps
 
 
 class Simulation:
@@ -436,8 +451,12 @@ class Simulation:
             self._sync_idle = False
             self._push(t, _REPLICA, -1)
 
-    def _take_batch(self, rep: _Replica, t: float) -> List[int]:
-        """Dynamic batching: the requests of this replica that arrived by t, in order, up to the token budget."""
+    def _take_batch(self, rep: _Replica, t: float) -> List[tuple]:
+        """Dynamic batching: the requests of this replica that arrived by t, in order, up to the token budget, as
+        pieces ``(request, tokens, prefix)``. Without chunking a piece is a whole prompt (the first always, however
+        long). With chunked prefill (vLLM's scheduler: a request partly prefilled goes first, then waiting ones, each
+        taking what is left of ``max_num_batched_tokens``) the last piece may be a chunk; the request stays at the
+        head of the queue and its next chunk opens the next step."""
         wl = self.wl
         budget = wl.token_budget
         out, used = [], 0
@@ -445,21 +464,39 @@ class Simulation:
             rid = rep.reqs[rep.next_req]
             if wl.arrival_s[rid] > t:
                 break
-            n = int(wl.length[rid])
-            if out and used + n > budget:
+            done = rep.prefilled
+            n = int(wl.length[rid]) - done
+            take = n
+            if wl.chunked:
+                take = min(n, budget - used)
+                if take <= 0:
+                    break
+            elif out and used + n > budget:
                 break
-            out.append(rid)
-            used += n
+            out.append((rid, take, done))
+            used += take
+            if take < n:
+                rep.prefilled = done + take
+                break
+            rep.prefilled = 0
             rep.next_req += 1
         return out
 
-    def _begin(self, rep: _Replica, rids: List[int], t: float) -> None:
-        lens = [int(self.wl.length[r]) for r in rids]
-        rep.rids = rids
-        rep.stages = [(sum(s),) + self.cost.stage(s) for s in split_stages(lens, self.topo.ubatches)]
+    def _pieces(self, rids: List[int]) -> List[tuple]:
+        """A static batch's requests as whole-prompt pieces."""
+        return [(r, int(self.wl.length[r]), 0) for r in rids]
+
+    def _finishing(self, pieces: List[tuple]) -> List[int]:
+        """The requests whose last token is in this step (their TTFT is the step's end)."""
+        return [r for r, n, p in pieces if n + p == int(self.wl.length[r])]
+
+    def _begin(self, rep: _Replica, pieces: List[tuple], t: float) -> None:
+        rep.rids = self._finishing(pieces)
+        rep.stages = [(sum(n for _, n, _ in s),) + self.cost.stage(s)
+                      for s in split_stages(pieces, self.topo.ubatches)]
         rep.layer = 0
         rep.batches_run += 1
-        gate = max((float(self.wl.arrival_s[r]) for r in rids), default=0.0)
+        gate = max((float(self.wl.arrival_s[r]) for r, _, _ in pieces), default=0.0)
         rep.chain = max(rep.chain, gate)
 
     def _next_batch(self, rep: _Replica, t: float) -> None:
@@ -471,9 +508,9 @@ class Simulation:
                 rep.batch_idx += 1  # an empty step of a lockstep run: nothing to run without the barrier
             if rep.batch_idx >= len(own):
                 return
-            rids = own[rep.batch_idx]
+            rids = self._pieces(own[rep.batch_idx])
             rep.batch_idx += 1
-            start = max(t, max(float(wl.arrival_s[r]) for r in rids))
+            start = max(t, max(float(wl.arrival_s[r]) for r, _, _ in rids))
         else:
             if rep.next_req >= len(rep.reqs):
                 rep.idle, rep.free_at = True, t  # --assign: the next request assigned to it starts it
@@ -601,7 +638,7 @@ class Simulation:
             batches = []
             for rep in self.reps:
                 own = wl.batches[rep.d] if rep.d < len(wl.batches) else []
-                batches.append(own[rep.batch_idx] if rep.batch_idx < len(own) else [])
+                batches.append(self._pieces(own[rep.batch_idx]) if rep.batch_idx < len(own) else [])
                 rep.batch_idx += 1
         else:
             pending = [float(wl.arrival_s[rep.reqs[rep.next_req]]) for rep in self.reps

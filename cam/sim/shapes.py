@@ -24,6 +24,9 @@ class ModelShape:
         dense_intermediate: I of the dense MLP layers.
         attn_params: weights of one layer's attention projections (FLOPs per token = 2 * attn_params).
         attn_pair_flops: FLOPs per (query, key) pair of the score and value products (causal: len^2 / 2 pairs).
+        context_flops_per_token: FLOPs per cached token of the context a prompt chunk attends to, spent once per
+            chunk before its attention (chunked prefill, docs/sim.md §11): MLA keeps a latent KV and re-expands it
+            (0 for attention that caches keys and values as they are).
     """
 
     layers: int
@@ -37,6 +40,7 @@ class ModelShape:
     dense_intermediate: int
     attn_params: int
     attn_pair_flops: int
+    context_flops_per_token: int = 0
 
     def __post_init__(self):
         for name in ("layers", "hidden", "experts", "top_k", "moe_intermediate"):
@@ -46,7 +50,8 @@ class ModelShape:
             raise ValueError(f"ModelShape.first_dense must be in [0, layers], got {self.first_dense}")
         if self.top_k > self.experts:
             raise ValueError(f"ModelShape.top_k ({self.top_k}) must be <= experts ({self.experts})")
-        for name in ("shared_experts", "shared_intermediate", "dense_intermediate", "attn_params", "attn_pair_flops"):
+        for name in ("shared_experts", "shared_intermediate", "dense_intermediate", "attn_params", "attn_pair_flops",
+                     "context_flops_per_token"):
             if getattr(self, name) < 0:
                 raise ValueError(f"ModelShape.{name} must be >= 0, got {getattr(self, name)}")
 
@@ -74,9 +79,12 @@ class ModelShape:
 # q_lora 1536, kv_lora 512, 128 heads, qk_nope 128 + qk_rope 64, v 128. Projection weights per layer:
 # 7168*1536 + 1536*128*192 + 7168*(512+64) + 512*128*(128+128) + 128*128*7168 = 187,105,280.
 # Pair FLOPs (prefill, heads expanded): 2*128*192 (scores) + 2*128*128 (values) = 81,920.
+# Context of a chunk (vLLM's MLACommonImpl._compute_prefill_context, vllm/v1/attention/backends/mla/common.py:
+# the cached latent kv_c of the context is gathered and up-projected through kv_b_proj into per-head K_nope and V
+# before a non-causal attention over it): 2*512*128*(128+128) = 33,554,432 FLOPs per cached token per chunk.
 DEEPSEEK_V3 = ModelShape(layers=61, first_dense=3, hidden=7168, experts=256, top_k=8, moe_intermediate=2048,
                          shared_experts=1, shared_intermediate=2048, dense_intermediate=18432,
-                         attn_params=187_105_280, attn_pair_flops=81_920)
+                         attn_params=187_105_280, attn_pair_flops=81_920, context_flops_per_token=33_554_432)
 
 
 def model_presets() -> Dict[str, ModelShape]:

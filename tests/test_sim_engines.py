@@ -1,0 +1,90 @@
+"""cam-sim's serving-engine mechanisms (docs/sim.md §11), each against the engine behaviour it models.
+
+Expected timelines are worked out by hand from the cited behaviour, not by running the simulator."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cam.sim import CostModel, ModelShape, OpCost, SimTopology, SimWorkload, simulate
+from cam.sim import cli as sim_cli
+from cam.sim.engine import attention_len2
+
+
+def dense_model():
+    # One dense layer (no MoE round): a step's time is its attention alone, which the tests cost by hand.
+    return ModelShape(layers=1, first_dense=1, hidden=8, experts=4, top_k=1, moe_intermediate=8, shared_experts=0,
+                      shared_intermediate=0, dense_intermediate=8, attn_params=0, attn_pair_flops=0)
+
+
+def one_replica(mode):
+    return SimTopology(D=1, F=1, ubatches=1)
+
+
+def requests(lengths, budget, chunked):
+    n = len(lengths)
+    return SimWorkload(np.zeros(n), np.array(lengths, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                       token_budget=budget, chunked=chunked)
+
+
+@pytest.mark.parametrize("mode", ["async", "sync", "colocated"])
+def test_a_long_prompt_is_split_by_the_budget_and_its_ttft_is_its_last_chunks(mode):
+    # vLLM's chunked prefill: per step at most max_num_batched_tokens (4) tokens; the partly prefilled request goes
+    # first, waiting ones take what is left. Prompts A = 10, B = 3 tokens, both at t = 0; attention 1 s per token.
+    # Steps: A[0:4] -> 4 s; A[4:8] -> 8 s; A[8:10] + B[0:2] -> 12 s (A's last chunk: TTFT 12); B[2:3] -> 13 s.
+    c = CostModel({"attention": OpCost(per_token_s=1.0)}, name="test")
+    r = simulate(dense_model(), one_replica(mode), requests([10, 3], 4, True), c, mode=mode, per_request=True)
+    assert [r["ttft_per_request_s"][k] for k in "01"] == pytest.approx([12.0, 13.0])
+    assert r["batches"] == 4
+    # Without chunking the same budget runs A alone (10 tokens > 4), then B: TTFTs 10 and 13.
+    r = simulate(dense_model(), one_replica(mode), requests([10, 3], 4, False), c, mode=mode, per_request=True)
+    assert [r["ttft_per_request_s"][k] for k in "01"] == pytest.approx([10.0, 13.0])
+    assert r["batches"] == 2
+
+
+@pytest.mark.parametrize("mode", ["async", "colocated"])
+def test_a_chunks_attention_grows_with_the_context_already_processed(mode):
+    # Attention's quadratic term costs per_len2_s per unit of len2 = 2 x causal (query, key) pairs. A chunk of c
+    # tokens after p processed ones has c*p + c^2/2 pairs: len2 = c^2 + 2cp. Same steps as above, per_len2_s = 1:
+    # A[0:4]: 16; A[4:8]: 16 + 2*4*4 = 48; A[8:10] + B[0:2]: (4 + 2*2*8) + 4 = 40; B[2:3]: 1 + 2*1*2 = 5.
+    # A: 16 + 48 + 40 = 104; B: 109. (Counting the chunk alone would give A 16 + 16 + 8 = 40.)
+    c = CostModel({"attention": OpCost(per_len2_s=1.0)}, name="test")
+    r = simulate(dense_model(), one_replica(mode), requests([10, 3], 4, True), c, mode=mode, per_request=True)
+    assert [r["ttft_per_request_s"][k] for k in "01"] == pytest.approx([104.0, 109.0])
+    # A prompt's chunks together hold exactly its causal pairs, however it is cut.
+    assert attention_len2([4, 4, 2], [0, 4, 8]) == 10 * 10
+    assert attention_len2([3, 3, 3, 1], [0, 3, 6, 9]) == 10 * 10
+
+
+def test_engine_defaults_set_the_budget_and_chunking(tmp_path):
+    # --engine vllm: chunked prefill with vLLM's max_num_batched_tokens (8192) unless --token-budget is given;
+    # --engine none (the default) keeps whole-prompt batches of 16384 tokens.
+    def run(*extra):
+        out = tmp_path / "r.json"
+        assert sim_cli.main(["--model", "tiny", "--costs", "twin-cpu", "-D", "1", "-F", "1", "--requests", "4",
+                             "--lengths", "fixed", "--mean-len", "20000", "--max-len", "20000", "--mode", "async",
+                             "--json", str(out), "--quiet", *extra]) == 0
+        return json.loads(out.read_text())["runs"][0]
+    assert "chunked" not in run()["workload"] and "token budget 16384" in run()["workload"]
+    assert "token budget 8192 (chunked prefill)" in run("--engine", "vllm")["workload"]
+    assert run("--engine", "vllm")["batches"] == 10  # 80,000 tokens in steps of 8192
+    assert "token budget 1000 (chunked prefill)" in run("--engine", "vllm", "--token-budget", "1000")["workload"]
+
+
+def test_mla_re_expands_the_cached_context_of_every_chunk():
+    # vLLM's MLA prefill over a cached context up-projects the context's latent KV (kv_b_proj) once per chunk:
+    # context_flops_per_token FLOPs per cached token, besides the (query, key) pairs. Attention at 1 FLOP/s,
+    # attn_pair_flops 2, context 1 FLOP per cached token; one prompt of 6 tokens, budget 4:
+    # step 1: 4 tokens, p = 0: 2 * 16 / 2 = 16; step 2: 2 tokens, p = 4: 2 * (4 + 16) / 2 + 4 = 24. TTFT 40.
+    m = ModelShape(layers=1, first_dense=1, hidden=8, experts=4, top_k=1, moe_intermediate=8, shared_experts=0,
+                   shared_intermediate=0, dense_intermediate=8, attn_params=0, attn_pair_flops=2,
+                   context_flops_per_token=1)
+    c = CostModel({"attention": OpCost(tflops=1e-12)}, name="test")
+    r = simulate(m, one_replica("async"), requests([6], 4, True), c, per_request=True)
+    assert r["ttft_per_request_s"]["0"] == pytest.approx(40.0)
+    # DeepSeek-V3 (config.json): kv_lora_rank 512, 128 heads, qk_nope_head_dim 128, v_head_dim 128.
+    from cam.sim.shapes import DEEPSEEK_V3
+    assert DEEPSEEK_V3.context_flops_per_token == 2 * 512 * 128 * (128 + 128)
