@@ -88,3 +88,49 @@ def test_mla_re_expands_the_cached_context_of_every_chunk():
     # DeepSeek-V3 (config.json): kv_lora_rank 512, 128 heads, qk_nope_head_dim 128, v_head_dim 128.
     from cam.sim.shapes import DEEPSEEK_V3
     assert DEEPSEEK_V3.context_flops_per_token == 2 * 512 * 128 * (128 + 128)
+
+
+def tp_costs():
+    # Attention 0.1 s per token of a rank; the TP collective at 160 bytes/s (net_gbps 1.6e-7), nothing else costs.
+    return CostModel({"attention": OpCost(per_token_s=0.1), "tp_all_reduce": OpCost(net_gbps=1.6e-7)}, name="test")
+
+
+@pytest.mark.parametrize("mode", ["async", "sync", "colocated"])
+def test_tp_inside_a_replica_adds_its_all_reduce(mode):
+    # One 10-token prompt, H = 8, a replica of P = 2 tensor-parallel ranks. Each rank's attention covers half the
+    # work (0.5 s); the row-parallel projection ends in a ring all-reduce of the micro-batch's bf16 activations
+    # (10 * 8 * 2 = 160 B), of which 2 (P-1)/P = 160 B leave each rank: 1 s. Dense layer: + the MLP's all-reduce,
+    # 1 s: 2.5 s. MoE layer (the experts free): attention 0.5 + all-reduce 1, then the all-gather of the combined
+    # rows, (P-1)/P * 160 = 80 B: 0.5 s: 2.0 s. On AFD the replica's 2 ranks are Attention ranks (F = 1 FFN rank);
+    # colocated they are 2 of the F = 2 devices, each an expert shard.
+    F = 2 if mode == "colocated" else 1
+    dense = dense_model()
+    moe = ModelShape(layers=1, first_dense=0, hidden=8, experts=2, top_k=1, moe_intermediate=8, shared_experts=0,
+                     shared_intermediate=0, dense_intermediate=8, attn_params=0, attn_pair_flops=0)
+    wl = requests([10], 100, False)
+    for model, expect in ((dense, 2.5), (moe, 2.0)):
+        r = simulate(model, SimTopology(D=1, F=F, P=2, ubatches=1), wl, tp_costs(), mode=mode, routing="balanced")
+        assert r["makespan_s"] == pytest.approx(expect)
+        # TP 1: no collective, the whole attention on one rank.
+        r1 = simulate(model, SimTopology(D=F, F=F, ubatches=1) if mode == "colocated" else
+                      SimTopology(D=1, F=1, ubatches=1), wl, tp_costs(), mode=mode, routing="balanced")
+        assert r1["makespan_s"] == pytest.approx(1.0)
+
+
+def test_colocated_baseline_runs_each_dp_x_tp_and_compares_afd_with_the_best(tmp_path):
+    # --colocated-tp 1,2,4 on 4 devices: DP4xTP1, DP2xTP2, DP1xTP4, each an expert shard per device; AFD's
+    # comparison takes, per rate, the colocated run with the highest SLO-compliant throughput.
+    out = tmp_path / "r.json"
+    assert sim_cli.main(["--model", "tiny", "--costs", "twin-cpu", "-D", "2", "-F", "2", "--requests", "8",
+                         "--mean-len", "32", "--max-len", "64", "--rates", "4", "--slo", "5", "--mode",
+                         "async,colocated", "--colocated-tp", "1,2,4", "--json", str(out), "--quiet"]) == 0
+    res = json.loads(out.read_text())
+    colo = [r for r in res["runs"] if r["mode"] == "colocated"]
+    assert sorted((r["topology"]["D"], r["topology"]["P"]) for r in colo) == [(1, 4), (2, 2), (4, 1)]
+    assert all(r["devices"] == 4 and r["topology"]["F"] == 4 for r in colo)
+    best = max(colo, key=lambda r: r["slo"]["goodput_tok_s"])
+    (vs,) = res["summary"]["afd_over_colocated"]
+    assert vs["colocated_tp"] == best["topology"]["P"]
+    with pytest.raises(ValueError, match="--colocated-tp 3"):
+        sim_cli.simulate_grid(sim_cli._parse(["--model", "tiny", "--costs", "twin-cpu", "-D", "2", "-F", "2",
+                                              "--mode", "colocated", "--colocated-tp", "3"]))

@@ -96,6 +96,10 @@ def _parse(argv):
     g.add_argument("--devices", type=int,
                    help="devices of the colocated mode (default: as many as the AFD deployment, D*P + F, or "
                         "--total-ranks with --sweep)")
+    g.add_argument("--colocated-tp", type=lambda s: [int(x) for x in s.split(",") if x.strip()], default=[1],
+                   help="comma-separated tensor-parallel degrees of the colocated baseline's Attention replicas "
+                        "(16 devices at 4,2,8: DP4xTP4, DP8xTP2, DP2xTP8); each is run and the best per rate is "
+                        "the one AFD is compared with (docs/sim.md §11); default 1 (every device its own replica)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--routing", choices=ROUTINGS, default="uniform",
                    help="uniform: rows per expert drawn per round; balanced: exact even split")
@@ -179,6 +183,10 @@ def check_args(args) -> None:
         _bounded("--" + flag.replace("_", "-"), getattr(args, flag), 1, hi)
     for f in args.sweep_ffn or []:
         _bounded("--sweep-ffn", f, 1, _MAX_RANKS)
+    if not args.colocated_tp:
+        raise ValueError("--colocated-tp needs at least one degree")
+    for tp in args.colocated_tp:
+        _bounded("--colocated-tp", tp, 1, _MAX_RANKS)
     if "colocated" in args.mode and args.batch_items:
         raise ValueError("--batch-items is an FFN-side policy of AFD: a colocated device serves all the rows of a "
                          "collective in one launch; drop colocated from --mode or --batch-items")
@@ -283,7 +291,7 @@ def simulate_grid(args) -> dict:
     if args.batch_items and args.batch_rows < model.top_k:
         raise ValueError(f"--batch-rows ({args.batch_rows}) is smaller than one token's rows (top-k {model.top_k})")
     afd = [m for m in args.mode if m != "colocated"]
-    plan = [(D, F, afd) for D, F in _splits(args, model)] if afd else []
+    plan = [(D, F, afd, args.participants) for D, F in _splits(args, model)] if afd else []
     # The colocated deployment (and the load axis's baseline) on as many devices as the AFD one.
     N = args.devices or (args.total_ranks if args.sweep and args.total_ranks else
                          args.replicas * args.participants + args.ffn)
@@ -291,7 +299,10 @@ def simulate_grid(args) -> dict:
         if args.cam_run_preset and N < args.replicas:
             raise ValueError(f"--devices {N}: cam-run preset {args.cam_run_preset!r} spreads its requests over "
                              f"{args.replicas} replicas")
-        plan.append((N, N, ["colocated"]))
+        for tp in args.colocated_tp:
+            if N % tp:
+                raise ValueError(f"--colocated-tp {tp} does not divide the colocated deployment's {N} devices")
+            plan.append((N // tp, N, ["colocated"], tp))
     cdf_split = (args.cdf_ffn or _splits(args, model)[0][1]) if afd else None
     runs, curves = [], {}
     t_start = time.perf_counter()
@@ -303,9 +314,9 @@ def simulate_grid(args) -> dict:
             print(f"colocated N={N} sustains {load_axis['rate_req_s']:.4g} req/s (>= {args.sustain:.0%} of requests "
                   f"within the {args.slo:g} s TTFT SLO; bisection over {len(load_axis['bisection'])} rates); "
                   f"loads {', '.join(f'{x:g}' for x in args.loads)}", flush=True)
-    for D, F, modes in plan:
+    for D, F, modes, tp in plan:
         colocated = modes == ["colocated"]
-        topo = _topology(args, D, F, colocated)
+        topo = _topology(args, D, F, colocated, tp)
         for i, rate in enumerate(args.rates):
             wl = _workload(args, D, rate, colocated)
             for mode in modes:
@@ -317,7 +328,8 @@ def simulate_grid(args) -> dict:
                 rep["wall_s"] = time.perf_counter() - t0
                 per = rep.pop("ttft_per_request_s")
                 if colocated or F == cdf_split:
-                    label = (f"colocated N={D}" if colocated else f"{mode} D={D} F={F}") \
+                    label = (f"colocated N={F}" + (f" DP{D}xTP{tp}" if args.colocated_tp != [1] else "")
+                             if colocated else f"{mode} D={D} F={F}") \
                         + (f" load {args.loads[i]:g}" if load_axis is not None else f" {rate:g} req/s" if rate else "")
                     curves[label] = list(per.values())
                 runs.append(rep)
@@ -330,8 +342,8 @@ def simulate_grid(args) -> dict:
     return result, curves
 
 
-def _topology(args, D: int, F: int, colocated: bool) -> SimTopology:
-    return SimTopology(D=D, F=F, P=1 if colocated else args.participants, slots=args.slots,
+def _topology(args, D: int, F: int, colocated: bool, tp: int = 1) -> SimTopology:
+    return SimTopology(D=D, F=F, P=tp if colocated else args.participants, slots=args.slots,
                        capacity=None if colocated else args.capacity, ubatches=args.ubatches)
 
 
@@ -366,19 +378,31 @@ _BISECT_STEPS = 8
 
 
 def sustained_rate(args, model, costs, N: int) -> dict:
-    """The highest Poisson rate at which colocated on N devices keeps >= args.sustain of the requests within the
-    TTFT SLO: the bracket's top starts at the closed batch's request throughput (no open-loop rate above it is
-    sustained for long) and doubles while it still passes; then bisection. The same seed at every rate, so only
-    the arrival times scale."""
-    topo = _topology(args, N, N, True)
+    """The highest rate the colocated baseline on N devices sustains: the best over its --colocated-tp degrees
+    (each found by ``sustained_rate_of``), every degree's own result recorded."""
+    found = [dict(sustained_rate_of(args, model, costs, N, tp), tp=tp) for tp in args.colocated_tp]
+    if len(found) == 1:
+        found[0].pop("tp")
+        return found[0]
+    best = max(found, key=lambda f: f["rate_req_s"])
+    return dict(best, baseline=f"colocated N={N} DP{N // best['tp']}xTP{best['tp']}", per_tp=found)
+
+
+def sustained_rate_of(args, model, costs, N: int, tp: int = 1) -> dict:
+    """The highest Poisson rate at which colocated on N devices (replicas of ``tp`` devices) keeps >= args.sustain
+    of the requests within the TTFT SLO: the bracket's top starts at the closed batch's request throughput (no
+    open-loop rate above it is sustained for long) and doubles while it still passes; then bisection. The same seed
+    at every rate, so only the arrival times scale."""
+    topo = _topology(args, N // tp, N, True, tp)
     tried = []
 
     def attainment(rate: float) -> float:
-        rep = _simulate(args, model, topo, _workload(args, N, rate, True), costs, "colocated", per_request=False)
+        rep = _simulate(args, model, topo, _workload(args, N // tp, rate, True), costs, "colocated",
+                        per_request=False)
         tried.append({"rate_req_s": rate, "slo_attainment": rep["slo"]["compliant_fraction"]})
         return rep["slo"]["compliant_fraction"]
 
-    closed = _simulate(args, model, topo, _workload(args, N, 0.0, True), costs, "colocated", per_request=False)
+    closed = _simulate(args, model, topo, _workload(args, N // tp, 0.0, True), costs, "colocated", per_request=False)
     if closed["slo"]["compliant_fraction"] >= args.sustain:
         raise ValueError(f"--loads: colocated on {N} devices keeps {closed['slo']['compliant_fraction']:.0%} of "
                          f"requests within the {args.slo:g} s SLO even when all {closed['requests']} arrive at once, "
@@ -406,6 +430,8 @@ def _line(r: dict) -> None:
     slo = f"  SLO ok {r['slo']['compliant_fraction']:.0%} goodput {r['slo']['goodput_tok_s']:.0f} tok/s" \
         if "slo" in r else ""
     where = f"N={r['devices']:<7d}" if r["mode"] == "colocated" else f"D={r['topology']['D']:<3d} F={r['topology']['F']:<3d}"
+    if r["mode"] == "colocated" and r["topology"]["P"] > 1:
+        where = f"N={r['devices']} DP{r['topology']['D']}xTP{r['topology']['P']}".ljust(len(where))
     print(f"{r['mode']:9s} {where} rate {r['rate']:<6g} "
           f"makespan {r['makespan_s']:9.3f} s  TTFT mean {t['mean']:8.3f} p50 {t['p50']:8.3f} p90 {t['p90']:8.3f} "
           f"p99 {t['p99']:8.3f}  util FFN {r['ffn_utilisation']:.0%} Attn {r['attention_utilisation']:.0%}  "
@@ -436,13 +462,18 @@ def _summary(runs: List[dict]) -> dict:
                           "makespan_async_over_sync": a["makespan_s"] / s["makespan_s"]})
     # AFD against the colocated deployment on the same number of devices, per rate.
     vs = []
-    colo = {(r["rate"], r["devices"]): r for r in runs if r["mode"] == "colocated"}
+    # With several --colocated-tp degrees, the best of them per rate stands for "colocated".
+    colo = {}
+    for r in runs:
+        k = (r["rate"], r["devices"])
+        if r["mode"] == "colocated" and (k not in colo or value(r) > value(colo[k])):
+            colo[k] = r
     for r in runs:
         c = colo.get((r["rate"], r["devices"]))
         if r["mode"] == "colocated" or c is None:
             continue
         vs.append({"rate": r["rate"], "mode": r["mode"], "D": r["topology"]["D"], "F": r["topology"]["F"],
-                   "devices": r["devices"],
+                   "devices": r["devices"], "colocated_tp": c["topology"]["P"],
                    f"{metric}_over_colocated": value(r) / value(c) if value(c) else None,
                    "ttft_p50_over_colocated": r["ttft_s"]["p50"] / c["ttft_s"]["p50"],
                    "ttft_p99_over_colocated": r["ttft_s"]["p99"] / c["ttft_s"]["p99"],
@@ -451,7 +482,7 @@ def _summary(runs: List[dict]) -> dict:
     for r in runs:
         k = f"{r['mode']}@{r['rate']:g}"
         if k not in best or value(r) > best[k][metric]:
-            best[k] = {"D": r["topology"]["D"], "F": r["topology"]["F"], metric: value(r)}
+            best[k] = {"D": r["topology"]["D"], "F": r["topology"]["F"], "P": r["topology"]["P"], metric: value(r)}
     return {"metric": metric, "async_gain": gains, "afd_over_colocated": vs, "best_split": best}
 
 

@@ -33,14 +33,17 @@ from .workload import split_stages
 
 
 class ColocatedSimulation(Simulation):
-    """``Simulation`` for ``mode="colocated"``: topology D = F = N devices, P = 1."""
+    """``Simulation`` for ``mode="colocated"``: N = F devices, each an expert shard; D data-parallel Attention
+    replicas of P tensor-parallel devices each (D * P = N; P = 1: every device its own replica)."""
 
     def __init__(self, model, topo, workload, costs, **kw):
-        if topo.P != 1:
-            raise ValueError(f"colocated mode: every device is one Attention replica (P = 1), got P={topo.P}")
-        if topo.D != topo.F:
+        if topo.P == 1 and topo.D != topo.F:
             raise ValueError(f"colocated mode: every device is a replica and an expert shard, so D must equal F "
                              f"(the device count N), got D={topo.D}, F={topo.F}")
+        if topo.D * topo.P != topo.F:
+            raise ValueError(f"colocated mode: every device is a rank of one of D replicas of P tensor-parallel "
+                             f"ranks and an expert shard, so D * P must equal F (the device count N; with P = 1 "
+                             f"every device is its own replica), got D={topo.D}, P={topo.P}, F={topo.F}")
         if kw.get("batch_rows") is not None:
             raise ValueError("colocated mode: --batch-items is an FFN-side policy of AFD; a colocated device serves "
                              "every row of a collective in one launch already")
@@ -73,7 +76,7 @@ class ColocatedSimulation(Simulation):
         op = self._a2a
         t = op.fixed_s + (op.nonempty_s if sent.any() else 0.0)
         if op.net_gbps:
-            t += float(np.maximum(sent, received).max()) / (op.net_gbps * 1e9)
+            t += max(float(sent.max()), float(received.max())) / (op.net_gbps * 1e9)
         return t
 
     def _rank_rows(self, moe_layer: int, tokens: int):
@@ -97,7 +100,7 @@ class ColocatedSimulation(Simulation):
     # ------------------------------------------------------------------ run
 
     def run(self) -> dict:
-        m, wl, N = self.model, self.wl, self.topo.D
+        m, wl, N, F = self.model, self.wl, self.topo.D, self.topo.F
         self.ttft = np.full(wl.num_requests, np.nan)
         self.finish = np.full(wl.num_requests, np.nan)
         self.reps = [_Replica(d, []) for d in range(N)]
@@ -106,13 +109,13 @@ class ColocatedSimulation(Simulation):
             for rid in order:
                 self.reps[int(wl.replica[rid])].reqs.append(rid)
         self._pending = [] if self.assign == "round-robin" else order  # --assign: not yet assigned, arrival order
-        self.ffn_time = np.zeros(N)
+        self.ffn_time = np.zeros(F)
         self.collectives = 0
         self.total_rows = 0
         self.step_count = 0
         t = 0.0
         K, H = m.top_k, m.hidden
-        cross = (N - 1) / N  # rows routed to the device's own shard stay local
+        cross = (F - 1) / F  # rows routed to the device's own shard stay local
         steps = max(len(b) for b in wl.batches) if wl.batches is not None else None
         while True:
             if wl.batches is not None:
@@ -160,7 +163,8 @@ class ColocatedSimulation(Simulation):
             rep.assigned.append(rid)
 
     def _step(self, batches, t: float, K: int, H: int, cross: float) -> float:
-        m, N = self.model, self.topo.D
+        # Timelines per replica (its P tensor-parallel devices run it in step); expert shards per device.
+        m, N, P = self.model, self.topo.D, self.topo.P
         stages = []
         for rep, pieces in zip(self.reps, batches):
             parts = [(sum(n for _, n, _ in s),) + self._parts(s)
@@ -190,13 +194,15 @@ class ColocatedSimulation(Simulation):
                 rows, active = self._rank_rows(moe, int(tokens.sum()))
                 self.total_rows += int(tokens.sum()) * K
                 fan = self.cost.fanout
-                # dispatch: a device sends its tokens' rows to the shards they hit, a shard receives its rows
-                start = float(td.max()) + self._all_to_all(tokens * fan * (H + 4.0) * cross,
+                # dispatch: a device sends its tokens' rows (1/P of its replica's) to the shards they hit, a shard
+                # receives its rows
+                start = float(td.max()) + self._all_to_all(tokens / P * fan * (H + 4.0) * cross,
                                                            rows * (H + 4.0) * cross)
                 expert = self._expert_seconds(rows, active)
                 self.ffn_time += expert
                 done = start + expert
-                end = float(done.max()) + self._all_to_all(rows * 2.0 * H * cross, tokens * K * 2.0 * H * cross)
+                end = float(done.max()) + self._all_to_all(rows * 2.0 * H * cross,
+                                                           tokens / P * K * 2.0 * H * cross)
                 tail = np.array([stages[d][s][3] + stages[d][s][4] for d in range(N)])
                 td = end + tail
                 busy += tail
@@ -210,6 +216,11 @@ class ColocatedSimulation(Simulation):
         # The step ends for everyone at the last device's end: the next step's first collective waits for it.
         return float(td.max())
 
+    def _device_work(self) -> List[float]:
+        """Each device's own work: its replica's (per rank) plus its shard's experts."""
+        P = self.topo.P
+        return [self.reps[i // P].busy + float(e) for i, e in enumerate(self.ffn_time)]
+
     def _raw(self) -> dict:
         return {
             "ttft_s": self.ttft,
@@ -218,11 +229,11 @@ class ColocatedSimulation(Simulation):
             "ffn_busy_s": self.ffn_time.tolist(),
             "attention_busy_s": [rep.busy for rep in self.reps],
             # A lower bound: the busiest device's own work (attention, shared, its experts), no collective waits.
-            "critical_path_s": float(max(rep.busy + e for rep, e in zip(self.reps, self.ffn_time))),
-            "replica_chain_s": [rep.busy + e for rep, e in zip(self.reps, self.ffn_time.tolist())],
+            "critical_path_s": float(max(self._device_work())),
+            "replica_chain_s": self._device_work(),
             "rounds": self.collectives,
-            "work_items": self.collectives * self.topo.D,
-            "launches": self.collectives * self.topo.D,
+            "work_items": self.collectives * self.topo.F,
+            "launches": self.collectives * self.topo.F,
             "routed_rows": self.total_rows,
             "batches": sum(rep.batches_run for rep in self.reps),
         }

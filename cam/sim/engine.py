@@ -118,12 +118,26 @@ class _Costs:
                                            byte=2.0 * m.attn_params))
         dense = c.seconds("dense_mlp", Work(tokens=n, flop=6.0 * H * m.dense_intermediate * n,
                                             byte=6.0 * H * m.dense_intermediate))
+        # Tensor parallelism inside the replica: the row-parallel output projection ends in an all-reduce of the
+        # micro-batch's bf16 activations (2 (P-1)/P of them leave each rank in a ring); a dense MLP ends in another;
+        # a MoE layer's ranks each dispatch 1/P of the tokens and all-gather the combined rows ((P-1)/P).
+        if P > 1:
+            act = 2.0 * H * sum(lens)
+            attn += self.tp_collective(2.0 * (P - 1) / P * act)
+            dense += self.tp_collective(2.0 * (P - 1) / P * act)
+            gather = self.tp_collective((P - 1) / P * act)
+        else:
+            gather = 0.0
         si = m.shared_experts * m.shared_intermediate
         shared = c.seconds("shared", Work(tokens=n, flop=6.0 * H * si * n, byte=6.0 * H * si)) if si else 0.0
         send = c.seconds("dispatch_send", Work(tokens=n, rows=n * K, byte=2.0 * H * n,
                                                net_byte=n * self.fanout * (H + 4.0) if link else 0.0))
-        recv = c.seconds("combine_recv", Work(tokens=n, rows=n * K, byte=2.0 * H * n * (K + 1)))
+        recv = c.seconds("combine_recv", Work(tokens=n, rows=n * K, byte=2.0 * H * n * (K + 1))) + gather
         return attn, dense, shared, send, recv
+
+    def tp_collective(self, net_byte: float) -> float:
+        """Seconds of one TP collective in which each rank sends ``net_byte`` bytes (``tp_all_reduce``)."""
+        return self.c.seconds("tp_all_reduce", Work(tokens=1.0, net_byte=net_byte))
 
     def stage(self, pieces: List[tuple]) -> tuple:
         """(dense layer, MoE layer before publish, MoE layer after publish, combine_recv) seconds of one participant

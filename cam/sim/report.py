@@ -35,7 +35,7 @@ def simulate(model: ModelShape, topo: SimTopology, workload: SimWorkload, costs:
         "mode": mode,
         "topology": topo.to_dict(),
         # Devices the deployment occupies: colocated, each one a replica and an expert shard; AFD, D*P + F.
-        "devices": topo.D if mode == "colocated" else topo.D * topo.P + topo.F,
+        "devices": topo.F if mode == "colocated" else topo.D * topo.P + topo.F,
         "workload": workload.description,
         "seed": seed,
         "routing": routing,
