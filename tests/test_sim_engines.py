@@ -134,3 +134,52 @@ def test_colocated_baseline_runs_each_dp_x_tp_and_compares_afd_with_the_best(tmp
     with pytest.raises(ValueError, match="--colocated-tp 3"):
         sim_cli.simulate_grid(sim_cli._parse(["--model", "tiny", "--costs", "twin-cpu", "-D", "2", "-F", "2",
                                               "--mode", "colocated", "--colocated-tp", "3"]))
+
+
+def overlap_case(overlap, split="tokens"):
+    # N = 2 devices, one MoE layer, E = 2 (an expert per device), top-1, balanced routing; one 4-token prompt per
+    # device, token-split into two micro-batches of 2 tokens. Attention 1 s per micro-batch, each all-to-all 1 s,
+    # the experts 1 s per launch, nothing else.
+    m = ModelShape(layers=1, first_dense=0, hidden=8, experts=2, top_k=1, moe_intermediate=8, shared_experts=0,
+                   shared_intermediate=0, dense_intermediate=8, attn_params=0, attn_pair_flops=0)
+    c = CostModel({"attention": OpCost(fixed_s=1.0), "w1": OpCost(fixed_s=1.0), "all_to_all": OpCost(fixed_s=1.0)},
+                  name="test")
+    wl = SimWorkload(np.zeros(2), np.array([4, 4]), np.array([0, 1]), token_budget=100)
+    topo = SimTopology(D=2, F=2, ubatch_split=split, overlap=overlap)
+    return simulate(m, topo, wl, c, mode="colocated", routing="balanced")["makespan_s"]
+
+
+def test_colocated_overlaps_one_micro_batchs_all_to_all_with_the_others_compute():
+    # DeepSeek-V3's prefill overlaps the attention and MoE of one micro-batch with the dispatch and combine of the
+    # other. Compute stream: attn0 [0,1], attn1 [1,2], experts0 [2,3] (dispatch0 [1,2]), experts1 [3,4] (dispatch1
+    # [2,3]); communication stream: combine0 [3,4], combine1 [4,5]: the layer ends at 5 s.
+    assert overlap_case(True) == pytest.approx(5.0)
+    # Serialised on one timeline (today's schedule), each micro-batch takes 1 + 1 + 1 + 1: 8 s.
+    assert overlap_case(False) == pytest.approx(8.0)
+    # Split by requests, one prompt per device is one micro-batch: nothing to overlap, 4 s either way.
+    assert overlap_case(True, "requests") == overlap_case(False, "requests") == pytest.approx(4.0)
+
+
+def test_token_split_cuts_the_steps_tokens_into_equal_spans():
+    from cam.sim.workload import split_pieces
+    # A 10-token and a 3-token prompt: 13 tokens in spans of 6 and 7; the long prompt's second part attends to its
+    # first 6 tokens.
+    assert split_pieces([(0, 10, 0), (1, 3, 0)], 2, "tokens") == [[(0, 6, 0)], [(0, 4, 6), (1, 3, 0)]]
+    assert split_pieces([(0, 1, 0)], 2, "tokens") == [[(0, 1, 0)]]
+    assert split_pieces([(0, 10, 0), (1, 3, 0)], 2, "requests") == [[(0, 10, 0)], [(1, 3, 0)]]
+
+
+def test_engine_presets_set_the_micro_batch_split_and_the_colocated_overlap(tmp_path):
+    def topo(*extra):
+        out = tmp_path / "r.json"
+        assert sim_cli.main(["--model", "tiny", "--costs", "twin-cpu", "-D", "1", "-F", "1", "--requests", "2",
+                             "--mean-len", "32", "--max-len", "64", "--mode", "async,colocated", "--json", str(out),
+                             "--quiet", *extra]) == 0
+        return {r["mode"]: r["topology"] for r in json.loads(out.read_text())["runs"]}
+    t = topo()
+    assert t["async"]["ubatch_split"] == t["colocated"]["ubatch_split"] == "requests"
+    assert not t["colocated"]["overlap"]
+    t = topo("--engine", "vllm-afd-recipe")
+    assert t["async"]["ubatch_split"] == "tokens" and t["colocated"]["overlap"] and not t["async"]["overlap"]
+    t = topo("--engine", "vllm-afd-recipe", "--colocated-overlap", "off", "--ubatch-split", "requests")
+    assert t["async"]["ubatch_split"] == "requests" and not t["colocated"]["overlap"]

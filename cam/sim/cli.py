@@ -60,6 +60,12 @@ def _parse(argv):
     g.add_argument("--slots", type=int, default=2, help="rounds in flight per Attention rank")
     g.add_argument("--capacity", type=int, help="rows per work item per FFN rank (default: never chunked)")
     g.add_argument("--ubatches", type=int, default=2, help="micro-batches per layer")
+    g.add_argument("--ubatch-split", choices=("requests", "tokens"),
+                   help="how a step is cut into micro-batches: requests (every other request, as cam-run) or tokens "
+                        "(equal token spans); default the --engine's")
+    g.add_argument("--colocated-overlap", choices=("on", "off"),
+                   help="the colocated baseline overlaps one micro-batch's all-to-all with the other's compute; "
+                        "default the --engine's")
     g = p.add_argument_group("costs")
     g.add_argument("--costs", default="ascend-a3-like",
                    help=f"cost JSON path or a shipped device ({', '.join(device_files())}), or a --calibrate output")
@@ -343,8 +349,11 @@ def simulate_grid(args) -> dict:
 
 
 def _topology(args, D: int, F: int, colocated: bool, tp: int = 1) -> SimTopology:
+    eng = serving.engine(args.engine)
+    overlap = eng.colocated_overlap if args.colocated_overlap is None else args.colocated_overlap == "on"
     return SimTopology(D=D, F=F, P=tp if colocated else args.participants, slots=args.slots,
-                       capacity=None if colocated else args.capacity, ubatches=args.ubatches)
+                       capacity=None if colocated else args.capacity, ubatches=args.ubatches,
+                       ubatch_split=args.ubatch_split or eng.ubatch_split, overlap=overlap and colocated)
 
 
 def _workload(args, D: int, rate: float, colocated: bool) -> SimWorkload:

@@ -29,7 +29,7 @@ import numpy as np
 
 from .engine import Simulation, _Replica
 from .presets import assign_replica
-from .workload import split_stages
+from .workload import split_pieces
 
 
 class ColocatedSimulation(Simulation):
@@ -164,11 +164,11 @@ class ColocatedSimulation(Simulation):
 
     def _step(self, batches, t: float, K: int, H: int, cross: float) -> float:
         # Timelines per replica (its P tensor-parallel devices run it in step); expert shards per device.
-        m, N, P = self.model, self.topo.D, self.topo.P
+        N = self.topo.D
         stages = []
         for rep, pieces in zip(self.reps, batches):
             parts = [(sum(n for _, n, _ in s),) + self._parts(s)
-                     for s in split_stages(pieces, self.topo.ubatches)] if pieces else []
+                     for s in split_pieces(pieces, self.topo.ubatches, self.topo.ubatch_split)] if pieces else []
             stages.append(parts)
             rep.rids = self._finishing(pieces)
             if pieces:
@@ -176,8 +176,26 @@ class ColocatedSimulation(Simulation):
         S = max(len(s) for s in stages)
         empty = (0, 0.0, 0.0, 0.0, 0.0)
         stages = [s + [empty] * (S - len(s)) for s in stages]
-        td = np.full(N, t)
         busy = np.zeros(N)
+        if self.topo.overlap:
+            td = self._layers_overlapped(stages, S, t, busy, K, H, cross)
+        else:
+            td = self._layers_serial(stages, S, t, busy, K, H, cross)
+        for d, rep in enumerate(self.reps):
+            rep.busy += float(busy[d])
+            for rid in rep.rids:
+                self.finish[rid] = float(td[d])
+                self.ttft[rid] = float(td[d]) - float(self.wl.arrival_s[rid])
+            rep.rids = []
+        # The step ends for everyone at the last device's end: the next step's first collective waits for it.
+        return float(td.max())
+
+    def _layers_serial(self, stages, S: int, t: float, busy: np.ndarray, K: int, H: int, cross: float) -> np.ndarray:
+        """A step's layers with nothing overlapping on a device: per micro-batch, attention, the dispatch
+        all-to-all, the experts, the combine all-to-all, then shared experts and combine. Returns each replica's
+        end."""
+        m, N, P = self.model, self.topo.D, self.topo.P
+        td = np.full(N, t)
         for layer in range(m.layers):
             if layer < m.first_dense:
                 for d in range(N):
@@ -207,14 +225,59 @@ class ColocatedSimulation(Simulation):
                 td = end + tail
                 busy += tail
                 self.collectives += 1
-        for d, rep in enumerate(self.reps):
-            rep.busy += float(busy[d])
-            for rid in rep.rids:
-                self.finish[rid] = float(td[d])
-                self.ttft[rid] = float(td[d]) - float(self.wl.arrival_s[rid])
-            rep.rids = []
-        # The step ends for everyone at the last device's end: the next step's first collective waits for it.
-        return float(td.max())
+        return td
+
+    def _layers_overlapped(self, stages, S: int, t: float, busy: np.ndarray, K: int, H: int,
+                           cross: float) -> np.ndarray:
+        """A step's layers with the two-micro-batch overlap of DeepSeek-V3's prefill (arXiv 2412.19437 §3.4.1: two
+        micro-batches of similar work, the attention and MoE of one overlapping the dispatch and combine of the
+        other): each device has a compute stream and the collectives a communication stream. Per MoE layer the
+        compute stream runs every micro-batch's attention, then each one's experts (once its dispatch is done), then
+        each one's shared experts and combine (once its combine all-to-all is done); the communication stream runs
+        the dispatches, then the combines, in micro-batch order, each a collective that starts when every device is
+        ready. Returns each replica's end (its devices step together)."""
+        m, N, P, F = self.model, self.topo.D, self.topo.P, self.topo.F
+        of = np.arange(F) // P  # the replica of each device
+        tc = np.full(F, t)  # compute stream of each device
+        comm = t  # the communication stream (collectives are global)
+        fan = self.cost.fanout
+        for layer in range(m.layers):
+            if layer < m.first_dense:
+                dense = np.array([sum(st[1] for st in stages[d]) for d in range(N)])
+                tc += dense[of]
+                busy += dense
+                continue
+            moe = layer - m.first_dense
+            ready, work = [], []
+            for s in range(S):
+                attn = np.array([stages[d][s][2] for d in range(N)])
+                tc += attn[of]
+                busy += attn
+                ready.append(float(tc.max()))
+            dispatched = []
+            for s in range(S):
+                tokens = np.array([stages[d][s][0] for d in range(N)], dtype=np.float64)
+                rows, active = self._rank_rows(moe, int(tokens.sum()))
+                self.total_rows += int(tokens.sum()) * K
+                comm = max(comm, ready[s]) + self._all_to_all(tokens / P * fan * (H + 4.0) * cross,
+                                                               rows * (H + 4.0) * cross)
+                dispatched.append(comm)
+                work.append((tokens, rows, self._expert_seconds(rows, active)))
+            expert_done = []
+            for s in range(S):
+                expert = work[s][2]
+                self.ffn_time += expert
+                tc = np.maximum(tc, dispatched[s]) + expert
+                expert_done.append(float(tc.max()))
+            for s in range(S):
+                tokens, rows, _ = work[s]
+                comm = max(comm, expert_done[s]) + self._all_to_all(rows * 2.0 * H * cross,
+                                                                     tokens / P * K * 2.0 * H * cross)
+                tail = np.array([stages[d][s][3] + stages[d][s][4] for d in range(N)])
+                tc = np.maximum(tc, comm) + tail[of]
+                busy += tail
+                self.collectives += 1
+        return np.array([float(tc[of == d].max()) for d in range(N)])
 
     def _device_work(self) -> List[float]:
         """Each device's own work: its replica's (per rank) plus its shard's experts."""

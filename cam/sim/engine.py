@@ -36,7 +36,7 @@ from ..placement import Placement
 from .placement import RowSplit, expected_fanout_of, parse_placement
 from .presets import ASSIGNS, assign_replica
 from .shapes import ModelShape, SimTopology
-from .workload import SimWorkload, split_stages
+from .workload import SimWorkload, split_pieces
 
 _PUBLISH, _FFN_DONE, _WAKE, _REPLICA, _ARRIVE = 0, 1, 2, 3, 4
 ROUTINGS = ("uniform", "balanced")
@@ -507,7 +507,7 @@ class Simulation:
     def _begin(self, rep: _Replica, pieces: List[tuple], t: float) -> None:
         rep.rids = self._finishing(pieces)
         rep.stages = [(sum(n for _, n, _ in s),) + self.cost.stage(s)
-                      for s in split_stages(pieces, self.topo.ubatches)]
+                      for s in split_pieces(pieces, self.topo.ubatches, self.topo.ubatch_split)]
         rep.layer = 0
         rep.batches_run += 1
         gate = max((float(self.wl.arrival_s[r]) for r, _, _ in pieces), default=0.0)

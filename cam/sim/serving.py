@@ -19,11 +19,16 @@ class Engine:
             ``--token-budget``, a longer prompt alone).
         chunked_prefill: a prompt longer than what is left of the step's budget is served in chunks.
         source: where the defaults come from.
+        ubatch_split: how a step is cut into micro-batches: ``requests`` (every other request, as cam-run) or
+            ``tokens`` (equal token spans).
+        colocated_overlap: the colocated baseline overlaps one micro-batch's all-to-all with the other's compute.
     """
 
     max_num_batched_tokens: Optional[int]
     chunked_prefill: bool
     source: str
+    ubatch_split: str = "requests"
+    colocated_overlap: bool = False
 
 
 ENGINES: Dict[str, Engine] = {
@@ -34,9 +39,14 @@ ENGINES: Dict[str, Engine] = {
     "vllm": Engine(8192, True, "vLLM V1 `vllm serve`: chunked prefill always on; max_num_batched_tokens 8192 "
                                "(EngineArgs.get_batch_defaults, vllm/engine/arg_utils.py, device >= 70 GiB)"),
     # The vLLM AFD plugin's A3 recipes set max_num_batched_tokens 65536 on both roles (vllm-project/afd-plugin
-    # deployment docs; cited in the project's public-reference notes).
+    # deployment docs); its Attention side's two-stage scheduler (CAMAsyncUbatchScheduler) runs two micro-batches
+    # split by tokens. The EP16 baseline it is measured against is taken at its best: with vLLM's dual-batch
+    # overlap (--enable-dbo), the two-micro-batch overlap of DeepSeek-V3's prefill (arXiv 2412.19437 §3.4.1).
     "vllm-afd-recipe": Engine(65536, True, "vLLM with the AFD plugin's A3 recipe: max_num_batched_tokens 65536 "
-                                           "(vllm-project/afd-plugin recipes), chunked prefill on"),
+                                           "(vllm-project/afd-plugin recipes), chunked prefill on, two token-split "
+                                           "micro-batches (its CAMAsyncUbatchScheduler); the colocated baseline "
+                                           "with dual-batch overlap (vLLM --enable-dbo; DeepSeek-V3 §3.4.1)",
+                              ubatch_split="tokens", colocated_overlap=True),
 }
 
 

@@ -106,6 +106,9 @@ class SimTopology:
         capacity: rows one work item may bring to one FFN rank; a round with more rows for an FFN rank is delivered
             as several work items (chunks). ``None`` = the worst case, never chunked.
         ubatches: micro-batches per layer (cam-run: 2 whenever a batch has two requests or more).
+        ubatch_split: ``requests`` (cam-run: every other request) or ``tokens`` (equal token spans, a prompt split
+            across micro-batches; docs/sim.md §11).
+        overlap: colocated mode only: one micro-batch's all-to-all overlaps the other's compute (docs/sim.md §11).
     """
 
     D: int
@@ -114,8 +117,12 @@ class SimTopology:
     slots: int = 2
     capacity: Optional[int] = None
     ubatches: int = 2
+    ubatch_split: str = "requests"
+    overlap: bool = False
 
     def __post_init__(self):
+        if self.ubatch_split not in ("requests", "tokens"):
+            raise ValueError(f"SimTopology.ubatch_split must be 'requests' or 'tokens', got {self.ubatch_split!r}")
         for name in ("D", "F", "P", "slots", "ubatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SimTopology.{name} must be >= 1, got {getattr(self, name)}")

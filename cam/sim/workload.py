@@ -166,3 +166,33 @@ def split_stages(lengths: Sequence[int], ubatches: int) -> List[List[int]]:
     if len(lengths) >= 2 and ubatches >= 2:
         return [list(lengths[s::ubatches]) for s in range(min(ubatches, len(lengths)))]
     return [list(lengths)]
+
+
+UBATCH_SPLITS = ("requests", "tokens")
+
+
+def split_pieces(pieces: Sequence[tuple], ubatches: int, by: str = "requests") -> List[List[tuple]]:
+    """Micro-batches of one step's pieces ``(request, tokens, prefix)``. ``requests``: as ``split_stages`` (every
+    ``ubatches``-th piece). ``tokens``: the step's tokens cut into ``ubatches`` spans as equal as whole tokens allow,
+    a prompt straddling a cut split in two, its second part attending to the first as context (the token-split
+    micro-batching of the vLLM AFD plugin's two-stage scheduler and of DeepSeek's two-micro-batch prefill)."""
+    if by == "requests":
+        return split_stages(list(pieces), ubatches)
+    if by != "tokens":
+        raise ValueError(f"ubatch split must be one of {UBATCH_SPLITS}, got {by!r}")
+    total = sum(n for _, n, _ in pieces)
+    parts = min(ubatches, total) if total else 1
+    if parts <= 1:
+        return [list(pieces)]
+    cuts = [total * (k + 1) // parts for k in range(parts)]
+    out: List[List[tuple]] = [[] for _ in range(parts)]
+    pos, k = 0, 0
+    for rid, n, p in pieces:
+        while n:
+            take = min(n, cuts[k] - pos)
+            out[k].append((rid, take, p))
+            pos, n, p = pos + take, n - take, p + take
+            if pos == cuts[k] and k < parts - 1:
+                k += 1
+    return out
+
