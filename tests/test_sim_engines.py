@@ -136,7 +136,7 @@ def test_colocated_baseline_runs_each_dp_x_tp_and_compares_afd_with_the_best(tmp
                                               "--mode", "colocated", "--colocated-tp", "3"]))
 
 
-def overlap_case(overlap, split="tokens"):
+def overlap_case(overlap, split="tokens", field="makespan_s"):
     # N = 2 devices, one MoE layer, E = 2 (an expert per device), top-1, balanced routing; one 4-token prompt per
     # device, token-split into two micro-batches of 2 tokens. Attention 1 s per micro-batch, each all-to-all 1 s,
     # the experts 1 s per launch, nothing else.
@@ -146,7 +146,7 @@ def overlap_case(overlap, split="tokens"):
                   name="test")
     wl = SimWorkload(np.zeros(2), np.array([4, 4]), np.array([0, 1]), token_budget=100)
     topo = SimTopology(D=2, F=2, ubatch_split=split, overlap=overlap)
-    return simulate(m, topo, wl, c, mode="colocated", routing="balanced")["makespan_s"]
+    return simulate(m, topo, wl, c, mode="colocated", routing="balanced")[field]
 
 
 def test_colocated_overlaps_one_micro_batchs_all_to_all_with_the_others_compute():
@@ -183,3 +183,31 @@ def test_engine_presets_set_the_micro_batch_split_and_the_colocated_overlap(tmp_
     assert t["async"]["ubatch_split"] == "tokens" and t["colocated"]["overlap"] and not t["async"]["overlap"]
     t = topo("--engine", "vllm-afd-recipe", "--colocated-overlap", "off", "--ubatch-split", "requests")
     assert t["async"]["ubatch_split"] == "requests" and not t["colocated"]["overlap"]
+
+
+@pytest.mark.parametrize("mode", ["async", "sync", "colocated"])
+def test_every_engine_step_pays_the_engines_overhead(mode):
+    # The chunked case above (4 steps: TTFTs 12 and 13 s) with 0.5 s of host time before each step: A's last chunk
+    # ends after 3 steps (12 + 1.5), B's after 4 (13 + 2).
+    c = CostModel({"attention": OpCost(per_token_s=1.0)}, name="test")
+    r = simulate(dense_model(), one_replica(mode), requests([10, 3], 4, True), c, mode=mode, per_request=True,
+                 step_overhead_s=0.5)
+    assert [r["ttft_per_request_s"][k] for k in "01"] == pytest.approx([13.5, 15.0])
+    assert r["critical_path_s"] <= r["makespan_s"] + 1e-9
+
+
+def test_step_overhead_flag_is_checked(capsys):
+    assert sim_cli.main(["--step-overhead", "nan"]) == 2
+    assert "--step-overhead" in capsys.readouterr().err
+
+
+def test_the_critical_path_has_one_definition_in_every_mode():
+    # max(longest replica chain, busiest device's work). Colocated, a device takes part in every collective: on one
+    # timeline its work is attention 2 + experts 2 + four 1 s all-to-alls = 8 s, the makespan (nothing contends);
+    # with the overlap its compute (4 s) and the collectives (4 s) run beside each other: bound 4 s <= 5 s.
+    assert overlap_case(False, field="critical_path_s") == pytest.approx(8.0)
+    assert overlap_case(True, field="critical_path_s") == pytest.approx(4.0)
+    # AFD, one replica and nothing contending: the replica's chain is the schedule (tests/test_sim.py's timelines).
+    c = CostModel({"attention": OpCost(per_token_s=1.0)}, name="test")
+    r = simulate(dense_model(), one_replica("async"), requests([10, 3], 4, True), c)
+    assert r["critical_path_s"] == pytest.approx(r["makespan_s"]) == pytest.approx(13.0)

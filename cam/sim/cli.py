@@ -102,6 +102,9 @@ def _parse(argv):
     g.add_argument("--devices", type=int,
                    help="devices of the colocated mode (default: as many as the AFD deployment, D*P + F, or "
                         "--total-ranks with --sweep)")
+    g.add_argument("--step-overhead", type=float, default=None, metavar="SECONDS",
+                   help="the serving engine's host time per step, before its first layer (every mode); default the "
+                        "--engine's (0: no public figure)")
     g.add_argument("--colocated-tp", type=lambda s: [int(x) for x in s.split(",") if x.strip()], default=[1],
                    help="comma-separated tensor-parallel degrees of the colocated baseline's Attention replicas "
                         "(16 devices at 4,2,8: DP4xTP4, DP8xTP2, DP2xTP8); each is run and the best per rate is "
@@ -189,6 +192,8 @@ def check_args(args) -> None:
         _bounded("--" + flag.replace("_", "-"), getattr(args, flag), 1, hi)
     for f in args.sweep_ffn or []:
         _bounded("--sweep-ffn", f, 1, _MAX_RANKS)
+    if args.step_overhead is not None and not (math.isfinite(args.step_overhead) and args.step_overhead >= 0):
+        raise ValueError(f"--step-overhead must be a finite number of seconds >= 0, got {args.step_overhead!r}")
     if not args.colocated_tp:
         raise ValueError("--colocated-tp needs at least one degree")
     for tp in args.colocated_tp:
@@ -379,7 +384,9 @@ def _simulate(args, model, topo, wl, costs, mode: str, per_request: bool = True)
 
     return simulate(model, topo, wl, costs, mode=mode, seed=args.seed, routing=args.routing,
                     expert_skew=args.expert_skew, slo_s=args.slo, per_request=per_request, placement=args.placement,
-                    assign=args.assign, batch_rows=args.batch_rows if args.batch_items and mode != "colocated" else None)
+                    assign=args.assign, batch_rows=args.batch_rows if args.batch_items and mode != "colocated" else None,
+                    step_overhead_s=serving.engine(args.engine).step_overhead_s if args.step_overhead is None
+                    else args.step_overhead)
 
 
 # Bisection steps of the sustained rate: the bracket shrinks to 1/256 of its first width.

@@ -27,7 +27,7 @@ from typing import List
 
 import numpy as np
 
-from .engine import Simulation, _Replica
+from .engine import Simulation, _Replica, critical_path
 from .presets import assign_replica
 from .workload import split_pieces
 
@@ -77,6 +77,7 @@ class ColocatedSimulation(Simulation):
         t = op.fixed_s + (op.nonempty_s if sent.any() else 0.0)
         if op.net_gbps:
             t += max(float(sent.max()), float(received.max())) / (op.net_gbps * 1e9)
+        self.collective_time += t  # every device takes part in every collective
         return t
 
     def _rank_rows(self, moe_layer: int, tokens: int):
@@ -111,6 +112,7 @@ class ColocatedSimulation(Simulation):
         self._pending = [] if self.assign == "round-robin" else order  # --assign: not yet assigned, arrival order
         self.ffn_time = np.zeros(F)
         self.collectives = 0
+        self.collective_time = 0.0
         self.total_rows = 0
         self.step_count = 0
         t = 0.0
@@ -141,7 +143,7 @@ class ColocatedSimulation(Simulation):
                 self._assign_until(t)
                 batches = [self._take_batch(rep, t) for rep in self.reps]
             self.step_count += 1
-            t = self._step(batches, t, K, H, cross)
+            t = self._step(batches, t + self.step_overhead, K, H, cross)
         unfinished = int(np.isnan(self.ttft).sum())
         if unfinished:
             raise RuntimeError(f"simulation ended with {unfinished} request(s) unserved (a schedule bug)")
@@ -280,9 +282,12 @@ class ColocatedSimulation(Simulation):
         return np.array([float(tc[of == d].max()) for d in range(N)])
 
     def _device_work(self) -> List[float]:
-        """Each device's own work: its replica's (per rank) plus its shard's experts."""
-        P = self.topo.P
-        return [self.reps[i // P].busy + float(e) for i, e in enumerate(self.ffn_time)]
+        """Each device's own work: its replica's compute (per rank) and its shard's experts, and the collectives it
+        takes part in: after them on one timeline, beside them with the overlap (compute and communication
+        streams)."""
+        P, comm = self.topo.P, self.collective_time
+        compute = [self.reps[i // P].busy + float(e) for i, e in enumerate(self.ffn_time)]
+        return [max(c, comm) if self.topo.overlap else c + comm for c in compute]
 
     def _raw(self) -> dict:
         return {
@@ -291,8 +296,7 @@ class ColocatedSimulation(Simulation):
             "makespan_s": float(np.nanmax(self.finish)),
             "ffn_busy_s": self.ffn_time.tolist(),
             "attention_busy_s": [rep.busy for rep in self.reps],
-            # A lower bound: the busiest device's own work (attention, shared, its experts), no collective waits.
-            "critical_path_s": float(max(self._device_work())),
+            "critical_path_s": critical_path([], self._device_work()),
             "replica_chain_s": self._device_work(),
             "rounds": self.collectives,
             "work_items": self.collectives * self.topo.F,

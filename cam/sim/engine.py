@@ -157,6 +157,13 @@ def attention_len2(lens: List[int], prefix: Optional[List[int]] = None) -> float
     return float(sum(c * c + 2 * c * p for c, p in zip(lens, prefix)))
 
 
+def critical_path(chains, device_work) -> float:
+    """The critical-path bound of every mode (docs/sim.md §1, "Outputs"): a lower bound on any schedule's makespan for
+    these steps, the longer of the longest replica chain (a replica's own dependent work, with no other replica
+    contending for what it waits on) and the busiest device's total work."""
+    return float(max(list(chains) + list(device_work)))
+
+
 def chunks(counts: np.ndarray, capacity: int) -> List[tuple]:
     """Work items of one FFN rank's round: per-local-expert row counts -> [(rows, experts touched)].
 
@@ -219,7 +226,7 @@ class Simulation:
     def __init__(self, model: ModelShape, topo: SimTopology, workload: SimWorkload, costs: CostModel,
                  mode: str = "async", seed: int = 0, routing: str = "uniform", expert_skew: float = 0.0,
                  trace: bool = False, placement=None, batch_rows: Optional[int] = None,
-                 assign: str = "round-robin"):
+                 assign: str = "round-robin", step_overhead_s: float = 0.0):
         if mode not in ("async", "sync"):
             raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
         if routing not in ROUTINGS:
@@ -234,6 +241,10 @@ class Simulation:
             raise ValueError(f"assign {assign!r} needs a dynamically batched workload (cam-run presets bring "
                              "their own static batches and assignment)")
         self.assign = assign
+        if not step_overhead_s >= 0:
+            raise ValueError(f"step_overhead_s must be >= 0, got {step_overhead_s}")
+        # The serving engine's host time per step (scheduling, input preparation) before a step's first layer.
+        self.step_overhead = float(step_overhead_s)
         if workload.num_replicas > topo.D:
             raise ValueError(f"workload uses {workload.num_replicas} replicas, topology has D={topo.D}")
         self.model, self.topo, self.wl, self.mode = model, topo, workload, mode
@@ -511,7 +522,7 @@ class Simulation:
         rep.layer = 0
         rep.batches_run += 1
         gate = max((float(self.wl.arrival_s[r]) for r, _, _ in pieces), default=0.0)
-        rep.chain = max(rep.chain, gate)
+        rep.chain = max(rep.chain, gate) + self.step_overhead
 
     def _next_batch(self, rep: _Replica, t: float) -> None:
         """Async: the replica is free at t; start its next batch (or wait for an arrival)."""
@@ -536,7 +547,7 @@ class Simulation:
             rids = self._take_batch(rep, t)
             start = t
         self._begin(rep, rids, start)
-        self._advance(rep, start)
+        self._advance(rep, start + self.step_overhead)
 
     def _advance(self, rep: _Replica, t: float) -> None:
         """Run layers from rep.layer at time t until a MoE layer waits for the FFN side, a barrier, or the end."""
@@ -666,7 +677,7 @@ class Simulation:
         self.steps += 1
         for rep, rids in zip(self.reps, batches):
             self._begin(rep, rids, t)
-        self._sync_layer(t)
+        self._sync_layer(t + self.step_overhead)
 
     def _sync_layer(self, t: float) -> None:
         for rep in self.reps:
@@ -817,7 +828,7 @@ class Simulation:
             "makespan_s": float(np.nanmax(self.finish)),
             "ffn_busy_s": list(self.ffn_time),
             "attention_busy_s": [rep.busy for rep in self.reps],
-            "critical_path_s": max(max(rep.chain for rep in self.reps), max(self.ffn_time)),
+            "critical_path_s": critical_path([rep.chain for rep in self.reps], self.ffn_time),
             "replica_chain_s": [rep.chain for rep in self.reps],
             "rounds": len(self.round_replica),
             "work_items": self.items,

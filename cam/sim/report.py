@@ -23,11 +23,11 @@ def percentile(values: np.ndarray, q: float) -> float:
 def simulate(model: ModelShape, topo: SimTopology, workload: SimWorkload, costs: CostModel, *, mode: str = "async",
              seed: int = 0, routing: str = "uniform", expert_skew: float = 0.0, slo_s: Optional[float] = None,
              per_request: bool = False, placement=None, batch_rows: Optional[int] = None,
-             assign: str = "round-robin") -> dict:
+             assign: str = "round-robin", step_overhead_s: float = 0.0) -> dict:
     """One simulated run, summarized as a JSON-able dict (see docs/sim.md for every field)."""
     kind = ColocatedSimulation if mode == "colocated" else Simulation
     raw = kind(model, topo, workload, costs, mode=mode, seed=seed, routing=routing, expert_skew=expert_skew,
-               placement=placement, batch_rows=batch_rows, assign=assign).run()
+               placement=placement, batch_rows=batch_rows, assign=assign, step_overhead_s=step_overhead_s).run()
     ttft = raw["ttft_s"]
     makespan = raw["makespan_s"]
     tokens = int(workload.length.sum())

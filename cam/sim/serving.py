@@ -22,6 +22,9 @@ class Engine:
         ubatch_split: how a step is cut into micro-batches: ``requests`` (every other request, as cam-run) or
             ``tokens`` (equal token spans).
         colocated_overlap: the colocated baseline overlaps one micro-batch's all-to-all with the other's compute.
+        step_overhead_s: host time per engine step before its first layer (scheduling, input preparation). No
+            public figure for a prefill step of these engines on A3 was found, so every preset leaves it at 0 and
+            ``--step-overhead`` sets it.
     """
 
     max_num_batched_tokens: Optional[int]
@@ -29,6 +32,7 @@ class Engine:
     source: str
     ubatch_split: str = "requests"
     colocated_overlap: bool = False
+    step_overhead_s: float = 0.0
 
 
 ENGINES: Dict[str, Engine] = {
