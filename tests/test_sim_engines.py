@@ -211,3 +211,26 @@ def test_the_critical_path_has_one_definition_in_every_mode():
     c = CostModel({"attention": OpCost(per_token_s=1.0)}, name="test")
     r = simulate(dense_model(), one_replica("async"), requests([10, 3], 4, True), c)
     assert r["critical_path_s"] == pytest.approx(r["makespan_s"]) == pytest.approx(13.0)
+
+
+def test_model_json_refuses_unknown_and_missing_fields_by_name(tmp_path, capsys):
+    from cam.sim.shapes import DEEPSEEK_V3
+    good = DEEPSEEK_V3.to_dict()
+    cases = [(dict(good, num_heads=128), "unknown field(s) ['num_heads']"),
+             ({k: v for k, v in good.items() if k != "top_k"}, "missing field(s) ['top_k']"),
+             (dict(good, hidden="7168"), "field 'hidden' must be an integer"),
+             ([1, 2], "expected a JSON object")]
+    for i, (d, message) in enumerate(cases):
+        path = tmp_path / f"m{i}.json"
+        path.write_text(json.dumps(d))
+        assert sim_cli.main(["--model-json", str(path), "--requests", "1", "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "--model-json" in err and message in err, err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert sim_cli.main(["--model-json", str(bad), "--requests", "1", "--quiet"]) == 2
+    assert "not JSON" in capsys.readouterr().err
+    # The optional field may be left out; a valid file runs.
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps({k: v for k, v in good.items() if k != "context_flops_per_token"}))
+    assert ModelShape.from_dict(json.loads(path.read_text())).context_flops_per_token == 0

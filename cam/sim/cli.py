@@ -260,7 +260,11 @@ def check_args(args) -> None:
 def _model(args) -> ModelShape:
     if args.model_json:
         with open(args.model_json) as f:
-            return ModelShape(**json.load(f))
+            try:
+                d = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"--model-json {args.model_json}: not JSON ({e})") from None
+        return ModelShape.from_dict(d, f"--model-json {args.model_json}")
     presets = model_presets()
     if args.model not in presets:
         raise ValueError(f"--model must be one of {sorted(presets)}, got {args.model!r}")

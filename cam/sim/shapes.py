@@ -73,6 +73,24 @@ class ModelShape:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @staticmethod
+    def from_dict(d, what: str = "model shape") -> "ModelShape":
+        """A shape from a JSON object, every fault named: not an object, unknown or missing fields, a field that is
+        not an integer."""
+        if not isinstance(d, dict):
+            raise ValueError(f"{what}: expected a JSON object of ModelShape fields, got {type(d).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(ModelShape)}
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise ValueError(f"{what}: unknown field(s) {unknown}; the fields are {sorted(fields)}")
+        missing = sorted(n for n, f in fields.items() if n not in d and f.default is dataclasses.MISSING)
+        if missing:
+            raise ValueError(f"{what}: missing field(s) {missing}")
+        for name, v in d.items():
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"{what}: field {name!r} must be an integer, got {v!r}")
+        return ModelShape(**d)
+
 
 # DeepSeek-V3 (config.json of deepseek-ai/DeepSeek-V3): 61 layers, first_k_dense_replace 3, hidden 7168,
 # 256 routed experts, top-8, moe_intermediate 2048, 1 shared expert, dense intermediate 18432. MLA attention:
