@@ -281,13 +281,16 @@ class ColocatedSimulation(Simulation):
                 self.collectives += 1
         return np.array([float(tc[of == d].max()) for d in range(N)])
 
+    def _device_compute(self) -> List[float]:
+        """Each device's own compute: its replica's (per rank) and its shard's experts."""
+        P = self.topo.P
+        return [self.reps[i // P].busy + float(e) for i, e in enumerate(self.ffn_time)]
+
     def _device_work(self) -> List[float]:
-        """Each device's own work: its replica's compute (per rank) and its shard's experts, and the collectives it
-        takes part in: after them on one timeline, beside them with the overlap (compute and communication
-        streams)."""
-        P, comm = self.topo.P, self.collective_time
-        compute = [self.reps[i // P].busy + float(e) for i, e in enumerate(self.ffn_time)]
-        return [max(c, comm) if self.topo.overlap else c + comm for c in compute]
+        """Each device's own work: its compute and the collectives it takes part in, after them on one timeline,
+        beside them with the overlap (compute and communication streams)."""
+        comm = self.collective_time
+        return [max(c, comm) if self.topo.overlap else c + comm for c in self._device_compute()]
 
     def _raw(self) -> dict:
         return {
@@ -297,7 +300,8 @@ class ColocatedSimulation(Simulation):
             "ffn_busy_s": self.ffn_time.tolist(),
             "attention_busy_s": [rep.busy for rep in self.reps],
             "critical_path_s": critical_path([], self._device_work()),
-            "replica_chain_s": self._device_work(),
+            # Per device, its compute alone (cam.run.bound's colocated bound reads it as the device chain).
+            "replica_chain_s": self._device_compute(),
             "rounds": self.collectives,
             "work_items": self.collectives * self.topo.F,
             "launches": self.collectives * self.topo.F,
