@@ -234,3 +234,16 @@ def test_model_json_refuses_unknown_and_missing_fields_by_name(tmp_path, capsys)
     path = tmp_path / "ok.json"
     path.write_text(json.dumps({k: v for k, v in good.items() if k != "context_flops_per_token"}))
     assert ModelShape.from_dict(json.loads(path.read_text())).context_flops_per_token == 0
+
+
+def test_the_study_preset_is_the_flags_of_the_public_measurements_setting(tmp_path, capsys):
+    from cam.sim import serving
+    argv = serving.expand_study(["--study", "afd-a3", "--requests", "8", "--loads", "1.0"])
+    args = sim_cli._parse(argv)
+    # The command line's own flags win; the rest is the setting (docs/sim.md §11).
+    assert args.requests == 8 and args.loads == [1.0]
+    assert (args.replicas, args.participants, args.ffn, args.mode) == (4, 2, 8, ["async", "sync", "colocated"])
+    assert args.colocated_tp == [4, 2, 8] and args.engine == "vllm-afd-recipe" and sim_cli.token_budget(args) == 65536
+    assert (args.mean_len, args.max_len, args.slo, args.sustain) == (10288, 63778, 10.0, 0.65)
+    assert sim_cli.main(["--study", "bogus"]) == 2
+    assert "--study must be one of ['afd-a3']" in capsys.readouterr().err

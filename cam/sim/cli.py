@@ -131,6 +131,9 @@ def _parse(argv):
     g.add_argument("--total-ranks", type=int, help="ranks to split in --sweep (default D*P + F)")
     g.add_argument("--sweep-ffn", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
                    help="with --sweep: only these F values (comma-separated)")
+    g.add_argument("--study", choices=sorted(serving.STUDIES),
+                   help="a one-command study: its flags first, the command line's own override them (docs/sim.md "
+                        "§11; afd-a3: the setting of the public A3 measurement of async prefill AFD)")
     g = p.add_argument_group("output")
     g.add_argument("--json", metavar="PATH", help="write the results as JSON")
     g.add_argument("--plot-dir", metavar="DIR", help="write TTFT CDF, throughput-vs-rate, utilisation-vs-A:F plots")
@@ -564,6 +567,11 @@ def calibrate(args) -> dict:
 
 
 def main(argv=None) -> int:
+    try:
+        argv = serving.expand_study(sys.argv[1:] if argv is None else argv)
+    except ValueError as e:
+        print(f"cam-sim: bad configuration: {e}", file=sys.stderr)
+        return 2
     args = _parse(argv)
     try:
         check_args(args)
