@@ -53,7 +53,9 @@ def _parse(argv):
                                                            "(cam.models.PRESETS: tiny, small)")
     g.add_argument("--model-json", metavar="PATH", help="model shape as JSON (cam.sim.ModelShape fields)")
     g.add_argument("--replicas", "-D", type=int, default=16, help="Attention DP replicas D")
-    g.add_argument("--participants", "-P", type=int, default=1, help="Attention ranks per replica P")
+    g.add_argument("--participants", "-P", type=int, default=1,
+                   help="Attention ranks per replica P (tensor-parallel: each 1/P of the attention, plus the TP "
+                        "collectives of docs/sim.md §11)")
     g.add_argument("--ffn", "-F", type=int, default=16,
                    help="FFN ranks F (any F: when F does not divide the experts, the contiguous placement gives "
                         "ranks floor or ceil of E/F experts)")
