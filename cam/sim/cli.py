@@ -65,6 +65,10 @@ def _parse(argv):
     g.add_argument("--ubatch-split", choices=("requests", "tokens"),
                    help="how a step is cut into micro-batches: requests (every other request, as cam-run) or tokens "
                         "(equal token spans); default the --engine's")
+    g.add_argument("--two-stage", choices=("on", "off"),
+                   help="async AFD: the Attention side's two micro-batches as two stages on one stream, each going on "
+                        "to its next MoE layer after its own combine (the AFD plugin's scheduler); default the "
+                        "--engine's")
     g.add_argument("--colocated-overlap", choices=("on", "off"),
                    help="the colocated baseline overlaps one micro-batch's all-to-all with the other's compute; "
                         "default the --engine's")
@@ -395,7 +399,9 @@ def _simulate(args, model, topo, wl, costs, mode: str, per_request: bool = True)
                     expert_skew=args.expert_skew, slo_s=args.slo, per_request=per_request, placement=args.placement,
                     assign=args.assign, batch_rows=args.batch_rows if args.batch_items and mode != "colocated" else None,
                     step_overhead_s=serving.engine(args.engine).step_overhead_s if args.step_overhead is None
-                    else args.step_overhead)
+                    else args.step_overhead,
+                    two_stage=serving.engine(args.engine).two_stage if args.two_stage is None
+                    else args.two_stage == "on")
 
 
 # Bisection steps of the sustained rate: the bracket shrinks to 1/256 of its first width.

@@ -198,7 +198,8 @@ def chunks(counts: np.ndarray, capacity: int) -> List[tuple]:
 
 class _Replica:
     __slots__ = ("d", "next_req", "reqs", "batch_idx", "rids", "stages", "layer", "wait_rounds", "wait_t",
-                 "busy", "chain", "batches_run", "assigned", "idle", "free_at", "prefilled")
+                 "busy", "chain", "batches_run", "assigned", "idle", "free_at", "prefilled", "ops", "op", "rounds",
+                 "wait_g", "cc", "cdone")
 
     def __init__(self, d, reqs):
         self.d = d
@@ -217,6 +218,14 @@ class _Replica:
         self.idle = False
         self.free_at = 0.0
         self.prefilled = 0  # chunked prefill: tokens of the head request served by earlier steps
+        # Two-stage micro-batching: the MoE layers' ops in stream order, the next one, each (micro-batch, layer)'s
+        # round, the round a combine waits for, and the uncontended chain's clock and round completions.
+        self.ops: List[tuple] = []
+        self.op = 0
+        self.rounds: Dict[tuple, int] = {}
+        self.wait_g = -1
+        self.cc = 0.0
+        self.cdone: Dict[int, float] = {}
 
 
 class Simulation:
@@ -226,7 +235,7 @@ class Simulation:
     def __init__(self, model: ModelShape, topo: SimTopology, workload: SimWorkload, costs: CostModel,
                  mode: str = "async", seed: int = 0, routing: str = "uniform", expert_skew: float = 0.0,
                  trace: bool = False, placement=None, batch_rows: Optional[int] = None,
-                 assign: str = "round-robin", step_overhead_s: float = 0.0):
+                 assign: str = "round-robin", step_overhead_s: float = 0.0, two_stage: bool = False):
         if mode not in ("async", "sync"):
             raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
         if routing not in ROUTINGS:
@@ -245,6 +254,9 @@ class Simulation:
             raise ValueError(f"step_overhead_s must be >= 0, got {step_overhead_s}")
         # The serving engine's host time per step (scheduling, input preparation) before a step's first layer.
         self.step_overhead = float(step_overhead_s)
+        # Two-stage micro-batching (async only; a sync barrier per layer leaves nothing to pipeline): a micro-batch
+        # goes on to its next MoE layer after its own combine, not after every micro-batch's round of the layer.
+        self.two_stage = bool(two_stage) and mode == "async"
         if workload.num_replicas > topo.D:
             raise ValueError(f"workload uses {workload.num_replicas} replicas, topology has D={topo.D}")
         self.model, self.topo, self.wl, self.mode = model, topo, workload, mode
@@ -559,6 +571,9 @@ class Simulation:
             if self.mode == "sync" and rep.layer > 0:
                 self._sync_layer_arrive(rep, t)
                 return
+            if self.two_stage and rep.layer >= m.first_dense:
+                self._two_stage_begin(rep, t)
+                return
             t = self._layer(rep, t)
             if t is None:
                 return
@@ -574,27 +589,14 @@ class Simulation:
             rep.layer += 1
             return t
         moe = rep.layer - m.first_dense
-        d = rep.d
         rep.wait_rounds = []
         pubs, costs_f = [], []
         t0 = t
         for st in rep.stages:
             t += st[2]
             rep.busy += st[2] + st[3]
-            cost, chunked, rows = self._route(moe, st[0])
-            g = len(self.round_replica)
-            self.round_replica.append(d)
-            self.round_cost.append(cost.tolist())
-            self.round_chunks.append(chunked)
-            if self.batch_rows is not None:
-                self.round_rows.append((self._last_rows[0].tolist(), self._last_rows[1].tolist(),
-                                        self._last_pairs, moe))
-            self.round_remaining.append(self.topo.F)
-            self.round_complete.append(math.nan)
-            self.rounds_of[d].append(g)
-            self.total_rows += rows
+            g, cost = self._new_round(rep, moe, st, t)
             rep.wait_rounds.append(g)
-            self._push(t, _PUBLISH, g)
             pubs.append(t - t0)
             costs_f.append(cost)
             t += st[3]
@@ -609,6 +611,75 @@ class Simulation:
             end = max(end, float(done_f.max())) + st[4]
         rep.chain = end
         return None
+
+    def _new_round(self, rep: _Replica, moe: int, st: tuple, t: float) -> tuple:
+        """Route a micro-batch's round of MoE layer ``moe``, register it and publish it at t: (round, FFN costs)."""
+        d = rep.d
+        cost, chunked, rows = self._route(moe, st[0])
+        g = len(self.round_replica)
+        self.round_replica.append(d)
+        self.round_cost.append(cost.tolist())
+        self.round_chunks.append(chunked)
+        if self.batch_rows is not None:
+            self.round_rows.append((self._last_rows[0].tolist(), self._last_rows[1].tolist(),
+                                    self._last_pairs, moe))
+        self.round_remaining.append(self.topo.F)
+        self.round_complete.append(math.nan)
+        self.rounds_of[d].append(g)
+        self.total_rows += rows
+        self._push(t, _PUBLISH, g)
+        return g, cost
+
+    def _two_stage_begin(self, rep: _Replica, t: float) -> None:
+        """The MoE layers of a batch under two-stage micro-batching (the vLLM AFD plugin's CAMAsyncUbatchScheduler:
+        two micro-batch threads taking turns on one stream, s0 dispatch L, s1 dispatch L, s0 combine L, s0 dispatch
+        L+1, s1 combine L, s1 dispatch L+1, ...): the stream's ops in that order, a combine waiting for its own
+        round only."""
+        m, S = self.model, len(rep.stages)
+        ops = []
+        for moe in range(m.moe_layers):
+            for s in range(S):
+                if moe:
+                    ops.append(("combine", s, moe - 1))
+                ops.append(("dispatch", s, moe))
+        ops.extend(("combine", s, m.moe_layers - 1) for s in range(S))
+        rep.ops, rep.op, rep.rounds, rep.cdone = ops, 0, {}, {}
+        rep.cc = rep.chain
+        self._two_stage_run(rep, t)
+
+    def _two_stage_run(self, rep: _Replica, t: float) -> None:
+        """Run the stream's ops from rep.op at t until a combine waits for a round not yet complete, or the end. The
+        uncontended chain (each FFN rank serving this replica's rounds in order as they are published) runs the same
+        ops beside it."""
+        F = self.topo.F
+        while rep.op < len(rep.ops):
+            kind, s, moe = rep.ops[rep.op]
+            st = rep.stages[s]
+            if kind == "combine":
+                g = rep.rounds[(s, moe)]
+                done = self.round_complete[g]
+                if done != done:  # not complete yet: _round_complete resumes the stream
+                    rep.wait_g, rep.wait_t = g, t
+                    return
+                t = max(t, done) + st[4]
+                rep.busy += st[4]
+                rep.cc = max(rep.cc, rep.cdone.pop(g)) + st[4]
+            else:
+                t += st[2]
+                rep.busy += st[2] + st[3]
+                g, cost = self._new_round(rep, moe, st, t)
+                rep.rounds[(s, moe)] = g
+                rep.cc += st[2]
+                done_f = rep.cdone.get("ffn", np.zeros(F))
+                done_f = np.maximum(done_f, rep.cc) + cost
+                rep.cdone["ffn"] = done_f
+                rep.cdone[g] = float(done_f.max())
+                rep.cc += st[3]
+                t += st[3]
+            rep.op += 1
+        rep.chain = rep.cc
+        rep.layer = self.model.layers
+        self._batch_end(rep, t)
 
     def _resume(self, rep: _Replica) -> None:
         """Every round of the waiting MoE layer is complete: combine_recv in dispatch order, then go on."""
@@ -816,7 +887,11 @@ class Simulation:
     def _round_complete(self, g: int, t: float) -> None:
         self.round_complete[g] = t
         rep = self.reps[self.round_replica[g]]
-        if rep.wait_rounds and rep.wait_rounds[-1] == g:
+        if self.two_stage:
+            if rep.wait_g == g:
+                rep.wait_g = -1
+                self._two_stage_run(rep, rep.wait_t)
+        elif rep.wait_rounds and rep.wait_rounds[-1] == g:
             self._resume(rep)
 
     # ------------------------------------------------------------------ output

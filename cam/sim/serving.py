@@ -22,6 +22,8 @@ class Engine:
         ubatch_split: how a step is cut into micro-batches: ``requests`` (every other request, as cam-run) or
             ``tokens`` (equal token spans).
         colocated_overlap: the colocated baseline overlaps one micro-batch's all-to-all with the other's compute.
+        two_stage: async AFD's Attention side runs its two micro-batches as two stages on one stream (a micro-batch
+            goes on to its next MoE layer after its own combine).
         step_overhead_s: host time per engine step before its first layer (scheduling, input preparation). No
             public figure for a prefill step of these engines on A3 was found, so every preset leaves it at 0 and
             ``--step-overhead`` sets it.
@@ -33,6 +35,7 @@ class Engine:
     ubatch_split: str = "requests"
     colocated_overlap: bool = False
     step_overhead_s: float = 0.0
+    two_stage: bool = False
 
 
 ENGINES: Dict[str, Engine] = {
@@ -50,7 +53,7 @@ ENGINES: Dict[str, Engine] = {
                                            "(vllm-project/afd-plugin recipes), chunked prefill on, two token-split "
                                            "micro-batches (its CAMAsyncUbatchScheduler); the colocated baseline "
                                            "with dual-batch overlap (vLLM --enable-dbo; DeepSeek-V3 §3.4.1)",
-                              ubatch_split="tokens", colocated_overlap=True),
+                              ubatch_split="tokens", colocated_overlap=True, two_stage=True),
 }
 
 
