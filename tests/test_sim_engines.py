@@ -291,3 +291,36 @@ def test_two_stage_runs_serve_every_request_and_respect_the_bound(seed):
                  per_request=True)
     assert len(r["ttft_per_request_s"]) == n and all(v > 0 for v in r["ttft_per_request_s"].values())
     assert r["critical_path_s"] <= r["makespan_s"] + 1e-9
+
+
+def test_compressed_sparse_attention_counts_window_selected_and_compressed_rows():
+    # 4 layers: 2 window-only, 1 CSA (ratio 2, top-1, indexer 1 FLOP per scored row), 1 HCA (ratio 4); window 2.
+    # One 8-token prompt, queries seeing i = 1..8 keys: window min(i, 2) = 15 pairs per layer; CSA
+    # min(1, i // 2) = 7 more, scoring i // 2 = 16 rows; HCA i // 4 = 6 more. Per layer on average:
+    # 15 + (7 + 6) / 4 = 18.25 pairs and 16 / 4 = 4 indexer FLOPs. At 2 FLOPs per pair, 1 FLOP/s: 40.5 s a layer.
+    m = ModelShape(layers=4, first_dense=4, hidden=8, experts=4, top_k=1, moe_intermediate=8, shared_experts=0,
+                   shared_intermediate=0, dense_intermediate=8, attn_params=0, attn_pair_flops=2, attn_window=2,
+                   csa_layers=1, csa_ratio=2, csa_topk=1, index_pair_flops=1, hca_layers=1, hca_ratio=4)
+    c = CostModel({"attention": OpCost(tflops=1e-12)}, name="test")
+    whole = simulate(m, one_replica("async"), requests([8], 100, False), c)["makespan_s"]
+    assert whole == pytest.approx(4 * 40.5)
+    # Chunked (4 + 4 tokens), the second chunk's queries see the first's keys: the same work in two steps.
+    assert simulate(m, one_replica("async"), requests([8], 4, True), c)["makespan_s"] == pytest.approx(whole)
+
+
+def test_deepseek_v4_flash_is_its_public_config_and_its_long_prompt_attention_is_not_mlas():
+    from cam.sim.engine import attention_len2, sparse_attention
+    from cam.sim.shapes import DEEPSEEK_V3, DEEPSEEK_V4_FLASH as v4
+    assert (v4.layers, v4.hidden, v4.experts, v4.top_k, v4.moe_intermediate) == (43, 4096, 256, 6, 2048)
+    # 64 query heads over one KV head of 512: scores and values; q_lora 1024, o_lora 1024 in 8 groups.
+    assert v4.attn_pair_flops == 2 * 64 * 512 * 2
+    assert v4.attn_params == 4096 * 1024 + 1024 * 64 * 512 + 4096 * 512 + 8 * (8 * 512) * 1024 + 8 * 1024 * 4096
+    assert (v4.attn_window, v4.csa_layers, v4.hca_layers, v4.csa_topk) == (128, 21, 20, 512)
+    # A 64k-token prompt: DeepSeek-V3's MLA pays for every causal pair; V4-Flash's window, 512 selected rows and
+    # 1/128 compressed rows are about 20x fewer attention FLOPs per layer.
+    n = 65536
+    pairs, index = sparse_attention(v4, [n])
+    v4_flops = pairs * v4.attn_pair_flops + index
+    v3_flops = attention_len2([n]) / 2 * DEEPSEEK_V3.attn_pair_flops
+    assert 15 < v3_flops / v4_flops < 25
+    assert "deepseek-v4-flash" in sim_cli.model_presets()

@@ -110,11 +110,16 @@ class _Costs:
         ``link=False`` leaves out dispatch_send's bytes on the link (the colocated mode's all-to-all carries them)."""
         m, P, c = self.m, self.t.P, self.c
         n = sum(lens) / P
-        len2 = attention_len2(lens, prefix) / P
         context = sum(prefix) / P if prefix else 0.0
+        if m.attn_window:
+            pairs, index = sparse_attention(m, lens, prefix)
+            len2, extra = 2.0 * pairs / P, index / P
+        else:
+            len2, extra = attention_len2(lens, prefix) / P, 0.0
         H, K = m.hidden, m.top_k
         attn = c.seconds("attention", Work(tokens=n, len2=len2, flop=2.0 * m.attn_params * n
-                                           + m.attn_pair_flops * len2 / 2 + m.context_flops_per_token * context,
+                                           + m.attn_pair_flops * len2 / 2 + m.context_flops_per_token * context
+                                           + extra,
                                            byte=2.0 * m.attn_params))
         dense = c.seconds("dense_mlp", Work(tokens=n, flop=6.0 * H * m.dense_intermediate * n,
                                             byte=6.0 * H * m.dense_intermediate))
@@ -155,6 +160,40 @@ def attention_len2(lens: List[int], prefix: Optional[List[int]] = None) -> float
     if not prefix:
         return float(sum(c * c for c in lens))
     return float(sum(c * c + 2 * c * p for c, p in zip(lens, prefix)))
+
+
+def _sum_min(n: int, w: int) -> int:
+    """Σ_{i=1..n} min(i, w)."""
+    return n * (n + 1) // 2 if n <= w else w * (w + 1) // 2 + (n - w) * w
+
+
+def _sum_floor(n: int, r: int) -> int:
+    """Σ_{i=1..n} ⌊i / r⌋."""
+    q = n // r
+    return r * q * (q - 1) // 2 + q * (n - q * r + 1)
+
+
+def _sum_floor_capped(n: int, r: int, k: int) -> int:
+    """Σ_{i=1..n} min(k, ⌊i / r⌋)."""
+    edge = k * r - 1  # the last i with ⌊i / r⌋ < k
+    return _sum_floor(min(n, edge), r) + k * max(0, n - edge)
+
+
+def sparse_attention(m: ModelShape, lens: List[int], prefix: Optional[List[int]] = None) -> tuple:
+    """(query, key) pairs and indexer FLOPs of compressed, sparse attention (``m.attn_window`` > 0), per layer on
+    average over the model's layers, for chunks ``lens`` after ``prefix`` processed tokens. A query seeing i keys
+    (itself and every earlier one) attends to min(i, window) of them in every layer, plus min(topk, ⌊i/csa_ratio⌋)
+    compressed rows in a CSA layer (whose indexer scores all ⌊i/csa_ratio⌋) and ⌊i/hca_ratio⌋ in an HCA layer."""
+    window = csa = hca = scored = 0
+    for c, p in zip(lens, prefix or [0] * len(lens)):
+        a, b = p, p + c
+        window += _sum_min(b, m.attn_window) - _sum_min(a, m.attn_window)
+        csa += _sum_floor_capped(b, m.csa_ratio, m.csa_topk) - _sum_floor_capped(a, m.csa_ratio, m.csa_topk)
+        scored += _sum_floor(b, m.csa_ratio) - _sum_floor(a, m.csa_ratio)
+        hca += _sum_floor(b, m.hca_ratio) - _sum_floor(a, m.hca_ratio)
+    L = m.layers
+    pairs = window + (m.csa_layers * csa + m.hca_layers * hca) / L
+    return float(pairs), float(m.csa_layers * scored * m.index_pair_flops / L)
 
 
 def critical_path(chains, device_work) -> float:

@@ -27,6 +27,11 @@ class ModelShape:
         context_flops_per_token: FLOPs per cached token of the context a prompt chunk attends to, spent once per
             chunk before its attention (chunked prefill, docs/sim.md §11): MLA keeps a latent KV and re-expands it
             (0 for attention that caches keys and values as they are).
+        attn_window: 0 = every query attends to every earlier key (full causal attention). Otherwise compressed,
+            sparse attention (DeepSeek-V4, docs/sim.md §11): every layer attends to the last ``attn_window`` keys;
+            ``csa_layers`` layers also to the ``csa_topk`` compressed rows (one per ``csa_ratio`` keys) an indexer
+            selects, scoring every compressed row at ``index_pair_flops`` FLOPs per (query, row);
+            ``hca_layers`` layers also to every compressed row (one per ``hca_ratio`` keys).
     """
 
     layers: int
@@ -41,6 +46,13 @@ class ModelShape:
     attn_params: int
     attn_pair_flops: int
     context_flops_per_token: int = 0
+    attn_window: int = 0
+    csa_layers: int = 0
+    csa_ratio: int = 1
+    csa_topk: int = 0
+    index_pair_flops: int = 0
+    hca_layers: int = 0
+    hca_ratio: int = 1
 
     def __post_init__(self):
         for name in ("layers", "hidden", "experts", "top_k", "moe_intermediate"):
@@ -50,10 +62,21 @@ class ModelShape:
             raise ValueError(f"ModelShape.first_dense must be in [0, layers], got {self.first_dense}")
         if self.top_k > self.experts:
             raise ValueError(f"ModelShape.top_k ({self.top_k}) must be <= experts ({self.experts})")
+        self._check_sparse()
         for name in ("shared_experts", "shared_intermediate", "dense_intermediate", "attn_params", "attn_pair_flops",
-                     "context_flops_per_token"):
+                     "context_flops_per_token", "attn_window", "csa_layers", "csa_topk", "index_pair_flops",
+                     "hca_layers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"ModelShape.{name} must be >= 0, got {getattr(self, name)}")
+
+    def _check_sparse(self) -> None:
+        if self.csa_ratio < 1 or self.hca_ratio < 1:
+            raise ValueError("ModelShape.csa_ratio and hca_ratio must be >= 1")
+        if self.csa_layers + self.hca_layers > self.layers:
+            raise ValueError(f"ModelShape: csa_layers + hca_layers ({self.csa_layers + self.hca_layers}) exceed "
+                             f"layers ({self.layers})")
+        if (self.csa_layers or self.hca_layers) and not self.attn_window:
+            raise ValueError("ModelShape: compressed-attention layers need attn_window >= 1")
 
     @property
     def moe_layers(self) -> int:
@@ -105,6 +128,24 @@ DEEPSEEK_V3 = ModelShape(layers=61, first_dense=3, hidden=7168, experts=256, top
                          attn_params=187_105_280, attn_pair_flops=81_920, context_flops_per_token=33_554_432)
 
 
+# DeepSeek-V4-Flash (deepseek-ai/DeepSeek-V4-Flash; its config as published in NVIDIA NeMo AutoModel's
+# DeepseekV4Config defaults and the model's coverage page, the Hugging Face dequantized excerpts of its config.json,
+# and the per-layer attention pattern of antirez/ds4's MODEL_CARD.md, a synopsis of the official model card): 43
+# layers, all MoE (the first 3 hash-routed, still MoE rounds), hidden 4096, 256 routed experts, top-6,
+# moe_intermediate 2048, 1 shared expert. Attention: 64 query heads over one 512-wide KV head (MQA), so a (query, key)
+# pair costs 2*64*512 (scores) + 2*64*512 (values) = 131,072 FLOPs. Projections per layer: wq_a 4096*1024, wq_b
+# 1024*64*512, wkv 4096*512, wo_a 8 groups of (8*512)*1024, wo_b (8*1024)*4096: 4,194,304 + 33,554,432 + 2,097,152 +
+# 33,554,432 + 33,554,432 = 106,954,752 (the compressor and indexer projections left out: not in the sources).
+# Every layer keeps a 128-key sliding window; compress_ratios: layers 0 and 1 none, the even layers from 2 (21 of
+# them) ratio 4 with the indexer selecting index_topk 512 compressed rows (64 index heads of 128: 2*64*128 = 16,384
+# FLOPs per (query, compressed row) scored), the odd layers from 3 (20) ratio 128, every compressed row attended.
+DEEPSEEK_V4_FLASH = ModelShape(layers=43, first_dense=0, hidden=4096, experts=256, top_k=6, moe_intermediate=2048,
+                               shared_experts=1, shared_intermediate=2048, dense_intermediate=0,
+                               attn_params=106_954_752, attn_pair_flops=131_072, attn_window=128,
+                               csa_layers=21, csa_ratio=4, csa_topk=512, index_pair_flops=16_384,
+                               hca_layers=20, hca_ratio=128)
+
+
 def model_presets() -> Dict[str, ModelShape]:
     """``deepseek-v3`` plus every ``cam.models`` preset (by the same name), so cam-run's models are simulated with
     exactly the shape cam-run runs."""
@@ -112,6 +153,7 @@ def model_presets() -> Dict[str, ModelShape]:
 
     out = {name: ModelShape.from_config(cfg) for name, cfg in PRESETS.items()}
     out["deepseek-v3"] = DEEPSEEK_V3
+    out["deepseek-v4-flash"] = DEEPSEEK_V4_FLASH
     return out
 
 
