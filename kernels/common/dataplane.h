@@ -259,7 +259,18 @@ public:
     // must precede the others' reads) and publishes, the other blocks wait for it.
     template <typename Leader>
     __aicore__ inline bool Decide(Leader&& leader, int64_t followerCycles) {
-        Reset();
+        Clear();
+        AscendC::SyncAll();  // the word is clear before anyone can read it
+        return Settle(leader, followerCycles);
+    }
+
+    // The same exchange in two steps, for an op whose blocks pass a SyncAll of their own between them: Clear before
+    // that SyncAll, Settle after it.
+    __aicore__ inline void Clear() {
+        if (AscendC::GetBlockIdx() == 0) StoreWord(ws_, 0, kDecisionUndecided);
+    }
+    template <typename Leader>
+    __aicore__ inline bool Settle(Leader&& leader, int64_t followerCycles) {
         if (AscendC::GetBlockIdx() != 0) return Await(followerCycles);
         const bool go = leader();
         Publish(go);
@@ -267,12 +278,6 @@ public:
     }
 
 private:
-    // All blocks call this first; the word is cleared before anyone can read it.
-    __aicore__ inline void Reset() {
-        if (AscendC::GetBlockIdx() == 0) StoreWord(ws_, 0, kDecisionUndecided);
-        AscendC::SyncAll();
-    }
-
     __aicore__ inline void Publish(bool go) { StoreWord(ws_, 0, go ? kDecisionGo : kDecisionStop); }
 
     // Non-zero blocks: true to proceed. Block 0 always decides within followerCycles, so expiry means a broken
