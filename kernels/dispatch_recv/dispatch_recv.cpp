@@ -375,6 +375,7 @@ private:
             base += n;
         }
         rows_.FlushGather();
+        rows_.Drain();
         FlushScales();
         if (tiling_.batched) dp::FlushScalarStores(origin_);
     }
