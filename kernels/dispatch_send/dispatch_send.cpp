@@ -143,7 +143,7 @@ private:
         for (int64_t f = 0; f < t.F; ++f) {
             const int64_t tokens = TotalOf(sum_.tokensAt + f);
             if (tokens > layout::window_token_slots(t)) {
-                return plane_.Refuse(status::kCapacity, t.D * t.P + f, ThisRound(), tokens);
+                return plane_.Refuse(status::kCapacity, layout::ffn_rank(t, f), ThisRound(), tokens);
             }
         }
 
@@ -449,10 +449,10 @@ private:
         for (int64_t f = 0; f < t.F && *missing == dp::kNoPeer; ++f) {
             const int64_t done = plane_.Signals().Poll(own, layout::attn_completion_signal_off(t, slot_, f));
             if (done > prevSeq) {
-                plane_.Fail(status::kProtocol, t.D * t.P + f, ThisRound(), detail::kProtoSignalAhead);
+                plane_.Fail(status::kProtocol, layout::ffn_rank(t, f), ThisRound(), detail::kProtoSignalAhead);
                 return dp::PollResult::kStop;
             }
-            if (done < prevSeq) *missing = t.D * t.P + f;
+            if (done < prevSeq) *missing = layout::ffn_rank(t, f);
         }
         return *missing == dp::kNoPeer ? dp::PollResult::kDone : dp::PollResult::kWait;
     }
@@ -487,7 +487,7 @@ private:
 
     __aicore__ inline GM_ADDR Region(int64_t f) const {
         const CamTopology& t = plane_.Topo();
-        return plane_.Window(t.D * t.P + f) + layout::ffn_region_off(t, plane_.Rank(), slot_);
+        return plane_.Window(layout::ffn_rank(t, f)) + layout::ffn_region_off(t, plane_.Rank(), slot_);
     }
 
     // Records and index tables, one FFN rank per block in turn.
@@ -635,7 +635,7 @@ private:
     __aicore__ inline void Publish() {
         const CamTopology& t = plane_.Topo();
         for (int64_t f = 0; f < t.F; ++f) {
-            plane_.Signals().Send(plane_.Window(t.D * t.P + f), layout::ffn_ready_signal_off(t, plane_.Rank(), slot_),
+            plane_.Signals().Send(plane_.Window(layout::ffn_rank(t, f)), layout::ffn_ready_signal_off(t, plane_.Rank(), slot_),
                                   seq_);
         }
         GM_ADDR own = plane_.Own();

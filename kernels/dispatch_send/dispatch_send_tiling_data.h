@@ -17,7 +17,6 @@ struct DispatchSendTilingData {
     uint32_t key;
     uint32_t blockDim;
     uint32_t colsPerPass;  // a token row is quantized in passes of this many columns (multiple of 32)
-    uint32_t passes;
     uint32_t copyChunkBytes;
     uint32_t tablesInUb;   // 1: every block routes its own tokens with its tables in UB (they fit next to the
                            // working set); 0: block 0 routes the whole round in the workspace with scalar stores

@@ -16,7 +16,6 @@ bool TileDispatchSend(const PlatformInfo& platform, const kernels::dp::CommArgs&
     t.layer = layer;
     t.key = bf16 ? kernels::kDispatchSendBf16 : kernels::kDispatchSendFp16;
     t.colsPerPass = ColsPerPass(topo.H, kernels::kDispatchSendMaxCols);
-    t.passes = static_cast<uint32_t>(kernels::CeilDiv(static_cast<uint64_t>(topo.H), t.colsPerPass));
     t.copyChunkBytes = kernels::kDispatchSendCopyChunk;
     t.placed = placed ? 1u : 0u;
     // The bytes a block reads: its tokens' activations (each is quantized once, whatever the fan-out).
