@@ -88,7 +88,12 @@ public:
         MoveTokens();
         if (AscendC::GetBlockIdx() == 0) idsDigest_ = dp::IdsDigest(ids_, tiling_.tokens * plane_.Topo().K);
         WriteIndexRuns();
-        AscendC::PipeBarrier<PIPE_ALL>();
+        // This block's index runs have landed before the SyncAll (another block may copy its FFN rank's table out)
+        // and before its own MTE2 reads them; the records' clean was ordered by FlushScalarStores before the go.
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID6);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID6);
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID6);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID6);
         AscendC::SyncAll();
         MoveTables();
         AscendC::PipeBarrier<PIPE_ALL>();
