@@ -2,13 +2,10 @@
 
 #include <algorithm>
 
-#include "backend.h"
 #include "cam/tiling/dispatch_recv_tiling.h"
-#include "comm.h"
+#include "dataplane_op.h"
 #include "dispatch_recv/dispatch_recv.h"
-#include "executor.h"
 #include "status.h"
-#include "tensor.h"
 
 using namespace cam::host;
 
@@ -44,62 +41,60 @@ int64_t LargestBatchRows(const CamTopology& t) {
 }
 
 // rowBudget 0: one work item; else a batch within rowBudget rows (docs/protocol.md §6.2).
-aclnnStatus PrepareDispatchRecv(camComm* comm, int64_t rowBudget, const RecvOutputs& o, uint64_t* workspaceSize,
-                                aclOpExecutor** executor) {
-    ArgChecker check("dispatch_recv");
-    if (aclnnStatus st = CheckOutPointers("dispatch_recv", workspaceSize, executor)) return st;
-    aclnnStatus st;
-    if ((st = CheckComm("dispatch_recv", comm, false))) return st;
-    const CamTopology& t = comm->topo;
-    const bool batched = rowBudget != 0;
-    const int64_t chunk = cam::layout::recv_rows(t);
-    if (batched && (st = CheckRowBudget(check, t, rowBudget))) return st;
-    if (batched && rowBudget > cam::kMaxInt32)
-        return check.Invalid("row_budget " + std::to_string(rowBudget) + " exceeds " +
-                             std::to_string(cam::kMaxInt32));
-    const int64_t n = batched ? rowBudget : chunk;
-    const int64_t items = batched ? cam::tiling::DispatchRecvBatchItems(t) : 1;
-    const int64_t R = cam::layout::experts_per_ffn(t), W = cam::layout::work_item_words(t);
-    TensorView ev, sv, cv, gv, ov, wv;
-    if ((st = check.View(o.expandX, "expand_x", &ev)) || (st = check.View(o.scales, "scales", &sv))) return st;
-    if (batched) {
-        if ((st = check.View(o.groupTable, "group_table", &gv)) || (st = check.View(o.origin, "origin", &ov)) ||
-            (st = check.View(o.workItems, "work_items", &wv)))
-            return st;
-    } else if ((st = check.View(o.expertCounts, "expert_counts", &cv)) ||
-               (st = check.View(o.workItems, "work_item", &wv))) {
-        return st;
-    }
-    st = t.quantized ? check.Tensor(ev, "expand_x", {ACL_INT8}, {n, t.H})
-                     : check.Tensor(ev, "expand_x", {ACL_BF16, ACL_FLOAT16}, {n, t.H});
-    if (st || (!t.quantized && (st = CheckActDtype(check, ev, "expand_x", comm)))) return st;
-    if ((st = check.Tensor(sv, "scales", {ACL_FLOAT}, {t.quantized ? n : 1}))) return st;
-    if (batched) {
-        if ((st = check.Tensor(gv, "group_table", {ACL_INT64}, {items * R, cam::kernels::kGroupWords})) ||
-            (st = check.Tensor(ov, "origin", {ACL_INT64}, {n, cam::kernels::kOriginWords})) ||
-            (st = check.Tensor(wv, "work_items", {ACL_INT64}, {items, W})))
-            return st;
-    } else if ((st = check.Tensor(cv, "expert_counts", {ACL_INT64}, {R})) ||
-               (st = check.Tensor(wv, "work_item", {ACL_INT64}, {W}))) {
-        return st;
-    }
-
+struct DispatchRecvOp {
+    static constexpr const char* kName = "dispatch_recv";
+    static constexpr bool kAttentionOp = false;
+    static constexpr bool kEndsOnItsOwn = false;
+    int64_t rowBudget;
+    RecvOutputs o;
+    TensorView ev{}, sv{}, cv{}, gv{}, ov{}, wv{};
     cam::kernels::DispatchRecvTilingData tiling{};
-    uint64_t ws = 0;
-    std::string why;
-    if (!cam::tiling::TileDispatchRecv(CurrentPlatform(), MakeCommArgs(comm), rowBudget, &tiling, &ws, &why))
-        return check.Invalid(why);
-    auto ex = std::make_unique<Executor>("dispatch_recv");
-    ex->workspaceSize = ws;
-    ex->launch = [tiling, comm, e = ev.data, s = sv.data, c = cv.data, g = gv.data, org = ov.data, w = wv.data](
-                     void* workspace, aclrtStream stream) {
-        return LaunchOnComm(comm, stream, [&] {
-            cam::kernels::LaunchDispatchRecv(tiling.blockDim, stream, comm->DevicePeers(),
-                                             e, s, c, g, org, w, static_cast<uint8_t*>(workspace), tiling);
-        });
-    };
-    return Finish(std::move(ex), workspaceSize, executor);
-}
+
+    aclnnStatus Check(const ArgChecker& check, camComm* comm) {
+        const CamTopology& t = comm->topo;
+        const bool batched = rowBudget != 0;
+        const int64_t chunk = cam::layout::recv_rows(t);
+        aclnnStatus st;
+        if (batched && (st = CheckRowBudget(check, t, rowBudget))) return st;
+        if (batched && rowBudget > cam::kMaxInt32)
+            return check.Invalid("row_budget " + std::to_string(rowBudget) + " exceeds " +
+                                 std::to_string(cam::kMaxInt32));
+        const int64_t n = batched ? rowBudget : chunk;
+        const int64_t items = batched ? cam::tiling::DispatchRecvBatchItems(t) : 1;
+        const int64_t R = cam::layout::experts_per_ffn(t), W = cam::layout::work_item_words(t);
+        if ((st = check.View(o.expandX, "expand_x", &ev)) || (st = check.View(o.scales, "scales", &sv))) return st;
+        if (batched) {
+            if ((st = check.View(o.groupTable, "group_table", &gv)) || (st = check.View(o.origin, "origin", &ov)) ||
+                (st = check.View(o.workItems, "work_items", &wv)))
+                return st;
+        } else if ((st = check.View(o.expertCounts, "expert_counts", &cv)) ||
+                   (st = check.View(o.workItems, "work_item", &wv))) {
+            return st;
+        }
+        st = t.quantized ? check.Tensor(ev, "expand_x", {ACL_INT8}, {n, t.H})
+                         : check.Tensor(ev, "expand_x", {ACL_BF16, ACL_FLOAT16}, {n, t.H});
+        if (st || (!t.quantized && (st = CheckActDtype(check, ev, "expand_x", comm)))) return st;
+        if ((st = check.Tensor(sv, "scales", {ACL_FLOAT}, {t.quantized ? n : 1}))) return st;
+        if (batched) {
+            if ((st = check.Tensor(gv, "group_table", {ACL_INT64}, {items * R, cam::kernels::kGroupWords})) ||
+                (st = check.Tensor(ov, "origin", {ACL_INT64}, {n, cam::kernels::kOriginWords})) ||
+                (st = check.Tensor(wv, "work_items", {ACL_INT64}, {items, W})))
+                return st;
+        } else if ((st = check.Tensor(cv, "expert_counts", {ACL_INT64}, {R})) ||
+                   (st = check.Tensor(wv, "work_item", {ACL_INT64}, {W}))) {
+            return st;
+        }
+        return ACLNN_SUCCESS;
+    }
+    bool Tile(const cam::tiling::PlatformInfo& platform, const cam::kernels::dp::CommArgs& args, uint64_t* ws,
+              std::string* why) {
+        return cam::tiling::TileDispatchRecv(platform, args, rowBudget, &tiling, ws, why);
+    }
+    void Launch(camComm* comm, uint8_t* workspace, aclrtStream stream) const {
+        cam::kernels::LaunchDispatchRecv(tiling.blockDim, stream, comm->DevicePeers(), ev.data, sv.data, cv.data,
+                                         gv.data, ov.data, wv.data, workspace, tiling);
+    }
+};
 
 }  // namespace
 
@@ -112,7 +107,7 @@ extern "C" aclnnStatus aclnnCamDispatchRecvGetWorkspaceSize(camComm* comm, aclTe
         o.scales = scales;
         o.expertCounts = expertCounts;
         o.workItems = workItem;
-        return PrepareDispatchRecv(comm, 0, o, workspaceSize, executor);
+        return PrepareDataPlaneOp(comm, DispatchRecvOp{0, o}, workspaceSize, executor);
     });
 }
 
@@ -129,7 +124,7 @@ extern "C" aclnnStatus aclnnCamDispatchRecvBatchGetWorkspaceSize(camComm* comm, 
         o.groupTable = groupTable;
         o.origin = origin;
         o.workItems = workItems;
-        return PrepareDispatchRecv(comm, rowBudget, o, workspaceSize, executor);
+        return PrepareDataPlaneOp(comm, DispatchRecvOp{rowBudget, o}, workspaceSize, executor);
     });
 }
 

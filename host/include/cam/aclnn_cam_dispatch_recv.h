@@ -15,7 +15,8 @@ extern "C" {
 #endif
 
 /* dispatch_recv (FFN rank): takes the next ready replica round robin, or returns an empty work item after the
- * idle bound. Outputs have static shapes (N = min(capacity, P*Bmax*K), R = local expert slots: expert_slots or E/F):
+ * idle bound. Outputs have static shapes (N = min(capacity, P*Ts*K) with Ts = min(Bmax, window_tokens), window_tokens
+ * 0 meaning Bmax; R = local expert slots: expert_slots or E/F):
  *   expandX       [N, H] ACL_INT8 (quantized) or camCommConfig.actDtype; rows past work_item rows are not written
  *   scales        [N] ACL_FLOAT (quantized) or [1] (unused)
  *   expertCounts  [R] ACL_INT64: rows per local expert (a group_list of type 1 = counts)
