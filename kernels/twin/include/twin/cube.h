@@ -410,9 +410,11 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
                    where);
     CAM_TWIN_CHECK(p.srcStride % kCubeM0 == 0 && p.srcStride >= p.mSize, "cube-params",
                    "Fixpipe srcStride must be the L0C row count (a multiple of 16, >= mSize)", where);
-    const uint32_t nA = (p.nSize + kCubeN0 - 1) / kCubeN0 * kCubeN0;
-    CAM_TWIN_CHECK(uint64_t(p.srcStride) * nA <= src.GetSize(), "l0-bounds", "Fixpipe reads past its L0C tensor",
-                   where);
+    // The exact extent read: mSize rows of each 16-column block, blocks srcStride rows apart (a source that starts
+    // at a row inside L0C, such as the second of two stacked row planes, reads no further than its last block).
+    const uint32_t nBlocksRead = (p.nSize + kCubeN0 - 1) / kCubeN0;
+    CAM_TWIN_CHECK((uint64_t(nBlocksRead - 1) * p.srcStride + p.mSize) * kCubeN0 <= src.GetSize(), "l0-bounds",
+                   "Fixpipe reads past its L0C tensor", where);
     const int32_t* c = src.Data();
     // Rows ascend in GM: the last row's range bounds them all, checked before the first write.
     dst.CheckRange(uint64_t(p.mSize - 1) * p.dstStride, p.nSize, where);
