@@ -75,7 +75,8 @@ void LoadDataWithTranspose(const LocalTensor<int4b_t>&, const LocalTensor<int4b_
 
 // C (L0C, NZ int32) = / += A (L0A, ZZ int4) x B (L0B, ZN int4). The hardware reads K in fractals of 64 elements,
 // so each operand must hold its rows (columns) to k rounded up to 64; the rest of the rules (positions, ranges,
-// GEMV, ordering, bounds) are the int8 Mmad's, which runs on the unpacked fractals with the operands' records.
+// GEMV, ordering, bounds) are the int8 Mmad's, which runs on the unpacked fractals with the operands' records; the
+// timing model charges it at the int4 rate (cube_int4_macs_per_cycle).
 inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int4b_t>& a, const LocalTensor<int4b_t>& b,
                  const MmadParams& p, const std::source_location where = std::source_location::current()) {
     using namespace cam::twin;
@@ -99,7 +100,8 @@ inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int4b_t>& a, c
     int8_t* b8 = Int4Staging(1, uint64_t(k8) * nA);
     UnpackInt4A(a8, reinterpret_cast<const uint8_t*>(a.Data()), mA, k8, k4);
     UnpackInt4B(b8, reinterpret_cast<const uint8_t*>(b.Data()), k8, k4, nA);
-    Mmad(c, LocalTensor<int8_t>(a8, mA * k8, a.Record()), LocalTensor<int8_t>(b8, k8 * nA, b.Record()), p, where);
+    MmadChecked(c, LocalTensor<int8_t>(a8, mA * k8, a.Record()), LocalTensor<int8_t>(b8, k8 * nA, b.Record()), p,
+                where, 4);
 }
 
 // Vector Cast half -> int4b_t (asc-devkit `asc_half2int4` / `vconv_f162s4*`, A2/A3: the int4 operand's producer on
