@@ -231,3 +231,55 @@ def test_device_detected_errors_write_nothing():
     with pytest.raises(cam.DeviceArgumentError, match="group_table"):
         cam.ops.gmm_multi_layer(x, xs, lw, torch.tensor([[0, 0, 4], [1, 2, 3]]), None, TABLE, out=out)
     assert bool((out.float() == 9.0).all())
+
+
+@pytest.mark.parametrize("group_size", [None, 64])
+def test_consumer_layout_experts_through_the_int4_kernels(group_size):
+    """A tiny DeepSeek-V3-shaped MoE layer's float experts in the consumer's W4A8 layout (int4 packed eight to an
+    int32 [E, K, N/8], int64-encoded scales, the fp32 assist matrix), decoded by cam.w4a8.from_consumer into
+    LayerWeights(format="int4"): W1 -> W2 through the int4 kernels equals the goldens on the decoded weights (W2 bit
+    for bit from W1's output), and stays within the activation-quantization bound of the float FFN run with the same
+    dequantized weights."""
+    from cam import w4a8
+
+    layout = "int32_low_nibble_first"
+    g = torch.Generator().manual_seed(36)
+    e, h, i, layers, m = 4, 256, 128, 2, 40
+    floats = [(torch.randn(e, h, 2 * i, generator=g) * 0.05, torch.randn(e, i, h, generator=g) * 0.05)
+              for _ in range(layers)]
+
+    def consumer(w):
+        q, s = cam.quantize_weight(w, bits=4, group_size=group_size)
+        s = w4a8.decode_scale_int64(w4a8.encode_scale_int64(s))
+        return w4a8.pack_int4(q, layout=layout), w4a8.encode_scale_int64(s), w4a8.assist_matrix(q, s, group_size)
+
+    decoded = [[w4a8.from_consumer(*consumer(w), layout=layout, group_size=group_size) for w in pair]
+               for pair in floats]
+    q1, s1 = [d[0][0] for d in decoded], [d[0][1] for d in decoded]
+    q2, s2 = [d[1][0] for d in decoded], [d[1][1] for d in decoded]
+    lw1, lw2 = cam.LayerWeights(q1, s1, format="int4"), cam.LayerWeights(q2, s2, format="int4")
+    x = torch.randn(m, h, generator=g)
+    xq, xs = cam.reference.dynamic_quant(x)
+    counts = torch.tensor([12, 0, 20, 8], dtype=torch.int64)
+    for layer in range(layers):
+        li = torch.tensor([layer])
+        y, ys = cam.ops.gmm_swiglu_quant_multi_layer(xq, xs, lw1, counts, li)
+        want_y, want_ys, _ = ref4.gmm_swiglu_quant_multi_layer_w4a8(xq, xs, q1, s1, counts, layer,
+                                                                    group_size=group_size)
+        assert _max_diff(y, want_y) <= 1 and torch.allclose(ys, want_ys, rtol=1e-6, atol=0)
+        out = cam.ops.gmm_multi_layer(y, ys, lw2, counts, li)
+        assert torch.equal(_bits(out), _bits(ref4.gmm_multi_layer_w4a8(y, ys, q2, s2, counts, layer,
+                                                                        group_size=group_size)))
+        # The float FFN with the same dequantized weights, per row of its expert.
+        deq1 = w4a8.dequantize_weight_int4(q1[layer], s1[layer], group_size)
+        deq2 = w4a8.dequantize_weight_int4(q2[layer], s2[layer], group_size)
+        start, worst = 0, 0.0
+        for ex, rows in enumerate(counts.tolist()):
+            if rows:
+                c = x[start:start + rows] @ deq1[ex]
+                act, gate = c[:, :i], c[:, i:]
+                want = (torch.nn.functional.silu(act) * gate) @ deq2[ex]
+                got = out[start:start + rows].float()
+                worst = max(worst, float((got - want).norm() / want.norm()))
+            start += rows
+        assert worst < 0.05, worst
