@@ -149,8 +149,9 @@ def test_group_table_batches_equal_the_golden_and_one_group_calls(group_size):
 
 
 def test_w1_long_rows_spill_and_long_k_streams():
-    """N/2 past one UB pass (the spill over the hi plane) and K too long for a resident A (the streamed A tiles)."""
-    for m, k, n in ((6, 128, 9000), (20, 4096, 64)):
+    """N/2 past one UB pass (the spill over the hi plane) and a 128-row tile over K = 4096, too long for a resident
+    A (the streamed split A tiles)."""
+    for m, k, n in ((6, 128, 9000), (130, 4096, 64)):
         _, x, xs, ws, ss = _problem(m + k, m, k, n, 2, 1, 64)
         gl = torch.tensor([m // 2, m - m // 2], dtype=torch.int64)
         y, ys = cam.ops.gmm_swiglu_quant_multi_layer(x, xs, cam.LayerWeights(ws, ss, format="int4"), gl,
