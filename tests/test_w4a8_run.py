@@ -121,12 +121,13 @@ def _to_consumer_layout(directory):
     from safetensors.torch import load_file, save_file
 
     from cam import convert, w4a8
+    from cam.checkpoint_config import LAYER_EXPERTS
 
     layout = "int32_low_nibble_first"
     written = {}
     for name in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
         tensors = load_file(name)
-        prefixes = sorted({m.group(1) for m in map(convert._LAYER_EXPERTS.match, tensors) if m})
+        prefixes = sorted({m.group(1) for m in map(LAYER_EXPERTS.match, tensors) if m})
         for prefix in prefixes:
             ffn = convert.from_hf_state_dict(tensors, prefix)
             for key in [k for k in tensors if k.startswith(prefix)]:

@@ -127,7 +127,7 @@ def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8") ->
                     item = None
                     while item is None:
                         _, _, _, wi = cam.ops.dispatch_recv(comm)
-                        if int(wi[0]):
+                        if not cam.WorkItem(wi).is_empty:
                             item = wi
                     barrier.wait()
                     expert_out = torch.zeros((topo.recv_rows, H), dtype=torch.bfloat16)

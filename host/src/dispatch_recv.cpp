@@ -1,5 +1,7 @@
 #include "cam/aclnn_cam_dispatch_recv.h"
 
+#include <algorithm>
+
 #include "backend.h"
 #include "cam/tiling/dispatch_recv_tiling.h"
 #include "comm.h"
@@ -22,6 +24,25 @@ struct RecvOutputs {
     aclTensor* workItems = nullptr;
 };
 
+// The batched mode's row-budget rule, the one place it is compared (a serving policy asks it through
+// aclnnCamDispatchRecvCheckRowBudget before it builds anything).
+aclnnStatus CheckRowBudget(const ArgChecker& check, const CamTopology& t, int64_t rowBudget) {
+    if (rowBudget <= 0) return check.Invalid("row_budget must be positive, got " + std::to_string(rowBudget));
+    const int64_t chunk = cam::layout::recv_rows(t);
+    // A chunk is cut at recv_rows so that combine_send can recompute it from the cursor alone (§8): a budget that
+    // cannot hold one whole chunk (a token's rows among them) could never take the next item.
+    if (rowBudget < chunk)
+        return check.Invalid("row_budget " + std::to_string(rowBudget) + " is smaller than one work item's rows (" +
+                             std::to_string(chunk) + " = min(capacity, P*min(Bmax, window_tokens)*K))");
+    return ACLNN_SUCCESS;
+}
+
+// The most rows one batch can take: I items of at most one chunk each (and an int32 row count).
+int64_t LargestBatchRows(const CamTopology& t) {
+    return std::min<int64_t>(int64_t(cam::tiling::DispatchRecvBatchItems(t)) * cam::layout::recv_rows(t),
+                             cam::kMaxInt32);
+}
+
 // rowBudget 0: one work item; else a batch within rowBudget rows (docs/protocol.md §6.2).
 aclnnStatus PrepareDispatchRecv(camComm* comm, int64_t rowBudget, const RecvOutputs& o, uint64_t* workspaceSize,
                                 aclOpExecutor** executor) {
@@ -32,11 +53,7 @@ aclnnStatus PrepareDispatchRecv(camComm* comm, int64_t rowBudget, const RecvOutp
     const CamTopology& t = comm->topo;
     const bool batched = rowBudget != 0;
     const int64_t chunk = cam::layout::recv_rows(t);
-    // A chunk is cut at recv_rows so that combine_send can recompute it from the cursor alone (§8): a budget that
-    // cannot hold one whole chunk (a token's rows among them) could never take the next item.
-    if (batched && rowBudget < chunk)
-        return check.Invalid("row_budget " + std::to_string(rowBudget) + " is smaller than one work item's rows (" +
-                             std::to_string(chunk) + " = min(capacity, P*min(Bmax, window_tokens)*K))");
+    if (batched && (st = CheckRowBudget(check, t, rowBudget))) return st;
     if (batched && rowBudget > cam::kMaxInt32)
         return check.Invalid("row_budget " + std::to_string(rowBudget) + " exceeds " +
                              std::to_string(cam::kMaxInt32));
@@ -104,8 +121,8 @@ extern "C" aclnnStatus aclnnCamDispatchRecvBatchGetWorkspaceSize(camComm* comm, 
                                                                  aclTensor* origin, aclTensor* workItems,
                                                                  uint64_t* workspaceSize, aclOpExecutor** executor) {
     return Guarded("aclnnCamDispatchRecvBatchGetWorkspaceSize", [&]() -> aclnnStatus {
-        if (rowBudget <= 0)
-            return ArgChecker("dispatch_recv").Invalid("row_budget must be positive, got " + std::to_string(rowBudget));
+        if (rowBudget <= 0)  // 0 would select the one-item mode below: refused here, in CheckRowBudget's words
+            return CheckRowBudget(ArgChecker("dispatch_recv"), CamTopology{}, rowBudget);
         RecvOutputs o;
         o.expandX = expandX;
         o.scales = scales;
@@ -113,6 +130,17 @@ extern "C" aclnnStatus aclnnCamDispatchRecvBatchGetWorkspaceSize(camComm* comm, 
         o.origin = origin;
         o.workItems = workItems;
         return PrepareDispatchRecv(comm, rowBudget, o, workspaceSize, executor);
+    });
+}
+
+extern "C" aclnnStatus aclnnCamDispatchRecvCheckRowBudget(const CamTopology* topology, int64_t rowBudget,
+                                                          int64_t* largestBatchRows) {
+    return Guarded("aclnnCamDispatchRecvCheckRowBudget", [&]() -> aclnnStatus {
+        ArgChecker check("dispatch_recv");
+        if (topology == nullptr || cam::layout::check_topology(*topology) != cam::field::kOk)
+            return check.Invalid("topology is null or not a valid CamTopology");
+        if (largestBatchRows != nullptr) *largestBatchRows = LargestBatchRows(*topology);
+        return CheckRowBudget(check, *topology, rowBudget);
     });
 }
 

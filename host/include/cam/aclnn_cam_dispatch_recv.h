@@ -36,6 +36,12 @@ CAM_API aclnnStatus aclnnCamDispatchRecvBatchGetWorkspaceSize(camComm* comm, int
                                                               aclTensor* scales, aclTensor* groupTable,
                                                               aclTensor* origin, aclTensor* workItems,
                                                               uint64_t* workspaceSize, aclOpExecutor** executor);
+/* The batched mode's row-budget rule for a topology, without a communicator (a serving policy checks it once,
+ * before it allocates): ACLNN_ERR_PARAM_INVALID naming row_budget, as the batched GetWorkspaceSize refuses a budget
+ * below one chunk (N above). *largestBatchRows (may be NULL) receives min(I * N, 2^31 - 1), the most rows one batch
+ * can ever take on this topology. */
+CAM_API aclnnStatus aclnnCamDispatchRecvCheckRowBudget(const CamTopology* topology, int64_t rowBudget,
+                                                       int64_t* largestBatchRows);
 CAM_API aclnnStatus aclnnCamDispatchRecv(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                          aclrtStream stream);
 
