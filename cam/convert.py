@@ -317,13 +317,18 @@ _DEEPSEEK_NAMES = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
 
 def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, is_transposed: bool = False,
                        is_concatenated: bool = True, hidden_size: Optional[int] = None,
-                       intermediate_size: Optional[int] = None, swiglu_limit: Optional[float] = None) -> ExpertFFN:
+                       intermediate_size: Optional[int] = None, swiglu_limit: Optional[float] = None,
+                       consumer_w4a8: Optional[Mapping] = None) -> ExpertFFN:
     """One layer's experts from a checkpoint's tensors under ``prefix`` (e.g. ``"model.layers.3.mlp.experts."``):
     the fused ``gate_up_proj`` / ``down_proj`` keys, or the per-expert ``<n>.gate_proj.weight`` ... keys (or
-    DeepSeek's ``<n>.w1.weight`` / ``w3`` / ``w2``, never mixed with the former)."""
+    DeepSeek's ``<n>.w1.weight`` / ``w3`` / ``w2``, never mixed with the former), or the consumer's W4A8 layout
+    (:data:`CONSUMER_W4A8_KEYS`, decoded with ``consumer_w4a8`` = ``{"layout", "group_size"}``, which the
+    checkpoint's ``cam_w4a8.json`` states: :func:`load_checkpoint_experts`)."""
     who = "from_hf_state_dict"
     if not prefix.endswith("."):
         prefix += "."
+    if prefix + CONSUMER_W4A8_KEYS[0] in state_dict:
+        return _from_consumer_w4a8(state_dict, prefix, consumer_w4a8, swiglu_limit)
     fused = (prefix + "gate_up_proj", prefix + "down_proj")
     if fused[0] in state_dict or fused[1] in state_dict:
         missing = [k for k in fused if k not in state_dict]
@@ -370,6 +375,54 @@ def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, i
     return from_hf_per_expert([per["gate_proj"][e] for e in range(n)], [per["up_proj"][e] for e in range(n)],
                               [per["down_proj"][e] for e in range(n)], hidden_size=hidden_size,
                               intermediate_size=intermediate_size, swiglu_limit=swiglu_limit)
+
+
+# The consumer's W4A8 experts (docs/gmm.md §9.4): per layer, int4 packed eight to an int32 [E, K, N / 8], int64
+# scales, the fp32 assist matrix; w13 is the gate|up projection [E, H, 2I], w2 the down projection [E, I, H].
+CONSUMER_W4A8_KEYS = ("w13_weight", "w13_weight_scale", "w13_weight_assist", "w2_weight", "w2_weight_scale",
+                      "w2_weight_assist")
+# The file of a checkpoint directory that names the layout of such experts (never guessed from the tensors).
+CONSUMER_W4A8_FILE = "cam_w4a8.json"
+
+
+def _from_consumer_w4a8(state_dict: Mapping[str, torch.Tensor], prefix: str, consumer: Optional[Mapping],
+                        swiglu_limit: Optional[float]) -> ExpertFFN:
+    """One layer's consumer-layout W4A8 experts as float ``q · scale`` (the weights they compute with): decoded and
+    checked by :func:`cam.w4a8.from_consumer` (its assist matrix included), so quantizing them again per channel
+    (``quantize_weight(bits=4)``) gives back the same int4 values and scales."""
+    from . import w4a8
+
+    who = "from_hf_state_dict"
+    if consumer is None:
+        raise ValueError(f"{who}: {prefix}{CONSUMER_W4A8_KEYS[0]} holds packed int4 experts but no layout was given "
+                         f"(a checkpoint states it in {CONSUMER_W4A8_FILE}: {{\"layout\": ..., \"group_size\": ...}})")
+    missing = [prefix + k for k in CONSUMER_W4A8_KEYS if prefix + k not in state_dict]
+    if missing:
+        raise KeyError(f"{who}: {missing[0]!r} missing from the checkpoint")
+    group_size = consumer.get("group_size")
+    w = []
+    for name in ("w13", "w2"):
+        q, scale = w4a8.from_consumer(state_dict[f"{prefix}{name}_weight"], state_dict[f"{prefix}{name}_weight_scale"],
+                                      state_dict[f"{prefix}{name}_weight_assist"], layout=consumer.get("layout"),
+                                      group_size=group_size)
+        w.append(w4a8.dequantize_weight_int4(q, scale, group_size))
+    return ExpertFFN(w1=w[0], w2=w[1], swiglu_limit=swiglu_limit)
+
+
+def _consumer_w4a8(directory: str) -> Optional[dict]:
+    """The checkpoint's ``cam_w4a8.json`` (``{"layout": ..., "group_size": null | int}``), or None."""
+    import json
+    import os
+
+    path = os.path.join(directory, CONSUMER_W4A8_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        spec = json.load(f)
+    if not isinstance(spec, dict) or set(spec) - {"layout", "group_size"} or "layout" not in spec:
+        raise ValueError(f"load_checkpoint_experts: {path} must be {{\"layout\": ..., \"group_size\": ...}}, got "
+                         f"{spec!r}")
+    return spec
 
 
 # ----------------------------------------------------------------------------- quantization
@@ -550,7 +603,8 @@ def checkpoint_config(directory: str, *, who: str = "cam.convert") -> Tuple[dict
 
 def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     """The routed experts of every MoE layer of a transformers checkpoint directory (``config.json`` and
-    ``*.safetensors``), in layer order: MoE layer ``j`` is the ``j``-th decoder layer that has experts (the
+    ``*.safetensors``; experts in the consumer's W4A8 layout when its ``cam_w4a8.json`` names their layout), in
+    layer order: MoE layer ``j`` is the ``j``-th decoder layer that has experts (the
     work item's layer index). Refuses, by name, what the kernels do not compute (:func:`check_supported_config`).
 
     Returns:
@@ -577,13 +631,14 @@ def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
         origin.update(dict.fromkeys(loaded, name))
     prefixes = ckpt.expert_prefixes(tensors, directory)
     layer_ids = sorted(prefixes)
+    consumer = _consumer_w4a8(directory)
     layers = []
     for i in layer_ids:
         # A refused tensor is named by its key (from_hf_state_dict) and here by the file(s) holding the layer.
         files = ", ".join(sorted({origin[k] for k in tensors if k.startswith(prefixes[i])}))
         try:
             layers.append(from_hf_state_dict(tensors, prefixes[i], hidden_size=hidden, intermediate_size=intermediate,
-                                             swiglu_limit=limit))
+                                             swiglu_limit=limit, consumer_w4a8=consumer))
         except UnsupportedModelError:
             raise
         except (ValueError, KeyError, TypeError) as e:

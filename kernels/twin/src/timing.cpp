@@ -114,7 +114,7 @@ void Push(const Rec& r) {
 
 // One device's figures, read by name from the one table.
 struct Device {
-    double clock, mte2, mte3, mte1, fix, mteLat, burst, vecRepeat, vecBytes, vecStart, cubeStart, cubeMacs, issue,
+    double clock, mte2, mte3, mte1, fix, mteLat, burst, vecRepeat, vecBytes, vecStart, cubeStart, cubeMacs, cubeMacsInt4, issue,
         scalarUb, scalarGm, hbm, l2Bytes, l2Bw, sync, launch, link, pollLat;
 };
 
@@ -138,6 +138,7 @@ Device MakeDevice(bool a3, bool l2hi) {
     d.vecStart = Lookup("vector_startup_cycles", a3);
     d.cubeStart = Lookup("cube_startup_cycles", a3);
     d.cubeMacs = Lookup("cube_int8_macs_per_cycle", a3);
+    d.cubeMacsInt4 = Lookup("cube_int4_macs_per_cycle", a3);
     d.issue = Lookup("scalar_issue_cycles", a3);
     d.scalarUb = Lookup("scalar_ub_access_cycles", a3);
     d.scalarGm = Lookup("scalar_gm_access_cycles", a3);
@@ -173,7 +174,8 @@ double Cycles(const Rec& r, const Device& d) {
         }
         case Kind::LocalCopy: return d.cubeStart + double(r.a) / d.mte1;
         case Kind::Vector: return d.vecStart + double((r.a + uint64_t(d.vecBytes) - 1) / uint64_t(d.vecBytes)) * d.vecRepeat;
-        case Kind::Mmad: return d.cubeStart + double(r.a) * double(r.b) * double(r.c) / d.cubeMacs;
+        case Kind::Mmad:  // r.d: the operands' element bits
+            return d.cubeStart + double(r.a) * double(r.b) * double(r.c) / (r.d == 4 ? d.cubeMacsInt4 : d.cubeMacs);
         default: return 0;
     }
 }
@@ -692,9 +694,9 @@ void TimeVectorOperandRecord(const char* role, uint64_t bytes) {
     }
 }
 
-void TimeMmadRecord(uint32_t m, uint32_t n, uint32_t k) {
+void TimeMmadRecord(uint32_t m, uint32_t n, uint32_t k, uint32_t elemBits) {
     if (!gTimingOn) return;
-    Push({Kind::Mmad, uint8_t(Pipe::M), 0, 0, m, n, k, 0});
+    Push({Kind::Mmad, uint8_t(Pipe::M), 0, 0, m, n, k, elemBits});
 }
 
 void TimeScalarRecord(bool gm) {
