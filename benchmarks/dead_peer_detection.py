@@ -4,7 +4,8 @@ A plane of processes (D=2 replicas x P=1, F=2 FFN ranks) runs rounds; once every
 SIGKILLed (an FFN rank, then an Attention rank). Every survivor is inside an op (Attention ranks in combine_recv,
 FFN ranks in dispatch_recv polls).
 
-A killed FFN rank (and, with --no-isolate, a killed Attention rank) makes the plane's liveness watchdog raise the
+A killed FFN rank (and, without replica isolation, a killed Attention rank: the victim role attention-no-isolate, or
+--no-isolate for every role) makes the plane's liveness watchdog raise the
 abort word naming the dead rank. The figure is the time from the kill to each survivor's error, against the same
 run's device timeout (timeout_s, set far above on purpose: detection must not depend on it).
 
@@ -17,7 +18,9 @@ it dropped. The figure is the time from the kill to each survivor's watchdog fin
 Nothing here is a test assertion; tests/test_liveness.py runs one plane per victim role (default isolation) and
 tests/test_isolation.py one with --no-isolate, and check who reports what.
 
-    python benchmarks/dead_peer_detection.py --runs 3 --json benchmarks/results/dead-peer-detection.json
+    python benchmarks/dead_peer_detection.py --runs 2 --json benchmarks/results/dead-peer-detection.json
+
+records the three victim roles (ffn, attention, attention-no-isolate) in one file.
 """
 
 from __future__ import annotations
@@ -216,13 +219,20 @@ def one_run(victim: int, liveness_poll: float, isolate: bool, no_isolate: bool) 
             "errors": {r: s.get("error") for r, s in survivors.items()}}
 
 
+# Victim roles: an FFN rank; an Attention rank under replica isolation (survivors go on); an Attention rank on a
+# plane without it (the plane aborts naming it).
+ROLES = ("ffn", "attention", "attention-no-isolate")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=1, help="planes per victim role")
-    p.add_argument("--victims", nargs="+", choices=["ffn", "attention"], default=["ffn", "attention"])
+    p.add_argument("--victims", nargs="+", choices=ROLES, default=list(ROLES),
+                   help="victim roles, one plane each per run (attention-no-isolate: an Attention victim on a plane "
+                        "without replica isolation)")
     p.add_argument("--liveness-poll", type=float, default=0.25, help="Comm(liveness_poll_s=...)")
     p.add_argument("--no-isolate", action="store_true",
-                   help="Comm(isolate_replicas=False): an Attention victim aborts the plane too")
+                   help="Comm(isolate_replicas=False) for every role: an Attention victim aborts the plane too")
     p.add_argument("--isolate", action="store_true", help=argparse.SUPPRESS)  # worker: survivors go on
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -241,8 +251,9 @@ def main(argv=None) -> int:
     for role in args.victims:
         for _ in range(args.runs):
             victim = A + 1 if role == "ffn" else 0
-            isolate = role == "attention" and not args.no_isolate
-            r = one_run(victim, args.liveness_poll, isolate, args.no_isolate)
+            no_isolate = args.no_isolate or role == "attention-no-isolate"
+            isolate = role != "ffn" and not no_isolate
+            r = one_run(victim, args.liveness_poll, isolate, no_isolate)
             r["role"], r["isolated"] = role, isolate
             runs.append(r)
             if isolate:
@@ -273,7 +284,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"topology": TOPOLOGY, "timeout_s": TIMEOUT_S, "liveness_poll_s": args.liveness_poll,
-                       "isolate_replicas": not args.no_isolate, "summary": summary, "runs": runs}, f, indent=2)
+                       "summary": summary, "runs": runs}, f, indent=2)
     ok = all(r["ok"] if r["isolated"] else r["all_named"] and len(r["latency_s"]) == len(r["named"]) for r in runs)
     return 0 if ok else 1
 

@@ -13,14 +13,19 @@ import tempfile
 DEFAULT_ARGS = ["--preset", "imbalanced", "--cost-model", "--replicas", "3", "--ffn", "2"]
 
 
-def main() -> int:
+def main(argv=None, run=subprocess.run) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "e2e-summary.json"))
     parser.add_argument("--figures", metavar="DIR",
-                        help="the first repeat of each mode also writes DIR/e2e-<preset>-<mode>.{json,png} (its report "
-                             "and its --timeline)")
-    args, run_args = parser.parse_known_args()
+                        help="the first repeat of each mode also draws its --timeline as DIR/e2e-<preset>-<mode>.png "
+                             "(its report goes into the summary, first_repeat_reports)")
+    args, run_args = parser.parse_known_args(argv)
+    if args.figures:  # made before the first run: cam-run refuses a --json or --timeline in a missing directory
+        try:
+            os.makedirs(args.figures, exist_ok=True)
+        except OSError as e:
+            parser.error(f"--figures {args.figures!r}: cannot create it ({e.strerror or e})")
     run_args = run_args or DEFAULT_ARGS
     preset = run_args[run_args.index("--preset") + 1] if "--preset" in run_args else "default"
     runs = {"async": [], "sync": []}
@@ -31,9 +36,8 @@ def main() -> int:
                 path = os.path.join(tmp, f"{mode}-{i}.json")
                 extra = []
                 if args.figures and i == 0:
-                    stem = os.path.join(os.path.abspath(args.figures), f"e2e-{preset}-{mode}")
-                    path, extra = stem + ".json", ["--timeline", stem + ".png"]
-                subprocess.run([sys.executable, "-m", "cam.run.cli", "--mode", mode, "--quiet", "--json", path,
+                    extra = ["--timeline", os.path.join(os.path.abspath(args.figures), f"e2e-{preset}-{mode}.png")]
+                run([sys.executable, "-m", "cam.run.cli", "--mode", mode, "--quiet", "--json", path,
                                 *extra, *run_args], check=True, timeout=600, stdout=subprocess.DEVNULL, cwd=tmp)
                 with open(path) as f:
                     runs[mode].append(json.load(f))
@@ -42,6 +46,8 @@ def main() -> int:
     load.append(os.getloadavg()[0])
     summary = {"cam_run_args": run_args, "repeats": args.repeats, "load_average_1min_before_after": load,
                "median": {}, "async_over_sync": {},
+               # the whole report of each mode's first repeat (the one --figures draws)
+               "first_repeat_reports": {m: rs[0] for m, rs in runs.items()},
                "runs": {m: [{k: f(r) for k, f in metrics.items()} for r in rs] for m, rs in runs.items()}}
     for name, f in metrics.items():
         a = statistics.median(f(r) for r in runs["async"])

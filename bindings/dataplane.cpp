@@ -178,6 +178,17 @@ private:
 void Register(py::module_& m) {
     m.attr("DISPATCH_RECV_MAX_ITEMS") = cam::kernels::kDispatchRecvMaxItems;
     m.attr("SHM_NAME_MAX") = CAM_SHM_NAME_MAX;
+    // The row-budget rule of the batched dispatch_recv, asked without a Comm (cam.serve.ServePolicy): raises what
+    // the op would, else returns the most rows one batch can take on the topology.
+    m.def(
+        "dispatch_recv_check_row_budget",
+        [](const Fields& fields, int64_t rowBudget) {
+            const CamTopology t = ToTopology(fields);
+            int64_t largest = 0;
+            ThrowIfFailed(aclnnCamDispatchRecvCheckRowBudget(&t, rowBudget, &largest));
+            return largest;
+        },
+        py::arg("topology"), py::arg("row_budget"));
     py::class_<Comm>(m, "Comm")
         .def_static("in_process", &Comm::InProcess, py::arg("group"), py::arg("topology"), py::arg("rank"),
                     py::arg("timeout_ns"), py::arg("idle_poll_ns"), py::arg("join_timeout_ms"), py::arg("act_dtype"))

@@ -23,6 +23,7 @@ py::dict WindowLayout(const std::vector<int64_t>& fields) {
     d["worst_case_rows"] = layout::worst_case_rows(t);
     d["max_chunks_per_round"] = layout::max_chunks_per_round(t);
     d["work_item_words"] = layout::work_item_words(t);
+    d["work_item_chunk_off"] = layout::work_item_chunk_off(t);
     d["attn_window_bytes"] = layout::attn_window_bytes(t);
     d["ffn_window_bytes"] = layout::ffn_window_bytes(t);
     d["window_bytes"] = layout::window_bytes(t);
@@ -42,6 +43,25 @@ void Register(py::module_& m) {
     // the placement table's epoch word and the first word of its rows (layer 0), docs/protocol.md §15
     m.attr("PLACEMENT_EPOCH_WORD") = layout::kPlacementEpochWord;
     m.attr("PLACEMENT_ROWS_WORD") = layout::kPlacementHeaderWords;
+    // The work item's words (docs/protocol.md §4.2), for cam.WorkItem's view: bound here, never numbered in Python.
+    py::dict wi;
+    wi["kind"] = kWiKind;
+    wi["replica"] = kWiReplica;
+    wi["layer"] = kWiLayer;
+    wi["seq"] = kWiSeq;
+    wi["slot"] = kWiSlot;
+    wi["rows"] = kWiRows;
+    wi["ffn_rank"] = kWiFfnRank;
+    wi["fingerprint"] = kWiFingerprint;
+    wi["counts"] = kWiCounts;
+    m.attr("WORK_ITEM_WORDS") = wi;
+    py::dict chunk;
+    chunk["first_row"] = kWcFirstRow;
+    chunk["round_rows"] = kWcRoundRows;
+    chunk["epoch"] = kWcEpoch;
+    m.attr("WORK_ITEM_CHUNK_WORDS") = chunk;
+    m.attr("WORK_ITEM_KIND_EMPTY") = kWiEmpty;
+    m.attr("WORK_ITEM_KIND_WORK") = kWiWork;
 }
 
 }  // namespace

@@ -47,11 +47,13 @@ _LIGHT = {"__main__", "_C", "_proc", "errors", "run", "run.cli", "run.bound", "r
           "run.trace", "bench",
           "bench.common", "bench.dataplane", "bench.dynamic_quant", "bench.ffn_loop", "bench.fixed_cost", "bench.gmm",
           "bench.expert_bytes", "bench.predict", "bench.bounds",
-          "models", "models.config", "sim", "ffn_server", "integrations"}
+          "models", "models.config", "sim", "ffn_server", "integrations", "placement", "qualify", "serve",
+          "serve.policy", "serve.server"}
 _LAZY = {
     "LayerWeights": ".layer_weights", "FfnWeights": ".ffn_weights", "ExpertWeights": ".ffn_weights",
     "Topology": ".topology", "Comm": ".comm", "LostReplica": ".comm",
-    "Graph": ".graph", "serve_ffn": ".ffn_server", "quantize_weight": ".convert", "dequantize_weight": ".convert",
+    "Graph": ".graph", "serve_ffn": ".serve.server", "ServePolicy": ".serve.policy", "WorkItem": ".work_item",
+    "quantize_weight": ".convert", "dequantize_weight": ".convert",
     "UnsupportedModelError": ".convert", "ops": None, "reference": None, "errors": None, "_C": None, "_npu": None,
     "_runtime": None,
     **{name: ".errors" for name in ("CamError", "CaptureInvalidatedError", "GraphInvalidError", "CommAbortedError",
@@ -215,6 +217,8 @@ __all__ = [
     "LostReplica",
     "Graph",
     "serve_ffn",
+    "ServePolicy",
+    "WorkItem",
     "quantize_weight",
     "dequantize_weight",
     "UnsupportedModelError",

@@ -11,10 +11,10 @@ class _Local(threading.local):
     capture = None  # a class default: reading it on a thread that never captured raises (and costs) nothing
 
 
-_local = _Local()
+state = _Local()  # this thread's capture (cam.graph begins and ends it)
 
 
-class _Capture:
+class Capture:
     def __init__(self, stream):
         self.stream = stream
         self.held = []
@@ -32,4 +32,4 @@ def capture_in_thread():
     """This thread's capture, or None. ``cam._runtime.run`` consults it once per op: an op launched on the capture's
     stream (the compute ops join it by default) is recorded, neither synchronizing nor allocating its own
     workspace."""
-    return _local.capture
+    return state.capture

@@ -19,6 +19,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from . import checkpoint_config as ckpt
 from .layer_weights import LayerWeights
 from .w4a8 import dequantize_weight_int4, quantize_weight_int4
 
@@ -26,6 +27,7 @@ __all__ = [
     "ExpertFFN",
     "UnsupportedModelError",
     "check_supported_config",
+    "check_swiglu_limit",
     "checkpoint_moe_layers",
     "checkpoint_config",
     "common_swiglu_limit",
@@ -66,7 +68,7 @@ class ExpertFFN:
     swiglu_limit: Optional[float] = None
 
     def __post_init__(self):
-        _check_limit("ExpertFFN", self.swiglu_limit)
+        check_swiglu_limit("ExpertFFN", self.swiglu_limit)
         for name in ("w1", "w2"):
             t = getattr(self, name)
             if not isinstance(t, torch.Tensor) or t.dtype not in _FLOAT_DTYPES or t.dim() != 3:
@@ -109,7 +111,8 @@ def swiglu(c: torch.Tensor, swiglu_limit: Optional[float] = None) -> torch.Tenso
     return torch.nn.functional.silu(a) * b
 
 
-def _check_limit(who: str, limit) -> None:
+def check_swiglu_limit(who: str, limit) -> None:
+    """W1's clamp (DeepSeek-V4's ``swiglu_limit``): None, or a number >= 0 (inf clamps nothing)."""
     if limit is None:
         return
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or math.isnan(limit) or limit < 0:
@@ -137,6 +140,11 @@ def _check_3d(who: str, name: str, t, want: str) -> None:
 
 
 def _check_dims(who: str, hidden: Optional[int], intermediate: Optional[int], h: int, i: int) -> None:
+    for name, v in (("hidden_size", hidden), ("intermediate_size", intermediate)):
+        if isinstance(v, str):
+            raise TypeError(f"{who}: {name} is the string {v!r}, not an int")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise TypeError(f"{who}: {name} must be an int, got {v!r} ({type(v).__name__})")
     if hidden is not None and hidden != h:
         raise ValueError(f"{who}: the weights give hidden size {h}, hidden_size says {hidden}")
     if intermediate is not None and intermediate != i:
@@ -159,7 +167,7 @@ def from_hf_experts(gate_up_proj: torch.Tensor, down_proj: torch.Tensor, *, is_t
         swiglu_limit: DeepSeek-V4's clamp (:class:`ExpertFFN`), None for the plain SwiGLU.
     """
     who = "from_hf_experts"
-    _check_limit(who, swiglu_limit)
+    check_swiglu_limit(who, swiglu_limit)
     for name, v in (("is_transposed", is_transposed), ("is_concatenated", is_concatenated)):
         if not isinstance(v, bool):
             raise TypeError(f"{who}: {name} must be a bool, got {v!r}")
@@ -244,7 +252,7 @@ def check_supported_config(config, *, who: str = "cam") -> Optional[float]:
     limit = getattr(config, "swiglu_limit", None)
     if model_type in _CLAMPED_SWIGLU_MODELS:
         if limit is not None:
-            _check_limit(who, limit)
+            check_swiglu_limit(who, limit)
             return float(limit)
         return None
     if limit not in (None, 0, 0.0):
@@ -309,13 +317,18 @@ _DEEPSEEK_NAMES = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
 
 def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, is_transposed: bool = False,
                        is_concatenated: bool = True, hidden_size: Optional[int] = None,
-                       intermediate_size: Optional[int] = None, swiglu_limit: Optional[float] = None) -> ExpertFFN:
+                       intermediate_size: Optional[int] = None, swiglu_limit: Optional[float] = None,
+                       consumer_w4a8: Optional[Mapping] = None) -> ExpertFFN:
     """One layer's experts from a checkpoint's tensors under ``prefix`` (e.g. ``"model.layers.3.mlp.experts."``):
     the fused ``gate_up_proj`` / ``down_proj`` keys, or the per-expert ``<n>.gate_proj.weight`` ... keys (or
-    DeepSeek's ``<n>.w1.weight`` / ``w3`` / ``w2``, never mixed with the former)."""
+    DeepSeek's ``<n>.w1.weight`` / ``w3`` / ``w2``, never mixed with the former), or the consumer's W4A8 layout
+    (:data:`CONSUMER_W4A8_KEYS`, decoded with ``consumer_w4a8`` = ``{"layout", "group_size"}``, which the
+    checkpoint's ``cam_w4a8.json`` states: :func:`load_checkpoint_experts`)."""
     who = "from_hf_state_dict"
     if not prefix.endswith("."):
         prefix += "."
+    if prefix + CONSUMER_W4A8_KEYS[0] in state_dict:
+        return _from_consumer_w4a8(state_dict, prefix, consumer_w4a8, swiglu_limit)
     fused = (prefix + "gate_up_proj", prefix + "down_proj")
     if fused[0] in state_dict or fused[1] in state_dict:
         missing = [k for k in fused if k not in state_dict]
@@ -324,10 +337,15 @@ def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, i
         bias = [k for k in (prefix + "gate_up_proj_bias", prefix + "down_proj_bias") if k in state_dict]
         if bias:
             raise UnsupportedModelError(f"{who}: {bias[0]!r}: expert biases are not supported")
+        for key in fused:
+            if isinstance(state_dict[key], torch.Tensor) and state_dict[key].dim() != 3:
+                raise ValueError(f"{who}: {key} must be a 3-D [E, out, in] weight, got "
+                                 f"{tuple(state_dict[key].shape)}")
         return from_hf_experts(state_dict[fused[0]], state_dict[fused[1]], is_transposed=is_transposed,
                                is_concatenated=is_concatenated, hidden_size=hidden_size,
                                intermediate_size=intermediate_size, swiglu_limit=swiglu_limit)
     per: Dict[str, Dict[int, torch.Tensor]] = {"gate_proj": {}, "up_proj": {}, "down_proj": {}}
+    first_key: Dict[str, str] = {}
     vocabularies = set()
     for key, value in state_dict.items():
         if key.startswith(prefix):
@@ -335,7 +353,16 @@ def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, i
             if m:
                 name = m.group(2)
                 vocabularies.add(name in _DEEPSEEK_NAMES)
-                per[_DEEPSEEK_NAMES.get(name, name)][int(m.group(1))] = value
+                name = _DEEPSEEK_NAMES.get(name, name)
+                # Each tensor checked under its own key: stacking them would fail without naming one.
+                if not isinstance(value, torch.Tensor) or value.dim() != 2:
+                    got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                    raise ValueError(f"{who}: {key} must be a 2-D [out, in] weight, got {got}")
+                same = first_key.setdefault(name, key)
+                if value.shape != state_dict[same].shape:
+                    raise ValueError(f"{who}: {key} has shape {tuple(value.shape)}, {same} "
+                                     f"{tuple(state_dict[same].shape)}: every expert's {name} must have one shape")
+                per[name][int(m.group(1))] = value
     if len(vocabularies) > 1:
         raise KeyError(f"{who}: {prefix}<n>.* mixes gate_proj/up_proj/down_proj with w1/w3/w2 keys")
     if not per["gate_proj"]:
@@ -348,6 +375,54 @@ def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, i
     return from_hf_per_expert([per["gate_proj"][e] for e in range(n)], [per["up_proj"][e] for e in range(n)],
                               [per["down_proj"][e] for e in range(n)], hidden_size=hidden_size,
                               intermediate_size=intermediate_size, swiglu_limit=swiglu_limit)
+
+
+# The consumer's W4A8 experts (docs/gmm.md §9.4): per layer, int4 packed eight to an int32 [E, K, N / 8], int64
+# scales, the fp32 assist matrix; w13 is the gate|up projection [E, H, 2I], w2 the down projection [E, I, H].
+CONSUMER_W4A8_KEYS = ("w13_weight", "w13_weight_scale", "w13_weight_assist", "w2_weight", "w2_weight_scale",
+                      "w2_weight_assist")
+# The file of a checkpoint directory that names the layout of such experts (never guessed from the tensors).
+CONSUMER_W4A8_FILE = "cam_w4a8.json"
+
+
+def _from_consumer_w4a8(state_dict: Mapping[str, torch.Tensor], prefix: str, consumer: Optional[Mapping],
+                        swiglu_limit: Optional[float]) -> ExpertFFN:
+    """One layer's consumer-layout W4A8 experts as float ``q · scale`` (the weights they compute with): decoded and
+    checked by :func:`cam.w4a8.from_consumer` (its assist matrix included), so quantizing them again per channel
+    (``quantize_weight(bits=4)``) gives back the same int4 values and scales."""
+    from . import w4a8
+
+    who = "from_hf_state_dict"
+    if consumer is None:
+        raise ValueError(f"{who}: {prefix}{CONSUMER_W4A8_KEYS[0]} holds packed int4 experts but no layout was given "
+                         f"(a checkpoint states it in {CONSUMER_W4A8_FILE}: {{\"layout\": ..., \"group_size\": ...}})")
+    missing = [prefix + k for k in CONSUMER_W4A8_KEYS if prefix + k not in state_dict]
+    if missing:
+        raise KeyError(f"{who}: {missing[0]!r} missing from the checkpoint")
+    group_size = consumer.get("group_size")
+    w = []
+    for name in ("w13", "w2"):
+        q, scale = w4a8.from_consumer(state_dict[f"{prefix}{name}_weight"], state_dict[f"{prefix}{name}_weight_scale"],
+                                      state_dict[f"{prefix}{name}_weight_assist"], layout=consumer.get("layout"),
+                                      group_size=group_size)
+        w.append(w4a8.dequantize_weight_int4(q, scale, group_size))
+    return ExpertFFN(w1=w[0], w2=w[1], swiglu_limit=swiglu_limit)
+
+
+def _consumer_w4a8(directory: str) -> Optional[dict]:
+    """The checkpoint's ``cam_w4a8.json`` (``{"layout": ..., "group_size": null | int}``), or None."""
+    import json
+    import os
+
+    path = os.path.join(directory, CONSUMER_W4A8_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        spec = json.load(f)
+    if not isinstance(spec, dict) or set(spec) - {"layout", "group_size"} or "layout" not in spec:
+        raise ValueError(f"load_checkpoint_experts: {path} must be {{\"layout\": ..., \"group_size\": ...}}, got "
+                         f"{spec!r}")
+    return spec
 
 
 # ----------------------------------------------------------------------------- quantization
@@ -454,7 +529,7 @@ def common_swiglu_limit(layers: Sequence[ExpertFFN]) -> Optional[float]:
 
 
 def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, *, bits: int = 8,
-                  group_size: Optional[int] = None) -> Tuple[LayerWeights, LayerWeights]:
+                  group_size: Optional[int] = None, slots: Optional[int] = None) -> Tuple[LayerWeights, LayerWeights]:
     """The W1 and W2 :class:`cam.LayerWeights` of experts ``experts`` (default: all) of every layer in ``layers``
     (MoE layer ``j`` is ``layers[j]``, the work item's layer index), quantized with :func:`quantize_weight`.
 
@@ -464,7 +539,9 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
     scales per group of that many K rows, ``[E, K / group_size, N]``, which the kernels apply per group (§9.2); it
     must divide both H and I and be a multiple of 32.
 
-    An FFN rank ``A + f`` of a topology with ``R`` experts per rank passes ``range(f * R, (f + 1) * R)``."""
+    An FFN rank ``A + f`` of a topology with ``R`` experts per rank passes ``range(f * R, (f + 1) * R)``; under the
+    contiguous placement of an E that F does not divide (:meth:`cam.placement.Placement.contiguous`) its experts'
+    range and ``slots = R``: the slots past the range are empty (zero weights and scales)."""
     layers = list(layers)
     if not layers or not all(isinstance(x, ExpertFFN) for x in layers):
         raise TypeError("layer_weights: layers must be a non-empty sequence of cam.convert.ExpertFFN")
@@ -479,6 +556,9 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
             or experts.stop > first.num_experts:
         raise ValueError(f"layer_weights: experts must be a non-empty range(start, stop) inside [0, "
                          f"{first.num_experts}), got {experts!r}")
+    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < len(experts)):
+        raise ValueError(f"layer_weights: slots must be an int >= the {len(experts)} experts of {experts!r}, got "
+                         f"{slots!r}")
     sl = slice(experts.start, experts.stop)
     w1q: List[torch.Tensor] = []
     w1s: List[torch.Tensor] = []
@@ -491,32 +571,27 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
         q, s = quantize_weight(x.w2[sl], bits=bits, group_size=group_size)
         w2q.append(q)
         w2s.append(s)
+    if slots is not None and slots > len(experts):
+        def pad(t: torch.Tensor) -> torch.Tensor:
+            return torch.cat([t, t.new_zeros((slots - len(experts),) + tuple(t.shape[1:]))])
+
+        w1q, w1s, w2q, w2s = ([pad(t) for t in ts] for ts in (w1q, w1s, w2q, w2s))
     return LayerWeights(w1q, w1s), LayerWeights(w2q, w2s)
 
 
 # ----------------------------------------------------------------------------- checkpoint directories
 
-# ``mlp``: transformers' names; ``ffn``: DeepSeek's own, which transformers writes back for DeepSeek-V4.
-_LAYER_EXPERTS = re.compile(r"(.*\.layers\.(\d+)\.(?:mlp|ffn)\.experts\.)")
-
-
 def checkpoint_config(directory: str, *, who: str = "cam.convert") -> Tuple[dict, Optional[float]]:
     """``config.json`` of a checkpoint directory (its ``text_config`` when the experts' settings are there, as in a
     multimodal wrapper) and the ``swiglu_limit`` its FFN ranks apply (:func:`check_supported_config`, which refuses
     an unsupported model by name, naming ``who``)."""
-    import json
     import os
     import types
 
     path = os.path.join(directory, "config.json")
-    try:
-        with open(path) as f:
-            config = json.load(f)
-    except OSError as e:
-        raise ValueError(f"{who}: cannot read {path}: {e}") from None
+    config = ckpt.read_config(directory, who=who)
     quant = config.get("quantization_config")
-    if "text_config" in config and "num_experts_per_tok" not in config:
-        config = config["text_config"]
+    config = ckpt.model_section(config)
     quant = config.get("quantization_config", quant)
     if quant:
         method = quant.get("quant_method", "?") if isinstance(quant, dict) else quant
@@ -528,7 +603,8 @@ def checkpoint_config(directory: str, *, who: str = "cam.convert") -> Tuple[dict
 
 def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     """The routed experts of every MoE layer of a transformers checkpoint directory (``config.json`` and
-    ``*.safetensors``), in layer order: MoE layer ``j`` is the ``j``-th decoder layer that has experts (the
+    ``*.safetensors``; experts in the consumer's W4A8 layout when its ``cam_w4a8.json`` names their layout), in
+    layer order: MoE layer ``j`` is the ``j``-th decoder layer that has experts (the
     work item's layer index). Refuses, by name, what the kernels do not compute (:func:`check_supported_config`).
 
     Returns:
@@ -538,51 +614,43 @@ def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     from safetensors.torch import load_file
 
     config, limit = checkpoint_config(directory, who="load_checkpoint_experts")
-    top_k = config.get("num_experts_per_tok")
-    if not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"load_checkpoint_experts: {directory}/config.json has no num_experts_per_tok")
+    who = f"load_checkpoint_experts: {directory}/config.json"
+    top_k = ckpt.config_int(config, "top_k", who=who)
+    count = ckpt.config_int(config, "experts", who=who, required=False)
+    hidden = ckpt.config_int(config, "hidden", who=who, required=False)
+    intermediate = ckpt.config_int(config, "moe_intermediate", who=who, required=False)
     tensors: Dict[str, torch.Tensor] = {}
-    for name in _safetensors_files(directory):
-        tensors.update(load_file(name))
-    prefixes = _expert_prefixes(tensors, directory)
+    origin: Dict[str, str] = {}
+    for name in ckpt.safetensors_files(directory):
+        try:
+            loaded = load_file(name)
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError on bad bytes
+            raise ckpt.CheckpointConfigError(f"{name}: not a readable safetensors file ({type(e).__name__}: "
+                                             f"{e})") from None
+        tensors.update(loaded)
+        origin.update(dict.fromkeys(loaded, name))
+    prefixes = ckpt.expert_prefixes(tensors, directory)
     layer_ids = sorted(prefixes)
-    layers = [from_hf_state_dict(tensors, prefixes[i], hidden_size=config.get("hidden_size"),
-                                 intermediate_size=config.get("moe_intermediate_size"), swiglu_limit=limit)
-              for i in layer_ids]
+    consumer = _consumer_w4a8(directory)
+    layers = []
+    for i in layer_ids:
+        # A refused tensor is named by its key (from_hf_state_dict) and here by the file(s) holding the layer.
+        files = ", ".join(sorted({origin[k] for k in tensors if k.startswith(prefixes[i])}))
+        try:
+            layers.append(from_hf_state_dict(tensors, prefixes[i], hidden_size=hidden, intermediate_size=intermediate,
+                                             swiglu_limit=limit, consumer_w4a8=consumer))
+        except UnsupportedModelError:
+            raise
+        except (ValueError, KeyError, TypeError) as e:
+            raise ckpt.CheckpointConfigError(f"{files}: {e.args[0] if e.args else e}") from None
+        if count is not None and layers[-1].num_experts != count:
+            raise ckpt.CheckpointConfigError(f"{files}: {prefixes[i]}* holds {layers[-1].num_experts} experts, "
+                                             f"{directory}/config.json says {count}")
     return layers, {"model_type": config.get("model_type"), "layers": layer_ids, "top_k": top_k,
                     "swiglu_limit": limit}
 
 
-def _safetensors_files(directory: str) -> List[str]:
-    import glob
-    import os
-
-    files = sorted(glob.glob(os.path.join(directory, "*.safetensors")))
-    if not files:
-        raise ValueError(f"cam.convert: no *.safetensors in {directory}")
-    return files
-
-
-def _expert_prefixes(keys, directory: str) -> Dict[int, str]:
-    """``{decoder layer id: "<...>.layers.<n>.mlp.experts."}`` (or ``.ffn.experts.``) of every layer with routed
-    experts."""
-    prefixes = {}
-    for key in keys:
-        m = _LAYER_EXPERTS.match(key)
-        if m:
-            prefixes[int(m.group(2))] = m.group(1)
-    if not prefixes:
-        raise ValueError(f"cam.convert: no routed experts (<...>.layers.<n>.mlp.experts.*) in {directory}")
-    return prefixes
-
-
 def checkpoint_moe_layers(directory: str) -> List[int]:
     """The decoder layer ids with routed experts in a checkpoint directory, in order (MoE layer ``j`` is the
-    ``j``-th), read from the safetensors headers without loading a weight."""
-    from safetensors import safe_open
-
-    keys: List[str] = []
-    for name in _safetensors_files(directory):
-        with safe_open(name, framework="pt") as f:
-            keys.extend(f.keys())
-    return sorted(_expert_prefixes(keys, directory))
+    ``j``-th), read from the safetensors headers without loading a weight (:func:`cam.checkpoint_config.moe_layers`)."""
+    return ckpt.moe_layers(directory)

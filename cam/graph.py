@@ -15,7 +15,7 @@ import threading
 import weakref
 
 from . import _C, _runtime
-from ._capture import _Capture, _local, capture_in_thread  # noqa: F401 - capture_in_thread: cam.graph's API
+from ._capture import Capture, capture_in_thread, state  # noqa: F401 - capture_in_thread: cam.graph's API
 from .errors import GraphInvalidError, SyncTimeoutError
 
 # cam/cam_graph.h camCaptureMode (the values of ACL's aclmdlRICaptureMode) by name, and camCaptureStatus names by
@@ -71,7 +71,7 @@ class Graph:
         self._handle = None
         self._stream = None
         self._was_captured = False
-        self._held = ()  # the recorded ops' arguments (_Capture.hold)
+        self._held = ()  # the recorded ops' arguments (Capture.hold)
         self._pid = os.getpid()
 
     @contextlib.contextmanager
@@ -84,16 +84,16 @@ class Graph:
             raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
         if self._handle is not None:
             raise RuntimeError("this Graph already holds a capture; call reset() before capturing again")
-        if _local.capture is not None:
+        if state.capture is not None:
             raise RuntimeError("a capture is already active on this thread (captures do not nest)")
         if stream is None:
             stream = _runtime.default_stream()
         _C.capture_begin(stream, MODES[mode])
-        _local.capture = capture = _Capture(stream)
+        state.capture = capture = Capture(stream)
         try:
             yield self
         except BaseException:
-            _local.capture = None
+            state.capture = None
             try:
                 handle = _C.capture_end(stream)
             except Exception:  # the capture was invalidated too; the original exception says more
@@ -101,7 +101,7 @@ class Graph:
             if handle:
                 _C.graph_destroy(handle)
             raise
-        _local.capture = None
+        state.capture = None
         self._handle = _C.capture_end(stream)  # raises CaptureInvalidatedError naming the broken rule
         self._held = capture.held
         self._pid = os.getpid()

@@ -112,7 +112,8 @@ class LayerWeights:
         format: ``"int8"`` (default): int8 FRACTAL_NZ, what today's kernels read (W8A8, or int4 values in int8
             storage). ``"int4"``: the ND weights must hold int4 values in [-8, 7] and are stored packed two to a
             byte in the int4 cube's ZN fractals, half the bytes; with ``colsums``, the per-column sums route (a)'s
-            recombination adds (docs/gmm.md §9). The grouped-matmul ops do not take this format yet.
+            recombination adds (docs/gmm.md §9). The grouped-matmul ops run their W4A8 kernels on it (scale groups
+            along K then a multiple of 64 rows).
 
     Attributes:
         weights: tuple of L contiguous NZ int8 tensors (what the kernels read; their addresses go to the device), or
@@ -120,6 +121,8 @@ class LayerWeights:
         format: ``"int8"`` or ``"int4"``.
         colsums: ``format="int4"``: L int32 ``[E_local, G, N]`` tensors, ``Σ_k w[k, n]`` over each of the G K groups
             of the scales (G = 1 per channel); None for ``"int8"``.
+        colsums_all: the same as one int32 ``[L, E_local, G, N]`` tensor (``colsums`` are its layers); None for
+            ``"int8"``.
         scales: tuple of L contiguous fp32 ``[E_local, N]`` tensors.
         num_layers, num_experts, k, n: the common shape (``k`` may be None for prepacked input without ``k``).
 
@@ -190,11 +193,14 @@ class LayerWeights:
         self.scales = tuple(s.contiguous() for s in scales)
         self.format = format
         self.colsums = None
+        self.colsums_all = None
         if format == "int4":
             groups = s0[1] if len(s0) == 3 else 1
-            # The recombination's int32 term, per K group of the scales: computed from the int4 values at load.
-            self.colsums = tuple(w.to(torch.int32).reshape(e, groups, k // groups, n).sum(dim=2, dtype=torch.int32)
-                                 .contiguous() for w in weights)
+            # The recombination's int32 term, per K group of the scales: computed from the int4 values at load. One
+            # [L, E, G, N] tensor (what the ops pass), its layers the per-layer views.
+            self.colsums_all = torch.stack([w.to(torch.int32).reshape(e, groups, k // groups, n)
+                                            .sum(dim=2, dtype=torch.int32) for w in weights]).contiguous()
+            self.colsums = tuple(self.colsums_all.unbind(0))
         self.num_layers = len(packed)
         self.num_experts = e
         self.k = k
@@ -242,13 +248,6 @@ class LayerWeights:
         last row would meet the activations' zero padding. Only this object knows K (when it is known at all)."""
         if self.k is not None and x.dim() == 2 and x.shape[1] != self.k:
             raise ValueError(f"{op}: {name} has K = {x.shape[1]} columns, the weights K = {self.k}")
-
-    def require_format(self, op: str, format: str) -> None:
-        """Refuses weights in a storage format op's kernels do not read, naming the argument and both formats."""
-        if self.format != format:
-            raise ValueError(f"{op}: weights hold format {self.format!r} (packed int4), the op's kernels read "
-                             f"{format!r}: build the LayerWeights with format={format!r} (int4 values in int8 "
-                             "storage run through them)")
 
     def __repr__(self) -> str:
         return (

@@ -10,17 +10,21 @@ This module is the table, its checks, the replica rule and the per-FFN-rank weig
 the table from device memory (``device_tables``: int64 ``[L, E, 1 + 2F]``, after an epoch line in the Comm's
 ``placement_buffer``; bounded word by word by the kernel before it writes anything, docs/protocol.md §15); a Comm
 given no table routes by the contiguous placement (``Placement.contiguous``), which is what a topology with
-``E % F == 0`` and one replica per expert means.
+``E % F == 0`` and one replica per expert means; for any other E >= F the same layout is a table
+(``Placement.contiguous`` with ``slots_per_rank = ceil(E / F)``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Dict, List, Optional, Sequence, Tuple
+import operator
+import sys
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-__all__ = ["Placement", "PlacementError"]
+__all__ = ["Placement", "PlacementError", "contiguous_slots"]
 
 Replica = Tuple[int, int]  # (FFN index f in [0, F), local slot in [0, slots_per_rank))
 
@@ -60,9 +64,8 @@ def _deal(experts: int, ffn_ranks: int, slots: int, extra: Sequence[int]) -> Lis
 def _index(v, what: str, layer: int, expert: int) -> int:
     """A replica's FFN index or slot as an int: an integer (Python, numpy or a one-element integer tensor), never a
     bool or a float (truncating 1.7 to 1 would place the expert where nobody asked)."""
-    import operator
-
-    if isinstance(v, bool) or (isinstance(v, torch.Tensor) and v.dtype == torch.bool):
+    torch = sys.modules.get("torch")  # no torch imported: v is no tensor (the simulator uses the table without it)
+    if isinstance(v, bool) or (torch is not None and isinstance(v, torch.Tensor) and v.dtype == torch.bool):
         raise PlacementError(f"Placement: layer {layer} expert {expert} has a replica whose {what} is the bool {v!r}, "
                              f"not an int")
     try:
@@ -76,6 +79,15 @@ def _check_counts(who: str, **counts) -> None:
     for name, v in counts.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise PlacementError(f"{who}: {name} must be an int >= 1, got {v!r}")
+
+
+def contiguous_slots(experts, ffn_ranks) -> Optional[int]:
+    """The ``expert_slots`` of a :class:`cam.Topology` served by the contiguous placement: None (``E / F`` slots,
+    no table) when F divides E, else ``ceil(E / F)``, the slots of :meth:`Placement.contiguous`'s table. Counts that
+    are not positive ints give None, for the Topology to refuse by name."""
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (experts, ffn_ranks)):
+        return None
+    return None if experts % ffn_ranks == 0 else -(-experts // ffn_ranks)
 
 
 class Placement:
@@ -129,13 +141,20 @@ class Placement:
 
     @classmethod
     def contiguous(cls, experts: int, ffn_ranks: int, layers: int) -> "Placement":
-        """The contiguous placement: expert ``e`` on FFN index ``e // R``, slot ``e % R``, ``R = E / F`` (E % F == 0)."""
+        """The contiguous placement, any E >= F: expert ``e`` on FFN index ``f = e * F // E``, in slot
+        ``e - first(f)``, ``first(f) = ceil(f * E / F)``. FFN index ``f`` holds experts ``[first(f), first(f + 1))``:
+        ``ceil(E / F)`` of them on ``E % F`` indices spread evenly from index 0, ``floor(E / F)`` on the others
+        (E = 8, F = 3: 3, 3, 2; E = 10, F = 4: 3, 2, 3, 2). Every rank has ``ceil(E / F)`` slots, so a floor
+        rank's last slot is empty. When F divides E this is exactly ``e // R, e % R`` with ``R = E / F``: the
+        layout a Comm without a table routes by."""
         _check_counts("Placement.contiguous", experts=experts, ffn_ranks=ffn_ranks, layers=layers)
-        if experts % ffn_ranks:
-            raise PlacementError(f"Placement.contiguous: E = {experts} is not a multiple of F = {ffn_ranks}")
-        r = experts // ffn_ranks
-        one = [[(e // r, e % r)] for e in range(experts)]
-        return cls(experts, ffn_ranks, r, [one] * layers)
+        if experts < ffn_ranks:
+            raise PlacementError(f"Placement.contiguous: E = {experts} experts cannot fill F = {ffn_ranks} FFN ranks "
+                                 f"(a rank would hold none); use fewer FFN ranks")
+        slots = contiguous_slots(experts, ffn_ranks) or experts // ffn_ranks
+        first = [-(-f * experts // ffn_ranks) for f in range(ffn_ranks)]
+        one = [[(e * ffn_ranks // experts, e - first[e * ffn_ranks // experts])] for e in range(experts)]
+        return cls(experts, ffn_ranks, slots, [one] * layers)
 
     @classmethod
     def balanced(cls, experts: int, ffn_ranks: int, layers: int, *, replicate: Sequence[int] = (),
@@ -206,6 +225,8 @@ class Placement:
     def route(self, layer: int, topk_ids: torch.Tensor) -> torch.Tensor:
         """``[B, K, 2]`` int64 (FFN index, local slot) of every (token, k) of ``topk_ids`` (-1 entries give
         (-1, -1)): the rule above applied to a whole round, for goldens and simulators."""
+        import torch
+
         ids = topk_ids.tolist()
         out = torch.full((len(ids), len(ids[0]) if ids else 0, 2), -1, dtype=torch.int64)
         for t, row in enumerate(ids):
@@ -217,6 +238,8 @@ class Placement:
     def device_table(self, layer: int) -> torch.Tensor:
         """The layer's table as int64 ``[E, 1 + 2*max_replicas]``: ``count, f0, slot0, f1, slot1, ...`` (unused
         pairs -1), the form a kernel bounds word by word before use."""
+        import torch
+
         out = torch.full((self.experts, 1 + 2 * max(len(r) for r in self._table[layer])), -1, dtype=torch.int64)
         self._fill(out, layer)
         return out
@@ -225,6 +248,8 @@ class Placement:
         """Every layer's table as int64 ``[L, E, width]`` in the form ``dispatch_send`` reads (docs/protocol.md §15),
         rows as in ``device_table``. ``width`` defaults to ``1 + 2 * F``, the plane's fixed width (at most F
         replicas per expert), so a rebalance rewrites the same tensor in place."""
+        import torch
+
         width = 1 + 2 * self.ffn_ranks if width is None else width
         most = max(len(r) for layer in self._table for r in layer)
         if width < 1 + 2 * most:

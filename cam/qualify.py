@@ -97,9 +97,30 @@ def describe(step: Step) -> str:
     return f"  {step.kind:9} {step.name}  $ {' '.join(step.argv)}"
 
 
+# What marks a cam source checkout (the build step's --source): the build files and the kernels' sources.
+CHECKOUT_FILES = ("pyproject.toml", "CMakeLists.txt", "kernels", "host")
+
+
+def checkout(source: str) -> tuple:
+    """(is a cam checkout, detail) for ``--source``: its build files and kernel sources present, the pyproject's
+    project named cam."""
+    root = pathlib.Path(source)
+    absent = [name for name in CHECKOUT_FILES if not (root / name).exists()]
+    if absent:
+        return False, f"{source} is not a cam checkout (no {', '.join(absent)}): pass --source CHECKOUT"
+    try:
+        named = 'name = "cam"' in (root / "pyproject.toml").read_text(errors="replace")
+    except OSError as e:
+        return False, f"{source}/pyproject.toml is unreadable: {e}"
+    if not named:
+        return False, f"{source} is not a cam checkout (its pyproject.toml names another project)"
+    return True, source
+
+
 def prerequisites(env: Environment) -> list:
     """(what, found, detail) for everything the real mode needs."""
     home = os.environ.get("ASCEND_HOME_PATH") or os.environ.get("ASCEND_TOOLKIT_HOME")
+    source = checkout(env.source)
     try:
         import torch_npu  # noqa: F401
 
@@ -107,6 +128,7 @@ def prerequisites(env: Environment) -> list:
     except ImportError as e:
         npu = (False, str(e))
     return [
+        ("cam checkout (--source)", source[0], source[1]),
         ("CANN toolkit (ASCEND_HOME_PATH)", bool(home and os.path.isdir(home)), home or "not set"),
         ("bisheng", shutil.which("bisheng") is not None, shutil.which("bisheng") or "not on PATH"),
         ("torch_npu", npu[0], npu[1]),
@@ -344,11 +366,12 @@ def _dataplane_rank(comm, topo, inputs, device, received: dict) -> None:
     while served < topo.D * rounds:
         ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
         out = torch.zeros((topo.recv_rows, topo.H), dtype=torch.bfloat16, device=dev)
-        if int(wi[0]) == 1:
-            n = int(wi[5])
+        item = cam.WorkItem(wi)
+        if item.kind == cam.WorkItem.WORK:
+            n = item.rows
             e = torch.repeat_interleave(torch.arange(topo.R), cnt.cpu()) + f * topo.R
             out[:n] = expert(e, ex[:n].cpu(), sc[:n].cpu()).to(dev)
-            received[(comm.rank, int(wi[1]), int(wi[3]))] = _checksum(ex[:n].cpu())
+            received[(comm.rank, item.replica, item.seq)] = _checksum(ex[:n].cpu())
             served += 1
         cam.ops.combine_send(comm, out, wi)
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import _C
+from . import checkpoint_config
+from .placement import contiguous_slots
 
 __all__ = ["Topology"]
 
@@ -97,6 +99,38 @@ class Topology:
             cap = self.P * min(self.Bmax, window) * self.K if ints else None
             object.__setattr__(self, "capacity", cap)
         self.validate()
+
+    # ------------------------------------------------------------------ from a model's config
+
+    @classmethod
+    def from_config(cls, config: dict, *, moe_layers, D: int, F: int, Bmax: int, P: int = 1, who: str = "config",
+                    **fields) -> "Topology":
+        """The plane of a transformers model config (``config.json`` as a dict, or its nested ``text_config``):
+        E, K and H read through the one table of config keys (:data:`cam.checkpoint_config.CONFIG_KEYS`), L the
+        number of MoE layers (``moe_layers``: a count or the decoder layer ids). ``expert_slots`` defaults to
+        :func:`cam.placement.contiguous_slots` (a table's ``ceil(E / F)`` slots when F does not divide E); the other
+        ``fields`` (slots, capacity, window_tokens, quantized, ...) are the constructor's. A config without a key
+        for one of them, or with a value that is not a positive int, is refused naming ``who`` and the key
+        (:class:`cam.checkpoint_config.CheckpointConfigError`)."""
+        if not isinstance(config, dict):
+            raise checkpoint_config.CheckpointConfigError(f"{who}: a model config is a dict (config.json's object), "
+                                                          f"got {type(config).__name__}")
+        section = checkpoint_config.model_section(config)
+        E = checkpoint_config.config_int(section, "experts", who=who)
+        K = checkpoint_config.config_int(section, "top_k", who=who)
+        H = checkpoint_config.config_int(section, "hidden", who=who)
+        L = moe_layers if _is_int(moe_layers) else len(moe_layers)
+        fields.setdefault("expert_slots", contiguous_slots(E, F))
+        return cls(D=D, P=P, F=F, E=E, K=K, H=H, Bmax=Bmax, L=L, **fields)
+
+    @classmethod
+    def from_checkpoint(cls, directory: str, *, D: int, F: int, Bmax: int, P: int = 1, **fields) -> "Topology":
+        """:meth:`from_config` on a checkpoint directory's ``config.json``, L its decoder layers with routed experts
+        (from the safetensors headers, no weight loaded). Errors name the file."""
+        config = checkpoint_config.read_config(directory, who="Topology.from_checkpoint")
+        layers = checkpoint_config.moe_layers(directory)
+        return cls.from_config(config, moe_layers=layers, D=D, F=F, Bmax=Bmax, P=P,
+                               who=f"{directory}/config.json", **fields)
 
     # ------------------------------------------------------------------ validation
 

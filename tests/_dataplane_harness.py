@@ -161,12 +161,13 @@ def ffn_server(topo: cam.Topology, n_items: int, *, deadline_s: float = 60.0, on
         while sum(s.last for s in log.served) < n_items:
             assert time.monotonic() < end, f"FFN rank {comm.rank} served {len(log.served)} items, not {n_items} rounds"
             ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
+            view = cam.WorkItem(wi)
             out = torch.zeros((topo.recv_rows, topo.H), dtype=dtype)
-            if int(wi[0]) == 1:
-                n = int(wi[5])
-                e = torch.repeat_interleave(slot_experts(comm, int(wi[2])), cnt)
+            if view.kind == 1:
+                n = view.rows
+                e = torch.repeat_interleave(slot_experts(comm, view.layer), cnt)
                 out[:n] = fn(e, ex[:n], sc[:n] if topo.quantized else None)
-                log.served.append(Served(int(wi[1]), int(wi[3]), int(wi[2]), ex[:n].clone(),
+                log.served.append(Served(view.replica, view.seq, view.layer, ex[:n].clone(),
                                          sc[:n].clone() if topo.quantized else None, cnt.clone(), wi.clone(),
                                          int(wi[chunk]), int(wi[chunk + 1])))
                 if on_item is not None:
@@ -196,14 +197,16 @@ def serve_batch(topo: cam.Topology, comm: cam.Comm, row_budget: int, log: FfnLog
     base, taken = 0, []
     for i in range(items.shape[0]):
         wi = items[i]
-        if int(wi[0]) != 1:
+        view = cam.WorkItem(wi)
+        if view.kind != 1:
             continue
-        rows = int(wi[5])
-        taken.append(int(wi[1]))
+        rows = view.rows
+        taken.append(view.replica)
         g = groups[i * topo.R:(i + 1) * topo.R]
-        assert torch.all(g[:, 0] == wi[2]) and torch.equal(g[:, 2], wi[8:8 + topo.R]), "group table != work item"
-        log.served.append(Served(int(wi[1]), int(wi[3]), int(wi[2]), ex[base:base + rows].clone(),
-                                 sc[base:base + rows].clone() if topo.quantized else None, wi[8:8 + topo.R].clone(),
+        assert torch.all(g[:, 0] == view.layer) and torch.equal(g[:, 2], view.counts(topo.R)), \
+            "group table != work item"
+        log.served.append(Served(view.replica, view.seq, view.layer, ex[base:base + rows].clone(),
+                                 sc[base:base + rows].clone() if topo.quantized else None, view.counts(topo.R).clone(),
                                  wi.clone(), int(wi[chunk]), int(wi[chunk + 1])))
         base += rows
     assert base == n
@@ -225,7 +228,7 @@ def capture_batched_loop(topo: cam.Topology, comm: cam.Comm):
     from cam.graph import Graph
 
     budget = topo.recv_rows
-    specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(comm, budget)
+    specs = importlib.import_module("cam.ops.dispatch_recv").batch_output_specs(comm, budget)
     recv = tuple(torch.zeros(s, dtype=d) for d, s in specs)
     out = torch.zeros((budget, topo.H), dtype=torch.bfloat16)
     graph = Graph()
@@ -300,9 +303,9 @@ def check_against_golden(topo: cam.Topology, rounds: List[List[Round]], results,
                     assert torch.equal(item.rows, gd["rows"][lo:hi]), (d, r, f, lo)
                     if topo.quantized:
                         assert torch.equal(item.scales, gd["scales"][lo:hi]), (d, r, f, lo)
-                    wi = item.work_item
-                    assert int(wi[5]) == hi - lo and int(wi[6]) == topo.A + f
-                    assert int(wi[7]) == log.plane_id and torch.equal(wi[8:8 + topo.R], want)
+                    view = cam.WorkItem(item.work_item)
+                    assert view.rows == hi - lo and view.ffn_rank == topo.A + f
+                    assert view.fingerprint == log.plane_id and torch.equal(view.counts(topo.R), want)
     assert len({results[topo.A + f].plane_id for f in range(topo.F)}) == 1, "FFN ranks disagree on the plane id"
 
 
@@ -372,14 +375,16 @@ def real_ffn_step(comm: cam.Comm, weights: "cam.FfnWeights", log: FfnLog) -> boo
     topo = comm.topology
     chunk = WindowLayout(topo).work_item_chunk_off
     ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
-    if int(wi[0]) != 1:
+    view = cam.WorkItem(wi)
+    if view.kind != 1:
         log.empties += 1
         cam.ops.combine_send(comm, torch.zeros((topo.recv_rows, topo.H), dtype=comm.dtype), wi)
         return False
-    y, ys = cam.ops.gmm_swiglu_quant_multi_layer(ex, sc, weights.w1, cnt, wi[2:3], swiglu_limit=weights.swiglu_limit)
-    out = cam.ops.gmm_multi_layer(y, ys, weights.w2, cnt, wi[2:3])
-    n = int(wi[5])
-    log.served.append(Served(int(wi[1]), int(wi[3]), int(wi[2]), ex[:n].clone(), sc[:n].clone(), cnt.clone(),
+    y, ys = cam.ops.gmm_swiglu_quant_multi_layer(ex, sc, weights.w1, cnt, view.layer_index,
+                                                 swiglu_limit=weights.swiglu_limit)
+    out = cam.ops.gmm_multi_layer(y, ys, weights.w2, cnt, view.layer_index)
+    n = view.rows
+    log.served.append(Served(view.replica, view.seq, view.layer, ex[:n].clone(), sc[:n].clone(), cnt.clone(),
                              wi.clone(), int(wi[chunk]), int(wi[chunk + 1])))
     cam.ops.combine_send(comm, out, wi)
     return True

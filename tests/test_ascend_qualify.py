@@ -60,6 +60,15 @@ def test_missing_prerequisites_refuse_the_real_mode(tmp_path, capsys):
     assert "missing" in capsys.readouterr().err
 
 
+def test_dry_run_outside_a_checkout_says_it_is_not_one(tmp_path, capsys, source_root):
+    assert qualify.main(["--dry-run", "--source", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"MISSING cam checkout (--source): {tmp_path} is not a cam checkout" in out, out
+    # the control: the checkout the tests run from is one
+    assert qualify.main(["--dry-run", "--source", source_root]) == 0
+    assert f"ok      cam checkout (--source): {source_root}" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("op,m,k,n", [("dynamic_quant", 17, 273, 0), ("gmm_multi_layer", 15, 272, 200),
                                       ("gmm_swiglu_quant_multi_layer", 17, 273, 104)])
 def test_op_checks_pass_on_the_twin(op, m, k, n):

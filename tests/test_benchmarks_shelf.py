@@ -66,3 +66,44 @@ def test_every_record_has_a_readme_row_and_no_round_label():
     for path in RESULTS.iterdir():
         assert any(path.match(n) for n in named), f"{path.name} has no row in benchmarks/README.md"
         assert not re.search(r"(before|after|-s\d|run\d|plane\d|suite\d|session|quiet-)", path.name), path.name
+
+
+# One current record per benchmark, a figure beside it where the README shows one.
+MAX_RECORDS = 25
+
+
+def test_the_shelf_holds_at_most_25_records():
+    records = sorted(p.name for p in RESULTS.iterdir())
+    assert len(records) <= MAX_RECORDS, f"{len(records)} records on the shelf: {records}"
+
+
+def test_e2e_benchmark_creates_its_figures_directory(tmp_path):
+    """benchmarks/e2e_async_vs_sync.py --figures DIR makes DIR before the first cam-run draws its timeline there (a
+    stand-in for cam-run checks the directory exists, writes the report and the figure); each mode's first report
+    is kept in the summary."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("e2e_async_vs_sync", ROOT / "benchmarks" / "e2e_async_vs_sync.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    figures = tmp_path / "figs" / "deeper"
+    runs = []
+
+    def cam_run(argv, **kw):
+        mode = argv[argv.index("--mode") + 1]
+        report = {"mode": mode, "makespan_s": 1.0 + len(runs), "ttft_s": {"mean": 0.5, "p90": 0.9},
+                  "ffn_idle_fraction": 0.1}
+        pathlib.Path(argv[argv.index("--json") + 1]).write_text(json.dumps(report))
+        if "--timeline" in argv:
+            png = argv[argv.index("--timeline") + 1]
+            assert os.path.isdir(os.path.dirname(png)), f"{png}: its directory does not exist"
+            pathlib.Path(png).write_bytes(b"png")
+        runs.append(mode)
+
+    out = tmp_path / "s.json"
+    assert bench.main(["--repeats", "2", "--figures", str(figures), "--out", str(out)], run=cam_run) == 0
+    assert sorted(os.listdir(figures)) == ["e2e-imbalanced-async.png", "e2e-imbalanced-sync.png"]
+    assert runs == ["async", "sync"] * 2
+    first = json.loads(out.read_text())["first_repeat_reports"]
+    assert first["async"]["makespan_s"] == 1.0 and first["sync"]["makespan_s"] == 2.0

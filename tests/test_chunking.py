@@ -18,14 +18,12 @@ import cam
 from cam.reference.dispatch_combine import chunk_bounds
 from cam.sim.engine import chunks as sim_chunks
 from _dataplane_harness import attention_body, ffn_server, make_rounds, raise_first, run_ranks, run_round_trip
+from _topology import topology_with
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def topo(**kw) -> cam.Topology:
-    base = dict(D=1, P=2, F=2, E=8, K=3, H=40, Bmax=6, L=2, slots=2)
-    base.update(kw)
-    return cam.Topology(**base)
+topo = topology_with(D=1, P=2, F=2, E=8, K=3, H=40, Bmax=6, L=2, slots=2)
 
 
 # ----------------------------------------------------------------------------- the rule, on paper
@@ -219,7 +217,7 @@ def test_chunk_work_items_are_bounded_ordered_and_complete_only_at_the_last_chun
 
         def recv():
             ex, sc, cnt, wi = cam.ops.dispatch_recv(comms[ffn])
-            assert int(wi[0]) == 1
+            assert cam.WorkItem(wi).kind == 1
             return ex.clone(), sc.clone(), cnt.clone(), wi.clone()
 
         first, second = recv(), recv()  # D = 1: the next selection is the same round's next chunk
@@ -270,7 +268,7 @@ def test_records_shrunk_below_the_chunk_cursor_are_a_protocol_error():
             cam.ops.dispatch_send(comms[a], torch.ones((3, t.H), dtype=torch.bfloat16), ids, 1)
         ffn = t.A
         wi = cam.ops.dispatch_recv(comms[ffn])[3]
-        assert int(wi[0]) == 1 and int(wi[5]) == 2 and int(wi[lay.work_item_chunk_off + 1]) == 10
+        assert cam.WorkItem(wi).kind == 1 and cam.WorkItem(wi).rows == 2 and int(wi[lay.work_item_chunk_off + 1]) == 10
         w = comms[ffn].window.view(torch.int64)
         for a in range(t.A):  # each record now claims one row of expert 0: a round of 2 rows, cursor at 2
             hdr = lay.ffn_region_off(a, 0) // 8

@@ -46,6 +46,14 @@ def test_refused_before_torch_is_imported(tmp_path, module, argv, needle):
     assert torch_imported == "False" and extension_imported == "False", (module, argv, r.stdout)
 
 
+def test_cam_qualify_help_answers_without_torch(tmp_path):
+    """cam-qualify --help parses its flags only: neither torch nor cam's extension is imported (it took 4 s, 10x
+    the other tools' --help, when importing cam.qualify loaded the package)."""
+    r, (torch_imported, extension_imported) = _probe("cam.qualify", ["--help"], tmp_path)
+    assert r.returncode == 0 and "--dry-run" in r.stdout, r.stdout + r.stderr
+    assert torch_imported == "False" and extension_imported == "False", r.stdout
+
+
 def test_the_simulator_runs_without_torch_or_kernels(tmp_path):
     """docs/sim.md: cam-sim (with cam-run's model shapes too) imports neither torch nor cam._C."""
     r, (torch_imported, extension_imported) = _probe(
@@ -129,10 +137,11 @@ def test_cam_sim_sweep_prints_best_split_and_async_gain(capsys):
 
 
 def test_cam_run_impossible_topology_names_the_flags(capsys):
-    """tiny has 8 experts: --ffn 3 cannot divide them; the refusal names the flag, not only the Topology field."""
+    """tiny has 8 experts: 9 FFN ranks cannot each hold one; the refusal names the flag, not only the Topology
+    field."""
     from cam.run.cli import main
 
-    assert main(["--ffn", "3"]) == 2
+    assert main(["--ffn", "9"]) == 2
     err = capsys.readouterr().err
     assert "bad configuration" in err and "--ffn" in err, err
 

@@ -20,14 +20,12 @@ from _dataplane_harness import (
     run_ranks,
     unique_group,
 )
+from _topology import topology_with
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def topo(**kw) -> cam.Topology:
-    base = dict(D=1, P=1, F=1, E=4, K=2, H=64, Bmax=8, L=3, slots=2)
-    base.update(kw)
-    return cam.Topology(**base)
+topo = topology_with(D=1, P=1, F=1, E=4, K=2, H=64, Bmax=8, L=3, slots=2)
 
 
 # ----------------------------------------------------------------------------- creation
@@ -331,7 +329,7 @@ def test_combine_send_refuses_foreign_and_repeated_work_items():
             cam.ops.combine_send(comm, out, torch.zeros(t.work_item_words, dtype=torch.int64))
         while True:
             ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
-            if int(wi[0]) == 1:
+            if cam.WorkItem(wi).kind == 1:
                 break
         cam.ops.combine_send(comm, out, wi)
         with pytest.raises(cam.CommProtocolError, match="already combined"):

@@ -343,3 +343,14 @@ def test_gpt_oss_experts_refused_by_name_even_without_their_config():
     experts.config = _Cfg(model_type="deepseek_v4", swiglu_limit=experts.limit, hidden_act="silu")
     with pytest.raises(convert.UnsupportedModelError, match="GptOssExperts defines its own gating"):
         convert.from_hf_module(experts)
+
+
+def test_a_string_size_is_refused_as_a_string():
+    """hidden_size "8" against 8-wide weights: refused saying it is a string (it read "the weights give hidden size
+    8, hidden_size says 8"); a float likewise by its type."""
+    gu, down = torch.randn(2, 6, 8), torch.randn(2, 8, 3)
+    with pytest.raises(TypeError, match="hidden_size is the string '8', not an int"):
+        convert.from_hf_experts(gu, down, hidden_size="8")
+    with pytest.raises(TypeError, match="intermediate_size must be an int, got 3.0"):
+        convert.from_hf_experts(gu, down, intermediate_size=3.0)
+    assert convert.from_hf_experts(gu, down, hidden_size=8, intermediate_size=3).hidden == 8

@@ -23,14 +23,12 @@ from _dataplane_harness import (
     run_ranks,
     run_round_trip,
 )
+from _topology import topology_with
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def topo(**kw) -> cam.Topology:
-    base = dict(D=1, P=1, F=1, E=4, K=2, H=64, Bmax=8, L=3, slots=2)
-    base.update(kw)
-    return cam.Topology(**base)
+topo = topology_with(D=1, P=1, F=1, E=4, K=2, H=64, Bmax=8, L=3, slots=2)
 
 
 ROUND_TRIP_CASES = [
@@ -251,7 +249,7 @@ def test_idle_ffn_far_longer_than_timeout_stays_healthy():
         while time.monotonic() < end:
             ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
             assert ex.shape == (t.recv_rows, t.H) and cnt.shape == (t.R,) and wi.shape == (t.work_item_words,)
-            if int(wi[0]) == 0:
+            if cam.WorkItem(wi).kind == 0:
                 empties.append((wi[:8].tolist(), cnt.tolist()))
                 cam.ops.combine_send(comm, torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16), wi)
         log = ffn_server(t, 1)(comm)
@@ -318,7 +316,7 @@ def test_torch_compile_keeps_side_effecting_ops():
         kinds = []
         while sum(kinds) < 2:
             wi = compiled(comm.token, comm.id, 1.0)
-            kinds.append(int(wi[0]))
+            kinds.append(cam.WorkItem(wi).kind)
         return kinds
 
     def attn(comm):

@@ -16,14 +16,12 @@ from cam.reference.dynamic_quant import dynamic_quant
 from _window_layout import WindowLayout
 from _dataplane_harness import (FfnLog, check_against_golden, ffn_batch_server, make_rounds, raise_first, run_ranks,
                                 run_round_trip, serve_batch)
+from _topology import topology_with
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def topo(**kw) -> cam.Topology:
-    base = dict(D=3, P=1, F=1, E=4, K=2, H=32, Bmax=6, L=2, slots=2)
-    base.update(kw)
-    return cam.Topology(**base)
+topo = topology_with(D=3, P=1, F=1, E=4, K=2, H=32, Bmax=6, L=2, slots=2)
 
 
 def attention_first_published(rounds, published: threading.Barrier):
@@ -180,7 +178,7 @@ def test_a_row_budget_below_one_work_item_is_refused_before_anything_runs():
             cam.ops.dispatch_recv(comm, row_budget=0)
         with pytest.raises(TypeError, match="row_budget must be an int"):
             cam.ops.dispatch_recv(comm, row_budget=2.0)
-        specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(comm, t.recv_rows)
+        specs = importlib.import_module("cam.ops.dispatch_recv").batch_output_specs(comm, t.recv_rows)
         out = tuple(torch.empty(s, dtype=d) for d, s in specs)
         bad = (out[0], out[1], out[2][:-1], out[3], out[4])
         with pytest.raises(cam.InvalidArgumentError, match="group_table"):
@@ -221,10 +219,11 @@ def _ffn_one_by_one(t, w1, w2, n_rounds):
         done = 0
         while done < n_rounds:
             ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
-            y, ys = cam.ops.gmm_swiglu_quant_multi_layer(ex, sc, w1, cnt, wi[2:3])
-            out = cam.ops.gmm_multi_layer(y, ys, w2, cnt, wi[2:3])
+            y, ys = cam.ops.gmm_swiglu_quant_multi_layer(ex, sc, w1, cnt, cam.WorkItem(wi).layer_index)
+            out = cam.ops.gmm_multi_layer(y, ys, w2, cnt, cam.WorkItem(wi).layer_index)
             cam.ops.combine_send(comm, out, wi)
-            done += int(wi[0]) == 1 and int(wi[5]) + int(wi[WindowLayout(t).work_item_chunk_off]) == \
+            view = cam.WorkItem(wi)
+            done += view.kind == 1 and view.rows + int(wi[WindowLayout(t).work_item_chunk_off]) == \
                 int(wi[WindowLayout(t).work_item_chunk_off + 1])
         return done
     return body
@@ -297,7 +296,7 @@ def test_the_batched_ffn_loop_is_captured_once_and_replayed():
     chunk = WindowLayout(t).work_item_chunk_off
 
     def ffn(comm):
-        specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(comm, budget)
+        specs = importlib.import_module("cam.ops.dispatch_recv").batch_output_specs(comm, budget)
         recv = tuple(torch.zeros(s, dtype=d) for d, s in specs)
         ex, sc, groups, origin, items = recv
         items[:, 0] = 0  # kind empty: the warm-up below is a no-op

@@ -41,12 +41,12 @@ def serve_one(comm: cam.Comm, *, expect_work: bool = True):
     t = comm.topology
     ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
     out = torch.zeros((t.recv_rows, t.H), dtype=comm.dtype)
-    if int(wi[0]) == 1:
-        n = int(wi[5])
-        e = torch.repeat_interleave(slot_experts(comm, int(wi[2])), cnt)
+    if cam.WorkItem(wi).kind == 1:
+        n = cam.WorkItem(wi).rows
+        e = torch.repeat_interleave(slot_experts(comm, cam.WorkItem(wi).layer), cnt)
         out[:n] = expert_fn(t.quantized, comm.dtype)(e, ex[:n], sc[:n] if t.quantized else None)
     if expect_work is not None:
-        assert (int(wi[0]) == 1) == expect_work, wi
+        assert (cam.WorkItem(wi).kind == 1) == expect_work, wi
     cam.ops.combine_send(comm, out, wi)
     return wi
 
@@ -275,7 +275,7 @@ def test_combine_send_fails_an_item_whose_weights_moved_before_writing_anything(
             cam.ops.dispatch_send(comms[a], x, ids, 0)
         ffn = comms[t.A]
         ex, sc, cnt, wi = cam.ops.dispatch_recv(ffn)
-        assert int(wi[0]) == 1 and item_epoch(t, wi) == 0
+        assert cam.WorkItem(wi).kind == 1 and item_epoch(t, wi) == 0
         before = {a: comms[a].window[256:].clone() for a in range(t.A)}  # past the control area (abort word)
         set_weights_epoch(ffn, w)
         with pytest.raises(cam.CommProtocolError) as info:

@@ -186,6 +186,26 @@ def test_duplicates_in_a_token_whose_ids_straddle_the_kernels_ids_window():
     run_round_trip(topo, rounds, placement=p)
 
 
+def test_every_block_routes_its_own_tokens_under_a_placement():
+    """On the A3 description dispatch_send runs on many blocks, each routing its own tokens (destinations through
+    the layer's table kept in UB, counts, token slots) and placing them after the blocks before it by a sum of the
+    blocks' summaries (docs/protocol.md §6.1). Rounds of 0 to 300 tokens (up to 19 blocks) with replicated
+    experts, duplicate ids and empty slots, two rounds in flight, chunked: bit-exact against cam.reference, whose
+    index tables, token slots and counts know nothing of blocks."""
+    F, E, R = 3, 7, 3
+    topo = cam.Topology(D=2, P=1, F=F, E=E, K=4, H=32, Bmax=300, L=2, capacity=500, expert_slots=R)
+    p = random_placement(E, F, R, 2, seed=41)
+    rounds = make_rounds(topo, [[300, 0, 173, 299], [1, 300, 58, 300]], seed=43, layers=[[0, 1, 1, 0], [1, 0, 0, 1]],
+                         ids_fn=ids_with_duplicates(topo, 47))
+    assert splits_under_t_plus_k(p, rounds) > 0
+    before = cam._C.platform()["name"]
+    cam._C.set_twin_platform("ascend910_93")
+    try:
+        run_round_trip(topo, rounds, placement=p, in_flight=2, timeout=200)
+    finally:
+        cam._C.set_twin_platform(before)
+
+
 def test_the_contiguous_table_is_bit_identical_to_no_table():
     topo = cam.Topology(D=1, P=2, F=2, E=4, K=2, H=32, Bmax=5, L=2, slots=1)
     rounds = make_rounds(topo, [[5, 4]] * topo.A, seed=17)

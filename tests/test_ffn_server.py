@@ -366,6 +366,34 @@ def test_cam_ffn_processes_serve_a_checkpoint(tmp_path):
     assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
 
 
+def test_three_cam_ffn_processes_serve_eight_experts_by_the_contiguous_table(tmp_path):
+    """cam-ffn -F 3 on 8 experts: each process serves its floor or ceil of E / F experts (3, 3, 2) in 3 slots, the
+    Attention rank routes by the same contiguous table, and the routed output equals cam's ops in one process."""
+    from cam.connector import loopback_store
+    from cam.placement import Placement
+
+    _write_checkpoint(tmp_path, _experts())
+    secret = os.urandom(16)
+    env = dict(os.environ, CAM_RUN_SECRET=secret.hex())
+    store = loopback_store(0, TIMEOUT_S)
+    topo = cam.Topology(D=1, P=1, F=3, E=E, K=K, H=H, Bmax=B, L=L, expert_slots=3)
+    common = ["--checkpoint", str(tmp_path), "-D", "1", "-F", "3", "--max-tokens", str(B), "--master-port",
+              str(store.port), "--group", "ffn-three", "--idle-poll", "0.02", "--timeout", str(TIMEOUT_S)]
+    procs = [_cam_ffn(["--rank", str(r), *common], env) for r in (1, 2, 3)]
+    try:
+        cfg = ConnectorConfig(topology=topo, master_port=store.port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
+                              group="ffn-three", secret=secret, placement=Placement.contiguous(E, 3, layers=L))
+        conn = AsyncAFDConnector(0, "attention", cfg)
+        x, ids, w, out, outs = _one_round(conn, store, procs)
+    finally:
+        _reap(procs)
+    for p, (stdout, stderr) in zip(procs, outs):
+        assert p.returncode == 0, stderr
+        assert json.loads(stdout.strip().splitlines()[-1])["reason"] == "attention finished"
+    w1, w2 = convert.layer_weights(_experts())
+    assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
+
+
 def test_cam_ffn_processes_serve_deepseek_v4s_clamp(tmp_path):
     """Two cam-ffn processes on a DeepSeek-V4 checkpoint (swiglu_limit 0.5), one eager, one replaying a captured
     batched iteration, serve with the clamp: the routed output equals cam's ops in one process with the limit, and
@@ -417,6 +445,62 @@ def test_cam_ffn_refuses_an_unsupported_checkpoint(tmp_path, config, needle, cap
     assert needle in caplog.text
 
 
+def _retensor(path, key, make):
+    """Rewrites the checkpoint's safetensors file with tensor ``key`` replaced by ``make(tensor)``."""
+    from safetensors.torch import load_file, save_file
+
+    name = os.path.join(path, "model.safetensors")
+    tensors = load_file(name)
+    tensors[key] = make(tensors[key])
+    save_file(tensors, name)
+
+
+def _rewrite(path, name, data):
+    with open(os.path.join(path, name), "wb") as f:
+        f.write(data)
+
+
+def _truncate(path):
+    name = os.path.join(path, "model.safetensors")
+    with open(name, "rb") as f:
+        data = f.read()
+    _rewrite(path, "model.safetensors", data[:len(data) // 2])
+
+
+def _set_config(path, **changes):
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({**config, **changes}, f)
+
+
+UP = "model.layers.1.mlp.experts.3.up_proj.weight"
+DOWN = "model.layers.0.mlp.experts.2.down_proj.weight"
+
+
+@pytest.mark.parametrize("spoil, file, needles", [
+    (lambda p: _rewrite(p, "config.json", b"[1, 2]"), "config.json", ["holds a JSON list, not an object"]),
+    (_truncate, "model.safetensors", ["not a readable safetensors file"]),
+    (lambda p: _rewrite(p, "model.safetensors", os.urandom(4096)), "model.safetensors",
+     ["not a readable safetensors file"]),
+    (lambda p: _retensor(p, UP, lambda t: torch.zeros(I + 1, H)), "model.safetensors",
+     [UP, f"has shape ({I + 1}, {H})"]),
+    (lambda p: _retensor(p, DOWN, lambda t: t.reshape(-1)), "model.safetensors", [DOWN, "must be a 2-D"]),
+    (lambda p: _set_config(p, hidden_size=str(H)), "config.json", [f"hidden_size is the string '{H}', not an int"]),
+], ids=["config-list", "truncated", "garbage", "wrong-shape", "1-D", "string-hidden-size"])
+def test_cam_ffn_refuses_a_broken_checkpoint_naming_the_file_and_tensor(tmp_path, spoil, file, needles, caplog):
+    """A broken checkpoint is a refused command (exit 2) whose error names the file and, for a bad tensor, its key;
+    never a traceback and exit 1."""
+    _write_checkpoint(tmp_path, _experts())
+    spoil(str(tmp_path))
+    from cam import ffn_server
+
+    assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4"]) == 2
+    refused = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused:")]
+    assert refused, caplog.text
+    assert os.path.join(str(tmp_path), file) in refused[0] and all(n in refused[0] for n in needles), refused[0]
+
+
 def test_cam_ffn_refuses_a_row_budget_below_one_work_item(tmp_path, caplog):
     _write_checkpoint(tmp_path, _experts())
     from cam import ffn_server
@@ -424,3 +508,113 @@ def test_cam_ffn_refuses_a_row_budget_below_one_work_item(tmp_path, caplog):
     assert ffn_server.main(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4",
                             "--row-budget", "1"]) == 2
     assert "--row-budget 1 is below one work item's rows" in caplog.text
+
+
+class _Device:
+    """A shared device as the colocated mode holds it: counts how often serve_ffn held it, and checks it is never
+    held twice at once."""
+
+    def __init__(self):
+        self.entered, self.held = 0, False
+
+    def __enter__(self):
+        assert not self.held
+        self.held, self.entered = True, self.entered + 1
+
+    def __exit__(self, *exc):
+        self.held = False
+
+
+@pytest.mark.parametrize("mode", ["eager", "batched", "graph"])
+def test_serve_ffn_reports_phases_holds_the_device_and_fences_the_lost_ranks(mode):
+    """The one loop's hooks, as cam-run uses them: each iteration's phase times and work items (on_iteration), the
+    device held around compute, a shutdown message naming a lost Attention rank (fenced before it returns, its
+    replica then reported), and the W1 + W2 launch count (None for a replay, which launches none)."""
+    import threading
+
+    from cam.serve import ServePolicy, serve_ffn
+
+    topo, conns = _connectors(f"serve-hooks-{mode}", D=2)
+    ffn = conns[topo.A]
+    w1, w2 = convert.layer_weights(_experts(), range(topo.R))
+    policy = ServePolicy(graph=mode == "graph", row_budget=2 * topo.recv_rows if mode == "batched" else None)
+    device, seen, items, out = _Device(), [], [], {}
+
+    def on_iteration(it):  # the records are read during the call: a replay's buffers are the next replay's too
+        seen.append(it)
+        items.append([(w.replica, w.layer) for w in cam.WorkItem.table(it.records) if not w.is_empty])
+
+    def serve():
+        try:
+            out["result"] = serve_ffn(ffn, w1, w2, policy, device=device, on_iteration=on_iteration,
+                                      max_serve_s=TIMEOUT_S)
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            out["error"] = e
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        conns[0].wait_ffn_serving(TIMEOUT_S)
+        for layer in range(L):
+            for a in range(topo.A):
+                _round(conns[a], layer, a)
+            for a in range(topo.A):
+                conns[a].recv_ffn_output()
+        conns[0].request_shutdown("run over", lost=[1])
+        thread.join(TIMEOUT_S)
+        assert not thread.is_alive() and "error" not in out, out
+        result = out["result"]
+        assert result.reason == "run over" and result.lost_ranks == (1,)
+        assert set(ffn.lost_replicas) == {1} and ffn.lost_replicas[1].dead_rank == 1
+        assert len(seen) == result.iterations and device.entered == result.iterations
+        served = [item for its in items for item in its]
+        assert sorted(served) == sorted((a, layer) for layer in range(L) for a in range(topo.A))
+        assert all(it.start <= it.received <= it.computed <= it.end for it in seen)
+        assert [it.served for it in seen] == [bool(its) for its in items]
+        if mode == "graph":
+            assert result.launches is None
+        else:
+            assert result.launches == 2 * result.iterations  # one W1 and one W2 per iteration, idle ones included
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_the_shutdown_message_carries_the_lost_ranks():
+    from cam.serve.store import Shutdown
+
+    assert Shutdown.parse("requested") == Shutdown("requested")
+    assert Shutdown.parse(Shutdown("over", (3, 1)).text()) == Shutdown("over", (1, 3))
+    assert Shutdown.parse('{"lost": [2]}') == Shutdown("run over", (2,))  # cam-run's launcher writes this form
+    with pytest.raises(ValueError, match="lost must be a list of ranks"):
+        Shutdown.parse('{"lost": "2"}')
+
+
+def test_a_replayed_loop_synchronizes_once_per_check():
+    """Without on_iteration, a captured loop replays items_per_check times between two synchronizes (and checks)."""
+    import threading
+
+    from cam.serve import ServePolicy, serve_ffn
+
+    topo, conns = _connectors("serve-per-check", D=1)
+    ffn = conns[topo.A]
+    steps, graph_step = [], ffn.ffn_graph_step
+    ffn.ffn_graph_step = lambda captured, items=1: (steps.append(items), graph_step(captured, items))
+    w1, w2 = convert.layer_weights(_experts(), range(topo.R))
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(result=serve_ffn(
+        ffn, w1, w2, ServePolicy(graph=True, items_per_check=3), max_serve_s=TIMEOUT_S)), daemon=True)
+    thread.start()
+    try:
+        conns[0].wait_ffn_serving(TIMEOUT_S)
+        _round(conns[0], 0, 0)
+        conns[0].recv_ffn_output()
+        conns[0].finish()
+        thread.join(TIMEOUT_S)
+        assert not thread.is_alive()
+        result = out["result"]
+        assert result.reason == "attention finished" and steps and set(steps) == {3}
+        assert result.iterations == 3 * len(steps)
+    finally:
+        for conn in conns:
+            conn.close()

@@ -8,7 +8,6 @@ agreement is bit-exact evidence that the vectorized golden does what docs/gmm.md
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import numpy as np
@@ -21,16 +20,6 @@ from cam.reference import gmm as ref
 
 F32 = np.float32
 FLT_MIN = np.finfo(np.float32).tiny
-
-
-def _need_dynamic_quant():
-    try:
-        importlib.import_module("cam.reference.dynamic_quant")
-    except ModuleNotFoundError:
-        pytest.skip(
-            "cam.reference.dynamic_quant has not landed yet (foundation issue); the W1 golden "
-            "quantizes its output with that shared rule"
-        )
 
 
 # ----------------------------------------------------------------------------- slow model
@@ -176,7 +165,6 @@ def _check_w1(y, ysc, rows_written, slow, counts, m, y_sentinel=None, s_sentinel
 @pytest.mark.parametrize("case", sorted(COUNT_CASES))
 @pytest.mark.parametrize("group_list_type", [ref.GROUP_LIST_CUMSUM, ref.GROUP_LIST_COUNTS])
 def test_w1_matches_slow_model(case, group_list_type):
-    _need_dynamic_quant()
     counts = COUNT_CASES[case]
     x, xs, ws_, ss = _problem(1, M, K, N, E, L)
     gl = _gl(counts, group_list_type)
@@ -189,7 +177,6 @@ def test_w1_matches_slow_model(case, group_list_type):
 
 
 def test_w1_counts_and_cumsum_agree():
-    _need_dynamic_quant()
     x, xs, ws_, ss = _problem(2, M, K, N, E, L)
     a = ref.gmm_swiglu_quant_multi_layer(x, xs, ws_, ss, _gl([2, 4, 0, 5], 1), 0, 1)
     b = ref.gmm_swiglu_quant_multi_layer(x, xs, ws_, ss, _gl([2, 4, 0, 5], 0), 0, 0)
@@ -197,7 +184,6 @@ def test_w1_counts_and_cumsum_agree():
 
 
 def test_w1_layer_selection():
-    _need_dynamic_quant()
     x, xs, ws_, ss = _problem(3, M, K, N, E, 4)
     gl = _gl([4, 2, 3, 3])
     outs = []
@@ -212,14 +198,12 @@ def test_w1_layer_selection():
 
 
 def test_w1_m_zero():
-    _need_dynamic_quant()
     x, xs, ws_, ss = _problem(4, 0, K, N, E, L)
     y, ysc, rows = ref.gmm_swiglu_quant_multi_layer(x, xs, ws_, ss, _gl([0] * E), 2, 1)
     assert rows == 0 and tuple(y.shape) == (0, N // 2) and tuple(ysc.shape) == (0,)
 
 
 def test_w1_zero_row_and_extreme_activations():
-    _need_dynamic_quant()
     x, xs, ws_, ss = _problem(5, 6, K, N, 2, 1)
     x[0].zero_()  # amax = 0 -> q = 0, scale = 0
     xs[1] = 1.0  # |act| ~ 1e2: exp(-act) overflows fp32 to inf or underflows to 0
@@ -435,7 +419,6 @@ def test_w2_generated_shapes(m, k, h, e_local, layers, seed, data):
     data=st.data(),
 )
 def test_w1_generated_shapes(m, k, half, e_local, seed, data):
-    _need_dynamic_quant()
     x, xs, ws_, ss = _problem(seed, m, k, 2 * half, e_local, 2)
     counts = data.draw(st.lists(st.integers(0, m), min_size=e_local, max_size=e_local))
     if sum(counts) > m:

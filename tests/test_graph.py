@@ -239,7 +239,7 @@ def test_workspace_not_graph_owned_invalidates_the_capture(ffn):
     def call():
         _C.gmm_multi_layer(descriptor(y), descriptor(ys), [descriptor(w) for w in w2.weights],
                            [descriptor(s) for s in w2.scales], descriptor(gl), descriptor(li), 1, descriptor(out),
-                           None, _runtime.default_stream(), private)
+                           None, None, _runtime.default_stream(), private)  # out_scale, weight_colsums
 
     _expect_invalidated(cam.Graph(), call, "not graph-owned")
     assert (out.view(torch.uint8) == 0xFF).all()

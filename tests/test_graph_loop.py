@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import cam
-from cam.connector import CapturedFFN, _work_item, expert_weights, ffn_compute, ffn_iteration
+from cam.connector import CapturedFFN, expert_weights, ffn_compute, ffn_iteration
+from cam.connector import ffn_work_item as _work_item
 from cam.models import PRESETS, MoEModel
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -16,6 +16,7 @@ import torch
 import cam
 from _window_layout import WindowLayout
 from test_safety import expert_out, golden_out, make_round, plane, recv_work, windows
+from _topology import topology_with
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -24,8 +25,7 @@ T = dict(D=2, P=2, F=2, E=4, K=2, H=32, Bmax=4, L=2, slots=2)
 DEAD, MATE = 3, 2
 
 
-def topo() -> cam.Topology:
-    return cam.Topology(**T)
+topo = topology_with(**T)
 
 
 def serve(t, comms, ffn_ranks):
@@ -43,7 +43,8 @@ def assert_idle(t, comms):
     for f in range(t.F):
         for _ in range(3):
             _, _, cnt, wi = cam.ops.dispatch_recv(comms[t.A + f])
-            assert int(wi[0]) == 0, f"FFN rank {t.A + f} was handed replica {int(wi[1])}'s round {int(wi[3])}"
+            view = cam.WorkItem(wi)
+            assert view.kind == 0, f"FFN rank {t.A + f} was handed replica {view.replica}'s round {view.seq}"
             assert int(cnt.sum()) == 0
             cam.ops.combine_send(comms[t.A + f], torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16), wi)
 

@@ -13,7 +13,8 @@ Three kinds of runs, each sharing what it can:
   a mutant cannot touch are compiled once; per mutant only the four data-plane kernels, side by side;
 - the window_table kernel over the twin's HCCL context (tests/sdk_ascend/hccl_context.cpp) on the A3 description;
 - one W2 call through the SDK (tests/twin/gmm_fixpipe.cpp: N = 72, one N tile narrower than the cube's 96-column
-  one; K = 300, two accumulating k steps into a small tile; a one-row group), linked from the same shared objects
+  one; K = 300, two accumulating k steps into a small tile; a one-row group; before it the same call in W4A8 at
+  K = 301, through the int4 tile loop), linked from the same shared objects
   with only the cube kernel rebuilt per mutant;
 - one dynamic_quant call through the SDK (tests/twin/quant_rules.cpp: 1000 columns, 16 vector repeats a row), the
   same way with only the dynamic_quant kernel rebuilt;
@@ -90,6 +91,11 @@ MUTANTS = {
     "fixpipe_padded_n": ("gmm", "fixpipe-nsize", "cam_gmm_int8_cube"),
     # the first review's: Mmad given a group's real row count, m = 1 for a one-row group (GEMV mode reads L0A as ND)
     "mmad_gemv": ("gmm", "mmad-gemv", "cam_gmm_int8_cube"),
+    # W4A8's int4 tile loop (docs/twin.md, "int4 operands"), run by the driver's W4A8 call at K = 301: an int8 x int4
+    # Mmad; A from the lo rows with both planes' m (K read in int4 fractals of 64); an odd-K int4 copy
+    "mmad_int4_by_int8": ("gmm", "mmad-int4-pair", "cam_gmm_int8_cube"),
+    "mmad_int4_short_a": ("gmm", "mmad-int4-k", "cam_gmm_int8_cube"),
+    "int4_odd_k_copy": ("gmm", "int4-pair", "cam_gmm_int8_cube"),
     # dispatch_send's block 0 signalling the FFN rank without the SyncAll after every block's token writes
     "signal_before_syncall": ("plane", "signal-order", "cam_dispatch_send"),
     # combine_recv's send-count read without its invalidate (an earlier launch "already did it"), under the twin's

@@ -16,8 +16,42 @@ def test_contiguous_is_todays_arithmetic():
         assert p.replicas(1, e) == ((e // 4, e % 4),)
         assert p.replica(0, [7, e, e], token=5, k=2) == (e // 4, e % 4)
     assert p.slot_experts(0, 1) == [4, 5, 6, 7]
-    with pytest.raises(PlacementError, match="E = 7 is not a multiple of F = 2"):
-        Placement.contiguous(7, 2, layers=1)
+
+
+def _contiguous_by_counts(E, F):
+    """The documented contiguous layout written from its per-rank counts, not from ``e * F // E``: FFN index f
+    holds the next ceil((f + 1) E / F) - ceil(f E / F) experts in order, in slots 0, 1, ..."""
+    reps, e = [], 0
+    for f in range(F):
+        n = -(-(f + 1) * E // F) - -(-f * E // F)
+        reps += [(f, j) for j in range(n)]
+        e += n
+    assert e == E
+    return reps
+
+
+def test_contiguous_takes_any_e_and_f_floor_or_ceil_per_rank():
+    # Hand-written counts per FFN index: the ceil ranks spread evenly from index 0.
+    for (E, F), counts in {(8, 3): [3, 3, 2], (10, 4): [3, 2, 3, 2], (7, 2): [4, 3], (5, 5): [1] * 5,
+                           (9, 6): [2, 1, 2, 1, 2, 1], (256, 3): [86, 85, 85]}.items():
+        p = Placement.contiguous(E, F, layers=1)
+        got = [sum(1 for e in p.slot_experts(0, f) if e >= 0) for f in range(F)]
+        assert got == counts, (E, F)
+    for E in range(1, 41):
+        for F in range(1, E + 1):
+            p = Placement.contiguous(E, F, layers=2)
+            want = _contiguous_by_counts(E, F)
+            assert [p.replicas(1, e) for e in range(E)] == [(r,) for r in want], (E, F)
+            assert p.slots_per_rank == -(-E // F)
+            counts = [sum(1 for e in p.slot_experts(0, f) if e >= 0) for f in range(F)]
+            assert set(counts) <= {E // F, -(-E // F)} and counts.count(-(-E // F)) == (E % F or F), (E, F)
+            if E % F == 0:  # today's layout, the one a Comm without a table routes by
+                assert want == [(e // (E // F), e % (E // F)) for e in range(E)]
+
+
+def test_contiguous_refuses_fewer_experts_than_ffn_ranks_by_name():
+    with pytest.raises(PlacementError, match=r"Placement.contiguous: E = 2 experts cannot fill F = 3 FFN ranks"):
+        Placement.contiguous(2, 3, layers=1)
 
 
 def test_the_replica_rule_without_duplicates_is_t_plus_k_mod_replicas():

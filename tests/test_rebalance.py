@@ -482,7 +482,7 @@ def test_a_captured_batched_ffn_loop_serves_the_new_experts_after_a_rebalance_wi
             experts = ws.experts()
             served = experts.slots(P_TABLE, f)
             budget = topo.D * topo.recv_rows
-            specs = importlib.import_module("cam.ops.dispatch_recv")._batch_output_specs(comm, budget)
+            specs = importlib.import_module("cam.ops.dispatch_recv").batch_output_specs(comm, budget)
             recv = tuple(torch.zeros(s, dtype=d) for d, s in specs)
             y = torch.zeros(budget, served.w1.n // 2, dtype=torch.int8)
             ys = torch.zeros(budget, dtype=torch.float32)

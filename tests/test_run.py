@@ -81,6 +81,19 @@ def test_async_and_sync_match_the_reference_and_each_other(tmp_path):
         assert png.startswith(b"\x89PNG") and len(png) > 10_000, len(png)  # a drawn figure, not an empty file
 
 
+def test_three_ffn_ranks_serve_eight_experts_by_the_contiguous_table(tmp_path):
+    """cam-run --ffn 3 on the default model's 8 experts: the contiguous placement as a table of 3 slots per FFN
+    rank (3, 3 and 2 experts), every FFN rank serving, the outputs equal to the single-process golden (--check)."""
+    result = cam_run("--ffn", "3", "--requests", "6", "--check", "--quiet", "--json", str(tmp_path / "r.json"),
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["check"]["ok"], report["check"]
+    assert report["placement"]["kind"] == "table" and report["placement"]["slots_per_rank"] == 3
+    assert not any(report["placement"]["replicated"])
+    assert sorted(f["rank"] for f in report["ffn"]) == [2, 3, 4] and all(f["items"] > 0 for f in report["ffn"])
+
+
 class Launcher:
     """cam-run in the background, its output collected by reader threads so nothing blocks."""
 
@@ -177,7 +190,7 @@ def test_sigterm_is_clean(tmp_path):
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["--ffn", "3"], "multiple of F"),
+        (["--ffn", "9"], "--ffn 9: more FFN ranks than the model's E = 8 experts"),
         (["--participants", "0"], "--participants"),
         (["--replicas", "0"], "--replicas"),
         (["--slots", "0"], "--slots"),
@@ -234,7 +247,8 @@ def _has_matplotlib():
         (["--placement", "nope"], "neither contiguous, balanced, hot:K nor a readable JSON file"),
         (["--placement", "hot:0"], "K must be an int in [1, E = 8]"),
         (["--placement", "hot:x"], "K must be an int"),
-        (["--ffn", "3", "--placement", "contiguous"], "multiple of F"),
+        (["--ffn", "9", "--placement", "contiguous"], "--ffn 9: more FFN ranks than the model's E = 8 experts"),
+        (["--keep", "/proc/cam-keep"], "--keep '/proc/cam-keep' cannot be made in '/proc'"),
     ],
 )
 def test_bad_flags_are_refused_before_anything_starts(tmp_path, monkeypatch, capsys, args, needle):

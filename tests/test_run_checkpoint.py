@@ -237,3 +237,71 @@ def test_native_check_stops_at_an_indexer_flip(deepseek_v4):
     rel = (got - want).norm(dim=-1) / want.norm(dim=-1)
     assert float(rel[:at].max()) == pytest.approx(result["max_rel_diff"]) and result["max_rel_diff"] < W8A8_REL_BOUND
     assert float(rel[at]) > 2 * W8A8_REL_BOUND, (at, float(rel[at]))
+
+
+class _Joined(Exception):
+    """Raised by a stand-in connector: what the vLLM plugin would have joined the plane with."""
+
+
+@pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v4", "qwen2_moe", "qwen3_moe"])
+def test_every_route_reads_one_topology_from_a_checkpoint(family, tmp_path, monkeypatch):
+    """Topology.from_checkpoint, Topology.from_config (on config.json, and nested as a wrapper's text_config),
+    cam-run --checkpoint's plan, cam-ffn's and the vLLM plugin's topology are one Topology for each tiny family;
+    the expected one is written from the writers' configs (8 experts, top 2, hidden 64; DeepSeek-V3's first layer
+    dense)."""
+    import cam
+    from cam import connector as camconnector
+    from cam import convert, ffn_server
+    from cam.integrations import vllm as camvllm
+    from cam.run import cli
+    from cam.run.setup import plan
+
+    path = _checkpoint(family, tmp_path / family)
+    L = 2 if family == "deepseek_v3" else 3
+    want = cam.Topology(D=2, P=1, F=2, E=8, K=2, H=64, Bmax=16, L=L)
+    assert cam.Topology.from_checkpoint(path, D=2, F=2, Bmax=16) == want
+    config = json.loads((tmp_path / family / "config.json").read_text())
+    layers = convert.checkpoint_moe_layers(path)
+    assert cam.Topology.from_config(config, moe_layers=layers, D=2, F=2, Bmax=16) == want
+    assert cam.Topology.from_config(config, moe_layers=L, D=2, F=2, Bmax=16) == want
+    nested = {"model_type": "wrapper", "text_config": config}
+    assert cam.Topology.from_config(nested, moe_layers=layers, D=2, F=2, Bmax=16) == want
+    # cam-run --checkpoint: the launcher's plan (its Bmax is the workload's, so compared field by field)
+    run_topo = plan(cli._config(cli._parse(["--checkpoint", path, "--replicas", "2", "--ffn", "2"]),
+                                str(tmp_path), 1))[1]
+    assert (run_topo.E, run_topo.K, run_topo.H, run_topo.L, run_topo.F, run_topo.D) == (8, 2, 64, L, 2, 2)
+    # cam-ffn
+    args = ffn_server._parser().parse_args(["--checkpoint", path, "--rank", "2", "-D", "2", "-F", "2",
+                                            "--max-tokens", "16"])
+    assert ffn_server._load(args)[0].topology == want
+    # the vLLM plugin, stopped where it would join the plane
+    monkeypatch.setenv(camvllm.CONFIG_ENV, json.dumps({"rank": 0, "replicas": 2, "ffn_ranks": 2, "max_tokens": 16}))
+
+    def joined(rank, role, cfg):
+        raise _Joined(cfg.topology)
+
+    monkeypatch.setattr(camconnector, "AsyncAFDConnector", joined)
+    monkeypatch.setitem(camvllm._state, "plane", None)
+    with pytest.raises(_Joined) as got:
+        camvllm._plane(path)
+    assert got.value.args[0] == want
+
+
+def test_a_config_without_the_experts_count_is_refused_naming_the_keys(tmp_path):
+    """The user's first try on a config that names no routed-expert count: an error naming the keys looked for,
+    not "Topology.E must be an int, got None"; a string is said to be one; two keys that disagree are named."""
+    import cam
+    from cam.checkpoint_config import CheckpointConfigError
+
+    base = {"model_type": "qwen3_moe", "hidden_size": 64, "num_experts_per_tok": 2}
+    with pytest.raises(CheckpointConfigError, match="no n_routed_experts / num_local_experts / num_experts"):
+        cam.Topology.from_config(base, moe_layers=2, D=1, F=2, Bmax=4)
+    with pytest.raises(CheckpointConfigError, match="hidden_size is the string '64', not an int"):
+        cam.Topology.from_config({**base, "num_experts": 8, "hidden_size": "64"}, moe_layers=2, D=1, F=2, Bmax=4)
+    with pytest.raises(CheckpointConfigError, match="n_routed_experts = 8 and num_experts = 16 disagree"):
+        cam.Topology.from_config({**base, "n_routed_experts": 8, "num_experts": 16}, moe_layers=2, D=1, F=2, Bmax=4)
+    # F not dividing E: the contiguous table's ceil(E / F) slots
+    assert cam.Topology.from_config({**base, "num_experts": 8}, moe_layers=2, D=1, F=3, Bmax=4).R == 3
+    (tmp_path / "config.json").write_text(json.dumps(base))
+    with pytest.raises(CheckpointConfigError, match=r"no \*.safetensors"):
+        cam.Topology.from_checkpoint(str(tmp_path), D=1, F=2, Bmax=4)

@@ -18,14 +18,14 @@ from _window_layout import IDENTITY_OFF, WindowLayout
 from cam.reference.dispatch_combine import round_trip_plane
 from cam.reference.dynamic_quant import dynamic_quant
 from _dataplane_harness import expert_fn, unique_group
+from _topology import topology_with
 
 pytestmark = pytest.mark.timeout(180)
 
 T = dict(D=1, P=2, F=2, E=4, K=2, H=32, Bmax=4, L=2, slots=1)
 
 
-def topo(**kw) -> cam.Topology:
-    return cam.Topology(**{**T, **kw})
+topo = topology_with(**T)
 
 
 @contextlib.contextmanager
@@ -79,7 +79,7 @@ def recv_work(comm, deadline_s=30.0):
     end = time.monotonic() + deadline_s
     while True:
         ex, sc, cnt, wi = cam.ops.dispatch_recv(comm)
-        if int(wi[0]) == 1:
+        if cam.WorkItem(wi).kind == 1:
             return ex, sc, cnt, wi
         cam.ops.combine_send(comm, torch.zeros((comm.topology.recv_rows, comm.topology.H), dtype=comm.dtype), wi)
         assert time.monotonic() < end, "no work item arrived"
@@ -88,7 +88,7 @@ def recv_work(comm, deadline_s=30.0):
 def expert_out(comm, ex, sc, cnt, wi):
     t = comm.topology
     f = comm.rank - t.A
-    n = int(wi[5])
+    n = cam.WorkItem(wi).rows
     out = torch.zeros((t.recv_rows, t.H), dtype=comm.dtype)
     e = torch.repeat_interleave(torch.arange(t.R), cnt) + f * t.R
     out[:n] = expert_fn(t.quantized, comm.dtype)(e, ex[:n], sc[:n] if t.quantized else None)
@@ -183,7 +183,7 @@ def test_empty_work_item_with_a_tampered_word_is_refused():
     with plane(t, timeout_s=120) as comms:
         ffn = t.A
         _, _, _, wi = cam.ops.dispatch_recv(comms[ffn])
-        assert int(wi[0]) == 0
+        assert cam.WorkItem(wi).kind == 0
         out = torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16)
         for w in range(t.work_item_words):
             forged = wi.clone()
@@ -499,7 +499,7 @@ def test_close_honours_its_bound_during_an_idle_poll():
 def test_gmm_ops_refuse_a_work_item_whose_layer_word_was_forged(layer):
     """The other ops that read a work item (its word 2 is the GMM layer_index): a forged layer outside [0, L) is
     refused by both layer-select GMMs before they write, and the genuine item still completes the round."""
-    from cam.connector import _work_item, ffn_compute
+    from cam.connector import ffn_compute, ffn_work_item as _work_item
 
     with dispatched_round(seed=8) as (t, comms, rounds, ffn, item):
         assert t.L == 2
@@ -587,7 +587,7 @@ def test_dispatch_send_refuses_every_tampered_word_of_the_placement_table():
         fn = expert_fn(t.quantized, torch.bfloat16)
         for f in range(t.F):
             ex, sc, cnt, wi = recv_work(comms[t.A + f])
-            n = int(wi[5])
+            n = cam.WorkItem(wi).rows
             out = torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16)
             out[:n] = fn(torch.repeat_interleave(slot_experts(comms[t.A + f], layer), cnt), ex[:n], sc[:n])
             cam.ops.combine_send(comms[t.A + f], out, wi)
@@ -626,7 +626,7 @@ def test_dispatch_send_refuses_a_tampered_epoch_word_of_the_placement_table():
             hdr = lay.ffn_region_off(0, 0) // 8
             assert int(comms[r].window.view(torch.int64)[hdr + HDR_EPOCH]) == big  # the record carries it
             wi = cam.ops.dispatch_recv(comms[r])[3]
-            assert int(wi[0]) == 0, "a round of another epoch was served"
+            assert cam.WorkItem(wi).kind == 0, "a round of another epoch was served"
             cam.ops.combine_send(comms[r], torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16), wi)
             comms[r]._c.set_weights_epoch(big)
         from cam.reference.dispatch_combine import round_trip_plane as golden_plane
@@ -635,7 +635,7 @@ def test_dispatch_send_refuses_a_tampered_epoch_word_of_the_placement_table():
         for f in range(t.F):
             ex, sc, cnt, wi = recv_work(comms[t.A + f])
             assert int(wi[lay.work_item_epoch]) == big
-            n = int(wi[5])
+            n = cam.WorkItem(wi).rows
             out = torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16)
             out[:n] = fn(torch.repeat_interleave(slot_experts(comms[t.A + f], 1), cnt), ex[:n], sc[:n])
             cam.ops.combine_send(comms[t.A + f], out, wi)
@@ -666,7 +666,7 @@ def test_a_tampered_record_epoch_is_held_back_or_a_named_fault(value):
             return
         state = comms[ffn].window[:lay.ffn_ready_off].clone()
         wi = cam.ops.dispatch_recv(comms[ffn])[3]
-        assert int(wi[0]) == 0 and torch.equal(comms[ffn].window[:lay.ffn_ready_off], state)
+        assert cam.WorkItem(wi).kind == 0 and torch.equal(comms[ffn].window[:lay.ffn_ready_off], state)
         cam.ops.combine_send(comms[ffn], torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16), wi)
         w[word] = 0
         finish_round(t, comms, rounds, served=set())
@@ -718,7 +718,7 @@ def test_a_tampered_weights_epoch_line_is_a_hold_back_or_a_named_fault(when, val
                 cam.ops.dispatch_recv(comms[ffn])
             return
         wi = cam.ops.dispatch_recv(comms[ffn])[3]
-        assert int(wi[0]) == 0, "a round was served while the weights were moving"
+        assert cam.WorkItem(wi).kind == 0, "a round was served while the weights were moving"
         cam.ops.combine_send(comms[ffn], torch.zeros((t.recv_rows, t.H), dtype=torch.bfloat16), wi)
         line[0] = 0
         finish_round(t, comms, rounds, served=set())

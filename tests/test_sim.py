@@ -17,8 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cam.sim import (CostModel, ModelShape, OpCost, Placement, Simulation, SimTopology, SimWorkload, Work,
+from cam.sim import (CostModel, ModelShape, OpCost, Placement, RowSplit, Simulation, SimTopology, SimWorkload, Work,
                      chunks, device_files, model_presets, simulate)
+from cam.sim.placement import one_layer, placement_from_json, placement_to_dict, replicate_hottest
 from cam.sim import cli as sim_cli
 
 SIM_DIR = pathlib.Path(__file__).resolve().parent.parent / "cam" / "sim"
@@ -525,10 +526,10 @@ def test_scalar_and_vector_item_costs_agree():
 # ---------------------------------------------------------------------------------------------- placement, batching
 
 def test_contiguous_placement_is_cams_default_and_takes_any_e_and_f():
-    p = Placement.contiguous(8, 4)
-    assert [r[0] for r in p.replicas] == [(e // 2, e % 2) for e in range(8)]  # e -> rank e // R, slot e % R
-    assert not p.replicated
-    q = Placement.contiguous(60, 8)  # E % F != 0: ranks hold 7 or 8 experts
+    p = Placement.contiguous(8, 4, layers=1)
+    assert [p.replicas(0, e)[0] for e in range(8)] == [(e // 2, e % 2) for e in range(8)]  # rank e // R, slot e % R
+    assert not RowSplit(p).replicated
+    q = RowSplit(Placement.contiguous(60, 8, layers=1))  # E % F != 0: ranks hold 7 or 8 experts
     assert sorted(set(q.slots_per_rank.tolist())) == [7, 8] and q.slots_per_rank.sum() == 60
     # Every expert's rows land somewhere, exactly once.
     counts = np.arange(60)
@@ -537,32 +538,34 @@ def test_contiguous_placement_is_cams_default_and_takes_any_e_and_f():
 
 
 def test_replica_rule_and_split():
-    p = Placement([[(0, 0), (1, 0)], [(1, 1)], [(0, 1), (1, 2), (2, 0)]], F=3)
+    p = one_layer(3, 3, [[(0, 0), (1, 0)], [(1, 1)], [(0, 1), (1, 2), (2, 0)]])
     # row (t, k) of expert e = row[k] -> replicas(e)[(t + k0) % r], k0 the token's first index naming e
-    assert [p.pick([0], t, 0) for t in range(4)] == [(0, 0), (1, 0), (0, 0), (1, 0)]
-    assert p.pick([1, 2], 1, 1) == (2, 0) and p.pick([2], 3, 0) == (0, 1) and p.pick([0, 0, 0, 1], 5, 3) == (1, 1)
+    assert [p.replica(0, [0], t, 0) for t in range(4)] == [(0, 0), (1, 0), (0, 0), (1, 0)]
+    assert p.replica(0, [1, 2], 1, 1) == (2, 0) and p.replica(0, [2], 3, 0) == (0, 1)
+    assert p.replica(0, [0, 0, 0, 1], 5, 3) == (1, 1)
     # a token naming an expert twice: both rows on its first slot's replica ((t + k) % r would split them)
-    assert p.pick([0, 0], 0, 0) == p.pick([0, 0], 0, 1) == (0, 0)
-    assert p.pick([2, 0, 2], 1, 0) == p.pick([2, 0, 2], 1, 2) == (1, 2) and p.pick([2, 0, 2], 1, 1) == (0, 0)
+    assert p.replica(0, [0, 0], 0, 0) == p.replica(0, [0, 0], 0, 1) == (0, 0)
+    assert p.replica(0, [2, 0, 2], 1, 0) == p.replica(0, [2, 0, 2], 1, 2) == (1, 2)
+    assert p.replica(0, [2, 0, 2], 1, 1) == (0, 0)
     with pytest.raises(ValueError, match="top-k index 1 of the row"):
-        p.pick([0, -1], 0, 1)
+        p.replica(0, [0, -1], 0, 1)
     # The simulator's split is the rule's expectation: 7 rows of expert 2 over 3 replicas -> 3, 2, 2.
-    rows, active = p.split(np.array([5, 1, 7]))
+    rows, active = RowSplit(p).split(np.array([5, 1, 7]))
     assert rows.tolist() == [3 + 3, 2 + 1 + 2, 2] and active.tolist() == [2, 3, 1]
-    assert p.slot_rows(np.array([5, 1, 7]), 1).tolist() == [2, 1, 2]
+    assert RowSplit(p).slot_rows(np.array([5, 1, 7]), 1).tolist() == [2, 1, 2]
 
 
 def test_the_simulators_replica_rule_routes_as_the_reference():
-    """cam.sim's Placement.pick and cam.reference.dispatch (each applying the rule of docs/protocol.md §15 on its
-    own) send every (token, k) row of random rounds to the same (FFN rank, slot), with duplicate ids in the rows."""
+    """The table the simulator routes by (cam.placement.Placement.replica) and cam.reference.dispatch (which applies
+    the rule of docs/protocol.md §15 on its own) send every (token, k) row of random rounds to the same (FFN rank,
+    slot), with duplicate ids in the rows."""
     import torch
 
     import cam
-    from cam.placement import Placement as CamPlacement
     from cam.reference import dispatch
 
     table = [[(0, 0), (1, 0)], [(1, 1)], [(0, 1), (1, 2), (2, 0)], [(2, 1)]]
-    sim, ref = Placement(table, F=3), CamPlacement(4, 3, 3, [table])
+    sim = ref = one_layer(4, 3, table)
     topo = cam.Topology(D=1, P=1, F=3, E=4, K=3, H=8, Bmax=8, L=1, quantized=False, expert_slots=3)
     g = torch.Generator().manual_seed(6)
     dups = 0
@@ -575,7 +578,7 @@ def test_the_simulators_replica_rule_routes_as_the_reference():
             d = dispatch(topo, [(x, ids)], topo.A + f, placement=ref, layer=0)
             got.update({(t, k): (f, int(j)) for j, (_, t, k) in zip(d["local_expert"], d["row_source"])})
         rows = ids.tolist()
-        want = {(t, k): sim.pick(row, t, k) for t, row in enumerate(rows) for k, e in enumerate(row) if e >= 0}
+        want = {(t, k): sim.replica(0, row, t, k) for t, row in enumerate(rows) for k, e in enumerate(row) if e >= 0}
         assert got == want
         dups += sum(row[0] == row[1] >= 0 and len(table[row[0]]) > 1 for row in rows)
     assert dups > 0  # rows (t, 1) that (t + k) % n would send elsewhere than (t, 0)
@@ -583,18 +586,18 @@ def test_the_simulators_replica_rule_routes_as_the_reference():
 
 def test_bad_placements_are_refused_naming_the_fault(tmp_path):
     with pytest.raises(ValueError, match="outside the FFN set"):
-        Placement([[(0, 0)], [(2, 0)]], F=2)
-    with pytest.raises(ValueError, match="replica count of zero"):
-        Placement([[(0, 0)], []], F=2)
-    with pytest.raises(ValueError, match="holds both expert 0 and 1"):
-        Placement([[(0, 0)], [(0, 0)]], F=2)
+        one_layer(2, 2, [[(0, 0)], [(2, 0)]])
+    with pytest.raises(ValueError, match="expert 1 has zero replicas"):
+        one_layer(2, 2, [[(0, 0)], []])
+    with pytest.raises(ValueError, match="holds expert 0 and expert 1"):
+        one_layer(2, 2, [[(0, 0)], [(0, 0)]])
     path = tmp_path / "p.json"
-    path.write_text(json.dumps(Placement.contiguous(4, 2).to_dict()))
-    assert Placement.from_json(str(path), 4, 2).replicas == Placement.contiguous(4, 2).replicas
+    path.write_text(json.dumps(placement_to_dict(Placement.contiguous(4, 2, layers=1))))
+    assert placement_from_json(str(path), 4, 2).digest() == Placement.contiguous(4, 2, layers=1).digest()
     with pytest.raises(ValueError, match="made for F=2"):
-        Placement.from_json(str(path), 4, 3)
+        placement_from_json(str(path), 4, 3)
     with pytest.raises(ValueError, match="4 experts, the model has 8"):
-        Placement.from_json(str(path), 8, 2)
+        placement_from_json(str(path), 8, 2)
 
 
 def test_replicating_the_hottest_experts_evens_the_ffn_ranks():
@@ -608,8 +611,8 @@ def test_replicating_the_hottest_experts_evens_the_ffn_ranks():
     assert max(rep["ffn_busy_s"]) < 0.8 * max(hot["ffn_busy_s"])
     assert sum(rep["ffn_busy_s"]) == pytest.approx(sum(hot["ffn_busy_s"]))
     assert rep["routed_rows"] == hot["routed_rows"] and rep["makespan_s"] < hot["makespan_s"]
-    place = Placement.replicate_hottest(np.array([0.5, 0.1, 0.1, 0.3]), F=2, k=1)
-    assert place.replicas[0] == ((0, 0), (1, 2))  # the hottest, onto the other rank's next slot
+    place = replicate_hottest(np.array([0.5, 0.1, 0.1, 0.3]), F=2, k=1)
+    assert place.replicas(0, 0) == ((0, 0), (1, 2))  # the hottest, onto the other rank's next slot
 
 
 def test_uneven_placement_runs_and_loads_ranks_by_their_experts():

@@ -15,16 +15,14 @@ import torch
 from cam.reference.dispatch_combine import combine, dispatch, round_trip
 from _window_layout import ALIGN, CONTROL_BYTES, LINE, WindowLayout
 from cam import Topology
+from _topology import topology_with
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 BASE = dict(D=2, P=2, F=2, E=8, K=2, H=64, Bmax=16, L=3)
 
 
-def topo(**kw) -> Topology:
-    args = dict(BASE)
-    args.update(kw)
-    return Topology(**args)
+topo = topology_with(**BASE)
 
 
 def _quant():

@@ -73,6 +73,7 @@ CASES = {
     "pipe_vecin_to_mte3": ("pipe-order", 0),
     "pipe_v_then_mte3": ("pipe-order", 0),
     "pipe_v_deep_then_mte3": ("pipe-order", 0),
+    "pipe_pingpong_adjacent": ("pipe-order", 0),
     "pipe_inplace_v_then_mte2": ("pipe-order", 0),
     "syncall_no_batch_mode": ("syncall-batch-mode", None),
 }
@@ -106,7 +107,7 @@ def run_case(binary, case):
                                   "good_table_invalidated", "good_clean_dsb",
                                   "pipe_destroy_then_new", "good_pipe_mte3_then_mte2", "good_pipe_clean_then_mte2",
                                   "good_pipe_vecin_to_mte3", "good_pipe_v_then_mte3", "good_pipe_v_deep_then_mte3",
-                                  "good_pipe_inplace_v_then_mte2",
+                                  "good_pipe_inplace_v_then_mte2", "good_pipe_pingpong_adjacent",
                                   "good_syncall_batch_mode", "good_fixpipe_odd_n", "good_signal_after_syncall"])
 def test_correct_kernel_passes(violations_binary, case):
     result = run_case(violations_binary, case)

@@ -18,6 +18,7 @@ CASES = {
     "mmad_int4_k": "mmad-int4-k",
     "int4_odd_offset": "int4-pair",
     "nd2nz_odd_dvalue": "int4-pair",
+    "cast_int4_odd_count": "int4-pair",  # the vector Cast half -> int4b_t of an odd count
 }
 
 
@@ -39,7 +40,7 @@ def marker_line(source_root, case):
     return None
 
 
-@pytest.mark.parametrize("case", ["good_int4", "good_int4_k96"])
+@pytest.mark.parametrize("case", ["good_int4", "good_int4_k96", "cast_int4"])
 def test_int4_matmul_gives_the_integer_product(int4_binary, case):
     result = run_case(int4_binary, case)
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from _twin_build import build_twin_program
 
-CASES = ["mte2_512", "mte2_4k", "mte2_32k", "vector_loop", "cube_loop", "cube_path", "queue_depth1", "queue_pingpong",
+CASES = ["mte2_512", "mte2_4k", "mte2_32k", "vector_loop", "cube_loop", "cube_loop_int4", "cube_path", "queue_depth1", "queue_pingpong",
          "syncall_join", "serialised_slower", "off_records_nothing", "poll_repeats_not_costed",
          "peer_copy_link", "own_copy_core", "l2_reread", "poll_waits_on_later_write", "ingress_shared",
          "variants_shared"]

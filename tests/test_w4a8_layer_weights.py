@@ -92,19 +92,6 @@ def test_int4_refusals_name_the_argument():
             cam.LayerWeights([w], [s_bad], format="int4")
 
 
-def test_ops_refuse_packed_int4_by_name():
-    g = torch.Generator().manual_seed(6)
-    lw = cam.LayerWeights([_int4(g, 2, 64, 32)], [torch.rand(2, 32, generator=g) + 0.1], format="int4")
-    x = torch.zeros(4, 64, dtype=torch.int8)
-    xs = torch.ones(4)
-    gl = torch.tensor([2, 4], dtype=torch.int64)
-    li = torch.zeros(1, dtype=torch.int64)
-    with pytest.raises(ValueError, match="gmm_swiglu_quant_multi_layer: weights hold format 'int4'"):
-        cam.ops.gmm_swiglu_quant_multi_layer(x, xs, lw, gl, li)
-    with pytest.raises(ValueError, match="gmm_multi_layer: weights hold format 'int4'"):
-        cam.ops.gmm_multi_layer(x, xs, lw, gl, li)
-
-
 # ---- route (a) on the twin's int4 cube, with cam's packer (tests/twin/cube_int4.cpp, file mode) ----
 
 @pytest.fixture(scope="module")

@@ -108,3 +108,82 @@ def test_transformers_cam_w4a8_experts_match_native_with_the_same_int4_weights()
     err4 = max(float((g - w).abs().max() / w.abs().max()) for g, w in zip(got, want))
     err8 = max(float((g - w).abs().max() / w.abs().max()) for g, w in zip(got, w8))
     assert err4 < err8, (err4, err8)  # closer to its own weights than to the int8 ones
+
+
+def _to_consumer_layout(directory):
+    """Rewrites a checkpoint's routed experts into the consumer's W4A8 layout (cam.convert.CONSUMER_W4A8_KEYS:
+    per-channel int4 packed eight to an int32 [E, K, N/8], int64-encoded scales, the fp32 assist matrix) and states
+    the layout in cam_w4a8.json. Returns {layer prefix: (q1, s1, q2, s2)}, the int4 values and scales written."""
+    import glob
+    import json
+    import os
+
+    from safetensors.torch import load_file, save_file
+
+    from cam import convert, w4a8
+    from cam.checkpoint_config import LAYER_EXPERTS
+
+    layout = "int32_low_nibble_first"
+    written = {}
+    for name in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
+        tensors = load_file(name)
+        prefixes = sorted({m.group(1) for m in map(LAYER_EXPERTS.match, tensors) if m})
+        for prefix in prefixes:
+            ffn = convert.from_hf_state_dict(tensors, prefix)
+            for key in [k for k in tensors if k.startswith(prefix)]:
+                del tensors[key]
+            out = []
+            for tag, w in (("w13", ffn.w1), ("w2", ffn.w2)):
+                q, s = convert.quantize_weight(w, bits=4)
+                s = w4a8.decode_scale_int64(w4a8.encode_scale_int64(s))  # what the int64 words hold
+                tensors[f"{prefix}{tag}_weight"] = w4a8.pack_int4(q, layout=layout)
+                tensors[f"{prefix}{tag}_weight_scale"] = w4a8.encode_scale_int64(s)
+                tensors[f"{prefix}{tag}_weight_assist"] = w4a8.assist_matrix(q, s)
+                out += [q, s]
+            written[prefix] = tuple(out)
+        save_file(tensors, name, metadata={"format": "pt"})
+    with open(os.path.join(directory, convert.CONSUMER_W4A8_FILE), "w") as f:
+        json.dump({"layout": layout, "group_size": None}, f)
+    return written
+
+
+def test_consumer_layout_checkpoint_is_decoded_not_guessed(tmp_path):
+    """The converter reads the consumer's packed experts back to the same int4 values and scales cam-run computes
+    with (its per-channel quantizer of the decoded weights returns them exactly), and refuses them without the
+    layout file, naming it."""
+    import os
+
+    import torch
+
+    from cam import convert
+
+    path = _checkpoint("deepseek_v3", tmp_path / "ckpt")
+    written = _to_consumer_layout(path)
+    layers, _ = convert.load_checkpoint_experts(path)
+    assert len(layers) == len(written)
+    for ffn, (q1, s1, q2, s2) in zip(layers, written.values()):
+        for w, q, s in ((ffn.w1, q1, s1), (ffn.w2, q2, s2)):
+            q_again, s_again = convert.quantize_weight(w, bits=4)
+            assert torch.equal(q_again, q) and torch.equal(s_again, s)
+    os.remove(os.path.join(path, convert.CONSUMER_W4A8_FILE))
+    with pytest.raises(ValueError, match="no layout was given .*cam_w4a8.json"):
+        convert.load_checkpoint_experts(path)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_cam_run_on_a_consumer_layout_checkpoint_matches_native(tmp_path):
+    """cam-run --checkpoint DIR --weights w4a8 on a tiny DeepSeek-V3 checkpoint whose routed experts are in the
+    consumer's W4A8 layout: checked against the golden and the transformers model with the same dequantized int4
+    experts (greedy tokens, block error), as for the float checkpoint."""
+    path = _checkpoint("deepseek_v3", tmp_path / "ckpt")
+    _to_consumer_layout(path)
+    proc, report = _cam_run(path, tmp_path, "--weights", "w4a8", python=("-m", "cam.run.cli"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report["weights"] == "w4a8"
+    check = report["check"]
+    assert check["ok"] and check["reference_ok"], check
+    native = check["native"]
+    assert native["ok"] and native["requests"] == 4, native
+    assert native["greedy_equal"] + native["greedy_near_ties"] == 4, native
+    assert 0 < native["max_block_rel_diff"] < native["tolerance"]["max_block_rel_diff"]

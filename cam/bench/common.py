@@ -225,7 +225,7 @@ def run_plane(topo, rounds: int, dtype):
                     else:
                         while len(items) < topo.D:  # one work item per replica this round (empty ones: idle polls)
                             _, _, _, wi = cam.ops.dispatch_recv(comm)
-                            if int(wi[0]):
+                            if not cam.WorkItem(wi).is_empty:
                                 items.append(wi)
                     barrier.wait()  # dispatch stage done
                     if comm.is_attention:

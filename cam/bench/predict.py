@@ -32,8 +32,10 @@ _KERNELS = {
     "dynamic_quant": ("cam_dynamic_quant",),
     "dispatch_send": ("cam_dispatch_send",),
     "dispatch_recv": ("cam_dispatch_recv",),
-    "gmm_swiglu_quant_multi_layer": ("cam_gmm_int8_cube", "cam_gmm_swiglu_quant_multi_layer_epilogue"),
-    "gmm_multi_layer": ("cam_gmm_int8_cube", "cam_gmm_multi_layer_epilogue"),
+    # W4A8 adds the activation split (cam_gmm_split_int4) before the cube kernel (docs/gmm.md §9).
+    "gmm_swiglu_quant_multi_layer": ("cam_gmm_split_int4", "cam_gmm_int8_cube",
+                                     "cam_gmm_swiglu_quant_multi_layer_epilogue"),
+    "gmm_multi_layer": ("cam_gmm_split_int4", "cam_gmm_int8_cube", "cam_gmm_multi_layer_epilogue"),
     "combine_send": ("cam_combine_send",),
     "combine_recv": ("cam_combine_recv",),
 }
@@ -78,7 +80,10 @@ def _mark(path: str, name: str) -> None:
         f.write(json.dumps({"marker": name}) + "\n")
 
 
-def _worker(tokens: int, routing: str, out: str) -> int:
+WEIGHTS = ("w8a8", "w4a8")  # the GMMs' expert weights: int8, or int4 packed (W4A8, docs/gmm.md §9)
+
+
+def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8") -> int:
     """Runs every op once at this round size with timing on (CAM_TWIN_TIMING=out set by the parent)."""
     import threading
     import uuid
@@ -122,7 +127,7 @@ def _worker(tokens: int, routing: str, out: str) -> int:
                     item = None
                     while item is None:
                         _, _, _, wi = cam.ops.dispatch_recv(comm)
-                        if int(wi[0]):
+                        if not cam.WorkItem(wi).is_empty:
                             item = wi
                     barrier.wait()
                     expert_out = torch.zeros((topo.recv_rows, H), dtype=torch.bfloat16)
@@ -147,13 +152,14 @@ def _worker(tokens: int, routing: str, out: str) -> int:
     li = torch.tensor([0], dtype=torch.int64)
     xq = torch.randint(-127, 128, (rows, H), generator=g, dtype=torch.int8)
     xs = torch.rand(rows, generator=g) * 1e-2 + 1e-3
-    w1 = cam.LayerWeights([torch.randint(-127, 128, (e_local, H, 2 * I), generator=g, dtype=torch.int8)],
-                          [torch.rand(e_local, 2 * I, generator=g) * 1e-2])
+    lo, hi, fmt = (-8, 8, "int4") if weight_format == "w4a8" else (-127, 128, "int8")
+    w1 = cam.LayerWeights([torch.randint(lo, hi, (e_local, H, 2 * I), generator=g, dtype=torch.int8)],
+                          [torch.rand(e_local, 2 * I, generator=g) * 1e-2], format=fmt)
     _mark(out, "gmm_swiglu_quant_multi_layer")
     y, ys = cam.ops.gmm_swiglu_quant_multi_layer(xq, xs, w1, gl, li, 1)
     del w1
-    w2 = cam.LayerWeights([torch.randint(-127, 128, (e_local, I, H), generator=g, dtype=torch.int8)],
-                          [torch.rand(e_local, H, generator=g) * 1e-2])
+    w2 = cam.LayerWeights([torch.randint(lo, hi, (e_local, I, H), generator=g, dtype=torch.int8)],
+                          [torch.rand(e_local, H, generator=g) * 1e-2], format=fmt)
     _mark(out, "gmm_multi_layer")
     cam.ops.gmm_multi_layer(y, ys, w2, gl, li, 1)
     _mark(out, "end")
@@ -232,11 +238,11 @@ def _op_cost(op: str, parsed: dict, device: str, l2: str) -> dict | None:
 
 
 def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, trace: str | None = None,
-            trace_kernel: str = "cam_gmm_int8_cube") -> dict:
+            trace_kernel: str = "cam_gmm_int8_cube", weights: str = "w8a8") -> dict:
     """Runs each round size's worker and costs what it recorded. trace: write the first round's first launch of
     `trace_kernel` as a Perfetto trace (one track per pipe per core; A3, L2 low end)."""
     results = {"label": "model prediction (twin timing model), not a measurement", "shape": dict(SHAPE),
-               "routing": routing, "platform_traced": PLATFORM, "rounds": []}
+               "routing": routing, "weights": weights, "platform_traced": PLATFORM, "rounds": []}
     for tokens in rounds:
         with tempfile.TemporaryDirectory(prefix="cam-predict-") as d:
             path = os.path.join(d, "timing.jsonl")
@@ -244,7 +250,8 @@ def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, 
             if trace and tokens == rounds[0]:
                 env.update(CAM_TWIN_TIMING_TRACE=os.path.abspath(trace), CAM_TWIN_TIMING_TRACE_KERNEL=trace_kernel)
             t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "cam.bench.predict", "--_worker", str(tokens), routing, path],
+            proc = subprocess.run([sys.executable, "-m", "cam.bench.predict", "--_worker", str(tokens), routing, path,
+                                   weights],
                                   env=env, capture_output=True, text=True, timeout=timeout_s)
             wall = time.perf_counter() - t0
             if proc.returncode != 0:
@@ -307,7 +314,8 @@ def print_prediction(results: dict, device: str) -> None:
                      "", "", "", _fmt_s(chain["bound_s"]), "", f"{chain['predicted_s_l2_lo'] / chain['bound_s']:.1f}",
                      ""])
         print_table(
-            f"MODEL PREDICTION for {device.upper()} (not a measurement): {entry['tokens']} tokens, "
+            f"MODEL PREDICTION for {device.upper()} (not a measurement): {results.get('weights', 'w8a8')} "
+            f"experts (bounds: W8A8's), {entry['tokens']} tokens, "
             f"{results['routing']} top-{SHAPE['K']}, FFN rank rows {entry['ffn_rank_rows']}; µs; busy = critical "
             f"core's pipe busy fraction; time range = L2 bandwidth high-low end; stalls summed over cores; "
             f"a plane op's time runs from its phase's start and includes its waits on peers' writes; scalar (S) time is "
@@ -329,9 +337,9 @@ def _run(args) -> int:
         if t < 1:
             raise SystemExit(f"--rounds: {t} tokens is not a positive count")
     runs = []
-    for i, routing in enumerate(args.routing):
+    for i, (routing, weights) in enumerate((r, w) for r in args.routing for w in args.weights):
         results = predict(rounds=tuple(args.rounds), routing=routing, timeout_s=args.timeout,
-                          trace=args.trace if i == 0 else None, trace_kernel=args.trace_kernel)
+                          trace=args.trace if i == 0 else None, trace_kernel=args.trace_kernel, weights=weights)
         print_prediction(results, args.device)
         runs.append(results)
     if args.json:
@@ -351,6 +359,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--routing", nargs="+", choices=list(ROUTINGS), default=["uniform"],
                    help=f"uniform top-K; skewed: Zipf({ZIPF_S}) expert popularity; placed: skewed with the "
                         f"{REPLICATED} hottest experts replicated by a placement table (default uniform)")
+    p.add_argument("--weights", nargs="+", choices=list(WEIGHTS), default=["w8a8"],
+                   help="the GMMs' expert weights: w8a8 int8, w4a8 int4 packed (docs/gmm.md §9); default w8a8")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per round size's child process")
     p.add_argument("--trace", metavar="FILE", help="write the first round's first launch of --trace-kernel as a "
                                                    "Perfetto trace (one track per pipe per core)")
@@ -360,7 +370,7 @@ def add_parsers(sub) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--_worker":
-        sys.exit(_worker(int(sys.argv[2]), sys.argv[3], sys.argv[4]))
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "--_worker":
+        sys.exit(_worker(int(sys.argv[2]), *sys.argv[3:]))
     print("usage: cam-bench predict ...", file=sys.stderr)
     sys.exit(2)

@@ -69,19 +69,22 @@ def _plane(model_dir: str):
 
         from .. import convert
         from ..connector import AsyncAFDConnector, ConnectorConfig
+        from ..placement import Placement
         from ..topology import Topology
         from .plane import AttentionPlane
 
         cfg = _config()
-        model = convert.checkpoint_config(model_dir, who="cam vLLM plugin")[0]
+        convert.checkpoint_config(model_dir, who="cam vLLM plugin")  # refuses an unsupported model by name
         layers = convert.checkpoint_moe_layers(model_dir)
-        experts = model.get("n_routed_experts", model.get("num_experts", model.get("num_local_experts")))
-        topo = Topology(D=cfg["replicas"], P=1, F=cfg["ffn_ranks"], E=int(experts), K=int(model["num_experts_per_tok"]),
-                        H=int(model["hidden_size"]), Bmax=cfg["max_tokens"], L=len(layers), slots=cfg.get("slots", 2))
+        topo = Topology.from_checkpoint(model_dir, D=cfg["replicas"], F=cfg["ffn_ranks"], Bmax=cfg["max_tokens"],
+                                        slots=cfg.get("slots", 2))
         connector_cfg = ConnectorConfig(topology=topo, master_addr=cfg.get("master_addr", "127.0.0.1"),
                                         master_port=int(cfg.get("master_port", 29555)), dtype=torch.bfloat16,
                                         timeout_s=float(cfg.get("timeout_s", 300.0)),
-                                        idle_poll_s=float(cfg.get("idle_poll_s", 0.05)), group=cfg.get("group", "afd"))
+                                        idle_poll_s=float(cfg.get("idle_poll_s", 0.05)), group=cfg.get("group", "afd"),
+                                        # F not dividing E: the contiguous table cam-ffn's ranks serve by
+                                        placement=None if topo.contiguous_placement else
+                                        Placement.contiguous(topo.E, topo.F, topo.L))
         connector = AsyncAFDConnector(cfg["rank"], "attention", connector_cfg)
         store = None
         if cfg.get("store_client"):

@@ -2,9 +2,10 @@
 
 It is split so that the Attention side of a disaggregated run and the single-process reference forward execute
 the *same* code for everything except the routed experts: ``pre_moe`` (attention, router, norm), ``shared`` (the
-shared experts, which live on the Attention side) and ``finish_layer``. Routed experts use W8A8 int8 weights with
-the numerics of cam's ops (docs/numerics.md, docs/gmm.md); ``routed_reference`` computes them in-process with the
-goldens of ``cam.reference`` and is the e2e golden for the distributed path.
+shared experts, which live on the Attention side), ``moe_output`` (the layer's residual sum) and ``finish``.
+Routed experts use W8A8 int8 weights with the numerics of cam's ops (docs/numerics.md, docs/gmm.md);
+``routed_reference`` computes them in-process with the goldens of ``cam.reference`` and is the e2e golden for the
+distributed path.
 """
 
 from __future__ import annotations

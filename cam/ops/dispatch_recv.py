@@ -8,7 +8,7 @@ from . import _library
 from ._dataplane import comm_arg, comm_of
 from ._kinds import Args
 
-def _output_specs(comm: Comm):
+def output_specs(comm: Comm):
     """(dtype, shape) of each output, static for the topology: one FFN graph serves every work item."""
     t = comm.topology
     n = t.recv_rows
@@ -25,7 +25,7 @@ def batch_items(topology) -> int:
     return min(topology.D, _C.DISPATCH_RECV_MAX_ITEMS)
 
 
-def _batch_output_specs(comm: Comm, row_budget: int):
+def batch_output_specs(comm: Comm, row_budget: int):
     """(dtype, shape) of each output of the batched mode, static for (topology, row_budget)."""
     t = comm.topology
     n, items = row_budget, batch_items(t)
@@ -134,14 +134,13 @@ def dispatch_recv(comm: Comm, *, out=None, row_budget: Optional[int] = None):
         args.integer("row_budget", row_budget)
         given = args.outputs("out", out, 5)
         if given is None:
-            if row_budget < comm.topology.recv_rows:  # before allocating row_budget rows; the C API says why
-                _runtime.check(_C.dispatch_recv_batch, comm._c, row_budget, *(
-                    torch.empty(0) for _ in range(5)))
-            given = tuple(torch.empty(shape, dtype=dtype) for dtype, shape in _batch_output_specs(comm, row_budget))
+            # Before allocating row_budget rows: C's rule (host/src/dispatch_recv.cpp), in its words.
+            _C.dispatch_recv_check_row_budget(list(comm.topology.as_c_fields()), row_budget)
+            given = tuple(torch.empty(shape, dtype=dtype) for dtype, shape in batch_output_specs(comm, row_budget))
         _dispatch_recv_batch(comm.token, *given, comm.id, row_budget)
         return given
     given = Args("dispatch_recv").outputs("out", out, 4)
     if given is None:
-        given = tuple(torch.empty(shape, dtype=dtype) for dtype, shape in _output_specs(comm))
+        given = tuple(torch.empty(shape, dtype=dtype) for dtype, shape in output_specs(comm))
     _dispatch_recv(comm.token, *given, comm.id)
     return given

@@ -31,16 +31,17 @@ def _gmm_swiglu_quant_multi_layer(
     y: torch.Tensor,
     y_scale: torch.Tensor,
     swiglu_limit: Optional[float] = None,
+    weight_colsums: Optional[torch.Tensor] = None,
 ) -> None:
     _runtime.run(_C.gmm_swiglu_quant_multi_layer, x, x_scale, weights, weight_scales, group_list, layer_index,
-                 group_list_type, y, y_scale, swiglu_limit, tensor=x)
+                 group_list_type, y, y_scale, swiglu_limit, weight_colsums, tensor=x)
 
 
 @_gmm_swiglu_quant_multi_layer.register_fake
 def _(x, x_scale, weights, weight_scales, group_list, layer_index, group_list_type, y, y_scale,
-      swiglu_limit=None) -> None:
+      swiglu_limit=None, weight_colsums=None) -> None:
     _runtime.check(_C.gmm_swiglu_quant_multi_layer, x, x_scale, weights, weight_scales, group_list, layer_index,
-                   group_list_type, y, y_scale, swiglu_limit)
+                   group_list_type, y, y_scale, swiglu_limit, weight_colsums)
 
 
 @_library.op("gmm_multi_layer", mutates_args=("out",))
@@ -54,15 +55,17 @@ def _gmm_multi_layer(
     group_list_type: int,
     out: torch.Tensor,
     out_scale: Optional[float] = None,
+    weight_colsums: Optional[torch.Tensor] = None,
 ) -> None:
     _runtime.run(_C.gmm_multi_layer, y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type,
-                 out, out_scale, tensor=y)
+                 out, out_scale, weight_colsums, tensor=y)
 
 
 @_gmm_multi_layer.register_fake
-def _(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out, out_scale=None) -> None:
+def _(y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type, out, out_scale=None,
+      weight_colsums=None) -> None:
     _runtime.check(_C.gmm_multi_layer, y, y_scale, weights, weight_scales, group_list, layer_index, group_list_type,
-                   out, out_scale)
+                   out, out_scale, weight_colsums)
 
 
 def _gate(op: str, x_name: str, x, x_scale_name: str, x_scale, weights, group_list, layer_index,
@@ -76,8 +79,14 @@ def _gate(op: str, x_name: str, x, x_scale_name: str, x_scale, weights, group_li
     if not (layer_index is None and group_list_type == GROUP_TABLE):
         args.gate(layer_index=(layer_index, torch.Tensor))
     weights.require_k(op, x_name, x)  # the one rule no tensor carries to the C API
-    weights.require_format(op, "int8")
     return weights
+
+
+def _colsums_arg(lw: LayerWeights) -> Optional[torch.Tensor]:
+    """The schema's weight_colsums: the W4A8 recombination's per-column sums of every layer, int32 [L, E, G, N]
+    (their presence selects the int4 kernels, docs/gmm.md §9; the C API takes them as one list entry per layer),
+    None for int8 FRACTAL_NZ weights."""
+    return lw.colsums_all if lw.format == "int4" else None
 
 
 def _layer_index_arg(group_list: torch.Tensor, layer_index: Optional[torch.Tensor]) -> torch.Tensor:
@@ -113,8 +122,10 @@ def gmm_swiglu_quant_multi_layer(
         x_scale: fp32 ``[M]`` per-row dequant scale of ``x``.
         weights: :class:`cam.LayerWeights` over ``[E_local, K, N]`` weights (``N`` even, first half act) and
             ``[E_local, N]`` fp32 scales for every layer, or ``[E_local, G, N]`` per group of ``K / G`` rows (a
-            multiple of 32) along K: each group's int32 partial dequantized with its scales, summed in fp32 in group
-            order (docs/gmm.md §9.2).
+            multiple of 32; of 64 with int4 weights) along K: each group's int32 partial dequantized with its
+            scales, summed in fp32 in group order (docs/gmm.md §9.2). ``format="int4"`` weights (W4A8) run the int4
+            kernels: x split into two int4 halves, int4 x int4 on the cube, recombined exactly in int32
+            (docs/gmm.md §9.1), so the result equals the int8 path's for the same integer weights.
         group_list: int64 ``[E_local]`` on the device: rows per expert (``group_list_type`` 1, what dispatch_recv
             emits) or their running sum (0). Its total may be below ``M``. With ``group_list_type`` 2
             (:data:`GROUP_TABLE`) a ``[G, 3]`` group table: group ``g``'s rows follow group ``g-1``'s and are
@@ -153,7 +164,7 @@ def gmm_swiglu_quant_multi_layer(
     y, y_scale = given
     _gmm_swiglu_quant_multi_layer(
         x, x_scale, list(lw.weights), list(lw.scales), group_list, _layer_index_arg(group_list, layer_index),
-        group_list_type, y, y_scale, _swiglu_limit_arg(swiglu_limit)
+        group_list_type, y, y_scale, _swiglu_limit_arg(swiglu_limit), _colsums_arg(lw)
     )
     return y, y_scale
 
@@ -188,8 +199,9 @@ def gmm_multi_layer(
         y: int8 ``[M, I]`` (W1's output); ``M`` is the row capacity.
         y_scale: fp32 ``[M]``.
         weights: :class:`cam.LayerWeights` over ``[E_local, I, H]`` weights and ``[E_local, H]`` scales per layer,
-            or ``[E_local, G, H]`` scales per group of ``I / G`` rows (a multiple of 32) along I: each group's int32
-            partial dequantized with its scales, the groups summed in fp32 in order (docs/gmm.md §9.2).
+            or ``[E_local, G, H]`` scales per group of ``I / G`` rows (a multiple of 32; of 64 with int4 weights)
+            along I: each group's int32 partial dequantized with its scales, the groups summed in fp32 in order
+            (docs/gmm.md §9.2). ``format="int4"`` weights run the W4A8 kernels (docs/gmm.md §9.1).
         group_list, layer_index, group_list_type: as for :func:`gmm_swiglu_quant_multi_layer`.
         out: optional bf16 ``[M, H]`` to write into; rows past the groups' total are not written (allocated here
             as zeros when not given).
@@ -213,6 +225,6 @@ def gmm_multi_layer(
         raise TypeError(f"gmm_multi_layer: out_scale must be a float or None, got {out_scale!r}")
     _gmm_multi_layer(
         y, y_scale, list(lw.weights), list(lw.scales), group_list, _layer_index_arg(group_list, layer_index),
-        group_list_type, result, None if out_scale is None else float(out_scale)
+        group_list_type, result, None if out_scale is None else float(out_scale), _colsums_arg(lw)
     )
     return result

@@ -15,10 +15,10 @@ model run natively with the same dequantized expert weights.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import List, Optional, Sequence
 
+from .. import checkpoint_config
 from ..models.moe_model import PrefillReference
 
 # The architectures with an MoE block the block adapter knows (cam.integrations.transformers): those whose decoder
@@ -54,29 +54,22 @@ def checkpoint_shape(directory: str) -> CheckpointShape:
     """The checkpoint's shape; ValueError naming ``--checkpoint`` for a directory cam-run cannot run."""
     from .. import convert
 
-    path = os.path.join(directory, "config.json")
-    try:
-        with open(path) as f:
-            config = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"--checkpoint {directory!r}: cannot read config.json: {e}") from None
+    who = f"--checkpoint {directory!r}"
+    config = checkpoint_config.model_section(checkpoint_config.read_config(directory, who=who))
     model_type = config.get("model_type")
     if model_type not in SUPPORTED:
         raise ValueError(f"--checkpoint {directory!r}: model_type {model_type!r} is not supported by cam-run "
                          f"(supported: {', '.join(SUPPORTED)})")
     try:
-        limit = convert.check_supported_config(_Namespace(config), who=f"--checkpoint {directory!r}")
+        limit = convert.check_supported_config(_Namespace(config), who=who)
         layers = convert.checkpoint_moe_layers(directory)
     except ValueError as e:
-        raise ValueError(str(e) if str(e).startswith("--checkpoint") else f"--checkpoint {directory!r}: {e}") from None
-    # The routed experts' count under each family's name (transformers 5 writes Qwen's as num_local_experts).
-    experts = next((config[k] for k in ("n_routed_experts", "num_local_experts", "num_experts") if k in config), None)
-    fields = {"vocab_size": config.get("vocab_size"), "hidden": config.get("hidden_size"),
-              "num_layers": config.get("num_hidden_layers"), "num_experts": experts,
-              "top_k": config.get("num_experts_per_tok"), "moe_intermediate": config.get("moe_intermediate_size")}
-    for name, value in fields.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"--checkpoint {directory!r}: config.json gives no positive int for {name} ({value!r})")
+        raise ValueError(str(e) if str(e).startswith("--checkpoint") else f"{who}: {e}") from None
+    # The shape through the one table of config keys (cam.checkpoint_config.CONFIG_KEYS), as Topology.from_config
+    # reads it.
+    fields = {name: checkpoint_config.config_int(config, name, who=f"{who}: config.json")
+              for name in ("vocab_size", "hidden", "num_layers", "experts", "top_k", "moe_intermediate")}
+    fields["num_experts"] = fields.pop("experts")
     return CheckpointShape(path=os.path.abspath(directory), model_type=model_type, moe_layer_ids=tuple(layers),
                            swiglu_limit=limit, **fields)
 

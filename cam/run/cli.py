@@ -28,12 +28,13 @@ from typing import Dict, List
 
 # Only modules that need neither torch nor the extension (cam's package is lazy): flags are parsed and refused
 # before `import torch`, which costs seconds (over a minute on a loaded machine). The run imports the rest.
+from ..serve.policy import add_row_budget_flag
 from ..sim.presets import ASSIGNS
 from ..sim.presets import PRESETS as WORKLOAD_PRESETS
 from .bound import DEFAULT_COSTS as DEFAULT_BOUND_COSTS
 from .bound import critical_path
 from .bound import load_costs as load_bound_costs
-from .run_dir import make_run_dir
+from .run_dir import check_keep_dir, make_run_dir
 from .start import WORKER_BOOTSTRAP, exit_now, kill_and_reap, launcher_store, start_method, start_ranks
 from .start import worker_command  # noqa: F401 - the command line of one exec-started rank: API
 from .timeline import ATTENTION_PHASES
@@ -82,7 +83,7 @@ def _parse(argv):
                    help="Attention ranks per replica P: each runs 1/P of every micro-batch's tokens (sequence "
                         "parallel) and gets exactly its own tokens back (docs/run.md)")
     p.add_argument("--ffn", type=int, default=2,
-                   help="FFN ranks F (must divide the model's experts unless --placement is not contiguous)")
+                   help="FFN ranks F (at most the model's experts; contiguous: floor or ceil E / F experts each)")
     p.add_argument("--slots", type=int, default=2, help="rounds in flight per Attention rank")
     p.add_argument("--requests", type=int, help="override the preset's number of requests")
     p.add_argument("--seed", type=int, help="override the preset's seed")
@@ -108,11 +109,11 @@ def _parse(argv):
                         "F), hot:K (balanced plus a second replica of the K experts the model routes most on this "
                         "workload) or a JSON file (docs/run.md §7)")
     p.add_argument("--batch-items", action="store_true",
-                   help="snapshot batching: each FFN receive takes every ready work item, up to --batch-rows rows, "
+                   help="snapshot batching: each FFN receive takes every ready work item, up to --row-budget rows, "
                         "and serves them with one W1 and one W2 launch (default: one work item per receive)")
-    p.add_argument("--batch-rows", type=int, default=None,
-                   help="row budget of one batched receive (default: every replica's work item fits, D x the "
-                        "topology's rows per work item; at least one work item's rows)")
+    add_row_budget_flag(p, deprecated=("--batch-rows",),
+                        help="row budget of one batched receive (default: every replica's work item fits, D x the "
+                             "topology's rows per work item; at least one work item's rows)")
     p.add_argument("--assign", choices=ASSIGNS, default="round-robin",
                    help="which Attention replica takes an arriving request: round robin in arrival order (the "
                         "preset's static batches), or, decided at each arrival by a coordinator on Attention rank 0, "
@@ -206,14 +207,15 @@ def check_args(args) -> None:
         _writable("--trace", args.trace)
     if args.cost_model:
         load_bound_costs(args.bound_costs)  # a missing or malformed cost file is refused before anything starts
-    if args.keep and os.path.exists(args.keep) and not os.path.isdir(args.keep):
-        raise ValueError(f"--keep {args.keep!r} exists and is not a directory")
-    if args.batch_rows is not None and not args.batch_items:
-        raise ValueError("--batch-rows sets the row budget of --batch-items; add --batch-items or drop --batch-rows")
+    if args.keep:
+        check_keep_dir(args.keep)
+    if args.row_budget is not None and not args.batch_items:
+        flag = args.row_budget_flag
+        raise ValueError(f"{flag} sets the row budget of --batch-items; add --batch-items or drop {flag}")
     if args.batch_items and args.mode == "colocated":
         raise ValueError("--batch-items is an FFN-side policy of AFD: drop it or use --mode async or sync")
-    if args.batch_rows is not None and args.batch_rows < 1:
-        raise ValueError(f"--batch-rows must be >= 1, got {args.batch_rows}")
+    if args.row_budget is not None and args.row_budget < 1:  # a flag's range; the rule itself is ServePolicy's
+        raise ValueError(f"{args.row_budget_flag} must be >= 1, got {args.row_budget}")
     if args.weights != "w8a8" and args.checkpoint is None:
         raise ValueError(f"--weights {args.weights} needs --checkpoint (a --model preset's experts are W8A8)")
     if args.checkpoint is not None:
@@ -279,14 +281,17 @@ def _placement_summary(placement) -> dict:
             "replicated": [[e for e, reps in enumerate(layer) if len(reps) > 1] for layer in placement["layers"]]}
 
 
-def _batch_rows(requested, topo) -> int:
-    """--batch-items' row budget, known once the topology is: a batch holds at least one whole work item (chunks
-    are cut at the topology's rows per work item); by default every replica's item fits."""
+def _batch_rows(requested, topo, flag: str = "--row-budget") -> int:
+    """--batch-items' row budget, known once the topology is: ServePolicy's rule (C's: a batch holds at least one
+    whole work item, chunks being cut at the topology's rows per work item); by default every replica's item fits."""
     if requested is None:
         return topo.D * topo.recv_rows
-    if requested < topo.recv_rows:
-        raise ValueError(f"--batch-rows {requested} is below one work item's rows ({topo.recv_rows} for this "
-                         "topology: --model, --replicas, --participants and the preset set it)")
+    from ..serve.policy import ServePolicy
+
+    try:
+        ServePolicy(row_budget=requested).validated(topo, f"{flag} {requested}")
+    except ValueError as e:
+        raise ValueError(f"{e} (--model, --replicas, --participants and the preset set the topology)") from None
     return requested
 
 
@@ -303,7 +308,7 @@ def _config(args, out_dir: str, port: int):
                     timeout_s=args.timeout, idle_poll_s=args.idle_poll, cost_model=args.cost_model,
                     attention_cost=tuple(args.attention_cost), out_dir=out_dir, progress=not args.quiet,
                     shm_prefix=f"cam-run-{os.getpid()}-{port}", graph=args.graph, keep_going=args.keep_going,
-                    batch_rows=args.batch_rows if args.batch_items else None, assign=args.assign,
+                    batch_rows=args.row_budget if args.batch_items else None, assign=args.assign,
                     rebalance_every=args.rebalance_every,
                     checkpoint=None if args.checkpoint is None else os.path.abspath(args.checkpoint),
                     weights=args.weights)
@@ -582,7 +587,7 @@ def _run(args, marks: Dict[str, float]) -> int:
         except ValueError as e:
             raise ValueError(_topology_error(e)) from None
         if args.batch_items:
-            cfg = dataclasses.replace(cfg, batch_rows=_batch_rows(args.batch_rows, topo))
+            cfg = dataclasses.replace(cfg, batch_rows=_batch_rows(args.row_budget, topo, args.row_budget_flag))
         method = start_method()
     except ValueError as e:
         print(f"cam-run: bad configuration: {e}", file=sys.stderr)

@@ -76,3 +76,22 @@ def reap_stale_run_dirs(parent: Optional[str] = None) -> List[str]:
         if remove_if_orphaned(path):
             removed.append(path)
     return removed
+
+
+def check_keep_dir(path: str) -> None:
+    """ValueError naming ``--keep`` when ``path`` cannot hold a kept run: it exists and is not a directory, or the
+    directory it is or would be made in does not take a new entry (``/proc/x``, a read-only mount). Writability is
+    probed by making and removing an empty directory there (permission bits say nothing to root, nor of /proc), so
+    nothing is left behind."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"--keep {path!r} exists and is not a directory")
+    where = os.path.abspath(path)
+    while not os.path.exists(where):
+        where = os.path.dirname(where)
+    if not os.path.isdir(where):
+        raise ValueError(f"--keep {path!r} cannot be made: {where!r} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".cam-keep-probe-", dir=where))
+    except OSError as e:
+        made = "written in" if where == os.path.abspath(path) else "made in"
+        raise ValueError(f"--keep {path!r} cannot be {made} {where!r}: {e.strerror or e}") from None

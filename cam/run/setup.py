@@ -149,15 +149,19 @@ def expert_popularity(model: MoEModel, workload: Workload) -> torch.Tensor:
 
 
 def resolve_placement(spec: str, cfg: "RunConfig") -> Optional[dict]:
-    """``--placement``: ``contiguous`` (today's ``e -> e // R``: None), ``balanced`` (experts dealt round robin over
+    """``--placement``: ``contiguous`` (``Placement.contiguous``: None, the Comm's default, when F divides E, else
+    its table of floor or ceil E / F experts per FFN rank), ``balanced`` (experts dealt round robin over
     the FFN ranks: any E and F), ``hot:K`` (balanced plus one more replica of each of the K experts the model's
     routers choose most on this run's workload), or a JSON file in :func:`placement_to_dict`'s form. ValueError
     naming --placement for anything else, before any rank exists."""
     config = model_config(cfg)
     E, L = config.num_experts, len(config.moe_layers)
-    if spec == "contiguous":
-        return None
     try:
+        if spec == "contiguous":
+            if E < cfg.F:
+                raise ValueError(f"--ffn {cfg.F}: more FFN ranks than the model's E = {E} experts (a rank would "
+                                 f"hold none)")
+            return None if E % cfg.F == 0 else placement_to_dict(Placement.contiguous(E, cfg.F, layers=L))
         if spec == "balanced":
             return placement_to_dict(Placement.balanced(E, cfg.F, layers=L))
         if spec.startswith("hot:"):
@@ -198,6 +202,9 @@ def topology_for(model, workload: Workload, D: int, P: int, F: int, slots: int,
             lens = [int(workload.requests[r].tokens.numel()) for r in batch]
             for stage in (lens[0::2], lens[1::2]) if len(lens) >= 2 else (lens,):
                 largest = max(largest, math.ceil(sum(stage) / P))
+    if isinstance(getattr(model, "path", None), str):  # --checkpoint: its config.json, as every caller reads it
+        return Topology.from_checkpoint(model.path, D=D, P=P, F=F, Bmax=largest, slots=slots, quantized=True,
+                                        expert_slots=expert_slots)
     return Topology(D=D, P=P, F=F, E=model.num_experts, K=model.top_k, H=model.hidden, Bmax=largest,
                     L=len(model.moe_layers), slots=slots, quantized=True, expert_slots=expert_slots)
 

@@ -1,7 +1,7 @@
 """One rank of a ``cam-run`` world (``python -m cam.run.worker CONFIG.json RANK``).
 
 Attention ranks run their replica's batches layer by layer through the connector (shared experts locally between
-dispatch and combine); FFN ranks loop receive → W1 → W2 → send until the launcher says the run is over. A watchdog
+dispatch and combine); FFN ranks run :func:`cam.serve_ffn` until the launcher says the run is over. A watchdog
 thread ends every wait of the world at once when the launcher raises the abort key (a rank died) or the launcher
 itself is gone.
 
@@ -22,9 +22,12 @@ from datetime import timedelta
 
 import torch
 
-from ..connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, expert_weights, ffn_compute
+from ..connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, expert_weights
 from ..ffn_weights import ExpertWeights, FfnWeights
 from ..layer_weights import LayerWeights
+from ..serve import Iteration, ServePolicy, serve_ffn
+from ..serve.store import Shutdown
+from ..work_item import WorkItem
 from . import assign
 from .participants import Participants, request_pieces
 from .run_dir import remove_if_orphaned
@@ -519,21 +522,15 @@ def ffn_swiglu_limit(model):
     return model.swiglu_limit
 
 
-def _gmm_launches() -> int:
-    """The grouped-matmul executors this process launched (cam.h camGetLaunchCount): --batch-items' effect."""
-    from .. import _C
-
-    return sum(_C.launch_count(op) for op in ("gmm_swiglu_quant_multi_layer", "gmm_multi_layer"))
-
-
 def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, aborted: dict, built,
             marks: dict, device=None) -> dict:
-    device = device or _Free()
+    """FFN rank ``rank`` of the run: :func:`cam.serve_ffn` until the launcher's shutdown message, its iterations
+    recorded on the timeline through ``on_iteration`` and its rebalances done between iterations."""
     model, _, topo = built
     w1, w2 = _ffn_weights(cfg, model, topo, rank - topo.A)
     limit = ffn_swiglu_limit(model)
     # --rebalance-every: the served slots (rewritten in place, so a captured loop follows) and every expert's weights
-    rebalances, rebalanced, weights = rebalance_count(cfg, built[1]), 0, None
+    rebalances, weights = rebalance_count(cfg, built[1]), None
     if rebalances:
         # copies: the served slots may be views of the model's tensors (a rebalance writes into them)
         w1q, s1, w2q, s2 = ([t.clone() for t in ts] for ts in model.routed_weights(0, topo.E))
@@ -542,79 +539,61 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
     _warm_up(model)
     # --graph: the iteration is captured once and replayed (docs/graph.md); nothing in it reads the host.
     # --batch-items: each receive takes every ready work item up to cfg.batch_rows rows (one W1 + one W2 launch).
-    captured = connector.capture_ffn(w1, w2, cfg.batch_rows, swiglu_limit=limit) if cfg.graph else None
-    launches_before = _gmm_launches()
-    t0 = _wait_for_start(store, cfg, marks, aborted)
-    lane = Lane(t0)
-    events, waiting, busy, rows = [], 0.0, 0.0, 0
-    loop_start = time.time()
-    iteration, idle = 0, False
-    while True:
-        # Busy, every 4th item asks the store (a round trip); idle, every receive does: the run may be over, and
-        # an idle receive has just waited --idle-poll already.
-        if (idle or iteration % 4 == 0) and store.check([SHUTDOWN_KEY]):
-            break
-        if rebalanced < rebalances and (idle or iteration % 4 == 0) and _rebalance_due(store, topo, rebalanced + 1):
-            rebalanced = _rebalance(cfg, rank, store, connector, aborted, topo, rebalanced + 1, lane, weights)
-        iteration += 1
-        a = time.time()
-        if captured is not None:
-            connector.ffn_graph_step(captured)  # one replay, one synchronize (for the telemetry below)
-            records = captured.recv[4] if cfg.batch_rows else captured.item.work_item.unsqueeze(0)
-            # Receive and compute are one replay: its time counts as waiting when the item was empty.
-            b = a if bool((records[:, 0] != 0).any()) else time.time()
-            sent = c = time.time()
-        elif cfg.batch_rows:
-            with device:
-                b = time.time()  # receive, compute and send are one batched step: all of it counts as busy
-                records = connector.ffn_step(w1, w2, row_budget=cfg.batch_rows, swiglu_limit=limit)
-            sent = c = time.time()
-            if not bool((records[:, 0] != 0).any()):
-                b = c  # nothing was ready: the step was the receive's idle wait
-        else:
-            item = connector.recv_ffn_work_item()
-            b = time.time()
-            with device:
-                b = time.time()  # colocated: the wait for the device is not compute
-                out = ffn_compute(item, w1, w2, swiglu_limit=limit)
-            sent = time.time()
-            connector.send_ffn_work_item_output(item, out)
-            c = time.time()
-            records = item.work_item.unsqueeze(0)
-        waiting += b - a
-        busy += c - b
+    # Busy, every 4th item asks the store (a round trip); idle, every receive does: the run may be over, and an idle
+    # receive has just waited --idle-poll already.
+    policy = ServePolicy(row_budget=cfg.batch_rows, graph=cfg.graph, swiglu_limit=limit, weights=cfg.weights,
+                         items_per_check=4)
+    state = {"t0": None, "lane": None, "rebalanced": 0}
+    events, totals = [], {"waiting": 0.0, "busy": 0.0, "rows": 0}
+
+    def ready():
+        state["t0"] = _wait_for_start(store, cfg, marks, aborted)
+        state["lane"] = Lane(state["t0"])
+        state["loop_start"] = time.time()
+
+    def on_iteration(it: Iteration) -> None:
+        t0, lane = state["t0"], state["lane"]
+        totals["waiting"] += it.received - it.start
+        totals["busy"] += it.end - it.received
         # Telemetry only, after the items are done: which replica/layer each was, for the timeline (a batch: one
         # event per item it served, all with the batch's times).
-        served = [rec for rec in records.tolist() if int(rec[0]) != 0]
-        idle = not served
-        for rec in served:
-            info = {"replica": int(rec[1]), "layer": int(rec[2]), "rows": int(rec[5])}
-            rows += info["rows"]
-            events.append(dict(info, start_s=a - t0, recv_done_s=b - t0, end_s=c - t0))
-            lane.add("item", a - t0, c - t0, **info)
+        served = [item for item in WorkItem.table(it.records) if not item.is_empty]
+        for item in served:
+            info = {"replica": item.replica, "layer": item.layer, "rows": item.rows}
+            totals["rows"] += info["rows"]
+            events.append(dict(info, start_s=it.start - t0, recv_done_s=it.received - t0, end_s=it.end - t0))
+            lane.add("item", it.start - t0, it.end - t0, **info)
         if served:
-            lane.add("recv", a - t0, b - t0)
-            lane.add("compute", b - t0, sent - t0)
-            if c > sent:
-                lane.add("send", sent - t0, c - t0)
+            lane.add("recv", it.start - t0, it.received - t0)
+            lane.add("compute", it.received - t0, it.computed - t0)
+            if it.end > it.computed:
+                lane.add("send", it.computed - t0, it.end - t0)
         else:
-            lane.idle(a - t0, c - t0)
+            lane.idle(it.start - t0, it.end - t0)
+
+    def shutdown():
+        # The launcher's message: the run is over, with the Attention ranks it saw die (--keep-going).
+        return Shutdown.parse(store.get(SHUTDOWN_KEY).decode()) if store.check([SHUTDOWN_KEY]) else None
+
+    def between() -> None:
+        k = state["rebalanced"] + 1
+        if state["rebalanced"] < rebalances and _rebalance_due(store, topo, k):
+            state["rebalanced"] = _rebalance(cfg, rank, store, connector, aborted, topo, k, state["lane"], weights)
+
+    result = serve_ffn(connector, w1, w2, policy, ready=ready, device=device, on_iteration=on_iteration,
+                       shutdown=shutdown, between=between)
     marks["done"] = time.time()
-    total = marks["done"] - loop_start
-    # --keep-going: the Attention ranks the launcher saw die. This rank's liveness watchdog fences them within its
-    # poll (0.25 s); a run can end sooner, so fence here what it has not yet (idempotent: the first fence stays),
-    # and the dropped-round counts below are about them.
-    for dead in json.loads(store.get(SHUTDOWN_KEY).decode()).get("lost", []):
-        if connector.comm is not None and not connector.comm.closed:
-            connector.comm.fence_dead_rank(int(dead))
-    # Nothing is in flight here now, so the dropped-round counts are final (--keep-going reports them).
+    total = marks["done"] - state["loop_start"]
+    # --keep-going: serve_ffn fenced the Attention ranks the launcher saw die (its liveness watchdog may not have
+    # yet); nothing is in flight now, so the dropped-round counts are final.
     lost = [{"replica": x.replica, "dead_rank": x.dead_rank, "dropped_rounds": x.dropped_rounds, "report": str(x)}
             for x in connector.lost_replicas.values()]
-    return {"role": "ffn", "rank": rank, "items": events, "spans": lane.spans, "recv_wait_s": waiting,
+    waiting = totals["waiting"]
+    return {"role": "ffn", "rank": rank, "items": events, "spans": state["lane"].spans, "recv_wait_s": waiting,
             "placement_epoch": connector.comm.placement_epoch,
-            "compute_s": busy, "loop_s": total, "rows": rows,
+            "compute_s": totals["busy"], "loop_s": total, "rows": totals["rows"],
             # Eager loops only (a replay launches no executor): W1 + W2 launches of this process while it served.
-            "gmm_launches": None if captured is not None else _gmm_launches() - launches_before, "idle_fraction": waiting / total if total > 0 else 0.0,
+            "gmm_launches": result.launches, "idle_fraction": waiting / total if total > 0 else 0.0,
             "lost_replicas": lost, "startup": marks}
 
 

@@ -17,6 +17,8 @@ import sys
 import time
 from typing import List
 
+from ..serve.policy import add_row_budget_flag
+from . import serving
 from .costs import CostModel, device_files
 from .engine import ROUTINGS
 from .presets import ASSIGNS
@@ -52,13 +54,25 @@ def _parse(argv):
                                                            "(cam.models.PRESETS: tiny, small)")
     g.add_argument("--model-json", metavar="PATH", help="model shape as JSON (cam.sim.ModelShape fields)")
     g.add_argument("--replicas", "-D", type=int, default=16, help="Attention DP replicas D")
-    g.add_argument("--participants", "-P", type=int, default=1, help="Attention ranks per replica P")
+    g.add_argument("--participants", "-P", type=int, default=1,
+                   help="Attention ranks per replica P (tensor-parallel: each 1/P of the attention, plus the TP "
+                        "collectives of docs/sim.md §11)")
     g.add_argument("--ffn", "-F", type=int, default=16,
                    help="FFN ranks F (any F: when F does not divide the experts, the contiguous placement gives "
                         "ranks floor or ceil of E/F experts)")
     g.add_argument("--slots", type=int, default=2, help="rounds in flight per Attention rank")
     g.add_argument("--capacity", type=int, help="rows per work item per FFN rank (default: never chunked)")
     g.add_argument("--ubatches", type=int, default=2, help="micro-batches per layer")
+    g.add_argument("--ubatch-split", choices=("requests", "tokens"),
+                   help="how a step is cut into micro-batches: requests (every other request, as cam-run) or tokens "
+                        "(equal token spans); default the --engine's")
+    g.add_argument("--two-stage", choices=("on", "off"),
+                   help="async AFD: the Attention side's two micro-batches as two stages on one stream, each going on "
+                        "to its next MoE layer after its own combine (the AFD plugin's scheduler); default the "
+                        "--engine's")
+    g.add_argument("--colocated-overlap", choices=("on", "off"),
+                   help="the colocated baseline overlaps one micro-batch's all-to-all with the other's compute; "
+                        "default the --engine's")
     g = p.add_argument_group("costs")
     g.add_argument("--costs", default="ascend-a3-like",
                    help=f"cost JSON path or a shipped device ({', '.join(device_files())}), or a --calibrate output")
@@ -75,7 +89,12 @@ def _parse(argv):
     g.add_argument("--trace", metavar="CSV", help="arrival_s,length per request (with --lengths trace)")
     g.add_argument("--rates", type=_floats, default=[0.0],
                    help="comma-separated Poisson arrival rates in requests/s (0 = closed batch)")
-    g.add_argument("--token-budget", type=int, default=16384, help="max tokens per batch per replica")
+    g.add_argument("--token-budget", type=int, default=None,
+                   help="max tokens per batch per replica; with an --engine, the engine's per-step budget (a longer "
+                        "prompt is chunked); default the engine's max_num_batched_tokens, 16384 without one")
+    g.add_argument("--engine", default="none", choices=sorted(serving.ENGINES),
+                   help="serving engine whose behaviour and defaults apply (docs/sim.md §11): none (neutral: whole "
+                        "prompts, as cam-run), vllm, vllm-afd-recipe")
     g.add_argument("--loads", type=_floats,
                    help="comma-separated offered loads, as multiples of the rate the colocated baseline sustains on "
                         "the same devices (the highest Poisson rate keeping >= --sustain of requests within --slo, "
@@ -90,6 +109,13 @@ def _parse(argv):
     g.add_argument("--devices", type=int,
                    help="devices of the colocated mode (default: as many as the AFD deployment, D*P + F, or "
                         "--total-ranks with --sweep)")
+    g.add_argument("--step-overhead", type=float, default=None, metavar="SECONDS",
+                   help="the serving engine's host time per step, before its first layer (every mode); default the "
+                        "--engine's (0: no public figure)")
+    g.add_argument("--colocated-tp", type=lambda s: [int(x) for x in s.split(",") if x.strip()], default=[1],
+                   help="comma-separated tensor-parallel degrees of the colocated baseline's Attention replicas "
+                        "(16 devices at 4,2,8: DP4xTP4, DP8xTP2, DP2xTP8); each is run and the best per rate is "
+                        "the one AFD is compared with (docs/sim.md §11); default 1 (every device its own replica)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--routing", choices=ROUTINGS, default="uniform",
                    help="uniform: rows per expert drawn per round; balanced: exact even split")
@@ -103,15 +129,20 @@ def _parse(argv):
                    help="which Attention replica takes an arriving request: round robin in arrival order, or at its "
                         "arrival the one with the fewest tokens / requests not yet finished (as cam-run --assign)")
     g.add_argument("--batch-items", action="store_true",
-                   help="snapshot batching: an FFN rank serves every ready item, up to --batch-rows rows, in one "
+                   help="snapshot batching: an FFN rank serves every ready item, up to --row-budget rows, in one "
                         "grouped-matmul launch (default: one work item per dispatch_recv)")
-    g.add_argument("--batch-rows", type=int, default=8192, help="row budget of one batched launch (>= top-k)")
+    # 8192: the budget of the recorded study (docs/sim.md §7), kept so that it reproduces.
+    add_row_budget_flag(g, default=8192, dest="batch_rows", deprecated=("--batch-rows",),
+                        help="row budget of one batched launch (>= top-k; default 8192, the recorded study's)")
     g.add_argument("--slo", type=float, default=None, help="TTFT SLO in seconds for SLO-compliant throughput")
     g.add_argument("--sweep", action="store_true",
                    help="sweep the A:F split: every F dividing the experts with D = (total - F) / P >= 1")
     g.add_argument("--total-ranks", type=int, help="ranks to split in --sweep (default D*P + F)")
     g.add_argument("--sweep-ffn", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
                    help="with --sweep: only these F values (comma-separated)")
+    g.add_argument("--study", choices=sorted(serving.STUDIES),
+                   help="a one-command study: its flags first, the command line's own override them (docs/sim.md "
+                        "§11; afd-a3: the setting of the public A3 measurement of async prefill AFD)")
     g = p.add_argument_group("output")
     g.add_argument("--json", metavar="PATH", help="write the results as JSON")
     g.add_argument("--plot-dir", metavar="DIR", help="write TTFT CDF, throughput-vs-rate, utilisation-vs-A:F plots")
@@ -173,6 +204,12 @@ def check_args(args) -> None:
         _bounded("--" + flag.replace("_", "-"), getattr(args, flag), 1, hi)
     for f in args.sweep_ffn or []:
         _bounded("--sweep-ffn", f, 1, _MAX_RANKS)
+    if args.step_overhead is not None and not (math.isfinite(args.step_overhead) and args.step_overhead >= 0):
+        raise ValueError(f"--step-overhead must be a finite number of seconds >= 0, got {args.step_overhead!r}")
+    if not args.colocated_tp:
+        raise ValueError("--colocated-tp needs at least one degree")
+    for tp in args.colocated_tp:
+        _bounded("--colocated-tp", tp, 1, _MAX_RANKS)
     if "colocated" in args.mode and args.batch_items:
         raise ValueError("--batch-items is an FFN-side policy of AFD: a colocated device serves all the rows of a "
                          "collective in one launch; drop colocated from --mode or --batch-items")
@@ -235,7 +272,11 @@ def check_args(args) -> None:
 def _model(args) -> ModelShape:
     if args.model_json:
         with open(args.model_json) as f:
-            return ModelShape(**json.load(f))
+            try:
+                d = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"--model-json {args.model_json}: not JSON ({e})") from None
+        return ModelShape.from_dict(d, f"--model-json {args.model_json}")
     presets = model_presets()
     if args.model not in presets:
         raise ValueError(f"--model must be one of {sorted(presets)}, got {args.model!r}")
@@ -275,9 +316,9 @@ def simulate_grid(args) -> dict:
             raise ValueError(f"--cam-run-preset must be one of {sorted(CAM_RUN_PRESETS)}, got {args.cam_run_preset!r}")
         args.rates = [CAM_RUN_PRESETS[args.cam_run_preset].arrival_rate]  # the preset brings its own arrivals
     if args.batch_items and args.batch_rows < model.top_k:
-        raise ValueError(f"--batch-rows ({args.batch_rows}) is smaller than one token's rows (top-k {model.top_k})")
+        raise ValueError(f"--row-budget ({args.batch_rows}) is smaller than one token's rows (top-k {model.top_k})")
     afd = [m for m in args.mode if m != "colocated"]
-    plan = [(D, F, afd) for D, F in _splits(args, model)] if afd else []
+    plan = [(D, F, afd, args.participants) for D, F in _splits(args, model)] if afd else []
     # The colocated deployment (and the load axis's baseline) on as many devices as the AFD one.
     N = args.devices or (args.total_ranks if args.sweep and args.total_ranks else
                          args.replicas * args.participants + args.ffn)
@@ -285,7 +326,10 @@ def simulate_grid(args) -> dict:
         if args.cam_run_preset and N < args.replicas:
             raise ValueError(f"--devices {N}: cam-run preset {args.cam_run_preset!r} spreads its requests over "
                              f"{args.replicas} replicas")
-        plan.append((N, N, ["colocated"]))
+        for tp in args.colocated_tp:
+            if N % tp:
+                raise ValueError(f"--colocated-tp {tp} does not divide the colocated deployment's {N} devices")
+            plan.append((N // tp, N, ["colocated"], tp))
     cdf_split = (args.cdf_ffn or _splits(args, model)[0][1]) if afd else None
     runs, curves = [], {}
     t_start = time.perf_counter()
@@ -297,9 +341,9 @@ def simulate_grid(args) -> dict:
             print(f"colocated N={N} sustains {load_axis['rate_req_s']:.4g} req/s (>= {args.sustain:.0%} of requests "
                   f"within the {args.slo:g} s TTFT SLO; bisection over {len(load_axis['bisection'])} rates); "
                   f"loads {', '.join(f'{x:g}' for x in args.loads)}", flush=True)
-    for D, F, modes in plan:
+    for D, F, modes, tp in plan:
         colocated = modes == ["colocated"]
-        topo = _topology(args, D, F, colocated)
+        topo = _topology(args, D, F, colocated, tp)
         for i, rate in enumerate(args.rates):
             wl = _workload(args, D, rate, colocated)
             for mode in modes:
@@ -311,7 +355,8 @@ def simulate_grid(args) -> dict:
                 rep["wall_s"] = time.perf_counter() - t0
                 per = rep.pop("ttft_per_request_s")
                 if colocated or F == cdf_split:
-                    label = (f"colocated N={D}" if colocated else f"{mode} D={D} F={F}") \
+                    label = (f"colocated N={F}" + (f" DP{D}xTP{tp}" if args.colocated_tp != [1] else "")
+                             if colocated else f"{mode} D={D} F={F}") \
                         + (f" load {args.loads[i]:g}" if load_axis is not None else f" {rate:g} req/s" if rate else "")
                     curves[label] = list(per.values())
                 runs.append(rep)
@@ -324,9 +369,12 @@ def simulate_grid(args) -> dict:
     return result, curves
 
 
-def _topology(args, D: int, F: int, colocated: bool) -> SimTopology:
-    return SimTopology(D=D, F=F, P=1 if colocated else args.participants, slots=args.slots,
-                       capacity=None if colocated else args.capacity, ubatches=args.ubatches)
+def _topology(args, D: int, F: int, colocated: bool, tp: int = 1) -> SimTopology:
+    eng = serving.engine(args.engine)
+    overlap = eng.colocated_overlap if args.colocated_overlap is None else args.colocated_overlap == "on"
+    return SimTopology(D=D, F=F, P=tp if colocated else args.participants, slots=args.slots,
+                       capacity=None if colocated else args.capacity, ubatches=args.ubatches,
+                       ubatch_split=args.ubatch_split or eng.ubatch_split, overlap=overlap and colocated)
 
 
 def _workload(args, D: int, rate: float, colocated: bool) -> SimWorkload:
@@ -336,7 +384,15 @@ def _workload(args, D: int, rate: float, colocated: bool) -> SimWorkload:
                                         dynamic=args.assign != "round-robin")
     return SimWorkload.generate(args.requests, D, lengths=args.lengths, mean_len=args.mean_len, min_len=args.min_len,
                                 max_len=args.max_len, sigma=args.sigma, trace=args.trace, rate=rate,
-                                token_budget=args.token_budget, seed=args.seed)
+                                token_budget=token_budget(args), seed=args.seed,
+                                chunked=serving.engine(args.engine).chunked_prefill)
+
+
+def token_budget(args) -> int:
+    """--token-budget, or the named engine's max_num_batched_tokens, or 16384 with no engine."""
+    if args.token_budget is not None:
+        return args.token_budget
+    return serving.engine(args.engine).max_num_batched_tokens or 16384
 
 
 def _simulate(args, model, topo, wl, costs, mode: str, per_request: bool = True) -> dict:
@@ -344,7 +400,11 @@ def _simulate(args, model, topo, wl, costs, mode: str, per_request: bool = True)
 
     return simulate(model, topo, wl, costs, mode=mode, seed=args.seed, routing=args.routing,
                     expert_skew=args.expert_skew, slo_s=args.slo, per_request=per_request, placement=args.placement,
-                    assign=args.assign, batch_rows=args.batch_rows if args.batch_items and mode != "colocated" else None)
+                    assign=args.assign, batch_rows=args.batch_rows if args.batch_items and mode != "colocated" else None,
+                    step_overhead_s=serving.engine(args.engine).step_overhead_s if args.step_overhead is None
+                    else args.step_overhead,
+                    two_stage=serving.engine(args.engine).two_stage if args.two_stage is None
+                    else args.two_stage == "on")
 
 
 # Bisection steps of the sustained rate: the bracket shrinks to 1/256 of its first width.
@@ -352,19 +412,31 @@ _BISECT_STEPS = 8
 
 
 def sustained_rate(args, model, costs, N: int) -> dict:
-    """The highest Poisson rate at which colocated on N devices keeps >= args.sustain of the requests within the
-    TTFT SLO: the bracket's top starts at the closed batch's request throughput (no open-loop rate above it is
-    sustained for long) and doubles while it still passes; then bisection. The same seed at every rate, so only
-    the arrival times scale."""
-    topo = _topology(args, N, N, True)
+    """The highest rate the colocated baseline on N devices sustains: the best over its --colocated-tp degrees
+    (each found by ``sustained_rate_of``), every degree's own result recorded."""
+    found = [dict(sustained_rate_of(args, model, costs, N, tp), tp=tp) for tp in args.colocated_tp]
+    if len(found) == 1:
+        found[0].pop("tp")
+        return found[0]
+    best = max(found, key=lambda f: f["rate_req_s"])
+    return dict(best, baseline=f"colocated N={N} DP{N // best['tp']}xTP{best['tp']}", per_tp=found)
+
+
+def sustained_rate_of(args, model, costs, N: int, tp: int = 1) -> dict:
+    """The highest Poisson rate at which colocated on N devices (replicas of ``tp`` devices) keeps >= args.sustain
+    of the requests within the TTFT SLO: the bracket's top starts at the closed batch's request throughput (no
+    open-loop rate above it is sustained for long) and doubles while it still passes; then bisection. The same seed
+    at every rate, so only the arrival times scale."""
+    topo = _topology(args, N // tp, N, True, tp)
     tried = []
 
     def attainment(rate: float) -> float:
-        rep = _simulate(args, model, topo, _workload(args, N, rate, True), costs, "colocated", per_request=False)
+        rep = _simulate(args, model, topo, _workload(args, N // tp, rate, True), costs, "colocated",
+                        per_request=False)
         tried.append({"rate_req_s": rate, "slo_attainment": rep["slo"]["compliant_fraction"]})
         return rep["slo"]["compliant_fraction"]
 
-    closed = _simulate(args, model, topo, _workload(args, N, 0.0, True), costs, "colocated", per_request=False)
+    closed = _simulate(args, model, topo, _workload(args, N // tp, 0.0, True), costs, "colocated", per_request=False)
     if closed["slo"]["compliant_fraction"] >= args.sustain:
         raise ValueError(f"--loads: colocated on {N} devices keeps {closed['slo']['compliant_fraction']:.0%} of "
                          f"requests within the {args.slo:g} s SLO even when all {closed['requests']} arrive at once, "
@@ -392,6 +464,8 @@ def _line(r: dict) -> None:
     slo = f"  SLO ok {r['slo']['compliant_fraction']:.0%} goodput {r['slo']['goodput_tok_s']:.0f} tok/s" \
         if "slo" in r else ""
     where = f"N={r['devices']:<7d}" if r["mode"] == "colocated" else f"D={r['topology']['D']:<3d} F={r['topology']['F']:<3d}"
+    if r["mode"] == "colocated" and r["topology"]["P"] > 1:
+        where = f"N={r['devices']} DP{r['topology']['D']}xTP{r['topology']['P']}".ljust(len(where))
     print(f"{r['mode']:9s} {where} rate {r['rate']:<6g} "
           f"makespan {r['makespan_s']:9.3f} s  TTFT mean {t['mean']:8.3f} p50 {t['p50']:8.3f} p90 {t['p90']:8.3f} "
           f"p99 {t['p99']:8.3f}  util FFN {r['ffn_utilisation']:.0%} Attn {r['attention_utilisation']:.0%}  "
@@ -422,13 +496,18 @@ def _summary(runs: List[dict]) -> dict:
                           "makespan_async_over_sync": a["makespan_s"] / s["makespan_s"]})
     # AFD against the colocated deployment on the same number of devices, per rate.
     vs = []
-    colo = {(r["rate"], r["devices"]): r for r in runs if r["mode"] == "colocated"}
+    # With several --colocated-tp degrees, the best of them per rate stands for "colocated".
+    colo = {}
+    for r in runs:
+        k = (r["rate"], r["devices"])
+        if r["mode"] == "colocated" and (k not in colo or value(r) > value(colo[k])):
+            colo[k] = r
     for r in runs:
         c = colo.get((r["rate"], r["devices"]))
         if r["mode"] == "colocated" or c is None:
             continue
         vs.append({"rate": r["rate"], "mode": r["mode"], "D": r["topology"]["D"], "F": r["topology"]["F"],
-                   "devices": r["devices"],
+                   "devices": r["devices"], "colocated_tp": c["topology"]["P"],
                    f"{metric}_over_colocated": value(r) / value(c) if value(c) else None,
                    "ttft_p50_over_colocated": r["ttft_s"]["p50"] / c["ttft_s"]["p50"],
                    "ttft_p99_over_colocated": r["ttft_s"]["p99"] / c["ttft_s"]["p99"],
@@ -437,7 +516,7 @@ def _summary(runs: List[dict]) -> dict:
     for r in runs:
         k = f"{r['mode']}@{r['rate']:g}"
         if k not in best or value(r) > best[k][metric]:
-            best[k] = {"D": r["topology"]["D"], "F": r["topology"]["F"], metric: value(r)}
+            best[k] = {"D": r["topology"]["D"], "F": r["topology"]["F"], "P": r["topology"]["P"], metric: value(r)}
     return {"metric": metric, "async_gain": gains, "afd_over_colocated": vs, "best_split": best}
 
 
@@ -499,6 +578,11 @@ def calibrate(args) -> dict:
 
 
 def main(argv=None) -> int:
+    try:
+        argv = serving.expand_study(sys.argv[1:] if argv is None else argv)
+    except ValueError as e:
+        print(f"cam-sim: bad configuration: {e}", file=sys.stderr)
+        return 2
     args = _parse(argv)
     try:
         check_args(args)

@@ -19,9 +19,17 @@ from typing import Dict, NamedTuple
 
 # Attention side (per participant, per micro-batch, per layer) and FFN side (per work item), plus the sync barrier,
 # the delay an idle FFN rank takes to notice a published round, and the colocated mode's all-to-all collective
-# (fixed_s its latency, net_gbps the per-device link rate, net_byte the most one device sends or receives in it).
+# (fixed_s its latency, net_gbps the per-device link rate, net_byte the most one device sends or receives in it),
+# and the tensor-parallel collectives inside an Attention replica of P > 1 ranks (docs/sim.md §11; net_byte the
+# bytes one rank sends in the ring).
 OPS = ("attention", "dense_mlp", "shared", "dispatch_send", "combine_recv",
-       "dispatch_recv", "w1", "w2", "combine_send", "ffn_wake", "barrier", "all_to_all")
+       "dispatch_recv", "w1", "w2", "combine_send", "ffn_wake", "barrier", "all_to_all", "tp_all_reduce")
+
+# Cited figures for ops a shipped device file does not give (the file's own entry wins). A3: a TP collective inside
+# one node runs over HCCS; the per-rank bandwidth DeepEP-Ascend achieves there intranode (EP8 normal mode, the
+# lower of its 146 GB/s dispatch and 125 GB/s combine; sgl-project/sgl-kernel-npu README, "DeepEP-Ascend
+# Performance") stands in for the ring's per-rank rate; no latency is published for it, so none is charged.
+CITED_DEFAULTS = {"ascend-a3-like": {"tp_all_reduce": {"net_gbps": 125.0}}}
 TERMS = ("fixed_s", "nonempty_s", "per_token_s", "per_row_s", "per_len2_s", "tflops", "gbps", "net_gbps")
 
 
@@ -103,10 +111,16 @@ class CostModel:
 
     @staticmethod
     def load(path: str) -> "CostModel":
+        cited = CITED_DEFAULTS.get(path, {}) if path in device_files() else {}
         if path in device_files():
             path = device_files()[path]
         with open(path) as f:
-            return CostModel.from_dict(json.load(f))
+            model = CostModel.from_dict(json.load(f))
+        missing = {k: OpCost(**v) for k, v in cited.items() if k not in model.ops}
+        if missing:
+            model = CostModel(dict(model.ops, **missing), name=model.name,
+                              meta=dict(model.meta, cited_defaults={k: cited[k] for k in missing}))
+        return model
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:

@@ -32,10 +32,11 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .costs import CostModel, Work
-from .placement import Placement, expected_fanout_of, parse_placement
+from ..placement import Placement
+from .placement import RowSplit, expected_fanout_of, parse_placement
 from .presets import ASSIGNS, assign_replica
 from .shapes import ModelShape, SimTopology
-from .workload import SimWorkload, split_stages
+from .workload import SimWorkload, split_pieces
 
 _PUBLISH, _FFN_DONE, _WAKE, _REPLICA, _ARRIVE = 0, 1, 2, 3, 4
 ROUTINGS = ("uniform", "balanced")
@@ -102,30 +103,104 @@ class _Costs:
         m = np.arange(rows_max + 1, dtype=np.float64)
         return self.ffn_items(m, active(m))
 
-    def stage_parts(self, lens: List[int], link: bool = True) -> tuple:
+    def stage_parts(self, lens: List[int], link: bool = True, prefix: Optional[List[int]] = None) -> tuple:
         """(attention, dense MLP, shared experts, dispatch_send, combine_recv) seconds of one participant for a
-        micro-batch of prompts ``lens``; ``link=False`` leaves out dispatch_send's bytes on the link (the colocated
-        mode's all-to-all carries them)."""
+        micro-batch of prompts (or prompt chunks) ``lens``; ``prefix``: the tokens of each prompt already processed
+        by earlier steps (chunked prefill), whose keys and values the chunk's queries attend to as well;
+        ``link=False`` leaves out dispatch_send's bytes on the link (the colocated mode's all-to-all carries them)."""
         m, P, c = self.m, self.t.P, self.c
         n = sum(lens) / P
-        len2 = sum(x * x for x in lens) / P
+        context = sum(prefix) / P if prefix else 0.0
+        if m.attn_window:
+            pairs, index = sparse_attention(m, lens, prefix)
+            len2, extra = 2.0 * pairs / P, index / P
+        else:
+            len2, extra = attention_len2(lens, prefix) / P, 0.0
         H, K = m.hidden, m.top_k
         attn = c.seconds("attention", Work(tokens=n, len2=len2, flop=2.0 * m.attn_params * n
-                                           + m.attn_pair_flops * len2 / 2, byte=2.0 * m.attn_params))
+                                           + m.attn_pair_flops * len2 / 2 + m.context_flops_per_token * context
+                                           + extra,
+                                           byte=2.0 * m.attn_params))
         dense = c.seconds("dense_mlp", Work(tokens=n, flop=6.0 * H * m.dense_intermediate * n,
                                             byte=6.0 * H * m.dense_intermediate))
+        # Tensor parallelism inside the replica: the row-parallel output projection ends in an all-reduce of the
+        # micro-batch's bf16 activations (2 (P-1)/P of them leave each rank in a ring); a dense MLP ends in another;
+        # a MoE layer's ranks each dispatch 1/P of the tokens and all-gather the combined rows ((P-1)/P).
+        if P > 1:
+            act = 2.0 * H * sum(lens)
+            attn += self.tp_collective(2.0 * (P - 1) / P * act)
+            dense += self.tp_collective(2.0 * (P - 1) / P * act)
+            gather = self.tp_collective((P - 1) / P * act)
+        else:
+            gather = 0.0
         si = m.shared_experts * m.shared_intermediate
         shared = c.seconds("shared", Work(tokens=n, flop=6.0 * H * si * n, byte=6.0 * H * si)) if si else 0.0
         send = c.seconds("dispatch_send", Work(tokens=n, rows=n * K, byte=2.0 * H * n,
                                                net_byte=n * self.fanout * (H + 4.0) if link else 0.0))
-        recv = c.seconds("combine_recv", Work(tokens=n, rows=n * K, byte=2.0 * H * n * (K + 1)))
+        recv = c.seconds("combine_recv", Work(tokens=n, rows=n * K, byte=2.0 * H * n * (K + 1))) + gather
         return attn, dense, shared, send, recv
 
-    def stage(self, lens: List[int]) -> tuple:
+    def tp_collective(self, net_byte: float) -> float:
+        """Seconds of one TP collective in which each rank sends ``net_byte`` bytes (``tp_all_reduce``)."""
+        return self.c.seconds("tp_all_reduce", Work(tokens=1.0, net_byte=net_byte))
+
+    def stage(self, pieces: List[tuple]) -> tuple:
         """(dense layer, MoE layer before publish, MoE layer after publish, combine_recv) seconds of one participant
-        for a micro-batch of prompts ``lens``."""
-        attn, dense, shared, send, recv = self.stage_parts(lens)
+        for a micro-batch of pieces ``(request, tokens, prefix)``."""
+        attn, dense, shared, send, recv = self.stage_parts([n for _, n, _ in pieces],
+                                                           prefix=[p for _, _, p in pieces])
         return attn + dense, attn + send, shared, recv
+
+
+def attention_len2(lens: List[int], prefix: Optional[List[int]] = None) -> float:
+    """Twice the causal (query, key) pairs of prompt chunks: a chunk of c tokens after p tokens already processed has
+    c·p + c²/2 pairs (each of its queries sees the p cached keys and the chunk's earlier ones), so the attention
+    terms ``attn_pair_flops · len2 / 2`` and ``per_len2_s · len2`` grow with the context, not only the chunk. A
+    whole prompt (p = 0) gives the prompt's len²."""
+    if not prefix:
+        return float(sum(c * c for c in lens))
+    return float(sum(c * c + 2 * c * p for c, p in zip(lens, prefix)))
+
+
+def _sum_min(n: int, w: int) -> int:
+    """Σ_{i=1..n} min(i, w)."""
+    return n * (n + 1) // 2 if n <= w else w * (w + 1) // 2 + (n - w) * w
+
+
+def _sum_floor(n: int, r: int) -> int:
+    """Σ_{i=1..n} ⌊i / r⌋."""
+    q = n // r
+    return r * q * (q - 1) // 2 + q * (n - q * r + 1)
+
+
+def _sum_floor_capped(n: int, r: int, k: int) -> int:
+    """Σ_{i=1..n} min(k, ⌊i / r⌋)."""
+    edge = k * r - 1  # the last i with ⌊i / r⌋ < k
+    return _sum_floor(min(n, edge), r) + k * max(0, n - edge)
+
+
+def sparse_attention(m: ModelShape, lens: List[int], prefix: Optional[List[int]] = None) -> tuple:
+    """(query, key) pairs and indexer FLOPs of compressed, sparse attention (``m.attn_window`` > 0), per layer on
+    average over the model's layers, for chunks ``lens`` after ``prefix`` processed tokens. A query seeing i keys
+    (itself and every earlier one) attends to min(i, window) of them in every layer, plus min(topk, ⌊i/csa_ratio⌋)
+    compressed rows in a CSA layer (whose indexer scores all ⌊i/csa_ratio⌋) and ⌊i/hca_ratio⌋ in an HCA layer."""
+    window = csa = hca = scored = 0
+    for c, p in zip(lens, prefix or [0] * len(lens)):
+        a, b = p, p + c
+        window += _sum_min(b, m.attn_window) - _sum_min(a, m.attn_window)
+        csa += _sum_floor_capped(b, m.csa_ratio, m.csa_topk) - _sum_floor_capped(a, m.csa_ratio, m.csa_topk)
+        scored += _sum_floor(b, m.csa_ratio) - _sum_floor(a, m.csa_ratio)
+        hca += _sum_floor(b, m.hca_ratio) - _sum_floor(a, m.hca_ratio)
+    L = m.layers
+    pairs = window + (m.csa_layers * csa + m.hca_layers * hca) / L
+    return float(pairs), float(m.csa_layers * scored * m.index_pair_flops / L)
+
+
+def critical_path(chains, device_work) -> float:
+    """The critical-path bound of every mode (docs/sim.md §1, "Outputs"): a lower bound on any schedule's makespan for
+    these steps, the longer of the longest replica chain (a replica's own dependent work, with no other replica
+    contending for what it waits on) and the busiest device's total work."""
+    return float(max(list(chains) + list(device_work)))
 
 
 def chunks(counts: np.ndarray, capacity: int) -> List[tuple]:
@@ -160,9 +235,13 @@ def chunks(counts: np.ndarray, capacity: int) -> List[tuple]:
     return out
 
 
-class _Replica:
+class ReplicaState:
+    """One Attention replica's schedule in a simulation (its requests, batch, layer and clocks); the colocated
+    baseline keeps one per device."""
+
     __slots__ = ("d", "next_req", "reqs", "batch_idx", "rids", "stages", "layer", "wait_rounds", "wait_t",
-                 "busy", "chain", "batches_run", "assigned", "idle", "free_at")
+                 "busy", "chain", "batches_run", "assigned", "idle", "free_at", "prefilled", "ops", "op", "rounds",
+                 "wait_g", "cc", "cdone")
 
     def __init__(self, d, reqs):
         self.d = d
@@ -180,6 +259,15 @@ class _Replica:
         self.assigned: List[int] = []  # --assign: requests assigned at arrival
         self.idle = False
         self.free_at = 0.0
+        self.prefilled = 0  # chunked prefill: tokens of the head request served by earlier steps
+        # Two-stage micro-batching: the MoE layers' ops in stream order, the next one, each (micro-batch, layer)'s
+        # round, the round a combine waits for, and the uncontended chain's clock and round completions.
+        self.ops: List[tuple] = []
+        self.op = 0
+        self.rounds: Dict[tuple, int] = {}
+        self.wait_g = -1
+        self.cc = 0.0
+        self.cdone: Dict[int, float] = {}
 
 
 class Simulation:
@@ -189,7 +277,7 @@ class Simulation:
     def __init__(self, model: ModelShape, topo: SimTopology, workload: SimWorkload, costs: CostModel,
                  mode: str = "async", seed: int = 0, routing: str = "uniform", expert_skew: float = 0.0,
                  trace: bool = False, placement=None, batch_rows: Optional[int] = None,
-                 assign: str = "round-robin"):
+                 assign: str = "round-robin", step_overhead_s: float = 0.0, two_stage: bool = False):
         if mode not in ("async", "sync"):
             raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
         if routing not in ROUTINGS:
@@ -204,6 +292,13 @@ class Simulation:
             raise ValueError(f"assign {assign!r} needs a dynamically batched workload (cam-run presets bring "
                              "their own static batches and assignment)")
         self.assign = assign
+        if not step_overhead_s >= 0:
+            raise ValueError(f"step_overhead_s must be >= 0, got {step_overhead_s}")
+        # The serving engine's host time per step (scheduling, input preparation) before a step's first layer.
+        self.step_overhead = float(step_overhead_s)
+        # Two-stage micro-batching (async only; a sync barrier per layer leaves nothing to pipeline): a micro-batch
+        # goes on to its next MoE layer after its own combine, not after every micro-batch's round of the layer.
+        self.two_stage = bool(two_stage) and mode == "async"
         if workload.num_replicas > topo.D:
             raise ValueError(f"workload uses {workload.num_replicas} replicas, topology has D={topo.D}")
         self.model, self.topo, self.wl, self.mode = model, topo, workload, mode
@@ -223,17 +318,22 @@ class Simulation:
             self.popularity = [base[self.rng.permutation(E)] for _ in range(model.moe_layers)]
         else:
             self.popularity = [np.full(E, 1.0 / E)] * model.moe_layers
-        # Placement: None = cam's default (expert e on rank e // R, E % F == 0), drawn per rank; otherwise one
-        # Placement per MoE layer, drawn per expert and split over its replicas (cam.sim.placement).
+        # Placement: None = cam's default (expert e on rank e // R, E % F == 0), drawn per rank; otherwise a
+        # cam.placement.Placement per MoE layer (or one of one layer, or of every layer), drawn per expert and split
+        # over its replicas (cam.sim.placement.RowSplit).
         if isinstance(placement, str):
             placement = parse_placement(placement, E, F, self.popularity)
         elif isinstance(placement, Placement):
-            placement = [placement] * model.moe_layers
+            if placement.layers not in (1, model.moe_layers):
+                raise ValueError(f"placement: a table of {placement.layers} layers for {model.moe_layers} MoE layers")
+            placement = [placement] * model.moe_layers if placement.layers == 1 else \
+                [RowSplit(placement, l) for l in range(model.moe_layers)]
         if placement is None and E % F:
-            placement = [Placement.contiguous(E, F)] * model.moe_layers
+            placement = [Placement.contiguous(E, F, layers=1)] * model.moe_layers
         if placement is not None:
             if len(placement) != model.moe_layers:
                 raise ValueError(f"placement: {len(placement)} tables for {model.moe_layers} MoE layers")
+            placement = [p if isinstance(p, RowSplit) else RowSplit(p) for p in placement]
             for p in placement:
                 if p.F != F or p.experts != E:
                     raise ValueError(f"placement: a table for E={p.experts}, F={p.F}; the run has E={E}, F={F}")
@@ -287,7 +387,7 @@ class Simulation:
 
     def _route_placed(self, moe_layer: int, tokens: int):
         """``_route`` under a placement table: per-expert row counts (a multinomial over expert popularity, or the
-        exact even split), each expert's rows split over its replicas (cam.sim.placement); the experts an item
+        exact even split), each expert's rows split over its replicas (cam.sim.placement.RowSplit); the experts an item
         touches are its local slots with rows, exactly."""
         place = self.place[moe_layer]
         slots = tokens * self.model.top_k
@@ -363,7 +463,7 @@ class Simulation:
             else:  # assigned at arrival, by the policy
                 self._push(float(wl.arrival_s[rid]), _ARRIVE, rid)
                 self._unassigned += 1
-        self.reps = [_Replica(d, reqs[d]) for d in range(D)]
+        self.reps = [ReplicaState(d, reqs[d]) for d in range(D)]
         self.barrier_count = 0
         self.barrier_t = 0.0
         self.steps = 0
@@ -430,8 +530,12 @@ class Simulation:
             self._sync_idle = False
             self._push(t, _REPLICA, -1)
 
-    def _take_batch(self, rep: _Replica, t: float) -> List[int]:
-        """Dynamic batching: the requests of this replica that arrived by t, in order, up to the token budget."""
+    def _take_batch(self, rep: ReplicaState, t: float) -> List[tuple]:
+        """Dynamic batching: the requests of this replica that arrived by t, in order, up to the token budget, as
+        pieces ``(request, tokens, prefix)``. Without chunking a piece is a whole prompt (the first always, however
+        long). With chunked prefill (vLLM's scheduler: a request partly prefilled goes first, then waiting ones, each
+        taking what is left of ``max_num_batched_tokens``) the last piece may be a chunk; the request stays at the
+        head of the queue and its next chunk opens the next step."""
         wl = self.wl
         budget = wl.token_budget
         out, used = [], 0
@@ -439,24 +543,42 @@ class Simulation:
             rid = rep.reqs[rep.next_req]
             if wl.arrival_s[rid] > t:
                 break
-            n = int(wl.length[rid])
-            if out and used + n > budget:
+            done = rep.prefilled
+            n = int(wl.length[rid]) - done
+            take = n
+            if wl.chunked:
+                take = min(n, budget - used)
+                if take <= 0:
+                    break
+            elif out and used + n > budget:
                 break
-            out.append(rid)
-            used += n
+            out.append((rid, take, done))
+            used += take
+            if take < n:
+                rep.prefilled = done + take
+                break
+            rep.prefilled = 0
             rep.next_req += 1
         return out
 
-    def _begin(self, rep: _Replica, rids: List[int], t: float) -> None:
-        lens = [int(self.wl.length[r]) for r in rids]
-        rep.rids = rids
-        rep.stages = [(sum(s),) + self.cost.stage(s) for s in split_stages(lens, self.topo.ubatches)]
+    def _pieces(self, rids: List[int]) -> List[tuple]:
+        """A static batch's requests as whole-prompt pieces."""
+        return [(r, int(self.wl.length[r]), 0) for r in rids]
+
+    def _finishing(self, pieces: List[tuple]) -> List[int]:
+        """The requests whose last token is in this step (their TTFT is the step's end)."""
+        return [r for r, n, p in pieces if n + p == int(self.wl.length[r])]
+
+    def _begin(self, rep: ReplicaState, pieces: List[tuple], t: float) -> None:
+        rep.rids = self._finishing(pieces)
+        rep.stages = [(sum(n for _, n, _ in s),) + self.cost.stage(s)
+                      for s in split_pieces(pieces, self.topo.ubatches, self.topo.ubatch_split)]
         rep.layer = 0
         rep.batches_run += 1
-        gate = max((float(self.wl.arrival_s[r]) for r in rids), default=0.0)
-        rep.chain = max(rep.chain, gate)
+        gate = max((float(self.wl.arrival_s[r]) for r, _, _ in pieces), default=0.0)
+        rep.chain = max(rep.chain, gate) + self.step_overhead
 
-    def _next_batch(self, rep: _Replica, t: float) -> None:
+    def _next_batch(self, rep: ReplicaState, t: float) -> None:
         """Async: the replica is free at t; start its next batch (or wait for an arrival)."""
         wl = self.wl
         if wl.batches is not None:
@@ -465,9 +587,9 @@ class Simulation:
                 rep.batch_idx += 1  # an empty step of a lockstep run: nothing to run without the barrier
             if rep.batch_idx >= len(own):
                 return
-            rids = own[rep.batch_idx]
+            rids = self._pieces(own[rep.batch_idx])
             rep.batch_idx += 1
-            start = max(t, max(float(wl.arrival_s[r]) for r in rids))
+            start = max(t, max(float(wl.arrival_s[r]) for r, _, _ in rids))
         else:
             if rep.next_req >= len(rep.reqs):
                 rep.idle, rep.free_at = True, t  # --assign: the next request assigned to it starts it
@@ -479,9 +601,9 @@ class Simulation:
             rids = self._take_batch(rep, t)
             start = t
         self._begin(rep, rids, start)
-        self._advance(rep, start)
+        self._advance(rep, start + self.step_overhead)
 
-    def _advance(self, rep: _Replica, t: float) -> None:
+    def _advance(self, rep: ReplicaState, t: float) -> None:
         """Run layers from rep.layer at time t until a MoE layer waits for the FFN side, a barrier, or the end."""
         m = self.model
         while True:
@@ -491,11 +613,14 @@ class Simulation:
             if self.mode == "sync" and rep.layer > 0:
                 self._sync_layer_arrive(rep, t)
                 return
+            if self.two_stage and rep.layer >= m.first_dense:
+                self._two_stage_begin(rep, t)
+                return
             t = self._layer(rep, t)
             if t is None:
                 return
 
-    def _layer(self, rep: _Replica, t: float) -> Optional[float]:
+    def _layer(self, rep: ReplicaState, t: float) -> Optional[float]:
         """Run layer rep.layer from t. Dense: returns the end time. MoE: publishes the rounds and returns None."""
         m = self.model
         if rep.layer < m.first_dense:
@@ -506,27 +631,14 @@ class Simulation:
             rep.layer += 1
             return t
         moe = rep.layer - m.first_dense
-        d = rep.d
         rep.wait_rounds = []
         pubs, costs_f = [], []
         t0 = t
         for st in rep.stages:
             t += st[2]
             rep.busy += st[2] + st[3]
-            cost, chunked, rows = self._route(moe, st[0])
-            g = len(self.round_replica)
-            self.round_replica.append(d)
-            self.round_cost.append(cost.tolist())
-            self.round_chunks.append(chunked)
-            if self.batch_rows is not None:
-                self.round_rows.append((self._last_rows[0].tolist(), self._last_rows[1].tolist(),
-                                        self._last_pairs, moe))
-            self.round_remaining.append(self.topo.F)
-            self.round_complete.append(math.nan)
-            self.rounds_of[d].append(g)
-            self.total_rows += rows
+            g, cost = self._new_round(rep, moe, st, t)
             rep.wait_rounds.append(g)
-            self._push(t, _PUBLISH, g)
             pubs.append(t - t0)
             costs_f.append(cost)
             t += st[3]
@@ -542,7 +654,76 @@ class Simulation:
         rep.chain = end
         return None
 
-    def _resume(self, rep: _Replica) -> None:
+    def _new_round(self, rep: ReplicaState, moe: int, st: tuple, t: float) -> tuple:
+        """Route a micro-batch's round of MoE layer ``moe``, register it and publish it at t: (round, FFN costs)."""
+        d = rep.d
+        cost, chunked, rows = self._route(moe, st[0])
+        g = len(self.round_replica)
+        self.round_replica.append(d)
+        self.round_cost.append(cost.tolist())
+        self.round_chunks.append(chunked)
+        if self.batch_rows is not None:
+            self.round_rows.append((self._last_rows[0].tolist(), self._last_rows[1].tolist(),
+                                    self._last_pairs, moe))
+        self.round_remaining.append(self.topo.F)
+        self.round_complete.append(math.nan)
+        self.rounds_of[d].append(g)
+        self.total_rows += rows
+        self._push(t, _PUBLISH, g)
+        return g, cost
+
+    def _two_stage_begin(self, rep: ReplicaState, t: float) -> None:
+        """The MoE layers of a batch under two-stage micro-batching (the vLLM AFD plugin's CAMAsyncUbatchScheduler:
+        two micro-batch threads taking turns on one stream, s0 dispatch L, s1 dispatch L, s0 combine L, s0 dispatch
+        L+1, s1 combine L, s1 dispatch L+1, ...): the stream's ops in that order, a combine waiting for its own
+        round only."""
+        m, S = self.model, len(rep.stages)
+        ops = []
+        for moe in range(m.moe_layers):
+            for s in range(S):
+                if moe:
+                    ops.append(("combine", s, moe - 1))
+                ops.append(("dispatch", s, moe))
+        ops.extend(("combine", s, m.moe_layers - 1) for s in range(S))
+        rep.ops, rep.op, rep.rounds, rep.cdone = ops, 0, {}, {}
+        rep.cc = rep.chain
+        self._two_stage_run(rep, t)
+
+    def _two_stage_run(self, rep: ReplicaState, t: float) -> None:
+        """Run the stream's ops from rep.op at t until a combine waits for a round not yet complete, or the end. The
+        uncontended chain (each FFN rank serving this replica's rounds in order as they are published) runs the same
+        ops beside it."""
+        F = self.topo.F
+        while rep.op < len(rep.ops):
+            kind, s, moe = rep.ops[rep.op]
+            st = rep.stages[s]
+            if kind == "combine":
+                g = rep.rounds[(s, moe)]
+                done = self.round_complete[g]
+                if done != done:  # not complete yet: _round_complete resumes the stream
+                    rep.wait_g, rep.wait_t = g, t
+                    return
+                t = max(t, done) + st[4]
+                rep.busy += st[4]
+                rep.cc = max(rep.cc, rep.cdone.pop(g)) + st[4]
+            else:
+                t += st[2]
+                rep.busy += st[2] + st[3]
+                g, cost = self._new_round(rep, moe, st, t)
+                rep.rounds[(s, moe)] = g
+                rep.cc += st[2]
+                done_f = rep.cdone.get("ffn", np.zeros(F))
+                done_f = np.maximum(done_f, rep.cc) + cost
+                rep.cdone["ffn"] = done_f
+                rep.cdone[g] = float(done_f.max())
+                rep.cc += st[3]
+                t += st[3]
+            rep.op += 1
+        rep.chain = rep.cc
+        rep.layer = self.model.layers
+        self._batch_end(rep, t)
+
+    def _resume(self, rep: ReplicaState) -> None:
         """Every round of the waiting MoE layer is complete: combine_recv in dispatch order, then go on."""
         t = rep.wait_t
         for g, st in zip(rep.wait_rounds, rep.stages):
@@ -551,7 +732,7 @@ class Simulation:
         rep.layer += 1
         self._advance(rep, t)
 
-    def _batch_end(self, rep: _Replica, t: float) -> None:
+    def _batch_end(self, rep: ReplicaState, t: float) -> None:
         for rid in rep.rids:
             self.finish[rid] = t
             self.ttft[rid] = t - float(self.wl.arrival_s[rid])
@@ -566,7 +747,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ sync mode
 
-    def _sync_arrive(self, rep: _Replica, t: float) -> None:
+    def _sync_arrive(self, rep: ReplicaState, t: float) -> None:
         """Sync: a replica finished its step at t; the next step's layer-0 barrier."""
         wl = self.wl
         if wl.batches is not None and rep.d < len(wl.batches) and rep.batch_idx < len(wl.batches[rep.d]):
@@ -576,7 +757,7 @@ class Simulation:
         # --assign: the step starts as an event, after every request arriving by then has been assigned.
         self._barrier(t, self._sync_step if self.assign == "round-robin" else lambda u: self._push(u, _REPLICA, -1))
 
-    def _sync_layer_arrive(self, rep: _Replica, t: float) -> None:
+    def _sync_layer_arrive(self, rep: ReplicaState, t: float) -> None:
         self._barrier(t, self._sync_layer)
 
     def _barrier(self, t: float, release) -> None:
@@ -595,7 +776,7 @@ class Simulation:
             batches = []
             for rep in self.reps:
                 own = wl.batches[rep.d] if rep.d < len(wl.batches) else []
-                batches.append(own[rep.batch_idx] if rep.batch_idx < len(own) else [])
+                batches.append(self._pieces(own[rep.batch_idx]) if rep.batch_idx < len(own) else [])
                 rep.batch_idx += 1
         else:
             pending = [float(wl.arrival_s[rep.reqs[rep.next_req]]) for rep in self.reps
@@ -609,7 +790,7 @@ class Simulation:
         self.steps += 1
         for rep, rids in zip(self.reps, batches):
             self._begin(rep, rids, t)
-        self._sync_layer(t)
+        self._sync_layer(t + self.step_overhead)
 
     def _sync_layer(self, t: float) -> None:
         for rep in self.reps:
@@ -748,7 +929,11 @@ class Simulation:
     def _round_complete(self, g: int, t: float) -> None:
         self.round_complete[g] = t
         rep = self.reps[self.round_replica[g]]
-        if rep.wait_rounds and rep.wait_rounds[-1] == g:
+        if self.two_stage:
+            if rep.wait_g == g:
+                rep.wait_g = -1
+                self._two_stage_run(rep, rep.wait_t)
+        elif rep.wait_rounds and rep.wait_rounds[-1] == g:
             self._resume(rep)
 
     # ------------------------------------------------------------------ output
@@ -760,7 +945,7 @@ class Simulation:
             "makespan_s": float(np.nanmax(self.finish)),
             "ffn_busy_s": list(self.ffn_time),
             "attention_busy_s": [rep.busy for rep in self.reps],
-            "critical_path_s": max(max(rep.chain for rep in self.reps), max(self.ffn_time)),
+            "critical_path_s": critical_path([rep.chain for rep in self.reps], self.ffn_time),
             "replica_chain_s": [rep.chain for rep in self.reps],
             "rounds": len(self.round_replica),
             "work_items": self.items,

@@ -23,11 +23,12 @@ def percentile(values: np.ndarray, q: float) -> float:
 def simulate(model: ModelShape, topo: SimTopology, workload: SimWorkload, costs: CostModel, *, mode: str = "async",
              seed: int = 0, routing: str = "uniform", expert_skew: float = 0.0, slo_s: Optional[float] = None,
              per_request: bool = False, placement=None, batch_rows: Optional[int] = None,
-             assign: str = "round-robin") -> dict:
+             assign: str = "round-robin", step_overhead_s: float = 0.0, two_stage: bool = False) -> dict:
     """One simulated run, summarized as a JSON-able dict (see docs/sim.md for every field)."""
     kind = ColocatedSimulation if mode == "colocated" else Simulation
     raw = kind(model, topo, workload, costs, mode=mode, seed=seed, routing=routing, expert_skew=expert_skew,
-               placement=placement, batch_rows=batch_rows, assign=assign).run()
+               placement=placement, batch_rows=batch_rows, assign=assign, step_overhead_s=step_overhead_s,
+               **({"two_stage": two_stage} if mode != "colocated" else {})).run()
     ttft = raw["ttft_s"]
     makespan = raw["makespan_s"]
     tokens = int(workload.length.sum())
@@ -35,8 +36,11 @@ def simulate(model: ModelShape, topo: SimTopology, workload: SimWorkload, costs:
         "mode": mode,
         "topology": topo.to_dict(),
         # Devices the deployment occupies: colocated, each one a replica and an expert shard; AFD, D*P + F.
-        "devices": topo.D if mode == "colocated" else topo.D * topo.P + topo.F,
+        "devices": topo.F if mode == "colocated" else topo.D * topo.P + topo.F,
         "workload": workload.description,
+        # The serving engine's mechanisms this run applied (docs/sim.md §11).
+        "serving": {"chunked_prefill": workload.chunked, "step_overhead_s": step_overhead_s,
+                    "two_stage": bool(two_stage) and mode == "async"},
         "seed": seed,
         "routing": routing,
         "expert_skew": expert_skew,

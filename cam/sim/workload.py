@@ -24,7 +24,9 @@ LENGTH_DISTS = ("fixed", "uniform", "lognormal", "trace")
 class SimWorkload:
     """Requests (``arrival_s`` ascending per replica, ``length`` tokens, ``replica``) and a batching policy:
     ``batches`` (static: per replica, lists of request ids, each started once its last request arrived) or
-    ``token_budget`` (dynamic)."""
+    ``token_budget`` (dynamic). ``chunked``: the token budget is the engine's per-step budget
+    (``max_num_batched_tokens``) and a prompt longer than what is left of it is served in chunks over several steps
+    (chunked prefill, docs/sim.md §11); otherwise a batch holds whole prompts and a longer prompt runs alone."""
 
     arrival_s: np.ndarray
     length: np.ndarray
@@ -32,6 +34,7 @@ class SimWorkload:
     token_budget: Optional[int] = None
     batches: Optional[List[List[List[int]]]] = None
     description: str = ""
+    chunked: bool = False
 
     def __post_init__(self):
         n = len(self.arrival_s)
@@ -43,6 +46,8 @@ class SimWorkload:
             raise ValueError("workload: give exactly one of batches (static) or token_budget (dynamic)")
         if self.token_budget is not None and self.token_budget < 1:
             raise ValueError(f"workload: token_budget must be >= 1, got {self.token_budget}")
+        if self.chunked and self.batches is not None:
+            raise ValueError("workload: chunked prefill needs dynamic batching (token_budget), not static batches")
         if np.any(self.length < 1):
             raise ValueError("workload: every prompt length must be >= 1")
         if np.any(self.arrival_s < 0) or not np.all(np.isfinite(self.arrival_s)):
@@ -61,7 +66,8 @@ class SimWorkload:
     @staticmethod
     def generate(num_requests: int, replicas: int, *, lengths: str = "lognormal", mean_len: float = 2048,
                  min_len: int = 1, max_len: int = 32768, sigma: float = 0.8, trace: Optional[str] = None,
-                 rate: float = 0.0, token_budget: int = 16384, seed: int = 0) -> "SimWorkload":
+                 rate: float = 0.0, token_budget: int = 16384, seed: int = 0,
+                 chunked: bool = False) -> "SimWorkload":
         """Draw a workload from ``seed``.
 
         Args:
@@ -71,6 +77,7 @@ class SimWorkload:
                 process and its row count replaces ``num_requests``.
             rate: Poisson arrivals at this many requests per second; 0 = closed batch, all at t = 0.
             token_budget: a replica's batch holds at most this many tokens (a longer prompt runs alone).
+            chunked: chunked prefill; ``token_budget`` is then the per-step budget and a longer prompt is chunked.
         Requests go to replicas round robin in arrival order (as cam-run assigns them).
         """
         if replicas < 1:
@@ -109,8 +116,9 @@ class SimWorkload:
         replica = np.arange(num_requests) % replicas
         desc = (f"{num_requests} requests, lengths {lengths}" + (f" mean {mean_len:g}" if lengths != "trace" else "")
                 + (f", Poisson {rate:g} req/s" if rate > 0 and lengths != "trace" else "")
-                + f", token budget {token_budget}")
-        return SimWorkload(arrival, length, replica.astype(np.int64), token_budget=token_budget, description=desc)
+                + f", token budget {token_budget}" + (" (chunked prefill)" if chunked else ""))
+        return SimWorkload(arrival, length, replica.astype(np.int64), token_budget=token_budget, description=desc,
+                           chunked=chunked)
 
     @staticmethod
     def from_cam_run(preset: str, replicas: int, dynamic: bool = False, **overrides) -> "SimWorkload":
@@ -158,3 +166,33 @@ def split_stages(lengths: Sequence[int], ubatches: int) -> List[List[int]]:
     if len(lengths) >= 2 and ubatches >= 2:
         return [list(lengths[s::ubatches]) for s in range(min(ubatches, len(lengths)))]
     return [list(lengths)]
+
+
+UBATCH_SPLITS = ("requests", "tokens")
+
+
+def split_pieces(pieces: Sequence[tuple], ubatches: int, by: str = "requests") -> List[List[tuple]]:
+    """Micro-batches of one step's pieces ``(request, tokens, prefix)``. ``requests``: as ``split_stages`` (every
+    ``ubatches``-th piece). ``tokens``: the step's tokens cut into ``ubatches`` spans as equal as whole tokens allow,
+    a prompt straddling a cut split in two, its second part attending to the first as context (the token-split
+    micro-batching of the vLLM AFD plugin's two-stage scheduler and of DeepSeek's two-micro-batch prefill)."""
+    if by == "requests":
+        return split_stages(list(pieces), ubatches)
+    if by != "tokens":
+        raise ValueError(f"ubatch split must be one of {UBATCH_SPLITS}, got {by!r}")
+    total = sum(n for _, n, _ in pieces)
+    parts = min(ubatches, total) if total else 1
+    if parts <= 1:
+        return [list(pieces)]
+    cuts = [total * (k + 1) // parts for k in range(parts)]
+    out: List[List[tuple]] = [[] for _ in range(parts)]
+    pos, k = 0, 0
+    for rid, n, p in pieces:
+        while n:
+            take = min(n, cuts[k] - pos)
+            out[k].append((rid, take, p))
+            pos, n, p = pos + take, n - take, p + take
+            if pos == cuts[k] and k < parts - 1:
+                k += 1
+    return out
+

@@ -1,12 +1,11 @@
 #include "cam/aclnn_cam_dispatch_recv.h"
 
-#include "backend.h"
+#include <algorithm>
+
 #include "cam/tiling/dispatch_recv_tiling.h"
-#include "comm.h"
+#include "dataplane_op.h"
 #include "dispatch_recv/dispatch_recv.h"
-#include "executor.h"
 #include "status.h"
-#include "tensor.h"
 
 using namespace cam::host;
 
@@ -22,67 +21,80 @@ struct RecvOutputs {
     aclTensor* workItems = nullptr;
 };
 
-// rowBudget 0: one work item; else a batch within rowBudget rows (docs/protocol.md §6.2).
-aclnnStatus PrepareDispatchRecv(camComm* comm, int64_t rowBudget, const RecvOutputs& o, uint64_t* workspaceSize,
-                                aclOpExecutor** executor) {
-    ArgChecker check("dispatch_recv");
-    if (aclnnStatus st = CheckOutPointers("dispatch_recv", workspaceSize, executor)) return st;
-    aclnnStatus st;
-    if ((st = CheckComm("dispatch_recv", comm, false))) return st;
-    const CamTopology& t = comm->topo;
-    const bool batched = rowBudget != 0;
+// The batched mode's row-budget rule, the one place it is compared (a serving policy asks it through
+// aclnnCamDispatchRecvCheckRowBudget before it builds anything).
+aclnnStatus CheckRowBudget(const ArgChecker& check, const CamTopology& t, int64_t rowBudget) {
+    if (rowBudget <= 0) return check.Invalid("row_budget must be positive, got " + std::to_string(rowBudget));
     const int64_t chunk = cam::layout::recv_rows(t);
     // A chunk is cut at recv_rows so that combine_send can recompute it from the cursor alone (§8): a budget that
     // cannot hold one whole chunk (a token's rows among them) could never take the next item.
-    if (batched && rowBudget < chunk)
+    if (rowBudget < chunk)
         return check.Invalid("row_budget " + std::to_string(rowBudget) + " is smaller than one work item's rows (" +
                              std::to_string(chunk) + " = min(capacity, P*min(Bmax, window_tokens)*K))");
-    if (batched && rowBudget > cam::kMaxInt32)
-        return check.Invalid("row_budget " + std::to_string(rowBudget) + " exceeds " +
-                             std::to_string(cam::kMaxInt32));
-    const int64_t n = batched ? rowBudget : chunk;
-    const int64_t items = batched ? cam::tiling::DispatchRecvBatchItems(t) : 1;
-    const int64_t R = cam::layout::experts_per_ffn(t), W = cam::layout::work_item_words(t);
-    TensorView ev, sv, cv, gv, ov, wv;
-    if ((st = check.View(o.expandX, "expand_x", &ev)) || (st = check.View(o.scales, "scales", &sv))) return st;
-    if (batched) {
-        if ((st = check.View(o.groupTable, "group_table", &gv)) || (st = check.View(o.origin, "origin", &ov)) ||
-            (st = check.View(o.workItems, "work_items", &wv)))
-            return st;
-    } else if ((st = check.View(o.expertCounts, "expert_counts", &cv)) ||
-               (st = check.View(o.workItems, "work_item", &wv))) {
-        return st;
-    }
-    st = t.quantized ? check.Tensor(ev, "expand_x", {ACL_INT8}, {n, t.H})
-                     : check.Tensor(ev, "expand_x", {ACL_BF16, ACL_FLOAT16}, {n, t.H});
-    if (st || (!t.quantized && (st = CheckActDtype(check, ev, "expand_x", comm)))) return st;
-    if ((st = check.Tensor(sv, "scales", {ACL_FLOAT}, {t.quantized ? n : 1}))) return st;
-    if (batched) {
-        if ((st = check.Tensor(gv, "group_table", {ACL_INT64}, {items * R, cam::kernels::kGroupWords})) ||
-            (st = check.Tensor(ov, "origin", {ACL_INT64}, {n, cam::kernels::kOriginWords})) ||
-            (st = check.Tensor(wv, "work_items", {ACL_INT64}, {items, W})))
-            return st;
-    } else if ((st = check.Tensor(cv, "expert_counts", {ACL_INT64}, {R})) ||
-               (st = check.Tensor(wv, "work_item", {ACL_INT64}, {W}))) {
-        return st;
-    }
-
-    cam::kernels::DispatchRecvTilingData tiling{};
-    uint64_t ws = 0;
-    std::string why;
-    if (!cam::tiling::TileDispatchRecv(CurrentPlatform(), MakeCommArgs(comm), rowBudget, &tiling, &ws, &why))
-        return check.Invalid(why);
-    auto ex = std::make_unique<Executor>("dispatch_recv");
-    ex->workspaceSize = ws;
-    ex->launch = [tiling, comm, e = ev.data, s = sv.data, c = cv.data, g = gv.data, org = ov.data, w = wv.data](
-                     void* workspace, aclrtStream stream) {
-        return LaunchOnComm(comm, stream, [&] {
-            cam::kernels::LaunchDispatchRecv(tiling.blockDim, stream, comm->DevicePeers(),
-                                             e, s, c, g, org, w, static_cast<uint8_t*>(workspace), tiling);
-        });
-    };
-    return Finish(std::move(ex), workspaceSize, executor);
+    return ACLNN_SUCCESS;
 }
+
+// The most rows one batch can take: I items of at most one chunk each (and an int32 row count).
+int64_t LargestBatchRows(const CamTopology& t) {
+    return std::min<int64_t>(int64_t(cam::tiling::DispatchRecvBatchItems(t)) * cam::layout::recv_rows(t),
+                             cam::kMaxInt32);
+}
+
+// rowBudget 0: one work item; else a batch within rowBudget rows (docs/protocol.md §6.2).
+struct DispatchRecvOp {
+    static constexpr const char* kName = "dispatch_recv";
+    static constexpr bool kAttentionOp = false;
+    static constexpr bool kEndsOnItsOwn = false;
+    int64_t rowBudget;
+    RecvOutputs o;
+    TensorView ev{}, sv{}, cv{}, gv{}, ov{}, wv{};
+    cam::kernels::DispatchRecvTilingData tiling{};
+
+    aclnnStatus Check(const ArgChecker& check, camComm* comm) {
+        const CamTopology& t = comm->topo;
+        const bool batched = rowBudget != 0;
+        const int64_t chunk = cam::layout::recv_rows(t);
+        aclnnStatus st;
+        if (batched && (st = CheckRowBudget(check, t, rowBudget))) return st;
+        if (batched && rowBudget > cam::kMaxInt32)
+            return check.Invalid("row_budget " + std::to_string(rowBudget) + " exceeds " +
+                                 std::to_string(cam::kMaxInt32));
+        const int64_t n = batched ? rowBudget : chunk;
+        const int64_t items = batched ? cam::tiling::DispatchRecvBatchItems(t) : 1;
+        const int64_t R = cam::layout::experts_per_ffn(t), W = cam::layout::work_item_words(t);
+        if ((st = check.View(o.expandX, "expand_x", &ev)) || (st = check.View(o.scales, "scales", &sv))) return st;
+        if (batched) {
+            if ((st = check.View(o.groupTable, "group_table", &gv)) || (st = check.View(o.origin, "origin", &ov)) ||
+                (st = check.View(o.workItems, "work_items", &wv)))
+                return st;
+        } else if ((st = check.View(o.expertCounts, "expert_counts", &cv)) ||
+                   (st = check.View(o.workItems, "work_item", &wv))) {
+            return st;
+        }
+        st = t.quantized ? check.Tensor(ev, "expand_x", {ACL_INT8}, {n, t.H})
+                         : check.Tensor(ev, "expand_x", {ACL_BF16, ACL_FLOAT16}, {n, t.H});
+        if (st || (!t.quantized && (st = CheckActDtype(check, ev, "expand_x", comm)))) return st;
+        if ((st = check.Tensor(sv, "scales", {ACL_FLOAT}, {t.quantized ? n : 1}))) return st;
+        if (batched) {
+            if ((st = check.Tensor(gv, "group_table", {ACL_INT64}, {items * R, cam::kernels::kGroupWords})) ||
+                (st = check.Tensor(ov, "origin", {ACL_INT64}, {n, cam::kernels::kOriginWords})) ||
+                (st = check.Tensor(wv, "work_items", {ACL_INT64}, {items, W})))
+                return st;
+        } else if ((st = check.Tensor(cv, "expert_counts", {ACL_INT64}, {R})) ||
+                   (st = check.Tensor(wv, "work_item", {ACL_INT64}, {W}))) {
+            return st;
+        }
+        return ACLNN_SUCCESS;
+    }
+    bool Tile(const cam::tiling::PlatformInfo& platform, const cam::kernels::dp::CommArgs& args, uint64_t* ws,
+              std::string* why) {
+        return cam::tiling::TileDispatchRecv(platform, args, rowBudget, &tiling, ws, why);
+    }
+    void Launch(camComm* comm, uint8_t* workspace, aclrtStream stream) const {
+        cam::kernels::LaunchDispatchRecv(tiling.blockDim, stream, comm->DevicePeers(), ev.data, sv.data, cv.data,
+                                         gv.data, ov.data, wv.data, workspace, tiling);
+    }
+};
 
 }  // namespace
 
@@ -95,7 +107,7 @@ extern "C" aclnnStatus aclnnCamDispatchRecvGetWorkspaceSize(camComm* comm, aclTe
         o.scales = scales;
         o.expertCounts = expertCounts;
         o.workItems = workItem;
-        return PrepareDispatchRecv(comm, 0, o, workspaceSize, executor);
+        return PrepareDataPlaneOp(comm, DispatchRecvOp{0, o}, workspaceSize, executor);
     });
 }
 
@@ -104,15 +116,26 @@ extern "C" aclnnStatus aclnnCamDispatchRecvBatchGetWorkspaceSize(camComm* comm, 
                                                                  aclTensor* origin, aclTensor* workItems,
                                                                  uint64_t* workspaceSize, aclOpExecutor** executor) {
     return Guarded("aclnnCamDispatchRecvBatchGetWorkspaceSize", [&]() -> aclnnStatus {
-        if (rowBudget <= 0)
-            return ArgChecker("dispatch_recv").Invalid("row_budget must be positive, got " + std::to_string(rowBudget));
+        if (rowBudget <= 0)  // 0 would select the one-item mode below: refused here, in CheckRowBudget's words
+            return CheckRowBudget(ArgChecker("dispatch_recv"), CamTopology{}, rowBudget);
         RecvOutputs o;
         o.expandX = expandX;
         o.scales = scales;
         o.groupTable = groupTable;
         o.origin = origin;
         o.workItems = workItems;
-        return PrepareDispatchRecv(comm, rowBudget, o, workspaceSize, executor);
+        return PrepareDataPlaneOp(comm, DispatchRecvOp{rowBudget, o}, workspaceSize, executor);
+    });
+}
+
+extern "C" aclnnStatus aclnnCamDispatchRecvCheckRowBudget(const CamTopology* topology, int64_t rowBudget,
+                                                          int64_t* largestBatchRows) {
+    return Guarded("aclnnCamDispatchRecvCheckRowBudget", [&]() -> aclnnStatus {
+        ArgChecker check("dispatch_recv");
+        if (topology == nullptr || cam::layout::check_topology(*topology) != cam::field::kOk)
+            return check.Invalid("topology is null or not a valid CamTopology");
+        if (largestBatchRows != nullptr) *largestBatchRows = LargestBatchRows(*topology);
+        return CheckRowBudget(check, *topology, rowBudget);
     });
 }
 

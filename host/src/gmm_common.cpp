@@ -14,10 +14,58 @@ namespace cam::host {
 
 using kernels::CeilDiv;
 
+aclnnStatus CheckGroupList(const ArgChecker& check, int64_t groupListType, GmmArgs* a);
+
+namespace {
+
+// W4A8: packed int4 weights and their colsums, every layer; the group list after them (CheckGroupList).
+aclnnStatus CheckInt4Weights(const ArgChecker& check, const char* xName, const aclTensorList* weightColsums,
+                             int64_t groupListType, GmmArgs* a) {
+    aclnnStatus st;
+    a->int4 = true;
+    if ((st = check.List(weightColsums, "weight_colsums", &a->colsums))) return st;
+    if (a->colsums.size() != a->weights.size())
+        return check.Invalid("weights (" + std::to_string(a->weights.size()) + " layers) and weight_colsums (" +
+                             std::to_string(a->colsums.size()) + " layers) must match");
+    if (a->kGroups > 1 && (a->k / a->kGroups) % kernels::kGmmK0Int4 != 0)
+        return check.Invalid("weight_scales[0] splits K = " + std::to_string(a->k) + " into " +
+                             std::to_string(a->kGroups) + " groups of " + std::to_string(a->k / a->kGroups) +
+                             " rows: with int4 weights each group must be a multiple of 64 rows (an int4 fractal "
+                             "holds 64 K values)");
+    const std::vector<int64_t> packed = {a->experts, static_cast<int64_t>(CeilDiv(a->k, kernels::kGmmK0Int4)),
+                                         static_cast<int64_t>(CeilDiv(a->n, kernels::kGmmN0Int4)), 16, 32};
+    const bool grouped = a->scales[0].shape.size() == 3;
+    for (int64_t l = 0; l < a->layers; ++l) {
+        const std::string w = "weights[" + std::to_string(l) + "]", s = "weight_scales[" + std::to_string(l) + "]",
+                          c = "weight_colsums[" + std::to_string(l) + "]";
+        const TensorView& wl = a->weights[l];
+        if ((st = check.Dtype(wl, w.c_str(), {ACL_UINT8}))) return st;
+        if (wl.shape != packed) {
+            TensorView expect;
+            expect.shape = packed;
+            return check.Invalid(w + " must be packed int4 " + expect.ShapeString() +
+                                 " ([E_local, ceil(K/64), ceil(N/16), 16, 32] with K = " + std::to_string(a->k) +
+                                 " from " + xName + " and E_local, N = " + std::to_string(a->n) +
+                                 " from weight_scales), got " + wl.ShapeString() +
+                                 " (build the weights with cam.LayerWeights(..., format=\"int4\"))");
+        }
+        if ((st = check.Contiguous(wl, w.c_str()))) return st;
+        if ((st = grouped ? check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->kGroups, a->n})
+                          : check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->n})))
+            return st;
+        if ((st = check.Tensor(a->colsums[l], c.c_str(), {ACL_INT32}, {a->experts, a->kGroups, a->n})) ||
+            (st = check.Contiguous(a->colsums[l], c.c_str())))
+            return st;
+    }
+    return CheckGroupList(check, groupListType, a);
+}
+
+}  // namespace
+
 aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const char* xScaleName, const aclTensor* x,
                            const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
                            const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType,
-                           GmmArgs* a) {
+                           GmmArgs* a, const aclTensorList* weightColsums) {
     aclnnStatus st;
     const bool table = groupListType == kernels::kGroupListTable;
     if ((st = check.View(x, xName, &a->x)) || (st = check.View(xScale, xScaleName, &a->xScale)) ||
@@ -58,6 +106,7 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
     a->n = s0.Dim(s0.shape.size() - 1);
     if (a->experts < 1 || a->n < 1)
         return check.Invalid("weight_scales[0] must be [E_local >= 1, N >= 1], got " + s0.ShapeString());
+    if (weightColsums != nullptr) return CheckInt4Weights(check, xName, weightColsums, groupListType, a);
     const std::vector<int64_t> nzShape = {a->experts, static_cast<int64_t>(CeilDiv(a->n, kernels::kGmmNzCols)),
                                           static_cast<int64_t>(CeilDiv(a->k, kernels::kGmmNzRows)),
                                           kernels::kGmmNzRows, kernels::kGmmNzCols};
@@ -80,6 +129,12 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
                       : check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->n})))
             return st;
     }
+    return CheckGroupList(check, groupListType, a);
+}
+
+aclnnStatus CheckGroupList(const ArgChecker& check, int64_t groupListType, GmmArgs* a) {
+    aclnnStatus st;
+    const bool table = groupListType == kernels::kGroupListTable;
     if (groupListType != 0 && groupListType != 1 && !table)
         return check.Invalid("group_list_type must be 0 (cumsum), 1 (counts) or 2 (group table), got " +
                              std::to_string(groupListType));
@@ -104,15 +159,27 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
     return ACLNN_SUCCESS;
 }
 
-GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n, int64_t kGroups) {
+GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n, int64_t kGroups, int64_t planes,
+                                uint64_t splitBytes) {
     constexpr uint64_t kAlign = 512;
     GmmWorkspace w;
     w.status = 0;
     (void)layers;  // the address table is persistent (PersistentGmmTable), not in the workspace
     w.acc = kernels::AlignUp(kernels::kDeviceStatusBytes, kAlign);
-    w.bytes = kernels::AlignUp(
-        w.acc + 4 * static_cast<uint64_t>(kGroups) * static_cast<uint64_t>(m) * static_cast<uint64_t>(n), kAlign);
+    w.bytes = kernels::AlignUp(w.acc + 4 * static_cast<uint64_t>(kGroups) * static_cast<uint64_t>(planes) *
+                                           static_cast<uint64_t>(m) * static_cast<uint64_t>(n),
+                               kAlign);
+    if (splitBytes > 0) {
+        w.split = w.bytes;
+        w.bytes = kernels::AlignUp(w.split + splitBytes, kAlign);
+    }
     return w;
+}
+
+GmmWorkspace GmmWorkspaceOf(const GmmArgs& a) {
+    // The split: hi and lo planes of M rows x 64·ceil(K/64) int4, half a byte each.
+    const uint64_t split = a.int4 ? static_cast<uint64_t>(a.m) * kernels::AlignUp(a.k, kernels::kGmmK0Int4) : 0;
+    return GmmWorkspaceLayout(a.layers, a.m, a.n, a.kGroups, a.int4 ? kernels::kGmmInt4Planes : 1, split);
 }
 
 uint8_t* PersistentGmmTable(const GmmArgs& a) {
@@ -135,6 +202,7 @@ std::vector<uint8_t> GmmAddressTable(const GmmArgs& a) {
     std::vector<uint64_t> table;
     for (const TensorView& w : a.weights) table.push_back(reinterpret_cast<uintptr_t>(w.data));
     for (const TensorView& s : a.scales) table.push_back(reinterpret_cast<uintptr_t>(s.data));
+    for (const TensorView& c : a.colsums) table.push_back(reinterpret_cast<uintptr_t>(c.data));
     std::vector<uint8_t> bytes(table.size() * sizeof(uint64_t));
     std::memcpy(bytes.data(), table.data(), bytes.size());
     return bytes;

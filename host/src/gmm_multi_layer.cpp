@@ -7,6 +7,7 @@
 #include "gmm_common.h"
 #include "gmm_int8_cube/gmm_int8_cube.h"
 #include "gmm_multi_layer/gmm_multi_layer.h"
+#include "gmm_split_int4/gmm_split_int4.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -32,6 +33,14 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerV2GetWorkspaceSize(const aclTensor* 
                                                                int64_t groupListType, const double* outScale,
                                                                aclTensor* out, uint64_t* workspaceSize,
                                                                aclOpExecutor** executor) {
+    return aclnnCamGmmMultiLayerW4A8GetWorkspaceSize(y, yScale, weights, weightScales, nullptr, groupList, layerIndex,
+                                                     groupListType, outScale, out, workspaceSize, executor);
+}
+
+extern "C" aclnnStatus aclnnCamGmmMultiLayerW4A8GetWorkspaceSize(
+    const aclTensor* y, const aclTensor* yScale, const aclTensorList* weights, const aclTensorList* weightScales,
+    const aclTensorList* weightColsums, const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType,
+    const double* outScale, aclTensor* out, uint64_t* workspaceSize, aclOpExecutor** executor) {
     return Guarded("aclnnCamGmmMultiLayerV2GetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("gmm_multi_layer");
         if (aclnnStatus st = CheckOutPointers("gmm_multi_layer", workspaceSize, executor)) return st;
@@ -41,7 +50,7 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerV2GetWorkspaceSize(const aclTensor* 
         GmmArgs a;
         aclnnStatus st;
         if ((st = CheckGmmInputs(check, "y", "y_scale", y, yScale, weights, weightScales, groupList, layerIndex,
-                                 groupListType, &a)))
+                                 groupListType, &a, weightColsums)))
             return st;
         TensorView ov;
         if ((st = check.View(out, "out", &ov)) || (st = check.Tensor(ov, "out", {ACL_BF16}, {a.m, a.n})))
@@ -52,12 +61,12 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerV2GetWorkspaceSize(const aclTensor* 
         const cam::tiling::GmmShape shape{static_cast<uint64_t>(a.m), static_cast<uint64_t>(a.k),
                                           static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.experts),
                                           static_cast<uint64_t>(a.layers), groupListType,
-                                          static_cast<uint64_t>(a.groups), static_cast<uint64_t>(a.kGroups)};
+                                          static_cast<uint64_t>(a.groups), static_cast<uint64_t>(a.kGroups), a.int4};
         if (!cam::tiling::TileGmmMultiLayer(CurrentPlatform(), shape, &tiling, &why)) return check.Invalid(why);
         tiling.outScaled = outScale != nullptr ? 1 : 0;
         tiling.outScale = outScale != nullptr ? static_cast<float>(*outScale) : 1.0f;
 
-        const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n, a.kGroups);
+        const GmmWorkspace ws = GmmWorkspaceOf(a);
         auto ex = std::make_unique<Executor>("gmm_multi_layer");
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;
@@ -67,7 +76,14 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerV2GetWorkspaceSize(const aclTensor* 
                                                                                 aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);
             return LaunchWithDeviceStatus(stream, base + ws.status, "gmm_multi_layer", [&] {
-                cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, y, gl, li, table, base + ws.acc,
+                // W4A8: the split planes, not y, are the cube kernel's activations.
+                uint8_t* cubeX = y;
+                if (tiling.cube.int4) {
+                    cubeX = base + ws.split;
+                    cam::kernels::LaunchGmmSplitInt4(tiling.split.blockDim, stream, y, gl, li, cubeX,
+                                                     base + ws.status, tiling.cube, tiling.split);
+                }
+                cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, cubeX, gl, li, table, base + ws.acc,
                                                 base + ws.status, tiling.cube);
                 cam::kernels::LaunchGmmMultiLayerEpilogue(tiling.blockDim, stream, base + ws.acc, ys, gl, li,
                                                           table, o, base + ws.status, tiling);

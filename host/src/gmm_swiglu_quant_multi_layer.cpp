@@ -6,6 +6,7 @@
 #include "executor.h"
 #include "gmm_common.h"
 #include "gmm_int8_cube/gmm_int8_cube.h"
+#include "gmm_split_int4/gmm_split_int4.h"
 #include "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.h"
 #include "status.h"
 #include "tensor.h"
@@ -28,6 +29,15 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
     const aclTensor* x, const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
     const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType, const double* swigluLimit,
     aclTensor* y, aclTensor* yScale, uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return aclnnCamGmmSwigluQuantMultiLayerW4A8GetWorkspaceSize(x, xScale, weights, weightScales, nullptr, groupList,
+                                                                layerIndex, groupListType, swigluLimit, y, yScale,
+                                                                workspaceSize, executor);
+}
+
+extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerW4A8GetWorkspaceSize(
+    const aclTensor* x, const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
+    const aclTensorList* weightColsums, const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType,
+    const double* swigluLimit, aclTensor* y, aclTensor* yScale, uint64_t* workspaceSize, aclOpExecutor** executor) {
     return Guarded("aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize", [&]() -> aclnnStatus {
         ArgChecker check("gmm_swiglu_quant_multi_layer");
         if (aclnnStatus st = CheckOutPointers("gmm_swiglu_quant_multi_layer", workspaceSize, executor)) return st;
@@ -37,7 +47,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
         GmmArgs a;
         aclnnStatus st;
         if ((st = CheckGmmInputs(check, "x", "x_scale", x, xScale, weights, weightScales, groupList, layerIndex,
-                                 groupListType, &a)))
+                                 groupListType, &a, weightColsums)))
             return st;
         if (a.n % 2 != 0)
             return check.Invalid("N = " + std::to_string(a.n) +
@@ -53,7 +63,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
         const cam::tiling::GmmShape shape{static_cast<uint64_t>(a.m), static_cast<uint64_t>(a.k),
                                           static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.experts),
                                           static_cast<uint64_t>(a.layers), groupListType,
-                                          static_cast<uint64_t>(a.groups), static_cast<uint64_t>(a.kGroups)};
+                                          static_cast<uint64_t>(a.groups), static_cast<uint64_t>(a.kGroups), a.int4};
         if (!cam::tiling::TileGmmSwigluQuantMultiLayer(CurrentPlatform(), shape, &tiling, &why))
             return check.Invalid(why);
         if (swigluLimit != nullptr) {
@@ -63,7 +73,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
                                                                              : static_cast<float>(*swigluLimit);
         }
 
-        const GmmWorkspace ws = GmmWorkspaceLayout(a.layers, a.m, a.n, a.kGroups);
+        const GmmWorkspace ws = GmmWorkspaceOf(a);
         auto ex = std::make_unique<Executor>("gmm_swiglu_quant_multi_layer");
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;
@@ -73,7 +83,14 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
                                                                                                 aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);
             return LaunchWithDeviceStatus(stream, base + ws.status, "gmm_swiglu_quant_multi_layer", [&] {
-                cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, xd, gl, li, table, base + ws.acc,
+                // W4A8: the split planes, not x, are the cube kernel's activations.
+                uint8_t* cubeX = xd;
+                if (tiling.cube.int4) {
+                    cubeX = base + ws.split;
+                    cam::kernels::LaunchGmmSplitInt4(tiling.split.blockDim, stream, xd, gl, li, cubeX,
+                                                     base + ws.status, tiling.cube, tiling.split);
+                }
+                cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, cubeX, gl, li, table, base + ws.acc,
                                                 base + ws.status, tiling.cube);
                 cam::kernels::LaunchGmmSwigluQuantMultiLayerEpilogue(tiling.blockDim, stream, base + ws.acc, xs, gl, li,
                                                            table, yd, ysd, base + ws.status, tiling);

@@ -11,8 +11,6 @@ aclnnStatus Fail(aclnnStatus status, const std::string& message) {
     return status;
 }
 
-void ClearLastError() { tLastError.clear(); }
-
 }  // namespace cam::host
 
 extern "C" const char* camGetLastErrorMessage(void) { return cam::host::tLastError.c_str(); }

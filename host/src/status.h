@@ -9,7 +9,6 @@
 namespace cam::host {
 
 aclnnStatus Fail(aclnnStatus status, const std::string& message);
-void ClearLastError();
 
 // Thrown by host code that must abandon an op with a status of its own (e.g. a broken capture rule); Guarded
 // turns it into that status with its message.

@@ -120,10 +120,10 @@ private:
         for (int64_t f = 0; f < t.F && *missing == dp::kNoPeer; ++f) {
             const int64_t done = plane_.Signals().Poll(plane_.Own(), layout::attn_completion_signal_off(t, s, f));
             if (done > seq) {
-                plane_.Fail(status::kProtocol, t.D * t.P + f, round, detail::kProtoSignalAhead);
+                plane_.Fail(status::kProtocol, layout::ffn_rank(t, f), round, detail::kProtoSignalAhead);
                 return dp::PollResult::kStop;
             }
-            if (done < seq) *missing = t.D * t.P + f;
+            if (done < seq) *missing = layout::ffn_rank(t, f);
         }
         if (*missing != dp::kNoPeer) return dp::PollResult::kWait;
         return RowsSealed(seq, s) ? dp::PollResult::kDone : dp::PollResult::kWait;

@@ -182,6 +182,7 @@ private:
             if (a < b) dp::ForEachRow(t, ItemAt(i), a, b, ScatterRow{this, d, s, rowBytes, base});
         }
         rows_.FlushScatter();
+        rows_.Drain();
         // Each row's seal after every row of this block (docs/protocol.md §10.2): combine_recv reads a row only once
         // its seal is the round's seq.
         seals_.AfterData();

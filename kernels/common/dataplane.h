@@ -259,7 +259,18 @@ public:
     // must precede the others' reads) and publishes, the other blocks wait for it.
     template <typename Leader>
     __aicore__ inline bool Decide(Leader&& leader, int64_t followerCycles) {
-        Reset();
+        Clear();
+        AscendC::SyncAll();  // the word is clear before anyone can read it
+        return Settle(leader, followerCycles);
+    }
+
+    // The same exchange in two steps, for an op whose blocks pass a SyncAll of their own between them: Clear before
+    // that SyncAll, Settle after it.
+    __aicore__ inline void Clear() {
+        if (AscendC::GetBlockIdx() == 0) StoreWord(ws_, 0, kDecisionUndecided);
+    }
+    template <typename Leader>
+    __aicore__ inline bool Settle(Leader&& leader, int64_t followerCycles) {
         if (AscendC::GetBlockIdx() != 0) return Await(followerCycles);
         const bool go = leader();
         Publish(go);
@@ -267,12 +278,6 @@ public:
     }
 
 private:
-    // All blocks call this first; the word is cleared before anyone can read it.
-    __aicore__ inline void Reset() {
-        if (AscendC::GetBlockIdx() == 0) StoreWord(ws_, 0, kDecisionUndecided);
-        AscendC::SyncAll();
-    }
-
     __aicore__ inline void Publish(bool go) { StoreWord(ws_, 0, go ? kDecisionGo : kDecisionStop); }
 
     // Non-zero blocks: true to proceed. Block 0 always decides within followerCycles, so expiry means a broken
@@ -338,23 +343,25 @@ private:
     AscendC::TQue<AscendC::TPosition::VECIN, 2> que_;
 };
 
-// Moves rows between scattered GM rows and consecutive GM rows through one UB buffer, as many per pass as fit
-// (each row at a 32-byte aligned UB offset). A gather (scattered -> consecutive) costs one MTE2 copy per row and
-// one MTE3 copy per pass; a scatter (consecutive -> scattered) one MTE2 copy per pass and one MTE3 copy per row;
-// a ByteMover costs two copies per row. Rows must be offered in order; a row that does not continue the pass's
-// consecutive side ends the pass first.
+// Moves rows between scattered GM rows and consecutive GM rows through two UB buffers taken in turn, as many rows
+// per pass as fit one (each row at a 32-byte aligned UB offset): a pass's MTE3 writes run while the next pass's
+// MTE2 reads fill the other buffer. A gather (scattered -> consecutive) costs one MTE2 copy per row and one MTE3 copy
+// per pass; a scatter (consecutive -> scattered) one MTE2 copy per pass and one MTE3 copy per row; a ByteMover costs
+// two copies per row. Rows must be offered in order; a row that does not continue the pass's consecutive side ends
+// the pass first. Drain() after the last pass: nothing of the buffers is in flight after it.
 class RowBatch {
 public:
     __aicore__ inline void Init(AscendC::TPipe& pipe, uint32_t bufBytes) {
-        bufBytes_ = bufBytes;
-        pipe.InitBuffer(que_, 1, bufBytes);
+        halfBytes_ = bufBytes / 2 / kUbBlockBytes * kUbBlockBytes;
+        pipe.InitBuffer(buf_, 2 * halfBytes_);
+        ub_ = buf_.Get<uint8_t>();
     }
 
-    // Rows of rowBytes from now on. False when one row does not fit the buffer (move it with a ByteMover).
+    // Rows of rowBytes from now on. False when one row does not fit a buffer (move it with a ByteMover).
     __aicore__ inline bool Start(int64_t rowBytes) {
         rowBytes_ = rowBytes;
         stride_ = static_cast<int64_t>(AlignUp(static_cast<uint64_t>(rowBytes), kUbBlockBytes));
-        cap_ = stride_ > 0 ? int64_t(bufBytes_) / stride_ : 0;
+        cap_ = stride_ > 0 ? int64_t(halfBytes_) / stride_ : 0;
         n_ = 0;
         return cap_ > 0 && rowBytes > 0;
     }
@@ -363,7 +370,7 @@ public:
     __aicore__ inline void Gather(GM_ADDR dst, GM_ADDR src) {
         if (n_ > 0 && (dst != base_ + n_ * rowBytes_ || n_ == cap_)) FlushGather();
         if (n_ == 0) Open(dst);
-        AscendC::DataCopyPad(buf_[static_cast<uint32_t>(n_ * stride_)], TensorAt<uint8_t>(src, 0, rowBytes_),
+        AscendC::DataCopyPad(Half()[static_cast<uint32_t>(n_ * stride_)], TensorAt<uint8_t>(src, 0, rowBytes_),
                              {1, static_cast<uint32_t>(rowBytes_), 0, 0, 0}, {false, 0, 0, 0});
         ++n_;
     }
@@ -371,7 +378,7 @@ public:
     __aicore__ inline void FlushGather() {
         if (n_ == 0) return;
         ToMte3();
-        AscendC::DataCopyPad(TensorAt<uint8_t>(base_, 0, n_ * rowBytes_), buf_,
+        AscendC::DataCopyPad(TensorAt<uint8_t>(base_, 0, n_ * rowBytes_), Half(),
                              {static_cast<uint16_t>(n_), static_cast<uint32_t>(rowBytes_), 0, 0, 0});
         Close();
     }
@@ -386,43 +393,64 @@ public:
     // One MTE2 copy of the pass's consecutive source rows, then an MTE3 copy per destination row.
     __aicore__ inline void FlushScatter() {
         if (n_ == 0) return;
-        AscendC::DataCopyPad(buf_, TensorAt<uint8_t>(base_, 0, n_ * rowBytes_),
+        AscendC::DataCopyPad(Half(), TensorAt<uint8_t>(base_, 0, n_ * rowBytes_),
                              {static_cast<uint16_t>(n_), static_cast<uint32_t>(rowBytes_), 0, 0, 0},
                              {false, 0, 0, 0});
         ToMte3();
         for (int64_t i = 0; i < n_; ++i)
-            AscendC::DataCopyPad(TensorAt<uint8_t>(dst_[i], 0, rowBytes_), buf_[static_cast<uint32_t>(i * stride_)],
+            AscendC::DataCopyPad(TensorAt<uint8_t>(dst_[i], 0, rowBytes_), Half()[static_cast<uint32_t>(i * stride_)],
                                  {1, static_cast<uint32_t>(rowBytes_), 0, 0, 0});
         Close();
+    }
+
+    // Waits for the MTE3 reads of both buffers still in flight.
+    __aicore__ inline void Drain() {
+        for (int b = 0; b < 2; ++b) WaitWrites(b);
     }
 
 private:
     static constexpr int64_t kMaxScatter = 64;  // destinations remembered per scatter pass
 
+    __aicore__ inline AscendC::LocalTensor<uint8_t> Half() const {
+        return ub_[static_cast<uint32_t>(cur_ * halfBytes_)];
+    }
+    // Buffer b is refilled by MTE2 only after MTE3 read it (its own event, so the other buffer's writes run on).
+    __aicore__ inline void WaitWrites(int b) {
+        if (!pending_[b]) return;
+        if (b == 0) {
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID4);
+        } else {
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID5);
+        }
+        pending_[b] = false;
+    }
     __aicore__ inline void Open(GM_ADDR base) {
+        WaitWrites(cur_);
         base_ = base;
-        buf_ = que_.AllocTensor<uint8_t>();
     }
     __aicore__ inline void ToMte3() {
-        que_.EnQue(buf_);
-        buf_ = que_.DeQue<uint8_t>();
         AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(EVENT_ID2);
         AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(EVENT_ID2);
     }
     __aicore__ inline void Close() {
-        // The next pass's MTE2 may overwrite the buffer only after this pass's MTE3 read it.
-        AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID2);
-        AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID2);
-        que_.FreeTensor(buf_);
+        if (cur_ == 0) {
+            AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID4);
+        } else {
+            AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID5);
+        }
+        pending_[cur_] = true;
+        cur_ ^= 1;
         n_ = 0;
     }
 
-    AscendC::TQue<AscendC::TPosition::VECIN, 1> que_;
-    AscendC::LocalTensor<uint8_t> buf_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> buf_;
+    AscendC::LocalTensor<uint8_t> ub_;
     GM_ADDR base_ = nullptr;
     GM_ADDR dst_[kMaxScatter] = {};
     int64_t rowBytes_ = 0, stride_ = 0, cap_ = 0, n_ = 0;
-    uint32_t bufBytes_ = 0;
+    uint32_t halfBytes_ = 0;
+    int cur_ = 0;                       // the buffer the open pass fills
+    bool pending_[2] = {false, false};  // an MTE3 read of that buffer not yet waited for
 };
 
 // Reads of a GM table a peer wrote (index entries, scales) through a UB window filled by MTE2: one copy per

@@ -3,7 +3,8 @@
 // The w_scale slice of one (expert, column range) is the same for every row of that expert, and rows arrive
 // grouped by expert, so a slice is copied into UB once and stays there while rows of the same expert stream
 // through (ScaleSlice); only the accumulator row is copied in per row. DequantUbBytes (common/ub_math.h) covers the
-// two accumulator buffers and up to two resident slices (W1 keeps its act and gate slices, W2 one).
+// two accumulator buffers and up to two resident slices (W1 keeps its act and gate slices, W2 one), and with W4A8's
+// int4 weights up to two colsum slices.
 #pragma once
 
 #include "kernel_operator.h"
@@ -12,21 +13,23 @@
 
 namespace cam::kernels {
 
-// One resident w_scale slice in UB, reloaded only when the (layer, expert, column, length) it holds changes.
-class ScaleSlice {
+// One resident per-column slice in UB (a w_scale slice, or W4A8's colsum slice), reloaded only when the (layer,
+// expert, column, length) it holds changes.
+template <typename T>
+class ResidentSlice {
 public:
     __aicore__ inline void Init(AscendC::TPipe& pipe, uint32_t chunk) { pipe.InitBuffer(que_, 1, UbBytes(uint64_t(chunk) * 4)); }
 
-    // wScale: layer `layer`'s [E_local, N] scales; returns wScale[expert, col..col+len) in UB.
-    __aicore__ inline const AscendC::LocalTensor<float>& Get(const AscendC::GlobalTensor<float>& wScale, uint32_t n,
-                                                             uint32_t layer, uint32_t expert, uint32_t col,
-                                                             uint32_t len) {
+    // wScale: layer `layer`'s [E_local, N] values; returns wScale[expert, col..col+len) in UB.
+    __aicore__ inline const AscendC::LocalTensor<T>& Get(const AscendC::GlobalTensor<T>& wScale, uint32_t n,
+                                                         uint32_t layer, uint32_t expert, uint32_t col,
+                                                         uint32_t len) {
         if (held_ && layer == layer_ && expert == expert_ && col == col_ && len == len_) return ws_;
         Release();
-        AscendC::LocalTensor<float> ws = que_.AllocTensor<float>();
-        AscendC::DataCopyPad(ws, wScale[uint64_t(expert) * n + col], {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0.0f});
+        AscendC::LocalTensor<T> ws = que_.AllocTensor<T>();
+        AscendC::DataCopyPad(ws, wScale[uint64_t(expert) * n + col], {1, len * 4u, 0, 0, 0}, {false, 0, 0, T(0)});
         que_.EnQue(ws);
-        ws_ = que_.DeQue<float>();
+        ws_ = que_.DeQue<T>();
         held_ = true;
         layer_ = layer;
         expert_ = expert;
@@ -43,9 +46,19 @@ public:
 
 private:
     AscendC::TQue<AscendC::TPosition::VECIN, 1> que_;
-    AscendC::LocalTensor<float> ws_;
+    AscendC::LocalTensor<T> ws_;
     bool held_ = false;
     uint32_t layer_ = 0, expert_ = 0, col_ = 0, len_ = 0;
+};
+using ScaleSlice = ResidentSlice<float>;
+using ColsumSlice = ResidentSlice<int32_t>;  // W4A8: Σ_k w over the K group, the recombination's +8 term
+
+// The cube kernel's int32 output as the epilogues read it: per K group one plane [M, N] (int8), or two (int4: the
+// hi and lo products of the split activation, docs/gmm.md §9.1).
+struct GmmAccView {
+    AscendC::GlobalTensor<int32_t> acc;
+    uint64_t plane = 0;  // M * N
+    uint32_t int4 = 0;
 };
 
 class DequantStep {
@@ -63,6 +76,36 @@ public:
         a = accQue_.DeQue<int32_t>();
         AscendC::Cast(dst, a, AscendC::RoundMode::CAST_RINT, len);  // int32 -> fp32, nearest even
         accQue_.FreeTensor(a);
+        AscendC::Muls(dst, dst, rowScale, len);
+        AscendC::Mul(dst, dst, ws, len);
+    }
+
+    // The dequant of K group g's partial at row offset off (a row's first column): int8 reads the group's int32
+    // sum; int4 recombines its two planes first, exactly, in int32: acc = 16·hi + lo + 8·colsum, evaluated as
+    // 8·(2·hi + colsum) + lo (no term overflows for K < 2^21, docs/gmm.md §9.1).
+    __aicore__ inline void RunGroup(const GmmAccView& p, uint64_t off, uint32_t g,
+                                    const AscendC::LocalTensor<int32_t>* colsum, const AscendC::LocalTensor<float>& ws,
+                                    uint32_t len, float rowScale, const AscendC::LocalTensor<float>& dst) {
+        if (!p.int4) {
+            Run(p.acc[g * p.plane + off], ws, len, rowScale, dst);
+            return;
+        }
+        const uint64_t hiOff = 2 * uint64_t(g) * p.plane + off;
+        AscendC::LocalTensor<int32_t> hi = accQue_.AllocTensor<int32_t>();
+        AscendC::LocalTensor<int32_t> lo = accQue_.AllocTensor<int32_t>();
+        AscendC::DataCopyPad(hi, p.acc[hiOff], {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0});
+        AscendC::DataCopyPad(lo, p.acc[hiOff + p.plane], {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0});
+        accQue_.EnQue(hi);
+        accQue_.EnQue(lo);
+        hi = accQue_.DeQue<int32_t>();
+        lo = accQue_.DeQue<int32_t>();
+        AscendC::Muls(hi, hi, int32_t(2), len);
+        AscendC::Add(hi, hi, *colsum, len);
+        AscendC::Muls(hi, hi, int32_t(8), len);
+        AscendC::Add(hi, hi, lo, len);
+        accQue_.FreeTensor(lo);
+        AscendC::Cast(dst, hi, AscendC::RoundMode::CAST_RINT, len);  // int32 -> fp32, nearest even
+        accQue_.FreeTensor(hi);
         AscendC::Muls(dst, dst, rowScale, len);
         AscendC::Mul(dst, dst, ws, len);
     }

@@ -37,10 +37,12 @@ __aicore__ constexpr uint32_t QuantWorkingSetUbBytes(uint32_t cols, uint32_t inB
            + kUbBlockBytes;                                        // ReduceMax result
 }
 
-// UB of the GMM epilogues' dequant step (common/gmm_epilogue.h) for `chunk` columns.
-__aicore__ constexpr uint32_t DequantUbBytes(uint32_t chunk) {
-    return 2 * UbBytes(uint64_t(chunk) * 4)     // int32 accumulator in, double buffered
-           + 2 * UbBytes(uint64_t(chunk) * 4);  // up to two resident w_scale slices (ScaleSlice)
+// UB of the GMM epilogues' dequant step (common/gmm_epilogue.h) for `chunk` columns; `int4`: up to two resident
+// colsum slices more (W4A8's recombination, ColsumSlice).
+__aicore__ constexpr uint32_t DequantUbBytes(uint32_t chunk, bool int4 = false) {
+    return 2 * UbBytes(uint64_t(chunk) * 4)     // int32 accumulator in, double buffered (int4: hi and lo)
+           + 2 * UbBytes(uint64_t(chunk) * 4)   // up to two resident w_scale slices (ScaleSlice)
+           + (int4 ? 2 * UbBytes(uint64_t(chunk) * 4) : 0);
 }
 
 }  // namespace cam::kernels

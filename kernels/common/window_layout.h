@@ -40,9 +40,11 @@ struct CamTopology {
 
 namespace cam {
 
-// 3: the dispatch record's placement epoch (kHdrEpoch), the FFN rank's weights-epoch line, the placement table's
-// epoch line and the status arguments line (docs/protocol.md §15); 5: the seal arrays of the dispatch regions and
-// of the combine rows (docs/protocol.md §10.2)
+// Bumped with every change of a byte's place, so ranks of two layouts are refused at the handshake. 5 (this
+// layout): the seal arrays of the dispatch regions and of the combine rows (docs/protocol.md §10.2); 4: the twin's
+// abort reason in the control area (kAbortReasonOff, kControlBytes 448); 3: the dispatch record's placement epoch
+// (kHdrEpoch), the FFN rank's weights-epoch line, the placement table's epoch line and the status arguments line
+// (docs/protocol.md §15).
 inline constexpr int64_t kLayoutVersion = 5;
 
 // DataCopy granularity: every data array starts on a 32 B boundary and every row stride is a multiple of it.
@@ -265,11 +267,14 @@ CAM_HOST_DEVICE inline constexpr int64_t participant_of(const CamTopology& t, in
 CAM_HOST_DEVICE inline constexpr int64_t attn_rank_of(const CamTopology& t, int64_t replica, int64_t participant) {
     return replica * t.P + participant;
 }
-CAM_HOST_DEVICE inline constexpr int64_t ffn_rank_of_expert(const CamTopology& t, int64_t expert) {
-    return t.D * t.P + expert / experts_per_ffn(t);
+// Global rank A + f of FFN rank f in [0, F), and its inverse.
+CAM_HOST_DEVICE inline constexpr int64_t ffn_rank(const CamTopology& t, int64_t f) { return attention_ranks(t) + f; }
+CAM_HOST_DEVICE inline constexpr int64_t ffn_index(const CamTopology& t, int64_t rank) {
+    return rank - attention_ranks(t);
 }
-// f in [0, F) for global rank A + f
-CAM_HOST_DEVICE inline constexpr int64_t ffn_index(const CamTopology& t, int64_t rank) { return rank - t.D * t.P; }
+CAM_HOST_DEVICE inline constexpr int64_t ffn_rank_of_expert(const CamTopology& t, int64_t expert) {
+    return ffn_rank(t, expert / experts_per_ffn(t));
+}
 
 // Sequence numbers: round r (0-based, per Attention rank) is published as seq r + 1 in slot r % slots, so an
 // all-zero window means "nothing published" and needs no initialisation.

@@ -375,6 +375,7 @@ private:
             base += n;
         }
         rows_.FlushGather();
+        rows_.Drain();
         FlushScales();
         if (tiling_.batched) dp::FlushScalarStores(origin_);
     }
@@ -389,7 +390,7 @@ private:
     __aicore__ inline void GatherOne(int64_t d, int64_t s, int64_t rowBytes, int64_t o, int64_t p, int64_t entry) {
         const CamTopology& t = Topo();
         GM_ADDR region = Region(layout::attn_rank_of(t, d, p), s);
-        // Both checked in Select; bounding them again keeps a racing peer inside the region.
+        // Both checked in Validate; bounding them again keeps a racing peer inside the region.
         if (entry < 0 || entry >= layout::region_index_entries(t)) return;
         dp::UseIndexTable(idx_, region, t);
         const int64_t slot = idx_.Get(2 * entry);

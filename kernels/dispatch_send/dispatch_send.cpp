@@ -1,8 +1,10 @@
-// dispatch_send (Attention rank a = (replica d, participant p)), docs/protocol.md §6.1: validate the ids, the
-// placement table (§15: its words, and its epoch before and after reading them) and the window bound
-// (window_tokens) before any remote write, wait (bounded) for the round's slot to be free, write each
-// token once per destination FFN rank (quantized once with the shared quant code, or as is), the index tables and records, then
-// publish ready[a][s] = seq on every FFN rank after a fence.
+// dispatch_send (Attention rank a = (replica d, participant p)), docs/protocol.md §6.1: every block routes its own
+// tokens (ids and placement words bounded, destinations, counts), a sum across the blocks' summaries places each
+// block's rows and token slots; block 0 checks the round (ids, the placement table's words and its epoch before and
+// after they were read, the window bound) before any remote write and waits (bounded) for the round's slot to be
+// free; then every block writes its tokens once per destination FFN rank (quantized once with the shared quant
+// code, or as is) and its runs of index entries, the records follow, and block 0 publishes ready[a][s] = seq on
+// every FFN rank after a fence.
 #include "kernel_operator.h"
 
 #include "common/kernel_frame.h"
@@ -23,17 +25,19 @@ public:
         plane_.Init(peers, tiling.comm, pipe_);
         decision_.Init(workspace);
         ws_ = workspace;
-        wsl_ = DispatchSendWorkspaceLayout(plane_.Topo());
         const CamTopology& t = plane_.Topo();
+        wsl_ = DispatchSendWorkspaceLayout(t, tiling.blockDim);
+        sum_ = DispatchSendSummaryLayout(layout::plane_slots(t), t.F);
         x_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), uint64_t(tiling.tokens) * t.H);
-        // topk_ids are read more than once by block 0 (checks, a replicated expert's first top-k index in the
-        // token, digest): through UB, not scalar GM reads.
+        // topk_ids are read more than once (checks, a replicated expert's first top-k index in the token, digest):
+        // through UB, not scalar GM reads.
         ids_.Init(pipe_, dp::kTableWindowElems);
         ids_.Use(ids, tiling.tokens * t.K);
         if (tiling.placed != 0) {
-            // This layer's rows of the table, read by block 0 only (the pre-pass bounds every word it uses).
+            // This layer's rows of the table: all of them in UB for the whole launch when tiling found room
+            // (placeUbWords), else a window. Bounded word by word before any row is routed by them.
             const int64_t words = t.E * layout::placement_width(t);
-            place_.Init(pipe_, dp::kTableWindowElems / 2);
+            place_.Init(pipe_, tiling.placeUbWords);
             place_.Use(placement + 8 * layout::placement_layer_word(t, tiling.layer), words);
             table_ = placement;
         }
@@ -44,27 +48,54 @@ public:
         mover_.Init(pipe_, tiling.copyChunkBytes);
         seals_.Init(pipe_);
         if (tiling.tablesInUb != 0) {
-            // Sizes as DispatchSendTablesUbBytes counts them (tiling checked they fit).
-            pipe_.InitBuffer(countsBuf_, DispatchSendTableUbBytes(uint64_t(4 * layout::plane_slots(t))));
-            pipe_.InitBuffer(tokensBuf_, DispatchSendTableUbBytes(uint64_t(4 * t.F)));
-            pipe_.InitBuffer(slotsBuf_, DispatchSendTableUbBytes(uint64_t(4 * tiling.tokens * t.F)));
-            pipe_.InitBuffer(entriesBuf_, DispatchSendTableUbBytes(uint64_t(8 * (tiling.tokens * t.K + 3 * t.F))));
-            pipe_.InitBuffer(destsBuf_, DispatchSendTableUbBytes(uint64_t(4 * tiling.tokens * t.K)));
-            countsUb_ = countsBuf_.Get<int32_t>();
+            // Sizes as DispatchSendTablesUbBytes counts them (tiling checked they fit), for this block's tokens.
+            int64_t lo, hi;
+            dp::BlockShare(tiling.tokens, &lo, &hi);
+            const uint64_t n = uint64_t(hi - lo);
+            const uint32_t row = DispatchSendTableUbBytes(uint64_t(4 * sum_.words));
+            pipe_.InitBuffer(sumBuf_, row);
+            pipe_.InitBuffer(baseBuf_, row);
+            pipe_.InitBuffer(accBuf_, row);
+            pipe_.InitBuffer(addBuf_, row);
+            pipe_.InitBuffer(cursorBuf_, DispatchSendTableUbBytes(uint64_t(4 * layout::plane_slots(t))));
+            pipe_.InitBuffer(destsBuf_, DispatchSendTableUbBytes(4 * n * t.K));
+            pipe_.InitBuffer(slotsBuf_, DispatchSendTableUbBytes(4 * n * t.F));
+            pipe_.InitBuffer(entriesBuf_, DispatchSendTableUbBytes(8 * (n * t.K + 3 * layout::plane_slots(t))));
+            sumUb_ = sumBuf_.Get<int32_t>();
+            baseUb_ = baseBuf_.Get<int32_t>();
+            accUb_ = accBuf_.Get<int32_t>();
+            addUb_ = addBuf_.Get<int32_t>();
+            cursorUb_ = cursorBuf_.Get<int32_t>();
             destsUb_ = destsBuf_.Get<int32_t>();
-            tokensUb_ = tokensBuf_.Get<int32_t>();
             slotsUb_ = slotsBuf_.Get<int32_t>();
             entriesUb_ = entriesBuf_.Get<int32_t>();
         }
     }
 
     __aicore__ inline void Process() {
-        const bool go = decision_.Decide(ControlStep{this}, tiling_.comm.followerCycles);
+        // The table's epoch before any block reads its rows (a seqlock, docs/protocol.md §15: a rebalance writes -1,
+        // the rows, then the new epoch); the second read is block 0's, after every block routed.
+        decision_.Clear();
+        if (AscendC::GetBlockIdx() == 0 && tiling_.placed != 0) epoch_ = TableEpoch();
+        AscendC::SyncAll();
+        Route();
+        AscendC::PipeBarrier<PIPE_ALL>();
+        AscendC::SyncAll();
+        SumSummaries();
+        const bool go = decision_.Settle(ControlStep{this}, tiling_.comm.followerCycles);
         if (!go) return;
-        if (AscendC::GetBlockIdx() != 0 && tiling_.tablesInUb != 0) LoadSlots();
         RoundFromOwnState();
-        MoveTables();
         MoveTokens();
+        if (AscendC::GetBlockIdx() == 0) idsDigest_ = dp::IdsDigest(ids_, tiling_.tokens * plane_.Topo().K);
+        WriteIndexRuns();
+        // This block's index runs have landed before the SyncAll (another block may copy its FFN rank's table out)
+        // and before its own MTE2 reads them; the records' clean was ordered by FlushScalarStores before the go.
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID6);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID6);
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID6);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID6);
+        AscendC::SyncAll();
+        MoveTables();
         AscendC::PipeBarrier<PIPE_ALL>();
         AscendC::SyncAll();
         if (AscendC::GetBlockIdx() == 0) Publish();
@@ -92,7 +123,7 @@ private:
         }
     };
 
-    // ---- block 0: checks, pre-pass, slot-free wait, tables ----
+    // ---- block 0, after every block routed: checks, slot-free wait, records ----
     __aicore__ inline bool Control() {
         const CamTopology& t = plane_.Topo();
         if (!plane_.EntryOk(op::kDispatchSend)) return false;
@@ -102,50 +133,25 @@ private:
         const int64_t R = layout::experts_per_ffn(t);
         const int64_t B = tiling_.tokens;
 
-        // The table's epoch before its rows are read (a seqlock, docs/protocol.md §15): a rebalance writes -1, the
-        // rows, then the new epoch, so a negative epoch is a table being rewritten (or not an epoch at all).
-        epoch_ = 0;
-        if (tiling_.placed != 0) {
-            epoch_ = TableEpoch();
-            if (epoch_ < 0)
-                return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgPlacement,
-                                     dp::Epochs(epoch_, epoch_));
-        }
-        // Pre-pass: the layer's placement table bounded word by word, ids in range, each row's destination slot
-        // (kept, so the passes below never read user memory again), rows and distinct tokens per FFN rank, token
-        // slots. Nothing remote is written.
-        if (tiling_.placed != 0 && !PlacementInBounds()) {
+        // A negative epoch (read before any block read the rows) is a table being rewritten, or not an epoch at all.
+        if (tiling_.placed != 0 && epoch_ < 0)
+            return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgPlacement,
+                                 dp::Epochs(epoch_, epoch_));
+        // The routing blocks' verdicts: a placement word out of bounds, an id outside [-1, E). Nothing remote is
+        // written yet.
+        if (TotalOf(sum_.flagsAt + kSummaryBadPlacement) != 0)
             return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgPlacement);
-        }
-        ClearTables();
-        for (int64_t tok = 0; tok < B; ++tok) {
-            for (int64_t k = 0; k < t.K; ++k) {
-                const int64_t id = ids_.Get(tok * t.K + k);
-                if (id < -1 || id >= t.E) {
-                    return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgTopkIds);
-                }
-                const int64_t g = id == -1 ? -1 : DestSlot(id, tok, k);
-                SetDest(tok * t.K + k, g);
-                if (g == -1) continue;
-                SetCount(g, CountOf(g) + 1);
-                const int64_t f = g / R;
-                if (SlotOf(tok, f) < 0) {
-                    const int64_t slot = TokensOn(f);
-                    SetSlot(tok, f, slot);
-                    SetTokensOn(f, slot + 1);
-                }
-            }
-        }
+        if (TotalOf(sum_.flagsAt + kSummaryBadIds) != 0)
+            return plane_.Refuse(status::kBadInput, dp::kNoPeer, ThisRound(), detail::kArgTopkIds);
         // The window bound, not capacity: a round with more rows than capacity is served in chunks (§8), but its
         // distinct tokens per FFN rank must fit that rank's region.
         for (int64_t f = 0; f < t.F; ++f) {
-            const int64_t tokens = TokensOn(f);
+            const int64_t tokens = TotalOf(sum_.tokensAt + f);
             if (tokens > layout::window_token_slots(t)) {
-                return plane_.Refuse(status::kCapacity, t.D * t.P + f, ThisRound(), tokens);
+                return plane_.Refuse(status::kCapacity, layout::ffn_rank(t, f), ThisRound(), tokens);
             }
         }
 
-        idsDigest_ = dp::IdsDigest(ids_, B * t.K);
         if (round_ >= t.slots && !WaitSlotFree(own)) return false;
 
         // Records: written to workspace, copied to each FFN rank by MoveTables.
@@ -153,8 +159,8 @@ private:
             AscendC::GlobalTensor<int64_t> h = Header(f);
             int64_t rows = 0;
             for (int64_t j = 0; j < R; ++j) {
-                h.SetValue(kHdrCounts + j, CountOf(f * R + j));
-                rows += CountOf(f * R + j);
+                h.SetValue(kHdrCounts + j, TotalOf(f * R + j));
+                rows += TotalOf(f * R + j);
             }
             h.SetValue(kHdrSeq, seq_);
             h.SetValue(kHdrLayer, tiling_.layer);
@@ -162,47 +168,15 @@ private:
             h.SetValue(kHdrParticipant, layout::participant_of(t, plane_.Rank()));
             h.SetValue(kHdrTokens, B);
             h.SetValue(kHdrRows, rows);
-            h.SetValue(kHdrTokenSlots, TokensOn(f));
+            h.SetValue(kHdrTokenSlots, TotalOf(sum_.tokensAt + f));
             h.SetValue(kHdrFingerprint, layout::fingerprint(t));
             h.SetValue(kHdrEpoch, epoch_);
         }
-        // Index tables in row order (expert, token, slot): counts become each expert's running position. In UB
-        // the FFN ranks' tables lie one after another, each from a 32-byte block (RunStart), so positions there
-        // start at the rank's run; in the workspace each rank's table has its own place and positions start at 0.
-        const bool ub = tiling_.tablesInUb != 0;
-        int64_t runStart = 0;
-        for (int64_t f = 0; f < t.F; ++f) {
-            int64_t pos = ub ? runStart : 0;
-            for (int64_t j = 0; j < R; ++j) {
-                const int64_t c = CountOf(f * R + j);
-                SetCount(f * R + j, pos);
-                pos += c;
-            }
-            if (ub) runStart = NextRunStart(pos);
-        }
-        for (int64_t tok = 0; tok < B; ++tok) {
-            for (int64_t k = 0; k < t.K; ++k) {
-                const int64_t g = DestOf(tok * t.K + k);
-                if (g == -1) continue;
-                const int64_t f = g / R;
-                const int64_t pos = CountOf(g);
-                SetCount(g, pos + 1);
-                if (ub) {
-                    entriesUb_.SetValue(static_cast<uint32_t>(2 * pos), SlotOf(tok, f));
-                    entriesUb_.SetValue(static_cast<uint32_t>(2 * pos + 1), static_cast<int32_t>(tok * t.K + k));
-                    continue;
-                }
-                AscendC::GlobalTensor<int32_t> entry =
-                    dp::TensorAt<int32_t>(ws_, wsl_.indexOff + f * layout::index_bytes(t) + pos * layout::kIndexEntryBytes, 2);
-                entry.SetValue(0, SlotOf(tok, f));
-                entry.SetValue(1, static_cast<int32_t>(tok * t.K + k));
-            }
-        }
-        if (ub) StoreUbTables();
         dp::FlushScalarStores(ws_);
-        // The epoch again, after every read of the rows and before any remote write: a different value means the
-        // table was rewritten meanwhile, so the rows read may mix two tables (or name the old one while the FFN
-        // ranks move to the new). Refused: nothing published, the round is sent again under the table as it is.
+        // The epoch again, after every block's reads of the rows (they routed before the SyncAll this step follows)
+        // and before any remote write: a different value means the table was rewritten meanwhile, so the rows read
+        // may mix two tables (or name the old one while the FFN ranks move to the new). Refused: nothing published,
+        // the round is sent again under the table as it is.
         if (tiling_.placed != 0) {
             const int64_t again = TableEpoch();
             if (again != epoch_)
@@ -253,101 +227,214 @@ private:
         return (f < 0 || f >= t.F ? 0 : f) * R + (j < 0 || j >= R ? 0 : j);
     }
 
-    // ---- the round's tables: in UB (tablesInUb) or in the workspace ----
-    __aicore__ inline void ClearTables() {
+    // ---- routing: every block its own tokens (tablesInUb), else block 0 the whole round ----
+    __aicore__ inline bool Routes() const { return tiling_.tablesInUb != 0 || AscendC::GetBlockIdx() == 0; }
+    // The tokens this block routes: the ones it moves when every block routes, the whole round for block 0 alone.
+    __aicore__ inline void RouteShare(int64_t* lo, int64_t* hi) const {
+        if (tiling_.tablesInUb != 0) {
+            dp::BlockShare(tiling_.tokens, lo, hi);
+            return;
+        }
+        *lo = 0;
+        *hi = AscendC::GetBlockIdx() == 0 ? tiling_.tokens : 0;
+    }
+
+    // The pre-pass of this block's tokens, before any remote write: the placement words bounded, every id in
+    // [-1, E), each row's destination plane slot computed once and kept (no later pass reads user memory again),
+    // rows per plane slot, distinct tokens per FFN rank and their token slots counted from 0 in this block. The
+    // verdicts and counts leave as the block's summary row.
+    __aicore__ inline void Route() {
+        if (!Routes()) return;
+        const CamTopology& t = plane_.Topo();
+        const int64_t R = layout::experts_per_ffn(t);
+        int64_t lo, hi;
+        RouteShare(&lo, &hi);
+        routeLo_ = lo;
+        ClearTables(hi - lo);
+        // Every routing block bounds every word it may read (the table is resident: no refill per lookup).
+        const int64_t badPlacement = tiling_.placed != 0 && !PlacementInBounds() ? 1 : 0;
+        int64_t badIds = 0;
+        for (int64_t tok = lo; tok < hi && badIds == 0; ++tok) {
+            for (int64_t k = 0; k < t.K; ++k) {
+                const int64_t id = ids_.Get(tok * t.K + k);
+                if (id < -1 || id >= t.E) {
+                    badIds = 1;
+                    break;
+                }
+                const int64_t g = id == -1 ? -1 : DestSlot(id, tok, k);
+                SetDest((tok - lo) * t.K + k, g);
+                if (g == -1) continue;
+                SetSummary(g, CountOf(g) + 1);
+                const int64_t f = g / R;
+                if (LocalSlotOf(tok, f) < 0) {
+                    const int64_t slot = CountOf(sum_.tokensAt + f);
+                    SetLocalSlot(tok, f, slot);
+                    SetSummary(sum_.tokensAt + f, slot + 1);
+                }
+            }
+        }
+        SetSummary(sum_.flagsAt + kSummaryBadIds, badIds);
+        SetSummary(sum_.flagsAt + kSummaryBadPlacement, badPlacement);
+        if (tiling_.tablesInUb == 0) {
+            dp::FlushScalarStores(ws_);
+            return;
+        }
+        AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
+        AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
+        AscendC::DataCopyPad(SummaryRow(AscendC::GetBlockIdx()), sumUb_,
+                             {1, static_cast<uint32_t>(4 * sum_.words), 0, 0, 0});
+    }
+
+    // Every block, tables in UB: the sum of the summary rows of the blocks before it (where its rows of each plane
+    // slot and its token slots on each FFN rank start) and of all of them (the round's), one vector add per row.
+    __aicore__ inline void SumSummaries() {
+        if (tiling_.tablesInUb == 0) return;
+        const uint32_t w = static_cast<uint32_t>(sum_.words);
+        AscendC::Duplicate(accUb_, int32_t(0), w);
+        for (int64_t b = 0; b < AscendC::GetBlockNum(); ++b) {
+            if (b == AscendC::GetBlockIdx()) AscendC::Adds(baseUb_, accUb_, int32_t(0), w);
+            AscendC::DataCopyPad(addUb_, SummaryRow(b), {1, 4 * w, 0, 0, 0}, {false, 0, 0, 0});
+            AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(EVENT_ID3);
+            AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(EVENT_ID3);
+            AscendC::Add(accUb_, accUb_, addUb_, w);
+            // The next row's copy overwrites addUb_ only after the add read it.
+            AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(EVENT_ID3);
+            AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(EVENT_ID3);
+        }
+        AscendC::SetFlag<AscendC::HardEvent::V_S>(EVENT_ID3);
+        AscendC::WaitFlag<AscendC::HardEvent::V_S>(EVENT_ID3);
+    }
+
+    // Word i of the round's summary (the sum over the routing blocks; block 0's own row when it routes alone).
+    __aicore__ inline int64_t TotalOf(int64_t i) const {
+        return tiling_.tablesInUb != 0 ? static_cast<int64_t>(accUb_.GetValue(static_cast<uint32_t>(i))) : CountOf(i);
+    }
+    // Word i of the sum of the summaries before this block's (0 when block 0 routes alone).
+    __aicore__ inline int64_t BaseOf(int64_t i) const {
+        return tiling_.tablesInUb != 0 ? static_cast<int64_t>(baseUb_.GetValue(static_cast<uint32_t>(i))) : 0;
+    }
+
+    // Routing blocks, after every block moved its tokens: the index entries of this block's rows in row order
+    // (plane slot, token, top-k index) to each FFN rank's index table in the workspace (MoveTables sends them on).
+    // In UB each plane slot's entries form a run from a 32-byte block, and the run goes to its place by one copy:
+    // after the rows of the rank's experts before the slot, then after the slot's rows of the blocks before this one.
+    __aicore__ inline void WriteIndexRuns() {
+        if (!Routes()) return;
+        const CamTopology& t = plane_.Topo();
+        const int64_t R = layout::experts_per_ffn(t);
+        const bool ub = tiling_.tablesInUb != 0;
+        int64_t lo, hi;
+        RouteShare(&lo, &hi);
+        int64_t run = 0;
+        for (int64_t f = 0; f < t.F; ++f) {
+            int64_t pos = 0;
+            for (int64_t j = 0; j < R; ++j) {
+                const int64_t c = CountOf(f * R + j);
+                if (ub) {
+                    cursorUb_.SetValue(static_cast<uint32_t>(f * R + j), static_cast<int32_t>(run));
+                    run = NextRunStart(run + c);
+                } else {
+                    SetSummary(f * R + j, pos);  // block 0 alone: its counts become each slot's running position
+                    pos += c;
+                }
+            }
+        }
+        for (int64_t tok = lo; tok < hi; ++tok) {
+            for (int64_t k = 0; k < t.K; ++k) {
+                const int64_t g = DestOf((tok - lo) * t.K + k);
+                if (g == -1) continue;
+                const int64_t f = g / R;
+                if (ub) {
+                    const int64_t l = cursorUb_.GetValue(static_cast<uint32_t>(g));
+                    cursorUb_.SetValue(static_cast<uint32_t>(g), static_cast<int32_t>(l + 1));
+                    entriesUb_.SetValue(static_cast<uint32_t>(2 * l), SlotOf(tok, f));
+                    entriesUb_.SetValue(static_cast<uint32_t>(2 * l + 1), static_cast<int32_t>(tok * t.K + k));
+                    continue;
+                }
+                const int64_t pos = CountOf(g);
+                SetSummary(g, pos + 1);
+                AscendC::GlobalTensor<int32_t> entry = dp::TensorAt<int32_t>(
+                    ws_, wsl_.indexOff + f * layout::index_bytes(t) + pos * layout::kIndexEntryBytes, 2);
+                entry.SetValue(0, SlotOf(tok, f));
+                entry.SetValue(1, static_cast<int32_t>(tok * t.K + k));
+            }
+        }
+        if (!ub) {
+            dp::FlushScalarStores(ws_);
+            return;
+        }
+        AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
+        AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
+        run = 0;
+        for (int64_t f = 0; f < t.F; ++f) {
+            int64_t pos = 0;
+            for (int64_t j = 0; j < R; ++j) {
+                const int64_t g = f * R + j, c = CountOf(g);
+                if (c > 0) {
+                    AscendC::DataCopyPad(
+                        dp::TensorAt<int32_t>(ws_, wsl_.indexOff + f * layout::index_bytes(t) +
+                                                       (pos + BaseOf(g)) * layout::kIndexEntryBytes, 2 * c),
+                        entriesUb_[static_cast<uint32_t>(2 * run)],
+                        {1, static_cast<uint32_t>(c * layout::kIndexEntryBytes), 0, 0, 0});
+                }
+                pos += TotalOf(g);
+                run = NextRunStart(run + c);
+            }
+        }
+    }
+
+    // ---- a routing block's tables: in UB (tablesInUb) or in the workspace (block 0 alone) ----
+    __aicore__ inline void ClearTables(int64_t tokens) {
         const CamTopology& t = plane_.Topo();
         if (tiling_.tablesInUb != 0) {
-            AscendC::Duplicate(countsUb_, int32_t(0), static_cast<uint32_t>(layout::plane_slots(t)));
-            AscendC::Duplicate(tokensUb_, int32_t(0), static_cast<uint32_t>(t.F));
-            if (tiling_.tokens > 0)
-                AscendC::Duplicate(slotsUb_, int32_t(-1), static_cast<uint32_t>(tiling_.tokens * t.F));
+            AscendC::Duplicate(sumUb_, int32_t(0), static_cast<uint32_t>(sum_.words));
+            if (tokens > 0) AscendC::Duplicate(slotsUb_, int32_t(-1), static_cast<uint32_t>(tokens * t.F));
             // The scalar pre-pass reads and writes what the vector unit just filled.
             AscendC::SetFlag<AscendC::HardEvent::V_S>(EVENT_ID2);
             AscendC::WaitFlag<AscendC::HardEvent::V_S>(EVENT_ID2);
             return;
         }
-        for (int64_t g = 0; g < layout::plane_slots(t); ++g) Counts().SetValue(g, 0);
-        for (int64_t f = 0; f < t.F; ++f) TokensPerFfn().SetValue(f, 0);
-        for (int64_t i = 0; i < tiling_.tokens * t.F; ++i) Slots().SetValue(i, -1);
+        for (int64_t i = 0; i < sum_.words; ++i) SummaryRow(0).SetValue(i, 0);
+        for (int64_t i = 0; i < tokens * t.F; ++i) Slots().SetValue(i, -1);
     }
 
-    // A round table is a UB tensor when tiling says the tables fit, else its workspace copy in GM (int32 in UB;
-    // the workspace keeps its own width).
-    template <typename W>
-    __aicore__ inline int64_t TableGet(const AscendC::LocalTensor<int32_t>& ub, const AscendC::GlobalTensor<W>& gm,
+    // A table is a UB tensor when tiling says the tables fit, else its workspace copy in GM.
+    __aicore__ inline int64_t TableGet(const AscendC::LocalTensor<int32_t>& ub, const AscendC::GlobalTensor<int32_t>& gm,
                                        int64_t i) const {
         return tiling_.tablesInUb != 0 ? static_cast<int64_t>(ub.GetValue(static_cast<uint32_t>(i)))
                                        : static_cast<int64_t>(gm.GetValue(i));
     }
-    template <typename W>
-    __aicore__ inline void TableSet(AscendC::LocalTensor<int32_t>& ub, AscendC::GlobalTensor<W> gm, int64_t i,
+    __aicore__ inline void TableSet(AscendC::LocalTensor<int32_t>& ub, AscendC::GlobalTensor<int32_t> gm, int64_t i,
                                     int64_t v) {
         if (tiling_.tablesInUb != 0) {
             ub.SetValue(static_cast<uint32_t>(i), static_cast<int32_t>(v));
         } else {
-            gm.SetValue(i, static_cast<W>(v));
+            gm.SetValue(i, static_cast<int32_t>(v));
         }
     }
-    // Rows per plane slot (f * R + j) of this round; after the index pass, each slot's running position (protocol
-    // rows fit int32: a round has at most Bmax * K of them).
-    __aicore__ inline int64_t CountOf(int64_t g) const { return TableGet(countsUb_, Counts(), g); }
-    __aicore__ inline void SetCount(int64_t g, int64_t v) { TableSet(countsUb_, Counts(), g, v); }
-    // Plane slot of row tok * K + k (-1: an empty slot), fixed by the pre-pass.
-    __aicore__ inline int64_t DestOf(int64_t tk) const { return TableGet(destsUb_, Dests(), tk); }
-    __aicore__ inline void SetDest(int64_t tk, int64_t g) { TableSet(destsUb_, Dests(), tk, g); }
-    // Distinct tokens of this round on FFN rank f so far.
-    __aicore__ inline int64_t TokensOn(int64_t f) const { return TableGet(tokensUb_, TokensPerFfn(), f); }
-    __aicore__ inline void SetTokensOn(int64_t f, int64_t v) { TableSet(tokensUb_, TokensPerFfn(), f, v); }
-    // Token slot of token tok on FFN rank f, or -1.
+    // Word i of this block's summary row (DispatchSendSummaryLayout): rows per plane slot f * R + j (after the index
+    // pass of block 0 alone, each slot's running position), distinct tokens per FFN rank, verdicts. Protocol rows
+    // fit int32: a round has at most Bmax * K of them.
+    __aicore__ inline int64_t CountOf(int64_t i) const { return TableGet(sumUb_, SummaryRow(0), i); }
+    __aicore__ inline void SetSummary(int64_t i, int64_t v) { TableSet(sumUb_, SummaryRow(0), i, v); }
+    // Plane slot of row tok * K + k (-1: an empty slot), fixed by the pre-pass; i counts from the block's first.
+    __aicore__ inline int64_t DestOf(int64_t i) const { return TableGet(destsUb_, Dests(), i); }
+    __aicore__ inline void SetDest(int64_t i, int64_t g) { TableSet(destsUb_, Dests(), i, g); }
+    // Token slot of token tok on FFN rank f counted in its routing block, or -1.
+    __aicore__ inline int64_t LocalSlotOf(int64_t tok, int64_t f) const {
+        return TableGet(slotsUb_, Slots(), (tok - routeLo_) * plane_.Topo().F + f);
+    }
+    __aicore__ inline void SetLocalSlot(int64_t tok, int64_t f, int64_t slot) {
+        TableSet(slotsUb_, Slots(), (tok - routeLo_) * plane_.Topo().F + f, slot);
+    }
+    // Token slot of token tok on FFN rank f in the region, or -1: the block's count, after the blocks before it.
     __aicore__ inline int32_t SlotOf(int64_t tok, int64_t f) const {
-        return static_cast<int32_t>(TableGet(slotsUb_, Slots(), tok * plane_.Topo().F + f));
+        const int64_t local = LocalSlotOf(tok, f);
+        return static_cast<int32_t>(local < 0 ? -1 : local + BaseOf(sum_.tokensAt + f));
     }
-    __aicore__ inline void SetSlot(int64_t tok, int64_t f, int64_t slot) {
-        TableSet(slotsUb_, Slots(), tok * plane_.Topo().F + f, slot);
-    }
-    // Where the next FFN rank's run of UB index entries starts: on a 32-byte block after the end of this one.
+    // Where the next plane slot's run of UB index entries starts: on a 32-byte block after the end of this one.
     __aicore__ static inline int64_t NextRunStart(int64_t end) {
         return (end + kIndexEntriesPerUbBlock - 1) / kIndexEntriesPerUbBlock * kIndexEntriesPerUbBlock;
-    }
-
-    // Block 0, UB tables built: each FFN rank's index entries to its workspace table (MoveTables sends them on),
-    // and, when other blocks run, the slots they read (LoadSlots). Done by MTE3 before the decision is published.
-    __aicore__ inline void StoreUbTables() {
-        const CamTopology& t = plane_.Topo();
-        // The records just stored by the scalar unit may share a 64-byte line with the end of an index table:
-        // written back first, so the line is not dirty in the scalar cache when MTE3 writes beside them.
-        dp::FlushScalarStores(ws_);
-        AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
-        AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
-        int64_t runStart = 0;
-        for (int64_t f = 0; f < t.F; ++f) {
-            // After the index pass the last expert's running position is the end of the rank's run.
-            const int64_t end = CountOf(f * layout::experts_per_ffn(t) + layout::experts_per_ffn(t) - 1);
-            const int64_t rows = end - runStart;
-            if (rows > 0) {
-                AscendC::DataCopyPad(dp::TensorAt<int32_t>(ws_, wsl_.indexOff + f * layout::index_bytes(t), 2 * rows),
-                                     entriesUb_[static_cast<uint32_t>(2 * runStart)],
-                                     {1, static_cast<uint32_t>(rows * layout::kIndexEntryBytes), 0, 0, 0});
-            }
-            runStart = NextRunStart(end);
-        }
-        if (AscendC::GetBlockNum() > 1 && tiling_.tokens > 0) {
-            AscendC::DataCopyPad(dp::TensorAt<int32_t>(ws_, wsl_.slotsOff, tiling_.tokens * t.F), slotsUb_,
-                                 {1, static_cast<uint32_t>(4 * tiling_.tokens * t.F), 0, 0, 0});
-        }
-        // The decision word (a scalar store) goes out only after these copies completed.
-        AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID2);
-        AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID2);
-    }
-
-    // Blocks other than 0, UB tables: the slots block 0 stored (StoreUbTables) into this block's UB.
-    __aicore__ inline void LoadSlots() {
-        const int64_t n = tiling_.tokens * plane_.Topo().F;
-        if (n == 0) return;
-        AscendC::DataCopyPad(slotsUb_, dp::TensorAt<int32_t>(ws_, wsl_.slotsOff, n),
-                             {1, static_cast<uint32_t>(4 * n), 0, 0, 0}, {false, 0, 0, 0});
-        AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(EVENT_ID2);
-        AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(EVENT_ID2);
     }
 
     // Slot s is free once this rank's combine_recv of round r - slots has run (its combine rows are read) and
@@ -367,10 +454,10 @@ private:
         for (int64_t f = 0; f < t.F && *missing == dp::kNoPeer; ++f) {
             const int64_t done = plane_.Signals().Poll(own, layout::attn_completion_signal_off(t, slot_, f));
             if (done > prevSeq) {
-                plane_.Fail(status::kProtocol, t.D * t.P + f, ThisRound(), detail::kProtoSignalAhead);
+                plane_.Fail(status::kProtocol, layout::ffn_rank(t, f), ThisRound(), detail::kProtoSignalAhead);
                 return dp::PollResult::kStop;
             }
-            if (done < prevSeq) *missing = t.D * t.P + f;
+            if (done < prevSeq) *missing = layout::ffn_rank(t, f);
         }
         return *missing == dp::kNoPeer ? dp::PollResult::kDone : dp::PollResult::kWait;
     }
@@ -405,7 +492,7 @@ private:
 
     __aicore__ inline GM_ADDR Region(int64_t f) const {
         const CamTopology& t = plane_.Topo();
-        return plane_.Window(t.D * t.P + f) + layout::ffn_region_off(t, plane_.Rank(), slot_);
+        return plane_.Window(layout::ffn_rank(t, f)) + layout::ffn_region_off(t, plane_.Rank(), slot_);
     }
 
     // Records and index tables, one FFN rank per block in turn.
@@ -553,7 +640,7 @@ private:
     __aicore__ inline void Publish() {
         const CamTopology& t = plane_.Topo();
         for (int64_t f = 0; f < t.F; ++f) {
-            plane_.Signals().Send(plane_.Window(t.D * t.P + f), layout::ffn_ready_signal_off(t, plane_.Rank(), slot_),
+            plane_.Signals().Send(plane_.Window(layout::ffn_rank(t, f)), layout::ffn_ready_signal_off(t, plane_.Rank(), slot_),
                                   seq_);
         }
         GM_ADDR own = plane_.Own();
@@ -564,14 +651,12 @@ private:
         dp::StoreWord(own, layout::attn_send_count_off(t), round_ + 1);
     }
 
-    __aicore__ inline AscendC::GlobalTensor<int64_t> Counts() const {
-        return dp::WordsAt(ws_, wsl_.countsOff, layout::plane_slots(plane_.Topo()));
+    // Summary row of routing block b (block 0's when it routes alone).
+    __aicore__ inline AscendC::GlobalTensor<int32_t> SummaryRow(int64_t b) const {
+        return dp::TensorAt<int32_t>(ws_, wsl_.summaryOff + 4 * b * sum_.words, sum_.words);
     }
     __aicore__ inline AscendC::GlobalTensor<int32_t> Dests() const {
         return dp::TensorAt<int32_t>(ws_, wsl_.destsOff, plane_.Topo().Bmax * plane_.Topo().K);
-    }
-    __aicore__ inline AscendC::GlobalTensor<int64_t> TokensPerFfn() const {
-        return dp::WordsAt(ws_, wsl_.tokensOff, plane_.Topo().F);
     }
     __aicore__ inline AscendC::GlobalTensor<int32_t> Slots() const {
         return dp::TensorAt<int32_t>(ws_, wsl_.slotsOff, plane_.Topo().Bmax * plane_.Topo().F);
@@ -586,22 +671,25 @@ private:
     dp::Decision decision_;
     GM_ADDR ws_ = nullptr;
     DispatchSendWorkspace wsl_{};
+    DispatchSendSummary sum_{};
     int64_t round_ = 0, seq_ = 0, slot_ = 0;
-    int64_t idsDigest_ = 0;  // block 0 only: computed in Control, published with the slot state
-    int64_t epoch_ = 0;      // block 0 only: the table's epoch at the pre-pass (0 without a table), in every record
+    int64_t routeLo_ = 0;      // first token this block routed (its tables count from it)
+    int64_t idsDigest_ = 0;  // block 0 only: computed after the go, published with the slot state
+    int64_t epoch_ = 0;      // the table's epoch before any block read the rows (0 without a table), in every record
     GM_ADDR table_ = nullptr;  // the placement table (tiling_.placed): its epoch line, then the layers' rows
     AscendC::TPipe pipe_;
     QuantWorkingSet<T> quant_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> scalesBuf_;  // scales of the current group of tokens
     AscendC::TBuf<AscendC::TPosition::VECCALC> runBuf_;     // one FFN rank's run of them, in slot order
-    // The round's tables when tiling put them in UB (tablesInUb): see DispatchSendTablesUbBytes.
-    AscendC::TBuf<AscendC::TPosition::VECCALC> countsBuf_, tokensBuf_, slotsBuf_, entriesBuf_, destsBuf_;
-    AscendC::LocalTensor<int32_t> countsUb_, tokensUb_, slotsUb_, entriesUb_, destsUb_;
+    // A routing block's tables when tiling put them in UB (tablesInUb): see DispatchSendTablesUbBytes.
+    AscendC::TBuf<AscendC::TPosition::VECCALC> sumBuf_, baseBuf_, accBuf_, addBuf_, cursorBuf_, destsBuf_, slotsBuf_,
+        entriesBuf_;
+    AscendC::LocalTensor<int32_t> sumUb_, baseUb_, accUb_, addUb_, cursorUb_, destsUb_, slotsUb_, entriesUb_;
     dp::ByteMover mover_;
     dp::SealPort seals_;  // this block's seals after its rows, scales and tables (docs/protocol.md §10.2)
     AscendC::GlobalTensor<T> x_;
     dp::UbWindow<int32_t> ids_;
-    dp::UbWindow<int64_t> place_;  // this layer's placement table (tiling_.placed)
+    dp::UbWindow<int64_t> place_;  // this layer's placement table (tiling_.placed), resident when it fits
 };
 
 }  // namespace cam::kernels

@@ -19,7 +19,6 @@ struct DynamicQuantTilingData {
     uint32_t rowsPerBlock;
     uint32_t rowsRemainder;
     uint32_t colsPerPass;  // multiple of 32 elements, so every dtype's chunk is 32-byte aligned
-    uint32_t passes;
 };
 
 constexpr uint32_t kDynamicQuantColAlign = 32;

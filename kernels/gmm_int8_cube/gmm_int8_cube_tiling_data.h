@@ -16,6 +16,10 @@ constexpr uint32_t kGmmNzRows = 16;  // K padding of the prepacked FRACTAL_NZ we
 constexpr uint32_t kGmmNzCols = 32;  // N extent of one NZ column block
 constexpr uint32_t kGmmL1Buffers = 2;  // A1/B1 and A2/B2 are double buffered
 constexpr uint32_t kGmmMaxK = 65535;   // ND->NZ copy row pitch (srcDValue) is 16 bits
+// W4A8 (docs/gmm.md §9): an int4 fractal holds 64 K values (16 x 64 for A, 64 x 16 for B, 512 bytes each).
+constexpr uint32_t kGmmK0Int4 = 64;
+constexpr uint32_t kGmmN0Int4 = 16;  // columns of one packed int4 weight fractal
+constexpr uint32_t kGmmInt4Planes = 2;  // the split activation's hi and lo rows: two accumulator planes per group
 
 struct GmmCubeTilingData {
     uint32_t m;              // row capacity M of x and of the int32 accumulator
@@ -36,22 +40,44 @@ struct GmmCubeTilingData {
                              // rows; 0: A streams through L1 one tk step at a time with B
     uint32_t kGroup;         // K rows per scale group (a multiple of tk): one int32 partial [M, N] each, in order
     uint32_t kGroups;        // K / kGroup; 1 for per-output-channel scales (kGroup == K)
+    uint32_t int4;           // 1: W4A8 route (a): x arrives split into int4 hi / lo planes of kSplit columns, the
+                             // weights are packed int4 ZN fractals, and each K group leaves two int32 planes
+    uint32_t kSplit;         // int4: 64 * ceil(K / 64), columns of one split plane row (and of the packed weight)
+    uint32_t wNBlocks;       // int4: ceil(N / 16), weight fractals per 64 K rows of one expert
 };
+
+// Accumulator planes of one K group: the int32 sum (int8), or the hi and lo products (int4).
+__aicore__ constexpr uint32_t GmmAccPlanes(uint32_t int4) { return int4 ? kGmmInt4Planes : 1; }
 
 __aicore__ constexpr uint64_t GmmExpertWeightBytes(uint32_t kPadded, uint32_t nBlocks) {
     return uint64_t(nBlocks) * kPadded * kGmmNzCols;
 }
 
-// Bytes each cube memory needs for tiles (tm, tn, tk); tiling keeps them within the platform's capacities.
-__aicore__ constexpr uint64_t GmmL1Bytes(uint32_t tm, uint32_t tn, uint32_t tk) {
-    return kGmmL1Buffers * (uint64_t(tm) * tk + uint64_t(tk) * tn);
+// int4: bytes of one expert's packed weight, ceil(K/64) x ceil(N/16) fractals of 512 bytes.
+__aicore__ constexpr uint64_t GmmExpertWeightBytesInt4(uint32_t kSplit, uint32_t wNBlocks) {
+    return uint64_t(kSplit / kGmmK0Int4) * wNBlocks * 512;
 }
-// L1 with A resident: one tm x K (K padded to 32) A buffer, B still double buffered per tk step.
-__aicore__ constexpr uint64_t GmmL1BytesResidentA(uint32_t tm, uint32_t tn, uint32_t tk, uint32_t k) {
-    return uint64_t(tm) * AlignUp(k, kGmmK0) + kGmmL1Buffers * uint64_t(tk) * tn;
+
+// Bytes each cube memory needs for tiles (tm, tn, tk); tiling keeps them within the platform's capacities. With
+// int4 (route (a)) the A tile is 2·tm rows of int4 (hi, then lo: the bytes of tm int8 rows), the B tile half the
+// bytes, and L0C holds both row planes (2·tm x tn int32).
+__aicore__ constexpr uint64_t GmmBBytes(uint32_t tn, uint32_t tk, uint32_t int4) {
+    return int4 ? uint64_t(tk) * tn / 2 : uint64_t(tk) * tn;
+}
+__aicore__ constexpr uint64_t GmmL1Bytes(uint32_t tm, uint32_t tn, uint32_t tk, uint32_t int4 = 0) {
+    return kGmmL1Buffers * (uint64_t(tm) * tk + GmmBBytes(tn, tk, int4));
+}
+// L1 with A resident: one tm x K (K padded to the A fractal's k) A buffer, B still double buffered per tk step.
+__aicore__ constexpr uint64_t GmmL1BytesResidentA(uint32_t tm, uint32_t tn, uint32_t tk, uint32_t k,
+                                                  uint32_t int4 = 0) {
+    return uint64_t(tm) * AlignUp(k, int4 ? kGmmK0Int4 : kGmmK0) + kGmmL1Buffers * GmmBBytes(tn, tk, int4);
 }
 __aicore__ constexpr uint64_t GmmL0ABytes(uint32_t tm, uint32_t tk) { return kGmmL1Buffers * uint64_t(tm) * tk; }
-__aicore__ constexpr uint64_t GmmL0BBytes(uint32_t tn, uint32_t tk) { return kGmmL1Buffers * uint64_t(tk) * tn; }
-__aicore__ constexpr uint64_t GmmL0CBytes(uint32_t tm, uint32_t tn) { return uint64_t(tm) * tn * 4; }
+__aicore__ constexpr uint64_t GmmL0BBytes(uint32_t tn, uint32_t tk, uint32_t int4 = 0) {
+    return kGmmL1Buffers * GmmBBytes(tn, tk, int4);
+}
+__aicore__ constexpr uint64_t GmmL0CBytes(uint32_t tm, uint32_t tn, uint32_t int4 = 0) {
+    return uint64_t(GmmAccPlanes(int4)) * tm * tn * 4;
+}
 
 }  // namespace cam::kernels

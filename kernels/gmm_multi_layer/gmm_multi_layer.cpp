@@ -1,7 +1,7 @@
 // gmm_multi_layer (W2) epilogue on the vector cores: out[m, h] = bf16((float(acc[m, h]) * y_scale[m]) *
 // w_scale[l(m)][e(m)][h]), fp32 left to right, both conversions round to nearest even; with an output scale, one more
-// fp32 multiply before the bf16 rounding. Rows past the last group are in no block's range, so they are never
-// written.
+// fp32 multiply before the bf16 rounding. W4A8 (cube.int4): acc is first recombined from the split's two planes
+// (common/gmm_epilogue.h, RunGroup). Rows past the last group are in no block's range, so they are never written.
 #include "kernel_operator.h"
 
 #include "common/kernel_frame.h"
@@ -22,11 +22,13 @@ public:
         table_ = table;
         status_ = status;
         const uint64_t elems = uint64_t(t.cube.m) * t.cube.n;
-        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), elems * t.cube.kGroups);
+        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), elems * t.cube.kGroups * GmmAccPlanes(t.cube.int4));
+        planes_ = {acc_, elems, t.cube.int4};
         yScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(yScale), t.cube.m);
         out_.SetGlobalBuffer(reinterpret_cast<__gm__ bfloat16_t*>(out), elems);
         dequant_.Init(pipe_, t.chunk);
         scale_.Init(pipe_, t.chunk);
+        if (t.cube.int4) colsum_.Init(pipe_, t.chunk);
         pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(t.chunk) * 4));
         pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(t.chunk) * 2));
         if (t.cube.kGroups > 1) pipe_.InitBuffer(partBuf_, UbBytes(uint64_t(t.chunk) * 4));
@@ -53,6 +55,7 @@ public:
             }
         }
         scale_.Release();
+        colsum_.Release();
     }
 
 private:
@@ -61,6 +64,10 @@ private:
         if (wLayer_ == int64_t(layer)) return;
         wScale_.SetGlobalBuffer(LayerAddress<float>(table_, t_.cube.layers + layer),
                                 uint64_t(t_.cube.experts) * t_.cube.kGroups * t_.cube.n);
+        // W4A8: the layer's colsums [E, G, N] follow the scales in the address table.
+        if (t_.cube.int4)
+            colsums_.SetGlobalBuffer(LayerAddress<int32_t>(table_, 2 * t_.cube.layers + layer),
+                                     uint64_t(t_.cube.experts) * t_.cube.kGroups * t_.cube.n);
         wLayer_ = layer;
     }
 
@@ -71,14 +78,13 @@ private:
         // Per-group scales ([E, G, N]): each group's partial dequantized with its own slice, then summed in group
         // order (docs/gmm.md §9.2); one group is the per-channel case.
         const uint32_t groups = t_.cube.kGroups;
-        const uint64_t partStride = uint64_t(t_.cube.m) * t_.cube.n;
-        dequant_.Run(acc_[off], scale_.Get(wScale_, t_.cube.n, layer, expert * groups, col, len), len, ys, f);
-        for (uint32_t g = 1; g < groups; ++g) {
-            AscendC::LocalTensor<float> part = partBuf_.Get<float>();
-            dequant_.Run(acc_[g * partStride + off], scale_.Get(wScale_, t_.cube.n, layer, expert * groups + g, col,
-                                                                len),
-                         len, ys, part);
-            AscendC::Add(f, f, part, len);
+        for (uint32_t g = 0; g < groups; ++g) {
+            AscendC::LocalTensor<float> part = g == 0 ? f : partBuf_.Get<float>();
+            const AscendC::LocalTensor<int32_t>* cs =
+                t_.cube.int4 ? &colsum_.Get(colsums_, t_.cube.n, layer, expert * groups + g, col, len) : nullptr;
+            dequant_.RunGroup(planes_, off, g, cs, scale_.Get(wScale_, t_.cube.n, layer, expert * groups + g, col, len),
+                              len, ys, part);
+            if (g > 0) AscendC::Add(f, f, part, len);
         }
         if (t_.outScaled) AscendC::Muls(f, f, t_.outScale, len);
 
@@ -99,12 +105,15 @@ private:
     AscendC::TPipe pipe_;
     DequantStep dequant_;
     ScaleSlice scale_;  // w_scale of the current expert, kept while its rows stream through
+    ColsumSlice colsum_;  // W4A8: the current expert's colsums
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf_;  // one group's dequantized partial (kGroups > 1)
     AscendC::GlobalTensor<int32_t> acc_;
     AscendC::GlobalTensor<float> yScale_;
     AscendC::GlobalTensor<float> wScale_;
+    AscendC::GlobalTensor<int32_t> colsums_;
+    GmmAccView planes_;
     AscendC::GlobalTensor<bfloat16_t> out_;
 };
 

@@ -5,7 +5,9 @@
 //   y[m], y_scale[m] = per-row dynamic quant of s                (common/quant.h, the one shared implementation)
 // Whole rows belong to one core, so the row's amax needs no cross-core step. A row longer than one UB pass
 // spills s (fp32) over the act half of its own accumulator row, which that pass has already consumed, and
-// re-reads it for the quant. Rows past the last group are in no core's range and never written.
+// re-reads it for the quant. W4A8 (cube.int4): acc is first recombined from the split's two planes (common/
+// gmm_epilogue.h, RunGroup); the spill then lands on the act half of the row's hi plane of group 0, as consumed.
+// Rows past the last group are in no core's range and never written.
 #include "kernel_operator.h"
 
 #include "common/kernel_frame.h"
@@ -27,7 +29,9 @@ public:
         table_ = table;
         status_ = status;
         const uint64_t accElems = uint64_t(t.cube.m) * t.cube.n;
-        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), accElems * t.cube.kGroups);
+        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc),
+                             accElems * t.cube.kGroups * GmmAccPlanes(t.cube.int4));
+        planes_ = {acc_, accElems, t.cube.int4};
         spill_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(acc), accElems);
         xScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(xScale), t.cube.m);
         y_.SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(y), uint64_t(t.cube.m) * t.half);
@@ -37,6 +41,10 @@ public:
         dequant_.Init(pipe_, n);
         actScale_.Init(pipe_, n);
         gateScale_.Init(pipe_, n);
+        if (t.cube.int4) {
+            actColsum_.Init(pipe_, n);
+            gateColsum_.Init(pipe_, n);
+        }
         pipe_.InitBuffer(sBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(gateBuf_, UbBytes(uint64_t(n) * 4));
         pipe_.InitBuffer(expBuf_, UbBytes(uint64_t(n) * 4));
@@ -69,6 +77,8 @@ public:
         }
         actScale_.Release();
         gateScale_.Release();
+        actColsum_.Release();
+        gateColsum_.Release();
     }
 
 private:
@@ -77,6 +87,10 @@ private:
         if (wLayer_ == int64_t(layer)) return;
         wScale_.SetGlobalBuffer(LayerAddress<float>(table_, t_.cube.layers + layer),
                                 uint64_t(t_.cube.experts) * t_.cube.kGroups * t_.cube.n);
+        // W4A8: the layer's colsums [E, G, N] follow the scales in the address table.
+        if (t_.cube.int4)
+            colsums_.SetGlobalBuffer(LayerAddress<int32_t>(table_, 2 * t_.cube.layers + layer),
+                                     uint64_t(t_.cube.experts) * t_.cube.kGroups * t_.cube.n);
         wLayer_ = layer;
     }
 
@@ -114,16 +128,16 @@ private:
     // ([E, G, N]), each group's partial is dequantized with its own slice and the groups are added in order
     // (docs/gmm.md §9.2).
     __aicore__ inline void Dequant(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float xs,
-                                   ScaleSlice& slice, const AscendC::LocalTensor<float>& dst) {
+                                   ScaleSlice& slice, ColsumSlice& colsum, const AscendC::LocalTensor<float>& dst) {
         const uint32_t groups = t_.cube.kGroups;
-        const uint64_t off = row * t_.cube.n + col, partStride = uint64_t(t_.cube.m) * t_.cube.n;
-        dequant_.Run(acc_[off], slice.Get(wScale_, t_.cube.n, layer_, expert * groups, col, len), len, xs, dst);
-        for (uint32_t g = 1; g < groups; ++g) {
-            AscendC::LocalTensor<float> part = partBuf_.Get<float>();
-            dequant_.Run(acc_[g * partStride + off], slice.Get(wScale_, t_.cube.n, layer_, expert * groups + g, col,
-                                                               len),
-                         len, xs, part);
-            AscendC::Add(dst, dst, part, len);
+        const uint64_t off = row * t_.cube.n + col;
+        for (uint32_t g = 0; g < groups; ++g) {
+            AscendC::LocalTensor<float> part = g == 0 ? dst : partBuf_.Get<float>();
+            const AscendC::LocalTensor<int32_t>* cs =
+                t_.cube.int4 ? &colsum.Get(colsums_, t_.cube.n, layer_, expert * groups + g, col, len) : nullptr;
+            dequant_.RunGroup(planes_, off, g, cs, slice.Get(wScale_, t_.cube.n, layer_, expert * groups + g, col, len),
+                              len, xs, part);
+            if (g > 0) AscendC::Add(dst, dst, part, len);
         }
     }
 
@@ -132,8 +146,8 @@ private:
                                        const AscendC::LocalTensor<float>& s) {
         AscendC::LocalTensor<float> gate = gateBuf_.Get<float>();
         AscendC::LocalTensor<float> e = expBuf_.Get<float>();
-        Dequant(row, expert, col, len, xs, actScale_, s);
-        Dequant(row, expert, t_.half + col, len, xs, gateScale_, gate);
+        Dequant(row, expert, col, len, xs, actScale_, actColsum_, s);
+        Dequant(row, expert, t_.half + col, len, xs, gateScale_, gateColsum_, gate);
         if (t_.clamp) {
             AscendC::Mins(s, s, t_.limit, len);
             AscendC::Mins(gate, gate, t_.limit, len);
@@ -179,6 +193,7 @@ private:
     AscendC::TPipe pipe_;
     DequantStep dequant_;
     ScaleSlice actScale_, gateScale_;  // w_scale of the current expert's act / gate columns
+    ColsumSlice actColsum_, gateColsum_;  // W4A8: their colsums
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
     ScaleStager yScales_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> sBuf_, gateBuf_, expBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;
@@ -188,6 +203,8 @@ private:
     AscendC::GlobalTensor<float> spill_;
     AscendC::GlobalTensor<float> xScale_;
     AscendC::GlobalTensor<float> wScale_;
+    AscendC::GlobalTensor<int32_t> colsums_;
+    GmmAccView planes_;
     AscendC::GlobalTensor<int8_t> y_;
     AscendC::GlobalTensor<float> yScale_;
 };

@@ -5,6 +5,7 @@
 
 #include "common/ub_math.h"
 #include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
+#include "gmm_split_int4/gmm_split_int4_tiling_data.h"
 
 namespace cam::kernels {
 
@@ -16,14 +17,17 @@ struct GmmSwigluQuantMultiLayerTilingData {
     uint32_t passes;         // ceil(half / chunk); > 1 spills s to the workspace and re-reads it for the quant
     uint32_t clamp;          // 1: the clamped SwiGLU (swiglu_limit): act = min(act, limit), gate in [-limit, limit]
     float limit;             // swiglu_limit as fp32 (clamp == 1): >= 0, or +inf
+    GmmSplitInt4TilingData split;  // cube.int4: the activation split launched before the cube kernel
 };
 
 constexpr uint32_t kGmmSwigluColAlign = 32;
 constexpr uint32_t kGmmSwigluScaleBatch = 64;  // y_scale values staged in UB before one copy-out
 
-// UB bytes the W1 epilogue carves for `chunk` output columns; `grouped` (scale groups along K): one more fp32 row.
-__aicore__ constexpr uint32_t GmmSwigluQuantMultiLayerUbBytes(uint32_t chunk, bool grouped = false) {
-    return DequantUbBytes(chunk)                 // accumulator (act, then gate) and w_scale in
+// UB bytes the W1 epilogue carves for `chunk` output columns; `grouped` (scale groups along K): one more fp32 row;
+// `int4` (W4A8): the act and gate colsum slices of the recombination.
+__aicore__ constexpr uint32_t GmmSwigluQuantMultiLayerUbBytes(uint32_t chunk, bool grouped = false,
+                                                              bool int4 = false) {
+    return DequantUbBytes(chunk, int4)           // accumulator (act, then gate) and w_scale in
            + 3 * UbBytes(uint64_t(chunk) * 4)    // fp32 act/s, gate, exp term
            + UbBytes(uint64_t(chunk) * 4)        // |s| / int32 quant scratch
            + UbBytes(uint64_t(chunk) * 2)        // half quant scratch

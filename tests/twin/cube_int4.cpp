@@ -145,6 +145,39 @@ int FromFiles(const std::string& dir, Shape s) {
     return 0;
 }
 
+// The vector Cast half -> int4b_t (the W4A8 activation split's packer): -9.5 floors to -10 and saturates to -8,
+// 6.5 floors to 6; two values a byte, element 2i in the low nibble. An odd count would leave half a byte: refused.
+int CastInt4(bool odd) {
+    std::vector<uint8_t> out(32, 0);
+    try {
+        cam::twin::RunLaunch("int4_cube", 1, [&] {
+            TPipe pipe;
+            TBuf<TPosition::VECCALC> hb;
+            TQue<TPosition::VECOUT, 1> oq;
+            pipe.InitBuffer(hb, 64 * 2);
+            pipe.InitBuffer(oq, 1, 32);
+            LocalTensor<half> h = hb.Get<half>();
+            Duplicate(h, half(-9.5f), 32);
+            Duplicate(h[32], half(6.5f), 32);
+            LocalTensor<int4b_t> q = oq.AllocTensor<int4b_t>();
+            Cast(q, h, RoundMode::CAST_FLOOR, odd ? 63 : 64);  // @case:cast_int4_odd_count
+            oq.EnQue(q);
+            q = oq.DeQue<int4b_t>();
+            GlobalTensor<int8_t> g;
+            g.SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(out.data()), 32);
+            DataCopy(g, q.ReinterpretCast<int8_t>(), 32);
+            oq.FreeTensor(q);
+        });
+    } catch (const cam::twin::TwinViolation& e) {
+        std::printf("%s\n", e.what());
+        return 1;
+    }
+    for (int i = 0; i < 32; ++i)
+        if (out[i] != (i < 16 ? 0x88 : 0x66)) return std::printf("wrong int4 byte %d: 0x%02x\n", i, out[i]), 3;
+    std::printf("OK\n");
+    return 0;
+}
+
 uint8_t Nibble(int v) { return static_cast<uint8_t>(v) & 0x0F; }
 
 // Random int4 values over [-8, 7]; A packed along k (ND), B in ZN fractals, its rows past k random too (the
@@ -195,6 +228,8 @@ int main(int argc, char** argv) {
     if (c == "mmad_int4_k") return Run({16, 96, 16}, Break::ShortA);
     if (c == "int4_odd_offset") return Run({16, 128, 16}, Break::OddOffset);
     if (c == "nd2nz_odd_dvalue") return Run({16, 128, 16}, Break::OddDValue);
+    if (c == "cast_int4") return CastInt4(false);
+    if (c == "cast_int4_odd_count") return CastInt4(true);
     std::fprintf(stderr, "unknown case %s\n", argv[1]);
     return 2;
 }

@@ -114,6 +114,36 @@ int CubeLoop(int count) {
     return Check(got, K("scalar_issue_cycles") + count * each, 1e-9);
 }
 
+// The same loop with int4 x int4 Mmads: charged at the int4 rate, half the cycles of int8's for the same m, n, k.
+int CubeLoopInt4(int count) {
+    constexpr uint16_t M = 128, N = 128, KK = 128;
+    const double got = Cycles(1, [&] {
+        KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+        TPipe pipe;
+        TQue<TPosition::A2, 1> a2;
+        TQue<TPosition::B2, 1> b2;
+        TQue<TPosition::CO1, 1> co1;
+        pipe.InitBuffer(a2, 1, M * KK / 2);
+        pipe.InitBuffer(b2, 1, KK * N / 2);
+        pipe.InitBuffer(co1, 1, M * N * 4);
+        LocalTensor<int4b_t> la = a2.AllocTensor<int4b_t>();
+        LocalTensor<int4b_t> lb = b2.AllocTensor<int4b_t>();
+        LocalTensor<int32_t> lc = co1.AllocTensor<int32_t>();
+        MmadParams mm;
+        mm.m = M;
+        mm.n = N;
+        mm.k = KK;
+        for (int i = 0; i < count; ++i) Mmad(lc, la, lb, mm);
+        a2.FreeTensor(la);
+        b2.FreeTensor(lb);
+        co1.FreeTensor(lc);
+    });
+    const double each = K("cube_startup_cycles") + double(M) * N * KK / K("cube_int4_macs_per_cycle");
+    if (!(K("cube_int4_macs_per_cycle") == 2 * K("cube_int8_macs_per_cycle")))
+        return std::printf("int4 rate is not twice int8's\n"), 1;
+    return Check(got, K("scalar_issue_cycles") + count * each, 1e-9);
+}
+
 // A VECIN queue of `buffers` buffers: copy in, hand to V, one Adds, free. With two buffers the copy of tile i+1
 // runs under the Adds of tile i; with one, AllocTensor waits for the Adds' FreeTensor.
 double QueueLoop(int buffers, uint32_t bytes, int n, int vectorOps) {
@@ -647,6 +677,7 @@ int main(int argc, char** argv) {
     if (c == "mte2_32k") return Mte2Stream(32768, 64);
     if (c == "vector_loop") return VectorLoop(2048, 100);
     if (c == "cube_loop") return CubeLoop(40);
+    if (c == "cube_loop_int4") return CubeLoopInt4(40);
     if (c == "cube_path") return CubePath();
     if (c == "queue_depth1") return QueueCase(1);
     if (c == "queue_pingpong") return QueueCase(2);

@@ -496,6 +496,34 @@ void VectorThenCopyOut(GM_ADDR, GM_ADDR dst) {
     DataCopy(d, buf.Get<float>(), kElems);  // @case:pipe_v_then_mte3
 }
 
+// Two gather buffers side by side in UB (dp::RowBatch): each is refilled by MTE2 after a WaitFlag<MTE3_MTE2> of its
+// own event only, so the other buffer's MTE3 read, issued after that event was set and adjacent in UB, runs on. The
+// flag orders the first buffer's read alone; without the wait the refill meets that read.
+template <bool kWait>
+void PingPongAdjacent(GM_ADDR src, GM_ADDR dst) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 2 * kElems * sizeof(float));
+    GlobalTensor<float> s, d;
+    s.SetGlobalBuffer(reinterpret_cast<float*>(src), kElems);
+    d.SetGlobalBuffer(reinterpret_cast<float*>(dst), 2 * kElems);
+    LocalTensor<float> b0 = buf.Get<float>(), b1 = buf.Get<float>()[kElems];
+    DataCopy(b0, s, kElems);
+    SetFlag<HardEvent::MTE2_MTE3>(EVENT_ID1);
+    WaitFlag<HardEvent::MTE2_MTE3>(EVENT_ID1);
+    DataCopy(d, b0, kElems);
+    SetFlag<HardEvent::MTE3_MTE2>(EVENT_ID4);
+    DataCopy(b1, s, kElems);
+    SetFlag<HardEvent::MTE2_MTE3>(EVENT_ID1);
+    WaitFlag<HardEvent::MTE2_MTE3>(EVENT_ID1);
+    DataCopy(d[kElems], b1, kElems);
+    SetFlag<HardEvent::MTE3_MTE2>(EVENT_ID5);
+    if constexpr (kWait) WaitFlag<HardEvent::MTE3_MTE2>(EVENT_ID4);
+    DataCopy(b0, s, kElems);  // @case:pipe_pingpong_adjacent
+    if constexpr (!kWait) WaitFlag<HardEvent::MTE3_MTE2>(EVENT_ID4);
+    WaitFlag<HardEvent::MTE3_MTE2>(EVENT_ID5);
+}
+
 // 40 vector writes to separate 32-byte slices of a TBuf (64 bytes apart, so none touches another), then an MTE3
 // copy-out of the first: a V op 40 ops back is still pending unless a flag orders V before MTE3 (the model keeps
 // every V op on UB until it is ordered, up to 64; it used to keep 16 per pipe and would have forgotten this one).
@@ -836,6 +864,8 @@ const Case kCases[] = {
     {"good_pipe_v_then_mte3", VectorThenCopyOut<true>, 1},
     {"pipe_v_deep_then_mte3", VectorDeepThenCopyOut<false>, 1},
     {"good_pipe_v_deep_then_mte3", VectorDeepThenCopyOut<true>, 1},
+    {"pipe_pingpong_adjacent", PingPongAdjacent<false>, 1},
+    {"good_pipe_pingpong_adjacent", PingPongAdjacent<true>, 1},
     {"pipe_inplace_v_then_mte2", InPlaceVectorThenCopyIn<false>, 1},
     {"good_pipe_inplace_v_then_mte2", InPlaceVectorThenCopyIn<true>, 1},
     {"good_copy_48_cores", GoodCopy, 48},  // legal once the platform has 48 vector cores

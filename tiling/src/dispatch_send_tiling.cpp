@@ -10,27 +10,42 @@ bool TileDispatchSend(const PlatformInfo& platform, const kernels::dp::CommArgs&
                       bool bf16, bool placed, kernels::DispatchSendTilingData* out, uint64_t* workspaceBytes,
                       std::string* why) {
     kernels::DispatchSendTilingData t{};
+    const CamTopology& topo = comm.topo;
     t.comm = comm;
     t.tokens = tokens;
     t.layer = layer;
     t.key = bf16 ? kernels::kDispatchSendBf16 : kernels::kDispatchSendFp16;
-    t.colsPerPass = ColsPerPass(comm.topo.H, kernels::kDispatchSendMaxCols);
-    t.passes = static_cast<uint32_t>(kernels::CeilDiv(static_cast<uint64_t>(comm.topo.H), t.colsPerPass));
+    t.colsPerPass = ColsPerPass(topo.H, kernels::kDispatchSendMaxCols);
     t.copyChunkBytes = kernels::kDispatchSendCopyChunk;
     t.placed = placed ? 1u : 0u;
-    if (kernels::DispatchSendUbBytes(t.colsPerPass, t.copyChunkBytes, placed) > platform.ubBytes) {
-        *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold dispatch_send's working set";
-        return false;
-    }
-    // The round's tables go to UB when they fit beside the working set (every usual topology); otherwise (E up to
-    // 2^20 experts, a large Bmax x F) block 0 builds them in the workspace with scalar stores.
-    const CamTopology& topo = comm.topo;
-    const uint64_t base = kernels::DispatchSendUbBytes(t.colsPerPass, t.copyChunkBytes, placed);
-    const uint64_t tables = kernels::DispatchSendTablesUbBytes(cam::layout::plane_slots(topo), topo.F, tokens, topo.K);
-    t.tablesInUb = base + tables <= platform.ubBytes ? 1u : 0u;
     // The bytes a block reads: its tokens' activations (each is quantized once, whatever the fan-out).
-    t.blockDim = BlocksFor(platform, tokens, uint64_t(tokens) * uint64_t(comm.topo.H) * uint64_t(comm.topo.act_dtype_bytes));
-    *workspaceBytes = static_cast<uint64_t>(kernels::DispatchSendWorkspaceLayout(comm.topo).bytes);
+    t.blockDim = BlocksFor(platform, tokens, uint64_t(tokens) * uint64_t(topo.H) * uint64_t(topo.act_dtype_bytes));
+    // The UB budget, decided once here: the layer's placement rows resident for the whole launch, and every block
+    // routing its own tokens with its tables in UB (every usual topology), each kept when it fits, the tables first.
+    // Otherwise the placement rows are read through a window, and block 0 routes the whole round in the workspace
+    // with scalar stores (E up to 2^20 experts, a large Bmax x F).
+    const uint64_t tableWords = placed ? uint64_t(topo.E * cam::layout::placement_width(topo)) : 0;
+    const uint64_t windowWords = placed ? std::min<uint64_t>(tableWords, kernels::dp::kTableWindowElems / 2) : 0;
+    const int64_t share = static_cast<int64_t>(kernels::CeilDiv(static_cast<uint64_t>(tokens), t.blockDim));
+    const uint64_t tables =
+        kernels::DispatchSendTablesUbBytes(cam::layout::plane_slots(topo), topo.F, share, topo.K);
+    auto base = [&](uint64_t placeWords) {
+        return uint64_t(kernels::DispatchSendUbBytes(t.colsPerPass, t.copyChunkBytes, static_cast<uint32_t>(placeWords)));
+    };
+    if (!WorkingSetFits(platform, base(windowWords), "dispatch_send", why)) return false;
+    const bool residentFits = tableWords <= UINT32_MAX;
+    if (residentFits && base(tableWords) + tables <= platform.ubBytes) {
+        t.placeUbWords = static_cast<uint32_t>(tableWords);
+        t.tablesInUb = 1;
+    } else if (base(windowWords) + tables <= platform.ubBytes) {
+        t.placeUbWords = static_cast<uint32_t>(windowWords);
+        t.tablesInUb = 1;
+    } else {
+        t.placeUbWords = static_cast<uint32_t>(residentFits && base(tableWords) <= platform.ubBytes ? tableWords
+                                                                                                   : windowWords);
+        t.tablesInUb = 0;
+    }
+    *workspaceBytes = static_cast<uint64_t>(kernels::DispatchSendWorkspaceLayout(topo, t.blockDim).bytes);
     *out = t;
     return true;
 }

@@ -31,7 +31,6 @@ bool TileDynamicQuant(const PlatformInfo& platform, uint64_t rows, uint64_t cols
     t.rows = static_cast<uint32_t>(rows);
     t.cols = static_cast<uint32_t>(cols);
     t.colsPerPass = std::min(alignedCols, maxPass);
-    t.passes = static_cast<uint32_t>(kernels::CeilDiv(std::max<uint64_t>(cols, 1), t.colsPerPass));
     t.blockDim = static_cast<uint32_t>(std::min<uint64_t>(platform.aivCores, rows));
     if (t.blockDim > 0) {
         t.rowsPerBlock = t.rows / t.blockDim;

@@ -16,9 +16,9 @@ constexpr uint32_t kPreferredTm = 128;
 constexpr uint32_t kPreferredTn = 128;
 constexpr uint32_t kPreferredTk = 256;
 
-bool Fits(const PlatformInfo& p, uint32_t tm, uint32_t tn, uint32_t tk) {
-    return kernels::GmmL1Bytes(tm, tn, tk) <= p.l1Bytes && kernels::GmmL0ABytes(tm, tk) <= p.l0aBytes &&
-           kernels::GmmL0BBytes(tn, tk) <= p.l0bBytes && kernels::GmmL0CBytes(tm, tn) <= p.l0cBytes;
+bool Fits(const PlatformInfo& p, uint32_t tm, uint32_t tn, uint32_t tk, uint32_t int4) {
+    return kernels::GmmL1Bytes(tm, tn, tk, int4) <= p.l1Bytes && kernels::GmmL0ABytes(tm, tk) <= p.l0aBytes &&
+           kernels::GmmL0BBytes(tn, tk, int4) <= p.l0bBytes && kernels::GmmL0CBytes(tm, tn, int4) <= p.l0cBytes;
 }
 
 // Largest multiple of `align` (at most `cap`) whose UB need fits.
@@ -58,18 +58,24 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
         *why = "the group table has " + std::to_string(groups) + " groups, more than supported";
         return false;
     }
-    if (s.kGroups < 1 || s.k % s.kGroups != 0 || (s.kGroups > 1 && (s.k / s.kGroups) % kernels::kGmmK0 != 0)) {
+    // An int4 fractal holds 64 K values, so with int4 weights a k step, and every scale group, is a multiple of 64.
+    const uint32_t k0 = s.int4 ? kernels::kGmmK0Int4 : kernels::kGmmK0;
+    const uint32_t int4 = s.int4 ? 1u : 0u;
+    if (s.kGroups < 1 || s.k % s.kGroups != 0 || (s.kGroups > 1 && (s.k / s.kGroups) % k0 != 0)) {
         *why = "K = " + std::to_string(s.k) + " in " + std::to_string(s.kGroups) +
-               " scale groups: each group must be a multiple of " + std::to_string(kernels::kGmmK0) + " rows of K";
+               " scale groups: each group must be a multiple of " + std::to_string(k0) + " rows of K" +
+               (s.int4 ? " (int4 weights: an int4 fractal holds 64 K values)" : "");
         return false;
     }
-    const uint64_t kGroup = s.k / s.kGroups;
+    const uint64_t kSplit = AlignUp(s.k, kernels::kGmmK0Int4);
+    // Per output channel the int4 loop runs over the 64-padded K as one group.
+    const uint64_t kGroup = s.int4 && s.kGroups == 1 ? kSplit : s.k / s.kGroups;
     uint32_t tm = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTm, AlignUp(std::max<uint64_t>(s.m, 1), 16)));
     uint32_t tn = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTn, AlignUp(s.n, 32)));
-    uint32_t tk = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTk, AlignUp(s.k, 32)));
+    uint32_t tk = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTk, AlignUp(s.k, k0)));
     // Shrink k first (costs only more steps), then n, then m, until every buffer fits.
-    while (!Fits(platform, tm, tn, tk)) {
-        if (tk > 32) tk -= 32;
+    while (!Fits(platform, tm, tn, tk, int4)) {
+        if (tk > k0) tk -= k0;
         else if (tn > 32) tn -= 32;
         else if (tm > 16) tm -= 16;
         else {
@@ -79,7 +85,7 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
     }
     // A k step never straddles two scale groups: each group's partial is flushed on its own.
     if (s.kGroups > 1) {
-        while (kGroup % tk != 0) tk -= kernels::kGmmK0;
+        while (kGroup % tk != 0) tk -= k0;
     }
     kernels::GmmCubeTilingData t{};
     t.kGroup = static_cast<uint32_t>(kGroup);
@@ -100,7 +106,28 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
     t.nTiles = static_cast<uint32_t>(CeilDiv(s.n, tn));
     // Units of one core that share rows (the n-tiles of an m-tile) then copy x in once instead of once per unit;
     // K too long for L1 keeps the streaming schedule.
-    t.aResident = kernels::GmmL1BytesResidentA(tm, tn, tk, t.k) <= platform.l1Bytes ? 1u : 0u;
+    t.aResident = kernels::GmmL1BytesResidentA(tm, tn, tk, t.k, int4) <= platform.l1Bytes ? 1u : 0u;
+    t.int4 = int4;
+    t.kSplit = s.int4 ? static_cast<uint32_t>(kSplit) : 0u;
+    t.wNBlocks = s.int4 ? static_cast<uint32_t>(CeilDiv(s.n, kernels::kGmmN0Int4)) : 0u;
+    *out = t;
+    return true;
+}
+
+bool TileGmmSplitInt4(const PlatformInfo& platform, const kernels::GmmCubeTilingData& cube,
+                      kernels::GmmSplitInt4TilingData* out, std::string* why) {
+    kernels::GmmSplitInt4TilingData t{};
+    if (!cube.int4) {
+        *out = t;
+        return true;
+    }
+    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmSplitColAlign, cube.kSplit,
+                           [](uint32_t c) { return kernels::GmmSplitInt4UbBytes(c); });
+    if (t.chunk == 0) {
+        *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one activation split pass";
+        return false;
+    }
+    t.blockDim = std::max<uint32_t>(platform.aivCores, 1);
     *out = t;
     return true;
 }
@@ -109,10 +136,11 @@ bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels:
                        std::string* why) {
     kernels::GmmMultiLayerTilingData t{};
     if (!TileGmmCube(platform, s, &t.cube, why)) return false;
+    if (!TileGmmSplitInt4(platform, t.cube, &t.split, why)) return false;
     const uint32_t cap = static_cast<uint32_t>(AlignUp(s.n, kernels::kGmmEpilogueColAlign));
-    const bool grouped = s.kGroups > 1;
+    const bool grouped = s.kGroups > 1, int4 = s.int4;
     t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmEpilogueColAlign, cap,
-                           [grouped](uint32_t c) { return kernels::GmmMultiLayerUbBytes(c, grouped); });
+                           [grouped, int4](uint32_t c) { return kernels::GmmMultiLayerUbBytes(c, grouped, int4); });
     if (t.chunk == 0) {
         *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue pass";
         return false;
@@ -130,11 +158,13 @@ bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& 
     }
     kernels::GmmSwigluQuantMultiLayerTilingData t{};
     if (!TileGmmCube(platform, s, &t.cube, why)) return false;
+    if (!TileGmmSplitInt4(platform, t.cube, &t.split, why)) return false;
     t.half = static_cast<uint32_t>(s.n / 2);
     const uint32_t cap = static_cast<uint32_t>(AlignUp(t.half, kernels::kGmmSwigluColAlign));
-    const bool grouped = s.kGroups > 1;
-    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmSwigluColAlign, cap,
-                           [grouped](uint32_t c) { return kernels::GmmSwigluQuantMultiLayerUbBytes(c, grouped); });
+    const bool grouped = s.kGroups > 1, int4 = s.int4;
+    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmSwigluColAlign, cap, [grouped, int4](uint32_t c) {
+        return kernels::GmmSwigluQuantMultiLayerUbBytes(c, grouped, int4);
+    });
     if (t.chunk == 0) {
         *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue pass";
         return false;

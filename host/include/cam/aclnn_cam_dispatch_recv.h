@@ -15,7 +15,8 @@ extern "C" {
 #endif
 
 /* dispatch_recv (FFN rank): takes the next ready replica round robin, or returns an empty work item after the
- * idle bound. Outputs have static shapes (N = min(capacity, P*Bmax*K), R = local expert slots: expert_slots or E/F):
+ * idle bound. Outputs have static shapes (N = min(capacity, P*Ts*K) with Ts = min(Bmax, window_tokens), window_tokens
+ * 0 meaning Bmax; R = local expert slots: expert_slots or E/F):
  *   expandX       [N, H] ACL_INT8 (quantized) or camCommConfig.actDtype; rows past work_item rows are not written
  *   scales        [N] ACL_FLOAT (quantized) or [1] (unused)
  *   expertCounts  [R] ACL_INT64: rows per local expert (a group_list of type 1 = counts)
@@ -36,6 +37,12 @@ CAM_API aclnnStatus aclnnCamDispatchRecvBatchGetWorkspaceSize(camComm* comm, int
                                                               aclTensor* scales, aclTensor* groupTable,
                                                               aclTensor* origin, aclTensor* workItems,
                                                               uint64_t* workspaceSize, aclOpExecutor** executor);
+/* The batched mode's row-budget rule for a topology, without a communicator (a serving policy checks it once,
+ * before it allocates): ACLNN_ERR_PARAM_INVALID naming row_budget, as the batched GetWorkspaceSize refuses a budget
+ * below one chunk (N above). *largestBatchRows (may be NULL) receives min(I * N, 2^31 - 1), the most rows one batch
+ * can ever take on this topology. */
+CAM_API aclnnStatus aclnnCamDispatchRecvCheckRowBudget(const CamTopology* topology, int64_t rowBudget,
+                                                       int64_t* largestBatchRows);
 CAM_API aclnnStatus aclnnCamDispatchRecv(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                          aclrtStream stream);
 

@@ -37,6 +37,13 @@ CAM_API aclnnStatus aclnnCamGmmMultiLayerV2GetWorkspaceSize(const aclTensor* y, 
                                                             int64_t groupListType, const double* outScale,
                                                             aclTensor* out, uint64_t* workspaceSize,
                                                             aclOpExecutor** executor);
+// W4A8 (docs/gmm.md §9): weights are packed int4, uint8 [E_local, ceil(K/64), ceil(N/16), 16, 32] per layer
+// (cam.LayerWeights(format="int4")), weightColsums int32 [E_local, G, N] per layer (Σ_k w over each of the G K groups
+// of weightScales; G = 1 per channel); null weightColsums is the int8 form (V2). Execute with aclnnCamGmmMultiLayer.
+CAM_API aclnnStatus aclnnCamGmmMultiLayerW4A8GetWorkspaceSize(
+    const aclTensor* y, const aclTensor* yScale, const aclTensorList* weights, const aclTensorList* weightScales,
+    const aclTensorList* weightColsums, const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType,
+    const double* outScale, aclTensor* out, uint64_t* workspaceSize, aclOpExecutor** executor);
 CAM_API aclnnStatus aclnnCamGmmMultiLayer(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                           aclrtStream stream);
 

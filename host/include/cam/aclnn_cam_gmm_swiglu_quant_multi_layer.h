@@ -31,6 +31,14 @@ CAM_API aclnnStatus aclnnCamGmmSwigluQuantMultiLayerV2GetWorkspaceSize(
     const aclTensor* x, const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
     const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType, const double* swigluLimit,
     aclTensor* y, aclTensor* yScale, uint64_t* workspaceSize, aclOpExecutor** executor);
+// W4A8 (docs/gmm.md §9): weights are packed int4, uint8 [E_local, ceil(K/64), ceil(N/16), 16, 32] per layer
+// (cam.LayerWeights(format="int4")), weightColsums int32 [E_local, G, N] per layer (Σ_k w over each of the G K groups
+// of weightScales; G = 1 per channel); null weightColsums is the int8 form (V2). Execute with
+// aclnnCamGmmSwigluQuantMultiLayer.
+CAM_API aclnnStatus aclnnCamGmmSwigluQuantMultiLayerW4A8GetWorkspaceSize(
+    const aclTensor* x, const aclTensor* xScale, const aclTensorList* weights, const aclTensorList* weightScales,
+    const aclTensorList* weightColsums, const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType,
+    const double* swigluLimit, aclTensor* y, aclTensor* yScale, uint64_t* workspaceSize, aclOpExecutor** executor);
 CAM_API aclnnStatus aclnnCamGmmSwigluQuantMultiLayer(void* workspace, uint64_t workspaceSize,
                                                      aclOpExecutor* executor, aclrtStream stream);
 

@@ -177,6 +177,9 @@ struct State {
     PipeList lists[kSpaces][kPipes];
     uint64_t seq = 1;
     uint64_t frontier[kPipes][kPipes] = {};
+    // Per pipe, the seq of its latest SetFlag: an op issued before it is never widened into a later one (a WaitFlag
+    // of that flag orders the earlier op only, as two ping-pong buffers side by side in UB rely on).
+    uint64_t flagSet[kPipes] = {};
     uint8_t busy[kSpaces] = {};  // per space, the pipes whose list is not empty: checks visit only these
     uint8_t corePipes = kVectorCorePipes;
     // Between PipeBlockStart and PipeBlockEnd (the thread is running a block, the model is not switched off):
@@ -365,7 +368,7 @@ inline void AppendLog(State& st, OpLog& log, uintptr_t lo, uintptr_t hi, bool wr
         if (t.write == write && lo <= t.hi && t.lo <= hi) {
             // Widened only while ordered before none of the pipes it could conflict with (`needed`): no ordering
             // is lost.
-            bool unordered = true;
+            bool unordered = t.seq > st.flagSet[log.pipe];
             for (unsigned rest = st.needed[log.space][log.pipe][0]; rest != 0; rest &= rest - 1)
                 unordered &= t.seq >= st.frontier[__builtin_ctz(rest)][log.pipe];
             if (unordered) {
@@ -714,6 +717,8 @@ void PipeFlagSet(HardEvent event, int32_t id) {
     State* sp = tState;
     if (sp == nullptr || !sp->on) return;
     State& st = *sp;
+    Pipe src, dst;
+    if (EventPipes(event, &src, &dst)) st.flagSet[static_cast<int>(src)] = st.seq;
     st.flags[static_cast<int>(event)][id & (kEventIds - 1)].seq = st.seq++;
 }
 
@@ -814,6 +819,7 @@ void PipeBlockStart() {
     st.on = !(off != nullptr && off[0] == '1' && off[1] == '\0');
     for (auto& row : st.flags)
         for (auto& f : row) f.seq = 0;
+    for (uint64_t& f : st.flagSet) f = 0;
 }
 
 }  // namespace cam::twin

@@ -117,7 +117,7 @@ void Push(const Rec& r) {
 
 // One device's figures, read by name from the one table.
 struct Device {
-    double clock, mte2, mte3, mte1, fix, mteLat, burst, vecRepeat, vecBytes, vecStart, cubeStart, cubeMacs, issue,
+    double clock, mte2, mte3, mte1, fix, mteLat, burst, vecRepeat, vecBytes, vecStart, cubeStart, cubeMacs, cubeMacsInt4, issue,
         scalarUb, scalarGm, hbm, l2Bytes, l2Bw, sync, launch, link, pollLat;
 };
 
@@ -141,6 +141,7 @@ Device MakeDevice(bool a3, bool l2hi) {
     d.vecStart = Lookup("vector_startup_cycles", a3);
     d.cubeStart = Lookup("cube_startup_cycles", a3);
     d.cubeMacs = Lookup("cube_int8_macs_per_cycle", a3);
+    d.cubeMacsInt4 = Lookup("cube_int4_macs_per_cycle", a3);
     d.issue = Lookup("scalar_issue_cycles", a3);
     d.scalarUb = Lookup("scalar_ub_access_cycles", a3);
     d.scalarGm = Lookup("scalar_gm_access_cycles", a3);
@@ -184,7 +185,8 @@ double Cycles(const Rec& r, const Device& d) {
         }
         case Kind::LocalCopy: return d.cubeStart + double(r.a) / d.mte1;
         case Kind::Vector: return d.vecStart + double((r.a + uint64_t(d.vecBytes) - 1) / uint64_t(d.vecBytes)) * d.vecRepeat;
-        case Kind::Mmad: return d.cubeStart + double(r.a) * double(r.b) * double(r.c) / d.cubeMacs;
+        case Kind::Mmad:  // r.d: the operands' element bits
+            return d.cubeStart + double(r.a) * double(r.b) * double(r.c) / (r.d == 4 ? d.cubeMacsInt4 : d.cubeMacs);
         default: return 0;
     }
 }
@@ -629,13 +631,18 @@ bool SameLandings(const std::unordered_set<uint64_t>& read, const std::unordered
     return true;
 }
 
+// Every Device field is either compared by SameCores or one of the floor's figures (hbm, l2Bytes, l2Bw, link): a
+// field added without being named there fails this count.
+static_assert(sizeof(Device) == 23 * sizeof(double), "a Device field is missing from SameCores or the floor's figures");
+
 // Whether two devices differ only in figures a costing reads after its cores have run (the segments' floors: HBM,
 // L2, link): then the cores run the same instructions at the same cycles on both, as long as every segment ends at
 // the same cycle and the landings their reads wait for are the same.
 bool SameCores(const Device& a, const Device& b) {
     return a.clock == b.clock && a.mte2 == b.mte2 && a.mte3 == b.mte3 && a.mte1 == b.mte1 && a.fix == b.fix &&
            a.mteLat == b.mteLat && a.burst == b.burst && a.vecRepeat == b.vecRepeat && a.vecBytes == b.vecBytes &&
-           a.vecStart == b.vecStart && a.cubeStart == b.cubeStart && a.cubeMacs == b.cubeMacs && a.issue == b.issue &&
+           a.vecStart == b.vecStart && a.cubeStart == b.cubeStart && a.cubeMacs == b.cubeMacs &&
+           a.cubeMacsInt4 == b.cubeMacsInt4 && a.issue == b.issue &&
            a.scalarUb == b.scalarUb && a.scalarGm == b.scalarGm && a.sync == b.sync && a.launch == b.launch &&
            a.pollLat == b.pollLat;
 }
@@ -910,9 +917,9 @@ void TimeVectorOperandRecord(const char* role, uint64_t bytes) {
     }
 }
 
-void TimeMmadRecord(uint32_t m, uint32_t n, uint32_t k) {
+void TimeMmadRecord(uint32_t m, uint32_t n, uint32_t k, uint32_t elemBits) {
     if (!gTimingOn) return;
-    Push({Kind::Mmad, uint8_t(Pipe::M), 0, 0, m, n, k, 0});
+    Push({Kind::Mmad, uint8_t(Pipe::M), 0, 0, m, n, k, elemBits});
 }
 
 void TimeScalarRecord(bool gm) {

@@ -320,8 +320,10 @@ struct MmadParams {
 
 // C (L0C, NZ int32) = / += A (L0A, ZZ int8) x B (L0B, ZN int8). The twin computes whole fractals: m and n
 // rounded up to 16, k up to 32, so padding must be zero on at least one side of every product (docs/twin.md).
-inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int8_t>& a, const LocalTensor<int8_t>& b,
-                 const MmadParams& p, const std::source_location where = std::source_location::current()) {
+// elemBits: the operands' element width as the program issued them (8; 4 for an int4 Mmad, which runs here on its
+// unpacked fractals): the timing model charges the cube at that type's rate.
+inline void MmadChecked(const LocalTensor<int32_t>& c, const LocalTensor<int8_t>& a, const LocalTensor<int8_t>& b,
+                        const MmadParams& p, const std::source_location& where, uint32_t elemBits) {
     using namespace cam::twin;
     CAM_TWIN_CHECK(!p.isBias && !p.enSsparse && !p.enWinogradA && !p.enWinogradB && p.fmOffset == 0, "cube-params",
                    "Mmad features other than plain int8 GEMM are not modelled", where);
@@ -364,8 +366,14 @@ inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int8_t>& a, co
                        std::to_string(c.GetSize()),
                    where);
     CheckMmadInit(c.Record(), c.Data(), uint64_t(mA) * nA * sizeof(int32_t), p.cmatrixInitVal, where);
-    TimeMmad(mA, nA, kA);
-    MmadInt8(c.Data(), a.Data(), b.Data(), mA, nA, kA, p.cmatrixInitVal, where);
+    // int4 reads K in fractals of 64: charged over k rounded up to 64 at the int4 rate.
+    TimeMmad(mA, nA, elemBits == 4 ? (p.k + 63) / 64 * 64 : kA, elemBits);
+    cam::twin::MmadInt8(c.Data(), a.Data(), b.Data(), mA, nA, kA, p.cmatrixInitVal, where);
+}
+
+inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int8_t>& a, const LocalTensor<int8_t>& b,
+                 const MmadParams& p, const std::source_location where = std::source_location::current()) {
+    MmadChecked(c, a, b, p, where, 8);
 }
 
 enum class CO2Layout : uint8_t { NZ = 0, ROW_MAJOR, COLUMN_MAJOR };
@@ -410,9 +418,11 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
                    where);
     CAM_TWIN_CHECK(p.srcStride % kCubeM0 == 0 && p.srcStride >= p.mSize, "cube-params",
                    "Fixpipe srcStride must be the L0C row count (a multiple of 16, >= mSize)", where);
-    const uint32_t nA = (p.nSize + kCubeN0 - 1) / kCubeN0 * kCubeN0;
-    CAM_TWIN_CHECK(uint64_t(p.srcStride) * nA <= src.GetSize(), "l0-bounds", "Fixpipe reads past its L0C tensor",
-                   where);
+    // The exact extent read: mSize rows of each 16-column block, blocks srcStride rows apart (a source that starts
+    // at a row inside L0C, such as the second of two stacked row planes, reads no further than its last block).
+    const uint32_t nBlocksRead = (p.nSize + kCubeN0 - 1) / kCubeN0;
+    CAM_TWIN_CHECK((uint64_t(nBlocksRead - 1) * p.srcStride + p.mSize) * kCubeN0 <= src.GetSize(), "l0-bounds",
+                   "Fixpipe reads past its L0C tensor", where);
     const int32_t* c = src.Data();
     // Rows ascend in GM: the last row's range bounds them all, checked before the first write.
     dst.CheckRange(uint64_t(p.mSize - 1) * p.dstStride, p.nSize, where);

@@ -5,6 +5,7 @@
 // of 64 elements, no element offset inside a byte.
 #pragma once
 
+#include <cmath>
 #include <concepts>
 
 #include "twin/cube.h"
@@ -74,7 +75,8 @@ void LoadDataWithTranspose(const LocalTensor<int4b_t>&, const LocalTensor<int4b_
 
 // C (L0C, NZ int32) = / += A (L0A, ZZ int4) x B (L0B, ZN int4). The hardware reads K in fractals of 64 elements,
 // so each operand must hold its rows (columns) to k rounded up to 64; the rest of the rules (positions, ranges,
-// GEMV, ordering, bounds) are the int8 Mmad's, which runs on the unpacked fractals with the operands' records.
+// GEMV, ordering, bounds) are the int8 Mmad's, which runs on the unpacked fractals with the operands' records; the
+// timing model charges it at the int4 rate (cube_int4_macs_per_cycle).
 inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int4b_t>& a, const LocalTensor<int4b_t>& b,
                  const MmadParams& p, const std::source_location where = std::source_location::current()) {
     using namespace cam::twin;
@@ -98,7 +100,41 @@ inline void Mmad(const LocalTensor<int32_t>& c, const LocalTensor<int4b_t>& a, c
     int8_t* b8 = Int4Staging(1, uint64_t(k8) * nA);
     UnpackInt4A(a8, reinterpret_cast<const uint8_t*>(a.Data()), mA, k8, k4);
     UnpackInt4B(b8, reinterpret_cast<const uint8_t*>(b.Data()), k8, k4, nA);
-    Mmad(c, LocalTensor<int8_t>(a8, mA * k8, a.Record()), LocalTensor<int8_t>(b8, k8 * nA, b.Record()), p, where);
+    MmadChecked(c, LocalTensor<int8_t>(a8, mA * k8, a.Record()), LocalTensor<int8_t>(b8, k8 * nA, b.Record()), p,
+                where, 4);
+}
+
+// Vector Cast half -> int4b_t (asc-devkit `asc_half2int4` / `vconv_f162s4*`, A2/A3: the int4 operand's producer on
+// the AIV cores): rounds in `mode` (CAST_NONE as RINT), saturates to [-8, 7], packs two a byte (element 2i in the
+// low nibble). count must be even: a byte is never half written.
+inline void Cast(const LocalTensor<int4b_t>& dst, const LocalTensor<half>& src, RoundMode mode, uint32_t count,
+                 const std::source_location where = std::source_location::current()) {
+    using namespace cam::twin;
+    CheckInt4Pair(count, "Cast count", where);
+    CAM_TWIN_CHECK(mode == RoundMode::CAST_NONE || mode == RoundMode::CAST_RINT || mode == RoundMode::CAST_FLOOR ||
+                       mode == RoundMode::CAST_CEIL || mode == RoundMode::CAST_ROUND || mode == RoundMode::CAST_TRUNC,
+                   "cast-support", "Cast half -> int4b_t with round mode " + std::to_string(static_cast<int>(mode)) +
+                                       " is not in the A2/A3 Cast table",
+                   where);
+    const LocalTensor<int8_t> bytes = Int4Bytes(dst);
+    CheckVectorOperand(bytes, count / 2, "dst", where);
+    CheckVectorOperand(src, count, "src", where);
+    const half* in = src.Data();
+    uint8_t* out = reinterpret_cast<uint8_t*>(bytes.Data());
+    auto one = [mode](half h) -> uint8_t {
+        const float f = static_cast<float>(h);
+        float r = f;
+        switch (mode) {
+            case RoundMode::CAST_FLOOR: r = std::floor(f); break;
+            case RoundMode::CAST_CEIL: r = std::ceil(f); break;
+            case RoundMode::CAST_ROUND: r = std::round(f); break;
+            case RoundMode::CAST_TRUNC: r = std::trunc(f); break;
+            default: r = std::nearbyint(f); break;  // the FPU's default mode: nearest even
+        }
+        const int v = std::isnan(r) ? 0 : r < -8.0f ? -8 : r > 7.0f ? 7 : static_cast<int>(r);
+        return static_cast<uint8_t>(v) & 0x0F;
+    };
+    for (uint32_t i = 0; i < count / 2; ++i) out[i] = static_cast<uint8_t>(one(in[2 * i]) | (one(in[2 * i + 1]) << 4));
 }
 
 // On A2/A3 the cube multiplies int4 only by int4: an int8 x int4 (or int4 x int8) Mmad does not exist.

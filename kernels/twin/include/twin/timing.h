@@ -43,10 +43,10 @@ void TimeVectorOperandRecord(const char* role, uint64_t bytes);
 inline void TimeVectorOperand(const char* role, uint64_t bytes) {
     if (gTimingOn) TimeVectorOperandRecord(role, bytes);
 }
-void TimeMmadRecord(uint32_t m, uint32_t n, uint32_t k);
-inline void TimeMmad(uint32_t m, uint32_t n, uint32_t k) {
-    if (gTimingOn) TimeMmadRecord(m, n, k);
-}  // int8, padded sizes
+void TimeMmadRecord(uint32_t m, uint32_t n, uint32_t k, uint32_t elemBits);
+inline void TimeMmad(uint32_t m, uint32_t n, uint32_t k, uint32_t elemBits = 8) {
+    if (gTimingOn) TimeMmadRecord(m, n, k, elemBits);
+}  // padded sizes; elemBits 8 (int8) or 4 (int4, charged at the int4 rate)
 void TimeScalarRecord(bool gm);
 inline void TimeScalar(bool gm) {
     if (gTimingOn) TimeScalarRecord(gm);

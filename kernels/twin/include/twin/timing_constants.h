@@ -30,6 +30,9 @@ inline constexpr Constant kConstants[] = {
      "24 AIC / 48 AIV per device (910B1/B2) and per A3 die: CANN platform .ini values as quoted in anchors-4.md section 2"},
     {"cube_int8_macs_per_cycle", 8192, 8192, 8192, 8192, "MAC/cycle/AIC",
      "int8 fractal 16x32x16 = 8192 MACs per cycle per core: asc-devkit Mmad docs as quoted in anchors-4.md section 2"},
+    {"cube_int4_macs_per_cycle", 16384, 16384, 16384, 16384, "MAC/cycle/AIC",
+     "int4 fractal 16x64x16 = 16384 MACs per cycle per core, twice int8's: asc-devkit Mmad docs (A2/A3 int4b_t x "
+     "int4b_t, K granule 64 where int8 has 32, 512-byte fractals either way), docs/gmm.md section 9.1 [W1]"},
     {"vector_bytes_per_repeat", 256, 256, 256, 256, "B",
      "2048-bit vector unit, 256 B per repeat: Hot Chips 31 DaVinci, platform .ini vec_calc_size, anchors-4.md section 2"},
     {"hbm_bytes_per_s_die", 1.6e12, 1.6e12, 1.2e12, 1.6e12, "B/s",

@@ -18,11 +18,16 @@ struct GmmShape {
     int64_t groupListType;  // 0 cumsum, 1 counts (E_local groups of one layer), 2 a group table
     uint64_t groups = 0;    // rows of the group table (type 2); E_local otherwise
     uint64_t kGroups = 1;   // scale groups along K (docs/gmm.md §9.2); 1: per output channel
+    bool int4 = false;      // W4A8 route (a): packed int4 weights, the activation split into int4 halves (§9)
 };
 
 // Tile sizes of the cube kernel within L1 / L0A / L0B / L0C; blockDim = AIC cores.
 bool TileGmmCube(const PlatformInfo& platform, const GmmShape& shape, kernels::GmmCubeTilingData* out,
                  std::string* why);
+
+// W4A8's activation split (a no-op tiling when cube.int4 is 0); called by the two ops' tilings.
+bool TileGmmSplitInt4(const PlatformInfo& platform, const kernels::GmmCubeTilingData& cube,
+                      kernels::GmmSplitInt4TilingData* out, std::string* why);
 
 bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& shape, kernels::GmmMultiLayerTilingData* out,
                        std::string* why);
