@@ -414,9 +414,10 @@ class Comm:
         On commit every rank rewrites :attr:`placement_buffer` in place (the tensor ``dispatch_send`` reads; its
         address stays) and moves it to the next epoch (:attr:`placement_epoch`), and an FFN rank copies each slot's
         W1 and W2 weights and scales (and packed int4 column sums) into ``weights``' existing tensors between
-        setting its weights-epoch line to -1 and to the new epoch, so no round is served with partly moved weights. Rounds dispatched before the call
-        were routed, and are served, under the old table; the kernels compare the epochs, so a round that meets
-        weights of another epoch is held back (newer) or fails naming both epochs (older).
+        setting its weights-epoch line to -1 and to the new epoch, so no round is served with partly moved weights.
+        Rounds dispatched before the call were routed, and are served, under the old table; the kernels compare the
+        epochs, so a round that meets weights of another epoch is held back (newer) or fails naming both epochs
+        (older).
 
         Args:
             placement: the new :class:`cam.placement.Placement` (its own checks refuse a replica outside the FFN
