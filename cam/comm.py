@@ -413,10 +413,11 @@ class Comm:
 
         On commit every rank rewrites :attr:`placement_buffer` in place (the tensor ``dispatch_send`` reads; its
         address stays) and moves it to the next epoch (:attr:`placement_epoch`), and an FFN rank copies each slot's
-        W1 and W2 weights and scales into ``weights``' existing tensors between setting its weights-epoch line to
-        -1 and to the new epoch, so no round is served with partly moved weights. Rounds dispatched before the call
-        were routed, and are served, under the old table; the kernels compare the epochs, so a round that meets
-        weights of another epoch is held back (newer) or fails naming both epochs (older).
+        W1 and W2 weights and scales (and packed int4 column sums) into ``weights``' existing tensors between
+        setting its weights-epoch line to -1 and to the new epoch, so no round is served with partly moved weights.
+        Rounds dispatched before the call were routed, and are served, under the old table; the kernels compare the
+        epochs, so a round that meets weights of another epoch is held back (newer) or fails naming both epochs
+        (older).
 
         Args:
             placement: the new :class:`cam.placement.Placement` (its own checks refuse a replica outside the FFN
@@ -488,7 +489,7 @@ class Comm:
             raise ValueError(f"Comm.set_placement: weights apply swiglu_limit {weights.swiglu_limit}, experts "
                              f"{experts.swiglu_limit}: a rebalance moves experts, it does not change the activation")
         sources = {t.untyped_storage().data_ptr() for t in experts.tensors()}
-        for name, dst in zip(_weight_names(weights.num_layers), weights.tensors()):
+        for name, dst in weights.named_tensors():
             if dst.untyped_storage().data_ptr() in sources:
                 # Copying a slot into memory it shares with the experts would overwrite the source of later moves.
                 raise ValueError(f"Comm.set_placement: weights.{name} shares memory with experts (a view of the same "
@@ -497,7 +498,12 @@ class Comm:
         if staged.num_layers != weights.num_layers:
             raise ValueError(f"Comm.set_placement: weights hold {weights.num_layers} layers, experts "
                              f"{staged.num_layers}")
-        for name, dst, src in zip(_weight_names(weights.num_layers), weights.tensors(), staged.tensors()):
+        for which in ("w1", "w2"):
+            served_format, experts_format = getattr(weights, which).format, getattr(experts, which).format
+            if served_format != experts_format:
+                raise ValueError(f"Comm.set_placement: weights.{which} is format {served_format!r}, experts.{which} "
+                                 f"{experts_format!r}: a rebalance copies slots, it does not re-pack them")
+        for (name, dst), src in zip(weights.named_tensors(), staged.tensors()):
             if dst.shape != src.shape or dst.dtype != src.dtype:
                 raise ValueError(f"Comm.set_placement: weights.{name} is {dst.dtype} {tuple(dst.shape)}, the new "
                                  f"slots' {src.dtype} {tuple(src.shape)} (experts must have the served weights' "
@@ -620,7 +626,7 @@ class Comm:
 
     def _copy_weight_set(self, name: str, dst, src) -> None:
         """One weight set's (``name``: "w1" or "w2") new slots into the LayerWeights served with, in place."""
-        for d, s in zip(dst.weights + dst.scales, src.weights + src.scales):
+        for (_, d), (_, s) in zip(dst.named_tensors(), src.named_tensors()):
             d.copy_(s)
 
     def _set_weights_epoch(self, epoch: int) -> None:
@@ -890,11 +896,6 @@ def _placement_for(topology: Topology, placement, epoch: int = 0):
     table.copy_(rows)
     buffer[_C.PLACEMENT_EPOCH_WORD] = epoch
     return placement, buffer, table
-
-
-def _weight_names(layers: int) -> list:
-    """The names of FfnWeights.tensors(), in its order."""
-    return [f"{w}.{part}[{l}]" for w in ("w1", "w2") for part in ("weights", "scales") for l in range(layers)]
 
 
 class _LocalStore:

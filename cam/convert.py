@@ -20,7 +20,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from . import checkpoint_config as ckpt
-from .layer_weights import LayerWeights
+from .layer_weights import INT4_K_STEP, LayerWeights, weight_format
 from .w4a8 import dequantize_weight_int4, quantize_weight_int4
 
 __all__ = [
@@ -533,11 +533,10 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
     """The W1 and W2 :class:`cam.LayerWeights` of experts ``experts`` (default: all) of every layer in ``layers``
     (MoE layer ``j`` is ``layers[j]``, the work item's layer index), quantized with :func:`quantize_weight`.
 
-    ``bits=4``: per-channel int4 values (``quantize_weight(w, bits=4)``) held in int8 storage. Today's kernels compute
-    them exactly as the W4A8 contract says (docs/gmm.md §9.1: per channel, W4A8 is W8A8 with int4-valued weights), but
-    the bytes are int8's: the capacity W4A8 is for needs the int4 kernels (§9.3). ``group_size`` (``bits=4`` only):
-    scales per group of that many K rows, ``[E, K / group_size, N]``, which the kernels apply per group (§9.2); it
-    must divide both H and I and be a multiple of 32.
+    ``bits=4``: per-channel int4 values (``quantize_weight(w, bits=4)``) held packed, ``LayerWeights(format="int4")``
+    (half the bytes of ``bits=8``, with their column sums), which the W4A8 kernels read (docs/gmm.md §9.5).
+    ``group_size`` (``bits=4`` only): scales per group of that many K rows, ``[E, K / group_size, N]``, which the
+    kernels apply per group (§9.2); it must divide both H and I and be a multiple of 64 (the int4 cube's K step).
 
     An FFN rank ``A + f`` of a topology with ``R`` experts per rank passes ``range(f * R, (f + 1) * R)``; under the
     contiguous placement of an E that F does not divide (:meth:`cam.placement.Placement.contiguous`) its experts'
@@ -559,6 +558,10 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
     if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < len(experts)):
         raise ValueError(f"layer_weights: slots must be an int >= the {len(experts)} experts of {experts!r}, got "
                          f"{slots!r}")
+    if bits == 4 and group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
+                                                 or group_size < 1 or group_size % INT4_K_STEP):
+        raise ValueError(f"layer_weights: group_size must be a positive multiple of {INT4_K_STEP} with bits=4 (the "
+                         f"int4 kernels' K step), got {group_size!r}")
     sl = slice(experts.start, experts.stop)
     w1q: List[torch.Tensor] = []
     w1s: List[torch.Tensor] = []
@@ -576,7 +579,8 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
             return torch.cat([t, t.new_zeros((slots - len(experts),) + tuple(t.shape[1:]))])
 
         w1q, w1s, w2q, w2s = ([pad(t) for t in ts] for ts in (w1q, w1s, w2q, w2s))
-    return LayerWeights(w1q, w1s), LayerWeights(w2q, w2s)
+    fmt = weight_format(bits)
+    return LayerWeights(w1q, w1s, format=fmt), LayerWeights(w2q, w2s, format=fmt)
 
 
 # ----------------------------------------------------------------------------- checkpoint directories

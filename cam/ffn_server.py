@@ -60,10 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-poll", type=float, default=0.05, help="idle receive poll (s): shutdown latency")
     p.add_argument("--max-serve", type=float, default=None, help="stop after this many seconds (default: never)")
     p.add_argument("--weights", choices=["w8a8", "w4a8"], default="w8a8",
-                   help="the routed experts' format; w4a8: int4 values (cam.quantize_weight(bits=4)) in int8 storage "
-                        "on today's kernels (docs/gmm.md §9)")
+                   help="the routed experts' format; w4a8: int4 values (cam.quantize_weight(bits=4)) held packed "
+                        "(half the bytes) and run by the int4 kernels (docs/gmm.md §9)")
     p.add_argument("--group-size", type=int, default=None,
-                   help="with --weights w4a8: scales per group of this many K rows (a multiple of 32 dividing H and "
+                   help="with --weights w4a8: scales per group of this many K rows (a multiple of 64 dividing H and "
                         "I); default per output channel")
     p.add_argument("--log-level", default="INFO", help="logging level of the server's messages (stderr)")
     return p

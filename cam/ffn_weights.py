@@ -61,9 +61,15 @@ class _TwoSets:
     def num_experts(self) -> int:
         return self.w1.num_experts
 
+    def named_tensors(self) -> Tuple[Tuple[str, torch.Tensor], ...]:
+        """Every tensor of both sets, named, in one fixed order: W1's (``LayerWeights.named_tensors``: weights,
+        scales and, packed int4, column sums), then W2's."""
+        return tuple((f"{w}.{name}", t) for w, lw in (("w1", self.w1), ("w2", self.w2))
+                     for name, t in lw.named_tensors())
+
     def tensors(self) -> Tuple[torch.Tensor, ...]:
-        """Every tensor of both sets, in one fixed order: W1's weights and scales, then W2's."""
-        return self.w1.weights + self.w1.scales + self.w2.weights + self.w2.scales
+        """The tensors of :meth:`named_tensors`, in its order."""
+        return tuple(t for _, t in self.named_tensors())
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(layers={self.num_layers}, experts={self.num_experts}, H={self.w2.n}, "
@@ -125,14 +131,5 @@ class ExpertWeights(_TwoSets):
 
 
 def _select(lw: LayerWeights, held) -> LayerWeights:
-    """``lw``'s experts ``held[l]`` of each layer ``l`` as a new LayerWeights (-1: zeros). The expert is the first
-    dimension of the prepacked weights and of the scales, so the prepacked tensors are sliced as they are."""
-    def pick(t: torch.Tensor, ids) -> torch.Tensor:
-        out = torch.zeros((len(ids),) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
-        for j, e in enumerate(ids):
-            if e >= 0:
-                out[j] = t[e]
-        return out
-
-    return LayerWeights([pick(w, ids) for w, ids in zip(lw.weights, held)],
-                        [pick(s, ids) for s, ids in zip(lw.scales, held)], k=lw.k)
+    """``lw``'s experts ``held[l]`` of each layer ``l`` as a new LayerWeights of its format (-1: zeros)."""
+    return lw.take(held)

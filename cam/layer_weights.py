@@ -4,11 +4,11 @@ FFN loop never tells the host which layer it is on (docs/protocol.md §0 rule 4)
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 
-__all__ = ["LayerWeights", "prepack_weights", "prepack_weights_int4", "FORMATS"]
+__all__ = ["LayerWeights", "prepack_weights", "prepack_weights_int4", "FORMATS", "INT4_K_STEP", "weight_format"]
 
 _NZ_K0 = 16  # int8 FRACTAL_NZ fractal: 16 rows (K) ...
 _NZ_N0 = 32  # ... by 32 columns (one 32-byte C0 block)
@@ -18,6 +18,17 @@ _ZN4_N0 = 16  # ... by 16 columns, 512 bytes
 # What LayerWeights.weights hold: "int8" FRACTAL_NZ int8 (W8A8, and int4 values in int8 storage), "int4" packed
 # int4 in the int4 cube's ZN fractals (half the bytes; docs/gmm.md §9.3).
 FORMATS = ("int8", "int4")
+# The int4 cube's K step: a scale group of int4 weights along K is a multiple of it (docs/gmm.md §9.5).
+INT4_K_STEP = _ZN4_K0
+
+
+def weight_format(bits: int) -> str:
+    """The LayerWeights format that serves experts quantized to ``bits`` (``cam.quantize_weight``): 8 -> "int8",
+    4 -> "int4" (packed, half the bytes)."""
+    formats = {8: "int8", 4: "int4"}
+    if isinstance(bits, bool) or bits not in formats:
+        raise ValueError(f"weight_format: bits must be 8 (W8A8) or 4 (W4A8), got {bits!r}")
+    return formats[bits]
 
 
 def prepack_weights(weight: torch.Tensor) -> torch.Tensor:
@@ -189,22 +200,64 @@ class LayerWeights:
             if tuple(s.shape) != s0:
                 raise ValueError(f"LayerWeights: scales[{i}] has shape {tuple(s.shape)}, scales[0] {s0}")
             _check_scale_values(i, s)
-        self.weights = tuple(packed)
+        colsums_all = None
+        if format == "int4":
+            groups = s0[1] if len(s0) == 3 else 1
+            # The recombination's int32 term, per K group of the scales: computed from the int4 values at load.
+            colsums_all = torch.stack([w.to(torch.int32).reshape(e, groups, k // groups, n)
+                                       .sum(dim=2, dtype=torch.int32) for w in weights])
+        self._hold(packed, scales, colsums_all, format, k, n)
+
+    def _hold(self, packed, scales, colsums_all, format: str, k, n) -> None:
+        self.weights = tuple(w.contiguous() for w in packed)
         self.scales = tuple(s.contiguous() for s in scales)
         self.format = format
         self.colsums = None
         self.colsums_all = None
-        if format == "int4":
-            groups = s0[1] if len(s0) == 3 else 1
-            # The recombination's int32 term, per K group of the scales: computed from the int4 values at load. One
-            # [L, E, G, N] tensor (what the ops pass), its layers the per-layer views.
-            self.colsums_all = torch.stack([w.to(torch.int32).reshape(e, groups, k // groups, n)
-                                            .sum(dim=2, dtype=torch.int32) for w in weights]).contiguous()
+        if colsums_all is not None:
+            # One [L, E, G, N] tensor (what the ops pass), its layers the per-layer views (what a rebalance writes).
+            self.colsums_all = colsums_all.contiguous()
             self.colsums = tuple(self.colsums_all.unbind(0))
-        self.num_layers = len(packed)
-        self.num_experts = e
+        self.num_layers = len(self.weights)
+        self.num_experts = self.weights[0].shape[0]
         self.k = k
         self.n = n
+
+    def named_tensors(self) -> Tuple[Tuple[str, torch.Tensor], ...]:
+        """Every tensor this set holds per layer, named: ``weights[l]``, ``scales[l]`` and, with ``format="int4"``,
+        ``colsums[l]``. What a rebalance copies into (in place: the addresses the ops were given stay); the
+        ``colsums`` are views of ``colsums_all``."""
+        parts = [("weights", self.weights), ("scales", self.scales)]
+        if self.colsums is not None:
+            parts.append(("colsums", self.colsums))
+        return tuple((f"{name}[{l}]", t) for name, ts in parts for l, t in enumerate(ts))
+
+    def take(self, held: Sequence[Sequence[int]]) -> "LayerWeights":
+        """New tensors holding experts ``held[l]`` of each layer ``l`` in its slots (-1: an empty slot, zero weights,
+        scales and column sums), in this set's format. The expert is the first dimension of the packed weights, the
+        scales and the column sums, so they are copied as they are, never re-packed."""
+        held = [list(ids) for ids in held]
+        if len(held) != self.num_layers or len({len(ids) for ids in held}) != 1:
+            raise ValueError(f"LayerWeights.take: held must list the same number of slots for each of the "
+                             f"{self.num_layers} layers, got {[len(ids) for ids in held]}")
+        for l, ids in enumerate(held):
+            for e in ids:
+                if not -1 <= e < self.num_experts:
+                    raise ValueError(f"LayerWeights.take: held[{l}] names expert {e}, outside [-1, "
+                                     f"{self.num_experts})")
+
+        def pick(t: torch.Tensor, ids) -> torch.Tensor:
+            out = torch.zeros((len(ids),) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
+            for j, e in enumerate(ids):
+                if e >= 0:
+                    out[j] = t[e]
+            return out
+
+        out = object.__new__(type(self))
+        colsums = None if self.colsums is None else torch.stack([pick(c, ids) for c, ids in zip(self.colsums, held)])
+        out._hold([pick(w, ids) for w, ids in zip(self.weights, held)],
+                  [pick(s, ids) for s, ids in zip(self.scales, held)], colsums, self.format, self.k, self.n)
+        return out
 
     @classmethod
     def random(cls, experts: int, layers: int, k: int, n: int, generator: torch.Generator,
@@ -217,11 +270,11 @@ class LayerWeights:
 
     @classmethod
     def from_placement(cls, placement, ffn_index: int, weights: Sequence[torch.Tensor],
-                       scales: Sequence[torch.Tensor]) -> "LayerWeights":
+                       scales: Sequence[torch.Tensor], *, format: str = "int8") -> "LayerWeights":
         """The weights FFN index ``ffn_index`` serves under a :class:`cam.placement.Placement`: per layer ``l``,
         local slot ``j`` holds expert ``placement.slot_experts(l, ffn_index)[j]`` of ``weights[l]`` (ND ``[E, K,
-        N]`` int8, every routed expert) and ``scales[l]`` (``[E, N]`` fp32); an empty slot is zeros. A replicated
-        expert's weights are on every rank that holds a replica."""
+        N]`` int8, every routed expert; int4 values with ``format="int4"``) and ``scales[l]`` (``[E, N]`` fp32); an
+        empty slot is zeros. A replicated expert's weights are on every rank that holds a replica."""
         if not 0 <= ffn_index < placement.ffn_ranks:
             raise ValueError(f"LayerWeights.from_placement: ffn_index {ffn_index} outside [0, {placement.ffn_ranks})")
         if len(weights) != placement.layers or len(scales) != placement.layers:
@@ -240,7 +293,7 @@ class LayerWeights:
                     lw[j], ls[j] = w[e], s[e]
             per_w.append(lw)
             per_s.append(ls)
-        return cls(per_w, per_s)
+        return cls(per_w, per_s, format=format)
 
     def require_k(self, op: str, name: str, x: torch.Tensor) -> None:
         """Refuses an activation whose columns are not this weight set's logical K. The op's C API cannot: the NZ

@@ -315,15 +315,16 @@ def _write_checkpoint(path, layers, *, model_type="qwen3_moe", **config):
     from safetensors.torch import save_file
 
     tensors = {}
+    inter = layers[0].w1.shape[2] // 2
     for j, x in enumerate(layers):
         for e in range(E):
             p = f"model.layers.{j}.mlp.experts.{e}."
-            tensors[p + "gate_proj.weight"] = x.w1[e, :, :I].T.contiguous()
-            tensors[p + "up_proj.weight"] = x.w1[e, :, I:].T.contiguous()
+            tensors[p + "gate_proj.weight"] = x.w1[e, :, :inter].T.contiguous()
+            tensors[p + "up_proj.weight"] = x.w1[e, :, inter:].T.contiguous()
             tensors[p + "down_proj.weight"] = x.w2[e].T.contiguous()
     save_file(tensors, os.path.join(path, "model.safetensors"))
     with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump({"model_type": model_type, "hidden_size": H, "moe_intermediate_size": I, "num_experts": E,
+        json.dump({"model_type": model_type, "hidden_size": H, "moe_intermediate_size": inter, "num_experts": E,
                    "num_experts_per_tok": K, "hidden_act": "silu", **config}, f)
 
 

@@ -520,3 +520,75 @@ def test_a_captured_batched_ffn_loop_serves_the_new_experts_after_a_rebalance_wi
     raise_first(errors)
     assert all(results[topo.A + f] == 1 for f in range(topo.F))
     check_real_rounds(topo, rounds, results, ws, [P_TABLE, P_TABLE, Q_TABLE, Q_TABLE])
+
+
+def test_a_rebalance_moves_packed_int4_weights_and_their_column_sums():
+    """W4A8 slots (LayerWeights format "int4": packed weights and the column sums the int4 kernels' recombination
+    adds) move whole: after a rebalance that swaps the two experts' slots, the served tensors kept their addresses
+    and the real W1/W2 ops on them equal cam.reference's W4A8 goldens of the experts now in each slot (W2 bit for
+    bit, W1 within docs/gmm.md §6's tolerance). Stale column sums would leave each slot recombining with the other
+    expert's sums."""
+    from cam.reference import w4a8 as ref4
+
+    topo = cam.Topology(**SMALL)
+    g = torch.Generator().manual_seed(29)
+    inter, m = 16, 12
+    w1 = [torch.randint(-8, 8, (topo.E, topo.H, 2 * inter), generator=g, dtype=torch.int8)]
+    w2 = [torch.randint(-8, 8, (topo.E, inter, topo.H), generator=g, dtype=torch.int8)]
+    s1 = [(torch.rand(topo.E, 2 * inter, generator=g) * 2e-2 + 2e-3).float()]
+    s2 = [(torch.rand(topo.E, topo.H, generator=g) * 5e-2 + 5e-3).float()]
+    x = torch.randint(-128, 128, (m, topo.H), generator=g, dtype=torch.int8)
+    xs = (torch.rand(m, generator=g) * 1e-2 + 1e-3).float()
+    counts = torch.tensor([5, 7], dtype=torch.int64)
+
+    def ffn(comm):
+        experts = cam.ExpertWeights(cam.LayerWeights(w1, s1, format="int4"), cam.LayerWeights(w2, s2, format="int4"))
+        served = experts.slots(Placement.contiguous(topo.E, topo.F, topo.L), 0)
+        assert served.w1.format == served.w2.format == "int4" and served.w1.colsums is not None
+        ptrs = [t.data_ptr() for t in served.tensors()]
+        before = [t.clone() for t in served.tensors()]
+        comm.set_placement(SWAPPED, served, experts=experts)
+        assert [t.data_ptr() for t in served.tensors()] == ptrs, "a slot tensor moved"
+        assert not any(torch.equal(a, b) for a, b in zip(before, served.tensors())), "a slot tensor was not rewritten"
+        held = SWAPPED.slot_experts(0, 0)
+        sw1, sw2 = [w1[0][held]], [w2[0][held]]
+        y, ys = cam.ops.gmm_swiglu_quant_multi_layer(x, xs, served.w1, counts, torch.tensor([0]))
+        want_y, want_ys, rows = ref4.gmm_swiglu_quant_multi_layer_w4a8(x, xs, sw1, [s1[0][held]], counts, 0)
+        assert rows == m
+        assert int((y.to(torch.int16) - want_y.to(torch.int16)).abs().max()) <= 1
+        assert torch.allclose(ys, want_ys, rtol=1e-6, atol=0)
+        out = cam.ops.gmm_multi_layer(want_y, want_ys, served.w2, counts, torch.tensor([0]))
+        want = ref4.gmm_multi_layer_w4a8(want_y, want_ys, sw2, [s2[0][held]], counts, 0)
+        assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+        return comm.placement_epoch
+
+    results, errors = run_ranks(topo, {0: lambda comm: (comm.set_placement(SWAPPED), comm.placement_epoch)[1],
+                                       1: ffn}, timeout=60)
+    raise_first(errors)
+    assert results == {0: 1, 1: 1}
+
+
+def test_a_rebalance_refuses_experts_of_another_format():
+    """Served int4 slots and int8 experts (or the reverse) would copy bytes of one layout into the other: refused
+    naming both formats."""
+    topo = cam.Topology(**SMALL)
+    ws = expert_set(topo, seed=31)
+    q1 = [w.clamp(-8, 7) for w in ws.w1]
+    q2 = [w.clamp(-8, 7) for w in ws.w2]
+
+    def ffn(comm):
+        experts = ws.experts()
+        served = cam.FfnWeights(cam.LayerWeights(q1, [s.clone() for s in ws.s1], format="int4"),
+                                cam.LayerWeights(q2, [s.clone() for s in ws.s2], format="int4"))
+        with pytest.raises(ValueError, match=r"weights.w1 is format 'int4', experts.w1 'int8'"):
+            comm.set_placement(SWAPPED, served, experts=experts)
+        return comm.placement_epoch
+
+    def attention(comm):
+        with pytest.raises(PlacementError, match="rank 1 refused: ValueError"):
+            comm.set_placement(SWAPPED)
+        return comm.placement_epoch
+
+    results, errors = run_ranks(topo, {0: attention, 1: ffn}, timeout=60)
+    raise_first(errors)
+    assert results == {0: 0, 1: 0}

@@ -257,12 +257,17 @@ def _native(layer, x, expert):
     return (torch.nn.functional.silu(c[:, :half]) * c[:, half:]) @ w2
 
 
-@pytest.mark.parametrize("bits,group_size", [(8, None), (4, None), (4, 32)])
+@pytest.mark.parametrize("bits,group_size", [(8, None), (4, None), (4, 64)])
 def test_w4a8_ffn_through_the_kernels_matches_native_with_the_same_dequantized_weights(bits, group_size):
-    layers = [_hf_layer(20 + j) for j in range(2)]
+    # int4 scale groups are multiples of 64 K rows (the int4 cube's K step), so I = 64 for the grouped case
+    layers = [_hf_layer(20 + j, i=64 if group_size else 32) for j in range(2)]
     w1, w2 = cam.convert.layer_weights(layers, bits=bits, group_size=group_size)
     assert w1.scales[0].dim() == (2 if group_size is None else 3)
-    assert (int(w1.weights[0].abs().max()) <= 7) == (bits == 4)
+    # bits=4: held packed (two int4 values a byte, with their column sums), the int4 kernels' storage
+    assert w1.format == w2.format == ("int4" if bits == 4 else "int8")
+    assert (w1.colsums is not None) == (bits == 4)
+    if bits == 8:
+        assert int(w1.weights[0].abs().max()) > 7
     x = torch.randn(12, 64, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     q, scale = cam.ops.dynamic_quant(x)
     counts = torch.tensor([4, 0, 6, 2], dtype=torch.int64)
@@ -282,6 +287,13 @@ def test_w4a8_ffn_through_the_kernels_matches_native_with_the_same_dequantized_w
                 far = float((_native(layer, x[rows].float(), e) - want).norm() / want.norm())
                 assert (far > 0.03) == (bits == 4)
                 start += n
+
+
+@pytest.mark.parametrize("group_size", [32, 96, 0])
+def test_layer_weights_refuses_int4_groups_that_are_not_multiples_of_64(group_size):
+    with pytest.raises(ValueError, match=rf"layer_weights: group_size must be a positive multiple of 64 with bits=4 "
+                                         rf"\(the int4 kernels' K step\), got {group_size}"):
+        cam.convert.layer_weights([_hf_layer(20, i=64)], bits=4, group_size=group_size)
 
 
 def test_the_consumers_format_through_the_kernels():

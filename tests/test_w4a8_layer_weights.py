@@ -129,3 +129,28 @@ def test_route_a_on_the_twin_int4_cube_is_exact(int4_binary, tmp_path, m, k, n, 
     assert torch.equal(got, want)
     # Without the split's shift term the products are not x·w: the colsum is what makes it exact.
     assert not torch.equal(16 * acc[:m] + acc[m:], want)
+
+
+def test_take_moves_packed_int4_experts_with_their_column_sums():
+    """LayerWeights.take (what a placement's and a rebalance's slots are made of) keeps the format and copies each
+    expert's packed weights, scales and column sums as they are: equal to packing the chosen experts afresh; an empty
+    slot is zeros; an expert outside the set is refused naming held."""
+    g = torch.Generator().manual_seed(17)
+    ws = [torch.randint(-8, 8, (3, 128, 48), generator=g, dtype=torch.int8) for _ in range(2)]
+    ss = [torch.rand(3, 2, 48, generator=g) + 0.1 for _ in range(2)]
+    lw = cam.LayerWeights(ws, ss, format="int4")
+    held = [[2, -1, 0], [1, 1, -1]]
+    got = lw.take(held)
+    assert got.format == "int4" and (got.k, got.n, got.num_experts) == (128, 48, 3)
+    for l, ids in enumerate(held):
+        pick = [max(e, 0) for e in ids]
+        want = cam.LayerWeights([ws[l][pick]], [ss[l][pick]], format="int4")
+        for j, e in enumerate(ids):
+            for mine, fresh in ((got.weights[l], want.weights[0]), (got.scales[l], want.scales[0]),
+                                (got.colsums[l], want.colsums[0])):
+                assert torch.equal(mine[j], fresh[j] if e >= 0 else torch.zeros_like(fresh[j]))
+    assert got.colsums[1].data_ptr() == got.colsums_all[1].data_ptr()  # the views the ops' tensor is made of
+    assert [n for n, _ in got.named_tensors()] == ["weights[0]", "weights[1]", "scales[0]", "scales[1]",
+                                                   "colsums[0]", "colsums[1]"]
+    with pytest.raises(ValueError, match=r"LayerWeights.take: held\[1\] names expert 3, outside \[-1, 3\)"):
+        lw.take([[0, 1, 2], [3, 0, 0]])

@@ -1,5 +1,5 @@
 """cam-run --checkpoint DIR --weights w4a8: a tiny random checkpoint's routed experts as per-channel int4 values
-(run on today's kernels in int8 storage, docs/gmm.md §9.3), checked against the single-process reference and the
+(held packed, run by the int4 kernels, docs/gmm.md §9.3), checked against the single-process reference and the
 transformers model run natively with the same dequantized int4 experts."""
 
 import pytest
@@ -28,8 +28,9 @@ def test_weights_flag_needs_a_checkpoint():
 
 
 def test_cam_ffn_serves_w4a8_experts(tmp_path):
-    """A cam-ffn process with --weights w4a8 --group-size 32 serves a checkpoint: the routed output equals cam's ops
-    in one process on the same int4 experts, and differs from the W8A8 experts'."""
+    """A cam-ffn process with --weights w4a8 --group-size 64 serves a checkpoint (I = 64: int4 scale groups are
+    multiples of 64 K rows): the routed output equals cam's ops in one process on the same int4 experts, and differs
+    from the W8A8 experts'."""
     import os
 
     import torch
@@ -38,16 +39,19 @@ def test_cam_ffn_serves_w4a8_experts(tmp_path):
     from cam import convert
     from cam.connector import AsyncAFDConnector, ConnectorConfig, loopback_store
     from cam.integrations.plane import routed_local
-    from test_ffn_server import B, E, H, K, L, TIMEOUT_S, _cam_ffn, _experts, _one_round, _reap, _write_checkpoint
+    from test_ffn_server import B, E, H, K, L, TIMEOUT_S, _cam_ffn, _one_round, _reap, _write_checkpoint
 
-    _write_checkpoint(tmp_path, _experts())
+    g = torch.Generator().manual_seed(0)
+    layers = [convert.ExpertFFN(torch.randn(E, H, 128, generator=g) / H ** 0.5,
+                                torch.randn(E, 64, H, generator=g) / 8) for _ in range(L)]
+    _write_checkpoint(tmp_path, layers)
     secret = os.urandom(16)
     env = dict(os.environ, CAM_RUN_SECRET=secret.hex())
     store = loopback_store(0, TIMEOUT_S)
     topo = cam.Topology(D=1, P=1, F=1, E=E, K=K, H=H, Bmax=B, L=L)
     procs = [_cam_ffn(["--rank", "1", "--checkpoint", str(tmp_path), "-D", "1", "-F", "1", "--max-tokens", str(B),
                        "--master-port", str(store.port), "--group", "ffn-w4", "--idle-poll", "0.02", "--timeout",
-                       str(TIMEOUT_S), "--weights", "w4a8", "--group-size", "32"], env)]
+                       str(TIMEOUT_S), "--weights", "w4a8", "--group-size", "64"], env)]
     try:
         cfg = ConnectorConfig(topology=topo, master_port=store.port, timeout_s=TIMEOUT_S, idle_poll_s=0.02,
                               group="ffn-w4", secret=secret)
@@ -56,10 +60,11 @@ def test_cam_ffn_serves_w4a8_experts(tmp_path):
     finally:
         _reap(procs)
     assert procs[0].returncode == 0, outs[0][1]
-    assert "weights w4a8 (groups of 32 K rows)" in outs[0][1]
-    w1, w2 = convert.layer_weights(_experts(), bits=4, group_size=32)
+    assert "weights w4a8 (groups of 64 K rows)" in outs[0][1]
+    w1, w2 = convert.layer_weights(layers, bits=4, group_size=64)
+    assert w1.format == w2.format == "int4"
     assert torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
-    w1, w2 = convert.layer_weights(_experts())
+    w1, w2 = convert.layer_weights(layers)
     assert not torch.equal(out, routed_local(x, ids, w, w1, w2, 1))
 
 
@@ -187,3 +192,70 @@ def test_cam_run_on_a_consumer_layout_checkpoint_matches_native(tmp_path):
     assert native["ok"] and native["requests"] == 4, native
     assert native["greedy_equal"] + native["greedy_near_ties"] == 4, native
     assert 0 < native["max_block_rel_diff"] < native["tolerance"]["max_block_rel_diff"]
+
+
+def _expert_bytes(*sets):
+    return sum(t.nbytes for lw in sets for t in lw.weights)
+
+
+def test_cam_ffn_w4a8_rank_holds_packed_int4_experts_at_half_the_bytes(tmp_path):
+    """cam-ffn --weights w4a8 serves LayerWeights of format int4 (packed, with column sums): its expert bytes are
+    half the W8A8 rank's (H and I are multiples of the packing's 64 x 16 fractal, so no padding)."""
+    import torch
+
+    from cam import convert, ffn_server
+    from test_ffn_server import E, H, L, _write_checkpoint
+
+    inter = 64
+    g = torch.Generator().manual_seed(5)
+    layers = [convert.ExpertFFN(torch.randn(E, H, 2 * inter, generator=g), torch.randn(E, inter, H, generator=g))
+              for _ in range(L)]
+    _write_checkpoint(tmp_path, layers)
+    loaded = {}
+    for weights in ("w8a8", "w4a8"):
+        args = ffn_server._parser().parse_args(["--checkpoint", str(tmp_path), "--rank", "1", "--max-tokens", "4",
+                                                "--weights", weights])
+        _, w1, w2, _, _ = ffn_server._load(args)
+        loaded[weights] = (w1, w2)
+    w1, w2 = loaded["w4a8"]
+    assert w1.format == w2.format == "int4" and w1.colsums is not None and w2.colsums is not None
+    assert all(t.dtype == torch.uint8 for t in w1.weights + w2.weights)
+    w4_bytes, w8_bytes = _expert_bytes(*loaded["w4a8"]), _expert_bytes(*loaded["w8a8"])
+    assert w8_bytes == E * L * 3 * H * inter
+    assert 2 * w4_bytes == w8_bytes, (w4_bytes, w8_bytes)
+
+
+def test_cam_run_w4a8_ffn_rank_holds_packed_int4_experts_at_half_the_bytes(tmp_path):
+    """cam-run --checkpoint DIR --weights w4a8: an FFN rank's slot weights, contiguous or under --placement, are
+    LayerWeights of format int4 at half the W8A8 bytes (up to the int4 fractal's K padding of 64), and hold the same
+    experts (equal to cam.convert's)."""
+    import types
+
+    import torch
+
+    import cam
+    from cam import convert
+    from cam.placement import Placement
+    from cam.run import checkpoint, worker
+    from cam.serve.iteration import expert_weights
+
+    path = _checkpoint("deepseek_v3", tmp_path / "v3")
+    models = {w: checkpoint.load_model(path, w) for w in ("w8a8", "w4a8")}
+    model = models["w4a8"]
+    e = model.num_experts
+    topo = cam.Topology(D=1, P=1, F=2, E=e, K=model.top_k, H=model.hidden, Bmax=4, L=len(model.moe_layers))
+    got = {w: expert_weights(m, topo, 1) for w, m in models.items()}
+    w1, w2 = got["w4a8"]
+    assert w1.format == w2.format == "int4"
+    # W1 [H = 64, 2I = 64]: half the int8 bytes exactly; W2's K = I = 32 is padded to the int4 fractal's 64 rows
+    # (so no smaller than int8 at this tiny I; the cam-ffn test above has I = 64 and halves both).
+    assert 2 * _expert_bytes(w1) == _expert_bytes(got["w8a8"][0])
+    assert _expert_bytes(w2) == topo.L * topo.R * 64 * model.hidden // 2
+    experts, _ = convert.load_checkpoint_experts(path)
+    c1, c2 = convert.layer_weights(experts, range(topo.R, 2 * topo.R), bits=4)
+    assert all(torch.equal(a, b) for a, b in zip(w1.weights + w2.weights, c1.weights + c2.weights))
+    assert torch.equal(w1.colsums_all, c1.colsums_all) and torch.equal(w2.colsums_all, c2.colsums_all)
+    placement = Placement.balanced(e, 2, layers=topo.L, replicate=[0], slots_per_rank=topo.R + 1)
+    cfg = types.SimpleNamespace(expert_placement=lambda: placement)
+    p1, p2 = worker._ffn_weights(cfg, model, topo, 0)
+    assert p1.format == p2.format == "int4" and p1.colsums is not None

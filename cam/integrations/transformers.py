@@ -7,7 +7,7 @@ Two ways in:
   ``from_pretrained(..., experts_implementation="cam")``). Without a plane the experts run in this process (cam's
   W8A8 ops on the module's own weights, converted once); with :func:`attach_plane` each experts call is one blocking
   round trip over the data plane. ``"cam_w4a8"`` is the in-process form with the weights quantized to per-channel
-  int4 values instead (docs/gmm.md §9; int8 storage on today's kernels).
+  int4 values instead (docs/gmm.md §9; held packed, run by the int4 kernels).
 * :func:`wrap_moe_blocks` replaces each MoE block of a DeepSeek-V3, DeepSeek-V4, Qwen2-MoE or Qwen3-MoE model with a
   :class:`CamMoEBlock` that keeps AFD's asynchrony: the router (in float32), then ``dispatch_send`` at the block's
   start, the shared expert computed here while the routed work is remote, ``combine_recv`` at the end.

@@ -36,6 +36,9 @@ class PrefillReference:
     # The clamp every FFN rank's W1 applies to the SwiGLU halves (DeepSeek-V4's ``swiglu_limit``, docs/gmm.md);
     # None: the plain SwiGLU.
     swiglu_limit = None
+    # The cam.LayerWeights format its FFN ranks hold the routed experts in: "int8" (W8A8), or "int4" (W4A8 values,
+    # packed: half the bytes, the int4 kernels).
+    weight_format = "int8"
 
     def routed_weights(self, first_expert: int, num_local: int):
         """Per-MoE-layer lists (w1, w1_scale, w2, w2_scale) of experts [first_expert, first_expert + num_local)."""

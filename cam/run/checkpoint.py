@@ -19,6 +19,7 @@ import os
 from typing import List, Optional, Sequence
 
 from .. import checkpoint_config
+from ..layer_weights import weight_format
 from ..models.moe_model import PrefillReference
 
 # The architectures with an MoE block the block adapter knows (cam.integrations.transformers): those whose decoder
@@ -93,8 +94,8 @@ def _load_native(directory: str):
     return transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
 
 
-# cam-run --weights: the routed experts' weight format -> the bits of cam.quantize_weight. W4A8 runs per-channel int4
-# values in int8 storage on today's kernels (docs/gmm.md §9.3): the W4A8 numerics, not yet its capacity.
+# cam-run --weights: the routed experts' weight format -> the bits of cam.quantize_weight. W4A8 serves per-channel
+# int4 values packed (LayerWeights format "int4", cam.layer_weights.weight_format): the int4 kernels, half the bytes.
 WEIGHT_BITS = {"w8a8": 8, "w4a8": 4}
 
 
@@ -122,6 +123,7 @@ class CheckpointModel(PrefillReference):
             raise ValueError(f"--weights must be one of {sorted(WEIGHT_BITS)}, got {weights!r}")
         self.weights = weights
         self.weight_bits = WEIGHT_BITS[weights]
+        self.weight_format = weight_format(self.weight_bits)
         from ..integrations import transformers as camtf
 
         self.config = checkpoint_shape(directory)

@@ -76,7 +76,8 @@ def _parse(argv):
                         "model run natively (docs/run.md, \"A checkpoint\")")
     p.add_argument("--weights", choices=["w8a8", "w4a8"], default="w8a8",
                    help="with --checkpoint: the routed experts' format. w4a8: per-channel int4 weights "
-                        "(cam.quantize_weight(bits=4)), run as int8 storage on today's kernels, --check against the "
+                        "(cam.quantize_weight(bits=4)) held packed on the FFN ranks (half the bytes) and run by the "
+                        "int4 kernels, --check against the "
                         "native model with the same dequantized int4 weights (docs/gmm.md §9)")
     p.add_argument("--replicas", type=int, default=2, help="Attention DP replicas D")
     p.add_argument("--participants", type=int, default=1,

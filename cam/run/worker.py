@@ -512,8 +512,8 @@ def _ffn_weights(cfg: RunConfig, model, topo, ffn_index: int):
     if placement is None:
         return expert_weights(model, topo, ffn_index)
     w1, s1, w2, s2 = model.routed_weights(0, topo.E)
-    return (LayerWeights.from_placement(placement, ffn_index, w1, s1),
-            LayerWeights.from_placement(placement, ffn_index, w2, s2))
+    return (LayerWeights.from_placement(placement, ffn_index, w1, s1, format=model.weight_format),
+            LayerWeights.from_placement(placement, ffn_index, w2, s2, format=model.weight_format))
 
 
 def ffn_swiglu_limit(model):
@@ -535,7 +535,8 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
         # copies: the served slots may be views of the model's tensors (a rebalance writes into them)
         w1q, s1, w2q, s2 = ([t.clone() for t in ts] for ts in model.routed_weights(0, topo.E))
         weights = (FfnWeights(w1, w2, swiglu_limit=limit),
-                   ExpertWeights(LayerWeights(w1q, s1), LayerWeights(w2q, s2), swiglu_limit=limit))
+                   ExpertWeights(LayerWeights(w1q, s1, format=model.weight_format),
+                                 LayerWeights(w2q, s2, format=model.weight_format), swiglu_limit=limit))
     _warm_up(model)
     # --graph: the iteration is captured once and replayed (docs/graph.md); nothing in it reads the host.
     # --batch-items: each receive takes every ready work item up to cfg.batch_rows rows (one W1 + one W2 launch).

@@ -15,7 +15,7 @@ from typing import Optional
 
 __all__ = ["WEIGHT_FORMATS", "ServePolicy", "add_row_budget_flag", "check_items_per_check", "row_budget_bounds"]
 
-# The routed experts' formats the GMM kernels serve (docs/gmm.md §9: w4a8 keeps int4 values in int8 storage).
+# The routed experts' formats the GMM kernels serve (docs/gmm.md §9: w4a8 holds int4 values packed).
 WEIGHT_FORMATS = ("w8a8", "w4a8")
 
 
