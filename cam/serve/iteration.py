@@ -173,10 +173,3 @@ def expert_weights(model, topology: Topology, ffn_index: int) -> Tuple[LayerWeig
     :class:`cam.models.MoEModel`."""
     w1, s1, w2, s2 = model.routed_weights(ffn_index * topology.R, topology.R)
     return LayerWeights(w1, s1, format=model.weight_format), LayerWeights(w2, s2, format=model.weight_format)
-
-
-def expert_weights(model, topology: Topology, ffn_index: int) -> Tuple[LayerWeights, LayerWeights]:
-    """LayerWeights of FFN rank ``A + ffn_index`` (its R routed experts, every MoE layer) from a
-    :class:`cam.models.MoEModel`."""
-    w1, s1, w2, s2 = model.routed_weights(ffn_index * topology.R, topology.R)
-    return LayerWeights(w1, s1, format=model.weight_format), LayerWeights(w2, s2, format=model.weight_format)
