@@ -10,8 +10,10 @@ assumption's low end (the slower end), each op cam computes gets a least-squares
 
 - Attention side, per token of the round (`dispatch_send`, `combine_recv`): fixed_s + per_token_s * tokens.
 - FFN side, per row of the hottest FFN rank (`dispatch_recv`, `w1`, `w2`, `combine_send`): fixed_s + per_row_s *
-  rows. `dispatch_recv`'s own part: its predicted time less its wait for the signal words to land (the simulator
-  times the wait for a published round itself). `combine_send` keeps its share of the Attention rank's ingress (the
+  rows. `dispatch_recv`'s own part: its predicted time less `dispatch_send`'s (both run from the phase's start, and a
+  receiver cannot end before the sender's last row has landed; the simulator times the wait for a published round
+  itself). The stall sum of the receiver's polls is not used: which core's poll saw a landing depends on thread
+  timing, so on a skewed round it can miss most of the wait. `combine_send` keeps its share of the Attention rank's ingress (the
   8 FFN ranks of the record send into one Attention rank at once, so each ends when the receiver has taken the
   round's rows): fitted on the uniform rounds only, where a rank's rows are an eighth of the round's.
 - The colocated baseline's `all_to_all`: fixed_s + bytes / net_gbps over cam's dispatch, the Attention rank's egress
@@ -41,7 +43,6 @@ TOKEN_OPS = {"dispatch_send": "dispatch_send", "combine_recv": "combine_recv"}
 ROW_OPS = {"dispatch_recv": "dispatch_recv", "w1": "gmm_swiglu_quant_multi_layer", "w2": "gmm_multi_layer",
            "combine_send": "combine_send"}
 KEPT = ("attention", "dense_mlp", "shared", "ffn_wake", "barrier")
-WAIT_STALL = "GM word landing"
 
 
 def fit_line(x, y) -> tuple[float, float, float]:
@@ -73,7 +74,7 @@ def points(record: dict, device: str) -> dict:
                     continue  # its time is the Attention rank's shared ingress: the round's rows, not this rank's
                 s = lo[op]["predicted_s"]
                 if name == "dispatch_recv":
-                    s -= lo[op]["stalls_s"].get(WAIT_STALL, 0.0)
+                    s -= lo["dispatch_send"]["predicted_s"]
                 out[name].append((rnd["ffn_rank_rows"], s))
             out["all_to_all"].append((ops["dispatch_send"]["bound"]["link_bytes"], lo["dispatch_recv"]["predicted_s"]))
     return out
