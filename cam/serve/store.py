@@ -129,26 +129,6 @@ def loopback_store(port: int, timeout_s: float, world_size: Optional[int] = None
     """The master side of a TCPStore that listens on 127.0.0.1 only. ``TCPStore(host, port, is_master=True)``
     binds every interface (``host`` only tells clients where to connect); a socket bound to loopback and handed
     over as ``master_listen_fd`` (torch.distributed.TCPStore) is reachable from this host only."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        sock.listen(1024)
-        store = torch.distributed.TCPStore("127.0.0.1", sock.getsockname()[1], world_size, is_master=True,
-                                           timeout=timedelta(seconds=timeout_s), wait_for_workers=False,
-                                           master_listen_fd=sock.fileno())
-    except BaseException:
-        sock.close()
-        raise
-    sock.detach()  # the store's server owns the descriptor now
-    return store
-
-
-
-def loopback_store(port: int, timeout_s: float, world_size: Optional[int] = None):
-    """The master side of a TCPStore that listens on 127.0.0.1 only. ``TCPStore(host, port, is_master=True)``
-    binds every interface (``host`` only tells clients where to connect); a socket bound to loopback and handed
-    over as ``master_listen_fd`` (torch.distributed.TCPStore) is reachable from this host only."""
     import torch.distributed
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

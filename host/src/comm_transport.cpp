@@ -17,23 +17,39 @@ namespace {
 struct Block {
     uint8_t* base = nullptr;
     uint64_t bytes = 0;
+    uint64_t mapped = 0;  // bytes of an own mapping (a window of 2 MiB or more), 0 for a heap block
     explicit Block(uint64_t n) : bytes(n) {
-        // A window of 2 MiB or more: 2 MiB aligned and advised for transparent huge pages (madvise on this
-        // mapping only; the process's THP setting is not touched). The data-plane ops stream tens of MiB through the
-        // windows each round, and with 4 KiB pages each 4 KiB of a copy costs a TLB miss, a nested page walk in a VM;
-        // the round trip at H 4096, B 1024 took about 3 % less CPU with them under perf (the speed
-        // table's record, benchmarks/results/twin-speed.md, has them only together with two other changes).
+        // A window of 2 MiB or more: a mapping of its own, 2 MiB aligned and advised for transparent huge pages
+        // (madvise on this mapping only: advice given to heap memory would outlive the window and reach whatever the
+        // allocator places there next). The data-plane ops stream tens of MiB through the windows each round, and
+        // with 4 KiB pages each 4 KiB of a copy costs a TLB miss, a nested page walk in a VM; the round trip at
+        // H 4096, B 1024 took about 3 % less CPU with them under perf (the speed table's record,
+        // benchmarks/results/twin-speed.md, has them only together with two other changes).
         constexpr uint64_t kHuge = uint64_t(2) << 20;
         if (n >= kHuge) {
             const uint64_t rounded = (n + kHuge - 1) / kHuge * kHuge;
-            base = static_cast<uint8_t*>(std::aligned_alloc(kHuge, rounded));
-            if (base) madvise(base, rounded, MADV_HUGEPAGE);  // advice: a refusal leaves 4 KiB pages, still correct
-        } else {
-            base = static_cast<uint8_t*>(std::aligned_alloc(kLine, layout::align_up(static_cast<int64_t>(n), kLine)));
+            void* raw = mmap(nullptr, rounded + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (raw == MAP_FAILED) return;
+            // keep the 2 MiB aligned part, give back the slack before and after it
+            const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+            const uintptr_t aligned = (start + kHuge - 1) / kHuge * kHuge;
+            if (aligned > start) munmap(raw, aligned - start);
+            const uintptr_t tail = aligned + rounded, end = start + rounded + kHuge;
+            if (end > tail) munmap(reinterpret_cast<void*>(tail), end - tail);
+            base = reinterpret_cast<uint8_t*>(aligned);
+            mapped = rounded;
+            madvise(base, rounded, MADV_HUGEPAGE);  // advice: a refusal leaves 4 KiB pages, still correct
+            return;  // an anonymous mapping reads as zeros
         }
+        base = static_cast<uint8_t*>(std::aligned_alloc(kLine, layout::align_up(static_cast<int64_t>(n), kLine)));
         if (base) std::memset(base, 0, bytes);
     }
-    ~Block() { std::free(base); }
+    ~Block() {
+        if (mapped)
+            munmap(base, mapped);
+        else
+            std::free(base);
+    }
 };
 
 struct Group {
