@@ -116,7 +116,7 @@ def test_combine_send_runs_on_the_calling_thread_and_the_peer_waits_do_not():
     ids = torch.tensor([[0], [1], [0], [1]], dtype=torch.int32)
     weights = torch.ones(4, 1)
     counts, errors = {}, []
-    sent = threading.Event()
+    sent, ffn_done, attention_counted = threading.Event(), threading.Event(), threading.Event()
 
     def attention():
         with cam.Comm(topo, 0, group=group, dtype=torch.bfloat16) as comm:
@@ -124,7 +124,11 @@ def test_combine_send_runs_on_the_calling_thread_and_the_peer_waits_do_not():
             cam.ops.dispatch_send(comm, x, ids, 0)
             sent.set()
             out = cam.ops.combine_recv(comm, ids, weights)
+            # combine_recv returns once the rows land, while the FFN rank's status check and in-flight token may still
+            # run: count once it says its combine_send is done, and it holds its Comm open until then.
+            assert ffn_done.wait(60)
             counts["attention"] = _activity() - before
+            attention_counted.set()
             return out
 
     def ffn():
@@ -138,6 +142,8 @@ def test_combine_send_runs_on_the_calling_thread_and_the_peer_waits_do_not():
             before = _activity()
             cam.ops.combine_send(comm, rows, item)
             counts["combine_send"] = _activity() - before
+            ffn_done.set()
+            assert attention_counted.wait(60)
 
     results = {}
 
@@ -146,7 +152,8 @@ def test_combine_send_runs_on_the_calling_thread_and_the_peer_waits_do_not():
             results[name] = fn()
         except BaseException as e:  # noqa: BLE001 - re-raised below
             errors.append(e)
-            sent.set()
+            for event in (sent, ffn_done, attention_counted):
+                event.set()
 
     threads = [threading.Thread(target=run, args=(n, f), daemon=True) for n, f in (("a", attention), ("f", ffn))]
     for t in threads:
