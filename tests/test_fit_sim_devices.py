@@ -70,3 +70,23 @@ def test_runs_with_several_attention_ranks_give_combine_send_at_a_spread_ingress
     assert study["meta"]["fitted_at"]["attention_ranks"] == [1, 4]
     # The spread line (0.5 -> 0.9 s over 40 -> 90 rows in the hand record) is kept beside, not used.
     assert study["ops"]["combine_send"]["per_row_s"] > 2 * study["meta"]["ingress"]["combine_send_spread"]["per_row_s"]
+
+
+def test_record_reruns_every_prediction_niced_into_one_record(fit, tmp_path, monkeypatch):
+    """`--record`: one cam-bench predict per RECORDS entry, niced, one after the other, merged into --predict."""
+    calls = []
+
+    def fake_run(argv, check, stdout):
+        calls.append(argv)
+        out = argv[argv.index("--json") + 1]
+        with open(out, "w") as f:
+            json.dump({"runs": [{"n": len(calls)}]}, f)
+
+    monkeypatch.setattr(fit.subprocess, "run", fake_run)
+    path = tmp_path / "predict.json"
+    fit.record(str(path))
+    assert [c[:3] for c in calls] == [["nice", "-n", "5"]] * 2
+    assert "--shape" not in calls[0] and calls[1][calls[1].index("--shape") + 1] == "deepseek-v4-flash"
+    assert calls[1][calls[1].index("--attention") + 1:calls[1].index("--attention") + 3] == ["1", "4"]
+    rec = json.loads(path.read_text())
+    assert rec["runs"] == [{"n": 1}, {"n": 2}] and "not a measurement" in rec["label"]
