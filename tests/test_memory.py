@@ -88,3 +88,20 @@ def test_bad_arguments_are_named(args, kwargs, match):
     topo = cam.Topology(D=1, P=1, F=2, E=8, K=2, H=64, Bmax=8, L=1)
     with pytest.raises(ValueError, match=match):
         cam.plan_memory(topo, *args, **kwargs)
+
+
+def test_cam_qualify_plan_prints_the_plugin_recipes(capsys):
+    from cam import qualify
+
+    assert qualify.main(["--plan", "--window-tokens", "4096"]) == 0
+    out = capsys.readouterr().out
+    # The recipes' shapes as the plugin publishes them: DeepSeek-V3.2 W8A8 on DP3 PCP8 + EP8 (MBT 140000, the
+    # 10-layer cut with 7 MoE layers); DeepSeek-V4-Flash W8A8 on DP2 TP4 + EP8 (MBT 8192, 43 MoE layers).
+    v32 = cam.Topology(D=3, P=8, F=8, E=256, K=8, H=7168, Bmax=140000, L=7, window_tokens=4096)
+    v4 = cam.Topology(D=2, P=4, F=8, E=256, K=6, H=4096, Bmax=8192, L=43, window_tokens=4096)
+    for topo in (v32, v4):
+        assert str(cam.plan_memory(topo, "int8", intermediate=2048)) in out
+    assert out.count("HCCL_BUFFSIZE") == 2
+    assert qualify.main(["--plan", "--window-tokens", "-1"]) == 2
+    assert "window_tokens" in capsys.readouterr().err
+    assert qualify.main(["--window-tokens", "8"]) == 2
