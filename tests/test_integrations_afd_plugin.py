@@ -349,3 +349,100 @@ def test_idle_policies(plugin):
                 x.close()
     with pytest.raises(ValueError, match="idle must be one of"):
         adapter.AFDPluginConnector.bind(idle="spin")
+
+
+class _PluginMoEBlock(torch.nn.Module):
+    """A transformers MoE block as the plugin's Attention model code drives its connector (the manifest's
+    ``attention_moe_layer`` calls): route in fp32, ``send_attn_output`` with the top-k, the shared expert here on
+    Attention, then ``recv_ffn_output`` (which the plugin defers to the start of the next layer: in a sequential
+    forward that is the same point of the data flow) plus the shared output."""
+
+    def __init__(self, block, layer, conn, meta):
+        super().__init__()
+        self.block, self.layer, self.conn, self.meta = block, layer, conn, meta
+
+    def forward(self, hidden_states):
+        from cam.integrations import transformers as camtf
+
+        shape = hidden_states.shape
+        h = hidden_states.reshape(-1, shape[-1])
+        ids, weights = camtf.route_float32(self.block, h)
+        ctx = self.meta.AFDTransferContext(metadata=self.meta.AFDTransferMetadata(
+            layer_idx=self.layer, stage_idx=0, seq_lens=[h.shape[0]]))
+        self.conn.send_attn_output(h.to(torch.bfloat16), ctx, topk_ids=ids, topk_weights=weights)
+        if hasattr(self.block, "shared_experts"):           # DeepSeek-V3
+            shared = self.block.shared_experts(h)
+        else:                                                # Qwen2-MoE: a sigmoid-gated shared expert
+            shared = torch.sigmoid(self.block.shared_expert_gate(h)) * self.block.shared_expert(h)
+        out = self.conn.recv_ffn_output(ref_tensor=h, ubatch_idx=0).to(h.dtype) + shared
+        return out.reshape(shape)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("family", ["deepseek_v3", "qwen2_moe"])
+def test_first_tokens_through_the_adapter_equal_native_transformers(plugin, family, tmp_path):
+    import transformers
+
+    from cam import convert
+    from cam.integrations import transformers as camtf
+    from test_integrations_transformers import (PROMPTS, SEQ, _config, _dequantize_experts, _init, _load, _prompts,
+                                                _same_greedy)
+
+    adapter, mods = plugin
+    meta = mods["afd_plugin.connectors.metadata"]
+    torch.manual_seed(0)
+    hf = transformers.AutoModelForCausalLM.from_config(_config(family))
+    _init(hf, ["deepseek_v3", "qwen2_moe"].index(family))  # the seeds test_integrations_transformers uses
+    hf.save_pretrained(tmp_path)
+    path = str(tmp_path)
+    store = torch.distributed.HashStore()
+    store.set_timeout(timedelta(seconds=JOIN_S))
+    cls = adapter.AFDPluginConnector.bind(store=store, group=f"tok-{family}", timeout_s=60.0, idle_poll_s=0.01,
+                                          idle="wait", idle_wait_s=0.2)
+    vllm = types.SimpleNamespace(model_config=types.SimpleNamespace(model=path, hf_config=None),
+                                 scheduler_config=types.SimpleNamespace(max_num_batched_tokens=SEQ),
+                                 additional_config={"afd": {"connector_extra_config": {"attn_ranks_per_dp": 1}}})
+    conns = [cls(0, 0, vllm, _afd_config("attention", 1, 2), 0)] + \
+        [cls(1 + j, 0, vllm, _afd_config("ffn", 1, 2), j) for j in range(2)]
+    inits = [threading.Thread(target=x.init_afd_connector) for x in conns]
+    for t in inits:
+        t.start()
+    for t in inits:
+        t.join(JOIN_S)
+    assert all(x.is_initialized for x in conns)
+    topo = conns[0].topology     # from the checkpoint directory (Topology.from_checkpoint)
+    layers, _ = convert.load_checkpoint_experts(path)
+    stop, errors = threading.Event(), []
+
+    def ffn_runner(conn, f):
+        try:
+            w1, w2 = convert.layer_weights(layers, range(f * topo.R, (f + 1) * topo.R))
+            while not stop.is_set():
+                wi = conn.recv_ffn_work_item(stage_idx=0, max_num_tokens=SEQ)
+                conn.send_ffn_work_item_output(wi, ffn_compute(wi.item, w1, w2))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    runners = [threading.Thread(target=ffn_runner, args=(conns[1 + f], f)) for f in range(2)]
+    for t in runners:
+        t.start()
+    try:
+        native_q = _load(path)
+        _dequantize_experts(native_q)
+        model = _load(path)
+        base = model.model
+        for j, (i, block) in enumerate(camtf.moe_blocks(model).items()):
+            base.layers[i].mlp = _PluginMoEBlock(block, j, conns[0], meta)
+        exact = 0
+        with torch.no_grad():
+            for prompt in _prompts(model.config.vocab_size):
+                exact += _same_greedy(model(prompt).logits[0, -1], native_q(prompt).logits[0, -1])
+        assert exact >= PROMPTS - 1, (family, exact)
+    finally:
+        stop.set()
+        for t in runners:
+            t.join(JOIN_S)
+        for x in conns:
+            x.close()
+    assert not errors, errors
+    assert (topo.L, topo.E, topo.P, topo.Bmax) == (len(layers), layers[0].num_experts, 1, SEQ)
