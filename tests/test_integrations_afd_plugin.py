@@ -86,7 +86,8 @@ def _vllm_config(model_cfg, tokens, extra=None):
           "hidden_size": model_cfg.hidden}
     return types.SimpleNamespace(model_config=types.SimpleNamespace(model=None, hf_config=hf),
                                  scheduler_config=types.SimpleNamespace(max_num_batched_tokens=tokens),
-                                 additional_config={"afd": {"connector_extra_config": extra or {}}})
+                                 additional_config={"afd": {"connector_extra_config": {"dynamicQuant": 1,
+                                                                                       **(extra or {})}}})
 
 
 def _afd_config(role, A, F, port=29000):
@@ -157,7 +158,11 @@ def test_topology_from_the_plugin_config():
     cls = AFDPluginConnector.bind(moe_layers=3)
     conn = cls(5, 0, _vllm_config(c, 16, {"attn_ranks_per_dp": 2}), _afd_config("ffn", 4, 2), 1)
     t = conn.topology
-    assert (t.D, t.P, t.F, t.Bmax, t.L, t.E) == (2, 2, 2, 16, 3, c.num_experts)
+    assert (t.D, t.P, t.F, t.Bmax, t.L, t.E, t.slots, t.quantized) == (2, 2, 2, 16, 3, c.num_experts, 1, True)
+    two = cls(0, 0, _vllm_config(c, 16, {"async_moe_ubatching": True}), _afd_config("attention", 4, 2), 0)
+    assert two.topology.slots == 2   # one round in flight per stage
+    with pytest.raises(ValueError, match="dynamicQuant must be 1"):
+        cls(0, 0, _vllm_config(c, 16, {"dynamicQuant": 0}), _afd_config("attention", 4, 2), 0)
     assert conn.world_rank == 5 and conn.attn_size == 4 and conn.ffn_size == 2 and not conn.is_initialized
     with pytest.raises(ValueError, match="attn_ranks_per_dp 3 does not divide num_attention_ranks 4"):
         cls(0, 0, _vllm_config(c, 16, {"attn_ranks_per_dp": 3}), _afd_config("attention", 4, 2), 0)
@@ -190,13 +195,13 @@ def test_max_num_batched_tokens_differing_between_roles_is_named():
     assert not any(x.is_initialized for x in conns)
 
 
-def _world(adapter, model, group, A=2, F=2, Bmax=24, idle="wait"):
+def _world(adapter, model, group, A=2, F=2, Bmax=24, idle="wait", extra=None):
     c = model.config
     store = torch.distributed.HashStore()
     store.set_timeout(timedelta(seconds=JOIN_S))
     cls = adapter.AFDPluginConnector.bind(moe_layers=len(c.moe_layers), store=store, group=group, timeout_s=60.0,
                                           idle_poll_s=0.01, idle=idle, idle_wait_s=0.2)
-    vllm = _vllm_config(c, Bmax)
+    vllm = _vllm_config(c, Bmax, extra)
     conns = [cls(r, 0, vllm, _afd_config("attention", A, F), r) for r in range(A)]
     conns += [cls(A + j, 0, vllm, _afd_config("ffn", A, F), j) for j in range(F)]
     errors = []
@@ -222,7 +227,7 @@ def test_the_manifest_call_sequence_through_the_adapter(plugin):
     meta = mods["afd_plugin.connectors.metadata"]
     model = MoEModel(PRESETS["tiny"])
     c = model.config
-    conns = _world(adapter, model, "seq")
+    conns = _world(adapter, model, "seq", extra={"async_moe_ubatching": True})
     topo = conns[0].topology
     L = topo.L
     stop = threading.Event()
@@ -401,7 +406,8 @@ def test_first_tokens_through_the_adapter_equal_native_transformers(plugin, fami
                                           idle="wait", idle_wait_s=0.2)
     vllm = types.SimpleNamespace(model_config=types.SimpleNamespace(model=path, hf_config=None),
                                  scheduler_config=types.SimpleNamespace(max_num_batched_tokens=SEQ),
-                                 additional_config={"afd": {"connector_extra_config": {"attn_ranks_per_dp": 1}}})
+                                 additional_config={"afd": {"connector_extra_config": {"attn_ranks_per_dp": 1,
+                                                                                       "dynamicQuant": 1}}})
     conns = [cls(0, 0, vllm, _afd_config("attention", 1, 2), 0)] + \
         [cls(1 + j, 0, vllm, _afd_config("ffn", 1, 2), j) for j in range(2)]
     inits = [threading.Thread(target=x.init_afd_connector) for x in conns]

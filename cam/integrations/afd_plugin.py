@@ -211,11 +211,19 @@ class AFDPluginConnector(_Base):
         size = A if role == "attention" else F
         if not 0 <= role_rank < size:
             raise ValueError(f"AFDPluginConnector: role_rank {role_rank} outside the {role} ranks [0, {size})")
-        P = self.extra_info.attn_ranks_per_dp
+        extra = self.extra_info
+        if extra.dynamic_quant != 1:
+            # cam's FFN GMMs take int8 rows: the dispatch always quantizes per token (Topology.quantized).
+            raise ValueError(f"AFDPluginConnector: connector_extra_config dynamicQuant must be 1 with cam (its FFN "
+                             f"computes int8 activations quantized at dispatch), got {extra.dynamic_quant}")
+        P = extra.attn_ranks_per_dp
         if A % P:
             raise ValueError(f"AFDPluginConnector: attn_ranks_per_dp {P} does not divide num_attention_ranks {A}")
         self.max_num_batched_tokens = int(vllm_config.scheduler_config.max_num_batched_tokens)
-        self.topology = self._topology(vllm_config, D=A // P, P=P, F=F, Bmax=self.max_num_batched_tokens)
+        # Rounds in flight per Attention rank: one per stage (each stage receives layer l before it sends l + 1).
+        slots = extra.async_moe_num_ubatches if extra.async_moe_ubatching else 1
+        self.topology = self._topology(vllm_config, D=A // P, P=P, F=F, Bmax=self.max_num_batched_tokens,
+                                       slots=slots, quantized=True)
         self.world_rank = role_rank if role == "attention" else A + role_rank
         self.attn_size, self.ffn_size = A, F
         self.expert_per_rank = self.topology.R
