@@ -32,6 +32,7 @@ __all__ = [
     "check_supported_config",
     "check_swiglu_limit",
     "checkpoint_moe_layers",
+    "checkpoint_quant_layout",
     "checkpoint_config",
     "common_swiglu_limit",
     "dequantize_weight",
@@ -581,6 +582,13 @@ def _quant_description(directory: str) -> Optional[str]:
     return kind, description
 
 
+def checkpoint_quant_layout(directory: str) -> Optional[str]:
+    """The pre-quantized layout a checkpoint directory's :data:`QUANT_DESCRIPTION_FILE` names (a key of
+    :data:`W8A8_LAYOUTS`), or None for a float checkpoint; another type is refused by name."""
+    described = _quant_description(directory)
+    return None if described is None else described[0]
+
+
 def _check_described(description: Mapping, kind: str, keys, directory: str) -> None:
     """Every routed expert weight must be listed in the description as ``kind``: the layout is read per tensor,
     never assumed from the model-wide type."""
@@ -672,10 +680,17 @@ def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.to(torch.float32) * scale[:, None, :]
 
 
-def dequantized(layer: ExpertFFN, *, bits: int = 8, group_size: Optional[int] = None) -> ExpertFFN:
+def dequantized(layer: "ExpertFFN | QuantizedExpertFFN", *, bits: int = 8,
+                group_size: Optional[int] = None) -> ExpertFFN:
     """``layer`` with both weights replaced by their dequantized int8 (``bits=4``: int4, per channel or per
     ``group_size`` K rows) values (what cam computes with), for a native run that differs from cam's only in the
-    activations' quantization."""
+    activations' quantization. A :class:`QuantizedExpertFFN` is its stored ``q * scale`` (int8 only)."""
+    if isinstance(layer, QuantizedExpertFFN):
+        if bits != 8 or group_size is not None:
+            raise ValueError(f"dequantized: pre-quantized W8A8 experts are int8 per channel; bits={bits!r}, "
+                             f"group_size={group_size!r} do not apply")
+        return ExpertFFN(dequantize_weight(layer.w1, layer.w1_scale), dequantize_weight(layer.w2, layer.w2_scale),
+                         layer.swiglu_limit)
     def deq(w: torch.Tensor) -> torch.Tensor:
         q, s = quantize_weight(w, bits=bits, group_size=group_size)
         return dequantize_weight(q, s) if group_size is None else dequantize_weight_int4(q, s, group_size)
