@@ -471,3 +471,18 @@ def test_ffn_forward_metadata_reads_nothing_on_the_host():
     for bad in (0, rows + 1, 2.0, True):
         with pytest.raises(ValueError, match="capacity must be an int in"):
             ffn_forward_metadata(item, bad)
+
+
+def test_select_experts_refuses_routings_it_does_not_compute():
+    from cam.integrations.afd_plugin import AFDPluginConnector
+
+    cls = AFDPluginConnector.bind(moe_layers=1)
+    conn = cls(0, 0, _vllm_config(PRESETS["tiny"], 8), _afd_config("attention", 1, 1), 0)
+    logits = torch.randn(5, 8)
+    w, ids = conn.select_experts(router_logits=logits, top_k=2, use_grouped_topk=False, scoring_func="softmax")
+    want_w, want_ids = torch.softmax(logits, -1).topk(2, -1)
+    assert torch.equal(ids, want_ids.to(torch.int32)) and torch.allclose(w, want_w / want_w.sum(-1, keepdim=True))
+    for kw, name in ((dict(use_grouped_topk=True), "use_grouped_topk"), (dict(scoring_func="sigmoid"), "scoring_func"),
+                     (dict(e_score_correction_bias=torch.zeros(8)), "e_score_correction_bias")):
+        with pytest.raises(ValueError, match=name):
+            conn.select_experts(router_logits=logits, top_k=2, **kw)

@@ -300,8 +300,17 @@ class AFDPluginConnector(_Base):
 
     # ------------------------------------------------------------------ Attention side
 
-    def select_experts(self, *, router_logits: torch.Tensor, top_k: int, renormalize: bool = True, **_):
-        """fp32 softmax top-k routing: ``(topk_weights fp32 [B, K], topk_ids int32 [B, K])``."""
+    def select_experts(self, *, router_logits: torch.Tensor, top_k: int, renormalize: bool = True, **kwargs):
+        """fp32 softmax top-k routing: ``(topk_weights fp32 [B, K], topk_ids int32 [B, K])``. A routing this does not
+        compute (grouped top-k, a score function other than softmax, a score-correction bias, a custom routing
+        function) is refused by name rather than approximated: route such models in the model code."""
+        unsupported = [name for name, on in (
+            ("use_grouped_topk", bool(kwargs.get("use_grouped_topk"))),
+            ("scoring_func", kwargs.get("scoring_func", "softmax") != "softmax"),
+            ("e_score_correction_bias", kwargs.get("e_score_correction_bias") is not None),
+            ("custom_routing_function", kwargs.get("custom_routing_function") is not None)) if on]
+        if unsupported:
+            raise ValueError(f"select_experts: {unsupported} not supported by cam's connector (softmax top-k only)")
         probs = torch.softmax(router_logits.float(), dim=-1)
         weights, ids = torch.topk(probs, top_k, dim=-1)
         if renormalize:
