@@ -44,6 +44,7 @@ def test_fixture_facts():
     keys = m["connector_extra_config"]["keys"]
     assert keys["alpha"]["field"] == "alpha_field" and keys["alpha"]["default"] == 3
     assert keys["alpha"]["allowed"] == [3, 5] and keys["alpha"]["coerce"] == "coerce_int"
+    assert keys["alpha"]["type"] == "int" and keys["beta"]["type"] == "str"
     # the default and the allowed value come through the module constant / the keyword alias
     assert keys["beta"]["default"] == "rows" and keys["beta"]["allowed"] == ["rows"]
     assert m["factory"]["registered"] == [{"name": "OneConnector", "module": "pkg.one", "class": "OneConnector",

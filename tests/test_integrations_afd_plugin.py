@@ -139,8 +139,11 @@ def test_bad_extra_config_is_named(extra, match):
 
 
 def test_every_manifest_key_is_mapped():
-    from cam.integrations.afd_plugin import AFDPluginConnector
+    from cam.integrations.afd_plugin import EXTRA_KEYS, AFDPluginConnector
     keys = MANIFEST["connector_extra_config"]["keys"]
+    assert {k: (f["field"], f["type"], f["default"], f["allowed"]) for k, f in keys.items()} == \
+        {k: (field, kind.__name__, default, None if allowed is None else sorted(allowed))
+         for k, (field, kind, default, allowed) in EXTRA_KEYS.items()}
     parsed = AFDPluginConnector.parse_extra_config({})
     for key, fact in keys.items():
         assert getattr(parsed, fact["field"]) == fact["default"], key

@@ -191,7 +191,9 @@ def _extra_config(src: Source, validation: Source) -> dict:
             default = get.args[1] if len(get.args) > 1 else None
             default = consts.get(default.id, _src(default)) if isinstance(default, ast.Name) else (
                 ast.literal_eval(default) if default is not None else None)
-            keys[key] = {"field": kw.arg, "coerce": _src(coerce.func), "default": default,
+            helper = _src(coerce.func)
+            kind = next((t for t in ("bool", "int", "str", "float") if helper.endswith("_" + t)), None)
+            keys[key] = {"field": kw.arg, "coerce": helper, "type": kind, "default": default,
                          "at": _at(src.path, kw.value), "allowed": None}
     missing = sorted(set(accepted) - set(keys))
     if missing:
