@@ -57,7 +57,8 @@ def test_fixture_facts():
     layer = m["runners"]["attention_moe_layer"]["run_attention_gate_afd_forward"]["calls"]
     assert [c["call"] for c in layer] == ["afd_connector.send_attn_output", "afd_connector.recv_ffn_output"]
     kw = m["async_connector"]["methods"]["recv_ffn_work_item"]["params"]
-    assert [(p["name"], p["kind"]) for p in kw][1:] == [("stage_idx", "KEYWORD_ONLY"), ("max_num_tokens", "KEYWORD_ONLY")]
+    assert [(p["name"], p["kind"]) for p in kw][1:] == [("stage_idx", "KEYWORD_ONLY"),
+                                                        ("max_num_tokens", "KEYWORD_ONLY")]
 
 
 def test_missing_file_is_named(tmp_path):

@@ -104,9 +104,9 @@ def test_the_adapter_subclasses_the_manifest_base_and_matches_its_members(plugin
         if "property" in m["decorators"]:
             assert isinstance(inspect.getattr_static(cls, name), property), name
             continue
+        fn = inspect.getattr_static(cls, name).__func__ if "classmethod" in m["decorators"] else getattr(cls, name)
         got = [(p.name, p.kind.name, None if p.default is inspect.Parameter.empty else repr(p.default))
-               for p in inspect.signature(inspect.getattr_static(cls, name).__func__
-                                          if "classmethod" in m["decorators"] else getattr(cls, name)).parameters.values()]
+               for p in inspect.signature(fn).parameters.values()]
         want = [(p["name"], p["kind"], p["default"]) for p in m["params"]]
         if name == "select_experts":  # the plugin passes its selector's keywords through **kwargs
             assert got[-1][1] == "VAR_KEYWORD"
@@ -489,3 +489,15 @@ def test_select_experts_refuses_routings_it_does_not_compute():
                      (dict(e_score_correction_bias=torch.zeros(8)), "e_score_correction_bias")):
         with pytest.raises(ValueError, match=name):
             conn.select_experts(router_logits=logits, top_k=2, **kw)
+
+
+def test_close_is_safe_before_init_and_twice():
+    from cam.integrations.afd_plugin import AFDPluginConnector
+
+    cls = AFDPluginConnector.bind(moe_layers=1)
+    conn = cls(0, 0, _vllm_config(PRESETS["tiny"], 8), _afd_config("attention", 1, 1), 0)
+    conn.close()
+    conn.close()
+    assert not conn.is_initialized
+    with pytest.raises(ValueError, match="init_afd_connector"):
+        conn.recv_ffn_output(ref_tensor=torch.zeros(1, 8))
