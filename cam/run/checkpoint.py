@@ -146,12 +146,23 @@ class CheckpointModel(PrefillReference):
             raise ValueError(f"--checkpoint {directory!r}: the experts' swiglu_limit {self.swiglu_limit!r} is not "
                              f"the config's {self.config.swiglu_limit!r}")
         self.w1, self.w1_scale, self.w2, self.w2_scale = [], [], [], []
-        for ffn in experts:
-            for w, q_list, s_list in ((ffn.w1, self.w1, self.w1_scale), (ffn.w2, self.w2, self.w2_scale)):
-                q, s = convert.quantize_weight(w, bits=self.weight_bits)
-                q_list.append(q)
-                s_list.append(s)
-        self.experts = experts
+        if all(isinstance(ffn, convert.QuantizedExpertFFN) for ffn in experts):
+            # A pre-quantized W8A8 checkpoint: its integers and scales as shipped.
+            if self.weight_bits != 8:
+                raise ValueError(f"--checkpoint {directory!r} holds pre-quantized W8A8 experts; --weights {weights} "
+                                 "would quantize them again (use --weights w8a8)")
+            for ffn in experts:
+                self.w1.append(ffn.w1)
+                self.w1_scale.append(ffn.w1_scale)
+                self.w2.append(ffn.w2)
+                self.w2_scale.append(ffn.w2_scale)
+        else:
+            for ffn in experts:
+                for w, q_list, s_list in ((ffn.w1, self.w1, self.w1_scale), (ffn.w2, self.w2, self.w2_scale)):
+                    q, s = convert.quantize_weight(w, bits=self.weight_bits)
+                    q_list.append(q)
+                    s_list.append(s)
+        self.experts = experts  # native_check's weights: convert.dequantized of each (a W8A8 one's stored q * scale)
         self._layers = base.layers
         self._rotary = base.rotary_emb
         self._no_grad = torch.no_grad
