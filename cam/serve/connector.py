@@ -48,7 +48,9 @@ class ConnectorConfig:
         dtype: activation dtype (bfloat16 or float16).
         timeout_s: bound of device waits inside a begun round and of the rendezvous.
         idle_poll_s: how long an FFN receive waits before it returns an empty work item.
-        group: name of this world's keys in the store (several worlds may share one store).
+        group: name of this plane's keys in the store. Several planes may share one store, each with its own group;
+            successive worlds of one group are told apart by their world id (``AsyncAFDConnector.world_id``), and
+            a group held by a live plane is refused (:class:`cam.world.GroupInUseError`).
         shm_prefix: name prefix of the shm windows (``/dev/shm/<prefix>-r<rank>``), so a supervisor can remove
             what a rank killed before the handshake left behind; default unique per process.
         isolate_replicas: replica isolation (``cam.Comm(isolate_replicas=...)``, docs/connector.md): when an
@@ -148,6 +150,7 @@ class AsyncAFDConnector:
         self.comm: Optional[Comm] = None
         self._store = None
         self._rendezvous = None  # the store as the ranks' messages go through it (signed when the run has a secret)
+        self._world_id: Optional[str] = None  # the plane's world, kept after close (a late shutdown still names it)
         self._lock = threading.Lock()
         self._receiving = 0
         # Attention side: (stage, topk_ids, topk_weights) per dispatched round, in dispatch order.
@@ -192,10 +195,20 @@ class AsyncAFDConnector:
                              dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
                              join_timeout_s=cfg.timeout_s, shm_prefix=cfg.shm_prefix,
                              isolate_replicas=cfg.isolate_replicas, placement=cfg.placement)
+        self._world_id = self.comm.world_id
 
     @property
     def store(self):
         return self._store
+
+    @property
+    def world_id(self) -> str:
+        """The world this rank's plane is (``Comm.world_id``): every serving message it writes or reads is that
+        world's, so a store shared with another plane of the group, or left over from an earlier one, is never
+        read as this one's (docs/connector.md, "Trust model")."""
+        if self._world_id is None:
+            raise ValueError("AsyncAFDConnector: call init_afd_connector() first")
+        return self._world_id
 
     @property
     def lost_replicas(self) -> dict:
@@ -266,19 +279,19 @@ class AsyncAFDConnector:
         if self._pending:
             raise ValueError(f"finish: {len(self._pending)} dispatched round(s) not received yet; call "
                              "recv_ffn_output for each first")
-        self._messages().set(DONE_KEY.format(group=self.config.group, rank=self.rank), "1")
+        self._messages().set(DONE_KEY.format(group=self.config.group, world=self.world_id, rank=self.rank), "1")
 
     def request_shutdown(self, reason: str = "requested", lost=()) -> None:
         """Any rank: asks every FFN rank to stop serving at its next idle poll (docs/protocol.md, "Shutdown");
         ``lost``: Attention ranks seen dead, which every FFN rank fences before it reports."""
-        post_shutdown(self._messages(), self.config.group, reason, lost)
+        post_shutdown(self._messages(), self.config.group, reason, lost, world=self.world_id)
 
     def mark_serving(self, failure: Optional[str] = None) -> None:
         """FFN rank: tells the Attention ranks it serves (its loop is about to run its first iteration), or, with
         ``failure``, that it failed before and never will (their :meth:`wait_ffn_serving` then raises, quoting it)."""
         self._require("ffn")
         value = SERVING if failure is None else FAILED_PREFIX + (str(failure) or "unknown")
-        self._messages().set(SERVING_KEY.format(group=self.config.group, rank=self.rank), value)
+        self._messages().set(SERVING_KEY.format(group=self.config.group, world=self.world_id, rank=self.rank), value)
 
     def wait_ffn_serving(self, timeout_s: Optional[float] = None) -> None:
         """Attention rank: returns once every FFN rank serves (:meth:`mark_serving`, which :func:`cam.serve_ffn`
@@ -292,7 +305,8 @@ class AsyncAFDConnector:
         if not bound > 0:
             raise ValueError(f"wait_ffn_serving: timeout_s must be > 0 seconds, got {timeout_s!r}")
         topo, messages = self.config.topology, self._messages()
-        keys = {r: SERVING_KEY.format(group=self.config.group, rank=r) for r in range(topo.A, topo.world_size)}
+        keys = {r: SERVING_KEY.format(group=self.config.group, world=self.world_id, rank=r)
+                for r in range(topo.A, topo.world_size)}
         deadline = time.monotonic() + bound
         while True:
             waiting, failed = [], []
@@ -318,7 +332,7 @@ class AsyncAFDConnector:
         """FFN rank: the :class:`cam.serve.store.Shutdown` to stop serving on (a shutdown request, its lost
         Attention ranks with it, or every Attention rank finished), else None. Host side only: it reads the store,
         never the device."""
-        return shutdown_message(self._messages(), self.config.group, self.attn_size)
+        return shutdown_message(self._messages(), self.config.group, self.attn_size, world=self.world_id)
 
     def shutdown_requested(self) -> Optional[str]:
         """FFN rank: why to stop serving (the reason of :meth:`shutdown_message`), else None."""
