@@ -109,6 +109,9 @@ class Comm:
             ranks pass its device form (:attr:`placement_buffer`: the table's epoch line, then its rows, which
             :attr:`placement_table` views as ``[L, E, 1 + 2F]``) to every ``dispatch_send``; FFN ranks use it for
             their slot weights (``cam.ExpertWeights.slots``). :meth:`set_placement` replaces it.
+        succeeds: shm/npu, elastic serving (docs/protocol.md §18): ``(world id, dead rank)`` of the plane whose
+            survivors this Comm re-forms; it joins that world's :func:`cam.world.successor` (the same on every
+            survivor) instead of agreeing a fresh world. None (the default) for a new plane.
 
     Attributes:
         stream: this rank's device stream; its data-plane ops run there in order (ranks that are threads of one
@@ -155,6 +158,7 @@ class Comm:
         liveness_poll_s: float = 0.25,
         isolate_replicas: bool = True,
         placement=None,
+        succeeds: Optional[tuple] = None,
     ) -> None:
         if not isinstance(topology, Topology):
             raise TypeError(f"Comm: topology must be a cam.Topology, got {type(topology).__name__}")
@@ -219,7 +223,7 @@ class Comm:
                 shm_name = f"/{shm_prefix or f'cam-{os.getpid()}-{uuid.uuid4().hex[:12]}'}-r{rank}"
             # Every key of the handshake and after it is the world's (cam.world): a store shared with another
             # plane, or left over from an earlier one, is never read as this plane's.
-            self.world_id = _world.join(store, group, rank, topology.world_size, join_timeout_s)
+            self.world_id = _world.join(store, group, rank, topology.world_size, join_timeout_s, after=succeeds)
             keys = _world.prefix(group, self.world_id)
             self._c = self._create_ipc(store, keys, fields, timeout_ns, idle_ns, join_timeout_s, shm_name)
             self._store, self._left_key = store, f"{keys}/left/{rank}"
@@ -741,6 +745,15 @@ class Comm:
     def status(self) -> dict:
         """This rank's status record and abort word (docs/protocol.md §9), for diagnostics."""
         return self._require()._c.status()
+
+    @property
+    def died(self) -> Optional[int]:
+        """The rank whose death aborted this rank's plane (the abort word ``-(1 + rank)`` a liveness watchdog
+        raised, docs/protocol.md §9; also when another rank's watchdog saw it first), else None."""
+        if self._c is None:
+            return self.dead_rank
+        word = int(self._c.status()["abort"])
+        return -word - 1 if word < 0 else None
 
     def close(self, wait_s: float = 10.0) -> None:
         """Releases the stream and the windows. Idempotent. An op another thread is running on this Comm (an idle

@@ -24,13 +24,23 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Placement", "PlacementError", "contiguous_slots"]
+__all__ = ["ExpertsLostError", "Placement", "PlacementError", "contiguous_slots"]
 
 Replica = Tuple[int, int]  # (FFN index f in [0, F), local slot in [0, slots_per_rank))
 
 
 class PlacementError(ValueError):
     """A placement table that cannot be served; the message names the layer, the expert and the bad entry."""
+
+
+class ExpertsLostError(PlacementError):
+    """An FFN rank left the plane holding the last replica of some experts (:meth:`Placement.without`): no table
+    without it can serve them. ``lost`` is ``{layer: (experts...)}``, ``ffn_index`` the rank that left."""
+
+    def __init__(self, ffn_index: int, lost: Dict[int, Tuple[int, ...]]):
+        self.ffn_index, self.lost = ffn_index, lost
+        named = "; ".join(f"layer {l}: expert(s) {', '.join(map(str, es))}" for l, es in sorted(lost.items()))
+        super().__init__(f"FFN index {ffn_index} held the last replica of {named}: no surviving replica serves them")
 
 
 def _deal(experts: int, ffn_ranks: int, slots: int, extra: Sequence[int]) -> List[List[Replica]]:
@@ -184,6 +194,27 @@ class Placement:
                 if slots >= experts + len(extra):
                     raise
                 slots += 1
+
+    def without(self, ffn_index: int) -> "Placement":
+        """The table of the plane once FFN index ``ffn_index`` left it (elastic serving, docs/protocol.md §18):
+        every replica on it dropped, the indices above it one lower (the survivors keep their order), every other
+        replica in its slot, so each survivor serves the new table with the slot weights it holds. Raises
+        :class:`ExpertsLostError` naming every expert (by layer) whose only replicas were on ``ffn_index``."""
+        if isinstance(ffn_index, bool) or not isinstance(ffn_index, int) or not 0 <= ffn_index < self.ffn_ranks:
+            raise ValueError(f"Placement.without: ffn_index must be an int in [0, {self.ffn_ranks}), got "
+                             f"{ffn_index!r}")
+        if self.ffn_ranks == 1:
+            raise ExpertsLostError(ffn_index, {l: tuple(range(self.experts)) for l in range(self.layers)})
+        layers, lost = [], {}
+        for l, layer in enumerate(self._table):
+            rows = [tuple((f - 1 if f > ffn_index else f, j) for f, j in reps if f != ffn_index) for reps in layer]
+            gone = tuple(e for e, reps in enumerate(rows) if not reps)
+            if gone:
+                lost[l] = gone
+            layers.append(rows)
+        if lost:
+            raise ExpertsLostError(ffn_index, lost)
+        return Placement(self.experts, self.ffn_ranks - 1, self.slots_per_rank, layers)
 
     # ------------------------------------------------------------------ queries
 

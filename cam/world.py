@@ -15,6 +15,7 @@ Importing it does not import torch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -24,7 +25,7 @@ from typing import Optional
 from ._proc import start_ticks
 from .errors import CommJoinError
 
-__all__ = ["GroupInUseError", "WORLD_KEY", "current", "join", "prefix"]
+__all__ = ["GroupInUseError", "WORLD_KEY", "current", "join", "prefix", "successor"]
 
 WORLD_KEY = "{group}/world"
 # How often a rank whose slot is taken looks again while it waits for the holder's world to be decided over.
@@ -48,6 +49,12 @@ def current(store, group: str) -> Optional[str]:
     if not store.check([key]):
         return None
     return json.loads(store.get(key).decode())["id"]
+
+
+def successor(world_id: str, dead_rank: int) -> str:
+    """The world the survivors of ``world_id`` form once rank ``dead_rank`` died (elastic serving, docs/protocol.md
+    §18): the same id on every survivor without a message, and a new one, so no key of the world they left is read."""
+    return hashlib.sha256(f"{world_id}/without/{int(dead_rank)}".encode()).hexdigest()[:32]
 
 
 def identity() -> str:
@@ -85,9 +92,15 @@ def _over(store, group: str, world: dict, rank: int, world_size: int, join_timeo
     return None
 
 
-def join(store, group: str, rank: int, world_size: int, join_timeout_s: float) -> str:
+def join(store, group: str, rank: int, world_size: int, join_timeout_s: float, *, after=None) -> str:
     """Agrees on the world of ``group`` that rank ``rank`` joins in ``store`` and claims its slot there; returns the
-    world id. Bounded by ``join_timeout_s``. Raises :class:`GroupInUseError` when a live plane holds the slot."""
+    world id. Bounded by ``join_timeout_s``. Raises :class:`GroupInUseError` when a live plane holds the slot.
+
+    ``after``: ``(world id, dead rank)`` of the world this rank leaves for its :func:`successor` (an elastic
+    failover): the rank joins exactly that successor, replacing the world key only while it still names the world
+    left, so the survivors meet in one world whatever order they arrive in."""
+    if after is not None:
+        return _join_successor(store, group, rank, *after)
     key = WORLD_KEY.format(group=group)
     me = f"{identity()}/{uuid.uuid4().hex[:8]}"
     deadline = time.monotonic() + join_timeout_s
@@ -121,3 +134,25 @@ def join(store, group: str, rank: int, world_size: int, join_timeout_s: float) -
                                f"{join_timeout_s:g} s (the last one found was over: {why})")
         time.sleep(_POLL_S)
 
+
+def _join_successor(store, group: str, rank: int, left: str, dead_rank: int) -> str:
+    key = WORLD_KEY.format(group=group)
+    target = successor(left, dead_rank)
+    value = json.dumps({"id": target, "t": time.time(), "after": left})
+    raw = store.compare_set(key, "", value)
+    raw = raw.decode() if isinstance(raw, bytes) else raw
+    found = json.loads(raw)["id"]
+    if found == left:
+        raw = store.compare_set(key, raw, value)
+        raw = raw.decode() if isinstance(raw, bytes) else raw
+        found = json.loads(raw)["id"]
+    if found != target:
+        raise CommJoinError(f"Comm: rank {rank}: group {group!r} moved on to world {found} while its survivors of "
+                            f"world {left} (rank {dead_rank} dead) were forming its successor {target}")
+    me = f"{identity()}/{uuid.uuid4().hex[:8]}"
+    got = store.compare_set(f"{prefix(group, target)}/claim/{rank}", "", me)
+    got = got.decode() if isinstance(got, bytes) else got
+    if got != me:
+        raise GroupInUseError(f"Comm: rank {rank}: group {group!r}: rank {rank} of world {target} (the successor of "
+                              f"{left} without rank {dead_rank}) is already held by process {got.split(':')[0]}")
+    return target

@@ -32,7 +32,8 @@ from .policy import check_items_per_check
 from .store import (DONE_KEY, FAILED_PREFIX, RUN_SECRET_ENV, SERVING, SERVING_KEY, Shutdown, SignedStore,
                     loopback_store, post_shutdown, shutdown_message)
 
-__all__ = ["AFDTransferContext", "AFDTransferMetadata", "AsyncAFDConnector", "ConnectorConfig", "split_tokens"]
+__all__ = ["AFDTransferContext", "AFDTransferMetadata", "AsyncAFDConnector", "ConnectorConfig", "Failover",
+           "RoundsLostError", "split_tokens"]
 
 # "shm": ranks are processes (the store is the world's TCPStore); "in_process": ranks are threads of one process
 # sharing one store object (e.g. torch.distributed.HashStore), for tests and single-process use.
@@ -65,6 +66,12 @@ class ConnectorConfig:
             the plane is a ``cam.Comm(transport="in_process")`` named by ``group``).
         placement: the expert placement (:class:`cam.placement.Placement`, docs/protocol.md §15) every rank's Comm
             is created with; None is the contiguous placement (the topology then needs ``E % F == 0``).
+        elastic: elastic serving (``"shm"`` only, docs/connector.md "Elastic serving"): when an FFN rank dies, the
+            survivors re-form the plane without it at the next round boundary, under ``placement.without`` it (its
+            experts served by their other replicas), and every Attention rank dispatches again each round it had
+            not received, so every round's result is the one a run without the failure gives. When the dead rank
+            held an expert's last replica, the rounds not received are reported lost (:class:`RoundsLostError`,
+            naming the experts). Set it the same on every rank.
     """
 
     topology: Topology
@@ -79,10 +86,16 @@ class ConnectorConfig:
     secret: Optional[bytes] = dataclasses.field(default=None, repr=False)
     transport: str = "shm"
     placement: Optional[object] = None  # a cam.placement.Placement, the same on every rank (cam.Comm(placement=))
+    elastic: bool = False
 
     def __post_init__(self):
         if self.transport not in _TRANSPORTS:
             raise ValueError(f"ConnectorConfig: transport must be one of {_TRANSPORTS}, got {self.transport!r}")
+        if not isinstance(self.elastic, bool):
+            raise TypeError(f"ConnectorConfig: elastic must be a bool, got {self.elastic!r}")
+        if self.elastic and self.transport != "shm":
+            raise ValueError(f"ConnectorConfig: elastic serving needs the 'shm' transport (ranks are processes the "
+                             f"liveness watchdog can find dead), got transport {self.transport!r}")
 
     def run_secret(self) -> Optional[bytes]:
         """The secret the rendezvous signs with: ``secret``, else ``$CAM_RUN_SECRET``, else None (no signing)."""
@@ -102,6 +115,32 @@ class ConnectorConfig:
         if len(secret) < 16:
             raise ValueError(f"ConnectorConfig: the run secret must be at least 16 bytes, got {len(secret)}")
         return secret
+
+
+class RoundsLostError(CommAbortedError):
+    """Elastic serving: an FFN rank died holding the last replica of some experts, so the rounds this Attention rank
+    had not received cannot be served by any table of the survivors. ``rounds`` is their count, ``lost`` the
+    experts ``{layer: (experts...)}``, ``dead_rank`` the FFN rank. No partial result was returned."""
+
+    def __init__(self, rank: int, dead_rank: int, rounds: int, lost: dict):
+        self.rank, self.dead_rank, self.rounds, self.lost = rank, dead_rank, rounds, lost
+        named = "; ".join(f"layer {l}: expert(s) {', '.join(map(str, es))}" for l, es in sorted(lost.items()))
+        super().__init__(f"rank {rank}: {rounds} round(s) lost: FFN rank {dead_rank} died holding the last replica "
+                         f"of {named}; no surviving replica serves them, so the plane was not re-formed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Failover:
+    """One elastic failover as this rank saw it: the dead FFN rank, the world left and the one joined, when the
+    death was seen (``time.time()``, the liveness watchdog's), when the new plane was formed, and the rounds this
+    rank dispatched again (Attention ranks)."""
+
+    dead_rank: int
+    world_left: str
+    world_joined: str
+    seen_at: float
+    formed_at: float
+    redispatched: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,8 +192,10 @@ class AsyncAFDConnector:
         self._world_id: Optional[str] = None  # the plane's world, kept after close (a late shutdown still names it)
         self._lock = threading.Lock()
         self._receiving = 0
-        # Attention side: (stage, topk_ids, topk_weights) per dispatched round, in dispatch order.
-        self._pending: Deque[Tuple[int, torch.Tensor, torch.Tensor]] = collections.deque()
+        # Attention side: (stage, topk_ids, topk_weights, x, layer) per dispatched round, in dispatch order; x is
+        # kept (a copy) only when elastic, to dispatch the round again after a failover.
+        self._pending: Deque[tuple] = collections.deque()
+        self.failovers: list = []  # Failover records, in order
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -191,11 +232,82 @@ class AsyncAFDConnector:
                              timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s, join_timeout_s=cfg.timeout_s,
                              placement=cfg.placement)
         else:
-            self.comm = Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous, group=cfg.group,
-                             dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
-                             join_timeout_s=cfg.timeout_s, shm_prefix=cfg.shm_prefix,
-                             isolate_replicas=cfg.isolate_replicas, placement=cfg.placement)
+            self.comm = self._shm_comm()
         self._world_id = self.comm.world_id
+
+    def _shm_comm(self, succeeds=None) -> Comm:
+        cfg = self.config
+        prefix = None if cfg.shm_prefix is None or succeeds is None else f"{cfg.shm_prefix}-{succeeds[0][:8]}"
+        return Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous, group=cfg.group,
+                    dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
+                    join_timeout_s=cfg.timeout_s, shm_prefix=cfg.shm_prefix if prefix is None else prefix,
+                    isolate_replicas=cfg.isolate_replicas, placement=cfg.placement, succeeds=succeeds)
+
+    # ------------------------------------------------------------------ elastic serving
+
+    def dead_ffn_rank(self) -> Optional[int]:
+        """Elastic worlds: the FFN rank whose death aborted this rank's plane (named by the abort word, whichever
+        rank's liveness watchdog saw it first), else None."""
+        comm = self.comm
+        if not self.config.elastic or comm is None or comm.closed:
+            return None
+        try:
+            dead = comm.died
+        except Exception:  # noqa: BLE001 - no status to read: nothing to fail over from
+            return None
+        return dead if dead is not None and dead >= self.config.topology.A else None
+
+    def fail_over(self, dead: int) -> Failover:
+        """Re-forms this rank's plane without FFN rank ``dead`` (every survivor does, at its next round boundary):
+        the table ``placement.without(dead)``, the topology with one FFN rank less (the FFN ranks above ``dead``
+        one lower: this rank's :attr:`rank` may change), a Comm in the world's :func:`cam.world.successor`. An FFN
+        rank keeps its slot weights (the new table keeps every survivor's slots) and tells the Attention ranks it
+        serves in the new world. Raises :class:`cam.placement.ExpertsLostError` when ``dead`` held an expert's
+        last replica (the plane then stays aborted)."""
+        from ..placement import Placement
+
+        cfg, topo = self.config, self.config.topology
+        comm = self.comm
+        seen = comm.dead_rank_found_at or time.time()
+        table = cfg.placement if cfg.placement is not None else Placement.contiguous(topo.E, topo.F, topo.L)
+        new = table.without(dead - topo.A)  # ExpertsLostError names what no survivor holds
+        left = self._world_id
+        with self._lock:
+            receiving = self._receiving
+        if receiving:  # another thread's receive still waits on the aborted plane: it ends at once
+            comm.abort()
+        comm.close()
+        self.comm = None
+        self.config = dataclasses.replace(cfg, topology=dataclasses.replace(topo, F=topo.F - 1,
+                                                                            expert_slots=new.slots_per_rank),
+                                          placement=new)
+        if self.rank > dead:
+            self.rank -= 1
+        self.ffn_size = topo.F - 1
+        self.comm = self._shm_comm(succeeds=(left, dead))
+        self._world_id = self.comm.world_id
+        if self.role == "ffn":
+            self.mark_serving()
+        record = Failover(dead, left, self._world_id, seen, time.time())
+        self.failovers.append(record)
+        return record
+
+    def _recover(self, error: CommAbortedError, received: int = 0) -> None:
+        """Attention rank, elastic: after the plane aborted on an FFN rank's death, fail over and dispatch again
+        every round not received, in dispatch order (each exactly once). Re-raises ``error`` when no FFN rank's
+        death caused it; :class:`RoundsLostError` when the dead rank held an expert's last replica."""
+        from ..placement import ExpertsLostError
+
+        dead = self.dead_ffn_rank()
+        if dead is None:
+            raise self._replica_lost(error, len(self._pending) + received) from error
+        try:
+            record = self.fail_over(dead)
+        except ExpertsLostError as e:
+            raise RoundsLostError(self.rank, dead, len(self._pending) + received, e.lost) from error
+        for _, ids, _, x, layer in self._pending:
+            ops.dispatch_send(self.comm, x, ids, layer)
+        self.failovers[-1] = dataclasses.replace(record, redispatched=len(self._pending))
 
     @property
     def store(self):
@@ -351,34 +463,48 @@ class AsyncAFDConnector:
             topk_ids: int32 ``[B, K]`` routed expert ids in ``[0, E)``, -1 for an empty slot.
             topk_weights: fp32 ``[B, K]`` combine weights, kept for :meth:`recv_ffn_output`.
         """
-        comm = self._require("attention")
+        self._require("attention")
         if not isinstance(topk_weights, torch.Tensor) or topk_weights.dtype != torch.float32:
             raise TypeError("send_attn_output: topk_weights must be a float32 tensor [B, K]")
         if tuple(topk_weights.shape) != tuple(topk_ids.shape):
             raise ValueError(f"send_attn_output: topk_weights shape {tuple(topk_weights.shape)} differs from "
                              f"topk_ids {tuple(topk_ids.shape)}")
-        try:
-            ops.dispatch_send(comm, hidden_states, topk_ids, context.metadata.layer_idx)
-        except CommAbortedError as e:
-            raise self._replica_lost(e, len(self._pending)) from e
-        self._pending.append((context.metadata.stage_idx, topk_ids, topk_weights))
+        layer = context.metadata.layer_idx
+        kept = hidden_states.clone() if self.config.elastic else None  # the caller may reuse its buffer
+        while True:  # each failover removes one FFN rank: at most F - 1 of them before one reports rounds lost
+            try:
+                ops.dispatch_send(self.comm, hidden_states, topk_ids, layer)
+                break
+            except CommAbortedError as e:
+                if not self.config.elastic:
+                    raise self._replica_lost(e, len(self._pending)) from e
+                self._recover(e, received=1)
+        self._pending.append((context.metadata.stage_idx, topk_ids, topk_weights, kept, layer))
 
     def recv_ffn_output(self, ref_tensor: Optional[torch.Tensor] = None, ubatch_idx: int = 0, **_) -> torch.Tensor:
         """The weighted routed sum ``[B, H]`` of the oldest dispatched round, which must belong to ``ubatch_idx``
         (results come back in dispatch order: FIFO per stage, stages interleaved as they were sent)."""
-        comm = self._require("attention")
+        self._require("attention")
         if not self._pending:
             raise ValueError("recv_ffn_output: nothing was dispatched")
-        stage, ids, weights = self._pending[0]
+        stage, ids, weights = self._pending[0][:3]
         if stage != ubatch_idx:
             raise ValueError(f"recv_ffn_output: the oldest dispatched round is stage {stage}, not {ubatch_idx}; "
                              "receive in dispatch order")
+        while True:  # each failover removes one FFN rank: at most F - 1 of them before one reports rounds lost
+            with self._Receiving(self):
+                try:
+                    out = ops.combine_recv(self.comm, ids, weights)
+                    break
+                except CommAbortedError as e:
+                    if not self.config.elastic:
+                        self._pending.popleft()
+                        raise self._replica_lost(e, len(self._pending) + 1) from e
+                    failed = e
+            # Elastic: the round is still pending, so it is dispatched again with the others, and received next.
+            self._recover(failed)
         self._pending.popleft()
-        with self._Receiving(self):
-            try:
-                return ops.combine_recv(comm, ids, weights)
-            except CommAbortedError as e:
-                raise self._replica_lost(e, len(self._pending) + 1) from e
+        return out
 
     # ------------------------------------------------------------------ FFN side
 

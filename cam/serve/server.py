@@ -113,6 +113,7 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
 
     Raises what the plane raised (after logging it); the connector stays the caller's to close.
     """
+    from ..errors import CommAbortedError
     from ..layer_weights import LayerWeights
     from .store import Shutdown
 
@@ -165,7 +166,23 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
     iterations, message, since_check = 0, None, 0
     try:
         while message is None:
-            ran, done = step(telemetry=on_iteration is not None)
+            try:
+                ran, done = step(telemetry=on_iteration is not None)
+            except CommAbortedError:
+                dead = connector.dead_ffn_rank()  # elastic worlds only: another FFN rank died
+                if dead is None:
+                    raise
+                if step.captured is not None:
+                    step.captured.close()  # its graph replays the aborted plane
+                    step.captured = None
+                failover = connector.fail_over(dead)  # ExpertsLostError: no survivor holds some expert
+                log.warning("ffn rank %d: FFN rank %d died; serving as rank %d of world %s (its experts served by "
+                            "their other replicas)", connector.rank + (connector.rank >= dead), dead, connector.rank,
+                            failover.world_joined)
+                if policy.graph:
+                    step.captured = captured = connector.capture_ffn(w1, w2, policy.batch_rows,
+                                                                     swiglu_limit=policy.swiglu_limit)
+                continue
             iterations += ran
             since_check += ran
             if done is not None:
@@ -184,8 +201,8 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
         log.error("ffn rank %d failed after %d iterations: %s: %s", connector.rank, iterations, type(e).__name__, e)
         raise
     finally:
-        if captured is not None:
-            captured.close()
+        if step.captured is not None:
+            step.captured.close()
     seconds = time.monotonic() - start
     launches = None if launches_before is None else _gmm_launches() - launches_before
     message = message if isinstance(message, Shutdown) else Shutdown(str(message))
