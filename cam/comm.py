@@ -236,7 +236,7 @@ class Comm:
         if self._peers_proc:
             self._watchdog = threading.Thread(target=_watch_peers, args=(weakref.ref(self), float(liveness_poll_s),
                                                                          self._watch_stop, dict(self._peers_proc),
-                                                                         store, group, isolate_replicas),
+                                                                         store, self._group, isolate_replicas),
                                               daemon=True, name=f"cam-liveness-r{rank}")
             self._watchdog.start()
         # A sync timeout on this stream aborts the plane so the kernel ends before its buffers are released.

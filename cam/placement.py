@@ -39,8 +39,9 @@ class ExpertsLostError(PlacementError):
 
     def __init__(self, ffn_index: int, lost: Dict[int, Tuple[int, ...]]):
         self.ffn_index, self.lost = ffn_index, lost
-        named = "; ".join(f"layer {l}: expert(s) {', '.join(map(str, es))}" for l, es in sorted(lost.items()))
-        super().__init__(f"FFN index {ffn_index} held the last replica of {named}: no surviving replica serves them")
+        self.named = "; ".join(f"layer {l}: expert(s) {', '.join(map(str, es))}" for l, es in sorted(lost.items()))
+        super().__init__(f"FFN index {ffn_index} held the last replica of {self.named}: no surviving replica serves "
+                         f"them")
 
 
 def _deal(experts: int, ffn_ranks: int, slots: int, extra: Sequence[int]) -> List[List[Replica]]:

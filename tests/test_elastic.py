@@ -127,3 +127,33 @@ def test_elastic_serving_is_refused_off_the_shm_transport():
     with pytest.raises(TypeError, match="elastic must be a bool"):
         ConnectorConfig(topology=topo, elastic="yes")
     assert ConnectorConfig(topology=topo, elastic=True).elastic  # control: the shm transport takes it
+
+
+def test_cam_run_kills_an_ffn_rank_and_check_covers_every_request(tmp_path):
+    # $CAM_RUN_KILL_FFN=3:3: FFN rank 3 SIGKILLs itself after 3 work items; with every expert replicated
+    # (--placement hot:8) the others fail over, the run ends 0 and --check passes over all 12 requests.
+    from test_run import cam_run
+
+    out = tmp_path / "report.json"
+    env = dict(os.environ, CAM_RUN_KILL_FFN="3:3")
+    result = cam_run("--ffn", "3", "--placement", "hot:8", "--check", "--quiet", "--json", str(out), cwd=tmp_path,
+                     env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert report["check"]["ok"] and report["requests"] == 12, report["check"]
+    fault = report["fault"]
+    assert fault["died"] == [3] and "3" not in fault["failovers"], fault
+    redispatched = [x["redispatched"] for r in ("0", "1") for x in fault["failovers"][r]]
+    assert len(redispatched) == 2 and sum(redispatched) >= 1, fault  # both Attention ranks failed over
+    assert [len(fault["failovers"][r]) for r in ("2", "4")] == [1, 1], fault
+    assert "FAILOVER    FFN rank 3 killed after 3 work item(s)" in result.stdout
+
+
+def test_cam_run_refuses_a_kill_of_the_last_replica_by_name(tmp_path):
+    from test_run import cam_run
+
+    for value, needle in (("2:3", "FFN rank 2 holds the last replica of layer 0: expert(s) 0, 1, 2"),
+                          ("1:3", "rank 1 is no FFN rank (FFN ranks are [2, 5))"),
+                          ("3", "expected RANK:ROUND")):
+        result = cam_run("--ffn", "3", "--quiet", cwd=tmp_path, env=dict(os.environ, CAM_RUN_KILL_FFN=value))
+        assert result.returncode == 2 and needle in result.stderr, (value, result.stderr)
