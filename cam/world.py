@@ -51,16 +51,32 @@ def current(store, group: str) -> Optional[str]:
     return json.loads(store.get(key).decode())["id"]
 
 
-def successor(world_id: str, dead_rank: int) -> str:
-    """The world the survivors of ``world_id`` form once rank ``dead_rank`` died (elastic serving, docs/protocol.md
-    §18): the same id on every survivor without a message, and a new one, so no key of the world they left is read."""
-    return hashlib.sha256(f"{world_id}/without/{int(dead_rank)}".encode()).hexdigest()[:32]
+def successor(world_id: str, event) -> str:
+    """The world the members of ``world_id`` form after ``event`` (elastic serving, docs/protocol.md §18): the death
+    of rank ``event`` (an int), or the join whose request carries nonce ``event`` (a str). The same id on every
+    member without a message, and a new one, so no key of the world they left is read."""
+    change = f"without/{int(event)}" if isinstance(event, int) else f"with/{event}"
+    return hashlib.sha256(f"{world_id}/{change}".encode()).hexdigest()[:32]
 
 
 def identity() -> str:
     """This process as a slot holder: "pid:start-ticks" (a reused pid is told apart), "" where /proc is missing."""
     ticks = start_ticks(os.getpid())
     return "" if ticks is None else f"{os.getpid()}:{ticks}"
+
+
+def _parse(raw: str, group: str, rank: int, key: str) -> dict:
+    """A world key's value as this rank reads it; one it cannot read is another run's (signed with a secret this
+    rank does not hold): the group is in use."""
+    try:
+        world = json.loads(raw)
+        if isinstance(world, dict) and isinstance(world.get("id"), str):
+            return world
+    except ValueError:
+        pass
+    raise GroupInUseError(f"Comm: rank {rank}: group {group!r} is in use on this store by another run: its world key "
+                          f"{key!r} is not one this rank can read (signed with a run secret this rank does not hold)."
+                          f" Give this plane another group name, or the run's secret")
 
 
 def _alive(holder: str) -> bool:
@@ -96,8 +112,8 @@ def join(store, group: str, rank: int, world_size: int, join_timeout_s: float, *
     """Agrees on the world of ``group`` that rank ``rank`` joins in ``store`` and claims its slot there; returns the
     world id. Bounded by ``join_timeout_s``. Raises :class:`GroupInUseError` when a live plane holds the slot.
 
-    ``after``: ``(world id, dead rank)`` of the world this rank leaves for its :func:`successor` (an elastic
-    failover): the rank joins exactly that successor, replacing the world key only while it still names the world
+    ``after``: ``(world id, event)`` of the world this rank leaves for its :func:`successor` (an elastic
+    failover or a join): the rank joins exactly that successor, replacing the world key only while it still names the world
     left, so the survivors meet in one world whatever order they arrive in."""
     if after is not None:
         return _join_successor(store, group, rank, *after)
@@ -112,8 +128,8 @@ def join(store, group: str, rank: int, world_size: int, join_timeout_s: float, *
             raise GroupInUseError(f"Comm: rank {rank}: group {group!r} is in use on this store by another run: its "
                                   f"world key {key!r} is not signed with this run's secret ({e}). Give this plane "
                                   f"another group name, or remove the key once that run is over") from None
-        raw = raw.decode() if isinstance(raw, bytes) else raw
-        world = json.loads(raw)
+        raw = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        world = _parse(raw, group, rank, key)
         p = prefix(group, world["id"])
         why = None if raw == fresh else _over(store, group, world, rank, world_size, join_timeout_s)
         if why is None:
@@ -135,24 +151,24 @@ def join(store, group: str, rank: int, world_size: int, join_timeout_s: float, *
         time.sleep(_POLL_S)
 
 
-def _join_successor(store, group: str, rank: int, left: str, dead_rank: int) -> str:
+def _join_successor(store, group: str, rank: int, left: str, event) -> str:
     key = WORLD_KEY.format(group=group)
-    target = successor(left, dead_rank)
+    target = successor(left, event)
     value = json.dumps({"id": target, "t": time.time(), "after": left})
     raw = store.compare_set(key, "", value)
-    raw = raw.decode() if isinstance(raw, bytes) else raw
-    found = json.loads(raw)["id"]
+    raw = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    found = _parse(raw, group, rank, key)["id"]
     if found == left:
         raw = store.compare_set(key, raw, value)
-        raw = raw.decode() if isinstance(raw, bytes) else raw
-        found = json.loads(raw)["id"]
+        raw = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        found = _parse(raw, group, rank, key)["id"]
     if found != target:
-        raise CommJoinError(f"Comm: rank {rank}: group {group!r} moved on to world {found} while its survivors of "
-                            f"world {left} (rank {dead_rank} dead) were forming its successor {target}")
+        raise CommJoinError(f"Comm: rank {rank}: group {group!r} moved on to world {found} while the members of "
+                            f"world {left} were forming its successor {target} ({event!r})")
     me = f"{identity()}/{uuid.uuid4().hex[:8]}"
     got = store.compare_set(f"{prefix(group, target)}/claim/{rank}", "", me)
     got = got.decode() if isinstance(got, bytes) else got
     if got != me:
         raise GroupInUseError(f"Comm: rank {rank}: group {group!r}: rank {rank} of world {target} (the successor of "
-                              f"{left} without rank {dead_rank}) is already held by process {got.split(':')[0]}")
+                              f"{left} after {event!r}) is already held by process {got.split(':')[0]}")
     return target
