@@ -109,9 +109,10 @@ class Comm:
             ranks pass its device form (:attr:`placement_buffer`: the table's epoch line, then its rows, which
             :attr:`placement_table` views as ``[L, E, 1 + 2F]``) to every ``dispatch_send``; FFN ranks use it for
             their slot weights (``cam.ExpertWeights.slots``). :meth:`set_placement` replaces it.
-        succeeds: shm/npu, elastic serving (docs/protocol.md §18): ``(world id, dead rank)`` of the plane whose
-            survivors this Comm re-forms; it joins that world's :func:`cam.world.successor` (the same on every
-            survivor) instead of agreeing a fresh world. None (the default) for a new plane.
+        succeeds: shm/npu, elastic serving (docs/protocol.md §18): ``(world id, event)`` of the plane this Comm
+            re-forms after a death (the dead rank) or a join (the request's nonce); it joins that world's
+            :func:`cam.world.successor` (the same on every member) instead of agreeing a fresh world. None (the
+            default) for a new plane.
 
     Attributes:
         stream: this rank's device stream; its data-plane ops run there in order (ranks that are threads of one

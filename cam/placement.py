@@ -217,6 +217,35 @@ class Placement:
             raise ExpertsLostError(ffn_index, lost)
         return Placement(self.experts, self.ffn_ranks - 1, self.slots_per_rank, layers)
 
+    def with_rank(self, held: Sequence[Sequence[int]]) -> "Placement":
+        """The table once a new FFN rank joins the plane as index ``F`` (the last, a rejoin, docs/protocol.md §18):
+        every replica kept where it is, and slot ``j`` of the new rank holding expert ``held[l][j]`` of layer ``l``
+        (-1: empty), a replica more of that expert. ``without(F)`` of the result is this table again."""
+        if len(held) != self.layers or any(len(h) != self.slots_per_rank for h in held):
+            raise PlacementError(f"Placement.with_rank: held must give {self.slots_per_rank} slot(s) for each of "
+                                 f"{self.layers} layer(s)")
+        layers = []
+        for l, layer in enumerate(self._table):
+            rows = [list(reps) for reps in layer]
+            for j, e in enumerate(held[l]):
+                if e == -1:
+                    continue
+                if isinstance(e, bool) or not isinstance(e, int) or not 0 <= e < self.experts:
+                    raise PlacementError(f"Placement.with_rank: layer {l} slot {j} names expert {e!r}, not one in "
+                                         f"[0, {self.experts})")
+                rows[e].append((self.ffn_ranks, j))
+            layers.append(rows)
+        return Placement(self.experts, self.ffn_ranks + 1, self.slots_per_rank, layers)
+
+    def as_dict(self) -> dict:
+        """The table as JSON: ``layers[l][e]`` lists expert e's ``[f, slot]`` (:meth:`from_dict` reads it)."""
+        return {"experts": self.experts, "ffn_ranks": self.ffn_ranks, "slots_per_rank": self.slots_per_rank,
+                "layers": [[[list(r) for r in reps] for reps in layer] for layer in self._table]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Placement":
+        return cls(d["experts"], d["ffn_ranks"], d["slots_per_rank"], d["layers"])
+
     # ------------------------------------------------------------------ queries
 
     @property

@@ -8,6 +8,7 @@ rows (no cleanup: a crash). Every FFN rank saves its ServeResult or error."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -60,6 +61,8 @@ def main() -> None:
     p.add_argument("--group", default="elastic")
     p.add_argument("--kill", type=int, default=-1)
     p.add_argument("--kill-after", type=int, default=0)
+    p.add_argument("--join", action="store_true", help="a restarted FFN rank: join the running world")
+    p.add_argument("--until-joined", action="store_true", help="Attention: send rounds until a rank rejoined")
     args = p.parse_args()
     spec = json.loads(args.spec)
     topo, table, layers = world(spec)
@@ -67,12 +70,22 @@ def main() -> None:
     cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group=args.group, placement=table,
                           elastic=True)
     role = "attention" if args.rank < topo.A else "ffn"
-    conn = AsyncAFDConnector(args.rank, role, cfg)
     out = {"rank": args.rank}
+    if args.join:  # the killed rank's slots, as the last FFN rank of the world it joins
+        running, held = joined_table(store, args.group, table, args.rank - topo.A)
+        cfg = dataclasses.replace(cfg, placement=running.with_rank(held),
+                                  topology=dataclasses.replace(topo, F=running.ffn_ranks + 1))
+        conn = AsyncAFDConnector(topo.A + running.ffn_ranks, "ffn", cfg)
+    else:
+        conn = AsyncAFDConnector(args.rank, role, cfg)
     try:
-        conn.init_afd_connector(store)
+        if args.join:
+            conn.join_running(store)
+            table = cfg.placement
+        else:
+            conn.init_afd_connector(store)
         if role == "attention":
-            attention(conn, spec, out)
+            attention(conn, spec, out, args.until_joined)
         else:
             out.update(ffn(conn, table, layers, args))
     except Exception as e:  # noqa: BLE001 - the error is the result
@@ -85,11 +98,34 @@ def main() -> None:
         torch.save(out, args.out)
 
 
-def attention(conn, spec, out: dict) -> None:
-    """Sends every round, two in flight; ``out`` holds the outputs received so far (and their times)."""
+def joined_table(store, group, table, index):
+    """(the running world's table, the slots ``index`` held in ``table``) for a rank that joins: waits, bounded,
+    until the world is a successor (its plane record published)."""
+    import cam.world
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        current = cam.world.current(store, group)
+        key = f"{group}/{current}/plane"
+        if current is not None and store.check([key]):
+            plane = json.loads(store.get(key).decode())
+            if plane["placement"]["ffn_ranks"] < table.ffn_ranks:
+                break
+        if time.monotonic() > deadline:
+            raise TimeoutError("no failover to join after")
+        time.sleep(0.01)
+    held = [table.slot_experts(l, index) for l in range(table.layers)]
+    return Placement.from_dict(plane["placement"]), held
+
+
+def attention(conn, spec, out: dict, until_joined: bool = False) -> None:
+    """Sends every round, two in flight; ``out`` holds the outputs received so far (and their times). With
+    ``until_joined``, paced rounds go on until a rank joined, then ``spec["rounds"]`` more."""
     conn.wait_ffn_serving(TIMEOUT_S)
     out["outputs"], out["times"] = [], []
     n, sent = spec["rounds"], 0
+    if until_joined:
+        n = 10 ** 6
 
     def send(i):
         x, ids, w, layer = round_inputs(spec, i)
@@ -99,12 +135,21 @@ def attention(conn, spec, out: dict) -> None:
     for i in range(min(2, n)):
         send(i)
         sent += 1
+    deadline = time.monotonic() + 3 * TIMEOUT_S
     while len(out["outputs"]) < n:
         out["outputs"].append(conn.recv_ffn_output())
         out["times"].append(time.time())
+        if until_joined:
+            if any(f.joined_rank is not None for f in conn.failovers) and n == 10 ** 6:
+                n = len(out["outputs"]) + spec["rounds"]
+            if time.monotonic() > deadline:
+                raise TimeoutError("no rank joined")
+            time.sleep(0.02)
         if sent < n:
             send(sent)
             sent += 1
+    while len(out["outputs"]) < sent:
+        out["outputs"].append(conn.recv_ffn_output())
     conn.finish()
 
 
@@ -114,14 +159,14 @@ def ffn(conn, table, layers, args) -> dict:
     count = {"rows": 0}
 
     def on_iteration(it):
-        if args.rank == args.kill and it.served:
+        if it.served:
             count["rows"] += 1
-            if count["rows"] >= args.kill_after:
+            if args.rank == args.kill and count["rows"] >= args.kill_after and not args.join:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    result = cam.serve_ffn(conn, served.w1, served.w2, max_serve_s=4 * TIMEOUT_S,
-                           on_iteration=on_iteration if args.rank == args.kill else None)
-    return {"reason": result.reason, "iterations": result.iterations, "final_rank": conn.rank}
+    result = cam.serve_ffn(conn, served.w1, served.w2, max_serve_s=4 * TIMEOUT_S, on_iteration=on_iteration)
+    return {"reason": result.reason, "iterations": result.iterations, "final_rank": conn.rank,
+            "served": count["rows"]}
 
 
 if __name__ == "__main__":

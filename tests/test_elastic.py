@@ -157,3 +157,45 @@ def test_cam_run_refuses_a_kill_of_the_last_replica_by_name(tmp_path):
                           ("3", "expected RANK:ROUND")):
         result = cam_run("--ffn", "3", "--quiet", cwd=tmp_path, env=dict(os.environ, CAM_RUN_KILL_FFN=value))
         assert result.returncode == 2 and needle in result.stderr, (value, result.stderr)
+
+
+def test_a_restarted_ffn_rank_rejoins_the_running_world_and_serves(tmp_path):
+    # FFN rank 2 is killed after 3 work items; the survivors fail over (F = 2). A new process then joins the running
+    # world as the last FFN rank with the dead rank's slots (the running table with_rank them): every member admits
+    # it at a round boundary, the plane is re-formed with F = 3, and the joined rank serves rounds after it. Every
+    # round the Attention rank received, before, across and after both changes, equals the failure-free golden.
+    spec = {**SPEC, "rounds": 8}
+    topo, _, _ = world(spec)
+
+    def start(r, *extra):
+        cmd = [sys.executable, str(SCRIPT), "--store", str(tmp_path / "store"), "--rank", str(r), "--spec",
+               json.dumps(spec), "--out", str(tmp_path / f"r{r}{'j' if extra and '--join' in extra else ''}.pt"),
+               "--kill", "2", "--kill-after", "3", *extra]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    procs = {r: start(r, *(("--until-joined",) if r == 0 else ())) for r in range(topo.world_size)}
+    try:
+        assert procs[2].wait(120) == -9
+        procs["join"] = start(2, "--join")
+        logs = {r: p.communicate(timeout=240)[0].decode(errors="replace") for r, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+    att = torch.load(tmp_path / "r0.pt", weights_only=False)
+    joined = torch.load(tmp_path / "r2j.pt", weights_only=False)
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    assert "error" not in joined, (joined.get("error"), logs["join"][-3000:])
+    assert [f["dead_rank"] for f in att["failovers"]] == [2, None]
+    assert att["failovers"][1]["joined_rank"] == 3 and joined["final_rank"] == 3
+    assert joined["served"] >= 1 and joined["reason"] == "attention finished", joined
+    _, _, layers = world(spec)
+    w1, w2 = convert.layer_weights(layers)
+    assert len(att["outputs"]) >= spec["rounds"]
+    for i, got in enumerate(att["outputs"]):
+        x, ids, w, layer = round_inputs(spec, i)
+        assert torch.equal(got, routed_local(x, ids, w, w1, w2, layer)), f"round {i}"
+    for r in (1, 3):
+        res = torch.load(tmp_path / f"r{r}.pt", weights_only=False)
+        assert "error" not in res and len(res["failovers"]) == 2, (r, res, logs[r][-2000:])

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
 import threading
 import time
+import uuid
 from datetime import timedelta
 from typing import Deque, Optional, Sequence, Tuple
 
@@ -131,16 +133,18 @@ class RoundsLostError(CommAbortedError):
 
 @dataclasses.dataclass(frozen=True)
 class Failover:
-    """One elastic failover as this rank saw it: the dead FFN rank, the world left and the one joined, when the
-    death was seen (``time.time()``, the liveness watchdog's), when the new plane was formed, and the rounds this
-    rank dispatched again (Attention ranks)."""
+    """One change of an elastic world as this rank saw it: the dead FFN rank (or, for a rejoin, the rank that
+    joined), the world left and the one joined, when the change was seen (``time.time()``: the liveness watchdog's
+    find, or the join request read), when the new plane was formed, and the rounds this rank dispatched again
+    (Attention ranks)."""
 
-    dead_rank: int
+    dead_rank: Optional[int]
     world_left: str
     world_joined: str
     seen_at: float
     formed_at: float
     redispatched: int = 0
+    joined_rank: Optional[int] = None  # a rejoin: the FFN rank that joined (dead_rank is None then)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,6 +217,18 @@ class AsyncAFDConnector:
         if self.is_initialized:
             return
         cfg = self.config
+        self._connect_store(store)
+        if cfg.transport == "in_process":
+            self.comm = Comm(cfg.topology, self.rank, transport="in_process", group=cfg.group, dtype=cfg.dtype,
+                             timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s, join_timeout_s=cfg.timeout_s,
+                             placement=cfg.placement)
+        else:
+            self.comm = self._shm_comm()
+        self._world_id = self.comm.world_id
+        self._publish_plane()
+
+    def _connect_store(self, store) -> None:
+        cfg = self.config
         secret = cfg.run_secret()
         if cfg.transport == "in_process":
             if store is None:
@@ -227,13 +243,6 @@ class AsyncAFDConnector:
                     timeout=timedelta(seconds=cfg.timeout_s), wait_for_workers=False)
         self._store = store
         self._rendezvous = SignedStore(store, secret, cfg.group) if secret is not None else store
-        if cfg.transport == "in_process":
-            self.comm = Comm(cfg.topology, self.rank, transport="in_process", group=cfg.group, dtype=cfg.dtype,
-                             timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s, join_timeout_s=cfg.timeout_s,
-                             placement=cfg.placement)
-        else:
-            self.comm = self._shm_comm()
-        self._world_id = self.comm.world_id
 
     def _shm_comm(self, succeeds=None) -> Comm:
         cfg = self.config
@@ -278,19 +287,135 @@ class AsyncAFDConnector:
             comm.abort()
         comm.close()
         self.comm = None
-        self.config = dataclasses.replace(cfg, topology=dataclasses.replace(topo, F=topo.F - 1,
-                                                                            expert_slots=new.slots_per_rank),
-                                          placement=new)
         if self.rank > dead:
             self.rank -= 1
-        self.ffn_size = topo.F - 1
-        self.comm = self._shm_comm(succeeds=(left, dead))
+        return self._reform(dataclasses.replace(topo, F=topo.F - 1, expert_slots=new.slots_per_rank), new,
+                            (left, dead), Failover(dead, left, "", seen, 0.0))
+
+    def _reform(self, topo, table, succeeds, record: Failover) -> Failover:
+        """This rank's plane re-formed as ``topo`` under ``table`` in the successor world ``succeeds`` names (its
+        old Comm closed by the caller); an FFN rank says it serves there, Attention rank 0 publishes the plane."""
+        self.config = dataclasses.replace(self.config, topology=topo, placement=table)
+        self.ffn_size = topo.F
+        self.comm = self._shm_comm(succeeds=succeeds)
         self._world_id = self.comm.world_id
+        self._publish_plane()
         if self.role == "ffn":
             self.mark_serving()
-        record = Failover(dead, left, self._world_id, seen, time.time())
+        record = dataclasses.replace(record, world_joined=self._world_id, formed_at=time.time())
         self.failovers.append(record)
         return record
+
+    # ------------------------------------------------------------------ rejoin (elastic worlds)
+
+    def _key(self, name: str) -> str:
+        return f"{self.config.group}/{self._world_id}/{name}"
+
+    def _publish_plane(self) -> None:
+        """Attention rank 0 of an elastic world: the plane a rank that joins must match (topology, dtype, table)."""
+        if self.config.elastic and self.rank == 0:
+            self._messages().set(self._key("plane"), json.dumps(_plane_record(self.config)))
+
+    def join_running(self, store=None, timeout_s: Optional[float] = None) -> None:
+        """A new or restarted FFN rank joins a running elastic world (docs/connector.md, "Rejoin"), instead of
+        :meth:`init_afd_connector`. Its config is the world after the join: the topology with one FFN rank more,
+        this rank the last (``A + F - 1``), and the table ``running.with_rank(held)`` (the running table, every
+        replica where it is, and this rank's slots). It asks the current world through the store; the FFN ranks
+        decide at their next check (a round boundary) and the plane is re-formed with it in the world's
+        successor. Refused (``ValueError`` naming what differs, before anything is created) when the topology, the
+        dtype or the running table differ from the world's, or while another join is decided; ``TimeoutError``
+        when no FFN rank answers within ``timeout_s`` (default the config's)."""
+        from .. import world as _world
+
+        cfg, topo = self.config, self.config.topology
+        if self.role != "ffn" or not cfg.elastic or cfg.transport != "shm":
+            raise ValueError("join_running: an FFN-rank connector of an elastic shm world joins a running world")
+        if self.rank != topo.world_size - 1:
+            raise ValueError(f"join_running: a joining FFN rank is the last one, rank {topo.world_size - 1} of this "
+                             f"config, not {self.rank}")
+        if self.is_initialized:
+            return
+        bound = cfg.timeout_s if timeout_s is None else timeout_s
+        self._connect_store(store)
+        messages = self._messages()
+        left = _world.current(messages, cfg.group)
+        if left is None:
+            raise ValueError(f"join_running: group {cfg.group!r} has no world on this store to join")
+        self._world_id = left
+        deadline = time.monotonic() + bound
+        while not messages.check([self._key("plane")]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"join_running: world {left} published no plane within {bound:g} s")
+            time.sleep(cfg.idle_poll_s)
+        why = _join_mismatch(json.loads(messages.get(self._key("plane")).decode()), cfg)
+        if why:
+            raise ValueError(f"join_running: rank {self.rank} cannot join world {left}: {why}")
+        nonce = uuid.uuid4().hex
+        request = json.dumps({"nonce": nonce, "rank": self.rank, **_plane_record(cfg)})
+        got = messages.compare_set(self._key("join"), "", request)
+        if (got.decode() if isinstance(got, bytes) else got) != request:
+            raise ValueError(f"join_running: another join into world {left} is being decided; try again after it")
+        while not messages.check([self._key("join/verdict")]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"join_running: no FFN rank of world {left} answered the join within {bound:g} s")
+            if _world.current(messages, cfg.group) != left:  # the world moved on (a failover): ask its successor
+                self._world_id = None
+                return self.join_running(store=self._store, timeout_s=max(deadline - time.monotonic(), 0.001))
+            time.sleep(cfg.idle_poll_s)
+        verdict = json.loads(messages.get(self._key("join/verdict")).decode())
+        if not verdict["accept"]:
+            raise ValueError(f"join_running: world {left} refused rank {self.rank}: {verdict['reason']}")
+        seen = time.time()
+        self.comm = self._shm_comm(succeeds=(left, nonce))
+        self._world_id = self.comm.world_id
+        self.mark_serving()
+        self.failovers.append(Failover(None, left, self._world_id, seen, time.time(), joined_rank=self.rank))
+
+    def _join_request(self) -> Optional[dict]:
+        """The join request of this rank's current world and, once decided, its verdict (``request["verdict"]``)."""
+        if not self.config.elastic or self._rendezvous is None or self._world_id is None:
+            return None
+        messages = self._messages()
+        if not messages.check([self._key("join")]):
+            return None
+        request = json.loads(messages.get(self._key("join")).decode())
+        if messages.check([self._key("join/verdict")]):
+            request["verdict"] = json.loads(messages.get(self._key("join/verdict")).decode())
+        return request
+
+    def poll_join(self) -> bool:
+        """FFN rank of an elastic world, between iterations (:func:`cam.serve_ffn` calls it at each check): decides
+        a pending join request (the first FFN rank to decide writes the verdict for all: the joiner's topology,
+        dtype and table against this world's, and no rebalance in progress here) and, once accepted, ends the
+        plane's waits (abort) and re-forms it with the joiner. True when this rank re-formed."""
+        request = self._join_request()
+        if request is None:
+            return False
+        if "verdict" not in request:
+            why = _join_mismatch(self.config, request)
+            if not why and self.comm is not None and not self.comm.closed and \
+                    self.comm.rebalance_id != f"{self.comm.placement_epoch + 1}.0":
+                why = f"FFN rank {self.rank} is in rebalance {self.comm.rebalance_id}: join after it"
+            verdict = json.dumps({"accept": not why, "reason": why})
+            self._messages().compare_set(self._key("join/verdict"), "", verdict)
+            request = self._join_request()
+        if not request["verdict"]["accept"]:
+            return False
+        return self._admit(request)
+
+    def _admit(self, request: dict) -> bool:
+        """Re-forms this rank's plane with the accepted joiner (every member does at its next round boundary)."""
+        from ..placement import Placement
+
+        topo = self.config.topology
+        comm = self.comm
+        comm.abort()  # the other members' waits end now; every round not combined is dispatched again
+        comm.close()
+        self.comm = None
+        table = Placement.from_dict(request["placement"])
+        return bool(self._reform(dataclasses.replace(topo, F=topo.F + 1, expert_slots=table.slots_per_rank), table,
+                                 (self._world_id, request["nonce"]),
+                                 Failover(None, self._world_id, "", time.time(), 0.0, joined_rank=request["rank"])))
 
     def _recover(self, error: CommAbortedError, received: int = 0) -> None:
         """Attention rank, elastic: after the plane aborted on an FFN rank's death, fail over and dispatch again
@@ -300,11 +425,16 @@ class AsyncAFDConnector:
 
         dead = self.dead_ffn_rank()
         if dead is None:
-            raise self._replica_lost(error, len(self._pending) + received) from error
-        try:
-            record = self.fail_over(dead)
-        except ExpertsLostError as e:
-            raise RoundsLostError(self.rank, dead, len(self._pending) + received, e.lost) from error
+            request = self._join_request()
+            if request is None or not request.get("verdict", {}).get("accept"):
+                raise self._replica_lost(error, len(self._pending) + received) from error
+            self._admit(request)
+            record = self.failovers[-1]
+        else:
+            try:
+                record = self.fail_over(dead)
+            except ExpertsLostError as e:
+                raise RoundsLostError(self.rank, dead, len(self._pending) + received, e.lost) from error
         for _, ids, _, x, layer in self._pending:
             ops.dispatch_send(self.comm, x, ids, layer)
         self.failovers[-1] = dataclasses.replace(record, redispatched=len(self._pending))
@@ -554,3 +684,44 @@ def split_tokens(num_tokens: int, participants: int) -> Sequence[Tuple[int, int]
         bounds.append((start, end))
         start = end
     return bounds
+
+
+def _plane_record(cfg: ConnectorConfig) -> dict:
+    """What a joining rank must match: the topology's fields, the dtype and the table (docs/connector.md, "Rejoin")."""
+    from ..placement import Placement
+
+    topo = cfg.topology
+    table = cfg.placement if cfg.placement is not None else Placement.contiguous(topo.E, topo.F, topo.L)
+    fields = {f.name: getattr(topo, f.name) for f in dataclasses.fields(topo)}
+    return {"topology": {k: v if v is None or isinstance(v, bool) else int(v) for k, v in fields.items()},
+            "dtype": str(cfg.dtype), "placement": table.as_dict()}
+
+
+def _join_mismatch(plane: dict, joiner) -> str:
+    """Why a joiner (its plane record, or its ConnectorConfig) cannot join ``plane`` (a member's record, or its
+    ConnectorConfig): "" when it can. The joiner has one FFN rank more, and the members' table is its table without
+    its own slots (no replica of a member moves)."""
+    from ..placement import Placement, PlacementError
+
+    if isinstance(plane, ConnectorConfig):
+        plane = _plane_record(plane)
+    if isinstance(joiner, ConnectorConfig):
+        joiner = _plane_record(joiner)
+    if not isinstance(plane, dict) or not isinstance(joiner, dict):
+        return "no plane record"
+    ours, theirs = plane["topology"], joiner["topology"]
+    diffs = [f"{k}={theirs.get(k)!r} (the world's {k}={ours.get(k)!r})" for k in ours
+             if k != "F" and theirs.get(k) != ours.get(k)]
+    if theirs.get("F") != ours.get("F", 0) + 1:
+        diffs.append(f"F={theirs.get('F')!r} (a joiner has the world's F={ours.get('F')!r} + 1)")
+    if joiner.get("dtype") != plane.get("dtype"):
+        diffs.append(f"dtype={joiner.get('dtype')} (the world's dtype={plane.get('dtype')})")
+    if diffs:
+        return "a different topology: " + ", ".join(diffs)
+    try:
+        mine = Placement.from_dict(joiner["placement"]).without(theirs["F"] - 1)
+        if mine.digest() != Placement.from_dict(plane["placement"]).digest():
+            return "its table moves replicas of the running ranks (it must be the running table with_rank its slots)"
+    except PlacementError as e:
+        return f"its table cannot be served: {e}"
+    return ""
