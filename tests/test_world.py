@@ -180,3 +180,45 @@ def test_a_world_whose_rank_failed_is_replaced_and_its_keys_never_read():
     finally:
         conn.close()
     assert not plane.ffn.errors, plane.ffn.errors
+
+
+def test_a_rank_joining_with_another_topology_or_table_is_refused_by_name():
+    # A running elastic world (threads over shm, its plane published by Attention rank 0); a joiner whose topology
+    # differs in H, whose F is not the world's + 1, or whose table moves a running rank's replica is refused naming
+    # it, before it writes a join request. Control: the right config is checked and asks (no FFN rank serves here,
+    # so nobody answers: it times out, its request written).
+    import dataclasses
+
+    from cam.placement import Placement
+
+    store, group = HashStore(), "w-join"
+    table = Placement.balanced(E, 2, L, replicate=range(E))
+    topo = cam.Topology(D=1, P=1, F=2, E=E, K=K, H=H, Bmax=B, L=L, expert_slots=table.slots_per_rank)
+    cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group=group, placement=table,
+                          shm_prefix=f"camw-{uuid.uuid4().hex[:8]}", elastic=True)
+    conns = [AsyncAFDConnector(r, "attention" if r < topo.A else "ffn", cfg) for r in range(topo.world_size)]
+    init_connectors(conns, store, TIMEOUT_S)
+    try:
+        held = [table.slot_experts(layer, 0) for layer in range(L)]
+        good = dataclasses.replace(cfg, topology=dataclasses.replace(topo, F=3), placement=table.with_rank(held))
+        wid = conns[0].world_id
+        for bad, needle in (
+                (dataclasses.replace(good, topology=dataclasses.replace(good.topology, H=2 * H)),
+                 f"a different topology: H={2 * H} \\(the world's H={H}\\)"),
+                (dataclasses.replace(good, topology=dataclasses.replace(topo, F=4),
+                                     placement=table.with_rank(held).with_rank(held)),
+                 "a different topology: F=4 \\(a joiner has the world's F=2 \\+ 1\\)"),
+                (dataclasses.replace(good, placement=Placement.balanced(E, 3, L, replicate=range(E),
+                                                                        slots_per_rank=table.slots_per_rank)),
+                 "its table moves replicas of the running ranks")):
+            joiner = AsyncAFDConnector(bad.topology.world_size - 1, "ffn", bad)
+            with pytest.raises(ValueError, match=f"cannot join world {wid}: {needle}"):
+                joiner.join_running(store, timeout_s=5)
+            assert not store.check([f"{group}/{wid}/join"])
+        joiner = AsyncAFDConnector(good.topology.world_size - 1, "ffn", good)
+        with pytest.raises(TimeoutError, match=f"no FFN rank of world {wid} answered the join"):
+            joiner.join_running(store, timeout_s=0.5)
+        assert store.check([f"{group}/{wid}/join"])
+    finally:
+        for conn in conns:
+            conn.close()
