@@ -11,9 +11,11 @@ ranks serve with cam.serve_ffn (the real dispatch_recv, W1, W2, combine_send). F
 - first_round_s: from the kill to the first round the Attention rank received after the failover (served without
   the dead rank): the time a round waits at most because of the death;
 - rounds_reserved / rounds_lost: rounds dispatched again after the failover / rounds never received;
-- exact: every round's output equal, bit for bit, to cam's ops in one process without the failure.
-
-Rejoin (a restarted rank joining the running world) is not built, so no rejoin time is measured.
+- exact: every round's output equal, bit for bit, to cam's ops in one process without the failure;
+- rejoin_s: the killed rank restarted (a new process, started once the kill is seen; its interpreter start and
+  imports are not counted) joins the running world (AsyncAFDConnector.join_running, with its old slots): from its
+  join request to its successor plane formed; rejoin_first_item_s to the first work item it served. The Attention
+  rank sends paced rounds (every 20 ms) until the join, then 24 more.
 
 Context, not a comparison: the Mooncake team reports SGLang's Elastic EP recovering in 6.2-6.8 s (against 120-180 s
 for a restart) on DeepSeek V3.2 over 4 nodes / 32 GPUs with 256 redundant experts, 1 to 16 failed ranks (LMSYS blog,
@@ -30,6 +32,7 @@ dead_peer_detection.py's), keeping the file's other keys.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -84,21 +87,41 @@ def worker(args) -> None:
     cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group="elastic", placement=table,
                           elastic=True)
     role = "attention" if args.rank < topo.A else "ffn"
-    conn = AsyncAFDConnector(args.rank, role, cfg)
+    store = FileStore(args.store, topo.world_size)
     out = {"rank": args.rank}
+    if args.join:  # the killed rank restarted: the running table with its old slots, as the last FFN rank
+        running = _running_table(store, table)
+        held = [table.slot_experts(layer, KILL_RANK - topo.A) for layer in range(table.layers)]
+        cfg = dataclasses.replace(cfg, topology=dataclasses.replace(topo, F=running.ffn_ranks + 1),
+                                  placement=running.with_rank(held))
+        table = cfg.placement
+        conn = AsyncAFDConnector(cfg.topology.world_size - 1, "ffn", cfg)
+    else:
+        conn = AsyncAFDConnector(args.rank, role, cfg)
     try:
-        conn.init_afd_connector(FileStore(args.store, topo.world_size))
+        if args.join:
+            out["asked_at"] = time.time()
+            conn.join_running(store)
+        else:
+            conn.init_afd_connector(store)
         if role == "attention":
             conn.wait_ffn_serving(TIMEOUT_S)
-            outputs, times, sent = [], [], 0
+            outputs, times, sent, n = [], [], 0, 10 ** 6
+            deadline = time.monotonic() + 3 * TIMEOUT_S
             for i in range(2):
                 x, ids, w, layer = _round(i)
                 conn.send_attn_output(x, AFDTransferContext(AFDTransferMetadata(layer)), topk_ids=ids, topk_weights=w)
                 sent += 1
-            while len(outputs) < SPEC["rounds"]:
+            while len(outputs) < min(n, sent):
                 outputs.append(conn.recv_ffn_output())
                 times.append(time.time())
-                if sent < SPEC["rounds"]:
+                # Paced until the restarted rank joined, then SPEC["rounds"] more (served with it).
+                if n == 10 ** 6 and any(f.joined_rank is not None for f in conn.failovers):
+                    n = len(outputs) + SPEC["rounds"]
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the killed rank never rejoined")
+                time.sleep(0.02)
+                if sent < n:
                     x, ids, w, layer = _round(sent)
                     conn.send_attn_output(x, AFDTransferContext(AFDTransferMetadata(layer)), topk_ids=ids,
                                           topk_weights=w)
@@ -109,37 +132,61 @@ def worker(args) -> None:
 
             out["exact"] = all(torch.equal(o, routed_local(*_round(i)[:3], w1, w2, _round(i)[3]))
                                for i, o in enumerate(outputs))
-            out["times"], out["received"] = times, len(outputs)
+            out["times"], out["received"], out["sent"] = times, len(outputs), sent
         else:
             w1, w2 = convert.layer_weights(layers)
-            served = cam.ExpertWeights(w1, w2).slots(table, args.rank - topo.A)
+            served = cam.ExpertWeights(w1, w2).slots(table, conn.rank - conn.config.topology.A)
             count = [0]
 
             def on_iteration(it):
                 if it.served:
                     count[0] += 1
-                    if count[0] >= KILL_AFTER:
+                    if args.join and count[0] == 1:
+                        out["first_served_at"] = time.time()
+                    if args.rank == KILL_RANK and not args.join and count[0] >= KILL_AFTER:
                         with open(os.path.join(args.dir, "killed_at"), "w") as f:
                             f.write(repr(time.time()))
                         os.kill(os.getpid(), signal.SIGKILL)
 
-            cam.serve_ffn(conn, served.w1, served.w2, max_serve_s=4 * TIMEOUT_S,
-                          on_iteration=on_iteration if args.rank == KILL_RANK else None)
+            cam.serve_ffn(conn, served.w1, served.w2, max_serve_s=4 * TIMEOUT_S, on_iteration=on_iteration)
+            out["served"] = count[0]
     except Exception as e:  # noqa: BLE001 - recorded
         out["error"] = f"{type(e).__name__}: {e}"
     finally:
         out["failovers"] = [f.__dict__ for f in conn.failovers]
         conn.close()
-        with open(os.path.join(args.dir, f"rank{args.rank}.json"), "w") as f:
+        with open(os.path.join(args.dir, f"rank{args.rank}{'-joined' if args.join else ''}.json"), "w") as f:
             json.dump(out, f)
+
+
+def _running_table(store, table):
+    """The table of the world the restarted rank joins: the survivors' (published once they failed over)."""
+    import cam.world
+    from cam.placement import Placement
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        current = cam.world.current(store, "elastic")
+        key = f"elastic/{current}/plane"
+        if current is not None and store.check([key]):
+            plane = json.loads(store.get(key).decode())
+            if plane["placement"]["ffn_ranks"] < table.ffn_ranks:
+                return Placement.from_dict(plane["placement"])
+        time.sleep(0.01)
+    raise TimeoutError("the survivors never published their plane")
 
 
 def one_run() -> dict:
     with tempfile.TemporaryDirectory(prefix="cam-elastic-") as d:
         world = 1 + SPEC["F"]
-        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--rank", str(r), "--dir", d,
-                                   "--store", os.path.join(d, "store")]) for r in range(world)]
+        def start(r, *extra):
+            return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--rank", str(r), "--dir",
+                                     d, "--store", os.path.join(d, "store"), *extra])
+
+        procs = [start(r) for r in range(world)]
         try:
+            procs[KILL_RANK].wait(240)
+            procs.append(start(KILL_RANK, "--join"))  # the killed rank, restarted
             for p in procs:
                 p.wait(240)
         finally:
@@ -149,16 +196,20 @@ def one_run() -> dict:
                     p.wait(30)
         killed = float(open(os.path.join(d, "killed_at")).read())
         ranks = {r: json.load(open(os.path.join(d, f"rank{r}.json"))) for r in range(world) if r != KILL_RANK}
+        ranks["joined"] = json.load(open(os.path.join(d, f"rank{KILL_RANK}-joined.json")))
     errors = {r: x["error"] for r, x in ranks.items() if "error" in x}
     if errors:
-        raise RuntimeError(f"a survivor failed: {errors}")
-    att = ranks[0]
-    (fo,) = att["failovers"]
-    seen = min(f["seen_at"] for x in ranks.values() for f in x["failovers"])
+        raise RuntimeError(f"a rank failed: {errors}")
+    att, joined = ranks[0], ranks["joined"]
+    fo, rejoin = att["failovers"]
+    seen = min(x["failovers"][0]["seen_at"] for r, x in ranks.items() if r != "joined")
     first = min(t for t in att["times"] if t >= fo["formed_at"])
     return {"detection_s": seen - killed, "failover_s": fo["formed_at"] - killed, "first_round_s": first - killed,
-            "rounds_reserved": fo["redispatched"], "rounds_lost": SPEC["rounds"] - att["received"],
-            "exact": att["exact"]}
+            "rounds_reserved": fo["redispatched"], "rounds_lost": att["sent"] - att["received"],
+            "received": att["received"], "exact": att["exact"],
+            "rejoin_s": joined["failovers"][0]["formed_at"] - joined["asked_at"],
+            "rejoin_first_item_s": joined["first_served_at"] - joined["asked_at"],
+            "rounds_reserved_at_rejoin": rejoin["redispatched"], "joined_served": joined["served"]}
 
 
 def main() -> int:
@@ -169,6 +220,7 @@ def main() -> int:
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
     p.add_argument("--store", help=argparse.SUPPRESS)
+    p.add_argument("--join", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         worker(args)
@@ -181,13 +233,18 @@ def main() -> int:
               "liveness_poll_s": 0.25, "median": med,
               "max": {k: max(r[k] for r in runs) for k in med},
               "rounds_reserved": [r["rounds_reserved"] for r in runs], "rounds_lost": [r["rounds_lost"] for r in runs],
-              "exact": all(r["exact"] for r in runs), "rejoin_s": None, "rejoin": "not built", "runs": runs,
+              "exact": all(r["exact"] for r in runs),
+              "rejoin_median_s": statistics.median(r["rejoin_s"] for r in runs),
+              "rejoin_first_item_median_s": statistics.median(r["rejoin_first_item_s"] for r in runs),
+              "joined_served": [r["joined_served"] for r in runs], "runs": runs,
               "context": "Mooncake/SGLang Elastic EP: 6.2-6.8 s recovery (vs 120-180 s restart), DeepSeek V3.2, "
                          "4 nodes / 32 GPUs, 256 redundant experts, 1-16 failed ranks (LMSYS blog, 2026-03-17); "
                          "another setting entirely: no ratio drawn"}
     print(f"{SETTING}: detection {med['detection_s']:.3f} s, failover {med['failover_s']:.3f} s, first round served "
           f"without the dead rank {med['first_round_s']:.3f} s after the kill (median of {len(runs)}); rounds "
-          f"re-served {record['rounds_reserved']}, lost {record['rounds_lost']}, exact {record['exact']}")
+          f"re-served {record['rounds_reserved']}, lost {record['rounds_lost']}, exact {record['exact']}; the "
+          f"restarted rank joined {record['rejoin_median_s']:.3f} s after asking and served its first work item "
+          f"{record['rejoin_first_item_median_s']:.3f} s after asking (work items {record['joined_served']})")
     if args.json:
         existing = {}
         if os.path.exists(args.json):
