@@ -16,6 +16,7 @@ import importlib.util
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -35,7 +36,8 @@ from .bound import DEFAULT_COSTS as DEFAULT_BOUND_COSTS
 from .bound import critical_path
 from .bound import load_costs as load_bound_costs
 from .run_dir import check_keep_dir, make_run_dir
-from .start import WORKER_BOOTSTRAP, exit_now, kill_and_reap, launcher_store, start_method, start_ranks
+from .start import (WORKER_BOOTSTRAP, exit_now, kill_and_reap, launcher_store, start_joiner, start_method,
+                    start_ranks)
 from .start import worker_command  # noqa: F401 - the command line of one exec-started rank: API
 from .timeline import ATTENTION_PHASES
 from .trace import write_trace
@@ -561,7 +563,7 @@ def _run(args, marks: Dict[str, float]) -> int:
         if args.batch_items:
             cfg = dataclasses.replace(cfg, batch_rows=_batch_rows(args.row_budget, topo, args.row_budget_flag))
         kill = kill_from_env(topo, cfg.expert_placement(), cfg.mode, cfg.rebalance_every)
-        cfg = dataclasses.replace(cfg, kill_ffn=None if kill is None else list(kill))
+        cfg = dataclasses.replace(cfg, kill_ffn=None if kill is None else list(kill), elastic=kill is not None)
         method = start_method()
     except ValueError as e:
         print(f"cam-run: bad configuration: {e}", file=sys.stderr)
@@ -586,6 +588,7 @@ def _run(args, marks: Dict[str, float]) -> int:
     failed: Dict[int, int] = {}
     lost: Dict[int, int] = {}  # --keep-going: Attention ranks that died after the start, {rank: exit code}
     killed: Dict[int, int] = {}  # $CAM_RUN_KILL_FFN: the FFN rank killed on purpose, which the others fail over
+    restarted: Dict[int, object] = {}  # ... and its new process, which rejoins the running world
     interrupted = []
 
     def on_signal(signum, _frame):
@@ -595,7 +598,8 @@ def _run(args, marks: Dict[str, float]) -> int:
     marks["spawn"] = time.time()
     try:
         # Forked ranks start before this process has a thread of its own (the store's come next); they wait for go.
-        started_ranks, go = start_ranks(method, config_path, processes, cfg.timeout_s)
+        secret = secrets.token_hex(32)  # the restarted rank ($CAM_RUN_KILL_FFN) gets the run's secret too
+        started_ranks, go = start_ranks(method, config_path, processes, cfg.timeout_s, secret)
         procs.update(started_ranks)
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         store = launcher_store(port, cfg.timeout_s)
@@ -623,10 +627,16 @@ def _run(args, marks: Dict[str, float]) -> int:
                 if code is not None:
                     exited.setdefault(rank, time.time())
                 # Only what happens before the abort is a cause; exits after it are its consequences.
-                if code not in (None, 0) and rank not in failed and rank not in lost and rank not in killed and \
-                        deadline is None:
-                    (killed if started and kill is not None and (rank, code) == (kill[0], -signal.SIGKILL) else
-                     lost if args.keep_going and started and rank < topo.A else failed)[rank] = code
+                if code in (None, 0) or rank in failed or rank in lost or deadline is not None or \
+                        (rank in killed and rank not in restarted):
+                    continue
+                if rank in restarted:  # the restarted rank failed
+                    failed[rank] = code
+                elif started and kill is not None and (rank, code) == (kill[0], -signal.SIGKILL):
+                    killed[rank] = code
+                    procs[rank] = restarted[rank] = start_joiner(config_path, rank, secret)
+                else:
+                    (lost if args.keep_going and started and rank < topo.A else failed)[rank] = code
             if failed and all(code >= 0 for code in failed.values()) and not store.check([worker.ABORT_KEY]):
                 await_signalled_cause(procs, failed, {**lost, **killed})
             if (failed or interrupted) and not store.check([worker.ABORT_KEY]):
@@ -657,7 +667,8 @@ def _run(args, marks: Dict[str, float]) -> int:
         return 130 if interrupted else 1
     from .setup import make_model
 
-    return _finish(args, cfg, (make_model(cfg), workload, topo), out_dir, lost, marks, exited, killed)
+    return _finish(args, cfg, (make_model(cfg), workload, topo), out_dir, lost, marks, exited,
+                   {r: c for r, c in killed.items() if r not in restarted})
 
 
 def _finish(args, cfg, built, out_dir: str, lost: Dict[int, int], marks: Dict[str, float],
@@ -674,7 +685,8 @@ def _finish(args, cfg, built, out_dir: str, lost: Dict[int, int], marks: Dict[st
     if lost:
         report["lost_replicas"] = _lost_replicas(built, lost, results)
     if cfg.kill_ffn is not None:
-        report["fault"] = {"killed": cfg.kill_ffn[0], "round": cfg.kill_ffn[1], "died": sorted(killed),
+        report["fault"] = {"killed": cfg.kill_ffn[0], "round": cfg.kill_ffn[1],
+                           "restarted": cfg.kill_ffn[0] not in killed and cfg.kill_ffn[0] in results,
                            "failovers": {str(r): x.get("failovers", []) for r, x in sorted(results.items())}}
     if cfg.cost_model:
         report["bound"] = _bound(cfg, built, batches_run(results, topo), args.bound_costs, report["makespan_s"])
@@ -805,8 +817,8 @@ def _print(report: dict) -> None:
         f = report["fault"]
         again = sum(x["redispatched"] for fs in f["failovers"].values() for x in fs)
         print(f"  FAILOVER    FFN rank {f['killed']} killed after {f['round']} work item(s) (${'CAM_RUN_KILL_FFN'}): "
-              f"{'died' if f['died'] else 'NOT killed'}; the survivors failed over, {again} round(s) dispatched "
-              f"again")
+              f"the survivors failed over, {again} round(s) dispatched again over the death and the rejoin; "
+              f"{'restarted, it rejoined and served' if f['restarted'] else 'its restart did not report'}")
     print("  per-request TTFT (s): " + " ".join(f"{k}:{v:.2f}" for k, v in report["ttft_per_request_s"].items()))
 
 

@@ -3,8 +3,9 @@ kills an FFN rank on purpose (elastic serving; docs/connector.md, `cam-run`).
 
 The fault is injected through the environment variable ``CAM_RUN_KILL_FFN=RANK:ROUND`` (a testing hook, not a
 flag): FFN rank ``RANK`` SIGKILLs itself once it has served ``ROUND`` work items with rows, the world runs elastic
-(``ConnectorConfig(elastic=True)``), the survivors fail over without it, and ``--check`` covers every request as
-usual. The launcher refuses it, naming the experts, when the rank holds the last replica of some expert (use a
+(``ConnectorConfig(elastic=True)``), the survivors fail over without it, the launcher restarts it (``start_joiner``)
+and it rejoins the running world with its old slots (:func:`rejoin_setup`), and ``--check`` covers every request
+as usual. The launcher refuses it, naming the experts, when the rank holds the last replica of some expert (use a
 placement with replicas, e.g. ``--placement hot:E``), and with ``--mode colocated`` or ``--rebalance-every``.
 """
 
@@ -15,7 +16,7 @@ import signal
 import time
 from typing import Dict, Optional, Tuple
 
-__all__ = ["KILL_ENV", "await_signalled_cause", "die_after", "failure", "kill_from_env"]
+__all__ = ["KILL_ENV", "await_signalled_cause", "die_after", "failure", "kill_from_env", "rejoin_setup", "UntilShutdown"]
 
 KILL_ENV = "CAM_RUN_KILL_FFN"
 _POLL_S = 0.01
@@ -87,3 +88,40 @@ def die_after(rounds: int, state: dict) -> None:
     state["served"] = state.get("served", 0) + 1
     if state["served"] >= rounds:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def rejoin_setup(cfg, rank: int, built, store):
+    """The killed FFN rank ``rank``, restarted: ``(its RunConfig, its rank, built, its connector)`` as the last FFN
+    rank of the running world, once the survivors failed over without it (bounded wait): the running table with the
+    slots the rank held before (``Placement.with_rank``), so its weights are loaded into the same slots."""
+    import dataclasses
+
+    from ..connector import AsyncAFDConnector
+    from ..placement import Placement
+
+    model, workload, topo = built
+    probe = AsyncAFDConnector(rank, "ffn", cfg.connector_config(topo))
+    running = probe.running_table(store, below=topo.F)
+    before = cfg.expert_placement() or Placement.contiguous(topo.E, topo.F, topo.L)
+    table = running.with_rank([before.slot_experts(layer, rank - topo.A) for layer in range(topo.L)])
+    topo = dataclasses.replace(topo, F=running.ffn_ranks + 1, expert_slots=table.slots_per_rank)
+    cfg = dataclasses.replace(cfg, F=topo.F, placement=table.as_dict(), kill_ffn=None, elastic=True)
+    rank = topo.world_size - 1
+    return cfg, rank, (model, workload, topo), AsyncAFDConnector(rank, "ffn", cfg.connector_config(topo))
+
+
+class UntilShutdown:
+    """The store as the restarted rank's join sees it: once the launcher's shutdown key is set (every request
+    served before the rank could join), its next wait raises naming that, instead of waiting out --timeout."""
+
+    def __init__(self, store, shutdown_key: str):
+        self._store, self._key = store, shutdown_key
+
+    def check(self, keys) -> bool:
+        if self._store.check([self._key]):
+            raise RuntimeError("the run ended before the restarted FFN rank could join it (every request was served "
+                               "first): give a longer workload")
+        return self._store.check(keys)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)

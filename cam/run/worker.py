@@ -30,7 +30,7 @@ from ..serve import Iteration, ServePolicy, serve_ffn
 from ..serve.store import Shutdown
 from ..work_item import WorkItem
 from . import assign
-from .deaths import die_after
+from .deaths import UntilShutdown, die_after, rejoin_setup
 from .participants import Participants, request_pieces
 from .run_dir import remove_if_orphaned
 from .setup import RunConfig, build, rank_threads, rebalance_count, rebalance_table
@@ -599,7 +599,7 @@ def main(argv=None) -> int:
     cfg = RunConfig.load(argv[0])
     rank = int(argv[1])
     try:
-        return _main(cfg, rank, marks)
+        return _main(cfg, rank, marks, join=argv[2:] == ["join"])
     finally:
         # A SIGKILLed launcher removes nothing: its ranks do, on every exit path (one may fail on the lost store
         # while building or connecting, before its watchdog runs); while the launcher lives this removes nothing.
@@ -693,7 +693,7 @@ def _main_colocated(cfg: RunConfig, rank: int, marks: dict, built) -> int:
             c.close()
 
 
-def _main(cfg: RunConfig, rank: int, marks: dict) -> int:
+def _main(cfg: RunConfig, rank: int, marks: dict, join: bool = False) -> int:
     torch.set_num_threads(rank_threads(cfg.world_size))
     built = build(cfg)
     marks["built"] = time.time()
@@ -702,22 +702,28 @@ def _main(cfg: RunConfig, rank: int, marks: dict) -> int:
         return _main_colocated(cfg, rank, marks, built)
     role = "attention" if rank < topo.A else "ffn"
     store = _store(cfg)
-    connector = AsyncAFDConnector(rank, role, cfg.connector_config(topo))
+    result_path, launched_as = os.path.join(cfg.out_dir, f"result-{rank}.json"), rank
+    if join:  # the killed FFN rank, restarted: it joins the running world as its last FFN rank
+        cfg, rank, built, connector = rejoin_setup(cfg, rank, built, UntilShutdown(store, SHUTDOWN_KEY))
+    else:
+        connector = AsyncAFDConnector(rank, role, cfg.connector_config(topo))
     aborted: dict = {}
     stop = threading.Event()
     watchdog = threading.Thread(target=_watch_abort, args=(store, connector, aborted, stop, os.getppid()),
                                 daemon=True)
-    result_path = os.path.join(cfg.out_dir, f"result-{rank}.json")
     try:
         # The watchdog runs during the handshake too: a rank that died starting aborts the others' handshake.
         watchdog.start()
-        connector.init_afd_connector(store=_AbortAware(store, aborted))
+        (connector.join_running if join else connector.init_afd_connector)(
+            store=_AbortAware(UntilShutdown(store, SHUTDOWN_KEY) if join else store, aborted))
         marks["connected"] = time.time()
         if "by" in aborted:  # seen while the Comm was being made: its abort had no Comm to reach yet
             connector.abort()
             raise RankFailed(f"start-up aborted: {aborted['by']}")
         result = (run_attention if role == "attention" else run_ffn)(cfg, rank, store, connector, aborted, built,
                                                                      marks)
+        if join:  # reported under the rank the launcher started it as; it served as the world's last FFN rank
+            result["rank"], result["joined_as"] = launched_as, rank
         with open(result_path, "w") as f:
             json.dump(result, f)
         return 0

@@ -371,6 +371,31 @@ class AsyncAFDConnector:
         self.mark_serving()
         self.failovers.append(Failover(None, left, self._world_id, seen, time.time(), joined_rank=self.rank))
 
+    def running_table(self, store=None, below: Optional[int] = None, timeout_s: Optional[float] = None):
+        """The table of the running elastic world of this config's group (its Attention rank 0 publishes it), as a
+        rank about to :meth:`join_running` builds its own from it; with ``below``, once the world has fewer than
+        ``below`` FFN ranks (its survivors failed over). Bounded by ``timeout_s`` (default the config's)."""
+        from .. import world as _world
+        from ..placement import Placement
+
+        cfg = self.config
+        bound = cfg.timeout_s if timeout_s is None else timeout_s
+        if self._rendezvous is None:
+            self._connect_store(store)
+        messages = self._messages()
+        deadline = time.monotonic() + bound
+        while True:
+            current = _world.current(messages, cfg.group)
+            key = f"{cfg.group}/{current}/plane"
+            if current is not None and messages.check([key]):
+                table = Placement.from_dict(json.loads(messages.get(key).decode())["placement"])
+                if below is None or table.ffn_ranks < below:
+                    return table
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"running_table: group {cfg.group!r} published no plane"
+                                   f"{'' if below is None else f' of fewer than {below} FFN ranks'} within {bound:g} s")
+            time.sleep(cfg.idle_poll_s)
+
     def _join_request(self) -> Optional[dict]:
         """The join request of this rank's current world and, once decided, its verdict (``request["verdict"]``)."""
         if not self.config.elastic or self._rendezvous is None or self._world_id is None:
