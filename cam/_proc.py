@@ -3,6 +3,8 @@ tells a reused pid apart. Torch-free, so the command-line tools' launchers can u
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Optional
 
 
@@ -17,3 +19,18 @@ def start_ticks(pid: int) -> Optional[str]:
     if len(fields) < 20 or fields[0] in ("Z", "X"):
         return None
     return fields[19]
+
+
+def process_start_time(pid: int = 0) -> float:
+    """When process `pid` (0: this one) started, on the time.time() clock (Linux /proc, 10 ms resolution); nan
+    elsewhere. Lets the wall-time profile count a process's interpreter start and imports, which run before any of
+    its code can take a timestamp."""
+    try:
+        with open(f"/proc/{pid or 'self'}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    # The start is in clock ticks since boot: anchor it on the uptime read now (btime is whole seconds).
+    return time.time() - up + ticks / os.sysconf("SC_CLK_TCK")

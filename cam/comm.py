@@ -32,6 +32,7 @@ from typing import Optional
 import torch
 
 from . import _C, _runtime
+from . import world as _world
 from .errors import CamError, CommJoinError, InvalidArgumentError
 from ._proc import start_ticks
 from ._tensor import ACL_DTYPE as _ACL_DTYPE  # aclDataType codes from cam/acl_compat.h, through _C
@@ -81,7 +82,9 @@ class Comm:
             only: ``"npu"`` over the stand-ins with segment names after ``shm_prefix``, removed once every rank
             imported every window).
         group: name of the plane. In-process: ranks with the same name form one plane (free again once all joined).
-            shm/npu: prefix of the Store keys.
+            shm/npu: the Store keys' group: every key of the plane is under ``{group}/{world_id}/``
+            (:attr:`world_id`). A group held by a live plane on the same store is refused
+            (:class:`cam.world.GroupInUseError`, naming the group).
         store: ``torch.distributed`` Store (TCPStore/FileStore) for ``"shm"`` and ``"npu"``: carries the pids and
             the IPC window records.
         dtype: activation dtype of the plane (bfloat16 or float16): x, expert outputs and combine outputs.
@@ -106,6 +109,10 @@ class Comm:
             ranks pass its device form (:attr:`placement_buffer`: the table's epoch line, then its rows, which
             :attr:`placement_table` views as ``[L, E, 1 + 2F]``) to every ``dispatch_send``; FFN ranks use it for
             their slot weights (``cam.ExpertWeights.slots``). :meth:`set_placement` replaces it.
+        succeeds: shm/npu, elastic serving (docs/protocol.md §18): ``(world id, event)`` of the plane this Comm
+            re-forms after a death (the dead rank) or a join (the request's nonce); it joins that world's
+            :func:`cam.world.successor` (the same on every member) instead of agreeing a fresh world. None (the
+            default) for a new plane.
 
     Attributes:
         stream: this rank's device stream; its data-plane ops run there in order (ranks that are threads of one
@@ -117,6 +124,9 @@ class Comm:
         token: the ordering token the torch ops mutate (see ``docs/protocol.md`` §11).
         id: the int the torch ops carry to find this Comm.
         plane_id: this plane instance's id, the same on every rank; work items carry it (docs/protocol.md §13).
+        world_id: the world this plane is, a hex str agreed at rendezvous and the same on every rank
+            (:mod:`cam.world`, docs/protocol.md §17). shm/npu: every Store key of the plane (handshake, rebalance,
+            the serving tier's messages) is under ``{group}/{world_id}/``; in-process it is the plane id in hex.
         dead_rank: ``"shm"``/``"npu"``: the peer this rank's liveness watchdog found dead (the plane is then
             aborted with that rank as the reason, or only its replica fenced under ``isolate_replicas``), else None.
         fenced_replicas: ``{replica: dead Attention rank}`` of every replica fenced in the plane (read from the
@@ -149,6 +159,7 @@ class Comm:
         liveness_poll_s: float = 0.25,
         isolate_replicas: bool = True,
         placement=None,
+        succeeds: Optional[tuple] = None,
     ) -> None:
         if not isinstance(topology, Topology):
             raise TypeError(f"Comm: topology must be a cam.Topology, got {type(topology).__name__}")
@@ -199,6 +210,7 @@ class Comm:
         self.idle_poll_s = float(idle_poll_s)
         fields = list(topology.as_c_fields())
         timeout_ns, idle_ns = int(timeout_s * 1e9), int(idle_poll_s * 1e9)
+        self.world_id: Optional[str] = None
         if transport == "in_process":
             self._c = _C.Comm.in_process(group, fields, rank, timeout_ns, idle_ns, int(join_timeout_s * 1000),
                                          _ACL_DTYPE[dtype])
@@ -210,9 +222,13 @@ class Comm:
             shm_name = None
             if transport == "shm":
                 shm_name = f"/{shm_prefix or f'cam-{os.getpid()}-{uuid.uuid4().hex[:12]}'}-r{rank}"
-            self._c = self._create_ipc(store, group, fields, timeout_ns, idle_ns, join_timeout_s, shm_name)
-            self._store, self._left_key = store, f"{group}/left/{rank}"
-            self._group = group
+            # Every key of the handshake and after it is the world's (cam.world): a store shared with another
+            # plane, or left over from an earlier one, is never read as this plane's.
+            self.world_id = _world.join(store, group, rank, topology.world_size, join_timeout_s, after=succeeds)
+            keys = _world.prefix(group, self.world_id)
+            self._c = self._create_ipc(store, keys, fields, timeout_ns, idle_ns, join_timeout_s, shm_name)
+            self._store, self._left_key = store, f"{keys}/left/{rank}"
+            self._group = keys
         else:
             raise ValueError(f"Comm: transport must be 'in_process', 'shm' or 'npu', got {transport!r}")
         self.stream = _C.Stream()
@@ -221,7 +237,7 @@ class Comm:
         if self._peers_proc:
             self._watchdog = threading.Thread(target=_watch_peers, args=(weakref.ref(self), float(liveness_poll_s),
                                                                          self._watch_stop, dict(self._peers_proc),
-                                                                         store, group, isolate_replicas),
+                                                                         store, self._group, isolate_replicas),
                                               daemon=True, name=f"cam-liveness-r{rank}")
             self._watchdog.start()
         # A sync timeout on this stream aborts the plane so the kernel ends before its buffers are released.
@@ -238,6 +254,8 @@ class Comm:
         # rank. It is not the window itself on purpose: functionalization may clone a mutated input and copy it
         # back, which must never touch protocol state.
         self.token = torch.zeros(1, dtype=torch.int64)
+        if self.world_id is None:  # threads as ranks: the plane instance is the world (one per joined group name)
+            self.world_id = format(self._c.plane_id() & (2 ** 64 - 1), "016x")
         self.id = next(_ids)
         with _registry_lock:
             _registry[self.id] = self
@@ -272,8 +290,6 @@ class Comm:
         deadline = time.monotonic() + join_timeout_s
         c = None
         try:
-            for stale in ("failed", "detached"):  # this rank's own earlier attempt on this store
-                _forget_key(store, f"{group}/{stale}/{self.rank}")
             store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
             store.set(f"{group}/topo/{self.rank}", json.dumps(self._plane_description()))
             store.set(f"{group}/ipcpid/{self.rank}", str(_C.ipc_process_id()))
@@ -731,6 +747,15 @@ class Comm:
         """This rank's status record and abort word (docs/protocol.md §9), for diagnostics."""
         return self._require()._c.status()
 
+    @property
+    def died(self) -> Optional[int]:
+        """The rank whose death aborted this rank's plane (the abort word ``-(1 + rank)`` a liveness watchdog
+        raised, docs/protocol.md §9; also when another rank's watchdog saw it first), else None."""
+        if self._c is None:
+            return self.dead_rank
+        word = int(self._c.status()["abort"])
+        return -word - 1 if word < 0 else None
+
     def close(self, wait_s: float = 10.0) -> None:
         """Releases the stream and the windows. Idempotent. An op another thread is running on this Comm (an idle
         ``dispatch_recv`` poll, a round waiting for a peer) gets ``wait_s`` seconds to end; after that the plane is
@@ -981,14 +1006,6 @@ def _window_is_host_memory(transport: str) -> bool:
     NPU-transport stand-ins allocate "device memory" as POSIX shm); on Ascend the npu transport's window is
     aclrtMalloc'ed device memory."""
     return transport != "npu" or _C.backend() == "twin"
-
-
-def _forget_key(store, key: str) -> None:
-    """Deletes a key if the store can (FileStore, TCPStore); a store that cannot keeps it."""
-    try:
-        store.delete_key(key)
-    except Exception:  # noqa: BLE001 - HashStore/PrefixStore variants without delete: nothing stale to fear there
-        pass
 
 
 def _check_name(what: str, value, *, optional: bool) -> None:

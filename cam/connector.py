@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 from .errors import ReplicaLostError
-from .serve.connector import (AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, ConnectorConfig,
-                              split_tokens)
+from .serve.connector import (AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, ConnectorConfig, Failover,
+                              RoundsLostError, split_tokens)
 from .serve.iteration import (CapturedFFN, FFNWorkItem, expert_weights, ffn_batch_iteration, ffn_compute,
                               ffn_iteration, ffn_work_item)
 from .serve.store import (DONE_KEY, RUN_SECRET_ENV, SERVING_KEY, SHUTDOWN_KEY, Shutdown, SignedStore,
@@ -26,9 +26,11 @@ __all__ = [
     "CapturedFFN",
     "ConnectorConfig",
     "DONE_KEY",
+    "Failover",
     "SERVING_KEY",
     "FFNWorkItem",
     "ReplicaLostError",
+    "RoundsLostError",
     "RUN_SECRET_ENV",
     "SHUTDOWN_KEY",
     "Shutdown",

@@ -24,13 +24,24 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Placement", "PlacementError", "contiguous_slots"]
+__all__ = ["ExpertsLostError", "Placement", "PlacementError", "contiguous_slots"]
 
 Replica = Tuple[int, int]  # (FFN index f in [0, F), local slot in [0, slots_per_rank))
 
 
 class PlacementError(ValueError):
     """A placement table that cannot be served; the message names the layer, the expert and the bad entry."""
+
+
+class ExpertsLostError(PlacementError):
+    """An FFN rank left the plane holding the last replica of some experts (:meth:`Placement.without`): no table
+    without it can serve them. ``lost`` is ``{layer: (experts...)}``, ``ffn_index`` the rank that left."""
+
+    def __init__(self, ffn_index: int, lost: Dict[int, Tuple[int, ...]]):
+        self.ffn_index, self.lost = ffn_index, lost
+        self.named = "; ".join(f"layer {l}: expert(s) {', '.join(map(str, es))}" for l, es in sorted(lost.items()))
+        super().__init__(f"FFN index {ffn_index} held the last replica of {self.named}: no surviving replica serves "
+                         f"them")
 
 
 def _deal(experts: int, ffn_ranks: int, slots: int, extra: Sequence[int]) -> List[List[Replica]]:
@@ -184,6 +195,56 @@ class Placement:
                 if slots >= experts + len(extra):
                     raise
                 slots += 1
+
+    def without(self, ffn_index: int) -> "Placement":
+        """The table of the plane once FFN index ``ffn_index`` left it (elastic serving, docs/protocol.md §18):
+        every replica on it dropped, the indices above it one lower (the survivors keep their order), every other
+        replica in its slot, so each survivor serves the new table with the slot weights it holds. Raises
+        :class:`ExpertsLostError` naming every expert (by layer) whose only replicas were on ``ffn_index``."""
+        if isinstance(ffn_index, bool) or not isinstance(ffn_index, int) or not 0 <= ffn_index < self.ffn_ranks:
+            raise ValueError(f"Placement.without: ffn_index must be an int in [0, {self.ffn_ranks}), got "
+                             f"{ffn_index!r}")
+        if self.ffn_ranks == 1:
+            raise ExpertsLostError(ffn_index, {l: tuple(range(self.experts)) for l in range(self.layers)})
+        layers, lost = [], {}
+        for l, layer in enumerate(self._table):
+            rows = [tuple((f - 1 if f > ffn_index else f, j) for f, j in reps if f != ffn_index) for reps in layer]
+            gone = tuple(e for e, reps in enumerate(rows) if not reps)
+            if gone:
+                lost[l] = gone
+            layers.append(rows)
+        if lost:
+            raise ExpertsLostError(ffn_index, lost)
+        return Placement(self.experts, self.ffn_ranks - 1, self.slots_per_rank, layers)
+
+    def with_rank(self, held: Sequence[Sequence[int]]) -> "Placement":
+        """The table once a new FFN rank joins the plane as index ``F`` (the last, a rejoin, docs/protocol.md §18):
+        every replica kept where it is, and slot ``j`` of the new rank holding expert ``held[l][j]`` of layer ``l``
+        (-1: empty), a replica more of that expert. ``without(F)`` of the result is this table again."""
+        if len(held) != self.layers or any(len(h) != self.slots_per_rank for h in held):
+            raise PlacementError(f"Placement.with_rank: held must give {self.slots_per_rank} slot(s) for each of "
+                                 f"{self.layers} layer(s)")
+        layers = []
+        for l, layer in enumerate(self._table):
+            rows = [list(reps) for reps in layer]
+            for j, e in enumerate(held[l]):
+                if e == -1:
+                    continue
+                if isinstance(e, bool) or not isinstance(e, int) or not 0 <= e < self.experts:
+                    raise PlacementError(f"Placement.with_rank: layer {l} slot {j} names expert {e!r}, not one in "
+                                         f"[0, {self.experts})")
+                rows[e].append((self.ffn_ranks, j))
+            layers.append(rows)
+        return Placement(self.experts, self.ffn_ranks + 1, self.slots_per_rank, layers)
+
+    def as_dict(self) -> dict:
+        """The table as JSON: ``layers[l][e]`` lists expert e's ``[f, slot]`` (:meth:`from_dict` reads it)."""
+        return {"experts": self.experts, "ffn_ranks": self.ffn_ranks, "slots_per_rank": self.slots_per_rank,
+                "layers": [[[list(r) for r in reps] for reps in layer] for layer in self._table]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Placement":
+        return cls(d["experts"], d["ffn_ranks"], d["slots_per_rank"], d["layers"])
 
     # ------------------------------------------------------------------ queries
 

@@ -27,6 +27,12 @@ STORE_TIMEOUT_JOIN_S = 2.0
 DEATH_EXIT = 17
 
 
+def _world_key(key):
+    """A handshake key without its world id (``{group}/{world}/{name}/{rank}`` -> ``{group}/{name}/{rank}``)."""
+    parts = key.split("/")
+    return "/".join(parts[:1] + parts[2:]) if len(parts) == 4 else key
+
+
 class TamperingStore:
     """Alters this rank's published window record on its way into the store (what a corrupted or forged
     record looks like to the peers)."""
@@ -35,7 +41,7 @@ class TamperingStore:
         self._store, self._key, self._field = store, key, field
 
     def set(self, key, value):
-        if key == self._key:
+        if _world_key(key) == self._key:
             rec = json.loads(value)
             if self._field == "key":  # the last digit of the nonce: a key the owner never exported
                 rec["key"] = rec["key"][:-1] + ("0" if rec["key"][-1] != "0" else "1")
@@ -57,7 +63,7 @@ class DyingStore:
         self._store, self._key = store, key
 
     def set(self, key, value):
-        if key == self._key:
+        if _world_key(key) == self._key:
             os._exit(DEATH_EXIT)
         return self._store.set(key, value)
 

@@ -230,12 +230,13 @@ def test_a_forged_shutdown_is_refused_by_name():
     world = _World("serve-forged", F=1, secret=b"s" * 32)
     conns = world.start()
     try:
-        post_shutdown(world.store, "serve-forged", "not signed")  # the raw store: no tag of the run secret
+        wid = conns[0].world_id
+        post_shutdown(world.store, "serve-forged", "not signed", world=wid)  # the raw store: no tag of the secret
         world.join()
     finally:
         conns[0].close()
     (err,) = world.errors.values()
-    assert isinstance(err, PermissionError) and "serve-forged/serve/shutdown" in str(err)
+    assert isinstance(err, PermissionError) and f"serve-forged/{wid}/serve/shutdown" in str(err)
 
 
 def test_rounds_sent_while_graph_ranks_capture_are_served():

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import cam
+import cam.world
 from cam import _C
 from _dataplane_harness import check_against_golden, make_rounds, FfnLog, Served
 
@@ -347,7 +348,8 @@ def test_a_failed_handshake_frees_no_window_a_peer_still_imports(peer_answers):
     from cam.comm import Comm, _proc_identity
 
     t = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=64, Bmax=4, L=1)
-    store, g = HashStore(), "failed-release"
+    store = HashStore()
+    g = f"failed-release/{cam.world.join(store, 'failed-release', 1, 2, 30)}"  # rank 1's slot, taken by hand
     probe = Comm.__new__(Comm)
     probe.topology, probe.dtype = t, torch.bfloat16
     store.set(f"{g}/proc/1", _proc_identity(os.getpid()))
@@ -357,7 +359,8 @@ def test_a_failed_handshake_frees_no_window_a_peer_still_imports(peer_answers):
 
     def rank0():
         try:
-            cam.Comm(t, 0, transport="npu", store=store, group=g, join_timeout_s=30 if peer_answers else 2)
+            cam.Comm(t, 0, transport="npu", store=store, group="failed-release",
+                     join_timeout_s=30 if peer_answers else 2)
         except Exception as e:  # noqa: BLE001 - the error is the result
             out["error"] = e
 

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import cam
+import cam.world
 from _dataplane_harness import check_against_golden, make_rounds, FfnLog, Served
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")]
@@ -163,7 +164,7 @@ def test_shm_handshake_refusal_ends_every_rank_at_once_and_leaves_no_segment():
             self._store = store
 
         def set(self, key, value):
-            if key == "g/ipc/0":
+            if key.startswith("g/") and key.endswith("/ipc/0"):  # g/{world id}/ipc/0
                 rec = json.loads(value)
                 rec["window_bytes"] += 128
                 value = json.dumps(rec)
@@ -259,7 +260,7 @@ def test_shm_names_that_cannot_be_a_twin_key_are_refused_before_anything_exists(
     store = HashStore()
     with pytest.raises(ValueError, match=r"shm_prefix .* is too long: a segment name such as .* must fit 47 bytes"):
         cam.Comm(t, 0, transport="shm", store=store, shm_prefix=fits + "x", join_timeout_s=5)
-    assert not store.check(["cam/proc/0"])
+    assert not store.check(["cam/world"])
     fields = list(t.as_c_fields())
     for bad, why in ((f"/{fits}x-r1", "at most 47 bytes"), (f"{base}-r0", "must be '/' and a name"),
                      (f"/{base}/x-r0", "must be '/' and a name without another '/'")):
@@ -467,12 +468,13 @@ def test_a_rank_the_watchdog_cannot_watch_is_refused(forged):
     probe.topology, probe.dtype = t, torch.bfloat16
     description = probe._plane_description()  # the exact keys a rank publishes
     try:
-        store.set("g/proc/1", forged)
-        store.set("g/topo/1", json.dumps(description))
-        store.set("g/ipcpid/1", str(os.getpid()))
-        store.set("g/ipc/1", json.dumps(forger.ipc_record()))
+        w = f"g/{cam.world.join(store, 'g', 1, 2, 10)}"  # the forger takes rank 1's slot of the world rank 0 joins
+        store.set(f"{w}/proc/1", forged)
+        store.set(f"{w}/topo/1", json.dumps(description))
+        store.set(f"{w}/ipcpid/1", str(os.getpid()))
+        store.set(f"{w}/ipc/1", json.dumps(forger.ipc_record()))
         if forged == _proc_identity(os.getpid()):  # control
-            store.set("g/mapped/1", "1")
+            store.set(f"{w}/mapped/1", "1")
             with Comm(t, 0, transport="shm", store=store, group="g", shm_prefix=base, join_timeout_s=10) as comm:
                 assert comm._peers_proc == {1: forged}  # accepted, and under the liveness watchdog
         else:

@@ -16,6 +16,7 @@ import importlib.util
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -35,7 +36,8 @@ from .bound import DEFAULT_COSTS as DEFAULT_BOUND_COSTS
 from .bound import critical_path
 from .bound import load_costs as load_bound_costs
 from .run_dir import check_keep_dir, make_run_dir
-from .start import WORKER_BOOTSTRAP, exit_now, kill_and_reap, launcher_store, start_method, start_ranks
+from .start import (WORKER_BOOTSTRAP, exit_now, kill_and_reap, launcher_store, start_joiner, start_method,
+                    start_ranks)
 from .start import worker_command  # noqa: F401 - the command line of one exec-started rank: API
 from .timeline import ATTENTION_PHASES
 from .trace import write_trace
@@ -43,9 +45,6 @@ from .trace import write_trace
 # How often the launcher looks at its ranks and the store: a few syscalls and one store round trip each time. Every
 # stage change (all ready, Attention done, all gone) is seen this late, so it is short.
 _POLL_S = 0.01
-# How long the launcher, seeing a rank fail, watches the others for a signal death that caused it
-# (_await_signalled_cause).
-_CAUSE_GRACE_S = 1.0
 _GRACE_S = 20.0
 # The run's clock starts this long after the last rank said it is ready, so that every rank has the start time
 # before it passes. A rank blocked in the store wait gets it within a round trip, but on a loaded 2-CPU machine it
@@ -328,33 +327,6 @@ def _remove_leftover_windows(prefix: str) -> None:
                     pass
 
 
-def _await_signalled_cause(procs, failed: Dict[int, int], lost: Dict[int, int]) -> None:
-    """Ranks that exit with an error are usually the consequence of another's death: their liveness watchdog sees a
-    SIGKILLed peer go while the kernel still tears it down, before the launcher can reap it. So before naming a
-    cause, watch the other ranks a bounded moment (_CAUSE_GRACE_S) for one killed by a signal; _failure names it."""
-    grace = time.monotonic() + _CAUSE_GRACE_S
-    while time.monotonic() < grace:
-        for rank, p in procs.items():
-            code = p.poll()
-            if code is not None and code < 0 and rank not in failed and rank not in lost:
-                failed[rank] = code
-        if any(code < 0 for code in failed.values()):
-            return
-        time.sleep(_POLL_S)
-
-
-def _failure(failed: Dict[int, int]) -> str:
-    # A rank killed by a signal is a cause; ranks that exited with an error in the same poll are usually its
-    # consequences (their Comm's liveness watchdog aborted the plane within milliseconds), so name it first.
-    ranks = sorted((r for r in failed if r >= 0), key=lambda r: (failed[r] >= 0, r))
-    if not ranks:
-        return "the world did not come up in time"
-    first = ranks[0]
-    code = failed[first]
-    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-    return f"rank {first} {how}"
-
-
 def _percentile(values: List[float], q: float) -> float:
     ordered = sorted(values)
     idx = min(len(ordered) - 1, max(0, int(round(q / 100 * (len(ordered) - 1)))))
@@ -555,7 +527,7 @@ def run(args) -> int:
         return 2
     import torch
 
-    from .worker import process_start_time
+    from .._proc import process_start_time
 
     marks["process"] = _command_started if _command_started is not None else process_start_time()
     threads = torch.get_num_threads()
@@ -570,6 +542,7 @@ def _run(args, marks: Dict[str, float]) -> int:
 
     # Imported before the ranks are forked, so that no rank imports them again (start.py).
     from . import worker
+    from .deaths import await_signalled_cause, failure, kill_from_env
     if args.checkpoint is not None:
         from . import checkpoint  # noqa: F401 - with transformers and its model classes
     from .setup import model_config, plan, rank_threads, resolve_placement
@@ -589,6 +562,8 @@ def _run(args, marks: Dict[str, float]) -> int:
             raise ValueError(_topology_error(e)) from None
         if args.batch_items:
             cfg = dataclasses.replace(cfg, batch_rows=_batch_rows(args.row_budget, topo, args.row_budget_flag))
+        kill = kill_from_env(topo, cfg.expert_placement(), cfg.mode, cfg.rebalance_every)
+        cfg = dataclasses.replace(cfg, kill_ffn=None if kill is None else list(kill), elastic=kill is not None)
         method = start_method()
     except ValueError as e:
         print(f"cam-run: bad configuration: {e}", file=sys.stderr)
@@ -612,6 +587,8 @@ def _run(args, marks: Dict[str, float]) -> int:
     exited: Dict[int, float] = {}  # when the launcher saw each rank gone
     failed: Dict[int, int] = {}
     lost: Dict[int, int] = {}  # --keep-going: Attention ranks that died after the start, {rank: exit code}
+    killed: Dict[int, int] = {}  # $CAM_RUN_KILL_FFN: the FFN rank killed on purpose, which the others fail over
+    restarted: Dict[int, object] = {}  # ... and its new process, which rejoins the running world
     interrupted = []
 
     def on_signal(signum, _frame):
@@ -621,7 +598,8 @@ def _run(args, marks: Dict[str, float]) -> int:
     marks["spawn"] = time.time()
     try:
         # Forked ranks start before this process has a thread of its own (the store's come next); they wait for go.
-        started_ranks, go = start_ranks(method, config_path, processes, cfg.timeout_s)
+        secret = secrets.token_hex(32)  # the restarted rank ($CAM_RUN_KILL_FFN) gets the run's secret too
+        started_ranks, go = start_ranks(method, config_path, processes, cfg.timeout_s, secret)
         procs.update(started_ranks)
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         store = launcher_store(port, cfg.timeout_s)
@@ -649,12 +627,20 @@ def _run(args, marks: Dict[str, float]) -> int:
                 if code is not None:
                     exited.setdefault(rank, time.time())
                 # Only what happens before the abort is a cause; exits after it are its consequences.
-                if code not in (None, 0) and rank not in failed and rank not in lost and deadline is None:
+                if code in (None, 0) or rank in failed or rank in lost or deadline is not None or \
+                        (rank in killed and rank not in restarted):
+                    continue
+                if rank in restarted:  # the restarted rank failed
+                    failed[rank] = code
+                elif started and kill is not None and (rank, code) == (kill[0], -signal.SIGKILL):
+                    killed[rank] = code
+                    procs[rank] = restarted[rank] = start_joiner(config_path, rank, secret)
+                else:
                     (lost if args.keep_going and started and rank < topo.A else failed)[rank] = code
             if failed and all(code >= 0 for code in failed.values()) and not store.check([worker.ABORT_KEY]):
-                _await_signalled_cause(procs, failed, lost)
+                await_signalled_cause(procs, failed, {**lost, **killed})
             if (failed or interrupted) and not store.check([worker.ABORT_KEY]):
-                why = (_failure(failed) if failed else f"launcher got signal {interrupted[0]}")
+                why = (failure(failed) if failed else f"launcher got signal {interrupted[0]}")
                 store.set(worker.ABORT_KEY, why)
                 print(f"cam-run: {why}; aborting every rank", file=sys.stderr, flush=True)
                 deadline = time.monotonic() + _GRACE_S + cfg.idle_poll_s
@@ -674,29 +660,34 @@ def _run(args, marks: Dict[str, float]) -> int:
     if not failed and len(lost) == topo.A:
         failed = lost  # every replica lost: nothing finished
     if failed or interrupted:
-        print("cam-run: FAILED: " + (_failure(failed) if failed else f"interrupted by signal {interrupted[0]}"),
+        print("cam-run: FAILED: " + (failure(failed) if failed else f"interrupted by signal {interrupted[0]}"),
               file=sys.stderr)
         if not args.keep:
             shutil.rmtree(out_dir, ignore_errors=True)
         return 130 if interrupted else 1
     from .setup import make_model
 
-    return _finish(args, cfg, (make_model(cfg), workload, topo), out_dir, lost, marks, exited)
+    return _finish(args, cfg, (make_model(cfg), workload, topo), out_dir, lost, marks, exited,
+                   {r: c for r, c in killed.items() if r not in restarted})
 
 
 def _finish(args, cfg, built, out_dir: str, lost: Dict[int, int], marks: Dict[str, float],
-            exited: Dict[int, float]) -> int:
+            exited: Dict[int, float], killed: Dict[int, int]) -> int:
     """After every rank is gone: the results, the report, --check and the files asked for."""
     topo = built[2]
     results = {}
     for rank in range(topo.world_size):
-        if rank not in lost:
+        if rank not in lost and rank not in killed:
             with open(os.path.join(out_dir, f"result-{rank}.json")) as f:
                 results[rank] = json.load(f)
     report = _report(cfg, built, results)
     marks["report"] = time.time()
     if lost:
         report["lost_replicas"] = _lost_replicas(built, lost, results)
+    if cfg.kill_ffn is not None:
+        report["fault"] = {"killed": cfg.kill_ffn[0], "round": cfg.kill_ffn[1],
+                           "restarted": cfg.kill_ffn[0] not in killed and cfg.kill_ffn[0] in results,
+                           "failovers": {str(r): x.get("failovers", []) for r, x in sorted(results.items())}}
     if cfg.cost_model:
         report["bound"] = _bound(cfg, built, batches_run(results, topo), args.bound_costs, report["makespan_s"])
     if args.check:
@@ -762,6 +753,8 @@ def _wall(marks: Dict[str, float], results: Dict[int, dict], exited: Dict[int, f
 def _lost_replicas(built, lost: Dict[int, int], results: Dict[int, dict]) -> List[dict]:
     """--keep-going: each lost replica, how its rank died, the requests excluded from the report and --check, and
     the rounds of it each FFN rank dropped (what the FFN ranks' Comms counted, cam.LostReplica)."""
+    from .deaths import failure
+
     _, workload, topo = built
     out = []
     for replica in sorted({r // topo.P for r in lost}):
@@ -772,7 +765,7 @@ def _lost_replicas(built, lost: Dict[int, int], results: Dict[int, dict]) -> Lis
                 if item["replica"] == replica:
                     dropped[str(r["rank"])] = item["dropped_rounds"]
                     reports.append(item["report"])
-        out.append({"replica": replica, "ranks": ranks, "how": [_failure({r: lost[r]}) for r in ranks],
+        out.append({"replica": replica, "ranks": ranks, "how": [failure({r: lost[r]}) for r in ranks],
                     "requests_excluded": sorted(rid for b in workload.batches[replica] for rid in b),
                     "dropped_rounds": dropped, "ffn_reports": reports})
     return out
@@ -820,6 +813,12 @@ def _print(report: dict) -> None:
               f"{len(lost['requests_excluded'])} requests are excluded from this report and --check; rounds of it "
               f"dropped in flight: " + (", ".join(f"FFN rank {r}: {n}" for r, n in lost["dropped_rounds"].items())
                                         or "none reported"))
+    if "fault" in report:
+        f = report["fault"]
+        again = sum(x["redispatched"] for fs in f["failovers"].values() for x in fs)
+        print(f"  FAILOVER    FFN rank {f['killed']} killed after {f['round']} work item(s) (${'CAM_RUN_KILL_FFN'}): "
+              f"the survivors failed over, {again} round(s) dispatched again over the death and the rejoin; "
+              f"{'restarted, it rejoined and served' if f['restarted'] else 'its restart did not report'}")
     print("  per-request TTFT (s): " + " ".join(f"{k}:{v:.2f}" for k, v in report["ttft_per_request_s"].items()))
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -53,6 +53,10 @@ class RunConfig:
     assign: str = "round-robin"
     # cam-run --rebalance-every N: every Attention rank rebalances after each N-th step (0: never); rebalance_tables
     rebalance_every: int = 0
+    # $CAM_RUN_KILL_FFN (cam/run/deaths.py): [FFN rank, round] killed on purpose (and restarted: it rejoins)
+    kill_ffn: Optional[List[int]] = None
+    # elastic serving (ConnectorConfig.elastic): set with kill_ffn
+    elastic: bool = False
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -75,7 +79,8 @@ class RunConfig:
     def connector_config(self, topology: Topology) -> ConnectorConfig:
         return ConnectorConfig(topology, self.master_addr, self.master_port, torch.bfloat16, self.timeout_s,
                                self.idle_poll_s, group="afd", shm_prefix=self.shm_prefix,
-                               isolate_replicas=self.keep_going, placement=self.expert_placement())
+                               isolate_replicas=self.keep_going, placement=self.expert_placement(),
+                               elastic=self.elastic)
 
     def expert_placement(self) -> Optional[Placement]:
         return None if self.placement is None else placement_from_dict(self.placement)

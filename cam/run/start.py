@@ -101,15 +101,15 @@ class ForkedRank:
                 pass
 
 
-def start_ranks(method: str, config_path: str, world: int, timeout_s: float) -> Tuple[Dict[int, object],
-                                                                                        Callable[[], None]]:
+def start_ranks(method: str, config_path: str, world: int, timeout_s: float,
+                secret: Optional[str] = None) -> Tuple[Dict[int, object], Callable[[], None]]:
     """Starts ranks 0..world-1 of the run whose config is at `config_path`; returns their handles and ``go``, which
     the launcher calls once its store is up (a forked rank waits for it, at most `timeout_s`; ``go(False)`` tells
     the ranks to leave instead). On an exception every rank already started is killed and reaped. Every rank gets
     the run's fresh secret in ``$CAM_RUN_SECRET`` (its environment only: the launcher's own stays unchanged)."""
     from ..connector import RUN_SECRET_ENV
 
-    secret = secrets.token_hex(32)
+    secret = secrets.token_hex(32) if secret is None else secret
     if method == "exec":
         procs: Dict[int, object] = {}
         env = dict(os.environ, **{RUN_SECRET_ENV: secret})
@@ -121,6 +121,15 @@ def start_ranks(method: str, config_path: str, world: int, timeout_s: float) -> 
             raise
         return procs, lambda run=True: None
     return _fork_ranks(config_path, world, timeout_s, (RUN_SECRET_ENV, secret))
+
+
+def start_joiner(config_path: str, rank: int, secret: str):
+    """Restarts rank ``rank`` as a new process that joins the running world ($CAM_RUN_KILL_FFN, docs/connector.md
+    "Rejoin"): an exec'd worker (the launcher has threads by now, so it does not fork) with the run's secret."""
+    from ..connector import RUN_SECRET_ENV
+
+    return subprocess.Popen(worker_command(config_path, rank) + ["join"], stdin=subprocess.DEVNULL,
+                            env=dict(os.environ, **{RUN_SECRET_ENV: secret}))
 
 
 def kill_and_reap(procs) -> None:

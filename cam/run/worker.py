@@ -12,6 +12,7 @@ experts, the FFN work items) takes one lock, so it runs on one timeline, as on a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -29,9 +30,11 @@ from ..serve import Iteration, ServePolicy, serve_ffn
 from ..serve.store import Shutdown
 from ..work_item import WorkItem
 from . import assign
+from .deaths import UntilShutdown, die_after, rejoin_setup
 from .participants import Participants, request_pieces
 from .run_dir import remove_if_orphaned
 from .setup import RunConfig, build, rank_threads, rebalance_count, rebalance_table
+from .._proc import process_start_time
 from .timeline import Lane
 
 ABORT_KEY = "run/abort"
@@ -40,21 +43,6 @@ READY_KEY = "run/ready"  # counts ranks whose connector is up
 ATTENTION_DONE_KEY = "run/attention_done"  # colocated: counts Attention ranks done (their process still serves)
 START_KEY = "run/t0"  # the common clock origin, set by the launcher once every rank is ready
 _POLL_S = 0.05
-
-
-def process_start_time(pid: int = 0) -> float:
-    """When process `pid` (0: this one) started, on the time.time() clock (Linux /proc, 10 ms resolution); nan
-    elsewhere. Lets the wall-time profile count a process's interpreter start and imports, which run before any of
-    its code can take a timestamp."""
-    try:
-        with open(f"/proc/{pid or 'self'}/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            up = float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return float("nan")
-    # The start is in clock ticks since boot: anchor it on the uptime read now (btime is whole seconds).
-    return time.time() - up + ticks / os.sysconf("SC_CLK_TCK")
 
 
 class RankFailed(RuntimeError):
@@ -236,7 +224,8 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
     marks["done"] = time.time()
     torch.save(pieces, os.path.join(cfg.out_dir, f"outputs-{rank}.pt"))
     result = {"role": "attention", "rank": rank, "replica": replica, "participant": group.part, "batches": events,
-              "spans": lane.spans, "startup": marks, "placement_epoch": connector.comm.placement_epoch}
+              "spans": lane.spans, "startup": marks, "placement_epoch": connector.comm.placement_epoch,
+              "failovers": [dataclasses.asdict(f) for f in connector.failovers]}
     if coordinator_log is not None:
         result["assign_log"] = coordinator_log
     return result
@@ -552,8 +541,12 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
         state["lane"] = Lane(state["t0"])
         state["loop_start"] = time.time()
 
+    kill_after = cfg.kill_ffn[1] if cfg.kill_ffn is not None and cfg.kill_ffn[0] == rank else None
+
     def on_iteration(it: Iteration) -> None:
         t0, lane = state["t0"], state["lane"]
+        if kill_after is not None and it.served:
+            die_after(kill_after, state)
         totals["waiting"] += it.received - it.start
         totals["busy"] += it.end - it.received
         # Telemetry only, after the items are done: which replica/layer each was, for the timeline (a batch: one
@@ -591,6 +584,7 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
             for x in connector.lost_replicas.values()]
     waiting = totals["waiting"]
     return {"role": "ffn", "rank": rank, "items": events, "spans": state["lane"].spans, "recv_wait_s": waiting,
+            "failovers": [dataclasses.asdict(f) for f in connector.failovers],
             "placement_epoch": connector.comm.placement_epoch,
             "compute_s": totals["busy"], "loop_s": total, "rows": totals["rows"],
             # Eager loops only (a replay launches no executor): W1 + W2 launches of this process while it served.
@@ -605,7 +599,7 @@ def main(argv=None) -> int:
     cfg = RunConfig.load(argv[0])
     rank = int(argv[1])
     try:
-        return _main(cfg, rank, marks)
+        return _main(cfg, rank, marks, join=argv[2:] == ["join"])
     finally:
         # A SIGKILLed launcher removes nothing: its ranks do, on every exit path (one may fail on the lost store
         # while building or connecting, before its watchdog runs); while the launcher lives this removes nothing.
@@ -699,7 +693,7 @@ def _main_colocated(cfg: RunConfig, rank: int, marks: dict, built) -> int:
             c.close()
 
 
-def _main(cfg: RunConfig, rank: int, marks: dict) -> int:
+def _main(cfg: RunConfig, rank: int, marks: dict, join: bool = False) -> int:
     torch.set_num_threads(rank_threads(cfg.world_size))
     built = build(cfg)
     marks["built"] = time.time()
@@ -708,22 +702,28 @@ def _main(cfg: RunConfig, rank: int, marks: dict) -> int:
         return _main_colocated(cfg, rank, marks, built)
     role = "attention" if rank < topo.A else "ffn"
     store = _store(cfg)
-    connector = AsyncAFDConnector(rank, role, cfg.connector_config(topo))
+    result_path, launched_as = os.path.join(cfg.out_dir, f"result-{rank}.json"), rank
+    if join:  # the killed FFN rank, restarted: it joins the running world as its last FFN rank
+        cfg, rank, built, connector = rejoin_setup(cfg, rank, built, UntilShutdown(store, SHUTDOWN_KEY))
+    else:
+        connector = AsyncAFDConnector(rank, role, cfg.connector_config(topo))
     aborted: dict = {}
     stop = threading.Event()
     watchdog = threading.Thread(target=_watch_abort, args=(store, connector, aborted, stop, os.getppid()),
                                 daemon=True)
-    result_path = os.path.join(cfg.out_dir, f"result-{rank}.json")
     try:
         # The watchdog runs during the handshake too: a rank that died starting aborts the others' handshake.
         watchdog.start()
-        connector.init_afd_connector(store=_AbortAware(store, aborted))
+        (connector.join_running if join else connector.init_afd_connector)(
+            store=_AbortAware(UntilShutdown(store, SHUTDOWN_KEY) if join else store, aborted))
         marks["connected"] = time.time()
         if "by" in aborted:  # seen while the Comm was being made: its abort had no Comm to reach yet
             connector.abort()
             raise RankFailed(f"start-up aborted: {aborted['by']}")
         result = (run_attention if role == "attention" else run_ffn)(cfg, rank, store, connector, aborted, built,
                                                                      marks)
+        if join:  # reported under the rank the launcher started it as; it served as the world's last FFN rank
+            result["rank"], result["joined_as"] = launched_as, rank
         with open(result_path, "w") as f:
             json.dump(result, f)
         return 0

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
 import threading
 import time
+import uuid
 from datetime import timedelta
 from typing import Deque, Optional, Sequence, Tuple
 
@@ -32,7 +34,8 @@ from .policy import check_items_per_check
 from .store import (DONE_KEY, FAILED_PREFIX, RUN_SECRET_ENV, SERVING, SERVING_KEY, Shutdown, SignedStore,
                     loopback_store, post_shutdown, shutdown_message)
 
-__all__ = ["AFDTransferContext", "AFDTransferMetadata", "AsyncAFDConnector", "ConnectorConfig", "split_tokens"]
+__all__ = ["AFDTransferContext", "AFDTransferMetadata", "AsyncAFDConnector", "ConnectorConfig", "Failover",
+           "RoundsLostError", "split_tokens"]
 
 # "shm": ranks are processes (the store is the world's TCPStore); "in_process": ranks are threads of one process
 # sharing one store object (e.g. torch.distributed.HashStore), for tests and single-process use.
@@ -48,7 +51,9 @@ class ConnectorConfig:
         dtype: activation dtype (bfloat16 or float16).
         timeout_s: bound of device waits inside a begun round and of the rendezvous.
         idle_poll_s: how long an FFN receive waits before it returns an empty work item.
-        group: name of this world's keys in the store (several worlds may share one store).
+        group: name of this plane's keys in the store. Several planes may share one store, each with its own group;
+            successive worlds of one group are told apart by their world id (``AsyncAFDConnector.world_id``), and
+            a group held by a live plane is refused (:class:`cam.world.GroupInUseError`).
         shm_prefix: name prefix of the shm windows (``/dev/shm/<prefix>-r<rank>``), so a supervisor can remove
             what a rank killed before the handshake left behind; default unique per process.
         isolate_replicas: replica isolation (``cam.Comm(isolate_replicas=...)``, docs/connector.md): when an
@@ -63,6 +68,12 @@ class ConnectorConfig:
             the plane is a ``cam.Comm(transport="in_process")`` named by ``group``).
         placement: the expert placement (:class:`cam.placement.Placement`, docs/protocol.md §15) every rank's Comm
             is created with; None is the contiguous placement (the topology then needs ``E % F == 0``).
+        elastic: elastic serving (``"shm"`` only, docs/connector.md "Elastic serving"): when an FFN rank dies, the
+            survivors re-form the plane without it at the next round boundary, under ``placement.without`` it (its
+            experts served by their other replicas), and every Attention rank dispatches again each round it had
+            not received, so every round's result is the one a run without the failure gives. When the dead rank
+            held an expert's last replica, the rounds not received are reported lost (:class:`RoundsLostError`,
+            naming the experts). Set it the same on every rank.
     """
 
     topology: Topology
@@ -77,10 +88,16 @@ class ConnectorConfig:
     secret: Optional[bytes] = dataclasses.field(default=None, repr=False)
     transport: str = "shm"
     placement: Optional[object] = None  # a cam.placement.Placement, the same on every rank (cam.Comm(placement=))
+    elastic: bool = False
 
     def __post_init__(self):
         if self.transport not in _TRANSPORTS:
             raise ValueError(f"ConnectorConfig: transport must be one of {_TRANSPORTS}, got {self.transport!r}")
+        if not isinstance(self.elastic, bool):
+            raise TypeError(f"ConnectorConfig: elastic must be a bool, got {self.elastic!r}")
+        if self.elastic and self.transport != "shm":
+            raise ValueError(f"ConnectorConfig: elastic serving needs the 'shm' transport (ranks are processes the "
+                             f"liveness watchdog can find dead), got transport {self.transport!r}")
 
     def run_secret(self) -> Optional[bytes]:
         """The secret the rendezvous signs with: ``secret``, else ``$CAM_RUN_SECRET``, else None (no signing)."""
@@ -100,6 +117,34 @@ class ConnectorConfig:
         if len(secret) < 16:
             raise ValueError(f"ConnectorConfig: the run secret must be at least 16 bytes, got {len(secret)}")
         return secret
+
+
+class RoundsLostError(CommAbortedError):
+    """Elastic serving: an FFN rank died holding the last replica of some experts, so the rounds this Attention rank
+    had not received cannot be served by any table of the survivors. ``rounds`` is their count, ``lost`` the
+    experts ``{layer: (experts...)}``, ``dead_rank`` the FFN rank. No partial result was returned."""
+
+    def __init__(self, rank: int, dead_rank: int, rounds: int, lost: dict):
+        self.rank, self.dead_rank, self.rounds, self.lost = rank, dead_rank, rounds, lost
+        named = "; ".join(f"layer {l}: expert(s) {', '.join(map(str, es))}" for l, es in sorted(lost.items()))
+        super().__init__(f"rank {rank}: {rounds} round(s) lost: FFN rank {dead_rank} died holding the last replica "
+                         f"of {named}; no surviving replica serves them, so the plane was not re-formed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Failover:
+    """One change of an elastic world as this rank saw it: the dead FFN rank (or, for a rejoin, the rank that
+    joined), the world left and the one joined, when the change was seen (``time.time()``: the liveness watchdog's
+    find, or the join request read), when the new plane was formed, and the rounds this rank dispatched again
+    (Attention ranks)."""
+
+    dead_rank: Optional[int]
+    world_left: str
+    world_joined: str
+    seen_at: float
+    formed_at: float
+    redispatched: int = 0
+    joined_rank: Optional[int] = None  # a rejoin: the FFN rank that joined (dead_rank is None then)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,10 +193,13 @@ class AsyncAFDConnector:
         self.comm: Optional[Comm] = None
         self._store = None
         self._rendezvous = None  # the store as the ranks' messages go through it (signed when the run has a secret)
+        self._world_id: Optional[str] = None  # the plane's world, kept after close (a late shutdown still names it)
         self._lock = threading.Lock()
         self._receiving = 0
-        # Attention side: (stage, topk_ids, topk_weights) per dispatched round, in dispatch order.
-        self._pending: Deque[Tuple[int, torch.Tensor, torch.Tensor]] = collections.deque()
+        # Attention side: (stage, topk_ids, topk_weights, x, layer) per dispatched round, in dispatch order; x is
+        # kept (a copy) only when elastic, to dispatch the round again after a failover.
+        self._pending: Deque[tuple] = collections.deque()
+        self.failovers: list = []  # Failover records, in order
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -169,6 +217,18 @@ class AsyncAFDConnector:
         if self.is_initialized:
             return
         cfg = self.config
+        self._connect_store(store)
+        if cfg.transport == "in_process":
+            self.comm = Comm(cfg.topology, self.rank, transport="in_process", group=cfg.group, dtype=cfg.dtype,
+                             timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s, join_timeout_s=cfg.timeout_s,
+                             placement=cfg.placement)
+        else:
+            self.comm = self._shm_comm()
+        self._world_id = self.comm.world_id
+        self._publish_plane()
+
+    def _connect_store(self, store) -> None:
+        cfg = self.config
         secret = cfg.run_secret()
         if cfg.transport == "in_process":
             if store is None:
@@ -183,19 +243,239 @@ class AsyncAFDConnector:
                     timeout=timedelta(seconds=cfg.timeout_s), wait_for_workers=False)
         self._store = store
         self._rendezvous = SignedStore(store, secret, cfg.group) if secret is not None else store
-        if cfg.transport == "in_process":
-            self.comm = Comm(cfg.topology, self.rank, transport="in_process", group=cfg.group, dtype=cfg.dtype,
-                             timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s, join_timeout_s=cfg.timeout_s,
-                             placement=cfg.placement)
+
+    def _shm_comm(self, succeeds=None) -> Comm:
+        cfg = self.config
+        prefix = None if cfg.shm_prefix is None or succeeds is None else f"{cfg.shm_prefix}-{succeeds[0][:8]}"
+        return Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous, group=cfg.group,
+                    dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
+                    join_timeout_s=cfg.timeout_s, shm_prefix=cfg.shm_prefix if prefix is None else prefix,
+                    isolate_replicas=cfg.isolate_replicas, placement=cfg.placement, succeeds=succeeds)
+
+    # ------------------------------------------------------------------ elastic serving
+
+    def dead_ffn_rank(self) -> Optional[int]:
+        """Elastic worlds: the FFN rank whose death aborted this rank's plane (named by the abort word, whichever
+        rank's liveness watchdog saw it first), else None."""
+        comm = self.comm
+        if not self.config.elastic or comm is None or comm.closed:
+            return None
+        try:
+            dead = comm.died
+        except Exception:  # noqa: BLE001 - no status to read: nothing to fail over from
+            return None
+        return dead if dead is not None and dead >= self.config.topology.A else None
+
+    def fail_over(self, dead: int) -> Failover:
+        """Re-forms this rank's plane without FFN rank ``dead`` (every survivor does, at its next round boundary):
+        the table ``placement.without(dead)``, the topology with one FFN rank less (the FFN ranks above ``dead``
+        one lower: this rank's :attr:`rank` may change), a Comm in the world's :func:`cam.world.successor`. An FFN
+        rank keeps its slot weights (the new table keeps every survivor's slots) and tells the Attention ranks it
+        serves in the new world. Raises :class:`cam.placement.ExpertsLostError` when ``dead`` held an expert's
+        last replica (the plane then stays aborted)."""
+        from ..placement import Placement
+
+        cfg, topo = self.config, self.config.topology
+        comm = self.comm
+        seen = comm.dead_rank_found_at or time.time()
+        table = cfg.placement if cfg.placement is not None else Placement.contiguous(topo.E, topo.F, topo.L)
+        new = table.without(dead - topo.A)  # ExpertsLostError names what no survivor holds
+        left = self._world_id
+        with self._lock:
+            receiving = self._receiving
+        if receiving:  # another thread's receive still waits on the aborted plane: it ends at once
+            comm.abort()
+        comm.close()
+        self.comm = None
+        if self.rank > dead:
+            self.rank -= 1
+        return self._reform(dataclasses.replace(topo, F=topo.F - 1, expert_slots=new.slots_per_rank), new,
+                            (left, dead), Failover(dead, left, "", seen, 0.0))
+
+    def _reform(self, topo, table, succeeds, record: Failover) -> Failover:
+        """This rank's plane re-formed as ``topo`` under ``table`` in the successor world ``succeeds`` names (its
+        old Comm closed by the caller); an FFN rank says it serves there, Attention rank 0 publishes the plane."""
+        self.config = dataclasses.replace(self.config, topology=topo, placement=table)
+        self.ffn_size = topo.F
+        self.comm = self._shm_comm(succeeds=succeeds)
+        self._world_id = self.comm.world_id
+        self._publish_plane()
+        if self.role == "ffn":
+            self.mark_serving()
+        record = dataclasses.replace(record, world_joined=self._world_id, formed_at=time.time())
+        self.failovers.append(record)
+        return record
+
+    # ------------------------------------------------------------------ rejoin (elastic worlds)
+
+    def _key(self, name: str) -> str:
+        return f"{self.config.group}/{self._world_id}/{name}"
+
+    def _publish_plane(self) -> None:
+        """Attention rank 0 of an elastic world: the plane a rank that joins must match (topology, dtype, table)."""
+        if self.config.elastic and self.rank == 0:
+            self._messages().set(self._key("plane"), json.dumps(_plane_record(self.config)))
+
+    def join_running(self, store=None, timeout_s: Optional[float] = None) -> None:
+        """A new or restarted FFN rank joins a running elastic world (docs/connector.md, "Rejoin"), instead of
+        :meth:`init_afd_connector`. Its config is the world after the join: the topology with one FFN rank more,
+        this rank the last (``A + F - 1``), and the table ``running.with_rank(held)`` (the running table, every
+        replica where it is, and this rank's slots). It asks the current world through the store; the FFN ranks
+        decide at their next check (a round boundary) and the plane is re-formed with it in the world's
+        successor. Refused (``ValueError`` naming what differs, before anything is created) when the topology, the
+        dtype or the running table differ from the world's, or while another join is decided; ``TimeoutError``
+        when no FFN rank answers within ``timeout_s`` (default the config's)."""
+        from .. import world as _world
+
+        cfg, topo = self.config, self.config.topology
+        if self.role != "ffn" or not cfg.elastic or cfg.transport != "shm":
+            raise ValueError("join_running: an FFN-rank connector of an elastic shm world joins a running world")
+        if self.rank != topo.world_size - 1:
+            raise ValueError(f"join_running: a joining FFN rank is the last one, rank {topo.world_size - 1} of this "
+                             f"config, not {self.rank}")
+        if self.is_initialized:
+            return
+        bound = cfg.timeout_s if timeout_s is None else timeout_s
+        self._connect_store(store)
+        messages = self._messages()
+        left = _world.current(messages, cfg.group)
+        if left is None:
+            raise ValueError(f"join_running: group {cfg.group!r} has no world on this store to join")
+        self._world_id = left
+        deadline = time.monotonic() + bound
+        while not messages.check([self._key("plane")]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"join_running: world {left} published no plane within {bound:g} s")
+            time.sleep(cfg.idle_poll_s)
+        why = _join_mismatch(json.loads(messages.get(self._key("plane")).decode()), cfg)
+        if why:
+            raise ValueError(f"join_running: rank {self.rank} cannot join world {left}: {why}")
+        nonce = uuid.uuid4().hex
+        request = json.dumps({"nonce": nonce, "rank": self.rank, **_plane_record(cfg)})
+        got = messages.compare_set(self._key("join"), "", request)
+        if (got.decode() if isinstance(got, bytes) else got) != request:
+            raise ValueError(f"join_running: another join into world {left} is being decided; try again after it")
+        while not messages.check([self._key("join/verdict")]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"join_running: no FFN rank of world {left} answered the join within {bound:g} s")
+            if _world.current(messages, cfg.group) != left:  # the world moved on (a failover): ask its successor
+                self._world_id = None
+                return self.join_running(store=self._store, timeout_s=max(deadline - time.monotonic(), 0.001))
+            time.sleep(cfg.idle_poll_s)
+        verdict = json.loads(messages.get(self._key("join/verdict")).decode())
+        if not verdict["accept"]:
+            raise ValueError(f"join_running: world {left} refused rank {self.rank}: {verdict['reason']}")
+        seen = time.time()
+        self.comm = self._shm_comm(succeeds=(left, nonce))
+        self._world_id = self.comm.world_id
+        self.mark_serving()
+        self.failovers.append(Failover(None, left, self._world_id, seen, time.time(), joined_rank=self.rank))
+
+    def running_table(self, store=None, below: Optional[int] = None, timeout_s: Optional[float] = None):
+        """The table of the running elastic world of this config's group (its Attention rank 0 publishes it), as a
+        rank about to :meth:`join_running` builds its own from it; with ``below``, once the world has fewer than
+        ``below`` FFN ranks (its survivors failed over). Bounded by ``timeout_s`` (default the config's)."""
+        from .. import world as _world
+        from ..placement import Placement
+
+        cfg = self.config
+        bound = cfg.timeout_s if timeout_s is None else timeout_s
+        if self._rendezvous is None:
+            self._connect_store(store)
+        messages = self._messages()
+        deadline = time.monotonic() + bound
+        while True:
+            current = _world.current(messages, cfg.group)
+            key = f"{cfg.group}/{current}/plane"
+            if current is not None and messages.check([key]):
+                table = Placement.from_dict(json.loads(messages.get(key).decode())["placement"])
+                if below is None or table.ffn_ranks < below:
+                    return table
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"running_table: group {cfg.group!r} published no plane"
+                                   f"{'' if below is None else f' of fewer than {below} FFN ranks'} within {bound:g} s")
+            time.sleep(cfg.idle_poll_s)
+
+    def _join_request(self) -> Optional[dict]:
+        """The join request of this rank's current world and, once decided, its verdict (``request["verdict"]``)."""
+        if not self.config.elastic or self._rendezvous is None or self._world_id is None:
+            return None
+        messages = self._messages()
+        if not messages.check([self._key("join")]):
+            return None
+        request = json.loads(messages.get(self._key("join")).decode())
+        if messages.check([self._key("join/verdict")]):
+            request["verdict"] = json.loads(messages.get(self._key("join/verdict")).decode())
+        return request
+
+    def poll_join(self) -> bool:
+        """FFN rank of an elastic world, between iterations (:func:`cam.serve_ffn` calls it at each check): decides
+        a pending join request (the first FFN rank to decide writes the verdict for all: the joiner's topology,
+        dtype and table against this world's, and no rebalance in progress here) and, once accepted, ends the
+        plane's waits (abort) and re-forms it with the joiner. True when this rank re-formed."""
+        request = self._join_request()
+        if request is None:
+            return False
+        if "verdict" not in request:
+            why = _join_mismatch(self.config, request)
+            if not why and self.comm is not None and not self.comm.closed and \
+                    self.comm.rebalance_id != f"{self.comm.placement_epoch + 1}.0":
+                why = f"FFN rank {self.rank} is in rebalance {self.comm.rebalance_id}: join after it"
+            verdict = json.dumps({"accept": not why, "reason": why})
+            self._messages().compare_set(self._key("join/verdict"), "", verdict)
+            request = self._join_request()
+        if not request["verdict"]["accept"]:
+            return False
+        return self._admit(request)
+
+    def _admit(self, request: dict) -> bool:
+        """Re-forms this rank's plane with the accepted joiner (every member does at its next round boundary)."""
+        from ..placement import Placement
+
+        topo = self.config.topology
+        comm = self.comm
+        comm.abort()  # the other members' waits end now; every round not combined is dispatched again
+        comm.close()
+        self.comm = None
+        table = Placement.from_dict(request["placement"])
+        return bool(self._reform(dataclasses.replace(topo, F=topo.F + 1, expert_slots=table.slots_per_rank), table,
+                                 (self._world_id, request["nonce"]),
+                                 Failover(None, self._world_id, "", time.time(), 0.0, joined_rank=request["rank"])))
+
+    def _recover(self, error: CommAbortedError, received: int = 0) -> None:
+        """Attention rank, elastic: after the plane aborted on an FFN rank's death, fail over and dispatch again
+        every round not received, in dispatch order (each exactly once). Re-raises ``error`` when no FFN rank's
+        death caused it; :class:`RoundsLostError` when the dead rank held an expert's last replica."""
+        from ..placement import ExpertsLostError
+
+        dead = self.dead_ffn_rank()
+        if dead is None:
+            request = self._join_request()
+            if request is None or not request.get("verdict", {}).get("accept"):
+                raise self._replica_lost(error, len(self._pending) + received) from error
+            self._admit(request)
+            record = self.failovers[-1]
         else:
-            self.comm = Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous, group=cfg.group,
-                             dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
-                             join_timeout_s=cfg.timeout_s, shm_prefix=cfg.shm_prefix,
-                             isolate_replicas=cfg.isolate_replicas, placement=cfg.placement)
+            try:
+                record = self.fail_over(dead)
+            except ExpertsLostError as e:
+                raise RoundsLostError(self.rank, dead, len(self._pending) + received, e.lost) from error
+        for _, ids, _, x, layer in self._pending:
+            ops.dispatch_send(self.comm, x, ids, layer)
+        self.failovers[-1] = dataclasses.replace(record, redispatched=len(self._pending))
 
     @property
     def store(self):
         return self._store
+
+    @property
+    def world_id(self) -> str:
+        """The world this rank's plane is (``Comm.world_id``): every serving message it writes or reads is that
+        world's, so a store shared with another plane of the group, or left over from an earlier one, is never
+        read as this one's (docs/connector.md, "Trust model")."""
+        if self._world_id is None:
+            raise ValueError("AsyncAFDConnector: call init_afd_connector() first")
+        return self._world_id
 
     @property
     def lost_replicas(self) -> dict:
@@ -266,19 +546,19 @@ class AsyncAFDConnector:
         if self._pending:
             raise ValueError(f"finish: {len(self._pending)} dispatched round(s) not received yet; call "
                              "recv_ffn_output for each first")
-        self._messages().set(DONE_KEY.format(group=self.config.group, rank=self.rank), "1")
+        self._messages().set(DONE_KEY.format(group=self.config.group, world=self.world_id, rank=self.rank), "1")
 
     def request_shutdown(self, reason: str = "requested", lost=()) -> None:
         """Any rank: asks every FFN rank to stop serving at its next idle poll (docs/protocol.md, "Shutdown");
         ``lost``: Attention ranks seen dead, which every FFN rank fences before it reports."""
-        post_shutdown(self._messages(), self.config.group, reason, lost)
+        post_shutdown(self._messages(), self.config.group, reason, lost, world=self.world_id)
 
     def mark_serving(self, failure: Optional[str] = None) -> None:
         """FFN rank: tells the Attention ranks it serves (its loop is about to run its first iteration), or, with
         ``failure``, that it failed before and never will (their :meth:`wait_ffn_serving` then raises, quoting it)."""
         self._require("ffn")
         value = SERVING if failure is None else FAILED_PREFIX + (str(failure) or "unknown")
-        self._messages().set(SERVING_KEY.format(group=self.config.group, rank=self.rank), value)
+        self._messages().set(SERVING_KEY.format(group=self.config.group, world=self.world_id, rank=self.rank), value)
 
     def wait_ffn_serving(self, timeout_s: Optional[float] = None) -> None:
         """Attention rank: returns once every FFN rank serves (:meth:`mark_serving`, which :func:`cam.serve_ffn`
@@ -292,7 +572,8 @@ class AsyncAFDConnector:
         if not bound > 0:
             raise ValueError(f"wait_ffn_serving: timeout_s must be > 0 seconds, got {timeout_s!r}")
         topo, messages = self.config.topology, self._messages()
-        keys = {r: SERVING_KEY.format(group=self.config.group, rank=r) for r in range(topo.A, topo.world_size)}
+        keys = {r: SERVING_KEY.format(group=self.config.group, world=self.world_id, rank=r)
+                for r in range(topo.A, topo.world_size)}
         deadline = time.monotonic() + bound
         while True:
             waiting, failed = [], []
@@ -318,7 +599,7 @@ class AsyncAFDConnector:
         """FFN rank: the :class:`cam.serve.store.Shutdown` to stop serving on (a shutdown request, its lost
         Attention ranks with it, or every Attention rank finished), else None. Host side only: it reads the store,
         never the device."""
-        return shutdown_message(self._messages(), self.config.group, self.attn_size)
+        return shutdown_message(self._messages(), self.config.group, self.attn_size, world=self.world_id)
 
     def shutdown_requested(self) -> Optional[str]:
         """FFN rank: why to stop serving (the reason of :meth:`shutdown_message`), else None."""
@@ -337,34 +618,48 @@ class AsyncAFDConnector:
             topk_ids: int32 ``[B, K]`` routed expert ids in ``[0, E)``, -1 for an empty slot.
             topk_weights: fp32 ``[B, K]`` combine weights, kept for :meth:`recv_ffn_output`.
         """
-        comm = self._require("attention")
+        self._require("attention")
         if not isinstance(topk_weights, torch.Tensor) or topk_weights.dtype != torch.float32:
             raise TypeError("send_attn_output: topk_weights must be a float32 tensor [B, K]")
         if tuple(topk_weights.shape) != tuple(topk_ids.shape):
             raise ValueError(f"send_attn_output: topk_weights shape {tuple(topk_weights.shape)} differs from "
                              f"topk_ids {tuple(topk_ids.shape)}")
-        try:
-            ops.dispatch_send(comm, hidden_states, topk_ids, context.metadata.layer_idx)
-        except CommAbortedError as e:
-            raise self._replica_lost(e, len(self._pending)) from e
-        self._pending.append((context.metadata.stage_idx, topk_ids, topk_weights))
+        layer = context.metadata.layer_idx
+        kept = hidden_states.clone() if self.config.elastic else None  # the caller may reuse its buffer
+        while True:  # each failover removes one FFN rank: at most F - 1 of them before one reports rounds lost
+            try:
+                ops.dispatch_send(self.comm, hidden_states, topk_ids, layer)
+                break
+            except CommAbortedError as e:
+                if not self.config.elastic:
+                    raise self._replica_lost(e, len(self._pending)) from e
+                self._recover(e, received=1)
+        self._pending.append((context.metadata.stage_idx, topk_ids, topk_weights, kept, layer))
 
     def recv_ffn_output(self, ref_tensor: Optional[torch.Tensor] = None, ubatch_idx: int = 0, **_) -> torch.Tensor:
         """The weighted routed sum ``[B, H]`` of the oldest dispatched round, which must belong to ``ubatch_idx``
         (results come back in dispatch order: FIFO per stage, stages interleaved as they were sent)."""
-        comm = self._require("attention")
+        self._require("attention")
         if not self._pending:
             raise ValueError("recv_ffn_output: nothing was dispatched")
-        stage, ids, weights = self._pending[0]
+        stage, ids, weights = self._pending[0][:3]
         if stage != ubatch_idx:
             raise ValueError(f"recv_ffn_output: the oldest dispatched round is stage {stage}, not {ubatch_idx}; "
                              "receive in dispatch order")
+        while True:  # each failover removes one FFN rank: at most F - 1 of them before one reports rounds lost
+            with self._Receiving(self):
+                try:
+                    out = ops.combine_recv(self.comm, ids, weights)
+                    break
+                except CommAbortedError as e:
+                    if not self.config.elastic:
+                        self._pending.popleft()
+                        raise self._replica_lost(e, len(self._pending) + 1) from e
+                    failed = e
+            # Elastic: the round is still pending, so it is dispatched again with the others, and received next.
+            self._recover(failed)
         self._pending.popleft()
-        with self._Receiving(self):
-            try:
-                return ops.combine_recv(comm, ids, weights)
-            except CommAbortedError as e:
-                raise self._replica_lost(e, len(self._pending) + 1) from e
+        return out
 
     # ------------------------------------------------------------------ FFN side
 
@@ -414,3 +709,44 @@ def split_tokens(num_tokens: int, participants: int) -> Sequence[Tuple[int, int]
         bounds.append((start, end))
         start = end
     return bounds
+
+
+def _plane_record(cfg: ConnectorConfig) -> dict:
+    """What a joining rank must match: the topology's fields, the dtype and the table (docs/connector.md, "Rejoin")."""
+    from ..placement import Placement
+
+    topo = cfg.topology
+    table = cfg.placement if cfg.placement is not None else Placement.contiguous(topo.E, topo.F, topo.L)
+    fields = {f.name: getattr(topo, f.name) for f in dataclasses.fields(topo)}
+    return {"topology": {k: v if v is None or isinstance(v, bool) else int(v) for k, v in fields.items()},
+            "dtype": str(cfg.dtype), "placement": table.as_dict()}
+
+
+def _join_mismatch(plane: dict, joiner) -> str:
+    """Why a joiner (its plane record, or its ConnectorConfig) cannot join ``plane`` (a member's record, or its
+    ConnectorConfig): "" when it can. The joiner has one FFN rank more, and the members' table is its table without
+    its own slots (no replica of a member moves)."""
+    from ..placement import Placement, PlacementError
+
+    if isinstance(plane, ConnectorConfig):
+        plane = _plane_record(plane)
+    if isinstance(joiner, ConnectorConfig):
+        joiner = _plane_record(joiner)
+    if not isinstance(plane, dict) or not isinstance(joiner, dict):
+        return "no plane record"
+    ours, theirs = plane["topology"], joiner["topology"]
+    diffs = [f"{k}={theirs.get(k)!r} (the world's {k}={ours.get(k)!r})" for k in ours
+             if k != "F" and theirs.get(k) != ours.get(k)]
+    if theirs.get("F") != ours.get("F", 0) + 1:
+        diffs.append(f"F={theirs.get('F')!r} (a joiner has the world's F={ours.get('F')!r} + 1)")
+    if joiner.get("dtype") != plane.get("dtype"):
+        diffs.append(f"dtype={joiner.get('dtype')} (the world's dtype={plane.get('dtype')})")
+    if diffs:
+        return "a different topology: " + ", ".join(diffs)
+    try:
+        mine = Placement.from_dict(joiner["placement"]).without(theirs["F"] - 1)
+        if mine.digest() != Placement.from_dict(plane["placement"]).digest():
+            return "its table moves replicas of the running ranks (it must be the running table with_rank its slots)"
+    except PlacementError as e:
+        return f"its table cannot be served: {e}"
+    return ""

@@ -113,6 +113,7 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
 
     Raises what the plane raised (after logging it); the connector stays the caller's to close.
     """
+    from ..errors import CommAbortedError
     from ..layer_weights import LayerWeights
     from .store import Shutdown
 
@@ -165,7 +166,23 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
     iterations, message, since_check = 0, None, 0
     try:
         while message is None:
-            ran, done = step(telemetry=on_iteration is not None)
+            try:
+                ran, done = step(telemetry=on_iteration is not None)
+            except CommAbortedError:
+                # Elastic worlds only: another FFN rank died, or a rank joins (another FFN rank admitted it)
+                dead = connector.dead_ffn_rank()
+                if step.captured is not None:
+                    step.captured.close()  # its graph replays the aborted plane
+                    step.captured = None
+                if dead is not None:
+                    failover = connector.fail_over(dead)  # ExpertsLostError: no survivor holds some expert
+                    log.warning("ffn rank %d: FFN rank %d died; serving as rank %d of world %s (its experts served "
+                                "by their other replicas)", connector.rank + (connector.rank >= dead), dead,
+                                connector.rank, failover.world_joined)
+                elif not connector.poll_join():
+                    raise
+                _recapture(step, connector, w1, w2, policy)
+                continue
             iterations += ran
             since_check += ran
             if done is not None:
@@ -174,6 +191,10 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
                 continue
             since_check = 0
             message = read_shutdown()
+            if message is None and connector.poll_join():  # elastic: a rank joins; the plane was re-formed with it
+                log.info("ffn rank %d: FFN rank %d joined world %s", connector.rank,
+                         connector.failovers[-1].joined_rank, connector.world_id)
+                _recapture(step, connector, w1, w2, policy)
             if message is None and between is not None:
                 between()
             if message is None and stop is not None and stop.is_set():
@@ -184,8 +205,8 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
         log.error("ffn rank %d failed after %d iterations: %s: %s", connector.rank, iterations, type(e).__name__, e)
         raise
     finally:
-        if captured is not None:
-            captured.close()
+        if step.captured is not None:
+            step.captured.close()
     seconds = time.monotonic() - start
     launches = None if launches_before is None else _gmm_launches() - launches_before
     message = message if isinstance(message, Shutdown) else Shutdown(str(message))
@@ -200,6 +221,16 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
     log.info("ffn rank %d stopped (%s) after %d iterations in %.2f s", connector.rank, message.reason, iterations,
              seconds)
     return ServeResult(connector.rank, iterations, message.reason, seconds, tuple(message.lost), launches)
+
+
+def _recapture(step, connector, w1, w2, policy: ServePolicy) -> None:
+    """After the plane was re-formed (elastic): the captured iteration replays the old plane's Comm, so it is closed
+    and, in graph mode, captured again on the new one."""
+    if step.captured is not None:
+        step.captured.close()
+        step.captured = None
+    if policy.graph and connector.comm is not None and not connector.comm.closed:
+        step.captured = connector.capture_ffn(w1, w2, policy.batch_rows, swiglu_limit=policy.swiglu_limit)
 
 
 class _Step:

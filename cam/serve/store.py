@@ -24,42 +24,57 @@ RUN_SECRET_ENV = "CAM_RUN_SECRET"
 
 # Host-side serving messages in the store (docs/protocol.md, "Shutdown"): an Attention rank that will send no more
 # rounds, and a request that every FFN rank stop. Signed like every rendezvous value when the run has a secret.
-DONE_KEY = "{group}/serve/done/{rank}"
-SHUTDOWN_KEY = "{group}/serve/shutdown"
+# Every key is world ``world``'s of group ``group`` (cam.world: ``Comm.world_id``), so a store that outlives a plane, or
+# holds another plane of the same group, never stops or starts this one.
+DONE_KEY = "{group}/{world}/serve/done/{rank}"
+SHUTDOWN_KEY = "{group}/{world}/serve/shutdown"
 # An FFN rank's serving state: "serving" once its loop runs its first iteration (a graph-mode rank after its capture),
 # "failed: ..." when it failed before. Attention ranks wait for it before their first round (wait_ffn_serving).
-SERVING_KEY = "{group}/serve/serving/{rank}"
+SERVING_KEY = "{group}/{world}/serve/serving/{rank}"
 SERVING, FAILED_PREFIX = "serving", "failed: "
 
 
 @dataclasses.dataclass(frozen=True)
 class Shutdown:
-    """One shutdown message: why the FFN ranks stop, and the Attention ranks a supervisor saw die (``--keep-going``:
-    each FFN rank fences them before it reports, so its dropped-round counts are final).
+    """One shutdown message: why the FFN ranks stop, the Attention ranks a supervisor saw die (``--keep-going``:
+    each FFN rank fences them before it reports, so its dropped-round counts are final), and the world it is for.
 
-    Its text in the store is the bare reason, or JSON ``{"reason": ..., "lost": [ranks]}`` when ranks were lost
-    (``{"lost": [...]}`` alone, cam-run's form, reads as reason ``"run over"``)."""
+    Its text in the store is the bare reason, or JSON ``{"reason": ..., "lost": [ranks], "world": id}`` when ranks
+    were lost or it names its world (``{"lost": [...]}`` alone, cam-run's form, reads as reason ``"run over"``).
+    The serving tier's messages always name their world (:func:`post_shutdown`), and a reader in a world refuses
+    a message of another (:meth:`parse` with ``world``), so a signed message recorded in one world never stops
+    another, even one signed with the same secret."""
 
     reason: str
     lost: Tuple[int, ...] = ()
+    world: Optional[str] = None
 
     def text(self) -> str:
-        return self.reason if not self.lost else json.dumps({"reason": self.reason, "lost": sorted(self.lost)})
+        if not self.lost and self.world is None:
+            return self.reason
+        message = {"reason": self.reason, "lost": sorted(self.lost)}
+        return json.dumps(message if self.world is None else {**message, "world": self.world})
 
     @classmethod
-    def parse(cls, text: str) -> "Shutdown":
+    def parse(cls, text: str, world: Optional[str] = None) -> "Shutdown":
+        """The message ``text`` holds; with ``world``, refused (``PermissionError``) unless it names that world."""
+        message = None
         if text.startswith("{"):
             try:
                 message = json.loads(text)
             except ValueError:
-                return cls(text)
-            if isinstance(message, dict):
-                lost = message.get("lost", [])
-                if not isinstance(lost, list) or not all(isinstance(r, int) and not isinstance(r, bool)
-                                                         for r in lost):
-                    raise ValueError(f"shutdown message: lost must be a list of ranks, got {lost!r}")
-                return cls(str(message.get("reason", "run over")), tuple(lost))
-        return cls(text)
+                message = None
+        if isinstance(message, dict):
+            lost = message.get("lost", [])
+            if not isinstance(lost, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in lost):
+                raise ValueError(f"shutdown message: lost must be a list of ranks, got {lost!r}")
+            parsed = cls(str(message.get("reason", "run over")), tuple(lost), message.get("world"))
+        else:
+            parsed = cls(text)
+        if world is not None and parsed.world != world:
+            raise PermissionError(f"shutdown message of world {parsed.world!r} read in world {world!r}: refused (a "
+                                  f"message recorded in another world of this group, replayed into this one)")
+        return parsed
 
 
 class SignedStore:
@@ -102,13 +117,15 @@ class SignedStore:
                                   f"store tried to stand in for a rank, or the ranks do not share one secret")
         return value
 
-    def compare_set(self, key: str, expected: str, desired) -> bytes:
-        """Write-once (``expected`` empty, the only form cam uses: a rebalance decision, docs/protocol.md §15):
-        sets the signed ``desired`` if ``key`` is absent, and returns the verified value the key holds."""
-        if expected != "":
-            raise ValueError("SignedStore.compare_set: only the write-once form (expected='') is supported")
+    def compare_set(self, key: str, expected, desired) -> bytes:
+        """Sets the signed ``desired`` if ``key`` is absent and ``expected`` is empty (write-once: a rebalance
+        decision, docs/protocol.md §15; a world's slot) or if it holds the signed ``expected`` (a world replaced,
+        cam.world), and returns the verified value the key holds. The tag is a function of key and value, so the
+        signed ``expected`` is the exact bytes a member wrote."""
         desired = desired.encode() if isinstance(desired, str) else bytes(desired)
-        self._store.compare_set(key, "", self._HEAD + self._tag(key, desired) + b":" + desired)
+        expected = expected.encode() if isinstance(expected, str) else bytes(expected)
+        signed = (self._HEAD + self._tag(key, expected) + b":" + expected) if expected else b""
+        self._store.compare_set(key, signed, self._HEAD + self._tag(key, desired) + b":" + desired)
         return self.get(key)
 
     def check(self, keys) -> bool:
@@ -146,27 +163,32 @@ def loopback_store(port: int, timeout_s: float, world_size: Optional[int] = None
     return store
 
 
-def post_shutdown(store, group: str, reason: str = "requested", lost=()) -> None:
-    """Writes the shutdown request of world ``group`` into ``store`` (the run's signed store when it has a
-    secret: an unsigned request is then refused by the FFN ranks, naming the key). ``lost``: Attention ranks the
-    caller saw die, which every FFN rank fences before it reports (:class:`Shutdown`)."""
+def post_shutdown(store, group: str, reason: str = "requested", lost=(), *, world: str) -> None:
+    """Writes the shutdown request of world ``world`` of group ``group`` into ``store`` (the run's signed store when
+    it has a secret: an unsigned request is then refused by the FFN ranks, naming the key). ``world``: the world's
+    id (``Comm.world_id``; a supervisor without a Comm reads it with :func:`cam.world.current`); the message carries
+    it, and an FFN rank of another world refuses it. ``lost``: Attention ranks the caller saw die, which every FFN
+    rank fences before it reports (:class:`Shutdown`)."""
     if not isinstance(reason, str) or not reason:
         raise ValueError("post_shutdown: reason must be a non-empty str")
-    store.set(SHUTDOWN_KEY.format(group=group), Shutdown(reason, tuple(int(r) for r in lost)).text())
+    if not isinstance(world, str) or not world:
+        raise ValueError(f"post_shutdown: world must be the world id (a non-empty str), got {world!r}")
+    message = Shutdown(reason, tuple(int(r) for r in lost), world)
+    store.set(SHUTDOWN_KEY.format(group=group, world=world), message.text())
 
 
-def shutdown_message(store, group: str, attention_ranks: int) -> Optional[Shutdown]:
-    """Why world ``group``'s FFN ranks stop: the shutdown request, ``"attention finished"`` once all
-    ``attention_ranks`` ranks finished, else None."""
-    key = SHUTDOWN_KEY.format(group=group)
+def shutdown_message(store, group: str, attention_ranks: int, *, world: str) -> Optional[Shutdown]:
+    """Why world ``world`` of ``group``'s FFN ranks stop: the shutdown request (refused, ``PermissionError``, when
+    it names another world), ``"attention finished"`` once all ``attention_ranks`` ranks finished, else None."""
+    key = SHUTDOWN_KEY.format(group=group, world=world)
     if store.check([key]):
-        return Shutdown.parse(store.get(key).decode(errors="replace"))
-    if store.check([DONE_KEY.format(group=group, rank=r) for r in range(attention_ranks)]):
-        return Shutdown("attention finished")
+        return Shutdown.parse(store.get(key).decode(errors="replace"), world)
+    if store.check([DONE_KEY.format(group=group, world=world, rank=r) for r in range(attention_ranks)]):
+        return Shutdown("attention finished", (), world)
     return None
 
 
-def shutdown_reason(store, group: str, attention_ranks: int) -> Optional[str]:
+def shutdown_reason(store, group: str, attention_ranks: int, *, world: str) -> Optional[str]:
     """The reason of :func:`shutdown_message`, else None."""
-    message = shutdown_message(store, group, attention_ranks)
+    message = shutdown_message(store, group, attention_ranks, world=world)
     return None if message is None else message.reason

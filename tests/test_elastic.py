@@ -1,0 +1,207 @@
+"""Elastic serving (docs/connector.md, "Elastic serving"): an FFN rank process SIGKILLed mid-run. With a replica of
+each of its experts on another rank, the survivors re-form the plane without it and every round's result is bit for
+bit what cam's ops give without the failure; with an expert whose only replica it held, the rounds not received are
+reported lost by count, naming the experts, and no partial result is returned. Processes as ranks over the shm
+transport, FFN ranks serving with the real ops (cam.serve_ffn: dispatch_recv, W1, W2, combine_send)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from cam import convert
+from cam.integrations.plane import routed_local
+from cam.placement import ExpertsLostError, Placement
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _elastic_rank import round_inputs, world  # noqa: E402
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")]
+
+SCRIPT = pathlib.Path(__file__).with_name("_elastic_rank.py")
+SPEC = {"E": 6, "F": 3, "L": 2, "K": 2, "H": 64, "I": 32, "B": 6, "rounds": 12, "replicated": True}
+
+
+def run_world(tmp_path, spec, kill=-1, kill_after=0, group="elastic"):
+    """Starts every rank as a process; returns each rank's saved result, keyed by rank."""
+    topo, _, _ = world(spec)
+    procs = []
+    for r in range(topo.world_size):
+        cmd = [sys.executable, str(SCRIPT), "--store", str(tmp_path / "store"), "--rank", str(r), "--spec",
+               json.dumps(spec), "--out", str(tmp_path / f"r{r}.pt"), "--group", group, "--kill", str(kill),
+               "--kill-after", str(kill_after)]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    logs = {}
+    try:
+        for r, p in enumerate(procs):
+            logs[r] = p.communicate(timeout=240)[0].decode(errors="replace")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+    results = {}
+    for r in range(topo.world_size):
+        path = tmp_path / f"r{r}.pt"
+        if r == kill:
+            assert procs[r].returncode == -9 and not path.exists(), (r, procs[r].returncode, logs[r][-2000:])
+            continue
+        assert path.exists(), (r, procs[r].returncode, logs[r][-3000:])
+        results[r] = torch.load(path, weights_only=False)
+    return results, logs
+
+
+def golden(spec):
+    _, _, layers = world(spec)
+    w1, w2 = convert.layer_weights(layers)
+    return [routed_local(x, ids, w, w1, w2, layer) for x, ids, w, layer in
+            (round_inputs(spec, i) for i in range(spec["rounds"]))]
+
+
+@pytest.mark.parametrize("kill", [1, 2, 3], ids=["ffn0", "ffn1", "ffn2"])
+def test_a_killed_ffn_rank_with_replicas_costs_no_round(tmp_path, kill):
+    # FFN rank `kill` dies after serving 3 work items, with rounds in flight: every round is received once, equal
+    # to the failure-free golden bit for bit, and every survivor moved to the one successor world.
+    results, logs = run_world(tmp_path, SPEC, kill=kill, kill_after=3)
+    att = results[0]
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    want = golden(SPEC)
+    assert len(att["outputs"]) == SPEC["rounds"]
+    for i, (got, ref) in enumerate(zip(att["outputs"], want)):
+        assert torch.equal(got, ref), f"round {i} differs from the failure-free golden"
+    (failover,) = att["failovers"]
+    assert failover["dead_rank"] == kill and 1 <= failover["redispatched"] <= 2, failover
+    for r, res in results.items():
+        if r == 0:
+            continue
+        assert "error" not in res and res["reason"] == "attention finished", (r, res, logs[r][-3000:])
+        assert [f["world_joined"] for f in res["failovers"]] == [failover["world_joined"]]
+        assert res["final_rank"] == (r - 1 if r > kill else r)
+
+
+def test_a_killed_ffn_rank_without_replicas_reports_the_lost_rounds_by_count_and_expert(tmp_path):
+    # Contiguous placement: FFN rank 2 (index 1) holds experts 2, 3 alone. Its death loses the rounds not yet
+    # received, reported by count and naming those experts, never returned partial; the survivors stop naming
+    # them too.
+    spec = {**SPEC, "replicated": False}
+    results, logs = run_world(tmp_path, spec, kill=2, kill_after=3)
+    att = results[0]
+    assert att.get("error", "").startswith("RoundsLostError"), (att, logs[0][-3000:])
+    assert att["lost"] == {0: (2, 3), 1: (2, 3)}, att["lost"]
+    assert att["lost_rounds"] >= 1 and len(att["outputs"]) + att["lost_rounds"] <= spec["rounds"]
+    assert "round(s) lost: FFN rank 2 died holding the last replica of layer 0: expert(s) 2, 3" in att["error"]
+    want = golden(spec)
+    for i, got in enumerate(att["outputs"]):  # what was received before the death is exact
+        assert torch.equal(got, want[i]), i
+    for r in (1, 3):
+        assert "ExpertsLostError" in results[r]["error"] and "expert(s) 2, 3" in results[r]["error"], results[r]
+
+
+def test_the_table_without_a_rank_keeps_every_survivors_slots_and_names_lost_experts():
+    table = Placement.balanced(6, 3, 2, replicate=range(6))
+    for f in range(3):
+        new = table.without(f)
+        assert new.ffn_ranks == 2 and new.slots_per_rank == table.slots_per_rank
+        for layer in range(2):
+            survivors = [g for g in range(3) if g != f]
+            for i, g in enumerate(survivors):  # each survivor serves the new table with the slots it holds
+                assert new.slot_experts(layer, i) == table.slot_experts(layer, g)
+    with pytest.raises(ExpertsLostError, match=r"FFN index 1 held the last replica of layer 0: expert\(s\) 2, 3; "
+                                               r"layer 1: expert\(s\) 2, 3"):
+        Placement.contiguous(6, 3, 2).without(1)
+    with pytest.raises(ValueError, match="ffn_index must be an int in"):
+        table.without(3)
+
+
+def test_elastic_serving_is_refused_off_the_shm_transport():
+    import cam
+    from cam.connector import ConnectorConfig
+
+    topo = cam.Topology(D=1, P=1, F=2, E=4, K=1, H=64, Bmax=4, L=1)
+    with pytest.raises(ValueError, match="elastic serving needs the 'shm' transport .* got transport 'in_process'"):
+        ConnectorConfig(topology=topo, transport="in_process", elastic=True)
+    with pytest.raises(TypeError, match="elastic must be a bool"):
+        ConnectorConfig(topology=topo, elastic="yes")
+    assert ConnectorConfig(topology=topo, elastic=True).elastic  # control: the shm transport takes it
+
+
+def test_cam_run_kills_an_ffn_rank_restarts_it_and_check_covers_every_request(tmp_path):
+    # $CAM_RUN_KILL_FFN=3:3: FFN rank 3 SIGKILLs itself after 3 work items; with every expert replicated
+    # (--placement hot:8) the others fail over, the launcher restarts it, it rejoins the running world with its old
+    # slots and serves, the run ends 0 and --check passes over every request. The cost model's 50 ms of attention
+    # per micro-batch and layer makes the run (about 6 s) outlast the restarted process's start (2-3 s here).
+    from test_run import cam_run
+
+    out = tmp_path / "report.json"
+    env = dict(os.environ, CAM_RUN_KILL_FFN="3:3")
+    result = cam_run("--ffn", "3", "--placement", "hot:8", "--requests", "60", "--cost-model", "--attention-cost",
+                     "0.05", "0", "0", "--check", "--quiet", "--json", str(out), cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert report["check"]["ok"] and report["requests"] == 60, report["check"]
+    fault = report["fault"]
+    assert fault["restarted"], fault
+    events = {r: [("death" if x["dead_rank"] is not None else "join") for x in fs]
+              for r, fs in fault["failovers"].items()}
+    assert events == {"0": ["death", "join"], "1": ["death", "join"], "2": ["death", "join"],
+                      "4": ["death", "join"], "3": ["join"]}, events
+    assert [x["joined_rank"] for x in fault["failovers"]["3"]] == [4]  # the world's last FFN rank
+    served = {f["rank"]: f["items"] for f in report["ffn"]}
+    assert served[3] >= 1, served  # the restarted rank served after it joined
+    assert "restarted, it rejoined and served" in result.stdout
+
+
+def test_cam_run_refuses_a_kill_of_the_last_replica_by_name(tmp_path):
+    from test_run import cam_run
+
+    for value, needle in (("2:3", "FFN rank 2 holds the last replica of layer 0: expert(s) 0, 1, 2"),
+                          ("1:3", "rank 1 is no FFN rank (FFN ranks are [2, 5))"),
+                          ("3", "expected RANK:ROUND")):
+        result = cam_run("--ffn", "3", "--quiet", cwd=tmp_path, env=dict(os.environ, CAM_RUN_KILL_FFN=value))
+        assert result.returncode == 2 and needle in result.stderr, (value, result.stderr)
+
+
+def test_a_restarted_ffn_rank_rejoins_the_running_world_and_serves(tmp_path):
+    # FFN rank 2 is killed after 3 work items; the survivors fail over (F = 2). A new process then joins the running
+    # world as the last FFN rank with the dead rank's slots (the running table with_rank them): every member admits
+    # it at a round boundary, the plane is re-formed with F = 3, and the joined rank serves rounds after it. Every
+    # round the Attention rank received, before, across and after both changes, equals the failure-free golden.
+    spec = {**SPEC, "rounds": 8}
+    topo, _, _ = world(spec)
+
+    def start(r, *extra):
+        cmd = [sys.executable, str(SCRIPT), "--store", str(tmp_path / "store"), "--rank", str(r), "--spec",
+               json.dumps(spec), "--out", str(tmp_path / f"r{r}{'j' if extra and '--join' in extra else ''}.pt"),
+               "--kill", "2", "--kill-after", "3", *extra]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    procs = {r: start(r, *(("--until-joined",) if r == 0 else ())) for r in range(topo.world_size)}
+    try:
+        assert procs[2].wait(120) == -9
+        procs["join"] = start(2, "--join")
+        logs = {r: p.communicate(timeout=240)[0].decode(errors="replace") for r, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+    att = torch.load(tmp_path / "r0.pt", weights_only=False)
+    joined = torch.load(tmp_path / "r2j.pt", weights_only=False)
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    assert "error" not in joined, (joined.get("error"), logs["join"][-3000:])
+    assert [f["dead_rank"] for f in att["failovers"]] == [2, None]
+    assert att["failovers"][1]["joined_rank"] == 3 and joined["final_rank"] == 3
+    assert joined["served"] >= 1 and joined["reason"] == "attention finished", joined
+    _, _, layers = world(spec)
+    w1, w2 = convert.layer_weights(layers)
+    assert len(att["outputs"]) >= spec["rounds"]
+    for i, got in enumerate(att["outputs"]):
+        x, ids, w, layer = round_inputs(spec, i)
+        assert torch.equal(got, routed_local(x, ids, w, w1, w2, layer)), f"round {i}"
+    for r in (1, 3):
+        res = torch.load(tmp_path / f"r{r}.pt", weights_only=False)
+        assert "error" not in res and len(res["failovers"]) == 2, (r, res, logs[r][-2000:])
