@@ -174,6 +174,15 @@ GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n, int64_t kG
     return w;
 }
 
+GmmWorkspace GmmRingWorkspace(uint64_t ringBytes) {
+    constexpr uint64_t kAlign = 512;
+    GmmWorkspace w;
+    w.status = 0;
+    w.acc = kernels::AlignUp(kernels::kDeviceStatusBytes, kAlign);
+    w.bytes = kernels::AlignUp(w.acc + ringBytes, kAlign);
+    return w;
+}
+
 GmmWorkspace GmmWorkspaceOf(const GmmArgs& a) {
     // The split: hi and lo planes of M rows x 64·ceil(K/64) int4, half a byte each.
     const uint64_t split = a.int4 ? static_cast<uint64_t>(a.m) * kernels::AlignUp(a.k, kernels::kGmmK0Int4) : 0;
