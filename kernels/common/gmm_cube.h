@@ -39,8 +39,8 @@ public:
         if (t.aResident)
             pipe_.InitBuffer(aRes_, 1, t.tm * static_cast<uint32_t>(AlignUp(t.k, kGmmK0)));
         else
-            pipe_.InitBuffer(a1_, kGmmL1Buffers, t.tm * t.tk);
-        pipe_.InitBuffer(b1_, kGmmL1Buffers, t.tk * t.tn);
+            pipe_.InitBuffer(a1_, kGmmL1Buffers, t.tm * t.tk1);
+        pipe_.InitBuffer(b1_, kGmmL1Buffers, t.tk1 * t.tn);
         pipe_.InitBuffer(a2_, kGmmL1Buffers, t.tm * t.tk);
         pipe_.InitBuffer(b2_, kGmmL1Buffers, t.tk * t.tn);
         pipe_.InitBuffer(c_, 1, t.tm * t.tn * 4);
@@ -286,22 +286,24 @@ private:
 
         if (t_.aResident) HoldA(row0, mLen, mAl);
         AscendC::LocalTensor<int32_t> c = c_.AllocTensor<int32_t>();
-        for (uint32_t k0 = 0; k0 < t_.k; k0 += t_.tk) {
-            const uint32_t kLen = t_.k - k0 < t_.tk ? t_.k - k0 : t_.tk;
-            const uint32_t kAl = static_cast<uint32_t>(AlignUp(kLen, kGmmK0));
-            // The NZ weight has K padded to 16 only; when the last step reaches past it, the missing B rows meet
+        // L1 takes K in chunks of tk1 (a multiple of tk): one copy of A and one of B per chunk, whose fixed cost
+        // per instruction is then shared by tk1 / tk L0 steps.
+        for (uint32_t k1 = 0; k1 < t_.k; k1 += t_.tk1) {
+            const uint32_t kLenC = t_.k - k1 < t_.tk1 ? t_.k - k1 : t_.tk1;
+            const uint32_t kAlC = static_cast<uint32_t>(AlignUp(kLenC, kGmmK0));
+            // The NZ weight has K padded to 16 only; when the last chunk reaches past it, the missing B rows meet
             // A columns that the ND->NZ copy zero-filled, so they contribute nothing.
-            const uint32_t kRowsB = t_.kPadded - k0 < kAl ? t_.kPadded - k0 : kAl;
+            const uint32_t kRowsB = t_.kPadded - k1 < kAlC ? t_.kPadded - k1 : kAlC;
 
-            // A of this k step in L1 (NZ, C0 stride mAl): a slice of the resident rows, or a tile copied now.
+            // A of this chunk in L1 (NZ, C0 stride mAl): a slice of the resident rows, or a tile copied now.
             AscendC::LocalTensor<int8_t> a1;
-            uint32_t aFrac0 = 0;  // first L1 fractal of the step's k range
+            uint32_t aFrac0 = 0;  // first L1 fractal of the chunk's k range
             if (t_.aResident) {
                 a1 = aHeldTensor_;
-                aFrac0 = k0 / kGmmK0 * (mAl / kGmmM0);
+                aFrac0 = k1 / kGmmK0 * (mAl / kGmmM0);
             } else {
                 a1 = a1_.AllocTensor<int8_t>();
-                AscendC::DataCopy(a1, x_[row0 * t_.k + k0], XToNz(mLen, kLen, mAl));
+                AscendC::DataCopy(a1, x_[row0 * t_.k + k1], XToNz(mLen, kLenC, mAl));
                 a1_.EnQue(a1);
             }
 
@@ -310,63 +312,69 @@ private:
             burst.blockCount = static_cast<uint16_t>(nBlk);
             burst.blockLen = static_cast<uint16_t>(kRowsB);  // one 32-byte row of a column block per k
             burst.srcStride = static_cast<uint16_t>(t_.kPadded - kRowsB);
-            burst.dstStride = static_cast<uint16_t>(kAl - kRowsB);
-            AscendC::DataCopy(b1, w_[wBase + uint64_t(k0) * kGmmNzCols], burst);
+            burst.dstStride = static_cast<uint16_t>(kAlC - kRowsB);
+            AscendC::DataCopy(b1, w_[wBase + uint64_t(k1) * kGmmNzCols], burst);
             b1_.EnQue(b1);
-
-            // A: L1 NZ (column blocks of mAl rows) -> L0A ZZ (row blocks of kAl columns), one m-block per call.
             if (!t_.aResident) a1 = a1_.DeQue<int8_t>();
-            AscendC::LocalTensor<int8_t> a2 = a2_.AllocTensor<int8_t>();
-            for (uint32_t mb = 0; mb < mAl / kGmmM0; ++mb) {
-                AscendC::LoadData2DParams ld;
-                ld.startIndex = static_cast<uint16_t>(aFrac0 + mb);
-                ld.repeatTimes = static_cast<uint8_t>(kAl / kGmmK0);
-                ld.srcStride = static_cast<uint16_t>(mAl / kGmmM0);
-                ld.dstGap = 0;
-                ld.ifTranspose = false;
-                AscendC::LoadData(a2[mb * kAl * kGmmM0], a1, ld);
-            }
-            a2_.EnQue(a2);
-            if (!t_.aResident) a1_.FreeTensor(a1);
-
-            // B: L1 NZ (k rows of 32 n) -> L0B ZN (16 n of 32 k per fractal): transpose 32x32 squares, one
-            // 32-column block per call; consecutive k squares land nAl/16 fractals apart.
             b1 = b1_.DeQue<int8_t>();
-            AscendC::LocalTensor<int8_t> b2 = b2_.AllocTensor<int8_t>();
-            for (uint32_t nb = 0; nb < nBlk; ++nb) {
-                AscendC::LoadData2dTransposeParams lt;
-                lt.startIndex = static_cast<uint16_t>(nb * (kAl / kGmmK0));
-                lt.repeatTimes = static_cast<uint8_t>(kAl / kGmmK0);
-                lt.srcStride = 1;
-                lt.dstGap = static_cast<uint16_t>(nAl / kGmmM0 - 1);
-                lt.dstFracGap = 0;
-                AscendC::LoadDataWithTranspose(b2[nb * 2 * kGmmM0 * kGmmK0], b1, lt);
-            }
-            b2_.EnQue(b2);
-            b1_.FreeTensor(b1);
 
-            a2 = a2_.DeQue<int8_t>();
-            b2 = b2_.DeQue<int8_t>();
-            // Below (m/16)*(n/16) = 10 the cube does not order this Mmad after the previous one into c.
-            if (k0 % t_.kGroup != 0 && (mAl / kGmmM0) * (nAl / 16) < 10) AscendC::PipeBarrier<PIPE_M>();
-            AscendC::MmadParams mm;
-            // m == 1 would put the cube in GEMV mode, which reads L0A as ND; our A is ZZ, so always pass the
-            // padded row count (rows past mLen are computed from padding and never stored).
-            mm.m = static_cast<uint16_t>(mAl);
-            // L0B holds whole 32-column blocks (the transposing load's granule), so the cube walks nAl columns;
-            // the extra ones are never stored.
-            mm.n = static_cast<uint16_t>(nAl);
-            mm.k = static_cast<uint16_t>(kLen);
-            mm.cmatrixInitVal = k0 % t_.kGroup == 0;  // each scale group's partial starts from zero
-            AscendC::Mmad(c, a2, b2, mm);
-            a2_.FreeTensor(a2);
-            b2_.FreeTensor(b2);
-            // Steps never straddle groups (tiling), so a group ends exactly at a step's end.
-            const uint32_t kEnd = k0 + kLen;
-            if (kEnd % t_.kGroup == 0 && kEnd < t_.k) {
-                StoreC(c, kEnd / t_.kGroup - 1, row0, mLen, mAl, n0, nLen, nAl);
-                c = c_.AllocTensor<int32_t>();
+            for (uint32_t kk = 0; kk < kLenC; kk += t_.tk) {
+                const uint32_t k0 = k1 + kk;
+                const uint32_t kLen = kLenC - kk < t_.tk ? kLenC - kk : t_.tk;
+                const uint32_t kAl = static_cast<uint32_t>(AlignUp(kLen, kGmmK0));
+
+                // A: L1 NZ (column blocks of mAl rows) -> L0A ZZ (row blocks of kAl columns), one m-block per call.
+                AscendC::LocalTensor<int8_t> a2 = a2_.AllocTensor<int8_t>();
+                for (uint32_t mb = 0; mb < mAl / kGmmM0; ++mb) {
+                    AscendC::LoadData2DParams ld;
+                    ld.startIndex = static_cast<uint16_t>(aFrac0 + kk / kGmmK0 * (mAl / kGmmM0) + mb);
+                    ld.repeatTimes = static_cast<uint8_t>(kAl / kGmmK0);
+                    ld.srcStride = static_cast<uint16_t>(mAl / kGmmM0);
+                    ld.dstGap = 0;
+                    ld.ifTranspose = false;
+                    AscendC::LoadData(a2[mb * kAl * kGmmM0], a1, ld);
+                }
+                a2_.EnQue(a2);
+
+                // B: L1 NZ (k rows of 32 n) -> L0B ZN (16 n of 32 k per fractal): transpose 32x32 squares, one
+                // 32-column block per call; consecutive k squares land nAl/16 fractals apart.
+                AscendC::LocalTensor<int8_t> b2 = b2_.AllocTensor<int8_t>();
+                for (uint32_t nb = 0; nb < nBlk; ++nb) {
+                    AscendC::LoadData2dTransposeParams lt;
+                    lt.startIndex = static_cast<uint16_t>(nb * (kAlC / kGmmK0) + kk / kGmmK0);
+                    lt.repeatTimes = static_cast<uint8_t>(kAl / kGmmK0);
+                    lt.srcStride = 1;
+                    lt.dstGap = static_cast<uint16_t>(nAl / kGmmM0 - 1);
+                    lt.dstFracGap = 0;
+                    AscendC::LoadDataWithTranspose(b2[nb * 2 * kGmmM0 * kGmmK0], b1, lt);
+                }
+                b2_.EnQue(b2);
+
+                a2 = a2_.DeQue<int8_t>();
+                b2 = b2_.DeQue<int8_t>();
+                // Below (m/16)*(n/16) = 10 the cube does not order this Mmad after the previous one into c.
+                if (k0 % t_.kGroup != 0 && (mAl / kGmmM0) * (nAl / 16) < 10) AscendC::PipeBarrier<PIPE_M>();
+                AscendC::MmadParams mm;
+                // m == 1 would put the cube in GEMV mode, which reads L0A as ND; our A is ZZ, so always pass the
+                // padded row count (rows past mLen are computed from padding and never stored).
+                mm.m = static_cast<uint16_t>(mAl);
+                // L0B holds whole 32-column blocks (the transposing load's granule), so the cube walks nAl columns;
+                // the extra ones are never stored.
+                mm.n = static_cast<uint16_t>(nAl);
+                mm.k = static_cast<uint16_t>(kLen);
+                mm.cmatrixInitVal = k0 % t_.kGroup == 0;  // each scale group's partial starts from zero
+                AscendC::Mmad(c, a2, b2, mm);
+                a2_.FreeTensor(a2);
+                b2_.FreeTensor(b2);
+                // Steps never straddle groups (tiling), so a group ends exactly at a step's end.
+                const uint32_t kEnd = k0 + kLen;
+                if (kEnd % t_.kGroup == 0 && kEnd < t_.k) {
+                    StoreC(c, kEnd / t_.kGroup - 1, row0, mLen, mAl, n0, nLen, nAl);
+                    c = c_.AllocTensor<int32_t>();
+                }
             }
+            if (!t_.aResident) a1_.FreeTensor(a1);
+            b1_.FreeTensor(b1);
         }
         StoreC(c, t_.kGroups - 1, row0, mLen, mAl, n0, nLen, nAl);
     }
