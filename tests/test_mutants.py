@@ -236,22 +236,25 @@ class _PlaneBuild:
     def link_op(self, kind: str, name: str, mutant: str | None) -> str:
         """An op driver (OP_RUNS[kind]) over the shared objects (the control's data-plane kernels) and its op kernel
         from `mutant`'s tree; call after link("control", None)."""
-        driver, kernel = OP_RUNS[kind]
+        driver, *kernels = OP_RUNS[kind]
         if driver not in self.drivers:
             obj = os.path.join(self.out, f"driver-{kind}.o")
             subprocess.run([self.gxx, *FLAGS, *self.inc["sdk"], "-I", os.path.join(ROOT, "tests", "sdk"), "-c",
                             os.path.join(ROOT, "tests", "twin", driver), "-o", obj], check=True,
                            timeout=300, capture_output=True)
             self.drivers[driver] = obj
-        unmutated = self.kernel_objects[os.path.basename(kernel)]
-        op = unmutated
+        unmutated = [self.kernel_objects[os.path.basename(k)] for k in kernels]
+        ops = unmutated
         if mutant:
+            # Every kernel source that compiles the mutated code (a shared header's inline class is one definition
+            # per program: an unmutated copy in another kernel's object could be the one the linker keeps).
             tree = _tree(mutant)
-            op = os.path.join(self.out, f"{name}-{os.path.basename(kernel)}.o")
-            subprocess.run([self.gxx, *FLAGS, *_kernel_includes(tree), "-c",
-                            os.path.join(tree, "kernels", kernel), "-o", op],
-                           check=True, timeout=300, capture_output=True)
-        objs = [o for o in self.base if o not in (self.round_trip, unmutated)] + [op, self.drivers[driver]]
+            ops = [os.path.join(self.out, f"{name}-{os.path.basename(k)}.o") for k in kernels]
+            for k, op in zip(kernels, ops):
+                subprocess.run([self.gxx, *FLAGS, *_kernel_includes(tree), "-c",
+                                os.path.join(tree, "kernels", k), "-o", op],
+                               check=True, timeout=300, capture_output=True)
+        objs = [o for o in self.base if o != self.round_trip and o not in unmutated] + [*ops, self.drivers[driver]]
         objs += [os.path.join(self.out, f"control-{k}.o") for k in DATAPLANE_KERNELS]
         exe = os.path.join(self.out, name)
         subprocess.run([self.gxx, *FLAGS, *objs, "-o", exe, "-lrt"], check=True, timeout=300, capture_output=True)
@@ -304,9 +307,11 @@ def plane_runs(plane_build):
     return runs
 
 
-# op mutant kind -> (its driver in tests/twin/, the kernel source rebuilt per mutant, under kernels/)
+# op mutant kind -> (its driver in tests/twin/, the kernel sources rebuilt per mutant, under kernels/). The GMM cube
+# loop (common/gmm_cube.h) is compiled into the cube kernel and into W1's mixed kernel: both are rebuilt.
 OP_RUNS = {
-    "gmm": ("gmm_fixpipe.cpp", "gmm_int8_cube/gmm_int8_cube.cpp"),
+    "gmm": ("gmm_fixpipe.cpp", "gmm_int8_cube/gmm_int8_cube.cpp",
+            "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.cpp"),
     "quant": ("quant_rules.cpp", "dynamic_quant/dynamic_quant.cpp"),
 }
 

@@ -18,9 +18,52 @@ aclnnStatus CheckGroupList(const ArgChecker& check, int64_t groupListType, GmmAr
 
 namespace {
 
-// W4A8: packed int4 weights and their colsums, every layer; the group list after them (CheckGroupList).
-aclnnStatus CheckInt4Weights(const ArgChecker& check, const char* xName, const aclTensorList* weightColsums,
-                             int64_t groupListType, GmmArgs* a) {
+// The two weight formats a layer can hold: int8 FRACTAL_NZ (W8A8) or packed int4 ZN fractals with their colsums
+// (W4A8, docs/gmm.md §9).
+enum class WeightFormat { Int8Nz, Int4Packed };
+
+// Every layer's weights, scales (and with int4 colsums) against the format's shapes; the errors name the layer.
+aclnnStatus CheckLayerWeights(const ArgChecker& check, const char* xName, WeightFormat format, GmmArgs* a) {
+    aclnnStatus st;
+    const bool int4 = format == WeightFormat::Int4Packed;
+    const std::vector<int64_t> shape =
+        int4 ? std::vector<int64_t>{a->experts, static_cast<int64_t>(CeilDiv(a->k, kernels::kGmmK0Int4)),
+                                    static_cast<int64_t>(CeilDiv(a->n, kernels::kGmmN0Int4)), 16, 32}
+             : std::vector<int64_t>{a->experts, static_cast<int64_t>(CeilDiv(a->n, kernels::kGmmNzCols)),
+                                    static_cast<int64_t>(CeilDiv(a->k, kernels::kGmmNzRows)), kernels::kGmmNzRows,
+                                    kernels::kGmmNzCols};
+    const char* layout = int4 ? " must be packed int4 " : " must be FRACTAL_NZ ";
+    const char* dims = int4 ? " ([E_local, ceil(K/64), ceil(N/16), 16, 32] with K = "
+                            : " ([E_local, ceil(N/32), ceil(K/16), 16, 32] with K = ";
+    const char* build = int4 ? " (build the weights with cam.LayerWeights(..., format=\"int4\"))"
+                             : " (build the weights with cam.LayerWeights / cam.ops.prepack_weights)";
+    // [E, G, N] scales: one per group of K / G rows (kGroups > 1 only comes from them).
+    const bool grouped = a->scales[0].shape.size() == 3;
+    for (int64_t l = 0; l < a->layers; ++l) {
+        const std::string w = "weights[" + std::to_string(l) + "]", s = "weight_scales[" + std::to_string(l) + "]",
+                          c = "weight_colsums[" + std::to_string(l) + "]";
+        const TensorView& wl = a->weights[l];
+        if ((st = check.Dtype(wl, w.c_str(), {int4 ? ACL_UINT8 : ACL_INT8}))) return st;
+        if (wl.shape != shape) {
+            TensorView expect;
+            expect.shape = shape;
+            return check.Invalid(w + layout + expect.ShapeString() + dims + std::to_string(a->k) + " from " + xName +
+                                 " and E_local, N = " + std::to_string(a->n) + " from weight_scales), got " +
+                                 wl.ShapeString() + build);
+        }
+        if ((st = check.Contiguous(wl, w.c_str()))) return st;
+        if ((st = grouped ? check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->kGroups, a->n})
+                          : check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->n})))
+            return st;
+        if (int4 && ((st = check.Tensor(a->colsums[l], c.c_str(), {ACL_INT32}, {a->experts, a->kGroups, a->n})) ||
+                     (st = check.Contiguous(a->colsums[l], c.c_str()))))
+            return st;
+    }
+    return ACLNN_SUCCESS;
+}
+
+// W4A8: the colsums' list against the weights' before the per-layer checks.
+aclnnStatus CheckInt4Lists(const ArgChecker& check, const aclTensorList* weightColsums, GmmArgs* a) {
     aclnnStatus st;
     a->int4 = true;
     if ((st = check.List(weightColsums, "weight_colsums", &a->colsums))) return st;
@@ -32,32 +75,7 @@ aclnnStatus CheckInt4Weights(const ArgChecker& check, const char* xName, const a
                              std::to_string(a->kGroups) + " groups of " + std::to_string(a->k / a->kGroups) +
                              " rows: with int4 weights each group must be a multiple of 64 rows (an int4 fractal "
                              "holds 64 K values)");
-    const std::vector<int64_t> packed = {a->experts, static_cast<int64_t>(CeilDiv(a->k, kernels::kGmmK0Int4)),
-                                         static_cast<int64_t>(CeilDiv(a->n, kernels::kGmmN0Int4)), 16, 32};
-    const bool grouped = a->scales[0].shape.size() == 3;
-    for (int64_t l = 0; l < a->layers; ++l) {
-        const std::string w = "weights[" + std::to_string(l) + "]", s = "weight_scales[" + std::to_string(l) + "]",
-                          c = "weight_colsums[" + std::to_string(l) + "]";
-        const TensorView& wl = a->weights[l];
-        if ((st = check.Dtype(wl, w.c_str(), {ACL_UINT8}))) return st;
-        if (wl.shape != packed) {
-            TensorView expect;
-            expect.shape = packed;
-            return check.Invalid(w + " must be packed int4 " + expect.ShapeString() +
-                                 " ([E_local, ceil(K/64), ceil(N/16), 16, 32] with K = " + std::to_string(a->k) +
-                                 " from " + xName + " and E_local, N = " + std::to_string(a->n) +
-                                 " from weight_scales), got " + wl.ShapeString() +
-                                 " (build the weights with cam.LayerWeights(..., format=\"int4\"))");
-        }
-        if ((st = check.Contiguous(wl, w.c_str()))) return st;
-        if ((st = grouped ? check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->kGroups, a->n})
-                          : check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->n})))
-            return st;
-        if ((st = check.Tensor(a->colsums[l], c.c_str(), {ACL_INT32}, {a->experts, a->kGroups, a->n})) ||
-            (st = check.Contiguous(a->colsums[l], c.c_str())))
-            return st;
-    }
-    return CheckGroupList(check, groupListType, a);
+    return ACLNN_SUCCESS;
 }
 
 }  // namespace
@@ -106,29 +124,9 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
     a->n = s0.Dim(s0.shape.size() - 1);
     if (a->experts < 1 || a->n < 1)
         return check.Invalid("weight_scales[0] must be [E_local >= 1, N >= 1], got " + s0.ShapeString());
-    if (weightColsums != nullptr) return CheckInt4Weights(check, xName, weightColsums, groupListType, a);
-    const std::vector<int64_t> nzShape = {a->experts, static_cast<int64_t>(CeilDiv(a->n, kernels::kGmmNzCols)),
-                                          static_cast<int64_t>(CeilDiv(a->k, kernels::kGmmNzRows)),
-                                          kernels::kGmmNzRows, kernels::kGmmNzCols};
-    for (int64_t l = 0; l < a->layers; ++l) {
-        const std::string w = "weights[" + std::to_string(l) + "]", s = "weight_scales[" + std::to_string(l) + "]";
-        const TensorView& wl = a->weights[l];
-        if ((st = check.Dtype(wl, w.c_str(), {ACL_INT8}))) return st;
-        if (wl.shape != nzShape) {
-            TensorView expect;
-            expect.shape = nzShape;
-            return check.Invalid(w + " must be FRACTAL_NZ " + expect.ShapeString() +
-                                 " ([E_local, ceil(N/32), ceil(K/16), 16, 32] with K = " + std::to_string(a->k) +
-                                 " from " + xName + " and E_local, N = " + std::to_string(a->n) +
-                                 " from weight_scales), got " + wl.ShapeString() +
-                                 " (build the weights with cam.LayerWeights / cam.ops.prepack_weights)");
-        }
-        if ((st = check.Contiguous(wl, w.c_str()))) return st;
-        if ((st = a->kGroups > 1 || s0.shape.size() == 3
-                      ? check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->kGroups, a->n})
-                      : check.Tensor(a->scales[l], s.c_str(), {ACL_FLOAT}, {a->experts, a->n})))
-            return st;
-    }
+    if (weightColsums != nullptr && (st = CheckInt4Lists(check, weightColsums, a))) return st;
+    if ((st = CheckLayerWeights(check, xName, a->int4 ? WeightFormat::Int4Packed : WeightFormat::Int8Nz, a)))
+        return st;
     return CheckGroupList(check, groupListType, a);
 }
 
@@ -173,6 +171,15 @@ GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n, int64_t kG
         w.split = w.bytes;
         w.bytes = kernels::AlignUp(w.split + splitBytes, kAlign);
     }
+    return w;
+}
+
+GmmWorkspace GmmRingWorkspace(uint64_t ringBytes) {
+    constexpr uint64_t kAlign = 512;
+    GmmWorkspace w;
+    w.status = 0;
+    w.acc = kernels::AlignUp(kernels::kDeviceStatusBytes, kAlign);
+    w.bytes = kernels::AlignUp(w.acc + ringBytes, kAlign);
     return w;
 }
 

@@ -72,10 +72,11 @@ struct GmmDeviceArgs {
 // violation (block 0 records it). Types 0/1: layer_index in [0, layers) and group_list (counts >= 0, cumsum
 // non-decreasing from >= 0, total <= capacity). A group table: each group's layer in [0, layers), expert in
 // [0, experts), rows >= 0, the running total <= capacity; layer_index is not read.
+// mayReport false: a core that never records (a mixed kernel's vector cores, whose block 0 is not its cube core's).
 __aicore__ inline bool GmmPrePass(GM_ADDR layerIndex, GM_ADDR groupList, uint32_t experts, uint32_t groups,
                                   uint32_t layers, uint32_t type, uint64_t capacity, GM_ADDR status,
-                                  GmmDeviceArgs* out) {
-    const bool report = AscendC::GetBlockIdx() == 0;
+                                  GmmDeviceArgs* out, bool mayReport = true) {
+    const bool report = mayReport && AscendC::GetBlockIdx() == 0;
     if (type == kGroupListTable) {
         AscendC::GlobalTensor<int64_t> gt;
         gt.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(groupList), uint64_t(groups) * kGroupWords);
@@ -163,5 +164,58 @@ __aicore__ inline __gm__ T* LayerAddress(GM_ADDR table, uint32_t slot) {
     t.SetGlobalBuffer(reinterpret_cast<__gm__ uint64_t*>(table));
     return reinterpret_cast<__gm__ T*>(static_cast<uintptr_t>(t.GetValue(slot)));
 }
+
+// The row tiles (group, m-tile of at most tm rows) of one AI core of a mixed GMM kernel: every group's full m-tiles
+// dealt round robin over the cores, then every group's last, partial one, so no core gets more than one full tile
+// above another (dealt in plain row order, uniform groups hand one core every partial tile). The cube core and its
+// vector cores walk the same sequence.
+class GmmRowTiles {
+public:
+    __aicore__ inline void Init(GM_ADDR groupList, uint32_t groups, uint32_t type, int64_t layer, uint32_t tm,
+                                uint32_t core, uint32_t cores) {
+        cursor_.Init(groupList, groups, type, layer);
+        tm_ = tm;
+        core_ = core;
+        cores_ = cores;
+    }
+
+    // Advances to this core's next tile; false past the last.
+    __aicore__ inline bool Next() {
+        for (;;) {
+            if (!inGroup_) {
+                if (!cursor_.Next()) {
+                    if (pass_ == 1) return false;
+                    pass_ = 1;
+                    cursor_.Reset();
+                    continue;
+                }
+                const uint64_t rows = cursor_.End() - cursor_.Start();
+                full_ = rows / tm_;
+                tiles_ = pass_ == 0 ? full_ : (rows % tm_ != 0 ? 1 : 0);
+                tile_ = 0;
+                inGroup_ = true;
+            }
+            while (tile_ < tiles_) {
+                const uint64_t t = tile_++;
+                if (unit_++ % cores_ != core_) continue;
+                row0_ = cursor_.Start() + (pass_ == 0 ? t : full_) * tm_;
+                rows_ = pass_ == 0 ? tm_ : static_cast<uint32_t>(cursor_.End() - row0_);
+                return true;
+            }
+            inGroup_ = false;
+        }
+    }
+
+    __aicore__ inline uint32_t Expert() const { return cursor_.Expert(); }
+    __aicore__ inline uint32_t Layer() const { return cursor_.Layer(); }
+    __aicore__ inline uint64_t Row0() const { return row0_; }
+    __aicore__ inline uint32_t Rows() const { return rows_; }
+
+private:
+    GroupCursor cursor_;
+    uint32_t tm_ = 1, core_ = 0, cores_ = 1, pass_ = 0, rows_ = 0;
+    bool inGroup_ = false;
+    uint64_t full_ = 0, tiles_ = 0, tile_ = 0, unit_ = 0, row0_ = 0;
+};
 
 }  // namespace cam::kernels

@@ -21,6 +21,13 @@ struct GmmSwigluQuantMultiLayerTilingData {
 };
 
 constexpr uint32_t kGmmSwigluColAlign = 32;
+// The W8A8 mixed kernel's ring per AI core: the cube fills one slot while the vector cores read the other.
+constexpr uint32_t kGmmRingSlots = 2;
+
+// Bytes of one ring slot: the int32 accumulator of tm rows x N, per K group (and per int4 plane).
+__aicore__ constexpr uint64_t GmmSwigluSlotBytes(const GmmCubeTilingData& c) {
+    return uint64_t(c.kGroups) * GmmAccPlanes(c.int4) * c.tm * c.n * 4;
+}
 constexpr uint32_t kGmmSwigluScaleBatch = 64;  // y_scale values staged in UB before one copy-out
 
 // UB bytes the W1 epilogue carves for `chunk` output columns; `grouped` (scale groups along K): one more fp32 row;

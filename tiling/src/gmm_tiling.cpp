@@ -10,11 +10,18 @@ using kernels::CeilDiv;
 
 namespace {
 
-// Preferred tiles: a 128 x 128 int32 C tile and 256-deep k steps fill A2's halves of L0A/L0B/L0C exactly
-// (2 x 32 KiB, 2 x 32 KiB, 64 KiB) with double-buffered operands; smaller problems shrink to their size.
+// Preferred tiles: a 128 x 128 int32 C tile and 256-deep L0 steps fill A2's halves of L0A/L0B/L0C exactly
+// (2 x 32 KiB, 2 x 32 KiB, 64 KiB) with double-buffered operands; smaller problems shrink to their size. int8: L1
+// takes K in chunks of up to kPreferredTk1 so that one A copy and one B copy feed several L0 steps (a copy's fixed
+// cost is shared, docs/gmm.md §5); int4: one copy per step.
 constexpr uint32_t kPreferredTm = 128;
 constexpr uint32_t kPreferredTn = 128;
 constexpr uint32_t kPreferredTk = 256;
+// The wide form (TileGmmCube's `wide`): a 128 x 256 C tile (all of L0C) and 128-deep steps (L0A 2 x 16 KiB, L0B
+// 2 x 32 KiB).
+constexpr uint32_t kWideTn = 256;
+constexpr uint32_t kWideTk = 128;
+constexpr uint32_t kPreferredTk1 = 1024;
 
 bool Fits(const PlatformInfo& p, uint32_t tm, uint32_t tn, uint32_t tk, uint32_t int4) {
     return kernels::GmmL1Bytes(tm, tn, tk, int4) <= p.l1Bytes && kernels::GmmL0ABytes(tm, tk) <= p.l0aBytes &&
@@ -33,7 +40,8 @@ uint32_t LargestChunk(uint32_t ub, uint32_t align, uint32_t cap, F bytes) {
 
 }  // namespace
 
-bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCubeTilingData* out, std::string* why) {
+bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCubeTilingData* out, std::string* why,
+                 bool wide) {
     constexpr uint64_t kMax32 = std::numeric_limits<uint32_t>::max();
     if (s.k < 1 || s.k > kernels::kGmmMaxK) {
         *why = "K = " + std::to_string(s.k) + " outside [1, " + std::to_string(kernels::kGmmMaxK) + "]";
@@ -71,8 +79,8 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
     // Per output channel the int4 loop runs over the 64-padded K as one group.
     const uint64_t kGroup = s.int4 && s.kGroups == 1 ? kSplit : s.k / s.kGroups;
     uint32_t tm = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTm, AlignUp(std::max<uint64_t>(s.m, 1), 16)));
-    uint32_t tn = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTn, AlignUp(s.n, 32)));
-    uint32_t tk = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTk, AlignUp(s.k, k0)));
+    uint32_t tn = static_cast<uint32_t>(std::min<uint64_t>(wide ? kWideTn : kPreferredTn, AlignUp(s.n, 32)));
+    uint32_t tk = static_cast<uint32_t>(std::min<uint64_t>(wide ? kWideTk : kPreferredTk, AlignUp(s.k, k0)));
     // Shrink k first (costs only more steps), then n, then m, until every buffer fits.
     while (!Fits(platform, tm, tn, tk, int4)) {
         if (tk > k0) tk -= k0;
@@ -110,6 +118,15 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
     t.int4 = int4;
     t.kSplit = s.int4 ? static_cast<uint32_t>(kSplit) : 0u;
     t.wNBlocks = s.int4 ? static_cast<uint32_t>(CeilDiv(s.n, kernels::kGmmN0Int4)) : 0u;
+    // int8: the largest L1 chunk (a multiple of tk, at most K rounded up to tk) that fits with the A schedule chosen
+    // above; a chunk never needs to respect scale groups (a group ends at an L0 step's end, inside a chunk or not).
+    t.tk1 = tk;
+    if (!s.int4) {
+        const uint32_t kCap = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTk1, AlignUp(s.k, tk)));
+        while (t.tk1 + tk <= kCap &&
+               kernels::GmmL1BytesChunked(tm, tn, t.tk1 + tk, t.k, t.aResident != 0) <= platform.l1Bytes)
+            t.tk1 += tk;
+    }
     *out = t;
     return true;
 }
@@ -157,7 +174,8 @@ bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& 
         return false;
     }
     kernels::GmmSwigluQuantMultiLayerTilingData t{};
-    if (!TileGmmCube(platform, s, &t.cube, why)) return false;
+    // W8A8 runs as the mixed kernel (wide tiles); W4A8 as the separate cube launch.
+    if (!TileGmmCube(platform, s, &t.cube, why, !s.int4)) return false;
     if (!TileGmmSplitInt4(platform, t.cube, &t.split, why)) return false;
     t.half = static_cast<uint32_t>(s.n / 2);
     const uint32_t cap = static_cast<uint32_t>(AlignUp(t.half, kernels::kGmmSwigluColAlign));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernel_operator.h"
+#include "twin/crosscore.h"
 
 namespace cam::twin {
 
@@ -99,7 +100,25 @@ uint8_t* CopyStaging(uint32_t bytes) {
 
 void DeclareKernelType(int type, const std::source_location& where) {
     BlockContext& block = CurrentBlock();
+    if (block.sub >= 0) {
+        // A vector core of a 1:2 mixed launch runs the kernel function from its start too: it is what it was made.
+        CAM_TWIN_CHECK(type == KERNEL_TYPE_MIX_AIC_1_2, "core-kind", "kernel type declared twice, differently", where);
+        return;
+    }
     block.kernelType = type;
+    if (type == KERNEL_TYPE_MIX_AIC_1_2) {
+        // blockDim counts AI cores: each is one cube core and two vector cores (GetTaskRation).
+        const Platform& platform = ActivePlatform();
+        CAM_TWIN_CHECK(block.blockNum <= platform.aicCores, "cube-cores",
+                       "1:2 mixed kernel launched with blockDim " + std::to_string(block.blockNum) + " > " +
+                           std::to_string(platform.aicCores) + " AI cores of platform " + platform.name,
+                       where);
+        CAM_TWIN_CHECK(block.ubUsed == 0, "core-kind", "kernel type declared after UB buffers were carved", where);
+        block.coreKind = static_cast<uint8_t>(CoreKind::Cube);
+        PipeCoreKind(true);
+        StartVectorCores(block);
+        return;
+    }
     if (type != KERNEL_TYPE_AIC_ONLY) {
         block.coreKind = static_cast<uint8_t>(CoreKind::Vector);
         return;

@@ -1,4 +1,5 @@
 #include "twin/pipes.h"
+#include "twin/crosscore.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -676,6 +677,7 @@ bool HardEventPipes(HardEvent e, Pipe* src, Pipe* dst) { return EventPipes(e, sr
 bool QueuePositionPipes(TPosition pos, Pipe* producer, Pipe* consumer) { return QueuePipes(pos, producer, consumer); }
 
 void PipeTouch(Pipe p, Space s, const void* addr, uint64_t bytes, bool write, const std::source_location& where) {
+    if (s == Space::GM) CrossCoreGmTouch(p, addr, bytes, write, where);
     State* sp = tState;
     if (bytes == 0 || sp == nullptr || !sp->on) return;
     State& st = *sp;

@@ -14,6 +14,7 @@
 
 #include "kernel_operator.h"
 #include "twin/block_pool.h"
+#include "twin/crosscore.h"
 #include "twin/launch.h"
 #include "twin/park.h"
 #include "twin/timing.h"
@@ -121,6 +122,11 @@ struct LaunchState {
     std::atomic<bool> dcacheTouched{false};
     std::atomic<bool> violationReported{false};  // windows->onViolation ran
     std::unordered_map<int64_t, PeerWrites> peerWrites;  // by peer rank; under mutex
+    // A 1:2 mixed kernel: the kernel function the vector cores run too, their threads (joined before the launch
+    // ends) and the AI cores' groups (under mutex).
+    const std::function<void()>* kernelFn = nullptr;
+    std::vector<std::thread> vectorCores;
+    std::vector<std::unique_ptr<MixGroup, void (*)(MixGroup*)>> groups;
 
     void Fail(const std::string& message) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -182,7 +188,14 @@ void Violation(const char* rule, const std::string& detail, const std::source_lo
     if (tBlock) {
         msg += " in kernel ";
         msg += tBlock->kernel;
-        msg += " block " + std::to_string(tBlock->blockIdx) + "/" + std::to_string(tBlock->blockNum);
+        if (tBlock->mix != nullptr && tBlock->sub >= 0) {
+            msg += " block " + std::to_string(tBlock->blockIdx) + "/" + std::to_string(2 * tBlock->blockNum) +
+                   " (vector core " + std::to_string(tBlock->sub) + " of AI core " + std::to_string(tBlock->group) +
+                   ")";
+        } else {
+            msg += " block " + std::to_string(tBlock->blockIdx) + "/" + std::to_string(tBlock->blockNum);
+            if (tBlock->mix != nullptr) msg += " (cube core of AI core " + std::to_string(tBlock->group) + ")";
+        }
     }
     msg += " at " + CallSite(where);
     msg += ": " + detail;
@@ -214,6 +227,10 @@ void BlockBarrier(bool isAIVOnly, const std::source_location& where) {
                   "SyncAll while the write-back of the clean at " + CallSite(clean) + " was never waited for: the other blocks may read the line before it lands "
                       "(DataSyncBarrier<MemDsbT::ALL> after the clean)",
                   where);
+    CAM_TWIN_CHECK(block.mix == nullptr, "syncall-mix-unmodeled",
+                   "SyncAll in a 1:2 mixed launch: the twin does not model the cube and vector cores' joint barrier "
+                   "(order the cores of one AI core with CrossCoreSetFlag / CrossCoreWaitFlag)",
+                   where);
     const LaunchWindows* desc = block.launch ? block.launch->windows : nullptr;
     CAM_TWIN_CHECK(desc == nullptr || desc->batchMode, "syncall-batch-mode",
                    "hard SyncAll in a launch not in batch scheduling mode: with other streams on the cores its "
@@ -372,52 +389,95 @@ void CheckPeerWriteOrder(const void* addr, uint64_t bytes, const std::source_loc
     if (!broken.empty()) Violation("signal-order", broken, where);
 }
 
+namespace {
+
+// One core of a launch: a block (sub -1), or a vector core `sub` of block idx's AI core in a mixed launch.
+void RunBlock(LaunchState& launch, uint32_t idx, int sub, MixGroup* mix) {
+    const Platform& platform = ActivePlatform();
+    const LaunchWindows* windows = launch.windows;
+    BlockContext ctx;
+    ctx.kernel = launch.kernel;
+    ctx.blockIdx = sub < 0 ? idx : 2 * idx + uint32_t(sub);
+    ctx.blockNum = launch.blockDim;
+    ctx.launch = &launch;
+    ctx.mix = mix;
+    ctx.sub = int8_t(sub);
+    ctx.group = idx;
+    if (sub >= 0) ctx.kernelType = KERNEL_TYPE_MIX_AIC_1_2;
+    DataCache dcache(&launch, launch.windows != nullptr ? &launch.windows->hostTables : nullptr);
+    ctx.dcache = &dcache;
+    try {
+        ctx.ub = FreshUb(platform.ubBytes);
+        tBlock = &ctx;
+        PipeBlockStart();
+        TimeBlockStart();
+        (*launch.kernelFn)();
+        EndOfBlock(ctx);
+    } catch (const TwinViolation& e) {
+        if (windows != nullptr && windows->onViolation &&
+            !launch.violationReported.exchange(true, std::memory_order_relaxed))
+            windows->onViolation(e.what());
+        launch.Fail(e.what());
+    } catch (const LaunchAborted&) {
+    } catch (const std::exception& e) {
+        launch.Fail(std::string("twin: kernel ") + launch.kernel + " block " + std::to_string(ctx.blockIdx) +
+                    " threw: " + e.what());
+    }
+    if (ctx.mix != nullptr) {
+        const std::string unmatched = CrossCoreBlockEnded(ctx);
+        if (!unmatched.empty()) launch.Fail(unmatched);
+    }
+    tUb.dirty = std::max(tUb.dirty, ctx.ubHigh);
+    dcache.Drop();  // after a failure: give up this block's lines without writing them back
+    if (dcache.Touched()) launch.dcacheTouched.store(true, std::memory_order_relaxed);
+    PipeBlockEnd();
+    // The model's cores: blocks (AI cores) first, a mixed launch's vector cores after them.
+    const uint32_t timingIdx = sub < 0 ? idx : launch.blockDim + 2 * idx + uint32_t(sub);
+    TimeBlockEnd(timingIdx, ctx.coreKind, ctx.mix != nullptr ? int32_t(idx) : -1, int8_t(sub));
+    tBlock = nullptr;
+    if (sub >= 0) return;  // a vector core: the launch counts its blocks
+    std::lock_guard<std::mutex> lock(launch.mutex);
+    ++launch.finished;
+    if (launch.blockDim > 1) Signal(launch.barrierEvent);  // a SyncAll waiter learns a block left; alone, none waits
+}
+
+}  // namespace
+
+MixGroup* NewMixGroup();
+void DeleteMixGroup(MixGroup* g);
+
+void StartVectorCores(BlockContext& block) {
+    LaunchState& launch = *block.launch;
+    MixGroup* group = NewMixGroup();
+    block.mix = group;
+    block.group = block.blockIdx;
+    std::lock_guard<std::mutex> lock(launch.mutex);
+    launch.groups.emplace_back(group, DeleteMixGroup);
+    for (int sub = 0; sub < 2; ++sub)
+        launch.vectorCores.emplace_back(
+            [&launch, idx = block.blockIdx, sub, group] { RunBlock(launch, idx, sub, group); });
+}
+
+bool LaunchAbortedNow() {
+    if (tBlock == nullptr || tBlock->launch == nullptr) return false;
+    std::lock_guard<std::mutex> lock(tBlock->launch->mutex);
+    return tBlock->launch->aborted;
+}
+
 void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel,
                const LaunchWindows* windows) {
     if (blockDim == 0) throw TwinViolation(std::string("twin: launch of ") + kernelName + " with blockDim 0");
-    const Platform& platform = ActivePlatform();
     LaunchState launch;
     launch.kernel = kernelName;
     launch.blockDim = blockDim;
     launch.windows = windows;
 
-    auto body = [&](uint32_t idx) {
-        BlockContext ctx;
-        ctx.kernel = kernelName;
-        ctx.blockIdx = idx;
-        ctx.blockNum = blockDim;
-        ctx.launch = &launch;
-        DataCache dcache(&launch, launch.windows != nullptr ? &launch.windows->hostTables : nullptr);
-        ctx.dcache = &dcache;
-        try {
-            ctx.ub = FreshUb(platform.ubBytes);
-            tBlock = &ctx;
-            PipeBlockStart();
-            TimeBlockStart();
-            kernel();
-            EndOfBlock(ctx);
-        } catch (const TwinViolation& e) {
-            if (windows != nullptr && windows->onViolation &&
-                !launch.violationReported.exchange(true, std::memory_order_relaxed))
-                windows->onViolation(e.what());
-            launch.Fail(e.what());
-        } catch (const LaunchAborted&) {
-        } catch (const std::exception& e) {
-            launch.Fail(std::string("twin: kernel ") + kernelName + " block " + std::to_string(idx) +
-                        " threw: " + e.what());
-        }
-        tUb.dirty = std::max(tUb.dirty, ctx.ubHigh);
-        dcache.Drop();  // after a failure: give up this block's lines without writing them back
-        if (dcache.Touched()) launch.dcacheTouched.store(true, std::memory_order_relaxed);
-        PipeBlockEnd();
-        TimeBlockEnd(idx, ctx.coreKind);
-        tBlock = nullptr;
-        std::lock_guard<std::mutex> lock(launch.mutex);
-        ++launch.finished;
-        if (blockDim > 1) Signal(launch.barrierEvent);  // a SyncAll waiter learns a block left; alone, none waits
-    };
+    launch.kernelFn = &kernel;
+    auto body = [&](uint32_t idx) { RunBlock(launch, idx, -1, nullptr); };
 
     RunBlocks(blockDim, body);  // returns after every block ended: the flag's stores happen-before this load
+    // A mixed launch's vector cores: every one was started before its cube core's block could end.
+    for (std::thread& t : launch.vectorCores) t.join();
     TimeLaunchEnd(&launch, kernelName, blockDim, windows);
     if (launch.dcacheTouched.load(std::memory_order_relaxed)) ForgetLaunch(&launch);
     if (!launch.firstError.empty()) throw TwinViolation(launch.firstError);

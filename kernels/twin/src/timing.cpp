@@ -43,13 +43,13 @@ namespace {
 constexpr int kPipes = static_cast<int>(Pipe::kCount);
 
 enum class Kind : uint8_t { GmCopy, LocalCopy, Vector, Mmad, Scalar, FlagSet, FlagWait, Barrier, QueueSet, QueueWait,
-                            SyncAll, PeerWait };
+                            SyncAll, PeerWait, CrossSet, CrossWait };
 
 struct Rec {
     Kind kind;
     uint8_t pipe;   // GmCopy / LocalCopy: the pipe; Flag*: the event; Queue*: the position; Scalar: 1 = GM
-    uint8_t flag;   // Queue*: toConsumer; Flag*: the event id
-    uint8_t pad = 0;
+    uint8_t flag;   // Queue*: toConsumer; Flag*, Cross*: the event / flag id
+    uint8_t pad = 0;  // Cross*: the mode
     uint64_t a;     // bytes (per burst for GmCopy), m for Mmad, buffer for Queue*
     uint64_t b;     // bursts, n
     uint64_t c;     // GM address, k
@@ -60,6 +60,8 @@ struct Rec {
 struct BlockTrace {
     uint32_t idx = 0;
     uint8_t coreKind = 0;
+    int32_t group = -1;  // a 1:2 mixed launch's AI core (-1: not mixed)
+    int8_t sub = -1;     // -1: its cube core; 0 / 1: a vector core
     std::vector<Rec> recs;
 };
 
@@ -118,7 +120,7 @@ void Push(const Rec& r) {
 // One device's figures, read by name from the one table.
 struct Device {
     double clock, mte2, mte3, mte1, fix, mteLat, burst, vecRepeat, vecBytes, vecStart, cubeStart, cubeMacs, cubeMacsInt4, issue,
-        scalarUb, scalarGm, hbm, l2Bytes, l2Bw, sync, launch, link, pollLat;
+        scalarUb, scalarGm, hbm, l2Bytes, l2Bw, sync, launch, link, pollLat, crossFlag;
 };
 
 double Lookup(const char* name, bool a3) {
@@ -152,6 +154,7 @@ Device MakeDevice(bool a3, bool l2hi) {
     d.launch = Lookup("launch_seconds", a3);
     d.link = Lookup("link_bytes_per_s_rank", a3);
     d.pollLat = Lookup("poll_latency_cycles", a3);
+    d.crossFlag = Lookup("crosscore_flag_cycles", a3);
     return d;
 }
 
@@ -290,8 +293,23 @@ struct Core {
     size_t queueCount = 0;
     size_t pos = 0;
     bool done = false;
+    bool atSync = false;  // stopped at a SyncAll: the segment's end
+    // A 1:2 mixed launch: the AI core and the core's place in it; the launch's cross-core set times by
+    // (group, flag id, direction); this core's waits seen by the same key.
+    int32_t group = -1;
+    int8_t sub = -1;
+    std::unordered_map<uint64_t, std::vector<double>>* cross = nullptr;
+    std::vector<std::pair<uint64_t, uint64_t>> crossWaits;
+    uint64_t& CrossWaits(uint64_t key) {
+        for (auto& w : crossWaits)
+            if (w.first == key) return w.second;
+        crossWaits.push_back({key, 0});
+        return crossWaits.back().second;
+    }
     void Reset(uint32_t i, std::vector<Span>* s, Stalls* st) {
         idx = i;
+        atSync = false;
+        crossWaits.clear();
         spans = s;
         stalls = st;
         tS = 0;
@@ -473,8 +491,43 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                 for (double& x : c.t) x = now;
                 break;
             }
-            case Kind::SyncAll: return;
+            case Kind::SyncAll: c.atSync = true; return;
             case Kind::PeerWait: ++out.peerWaits; break;
+            case Kind::CrossSet: case Kind::CrossWait: {
+                if (c.cross == nullptr) break;
+                const Pipe p = Pipe(r.pipe);
+                const int mode = r.pad;
+                // Directions: 0 cube -> its vector cores (mode 2), 1 + v vector core v -> the cube (mode 2),
+                // 3 + v vector core v -> its sibling (mode 1).
+                auto key = [&](uint32_t dir) { return (uint64_t(uint32_t(c.group)) << 16) | (uint64_t(r.flag) << 4) | dir; };
+                if (r.kind == Kind::CrossSet) {
+                    const uint32_t dir = mode == 1 ? 3u + uint32_t(c.sub) : c.sub < 0 ? 0u : 1u + uint32_t(c.sub);
+                    (*c.cross)[key(dir)].push_back(p == Pipe::S ? c.tS : std::max(c.t[int(p)], c.tS));
+                    break;
+                }
+                // The j-th wait takes the j-th set of the counter's source (both vector cores' j-th, where the
+                // counter counts their pairs); not costed yet: this core waits for the others to run on.
+                const uint32_t dirA = mode == 1 ? 3u : c.sub < 0 ? 1u : 0u;
+                const uint32_t dirB = mode == 1 ? 4u : c.sub < 0 ? 2u : 0u;
+                uint64_t& j = c.CrossWaits(key(dirA) | (uint64_t(mode) << 60));
+                const auto a = c.cross->find(key(dirA)), b = c.cross->find(key(dirB));
+                if (a == c.cross->end() || b == c.cross->end() || a->second.size() <= j || b->second.size() <= j) {
+                    --c.pos;
+                    return;
+                }
+                const double at = std::max(a->second[j], b->second[j]) + d.crossFlag;
+                ++j;
+                // Every instruction after the wait is held (not only its pipe's): the scalar unit stops issuing.
+                const double now = std::max(c.tS, c.t[int(p)]);
+                if (at > now) {
+                    c.stalls->Add("CrossCoreWaitFlag<", c.sub < 0 ? "AIC" : "AIV", (at - now) / d.clock);
+                    if (c.spans != nullptr && c.spans->size() < kMaxSpans)
+                        c.spans->push_back({c.idx, uint8_t(Pipe::S), Kind::CrossWait, now, at, r.flag, uint64_t(mode), 0});
+                }
+                c.tS = std::max(c.tS, at);
+                c.t[int(p)] = std::max(c.t[int(p)], at);
+                break;
+            }
         }
     }
     c.done = true;
@@ -509,18 +562,38 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
     static thread_local std::vector<Core> pool;
     if (pool.size() < blocks.size()) pool.resize(blocks.size());
     Stalls stalls;
-    for (size_t i = 0; i < blocks.size(); ++i) pool[i].Reset(blocks[i].idx, spans, &stalls);
+    std::unordered_map<uint64_t, std::vector<double>> cross;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+        pool[i].Reset(blocks[i].idx, spans, &stalls);
+        pool[i].group = blocks[i].group;
+        pool[i].sub = blocks[i].sub;
+        pool[i].cross = blocks[i].group >= 0 ? &cross : nullptr;
+    }
     const auto cores = std::span<Core>(pool.data(), blocks.size());
     double segStart = 0;  // cycles
     bool more = true;
     while (more) {
         double rd = 0, wr = 0, link = 0, arrive = segStart;
         more = false;
-        for (size_t i = 0; i < blocks.size(); ++i) {
-            if (cores[i].done) continue;
-            RunSegment(cores[i], blocks[i], d, out, w, &rd, &wr, &link, plane);
-            arrive = std::max(arrive, cores[i].Now());
-            if (!cores[i].done) more = true;
+        for (Core& c : cores) c.atSync = false;
+        // Each core runs until the segment's SyncAll, its end, or a cross-core wait whose set is not costed yet;
+        // the passes repeat while any core moves on (one pass more than the cores need without cross-core flags).
+        for (bool moved = true; moved;) {
+            moved = false;
+            for (size_t i = 0; i < blocks.size(); ++i) {
+                Core& c = cores[i];
+                if (c.done || c.atSync) continue;
+                const size_t before = c.pos;
+                RunSegment(c, blocks[i], d, out, w, &rd, &wr, &link, plane);
+                moved = moved || c.pos != before || c.done || c.atSync;
+            }
+        }
+        for (Core& c : cores) {
+            // A core still waiting has no set to wait for in the records (the twin's run refused such a launch):
+            // it ends where it stopped.
+            if (!c.done && !c.atSync) c.done = true;
+            arrive = std::max(arrive, c.Now());
+            if (!c.done) more = true;
         }
         out.gmReadBytes += rd;
         out.gmWriteBytes += wr;
@@ -593,7 +666,7 @@ void WriteTrace(const char* path, const char* kernel, const std::vector<Span>& s
     }
     static const char* const kinds[] = {"DataCopy", "LoadData", "Vector", "Mmad", "Scalar"};
     for (const Span& s : spans) {
-        const char* name = int(s.kind) < 5 ? kinds[int(s.kind)] : "?";
+        const char* name = int(s.kind) < 5 ? kinds[int(s.kind)] : s.kind == Kind::CrossWait ? "CrossCoreWaitFlag" : "?";
         std::fprintf(f, ",{\"ph\":\"X\",\"name\":\"%s\",\"pid\":%u,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,"
                         "\"args\":{\"a\":%llu,\"b\":%llu}}",
                      name, s.core, int(s.pipe), s.start / d.clock * 1e6, (s.end - s.start) / d.clock * 1e6,
@@ -633,7 +706,7 @@ bool SameLandings(const std::unordered_set<uint64_t>& read, const std::unordered
 
 // Every Device field is either compared by SameCores or one of the floor's figures (hbm, l2Bytes, l2Bw, link): a
 // field added without being named there fails this count.
-static_assert(sizeof(Device) == 23 * sizeof(double), "a Device field is missing from SameCores or the floor's figures");
+static_assert(sizeof(Device) == 24 * sizeof(double), "a Device field is missing from SameCores or the floor's figures");
 
 // Whether two devices differ only in figures a costing reads after its cores have run (the segments' floors: HBM,
 // L2, link): then the cores run the same instructions at the same cycles on both, as long as every segment ends at
@@ -644,7 +717,7 @@ bool SameCores(const Device& a, const Device& b) {
            a.vecStart == b.vecStart && a.cubeStart == b.cubeStart && a.cubeMacs == b.cubeMacs &&
            a.cubeMacsInt4 == b.cubeMacsInt4 && a.issue == b.issue &&
            a.scalarUb == b.scalarUb && a.scalarGm == b.scalarGm && a.sync == b.sync && a.launch == b.launch &&
-           a.pollLat == b.pollLat;
+           a.pollLat == b.pollLat && a.crossFlag == b.crossFlag;
 }
 
 // One launch's costing kept for the next device: its cost before its peer writes landed, its segments, and what it
@@ -994,12 +1067,19 @@ void TimeBlockStartRecord() {
     if (gStarted.insert(CurrentBlock().launch).second) ++gRunning;
 }
 
-void TimeBlockEndRecord(uint32_t blockIdx, uint8_t coreKind) {
+void TimeCrossCoreRecord(bool set, int mode, Pipe pipe, uint16_t flagId) {
+    if (!gTimingOn) return;
+    Push({set ? Kind::CrossSet : Kind::CrossWait, uint8_t(pipe), uint8_t(flagId), uint8_t(mode), 0, 0, 0, 0});
+}
+
+void TimeBlockEndRecord(uint32_t blockIdx, uint8_t coreKind, int32_t group, int8_t sub) {
     if (!gTimingOn || tRecs == nullptr) return;
     ResolvePendingRead();
     BlockTrace b;
     b.idx = blockIdx;
     b.coreKind = coreKind;
+    b.group = group;
+    b.sub = sub;
     b.recs.swap(*tRecs);
     tRecs = nullptr;
     const void* launch = CurrentBlock().launch;

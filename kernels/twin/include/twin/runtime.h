@@ -102,6 +102,11 @@ struct BlockContext {
     float deqScale = 1.0f;
     DataCache* dcache = nullptr;
     struct LaunchState* launch = nullptr;
+    // A 1:2 mixed kernel (twin/crosscore.h): the AI core's group, shared by its cube core and its two vector cores;
+    // sub -1 on the cube core, 0 / 1 on the vector cores.
+    struct MixGroup* mix = nullptr;
+    int8_t sub = -1;
+    uint32_t group = 0;
 };
 
 BlockContext& CurrentBlock();
@@ -124,6 +129,9 @@ void CheckPeerWriteOrder(const void* addr, uint64_t bytes, const std::source_loc
 // Barrier across the blocks of the current launch (SyncAll). Fails loudly when blockDim exceeds the vector cores
 // (the hardware would deadlock) or when a block has left the kernel while others wait.
 void BlockBarrier(bool isAIVOnly, const std::source_location& where);
+
+// The launch of the calling block was aborted (another block broke a rule): a wait must end.
+bool LaunchAbortedNow();
 
 // Cycles of the platform's system counter since an arbitrary epoch (steady_clock based, monotonic).
 int64_t SystemCycle();

@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "twin/crosscore.h"
 #include "twin/tensor.h"
 
 namespace cam::twin {
@@ -63,6 +64,25 @@ void WaitFlag(int32_t eventID, const std::source_location where = std::source_lo
     cam::twin::PipeFlagWait(event, eventID);
 }
 
+// Cross-core flags (KERNEL_TYPE_MIX_AIC_1_2, twin/crosscore.h), with the Ascend C signature: modeId 0..2 (0: all
+// cores of a kind, 1: the vector cores of one AI core, 2: the cube and vector cores of one AI core), the pipe the
+// instruction is issued on (not PIPE_S or PIPE_ALL), flag id 0..10. A set on a pipe happens after that pipe's earlier
+// instructions: the pipe a GM write went out on is the one whose set publishes it.
+template <uint8_t modeId, pipe_t pipe>
+void CrossCoreSetFlag(uint16_t flagId, const std::source_location where = std::source_location::current()) {
+    static_assert(modeId <= 2, "CrossCoreSetFlag modeId is 0..2");
+    cam::twin::CrossCoreSet(modeId, static_cast<cam::twin::Pipe>(pipe), flagId, where);
+}
+
+template <uint8_t modeId, pipe_t pipe>
+void CrossCoreWaitFlag(uint16_t flagId, const std::source_location where = std::source_location::current()) {
+    static_assert(modeId <= 2, "CrossCoreWaitFlag modeId is 0..2");
+    cam::twin::CrossCoreWait(modeId, static_cast<cam::twin::Pipe>(pipe), flagId, where);
+}
+
+// Cores of the caller's kind per AI core: 2 on a vector core of a 1:2 mixed kernel, otherwise 1.
+inline int64_t GetTaskRation() { return cam::twin::TaskRation(); }
+
 // Writes this block's cached copy of the tensor's line (or of every line) back to GM and drops it, so the next
 // scalar read fetches what other cores and the MTEs wrote, and this block's scalar stores reach GM.
 // Every template argument is required, as in the Ascend C header (no defaults): the <T, entireType, dcciDst> form,
@@ -103,3 +123,8 @@ void DataSyncBarrier(const std::source_location where = std::source_location::cu
 }
 
 }  // namespace AscendC
+
+// Which core the code runs on: on Ascend each is a compile-time constant of the AIC or the AIV build of a mixed
+// kernel; the twin runs both builds from one and answers per thread.
+#define ASCEND_IS_AIV (::cam::twin::CoreIsAiv())
+#define ASCEND_IS_AIC (!::cam::twin::CoreIsAiv())

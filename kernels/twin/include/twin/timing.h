@@ -85,9 +85,16 @@ void TimeBlockStartRecord();
 inline void TimeBlockStart() {
     if (gTimingOn) TimeBlockStartRecord();
 }
-void TimeBlockEndRecord(uint32_t blockIdx, uint8_t coreKind);
-inline void TimeBlockEnd(uint32_t blockIdx, uint8_t coreKind) {
-    if (gTimingOn) TimeBlockEndRecord(blockIdx, coreKind);
+// group / sub: a 1:2 mixed launch's AI core and the core's place in it (-1: the cube core, 0 / 1: a vector core);
+// group -1 outside mixed launches.
+void TimeBlockEndRecord(uint32_t blockIdx, uint8_t coreKind, int32_t group, int8_t sub);
+inline void TimeBlockEnd(uint32_t blockIdx, uint8_t coreKind, int32_t group = -1, int8_t sub = -1) {
+    if (gTimingOn) TimeBlockEndRecord(blockIdx, coreKind, group, sub);
+}
+// A cross-core flag (twin/crosscore.h): set or wait, its mode, the pipe it is issued on and its id.
+void TimeCrossCoreRecord(bool set, int mode, Pipe pipe, uint16_t flagId);
+inline void TimeCrossCore(bool set, int mode, Pipe pipe, uint16_t flagId) {
+    if (gTimingOn) TimeCrossCoreRecord(set, mode, pipe, flagId);
 }
 // After every block ended. `windows`: a data-plane launch's rank windows; a GM copy into or out of a window other
 // than the launching rank's own crosses the peer link. Launches whose lifetimes overlap are costed together, in one

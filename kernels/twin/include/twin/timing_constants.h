@@ -80,6 +80,10 @@ inline constexpr Constant kConstants[] = {
     {"poll_latency_cycles", 1000, 1000, 200, 4000, "cycles",
      "assumption, range [200, 4000]: from a signal word landing to the poll that sees it completing (half a poll "
      "loop's period plus one MTE2 read's latency); no public figure found"},
+    {"crosscore_flag_cycles", 200, 200, 50, 1000, "cycles",
+     "assumption, range [50, 1000]: from a CrossCoreSetFlag on its pipe to the paired core's CrossCoreWaitFlag "
+     "releasing, within one AI core; no public figure found, taken as a tenth of syncall_cycles, which crosses "
+     "every core of the die"},
 };
 // ROWS: end
 // clang-format on

@@ -1,0 +1,232 @@
+// gmm_swiglu_quant_multi_layer (W1) epilogue on a vector core, per valid row m of group (layer l, expert e):
+//   c    = (float(acc[m]) * x_scale[m]) * w_scale[l][e]          fp32, left to right
+//   s    = (act / (1 + exp(-act))) * gate                        act = c[:N/2], gate = c[N/2:]
+//          with swiglu_limit L first act = min(act, L), gate = max(min(gate, L), -L)   (DeepSeek-V4's clamp)
+//   y[m], y_scale[m] = per-row dynamic quant of s                (common/quant.h, the one shared implementation)
+// Whole rows belong to one core, so the row's amax needs no cross-core step. A row longer than one UB pass
+// spills s (fp32) over the act half of its own accumulator row, which that pass has already consumed, and
+// re-reads it for the quant. W4A8 (cube.int4): acc is first recombined from the split's two planes (common/
+// gmm_epilogue.h, RunGroup); the spill then lands on the act half of the row's hi plane of group 0, as consumed.
+// The accumulator is the whole [M, N] one of the separate cube launch (Process), or a mixed kernel's slot of tm
+// rows (UseAcc, Rows).
+#pragma once
+
+#include "kernel_operator.h"
+
+#include "common/gmm_epilogue.h"
+#include "common/gmm_groups.h"
+#include "common/quant.h"
+#include "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer_tiling_data.h"
+
+namespace cam::kernels {
+
+class GmmSwigluQuantMultiLayerEpilogue {
+public:
+    __aicore__ inline void Init(GM_ADDR acc, GM_ADDR xScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table,
+                                GM_ADDR y, GM_ADDR yScale, GM_ADDR status, const GmmSwigluQuantMultiLayerTilingData& t) {
+        t_ = t;
+        groupList_ = groupList;
+        layerIndex_ = layerIndex;
+        table_ = table;
+        status_ = status;
+        if (acc != nullptr) UseAcc(acc, uint64_t(t.cube.m) * t.cube.n);
+        xScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(xScale), t.cube.m);
+        y_.SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(y), uint64_t(t.cube.m) * t.half);
+        yScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(yScale), t.cube.m);
+
+        const uint32_t n = t.chunk;
+        dequant_.Init(pipe_, n);
+        actScale_.Init(pipe_, n);
+        gateScale_.Init(pipe_, n);
+        if (t.cube.int4) {
+            actColsum_.Init(pipe_, n);
+            gateColsum_.Init(pipe_, n);
+        }
+        pipe_.InitBuffer(sBuf_, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(gateBuf_, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(expBuf_, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(absBuf_, UbBytes(uint64_t(n) * 4));
+        pipe_.InitBuffer(halfBuf_, UbBytes(uint64_t(n) * 2));
+        pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceMaxWorkElems<float>(n)) * 4));
+        pipe_.InitBuffer(reduceBuf_, kUbBlockBytes);
+        pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(n) * 4));
+        if (t.cube.kGroups > 1) pipe_.InitBuffer(partBuf_, UbBytes(uint64_t(n) * 4));
+        yScales_.Init(pipe_, kGmmSwigluScaleBatch);
+        scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
+    }
+
+    // The accumulator the rows are read from: planes of `plane` elements (M * N for the whole one; tm * N for a
+    // mixed kernel's slot, whose row r - row0 holds row r).
+    __aicore__ inline void UseAcc(GM_ADDR acc, uint64_t plane) {
+        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc),
+                             plane * t_.cube.kGroups * GmmAccPlanes(t_.cube.int4));
+        planes_ = {acc_, plane, t_.cube.int4};
+        spill_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(acc), plane);
+    }
+
+    // y and y_scale of rows [row, row + rows) of `expert` of `layer`, their accumulator rows from accRow on.
+    __aicore__ inline void Rows(uint32_t layer, uint32_t expert, uint64_t row, uint64_t accRow, uint32_t rows) {
+        UseLayer(layer);
+        layer_ = layer;
+        for (uint32_t r = 0; r < rows; ++r)
+            yScales_.Add(yScale_, row + r, Row(row + r, accRow + r, expert), r + 1 == rows);
+    }
+
+    // Gives the resident slices back to their queues (before the kernel ends).
+    __aicore__ inline void Finish() {
+        actScale_.Release();
+        gateScale_.Release();
+        actColsum_.Release();
+        gateColsum_.Release();
+    }
+
+    __aicore__ inline void Process() {
+        GmmDeviceArgs args;
+        const GmmCubeTilingData& c = t_.cube;
+        if (!GmmPrePass(layerIndex_, groupList_, c.experts, c.groups, c.layers, c.groupListType, c.m, status_, &args))
+            return;
+        const uint64_t block = AscendC::GetBlockIdx(), blocks = t_.blockDim;
+        const uint64_t rowBegin = args.total * block / blocks, rowEnd = args.total * (block + 1) / blocks;
+        GroupCursor groups;
+        groups.Init(groupList_, c.groups, c.groupListType, args.layer);
+        groups.Next();
+        for (uint64_t row = rowBegin; row < rowEnd; ++row) {
+            while (row >= groups.End() && groups.Next()) {
+            }  // rows < total always have a group
+            UseLayer(groups.Layer());
+            layer_ = groups.Layer();
+            yScales_.Add(yScale_, row, Row(row, row, groups.Expert()), row + 1 == rowEnd);
+        }
+        Finish();
+    }
+
+private:
+    // wScale_ = the scales of `layer` (bounded by the pre-pass), switched only when a group's layer differs.
+    __aicore__ inline void UseLayer(uint32_t layer) {
+        if (wLayer_ == int64_t(layer)) return;
+        wScale_.SetGlobalBuffer(LayerAddress<float>(table_, t_.cube.layers + layer),
+                                uint64_t(t_.cube.experts) * t_.cube.kGroups * t_.cube.n);
+        // W4A8: the layer's colsums [E, G, N] follow the scales in the address table.
+        if (t_.cube.int4)
+            colsums_.SetGlobalBuffer(LayerAddress<int32_t>(table_, 2 * t_.cube.layers + layer),
+                                     uint64_t(t_.cube.experts) * t_.cube.kGroups * t_.cube.n);
+        wLayer_ = layer;
+    }
+
+    // Writes y[row] (its accumulator: row accRow) and returns y_scale[row].
+    __aicore__ inline float Row(uint64_t row, uint64_t accRow, uint32_t expert) {
+        const float xs = xScale_.GetValue(row);
+        AscendC::LocalTensor<float> s = sBuf_.Get<float>();
+        float amax = 0.0f;
+        for (uint32_t p = 0; p < t_.passes; ++p) {
+            const uint32_t col = p * t_.chunk, len = Len(col);
+            SwigluChunk(accRow, expert, col, len, xs, s);
+            amax = CombineAmax(amax, ChunkAmax(s, len, scratch_));
+            if (t_.passes > 1) Spill(accRow, col, len, s);
+        }
+        const QuantParams q = QuantParamsFromAmax(amax);
+        if (t_.passes == 1) {
+            Store(row, 0, Len(0), s, q);
+            return q.scale;
+        }
+        const AscendC::TEventID spilled = pipe_.FetchEventID(AscendC::HardEvent::MTE3_MTE2);
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(spilled);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(spilled);
+        for (uint32_t p = 0; p < t_.passes; ++p) {
+            const uint32_t col = p * t_.chunk, len = Len(col);
+            if (q.quantize) Reload(accRow, col, len, s);
+            Store(row, col, len, s, q);
+        }
+        return q.scale;
+    }
+
+    __aicore__ inline uint32_t Len(uint32_t col) const { return t_.half - col < t_.chunk ? t_.half - col : t_.chunk; }
+
+    // dst = (float(acc[row, col..col+len)) * xs) * w_scale[expert, col..col+len); `slice` holds the act or the
+    // gate columns' scales, so both stay resident across the rows of one expert. With scale groups along K
+    // ([E, G, N]), each group's partial is dequantized with its own slice and the groups are added in order
+    // (docs/gmm.md §9.2).
+    __aicore__ inline void Dequant(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float xs,
+                                   ScaleSlice& slice, ColsumSlice& colsum, const AscendC::LocalTensor<float>& dst) {
+        const uint32_t groups = t_.cube.kGroups;
+        const uint64_t off = row * t_.cube.n + col;
+        for (uint32_t g = 0; g < groups; ++g) {
+            AscendC::LocalTensor<float> part = g == 0 ? dst : partBuf_.Get<float>();
+            const AscendC::LocalTensor<int32_t>* cs =
+                t_.cube.int4 ? &colsum.Get(colsums_, t_.cube.n, layer_, expert * groups + g, col, len) : nullptr;
+            dequant_.RunGroup(planes_, off, g, cs, slice.Get(wScale_, t_.cube.n, layer_, expert * groups + g, col, len),
+                              len, xs, part);
+            if (g > 0) AscendC::Add(dst, dst, part, len);
+        }
+    }
+
+    // s[0..len) for output columns [col, col+len): silu(act) * gate, in the stated operation order.
+    __aicore__ inline void SwigluChunk(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float xs,
+                                       const AscendC::LocalTensor<float>& s) {
+        AscendC::LocalTensor<float> gate = gateBuf_.Get<float>();
+        AscendC::LocalTensor<float> e = expBuf_.Get<float>();
+        Dequant(row, expert, col, len, xs, actScale_, actColsum_, s);
+        Dequant(row, expert, t_.half + col, len, xs, gateScale_, gateColsum_, gate);
+        if (t_.clamp) {
+            AscendC::Mins(s, s, t_.limit, len);
+            AscendC::Mins(gate, gate, t_.limit, len);
+            AscendC::Maxs(gate, gate, -t_.limit, len);
+        }
+        AscendC::Muls(e, s, -1.0f, len);
+        AscendC::Exp(e, e, len);
+        AscendC::Adds(e, e, 1.0f, len);
+        AscendC::Div(s, s, e, len);
+        AscendC::Mul(s, s, gate, len);
+    }
+
+    __aicore__ inline void Spill(uint64_t row, uint32_t col, uint32_t len, const AscendC::LocalTensor<float>& s) {
+        AscendC::LocalTensor<float> o = outQue_.AllocTensor<float>();
+        AscendC::Muls(o, s, 1.0f, len);  // vector copy into the out queue's buffer; x * 1 keeps every bit
+        outQue_.EnQue(o);
+        o = outQue_.DeQue<float>();
+        AscendC::DataCopyPad(spill_[row * t_.cube.n + col], o, {1, len * 4u, 0, 0, 0});
+        outQue_.FreeTensor(o);
+    }
+
+    __aicore__ inline void Reload(uint64_t row, uint32_t col, uint32_t len, const AscendC::LocalTensor<float>& s) {
+        dequant_.Reload(spill_[row * t_.cube.n + col], len, s);
+    }
+
+    __aicore__ inline void Store(uint64_t row, uint32_t col, uint32_t len, const AscendC::LocalTensor<float>& s,
+                                 const QuantParams& q) {
+        AscendC::LocalTensor<int8_t> o = outQue_.AllocTensor<int8_t>();
+        QuantizeChunk(o, s, len, q, scratch_);
+        outQue_.EnQue(o);
+        o = outQue_.DeQue<int8_t>();
+        AscendC::DataCopyPad(y_[row * t_.half + col], o, {1, len, 0, 0, 0});
+        outQue_.FreeTensor(o);
+    }
+
+    GmmSwigluQuantMultiLayerTilingData t_{};
+    int64_t wLayer_ = -1;  // the layer wScale_ points at
+    uint32_t layer_ = 0;   // the current row's layer (its w_scale slices)
+    GM_ADDR groupList_ = nullptr;
+    GM_ADDR layerIndex_ = nullptr;
+    GM_ADDR table_ = nullptr;
+    GM_ADDR status_ = nullptr;
+    AscendC::TPipe pipe_;
+    DequantStep dequant_;
+    ScaleSlice actScale_, gateScale_;  // w_scale of the current expert's act / gate columns
+    ColsumSlice actColsum_, gateColsum_;  // W4A8: their colsums
+    AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
+    ScaleStager yScales_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> sBuf_, gateBuf_, expBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf_;  // one K group's dequantized partial (kGroups > 1)
+    QuantScratch scratch_;
+    AscendC::GlobalTensor<int32_t> acc_;
+    AscendC::GlobalTensor<float> spill_;
+    AscendC::GlobalTensor<float> xScale_;
+    AscendC::GlobalTensor<float> wScale_;
+    AscendC::GlobalTensor<int32_t> colsums_;
+    GmmAccView planes_;
+    AscendC::GlobalTensor<int8_t> y_;
+    AscendC::GlobalTensor<float> yScale_;
+};
+
+
+}  // namespace cam::kernels
