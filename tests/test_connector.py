@@ -1,5 +1,6 @@
 """The reference connector over a real shm data plane, ranks as threads of this process: routed results equal the
-model's routed golden, the FFN iteration compiles with fullgraph=True (no host reads), and misuse is refused."""
+model's routed golden, the FFN iteration does no host read (a dispatch-mode guard) and compiles with fullgraph=True, and
+misuse is refused."""
 
 import threading
 import time
@@ -9,6 +10,8 @@ import pytest
 import torch
 import torch._dynamo  # noqa: F401  (import dynamo's lazy modules here, not concurrently from rank threads)
 import torch._inductor.utils  # noqa: F401
+
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import cam
 from cam.connector import (
@@ -29,6 +32,27 @@ JOIN_S = 120
 @pytest.fixture(scope="module")
 def model():
     return MoEModel(PRESETS["tiny"])
+
+
+class NoHostReads(TorchDispatchMode):
+    """Fails the calling thread's first read of a tensor element on the host (int(t), t.item(); not t.tolist(), which
+    reads without dispatching an op)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise AssertionError("a host read of a tensor element inside the FFN iteration")
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_host_read_guard_refuses_a_host_read():
+    # Control for the guard the round-trip test runs the FFN iteration under.
+    t = torch.tensor([3, 4], dtype=torch.int32)
+    with NoHostReads():
+        torch.cumsum(t, 0)  # device-side work passes
+        with pytest.raises(AssertionError, match="host read"):
+            int(t[0])
+        with pytest.raises(AssertionError, match="host read"):
+            t.sum().item()
 
 
 def make_world(model, D=2, F=2, Bmax=24, group="w"):
@@ -55,11 +79,15 @@ def test_round_trip_through_the_connector_matches_the_model(model):
         try:
             w1, w2 = expert_weights(model, topo, conn.rank - topo.A)
             if conn.rank == topo.A:
-                # One FFN rank runs its iteration compiled with fullgraph=True: a host read of the layer id or the
-                # counts would be a graph break and fail here. (One rank only: dynamo is not thread-safe.)
+                # One FFN rank runs its iteration compiled with fullgraph=True. (One rank only: dynamo is not
+                # thread-safe.) This torch traces int(tensor) without a graph break, so the compile alone does not
+                # catch a host read: the other FFN rank's guard does.
                 step = torch.compile(lambda: ffn_iteration(conn.comm, w1, w2), fullgraph=True, backend="aot_eager")
             else:
-                step = lambda: conn.ffn_step(w1, w2)  # noqa: E731
+                def step():
+                    # A host read of the layer id or the counts is an aten._local_scalar_dense: refused here.
+                    with NoHostReads():
+                        ffn_iteration(conn.comm, w1, w2)
             while not stop.is_set():
                 step()
         except BaseException as e:
