@@ -77,6 +77,8 @@ class ConnectorConfig:
     secret: Optional[bytes] = dataclasses.field(default=None, repr=False)
     transport: str = "shm"
     placement: Optional[object] = None  # a cam.placement.Placement, the same on every rank (cam.Comm(placement=))
+    checkpoint: Optional[dict] = None  # cam.checkpoint_identity.published(DIR): compared in the handshake
+    join_timeout_s: Optional[float] = None  # bound of the handshake; None: timeout_s
 
     def __post_init__(self):
         if self.transport not in _TRANSPORTS:
@@ -190,8 +192,9 @@ class AsyncAFDConnector:
         else:
             self.comm = Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous, group=cfg.group,
                              dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
-                             join_timeout_s=cfg.timeout_s, shm_prefix=cfg.shm_prefix,
-                             isolate_replicas=cfg.isolate_replicas, placement=cfg.placement)
+                             join_timeout_s=cfg.join_timeout_s or cfg.timeout_s, shm_prefix=cfg.shm_prefix,
+                             isolate_replicas=cfg.isolate_replicas, placement=cfg.placement,
+                             checkpoint=cfg.checkpoint)
 
     @property
     def store(self):
