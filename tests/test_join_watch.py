@@ -124,3 +124,18 @@ def test_a_peer_that_published_then_went_silent_is_named(tmp_path):
         conn.close()
         proc.kill()
         proc.wait(WAIT_S)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--rank", "0"], "--rank 0 is not an FFN rank: with -D 1 -P 1 -F 1 the Attention ranks are [0, 1)"),
+    (["--rank", "1", "-F", "9"], "--ffn-ranks 9: more FFN ranks than the checkpoint's 8 routed experts"),
+])
+def test_cam_ffn_refuses_its_rank_and_topology_before_importing_torch(tmp_path, argv, needle):
+    _write_checkpoint(tmp_path, _experts())
+    code = ("import sys; from cam import ffn_server; rc = ffn_server.main(sys.argv[1:]); "
+            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", code, "--checkpoint", str(tmp_path), "--max-tokens", "4",
+                        "--master-port", "1", *argv], capture_output=True, text=True, timeout=WAIT_S,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert r.stdout.strip() == "no torch"
