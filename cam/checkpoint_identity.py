@@ -1,6 +1,6 @@
 """Which checkpoint a rank loaded, from the checkpoint's files, so ranks of one world that loaded different
-checkpoints of the same shape are refused by name before any round runs (docs/integrations.md, "Checkpoint
-identity").
+checkpoints of the same shape are refused by name before any round runs (docs/integrations.md §0,
+"Which checkpoint each side loaded").
 
 An identity is the model type and shape fields of ``config.json`` (:data:`cam.checkpoint_config.CONFIG_KEYS`) and,
 for every routed expert tensor (``<...>.layers.<n>.mlp.experts.*``), its name, dtype, shape and a content hash

@@ -1,4 +1,5 @@
-"""What a rank is doing while a world forms, published so its peers can name it (docs/connector.md, "Joining").
+"""What a rank is doing while a world forms, published so its peers can name it (docs/integrations.md §0,
+"Joining is never silent").
 
 Every rank, before it loads anything, joins a member list under a key prefix (the world's name) and publishes its
 status: role, pid, claimed rank, a description of the world it expects (topology fields, checkpoint) and a state

@@ -1,4 +1,4 @@
-"""``cam-launch``: one command for an async AFD deployment on one host (docs/integrations.md, "cam-launch").
+"""``cam-launch``: one command for an async AFD deployment on one host (docs/integrations.md §0).
 
 It hosts the world's store (loopback only, signed with a fresh run secret), starts the ``cam-ffn`` ranks and the
 Attention engines (by default ``vllm serve`` with cam's plugin, one engine per replica, configured through
