@@ -13,7 +13,8 @@ checkpoints).
 What the handshake carries (:func:`published`) is the summary: model type, shape, one digest per MoE layer's experts
 and one over all. :func:`check_same` compares the ranks' summaries and raises :class:`CheckpointMismatchError`
 naming the field and the ranks on each side; :func:`compare` names the first differing tensor of two full
-identities. Pure Python: importing it imports neither torch nor the extension.
+identities; :func:`check_loaded` compares the tensors an FFN rank loaded with the identity's hashes. Pure Python
+(only :func:`check_loaded` imports torch).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from . import checkpoint_config as ckpt
 from .errors import InvalidArgumentError
 
-__all__ = ["CheckpointMismatchError", "check_same", "compare", "identity", "published", "read", "write"]
+__all__ = ["CheckpointMismatchError", "check_loaded", "check_same", "compare", "identity", "published", "read",
+           "write"]
 
 CACHE_NAME = ".cam-identity.json"
 # Bumped when what an identity holds or how it is hashed changes: an older cache is recomputed, never trusted.
@@ -182,6 +184,24 @@ def compare(a: dict, b: dict) -> List[Tuple[str, object, object]]:
     if not out and a.get("digest") != b.get("digest"):
         out.append(("digest", a.get("digest"), b.get("digest")))
     return out
+
+
+def check_loaded(ident: dict, loaded: dict, who: str) -> int:
+    """Compares the expert tensors a rank loaded (``{name: tensor}``, as read from the files) with the content
+    hashes of the checkpoint's identity ``ident`` (:func:`identity`): the weights a rank serves are the ones the
+    world agreed on in the handshake, not a file rewritten since its identity was cached. Returns the count checked;
+    CheckpointMismatchError naming the tensor and both hashes."""
+    import torch
+
+    table = ident.get("tensors") or {}
+    for name, t in loaded.items():
+        want = table.get(name)
+        got = hashlib.blake2b(t.contiguous().view(torch.uint8).numpy().tobytes(), digest_size=16).hexdigest()
+        if want is None or want[2] != got:
+            raise CheckpointMismatchError(f"{who}: loaded {name} with content hash {got}, the checkpoint's identity "
+                                          f"has {None if want is None else want[2]!r} (rewritten since it was "
+                                          f"hashed?)")
+    return len(loaded)
 
 
 def write(store, group: str, rank: int, published_identity: Optional[dict]) -> None:

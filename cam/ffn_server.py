@@ -115,7 +115,7 @@ class _EarlyStatus:
         while time.monotonic() < self.deadline and not self.stopped.is_set():
             try:
                 store = torch.distributed.TCPStore(a.master_addr, a.master_port, None, is_master=False,
-                                                   timeout=timedelta(seconds=min(5.0, a.join_timeout)),
+                                                   timeout=timedelta(seconds=min(2.0, a.join_timeout)),
                                                    wait_for_workers=False)
                 store.set_timeout(timedelta(seconds=a.timeout))
                 break
@@ -227,14 +227,19 @@ def _load(args, early=None):
     placement = None if topo.contiguous_placement else Placement.contiguous(topo.E, topo.F, topo.L)
     held = [e for e in placement.slot_experts(0, f) if e >= 0] if placement else [f * topo.R, (f + 1) * topo.R - 1]
     # Only this rank's experts are read from the files (cam.ffn_weights.load_rank_experts), not the whole model.
-    experts, info = load_rank_experts(args.checkpoint, range(held[0], held[-1] + 1),
+    loaded = {}
+    experts, info = load_rank_experts(args.checkpoint, range(held[0], held[-1] + 1), loaded=loaded,
                                       progress=None if early is None else
                                       lambda n, total: early.state("loading", f"MoE layer {n} of {total}"))
+    ident = checkpoint_identity.identity(args.checkpoint)
+    checked = checkpoint_identity.check_loaded(ident, loaded, f"ffn rank {args.rank}")
+    log.info("ffn rank %d: %d expert tensors loaded, their content hashes the checkpoint identity's (%s)", args.rank,
+             checked, ident["digest"][:12])
     w1, w2 = convert.layer_weights(experts, range(0, held[-1] + 1 - held[0]), bits=4 if args.weights == "w4a8" else 8,
                                    group_size=args.group_size, slots=topo.R)
     cfg = ConnectorConfig(topology=topo, master_addr=args.master_addr, master_port=args.master_port,
                           dtype=torch.bfloat16, timeout_s=args.timeout, idle_poll_s=args.idle_poll, group=args.group,
-                          placement=placement, checkpoint=checkpoint_identity.published(args.checkpoint),
+                          placement=placement, checkpoint={k: v for k, v in ident.items() if k != "tensors"},
                           join_timeout_s=args.join_timeout)
     return cfg, w1, w2, info, policy
 
@@ -255,7 +260,9 @@ def main(argv=None) -> int:
             status.refused(f"{e}", wait_s=5.0)
             status.stop()
         return EXIT_USAGE
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # the store's C++ connect retries: no stack traces
+    # The store's C++ client logs each failed connect attempt with a stack trace (at ERROR): this rank retries and
+    # reports the wait itself (_EarlyStatus), so a refusal or a late store never comes after a C++ stack trace.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     early = _EarlyStatus(args, _description(args))
     try:

@@ -136,13 +136,14 @@ def _select(lw: LayerWeights, held) -> LayerWeights:
     return lw.take(held)
 
 
-def load_rank_experts(directory: str, experts: Sequence[int], progress=None):
+def load_rank_experts(directory: str, experts: Sequence[int], progress=None, loaded=None):
     """The routed experts ``experts`` (ids, ascending and contiguous or not) of every MoE layer of a transformers
     checkpoint directory, read from the safetensors files tensor by tensor: an FFN rank reads only its experts'
     bytes, never the whole model. Returns ``(layers, info)`` as :func:`cam.convert.load_checkpoint_experts` does,
     each layer an ``ExpertFFN`` of ``len(experts)`` experts in the order given. A checkpoint in the consumer's W4A8
     layout (whole-layer tensors) is read whole by that function and sliced. ``progress(n, total)`` is called after
-    each MoE layer."""
+    each MoE layer. ``loaded`` (a dict), when given, receives every whole tensor read, by its name in the files, so
+    the caller can compare what it loaded with the checkpoint's identity (``cam.checkpoint_identity.check_loaded``)."""
     from safetensors import safe_open
 
     from . import checkpoint_config as ckpt
@@ -186,7 +187,9 @@ def load_rank_experts(directory: str, experts: Sequence[int], progress=None):
             else:
                 num, _, tail = rest.partition(".")
                 if num.isdigit() and int(num) in renumber:
-                    sub[f"{prefix}{renumber[int(num)]}.{tail}"] = h.get_tensor(key)
+                    sub[f"{prefix}{renumber[int(num)]}.{tail}"] = t = h.get_tensor(key)
+                    if loaded is not None:
+                        loaded[key] = t
         # A refused tensor is named by its key (from_hf_state_dict) and here by the file(s) holding the layer.
         files = ", ".join(sorted({origin[k] for k in where if k.startswith(prefix)}))
         in_files = {int(k[len(prefix):].partition(".")[0]) for k in where

@@ -2,6 +2,7 @@
 refused by name in the handshake, before any round runs; the same checkpoint (a copy too) passes."""
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -116,3 +117,30 @@ def test_cam_ffn_on_the_same_checkpoint_serves(tmp_path):
     shutil.copytree(a, copy)
     err, code, stderr = _serve(tmp_path, copy, a, "ident-same")
     assert err is None and code == 0, stderr
+
+
+def test_cam_ffn_refuses_experts_that_are_not_the_identity_it_publishes(tmp_path, caplog):
+    """A safetensors file rewritten in place with its size and time kept: the cached identity still names the old
+    bytes, and cam-ffn, which hashes what it loaded, refuses naming the tensor instead of serving other weights
+    under the old identity. Control: before the rewrite it gets past the check (to the store, absent here)."""
+    from cam import ffn_server
+
+    a, _ = _pair(tmp_path)
+    ci.identity(a)  # cached
+    path = os.path.join(a, "model.safetensors")
+    st = os.stat(path)
+    _write_checkpoint(a, _experts(5))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size
+    argv = ["--checkpoint", a, "--rank", "1", "--max-tokens", "4", "--master-port", "1", "--join-timeout", "1"]
+    assert ffn_server.main(argv) == 2
+    refused = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused:")]
+    assert refused and "ffn rank 1: loaded model.layers.0.mlp.experts.0." in refused[0], caplog.text
+    assert "the checkpoint's identity has" in refused[0]
+    os.remove(os.path.join(a, ci.CACHE_NAME))
+    shutil.rmtree(os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cam", "identity"),
+                  ignore_errors=True)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="cam.ffn"):
+        assert ffn_server.main(argv) == 1  # loaded and checked; then no store at port 1 within --join-timeout
+    assert "expert tensors loaded, their content hashes the checkpoint identity's" in caplog.text
