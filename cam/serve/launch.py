@@ -199,7 +199,7 @@ def _run(args, lock, stop, interrupted, procs) -> int:
     _say(lock, f"started engine(s), pids {' '.join(str(p.p.pid) for p in engines)}; the plane joins at their "
                f"first MoE call")
     ffn = procs[:args.ffn_ranks]
-    engines_done = None
+    engines_done = ffn_done = None
     while not stop.wait(0.2):
         failed = [p for p in procs if p.p.poll() not in (None, 0)]
         if failed:
@@ -217,9 +217,13 @@ def _run(args, lock, stop, interrupted, procs) -> int:
             if time.monotonic() - engines_done > args.grace + 5:
                 _say(lock, "cam-ffn rank(s) still running after the engines exited: stopping them")
                 return EXIT_FAILED
-        elif any(p.p.poll() == 0 for p in ffn):
-            done = next(p for p in ffn if p.p.poll() == 0)
-            _say(lock, f"{done.name} stopped while engine(s) still run: stopping every process")
+        elif ffn_done is None and all(p.p.poll() == 0 for p in ffn):
+            # An FFN rank stops cleanly once every Attention rank finished, which an engine does as it exits: the
+            # engines are on their way out (bounded by --timeout).
+            ffn_done = time.monotonic()
+            _say(lock, "every cam-ffn rank stopped (the engines finished): waiting for the engines to exit")
+        elif ffn_done is not None and time.monotonic() - ffn_done > args.timeout:
+            _say(lock, f"engine(s) still running {args.timeout:g} s after every cam-ffn rank stopped: stopping them")
             return EXIT_FAILED
     _say(lock, f"{interrupted[0] if interrupted else 'stop'}: stopping every process")
     return EXIT_INTERRUPTED
