@@ -44,7 +44,8 @@ __all__ = ["CONFIG_ENV", "register", "served_swiglu_limit", "shutdown"]
 # format, and vLLM's VLLM_LOGGING_LEVEL applies to them.
 log = logging.getLogger("vllm.cam")
 
-_state = {"registered": False, "plane": None, "layers": None, "limits": {}, "announced": set()}
+_state = {"registered": False, "plane": None, "layers": None, "limits": {}, "announced": set(),
+          "announced_method": False}
 _lock = threading.Lock()
 
 
@@ -189,6 +190,15 @@ def register() -> None:
         def __init__(self, moe):
             super().__init__(moe)
             self._model_dir = get_current_vllm_config().model_config.model
+            if not _state["announced_method"]:
+                # Said here, as the engine builds its model, not at register(): vLLM configures its loggers after
+                # it loads the plugins, and a line logged before that is dropped.
+                _state["announced_method"] = True
+                cfg = _config()
+                log.info("cam: replaced vLLM's UnquantizedFusedMoEMethod with cam's CamFusedMoEMethod: every MoE "
+                         "layer's routed experts go to %d cam-ffn rank(s) over cam's data plane (world %r, this "
+                         "engine Attention rank %d of %d)", cfg["ffn_ranks"], cfg.get("group", "afd"), cfg["rank"],
+                         cfg["replicas"])
 
         @property
         def is_monolithic(self) -> bool:
@@ -222,8 +232,4 @@ def register() -> None:
 
     UnquantizedFusedMoEMethod.register_oot(CamFusedMoEMethod)
     _state["registered"] = True
-    cfg = _config()
-    log.info("cam: replaced vLLM's UnquantizedFusedMoEMethod with cam's CamFusedMoEMethod: every MoE layer's routed "
-             "experts go to %d cam-ffn rank(s) over cam's data plane (world %r, this engine Attention rank %d of %d)",
-             cfg["ffn_ranks"], cfg.get("group", "afd"), cfg["rank"], cfg["replicas"])
     log.info("cam: vLLM's unquantized fused-MoE method replaced by cam's data plane")
