@@ -102,13 +102,18 @@ def _serve(tmp_path, ffn_dir, attention_dir, group):
     return err, proc.returncode, stderr
 
 
-def test_cam_ffn_on_another_checkpoint_of_the_same_shape_is_refused_on_both_sides(tmp_path):
-    a, b = _pair(tmp_path)
-    err, code, stderr = _serve(tmp_path, b, a, "ident-refuse")
+@pytest.mark.parametrize("other_type, field", [(None, "experts of decoder layer 1"),
+                                               ("qwen2_moe", "model_type: 'qwen2_moe' against 'qwen3_moe'")],
+                         ids=["experts", "qwen2-behind-qwen3"])
+def test_cam_ffn_on_another_checkpoint_of_the_same_shape_is_refused_on_both_sides(tmp_path, other_type, field):
+    """cam-ffn on checkpoint b, the Attention rank on a: b's experts of layer 1 differ, or b is a Qwen2-MoE of the
+    same shape and weights behind a Qwen3-MoE Attention side."""
+    a, b = _pair(tmp_path, other_type=other_type)
+    err, code, stderr = _serve(tmp_path, b, a, f"ident-refuse-{other_type}")
     assert err is not None, "the Attention rank joined an FFN rank serving another checkpoint"
     assert "rank(s) 1 (ffn) loaded another checkpoint than rank(s) 0 (attention)" in str(err)
-    assert "experts of decoder layer 1" in str(err)
-    assert code != 0 and "CheckpointMismatchError" in stderr and "experts of decoder layer 1" in stderr, stderr
+    assert field in str(err), str(err)
+    assert code != 0 and "CheckpointMismatchError" in stderr and field in stderr, stderr
 
 
 def test_cam_ffn_on_the_same_checkpoint_serves(tmp_path):
