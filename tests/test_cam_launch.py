@@ -1,6 +1,6 @@
 """cam-launch (cam/serve/launch.py) as a supervisor, without an engine installed: the store, the cam-ffn ranks and
 stand-in engine commands; one failing process, or Ctrl-C, stops every process; each line of output names its
-process. The vLLM deployment itself is the vLLM tier's (tests/engines/test_cam_launch.py)."""
+process. The vLLM deployment itself is the vLLM tier's (tests/engines/test_vllm_launch.py)."""
 
 import json
 import os
