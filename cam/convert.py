@@ -25,10 +25,14 @@ from .w4a8 import dequantize_weight_int4, quantize_weight_int4
 
 __all__ = [
     "ExpertFFN",
+    "QUANT_DESCRIPTION_FILE",
+    "QuantizedExpertFFN",
     "UnsupportedModelError",
+    "W8A8_LAYOUTS",
     "check_supported_config",
     "check_swiglu_limit",
     "checkpoint_moe_layers",
+    "checkpoint_quant_layout",
     "checkpoint_config",
     "common_swiglu_limit",
     "dequantize_weight",
@@ -38,6 +42,7 @@ __all__ = [
     "from_hf_per_expert",
     "from_hf_state_dict",
     "from_vllm",
+    "from_w8a8_state_dict",
     "layer_weights",
     "load_checkpoint_experts",
     "quantize_weight",
@@ -425,6 +430,174 @@ def _consumer_w4a8(directory: str) -> Optional[dict]:
     return spec
 
 
+# ----------------------------------------------------------------------------- pre-quantized W8A8 checkpoints
+
+# The file of a pre-quantized checkpoint directory that names its quantization (Ascend's msModelSlim export, which
+# vLLM-Ascend's ``--quantization ascend`` loads and the AFD plugin's W8A8 recipes run): ``model_quant_type`` and, per
+# tensor name, its quantization type.
+QUANT_DESCRIPTION_FILE = "quant_model_description.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class W8A8Layout:
+    """How one named W8A8 layout stores a linear layer ``[out, in]``: ``<proj>.weight`` int8 ``[out, in]``,
+    ``<proj>.<scale>`` ``[out, 1]`` per output channel in one of ``scale_dtypes`` (each converts to fp32 exactly),
+    and optionally ``<proj>.<offset>`` ``[out, 1]``, which must be zero (cam's int8 is symmetric)."""
+
+    name: str
+    scale: str = "weight_scale"
+    offset: str = "weight_offset"
+    scale_dtypes: Tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)
+
+
+# The layouts a checkpoint's description may name (its ``model_quant_type``): W8A8_DYNAMIC is per-channel int8
+# weights with per-token dynamic int8 activations, the vLLM-Ascend W8A8 method (weight int8 [out, in],
+# weight_scale / weight_offset [out, 1]).
+W8A8_LAYOUTS = {"W8A8_DYNAMIC": W8A8Layout("W8A8_DYNAMIC")}
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizedExpertFFN:
+    """One MoE layer's routed experts as a pre-quantized checkpoint ships them, in cam's orientation: ``w1`` int8
+    ``[E, H, 2I]`` (first half cam's ``act``, second its ``gate``) with ``w1_scale`` fp32 ``[E, 2I]``, ``w2`` int8
+    ``[E, I, H]`` with ``w2_scale`` fp32 ``[E, H]``: what :class:`cam.LayerWeights` holds, never dequantized."""
+
+    w1: torch.Tensor
+    w1_scale: torch.Tensor
+    w2: torch.Tensor
+    w2_scale: torch.Tensor
+    swiglu_limit: Optional[float] = None
+
+    @property
+    def num_experts(self) -> int:
+        return self.w1.shape[0]
+
+    @property
+    def hidden(self) -> int:
+        return self.w1.shape[1]
+
+    @property
+    def intermediate(self) -> int:
+        return self.w2.shape[1]
+
+
+def _w8a8_projection(state_dict: Mapping[str, torch.Tensor], key: str, layout: W8A8Layout,
+                     shape: Optional[Tuple[int, int]]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(q [out, in] int8, scale [out] fp32)`` of one projection under ``key`` (``<...>.gate_proj``), checked
+    against ``layout`` (and ``shape`` when given) before anything is converted."""
+    who = "from_w8a8_state_dict"
+    names = {"weight": f"{key}.weight", "scale": f"{key}.{layout.scale}", "offset": f"{key}.{layout.offset}"}
+    for part in ("weight", "scale"):
+        if names[part] not in state_dict:
+            raise KeyError(f"{who}: {names[part]!r} missing from the checkpoint (layout {layout.name})")
+    q, scale = state_dict[names["weight"]], state_dict[names["scale"]]
+    if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.dim() != 2:
+        raise ValueError(f"{who}: {names['weight']} must be int8 [out, in] (layout {layout.name}), got "
+                         f"{getattr(q, 'dtype', type(q).__name__)} {tuple(getattr(q, 'shape', ()))}")
+    if shape is not None and tuple(q.shape) != shape:
+        raise ValueError(f"{who}: {names['weight']} has shape {tuple(q.shape)}, expected {list(shape)}")
+    out = q.shape[0]
+    if not isinstance(scale, torch.Tensor) or tuple(scale.shape) != (out, 1):
+        raise ValueError(f"{who}: {names['scale']} must be [{out}, 1] (one scale per output channel, layout "
+                         f"{layout.name}), got {tuple(getattr(scale, 'shape', ()))}")
+    if scale.dtype not in layout.scale_dtypes:
+        raise ValueError(f"{who}: {names['scale']} is {scale.dtype}; layout {layout.name} stores scales as "
+                         f"{' or '.join(str(d) for d in layout.scale_dtypes)}")
+    scale = scale.to(torch.float32)[:, 0]
+    if not bool(torch.isfinite(scale).all()) or bool((scale < 0).any()):
+        raise ValueError(f"{who}: {names['scale']} holds a negative, inf or nan scale")
+    offset = state_dict.get(names["offset"])
+    if offset is not None:
+        if not isinstance(offset, torch.Tensor) or tuple(offset.shape) != (out, 1):
+            raise ValueError(f"{who}: {names['offset']} must be [{out}, 1] (layout {layout.name}), got "
+                             f"{tuple(getattr(offset, 'shape', ()))}")
+        if bool(offset.ne(0).any()):
+            raise ValueError(f"{who}: {names['offset']} is not zero: cam's int8 weights are symmetric (an offset "
+                             "would shift every product)")
+    return q, scale
+
+
+def from_w8a8_state_dict(state_dict: Mapping[str, torch.Tensor], prefix: str, *, layout: str,
+                         hidden_size: Optional[int] = None, intermediate_size: Optional[int] = None,
+                         swiglu_limit: Optional[float] = None) -> QuantizedExpertFFN:
+    """One layer's pre-quantized experts under ``prefix`` (``<...>.layers.<n>.mlp.experts.``: per expert
+    ``<e>.gate_proj`` / ``up_proj`` / ``down_proj``, or DeepSeek's ``w1`` / ``w3`` / ``w2``) in the named ``layout``
+    (a key of :data:`W8A8_LAYOUTS`, which the checkpoint's :data:`QUANT_DESCRIPTION_FILE` states), as int8 values
+    and fp32 scales: the stored integers are cam's, transposed and concatenated, never through a float weight."""
+    who = "from_w8a8_state_dict"
+    if layout not in W8A8_LAYOUTS:
+        raise UnsupportedModelError(f"{who}: layout {layout!r} is not one cam loads; known: {sorted(W8A8_LAYOUTS)}")
+    check_swiglu_limit(who, swiglu_limit)
+    spec = W8A8_LAYOUTS[layout]
+    if not prefix.endswith("."):
+        prefix += "."
+    experts = set()
+    names = set()
+    for key in state_dict:
+        if key.startswith(prefix):
+            m = _PER_EXPERT_KEY.fullmatch(key[len(prefix):])
+            if m:
+                experts.add(int(m.group(1)))
+                names.add(m.group(2) in _DEEPSEEK_NAMES)
+    if not experts:
+        raise KeyError(f"{who}: no experts under {prefix!r} ({prefix}0.gate_proj.weight ...)")
+    if len(names) > 1:
+        raise KeyError(f"{who}: {prefix}<n>.* mixes gate_proj/up_proj/down_proj with w1/w3/w2 keys")
+    n = len(experts)
+    if sorted(experts) != list(range(n)):
+        raise KeyError(f"{who}: {prefix}<n>.* must hold experts 0..{n - 1}, found {sorted(experts)}")
+    gate, up, down = ("w1", "w3", "w2") if names.pop() else ("gate_proj", "up_proj", "down_proj")
+    w1q, w1s, w2q, w2s = [], [], [], []
+    first = None
+    for e in range(n):
+        gq, gs = _w8a8_projection(state_dict, f"{prefix}{e}.{gate}", spec, first)
+        first = tuple(gq.shape)  # every expert's gate and up are one [I, H]
+        uq, us = _w8a8_projection(state_dict, f"{prefix}{e}.{up}", spec, first)
+        dq, ds = _w8a8_projection(state_dict, f"{prefix}{e}.{down}", spec, (first[1], first[0]))
+        w1q.append(torch.cat([gq, uq]).t())
+        w1s.append(torch.cat([gs, us]))
+        w2q.append(dq.t())
+        w2s.append(ds)
+    i, h = first
+    _check_dims(who, hidden_size, intermediate_size, h, i)
+    return QuantizedExpertFFN(torch.stack(w1q).contiguous(), torch.stack(w1s).contiguous(),
+                              torch.stack(w2q).contiguous(), torch.stack(w2s).contiguous(), swiglu_limit)
+
+
+def _quant_description(directory: str) -> Optional[str]:
+    """The W8A8 layout a checkpoint's :data:`QUANT_DESCRIPTION_FILE` names (its ``model_quant_type``), or None
+    without the file. A type cam does not load is refused by name."""
+    import json
+    import os
+
+    path = os.path.join(directory, QUANT_DESCRIPTION_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        description = json.load(f)
+    kind = description.get("model_quant_type") if isinstance(description, dict) else None
+    if kind not in W8A8_LAYOUTS:
+        raise UnsupportedModelError(f"load_checkpoint_experts: {path} names model_quant_type {kind!r}; cam loads "
+                                    f"pre-quantized experts in {sorted(W8A8_LAYOUTS)} only")
+    return kind, description
+
+
+def checkpoint_quant_layout(directory: str) -> Optional[str]:
+    """The pre-quantized layout a checkpoint directory's :data:`QUANT_DESCRIPTION_FILE` names (a key of
+    :data:`W8A8_LAYOUTS`), or None for a float checkpoint; another type is refused by name."""
+    described = _quant_description(directory)
+    return None if described is None else described[0]
+
+
+def _check_described(description: Mapping, kind: str, keys, directory: str) -> None:
+    """Every routed expert weight must be listed in the description as ``kind``: the layout is read per tensor,
+    never assumed from the model-wide type."""
+    for key in keys:
+        if _PER_EXPERT_KEY.search(key) and key.endswith(".weight") and description.get(key) != kind:
+            raise ckpt.CheckpointConfigError(f"load_checkpoint_experts: {directory}/{QUANT_DESCRIPTION_FILE} lists "
+                                             f"{key} as {description.get(key)!r}, not {kind!r}")
+
+
 # ----------------------------------------------------------------------------- quantization
 
 
@@ -507,17 +680,24 @@ def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.to(torch.float32) * scale[:, None, :]
 
 
-def dequantized(layer: ExpertFFN, *, bits: int = 8, group_size: Optional[int] = None) -> ExpertFFN:
+def dequantized(layer: "ExpertFFN | QuantizedExpertFFN", *, bits: int = 8,
+                group_size: Optional[int] = None) -> ExpertFFN:
     """``layer`` with both weights replaced by their dequantized int8 (``bits=4``: int4, per channel or per
     ``group_size`` K rows) values (what cam computes with), for a native run that differs from cam's only in the
-    activations' quantization."""
+    activations' quantization. A :class:`QuantizedExpertFFN` is its stored ``q * scale`` (int8 only)."""
+    if isinstance(layer, QuantizedExpertFFN):
+        if bits != 8 or group_size is not None:
+            raise ValueError(f"dequantized: pre-quantized W8A8 experts are int8 per channel; bits={bits!r}, "
+                             f"group_size={group_size!r} do not apply")
+        return ExpertFFN(dequantize_weight(layer.w1, layer.w1_scale), dequantize_weight(layer.w2, layer.w2_scale),
+                         layer.swiglu_limit)
     def deq(w: torch.Tensor) -> torch.Tensor:
         q, s = quantize_weight(w, bits=bits, group_size=group_size)
         return dequantize_weight(q, s) if group_size is None else dequantize_weight_int4(q, s, group_size)
     return ExpertFFN(deq(layer.w1), deq(layer.w2), layer.swiglu_limit)
 
 
-def common_swiglu_limit(layers: Sequence[ExpertFFN]) -> Optional[float]:
+def common_swiglu_limit(layers: Sequence["ExpertFFN | QuantizedExpertFFN"]) -> Optional[float]:
     """The ``swiglu_limit`` of every layer in ``layers``: what an FFN rank passes to W1 (one limit per launch, and a
     batched launch spans layers). ValueError when the layers differ."""
     limits = {x.swiglu_limit for x in layers}
@@ -542,8 +722,13 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
     contiguous placement of an E that F does not divide (:meth:`cam.placement.Placement.contiguous`) its experts'
     range and ``slots = R``: the slots past the range are empty (zero weights and scales)."""
     layers = list(layers)
-    if not layers or not all(isinstance(x, ExpertFFN) for x in layers):
-        raise TypeError("layer_weights: layers must be a non-empty sequence of cam.convert.ExpertFFN")
+    quantized = bool(layers) and all(isinstance(x, QuantizedExpertFFN) for x in layers)
+    if not layers or not (quantized or all(isinstance(x, ExpertFFN) for x in layers)):
+        raise TypeError("layer_weights: layers must be a non-empty sequence of cam.convert.ExpertFFN (or, all of "
+                        "them, cam.convert.QuantizedExpertFFN)")
+    if quantized and (bits != 8 or group_size is not None):
+        raise ValueError(f"layer_weights: pre-quantized W8A8 experts are int8 per channel as shipped; bits={bits!r}"
+                         f", group_size={group_size!r} would need them re-quantized (only bits=8 loads them)")
     first = layers[0]
     for j, x in enumerate(layers):
         if x.w1.shape != first.w1.shape:
@@ -568,6 +753,12 @@ def layer_weights(layers: Sequence[ExpertFFN], experts: Optional[range] = None, 
     w2q: List[torch.Tensor] = []
     w2s: List[torch.Tensor] = []
     for x in layers:
+        if quantized:  # as shipped: the checkpoint's integers and scales
+            w1q.append(x.w1[sl].contiguous())
+            w1s.append(x.w1_scale[sl].contiguous())
+            w2q.append(x.w2[sl].contiguous())
+            w2s.append(x.w2_scale[sl].contiguous())
+            continue
         q, s = quantize_weight(x.w1[sl], bits=bits, group_size=group_size)
         w1q.append(q)
         w1s.append(s)
@@ -607,7 +798,9 @@ def checkpoint_config(directory: str, *, who: str = "cam.convert") -> Tuple[dict
 
 def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     """The routed experts of every MoE layer of a transformers checkpoint directory (``config.json`` and
-    ``*.safetensors``; experts in the consumer's W4A8 layout when its ``cam_w4a8.json`` names their layout), in
+    ``*.safetensors``; experts in the consumer's W4A8 layout when its ``cam_w4a8.json`` names their layout, or
+    pre-quantized int8 as shipped, :class:`QuantizedExpertFFN`, when its :data:`QUANT_DESCRIPTION_FILE` names a
+    :data:`W8A8_LAYOUTS` layout), in
     layer order: MoE layer ``j`` is the ``j``-th decoder layer that has experts (the
     work item's layer index). Refuses, by name, what the kernels do not compute (:func:`check_supported_config`).
 
@@ -636,13 +829,22 @@ def load_checkpoint_experts(directory: str) -> Tuple[List[ExpertFFN], dict]:
     prefixes = ckpt.expert_prefixes(tensors, directory)
     layer_ids = sorted(prefixes)
     consumer = _consumer_w4a8(directory)
+    described = _quant_description(directory)
+    if described is not None:
+        _check_described(described[1], described[0], [k for k in tensors if any(k.startswith(p) for p in
+                                                                                  prefixes.values())], directory)
     layers = []
     for i in layer_ids:
         # A refused tensor is named by its key (from_hf_state_dict) and here by the file(s) holding the layer.
         files = ", ".join(sorted({origin[k] for k in tensors if k.startswith(prefixes[i])}))
         try:
-            layers.append(from_hf_state_dict(tensors, prefixes[i], hidden_size=hidden, intermediate_size=intermediate,
-                                             swiglu_limit=limit, consumer_w4a8=consumer))
+            if described is not None:
+                layers.append(from_w8a8_state_dict(tensors, prefixes[i], layout=described[0], hidden_size=hidden,
+                                                   intermediate_size=intermediate, swiglu_limit=limit))
+            else:
+                layers.append(from_hf_state_dict(tensors, prefixes[i], hidden_size=hidden,
+                                                 intermediate_size=intermediate, swiglu_limit=limit,
+                                                 consumer_w4a8=consumer))
         except UnsupportedModelError:
             raise
         except (ValueError, KeyError, TypeError) as e:

@@ -140,8 +140,9 @@ def load_rank_experts(directory: str, experts: Sequence[int], progress=None, loa
     """The routed experts ``experts`` (ids, ascending and contiguous or not) of every MoE layer of a transformers
     checkpoint directory, read from the safetensors files tensor by tensor: an FFN rank reads only its experts'
     bytes, never the whole model. Returns ``(layers, info)`` as :func:`cam.convert.load_checkpoint_experts` does,
-    each layer an ``ExpertFFN`` of ``len(experts)`` experts in the order given. A checkpoint in the consumer's W4A8
-    layout (whole-layer tensors) is read whole by that function and sliced. ``progress(n, total)`` is called after
+    each layer an ``ExpertFFN`` of ``len(experts)`` experts in the order given. A pre-quantized W8A8 checkpoint
+    (``QuantizedExpertFFN`` layers) and one in the consumer's W4A8 layout (whole-layer tensors) are read whole by
+    that function and sliced. ``progress(n, total)`` is called after
     each MoE layer. ``loaded`` (a dict), when given, receives every whole tensor read, by its name in the files, so
     the caller can compare what it loaded with the checkpoint's identity (``cam.checkpoint_identity.check_loaded``)."""
     from safetensors import safe_open
@@ -151,6 +152,10 @@ def load_rank_experts(directory: str, experts: Sequence[int], progress=None, loa
 
     ids = [int(e) for e in experts]
     config, limit = convert.checkpoint_config(directory, who="cam-ffn")
+    if convert.checkpoint_quant_layout(directory) is not None:  # pre-quantized W8A8: integers and scales as shipped
+        layers, info = convert.load_checkpoint_experts(directory)
+        return [convert.QuantizedExpertFFN(x.w1[ids], x.w1_scale[ids], x.w2[ids], x.w2_scale[ids],
+                                           swiglu_limit=x.swiglu_limit) for x in layers], info
     if os.path.exists(os.path.join(directory, convert.CONSUMER_W4A8_FILE)):
         layers, info = convert.load_checkpoint_experts(directory)
         return [convert.ExpertFFN(x.w1[ids], x.w2[ids], swiglu_limit=x.swiglu_limit) for x in layers], info

@@ -525,9 +525,35 @@ def check_dataplane(rounds: int, device: str, seed: int = 0, load: bool = False)
 
 # ---------------------------------------------------------------- CLI
 
+# The AFD plugin's two published CAMAsyncAFDConnector recipes (docs/integrations.md, "vLLM AFD plugin"), as cam
+# topologies: attn_ranks_per_dp is P, the Attention ranks over it D, max_num_batched_tokens Bmax, the FFN ranks F;
+# both ship W8A8 checkpoints. DeepSeek-V3.2 (recipe/npu/CAMAsyncAFDConnector/deepseek_v3_2/README.md at the pinned
+# commit): AFD DP3 PCP8 + EP8, MBT 140000, the model cut to 10 layers (7 MoE). DeepSeek-V4-Flash (the plugin's
+# deploy-dsv4-flash-async skill, its default "legacy" layout): Attention DP2 TP4, FFN DP8/EP8, MBT 8192, 43 MoE layers.
+PLUGIN_RECIPES = {
+    "deepseek-v3.2 (DP3 PCP8 + EP8, MBT 140000, 7 MoE layers)":
+        (dict(D=3, P=8, F=8, E=256, K=8, H=7168, Bmax=140000, L=7), 2048),
+    "deepseek-v4-flash (DP2 TP4 + EP8, MBT 8192, 43 MoE layers)":
+        (dict(D=2, P=4, F=8, E=256, K=6, H=4096, Bmax=8192, L=43), 2048),
+}
+
+
+def plugin_plans(window_tokens: Optional[int] = None, weight_format: str = "w8a8") -> list:
+    """``[(recipe, cam.MemoryPlan)]`` of :data:`PLUGIN_RECIPES` (``window_tokens``: the topology's, None = Bmax)."""
+    from .memory import plan_memory
+    from .topology import Topology
+
+    return [(name, plan_memory(Topology(**dims, window_tokens=window_tokens), weight_format, intermediate=i))
+            for name, (dims, i) in PLUGIN_RECIPES.items()]
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cam-qualify", description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="check prerequisites and list the steps; run nothing")
+    p.add_argument("--plan", action="store_true", help="print cam's memory per rank (cam.plan_memory) for the vLLM "
+                   "AFD plugin's two published recipes and exit; runs nothing on a device")
+    p.add_argument("--window-tokens", type=int, default=None, help="with --plan: the topologies' window_tokens "
+                   "(default: Bmax, one window round per layer)")
     p.add_argument("--source", default=".", help="the cam checkout to build (default: the current directory)")
     p.add_argument("--json", default="cam-support-matrix.json", help="where the support matrix goes")
     p.add_argument("--device", default="npu", help=argparse.SUPPRESS)
@@ -545,6 +571,18 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None, runner: Callable[[Step], tuple] = run_subprocess) -> int:
     args = _parser().parse_args(argv)
+    if args.window_tokens is not None and not args.plan:
+        print("cam-qualify: --window-tokens needs --plan", file=sys.stderr)
+        return 2
+    if args.plan:
+        try:
+            plans = plugin_plans(args.window_tokens)
+        except ValueError as e:
+            print(f"cam-qualify --plan: {e}", file=sys.stderr)
+            return 2
+        for recipe, memory in plans:
+            print(f"{recipe}\n{memory}")
+        return 0
     if args.op:  # one op step, inside its subprocess
         check_op(args.op, args.m, args.k, args.n, args.device)
         print(f"{args.op} m={args.m} k={args.k} n={args.n}: ok")

@@ -89,6 +89,25 @@ def test_report_sums_gmm_launches_and_takes_the_slowest_rank(tmp_path):
     assert predict._op_cost("dispatch_send", parsed, "a3", "lo") is None
 
 
+def test_with_several_attention_ranks_the_combine_is_costed_from_its_own_groups(tmp_path):
+    # --attention 4: the plane section's combine launches are not the op's; combine_send's slowest work item in the
+    # spread groups (3.0 s), combine_recv's slowest launch after them (4.0 s).
+    path = tmp_path / "t.jsonl"
+    lines = [{"constants": {"a3": {}, "a2": {}}}, {"marker": "plane"}, _launch("cam_dispatch_send", "a3", "lo", 1.0),
+             _launch("cam_combine_send", "a3", "lo", 50.0), {"marker": "combine_spread"},
+             _launch("cam_combine_send", "a3", "lo", 2.0), _launch("cam_combine_send", "a3", "lo", 3.0),
+             {"marker": "combine_recv"}, _launch("cam_combine_recv", "a3", "lo", 4.0),
+             _launch("cam_combine_recv", "a3", "lo", 1.5)]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    parsed = predict._parse(str(path))
+    assert predict._op_cost("combine_send", parsed, "a3", "lo")["predicted_s"] == 3.0
+    assert predict._op_cost("combine_recv", parsed, "a3", "lo")["predicted_s"] == 4.0
+    assert predict._op_cost("dispatch_send", parsed, "a3", "lo")["predicted_s"] == 1.0
+    # The shapes are cam-sim's models' (H, I, E, top-K), 8 FFN ranks each; deepseek-v3 is the record's default.
+    assert predict.SHAPES["deepseek-v3"] == predict.SHAPE
+    assert predict.SHAPES["deepseek-v4-flash"] == {"H": 4096, "I": 2048, "E": 256, "K": 6, "F": 8}
+
+
 def test_link_floor_is_named_the_critical_resource():
     consts = {"link_bytes_per_s_rank": 10.0, "launch_seconds": 0.0}
     rec = _launch("cam_combine_send", "a3", "lo", 2.0)

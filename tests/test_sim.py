@@ -260,7 +260,7 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match="deadlock"):
         SimTopology(D=1, F=1, slots=1, ubatches=2)
     SimTopology(D=1, F=1, slots=1, ubatches=1)
-    with pytest.raises(ValueError, match="smaller than one token's rows"):
+    with pytest.raises(ValueError, match="below one work item's rows"):
         simulate(shape(top_k=2), SimTopology(D=1, F=1), workload([0.0], [1], [0], budget=4), costs(), batch_rows=1)
     with pytest.raises(ValueError, match="capacity"):
         SimTopology(D=1, F=1, capacity=0)
@@ -631,18 +631,20 @@ def test_batching_serves_every_ready_item_in_one_launch():
     m = shape()
     c = costs(w1={"fixed_s": 1.0}, ffn_wake={"fixed_s": 0.5})
     wl = workload([0.0] * 3, [1] * 3, [0, 1, 2], budget=100)
-    one = simulate(m, SimTopology(D=3, F=1), wl, c, per_request=True)
+    # capacity 2: a budget of 2 holds a work item (the serving path's rule; the 1-row rounds are never chunked).
+    topo = SimTopology(D=3, F=1, capacity=2)
+    one = simulate(m, topo, wl, c, per_request=True)
     assert one["makespan_s"] == pytest.approx(3.5) and one["launches"] == 3
-    big = simulate(m, SimTopology(D=3, F=1), wl, c, per_request=True, batch_rows=8)
+    big = simulate(m, topo, wl, c, per_request=True, batch_rows=8)
     assert big["makespan_s"] == pytest.approx(1.5) and big["launches"] == 1 and big["work_items"] == 3
-    sim = _traced(m, SimTopology(D=3, F=1), wl, c, batch_rows=2)
+    sim = _traced(m, topo, wl, c, batch_rows=2)
     assert [(ds, rows) for _, _, ds, rows in sim.trace["launches"]] == [([0, 1], 2), ([2], 1)]
-    small = simulate(m, SimTopology(D=3, F=1), wl, c, per_request=True, batch_rows=2)
+    small = simulate(m, topo, wl, c, per_request=True, batch_rows=2)
     assert sorted(small["ttft_per_request_s"].values()) == pytest.approx([1.5, 1.5, 2.5])
     # A snapshot: with no wake-up delay the first publish starts a launch at once, and the rounds published at the
     # same instant after it are not waited for (they form the next launch).
     c0 = costs(w1={"fixed_s": 1.0})
-    sim = _traced(m, SimTopology(D=3, F=1), wl, c0, batch_rows=8)
+    sim = _traced(m, topo, wl, c0, batch_rows=8)
     assert [ds for _, _, ds, _ in sim.trace["launches"]] == [[0], [1, 2]]
 
 
@@ -658,6 +660,9 @@ def test_batched_protocol_rules_hold(D, F, n, seed, cap, budget, mode):
     c = costs(attention={"fixed_s": 0.01, "per_token_s": 0.003}, w1={"fixed_s": 0.002, "per_row_s": 0.001},
               combine_recv={"fixed_s": 0.001}, ffn_wake={"fixed_s": 0.0005}, barrier={"fixed_s": 0.001})
     wl = SimWorkload(np.sort(rng.uniform(0, 0.5, n)), rng.integers(1, 12, n), np.arange(n) % D, token_budget=16)
+    # A work item fits the budget (the serving path's rule): capped at the budget where the worst case, 16 tokens
+    # of top-2, would not fit it.
+    cap = min(cap, budget) if cap is not None else (None if 16 * 2 <= budget else budget)
     sim = _traced(m, SimTopology(D=D, F=F, capacity=cap), wl, c, mode=mode, seed=seed, batch_rows=budget)
     pub = {g: (d, t) for g, d, t in sim.trace["publish"]}
     for f in range(F):

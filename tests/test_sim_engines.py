@@ -287,7 +287,9 @@ def test_two_stage_runs_serve_every_request_and_respect_the_bound(seed):
     wl = SimWorkload(np.sort(rng.uniform(0, 0.3, n)), rng.integers(1, 40, n), np.arange(n) % D, token_budget=32,
                      chunked=bool(seed % 2))
     topo = SimTopology(D=D, F=F, capacity=int(rng.integers(4, 40)), ubatch_split="tokens" if seed % 3 else "requests")
-    r = simulate(m, topo, wl, c, two_stage=True, batch_rows=int(rng.integers(8, 64)) if seed % 2 else None,
+    # A row budget holds one work item (the serving path's rule): at least the capacity.
+    r = simulate(m, topo, wl, c, two_stage=True,
+                 batch_rows=max(topo.capacity, int(rng.integers(8, 64))) if seed % 2 else None,
                  per_request=True)
     assert len(r["ttft_per_request_s"]) == n and all(v > 0 for v in r["ttft_per_request_s"].values())
     assert r["critical_path_s"] <= r["makespan_s"] + 1e-9

@@ -31,7 +31,7 @@ FIGURES = ("rate_req_s", "afd_tok_s", "afd_ttft_p50_s", "afd_ttft_p99_s", "afd_s
 CAM_OPS = ("dispatch_send", "combine_recv", "dispatch_recv", "w1", "w2", "combine_send")
 
 # (name, where, what it is). where: ("op", op, term) scales the device file's entry; ("flag", flag, default) a cam-sim
-# flag. Every one is a labelled assumption of cam/sim/devices/ascend-a3-like.json (meta.assumptions), a cited stand-in
+# flag. Every one is a labelled assumption of the study's device file (meta.assumptions), a cited stand-in
 # (costs.CITED_DEFAULTS) or a workload parameter the public measurement does not give.
 CONSTANTS: List[Tuple[str, tuple, str]] = [
     ("attention TFLOPS", ("op", "attention", "tflops"), "50% of BF16 peak (assumed efficiency)"),
@@ -44,11 +44,10 @@ CONSTANTS: List[Tuple[str, tuple, str]] = [
     ("sync barrier", ("op", "barrier", "fixed_s"), "30 us per barrier (assumed)"),
     ("TP all-reduce GB/s", ("op", "tp_all_reduce", "net_gbps"), "125 GB/s, DeepEP-Ascend's HCCS rate as a stand-in"),
     ("prompt-length sigma", ("flag", "--sigma", 0.8), "lognormal log-std (the measurement's lengths are a real mix)"),
-    # Not an assumption but a use of the kernel-derived costs outside their fit: the device file's per-token and
-    # per-row terms of cam's ops were fitted at DeepSeek-V3's H 7168, top-8 (benchmarks/fit_sim_devices.py) and the
-    # study applies them unchanged to DeepSeek-V4-Flash's H 4096, top-6, so it is varied like one.
+    # Not an assumption but the twin timing model's prediction of cam's own ops (their per-token and per-row terms,
+    # fitted at the study's DeepSeek-V4-Flash shape, benchmarks/fit_sim_devices.py): a model, varied like one.
     ("cam op per-token/row terms", ("ops", CAM_OPS, ("per_token_s", "per_row_s")),
-     "fitted at H 7168 top-8, applied at H 4096 top-6"),
+     "the twin timing model's lines, fitted at H 4096 top-6"),
 ]
 
 # Why a constant can move nothing at this setting, checked against the model and modes actually run.
@@ -90,8 +89,16 @@ def _at(rows: List[Dict], load: float) -> Dict:
     raise ValueError(f"no row at load {load}")
 
 
-def run(loads: List[float], extra: List[str], workdir: str, costs: str = "ascend-a3-like",
+def study_costs() -> str:
+    """The device file the afd-a3 study runs on (its --costs)."""
+    from cam.sim.serving import STUDIES
+    flags = STUDIES["afd-a3"]
+    return flags[flags.index("--costs") + 1]
+
+
+def run(loads: List[float], extra: List[str], workdir: str, costs: Optional[str] = None,
         constants=CONSTANTS, log=print) -> dict:
+    costs = costs or study_costs()
     base_dev = load_device(costs)
     load_flag = ["--loads", ",".join(f"{x:g}" for x in loads)]
     common = load_flag + ["--mode", "async,colocated"] + list(extra)

@@ -1,5 +1,6 @@
 """cam-bench predict: the twin's timing model's PREDICTION of each op's time on an Ascend A3 or A2 die at
-DeepSeek-V3 shapes (H 7168, I 2048, E 256, top-8, 8 FFN ranks), beside the op's bound from its semantics
+DeepSeek-V3 shapes (H 7168, I 2048, E 256, top-8, 8 FFN ranks; --shape another model's experts, --attention more
+Attention ranks sending into them), beside the op's bound from its semantics
 (cam.bench.bounds). Nothing here is a measurement: the kernels run on the twin (CPU) with CAM_TWIN_TIMING set, each
 launch's instruction record is costed for A2 and A3 at both ends of the assumed L2 bandwidth range
 (docs/twin.md, "Timing model"), and the table prints the model's numbers.
@@ -19,10 +20,15 @@ import sys
 import tempfile
 import time
 
+from ..sim.shapes import DEEPSEEK_V3, DEEPSEEK_V4_FLASH
 from .bounds import FFN_CHAIN, OPS, ffn_chain_bound, op_bound, routing_stats
 from .common import json_path, print_table
 
 SHAPE = {"H": 7168, "I": 2048, "E": 256, "K": 8, "F": 8}
+# --shape: the expert shapes of the models cam-sim plans for (cam.sim.shapes, each cited there), 8 FFN ranks as
+# above; deepseek-v3 is SHAPE.
+SHAPES = {name: {"H": m.hidden, "I": m.moe_intermediate, "E": m.experts, "K": m.top_k, "F": SHAPE["F"]}
+          for name, m in (("deepseek-v3", DEEPSEEK_V3), ("deepseek-v4-flash", DEEPSEEK_V4_FLASH))}
 ROUNDS = (4096, 8192, 16384)
 ROUTINGS = ("uniform", "skewed", "placed")
 REPLICATED = 8  # "placed": the skewed routing with its hottest experts given a second replica (cam.placement)
@@ -45,11 +51,11 @@ EXTERNAL_A3_EP8_4096 = {"dispatch": 146e9, "combine": 125e9}
 PLATFORM = "ascend910_93"  # one A3 die; an A2 (910B1) has the same core counts and memories, so one trace serves both
 
 
-def _ids(tokens: int, routing: str):
+def _ids(tokens: int, routing: str, shape: dict = SHAPE, seed: int = 0):
     import torch
 
-    g = torch.Generator().manual_seed(tokens)
-    E, K = SHAPE["E"], SHAPE["K"]
+    g = torch.Generator().manual_seed(tokens + seed)
+    E, K = shape["E"], shape["K"]
     if routing == "uniform":  # K distinct experts per token, uniformly at random
         return torch.rand(tokens, E, generator=g).argsort(dim=1)[:, :K].to(torch.int32)
     if routing in ("skewed", "placed"):
@@ -62,7 +68,7 @@ def _ids(tokens: int, routing: str):
     raise ValueError(f"routing {routing!r} is not one of {ROUTINGS}")
 
 
-def _placement(ids, routing: str):
+def _placement(ids, routing: str, shape: dict = SHAPE):
     """For "placed": Placement.balanced with the REPLICATED hottest experts of this round replicated, as
     cam.placement would place them; None (the contiguous placement) otherwise."""
     if routing != "placed":
@@ -71,8 +77,8 @@ def _placement(ids, routing: str):
 
     from cam.placement import Placement
 
-    hot = torch.bincount(ids.flatten().to(torch.int64), minlength=SHAPE["E"]).argsort(descending=True)
-    return Placement.balanced(SHAPE["E"], SHAPE["F"], 1, replicate=hot[:REPLICATED].tolist())
+    hot = torch.bincount(ids.flatten().to(torch.int64), minlength=shape["E"]).argsort(descending=True)
+    return Placement.balanced(shape["E"], shape["F"], 1, replicate=hot[:REPLICATED].tolist())
 
 
 def _mark(path: str, name: str) -> None:
@@ -83,8 +89,13 @@ def _mark(path: str, name: str) -> None:
 WEIGHTS = ("w8a8", "w4a8")  # the GMMs' expert weights: int8, or int4 packed (W4A8, docs/gmm.md §9)
 
 
-def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8") -> int:
-    """Runs every op once at this round size with timing on (CAM_TWIN_TIMING=out set by the parent)."""
+def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8", shape_name: str = "deepseek-v3",
+            attention: int = 1) -> int:
+    """Runs every op once at this round size with timing on (CAM_TWIN_TIMING=out set by the parent). With
+    ``attention`` > 1 Attention ranks, each sends ``tokens`` tokens (routed with its own seed); each FFN
+    rank takes one work item from each, and the combine runs in ``attention`` groups, one item per FFN rank each,
+    FFN rank f sending to Attention rank (f + j) % attention in group j: every Attention rank's ingress shared by
+    F / attention FFN ranks (with one Attention rank, by all F)."""
     import threading
     import uuid
 
@@ -92,22 +103,30 @@ def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8") ->
 
     import cam
 
-    H, I, E, K, F = (SHAPE[k] for k in ("H", "I", "E", "K", "F"))
-    ids = _ids(tokens, routing)
-    placement = _placement(ids, routing)
-    stats = routing_stats(ids, E, F, placement.route(0, ids) if placement is not None else None)
+    shape = SHAPES[shape_name]
+    H, I, E, K, F = (shape[k] for k in ("H", "I", "E", "K", "F"))
+    A = attention
+    ids_of = [_ids(tokens, routing, shape, seed=7919 * a) for a in range(A)]
+    placement = _placement(torch.cat(ids_of), routing, shape)
+    item_stats = [routing_stats(ids, E, F, placement.route(0, ids) if placement is not None else None)
+                  for ids in ids_of]
+    stats = {"rows": [sum(st["rows"][f] for st in item_stats) for f in range(F)],
+             "pairs": [sum(st["pairs"][f] for st in item_stats) for f in range(F)],
+             "pairs_total": sum(st["pairs_total"] for st in item_stats),
+             "counts": [[sum(c) for c in zip(*(st["counts"][f] for st in item_stats))] for f in range(F)]}
     g = torch.Generator().manual_seed(1)
-    x = (torch.randn(tokens, H, generator=g)).to(torch.bfloat16)
+    xs_in = [torch.randn(tokens, H, generator=g).to(torch.bfloat16) for _ in range(A)]
 
     _mark(out, "dynamic_quant")
-    cam.ops.dynamic_quant(x)
+    cam.ops.dynamic_quant(xs_in[0])
 
-    # One plane round: Attention rank 0, FFN ranks 1..8.
+    # One plane round: Attention ranks 0..A-1, FFN ranks A..A+F-1.
     _mark(out, "plane")
     # Windows and the FFN working set sized to this round's routing, not the worst case (P * Bmax * K rows per FFN
     # rank: 8 GiB of expert rows at 16384 tokens, more than this machine should hold for a prediction).
-    topo = cam.Topology(D=1, P=1, F=F, E=E, K=K, H=H, Bmax=tokens, L=1, slots=1, quantized=True,
-                        capacity=max(stats["rows"]), window_tokens=max(stats["pairs"]),
+    topo = cam.Topology(D=A, P=1, F=F, E=E, K=K, H=H, Bmax=tokens, L=1, slots=1, quantized=True,
+                        capacity=max(max(st["rows"]) for st in item_stats),
+                        window_tokens=max(max(st["pairs"]) for st in item_stats),
                         expert_slots=placement.slots_per_rank if placement is not None else None)
     weights = torch.rand(tokens, K, generator=g)
     barrier = threading.Barrier(topo.world_size, timeout=1800)
@@ -120,18 +139,35 @@ def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8") ->
                           placement=placement) as comm:
                 barrier.wait()
                 if comm.is_attention:
-                    cam.ops.dispatch_send(comm, x, ids, 0)
+                    cam.ops.dispatch_send(comm, xs_in[rank], ids_of[rank], 0)
                     barrier.wait()
-                    cam.ops.combine_recv(comm, ids, weights)
+                    if A > 1:
+                        for _ in range(A + 1):  # the FFN ranks' combine groups, one item each, then their end
+                            barrier.wait()
+                        if rank == 0:
+                            _mark(out, "combine_recv")
+                        barrier.wait()
+                    cam.ops.combine_recv(comm, ids_of[rank], weights)
                 else:
-                    item = None
-                    while item is None:
+                    items = {}
+                    while len(items) < A:
                         _, _, _, wi = cam.ops.dispatch_recv(comm)
-                        if not cam.WorkItem(wi).is_empty:
-                            item = wi
+                        item = cam.WorkItem(wi)
+                        if not item.is_empty:
+                            items[item.replica] = wi
                     barrier.wait()
                     expert_out = torch.zeros((topo.recv_rows, H), dtype=torch.bfloat16)
-                    cam.ops.combine_send(comm, expert_out, item)
+                    f = rank - A
+                    if A == 1:
+                        cam.ops.combine_send(comm, expert_out, items[0])
+                        return
+                    for j in range(A):
+                        if j == 0 and f == 0:
+                            _mark(out, "combine_spread")
+                        barrier.wait()  # one group per j: no two of them overlap in host time
+                        cam.ops.combine_send(comm, expert_out, items[(f + j) % A])
+                    barrier.wait()
+                    barrier.wait()
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
             barrier.abort()
@@ -144,7 +180,7 @@ def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8") ->
     if errors:
         raise errors[0]
 
-    # W1 and W2 on the most loaded FFN rank's rows and group sizes.
+    # W1 and W2 on the most loaded FFN rank's rows and group sizes (every work item's rows together).
     r = max(range(F), key=lambda i: stats["rows"][i])
     rows, counts = stats["rows"][r], stats["counts"][r]
     e_local = placement.slots_per_rank if placement is not None else E // F
@@ -165,6 +201,7 @@ def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8") ->
     _mark(out, "end")
     with open(out, "a") as f:
         f.write(json.dumps({"routing_stats": {k: stats[k] for k in ("rows", "pairs", "pairs_total")},
+                            "item_rows": [st["rows"] for st in item_stats],
                             "critical_rank": r, "critical_counts": counts}) + "\n")
     return 0
 
@@ -205,11 +242,16 @@ def _op_cost(op: str, parsed: dict, device: str, l2: str) -> dict | None:
     """The op's predicted cost: the sum of its launches (GMM: the cube launch and its epilogue); for a plane op, the
     slowest rank's launch (every FFN rank runs its own)."""
     section = "plane" if op in ("dispatch_send", "dispatch_recv", "combine_send", "combine_recv") else op
+    # Several Attention ranks: the combine's own groups (_worker), each launch one work item.
+    if op == "combine_send" and "combine_spread" in parsed["launches"]:
+        section = "combine_spread"
+    if op == "combine_recv" and "combine_recv" in parsed["launches"]:
+        section = "combine_recv"
     recs = [r for r in parsed["launches"].get(section, [])
             if r["kernel"] in _KERNELS[op] and r["device"] == device and r["l2"] == l2]
     if not recs:
         return None
-    if section == "plane":
+    if section in ("plane", "combine_spread", "combine_recv"):
         recs = [max(recs, key=lambda r: r["seconds"])]
     total = sum(r["seconds"] for r in recs)
     busy, stalls = {}, {}
@@ -238,11 +280,16 @@ def _op_cost(op: str, parsed: dict, device: str, l2: str) -> dict | None:
 
 
 def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, trace: str | None = None,
-            trace_kernel: str = "cam_gmm_int8_cube", weights: str = "w8a8") -> dict:
+            trace_kernel: str = "cam_gmm_int8_cube", weights: str = "w8a8", shape: str = "deepseek-v3",
+            attention: int = 1) -> dict:
     """Runs each round size's worker and costs what it recorded. trace: write the first round's first launch of
-    `trace_kernel` as a Perfetto trace (one track per pipe per core; A3, L2 low end)."""
-    results = {"label": "model prediction (twin timing model), not a measurement", "shape": dict(SHAPE),
+    `trace_kernel` as a Perfetto trace (one track per pipe per core; A3, L2 low end). shape: a key of SHAPES;
+    attention: Attention ranks, each sending 1/attention of the round's tokens (_worker), so that an FFN rank's rows
+    are the round's whatever the ranks."""
+    results = {"label": "model prediction (twin timing model), not a measurement", "shape": dict(SHAPES[shape]),
+               "shape_name": shape, "attention_ranks": attention,
                "routing": routing, "weights": weights, "platform_traced": PLATFORM, "rounds": []}
+    dims = SHAPES[shape]
     for tokens in rounds:
         with tempfile.TemporaryDirectory(prefix="cam-predict-") as d:
             path = os.path.join(d, "timing.jsonl")
@@ -250,8 +297,8 @@ def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, 
             if trace and tokens == rounds[0]:
                 env.update(CAM_TWIN_TIMING_TRACE=os.path.abspath(trace), CAM_TWIN_TIMING_TRACE_KERNEL=trace_kernel)
             t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "cam.bench.predict", "--_worker", str(tokens), routing, path,
-                                   weights],
+            proc = subprocess.run([sys.executable, "-m", "cam.bench.predict", "--_worker", str(tokens // attention), routing,
+                                   path, weights, shape, str(attention)],
                                   env=env, capture_output=True, text=True, timeout=timeout_s)
             wall = time.perf_counter() - t0
             if proc.returncode != 0:
@@ -260,14 +307,16 @@ def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, 
         results["constants"] = parsed["constants"]
         st = parsed["stats"]
         r = st["critical_rank"]
-        shape = {"tokens": tokens, **{k: SHAPE[k] for k in ("H", "I", "E", "K", "F")},
-                 "rows": st["routing_stats"]["rows"][r], "pairs": st["routing_stats"]["pairs"][r],
-                 "pairs_total": st["routing_stats"]["pairs_total"],
-                 "active_experts": sum(1 for c in st["critical_counts"] if c)}
-        entry = {"tokens": tokens, "wall_s": wall, "ffn_rank_rows": shape["rows"], "devices": {}}
+        bound_shape = {"tokens": tokens, **{k: dims[k] for k in ("H", "I", "E", "K", "F")},
+                       "rows": st["routing_stats"]["rows"][r], "pairs": st["routing_stats"]["pairs"][r],
+                       "pairs_total": st["routing_stats"]["pairs_total"],
+                       "active_experts": sum(1 for c in st["critical_counts"] if c)}
+        entry = {"tokens": tokens, "wall_s": wall, "ffn_rank_rows": bound_shape["rows"], "devices": {}}
+        if attention > 1:  # rows of each (Attention rank, FFN rank) work item: combine_send's own x
+            entry.update(tokens_per_attention_rank=tokens // attention, item_rows=st["item_rows"])
         for device in ("a3", "a2"):
             consts = parsed["constants"][device]
-            bounds = {op: op_bound(op, **shape, device=consts) for op in OPS}
+            bounds = {op: op_bound(op, **bound_shape, device=consts) for op in OPS}
             ops = {}
             for op in OPS:
                 lo, hi = _op_cost(op, parsed, device, "lo"), _op_cost(op, parsed, device, "hi")
@@ -316,7 +365,8 @@ def print_prediction(results: dict, device: str) -> None:
         print_table(
             f"MODEL PREDICTION for {device.upper()} (not a measurement): {results.get('weights', 'w8a8')} "
             f"experts (bounds: W8A8's), {entry['tokens']} tokens, "
-            f"{results['routing']} top-{SHAPE['K']}, FFN rank rows {entry['ffn_rank_rows']}; µs; busy = critical "
+            f"{results['routing']} top-{results['shape']['K']} ({results.get('shape_name', 'deepseek-v3')} shape, "
+            f"{results.get('attention_ranks', 1)} Attention rank(s)), FFN rank rows {entry['ffn_rank_rows']}; µs; busy = critical "
             f"core's pipe busy fraction; time range = L2 bandwidth high-low end; stalls summed over cores; "
             f"a plane op's time runs from its phase's start and includes its waits on peers' writes; scalar (S) time is "
             f"the least certain term; twin wall {entry['wall_s']:.0f} s",
@@ -337,9 +387,17 @@ def _run(args) -> int:
         if t < 1:
             raise SystemExit(f"--rounds: {t} tokens is not a positive count")
     runs = []
-    for i, (routing, weights) in enumerate((r, w) for r in args.routing for w in args.weights):
+    for a in args.attention:
+        if not 1 <= a <= 16:
+            raise SystemExit(f"--attention: {a} Attention ranks is not in [1, 16]")
+        for t in args.rounds:
+            if t % a:
+                raise SystemExit(f"--attention {a}: a round of {t} tokens does not split evenly over {a} ranks")
+    combos = [(r, w, a) for a in args.attention for r in args.routing for w in args.weights]
+    for i, (routing, weights, attention) in enumerate(combos):
         results = predict(rounds=tuple(args.rounds), routing=routing, timeout_s=args.timeout,
-                          trace=args.trace if i == 0 else None, trace_kernel=args.trace_kernel, weights=weights)
+                          trace=args.trace if i == 0 else None, trace_kernel=args.trace_kernel, weights=weights,
+                          shape=args.shape, attention=attention)
         print_prediction(results, args.device)
         runs.append(results)
     if args.json:
@@ -361,6 +419,13 @@ def add_parsers(sub) -> None:
                         f"{REPLICATED} hottest experts replicated by a placement table (default uniform)")
     p.add_argument("--weights", nargs="+", choices=list(WEIGHTS), default=["w8a8"],
                    help="the GMMs' expert weights: w8a8 int8, w4a8 int4 packed (docs/gmm.md §9); default w8a8")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="deepseek-v3",
+                   help="the experts' shape (H, I, E, top-K of cam.sim's model; 8 FFN ranks): the shape a cam-sim "
+                        "study runs, for its device file's per-row lines (default deepseek-v3)")
+    p.add_argument("--attention", type=int, nargs="+", default=[1],
+                   help="Attention ranks (one run per value), each sending 1/N of the round's tokens; above 1 each "
+                        "FFN rank's combine_send is costed one work item at a time, every Attention rank's ingress "
+                        "shared by F / N FFN ranks (default 1: all 8 share it)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per round size's child process")
     p.add_argument("--trace", metavar="FILE", help="write the first round's first launch of --trace-kernel as a "
                                                    "Perfetto trace (one track per pipe per core)")
@@ -370,7 +435,7 @@ def add_parsers(sub) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) in (5, 6) and sys.argv[1] == "--_worker":
-        sys.exit(_worker(int(sys.argv[2]), *sys.argv[3:]))
+    if len(sys.argv) in (5, 6, 7, 8) and sys.argv[1] == "--_worker":
+        sys.exit(_worker(int(sys.argv[2]), *sys.argv[3:7], *(int(a) for a in sys.argv[7:])))
     print("usage: cam-bench predict ...", file=sys.stderr)
     sys.exit(2)

@@ -144,6 +144,9 @@ class CheckpointModel(PrefillReference):
                              f"load_model picks the class)")
         self._camtf = camtf
         self._directory = directory
+        if self.weight_bits != 8 and convert.checkpoint_quant_layout(directory) is not None:
+            raise ValueError(f"--checkpoint {directory!r} holds pre-quantized W8A8 experts; --weights {weights} "
+                             "would quantize them again (use --weights w8a8)")
         # What every FFN rank's W1 applies, and the golden with it: the config's limit (checkpoint_shape), checked
         # against the experts' own once they are loaded.
         self.swiglu_limit = self.config.swiglu_limit
@@ -183,11 +186,21 @@ class CheckpointModel(PrefillReference):
             raise ValueError(f"--checkpoint {directory!r}: the experts' swiglu_limit {limit!r} is not "
                              f"the config's {self.config.swiglu_limit!r}")
         w1, w1_scale, w2, w2_scale = [], [], [], []
-        for ffn in experts:
-            for w, q_list, s_list in ((ffn.w1, w1, w1_scale), (ffn.w2, w2, w2_scale)):
-                q, s = convert.quantize_weight(w, bits=self.weight_bits)
-                q_list.append(q)
-                s_list.append(s)
+        if all(isinstance(ffn, convert.QuantizedExpertFFN) for ffn in experts):
+            # A pre-quantized W8A8 checkpoint: its integers and scales as shipped (--weights w8a8, checked in
+            # __init__).
+            for ffn in experts:
+                w1.append(ffn.w1)
+                w1_scale.append(ffn.w1_scale)
+                w2.append(ffn.w2)
+                w2_scale.append(ffn.w2_scale)
+        else:
+            for ffn in experts:
+                for w, q_list, s_list in ((ffn.w1, w1, w1_scale), (ffn.w2, w2, w2_scale)):
+                    q, s = convert.quantize_weight(w, bits=self.weight_bits)
+                    q_list.append(q)
+                    s_list.append(s)
+        # experts: native_check's weights, convert.dequantized of each (a W8A8 one's stored q * scale)
         self.__dict__.update(experts=experts, w1=w1, w1_scale=w1_scale, w2=w2, w2_scale=w2_scale)
 
     @property

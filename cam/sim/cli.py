@@ -131,9 +131,11 @@ def _parse(argv):
     g.add_argument("--batch-items", action="store_true",
                    help="snapshot batching: an FFN rank serves every ready item, up to --row-budget rows, in one "
                         "grouped-matmul launch (default: one work item per dispatch_recv)")
-    # 8192: the budget of the recorded study (docs/sim.md §7), kept so that it reproduces.
+    # 8192: the budget of the recorded study (docs/sim.md §7, with its --capacity 8192), kept so that it reproduces.
     add_row_budget_flag(g, default=8192, dest="batch_rows", deprecated=("--batch-rows",),
-                        help="row budget of one batched launch (>= top-k; default 8192, the recorded study's)")
+                        help="row budget of one batched launch, checked by the serving path's rule "
+                             "(cam.serve.ServePolicy): at least one work item's rows, min(--capacity, P*Bmax*K), "
+                             "Bmax the largest step's tokens per participant; default 8192, the recorded study's")
     g.add_argument("--slo", type=float, default=None, help="TTFT SLO in seconds for SLO-compliant throughput")
     g.add_argument("--sweep", action="store_true",
                    help="sweep the A:F split: every F dividing the experts with D = (total - F) / P >= 1")
@@ -302,7 +304,38 @@ def _splits(args, model: ModelShape):
     return out
 
 
+# Progress lines (stderr): none before a run has taken this long, then at most one per interval, so a short run
+# stays silent and a study's minute of bisection says what it is doing.
+PROGRESS_AFTER_S = 3.0
+PROGRESS_EVERY_S = 5.0
+
+
+class Progress:
+    """``tick(what)`` before each simulation: prints ``cam-sim: [N s] what`` on stderr once the run is older than
+    PROGRESS_AFTER_S, at most every PROGRESS_EVERY_S; silent with --quiet."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.start = time.perf_counter()
+        self.last = None
+
+    def tick(self, what: str) -> None:
+        now = time.perf_counter()
+        if self.quiet or now - self.start < PROGRESS_AFTER_S or \
+                (self.last is not None and now - self.last < PROGRESS_EVERY_S):
+            return
+        self.last = now
+        print(f"cam-sim: [{now - self.start:.0f} s] {what}", file=sys.stderr, flush=True)
+
+
+def _progress(args) -> Progress:
+    if getattr(args, "progress", None) is None:
+        args.progress = Progress(args.quiet)
+    return args.progress
+
+
 def simulate_grid(args) -> dict:
+    args.progress = Progress(args.quiet)
     model = _model(args)
     costs = CostModel.load(args.costs)
     if args.cam_run_preset:
@@ -315,10 +348,10 @@ def simulate_grid(args) -> dict:
         if args.cam_run_preset not in CAM_RUN_PRESETS:
             raise ValueError(f"--cam-run-preset must be one of {sorted(CAM_RUN_PRESETS)}, got {args.cam_run_preset!r}")
         args.rates = [CAM_RUN_PRESETS[args.cam_run_preset].arrival_rate]  # the preset brings its own arrivals
-    if args.batch_items and args.batch_rows < model.top_k:
-        raise ValueError(f"--row-budget ({args.batch_rows}) is smaller than one token's rows (top-k {model.top_k})")
     afd = [m for m in args.mode if m != "colocated"]
     plan = [(D, F, afd, args.participants) for D, F in _splits(args, model)] if afd else []
+    if args.batch_items:
+        check_row_budget(args, model, plan)
     # The colocated deployment (and the load axis's baseline) on as many devices as the AFD one.
     N = args.devices or (args.total_ranks if args.sweep and args.total_ranks else
                          args.replicas * args.participants + args.ffn)
@@ -341,12 +374,15 @@ def simulate_grid(args) -> dict:
             print(f"colocated N={N} sustains {load_axis['rate_req_s']:.4g} req/s (>= {args.sustain:.0%} of requests "
                   f"within the {args.slo:g} s TTFT SLO; bisection over {len(load_axis['bisection'])} rates); "
                   f"loads {', '.join(f'{x:g}' for x in args.loads)}", flush=True)
+    total = sum(len(modes) for *_, modes, _ in plan) * len(args.rates)
     for D, F, modes, tp in plan:
         colocated = modes == ["colocated"]
         topo = _topology(args, D, F, colocated, tp)
         for i, rate in enumerate(args.rates):
             wl = _workload(args, D, rate, colocated)
             for mode in modes:
+                where = f"N={F} DP{D}xTP{tp}" if colocated else f"D={D} F={F}"
+                _progress(args).tick(f"run {len(runs) + 1}/{total}: {mode} {where} at {rate:.4g} req/s")
                 t0 = time.perf_counter()
                 rep = _simulate(args, model, topo, wl, costs, mode)
                 rep["rate"] = rate
@@ -367,6 +403,16 @@ def simulate_grid(args) -> dict:
     if load_axis is not None:
         result["load_axis"] = load_axis
     return result, curves
+
+
+def check_row_budget(args, model: ModelShape, plan) -> None:
+    """--row-budget on every AFD split of ``plan``, by the serving path's rule (cam.sim.row_budget): refused, before
+    anything is simulated, in the words of the flag the user typed."""
+    from .row_budget import batch_policy  # the rule is C's: only a --batch-items run loads cam's extension
+
+    for D, F, _, _ in plan:
+        batch_policy(model, _topology(args, D, F, False), _workload(args, D, args.rates[0], False), args.batch_rows,
+                     f"{args.batch_rows_flag} {args.batch_rows} (D={D} F={F})")
 
 
 def _topology(args, D: int, F: int, colocated: bool, tp: int = 1) -> SimTopology:
@@ -431,11 +477,14 @@ def sustained_rate_of(args, model, costs, N: int, tp: int = 1) -> dict:
     tried = []
 
     def attainment(rate: float) -> float:
+        _progress(args).tick(f"the colocated baseline's sustained rate (N={N} DP{N // tp}xTP{tp}): trying "
+                             f"{rate:.4g} req/s ({len(tried) + 1} tried)")
         rep = _simulate(args, model, topo, _workload(args, N // tp, rate, True), costs, "colocated",
                         per_request=False)
         tried.append({"rate_req_s": rate, "slo_attainment": rep["slo"]["compliant_fraction"]})
         return rep["slo"]["compliant_fraction"]
 
+    _progress(args).tick(f"the colocated baseline's sustained rate (N={N} DP{N // tp}xTP{tp}): its closed batch")
     closed = _simulate(args, model, topo, _workload(args, N // tp, 0.0, True), costs, "colocated", per_request=False)
     if closed["slo"]["compliant_fraction"] >= args.sustain:
         raise ValueError(f"--loads: colocated on {N} devices keeps {closed['slo']['compliant_fraction']:.0%} of "

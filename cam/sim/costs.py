@@ -29,7 +29,8 @@ OPS = ("attention", "dense_mlp", "shared", "dispatch_send", "combine_recv",
 # one node runs over HCCS; the per-rank bandwidth DeepEP-Ascend achieves there intranode (EP8 normal mode, the
 # lower of its 146 GB/s dispatch and 125 GB/s combine; sgl-project/sgl-kernel-npu README, "DeepEP-Ascend
 # Performance") stands in for the ring's per-rank rate; no latency is published for it, so none is charged.
-CITED_DEFAULTS = {"ascend-a3-like": {"tp_all_reduce": {"net_gbps": 125.0}}}
+# The A3 file fitted at the afd-a3 study's shape (benchmarks/fit_sim_devices.py) is the same die: the same figure.
+CITED_DEFAULTS = {name: {"tp_all_reduce": {"net_gbps": 125.0}} for name in ("ascend-a3-like", "ascend-a3-like-v4-flash")}
 TERMS = ("fixed_s", "nonempty_s", "per_token_s", "per_row_s", "per_len2_s", "tflops", "gbps", "net_gbps")
 
 

@@ -284,8 +284,6 @@ class Simulation:
             raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
         if expert_skew < 0:
             raise ValueError(f"expert_skew must be >= 0, got {expert_skew}")
-        if batch_rows is not None and batch_rows < model.top_k:
-            raise ValueError(f"batch_rows ({batch_rows}) is smaller than one token's rows (top_k = {model.top_k})")
         if assign not in ASSIGNS:
             raise ValueError(f"assign must be one of {ASSIGNS}, got {assign!r}")
         if assign != "round-robin" and workload.batches is not None:
@@ -304,7 +302,13 @@ class Simulation:
         self.model, self.topo, self.wl, self.mode = model, topo, workload, mode
         self.routing = routing
         # batch_rows: snapshot batching (an FFN rank takes every ready item, in round-robin order, up to this many
-        # rows, into one launch); None: one work item per dispatch_recv.
+        # rows, into one launch), checked and sized by the serving path's policy; None: one work item per
+        # dispatch_recv.
+        if batch_rows is not None:
+            # Here, not at the top: the rule is C's, and asking it loads cam's extension (an unbatched run does not).
+            from .row_budget import batch_policy
+
+            batch_rows = batch_policy(model, topo, workload, batch_rows, f"batch_rows = {batch_rows}").batch_rows
         self.batch_rows = batch_rows
         # trace: every publish (g, replica, t) and work item (f, replica, g, start, end, last chunk), for tests and
         # timelines; off by default (it costs memory at scale).

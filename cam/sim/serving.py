@@ -68,9 +68,11 @@ def engine(name: str) -> Engine:
 # recipe on one 16-NPU 910C node): Attention DP4 x TP2 + 8 FFN ranks against EP16 as DP4xTP4, DP8xTP2 and DP2xTP8;
 # 512 prompts, lognormal with a mean of 10,288 and a maximum of 63,778 tokens; the recipe's engine
 # (max_num_batched_tokens 65536, token-split micro-batches); a 10 s TTFT SLO; loads around the one at which the
-# EP16 baseline keeps about two thirds of the requests within it; the recipe's model, DeepSeek-V4-Flash.
+# EP16 baseline keeps about two thirds of the requests within it; the recipe's model, DeepSeek-V4-Flash, costed by
+# the A3 device file whose cam-op lines were fitted at its expert shape and at 4 Attention ranks' combine ingress
+# (benchmarks/fit_sim_devices.py; docs/sim.md §12).
 STUDIES = {
-    "afd-a3": ["--model", "deepseek-v4-flash", "--costs", "ascend-a3-like", "-D", "4", "-P", "2", "-F", "8",
+    "afd-a3": ["--model", "deepseek-v4-flash", "--costs", "ascend-a3-like-v4-flash", "-D", "4", "-P", "2", "-F", "8",
                "--mode", "all", "--colocated-tp", "4,2,8", "--engine", "vllm-afd-recipe",
                "--requests", "512", "--lengths", "lognormal", "--mean-len", "10288", "--max-len", "63778",
                "--slo", "10", "--sustain", "0.65", "--loads", "0.5,0.75,1.0,1.25,1.5", "--seed", "0"],

@@ -61,6 +61,16 @@ class SimWorkload:
     def num_replicas(self) -> int:
         return len(self.batches) if self.batches is not None else int(self.replica.max()) + 1
 
+    @property
+    def max_step_tokens(self) -> int:
+        """The most tokens one replica's step can hold, what a deployment sizes its ``Bmax`` for: the largest
+        static batch; with a token budget, the budget, or a longer prompt that runs alone when nothing chunks it."""
+        if self.batches is not None:
+            return max(int(self.length[list(b)].sum()) for per in self.batches for b in per if len(b))
+        if self.chunked:
+            return int(self.token_budget)
+        return max(int(self.token_budget), int(self.length.max()))
+
     # ------------------------------------------------------------------ constructors
 
     @staticmethod
