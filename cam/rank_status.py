@@ -35,6 +35,10 @@ log = logging.getLogger("cam.join")
 HEARTBEAT_S = 1.0  # how often a publisher refreshes its status
 SILENT_S = 5.0  # a peer whose status is this old (and not final) is named as silent
 REPORT_S = 5.0  # how often a waiting rank says whom it waits for
+# How long a peer's differing description (or refusal) is seen before this rank raises on it: a world whose every
+# rank joins meets the handshake's own field-by-field verdict first (cam.comm, naming the majority), so this one
+# speaks only for a world that cannot complete (another world size, a rank refused before it joined).
+MISMATCH_GRACE_S = 1.0
 _FINAL = ("refused", "exited", "joined")
 
 
@@ -141,6 +145,7 @@ class JoinWatch:
         self.since = time.time()
         self._next_poll = 0.0
         self._next_report = time.monotonic() + REPORT_S
+        self._seen: Dict[str, float] = {}  # who -> when its mismatch or refusal was first seen
         self.publisher = StatusPublisher.publish(store, prefix, self.role, pid, rank, self.description)
         self.publisher.set_state("joining")
 
@@ -156,6 +161,9 @@ class JoinWatch:
                 continue  # this process's own ranks (threads) and its own earlier attempts are its own to compare
             theirs = status.get("description") or {}
             diffs = _differences(self.description, theirs)
+            refused = status.get("state") == "refused" and theirs.get("rank") in missing
+            if (diffs or refused) and now - self._seen.setdefault(who, now) < MISMATCH_GRACE_S:
+                continue
             if diffs:
                 peer = f"rank {theirs.get('rank', '?')} ({who})"
                 state = status.get("state", "")
@@ -164,7 +172,7 @@ class JoinWatch:
                        ", ".join(f"{k}={theirs[k]!r} (this rank: {k}={self.description[k]!r})" for k in diffs))
                 self.publisher.close("refused", msg)
                 raise InvalidArgumentError(msg)
-            if status.get("state") == "refused" and theirs.get("rank") in missing:
+            if refused:
                 msg = (f"rank {self.rank} ({self.role}): rank {theirs.get('rank')} ({who}) refused to join: "
                        f"{status.get('detail')}")
                 self.publisher.close("refused", msg)
