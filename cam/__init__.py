@@ -48,7 +48,7 @@ _LIGHT = {"__main__", "_C", "_proc", "errors", "run", "run.cli", "run.bound", "r
           "bench.common", "bench.dataplane", "bench.dynamic_quant", "bench.ffn_loop", "bench.fixed_cost", "bench.gmm",
           "bench.expert_bytes", "bench.predict", "bench.bounds",
           "models", "models.config", "sim", "ffn_server", "integrations", "placement", "qualify", "serve",
-          "serve.policy", "serve.server"}
+          "serve.policy", "serve.server", "checkpoint_config", "checkpoint_identity", "serve.launch"}
 _LAZY = {
     "LayerWeights": ".layer_weights", "FfnWeights": ".ffn_weights", "ExpertWeights": ".ffn_weights",
     "Topology": ".topology", "Comm": ".comm", "LostReplica": ".comm",

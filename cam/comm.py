@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from . import _C, _runtime
+from . import _C, _runtime, checkpoint_identity, rank_status
 from . import world as _world
 from .errors import CamError, CommJoinError, InvalidArgumentError
 from ._proc import start_ticks
@@ -113,6 +113,8 @@ class Comm:
             re-forms after a death (the dead rank) or a join (the request's nonce); it joins that world's
             :func:`cam.world.successor` (the same on every member) instead of agreeing a fresh world. None (the
             default) for a new plane.
+        checkpoint: which checkpoint this rank loaded (:func:`cam.checkpoint_identity.published`), or None; the
+            shm/npu handshake refuses ranks that published different ones (``CheckpointMismatchError``).
 
     Attributes:
         stream: this rank's device stream; its data-plane ops run there in order (ranks that are threads of one
@@ -160,6 +162,7 @@ class Comm:
         isolate_replicas: bool = True,
         placement=None,
         succeeds: Optional[tuple] = None,
+        checkpoint: Optional[dict] = None,
     ) -> None:
         if not isinstance(topology, Topology):
             raise TypeError(f"Comm: topology must be a cam.Topology, got {type(topology).__name__}")
@@ -186,6 +189,7 @@ class Comm:
                 raise ValueError(f"Comm: shm_prefix {shm_prefix!r} is too long: a segment name such as {longest!r} "
                                  f"must fit {_C.SHM_NAME_MAX} bytes (the twin's window key holds it with a nonce)")
         self.isolate_replicas = isolate_replicas
+        self._checkpoint = checkpoint  # cam.checkpoint_identity.published(), compared in the shm/npu handshake
         self.group = group
         self._join_timeout_s = float(join_timeout_s)
         # Eager data-plane ops that completed on this rank (set_placement refuses to race a round in flight)
@@ -288,14 +292,18 @@ class Comm:
         leaks nothing in /dev/shm."""
         world = self.topology.world_size
         deadline = time.monotonic() + join_timeout_s
-        c = None
+        c = watch = None
         try:
+            watch = rank_status.JoinWatch(store, group, self.rank, self.topology.A, world, os.getpid(),
+                                          self._plane_description(), join_timeout_s)
             store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
             store.set(f"{group}/topo/{self.rank}", json.dumps(self._plane_description()))
+            checkpoint_identity.write(store, group, self.rank, self._checkpoint)
             store.set(f"{group}/ipcpid/{self.rank}", str(_C.ipc_process_id()))
             self._await_keys(store, [f"{group}/ipcpid/{r}" for r in range(world)], deadline, join_timeout_s,
-                             "published its pid", group=group)
+                             "published its pid", group=group, watch=watch)
             _check_same_plane(self.rank, [json.loads(store.get(f"{group}/topo/{r}").decode()) for r in range(world)])
+            checkpoint_identity.check_same(self.rank, checkpoint_identity.read(store, group, world), self.topology.A)
             self._collect_peer_processes(store, group)
             pids = [int(store.get(f"{group}/ipcpid/{r}").decode()) for r in range(world)]
             c = _C.Comm.ipc(fields, self.rank, timeout_ns, idle_ns, _ACL_DTYPE[self.dtype], pids, shm_name)
@@ -315,7 +323,10 @@ class Comm:
                              "imported the windows", group=group)
             if shm_name is not None:
                 c.unlink_shm()
+            watch.close("joined")
         except BaseException as e:
+            if watch is not None:
+                watch.close("refused", f"{type(e).__name__}: {e}")
             try:  # before the close withdraws this rank's export, so a peer whose import then fails finds why
                 store.set(f"{group}/failed/{self.rank}", f"{type(e).__name__}: {e}")
             except Exception:  # noqa: BLE001 - no store to tell: the peers find this rank by its process or timeout
@@ -690,7 +701,7 @@ class Comm:
                                  f"table than rank 0 ({'none' if digests[0] is None else digests[0][:12]}); every "
                                  f"rank of a plane must route by the same table (docs/protocol.md §15)")
 
-    def _await_keys(self, store, keys, deadline, join_timeout_s, what, group=None):
+    def _await_keys(self, store, keys, deadline, join_timeout_s, what, group=None, watch=None):
         """Waits (bounded) until every rank set its key; a timeout names the ranks that did not. With ``group``, a
         missing rank that published a failure, or whose published process is gone, ends the wait at once, naming
         it (CommJoinError)."""
@@ -703,6 +714,8 @@ class Comm:
             now = time.monotonic()
             if group is not None and now >= next_watch:
                 next_watch = now + _JOIN_WATCH_S
+                if watch is not None:  # peers describing another world, silent peers, who is still missing
+                    watch.poll(missing)
                 for r in missing:
                     # Only a rank still without its key: one that published it and then gave up (it found the
                     # plane descriptions differ, say) is for this rank's own next check to name, as it does there.

@@ -16,6 +16,7 @@ They are different types on purpose: ``Comm.set_placement`` takes one of each, s
 from __future__ import annotations
 
 import math
+import os
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -133,3 +134,83 @@ class ExpertWeights(_TwoSets):
 def _select(lw: LayerWeights, held) -> LayerWeights:
     """``lw``'s experts ``held[l]`` of each layer ``l`` as a new LayerWeights of its format (-1: zeros)."""
     return lw.take(held)
+
+
+def load_rank_experts(directory: str, experts: Sequence[int], progress=None, loaded=None):
+    """The routed experts ``experts`` (ids, ascending and contiguous or not) of every MoE layer of a transformers
+    checkpoint directory, read from the safetensors files tensor by tensor: an FFN rank reads only its experts'
+    bytes, never the whole model. Returns ``(layers, info)`` as :func:`cam.convert.load_checkpoint_experts` does,
+    each layer an ``ExpertFFN`` of ``len(experts)`` experts in the order given. A pre-quantized W8A8 checkpoint
+    (``QuantizedExpertFFN`` layers) and one in the consumer's W4A8 layout (whole-layer tensors) are read whole by
+    that function and sliced. ``progress(n, total)`` is called after
+    each MoE layer. ``loaded`` (a dict), when given, receives every whole tensor read, by its name in the files, so
+    the caller can compare what it loaded with the checkpoint's identity (``cam.checkpoint_identity.check_loaded``)."""
+    from safetensors import safe_open
+
+    from . import checkpoint_config as ckpt
+    from . import convert
+
+    ids = [int(e) for e in experts]
+    config, limit = convert.checkpoint_config(directory, who="cam-ffn")
+    if convert.checkpoint_quant_layout(directory) is not None:  # pre-quantized W8A8: integers and scales as shipped
+        layers, info = convert.load_checkpoint_experts(directory)
+        return [convert.QuantizedExpertFFN(x.w1[ids], x.w1_scale[ids], x.w2[ids], x.w2_scale[ids],
+                                           swiglu_limit=x.swiglu_limit) for x in layers], info
+    if os.path.exists(os.path.join(directory, convert.CONSUMER_W4A8_FILE)):
+        layers, info = convert.load_checkpoint_experts(directory)
+        return [convert.ExpertFFN(x.w1[ids], x.w2[ids], swiglu_limit=x.swiglu_limit) for x in layers], info
+    who = f"cam-ffn: {directory}/config.json"
+    hidden = ckpt.config_int(config, "hidden", who=who, required=False)
+    inter = ckpt.config_int(config, "moe_intermediate", who=who, required=False)
+    count = ckpt.config_int(config, "experts", who=who, required=False)
+    where, origin = {}, {}
+    for name in ckpt.safetensors_files(directory):
+        try:
+            h = safe_open(name, framework="pt")
+            keys = list(h.keys())
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError on bad bytes
+            raise ckpt.CheckpointConfigError(f"{name}: not a readable safetensors file ({type(e).__name__}: "
+                                             f"{e})") from None
+        where.update(dict.fromkeys(keys, h))
+        origin.update(dict.fromkeys(keys, name))
+    prefixes = ckpt.expert_prefixes(where, directory)
+    renumber = {e: j for j, e in enumerate(ids)}
+    layers = []
+    for layer in sorted(prefixes):
+        prefix = prefixes[layer]
+        sub = {}
+        for key, h in where.items():
+            if not key.startswith(prefix):
+                continue
+            rest = key[len(prefix):]
+            if rest in ("gate_up_proj", "down_proj"):  # fused [E, ...]: only this rank's rows are read
+                part = h.get_slice(key)
+                sub[key] = torch.stack([part[e:e + 1][0] for e in ids]) if ids != list(range(ids[0], ids[-1] + 1)) \
+                    else part[ids[0]:ids[-1] + 1]
+            elif rest.endswith("_bias"):
+                sub[key] = h.get_tensor(key)  # refused by name below
+            else:
+                num, _, tail = rest.partition(".")
+                if num.isdigit() and int(num) in renumber:
+                    sub[f"{prefix}{renumber[int(num)]}.{tail}"] = t = h.get_tensor(key)
+                    if loaded is not None:
+                        loaded[key] = t
+        # A refused tensor is named by its key (from_hf_state_dict) and here by the file(s) holding the layer.
+        files = ", ".join(sorted({origin[k] for k in where if k.startswith(prefix)}))
+        in_files = {int(k[len(prefix):].partition(".")[0]) for k in where
+                    if k.startswith(prefix) and k[len(prefix):].partition(".")[0].isdigit()}
+        if count is not None and in_files and len(in_files) != count:
+            raise ckpt.CheckpointConfigError(f"{files}: {prefix}* holds {len(in_files)} experts, "
+                                             f"{directory}/config.json says {count}")
+        try:
+            layers.append(convert.from_hf_state_dict(sub, prefix, hidden_size=hidden, intermediate_size=inter,
+                                                     swiglu_limit=limit))
+        except convert.UnsupportedModelError:
+            raise
+        except (ValueError, KeyError, TypeError) as e:
+            raise ckpt.CheckpointConfigError(f"{files}: {e.args[0] if e.args else e}") from None
+        if progress is not None:
+            progress(len(layers), len(prefixes))
+    top_k = ckpt.config_int(config, "top_k", who=who)
+    return layers, {"model_type": config.get("model_type"), "layers": sorted(prefixes), "top_k": top_k,
+                    "swiglu_limit": limit}

@@ -40,9 +40,12 @@ CONFIG_ENV = "CAM_VLLM_CONFIG"
 
 __all__ = ["CONFIG_ENV", "register", "served_swiglu_limit", "shutdown"]
 
-log = logging.getLogger("cam.vllm")
+# A child of vLLM's own "vllm" logger, which vLLM gives a handler: cam's lines are in the engine's log, under its
+# format, and vLLM's VLLM_LOGGING_LEVEL applies to them.
+log = logging.getLogger("vllm.cam")
 
-_state = {"registered": False, "plane": None, "layers": None, "limits": {}}
+_state = {"registered": False, "plane": None, "layers": None, "limits": {}, "announced": set(),
+          "announced_method": False}
 _lock = threading.Lock()
 
 
@@ -67,7 +70,7 @@ def _plane(model_dir: str):
             return _state["plane"], _state["layers"]
         import torch
 
-        from .. import convert
+        from .. import checkpoint_identity, convert
         from ..connector import AsyncAFDConnector, ConnectorConfig
         from ..placement import Placement
         from ..topology import Topology
@@ -84,7 +87,8 @@ def _plane(model_dir: str):
                                         idle_poll_s=float(cfg.get("idle_poll_s", 0.05)), group=cfg.get("group", "afd"),
                                         # F not dividing E: the contiguous table cam-ffn's ranks serve by
                                         placement=None if topo.contiguous_placement else
-                                        Placement.contiguous(topo.E, topo.F, topo.L))
+                                        Placement.contiguous(topo.E, topo.F, topo.L),
+                                        checkpoint=checkpoint_identity.published(model_dir))
         connector = AsyncAFDConnector(cfg["rank"], "attention", connector_cfg)
         store = None
         if cfg.get("store_client"):
@@ -98,7 +102,8 @@ def _plane(model_dir: str):
         connector.init_afd_connector(store)
         plane = AttentionPlane(connector)
         _state.update(plane=plane, layers={decoder: j for j, decoder in enumerate(layers)})
-        log.info("cam: vLLM engine is Attention rank %d of %s; MoE layers %s", cfg["rank"], topo, layers)
+        log.info("cam: vLLM engine is Attention rank %d of %s on the %s plane; MoE layers %s", cfg["rank"], topo,
+                 connector.comm.transport, layers)
         atexit.register(shutdown)
         return plane, _state["layers"]
 
@@ -185,6 +190,15 @@ def register() -> None:
         def __init__(self, moe):
             super().__init__(moe)
             self._model_dir = get_current_vllm_config().model_config.model
+            if not _state["announced_method"]:
+                # Said here, as the engine builds its model, not at register(): vLLM configures its loggers after
+                # it loads the plugins, and a line logged before that is dropped.
+                _state["announced_method"] = True
+                cfg = _config()
+                log.info("cam: replaced vLLM's UnquantizedFusedMoEMethod with cam's CamFusedMoEMethod: every MoE "
+                         "layer's routed experts go to %d cam-ffn rank(s) over cam's data plane (world %r, this "
+                         "engine Attention rank %d of %d)", cfg["ffn_ranks"], cfg.get("group", "afd"), cfg["rank"],
+                         cfg["replicas"])
 
         @property
         def is_monolithic(self) -> bool:
@@ -206,6 +220,11 @@ def register() -> None:
                 raise ValueError(f"cam vLLM plugin: {layer.layer_name} (decoder layer {decoder}) has no experts in "
                                  f"the checkpoint (MoE layers {sorted(layers)})")
             moe_layer = layers[decoder]
+            if decoder not in _state["announced"]:
+                _state["announced"].add(decoder)
+                log.info("cam: %s (decoder layer %d, MoE layer %d): routed experts on cam's data plane (%s), "
+                         "vLLM's fused-MoE kernel not used", layer.layer_name, decoder, moe_layer,
+                         plane.connector.comm.transport if plane.connector.comm is not None else "?")
             plane.dispatch(x, topk_ids.to(torch.int32), topk_weights.to(torch.float32), moe_layer)
             if shared_experts is not None:
                 shared_experts(shared_experts_input, SharedExpertsOrder.MK_INTERNAL_OVERLAPPED)

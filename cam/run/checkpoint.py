@@ -71,6 +71,7 @@ def checkpoint_shape(directory: str) -> CheckpointShape:
     fields = {name: checkpoint_config.config_int(config, name, who=f"{who}: config.json")
               for name in ("vocab_size", "hidden", "num_layers", "experts", "top_k", "moe_intermediate")}
     fields["num_experts"] = fields.pop("experts")
+    preload(model_type)
     return CheckpointShape(path=os.path.abspath(directory), model_type=model_type, moe_layer_ids=tuple(layers),
                            swiglu_limit=limit, **fields)
 
@@ -91,7 +92,17 @@ def _load_native(directory: str):
     import torch
     import transformers
 
+    transformers.utils.logging.disable_progress_bar()  # a rank's log is one line per phase, not a bar per rank
     return transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+
+
+def preload(model_type: str) -> None:
+    """Imports the modeling module of ``model_type`` (and transformers with it) once, in the launcher before it
+    forks its ranks (:func:`checkpoint_shape`, which plans the run, calls it): a forked rank then builds its model
+    without importing them again (seconds per rank on a loaded machine)."""
+    import importlib
+
+    importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
 
 
 # cam-run --weights: the routed experts' weight format -> the bits of cam.quantize_weight. W4A8 serves per-channel
@@ -132,40 +143,65 @@ class CheckpointModel(PrefillReference):
                              f"{', '.join(self.model_types)}, not {self.config.model_type!r} (cam.run.checkpoint."
                              f"load_model picks the class)")
         self._camtf = camtf
-        self.hf = _load_native(directory)
-        base = self.hf.model
-        self.blocks = camtf.moe_blocks(self.hf)
-        if list(self.blocks) != self.config.moe_layers:
+        self._directory = directory
+        if self.weight_bits != 8 and convert.checkpoint_quant_layout(directory) is not None:
+            raise ValueError(f"--checkpoint {directory!r} holds pre-quantized W8A8 experts; --weights {weights} "
+                             "would quantize them again (use --weights w8a8)")
+        # What every FFN rank's W1 applies, and the golden with it: the config's limit (checkpoint_shape), checked
+        # against the experts' own once they are loaded.
+        self.swiglu_limit = self.config.swiglu_limit
+        self._no_grad = torch.no_grad
+        # Each rank builds only the part it runs, on first use (start-up, docs/run.md "Wall time"): an Attention
+        # rank the transformers model (_NATIVE), an FFN rank the quantized routed experts (_EXPERTS).
+
+    _NATIVE = ("hf", "blocks", "_layers", "_rotary")
+    _EXPERTS = ("experts", "w1", "w1_scale", "w2", "w2_scale")
+
+    def __getattr__(self, name):
+        # Only for attributes not set yet: the lazily built parts.
+        if name in CheckpointModel._NATIVE:
+            self._build_native()
+        elif name in CheckpointModel._EXPERTS:
+            self._build_experts()
+        else:
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        return self.__dict__[name]
+
+    def _build_native(self) -> None:
+        directory = self._directory
+        hf = _load_native(directory)
+        blocks = self._camtf.moe_blocks(hf)
+        if list(blocks) != self.config.moe_layers:
             raise ValueError(f"--checkpoint {directory!r}: the model's MoE blocks are decoder layers "
-                             f"{list(self.blocks)}, its files' experts layers {self.config.moe_layers}")
+                             f"{list(blocks)}, its files' experts layers {self.config.moe_layers}")
+        self.__dict__.update(hf=hf, blocks=blocks, _layers=hf.model.layers, _rotary=hf.model.rotary_emb)
+
+    def _build_experts(self) -> None:
+        from .. import convert
+
+        directory = self._directory
         experts, _ = convert.load_checkpoint_experts(directory)
-        # What every FFN rank's W1 applies, and the golden with it: the limit of the experts as loaded (one per
-        # model), which is the config's (checkpoint_shape) unless the files disagree with it.
-        self.swiglu_limit = convert.common_swiglu_limit(experts)
-        if self.swiglu_limit != self.config.swiglu_limit:
-            raise ValueError(f"--checkpoint {directory!r}: the experts' swiglu_limit {self.swiglu_limit!r} is not "
+        limit = convert.common_swiglu_limit(experts)
+        if limit != self.config.swiglu_limit:
+            raise ValueError(f"--checkpoint {directory!r}: the experts' swiglu_limit {limit!r} is not "
                              f"the config's {self.config.swiglu_limit!r}")
-        self.w1, self.w1_scale, self.w2, self.w2_scale = [], [], [], []
+        w1, w1_scale, w2, w2_scale = [], [], [], []
         if all(isinstance(ffn, convert.QuantizedExpertFFN) for ffn in experts):
-            # A pre-quantized W8A8 checkpoint: its integers and scales as shipped.
-            if self.weight_bits != 8:
-                raise ValueError(f"--checkpoint {directory!r} holds pre-quantized W8A8 experts; --weights {weights} "
-                                 "would quantize them again (use --weights w8a8)")
+            # A pre-quantized W8A8 checkpoint: its integers and scales as shipped (--weights w8a8, checked in
+            # __init__).
             for ffn in experts:
-                self.w1.append(ffn.w1)
-                self.w1_scale.append(ffn.w1_scale)
-                self.w2.append(ffn.w2)
-                self.w2_scale.append(ffn.w2_scale)
+                w1.append(ffn.w1)
+                w1_scale.append(ffn.w1_scale)
+                w2.append(ffn.w2)
+                w2_scale.append(ffn.w2_scale)
         else:
             for ffn in experts:
-                for w, q_list, s_list in ((ffn.w1, self.w1, self.w1_scale), (ffn.w2, self.w2, self.w2_scale)):
+                for w, q_list, s_list in ((ffn.w1, w1, w1_scale), (ffn.w2, w2, w2_scale)):
                     q, s = convert.quantize_weight(w, bits=self.weight_bits)
                     q_list.append(q)
                     s_list.append(s)
-        self.experts = experts  # native_check's weights: convert.dequantized of each (a W8A8 one's stored q * scale)
-        self._layers = base.layers
-        self._rotary = base.rotary_emb
-        self._no_grad = torch.no_grad
+        # experts: native_check's weights, convert.dequantized of each (a W8A8 one's stored q * scale)
+        self.__dict__.update(experts=experts, w1=w1, w1_scale=w1_scale, w2=w2, w2_scale=w2_scale)
 
     @property
     def num_experts(self) -> int:
@@ -277,15 +313,18 @@ class DeepseekV4CheckpointModel(CheckpointModel):
 
     model_types = ("deepseek_v4",)
 
-    def __init__(self, directory: str, weights: str = "w8a8"):
-        super().__init__(directory, weights)
-        self._hc = self.hf.config.hc_mult
+    def _build_native(self) -> None:
+        super()._build_native()
         # _UpToTheMoE runs this class's forward on a view of the layer: refuse another layer class by name rather
         # than run a forward written for other attributes.
         kinds = {type(layer).__name__ for layer in self._layers}
         if kinds != {"DeepseekV4DecoderLayer"}:
-            raise ValueError(f"--checkpoint {directory!r}: DeepseekV4CheckpointModel runs DeepseekV4DecoderLayer "
-                             f"layers, the model has {sorted(kinds)}")
+            raise ValueError(f"--checkpoint {self._directory!r}: DeepseekV4CheckpointModel runs "
+                             f"DeepseekV4DecoderLayer layers, the model has {sorted(kinds)}")
+
+    @property
+    def _hc(self) -> int:
+        return self.hf.config.hc_mult
 
     def embed_tokens(self, tokens):
         """``[T, hc_mult, H]``: the embedding copied into every stream (``DeepseekV4Model.forward``)."""

@@ -158,12 +158,14 @@ def _barrier(store, name: str, members: int, deadline_s: float, aborted: dict) -
         time.sleep(0.001)
 
 
-def _warm_up(model) -> None:
+def _warm_up(model, attention: bool = True) -> None:
     """The first call of a torch custom op and of attention pays one-off set-up (seconds); pay it before the clock
-    starts so it does not land in the first batch's TTFT."""
+    starts so it does not land in the first batch's TTFT. An FFN rank runs no attention (nor builds it)."""
     from .. import ops
 
     ops.dynamic_quant(torch.zeros(1, model.config.hidden, dtype=torch.bfloat16))
+    if not attention:
+        return
     tokens = torch.zeros(2, dtype=torch.long)
     model.pre_moe(model.config.moe_layers[0], model.embed_tokens(tokens), [2], tokens)
 
@@ -526,7 +528,7 @@ def run_ffn(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, abor
         weights = (FfnWeights(w1, w2, swiglu_limit=limit),
                    ExpertWeights(LayerWeights(w1q, s1, format=model.weight_format),
                                  LayerWeights(w2q, s2, format=model.weight_format), swiglu_limit=limit))
-    _warm_up(model)
+    _warm_up(model, attention=False)
     # --graph: the iteration is captured once and replayed (docs/graph.md); nothing in it reads the host.
     # --batch-items: each receive takes every ready work item up to cfg.batch_rows rows (one W1 + one W2 launch).
     # Busy, every 4th item asks the store (a round trip); idle, every receive does: the run may be over, and an idle

@@ -89,6 +89,8 @@ class ConnectorConfig:
     transport: str = "shm"
     placement: Optional[object] = None  # a cam.placement.Placement, the same on every rank (cam.Comm(placement=))
     elastic: bool = False
+    checkpoint: Optional[dict] = None  # cam.checkpoint_identity.published(DIR): compared in the handshake
+    join_timeout_s: Optional[float] = None  # bound of the handshake; None: timeout_s
 
     def __post_init__(self):
         if self.transport not in _TRANSPORTS:
@@ -249,8 +251,9 @@ class AsyncAFDConnector:
         prefix = None if cfg.shm_prefix is None or succeeds is None else f"{cfg.shm_prefix}-{succeeds[0][:8]}"
         return Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous, group=cfg.group,
                     dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
-                    join_timeout_s=cfg.timeout_s, shm_prefix=cfg.shm_prefix if prefix is None else prefix,
-                    isolate_replicas=cfg.isolate_replicas, placement=cfg.placement, succeeds=succeeds)
+                    join_timeout_s=cfg.join_timeout_s or cfg.timeout_s,
+                    shm_prefix=cfg.shm_prefix if prefix is None else prefix, isolate_replicas=cfg.isolate_replicas,
+                    placement=cfg.placement, succeeds=succeeds, checkpoint=cfg.checkpoint)
 
     # ------------------------------------------------------------------ elastic serving
 
