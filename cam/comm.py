@@ -230,6 +230,9 @@ class Comm:
             # plane, or left over from an earlier one, is never read as this plane's.
             self.world_id = _world.join(store, group, rank, topology.world_size, join_timeout_s, after=succeeds)
             keys = _world.prefix(group, self.world_id)
+            # Join status is the group's, not the world's: a rank refused before it could join a world (cam-ffn's
+            # own checks) still publishes why there, and the waiting side names the difference.
+            self._status_group = group
             self._c = self._create_ipc(store, keys, fields, timeout_ns, idle_ns, join_timeout_s, shm_name)
             self._store, self._left_key = store, f"{keys}/left/{rank}"
             self._group = keys
@@ -294,7 +297,7 @@ class Comm:
         deadline = time.monotonic() + join_timeout_s
         c = watch = None
         try:
-            watch = rank_status.JoinWatch(store, group, self.rank, self.topology.A, world, os.getpid(),
+            watch = rank_status.JoinWatch(store, self._status_group, self.rank, self.topology.A, world, os.getpid(),
                                           self._plane_description(), join_timeout_s)
             store.set(f"{group}/proc/{self.rank}", _proc_identity(os.getpid()) or "")
             store.set(f"{group}/topo/{self.rank}", json.dumps(self._plane_description()))
