@@ -77,3 +77,20 @@ def test_a_config_file_with_an_unknown_option_is_refused_by_name(tmp_path):
     p = _launch(tmp_path, "true", "--config", str(cfg))
     out, _ = p.communicate(timeout=WAIT_S)
     assert p.returncode == 2 and "unknown option 'ffn-rnaks'" in out, out
+
+
+def test_the_stop_after_the_engines_exit_is_addressed_to_the_agreed_world():
+    # The launcher has no Comm: it reads the world the ranks agreed from the store and signs its shutdown for that
+    # world, which an FFN rank of the world accepts. Before any world is agreed there is nothing to address.
+    from torch.distributed import HashStore
+
+    import cam.world
+    from cam.serve.launch import _ask_ffn_ranks_to_stop
+    from cam.serve.store import SignedStore, shutdown_message
+
+    group = "launch-stop"
+    store = SignedStore(HashStore(), os.urandom(16), group)
+    assert not _ask_ffn_ranks_to_stop(store, group)
+    world = cam.world.join(store, group, 1, 3, 10)
+    assert _ask_ffn_ranks_to_stop(store, group)
+    assert shutdown_message(store, group, 1, world=world).reason == "cam-launch: engines exited"

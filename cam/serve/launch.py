@@ -168,8 +168,21 @@ def main(argv=None) -> int:
             signal.signal(s, h)
 
 
+def _ask_ffn_ranks_to_stop(store, group: str) -> bool:
+    """Posts the signed shutdown to the world the ranks of ``group`` agreed (a supervisor has no Comm: it reads the
+    world from the store). False when no world was agreed yet: there is no plane to address."""
+    from .. import world
+    from .store import post_shutdown
+
+    current = world.current(store, group)
+    if current is None:
+        return False
+    post_shutdown(store, group, "cam-launch: engines exited", world=current)
+    return True
+
+
 def _run(args, lock, stop, interrupted, procs) -> int:
-    from .store import SignedStore, loopback_store, post_shutdown
+    from .store import SignedStore, loopback_store
 
     t0 = time.monotonic()
     secret = os.urandom(16)
@@ -209,7 +222,8 @@ def _run(args, lock, stop, interrupted, procs) -> int:
         if engines_done is None and all(p.p.poll() == 0 for p in engines):
             engines_done = time.monotonic()
             _say(lock, "every engine exited 0: waiting for the cam-ffn ranks to stop")
-            post_shutdown(SignedStore(store, secret, args.group), args.group, "cam-launch: engines exited")
+            if not _ask_ffn_ranks_to_stop(SignedStore(store, secret, args.group), args.group):
+                _say(lock, "no world was agreed on the store: the cam-ffn ranks never joined one")
         if engines_done is not None:
             if all(p.p.poll() == 0 for p in ffn):
                 _say(lock, f"done in {time.monotonic() - t0:.1f} s")
