@@ -699,6 +699,40 @@ int L2LruIssueOrder() {
     return CheckL2(cost, 0.5);
 }
 
+// Hits belong to the stretch they happen in: 20 blocks each read 16 tiles of their own (every read a miss), SyncAll,
+// then read them again (every read a hit). The misses' HBM floor binds the first stretch; the second, all hits, runs
+// at the cores' pace (its L2 floor is shorter). A hit fraction averaged over the launch (half) would put both
+// stretches under one floor between the two and predict another time.
+int L2LruPerStretch() {
+    constexpr uint32_t kBlocks = 20;
+    constexpr uint64_t kTiles = 16;
+    uint8_t* gm = BigGm(kBlocks * kTiles);
+    cam::twin::LaunchCost cost;
+    const double got = Cycles(kBlocks, [&] {
+        KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf;
+        pipe.InitBuffer(buf, uint32_t(kL2Tile));
+        const LocalTensor<uint8_t> t = buf.Get<uint8_t>();
+        ReadTiles(t, gm, GetBlockIdx() * kTiles, kTiles);
+        SyncAll();
+        ReadTiles(t, gm, GetBlockIdx() * kTiles, kTiles);
+    }, &cost);
+    const double clk = K("core_clock_hz"), stretch = double(kBlocks * kTiles * kL2Tile);
+    const double core = K("scalar_issue_cycles") + kTiles * (K("mte_latency_cycles") + kL2Tile / K("mte2_bytes_per_cycle"));
+    const double missFloor = stretch / K("hbm_bytes_per_s_die") * clk, hitFloor = stretch / K("l2_bytes_per_s_die_lo") * clk;
+    if (!(missFloor > core && hitFloor < core)) {
+        std::printf("the case no longer separates the stretches: core %.0f, miss floor %.0f, hit floor %.0f cycles\n",
+                    core, missFloor, hitFloor);
+        return 1;
+    }
+    if (cost.l2HitFraction != 0.5) {
+        std::printf("hit fraction %.9g, want 0.5\n", cost.l2HitFraction);
+        return 1;
+    }
+    return Check(got, missFloor + K("syncall_cycles") + core, 1e-9);
+}
+
 // One tile through the whole cube path (as tests/twin/violations.cpp's GoodCube): ND->NZ copy of A and a burst copy
 // of B into L1 (MTE2), LoadData and LoadDataWithTranspose into L0 (MTE1), Mmad (M), Fixpipe to GM (FIX). Each pipe's
 // busy time is the closed form of its instructions.
@@ -823,6 +857,7 @@ int main(int argc, char** argv) {
     if (c == "l2_lru_evicted") return L2LruEvicted();
     if (c == "l2_lru_near_reuse") return L2LruNearReuse();
     if (c == "l2_lru_capacity") return L2LruCapacity();
+    if (c == "l2_lru_per_stretch") return L2LruPerStretch();
     if (c == "l2_lru_issue_order") return L2LruIssueOrder();
     if (c == "peer_copy_link") return PeerCopy(true);
     if (c == "own_copy_core") return PeerCopy(false);
