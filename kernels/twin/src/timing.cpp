@@ -291,6 +291,31 @@ private:
     int64_t live_ = 0;  // the bytes in the tree: every copy read so far, once
 };
 
+// A segment's hit bytes: its reads through the launch's stack in the order they start. Each RunSegment call appends
+// one core's reads in that order (a core's MTE2 copies start one after another), so the segment's reads are sorted
+// runs (`runs`: where each begins), merged here in O(n log runs) rather than sorted. Empties both.
+int64_t SegmentHits(std::vector<L2Read>& reads, std::vector<size_t>& runs, L2Stack& l2) {
+    runs.push_back(reads.size());
+    std::vector<std::pair<size_t, size_t>> heap;  // (next read, end) of each run not yet merged
+    for (size_t k = 0; k + 1 < runs.size(); ++k)
+        if (runs[k] < runs[k + 1]) heap.push_back({runs[k], runs[k + 1]});
+    const auto later = [&](const std::pair<size_t, size_t>& x, const std::pair<size_t, size_t>& y) {
+        return reads[y.first] < reads[x.first];
+    };
+    std::make_heap(heap.begin(), heap.end(), later);
+    int64_t hit = 0;
+    while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        std::pair<size_t, size_t>& run = heap.back();
+        hit += l2.Read(reads[run.first].copy, reads[run.first].bytes);
+        if (++run.first < run.second) std::push_heap(heap.begin(), heap.end(), later);
+        else heap.pop_back();
+    }
+    reads.clear();
+    runs.clear();
+    return hit;
+}
+
 // One instruction's span on its pipe, for the Perfetto trace.
 struct Span {
     uint32_t core;
@@ -637,6 +662,7 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
     // only moves its end), so its hits are known before its floor: one run, no pass more.
     static thread_local L2Stack l2;
     static thread_local std::vector<L2Read> segReads;
+    static thread_local std::vector<size_t> segRuns;
     l2.Reset(reads, d.l2Bytes);
     double hits = 0;
     double segStart = 0;  // cycles
@@ -653,7 +679,9 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
                 Core& c = cores[i];
                 if (c.done || c.atSync) continue;
                 const size_t before = c.pos;
+                const size_t run = segReads.size();
                 RunSegment(c, blocks[i], d, out, w, &rd, &wr, &link, segReads, plane);
+                if (segReads.size() > run) segRuns.push_back(run);
                 moved = moved || c.pos != before || c.done || c.atSync;
             }
         }
@@ -667,10 +695,7 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
         out.gmReadBytes += rd;
         out.gmWriteBytes += wr;
         out.linkBytes += link;
-        std::sort(segReads.begin(), segReads.end());
-        int64_t hit = 0;
-        for (const L2Read& x : segReads) hit += l2.Read(x.copy, x.bytes);
-        segReads.clear();
+        const int64_t hit = SegmentHits(segReads, segRuns, l2);
         hits += double(hit);
         const double floorS = SegmentFloor(rd, wr, link, double(hit), d);
         out.bandwidthFloorSeconds += floorS;
