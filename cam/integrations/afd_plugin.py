@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import torch
 
-from .. import ops
+from .. import _npu, _runtime, ops
 from ..comm import Comm
 from ..connector import (AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, ConnectorConfig,
                          FFNWorkItem, ffn_work_item, loopback_store)
@@ -421,6 +421,9 @@ class FFNGraphLoop:
         self.comm = comm
         self.w1, self.w2, self.swiglu_limit = w1, w2, swiglu_limit
         device = torch.device(device) if device is not None else torch.device("cpu")
+        self.device = device
+        # Where the ops run, so where the framework captures them: fixed here, whichever thread later replays.
+        self._stream = comm.stream if device.type == "cpu" else _npu.stream_and_workspace(device)[0]
         self.recv = tuple(torch.zeros(shape, dtype=dtype, device=device) for dtype, shape in output_specs(comm))
         self.item = ffn_work_item(*self.recv)
         it = self.item
@@ -441,6 +444,12 @@ class FFNGraphLoop:
                                          out=(self.y, self.y_scale), swiglu_limit=self.swiglu_limit)
         ops.gmm_multi_layer(self.y, self.y_scale, self.w2, it.group_list, it.layer_index, out=self.out)
         ops.combine_send(self.comm, self.out, it.work_item)
+
+    def synchronize(self) -> None:
+        """Waits (within CAM_SYNC_TIMEOUT_S) for what is queued on the loop's stream (the Comm's for CPU tensors,
+        for NPU tensors torch_npu's current stream of the thread that built the loop: the one the graph captures) and raises what the replays' ops reported: cam's synchronize reads
+        the captured ops' status records, which a framework's own synchronize does not."""
+        self._stream.synchronize(_runtime.sync_timeout_s())
 
     @property
     def stopped(self) -> bool:
