@@ -250,6 +250,9 @@ def test_a_set_stop_word_empties_only_the_receives_given_it(model):
         _, _, counts, item = cam.ops.dispatch_recv(comm, stop=True)  # a round is ready, but the loop is stopped
         took = time.monotonic() - t0
         assert int(item[KIND]) == 0 and int(counts.sum()) == 0 and took < IDLE_S / 3, took
+        t0 = time.monotonic()  # the batched mode polls the same way
+        _, _, table, _, items = cam.ops.dispatch_recv(comm, row_budget=topo.recv_rows, stop=True)
+        assert int(items[:, KIND].sum()) == 0 and int(table[:, 2].sum()) == 0 and time.monotonic() - t0 < IDLE_S / 3
         _, _, _, item = cam.ops.dispatch_recv(comm)  # without the word (the default): the round
         assert int(item[KIND]) == 1
         cam.ops.combine_send(comm, torch.zeros(topo.recv_rows, topo.H, dtype=torch.bfloat16), item)
