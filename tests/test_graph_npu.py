@@ -125,7 +125,7 @@ PROBE = textwrap.dedent('''
 
 
 @pytest.mark.timeout(1500)
-def test_ffn_iteration_captured_in_the_frameworks_npu_graph_replays_equal_eager_and_stops(tmp_path,
-                                                                                           npu_device_lib):  # noqa: F811
+def test_ffn_iteration_in_the_frameworks_npu_graph_replays_equal_eager_and_stops(
+        tmp_path, npu_device_lib):  # noqa: F811 - the imported fixture
     out = _run_with_stub(tmp_path, npu_device_lib, PROBE, timeout=600)
     assert out.returncode == 0 and "ok" in out.stdout.strip().splitlines()[-1], out.stdout + out.stderr

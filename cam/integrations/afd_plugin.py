@@ -446,9 +446,10 @@ class FFNGraphLoop:
         ops.combine_send(self.comm, self.out, it.work_item)
 
     def synchronize(self) -> None:
-        """Waits (within CAM_SYNC_TIMEOUT_S) for what is queued on the loop's stream (the Comm's for CPU tensors,
-        for NPU tensors torch_npu's current stream of the thread that built the loop: the one the graph captures) and raises what the replays' ops reported: cam's synchronize reads
-        the captured ops' status records, which a framework's own synchronize does not."""
+        """Waits (within CAM_SYNC_TIMEOUT_S) for what is queued on the loop's stream (the Comm's for CPU tensors;
+        for NPU tensors torch_npu's current stream of the thread that built the loop, the one the graph captures)
+        and raises what the replays' ops reported: cam's synchronize reads the captured ops' status records, which
+        a framework's own synchronize does not."""
         self._stream.synchronize(_runtime.sync_timeout_s())
 
     @property

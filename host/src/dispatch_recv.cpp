@@ -210,7 +210,8 @@ extern "C" aclnnStatus aclnnCamDispatchRecvSetStop(camComm* comm, int32_t stop, 
         const int64_t zero = 0;
         const bool ok = stop == 1 ? comm->transport->SetIfZero(comm->rank, off, 1, &why)
                                   : comm->transport->WriteWords(comm->rank, off, &zero, 1, &why);
-        if (!ok) return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": the stop word could not be written: " + why);
+        if (!ok)
+            return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string(api) + ": the stop word could not be written: " + why);
         return ACLNN_SUCCESS;
     });
 }
