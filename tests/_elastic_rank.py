@@ -63,6 +63,9 @@ def main() -> None:
     p.add_argument("--kill-after", type=int, default=0)
     p.add_argument("--join", action="store_true", help="a restarted FFN rank: join the running world")
     p.add_argument("--until-joined", action="store_true", help="Attention: send rounds until a rank rejoined")
+    p.add_argument("--rebalance-at", type=int, default=0,
+                   help="every rank rebalances (each replica to the next FFN index) after this many rounds, and a "
+                        "joiner (--join) asks inside that rebalance first, then once it is over")
     args = p.parse_args()
     spec = json.loads(args.spec)
     topo, table, layers = world(spec)
@@ -71,30 +74,39 @@ def main() -> None:
                           elastic=True)
     role = "attention" if args.rank < topo.A else "ffn"
     out = {"rank": args.rank}
-    if args.join:  # the killed rank's slots, as the last FFN rank of the world it joins
-        running, held = joined_table(store, args.group, table, args.rank - topo.A)
-        cfg = dataclasses.replace(cfg, placement=running.with_rank(held),
-                                  topology=dataclasses.replace(topo, F=running.ffn_ranks + 1))
-        conn = AsyncAFDConnector(topo.A + running.ffn_ranks, "ffn", cfg)
-    else:
-        conn = AsyncAFDConnector(args.rank, role, cfg)
+    conn = None
     try:
-        if args.join:
+        if args.join and args.rebalance_at:
+            conn = join_across_rebalance(store, cfg, out)
+            table = conn.config.placement
+        elif args.join:  # the killed rank's slots, as the last FFN rank of the world it joins
+            running, held = joined_table(store, args.group, table, args.rank - topo.A)
+            cfg = dataclasses.replace(cfg, placement=running.with_rank(held),
+                                      topology=dataclasses.replace(topo, F=running.ffn_ranks + 1))
+            conn = AsyncAFDConnector(topo.A + running.ffn_ranks, "ffn", cfg)
             conn.join_running(store)
             table = cfg.placement
         else:
+            conn = AsyncAFDConnector(args.rank, role, cfg)
             conn.init_afd_connector(store)
         if role == "attention":
-            attention(conn, spec, out, args.until_joined)
+            rebalance = None
+            if args.rebalance_at:
+                def rebalance():
+                    store.set("test/rebalance", "1")
+                    conn.set_placement(rotated(table))
+                    out["epoch"] = conn.comm.placement_epoch
+            attention(conn, spec, out, args.until_joined, (args.rebalance_at, rebalance) if rebalance else None)
         else:
-            out.update(ffn(conn, table, layers, args))
+            out.update(ffn(conn, table, layers, args, store))
     except Exception as e:  # noqa: BLE001 - the error is the result
         out["error"] = f"{type(e).__name__}: {e}"
         out["lost"] = getattr(e, "lost", None)
         out["lost_rounds"] = getattr(e, "rounds", None)
     finally:
-        out["failovers"] = [f.__dict__ for f in conn.failovers]
-        conn.close()
+        if conn is not None:
+            out["failovers"] = [f.__dict__ for f in conn.failovers]
+            conn.close()
         torch.save(out, args.out)
 
 
@@ -118,9 +130,69 @@ def joined_table(store, group, table, index):
     return Placement.from_dict(plane["placement"]), held
 
 
-def attention(conn, spec, out: dict, until_joined: bool = False) -> None:
+def rotated(table: Placement, k: int = 1) -> Placement:
+    """``table`` with every replica moved from FFN index f to (f + k) % F: a rebalance that moves every expert."""
+    F = table.ffn_ranks
+    return Placement(table.experts, F, table.slots_per_rank,
+                     [[[((f + k) % F, j) for f, j in table.replicas(l, e)] for e in range(table.experts)]
+                      for l in range(table.layers)])
+
+
+def wait_for(what: str, ready, timeout_s: float = TIMEOUT_S):
+    """Polls ``ready()`` until it returns something true (returned), for at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = ready()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s:g} s for {what}")
+        time.sleep(0.01)
+
+
+def plane(store, group):
+    """The running world's published plane record, or None."""
+    import cam.world
+
+    current = cam.world.current(store, group)
+    key = f"{group}/{current}/plane"
+    return json.loads(store.get(key).decode()) if current is not None and store.check([key]) else None
+
+
+def join_across_rebalance(store, cfg, out: dict):
+    """A new FFN rank (a third replica of FFN index 0's slots) asks to join once the world began its rebalance: it
+    is refused naming it; it asks again on the table the world publishes after it, until admitted (bounded)."""
+    from cam.connector import JoinRefusedError
+
+    wait_for("the rebalance to begin", lambda: store.check(["test/rebalance"]))
+    out["refusals"] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        record = wait_for("a plane record", lambda: plane(store, cfg.group))
+        running = Placement.from_dict(record["placement"])
+        held = [running.slot_experts(l, 0) for l in range(running.layers)]
+        joined = dataclasses.replace(cfg, placement=running.with_rank(held), topology=dataclasses.replace(
+            cfg.topology, F=running.ffn_ranks + 1))
+        conn = AsyncAFDConnector(joined.topology.world_size - 1, "ffn", joined)
+        try:
+            conn.join_running(store)
+            return conn
+        except JoinRefusedError as e:
+            if not e.rebalance or time.monotonic() > deadline:
+                raise
+            out["refusals"].append(e.reason)
+        # Ask again once the world's table moved on (the rebalance adopted), or, if it did already, shortly.
+        epoch = record.get("epoch", 0)
+        wait_for("the rebalance to end", lambda: (plane(store, cfg.group) or {}).get("epoch", 0) > epoch
+                 or len(out["refusals"]) > 1)
+        time.sleep(0.05 if len(out["refusals"]) > 1 else 0)
+
+
+def attention(conn, spec, out: dict, until_joined: bool = False, rebalance=None) -> None:
     """Sends every round, two in flight; ``out`` holds the outputs received so far (and their times). With
-    ``until_joined``, paced rounds go on until a rank joined, then ``spec["rounds"]`` more."""
+    ``until_joined``, paced rounds go on until a rank joined, then ``spec["rounds"]`` more. ``rebalance``:
+    ``(n, call)``: once the first ``n`` rounds are received and none is in flight, ``call()`` (every rank
+    rebalances between rounds n - 1 and n)."""
     conn.wait_ffn_serving(TIMEOUT_S)
     out["outputs"], out["times"] = [], []
     n, sent = spec["rounds"], 0
@@ -132,11 +204,20 @@ def attention(conn, spec, out: dict, until_joined: bool = False) -> None:
         conn.send_attn_output(x, AFDTransferContext(AFDTransferMetadata(layer_idx=layer)), topk_ids=ids,
                               topk_weights=w)
 
-    for i in range(min(2, n)):
-        send(i)
+    def may_send():
+        return sent < n and sent - len(out["outputs"]) < 2 and (rebalance is None or sent != rebalance[0])
+
+    while may_send():
+        send(sent)
         sent += 1
     deadline = time.monotonic() + 3 * TIMEOUT_S
     while len(out["outputs"]) < n:
+        if rebalance is not None and sent == len(out["outputs"]) == rebalance[0]:
+            rebalance[1]()
+            rebalance = None
+            while may_send():
+                send(sent)
+                sent += 1
         out["outputs"].append(conn.recv_ffn_output())
         out["times"].append(time.time())
         if until_joined:
@@ -145,7 +226,7 @@ def attention(conn, spec, out: dict, until_joined: bool = False) -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError("no rank joined")
             time.sleep(0.02)
-        if sent < n:
+        while may_send():
             send(sent)
             sent += 1
     while len(out["outputs"]) < sent:
@@ -153,10 +234,25 @@ def attention(conn, spec, out: dict, until_joined: bool = False) -> None:
     conn.finish()
 
 
-def ffn(conn, table, layers, args) -> dict:
+def ffn(conn, table, layers, args, store) -> dict:
     w1, w2 = convert.layer_weights(layers)
-    served = cam.ExpertWeights(w1, w2).slots(table, conn.rank - conn.config.topology.A)
+    experts = cam.ExpertWeights(w1, w2)
+    served = experts.slots(table, conn.rank - conn.config.topology.A)
     count = {"rows": 0}
+    state = {"rebalanced": not args.rebalance_at or args.join}
+
+    def between():
+        # The rebalance Attention rank 0 began: once its vote and the joiner's request are in the store, this rank
+        # decides the join (inside the rebalance: refused), then votes and adopts the rotated table.
+        if state["rebalanced"] or not store.check(["test/rebalance"]):
+            return
+        comm, group = conn.comm, conn.config.group
+        vote = f"{group}/{conn.world_id}/rebalance/{comm.plane_id}/{comm.rebalance_id}/vote/0"
+        wait_for("Attention rank 0's vote and the join request",
+                 lambda: store.check([vote]) and store.check([f"{group}/{conn.world_id}/join/0"]))
+        state["decided_in_rebalance"] = conn.poll_join()
+        conn.set_placement(rotated(table), served, experts=experts)
+        state["rebalanced"] = True
 
     def on_iteration(it):
         if it.served:
@@ -164,9 +260,11 @@ def ffn(conn, table, layers, args) -> dict:
             if args.rank == args.kill and count["rows"] >= args.kill_after and not args.join:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    result = cam.serve_ffn(conn, served.w1, served.w2, max_serve_s=4 * TIMEOUT_S, on_iteration=on_iteration)
+    result = cam.serve_ffn(conn, served.w1, served.w2, max_serve_s=4 * TIMEOUT_S, on_iteration=on_iteration,
+                           between=between)
     return {"reason": result.reason, "iterations": result.iterations, "final_rank": conn.rank,
-            "served": count["rows"]}
+            "served": count["rows"], "decided_in_rebalance": state.get("decided_in_rebalance"),
+            "epoch": conn.comm.placement_epoch if conn.comm is not None else None}
 
 
 if __name__ == "__main__":

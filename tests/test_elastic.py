@@ -205,3 +205,49 @@ def test_a_restarted_ffn_rank_rejoins_the_running_world_and_serves(tmp_path):
     for r in (1, 3):
         res = torch.load(tmp_path / f"r{r}.pt", weights_only=False)
         assert "error" not in res and len(res["failovers"]) == 2, (r, res, logs[r][-2000:])
+
+
+def test_a_join_inside_a_rebalance_is_refused_by_name_and_admitted_after_it(tmp_path):
+    # Every rank rebalances after round 3 (each replica to the next FFN index). A new FFN rank asks to join once
+    # Attention rank 0 voted in that rebalance and before any FFN rank did: the FFN rank that decides refuses it,
+    # naming the rebalance, and the rebalance goes on. The joiner asks again on the table the world publishes after
+    # it (epoch 1) and is admitted at a round boundary, and serves. Every round, before, across the rebalance and
+    # across the join, equals the failure-free golden bit for bit.
+    spec = {**SPEC, "rounds": 8}
+    topo, _, _ = world(spec)
+
+    def start(r, out, *extra):
+        cmd = [sys.executable, str(SCRIPT), "--store", str(tmp_path / "store"), "--rank", str(r), "--spec",
+               json.dumps(spec), "--out", str(tmp_path / out), "--rebalance-at", "3", *extra]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    procs = {r: start(r, f"r{r}.pt", *(("--until-joined",) if r == 0 else ())) for r in range(topo.world_size)}
+    procs["join"] = start(topo.world_size, "joiner.pt", "--join")
+    try:
+        logs = {r: p.communicate(timeout=240)[0].decode(errors="replace") for r, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+    att = torch.load(tmp_path / "r0.pt", weights_only=False)
+    joined = torch.load(tmp_path / "joiner.pt", weights_only=False)
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    assert "error" not in joined, (joined.get("error"), logs["join"][-3000:])
+    assert att["epoch"] == 1  # the rebalance was adopted, not cut short by the join
+    first = joined["refusals"][0]
+    assert first.startswith("world ") and "is in a rebalance (rank(s) 0 voted in rebalance 1.0, rank " in first, \
+        joined["refusals"]
+    assert all("rebalance" in r for r in joined["refusals"]), joined["refusals"]
+    assert [f["joined_rank"] for f in att["failovers"]] == [topo.world_size], att["failovers"]
+    assert joined["final_rank"] == topo.world_size and joined["served"] >= 1, joined
+    for r in range(topo.A, topo.world_size):
+        res = torch.load(tmp_path / f"r{r}.pt", weights_only=False)
+        assert "error" not in res and res["decided_in_rebalance"] is False, (r, res, logs[r][-2000:])
+        assert [f["joined_rank"] for f in res["failovers"]] == [topo.world_size]
+    _, _, layers = world(spec)
+    w1, w2 = convert.layer_weights(layers)
+    assert len(att["outputs"]) >= spec["rounds"]
+    for i, got in enumerate(att["outputs"]):
+        x, ids, w, layer = round_inputs(spec, i)
+        assert torch.equal(got, routed_local(x, ids, w, w1, w2, layer)), f"round {i}"

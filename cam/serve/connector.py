@@ -35,7 +35,7 @@ from .store import (DONE_KEY, FAILED_PREFIX, RUN_SECRET_ENV, SERVING, SERVING_KE
                     loopback_store, post_shutdown, shutdown_message)
 
 __all__ = ["AFDTransferContext", "AFDTransferMetadata", "AsyncAFDConnector", "ConnectorConfig", "Failover",
-           "RoundsLostError", "split_tokens"]
+           "JoinRefusedError", "RoundsLostError", "split_tokens"]
 
 # "shm": ranks are processes (the store is the world's TCPStore); "in_process": ranks are threads of one process
 # sharing one store object (e.g. torch.distributed.HashStore), for tests and single-process use.
@@ -131,6 +131,16 @@ class RoundsLostError(CommAbortedError):
         named = "; ".join(f"layer {l}: expert(s) {', '.join(map(str, es))}" for l, es in sorted(lost.items()))
         super().__init__(f"rank {rank}: {rounds} round(s) lost: FFN rank {dead_rank} died holding the last replica "
                          f"of {named}; no surviving replica serves them, so the plane was not re-formed")
+
+
+class JoinRefusedError(ValueError):
+    """:meth:`AsyncAFDConnector.join_running` was refused by the running world; ``reason`` says why. ``rebalance``:
+    the world was inside a rebalance (or adopted a table after the joiner read it): ask again with a table built on
+    the one the world publishes once the rebalance is over (docs/connector.md, "Rejoin")."""
+
+    def __init__(self, message: str, reason: str, rebalance: bool = False):
+        super().__init__(message)
+        self.reason, self.rebalance = reason, rebalance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,10 +288,12 @@ class AsyncAFDConnector:
         last replica (the plane then stays aborted)."""
         from ..placement import Placement
 
-        cfg, topo = self.config, self.config.topology
+        topo = self.config.topology
         comm = self.comm
         seen = comm.dead_rank_found_at or time.time()
-        table = cfg.placement if cfg.placement is not None else Placement.contiguous(topo.E, topo.F, topo.L)
+        table = self.table
+        if table is None:
+            table = Placement.contiguous(topo.E, topo.F, topo.L)
         new = table.without(dead - topo.A)  # ExpertsLostError names what no survivor holds
         left = self._world_id
         with self._lock:
@@ -309,15 +321,38 @@ class AsyncAFDConnector:
         self.failovers.append(record)
         return record
 
+    @property
+    def table(self):
+        """The placement this rank's plane serves now (:class:`cam.placement.Placement`; None: contiguous): the
+        config's, or the one a rebalance adopted since."""
+        comm = self.comm
+        if comm is not None and not comm.closed and comm.placement is not None:
+            return comm.placement
+        return self.config.placement
+
+    def set_placement(self, placement, weights=None, *, experts=None) -> int:
+        """Rebalance between two rounds (:meth:`cam.Comm.set_placement`, docs/protocol.md §15) through the
+        connector: its config keeps the adopted table (a later failover drops a dead rank from that one) and an
+        elastic world's Attention rank 0 publishes it with its epoch (a joining rank builds its table on it,
+        docs/connector.md "Rejoin"). Returns what ``Comm.set_placement`` returns."""
+        comm = self._require(self.role)
+        first = comm.set_placement(placement, weights, experts=experts)
+        self.config = dataclasses.replace(self.config, placement=comm.placement)
+        self._publish_plane()
+        return first
+
     # ------------------------------------------------------------------ rejoin (elastic worlds)
 
     def _key(self, name: str) -> str:
         return f"{self.config.group}/{self._world_id}/{name}"
 
     def _publish_plane(self) -> None:
-        """Attention rank 0 of an elastic world: the plane a rank that joins must match (topology, dtype, table)."""
+        """Attention rank 0 of an elastic world: the plane a rank that joins must match (topology, dtype, table, and
+        the table's epoch: a rebalance adopted after a joiner read it refuses the join)."""
         if self.config.elastic and self.rank == 0:
-            self._messages().set(self._key("plane"), json.dumps(_plane_record(self.config)))
+            record = _plane_record(dataclasses.replace(self.config, placement=self.table))
+            record["epoch"] = self.comm.placement_epoch
+            self._messages().set(self._key("plane"), json.dumps(record))
 
     def join_running(self, store=None, timeout_s: Optional[float] = None) -> None:
         """A new or restarted FFN rank joins a running elastic world (docs/connector.md, "Rejoin"), instead of
@@ -350,24 +385,29 @@ class AsyncAFDConnector:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"join_running: world {left} published no plane within {bound:g} s")
             time.sleep(cfg.idle_poll_s)
-        why = _join_mismatch(json.loads(messages.get(self._key("plane")).decode()), cfg)
+        plane = json.loads(messages.get(self._key("plane")).decode())
+        why = _join_mismatch(plane, cfg)
         if why:
-            raise ValueError(f"join_running: rank {self.rank} cannot join world {left}: {why}")
+            raise JoinRefusedError(f"join_running: rank {self.rank} cannot join world {left}: {why}", why)
         nonce = uuid.uuid4().hex
-        request = json.dumps({"nonce": nonce, "rank": self.rank, **_plane_record(cfg)})
-        got = messages.compare_set(self._key("join"), "", request)
+        request = json.dumps({"nonce": nonce, "rank": self.rank, "epoch": plane.get("epoch", 0), **_plane_record(cfg)})
+        ask = self._join_slot(messages)
+        got = messages.compare_set(ask, "", request)
         if (got.decode() if isinstance(got, bytes) else got) != request:
-            raise ValueError(f"join_running: another join into world {left} is being decided; try again after it")
-        while not messages.check([self._key("join/verdict")]):
+            why = "another join into it is being decided"
+            raise JoinRefusedError(f"join_running: rank {self.rank} cannot join world {left}: {why}; try again after "
+                                   f"it", why)
+        while not messages.check([ask + "/verdict"]):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"join_running: no FFN rank of world {left} answered the join within {bound:g} s")
             if _world.current(messages, cfg.group) != left:  # the world moved on (a failover): ask its successor
                 self._world_id = None
                 return self.join_running(store=self._store, timeout_s=max(deadline - time.monotonic(), 0.001))
             time.sleep(cfg.idle_poll_s)
-        verdict = json.loads(messages.get(self._key("join/verdict")).decode())
+        verdict = json.loads(messages.get(ask + "/verdict").decode())
         if not verdict["accept"]:
-            raise ValueError(f"join_running: world {left} refused rank {self.rank}: {verdict['reason']}")
+            raise JoinRefusedError(f"join_running: world {left} refused rank {self.rank}: {verdict['reason']}",
+                                   verdict["reason"], bool(verdict.get("rebalance")))
         seen = time.time()
         self.comm = self._shm_comm(succeeds=(left, nonce))
         self._world_id = self.comm.world_id
@@ -399,35 +439,57 @@ class AsyncAFDConnector:
                                    f"{'' if below is None else f' of fewer than {below} FFN ranks'} within {bound:g} s")
             time.sleep(cfg.idle_poll_s)
 
+    def _join_slot(self, messages) -> str:
+        """The key of the next join request of this rank's world: ``join/<k>``, the first ``k`` not refused. Refused
+        requests stay where they are (write-once), so a joiner refused once can ask again in the same world."""
+        k = 0
+        while messages.check([self._key(f"join/{k}")]) and messages.check([self._key(f"join/{k}/verdict")]) and \
+                not json.loads(messages.get(self._key(f"join/{k}/verdict")).decode())["accept"]:
+            k += 1
+        return self._key(f"join/{k}")
+
     def _join_request(self) -> Optional[dict]:
-        """The join request of this rank's current world and, once decided, its verdict (``request["verdict"]``)."""
+        """The open join request of this rank's current world (the first not refused) and, once decided, its
+        verdict (``request["verdict"]``)."""
         if not self.config.elastic or self._rendezvous is None or self._world_id is None:
             return None
         messages = self._messages()
-        if not messages.check([self._key("join")]):
+        key = self._join_slot(messages)
+        if not messages.check([key]):
             return None
-        request = json.loads(messages.get(self._key("join")).decode())
-        if messages.check([self._key("join/verdict")]):
-            request["verdict"] = json.loads(messages.get(self._key("join/verdict")).decode())
+        request = json.loads(messages.get(key).decode())
+        request["key"] = key
+        if messages.check([key + "/verdict"]):
+            request["verdict"] = json.loads(messages.get(key + "/verdict").decode())
         return request
 
     def poll_join(self) -> bool:
         """FFN rank of an elastic world, between iterations (:func:`cam.serve_ffn` calls it at each check): decides
         a pending join request (the first FFN rank to decide writes the verdict for all: the joiner's topology,
-        dtype and table against this world's, and no rebalance in progress here) and, once accepted, ends the
+        dtype and table against this world's, and no rebalance of the world under way nor adopted since the joiner
+        read the table: :class:`JoinRefusedError` with ``rebalance`` on the joiner) and, once accepted, ends the
         plane's waits (abort) and re-forms it with the joiner. True when this rank re-formed."""
         request = self._join_request()
         if request is None:
             return False
         if "verdict" not in request:
-            why = _join_mismatch(self.config, request)
-            if not why and self.comm is not None and not self.comm.closed and \
-                    self.comm.rebalance_id != f"{self.comm.placement_epoch + 1}.0":
-                why = f"FFN rank {self.rank} is in rebalance {self.comm.rebalance_id}: join after it"
-            verdict = json.dumps({"accept": not why, "reason": why})
-            self._messages().compare_set(self._key("join/verdict"), "", verdict)
+            why, rebalance = "", False
+            comm = self.comm
+            if comm is not None and not comm.closed:
+                underway = comm.rebalance_underway()
+                if underway:
+                    why, rebalance = f"world {self._world_id} is in a rebalance ({underway}): join after it", True
+                elif request.get("epoch", 0) != comm.placement_epoch:
+                    why, rebalance = (f"world {self._world_id} adopted table epoch {comm.placement_epoch} after the "
+                                      f"joiner read epoch {request.get('epoch', 0)} (a rebalance): join again on the "
+                                      f"table it publishes"), True
+            why = why or _join_mismatch(dataclasses.replace(self.config, placement=self.table), request)
+            verdict = json.dumps({"accept": not why, "reason": why, "rebalance": rebalance})
+            self._messages().compare_set(request["key"] + "/verdict", "", verdict)
             request = self._join_request()
-        if not request["verdict"]["accept"]:
+            if request is None:  # refused: the next request is another joiner's
+                return False
+        if not request.get("verdict", {}).get("accept"):
             return False
         return self._admit(request)
 
