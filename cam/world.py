@@ -79,6 +79,11 @@ def _parse(raw: str, group: str, rank: int, key: str) -> dict:
                           f" Give this plane another group name, or the run's secret")
 
 
+def holder_alive(holder: str) -> bool:
+    """Whether the process a claim value names (``pid:start-ticks/...``, :func:`identity`) still runs."""
+    return _alive(holder)
+
+
 def _alive(holder: str) -> bool:
     ident = holder.split("/", 1)[0]
     pid, sep, _ = ident.partition(":")

@@ -26,6 +26,9 @@ from cam.connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConne
 from cam.placement import Placement  # noqa: E402
 
 TIMEOUT_S = 60.0
+# The checkpoint identity every rank of the world gives (cam.checkpoint_identity.published's fields), and another.
+CHECKPOINT = {"model_type": "tiny-moe", "shape": {}, "layers": {"1": "e1"}, "digest": "tiny-moe-1"}
+OTHER_CHECKPOINT = {"model_type": "tiny-moe", "shape": {}, "layers": {"1": "e2"}, "digest": "tiny-moe-2"}
 
 
 def world(spec: dict):
@@ -33,7 +36,7 @@ def world(spec: dict):
     Attention rank, every expert replicated on two ranks (``replicated``) or held once (contiguous)."""
     E, F, L = spec["E"], spec["F"], spec["L"]
     table = Placement.balanced(E, F, L, replicate=range(E)) if spec["replicated"] else Placement.contiguous(E, F, L)
-    topo = cam.Topology(D=1, P=1, F=F, E=E, K=spec["K"], H=spec["H"], Bmax=spec["B"], L=L,
+    topo = cam.Topology(D=spec.get("D", 1), P=1, F=F, E=E, K=spec["K"], H=spec["H"], Bmax=spec["B"], L=L,
                         expert_slots=table.slots_per_rank)
     g = torch.Generator().manual_seed(11)
     layers = [convert.ExpertFFN(torch.randn(E, spec["H"], 2 * spec["I"], generator=g) / spec["H"] ** 0.5,
@@ -42,9 +45,9 @@ def world(spec: dict):
     return topo, table, layers
 
 
-def round_inputs(spec: dict, i: int):
-    """Round ``i``'s (x, topk ids, topk weights, layer), the same in every process."""
-    g = torch.Generator().manual_seed(1000 + i)
+def round_inputs(spec: dict, i: int, rank: int = 0):
+    """Attention rank ``rank``'s round ``i``: (x, topk ids, topk weights, layer), the same in every process."""
+    g = torch.Generator().manual_seed(1000 + i + 7919 * rank)
     B, E, K, H = spec["B"], spec["E"], spec["K"], spec["H"]
     x = torch.randn(B, H, generator=g).to(torch.bfloat16)
     ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(B)]).to(torch.int32)
@@ -71,12 +74,14 @@ def main() -> None:
     topo, table, layers = world(spec)
     store = FileStore(args.store, topo.world_size)
     cfg = ConnectorConfig(topology=topo, timeout_s=TIMEOUT_S, idle_poll_s=0.01, group=args.group, placement=table,
-                          elastic=True)
+                          elastic=True, checkpoint=CHECKPOINT)
     role = "attention" if args.rank < topo.A else "ffn"
     out = {"rank": args.rank}
     conn = None
     try:
-        if args.join and args.rebalance_at:
+        if args.join and role == "attention":
+            conn = rejoin_replica(store, cfg, args.rank, out)
+        elif args.join and args.rebalance_at:
             conn = join_across_rebalance(store, cfg, out)
             table = conn.config.placement
         elif args.join:  # the killed rank's slots, as the last FFN rank of the world it joins
@@ -96,7 +101,8 @@ def main() -> None:
                     store.set("test/rebalance", "1")
                     conn.set_placement(rotated(table))
                     out["epoch"] = conn.comm.placement_epoch
-            attention(conn, spec, out, args.until_joined, (args.rebalance_at, rebalance) if rebalance else None)
+            attention(conn, spec, out, args.until_joined, (args.rebalance_at, rebalance) if rebalance else None,
+                      kill_after=args.kill_after if args.kill == args.rank and not args.join else None)
         else:
             out.update(ffn(conn, table, layers, args, store))
     except Exception as e:  # noqa: BLE001 - the error is the result
@@ -188,7 +194,31 @@ def join_across_rebalance(store, cfg, out: dict):
         time.sleep(0.05 if len(out["refusals"]) > 1 else 0)
 
 
-def attention(conn, spec, out: dict, until_joined: bool = False, rebalance=None) -> None:
+def rejoin_replica(store, cfg, rank: int, out: dict):
+    """A restarted Attention rank (its replica fenced when it died) rejoins the running world in its slot. Asked
+    first with another topology (H doubled), another checkpoint identity, and for a live rank's slot (rank 0): each
+    refused by name (``out["refused"]``)."""
+    from cam.connector import JoinRefusedError
+
+    record = wait_for("a plane record", lambda: plane(store, cfg.group))
+    running = Placement.from_dict(record["placement"])
+    cfg = dataclasses.replace(cfg, placement=running, topology=dataclasses.replace(
+        cfg.topology, F=running.ffn_ranks, expert_slots=running.slots_per_rank))
+    out["refused"] = []
+    for bad_rank, bad in ((rank, dataclasses.replace(cfg, topology=dataclasses.replace(cfg.topology,
+                                                                                      H=2 * cfg.topology.H))),
+                          (rank, dataclasses.replace(cfg, checkpoint=OTHER_CHECKPOINT)), (0, cfg)):
+        try:
+            AsyncAFDConnector(bad_rank, "attention", bad).join_running(store)
+            out["refused"].append("admitted")
+        except JoinRefusedError as e:
+            out["refused"].append(str(e))
+    conn = AsyncAFDConnector(rank, "attention", cfg)
+    conn.join_running(store)
+    return conn
+
+
+def attention(conn, spec, out: dict, until_joined: bool = False, rebalance=None, kill_after=None) -> None:
     """Sends every round, two in flight; ``out`` holds the outputs received so far (and their times). With
     ``until_joined``, paced rounds go on until a rank joined, then ``spec["rounds"]`` more. ``rebalance``:
     ``(n, call)``: once the first ``n`` rounds are received and none is in flight, ``call()`` (every rank
@@ -200,7 +230,7 @@ def attention(conn, spec, out: dict, until_joined: bool = False, rebalance=None)
         n = 10 ** 6
 
     def send(i):
-        x, ids, w, layer = round_inputs(spec, i)
+        x, ids, w, layer = round_inputs(spec, i, conn.rank)
         conn.send_attn_output(x, AFDTransferContext(AFDTransferMetadata(layer_idx=layer)), topk_ids=ids,
                               topk_weights=w)
 
@@ -220,6 +250,8 @@ def attention(conn, spec, out: dict, until_joined: bool = False, rebalance=None)
                 sent += 1
         out["outputs"].append(conn.recv_ffn_output())
         out["times"].append(time.time())
+        if kill_after is not None and len(out["outputs"]) >= kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)  # a crash, with rounds in flight
         if until_joined:
             if any(f.joined_rank is not None for f in conn.failovers) and n == 10 ** 6:
                 n = len(out["outputs"]) + spec["rounds"]

@@ -251,3 +251,53 @@ def test_a_join_inside_a_rebalance_is_refused_by_name_and_admitted_after_it(tmp_
     for i, got in enumerate(att["outputs"]):
         x, ids, w, layer = round_inputs(spec, i)
         assert torch.equal(got, routed_local(x, ids, w, w1, w2, layer)), f"round {i}"
+
+
+def test_a_restarted_attention_replica_rejoins_in_its_slot_and_serves(tmp_path):
+    # Two replicas (D = 2), two FFN ranks. Attention rank 1 dies after receiving 3 rounds, with rounds in flight:
+    # its replica is fenced, replica 0 goes on. A new process asks to rejoin as rank 1: first with another
+    # topology, another checkpoint identity and rank 0's (live) slot, each refused by name; then as itself, admitted
+    # at a round boundary in the current world's successor. Its rounds, and every round of replica 0 before,
+    # across and after the rejoin, equal the failure-free golden bit for bit.
+    spec = {**SPEC, "D": 2, "F": 2, "rounds": 6}
+    topo, _, _ = world(spec)
+    assert topo.A == 2
+
+    def start(r, out, *extra):
+        cmd = [sys.executable, str(SCRIPT), "--store", str(tmp_path / "store"), "--rank", str(r), "--spec",
+               json.dumps(spec), "--out", str(tmp_path / out), "--kill", "1", "--kill-after", "3", *extra]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    procs = {r: start(r, f"r{r}.pt", *(("--until-joined",) if r == 0 else ())) for r in range(topo.world_size)}
+    try:
+        assert procs[1].wait(120) == -9
+        procs["join"] = start(1, "joiner.pt", "--join")
+        logs = {r: p.communicate(timeout=240)[0].decode(errors="replace") for r, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+    att = torch.load(tmp_path / "r0.pt", weights_only=False)
+    joined = torch.load(tmp_path / "joiner.pt", weights_only=False)
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    assert "error" not in joined, (joined.get("error"), logs["join"][-3000:])
+    wrong_topology, wrong_checkpoint, live_slot = joined["refused"]
+    assert "cannot join world" in wrong_topology and "a different topology: H=128 (the world's H=64)" in \
+        wrong_topology, wrong_topology
+    assert "a different checkpoint: experts of decoder layer 1 'e2' (the world's 'e1')" in wrong_checkpoint, \
+        wrong_checkpoint
+    assert "refused rank 0: Attention rank 0 of world" in live_slot and "is held by live process" in live_slot, \
+        live_slot
+    assert [f["joined_rank"] for f in att["failovers"]] == [1] and joined["failovers"][0]["joined_rank"] == 1
+    for r in range(topo.A, topo.world_size):
+        res = torch.load(tmp_path / f"r{r}.pt", weights_only=False)
+        assert "error" not in res and res["reason"] == "attention finished", (r, res, logs[r][-2000:])
+        assert [f["joined_rank"] for f in res["failovers"]] == [1] and res["final_rank"] == r
+    _, _, layers = world(spec)
+    w1, w2 = convert.layer_weights(layers)
+    assert len(joined["outputs"]) == spec["rounds"] and len(att["outputs"]) >= spec["rounds"]
+    for rank, outs in ((0, att["outputs"]), (1, joined["outputs"])):
+        for i, got in enumerate(outs):
+            x, ids, w, layer = round_inputs(spec, i, rank)
+            assert torch.equal(got, routed_local(x, ids, w, w1, w2, layer)), f"rank {rank} round {i}"

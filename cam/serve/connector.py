@@ -355,22 +355,33 @@ class AsyncAFDConnector:
             self._messages().set(self._key("plane"), json.dumps(record))
 
     def join_running(self, store=None, timeout_s: Optional[float] = None) -> None:
-        """A new or restarted FFN rank joins a running elastic world (docs/connector.md, "Rejoin"), instead of
-        :meth:`init_afd_connector`. Its config is the world after the join: the topology with one FFN rank more,
-        this rank the last (``A + F - 1``), and the table ``running.with_rank(held)`` (the running table, every
-        replica where it is, and this rank's slots). It asks the current world through the store; the FFN ranks
-        decide at their next check (a round boundary) and the plane is re-formed with it in the world's
-        successor. Refused (``ValueError`` naming what differs, before anything is created) when the topology, the
-        dtype or the running table differ from the world's, or while another join is decided; ``TimeoutError``
-        when no FFN rank answers within ``timeout_s`` (default the config's)."""
+        """A new or restarted rank joins a running elastic world (docs/connector.md, "Rejoin"), instead of
+        :meth:`init_afd_connector`.
+
+        An FFN rank's config is the world after the join: the topology with one FFN rank more, this rank the last
+        (``A + F - 1``), and the table ``running.with_rank(held)`` (the running table, every replica where it is,
+        and this rank's slots). An Attention rank rejoins as the rank it was, in the slot of its fenced (dead)
+        replica: its config is the running world's (the same topology, table and checkpoint identity); replicas
+        of one rank (``P == 1``) only.
+
+        It asks the current world through the store; the FFN ranks decide at their next check (a round boundary)
+        and the plane is re-formed with it in the world's successor. Refused (:class:`JoinRefusedError`, a
+        ``ValueError``, naming what differs, before anything is created) when the topology, the dtype, the running
+        table or the checkpoint identity differ from the world's, or while another join is decided; by the
+        deciding FFN rank while the world is in a rebalance (``rebalance``) or, for an Attention rank, while its
+        slot is held by a live process. ``TimeoutError`` when no FFN rank answers within ``timeout_s`` (default
+        the config's)."""
         from .. import world as _world
 
         cfg, topo = self.config, self.config.topology
-        if self.role != "ffn" or not cfg.elastic or cfg.transport != "shm":
-            raise ValueError("join_running: an FFN-rank connector of an elastic shm world joins a running world")
-        if self.rank != topo.world_size - 1:
+        if not cfg.elastic or cfg.transport != "shm":
+            raise ValueError("join_running: a connector of an elastic shm world joins a running world")
+        if self.role == "ffn" and self.rank != topo.world_size - 1:
             raise ValueError(f"join_running: a joining FFN rank is the last one, rank {topo.world_size - 1} of this "
                              f"config, not {self.rank}")
+        if self.role == "attention" and topo.P != 1:
+            raise ValueError(f"join_running: Attention rank {self.rank} is one of P = {topo.P} participants of its "
+                             f"replica; a replica rejoins one rank at a time only when P = 1")
         if self.is_initialized:
             return
         bound = cfg.timeout_s if timeout_s is None else timeout_s
@@ -386,11 +397,12 @@ class AsyncAFDConnector:
                 raise TimeoutError(f"join_running: world {left} published no plane within {bound:g} s")
             time.sleep(cfg.idle_poll_s)
         plane = json.loads(messages.get(self._key("plane")).decode())
-        why = _join_mismatch(plane, cfg)
+        why = _join_mismatch(plane, cfg, self.role)
         if why:
             raise JoinRefusedError(f"join_running: rank {self.rank} cannot join world {left}: {why}", why)
         nonce = uuid.uuid4().hex
-        request = json.dumps({"nonce": nonce, "rank": self.rank, "epoch": plane.get("epoch", 0), **_plane_record(cfg)})
+        request = json.dumps({"nonce": nonce, "rank": self.rank, "role": self.role, "epoch": plane.get("epoch", 0),
+                              **_plane_record(cfg)})
         ask = self._join_slot(messages)
         got = messages.compare_set(ask, "", request)
         if (got.decode() if isinstance(got, bytes) else got) != request:
@@ -411,7 +423,9 @@ class AsyncAFDConnector:
         seen = time.time()
         self.comm = self._shm_comm(succeeds=(left, nonce))
         self._world_id = self.comm.world_id
-        self.mark_serving()
+        if self.role == "ffn":
+            self.mark_serving()
+        self._publish_plane()
         self.failovers.append(Failover(None, left, self._world_id, seen, time.time(), joined_rank=self.rank))
 
     def running_table(self, store=None, below: Optional[int] = None, timeout_s: Optional[float] = None):
@@ -483,7 +497,8 @@ class AsyncAFDConnector:
                     why, rebalance = (f"world {self._world_id} adopted table epoch {comm.placement_epoch} after the "
                                       f"joiner read epoch {request.get('epoch', 0)} (a rebalance): join again on the "
                                       f"table it publishes"), True
-            why = why or _join_mismatch(dataclasses.replace(self.config, placement=self.table), request)
+            why = why or _join_mismatch(dataclasses.replace(self.config, placement=self.table), request,
+                                        request.get("role", "ffn")) or self._slot_taken(request)
             verdict = json.dumps({"accept": not why, "reason": why, "rebalance": rebalance})
             self._messages().compare_set(request["key"] + "/verdict", "", verdict)
             request = self._join_request()
@@ -493,15 +508,37 @@ class AsyncAFDConnector:
             return False
         return self._admit(request)
 
+    def _slot_taken(self, request: dict) -> str:
+        """Why an Attention rank's join cannot take its slot: "" once the slot's holder in this world is gone (its
+        replica is fenced, or about to be), else the live process holding it."""
+        from .. import world as _world
+
+        rank = request["rank"]
+        if request.get("role") != "attention":
+            return ""
+        key = self._key(f"claim/{rank}")
+        messages = self._messages()
+        holder = messages.get(key).decode() if messages.check([key]) else ""
+        if holder and _world.holder_alive(holder) and not messages.check([self._key(f"left/{rank}")]):
+            return (f"Attention rank {rank} of world {self._world_id} is held by live process "
+                    f"{holder.split(':')[0]}: a replica rejoins once its rank died (its replica fenced)")
+        return ""
+
     def _admit(self, request: dict) -> bool:
-        """Re-forms this rank's plane with the accepted joiner (every member does at its next round boundary)."""
+        """Re-forms this rank's plane with the accepted joiner (every member does at its next round boundary): an
+        FFN rank joins as the last FFN rank under its table; an Attention rank takes its slot back, the world's
+        topology and table unchanged."""
         from ..placement import Placement
 
-        topo = self.config.topology
+        topo, running = self.config.topology, self.table
         comm = self.comm
         comm.abort()  # the other members' waits end now; every round not combined is dispatched again
         comm.close()
         self.comm = None
+        if request.get("role") == "attention":
+            return bool(self._reform(topo, running, (self._world_id, request["nonce"]),
+                                     Failover(None, self._world_id, "", time.time(), 0.0,
+                                              joined_rank=request["rank"])))
         table = Placement.from_dict(request["placement"])
         return bool(self._reform(dataclasses.replace(topo, F=topo.F + 1, expert_slots=table.slots_per_rank), table,
                                  (self._world_id, request["nonce"]),
@@ -777,20 +814,23 @@ def split_tokens(num_tokens: int, participants: int) -> Sequence[Tuple[int, int]
 
 
 def _plane_record(cfg: ConnectorConfig) -> dict:
-    """What a joining rank must match: the topology's fields, the dtype and the table (docs/connector.md, "Rejoin")."""
+    """What a joining rank must match: the topology's fields, the dtype, the table and the checkpoint identity
+    (docs/connector.md, "Rejoin")."""
     from ..placement import Placement
 
     topo = cfg.topology
     table = cfg.placement if cfg.placement is not None else Placement.contiguous(topo.E, topo.F, topo.L)
     fields = {f.name: getattr(topo, f.name) for f in dataclasses.fields(topo)}
     return {"topology": {k: v if v is None or isinstance(v, bool) else int(v) for k, v in fields.items()},
-            "dtype": str(cfg.dtype), "placement": table.as_dict()}
+            "dtype": str(cfg.dtype), "placement": table.as_dict(), "checkpoint": cfg.checkpoint}
 
 
-def _join_mismatch(plane: dict, joiner) -> str:
-    """Why a joiner (its plane record, or its ConnectorConfig) cannot join ``plane`` (a member's record, or its
-    ConnectorConfig): "" when it can. The joiner has one FFN rank more, and the members' table is its table without
-    its own slots (no replica of a member moves)."""
+def _join_mismatch(plane: dict, joiner, role: str = "ffn") -> str:
+    """Why a joiner (its plane record, or its ConnectorConfig) of ``role`` cannot join ``plane`` (a member's record,
+    or its ConnectorConfig): "" when it can. An FFN joiner has one FFN rank more, and the members' table is its
+    table without its own slots (no replica of a member moves); an Attention joiner has the world's topology and
+    table. Both have the world's dtype and, where both sides give one, its checkpoint identity."""
+    from .. import checkpoint_identity
     from ..placement import Placement, PlacementError
 
     if isinstance(plane, ConnectorConfig):
@@ -800,15 +840,25 @@ def _join_mismatch(plane: dict, joiner) -> str:
     if not isinstance(plane, dict) or not isinstance(joiner, dict):
         return "no plane record"
     ours, theirs = plane["topology"], joiner["topology"]
+    grows = role == "ffn"
     diffs = [f"{k}={theirs.get(k)!r} (the world's {k}={ours.get(k)!r})" for k in ours
-             if k != "F" and theirs.get(k) != ours.get(k)]
-    if theirs.get("F") != ours.get("F", 0) + 1:
+             if (k != "F" or not grows) and theirs.get(k) != ours.get(k)]
+    if grows and theirs.get("F") != ours.get("F", 0) + 1:
         diffs.append(f"F={theirs.get('F')!r} (a joiner has the world's F={ours.get('F')!r} + 1)")
     if joiner.get("dtype") != plane.get("dtype"):
         diffs.append(f"dtype={joiner.get('dtype')} (the world's dtype={plane.get('dtype')})")
     if diffs:
         return "a different topology: " + ", ".join(diffs)
+    ckpt, joiner_ckpt = plane.get("checkpoint"), joiner.get("checkpoint")
+    if ckpt is not None and joiner_ckpt is not None and ckpt.get("digest") != joiner_ckpt.get("digest"):
+        differ = checkpoint_identity.compare(joiner_ckpt, ckpt)[:3]
+        return "a different checkpoint: " + "; ".join(f"{field} {mine!r} (the world's {theirs!r})"
+                                                     for field, mine, theirs in differ)
     try:
+        if not grows:
+            if Placement.from_dict(joiner["placement"]).digest() != Placement.from_dict(plane["placement"]).digest():
+                return "another table than the world's (an Attention rank rejoins with the running table)"
+            return ""
         mine = Placement.from_dict(joiner["placement"]).without(theirs["F"] - 1)
         if mine.digest() != Placement.from_dict(plane["placement"]).digest():
             return "its table moves replicas of the running ranks (it must be the running table with_rank its slots)"
