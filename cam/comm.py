@@ -809,6 +809,19 @@ class Comm:
         word = int(self._c.status()["abort"])
         return -word - 1 if word < 0 else None
 
+    def gone_peers(self) -> list:
+        """The peers whose process ended without closing their Comm (died), as this rank sees them now, in rank
+        order. The liveness watchdog names the first death it finds; an elastic failover drops every FFN rank dead
+        by then at once (docs/protocol.md §18, "Several deaths")."""
+        gone = []
+        for r, ident in sorted(self._peers_proc.items()):
+            if _proc_identity(int(ident.split(":")[0])) == ident:
+                continue
+            if self._store is not None and self._store.check([f"{self._group}/left/{r}"]):
+                continue
+            gone.append(r)
+        return gone
+
     def close(self, wait_s: float = 10.0) -> None:
         """Releases the stream and the windows. Idempotent. An op another thread is running on this Comm (an idle
         ``dispatch_recv`` poll, a round waiting for a peer) gets ``wait_s`` seconds to end; after that the plane is

@@ -2,8 +2,9 @@
 ranks over the shm transport, a FileStore, FFN ranks serving with the real ops through cam.serve_ffn.
 
 Attention rank 0 sends ``--rounds`` seeded rounds, two in flight, and saves every output (or the error that ended
-it) with its failover records. FFN rank ``--kill`` SIGKILLs itself once it served ``--kill-after`` work items with
-rows (no cleanup: a crash). Every FFN rank saves its ServeResult or error."""
+it) with its failover records. Each rank of ``--kill`` SIGKILLs itself once it served (FFN) or received (Attention)
+the matching count of ``--kill-after`` work items with rows or rounds (no cleanup: a crash); with ``--kill-with``,
+first that rank too (the same boundary). Every FFN rank saves its ServeResult or error."""
 
 from __future__ import annotations
 
@@ -35,7 +36,12 @@ def world(spec: dict):
     """(topology, placement, expert layers) of an elastic test world ``spec``: E experts on F FFN ranks of one
     Attention rank, every expert replicated on two ranks (``replicated``) or held once (contiguous)."""
     E, F, L = spec["E"], spec["F"], spec["L"]
-    table = Placement.balanced(E, F, L, replicate=range(E)) if spec["replicated"] else Placement.contiguous(E, F, L)
+    if spec["replicated"] == "all":  # every expert on every FFN rank, in slot e
+        table = Placement(E, F, E, [[[(f, e) for f in range(F)] for e in range(E)] for _ in range(L)])
+    elif spec["replicated"]:
+        table = Placement.balanced(E, F, L, replicate=range(E))
+    else:
+        table = Placement.contiguous(E, F, L)
     topo = cam.Topology(D=spec.get("D", 1), P=1, F=F, E=E, K=spec["K"], H=spec["H"], Bmax=spec["B"], L=L,
                         expert_slots=table.slots_per_rank)
     g = torch.Generator().manual_seed(11)
@@ -62,14 +68,16 @@ def main() -> None:
     p.add_argument("--spec", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--group", default="elastic")
-    p.add_argument("--kill", type=int, default=-1)
-    p.add_argument("--kill-after", type=int, default=0)
+    p.add_argument("--kill", default="-1", help="rank(s), comma separated")
+    p.add_argument("--kill-after", default="0", help="for each rank of --kill, comma separated")
+    p.add_argument("--kill-with", type=int, default=-1, help="a rank the (first) killed rank kills with itself")
     p.add_argument("--join", action="store_true", help="a restarted FFN rank: join the running world")
     p.add_argument("--until-joined", action="store_true", help="Attention: send rounds until a rank rejoined")
     p.add_argument("--rebalance-at", type=int, default=0,
                    help="every rank rebalances (each replica to the next FFN index) after this many rounds, and a "
                         "joiner (--join) asks inside that rebalance first, then once it is over")
     args = p.parse_args()
+    args.kills = {int(r): int(n) for r, n in zip(args.kill.split(","), args.kill_after.split(","))}
     spec = json.loads(args.spec)
     topo, table, layers = world(spec)
     store = FileStore(args.store, topo.world_size)
@@ -102,7 +110,7 @@ def main() -> None:
                     conn.set_placement(rotated(table))
                     out["epoch"] = conn.comm.placement_epoch
             attention(conn, spec, out, args.until_joined, (args.rebalance_at, rebalance) if rebalance else None,
-                      kill_after=args.kill_after if args.kill == args.rank and not args.join else None)
+                      kill_after=args.kills.get(args.rank) if not args.join else None)
         else:
             out.update(ffn(conn, table, layers, args, store))
     except Exception as e:  # noqa: BLE001 - the error is the result
@@ -266,6 +274,15 @@ def attention(conn, spec, out: dict, until_joined: bool = False, rebalance=None,
     conn.finish()
 
 
+def kill_with(conn, store, rank: int) -> None:
+    """SIGKILLs rank ``rank`` (its process as the world published it) and waits, bounded, until it is dead."""
+    from cam._proc import start_ticks
+
+    pid = int(store.get(f"{conn.config.group}/{conn.world_id}/proc/{rank}").decode().split(":")[0])
+    os.kill(pid, signal.SIGKILL)
+    wait_for(f"rank {rank} (process {pid}) to die", lambda: start_ticks(pid) is None)
+
+
 def ffn(conn, table, layers, args, store) -> dict:
     w1, w2 = convert.layer_weights(layers)
     experts = cam.ExpertWeights(w1, w2)
@@ -289,7 +306,9 @@ def ffn(conn, table, layers, args, store) -> dict:
     def on_iteration(it):
         if it.served:
             count["rows"] += 1
-            if args.rank == args.kill and count["rows"] >= args.kill_after and not args.join:
+            if args.rank in args.kills and count["rows"] >= args.kills[args.rank] and not args.join:
+                if args.kill_with >= 0:
+                    kill_with(conn, store, args.kill_with)
                 os.kill(os.getpid(), signal.SIGKILL)
 
     result = cam.serve_ffn(conn, served.w1, served.w2, max_serve_s=4 * TIMEOUT_S, on_iteration=on_iteration,

@@ -26,14 +26,16 @@ SCRIPT = pathlib.Path(__file__).with_name("_elastic_rank.py")
 SPEC = {"E": 6, "F": 3, "L": 2, "K": 2, "H": 64, "I": 32, "B": 6, "rounds": 12, "replicated": True}
 
 
-def run_world(tmp_path, spec, kill=-1, kill_after=0, group="elastic"):
-    """Starts every rank as a process; returns each rank's saved result, keyed by rank."""
+def run_world(tmp_path, spec, kill=-1, kill_after=0, group="elastic", extra=(), gone=None):
+    """Starts every rank as a process; returns each rank's saved result, keyed by rank. ``gone``: the ranks killed
+    (default ``kill``)."""
     topo, _, _ = world(spec)
+    gone = (kill,) if gone is None else gone
     procs = []
     for r in range(topo.world_size):
         cmd = [sys.executable, str(SCRIPT), "--store", str(tmp_path / "store"), "--rank", str(r), "--spec",
                json.dumps(spec), "--out", str(tmp_path / f"r{r}.pt"), "--group", group, "--kill", str(kill),
-               "--kill-after", str(kill_after)]
+               "--kill-after", str(kill_after), *extra]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     logs = {}
     try:
@@ -47,7 +49,7 @@ def run_world(tmp_path, spec, kill=-1, kill_after=0, group="elastic"):
     results = {}
     for r in range(topo.world_size):
         path = tmp_path / f"r{r}.pt"
-        if r == kill:
+        if r in gone:
             assert procs[r].returncode == -9 and not path.exists(), (r, procs[r].returncode, logs[r][-2000:])
             continue
         assert path.exists(), (r, procs[r].returncode, logs[r][-3000:])
@@ -301,3 +303,62 @@ def test_a_restarted_attention_replica_rejoins_in_its_slot_and_serves(tmp_path):
         for i, got in enumerate(outs):
             x, ids, w, layer = round_inputs(spec, i, rank)
             assert torch.equal(got, routed_local(x, ids, w, w1, w2, layer)), f"rank {rank} round {i}"
+
+
+def _expect_golden(spec, outputs):
+    want = golden(spec)
+    for i, got in enumerate(outputs):
+        assert torch.equal(got, want[i]), f"round {i} differs from the failure-free golden"
+
+
+def test_two_ffn_ranks_dying_at_one_boundary_cost_no_round_with_replicas(tmp_path):
+    # Every expert on all three FFN ranks. FFN rank 2, after 3 work items, SIGKILLs rank 3 and then itself: the
+    # first survivor to fail over finds both gone and every survivor drops both at once (F = 1), one successor
+    # world. Every round equals the failure-free golden bit for bit.
+    spec = {**SPEC, "replicated": "all"}
+    results, logs = run_world(tmp_path, spec, kill=2, kill_after=3, extra=("--kill-with", "3"), gone=(2, 3))
+    att = results[0]
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    assert len(att["outputs"]) == spec["rounds"]
+    _expect_golden(spec, att["outputs"])
+    (failover,) = att["failovers"]
+    assert tuple(failover["dead_ranks"]) == (2, 3), failover
+    res = results[1]
+    assert "error" not in res and res["final_rank"] == 1, (res, logs[1][-3000:])
+    assert [f["world_joined"] for f in res["failovers"]] == [failover["world_joined"]]
+
+
+def test_two_ffn_ranks_dying_one_after_another_cost_no_round_with_replicas(tmp_path):
+    # FFN rank 2 dies after 3 work items (the survivors fail over, F = 2), FFN rank 3 (then rank 2) after 6: a
+    # second failover (F = 1). Every round equals the failure-free golden bit for bit.
+    spec = {**SPEC, "replicated": "all", "rounds": 16}
+    results, logs = run_world(tmp_path, spec, kill="2,3", kill_after="3,6", gone=(2, 3))
+    att = results[0]
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    assert len(att["outputs"]) == spec["rounds"]
+    _expect_golden(spec, att["outputs"])
+    assert [f["dead_rank"] for f in att["failovers"]] == [2, 2], att["failovers"]  # rank 3 was renumbered 2
+    res = results[1]
+    assert "error" not in res and res["final_rank"] == 1 and len(res["failovers"]) == 2, (res, logs[1][-3000:])
+
+
+def test_two_ffn_ranks_dying_at_one_boundary_with_last_replicas_report_the_lost_rounds(tmp_path):
+    # Two replicas of each expert on three FFN ranks: FFN ranks 2 and 3 (indices 1 and 2) dying together take both
+    # replicas of some experts. The rounds not received are reported lost by count, naming those experts (computed
+    # here from the table), never returned partial; the survivor stops naming them too.
+    spec = {**SPEC, "replicated": True}
+    _, table, _ = world(spec)
+    lost = {l: tuple(e for e in range(spec["E"]) if all(f in (1, 2) for f, _ in table.replicas(l, e)))
+            for l in range(spec["L"])}
+    lost = {l: es for l, es in lost.items() if es}
+    assert lost, "the table must lose some expert for this test"
+    results, logs = run_world(tmp_path, spec, kill=2, kill_after=3, extra=("--kill-with", "3"), gone=(2, 3))
+    att = results[0]
+    assert att.get("error", "").startswith("RoundsLostError"), (att, logs[0][-3000:])
+    assert att["lost"] == lost and att["lost_rounds"] >= 1, att
+    named = "; ".join(f"layer {l}: expert(s) {', '.join(map(str, es))}" for l, es in sorted(lost.items()))
+    assert f"round(s) lost: FFN ranks 2, 3 died holding the last replica of {named}" in att["error"], att["error"]
+    assert len(att["outputs"]) + att["lost_rounds"] <= spec["rounds"]
+    _expect_golden(spec, att["outputs"])
+    assert "ExpertsLostError" in results[1]["error"] and "FFN indices 1, 2 held the last replica" in \
+        results[1]["error"], results[1]

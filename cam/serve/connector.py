@@ -126,11 +126,14 @@ class RoundsLostError(CommAbortedError):
     had not received cannot be served by any table of the survivors. ``rounds`` is their count, ``lost`` the
     experts ``{layer: (experts...)}``, ``dead_rank`` the FFN rank. No partial result was returned."""
 
-    def __init__(self, rank: int, dead_rank: int, rounds: int, lost: dict):
-        self.rank, self.dead_rank, self.rounds, self.lost = rank, dead_rank, rounds, lost
+    def __init__(self, rank: int, dead_rank, rounds: int, lost: dict):
+        dead = tuple(dead_rank) if isinstance(dead_rank, (tuple, list)) else (dead_rank,)
+        self.rank, self.dead_rank, self.rounds, self.lost = rank, dead[0], rounds, lost
+        self.dead_ranks = dead
         named = "; ".join(f"layer {l}: expert(s) {', '.join(map(str, es))}" for l, es in sorted(lost.items()))
-        super().__init__(f"rank {rank}: {rounds} round(s) lost: FFN rank {dead_rank} died holding the last replica "
-                         f"of {named}; no surviving replica serves them, so the plane was not re-formed")
+        who = f"FFN rank {dead[0]} died" if len(dead) == 1 else f"FFN ranks {', '.join(map(str, dead))} died"
+        super().__init__(f"rank {rank}: {rounds} round(s) lost: {who} holding the last replica of {named}; no "
+                         f"surviving replica serves them, so the plane was not re-formed")
 
 
 class JoinRefusedError(ValueError):
@@ -156,7 +159,8 @@ class Failover:
     seen_at: float
     formed_at: float
     redispatched: int = 0
-    joined_rank: Optional[int] = None  # a rejoin: the FFN rank that joined (dead_rank is None then)
+    joined_rank: Optional[int] = None  # a rejoin: the rank that joined (dead_rank is None then)
+    dead_ranks: Tuple[int, ...] = ()  # every FFN rank dropped at this boundary (dead_rank is the first)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,14 +283,24 @@ class AsyncAFDConnector:
             return None
         return dead if dead is not None and dead >= self.config.topology.A else None
 
+    def _dead_at_boundary(self, dead: int) -> Tuple[int, ...]:
+        """Every FFN rank this failover drops, the same on every survivor: ``dead`` (the abort word's) and each FFN
+        rank whose process is gone too when the first survivor fails over; that survivor writes the set under
+        ``{group}/{world}/failover`` (write-once) and every other reads it."""
+        A = self.config.topology.A
+        mine = sorted({dead} | {r for r in self.comm.gone_peers() if r >= A})
+        got = self._messages().compare_set(self._key("failover"), "", json.dumps(mine))
+        return tuple(json.loads(got.decode() if isinstance(got, bytes) else got))
+
     def fail_over(self, dead: int) -> Failover:
-        """Re-forms this rank's plane without FFN rank ``dead`` (every survivor does, at its next round boundary):
-        the table ``placement.without(dead)``, the topology with one FFN rank less (the FFN ranks above ``dead``
-        one lower: this rank's :attr:`rank` may change), a Comm in the world's :func:`cam.world.successor`. An FFN
+        """Re-forms this rank's plane without FFN rank ``dead`` and every other FFN rank dead by the time the first
+        survivor fails over (every survivor does, at its next round boundary, with the same set): the table
+        ``placement.without`` each, the topology with that many FFN ranks less (the FFN ranks above a dead one
+        lower: this rank's :attr:`rank` may change), a Comm in the world's :func:`cam.world.successor`. An FFN
         rank keeps its slot weights (the new table keeps every survivor's slots) and tells the Attention ranks it
-        serves in the new world. Raises :class:`cam.placement.ExpertsLostError` when ``dead`` held an expert's
-        last replica (the plane then stays aborted)."""
-        from ..placement import Placement
+        serves in the new world. Raises :class:`cam.placement.ExpertsLostError` naming every expert whose last
+        replica was on the dead ranks (the plane then stays aborted)."""
+        from ..placement import ExpertsLostError, Placement
 
         topo = self.config.topology
         comm = self.comm
@@ -294,7 +308,23 @@ class AsyncAFDConnector:
         table = self.table
         if table is None:
             table = Placement.contiguous(topo.E, topo.F, topo.L)
-        new = table.without(dead - topo.A)  # ExpertsLostError names what no survivor holds
+        deaths = self._dead_at_boundary(dead)
+        indices = [r - topo.A for r in deaths]
+        lost = {}
+        for l in range(table.layers):
+            gone = tuple(e for e in range(table.experts) if all(f in indices for f, _ in table.replicas(l, e)))
+            if gone:
+                lost[l] = gone
+        if lost:
+            err = ExpertsLostError(indices[0], lost)
+            if len(indices) > 1:
+                err.ffn_indices = tuple(indices)
+                err.args = (f"FFN indices {', '.join(map(str, indices))} held the last replica of {err.named}: no "
+                            f"surviving replica serves them",)
+            raise err
+        new = table
+        for f in sorted(indices, reverse=True):  # the highest first: the lower indices stay what they name
+            new = new.without(f)
         left = self._world_id
         with self._lock:
             receiving = self._receiving
@@ -302,10 +332,10 @@ class AsyncAFDConnector:
             comm.abort()
         comm.close()
         self.comm = None
-        if self.rank > dead:
-            self.rank -= 1
-        return self._reform(dataclasses.replace(topo, F=topo.F - 1, expert_slots=new.slots_per_rank), new,
-                            (left, dead), Failover(dead, left, "", seen, 0.0))
+        self.rank -= sum(1 for r in deaths if r < self.rank)
+        event = deaths[0] if len(deaths) == 1 else deaths
+        return self._reform(dataclasses.replace(topo, F=topo.F - len(deaths), expert_slots=new.slots_per_rank), new,
+                            (left, event), Failover(dead, left, "", seen, 0.0, dead_ranks=deaths))
 
     def _reform(self, topo, table, succeeds, record: Failover) -> Failover:
         """This rank's plane re-formed as ``topo`` under ``table`` in the successor world ``succeeds`` names (its
@@ -561,7 +591,8 @@ class AsyncAFDConnector:
             try:
                 record = self.fail_over(dead)
             except ExpertsLostError as e:
-                raise RoundsLostError(self.rank, dead, len(self._pending) + received, e.lost) from error
+                dead_ranks = tuple(self.config.topology.A + f for f in getattr(e, "ffn_indices", (e.ffn_index,)))
+                raise RoundsLostError(self.rank, dead_ranks, len(self._pending) + received, e.lost) from error
         for _, ids, _, x, layer in self._pending:
             ops.dispatch_send(self.comm, x, ids, layer)
         self.failovers[-1] = dataclasses.replace(record, redispatched=len(self._pending))
