@@ -106,7 +106,10 @@ def main() -> None:
             rebalance = None
             if args.rebalance_at:
                 def rebalance():
-                    store.set("test/rebalance", "1")
+                    # Names the key of this rank's vote in the rebalance, which the others wait for.
+                    comm = conn.comm
+                    store.set("test/rebalance", f"{args.group}/{conn.world_id}/rebalance/{comm.plane_id}/"
+                                                f"{comm.rebalance_id}/vote/{conn.rank}")
                     conn.set_placement(rotated(table))
                     out["epoch"] = conn.comm.placement_epoch
             attention(conn, spec, out, args.until_joined, (args.rebalance_at, rebalance) if rebalance else None,
@@ -179,6 +182,8 @@ def join_across_rebalance(store, cfg, out: dict):
     from cam.connector import JoinRefusedError
 
     wait_for("the rebalance to begin", lambda: store.check(["test/rebalance"]))
+    vote = store.get("test/rebalance").decode()
+    wait_for("Attention rank 0's vote in it", lambda: store.check([vote]))
     out["refusals"] = []
     deadline = time.monotonic() + TIMEOUT_S
     while True:
@@ -275,12 +280,20 @@ def attention(conn, spec, out: dict, until_joined: bool = False, rebalance=None,
 
 
 def kill_with(conn, store, rank: int) -> None:
-    """SIGKILLs rank ``rank`` (its process as the world published it) and waits, bounded, until it is dead."""
+    """Two deaths at one boundary, whatever the order the watchdogs look in: SIGSTOPs every other rank of the world
+    (the test SIGCONTs them once this process is dead), SIGKILLs rank ``rank`` and waits, bounded, until it is dead;
+    the caller then kills itself."""
     from cam._proc import start_ticks
 
-    pid = int(store.get(f"{conn.config.group}/{conn.world_id}/proc/{rank}").decode().split(":")[0])
-    os.kill(pid, signal.SIGKILL)
-    wait_for(f"rank {rank} (process {pid}) to die", lambda: start_ticks(pid) is None)
+    def pid(r):
+        return int(store.get(f"{conn.config.group}/{conn.world_id}/proc/{r}").decode().split(":")[0])
+
+    for r in range(conn.config.topology.world_size):
+        if r not in (rank, conn.rank):
+            os.kill(pid(r), signal.SIGSTOP)
+    victim = pid(rank)
+    os.kill(victim, signal.SIGKILL)
+    wait_for(f"rank {rank} (process {victim}) to die", lambda: start_ticks(victim) is None)
 
 
 def ffn(conn, table, layers, args, store) -> dict:
@@ -295,8 +308,8 @@ def ffn(conn, table, layers, args, store) -> dict:
         # decides the join (inside the rebalance: refused), then votes and adopts the rotated table.
         if state["rebalanced"] or not store.check(["test/rebalance"]):
             return
-        comm, group = conn.comm, conn.config.group
-        vote = f"{group}/{conn.world_id}/rebalance/{comm.plane_id}/{comm.rebalance_id}/vote/0"
+        group = conn.config.group
+        vote = store.get("test/rebalance").decode()
         wait_for("Attention rank 0's vote and the join request",
                  lambda: store.check([vote]) and store.check([f"{group}/{conn.world_id}/join/0"]))
         state["decided_in_rebalance"] = conn.poll_join()
@@ -306,7 +319,9 @@ def ffn(conn, table, layers, args, store) -> dict:
     def on_iteration(it):
         if it.served:
             count["rows"] += 1
-            if args.rank in args.kills and count["rows"] >= args.kills[args.rank] and not args.join:
+            # A later rank of --kill dies only once it failed over (after the deaths before it, never with them).
+            later = args.rank != next(iter(args.kills)) and not conn.failovers
+            if args.rank in args.kills and count["rows"] >= args.kills[args.rank] and not args.join and not later:
                 if args.kill_with >= 0:
                     kill_with(conn, store, args.kill_with)
                 os.kill(os.getpid(), signal.SIGKILL)

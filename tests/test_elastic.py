@@ -7,6 +7,7 @@ transport, FFN ranks serving with the real ops (cam.serve_ffn: dispatch_recv, W1
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -39,6 +40,11 @@ def run_world(tmp_path, spec, kill=-1, kill_after=0, group="elastic", extra=(), 
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     logs = {}
     try:
+        if "--kill-with" in extra:  # the killer stopped every other rank, killed its victim, then itself
+            assert procs[kill].wait(120) == -9
+            for r, p in enumerate(procs):
+                if p.poll() is None:
+                    os.kill(p.pid, signal.SIGCONT)
         for r, p in enumerate(procs):
             logs[r] = p.communicate(timeout=240)[0].decode(errors="replace")
     finally:
