@@ -163,6 +163,7 @@ class Comm:
         placement=None,
         succeeds: Optional[tuple] = None,
         checkpoint: Optional[dict] = None,
+        expect_alive: Optional[dict] = None,
     ) -> None:
         if not isinstance(topology, Topology):
             raise TypeError(f"Comm: topology must be a cam.Topology, got {type(topology).__name__}")
@@ -190,6 +191,8 @@ class Comm:
                                  f"must fit {_C.SHM_NAME_MAX} bytes (the twin's window key holds it with a nonce)")
         self.isolate_replicas = isolate_replicas
         self._checkpoint = checkpoint  # cam.checkpoint_identity.published(), compared in the shm/npu handshake
+        # A successor's members as processes of the world left ({rank: "pid:start"}): one gone ends the handshake.
+        self._expect_alive = dict(expect_alive or {})
         self.group = group
         self._join_timeout_s = float(join_timeout_s)
         # Eager data-plane ops that completed on this rank (set_placement refuses to race a round in flight)
@@ -751,6 +754,10 @@ class Comm:
             missing = [r for r in missing if not store.check([keys[r]])]
             if not missing:
                 return
+            for r in missing:  # first: a peer that gave up because of this death is named after it
+                ident = self._expect_alive.get(r)
+                if ident and _proc_identity(int(ident.split(":")[0])) != ident:
+                    raise PeerDiedJoiningError(self.rank, r, ident, what)
             now = time.monotonic()
             if group is not None and now >= next_watch:
                 next_watch = now + _JOIN_WATCH_S
@@ -1016,6 +1023,16 @@ class _LocalStore:
             if (cur is None and expected == "") or cur == expected.encode():
                 self._kv[key] = cur = desired.encode()
             return cur
+
+
+class PeerDiedJoiningError(CommJoinError):
+    """A successor plane's handshake (elastic serving, docs/protocol.md §18) found a member's process gone: it died
+    after the survivors agreed on whom to drop. ``peer`` is its rank in the successor."""
+
+    def __init__(self, rank: int, peer: int, ident: str, what: str):
+        self.peer = peer
+        super().__init__(f"Comm: rank {rank}: rank {peer} (process "
+                         f"{ident.split(':')[0]}) died before it {what}")
 
 
 def _rebalance_verdict(votes: dict, world: int, timed_out: bool, gone, join_timeout_s: float) -> Optional[dict]:

@@ -71,6 +71,8 @@ def main() -> None:
     p.add_argument("--kill", default="-1", help="rank(s), comma separated")
     p.add_argument("--kill-after", default="0", help="for each rank of --kill, comma separated")
     p.add_argument("--kill-with", type=int, default=-1, help="a rank the (first) killed rank kills with itself")
+    p.add_argument("--stop-with", type=int, default=-1,
+                   help="a rank the (first) killed rank SIGSTOPs before it dies (the test kills it later)")
     p.add_argument("--join", action="store_true", help="a restarted FFN rank: join the running world")
     p.add_argument("--until-joined", action="store_true", help="Attention: send rounds until a rank rejoined")
     p.add_argument("--rebalance-at", type=int, default=0,
@@ -324,6 +326,9 @@ def ffn(conn, table, layers, args, store) -> dict:
             if args.rank in args.kills and count["rows"] >= args.kills[args.rank] and not args.join and not later:
                 if args.kill_with >= 0:
                     kill_with(conn, store, args.kill_with)
+                if args.stop_with >= 0:  # alive to every watchdog, but it will not join the successor
+                    os.kill(int(store.get(f"{conn.config.group}/{conn.world_id}/proc/{args.stop_with}").decode()
+                                .split(":")[0]), signal.SIGSTOP)
                 os.kill(os.getpid(), signal.SIGKILL)
 
     result = cam.serve_ffn(conn, served.w1, served.w2, max_serve_s=4 * TIMEOUT_S, on_iteration=on_iteration,

@@ -10,6 +10,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -45,6 +46,16 @@ def run_world(tmp_path, spec, kill=-1, kill_after=0, group="elastic", extra=(), 
             for r, p in enumerate(procs):
                 if p.poll() is None:
                     os.kill(p.pid, signal.SIGCONT)
+        if "--stop-with" in extra:  # the killer stopped a rank and died: once the survivors agreed on whom to
+            # drop (that set is in the store), the stopped rank dies too, while they form the successor
+            stopped = int(extra[extra.index("--stop-with") + 1])
+            assert procs[kill].wait(120) == -9
+            store = tmp_path / "store"
+            deadline = time.monotonic() + 60
+            while b"/failover" not in store.read_bytes():
+                assert time.monotonic() < deadline, "the survivors never agreed on the dead ranks"
+                time.sleep(0.01)
+            os.kill(procs[stopped].pid, signal.SIGKILL)
         for r, p in enumerate(procs):
             logs[r] = p.communicate(timeout=240)[0].decode(errors="replace")
     finally:
@@ -368,3 +379,21 @@ def test_two_ffn_ranks_dying_at_one_boundary_with_last_replicas_report_the_lost_
     _expect_golden(spec, att["outputs"])
     assert "ExpertsLostError" in results[1]["error"] and "FFN indices 1, 2 held the last replica" in \
         results[1]["error"], results[1]
+
+
+def test_an_ffn_rank_dying_while_the_successor_forms_is_dropped_too(tmp_path):
+    # FFN rank 2 stops rank 3 (alive to every watchdog) and dies after 3 work items: the survivors agree to drop
+    # rank 2 alone and form that successor, expecting rank 3. Rank 3 is killed once they agreed: their handshake finds
+    # it gone, and they form the successor of that one without it (F = 1). Every round equals the failure-free
+    # golden bit for bit.
+    spec = {**SPEC, "replicated": "all"}
+    results, logs = run_world(tmp_path, spec, kill=2, kill_after=3, extra=("--stop-with", "3"), gone=(2, 3))
+    att = results[0]
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    assert len(att["outputs"]) == spec["rounds"]
+    _expect_golden(spec, att["outputs"])
+    (failover,) = att["failovers"]
+    assert tuple(failover["dead_ranks"]) == (2, 3), failover
+    res = results[1]
+    assert "error" not in res and res["final_rank"] == 1, (res, logs[1][-3000:])
+    assert [f["world_joined"] for f in res["failovers"]] == [failover["world_joined"]]

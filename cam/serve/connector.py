@@ -26,7 +26,7 @@ import torch
 
 from .. import ops
 from ..comm import Comm
-from ..errors import CommAbortedError, FFNNotServingError, ReplicaLostError
+from ..errors import CommAbortedError, CommJoinError, FFNNotServingError, ReplicaLostError
 from ..layer_weights import LayerWeights
 from ..topology import Topology
 from .iteration import CapturedFFN, FFNWorkItem, ffn_batch_iteration, ffn_iteration, ffn_work_item
@@ -260,14 +260,15 @@ class AsyncAFDConnector:
         self._store = store
         self._rendezvous = SignedStore(store, secret, cfg.group) if secret is not None else store
 
-    def _shm_comm(self, succeeds=None) -> Comm:
+    def _shm_comm(self, succeeds=None, expect_alive=None) -> Comm:
         cfg = self.config
         prefix = None if cfg.shm_prefix is None or succeeds is None else f"{cfg.shm_prefix}-{succeeds[0][:8]}"
         return Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous, group=cfg.group,
                     dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
                     join_timeout_s=cfg.join_timeout_s or cfg.timeout_s,
                     shm_prefix=cfg.shm_prefix if prefix is None else prefix, isolate_replicas=cfg.isolate_replicas,
-                    placement=cfg.placement, succeeds=succeeds, checkpoint=cfg.checkpoint)
+                    placement=cfg.placement, succeeds=succeeds, checkpoint=cfg.checkpoint,
+                    expect_alive=expect_alive)
 
     # ------------------------------------------------------------------ elastic serving
 
@@ -300,7 +301,7 @@ class AsyncAFDConnector:
         rank keeps its slot weights (the new table keeps every survivor's slots) and tells the Attention ranks it
         serves in the new world. Raises :class:`cam.placement.ExpertsLostError` naming every expert whose last
         replica was on the dead ranks (the plane then stays aborted)."""
-        from ..placement import ExpertsLostError, Placement
+        from ..placement import Placement
 
         topo = self.config.topology
         comm = self.comm
@@ -309,40 +310,62 @@ class AsyncAFDConnector:
         if table is None:
             table = Placement.contiguous(topo.E, topo.F, topo.L)
         deaths = self._dead_at_boundary(dead)
-        indices = [r - topo.A for r in deaths]
-        lost = {}
-        for l in range(table.layers):
-            gone = tuple(e for e in range(table.experts) if all(f in indices for f, _ in table.replicas(l, e)))
-            if gone:
-                lost[l] = gone
-        if lost:
-            err = ExpertsLostError(indices[0], lost)
-            if len(indices) > 1:
-                err.ffn_indices = tuple(indices)
-                err.args = (f"FFN indices {', '.join(map(str, indices))} held the last replica of {err.named}: no "
-                            f"surviving replica serves them",)
-            raise err
-        new = table
-        for f in sorted(indices, reverse=True):  # the highest first: the lower indices stay what they name
-            new = new.without(f)
-        left = self._world_id
+        _check_experts_kept(table, [r - topo.A for r in deaths], deaths)
+        procs = dict(comm._peers_proc)
         with self._lock:
             receiving = self._receiving
         if receiving:  # another thread's receive still waits on the aborted plane: it ends at once
             comm.abort()
         comm.close()
         self.comm = None
-        self.rank -= sum(1 for r in deaths if r < self.rank)
-        event = deaths[0] if len(deaths) == 1 else deaths
-        return self._reform(dataclasses.replace(topo, F=topo.F - len(deaths), expert_slots=new.slots_per_rank), new,
-                            (left, event), Failover(dead, left, "", seen, 0.0, dead_ranks=deaths))
+        return self._form_without(self._world_id, topo, table, deaths, procs, {r: r for r in range(topo.world_size)},
+                                  Failover(dead, self._world_id, "", seen, 0.0))
 
-    def _reform(self, topo, table, succeeds, record: Failover) -> Failover:
+    def _form_without(self, left: str, topo, table, deaths, procs: dict, original: dict, record: Failover) -> Failover:
+        """The successor of world ``left`` (``topo`` under ``table``) without FFN ranks ``deaths``; ``procs`` are
+        the members' processes (``{rank: "pid:start"}``), ``original`` their rank numbers before the first death.
+        A member that dies while the successor forms ends its handshake (:class:`cam.comm.PeerDiedJoiningError`):
+        the members then agree, in that successor's keys, on every member gone by then and form its successor
+        without them (docs/protocol.md §18, "Several deaths")."""
+        from .. import world as _world
+        from ..comm import PeerDiedJoiningError, _proc_identity
+
+        new = table
+        for f in sorted((r - topo.A for r in deaths), reverse=True):  # the highest first: the lower keep their names
+            new = new.without(f)
+
+        def renumbered(r):
+            return r - sum(1 for d in deaths if d < r)
+
+        record = dataclasses.replace(record, dead_ranks=record.dead_ranks + tuple(original[d] for d in deaths))
+        self.rank = renumbered(self.rank)
+        procs = {renumbered(r): ident for r, ident in procs.items() if r not in deaths}
+        original = {renumbered(r): o for r, o in original.items() if r not in deaths}
+        event = deaths[0] if len(deaths) == 1 else tuple(deaths)
+        succ_topo = dataclasses.replace(topo, F=topo.F - len(deaths), expert_slots=new.slots_per_rank)
+        try:
+            return self._reform(succ_topo, new, (left, event), record, expect_alive=procs)
+        except CommJoinError as e:
+            world = _world.successor(left, event)
+            key, messages = f"{self.config.group}/{world}/failover", self._messages()
+            if isinstance(e, PeerDiedJoiningError) and e.peer >= succ_topo.A:
+                gone = sorted({e.peer} | {r for r, ident in procs.items() if r >= succ_topo.A and
+                                          _proc_identity(int(ident.split(":")[0])) != ident})
+                got = messages.compare_set(key, "", json.dumps(gone))
+            elif messages.check([key]):  # the other members found a member dead first and moved on
+                got = messages.get(key)
+            else:
+                raise
+            more = tuple(json.loads(got.decode() if isinstance(got, bytes) else got))
+            _check_experts_kept(new, [r - succ_topo.A for r in more], tuple(original[r] for r in more))
+            return self._form_without(world, succ_topo, new, more, procs, original, record)
+
+    def _reform(self, topo, table, succeeds, record: Failover, expect_alive=None) -> Failover:
         """This rank's plane re-formed as ``topo`` under ``table`` in the successor world ``succeeds`` names (its
         old Comm closed by the caller); an FFN rank says it serves there, Attention rank 0 publishes the plane."""
         self.config = dataclasses.replace(self.config, topology=topo, placement=table)
         self.ffn_size = topo.F
-        self.comm = self._shm_comm(succeeds=succeeds)
+        self.comm = self._shm_comm(succeeds=succeeds, expect_alive=expect_alive)
         self._world_id = self.comm.world_id
         self._publish_plane()
         if self.role == "ffn":
@@ -591,8 +614,7 @@ class AsyncAFDConnector:
             try:
                 record = self.fail_over(dead)
             except ExpertsLostError as e:
-                dead_ranks = tuple(self.config.topology.A + f for f in getattr(e, "ffn_indices", (e.ffn_index,)))
-                raise RoundsLostError(self.rank, dead_ranks, len(self._pending) + received, e.lost) from error
+                raise RoundsLostError(self.rank, e.dead_ranks, len(self._pending) + received, e.lost) from error
         for _, ids, _, x, layer in self._pending:
             ops.dispatch_send(self.comm, x, ids, layer)
         self.failovers[-1] = dataclasses.replace(record, redispatched=len(self._pending))
@@ -842,6 +864,25 @@ def split_tokens(num_tokens: int, participants: int) -> Sequence[Tuple[int, int]
         bounds.append((start, end))
         start = end
     return bounds
+
+
+def _check_experts_kept(table, indices, dead_ranks) -> None:
+    """Raises :class:`cam.placement.ExpertsLostError` naming every expert whose every replica is on FFN indices
+    ``indices`` of ``table`` (``dead_ranks``: those ranks as the caller names them, ``.dead_ranks`` of the error)."""
+    from ..placement import ExpertsLostError
+
+    lost = {}
+    for l in range(table.layers):
+        gone = tuple(e for e in range(table.experts) if all(f in indices for f, _ in table.replicas(l, e)))
+        if gone:
+            lost[l] = gone
+    if lost:
+        err = ExpertsLostError(indices[0], lost)
+        err.dead_ranks = tuple(dead_ranks)
+        if len(indices) > 1:
+            err.args = (f"FFN indices {', '.join(map(str, indices))} held the last replica of {err.named}: no "
+                        f"surviving replica serves them",)
+        raise err
 
 
 def _plane_record(cfg: ConnectorConfig) -> dict:
