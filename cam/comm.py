@@ -113,6 +113,9 @@ class Comm:
             re-forms after a death (the dead rank) or a join (the request's nonce); it joins that world's
             :func:`cam.world.successor` (the same on every member) instead of agreeing a fresh world. None (the
             default) for a new plane.
+        expect_alive: shm, a successor plane (``succeeds``): ``{rank: "pid:start"}`` of the members as the world
+            left knew them; the handshake ends at once with :class:`PeerDiedJoiningError` when one of them is gone
+            (docs/protocol.md §18, "Several deaths").
         checkpoint: which checkpoint this rank loaded (:func:`cam.checkpoint_identity.published`), or None; the
             shm/npu handshake refuses ranks that published different ones (``CheckpointMismatchError``).
 
@@ -754,8 +757,9 @@ class Comm:
             missing = [r for r in missing if not store.check([keys[r]])]
             if not missing:
                 return
-            for r in missing:  # first: a peer that gave up because of this death is named after it
-                ident = self._expect_alive.get(r)
+            expected = getattr(self, "_expect_alive", None)  # set on a Comm; a bare waiter has none
+            for r in missing if expected else ():  # first: a peer that gave up after this death is named after it
+                ident = expected.get(r)
                 if ident and _proc_identity(int(ident.split(":")[0])) != ident:
                     raise PeerDiedJoiningError(self.rank, r, ident, what)
             now = time.monotonic()
