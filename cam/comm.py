@@ -33,7 +33,7 @@ import torch
 
 from . import _C, _runtime, checkpoint_identity, rank_status
 from . import world as _world
-from .errors import CamError, CommJoinError, InvalidArgumentError
+from .errors import CamError, CommAbortedError, CommJoinError, InvalidArgumentError
 from ._proc import start_ticks
 from ._tensor import ACL_DTYPE as _ACL_DTYPE  # aclDataType codes from cam/acl_compat.h, through _C
 from .topology import Topology
@@ -113,6 +113,9 @@ class Comm:
             re-forms after a death (the dead rank) or a join (the request's nonce); it joins that world's
             :func:`cam.world.successor` (the same on every member) instead of agreeing a fresh world. None (the
             default) for a new plane.
+        expect_alive: shm, a successor plane (``succeeds``): ``{rank: "pid:start"}`` of the members as the world
+            left knew them; the handshake ends at once with :class:`PeerDiedJoiningError` when one of them is gone
+            (docs/protocol.md §18, "Several deaths").
         checkpoint: which checkpoint this rank loaded (:func:`cam.checkpoint_identity.published`), or None; the
             shm/npu handshake refuses ranks that published different ones (``CheckpointMismatchError``).
 
@@ -163,6 +166,7 @@ class Comm:
         placement=None,
         succeeds: Optional[tuple] = None,
         checkpoint: Optional[dict] = None,
+        expect_alive: Optional[dict] = None,
     ) -> None:
         if not isinstance(topology, Topology):
             raise TypeError(f"Comm: topology must be a cam.Topology, got {type(topology).__name__}")
@@ -190,11 +194,14 @@ class Comm:
                                  f"must fit {_C.SHM_NAME_MAX} bytes (the twin's window key holds it with a nonce)")
         self.isolate_replicas = isolate_replicas
         self._checkpoint = checkpoint  # cam.checkpoint_identity.published(), compared in the shm/npu handshake
+        # A successor's members as processes of the world left ({rank: "pid:start"}): one gone ends the handshake.
+        self._expect_alive = dict(expect_alive or {})
         self.group = group
         self._join_timeout_s = float(join_timeout_s)
         # Eager data-plane ops that completed on this rank (set_placement refuses to race a round in flight)
         self._op_counts = dict.fromkeys(("dispatch_send", "combine_recv", "dispatch_recv", "combine_send"), 0)
         self._rebalance_attempt = 0  # set_placement calls since the last adopted table (§15, the agreement)
+        self._last_rebalance = None  # the agreement key of the last committed rebalance (its adopted records)
         self._store = self._group = self._local_store = None  # where rebalance agreements are written
         # Checked before the plane exists: a table the plane cannot serve is refused before anything is created.
         self.placement, self.placement_buffer, self.placement_table = _placement_for(topology, placement)
@@ -484,12 +491,41 @@ class Comm:
         if not decision["commit"]:
             if local_error is not None:
                 raise local_error
+            if decision["kind"] == "aborted":
+                raise CommAbortedError(f"Comm.set_placement: rank {self.rank}: rebalance {decision['id']} was not "
+                                       f"adopted: {decision['reason']}; nothing was changed on any rank")
             err = TimeoutError if decision["kind"] == "timeout" else PlacementError
             raise err(f"Comm.set_placement: rank {self.rank}: rebalance {decision['id']} was refused: "
                       f"{decision['reason']}; nothing was changed on any rank (every rank is still at placement "
                       f"epoch {self._table_epoch}): call set_placement again on every rank once the cause is gone")
         self._adopt_placement(new, None if attention else (weights, staged))
+        # Every rank's adoption is recorded, so a join is admitted only once no rank is still moving weights (§18).
+        store, _ = self._agreement_store()
+        store.set(f"{self._last_rebalance}/adopted/{self.rank}", "1")
         return self._op_counts["dispatch_send"] + 1 if attention else 0
+
+    def rebalance_underway(self) -> Optional[str]:
+        """Why this plane is inside a rebalance as this rank sees it between two rounds, else None: an attempt
+        refused on this rank and not yet retried, a rank that voted in the attempt this rank's next set_placement
+        joins, or a rank that has not finished adopting the last committed table. An elastic world admits no
+        joining rank then (docs/protocol.md §18, "A join during a rebalance")."""
+        self._require()
+        if self._rebalance_attempt:
+            return (f"rank {self.rank} is in rebalance {self.rebalance_id} (an attempt of it was refused; every rank "
+                    f"calls set_placement again)")
+        store, prefix = self._agreement_store()
+        world = range(self.topology.world_size)
+        key = f"{prefix}/rebalance/{self.plane_id}/{self.rebalance_id}"
+        voted = [r for r in world if store.check([f"{key}/vote/{r}"])]
+        if voted:
+            return f"rank(s) {', '.join(map(str, voted))} voted in rebalance {self.rebalance_id}, rank {self.rank} " \
+                   f"not yet"
+        if self._last_rebalance is not None:
+            moving = [r for r in world if not store.check([f"{self._last_rebalance}/adopted/{r}"])]
+            if moving:
+                return (f"rank(s) {', '.join(map(str, moving))} have not finished adopting rebalance to epoch "
+                        f"{self._table_epoch}")
+        return None
 
     def _prepare_placement(self, placement, weights, experts, attention):
         """set_placement's local checks, before this rank votes: (the table, an FFN rank's staged slot weights).
@@ -580,6 +616,12 @@ class Comm:
         votes: dict = {}
         next_watch = 0.0
         while not store.check([f"{key}/decision"]):
+            if self._c is not None and int(self._c.status()["abort"]) != 0:
+                # The world changed at this boundary (a death, an admitted join): no rank can commit it now.
+                store.compare_set(f"{key}/decision", "", json.dumps(
+                    {"commit": False, "kind": "aborted", "id": rid,
+                     "reason": f"the plane was aborted while rank {self.rank} waited for the votes"}))
+                break
             for r in range(world):
                 if r not in votes and store.check([f"{key}/vote/{r}"]):
                     votes[r] = json.loads(store.get(f"{key}/vote/{r}").decode())
@@ -597,6 +639,7 @@ class Comm:
         decision = json.loads(store.get(f"{key}/decision").decode())
         if decision["commit"]:
             self._rebalance_attempt = 0
+            self._last_rebalance = key
         return decision
 
     def _agreement_store(self):
@@ -714,6 +757,11 @@ class Comm:
             missing = [r for r in missing if not store.check([keys[r]])]
             if not missing:
                 return
+            expected = getattr(self, "_expect_alive", None)  # set on a Comm; a bare waiter has none
+            for r in missing if expected else ():  # first: a peer that gave up after this death is named after it
+                ident = expected.get(r)
+                if ident and _proc_identity(int(ident.split(":")[0])) != ident:
+                    raise PeerDiedJoiningError(self.rank, r, ident, what)
             now = time.monotonic()
             if group is not None and now >= next_watch:
                 next_watch = now + _JOIN_WATCH_S
@@ -771,6 +819,19 @@ class Comm:
             return self.dead_rank
         word = int(self._c.status()["abort"])
         return -word - 1 if word < 0 else None
+
+    def gone_peers(self) -> list:
+        """The peers whose process ended without closing their Comm (died), as this rank sees them now, in rank
+        order. The liveness watchdog names the first death it finds; an elastic failover drops every FFN rank dead
+        by then at once (docs/protocol.md §18, "Several deaths")."""
+        gone = []
+        for r, ident in sorted(self._peers_proc.items()):
+            if _proc_identity(int(ident.split(":")[0])) == ident:
+                continue
+            if self._store is not None and self._store.check([f"{self._group}/left/{r}"]):
+                continue
+            gone.append(r)
+        return gone
 
     def close(self, wait_s: float = 10.0) -> None:
         """Releases the stream and the windows. Idempotent. An op another thread is running on this Comm (an idle
@@ -966,6 +1027,16 @@ class _LocalStore:
             if (cur is None and expected == "") or cur == expected.encode():
                 self._kv[key] = cur = desired.encode()
             return cur
+
+
+class PeerDiedJoiningError(CommJoinError):
+    """A successor plane's handshake (elastic serving, docs/protocol.md §18) found a member's process gone: it died
+    after the survivors agreed on whom to drop. ``peer`` is its rank in the successor."""
+
+    def __init__(self, rank: int, peer: int, ident: str, what: str):
+        self.peer = peer
+        super().__init__(f"Comm: rank {rank}: rank {peer} (process "
+                         f"{ident.split(':')[0]}) died before it {what}")
 
 
 def _rebalance_verdict(votes: dict, world: int, timed_out: bool, gone, join_timeout_s: float) -> Optional[dict]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .errors import ReplicaLostError
 from .serve.connector import (AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, ConnectorConfig, Failover,
-                              RoundsLostError, split_tokens)
+                              JoinRefusedError, RoundsLostError, split_tokens)
 from .serve.iteration import (CapturedFFN, FFNWorkItem, expert_weights, ffn_batch_iteration, ffn_compute,
                               ffn_iteration, ffn_work_item)
 from .serve.store import (DONE_KEY, RUN_SECRET_ENV, SERVING_KEY, SHUTDOWN_KEY, Shutdown, SignedStore,
@@ -29,6 +29,7 @@ __all__ = [
     "Failover",
     "SERVING_KEY",
     "FFNWorkItem",
+    "JoinRefusedError",
     "ReplicaLostError",
     "RoundsLostError",
     "RUN_SECRET_ENV",

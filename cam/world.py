@@ -53,9 +53,14 @@ def current(store, group: str) -> Optional[str]:
 
 def successor(world_id: str, event) -> str:
     """The world the members of ``world_id`` form after ``event`` (elastic serving, docs/protocol.md §18): the death
-    of rank ``event`` (an int), or the join whose request carries nonce ``event`` (a str). The same id on every
+    of rank ``event`` (an int; a tuple: the ranks dead at one boundary), or the join whose request carries nonce
+    ``event`` (a str). The same id on every
     member without a message, and a new one, so no key of the world they left is read."""
-    change = f"without/{int(event)}" if isinstance(event, int) else f"with/{event}"
+    if isinstance(event, (tuple, list)):  # several deaths at one boundary
+        change = "without/" + ",".join(str(int(r)) for r in sorted(event)) if len(event) > 1 else \
+            f"without/{int(event[0])}"
+    else:
+        change = f"without/{int(event)}" if isinstance(event, int) else f"with/{event}"
     return hashlib.sha256(f"{world_id}/{change}".encode()).hexdigest()[:32]
 
 
@@ -77,6 +82,11 @@ def _parse(raw: str, group: str, rank: int, key: str) -> dict:
     raise GroupInUseError(f"Comm: rank {rank}: group {group!r} is in use on this store by another run: its world key "
                           f"{key!r} is not one this rank can read (signed with a run secret this rank does not hold)."
                           f" Give this plane another group name, or the run's secret")
+
+
+def holder_alive(holder: str) -> bool:
+    """Whether the process a claim value names (``pid:start-ticks/...``, :func:`identity`) still runs."""
+    return _alive(holder)
 
 
 def _alive(holder: str) -> bool:

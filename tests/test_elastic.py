@@ -7,8 +7,10 @@ transport, FFN ranks serving with the real ops (cam.serve_ffn: dispatch_recv, W1
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -26,17 +28,34 @@ SCRIPT = pathlib.Path(__file__).with_name("_elastic_rank.py")
 SPEC = {"E": 6, "F": 3, "L": 2, "K": 2, "H": 64, "I": 32, "B": 6, "rounds": 12, "replicated": True}
 
 
-def run_world(tmp_path, spec, kill=-1, kill_after=0, group="elastic"):
-    """Starts every rank as a process; returns each rank's saved result, keyed by rank."""
+def run_world(tmp_path, spec, kill=-1, kill_after=0, group="elastic", extra=(), gone=None):
+    """Starts every rank as a process; returns each rank's saved result, keyed by rank. ``gone``: the ranks killed
+    (default ``kill``)."""
     topo, _, _ = world(spec)
+    gone = (kill,) if gone is None else gone
     procs = []
     for r in range(topo.world_size):
         cmd = [sys.executable, str(SCRIPT), "--store", str(tmp_path / "store"), "--rank", str(r), "--spec",
                json.dumps(spec), "--out", str(tmp_path / f"r{r}.pt"), "--group", group, "--kill", str(kill),
-               "--kill-after", str(kill_after)]
+               "--kill-after", str(kill_after), *extra]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     logs = {}
     try:
+        if "--kill-with" in extra:  # the killer stopped every other rank, killed its victim, then itself
+            assert procs[kill].wait(120) == -9
+            for r, p in enumerate(procs):
+                if p.poll() is None:
+                    os.kill(p.pid, signal.SIGCONT)
+        if "--stop-with" in extra:  # the killer stopped a rank and died: once the survivors agreed on whom to
+            # drop (that set is in the store), the stopped rank dies too, while they form the successor
+            stopped = int(extra[extra.index("--stop-with") + 1])
+            assert procs[kill].wait(120) == -9
+            store = tmp_path / "store"
+            deadline = time.monotonic() + 60
+            while b"/failover" not in store.read_bytes():
+                assert time.monotonic() < deadline, "the survivors never agreed on the dead ranks"
+                time.sleep(0.01)
+            os.kill(procs[stopped].pid, signal.SIGKILL)
         for r, p in enumerate(procs):
             logs[r] = p.communicate(timeout=240)[0].decode(errors="replace")
     finally:
@@ -47,7 +66,7 @@ def run_world(tmp_path, spec, kill=-1, kill_after=0, group="elastic"):
     results = {}
     for r in range(topo.world_size):
         path = tmp_path / f"r{r}.pt"
-        if r == kill:
+        if r in gone:
             assert procs[r].returncode == -9 and not path.exists(), (r, procs[r].returncode, logs[r][-2000:])
             continue
         assert path.exists(), (r, procs[r].returncode, logs[r][-3000:])
@@ -205,3 +224,176 @@ def test_a_restarted_ffn_rank_rejoins_the_running_world_and_serves(tmp_path):
     for r in (1, 3):
         res = torch.load(tmp_path / f"r{r}.pt", weights_only=False)
         assert "error" not in res and len(res["failovers"]) == 2, (r, res, logs[r][-2000:])
+
+
+def test_a_join_inside_a_rebalance_is_refused_by_name_and_admitted_after_it(tmp_path):
+    # Every rank rebalances after round 3 (each replica to the next FFN index). A new FFN rank asks to join once
+    # Attention rank 0 voted in that rebalance and before any FFN rank did: the FFN rank that decides refuses it,
+    # naming the rebalance, and the rebalance goes on. The joiner asks again on the table the world publishes after
+    # it (epoch 1) and is admitted at a round boundary, and serves. Every round, before, across the rebalance and
+    # across the join, equals the failure-free golden bit for bit.
+    spec = {**SPEC, "rounds": 8}
+    topo, _, _ = world(spec)
+
+    def start(r, out, *extra):
+        cmd = [sys.executable, str(SCRIPT), "--store", str(tmp_path / "store"), "--rank", str(r), "--spec",
+               json.dumps(spec), "--out", str(tmp_path / out), "--rebalance-at", "3", *extra]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    procs = {r: start(r, f"r{r}.pt", *(("--until-joined",) if r == 0 else ())) for r in range(topo.world_size)}
+    procs["join"] = start(topo.world_size, "joiner.pt", "--join")
+    try:
+        logs = {r: p.communicate(timeout=240)[0].decode(errors="replace") for r, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+    att = torch.load(tmp_path / "r0.pt", weights_only=False)
+    joined = torch.load(tmp_path / "joiner.pt", weights_only=False)
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    assert "error" not in joined, (joined.get("error"), logs["join"][-3000:])
+    assert att["epoch"] == 1  # the rebalance was adopted, not cut short by the join
+    first = joined["refusals"][0]
+    assert first.startswith("world ") and "is in a rebalance (rank(s) 0 voted in rebalance 1.0, rank " in first, \
+        joined["refusals"]
+    assert all("rebalance" in r for r in joined["refusals"]), joined["refusals"]
+    assert [f["joined_rank"] for f in att["failovers"]] == [topo.world_size], att["failovers"]
+    assert joined["final_rank"] == topo.world_size and joined["served"] >= 1, joined
+    for r in range(topo.A, topo.world_size):
+        res = torch.load(tmp_path / f"r{r}.pt", weights_only=False)
+        assert "error" not in res and res["decided_in_rebalance"] is False, (r, res, logs[r][-2000:])
+        assert [f["joined_rank"] for f in res["failovers"]] == [topo.world_size]
+    _, _, layers = world(spec)
+    w1, w2 = convert.layer_weights(layers)
+    assert len(att["outputs"]) >= spec["rounds"]
+    for i, got in enumerate(att["outputs"]):
+        x, ids, w, layer = round_inputs(spec, i)
+        assert torch.equal(got, routed_local(x, ids, w, w1, w2, layer)), f"round {i}"
+
+
+def test_a_restarted_attention_replica_rejoins_in_its_slot_and_serves(tmp_path):
+    # Two replicas (D = 2), two FFN ranks. Attention rank 1 dies after receiving 3 rounds, with rounds in flight:
+    # its replica is fenced, replica 0 goes on. A new process asks to rejoin as rank 1: first with another
+    # topology, another checkpoint identity and rank 0's (live) slot, each refused by name; then as itself, admitted
+    # at a round boundary in the current world's successor. Its rounds, and every round of replica 0 before,
+    # across and after the rejoin, equal the failure-free golden bit for bit.
+    spec = {**SPEC, "D": 2, "F": 2, "rounds": 6}
+    topo, _, _ = world(spec)
+    assert topo.A == 2
+
+    def start(r, out, *extra):
+        cmd = [sys.executable, str(SCRIPT), "--store", str(tmp_path / "store"), "--rank", str(r), "--spec",
+               json.dumps(spec), "--out", str(tmp_path / out), "--kill", "1", "--kill-after", "3", *extra]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    procs = {r: start(r, f"r{r}.pt", *(("--until-joined",) if r == 0 else ())) for r in range(topo.world_size)}
+    try:
+        assert procs[1].wait(120) == -9
+        procs["join"] = start(1, "joiner.pt", "--join")
+        logs = {r: p.communicate(timeout=240)[0].decode(errors="replace") for r, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+    att = torch.load(tmp_path / "r0.pt", weights_only=False)
+    joined = torch.load(tmp_path / "joiner.pt", weights_only=False)
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    assert "error" not in joined, (joined.get("error"), logs["join"][-3000:])
+    wrong_topology, wrong_checkpoint, live_slot = joined["refused"]
+    assert "cannot join world" in wrong_topology and "a different topology: H=128 (the world's H=64)" in \
+        wrong_topology, wrong_topology
+    assert "a different checkpoint: experts of decoder layer 1 'e2' (the world's 'e1')" in wrong_checkpoint, \
+        wrong_checkpoint
+    assert "refused rank 0: Attention rank 0 of world" in live_slot and "is held by live process" in live_slot, \
+        live_slot
+    assert [f["joined_rank"] for f in att["failovers"]] == [1] and joined["failovers"][0]["joined_rank"] == 1
+    for r in range(topo.A, topo.world_size):
+        res = torch.load(tmp_path / f"r{r}.pt", weights_only=False)
+        assert "error" not in res and res["reason"] == "attention finished", (r, res, logs[r][-2000:])
+        assert [f["joined_rank"] for f in res["failovers"]] == [1] and res["final_rank"] == r
+    _, _, layers = world(spec)
+    w1, w2 = convert.layer_weights(layers)
+    assert len(joined["outputs"]) == spec["rounds"] and len(att["outputs"]) >= spec["rounds"]
+    for rank, outs in ((0, att["outputs"]), (1, joined["outputs"])):
+        for i, got in enumerate(outs):
+            x, ids, w, layer = round_inputs(spec, i, rank)
+            assert torch.equal(got, routed_local(x, ids, w, w1, w2, layer)), f"rank {rank} round {i}"
+
+
+def _expect_golden(spec, outputs):
+    want = golden(spec)
+    for i, got in enumerate(outputs):
+        assert torch.equal(got, want[i]), f"round {i} differs from the failure-free golden"
+
+
+def test_two_ffn_ranks_dying_at_one_boundary_cost_no_round_with_replicas(tmp_path):
+    # Every expert on all three FFN ranks. FFN rank 2, after 3 work items, SIGKILLs rank 3 and then itself: the
+    # first survivor to fail over finds both gone and every survivor drops both at once (F = 1), one successor
+    # world. Every round equals the failure-free golden bit for bit.
+    spec = {**SPEC, "replicated": "all"}
+    results, logs = run_world(tmp_path, spec, kill=2, kill_after=3, extra=("--kill-with", "3"), gone=(2, 3))
+    att = results[0]
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    assert len(att["outputs"]) == spec["rounds"]
+    _expect_golden(spec, att["outputs"])
+    (failover,) = att["failovers"]
+    assert tuple(failover["dead_ranks"]) == (2, 3), failover
+    res = results[1]
+    assert "error" not in res and res["final_rank"] == 1, (res, logs[1][-3000:])
+    assert [f["world_joined"] for f in res["failovers"]] == [failover["world_joined"]]
+
+
+def test_two_ffn_ranks_dying_one_after_another_cost_no_round_with_replicas(tmp_path):
+    # FFN rank 2 dies after 3 work items (the survivors fail over, F = 2), FFN rank 3 (then rank 2) after 6: a
+    # second failover (F = 1). Every round equals the failure-free golden bit for bit.
+    spec = {**SPEC, "replicated": "all", "rounds": 16}
+    results, logs = run_world(tmp_path, spec, kill="2,3", kill_after="3,6", gone=(2, 3))
+    att = results[0]
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    assert len(att["outputs"]) == spec["rounds"]
+    _expect_golden(spec, att["outputs"])
+    assert [f["dead_rank"] for f in att["failovers"]] == [2, 2], att["failovers"]  # rank 3 was renumbered 2
+    res = results[1]
+    assert "error" not in res and res["final_rank"] == 1 and len(res["failovers"]) == 2, (res, logs[1][-3000:])
+
+
+def test_two_ffn_ranks_dying_at_one_boundary_with_last_replicas_report_the_lost_rounds(tmp_path):
+    # Two replicas of each expert on three FFN ranks: FFN ranks 2 and 3 (indices 1 and 2) dying together take both
+    # replicas of some experts. The rounds not received are reported lost by count, naming those experts (computed
+    # here from the table), never returned partial; the survivor stops naming them too.
+    spec = {**SPEC, "replicated": True}
+    _, table, _ = world(spec)
+    lost = {l: tuple(e for e in range(spec["E"]) if all(f in (1, 2) for f, _ in table.replicas(l, e)))
+            for l in range(spec["L"])}
+    lost = {l: es for l, es in lost.items() if es}
+    assert lost, "the table must lose some expert for this test"
+    results, logs = run_world(tmp_path, spec, kill=2, kill_after=3, extra=("--kill-with", "3"), gone=(2, 3))
+    att = results[0]
+    assert att.get("error", "").startswith("RoundsLostError"), (att, logs[0][-3000:])
+    assert att["lost"] == lost and att["lost_rounds"] >= 1, att
+    named = "; ".join(f"layer {l}: expert(s) {', '.join(map(str, es))}" for l, es in sorted(lost.items()))
+    assert f"round(s) lost: FFN ranks 2, 3 died holding the last replica of {named}" in att["error"], att["error"]
+    assert len(att["outputs"]) + att["lost_rounds"] <= spec["rounds"]
+    _expect_golden(spec, att["outputs"])
+    assert "ExpertsLostError" in results[1]["error"] and "FFN indices 1, 2 held the last replica" in \
+        results[1]["error"], results[1]
+
+
+def test_an_ffn_rank_dying_while_the_successor_forms_is_dropped_too(tmp_path):
+    # FFN rank 2 stops rank 3 (alive to every watchdog) and dies after 3 work items: the survivors agree to drop
+    # rank 2 alone and form that successor, expecting rank 3. Rank 3 is killed once they agreed: their handshake finds
+    # it gone, and they form the successor of that one without it (F = 1). Every round equals the failure-free
+    # golden bit for bit.
+    spec = {**SPEC, "replicated": "all"}
+    results, logs = run_world(tmp_path, spec, kill=2, kill_after=3, extra=("--stop-with", "3"), gone=(2, 3))
+    att = results[0]
+    assert "error" not in att, (att.get("error"), logs[0][-3000:])
+    assert len(att["outputs"]) == spec["rounds"]
+    _expect_golden(spec, att["outputs"])
+    (failover,) = att["failovers"]
+    assert tuple(failover["dead_ranks"]) == (2, 3), failover
+    res = results[1]
+    assert "error" not in res and res["final_rank"] == 1, (res, logs[1][-3000:])
+    assert [f["world_joined"] for f in res["failovers"]] == [failover["world_joined"]]

@@ -214,11 +214,11 @@ def test_a_rank_joining_with_another_topology_or_table_is_refused_by_name():
             joiner = AsyncAFDConnector(bad.topology.world_size - 1, "ffn", bad)
             with pytest.raises(ValueError, match=f"cannot join world {wid}: {needle}"):
                 joiner.join_running(store, timeout_s=5)
-            assert not store.check([f"{group}/{wid}/join"])
+            assert not store.check([f"{group}/{wid}/join/0"])
         joiner = AsyncAFDConnector(good.topology.world_size - 1, "ffn", good)
         with pytest.raises(TimeoutError, match=f"no FFN rank of world {wid} answered the join"):
             joiner.join_running(store, timeout_s=0.5)
-        assert store.check([f"{group}/{wid}/join"])
+        assert store.check([f"{group}/{wid}/join/0"])
     finally:
         for conn in conns:
             conn.close()

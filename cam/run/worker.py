@@ -243,9 +243,9 @@ def _rebalance(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnector, a
     with lane.span("rebalance", epoch=k):
         if weights is None:
             _barrier(store, f"run/rebalance/{k}", topo.A, cfg.timeout_s, aborted)
-            connector.comm.set_placement(table)
+            connector.set_placement(table)
         else:
-            connector.comm.set_placement(table, weights[0], experts=weights[1])
+            connector.set_placement(table, weights[0], experts=weights[1])
     if connector.comm.placement_epoch != k:
         raise RankFailed(f"rank {rank}: after rebalance {k} the plane is at placement epoch "
                          f"{connector.comm.placement_epoch}")

@@ -26,7 +26,7 @@ import torch
 
 from .. import ops
 from ..comm import Comm
-from ..errors import CommAbortedError, FFNNotServingError, ReplicaLostError
+from ..errors import CommAbortedError, CommJoinError, FFNNotServingError, ReplicaLostError
 from ..layer_weights import LayerWeights
 from ..topology import Topology
 from .iteration import CapturedFFN, FFNWorkItem, ffn_batch_iteration, ffn_iteration, ffn_work_item
@@ -35,7 +35,7 @@ from .store import (DONE_KEY, FAILED_PREFIX, RUN_SECRET_ENV, SERVING, SERVING_KE
                     loopback_store, post_shutdown, shutdown_message)
 
 __all__ = ["AFDTransferContext", "AFDTransferMetadata", "AsyncAFDConnector", "ConnectorConfig", "Failover",
-           "RoundsLostError", "split_tokens"]
+           "JoinRefusedError", "RoundsLostError", "split_tokens"]
 
 # "shm": ranks are processes (the store is the world's TCPStore); "in_process": ranks are threads of one process
 # sharing one store object (e.g. torch.distributed.HashStore), for tests and single-process use.
@@ -126,11 +126,24 @@ class RoundsLostError(CommAbortedError):
     had not received cannot be served by any table of the survivors. ``rounds`` is their count, ``lost`` the
     experts ``{layer: (experts...)}``, ``dead_rank`` the FFN rank. No partial result was returned."""
 
-    def __init__(self, rank: int, dead_rank: int, rounds: int, lost: dict):
-        self.rank, self.dead_rank, self.rounds, self.lost = rank, dead_rank, rounds, lost
+    def __init__(self, rank: int, dead_rank, rounds: int, lost: dict):
+        dead = tuple(dead_rank) if isinstance(dead_rank, (tuple, list)) else (dead_rank,)
+        self.rank, self.dead_rank, self.rounds, self.lost = rank, dead[0], rounds, lost
+        self.dead_ranks = dead
         named = "; ".join(f"layer {l}: expert(s) {', '.join(map(str, es))}" for l, es in sorted(lost.items()))
-        super().__init__(f"rank {rank}: {rounds} round(s) lost: FFN rank {dead_rank} died holding the last replica "
-                         f"of {named}; no surviving replica serves them, so the plane was not re-formed")
+        who = f"FFN rank {dead[0]} died" if len(dead) == 1 else f"FFN ranks {', '.join(map(str, dead))} died"
+        super().__init__(f"rank {rank}: {rounds} round(s) lost: {who} holding the last replica of {named}; no "
+                         f"surviving replica serves them, so the plane was not re-formed")
+
+
+class JoinRefusedError(ValueError):
+    """:meth:`AsyncAFDConnector.join_running` was refused by the running world; ``reason`` says why. ``rebalance``:
+    the world was inside a rebalance (or adopted a table after the joiner read it): ask again with a table built on
+    the one the world publishes once the rebalance is over (docs/connector.md, "Rejoin")."""
+
+    def __init__(self, message: str, reason: str, rebalance: bool = False):
+        super().__init__(message)
+        self.reason, self.rebalance = reason, rebalance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +159,8 @@ class Failover:
     seen_at: float
     formed_at: float
     redispatched: int = 0
-    joined_rank: Optional[int] = None  # a rejoin: the FFN rank that joined (dead_rank is None then)
+    joined_rank: Optional[int] = None  # a rejoin: the rank that joined (dead_rank is None then)
+    dead_ranks: Tuple[int, ...] = ()  # every FFN rank dropped at this boundary (dead_rank is the first)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,14 +260,15 @@ class AsyncAFDConnector:
         self._store = store
         self._rendezvous = SignedStore(store, secret, cfg.group) if secret is not None else store
 
-    def _shm_comm(self, succeeds=None) -> Comm:
+    def _shm_comm(self, succeeds=None, expect_alive=None) -> Comm:
         cfg = self.config
         prefix = None if cfg.shm_prefix is None or succeeds is None else f"{cfg.shm_prefix}-{succeeds[0][:8]}"
         return Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous, group=cfg.group,
                     dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
                     join_timeout_s=cfg.join_timeout_s or cfg.timeout_s,
                     shm_prefix=cfg.shm_prefix if prefix is None else prefix, isolate_replicas=cfg.isolate_replicas,
-                    placement=cfg.placement, succeeds=succeeds, checkpoint=cfg.checkpoint)
+                    placement=cfg.placement, succeeds=succeeds, checkpoint=cfg.checkpoint,
+                    expect_alive=expect_alive)
 
     # ------------------------------------------------------------------ elastic serving
 
@@ -269,38 +284,88 @@ class AsyncAFDConnector:
             return None
         return dead if dead is not None and dead >= self.config.topology.A else None
 
+    def _dead_at_boundary(self, dead: int) -> Tuple[int, ...]:
+        """Every FFN rank this failover drops, the same on every survivor: ``dead`` (the abort word's) and each FFN
+        rank whose process is gone too when the first survivor fails over; that survivor writes the set under
+        ``{group}/{world}/failover`` (write-once) and every other reads it."""
+        A = self.config.topology.A
+        mine = sorted({dead} | {r for r in self.comm.gone_peers() if r >= A})
+        got = self._messages().compare_set(self._key("failover"), "", json.dumps(mine))
+        return tuple(json.loads(got.decode() if isinstance(got, bytes) else got))
+
     def fail_over(self, dead: int) -> Failover:
-        """Re-forms this rank's plane without FFN rank ``dead`` (every survivor does, at its next round boundary):
-        the table ``placement.without(dead)``, the topology with one FFN rank less (the FFN ranks above ``dead``
-        one lower: this rank's :attr:`rank` may change), a Comm in the world's :func:`cam.world.successor`. An FFN
+        """Re-forms this rank's plane without FFN rank ``dead`` and every other FFN rank dead by the time the first
+        survivor fails over (every survivor does, at its next round boundary, with the same set): the table
+        ``placement.without`` each, the topology with that many FFN ranks less (the FFN ranks above a dead one
+        lower: this rank's :attr:`rank` may change), a Comm in the world's :func:`cam.world.successor`. An FFN
         rank keeps its slot weights (the new table keeps every survivor's slots) and tells the Attention ranks it
-        serves in the new world. Raises :class:`cam.placement.ExpertsLostError` when ``dead`` held an expert's
-        last replica (the plane then stays aborted)."""
+        serves in the new world. Raises :class:`cam.placement.ExpertsLostError` naming every expert whose last
+        replica was on the dead ranks (the plane then stays aborted)."""
         from ..placement import Placement
 
-        cfg, topo = self.config, self.config.topology
+        topo = self.config.topology
         comm = self.comm
         seen = comm.dead_rank_found_at or time.time()
-        table = cfg.placement if cfg.placement is not None else Placement.contiguous(topo.E, topo.F, topo.L)
-        new = table.without(dead - topo.A)  # ExpertsLostError names what no survivor holds
-        left = self._world_id
+        table = self.table
+        if table is None:
+            table = Placement.contiguous(topo.E, topo.F, topo.L)
+        deaths = self._dead_at_boundary(dead)
+        _check_experts_kept(table, [r - topo.A for r in deaths], deaths)
+        procs = dict(comm._peers_proc)
         with self._lock:
             receiving = self._receiving
         if receiving:  # another thread's receive still waits on the aborted plane: it ends at once
             comm.abort()
         comm.close()
         self.comm = None
-        if self.rank > dead:
-            self.rank -= 1
-        return self._reform(dataclasses.replace(topo, F=topo.F - 1, expert_slots=new.slots_per_rank), new,
-                            (left, dead), Failover(dead, left, "", seen, 0.0))
+        return self._form_without(self._world_id, topo, table, deaths, procs, {r: r for r in range(topo.world_size)},
+                                  Failover(dead, self._world_id, "", seen, 0.0))
 
-    def _reform(self, topo, table, succeeds, record: Failover) -> Failover:
+    def _form_without(self, left: str, topo, table, deaths, procs: dict, original: dict, record: Failover) -> Failover:
+        """The successor of world ``left`` (``topo`` under ``table``) without FFN ranks ``deaths``; ``procs`` are
+        the members' processes (``{rank: "pid:start"}``), ``original`` their rank numbers before the first death.
+        A member that dies while the successor forms ends its handshake (:class:`cam.comm.PeerDiedJoiningError`):
+        the members then agree, in that successor's keys, on every member gone by then and form its successor
+        without them (docs/protocol.md §18, "Several deaths")."""
+        from .. import world as _world
+        from ..comm import PeerDiedJoiningError, _proc_identity
+
+        new = table
+        for f in sorted((r - topo.A for r in deaths), reverse=True):  # the highest first: the lower keep their names
+            new = new.without(f)
+
+        def renumbered(r):
+            return r - sum(1 for d in deaths if d < r)
+
+        record = dataclasses.replace(record, dead_ranks=record.dead_ranks + tuple(original[d] for d in deaths))
+        self.rank = renumbered(self.rank)
+        procs = {renumbered(r): ident for r, ident in procs.items() if r not in deaths}
+        original = {renumbered(r): o for r, o in original.items() if r not in deaths}
+        event = deaths[0] if len(deaths) == 1 else tuple(deaths)
+        succ_topo = dataclasses.replace(topo, F=topo.F - len(deaths), expert_slots=new.slots_per_rank)
+        try:
+            return self._reform(succ_topo, new, (left, event), record, expect_alive=procs)
+        except CommJoinError as e:
+            world = _world.successor(left, event)
+            key, messages = f"{self.config.group}/{world}/failover", self._messages()
+            if isinstance(e, PeerDiedJoiningError) and e.peer >= succ_topo.A:
+                gone = sorted({e.peer} | {r for r, ident in procs.items() if r >= succ_topo.A and
+                                          _proc_identity(int(ident.split(":")[0])) != ident})
+                got = messages.compare_set(key, "", json.dumps(gone))
+            elif messages.check([key]):  # the other members found a member dead first and moved on
+                got = messages.get(key)
+            else:
+                raise
+            more = tuple(json.loads(got.decode() if isinstance(got, bytes) else got))
+            _check_experts_kept(new, [r - succ_topo.A for r in more], tuple(original[r] for r in more))
+            return self._form_without(world, succ_topo, new, more, procs, original, record)
+
+    def _reform(self, topo, table, succeeds, record: Failover, expect_alive=None) -> Failover:
         """This rank's plane re-formed as ``topo`` under ``table`` in the successor world ``succeeds`` names (its
         old Comm closed by the caller); an FFN rank says it serves there, Attention rank 0 publishes the plane."""
         self.config = dataclasses.replace(self.config, topology=topo, placement=table)
         self.ffn_size = topo.F
-        self.comm = self._shm_comm(succeeds=succeeds)
+        self.comm = self._shm_comm(succeeds=succeeds, expect_alive=expect_alive)
         self._world_id = self.comm.world_id
         self._publish_plane()
         if self.role == "ffn":
@@ -309,33 +374,67 @@ class AsyncAFDConnector:
         self.failovers.append(record)
         return record
 
+    @property
+    def table(self):
+        """The placement this rank's plane serves now (:class:`cam.placement.Placement`; None: contiguous): the
+        config's, or the one a rebalance adopted since."""
+        comm = self.comm
+        if comm is not None and not comm.closed and comm.placement is not None:
+            return comm.placement
+        return self.config.placement
+
+    def set_placement(self, placement, weights=None, *, experts=None) -> int:
+        """Rebalance between two rounds (:meth:`cam.Comm.set_placement`, docs/protocol.md §15) through the
+        connector: its config keeps the adopted table (a later failover drops a dead rank from that one) and an
+        elastic world's Attention rank 0 publishes it with its epoch (a joining rank builds its table on it,
+        docs/connector.md "Rejoin"). Returns what ``Comm.set_placement`` returns."""
+        comm = self._require(self.role)
+        first = comm.set_placement(placement, weights, experts=experts)
+        self.config = dataclasses.replace(self.config, placement=comm.placement)
+        self._publish_plane()
+        return first
+
     # ------------------------------------------------------------------ rejoin (elastic worlds)
 
     def _key(self, name: str) -> str:
         return f"{self.config.group}/{self._world_id}/{name}"
 
     def _publish_plane(self) -> None:
-        """Attention rank 0 of an elastic world: the plane a rank that joins must match (topology, dtype, table)."""
+        """Attention rank 0 of an elastic world: the plane a rank that joins must match (topology, dtype, table, and
+        the table's epoch: a rebalance adopted after a joiner read it refuses the join)."""
         if self.config.elastic and self.rank == 0:
-            self._messages().set(self._key("plane"), json.dumps(_plane_record(self.config)))
+            record = _plane_record(dataclasses.replace(self.config, placement=self.table))
+            record["epoch"] = self.comm.placement_epoch
+            self._messages().set(self._key("plane"), json.dumps(record))
 
     def join_running(self, store=None, timeout_s: Optional[float] = None) -> None:
-        """A new or restarted FFN rank joins a running elastic world (docs/connector.md, "Rejoin"), instead of
-        :meth:`init_afd_connector`. Its config is the world after the join: the topology with one FFN rank more,
-        this rank the last (``A + F - 1``), and the table ``running.with_rank(held)`` (the running table, every
-        replica where it is, and this rank's slots). It asks the current world through the store; the FFN ranks
-        decide at their next check (a round boundary) and the plane is re-formed with it in the world's
-        successor. Refused (``ValueError`` naming what differs, before anything is created) when the topology, the
-        dtype or the running table differ from the world's, or while another join is decided; ``TimeoutError``
-        when no FFN rank answers within ``timeout_s`` (default the config's)."""
+        """A new or restarted rank joins a running elastic world (docs/connector.md, "Rejoin"), instead of
+        :meth:`init_afd_connector`.
+
+        An FFN rank's config is the world after the join: the topology with one FFN rank more, this rank the last
+        (``A + F - 1``), and the table ``running.with_rank(held)`` (the running table, every replica where it is,
+        and this rank's slots). An Attention rank rejoins as the rank it was, in the slot of its fenced (dead)
+        replica: its config is the running world's (the same topology, table and checkpoint identity); replicas
+        of one rank (``P == 1``) only.
+
+        It asks the current world through the store; the FFN ranks decide at their next check (a round boundary)
+        and the plane is re-formed with it in the world's successor. Refused (:class:`JoinRefusedError`, a
+        ``ValueError``, naming what differs, before anything is created) when the topology, the dtype, the running
+        table or the checkpoint identity differ from the world's, or while another join is decided; by the
+        deciding FFN rank while the world is in a rebalance (``rebalance``) or, for an Attention rank, while its
+        slot is held by a live process. ``TimeoutError`` when no FFN rank answers within ``timeout_s`` (default
+        the config's)."""
         from .. import world as _world
 
         cfg, topo = self.config, self.config.topology
-        if self.role != "ffn" or not cfg.elastic or cfg.transport != "shm":
-            raise ValueError("join_running: an FFN-rank connector of an elastic shm world joins a running world")
-        if self.rank != topo.world_size - 1:
+        if not cfg.elastic or cfg.transport != "shm":
+            raise ValueError("join_running: a connector of an elastic shm world joins a running world")
+        if self.role == "ffn" and self.rank != topo.world_size - 1:
             raise ValueError(f"join_running: a joining FFN rank is the last one, rank {topo.world_size - 1} of this "
                              f"config, not {self.rank}")
+        if self.role == "attention" and topo.P != 1:
+            raise ValueError(f"join_running: Attention rank {self.rank} is one of P = {topo.P} participants of its "
+                             f"replica; a replica rejoins one rank at a time only when P = 1")
         if self.is_initialized:
             return
         bound = cfg.timeout_s if timeout_s is None else timeout_s
@@ -350,28 +449,36 @@ class AsyncAFDConnector:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"join_running: world {left} published no plane within {bound:g} s")
             time.sleep(cfg.idle_poll_s)
-        why = _join_mismatch(json.loads(messages.get(self._key("plane")).decode()), cfg)
+        plane = json.loads(messages.get(self._key("plane")).decode())
+        why = _join_mismatch(plane, cfg, self.role)
         if why:
-            raise ValueError(f"join_running: rank {self.rank} cannot join world {left}: {why}")
+            raise JoinRefusedError(f"join_running: rank {self.rank} cannot join world {left}: {why}", why)
         nonce = uuid.uuid4().hex
-        request = json.dumps({"nonce": nonce, "rank": self.rank, **_plane_record(cfg)})
-        got = messages.compare_set(self._key("join"), "", request)
+        request = json.dumps({"nonce": nonce, "rank": self.rank, "role": self.role, "epoch": plane.get("epoch", 0),
+                              **_plane_record(cfg)})
+        ask = self._join_slot(messages)
+        got = messages.compare_set(ask, "", request)
         if (got.decode() if isinstance(got, bytes) else got) != request:
-            raise ValueError(f"join_running: another join into world {left} is being decided; try again after it")
-        while not messages.check([self._key("join/verdict")]):
+            why = "another join into it is being decided"
+            raise JoinRefusedError(f"join_running: rank {self.rank} cannot join world {left}: {why}; try again after "
+                                   f"it", why)
+        while not messages.check([ask + "/verdict"]):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"join_running: no FFN rank of world {left} answered the join within {bound:g} s")
             if _world.current(messages, cfg.group) != left:  # the world moved on (a failover): ask its successor
                 self._world_id = None
                 return self.join_running(store=self._store, timeout_s=max(deadline - time.monotonic(), 0.001))
             time.sleep(cfg.idle_poll_s)
-        verdict = json.loads(messages.get(self._key("join/verdict")).decode())
+        verdict = json.loads(messages.get(ask + "/verdict").decode())
         if not verdict["accept"]:
-            raise ValueError(f"join_running: world {left} refused rank {self.rank}: {verdict['reason']}")
+            raise JoinRefusedError(f"join_running: world {left} refused rank {self.rank}: {verdict['reason']}",
+                                   verdict["reason"], bool(verdict.get("rebalance")))
         seen = time.time()
         self.comm = self._shm_comm(succeeds=(left, nonce))
         self._world_id = self.comm.world_id
-        self.mark_serving()
+        if self.role == "ffn":
+            self.mark_serving()
+        self._publish_plane()
         self.failovers.append(Failover(None, left, self._world_id, seen, time.time(), joined_rank=self.rank))
 
     def running_table(self, store=None, below: Optional[int] = None, timeout_s: Optional[float] = None):
@@ -399,47 +506,92 @@ class AsyncAFDConnector:
                                    f"{'' if below is None else f' of fewer than {below} FFN ranks'} within {bound:g} s")
             time.sleep(cfg.idle_poll_s)
 
+    def _join_slot(self, messages) -> str:
+        """The key of the next join request of this rank's world: ``join/<k>``, the first ``k`` not refused. Refused
+        requests stay where they are (write-once), so a joiner refused once can ask again in the same world."""
+        k = 0
+        while messages.check([self._key(f"join/{k}")]) and messages.check([self._key(f"join/{k}/verdict")]) and \
+                not json.loads(messages.get(self._key(f"join/{k}/verdict")).decode())["accept"]:
+            k += 1
+        return self._key(f"join/{k}")
+
     def _join_request(self) -> Optional[dict]:
-        """The join request of this rank's current world and, once decided, its verdict (``request["verdict"]``)."""
+        """The open join request of this rank's current world (the first not refused) and, once decided, its
+        verdict (``request["verdict"]``)."""
         if not self.config.elastic or self._rendezvous is None or self._world_id is None:
             return None
         messages = self._messages()
-        if not messages.check([self._key("join")]):
+        key = self._join_slot(messages)
+        if not messages.check([key]):
             return None
-        request = json.loads(messages.get(self._key("join")).decode())
-        if messages.check([self._key("join/verdict")]):
-            request["verdict"] = json.loads(messages.get(self._key("join/verdict")).decode())
+        request = json.loads(messages.get(key).decode())
+        request["key"] = key
+        if messages.check([key + "/verdict"]):
+            request["verdict"] = json.loads(messages.get(key + "/verdict").decode())
         return request
 
     def poll_join(self) -> bool:
         """FFN rank of an elastic world, between iterations (:func:`cam.serve_ffn` calls it at each check): decides
         a pending join request (the first FFN rank to decide writes the verdict for all: the joiner's topology,
-        dtype and table against this world's, and no rebalance in progress here) and, once accepted, ends the
+        dtype and table against this world's, and no rebalance of the world under way nor adopted since the joiner
+        read the table: :class:`JoinRefusedError` with ``rebalance`` on the joiner) and, once accepted, ends the
         plane's waits (abort) and re-forms it with the joiner. True when this rank re-formed."""
         request = self._join_request()
         if request is None:
             return False
         if "verdict" not in request:
-            why = _join_mismatch(self.config, request)
-            if not why and self.comm is not None and not self.comm.closed and \
-                    self.comm.rebalance_id != f"{self.comm.placement_epoch + 1}.0":
-                why = f"FFN rank {self.rank} is in rebalance {self.comm.rebalance_id}: join after it"
-            verdict = json.dumps({"accept": not why, "reason": why})
-            self._messages().compare_set(self._key("join/verdict"), "", verdict)
+            why, rebalance = "", False
+            comm = self.comm
+            if comm is not None and not comm.closed:
+                underway = comm.rebalance_underway()
+                if underway:
+                    why, rebalance = f"world {self._world_id} is in a rebalance ({underway}): join after it", True
+                elif request.get("epoch", 0) != comm.placement_epoch:
+                    why, rebalance = (f"world {self._world_id} adopted table epoch {comm.placement_epoch} after the "
+                                      f"joiner read epoch {request.get('epoch', 0)} (a rebalance): join again on the "
+                                      f"table it publishes"), True
+            why = why or _join_mismatch(dataclasses.replace(self.config, placement=self.table), request,
+                                        request.get("role", "ffn")) or self._slot_taken(request)
+            verdict = json.dumps({"accept": not why, "reason": why, "rebalance": rebalance})
+            self._messages().compare_set(request["key"] + "/verdict", "", verdict)
             request = self._join_request()
-        if not request["verdict"]["accept"]:
+            if request is None:  # refused: the next request is another joiner's
+                return False
+        if not request.get("verdict", {}).get("accept"):
             return False
         return self._admit(request)
 
+    def _slot_taken(self, request: dict) -> str:
+        """Why an Attention rank's join cannot take its slot: "" once the slot's holder in this world is gone (its
+        replica is fenced, or about to be), else the live process holding it."""
+        from .. import world as _world
+
+        rank = request["rank"]
+        if request.get("role") != "attention":
+            return ""
+        key = self._key(f"claim/{rank}")
+        messages = self._messages()
+        holder = messages.get(key).decode() if messages.check([key]) else ""
+        if holder and _world.holder_alive(holder) and not messages.check([self._key(f"left/{rank}")]):
+            return (f"Attention rank {rank} of world {self._world_id} is held by live process "
+                    f"{holder.split(':')[0]}: a replica rejoins once its rank died (its replica fenced)")
+        return ""
+
     def _admit(self, request: dict) -> bool:
-        """Re-forms this rank's plane with the accepted joiner (every member does at its next round boundary)."""
+        """Re-forms this rank's plane with the accepted joiner (every member does at its next round boundary): an
+        FFN rank joins as the last FFN rank under its table; an Attention rank takes its slot back, the world's
+        topology and table unchanged."""
         from ..placement import Placement
 
-        topo = self.config.topology
+        topo, running = self.config.topology, self.table
         comm = self.comm
         comm.abort()  # the other members' waits end now; every round not combined is dispatched again
         comm.close()
         self.comm = None
+        if request.get("role") == "attention":
+            return bool(self._reform(topo, running, (self._world_id, request["nonce"]),
+                                     Failover(None, self._world_id, "", time.time(), 0.0,
+                                              joined_rank=request["rank"])))
         table = Placement.from_dict(request["placement"])
         return bool(self._reform(dataclasses.replace(topo, F=topo.F + 1, expert_slots=table.slots_per_rank), table,
                                  (self._world_id, request["nonce"]),
@@ -462,7 +614,7 @@ class AsyncAFDConnector:
             try:
                 record = self.fail_over(dead)
             except ExpertsLostError as e:
-                raise RoundsLostError(self.rank, dead, len(self._pending) + received, e.lost) from error
+                raise RoundsLostError(self.rank, e.dead_ranks, len(self._pending) + received, e.lost) from error
         for _, ids, _, x, layer in self._pending:
             ops.dispatch_send(self.comm, x, ids, layer)
         self.failovers[-1] = dataclasses.replace(record, redispatched=len(self._pending))
@@ -714,21 +866,43 @@ def split_tokens(num_tokens: int, participants: int) -> Sequence[Tuple[int, int]
     return bounds
 
 
+def _check_experts_kept(table, indices, dead_ranks) -> None:
+    """Raises :class:`cam.placement.ExpertsLostError` naming every expert whose every replica is on FFN indices
+    ``indices`` of ``table`` (``dead_ranks``: those ranks as the caller names them, ``.dead_ranks`` of the error)."""
+    from ..placement import ExpertsLostError
+
+    lost = {}
+    for l in range(table.layers):
+        gone = tuple(e for e in range(table.experts) if all(f in indices for f, _ in table.replicas(l, e)))
+        if gone:
+            lost[l] = gone
+    if lost:
+        err = ExpertsLostError(indices[0], lost)
+        err.dead_ranks = tuple(dead_ranks)
+        if len(indices) > 1:
+            err.args = (f"FFN indices {', '.join(map(str, indices))} held the last replica of {err.named}: no "
+                        f"surviving replica serves them",)
+        raise err
+
+
 def _plane_record(cfg: ConnectorConfig) -> dict:
-    """What a joining rank must match: the topology's fields, the dtype and the table (docs/connector.md, "Rejoin")."""
+    """What a joining rank must match: the topology's fields, the dtype, the table and the checkpoint identity
+    (docs/connector.md, "Rejoin")."""
     from ..placement import Placement
 
     topo = cfg.topology
     table = cfg.placement if cfg.placement is not None else Placement.contiguous(topo.E, topo.F, topo.L)
     fields = {f.name: getattr(topo, f.name) for f in dataclasses.fields(topo)}
     return {"topology": {k: v if v is None or isinstance(v, bool) else int(v) for k, v in fields.items()},
-            "dtype": str(cfg.dtype), "placement": table.as_dict()}
+            "dtype": str(cfg.dtype), "placement": table.as_dict(), "checkpoint": cfg.checkpoint}
 
 
-def _join_mismatch(plane: dict, joiner) -> str:
-    """Why a joiner (its plane record, or its ConnectorConfig) cannot join ``plane`` (a member's record, or its
-    ConnectorConfig): "" when it can. The joiner has one FFN rank more, and the members' table is its table without
-    its own slots (no replica of a member moves)."""
+def _join_mismatch(plane: dict, joiner, role: str = "ffn") -> str:
+    """Why a joiner (its plane record, or its ConnectorConfig) of ``role`` cannot join ``plane`` (a member's record,
+    or its ConnectorConfig): "" when it can. An FFN joiner has one FFN rank more, and the members' table is its
+    table without its own slots (no replica of a member moves); an Attention joiner has the world's topology and
+    table. Both have the world's dtype and, where both sides give one, its checkpoint identity."""
+    from .. import checkpoint_identity
     from ..placement import Placement, PlacementError
 
     if isinstance(plane, ConnectorConfig):
@@ -738,15 +912,25 @@ def _join_mismatch(plane: dict, joiner) -> str:
     if not isinstance(plane, dict) or not isinstance(joiner, dict):
         return "no plane record"
     ours, theirs = plane["topology"], joiner["topology"]
+    grows = role == "ffn"
     diffs = [f"{k}={theirs.get(k)!r} (the world's {k}={ours.get(k)!r})" for k in ours
-             if k != "F" and theirs.get(k) != ours.get(k)]
-    if theirs.get("F") != ours.get("F", 0) + 1:
+             if (k != "F" or not grows) and theirs.get(k) != ours.get(k)]
+    if grows and theirs.get("F") != ours.get("F", 0) + 1:
         diffs.append(f"F={theirs.get('F')!r} (a joiner has the world's F={ours.get('F')!r} + 1)")
     if joiner.get("dtype") != plane.get("dtype"):
         diffs.append(f"dtype={joiner.get('dtype')} (the world's dtype={plane.get('dtype')})")
     if diffs:
         return "a different topology: " + ", ".join(diffs)
+    ckpt, joiner_ckpt = plane.get("checkpoint"), joiner.get("checkpoint")
+    if ckpt is not None and joiner_ckpt is not None and ckpt.get("digest") != joiner_ckpt.get("digest"):
+        differ = checkpoint_identity.compare(joiner_ckpt, ckpt)[:3]
+        return "a different checkpoint: " + "; ".join(f"{field} {mine!r} (the world's {theirs!r})"
+                                                     for field, mine, theirs in differ)
     try:
+        if not grows:
+            if Placement.from_dict(joiner["placement"]).digest() != Placement.from_dict(plane["placement"]).digest():
+                return "another table than the world's (an Attention rank rejoins with the running table)"
+            return ""
         mine = Placement.from_dict(joiner["placement"]).without(theirs["F"] - 1)
         if mine.digest() != Placement.from_dict(plane["placement"]).digest():
             return "its table moves replicas of the running ranks (it must be the running table with_rank its slots)"

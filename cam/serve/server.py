@@ -176,9 +176,10 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
                     step.captured = None
                 if dead is not None:
                     failover = connector.fail_over(dead)  # ExpertsLostError: no survivor holds some expert
-                    log.warning("ffn rank %d: FFN rank %d died; serving as rank %d of world %s (its experts served "
-                                "by their other replicas)", connector.rank + (connector.rank >= dead), dead,
-                                connector.rank, failover.world_joined)
+                    log.warning("ffn rank %d: FFN rank(s) %s died; serving as rank %d of world %s (their experts "
+                                "served by their other replicas)", connector.rank + sum(
+                                    1 for r in failover.dead_ranks if r <= connector.rank),
+                                ", ".join(map(str, failover.dead_ranks)), connector.rank, failover.world_joined)
                 elif not connector.poll_join():
                     raise
                 _recapture(step, connector, w1, w2, policy)
