@@ -85,6 +85,13 @@ def test_cam_run_on_a_checkpoint_matches_native(family, flags, tmp_path):
     assert native["tokens_bounded"] > 0 and 0 < native["max_rel_diff"] < native["tolerance"]["max_rel_diff"]
     assert 0 < native["max_block_rel_diff"] < native["tolerance"]["max_block_rel_diff"]
     assert "native      PASS" in proc.stdout
+    # What each rank read of the checkpoint: the Attention ranks (0, 1) the model without its routed experts, the
+    # FFN ranks (2, 3) their own 4 of the 8 experts
+    loaded = report["wall_s"]["loaded"]
+    assert {r: set(x) for r, x in loaded.items()} == {"0": {"attention"}, "1": {"attention"}, "2": {"experts"},
+                                                       "3": {"experts"}}, loaded
+    assert [loaded[r]["experts"]["experts"] for r in ("2", "3")] == [4, 4]
+    assert "loaded      attention model without routed experts" in proc.stdout
 
 
 @pytest.mark.slow
@@ -145,6 +152,42 @@ def test_native_check_fails_on_a_layer_off_by_one(tmp_path):
         setattr(model, name, ws[1:] + ws[:1])
     bad = native_check(model, prompts, model.forward_reference(prompts))
     assert not bad["ok"] and bad["max_block_rel_diff"] > 10 * good["max_block_rel_diff"], (good, bad)
+
+
+@pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v4", "qwen2_moe", "qwen3_moe"])
+def test_each_rank_reads_only_its_part(family, tmp_path):
+    """An Attention rank's transformers model is everything of the checkpoint but the routed experts, which stay on
+    the meta device (unread, unallocated, a call refused by name), the shared expert, routers and attention equal
+    to a whole load's; an FFN rank reads only its own experts, equal to the same experts of a whole load."""
+    from cam.run.checkpoint import _load_native, load_model
+
+    path = _checkpoint(family, tmp_path / family)
+    whole = _load_native(path)
+    model = load_model(path)
+    hf = model.hf
+    state, full = hf.state_dict(), whole.state_dict()
+    routed = sorted(k for k, t in state.items() if t.is_meta)
+    assert routed and all(".mlp.experts." in k for k in routed), routed
+    assert not any(".mlp.experts." in k for k, t in state.items() if not t.is_meta)
+    for key, t in state.items():
+        if not t.is_meta:
+            assert torch.equal(t, full[key]), key
+    expert_bytes = sum(full[k].numel() * full[k].element_size() for k in routed)
+    assert model.loaded["attention"]["bytes"] == sum(t.numel() * t.element_size() for t in full.values()) - \
+        expert_bytes
+    assert any(".shared_expert" in k for k in state) == (family != "qwen3_moe")
+    with pytest.raises(RuntimeError, match="routed experts are not loaded"):
+        block = next(iter(model.blocks.values()))
+        block.experts(torch.zeros(2, 64), torch.zeros(2, 2, dtype=torch.long), torch.ones(2, 2))
+    # An FFN rank of 2 (experts 4..7 of 8), then the launcher's whole build
+    mine = model.routed_weights(4, 4)
+    assert model.loaded["experts"]["experts"] == 4
+    assert model.loaded["experts"]["bytes"] == expert_bytes // 2
+    assert "w1" not in model.__dict__  # nothing of the other experts was built
+    every = load_model(path).routed_weights(0, 8)
+    for got, want in zip(mine, every):
+        for g, w in zip(got, want):
+            assert torch.equal(g, w[4:8])
 
 
 @pytest.fixture(scope="module")

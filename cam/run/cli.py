@@ -747,7 +747,22 @@ def _wall(marks: Dict[str, float], results: Dict[int, dict], exited: Dict[int, f
                                                ("exit", span("done", "exited", m))) if v is not None}
         if "process" in m and math.isfinite(m["process"]) and "spawn" in marks:
             ranks[str(rank)]["spawned_after"] = m["process"] - marks["spawn"]
-    return {"total": total, **{k: v for k, v in stages.items() if v is not None}, "ranks": ranks}
+    # --checkpoint: what each rank read of the checkpoint ({part: {"bytes", "s"[, "experts"]}}), inside its warm-up
+    loaded = {str(rank): r["loaded"] for rank, r in sorted(results.items()) if r.get("loaded")}
+    return {"total": total, **{k: v for k, v in stages.items() if v is not None}, "ranks": ranks,
+            **({"loaded": loaded} if loaded else {})}
+
+
+def _loaded_line(loaded: Dict[str, dict]) -> str:
+    """The report's line on what the ranks read of a checkpoint: per part, the largest rank's bytes and time."""
+    parts = []
+    for part, who in (("attention", "attention model without routed experts"), ("experts", "routed experts")):
+        got = [x[part] for x in loaded.values() if part in x]
+        if got:
+            big = max(got, key=lambda x: x["bytes"])
+            n = f", {big['experts']} experts" if "experts" in big else ""
+            parts.append(f"{who} {big['bytes'] / 2**20:.2f} MiB{n} in {big['s']:.2f} s ({len(got)} ranks)")
+    return "; ".join(parts)
 
 
 def _lost_replicas(built, lost: Dict[int, int], results: Dict[int, dict]) -> List[dict]:
@@ -808,6 +823,8 @@ def _print(report: dict) -> None:
         if slowest:
             print("              slowest rank up: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f}"
                                                                for k, v in slowest.items()))
+        if w.get("loaded"):
+            print("  loaded      " + _loaded_line(w["loaded"]))
     for lost in report.get("lost_replicas", []):
         print(f"  LOST        replica {lost['replica']} ({'; '.join(lost['how'])}): its "
               f"{len(lost['requests_excluded'])} requests are excluded from this report and --check; rounds of it "
