@@ -6,6 +6,7 @@ every FFN rank, on each path of the FFN loop; without the clamp the run fails it
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -188,6 +189,49 @@ def test_each_rank_reads_only_its_part(family, tmp_path):
     for got, want in zip(mine, every):
         for g, w in zip(got, want):
             assert torch.equal(g, w[4:8])
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_cam_run_prints_one_line_per_phase_and_no_progress_bar(tmp_path):
+    """Without --quiet the launcher says each phase once, in order, with the seconds since the command started;
+    nothing of transformers' progress bars reaches the output (the ranks' model loads, the launcher's --check)."""
+    from cam.run.cli import PHASES
+
+    path = _checkpoint("deepseek_v3", tmp_path / "deepseek_v3")
+    proc = subprocess.run([sys.executable, "-m", "cam.run.cli", "--checkpoint", path, "--check", "--requests", "2"],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [re.fullmatch(r"cam-run: +(\d+\.\d\d) s  ([a-z ]+)(: .*)?", line)
+             for line in proc.stdout.splitlines() if line.startswith("cam-run: ")]
+    assert all(lines), proc.stdout
+    assert [m.group(2) for m in lines] == list(PHASES), proc.stdout
+    seconds = [float(m.group(1)) for m in lines]
+    assert seconds == sorted(seconds) and seconds[0] > 0, proc.stdout
+    for bar in ("Loading weights", "it/s]", "%|"):
+        assert bar not in proc.stdout + proc.stderr, (bar, proc.stderr)
+
+
+def test_joined_ranks_counts_the_joined_states():
+    """The launcher's "joined" phase: the ranks whose join status (cam.rank_status) says joined, read through the
+    run's signed store as the ranks write it."""
+    from cam.rank_status import StatusPublisher
+    from cam.run.cli import joined_ranks
+    from cam.serve.store import SignedStore
+
+    store = SignedStore(torch.distributed.HashStore(), b"s" * 32, "afd")
+    pubs = [StatusPublisher(store, "afd", "attention" if r < 2 else "ffn", 1000 + r, r, {"D": 2}) for r in range(4)]
+    try:
+        assert joined_ranks(store, "afd") == 0
+        for pub in pubs[:3]:
+            pub.set_state("joining")
+        pubs[0].set_state("joined")
+        pubs[2].set_state("joined")
+        assert joined_ranks(store, "afd") == 2
+        assert joined_ranks(store, "other") == 0
+    finally:
+        for pub in pubs:
+            pub.close()
 
 
 @pytest.fixture(scope="module")
