@@ -32,7 +32,6 @@ from typing import Dict, List
 from ..serve.policy import add_row_budget_flag
 from ..sim.presets import ASSIGNS
 from ..sim.presets import PRESETS as WORKLOAD_PRESETS
-from ..serve.store import SignedStore
 from .bound import DEFAULT_COSTS as DEFAULT_BOUND_COSTS
 from .bound import critical_path
 from .bound import load_costs as load_bound_costs
@@ -572,6 +571,7 @@ def _run(args, marks: Dict[str, float]) -> int:
     import torch
 
     # Imported before the ranks are forked, so that no rank imports them again (start.py).
+    from ..serve.store import SignedStore
     from . import worker
     from .deaths import await_signalled_cause, failure, kill_from_env
     if args.checkpoint is not None:
