@@ -5,7 +5,9 @@ The checkpoint is a DeepSeek-V3 written here with transformers at the ``tiny`` p
 which the first is dense, 8 routed experts top-2, I 64, one shared expert, vocabulary 512). Both commands run with
 the same D, F and requests, alternated, ``--repeats`` times each, in one job; the record holds each run's wall time
 (measured here, start to exit), the medians, their ratio (target ≤ 3) and the checkpoint run's wall-time phases
-(its ``--json`` report's ``wall_s``) to show where the rest goes.
+(its ``--json`` report's ``wall_s``) to show where the rest goes, with each rank's start-up stages and what it read
+of the checkpoint (``loaded``: the Attention ranks the model without its routed experts, the FFN ranks their own
+experts).
 
     python benchmarks/checkpoint_startup.py --repeats 3 --json benchmarks/results/checkpoint-startup.json
 """
@@ -56,8 +58,10 @@ def _run(cam_run: str, source: list, common: list, out: str) -> dict:
         sys.exit(f"{' '.join(source)}: exit {r.returncode}\n{r.stderr[-3000:]}")
     with open(out) as f:
         report = json.load(f)
-    return {"wall_s": wall, "phases": {k: v for k, v in report["wall_s"].items() if k != "ranks"},
-            "load": _load()}
+    w = report["wall_s"]
+    return {"wall_s": wall, "phases": {k: v for k, v in w.items() if k not in ("ranks", "loaded")},
+            # each rank's start-up stages (its checkpoint read is inside warm_up) and what it read (--checkpoint)
+            "ranks": w["ranks"], **({"loaded": w["loaded"]} if "loaded" in w else {}), "load": _load()}
 
 
 def main(argv=None) -> int:

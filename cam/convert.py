@@ -55,8 +55,25 @@ class UnsupportedModelError(ValueError):
     Raised naming the feature, so it is never silently ignored."""
 
 
+class _ExpertShapes:
+    """The shape of one MoE layer's experts in cam's orientation, float or pre-quantized alike: ``w1 [E, H, 2I]``,
+    ``w2 [E, I, H]``."""
+
+    @property
+    def num_experts(self) -> int:
+        return self.w1.shape[0]
+
+    @property
+    def hidden(self) -> int:
+        return self.w1.shape[1]
+
+    @property
+    def intermediate(self) -> int:
+        return self.w2.shape[1]
+
+
 @dataclasses.dataclass(frozen=True)
-class ExpertFFN:
+class ExpertFFN(_ExpertShapes):
     """One MoE layer's routed experts in cam's orientation, unquantized.
 
     Attributes:
@@ -85,18 +102,6 @@ class ExpertFFN:
         if tuple(self.w2.shape) != (e, two_i // 2, h):
             raise ValueError(f"ExpertFFN: w2 must be [E, I, H] = [{e}, {two_i // 2}, {h}] to match w1 "
                              f"{tuple(self.w1.shape)}, got {tuple(self.w2.shape)}")
-
-    @property
-    def num_experts(self) -> int:
-        return self.w1.shape[0]
-
-    @property
-    def hidden(self) -> int:
-        return self.w1.shape[1]
-
-    @property
-    def intermediate(self) -> int:
-        return self.w2.shape[1]
 
     def reference(self, x: torch.Tensor, expert: int) -> torch.Tensor:
         """``silu(x @ act) * (x @ gate) @ w2`` of one expert in fp32: the unquantized expert, for checks."""
@@ -457,7 +462,7 @@ W8A8_LAYOUTS = {"W8A8_DYNAMIC": W8A8Layout("W8A8_DYNAMIC")}
 
 
 @dataclasses.dataclass(frozen=True)
-class QuantizedExpertFFN:
+class QuantizedExpertFFN(_ExpertShapes):
     """One MoE layer's routed experts as a pre-quantized checkpoint ships them, in cam's orientation: ``w1`` int8
     ``[E, H, 2I]`` (first half cam's ``act``, second its ``gate``) with ``w1_scale`` fp32 ``[E, 2I]``, ``w2`` int8
     ``[E, I, H]`` with ``w2_scale`` fp32 ``[E, H]``: what :class:`cam.LayerWeights` holds, never dequantized."""
@@ -467,18 +472,6 @@ class QuantizedExpertFFN:
     w2: torch.Tensor
     w2_scale: torch.Tensor
     swiglu_limit: Optional[float] = None
-
-    @property
-    def num_experts(self) -> int:
-        return self.w1.shape[0]
-
-    @property
-    def hidden(self) -> int:
-        return self.w1.shape[1]
-
-    @property
-    def intermediate(self) -> int:
-        return self.w2.shape[1]
 
 
 def _w8a8_projection(state_dict: Mapping[str, torch.Tensor], key: str, layout: W8A8Layout,

@@ -22,7 +22,7 @@ from cam.connector import AsyncAFDConnector, ConnectorConfig, loopback_store
 from cam.integrations import transformers as camtf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from transformers_ffn_threads import TOKENS, W8A8_REL_BOUND, tiny_checkpoint  # noqa: E402 - the same model
+from _tiny_moe import TOKENS, compare_with_native, tiny_checkpoint, verdict  # noqa: E402 - beside this file
 
 TIMEOUT_S = 120.0  # the FFN processes' start (torch's import: seconds, more on a loaded machine) and every wait
 F = 2
@@ -54,15 +54,7 @@ def main():
             try:
                 attention.wait_ffn_serving(TIMEOUT_S)
                 camtf.wrap_moe_blocks(model, camtf.AttentionPlane(attention))
-                g = torch.Generator().manual_seed(3)
-                for _ in range(3):
-                    prompt = torch.randint(0, 128, (1, TOKENS), generator=g)
-                    with torch.no_grad():
-                        got, want = model(prompt).logits[0, -1], native(prompt).logits[0, -1]
-                    rel = float((got - want).norm() / want.norm())
-                    print(f"greedy token cam {int(got.argmax())}, native {int(want.argmax())}; logits rel. error "
-                          f"{rel:.4f}")
-                    ok &= rel < W8A8_REL_BOUND
+                ok = compare_with_native(model, native)
             finally:
                 attention.finish()  # the cam-ffn ranks stop once every Attention rank finished
                 attention.close()
@@ -76,8 +68,7 @@ def main():
                 if p.returncode != 0:
                     print(f"cam-ffn exited {p.returncode}:\n{out}")
                     ok = False
-    print("ok" if ok else "MISMATCH")
-    return 0 if ok else 1
+    return verdict(ok)
 
 
 if __name__ == "__main__":

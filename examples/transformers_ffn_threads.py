@@ -7,6 +7,7 @@ int8 expert weights; the logits must agree within the W8A8 bound (docs/numerics.
     python examples/transformers_ffn_threads.py     # prints the tokens and "ok"; exit code 1 on a mismatch
 """
 
+import os
 import sys
 import tempfile
 import threading
@@ -19,31 +20,11 @@ from cam import convert
 from cam.connector import AsyncAFDConnector, ConnectorConfig
 from cam.integrations import transformers as camtf
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _tiny_moe import TOKENS, compare_with_native, tiny_checkpoint, verdict  # noqa: E402 - beside this file
+
 TIMEOUT_S = 60.0  # every device wait and join below: a hung rank fails the example instead of blocking it
-W8A8_REL_BOUND = 0.05  # docs/numerics.md, "W8A8 against the float model"
-F, TOKENS = 2, 12
-
-
-def tiny_checkpoint(path):
-    """A Qwen3-MoE of 3 layers, 8 experts, H = 64, weights std 1/sqrt(fan_in), its experts already cam's int8 values
-    (dequantized), so the native model differs from cam's only in the activations' quantization."""
-    config = transformers.Qwen3MoeConfig(vocab_size=128, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
-                                         num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
-                                         num_experts_per_tok=2, moe_intermediate_size=32, intermediate_size=96,
-                                         num_experts=8, decoder_sparse_step=1, norm_topk_prob=True,
-                                         tie_word_embeddings=False)
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
-        for block in camtf.moe_blocks(model).values():
-            ffn = convert.dequantized(convert.from_hf_module(block.experts))
-            block.experts.gate_up_proj.copy_(ffn.w1.transpose(1, 2))
-            block.experts.down_proj.copy_(ffn.w2.transpose(1, 2))
-    model.save_pretrained(path)
+F = 2
 
 
 def main():
@@ -74,19 +55,11 @@ def main():
             t.start()
         attention = AsyncAFDConnector(0, "attention", cfg)
         attention.init_afd_connector(store)
-        ok = True
+        ok = False
         try:
             attention.wait_ffn_serving(TIMEOUT_S)
             camtf.wrap_moe_blocks(model, camtf.AttentionPlane(attention))
-            g = torch.Generator().manual_seed(3)
-            for _ in range(3):
-                prompt = torch.randint(0, 128, (1, TOKENS), generator=g)
-                with torch.no_grad():
-                    got, want = model(prompt).logits[0, -1], native(prompt).logits[0, -1]
-                rel = float((got - want).norm() / want.norm())
-                print(f"greedy token cam {int(got.argmax())}, native {int(want.argmax())}; logits rel. error "
-                      f"{rel:.4f}")
-                ok &= rel < W8A8_REL_BOUND
+            ok = compare_with_native(model, native)
         finally:
             attention.finish()
             for t in ffn:
@@ -95,8 +68,7 @@ def main():
         if errors or any(t.is_alive() for t in ffn):
             print(f"FFN ranks: {errors or 'did not stop'}")
             ok = False
-    print("ok" if ok else "MISMATCH")
-    return 0 if ok else 1
+    return verdict(ok)
 
 
 if __name__ == "__main__":

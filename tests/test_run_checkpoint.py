@@ -6,6 +6,7 @@ every FFN rank, on each path of the FFN loop; without the clamp the run fails it
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -85,6 +86,13 @@ def test_cam_run_on_a_checkpoint_matches_native(family, flags, tmp_path):
     assert native["tokens_bounded"] > 0 and 0 < native["max_rel_diff"] < native["tolerance"]["max_rel_diff"]
     assert 0 < native["max_block_rel_diff"] < native["tolerance"]["max_block_rel_diff"]
     assert "native      PASS" in proc.stdout
+    # What each rank read of the checkpoint: the Attention ranks (0, 1) the model without its routed experts, the
+    # FFN ranks (2, 3) their own 4 of the 8 experts
+    loaded = report["wall_s"]["loaded"]
+    assert {r: set(x) for r, x in loaded.items()} == {"0": {"attention"}, "1": {"attention"}, "2": {"experts"},
+                                                       "3": {"experts"}}, loaded
+    assert [loaded[r]["experts"]["experts"] for r in ("2", "3")] == [4, 4]
+    assert "loaded      attention model without routed experts" in proc.stdout
 
 
 @pytest.mark.slow
@@ -145,6 +153,85 @@ def test_native_check_fails_on_a_layer_off_by_one(tmp_path):
         setattr(model, name, ws[1:] + ws[:1])
     bad = native_check(model, prompts, model.forward_reference(prompts))
     assert not bad["ok"] and bad["max_block_rel_diff"] > 10 * good["max_block_rel_diff"], (good, bad)
+
+
+@pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v4", "qwen2_moe", "qwen3_moe"])
+def test_each_rank_reads_only_its_part(family, tmp_path):
+    """An Attention rank's transformers model is everything of the checkpoint but the routed experts, which stay on
+    the meta device (unread, unallocated, a call refused by name), the shared expert, routers and attention equal
+    to a whole load's; an FFN rank reads only its own experts, equal to the same experts of a whole load."""
+    from cam.run.checkpoint import _load_native, load_model
+
+    path = _checkpoint(family, tmp_path / family)
+    whole = _load_native(path)
+    model = load_model(path)
+    hf = model.hf
+    state, full = hf.state_dict(), whole.state_dict()
+    routed = sorted(k for k, t in state.items() if t.is_meta)
+    assert routed and all(".mlp.experts." in k for k in routed), routed
+    assert not any(".mlp.experts." in k for k, t in state.items() if not t.is_meta)
+    for key, t in state.items():
+        if not t.is_meta:
+            assert torch.equal(t, full[key]), key
+    expert_bytes = sum(full[k].numel() * full[k].element_size() for k in routed)
+    assert model.loaded["attention"]["bytes"] == sum(t.numel() * t.element_size() for t in full.values()) - \
+        expert_bytes
+    assert any(".shared_expert" in k for k in state) == (family != "qwen3_moe")
+    with pytest.raises(RuntimeError, match="routed experts are not loaded"):
+        block = next(iter(model.blocks.values()))
+        block.experts(torch.zeros(2, 64), torch.zeros(2, 2, dtype=torch.long), torch.ones(2, 2))
+    # An FFN rank of 2 (experts 4..7 of 8), then the launcher's whole build
+    mine = model.routed_weights(4, 4)
+    assert model.loaded["experts"]["experts"] == 4
+    assert model.loaded["experts"]["bytes"] == expert_bytes // 2
+    assert "w1" not in model.__dict__  # nothing of the other experts was built
+    every = load_model(path).routed_weights(0, 8)
+    for got, want in zip(mine, every):
+        for g, w in zip(got, want):
+            assert torch.equal(g, w[4:8])
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_cam_run_prints_one_line_per_phase_and_no_progress_bar(tmp_path):
+    """Without --quiet the launcher says each phase once, in order, with the seconds since the command started;
+    nothing of transformers' progress bars reaches the output (the ranks' model loads, the launcher's --check)."""
+    from cam.run.cli import PHASES
+
+    path = _checkpoint("deepseek_v3", tmp_path / "deepseek_v3")
+    proc = subprocess.run([sys.executable, "-m", "cam.run.cli", "--checkpoint", path, "--check", "--requests", "2"],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [re.fullmatch(r"cam-run: +(\d+\.\d\d) s  ([a-z ]+)(: .*)?", line)
+             for line in proc.stdout.splitlines() if line.startswith("cam-run: ")]
+    assert all(lines), proc.stdout
+    assert [m.group(2) for m in lines] == list(PHASES), proc.stdout
+    seconds = [float(m.group(1)) for m in lines]
+    assert seconds == sorted(seconds) and seconds[0] > 0, proc.stdout
+    for bar in ("Loading weights", "it/s]", "%|"):
+        assert bar not in proc.stdout + proc.stderr, (bar, proc.stderr)
+
+
+def test_joined_ranks_counts_the_joined_states():
+    """The launcher's "joined" phase: the ranks whose join status (cam.rank_status) says joined, read through the
+    run's signed store as the ranks write it."""
+    from cam.rank_status import StatusPublisher
+    from cam.run.cli import joined_ranks
+    from cam.serve.store import SignedStore
+
+    store = SignedStore(torch.distributed.HashStore(), b"s" * 32, "afd")
+    pubs = [StatusPublisher(store, "afd", "attention" if r < 2 else "ffn", 1000 + r, r, {"D": 2}) for r in range(4)]
+    try:
+        assert joined_ranks(store, "afd") == 0
+        for pub in pubs[:3]:
+            pub.set_state("joining")
+        pubs[0].set_state("joined")
+        pubs[2].set_state("joined")
+        assert joined_ranks(store, "afd") == 2
+        assert joined_ranks(store, "other") == 0
+    finally:
+        for pub in pubs:
+            pub.close()
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from typing import List, Optional, Sequence
 
 from .. import checkpoint_config
@@ -88,12 +89,83 @@ def _causal_mask(n: int, dtype):
     return mask[None, None]
 
 
-def _load_native(directory: str):
+def _load_native(directory: str, routed_experts: bool = True):
+    """The transformers model of ``directory`` in float32. Without ``routed_experts`` (an Attention rank: the FFN
+    ranks serve them) the MoE blocks' routed experts are neither read nor allocated: they stay on the meta device
+    (shapes only), and a call of one is refused by name (:func:`_without_routed_experts`)."""
     import torch
     import transformers
 
     transformers.utils.logging.disable_progress_bar()  # a rank's log is one line per phase, not a bar per rank
-    return transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    if routed_experts:
+        return transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    base = MODEL_FOR_CAUSAL_LM_MAPPING[type(transformers.AutoConfig.from_pretrained(directory))]
+    hf = _without_routed_experts(base).from_pretrained(directory, dtype=torch.float32).eval()
+    for layer, experts in hf.__dict__.pop("_cam_routed_experts").items():
+        experts.register_forward_pre_hook(_refuse_routed_call)
+        hf.model.layers[layer].mlp.experts = experts
+    return hf
+
+
+_ATTENTION_SIDE_CLASSES: dict = {}
+
+
+class _NoRoutedExperts:
+    """Placeholder of a MoE block's routed experts while an Attention rank's model loads: a module without
+    parameters, so transformers' loader (which reads a checkpoint tensor only for a parameter the model has) leaves
+    every routed expert tensor unread, as unexpected keys it is told to ignore."""
+
+
+def _without_routed_experts(base):
+    """``base`` (a transformers causal-LM class) whose instances set their MoE blocks' routed experts aside while
+    ``from_pretrained`` loads them: constructed on the meta device as transformers builds every model, they are
+    restored afterwards by :func:`_load_native`, still on meta. The shared experts, routers, attention and norms
+    load as usual."""
+    import torch
+
+    cls = _ATTENTION_SIDE_CLASSES.get(base)
+    if cls is not None:
+        return cls
+
+    class Placeholder(_NoRoutedExperts, torch.nn.Module):
+        pass
+
+    def __init__(self, config, *args, **kwargs):
+        base.__init__(self, config, *args, **kwargs)
+        kept = {}
+        for i, layer in enumerate(self.model.layers):
+            mlp = getattr(layer, "mlp", None)
+            if mlp is not None and hasattr(getattr(mlp, "experts", None), "gate_up_proj"):
+                kept[i] = mlp.experts
+                mlp.experts = Placeholder()
+        self.__dict__["_cam_routed_experts"] = kept  # not a submodule: nothing of it is loaded
+
+    # The checkpoint's routed expert keys (fused or per expert, any vocabulary) are expected to go unused.
+    cls = type(f"{base.__name__}WithoutRoutedExperts", (base,),
+               {"__init__": __init__, "__module__": __name__,
+                "_keys_to_ignore_on_load_unexpected": list(base._keys_to_ignore_on_load_unexpected or []) +
+                [r"\.mlp\.experts\."]})
+    _ATTENTION_SIDE_CLASSES[base] = cls
+    return cls
+
+
+def _refuse_routed_call(module, args):
+    raise RuntimeError(f"{type(module).__name__}: an Attention rank's routed experts are not loaded (they stay on the "
+                       "meta device): the FFN ranks compute them")
+
+
+def _state_bytes(module) -> int:
+    """Bytes of a module's parameters and persistent buffers that hold data (not on the meta device), each tensor
+    once (tied weights share one)."""
+    seen, total = set(), 0
+    for t in module.state_dict().values():
+        if t.is_meta or t.data_ptr() in seen:
+            continue
+        seen.add(t.data_ptr())
+        total += t.numel() * t.element_size()
+    return total
 
 
 def preload(model_type: str) -> None:
@@ -103,6 +175,12 @@ def preload(model_type: str) -> None:
     import importlib
 
     importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    # What every rank's from_pretrained builds first, made once here: transformers' checkpoint renaming rules of
+    # every model family (hundreds of regular expressions, about 0.4 s, cached in its module) and the auto classes.
+    from transformers import conversion_mapping
+    from transformers.models.auto import modeling_auto  # noqa: F401 - MODEL_FOR_CAUSAL_LM_MAPPING, _load_native
+
+    getattr(conversion_mapping, "get_checkpoint_conversion_mapping", lambda _: None)(model_type)
 
 
 # cam-run --weights: the routed experts' weight format -> the bits of cam.quantize_weight. W4A8 serves per-channel
@@ -151,6 +229,10 @@ class CheckpointModel(PrefillReference):
         # against the experts' own once they are loaded.
         self.swiglu_limit = self.config.swiglu_limit
         self._no_grad = torch.no_grad
+        # What this process read of the checkpoint and how long it took, per part ("attention": the transformers
+        # model without its routed experts; "experts": the routed experts it loaded, and how many of E): the
+        # report's per-rank start-up (docs/run.md, "Wall time").
+        self.loaded: dict = {}
         # Each rank builds only the part it runs, on first use (start-up, docs/run.md "Wall time"): an Attention
         # rank the transformers model (_NATIVE), an FFN rank the quantized routed experts (_EXPERTS).
 
@@ -169,7 +251,9 @@ class CheckpointModel(PrefillReference):
 
     def _build_native(self) -> None:
         directory = self._directory
-        hf = _load_native(directory)
+        start = time.monotonic()
+        hf = _load_native(directory, routed_experts=False)
+        self.loaded["attention"] = {"bytes": _state_bytes(hf), "s": time.monotonic() - start}
         blocks = self._camtf.moe_blocks(hf)
         if list(blocks) != self.config.moe_layers:
             raise ValueError(f"--checkpoint {directory!r}: the model's MoE blocks are decoder layers "
@@ -177,10 +261,27 @@ class CheckpointModel(PrefillReference):
         self.__dict__.update(hf=hf, blocks=blocks, _layers=hf.model.layers, _rotary=hf.model.rotary_emb)
 
     def _build_experts(self) -> None:
+        experts, quantized = self._load_experts(range(self.config.num_experts))
+        # experts: native_check's weights, convert.dequantized of each (a W8A8 one's stored q * scale)
+        self.__dict__.update(experts=experts, **dict(zip(CheckpointModel._EXPERTS[1:], quantized)))
+
+    def routed_weights(self, first_expert: int, num_local: int):
+        """As :meth:`PrefillReference.routed_weights`; before every expert was built (an FFN rank), only experts
+        ``[first_expert, first_expert + num_local)`` are read from the checkpoint's files."""
+        if "w1" in self.__dict__ or (first_expert, num_local) == (0, self.config.num_experts):
+            return super().routed_weights(first_expert, num_local)  # every expert: built once, kept
+        _, quantized = self._load_experts(range(first_expert, first_expert + num_local))
+        return tuple(quantized)
+
+    def _load_experts(self, ids: range):
+        """Experts ``ids`` of every MoE layer, read alone from the files (:func:`cam.ffn_weights.load_rank_experts`)
+        and quantized: ``(layers, (w1, w1_scale, w2, w2_scale))``. Counted in :attr:`loaded` (``"experts"``)."""
         from .. import convert
+        from ..ffn_weights import load_rank_experts
 
         directory = self._directory
-        experts, _ = convert.load_checkpoint_experts(directory)
+        start = time.monotonic()
+        experts, _ = load_rank_experts(directory, ids)
         limit = convert.common_swiglu_limit(experts)
         if limit != self.config.swiglu_limit:
             raise ValueError(f"--checkpoint {directory!r}: the experts' swiglu_limit {limit!r} is not "
@@ -200,8 +301,12 @@ class CheckpointModel(PrefillReference):
                     q, s = convert.quantize_weight(w, bits=self.weight_bits)
                     q_list.append(q)
                     s_list.append(s)
-        # experts: native_check's weights, convert.dequantized of each (a W8A8 one's stored q * scale)
-        self.__dict__.update(experts=experts, w1=w1, w1_scale=w1_scale, w2=w2, w2_scale=w2_scale)
+        read = sum(t.numel() * t.element_size() for ffn in experts for t in _expert_tensors(ffn))
+        done = self.loaded.setdefault("experts", {"bytes": 0, "s": 0.0, "experts": 0})
+        done["bytes"] += read
+        done["s"] += time.monotonic() - start
+        done["experts"] += len(ids)
+        return experts, (w1, w1_scale, w2, w2_scale)
 
     @property
     def num_experts(self) -> int:
@@ -389,6 +494,11 @@ class DeepseekV4CheckpointModel(CheckpointModel):
         base = self.hf.model
         with self._no_grad():
             return base.norm(base.hc_head(x[None]))[0]
+
+
+def _expert_tensors(ffn):
+    """The tensors of one layer's experts as read (a float ``ExpertFFN``'s or a pre-quantized one's)."""
+    return [getattr(ffn, name) for name in ("w1", "w1_scale", "w2", "w2_scale") if hasattr(ffn, name)]
 
 
 W8A8_REL_BOUND = 0.05  # docs/numerics.md, "W8A8 against the float model": a block's error relative to its norm

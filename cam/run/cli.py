@@ -53,6 +53,36 @@ _GRACE_S = 20.0
 _START_MARGIN_S = 0.1
 
 
+# The launcher's phases, in the order it reaches them, each printed once as one line with the seconds since the
+# command started (unless --quiet): "ranks started" (forked or executed, waiting for the store), "store up", "joined"
+# (every rank's handshake done), "loaded" (every rank built its part of the model and warmed up: the run starts),
+# "attention done" (the FFN ranks are told to stop), "stopped" (every process gone), "results", "checked" (--check).
+PHASES = ("ranks started", "store up", "joined", "loaded", "attention done", "stopped", "results", "checked")
+# How often the launcher reads the ranks' join states before every rank joined (one store read per rank)
+_JOIN_LOOK_S = 0.1
+
+
+def _phase_printer(marks: Dict[str, float], quiet: bool):
+    """``say(phase, detail)``: one line per phase of :data:`PHASES`, with the seconds since the command started
+    (``marks["process"]``, else ``marks["run"]``)."""
+    origin = marks["process"] if math.isfinite(marks.get("process", math.nan)) else marks["run"]
+
+    def say(phase: str, detail: str = "") -> None:
+        if phase not in PHASES:
+            raise ValueError(f"cam-run: unknown phase {phase!r}")
+        if not quiet:
+            print(f"cam-run: {time.time() - origin:7.2f} s  {phase}{': ' + detail if detail else ''}", flush=True)
+
+    return say
+
+
+def joined_ranks(store, group: str) -> int:
+    """How many ranks published the ``joined`` state in ``group``'s join status (cam.rank_status)."""
+    from ..rank_status import members
+
+    return sum(1 for status in members(store, group).values() if status.get("state") == "joined")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -541,6 +571,7 @@ def _run(args, marks: Dict[str, float]) -> int:
     import torch
 
     # Imported before the ranks are forked, so that no rank imports them again (start.py).
+    from ..serve.store import SignedStore
     from . import worker
     from .deaths import await_signalled_cause, failure, kill_from_env
     if args.checkpoint is not None:
@@ -595,15 +626,21 @@ def _run(args, marks: Dict[str, float]) -> int:
         interrupted.append(signum)
 
     old = {}
+    say = _phase_printer(marks, args.quiet)
+    status_group = cfg.connector_config(topo).group  # where each rank's join status is (cam.rank_status)
     marks["spawn"] = time.time()
     try:
         # Forked ranks start before this process has a thread of its own (the store's come next); they wait for go.
         secret = secrets.token_hex(32)  # the restarted rank ($CAM_RUN_KILL_FFN) gets the run's secret too
         started_ranks, go = start_ranks(method, config_path, processes, cfg.timeout_s, secret)
         procs.update(started_ranks)
+        say("ranks started", f"{processes} processes ({method}), waiting for the store")
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         store = launcher_store(port, cfg.timeout_s)
         go()
+        # The ranks sign what they write (the run's secret): their join states are read as they wrote them.
+        status_store = SignedStore(store, bytes.fromhex(secret), status_group)
+        say("store up", f"127.0.0.1:{port}; the ranks build, join and load")
         for rank in range(processes):
             if not args.quiet:
                 role = f"attention + ffn rank {topo.A + rank}" if processes < world else \
@@ -611,14 +648,24 @@ def _run(args, marks: Dict[str, float]) -> int:
                 print(f"rank {rank} ({role}) pid {procs[rank].pid}", flush=True)
         attention_done = False
         started = False
+        joined, next_join_look = args.quiet, 0.0  # quiet: nobody reads the phase lines, so no store round trips
         start_deadline = time.monotonic() + cfg.timeout_s
         deadline = None
         while procs and any(p.poll() is None for p in procs.values()):
             time.sleep(_POLL_S)
+            if not joined and time.monotonic() >= next_join_look:
+                next_join_look = time.monotonic() + _JOIN_LOOK_S
+                if joined_ranks(status_store, status_group) >= world:
+                    joined = True
+                    say("joined", f"every rank's handshake done ({world} ranks)")
             if not started and store.add(worker.READY_KEY, 0) == world:
                 marks["start"] = time.time()
                 store.set(worker.START_KEY, repr(marks["start"] + _START_MARGIN_S))
                 started = True
+                if not joined:  # a rank is ready only after its handshake: seen between two looks
+                    joined = True
+                    say("joined", f"every rank's handshake done ({world} ranks)")
+                say("loaded", "every rank built its part of the model and warmed up; the run starts")
             if not started and time.monotonic() > start_deadline and not failed:
                 failed[-1] = -1  # nobody died, but the world never came up
                 print(f"cam-run: not every rank was up within {cfg.timeout_s} s", file=sys.stderr, flush=True)
@@ -649,6 +696,8 @@ def _run(args, marks: Dict[str, float]) -> int:
                 attention_done = True
                 marks["shutdown"] = time.time()
                 store.set(worker.SHUTDOWN_KEY, json.dumps({"lost": sorted(lost)}))
+                say("attention done", f"{topo.A - len(lost)} of {topo.A} Attention ranks finished; the FFN ranks "
+                    "are told to stop")
             if deadline is not None and time.monotonic() > deadline:
                 break
     finally:
@@ -657,6 +706,7 @@ def _run(args, marks: Dict[str, float]) -> int:
             signal.signal(s, h)
         _remove_leftover_windows(cfg.shm_prefix)
         marks["exited"] = time.time()
+        say("stopped", "every rank process is gone")
     if not failed and len(lost) == topo.A:
         failed = lost  # every replica lost: nothing finished
     if failed or interrupted:
@@ -668,11 +718,11 @@ def _run(args, marks: Dict[str, float]) -> int:
     from .setup import make_model
 
     return _finish(args, cfg, (make_model(cfg), workload, topo), out_dir, lost, marks, exited,
-                   {r: c for r, c in killed.items() if r not in restarted})
+                   {r: c for r, c in killed.items() if r not in restarted}, say)
 
 
 def _finish(args, cfg, built, out_dir: str, lost: Dict[int, int], marks: Dict[str, float],
-            exited: Dict[int, float], killed: Dict[int, int]) -> int:
+            exited: Dict[int, float], killed: Dict[int, int], say=lambda *a: None) -> int:
     """After every rank is gone: the results, the report, --check and the files asked for."""
     topo = built[2]
     results = {}
@@ -682,6 +732,7 @@ def _finish(args, cfg, built, out_dir: str, lost: Dict[int, int], marks: Dict[st
                 results[rank] = json.load(f)
     report = _report(cfg, built, results)
     marks["report"] = time.time()
+    say("results", f"{len(results)} ranks' results read")
     if lost:
         report["lost_replicas"] = _lost_replicas(built, lost, results)
     if cfg.kill_ffn is not None:
@@ -704,6 +755,8 @@ def _finish(args, cfg, built, out_dir: str, lost: Dict[int, int], marks: Dict[st
             report["check"]["reference_ok"] = report["check"]["ok"]
             report["check"]["ok"] = report["check"]["ok"] and report["check"]["native"]["ok"]
     marks["checked"] = time.time()
+    if args.check:
+        say("checked", "PASS" if report["check"]["ok"] else "FAIL")
     report["wall_s"] = _wall(marks, results, exited)
     _print(report)
     if args.json:
@@ -747,7 +800,22 @@ def _wall(marks: Dict[str, float], results: Dict[int, dict], exited: Dict[int, f
                                                ("exit", span("done", "exited", m))) if v is not None}
         if "process" in m and math.isfinite(m["process"]) and "spawn" in marks:
             ranks[str(rank)]["spawned_after"] = m["process"] - marks["spawn"]
-    return {"total": total, **{k: v for k, v in stages.items() if v is not None}, "ranks": ranks}
+    # --checkpoint: what each rank read of the checkpoint ({part: {"bytes", "s"[, "experts"]}}), inside its warm-up
+    loaded = {str(rank): r["loaded"] for rank, r in sorted(results.items()) if r.get("loaded")}
+    return {"total": total, **{k: v for k, v in stages.items() if v is not None}, "ranks": ranks,
+            **({"loaded": loaded} if loaded else {})}
+
+
+def _loaded_line(loaded: Dict[str, dict]) -> str:
+    """The report's line on what the ranks read of a checkpoint: per part, the largest rank's bytes and time."""
+    parts = []
+    for part, who in (("attention", "attention model without routed experts"), ("experts", "routed experts")):
+        got = [x[part] for x in loaded.values() if part in x]
+        if got:
+            big = max(got, key=lambda x: x["bytes"])
+            n = f", {big['experts']} experts" if "experts" in big else ""
+            parts.append(f"{who} {big['bytes'] / 2**20:.2f} MiB{n} in {big['s']:.2f} s ({len(got)} ranks)")
+    return "; ".join(parts)
 
 
 def _lost_replicas(built, lost: Dict[int, int], results: Dict[int, dict]) -> List[dict]:
@@ -808,6 +876,8 @@ def _print(report: dict) -> None:
         if slowest:
             print("              slowest rank up: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f}"
                                                                for k, v in slowest.items()))
+        if w.get("loaded"):
+            print("  loaded      " + _loaded_line(w["loaded"]))
     for lost in report.get("lost_replicas", []):
         print(f"  LOST        replica {lost['replica']} ({'; '.join(lost['how'])}): its "
               f"{len(lost['requests_excluded'])} requests are excluded from this report and --check; rounds of it "

@@ -679,6 +679,7 @@ def _main_colocated(cfg: RunConfig, rank: int, marks: dict, built) -> int:
             result = outcome[("run", i)]
             if isinstance(result, BaseException):
                 raise result
+            result["loaded"] = getattr(built[0], "loaded", {})  # what this process read of a --checkpoint
             with open(os.path.join(cfg.out_dir, f"result-{r}.json"), "w") as f:
                 json.dump(result, f)
         return 0
@@ -726,6 +727,7 @@ def _main(cfg: RunConfig, rank: int, marks: dict, join: bool = False) -> int:
                                                                      marks)
         if join:  # reported under the rank the launcher started it as; it served as the world's last FFN rank
             result["rank"], result["joined_as"] = launched_as, rank
+        result["loaded"] = getattr(built[0], "loaded", {})  # what this rank read of a --checkpoint
         with open(result_path, "w") as f:
             json.dump(result, f)
         return 0
