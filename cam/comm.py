@@ -398,7 +398,7 @@ class Comm:
         if not store.check([f"{group}/proc/{r}"]):
             return absent_is_gone
         ident = store.get(f"{group}/proc/{r}").decode()
-        return bool(ident) and _proc_identity(int(ident.split(":")[0])) != ident
+        return bool(ident) and process_gone(ident)
 
     def _detach_npu(self, wait_s: float) -> bool:
         """Closes this rank's imports, then waits (bounded) until every live peer closed its imports of this rank's
@@ -760,7 +760,7 @@ class Comm:
             expected = getattr(self, "_expect_alive", None)  # set on a Comm; a bare waiter has none
             for r in missing if expected else ():  # first: a peer that gave up after this death is named after it
                 ident = expected.get(r)
-                if ident and _proc_identity(int(ident.split(":")[0])) != ident:
+                if ident and process_gone(ident):
                     raise PeerDiedJoiningError(self.rank, r, ident, what)
             now = time.monotonic()
             if group is not None and now >= next_watch:
@@ -826,7 +826,7 @@ class Comm:
         by then at once (docs/protocol.md §18, "Several deaths")."""
         gone = []
         for r, ident in sorted(self._peers_proc.items()):
-            if _proc_identity(int(ident.split(":")[0])) == ident:
+            if not process_gone(ident):
                 continue
             if self._store is not None and self._store.check([f"{self._group}/left/{r}"]):
                 continue
@@ -1123,7 +1123,7 @@ def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, 
     weakly."""
     while not stop.wait(poll_s):
         for r, ident in list(peers.items()):
-            if _proc_identity(int(ident.split(":")[0])) == ident:
+            if not process_gone(ident):
                 continue
             try:
                 left = store.check([f"{group}/left/{r}"])
@@ -1158,6 +1158,12 @@ def _proc_identity(pid: int) -> Optional[str]:
     zombie. Linux /proc; elsewhere liveness is not watched (None for ourselves means no watchdog)."""
     ticks = start_ticks(pid)
     return None if ticks is None else f"{pid}:{ticks}"
+
+
+def process_gone(identity: str) -> bool:
+    """Whether the process a "pid:start-time" identity names has exited (or its pid now names another process)."""
+    pid, sep, _ = identity.partition(":")
+    return not (sep and pid.isdigit()) or _proc_identity(int(pid)) != identity
 
 
 def _is_own_live_process(identity: str) -> bool:

@@ -328,7 +328,7 @@ class AsyncAFDConnector:
         the members then agree, in that successor's keys, on every member gone by then and form its successor
         without them (docs/protocol.md §18, "Several deaths")."""
         from .. import world as _world
-        from ..comm import PeerDiedJoiningError, _proc_identity
+        from ..comm import PeerDiedJoiningError, process_gone
 
         new = table
         for f in sorted((r - topo.A for r in deaths), reverse=True):  # the highest first: the lower keep their names
@@ -350,7 +350,7 @@ class AsyncAFDConnector:
             key, messages = f"{self.config.group}/{world}/failover", self._messages()
             if isinstance(e, PeerDiedJoiningError) and e.peer >= succ_topo.A:
                 gone = sorted({e.peer} | {r for r, ident in procs.items() if r >= succ_topo.A and
-                                          _proc_identity(int(ident.split(":")[0])) != ident})
+                                          process_gone(ident)})
                 got = messages.compare_set(key, "", json.dumps(gone))
             elif messages.check([key]):  # the other members found a member dead first and moved on
                 got = messages.get(key)
