@@ -152,10 +152,30 @@ bool TileGmmSplitInt4(const PlatformInfo& platform, const kernels::GmmCubeTiling
 bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels::GmmMultiLayerTilingData* out,
                        std::string* why) {
     kernels::GmmMultiLayerTilingData t{};
-    if (!TileGmmCube(platform, s, &t.cube, why)) return false;
+    // W8A8 runs as the mixed kernel (wide tiles: half the units to hand over); W4A8 as the separate launches.
+    if (!TileGmmCube(platform, s, &t.cube, why, !s.int4)) return false;
     if (!TileGmmSplitInt4(platform, t.cube, &t.split, why)) return false;
-    const uint32_t cap = static_cast<uint32_t>(AlignUp(s.n, kernels::kGmmEpilogueColAlign));
     const bool grouped = s.kGroups > 1, int4 = s.int4;
+    if (!int4) {
+        t.mixed = 1;
+        t.pitch = static_cast<uint32_t>(AlignUp(t.cube.tn, kernels::kGmmEpilogueColAlign));
+        // Rows per block pass: as many of a vector core's half of a unit as UB holds.
+        const uint32_t half = (t.cube.tm + 1) / 2;
+        const uint32_t pitch = t.pitch, tm = t.cube.tm;
+        for (uint32_t r = half; r >= 1; --r) {
+            if (kernels::GmmMultiLayerBlockUbBytes(r, pitch, tm, grouped) <= platform.ubBytes) {
+                t.blockRows = r;
+                break;
+            }
+        }
+        if (t.blockRows == 0) {
+            *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue block";
+            return false;
+        }
+        *out = t;
+        return true;
+    }
+    const uint32_t cap = static_cast<uint32_t>(AlignUp(s.n, kernels::kGmmEpilogueColAlign));
     t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmEpilogueColAlign, cap,
                            [grouped, int4](uint32_t c) { return kernels::GmmMultiLayerUbBytes(c, grouped, int4); });
     if (t.chunk == 0) {
