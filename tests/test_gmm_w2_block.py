@@ -2,10 +2,10 @@
 ring to the vector cores' block epilogue (one strided copy in, the dequant in UB, one strided copy out; docs/gmm.md
 §5). The edges of the block epilogue, bit for bit against the golden (cam.reference.gmm, written from docs/gmm.md
 §1, not from the kernel): row tiles that are not a multiple of tm, a last n-tile narrower than tn, empty groups, a
-single row, a one-row tile (the second vector core gets no rows), more rows per vector core than one UB block holds,
-K groups, the output scale and a single n-tile. On the twin's default
-platform (2 AI cores, 184 KiB of usable UB): W8A8 tiles are tm = 128, tn = 256, so a vector core's half of a full
-unit is 64 rows and a block holds 45 of them (36 with K groups)."""
+single row (the second vector core gets no rows), more rows per vector core than one UB block holds, K groups, the
+output scale and a single n-tile. On the twin's default platform (2 AI cores, 184 KiB of usable UB): W8A8 tiles are
+the tall form, tm = 160, tn = 192, row tiles split a group evenly (ceil(rows / 160) tiles), so a vector core's half of
+a unit is up to 80 rows and a block holds 60 of them (48 with K groups)."""
 
 from __future__ import annotations
 
@@ -49,14 +49,14 @@ def _run(m, k, n, counts, layer=1, seed=0):
 @pytest.mark.parametrize(
     "m,k,n,counts",
     [
-        # 257 rows: two full 128-row tiles (64 rows per vector core: a 45-row block, then 19) and a one-row tile
-        # (vector core 1 has nothing); N = 300: a 256-wide n-tile, then a 44-wide one; empty groups first and between
+        # 257 rows: two row tiles of 128 and 129 (64 / 65 rows per vector core: a 60-row block, then 4 / 5); N = 300: a
+        # 192-wide n-tile, then a 108-wide one; empty groups first and between
         (310, 64, 300, [0, 257, 0, 40]),
         # rows not a multiple of 16 or of tm in every group, N one column past a tile
         (140, 96, 257, [37, 0, 90, 13]),
-        # a single row in all
+        # a single row in all (vector core 1 has nothing)
         (4, 40, 300, [0, 0, 1, 0]),
-        # a single n-tile (N = 40): many units per core, each its slot's whole width
+        # a single n-tile (N = 40, tn = 64): many units per core, each its slot's whole width
         (300, 32, 40, [100, 150, 3, 47]),
         # N = 1 and N = 16: the narrowest rows (4-byte and 32-byte int32 rows, 2- and 32-byte bf16 rows)
         (50, 33, 1, [20, 30]),
@@ -74,7 +74,8 @@ def test_w2_block_epilogue_edges_are_bit_exact(m, k, n, counts):
 def test_w2_block_epilogue_with_k_groups_and_out_scale_is_bit_exact():
     # Per-group scales along K (two groups of 64 rows; int4-valued int8 weights, as W4A8 checkpoints run on the
     # W8A8 kernels, docs/gmm.md §9.3): each group's partial dequantized block by block and added in
-    # group order, then the output scale; 150 rows of one expert (64 per vector core: blocks of 36 and 28 rows).
+    # group order, then the output scale; 150 rows of one expert, one row tile (75 per vector core: blocks of 48 and
+    # 27 rows).
     m, k, n, group_size = 170, 128, 280, 64
     x, xs, ws, _ = _problem(5, m, k, n, 2)
     g = torch.Generator().manual_seed(6)
