@@ -4,8 +4,8 @@ ring to the vector cores' block epilogue (one strided copy in, the dequant in UB
 §1, not from the kernel): row tiles that are not a multiple of tm, a last n-tile narrower than tn, empty groups, a
 single row (the second vector core gets no rows), more rows per vector core than one UB block holds, K groups, the
 output scale and a single n-tile. On the twin's default platform (2 AI cores, 184 KiB of usable UB): W8A8 tiles are
-the tall form, tm = 160, tn = 192, row tiles split a group evenly (ceil(rows / 160) tiles), so a vector core's half of
-a unit is up to 80 rows and a block holds 60 of them (48 with K groups)."""
+the tall form, tm = 160, tn = 192, so a vector core's half of a unit is up to 80 rows and a block holds 60 of them (48
+with K groups)."""
 
 from __future__ import annotations
 
@@ -49,13 +49,14 @@ def _run(m, k, n, counts, layer=1, seed=0):
 @pytest.mark.parametrize(
     "m,k,n,counts",
     [
-        # 257 rows: two row tiles of 128 and 129 (64 / 65 rows per vector core: a 60-row block, then 4 / 5); N = 300: a
+        # 257 rows: a full 160-row tile (80 rows per vector core: a 60-row block, then 20) and one of 97; N = 300: a
         # 192-wide n-tile, then a 108-wide one; empty groups first and between
         (310, 64, 300, [0, 257, 0, 40]),
         # rows not a multiple of 16 or of tm in every group, N one column past a tile
         (140, 96, 257, [37, 0, 90, 13]),
-        # a single row in all (vector core 1 has nothing)
+        # a single row in all (vector core 1 has nothing), and a one-row tile after a full one (161 rows)
         (4, 40, 300, [0, 0, 1, 0]),
+        (170, 40, 200, [161, 1, 0]),
         # a single n-tile (N = 40, tn = 64): many units per core, each its slot's whole width
         (300, 32, 40, [100, 150, 3, 47]),
         # N = 1 and N = 16: the narrowest rows (4-byte and 32-byte int32 rows, 2- and 32-byte bf16 rows)

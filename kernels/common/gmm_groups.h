@@ -207,16 +207,13 @@ __aicore__ inline __gm__ T* LayerAddress(GM_ADDR table, uint32_t slot) {
 
 // The row tiles (group, m-tile of at most tm rows) of one AI core of a mixed GMM kernel: every group's full m-tiles
 // dealt round robin over the cores, then every group's last, partial one, so no core gets more than one full tile
-// above another (dealt in plain row order, uniform groups hand one core every partial tile). Balanced (Init's
-// `balanced`): each group is cut into ceil(rows / tm) tiles of as equal sizes as rows allow (rows·t/tiles bounds),
-// all dealt round robin in one pass, so a group of tm + 4 rows is two tiles of about half, not a full tile and a
-// 4-row one that streams the same weights again. The cube core and its vector cores walk the same sequence.
+// above another (dealt in plain row order, uniform groups hand one core every partial tile). The cube core and its
+// vector cores walk the same sequence.
 class GmmRowTiles {
 public:
     __aicore__ inline void Init(GM_ADDR groupList, uint32_t groups, uint32_t type, int64_t layer, uint32_t tm,
-                                uint32_t core, uint32_t cores, bool balanced = false) {
+                                uint32_t core, uint32_t cores) {
         cursor_.Init(groupList, groups, type, layer);
-        balanced_ = balanced;
         tm_ = tm;
         core_ = core;
         cores_ = cores;
@@ -227,13 +224,13 @@ public:
         for (;;) {
             if (!inGroup_) {
                 if (!cursor_.Next()) {
-                    if (pass_ == 1 || balanced_) return false;
+                    if (pass_ == 1) return false;
                     pass_ = 1;
                     cursor_.Reset();
                     continue;
                 }
                 const uint64_t rows = cursor_.End() - cursor_.Start();
-                full_ = balanced_ ? (rows + tm_ - 1) / tm_ : rows / tm_;
+                full_ = rows / tm_;
                 tiles_ = pass_ == 0 ? full_ : (rows % tm_ != 0 ? 1 : 0);
                 tile_ = 0;
                 inGroup_ = true;
@@ -241,12 +238,6 @@ public:
             while (tile_ < tiles_) {
                 const uint64_t t = tile_++;
                 if (unit_++ % cores_ != core_) continue;
-                if (balanced_) {
-                    const uint64_t rows = cursor_.End() - cursor_.Start();
-                    row0_ = cursor_.Start() + rows * t / full_;
-                    rows_ = static_cast<uint32_t>(cursor_.Start() + rows * (t + 1) / full_ - row0_);
-                    return true;
-                }
                 row0_ = cursor_.Start() + (pass_ == 0 ? t : full_) * tm_;
                 rows_ = pass_ == 0 ? tm_ : static_cast<uint32_t>(cursor_.End() - row0_);
                 return true;
@@ -263,7 +254,7 @@ public:
 private:
     GroupCursor cursor_;
     uint32_t tm_ = 1, core_ = 0, cores_ = 1, pass_ = 0, rows_ = 0;
-    bool inGroup_ = false, balanced_ = false;
+    bool inGroup_ = false;
     uint64_t full_ = 0, tiles_ = 0, tile_ = 0, unit_ = 0, row0_ = 0;
 };
 

@@ -144,7 +144,7 @@ public:
             return;
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
         GmmRowTiles tiles;
-        tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim, true);
+        tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
         uint32_t n = 0;
         while (tiles.Next()) {
             for (uint32_t nt = 0; nt < c.nTiles; ++nt, ++n) {
@@ -190,7 +190,7 @@ public:
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx()) / ratio;
         const uint32_t sub = static_cast<uint32_t>(AscendC::GetBlockIdx()) % ratio;
         GmmRowTiles tiles;
-        tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim, true);
+        tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
         uint32_t n = 0;
         while (tiles.Next()) {
             const uint32_t rows = tiles.Rows(), first = (rows + 1) / 2;

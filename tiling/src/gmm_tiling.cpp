@@ -24,7 +24,7 @@ constexpr uint32_t kWideTk = 128;
 constexpr uint32_t kPreferredTk1 = 1024;
 // The tall form (TileGmmCube's `tall`): a 160 x 192 C tile (120 KiB of L0C) and 160-deep steps (L0A 2 x 50 KiB, L0B
 // 2 x 60 KiB): row tiles of up to 160 rows, so a group of 129-160 rows is one row tile, not a full one and a sliver,
-// and streams its weights once (W2's mixed kernel, whose row tiles split a group evenly).
+// and streams its weights once (W2's mixed kernel: each row tile streams its expert's weight strip).
 constexpr uint32_t kTallTm = 160;
 constexpr uint32_t kTallTn = 192;
 constexpr uint32_t kTallTk = 160;
