@@ -42,7 +42,8 @@ _KERNELS = {
     # one mixed kernel (cam_gmm_swiglu_quant_multi_layer), and so is W2 (cam_gmm_multi_layer).
     "gmm_swiglu_quant_multi_layer": ("cam_gmm_swiglu_quant_multi_layer", "cam_gmm_split_int4", "cam_gmm_int8_cube",
                                      "cam_gmm_swiglu_quant_multi_layer_epilogue"),
-    "gmm_multi_layer": ("cam_gmm_multi_layer", "cam_gmm_split_int4", "cam_gmm_int8_cube", "cam_gmm_multi_layer_epilogue"),
+    "gmm_multi_layer": ("cam_gmm_multi_layer", "cam_gmm_split_int4", "cam_gmm_int8_cube",
+                        "cam_gmm_multi_layer_epilogue"),
     "combine_send": ("cam_combine_send",),
     "combine_recv": ("cam_combine_recv",),
 }
