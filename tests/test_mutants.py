@@ -15,7 +15,7 @@ Three kinds of runs, each sharing what it can:
 - one W2 call through the SDK (tests/twin/gmm_fixpipe.cpp: N = 72, one N tile narrower than the cube's 96-column
   one; K = 300, two accumulating k steps into a small tile; a one-row group; before it the same call in W4A8 at
   K = 301, through the int4 tile loop), linked from the same shared objects
-  with only the cube kernel rebuilt per mutant;
+  with only the GMM kernels rebuilt per mutant (the W8A8 call runs W2's mixed kernel, the W4A8 one the cube kernel);
 - one dynamic_quant call through the SDK (tests/twin/quant_rules.cpp: 1000 columns, 16 vector repeats a row), the
   same way with only the dynamic_quant kernel rebuilt;
 - compile-only mutants, for what bisheng refuses to compile and the twin's headers refuse the same way (a
@@ -88,9 +88,9 @@ MUTANTS = {
     # a data-plane launch (hard SyncAll) that does not ask for batch scheduling mode
     "no_batch_mode": ("plane", "syncall-batch-mode", None),
     # the GMM's Fixpipe writes the cube's padded width (a multiple of 32) into accumulator rows N apart
-    "fixpipe_padded_n": ("gmm", "fixpipe-nsize", "cam_gmm_int8_cube"),
+    "fixpipe_padded_n": ("gmm", "fixpipe-nsize", "cam_gmm_multi_layer"),
     # the first review's: Mmad given a group's real row count, m = 1 for a one-row group (GEMV mode reads L0A as ND)
-    "mmad_gemv": ("gmm", "mmad-gemv", "cam_gmm_int8_cube"),
+    "mmad_gemv": ("gmm", "mmad-gemv", "cam_gmm_multi_layer"),
     # W4A8's int4 tile loop (docs/twin.md, "int4 operands"), run by the driver's W4A8 call at K = 301: an int8 x int4
     # Mmad; A from the lo rows with both planes' m (K read in int4 fractals of 64); an odd-K int4 copy
     "mmad_int4_by_int8": ("gmm", "mmad-int4-pair", "cam_gmm_int8_cube"),
@@ -102,9 +102,14 @@ MUTANTS = {
     # mode in which lines outlive a launch
     "stale_line_earlier_launch": ("plane", "dcache-earlier-launch", "cam_combine_recv"),
     # every Mmad of a tile accumulating: the first adds to what L0C held before
-    "mmad_uninit": ("gmm", "mmad-init", "cam_gmm_int8_cube"),
+    "mmad_uninit": ("gmm", "mmad-init", "cam_gmm_multi_layer"),
     # the first review's: no PipeBarrier<PIPE_M> between accumulating Mmads under (m/16)(n/16) = 10
-    "no_pipe_m_barrier": ("gmm", "mmad-barrier", "cam_gmm_int8_cube"),
+    "no_pipe_m_barrier": ("gmm", "mmad-barrier", "cam_gmm_multi_layer"),
+    # W2's mixed kernel: the vector cores read a unit from the ring without waiting for the cube's "full"
+    # (whichever side of the race the threads meet first: the read of unpublished bytes, or the cube's write over
+    # bytes read without a free it waited for)
+    "w2_read_before_full": ("gmm", ("cross-core-read-before-flag", "cross-core-write-before-free"),
+                            "cam_gmm_multi_layer"),
     # the first review's: ReduceMax's work buffer of one element per repeat (it writes value and index)
     "reduce_work_half": ("quant", "ub-bounds", "cam_dynamic_quant"),
     # the first review's: int32 -> half Cast without SetDeqScale (a dequant through whatever DEQSCALE holds)
@@ -308,10 +313,10 @@ def plane_runs(plane_build):
 
 
 # op mutant kind -> (its driver in tests/twin/, the kernel sources rebuilt per mutant, under kernels/). The GMM cube
-# loop (common/gmm_cube.h) is compiled into the cube kernel and into W1's mixed kernel: both are rebuilt.
+# loop (common/gmm_cube.h) is compiled into the cube kernel and into W1's and W2's mixed kernels: all are rebuilt.
 OP_RUNS = {
     "gmm": ("gmm_fixpipe.cpp", "gmm_int8_cube/gmm_int8_cube.cpp",
-            "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.cpp"),
+            "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.cpp", "gmm_multi_layer/gmm_multi_layer.cpp"),
     "quant": ("quant_rules.cpp", "dynamic_quant/dynamic_quant.cpp"),
 }
 

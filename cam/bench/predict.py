@@ -39,10 +39,11 @@ _KERNELS = {
     "dispatch_send": ("cam_dispatch_send",),
     "dispatch_recv": ("cam_dispatch_recv",),
     # W4A8 adds the activation split (cam_gmm_split_int4) before the cube kernel (docs/gmm.md §9); W1 with W8A8 is
-    # one mixed kernel (cam_gmm_swiglu_quant_multi_layer).
+    # one mixed kernel (cam_gmm_swiglu_quant_multi_layer), and so is W2 (cam_gmm_multi_layer).
     "gmm_swiglu_quant_multi_layer": ("cam_gmm_swiglu_quant_multi_layer", "cam_gmm_split_int4", "cam_gmm_int8_cube",
                                      "cam_gmm_swiglu_quant_multi_layer_epilogue"),
-    "gmm_multi_layer": ("cam_gmm_split_int4", "cam_gmm_int8_cube", "cam_gmm_multi_layer_epilogue"),
+    "gmm_multi_layer": ("cam_gmm_multi_layer", "cam_gmm_split_int4", "cam_gmm_int8_cube",
+                        "cam_gmm_multi_layer_epilogue"),
     "combine_send": ("cam_combine_send",),
     "combine_recv": ("cam_combine_recv",),
 }

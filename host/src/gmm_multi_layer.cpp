@@ -66,23 +66,30 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerW4A8GetWorkspaceSize(
         tiling.outScaled = outScale != nullptr ? 1 : 0;
         tiling.outScale = outScale != nullptr ? static_cast<float>(*outScale) : 1.0f;
 
-        const GmmWorkspace ws = GmmWorkspaceOf(a);
+        // W8A8: one mixed kernel whose cube cores hand units to their vector cores through a ring per AI core
+        // (docs/gmm.md §5); W4A8: split, cube and epilogue launches over the whole int32 accumulator.
+        const bool mixed = tiling.mixed != 0;
+        const GmmWorkspace ws = mixed ? GmmRingWorkspace(uint64_t(tiling.cube.blockDim) * cam::kernels::kGmmMultiLayerRingSlots *
+                                                         cam::kernels::GmmMultiLayerSlotBytes(tiling.cube))
+                                      : GmmWorkspaceOf(a);
         auto ex = std::make_unique<Executor>("gmm_multi_layer");
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;
         // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
-        ex->launch = [tiling, ws, table = ArgumentCheckOnly() ? nullptr : PersistentGmmTable(a), y = a.x.data, gl = a.groupList.data,
-                      li = a.layerIndex.data, ys = a.xScale.data, o = ov.data](void* workspace,
-                                                                                aclrtStream stream) {
+        ex->launch = [tiling, ws, mixed, table = ArgumentCheckOnly() ? nullptr : PersistentGmmTable(a),
+                      y = a.x.data, gl = a.groupList.data, li = a.layerIndex.data, ys = a.xScale.data,
+                      o = ov.data](void* workspace, aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);
             return LaunchWithDeviceStatus(stream, base + ws.status, "gmm_multi_layer", [&] {
-                // W4A8: the split planes, not y, are the cube kernel's activations.
-                uint8_t* cubeX = y;
-                if (tiling.cube.int4) {
-                    cubeX = base + ws.split;
-                    cam::kernels::LaunchGmmSplitInt4(tiling.split.blockDim, stream, y, gl, li, cubeX,
-                                                     base + ws.status, tiling.cube, tiling.split);
+                if (mixed) {
+                    cam::kernels::LaunchGmmMultiLayer(tiling.cube.blockDim, stream, y, ys, gl, li, table,
+                                                      base + ws.acc, o, base + ws.status, tiling);
+                    return;
                 }
+                // W4A8: the split planes, not y, are the cube kernel's activations.
+                uint8_t* cubeX = base + ws.split;
+                cam::kernels::LaunchGmmSplitInt4(tiling.split.blockDim, stream, y, gl, li, cubeX, base + ws.status,
+                                                 tiling.cube, tiling.split);
                 cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, cubeX, gl, li, table, base + ws.acc,
                                                 base + ws.status, tiling.cube);
                 cam::kernels::LaunchGmmMultiLayerEpilogue(tiling.blockDim, stream, base + ws.acc, ys, gl, li,

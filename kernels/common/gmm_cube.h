@@ -451,6 +451,18 @@ private:
     AscendC::GlobalTensor<int32_t> acc_;
     uint64_t accPlane_ = 0;  // elements of one accumulator plane: M * N, or tm * N for a slot
     uint64_t accRow0_ = 0;   // the first row the accumulator holds
+
+public:
+    // One unit: n-tile nt of the rows [row0, row0 + mLen) of `expert` of `layer` (the W2 mixed kernel hands each
+    // unit to its vector cores on its own).
+    __aicore__ inline void ComputeTile(uint32_t layer, uint32_t expert, uint64_t row0, uint32_t mLen, uint32_t nt) {
+        const uint64_t expertBytes = ExpertBytes();
+        UseLayer(layer, expertBytes);
+        if (t_.int4)
+            ComputeUnitInt4(expert, row0, mLen, nt, expertBytes);
+        else
+            ComputeUnit(expert, row0, mLen, nt, expertBytes);
+    }
 };
 
 

@@ -125,4 +125,47 @@ private:
     AscendC::TQue<AscendC::TPosition::VECIN, 2> accQue_;
 };
 
+// The dequant of a block of rows at once (the W2 mixed kernel's unit, docs/gmm.md §5): the rows x len int32
+// accumulator, rows `srcPitch` elements apart in GM, comes in with one strided DataCopyPad (blockCount = rows), each
+// row at a UB row of `pitch` elements (a multiple of 16: 32-byte aligned as fp32 and as bf16); the int32 -> fp32
+// Cast covers the whole block in one instruction; then per row, in the stated order, Muls by the row's scale and
+// Mul by the resident w_scale slice: dst[r] = (float(acc[r]) * rowScale[r]) * ws, bit for bit DequantStep::Run on
+// each row. Elements past len of a UB row are never written out.
+class DequantBlock {
+public:
+    // rows, pitch: the largest block (tiling's blockRows and pitch).
+    __aicore__ inline void Init(AscendC::TPipe& pipe, uint32_t rows, uint32_t pitch) {
+        pipe.InitBuffer(accQue_, 2, UbBytes(uint64_t(rows) * pitch * 4));
+    }
+
+    // rowScale: the rows' scales in UB (read by the scalar unit), ws: the slice of these columns (ScaleSlice::Get).
+    __aicore__ inline void Run(const AscendC::GlobalTensor<int32_t>& acc, uint64_t srcPitch, uint32_t rows,
+                               uint32_t len, uint32_t pitch, const AscendC::LocalTensor<float>& rowScale,
+                               const AscendC::LocalTensor<float>& ws, const AscendC::LocalTensor<float>& dst) {
+        AscendC::LocalTensor<int32_t> a = accQue_.AllocTensor<int32_t>();
+        AscendC::DataCopyPad(a, acc, BlockCopyIn(rows, len, srcPitch, pitch), {false, 0, 0, 0});
+        accQue_.EnQue(a);
+        a = accQue_.DeQue<int32_t>();
+        AscendC::Cast(dst, a, AscendC::RoundMode::CAST_RINT, rows * pitch);  // int32 -> fp32, nearest even
+        accQue_.FreeTensor(a);
+        for (uint32_t r = 0; r < rows; ++r) {
+            AscendC::LocalTensor<float> row = dst[r * pitch];
+            AscendC::Muls(row, row, rowScale.GetValue(r), len);
+            AscendC::Mul(row, row, ws, len);
+        }
+    }
+
+    // GM -> UB of rows x len 4-byte elements, srcPitch apart in GM, pitch apart in UB: DataCopyExtParams' srcStride
+    // is the GM gap in bytes, dstStride the UB gap in 32-byte blocks (Ascend C DataCopyPad, docs/gmm.md §5).
+    __aicore__ static inline AscendC::DataCopyExtParams BlockCopyIn(uint32_t rows, uint32_t len, uint64_t srcPitch,
+                                                                    uint32_t pitch) {
+        const uint32_t rowBytes = len * 4u;
+        return {static_cast<uint16_t>(rows), rowBytes, static_cast<uint32_t>((srcPitch - len) * 4u),
+                (pitch * 4u - static_cast<uint32_t>(AlignUp(rowBytes, kUbBlockBytes))) / kUbBlockBytes, 0};
+    }
+
+private:
+    AscendC::TQue<AscendC::TPosition::VECIN, 2> accQue_;
+};
+
 }  // namespace cam::kernels

@@ -1,11 +1,18 @@
-// gmm_multi_layer (W2) epilogue on the vector cores: out[m, h] = bf16((float(acc[m, h]) * y_scale[m]) *
-// w_scale[l(m)][e(m)][h]), fp32 left to right, both conversions round to nearest even; with an output scale, one more
-// fp32 multiply before the bf16 rounding. W4A8 (cube.int4): acc is first recombined from the split's two planes
-// (common/gmm_epilogue.h, RunGroup). Rows past the last group are in no block's range, so they are never written.
+// gmm_multi_layer (W2): out[m, h] = bf16((float(acc[m, h]) * y_scale[m]) * w_scale[l(m)][e(m)][h]), fp32 left to
+// right, both conversions round to nearest even; with an output scale, one more fp32 multiply before the bf16
+// rounding; with K groups, each group's partial dequantized with its own slice, added in group order.
+// W8A8: one mixed kernel (KERNEL_TYPE_MIX_AIC_1_2, docs/gmm.md §5): each AI core's cube core computes one unit (tm
+// rows of one group, one tn-wide n-tile) at a time into its GM ring and sets "full"; its two vector cores wait for it,
+// run the block epilogue over half the unit's rows each (one strided copy in, the dequant in UB, one strided copy
+// out) and set "free"; the cube computes the next unit meanwhile.
+// W4A8 (cube.int4): the split, the cube kernel (gmm_int8_cube) and the row epilogue kernel below, which recombines
+// acc from the split's two planes first (common/gmm_epilogue.h, RunGroup). Rows past the last group are never
+// written by either form.
 #include "kernel_operator.h"
 
 #include "common/kernel_frame.h"
 
+#include "common/gmm_cube.h"
 #include "common/gmm_epilogue.h"
 #include "common/gmm_groups.h"
 #include "gmm_multi_layer/gmm_multi_layer.h"
@@ -35,23 +42,19 @@ public:
     }
 
     __aicore__ inline void Process() {
-        GmmDeviceArgs args;
         const GmmCubeTilingData& c = t_.cube;
-        if (!GmmPrePass(layerIndex_, groupList_, c.experts, c.groups, c.layers, c.groupListType, c.m, status_, &args))
+        GmmRowShare share;
+        if (!share.Init(layerIndex_, groupList_, c.experts, c.groups, c.layers, c.groupListType, c.m, status_,
+                        AscendC::GetBlockIdx(), t_.blockDim))
             return;
-        const uint64_t block = AscendC::GetBlockIdx(), blocks = t_.blockDim;
-        const uint64_t rowBegin = args.total * block / blocks, rowEnd = args.total * (block + 1) / blocks;
-        GroupCursor groups;
-        groups.Init(groupList_, c.groups, c.groupListType, args.layer);
-        groups.Next();
-        for (uint64_t row = rowBegin; row < rowEnd; ++row) {
-            while (row >= groups.End() && groups.Next()) {
-            }  // rows < total always have a group
-            UseLayer(groups.Layer());
-            const float ys = yScale_.GetValue(row);
-            for (uint32_t col = 0; col < c.n; col += t_.chunk) {
-                const uint32_t len = c.n - col < t_.chunk ? c.n - col : t_.chunk;
-                Chunk(row, groups.Layer(), groups.Expert(), col, len, ys);
+        while (share.Next()) {
+            UseLayer(share.Layer());
+            for (uint64_t row = share.Row0(); row < share.Row0() + share.Rows(); ++row) {
+                const float ys = yScale_.GetValue(row);
+                for (uint32_t col = 0; col < c.n; col += t_.chunk) {
+                    const uint32_t len = c.n - col < t_.chunk ? c.n - col : t_.chunk;
+                    Chunk(row, share.Layer(), share.Expert(), col, len, ys);
+                }
             }
         }
         scale_.Release();
@@ -117,7 +120,169 @@ private:
     AscendC::GlobalTensor<bfloat16_t> out_;
 };
 
+
+// Cross-core flag ids of the ring: cube -> vector cores "a unit is in its slot", vector cores -> cube "the oldest
+// unit is read".
+constexpr uint16_t kGmmW2UnitFull = 0;
+constexpr uint16_t kGmmW2UnitFree = 1;
+
+// The slot of the core's n-th unit.
+__aicore__ inline GM_ADDR GmmMultiLayerSlot(GM_ADDR ring, const GmmMultiLayerTilingData& t, uint32_t core,
+                                            uint32_t n) {
+    return ring + (uint64_t(core) * kGmmMultiLayerRingSlots + n % kGmmMultiLayerRingSlots) *
+                      GmmMultiLayerSlotBytes(t.cube);
+}
+
+class GmmMultiLayerCube {
+public:
+    __aicore__ inline void Run(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
+                               GM_ADDR status, const GmmMultiLayerTilingData& t) {
+        const GmmCubeTilingData& c = t.cube;
+        cube_.Init(x, groupList, layerIndex, table, nullptr, status, c);
+        GmmDeviceArgs args;
+        if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args))
+            return;
+        const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
+        GmmRowTiles tiles;
+        tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
+        uint32_t n = 0;
+        while (tiles.Next()) {
+            for (uint32_t nt = 0; nt < c.nTiles; ++nt, ++n) {
+                // The slot's previous unit (two back) must have been read by both vector cores.
+                if (n >= 2) AscendC::CrossCoreWaitFlag<2, PIPE_FIX>(kGmmW2UnitFree);
+                cube_.UseSlot(GmmMultiLayerSlot(ring, t, core, n), tiles.Row0());
+                cube_.ComputeTile(tiles.Layer(), tiles.Expert(), tiles.Row0(), tiles.Rows(), nt);
+                AscendC::CrossCoreSetFlag<2, PIPE_FIX>(kGmmW2UnitFull);  // after the unit's last Fixpipe
+            }
+        }
+        // Every "free" is waited for before the kernel ends: no set outlives it.
+        for (uint32_t i = 0; i < n && i < 2; ++i) AscendC::CrossCoreWaitFlag<2, PIPE_FIX>(kGmmW2UnitFree);
+        cube_.Finish();
+    }
+
+private:
+    GmmInt8Cube cube_;
+};
+
+// The vector side: per unit, this vector core's half of its rows (core 0 the first ceil(rows/2), core 1 the rest) in
+// blocks of at most blockRows rows: the block dequant (DequantBlock), K groups added in order, the output scale, the
+// bf16 Cast over the block and one strided copy into out.
+class GmmMultiLayerVector {
+public:
+    __aicore__ inline void Run(GM_ADDR yScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
+                               GM_ADDR out, GM_ADDR status, const GmmMultiLayerTilingData& t) {
+        t_ = t;
+        table_ = table;
+        const GmmCubeTilingData& c = t.cube;
+        yScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(yScale), c.m);
+        out_.SetGlobalBuffer(reinterpret_cast<__gm__ bfloat16_t*>(out), uint64_t(c.m) * c.n);
+        block_.Init(pipe_, t.blockRows, t.pitch);
+        scale_.Init(pipe_, t.pitch);
+        pipe_.InitBuffer(fBuf_, UbBytes(uint64_t(t.blockRows) * t.pitch * 4));
+        if (c.kGroups > 1) pipe_.InitBuffer(partBuf_, UbBytes(uint64_t(t.blockRows) * t.pitch * 4));
+        pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(t.blockRows) * t.pitch * 2));
+        pipe_.InitBuffer(rowScaleBuf_, UbBytes(uint64_t(c.tm) * 4));
+        GmmDeviceArgs args;
+        if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args,
+                        false))
+            return;
+        const uint32_t ratio = static_cast<uint32_t>(AscendC::GetTaskRation());
+        const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx()) / ratio;
+        const uint32_t sub = static_cast<uint32_t>(AscendC::GetBlockIdx()) % ratio;
+        GmmRowTiles tiles;
+        tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
+        uint32_t n = 0;
+        while (tiles.Next()) {
+            const uint32_t rows = tiles.Rows(), first = (rows + 1) / 2;
+            const uint32_t begin = sub == 0 ? 0 : first, count = sub == 0 ? first : rows - first;
+            UseLayer(tiles.Layer());
+            // The rows' scales, read once per row tile and kept in UB for its n-tiles.
+            AscendC::LocalTensor<float> rs = rowScaleBuf_.Get<float>();
+            for (uint32_t r = 0; r < count; ++r) rs.SetValue(r, yScale_.GetValue(tiles.Row0() + begin + r));
+            for (uint32_t nt = 0; nt < c.nTiles; ++nt, ++n) {
+                AscendC::CrossCoreWaitFlag<2, PIPE_MTE2>(kGmmW2UnitFull);
+                const uint32_t col = nt * c.tn, len = c.n - col < c.tn ? c.n - col : c.tn;
+                acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(GmmMultiLayerSlot(ring, t, core, n)),
+                                     uint64_t(c.kGroups) * c.tm * c.n);
+                for (uint32_t r0 = 0; r0 < count; r0 += t.blockRows) {
+                    const uint32_t b = count - r0 < t.blockRows ? count - r0 : t.blockRows;
+                    Block(tiles.Layer(), tiles.Expert(), begin + r0, tiles.Row0() + begin + r0, b, col, len,
+                          rs[r0]);
+                }
+                // After the unit's last copy-out, which comes after every read of the slot.
+                AscendC::CrossCoreSetFlag<2, PIPE_MTE3>(kGmmW2UnitFree);
+            }
+        }
+        scale_.Release();
+    }
+
+private:
+    // wScale_ = the scales of `layer` (bounded by the pre-pass), switched only when a unit's layer differs.
+    __aicore__ inline void UseLayer(uint32_t layer) {
+        if (wLayer_ == int64_t(layer)) return;
+        wScale_.SetGlobalBuffer(LayerAddress<float>(table_, t_.cube.layers + layer),
+                                uint64_t(t_.cube.experts) * t_.cube.kGroups * t_.cube.n);
+        wLayer_ = layer;
+    }
+
+    // out rows [row, row + rows) x columns [col, col + len) from the slot's rows [slotRow, slotRow + rows).
+    __aicore__ inline void Block(uint32_t layer, uint32_t expert, uint32_t slotRow, uint64_t row, uint32_t rows,
+                                 uint32_t col, uint32_t len, const AscendC::LocalTensor<float>& rs) {
+        const GmmCubeTilingData& c = t_.cube;
+        const uint32_t pitch = t_.pitch, elems = rows * pitch;
+        const uint64_t plane = uint64_t(c.tm) * c.n;
+        AscendC::LocalTensor<float> f = fBuf_.Get<float>();
+        for (uint32_t g = 0; g < c.kGroups; ++g) {
+            AscendC::LocalTensor<float> part = g == 0 ? f : partBuf_.Get<float>();
+            block_.Run(acc_[g * plane + uint64_t(slotRow) * c.n + col], c.n, rows, len, pitch, rs,
+                       scale_.Get(wScale_, c.n, layer, expert * c.kGroups + g, col, len), part);
+            if (g > 0) AscendC::Add(f, f, part, elems);
+        }
+        if (t_.outScaled) AscendC::Muls(f, f, t_.outScale, elems);
+        AscendC::LocalTensor<bfloat16_t> o = outQue_.AllocTensor<bfloat16_t>();
+        AscendC::Cast(o, f, AscendC::RoundMode::CAST_RINT, elems);
+        outQue_.EnQue(o);
+        o = outQue_.DeQue<bfloat16_t>();
+        // UB -> GM: srcStride the UB gap in 32-byte blocks, dstStride the GM gap in bytes.
+        const uint32_t rowBytes = len * 2u;
+        AscendC::DataCopyPad(out_[row * c.n + col], o,
+                             {static_cast<uint16_t>(rows), rowBytes,
+                              (pitch * 2u - static_cast<uint32_t>(AlignUp(rowBytes, kUbBlockBytes))) / kUbBlockBytes,
+                              (c.n - len) * 2u, 0});
+        outQue_.FreeTensor(o);
+    }
+
+    GmmMultiLayerTilingData t_{};
+    int64_t wLayer_ = -1;
+    GM_ADDR table_ = nullptr;
+    AscendC::TPipe pipe_;
+    DequantBlock block_;
+    ScaleSlice scale_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> fBuf_, partBuf_, rowScaleBuf_;
+    AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
+    AscendC::GlobalTensor<int32_t> acc_;
+    AscendC::GlobalTensor<float> yScale_;
+    AscendC::GlobalTensor<float> wScale_;
+    AscendC::GlobalTensor<bfloat16_t> out_;
+};
+
 }  // namespace cam::kernels
+
+extern "C" __global__ __aicore__ void cam_gmm_multi_layer(GM_ADDR x, GM_ADDR yScale, GM_ADDR groupList,
+                                                          GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
+                                                          GM_ADDR out, GM_ADDR status,
+                                                          cam::kernels::GmmMultiLayerTilingData tiling) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+    if ASCEND_IS_AIC {
+        cam::kernels::GmmMultiLayerCube op;
+        static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
+        op.Run(x, groupList, layerIndex, table, ring, status, tiling);
+    } else {
+        cam::kernels::GmmMultiLayerVector op;
+        static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
+        op.Run(yScale, groupList, layerIndex, table, ring, out, status, tiling);
+    }
+}
 
 extern "C" __global__ __aicore__ void cam_gmm_multi_layer_epilogue(GM_ADDR acc, GM_ADDR yScale, GM_ADDR groupList,
                                                                    GM_ADDR layerIndex, GM_ADDR table, GM_ADDR out,
@@ -130,6 +295,13 @@ extern "C" __global__ __aicore__ void cam_gmm_multi_layer_epilogue(GM_ADDR acc, 
 }
 
 #include "common/launch.h"
+
+void cam::kernels::LaunchGmmMultiLayer(uint32_t blockDim, void* stream, uint8_t* x, uint8_t* yScale,
+                                       uint8_t* groupList, uint8_t* layerIndex, uint8_t* table, uint8_t* ring,
+                                       uint8_t* out, uint8_t* status, const GmmMultiLayerTilingData& tiling) {
+    CAM_KERNEL_LAUNCH(cam_gmm_multi_layer, blockDim, stream, x, yScale, groupList, layerIndex, table, ring, out, status,
+                      tiling);
+}
 
 void cam::kernels::LaunchGmmMultiLayerEpilogue(uint32_t blockDim, void* stream, uint8_t* acc, uint8_t* yScale,
                                                uint8_t* groupList, uint8_t* layerIndex, uint8_t* table, uint8_t* out,

@@ -1,4 +1,6 @@
-// Tiling of gmm_multi_layer (W2): the shared cube kernel, then a vector epilogue over the valid rows.
+// Tiling of gmm_multi_layer (W2). W8A8 (mixed == 1): one mixed kernel, the cube's tm x tn units handed to the vector
+// cores' block epilogue through a per-AI-core GM ring; W4A8: the shared cube kernel, then a vector epilogue over the
+// valid rows.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,9 @@ struct GmmMultiLayerTilingData {
     uint32_t outScaled; // 1: out = bf16(c * outScale), an FFN-side routed scaling factor (docs/gmm.md §9.2)
     float outScale;     // finite fp32 (outScaled == 1)
     GmmSplitInt4TilingData split;  // cube.int4: the activation split launched before the cube kernel
+    uint32_t mixed;     // 1: the W8A8 mixed kernel (blockDim above unused; cube.blockDim AI cores)
+    uint32_t pitch;     // mixed: UB row pitch of the block epilogue, elements: cube.tn rounded up to 16
+    uint32_t blockRows; // mixed: rows per block epilogue pass (UB-bound), at most ceil(cube.tm / 2)
 };
 
 constexpr uint32_t kGmmEpilogueColAlign = 16;
@@ -27,6 +32,26 @@ __aicore__ constexpr uint32_t GmmMultiLayerUbBytes(uint32_t chunk, bool grouped 
            + UbBytes(uint64_t(chunk) * 4)      // fp32 working row
            + 2 * UbBytes(uint64_t(chunk) * 2)  // bf16 out, double buffered
            + (grouped ? UbBytes(uint64_t(chunk) * 4) : 0);
+}
+
+// The mixed kernel's ring: two slots per AI core, alternating unit by unit, so the unit the cube computes never
+// shares a slot with the one its vector cores may still be reading. A slot has the accumulator rows of a row tile
+// (tm rows x N, per K group: the cube's Fixpipe writes rows N apart) and a unit occupies its own n-tile's columns.
+constexpr uint32_t kGmmMultiLayerRingSlots = 2;
+__aicore__ constexpr uint64_t GmmMultiLayerSlotBytes(const GmmCubeTilingData& c) {
+    return uint64_t(c.kGroups) * c.tm * c.n * 4;
+}
+
+// UB bytes of the block epilogue for blocks of `rows` x `pitch`: the int32 block in (double buffered), the fp32
+// block, with K groups one more fp32 block (a group's partial), the bf16 block out (double buffered), the w_scale
+// slice of `pitch` columns and the row tile's `tm` row scales.
+__aicore__ constexpr uint32_t GmmMultiLayerBlockUbBytes(uint32_t rows, uint32_t pitch, uint32_t tm, bool grouped) {
+    return 2 * UbBytes(uint64_t(rows) * pitch * 4)           // int32 in (common/gmm_epilogue.h, DequantBlock)
+           + UbBytes(uint64_t(rows) * pitch * 4)             // fp32 block
+           + (grouped ? UbBytes(uint64_t(rows) * pitch * 4) : 0)
+           + 2 * UbBytes(uint64_t(rows) * pitch * 2)         // bf16 out
+           + UbBytes(uint64_t(pitch) * 4)                    // w_scale slice (ScaleSlice)
+           + UbBytes(uint64_t(tm) * 4);                      // row scales
 }
 
 }  // namespace cam::kernels

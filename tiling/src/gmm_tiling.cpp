@@ -22,6 +22,12 @@ constexpr uint32_t kPreferredTk = 256;
 constexpr uint32_t kWideTn = 256;
 constexpr uint32_t kWideTk = 128;
 constexpr uint32_t kPreferredTk1 = 1024;
+// The tall form (TileGmmCube's `tall`): a 160 x 192 C tile (120 KiB of L0C) and 160-deep steps (L0A 2 x 50 KiB, L0B
+// 2 x 60 KiB): row tiles of up to 160 rows, so a group of 129-160 rows is one row tile, not a full one and a sliver,
+// and streams its weights once (W2's mixed kernel: each row tile streams its expert's weight strip).
+constexpr uint32_t kTallTm = 160;
+constexpr uint32_t kTallTn = 192;
+constexpr uint32_t kTallTk = 160;
 
 bool Fits(const PlatformInfo& p, uint32_t tm, uint32_t tn, uint32_t tk, uint32_t int4) {
     return kernels::GmmL1Bytes(tm, tn, tk, int4) <= p.l1Bytes && kernels::GmmL0ABytes(tm, tk) <= p.l0aBytes &&
@@ -41,7 +47,7 @@ uint32_t LargestChunk(uint32_t ub, uint32_t align, uint32_t cap, F bytes) {
 }  // namespace
 
 bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCubeTilingData* out, std::string* why,
-                 bool wide) {
+                 bool wide, bool tall) {
     constexpr uint64_t kMax32 = std::numeric_limits<uint32_t>::max();
     if (s.k < 1 || s.k > kernels::kGmmMaxK) {
         *why = "K = " + std::to_string(s.k) + " outside [1, " + std::to_string(kernels::kGmmMaxK) + "]";
@@ -78,9 +84,12 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
     const uint64_t kSplit = AlignUp(s.k, kernels::kGmmK0Int4);
     // Per output channel the int4 loop runs over the 64-padded K as one group.
     const uint64_t kGroup = s.int4 && s.kGroups == 1 ? kSplit : s.k / s.kGroups;
-    uint32_t tm = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTm, AlignUp(std::max<uint64_t>(s.m, 1), 16)));
-    uint32_t tn = static_cast<uint32_t>(std::min<uint64_t>(wide ? kWideTn : kPreferredTn, AlignUp(s.n, 32)));
-    uint32_t tk = static_cast<uint32_t>(std::min<uint64_t>(wide ? kWideTk : kPreferredTk, AlignUp(s.k, k0)));
+    const uint32_t preferTm = tall ? kTallTm : kPreferredTm;
+    const uint32_t preferTn = tall ? kTallTn : wide ? kWideTn : kPreferredTn;
+    const uint32_t preferTk = tall ? kTallTk : wide ? kWideTk : kPreferredTk;
+    uint32_t tm = static_cast<uint32_t>(std::min<uint64_t>(preferTm, AlignUp(std::max<uint64_t>(s.m, 1), 16)));
+    uint32_t tn = static_cast<uint32_t>(std::min<uint64_t>(preferTn, AlignUp(s.n, 32)));
+    uint32_t tk = static_cast<uint32_t>(std::min<uint64_t>(preferTk, AlignUp(s.k, k0)));
     // Shrink k first (costs only more steps), then n, then m, until every buffer fits.
     while (!Fits(platform, tm, tn, tk, int4)) {
         if (tk > k0) tk -= k0;
@@ -152,10 +161,31 @@ bool TileGmmSplitInt4(const PlatformInfo& platform, const kernels::GmmCubeTiling
 bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels::GmmMultiLayerTilingData* out,
                        std::string* why) {
     kernels::GmmMultiLayerTilingData t{};
-    if (!TileGmmCube(platform, s, &t.cube, why)) return false;
+    // W8A8 runs as the mixed kernel (tall tiles: a group of up to 160 rows reads its weights once); W4A8 as the
+    // separate launches.
+    if (!TileGmmCube(platform, s, &t.cube, why, false, !s.int4)) return false;
     if (!TileGmmSplitInt4(platform, t.cube, &t.split, why)) return false;
-    const uint32_t cap = static_cast<uint32_t>(AlignUp(s.n, kernels::kGmmEpilogueColAlign));
     const bool grouped = s.kGroups > 1, int4 = s.int4;
+    if (!int4) {
+        t.mixed = 1;
+        t.pitch = static_cast<uint32_t>(AlignUp(t.cube.tn, kernels::kGmmEpilogueColAlign));
+        // Rows per block pass: as many of a vector core's half of a unit as UB holds.
+        const uint32_t half = (t.cube.tm + 1) / 2;
+        const uint32_t pitch = t.pitch, tm = t.cube.tm;
+        for (uint32_t r = half; r >= 1; --r) {
+            if (kernels::GmmMultiLayerBlockUbBytes(r, pitch, tm, grouped) <= platform.ubBytes) {
+                t.blockRows = r;
+                break;
+            }
+        }
+        if (t.blockRows == 0) {
+            *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue block";
+            return false;
+        }
+        *out = t;
+        return true;
+    }
+    const uint32_t cap = static_cast<uint32_t>(AlignUp(s.n, kernels::kGmmEpilogueColAlign));
     t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmEpilogueColAlign, cap,
                            [grouped, int4](uint32_t c) { return kernels::GmmMultiLayerUbBytes(c, grouped, int4); });
     if (t.chunk == 0) {

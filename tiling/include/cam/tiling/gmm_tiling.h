@@ -24,9 +24,11 @@ struct GmmShape {
 // Tile sizes of the cube kernel within L1 / L0A / L0B / L0C; blockDim = AIC cores.
 // wide: 128 x 256 C tiles with 128-deep L0 steps (the mixed W1 kernel, whose cube streams x once per n-tile of a
 // row tile: half the n-tiles, half the x reads); otherwise 128 x 128 with 256-deep steps.
+// tall: 160 x 192 C tiles with 160-deep steps (the mixed W2 kernel, whose every row tile streams its expert's weight
+// strip: a group of up to 160 rows reads its weights once).
 bool TileGmmCube(const PlatformInfo& platform, const GmmShape& shape, kernels::GmmCubeTilingData* out,
                  std::string* why,
-                 bool wide = false);
+                 bool wide = false, bool tall = false);
 
 // W4A8's activation split (a no-op tiling when cube.int4 is 0); called by the two ops' tilings.
 bool TileGmmSplitInt4(const PlatformInfo& platform, const kernels::GmmCubeTilingData& cube,
