@@ -288,6 +288,55 @@ void Register(py::module_& m) {
         py::arg("comm"), py::arg("row_budget"), py::arg("expand_x"), py::arg("scales"), py::arg("group_table"),
         py::arg("origin"), py::arg("work_items"), py::arg("stream"), py::arg("allocate"),
         py::arg("sync_timeout_s") = py::none());
+    // The same two modes with a stop word (aclnnCamDispatchRecv*V2: 0 for none, else the address the C call checks
+    // is the Comm's stop word, docs/graph.md "Stopping a captured loop").
+    m.def(
+        "dispatch_recv_v2",
+        [](Comm& comm, const Descriptor& expandX, const Descriptor& scales, const Descriptor& counts,
+           const Descriptor& workItem, uintptr_t stopWord, Stream* stream, const py::object& allocate,
+           std::optional<double> syncTimeoutS) {
+            AclTensor te(expandX), ts(scales), tc(counts), tw(workItem);
+            camComm* c = comm.Get();
+            const void* stop = reinterpret_cast<const void*>(stopWord);
+            RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
+                return aclnnCamDispatchRecvV2GetWorkspaceSize(c, te.get(), ts.get(), tc.get(), tw.get(), stop, ws,
+                                                              ex);
+            }, aclnnCamDispatchRecv, stream, allocate, syncTimeoutS);
+        },
+        py::arg("comm"), py::arg("expand_x"), py::arg("scales"), py::arg("expert_counts"), py::arg("work_item"),
+        py::arg("stop_word"), py::arg("stream"), py::arg("allocate"), py::arg("sync_timeout_s") = py::none());
+    m.def(
+        "dispatch_recv_batch_v2",
+        [](Comm& comm, int64_t rowBudget, const Descriptor& expandX, const Descriptor& scales,
+           const Descriptor& groupTable, const Descriptor& origin, const Descriptor& workItems, uintptr_t stopWord,
+           Stream* stream, const py::object& allocate, std::optional<double> syncTimeoutS) {
+            AclTensor te(expandX), ts(scales), tg(groupTable), to(origin), tw(workItems);
+            camComm* c = comm.Get();
+            const void* stop = reinterpret_cast<const void*>(stopWord);
+            RunTwoPhase([&](uint64_t* ws, aclOpExecutor** ex) {
+                return aclnnCamDispatchRecvBatchV2GetWorkspaceSize(c, rowBudget, te.get(), ts.get(), tg.get(),
+                                                                   to.get(), tw.get(), stop, ws, ex);
+            }, aclnnCamDispatchRecv, stream, allocate, syncTimeoutS);
+        },
+        py::arg("comm"), py::arg("row_budget"), py::arg("expand_x"), py::arg("scales"), py::arg("group_table"),
+        py::arg("origin"), py::arg("work_items"), py::arg("stop_word"), py::arg("stream"), py::arg("allocate"),
+        py::arg("sync_timeout_s") = py::none());
+    m.def(
+        "dispatch_recv_stop_word",
+        [](Comm& comm) {
+            void* word = nullptr;
+            ThrowIfFailed(aclnnCamDispatchRecvStopWord(comm.Get(), &word));
+            return reinterpret_cast<uintptr_t>(word);
+        },
+        py::arg("comm"));
+    m.def(
+        "dispatch_recv_set_stop",
+        [](Comm& comm, bool stop) {
+            int32_t was = 0;
+            ThrowIfFailed(aclnnCamDispatchRecvSetStop(comm.Get(), stop ? 1 : 0, &was));
+            return was != 0;
+        },
+        py::arg("comm"), py::arg("stop"));
     m.def(
         "combine_send",
         [](Comm& comm, const Descriptor& expertOut, const Descriptor& workItem, Stream* stream,

@@ -55,6 +55,19 @@ def stream_and_workspace(device: torch.device):
     return stream, _Workspace(device)
 
 
+def capture_allocator(stream):
+    """When ``stream`` (torch_npu's current stream) is inside a capture the framework began (its NPUGraph,
+    docs/graph.md "Inside a framework's graph"), the allocator of that graph's workspace pool; else None. An
+    invalidated capture counts as one: the op is then refused by the capture rules instead of running eagerly."""
+    status, _ = _C.capture_info(stream)
+    if status == _NOT_CAPTURING:
+        return None
+    return lambda nbytes: (_C.capture_alloc(stream, nbytes), [nbytes], [1], 4)
+
+
+_NOT_CAPTURING = {name: value for value, name in _C.capture_statuses().items()}["none"]
+
+
 def register() -> bool:
     """Whether NPU tensors can run (torch_npu importable); checked once. The ops' NPU kernels are registered with
     the ops themselves (cam.ops._library), whatever this returns: without torch_npu there are no NPU tensors."""

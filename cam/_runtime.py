@@ -201,6 +201,12 @@ def run(launch, *args, stream=None, tensor=None) -> None:
     default_stream, stream_lock)."""
     if tensor is not None and not tensor.is_cpu:  # is_cpu, not device.type: this runs for every call
         stream, keep = _npu.stream_and_workspace(tensor.device)
+        allocate = _npu.capture_allocator(stream)
+        if allocate is not None:
+            # The framework captures torch_npu's stream (its NPUGraph): recorded into its graph, workspace from
+            # that graph's pool, no synchronize (docs/graph.md, "Inside a framework's graph").
+            launch(*args, stream, allocate, None)
+            return
     else:
         capture = _capture_in_thread()
         if stream is None:

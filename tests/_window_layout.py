@@ -183,6 +183,12 @@ class WindowLayout:
         return self.ffn_combined_rows_off + _align_up(8 * self.D, LINE)
 
     @property
+    def ffn_stop_off(self) -> int:
+        """The int32 stop word of this rank's receive loops: the weights-epoch line's second 8-byte word
+        (docs/protocol.md §3; docs/graph.md, "Stopping a captured loop")."""
+        return self.ffn_weights_epoch_off + 8
+
+    @property
     def ffn_state_bytes(self) -> int:
         return 2 * LINE + 5 * _align_up(8 * self.D, LINE)
 

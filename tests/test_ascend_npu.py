@@ -20,8 +20,8 @@ import torch.utils.cpp_extension
 import cam
 
 STUB = textwrap.dedent('''
-    """Stand-in for torch_npu: a real "npu" device (PrivateUse1 backed by host memory) and a current stream per
-    thread, recording the devices it was asked for."""
+    """Stand-in for torch_npu: a real "npu" device (PrivateUse1 backed by host memory), a current stream per
+    thread, recording the devices it was asked for, and torch_npu's graph capture (NPUGraph, graph) on it."""
     import ctypes
     import os
     import threading
@@ -40,17 +40,79 @@ STUB = textwrap.dedent('''
             self.npu_stream = handle
 
 
+    def _twin():
+        """The twin's runtime (cam's library): what stands in for ACL here."""
+        import cam
+
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(cam.__file__), "lib", "libcam_aclnn.so"))
+        lib.camGetLastErrorMessage.restype = ctypes.c_char_p
+        return lib
+
+
     def _thread_stream():
         if threading.current_thread() is threading.main_thread():
             return 0
         if getattr(_local, "handle", None) is None:
-            import cam
-
-            lib = ctypes.CDLL(os.path.join(os.path.dirname(cam.__file__), "lib", "libcam_aclnn.so"))
             handle = ctypes.c_void_p()
-            assert lib.camTwinAclrtCreateStream(ctypes.byref(handle)) == 0
+            assert _twin().camTwinAclrtCreateStream(ctypes.byref(handle)) == 0
             _local.handle = handle.value
         return _local.handle
+
+
+    # torch_npu's graph seam. torch_npu.npu.NPUGraph captures the current stream with ACL's model-RI capture
+    # (aclmdlRICaptureBegin(stream, mode), aclmdlRICaptureEnd(stream, &model), aclmdlRIExecuteAsync(model, stream),
+    # aclmdlRIDestroy(model)); on the twin those calls are cam's twin equivalents (cam/cam_graph.h, the same
+    # semantics and mode values), so every kernel queued on the stream between begin and end is recorded, not run.
+    _CAPTURE_MODES = {"global": 0, "thread_local": 1, "relaxed": 2}  # aclmdlRICaptureMode
+
+
+    def _ok(status, what):
+        if status != 0:
+            raise RuntimeError(f"{what}: {_twin().camGetLastErrorMessage().decode()} (status {status})")
+
+
+    class NPUGraph:
+        def __init__(self):
+            self._model = None
+            self._stream = None
+
+        def capture_begin(self, pool=None, capture_error_mode="global"):
+            self._stream = _thread_stream()
+            _ok(_twin().camStreamBeginCapture(ctypes.c_void_p(self._stream), _CAPTURE_MODES[capture_error_mode]),
+                "NPUGraph.capture_begin")
+
+        def capture_end(self):
+            model = ctypes.c_void_p()
+            _ok(_twin().camStreamEndCapture(ctypes.c_void_p(self._stream), ctypes.byref(model)), "NPUGraph.capture_end")
+            self._model = model.value
+
+        def replay(self):
+            _ok(_twin().camGraphLaunch(ctypes.c_void_p(self._model), ctypes.c_void_p(self._stream)), "NPUGraph.replay")
+
+        def reset(self):
+            if self._model:
+                _ok(_twin().camGraphDestroy(ctypes.c_void_p(self._model)), "NPUGraph.reset")
+            self._model = None
+
+
+    class graph:
+        """torch_npu.npu.graph(npu_graph, pool=None, stream=None, capture_error_mode="global")."""
+
+        def __init__(self, npu_graph, pool=None, stream=None, capture_error_mode="global"):
+            assert stream is None, "the stub captures the current stream"
+            self.npu_graph, self.mode = npu_graph, capture_error_mode
+
+        def __enter__(self):
+            self.npu_graph.capture_begin(capture_error_mode=self.mode)
+            return self
+
+        def __exit__(self, *exc):
+            self.npu_graph.capture_end()
+            return False
+
+
+    def _synchronize():
+        _ok(_twin().camTwinAclrtSynchronizeStreamWithTimeout(ctypes.c_void_p(_thread_stream()), 60000), "synchronize")
 
 
     class npu:
@@ -66,6 +128,14 @@ STUB = textwrap.dedent('''
         @staticmethod
         def set_device(index):
             CALLS.append(("set_device", index))
+
+        NPUGraph = NPUGraph
+        graph = graph
+        synchronize = staticmethod(_synchronize)
+
+
+    for _name in ("NPUGraph", "graph", "synchronize"):  # torch.npu.<name>, as torch_npu patches it into torch
+        setattr(torch.npu, _name, getattr(npu, _name))
 ''')
 
 # Every op through torch.ops.cam on "npu" tensors, against the same op on CPU tensors (the direct path).

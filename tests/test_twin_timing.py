@@ -13,7 +13,9 @@ from _twin_build import build_twin_program
 
 CASES = ["mte2_512", "mte2_4k", "mte2_32k", "vector_loop", "cube_loop", "cube_loop_int4", "cube_path", "queue_depth1", "queue_pingpong",
          "syncall_join", "serialised_slower", "off_records_nothing", "poll_repeats_not_costed",
-         "peer_copy_link", "own_copy_core", "l2_reread", "poll_waits_on_later_write", "ingress_shared",
+         "peer_copy_link", "own_copy_core", "l2_reread", "l2_lru_evicted", "l2_lru_near_reuse", "l2_lru_issue_order",
+         "l2_lru_capacity", "l2_lru_per_stretch",
+         "poll_waits_on_later_write", "ingress_shared",
          "variants_shared"]
 
 

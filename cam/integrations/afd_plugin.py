@@ -17,20 +17,26 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, Optional
 
 import torch
 
+from .. import _npu, _runtime, ops
+from ..comm import Comm
 from ..connector import (AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, ConnectorConfig,
-                         FFNWorkItem, loopback_store)
+                         FFNWorkItem, ffn_work_item, loopback_store)
+from ..convert import check_swiglu_limit
+from ..layer_weights import LayerWeights
+from ..ops.dispatch_recv import output_specs
 from ..topology import Topology
 from ..work_item import WorkItem
 
-__all__ = ["AFDPluginConnector", "ExtraConfig", "FFNForwardMetadata", "IDLE_POLICIES", "PluginWorkItem",
-           "StructuralBase", "ffn_forward_metadata", "plugin_base"]
+__all__ = ["AFDPluginConnector", "ExtraConfig", "FFNForwardMetadata", "FFNGraphLoop", "IDLE_POLICIES",
+           "PluginWorkItem", "StructuralBase", "ffn_forward_metadata", "plugin_base"]
 
 _KIND_WORD = WorkItem.WORDS["kind"]
 _EMPTY = WorkItem.EMPTY
@@ -376,6 +382,100 @@ class AFDPluginConnector(_Base):
 
     def send_ffn_output(self, ffn_output: torch.Tensor, context, **kwargs: Any) -> None:
         self.cam.send_ffn_work_item_output(context.states, getattr(ffn_output, "routed_output", ffn_output))
+
+    def ffn_graph_loop(self, w1: LayerWeights, w2: LayerWeights, *, device=None,
+                       swiglu_limit: Optional[float] = None) -> "FFNGraphLoop":
+        """The FFN runner's per-layer iteration (receive, W1, W2, send) over static buffers, for the runner to
+        capture in its own graph (:class:`FFNGraphLoop`)."""
+        return FFNGraphLoop(self, w1, w2, device=device, swiglu_limit=swiglu_limit)
+
+
+class FFNGraphLoop:
+    """cam's FFN iteration for a graph the framework owns (docs/graph.md, "Inside a framework's graph").
+
+    :meth:`iteration` is what the plugin's FFN runner does per MoE layer (``recv_ffn_work_item``, the routed
+    experts' W1 and W2, ``send_ffn_work_item_output``) over static buffers on ``device`` (the weights' device):
+    the framework records it once inside its graph (``torch.npu.graph(g)``: torch_npu's NPUGraph, on whose stream
+    cam's ops on NPU tensors run) and replays the graph. Nothing in it reads the host; an empty work item makes W1,
+    W2 and the send no-ops, so idle replays are correct.
+
+    The receive is launched with the Comm's stop word (``dispatch_recv(..., stop=True)``): :meth:`stop` sets it, so
+    a replay waiting for work ends at once with an empty item instead of after ``idle_poll_s``, and :meth:`run`
+    returns after the replay in flight. A stop of a stopped loop is a no-op (returns False). The word stays set
+    until :meth:`resume`; a new loop on the Comm starts resumed.
+
+    ``connector``: an :class:`AFDPluginConnector` or :class:`cam.connector.AsyncAFDConnector` of an FFN rank, or its
+    :class:`cam.Comm`. The recorded tensors are this object's: keep it alive while the graph may replay.
+    """
+
+    def __init__(self, connector, w1: LayerWeights, w2: LayerWeights, *, device=None,
+                 swiglu_limit: Optional[float] = None):
+        check_swiglu_limit("FFNGraphLoop", swiglu_limit)
+        comm = getattr(getattr(connector, "cam", connector), "comm", connector)
+        if not isinstance(comm, Comm):
+            raise TypeError(f"FFNGraphLoop: connector must be an FFN rank's AFDPluginConnector, AsyncAFDConnector "
+                            f"or cam.Comm, got {type(connector).__name__}")
+        comm = comm._require()
+        if comm.is_attention:
+            raise ValueError(f"FFNGraphLoop: rank {comm.rank} is an Attention rank; the FFN loop runs on FFN ranks")
+        self.comm = comm
+        self.w1, self.w2, self.swiglu_limit = w1, w2, swiglu_limit
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        self.device = device
+        # Where the ops run, so where the framework captures them: fixed here, whichever thread later replays.
+        self._stream = comm.stream if device.type == "cpu" else _npu.stream_and_workspace(device)[0]
+        self.recv = tuple(torch.zeros(shape, dtype=dtype, device=device) for dtype, shape in output_specs(comm))
+        self.item = ffn_work_item(*self.recv)
+        it = self.item
+        # Eager on the empty item (zero counts): builds W1/W2's persistent address tables outside any capture (a
+        # capture may not copy from the host) and gives the static outputs their shapes.
+        self.y, self.y_scale = ops.gmm_swiglu_quant_multi_layer(it.hidden_states, it.dynamic_scales, w1,
+                                                                it.group_list, it.layer_index,
+                                                                swiglu_limit=swiglu_limit)
+        self.out = ops.gmm_multi_layer(self.y, self.y_scale, w2, it.group_list, it.layer_index)
+        self._stopped = threading.Event()
+        ops.dispatch_recv_resume(comm)
+
+    def iteration(self) -> None:
+        """One FFN iteration into the static buffers: eager outside a capture, recorded inside one."""
+        it = self.item
+        ops.dispatch_recv(self.comm, out=self.recv, stop=True)
+        ops.gmm_swiglu_quant_multi_layer(it.hidden_states, it.dynamic_scales, self.w1, it.group_list, it.layer_index,
+                                         out=(self.y, self.y_scale), swiglu_limit=self.swiglu_limit)
+        ops.gmm_multi_layer(self.y, self.y_scale, self.w2, it.group_list, it.layer_index, out=self.out)
+        ops.combine_send(self.comm, self.out, it.work_item)
+
+    def synchronize(self) -> None:
+        """Waits (within CAM_SYNC_TIMEOUT_S) for what is queued on the loop's stream (the Comm's for CPU tensors;
+        for NPU tensors torch_npu's current stream of the thread that built the loop, the one the graph captures)
+        and raises what the replays' ops reported: cam's synchronize reads the captured ops' status records, which
+        a framework's own synchronize does not."""
+        self._stream.synchronize(_runtime.sync_timeout_s())
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def stop(self) -> bool:
+        """Sets the stop word (a host write, no device work) and ends :meth:`run` after the replay in flight.
+        Returns True when this call stopped the loop, False when it was stopped already (a no-op)."""
+        first = ops.dispatch_recv_stop(self.comm)
+        self._stopped.set()
+        return first
+
+    def resume(self) -> bool:
+        """Clears the stop word; the receives wait for work again. Returns whether the loop was stopped."""
+        self._stopped.clear()
+        return ops.dispatch_recv_resume(self.comm)
+
+    def run(self, replay: Callable[[], Any], max_replays: Optional[int] = None) -> int:
+        """Calls ``replay`` (one launch of the framework's graph, synchronized) until :meth:`stop` or
+        ``max_replays``; returns how many ran."""
+        n = 0
+        while not self._stopped.is_set() and (max_replays is None or n < max_replays):
+            replay()
+            n += 1
+        return n
 
 
 @dataclasses.dataclass

@@ -40,37 +40,81 @@ def batch_output_specs(comm: Comm, row_budget: int):
 
 @_library.op("dispatch_recv", mutates_args=("token", "expand_x", "scales", "expert_counts", "work_item"))
 def _dispatch_recv(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Tensor, expert_counts: torch.Tensor,
-                   work_item: torch.Tensor, comm_id: int) -> None:
+                   work_item: torch.Tensor, comm_id: int, stop_word: int = 0) -> None:
     comm = comm_of(comm_id)
-    _runtime.run(_C.dispatch_recv, comm._c, expand_x, scales, expert_counts, work_item, stream=comm.stream,
-                 tensor=expand_x)
-    comm._count_op("dispatch_recv")
-    token.add_(1)
-
-
-@_dispatch_recv.register_fake
-def _(token, expand_x, scales, expert_counts, work_item, comm_id) -> None:
-    _runtime.check(_C.dispatch_recv, comm_of(comm_id)._c, expand_x, scales, expert_counts, work_item)
-
-
-@_library.op("dispatch_recv_batch",
-             mutates_args=("token", "expand_x", "scales", "group_table", "origin", "work_items"))
-def _dispatch_recv_batch(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Tensor, group_table: torch.Tensor,
-                         origin: torch.Tensor, work_items: torch.Tensor, comm_id: int, row_budget: int) -> None:
-    comm = comm_of(comm_id)
-    _runtime.run(_C.dispatch_recv_batch, comm._c, row_budget, expand_x, scales, group_table, origin, work_items,
+    _runtime.run(_C.dispatch_recv_v2, comm._c, expand_x, scales, expert_counts, work_item, stop_word,
                  stream=comm.stream, tensor=expand_x)
     comm._count_op("dispatch_recv")
     token.add_(1)
 
 
+@_dispatch_recv.register_fake
+def _(token, expand_x, scales, expert_counts, work_item, comm_id, stop_word=0) -> None:
+    _runtime.check(_C.dispatch_recv_v2, comm_of(comm_id)._c, expand_x, scales, expert_counts, work_item, stop_word)
+
+
+@_library.op("dispatch_recv_batch",
+             mutates_args=("token", "expand_x", "scales", "group_table", "origin", "work_items"))
+def _dispatch_recv_batch(token: torch.Tensor, expand_x: torch.Tensor, scales: torch.Tensor, group_table: torch.Tensor,
+                         origin: torch.Tensor, work_items: torch.Tensor, comm_id: int, row_budget: int,
+                         stop_word: int = 0) -> None:
+    comm = comm_of(comm_id)
+    _runtime.run(_C.dispatch_recv_batch_v2, comm._c, row_budget, expand_x, scales, group_table, origin, work_items,
+                 stop_word, stream=comm.stream, tensor=expand_x)
+    comm._count_op("dispatch_recv")
+    token.add_(1)
+
+
 @_dispatch_recv_batch.register_fake
-def _(token, expand_x, scales, group_table, origin, work_items, comm_id, row_budget) -> None:
-    _runtime.check(_C.dispatch_recv_batch, comm_of(comm_id)._c, row_budget, expand_x, scales, group_table, origin,
-                   work_items)
+def _(token, expand_x, scales, group_table, origin, work_items, comm_id, row_budget, stop_word=0) -> None:
+    _runtime.check(_C.dispatch_recv_batch_v2, comm_of(comm_id)._c, row_budget, expand_x, scales, group_table, origin,
+                   work_items, stop_word)
 
 
-def dispatch_recv(comm: Comm, *, out=None, row_budget: Optional[int] = None):
+def _stop_word_arg(comm: Comm, stop) -> int:
+    """The ``stop`` argument as the address the C call checks (0: no stop). The checks that need the window (is it
+    the Comm's stop word) are the C API's, in its words, before anything is launched."""
+    if stop is None or stop is False:
+        return 0
+    if stop is True:
+        return _C.dispatch_recv_stop_word(comm._c)
+    if not isinstance(stop, torch.Tensor):
+        raise TypeError(f"dispatch_recv: stop must be None, True (the Comm's stop word) or an int32 tensor of one "
+                        f"element over it (dispatch_recv_stop_word(comm)), got {type(stop).__name__}")
+    if stop.dtype != torch.int32 or stop.numel() != 1:
+        raise ValueError(f"dispatch_recv: stop must be an int32 tensor of one element, got {stop.dtype} of "
+                         f"{stop.numel()} elements")
+    return stop.data_ptr()
+
+
+def dispatch_recv_stop_word(comm: Comm) -> torch.Tensor:
+    """The Comm's stop word as an int32 ``[1]`` tensor over its window (docs/graph.md, "Stopping a captured
+    loop"), for a caller that passes its stop buffer to the receive (``dispatch_recv(comm, stop=word)``) and writes
+    it itself: any non-zero value stops. Where the window is device memory the host has no view of it: pass
+    ``stop=True`` and stop with :func:`dispatch_recv_stop`."""
+    comm = comm_arg("dispatch_recv_stop_word", comm)
+    address = _C.dispatch_recv_stop_word(comm._c)  # refuses an Attention rank's Comm, by name
+    window = comm.window  # refuses a window in device memory, by name
+    offset = address - window.data_ptr()
+    return window[offset:offset + 4].view(torch.int32)
+
+
+def dispatch_recv_stop(comm: Comm) -> bool:
+    """Sets the Comm's stop word: every receive launched with ``stop`` (a captured loop's included) then returns
+    an empty work item at once instead of waiting its idle bound. Returns False, and writes nothing, when the word is
+    set already (a stop of a stopped loop is a no-op). Not a device op: a host write through the Comm's transport,
+    seen by the next poll of a running receive."""
+    comm = comm_arg("dispatch_recv_stop", comm)
+    return not _C.dispatch_recv_set_stop(comm._c, True)
+
+
+def dispatch_recv_resume(comm: Comm) -> bool:
+    """Clears the Comm's stop word (receives with ``stop`` wait for work again). Returns whether it was set."""
+    comm = comm_arg("dispatch_recv_resume", comm)
+    return _C.dispatch_recv_set_stop(comm._c, False)
+
+
+def dispatch_recv(comm: Comm, *, out=None, row_budget: Optional[int] = None, stop=None):
     """FFN side: take the next ready work item, or with ``row_budget`` a batch of them (docs/protocol.md §6.2).
 
     Replicas are served round robin over the ready ones (a replica that is ready is served within D
@@ -117,6 +161,12 @@ def dispatch_recv(comm: Comm, *, out=None, row_budget: Optional[int] = None):
 
         ``out`` is then the five tensors. Shapes depend only on (topology, row_budget): capturable.
 
+    ``stop``: None (the default: no stop), True (the Comm's stop word) or an int32 ``[1]`` tensor that must be that
+    word (:func:`dispatch_recv_stop_word`); anything else, another Comm's word or a tensor outside this Comm's
+    window, is refused by name before anything is launched. While the word is non-zero the receive takes no work
+    item and returns an empty one at once, without waiting ``idle_poll_s`` (:func:`dispatch_recv_stop`; docs/graph.md,
+    "Stopping a captured loop"). The kernel reads it at every poll, as a flag only.
+
     Raises:
         TypeError / ValueError: ``comm`` not an FFN rank's Comm, ``out`` of the wrong dtypes or shapes, or
             ``row_budget`` not an int or smaller than one work item's rows (``recv_rows``).
@@ -129,6 +179,7 @@ def dispatch_recv(comm: Comm, *, out=None, row_budget: Optional[int] = None):
             weights, is held back (not ready): an idle poll returns empty items, no error.
     """
     comm = comm_arg("dispatch_recv", comm)
+    stop_word = _stop_word_arg(comm, stop)
     if row_budget is not None:
         args = Args("dispatch_recv")
         args.integer("row_budget", row_budget)
@@ -137,10 +188,10 @@ def dispatch_recv(comm: Comm, *, out=None, row_budget: Optional[int] = None):
             # Before allocating row_budget rows: C's rule (host/src/dispatch_recv.cpp), in its words.
             _C.dispatch_recv_check_row_budget(list(comm.topology.as_c_fields()), row_budget)
             given = tuple(torch.empty(shape, dtype=dtype) for dtype, shape in batch_output_specs(comm, row_budget))
-        _dispatch_recv_batch(comm.token, *given, comm.id, row_budget)
+        _dispatch_recv_batch(comm.token, *given, comm.id, row_budget, stop_word)
         return given
     given = Args("dispatch_recv").outputs("out", out, 4)
     if given is None:
         given = tuple(torch.empty(shape, dtype=dtype) for dtype, shape in output_specs(comm))
-    _dispatch_recv(comm.token, *given, comm.id)
+    _dispatch_recv(comm.token, *given, comm.id, stop_word)
     return given

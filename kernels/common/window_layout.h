@@ -392,6 +392,12 @@ CAM_HOST_DEVICE inline constexpr int64_t ffn_combined_rows_off(const CamTopology
 CAM_HOST_DEVICE inline constexpr int64_t ffn_weights_epoch_off(const CamTopology& t) {
     return ffn_combined_rows_off(t) + align_up(8 * t.D, kLine);
 }
+// The stop word of this rank's receive loops (docs/graph.md, "Stopping a captured loop"): an int32 in the
+// weights-epoch line's second 8-byte word (its other 4 bytes stay 0), written only by the host
+// (aclnnCamDispatchRecvSetStop) and read only by a dispatch_recv launched with it, as a flag: any non-zero value ends
+// that receive's wait at once with an empty work item. It sits in a line no kernel writes, so a kernel's write-back
+// never replaces a host write; no peer reads it, so it is no part of what peers agree on (the layout version).
+CAM_HOST_DEVICE inline constexpr int64_t ffn_stop_off(const CamTopology& t) { return ffn_weights_epoch_off(t) + 8; }
 CAM_HOST_DEVICE inline constexpr int64_t ffn_state_bytes(const CamTopology& t) {
     return 2 * kLine + 5 * align_up(8 * t.D, kLine);
 }

@@ -122,6 +122,16 @@ private:
         return false;
     }
 
+    // The stop word is memory its owner writes from the host at any time: only whether it is zero is used, never
+    // its value, and its place is the layout's, not an argument.
+    __aicore__ inline bool Stopped() const {
+        if (tiling_.stop == 0) return false;
+        AscendC::GlobalTensor<int32_t> word = dp::TensorAt<int32_t>(plane_.Own(), layout::ffn_stop_off(Topo()), 1);
+        AscendC::DataCacheCleanAndInvalid<int32_t, AscendC::CacheLine::SINGLE_CACHE_LINE,
+                                          AscendC::DcciDst::CACHELINE_OUT>(word);
+        return word.GetValue(0) != 0;
+    }
+
     // ---- block 0 ----
     // Replicas are polled round robin from rr_next; the first whose next round every participant published is
     // selected. Idle (nothing begun) ends the wait after idleCycles without an error; a begun round that stays
@@ -148,6 +158,8 @@ private:
 
     __aicore__ inline dp::PollResult PollReplicas(ReadyPoll* st) {
         const CamTopology& t = Topo();
+        // A stopped loop takes nothing more: the wait ends now, without an error, and the outputs are empty.
+        if (Stopped()) return dp::PollResult::kStop;
         int64_t partial = -1, partialMissing = -1, partialPublished = -1;
         w_ = WeightsEpoch();  // one value per poll: the hold-back and the checks of this selection agree
         for (int64_t n = 0; n < t.D; ++n) {

@@ -17,6 +17,7 @@ struct DispatchRecvTilingData {
     uint32_t batched;    // 0: one work item (expert_counts, work_item[W]); 1: a snapshot batch (group table, origin,
                          // work_items[maxItems, W]), docs/protocol.md §6.2
     uint32_t maxItems;   // work items one launch may take: 1, or min(D, kDispatchRecvMaxItems) when batched
+    uint32_t stop;       // 1: honour the Comm's stop word (layout::ffn_stop_off), 0: no stop (eager default)
     int64_t rowBudget;   // rows of expand_x: recv_rows, or the batch's row budget (>= recv_rows)
 };
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -562,6 +564,175 @@ int L2Reread() {
     return Check(cost.l2HitFraction, 99.0 / 101.0, 1e-12);
 }
 
+// ---- the L2 policy: LRU by stack distance over the reads in the order they start ----
+// The streams below read more distinct bytes than l2_bytes: 64 KiB tiles of an address range mapped without backing
+// (the twin copies zero pages), so no test holds hundreds of MiB.
+constexpr uint64_t kL2Tile = 64 << 10;
+
+uint8_t* BigGm(uint64_t tiles) {
+    void* p = mmap(nullptr, tiles * kL2Tile, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        std::printf("mmap of %llu tiles failed\n", (unsigned long long)tiles);
+        std::exit(1);
+    }
+    return static_cast<uint8_t*>(p);
+}
+
+// l2_bytes in tiles, checked whole (the cases count tiles).
+uint64_t L2Tiles() {
+    const double tiles = K("l2_bytes") / double(kL2Tile);
+    if (tiles != std::floor(tiles)) {
+        std::printf("l2_bytes is not a whole number of 64 KiB tiles\n");
+        std::exit(1);
+    }
+    return uint64_t(tiles);
+}
+
+// Reads tiles [first, first + n) of `gm` into the UB tile `t`, in order.
+void ReadTiles(const LocalTensor<uint8_t>& t, uint8_t* gm, uint64_t first, uint64_t n) {
+    GlobalTensor<uint8_t> g;
+    g.SetGlobalBuffer(gm + first * kL2Tile, n * kL2Tile);
+    for (uint64_t i = 0; i < n; ++i) DataCopy(t, g[i * kL2Tile], uint32_t(kL2Tile));
+}
+
+// The hit fraction and the memory floor a launch must show, the floor from the closed form: misses at HBM, hits at
+// the L2 bandwidth (the A3 low end).
+int CheckL2(const cam::twin::LaunchCost& cost, double hitFraction) {
+    const double rd = cost.gmReadBytes;
+    const double floor = rd * (1 - hitFraction) / K("hbm_bytes_per_s_die") + rd * hitFraction / K("l2_bytes_per_s_die_lo");
+    if (cost.l2HitFraction != hitFraction || std::fabs(cost.bandwidthFloorSeconds - floor) > 1e-12 * floor) {
+        std::printf("hit fraction %.9g, floor %.9g s; want %.9g, %.9g s\n", cost.l2HitFraction,
+                    cost.bandwidthFloorSeconds, hitFraction, floor);
+        return 1;
+    }
+    std::printf("OK\n");
+    return 0;
+}
+
+// Negative: one block reads a set A of 1024 tiles, then l2_bytes of other tiles, then A again in the same order.
+// Each re-read of A comes after more than l2_bytes of other distinct copies (the rest of A, the stream, the part of
+// A re-read before it), so every one misses: LRU's looping pattern. The launch's footprint is 4/3 of L2, so a rule
+// from the footprint alone would hit a share of the re-reads (l2_bytes / footprint of them).
+int L2LruEvicted() {
+    const uint64_t a = 1024, stream = L2Tiles();
+    uint8_t* gm = BigGm(a + stream);
+    cam::twin::LaunchCost cost;
+    Cycles(1, [&] {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf;
+        pipe.InitBuffer(buf, uint32_t(kL2Tile));
+        const LocalTensor<uint8_t> t = buf.Get<uint8_t>();
+        ReadTiles(t, gm, 0, a);
+        ReadTiles(t, gm, a, stream);
+        ReadTiles(t, gm, 0, a);
+    }, &cost);
+    return CheckL2(cost, 0.0);
+}
+
+// The capacity's edge: a re-read hits when its own bytes and the distinct bytes read since its first read make at
+// most l2_bytes. One block reads `n` distinct tiles then the first again: with n tiles filling L2 exactly the re-read
+// hits (1 read of n + 1); with one tile more it misses.
+int L2LruCapacity() {
+    const uint64_t c = L2Tiles();
+    uint8_t* gm = BigGm(c + 1);
+    for (const uint64_t n : {c, c + 1}) {
+        cam::twin::LaunchCost cost;
+        Cycles(1, [&] {
+            TPipe pipe;
+            TBuf<TPosition::VECCALC> buf;
+            pipe.InitBuffer(buf, uint32_t(kL2Tile));
+            const LocalTensor<uint8_t> t = buf.Get<uint8_t>();
+            ReadTiles(t, gm, 0, n);
+            ReadTiles(t, gm, 0, 1);
+        }, &cost);
+        const double want = n == c ? 1.0 / double(n + 1) : 0.0;
+        if (std::fabs(cost.l2HitFraction - want) > 1e-12) {
+            std::printf("%llu tiles then the first again: hit fraction %.9g, want %.9g\n", (unsigned long long)n,
+                        cost.l2HitFraction, want);
+            return 1;
+        }
+    }
+    std::printf("OK\n");
+    return 0;
+}
+
+// Control: one block reads each of 4/3 l2_bytes of tiles twice in a row: each re-read comes right after its first
+// read and hits, though the launch's footprint exceeds L2.
+int L2LruNearReuse() {
+    const uint64_t n = L2Tiles() / 3 * 4;
+    uint8_t* gm = BigGm(n);
+    cam::twin::LaunchCost cost;
+    Cycles(1, [&] {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf;
+        pipe.InitBuffer(buf, uint32_t(kL2Tile));
+        const LocalTensor<uint8_t> t = buf.Get<uint8_t>();
+        for (uint64_t i = 0; i < n; ++i) {
+            ReadTiles(t, gm, i, 1);
+            ReadTiles(t, gm, i, 1);
+        }
+    }, &cost);
+    return CheckL2(cost, 0.5);
+}
+
+// Control across cores: two blocks stream the same 4/3 l2_bytes of tiles; block 1 starts one Adds later, so each of
+// its reads starts just after block 0's read of the same tile and hits. In the order of the records (block 0's
+// whole stream before block 1's) each of block 1's reads would come after l2_bytes of others and miss: the policy
+// orders reads by when they start on their cores.
+int L2LruIssueOrder() {
+    const uint64_t n = L2Tiles() / 3 * 4;
+    uint8_t* gm = BigGm(n);
+    cam::twin::LaunchCost cost;
+    Cycles(2, [&] {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf, v;
+        pipe.InitBuffer(buf, uint32_t(kL2Tile));
+        pipe.InitBuffer(v, 256);
+        if (GetBlockIdx() == 1) {
+            LocalTensor<float> f = v.Get<float>();
+            Adds(f, f, 1.0f, 64);
+            SetFlag<HardEvent::V_MTE2>(0);
+            WaitFlag<HardEvent::V_MTE2>(0);
+        }
+        ReadTiles(buf.Get<uint8_t>(), gm, 0, n);
+    }, &cost);
+    return CheckL2(cost, 0.5);
+}
+
+// Hits belong to the stretch they happen in: 20 blocks each read 16 tiles of their own (every read a miss), SyncAll,
+// then read them again (every read a hit). The misses' HBM floor binds the first stretch; the second, all hits, runs
+// at the cores' pace (its L2 floor is shorter). A hit fraction averaged over the launch (half) would put both
+// stretches under one floor between the two and predict another time.
+int L2LruPerStretch() {
+    constexpr uint32_t kBlocks = 20;
+    constexpr uint64_t kTiles = 16;
+    uint8_t* gm = BigGm(kBlocks * kTiles);
+    cam::twin::LaunchCost cost;
+    const double got = Cycles(kBlocks, [&] {
+        KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf;
+        pipe.InitBuffer(buf, uint32_t(kL2Tile));
+        const LocalTensor<uint8_t> t = buf.Get<uint8_t>();
+        ReadTiles(t, gm, GetBlockIdx() * kTiles, kTiles);
+        SyncAll();
+        ReadTiles(t, gm, GetBlockIdx() * kTiles, kTiles);
+    }, &cost);
+    const double clk = K("core_clock_hz"), stretch = double(kBlocks * kTiles * kL2Tile);
+    const double core = K("scalar_issue_cycles") + kTiles * (K("mte_latency_cycles") + kL2Tile / K("mte2_bytes_per_cycle"));
+    const double missFloor = stretch / K("hbm_bytes_per_s_die") * clk, hitFloor = stretch / K("l2_bytes_per_s_die_lo") * clk;
+    if (!(missFloor > core && hitFloor < core)) {
+        std::printf("the case no longer separates the stretches: core %.0f, miss floor %.0f, hit floor %.0f cycles\n",
+                    core, missFloor, hitFloor);
+        return 1;
+    }
+    if (cost.l2HitFraction != 0.5) {
+        std::printf("hit fraction %.9g, want 0.5\n", cost.l2HitFraction);
+        return 1;
+    }
+    return Check(got, missFloor + K("syncall_cycles") + core, 1e-9);
+}
+
 // One tile through the whole cube path (as tests/twin/violations.cpp's GoodCube): ND->NZ copy of A and a burst copy
 // of B into L1 (MTE2), LoadData and LoadDataWithTranspose into L0 (MTE1), Mmad (M), Fixpipe to GM (FIX). Each pipe's
 // busy time is the closed form of its instructions.
@@ -683,6 +854,11 @@ int main(int argc, char** argv) {
     if (c == "queue_pingpong") return QueueCase(2);
     if (c == "syncall_join") return SyncAllJoin();
     if (c == "l2_reread") return L2Reread();
+    if (c == "l2_lru_evicted") return L2LruEvicted();
+    if (c == "l2_lru_near_reuse") return L2LruNearReuse();
+    if (c == "l2_lru_capacity") return L2LruCapacity();
+    if (c == "l2_lru_per_stretch") return L2LruPerStretch();
+    if (c == "l2_lru_issue_order") return L2LruIssueOrder();
     if (c == "peer_copy_link") return PeerCopy(true);
     if (c == "own_copy_core") return PeerCopy(false);
     if (c == "poll_repeats_not_costed") return PollRepeats();

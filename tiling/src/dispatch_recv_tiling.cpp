@@ -12,7 +12,7 @@ uint32_t DispatchRecvBatchItems(const CamTopology& topo) {
     return static_cast<uint32_t>(std::min<int64_t>(topo.D, kernels::kDispatchRecvMaxItems));
 }
 
-bool TileDispatchRecv(const PlatformInfo& platform, const kernels::dp::CommArgs& comm, int64_t rowBudget,
+bool TileDispatchRecv(const PlatformInfo& platform, const kernels::dp::CommArgs& comm, int64_t rowBudget, bool stop,
                       kernels::DispatchRecvTilingData* out, uint64_t* workspaceBytes, std::string* why) {
     kernels::DispatchRecvTilingData t{};
     t.comm = comm;
@@ -20,6 +20,7 @@ bool TileDispatchRecv(const PlatformInfo& platform, const kernels::dp::CommArgs&
     if (!WorkingSetFits(platform, kernels::DispatchRecvUbBytes(t.copyChunkBytes), "dispatch_recv", why)) return false;
     t.batched = rowBudget > 0 ? 1 : 0;
     t.maxItems = t.batched ? DispatchRecvBatchItems(comm.topo) : 1;
+    t.stop = stop ? 1 : 0;
     t.rowBudget = t.batched ? rowBudget : cam::layout::recv_rows(comm.topo);
     const int64_t rows = t.rowBudget;
     t.blockDim = BlocksFor(platform, rows, uint64_t(rows) * uint64_t(cam::layout::dispatch_row_bytes(comm.topo)));

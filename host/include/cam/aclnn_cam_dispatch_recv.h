@@ -46,6 +46,26 @@ CAM_API aclnnStatus aclnnCamDispatchRecvCheckRowBudget(const CamTopology* topolo
 CAM_API aclnnStatus aclnnCamDispatchRecv(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                          aclrtStream stream);
 
+/* Stopping a receive loop (docs/graph.md, "Stopping a captured loop"). Each FFN rank's window holds one stop word
+ * (int32, cam::layout::ffn_stop_off). A dispatch_recv given it (the V2 calls below, stopWord non-NULL) reads it at
+ * every poll: while it is non-zero the receive takes no work item and writes an empty one at once, without waiting
+ * its idle bound, so a captured loop of receives idles through its replays quickly. Only zero / non-zero matters.
+ * aclnnCamDispatchRecvStopWord gives the word's device address (what the V2 calls accept; any other address, inside
+ * the window or not, is ACLNN_ERR_PARAM_INVALID naming stop_word, before anything is launched).
+ * aclnnCamDispatchRecvSetStop(comm, 1, &was) sets it (a no-op when it is set already: *was says so), (comm, 0, &was)
+ * clears it. Both write through the communicator's transport (the host mapping, or a device copy). */
+CAM_API aclnnStatus aclnnCamDispatchRecvStopWord(camComm* comm, void** stopWord);
+CAM_API aclnnStatus aclnnCamDispatchRecvSetStop(camComm* comm, int32_t stop, int32_t* wasStopped);
+CAM_API aclnnStatus aclnnCamDispatchRecvV2GetWorkspaceSize(camComm* comm, aclTensor* expandX, aclTensor* scales,
+                                                           aclTensor* expertCounts, aclTensor* workItem,
+                                                           const void* stopWord, uint64_t* workspaceSize,
+                                                           aclOpExecutor** executor);
+CAM_API aclnnStatus aclnnCamDispatchRecvBatchV2GetWorkspaceSize(camComm* comm, int64_t rowBudget, aclTensor* expandX,
+                                                                aclTensor* scales, aclTensor* groupTable,
+                                                                aclTensor* origin, aclTensor* workItems,
+                                                                const void* stopWord, uint64_t* workspaceSize,
+                                                                aclOpExecutor** executor);
+
 #ifdef __cplusplus
 }
 #endif

@@ -194,14 +194,8 @@ double Cycles(const Rec& r, const Device& d) {
     }
 }
 
-// The launch's MTE2 reads: their bytes and their footprint, the bytes of its distinct copies (same GM start, burst
-// bytes, bursts and pitch: a GEMM re-reads its A and B tiles exactly). Copies of the same bytes in another shape
-// count again, so the footprint errs large and the hit fraction small. Computed once per launch.
-struct Reads {
-    double total = 0;
-    double footprint = 0;
-};
-
+// A copy of GM bytes, as the L2 policy keys reads: same GM start, burst bytes, bursts and pitch (a GEMM re-reads its
+// A and B tiles exactly). The same bytes read in another shape are another copy: the model errs towards misses.
 struct CopyKey {
     uint64_t addr, burst, bursts, pitch;
     bool operator==(const CopyKey&) const = default;
@@ -216,26 +210,110 @@ struct CopyKeyHash {
     }
 };
 
+// The launch's MTE2 reads by copy: each block's reads (the blocks in index order, the reads in program order) carry
+// their copy's dense id. Computed once per launch, before any costing.
+struct Reads {
+    std::vector<std::vector<uint32_t>> copy;  // per block, per MTE2 read: its copy
+    std::vector<int64_t> bytes;               // per copy
+    size_t count = 0;                         // the launch's MTE2 reads
+};
+
 Reads LaunchReads(const std::vector<BlockTrace>& blocks) {
-    std::unordered_set<CopyKey, CopyKeyHash> seen;
+    std::unordered_map<CopyKey, uint32_t, CopyKeyHash> ids;
     Reads out;
-    for (const BlockTrace& b : blocks)
-        for (const Rec& r : b.recs) {
+    out.copy.resize(blocks.size());
+    for (size_t i = 0; i < blocks.size(); ++i)
+        for (const Rec& r : blocks[i].recs) {
             if (r.kind != Kind::GmCopy || r.pipe != uint8_t(Pipe::MTE2)) continue;
-            const double bytes = double(r.a) * double(r.b);
-            out.total += bytes;
-            if (seen.insert({r.c, r.a, r.b, r.d}).second) out.footprint += bytes;
+            const auto [it, fresh] = ids.try_emplace(CopyKey{r.c, r.a, r.b, r.d}, uint32_t(out.bytes.size()));
+            if (fresh) out.bytes.push_back(int64_t(r.a * r.b));
+            out.copy[i].push_back(it->second);
+            ++out.count;
         }
     return out;
 }
 
-// The L2 policy: every launch starts with a cold L2; the first read of a copy misses; a re-read hits when the
-// launch's read footprint fits in L2, else with probability capacity / footprint.
-double L2HitFraction(const Reads& r, double l2Bytes) {
-    if (r.total <= 0) return 0;
-    const double reread = std::max(0.0, r.total - r.footprint);
-    const double keep = r.footprint <= l2Bytes ? 1.0 : l2Bytes / r.footprint;
-    return reread * keep / r.total;
+// A read of this die's memory as the L2 policy orders them: when it starts on its core's MTE2 pipe, then the core's
+// place in the launch and the read's place in the core's program (a fixed order for reads starting together).
+struct L2Read {
+    double start;
+    uint32_t core, seq, copy;
+    int64_t bytes;
+    bool operator<(const L2Read& o) const {
+        return start != o.start ? start < o.start : core != o.core ? core < o.core : seq < o.seq;
+    }
+};
+
+// The L2 policy (docs/twin.md, "Memory."): a fully associative LRU cache of l2_bytes, judged by stack distance
+// (Mattson et al. 1970). Every costing starts cold; a copy's first read misses; a re-read hits when its own bytes
+// and those of the distinct copies read since its previous read fit in l2_bytes. A Fenwick tree over the access
+// positions holds each copy's bytes at its latest read, so the distinct bytes read since a position are a suffix
+// sum: O(log n) a read.
+class L2Stack {
+public:
+    void Reset(const Reads& reads, double capacity) {
+        capacity_ = capacity;
+        tree_.assign(reads.count + 1, 0);
+        last_.assign(reads.bytes.size(), 0);
+        next_ = 0;
+        live_ = 0;
+    }
+    // The read's bytes that hit: all of them or none.
+    int64_t Read(uint32_t copy, int64_t bytes) {
+        const uint32_t pos = ++next_;  // positions from 1; 0: never read
+        uint32_t& prev = last_[copy];
+        int64_t hit = 0;
+        if (prev != 0) {
+            const int64_t since = live_ - Prefix(prev);  // the copies whose latest read came after this one's
+            if (double(since + bytes) <= capacity_) hit = bytes;
+            Add(prev, -bytes);
+            live_ -= bytes;
+        }
+        Add(pos, bytes);
+        live_ += bytes;
+        prev = pos;
+        return hit;
+    }
+
+private:
+    void Add(uint32_t i, int64_t v) {
+        for (; i < tree_.size(); i += i & (~i + 1)) tree_[i] += v;
+    }
+    int64_t Prefix(uint32_t i) const {
+        int64_t s = 0;
+        for (; i > 0; i -= i & (~i + 1)) s += tree_[i];
+        return s;
+    }
+    double capacity_ = 0;
+    std::vector<int64_t> tree_;
+    std::vector<uint32_t> last_;  // per copy: the position of its latest read
+    uint32_t next_ = 0;
+    int64_t live_ = 0;  // the bytes in the tree: every copy read so far, once
+};
+
+// A segment's hit bytes: its reads through the launch's stack in the order they start. Each RunSegment call appends
+// one core's reads in that order (a core's MTE2 copies start one after another), so the segment's reads are sorted
+// runs (`runs`: where each begins), merged here in O(n log runs) rather than sorted. Empties both.
+int64_t SegmentHits(std::vector<L2Read>& reads, std::vector<size_t>& runs, L2Stack& l2) {
+    runs.push_back(reads.size());
+    std::vector<std::pair<size_t, size_t>> heap;  // (next read, end) of each run not yet merged
+    for (size_t k = 0; k + 1 < runs.size(); ++k)
+        if (runs[k] < runs[k + 1]) heap.push_back({runs[k], runs[k + 1]});
+    const auto later = [&](const std::pair<size_t, size_t>& x, const std::pair<size_t, size_t>& y) {
+        return reads[y.first] < reads[x.first];
+    };
+    std::make_heap(heap.begin(), heap.end(), later);
+    int64_t hit = 0;
+    while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        std::pair<size_t, size_t>& run = heap.back();
+        hit += l2.Read(reads[run.first].copy, reads[run.first].bytes);
+        if (++run.first < run.second) std::push_heap(heap.begin(), heap.end(), later);
+        else heap.pop_back();
+    }
+    reads.clear();
+    runs.clear();
+    return hit;
 }
 
 // One instruction's span on its pipe, for the Perfetto trace.
@@ -276,6 +354,9 @@ private:
 
 struct Core {
     uint32_t idx = 0;
+    uint32_t slot = 0;  // the core's place in the launch's blocks
+    const std::vector<uint32_t>* copies = nullptr;  // its MTE2 reads' copies (Reads)
+    uint32_t reads = 0;  // MTE2 reads run so far
     std::vector<Span>* spans = nullptr;  // non-null: record every instruction's span
     Stalls* stalls = nullptr;           // the launch's
     double tS = 0;
@@ -308,6 +389,7 @@ struct Core {
     }
     void Reset(uint32_t i, std::vector<Span>* s, Stalls* st) {
         idx = i;
+        reads = 0;
         atSync = false;
         crossWaits.clear();
         spans = s;
@@ -403,9 +485,9 @@ std::vector<double> RunLinks(PlaneTime& plane, size_t launches, double linkBytes
 }
 
 // Runs one core's records up to its next SyncAll (or its end); adds the bytes it moved to / from GM and over the
-// peer link.
+// peer link, and its reads of this die's memory to `l2` (the L2 policy orders them at the segment's end).
 void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, const LaunchWindows* w, double* rd,
-                double* wr, double* link, PlaneTime& plane) {
+                double* wr, double* link, std::vector<L2Read>& l2, PlaneTime& plane) {
     while (c.pos < b.recs.size()) {
         const Rec& r = b.recs[c.pos++];
         switch (r.kind) {
@@ -435,6 +517,10 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
                     const uint64_t peer = PeerWindow(w, r.c);
                     if (peer != 0) *link += bytes;
                     else (p == Pipe::MTE2 ? *rd : *wr) += bytes;
+                    if (p == Pipe::MTE2) {
+                        const uint32_t seq = c.reads++;
+                        if (peer == 0) l2.push_back({start, c.slot, seq, (*c.copies)[seq], int64_t(r.a * r.b)});
+                    }
                     // Writes into a peer go through the link queues (RunLinks); reads out of one count to the floor.
                     if (peer != 0 && p != Pipe::MTE2)
                         plane.writes.push_back({start, end, bytes, plane.launch, peer, r.w});
@@ -534,17 +620,17 @@ void RunSegment(Core& c, const BlockTrace& b, const Device& d, LaunchCost& out, 
 }
 
 // A segment's floor: what the die's memory and the rank's link alone would need for its bytes (seconds).
-double SegmentFloor(double rd, double wr, double link, double h, const Device& d) {
-    // The die's memory: misses and writes share HBM, hits share L2 (a floor on the segment, not a per-core
-    // slowdown: stated in docs/twin.md). The peer link is a resource of its own: the rank's copies to / from peers
-    // share link_bytes_per_s_rank.
-    return std::max((rd * (1 - h) + wr) / d.hbm + rd * h / d.l2Bw, link / d.link);
+double SegmentFloor(double rd, double wr, double link, double hit, const Device& d) {
+    // The die's memory: misses and writes share HBM, hits (of the `rd` read bytes) share L2 (a floor on the segment,
+    // not a per-core slowdown: stated in docs/twin.md). The peer link is a resource of its own: the rank's copies to
+    // / from peers share link_bytes_per_s_rank.
+    return std::max((rd - hit + wr) / d.hbm + hit / d.l2Bw, link / d.link);
 }
 
-// One segment of a costing (between SyncAlls): its start, the cores' latest arrival, its bytes and its end (cycles,
-// before the SyncAll's own cost).
+// One segment of a costing (between SyncAlls): its start, the cores' latest arrival, its bytes (`hit`: of its read
+// bytes, those the L2 policy hit) and its end (cycles, before the SyncAll's own cost).
 struct Segment {
-    double start, arrive, rd, wr, link, end;
+    double start, arrive, rd, wr, link, hit, end;
 };
 
 LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& blocks, const Reads& reads,
@@ -557,7 +643,6 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
     out.l2 = l2hi ? "hi" : "lo";
     out.blockDim = blockDim;
     std::sort(blocks.begin(), blocks.end(), [](const BlockTrace& x, const BlockTrace& y) { return x.idx < y.idx; });
-    out.l2HitFraction = L2HitFraction(reads, d.l2Bytes);
     // The cores' state is kept from one costing to the next on this thread (its lists' storage).
     static thread_local std::vector<Core> pool;
     if (pool.size() < blocks.size()) pool.resize(blocks.size());
@@ -565,11 +650,21 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
     std::unordered_map<uint64_t, std::vector<double>> cross;
     for (size_t i = 0; i < blocks.size(); ++i) {
         pool[i].Reset(blocks[i].idx, spans, &stalls);
+        pool[i].slot = uint32_t(i);
+        pool[i].copies = &reads.copy[i];
         pool[i].group = blocks[i].group;
         pool[i].sub = blocks[i].sub;
         pool[i].cross = blocks[i].group >= 0 ? &cross : nullptr;
     }
     const auto cores = std::span<Core>(pool.data(), blocks.size());
+    // The L2 is one stack over the launch (its segments in turn); a segment's reads go through it in the order they
+    // start, once the segment's cores have run. The order within a segment does not depend on its floor (the floor
+    // only moves its end), so its hits are known before its floor: one run, no pass more.
+    static thread_local L2Stack l2;
+    static thread_local std::vector<L2Read> segReads;
+    static thread_local std::vector<size_t> segRuns;
+    l2.Reset(reads, d.l2Bytes);
+    double hits = 0;
     double segStart = 0;  // cycles
     bool more = true;
     while (more) {
@@ -584,7 +679,9 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
                 Core& c = cores[i];
                 if (c.done || c.atSync) continue;
                 const size_t before = c.pos;
-                RunSegment(c, blocks[i], d, out, w, &rd, &wr, &link, plane);
+                const size_t run = segReads.size();
+                RunSegment(c, blocks[i], d, out, w, &rd, &wr, &link, segReads, plane);
+                if (segReads.size() > run) segRuns.push_back(run);
                 moved = moved || c.pos != before || c.done || c.atSync;
             }
         }
@@ -598,10 +695,12 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
         out.gmReadBytes += rd;
         out.gmWriteBytes += wr;
         out.linkBytes += link;
-        const double floorS = SegmentFloor(rd, wr, link, out.l2HitFraction, d);
+        const int64_t hit = SegmentHits(segReads, segRuns, l2);
+        hits += double(hit);
+        const double floorS = SegmentFloor(rd, wr, link, double(hit), d);
         out.bandwidthFloorSeconds += floorS;
         double end = std::max(arrive, segStart + floorS * d.clock);
-        if (segments != nullptr) segments->push_back({segStart, arrive, rd, wr, link, end});
+        if (segments != nullptr) segments->push_back({segStart, arrive, rd, wr, link, double(hit), end});
         if (more) end += d.sync;
         for (Core& c : cores) {
             if (more && c.Now() < end - d.sync) stalls.Add("SyncAll", nullptr, (end - d.sync - c.Now()) / d.clock);
@@ -623,6 +722,7 @@ LaunchCost Cost(const char* kernel, uint32_t blockDim, std::vector<BlockTrace>& 
         }
     }
     stalls.Into(out.stalls);
+    out.l2HitFraction = out.gmReadBytes > 0 ? hits / out.gmReadBytes : 0;
     out.seconds = std::max(last, segStart) / d.clock + d.launch;  // the launch's peer writes landing: CostGroup
     return out;
 }
@@ -704,8 +804,9 @@ bool SameLandings(const std::unordered_set<uint64_t>& read, const std::unordered
     return true;
 }
 
-// Every Device field is either compared by SameCores or one of the floor's figures (hbm, l2Bytes, l2Bw, link): a
-// field added without being named there fails this count.
+// Every Device field is either compared by SameCores or read after the cores have run (the floor's hbm, l2Bw and
+// link; l2Bytes, which decides the hits a costing's segments keep, compared where a costing is reused): a field
+// added without being named there fails this count.
 static_assert(sizeof(Device) == 24 * sizeof(double), "a Device field is missing from SameCores or the floor's figures");
 
 // Whether two devices differ only in figures a costing reads after its cores have run (the segments' floors: HBM,
@@ -740,20 +841,18 @@ std::atomic<bool> gSelfCheck{false};
 std::atomic<uint64_t> gDerived{0}, gRecosted{0}, gMismatches{0};
 
 // Launch `c`'s cost on device `d` from its costing on another device whose cores run the same (SameCores, same
-// landings read), when each segment ends at the cycle it ended there; false when one does not (its floor binds
-// differently), and the launch is costed afresh.
-bool Derive(const Costing& c, const Reads& reads, const Device& d, bool a3, bool hi, LaunchCost* out) {
-    const double h = L2HitFraction(reads, d.l2Bytes);
+// landings read, the same l2_bytes: the same reads in the same order, so the same hits), when each segment ends at
+// the cycle it ended there; false when one does not (its floor binds differently), and the launch is costed afresh.
+bool Derive(const Costing& c, const Device& d, bool a3, bool hi, LaunchCost* out) {
     double floors = 0;
     for (const Segment& s : c.segments) {
-        const double floorS = SegmentFloor(s.rd, s.wr, s.link, h, d);
+        const double floorS = SegmentFloor(s.rd, s.wr, s.link, s.hit, d);
         floors += floorS;
         if (std::max(s.arrive, s.start + floorS * d.clock) != s.end) return false;
     }
     *out = c.cost;
     out->device = a3 ? "a3" : "a2";
     out->l2 = hi ? "hi" : "lo";
-    out->l2HitFraction = h;
     out->bandwidthFloorSeconds = floors;
     return true;
 }
@@ -784,7 +883,8 @@ std::vector<std::vector<LaunchCost>> CostDevices(std::vector<Pending>& group, co
                                                         : std::pair<bool, double>{true, it->second});
                 }
                 PassMemo& m = memo[k];
-                const bool reuse = share && m.device != nullptr && SameCores(*m.device, d) && m.landRead == landRead;
+                const bool reuse = share && m.device != nullptr && SameCores(*m.device, d) &&
+                                   m.device->l2Bytes == d.l2Bytes && m.landRead == landRead;
                 if (!reuse) {
                     m.device = &d;
                     m.landRead = landRead;
@@ -793,7 +893,7 @@ std::vector<std::vector<LaunchCost>> CostDevices(std::vector<Pending>& group, co
                 for (size_t i = 0; i < group.size(); ++i) {
                     plane.launch = i;
                     Costing& c = m.launches[i];
-                    if (reuse && Derive(c, reads[i], d, a3, hi, &pass[i])) {
+                    if (reuse && Derive(c, d, a3, hi, &pass[i])) {
                         plane.writes.insert(plane.writes.end(), c.writes.begin(), c.writes.end());
                         for (const auto& [token, at] : c.ownLand) {
                             plane.landOut[token] = at;
@@ -845,6 +945,9 @@ void CostGroup(std::vector<Pending>& group) {
     std::vector<Reads> reads;
     std::unordered_set<uint64_t> readTokens;  // the signal writes whose values the group's reads saw
     for (Pending& p : group) {
+        // In index order, as Cost runs them: Reads numbers each block's reads in that order.
+        std::sort(p.blocks.begin(), p.blocks.end(),
+                  [](const BlockTrace& x, const BlockTrace& y) { return x.idx < y.idx; });
         reads.push_back(LaunchReads(p.blocks));
         for (const BlockTrace& b : p.blocks)
             for (const Rec& r : b.recs)

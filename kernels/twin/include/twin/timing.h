@@ -117,7 +117,8 @@ struct LaunchCost {
     double criticalBusy[static_cast<int>(Pipe::kCount)] = {};  // of the core that ends last
     uint32_t criticalCore = 0;
     std::map<std::string, double> stalls;  // seconds a pipe waited, summed over cores, by what it waited on
-    double gmReadBytes = 0, gmWriteBytes = 0, l2HitFraction = 0;
+    double gmReadBytes = 0, gmWriteBytes = 0;
+    double l2HitFraction = 0;  // of gmReadBytes, those the L2 policy hit (docs/twin.md, "L2 policy")
     double linkBytes = 0;  // copies to / from a peer's window
     double bandwidthFloorSeconds = 0;  // what the die's HBM / L2 alone would need (a segment floor when larger)
     uint64_t instructions = 0;
