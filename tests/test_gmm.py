@@ -313,6 +313,24 @@ def test_w1_tile_edges_and_extremes():
     cmp.finish()
 
 
+def test_w1_row_tiles_sized_to_the_group():
+    # The mixed kernel's row tiles (docs/gmm.md §5; the split itself: tests/test_gmm_row_tiles.py): 260 rows are two
+    # tiles of 144 and 116 where fixed 128-row tiles take three, 300 three of 112 (the last 76), and groups of 0, 1,
+    # 16 and 17 rows one tile or none, all dealt over the twin's two AI cores across group boundaries. N = 520 takes
+    # the 144 x 224 C tile that fills L0C, in three n-tiles (224, 224, 72). Rows past the groups stay untouched.
+    counts = [260, 0, 1, 16, 17, 300, 0]
+    rows = sum(counts)
+    x, xs, ws, ss = _problem(38, rows + 5, 64, 520, len(counts), 2)
+    lw = cam.LayerWeights(ws, ss)
+    cmp = W1Compare()
+    for glt in (COUNTS, CUMSUM):
+        got = _w1(x, xs, lw, _gl(counts, glt), 1, glt)
+        cmp.check(got, _w1_golden(x, xs, ws, ss, _gl(counts, glt), 1, glt), rows)
+        _assert_tail_untouched(got[0], rows, 77)
+        _assert_tail_untouched(got[1], rows, -1.5)
+    cmp.finish()
+
+
 def test_w1_row_longer_than_one_ub_pass():
     # N/2 = 5000 output columns do not fit one epilogue pass in 192 KiB of UB: s is spilled to the workspace and
     # re-read for the quant (two passes), with the row's amax combined across passes.

@@ -1,8 +1,9 @@
 // gmm_swiglu_quant_multi_layer (W1). W8A8: one mixed kernel (KERNEL_TYPE_MIX_AIC_1_2, docs/gmm.md §5): each AI
-// core's cube core computes the int32 accumulator of one row tile (tm rows, all N columns) at a time into a slot of
-// its own two-slot GM ring and sets "full"; its two vector cores wait for it, run the epilogue (dequant, SwiGLU,
-// per-token quant: gmm_swiglu_epilogue.h) over half the tile's rows each, and set "free"; the cube computes the next
-// tile into the other slot meanwhile. W4A8: the split, cube and epilogue launches (the epilogue kernel below).
+// core's cube core computes the int32 accumulator of one row tile (at most tm rows of one group, all N columns;
+// tiles sized to their group and dealt expert-major: gmm_swiglu_row_tiles.h) at a time into a slot of its own
+// two-slot GM ring and sets "full"; its two vector cores wait for it, run the epilogue (dequant, SwiGLU, per-token
+// quant: gmm_swiglu_epilogue.h) over half the tile's rows each, and set "free"; the cube computes the next tile into
+// the other slot meanwhile. W4A8: the split, cube and epilogue launches (the epilogue kernel below).
 #include "kernel_operator.h"
 
 #include "common/kernel_frame.h"
@@ -10,6 +11,7 @@
 #include "common/gmm_cube.h"
 #include "gmm_swiglu_quant_multi_layer/gmm_swiglu_epilogue.h"
 #include "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.h"
+#include "gmm_swiglu_quant_multi_layer/gmm_swiglu_row_tiles.h"
 
 namespace cam::kernels {
 
@@ -33,7 +35,7 @@ public:
         if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args))
             return;
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
-        GmmRowTiles tiles;
+        GmmSwigluRowTiles tiles;
         tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
         uint32_t n = 0;
         for (; tiles.Next(); ++n) {
@@ -65,7 +67,7 @@ public:
         const uint32_t ratio = static_cast<uint32_t>(AscendC::GetTaskRation());
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx()) / ratio;
         const uint32_t sub = static_cast<uint32_t>(AscendC::GetBlockIdx()) % ratio;
-        GmmRowTiles tiles;
+        GmmSwigluRowTiles tiles;
         tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
         for (uint32_t n = 0; tiles.Next(); ++n) {
             AscendC::CrossCoreWaitFlag<2, PIPE_MTE2>(kGmmSlotFull);

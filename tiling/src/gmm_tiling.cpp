@@ -28,6 +28,10 @@ constexpr uint32_t kPreferredTk1 = 1024;
 constexpr uint32_t kTallTm = 160;
 constexpr uint32_t kTallTn = 192;
 constexpr uint32_t kTallTk = 160;
+// The mixed W1 kernel's row tiles: at most kMixedTmMax rows of one group (balanced over the group's tiles, docs/gmm.md
+// §5), as wide as the rest of L0C allows (up to kWideTn), 128-deep steps. Each row tile streams its expert's whole
+// weight and each n-tile its rows of x, so taller tiles trade weight reads for x reads.
+constexpr uint32_t kMixedTmMax = 144;
 
 bool Fits(const PlatformInfo& p, uint32_t tm, uint32_t tn, uint32_t tk, uint32_t int4) {
     return kernels::GmmL1Bytes(tm, tn, tk, int4) <= p.l1Bytes && kernels::GmmL0ABytes(tm, tk) <= p.l0aBytes &&
@@ -46,8 +50,32 @@ uint32_t LargestChunk(uint32_t ub, uint32_t align, uint32_t cap, F bytes) {
 
 }  // namespace
 
+namespace {
+
+// Preferred tile sizes before they shrink to the problem and the platform's buffers; fillL0c: tn is the widest
+// multiple of 32 (up to tn) whose tm x tn int32 C tile fits L0C, taken before anything shrinks.
+struct GmmCubeTiles {
+    uint32_t tm, tn, tk;
+    bool fillL0c;
+};
+
+bool TileGmmCubeWith(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCubeTilingData* out,
+                     std::string* why, GmmCubeTiles pref);
+
+}  // namespace
+
 bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCubeTilingData* out, std::string* why,
                  bool wide, bool tall) {
+    return TileGmmCubeWith(platform, s, out, why,
+                           tall   ? GmmCubeTiles{kTallTm, kTallTn, kTallTk, false}
+                           : wide ? GmmCubeTiles{kPreferredTm, kWideTn, kWideTk, false}
+                                  : GmmCubeTiles{kPreferredTm, kPreferredTn, kPreferredTk, false});
+}
+
+namespace {
+
+bool TileGmmCubeWith(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCubeTilingData* out,
+                     std::string* why, GmmCubeTiles pref) {
     constexpr uint64_t kMax32 = std::numeric_limits<uint32_t>::max();
     if (s.k < 1 || s.k > kernels::kGmmMaxK) {
         *why = "K = " + std::to_string(s.k) + " outside [1, " + std::to_string(kernels::kGmmMaxK) + "]";
@@ -84,12 +112,13 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
     const uint64_t kSplit = AlignUp(s.k, kernels::kGmmK0Int4);
     // Per output channel the int4 loop runs over the 64-padded K as one group.
     const uint64_t kGroup = s.int4 && s.kGroups == 1 ? kSplit : s.k / s.kGroups;
-    const uint32_t preferTm = tall ? kTallTm : kPreferredTm;
-    const uint32_t preferTn = tall ? kTallTn : wide ? kWideTn : kPreferredTn;
-    const uint32_t preferTk = tall ? kTallTk : wide ? kWideTk : kPreferredTk;
-    uint32_t tm = static_cast<uint32_t>(std::min<uint64_t>(preferTm, AlignUp(std::max<uint64_t>(s.m, 1), 16)));
-    uint32_t tn = static_cast<uint32_t>(std::min<uint64_t>(preferTn, AlignUp(s.n, 32)));
-    uint32_t tk = static_cast<uint32_t>(std::min<uint64_t>(preferTk, AlignUp(s.k, k0)));
+    uint32_t tm = static_cast<uint32_t>(std::min<uint64_t>(pref.tm, AlignUp(std::max<uint64_t>(s.m, 1), 16)));
+    uint32_t tn = static_cast<uint32_t>(std::min<uint64_t>(pref.tn, AlignUp(s.n, 32)));
+    uint32_t tk = static_cast<uint32_t>(std::min<uint64_t>(pref.tk, AlignUp(s.k, k0)));
+    if (pref.fillL0c) {
+        const uint64_t widest = platform.l0cBytes / kernels::GmmL0CBytes(tm, 1, int4) / 32 * 32;
+        tn = static_cast<uint32_t>(std::min<uint64_t>(tn, std::max<uint64_t>(widest, 32)));
+    }
     // Shrink k first (costs only more steps), then n, then m, until every buffer fits.
     while (!Fits(platform, tm, tn, tk, int4)) {
         if (tk > k0) tk -= k0;
@@ -139,6 +168,8 @@ bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCu
     *out = t;
     return true;
 }
+
+}  // namespace
 
 bool TileGmmSplitInt4(const PlatformInfo& platform, const kernels::GmmCubeTilingData& cube,
                       kernels::GmmSplitInt4TilingData* out, std::string* why) {
@@ -204,8 +235,10 @@ bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& 
         return false;
     }
     kernels::GmmSwigluQuantMultiLayerTilingData t{};
-    // W8A8 runs as the mixed kernel (wide tiles); W4A8 as the separate cube launch.
-    if (!TileGmmCube(platform, s, &t.cube, why, !s.int4)) return false;
+    // W8A8 runs as the mixed kernel (row tiles of at most kMixedTmMax rows); W4A8 as the separate cube launch.
+    if (!(s.int4 ? TileGmmCube(platform, s, &t.cube, why)
+                 : TileGmmCubeWith(platform, s, &t.cube, why, GmmCubeTiles{kMixedTmMax, kWideTn, kWideTk, true})))
+        return false;
     if (!TileGmmSplitInt4(platform, t.cube, &t.split, why)) return false;
     t.half = static_cast<uint32_t>(s.n / 2);
     const uint32_t cap = static_cast<uint32_t>(AlignUp(t.half, kernels::kGmmSwigluColAlign));

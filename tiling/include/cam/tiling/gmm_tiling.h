@@ -22,8 +22,9 @@ struct GmmShape {
 };
 
 // Tile sizes of the cube kernel within L1 / L0A / L0B / L0C; blockDim = AIC cores.
-// wide: 128 x 256 C tiles with 128-deep L0 steps (the mixed W1 kernel, whose cube streams x once per n-tile of a
-// row tile: half the n-tiles, half the x reads); otherwise 128 x 128 with 256-deep steps.
+// wide: 128 x 256 C tiles with 128-deep L0 steps (for a kernel whose cube streams x once per n-tile of a row tile:
+// half the n-tiles, half the x reads); otherwise 128 x 128 with 256-deep steps. The mixed W1 kernel's own form
+// (taller row tiles, as wide as L0C then allows) is chosen by TileGmmSwigluQuantMultiLayer.
 // tall: 160 x 192 C tiles with 160-deep steps (the mixed W2 kernel, whose every row tile streams its expert's weight
 // strip: a group of up to 160 rows reads its weights once).
 bool TileGmmCube(const PlatformInfo& platform, const GmmShape& shape, kernels::GmmCubeTilingData* out,

@@ -1,0 +1,98 @@
+"""The mixed W1 kernel's row tiles (docs/gmm.md §5, "Row tiles sized to the group"): the W1 tiling's tile sizes and
+the tiles every AI core walks, from the code (tests/twin/gmm_row_tiles.cpp runs the tiling and the kernel's walker),
+against the rule derived here on its own: a group of R rows is ceil(R / tm) tiles of one height, ceil(R / tiles)
+rounded up to the cube's 16-row fractal (the last holds the rest), and the launch's i-th tile (groups in order,
+tiles in row order) is AI core i mod cores' next."""
+
+import os
+import subprocess
+
+import pytest
+from _twin_build import build_twin_program
+
+pytestmark = [pytest.mark.slow]
+
+# One A3 die (docs/twin.md, "Core kinds and memories": L1 512 KiB (128 bytes reserved), L0A / L0B 64 KiB, L0C
+# 128 KiB; 24 AI cores, "Timing model" aic_per_die) and the twin's own description (2 AI cores, same memories).
+A3 = dict(aic=24, l1=524288 - 128, l0a=65536, l0b=65536, l0c=131072, ub=196608)
+TWIN = dict(A3, aic=2)
+# The tallest row tile (docs/gmm.md §5); with it, an int32 C tile of tm x tn within L0C's 128 KiB leaves
+# tn = 224 (the widest multiple of 32 at most 256).
+TM_MAX = 144
+
+
+def expected_tiles(counts, tm, cores):
+    launch = []  # (group, row0, rows) in the launch's order
+    start = 0
+    for g, rows in enumerate(counts):
+        if rows:
+            n = -(-rows // tm)
+            height = -(-(-(-rows // n)) // 16) * 16
+            launch += [(g, start + j * height, min(height, rows - j * height)) for j in range(n)]
+        start += rows
+    return {c: [t for i, t in enumerate(launch) if i % cores == c] for c in range(cores)}
+
+
+@pytest.fixture(scope="module")
+def row_tiles(source_root, tmp_path_factory):
+    return build_twin_program(
+        source_root, str(tmp_path_factory.mktemp("twin") / "gmm_row_tiles"), "gmm_row_tiles.cpp",
+        include_root=True,
+        extra_sources=[os.path.join(source_root, "tiling", "src", "gmm_tiling.cpp")],
+        extra_includes=[os.path.join(source_root, "kernels"), os.path.join(source_root, "tiling", "include")])
+
+
+def run(binary, platform, m, k, n, counts):
+    p = platform
+    args = [str(v) for v in (p["aic"], p["l1"], p["l0a"], p["l0b"], p["l0c"], p["ub"], m, k, n, *counts)]
+    r = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, CAM_TWIN_PLATFORM="twin"))
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("OK"), r.stdout + r.stderr
+    lines = r.stdout.split("\n")
+    sizes = dict(zip(lines[0].split()[0::2], map(int, lines[0].split()[1::2])))
+    got = {}
+    for line in lines[1:]:
+        if line.startswith("tile "):
+            core, group, row0, rows = map(int, line.split()[1:])
+            got.setdefault(core, []).append((group, row0, rows))
+    return sizes, got
+
+
+def test_tile_sizes_fill_l0c(row_tiles):
+    # DeepSeek-V3's W1 on an A3 die (K = H = 7168, N = 2·I = 4096).
+    sizes, _ = run(row_tiles, A3, 8321, 7168, 4096, [8321])
+    assert sizes["tm"] == TM_MAX and sizes["tn"] == 224
+    assert sizes["tm"] * sizes["tn"] * 4 <= A3["l0c"] < sizes["tm"] * (sizes["tn"] + 32) * 4
+    # Fewer rows than one tile: the tile shrinks to them (rounded to 16), and the width grows into L0C up to 256.
+    sizes, _ = run(row_tiles, A3, 40, 7168, 4096, [40])
+    assert sizes["tm"] == 48 and sizes["tn"] == 256
+
+
+@pytest.mark.parametrize("counts", [
+    [260],                    # 144 + 116 where fixed 128-row tiles take three (128, 128, 4)
+    [0, 1, 16, 17, 0],        # empty groups take no tile; 1, 16 and 17 rows one tile each
+    [300, 289, 288, 145],     # three tiles of 112 (the last 76); 289: 3 x 97 -> 112, 112, 65; 288: 144 + 144
+    [260] * 32 + [0] * 3,     # the uniform 8192-token round: expert-major, siblings on neighbouring cores
+])
+def test_tiles_per_group_and_heights(row_tiles, counts):
+    m = max(sum(counts), 1)
+    sizes, got = run(row_tiles, A3, m, 7168, 4096, counts)
+    assert sizes["tm"] == (TM_MAX if m >= TM_MAX else -(-m // 16) * 16)
+    want = expected_tiles(counts, sizes["tm"], A3["aic"])
+    assert {c: t for c, t in want.items() if t} == got
+    # The rows are covered exactly once.
+    rows = sorted((r0, n) for tiles in got.values() for _, r0, n in tiles)
+    assert sum(n for _, n in rows) == sum(counts)
+    assert all(a[0] + a[1] == b[0] for a, b in zip(rows, rows[1:]))
+
+
+def test_260_rows_take_two_tiles_not_three(row_tiles):
+    _, got = run(row_tiles, A3, 260, 7168, 4096, [260])
+    assert got == {0: [(0, 0, 144)], 1: [(0, 144, 116)]}
+
+
+def test_two_cores_deal_alternately(row_tiles):
+    # The twin's two AI cores: tile i on core i mod 2 across group boundaries.
+    counts = [150, 5, 0, 300]
+    _, got = run(row_tiles, TWIN, sum(counts), 64, 512, counts)
+    assert got == {0: [(0, 0, 80), (1, 150, 5), (3, 267, 112)], 1: [(0, 80, 70), (3, 155, 112), (3, 379, 76)]}
