@@ -50,6 +50,9 @@ void Register(py::module_& m) {
         ThrowIfFailed(camStreamGetCaptureInfo(stream.Handle(), &status, &ops));
         return py::make_tuple(static_cast<int>(status), ops);
     }, py::arg("stream"));
+    m.def("capture_release_adopted", [](Stream& stream) {
+        ThrowIfFailed(camStreamReleaseAdoptedCaptures(stream.Handle()));
+    }, py::arg("stream"));
     m.def("capture_alloc", [](Stream& stream, uint64_t nbytes) {
         void* p = nullptr;
         ThrowIfFailed(camStreamCaptureAllocWorkspace(stream.Handle(), nbytes, &p));

@@ -56,13 +56,22 @@ def stream_and_workspace(device: torch.device):
 
 
 def capture_allocator(stream):
-    """When ``stream`` (torch_npu's current stream) is inside a capture the framework began (its NPUGraph,
-    docs/graph.md "Inside a framework's graph"), the allocator of that graph's workspace pool; else None. An
-    invalidated capture counts as one: the op is then refused by the capture rules instead of running eagerly."""
+    """When ``stream`` (torch_npu's current stream) is inside a capture the framework began (its NPUGraph, which
+    cam adopts from the runtime: docs/graph.md "Inside a framework's graph"), the allocator of cam's workspace pool
+    for that capture (never freed while the process lives); else None. An invalidated capture counts as one: the
+    op is then refused by the capture rules instead of running eagerly."""
     status, _ = _C.capture_info(stream)
     if status == _NOT_CAPTURING:
         return None
     return lambda nbytes: (_C.capture_alloc(stream, nbytes), [nbytes], [1], 4)
+
+
+def release_framework_graphs(stream) -> None:
+    """Tells cam that the framework destroyed every graph it captured on ``stream`` (cam never hears of it): the
+    synchronizes of ``stream`` stop reading those graphs' status records, and the communicators their data-plane ops
+    kept in flight are released (a Comm closes only then). Their workspace stays allocated for the life of the
+    process (docs/graph.md, "Inside a framework's graph"). Refused while the stream still captures."""
+    _C.capture_release_adopted(stream)
 
 
 _NOT_CAPTURING = {name: value for value, name in _C.capture_statuses().items()}["none"]

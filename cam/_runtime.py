@@ -203,8 +203,9 @@ def run(launch, *args, stream=None, tensor=None) -> None:
         stream, keep = _npu.stream_and_workspace(tensor.device)
         allocate = _npu.capture_allocator(stream)
         if allocate is not None:
-            # The framework captures torch_npu's stream (its NPUGraph): recorded into its graph, workspace from
-            # that graph's pool, no synchronize (docs/graph.md, "Inside a framework's graph").
+            # The framework captures torch_npu's stream (its NPUGraph, adopted by cam from the runtime): recorded
+            # into its graph, workspace from cam's pool for that capture, no synchronize (docs/graph.md, "Inside a
+            # framework's graph").
             launch(*args, stream, allocate, None)
             return
     else:

@@ -61,14 +61,21 @@ STUB = textwrap.dedent('''
 
     # torch_npu's graph seam. torch_npu.npu.NPUGraph captures the current stream with ACL's model-RI capture
     # (aclmdlRICaptureBegin(stream, mode), aclmdlRICaptureEnd(stream, &model), aclmdlRIExecuteAsync(model, stream),
-    # aclmdlRIDestroy(model)); on the twin those calls are cam's twin equivalents (cam/cam_graph.h, the same
-    # semantics and mode values), so every kernel queued on the stream between begin and end is recorded, not run.
+    # aclmdlRIDestroy(model)), never through cam; on the twin those calls are the twin runtime's (cam/cam_graph.h,
+    # camTwinAclmdlRI*: the same semantics and mode values), which cam's capture registry does not see either: cam
+    # must adopt the capture from the runtime, as on Ascend. Every kernel queued on the stream between begin and end
+    # is recorded, not run.
     _CAPTURE_MODES = {"global": 0, "thread_local": 1, "relaxed": 2}  # aclmdlRICaptureMode
 
 
     def _ok(status, what):
         if status != 0:
             raise RuntimeError(f"{what}: {_twin().camGetLastErrorMessage().decode()} (status {status})")
+
+
+    def _acl_ok(rc, what):
+        if rc != 0:
+            raise RuntimeError(f"{what}: ACL error {rc}")
 
 
     class NPUGraph:
@@ -78,20 +85,22 @@ STUB = textwrap.dedent('''
 
         def capture_begin(self, pool=None, capture_error_mode="global"):
             self._stream = _thread_stream()
-            _ok(_twin().camStreamBeginCapture(ctypes.c_void_p(self._stream), _CAPTURE_MODES[capture_error_mode]),
-                "NPUGraph.capture_begin")
+            _acl_ok(_twin().camTwinAclmdlRICaptureBegin(ctypes.c_void_p(self._stream),
+                                                        _CAPTURE_MODES[capture_error_mode]), "NPUGraph.capture_begin")
 
         def capture_end(self):
             model = ctypes.c_void_p()
-            _ok(_twin().camStreamEndCapture(ctypes.c_void_p(self._stream), ctypes.byref(model)), "NPUGraph.capture_end")
+            _acl_ok(_twin().camTwinAclmdlRICaptureEnd(ctypes.c_void_p(self._stream), ctypes.byref(model)),
+                    "NPUGraph.capture_end")
             self._model = model.value
 
         def replay(self):
-            _ok(_twin().camGraphLaunch(ctypes.c_void_p(self._model), ctypes.c_void_p(self._stream)), "NPUGraph.replay")
+            _acl_ok(_twin().camTwinAclmdlRIExecuteAsync(ctypes.c_void_p(self._model), ctypes.c_void_p(self._stream)),
+                    "NPUGraph.replay")
 
         def reset(self):
             if self._model:
-                _ok(_twin().camGraphDestroy(ctypes.c_void_p(self._model)), "NPUGraph.reset")
+                _acl_ok(_twin().camTwinAclmdlRIDestroy(ctypes.c_void_p(self._model)), "NPUGraph.reset")
             self._model = None
 
 

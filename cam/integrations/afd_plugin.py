@@ -468,6 +468,13 @@ class FFNGraphLoop:
         self._stopped.clear()
         return ops.dispatch_recv_resume(self.comm)
 
+    def release_graphs(self) -> None:
+        """After the framework destroyed the graphs it captured :meth:`iteration` into (e.g. ``g.reset()``): cam
+        stops reading their status records and releases the Comm they held in flight, so it can close. Only for
+        NPU tensors, whose capture cam adopts from the runtime; a no-op for a loop on CPU tensors."""
+        if self.device.type != "cpu":
+            _npu.release_framework_graphs(self._stream)
+
     def run(self, replay: Callable[[], Any], max_replays: Optional[int] = None) -> int:
         """Calls ``replay`` (one launch of the framework's graph, synchronized) until :meth:`stop` or
         ``max_replays``; returns how many ran."""

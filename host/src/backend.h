@@ -58,6 +58,13 @@ uint64_t RecordedOps(const Recording& recording);
 bool EndRecording(aclrtStream stream, const std::shared_ptr<Recording>& recording, bool keep, std::string* why);
 void LaunchRecording(const std::shared_ptr<Recording>& recording, aclrtStream stream, std::shared_ptr<void> owner);
 
+// What the runtime itself says of `stream`'s capture, whoever began it: a framework's graph (torch_npu's NPUGraph)
+// begins the runtime's capture without cam, so cam's registry never hears of it (graph.cpp adopts it). While it
+// is not NONE, *capture names that capture (Ascend: its aclmdlRI), so a later capture on the same stream is told
+// apart. Ascend: aclmdlRICaptureGetInfo. Twin: the twin runtime's own captures (camTwinAclmdlRICaptureBegin), not
+// cam's registry.
+camCaptureStatus RuntimeCaptureStatus(aclrtStream stream, uintptr_t* capture);
+
 // Device memory a graph owns, zeroed (Ascend: aclrtMalloc + aclrtMemset); freed with FreeGraphMemory.
 void* AllocGraphMemory(uint64_t bytes);
 void FreeGraphMemory(void* memory);

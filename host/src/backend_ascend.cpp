@@ -43,6 +43,7 @@ namespace {
     X(synchronizeStreamWithTimeout, aclrtSynchronizeStreamWithTimeout) X(mallocHost, aclrtMallocHost) \
     X(freeHost, aclrtFreeHost) X(getDevice, aclrtGetDevice) X(getDeviceCapability, aclGetDeviceCapability) \
     X(getSocName, aclrtGetSocName) X(captureBegin, aclmdlRICaptureBegin) X(captureEnd, aclmdlRICaptureEnd) \
+    X(captureGetInfo, aclmdlRICaptureGetInfo) \
     X(executeAsync, aclmdlRIExecuteAsync) X(destroyModel, aclmdlRIDestroy) X(malloc, aclrtMalloc) \
     X(free, aclrtFree) X(memcpy, aclrtMemcpy) X(memset, aclrtMemset) X(createStream, aclrtCreateStream) \
     X(destroyStream, aclrtDestroyStream)
@@ -316,6 +317,17 @@ void LaunchRecording(const std::shared_ptr<Recording>& recording, aclrtStream st
     Check(Live().executeAsync(recording->model, stream), "aclmdlRIExecuteAsync");
     // The model and the graph's memory stay alive until a synchronize has seen the stream pass this launch.
     Defer(stream, Pending{HostBuffer{}, [recording, owner = std::move(owner)](std::string*) { return ACLNN_SUCCESS; }});
+}
+
+// aclmdlRICaptureGetInfo is declared next to aclmdlRICaptureBegin, with one prototype, in every header set of the
+// matrix (torch-npu 2.6.0.post5 and 2.8.0: acl_mdl.h; 2.14.0: acl_rt.h), so it is a required entry like the other
+// capture calls: a runtime without it has no capture for a framework to begin either.
+camCaptureStatus RuntimeCaptureStatus(aclrtStream stream, uintptr_t* capture) {
+    aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
+    aclmdlRI model = nullptr;
+    Check(Live().captureGetInfo(stream, &status, &model), "aclmdlRICaptureGetInfo");
+    *capture = reinterpret_cast<uintptr_t>(model);
+    return static_cast<camCaptureStatus>(status);
 }
 
 void* AllocGraphMemory(uint64_t bytes) {

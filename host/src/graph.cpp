@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -72,9 +73,22 @@ struct Graph {
     std::string invalid;  // non-empty: why it may not launch any more
 };
 
+// A capture the runtime reports and cam did not begin (a framework's graph, docs/graph.md "Inside a framework's
+// graph"), adopted when cam first meets it. cam never hears of its end nor of its graph's destruction, so its data
+// (the pool above all) is never freed: the registry keeps it for the life of the process.
+struct Adopted {
+    uintptr_t capture;  // the runtime's name for it (RuntimeCaptureStatus)
+    std::shared_ptr<GraphData> data;
+};
+
 struct Registry {
     std::mutex mutex;
     std::map<aclrtStream, Capture> captures;
+    // Per stream, every capture adopted there and not yet released (camStreamReleaseAdoptedCaptures), oldest
+    // first; their status checks run at every synchronize of the stream, since the framework's replays are not
+    // camGraphLaunches.
+    std::map<aclrtStream, std::vector<Adopted>> adopted;
+    std::vector<std::shared_ptr<GraphData>> released;  // released adoptions: their pools stay
     std::unordered_map<uintptr_t, std::shared_ptr<Graph>> graphs;
     uintptr_t next = 0x20000;  // handles are never reused, so a destroyed one cannot name a newer graph
     std::map<aclrtStream, std::vector<std::shared_ptr<GraphData>>> launched;  // since the last synchronize
@@ -106,6 +120,36 @@ std::string Broken(const std::string& what) {
                   "(camStreamEndCapture will fail)";
 }
 
+// Registry lock held. When cam's registry has no capture on `stream` but the runtime reports one: its data, adopted
+// on first sight (*status: the runtime's status). nullptr when the runtime says the stream does not capture.
+GraphData* AdoptedCapture(Registry& r, aclrtStream stream, camCaptureStatus* status) {
+    uintptr_t capture = 0;
+    *status = RuntimeCaptureStatus(stream, &capture);
+    if (*status == CAM_CAPTURE_STATUS_NONE) return nullptr;
+    std::vector<Adopted>& list = r.adopted[stream];
+    if (list.empty() || list.back().capture != capture) list.push_back({capture, std::make_shared<GraphData>()});
+    return list.back().data.get();
+}
+
+// cam cannot invalidate a capture it did not begin: it refuses its own part and leaves the capture to its owner.
+std::string BrokenAdopted(const std::string& what) {
+    return what + " is not allowed while the stream captures (a capture the runtime reports that cam did not "
+                  "begin, such as a framework's graph); nothing was queued";
+}
+
+// Registry lock held: stops reading an adopted capture's status records and lets go of what it held (the
+// communicators' in-flight tokens); the pool stays.
+void ReleaseAdopted(Registry& r, aclrtStream stream) {
+    auto it = r.adopted.find(stream);
+    if (it == r.adopted.end()) return;
+    for (Adopted& a : it->second) {
+        a.data->checks.clear();
+        a.data->holds.clear();
+        r.released.push_back(std::move(a.data));
+    }
+    r.adopted.erase(it);
+}
+
 std::shared_ptr<Graph> FindGraph(Registry& r, camGraph* handle) {
     auto it = r.graphs.find(reinterpret_cast<uintptr_t>(handle));
     return it == r.graphs.end() ? nullptr : it->second;
@@ -117,7 +161,11 @@ void RefuseInCapture(aclrtStream stream, const char* what) {
     Registry& r = Graphs();
     std::lock_guard<std::mutex> lock(r.mutex);
     auto it = r.captures.find(stream);
-    if (it == r.captures.end()) return;
+    if (it == r.captures.end()) {
+        camCaptureStatus status;
+        if (AdoptedCapture(r, stream, &status) == nullptr) return;
+        throw StatusException(CAM_ERR_CAPTURE_INVALIDATED, BrokenAdopted(what));
+    }
     Invalidate(it->second, what);
     throw StatusException(CAM_ERR_CAPTURE_INVALIDATED, Broken(what));
 }
@@ -136,6 +184,19 @@ aclnnStatus CheckSynchronizeAllowed(aclrtStream stream) {
         Invalidate(c, what);
         if (refused.empty()) refused = what;
     }
+    if (refused.empty() && !r.captures.count(stream)) {
+        // The runtime's mode of an adopted capture is not known to cam: only its own stream is refused here.
+        camCaptureStatus status;
+        GraphData* adopted = nullptr;
+        try {  // the synchronize entry points are not Guarded: a failing runtime query is their status
+            adopted = AdoptedCapture(r, stream, &status);
+        } catch (const std::exception& e) {
+            return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("camSynchronizeStream: ") + e.what());
+        }
+        if (adopted != nullptr)
+            return Fail(CAM_ERR_CAPTURE_INVALIDATED,
+                        "camSynchronizeStream: " + BrokenAdopted("a synchronize of the capturing stream"));
+    }
     if (refused.empty()) return ACLNN_SUCCESS;
     return Fail(CAM_ERR_CAPTURE_INVALIDATED, "camSynchronizeStream: " + Broken(refused));
 }
@@ -145,14 +206,17 @@ void CheckCaptureWorkspace(aclrtStream stream, const void* workspace, uint64_t b
     Registry& r = Graphs();
     std::lock_guard<std::mutex> lock(r.mutex);
     auto it = r.captures.find(stream);
-    if (it == r.captures.end()) return;
+    camCaptureStatus status;
+    GraphData* data = it != r.captures.end() ? it->second.data.get() : AdoptedCapture(r, stream, &status);
+    if (data == nullptr) return;
     const auto* p = static_cast<const uint8_t*>(workspace);
-    for (const GraphData::Block& b : it->second.data->pool) {
+    for (const GraphData::Block& b : data->pool) {
         const auto* base = static_cast<const uint8_t*>(b.base);
         if (p >= base && p <= base + b.bytes && bytes <= static_cast<uint64_t>(base + b.bytes - p)) return;
     }
     const std::string what = std::string(api) +
                              " with a workspace that is not graph-owned (take it from camStreamCaptureAllocWorkspace)";
+    if (it == r.captures.end()) throw StatusException(CAM_ERR_CAPTURE_INVALIDATED, BrokenAdopted(what));
     Invalidate(it->second, what);
     throw StatusException(CAM_ERR_CAPTURE_INVALIDATED, Broken(what));
 }
@@ -162,35 +226,47 @@ bool CaptureStatusCheck(aclrtStream stream, std::function<aclnnStatus(std::strin
     Registry& r = Graphs();
     std::lock_guard<std::mutex> lock(r.mutex);
     auto it = r.captures.find(stream);
-    if (it == r.captures.end()) return false;
-    if (check) it->second.data->checks.push_back(std::move(check));
-    if (hold) it->second.data->holds.push_back(std::move(hold));
+    camCaptureStatus status;
+    GraphData* data = it != r.captures.end() ? it->second.data.get() : AdoptedCapture(r, stream, &status);
+    if (data == nullptr) return false;
+    if (check) data->checks.push_back(std::move(check));
+    if (hold) data->holds.push_back(std::move(hold));
     return true;
 }
 
 aclnnStatus CheckLaunchedGraphs(aclrtStream stream, bool streamFailed) {
     std::vector<std::shared_ptr<GraphData>> launched;
+    // An adopted capture's graph is replayed by its framework, unseen: its records are read at every synchronize
+    // of the stream it was captured on (copied under the lock: a capture in progress may still add checks).
+    std::vector<std::function<aclnnStatus(std::string*)>> adoptedChecks;
     {
         Registry& r = Graphs();
         std::lock_guard<std::mutex> lock(r.mutex);
         auto it = r.launched.find(stream);
-        if (it == r.launched.end()) return ACLNN_SUCCESS;
-        launched.swap(it->second);
-        r.launched.erase(it);
+        if (it != r.launched.end()) {
+            launched.swap(it->second);
+            r.launched.erase(it);
+        }
+        auto a = r.adopted.find(stream);
+        if (a != r.adopted.end())
+            for (const Adopted& adopted : a->second)
+                adoptedChecks.insert(adoptedChecks.end(), adopted.data->checks.begin(), adopted.data->checks.end());
     }
+    if (launched.empty() && adoptedChecks.empty()) return ACLNN_SUCCESS;
     // One read per record per synchronize, however many replays ran: this is not a per-item read. A record the
     // kernels set stays set across replays (nothing resets it on the device) until this read reports it; then it
     // is cleared, so the next synchronize speaks only of replays after this one. The stream is idle here.
     aclnnStatus status = ACLNN_SUCCESS;
-    for (const auto& data : launched) {
-        // Every check runs (each clears what it reported); the first failure is the one reported.
-        for (const auto& check : data->checks) {
-            std::string message;
-            CountHostActivity(HostActivity::DeviceRead);
-            const aclnnStatus st = check(&message);
-            if (st != ACLNN_SUCCESS && status == ACLNN_SUCCESS && !streamFailed) status = Fail(st, message);
-        }
-    }
+    // Every check runs (each clears what it reported); the first failure is the one reported.
+    auto run = [&](const std::function<aclnnStatus(std::string*)>& check) {
+        std::string message;
+        CountHostActivity(HostActivity::DeviceRead);
+        const aclnnStatus st = check(&message);
+        if (st != ACLNN_SUCCESS && status == ACLNN_SUCCESS && !streamFailed) status = Fail(st, message);
+    };
+    for (const auto& data : launched)
+        for (const auto& check : data->checks) run(check);
+    for (const auto& check : adoptedChecks) run(check);
     return status;
 }
 
@@ -208,6 +284,7 @@ void ForgetCapture(aclrtStream stream) {
     std::lock_guard<std::mutex> lock(r.mutex);
     r.captures.erase(stream);
     r.launched.erase(stream);
+    ReleaseAdopted(r, stream);  // no synchronize of this stream will read them any more
 }
 
 }  // namespace cam::host
@@ -225,6 +302,10 @@ extern "C" aclnnStatus camStreamBeginCapture(aclrtStream stream, camCaptureMode 
         std::lock_guard<std::mutex> lock(r.mutex);
         if (r.captures.count(stream))
             return Fail(ACLNN_ERR_PARAM_INVALID, "camStreamBeginCapture: stream already captures");
+        camCaptureStatus runtime;
+        if (AdoptedCapture(r, stream, &runtime) != nullptr)
+            return Fail(ACLNN_ERR_PARAM_INVALID, "camStreamBeginCapture: stream already captures (a capture the "
+                                                 "runtime reports that cam did not begin)");
         Capture c;
         c.mode = mode;
         c.thread = std::this_thread::get_id();
@@ -241,8 +322,11 @@ extern "C" aclnnStatus camStreamGetCaptureInfo(aclrtStream stream, camCaptureSta
         Registry& r = Graphs();
         std::lock_guard<std::mutex> lock(r.mutex);
         auto it = r.captures.find(stream);
-        *status = it == r.captures.end() ? CAM_CAPTURE_STATUS_NONE : it->second.status;
         if (ops) *ops = it == r.captures.end() ? 0 : RecordedOps(*it->second.recording);
+        if (it != r.captures.end())
+            *status = it->second.status;
+        else
+            AdoptedCapture(r, stream, status);  // the runtime's status; adopted if it captures
         return ACLNN_SUCCESS;
     });
 }
@@ -255,11 +339,17 @@ extern "C" aclnnStatus camStreamCaptureAllocWorkspace(aclrtStream stream, uint64
         Registry& r = Graphs();
         std::lock_guard<std::mutex> lock(r.mutex);
         auto it = r.captures.find(stream);
-        if (it == r.captures.end())
+        camCaptureStatus status = CAM_CAPTURE_STATUS_ACTIVE;
+        GraphData* data = it != r.captures.end() ? it->second.data.get() : AdoptedCapture(r, stream, &status);
+        if (data == nullptr)
             return Fail(ACLNN_ERR_PARAM_INVALID, "camStreamCaptureAllocWorkspace: stream does not capture");
-        // Zeroed: the status records at its start begin clean, and are never reset per replay (sticky).
+        if (status != CAM_CAPTURE_STATUS_ACTIVE)
+            return Fail(CAM_ERR_CAPTURE_INVALIDATED, "camStreamCaptureAllocWorkspace: the runtime reports the "
+                                                     "stream's capture (begun outside cam) invalidated");
+        // Zeroed: the status records at its start begin clean, and are never reset per replay (sticky). An adopted
+        // capture's pool is never freed (Adopted): one block per op launch recorded into it.
         void* base = AllocGraphMemory(bytes ? bytes : 1);
-        it->second.data->pool.push_back({base, bytes});
+        data->pool.push_back({base, bytes});
         *workspace = base;
         return ACLNN_SUCCESS;
     });
@@ -400,6 +490,20 @@ extern "C" aclnnStatus camGraphDestroy(camGraph* graph) {
         }
         // Replays still queued hold the graph's data (LaunchRecording's owner): the pool is freed after the last
         // of them ran, never under it, so destroy does not wait.
+        return ACLNN_SUCCESS;
+    });
+}
+
+extern "C" aclnnStatus camStreamReleaseAdoptedCaptures(aclrtStream stream) {
+    return Guarded("camStreamReleaseAdoptedCaptures", [&]() -> aclnnStatus {
+        stream = ResolveStream(stream);
+        Registry& r = Graphs();
+        std::lock_guard<std::mutex> lock(r.mutex);
+        camCaptureStatus status;
+        if (r.captures.count(stream) || AdoptedCapture(r, stream, &status) != nullptr)
+            return Fail(ACLNN_ERR_PARAM_INVALID, "camStreamReleaseAdoptedCaptures: the stream still captures; end "
+                                                 "the capture and destroy its graph first");
+        ReleaseAdopted(r, stream);
         return ACLNN_SUCCESS;
     });
 }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -134,6 +136,31 @@ void LaunchRecording(const std::shared_ptr<Recording>& recording, aclrtStream st
     });
 }
 
+namespace {
+
+// The twin runtime's own captures, begun through camTwinAclmdlRICapture* as a framework begins ACL's (torch_npu's
+// NPUGraph calls aclmdlRICaptureBegin itself): cam's registry (graph.cpp) does not hear of them and must ask
+// RuntimeCaptureStatus, as on Ascend. A model is the recording the capture made.
+struct RuntimeCaptures {
+    std::mutex mutex;
+    std::map<aclrtStream, std::shared_ptr<Recording>> byStream;
+};
+
+RuntimeCaptures& TwinRuntimeCaptures() {
+    static RuntimeCaptures* const table = new RuntimeCaptures();  // outlives static destruction
+    return *table;
+}
+
+}  // namespace
+
+camCaptureStatus RuntimeCaptureStatus(aclrtStream stream, uintptr_t* capture) {
+    RuntimeCaptures& t = TwinRuntimeCaptures();
+    std::lock_guard<std::mutex> lock(t.mutex);
+    auto it = t.byStream.find(stream);
+    *capture = it == t.byStream.end() ? 0 : reinterpret_cast<uintptr_t>(it->second.get());
+    return it == t.byStream.end() ? CAM_CAPTURE_STATUS_NONE : CAM_CAPTURE_STATUS_ACTIVE;
+}
+
 // Device memory is host memory on the twin; 512-byte aligned like the device allocator's blocks.
 void* AllocGraphMemory(uint64_t bytes) {
     const uint64_t rounded = (bytes + 511) / 512 * 512;
@@ -205,8 +232,57 @@ extern "C" aclError camTwinAclrtDestroyStream(aclrtStream stream) {
     if (stream) {
         static_cast<cam::twin::Stream*>(stream)->SetCaptureSink({});  // a capture dies with its stream
         cam::host::ForgetCapture(stream);
+        cam::host::RuntimeCaptures& t = cam::host::TwinRuntimeCaptures();
+        std::lock_guard<std::mutex> lock(t.mutex);
+        t.byStream.erase(stream);
     }
     delete static_cast<cam::twin::Stream*>(stream);  // null (the default stream) is never destroyed
+    return ACL_SUCCESS;
+}
+
+// The twin's model-RI capture, as the runtime offers it to a framework (acl_mdl.h's aclmdlRICaptureBegin / End,
+// aclmdlRIExecuteAsync, aclmdlRIDestroy; a model is an opaque handle). cam's registry is not involved: this is the
+// capture graph.cpp adopts.
+extern "C" aclError camTwinAclmdlRICaptureBegin(aclrtStream stream, int32_t mode) {
+    if (mode < CAM_CAPTURE_MODE_GLOBAL || mode > CAM_CAPTURE_MODE_RELAXED) return ACL_ERROR_INVALID_PARAM;
+    stream = cam::host::ResolveStream(stream);
+    camCaptureStatus ours = CAM_CAPTURE_STATUS_NONE;
+    if (camStreamGetCaptureInfo(stream, &ours, nullptr) != ACLNN_SUCCESS || ours != CAM_CAPTURE_STATUS_NONE)
+        return ACL_ERROR_FAILURE;  // one capture per stream, whoever began it
+    cam::host::RuntimeCaptures& t = cam::host::TwinRuntimeCaptures();
+    std::lock_guard<std::mutex> lock(t.mutex);
+    if (t.byStream.count(stream)) return ACL_ERROR_FAILURE;
+    t.byStream.emplace(stream, cam::host::BeginRecording(stream, static_cast<camCaptureMode>(mode)));
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinAclmdlRICaptureEnd(aclrtStream stream, void** model) {
+    if (!model) return ACL_ERROR_INVALID_PARAM;
+    stream = cam::host::ResolveStream(stream);
+    std::shared_ptr<cam::host::Recording> recording;
+    {
+        cam::host::RuntimeCaptures& t = cam::host::TwinRuntimeCaptures();
+        std::lock_guard<std::mutex> lock(t.mutex);
+        auto it = t.byStream.find(stream);
+        if (it == t.byStream.end()) return ACL_ERROR_FAILURE;
+        recording = std::move(it->second);
+        t.byStream.erase(it);
+    }
+    std::string why;
+    cam::host::EndRecording(stream, recording, true, &why);
+    *model = new std::shared_ptr<cam::host::Recording>(std::move(recording));
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinAclmdlRIExecuteAsync(void* model, aclrtStream stream) {
+    if (!model) return ACL_ERROR_INVALID_PARAM;
+    cam::host::LaunchRecording(*static_cast<std::shared_ptr<cam::host::Recording>*>(model),
+                               cam::host::ResolveStream(stream), nullptr);
+    return ACL_SUCCESS;
+}
+
+extern "C" aclError camTwinAclmdlRIDestroy(void* model) {
+    delete static_cast<std::shared_ptr<cam::host::Recording>*>(model);  // a queued replay holds its own reference
     return ACL_SUCCESS;
 }
 

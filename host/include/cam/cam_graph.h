@@ -90,6 +90,26 @@ typedef struct {
 } camHostActivity;
 CAM_API aclnnStatus camGetHostActivity(camHostActivity* activity);
 
+/* A capture cam did not begin (a framework's graph: torch_npu's NPUGraph begins the runtime's capture itself) is
+ * adopted: camStreamGetCaptureInfo reports the runtime's status for it (ops: 0), camStreamCaptureAllocWorkspace
+ * takes workspace from a pool cam keeps for the life of the process (cam cannot know when the framework destroys
+ * its graph; one workspace per op launch recorded into such a capture), and the captured ops' status records are
+ * read by every camSynchronizeStream of the stream they were captured on (the framework's replay is not a
+ * camGraphLaunch). A captured data-plane op keeps its communicator in flight (camCommDestroy refuses) until this
+ * call, made once the framework destroyed every graph it captured on `stream`: it ends those status reads and
+ * releases the communicators; the pool stays. Fails while the stream still captures. */
+CAM_API aclnnStatus camStreamReleaseAdoptedCaptures(aclrtStream stream);
+
+#if !defined(CAM_WITH_CANN)
+/* The twin runtime's model-RI capture, the calls a framework makes to ACL (aclmdlRICaptureBegin(stream, mode),
+ * aclmdlRICaptureEnd(stream, &model), aclmdlRIExecuteAsync(model, stream), aclmdlRIDestroy(model)), for tests
+ * that stand in for torch_npu's NPUGraph: cam's registry does not see these captures and adopts them. */
+CAM_API aclError camTwinAclmdlRICaptureBegin(aclrtStream stream, int32_t mode);
+CAM_API aclError camTwinAclmdlRICaptureEnd(aclrtStream stream, void** model);
+CAM_API aclError camTwinAclmdlRIExecuteAsync(void* model, aclrtStream stream);
+CAM_API aclError camTwinAclmdlRIDestroy(void* model);
+#endif
+
 #ifdef __cplusplus
 }
 #endif
