@@ -69,7 +69,7 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerW4A8GetWorkspaceSize(
         // W8A8: one mixed kernel whose cube cores hand units to their vector cores through a ring per AI core
         // (docs/gmm.md §5); W4A8: split, cube and epilogue launches over the whole int32 accumulator.
         const bool mixed = tiling.mixed != 0;
-        const GmmWorkspace ws = mixed ? GmmRingWorkspace(uint64_t(tiling.cube.blockDim) * cam::kernels::kGmmMultiLayerRingSlots *
+        const GmmWorkspace ws = mixed ? GmmRingWorkspace(uint64_t(tiling.cube.blockDim) * cam::kernels::kGmmRingSlots *
                                                          cam::kernels::GmmMultiLayerSlotBytes(tiling.cube))
                                       : GmmWorkspaceOf(a);
         auto ex = std::make_unique<Executor>("gmm_multi_layer");

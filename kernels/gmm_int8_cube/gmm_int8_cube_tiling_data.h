@@ -16,6 +16,9 @@ constexpr uint32_t kGmmNzRows = 16;  // K padding of the prepacked FRACTAL_NZ we
 constexpr uint32_t kGmmNzCols = 32;  // N extent of one NZ column block
 constexpr uint32_t kGmmL1Buffers = 2;  // A1/B1 and A2/B2 are double buffered
 constexpr uint32_t kGmmMaxK = 65535;   // ND->NZ copy row pitch (srcDValue) is 16 bits
+// The mixed GMM kernels' GM ring per AI core (common/gmm_ring.h): the cube fills one slot while the vector cores
+// read the other.
+constexpr uint32_t kGmmRingSlots = 2;
 // W4A8 (docs/gmm.md §9): an int4 fractal holds 64 K values (16 x 64 for A, 64 x 16 for B, 512 bytes each).
 constexpr uint32_t kGmmK0Int4 = 64;
 constexpr uint32_t kGmmN0Int4 = 16;  // columns of one packed int4 weight fractal

@@ -15,6 +15,7 @@
 #include "common/gmm_cube.h"
 #include "common/gmm_epilogue.h"
 #include "common/gmm_groups.h"
+#include "common/gmm_ring.h"
 #include "gmm_multi_layer/gmm_multi_layer.h"
 
 namespace cam::kernels {
@@ -121,17 +122,6 @@ private:
 };
 
 
-// Cross-core flag ids of the ring: cube -> vector cores "a unit is in its slot", vector cores -> cube "the oldest
-// unit is read".
-constexpr uint16_t kGmmW2UnitFull = 0;
-constexpr uint16_t kGmmW2UnitFree = 1;
-
-// The slot of the core's n-th unit.
-__aicore__ inline GM_ADDR GmmMultiLayerSlot(GM_ADDR ring, const GmmMultiLayerTilingData& t, uint32_t core,
-                                            uint32_t n) {
-    return ring + (uint64_t(core) * kGmmMultiLayerRingSlots + n % kGmmMultiLayerRingSlots) *
-                      GmmMultiLayerSlotBytes(t.cube);
-}
 
 class GmmMultiLayerCube {
 public:
@@ -145,18 +135,16 @@ public:
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
         GmmRowTiles tiles;
         tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
-        uint32_t n = 0;
+        GmmRingProducer slots;
         while (tiles.Next()) {
-            for (uint32_t nt = 0; nt < c.nTiles; ++nt, ++n) {
-                // The slot's previous unit (two back) must have been read by both vector cores.
-                if (n >= 2) AscendC::CrossCoreWaitFlag<2, PIPE_FIX>(kGmmW2UnitFree);
-                cube_.UseSlot(GmmMultiLayerSlot(ring, t, core, n), tiles.Row0());
+            for (uint32_t nt = 0; nt < c.nTiles; ++nt) {
+                slots.Acquire();
+                cube_.UseSlot(GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, slots.Unit()), tiles.Row0());
                 cube_.ComputeTile(tiles.Layer(), tiles.Expert(), tiles.Row0(), tiles.Rows(), nt);
-                AscendC::CrossCoreSetFlag<2, PIPE_FIX>(kGmmW2UnitFull);  // after the unit's last Fixpipe
+                slots.Publish();
             }
         }
-        // Every "free" is waited for before the kernel ends: no set outlives it.
-        for (uint32_t i = 0; i < n && i < 2; ++i) AscendC::CrossCoreWaitFlag<2, PIPE_FIX>(kGmmW2UnitFree);
+        slots.Drain();
         cube_.Finish();
     }
 
@@ -200,17 +188,17 @@ public:
             AscendC::LocalTensor<float> rs = rowScaleBuf_.Get<float>();
             for (uint32_t r = 0; r < count; ++r) rs.SetValue(r, yScale_.GetValue(tiles.Row0() + begin + r));
             for (uint32_t nt = 0; nt < c.nTiles; ++nt, ++n) {
-                AscendC::CrossCoreWaitFlag<2, PIPE_MTE2>(kGmmW2UnitFull);
+                GmmRingWaitFull();
                 const uint32_t col = nt * c.tn, len = c.n - col < c.tn ? c.n - col : c.tn;
-                acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(GmmMultiLayerSlot(ring, t, core, n)),
-                                     uint64_t(c.kGroups) * c.tm * c.n);
+                const GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, n);
+                acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(slot), uint64_t(c.kGroups) * c.tm * c.n);
                 for (uint32_t r0 = 0; r0 < count; r0 += t.blockRows) {
                     const uint32_t b = count - r0 < t.blockRows ? count - r0 : t.blockRows;
                     Block(tiles.Layer(), tiles.Expert(), begin + r0, tiles.Row0() + begin + r0, b, col, len,
                           rs[r0]);
                 }
                 // After the unit's last copy-out, which comes after every read of the slot.
-                AscendC::CrossCoreSetFlag<2, PIPE_MTE3>(kGmmW2UnitFree);
+                GmmRingRelease();
             }
         }
         scale_.Release();

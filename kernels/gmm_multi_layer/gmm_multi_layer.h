@@ -6,7 +6,7 @@
 
 namespace cam::kernels {
 
-// blockDim: AI cores (tiling.cube.blockDim); ring: kGmmMultiLayerRingSlots slots of GmmMultiLayerSlotBytes per AI core.
+// blockDim: AI cores (tiling.cube.blockDim); ring: kGmmRingSlots slots of GmmMultiLayerSlotBytes per AI core.
 void LaunchGmmMultiLayer(uint32_t blockDim, void* stream, uint8_t* x, uint8_t* yScale, uint8_t* groupList,
                          uint8_t* layerIndex, uint8_t* table, uint8_t* ring, uint8_t* out, uint8_t* status,
                          const GmmMultiLayerTilingData& tiling);

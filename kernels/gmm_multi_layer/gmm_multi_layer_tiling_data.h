@@ -34,10 +34,9 @@ __aicore__ constexpr uint32_t GmmMultiLayerUbBytes(uint32_t chunk, bool grouped 
            + (grouped ? UbBytes(uint64_t(chunk) * 4) : 0);
 }
 
-// The mixed kernel's ring: two slots per AI core, alternating unit by unit, so the unit the cube computes never
+// The mixed kernel's ring (kGmmRingSlots per AI core, common/gmm_ring.h), alternating unit by unit, so the unit the cube computes never
 // shares a slot with the one its vector cores may still be reading. A slot has the accumulator rows of a row tile
 // (tm rows x N, per K group: the cube's Fixpipe writes rows N apart) and a unit occupies its own n-tile's columns.
-constexpr uint32_t kGmmMultiLayerRingSlots = 2;
 __aicore__ constexpr uint64_t GmmMultiLayerSlotBytes(const GmmCubeTilingData& c) {
     return uint64_t(c.kGroups) * c.tm * c.n * 4;
 }

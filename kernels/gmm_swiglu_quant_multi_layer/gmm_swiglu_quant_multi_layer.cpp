@@ -9,21 +9,12 @@
 #include "common/kernel_frame.h"
 
 #include "common/gmm_cube.h"
+#include "common/gmm_ring.h"
 #include "gmm_swiglu_quant_multi_layer/gmm_swiglu_epilogue.h"
 #include "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.h"
 #include "gmm_swiglu_quant_multi_layer/gmm_swiglu_row_tiles.h"
 
 namespace cam::kernels {
-
-// Cross-core flag ids of the ring: cube -> vector cores "a tile is in the next slot", vector cores -> cube "the
-// oldest slot is read".
-constexpr uint16_t kGmmSlotFull = 0;
-constexpr uint16_t kGmmSlotFree = 1;
-
-__aicore__ inline GM_ADDR GmmSlot(GM_ADDR ring, const GmmSwigluQuantMultiLayerTilingData& t, uint32_t core,
-                                  uint32_t n) {
-    return ring + (uint64_t(core) * kGmmRingSlots + n % kGmmRingSlots) * GmmSwigluSlotBytes(t.cube);
-}
 
 class GmmSwigluQuantMultiLayerCube {
 public:
@@ -37,16 +28,14 @@ public:
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
         GmmSwigluRowTiles tiles;
         tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
-        uint32_t n = 0;
-        for (; tiles.Next(); ++n) {
-            // The slot's previous tile (two back) must have been read by both vector cores.
-            if (n >= kGmmRingSlots) AscendC::CrossCoreWaitFlag<2, PIPE_FIX>(kGmmSlotFree);
-            cube_.UseSlot(GmmSlot(ring, t, core, n), tiles.Row0());
+        GmmRingProducer slots;
+        while (tiles.Next()) {
+            slots.Acquire();
+            cube_.UseSlot(GmmRingSlot(ring, GmmSwigluSlotBytes(c), core, slots.Unit()), tiles.Row0());
             cube_.ComputeRows(tiles.Layer(), tiles.Expert(), tiles.Row0(), tiles.Rows());
-            AscendC::CrossCoreSetFlag<2, PIPE_FIX>(kGmmSlotFull);  // after the tile's last Fixpipe
+            slots.Publish();
         }
-        // Every "free" is waited for before the kernel ends: no set outlives it.
-        for (uint32_t i = 0; i < n && i < kGmmRingSlots; ++i) AscendC::CrossCoreWaitFlag<2, PIPE_FIX>(kGmmSlotFree);
+        slots.Drain();
         cube_.Finish();
     }
 
@@ -70,15 +59,15 @@ public:
         GmmSwigluRowTiles tiles;
         tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
         for (uint32_t n = 0; tiles.Next(); ++n) {
-            AscendC::CrossCoreWaitFlag<2, PIPE_MTE2>(kGmmSlotFull);
+            GmmRingWaitFull();
             // Whole rows per vector core (the row's amax needs no other core): the first half of the tile's rows on
             // vector core 0, the rest on 1.
             const uint32_t rows = tiles.Rows(), first = (rows + 1) / 2;
             const uint32_t begin = sub == 0 ? 0 : first, count = sub == 0 ? first : rows - first;
-            epilogue_.UseAcc(GmmSlot(ring, t, core, n), uint64_t(c.tm) * c.n);
+            epilogue_.UseAcc(GmmRingSlot(ring, GmmSwigluSlotBytes(c), core, n), uint64_t(c.tm) * c.n);
             if (count > 0) epilogue_.Rows(tiles.Layer(), tiles.Expert(), tiles.Row0() + begin, begin, count);
             // After the last y copy-out, which comes after every read of the slot (its spill included).
-            AscendC::CrossCoreSetFlag<2, PIPE_MTE3>(kGmmSlotFree);
+            GmmRingRelease();
         }
         epilogue_.Finish();
     }

@@ -21,9 +21,6 @@ struct GmmSwigluQuantMultiLayerTilingData {
 };
 
 constexpr uint32_t kGmmSwigluColAlign = 32;
-// The W8A8 mixed kernel's ring per AI core: the cube fills one slot while the vector cores read the other.
-constexpr uint32_t kGmmRingSlots = 2;
-
 // Bytes of one ring slot: the int32 accumulator of tm rows x N, per K group (and per int4 plane).
 __aicore__ constexpr uint64_t GmmSwigluSlotBytes(const GmmCubeTilingData& c) {
     return uint64_t(c.kGroups) * GmmAccPlanes(c.int4) * c.tm * c.n * 4;
