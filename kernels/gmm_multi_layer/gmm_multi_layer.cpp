@@ -190,7 +190,7 @@ public:
             for (uint32_t nt = 0; nt < c.nTiles; ++nt, ++n) {
                 GmmRingWaitFull();
                 const uint32_t col = nt * c.tn, len = c.n - col < c.tn ? c.n - col : c.tn;
-                const GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, n);
+                GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, n);
                 acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(slot), uint64_t(c.kGroups) * c.tm * c.n);
                 for (uint32_t r0 = 0; r0 < count; r0 += t.blockRows) {
                     const uint32_t b = count - r0 < t.blockRows ? count - r0 : t.blockRows;
