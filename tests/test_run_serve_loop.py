@@ -17,7 +17,8 @@ REPORT = {"assign", "assignment", "batch_rows", "checkpoint", "cost_model", "dev
           "graph", "makespan_s", "mode", "model", "placement", "rebalances", "requests", "swiglu_limit",
           "throughput_tok_s", "tokens", "topology", "ttft_per_request_s", "ttft_s", "wall_s", "weights", "workload"}
 REPORT_FFN = {"compute_s", "gmm_launches", "idle_fraction", "items", "rank", "recv_wait_s", "rows"}
-FFN_RESULT = {"compute_s", "failovers", "gmm_launches", "idle_fraction", "items", "loop_s", "lost_replicas",
+# Added since that recording: "failovers" (elastic serving) and "loaded" (what the rank read of a --checkpoint).
+FFN_RESULT = {"compute_s", "failovers", "gmm_launches", "idle_fraction", "items", "loaded", "loop_s", "lost_replicas",
               "placement_epoch", "rank", "recv_wait_s", "role", "rows", "spans", "startup"}
 ITEM = {"end_s", "layer", "recv_done_s", "replica", "rows", "start_s"}
 # FFN timeline lanes per run: a replayed or batched iteration has no send phase of its own.

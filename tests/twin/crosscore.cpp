@@ -8,7 +8,9 @@
 // atomic between the cores (test scaffolding, not a kernel idiom): the late access runs after the early one in
 // real time, and only the missing cross-core flag is wrong.
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -29,7 +31,23 @@ enum class Case {
     GoodCounter, Mode0, NotMixed, SetNeverWaited
 };
 Case gCase = Case::Good;
-std::atomic<int> gWritten{0}, gRead{0};
+constexpr uint32_t kAiCores = 2;  // the "twin" platform's two AI cores
+// The broken cases' hand-offs outside the flags, per AI core: a cube core meets only its own vector cores (shared
+// counters let one AI core's vector cores release another's cube, and the case broke another rule than its own).
+std::atomic<int> gWritten[kAiCores], gRead[kAiCores];
+
+// Spins until `done`, bounded like the twin's own waits: a broken case must end by its rule, never hang.
+template <typename Done>
+void SpinUntil(Done done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done())
+        if (std::chrono::steady_clock::now() > deadline) {
+            std::printf("crosscore test: a case's hand-off outside the flags never came\n");
+            std::exit(3);
+        }
+}
+
+uint32_t AiCore() { return static_cast<uint32_t>(GetBlockIdx() / GetTaskRation()); }
 
 // The cube's tile: C = A . B into L0C, once; Fixpipe writes it to a slot per hand-off.
 struct CubeTile {
@@ -130,8 +148,7 @@ void Cube(GM_ADDR a, GM_ADDR b, const GlobalTensor<int32_t>& ring) {
         case Case::WriteBeforeFree:
             tile.Store(ring);
             CrossCoreSetFlag<2, PIPE_FIX>(kFull);
-            while (gRead.load() < 2) {
-            }
+            SpinUntil([] { return gRead[GetBlockIdx()].load() >= 2; });
             tile.Store(ring);  // refused inside Store: the Fixpipe is the write
             break;
         default:
@@ -139,12 +156,12 @@ void Cube(GM_ADDR a, GM_ADDR b, const GlobalTensor<int32_t>& ring) {
                 if (t >= kSlots) CrossCoreWaitFlag<2, PIPE_FIX>(kFree);  // slot t % 2 read by both vector cores
                 tile.Store(ring[(t % kSlots) * kTile]);
                 if (gCase == Case::ReadBeforeFlag && t == 0) {
-                    gWritten.store(1);
+                    gWritten[GetBlockIdx()].store(1);
                     continue;  // its set comes only with the next tile's
                 }
                 if (gCase == Case::SetOnWrongPipe && t == 0) {
                     CrossCoreSetFlag<2, PIPE_MTE2>(kFull);  // MTE2 does not wait for the Fixpipe write
-                    gWritten.store(1);
+                    gWritten[GetBlockIdx()].store(1);
                     continue;
                 }
                 CrossCoreSetFlag<2, PIPE_FIX>(kFull);
@@ -183,8 +200,7 @@ void Vector(const GlobalTensor<int32_t>& ring, const GlobalTensor<int32_t>& out)
     for (uint32_t t = 0; t < tiles; ++t) {
         const bool skipWait = (gCase == Case::ReadBeforeFlag || gCase == Case::SetOnWrongPipe) && t == 0;
         if (skipWait) {
-            while (gWritten.load() == 0) {
-            }
+            SpinUntil([] { return gWritten[AiCore()].load() != 0; });
         } else {
             CrossCoreWaitFlag<2, PIPE_MTE2>(kFull);
         }
@@ -193,7 +209,7 @@ void Vector(const GlobalTensor<int32_t>& ring, const GlobalTensor<int32_t>& out)
         in.EnQue(x);
         x = in.DeQue<int32_t>();
         if (gCase == Case::WriteBeforeFree) {
-            gRead.fetch_add(1);
+            gRead[AiCore()].fetch_add(1);
         } else {
             CrossCoreSetFlag<2, PIPE_MTE2>(kFree);  // the slot's bytes are in UB: the cube may overwrite them
         }
@@ -253,7 +269,7 @@ int main(int argc, char** argv) {
     }
     const bool timing = argc > 2 && std::strcmp(argv[2], "timing") == 0;
     if (timing) cam::twin::SetTimingEnabled(true);
-    constexpr uint32_t kBlocks = 2;  // the "twin" platform's two AI cores
+    constexpr uint32_t kBlocks = kAiCores;
     std::vector<int8_t> a(kM * kK), b(kK * kN);
     for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int8_t>((i * 37 + 11) % 255 - 127);
     for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int8_t>((i * 53 + 5) % 255 - 127);
