@@ -61,7 +61,7 @@ def main(checkpoint, prompts_path, out_path, max_tokens):
     if os.environ.get("CAM_VLLM_CONFIG"):
         from cam.integrations import vllm as cam_vllm
 
-        memory["skipped_bytes"] = cam_vllm._state["skipped_bytes"]
+        memory["skipped_bytes"] = cam_vllm._state.get("skipped_bytes", 0)  # 0: a plugin that drops nothing
         cam_vllm.shutdown()
     with open(out_path + ".memory.json", "w") as f:
         json.dump(memory, f)
