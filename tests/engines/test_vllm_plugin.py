@@ -215,3 +215,28 @@ def test_the_clamp_the_plugin_accepts_is_vllms_own():
     # The same fp32 function, another expression (torch.compile'd): a few ulp apart at most.
     assert torch.allclose(got, convert.swiglu(x, limit), rtol=1e-5, atol=1e-6)
     assert not torch.allclose(got, convert.swiglu(x), rtol=1e-2, atol=1e-2)
+
+
+def test_shared_experts_fused_into_the_routed_ones_are_refused(monkeypatch):
+    """The plugin drops every routed expert's tensors on the engine; a layer whose shared experts vLLM fused into
+    its routed ones (``expert_map_manager.num_fused_shared_experts``) would lose them too, so it is refused by name
+    before any parameter is registered. (The engines of test_plugin_matches_vllm_native are the control: their
+    layers fuse none and load.)"""
+    import types
+
+    import torch
+    from vllm.model_executor.custom_op import maybe_get_oot_by_class
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    from cam.convert import UnsupportedModelError
+    from cam.integrations import vllm as cam_vllm
+
+    monkeypatch.setenv(cam_vllm.CONFIG_ENV, json.dumps({"rank": 0, "replicas": 1, "ffn_ranks": 1, "max_tokens": 8}))
+    cam_vllm.register()
+    method = maybe_get_oot_by_class(UnquantizedFusedMoEMethod)
+    assert method.__name__ == "CamFusedMoEMethod"
+    layer = types.SimpleNamespace(layer_name="model.layers.1.mlp.experts",
+                                  expert_map_manager=types.SimpleNamespace(num_fused_shared_experts=1))
+    with pytest.raises(UnsupportedModelError, match=r"model\.layers\.1\.mlp\.experts: 1 shared expert\(s\) fused"):
+        method.create_weights(object.__new__(method), layer, 8, 64, 32, torch.bfloat16, weight_loader=None)
+    assert not hasattr(layer, "w13_weight")
