@@ -12,7 +12,9 @@ every rank. E, K, H and the MoE layers come from the model's checkpoint director
 
 Then the plugin replaces vLLM's unquantized fused-MoE method (``CustomOp.register_oot`` of
 ``UnquantizedFusedMoEMethod``) with one whose ``apply`` dispatches the routed tokens with vLLM's top-k ids and
-weights, runs the layer's shared experts here while the routed work is remote, and combines. It refuses, naming
+weights, runs the layer's shared experts here while the routed work is remote, and combines. Its ``create_weights``
+registers the routed experts' parameters on the meta device and drops their checkpoint tensors: the engine holds no
+routed-expert memory (vLLM's loader still reads those tensors from the file, docs/integrations.md §4). It refuses, naming
 them, what cam's kernels do not compute: an activation other than SiLU, expert biases, router weights applied on
 the input, expert parallelism inside the engine, and a clamped SwiGLU other than the one the FFN ranks serve.
 
@@ -45,7 +47,7 @@ __all__ = ["CONFIG_ENV", "register", "served_swiglu_limit", "shutdown"]
 log = logging.getLogger("vllm.cam")
 
 _state = {"registered": False, "plane": None, "layers": None, "limits": {}, "announced": set(),
-          "announced_method": False, "skipped_bytes": 0, "skipped_tensors": 0}
+          "announced_method": False, "skipped_bytes": 0}
 _lock = threading.Lock()
 
 
@@ -180,7 +182,6 @@ def _skip_routed_expert(param, loaded_weight, weight_name=None, shard_id=None, e
     its bytes in ``_state["skipped_bytes"]``. Success, so vLLM counts the parameter as loaded (its check that every
     parameter came from the checkpoint)."""
     _state["skipped_bytes"] += loaded_weight.numel() * loaded_weight.element_size()
-    _state["skipped_tensors"] += 1
     return True if return_success else None
 
 
