@@ -12,7 +12,9 @@ every rank. E, K, H and the MoE layers come from the model's checkpoint director
 
 Then the plugin replaces vLLM's unquantized fused-MoE method (``CustomOp.register_oot`` of
 ``UnquantizedFusedMoEMethod``) with one whose ``apply`` dispatches the routed tokens with vLLM's top-k ids and
-weights, runs the layer's shared experts here while the routed work is remote, and combines. It refuses, naming
+weights, runs the layer's shared experts here while the routed work is remote, and combines. Its ``create_weights``
+registers the routed experts' parameters on the meta device and drops their checkpoint tensors: the engine holds no
+routed-expert memory (vLLM's loader still reads those tensors from the file, docs/integrations.md §4). It refuses, naming
 them, what cam's kernels do not compute: an activation other than SiLU, expert biases, router weights applied on
 the input, expert parallelism inside the engine, and a clamped SwiGLU other than the one the FFN ranks serve.
 
@@ -45,7 +47,7 @@ __all__ = ["CONFIG_ENV", "register", "served_swiglu_limit", "shutdown"]
 log = logging.getLogger("vllm.cam")
 
 _state = {"registered": False, "plane": None, "layers": None, "limits": {}, "announced": set(),
-          "announced_method": False}
+          "announced_method": False, "skipped_bytes": 0}
 _lock = threading.Lock()
 
 
@@ -173,6 +175,16 @@ def _refuse(layer, moe, served_limit: Optional[float]) -> None:
                                     "supported (the experts live on the cam-ffn ranks)")
 
 
+def _skip_routed_expert(param, loaded_weight, weight_name=None, shard_id=None, expert_id=None,
+                        return_success=False):
+    """The weight loader of the routed experts' parameters on an engine: vLLM's model loader has already read the
+    checkpoint tensor (its safetensors iterator yields every tensor of the file), this drops it uncopied and counts
+    its bytes in ``_state["skipped_bytes"]``. Success, so vLLM counts the parameter as loaded (its check that every
+    parameter came from the checkpoint)."""
+    _state["skipped_bytes"] += loaded_weight.numel() * loaded_weight.element_size()
+    return True if return_success else None
+
+
 def register() -> None:
     """The ``vllm.general_plugins`` entry point. A no-op without ``$CAM_VLLM_CONFIG``."""
     if _state["registered"] or _config() is None:
@@ -183,6 +195,8 @@ def register() -> None:
     from vllm.model_executor.layers.fused_moe.runner.shared_experts import SharedExpertsOrder
     from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
     from vllm.model_executor.models.utils import extract_layer_index
+
+    from ..convert import UnsupportedModelError
 
     class CamFusedMoEMethod(UnquantizedFusedMoEMethod):
         """vLLM's unquantized MoE method with the routed experts on cam's data plane."""
@@ -207,6 +221,20 @@ def register() -> None:
         @property
         def mk_can_overlap_shared_experts(self) -> bool:
             return True  # apply() runs the shared experts between dispatch and combine
+
+        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
+                           **extra_weight_attrs):
+            # vLLM's own parameters (names, shapes, dtypes: what its models' load_weights look up), on the meta
+            # device: the engine never computes with the routed experts, the cam-ffn ranks do, so they hold no
+            # memory here, and anything that would read them fails loudly instead of computing with garbage.
+            fused_shared = getattr(getattr(layer, "expert_map_manager", None), "num_fused_shared_experts", 0)
+            if fused_shared:
+                raise UnsupportedModelError(
+                    f"cam vLLM plugin: {getattr(layer, 'layer_name', type(layer).__name__)}: {fused_shared} shared "
+                    "expert(s) fused into the routed experts are not supported (they would not be loaded here)")
+            with torch.device("meta"):
+                super().create_weights(layer, num_experts, hidden_size, intermediate_size_per_partition,
+                                       params_dtype, **dict(extra_weight_attrs, weight_loader=_skip_routed_expert))
 
         def process_weights_after_loading(self, layer) -> None:
             # No local expert kernel: the weights are served by cam-ffn from the checkpoint.

@@ -1,5 +1,6 @@
 """One vLLM engine in its own process (the engine tier's Attention replica, or the native reference): greedy first
-token and the prompt's top-2 log-probabilities at every position, as JSON. With $CAM_VLLM_CONFIG set, cam's plugin
+token and the prompt's top-2 log-probabilities at every position, as JSON, and in OUT.json.memory.json the bytes
+its model's parameters hold (all, and the routed experts'). With $CAM_VLLM_CONFIG set, cam's plugin
 sends the routed experts over the data plane (cam/integrations/vllm.py).
 
     python _vllm_run.py CHECKPOINT PROMPTS.json OUT.json MAX_TOKENS
@@ -11,6 +12,23 @@ import sys
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: one process per replica
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+ROUTED = ("w13_weight", "w2_weight")  # vLLM's FusedMoE parameters of the routed experts
+
+
+def _parameter_bytes(model):
+    """Bytes the engine's model parameters hold (meta tensors hold none), all and the routed experts', and the
+    routed experts' bytes at their registered shapes."""
+    held = routed_held = routed_shape = 0
+    for name, p in model.named_parameters():
+        size = p.numel() * p.element_size()
+        has = 0 if p.is_meta else size
+        held += has
+        if name.rsplit(".", 1)[-1] in ROUTED:
+            routed_held += has
+            routed_shape += size
+    return {"model_bytes": held, "routed_bytes": routed_held, "routed_shape_bytes": routed_shape}
 
 
 def main(checkpoint, prompts_path, out_path, max_tokens):
@@ -39,10 +57,14 @@ def main(checkpoint, prompts_path, out_path, max_tokens):
             "prompt": [None if pos is None else {str(k): v.logprob for k, v in pos.items()}
                        for pos in o.prompt_logprobs],
         })
+    memory = llm.apply_model(_parameter_bytes)[0]
     if os.environ.get("CAM_VLLM_CONFIG"):
         from cam.integrations import vllm as cam_vllm
 
+        memory["skipped_bytes"] = cam_vllm._state.get("skipped_bytes", 0)  # 0: a plugin that drops nothing
         cam_vllm.shutdown()
+    with open(out_path + ".memory.json", "w") as f:
+        json.dump(memory, f)
     with open(out_path, "w") as f:
         json.dump(result, f)
 

@@ -144,6 +144,7 @@ def test_plugin_matches_vllm_native(family, tmp_path):
         assert '"reason": "attention finished"' in log, log[-2000:]
 
     assert [c["first"] for c in cam] == [n["first"] for n in native], (family, cam, native)
+    _check_engine_memory(ckpt, tmp_path)
     positions = differ = 0
     for c, n in zip(cam, native):
         for cp, np_ in zip(c["prompt"], n["prompt"]):
@@ -156,6 +157,38 @@ def test_plugin_matches_vllm_native(family, tmp_path):
                 assert b in np_ and np_[a] - np_[b] < NEAR_TIE, (family, cp, np_)
     print(f"{family}: {positions} prefill positions, {differ} near-tie top-1 differences")
     assert differ <= positions // 10
+
+
+def _checkpoint_expert_bytes(ckpt):
+    """The routed experts' bytes in the checkpoint's files, read from the safetensors headers (not through vLLM or
+    cam): tensors under ``.mlp.experts.`` (a shared expert is ``.mlp.shared_experts.``)."""
+    import struct
+
+    total = 0
+    for name in os.listdir(ckpt):
+        if name.endswith(".safetensors"):
+            with open(os.path.join(ckpt, name), "rb") as f:
+                header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+            total += sum(t["data_offsets"][1] - t["data_offsets"][0] for key, t in header.items()
+                         if key != "__metadata__" and ".mlp.experts." in key)
+    return total
+
+
+def _check_engine_memory(ckpt, tmp_path):
+    """An engine with the plugin holds no routed-expert weights (the cam-ffn ranks compute with them): its model is
+    native's less exactly the checkpoint's expert bytes, which vLLM's loader read and the plugin dropped."""
+    experts = _checkpoint_expert_bytes(ckpt)
+    assert experts > 0
+    for d in range(2):
+        with open(tmp_path / f"native{d}.json.memory.json") as f:
+            native = json.load(f)
+        with open(tmp_path / f"cam{d}.json.memory.json") as f:
+            cam = json.load(f)
+        assert native["routed_bytes"] == native["routed_shape_bytes"] == experts, native  # the control
+        assert cam["routed_shape_bytes"] == experts, cam  # vLLM's parameters, registered at their shapes
+        assert cam["routed_bytes"] == 0, cam
+        assert cam["model_bytes"] == native["model_bytes"] - experts, (cam, native)
+        assert cam["skipped_bytes"] == experts, cam
 
 
 def test_the_clamp_the_plugin_accepts_is_vllms_own():
@@ -182,3 +215,28 @@ def test_the_clamp_the_plugin_accepts_is_vllms_own():
     # The same fp32 function, another expression (torch.compile'd): a few ulp apart at most.
     assert torch.allclose(got, convert.swiglu(x, limit), rtol=1e-5, atol=1e-6)
     assert not torch.allclose(got, convert.swiglu(x), rtol=1e-2, atol=1e-2)
+
+
+def test_shared_experts_fused_into_the_routed_ones_are_refused(monkeypatch):
+    """The plugin drops every routed expert's tensors on the engine; a layer whose shared experts vLLM fused into
+    its routed ones (``expert_map_manager.num_fused_shared_experts``) would lose them too, so it is refused by name
+    before any parameter is registered. (The engines of test_plugin_matches_vllm_native are the control: their
+    layers fuse none and load.)"""
+    import types
+
+    import torch
+    from vllm.model_executor.custom_op import maybe_get_oot_by_class
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    from cam.convert import UnsupportedModelError
+    from cam.integrations import vllm as cam_vllm
+
+    monkeypatch.setenv(cam_vllm.CONFIG_ENV, json.dumps({"rank": 0, "replicas": 1, "ffn_ranks": 1, "max_tokens": 8}))
+    cam_vllm.register()
+    method = maybe_get_oot_by_class(UnquantizedFusedMoEMethod)
+    assert method.__name__ == "CamFusedMoEMethod"
+    layer = types.SimpleNamespace(layer_name="model.layers.1.mlp.experts",
+                                  expert_map_manager=types.SimpleNamespace(num_fused_shared_experts=1))
+    with pytest.raises(UnsupportedModelError, match=r"model\.layers\.1\.mlp\.experts: 1 shared expert\(s\) fused"):
+        method.create_weights(object.__new__(method), layer, 8, 64, 32, torch.bfloat16, weight_loader=None)
+    assert not hasattr(layer, "w13_weight")
