@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernel_operator.h"
@@ -36,15 +37,21 @@ constexpr uint32_t kAiCores = 2;  // the "twin" platform's two AI cores
 // counters let one AI core's vector cores release another's cube, and the case broke another rule than its own).
 std::atomic<int> gWritten[kAiCores], gRead[kAiCores];
 
-// Spins until `done`, bounded like the twin's own waits: a broken case must end by its rule, never hang.
+// Waits until `done` (false: the launch was aborted, another core broke a rule first, which the launch reports),
+// bounded like the twin's own waits and yielding the CPU: a broken case must end by a rule, never hang or starve
+// the vector cores it waits for.
 template <typename Done>
-void SpinUntil(Done done) {
+bool WaitUntil(Done done) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!done())
+    while (!done()) {
+        if (cam::twin::LaunchAbortedNow()) return false;
         if (std::chrono::steady_clock::now() > deadline) {
             std::printf("crosscore test: a case's hand-off outside the flags never came\n");
             std::exit(3);
         }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return true;
 }
 
 uint32_t AiCore() { return static_cast<uint32_t>(GetBlockIdx() / GetTaskRation()); }
@@ -148,8 +155,8 @@ void Cube(GM_ADDR a, GM_ADDR b, const GlobalTensor<int32_t>& ring) {
         case Case::WriteBeforeFree:
             tile.Store(ring);
             CrossCoreSetFlag<2, PIPE_FIX>(kFull);
-            SpinUntil([] { return gRead[GetBlockIdx()].load() >= 2; });
-            tile.Store(ring);  // refused inside Store: the Fixpipe is the write
+            // Refused inside Store: the Fixpipe is the write.
+            if (WaitUntil([] { return gRead[GetBlockIdx()].load() >= 2; })) tile.Store(ring);
             break;
         default:
             for (uint32_t t = 0; t < kTiles; ++t) {
@@ -200,7 +207,7 @@ void Vector(const GlobalTensor<int32_t>& ring, const GlobalTensor<int32_t>& out)
     for (uint32_t t = 0; t < tiles; ++t) {
         const bool skipWait = (gCase == Case::ReadBeforeFlag || gCase == Case::SetOnWrongPipe) && t == 0;
         if (skipWait) {
-            SpinUntil([] { return gWritten[AiCore()].load() != 0; });
+            if (!WaitUntil([] { return gWritten[AiCore()].load() != 0; })) return;
         } else {
             CrossCoreWaitFlag<2, PIPE_MTE2>(kFull);
         }
