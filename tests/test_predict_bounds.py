@@ -205,3 +205,12 @@ def test_bounds_at_two_attention_ranks_use_the_bounded_ranks_share():
     one = predict.bound_shapes(4, 1, dims, st)
     assert one["dispatch_send"]["pairs_total"] == 5 and one["combine_recv"]["tokens"] == 4
     assert one["combine_send"]["rows"] == 5
+
+
+def test_chain_floor_with_one_attention_rank_by_hand():
+    from cam.bench.bounds import ffn_chain_floor_one_sender
+
+    b = {op: _b(op) for op in ("dispatch_send", "gmm_swiglu_quant_multi_layer", "gmm_multi_layer", "combine_recv")}
+    # The Attention rank's egress carries all 3 (token, rank) rows of 8 B (2.4 s), W1 48 MACs (48 s), W2 24 (24 s),
+    # its ingress 2 tokens x 2 rows x 4 bf16 (3.2 s): 77.6 s, above the chain bound's 1.6 + 48 + 24 + 2.4 = 76.
+    assert ffn_chain_floor_one_sender(b) == pytest.approx(2.4 + 48 + 24 + 3.2)

@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from ..sim.shapes import DEEPSEEK_V3, DEEPSEEK_V4_FLASH
-from .bounds import FFN_CHAIN, OPS, ffn_chain_bound, op_bound, routing_stats
+from .bounds import FFN_CHAIN, OPS, ffn_chain_bound, ffn_chain_floor_one_sender, op_bound, routing_stats
 from .common import json_path, print_table
 
 SHAPE = {"H": 7168, "I": 2048, "E": 256, "K": 8, "F": 8}
@@ -373,6 +373,8 @@ def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, 
                 "predicted_s_l2_lo": chain_pred,
                 "predicted_s_l2_hi": sum(ops[op]["l2_hi"]["predicted_s"] for op in FFN_CHAIN if op in ops),
                 "bound_s": ffn_chain_bound(bounds)}}
+            if attention == 1:
+                entry["devices"][device]["ffn_chain"]["floor_one_sender_s"] = ffn_chain_floor_one_sender(bounds)
         results["rounds"].append(entry)
     return results
 
@@ -424,6 +426,11 @@ def print_prediction(results: dict, device: str) -> None:
         rows.append(["FFN chain", "", f"{_fmt_s(chain['predicted_s_l2_hi'])}-{_fmt_s(chain['predicted_s_l2_lo'])}",
                      "", "", "", _fmt_s(chain["bound_s"]), "", f"{chain['predicted_s_l2_lo'] / chain['bound_s']:.1f}",
                      ""])
+        if "floor_one_sender_s" in chain:
+            # One Attention rank's links on the chain (bounds.ffn_chain_floor_one_sender): a floor no kernel lowers.
+            floor = chain["floor_one_sender_s"]
+            rows.append(["FFN chain floor (1 Attention rank's links)", "", "", "", "", "", _fmt_s(floor),
+                         "links, W1, W2", f"{chain['predicted_s_l2_lo'] / floor:.1f}", ""])
         print_table(
             f"MODEL PREDICTION for {device.upper()} (not a measurement): {results.get('weights', 'w8a8')} "
             f"experts (bounds: W8A8's), {entry['tokens']} tokens, "
