@@ -242,7 +242,7 @@ def bound_shapes(tokens: int, attention: int, dims: dict, st: dict) -> dict:
 
     The FFN-side ops (dispatch_recv, W1, W2) are bounded on the FFN rank with the most rows (``critical_rank``):
     every Attention rank's work item for it together. With one Attention rank, the sender-side ops (dynamic_quant,
-    dispatch_send, combine_recv) and combine_send are bounded on the round itself. With ``attention`` > 1 each
+    dispatch_send, combine_recv) are bounded on the round itself and combine_send on that FFN rank's rows. With ``attention`` > 1 each
     Attention rank holds ``tokens / attention`` tokens, so they are bounded on one rank's share: dynamic_quant on
     its tokens; dispatch_send and combine_recv on the Attention rank with the most (token, FFN rank) pairs, its
     tokens and its pairs; combine_send, costed one work item per launch, on the largest work item's rows. The
@@ -350,7 +350,6 @@ def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, 
             parsed = _parse(path)
         results["constants"] = parsed["constants"]
         st = parsed["stats"]
-        r = st["critical_rank"]
         shapes = bound_shapes(tokens, attention, dims, st)
         entry = {"tokens": tokens, "wall_s": wall, "ffn_rank_rows": shapes["gmm_multi_layer"]["rows"], "devices": {}}
         if attention > 1:  # rows of each (Attention rank, FFN rank) work item: combine_send's own x
