@@ -146,3 +146,71 @@ def test_routing_stats_under_a_placement_by_hand():
     s = routing_stats(IDS, E=4, F=2, placed=placed)
     assert s["rows"] == [1, 3] and s["pairs"] == [1, 2] and s["pairs_total"] == 3
     assert s["counts"] == [[0, 1], [1, 2]]
+
+
+def test_hottest_experts_by_hand():
+    # loads: expert 2 x3, expert 0 x2, expert 5 x2, expert 1 x1; -1 is an empty slot, not an expert.
+    ids = torch.tensor([[2, 0, -1], [2, 5, 1], [2, 0, 5]], dtype=torch.int32)
+    assert predict.hottest(ids, E=6, count=3) == [2, 0, 5]  # 0 and 5 tie at 2 rows: the lower id first
+    assert predict.hottest(ids, E=6, count=1) == [2]
+    assert predict.hottest(ids, E=6, count=0) == []
+
+
+def test_placed_routing_replicates_the_32_most_loaded_experts():
+    assert predict.REPLICATED == 32  # the placement-table target's table
+    ids = predict._ids(2048, "placed")
+    load = torch.bincount(ids.flatten().to(torch.int64), minlength=256)
+    p = predict._placement(ids, "placed")
+    twice = [e for e in range(256) if len(p.replicas(0, e)) == 2]
+    assert len(twice) == 32 and all(len(p.replicas(0, e)) == 1 for e in range(256) if e not in twice)
+    # every replicated expert carries at least the load of every one left single
+    assert min(int(load[e]) for e in twice) >= max(int(load[e]) for e in range(256) if e not in twice)
+    assert p.slots_per_rank == (256 + 32) // 8
+    assert len([e for e in range(256) if len(predict._placement(ids, "placed", replicated=8).replicas(0, e)) == 2]) == 8
+    assert predict._placement(ids, "skewed") is None
+
+
+def test_replicate_out_of_range_is_refused_naming_the_flag(capsys):
+    from cam.bench import main as bench_main
+
+    for bad in ("-1", "257"):
+        with pytest.raises(SystemExit, match="--replicate"):
+            bench_main(["predict", "--rounds", "8", "--routing", "placed", "--replicate", bad])
+
+
+def test_bounds_at_two_attention_ranks_use_the_bounded_ranks_share():
+    # Two Attention ranks of 2 tokens each (a 4-token round), H 4, I 2, E 4 over F 2, top-2.
+    # Rank 0's ids [[0, 3], [1, 0]]: FFN rank 0 gets 3 rows / 2 tokens, FFN rank 1 1 row / 1 token: 3 pairs.
+    # Rank 1's ids [[2, 3], [0, 1]]: FFN rank 0 gets 2 rows / 1 token, FFN rank 1 2 rows / 1 token: 2 pairs.
+    # FFN rank 0 then holds 5 rows and 3 (token, rank) pairs in all, FFN rank 1 3 rows and 2.
+    st = {"routing_stats": {"rows": [5, 3], "pairs": [3, 2], "pairs_total": 5}, "item_rows": [[3, 1], [2, 2]],
+          "item_pairs_total": [3, 2], "critical_rank": 0, "critical_counts": [3, 2]}
+    dims = dict(H=4, I=2, E=4, K=2, F=2)
+    shapes = predict.bound_shapes(4, 2, dims, st)
+    b = {op: op_bound(op, **shapes[op], device=DEV) for op in shapes}
+    # dispatch_send, Attention rank 0 (the most pairs): 3 rows of 4 + 4 bytes = 24 B over 10 B/s, not the
+    # round's 5 rows (4.0 s); its HBM 2 tokens x 4 x 2 B + 2 x 2 ids x 4 B = 32 B.
+    assert (b["dispatch_send"]["link_bytes"], b["dispatch_send"]["hbm_bytes"]) == (24, 32)
+    assert b["dispatch_send"]["bound_s"] == pytest.approx(2.4)
+    # combine_recv: its 2 tokens x 2 rows x 4 x 2 B = 32 B in (the round's 4 tokens would be 64).
+    assert b["combine_recv"]["link_bytes"] == 32 and b["combine_recv"]["bound_s"] == pytest.approx(3.2)
+    # combine_send: the largest work item, 3 rows x 4 x 2 B = 24 B (FFN rank 0's 5 rows would be 40).
+    assert b["combine_send"]["link_bytes"] == 24 and b["combine_send"]["bound_s"] == pytest.approx(2.4)
+    # dynamic_quant on one rank's 2 tokens: 16 B in, 8 B out, 8 B scales.
+    assert b["dynamic_quant"]["hbm_bytes"] == 32
+    # The FFN side is the FFN rank's whatever the senders: dispatch_recv 3 pairs in (24 B), 5 rows written.
+    assert (b["dispatch_recv"]["link_bytes"], b["dispatch_recv"]["hbm_bytes"]) == (24, 24 + 40)
+    assert b["gmm_multi_layer"]["macs"] == 5 * 2 * 4
+    # One Attention rank: every op on the round itself (5 pairs, 4 tokens).
+    one = predict.bound_shapes(4, 1, dims, st)
+    assert one["dispatch_send"]["pairs_total"] == 5 and one["combine_recv"]["tokens"] == 4
+    assert one["combine_send"]["rows"] == 5
+
+
+def test_chain_floor_with_one_attention_rank_by_hand():
+    from cam.bench.bounds import ffn_chain_floor_one_sender
+
+    b = {op: _b(op) for op in ("dispatch_send", "gmm_swiglu_quant_multi_layer", "gmm_multi_layer", "combine_recv")}
+    # The Attention rank's egress carries all 3 (token, rank) rows of 8 B (2.4 s), W1 48 MACs (48 s), W2 24 (24 s),
+    # its ingress 2 tokens x 2 rows x 4 bf16 (3.2 s): 77.6 s, above the chain bound's 1.6 + 48 + 24 + 2.4 = 76.
+    assert ffn_chain_floor_one_sender(b) == pytest.approx(2.4 + 48 + 24 + 3.2)

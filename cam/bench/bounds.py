@@ -90,3 +90,14 @@ def op_bound(op: str, *, tokens: int, H: int, I: int, E: int, K: int, F: int, ro
 def ffn_chain_bound(bounds: dict) -> float:
     """The FFN rank's critical path bound for one round: its four ops run one after the other on its data."""
     return sum(bounds[op]["bound_s"] for op in FFN_CHAIN)
+
+
+def ffn_chain_floor_one_sender(bounds: dict) -> float:
+    """The FFN rank's critical path's floor for one round with one Attention rank (P = 1), from the same terms: its
+    rows are published only once the Attention rank's egress has carried every FFN rank's rows (dispatch_send's
+    link term, where dispatch_recv's bound counts this rank's ingress alone), and its combine rows land only as the
+    Attention rank's ingress takes every FFN rank's (combine_recv's link term, where combine_send's bound counts this
+    rank's egress alone); W1 and W2 in between at their bounds. With more Attention ranks those links are shared
+    differently and this floor does not apply."""
+    return (bounds["dispatch_send"]["terms_s"]["link"] + bounds["gmm_swiglu_quant_multi_layer"]["bound_s"] +
+            bounds["gmm_multi_layer"]["bound_s"] + bounds["combine_recv"]["terms_s"]["link"])

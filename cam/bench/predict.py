@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from ..sim.shapes import DEEPSEEK_V3, DEEPSEEK_V4_FLASH
-from .bounds import FFN_CHAIN, OPS, ffn_chain_bound, op_bound, routing_stats
+from .bounds import FFN_CHAIN, OPS, ffn_chain_bound, ffn_chain_floor_one_sender, op_bound, routing_stats
 from .common import json_path, print_table
 
 SHAPE = {"H": 7168, "I": 2048, "E": 256, "K": 8, "F": 8}
@@ -31,7 +31,9 @@ SHAPES = {name: {"H": m.hidden, "I": m.moe_intermediate, "E": m.experts, "K": m.
           for name, m in (("deepseek-v3", DEEPSEEK_V3), ("deepseek-v4-flash", DEEPSEEK_V4_FLASH))}
 ROUNDS = (4096, 8192, 16384)
 ROUTINGS = ("uniform", "skewed", "placed")
-REPLICATED = 8  # "placed": the skewed routing with its hottest experts given a second replica (cam.placement)
+# "placed": the skewed routing with its REPLICATED most-loaded experts (under that routing, this round) given a
+# second replica by a placement table (cam.placement); --replicate names another count.
+REPLICATED = 32
 ZIPF_S = 1.2
 # Kernel launches of each op, by the twin's kernel name (host/src: CAM_KERNEL_LAUNCH / CAM_DATAPLANE_LAUNCH).
 _KERNELS = {
@@ -70,17 +72,25 @@ def _ids(tokens: int, routing: str, shape: dict = SHAPE, seed: int = 0):
     raise ValueError(f"routing {routing!r} is not one of {ROUTINGS}")
 
 
-def _placement(ids, routing: str, shape: dict = SHAPE):
-    """For "placed": Placement.balanced with the REPLICATED hottest experts of this round replicated, as
+def hottest(ids, E: int, count: int) -> list:
+    """The ``count`` experts with the most rows in ``ids`` ([tokens, K], -1: empty slot), most-loaded first; ties
+    go to the lower expert id, so the choice is deterministic."""
+    import torch
+
+    ids = ids.flatten().to(torch.int64)
+    load = torch.bincount(ids[ids >= 0], minlength=E)
+    order = sorted(range(E), key=lambda e: (-int(load[e]), e))
+    return order[:count]
+
+
+def _placement(ids, routing: str, shape: dict = SHAPE, replicated: int = REPLICATED):
+    """For "placed": Placement.balanced with the ``replicated`` most-loaded experts of this round replicated, as
     cam.placement would place them; None (the contiguous placement) otherwise."""
     if routing != "placed":
         return None
-    import torch
-
     from cam.placement import Placement
 
-    hot = torch.bincount(ids.flatten().to(torch.int64), minlength=shape["E"]).argsort(descending=True)
-    return Placement.balanced(shape["E"], shape["F"], 1, replicate=hot[:REPLICATED].tolist())
+    return Placement.balanced(shape["E"], shape["F"], 1, replicate=hottest(ids, shape["E"], replicated))
 
 
 def _mark(path: str, name: str) -> None:
@@ -92,7 +102,7 @@ WEIGHTS = ("w8a8", "w4a8")  # the GMMs' expert weights: int8, or int4 packed (W4
 
 
 def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8", shape_name: str = "deepseek-v3",
-            attention: int = 1) -> int:
+            attention: int = 1, replicated: int = REPLICATED) -> int:
     """Runs every op once at this round size with timing on (CAM_TWIN_TIMING=out set by the parent). With
     ``attention`` > 1 Attention ranks, each sends ``tokens`` tokens (routed with its own seed); each FFN
     rank takes one work item from each, and the combine runs in ``attention`` groups, one item per FFN rank each,
@@ -109,7 +119,7 @@ def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8", sh
     H, I, E, K, F = (shape[k] for k in ("H", "I", "E", "K", "F"))
     A = attention
     ids_of = [_ids(tokens, routing, shape, seed=7919 * a) for a in range(A)]
-    placement = _placement(torch.cat(ids_of), routing, shape)
+    placement = _placement(torch.cat(ids_of), routing, shape, replicated)
     item_stats = [routing_stats(ids, E, F, placement.route(0, ids) if placement is not None else None)
                   for ids in ids_of]
     stats = {"rows": [sum(st["rows"][f] for st in item_stats) for f in range(F)],
@@ -204,6 +214,7 @@ def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8", sh
     with open(out, "a") as f:
         f.write(json.dumps({"routing_stats": {k: stats[k] for k in ("rows", "pairs", "pairs_total")},
                             "item_rows": [st["rows"] for st in item_stats],
+                            "item_pairs_total": [st["pairs_total"] for st in item_stats],
                             "critical_rank": r, "critical_counts": counts}) + "\n")
     return 0
 
@@ -224,6 +235,34 @@ def _parse(path: str) -> dict:
             elif "kernel" in rec and section is not None:
                 launches.setdefault(section, []).append(rec)
     return {"constants": constants, "launches": launches, "stats": stats}
+
+
+def bound_shapes(tokens: int, attention: int, dims: dict, st: dict) -> dict:
+    """Each op's op_bound arguments: the shape of the rank whose op is bounded, the one the prediction times.
+
+    The FFN-side ops (dispatch_recv, W1, W2) are bounded on the FFN rank with the most rows (``critical_rank``):
+    every Attention rank's work item for it together. With one Attention rank, the sender-side ops (dynamic_quant,
+    dispatch_send, combine_recv) are bounded on the round itself and combine_send on that FFN rank's rows. With ``attention`` > 1 each
+    Attention rank holds ``tokens / attention`` tokens, so they are bounded on one rank's share: dynamic_quant on
+    its tokens; dispatch_send and combine_recv on the Attention rank with the most (token, FFN rank) pairs, its
+    tokens and its pairs; combine_send, costed one work item per launch, on the largest work item's rows. The
+    bound's formula is op_bound's either way; only whose share it is given changes. st: the worker's record
+    (routing_stats of every item together, item_rows / item_pairs_total per Attention rank, critical rank and
+    its per-slot counts)."""
+    r = st["critical_rank"]
+    ffn = {"tokens": tokens, **{k: dims[k] for k in ("H", "I", "E", "K", "F")},
+           "rows": st["routing_stats"]["rows"][r], "pairs": st["routing_stats"]["pairs"][r],
+           "pairs_total": st["routing_stats"]["pairs_total"],
+           "active_experts": sum(1 for c in st["critical_counts"] if c)}
+    shapes = {op: dict(ffn) for op in OPS}
+    if attention == 1:
+        return shapes
+    share = tokens // attention
+    sender = max(range(attention), key=lambda a: st["item_pairs_total"][a])
+    for op in ("dynamic_quant", "dispatch_send", "combine_recv"):
+        shapes[op].update(tokens=share, pairs_total=st["item_pairs_total"][sender])
+    shapes["combine_send"].update(rows=max(max(item) for item in st["item_rows"]))
+    return shapes
 
 
 def _critical(rec: dict, consts: dict) -> str:
@@ -283,14 +322,17 @@ def _op_cost(op: str, parsed: dict, device: str, l2: str) -> dict | None:
 
 def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, trace: str | None = None,
             trace_kernel: str = "cam_gmm_int8_cube", weights: str = "w8a8", shape: str = "deepseek-v3",
-            attention: int = 1) -> dict:
+            attention: int = 1, replicated: int = REPLICATED) -> dict:
     """Runs each round size's worker and costs what it recorded. trace: write the first round's first launch of
     `trace_kernel` as a Perfetto trace (one track per pipe per core; A3, L2 low end). shape: a key of SHAPES;
     attention: Attention ranks, each sending 1/attention of the round's tokens (_worker), so that an FFN rank's rows
-    are the round's whatever the ranks."""
+    are the round's whatever the ranks. replicated: for routing "placed", how many of the most-loaded experts the
+    placement table replicates."""
     results = {"label": "model prediction (twin timing model), not a measurement", "shape": dict(SHAPES[shape]),
                "shape_name": shape, "attention_ranks": attention,
                "routing": routing, "weights": weights, "platform_traced": PLATFORM, "rounds": []}
+    if routing == "placed":
+        results["replicated"] = replicated
     dims = SHAPES[shape]
     for tokens in rounds:
         with tempfile.TemporaryDirectory(prefix="cam-predict-") as d:
@@ -300,7 +342,7 @@ def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, 
                 env.update(CAM_TWIN_TIMING_TRACE=os.path.abspath(trace), CAM_TWIN_TIMING_TRACE_KERNEL=trace_kernel)
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "cam.bench.predict", "--_worker", str(tokens // attention), routing,
-                                   path, weights, shape, str(attention)],
+                                   path, weights, shape, str(attention), str(replicated)],
                                   env=env, capture_output=True, text=True, timeout=timeout_s)
             wall = time.perf_counter() - t0
             if proc.returncode != 0:
@@ -308,17 +350,15 @@ def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, 
             parsed = _parse(path)
         results["constants"] = parsed["constants"]
         st = parsed["stats"]
-        r = st["critical_rank"]
-        bound_shape = {"tokens": tokens, **{k: dims[k] for k in ("H", "I", "E", "K", "F")},
-                       "rows": st["routing_stats"]["rows"][r], "pairs": st["routing_stats"]["pairs"][r],
-                       "pairs_total": st["routing_stats"]["pairs_total"],
-                       "active_experts": sum(1 for c in st["critical_counts"] if c)}
-        entry = {"tokens": tokens, "wall_s": wall, "ffn_rank_rows": bound_shape["rows"], "devices": {}}
+        shapes = bound_shapes(tokens, attention, dims, st)
+        entry = {"tokens": tokens, "wall_s": wall, "ffn_rank_rows": shapes["gmm_multi_layer"]["rows"], "devices": {}}
         if attention > 1:  # rows of each (Attention rank, FFN rank) work item: combine_send's own x
-            entry.update(tokens_per_attention_rank=tokens // attention, item_rows=st["item_rows"])
+            entry.update(tokens_per_attention_rank=tokens // attention, item_rows=st["item_rows"],
+                         bounded_sender_pairs=shapes["dispatch_send"]["pairs_total"],
+                         bounded_item_rows=shapes["combine_send"]["rows"])
         for device in ("a3", "a2"):
             consts = parsed["constants"][device]
-            bounds = {op: op_bound(op, **bound_shape, device=consts) for op in OPS}
+            bounds = {op: op_bound(op, **shapes[op], device=consts) for op in OPS}
             ops = {}
             for op in OPS:
                 lo, hi = _op_cost(op, parsed, device, "lo"), _op_cost(op, parsed, device, "hi")
@@ -332,12 +372,33 @@ def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, 
                 "predicted_s_l2_lo": chain_pred,
                 "predicted_s_l2_hi": sum(ops[op]["l2_hi"]["predicted_s"] for op in FFN_CHAIN if op in ops),
                 "bound_s": ffn_chain_bound(bounds)}}
+            if attention == 1:
+                entry["devices"][device]["ffn_chain"]["floor_one_sender_s"] = ffn_chain_floor_one_sender(bounds)
         results["rounds"].append(entry)
     return results
 
 
 def _fmt_s(s: float) -> str:
     return f"{s * 1e6:.1f}"
+
+
+def _replicated(results: dict) -> str:
+    """The placed routing's replica count for a header (a recorded run without it replicated the 8 hottest)."""
+    if results["routing"] != "placed":
+        return ""
+    return f" ({results.get('replicated', 8)} most-loaded experts replicated)"
+
+
+def _bounded_on(entry: dict) -> str:
+    """Whose share each bound is evaluated on (bound_shapes), for a header."""
+    if "tokens_per_attention_rank" not in entry:
+        return "bounds on the round (the one Attention rank's) and the FFN rank with most rows"
+    if "bounded_sender_pairs" not in entry:  # a record from before the per-rank bounds: the round's figures
+        return "bounds on the whole round's tokens and pairs"
+    return (f"bounds per rank: dynamic_quant, dispatch_send, combine_recv on one Attention rank's "
+            f"{entry['tokens_per_attention_rank']} tokens ({entry['bounded_sender_pairs']} token-rank pairs, the most "
+            f"of any), combine_send on the largest work item's {entry['bounded_item_rows']} rows, the FFN ops on the "
+            f"FFN rank with most rows")
 
 
 def print_prediction(results: dict, device: str) -> None:
@@ -364,11 +425,17 @@ def print_prediction(results: dict, device: str) -> None:
         rows.append(["FFN chain", "", f"{_fmt_s(chain['predicted_s_l2_hi'])}-{_fmt_s(chain['predicted_s_l2_lo'])}",
                      "", "", "", _fmt_s(chain["bound_s"]), "", f"{chain['predicted_s_l2_lo'] / chain['bound_s']:.1f}",
                      ""])
+        if "floor_one_sender_s" in chain:
+            # One Attention rank's links on the chain (bounds.ffn_chain_floor_one_sender): a floor no kernel lowers.
+            floor = chain["floor_one_sender_s"]
+            rows.append(["FFN chain floor (1 Attention rank's links)", "", "", "", "", "", _fmt_s(floor),
+                         "links, W1, W2", f"{chain['predicted_s_l2_lo'] / floor:.1f}", ""])
         print_table(
             f"MODEL PREDICTION for {device.upper()} (not a measurement): {results.get('weights', 'w8a8')} "
             f"experts (bounds: W8A8's), {entry['tokens']} tokens, "
-            f"{results['routing']} top-{results['shape']['K']} ({results.get('shape_name', 'deepseek-v3')} shape, "
-            f"{results.get('attention_ranks', 1)} Attention rank(s)), FFN rank rows {entry['ffn_rank_rows']}; µs; busy = critical "
+            f"{results['routing']}{_replicated(results)} top-{results['shape']['K']} ({results.get('shape_name', 'deepseek-v3')} shape, "
+            f"{results.get('attention_ranks', 1)} Attention rank(s)), FFN rank rows {entry['ffn_rank_rows']}; "
+            f"{_bounded_on(entry)}; µs; busy = critical "
             f"core's pipe busy fraction; time range = L2 bandwidth high-low end; stalls summed over cores; "
             f"a plane op's time runs from its phase's start and includes its waits on peers' writes; scalar (S) time is "
             f"the least certain term; twin wall {entry['wall_s']:.0f} s",
@@ -388,6 +455,10 @@ def _run(args) -> int:
     for t in args.rounds:
         if t < 1:
             raise SystemExit(f"--rounds: {t} tokens is not a positive count")
+    experts = SHAPES[args.shape]["E"]
+    if not 0 <= args.replicate <= experts:
+        raise SystemExit(f"--replicate: {args.replicate} experts is not in [0, {experts}] ({args.shape} has "
+                         f"{experts})")
     runs = []
     for a in args.attention:
         if not 1 <= a <= 16:
@@ -399,7 +470,7 @@ def _run(args) -> int:
     for i, (routing, weights, attention) in enumerate(combos):
         results = predict(rounds=tuple(args.rounds), routing=routing, timeout_s=args.timeout,
                           trace=args.trace if i == 0 else None, trace_kernel=args.trace_kernel, weights=weights,
-                          shape=args.shape, attention=attention)
+                          shape=args.shape, attention=attention, replicated=args.replicate)
         print_prediction(results, args.device)
         runs.append(results)
     if args.json:
@@ -418,7 +489,10 @@ def add_parsers(sub) -> None:
                                                                                  "8192 16384)")
     p.add_argument("--routing", nargs="+", choices=list(ROUTINGS), default=["uniform"],
                    help=f"uniform top-K; skewed: Zipf({ZIPF_S}) expert popularity; placed: skewed with the "
-                        f"{REPLICATED} hottest experts replicated by a placement table (default uniform)")
+                        f"--replicate most-loaded experts replicated by a placement table (default uniform)")
+    p.add_argument("--replicate", type=int, default=REPLICATED, metavar="N",
+                   help=f"with --routing placed: how many of the round's most-loaded experts the placement table "
+                        f"gives a second replica (default {REPLICATED})")
     p.add_argument("--weights", nargs="+", choices=list(WEIGHTS), default=["w8a8"],
                    help="the GMMs' expert weights: w8a8 int8, w4a8 int4 packed (docs/gmm.md §9); default w8a8")
     p.add_argument("--shape", choices=sorted(SHAPES), default="deepseek-v3",
@@ -437,7 +511,7 @@ def add_parsers(sub) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) in (5, 6, 7, 8) and sys.argv[1] == "--_worker":
+    if len(sys.argv) in (5, 6, 7, 8, 9) and sys.argv[1] == "--_worker":
         sys.exit(_worker(int(sys.argv[2]), *sys.argv[3:7], *(int(a) for a in sys.argv[7:])))
     print("usage: cam-bench predict ...", file=sys.stderr)
     sys.exit(2)

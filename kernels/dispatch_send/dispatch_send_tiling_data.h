@@ -27,6 +27,8 @@ struct DispatchSendTilingData {
 };
 
 constexpr uint32_t kDispatchSendMaxCols = 4096;
+// The narrowest quant pass tiling splits a row into to keep the placement rows and the routing tables in UB.
+constexpr uint32_t kDispatchSendMinCols = 1024;
 constexpr uint32_t kDispatchSendCopyChunk = 16384;
 
 // A block's routing summary (int32, one row per routing block, docs/protocol.md §6.1): rows per plane slot

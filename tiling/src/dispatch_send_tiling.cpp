@@ -34,10 +34,24 @@ bool TileDispatchSend(const PlatformInfo& platform, const kernels::dp::CommArgs&
     };
     if (!WorkingSetFits(platform, base(windowWords), "dispatch_send", why)) return false;
     const bool residentFits = tableWords <= UINT32_MAX;
-    if (residentFits && base(tableWords) + tables <= platform.ubBytes) {
+    // A row longer than a pass is read twice whatever the pass width (quant.h), so narrower passes cost only more,
+    // shorter instructions, while a window over the table costs a refill per lookup: when the resident rows and the
+    // tables miss UB at the widest pass, the row is split into one more pass of equal width at a time (down to
+    // kDispatchSendMinCols) before the rows are given up for a window or the routing to block 0 alone.
+    const uint32_t widest = t.colsPerPass;
+    bool resident = residentFits && base(tableWords) + tables <= platform.ubBytes;
+    for (int64_t passes = static_cast<int64_t>(kernels::CeilDiv(static_cast<uint64_t>(topo.H), widest));
+         residentFits && !resident; ++passes) {
+        const uint32_t cols = ColsPerPass(
+            static_cast<int64_t>(kernels::CeilDiv(static_cast<uint64_t>(topo.H), static_cast<uint64_t>(passes))), widest);
+        if (cols < kernels::kDispatchSendMinCols) break;
+        t.colsPerPass = cols;
+        resident = base(tableWords) + tables <= platform.ubBytes;
+    }
+    if (resident) {
         t.placeUbWords = static_cast<uint32_t>(tableWords);
         t.tablesInUb = 1;
-    } else if (base(windowWords) + tables <= platform.ubBytes) {
+    } else if (t.colsPerPass = widest; base(windowWords) + tables <= platform.ubBytes) {
         t.placeUbWords = static_cast<uint32_t>(windowWords);
         t.tablesInUb = 1;
     } else {
