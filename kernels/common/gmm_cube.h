@@ -39,7 +39,7 @@ public:
         if (t.aResident)
             pipe_.InitBuffer(aRes_, 1, t.tm * static_cast<uint32_t>(AlignUp(t.k, kGmmK0)));
         else
-            pipe_.InitBuffer(a1_, kGmmL1Buffers, t.tm * t.tk1);
+            pipe_.InitBuffer(a1_, kGmmL1Buffers, t.tm * t.tk1a);
         pipe_.InitBuffer(b1_, kGmmL1Buffers, t.tk1 * t.tn);
         pipe_.InitBuffer(a2_, kGmmL1Buffers, t.tm * t.tk);
         pipe_.InitBuffer(b2_, kGmmL1Buffers, t.tk * t.tn);
@@ -286,8 +286,12 @@ private:
 
         if (t_.aResident) HoldA(row0, mLen, mAl);
         AscendC::LocalTensor<int32_t> c = c_.AllocTensor<int32_t>();
-        // L1 takes K in chunks of tk1 (a multiple of tk): one copy of A and one of B per chunk, whose fixed cost
-        // per instruction is then shared by tk1 / tk L0 steps.
+        // L1 takes K in chunks: B in chunks of tk1 (a multiple of tk), A in chunks of tk1a (a multiple of tk1; all
+        // of K when resident): one copy per chunk, whose fixed cost per instruction is then shared by the chunk's L0
+        // steps. A's copy pays a burst per row, so its chunks are the longer ones.
+        AscendC::LocalTensor<int8_t> a1;
+        uint32_t kA0 = 0;  // first k of the A chunk in L1
+        if (t_.aResident) a1 = aHeldTensor_;
         for (uint32_t k1 = 0; k1 < t_.k; k1 += t_.tk1) {
             const uint32_t kLenC = t_.k - k1 < t_.tk1 ? t_.k - k1 : t_.tk1;
             const uint32_t kAlC = static_cast<uint32_t>(AlignUp(kLenC, kGmmK0));
@@ -295,15 +299,13 @@ private:
             // A columns that the ND->NZ copy zero-filled, so they contribute nothing.
             const uint32_t kRowsB = t_.kPadded - k1 < kAlC ? t_.kPadded - k1 : kAlC;
 
-            // A of this chunk in L1 (NZ, C0 stride mAl): a slice of the resident rows, or a tile copied now.
-            AscendC::LocalTensor<int8_t> a1;
-            uint32_t aFrac0 = 0;  // first L1 fractal of the chunk's k range
-            if (t_.aResident) {
-                a1 = aHeldTensor_;
-                aFrac0 = k1 / kGmmK0 * (mAl / kGmmM0);
-            } else {
+            // A new streamed A chunk (NZ, C0 stride mAl) starts with this B chunk.
+            const bool aNew = !t_.aResident && k1 % t_.tk1a == 0;
+            if (aNew) {
+                kA0 = k1;
+                const uint32_t kLenA = t_.k - k1 < t_.tk1a ? t_.k - k1 : t_.tk1a;
                 a1 = a1_.AllocTensor<int8_t>();
-                AscendC::DataCopy(a1, x_[row0 * t_.k + k1], XToNz(mLen, kLenC, mAl));
+                AscendC::DataCopy(a1, x_[row0 * t_.k + k1], XToNz(mLen, kLenA, mAl));
                 a1_.EnQue(a1);
             }
 
@@ -315,7 +317,7 @@ private:
             burst.dstStride = static_cast<uint16_t>(kAlC - kRowsB);
             AscendC::DataCopy(b1, w_[wBase + uint64_t(k1) * kGmmNzCols], burst);
             b1_.EnQue(b1);
-            if (!t_.aResident) a1 = a1_.DeQue<int8_t>();
+            if (aNew) a1 = a1_.DeQue<int8_t>();
             b1 = b1_.DeQue<int8_t>();
 
             for (uint32_t kk = 0; kk < kLenC; kk += t_.tk) {
@@ -323,30 +325,40 @@ private:
                 const uint32_t kLen = kLenC - kk < t_.tk ? kLenC - kk : t_.tk;
                 const uint32_t kAl = static_cast<uint32_t>(AlignUp(kLen, kGmmK0));
 
-                // A: L1 NZ (column blocks of mAl rows) -> L0A ZZ (row blocks of kAl columns), one m-block per call.
+                // A: L1 NZ (column blocks of mAl rows) -> L0A ZZ (row blocks of kAl columns). Fractal (mb, kb) goes
+                // from L1 fractal kb·mBlk + mb (kb counted from the A chunk's start) to L0A fractal mb·kBlk + kb. A
+                // call has a fixed start-up cost, so the loop runs over the shorter side: one call per m-block (its
+                // kBlk fractals mBlk apart in L1) or one per k-block (its mBlk fractals consecutive in L1, kBlk apart
+                // in L0A).
+                const uint32_t mBlk = mAl / kGmmM0, kBlk = kAl / kGmmK0;
+                const uint32_t aStep0 = (k0 - kA0) / kGmmK0 * mBlk;
                 AscendC::LocalTensor<int8_t> a2 = a2_.AllocTensor<int8_t>();
-                for (uint32_t mb = 0; mb < mAl / kGmmM0; ++mb) {
+                const bool aByK = kBlk < mBlk;
+                for (uint32_t i = 0; i < (aByK ? kBlk : mBlk); ++i) {
                     AscendC::LoadData2DParams ld;
-                    ld.startIndex = static_cast<uint16_t>(aFrac0 + kk / kGmmK0 * (mAl / kGmmM0) + mb);
-                    ld.repeatTimes = static_cast<uint8_t>(kAl / kGmmK0);
-                    ld.srcStride = static_cast<uint16_t>(mAl / kGmmM0);
-                    ld.dstGap = 0;
+                    ld.startIndex = static_cast<uint16_t>(aByK ? aStep0 + i * mBlk : aStep0 + i);
+                    ld.repeatTimes = static_cast<uint8_t>(aByK ? mBlk : kBlk);
+                    ld.srcStride = static_cast<uint16_t>(aByK ? 1 : mBlk);
+                    ld.dstGap = static_cast<uint16_t>(aByK ? kBlk - 1 : 0);
                     ld.ifTranspose = false;
-                    AscendC::LoadData(a2[mb * kAl * kGmmM0], a1, ld);
+                    AscendC::LoadData(a2[(aByK ? i : i * kBlk) * kGmmM0 * kGmmK0], a1, ld);
                 }
                 a2_.EnQue(a2);
 
-                // B: L1 NZ (k rows of 32 n) -> L0B ZN (16 n of 32 k per fractal): transpose 32x32 squares, one
-                // 32-column block per call; consecutive k squares land nAl/16 fractals apart.
+                // B: L1 NZ (k rows of 32 n) -> L0B ZN (16 n of 32 k per fractal): transpose 32x32 squares. Square
+                // (nb, kb) is L1 square nb·(kAlC/32) + kb and lands at L0B fractal kb·(nAl/16) + 2·nb; again over
+                // the shorter side: one call per 32-column block (its k squares nAl/16 fractals apart in L0B) or one
+                // per k square (its column blocks' squares kAlC/32 apart in L1, side by side in L0B).
                 AscendC::LocalTensor<int8_t> b2 = b2_.AllocTensor<int8_t>();
-                for (uint32_t nb = 0; nb < nBlk; ++nb) {
+                const bool bByK = kBlk < nBlk;
+                for (uint32_t i = 0; i < (bByK ? kBlk : nBlk); ++i) {
                     AscendC::LoadData2dTransposeParams lt;
-                    lt.startIndex = static_cast<uint16_t>(nb * (kAlC / kGmmK0) + kk / kGmmK0);
-                    lt.repeatTimes = static_cast<uint8_t>(kAl / kGmmK0);
-                    lt.srcStride = 1;
-                    lt.dstGap = static_cast<uint16_t>(nAl / kGmmM0 - 1);
+                    lt.startIndex = static_cast<uint16_t>(bByK ? kk / kGmmK0 + i : i * (kAlC / kGmmK0) + kk / kGmmK0);
+                    lt.repeatTimes = static_cast<uint8_t>(bByK ? nBlk : kBlk);
+                    lt.srcStride = static_cast<uint16_t>(bByK ? kAlC / kGmmK0 : 1);
+                    lt.dstGap = static_cast<uint16_t>(bByK ? 1 : nAl / kGmmM0 - 1);
                     lt.dstFracGap = 0;
-                    AscendC::LoadDataWithTranspose(b2[nb * 2 * kGmmM0 * kGmmK0], b1, lt);
+                    AscendC::LoadDataWithTranspose(b2[(bByK ? i * (nAl / kGmmM0) : 2 * i) * kGmmM0 * kGmmK0], b1, lt);
                 }
                 b2_.EnQue(b2);
 
@@ -373,8 +385,9 @@ private:
                     c = c_.AllocTensor<int32_t>();
                 }
             }
-            if (!t_.aResident) a1_.FreeTensor(a1);
             b1_.FreeTensor(b1);
+            const uint32_t kEndC = k1 + kLenC;
+            if (!t_.aResident && (kEndC == t_.k || kEndC % t_.tk1a == 0)) a1_.FreeTensor(a1);
         }
         StoreC(c, t_.kGroups - 1, row0, mLen, mAl, n0, nLen, nAl);
     }
