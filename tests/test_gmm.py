@@ -315,7 +315,7 @@ def test_w1_tile_edges_and_extremes():
 
 def test_w1_row_tiles_sized_to_the_group():
     # The mixed kernel's row tiles (docs/gmm.md §5; the split itself: tests/test_gmm_row_tiles.py): 260 rows are two
-    # tiles of 144 and 116 where fixed 128-row tiles take three, 300 three of 112 (the last 76), and groups of 0, 1,
+    # tiles of 130 where fixed 128-row tiles take three, 300 three of 100, and groups of 0, 1,
     # 16 and 17 rows one tile or none, all dealt over the twin's two AI cores across group boundaries. N = 520 takes
     # the 144 x 224 C tile that fills L0C, in three n-tiles (224, 224, 72). Rows past the groups stay untouched.
     counts = [260, 0, 1, 16, 17, 300, 0]
