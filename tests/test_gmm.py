@@ -333,10 +333,10 @@ def test_w1_row_tiles_sized_to_the_group():
 
 def test_w1_x_streamed_in_a_chunks_longer_than_b_chunks():
     # 64 rows x K = 10000 of x do not fit L1 (twin: 524 160 bytes), so x streams (docs/gmm.md §5): B in chunks of
-    # 384 (three 128-deep steps), A in chunks of 2688 (seven B chunks), the last A chunk 1936 long and its last B
-    # chunk 16 (one partial 32-deep fractal). N = 200 is one n-tile of seven 32-column blocks, the last partial. L0
-    # loads run over the shorter side: A per m-block (4), but per k-block in the 16-deep last step; B per k-block
-    # (4 of them, or 1, against 7 column blocks).
+    # 512 (four 128-deep steps), A in chunks of 2176 (17 steps), so A chunks start inside B chunks; the last A chunk
+    # is 1296 long and the last B chunk 272 (two steps and a 16-deep one, one partial 32-deep fractal). N = 200 is one
+    # n-tile of seven 32-column blocks, the last partial. L0 loads run over the shorter side: A per m-block (4), but
+    # per k-block in the 16-deep last step; B per k-block (4 of them, or 1, against 7 column blocks).
     counts = [37, 0, 19]
     x, xs, ws, ss = _problem(41, 56, 10000, 200, len(counts), 1)
     lw = cam.LayerWeights(ws, ss)

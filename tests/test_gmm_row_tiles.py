@@ -71,26 +71,25 @@ def test_tile_sizes_fill_l0c(row_tiles):
     assert sizes["tm"] == 48 and sizes["tn"] == 256
 
 
-def l1_chunks(l1, tm, tn, tk, k, tk1b=384):
-    """The W1 L1 chunks when x streams (docs/gmm.md §5): B in chunks of tk1b, A in the longest multiple of them that
-    fits beside them (K rounded up to the B chunk at most), each double buffered."""
-    kb = min(tk1b, -(-k // tk) * tk)
-    ka = kb
-    while ka + kb <= -(-k // kb) * kb and 2 * tm * (ka + kb) + 2 * tn * kb <= l1:
-        ka += kb
-    return kb, ka
+def l1_chunks(l1, tm, tn, tk, k, tk1b=512):
+    """The W1 L1 chunks when x streams (docs/gmm.md §5): B in chunks of tk1b, A in the longest multiple of tk that
+    fits beside them (K rounded up to tk at most), each double buffered."""
+    k_steps = -(-k // tk) * tk
+    kb = min(tk1b, k_steps)
+    fits = [ka for ka in range(tk, k_steps + 1, tk) if 2 * tm * ka + 2 * tn * kb <= l1]
+    return kb, max(fits)
 
 
 def test_l1_chunks_of_a_longer_than_of_b(row_tiles):
-    # At K = 7168 a 144-row x tile (1 MiB) does not fit L1, so x streams: B in chunks of 384, A in chunks of 1152
-    # (144 x 1152 x 2 + 384 x 224 x 2 = 503 808 bytes of the 524 160; one B chunk more of A would be 614 400).
+    # At K = 7168 a 144-row x tile (1 MiB) does not fit L1, so x streams: B in chunks of 512, A in chunks of 896
+    # (144 x 896 x 2 + 512 x 224 x 2 = 487 424 bytes of the 524 160; one step more of A would be 524 288).
     sizes, _ = run(row_tiles, A3, 8321, 7168, 4096, [8321])
     assert sizes["resident"] == 0
-    assert (sizes["tk1"], sizes["tk1a"]) == l1_chunks(A3["l1"], 144, 224, 128, 7168) == (384, 1152)
-    # K = 10000 at 64 rows x 224 columns: A chunks of 2688 (seven B chunks), the last A chunk 1936 long.
+    assert (sizes["tk1"], sizes["tk1a"]) == l1_chunks(A3["l1"], 144, 224, 128, 7168) == (512, 896)
+    # K = 10000 at 64 rows x 224 columns: A chunks of 2176, not a multiple of B's, the last A chunk 1296 long.
     sizes, _ = run(row_tiles, A3, 56, 10000, 200, [56])
     assert (sizes["tm"], sizes["tn"], sizes["resident"]) == (64, 224, 0)
-    assert (sizes["tk1"], sizes["tk1a"]) == l1_chunks(A3["l1"], 64, 224, 128, 10000) == (384, 2688)
+    assert (sizes["tk1"], sizes["tk1a"]) == l1_chunks(A3["l1"], 64, 224, 128, 10000) == (512, 2176)
     # x resident in L1 (144 rows x K = 1000): no A chunks; B chunks as before (the longest that fits, up to 1024).
     sizes, _ = run(row_tiles, A3, 8321, 1000, 4096, [8321])
     assert sizes["resident"] == 1 and sizes["tk1a"] == sizes["tk1"] == 768  # 144 x 1024 + 2 x 768 x 224 bytes

@@ -286,9 +286,9 @@ private:
 
         if (t_.aResident) HoldA(row0, mLen, mAl);
         AscendC::LocalTensor<int32_t> c = c_.AllocTensor<int32_t>();
-        // L1 takes K in chunks: B in chunks of tk1 (a multiple of tk), A in chunks of tk1a (a multiple of tk1; all
-        // of K when resident): one copy per chunk, whose fixed cost per instruction is then shared by the chunk's L0
-        // steps. A's copy pays a burst per row, so its chunks are the longer ones.
+        // L1 takes K in chunks: B in chunks of tk1, A in chunks of tk1a (all of K when resident), both multiples of
+        // tk, so a chunk of either starts at an L0 step: one copy per chunk, whose fixed cost per instruction is then
+        // shared by the chunk's L0 steps. A's copy pays a burst per row, so its chunks are the longer ones.
         AscendC::LocalTensor<int8_t> a1;
         uint32_t kA0 = 0;  // first k of the A chunk in L1
         if (t_.aResident) a1 = aHeldTensor_;
@@ -299,16 +299,6 @@ private:
             // A columns that the ND->NZ copy zero-filled, so they contribute nothing.
             const uint32_t kRowsB = t_.kPadded - k1 < kAlC ? t_.kPadded - k1 : kAlC;
 
-            // A new streamed A chunk (NZ, C0 stride mAl) starts with this B chunk.
-            const bool aNew = !t_.aResident && k1 % t_.tk1a == 0;
-            if (aNew) {
-                kA0 = k1;
-                const uint32_t kLenA = t_.k - k1 < t_.tk1a ? t_.k - k1 : t_.tk1a;
-                a1 = a1_.AllocTensor<int8_t>();
-                AscendC::DataCopy(a1, x_[row0 * t_.k + k1], XToNz(mLen, kLenA, mAl));
-                a1_.EnQue(a1);
-            }
-
             AscendC::LocalTensor<int8_t> b1 = b1_.AllocTensor<int8_t>();
             AscendC::DataCopyParams burst;
             burst.blockCount = static_cast<uint16_t>(nBlk);
@@ -317,13 +307,23 @@ private:
             burst.dstStride = static_cast<uint16_t>(kAlC - kRowsB);
             AscendC::DataCopy(b1, w_[wBase + uint64_t(k1) * kGmmNzCols], burst);
             b1_.EnQue(b1);
-            if (aNew) a1 = a1_.DeQue<int8_t>();
             b1 = b1_.DeQue<int8_t>();
 
             for (uint32_t kk = 0; kk < kLenC; kk += t_.tk) {
                 const uint32_t k0 = k1 + kk;
                 const uint32_t kLen = kLenC - kk < t_.tk ? kLenC - kk : t_.tk;
                 const uint32_t kAl = static_cast<uint32_t>(AlignUp(kLen, kGmmK0));
+
+                // A streamed chunk (NZ, C0 stride mAl) starts at this step; the previous one's loads are all issued.
+                if (!t_.aResident && k0 % t_.tk1a == 0) {
+                    if (k0 > 0) a1_.FreeTensor(a1);
+                    kA0 = k0;
+                    const uint32_t kLenA = t_.k - k0 < t_.tk1a ? t_.k - k0 : t_.tk1a;
+                    a1 = a1_.AllocTensor<int8_t>();
+                    AscendC::DataCopy(a1, x_[row0 * t_.k + k0], XToNz(mLen, kLenA, mAl));
+                    a1_.EnQue(a1);
+                    a1 = a1_.DeQue<int8_t>();
+                }
 
                 // A: L1 NZ (column blocks of mAl rows) -> L0A ZZ (row blocks of kAl columns). Fractal (mb, kb) goes
                 // from L1 fractal kb·mBlk + mb (kb counted from the A chunk's start) to L0A fractal mb·kBlk + kb. A
@@ -386,9 +386,8 @@ private:
                 }
             }
             b1_.FreeTensor(b1);
-            const uint32_t kEndC = k1 + kLenC;
-            if (!t_.aResident && (kEndC == t_.k || kEndC % t_.tk1a == 0)) a1_.FreeTensor(a1);
         }
+        if (!t_.aResident) a1_.FreeTensor(a1);
         StoreC(c, t_.kGroups - 1, row0, mLen, mAl, n0, nLen, nAl);
     }
 

@@ -49,8 +49,8 @@ struct GmmCubeTilingData {
     uint32_t wNBlocks;       // int4: ceil(N / 16), weight fractals per 64 K rows of one expert
     uint32_t tk1;            // int8: K per B chunk in L1, a multiple of tk (one B copy per chunk, then tk1 / tk L0
                              // steps from it); int4: tk
-    uint32_t tk1a;           // int8 with A streamed: K per A chunk in L1, a multiple of tk1 (one A copy per chunk);
-                             // otherwise tk1
+    uint32_t tk1a;           // int8 with A streamed: K per A chunk in L1, a multiple of tk (one A copy per chunk,
+                             // its boundaries independent of B's); otherwise tk1
 };
 
 // Accumulator planes of one K group: the int32 sum (int8), or the hi and lo products (int4).

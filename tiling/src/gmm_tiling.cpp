@@ -32,10 +32,10 @@ constexpr uint32_t kTallTk = 160;
 // §5), as wide as the rest of L0C allows (up to kWideTn), 128-deep steps. Each row tile streams its expert's whole
 // weight and each n-tile its rows of x, so taller tiles trade weight reads for x reads.
 constexpr uint32_t kMixedTmMax = 144;
-// The mixed W1 kernel's B chunks in L1 (three 128-deep steps); its streamed A chunks are the longest multiple of them
-// that fits beside them: an A copy pays a burst per row (144) where B's pays one per 32-column block (7), so A's
-// copies are made the fewer (docs/gmm.md §5).
-constexpr uint32_t kMixedTk1B = 384;
+// The mixed W1 kernel's B chunks in L1 (four 128-deep steps); its streamed A chunks are the longest multiple of tk
+// that fits beside them: an A copy pays a burst per row (up to 144) where B's pays one per 32-column block (7), so
+// A's copies are made the fewer (docs/gmm.md §5).
+constexpr uint32_t kMixedTk1B = 512;
 
 bool Fits(const PlatformInfo& p, uint32_t tm, uint32_t tn, uint32_t tk, uint32_t int4) {
     return kernels::GmmL1Bytes(tm, tn, tk, int4) <= p.l1Bytes && kernels::GmmL0ABytes(tm, tk) <= p.l0aBytes &&
@@ -58,7 +58,7 @@ namespace {
 
 // Preferred tile sizes before they shrink to the problem and the platform's buffers; fillL0c: tn is the widest
 // multiple of 32 (up to tn) whose tm x tn int32 C tile fits L0C, taken before anything shrinks; tk1b (int8, A
-// streamed): the B chunk, with A in chunks of the longest multiple of it that fits (0: A and B chunks equal).
+// streamed): the B chunk, with A in chunks of the longest multiple of tk that fits (0: A and B chunks equal).
 struct GmmCubeTiles {
     uint32_t tm, tn, tk;
     bool fillL0c;
@@ -170,11 +170,11 @@ bool TileGmmCubeWith(const PlatformInfo& platform, const GmmShape& s, kernels::G
         return kernels::GmmL1BytesChunked(tm, tn, tk1, tk1a, t.k, t.aResident != 0) <= platform.l1Bytes;
     };
     if (!s.int4 && !t.aResident && pref.tk1b > 0) {
-        // B chunks of tk1b (fewer steps when K or L1 is short), A chunks the longest multiple that fits.
+        // B chunks of tk1b (fewer steps when K or L1 is short), A chunks the longest multiple of tk that fits.
         t.tk1 = static_cast<uint32_t>(std::min<uint64_t>(AlignUp(pref.tk1b, tk), AlignUp(s.k, tk)));
         while (t.tk1 > tk && !fitsL1(t.tk1, t.tk1)) t.tk1 -= tk;
         t.tk1a = t.tk1;
-        while (t.tk1a + t.tk1 <= AlignUp(s.k, t.tk1) && fitsL1(t.tk1, t.tk1a + t.tk1)) t.tk1a += t.tk1;
+        while (t.tk1a + tk <= AlignUp(s.k, tk) && fitsL1(t.tk1, t.tk1a + tk)) t.tk1a += tk;
     } else if (!s.int4) {
         const uint32_t kCap = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTk1, AlignUp(s.k, tk)));
         while (t.tk1 + tk <= kCap && fitsL1(t.tk1 + tk, t.tk1 + tk)) t.tk1 += tk;
