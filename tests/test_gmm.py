@@ -5,7 +5,11 @@ Shapes are small so the file runs in well under a minute on 2 CPUs; K, N and M a
 sizes (tk = 256, tn = 128, tm = 128 on the twin) and to leave partial fractals (K not a multiple of 16/32, N not a
 multiple of 32)."""
 
+import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -344,6 +348,37 @@ def test_w1_x_streamed_in_a_chunks_longer_than_b_chunks():
     got = _w1(x, xs, lw, _gl(counts), 0, COUNTS)
     cmp.check(got, _w1_golden(x, xs, ws, ss, _gl(counts), 0, COUNTS), sum(counts))
     cmp.finish()
+
+
+_W1_READS = """
+import sys, torch, cam
+g = torch.Generator().manual_seed(3)
+m, k, n = 56, 10000, 768
+x = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8)
+xs = torch.rand(m, generator=g) * 1e-2 + 1e-3
+w = [torch.randint(-128, 128, (1, k, n), generator=g, dtype=torch.int8)]
+s = [torch.rand(1, n, generator=g) * 1e-2 + 1e-3]
+cam.ops.gmm_swiglu_quant_multi_layer(x, xs, cam.LayerWeights(w, s), torch.tensor([m]), torch.tensor([0]))
+"""
+
+
+def test_w1_n_tiles_walk_k_both_ways_and_reuse_the_a_chunk(tmp_path):
+    # The bytes the mixed W1 launch reads from GM (the timing record's gm_read_bytes) at 56 rows x K = 10000 x N =
+    # 768: one row tile of three n-tiles of 256 (tm 64), x streamed in A chunks of 1920 (2 x 64 x 1920 + 2 x 512 x
+    # 256 bytes fit L1, 2048 would not), so the chunks are 5 x 1920 + 400. The n-tiles walk K forward, backward,
+    # forward (docs/gmm.md §5), each starting on the chunk the one before ended on: x is read 10000 + 9600 + 8080
+    # columns of its 56 rows, where a forward-only walk reads 3 x 10000.
+    path = tmp_path / "timing.jsonl"
+    env = dict(os.environ, CAM_TWIN_TIMING=str(path))
+    subprocess.run([sys.executable, "-c", _W1_READS], env=env, check=True, timeout=300)
+    reads = {json.loads(line)["gm_read_bytes"] for line in path.read_text().splitlines()
+             if json.loads(line).get("kernel") == "cam_gmm_swiglu_quant_multi_layer"}
+    m, k, n = 56, 10000, 768
+    weights = k * n  # NZ, K already a multiple of 16: each n-tile's column blocks over all of K, once
+    x = m * (10000 + 9600 + 8080)
+    slot = m * n * 4  # the vector cores read the int32 accumulator once
+    w_scale = 2 * n * 4  # each of the two vector cores reads the act and gate scale slices once
+    assert reads == {weights + x + slot + w_scale}
 
 
 def test_w1_row_longer_than_one_ub_pass():

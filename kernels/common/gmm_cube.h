@@ -90,7 +90,9 @@ public:
                              uint64_t(t_.kGroups) * GmmAccPlanes(t_.int4) * accPlane_);
     }
 
-    // Every n-tile of the rows [row0, row0 + mLen) of `expert` of `layer`, in column order.
+    // Every n-tile of the rows [row0, row0 + mLen) of `expert` of `layer`, in column order; with x streamed the
+    // n-tiles walk K in alternate directions, so each starts on the A chunk the one before ended on (one copy of x
+    // fewer per n-tile).
     __aicore__ inline void ComputeRows(uint32_t layer, uint32_t expert, uint64_t row0, uint32_t mLen) {
         const uint64_t expertBytes = ExpertBytes();
         UseLayer(layer, expertBytes);
@@ -98,16 +100,18 @@ public:
             if (t_.int4)
                 ComputeUnitInt4(expert, row0, mLen, nt, expertBytes);
             else
-                ComputeUnit(expert, row0, mLen, nt, expertBytes);
+                ComputeUnit(expert, row0, mLen, nt, expertBytes, !t_.aResident && nt % 2 == 1);
         }
     }
 
-    // Gives the resident A back to its queue (before the kernel ends).
+    // Gives the resident A, or the last streamed A chunk, back to its queue (before the kernel ends).
     __aicore__ inline void Finish() {
         if (aHeld_) aRes_.FreeTensor(aHeldTensor_);
         if (aHeld4_) aRes_.FreeTensor(aHeld4Tensor_);
+        if (aStream_) a1_.FreeTensor(aStreamTensor_);
         aHeld_ = false;
         aHeld4_ = false;
+        aStream_ = false;
     }
 
     __aicore__ inline uint64_t ExpertBytes() const {
@@ -275,8 +279,10 @@ private:
         c_.FreeTensor(c);
     }
 
+    // reverse: K is walked from its end (chunks and steps in reverse order; the int32 sums are the same), so that a
+    // unit following one of the same rows starts on the streamed A chunk the other ended on (StreamA).
     __aicore__ inline void ComputeUnit(uint32_t expert, uint64_t row0, uint32_t mLen, uint32_t nt,
-                                       uint64_t expertBytes) {
+                                       uint64_t expertBytes, bool reverse = false) {
         const uint32_t n0 = nt * t_.tn;
         const uint32_t nLen = t_.n - n0 < t_.tn ? t_.n - n0 : t_.tn;
         const uint32_t nBlk = static_cast<uint32_t>(CeilDiv(nLen, kGmmNzCols));
@@ -292,7 +298,9 @@ private:
         AscendC::LocalTensor<int8_t> a1;
         uint32_t kA0 = 0;  // first k of the A chunk in L1
         if (t_.aResident) a1 = aHeldTensor_;
-        for (uint32_t k1 = 0; k1 < t_.k; k1 += t_.tk1) {
+        const uint32_t bChunks = static_cast<uint32_t>(CeilDiv(t_.k, t_.tk1));
+        for (uint32_t bi = 0; bi < bChunks; ++bi) {
+            const uint32_t k1 = (reverse ? bChunks - 1 - bi : bi) * t_.tk1;
             const uint32_t kLenC = t_.k - k1 < t_.tk1 ? t_.k - k1 : t_.tk1;
             const uint32_t kAlC = static_cast<uint32_t>(AlignUp(kLenC, kGmmK0));
             // The NZ weight has K padded to 16 only; when the last chunk reaches past it, the missing B rows meet
@@ -309,20 +317,22 @@ private:
             b1_.EnQue(b1);
             b1 = b1_.DeQue<int8_t>();
 
-            for (uint32_t kk = 0; kk < kLenC; kk += t_.tk) {
+            const uint32_t steps = static_cast<uint32_t>(CeilDiv(kLenC, t_.tk));
+            for (uint32_t si = 0; si < steps; ++si) {
+                const uint32_t kk = (reverse ? steps - 1 - si : si) * t_.tk;
                 const uint32_t k0 = k1 + kk;
                 const uint32_t kLen = kLenC - kk < t_.tk ? kLenC - kk : t_.tk;
                 const uint32_t kAl = static_cast<uint32_t>(AlignUp(kLen, kGmmK0));
+                // Steps never straddle groups (tiling): a group's first and last steps in this walk's order.
+                const uint32_t kEnd = k0 + kLen;
+                const bool groupFirst = reverse ? kEnd % t_.kGroup == 0 : k0 % t_.kGroup == 0;
+                const bool groupLast = reverse ? k0 % t_.kGroup == 0 : kEnd % t_.kGroup == 0;
 
-                // A streamed chunk (NZ, C0 stride mAl) starts at this step; the previous one's loads are all issued.
-                if (!t_.aResident && k0 % t_.tk1a == 0) {
-                    if (k0 > 0) a1_.FreeTensor(a1);
-                    kA0 = k0;
-                    const uint32_t kLenA = t_.k - k0 < t_.tk1a ? t_.k - k0 : t_.tk1a;
-                    a1 = a1_.AllocTensor<int8_t>();
-                    AscendC::DataCopy(a1, x_[row0 * t_.k + k0], XToNz(mLen, kLenA, mAl));
-                    a1_.EnQue(a1);
-                    a1 = a1_.DeQue<int8_t>();
+                // The streamed A chunk (NZ, C0 stride mAl) this step falls in.
+                if (!t_.aResident) {
+                    StreamA(row0, mLen, mAl, k0 / t_.tk1a);
+                    a1 = aStreamTensor_;
+                    kA0 = k0 / t_.tk1a * t_.tk1a;
                 }
 
                 // A: L1 NZ (column blocks of mAl rows) -> L0A ZZ (row blocks of kAl columns). Fractal (mb, kb) goes
@@ -365,7 +375,7 @@ private:
                 a2 = a2_.DeQue<int8_t>();
                 b2 = b2_.DeQue<int8_t>();
                 // Below (m/16)*(n/16) = 10 the cube does not order this Mmad after the previous one into c.
-                if (k0 % t_.kGroup != 0 && (mAl / kGmmM0) * (nAl / 16) < 10) AscendC::PipeBarrier<PIPE_M>();
+                if (!groupFirst && (mAl / kGmmM0) * (nAl / 16) < 10) AscendC::PipeBarrier<PIPE_M>();
                 AscendC::MmadParams mm;
                 // m == 1 would put the cube in GEMV mode, which reads L0A as ND; our A is ZZ, so always pass the
                 // padded row count (rows past mLen are computed from padding and never stored).
@@ -374,21 +384,37 @@ private:
                 // the extra ones are never stored.
                 mm.n = static_cast<uint16_t>(nAl);
                 mm.k = static_cast<uint16_t>(kLen);
-                mm.cmatrixInitVal = k0 % t_.kGroup == 0;  // each scale group's partial starts from zero
+                mm.cmatrixInitVal = groupFirst;  // each scale group's partial starts from zero
                 AscendC::Mmad(c, a2, b2, mm);
                 a2_.FreeTensor(a2);
                 b2_.FreeTensor(b2);
-                // Steps never straddle groups (tiling), so a group ends exactly at a step's end.
-                const uint32_t kEnd = k0 + kLen;
-                if (kEnd % t_.kGroup == 0 && kEnd < t_.k) {
-                    StoreC(c, kEnd / t_.kGroup - 1, row0, mLen, mAl, n0, nLen, nAl);
-                    c = c_.AllocTensor<int32_t>();
+                if (groupLast) {
+                    StoreC(c, k0 / t_.kGroup, row0, mLen, mAl, n0, nLen, nAl);
+                    if (bi + 1 < bChunks || si + 1 < steps) c = c_.AllocTensor<int32_t>();
                 }
             }
             b1_.FreeTensor(b1);
         }
-        if (!t_.aResident) a1_.FreeTensor(a1);
-        StoreC(c, t_.kGroups - 1, row0, mLen, mAl, n0, nLen, nAl);
+        // The streamed A chunk stays in L1 for the next unit (StreamA, Finish).
+    }
+
+    // Makes A chunk `chunk` (k from chunk·tk1a, tk1a long) of the rows [row0, row0 + mLen) the streamed chunk in L1:
+    // kept when it already is (the previous unit, of the same rows, walked K the other way and ended on it; x is
+    // read-only for the kernel, so the rows and the chunk identify the contents), else copied in after the chunk
+    // held so far is given back (double buffered: the copy runs while the previous chunk is still being loaded).
+    __aicore__ inline void StreamA(uint64_t row0, uint32_t mLen, uint32_t mAl, uint32_t chunk) {
+        if (aStream_ && aRow0_ == row0 && aRows_ == mLen && aChunk_ == chunk) return;
+        if (aStream_) a1_.FreeTensor(aStreamTensor_);
+        const uint32_t kA0 = chunk * t_.tk1a;
+        const uint32_t kLenA = t_.k - kA0 < t_.tk1a ? t_.k - kA0 : t_.tk1a;
+        aStreamTensor_ = a1_.AllocTensor<int8_t>();
+        AscendC::DataCopy(aStreamTensor_, x_[row0 * t_.k + kA0], XToNz(mLen, kLenA, mAl));
+        a1_.EnQue(aStreamTensor_);
+        aStreamTensor_ = a1_.DeQue<int8_t>();
+        aStream_ = true;
+        aRow0_ = row0;
+        aRows_ = mLen;
+        aChunk_ = chunk;
     }
 
     // L0C -> the int32 partial of K group `group` (the whole sum for per-channel scales), only the valid rows and
@@ -448,8 +474,11 @@ private:
     AscendC::TQue<AscendC::TPosition::A1, 1> aRes_;            // resident A (aResident == 1)
     AscendC::LocalTensor<int8_t> aHeldTensor_;
     bool aHeld_ = false;
-    uint64_t aRow0_ = 0;
+    uint64_t aRow0_ = 0;  // the rows held (resident A, or the streamed chunk)
     uint32_t aRows_ = 0;
+    AscendC::LocalTensor<int8_t> aStreamTensor_;  // the streamed A chunk kept across units (aResident == 0)
+    bool aStream_ = false;
+    uint32_t aChunk_ = 0;
     AscendC::TQue<AscendC::TPosition::B1, kGmmL1Buffers> b1_;
     AscendC::TQue<AscendC::TPosition::A2, kGmmL1Buffers> a2_;
     AscendC::TQue<AscendC::TPosition::B2, kGmmL1Buffers> b2_;
