@@ -381,6 +381,26 @@ def test_w1_n_tiles_walk_k_both_ways_and_reuse_the_a_chunk(tmp_path):
     assert reads == {weights + x + slot + w_scale}
 
 
+def test_w1_k_walked_both_ways_with_scale_groups():
+    # Scale groups along K (two of 5120 rows; int4-valued int8 weights, as W4A8 checkpoints run on the W8A8 kernels,
+    # docs/gmm.md §9.3) with x streamed: the middle n-tile of three walks K backwards, so each group's partial starts
+    # at the group's last step and is stored after its first.
+    from cam.reference import w4a8 as ref4
+
+    m, k, n, group = 56, 10240, 768, 5120
+    x, xs, ws, _ = _problem(43, m, k, n, 1, 1)
+    g = torch.Generator().manual_seed(44)
+    ws = [w.div(16, rounding_mode="floor") for w in ws]
+    ss = [torch.rand(1, k // group, n, generator=g) * 1e-2 + 1e-3]
+    counts = torch.tensor([m], dtype=torch.int64)
+    got = _w1(x, xs, cam.LayerWeights(ws, ss), counts, 0, COUNTS)
+    want_y, want_ys, rows = ref4.gmm_swiglu_quant_multi_layer_w4a8(x, xs, ws, ss, counts, 0, group_size=group)
+    assert rows == m
+    cmp = W1Compare()
+    cmp.check(got, (want_y, want_ys), m)
+    cmp.finish()
+
+
 def test_w1_row_longer_than_one_ub_pass():
     # N/2 = 5000 output columns do not fit one epilogue pass in 192 KiB of UB: s is spilled to the workspace and
     # re-read for the quant (two passes), with the row's amax combined across passes.
