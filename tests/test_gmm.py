@@ -5,7 +5,11 @@ Shapes are small so the file runs in well under a minute on 2 CPUs; K, N and M a
 sizes (tk = 256, tn = 128, tm = 128 on the twin) and to leave partial fractals (K not a multiple of 16/32, N not a
 multiple of 32)."""
 
+import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -315,7 +319,7 @@ def test_w1_tile_edges_and_extremes():
 
 def test_w1_row_tiles_sized_to_the_group():
     # The mixed kernel's row tiles (docs/gmm.md §5; the split itself: tests/test_gmm_row_tiles.py): 260 rows are two
-    # tiles of 144 and 116 where fixed 128-row tiles take three, 300 three of 112 (the last 76), and groups of 0, 1,
+    # tiles of 130 where fixed 128-row tiles take three, 300 three of 100, and groups of 0, 1,
     # 16 and 17 rows one tile or none, all dealt over the twin's two AI cores across group boundaries. N = 520 takes
     # the 144 x 224 C tile that fills L0C, in three n-tiles (224, 224, 72). Rows past the groups stay untouched.
     counts = [260, 0, 1, 16, 17, 300, 0]
@@ -328,6 +332,72 @@ def test_w1_row_tiles_sized_to_the_group():
         cmp.check(got, _w1_golden(x, xs, ws, ss, _gl(counts, glt), 1, glt), rows)
         _assert_tail_untouched(got[0], rows, 77)
         _assert_tail_untouched(got[1], rows, -1.5)
+    cmp.finish()
+
+
+def test_w1_x_streamed_in_a_chunks_longer_than_b_chunks():
+    # 64 rows x K = 10000 of x do not fit L1 (twin: 524 160 bytes), so x streams (docs/gmm.md §5): B in chunks of
+    # 512 (four 128-deep steps), A in chunks of 2176 (17 steps), so A chunks start inside B chunks; the last A chunk
+    # is 1296 long and the last B chunk 272 (two steps and a 16-deep one, one partial 32-deep fractal). N = 200 is one
+    # n-tile of seven 32-column blocks, the last partial. L0 loads run over the shorter side: A per m-block (4), but
+    # per k-block in the 16-deep last step; B per k-block (4 of them, or 1, against 7 column blocks).
+    counts = [37, 0, 19]
+    x, xs, ws, ss = _problem(41, 56, 10000, 200, len(counts), 1)
+    lw = cam.LayerWeights(ws, ss)
+    cmp = W1Compare()
+    got = _w1(x, xs, lw, _gl(counts), 0, COUNTS)
+    cmp.check(got, _w1_golden(x, xs, ws, ss, _gl(counts), 0, COUNTS), sum(counts))
+    cmp.finish()
+
+
+_W1_READS = """
+import sys, torch, cam
+g = torch.Generator().manual_seed(3)
+m, k, n = 56, 10000, 768
+x = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8)
+xs = torch.rand(m, generator=g) * 1e-2 + 1e-3
+w = [torch.randint(-128, 128, (1, k, n), generator=g, dtype=torch.int8)]
+s = [torch.rand(1, n, generator=g) * 1e-2 + 1e-3]
+cam.ops.gmm_swiglu_quant_multi_layer(x, xs, cam.LayerWeights(w, s), torch.tensor([m]), torch.tensor([0]))
+"""
+
+
+def test_w1_n_tiles_walk_k_both_ways_and_reuse_the_a_chunk(tmp_path):
+    # The bytes the mixed W1 launch reads from GM (the timing record's gm_read_bytes) at 56 rows x K = 10000 x N =
+    # 768: one row tile of three n-tiles of 256 (tm 64), x streamed in A chunks of 1920 (2 x 64 x 1920 + 2 x 512 x
+    # 256 bytes fit L1, 2048 would not), so the chunks are 5 x 1920 + 400. The n-tiles walk K forward, backward,
+    # forward (docs/gmm.md §5), each starting on the chunk the one before ended on: x is read 10000 + 9600 + 8080
+    # columns of its 56 rows, where a forward-only walk reads 3 x 10000.
+    path = tmp_path / "timing.jsonl"
+    env = dict(os.environ, CAM_TWIN_TIMING=str(path))
+    subprocess.run([sys.executable, "-c", _W1_READS], env=env, check=True, timeout=300)
+    reads = {json.loads(line)["gm_read_bytes"] for line in path.read_text().splitlines()
+             if json.loads(line).get("kernel") == "cam_gmm_swiglu_quant_multi_layer"}
+    m, k, n = 56, 10000, 768
+    weights = k * n  # NZ, K already a multiple of 16: each n-tile's column blocks over all of K, once
+    x = m * (10000 + 9600 + 8080)
+    slot = m * n * 4  # the vector cores read the int32 accumulator once
+    w_scale = 2 * n * 4  # each of the two vector cores reads the act and gate scale slices once
+    assert reads == {weights + x + slot + w_scale}
+
+
+def test_w1_k_walked_both_ways_with_scale_groups():
+    # Scale groups along K (two of 5120 rows; int4-valued int8 weights, as W4A8 checkpoints run on the W8A8 kernels,
+    # docs/gmm.md §9.3) with x streamed: the middle n-tile of three walks K backwards, so each group's partial starts
+    # at the group's last step and is stored after its first.
+    from cam.reference import w4a8 as ref4
+
+    m, k, n, group = 56, 10240, 768, 5120
+    x, xs, ws, _ = _problem(43, m, k, n, 1, 1)
+    g = torch.Generator().manual_seed(44)
+    ws = [w.div(16, rounding_mode="floor") for w in ws]
+    ss = [torch.rand(1, k // group, n, generator=g) * 1e-2 + 1e-3]
+    counts = torch.tensor([m], dtype=torch.int64)
+    got = _w1(x, xs, cam.LayerWeights(ws, ss), counts, 0, COUNTS)
+    want_y, want_ys, rows = ref4.gmm_swiglu_quant_multi_layer_w4a8(x, xs, ws, ss, counts, 0, group_size=group)
+    assert rows == m
+    cmp = W1Compare()
+    cmp.check(got, (want_y, want_ys), m)
     cmp.finish()
 
 

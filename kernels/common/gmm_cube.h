@@ -39,7 +39,7 @@ public:
         if (t.aResident)
             pipe_.InitBuffer(aRes_, 1, t.tm * static_cast<uint32_t>(AlignUp(t.k, kGmmK0)));
         else
-            pipe_.InitBuffer(a1_, kGmmL1Buffers, t.tm * t.tk1);
+            pipe_.InitBuffer(a1_, kGmmL1Buffers, t.tm * t.tk1a);
         pipe_.InitBuffer(b1_, kGmmL1Buffers, t.tk1 * t.tn);
         pipe_.InitBuffer(a2_, kGmmL1Buffers, t.tm * t.tk);
         pipe_.InitBuffer(b2_, kGmmL1Buffers, t.tk * t.tn);
@@ -90,7 +90,9 @@ public:
                              uint64_t(t_.kGroups) * GmmAccPlanes(t_.int4) * accPlane_);
     }
 
-    // Every n-tile of the rows [row0, row0 + mLen) of `expert` of `layer`, in column order.
+    // Every n-tile of the rows [row0, row0 + mLen) of `expert` of `layer`, in column order; with x streamed the
+    // n-tiles walk K in alternate directions, so each starts on the A chunk the one before ended on (one copy of x
+    // fewer per n-tile).
     __aicore__ inline void ComputeRows(uint32_t layer, uint32_t expert, uint64_t row0, uint32_t mLen) {
         const uint64_t expertBytes = ExpertBytes();
         UseLayer(layer, expertBytes);
@@ -98,16 +100,18 @@ public:
             if (t_.int4)
                 ComputeUnitInt4(expert, row0, mLen, nt, expertBytes);
             else
-                ComputeUnit(expert, row0, mLen, nt, expertBytes);
+                ComputeUnit(expert, row0, mLen, nt, expertBytes, !t_.aResident && nt % 2 == 1);
         }
     }
 
-    // Gives the resident A back to its queue (before the kernel ends).
+    // Gives the resident A, or the last streamed A chunk, back to its queue (before the kernel ends).
     __aicore__ inline void Finish() {
         if (aHeld_) aRes_.FreeTensor(aHeldTensor_);
         if (aHeld4_) aRes_.FreeTensor(aHeld4Tensor_);
+        if (aStream_) a1_.FreeTensor(aStreamTensor_);
         aHeld_ = false;
         aHeld4_ = false;
+        aStream_ = false;
     }
 
     __aicore__ inline uint64_t ExpertBytes() const {
@@ -275,8 +279,10 @@ private:
         c_.FreeTensor(c);
     }
 
+    // reverse: K is walked from its end (chunks and steps in reverse order; the int32 sums are the same), so that a
+    // unit following one of the same rows starts on the streamed A chunk the other ended on (StreamA).
     __aicore__ inline void ComputeUnit(uint32_t expert, uint64_t row0, uint32_t mLen, uint32_t nt,
-                                       uint64_t expertBytes) {
+                                       uint64_t expertBytes, bool reverse = false) {
         const uint32_t n0 = nt * t_.tn;
         const uint32_t nLen = t_.n - n0 < t_.tn ? t_.n - n0 : t_.tn;
         const uint32_t nBlk = static_cast<uint32_t>(CeilDiv(nLen, kGmmNzCols));
@@ -286,26 +292,20 @@ private:
 
         if (t_.aResident) HoldA(row0, mLen, mAl);
         AscendC::LocalTensor<int32_t> c = c_.AllocTensor<int32_t>();
-        // L1 takes K in chunks of tk1 (a multiple of tk): one copy of A and one of B per chunk, whose fixed cost
-        // per instruction is then shared by tk1 / tk L0 steps.
-        for (uint32_t k1 = 0; k1 < t_.k; k1 += t_.tk1) {
+        // L1 takes K in chunks: B in chunks of tk1, A in chunks of tk1a (all of K when resident), both multiples of
+        // tk, so a chunk of either starts at an L0 step: one copy per chunk, whose fixed cost per instruction is then
+        // shared by the chunk's L0 steps. A's copy pays a burst per row, so its chunks are the longer ones.
+        AscendC::LocalTensor<int8_t> a1;
+        uint32_t kA0 = 0;  // first k of the A chunk in L1
+        if (t_.aResident) a1 = aHeldTensor_;
+        const uint32_t bChunks = static_cast<uint32_t>(CeilDiv(t_.k, t_.tk1));
+        for (uint32_t bi = 0; bi < bChunks; ++bi) {
+            const uint32_t k1 = (reverse ? bChunks - 1 - bi : bi) * t_.tk1;
             const uint32_t kLenC = t_.k - k1 < t_.tk1 ? t_.k - k1 : t_.tk1;
             const uint32_t kAlC = static_cast<uint32_t>(AlignUp(kLenC, kGmmK0));
             // The NZ weight has K padded to 16 only; when the last chunk reaches past it, the missing B rows meet
             // A columns that the ND->NZ copy zero-filled, so they contribute nothing.
             const uint32_t kRowsB = t_.kPadded - k1 < kAlC ? t_.kPadded - k1 : kAlC;
-
-            // A of this chunk in L1 (NZ, C0 stride mAl): a slice of the resident rows, or a tile copied now.
-            AscendC::LocalTensor<int8_t> a1;
-            uint32_t aFrac0 = 0;  // first L1 fractal of the chunk's k range
-            if (t_.aResident) {
-                a1 = aHeldTensor_;
-                aFrac0 = k1 / kGmmK0 * (mAl / kGmmM0);
-            } else {
-                a1 = a1_.AllocTensor<int8_t>();
-                AscendC::DataCopy(a1, x_[row0 * t_.k + k1], XToNz(mLen, kLenC, mAl));
-                a1_.EnQue(a1);
-            }
 
             AscendC::LocalTensor<int8_t> b1 = b1_.AllocTensor<int8_t>();
             AscendC::DataCopyParams burst;
@@ -315,45 +315,67 @@ private:
             burst.dstStride = static_cast<uint16_t>(kAlC - kRowsB);
             AscendC::DataCopy(b1, w_[wBase + uint64_t(k1) * kGmmNzCols], burst);
             b1_.EnQue(b1);
-            if (!t_.aResident) a1 = a1_.DeQue<int8_t>();
             b1 = b1_.DeQue<int8_t>();
 
-            for (uint32_t kk = 0; kk < kLenC; kk += t_.tk) {
+            const uint32_t steps = static_cast<uint32_t>(CeilDiv(kLenC, t_.tk));
+            for (uint32_t si = 0; si < steps; ++si) {
+                const uint32_t kk = (reverse ? steps - 1 - si : si) * t_.tk;
                 const uint32_t k0 = k1 + kk;
                 const uint32_t kLen = kLenC - kk < t_.tk ? kLenC - kk : t_.tk;
                 const uint32_t kAl = static_cast<uint32_t>(AlignUp(kLen, kGmmK0));
+                // Steps never straddle groups (tiling): a group's first and last steps in this walk's order.
+                const uint32_t kEnd = k0 + kLen;
+                const bool groupFirst = reverse ? kEnd % t_.kGroup == 0 : k0 % t_.kGroup == 0;
+                const bool groupLast = reverse ? k0 % t_.kGroup == 0 : kEnd % t_.kGroup == 0;
 
-                // A: L1 NZ (column blocks of mAl rows) -> L0A ZZ (row blocks of kAl columns), one m-block per call.
+                // The streamed A chunk (NZ, C0 stride mAl) this step falls in.
+                if (!t_.aResident) {
+                    StreamA(row0, mLen, mAl, k0 / t_.tk1a);
+                    a1 = aStreamTensor_;
+                    kA0 = k0 / t_.tk1a * t_.tk1a;
+                }
+
+                // A: L1 NZ (column blocks of mAl rows) -> L0A ZZ (row blocks of kAl columns). Fractal (mb, kb) goes
+                // from L1 fractal kb·mBlk + mb (kb counted from the A chunk's start) to L0A fractal mb·kBlk + kb. A
+                // call has a fixed start-up cost, so the loop runs over the shorter side: one call per m-block (its
+                // kBlk fractals mBlk apart in L1) or one per k-block (its mBlk fractals consecutive in L1, kBlk apart
+                // in L0A).
+                const uint32_t mBlk = mAl / kGmmM0, kBlk = kAl / kGmmK0;
+                const uint32_t aStep0 = (k0 - kA0) / kGmmK0 * mBlk;
                 AscendC::LocalTensor<int8_t> a2 = a2_.AllocTensor<int8_t>();
-                for (uint32_t mb = 0; mb < mAl / kGmmM0; ++mb) {
+                const bool aByK = kBlk < mBlk;
+                for (uint32_t i = 0; i < (aByK ? kBlk : mBlk); ++i) {
                     AscendC::LoadData2DParams ld;
-                    ld.startIndex = static_cast<uint16_t>(aFrac0 + kk / kGmmK0 * (mAl / kGmmM0) + mb);
-                    ld.repeatTimes = static_cast<uint8_t>(kAl / kGmmK0);
-                    ld.srcStride = static_cast<uint16_t>(mAl / kGmmM0);
-                    ld.dstGap = 0;
+                    ld.startIndex = static_cast<uint16_t>(aByK ? aStep0 + i * mBlk : aStep0 + i);
+                    ld.repeatTimes = static_cast<uint8_t>(aByK ? mBlk : kBlk);
+                    ld.srcStride = static_cast<uint16_t>(aByK ? 1 : mBlk);
+                    ld.dstGap = static_cast<uint16_t>(aByK ? kBlk - 1 : 0);
                     ld.ifTranspose = false;
-                    AscendC::LoadData(a2[mb * kAl * kGmmM0], a1, ld);
+                    AscendC::LoadData(a2[(aByK ? i : i * kBlk) * kGmmM0 * kGmmK0], a1, ld);
                 }
                 a2_.EnQue(a2);
 
-                // B: L1 NZ (k rows of 32 n) -> L0B ZN (16 n of 32 k per fractal): transpose 32x32 squares, one
-                // 32-column block per call; consecutive k squares land nAl/16 fractals apart.
+                // B: L1 NZ (k rows of 32 n) -> L0B ZN (16 n of 32 k per fractal): transpose 32x32 squares. Square
+                // (nb, kb) is L1 square nb·(kAlC/32) + kb and lands at L0B fractal kb·(nAl/16) + 2·nb; again over
+                // the shorter side: one call per 32-column block (its k squares nAl/16 fractals apart in L0B) or one
+                // per k square (its column blocks' squares kAlC/32 apart in L1, side by side in L0B).
                 AscendC::LocalTensor<int8_t> b2 = b2_.AllocTensor<int8_t>();
-                for (uint32_t nb = 0; nb < nBlk; ++nb) {
+                const bool bByK = kBlk < nBlk;
+                for (uint32_t i = 0; i < (bByK ? kBlk : nBlk); ++i) {
                     AscendC::LoadData2dTransposeParams lt;
-                    lt.startIndex = static_cast<uint16_t>(nb * (kAlC / kGmmK0) + kk / kGmmK0);
-                    lt.repeatTimes = static_cast<uint8_t>(kAl / kGmmK0);
-                    lt.srcStride = 1;
-                    lt.dstGap = static_cast<uint16_t>(nAl / kGmmM0 - 1);
+                    lt.startIndex = static_cast<uint16_t>(bByK ? kk / kGmmK0 + i : i * (kAlC / kGmmK0) + kk / kGmmK0);
+                    lt.repeatTimes = static_cast<uint8_t>(bByK ? nBlk : kBlk);
+                    lt.srcStride = static_cast<uint16_t>(bByK ? kAlC / kGmmK0 : 1);
+                    lt.dstGap = static_cast<uint16_t>(bByK ? 1 : nAl / kGmmM0 - 1);
                     lt.dstFracGap = 0;
-                    AscendC::LoadDataWithTranspose(b2[nb * 2 * kGmmM0 * kGmmK0], b1, lt);
+                    AscendC::LoadDataWithTranspose(b2[(bByK ? i * (nAl / kGmmM0) : 2 * i) * kGmmM0 * kGmmK0], b1, lt);
                 }
                 b2_.EnQue(b2);
 
                 a2 = a2_.DeQue<int8_t>();
                 b2 = b2_.DeQue<int8_t>();
                 // Below (m/16)*(n/16) = 10 the cube does not order this Mmad after the previous one into c.
-                if (k0 % t_.kGroup != 0 && (mAl / kGmmM0) * (nAl / 16) < 10) AscendC::PipeBarrier<PIPE_M>();
+                if (!groupFirst && (mAl / kGmmM0) * (nAl / 16) < 10) AscendC::PipeBarrier<PIPE_M>();
                 AscendC::MmadParams mm;
                 // m == 1 would put the cube in GEMV mode, which reads L0A as ND; our A is ZZ, so always pass the
                 // padded row count (rows past mLen are computed from padding and never stored).
@@ -362,21 +384,37 @@ private:
                 // the extra ones are never stored.
                 mm.n = static_cast<uint16_t>(nAl);
                 mm.k = static_cast<uint16_t>(kLen);
-                mm.cmatrixInitVal = k0 % t_.kGroup == 0;  // each scale group's partial starts from zero
+                mm.cmatrixInitVal = groupFirst;  // each scale group's partial starts from zero
                 AscendC::Mmad(c, a2, b2, mm);
                 a2_.FreeTensor(a2);
                 b2_.FreeTensor(b2);
-                // Steps never straddle groups (tiling), so a group ends exactly at a step's end.
-                const uint32_t kEnd = k0 + kLen;
-                if (kEnd % t_.kGroup == 0 && kEnd < t_.k) {
-                    StoreC(c, kEnd / t_.kGroup - 1, row0, mLen, mAl, n0, nLen, nAl);
-                    c = c_.AllocTensor<int32_t>();
+                if (groupLast) {
+                    StoreC(c, k0 / t_.kGroup, row0, mLen, mAl, n0, nLen, nAl);
+                    if (bi + 1 < bChunks || si + 1 < steps) c = c_.AllocTensor<int32_t>();
                 }
             }
-            if (!t_.aResident) a1_.FreeTensor(a1);
             b1_.FreeTensor(b1);
         }
-        StoreC(c, t_.kGroups - 1, row0, mLen, mAl, n0, nLen, nAl);
+        // The streamed A chunk stays in L1 for the next unit (StreamA, Finish).
+    }
+
+    // Makes A chunk `chunk` (k from chunk·tk1a, tk1a long) of the rows [row0, row0 + mLen) the streamed chunk in L1:
+    // kept when it already is (the previous unit, of the same rows, walked K the other way and ended on it; x is
+    // read-only for the kernel, so the rows and the chunk identify the contents), else copied in after the chunk
+    // held so far is given back (double buffered: the copy runs while the previous chunk is still being loaded).
+    __aicore__ inline void StreamA(uint64_t row0, uint32_t mLen, uint32_t mAl, uint32_t chunk) {
+        if (aStream_ && aRow0_ == row0 && aRows_ == mLen && aChunk_ == chunk) return;
+        if (aStream_) a1_.FreeTensor(aStreamTensor_);
+        const uint32_t kA0 = chunk * t_.tk1a;
+        const uint32_t kLenA = t_.k - kA0 < t_.tk1a ? t_.k - kA0 : t_.tk1a;
+        aStreamTensor_ = a1_.AllocTensor<int8_t>();
+        AscendC::DataCopy(aStreamTensor_, x_[row0 * t_.k + kA0], XToNz(mLen, kLenA, mAl));
+        a1_.EnQue(aStreamTensor_);
+        aStreamTensor_ = a1_.DeQue<int8_t>();
+        aStream_ = true;
+        aRow0_ = row0;
+        aRows_ = mLen;
+        aChunk_ = chunk;
     }
 
     // L0C -> the int32 partial of K group `group` (the whole sum for per-channel scales), only the valid rows and
@@ -436,8 +474,11 @@ private:
     AscendC::TQue<AscendC::TPosition::A1, 1> aRes_;            // resident A (aResident == 1)
     AscendC::LocalTensor<int8_t> aHeldTensor_;
     bool aHeld_ = false;
-    uint64_t aRow0_ = 0;
+    uint64_t aRow0_ = 0;  // the rows held (resident A, or the streamed chunk)
     uint32_t aRows_ = 0;
+    AscendC::LocalTensor<int8_t> aStreamTensor_;  // the streamed A chunk kept across units (aResident == 0)
+    bool aStream_ = false;
+    uint32_t aChunk_ = 0;
     AscendC::TQue<AscendC::TPosition::B1, kGmmL1Buffers> b1_;
     AscendC::TQue<AscendC::TPosition::A2, kGmmL1Buffers> a2_;
     AscendC::TQue<AscendC::TPosition::B2, kGmmL1Buffers> b2_;

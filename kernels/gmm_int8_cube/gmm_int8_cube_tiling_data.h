@@ -47,8 +47,10 @@ struct GmmCubeTilingData {
                              // weights are packed int4 ZN fractals, and each K group leaves two int32 planes
     uint32_t kSplit;         // int4: 64 * ceil(K / 64), columns of one split plane row (and of the packed weight)
     uint32_t wNBlocks;       // int4: ceil(N / 16), weight fractals per 64 K rows of one expert
-    uint32_t tk1;            // int8: K per L1 chunk, a multiple of tk (one A copy and one B copy per chunk, then
-                             // tk1 / tk L0 steps from it); int4: tk
+    uint32_t tk1;            // int8: K per B chunk in L1, a multiple of tk (one B copy per chunk, then tk1 / tk L0
+                             // steps from it); int4: tk
+    uint32_t tk1a;           // int8 with A streamed: K per A chunk in L1, a multiple of tk (one A copy per chunk,
+                             // its boundaries independent of B's); otherwise tk1
 };
 
 // Accumulator planes of one K group: the int32 sum (int8), or the hi and lo products (int4).
@@ -77,10 +79,11 @@ __aicore__ constexpr uint64_t GmmL1BytesResidentA(uint32_t tm, uint32_t tn, uint
                                                   uint32_t int4 = 0) {
     return uint64_t(tm) * AlignUp(k, int4 ? kGmmK0Int4 : kGmmK0) + kGmmL1Buffers * GmmBBytes(tn, tk, int4);
 }
-// L1 of the int8 loop with chunks of tk1: A (streamed, double buffered, or resident over all of K) and the double
-// buffered B chunk.
-__aicore__ constexpr uint64_t GmmL1BytesChunked(uint32_t tm, uint32_t tn, uint32_t tk1, uint32_t k, bool resident) {
-    return (resident ? uint64_t(tm) * AlignUp(k, kGmmK0) : kGmmL1Buffers * uint64_t(tm) * tk1) +
+// L1 of the int8 loop with B chunks of tk1 and A chunks of tk1a: A (streamed, double buffered, or resident over
+// all of K) and the double buffered B chunk.
+__aicore__ constexpr uint64_t GmmL1BytesChunked(uint32_t tm, uint32_t tn, uint32_t tk1, uint32_t tk1a, uint32_t k,
+                                                bool resident) {
+    return (resident ? uint64_t(tm) * AlignUp(k, kGmmK0) : kGmmL1Buffers * uint64_t(tm) * tk1a) +
            kGmmL1Buffers * uint64_t(tk1) * tn;
 }
 __aicore__ constexpr uint64_t GmmL0ABytes(uint32_t tm, uint32_t tk) { return kGmmL1Buffers * uint64_t(tm) * tk; }

@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
         std::printf("FAIL: %s\n", why.c_str());
         return 1;
     }
-    std::printf("tm %u tn %u tk %u\n", t.cube.tm, t.cube.tn, t.cube.tk);
+    std::printf("tm %u tn %u tk %u tk1 %u tk1a %u resident %u\n", t.cube.tm, t.cube.tn, t.cube.tk, t.cube.tk1,
+                t.cube.tk1a, t.cube.aResident);
     const uint32_t cores = t.cube.blockDim;
     try {
         cam::twin::RunLaunch("gmm_row_tiles", 1, [&] {

@@ -32,6 +32,10 @@ constexpr uint32_t kTallTk = 160;
 // §5), as wide as the rest of L0C allows (up to kWideTn), 128-deep steps. Each row tile streams its expert's whole
 // weight and each n-tile its rows of x, so taller tiles trade weight reads for x reads.
 constexpr uint32_t kMixedTmMax = 144;
+// The mixed W1 kernel's B chunks in L1 (four 128-deep steps); its streamed A chunks are the longest multiple of tk
+// that fits beside them: an A copy pays a burst per row (up to 144) where B's pays one per 32-column block (7), so
+// A's copies are made the fewer (docs/gmm.md §5).
+constexpr uint32_t kMixedTk1B = 512;
 
 bool Fits(const PlatformInfo& p, uint32_t tm, uint32_t tn, uint32_t tk, uint32_t int4) {
     return kernels::GmmL1Bytes(tm, tn, tk, int4) <= p.l1Bytes && kernels::GmmL0ABytes(tm, tk) <= p.l0aBytes &&
@@ -53,10 +57,12 @@ uint32_t LargestChunk(uint32_t ub, uint32_t align, uint32_t cap, F bytes) {
 namespace {
 
 // Preferred tile sizes before they shrink to the problem and the platform's buffers; fillL0c: tn is the widest
-// multiple of 32 (up to tn) whose tm x tn int32 C tile fits L0C, taken before anything shrinks.
+// multiple of 32 (up to tn) whose tm x tn int32 C tile fits L0C, taken before anything shrinks; tk1b (int8, A
+// streamed): the B chunk, with A in chunks of the longest multiple of tk that fits (0: A and B chunks equal).
 struct GmmCubeTiles {
     uint32_t tm, tn, tk;
     bool fillL0c;
+    uint32_t tk1b = 0;
 };
 
 bool TileGmmCubeWith(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCubeTilingData* out,
@@ -159,11 +165,20 @@ bool TileGmmCubeWith(const PlatformInfo& platform, const GmmShape& s, kernels::G
     // int8: the largest L1 chunk (a multiple of tk, at most K rounded up to tk) that fits with the A schedule chosen
     // above; a chunk never needs to respect scale groups (a group ends at an L0 step's end, inside a chunk or not).
     t.tk1 = tk;
-    if (!s.int4) {
+    t.tk1a = tk;
+    const auto fitsL1 = [&](uint32_t tk1, uint32_t tk1a) {
+        return kernels::GmmL1BytesChunked(tm, tn, tk1, tk1a, t.k, t.aResident != 0) <= platform.l1Bytes;
+    };
+    if (!s.int4 && !t.aResident && pref.tk1b > 0) {
+        // B chunks of tk1b (fewer steps when K or L1 is short), A chunks the longest multiple of tk that fits.
+        t.tk1 = static_cast<uint32_t>(std::min<uint64_t>(AlignUp(pref.tk1b, tk), AlignUp(s.k, tk)));
+        while (t.tk1 > tk && !fitsL1(t.tk1, t.tk1)) t.tk1 -= tk;
+        t.tk1a = t.tk1;
+        while (t.tk1a + tk <= AlignUp(s.k, tk) && fitsL1(t.tk1, t.tk1a + tk)) t.tk1a += tk;
+    } else if (!s.int4) {
         const uint32_t kCap = static_cast<uint32_t>(std::min<uint64_t>(kPreferredTk1, AlignUp(s.k, tk)));
-        while (t.tk1 + tk <= kCap &&
-               kernels::GmmL1BytesChunked(tm, tn, t.tk1 + tk, t.k, t.aResident != 0) <= platform.l1Bytes)
-            t.tk1 += tk;
+        while (t.tk1 + tk <= kCap && fitsL1(t.tk1 + tk, t.tk1 + tk)) t.tk1 += tk;
+        t.tk1a = t.tk1;
     }
     *out = t;
     return true;
@@ -237,7 +252,8 @@ bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& 
     kernels::GmmSwigluQuantMultiLayerTilingData t{};
     // W8A8 runs as the mixed kernel (row tiles of at most kMixedTmMax rows); W4A8 as the separate cube launch.
     if (!(s.int4 ? TileGmmCube(platform, s, &t.cube, why)
-                 : TileGmmCubeWith(platform, s, &t.cube, why, GmmCubeTiles{kMixedTmMax, kWideTn, kWideTk, true})))
+                 : TileGmmCubeWith(platform, s, &t.cube, why,
+                                   GmmCubeTiles{kMixedTmMax, kWideTn, kWideTk, true, kMixedTk1B})))
         return false;
     if (!TileGmmSplitInt4(platform, t.cube, &t.split, why)) return false;
     t.half = static_cast<uint32_t>(s.n / 2);
