@@ -133,16 +133,18 @@ public:
         if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args))
             return;
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
-        GmmRowTiles tiles;
-        tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
+        GmmTileUnits units;
+        units.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, c.nTiles, core, c.blockDim);
         GmmRingProducer slots;
-        while (tiles.Next()) {
-            for (uint32_t nt = 0; nt < c.nTiles; ++nt) {
-                slots.Acquire();
-                cube_.UseSlot(GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, slots.Unit()), tiles.Row0());
-                cube_.ComputeTile(tiles.Layer(), tiles.Expert(), tiles.Row0(), tiles.Rows(), nt);
-                slots.Publish();
-            }
+        while (units.Next()) {
+            slots.Acquire();
+            // Fixpipe puts column n0 n0 columns past the accumulator's base: the base goes n0 columns back, so every
+            // unit lands at the slot's unit origin (GmmMultiLayerSlotLead).
+            GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, slots.Unit());
+            cube_.UseSlot(slot + (GmmMultiLayerSlotLead(c) - uint64_t(units.NTile()) * c.tn) * sizeof(int32_t),
+                          units.Row0());
+            cube_.ComputeTile(units.Layer(), units.Expert(), units.Row0(), units.Rows(), units.NTile());
+            slots.Publish();
         }
         slots.Drain();
         cube_.Finish();
@@ -177,29 +179,30 @@ public:
         const uint32_t ratio = static_cast<uint32_t>(AscendC::GetTaskRation());
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx()) / ratio;
         const uint32_t sub = static_cast<uint32_t>(AscendC::GetBlockIdx()) % ratio;
-        GmmRowTiles tiles;
-        tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
-        uint32_t n = 0;
-        while (tiles.Next()) {
-            const uint32_t rows = tiles.Rows(), first = (rows + 1) / 2;
-            const uint32_t begin = sub == 0 ? 0 : first, count = sub == 0 ? first : rows - first;
-            UseLayer(tiles.Layer());
-            // The rows' scales, read once per row tile and kept in UB for its n-tiles.
-            AscendC::LocalTensor<float> rs = rowScaleBuf_.Get<float>();
-            for (uint32_t r = 0; r < count; ++r) rs.SetValue(r, yScale_.GetValue(tiles.Row0() + begin + r));
-            for (uint32_t nt = 0; nt < c.nTiles; ++nt, ++n) {
-                GmmRingWaitFull();
-                const uint32_t col = nt * c.tn, len = c.n - col < c.tn ? c.n - col : c.tn;
-                GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, n);
-                acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(slot), uint64_t(c.kGroups) * c.tm * c.n);
-                for (uint32_t r0 = 0; r0 < count; r0 += t.blockRows) {
-                    const uint32_t b = count - r0 < t.blockRows ? count - r0 : t.blockRows;
-                    Block(tiles.Layer(), tiles.Expert(), begin + r0, tiles.Row0() + begin + r0, b, col, len,
-                          rs[r0]);
-                }
-                // After the unit's last copy-out, which comes after every read of the slot.
-                GmmRingRelease();
+        GmmTileUnits units;
+        units.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, c.nTiles, core, c.blockDim);
+        AscendC::LocalTensor<float> rs = rowScaleBuf_.Get<float>();
+        uint32_t begin = 0, count = 0;
+        for (uint32_t n = 0; units.Next(); ++n) {
+            if (units.First()) {
+                const uint32_t rows = units.Rows(), first = (rows + 1) / 2;
+                begin = sub == 0 ? 0 : first;
+                count = sub == 0 ? first : rows - first;
+                UseLayer(units.Layer());
+                // The rows' scales, read once per run of a row tile and kept in UB for its n-tiles.
+                for (uint32_t r = 0; r < count; ++r) rs.SetValue(r, yScale_.GetValue(units.Row0() + begin + r));
             }
+            GmmRingWaitFull();
+            const uint32_t col = units.NTile() * c.tn, len = c.n - col < c.tn ? c.n - col : c.tn;
+            GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, n);
+            acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(slot) + GmmMultiLayerSlotLead(c),
+                                 uint64_t(c.kGroups) * c.tm * c.n);
+            for (uint32_t r0 = 0; r0 < count; r0 += t.blockRows) {
+                const uint32_t b = count - r0 < t.blockRows ? count - r0 : t.blockRows;
+                Block(units.Layer(), units.Expert(), begin + r0, units.Row0() + begin + r0, b, col, len, rs[r0]);
+            }
+            // After the unit's last copy-out, which comes after every read of the slot.
+            GmmRingRelease();
         }
         scale_.Release();
     }
@@ -222,7 +225,7 @@ private:
         AscendC::LocalTensor<float> f = fBuf_.Get<float>();
         for (uint32_t g = 0; g < c.kGroups; ++g) {
             AscendC::LocalTensor<float> part = g == 0 ? f : partBuf_.Get<float>();
-            block_.Run(acc_[g * plane + uint64_t(slotRow) * c.n + col], c.n, rows, len, pitch, rs,
+            block_.Run(acc_[g * plane + uint64_t(slotRow) * c.n], c.n, rows, len, pitch, rs,
                        scale_.Get(wScale_, c.n, layer, expert * c.kGroups + g, col, len), part);
             if (g > 0) AscendC::Add(f, f, part, elems);
         }
