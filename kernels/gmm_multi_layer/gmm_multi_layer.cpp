@@ -142,26 +142,21 @@ public:
     __aicore__ inline void Run(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
                                GM_ADDR status, const GmmMultiLayerTilingData& t) {
         const GmmCubeTilingData& c = t.cube;
-        cube_.Init(x, groupList, layerIndex, table, nullptr, status, c);
-        GmmDeviceArgs args;
-        if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args))
-            return;
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
         GmmTileUnits units;
-        units.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, c.nTiles, core, c.blockDim);
-        GmmRingProducer slots;
-        while (units.Next()) {
-            slots.Acquire();
-            // Fixpipe puts column n0 n0 columns past the accumulator's base: the base goes n0 columns back, so every
-            // unit lands at the slot's unit origin (GmmMultiLayerSlotLead).
-            GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, slots.Unit());
-            cube_.UseSlot(slot + (GmmMultiLayerSlotLead(c) - uint64_t(units.NTile()) * c.tn) * sizeof(int32_t),
-                          units.Row0());
-            cube_.ComputeTile(units.Layer(), units.Expert(), units.Row0(), units.Rows(), units.NTile());
-            slots.Publish();
-        }
-        slots.Drain();
-        cube_.Finish();
+        GmmMixedCubeRun(
+            cube_, units, x, groupList, layerIndex, table, status, c,
+            [&](int64_t layer) {
+                units.Init(groupList, c.groups, c.groupListType, layer, c.tm, c.nTiles, core, c.blockDim);
+            },
+            [&](uint32_t n) {
+                // Fixpipe puts column n0 n0 columns past the accumulator's base: the base goes n0 columns back, so
+                // every unit lands at the slot's unit origin (GmmMultiLayerSlotLead).
+                GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, n);
+                cube_.UseSlot(slot + (GmmMultiLayerSlotLead(c) - uint64_t(units.NTile()) * c.tn) * sizeof(int32_t),
+                              units.Row0());
+                cube_.ComputeTile(units.Layer(), units.Expert(), units.Row0(), units.Rows(), units.NTile());
+            });
     }
 
 private:
