@@ -64,6 +64,9 @@ def _run(m, k, n, counts, layer=1, seed=0):
         (50, 33, 16, [25, 0, 25]),
         # every group empty: nothing is written
         (20, 64, 300, [0, 0, 0]),
+        # 350 rows in one group: the taller 192 x 160 tiles (two row tiles, 176 + 174, where 160-row ones take three),
+        # n-tiles of 160 and 140 columns
+        (350, 64, 300, [350]),
     ],
 )
 def test_w2_block_epilogue_edges_are_bit_exact(m, k, n, counts):

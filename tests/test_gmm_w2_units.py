@@ -127,3 +127,19 @@ def test_two_cores_deal_whole_then_split(w2_units):
             (3, 315, 140, 0, True), (3, 315, 140, 1, False), (3, 315, 140, 2, False),
             (4, 455, 20, 1, True), (4, 455, 20, 2, False)],
     }
+
+
+@pytest.mark.parametrize("counts,tiles", [
+    (ROUND_8192, (160, 192)),                         # 260 rows a group on average: two tiles of either height
+    ([2 * r for r in ROUND_8192], (192, 160)),        # 520: three tiles of at most 192 rows, not four of 160
+    ([130, 390], (160, 192)),                         # 260 on average: the tall form
+    ([2 * r for r in ROUND_8192] + [0] * 32, (160, 192)),  # 260 on average over 64 groups (M over the groups)
+])
+def test_taller_tiles_when_they_save_a_weight_read(w2_units, counts, tiles):
+    # Each row tile streams its expert's weight strip: the taller 192 x 160 form (within L0C, x still resident in
+    # L1 at K = 2048) only when a group of the average size, M over the groups, takes fewer tiles of it.
+    m = sum(counts)
+    sizes, got = run(w2_units, A3, m, K, N, counts)
+    assert (sizes["tm"], sizes["tn"]) == tiles
+    assert got == expected_units(counts, sizes["tm"], sizes["ntiles"], A3["aic"])
+    _covers_once(got, counts, sizes["ntiles"])
