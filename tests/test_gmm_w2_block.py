@@ -64,6 +64,9 @@ def _run(m, k, n, counts, layer=1, seed=0):
         (50, 33, 16, [25, 0, 25]),
         # every group empty: nothing is written
         (20, 64, 300, [0, 0, 0]),
+        # 350 rows in one group: the taller 192 x 160 tiles (two row tiles, 176 + 174, where 160-row ones take three),
+        # n-tiles of 160 and 140 columns
+        (350, 64, 300, [350]),
     ],
 )
 def test_w2_block_epilogue_edges_are_bit_exact(m, k, n, counts):
@@ -122,3 +125,27 @@ def test_w2_w8a8_is_one_mixed_launch(tmp_path):
     kernels.discard(None)
     assert "cam_gmm_multi_layer" in kernels
     assert not kernels & {"cam_gmm_int8_cube", "cam_gmm_multi_layer_epilogue"}
+
+
+_RING = """
+import torch, cam
+g = torch.Generator().manual_seed(2)
+x = torch.randint(-128, 128, (320, 64), generator=g, dtype=torch.int8)
+w = [torch.randint(-128, 128, (1, 64, 1920), generator=g, dtype=torch.int8)]
+s = [torch.rand(1, 1920, generator=g) + 0.5]
+cam.ops.gmm_multi_layer(x, torch.rand(320) + 0.5, cam.LayerWeights(w, s), torch.tensor([320]), torch.tensor([0]))
+"""
+
+
+def test_w2_ring_units_reuse_their_slot_lines(tmp_path):
+    # Every unit sits at its slot's origin (docs/gmm.md §5, "Ring"), so a vector core reads the same lines of a slot
+    # unit after unit and the timing model's L2 (docs/twin.md, "L2 policy") serves those reads from the third unit
+    # on. 320 rows of one expert, N = 1920: a 160-row tile on each of the twin's two AI cores, ten 192-wide units
+    # each; the ring's int32 reads are nearly all of the launch's reads (x and the weights are 84 KiB and 240 KiB).
+    # With each unit at its own columns no ring read repeats and the hits are the weights' second reads alone.
+    path = tmp_path / "timing.jsonl"
+    env = dict(os.environ, CAM_TWIN_TIMING=str(path))
+    subprocess.run([sys.executable, "-c", _RING], env=env, check=True, timeout=300)
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+    rec = next(r for r in recs if r.get("kernel") == "cam_gmm_multi_layer" and r["device"] == "a3" and r["l2"] == "lo")
+    assert rec["l2_hit_fraction"] > 0.6, rec

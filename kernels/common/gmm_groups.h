@@ -7,6 +7,8 @@
 
 #include "common/device_status_write.h"
 #include "common/group_table.h"
+#include "common/ub_math.h"
+#include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
 
 namespace cam::kernels {
 
@@ -205,57 +207,92 @@ __aicore__ inline __gm__ T* LayerAddress(GM_ADDR table, uint32_t slot) {
     return reinterpret_cast<__gm__ T*>(static_cast<uintptr_t>(t.GetValue(slot)));
 }
 
-// The row tiles (group, m-tile of at most tm rows) of one AI core of a mixed GMM kernel: every group's full m-tiles
-// dealt round robin over the cores, then every group's last, partial one, so no core gets more than one full tile
-// above another (dealt in plain row order, uniform groups hand one core every partial tile). The cube core and its
-// vector cores walk the same sequence.
-class GmmRowTiles {
+// Row tiles of a group of `rows` rows, at most tmMax rows each (tmMax a multiple of 16): ceil(rows / tmMax) tiles,
+// none for an empty group. Every tile streams its expert's whole weight, so this count is what the weight reads cost.
+__aicore__ constexpr uint64_t GmmRowTileCount(uint64_t rows, uint32_t tmMax) { return CeilDiv(rows, tmMax); }
+
+// Height of every tile of such a group but its last (which holds the rest): the balanced share rounded up to the
+// cube's 16-row fractal, so the height stays within tmMax and the last tile is never empty.
+__aicore__ constexpr uint64_t GmmRowTileHeight(uint64_t rows, uint32_t tmMax) {
+    return rows == 0 ? 0 : AlignUp(CeilDiv(rows, GmmRowTileCount(rows, tmMax)), kGmmM0);
+}
+
+// The units (row tile, n-tile) of one AI core of the mixed W2 kernel (docs/gmm.md §5), in the order its cube core
+// computes them; the cube core and its vector cores walk the same sequence. The launch's row tiles are numbered
+// group by group (GmmRowTileCount / GmmRowTileHeight). The first floor(tiles / cores) · cores of them are dealt
+// whole, tile i to core i mod cores: an expert's sibling tiles run at the same time on neighbouring cores, so each
+// weight strip's second read follows its first closely (L2). The units of the remaining tiles, n-tiles inner, are
+// split into `cores` runs of consecutive units whose sizes differ by at most one, run c to core c: every core ends
+// with the same number of units (±1) instead of a whole tile more for some, and each of those weight strips is read
+// by one core. A core's units of one tile are consecutive n-tiles, so its rows of x stay resident between them.
+class GmmTileUnits {
 public:
-    __aicore__ inline void Init(GM_ADDR groupList, uint32_t groups, uint32_t type, int64_t layer, uint32_t tm,
-                                uint32_t core, uint32_t cores) {
+    __aicore__ inline void Init(GM_ADDR groupList, uint32_t groups, uint32_t type, int64_t layer, uint32_t tmMax,
+                                uint32_t nTiles, uint32_t core, uint32_t cores) {
         cursor_.Init(groupList, groups, type, layer);
-        tm_ = tm;
-        core_ = core;
+        tmMax_ = tmMax;
+        nTiles_ = nTiles;
         cores_ = cores;
+        uint64_t tiles = 0;
+        while (cursor_.Next()) tiles += GmmRowTileCount(cursor_.End() - cursor_.Start(), tmMax);
+        cursor_.Reset();
+        whole_ = tiles / cores * cores;
+        const uint64_t split = (tiles - whole_) * nTiles;
+        unit_ = whole_ * nTiles + split * core / cores;
+        unitEnd_ = whole_ * nTiles + split * (core + 1) / cores;
+        nextWhole_ = core;
     }
 
-    // Advances to this core's next tile; false past the last.
+    // Advances to this core's next unit; false past the last.
     __aicore__ inline bool Next() {
-        for (;;) {
-            if (!inGroup_) {
-                if (!cursor_.Next()) {
-                    if (pass_ == 1) return false;
-                    pass_ = 1;
-                    cursor_.Reset();
-                    continue;
-                }
-                const uint64_t rows = cursor_.End() - cursor_.Start();
-                full_ = rows / tm_;
-                tiles_ = pass_ == 0 ? full_ : (rows % tm_ != 0 ? 1 : 0);
-                tile_ = 0;
-                inGroup_ = true;
-            }
-            while (tile_ < tiles_) {
-                const uint64_t t = tile_++;
-                if (unit_++ % cores_ != core_) continue;
-                row0_ = cursor_.Start() + (pass_ == 0 ? t : full_) * tm_;
-                rows_ = pass_ == 0 ? tm_ : static_cast<uint32_t>(cursor_.End() - row0_);
-                return true;
-            }
-            inGroup_ = false;
+        if (nt_ + 1 < ntEnd_) {
+            ++nt_;
+            first_ = false;
+            return true;
         }
+        uint64_t tile;
+        if (nextWhole_ < whole_) {
+            tile = nextWhole_;
+            nextWhole_ += cores_;
+            nt_ = 0;
+            ntEnd_ = nTiles_;
+        } else {
+            if (unit_ >= unitEnd_) return false;
+            tile = unit_ / nTiles_;
+            nt_ = static_cast<uint32_t>(unit_ % nTiles_);
+            const uint64_t end = (tile + 1) * nTiles_ < unitEnd_ ? (tile + 1) * nTiles_ : unitEnd_;
+            ntEnd_ = static_cast<uint32_t>(end - tile * nTiles_);
+            unit_ = end;
+        }
+        // A core's tiles ascend, so the groups are walked once.
+        while (tile >= groupTile_ + groupTiles_) {
+            cursor_.Next();
+            groupTile_ += groupTiles_;
+            const uint64_t rows = cursor_.End() - cursor_.Start();
+            groupTiles_ = GmmRowTileCount(rows, tmMax_);
+            height_ = GmmRowTileHeight(rows, tmMax_);
+        }
+        row0_ = cursor_.Start() + (tile - groupTile_) * height_;
+        const uint64_t left = cursor_.End() - row0_;
+        rows_ = static_cast<uint32_t>(left < height_ ? left : height_);
+        first_ = true;
+        return true;
     }
 
     __aicore__ inline uint32_t Expert() const { return cursor_.Expert(); }
     __aicore__ inline uint32_t Layer() const { return cursor_.Layer(); }
     __aicore__ inline uint64_t Row0() const { return row0_; }
     __aicore__ inline uint32_t Rows() const { return rows_; }
+    __aicore__ inline uint32_t NTile() const { return nt_; }
+    // Whether this unit is the first of a run of its tile on this core (new rows).
+    __aicore__ inline bool First() const { return first_; }
 
 private:
     GroupCursor cursor_;
-    uint32_t tm_ = 1, core_ = 0, cores_ = 1, pass_ = 0, rows_ = 0;
-    bool inGroup_ = false;
-    uint64_t full_ = 0, tiles_ = 0, tile_ = 0, unit_ = 0, row0_ = 0;
+    uint32_t tmMax_ = kGmmM0, nTiles_ = 1, cores_ = 1, rows_ = 0, nt_ = 0, ntEnd_ = 0;
+    bool first_ = false;
+    uint64_t whole_ = 0, nextWhole_ = 0, unit_ = 0, unitEnd_ = 0;
+    uint64_t groupTile_ = 0, groupTiles_ = 0, height_ = 0, row0_ = 0;
 };
 
 }  // namespace cam::kernels

@@ -7,6 +7,7 @@
 
 #include "kernel_operator.h"
 
+#include "common/gmm_groups.h"
 #include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
 
 namespace cam::kernels {
@@ -43,5 +44,28 @@ private:
 // every read of the slot.
 __aicore__ inline void GmmRingWaitFull() { AscendC::CrossCoreWaitFlag<2, PIPE_MTE2>(kGmmRingFull); }
 __aicore__ inline void GmmRingRelease() { AscendC::CrossCoreSetFlag<2, PIPE_MTE3>(kGmmRingFree); }
+
+// The cube side of a mixed GMM kernel, written once for W1 and W2: the cube's Init and the pre-pass (a refused launch
+// writes nothing), then `start(layer)` readies the core's walker from the accepted layer, and while `units.Next()`,
+// `compute(n)` computes the core's n-th unit into its slot between the ring's Acquire and Publish; the outstanding
+// frees are waited before the end.
+template <typename Cube, typename Units, typename Start, typename Compute>
+__aicore__ inline void GmmMixedCubeRun(Cube& cube, Units& units, GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex,
+                                       GM_ADDR table, GM_ADDR status, const GmmCubeTilingData& c, Start&& start,
+                                       Compute&& compute) {
+    cube.Init(x, groupList, layerIndex, table, nullptr, status, c);
+    GmmDeviceArgs args;
+    if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args))
+        return;
+    start(args.layer);
+    GmmRingProducer slots;
+    while (units.Next()) {
+        slots.Acquire();
+        compute(slots.Unit());
+        slots.Publish();
+    }
+    slots.Drain();
+    cube.Finish();
+}
 
 }  // namespace cam::kernels

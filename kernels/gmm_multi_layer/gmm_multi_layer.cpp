@@ -20,6 +20,37 @@
 
 namespace cam::kernels {
 
+// The per-layer tensors W2's epilogues read through the address table: w_scale [E, G, N] of the current layer
+// (bounded by the pre-pass), and with W4A8 the layer's colsums [E, G, N], which follow the scales in the table;
+// switched only when a group's layer differs.
+class GmmLayerScales {
+public:
+    __aicore__ inline void Init(GM_ADDR table, const GmmCubeTilingData& c) {
+        table_ = table;
+        layers_ = c.layers;
+        elems_ = uint64_t(c.experts) * c.kGroups * c.n;
+        int4_ = c.int4 != 0;
+    }
+    __aicore__ inline void Use(uint32_t layer) {
+        if (layer_ == int64_t(layer)) return;
+        wScale_.SetGlobalBuffer(LayerAddress<float>(table_, layers_ + layer), elems_);
+        if (int4_) colsums_.SetGlobalBuffer(LayerAddress<int32_t>(table_, 2 * layers_ + layer), elems_);
+        layer_ = layer;
+    }
+
+    __aicore__ inline const AscendC::GlobalTensor<float>& WScale() const { return wScale_; }
+    __aicore__ inline const AscendC::GlobalTensor<int32_t>& Colsums() const { return colsums_; }
+
+private:
+    AscendC::GlobalTensor<float> wScale_;
+    AscendC::GlobalTensor<int32_t> colsums_;
+    GM_ADDR table_ = nullptr;
+    uint32_t layers_ = 0;
+    uint64_t elems_ = 0;
+    bool int4_ = false;
+    int64_t layer_ = -1;  // the layer the tensors point at
+};
+
 class GmmMultiLayerEpilogue {
 public:
     __aicore__ inline void Init(GM_ADDR acc, GM_ADDR yScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table,
@@ -27,7 +58,7 @@ public:
         t_ = t;
         groupList_ = groupList;
         layerIndex_ = layerIndex;
-        table_ = table;
+        layerScales_.Init(table, t.cube);
         status_ = status;
         const uint64_t elems = uint64_t(t.cube.m) * t.cube.n;
         acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), elems * t.cube.kGroups * GmmAccPlanes(t.cube.int4));
@@ -49,7 +80,7 @@ public:
                         AscendC::GetBlockIdx(), t_.blockDim))
             return;
         while (share.Next()) {
-            UseLayer(share.Layer());
+            layerScales_.Use(share.Layer());
             for (uint64_t row = share.Row0(); row < share.Row0() + share.Rows(); ++row) {
                 const float ys = yScale_.GetValue(row);
                 for (uint32_t col = 0; col < c.n; col += t_.chunk) {
@@ -63,18 +94,6 @@ public:
     }
 
 private:
-    // wScale_ = the scales of `layer` (bounded by the pre-pass), switched only when a group's layer differs.
-    __aicore__ inline void UseLayer(uint32_t layer) {
-        if (wLayer_ == int64_t(layer)) return;
-        wScale_.SetGlobalBuffer(LayerAddress<float>(table_, t_.cube.layers + layer),
-                                uint64_t(t_.cube.experts) * t_.cube.kGroups * t_.cube.n);
-        // W4A8: the layer's colsums [E, G, N] follow the scales in the address table.
-        if (t_.cube.int4)
-            colsums_.SetGlobalBuffer(LayerAddress<int32_t>(table_, 2 * t_.cube.layers + layer),
-                                     uint64_t(t_.cube.experts) * t_.cube.kGroups * t_.cube.n);
-        wLayer_ = layer;
-    }
-
     __aicore__ inline void Chunk(uint64_t row, uint32_t layer, uint32_t expert, uint32_t col, uint32_t len,
                                  float ys) {
         const uint64_t off = row * t_.cube.n + col;
@@ -85,8 +104,8 @@ private:
         for (uint32_t g = 0; g < groups; ++g) {
             AscendC::LocalTensor<float> part = g == 0 ? f : partBuf_.Get<float>();
             const AscendC::LocalTensor<int32_t>* cs =
-                t_.cube.int4 ? &colsum_.Get(colsums_, t_.cube.n, layer, expert * groups + g, col, len) : nullptr;
-            dequant_.RunGroup(planes_, off, g, cs, scale_.Get(wScale_, t_.cube.n, layer, expert * groups + g, col, len),
+                t_.cube.int4 ? &colsum_.Get(layerScales_.Colsums(), t_.cube.n, layer, expert * groups + g, col, len) : nullptr;
+            dequant_.RunGroup(planes_, off, g, cs, scale_.Get(layerScales_.WScale(), t_.cube.n, layer, expert * groups + g, col, len),
                               len, ys, part);
             if (g > 0) AscendC::Add(f, f, part, len);
         }
@@ -101,10 +120,9 @@ private:
     }
 
     GmmMultiLayerTilingData t_{};
-    int64_t wLayer_ = -1;  // the layer wScale_ points at
+    GmmLayerScales layerScales_;
     GM_ADDR groupList_ = nullptr;
     GM_ADDR layerIndex_ = nullptr;
-    GM_ADDR table_ = nullptr;
     GM_ADDR status_ = nullptr;
     AscendC::TPipe pipe_;
     DequantStep dequant_;
@@ -115,37 +133,30 @@ private:
     AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf_;  // one group's dequantized partial (kGroups > 1)
     AscendC::GlobalTensor<int32_t> acc_;
     AscendC::GlobalTensor<float> yScale_;
-    AscendC::GlobalTensor<float> wScale_;
-    AscendC::GlobalTensor<int32_t> colsums_;
     GmmAccView planes_;
     AscendC::GlobalTensor<bfloat16_t> out_;
 };
-
-
 
 class GmmMultiLayerCube {
 public:
     __aicore__ inline void Run(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
                                GM_ADDR status, const GmmMultiLayerTilingData& t) {
         const GmmCubeTilingData& c = t.cube;
-        cube_.Init(x, groupList, layerIndex, table, nullptr, status, c);
-        GmmDeviceArgs args;
-        if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args))
-            return;
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
-        GmmRowTiles tiles;
-        tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
-        GmmRingProducer slots;
-        while (tiles.Next()) {
-            for (uint32_t nt = 0; nt < c.nTiles; ++nt) {
-                slots.Acquire();
-                cube_.UseSlot(GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, slots.Unit()), tiles.Row0());
-                cube_.ComputeTile(tiles.Layer(), tiles.Expert(), tiles.Row0(), tiles.Rows(), nt);
-                slots.Publish();
-            }
-        }
-        slots.Drain();
-        cube_.Finish();
+        GmmTileUnits units;
+        GmmMixedCubeRun(
+            cube_, units, x, groupList, layerIndex, table, status, c,
+            [&](int64_t layer) {
+                units.Init(groupList, c.groups, c.groupListType, layer, c.tm, c.nTiles, core, c.blockDim);
+            },
+            [&](uint32_t n) {
+                // Fixpipe puts column n0 n0 columns past the accumulator's base: the base goes n0 columns back, so
+                // every unit lands at the slot's unit origin (GmmMultiLayerSlotLead).
+                GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, n);
+                cube_.UseSlot(slot + (GmmMultiLayerSlotLead(c) - uint64_t(units.NTile()) * c.tn) * sizeof(int32_t),
+                              units.Row0());
+                cube_.ComputeTile(units.Layer(), units.Expert(), units.Row0(), units.Rows(), units.NTile());
+            });
     }
 
 private:
@@ -160,7 +171,7 @@ public:
     __aicore__ inline void Run(GM_ADDR yScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
                                GM_ADDR out, GM_ADDR status, const GmmMultiLayerTilingData& t) {
         t_ = t;
-        table_ = table;
+        layerScales_.Init(table, t.cube);
         const GmmCubeTilingData& c = t.cube;
         yScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(yScale), c.m);
         out_.SetGlobalBuffer(reinterpret_cast<__gm__ bfloat16_t*>(out), uint64_t(c.m) * c.n);
@@ -177,42 +188,35 @@ public:
         const uint32_t ratio = static_cast<uint32_t>(AscendC::GetTaskRation());
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx()) / ratio;
         const uint32_t sub = static_cast<uint32_t>(AscendC::GetBlockIdx()) % ratio;
-        GmmRowTiles tiles;
-        tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
-        uint32_t n = 0;
-        while (tiles.Next()) {
-            const uint32_t rows = tiles.Rows(), first = (rows + 1) / 2;
-            const uint32_t begin = sub == 0 ? 0 : first, count = sub == 0 ? first : rows - first;
-            UseLayer(tiles.Layer());
-            // The rows' scales, read once per row tile and kept in UB for its n-tiles.
-            AscendC::LocalTensor<float> rs = rowScaleBuf_.Get<float>();
-            for (uint32_t r = 0; r < count; ++r) rs.SetValue(r, yScale_.GetValue(tiles.Row0() + begin + r));
-            for (uint32_t nt = 0; nt < c.nTiles; ++nt, ++n) {
-                GmmRingWaitFull();
-                const uint32_t col = nt * c.tn, len = c.n - col < c.tn ? c.n - col : c.tn;
-                GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, n);
-                acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(slot), uint64_t(c.kGroups) * c.tm * c.n);
-                for (uint32_t r0 = 0; r0 < count; r0 += t.blockRows) {
-                    const uint32_t b = count - r0 < t.blockRows ? count - r0 : t.blockRows;
-                    Block(tiles.Layer(), tiles.Expert(), begin + r0, tiles.Row0() + begin + r0, b, col, len,
-                          rs[r0]);
-                }
-                // After the unit's last copy-out, which comes after every read of the slot.
-                GmmRingRelease();
+        GmmTileUnits units;
+        units.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, c.nTiles, core, c.blockDim);
+        AscendC::LocalTensor<float> rs = rowScaleBuf_.Get<float>();
+        uint32_t begin = 0, count = 0;
+        for (uint32_t n = 0; units.Next(); ++n) {
+            if (units.First()) {
+                const uint32_t rows = units.Rows(), first = (rows + 1) / 2;
+                begin = sub == 0 ? 0 : first;
+                count = sub == 0 ? first : rows - first;
+                layerScales_.Use(units.Layer());
+                // The rows' scales, read once per run of a row tile and kept in UB for its n-tiles.
+                for (uint32_t r = 0; r < count; ++r) rs.SetValue(r, yScale_.GetValue(units.Row0() + begin + r));
             }
+            GmmRingWaitFull();
+            const uint32_t col = units.NTile() * c.tn, len = c.n - col < c.tn ? c.n - col : c.tn;
+            GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, n);
+            acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(slot) + GmmMultiLayerSlotLead(c),
+                                 uint64_t(c.kGroups) * c.tm * c.n);
+            for (uint32_t r0 = 0; r0 < count; r0 += t.blockRows) {
+                const uint32_t b = count - r0 < t.blockRows ? count - r0 : t.blockRows;
+                Block(units.Layer(), units.Expert(), begin + r0, units.Row0() + begin + r0, b, col, len, rs[r0]);
+            }
+            // After the unit's last copy-out, which comes after every read of the slot.
+            GmmRingRelease();
         }
         scale_.Release();
     }
 
 private:
-    // wScale_ = the scales of `layer` (bounded by the pre-pass), switched only when a unit's layer differs.
-    __aicore__ inline void UseLayer(uint32_t layer) {
-        if (wLayer_ == int64_t(layer)) return;
-        wScale_.SetGlobalBuffer(LayerAddress<float>(table_, t_.cube.layers + layer),
-                                uint64_t(t_.cube.experts) * t_.cube.kGroups * t_.cube.n);
-        wLayer_ = layer;
-    }
-
     // out rows [row, row + rows) x columns [col, col + len) from the slot's rows [slotRow, slotRow + rows).
     __aicore__ inline void Block(uint32_t layer, uint32_t expert, uint32_t slotRow, uint64_t row, uint32_t rows,
                                  uint32_t col, uint32_t len, const AscendC::LocalTensor<float>& rs) {
@@ -222,8 +226,8 @@ private:
         AscendC::LocalTensor<float> f = fBuf_.Get<float>();
         for (uint32_t g = 0; g < c.kGroups; ++g) {
             AscendC::LocalTensor<float> part = g == 0 ? f : partBuf_.Get<float>();
-            block_.Run(acc_[g * plane + uint64_t(slotRow) * c.n + col], c.n, rows, len, pitch, rs,
-                       scale_.Get(wScale_, c.n, layer, expert * c.kGroups + g, col, len), part);
+            block_.Run(acc_[g * plane + uint64_t(slotRow) * c.n], c.n, rows, len, pitch, rs,
+                       scale_.Get(layerScales_.WScale(), c.n, layer, expert * c.kGroups + g, col, len), part);
             if (g > 0) AscendC::Add(f, f, part, elems);
         }
         if (t_.outScaled) AscendC::Muls(f, f, t_.outScale, elems);
@@ -241,8 +245,7 @@ private:
     }
 
     GmmMultiLayerTilingData t_{};
-    int64_t wLayer_ = -1;
-    GM_ADDR table_ = nullptr;
+    GmmLayerScales layerScales_;
     AscendC::TPipe pipe_;
     DequantBlock block_;
     ScaleSlice scale_;
@@ -250,7 +253,6 @@ private:
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
     AscendC::GlobalTensor<int32_t> acc_;
     AscendC::GlobalTensor<float> yScale_;
-    AscendC::GlobalTensor<float> wScale_;
     AscendC::GlobalTensor<bfloat16_t> out_;
 };
 

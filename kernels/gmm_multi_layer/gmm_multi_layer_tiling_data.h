@@ -34,11 +34,16 @@ __aicore__ constexpr uint32_t GmmMultiLayerUbBytes(uint32_t chunk, bool grouped 
            + (grouped ? UbBytes(uint64_t(chunk) * 4) : 0);
 }
 
-// The mixed kernel's ring (kGmmRingSlots per AI core, common/gmm_ring.h), alternating unit by unit, so the unit the cube computes never
-// shares a slot with the one its vector cores may still be reading. A slot has the accumulator rows of a row tile
-// (tm rows x N, per K group: the cube's Fixpipe writes rows N apart) and a unit occupies its own n-tile's columns.
+// The mixed kernel's ring (kGmmRingSlots per AI core, common/gmm_ring.h), alternating unit by unit, so the unit the
+// cube computes never shares a slot with the one its vector cores may still be reading. A slot has room for the
+// accumulator rows of a row tile (tm rows, N apart as the cube's Fixpipe writes them; per K group a plane of tm x N),
+// and every unit is placed at the same origin, GmmMultiLayerSlotLead elements into the slot: a slot's units then
+// reuse the same tm x tn lines (L2-resident, docs/gmm.md §5) rather than walking all N columns.
+__aicore__ constexpr uint64_t GmmMultiLayerSlotLead(const GmmCubeTilingData& c) {
+    return uint64_t(c.nTiles - 1) * c.tn;  // the last n-tile's first column: room to move the base back by n0
+}
 __aicore__ constexpr uint64_t GmmMultiLayerSlotBytes(const GmmCubeTilingData& c) {
-    return uint64_t(c.kGroups) * c.tm * c.n * 4;
+    return AlignUp((GmmMultiLayerSlotLead(c) + uint64_t(c.kGroups) * c.tm * c.n) * 4, 512);
 }
 
 // UB bytes of the block epilogue for blocks of `rows` x `pitch`: the int32 block in (double buffered), the fp32

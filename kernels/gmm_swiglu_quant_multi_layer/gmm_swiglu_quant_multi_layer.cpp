@@ -21,22 +21,15 @@ public:
     __aicore__ inline void Run(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
                                GM_ADDR status, const GmmSwigluQuantMultiLayerTilingData& t) {
         const GmmCubeTilingData& c = t.cube;
-        cube_.Init(x, groupList, layerIndex, table, nullptr, status, c);
-        GmmDeviceArgs args;
-        if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args))
-            return;
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
         GmmSwigluRowTiles tiles;
-        tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
-        GmmRingProducer slots;
-        while (tiles.Next()) {
-            slots.Acquire();
-            cube_.UseSlot(GmmRingSlot(ring, GmmSwigluSlotBytes(c), core, slots.Unit()), tiles.Row0());
-            cube_.ComputeRows(tiles.Layer(), tiles.Expert(), tiles.Row0(), tiles.Rows());
-            slots.Publish();
-        }
-        slots.Drain();
-        cube_.Finish();
+        GmmMixedCubeRun(
+            cube_, tiles, x, groupList, layerIndex, table, status, c,
+            [&](int64_t layer) { tiles.Init(groupList, c.groups, c.groupListType, layer, c.tm, core, c.blockDim); },
+            [&](uint32_t n) {
+                cube_.UseSlot(GmmRingSlot(ring, GmmSwigluSlotBytes(c), core, n), tiles.Row0());
+                cube_.ComputeRows(tiles.Layer(), tiles.Expert(), tiles.Row0(), tiles.Rows());
+            });
     }
 
 private:

@@ -28,6 +28,11 @@ constexpr uint32_t kPreferredTk1 = 1024;
 constexpr uint32_t kTallTm = 160;
 constexpr uint32_t kTallTn = 192;
 constexpr uint32_t kTallTk = 160;
+// W2's taller form, for groups that the tall one would cut into more row tiles: a 192 x 160 C tile (120 KiB of L0C)
+// with the same steps; 192 rows of x at K = 2048 still stay resident in L1 next to two 320-deep B chunks. Narrower
+// n-tiles pay Fixpipe's per-row cost more often, so it is taken only where it saves a weight read.
+constexpr uint32_t kTallerTm = 192;
+constexpr uint32_t kTallerTn = 160;
 // The mixed W1 kernel's row tiles: at most kMixedTmMax rows of one group (balanced over the group's tiles, docs/gmm.md
 // §5), as wide as the rest of L0C allows (up to kWideTn), 128-deep steps. Each row tile streams its expert's whole
 // weight and each n-tile its rows of x, so taller tiles trade weight reads for x reads.
@@ -207,9 +212,16 @@ bool TileGmmSplitInt4(const PlatformInfo& platform, const kernels::GmmCubeTiling
 bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels::GmmMultiLayerTilingData* out,
                        std::string* why) {
     kernels::GmmMultiLayerTilingData t{};
-    // W8A8 runs as the mixed kernel (tall tiles: a group of up to 160 rows reads its weights once); W4A8 as the
-    // separate launches.
-    if (!TileGmmCube(platform, s, &t.cube, why, false, !s.int4)) return false;
+    // W8A8 runs as the mixed kernel, W4A8 as the separate launches. The mixed kernel's row tiles each stream their
+    // expert's whole weight: the tall form (a group of up to 160 rows reads its weights once), or the taller one
+    // when a group of the average size (M over the groups: the host does not see the sizes) takes fewer row tiles
+    // of it (at DeepSeek-V3's 16384-token rounds, about 520 rows: three tiles instead of four).
+    const uint64_t groups = std::max<uint64_t>(s.groupListType == kernels::kGroupListTable ? s.groups : s.experts, 1);
+    const uint64_t average = CeilDiv(s.m, groups);
+    const bool taller = !s.int4 && CeilDiv(average, kTallerTm) < CeilDiv(average, kTallTm);
+    if (!(taller ? TileGmmCubeWith(platform, s, &t.cube, why, GmmCubeTiles{kTallerTm, kTallerTn, kTallTk, false})
+                 : TileGmmCube(platform, s, &t.cube, why, false, !s.int4)))
+        return false;
     if (!TileGmmSplitInt4(platform, t.cube, &t.split, why)) return false;
     const bool grouped = s.kGroups > 1, int4 = s.int4;
     if (!int4) {
