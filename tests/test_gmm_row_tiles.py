@@ -4,18 +4,11 @@ against the rule derived here on its own: a group of R rows is ceil(R / tm) tile
 row (the taller ones first), and the launch's i-th tile (groups in order, tiles in row order) is AI core i mod cores'
 next."""
 
-import os
-import subprocess
-
 import pytest
-from _twin_build import build_twin_program
+from _tiling_program import A3, TWIN, build_tiling_program, run_gmm_tiles
 
 pytestmark = [pytest.mark.slow]
 
-# One A3 die (docs/twin.md, "Core kinds and memories": L1 512 KiB (128 bytes reserved), L0A / L0B 64 KiB, L0C
-# 128 KiB; 24 AI cores, "Timing model" aic_per_die) and the twin's own description (2 AI cores, same memories).
-A3 = dict(aic=24, l1=524288 - 128, l0a=65536, l0b=65536, l0c=131072, ub=196608)
-TWIN = dict(A3, aic=2)
 # The tallest row tile (docs/gmm.md §5); with it, an int32 C tile of tm x tn within L0C's 128 KiB leaves
 # tn = 224 (the widest multiple of 32 at most 256).
 TM_MAX = 144
@@ -38,27 +31,11 @@ def expected_tiles(counts, tm, cores):
 
 @pytest.fixture(scope="module")
 def row_tiles(source_root, tmp_path_factory):
-    return build_twin_program(
-        source_root, str(tmp_path_factory.mktemp("twin") / "gmm_row_tiles"), "gmm_row_tiles.cpp",
-        include_root=True,
-        extra_sources=[os.path.join(source_root, "tiling", "src", "gmm_tiling.cpp")],
-        extra_includes=[os.path.join(source_root, "kernels"), os.path.join(source_root, "tiling", "include")])
+    return build_tiling_program(source_root, tmp_path_factory, "gmm_row_tiles", "gmm_tiling.cpp")
 
 
 def run(binary, platform, m, k, n, counts):
-    p = platform
-    args = [str(v) for v in (p["aic"], p["l1"], p["l0a"], p["l0b"], p["l0c"], p["ub"], m, k, n, *counts)]
-    r = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, CAM_TWIN_PLATFORM="twin"))
-    assert r.returncode == 0 and r.stdout.rstrip().endswith("OK"), r.stdout + r.stderr
-    lines = r.stdout.split("\n")
-    sizes = dict(zip(lines[0].split()[0::2], map(int, lines[0].split()[1::2])))
-    got = {}
-    for line in lines[1:]:
-        if line.startswith("tile "):
-            core, group, row0, rows = map(int, line.split()[1:])
-            got.setdefault(core, []).append((group, row0, rows))
-    return sizes, got
+    return run_gmm_tiles(binary, "w1", platform, m, k, n, counts)
 
 
 def test_tile_sizes_fill_l0c(row_tiles):
