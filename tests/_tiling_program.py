@@ -1,7 +1,8 @@
 """Tiling self-test programs: a source from tests/twin/ that runs a kernel's tiling (tiling/src/) for a platform and a
 shape given on its command line and prints what it decided, built against the kernels' and the tiling's headers and
 run to its closing "OK". tests/twin/gmm_row_tiles.cpp also walks a mixed GMM kernel's row tiles over a group_list
-(run_gmm_tiles); each test states what it expects on its own."""
+(run_gmm_tiles); each test states what it expects on its own, the two mixed kernels' row tiles from launch_row_tiles,
+the rule written here apart from the kernels' code."""
 
 import os
 import subprocess
@@ -47,3 +48,18 @@ def run_gmm_tiles(binary, kernel, platform, m, k, n, counts):
             core, *rest = map(int, line.split()[1:])
             got.setdefault(core, []).append(tuple(rest))
     return sizes, got
+
+
+def launch_row_tiles(counts, tm):
+    """The row tiles of a group_list of counts, (group, row0, rows) in the launch's order (groups in order, tiles in
+    row order), as both mixed GMM kernels cut them (docs/gmm.md §5): a group of R rows is ceil(R / tm) tiles whose
+    heights differ by at most one row, the taller ones first; an empty group has none."""
+    launch = []
+    start = 0
+    for g, rows in enumerate(counts):
+        if rows:
+            n = -(-rows // tm)
+            heights = [rows // n + 1] * (rows % n) + [rows // n] * (n - rows % n)
+            launch += [(g, start + sum(heights[:j]), h) for j, h in enumerate(heights)]
+        start += rows
+    return launch

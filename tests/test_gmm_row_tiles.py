@@ -1,11 +1,11 @@
 """The mixed W1 kernel's row tiles (docs/gmm.md §5, "Row tiles sized to the group"): the W1 tiling's tile sizes and
 the tiles every AI core walks, from the code (tests/twin/gmm_row_tiles.cpp runs the tiling and the kernel's walker),
-against the rule derived here on its own: a group of R rows is ceil(R / tm) tiles whose heights differ by at most one
-row (the taller ones first), and the launch's i-th tile (groups in order, tiles in row order) is AI core i mod cores'
-next."""
+against the rule derived on its own (tests/_tiling_program.py, launch_row_tiles): a group of R rows is ceil(R / tm)
+tiles whose heights differ by at most one row (the taller ones first), and the launch's i-th tile (groups in order,
+tiles in row order) is AI core i mod cores' next."""
 
 import pytest
-from _tiling_program import A3, TWIN, build_tiling_program, run_gmm_tiles
+from _tiling_program import A3, TWIN, build_tiling_program, launch_row_tiles, run_gmm_tiles
 
 pytestmark = [pytest.mark.slow]
 
@@ -15,17 +15,7 @@ TM_MAX = 144
 
 
 def expected_tiles(counts, tm, cores):
-    launch = []  # (group, row0, rows) in the launch's order
-    start = 0
-    for g, rows in enumerate(counts):
-        if rows:
-            n = -(-rows // tm)
-            heights = [rows // n + 1] * (rows % n) + [rows // n] * (n - rows % n)
-            row0 = start
-            for h in heights:
-                launch.append((g, row0, h))
-                row0 += h
-        start += rows
+    launch = launch_row_tiles(counts, tm)
     return {c: [t for i, t in enumerate(launch) if i % cores == c] for c in range(cores)}
 
 

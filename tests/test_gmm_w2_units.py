@@ -1,13 +1,13 @@
 """The mixed W2 kernel's units (docs/gmm.md §5, "The mixed W2 kernel", "Dealing"): the W2 tiling's tile sizes and the
 units (row tile, n-tile) every AI core walks, from the code (tests/twin/gmm_row_tiles.cpp runs the tiling and the
-kernel's walker, GmmTileUnits), against the rule derived here on its own: a group of R rows is ceil(R / tm) row tiles
-whose heights differ by at most one row (the taller ones first, as W1's); the launch's tiles (groups in order, tiles in
-row order) are dealt whole, tile i to AI core i mod cores, as long as a whole round of
-cores is left; the units of the rest (tile by tile, n-tiles inner) are cut into `cores` consecutive runs, run c of
-units [s·c/cores, s·(c+1)/cores) of those s units going to core c."""
+kernel's walker, GmmTileUnits), against the rule derived on its own (tests/_tiling_program.py, launch_row_tiles): a
+group of R rows is ceil(R / tm) row tiles whose heights differ by at most one row (the taller ones first, as W1's);
+the launch's tiles (groups in order, tiles in row order) are dealt whole, tile i to AI core i mod cores, as long as a
+whole round of cores is left; the units of the rest (tile by tile, n-tiles inner) are cut into `cores` consecutive
+runs, run c of units [s·c/cores, s·(c+1)/cores) of those s units going to core c."""
 
 import pytest
-from _tiling_program import A3, TWIN, build_tiling_program, run_gmm_tiles
+from _tiling_program import A3, TWIN, build_tiling_program, launch_row_tiles, run_gmm_tiles
 
 pytestmark = [pytest.mark.slow]
 
@@ -19,14 +19,7 @@ ROUND_8192 = [258, 245, 280, 259, 235, 236, 294, 276, 239, 271, 245, 282, 249, 2
 
 
 def expected_units(counts, tm, n_tiles, cores):
-    tiles = []  # (group, row0, rows) in the launch's order
-    start = 0
-    for g, rows in enumerate(counts):
-        if rows:
-            n = -(-rows // tm)
-            heights = [rows // n + 1] * (rows % n) + [rows // n] * (n - rows % n)
-            tiles += [(g, start + sum(heights[:j]), h) for j, h in enumerate(heights)]
-        start += rows
+    tiles = launch_row_tiles(counts, tm)
     whole = len(tiles) // cores * cores
     rest = (len(tiles) - whole) * n_tiles
     got = {}
