@@ -4,11 +4,8 @@ layer's placement rows stay resident in UB and every block routes its own tokens
 equal passes to make room; where the widest pass leaves room, it is kept (tests/twin/dispatch_send_tiling.cpp runs
 the tiling)."""
 
-import os
-import subprocess
-
 import pytest
-from _twin_build import build_twin_program
+from _tiling_program import build_tiling_program, run_tiling_program
 
 pytestmark = [pytest.mark.slow]
 
@@ -24,20 +21,12 @@ NARROWEST = 1024               # kDispatchSendMinCols
 
 @pytest.fixture(scope="module")
 def tiling(source_root, tmp_path_factory):
-    return build_twin_program(
-        source_root, str(tmp_path_factory.mktemp("twin") / "dispatch_send_tiling"), "dispatch_send_tiling.cpp",
-        include_root=True,
-        extra_sources=[os.path.join(source_root, "tiling", "src", "dispatch_send_tiling.cpp")],
-        extra_includes=[os.path.join(source_root, "kernels"), os.path.join(source_root, "tiling", "include"),
-                        os.path.join(source_root, "tiling", "src")])
+    return build_tiling_program(source_root, tmp_path_factory, "dispatch_send_tiling", "dispatch_send_tiling.cpp",
+                                tiling_private=True)
 
 
 def run(binary, tokens, *, E=E, slots=SLOTS_32, placed=True, ub=UB):
-    args = [str(v) for v in (AIV, ub, H, E, F, K, slots, tokens, int(placed))]
-    r = subprocess.run([binary, *args], capture_output=True, text=True, timeout=60,
-                       env=dict(os.environ, CAM_TWIN_PLATFORM="twin"))
-    assert r.returncode == 0 and r.stdout.rstrip().endswith("OK"), r.stdout + r.stderr
-    words = r.stdout.split()
+    words = " ".join(run_tiling_program(binary, [AIV, ub, H, E, F, K, slots, tokens, int(placed)], timeout=60)).split()
     return dict(zip(words[0:8:2], map(int, words[1:8:2])))
 
 

@@ -1,64 +1,31 @@
 """The mixed W1 kernel's row tiles (docs/gmm.md §5, "Row tiles sized to the group"): the W1 tiling's tile sizes and
 the tiles every AI core walks, from the code (tests/twin/gmm_row_tiles.cpp runs the tiling and the kernel's walker),
-against the rule derived here on its own: a group of R rows is ceil(R / tm) tiles whose heights differ by at most one
-row (the taller ones first), and the launch's i-th tile (groups in order, tiles in row order) is AI core i mod cores'
-next."""
-
-import os
-import subprocess
+against the rule derived on its own (tests/_tiling_program.py, launch_row_tiles): a group of R rows is ceil(R / tm)
+tiles whose heights differ by at most one row (the taller ones first), and the launch's i-th tile (groups in order,
+tiles in row order) is AI core i mod cores' next."""
 
 import pytest
-from _twin_build import build_twin_program
+from _tiling_program import A3, TWIN, build_tiling_program, launch_row_tiles, run_gmm_tiles
 
 pytestmark = [pytest.mark.slow]
 
-# One A3 die (docs/twin.md, "Core kinds and memories": L1 512 KiB (128 bytes reserved), L0A / L0B 64 KiB, L0C
-# 128 KiB; 24 AI cores, "Timing model" aic_per_die) and the twin's own description (2 AI cores, same memories).
-A3 = dict(aic=24, l1=524288 - 128, l0a=65536, l0b=65536, l0c=131072, ub=196608)
-TWIN = dict(A3, aic=2)
 # The tallest row tile (docs/gmm.md §5); with it, an int32 C tile of tm x tn within L0C's 128 KiB leaves
 # tn = 224 (the widest multiple of 32 at most 256).
 TM_MAX = 144
 
 
 def expected_tiles(counts, tm, cores):
-    launch = []  # (group, row0, rows) in the launch's order
-    start = 0
-    for g, rows in enumerate(counts):
-        if rows:
-            n = -(-rows // tm)
-            heights = [rows // n + 1] * (rows % n) + [rows // n] * (n - rows % n)
-            row0 = start
-            for h in heights:
-                launch.append((g, row0, h))
-                row0 += h
-        start += rows
+    launch = launch_row_tiles(counts, tm)
     return {c: [t for i, t in enumerate(launch) if i % cores == c] for c in range(cores)}
 
 
 @pytest.fixture(scope="module")
 def row_tiles(source_root, tmp_path_factory):
-    return build_twin_program(
-        source_root, str(tmp_path_factory.mktemp("twin") / "gmm_row_tiles"), "gmm_row_tiles.cpp",
-        include_root=True,
-        extra_sources=[os.path.join(source_root, "tiling", "src", "gmm_tiling.cpp")],
-        extra_includes=[os.path.join(source_root, "kernels"), os.path.join(source_root, "tiling", "include")])
+    return build_tiling_program(source_root, tmp_path_factory, "gmm_row_tiles", "gmm_tiling.cpp")
 
 
 def run(binary, platform, m, k, n, counts):
-    p = platform
-    args = [str(v) for v in (p["aic"], p["l1"], p["l0a"], p["l0b"], p["l0c"], p["ub"], m, k, n, *counts)]
-    r = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, CAM_TWIN_PLATFORM="twin"))
-    assert r.returncode == 0 and r.stdout.rstrip().endswith("OK"), r.stdout + r.stderr
-    lines = r.stdout.split("\n")
-    sizes = dict(zip(lines[0].split()[0::2], map(int, lines[0].split()[1::2])))
-    got = {}
-    for line in lines[1:]:
-        if line.startswith("tile "):
-            core, group, row0, rows = map(int, line.split()[1:])
-            got.setdefault(core, []).append((group, row0, rows))
-    return sizes, got
+    return run_gmm_tiles(binary, "w1", platform, m, k, n, counts)
 
 
 def test_tile_sizes_fill_l0c(row_tiles):

@@ -1,23 +1,16 @@
 """The mixed W2 kernel's units (docs/gmm.md §5, "The mixed W2 kernel", "Dealing"): the W2 tiling's tile sizes and the
-units (row tile, n-tile) every AI core walks, from the code (tests/twin/gmm_w2_units.cpp runs the tiling and the
-kernel's walker, GmmTileUnits), against the rule derived here on its own: a group of R rows is ceil(R / tm) row tiles
-of one height, ceil(R / tiles) rounded up to the cube's 16-row fractal (the last holds the rest); the launch's tiles
-(groups in order, tiles in row order) are dealt whole, tile i to AI core i mod cores, as long as a whole round of
-cores is left; the units of the rest (tile by tile, n-tiles inner) are cut into `cores` consecutive runs, run c of
-units [s·c/cores, s·(c+1)/cores) of those s units going to core c."""
-
-import os
-import subprocess
+units (row tile, n-tile) every AI core walks, from the code (tests/twin/gmm_row_tiles.cpp runs the tiling and the
+kernel's walker, GmmTileUnits), against the rule derived on its own (tests/_tiling_program.py, launch_row_tiles): a
+group of R rows is ceil(R / tm) row tiles whose heights differ by at most one row (the taller ones first, as W1's);
+the launch's tiles (groups in order, tiles in row order) are dealt whole, tile i to AI core i mod cores, as long as a
+whole round of cores is left; the units of the rest (tile by tile, n-tiles inner) are cut into `cores` consecutive
+runs, run c of units [s·c/cores, s·(c+1)/cores) of those s units going to core c."""
 
 import pytest
-from _twin_build import build_twin_program
+from _tiling_program import A3, TWIN, build_tiling_program, launch_row_tiles, run_gmm_tiles
 
 pytestmark = [pytest.mark.slow]
 
-# One A3 die (docs/twin.md, "Core kinds and memories"; 24 AI cores, "Timing model" aic_per_die) and the twin's own
-# description (2 AI cores, same memories).
-A3 = dict(aic=24, l1=524288 - 128, l0a=65536, l0b=65536, l0c=131072, ub=196608)
-TWIN = dict(A3, aic=2)
 # DeepSeek-V3's W2 (K = I = 2048, N = H = 7168) and the most loaded FFN rank's 32 groups of the predict benchmark's
 # uniform 8192-token round (cam-bench predict: 8321 rows).
 K, N = 2048, 7168
@@ -26,14 +19,7 @@ ROUND_8192 = [258, 245, 280, 259, 235, 236, 294, 276, 239, 271, 245, 282, 249, 2
 
 
 def expected_units(counts, tm, n_tiles, cores):
-    tiles = []  # (group, row0, rows) in the launch's order
-    start = 0
-    for g, rows in enumerate(counts):
-        if rows:
-            n = -(-rows // tm)
-            height = -(-(-(-rows // n)) // 16) * 16
-            tiles += [(g, start + j * height, min(height, rows - j * height)) for j in range(n)]
-        start += rows
+    tiles = launch_row_tiles(counts, tm)
     whole = len(tiles) // cores * cores
     rest = (len(tiles) - whole) * n_tiles
     got = {}
@@ -48,27 +34,12 @@ def expected_units(counts, tm, n_tiles, cores):
 
 @pytest.fixture(scope="module")
 def w2_units(source_root, tmp_path_factory):
-    return build_twin_program(
-        source_root, str(tmp_path_factory.mktemp("twin") / "gmm_w2_units"), "gmm_w2_units.cpp",
-        include_root=True,
-        extra_sources=[os.path.join(source_root, "tiling", "src", "gmm_tiling.cpp")],
-        extra_includes=[os.path.join(source_root, "kernels"), os.path.join(source_root, "tiling", "include")])
+    return build_tiling_program(source_root, tmp_path_factory, "gmm_row_tiles", "gmm_tiling.cpp")
 
 
 def run(binary, platform, m, k, n, counts):
-    p = platform
-    args = [str(v) for v in (p["aic"], p["l1"], p["l0a"], p["l0b"], p["l0c"], p["ub"], m, k, n, *counts)]
-    r = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, CAM_TWIN_PLATFORM="twin"))
-    assert r.returncode == 0 and r.stdout.rstrip().endswith("OK"), r.stdout + r.stderr
-    lines = r.stdout.split("\n")
-    sizes = dict(zip(lines[0].split()[0::2], map(int, lines[0].split()[1::2])))
-    got = {}
-    for line in lines[1:]:
-        if line.startswith("unit "):
-            core, group, row0, rows, nt, first = map(int, line.split()[1:])
-            got.setdefault(core, []).append((group, row0, rows, nt, bool(first)))
-    return sizes, got
+    sizes, got = run_gmm_tiles(binary, "w2", platform, m, k, n, counts)
+    return sizes, {c: [(*u[:4], bool(u[4])) for u in units] for c, units in got.items()}
 
 
 def _covers_once(got, counts, n_tiles):
@@ -116,15 +87,15 @@ def test_siblings_run_in_the_same_round(w2_units):
 
 def test_two_cores_deal_whole_then_split(w2_units):
     # The twin's two AI cores, N = 500 (three n-tiles of up to 192 columns): four whole tiles in turn across group
-    # boundaries (300 rows: 160 + 140), then the fifth tile's three units split one and two.
+    # boundaries (300 rows: 150 + 150, not 160 + 140), then the fifth tile's three units split one and two.
     counts = [150, 5, 0, 300, 20]
     _, got = run(w2_units, TWIN, sum(counts), 64, 500, counts)
     assert got == {
         0: [(0, 0, 150, 0, True), (0, 0, 150, 1, False), (0, 0, 150, 2, False),
-            (3, 155, 160, 0, True), (3, 155, 160, 1, False), (3, 155, 160, 2, False),
+            (3, 155, 150, 0, True), (3, 155, 150, 1, False), (3, 155, 150, 2, False),
             (4, 455, 20, 0, True)],
         1: [(1, 150, 5, 0, True), (1, 150, 5, 1, False), (1, 150, 5, 2, False),
-            (3, 315, 140, 0, True), (3, 315, 140, 1, False), (3, 315, 140, 2, False),
+            (3, 305, 150, 0, True), (3, 305, 150, 1, False), (3, 305, 150, 2, False),
             (4, 455, 20, 1, True), (4, 455, 20, 2, False)],
     }
 

@@ -207,24 +207,30 @@ __aicore__ inline __gm__ T* LayerAddress(GM_ADDR table, uint32_t slot) {
     return reinterpret_cast<__gm__ T*>(static_cast<uintptr_t>(t.GetValue(slot)));
 }
 
-// Row tiles of a group of `rows` rows, at most tmMax rows each (tmMax a multiple of 16): ceil(rows / tmMax) tiles,
-// none for an empty group. Every tile streams its expert's whole weight, so this count is what the weight reads cost.
+// The row tiles of a group of `rows` rows, one rule for both mixed kernels (docs/gmm.md §5): as few tiles as the
+// slot allows, ceil(rows / tmMax), none for an empty group. Every tile streams its expert's whole weight, so this
+// count is what the weight reads cost.
 __aicore__ constexpr uint64_t GmmRowTileCount(uint64_t rows, uint32_t tmMax) { return CeilDiv(rows, tmMax); }
 
-// Height of every tile of such a group but its last (which holds the rest): the balanced share rounded up to the
-// cube's 16-row fractal, so the height stays within tmMax and the last tile is never empty.
-__aicore__ constexpr uint64_t GmmRowTileHeight(uint64_t rows, uint32_t tmMax) {
-    return rows == 0 ? 0 : AlignUp(CeilDiv(rows, GmmRowTileCount(rows, tmMax)), kGmmM0);
+// Tile j of such a group of `tiles` tiles: its first row (from the group's start) and its rows, the balanced share
+// with the first rows % tiles tiles one row taller than the rest, so every tile holds at most tmMax rows and none is
+// empty. Not rounded up to the cube's 16-row fractal: the cube pads each tile to it anyway, while a tile's copies of
+// x scale with its real rows, so equal shares keep the cores' copy work equal.
+__aicore__ constexpr uint64_t GmmRowTileRow0(uint64_t rows, uint64_t tiles, uint64_t j) {
+    return j * (rows / tiles) + (j < rows % tiles ? j : rows % tiles);
+}
+__aicore__ constexpr uint64_t GmmRowTileRows(uint64_t rows, uint64_t tiles, uint64_t j) {
+    return rows / tiles + (j < rows % tiles ? 1 : 0);
 }
 
 // The units (row tile, n-tile) of one AI core of the mixed W2 kernel (docs/gmm.md §5), in the order its cube core
-// computes them; the cube core and its vector cores walk the same sequence. The launch's row tiles are numbered
-// group by group (GmmRowTileCount / GmmRowTileHeight). The first floor(tiles / cores) · cores of them are dealt
-// whole, tile i to core i mod cores: an expert's sibling tiles run at the same time on neighbouring cores, so each
-// weight strip's second read follows its first closely (L2). The units of the remaining tiles, n-tiles inner, are
-// split into `cores` runs of consecutive units whose sizes differ by at most one, run c to core c: every core ends
-// with the same number of units (±1) instead of a whole tile more for some, and each of those weight strips is read
-// by one core. A core's units of one tile are consecutive n-tiles, so its rows of x stay resident between them.
+// computes them; the cube core and its vector cores walk the same sequence. The launch's row tiles (the rule above)
+// are numbered group by group. The first floor(tiles / cores) · cores of them are dealt whole, tile i to core
+// i mod cores: an expert's sibling tiles run at the same time on neighbouring cores, so each weight strip's second
+// read follows its first closely (L2). The units of the remaining tiles, n-tiles inner, are split into `cores` runs
+// of consecutive units whose sizes differ by at most one, run c to core c: every core ends with the same number of
+// units (±1) instead of a whole tile more for some, and each of those weight strips is read by one core. A core's
+// units of one tile are consecutive n-tiles, so its rows of x stay resident between them.
 class GmmTileUnits {
 public:
     __aicore__ inline void Init(GM_ADDR groupList, uint32_t groups, uint32_t type, int64_t layer, uint32_t tmMax,
@@ -270,11 +276,10 @@ public:
             groupTile_ += groupTiles_;
             const uint64_t rows = cursor_.End() - cursor_.Start();
             groupTiles_ = GmmRowTileCount(rows, tmMax_);
-            height_ = GmmRowTileHeight(rows, tmMax_);
+            groupRows_ = rows;
         }
-        row0_ = cursor_.Start() + (tile - groupTile_) * height_;
-        const uint64_t left = cursor_.End() - row0_;
-        rows_ = static_cast<uint32_t>(left < height_ ? left : height_);
+        row0_ = cursor_.Start() + GmmRowTileRow0(groupRows_, groupTiles_, tile - groupTile_);
+        rows_ = static_cast<uint32_t>(GmmRowTileRows(groupRows_, groupTiles_, tile - groupTile_));
         first_ = true;
         return true;
     }
@@ -292,7 +297,7 @@ private:
     uint32_t tmMax_ = kGmmM0, nTiles_ = 1, cores_ = 1, rows_ = 0, nt_ = 0, ntEnd_ = 0;
     bool first_ = false;
     uint64_t whole_ = 0, nextWhole_ = 0, unit_ = 0, unitEnd_ = 0;
-    uint64_t groupTile_ = 0, groupTiles_ = 0, height_ = 0, row0_ = 0;
+    uint64_t groupTile_ = 0, groupTiles_ = 0, groupRows_ = 0, row0_ = 0;
 };
 
 }  // namespace cam::kernels
