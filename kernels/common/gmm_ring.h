@@ -46,22 +46,22 @@ __aicore__ inline void GmmRingWaitFull() { AscendC::CrossCoreWaitFlag<2, PIPE_MT
 __aicore__ inline void GmmRingRelease() { AscendC::CrossCoreSetFlag<2, PIPE_MTE3>(kGmmRingFree); }
 
 // The cube side of a mixed GMM kernel, written once for W1 and W2: the cube's Init and the pre-pass (a refused launch
-// writes nothing), then `start(layer)` readies the core's walker from the accepted layer, and while `units.Next()`,
-// `compute(n)` computes the core's n-th unit into its slot between the ring's Acquire and Publish; the outstanding
-// frees are waited before the end.
-template <typename Cube, typename Units, typename Start, typename Compute>
+// writes nothing), then `kernel.Start(layer)` readies the core's walker `units` from the accepted layer, and while
+// `units.Next()`, `kernel.Compute(n)` computes the core's n-th unit into its slot between the ring's Acquire and
+// Publish; the outstanding frees are waited before the end. `kernel` is a class with __aicore__ members (device code
+// takes no lambdas).
+template <typename Cube, typename Units, typename Kernel>
 __aicore__ inline void GmmMixedCubeRun(Cube& cube, Units& units, GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex,
-                                       GM_ADDR table, GM_ADDR status, const GmmCubeTilingData& c, Start&& start,
-                                       Compute&& compute) {
+                                       GM_ADDR table, GM_ADDR status, const GmmCubeTilingData& c, Kernel& kernel) {
     cube.Init(x, groupList, layerIndex, table, nullptr, status, c);
     GmmDeviceArgs args;
     if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args))
         return;
-    start(args.layer);
+    kernel.Start(args.layer);
     GmmRingProducer slots;
     while (units.Next()) {
         slots.Acquire();
-        compute(slots.Unit());
+        kernel.Compute(slots.Unit());
         slots.Publish();
     }
     slots.Drain();

@@ -141,26 +141,33 @@ class GmmMultiLayerCube {
 public:
     __aicore__ inline void Run(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
                                GM_ADDR status, const GmmMultiLayerTilingData& t) {
-        const GmmCubeTilingData& c = t.cube;
-        const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
-        GmmTileUnits units;
-        GmmMixedCubeRun(
-            cube_, units, x, groupList, layerIndex, table, status, c,
-            [&](int64_t layer) {
-                units.Init(groupList, c.groups, c.groupListType, layer, c.tm, c.nTiles, core, c.blockDim);
-            },
-            [&](uint32_t n) {
-                // Fixpipe puts column n0 n0 columns past the accumulator's base: the base goes n0 columns back, so
-                // every unit lands at the slot's unit origin (GmmMultiLayerSlotLead).
-                GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, n);
-                cube_.UseSlot(slot + (GmmMultiLayerSlotLead(c) - uint64_t(units.NTile()) * c.tn) * sizeof(int32_t),
-                              units.Row0());
-                cube_.ComputeTile(units.Layer(), units.Expert(), units.Row0(), units.Rows(), units.NTile());
-            });
+        c_ = &t.cube;
+        groupList_ = groupList;
+        ring_ = ring;
+        core_ = static_cast<uint32_t>(AscendC::GetBlockIdx());
+        GmmMixedCubeRun(cube_, units_, x, groupList, layerIndex, table, status, *c_, *this);
+    }
+
+    // GmmMixedCubeRun's hooks: the walker from the accepted layer, and the n-th unit into its slot.
+    __aicore__ inline void Start(int64_t layer) {
+        units_.Init(groupList_, c_->groups, c_->groupListType, layer, c_->tm, c_->nTiles, core_, c_->blockDim);
+    }
+    __aicore__ inline void Compute(uint32_t n) {
+        // Fixpipe puts column n0 n0 columns past the accumulator's base: the base goes n0 columns back, so every unit
+        // lands at the slot's unit origin (GmmMultiLayerSlotLead).
+        GM_ADDR slot = GmmRingSlot(ring_, GmmMultiLayerSlotBytes(*c_), core_, n);
+        cube_.UseSlot(slot + (GmmMultiLayerSlotLead(*c_) - uint64_t(units_.NTile()) * c_->tn) * sizeof(int32_t),
+                      units_.Row0());
+        cube_.ComputeTile(units_.Layer(), units_.Expert(), units_.Row0(), units_.Rows(), units_.NTile());
     }
 
 private:
     GmmInt8Cube cube_;
+    GmmTileUnits units_;
+    const GmmCubeTilingData* c_ = nullptr;
+    GM_ADDR groupList_ = nullptr;
+    GM_ADDR ring_ = nullptr;
+    uint32_t core_ = 0;
 };
 
 // The vector side: per unit, this vector core's half of its rows (core 0 the first ceil(rows/2), core 1 the rest) in

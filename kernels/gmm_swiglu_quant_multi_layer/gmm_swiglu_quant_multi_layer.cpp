@@ -20,20 +20,29 @@ class GmmSwigluQuantMultiLayerCube {
 public:
     __aicore__ inline void Run(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
                                GM_ADDR status, const GmmSwigluQuantMultiLayerTilingData& t) {
-        const GmmCubeTilingData& c = t.cube;
-        const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
-        GmmSwigluRowTiles tiles;
-        GmmMixedCubeRun(
-            cube_, tiles, x, groupList, layerIndex, table, status, c,
-            [&](int64_t layer) { tiles.Init(groupList, c.groups, c.groupListType, layer, c.tm, core, c.blockDim); },
-            [&](uint32_t n) {
-                cube_.UseSlot(GmmRingSlot(ring, GmmSwigluSlotBytes(c), core, n), tiles.Row0());
-                cube_.ComputeRows(tiles.Layer(), tiles.Expert(), tiles.Row0(), tiles.Rows());
-            });
+        c_ = &t.cube;
+        groupList_ = groupList;
+        ring_ = ring;
+        core_ = static_cast<uint32_t>(AscendC::GetBlockIdx());
+        GmmMixedCubeRun(cube_, tiles_, x, groupList, layerIndex, table, status, *c_, *this);
+    }
+
+    // GmmMixedCubeRun's hooks: the walker from the accepted layer, and the n-th row tile into its slot.
+    __aicore__ inline void Start(int64_t layer) {
+        tiles_.Init(groupList_, c_->groups, c_->groupListType, layer, c_->tm, core_, c_->blockDim);
+    }
+    __aicore__ inline void Compute(uint32_t n) {
+        cube_.UseSlot(GmmRingSlot(ring_, GmmSwigluSlotBytes(*c_), core_, n), tiles_.Row0());
+        cube_.ComputeRows(tiles_.Layer(), tiles_.Expert(), tiles_.Row0(), tiles_.Rows());
     }
 
 private:
     GmmInt8Cube cube_;
+    GmmSwigluRowTiles tiles_;
+    const GmmCubeTilingData* c_ = nullptr;
+    GM_ADDR groupList_ = nullptr;
+    GM_ADDR ring_ = nullptr;
+    uint32_t core_ = 0;
 };
 
 class GmmSwigluQuantMultiLayerVector {
