@@ -232,7 +232,8 @@ def capture_batched_loop(topo: cam.Topology, comm: cam.Comm):
     recv = tuple(torch.zeros(s, dtype=d) for d, s in specs)
     out = torch.zeros((budget, topo.H), dtype=torch.bfloat16)
     graph = Graph()
-    with graph.capture(stream=comm.stream):
+    # Ranks here are threads of one process: under GLOBAL another rank's synchronize would break this capture.
+    with graph.capture(stream=comm.stream, mode="thread_local"):
         cam.ops.dispatch_recv(comm, row_budget=budget, out=recv)
         cam.ops.combine_send(comm, out, recv[4])
     return graph, recv, out

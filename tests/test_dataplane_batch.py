@@ -303,7 +303,8 @@ def test_the_batched_ffn_loop_is_captured_once_and_replayed():
         y, ys = cam.ops.gmm_swiglu_quant_multi_layer(ex, sc, w1, groups, None, cam.ops.gmm.GROUP_TABLE)
         out = cam.ops.gmm_multi_layer(y, ys, w2, groups, None, cam.ops.gmm.GROUP_TABLE)
         g = Graph()
-        with g.capture(stream=comm.stream):
+        # Ranks here are threads of one process: under GLOBAL another rank's synchronize would break this capture.
+        with g.capture(stream=comm.stream, mode="thread_local"):
             cam.ops.dispatch_recv(comm, row_budget=budget, out=recv)
             cam.ops.gmm_swiglu_quant_multi_layer(ex, sc, w1, groups, None, cam.ops.gmm.GROUP_TABLE, out=(y, ys))
             cam.ops.gmm_multi_layer(y, ys, w2, groups, None, cam.ops.gmm.GROUP_TABLE, out=out)

@@ -488,7 +488,8 @@ def test_a_captured_batched_ffn_loop_serves_the_new_experts_after_a_rebalance_wi
             ys = torch.zeros(budget, dtype=torch.float32)
             out = torch.zeros(budget, topo.H, dtype=torch.bfloat16)
             graph = Graph()
-            with graph.capture(stream=comm.stream):
+            # Ranks here are threads of one process: under GLOBAL another rank's synchronize would break this capture.
+            with graph.capture(stream=comm.stream, mode="thread_local"):
                 cam.ops.dispatch_recv(comm, row_budget=budget, out=recv)
                 cam.ops.gmm_swiglu_quant_multi_layer(recv[0], recv[1], served.w1, recv[2], None, GROUP_TABLE,
                                                      out=(y, ys), swiglu_limit=served.swiglu_limit)
