@@ -151,14 +151,15 @@ def test_elastic_serving_is_refused_off_the_shm_transport():
 def test_cam_run_kills_an_ffn_rank_restarts_it_and_check_covers_every_request(tmp_path):
     # $CAM_RUN_KILL_FFN=3:3: FFN rank 3 SIGKILLs itself after 3 work items; with every expert replicated
     # (--placement hot:8) the others fail over, the launcher restarts it, it rejoins the running world with its old
-    # slots and serves, the run ends 0 and --check passes over every request. The cost model's 50 ms of attention
-    # per micro-batch and layer makes the run (about 6 s) outlast the restarted process's start (2-3 s here).
+    # slots and serves, the run ends 0 and --check passes over every request. The cost model's 100 ms of attention
+    # per micro-batch and layer makes the run (about 12 s) outlast the restarted process's start (2-3 s here; at
+    # 50 ms a loaded CI machine once served every request before the restarted rank joined).
     from test_run import cam_run
 
     out = tmp_path / "report.json"
     env = dict(os.environ, CAM_RUN_KILL_FFN="3:3")
     result = cam_run("--ffn", "3", "--placement", "hot:8", "--requests", "60", "--cost-model", "--attention-cost",
-                     "0.05", "0", "0", "--check", "--quiet", "--json", str(out), cwd=tmp_path, env=env)
+                     "0.1", "0", "0", "--check", "--quiet", "--json", str(out), cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.read_text())
     assert report["check"]["ok"] and report["requests"] == 60, report["check"]
