@@ -329,6 +329,30 @@ def _expect_golden(spec, outputs):
         assert torch.equal(got, want[i]), f"round {i} differs from the failure-free golden"
 
 
+def test_an_attention_rank_that_finished_takes_part_in_a_later_failover(tmp_path):
+    # Two replicas: Attention rank 1 sends 2 rounds and finishes while rank 0 still sends; FFN rank 2 dies only once
+    # rank 1 finished. A finished rank is a member until the world ends (every Attention rank finished): it follows
+    # the failover into the successor (nothing to dispatch again) instead of exiting, so its orderly end is never
+    # taken for a death while the successor forms ("rank 1 died before it published its pid" on every survivor).
+    spec = {**SPEC, "D": 2, "rounds_of": {"1": 2}}
+    results, logs = run_world(tmp_path, spec, kill=2, kill_after=3, extra=("--kill-once-finished", "1"))
+    w1, w2 = convert.layer_weights(world(spec)[2])
+    for r, rounds in ((0, spec["rounds"]), (1, 2)):
+        att = results[r]
+        assert "error" not in att, (r, att.get("error"), logs[r][-3000:])
+        assert len(att["outputs"]) == rounds
+        for i, got in enumerate(att["outputs"]):
+            x, ids, w, layer = round_inputs(spec, i, r)
+            assert torch.equal(got, routed_local(x, ids, w, w1, w2, layer)), (r, i)
+        (failover,) = att["failovers"]
+        assert failover["dead_rank"] == 2, failover
+    assert results[1]["failovers"][0]["redispatched"] == 0
+    for r in (3, 4):
+        res = results[r]
+        assert "error" not in res and res["reason"] == "attention finished", (r, res, logs[r][-3000:])
+        assert [f["dead_rank"] for f in res["failovers"]] == [2]
+
+
 def test_two_ffn_ranks_dying_at_one_boundary_cost_no_round_with_replicas(tmp_path):
     # Every expert on all three FFN ranks. FFN rank 2, after 3 work items, SIGKILLs rank 3 and then itself: the
     # first survivor to fail over finds both gone and every survivor drops both at once (F = 1), one successor

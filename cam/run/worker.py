@@ -225,6 +225,10 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
     coordinator_log = source.close()
     marks["done"] = time.time()
     torch.save(pieces, os.path.join(cfg.out_dir, f"outputs-{rank}.pt"))
+    if cfg.elastic:
+        # Every round of this rank was received; it stays a member, following any failover or join, until every
+        # Attention rank finished: a rank that exited while the others re-form would be taken for dead there.
+        connector.finish(cfg.timeout_s)
     result = {"role": "attention", "rank": rank, "replica": replica, "participant": group.part, "batches": events,
               "spans": lane.spans, "startup": marks, "placement_epoch": connector.comm.placement_epoch,
               "failovers": [dataclasses.asdict(f) for f in connector.failovers]}
