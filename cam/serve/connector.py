@@ -310,6 +310,11 @@ class AsyncAFDConnector:
         got = self._messages().compare_set(self._key("fate"), "", fate)
         return got.decode() if isinstance(got, bytes) else got
 
+    def _fate(self) -> str:
+        """This world's fate as claimed so far (:meth:`claim_fate`), "" when none was."""
+        key, messages = self._key("fate"), self._messages()
+        return messages.get(key).decode() if messages.check([key]) else ""
+
     def _reform_claimed(self, what: str) -> None:
         """Claims the re-form of this world (``what`` says which): WorldEndedError when its end was claimed first."""
         if self.claim_fate("reform") == "end":
@@ -576,6 +581,8 @@ class AsyncAFDConnector:
                                       f"table it publishes"), True
             why = why or _join_mismatch(dataclasses.replace(self.config, placement=self.table), request,
                                         request.get("role", "ffn")) or self._slot_taken(request)
+            if not why and self._fate() == "end":
+                why = f"world {self._world_id} ended (every Attention rank finished)"
             verdict = json.dumps({"accept": not why, "reason": why, "rebalance": rebalance})
             self._messages().compare_set(request["key"] + "/verdict", "", verdict)
             request = self._join_request()
@@ -752,12 +759,14 @@ class AsyncAFDConnector:
                     return
                 self._mark_done()
                 continue
-            done = [r for r in range(topo.A)
-                    if messages.check([DONE_KEY.format(group=self.config.group, world=self.world_id, rank=r)])]
-            if len(done) == topo.A and self.claim_fate("end") == "end":
+            # A fenced replica's ranks (replica isolation: one of them died) finish nothing; a rank of it that
+            # rejoins does so in a successor, which this rank follows.
+            fenced = set(comm.fenced_replicas)
+            missing = [r for r in range(topo.A) if r // topo.P not in fenced and not messages.check(
+                [DONE_KEY.format(group=self.config.group, world=self.world_id, rank=r)])]
+            if not missing and self.claim_fate("end") == "end":
                 return
             if time.monotonic() > deadline:
-                missing = sorted(set(range(topo.A)) - set(done))
                 raise TimeoutError(f"finish on rank {self.rank}: world {self.world_id} did not end within "
                                    f"{timeout_s:g} s" + (f" (Attention rank(s) {missing} not finished)" if missing
                                                          else " (a re-form was claimed and never began)"))
@@ -781,8 +790,9 @@ class AsyncAFDConnector:
             return
         request = self._join_request()
         if request is None or not request.get("verdict", {}).get("accept"):
-            raise CommAbortedError(f"finish on rank {self.rank}: the plane of world {self.world_id} was aborted "
-                                   f"(abort word {self.comm.status()['abort']}) and no re-form follows")
+            raise self._replica_lost(CommAbortedError(
+                f"finish on rank {self.rank}: the plane of world {self.world_id} was aborted (abort word "
+                f"{self.comm.status()['abort']}) and no re-form follows"), 0)
         self._admit(request)
 
     def request_shutdown(self, reason: str = "requested", lost=()) -> None:
