@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .errors import ReplicaLostError
 from .serve.connector import (AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, ConnectorConfig, Failover,
-                              JoinRefusedError, RoundsLostError, split_tokens)
+                              JoinRefusedError, RoundsLostError, WorldEndedError, split_tokens)
 from .serve.iteration import (CapturedFFN, FFNWorkItem, expert_weights, ffn_batch_iteration, ffn_compute,
                               ffn_iteration, ffn_work_item)
 from .serve.store import (DONE_KEY, RUN_SECRET_ENV, SERVING_KEY, SHUTDOWN_KEY, Shutdown, SignedStore,
@@ -38,6 +38,7 @@ __all__ = [
     "SignedStore",
     "WORK_ITEM_LAYER_WORD",
     "WorkItem",
+    "WorldEndedError",
     "expert_weights",
     "ffn_batch_iteration",
     "ffn_compute",

@@ -1,7 +1,7 @@
 """One rank of an elastic world (run by tests/test_elastic.py and benchmarks/elastic_failover.py): processes as
 ranks over the shm transport, a FileStore, FFN ranks serving with the real ops through cam.serve_ffn.
 
-Attention rank 0 sends ``--rounds`` seeded rounds, two in flight, and saves every output (or the error that ended
+Attention rank 0 sends ``--rounds`` seeded rounds (``rounds_of`` in the spec: another count for some rank), two in flight, and saves every output (or the error that ended
 it) with its failover records. Each rank of ``--kill`` SIGKILLs itself once it served (FFN) or received (Attention)
 the matching count of ``--kill-after`` work items with rows or rounds (no cleanup: a crash); with ``--kill-with``,
 first that rank too (the same boundary). Every FFN rank saves its ServeResult or error."""
@@ -73,6 +73,8 @@ def main() -> None:
     p.add_argument("--kill-with", type=int, default=-1, help="a rank the (first) killed rank kills with itself")
     p.add_argument("--stop-with", type=int, default=-1,
                    help="a rank the (first) killed rank SIGSTOPs before it dies (the test kills it later)")
+    p.add_argument("--kill-once-finished", type=int, default=-1,
+                   help="the killed FFN rank dies only once this Attention rank finished (its rounds all received)")
     p.add_argument("--join", action="store_true", help="a restarted FFN rank: join the running world")
     p.add_argument("--until-joined", action="store_true", help="Attention: send rounds until a rank rejoined")
     p.add_argument("--rebalance-at", type=int, default=0,
@@ -240,7 +242,7 @@ def attention(conn, spec, out: dict, until_joined: bool = False, rebalance=None,
     rebalances between rounds n - 1 and n)."""
     conn.wait_ffn_serving(TIMEOUT_S)
     out["outputs"], out["times"] = [], []
-    n, sent = spec["rounds"], 0
+    n, sent = spec.get("rounds_of", {}).get(str(conn.rank), spec["rounds"]), 0
     if until_joined:
         n = 10 ** 6
 
@@ -318,12 +320,17 @@ def ffn(conn, table, layers, args, store) -> dict:
         conn.set_placement(rotated(table), served, experts=experts)
         state["rebalanced"] = True
 
+    def finished(rank):
+        # --kill-once-finished: not before Attention rank `rank` finished (cam.serve.store.DONE_KEY in this world)
+        return rank < 0 or store.check([f"{conn.config.group}/{conn.world_id}/serve/done/{rank}"])
+
     def on_iteration(it):
         if it.served:
             count["rows"] += 1
             # A later rank of --kill dies only once it failed over (after the deaths before it, never with them).
             later = args.rank != next(iter(args.kills)) and not conn.failovers
-            if args.rank in args.kills and count["rows"] >= args.kills[args.rank] and not args.join and not later:
+            if args.rank in args.kills and count["rows"] >= args.kills[args.rank] and not args.join and not later \
+                    and finished(args.kill_once_finished):
                 if args.kill_with >= 0:
                     kill_with(conn, store, args.kill_with)
                 if args.stop_with >= 0:  # alive to every watchdog, but it will not join the successor

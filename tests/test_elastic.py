@@ -329,6 +329,31 @@ def _expect_golden(spec, outputs):
         assert torch.equal(got, want[i]), f"round {i} differs from the failure-free golden"
 
 
+def test_an_attention_rank_that_finished_takes_part_in_a_later_failover(tmp_path):
+    # Two replicas, two FFN ranks holding every expert: Attention rank 1 sends 2 rounds and finishes while rank 0
+    # still sends; FFN rank 2 dies only once rank 1 finished. A finished rank is a member until the world ends
+    # (every Attention rank finished): it follows the failover into the successor (nothing to dispatch again)
+    # instead of exiting, so its orderly end is never taken for a death while the successor forms ("rank 1 died
+    # before it published its pid" on every survivor).
+    spec = {**SPEC, "D": 2, "F": 2, "rounds_of": {"1": 2}}
+    results, logs = run_world(tmp_path, spec, kill=2, kill_after=3, extra=("--kill-once-finished", "1"))
+    w1, w2 = convert.layer_weights(world(spec)[2])
+    for r, rounds in ((0, spec["rounds"]), (1, 2)):
+        att = results[r]
+        assert "error" not in att, (r, att.get("error"), logs[r][-3000:])
+        assert len(att["outputs"]) == rounds
+        for i, got in enumerate(att["outputs"]):
+            x, ids, w, layer = round_inputs(spec, i, r)
+            assert torch.equal(got, routed_local(x, ids, w, w1, w2, layer)), (r, i)
+        (failover,) = att["failovers"]
+        assert failover["dead_rank"] == 2, failover
+    assert results[1]["failovers"][0]["redispatched"] == 0
+    for r in (3,):
+        res = results[r]
+        assert "error" not in res and res["reason"] == "attention finished", (r, res, logs[r][-3000:])
+        assert [f["dead_rank"] for f in res["failovers"]] == [2]
+
+
 def test_two_ffn_ranks_dying_at_one_boundary_cost_no_round_with_replicas(tmp_path):
     # Every expert on all three FFN ranks. FFN rank 2, after 3 work items, SIGKILLs rank 3 and then itself: the
     # first survivor to fail over finds both gone and every survivor drops both at once (F = 1), one successor
@@ -398,3 +423,62 @@ def test_an_ffn_rank_dying_while_the_successor_forms_is_dropped_too(tmp_path):
     res = results[1]
     assert "error" not in res and res["final_rank"] == 1, (res, logs[1][-3000:])
     assert [f["world_joined"] for f in res["failovers"]] == [failover["world_joined"]]
+
+
+_EXIT_RANK = """
+import os, sys, time
+from torch.distributed import FileStore
+import cam
+store_path, go, topo = sys.argv[1], sys.argv[2], cam.Topology(D=1, P=1, F=1, E=2, K=1, H=32, Bmax=2, L=1)
+comm = cam.Comm(topo, 0, transport="shm", store=FileStore(store_path, 2), group="exit", timeout_s=60,
+                join_timeout_s=60, isolate_replicas=False)
+deadline = time.monotonic() + 60
+while not os.path.exists(go) and time.monotonic() < deadline:
+    time.sleep(0.01)
+if sys.argv[3] == "die":
+    os.kill(os.getpid(), 9)
+comm.close()
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "die"])
+def test_a_joined_rank_tells_an_attention_ranks_exit_after_the_run_ended_from_its_death(tmp_path, how):
+    # The restarted FFN rank joins through a store that refuses once the launcher posted the run's end (a run that
+    # ended before it joined must not keep it waiting); its connector and Comm keep that store. Order forced here:
+    # the run has ended (the shutdown key set) before the watchdog polls the Attention rank's gone process. An
+    # orderly exit (close sets its `left` key) is no death: the plane stays up (it was aborted, "rank 0 died", while
+    # the join guard outlived the join). The control: the same rank killed without closing is found dead. As in
+    # cam-run (no --keep-going), any death aborts the plane (isolate_replicas=False).
+    import cam
+    from torch.distributed import FileStore
+
+    from cam.run.deaths import join_running_world
+
+    topo, store_path, go = cam.Topology(D=1, P=1, F=1, E=2, K=1, H=32, Bmax=2, L=1), tmp_path / "store", tmp_path / "go"
+    attention = subprocess.Popen([sys.executable, "-c", _EXIT_RANK, str(store_path), str(go), how])
+    store = FileStore(str(store_path), 2)
+
+    class Joiner:  # the connector's join, as far as its Comm's store goes
+        def join_running(self, store):
+            self.comm = cam.Comm(topo, 1, transport="shm", store=store, group="exit", timeout_s=60,
+                                 join_timeout_s=60, liveness_poll_s=0.05, isolate_replicas=False)
+
+    joiner = Joiner()
+    try:
+        join_running_world(joiner, store, "run/shutdown")
+        store.set("run/shutdown", "{}")  # every Attention rank finished: the launcher tells the FFN ranks to stop
+        go.touch()
+        assert attention.wait(60) == (0 if how == "exit" else -9)
+        deadline = time.monotonic() + 1.0  # 20 liveness polls
+        while joiner.comm.dead_rank is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if how == "exit":
+            assert joiner.comm.dead_rank is None and joiner.comm.died is None, joiner.comm.status()
+        else:
+            assert joiner.comm.dead_rank == 0 and joiner.comm.died == 0, joiner.comm.status()
+    finally:
+        if attention.poll() is None:
+            attention.kill()
+            attention.wait(30)
+        if getattr(joiner, "comm", None) is not None:
+            joiner.comm.close()

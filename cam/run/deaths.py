@@ -16,7 +16,8 @@ import signal
 import time
 from typing import Dict, Optional, Tuple
 
-__all__ = ["KILL_ENV", "await_signalled_cause", "die_after", "failure", "kill_from_env", "rejoin_setup", "UntilShutdown"]
+__all__ = ["KILL_ENV", "await_signalled_cause", "die_after", "failure", "join_running_world", "kill_from_env",
+           "rejoin_setup", "UntilShutdown"]
 
 KILL_ENV = "CAM_RUN_KILL_FFN"
 _POLL_S = 0.01
@@ -111,17 +112,39 @@ def rejoin_setup(cfg, rank: int, built, store):
 
 
 class UntilShutdown:
-    """The store as the restarted rank's join sees it: once the launcher's shutdown key is set (every request
-    served before the rank could join), its next wait raises naming that, instead of waiting out --timeout."""
+    """The store as the restarted rank sees it while it joins: once the launcher's shutdown key is set (every
+    request served before the rank could join), its next wait raises naming that, instead of waiting out --timeout.
+
+    Only while it joins: the connector and its Comm keep this store for the rest of the rank's life, and a member
+    must read the store as every member does (:meth:`joined` lifts the refusal). The run's end is then the shutdown
+    message its serve loop reads, and its Comm's liveness watchdog tells a peer's orderly exit (its ``left`` key)
+    from a death by reading that key here: a refusal there could only be read as "gone without leaving", so every
+    Attention rank finishing the run would be taken for dead and the plane aborted under the ranks still serving."""
 
     def __init__(self, store, shutdown_key: str):
         self._store, self._key = store, shutdown_key
+        self._joining = True
+
+    def joined(self) -> None:
+        """The rank is a member of the running world: the run's end no longer refuses its store reads."""
+        self._joining = False
 
     def check(self, keys) -> bool:
-        if self._store.check([self._key]):
+        if self._joining and self._store.check([self._key]):
             raise RuntimeError("the run ended before the restarted FFN rank could join it (every request was served "
                                "first): give a longer workload")
         return self._store.check(keys)
 
     def __getattr__(self, name):
         return getattr(self._store, name)
+
+
+def join_running_world(connector, store, shutdown_key: str, wrap=None) -> None:
+    """The restarted rank joins the running world (``connector.join_running``) through ``store`` refusing once the
+    run ended (:class:`UntilShutdown`; ``wrap`` adds the caller's own guard around it), and reads it as a member
+    once it joined."""
+    guard = UntilShutdown(store, shutdown_key)
+    try:
+        connector.join_running(store=guard if wrap is None else wrap(guard))
+    finally:
+        guard.joined()

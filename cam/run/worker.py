@@ -30,7 +30,7 @@ from ..serve import Iteration, ServePolicy, serve_ffn
 from ..serve.store import Shutdown
 from ..work_item import WorkItem
 from . import assign
-from .deaths import UntilShutdown, die_after, rejoin_setup
+from .deaths import UntilShutdown, die_after, join_running_world, rejoin_setup
 from .participants import Participants, request_pieces
 from .run_dir import remove_if_orphaned
 from .setup import RunConfig, build, rank_threads, rebalance_count, rebalance_table
@@ -225,6 +225,10 @@ def _attention_loop(cfg: RunConfig, rank: int, store, connector: AsyncAFDConnect
     coordinator_log = source.close()
     marks["done"] = time.time()
     torch.save(pieces, os.path.join(cfg.out_dir, f"outputs-{rank}.pt"))
+    if cfg.elastic:
+        # Every round of this rank was received; it stays a member, following any failover or join, until every
+        # Attention rank finished: a rank that exited while the others re-form would be taken for dead there.
+        connector.finish(cfg.timeout_s)
     result = {"role": "attention", "rank": rank, "replica": replica, "participant": group.part, "batches": events,
               "spans": lane.spans, "startup": marks, "placement_epoch": connector.comm.placement_epoch,
               "failovers": [dataclasses.asdict(f) for f in connector.failovers]}
@@ -717,8 +721,10 @@ def _main(cfg: RunConfig, rank: int, marks: dict, join: bool = False) -> int:
     try:
         # The watchdog runs during the handshake too: a rank that died starting aborts the others' handshake.
         watchdog.start()
-        (connector.join_running if join else connector.init_afd_connector)(
-            store=_AbortAware(UntilShutdown(store, SHUTDOWN_KEY) if join else store, aborted))
+        if join:
+            join_running_world(connector, store, SHUTDOWN_KEY, wrap=lambda guard: _AbortAware(guard, aborted))
+        else:
+            connector.init_afd_connector(store=_AbortAware(store, aborted))
         marks["connected"] = time.time()
         if "by" in aborted:  # seen while the Comm was being made: its abort had no Comm to reach yet
             connector.abort()

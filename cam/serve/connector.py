@@ -35,7 +35,7 @@ from .store import (DONE_KEY, FAILED_PREFIX, RUN_SECRET_ENV, SERVING, SERVING_KE
                     loopback_store, post_shutdown, shutdown_message)
 
 __all__ = ["AFDTransferContext", "AFDTransferMetadata", "AsyncAFDConnector", "ConnectorConfig", "Failover",
-           "JoinRefusedError", "RoundsLostError", "split_tokens"]
+           "JoinRefusedError", "RoundsLostError", "WorldEndedError", "split_tokens"]
 
 # "shm": ranks are processes (the store is the world's TCPStore); "in_process": ranks are threads of one process
 # sharing one store object (e.g. torch.distributed.HashStore), for tests and single-process use.
@@ -134,6 +134,12 @@ class RoundsLostError(CommAbortedError):
         who = f"FFN rank {dead[0]} died" if len(dead) == 1 else f"FFN ranks {', '.join(map(str, dead))} died"
         super().__init__(f"rank {rank}: {rounds} round(s) lost: {who} holding the last replica of {named}; no "
                          f"surviving replica serves them, so the plane was not re-formed")
+
+
+class WorldEndedError(CommAbortedError):
+    """Elastic serving: a re-form (a failover or an admitted join) was due in a world that had already ended (every
+    Attention rank finished and the world's end was claimed, docs/connector.md "The end of an elastic world"). No
+    round is owed to anyone: an FFN rank stops serving ("attention finished"), nothing is re-formed."""
 
 
 class JoinRefusedError(ValueError):
@@ -293,6 +299,28 @@ class AsyncAFDConnector:
         got = self._messages().compare_set(self._key("failover"), "", json.dumps(mine))
         return tuple(json.loads(got.decode() if isinstance(got, bytes) else got))
 
+    def claim_fate(self, fate: str) -> str:
+        """Elastic worlds: what happens to this world next, decided once for every member (``{group}/{world}/fate``,
+        write-once): ``"end"`` (every Attention rank finished: the ranks leave) or ``"reform"`` (a failover or an
+        admitted join: every member follows into the successor). Claims ``fate`` and returns the one that holds,
+        this rank's or the one claimed first; a member acts on the returned fate only, so no rank leaves a world
+        the others re-form, and none re-forms a world the others left."""
+        if fate not in ("end", "reform"):
+            raise ValueError(f"claim_fate: fate must be 'end' or 'reform', got {fate!r}")
+        got = self._messages().compare_set(self._key("fate"), "", fate)
+        return got.decode() if isinstance(got, bytes) else got
+
+    def _fate(self) -> str:
+        """This world's fate as claimed so far (:meth:`claim_fate`), "" when none was."""
+        key, messages = self._key("fate"), self._messages()
+        return messages.get(key).decode() if messages.check([key]) else ""
+
+    def _reform_claimed(self, what: str) -> None:
+        """Claims the re-form of this world (``what`` says which): WorldEndedError when its end was claimed first."""
+        if self.claim_fate("reform") == "end":
+            raise WorldEndedError(f"rank {self.rank}: {what} in world {self._world_id}, which ended (every Attention "
+                                  f"rank finished): nothing to re-form")
+
     def fail_over(self, dead: int) -> Failover:
         """Re-forms this rank's plane without FFN rank ``dead`` and every other FFN rank dead by the time the first
         survivor fails over (every survivor does, at its next round boundary, with the same set): the table
@@ -309,6 +337,7 @@ class AsyncAFDConnector:
         table = self.table
         if table is None:
             table = Placement.contiguous(topo.E, topo.F, topo.L)
+        self._reform_claimed(f"FFN rank {dead} died")
         deaths = self._dead_at_boundary(dead)
         _check_experts_kept(table, [r - topo.A for r in deaths], deaths)
         procs = dict(comm._peers_proc)
@@ -552,6 +581,8 @@ class AsyncAFDConnector:
                                       f"table it publishes"), True
             why = why or _join_mismatch(dataclasses.replace(self.config, placement=self.table), request,
                                         request.get("role", "ffn")) or self._slot_taken(request)
+            if not why and self._fate() == "end":
+                why = f"world {self._world_id} ended (every Attention rank finished)"
             verdict = json.dumps({"accept": not why, "reason": why, "rebalance": rebalance})
             self._messages().compare_set(request["key"] + "/verdict", "", verdict)
             request = self._join_request()
@@ -583,6 +614,7 @@ class AsyncAFDConnector:
         topology and table unchanged."""
         from ..placement import Placement
 
+        self._reform_claimed(f"rank {request['rank']} was admitted")
         topo, running = self.config.topology, self.table
         comm = self.comm
         comm.abort()  # the other members' waits end now; every round not combined is dispatched again
@@ -693,15 +725,75 @@ class AsyncAFDConnector:
             raise ValueError("AsyncAFDConnector: call init_afd_connector() first")
         return self._rendezvous
 
-    def finish(self) -> None:
+    def finish(self, timeout_s: Optional[float] = None) -> None:
         """Attention rank: tells the FFN ranks this rank sends no more rounds. Refused while a dispatched round is
         not received yet (its FFN work must not be cut short). Once every Attention rank finished, every FFN rank's
-        :func:`cam.serve_ffn` loop ends at its next idle poll."""
+        :func:`cam.serve_ffn` loop ends at its next idle poll. Elastic worlds: returns once the world ended (every
+        Attention rank finished), following every re-form until then (bounded by ``timeout_s``, default the
+        config's; docs/connector.md "The end of an elastic world"), so the rank may then close and exit."""
         self._require("attention")
         if self._pending:
             raise ValueError(f"finish: {len(self._pending)} dispatched round(s) not received yet; call "
                              "recv_ffn_output for each first")
+        self._mark_done()
+        if self.config.elastic:
+            self._stay_until_the_end(self.config.timeout_s if timeout_s is None else timeout_s)
+
+    def _mark_done(self) -> None:
         self._messages().set(DONE_KEY.format(group=self.config.group, world=self.world_id, rank=self.rank), "1")
+
+    def _stay_until_the_end(self, timeout_s: float) -> None:
+        """Elastic: this Attention rank finished but stays a member until the world ends. A member that left while
+        the others re-form would be waited for, or taken for dead, by the successor's handshake; so it follows
+        every re-form (a failover, an admitted join: nothing to dispatch again) and says it finished again in the
+        successor, until every Attention rank finished and the world's end holds (:meth:`claim_fate`). Bounded by
+        ``timeout_s``: TimeoutError naming the Attention ranks not finished."""
+        topo = self.config.topology
+        deadline = time.monotonic() + timeout_s
+        while True:
+            comm, messages = self.comm, self._messages()
+            if int(comm.status()["abort"]) != 0:
+                try:
+                    self._follow_reform()
+                except WorldEndedError:  # its end was claimed first: nobody re-forms, this rank leaves
+                    return
+                self._mark_done()
+                continue
+            # A fenced replica's ranks (replica isolation: one of them died) finish nothing; a rank of it that
+            # rejoins does so in a successor, which this rank follows.
+            fenced = set(comm.fenced_replicas)
+            missing = [r for r in range(topo.A) if r // topo.P not in fenced and not messages.check(
+                [DONE_KEY.format(group=self.config.group, world=self.world_id, rank=r)])]
+            if not missing and self.claim_fate("end") == "end":
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"finish on rank {self.rank}: world {self.world_id} did not end within "
+                                   f"{timeout_s:g} s" + (f" (Attention rank(s) {missing} not finished)" if missing
+                                                         else " (a re-form was claimed and never began)"))
+            time.sleep(self.config.idle_poll_s)
+
+    def _follow_reform(self) -> None:
+        """A finished Attention rank whose plane was aborted: the re-form every member follows (the dead FFN rank's
+        failover, or the admitted join), with no round to dispatch again; WorldEndedError when there is none to
+        follow (the world ended, or lost an expert's last replica); else CommAbortedError (another abort)."""
+        from ..placement import ExpertsLostError
+
+        dead = self.dead_ffn_rank()
+        if dead is not None:
+            try:
+                self.fail_over(dead)
+            except ExpertsLostError:
+                # No successor serves the world (the other Attention ranks report their lost rounds); every round
+                # of this rank was received, so it has nothing lost and nothing to follow.
+                raise WorldEndedError(f"finish on rank {self.rank}: FFN rank {dead} died holding an expert's last "
+                                      f"replica after this rank received all its rounds") from None
+            return
+        request = self._join_request()
+        if request is None or not request.get("verdict", {}).get("accept"):
+            raise self._replica_lost(CommAbortedError(
+                f"finish on rank {self.rank}: the plane of world {self.world_id} was aborted (abort word "
+                f"{self.comm.status()['abort']}) and no re-form follows"), 0)
+        self._admit(request)
 
     def request_shutdown(self, reason: str = "requested", lost=()) -> None:
         """Any rank: asks every FFN rank to stop serving at its next idle poll (docs/protocol.md, "Shutdown");

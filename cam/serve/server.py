@@ -115,6 +115,7 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
     """
     from ..errors import CommAbortedError
     from ..layer_weights import LayerWeights
+    from .connector import WorldEndedError
     from .store import Shutdown
 
     if getattr(connector, "role", None) != "ffn" or not connector.is_initialized:
@@ -137,6 +138,9 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
                          f"topology wants R = {topo.R} experts x L = {topo.L} layers per FFN rank")
     device = contextlib.nullcontext() if device is None else device
     read_shutdown = connector.shutdown_message if shutdown is None else shutdown
+    # Elastic worlds: this rank stops only once the world's end holds (AsyncAFDConnector.claim_fate), never while
+    # the others re-form it.
+    elastic = bool(getattr(connector.config, "elastic", False))
     f = connector.rank - topo.A
     table = connector.config.placement
     held = [e for e in table.slot_experts(0, f) if e >= 0] if table is not None else list(range(f * topo.R,
@@ -175,13 +179,22 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
                     step.captured.close()  # its graph replays the aborted plane
                     step.captured = None
                 if dead is not None:
-                    failover = connector.fail_over(dead)  # ExpertsLostError: no survivor holds some expert
+                    try:
+                        failover = connector.fail_over(dead)  # ExpertsLostError: no survivor holds some expert
+                    except WorldEndedError:  # every Attention rank finished first: no round is owed to anyone
+                        message = "attention finished"
+                        continue
                     log.warning("ffn rank %d: FFN rank(s) %s died; serving as rank %d of world %s (their experts "
                                 "served by their other replicas)", connector.rank + sum(
                                     1 for r in failover.dead_ranks if r <= connector.rank),
                                 ", ".join(map(str, failover.dead_ranks)), connector.rank, failover.world_joined)
-                elif not connector.poll_join():
-                    raise
+                else:
+                    try:
+                        if not connector.poll_join():
+                            raise
+                    except WorldEndedError:
+                        message = "attention finished"
+                        continue
                 _recapture(step, connector, w1, w2, policy)
                 continue
             iterations += ran
@@ -192,10 +205,16 @@ def serve_ffn(connector, w1, w2, policy: Optional[ServePolicy] = None, *, graph:
                 continue
             since_check = 0
             message = read_shutdown()
-            if message is None and connector.poll_join():  # elastic: a rank joins; the plane was re-formed with it
-                log.info("ffn rank %d: FFN rank %d joined world %s", connector.rank,
-                         connector.failovers[-1].joined_rank, connector.world_id)
-                _recapture(step, connector, w1, w2, policy)
+            if message is not None and elastic and connector.claim_fate("end") != "end":
+                message = None  # a re-form of this world was claimed first: serve on, its abort comes next
+            try:
+                if message is None and connector.poll_join():  # elastic: a rank joins; the plane was re-formed
+                    log.info("ffn rank %d: FFN rank %d joined world %s", connector.rank,
+                             connector.failovers[-1].joined_rank, connector.world_id)
+                    _recapture(step, connector, w1, w2, policy)
+            except WorldEndedError:
+                message = "attention finished"
+                continue
             if message is None and between is not None:
                 between()
             if message is None and stop is not None and stop.is_set():
