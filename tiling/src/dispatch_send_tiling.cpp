@@ -59,7 +59,21 @@ bool TileDispatchSend(const PlatformInfo& platform, const kernels::dp::CommArgs&
                                                                                                    : windowWords);
         t.tablesInUb = 0;
     }
-    *workspaceBytes = static_cast<uint64_t>(kernels::DispatchSendWorkspaceLayout(topo, t.blockDim).bytes);
+    // More than one Attention rank: every sender's writes go destination-major from its own FFN rank on, so at any
+    // moment the senders write different receivers (docs/protocol.md §6.1). A block's share goes in groups whose
+    // quantized rows the workspace stages (kDispatchSendStageBytes over every block), at most a scale window each.
+    t.staggered = cam::layout::attention_ranks(topo) > 1 ? 1u : 0u;
+    if (t.staggered != 0) {
+        const uint64_t perToken = uint64_t(t.blockDim) * uint64_t(cam::layout::dispatch_row_bytes(topo));
+        const uint64_t byBytes = topo.quantized ? std::max<uint64_t>(1, kernels::kDispatchSendStageBytes / perToken)
+                                                : uint64_t(kernels::dp::kTableWindowElems);
+        const uint64_t stage = std::min<uint64_t>({byBytes, uint64_t(kernels::dp::kTableWindowElems),
+                                                   std::max<uint64_t>(1, uint64_t(share))});
+        t.stageTokens = static_cast<uint32_t>(stage);
+        t.stageGroups = static_cast<uint32_t>(kernels::CeilDiv(static_cast<uint64_t>(share), stage));
+    }
+    *workspaceBytes =
+        static_cast<uint64_t>(kernels::DispatchSendWorkspaceLayout(topo, t.blockDim, t.stageTokens).bytes);
     *out = t;
     return true;
 }
