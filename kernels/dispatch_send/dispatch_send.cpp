@@ -47,6 +47,10 @@ public:
         pipe_.InitBuffer(scalesBuf_, dp::kTableWindowUbBytes);
         pipe_.InitBuffer(runBuf_, dp::kTableWindowUbBytes);
         mover_.Init(pipe_, tiling.copyChunkBytes);
+        if (tiling.staggered != 0) {
+            stream_.Init(pipe_, DispatchSendStreamChunk(tiling.staggered, t.H * layout::dispatch_elem_bytes(t),
+                                                        tiling.copyChunkBytes));
+        }
         seals_.Init(pipe_);
         if (tiling.tablesInUb != 0) {
             // Sizes as DispatchSendTablesUbBytes counts them (tiling checked they fit), for this block's tokens.
@@ -119,9 +123,10 @@ private:
         DispatchSend* op;
         int64_t tok;
         GM_ADDR stage;  // the staged row (the staggered order), else nullptr: straight to every destination
+        int64_t first;  // the staggered order: the FFN rank of turn 0, written straight from UB too
         __aicore__ inline void operator()(uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf,
                                           const QuantParams& q) const {
-            op->StoreQuantChunk(tok, stage, col, n, xf, q);
+            op->StoreQuantChunk(tok, stage, first, col, n, xf, q);
         }
     };
 
@@ -527,7 +532,7 @@ private:
             for (int64_t tok = g; tok < gEnd; ++tok) {
                 if (!HasDestination(tok)) continue;
                 if (plane_.Topo().quantized) {
-                    QuantizeToken(tok, g, nullptr);
+                    QuantizeToken(tok, g);
                 } else {
                     CopyToken(tok);
                 }
@@ -555,22 +560,26 @@ private:
         for (int64_t i = 0; i < int64_t(tiling_.stageGroups); ++i) {
             const int64_t g = lo + i * G < hi ? lo + i * G : hi;
             const int64_t gEnd = hi - g < G ? hi : g + G;
+            // Turn 0's rows of a quantized round leave while the group is quantized, straight from UB: the first
+            // turn costs no staged read, and the link starts with the quant pass.
+            const int64_t first = plane_.Rank() % t.F;
             if (t.quantized) {
                 for (int64_t tok = g; tok < gEnd; ++tok) {
-                    if (HasDestination(tok)) QuantizeToken(tok, g, StagedRow(stage, tok - g));
+                    if (HasDestination(tok)) QuantizeToken(tok, g, StagedRow(stage, tok - g), first);
                 }
                 // The staged rows (MTE3) are read back by MTE2 below, the scales (scalar) by SendScalesTo.
                 AscendC::PipeBarrier<PIPE_ALL>();
             }
             for (int64_t j = 0; j < t.F; ++j) {
-                const int64_t f = (plane_.Rank() + j) % t.F;
-                for (int64_t tok = g; tok < gEnd; ++tok) {
+                const int64_t f = (first + j) % t.F;
+                for (int64_t tok = g; tok < gEnd && !(t.quantized && j == 0); ++tok) {
                     const int32_t slot = SlotOf(tok, f);
                     if (slot < 0) continue;
                     GM_ADDR src = t.quantized ? StagedRow(stage, tok - g) : xRaw_ + tok * t.H * int64_t(sizeof(T));
-                    mover_.Copy(Region(f) + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t), src,
-                                uint64_t(rowBytes));
+                    stream_.Copy(Region(f) + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t), src,
+                                 uint64_t(rowBytes));
                 }
+                stream_.Drain();
                 if (t.quantized) SendScalesTo(f, g, gEnd);
                 seals_.AfterData();
                 SealTokensOn(f, g, gEnd);
@@ -650,16 +659,13 @@ private:
 
     // Quantize chunk [col, col+n) of a token and write it to its staged row (stage), else to every destination of
     // the token.
-    __aicore__ inline void StoreQuantChunk(int64_t tok, GM_ADDR stage, uint32_t col, uint32_t n,
+    __aicore__ inline void StoreQuantChunk(int64_t tok, GM_ADDR stage, int64_t first, uint32_t col, uint32_t n,
                                            const AscendC::LocalTensor<float>& xf, const QuantParams& p) {
         const CamTopology& t = plane_.Topo();
         AscendC::LocalTensor<int8_t> out = quant_.Quantize(xf, n, p);
-        if (stage != nullptr) {
-            AscendC::DataCopyPad(dp::TensorAt<int8_t>(stage, col, n), out, {1, n, 0, 0, 0});
-            quant_.FreeOut(out);
-            return;
-        }
+        if (stage != nullptr) AscendC::DataCopyPad(dp::TensorAt<int8_t>(stage, col, n), out, {1, n, 0, 0, 0});
         for (int64_t f = 0; f < t.F; ++f) {
+            if (stage != nullptr && f != first) continue;
             const int32_t slot = SlotOf(tok, f);
             if (slot < 0) continue;
             AscendC::GlobalTensor<int8_t> dst = dp::TensorAt<int8_t>(
@@ -669,13 +675,13 @@ private:
         quant_.FreeOut(out);
     }
 
-    // Token tok of the group starting at token g: its rows go out now (or to its staged row, stage), its scale waits
-    // in UB (SendScales).
-    __aicore__ inline void QuantizeToken(int64_t tok, int64_t g, GM_ADDR stage) {
+    // Token tok of the group starting at token g: its rows go out now (or to its staged row, stage, and FFN rank
+    // `first` only), its scale waits in UB (SendScales).
+    __aicore__ inline void QuantizeToken(int64_t tok, int64_t g, GM_ADDR stage = nullptr, int64_t first = -1) {
         const CamTopology& t = plane_.Topo();
         const QuantParams p =
             QuantizeRowInPasses(static_cast<uint32_t>(t.H), tiling_.colsPerPass, quant_.Row(), quant_.Scratch(),
-                                LoadChunk{this, uint64_t(tok) * t.H}, StoreChunk{this, tok, stage});
+                                LoadChunk{this, uint64_t(tok) * t.H}, StoreChunk{this, tok, stage, first});
         scalesBuf_.Get<float>().SetValue(static_cast<uint32_t>(tok - g), p.scale);
     }
 
@@ -754,6 +760,7 @@ private:
         entriesBuf_;
     AscendC::LocalTensor<int32_t> sumUb_, baseUb_, accUb_, addUb_, cursorUb_, destsUb_, slotsUb_, entriesUb_;
     dp::ByteMover mover_;
+    dp::CopyStream stream_;  // the staggered order's row copies, each write overlapping the next read
     dp::SealPort seals_;  // this block's seals after its rows, scales and tables (docs/protocol.md §10.2)
     AscendC::GlobalTensor<T> x_;
     GM_ADDR xRaw_ = nullptr;  // x's bytes: an unquantized token's row is copied from there in the staggered order

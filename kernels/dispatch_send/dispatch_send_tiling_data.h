@@ -103,12 +103,19 @@ __aicore__ constexpr uint64_t DispatchSendTablesUbBytes(int64_t S, int64_t F, in
 // Index entries per 32-byte UB block: a plane slot's run of entries starts at a multiple of this.
 constexpr int64_t kIndexEntriesPerUbBlock = 4;
 
+// The staggered order's row stream: two buffers of a row (at most a copy chunk each), 0 token-major.
+__aicore__ constexpr uint32_t DispatchSendStreamChunk(uint32_t staggered, int64_t rowBytes, uint32_t copyChunkBytes) {
+    return staggered == 0 ? 0u : uint64_t(rowBytes) < copyChunkBytes ? UbBytes(uint64_t(rowBytes)) : copyChunkBytes;
+}
+
 // UB the kernel carves: the quant working set (16-bit activations), the ids window, a group's scales and one rank's
-// run of them, the placement table's words (placeUbWords, 0 without a table), the table mover and the signal word.
-__aicore__ constexpr uint32_t DispatchSendUbBytes(uint32_t colsPerPass, uint32_t copyChunkBytes, uint32_t placeUbWords) {
+// run of them, the placement table's words (placeUbWords, 0 without a table), the table mover, the staggered
+// order's row stream (streamChunk per buffer, 0 token-major) and the signal word.
+__aicore__ constexpr uint32_t DispatchSendUbBytes(uint32_t colsPerPass, uint32_t copyChunkBytes, uint32_t placeUbWords,
+                                                  uint32_t streamChunk) {
     return QuantWorkingSetUbBytes(colsPerPass, 2) + 3 * dp::kTableWindowUbBytes +
            (placeUbWords > 0 ? UbBytes(uint64_t(placeUbWords) * 8) : 0) + 2 * UbBytes(copyChunkBytes) +
-           dp::kSignalUbBytes + dp::kSealUbBytes;
+           2 * streamChunk + dp::kSignalUbBytes + dp::kSealUbBytes;
 }
 
 }  // namespace cam::kernels
