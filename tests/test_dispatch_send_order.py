@@ -2,8 +2,8 @@
 model (docs/twin.md "Peer link"), never by wall clock: each write into a peer's window holds its sender's egress and
 its receiver's ingress together, in the order the writes start. With every sender writing every receiver token by
 token, a write queued behind another sender's on an ingress keeps its own sender's egress idle; the rank-staggered,
-destination-major order (in turn j, Attention rank a writes FFN rank (a + j) % F only) never puts two senders on one
-receiver in the same turn. The check: the same per-rank work with 4 senders into 4 receivers, against one sender
+destination-major order (in step j, Attention rank a writes FFN rank (a + j) % F only) never puts two senders on one
+receiver in the same step. The check: the same per-rank work with 4 senders into 4 receivers, against one sender
 (no ingress shared), each over its own egress time at the link rate."""
 
 import json
@@ -76,5 +76,5 @@ def _send_ratio(tmp_path, senders: int) -> float:
 def test_several_senders_do_not_queue_on_one_receivers_ingress(tmp_path):
     alone, four = _send_ratio(tmp_path, 1), _send_ratio(tmp_path, 4)
     # Same tokens per sender, same receivers: what four senders add over one is the ingress sharing (and the
-    # staggered order's turns). Token-major: 3.41 against 1.28 (2.65x); staggered: 1.74 (1.36x).
+    # staggered order's steps). Token-major: 3.41 against 1.28 (2.65x); staggered: 1.74 (1.36x).
     assert four <= 1.6 * alone, (four, alone)

@@ -123,7 +123,7 @@ private:
         DispatchSend* op;
         int64_t tok;
         GM_ADDR stage;  // the staged row (the staggered order), else nullptr: straight to every destination
-        int64_t first;  // the staggered order: the FFN rank of turn 0, written straight from UB too
+        int64_t first;  // the staggered order: the FFN rank of step 0, written straight from UB too
         __aicore__ inline void operator()(uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf,
                                           const QuantParams& q) const {
             op->StoreQuantChunk(tok, stage, first, col, n, xf, q);
@@ -543,9 +543,9 @@ private:
     }
 
     // More than one Attention rank (tiling's staggered): the block's tokens in stageGroups groups of stageTokens,
-    // each quantized once into its staged row, then sent destination-major: in turn j every block of Attention rank
-    // a writes the group's rows, scales and seals for FFN rank (a + j) % F only, and a SyncAll ends the turn. So
-    // while ranks a and a' are in the same turn they write different FFN ranks (when A <= F), and no receiver's
+    // each quantized once into its staged row, then sent destination-major: in step j every block of Attention rank
+    // a writes the group's rows, scales and seals for FFN rank (a + j) % F only, and a SyncAll ends the step. So
+    // while ranks a and a' are in the same step they write different FFN ranks (when A <= F), and no receiver's
     // ingress serves two senders at once (token-major, every sender wrote every receiver token by token: docs/twin.md
     // "Peer link" serves each write through its sender's egress and its receiver's ingress together, and a write
     // queued behind another sender's on the ingress held its own sender's egress idle). The bytes, and where each
@@ -560,8 +560,8 @@ private:
         for (int64_t i = 0; i < int64_t(tiling_.stageGroups); ++i) {
             const int64_t g = lo + i * G < hi ? lo + i * G : hi;
             const int64_t gEnd = hi - g < G ? hi : g + G;
-            // Turn 0's rows of a quantized round leave while the group is quantized, straight from UB: the first
-            // turn costs no staged read, and the link starts with the quant pass.
+            // Step 0's rows of a quantized round leave while the group is quantized, straight from UB: the first
+            // step costs no staged read, and the link starts with the quant pass.
             const int64_t first = plane_.Rank() % t.F;
             if (t.quantized) {
                 for (int64_t tok = g; tok < gEnd; ++tok) {

@@ -27,7 +27,7 @@ struct DispatchSendTilingData {
     uint32_t staggered;    // 1 (more than one Attention rank): rows go out destination-major, this rank's FFN ranks
                            // in turn from its own (docs/protocol.md §6.1); 0: token-major, each token to all at once
     uint32_t stageTokens;  // staggered: a block's tokens per group (quantized rows staged in the workspace)
-    uint32_t stageGroups;  // staggered: groups every block runs (the same count: each FFN rank's turn ends in a SyncAll)
+    uint32_t stageGroups;  // staggered: groups every block runs (the same count: each FFN rank's step ends in a SyncAll)
 };
 
 constexpr uint32_t kDispatchSendMaxCols = 4096;
@@ -66,7 +66,7 @@ struct DispatchSendWorkspace {
     int64_t bytes;
 };
 
-// Bytes of the staged rows: a quantized row waits there between its quant pass and its turns (the activations of an
+// Bytes of the staged rows: a quantized row waits there between its quant pass and its steps (the activations of an
 // unquantized round are copied from x itself).
 __aicore__ inline int64_t DispatchSendStageBytes(const CamTopology& t, int64_t blocks, int64_t stageTokens) {
     return t.quantized ? blocks * stageTokens * cam::layout::dispatch_row_bytes(t) : 0;
