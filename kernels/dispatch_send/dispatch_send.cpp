@@ -583,6 +583,8 @@ private:
                 if (t.quantized) SendScalesTo(f, g, gEnd);
                 seals_.AfterData();
                 SealTokensOn(f, g, gEnd);
+                // The last step needs no SyncAll of its own: the index runs' SyncAll follows.
+                if (i + 1 == int64_t(tiling_.stageGroups) && j + 1 == t.F) break;
                 AscendC::PipeBarrier<PIPE_ALL>();
                 AscendC::SyncAll();
             }
