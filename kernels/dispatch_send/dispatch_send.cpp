@@ -92,7 +92,7 @@ public:
         RoundFromOwnState();
         MoveTokens();
         if (AscendC::GetBlockIdx() == 0) idsDigest_ = dp::IdsDigest(ids_, tiling_.tokens * plane_.Topo().K);
-        WriteIndexRuns();
+        if (!indexRunsSent_) WriteIndexRuns();
         // This block's index runs have landed before the SyncAll (another block may copy its FFN rank's table out)
         // and before its own MTE2 reads them; the records' clean was ordered by FlushScalarStores before the go.
         AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID6);
@@ -326,7 +326,13 @@ private:
     // In UB each plane slot's entries form a run from a 32-byte block, and the run goes to its place by one copy:
     // after the rows of the rank's experts before the slot, then after the slot's rows of the blocks before this one.
     __aicore__ inline void WriteIndexRuns() {
-        if (!Routes()) return;
+        if (!Routes() || !StageIndexRuns()) return;
+        for (int64_t f = 0; f < plane_.Topo().F; ++f) SendIndexRuns(f);
+    }
+
+    // The entries of WriteIndexRuns in row order: in UB, each plane slot's run from a 32-byte block (true: the runs
+    // wait there for SendIndexRuns), or by scalar stores into the workspace when block 0 routes alone (false: done).
+    __aicore__ inline bool StageIndexRuns() {
         const CamTopology& t = plane_.Topo();
         const int64_t R = layout::experts_per_ffn(t);
         const bool ub = tiling_.tablesInUb != 0;
@@ -368,25 +374,30 @@ private:
         }
         if (!ub) {
             dp::FlushScalarStores(ws_);
-            return;
+            return false;
         }
         AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
         AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
-        run = 0;
-        for (int64_t f = 0; f < t.F; ++f) {
-            int64_t pos = 0;
-            for (int64_t j = 0; j < R; ++j) {
-                const int64_t g = f * R + j, c = CountOf(g);
-                if (c > 0) {
-                    AscendC::DataCopyPad(
-                        dp::TensorAt<int32_t>(ws_, wsl_.indexOff + f * layout::index_bytes(t) +
-                                                       (pos + BaseOf(g)) * layout::kIndexEntryBytes, 2 * c),
-                        entriesUb_[static_cast<uint32_t>(2 * run)],
-                        {1, static_cast<uint32_t>(c * layout::kIndexEntryBytes), 0, 0, 0});
-                }
-                pos += TotalOf(g);
-                run = NextRunStart(run + c);
+        return true;
+    }
+
+    // FFN rank f's runs of staged entries, one copy per plane slot with rows: a slot's run starts where its cursor
+    // stood before the entries were placed (its cursor now, less its count).
+    __aicore__ inline void SendIndexRuns(int64_t f) {
+        const CamTopology& t = plane_.Topo();
+        const int64_t R = layout::experts_per_ffn(t);
+        int64_t pos = 0;
+        for (int64_t j = 0; j < R; ++j) {
+            const int64_t g = f * R + j, c = CountOf(g);
+            if (c > 0) {
+                const int64_t run = cursorUb_.GetValue(static_cast<uint32_t>(g)) - c;
+                AscendC::DataCopyPad(
+                    dp::TensorAt<int32_t>(ws_, wsl_.indexOff + f * layout::index_bytes(t) +
+                                                   (pos + BaseOf(g)) * layout::kIndexEntryBytes, 2 * c),
+                    entriesUb_[static_cast<uint32_t>(2 * run)],
+                    {1, static_cast<uint32_t>(c * layout::kIndexEntryBytes), 0, 0, 0});
             }
+            pos += TotalOf(g);
         }
     }
 
@@ -570,6 +581,10 @@ private:
                 // The staged rows (MTE3) are read back by MTE2 below, the scales (scalar) by SendScalesTo.
                 AscendC::PipeBarrier<PIPE_ALL>();
             }
+            // The index runs (workspace copies, no link bytes) go out one FFN rank per step of the first group,
+            // under the step's link time instead of after the last.
+            const bool runs = i == 0 && tiling_.tablesInUb != 0 && StageIndexRuns();
+            indexRunsSent_ = indexRunsSent_ || runs;
             for (int64_t j = 0; j < t.F; ++j) {
                 const int64_t f = (first + j) % t.F;
                 for (int64_t tok = g; tok < gEnd && !(t.quantized && j == 0); ++tok) {
@@ -580,6 +595,7 @@ private:
                                  uint64_t(rowBytes));
                 }
                 stream_.Drain();
+                if (runs) SendIndexRuns(f);
                 if (t.quantized) SendScalesTo(f, g, gEnd);
                 seals_.AfterData();
                 SealTokensOn(f, g, gEnd);
@@ -750,6 +766,7 @@ private:
     DispatchSendSummary sum_{};
     int64_t round_ = 0, seq_ = 0, slot_ = 0;
     int64_t routeLo_ = 0;      // first token this block routed (its tables count from it)
+    bool indexRunsSent_ = false;  // the staggered order sent the index runs with its steps
     int64_t idsDigest_ = 0;  // block 0 only: computed after the go, published with the slot state
     int64_t epoch_ = 0;      // the table's epoch before any block read the rows (0 without a table), in every record
     GM_ADDR table_ = nullptr;  // the placement table (tiling_.placed): its epoch line, then the layers' rows

@@ -37,6 +37,10 @@ constexpr uint32_t kDispatchSendCopyChunk = 16384;
 // The staggered order's staging in the workspace (every block's group of quantized rows) is kept at most this large;
 // a round whose blocks' shares do not fit goes out in more groups.
 constexpr uint64_t kDispatchSendStageBytes = uint64_t(32) << 20;
+// ... and a group holds at most this many of a block's tokens (the steps' granularity: 64 rows of DeepSeek-V3's
+// 7168 bytes on 48 blocks stage 21 MiB).
+constexpr uint64_t kDispatchSendStageTokens = 64;
+static_assert(kDispatchSendStageTokens <= dp::kTableWindowElems, "a group's scales fit the scale window");
 
 // A block's routing summary (int32, one row per routing block, docs/protocol.md §6.1): rows per plane slot
 // (S = F * R of them), distinct tokens per FFN rank, then the verdict words; each part from a 32-byte block, so

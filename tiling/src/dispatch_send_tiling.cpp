@@ -65,13 +65,13 @@ bool TileDispatchSend(const PlatformInfo& platform, const kernels::dp::CommArgs&
                                                                                                    : windowWords);
         t.tablesInUb = 0;
     }
-    // The staggered order: a block's share goes in groups whose quantized rows the workspace stages
-    // (kDispatchSendStageBytes over every block), at most a scale window each.
+    // The staggered order: a block's share goes in groups of at most kDispatchSendStageTokens whose quantized rows
+    // the workspace stages (kDispatchSendStageBytes over every block; the scale window holds more).
     if (t.staggered != 0) {
         const uint64_t perToken = uint64_t(t.blockDim) * uint64_t(cam::layout::dispatch_row_bytes(topo));
         const uint64_t byBytes = topo.quantized ? std::max<uint64_t>(1, kernels::kDispatchSendStageBytes / perToken)
                                                 : uint64_t(kernels::dp::kTableWindowElems);
-        const uint64_t stage = std::min<uint64_t>({byBytes, uint64_t(kernels::dp::kTableWindowElems),
+        const uint64_t stage = std::min<uint64_t>({byBytes, kernels::kDispatchSendStageTokens,
                                                    std::max<uint64_t>(1, uint64_t(share))});
         t.stageTokens = static_cast<uint32_t>(stage);
         t.stageGroups = static_cast<uint32_t>(kernels::CeilDiv(static_cast<uint64_t>(share), stage));
