@@ -557,10 +557,9 @@ private:
     // each quantized once into its staged row, then sent destination-major: in step j every block of Attention rank
     // a writes the group's rows, scales and seals for FFN rank (a + j) % F only, and a SyncAll ends the step. So
     // while ranks a and a' are in the same step they write different FFN ranks (when A <= F), and no receiver's
-    // ingress serves two senders at once (token-major, every sender wrote every receiver token by token: docs/twin.md
-    // "Peer link" serves each write through its sender's egress and its receiver's ingress together, and a write
-    // queued behind another sender's on the ingress held its own sender's egress idle). The bytes, and where each
-    // lands, are the token-major order's; only the order differs.
+    // ingress serves two senders at once (token-major, every sender wrote every receiver token by token: an incast,
+    // where a write queued behind another sender's on a receiver's ingress holds its own sender's egress idle,
+    // docs/protocol.md §6.1). The bytes, and where each lands, are the token-major order's; only the order differs.
     __aicore__ inline void MoveTokensStaggered() {
         const CamTopology& t = plane_.Topo();
         int64_t lo, hi;
