@@ -343,6 +343,62 @@ private:
     AscendC::TQue<AscendC::TPosition::VECIN, 2> que_;
 };
 
+// Copies GM -> UB -> GM through two buffers of a chunk taken in turn: a copy's MTE3 write runs while the next
+// copy's MTE2 read fills the other buffer (a ByteMover waits for each write before its next read). Drain() before
+// the buffers' last writes are waited on by anything else (the launch's end, a SyncAll); a seal after the copies
+// still needs its own AfterData (Drain orders the buffers' reuse, not the writes' completion before a seal's).
+class CopyStream {
+public:
+    __aicore__ inline void Init(AscendC::TPipe& pipe, uint32_t chunkBytes) {
+        chunk_ = chunkBytes;
+        pipe.InitBuffer(buf_, 2 * chunkBytes);
+        ub_ = buf_.Get<uint8_t>();
+    }
+
+    __aicore__ inline void Copy(GM_ADDR dst, GM_ADDR src, uint64_t bytes) {
+        for (uint64_t done = 0; done < bytes;) {
+            const uint32_t n = static_cast<uint32_t>(bytes - done < chunk_ ? bytes - done : chunk_);
+            WaitWrites(cur_);
+            AscendC::LocalTensor<uint8_t> b = ub_[static_cast<uint32_t>(cur_ * chunk_)];
+            AscendC::DataCopyPad(b, TensorAt<uint8_t>(src, done, n), {1, n, 0, 0, 0}, {false, 0, 0, 0});
+            AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(EVENT_ID2);
+            AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(EVENT_ID2);
+            AscendC::DataCopyPad(TensorAt<uint8_t>(dst, done, n), b, {1, n, 0, 0, 0});
+            if (cur_ == 0) {
+                AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID4);
+            } else {
+                AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID5);
+            }
+            pending_[cur_] = true;
+            cur_ ^= 1;
+            done += n;
+        }
+    }
+
+    // Waits for the MTE3 reads of both buffers still in flight.
+    __aicore__ inline void Drain() {
+        for (int b = 0; b < 2; ++b) WaitWrites(b);
+    }
+
+private:
+    // Buffer b is refilled by MTE2 only after MTE3 read it (its own event, so the other buffer's write runs on).
+    __aicore__ inline void WaitWrites(int b) {
+        if (!pending_[b]) return;
+        if (b == 0) {
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID4);
+        } else {
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID5);
+        }
+        pending_[b] = false;
+    }
+
+    AscendC::TBuf<AscendC::TPosition::VECCALC> buf_;
+    AscendC::LocalTensor<uint8_t> ub_;
+    uint32_t chunk_ = 0;
+    int cur_ = 0;
+    bool pending_[2] = {false, false};
+};
+
 // Moves rows between scattered GM rows and consecutive GM rows through two UB buffers taken in turn, as many rows
 // per pass as fit one (each row at a 32-byte aligned UB offset): a pass's MTE3 writes run while the next pass's
 // MTE2 reads fill the other buffer. A gather (scattered -> consecutive) costs one MTE2 copy per row and one MTE3 copy

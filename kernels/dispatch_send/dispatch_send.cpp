@@ -26,9 +26,10 @@ public:
         decision_.Init(workspace);
         ws_ = workspace;
         const CamTopology& t = plane_.Topo();
-        wsl_ = DispatchSendWorkspaceLayout(t, tiling.blockDim);
+        wsl_ = DispatchSendWorkspaceLayout(t, tiling.blockDim, tiling.stageTokens);
         sum_ = DispatchSendSummaryLayout(layout::plane_slots(t), t.F);
         x_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), uint64_t(tiling.tokens) * t.H);
+        xRaw_ = x;
         // topk_ids are read more than once (checks, a replicated expert's first top-k index in the token, digest):
         // through UB, not scalar GM reads.
         ids_.Init(pipe_, dp::kTableWindowElems);
@@ -46,6 +47,10 @@ public:
         pipe_.InitBuffer(scalesBuf_, dp::kTableWindowUbBytes);
         pipe_.InitBuffer(runBuf_, dp::kTableWindowUbBytes);
         mover_.Init(pipe_, tiling.copyChunkBytes);
+        if (tiling.staggered != 0) {
+            stream_.Init(pipe_, DispatchSendStreamChunk(tiling.staggered, t.H * layout::dispatch_elem_bytes(t),
+                                                        tiling.copyChunkBytes));
+        }
         seals_.Init(pipe_);
         if (tiling.tablesInUb != 0) {
             // Sizes as DispatchSendTablesUbBytes counts them (tiling checked they fit), for this block's tokens.
@@ -87,7 +92,7 @@ public:
         RoundFromOwnState();
         MoveTokens();
         if (AscendC::GetBlockIdx() == 0) idsDigest_ = dp::IdsDigest(ids_, tiling_.tokens * plane_.Topo().K);
-        WriteIndexRuns();
+        if (!indexRunsSent_) WriteIndexRuns();
         // This block's index runs have landed before the SyncAll (another block may copy its FFN rank's table out)
         // and before its own MTE2 reads them; the records' clean was ordered by FlushScalarStores before the go.
         AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID6);
@@ -117,9 +122,11 @@ private:
     struct StoreChunk {
         DispatchSend* op;
         int64_t tok;
+        GM_ADDR stage;  // the staged row (the staggered order), else nullptr: straight to every destination
+        int64_t first;  // the staggered order: the FFN rank of step 0, written straight from UB too
         __aicore__ inline void operator()(uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf,
                                           const QuantParams& q) const {
-            op->StoreQuantChunk(tok, col, n, xf, q);
+            op->StoreQuantChunk(tok, stage, first, col, n, xf, q);
         }
     };
 
@@ -319,7 +326,13 @@ private:
     // In UB each plane slot's entries form a run from a 32-byte block, and the run goes to its place by one copy:
     // after the rows of the rank's experts before the slot, then after the slot's rows of the blocks before this one.
     __aicore__ inline void WriteIndexRuns() {
-        if (!Routes()) return;
+        if (!Routes() || !StageIndexRuns()) return;
+        for (int64_t f = 0; f < plane_.Topo().F; ++f) SendIndexRuns(f);
+    }
+
+    // The entries of WriteIndexRuns in row order: in UB, each plane slot's run from a 32-byte block (true: the runs
+    // wait there for SendIndexRuns), or by scalar stores into the workspace when block 0 routes alone (false: done).
+    __aicore__ inline bool StageIndexRuns() {
         const CamTopology& t = plane_.Topo();
         const int64_t R = layout::experts_per_ffn(t);
         const bool ub = tiling_.tablesInUb != 0;
@@ -361,25 +374,30 @@ private:
         }
         if (!ub) {
             dp::FlushScalarStores(ws_);
-            return;
+            return false;
         }
         AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
         AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
-        run = 0;
-        for (int64_t f = 0; f < t.F; ++f) {
-            int64_t pos = 0;
-            for (int64_t j = 0; j < R; ++j) {
-                const int64_t g = f * R + j, c = CountOf(g);
-                if (c > 0) {
-                    AscendC::DataCopyPad(
-                        dp::TensorAt<int32_t>(ws_, wsl_.indexOff + f * layout::index_bytes(t) +
-                                                       (pos + BaseOf(g)) * layout::kIndexEntryBytes, 2 * c),
-                        entriesUb_[static_cast<uint32_t>(2 * run)],
-                        {1, static_cast<uint32_t>(c * layout::kIndexEntryBytes), 0, 0, 0});
-                }
-                pos += TotalOf(g);
-                run = NextRunStart(run + c);
+        return true;
+    }
+
+    // FFN rank f's runs of staged entries, one copy per plane slot with rows: a slot's run starts where its cursor
+    // stood before the entries were placed (its cursor now, less its count).
+    __aicore__ inline void SendIndexRuns(int64_t f) {
+        const CamTopology& t = plane_.Topo();
+        const int64_t R = layout::experts_per_ffn(t);
+        int64_t pos = 0;
+        for (int64_t j = 0; j < R; ++j) {
+            const int64_t g = f * R + j, c = CountOf(g);
+            if (c > 0) {
+                const int64_t run = cursorUb_.GetValue(static_cast<uint32_t>(g)) - c;
+                AscendC::DataCopyPad(
+                    dp::TensorAt<int32_t>(ws_, wsl_.indexOff + f * layout::index_bytes(t) +
+                                                   (pos + BaseOf(g)) * layout::kIndexEntryBytes, 2 * c),
+                    entriesUb_[static_cast<uint32_t>(2 * run)],
+                    {1, static_cast<uint32_t>(c * layout::kIndexEntryBytes), 0, 0, 0});
             }
+            pos += TotalOf(g);
         }
     }
 
@@ -514,15 +532,16 @@ private:
     // group's scales go out per FFN rank in runs (a token's slots on one FFN rank follow token order, so a block's
     // tokens for rank f hold consecutive slots there), not as one 4-byte copy per token and destination.
     __aicore__ inline void MoveTokens() {
+        if (tiling_.staggered != 0) {
+            MoveTokensStaggered();
+            return;
+        }
         int64_t lo, hi;
         dp::BlockShare(tiling_.tokens, &lo, &hi);
         for (int64_t g = lo; g < hi; g += dp::kTableWindowElems) {
             const int64_t gEnd = hi - g < int64_t(dp::kTableWindowElems) ? hi : g + dp::kTableWindowElems;
             for (int64_t tok = g; tok < gEnd; ++tok) {
-                bool any = false;
-                for (int64_t f = 0; f < plane_.Topo().F && !any; ++f)
-                    any = SlotOf(tok, f) >= 0;
-                if (!any) continue;
+                if (!HasDestination(tok)) continue;
                 if (plane_.Topo().quantized) {
                     QuantizeToken(tok, g);
                 } else {
@@ -534,46 +553,114 @@ private:
         }
     }
 
+    // More than one Attention rank (tiling's staggered): the block's tokens in stageGroups groups of stageTokens,
+    // each quantized once into its staged row, then sent destination-major: in step j every block of Attention rank
+    // a writes the group's rows, scales and seals for FFN rank (a + j) % F only, and a SyncAll ends the step. So
+    // while ranks a and a' are in the same step they write different FFN ranks (when A <= F), and no receiver's
+    // ingress serves two senders at once (token-major, every sender wrote every receiver token by token: an incast,
+    // where a write queued behind another sender's on a receiver's ingress holds its own sender's egress idle,
+    // docs/protocol.md §6.1). The bytes, and where each lands, are the token-major order's; only the order differs.
+    __aicore__ inline void MoveTokensStaggered() {
+        const CamTopology& t = plane_.Topo();
+        int64_t lo, hi;
+        dp::BlockShare(tiling_.tokens, &lo, &hi);
+        const int64_t G = tiling_.stageTokens;
+        const int64_t rowBytes = t.H * layout::dispatch_elem_bytes(t);
+        GM_ADDR stage = ws_ + wsl_.stageOff + AscendC::GetBlockIdx() * G * layout::dispatch_row_bytes(t);
+        for (int64_t i = 0; i < int64_t(tiling_.stageGroups); ++i) {
+            const int64_t g = lo + i * G < hi ? lo + i * G : hi;
+            const int64_t gEnd = hi - g < G ? hi : g + G;
+            // Step 0's rows of a quantized round leave while the group is quantized, straight from UB: the first
+            // step costs no staged read, and the link starts with the quant pass.
+            const int64_t first = plane_.Rank() % t.F;
+            if (t.quantized) {
+                for (int64_t tok = g; tok < gEnd; ++tok) {
+                    if (HasDestination(tok)) QuantizeToken(tok, g, StagedRow(stage, tok - g), first);
+                }
+                // The staged rows (MTE3) are read back by MTE2 below, the scales (scalar) by SendScalesTo.
+                AscendC::PipeBarrier<PIPE_ALL>();
+            }
+            // The index runs (workspace copies, no link bytes) go out one FFN rank per step of the first group,
+            // under the step's link time instead of after the last.
+            const bool runs = i == 0 && tiling_.tablesInUb != 0 && StageIndexRuns();
+            indexRunsSent_ = indexRunsSent_ || runs;
+            for (int64_t j = 0; j < t.F; ++j) {
+                const int64_t f = (first + j) % t.F;
+                for (int64_t tok = g; tok < gEnd && !(t.quantized && j == 0); ++tok) {
+                    const int32_t slot = SlotOf(tok, f);
+                    if (slot < 0) continue;
+                    GM_ADDR src = t.quantized ? StagedRow(stage, tok - g) : xRaw_ + tok * t.H * int64_t(sizeof(T));
+                    stream_.Copy(Region(f) + layout::region_tokens_off(t) + slot * layout::dispatch_row_bytes(t), src,
+                                 uint64_t(rowBytes));
+                }
+                stream_.Drain();
+                if (runs) SendIndexRuns(f);
+                if (t.quantized) SendScalesTo(f, g, gEnd);
+                seals_.AfterData();
+                SealTokensOn(f, g, gEnd);
+                // The last step needs no SyncAll of its own: the index runs' SyncAll follows.
+                if (i + 1 == int64_t(tiling_.stageGroups) && j + 1 == t.F) break;
+                AscendC::PipeBarrier<PIPE_ALL>();
+                AscendC::SyncAll();
+            }
+        }
+    }
+
+    __aicore__ inline GM_ADDR StagedRow(GM_ADDR stage, int64_t i) const {
+        return stage + i * layout::dispatch_row_bytes(plane_.Topo());
+    }
+
+    __aicore__ inline bool HasDestination(int64_t tok) const {
+        for (int64_t f = 0; f < plane_.Topo().F; ++f)
+            if (SlotOf(tok, f) >= 0) return true;
+        return false;
+    }
+
     // The seals of tokens [g, gEnd) on every FFN rank, after their rows and scales (docs/protocol.md §10.2): per
     // FFN rank in runs of consecutive token slots, as the scales go.
     __aicore__ inline void SealTokens(int64_t g, int64_t gEnd) {
-        const CamTopology& t = plane_.Topo();
         seals_.AfterData();
-        for (int64_t f = 0; f < t.F; ++f) {
-            int64_t first = -1, n = 0;
-            for (int64_t tok = g; tok < gEnd; ++tok) {
-                const int32_t slot = SlotOf(tok, f);
-                if (slot < 0) continue;
-                if (n > 0 && slot != first + n) {
-                    seals_.Write(Region(f) + layout::region_token_seal_off(t, first), n, seq_);
-                    n = 0;
-                }
-                if (n == 0) first = slot;
-                ++n;
+        for (int64_t f = 0; f < plane_.Topo().F; ++f) SealTokensOn(f, g, gEnd);
+    }
+
+    // The seals of tokens [g, gEnd) on FFN rank f (AfterData first).
+    __aicore__ inline void SealTokensOn(int64_t f, int64_t g, int64_t gEnd) {
+        const CamTopology& t = plane_.Topo();
+        int64_t first = -1, n = 0;
+        for (int64_t tok = g; tok < gEnd; ++tok) {
+            const int32_t slot = SlotOf(tok, f);
+            if (slot < 0) continue;
+            if (n > 0 && slot != first + n) {
+                seals_.Write(Region(f) + layout::region_token_seal_off(t, first), n, seq_);
+                n = 0;
             }
-            if (n > 0) seals_.Write(Region(f) + layout::region_token_seal_off(t, first), n, seq_);
+            if (n == 0) first = slot;
+            ++n;
         }
+        if (n > 0) seals_.Write(Region(f) + layout::region_token_seal_off(t, first), n, seq_);
     }
 
     // Scales of tokens [g, gEnd) (in scalesBuf_ from index 0) to every FFN rank's scale table.
     __aicore__ inline void SendScales(int64_t g, int64_t gEnd) {
-        const CamTopology& t = plane_.Topo();
+        for (int64_t f = 0; f < plane_.Topo().F; ++f) SendScalesTo(f, g, gEnd);
+    }
+
+    // Scales of tokens [g, gEnd) to FFN rank f's scale table, in runs of consecutive slots.
+    __aicore__ inline void SendScalesTo(int64_t f, int64_t g, int64_t gEnd) {
         AscendC::LocalTensor<float> scales = scalesBuf_.Get<float>();
         AscendC::LocalTensor<float> run = runBuf_.Get<float>();
-        for (int64_t f = 0; f < t.F; ++f) {
-            int64_t first = -1, n = 0;
-            for (int64_t tok = g; tok < gEnd; ++tok) {
-                const int32_t slot = SlotOf(tok, f);
-                if (slot < 0) continue;
-                if (n > 0 && slot != first + n) {  // not the next slot: never in practice, but stay exact
-                    SendScaleRun(f, first, n, run);
-                    n = 0;
-                }
-                if (n == 0) first = slot;
-                run.SetValue(static_cast<uint32_t>(n++), scales.GetValue(static_cast<uint32_t>(tok - g)));
+        int64_t first = -1, n = 0;
+        for (int64_t tok = g; tok < gEnd; ++tok) {
+            const int32_t slot = SlotOf(tok, f);
+            if (slot < 0) continue;
+            if (n > 0 && slot != first + n) {  // not the next slot: never in practice, but stay exact
+                SendScaleRun(f, first, n, run);
+                n = 0;
             }
-            if (n > 0) SendScaleRun(f, first, n, run);
+            if (n == 0) first = slot;
+            run.SetValue(static_cast<uint32_t>(n++), scales.GetValue(static_cast<uint32_t>(tok - g)));
         }
+        if (n > 0) SendScaleRun(f, first, n, run);
     }
 
     __aicore__ inline void SendScaleRun(int64_t f, int64_t firstSlot, int64_t n, const AscendC::LocalTensor<float>& run) {
@@ -587,12 +674,15 @@ private:
         AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID1);
     }
 
-    // Quantize chunk [col, col+n) of a token and write it to every destination of the token.
-    __aicore__ inline void StoreQuantChunk(int64_t tok, uint32_t col, uint32_t n, const AscendC::LocalTensor<float>& xf,
-                                           const QuantParams& p) {
+    // Quantize chunk [col, col+n) of a token and write it to its staged row (stage), else to every destination of
+    // the token.
+    __aicore__ inline void StoreQuantChunk(int64_t tok, GM_ADDR stage, int64_t first, uint32_t col, uint32_t n,
+                                           const AscendC::LocalTensor<float>& xf, const QuantParams& p) {
         const CamTopology& t = plane_.Topo();
         AscendC::LocalTensor<int8_t> out = quant_.Quantize(xf, n, p);
+        if (stage != nullptr) AscendC::DataCopyPad(dp::TensorAt<int8_t>(stage, col, n), out, {1, n, 0, 0, 0});
         for (int64_t f = 0; f < t.F; ++f) {
+            if (stage != nullptr && f != first) continue;
             const int32_t slot = SlotOf(tok, f);
             if (slot < 0) continue;
             AscendC::GlobalTensor<int8_t> dst = dp::TensorAt<int8_t>(
@@ -602,12 +692,13 @@ private:
         quant_.FreeOut(out);
     }
 
-    // Token tok of the group starting at token g: its rows go out now, its scale waits in UB (SendScales).
-    __aicore__ inline void QuantizeToken(int64_t tok, int64_t g) {
+    // Token tok of the group starting at token g: its rows go out now (or to its staged row, stage, and FFN rank
+    // `first` only), its scale waits in UB (SendScales).
+    __aicore__ inline void QuantizeToken(int64_t tok, int64_t g, GM_ADDR stage = nullptr, int64_t first = -1) {
         const CamTopology& t = plane_.Topo();
         const QuantParams p =
             QuantizeRowInPasses(static_cast<uint32_t>(t.H), tiling_.colsPerPass, quant_.Row(), quant_.Scratch(),
-                                LoadChunk{this, uint64_t(tok) * t.H}, StoreChunk{this, tok});
+                                LoadChunk{this, uint64_t(tok) * t.H}, StoreChunk{this, tok, stage, first});
         scalesBuf_.Get<float>().SetValue(static_cast<uint32_t>(tok - g), p.scale);
     }
 
@@ -674,6 +765,7 @@ private:
     DispatchSendSummary sum_{};
     int64_t round_ = 0, seq_ = 0, slot_ = 0;
     int64_t routeLo_ = 0;      // first token this block routed (its tables count from it)
+    bool indexRunsSent_ = false;  // the staggered order sent the index runs with its steps
     int64_t idsDigest_ = 0;  // block 0 only: computed after the go, published with the slot state
     int64_t epoch_ = 0;      // the table's epoch before any block read the rows (0 without a table), in every record
     GM_ADDR table_ = nullptr;  // the placement table (tiling_.placed): its epoch line, then the layers' rows
@@ -686,8 +778,10 @@ private:
         entriesBuf_;
     AscendC::LocalTensor<int32_t> sumUb_, baseUb_, accUb_, addUb_, cursorUb_, destsUb_, slotsUb_, entriesUb_;
     dp::ByteMover mover_;
+    dp::CopyStream stream_;  // the staggered order's row copies, each write overlapping the next read
     dp::SealPort seals_;  // this block's seals after its rows, scales and tables (docs/protocol.md §10.2)
     AscendC::GlobalTensor<T> x_;
+    GM_ADDR xRaw_ = nullptr;  // x's bytes: an unquantized token's row is copied from there in the staggered order
     dp::UbWindow<int32_t> ids_;
     dp::UbWindow<int64_t> place_;  // this layer's placement table (tiling_.placed), resident when it fits
 };

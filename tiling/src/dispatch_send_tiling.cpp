@@ -18,6 +18,11 @@ bool TileDispatchSend(const PlatformInfo& platform, const kernels::dp::CommArgs&
     t.colsPerPass = ColsPerPass(topo.H, kernels::kDispatchSendMaxCols);
     t.copyChunkBytes = kernels::kDispatchSendCopyChunk;
     t.placed = placed ? 1u : 0u;
+    // More than one Attention rank: every sender's writes go destination-major from its own FFN rank on, so at any
+    // moment the senders write different receivers (docs/protocol.md §6.1).
+    t.staggered = cam::layout::attention_ranks(topo) > 1 ? 1u : 0u;
+    const uint32_t streamChunk = kernels::DispatchSendStreamChunk(
+        t.staggered, topo.H * cam::layout::dispatch_elem_bytes(topo), t.copyChunkBytes);
     // The bytes a block reads: its tokens' activations (each is quantized once, whatever the fan-out).
     t.blockDim = BlocksFor(platform, tokens, uint64_t(tokens) * uint64_t(topo.H) * uint64_t(topo.act_dtype_bytes));
     // The UB budget, decided once here: the layer's placement rows resident for the whole launch, and every block
@@ -30,7 +35,8 @@ bool TileDispatchSend(const PlatformInfo& platform, const kernels::dp::CommArgs&
     const uint64_t tables =
         kernels::DispatchSendTablesUbBytes(cam::layout::plane_slots(topo), topo.F, share, topo.K);
     auto base = [&](uint64_t placeWords) {
-        return uint64_t(kernels::DispatchSendUbBytes(t.colsPerPass, t.copyChunkBytes, static_cast<uint32_t>(placeWords)));
+        return uint64_t(kernels::DispatchSendUbBytes(t.colsPerPass, t.copyChunkBytes, static_cast<uint32_t>(placeWords),
+                                                     streamChunk));
     };
     if (!WorkingSetFits(platform, base(windowWords), "dispatch_send", why)) return false;
     const bool residentFits = tableWords <= UINT32_MAX;
@@ -59,7 +65,19 @@ bool TileDispatchSend(const PlatformInfo& platform, const kernels::dp::CommArgs&
                                                                                                    : windowWords);
         t.tablesInUb = 0;
     }
-    *workspaceBytes = static_cast<uint64_t>(kernels::DispatchSendWorkspaceLayout(topo, t.blockDim).bytes);
+    // The staggered order: a block's share goes in groups of at most kDispatchSendStageTokens whose quantized rows
+    // the workspace stages (kDispatchSendStageBytes over every block; the scale window holds more).
+    if (t.staggered != 0) {
+        const uint64_t perToken = uint64_t(t.blockDim) * uint64_t(cam::layout::dispatch_row_bytes(topo));
+        const uint64_t byBytes = topo.quantized ? std::max<uint64_t>(1, kernels::kDispatchSendStageBytes / perToken)
+                                                : uint64_t(kernels::dp::kTableWindowElems);
+        const uint64_t stage = std::min<uint64_t>({byBytes, kernels::kDispatchSendStageTokens,
+                                                   std::max<uint64_t>(1, uint64_t(share))});
+        t.stageTokens = static_cast<uint32_t>(stage);
+        t.stageGroups = static_cast<uint32_t>(kernels::CeilDiv(static_cast<uint64_t>(share), stage));
+    }
+    *workspaceBytes =
+        static_cast<uint64_t>(kernels::DispatchSendWorkspaceLayout(topo, t.blockDim, t.stageTokens).bytes);
     *out = t;
     return true;
 }
