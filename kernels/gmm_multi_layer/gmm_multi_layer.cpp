@@ -137,18 +137,9 @@ private:
     AscendC::GlobalTensor<bfloat16_t> out_;
 };
 
-class GmmMultiLayerCube {
+class GmmMultiLayerCube : public GmmMixedCube<GmmMultiLayerCube, GmmTileUnits> {
 public:
-    __aicore__ inline void Run(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
-                               GM_ADDR status, const GmmMultiLayerTilingData& t) {
-        c_ = &t.cube;
-        groupList_ = groupList;
-        ring_ = ring;
-        core_ = static_cast<uint32_t>(AscendC::GetBlockIdx());
-        GmmMixedCubeRun(cube_, units_, x, groupList, layerIndex, table, status, *c_, *this);
-    }
-
-    // GmmMixedCubeRun's hooks: the walker from the accepted layer, and the n-th unit into its slot.
+    // GmmMixedCube's hooks: the walker from the accepted layer, and the n-th unit into its slot.
     __aicore__ inline void Start(int64_t layer) {
         units_.Init(groupList_, c_->groups, c_->groupListType, layer, c_->tm, c_->nTiles, core_, c_->blockDim);
     }
@@ -160,14 +151,6 @@ public:
                       units_.Row0());
         cube_.ComputeTile(units_.Layer(), units_.Expert(), units_.Row0(), units_.Rows(), units_.NTile());
     }
-
-private:
-    GmmInt8Cube cube_;
-    GmmTileUnits units_;
-    const GmmCubeTilingData* c_ = nullptr;
-    GM_ADDR groupList_ = nullptr;
-    GM_ADDR ring_ = nullptr;
-    uint32_t core_ = 0;
 };
 
 // The vector side: per unit, this vector core's half of its rows (core 0 the first ceil(rows/2), core 1 the rest) in
@@ -273,7 +256,7 @@ extern "C" __global__ __aicore__ void cam_gmm_multi_layer(GM_ADDR x, GM_ADDR ySc
     if ASCEND_IS_AIC {
         cam::kernels::GmmMultiLayerCube op;
         static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
-        op.Run(x, groupList, layerIndex, table, ring, status, tiling);
+        op.Run(x, groupList, layerIndex, table, ring, status, tiling.cube);
     } else {
         cam::kernels::GmmMultiLayerVector op;
         static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");

@@ -16,33 +16,16 @@
 
 namespace cam::kernels {
 
-class GmmSwigluQuantMultiLayerCube {
+class GmmSwigluQuantMultiLayerCube : public GmmMixedCube<GmmSwigluQuantMultiLayerCube, GmmSwigluRowTiles> {
 public:
-    __aicore__ inline void Run(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
-                               GM_ADDR status, const GmmSwigluQuantMultiLayerTilingData& t) {
-        c_ = &t.cube;
-        groupList_ = groupList;
-        ring_ = ring;
-        core_ = static_cast<uint32_t>(AscendC::GetBlockIdx());
-        GmmMixedCubeRun(cube_, tiles_, x, groupList, layerIndex, table, status, *c_, *this);
-    }
-
-    // GmmMixedCubeRun's hooks: the walker from the accepted layer, and the n-th row tile into its slot.
+    // GmmMixedCube's hooks: the walker from the accepted layer, and the n-th row tile into its slot.
     __aicore__ inline void Start(int64_t layer) {
-        tiles_.Init(groupList_, c_->groups, c_->groupListType, layer, c_->tm, core_, c_->blockDim);
+        units_.Init(groupList_, c_->groups, c_->groupListType, layer, c_->tm, core_, c_->blockDim);
     }
     __aicore__ inline void Compute(uint32_t n) {
-        cube_.UseSlot(GmmRingSlot(ring_, GmmSwigluSlotBytes(*c_), core_, n), tiles_.Row0());
-        cube_.ComputeRows(tiles_.Layer(), tiles_.Expert(), tiles_.Row0(), tiles_.Rows());
+        cube_.UseSlot(GmmRingSlot(ring_, GmmSwigluSlotBytes(*c_), core_, n), units_.Row0());
+        cube_.ComputeRows(units_.Layer(), units_.Expert(), units_.Row0(), units_.Rows());
     }
-
-private:
-    GmmInt8Cube cube_;
-    GmmSwigluRowTiles tiles_;
-    const GmmCubeTilingData* c_ = nullptr;
-    GM_ADDR groupList_ = nullptr;
-    GM_ADDR ring_ = nullptr;
-    uint32_t core_ = 0;
 };
 
 class GmmSwigluQuantMultiLayerVector {
@@ -87,7 +70,7 @@ extern "C" __global__ __aicore__ void cam_gmm_swiglu_quant_multi_layer(
     if ASCEND_IS_AIC {
         cam::kernels::GmmSwigluQuantMultiLayerCube op;
         static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
-        op.Run(x, groupList, layerIndex, table, ring, status, tiling);
+        op.Run(x, groupList, layerIndex, table, ring, status, tiling.cube);
     } else {
         cam::kernels::GmmSwigluQuantMultiLayerVector op;
         static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
