@@ -42,8 +42,9 @@ struct GmmWorkspace {
 GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n, int64_t kGroups = 1, int64_t planes = 1,
                                 uint64_t splitBytes = 0);
 // The workspace of a tiled op (planes and split bytes from its cube tiling).
-// A mixed GMM kernel's workspace: the status record, then its per-AI-core ring (at `acc`) of ringBytes.
-GmmWorkspace GmmRingWorkspace(uint64_t ringBytes);
+// A mixed GMM kernel's workspace: the status record, then its per-AI-core ring (at `acc`) of ringBytes, then with
+// W4A8 the activation split (at `split`).
+GmmWorkspace GmmRingWorkspace(uint64_t ringBytes, const GmmArgs& a);
 GmmWorkspace GmmWorkspaceOf(const GmmArgs& a);
 
 // Table the kernels index with the device's layer_index: weights[0..L), then scales[0..L), then (W4A8) colsums.

@@ -78,7 +78,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerW4A8GetWorkspaceSize(
         const bool mixed = !tiling.cube.int4;
         const GmmWorkspace ws =
             mixed ? GmmRingWorkspace(uint64_t(tiling.cube.blockDim) * cam::kernels::kGmmRingSlots *
-                                     cam::kernels::GmmSwigluSlotBytes(tiling.cube))
+                                     cam::kernels::GmmSwigluSlotBytes(tiling.cube), a)
                   : GmmWorkspaceOf(a);
         auto ex = std::make_unique<Executor>("gmm_swiglu_quant_multi_layer");
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host

@@ -212,10 +212,11 @@ bool TileGmmSplitInt4(const PlatformInfo& platform, const kernels::GmmCubeTiling
 bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels::GmmMultiLayerTilingData* out,
                        std::string* why) {
     kernels::GmmMultiLayerTilingData t{};
-    // W8A8 runs as the mixed kernel, W4A8 as the separate launches. The mixed kernel's row tiles each stream their
-    // expert's whole weight: the tall form (a group of up to 160 rows reads its weights once), or the taller one
-    // when a group of the average size (M over the groups: the host does not see the sizes) takes fewer row tiles
-    // of it (at DeepSeek-V3's 16384-token rounds, about 520 rows: three tiles instead of four).
+    // One mixed kernel for both formats. Its row tiles each stream their expert's whole weight: W8A8 takes the tall
+    // form (a group of up to 160 rows reads its weights once), or the taller one when a group of the average size
+    // (M over the groups: the host does not see the sizes) takes fewer row tiles of it (at DeepSeek-V3's
+    // 16384-token rounds, about 520 rows: three tiles instead of four). W4A8 keeps the preferred tiles, whose L0C
+    // holds the tile's hi and lo planes.
     const uint64_t groups = std::max<uint64_t>(s.groupListType == kernels::kGroupListTable ? s.groups : s.experts, 1);
     const uint64_t average = CeilDiv(s.m, groups);
     const bool taller = !s.int4 && CeilDiv(average, kTallerTm) < CeilDiv(average, kTallTm);
@@ -224,33 +225,19 @@ bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels:
         return false;
     if (!TileGmmSplitInt4(platform, t.cube, &t.split, why)) return false;
     const bool grouped = s.kGroups > 1, int4 = s.int4;
-    if (!int4) {
-        t.mixed = 1;
-        t.pitch = static_cast<uint32_t>(AlignUp(t.cube.tn, kernels::kGmmEpilogueColAlign));
-        // Rows per block pass: as many of a vector core's half of a unit as UB holds.
-        const uint32_t half = (t.cube.tm + 1) / 2;
-        const uint32_t pitch = t.pitch, tm = t.cube.tm;
-        for (uint32_t r = half; r >= 1; --r) {
-            if (kernels::GmmMultiLayerBlockUbBytes(r, pitch, tm, grouped) <= platform.ubBytes) {
-                t.blockRows = r;
-                break;
-            }
+    t.pitch = static_cast<uint32_t>(AlignUp(t.cube.tn, kernels::kGmmEpilogueColAlign));
+    // Rows per block pass: as many of a vector core's half of a unit as UB holds.
+    const uint32_t half = (t.cube.tm + 1) / 2;
+    for (uint32_t r = half; r >= 1; --r) {
+        if (kernels::GmmMultiLayerBlockUbBytes(r, t.pitch, t.cube.tm, grouped, int4) <= platform.ubBytes) {
+            t.blockRows = r;
+            break;
         }
-        if (t.blockRows == 0) {
-            *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue block";
-            return false;
-        }
-        *out = t;
-        return true;
     }
-    const uint32_t cap = static_cast<uint32_t>(AlignUp(s.n, kernels::kGmmEpilogueColAlign));
-    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmEpilogueColAlign, cap,
-                           [grouped, int4](uint32_t c) { return kernels::GmmMultiLayerUbBytes(c, grouped, int4); });
-    if (t.chunk == 0) {
-        *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue pass";
+    if (t.blockRows == 0) {
+        *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue block";
         return false;
     }
-    t.blockDim = std::max<uint32_t>(platform.aivCores, 1);
     *out = t;
     return true;
 }
