@@ -323,3 +323,10 @@ def test_w2_w4a8_is_the_split_then_one_mixed_launch(tmp_path, scales):
     # and dequantize each unit from the ring (docs/gmm.md §9); no cube-only launch writing a full int32 accumulator
     # and no epilogue launch reading it back.
     assert _launched(tmp_path, "w2", scales) == {"cam_gmm_split_int4", "cam_gmm_multi_layer"}
+
+
+@pytest.mark.parametrize("scales", ["channel", "grouped"])
+def test_w1_w4a8_is_the_split_then_one_mixed_launch(tmp_path, scales):
+    # W4A8 W1 likewise: the split, then the mixed kernel whose vector cores recombine each row tile from the ring and
+    # run SwiGLU and the per-token quant; no cube-only launch and no separate epilogue launch.
+    assert _launched(tmp_path, "w1", scales) == {"cam_gmm_split_int4", "cam_gmm_swiglu_quant_multi_layer"}

@@ -1,9 +1,11 @@
-// gmm_swiglu_quant_multi_layer (W1). W8A8: one mixed kernel (KERNEL_TYPE_MIX_AIC_1_2, docs/gmm.md §5): each AI
-// core's cube core computes the int32 accumulator of one row tile (at most tm rows of one group, all N columns;
-// tiles sized to their group and dealt expert-major: gmm_swiglu_row_tiles.h) at a time into a slot of its own
-// two-slot GM ring and sets "full"; its two vector cores wait for it, run the epilogue (dequant, SwiGLU, per-token
-// quant: gmm_swiglu_epilogue.h) over half the tile's rows each, and set "free"; the cube computes the next tile into
-// the other slot meanwhile. W4A8: the split, cube and epilogue launches (the epilogue kernel below).
+// gmm_swiglu_quant_multi_layer (W1): one mixed kernel (KERNEL_TYPE_MIX_AIC_1_2, docs/gmm.md §5): each AI core's
+// cube core computes the int32 accumulator of one row tile (at most tm rows of one group, all N columns; tiles sized
+// to their group and dealt expert-major: gmm_swiglu_row_tiles.h) at a time into a slot of its own two-slot GM ring
+// and sets "full"; its two vector cores wait for it, run the epilogue (dequant, SwiGLU, per-token quant:
+// gmm_swiglu_epilogue.h) over half the tile's rows each, and set "free"; the cube computes the next tile into the
+// other slot meanwhile. W4A8 (cube.int4, docs/gmm.md §9): x arrives split into int4 hi / lo planes (the
+// gmm_split_int4 launch before this one), a slot holds each K group's hi and lo planes, and the epilogue recombines
+// them (GmmRecombineInt4) before the same dequant.
 #include "kernel_operator.h"
 
 #include "common/kernel_frame.h"
@@ -33,7 +35,7 @@ public:
     __aicore__ inline void Run(GM_ADDR xScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
                                GM_ADDR y, GM_ADDR yScale, GM_ADDR status, const GmmSwigluQuantMultiLayerTilingData& t) {
         const GmmCubeTilingData& c = t.cube;
-        epilogue_.Init(nullptr, xScale, groupList, layerIndex, table, y, yScale, status, t);
+        epilogue_.Init(xScale, table, y, yScale, t);
         GmmDeviceArgs args;
         if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args,
                         false))
@@ -78,15 +80,6 @@ extern "C" __global__ __aicore__ void cam_gmm_swiglu_quant_multi_layer(
     }
 }
 
-extern "C" __global__ __aicore__ void cam_gmm_swiglu_quant_multi_layer_epilogue(
-    GM_ADDR acc, GM_ADDR xScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR y, GM_ADDR yScale,
-    GM_ADDR status, cam::kernels::GmmSwigluQuantMultiLayerTilingData tiling) {
-    cam::kernels::GmmSwigluQuantMultiLayerEpilogue op;
-    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
-    op.Init(acc, xScale, groupList, layerIndex, table, y, yScale, status, tiling);
-    op.Process();
-}
-
 #include "common/launch.h"
 
 void cam::kernels::LaunchGmmSwigluQuantMultiLayer(uint32_t blockDim, void* stream, uint8_t* x, uint8_t* xScale,
@@ -95,12 +88,4 @@ void cam::kernels::LaunchGmmSwigluQuantMultiLayer(uint32_t blockDim, void* strea
                                                   const GmmSwigluQuantMultiLayerTilingData& tiling) {
     CAM_KERNEL_LAUNCH(cam_gmm_swiglu_quant_multi_layer, blockDim, stream, x, xScale, groupList, layerIndex, table,
                       ring, y, yScale, status, tiling);
-}
-
-void cam::kernels::LaunchGmmSwigluQuantMultiLayerEpilogue(uint32_t blockDim, void* stream, uint8_t* acc, uint8_t* xScale,
-                                                uint8_t* groupList, uint8_t* layerIndex, uint8_t* table, uint8_t* y,
-                                                uint8_t* yScale, uint8_t* status,
-                                                const GmmSwigluQuantMultiLayerTilingData& tiling) {
-    CAM_KERNEL_LAUNCH(cam_gmm_swiglu_quant_multi_layer_epilogue, blockDim, stream, acc, xScale, groupList, layerIndex,
-                      table, y, yScale, status, tiling);
 }

@@ -42,6 +42,12 @@ constexpr uint32_t kMixedTmMax = 144;
 // A's copies are made the fewer (docs/gmm.md §5).
 constexpr uint32_t kMixedTk1B = 512;
 
+// The mixed W1 kernel's W4A8 row tiles: L0C holds each tile's hi and lo planes, so 64 rows x 256 columns fill it;
+// 192-deep steps leave 64 rows of x at DeepSeek-V3's K = 7168 (64 x 7168 bytes of int4 pairs) resident in L1 beside
+// two B steps, so a row tile reads x once rather than once per n-tile (docs/gmm.md §9).
+constexpr uint32_t kW4a8W1Tm = 64;
+constexpr uint32_t kW4a8W1Tk = 192;
+
 bool Fits(const PlatformInfo& p, uint32_t tm, uint32_t tn, uint32_t tk, uint32_t int4) {
     return kernels::GmmL1Bytes(tm, tn, tk, int4) <= p.l1Bytes && kernels::GmmL0ABytes(tm, tk) <= p.l0aBytes &&
            kernels::GmmL0BBytes(tn, tk, int4) <= p.l0bBytes && kernels::GmmL0CBytes(tm, tn, int4) <= p.l0cBytes;
@@ -215,8 +221,9 @@ bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels:
     // One mixed kernel for both formats. Its row tiles each stream their expert's whole weight: W8A8 takes the tall
     // form (a group of up to 160 rows reads its weights once), or the taller one when a group of the average size
     // (M over the groups: the host does not see the sizes) takes fewer row tiles of it (at DeepSeek-V3's
-    // 16384-token rounds, about 520 rows: three tiles instead of four). W4A8 keeps the preferred tiles, whose L0C
-    // holds the tile's hi and lo planes.
+    // 16384-token rounds, about 520 rows: three tiles instead of four). W4A8 keeps the preferred 128 x 128 tiles
+    // (L0C holds their hi and lo planes): the model predicts narrower, taller ones slower, the L1 -> L0A loads of x
+    // repeating per n-tile (docs/gmm.md §9).
     const uint64_t groups = std::max<uint64_t>(s.groupListType == kernels::kGroupListTable ? s.groups : s.experts, 1);
     const uint64_t average = CeilDiv(s.m, groups);
     const bool taller = !s.int4 && CeilDiv(average, kTallerTm) < CeilDiv(average, kTallTm);
@@ -249,8 +256,9 @@ bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& 
         return false;
     }
     kernels::GmmSwigluQuantMultiLayerTilingData t{};
-    // W8A8 runs as the mixed kernel (row tiles of at most kMixedTmMax rows); W4A8 as the separate cube launch.
-    if (!(s.int4 ? TileGmmCube(platform, s, &t.cube, why)
+    // One mixed kernel for both formats: W8A8 with row tiles of at most kMixedTmMax rows; W4A8 with row tiles of at
+    // most kW4a8W1Tm rows, x resident in L1.
+    if (!(s.int4 ? TileGmmCubeWith(platform, s, &t.cube, why, GmmCubeTiles{kW4a8W1Tm, kWideTn, kW4a8W1Tk, false})
                  : TileGmmCubeWith(platform, s, &t.cube, why,
                                    GmmCubeTiles{kMixedTmMax, kWideTn, kWideTk, true, kMixedTk1B})))
         return false;
@@ -266,7 +274,6 @@ bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& 
         return false;
     }
     t.passes = static_cast<uint32_t>(CeilDiv(t.half, t.chunk));
-    t.blockDim = std::max<uint32_t>(platform.aivCores, 1);
     *out = t;
     return true;
 }
