@@ -47,6 +47,12 @@ constexpr uint32_t kMixedTk1B = 512;
 // two B steps, so a row tile reads x once rather than once per n-tile (docs/gmm.md §9).
 constexpr uint32_t kW4a8W1Tm = 64;
 constexpr uint32_t kW4a8W1Tk = 192;
+// The mixed W2 kernel's W4A8 tiles: 96 x 160 (2 x 96 x 160 int32, 120 KiB of L0C). Row tiles are sized to their
+// group, so a group of 129-192 rows is two tiles with 128 rows or 96 alike, and the wider n-tiles load each row
+// tile's x from L1 into L0A fewer times than 128 x 128 would. The model predicts them faster at DeepSeek-V3's
+// 4096-16384-token rounds, even at 16384 where 520 rows take six row tiles instead of five (docs/gmm.md §9.5).
+constexpr uint32_t kW4a8W2Tm = 96;
+constexpr uint32_t kW4a8W2Tn = 160;
 
 bool Fits(const PlatformInfo& p, uint32_t tm, uint32_t tn, uint32_t tk, uint32_t int4) {
     return kernels::GmmL1Bytes(tm, tn, tk, int4) <= p.l1Bytes && kernels::GmmL0ABytes(tm, tk) <= p.l0aBytes &&
@@ -221,14 +227,14 @@ bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels:
     // One mixed kernel for both formats. Its row tiles each stream their expert's whole weight: W8A8 takes the tall
     // form (a group of up to 160 rows reads its weights once), or the taller one when a group of the average size
     // (M over the groups: the host does not see the sizes) takes fewer row tiles of it (at DeepSeek-V3's
-    // 16384-token rounds, about 520 rows: three tiles instead of four). W4A8 keeps the preferred 128 x 128 tiles
-    // (L0C holds their hi and lo planes): the model predicts narrower, taller ones slower, the L1 -> L0A loads of x
-    // repeating per n-tile (docs/gmm.md §9).
+    // 16384-token rounds, about 520 rows: three tiles instead of four). W4A8's L0C holds each tile's hi and lo
+    // planes: its tiles are 96 x 160 (kW4a8W2Tm).
     const uint64_t groups = std::max<uint64_t>(s.groupListType == kernels::kGroupListTable ? s.groups : s.experts, 1);
     const uint64_t average = CeilDiv(s.m, groups);
-    const bool taller = !s.int4 && CeilDiv(average, kTallerTm) < CeilDiv(average, kTallTm);
-    if (!(taller ? TileGmmCubeWith(platform, s, &t.cube, why, GmmCubeTiles{kTallerTm, kTallerTn, kTallTk, false})
-                 : TileGmmCube(platform, s, &t.cube, why, false, !s.int4)))
+    const bool taller = CeilDiv(average, kTallerTm) < CeilDiv(average, kTallTm);
+    if (!(s.int4   ? TileGmmCubeWith(platform, s, &t.cube, why, GmmCubeTiles{kW4a8W2Tm, kW4a8W2Tn, kPreferredTk, false})
+          : taller ? TileGmmCubeWith(platform, s, &t.cube, why, GmmCubeTiles{kTallerTm, kTallerTn, kTallTk, false})
+                   : TileGmmCube(platform, s, &t.cube, why, false, true)))
         return false;
     if (!TileGmmSplitInt4(platform, t.cube, &t.split, why)) return false;
     const bool grouped = s.kGroups > 1, int4 = s.int4;
