@@ -20,7 +20,7 @@
 
 namespace cam::kernels {
 
-// The per-layer tensors W2's epilogues read through the address table: w_scale [E, G, N] of the current layer
+// The per-layer tensors W2's vector side reads through the address table: w_scale [E, G, N] of the current layer
 // (bounded by the pre-pass), and with W4A8 the layer's colsums [E, G, N], which follow the scales in the table;
 // switched only when a group's layer differs.
 class GmmLayerScales {
@@ -68,8 +68,9 @@ public:
 };
 
 // The vector side: per unit, this vector core's half of its rows (core 0 the first ceil(rows/2), core 1 the rest) in
-// blocks of at most blockRows rows: the block dequant (DequantBlock), K groups added in order, the output scale, the
-// bf16 Cast over the block and one strided copy into out.
+// blocks of at most blockRows rows: the block dequant (DequantBlock; W4A8 recombines each K group's hi and lo planes
+// first, RunInt4), K groups added in order, the output scale, the bf16 Cast over the block and one strided copy into
+// out.
 class GmmMultiLayerVector {
 public:
     __aicore__ inline void Run(GM_ADDR yScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
