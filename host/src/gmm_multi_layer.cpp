@@ -67,9 +67,10 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerW4A8GetWorkspaceSize(
 
         // One mixed kernel whose cube cores hand units to their vector cores through a ring per AI core
         // (docs/gmm.md §5); W4A8 splits y into its int4 hi / lo planes first (docs/gmm.md §9).
-        const GmmWorkspace ws = GmmRingWorkspace(
-            uint64_t(tiling.cube.blockDim) * cam::kernels::kGmmRingSlots * cam::kernels::GmmMultiLayerSlotBytes(tiling.cube),
-            a);
+        const GmmWorkspace ws =
+            GmmRingWorkspace(uint64_t(tiling.cube.blockDim) * cam::kernels::kGmmRingSlots *
+                                 cam::kernels::GmmMultiLayerSlotBytes(tiling.cube),
+                             a);
         auto ex = std::make_unique<Executor>("gmm_multi_layer");
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;

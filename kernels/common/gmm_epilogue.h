@@ -56,7 +56,8 @@ using ColsumSlice = ResidentSlice<int32_t>;  // W4A8: Σ_k w over the K group, t
 // W4A8's recombination of one K group's row (docs/gmm.md §9.1), the one rule both W2 epilogues and W1's call:
 // hi = 16·hi + lo + 8·colsum, exactly, in int32, evaluated as 8·(2·hi + colsum) + lo (no term overflows for
 // K < 2^21). hi, lo: the row's products of the split's hi and lo planes; colsum: Σ_k w over the group, per column.
-__aicore__ inline void GmmRecombineInt4(const AscendC::LocalTensor<int32_t>& hi, const AscendC::LocalTensor<int32_t>& lo,
+__aicore__ inline void GmmRecombineInt4(const AscendC::LocalTensor<int32_t>& hi,
+                                        const AscendC::LocalTensor<int32_t>& lo,
                                         const AscendC::LocalTensor<int32_t>& colsum, uint32_t len) {
     AscendC::Muls(hi, hi, int32_t(2), len);
     AscendC::Add(hi, hi, colsum, len);
@@ -162,8 +163,8 @@ public:
     __aicore__ inline void RunInt4(const AscendC::GlobalTensor<int32_t>& hiAcc,
                                    const AscendC::GlobalTensor<int32_t>& loAcc, uint64_t srcPitch, uint32_t rows,
                                    uint32_t len, uint32_t pitch, const AscendC::LocalTensor<float>& rowScale,
-                                   const AscendC::LocalTensor<int32_t>& colsum, const AscendC::LocalTensor<float>& ws,
-                                   const AscendC::LocalTensor<float>& dst) {
+                                   const AscendC::LocalTensor<int32_t>& colsum,
+                                   const AscendC::LocalTensor<float>& ws, const AscendC::LocalTensor<float>& dst) {
         AscendC::LocalTensor<int32_t> hi = accQue_.AllocTensor<int32_t>();
         AscendC::LocalTensor<int32_t> lo = accQue_.AllocTensor<int32_t>();
         AscendC::DataCopyPad(hi, hiAcc, BlockCopyIn(rows, len, srcPitch, pitch), {false, 0, 0, 0});

@@ -10,19 +10,15 @@ using kernels::CeilDiv;
 
 namespace {
 
-// Preferred tiles: a 128 x 128 int32 C tile and 256-deep L0 steps fill A2's halves of L0A/L0B/L0C exactly
-// (2 x 32 KiB, 2 x 32 KiB, 64 KiB) with double-buffered operands; smaller problems shrink to their size. int8: L1
-// takes K in chunks of up to kPreferredTk1 so that one A copy and one B copy feed several L0 steps (a copy's fixed
-// cost is shared, docs/gmm.md §5); int4: one copy per step.
-constexpr uint32_t kPreferredTm = 128;
-constexpr uint32_t kPreferredTn = 128;
+// Tiles shrink to the problem and the platform's buffers from these preferred sizes. 256-deep L0 steps (W2's W4A8
+// tiles). int8: L1 takes K in chunks of up to kPreferredTk1 so that one A copy and one B copy feed several L0 steps
+// (a copy's fixed cost is shared, docs/gmm.md §5); int4: one copy per step.
 constexpr uint32_t kPreferredTk = 256;
-// The wide form (TileGmmCube's `wide`): a 128 x 256 C tile (all of L0C) and 128-deep steps (L0A 2 x 16 KiB, L0B
-// 2 x 32 KiB).
+// The wide n-tiles: 256 columns (the mixed W1 kernel's, both formats) and, with int8, 128-deep steps.
 constexpr uint32_t kWideTn = 256;
 constexpr uint32_t kWideTk = 128;
 constexpr uint32_t kPreferredTk1 = 1024;
-// The tall form (TileGmmCube's `tall`): a 160 x 192 C tile (120 KiB of L0C) and 160-deep steps (L0A 2 x 50 KiB, L0B
+// The tall form (the mixed W2 kernel's, W8A8): a 160 x 192 C tile (120 KiB of L0C) and 160-deep steps (L0A 2 x 50 KiB, L0B
 // 2 x 60 KiB): row tiles of up to 160 rows, so a group of 129-160 rows is one row tile, not a full one and a sliver,
 // and streams its weights once (W2's mixed kernel: each row tile streams its expert's weight strip).
 constexpr uint32_t kTallTm = 160;
@@ -86,14 +82,6 @@ bool TileGmmCubeWith(const PlatformInfo& platform, const GmmShape& s, kernels::G
                      std::string* why, GmmCubeTiles pref);
 
 }  // namespace
-
-bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCubeTilingData* out, std::string* why,
-                 bool wide, bool tall) {
-    return TileGmmCubeWith(platform, s, out, why,
-                           tall   ? GmmCubeTiles{kTallTm, kTallTn, kTallTk, false}
-                           : wide ? GmmCubeTiles{kPreferredTm, kWideTn, kWideTk, false}
-                                  : GmmCubeTiles{kPreferredTm, kPreferredTn, kPreferredTk, false});
-}
 
 namespace {
 
@@ -232,10 +220,10 @@ bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels:
     const uint64_t groups = std::max<uint64_t>(s.groupListType == kernels::kGroupListTable ? s.groups : s.experts, 1);
     const uint64_t average = CeilDiv(s.m, groups);
     const bool taller = CeilDiv(average, kTallerTm) < CeilDiv(average, kTallTm);
-    if (!(s.int4   ? TileGmmCubeWith(platform, s, &t.cube, why, GmmCubeTiles{kW4a8W2Tm, kW4a8W2Tn, kPreferredTk, false})
-          : taller ? TileGmmCubeWith(platform, s, &t.cube, why, GmmCubeTiles{kTallerTm, kTallerTn, kTallTk, false})
-                   : TileGmmCube(platform, s, &t.cube, why, false, true)))
-        return false;
+    const GmmCubeTiles tiles = s.int4   ? GmmCubeTiles{kW4a8W2Tm, kW4a8W2Tn, kPreferredTk, false}
+                               : taller ? GmmCubeTiles{kTallerTm, kTallerTn, kTallTk, false}
+                                        : GmmCubeTiles{kTallTm, kTallTn, kTallTk, false};
+    if (!TileGmmCubeWith(platform, s, &t.cube, why, tiles)) return false;
     if (!TileGmmSplitInt4(platform, t.cube, &t.split, why)) return false;
     const bool grouped = s.kGroups > 1, int4 = s.int4;
     t.pitch = static_cast<uint32_t>(AlignUp(t.cube.tn, kernels::kGmmEpilogueColAlign));
