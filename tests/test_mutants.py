@@ -91,11 +91,12 @@ MUTANTS = {
     "fixpipe_padded_n": ("gmm", "fixpipe-nsize", "cam_gmm_multi_layer"),
     # the first review's: Mmad given a group's real row count, m = 1 for a one-row group (GEMV mode reads L0A as ND)
     "mmad_gemv": ("gmm", "mmad-gemv", "cam_gmm_multi_layer"),
-    # W4A8's int4 tile loop (docs/twin.md, "int4 operands"), run by the driver's W4A8 call at K = 301: an int8 x int4
+    # W4A8's int4 tile loop (docs/twin.md, "int4 operands"), run by the driver's W4A8 W2 call at K = 301 (the mixed
+    # kernel's cube side): an int8 x int4
     # Mmad; A from the lo rows with both planes' m (K read in int4 fractals of 64); an odd-K int4 copy
-    "mmad_int4_by_int8": ("gmm", "mmad-int4-pair", "cam_gmm_int8_cube"),
-    "mmad_int4_short_a": ("gmm", "mmad-int4-k", "cam_gmm_int8_cube"),
-    "int4_odd_k_copy": ("gmm", "int4-pair", "cam_gmm_int8_cube"),
+    "mmad_int4_by_int8": ("gmm", "mmad-int4-pair", "cam_gmm_multi_layer"),
+    "mmad_int4_short_a": ("gmm", "mmad-int4-k", "cam_gmm_multi_layer"),
+    "int4_odd_k_copy": ("gmm", "int4-pair", "cam_gmm_multi_layer"),
     # dispatch_send's block 0 signalling the FFN rank without the SyncAll after every block's token writes
     "signal_before_syncall": ("plane", "signal-order", "cam_dispatch_send"),
     # combine_recv's send-count read without its invalidate (an earlier launch "already did it"), under the twin's

@@ -6,6 +6,11 @@ tolerance; single-layer and group-table forms, per channel and per K group, eage
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -284,3 +289,44 @@ def test_consumer_layout_experts_through_the_int4_kernels(group_size):
                 worst = max(worst, float((got - want).norm() / want.norm()))
             start += rows
         assert worst < 0.05, worst
+
+
+_LAUNCHES = """
+import sys
+import torch
+import cam
+g = torch.Generator().manual_seed(5)
+x = torch.randint(-128, 128, (40, 256), generator=g, dtype=torch.int8)
+ws = [torch.randint(-8, 8, (2, 256, 128), generator=g, dtype=torch.int8)]
+ss = [torch.rand(2, *([2] if sys.argv[2] == "grouped" else []), 128, generator=g) + 0.5]
+lw = cam.LayerWeights(ws, ss, format="int4")
+if sys.argv[1] == "w2":
+    cam.ops.gmm_multi_layer(x, torch.rand(40) + 0.5, lw, torch.tensor([30, 10]), torch.tensor([0]))
+else:
+    cam.ops.gmm_swiglu_quant_multi_layer(x, torch.rand(40) + 0.5, lw, torch.tensor([30, 10]), torch.tensor([0]))
+"""
+
+
+def _launched(tmp_path, op, scales):
+    """The kernels one W4A8 call launches, as the twin's timing record names them."""
+    path = tmp_path / f"{op}-{scales}.jsonl"
+    env = dict(os.environ, CAM_TWIN_TIMING=str(path))
+    subprocess.run([sys.executable, "-c", _LAUNCHES, op, scales], env=env, check=True, timeout=300)
+    kernels = {json.loads(line).get("kernel") for line in path.read_text().splitlines() if line.startswith("{")}
+    kernels.discard(None)
+    return kernels
+
+
+@pytest.mark.parametrize("scales", ["channel", "grouped"])
+def test_w2_w4a8_is_the_split_then_one_mixed_launch(tmp_path, scales):
+    # W4A8 W2, per channel and per K group: the activation split, then the mixed kernel whose vector cores recombine
+    # and dequantize each unit from the ring (docs/gmm.md §9); no cube-only launch writing a full int32 accumulator
+    # and no epilogue launch reading it back.
+    assert _launched(tmp_path, "w2", scales) == {"cam_gmm_split_int4", "cam_gmm_multi_layer"}
+
+
+@pytest.mark.parametrize("scales", ["channel", "grouped"])
+def test_w1_w4a8_is_the_split_then_one_mixed_launch(tmp_path, scales):
+    # W4A8 W1 likewise: the split, then the mixed kernel whose vector cores recombine each row tile from the ring and
+    # run SwiGLU and the per-token quant; no cube-only launch and no separate epilogue launch.
+    assert _launched(tmp_path, "w1", scales) == {"cam_gmm_split_int4", "cam_gmm_swiglu_quant_multi_layer"}

@@ -157,36 +157,24 @@ aclnnStatus CheckGroupList(const ArgChecker& check, int64_t groupListType, GmmAr
     return ACLNN_SUCCESS;
 }
 
-GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n, int64_t kGroups, int64_t planes,
-                                uint64_t splitBytes) {
-    constexpr uint64_t kAlign = 512;
-    GmmWorkspace w;
-    w.status = 0;
-    (void)layers;  // the address table is persistent (PersistentGmmTable), not in the workspace
-    w.acc = kernels::AlignUp(kernels::kDeviceStatusBytes, kAlign);
-    w.bytes = kernels::AlignUp(w.acc + 4 * static_cast<uint64_t>(kGroups) * static_cast<uint64_t>(planes) *
-                                           static_cast<uint64_t>(m) * static_cast<uint64_t>(n),
-                               kAlign);
-    if (splitBytes > 0) {
-        w.split = w.bytes;
-        w.bytes = kernels::AlignUp(w.split + splitBytes, kAlign);
-    }
-    return w;
+namespace {
+// The split: hi and lo planes of M rows x 64·ceil(K/64) int4, half a byte each (0 without int4).
+uint64_t GmmSplitBytes(const GmmArgs& a) {
+    return a.int4 ? static_cast<uint64_t>(a.m) * kernels::AlignUp(a.k, kernels::kGmmK0Int4) : 0;
 }
+}  // namespace
 
-GmmWorkspace GmmRingWorkspace(uint64_t ringBytes) {
+GmmWorkspace GmmRingWorkspace(uint64_t ringBytes, const GmmArgs& a) {
     constexpr uint64_t kAlign = 512;
     GmmWorkspace w;
     w.status = 0;
     w.acc = kernels::AlignUp(kernels::kDeviceStatusBytes, kAlign);
     w.bytes = kernels::AlignUp(w.acc + ringBytes, kAlign);
+    if (const uint64_t split = GmmSplitBytes(a)) {
+        w.split = w.bytes;
+        w.bytes = kernels::AlignUp(w.split + split, kAlign);
+    }
     return w;
-}
-
-GmmWorkspace GmmWorkspaceOf(const GmmArgs& a) {
-    // The split: hi and lo planes of M rows x 64·ceil(K/64) int4, half a byte each.
-    const uint64_t split = a.int4 ? static_cast<uint64_t>(a.m) * kernels::AlignUp(a.k, kernels::kGmmK0Int4) : 0;
-    return GmmWorkspaceLayout(a.layers, a.m, a.n, a.kGroups, a.int4 ? kernels::kGmmInt4Planes : 1, split);
 }
 
 uint8_t* PersistentGmmTable(const GmmArgs& a) {

@@ -31,20 +31,15 @@ aclnnStatus CheckGmmInputs(const ArgChecker& check, const char* xName, const cha
                            const aclTensor* groupList, const aclTensor* layerIndex, int64_t groupListType,
                            GmmArgs* out, const aclTensorList* weightColsums = nullptr);
 
-// Workspace: [status record | int32 accumulator kGroups x planes x M x N | W4A8: the split activation, two int4
-// planes of M x kSplit], each 512-byte aligned.
+// A mixed GMM kernel's workspace: [status record | the per-AI-core ring (at `acc`) of ringBytes | W4A8: the split
+// activation (at `split`), two int4 planes of M x kSplit], each 512-byte aligned.
 struct GmmWorkspace {
     uint64_t status = 0;
     uint64_t acc = 0;
     uint64_t split = 0;  // 0 without int4
     uint64_t bytes = 0;
 };
-GmmWorkspace GmmWorkspaceLayout(int64_t layers, int64_t m, int64_t n, int64_t kGroups = 1, int64_t planes = 1,
-                                uint64_t splitBytes = 0);
-// The workspace of a tiled op (planes and split bytes from its cube tiling).
-// A mixed GMM kernel's workspace: the status record, then its per-AI-core ring (at `acc`) of ringBytes.
-GmmWorkspace GmmRingWorkspace(uint64_t ringBytes);
-GmmWorkspace GmmWorkspaceOf(const GmmArgs& a);
+GmmWorkspace GmmRingWorkspace(uint64_t ringBytes, const GmmArgs& a);
 
 // Table the kernels index with the device's layer_index: weights[0..L), then scales[0..L), then (W4A8) colsums.
 std::vector<uint8_t> GmmAddressTable(const GmmArgs& args);

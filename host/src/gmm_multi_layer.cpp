@@ -5,7 +5,6 @@
 #include "device_status.h"
 #include "executor.h"
 #include "gmm_common.h"
-#include "gmm_int8_cube/gmm_int8_cube.h"
 #include "gmm_multi_layer/gmm_multi_layer.h"
 #include "gmm_split_int4/gmm_split_int4.h"
 #include "status.h"
@@ -66,34 +65,30 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerW4A8GetWorkspaceSize(
         tiling.outScaled = outScale != nullptr ? 1 : 0;
         tiling.outScale = outScale != nullptr ? static_cast<float>(*outScale) : 1.0f;
 
-        // W8A8: one mixed kernel whose cube cores hand units to their vector cores through a ring per AI core
-        // (docs/gmm.md §5); W4A8: split, cube and epilogue launches over the whole int32 accumulator.
-        const bool mixed = tiling.mixed != 0;
-        const GmmWorkspace ws = mixed ? GmmRingWorkspace(uint64_t(tiling.cube.blockDim) * cam::kernels::kGmmRingSlots *
-                                                         cam::kernels::GmmMultiLayerSlotBytes(tiling.cube))
-                                      : GmmWorkspaceOf(a);
+        // One mixed kernel whose cube cores hand units to their vector cores through a ring per AI core
+        // (docs/gmm.md §5); W4A8 splits y into its int4 hi / lo planes first (docs/gmm.md §9).
+        const GmmWorkspace ws =
+            GmmRingWorkspace(uint64_t(tiling.cube.blockDim) * cam::kernels::kGmmRingSlots *
+                                 cam::kernels::GmmMultiLayerSlotBytes(tiling.cube),
+                             a);
         auto ex = std::make_unique<Executor>("gmm_multi_layer");
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;
         // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
-        ex->launch = [tiling, ws, mixed, table = ArgumentCheckOnly() ? nullptr : PersistentGmmTable(a),
-                      y = a.x.data, gl = a.groupList.data, li = a.layerIndex.data, ys = a.xScale.data,
+        ex->launch = [tiling, ws, table = ArgumentCheckOnly() ? nullptr : PersistentGmmTable(a), y = a.x.data,
+                      gl = a.groupList.data, li = a.layerIndex.data, ys = a.xScale.data,
                       o = ov.data](void* workspace, aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);
             return LaunchWithDeviceStatus(stream, base + ws.status, "gmm_multi_layer", [&] {
-                if (mixed) {
-                    cam::kernels::LaunchGmmMultiLayer(tiling.cube.blockDim, stream, y, ys, gl, li, table,
-                                                      base + ws.acc, o, base + ws.status, tiling);
-                    return;
+                uint8_t* cubeX = y;
+                if (tiling.cube.int4) {
+                    // The split planes, not y, are the cube's activations.
+                    cubeX = base + ws.split;
+                    cam::kernels::LaunchGmmSplitInt4(tiling.split.blockDim, stream, y, gl, li, cubeX,
+                                                     base + ws.status, tiling.cube, tiling.split);
                 }
-                // W4A8: the split planes, not y, are the cube kernel's activations.
-                uint8_t* cubeX = base + ws.split;
-                cam::kernels::LaunchGmmSplitInt4(tiling.split.blockDim, stream, y, gl, li, cubeX, base + ws.status,
-                                                 tiling.cube, tiling.split);
-                cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, cubeX, gl, li, table, base + ws.acc,
-                                                base + ws.status, tiling.cube);
-                cam::kernels::LaunchGmmMultiLayerEpilogue(tiling.blockDim, stream, base + ws.acc, ys, gl, li,
-                                                          table, o, base + ws.status, tiling);
+                cam::kernels::LaunchGmmMultiLayer(tiling.cube.blockDim, stream, cubeX, ys, gl, li, table,
+                                                  base + ws.acc, o, base + ws.status, tiling);
             });
         };
         return Finish(std::move(ex), workspaceSize, executor);

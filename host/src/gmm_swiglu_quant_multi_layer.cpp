@@ -5,7 +5,6 @@
 #include "device_status.h"
 #include "executor.h"
 #include "gmm_common.h"
-#include "gmm_int8_cube/gmm_int8_cube.h"
 #include "gmm_split_int4/gmm_split_int4.h"
 #include "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.h"
 #include "status.h"
@@ -73,35 +72,30 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerW4A8GetWorkspaceSize(
                                                                              : static_cast<float>(*swigluLimit);
         }
 
-        // W8A8: one mixed kernel whose cube cores hand tiles to their vector cores through a small ring per AI
-        // core (docs/gmm.md §5); W4A8: split, cube and epilogue launches over the whole int32 accumulator.
-        const bool mixed = !tiling.cube.int4;
+        // One mixed kernel whose cube cores hand tiles to their vector cores through a small ring per AI core
+        // (docs/gmm.md §5); W4A8 splits x into its int4 hi / lo planes first (docs/gmm.md §9).
         const GmmWorkspace ws =
-            mixed ? GmmRingWorkspace(uint64_t(tiling.cube.blockDim) * cam::kernels::kGmmRingSlots *
-                                     cam::kernels::GmmSwigluSlotBytes(tiling.cube))
-                  : GmmWorkspaceOf(a);
+            GmmRingWorkspace(uint64_t(tiling.cube.blockDim) * cam::kernels::kGmmRingSlots *
+                                 cam::kernels::GmmSwigluSlotBytes(tiling.cube),
+                             a);
         auto ex = std::make_unique<Executor>("gmm_swiglu_quant_multi_layer");
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;
         // Launched even when M = 0: the pre-pass still has to refuse a group_list that claims rows.
-        ex->launch = [tiling, ws, mixed, table = ArgumentCheckOnly() ? nullptr : PersistentGmmTable(a), xd = a.x.data,
+        ex->launch = [tiling, ws, table = ArgumentCheckOnly() ? nullptr : PersistentGmmTable(a), xd = a.x.data,
                       gl = a.groupList.data, li = a.layerIndex.data, xs = a.xScale.data, yd = yv.data,
                       ysd = sv.data](void* workspace, aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);
             return LaunchWithDeviceStatus(stream, base + ws.status, "gmm_swiglu_quant_multi_layer", [&] {
-                if (mixed) {
-                    cam::kernels::LaunchGmmSwigluQuantMultiLayer(tiling.cube.blockDim, stream, xd, xs, gl, li, table,
-                                                                 base + ws.acc, yd, ysd, base + ws.status, tiling);
-                    return;
+                uint8_t* cubeX = xd;
+                if (tiling.cube.int4) {
+                    // The split planes, not x, are the cube's activations.
+                    cubeX = base + ws.split;
+                    cam::kernels::LaunchGmmSplitInt4(tiling.split.blockDim, stream, xd, gl, li, cubeX,
+                                                     base + ws.status, tiling.cube, tiling.split);
                 }
-                // W4A8: the split planes, not x, are the cube kernel's activations.
-                uint8_t* cubeX = base + ws.split;
-                cam::kernels::LaunchGmmSplitInt4(tiling.split.blockDim, stream, xd, gl, li, cubeX, base + ws.status,
-                                                 tiling.cube, tiling.split);
-                cam::kernels::LaunchGmmInt8Cube(tiling.cube.blockDim, stream, cubeX, gl, li, table, base + ws.acc,
-                                                base + ws.status, tiling.cube);
-                cam::kernels::LaunchGmmSwigluQuantMultiLayerEpilogue(tiling.blockDim, stream, base + ws.acc, xs, gl,
-                                                                     li, table, yd, ysd, base + ws.status, tiling);
+                cam::kernels::LaunchGmmSwigluQuantMultiLayer(tiling.cube.blockDim, stream, cubeX, xs, gl, li, table,
+                                                             base + ws.acc, yd, ysd, base + ws.status, tiling);
             });
         };
         return Finish(std::move(ex), workspaceSize, executor);

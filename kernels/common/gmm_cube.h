@@ -1,9 +1,9 @@
 // The cube half of the layer-select grouped matmuls (W1 and W2): acc[m, :] = x[m, :] . W[l(m)][e(m)] in int32 on an
 // AIC core, for every row of every group; each group's weights come from its own layer's entry of the address
 // table. GM -> L1 (x: ND -> NZ copy; W: already FRACTAL_NZ, burst copy) -> L0A (LoadData) / L0B
-// (LoadDataWithTranspose) -> Mmad -> L0C -> Fixpipe (NZ -> ND) into an int32 accumulator: the whole [M, N] one
-// that a separate epilogue launch reads (kernels/gmm_int8_cube), or a small per-core slot of tm rows that the same
-// mixed kernel's vector cores read after a cross-core flag (kernels/gmm_swiglu_quant_multi_layer, UseSlot).
+// (LoadDataWithTranspose) -> Mmad -> L0C -> Fixpipe (NZ -> ND) into an int32 accumulator: a small per-core ring slot
+// of tm rows that the same mixed kernel's vector cores read after a cross-core flag (UseSlot: W1 and W2, both
+// formats), or the whole [M, N] one of the cube-only kernel (kernels/gmm_int8_cube, which no op launches now).
 // W4A8 (tiling int4, docs/gmm.md §9): x arrives split into int4 hi / lo planes (kernels/gmm_split_int4), the weights
 // are packed int4 ZN fractals; only the inner tile loop differs (ComputeUnitInt4): a unit's A tile is its hi rows
 // then its lo rows (2·mAl rows), one int4 x int4 Mmad per k step fills both row planes of L0C, and Fixpipe stores

@@ -53,6 +53,18 @@ private:
 using ScaleSlice = ResidentSlice<float>;
 using ColsumSlice = ResidentSlice<int32_t>;  // W4A8: Σ_k w over the K group, the recombination's +8 term
 
+// W4A8's recombination of one K group's row (docs/gmm.md §9.1), the one rule both W2 epilogues and W1's call:
+// hi = 16·hi + lo + 8·colsum, exactly, in int32, evaluated as 8·(2·hi + colsum) + lo (no term overflows for
+// K < 2^21). hi, lo: the row's products of the split's hi and lo planes; colsum: Σ_k w over the group, per column.
+__aicore__ inline void GmmRecombineInt4(const AscendC::LocalTensor<int32_t>& hi,
+                                        const AscendC::LocalTensor<int32_t>& lo,
+                                        const AscendC::LocalTensor<int32_t>& colsum, uint32_t len) {
+    AscendC::Muls(hi, hi, int32_t(2), len);
+    AscendC::Add(hi, hi, colsum, len);
+    AscendC::Muls(hi, hi, int32_t(8), len);
+    AscendC::Add(hi, hi, lo, len);
+}
+
 // The cube kernel's int32 output as the epilogues read it: per K group one plane [M, N] (int8), or two (int4: the
 // hi and lo products of the split activation, docs/gmm.md §9.1).
 struct GmmAccView {
@@ -81,8 +93,7 @@ public:
     }
 
     // The dequant of K group g's partial at row offset off (a row's first column): int8 reads the group's int32
-    // sum; int4 recombines its two planes first, exactly, in int32: acc = 16·hi + lo + 8·colsum, evaluated as
-    // 8·(2·hi + colsum) + lo (no term overflows for K < 2^21, docs/gmm.md §9.1).
+    // sum; int4 recombines its two planes first (GmmRecombineInt4).
     __aicore__ inline void RunGroup(const GmmAccView& p, uint64_t off, uint32_t g,
                                     const AscendC::LocalTensor<int32_t>* colsum, const AscendC::LocalTensor<float>& ws,
                                     uint32_t len, float rowScale, const AscendC::LocalTensor<float>& dst) {
@@ -99,10 +110,7 @@ public:
         accQue_.EnQue(lo);
         hi = accQue_.DeQue<int32_t>();
         lo = accQue_.DeQue<int32_t>();
-        AscendC::Muls(hi, hi, int32_t(2), len);
-        AscendC::Add(hi, hi, *colsum, len);
-        AscendC::Muls(hi, hi, int32_t(8), len);
-        AscendC::Add(hi, hi, lo, len);
+        GmmRecombineInt4(hi, lo, *colsum, len);
         accQue_.FreeTensor(lo);
         AscendC::Cast(dst, hi, AscendC::RoundMode::CAST_RINT, len);  // int32 -> fp32, nearest even
         accQue_.FreeTensor(hi);
@@ -146,13 +154,28 @@ public:
         AscendC::DataCopyPad(a, acc, BlockCopyIn(rows, len, srcPitch, pitch), {false, 0, 0, 0});
         accQue_.EnQue(a);
         a = accQue_.DeQue<int32_t>();
-        AscendC::Cast(dst, a, AscendC::RoundMode::CAST_RINT, rows * pitch);  // int32 -> fp32, nearest even
-        accQue_.FreeTensor(a);
-        for (uint32_t r = 0; r < rows; ++r) {
-            AscendC::LocalTensor<float> row = dst[r * pitch];
-            AscendC::Muls(row, row, rowScale.GetValue(r), len);
-            AscendC::Mul(row, row, ws, len);
-        }
+        Scale(a, rows, len, pitch, rowScale, ws, dst);
+    }
+
+    // W4A8 (docs/gmm.md §9.1): the block's hi and lo products (the split's two planes of one K group, each rows x
+    // len, srcPitch apart in GM) come in as two strided copies, each row is recombined (GmmRecombineInt4, with the
+    // group's colsum slice), then dequantized as Run does: bit for bit DequantStep::RunGroup on each row.
+    __aicore__ inline void RunInt4(const AscendC::GlobalTensor<int32_t>& hiAcc,
+                                   const AscendC::GlobalTensor<int32_t>& loAcc, uint64_t srcPitch, uint32_t rows,
+                                   uint32_t len, uint32_t pitch, const AscendC::LocalTensor<float>& rowScale,
+                                   const AscendC::LocalTensor<int32_t>& colsum,
+                                   const AscendC::LocalTensor<float>& ws, const AscendC::LocalTensor<float>& dst) {
+        AscendC::LocalTensor<int32_t> hi = accQue_.AllocTensor<int32_t>();
+        AscendC::LocalTensor<int32_t> lo = accQue_.AllocTensor<int32_t>();
+        AscendC::DataCopyPad(hi, hiAcc, BlockCopyIn(rows, len, srcPitch, pitch), {false, 0, 0, 0});
+        AscendC::DataCopyPad(lo, loAcc, BlockCopyIn(rows, len, srcPitch, pitch), {false, 0, 0, 0});
+        accQue_.EnQue(hi);
+        accQue_.EnQue(lo);
+        hi = accQue_.DeQue<int32_t>();
+        lo = accQue_.DeQue<int32_t>();
+        for (uint32_t r = 0; r < rows; ++r) GmmRecombineInt4(hi[r * pitch], lo[r * pitch], colsum, len);
+        accQue_.FreeTensor(lo);
+        Scale(hi, rows, len, pitch, rowScale, ws, dst);
     }
 
     // GM -> UB of rows x len 4-byte elements, srcPitch apart in GM, pitch apart in UB: DataCopyExtParams' srcStride
@@ -165,6 +188,19 @@ public:
     }
 
 private:
+    // dst = (float(a) * rowScale[r]) * ws per row; frees `a` back to the accumulator queue.
+    __aicore__ inline void Scale(AscendC::LocalTensor<int32_t>& a, uint32_t rows, uint32_t len, uint32_t pitch,
+                                 const AscendC::LocalTensor<float>& rowScale, const AscendC::LocalTensor<float>& ws,
+                                 const AscendC::LocalTensor<float>& dst) {
+        AscendC::Cast(dst, a, AscendC::RoundMode::CAST_RINT, rows * pitch);  // int32 -> fp32, nearest even
+        accQue_.FreeTensor(a);
+        for (uint32_t r = 0; r < rows; ++r) {
+            AscendC::LocalTensor<float> row = dst[r * pitch];
+            AscendC::Muls(row, row, rowScale.GetValue(r), len);
+            AscendC::Mul(row, row, ws, len);
+        }
+    }
+
     AscendC::TQue<AscendC::TPosition::VECIN, 2> accQue_;
 };
 

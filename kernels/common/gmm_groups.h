@@ -159,46 +159,6 @@ __aicore__ inline bool GmmPrePass(GM_ADDR layerIndex, GM_ADDR groupList, uint32_
     return true;
 }
 
-// This core's even share [total·block/blocks, total·(block+1)/blocks) of the valid rows, walked as runs of
-// consecutive rows of one group: what a separate epilogue launch's every core does (the shares are contiguous, so a
-// core walks the groups once and its rows of one expert follow each other). Init runs the pre-pass first; false: the
-// launch is refused and nothing may be written.
-class GmmRowShare {
-public:
-    __aicore__ inline bool Init(GM_ADDR layerIndex, GM_ADDR groupList, uint32_t experts, uint32_t groups,
-                                uint32_t layers, uint32_t type, uint64_t capacity, GM_ADDR status, uint64_t block,
-                                uint64_t blocks) {
-        GmmDeviceArgs args;
-        if (!GmmPrePass(layerIndex, groupList, experts, groups, layers, type, capacity, status, &args)) return false;
-        row_ = args.total * block / blocks;
-        end_ = args.total * (block + 1) / blocks;
-        cursor_.Init(groupList, groups, type, args.layer);
-        cursor_.Next();
-        return true;
-    }
-
-    // Advances to the next run (rows of one group, within the share); false past the share's last row.
-    __aicore__ inline bool Next() {
-        row_ += rows_;
-        if (row_ >= end_) return false;
-        while (row_ >= cursor_.End() && cursor_.Next()) {
-        }  // rows < total always have a group
-        const uint64_t stop = cursor_.End() < end_ ? cursor_.End() : end_;
-        rows_ = stop - row_;
-        return true;
-    }
-
-    __aicore__ inline uint32_t Layer() const { return cursor_.Layer(); }
-    __aicore__ inline uint32_t Expert() const { return cursor_.Expert(); }
-    __aicore__ inline uint64_t Row0() const { return row_; }
-    __aicore__ inline uint64_t Rows() const { return rows_; }
-    __aicore__ inline uint64_t End() const { return end_; }  // one past the share's last row
-
-private:
-    GroupCursor cursor_;
-    uint64_t row_ = 0, rows_ = 0, end_ = 0;
-};
-
 // The GM address of layer `layer`'s tensor from a device-resident table of per-layer base addresses.
 template <typename T>
 __aicore__ inline __gm__ T* LayerAddress(GM_ADDR table, uint32_t slot) {

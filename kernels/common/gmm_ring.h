@@ -7,6 +7,7 @@
 
 #include "kernel_operator.h"
 
+#include "common/gmm_cube.h"
 #include "common/gmm_groups.h"
 #include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
 
@@ -45,27 +46,43 @@ private:
 __aicore__ inline void GmmRingWaitFull() { AscendC::CrossCoreWaitFlag<2, PIPE_MTE2>(kGmmRingFull); }
 __aicore__ inline void GmmRingRelease() { AscendC::CrossCoreSetFlag<2, PIPE_MTE3>(kGmmRingFree); }
 
-// The cube side of a mixed GMM kernel, written once for W1 and W2: the cube's Init and the pre-pass (a refused launch
-// writes nothing), then `kernel.Start(layer)` readies the core's walker `units` from the accepted layer, and while
-// `units.Next()`, `kernel.Compute(n)` computes the core's n-th unit into its slot between the ring's Acquire and
-// Publish; the outstanding frees are waited before the end. `kernel` is a class with __aicore__ members (device code
-// takes no lambdas).
-template <typename Cube, typename Units, typename Kernel>
-__aicore__ inline void GmmMixedCubeRun(Cube& cube, Units& units, GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex,
-                                       GM_ADDR table, GM_ADDR status, const GmmCubeTilingData& c, Kernel& kernel) {
-    cube.Init(x, groupList, layerIndex, table, nullptr, status, c);
-    GmmDeviceArgs args;
-    if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args))
-        return;
-    kernel.Start(args.layer);
-    GmmRingProducer slots;
-    while (units.Next()) {
-        slots.Acquire();
-        kernel.Compute(slots.Unit());
-        slots.Publish();
+// The cube side of a mixed GMM kernel, written once for W1 and W2 (CRTP: `Kernel` derives from
+// GmmMixedCube<Kernel, Walker>): the cube's Init and the pre-pass (a refused launch writes nothing), then
+// `Kernel::Start(layer)` readies the core's walker `units_` from the accepted layer, and while `units_.Next()`,
+// `Kernel::Compute(n)` computes the core's n-th unit into its slot between the ring's Acquire and Publish; the
+// outstanding frees are waited before the end. The kernel gives only those two hooks (device code takes no lambdas).
+template <typename Kernel, typename Walker>
+class GmmMixedCube {
+public:
+    __aicore__ inline void Run(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
+                               GM_ADDR status, const GmmCubeTilingData& c) {
+        c_ = &c;
+        groupList_ = groupList;
+        ring_ = ring;
+        core_ = static_cast<uint32_t>(AscendC::GetBlockIdx());
+        cube_.Init(x, groupList, layerIndex, table, nullptr, status, c);
+        GmmDeviceArgs args;
+        if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args))
+            return;
+        Kernel& kernel = *static_cast<Kernel*>(this);
+        kernel.Start(args.layer);
+        GmmRingProducer slots;
+        while (units_.Next()) {
+            slots.Acquire();
+            kernel.Compute(slots.Unit());
+            slots.Publish();
+        }
+        slots.Drain();
+        cube_.Finish();
     }
-    slots.Drain();
-    cube.Finish();
-}
+
+protected:
+    GmmInt8Cube cube_;
+    Walker units_;
+    const GmmCubeTilingData* c_ = nullptr;
+    GM_ADDR groupList_ = nullptr;
+    GM_ADDR ring_ = nullptr;
+    uint32_t core_ = 0;
+};
 
 }  // namespace cam::kernels

@@ -1,13 +1,13 @@
 // gmm_multi_layer (W2): out[m, h] = bf16((float(acc[m, h]) * y_scale[m]) * w_scale[l(m)][e(m)][h]), fp32 left to
 // right, both conversions round to nearest even; with an output scale, one more fp32 multiply before the bf16
 // rounding; with K groups, each group's partial dequantized with its own slice, added in group order.
-// W8A8: one mixed kernel (KERNEL_TYPE_MIX_AIC_1_2, docs/gmm.md §5): each AI core's cube core computes one unit (tm
-// rows of one group, one tn-wide n-tile) at a time into its GM ring and sets "full"; its two vector cores wait for it,
-// run the block epilogue over half the unit's rows each (one strided copy in, the dequant in UB, one strided copy
-// out) and set "free"; the cube computes the next unit meanwhile.
-// W4A8 (cube.int4): the split, the cube kernel (gmm_int8_cube) and the row epilogue kernel below, which recombines
-// acc from the split's two planes first (common/gmm_epilogue.h, RunGroup). Rows past the last group are never
-// written by either form.
+// One mixed kernel (KERNEL_TYPE_MIX_AIC_1_2, docs/gmm.md §5): each AI core's cube core computes one unit (tm rows of
+// one group, one tn-wide n-tile) at a time into its GM ring and sets "full"; its two vector cores wait for it, run
+// the block epilogue over half the unit's rows each (one strided copy in, the dequant in UB, one strided copy out)
+// and set "free"; the cube computes the next unit meanwhile. W4A8 (cube.int4, docs/gmm.md §9): x arrives split into
+// int4 hi / lo planes (the gmm_split_int4 launch before this one), the cube's unit is the group's two int32 planes,
+// and the block epilogue recombines them (GmmRecombineInt4) before the same dequant. Rows past the last group are
+// never written.
 #include "kernel_operator.h"
 
 #include "common/kernel_frame.h"
@@ -20,7 +20,7 @@
 
 namespace cam::kernels {
 
-// The per-layer tensors W2's epilogues read through the address table: w_scale [E, G, N] of the current layer
+// The per-layer tensors W2's vector side reads through the address table: w_scale [E, G, N] of the current layer
 // (bounded by the pre-pass), and with W4A8 the layer's colsums [E, G, N], which follow the scales in the table;
 // switched only when a group's layer differs.
 class GmmLayerScales {
@@ -51,104 +51,9 @@ private:
     int64_t layer_ = -1;  // the layer the tensors point at
 };
 
-class GmmMultiLayerEpilogue {
+class GmmMultiLayerCube : public GmmMixedCube<GmmMultiLayerCube, GmmTileUnits> {
 public:
-    __aicore__ inline void Init(GM_ADDR acc, GM_ADDR yScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table,
-                                GM_ADDR out, GM_ADDR status, const GmmMultiLayerTilingData& t) {
-        t_ = t;
-        groupList_ = groupList;
-        layerIndex_ = layerIndex;
-        layerScales_.Init(table, t.cube);
-        status_ = status;
-        const uint64_t elems = uint64_t(t.cube.m) * t.cube.n;
-        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc), elems * t.cube.kGroups * GmmAccPlanes(t.cube.int4));
-        planes_ = {acc_, elems, t.cube.int4};
-        yScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(yScale), t.cube.m);
-        out_.SetGlobalBuffer(reinterpret_cast<__gm__ bfloat16_t*>(out), elems);
-        dequant_.Init(pipe_, t.chunk);
-        scale_.Init(pipe_, t.chunk);
-        if (t.cube.int4) colsum_.Init(pipe_, t.chunk);
-        pipe_.InitBuffer(rowBuf_, UbBytes(uint64_t(t.chunk) * 4));
-        pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(t.chunk) * 2));
-        if (t.cube.kGroups > 1) pipe_.InitBuffer(partBuf_, UbBytes(uint64_t(t.chunk) * 4));
-    }
-
-    __aicore__ inline void Process() {
-        const GmmCubeTilingData& c = t_.cube;
-        GmmRowShare share;
-        if (!share.Init(layerIndex_, groupList_, c.experts, c.groups, c.layers, c.groupListType, c.m, status_,
-                        AscendC::GetBlockIdx(), t_.blockDim))
-            return;
-        while (share.Next()) {
-            layerScales_.Use(share.Layer());
-            for (uint64_t row = share.Row0(); row < share.Row0() + share.Rows(); ++row) {
-                const float ys = yScale_.GetValue(row);
-                for (uint32_t col = 0; col < c.n; col += t_.chunk) {
-                    const uint32_t len = c.n - col < t_.chunk ? c.n - col : t_.chunk;
-                    Chunk(row, share.Layer(), share.Expert(), col, len, ys);
-                }
-            }
-        }
-        scale_.Release();
-        colsum_.Release();
-    }
-
-private:
-    __aicore__ inline void Chunk(uint64_t row, uint32_t layer, uint32_t expert, uint32_t col, uint32_t len,
-                                 float ys) {
-        const uint64_t off = row * t_.cube.n + col;
-        AscendC::LocalTensor<float> f = rowBuf_.Get<float>();
-        // Per-group scales ([E, G, N]): each group's partial dequantized with its own slice, then summed in group
-        // order (docs/gmm.md §9.2); one group is the per-channel case.
-        const uint32_t groups = t_.cube.kGroups;
-        for (uint32_t g = 0; g < groups; ++g) {
-            AscendC::LocalTensor<float> part = g == 0 ? f : partBuf_.Get<float>();
-            const AscendC::LocalTensor<int32_t>* cs =
-                t_.cube.int4 ? &colsum_.Get(layerScales_.Colsums(), t_.cube.n, layer, expert * groups + g, col, len) : nullptr;
-            dequant_.RunGroup(planes_, off, g, cs, scale_.Get(layerScales_.WScale(), t_.cube.n, layer, expert * groups + g, col, len),
-                              len, ys, part);
-            if (g > 0) AscendC::Add(f, f, part, len);
-        }
-        if (t_.outScaled) AscendC::Muls(f, f, t_.outScale, len);
-
-        AscendC::LocalTensor<bfloat16_t> o = outQue_.AllocTensor<bfloat16_t>();
-        AscendC::Cast(o, f, AscendC::RoundMode::CAST_RINT, len);
-        outQue_.EnQue(o);
-        o = outQue_.DeQue<bfloat16_t>();
-        AscendC::DataCopyPad(out_[off], o, {1, len * 2u, 0, 0, 0});
-        outQue_.FreeTensor(o);
-    }
-
-    GmmMultiLayerTilingData t_{};
-    GmmLayerScales layerScales_;
-    GM_ADDR groupList_ = nullptr;
-    GM_ADDR layerIndex_ = nullptr;
-    GM_ADDR status_ = nullptr;
-    AscendC::TPipe pipe_;
-    DequantStep dequant_;
-    ScaleSlice scale_;  // w_scale of the current expert, kept while its rows stream through
-    ColsumSlice colsum_;  // W4A8: the current expert's colsums
-    AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
-    AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf_;
-    AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf_;  // one group's dequantized partial (kGroups > 1)
-    AscendC::GlobalTensor<int32_t> acc_;
-    AscendC::GlobalTensor<float> yScale_;
-    GmmAccView planes_;
-    AscendC::GlobalTensor<bfloat16_t> out_;
-};
-
-class GmmMultiLayerCube {
-public:
-    __aicore__ inline void Run(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
-                               GM_ADDR status, const GmmMultiLayerTilingData& t) {
-        c_ = &t.cube;
-        groupList_ = groupList;
-        ring_ = ring;
-        core_ = static_cast<uint32_t>(AscendC::GetBlockIdx());
-        GmmMixedCubeRun(cube_, units_, x, groupList, layerIndex, table, status, *c_, *this);
-    }
-
-    // GmmMixedCubeRun's hooks: the walker from the accepted layer, and the n-th unit into its slot.
+    // GmmMixedCube's hooks: the walker from the accepted layer, and the n-th unit into its slot.
     __aicore__ inline void Start(int64_t layer) {
         units_.Init(groupList_, c_->groups, c_->groupListType, layer, c_->tm, c_->nTiles, core_, c_->blockDim);
     }
@@ -160,19 +65,12 @@ public:
                       units_.Row0());
         cube_.ComputeTile(units_.Layer(), units_.Expert(), units_.Row0(), units_.Rows(), units_.NTile());
     }
-
-private:
-    GmmInt8Cube cube_;
-    GmmTileUnits units_;
-    const GmmCubeTilingData* c_ = nullptr;
-    GM_ADDR groupList_ = nullptr;
-    GM_ADDR ring_ = nullptr;
-    uint32_t core_ = 0;
 };
 
 // The vector side: per unit, this vector core's half of its rows (core 0 the first ceil(rows/2), core 1 the rest) in
-// blocks of at most blockRows rows: the block dequant (DequantBlock), K groups added in order, the output scale, the
-// bf16 Cast over the block and one strided copy into out.
+// blocks of at most blockRows rows: the block dequant (DequantBlock; W4A8 recombines each K group's hi and lo planes
+// first, RunInt4), K groups added in order, the output scale, the bf16 Cast over the block and one strided copy into
+// out.
 class GmmMultiLayerVector {
 public:
     __aicore__ inline void Run(GM_ADDR yScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
@@ -184,6 +82,7 @@ public:
         out_.SetGlobalBuffer(reinterpret_cast<__gm__ bfloat16_t*>(out), uint64_t(c.m) * c.n);
         block_.Init(pipe_, t.blockRows, t.pitch);
         scale_.Init(pipe_, t.pitch);
+        if (c.int4) colsum_.Init(pipe_, t.pitch);
         pipe_.InitBuffer(fBuf_, UbBytes(uint64_t(t.blockRows) * t.pitch * 4));
         if (c.kGroups > 1) pipe_.InitBuffer(partBuf_, UbBytes(uint64_t(t.blockRows) * t.pitch * 4));
         pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(t.blockRows) * t.pitch * 2));
@@ -212,7 +111,7 @@ public:
             const uint32_t col = units.NTile() * c.tn, len = c.n - col < c.tn ? c.n - col : c.tn;
             GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, n);
             acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(slot) + GmmMultiLayerSlotLead(c),
-                                 uint64_t(c.kGroups) * c.tm * c.n);
+                                 uint64_t(c.kGroups) * GmmAccPlanes(c.int4) * c.tm * c.n);
             for (uint32_t r0 = 0; r0 < count; r0 += t.blockRows) {
                 const uint32_t b = count - r0 < t.blockRows ? count - r0 : t.blockRows;
                 Block(units.Layer(), units.Expert(), begin + r0, units.Row0() + begin + r0, b, col, len, rs[r0]);
@@ -221,6 +120,7 @@ public:
             GmmRingRelease();
         }
         scale_.Release();
+        colsum_.Release();
     }
 
 private:
@@ -233,8 +133,16 @@ private:
         AscendC::LocalTensor<float> f = fBuf_.Get<float>();
         for (uint32_t g = 0; g < c.kGroups; ++g) {
             AscendC::LocalTensor<float> part = g == 0 ? f : partBuf_.Get<float>();
-            block_.Run(acc_[g * plane + uint64_t(slotRow) * c.n], c.n, rows, len, pitch, rs,
-                       scale_.Get(layerScales_.WScale(), c.n, layer, expert * c.kGroups + g, col, len), part);
+            const uint32_t slice = expert * c.kGroups + g;
+            const AscendC::LocalTensor<float>& ws = scale_.Get(layerScales_.WScale(), c.n, layer, slice, col, len);
+            if (c.int4) {
+                // The group's hi plane, then its lo plane (common/gmm_cube.h, StoreCInt4).
+                const uint64_t hi = uint64_t(kGmmInt4Planes) * g * plane + uint64_t(slotRow) * c.n;
+                block_.RunInt4(acc_[hi], acc_[hi + plane], c.n, rows, len, pitch, rs,
+                               colsum_.Get(layerScales_.Colsums(), c.n, layer, slice, col, len), ws, part);
+            } else {
+                block_.Run(acc_[g * plane + uint64_t(slotRow) * c.n], c.n, rows, len, pitch, rs, ws, part);
+            }
             if (g > 0) AscendC::Add(f, f, part, elems);
         }
         if (t_.outScaled) AscendC::Muls(f, f, t_.outScale, elems);
@@ -256,6 +164,7 @@ private:
     AscendC::TPipe pipe_;
     DequantBlock block_;
     ScaleSlice scale_;
+    ColsumSlice colsum_;  // W4A8: the group's colsums of these columns
     AscendC::TBuf<AscendC::TPosition::VECCALC> fBuf_, partBuf_, rowScaleBuf_;
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
     AscendC::GlobalTensor<int32_t> acc_;
@@ -273,22 +182,12 @@ extern "C" __global__ __aicore__ void cam_gmm_multi_layer(GM_ADDR x, GM_ADDR ySc
     if ASCEND_IS_AIC {
         cam::kernels::GmmMultiLayerCube op;
         static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
-        op.Run(x, groupList, layerIndex, table, ring, status, tiling);
+        op.Run(x, groupList, layerIndex, table, ring, status, tiling.cube);
     } else {
         cam::kernels::GmmMultiLayerVector op;
         static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
         op.Run(yScale, groupList, layerIndex, table, ring, out, status, tiling);
     }
-}
-
-extern "C" __global__ __aicore__ void cam_gmm_multi_layer_epilogue(GM_ADDR acc, GM_ADDR yScale, GM_ADDR groupList,
-                                                                   GM_ADDR layerIndex, GM_ADDR table, GM_ADDR out,
-                                                                   GM_ADDR status,
-                                                                   cam::kernels::GmmMultiLayerTilingData tiling) {
-    cam::kernels::GmmMultiLayerEpilogue op;
-    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
-    op.Init(acc, yScale, groupList, layerIndex, table, out, status, tiling);
-    op.Process();
 }
 
 #include "common/launch.h"
@@ -298,11 +197,4 @@ void cam::kernels::LaunchGmmMultiLayer(uint32_t blockDim, void* stream, uint8_t*
                                        uint8_t* out, uint8_t* status, const GmmMultiLayerTilingData& tiling) {
     CAM_KERNEL_LAUNCH(cam_gmm_multi_layer, blockDim, stream, x, yScale, groupList, layerIndex, table, ring, out, status,
                       tiling);
-}
-
-void cam::kernels::LaunchGmmMultiLayerEpilogue(uint32_t blockDim, void* stream, uint8_t* acc, uint8_t* yScale,
-                                               uint8_t* groupList, uint8_t* layerIndex, uint8_t* table, uint8_t* out,
-                                               uint8_t* status, const GmmMultiLayerTilingData& tiling) {
-    CAM_KERNEL_LAUNCH(cam_gmm_multi_layer_epilogue, blockDim, stream, acc, yScale, groupList, layerIndex, table, out,
-                      status, tiling);
 }

@@ -1,6 +1,5 @@
-// Tiling of gmm_multi_layer (W2). W8A8 (mixed == 1): one mixed kernel, the cube's tm x tn units handed to the vector
-// cores' block epilogue through a per-AI-core GM ring; W4A8: the shared cube kernel, then a vector epilogue over the
-// valid rows.
+// Tiling of gmm_multi_layer (W2): one mixed kernel, the cube's tm x tn units handed to the vector cores' block
+// epilogue through a per-AI-core GM ring; W4A8 launches the activation split before it.
 #pragma once
 
 #include <cstdint>
@@ -12,45 +11,37 @@
 namespace cam::kernels {
 
 struct GmmMultiLayerTilingData {
-    GmmCubeTilingData cube;
-    uint32_t blockDim;  // AIV cores of the epilogue
-    uint32_t chunk;     // output columns per pass, a multiple of 16 (32-byte bf16 runs)
+    GmmCubeTilingData cube;  // cube.blockDim AI cores
     uint32_t outScaled; // 1: out = bf16(c * outScale), an FFN-side routed scaling factor (docs/gmm.md §9.2)
     float outScale;     // finite fp32 (outScaled == 1)
-    GmmSplitInt4TilingData split;  // cube.int4: the activation split launched before the cube kernel
-    uint32_t mixed;     // 1: the W8A8 mixed kernel (blockDim above unused; cube.blockDim AI cores)
-    uint32_t pitch;     // mixed: UB row pitch of the block epilogue, elements: cube.tn rounded up to 16
-    uint32_t blockRows; // mixed: rows per block epilogue pass (UB-bound), at most ceil(cube.tm / 2)
+    GmmSplitInt4TilingData split;  // cube.int4: the activation split launched before the mixed kernel
+    uint32_t pitch;     // UB row pitch of the block epilogue, elements: cube.tn rounded up to 16
+    uint32_t blockRows; // rows per block epilogue pass (UB-bound), at most ceil(cube.tm / 2)
 };
 
 constexpr uint32_t kGmmEpilogueColAlign = 16;
 
-// UB bytes the W2 epilogue carves for `chunk` columns; `grouped` (per-group scales along K): one more fp32 row for
-// each group's dequantized partial before it is added; `int4` (W4A8): the colsum slice of the recombination.
-__aicore__ constexpr uint32_t GmmMultiLayerUbBytes(uint32_t chunk, bool grouped = false, bool int4 = false) {
-    return DequantUbBytes(chunk, int4)         // accumulator and w_scale in (common/gmm_epilogue.h)
-           + UbBytes(uint64_t(chunk) * 4)      // fp32 working row
-           + 2 * UbBytes(uint64_t(chunk) * 2)  // bf16 out, double buffered
-           + (grouped ? UbBytes(uint64_t(chunk) * 4) : 0);
-}
-
 // The mixed kernel's ring (kGmmRingSlots per AI core, common/gmm_ring.h), alternating unit by unit, so the unit the
 // cube computes never shares a slot with the one its vector cores may still be reading. A slot has room for the
-// accumulator rows of a row tile (tm rows, N apart as the cube's Fixpipe writes them; per K group a plane of tm x N),
+// accumulator rows of a row tile (tm rows, N apart as the cube's Fixpipe writes them; per K group a plane of tm x N,
+// two with W4A8: the split's hi and lo products),
 // and every unit is placed at the same origin, GmmMultiLayerSlotLead elements into the slot: a slot's units then
 // reuse the same tm x tn lines (L2-resident, docs/gmm.md §5) rather than walking all N columns.
 __aicore__ constexpr uint64_t GmmMultiLayerSlotLead(const GmmCubeTilingData& c) {
     return uint64_t(c.nTiles - 1) * c.tn;  // the last n-tile's first column: room to move the base back by n0
 }
 __aicore__ constexpr uint64_t GmmMultiLayerSlotBytes(const GmmCubeTilingData& c) {
-    return AlignUp((GmmMultiLayerSlotLead(c) + uint64_t(c.kGroups) * c.tm * c.n) * 4, 512);
+    return AlignUp((GmmMultiLayerSlotLead(c) + uint64_t(c.kGroups) * GmmAccPlanes(c.int4) * c.tm * c.n) * 4, 512);
 }
 
 // UB bytes of the block epilogue for blocks of `rows` x `pitch`: the int32 block in (double buffered), the fp32
 // block, with K groups one more fp32 block (a group's partial), the bf16 block out (double buffered), the w_scale
-// slice of `pitch` columns and the row tile's `tm` row scales.
-__aicore__ constexpr uint32_t GmmMultiLayerBlockUbBytes(uint32_t rows, uint32_t pitch, uint32_t tm, bool grouped) {
+// slice of `pitch` columns and the row tile's `tm` row scales; `int4` (W4A8): the colsum slice (the two int32 buffers
+// then hold a block's hi and lo products).
+__aicore__ constexpr uint32_t GmmMultiLayerBlockUbBytes(uint32_t rows, uint32_t pitch, uint32_t tm, bool grouped,
+                                                        bool int4 = false) {
     return 2 * UbBytes(uint64_t(rows) * pitch * 4)           // int32 in (common/gmm_epilogue.h, DequantBlock)
+           + (int4 ? UbBytes(uint64_t(pitch) * 4) : 0)       // colsum slice (ColsumSlice)
            + UbBytes(uint64_t(rows) * pitch * 4)             // fp32 block
            + (grouped ? UbBytes(uint64_t(rows) * pitch * 4) : 0)
            + 2 * UbBytes(uint64_t(rows) * pitch * 2)         // bf16 out

@@ -7,8 +7,7 @@
 // spills s (fp32) over the act half of its own accumulator row, which that pass has already consumed, and
 // re-reads it for the quant. W4A8 (cube.int4): acc is first recombined from the split's two planes (common/
 // gmm_epilogue.h, RunGroup); the spill then lands on the act half of the row's hi plane of group 0, as consumed.
-// The accumulator is the whole [M, N] one of the separate cube launch (Process), or a mixed kernel's slot of tm
-// rows (UseAcc, Rows).
+// The accumulator is the mixed kernel's ring slot of tm rows (UseAcc, Rows).
 #pragma once
 
 #include "kernel_operator.h"
@@ -22,14 +21,10 @@ namespace cam::kernels {
 
 class GmmSwigluQuantMultiLayerEpilogue {
 public:
-    __aicore__ inline void Init(GM_ADDR acc, GM_ADDR xScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table,
-                                GM_ADDR y, GM_ADDR yScale, GM_ADDR status, const GmmSwigluQuantMultiLayerTilingData& t) {
+    __aicore__ inline void Init(GM_ADDR xScale, GM_ADDR table, GM_ADDR y, GM_ADDR yScale,
+                                const GmmSwigluQuantMultiLayerTilingData& t) {
         t_ = t;
-        groupList_ = groupList;
-        layerIndex_ = layerIndex;
         table_ = table;
-        status_ = status;
-        if (acc != nullptr) UseAcc(acc, uint64_t(t.cube.m) * t.cube.n);
         xScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(xScale), t.cube.m);
         y_.SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(y), uint64_t(t.cube.m) * t.half);
         yScale_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(yScale), t.cube.m);
@@ -55,8 +50,7 @@ public:
         scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
     }
 
-    // The accumulator the rows are read from: planes of `plane` elements (M * N for the whole one; tm * N for a
-    // mixed kernel's slot, whose row r - row0 holds row r).
+    // The accumulator the rows are read from: the mixed kernel's ring slot, planes of `plane` = tm * N elements.
     __aicore__ inline void UseAcc(GM_ADDR acc, uint64_t plane) {
         acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc),
                              plane * t_.cube.kGroups * GmmAccPlanes(t_.cube.int4));
@@ -78,26 +72,6 @@ public:
         gateScale_.Release();
         actColsum_.Release();
         gateColsum_.Release();
-    }
-
-    __aicore__ inline void Process() {
-        GmmDeviceArgs args;
-        const GmmCubeTilingData& c = t_.cube;
-        if (!GmmPrePass(layerIndex_, groupList_, c.experts, c.groups, c.layers, c.groupListType, c.m, status_, &args))
-            return;
-        const uint64_t block = AscendC::GetBlockIdx(), blocks = t_.blockDim;
-        const uint64_t rowBegin = args.total * block / blocks, rowEnd = args.total * (block + 1) / blocks;
-        GroupCursor groups;
-        groups.Init(groupList_, c.groups, c.groupListType, args.layer);
-        groups.Next();
-        for (uint64_t row = rowBegin; row < rowEnd; ++row) {
-            while (row >= groups.End() && groups.Next()) {
-            }  // rows < total always have a group
-            UseLayer(groups.Layer());
-            layer_ = groups.Layer();
-            yScales_.Add(yScale_, row, Row(row, row, groups.Expert()), row + 1 == rowEnd);
-        }
-        Finish();
     }
 
 private:
@@ -205,10 +179,7 @@ private:
     GmmSwigluQuantMultiLayerTilingData t_{};
     int64_t wLayer_ = -1;  // the layer wScale_ points at
     uint32_t layer_ = 0;   // the current row's layer (its w_scale slices)
-    GM_ADDR groupList_ = nullptr;
-    GM_ADDR layerIndex_ = nullptr;
     GM_ADDR table_ = nullptr;
-    GM_ADDR status_ = nullptr;
     AscendC::TPipe pipe_;
     DequantStep dequant_;
     ScaleSlice actScale_, gateScale_;  // w_scale of the current expert's act / gate columns

@@ -1,9 +1,11 @@
-// gmm_swiglu_quant_multi_layer (W1). W8A8: one mixed kernel (KERNEL_TYPE_MIX_AIC_1_2, docs/gmm.md §5): each AI
-// core's cube core computes the int32 accumulator of one row tile (at most tm rows of one group, all N columns;
-// tiles sized to their group and dealt expert-major: gmm_swiglu_row_tiles.h) at a time into a slot of its own
-// two-slot GM ring and sets "full"; its two vector cores wait for it, run the epilogue (dequant, SwiGLU, per-token
-// quant: gmm_swiglu_epilogue.h) over half the tile's rows each, and set "free"; the cube computes the next tile into
-// the other slot meanwhile. W4A8: the split, cube and epilogue launches (the epilogue kernel below).
+// gmm_swiglu_quant_multi_layer (W1): one mixed kernel (KERNEL_TYPE_MIX_AIC_1_2, docs/gmm.md §5): each AI core's
+// cube core computes the int32 accumulator of one row tile (at most tm rows of one group, all N columns; tiles sized
+// to their group and dealt expert-major: gmm_swiglu_row_tiles.h) at a time into a slot of its own two-slot GM ring
+// and sets "full"; its two vector cores wait for it, run the epilogue (dequant, SwiGLU, per-token quant:
+// gmm_swiglu_epilogue.h) over half the tile's rows each, and set "free"; the cube computes the next tile into the
+// other slot meanwhile. W4A8 (cube.int4, docs/gmm.md §9): x arrives split into int4 hi / lo planes (the
+// gmm_split_int4 launch before this one), a slot holds each K group's hi and lo planes, and the epilogue recombines
+// them (GmmRecombineInt4) before the same dequant.
 #include "kernel_operator.h"
 
 #include "common/kernel_frame.h"
@@ -16,33 +18,16 @@
 
 namespace cam::kernels {
 
-class GmmSwigluQuantMultiLayerCube {
+class GmmSwigluQuantMultiLayerCube : public GmmMixedCube<GmmSwigluQuantMultiLayerCube, GmmSwigluRowTiles> {
 public:
-    __aicore__ inline void Run(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
-                               GM_ADDR status, const GmmSwigluQuantMultiLayerTilingData& t) {
-        c_ = &t.cube;
-        groupList_ = groupList;
-        ring_ = ring;
-        core_ = static_cast<uint32_t>(AscendC::GetBlockIdx());
-        GmmMixedCubeRun(cube_, tiles_, x, groupList, layerIndex, table, status, *c_, *this);
-    }
-
-    // GmmMixedCubeRun's hooks: the walker from the accepted layer, and the n-th row tile into its slot.
+    // GmmMixedCube's hooks: the walker from the accepted layer, and the n-th row tile into its slot.
     __aicore__ inline void Start(int64_t layer) {
-        tiles_.Init(groupList_, c_->groups, c_->groupListType, layer, c_->tm, core_, c_->blockDim);
+        units_.Init(groupList_, c_->groups, c_->groupListType, layer, c_->tm, core_, c_->blockDim);
     }
     __aicore__ inline void Compute(uint32_t n) {
-        cube_.UseSlot(GmmRingSlot(ring_, GmmSwigluSlotBytes(*c_), core_, n), tiles_.Row0());
-        cube_.ComputeRows(tiles_.Layer(), tiles_.Expert(), tiles_.Row0(), tiles_.Rows());
+        cube_.UseSlot(GmmRingSlot(ring_, GmmSwigluSlotBytes(*c_), core_, n), units_.Row0());
+        cube_.ComputeRows(units_.Layer(), units_.Expert(), units_.Row0(), units_.Rows());
     }
-
-private:
-    GmmInt8Cube cube_;
-    GmmSwigluRowTiles tiles_;
-    const GmmCubeTilingData* c_ = nullptr;
-    GM_ADDR groupList_ = nullptr;
-    GM_ADDR ring_ = nullptr;
-    uint32_t core_ = 0;
 };
 
 class GmmSwigluQuantMultiLayerVector {
@@ -50,7 +35,7 @@ public:
     __aicore__ inline void Run(GM_ADDR xScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR ring,
                                GM_ADDR y, GM_ADDR yScale, GM_ADDR status, const GmmSwigluQuantMultiLayerTilingData& t) {
         const GmmCubeTilingData& c = t.cube;
-        epilogue_.Init(nullptr, xScale, groupList, layerIndex, table, y, yScale, status, t);
+        epilogue_.Init(xScale, table, y, yScale, t);
         GmmDeviceArgs args;
         if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args,
                         false))
@@ -87,21 +72,12 @@ extern "C" __global__ __aicore__ void cam_gmm_swiglu_quant_multi_layer(
     if ASCEND_IS_AIC {
         cam::kernels::GmmSwigluQuantMultiLayerCube op;
         static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
-        op.Run(x, groupList, layerIndex, table, ring, status, tiling);
+        op.Run(x, groupList, layerIndex, table, ring, status, tiling.cube);
     } else {
         cam::kernels::GmmSwigluQuantMultiLayerVector op;
         static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
         op.Run(xScale, groupList, layerIndex, table, ring, y, yScale, status, tiling);
     }
-}
-
-extern "C" __global__ __aicore__ void cam_gmm_swiglu_quant_multi_layer_epilogue(
-    GM_ADDR acc, GM_ADDR xScale, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR y, GM_ADDR yScale,
-    GM_ADDR status, cam::kernels::GmmSwigluQuantMultiLayerTilingData tiling) {
-    cam::kernels::GmmSwigluQuantMultiLayerEpilogue op;
-    static_assert(cam::kernels::FitsKernelFrame<decltype(op)>(), "op object over the kernel frame budget");
-    op.Init(acc, xScale, groupList, layerIndex, table, y, yScale, status, tiling);
-    op.Process();
 }
 
 #include "common/launch.h"
@@ -112,12 +88,4 @@ void cam::kernels::LaunchGmmSwigluQuantMultiLayer(uint32_t blockDim, void* strea
                                                   const GmmSwigluQuantMultiLayerTilingData& tiling) {
     CAM_KERNEL_LAUNCH(cam_gmm_swiglu_quant_multi_layer, blockDim, stream, x, xScale, groupList, layerIndex, table,
                       ring, y, yScale, status, tiling);
-}
-
-void cam::kernels::LaunchGmmSwigluQuantMultiLayerEpilogue(uint32_t blockDim, void* stream, uint8_t* acc, uint8_t* xScale,
-                                                uint8_t* groupList, uint8_t* layerIndex, uint8_t* table, uint8_t* y,
-                                                uint8_t* yScale, uint8_t* status,
-                                                const GmmSwigluQuantMultiLayerTilingData& tiling) {
-    CAM_KERNEL_LAUNCH(cam_gmm_swiglu_quant_multi_layer_epilogue, blockDim, stream, acc, xScale, groupList, layerIndex,
-                      table, y, yScale, status, tiling);
 }

@@ -1,4 +1,5 @@
-// Tiling of gmm_swiglu_quant_multi_layer (W1): the shared cube kernel, then a vector epilogue over the valid rows.
+// Tiling of gmm_swiglu_quant_multi_layer (W1): one mixed kernel, the cube's row tiles handed to the vector cores'
+// epilogue through a per-AI-core GM ring; W4A8 launches the activation split before it.
 #pragma once
 
 #include <cstdint>
@@ -11,13 +12,12 @@ namespace cam::kernels {
 
 struct GmmSwigluQuantMultiLayerTilingData {
     GmmCubeTilingData cube;  // cube.n = N, the full act|gate width
-    uint32_t blockDim;       // AIV cores of the epilogue
     uint32_t half;           // N / 2: output columns
     uint32_t chunk;          // output columns per pass, a multiple of 32 (32-byte int8 runs)
     uint32_t passes;         // ceil(half / chunk); > 1 spills s to the workspace and re-reads it for the quant
     uint32_t clamp;          // 1: the clamped SwiGLU (swiglu_limit): act = min(act, limit), gate in [-limit, limit]
     float limit;             // swiglu_limit as fp32 (clamp == 1): >= 0, or +inf
-    GmmSplitInt4TilingData split;  // cube.int4: the activation split launched before the cube kernel
+    GmmSplitInt4TilingData split;  // cube.int4: the activation split launched before the mixed kernel
 };
 
 constexpr uint32_t kGmmSwigluColAlign = 32;

@@ -10,19 +10,15 @@ using kernels::CeilDiv;
 
 namespace {
 
-// Preferred tiles: a 128 x 128 int32 C tile and 256-deep L0 steps fill A2's halves of L0A/L0B/L0C exactly
-// (2 x 32 KiB, 2 x 32 KiB, 64 KiB) with double-buffered operands; smaller problems shrink to their size. int8: L1
-// takes K in chunks of up to kPreferredTk1 so that one A copy and one B copy feed several L0 steps (a copy's fixed
-// cost is shared, docs/gmm.md §5); int4: one copy per step.
-constexpr uint32_t kPreferredTm = 128;
-constexpr uint32_t kPreferredTn = 128;
+// Tiles shrink to the problem and the platform's buffers from these preferred sizes. 256-deep L0 steps (W2's W4A8
+// tiles). int8: L1 takes K in chunks of up to kPreferredTk1 so that one A copy and one B copy feed several L0 steps
+// (a copy's fixed cost is shared, docs/gmm.md §5); int4: one copy per step.
 constexpr uint32_t kPreferredTk = 256;
-// The wide form (TileGmmCube's `wide`): a 128 x 256 C tile (all of L0C) and 128-deep steps (L0A 2 x 16 KiB, L0B
-// 2 x 32 KiB).
+// The wide n-tiles: 256 columns (the mixed W1 kernel's, both formats) and, with int8, 128-deep steps.
 constexpr uint32_t kWideTn = 256;
 constexpr uint32_t kWideTk = 128;
 constexpr uint32_t kPreferredTk1 = 1024;
-// The tall form (TileGmmCube's `tall`): a 160 x 192 C tile (120 KiB of L0C) and 160-deep steps (L0A 2 x 50 KiB, L0B
+// The tall form (the mixed W2 kernel's, W8A8): a 160 x 192 C tile (120 KiB of L0C) and 160-deep steps (L0A 2 x 50 KiB, L0B
 // 2 x 60 KiB): row tiles of up to 160 rows, so a group of 129-160 rows is one row tile, not a full one and a sliver,
 // and streams its weights once (W2's mixed kernel: each row tile streams its expert's weight strip).
 constexpr uint32_t kTallTm = 160;
@@ -41,6 +37,18 @@ constexpr uint32_t kMixedTmMax = 144;
 // that fits beside them: an A copy pays a burst per row (up to 144) where B's pays one per 32-column block (7), so
 // A's copies are made the fewer (docs/gmm.md §5).
 constexpr uint32_t kMixedTk1B = 512;
+
+// The mixed W1 kernel's W4A8 row tiles: L0C holds each tile's hi and lo planes, so 64 rows x 256 columns fill it;
+// 192-deep steps leave 64 rows of x at DeepSeek-V3's K = 7168 (64 x 7168 bytes of int4 pairs) resident in L1 beside
+// two B steps, so a row tile reads x once rather than once per n-tile (docs/gmm.md §9).
+constexpr uint32_t kW4a8W1Tm = 64;
+constexpr uint32_t kW4a8W1Tk = 192;
+// The mixed W2 kernel's W4A8 tiles: 96 x 160 (2 x 96 x 160 int32, 120 KiB of L0C). Row tiles are sized to their
+// group, so a group of 129-192 rows is two tiles with 128 rows or 96 alike, and the wider n-tiles load each row
+// tile's x from L1 into L0A fewer times than 128 x 128 would. The model predicts them faster at DeepSeek-V3's
+// 4096-16384-token rounds, even at 16384 where 520 rows take six row tiles instead of five (docs/gmm.md §9.5).
+constexpr uint32_t kW4a8W2Tm = 96;
+constexpr uint32_t kW4a8W2Tn = 160;
 
 bool Fits(const PlatformInfo& p, uint32_t tm, uint32_t tn, uint32_t tk, uint32_t int4) {
     return kernels::GmmL1Bytes(tm, tn, tk, int4) <= p.l1Bytes && kernels::GmmL0ABytes(tm, tk) <= p.l0aBytes &&
@@ -74,14 +82,6 @@ bool TileGmmCubeWith(const PlatformInfo& platform, const GmmShape& s, kernels::G
                      std::string* why, GmmCubeTiles pref);
 
 }  // namespace
-
-bool TileGmmCube(const PlatformInfo& platform, const GmmShape& s, kernels::GmmCubeTilingData* out, std::string* why,
-                 bool wide, bool tall) {
-    return TileGmmCubeWith(platform, s, out, why,
-                           tall   ? GmmCubeTiles{kTallTm, kTallTn, kTallTk, false}
-                           : wide ? GmmCubeTiles{kPreferredTm, kWideTn, kWideTk, false}
-                                  : GmmCubeTiles{kPreferredTm, kPreferredTn, kPreferredTk, false});
-}
 
 namespace {
 
@@ -212,45 +212,33 @@ bool TileGmmSplitInt4(const PlatformInfo& platform, const kernels::GmmCubeTiling
 bool TileGmmMultiLayer(const PlatformInfo& platform, const GmmShape& s, kernels::GmmMultiLayerTilingData* out,
                        std::string* why) {
     kernels::GmmMultiLayerTilingData t{};
-    // W8A8 runs as the mixed kernel, W4A8 as the separate launches. The mixed kernel's row tiles each stream their
-    // expert's whole weight: the tall form (a group of up to 160 rows reads its weights once), or the taller one
-    // when a group of the average size (M over the groups: the host does not see the sizes) takes fewer row tiles
-    // of it (at DeepSeek-V3's 16384-token rounds, about 520 rows: three tiles instead of four).
+    // One mixed kernel for both formats. Its row tiles each stream their expert's whole weight: W8A8 takes the tall
+    // form (a group of up to 160 rows reads its weights once), or the taller one when a group of the average size
+    // (M over the groups: the host does not see the sizes) takes fewer row tiles of it (at DeepSeek-V3's
+    // 16384-token rounds, about 520 rows: three tiles instead of four). W4A8's L0C holds each tile's hi and lo
+    // planes: its tiles are 96 x 160 (kW4a8W2Tm).
     const uint64_t groups = std::max<uint64_t>(s.groupListType == kernels::kGroupListTable ? s.groups : s.experts, 1);
     const uint64_t average = CeilDiv(s.m, groups);
-    const bool taller = !s.int4 && CeilDiv(average, kTallerTm) < CeilDiv(average, kTallTm);
-    if (!(taller ? TileGmmCubeWith(platform, s, &t.cube, why, GmmCubeTiles{kTallerTm, kTallerTn, kTallTk, false})
-                 : TileGmmCube(platform, s, &t.cube, why, false, !s.int4)))
-        return false;
+    const bool taller = CeilDiv(average, kTallerTm) < CeilDiv(average, kTallTm);
+    const GmmCubeTiles tiles = s.int4   ? GmmCubeTiles{kW4a8W2Tm, kW4a8W2Tn, kPreferredTk, false}
+                               : taller ? GmmCubeTiles{kTallerTm, kTallerTn, kTallTk, false}
+                                        : GmmCubeTiles{kTallTm, kTallTn, kTallTk, false};
+    if (!TileGmmCubeWith(platform, s, &t.cube, why, tiles)) return false;
     if (!TileGmmSplitInt4(platform, t.cube, &t.split, why)) return false;
     const bool grouped = s.kGroups > 1, int4 = s.int4;
-    if (!int4) {
-        t.mixed = 1;
-        t.pitch = static_cast<uint32_t>(AlignUp(t.cube.tn, kernels::kGmmEpilogueColAlign));
-        // Rows per block pass: as many of a vector core's half of a unit as UB holds.
-        const uint32_t half = (t.cube.tm + 1) / 2;
-        const uint32_t pitch = t.pitch, tm = t.cube.tm;
-        for (uint32_t r = half; r >= 1; --r) {
-            if (kernels::GmmMultiLayerBlockUbBytes(r, pitch, tm, grouped) <= platform.ubBytes) {
-                t.blockRows = r;
-                break;
-            }
+    t.pitch = static_cast<uint32_t>(AlignUp(t.cube.tn, kernels::kGmmEpilogueColAlign));
+    // Rows per block pass: as many of a vector core's half of a unit as UB holds.
+    const uint32_t half = (t.cube.tm + 1) / 2;
+    for (uint32_t r = half; r >= 1; --r) {
+        if (kernels::GmmMultiLayerBlockUbBytes(r, t.pitch, t.cube.tm, grouped, int4) <= platform.ubBytes) {
+            t.blockRows = r;
+            break;
         }
-        if (t.blockRows == 0) {
-            *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue block";
-            return false;
-        }
-        *out = t;
-        return true;
     }
-    const uint32_t cap = static_cast<uint32_t>(AlignUp(s.n, kernels::kGmmEpilogueColAlign));
-    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmEpilogueColAlign, cap,
-                           [grouped, int4](uint32_t c) { return kernels::GmmMultiLayerUbBytes(c, grouped, int4); });
-    if (t.chunk == 0) {
-        *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue pass";
+    if (t.blockRows == 0) {
+        *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue block";
         return false;
     }
-    t.blockDim = std::max<uint32_t>(platform.aivCores, 1);
     *out = t;
     return true;
 }
@@ -262,8 +250,9 @@ bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& 
         return false;
     }
     kernels::GmmSwigluQuantMultiLayerTilingData t{};
-    // W8A8 runs as the mixed kernel (row tiles of at most kMixedTmMax rows); W4A8 as the separate cube launch.
-    if (!(s.int4 ? TileGmmCube(platform, s, &t.cube, why)
+    // One mixed kernel for both formats: W8A8 with row tiles of at most kMixedTmMax rows; W4A8 with row tiles of at
+    // most kW4a8W1Tm rows, x resident in L1.
+    if (!(s.int4 ? TileGmmCubeWith(platform, s, &t.cube, why, GmmCubeTiles{kW4a8W1Tm, kWideTn, kW4a8W1Tk, false})
                  : TileGmmCubeWith(platform, s, &t.cube, why,
                                    GmmCubeTiles{kMixedTmMax, kWideTn, kWideTk, true, kMixedTk1B})))
         return false;
@@ -279,7 +268,6 @@ bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& 
         return false;
     }
     t.passes = static_cast<uint32_t>(CeilDiv(t.half, t.chunk));
-    t.blockDim = std::max<uint32_t>(platform.aivCores, 1);
     *out = t;
     return true;
 }

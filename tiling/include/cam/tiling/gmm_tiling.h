@@ -21,16 +21,6 @@ struct GmmShape {
     bool int4 = false;      // W4A8 route (a): packed int4 weights, the activation split into int4 halves (§9)
 };
 
-// Tile sizes of the cube kernel within L1 / L0A / L0B / L0C; blockDim = AIC cores.
-// wide: 128 x 256 C tiles with 128-deep L0 steps (for a kernel whose cube streams x once per n-tile of a row tile:
-// half the n-tiles, half the x reads); otherwise 128 x 128 with 256-deep steps. The mixed W1 kernel's own form
-// (taller row tiles, as wide as L0C then allows) is chosen by TileGmmSwigluQuantMultiLayer.
-// tall: 160 x 192 C tiles with 160-deep steps (the mixed W2 kernel, whose every row tile streams its expert's weight
-// strip: a group of up to 160 rows reads its weights once).
-bool TileGmmCube(const PlatformInfo& platform, const GmmShape& shape, kernels::GmmCubeTilingData* out,
-                 std::string* why,
-                 bool wide = false, bool tall = false);
-
 // W4A8's activation split (a no-op tiling when cube.int4 is 0); called by the two ops' tilings.
 bool TileGmmSplitInt4(const PlatformInfo& platform, const kernels::GmmCubeTilingData& cube,
                       kernels::GmmSplitInt4TilingData* out, std::string* why);
