@@ -5,6 +5,8 @@
 // cores). Usage: syncall_mix <case> [timing]. Prints "OK" and exits 0 when the launch succeeds and every vector core
 // wrote the maximum, prints the twin's error and exits 1 when it fails. Lines marked "@case:<name>" are where each
 // violation must be reported.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
