@@ -65,6 +65,14 @@ def test_mixed_syncall_violation_is_reported(binary, source_root, case):
         assert any(re.search(rf"tests/twin/syncall_mix\.cpp:{line}\b", message) for line in lines), message
 
 
+def test_mixed_barrier_wait_is_bounded(binary):
+    """The cube core of AI core 1 neither reaches the barrier nor leaves: the other cores' wait ends by the bound."""
+    result = run(binary, "stuck", timeout_s="2")
+    message = result.stdout.strip()
+    assert result.returncode == 1 and "rule 'syncall-timeout' broken" in message, message + result.stderr
+    assert "in kernel stuck block" in message, message
+
+
 def test_mixed_barrier_is_costed_as_the_vector_only_one(binary):
     """One vector core arrives late; the launch ends at its arrival plus syncall_cycles plus one Adds, the closed form
     of the vector-only join, and the early cores' wait is a SyncAll stall."""

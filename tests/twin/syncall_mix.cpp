@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernel_operator.h"
@@ -28,7 +30,7 @@ constexpr uint32_t kBlockFloats = 8;  // one 32-byte block per vector core
 constexpr uint32_t kExtra = 50;       // the timing case's extra Adds on one vector core
 constexpr uint32_t kElems = 4096;
 
-enum class Case { Good, VectorAivOnly, CubeAivOnly, VectorSkips, CubeSkips, TooManyAiCores, NoBatchMode, Join };
+enum class Case { Good, VectorAivOnly, CubeAivOnly, VectorSkips, CubeSkips, Stuck, TooManyAiCores, NoBatchMode, Join };
 Case gCase = Case::Good;
 
 float ValueOf(uint32_t vectorCore) { return float((vectorCore * 7 + 3) % 11) - 4.0f; }
@@ -81,6 +83,12 @@ void Kernel(GM_ADDR slotsGm, GM_ADDR outGm) {
     if (ASCEND_IS_AIC) {
         if (gCase == Case::CubeAivOnly) {
             SyncAll<true>();  // @case:cube_aiv_only
+        } else if (gCase == Case::Stuck && GetBlockIdx() == 1) {
+            // Test scaffolding, not a kernel idiom: the cube core of AI core 1 neither reaches the barrier nor
+            // leaves the kernel (a core stuck elsewhere) until the launch is aborted, bounded on the host.
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+            while (!cam::twin::LaunchAbortedNow() && std::chrono::steady_clock::now() < deadline)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
         } else if (gCase != Case::CubeSkips || GetBlockIdx() != 1) {
             SyncAll<false>();  // @case:no_batch_mode
         }
@@ -150,7 +158,7 @@ int main(int argc, char** argv) {
         Case c;
     } cases[] = {{"good_exchange", Case::Good},           {"vector_aiv_only", Case::VectorAivOnly},
                  {"cube_aiv_only", Case::CubeAivOnly},     {"vector_skips", Case::VectorSkips},
-                 {"cube_skips", Case::CubeSkips},          {"too_many_ai_cores", Case::TooManyAiCores},
+                 {"cube_skips", Case::CubeSkips},          {"stuck", Case::Stuck},          {"too_many_ai_cores", Case::TooManyAiCores},
                  {"no_batch_mode", Case::NoBatchMode},     {"join", Case::Join}};
     bool found = false;
     for (const auto& c : cases)
