@@ -111,7 +111,8 @@ struct LaunchState {
     std::mutex mutex;
     uint32_t arrived = 0;
     uint64_t generation = 0;
-    uint32_t finished = 0;
+    uint32_t finished = 0;  // cores that left the kernel: blocks, and a mixed launch's vector cores
+    std::string firstLeft;  // the first of them, as a syncall-exit message names it
     bool aborted = false;
     // Futex word of SyncAll waiters: bumped when the barrier opens, a block finishes or the launch is aborted.
     std::atomic<uint32_t> barrierEvent{0};
@@ -227,9 +228,16 @@ void BlockBarrier(bool isAIVOnly, const std::source_location& where) {
                   "SyncAll while the write-back of the clean at " + CallSite(clean) + " was never waited for: the other blocks may read the line before it lands "
                       "(DataSyncBarrier<MemDsbT::ALL> after the clean)",
                   where);
-    CAM_TWIN_CHECK(block.mix == nullptr, "syncall-mix-unmodeled",
-                   "SyncAll in a 1:2 mixed launch: the twin does not model the cube and vector cores' joint barrier "
-                   "(order the cores of one AI core with CrossCoreSetFlag / CrossCoreWaitFlag)",
+    // In a 1:2 mixed launch SyncAll.md defines the hard barrier as isAIVOnly = false: the vector cores' all-core
+    // sync, the cube cores', then the two joined, so every core of the launch takes part. The vector-only form is
+    // defined for a pure vector kernel only; what it does with a mixed launch's cube cores is not said, so it is
+    // refused, whichever core calls it.
+    const bool mixed = block.mix != nullptr;
+    CAM_TWIN_CHECK(!mixed || !isAIVOnly, "syncall-mix-aiv-only",
+                   "SyncAll<isAIVOnly = true> in a 1:2 mixed launch (on a " +
+                       std::string(block.sub >= 0 ? "vector" : "cube") +
+                       " core): the docs define the vector-only barrier for a pure vector kernel; a mixed kernel's "
+                       "barrier is SyncAll<false>, called by every cube and vector core",
                    where);
     const LaunchWindows* desc = block.launch ? block.launch->windows : nullptr;
     CAM_TWIN_CHECK(desc == nullptr || desc->batchMode, "syncall-batch-mode",
@@ -251,20 +259,24 @@ void BlockBarrier(bool isAIVOnly, const std::source_location& where) {
                        (block.kernelType == KERNEL_TYPE_MIX_AIV_1_0 ? "vector-only (MIX_AIV_1_0)" : "cube+vector") +
                        " kernel",
                    where);
-    CAM_TWIN_CHECK(block.blockNum <= platform.aivCores, "syncall-cores",
+    // Every block the barrier waits for must be resident. A mixed launch's blocks are AI cores, whose count the
+    // launch was already held to when it declared its kernel type (cube-cores).
+    CAM_TWIN_CHECK(mixed || block.blockNum <= platform.aivCores, "syncall-cores",
                    "SyncAll with blockDim " + std::to_string(block.blockNum) + " > " +
                        std::to_string(platform.aivCores) + " vector cores of platform " + platform.name +
                        " (not all blocks can be resident: the hardware deadlocks)",
                    where);
+    const uint32_t cores = mixed ? 3 * block.blockNum : block.blockNum;
     LaunchState& launch = *block.launch;
     std::unique_lock<std::mutex> lock(launch.mutex);
     if (launch.aborted) throw LaunchAborted();
     if (launch.finished > 0) {
         lock.unlock();
-        Violation("syncall-exit", "SyncAll while another block already left the kernel (hardware deadlock)", where);
+        Violation("syncall-exit", "SyncAll while " + launch.firstLeft + " already left the kernel (hardware deadlock)",
+                  where);
     }
     const uint64_t generation = launch.generation;
-    if (++launch.arrived == launch.blockDim) {
+    if (++launch.arrived == cores) {
         launch.arrived = 0;
         ++launch.generation;
         Signal(launch.barrierEvent);
@@ -279,8 +291,8 @@ void BlockBarrier(bool isAIVOnly, const std::source_location& where) {
         if (launch.aborted) throw LaunchAborted();
         if (launch.finished > 0) {
             lock.unlock();
-            Violation("syncall-exit", "a block left the kernel while this one waits in SyncAll (hardware deadlock)",
-                      where);
+            Violation("syncall-exit",
+                      launch.firstLeft + " left the kernel while this core waits in SyncAll (hardware deadlock)", where);
         }
         const auto now = std::chrono::steady_clock::now();
         if (now >= deadline) {
@@ -435,10 +447,12 @@ void RunBlock(LaunchState& launch, uint32_t idx, int sub, MixGroup* mix) {
     const uint32_t timingIdx = sub < 0 ? idx : launch.blockDim + 2 * idx + uint32_t(sub);
     TimeBlockEnd(timingIdx, ctx.coreKind, ctx.mix != nullptr ? int32_t(idx) : -1, int8_t(sub));
     tBlock = nullptr;
-    if (sub >= 0) return;  // a vector core: the launch counts its blocks
     std::lock_guard<std::mutex> lock(launch.mutex);
-    ++launch.finished;
-    if (launch.blockDim > 1) Signal(launch.barrierEvent);  // a SyncAll waiter learns a block left; alone, none waits
+    if (launch.finished++ == 0)
+        launch.firstLeft = sub < 0 ? (ctx.mix != nullptr ? "the cube core of AI core " : "block ") + std::to_string(idx)
+                                   : "vector core " + std::to_string(sub) + " of AI core " + std::to_string(idx);
+    // A SyncAll waiter learns a core left; a lone block has no waiter.
+    if (launch.blockDim > 1 || !launch.groups.empty()) Signal(launch.barrierEvent);
 }
 
 }  // namespace

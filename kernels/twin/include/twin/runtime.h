@@ -126,8 +126,9 @@ void CheckScalarStoreTarget(const void* addr, const std::source_location& where)
 // checked against the other blocks' writes into it since the last SyncAll (signal-order, LaunchWindows::signals).
 void CheckPeerWriteOrder(const void* addr, uint64_t bytes, const std::source_location& where);
 
-// Barrier across the blocks of the current launch (SyncAll). Fails loudly when blockDim exceeds the vector cores
-// (the hardware would deadlock) or when a block has left the kernel while others wait.
+// Barrier across the blocks of the current launch (SyncAll); in a 1:2 mixed launch across every cube and vector
+// core (isAIVOnly false, the only form defined there). Fails loudly when blockDim exceeds the vector cores (the
+// hardware would deadlock) or when a core has left the kernel while others wait.
 void BlockBarrier(bool isAIVOnly, const std::source_location& where);
 
 // The launch of the calling block was aborted (another block broke a rule): a wait must end.

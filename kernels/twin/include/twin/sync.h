@@ -25,7 +25,8 @@ namespace AscendC {
 // with host time.
 inline int64_t GetSystemCycle() { return cam::twin::SystemCycle(); }
 
-// Hard SyncAll. isAIVOnly as in the Ascend C header: true for a vector-only (KERNEL_TYPE_MIX_AIV_1_0) kernel.
+// Hard SyncAll. isAIVOnly as in the Ascend C header: true for a vector-only (KERNEL_TYPE_MIX_AIV_1_0) kernel, false
+// for a mixed kernel (every cube and vector core of the launch meets).
 template <bool isAIVOnly = true>
 void SyncAll(const std::source_location where = std::source_location::current()) {
     cam::twin::TimeSyncAll();
