@@ -8,7 +8,7 @@
 #include "common/device_status_write.h"
 #include "common/group_table.h"
 #include "common/ub_math.h"
-#include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
+#include "common/gmm_cube_tiling_data.h"
 
 namespace cam::kernels {
 
