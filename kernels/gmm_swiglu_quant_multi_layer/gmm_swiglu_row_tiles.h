@@ -8,8 +8,8 @@
 
 #include "kernel_operator.h"
 
-#include "common/gmm_groups.h"
 #include "common/gmm_cube_tiling_data.h"
+#include "common/gmm_groups.h"
 
 namespace cam::kernels {
 
