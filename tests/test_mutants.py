@@ -15,7 +15,7 @@ Three kinds of runs, each sharing what it can:
 - one W2 call through the SDK (tests/twin/gmm_fixpipe.cpp: N = 72, one N tile narrower than the cube's 96-column
   one; K = 300, two accumulating k steps into a small tile; a one-row group; before it the same call in W4A8 at
   K = 301, through the int4 tile loop), linked from the same shared objects
-  with only the GMM kernels rebuilt per mutant (the W8A8 call runs W2's mixed kernel, the W4A8 one the cube kernel);
+  with only the GMM kernels rebuilt per mutant (both calls run W2's mixed kernel, the W4A8 one after the split);
 - one dynamic_quant call through the SDK (tests/twin/quant_rules.cpp: 1000 columns, 16 vector repeats a row), the
   same way with only the dynamic_quant kernel rebuilt;
 - compile-only mutants, for what bisheng refuses to compile and the twin's headers refuse the same way (a
@@ -120,7 +120,7 @@ MUTANTS = {
     # the first review's: a signal into a peer's window by scalar store and clean instead of MTE3 from UB
     "peer_scalar_signal": ("plane", "peer-scalar-store", None),
     # the first review's: GM_ADDR a = ..., b = ...; (GM_ADDR is a macro: b is a uint8_t)
-    "gm_addr_list": ("compile", "gm_addr", "gmm_int8_cube/gmm_int8_cube.cpp"),
+    "gm_addr_list": ("compile", "gm_addr", "gmm_multi_layer/gmm_multi_layer.cpp"),
     # the first review's: AscendC::event_t, which bisheng does not declare (event_t is global)
     "ascendc_event_t": ("compile", "event", "dynamic_quant/dynamic_quant.cpp"),
     # a device function that calls itself (the device runs no recursion)
@@ -314,10 +314,10 @@ def plane_runs(plane_build):
 
 
 # op mutant kind -> (its driver in tests/twin/, the kernel sources rebuilt per mutant, under kernels/). The GMM cube
-# loop (common/gmm_cube.h) is compiled into the cube kernel and into W1's and W2's mixed kernels: all are rebuilt.
+# loop (common/gmm_cube.h) is compiled into W1's and W2's mixed kernels: both are rebuilt.
 OP_RUNS = {
-    "gmm": ("gmm_fixpipe.cpp", "gmm_int8_cube/gmm_int8_cube.cpp",
-            "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.cpp", "gmm_multi_layer/gmm_multi_layer.cpp"),
+    "gmm": ("gmm_fixpipe.cpp", "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.cpp",
+            "gmm_multi_layer/gmm_multi_layer.cpp"),
     "quant": ("quant_rules.cpp", "dynamic_quant/dynamic_quant.cpp"),
 }
 

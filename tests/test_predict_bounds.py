@@ -1,7 +1,10 @@
 """Op bounds from semantics (cam/bench/bounds.py, docs/twin.md "Op bounds"), against goldens worked by hand for a
 tiny plane, and the predict report's reading of a timing file (cam/bench/predict.py)."""
 
+import glob
 import json
+import os
+import re
 
 import pytest
 import torch
@@ -78,7 +81,7 @@ def _launch(kernel, device, l2, seconds, block_dim=2):
 def test_report_sums_gmm_launches_and_takes_the_slowest_rank(tmp_path):
     path = tmp_path / "t.jsonl"
     lines = [{"constants": {"a3": {}, "a2": {}}}, {"marker": "gmm_multi_layer"},
-             _launch("cam_gmm_int8_cube", "a3", "lo", 3.0), _launch("cam_gmm_multi_layer_epilogue", "a3", "lo", 1.0),
+             _launch("cam_gmm_split_int4", "a3", "lo", 3.0), _launch("cam_gmm_multi_layer", "a3", "lo", 1.0),
              {"marker": "plane"}, _launch("cam_dispatch_recv", "a3", "lo", 2.0),
              _launch("cam_dispatch_recv", "a3", "lo", 5.0), _launch("cam_dispatch_recv", "a3", "hi", 9.0)]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
@@ -214,3 +217,17 @@ def test_chain_floor_with_one_attention_rank_by_hand():
     # The Attention rank's egress carries all 3 (token, rank) rows of 8 B (2.4 s), W1 48 MACs (48 s), W2 24 (24 s),
     # its ingress 2 tokens x 2 rows x 4 bf16 (3.2 s): 77.6 s, above the chain bound's 1.6 + 48 + 24 + 2.4 = 76.
     assert ffn_chain_floor_one_sender(b) == pytest.approx(2.4 + 48 + 24 + 3.2)
+
+
+def test_every_kernel_predict_names_is_a_kernel_the_library_declares():
+    # A name left behind by a removed kernel costs nothing and traces nothing, silently: the default --trace would be
+    # empty. Read from the checkout's kernel sources (an entry is `__global__ __aicore__ void cam_...`).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    declared = set()
+    for path in glob.glob(os.path.join(root, "kernels", "*", "*.cpp")):
+        with open(path) as f:
+            declared |= set(re.findall(r"__global__\s+__aicore__\s+void\s+(cam_\w+)", f.read()))
+    assert "cam_gmm_multi_layer" in declared  # control: the scan finds the entries
+    named = {k for kernels in predict._KERNELS.values() for k in kernels}
+    assert named <= declared, f"predict.py names kernels no source declares: {sorted(named - declared)}"
+    assert predict.TRACE_KERNEL in predict._KERNELS["gmm_swiglu_quant_multi_layer"]

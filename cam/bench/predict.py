@@ -40,15 +40,15 @@ _KERNELS = {
     "dynamic_quant": ("cam_dynamic_quant",),
     "dispatch_send": ("cam_dispatch_send",),
     "dispatch_recv": ("cam_dispatch_recv",),
-    # W4A8 adds the activation split (cam_gmm_split_int4) before the cube kernel (docs/gmm.md §9); W1 with W8A8 is
-    # one mixed kernel (cam_gmm_swiglu_quant_multi_layer), and so is W2 (cam_gmm_multi_layer).
-    "gmm_swiglu_quant_multi_layer": ("cam_gmm_swiglu_quant_multi_layer", "cam_gmm_split_int4", "cam_gmm_int8_cube",
-                                     "cam_gmm_swiglu_quant_multi_layer_epilogue"),
-    "gmm_multi_layer": ("cam_gmm_multi_layer", "cam_gmm_split_int4", "cam_gmm_int8_cube",
-                        "cam_gmm_multi_layer_epilogue"),
+    # W1 is one mixed kernel (cam_gmm_swiglu_quant_multi_layer), and so is W2 (cam_gmm_multi_layer); W4A8 launches
+    # the activation split (cam_gmm_split_int4) before either (docs/gmm.md §9).
+    "gmm_swiglu_quant_multi_layer": ("cam_gmm_swiglu_quant_multi_layer", "cam_gmm_split_int4"),
+    "gmm_multi_layer": ("cam_gmm_multi_layer", "cam_gmm_split_int4"),
     "combine_send": ("cam_combine_send",),
     "combine_recv": ("cam_combine_recv",),
 }
+# --trace's default: W1's mixed kernel, its cube and vector cores on one timeline.
+TRACE_KERNEL = "cam_gmm_swiglu_quant_multi_layer"
 # The per-rank bandwidth production EP kernels publish on A3 (sgl-project/sgl-kernel-npu README, DeepEP-Ascend,
 # normal mode, EP8, 4096 tokens, H 7168, top-8; anchors-4.md section 2). Printed beside the prediction, never used.
 EXTERNAL_A3_EP8_4096 = {"dispatch": 146e9, "combine": 125e9}
@@ -280,8 +280,8 @@ def _critical(rec: dict, consts: dict) -> str:
 
 
 def _op_cost(op: str, parsed: dict, device: str, l2: str) -> dict | None:
-    """The op's predicted cost: the sum of its launches (GMM: the cube launch and its epilogue); for a plane op, the
-    slowest rank's launch (every FFN rank runs its own)."""
+    """The op's predicted cost: the sum of its launches (GMM with W4A8: the split and the mixed kernel); for a plane
+    op, the slowest rank's launch (every FFN rank runs its own)."""
     section = "plane" if op in ("dispatch_send", "dispatch_recv", "combine_send", "combine_recv") else op
     # Several Attention ranks: the combine's own groups (_worker), each launch one work item.
     if op == "combine_send" and "combine_spread" in parsed["launches"]:
@@ -321,7 +321,7 @@ def _op_cost(op: str, parsed: dict, device: str, l2: str) -> dict | None:
 
 
 def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, trace: str | None = None,
-            trace_kernel: str = "cam_gmm_int8_cube", weights: str = "w8a8", shape: str = "deepseek-v3",
+            trace_kernel: str = TRACE_KERNEL, weights: str = "w8a8", shape: str = "deepseek-v3",
             attention: int = 1, replicated: int = REPLICATED) -> dict:
     """Runs each round size's worker and costs what it recorded. trace: write the first round's first launch of
     `trace_kernel` as a Perfetto trace (one track per pipe per core; A3, L2 low end). shape: a key of SHAPES;
@@ -505,7 +505,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per round size's child process")
     p.add_argument("--trace", metavar="FILE", help="write the first round's first launch of --trace-kernel as a "
                                                    "Perfetto trace (one track per pipe per core)")
-    p.add_argument("--trace-kernel", default="cam_gmm_int8_cube", help="kernel name for --trace")
+    p.add_argument("--trace-kernel", default=TRACE_KERNEL, help="kernel name for --trace (default: W1's)")
     p.add_argument("--from-json", metavar="FILE", help="print a recorded --json result instead of running")
     p.set_defaults(run=_run)
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/device_status_record.h"
-#include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
+#include "common/gmm_cube_tiling_data.h"
 
 namespace cam::host {
 

@@ -3,7 +3,7 @@
 // table. GM -> L1 (x: ND -> NZ copy; W: already FRACTAL_NZ, burst copy) -> L0A (LoadData) / L0B
 // (LoadDataWithTranspose) -> Mmad -> L0C -> Fixpipe (NZ -> ND) into an int32 accumulator: a small per-core ring slot
 // of tm rows that the same mixed kernel's vector cores read after a cross-core flag (UseSlot: W1 and W2, both
-// formats), or the whole [M, N] one of the cube-only kernel (kernels/gmm_int8_cube, which no op launches now).
+// formats).
 // W4A8 (tiling int4, docs/gmm.md §9): x arrives split into int4 hi / lo planes (kernels/gmm_split_int4), the weights
 // are packed int4 ZN fractals; only the inner tile loop differs (ComputeUnitInt4): a unit's A tile is its hi rows
 // then its lo rows (2·mAl rows), one int4 x int4 Mmad per k step fills both row planes of L0C, and Fixpipe stores
@@ -12,25 +12,17 @@
 
 #include "kernel_operator.h"
 
+#include "common/gmm_cube_tiling_data.h"
 #include "common/gmm_groups.h"
-#include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
 
 namespace cam::kernels {
 
 class GmmInt8Cube {
 public:
-    __aicore__ inline void Init(GM_ADDR x, GM_ADDR groupList, GM_ADDR layerIndex, GM_ADDR table, GM_ADDR acc,
-                                GM_ADDR status, const GmmCubeTilingData& t) {
+    // The accumulator is given per unit (UseSlot).
+    __aicore__ inline void Init(GM_ADDR x, GM_ADDR table, const GmmCubeTilingData& t) {
         t_ = t;
-        groupList_ = groupList;
-        layerIndex_ = layerIndex;
         table_ = table;
-        status_ = status;
-        accPlane_ = uint64_t(t.m) * t.n;
-        accRow0_ = 0;
-        if (acc != nullptr)
-            acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(acc),
-                                 uint64_t(t.kGroups) * GmmAccPlanes(t.int4) * accPlane_);
         if (t.int4) {
             InitInt4(x);
             return;
@@ -44,41 +36,6 @@ public:
         pipe_.InitBuffer(a2_, kGmmL1Buffers, t.tm * t.tk);
         pipe_.InitBuffer(b2_, kGmmL1Buffers, t.tk * t.tn);
         pipe_.InitBuffer(c_, 1, t.tm * t.tn * 4);
-    }
-
-    __aicore__ inline void Process() {
-        GmmDeviceArgs args;
-        if (!GmmPrePass(layerIndex_, groupList_, t_.experts, t_.groups, t_.layers, t_.groupListType, t_.m, status_,
-                        &args))
-            return;
-        const uint64_t expertBytes = ExpertBytes();
-
-        // Units (expert, m-tile, n-tile) are numbered over all experts jointly and dealt round robin, so one expert
-        // holding every row spreads over all cores and empty experts cost nothing.
-        const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx());
-        uint64_t unit = 0;
-        GroupCursor groups;
-        groups.Init(groupList_, t_.groups, t_.groupListType, args.layer);
-        while (groups.Next()) {
-            const uint64_t rows = groups.End() - groups.Start();
-            if (rows > 0) UseLayer(groups.Layer(), expertBytes);
-            const uint64_t mTiles = CeilDiv(rows, t_.tm);
-            const uint64_t units = mTiles * t_.nTiles;
-            // First unit of this expert that belongs to this core.
-            uint64_t u = (core + t_.blockDim - unit % t_.blockDim) % t_.blockDim;
-            for (; u < units; u += t_.blockDim) {
-                const uint64_t mt = u / t_.nTiles;
-                const uint32_t nt = static_cast<uint32_t>(u % t_.nTiles);
-                const uint64_t row0 = groups.Start() + mt * t_.tm;
-                const uint32_t mLen = static_cast<uint32_t>(rows - mt * t_.tm < t_.tm ? rows - mt * t_.tm : t_.tm);
-                if (t_.int4)
-                    ComputeUnitInt4(groups.Expert(), row0, mLen, nt, expertBytes);
-                else
-                    ComputeUnit(groups.Expert(), row0, mLen, nt, expertBytes);
-            }
-            unit += units;
-        }
-        Finish();
     }
 
     // The accumulator of the rows [row0, row0 + tm) alone (a mixed kernel's workspace slot): K group g's partial of
@@ -465,10 +422,7 @@ private:
 
     GmmCubeTilingData t_{};
     int64_t wLayer_ = -1;  // the layer w_ points at
-    GM_ADDR groupList_ = nullptr;
-    GM_ADDR layerIndex_ = nullptr;
     GM_ADDR table_ = nullptr;
-    GM_ADDR status_ = nullptr;
     AscendC::TPipe pipe_;
     AscendC::TQue<AscendC::TPosition::A1, kGmmL1Buffers> a1_;  // streamed A tiles (aResident == 0)
     AscendC::TQue<AscendC::TPosition::A1, 1> aRes_;            // resident A (aResident == 1)
@@ -490,8 +444,8 @@ private:
     AscendC::GlobalTensor<int4b_t> x4_;  // int4: the split activation's hi and lo planes
     AscendC::GlobalTensor<int4b_t> w4_;  // int4: the current layer's packed weights
     AscendC::GlobalTensor<int32_t> acc_;
-    uint64_t accPlane_ = 0;  // elements of one accumulator plane: M * N, or tm * N for a slot
-    uint64_t accRow0_ = 0;   // the first row the accumulator holds
+    uint64_t accPlane_ = 0;  // elements of one accumulator plane: tm * N of the slot
+    uint64_t accRow0_ = 0;   // the first row the slot holds
 
 public:
     // One unit: n-tile nt of the rows [row0, row0 + mLen) of `expert` of `layer` (the W2 mixed kernel hands each

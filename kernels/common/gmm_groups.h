@@ -6,9 +6,9 @@
 #include "kernel_operator.h"
 
 #include "common/device_status_write.h"
+#include "common/gmm_cube_tiling_data.h"
 #include "common/group_table.h"
 #include "common/ub_math.h"
-#include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
 
 namespace cam::kernels {
 

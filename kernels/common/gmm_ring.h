@@ -8,8 +8,8 @@
 #include "kernel_operator.h"
 
 #include "common/gmm_cube.h"
+#include "common/gmm_cube_tiling_data.h"
 #include "common/gmm_groups.h"
-#include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
 
 namespace cam::kernels {
 
@@ -60,7 +60,7 @@ public:
         groupList_ = groupList;
         ring_ = ring;
         core_ = static_cast<uint32_t>(AscendC::GetBlockIdx());
-        cube_.Init(x, groupList, layerIndex, table, nullptr, status, c);
+        cube_.Init(x, table, c);
         GmmDeviceArgs args;
         if (!GmmPrePass(layerIndex, groupList, c.experts, c.groups, c.layers, c.groupListType, c.m, status, &args))
             return;

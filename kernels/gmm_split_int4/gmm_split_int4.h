@@ -2,7 +2,7 @@
 // [2][M, kSplit] (hi, then lo) in the workspace, before the cube kernel reads them.
 #pragma once
 
-#include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
+#include "common/gmm_cube_tiling_data.h"
 #include "gmm_split_int4/gmm_split_int4_tiling_data.h"
 
 namespace cam::kernels {

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
+#include "common/gmm_cube_tiling_data.h"
 #include "common/ub_math.h"
-#include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
 #include "gmm_split_int4/gmm_split_int4_tiling_data.h"
 
 namespace cam::kernels {

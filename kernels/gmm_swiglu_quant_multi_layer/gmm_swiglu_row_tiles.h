@@ -8,8 +8,8 @@
 
 #include "kernel_operator.h"
 
+#include "common/gmm_cube_tiling_data.h"
 #include "common/gmm_groups.h"
-#include "gmm_int8_cube/gmm_int8_cube_tiling_data.h"
 
 namespace cam::kernels {
 

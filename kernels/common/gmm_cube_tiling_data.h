@@ -1,4 +1,5 @@
-// Tiling of the int8 grouped-matmul cube kernel shared by W1 and W2 (acc = x . W[l][e] in int32), passed by value.
+// Tiling of the cube half of the layer-select grouped matmuls (common/gmm_cube.h: acc = x . W[l][e] in int32), which
+// W1's and W2's mixed kernels embed in their own tiling data, passed by value.
 // Filled by tiling/src/gmm_tiling.cpp. Tile sizes are fixed on the host; the work-unit list is derived on the
 // device from group_list (docs/gmm.md §5), because the host never sees the group sizes.
 #pragma once
