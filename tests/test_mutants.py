@@ -109,7 +109,8 @@ MUTANTS = {
     # W2's mixed kernel: the vector cores read a unit from the ring without waiting for the cube's "full"
     # (whichever side of the race the threads meet first: the read of unpublished bytes, or the cube's write over
     # bytes read without a free it waited for)
-    "w2_read_before_full": ("gmm", ("cross-core-read-before-flag", "cross-core-write-before-free"),
+    "w2_read_before_full": ("gmm", ("cross-core-read-before-flag", "cross-core-write-before-free",
+                                     "cross-core-unmatched-set"),
                             "cam_gmm_multi_layer"),
     # the first review's: ReduceMax's work buffer of one element per repeat (it writes value and index)
     "reduce_work_half": ("quant", "ub-bounds", "cam_dynamic_quant"),

@@ -151,6 +151,18 @@ def test_routing_stats_under_a_placement_by_hand():
     assert s["counts"] == [[0, 1], [1, 2]]
 
 
+def test_routing_stats_counts_span_the_placements_slots_so_several_rounds_line_up():
+    # One round uses slots 0..1 of each rank; a placement of 3 slots per rank: every rank's counts have 3 entries
+    # (a round whose rows miss the last slot would otherwise give shorter lists, and zipping several Attention
+    # ranks' counts would drop that slot's rows).
+    placed = torch.tensor([[[1, 0], [0, 1]], [[1, 1], [1, 1]]])
+    s = routing_stats(IDS, E=4, F=2, placed=placed, slots_per_rank=3)
+    assert s["counts"] == [[0, 1, 0], [1, 2, 0]]
+    assert [sum(c) for c in s["counts"]] == s["rows"]
+    with pytest.raises(ValueError, match="slots_per_rank 1 is below the highest slot routed"):
+        routing_stats(IDS, E=4, F=2, placed=placed, slots_per_rank=1)
+
+
 def test_hottest_experts_by_hand():
     # loads: expert 2 x3, expert 0 x2, expert 5 x2, expert 1 x1; -1 is an empty slot, not an expert.
     ids = torch.tensor([[2, 0, -1], [2, 5, 1], [2, 0, 5]], dtype=torch.int32)

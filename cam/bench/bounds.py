@@ -19,11 +19,13 @@ _SCALE = 4   # fp32 scale per row
 _ID = 4      # int32 expert id / fp32 combine weight
 
 
-def routing_stats(ids, E: int, F: int, placed=None) -> dict:
+def routing_stats(ids, E: int, F: int, placed=None, slots_per_rank: int | None = None) -> dict:
     """From [tokens, K] expert ids (-1: empty slot): per FFN rank its expert rows, distinct tokens, per-slot
     counts; the Attention rank's (token, rank) pairs in total. placed: the [tokens, K, 2] (FFN index, local slot)
     of every row under a placement table (cam.placement.Placement.route; -1 for an empty slot), when the experts
-    are not placed contiguously (E / F per rank)."""
+    are not placed contiguously (E / F per rank). slots_per_rank: the length of every rank's counts (the
+    placement's slots_per_rank, so counts of several Attention ranks' rounds line up slot by slot); without it,
+    one past the highest slot any row of this round uses."""
     import torch
 
     ids = ids.to(torch.int64)
@@ -36,6 +38,10 @@ def routing_stats(ids, E: int, F: int, placed=None) -> dict:
         placed = placed.to(torch.int64)
         rank_of, slot_of = placed[..., 0], placed[..., 1]
         per_rank = int(slot_of.max()) + 1 if slot_of.numel() else 1
+        if slots_per_rank is not None:
+            if slots_per_rank < per_rank:
+                raise ValueError(f"slots_per_rank {slots_per_rank} is below the highest slot routed ({per_rank - 1})")
+            per_rank = slots_per_rank
     rows, pairs, counts = [], [], []
     for r in range(F):
         hit = rank_of == r

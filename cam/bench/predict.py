@@ -120,7 +120,8 @@ def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8", sh
     A = attention
     ids_of = [_ids(tokens, routing, shape, seed=7919 * a) for a in range(A)]
     placement = _placement(torch.cat(ids_of), routing, shape, replicated)
-    item_stats = [routing_stats(ids, E, F, placement.route(0, ids) if placement is not None else None)
+    item_stats = [routing_stats(ids, E, F, placement.route(0, ids) if placement is not None else None,
+                                slots_per_rank=placement.slots_per_rank if placement is not None else None)
                   for ids in ids_of]
     stats = {"rows": [sum(st["rows"][f] for st in item_stats) for f in range(F)],
              "pairs": [sum(st["pairs"][f] for st in item_stats) for f in range(F)],
