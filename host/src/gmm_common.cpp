@@ -9,6 +9,7 @@
 
 #include "common/device_status_record.h"
 #include "common/gmm_cube_tiling_data.h"
+#include "gmm_split_int4/gmm_split_int4.h"
 
 namespace cam::host {
 
@@ -175,6 +176,17 @@ GmmWorkspace GmmRingWorkspace(uint64_t ringBytes, const GmmArgs& a) {
         w.bytes = kernels::AlignUp(w.split + split, kAlign);
     }
     return w;
+}
+
+uint8_t* LaunchGmmCubeActivations(aclrtStream stream, uint8_t* x, uint8_t* groupList, uint8_t* layerIndex,
+                                  uint8_t* workspace, const GmmWorkspace& ws,
+                                  const cam::kernels::GmmCubeTilingData& cube,
+                                  const cam::kernels::GmmSplitInt4TilingData& split) {
+    if (!cube.int4) return x;
+    uint8_t* planes = workspace + ws.split;
+    cam::kernels::LaunchGmmSplitInt4(split.blockDim, stream, x, groupList, layerIndex, planes, workspace + ws.status,
+                                     cube, split);
+    return planes;
 }
 
 uint8_t* PersistentGmmTable(const GmmArgs& a) {

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "cam/acl_compat.h"
+#include "common/gmm_cube_tiling_data.h"
+#include "gmm_split_int4/gmm_split_int4_tiling_data.h"
 #include "tensor.h"
 
 namespace cam::host {
@@ -40,6 +42,13 @@ struct GmmWorkspace {
     uint64_t bytes = 0;
 };
 GmmWorkspace GmmRingWorkspace(uint64_t ringBytes, const GmmArgs& a);
+
+// The activations a mixed GMM kernel's cube reads: x itself (W8A8), or (W4A8, cube.int4) x's hi / lo int4 planes,
+// which this launches the split to write into the workspace's `split` region first, on the same stream.
+uint8_t* LaunchGmmCubeActivations(aclrtStream stream, uint8_t* x, uint8_t* groupList, uint8_t* layerIndex,
+                                  uint8_t* workspace, const GmmWorkspace& ws,
+                                  const cam::kernels::GmmCubeTilingData& cube,
+                                  const cam::kernels::GmmSplitInt4TilingData& split);
 
 // Table the kernels index with the device's layer_index: weights[0..L), then scales[0..L), then (W4A8) colsums.
 std::vector<uint8_t> GmmAddressTable(const GmmArgs& args);

@@ -6,7 +6,6 @@
 #include "executor.h"
 #include "gmm_common.h"
 #include "gmm_multi_layer/gmm_multi_layer.h"
-#include "gmm_split_int4/gmm_split_int4.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -80,13 +79,7 @@ extern "C" aclnnStatus aclnnCamGmmMultiLayerW4A8GetWorkspaceSize(
                       o = ov.data](void* workspace, aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);
             return LaunchWithDeviceStatus(stream, base + ws.status, "gmm_multi_layer", [&] {
-                uint8_t* cubeX = y;
-                if (tiling.cube.int4) {
-                    // The split planes, not y, are the cube's activations.
-                    cubeX = base + ws.split;
-                    cam::kernels::LaunchGmmSplitInt4(tiling.split.blockDim, stream, y, gl, li, cubeX,
-                                                     base + ws.status, tiling.cube, tiling.split);
-                }
+                uint8_t* cubeX = LaunchGmmCubeActivations(stream, y, gl, li, base, ws, tiling.cube, tiling.split);
                 cam::kernels::LaunchGmmMultiLayer(tiling.cube.blockDim, stream, cubeX, ys, gl, li, table,
                                                   base + ws.acc, o, base + ws.status, tiling);
             });

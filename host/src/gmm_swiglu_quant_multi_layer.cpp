@@ -5,7 +5,6 @@
 #include "device_status.h"
 #include "executor.h"
 #include "gmm_common.h"
-#include "gmm_split_int4/gmm_split_int4.h"
 #include "gmm_swiglu_quant_multi_layer/gmm_swiglu_quant_multi_layer.h"
 #include "status.h"
 #include "tensor.h"
@@ -87,13 +86,7 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerW4A8GetWorkspaceSize(
                       ysd = sv.data](void* workspace, aclrtStream stream) {
             auto* base = static_cast<uint8_t*>(workspace);
             return LaunchWithDeviceStatus(stream, base + ws.status, "gmm_swiglu_quant_multi_layer", [&] {
-                uint8_t* cubeX = xd;
-                if (tiling.cube.int4) {
-                    // The split planes, not x, are the cube's activations.
-                    cubeX = base + ws.split;
-                    cam::kernels::LaunchGmmSplitInt4(tiling.split.blockDim, stream, xd, gl, li, cubeX,
-                                                     base + ws.status, tiling.cube, tiling.split);
-                }
+                uint8_t* cubeX = LaunchGmmCubeActivations(stream, xd, gl, li, base, ws, tiling.cube, tiling.split);
                 cam::kernels::LaunchGmmSwigluQuantMultiLayer(tiling.cube.blockDim, stream, cubeX, xs, gl, li, table,
                                                              base + ws.acc, yd, ysd, base + ws.status, tiling);
             });

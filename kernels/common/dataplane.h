@@ -343,6 +343,48 @@ private:
     AscendC::TQue<AscendC::TPosition::VECIN, 2> que_;
 };
 
+// Two UB buffers taken in turn by an MTE2 fill and the MTE3 copies out of it: a buffer is refilled only after
+// MTE3 read it, each buffer on its own event (EVENT_ID4 / EVENT_ID5) so the other buffer's writes run on while one
+// waits. CopyStream and RowBatch take their turns through it.
+class BufferTurns {
+public:
+    // The buffer the next fill goes to.
+    __aicore__ inline int Current() const { return cur_; }
+
+    // Before MTE2 fills the current buffer: MTE3 has finished reading it.
+    __aicore__ inline void WaitCurrent() { Wait(cur_); }
+
+    // After the MTE3 copies out of the current buffer are issued: it is handed back, the other one is current.
+    __aicore__ inline void HandBack() {
+        if (cur_ == 0) {
+            AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID4);
+        } else {
+            AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID5);
+        }
+        pending_[cur_] = true;
+        cur_ ^= 1;
+    }
+
+    // Waits for the MTE3 reads of both buffers still in flight.
+    __aicore__ inline void Drain() {
+        for (int b = 0; b < 2; ++b) Wait(b);
+    }
+
+private:
+    __aicore__ inline void Wait(int b) {
+        if (!pending_[b]) return;
+        if (b == 0) {
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID4);
+        } else {
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID5);
+        }
+        pending_[b] = false;
+    }
+
+    int cur_ = 0;
+    bool pending_[2] = {false, false};  // an MTE3 read of that buffer not yet waited for
+};
+
 // Copies GM -> UB -> GM through two buffers of a chunk taken in turn: a copy's MTE3 write runs while the next
 // copy's MTE2 read fills the other buffer (a ByteMover waits for each write before its next read). Drain() before
 // the buffers' last writes are waited on by anything else (the launch's end, a SyncAll); a seal after the copies
@@ -358,45 +400,25 @@ public:
     __aicore__ inline void Copy(GM_ADDR dst, GM_ADDR src, uint64_t bytes) {
         for (uint64_t done = 0; done < bytes;) {
             const uint32_t n = static_cast<uint32_t>(bytes - done < chunk_ ? bytes - done : chunk_);
-            WaitWrites(cur_);
-            AscendC::LocalTensor<uint8_t> b = ub_[static_cast<uint32_t>(cur_ * chunk_)];
+            turns_.WaitCurrent();
+            AscendC::LocalTensor<uint8_t> b = ub_[static_cast<uint32_t>(turns_.Current() * chunk_)];
             AscendC::DataCopyPad(b, TensorAt<uint8_t>(src, done, n), {1, n, 0, 0, 0}, {false, 0, 0, 0});
             AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(EVENT_ID2);
             AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(EVENT_ID2);
             AscendC::DataCopyPad(TensorAt<uint8_t>(dst, done, n), b, {1, n, 0, 0, 0});
-            if (cur_ == 0) {
-                AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID4);
-            } else {
-                AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID5);
-            }
-            pending_[cur_] = true;
-            cur_ ^= 1;
+            turns_.HandBack();
             done += n;
         }
     }
 
     // Waits for the MTE3 reads of both buffers still in flight.
-    __aicore__ inline void Drain() {
-        for (int b = 0; b < 2; ++b) WaitWrites(b);
-    }
+    __aicore__ inline void Drain() { turns_.Drain(); }
 
 private:
-    // Buffer b is refilled by MTE2 only after MTE3 read it (its own event, so the other buffer's write runs on).
-    __aicore__ inline void WaitWrites(int b) {
-        if (!pending_[b]) return;
-        if (b == 0) {
-            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID4);
-        } else {
-            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID5);
-        }
-        pending_[b] = false;
-    }
-
     AscendC::TBuf<AscendC::TPosition::VECCALC> buf_;
     AscendC::LocalTensor<uint8_t> ub_;
     uint32_t chunk_ = 0;
-    int cur_ = 0;
-    bool pending_[2] = {false, false};
+    BufferTurns turns_;
 };
 
 // Moves rows between scattered GM rows and consecutive GM rows through two UB buffers taken in turn, as many rows
@@ -460,28 +482,16 @@ public:
     }
 
     // Waits for the MTE3 reads of both buffers still in flight.
-    __aicore__ inline void Drain() {
-        for (int b = 0; b < 2; ++b) WaitWrites(b);
-    }
+    __aicore__ inline void Drain() { turns_.Drain(); }
 
 private:
     static constexpr int64_t kMaxScatter = 64;  // destinations remembered per scatter pass
 
     __aicore__ inline AscendC::LocalTensor<uint8_t> Half() const {
-        return ub_[static_cast<uint32_t>(cur_ * halfBytes_)];
-    }
-    // Buffer b is refilled by MTE2 only after MTE3 read it (its own event, so the other buffer's writes run on).
-    __aicore__ inline void WaitWrites(int b) {
-        if (!pending_[b]) return;
-        if (b == 0) {
-            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID4);
-        } else {
-            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID5);
-        }
-        pending_[b] = false;
+        return ub_[static_cast<uint32_t>(turns_.Current() * halfBytes_)];
     }
     __aicore__ inline void Open(GM_ADDR base) {
-        WaitWrites(cur_);
+        turns_.WaitCurrent();
         base_ = base;
     }
     __aicore__ inline void ToMte3() {
@@ -489,13 +499,7 @@ private:
         AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(EVENT_ID2);
     }
     __aicore__ inline void Close() {
-        if (cur_ == 0) {
-            AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID4);
-        } else {
-            AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(EVENT_ID5);
-        }
-        pending_[cur_] = true;
-        cur_ ^= 1;
+        turns_.HandBack();
         n_ = 0;
     }
 
@@ -505,8 +509,7 @@ private:
     GM_ADDR dst_[kMaxScatter] = {};
     int64_t rowBytes_ = 0, stride_ = 0, cap_ = 0, n_ = 0;
     uint32_t halfBytes_ = 0;
-    int cur_ = 0;                       // the buffer the open pass fills
-    bool pending_[2] = {false, false};  // an MTE3 read of that buffer not yet waited for
+    BufferTurns turns_;  // its current buffer is the one the open pass fills
 };
 
 // Reads of a GM table a peer wrote (index entries, scales) through a UB window filled by MTE2: one copy per
