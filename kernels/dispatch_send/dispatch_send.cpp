@@ -567,12 +567,12 @@ private:
         const int64_t G = tiling_.stageTokens;
         const int64_t rowBytes = t.H * layout::dispatch_elem_bytes(t);
         GM_ADDR stage = ws_ + wsl_.stageOff + AscendC::GetBlockIdx() * G * layout::dispatch_row_bytes(t);
+        const int64_t first = plane_.Rank() % t.F;  // step 0's FFN rank: this Attention rank's own turn
         for (int64_t i = 0; i < int64_t(tiling_.stageGroups); ++i) {
             const int64_t g = lo + i * G < hi ? lo + i * G : hi;
             const int64_t gEnd = hi - g < G ? hi : g + G;
             // Step 0's rows of a quantized round leave while the group is quantized, straight from UB: the first
             // step costs no staged read, and the link starts with the quant pass.
-            const int64_t first = plane_.Rank() % t.F;
             if (t.quantized) {
                 for (int64_t tok = g; tok < gEnd; ++tok) {
                     if (HasDestination(tok)) QuantizeToken(tok, g, StagedRow(stage, tok - g), first);
@@ -586,7 +586,8 @@ private:
             indexRunsSent_ = indexRunsSent_ || runs;
             for (int64_t j = 0; j < t.F; ++j) {
                 const int64_t f = (first + j) % t.F;
-                for (int64_t tok = g; tok < gEnd && !(t.quantized && j == 0); ++tok) {
+                const bool rowsSentFromUb = t.quantized && j == 0;
+                for (int64_t tok = g; tok < gEnd && !rowsSentFromUb; ++tok) {
                     const int32_t slot = SlotOf(tok, f);
                     if (slot < 0) continue;
                     GM_ADDR src = t.quantized ? StagedRow(stage, tok - g) : xRaw_ + tok * t.H * int64_t(sizeof(T));
