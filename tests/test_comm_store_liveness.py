@@ -161,3 +161,27 @@ def test_store_grace_s_is_checked():
         with pytest.raises(ValueError, match="store_grace_s"):
             cam.Comm(topo(), 0, group=unique_group("grace"), store_grace_s=bad)
 
+
+def test_a_cam_run_aborted_after_start_up_still_tells_a_peers_exit_from_its_death(plane):
+    """cam-run's abort guard refuses store reads only while the connector starts (an aborted start-up must not wait
+    out its join timeout); the Comm keeps that store for life, so once started its watchdog reads through it as
+    through the store itself: in a run aborted later, a peer's orderly exit is still told from a death."""
+    from cam.run import worker
+
+    store, aborted, guards = FlakyStore(keys={f"{GROUP}/left/1"}), {}, []
+
+    def start(guard):
+        guards.append(guard)
+        aborted["by"] = "rank 2 failed"  # the run aborted during start-up: the handshake's next read refuses
+        with pytest.raises(worker.RankFailed, match="start-up aborted: rank 2 failed"):
+            guard.check(["any"])
+
+    worker._start_up(start, store, aborted)
+    peers = {1: gone_process()}
+    t, stop = watch(plane[0], guards[0], peers, grace_s=0.3)
+    try:
+        until(lambda: not peers)
+    finally:
+        stop.set()
+        t.join(10)
+    assert plane[0].dead_rank is None and plane[0].store_failure is None and abort_word(plane[0]) == 0
