@@ -1165,15 +1165,17 @@ def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, 
     rank as the reason; each survivor's watchdog reports the same death and the first write wins. With ``isolate``
     an Attention rank's death fences its replica instead (camCommFenceDeadRank) and the watchdog keeps watching the
     others, unless this rank is one of the dead rank's replica mates (then its plane is over). A Store that cannot
-    say whether a gone peer left is asked again every poll for ``grace_s``; past it the plane is aborted as a store
-    failure (:meth:`Comm._store_failed`), never as that peer's death. Holds the Comm only weakly."""
+    say whether a gone peer left (a read that fails, or is not answered within a poll: :class:`_LeftReads`) is
+    asked again every poll for ``grace_s``; past it the plane is aborted as a store failure
+    (:meth:`Comm._store_failed`), never as that peer's death. Holds the Comm only weakly."""
     unreadable: dict = {}  # rank -> (time.monotonic(), time.time()) of the first failed read of its left key
+    reads = _LeftReads(store, group)
     while not stop.wait(poll_s):
         for r, ident in list(peers.items()):
             if not process_gone(ident):
                 continue
             try:
-                left = store.check([f"{group}/left/{r}"])
+                left = reads.ask(r, poll_s)
             except Exception as e:  # noqa: BLE001 - an unreadable Store is no evidence of a death: ask again
                 first = unreadable.setdefault(r, (time.monotonic(), time.time()))
                 if time.monotonic() - first[0] < grace_s:
@@ -1205,6 +1207,38 @@ def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, 
             continue
         if ref() is None:
             return
+
+
+class _LeftReads:
+    """The watchdog's reads of gone peers' ``left`` keys, each on a thread of its own, so a Store that does not
+    answer (a client blocks up to the Store's own timeout, minutes) holds neither the watch of the other peers nor
+    the store-failure bound. A read not answered within the wait raises TimeoutError and stays asked: the next
+    ask of that rank waits for the same read."""
+
+    def __init__(self, store, group: str):
+        self._store, self._group = store, group
+        self._asked: dict = {}  # rank -> (answered event, {"left": bool} or {"error": exception})
+
+    def ask(self, r: int, wait_s: float) -> bool:
+        if r not in self._asked:
+            answered, box = threading.Event(), {}
+
+            def read():
+                try:
+                    box["left"] = self._store.check([f"{self._group}/left/{r}"])
+                except BaseException as e:  # noqa: BLE001 - handed to the watchdog
+                    box["error"] = e
+                answered.set()
+
+            self._asked[r] = (answered, box)
+            threading.Thread(target=read, daemon=True, name=f"cam-liveness-read-r{r}").start()
+        answered, box = self._asked[r]
+        if not answered.wait(wait_s):
+            raise TimeoutError(f"the Store did not answer within {wait_s:g} s")
+        del self._asked[r]
+        if "error" in box:
+            raise box["error"]
+        return box["left"]
 
 
 def _proc_identity(pid: int) -> Optional[str]:

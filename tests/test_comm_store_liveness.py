@@ -142,6 +142,37 @@ def test_a_store_that_stays_down_is_a_store_failure_not_a_death(plane):
     assert abort_word(plane[0]) == 1 and abort_word(plane[1]) == 1  # raised by rank 0, not -(1 + 1)
 
 
+class SilentStore:
+    """A Store whose server never answers: a read blocks (as a TCPStore client's does, up to its own timeout,
+    minutes) until the test releases it."""
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def check(self, keys) -> bool:
+        self.release.wait(30)
+        raise TimeoutError("Socket Timeout")
+
+
+def test_a_store_that_does_not_answer_is_a_store_failure_within_the_grace(plane):
+    """A read that never returns holds neither the watchdog nor its bound: the store failure is reported once the
+    grace is over, not when the Store's own timeout would end the read."""
+    grace, store = 0.3, SilentStore()
+    try:
+        began = time.monotonic()
+        t, stop = watch(plane[0], store, {1: gone_process()}, grace_s=grace)
+        t.join(grace + 5)
+        took = time.monotonic() - began
+        stop.set()
+        assert not t.is_alive(), "the watchdog waited for the Store's read"
+        assert grace <= took < grace + 3, took
+        failure = plane[0].store_failure
+        assert failure is not None and failure.peer == 1 and failure.error.startswith("TimeoutError"), failure
+        assert plane[0].died is None and abort_word(plane[1]) == 1
+    finally:
+        store.release.set()
+
+
 def test_a_dead_peer_with_a_healthy_store_is_found_at_the_first_poll(plane):
     """Control: a peer gone without leaving, the Store healthy: found dead at the watchdog's first poll, as
     before (the grace only ever applies to a Store that cannot be read)."""
