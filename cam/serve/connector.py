@@ -270,8 +270,7 @@ class AsyncAFDConnector:
         cfg = self.config
         prefix = None if cfg.shm_prefix is None or succeeds is None else f"{cfg.shm_prefix}-{succeeds[0][:8]}"
         return Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous if store is None else store,
-                    group=cfg.group,
-                    dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
+                    group=cfg.group, dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
                     join_timeout_s=cfg.join_timeout_s or cfg.timeout_s,
                     shm_prefix=cfg.shm_prefix if prefix is None else prefix, isolate_replicas=cfg.isolate_replicas,
                     placement=cfg.placement, succeeds=succeeds, checkpoint=cfg.checkpoint,
@@ -453,7 +452,8 @@ class AsyncAFDConnector:
         table or the checkpoint identity differ from the world's, or while another join is decided; by the
         deciding FFN rank while the world is in a rebalance (``rebalance``) or, for an Attention rank, while its
         slot is held by a live process. ``TimeoutError`` when no FFN rank answers within ``timeout_s`` (default
-        the config's)."""
+        the config's). :class:`WorldEndedError`, within ``idle_poll_s``, when the world's end is claimed (every
+        Attention rank finished) before its members re-formed with this rank, decided or not: no member comes."""
         from .. import world as _world
 
         cfg, topo = self.config, self.config.topology
@@ -961,7 +961,7 @@ class AsyncAFDConnector:
 
 
 class _UntilWorldEnds:
-    """The store as a joiner sees it until it is a member: once world's fate (``fate_key``, write-once) is
+    """The store as a joiner sees it until it is a member: once the world's fate (``fate_key``, write-once) is
     ``end``, a read raises :class:`WorldEndedError` (``message``) once, looked at most every ``poll_s``; after it
     (and after :meth:`lift`: the fate is ``reform`` for good, the members came) it only passes reads through, so
     the failed handshake's release and the Comm, which keeps this store for the rest of its life, read the store as
