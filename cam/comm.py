@@ -38,7 +38,7 @@ from ._proc import start_ticks
 from ._tensor import ACL_DTYPE as _ACL_DTYPE  # aclDataType codes from cam/acl_compat.h, through _C
 from .topology import Topology
 
-__all__ = ["Comm", "LostReplica", "StoreFailure"]
+__all__ = ["Comm", "LostReplica", "StoreFailedError", "StoreFailure"]
 
 _ids = itertools.count(1)
 # Weak: a Comm the caller dropped without close() is collected, and its C handle and stream release the windows.
@@ -993,6 +993,15 @@ class StoreFailure:
     def __str__(self) -> str:
         return (f"the Store could not be read for {self.found_at - self.since:.2f} s ({self.error}) while rank "
                 f"{self.peer}'s process was gone: whether it left or died is unknown (a store failure, not a death)")
+
+
+class StoreFailedError(CommAbortedError):
+    """A plane this rank's liveness watchdog aborted on a store failure (``failure``, a :class:`StoreFailure`), not
+    on a death; raised where the abort reaches a caller that can name it (the AFD connector's Attention ranks)."""
+
+    def __init__(self, rank: int, failure: StoreFailure, cause: Exception):
+        self.failure = failure
+        super().__init__(f"rank {rank}: the plane was aborted on a store failure: {failure} ({cause})")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -216,3 +216,31 @@ def test_a_cam_run_aborted_after_start_up_still_tells_a_peers_exit_from_its_deat
         stop.set()
         t.join(10)
     assert plane[0].dead_rank is None and plane[0].store_failure is None and abort_word(plane[0]) == 0
+
+
+def test_the_connector_names_a_store_failure_not_a_death():
+    """On the Attention rank whose watchdog aborted the plane on a store failure, the connector's next op raises
+    StoreFailedError carrying the failure (a CommAbortedError that says "store failure"), not a bare abort."""
+    import torch
+
+    from cam.connector import AFDTransferContext, AFDTransferMetadata, AsyncAFDConnector, ConnectorConfig
+    from _connector_harness import init_connectors
+
+    cfg = ConnectorConfig(topo(), timeout_s=30.0, idle_poll_s=0.01, group=unique_group("store-failed"),
+                          transport="in_process")
+    conns = [AsyncAFDConnector(r, "attention" if r == 0 else "ffn", cfg) for r in range(2)]
+    init_connectors(conns, torch.distributed.HashStore(), 30)
+    try:
+        t, stop = watch(conns[0].comm, FlakyStore(fail=None), {1: gone_process()}, grace_s=0.1)
+        t.join(10)
+        stop.set()
+        ids = torch.zeros(1, 1, dtype=torch.int32)
+        with pytest.raises(comm_mod.StoreFailedError, match="aborted on a store failure") as got:
+            conns[0].send_attn_output(torch.zeros(1, 32, dtype=torch.bfloat16),
+                                      AFDTransferContext(AFDTransferMetadata(0)), topk_ids=ids,
+                                      topk_weights=torch.ones(1, 1))
+        assert got.value.failure is conns[0].comm.store_failure and got.value.failure.peer == 1
+        assert isinstance(got.value, cam.CommAbortedError) and conns[0].comm.died is None
+    finally:
+        for c in conns:
+            c.close()

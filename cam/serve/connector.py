@@ -25,7 +25,7 @@ from typing import Deque, Optional, Sequence, Tuple
 import torch
 
 from .. import ops
-from ..comm import Comm
+from ..comm import Comm, StoreFailedError
 from ..errors import CommAbortedError, CommJoinError, FFNNotServingError, ReplicaLostError
 from ..layer_weights import LayerWeights
 from ..topology import Topology
@@ -686,8 +686,12 @@ class AsyncAFDConnector:
         return {} if comm is None or comm.closed else comm.lost_replicas
 
     def _replica_lost(self, error: CommAbortedError, in_flight: int) -> CommAbortedError:
-        """On an Attention rank, an abort caused by the fence of its own replica becomes a ReplicaLostError."""
+        """On an Attention rank, an abort caused by the fence of its own replica becomes a ReplicaLostError, and one
+        this rank's watchdog raised on a store failure a StoreFailedError naming it."""
         comm = self.comm
+        failure = getattr(comm, "store_failure", None)
+        if failure is not None:
+            return StoreFailedError(self.rank, failure, error)
         try:
             lost = comm.lost_replicas.get(self.rank // self.config.topology.P) if comm is not None else None
         except Exception:  # noqa: BLE001 - the Comm may be closed by now: report the abort as it was
