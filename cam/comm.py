@@ -38,7 +38,7 @@ from ._proc import start_ticks
 from ._tensor import ACL_DTYPE as _ACL_DTYPE  # aclDataType codes from cam/acl_compat.h, through _C
 from .topology import Topology
 
-__all__ = ["Comm", "LostReplica"]
+__all__ = ["Comm", "LostReplica", "StoreFailedError", "StoreFailure"]
 
 _ids = itertools.count(1)
 # Weak: a Comm the caller dropped without close() is collected, and its C handle and stream release the windows.
@@ -97,6 +97,12 @@ class Comm:
             every peer's process is still there. A peer found gone raises the plane's abort with that rank as the
             reason, so every wait on every surviving rank ends within about this bound (independent of
             ``timeout_s``) naming the dead rank.
+        store_grace_s: ``"shm"`` and ``"npu"``: how long the liveness watchdog keeps asking the Store whether a
+            peer whose process is gone left cleanly (its ``left`` key) while the Store cannot be read (an error, a
+            timeout, a server slow under load). A Store that cannot be read is no evidence of a death: the read is
+            retried every ``liveness_poll_s``; an answer within the bound decides as usual (left, or dead), and a
+            Store still unreadable after it aborts the plane as a store failure (:attr:`store_failure`), never as
+            that peer's death.
         isolate_replicas: ``"shm"`` and ``"npu"``, replica isolation (docs/protocol.md §9), on by default: when an
             Attention rank dies, its replica is fenced instead of aborting the plane. FFN ranks drop that replica's
             rounds (counted: :attr:`lost_replicas`) and keep serving the others; only the dead rank's replica mates
@@ -134,6 +140,9 @@ class Comm:
             the serving tier's messages) is under ``{group}/{world_id}/``; in-process it is the plane id in hex.
         dead_rank: ``"shm"``/``"npu"``: the peer this rank's liveness watchdog found dead (the plane is then
             aborted with that rank as the reason, or only its replica fenced under ``isolate_replicas``), else None.
+        store_failure: ``"shm"``/``"npu"``: the :class:`StoreFailure` that made this rank's watchdog abort the plane
+            (a gone peer, and a Store that could not say whether it left for ``store_grace_s``), else None. The
+            abort word is then ``1 + rank`` (this rank raised it), not a death: :attr:`died` stays None.
         fenced_replicas: ``{replica: dead Attention rank}`` of every replica fenced in the plane (read from the
             windows, so it includes fences another rank's watchdog set first).
         dropped_rounds: FFN ranks: ``{replica: rounds dropped}`` per fenced replica (see :class:`LostReplica`).
@@ -162,6 +171,7 @@ class Comm:
         join_timeout_s: float = 60.0,
         shm_prefix: Optional[str] = None,
         liveness_poll_s: float = 0.25,
+        store_grace_s: float = 5.0,
         isolate_replicas: bool = True,
         placement=None,
         succeeds: Optional[tuple] = None,
@@ -183,6 +193,9 @@ class Comm:
         if isinstance(liveness_poll_s, bool) or not isinstance(liveness_poll_s, (int, float)) or \
                 not math.isfinite(liveness_poll_s) or not 0 < liveness_poll_s <= 60:
             raise ValueError(f"Comm: liveness_poll_s must be a number of seconds in (0, 60], got {liveness_poll_s!r}")
+        if isinstance(store_grace_s, bool) or not isinstance(store_grace_s, (int, float)) or \
+                not math.isfinite(store_grace_s) or not 0 < store_grace_s <= 3600:
+            raise ValueError(f"Comm: store_grace_s must be a number of seconds in (0, 3600], got {store_grace_s!r}")
         if not isinstance(isolate_replicas, bool):
             raise TypeError(f"Comm: isolate_replicas must be a bool, got {isolate_replicas!r}")
         _check_name("group", group, optional=False)
@@ -213,6 +226,7 @@ class Comm:
         self._watchdog = None
         self.dead_rank: Optional[int] = None  # a peer this rank's liveness watchdog found gone, and when (time.time)
         self.dead_rank_found_at: Optional[float] = None
+        self.store_failure: Optional[StoreFailure] = None
         self.topology = topology
         self.rank = rank
         self.dtype = dtype
@@ -251,7 +265,8 @@ class Comm:
         if self._peers_proc:
             self._watchdog = threading.Thread(target=_watch_peers, args=(weakref.ref(self), float(liveness_poll_s),
                                                                          self._watch_stop, dict(self._peers_proc),
-                                                                         store, self._group, isolate_replicas),
+                                                                         store, self._group, isolate_replicas,
+                                                                         float(store_grace_s)),
                                               daemon=True, name=f"cam-liveness-r{rank}")
             self._watchdog.start()
         # A sync timeout on this stream aborts the plane so the kernel ends before its buffers are released.
@@ -789,6 +804,15 @@ class Comm:
             raise CommJoinError(f"Comm: rank {self.rank}: rank {r} died during the handshake (its process {pid} is "
                                 f"gone) before it {what}")
 
+    def _store_failed(self, failure: "StoreFailure", stop: threading.Event) -> None:
+        """The watchdog could not read the Store for ``store_grace_s`` while a peer's process was gone: whether it
+        left or died is unknown, so the plane is aborted (every wait ends now instead of at ``timeout_s``) in this
+        rank's name, and the failure is recorded as what it is."""
+        with self._watch_lock:
+            if self._c is not None and not stop.is_set():
+                self.store_failure = failure
+                self._c.abort()
+
     def _stop_watchdog(self) -> None:
         self._watch_stop.set()
         if self._watchdog is not None and self._watchdog is not threading.current_thread():
@@ -948,6 +972,36 @@ class Comm:
     def __repr__(self) -> str:
         state = "closed" if self._c is None else f"{self.window_bytes} B window"
         return f"cam.Comm(rank={self.rank}, transport={self.transport!r}, {state}, {self.topology})"
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreFailure:
+    """Why a liveness watchdog aborted its plane without naming a death (:attr:`Comm.store_failure`): the process
+    of peer ``peer`` was gone and the Store could not say, for ``store_grace_s``, whether it left cleanly.
+
+    Attributes:
+        peer: the rank whose ``left`` key could not be read.
+        error: the last read's error, ``"TypeName: message"``.
+        since: when the first read failed (``time.time``); ``found_at``: when the watchdog gave up.
+    """
+
+    peer: int
+    error: str
+    since: float
+    found_at: float
+
+    def __str__(self) -> str:
+        return (f"the Store could not be read for {self.found_at - self.since:.2f} s ({self.error}) while rank "
+                f"{self.peer}'s process was gone: whether it left or died is unknown (a store failure, not a death)")
+
+
+class StoreFailedError(CommAbortedError):
+    """A plane this rank's liveness watchdog aborted on a store failure (``failure``, a :class:`StoreFailure`), not
+    on a death; raised where the abort reaches a caller that can name it (the AFD connector's Attention ranks)."""
+
+    def __init__(self, rank: int, failure: StoreFailure, cause: Exception):
+        self.failure = failure
+        super().__init__(f"rank {rank}: the plane was aborted on a store failure: {failure} ({cause})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1113,22 +1167,33 @@ def _check_name(what: str, value, *, optional: bool) -> None:
 
 
 def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, group: str,
-                 isolate: bool = False) -> None:
+                 isolate: bool = False, grace_s: float = 5.0) -> None:
     """Liveness of an shm plane: every peer is a process on this host, so "gone" is exact (no heartbeat to miss
     under load). A peer whose process is gone without having closed its Comm (its "left" key, set in close()
     before the process can end) died: the first death found raises the abort word of every rank with the dead
     rank as the reason; each survivor's watchdog reports the same death and the first write wins. With ``isolate``
     an Attention rank's death fences its replica instead (camCommFenceDeadRank) and the watchdog keeps watching the
-    others, unless this rank is one of the dead rank's replica mates (then its plane is over). Holds the Comm only
-    weakly."""
+    others, unless this rank is one of the dead rank's replica mates (then its plane is over). A Store that cannot
+    say whether a gone peer left (a read that fails, or is not answered within a poll: :class:`_LeftReads`) is
+    asked again every poll for ``grace_s``; past it the plane is aborted as a store failure
+    (:meth:`Comm._store_failed`), never as that peer's death. Holds the Comm only weakly."""
+    unreadable: dict = {}  # rank -> (time.monotonic(), time.time()) of the first failed read of its left key
+    reads = _LeftReads(store, group)
     while not stop.wait(poll_s):
         for r, ident in list(peers.items()):
             if not process_gone(ident):
                 continue
             try:
-                left = store.check([f"{group}/left/{r}"])
-            except Exception:  # noqa: BLE001 - no store to ask: a gone process is a dead one
-                left = False
+                left = reads.ask(r, poll_s)
+            except Exception as e:  # noqa: BLE001 - an unreadable Store is no evidence of a death: ask again
+                first = unreadable.setdefault(r, (time.monotonic(), time.time()))
+                if time.monotonic() - first[0] < grace_s:
+                    continue
+                comm = ref()
+                if comm is not None:
+                    comm._store_failed(StoreFailure(r, f"{type(e).__name__}: {e}", first[1], time.time()), stop)
+                return
+            unreadable.pop(r, None)
             if left:
                 del peers[r]
                 continue
@@ -1151,6 +1216,38 @@ def _watch_peers(ref, poll_s: float, stop: threading.Event, peers: dict, store, 
             continue
         if ref() is None:
             return
+
+
+class _LeftReads:
+    """The watchdog's reads of gone peers' ``left`` keys, each on a thread of its own, so a Store that does not
+    answer (a client blocks up to the Store's own timeout, minutes) holds neither the watch of the other peers nor
+    the store-failure bound. A read not answered within the wait raises TimeoutError and stays asked: the next
+    ask of that rank waits for the same read."""
+
+    def __init__(self, store, group: str):
+        self._store, self._group = store, group
+        self._asked: dict = {}  # rank -> (answered event, {"left": bool} or {"error": exception})
+
+    def ask(self, r: int, wait_s: float) -> bool:
+        if r not in self._asked:
+            answered, box = threading.Event(), {}
+
+            def read():
+                try:
+                    box["left"] = self._store.check([f"{self._group}/left/{r}"])
+                except BaseException as e:  # noqa: BLE001 - handed to the watchdog
+                    box["error"] = e
+                answered.set()
+
+            self._asked[r] = (answered, box)
+            threading.Thread(target=read, daemon=True, name=f"cam-liveness-read-r{r}").start()
+        answered, box = self._asked[r]
+        if not answered.wait(wait_s):
+            raise TimeoutError(f"the Store did not answer within {wait_s:g} s")
+        del self._asked[r]
+        if "error" in box:
+            raise box["error"]
+        return box["left"]
 
 
 def _proc_identity(pid: int) -> Optional[str]:

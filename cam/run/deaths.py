@@ -139,12 +139,11 @@ class UntilShutdown:
         return getattr(self._store, name)
 
 
-def join_running_world(connector, store, shutdown_key: str, wrap=None) -> None:
+def join_running_world(connector, store, shutdown_key: str) -> None:
     """The restarted rank joins the running world (``connector.join_running``) through ``store`` refusing once the
-    run ended (:class:`UntilShutdown`; ``wrap`` adds the caller's own guard around it), and reads it as a member
-    once it joined."""
+    run ended (:class:`UntilShutdown`), and reads it as a member once it joined."""
     guard = UntilShutdown(store, shutdown_key)
     try:
-        connector.join_running(store=guard if wrap is None else wrap(guard))
+        connector.join_running(store=guard)
     finally:
         guard.joined()

@@ -56,14 +56,24 @@ def _store(cfg: RunConfig):
 
 class _AbortAware:
     """The store as the connector's handshake sees it: once the watchdog saw the abort key (a rank died during
-    start-up) or the launcher gone, the handshake's next poll raises instead of waiting out its join timeout."""
+    start-up) or the launcher gone, the handshake's next poll raises instead of waiting out its join timeout.
+
+    Only during start-up (:func:`_start_up` lifts it): the connector and its Comm keep this store for the rest of
+    the rank's life, and after start-up the run's abort reaches them through ``connector.abort()`` (``_watch_abort``).
+    A refusal left on it would fail every read of the Comm's liveness watchdog in an aborted run, so a peer's orderly
+    exit (its ``left`` key) could no longer be told from a death."""
 
     def __init__(self, store, aborted: dict):
         self._store = store
         self._aborted = aborted
+        self._starting = True
+
+    def started(self) -> None:
+        """The connector is up: reads pass through from now on."""
+        self._starting = False
 
     def _raise_if_aborted(self) -> None:
-        if "by" in self._aborted:
+        if self._starting and "by" in self._aborted:
             raise RankFailed(f"start-up aborted: {self._aborted['by']}")
 
     def check(self, keys) -> bool:
@@ -76,6 +86,15 @@ class _AbortAware:
 
     def __getattr__(self, name):
         return getattr(self._store, name)
+
+
+def _start_up(connect, store, aborted: dict) -> None:
+    """``connect(store)`` (a connector's start-up or join) through the run's abort guard, lifted once it returns."""
+    guard = _AbortAware(store, aborted)
+    try:
+        connect(guard)
+    finally:
+        guard.started()
 
 
 def _watch_abort(store, connector: AsyncAFDConnector, seen: dict, stop: threading.Event, launcher_pid: int) -> None:
@@ -655,7 +674,7 @@ def _main_colocated(cfg: RunConfig, rank: int, marks: dict, built) -> int:
     try:
         watchdog.start()
         # The handshake waits for every rank of the plane, this process's other rank included: both at once.
-        inits = [threading.Thread(target=guarded, args=(("init", i), c.init_afd_connector, _AbortAware(store, aborted)),
+        inits = [threading.Thread(target=guarded, args=(("init", i), _start_up, c.init_afd_connector, store, aborted),
                                   daemon=True) for i, c in enumerate(connectors)]
         for t in inits:
             t.start()
@@ -722,9 +741,9 @@ def _main(cfg: RunConfig, rank: int, marks: dict, join: bool = False) -> int:
         # The watchdog runs during the handshake too: a rank that died starting aborts the others' handshake.
         watchdog.start()
         if join:
-            join_running_world(connector, store, SHUTDOWN_KEY, wrap=lambda guard: _AbortAware(guard, aborted))
+            _start_up(lambda guard: join_running_world(connector, guard, SHUTDOWN_KEY), store, aborted)
         else:
-            connector.init_afd_connector(store=_AbortAware(store, aborted))
+            _start_up(connector.init_afd_connector, store, aborted)
         marks["connected"] = time.time()
         if "by" in aborted:  # seen while the Comm was being made: its abort had no Comm to reach yet
             connector.abort()

@@ -25,7 +25,7 @@ from typing import Deque, Optional, Sequence, Tuple
 import torch
 
 from .. import ops
-from ..comm import Comm
+from ..comm import Comm, StoreFailedError
 from ..errors import CommAbortedError, CommJoinError, FFNNotServingError, ReplicaLostError
 from ..layer_weights import LayerWeights
 from ..topology import Topology
@@ -266,11 +266,11 @@ class AsyncAFDConnector:
         self._store = store
         self._rendezvous = SignedStore(store, secret, cfg.group) if secret is not None else store
 
-    def _shm_comm(self, succeeds=None, expect_alive=None) -> Comm:
+    def _shm_comm(self, succeeds=None, expect_alive=None, store=None) -> Comm:
         cfg = self.config
         prefix = None if cfg.shm_prefix is None or succeeds is None else f"{cfg.shm_prefix}-{succeeds[0][:8]}"
-        return Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous, group=cfg.group,
-                    dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
+        return Comm(cfg.topology, self.rank, transport="shm", store=self._rendezvous if store is None else store,
+                    group=cfg.group, dtype=cfg.dtype, timeout_s=cfg.timeout_s, idle_poll_s=cfg.idle_poll_s,
                     join_timeout_s=cfg.join_timeout_s or cfg.timeout_s,
                     shm_prefix=cfg.shm_prefix if prefix is None else prefix, isolate_replicas=cfg.isolate_replicas,
                     placement=cfg.placement, succeeds=succeeds, checkpoint=cfg.checkpoint,
@@ -452,7 +452,8 @@ class AsyncAFDConnector:
         table or the checkpoint identity differ from the world's, or while another join is decided; by the
         deciding FFN rank while the world is in a rebalance (``rebalance``) or, for an Attention rank, while its
         slot is held by a live process. ``TimeoutError`` when no FFN rank answers within ``timeout_s`` (default
-        the config's)."""
+        the config's). :class:`WorldEndedError`, within ``idle_poll_s``, when the world's end is claimed (every
+        Attention rank finished) before its members re-formed with this rank, decided or not: no member comes."""
         from .. import world as _world
 
         cfg, topo = self.config, self.config.topology
@@ -491,9 +492,14 @@ class AsyncAFDConnector:
             why = "another join into it is being decided"
             raise JoinRefusedError(f"join_running: rank {self.rank} cannot join world {left}: {why}; try again after "
                                    f"it", why)
+        ended = _UntilWorldEnds(messages, self._key("fate"), cfg.idle_poll_s,
+                                f"join_running: rank {self.rank} was admitted to world {left}, which then ended "
+                                f"(every Attention rank finished) before it re-formed with it: nothing to join")
         while not messages.check([ask + "/verdict"]):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"join_running: no FFN rank of world {left} answered the join within {bound:g} s")
+            ended.raise_if_ended(f"join_running: world {left} ended (every Attention rank finished) before any FFN "
+                                 f"rank decided rank {self.rank}'s join: nothing to join")
             if _world.current(messages, cfg.group) != left:  # the world moved on (a failover): ask its successor
                 self._world_id = None
                 return self.join_running(store=self._store, timeout_s=max(deadline - time.monotonic(), 0.001))
@@ -503,7 +509,14 @@ class AsyncAFDConnector:
             raise JoinRefusedError(f"join_running: world {left} refused rank {self.rank}: {verdict['reason']}",
                                    verdict["reason"], bool(verdict.get("rebalance")))
         seen = time.time()
-        self.comm = self._shm_comm(succeeds=(left, nonce))
+        # Accepted, but the members re-form only if the world's fate is "reform": an end claimed first (every
+        # Attention rank finished between the verdict and the members' next boundary) means no member comes, so the
+        # successor's handshake watches the fate and ends with WorldEndedError instead of at join_timeout_s.
+        ended.raise_if_ended()
+        try:
+            self.comm = self._shm_comm(succeeds=(left, nonce), store=ended)
+        finally:
+            ended.lift()
         self._world_id = self.comm.world_id
         if self.role == "ffn":
             self.mark_serving()
@@ -673,8 +686,12 @@ class AsyncAFDConnector:
         return {} if comm is None or comm.closed else comm.lost_replicas
 
     def _replica_lost(self, error: CommAbortedError, in_flight: int) -> CommAbortedError:
-        """On an Attention rank, an abort caused by the fence of its own replica becomes a ReplicaLostError."""
+        """On an Attention rank, an abort caused by the fence of its own replica becomes a ReplicaLostError, and one
+        this rank's watchdog raised on a store failure a StoreFailedError naming it."""
         comm = self.comm
+        failure = getattr(comm, "store_failure", None)
+        if failure is not None:
+            return StoreFailedError(self.rank, failure, error)
         try:
             lost = comm.lost_replicas.get(self.rank // self.config.topology.P) if comm is not None else None
         except Exception:  # noqa: BLE001 - the Comm may be closed by now: report the abort as it was
@@ -945,6 +962,40 @@ class AsyncAFDConnector:
             if row_budget is None:
                 return ffn_iteration(comm, w1, w2, swiglu_limit=swiglu_limit)
             return ffn_batch_iteration(comm, w1, w2, row_budget, swiglu_limit=swiglu_limit)
+
+
+class _UntilWorldEnds:
+    """The store as a joiner sees it until it is a member: once the world's fate (``fate_key``, write-once) is
+    ``end``, a read raises :class:`WorldEndedError` (``message``) once, looked at most every ``poll_s``; after it
+    (and after :meth:`lift`: the fate is ``reform`` for good, the members came) it only passes reads through, so
+    the failed handshake's release and the Comm, which keeps this store for the rest of its life, read the store as
+    it is."""
+
+    def __init__(self, store, fate_key: str, poll_s: float, message: str):
+        self._store, self._fate_key, self._poll_s, self._message = store, fate_key, poll_s, message
+        self._watching, self._next = True, 0.0
+
+    def lift(self) -> None:
+        self._watching = False
+
+    def raise_if_ended(self, message: Optional[str] = None) -> None:
+        """WorldEndedError when the world's end holds (read now)."""
+        store, key = self._store, self._fate_key
+        if store.check([key]) and store.get(key).decode() == "end":
+            raise WorldEndedError(message or self._message)
+
+    def check(self, keys) -> bool:
+        if self._watching and time.monotonic() >= self._next:
+            self._next = time.monotonic() + self._poll_s
+            try:
+                self.raise_if_ended()
+            except WorldEndedError:
+                self._watching = False
+                raise
+        return self._store.check(keys)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
 
 
 def split_tokens(num_tokens: int, participants: int) -> Sequence[Tuple[int, int]]:
