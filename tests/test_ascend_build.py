@@ -120,9 +120,10 @@ def _host_pass(build: pathlib.Path, source: pathlib.Path) -> str:
     return found[0].read_text()
 
 
-# The expansion of CAM_DATAPLANE_LAUNCH on Ascend: the kernel's symbol and the data-plane launch descriptor.
+# The expansion of CAM_DATAPLANE_LAUNCH (CAM_BATCH_KERNEL_LAUNCH) on Ascend: the kernel's symbol and the data-plane
+# (batch kernel) launch descriptor, both batch mode.
 CONFIGURED_LAUNCH = (r"::cam::kernels::LaunchWithDescriptor\(reinterpret_cast<const void\*>\(&cam_\w+\), \"cam_\w+\", "
-                     r"[^;]*::cam::kernels::kDataPlaneLaunch")
+                     r"[^;]*::cam::kernels::(kDataPlaneLaunch|kBatchKernelLaunch)")
 
 
 def test_syncall_kernels_are_launched_with_their_schedule_mode(stand_in_build):
@@ -132,7 +133,8 @@ def test_syncall_kernels_are_launched_with_their_schedule_mode(stand_in_build):
     the data-plane descriptor and nothing in it is a <<<>>> launch. Control: a kernel without SyncAll
     (dynamic_quant) is still a <<<>>> launch, which the check would see."""
     build, _, _ = stand_in_build
-    syncall = [p for p in KERNEL_SOURCES if "CAM_DATAPLANE_LAUNCH" in p.read_text()]
+    syncall = [p for p in KERNEL_SOURCES
+               if "CAM_DATAPLANE_LAUNCH" in p.read_text() or "CAM_BATCH_KERNEL_LAUNCH" in p.read_text()]
     assert {p.parent.name for p in syncall} == {"dispatch_send", "dispatch_recv", "combine_send", "combine_recv"}
     for source in KERNEL_SOURCES:
         text = _host_pass(build, source)
