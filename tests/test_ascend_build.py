@@ -130,7 +130,8 @@ def test_syncall_kernels_are_launched_with_their_schedule_mode(stand_in_build):
     """A kernel that calls SyncAll needs batch scheduling mode, which only a configured launch carries (the
     configuration's ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE; a <<<>>> launch takes none, docs/ascend.md §6). As bisheng's
     host pass sees each such kernel's source, its launch wrapper goes through cam::kernels::LaunchConfigured with
-    the data-plane descriptor and nothing in it is a <<<>>> launch. Control: a kernel without SyncAll
+    a batch-mode descriptor (CAM_DATAPLANE_LAUNCH's, or CAM_BATCH_KERNEL_LAUNCH's) and nothing in it is a <<<>>>
+    launch. Control: a kernel without SyncAll
     (dynamic_quant) is still a <<<>>> launch, which the check would see."""
     build, _, _ = stand_in_build
     syncall = [p for p in KERNEL_SOURCES
