@@ -120,19 +120,22 @@ def _host_pass(build: pathlib.Path, source: pathlib.Path) -> str:
     return found[0].read_text()
 
 
-# The expansion of CAM_DATAPLANE_LAUNCH on Ascend: the kernel's symbol and the data-plane launch descriptor.
+# The expansion of CAM_DATAPLANE_LAUNCH (CAM_BATCH_KERNEL_LAUNCH) on Ascend: the kernel's symbol and the data-plane
+# (batch kernel) launch descriptor, both batch mode.
 CONFIGURED_LAUNCH = (r"::cam::kernels::LaunchWithDescriptor\(reinterpret_cast<const void\*>\(&cam_\w+\), \"cam_\w+\", "
-                     r"[^;]*::cam::kernels::kDataPlaneLaunch")
+                     r"[^;]*::cam::kernels::(kDataPlaneLaunch|kBatchKernelLaunch)")
 
 
 def test_syncall_kernels_are_launched_with_their_schedule_mode(stand_in_build):
     """A kernel that calls SyncAll needs batch scheduling mode, which only a configured launch carries (the
     configuration's ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE; a <<<>>> launch takes none, docs/ascend.md §6). As bisheng's
     host pass sees each such kernel's source, its launch wrapper goes through cam::kernels::LaunchConfigured with
-    the data-plane descriptor and nothing in it is a <<<>>> launch. Control: a kernel without SyncAll
+    a batch-mode descriptor (CAM_DATAPLANE_LAUNCH's, or CAM_BATCH_KERNEL_LAUNCH's) and nothing in it is a <<<>>>
+    launch. Control: a kernel without SyncAll
     (dynamic_quant) is still a <<<>>> launch, which the check would see."""
     build, _, _ = stand_in_build
-    syncall = [p for p in KERNEL_SOURCES if "CAM_DATAPLANE_LAUNCH" in p.read_text()]
+    syncall = [p for p in KERNEL_SOURCES
+               if "CAM_DATAPLANE_LAUNCH" in p.read_text() or "CAM_BATCH_KERNEL_LAUNCH" in p.read_text()]
     assert {p.parent.name for p in syncall} == {"dispatch_send", "dispatch_recv", "combine_send", "combine_recv"}
     for source in KERNEL_SOURCES:
         text = _host_pass(build, source)

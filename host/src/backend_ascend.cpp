@@ -178,11 +178,12 @@ namespace cam::kernels {
 // when all the cores it needs are free; normal mode (0) starts it as soon as one is, and with other streams holding
 // cores the started blocks wait in SyncAll for blocks that cannot start (hicann/runtime
 // docs/api_docs/aclrtLaunchKernelAttrValue.md; docs/ascend.md §6). A <<<>>> launch carries no attribute, so the
-// data-plane kernels' launch wrappers come here (kernels/common/launch.h CAM_DATAPLANE_LAUNCH): the kernel's symbol
+// launch wrappers of every kernel with a hard SyncAll come here (kernels/common/launch.h CAM_DATAPLANE_LAUNCH,
+// CAM_BATCH_KERNEL_LAUNCH): the kernel's symbol
 // becomes a function handle (aclrtGetFuncBySymbol, for kernels bisheng compiled host and device together, which
 // cam's are) and aclrtLaunchKernelV2 launches it with the descriptor's schedule mode. Both are resolved with dlopen
 // on first use, so a runtime without them still runs every <<<>>> launch; aclrtLaunchKernelV2 is typed from its
-// prototype where the headers declare it (2.14.0's only), and where they do not every data-plane launch is refused.
+// prototype where the headers declare it (2.14.0's only), and where they do not every such launch is refused.
 #if CAM_CANN_HAS_LAUNCH_KERNEL_V2
 namespace {
 
@@ -225,7 +226,7 @@ void LaunchConfigured(const void* kernelSymbol, const char* kernelName, uint32_t
 void LaunchConfigured(const void*, const char* kernelName, uint32_t, void*, const void*, size_t,
                       const LaunchDescriptor&) {
     throw std::runtime_error(std::string(kernelName) +
-                             ": a data-plane kernel calls SyncAll and needs batch scheduling mode, which only the "
+                             ": a kernel that calls a hard SyncAll needs batch scheduling mode, which only the "
                              "configured launch (aclrtLaunchKernelV2) carries; this build's CANN headers do not "
                              "declare it (docs/ascend.md section 6)");
 }

@@ -1,17 +1,28 @@
 // How a kernel is put on a stream. bisheng compiles the triple-chevron launch, or for a kernel that needs a launch
-// configuration (the data plane's batch scheduling mode) the configured launch by function handle; g++ hands the
-// same kernel to the twin, which runs it on the stream's worker thread as blockDim block threads. Each op's .cpp wraps its launch
-// in a plain C++ function so host code never sees either form.
+// configuration (batch scheduling mode) the configured launch by function handle; g++ hands the same kernel to the
+// twin, which runs it on the stream's worker thread as blockDim block threads. Each op's .cpp wraps its launch in a
+// plain C++ function so host code never sees either form.
 #pragma once
 
 #include "common/launch_descriptor.h"
 
 namespace cam::kernels {
+// Every launch states its schedule mode in a launch descriptor; on Ascend a batch-mode descriptor goes to the
+// configured launch, which sets the runtime's schedule mode from it, and on the twin every launch hands its mode to
+// SyncAll's check (rule syncall-batch-mode). A kernel that calls a hard SyncAll needs batch mode: in normal mode,
+// with other streams' kernels on the cores, its blocks may wait in the barrier for blocks that never start
+// (asc-devkit api/同步控制/核间同步/SyncAll.md).
+
+// CAM_KERNEL_LAUNCH and CAM_MC2_LAUNCH: no batch mode. On Ascend they are <<<>>> launches, which set no schedule
+// mode, and the runtime's default is normal mode; a kernel launched so must not call a hard SyncAll.
+inline constexpr LaunchDescriptor kKernelLaunch{ScheduleMode::Normal};
+
+// CAM_BATCH_KERNEL_LAUNCH: a compute kernel that calls a hard SyncAll asks for batch mode.
+inline constexpr LaunchDescriptor kBatchKernelLaunch{ScheduleMode::Batch};
+
 // What a data-plane launch must ask of the runtime: its kernels are mixed (KERNEL_TYPE_MIX_AIV_1_0) and call a hard
-// SyncAll, so the launch needs batch scheduling mode, or, with other streams' kernels on the cores, its blocks may
-// wait in the barrier for blocks that never start (asc-devkit api/同步控制/核间同步/SyncAll.md). Both launches of
-// CAM_DATAPLANE_LAUNCH take it from one launch descriptor (kDataPlaneLaunch below): on Ascend the configured launch
-// sets the runtime's schedule mode from it, on the twin SyncAll checks it (rule syncall-batch-mode).
+// SyncAll, so the launch needs batch scheduling mode. Both launches of CAM_DATAPLANE_LAUNCH take it from one launch
+// descriptor (kDataPlaneLaunch below).
 inline constexpr bool kDataPlaneLaunchNeedsBatchMode = true;
 
 // The data-plane launches' descriptor: on Ascend the configured launch sets the runtime's schedule mode from it.
@@ -20,6 +31,7 @@ inline constexpr LaunchDescriptor kDataPlaneLaunch{kDataPlaneLaunchNeedsBatchMod
 }  // namespace cam::kernels
 
 #if defined(__CCE__)
+// kKernelLaunch's normal mode is what a <<<>>> launch gets: it sets no schedule mode.
 #define CAM_KERNEL_LAUNCH(kernel, blockDim, stream, ...) kernel<<<blockDim, nullptr, stream>>>(__VA_ARGS__)
 
 namespace cam::kernels {
@@ -48,12 +60,17 @@ inline void LaunchWithDescriptor(const void* kernelSymbol, const char* kernelNam
 
 }  // namespace cam::kernels
 
-// Data-plane kernels (every kernel that calls SyncAll): through the configured launch with the data-plane
-// descriptor, never a <<<>>> launch, which carries no schedule mode (tests/test_ascend_build.py checks every such
-// kernel's translation unit as bisheng's host pass sees it).
-#define CAM_DATAPLANE_LAUNCH(comm, peers, kernel, blockDim, stream, ...)                                  \
+// Every kernel that calls SyncAll: through the configured launch with its descriptor, never a <<<>>> launch, which
+// carries no schedule mode (tests/test_ascend_build.py checks every such kernel's translation unit as bisheng's host
+// pass sees it).
+#define CAM_CONFIGURED_LAUNCH(descriptor, kernel, blockDim, stream, ...)                                   \
     ::cam::kernels::LaunchWithDescriptor(reinterpret_cast<const void*>(&kernel), #kernel, blockDim, stream, \
-                                         ::cam::kernels::kDataPlaneLaunch, __VA_ARGS__)
+                                         descriptor, __VA_ARGS__)
+#define CAM_BATCH_KERNEL_LAUNCH(kernel, blockDim, stream, ...) \
+    CAM_CONFIGURED_LAUNCH(::cam::kernels::kBatchKernelLaunch, kernel, blockDim, stream, __VA_ARGS__)
+// Data-plane kernels: the data-plane descriptor.
+#define CAM_DATAPLANE_LAUNCH(comm, peers, kernel, blockDim, stream, ...) \
+    CAM_CONFIGURED_LAUNCH(::cam::kernels::kDataPlaneLaunch, kernel, blockDim, stream, __VA_ARGS__)
 // MC2 ops (window_table): on Ascend the HCCL context comes from the op framework, which binds the op's group to
 // the launch (docs/ascend.md §5); a <<<>>> launch like this one gets none, so this form is a placeholder.
 #define CAM_MC2_LAUNCH(hcclContext, kernel, blockDim, stream, ...) kernel<<<blockDim, nullptr, stream>>>(__VA_ARGS__)
@@ -64,17 +81,32 @@ inline void LaunchWithDescriptor(const void* kernelSymbol, const char* kernelNam
 #include "common/dataplane_args.h"
 #include "twin/hccl.h"
 #include "twin/launch.h"
+
+namespace cam::kernels {
+// The twin's form of a launch descriptor's schedule mode: every twin launch macro passes its descriptor through
+// here, so SyncAll checks the mode the Ascend launch of the same macro asks for.
+inline ::cam::twin::LaunchSchedule TwinSchedule(const LaunchDescriptor& launch) {
+    return {launch.scheduleMode == ScheduleMode::Batch};
+}
+}  // namespace cam::kernels
+
+#define CAM_TWIN_LAUNCH(descriptor, kernel, blockDim, stream, ...)                      \
+    ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() { kernel(__VA_ARGS__); }, \
+                               ::cam::kernels::TwinSchedule(descriptor))
 #define CAM_KERNEL_LAUNCH(kernel, blockDim, stream, ...) \
-    ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() { kernel(__VA_ARGS__); })
+    CAM_TWIN_LAUNCH(::cam::kernels::kKernelLaunch, kernel, blockDim, stream, __VA_ARGS__)
+#define CAM_BATCH_KERNEL_LAUNCH(kernel, blockDim, stream, ...) \
+    CAM_TWIN_LAUNCH(::cam::kernels::kBatchKernelLaunch, kernel, blockDim, stream, __VA_ARGS__)
 // The twin also gets every rank's window range and which one is the launching rank's, so it can refuse a scalar
 // store into a peer's window.
 // A twin violation in a block aborts the plane before it is reported (LaunchWindows::onViolation, run by the twin
 // for a rule broken anywhere in the block, its end-of-block checks included): every rank's abort word is raised (by
 // this rank, as Plane::Fail does), with the broken rule beside it, so the peers' waits end at once and their errors
 // can name the rule (TwinAbortReason); the violation itself (rule, kernel, block, call site) is this rank's error.
-#define CAM_DATAPLANE_LAUNCH(comm, peers, kernel, blockDim, stream, ...)                          \
-    ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() { kernel(__VA_ARGS__); },        \
-                               ::cam::kernels::dp::TwinWindows(comm, peers, ::cam::kernels::kDataPlaneLaunch))
+#define CAM_DATAPLANE_LAUNCH(comm, peers, kernel, blockDim, stream, ...)                    \
+    ::cam::twin::EnqueueLaunch(stream, #kernel, blockDim, [=]() { kernel(__VA_ARGS__); },  \
+                               ::cam::kernels::TwinSchedule(::cam::kernels::kDataPlaneLaunch), \
+                               ::cam::kernels::dp::TwinWindows(comm, peers))
 // The twin binds the HCCL context to every block thread of the launch, where the runtime binds it on Ascend. The
 // description is copied when the launch is queued, so a group unregistered afterwards cannot pull memory from
 // under the kernel.
@@ -85,7 +117,8 @@ inline void LaunchWithDescriptor(const void* kernelSymbol, const char* kernelNam
                 *static_cast<const ::cam::twin::HcclContext*>(hcclContext))]() {                                \
             ::cam::twin::HcclContextBinding binding_(context_.get());                                           \
             kernel(__VA_ARGS__);                                                                                \
-        })
+        },                                                                                                      \
+        ::cam::kernels::TwinSchedule(::cam::kernels::kKernelLaunch))
 
 namespace cam::kernels::dp {
 
@@ -159,9 +192,7 @@ inline std::string TwinAbortReason(const uint8_t* control) {
 }
 
 // Host side, twin only: the peer table is host memory written once at Comm creation.
-// The launch's schedule mode comes from the descriptor the Ascend launch also takes (rule syncall-batch-mode).
-inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_t* peers,
-                                              const LaunchDescriptor& launch) {
+inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_t* peers) {
     ::cam::twin::LaunchWindows w;
     const CamTopology& t = comm.topo;
     const int64_t world = layout::world_size(t);
@@ -179,7 +210,6 @@ inline ::cam::twin::LaunchWindows TwinWindows(const CommArgs& comm, const uint8_
     }
     w.own = comm.rank;
     w.hostTables = {{reinterpret_cast<uintptr_t>(peers), static_cast<uint64_t>(world) * sizeof(int64_t)}};
-    w.batchMode = launch.scheduleMode == ScheduleMode::Batch;
     w.onViolation = [comm, bases](const std::string& violation) { TwinAbortPlane(comm, bases, violation); };
     return w;
 }

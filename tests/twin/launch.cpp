@@ -25,6 +25,9 @@ namespace {
 
 constexpr uint32_t kBytes = 1024;
 
+// The kernels here meet at a hard SyncAll, so their launches ask for batch scheduling (syncall-batch-mode).
+constexpr cam::twin::LaunchSchedule kBatch{.batchMode = true};
+
 // Two SyncAlls around nothing: all four blocks must be resident at once.
 void Barriers() {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
@@ -123,10 +126,10 @@ int Fail(const char* what) {
 
 // 200 launches of 4 blocks reuse the same 3 pool threads (block 0 runs on the caller).
 int PoolReuse() {
-    for (int i = 0; i < 200; ++i) cam::twin::RunLaunch("barriers", 4, [] { Barriers(); });
+    for (int i = 0; i < 200; ++i) cam::twin::RunLaunch("barriers", 4, [] { Barriers(); }, nullptr, kBatch);
     const uint32_t threads = cam::twin::PoolThreads();
     if (threads != 3) return std::printf("pool has %u threads after 200 launches of 4 blocks, want 3\n", threads), 1;
-    cam::twin::RunLaunch("barriers", 2, [] { Barriers(); });
+    cam::twin::RunLaunch("barriers", 2, [] { Barriers(); }, nullptr, kBatch);
     if (cam::twin::PoolThreads() != 3) return Fail("a smaller launch changed the pool");
     return 0;
 }
@@ -136,8 +139,8 @@ int PoolReuse() {
 int ConcurrentStreams() {
     cam::twin::Stream a, b;
     for (int i = 0; i < 50; ++i) {
-        cam::twin::EnqueueLaunch(&a, "barriers", 4, [] { Barriers(); });
-        cam::twin::EnqueueLaunch(&b, "barriers", 4, [] { Barriers(); });
+        cam::twin::EnqueueLaunch(&a, "barriers", 4, [] { Barriers(); }, kBatch);
+        cam::twin::EnqueueLaunch(&b, "barriers", 4, [] { Barriers(); }, kBatch);
     }
     cam::twin::StreamError ea, eb;
     if (!a.Synchronize(60, &ea) || !b.Synchronize(60, &eb)) return Fail("streams did not drain");
@@ -167,7 +170,7 @@ int SyncTimeout(int lateMs) {
     gLateMs = lateMs;
     const auto t0 = Clock::now();
     try {
-        cam::twin::RunLaunch("late_barrier", 4, [] { LateBarrier(); });
+        cam::twin::RunLaunch("late_barrier", 4, [] { LateBarrier(); }, nullptr, kBatch);
     } catch (const cam::twin::TwinViolation& e) {
         std::printf("%s\n", e.what());
         return Seconds(t0) < 30 ? 1 : Fail("timeout reported far too late");
@@ -186,7 +189,7 @@ int FlagWaitCase(int delayMs, double deadlineS, int wantEnd) {
     const auto t0 = Clock::now();
     cam::twin::RunLaunch("flag_wait", 2, [] {
         FlagWait(reinterpret_cast<GM_ADDR>(flag), reinterpret_cast<GM_ADDR>(src));
-    });
+    }, nullptr, kBatch);
     const double took = Seconds(t0);
     if (gWaitEnd != wantEnd) return std::printf("wait ended %d, want %d\n", gWaitEnd.load(), wantEnd), 1;
     // The deadline is the kernel's: the wait ends after it, and within a park interval plus scheduling of it.
@@ -196,11 +199,11 @@ int FlagWaitCase(int delayMs, double deadlineS, int wantEnd) {
 
 // A forked child gets a pool of its own: the parent's pool threads do not exist there.
 int ForkChild() {
-    cam::twin::RunLaunch("barriers", 4, [] { Barriers(); });  // the parent's pool has threads now
+    cam::twin::RunLaunch("barriers", 4, [] { Barriers(); }, nullptr, kBatch);  // the parent's pool has threads now
     const pid_t pid = fork();
     if (pid == 0) {
         alarm(60);
-        cam::twin::RunLaunch("barriers", 4, [] { Barriers(); });
+        cam::twin::RunLaunch("barriers", 4, [] { Barriers(); }, nullptr, kBatch);
         _exit(cam::twin::PoolThreads() == 3 ? 0 : 4);
     }
     const auto t0 = Clock::now();

@@ -121,7 +121,7 @@ int Join() {
     cam::twin::SetTimingEnabled(true);
     cam::twin::TakeLaunchCosts();
     try {
-        cam::twin::RunLaunch("join", kAiCores, [] { JoinKernel(); });
+        cam::twin::RunLaunch("join", kAiCores, [] { JoinKernel(); }, nullptr, {.batchMode = true});
     } catch (const cam::twin::TwinViolation& e) {
         std::printf("%s\n", e.what());
         return 1;
@@ -174,12 +174,13 @@ int main(int argc, char** argv) {
     const uint32_t blocks = gCase == Case::TooManyAiCores ? kAiCores + 1 : kAiCores;
     const uint32_t vectorCores = 2 * blocks;
     std::vector<float> slots(vectorCores * kBlockFloats, -100.0f), out(vectorCores * kBlockFloats, -100.0f);
-    cam::twin::LaunchWindows windows;  // a launch descriptor without batch scheduling
+    // Every case but no_batch_mode asks for batch scheduling, as a launch of a hard-SyncAll kernel must.
+    const cam::twin::LaunchSchedule schedule{.batchMode = gCase != Case::NoBatchMode};
     try {
         cam::twin::RunLaunch(
             name.c_str(), blocks,
-            [&] { Kernel(reinterpret_cast<GM_ADDR>(slots.data()), reinterpret_cast<GM_ADDR>(out.data())); },
-            gCase == Case::NoBatchMode ? &windows : nullptr);
+            [&] { Kernel(reinterpret_cast<GM_ADDR>(slots.data()), reinterpret_cast<GM_ADDR>(out.data())); }, nullptr,
+            schedule);
     } catch (const cam::twin::TwinViolation& e) {
         std::printf("%s\n", e.what());
         return 1;

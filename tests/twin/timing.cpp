@@ -37,7 +37,7 @@ double Cycles(uint32_t blockDim, F kernel, cam::twin::LaunchCost* out = nullptr,
               const cam::twin::LaunchWindows* windows = nullptr) {
     cam::twin::SetTimingEnabled(true);
     cam::twin::TakeLaunchCosts();
-    cam::twin::RunLaunch("timing_case", blockDim, kernel, windows);
+    cam::twin::RunLaunch("timing_case", blockDim, kernel, windows, {.batchMode = true});  // cases meet at SyncAll
     for (const auto& c : cam::twin::TakeLaunchCosts()) {
         if (c.device == gDevice && c.l2 == "lo") {
             if (out) *out = c;
@@ -434,7 +434,6 @@ int VariantsShared() {
     std::thread sender([&] {
         cam::twin::LaunchWindows ws = w;
         ws.own = 1;
-        ws.batchMode = true;  // its SyncAll
         cam::twin::RunLaunch("timing_sender", kBlocks, [&] {
             KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
             startTogether();
@@ -455,7 +454,7 @@ int VariantsShared() {
             GlobalTensor<int64_t> gw;
             gw.SetGlobalBuffer(word, 8);
             DataCopyPad(gw, s, DataCopyExtParams{1, 8, 0, 0, 0});
-        }, &ws);
+        }, &ws, {.batchMode = true});  // its SyncAll
     });
     std::thread receiver([&] {
         cam::twin::LaunchWindows wr = w;

@@ -118,6 +118,7 @@ struct LaunchState {
     std::atomic<uint32_t> barrierEvent{0};
     std::string firstError;
     const LaunchWindows* windows = nullptr;
+    LaunchSchedule schedule;
     // A block cached a GM line: the scalar cache's registry holds entries of this launch to forget at its end
     // (a sweep of every registry shard, which a launch without scalar GM access need not pay).
     std::atomic<bool> dcacheTouched{false};
@@ -218,8 +219,8 @@ void BlockBarrier(bool isAIVOnly, const std::source_location& where) {
     BlockContext& block = CurrentBlock();
     const Platform& platform = ActivePlatform();
     // With other streams' kernels on the cores, blocks of a hard-SyncAll kernel scheduled one by one can wait in
-    // the barrier for blocks that never get a core: the launch must ask for batch mode (SyncAll.md). A plain
-    // RunLaunch (the twin's self-tests) carries no descriptor and is not checked.
+    // the barrier for blocks that never get a core: the launch must ask for batch mode (SyncAll.md), whichever
+    // launch it is. A launch that asked for nothing is in normal mode, as on Ascend (twin/launch.h LaunchSchedule).
     // The other blocks read what this one cleaned once the barrier opens: the write-back must have landed (a dcci
     // does not wait for it, and SyncAll is a pipe barrier and a cross-core flag, no dsb).
     std::source_location clean;
@@ -239,10 +240,10 @@ void BlockBarrier(bool isAIVOnly, const std::source_location& where) {
                        " core): the docs define the vector-only barrier for a pure vector kernel; a mixed kernel's "
                        "barrier is SyncAll<false>, called by every cube and vector core",
                    where);
-    const LaunchWindows* desc = block.launch ? block.launch->windows : nullptr;
-    CAM_TWIN_CHECK(desc == nullptr || desc->batchMode, "syncall-batch-mode",
+    CAM_TWIN_CHECK(block.launch != nullptr && block.launch->schedule.batchMode, "syncall-batch-mode",
                    "hard SyncAll in a launch not in batch scheduling mode: with other streams on the cores its "
-                   "blocks may never all be resident",
+                   "blocks may never all be resident (launch it asking for batch mode: CAM_BATCH_KERNEL_LAUNCH, "
+                   "or CAM_DATAPLANE_LAUNCH's kDataPlaneLaunch)",
                    where);
     // Hard SyncAll uses cross-core flags that exist only in a mixed launch: a vector-only kernel must be declared
     // KERNEL_TYPE_MIX_AIV_1_0 (__mix__(0, 1)), otherwise the hardware barrier never completes.
@@ -479,12 +480,13 @@ bool LaunchAbortedNow() {
 }
 
 void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel,
-               const LaunchWindows* windows) {
+               const LaunchWindows* windows, LaunchSchedule schedule) {
     if (blockDim == 0) throw TwinViolation(std::string("twin: launch of ") + kernelName + " with blockDim 0");
     LaunchState launch;
     launch.kernel = kernelName;
     launch.blockDim = blockDim;
     launch.windows = windows;
+    launch.schedule = schedule;
 
     launch.kernelFn = &kernel;
     auto body = [&](uint32_t idx) { RunBlock(launch, idx, -1, nullptr); };

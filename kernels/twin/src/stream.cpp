@@ -134,16 +134,18 @@ void Stream::Worker() {
 
 namespace cam::twin {
 
-void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std::function<void()> kernel) {
-    static_cast<Stream*>(stream)->Enqueue(
-        [kernelName, blockDim, kernel = std::move(kernel)] { RunLaunch(kernelName, blockDim, kernel); });
+void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std::function<void()> kernel,
+                   LaunchSchedule schedule) {
+    static_cast<Stream*>(stream)->Enqueue([kernelName, blockDim, kernel = std::move(kernel), schedule] {
+        RunLaunch(kernelName, blockDim, kernel, nullptr, schedule);
+    });
 }
 
 void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std::function<void()> kernel,
-                   LaunchWindows windows) {
+                   LaunchSchedule schedule, LaunchWindows windows) {
     static_cast<Stream*>(stream)->Enqueue(
-        [kernelName, blockDim, kernel = std::move(kernel), windows = std::move(windows)] {
-            RunLaunch(kernelName, blockDim, kernel, &windows);
+        [kernelName, blockDim, kernel = std::move(kernel), schedule, windows = std::move(windows)] {
+            RunLaunch(kernelName, blockDim, kernel, &windows, schedule);
         });
 }
 

@@ -9,7 +9,18 @@
 
 namespace cam::twin {
 
-void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std::function<void()> kernel);
+// What a launch asks of the runtime's scheduler: the schedule mode of its launch descriptor
+// (kernels/common/launch_descriptor.h, which the Ascend configured launch puts in its schedule-mode attribute). A
+// launch that asks for nothing gets what such a launch gets on Ascend, a <<<>>> launch or a configured one without
+// the attribute: normal mode, its blocks started as cores come free, so with other streams' kernels on the cores
+// some may start only after others wait in a barrier. A hard SyncAll therefore needs batchMode, in every launch
+// (rule syncall-batch-mode, docs/twin.md).
+struct LaunchSchedule {
+    bool batchMode = false;  // all blocks start together or none does
+};
+
+void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std::function<void()> kernel,
+                   LaunchSchedule schedule = {});
 
 // The peer-accessible windows a data-plane launch sees: every rank's [base, base + bytes) and which one is the
 // launching rank's own. With them the twin refuses a scalar store into a peer's window (peer-scalar-store):
@@ -17,9 +28,6 @@ void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std:
 struct LaunchWindows {
     std::vector<std::pair<uintptr_t, uint64_t>> windows;
     int64_t own = -1;
-    // The launch asks for batch scheduling (all blocks start together or none does). A hard SyncAll in a launch
-    // that carries a descriptor without it is a syncall-batch-mode violation (docs/twin.md).
-    bool batchMode = false;
     // GM the host rewrites between launches (the Comm's peer table): every block must invalidate a line of it before
     // its first scalar read (rule dcache-table-not-invalidated, twin/dcache.h).
     std::vector<std::pair<uintptr_t, uint64_t>> hostTables;
@@ -33,7 +41,7 @@ struct LaunchWindows {
     std::function<void(const std::string& violation)> onViolation;
 };
 void EnqueueLaunch(void* stream, const char* kernelName, uint32_t blockDim, std::function<void()> kernel,
-                   LaunchWindows windows);
+                   LaunchSchedule schedule, LaunchWindows windows);
 
 // Queue host work in stream order (e.g. reading a kernel's status word after it ran). Throwing
 // cam::twin::TaskError from `task` reports its code on the next synchronize. On Ascend this is a host callback

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "twin/launch.h"
+
 namespace cam::twin {
 
 // What the emulated chip looks like. Tiling reads the same numbers through the host backend, so a kernel never
@@ -115,9 +117,9 @@ bool InKernel();
 // Runs kernel() as blockDim blocks at once, each on a thread of its own (twin/block_pool.h), and returns when all
 // have ended. The first violation is rethrown (as TwinViolation) after every block has stopped; the others are
 // woken from SyncAll so a failure never turns into a hang.
-struct LaunchWindows;  // twin/launch.h
+// `schedule`: what the launch asked of the scheduler (twin/launch.h); by default nothing, normal mode, as on Ascend.
 void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<void()>& kernel,
-               const LaunchWindows* windows = nullptr);
+               const LaunchWindows* windows = nullptr, LaunchSchedule schedule = {});
 
 // A scalar store may only target the launching rank's own window (or memory that is no window at all).
 void CheckScalarStoreTarget(const void* addr, const std::source_location& where);
