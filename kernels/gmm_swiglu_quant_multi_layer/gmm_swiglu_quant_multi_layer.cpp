@@ -25,7 +25,7 @@ public:
         units_.Init(groupList_, c_->groups, c_->groupListType, layer, c_->tm, core_, c_->blockDim);
     }
     __aicore__ inline void Compute(uint32_t n) {
-        cube_.UseSlot(GmmRingSlot(ring_, GmmSwigluSlotBytes(*c_), core_, n), units_.Row0());
+        cube_.UseSlot(GmmRingSlot(ring_, GmmSwigluSlotBytes(*c_), core_, n), units_.Row0(), 0, c_->n);
         cube_.ComputeRows(units_.Layer(), units_.Expert(), units_.Row0(), units_.Rows());
     }
 };
