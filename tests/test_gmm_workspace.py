@@ -46,6 +46,20 @@ def test_w2_slot_holds_one_unit(m, k, n, groups, int4, tm, tn):
     assert got == _expected(_cores(), m, k, tm, tn, n, groups, int4)
 
 
+# W1's tiles (docs/gmm.md §5 "The mixed W1 kernel", §9.5): W8A8 at most 144 rows, W4A8 at most 64, each with the
+# widest multiple of 32 up to 256 columns whose int32 C tile (two planes with int4) fits the 128 KiB L0C.
+@pytest.mark.parametrize("m,k,n,groups,int4,tm,tn", [
+    (100, 256, 600, 1, False, 112, 256),
+    (100, 256, 600, 1, True, 64, 256),
+    (100, 256, 600, 4, False, 112, 256),
+    (100, 256, 600, 4, True, 64, 256),
+    (300, 512, 1000, 2, False, 144, 224),
+])
+def test_w1_slot_holds_a_row_tile_per_channel_and_a_unit_with_k_groups(m, k, n, groups, int4, tm, tn):
+    got = workspace_bytes(W1, m, k, n, 4, k_groups=groups, int4=int4)
+    assert got == _expected(_cores(), m, k, tm, tn, n, groups, int4, whole_rows=groups == 1, row_buffer=groups > 1)
+
+
 def test_workspace_bytes_refuses_an_unknown_op():
     with pytest.raises(ValueError, match="op must be"):
         workspace_bytes("gmm", 8, 64, 64, 1)

@@ -7,7 +7,10 @@
 // spills s (fp32) over the act half of its own accumulator row, which that pass has already consumed, and
 // re-reads it for the quant. W4A8 (cube.int4): acc is first recombined from the split's two planes (common/
 // gmm_epilogue.h, RunGroup); the spill then lands on the act half of the row's hi plane of group 0, as consumed.
-// The accumulator is the mixed kernel's ring slot of tm rows (UseAcc, Rows).
+// The accumulator is the mixed kernel's ring slot of tm rows (UseAcc, Rows); with scale groups along K the slot holds
+// one unit (UseUnit), whose dequantized group sum SumUnit writes into the AI core's fp32 row tile buffer (UseRowBuf),
+// and Rows then reads c from that buffer (and spills into it) instead of dequantizing: the same fp32 values, so y and
+// y_scale are the same bits.
 #pragma once
 
 #include "kernel_operator.h"
@@ -58,10 +61,55 @@ public:
         spill_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(acc), plane);
     }
 
+    // Units (scale groups along K): the AI core's fp32 row tile buffer, tm x N, rows N apart. From then on Rows
+    // reads c from it (summed by SumUnit) instead of dequantizing, and spills into it.
+    __aicore__ inline void UseRowBuf(GM_ADDR buf) {
+        rowBuf_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(buf), uint64_t(t_.cube.tm) * t_.cube.n);
+        spill_ = rowBuf_;
+        fromRowBuf_ = true;
+    }
+
+    // The unit the following SumUnit reads: its ring slot, planes of tm x tn elements, rows tn apart.
+    __aicore__ inline void UseUnit(GM_ADDR slot) {
+        const uint64_t plane = uint64_t(t_.cube.tm) * t_.cube.tn;
+        acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(slot),
+                             plane * t_.cube.kGroups * GmmAccPlanes(t_.cube.int4));
+        planes_ = {acc_, plane, t_.cube.int4};
+    }
+
+    // c of rows [row, row + rows) x n-tile nt's columns (the unit's rows from slotRow on) into the row tile buffer
+    // (its rows from bufRow on): each K group's partial dequantized and the groups added in order, exactly as Rows'
+    // dequant does per element, in pieces of at most one UB pass that never straddle the act | gate boundary (their
+    // w_scale slices).
+    __aicore__ inline void SumUnit(uint32_t layer, uint32_t expert, uint64_t row, uint64_t slotRow, uint64_t bufRow,
+                                   uint32_t rows, uint32_t nt) {
+        UseLayer(layer);
+        layer_ = layer;
+        const uint32_t n0 = nt * t_.cube.tn, end = t_.cube.n - n0 < t_.cube.tn ? t_.cube.n : n0 + t_.cube.tn;
+        AscendC::LocalTensor<float> s = sBuf_.Get<float>();
+        for (uint32_t col = n0; col < end;) {
+            const uint32_t stop = col < t_.half && t_.half < end ? t_.half : end;
+            const uint32_t len = stop - col < t_.chunk ? stop - col : t_.chunk;
+            const bool act = col < t_.half;
+            for (uint32_t r = 0; r < rows; ++r) {
+                Dequant((slotRow + r) * t_.cube.tn + (col - n0), expert, col, len, xScale_.GetValue(row + r),
+                        act ? actScale_ : gateScale_, act ? actColsum_ : gateColsum_, s);
+                Spill(bufRow + r, col, len, s);
+            }
+            col += len;
+        }
+    }
+
     // y and y_scale of rows [row, row + rows) of `expert` of `layer`, their accumulator rows from accRow on.
     __aicore__ inline void Rows(uint32_t layer, uint32_t expert, uint64_t row, uint64_t accRow, uint32_t rows) {
         UseLayer(layer);
         layer_ = layer;
+        if (fromRowBuf_) {
+            // The row tile buffer was written by this core's MTE3 (SumUnit): its reads wait for those writes.
+            const AscendC::TEventID summed = pipe_.FetchEventID(AscendC::HardEvent::MTE3_MTE2);
+            AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(summed);
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(summed);
+        }
         for (uint32_t r = 0; r < rows; ++r)
             yScales_.Add(yScale_, row + r, Row(row + r, accRow + r, expert), r + 1 == rows);
     }
@@ -120,10 +168,10 @@ private:
     // gate columns' scales, so both stay resident across the rows of one expert. With scale groups along K
     // ([E, G, N]), each group's partial is dequantized with its own slice and the groups are added in order
     // (docs/gmm.md §9.2).
-    __aicore__ inline void Dequant(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float xs,
+    // off: the columns' first element in the accumulator (planes_).
+    __aicore__ inline void Dequant(uint64_t off, uint32_t expert, uint32_t col, uint32_t len, float xs,
                                    ScaleSlice& slice, ColsumSlice& colsum, const AscendC::LocalTensor<float>& dst) {
         const uint32_t groups = t_.cube.kGroups;
-        const uint64_t off = row * t_.cube.n + col;
         for (uint32_t g = 0; g < groups; ++g) {
             AscendC::LocalTensor<float> part = g == 0 ? dst : partBuf_.Get<float>();
             const AscendC::LocalTensor<int32_t>* cs =
@@ -134,13 +182,20 @@ private:
         }
     }
 
-    // s[0..len) for output columns [col, col+len): silu(act) * gate, in the stated operation order.
+    // s[0..len) for output columns [col, col+len): silu(act) * gate, in the stated operation order; act and gate
+    // dequantized from the accumulator row `row`, or read from the row tile buffer's (units).
     __aicore__ inline void SwigluChunk(uint64_t row, uint32_t expert, uint32_t col, uint32_t len, float xs,
                                        const AscendC::LocalTensor<float>& s) {
         AscendC::LocalTensor<float> gate = gateBuf_.Get<float>();
         AscendC::LocalTensor<float> e = expBuf_.Get<float>();
-        Dequant(row, expert, col, len, xs, actScale_, actColsum_, s);
-        Dequant(row, expert, t_.half + col, len, xs, gateScale_, gateColsum_, gate);
+        const uint64_t off = row * t_.cube.n + col;
+        if (fromRowBuf_) {
+            dequant_.Reload(rowBuf_[off], len, s);
+            dequant_.Reload(rowBuf_[off + t_.half], len, gate);
+        } else {
+            Dequant(off, expert, col, len, xs, actScale_, actColsum_, s);
+            Dequant(off + t_.half, expert, t_.half + col, len, xs, gateScale_, gateColsum_, gate);
+        }
         if (t_.clamp) {
             AscendC::Mins(s, s, t_.limit, len);
             AscendC::Mins(gate, gate, t_.limit, len);
@@ -191,6 +246,8 @@ private:
     QuantScratch scratch_;
     AscendC::GlobalTensor<int32_t> acc_;
     AscendC::GlobalTensor<float> spill_;
+    AscendC::GlobalTensor<float> rowBuf_;  // units: the AI core's fp32 row tile buffer
+    bool fromRowBuf_ = false;
     AscendC::GlobalTensor<float> xScale_;
     AscendC::GlobalTensor<float> wScale_;
     AscendC::GlobalTensor<int32_t> colsums_;

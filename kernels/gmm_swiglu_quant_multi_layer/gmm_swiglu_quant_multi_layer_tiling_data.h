@@ -21,9 +21,26 @@ struct GmmSwigluQuantMultiLayerTilingData {
 };
 
 constexpr uint32_t kGmmSwigluColAlign = 32;
-// Bytes of one ring slot: the int32 accumulator of tm rows x N, per K group (and per int4 plane).
+// What the cube hands over (docs/gmm.md §5, "The mixed W1 kernel"): per output channel (one K group) a whole row
+// tile, tm rows x N int32 per plane; with scale groups along K one unit at a time (a row tile x one tn-wide n-tile,
+// compact as W2's: GmmUnitSlotBytes), whose groups the vector cores dequantize and add into the AI core's fp32 row
+// tile buffer (tm x N) before the row tile's SwiGLU and quant.
+__aicore__ constexpr bool GmmSwigluByUnits(const GmmCubeTilingData& c) { return c.kGroups > 1; }
+// Units the cube hands over per row tile.
+__aicore__ constexpr uint32_t GmmSwigluUnitsPerTile(const GmmCubeTilingData& c) {
+    return GmmSwigluByUnits(c) ? c.nTiles : 1;
+}
+// Bytes of one ring slot.
 __aicore__ constexpr uint64_t GmmSwigluSlotBytes(const GmmCubeTilingData& c) {
-    return uint64_t(c.kGroups) * GmmAccPlanes(c.int4) * c.tm * c.n * 4;
+    return GmmSwigluByUnits(c) ? GmmUnitSlotBytes(c) : uint64_t(c.kGroups) * GmmAccPlanes(c.int4) * c.tm * c.n * 4;
+}
+// Bytes of one AI core's fp32 row tile buffer (units only).
+__aicore__ constexpr uint64_t GmmSwigluRowBufBytes(const GmmCubeTilingData& c) {
+    return GmmSwigluByUnits(c) ? AlignUp(uint64_t(c.tm) * c.n * 4, 512) : 0;
+}
+// The kernel's ring region of the workspace: every AI core's kGmmRingSlots slots, then every AI core's row buffer.
+__aicore__ constexpr uint64_t GmmSwigluRingBytes(const GmmCubeTilingData& c) {
+    return uint64_t(c.blockDim) * (kGmmRingSlots * GmmSwigluSlotBytes(c) + GmmSwigluRowBufBytes(c));
 }
 constexpr uint32_t kGmmSwigluScaleBatch = 64;  // y_scale values staged in UB before one copy-out
 
