@@ -48,7 +48,12 @@ public:
         pipe_.InitBuffer(workBuf_, UbBytes(uint64_t(ReduceMaxWorkElems<float>(n)) * 4));
         pipe_.InitBuffer(reduceBuf_, kUbBlockBytes);
         pipe_.InitBuffer(outQue_, 2, UbBytes(uint64_t(n) * 4));
-        if (t.cube.kGroups > 1) pipe_.InitBuffer(partBuf_, UbBytes(uint64_t(n) * 4));
+        if (t.cube.kGroups > 1) {
+            pipe_.InitBuffer(partBuf_, UbBytes(uint64_t(n) * 4));
+            block_.Init(pipe_, 1, n);  // units: blocks of up to `chunk` elements (SumUnit)
+            // A block's row scales: at most chunk / 8 rows (a piece's pitch is a multiple of 8 elements).
+            pipe_.InitBuffer(rowScaleBuf_, UbBytes(uint64_t(n) / 8 * 4));
+        }
         yScales_.Init(pipe_, kGmmSwigluScaleBatch);
         scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
     }
@@ -78,23 +83,56 @@ public:
     }
 
     // c of rows [row, row + rows) x n-tile nt's columns (the unit's rows from slotRow on) into the row tile buffer
-    // (its rows from bufRow on): each K group's partial dequantized and the groups added in order, exactly as Rows'
-    // dequant does per element, in pieces of at most one UB pass that never straddle the act | gate boundary (their
-    // w_scale slices).
+    // (its rows from bufRow on): each K group's partial dequantized and the groups added in order, per element
+    // exactly as Rows' dequant does (DequantBlock: bit for bit DequantStep's per row), over blocks of rows x a piece
+    // of columns: at most one UB pass wide, never across the act | gate boundary (their w_scale slices), as many
+    // rows as `chunk` elements hold at the piece's pitch; one strided copy per group and plane in, one out.
     __aicore__ inline void SumUnit(uint32_t layer, uint32_t expert, uint64_t row, uint64_t slotRow, uint64_t bufRow,
                                    uint32_t rows, uint32_t nt) {
         UseLayer(layer);
         layer_ = layer;
-        const uint32_t n0 = nt * t_.cube.tn, end = t_.cube.n - n0 < t_.cube.tn ? t_.cube.n : n0 + t_.cube.tn;
-        AscendC::LocalTensor<float> s = sBuf_.Get<float>();
+        const GmmCubeTilingData& c = t_.cube;
+        const uint32_t n0 = nt * c.tn, end = c.n - n0 < c.tn ? c.n : n0 + c.tn;
+        const uint64_t plane = uint64_t(c.tm) * c.tn;
+        AscendC::LocalTensor<float> f = sBuf_.Get<float>();
+        AscendC::LocalTensor<float> rs = rowScaleBuf_.Get<float>();  // the block's row scales (scalar unit only)
         for (uint32_t col = n0; col < end;) {
             const uint32_t stop = col < t_.half && t_.half < end ? t_.half : end;
             const uint32_t len = stop - col < t_.chunk ? stop - col : t_.chunk;
+            const uint32_t pitch = static_cast<uint32_t>(AlignUp(len, kUbBlockBytes / 4));
+            const uint32_t blockRows = t_.chunk / pitch;
             const bool act = col < t_.half;
-            for (uint32_t r = 0; r < rows; ++r) {
-                Dequant((slotRow + r) * t_.cube.tn + (col - n0), expert, col, len, xScale_.GetValue(row + r),
-                        act ? actScale_ : gateScale_, act ? actColsum_ : gateColsum_, s);
-                Spill(bufRow + r, col, len, s);
+            for (uint32_t r0 = 0; r0 < rows; r0 += blockRows) {
+                const uint32_t b = rows - r0 < blockRows ? rows - r0 : blockRows;
+                for (uint32_t i = 0; i < b; ++i) rs.SetValue(i, xScale_.GetValue(row + r0 + i));
+                const uint64_t off = (slotRow + r0) * c.tn + (col - n0);
+                for (uint32_t g = 0; g < c.kGroups; ++g) {
+                    AscendC::LocalTensor<float> part = g == 0 ? f : partBuf_.Get<float>();
+                    const uint32_t slice = expert * c.kGroups + g;
+                    const AscendC::LocalTensor<float>& ws =
+                        (act ? actScale_ : gateScale_).Get(wScale_, c.n, layer_, slice, col, len);
+                    if (c.int4) {
+                        // The group's hi plane, then its lo plane (common/gmm_cube.h, StoreCInt4).
+                        const uint64_t hi = uint64_t(kGmmInt4Planes) * g * plane + off;
+                        block_.RunInt4(acc_[hi], acc_[hi + plane], c.tn, b, len, pitch, rs,
+                                       (act ? actColsum_ : gateColsum_).Get(colsums_, c.n, layer_, slice, col, len),
+                                       ws, part);
+                    } else {
+                        block_.Run(acc_[g * plane + off], c.tn, b, len, pitch, rs, ws, part);
+                    }
+                    if (g > 0) AscendC::Add(f, f, part, b * pitch);
+                }
+                AscendC::LocalTensor<float> o = outQue_.AllocTensor<float>();
+                AscendC::Muls(o, f, 1.0f, b * pitch);  // vector copy into the out queue's buffer; x * 1 keeps every bit
+                outQue_.EnQue(o);
+                o = outQue_.DeQue<float>();
+                // UB -> GM: srcStride the UB gap in 32-byte blocks, dstStride the GM gap in bytes.
+                AscendC::DataCopyPad(rowBuf_[(bufRow + r0) * c.n + col], o,
+                                     {static_cast<uint16_t>(b), len * 4u,
+                                      (pitch * 4u - static_cast<uint32_t>(AlignUp(len * 4u, kUbBlockBytes))) /
+                                          kUbBlockBytes,
+                                      (c.n - len) * 4u, 0});
+                outQue_.FreeTensor(o);
             }
             col += len;
         }
@@ -237,12 +275,14 @@ private:
     GM_ADDR table_ = nullptr;
     AscendC::TPipe pipe_;
     DequantStep dequant_;
+    DequantBlock block_;  // units: the dequant of a block of the unit's rows
     ScaleSlice actScale_, gateScale_;  // w_scale of the current expert's act / gate columns
     ColsumSlice actColsum_, gateColsum_;  // W4A8: their colsums
     AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQue_;
     ScaleStager yScales_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> sBuf_, gateBuf_, expBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf_;  // one K group's dequantized partial (kGroups > 1)
+    AscendC::TBuf<AscendC::TPosition::VECCALC> rowScaleBuf_;  // units: a block's x_scale values
     QuantScratch scratch_;
     AscendC::GlobalTensor<int32_t> acc_;
     AscendC::GlobalTensor<float> spill_;

@@ -44,8 +44,9 @@ __aicore__ constexpr uint64_t GmmSwigluRingBytes(const GmmCubeTilingData& c) {
 }
 constexpr uint32_t kGmmSwigluScaleBatch = 64;  // y_scale values staged in UB before one copy-out
 
-// UB bytes the W1 epilogue carves for `chunk` output columns; `grouped` (scale groups along K): one more fp32 row;
-// `int4` (W4A8): the act and gate colsum slices of the recombination.
+// UB bytes the W1 epilogue carves for `chunk` output columns; `grouped` (scale groups along K): one more fp32 row,
+// the double-buffered int32 blocks of the units' dequant (DequantBlock, `chunk` elements each) and a block's row
+// scales; `int4` (W4A8): the act and gate colsum slices of the recombination.
 __aicore__ constexpr uint32_t GmmSwigluQuantMultiLayerUbBytes(uint32_t chunk, bool grouped = false,
                                                               bool int4 = false) {
     return DequantUbBytes(chunk, int4)           // accumulator (act, then gate) and w_scale in
@@ -56,7 +57,7 @@ __aicore__ constexpr uint32_t GmmSwigluQuantMultiLayerUbBytes(uint32_t chunk, bo
            + UbBytes(kUbBlockBytes)              // reduce result
            + 2 * UbBytes(uint64_t(chunk) * 4)    // out queue: int8 y, or fp32 s when spilling
            + UbBytes(kGmmSwigluScaleBatch * 4)   // staged y_scale
-           + (grouped ? UbBytes(uint64_t(chunk) * 4) : 0);
+           + (grouped ? 3 * UbBytes(uint64_t(chunk) * 4) + UbBytes(uint64_t(chunk) / 8 * 4) : 0);
 }
 
 }  // namespace cam::kernels
