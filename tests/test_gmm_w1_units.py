@@ -83,3 +83,13 @@ def test_w1_units_row_longer_than_one_ub_pass():
     gl = torch.tensor([70], dtype=torch.int64)
     got = _run(x, xs, ws, ss, "int4", gl, 0, ref8.GROUP_LIST_COUNTS, 1.0)
     assert _check(got, x, xs, ws, ss, gl, 0, ref8.GROUP_LIST_COUNTS, 1.0, gs) == 70
+
+
+def test_w1_units_with_many_groups_in_narrower_pieces():
+    # 128 K groups: every group's w_scale and colsum slices of a 256-column piece (256 KiB) do not fit UB beside the
+    # epilogue, so the tiling narrows the pieces (unitCols) until one pass still holds N / 2.
+    k, n, gs = 8192, 600, 64
+    x, xs, ws, ss = _problem(5, 40, k, n, 2, 1, gs)
+    gl = torch.tensor([25, 15], dtype=torch.int64)
+    got = _run(x, xs, ws, ss, "int4", gl, 0, ref8.GROUP_LIST_COUNTS, None)
+    assert _check(got, x, xs, ws, ss, gl, 0, ref8.GROUP_LIST_COUNTS, None, gs) == 40

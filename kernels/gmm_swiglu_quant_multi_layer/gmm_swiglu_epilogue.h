@@ -53,6 +53,8 @@ public:
             block_.Init(pipe_, 1, n);  // units: blocks of up to `chunk` elements (SumUnit)
             // A block's row scales: at most chunk / 8 rows (a piece's pitch is a multiple of 8 elements).
             pipe_.InitBuffer(rowScaleBuf_, UbBytes(uint64_t(n) / 8 * 4));
+            pipe_.InitBuffer(groupScales_, 1, UbBytes(uint64_t(t.cube.kGroups) * t.unitCols * 4));
+            if (t.cube.int4) pipe_.InitBuffer(groupColsums_, 1, UbBytes(uint64_t(t.cube.kGroups) * t.unitCols * 4));
         }
         yScales_.Init(pipe_, kGmmSwigluScaleBatch);
         scratch_ = {absBuf_.Get<float>(), halfBuf_.Get<half>(), reduceBuf_.Get<float>(), workBuf_.Get<float>()};
@@ -84,41 +86,52 @@ public:
 
     // c of rows [row, row + rows) x n-tile nt's columns (the unit's rows from slotRow on) into the row tile buffer
     // (its rows from bufRow on): each K group's partial dequantized and the groups added in order, per element
-    // exactly as Rows' dequant does (DequantBlock: bit for bit DequantStep's per row), over blocks of rows x a piece
-    // of columns: at most one UB pass wide, never across the act | gate boundary (their w_scale slices), as many
-    // rows as `chunk` elements hold at the piece's pitch; one strided copy per group and plane in, one out.
+    // exactly as Rows' dequant does (DequantBlock: bit for bit DequantStep's per row). The unit's columns go in
+    // pieces of at most unitCols (and one UB pass), never across the act | gate boundary; a piece's w_scale (and
+    // colsum) slices of every group come in with one strided copy each and stay for its blocks of rows, as many rows
+    // as one pass's `chunk` elements hold at the piece's pitch: one strided copy per group and plane in, one out.
     __aicore__ inline void SumUnit(uint32_t layer, uint32_t expert, uint64_t row, uint64_t slotRow, uint64_t bufRow,
                                    uint32_t rows, uint32_t nt) {
         UseLayer(layer);
         layer_ = layer;
         const GmmCubeTilingData& c = t_.cube;
         const uint32_t n0 = nt * c.tn, end = c.n - n0 < c.tn ? c.n : n0 + c.tn;
+        const uint32_t most = t_.chunk < t_.unitCols ? t_.chunk : t_.unitCols;
         const uint64_t plane = uint64_t(c.tm) * c.tn;
         AscendC::LocalTensor<float> f = sBuf_.Get<float>();
         AscendC::LocalTensor<float> rs = rowScaleBuf_.Get<float>();  // the block's row scales (scalar unit only)
         for (uint32_t col = n0; col < end;) {
             const uint32_t stop = col < t_.half && t_.half < end ? t_.half : end;
-            const uint32_t len = stop - col < t_.chunk ? stop - col : t_.chunk;
+            const uint32_t len = stop - col < most ? stop - col : most;
             const uint32_t pitch = static_cast<uint32_t>(AlignUp(len, kUbBlockBytes / 4));
             const uint32_t blockRows = t_.chunk / pitch;
-            const bool act = col < t_.half;
+            // Every group's slice of these columns: [E, G, N] row (expert, g) at g * pitch in UB.
+            const uint64_t first = uint64_t(expert) * c.kGroups * c.n + col;
+            const AscendC::DataCopyExtParams slices = DequantBlock::BlockCopyIn(c.kGroups, len, c.n, pitch);
+            AscendC::LocalTensor<float> ws = groupScales_.AllocTensor<float>();
+            AscendC::DataCopyPad(ws, wScale_[first], slices, {false, 0, 0, 0.0f});
+            groupScales_.EnQue(ws);
+            ws = groupScales_.DeQue<float>();
+            AscendC::LocalTensor<int32_t> cs;
+            if (c.int4) {
+                cs = groupColsums_.AllocTensor<int32_t>();
+                AscendC::DataCopyPad(cs, colsums_[first], slices, {false, 0, 0, 0});
+                groupColsums_.EnQue(cs);
+                cs = groupColsums_.DeQue<int32_t>();
+            }
             for (uint32_t r0 = 0; r0 < rows; r0 += blockRows) {
                 const uint32_t b = rows - r0 < blockRows ? rows - r0 : blockRows;
                 for (uint32_t i = 0; i < b; ++i) rs.SetValue(i, xScale_.GetValue(row + r0 + i));
                 const uint64_t off = (slotRow + r0) * c.tn + (col - n0);
                 for (uint32_t g = 0; g < c.kGroups; ++g) {
                     AscendC::LocalTensor<float> part = g == 0 ? f : partBuf_.Get<float>();
-                    const uint32_t slice = expert * c.kGroups + g;
-                    const AscendC::LocalTensor<float>& ws =
-                        (act ? actScale_ : gateScale_).Get(wScale_, c.n, layer_, slice, col, len);
                     if (c.int4) {
                         // The group's hi plane, then its lo plane (common/gmm_cube.h, StoreCInt4).
                         const uint64_t hi = uint64_t(kGmmInt4Planes) * g * plane + off;
-                        block_.RunInt4(acc_[hi], acc_[hi + plane], c.tn, b, len, pitch, rs,
-                                       (act ? actColsum_ : gateColsum_).Get(colsums_, c.n, layer_, slice, col, len),
-                                       ws, part);
+                        block_.RunInt4(acc_[hi], acc_[hi + plane], c.tn, b, len, pitch, rs, cs[g * pitch],
+                                       ws[g * pitch], part);
                     } else {
-                        block_.Run(acc_[g * plane + off], c.tn, b, len, pitch, rs, ws, part);
+                        block_.Run(acc_[g * plane + off], c.tn, b, len, pitch, rs, ws[g * pitch], part);
                     }
                     if (g > 0) AscendC::Add(f, f, part, b * pitch);
                 }
@@ -134,6 +147,8 @@ public:
                                       (c.n - len) * 4u, 0});
                 outQue_.FreeTensor(o);
             }
+            groupScales_.FreeTensor(ws);
+            if (c.int4) groupColsums_.FreeTensor(cs);
             col += len;
         }
     }
@@ -283,6 +298,7 @@ private:
     AscendC::TBuf<AscendC::TPosition::VECCALC> sBuf_, gateBuf_, expBuf_, absBuf_, halfBuf_, workBuf_, reduceBuf_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf_;  // one K group's dequantized partial (kGroups > 1)
     AscendC::TBuf<AscendC::TPosition::VECCALC> rowScaleBuf_;  // units: a block's x_scale values
+    AscendC::TQue<AscendC::TPosition::VECIN, 1> groupScales_, groupColsums_;  // units: a piece's slices, every group
     QuantScratch scratch_;
     AscendC::GlobalTensor<int32_t> acc_;
     AscendC::GlobalTensor<float> spill_;

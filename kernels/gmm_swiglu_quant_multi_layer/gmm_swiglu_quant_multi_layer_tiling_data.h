@@ -17,6 +17,8 @@ struct GmmSwigluQuantMultiLayerTilingData {
     uint32_t passes;         // ceil(half / chunk); > 1 spills s to the workspace and re-reads it for the quant
     uint32_t clamp;          // 1: the clamped SwiGLU (swiglu_limit): act = min(act, limit), gate in [-limit, limit]
     float limit;             // swiglu_limit as fp32 (clamp == 1): >= 0, or +inf
+    uint32_t unitCols;       // units (GmmSwigluByUnits): columns per piece of a unit's dequant, a multiple of 32 up
+                             // to cube.tn; every K group's w_scale (and colsum) slice of a piece stays in UB
     GmmSplitInt4TilingData split;  // cube.int4: the activation split launched before the mixed kernel
 };
 
@@ -45,10 +47,11 @@ __aicore__ constexpr uint64_t GmmSwigluRingBytes(const GmmCubeTilingData& c) {
 constexpr uint32_t kGmmSwigluScaleBatch = 64;  // y_scale values staged in UB before one copy-out
 
 // UB bytes the W1 epilogue carves for `chunk` output columns; `grouped` (scale groups along K): one more fp32 row,
-// the double-buffered int32 blocks of the units' dequant (DequantBlock, `chunk` elements each) and a block's row
-// scales; `int4` (W4A8): the act and gate colsum slices of the recombination.
+// the double-buffered int32 blocks of the units' dequant (DequantBlock, `chunk` elements each), a block's row scales
+// and `groupSlices` elements of every group's w_scale slice of a piece (and with int4 their colsums); `int4` (W4A8):
+// the act and gate colsum slices of the recombination.
 __aicore__ constexpr uint32_t GmmSwigluQuantMultiLayerUbBytes(uint32_t chunk, bool grouped = false,
-                                                              bool int4 = false) {
+                                                              bool int4 = false, uint32_t groupSlices = 0) {
     return DequantUbBytes(chunk, int4)           // accumulator (act, then gate) and w_scale in
            + 3 * UbBytes(uint64_t(chunk) * 4)    // fp32 act/s, gate, exp term
            + UbBytes(uint64_t(chunk) * 4)        // |s| / int32 quant scratch
@@ -57,7 +60,9 @@ __aicore__ constexpr uint32_t GmmSwigluQuantMultiLayerUbBytes(uint32_t chunk, bo
            + UbBytes(kUbBlockBytes)              // reduce result
            + 2 * UbBytes(uint64_t(chunk) * 4)    // out queue: int8 y, or fp32 s when spilling
            + UbBytes(kGmmSwigluScaleBatch * 4)   // staged y_scale
-           + (grouped ? 3 * UbBytes(uint64_t(chunk) * 4) + UbBytes(uint64_t(chunk) / 8 * 4) : 0);
+           + (grouped ? 3 * UbBytes(uint64_t(chunk) * 4) + UbBytes(uint64_t(chunk) / 8 * 4) +
+                            (int4 ? 2 : 1) * UbBytes(uint64_t(groupSlices) * 4)
+                      : 0);
 }
 
 }  // namespace cam::kernels
