@@ -17,7 +17,9 @@
 
 namespace cam::kernels {
 
-class GmmInt8Cube {
+// The cube half of W1's and W2's mixed kernels, for both weight formats (int8 NZ: ComputeUnit; packed int4 on the
+// split activation: ComputeUnitInt4).
+class GmmCube {
 public:
     // The accumulator is given per unit (UseSlot).
     __aicore__ inline void Init(GM_ADDR x, GM_ADDR table, const GmmCubeTilingData& t) {

@@ -59,7 +59,7 @@ __aicore__ constexpr uint32_t GmmAccPlanes(uint32_t int4) { return int4 ? kGmmIn
 
 // Bytes of a ring slot that holds one unit (a row tile x one tn-wide n-tile) compactly, the form every mixed GMM
 // kernel hands over units in (docs/gmm.md §5): per K group and accumulator plane, tm rows of tn int32, rows tn apart
-// (GmmInt8Cube::UseSlot's width), 512-byte aligned.
+// (GmmCube::UseSlot's width), 512-byte aligned.
 __aicore__ constexpr uint64_t GmmUnitSlotBytes(const GmmCubeTilingData& c) {
     return AlignUp(uint64_t(c.kGroups) * GmmAccPlanes(c.int4) * c.tm * c.tn * 4, 512);
 }
