@@ -2,8 +2,8 @@
 // AIC core, for every row of every group; each group's weights come from its own layer's entry of the address
 // table. GM -> L1 (x: ND -> NZ copy; W: already FRACTAL_NZ, burst copy) -> L0A (LoadData) / L0B
 // (LoadDataWithTranspose) -> Mmad -> L0C -> Fixpipe (NZ -> ND) into an int32 accumulator: a small per-core ring slot
-// of tm rows that the same mixed kernel's vector cores read after a cross-core flag (UseSlot: W1 and W2, both
-// formats).
+// that the same mixed kernel's vector cores read after a cross-core flag, holding a whole row tile (tm x N, W1 per
+// output channel) or one unit (tm x tn: W2, and W1 with scale groups along K) (UseSlot; both formats).
 // W4A8 (tiling int4, docs/gmm.md §9): x arrives split into int4 hi / lo planes (kernels/gmm_split_int4), the weights
 // are packed int4 ZN fractals; only the inner tile loop differs (ComputeUnitInt4): a unit's A tile is its hi rows
 // then its lo rows (2·mAl rows), one int4 x int4 Mmad per k step fills both row planes of L0C, and Fixpipe stores
