@@ -137,7 +137,7 @@ cam.ops.gmm_multi_layer(x, torch.rand(320) + 0.5, cam.LayerWeights(w, s), torch.
 
 
 def test_w2_ring_units_reuse_their_slot_lines(tmp_path):
-    # Every unit sits at its slot's origin (docs/gmm.md §5, "Ring"), so a vector core reads the same lines of a slot
+    # A slot holds one unit, rows tn apart (docs/gmm.md §5, "Ring"), so a vector core reads the same lines of a slot
     # unit after unit and the timing model's L2 (docs/twin.md, "L2 policy") serves those reads from the third unit
     # on. 320 rows of one expert, N = 1920: a 160-row tile on each of the twin's two AI cores, ten 192-wide units
     # each; the ring's int32 reads are nearly all of the launch's reads (x and the weights are 84 KiB and 240 KiB).

@@ -14,8 +14,9 @@ Three kinds of runs, each sharing what it can:
 - the window_table kernel over the twin's HCCL context (tests/sdk_ascend/hccl_context.cpp) on the A3 description;
 - one W2 call through the SDK (tests/twin/gmm_fixpipe.cpp: N = 72, one N tile narrower than the cube's 96-column
   one; K = 300, two accumulating k steps into a small tile; a one-row group; before it the same call in W4A8 at
-  K = 301, through the int4 tile loop), linked from the same shared objects
-  with only the GMM kernels rebuilt per mutant (both calls run W2's mixed kernel, the W4A8 one after the split);
+  K = 301, through the int4 tile loop; after it one W1 call per output channel at N = 72), linked from the same
+  shared objects with only the GMM kernels rebuilt per mutant (the W2 calls run W2's mixed kernel, the W4A8 one after
+  the split, and the last W1's);
 - one dynamic_quant call through the SDK (tests/twin/quant_rules.cpp: 1000 columns, 16 vector repeats a row), the
   same way with only the dynamic_quant kernel rebuilt;
 - compile-only mutants, for what bisheng refuses to compile and the twin's headers refuse the same way (a
@@ -87,8 +88,9 @@ MUTANTS = {
     "gm_as_void": ("scan", "gm-qualifier", None),
     # a data-plane launch (hard SyncAll) that does not ask for batch scheduling mode
     "no_batch_mode": ("plane", "syncall-batch-mode", None),
-    # the GMM's Fixpipe writes the cube's padded width (a multiple of 32) into accumulator rows N apart
-    "fixpipe_padded_n": ("gmm", "fixpipe-nsize", "cam_gmm_multi_layer"),
+    # the GMM's Fixpipe writes the cube's padded width (a multiple of 32) into accumulator rows N apart (W1's whole
+    # row tile per output channel; W2's compact unit slot has room for it)
+    "fixpipe_padded_n": ("gmm", "fixpipe-nsize", "cam_gmm_swiglu_quant_multi_layer"),
     # the first review's: Mmad given a group's real row count, m = 1 for a one-row group (GEMV mode reads L0A as ND)
     "mmad_gemv": ("gmm", "mmad-gemv", "cam_gmm_multi_layer"),
     # W4A8's int4 tile loop (docs/twin.md, "int4 operands"), run by the driver's W4A8 W2 call at K = 301 (the mixed

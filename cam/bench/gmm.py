@@ -148,6 +148,61 @@ def _run(args, which: str) -> int:
     return 0
 
 
+class _Asked(Exception):
+    """Raised by workspace_bytes' allocator: the size is all it wanted, nothing is launched."""
+
+
+def workspace_bytes(op: str, m: int, k: int, n: int, experts: int, *, k_groups: int = 1, int4: bool = False,
+                    layers: int = 1) -> int:
+    """The workspace bytes the op's host asks for at these shapes (its GetWorkspaceSize, through the binding), without
+    any data: every tensor is a shape-only descriptor, and the allocator records the request and stops the call
+    before the launch. op: W1 (gmm_swiglu_quant_multi_layer, n = the act|gate width) or W2 (gmm_multi_layer);
+    k_groups: scale groups along K (1: per output channel); int4: the W4A8 form (packed int4 weights, colsums)."""
+    import torch
+
+    from .. import _C, _runtime
+    from .._tensor import shape_desc
+
+    # The host refuses a null address outside an argument check and never dereferences one before the launch, so
+    # each tensor gets an address of its own, 2^36 bytes apart (never overlapping), that nothing reads.
+    addresses = iter(range(1 << 40, 1 << 41, 1 << 36))
+
+    def meta(*shape, dtype):
+        _, dims, strides, code = shape_desc(torch.empty(*shape, dtype=dtype, device="meta"))
+        return (next(addresses), dims, strides, code)
+
+    if int4:
+        w = meta(experts, -(-k // 64), -(-n // 16), 16, 32, dtype=torch.uint8)
+    else:
+        w = meta(experts, -(-n // 32), -(-k // 16), 16, 32, dtype=torch.int8)
+    scale = meta(experts, k_groups, n, dtype=torch.float32) if k_groups > 1 else meta(experts, n, dtype=torch.float32)
+    colsums = meta(layers, experts, k_groups, n, dtype=torch.int32) if int4 else None
+    x, xs = meta(m, k, dtype=torch.int8), meta(m, dtype=torch.float32)
+    gl, li = meta(experts, dtype=torch.int64), meta(1, dtype=torch.int64)
+    asked = []
+
+    def allocate(nbytes):
+        asked.append(nbytes)
+        raise _Asked
+
+    if op not in (_W1, _W2):
+        raise ValueError(f"op must be {_W1!r} or {_W2!r}, got {op!r}")
+    try:
+        if op == _W1:
+            _C.gmm_swiglu_quant_multi_layer(x, xs, [w] * layers, [scale] * layers, gl, li, 1,
+                                            meta(m, n // 2, dtype=torch.int8), meta(m, dtype=torch.float32), None,
+                                            colsums,
+                                            _runtime.default_stream(), allocate)
+        else:
+            _C.gmm_multi_layer(x, xs, [w] * layers, [scale] * layers, gl, li, 1, meta(m, n, dtype=torch.bfloat16),
+                               None, colsums, _runtime.default_stream(), allocate)
+    except _Asked:
+        pass
+    if len(asked) != 1:
+        raise RuntimeError(f"{op}: the host asked for no workspace at these shapes")
+    return asked[0]
+
+
 def _add(sub, which: str, alias: str, help_text: str) -> None:
     p = sub.add_parser(which, aliases=[alias], help=help_text)
     p.add_argument("--json", metavar="PATH", type=json_path, help="write results as JSON")

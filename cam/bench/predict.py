@@ -101,13 +101,19 @@ def _mark(path: str, name: str) -> None:
 WEIGHTS = ("w8a8", "w4a8")  # the GMMs' expert weights: int8, or int4 packed (W4A8, docs/gmm.md §9)
 
 
+def _scale_groups(k: int, k_group: int) -> tuple:
+    """The weight scales' group dimension for K rows in groups of k_group ([E, K / k_group, N]); none per channel."""
+    return (k // k_group,) if k_group else ()
+
+
 def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8", shape_name: str = "deepseek-v3",
-            attention: int = 1, replicated: int = REPLICATED) -> int:
+            attention: int = 1, replicated: int = REPLICATED, k_group: int = 0) -> int:
     """Runs every op once at this round size with timing on (CAM_TWIN_TIMING=out set by the parent). With
     ``attention`` > 1 Attention ranks, each sends ``tokens`` tokens (routed with its own seed); each FFN
     rank takes one work item from each, and the combine runs in ``attention`` groups, one item per FFN rank each,
     FFN rank f sending to Attention rank (f + j) % attention in group j: every Attention rank's ingress shared by
-    F / attention FFN ranks (with one Attention rank, by all F)."""
+    F / attention FFN ranks (with one Attention rank, by all F). k_group: W1's and W2's weight scales in groups of
+    that many K rows (0: per output channel)."""
     import threading
     import uuid
 
@@ -203,12 +209,12 @@ def _worker(tokens: int, routing: str, out: str, weight_format: str = "w8a8", sh
     xs = torch.rand(rows, generator=g) * 1e-2 + 1e-3
     lo, hi, fmt = (-8, 8, "int4") if weight_format == "w4a8" else (-127, 128, "int8")
     w1 = cam.LayerWeights([torch.randint(lo, hi, (e_local, H, 2 * I), generator=g, dtype=torch.int8)],
-                          [torch.rand(e_local, 2 * I, generator=g) * 1e-2], format=fmt)
+                          [torch.rand(e_local, *_scale_groups(H, k_group), 2 * I, generator=g) * 1e-2], format=fmt)
     _mark(out, "gmm_swiglu_quant_multi_layer")
     y, ys = cam.ops.gmm_swiglu_quant_multi_layer(xq, xs, w1, gl, li, 1)
     del w1
     w2 = cam.LayerWeights([torch.randint(lo, hi, (e_local, I, H), generator=g, dtype=torch.int8)],
-                          [torch.rand(e_local, H, generator=g) * 1e-2], format=fmt)
+                          [torch.rand(e_local, *_scale_groups(I, k_group), H, generator=g) * 1e-2], format=fmt)
     _mark(out, "gmm_multi_layer")
     cam.ops.gmm_multi_layer(y, ys, w2, gl, li, 1)
     _mark(out, "end")
@@ -323,17 +329,20 @@ def _op_cost(op: str, parsed: dict, device: str, l2: str) -> dict | None:
 
 def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, trace: str | None = None,
             trace_kernel: str = TRACE_KERNEL, weights: str = "w8a8", shape: str = "deepseek-v3",
-            attention: int = 1, replicated: int = REPLICATED) -> dict:
+            attention: int = 1, replicated: int = REPLICATED, k_group: int = 0) -> dict:
     """Runs each round size's worker and costs what it recorded. trace: write the first round's first launch of
     `trace_kernel` as a Perfetto trace (one track per pipe per core; A3, L2 low end). shape: a key of SHAPES;
     attention: Attention ranks, each sending 1/attention of the round's tokens (_worker), so that an FFN rank's rows
     are the round's whatever the ranks. replicated: for routing "placed", how many of the most-loaded experts the
-    placement table replicates."""
+    placement table replicates. k_group: the GMMs' weight scales in groups of that many K rows (0: per output
+    channel)."""
     results = {"label": "model prediction (twin timing model), not a measurement", "shape": dict(SHAPES[shape]),
                "shape_name": shape, "attention_ranks": attention,
                "routing": routing, "weights": weights, "platform_traced": PLATFORM, "rounds": []}
     if routing == "placed":
         results["replicated"] = replicated
+    if k_group:
+        results["k_group"] = k_group
     dims = SHAPES[shape]
     for tokens in rounds:
         with tempfile.TemporaryDirectory(prefix="cam-predict-") as d:
@@ -343,7 +352,7 @@ def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, 
                 env.update(CAM_TWIN_TIMING_TRACE=os.path.abspath(trace), CAM_TWIN_TIMING_TRACE_KERNEL=trace_kernel)
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "cam.bench.predict", "--_worker", str(tokens // attention), routing,
-                                   path, weights, shape, str(attention), str(replicated)],
+                                   path, weights, shape, str(attention), str(replicated), str(k_group)],
                                   env=env, capture_output=True, text=True, timeout=timeout_s)
             wall = time.perf_counter() - t0
             if proc.returncode != 0:
@@ -377,6 +386,10 @@ def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, 
                 entry["devices"][device]["ffn_chain"]["floor_one_sender_s"] = ffn_chain_floor_one_sender(bounds)
         results["rounds"].append(entry)
     return results
+
+
+def _k_group(results: dict) -> str:
+    return f", scales in groups of {results['k_group']} K rows" if results.get("k_group") else ""
 
 
 def _fmt_s(s: float) -> str:
@@ -433,7 +446,7 @@ def print_prediction(results: dict, device: str) -> None:
                          "links, W1, W2", f"{chain['predicted_s_l2_lo'] / floor:.1f}", ""])
         print_table(
             f"MODEL PREDICTION for {device.upper()} (not a measurement): {results.get('weights', 'w8a8')} "
-            f"experts (bounds: W8A8's), {entry['tokens']} tokens, "
+            f"experts{_k_group(results)} (bounds: W8A8's), {entry['tokens']} tokens, "
             f"{results['routing']}{_replicated(results)} top-{results['shape']['K']} ({results.get('shape_name', 'deepseek-v3')} shape, "
             f"{results.get('attention_ranks', 1)} Attention rank(s)), FFN rank rows {entry['ffn_rank_rows']}; "
             f"{_bounded_on(entry)}; µs; busy = critical "
@@ -457,6 +470,12 @@ def _run(args) -> int:
         if t < 1:
             raise SystemExit(f"--rounds: {t} tokens is not a positive count")
     experts = SHAPES[args.shape]["E"]
+    if args.k_group:
+        dims = SHAPES[args.shape]
+        step = 64 if "w4a8" in args.weights else 32  # an int4 fractal holds 64 K values, an int8 one 32
+        if args.k_group < 0 or dims["H"] % args.k_group or dims["I"] % args.k_group or args.k_group % step:
+            raise SystemExit(f"--k-group: {args.k_group} K rows must divide W1's K = {dims['H']} and W2's K = "
+                             f"{dims['I']} and be a multiple of {step}")
     if not 0 <= args.replicate <= experts:
         raise SystemExit(f"--replicate: {args.replicate} experts is not in [0, {experts}] ({args.shape} has "
                          f"{experts})")
@@ -471,7 +490,7 @@ def _run(args) -> int:
     for i, (routing, weights, attention) in enumerate(combos):
         results = predict(rounds=tuple(args.rounds), routing=routing, timeout_s=args.timeout,
                           trace=args.trace if i == 0 else None, trace_kernel=args.trace_kernel, weights=weights,
-                          shape=args.shape, attention=attention, replicated=args.replicate)
+                          shape=args.shape, attention=attention, replicated=args.replicate, k_group=args.k_group)
         print_prediction(results, args.device)
         runs.append(results)
     if args.json:
@@ -496,6 +515,9 @@ def add_parsers(sub) -> None:
                         f"gives a second replica (default {REPLICATED})")
     p.add_argument("--weights", nargs="+", choices=list(WEIGHTS), default=["w8a8"],
                    help="the GMMs' expert weights: w8a8 int8, w4a8 int4 packed (docs/gmm.md §9); default w8a8")
+    p.add_argument("--k-group", type=int, default=0, metavar="N",
+                   help="the GMMs' weight scales in groups of N K rows (per-group W4A8 / W8A8, docs/gmm.md §9.2; "
+                        "default: per output channel)")
     p.add_argument("--shape", choices=sorted(SHAPES), default="deepseek-v3",
                    help="the experts' shape (H, I, E, top-K of cam.sim's model; 8 FFN ranks): the shape a cam-sim "
                         "study runs, for its device file's per-row lines (default deepseek-v3)")
@@ -512,7 +534,7 @@ def add_parsers(sub) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) in (5, 6, 7, 8, 9) and sys.argv[1] == "--_worker":
+    if len(sys.argv) in (5, 6, 7, 8, 9, 10) and sys.argv[1] == "--_worker":
         sys.exit(_worker(int(sys.argv[2]), *sys.argv[3:7], *(int(a) for a in sys.argv[7:])))
     print("usage: cam-bench predict ...", file=sys.stderr)
     sys.exit(2)

@@ -71,12 +71,10 @@ extern "C" aclnnStatus aclnnCamGmmSwigluQuantMultiLayerW4A8GetWorkspaceSize(
                                                                              : static_cast<float>(*swigluLimit);
         }
 
-        // One mixed kernel whose cube cores hand tiles to their vector cores through a small ring per AI core
-        // (docs/gmm.md §5); W4A8 splits x into its int4 hi / lo planes first (docs/gmm.md §9).
-        const GmmWorkspace ws =
-            GmmRingWorkspace(uint64_t(tiling.cube.blockDim) * cam::kernels::kGmmRingSlots *
-                                 cam::kernels::GmmSwigluSlotBytes(tiling.cube),
-                             a);
+        // One mixed kernel whose cube cores hand tiles (or units, with scale groups along K) to their vector cores
+        // through a small ring per AI core (docs/gmm.md §5); W4A8 splits x into its int4 hi / lo planes first
+        // (docs/gmm.md §9).
+        const GmmWorkspace ws = GmmRingWorkspace(cam::kernels::GmmSwigluRingBytes(tiling.cube), a);
         auto ex = std::make_unique<Executor>("gmm_swiglu_quant_multi_layer");
         ex->endsOnItsOwn = true;  // compute only: no wait on a peer or the host
         ex->workspaceSize = ws.bytes;

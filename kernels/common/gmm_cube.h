@@ -2,8 +2,8 @@
 // AIC core, for every row of every group; each group's weights come from its own layer's entry of the address
 // table. GM -> L1 (x: ND -> NZ copy; W: already FRACTAL_NZ, burst copy) -> L0A (LoadData) / L0B
 // (LoadDataWithTranspose) -> Mmad -> L0C -> Fixpipe (NZ -> ND) into an int32 accumulator: a small per-core ring slot
-// of tm rows that the same mixed kernel's vector cores read after a cross-core flag (UseSlot: W1 and W2, both
-// formats).
+// that the same mixed kernel's vector cores read after a cross-core flag, holding a whole row tile (tm x N, W1 per
+// output channel) or one unit (tm x tn: W2, and W1 with scale groups along K) (UseSlot; both formats).
 // W4A8 (tiling int4, docs/gmm.md §9): x arrives split into int4 hi / lo planes (kernels/gmm_split_int4), the weights
 // are packed int4 ZN fractals; only the inner tile loop differs (ComputeUnitInt4): a unit's A tile is its hi rows
 // then its lo rows (2·mAl rows), one int4 x int4 Mmad per k step fills both row planes of L0C, and Fixpipe stores
@@ -17,7 +17,9 @@
 
 namespace cam::kernels {
 
-class GmmInt8Cube {
+// The cube half of W1's and W2's mixed kernels, for both weight formats (int8 NZ: ComputeUnit; packed int4 on the
+// split activation: ComputeUnitInt4).
+class GmmCube {
 public:
     // The accumulator is given per unit (UseSlot).
     __aicore__ inline void Init(GM_ADDR x, GM_ADDR table, const GmmCubeTilingData& t) {
@@ -38,11 +40,15 @@ public:
         pipe_.InitBuffer(c_, 1, t.tm * t.tn * 4);
     }
 
-    // The accumulator of the rows [row0, row0 + tm) alone (a mixed kernel's workspace slot): K group g's partial of
-    // row r lands at slot[g * tm * N + (r - row0) * N], the int4 planes tm * N apart.
-    __aicore__ inline void UseSlot(GM_ADDR slot, uint64_t row0) {
-        accPlane_ = uint64_t(t_.tm) * t_.n;
+    // The accumulator of the rows [row0, row0 + tm) x the columns [col0, col0 + width) alone (a mixed kernel's
+    // workspace slot): K group g's partial of element (r, c) lands at slot[g * tm * width + (r - row0) * width +
+    // (c - col0)], the int4 planes tm * width apart. A whole row tile: col0 0, width N; one unit: its n-tile's
+    // first column, width tn.
+    __aicore__ inline void UseSlot(GM_ADDR slot, uint64_t row0, uint32_t col0, uint32_t width) {
+        accPlane_ = uint64_t(t_.tm) * width;
         accRow0_ = row0;
+        accCol0_ = col0;
+        accWidth_ = width;
         acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(slot),
                              uint64_t(t_.kGroups) * GmmAccPlanes(t_.int4) * accPlane_);
     }
@@ -228,9 +234,10 @@ private:
         fp.nSize = static_cast<uint16_t>(nLen);
         fp.mSize = static_cast<uint16_t>(mLen);
         fp.srcStride = static_cast<uint16_t>(2 * mAl);
-        fp.dstStride = t_.n;
+        fp.dstStride = accWidth_;
         const uint64_t plane = accPlane_;
-        const uint64_t dst = uint64_t(group) * kGmmInt4Planes * plane + (row0 - accRow0_) * t_.n + n0;
+        const uint64_t dst =
+            uint64_t(group) * kGmmInt4Planes * plane + (row0 - accRow0_) * accWidth_ + (n0 - accCol0_);
         AscendC::Fixpipe<int32_t, int32_t, AscendC::CFG_ROW_MAJOR>(acc_[dst], c, fp);
         AscendC::Fixpipe<int32_t, int32_t, AscendC::CFG_ROW_MAJOR>(acc_[dst + plane], c[mAl * kGmmM0], fp);
         c_.FreeTensor(c);
@@ -385,9 +392,9 @@ private:
         fp.nSize = static_cast<uint16_t>(nLen);
         fp.mSize = static_cast<uint16_t>(mLen);
         fp.srcStride = static_cast<uint16_t>(mAl);
-        fp.dstStride = t_.n;
+        fp.dstStride = accWidth_;
         AscendC::Fixpipe<int32_t, int32_t, AscendC::CFG_ROW_MAJOR>(
-            acc_[uint64_t(group) * accPlane_ + (row0 - accRow0_) * t_.n + n0], c, fp);
+            acc_[uint64_t(group) * accPlane_ + (row0 - accRow0_) * accWidth_ + (n0 - accCol0_)], c, fp);
         c_.FreeTensor(c);
     }
 
@@ -444,19 +451,23 @@ private:
     AscendC::GlobalTensor<int4b_t> x4_;  // int4: the split activation's hi and lo planes
     AscendC::GlobalTensor<int4b_t> w4_;  // int4: the current layer's packed weights
     AscendC::GlobalTensor<int32_t> acc_;
-    uint64_t accPlane_ = 0;  // elements of one accumulator plane: tm * N of the slot
+    uint64_t accPlane_ = 0;  // elements of one accumulator plane: tm * width of the slot
     uint64_t accRow0_ = 0;   // the first row the slot holds
+    uint32_t accCol0_ = 0;   // the first column the slot holds
+    uint32_t accWidth_ = 0;  // the slot's row stride, elements: N (a whole row tile) or tn (one unit)
 
 public:
-    // One unit: n-tile nt of the rows [row0, row0 + mLen) of `expert` of `layer` (the W2 mixed kernel hands each
-    // unit to its vector cores on its own).
-    __aicore__ inline void ComputeTile(uint32_t layer, uint32_t expert, uint64_t row0, uint32_t mLen, uint32_t nt) {
+    // One unit: n-tile nt of the rows [row0, row0 + mLen) of `expert` of `layer` (a mixed kernel that hands each
+    // unit to its vector cores on its own). alternate: the core's consecutive units are the n-tiles of one row tile
+    // in order (W1), so with x streamed the odd n-tiles walk K backwards as ComputeRows does.
+    __aicore__ inline void ComputeTile(uint32_t layer, uint32_t expert, uint64_t row0, uint32_t mLen, uint32_t nt,
+                                       bool alternate = false) {
         const uint64_t expertBytes = ExpertBytes();
         UseLayer(layer, expertBytes);
         if (t_.int4)
             ComputeUnitInt4(expert, row0, mLen, nt, expertBytes);
         else
-            ComputeUnit(expert, row0, mLen, nt, expertBytes);
+            ComputeUnit(expert, row0, mLen, nt, expertBytes, alternate && !t_.aResident && nt % 2 == 1);
     }
 };
 

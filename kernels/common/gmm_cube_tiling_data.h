@@ -57,6 +57,13 @@ struct GmmCubeTilingData {
 // Accumulator planes of one K group: the int32 sum (int8), or the hi and lo products (int4).
 __aicore__ constexpr uint32_t GmmAccPlanes(uint32_t int4) { return int4 ? kGmmInt4Planes : 1; }
 
+// Bytes of a ring slot that holds one unit (a row tile x one tn-wide n-tile) compactly, the form every mixed GMM
+// kernel hands over units in (docs/gmm.md §5): per K group and accumulator plane, tm rows of tn int32, rows tn apart
+// (GmmCube::UseSlot's width), 512-byte aligned.
+__aicore__ constexpr uint64_t GmmUnitSlotBytes(const GmmCubeTilingData& c) {
+    return AlignUp(uint64_t(c.kGroups) * GmmAccPlanes(c.int4) * c.tm * c.tn * 4, 512);
+}
+
 __aicore__ constexpr uint64_t GmmExpertWeightBytes(uint32_t kPadded, uint32_t nBlocks) {
     return uint64_t(nBlocks) * kPadded * kGmmNzCols;
 }

@@ -77,7 +77,7 @@ public:
     }
 
 protected:
-    GmmInt8Cube cube_;
+    GmmCube cube_;
     Walker units_;
     const GmmCubeTilingData* c_ = nullptr;
     GM_ADDR groupList_ = nullptr;

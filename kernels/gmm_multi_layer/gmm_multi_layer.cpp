@@ -58,11 +58,9 @@ public:
         units_.Init(groupList_, c_->groups, c_->groupListType, layer, c_->tm, c_->nTiles, core_, c_->blockDim);
     }
     __aicore__ inline void Compute(uint32_t n) {
-        // Fixpipe puts column n0 n0 columns past the accumulator's base: the base goes n0 columns back, so every unit
-        // lands at the slot's unit origin (GmmMultiLayerSlotLead).
-        GM_ADDR slot = GmmRingSlot(ring_, GmmMultiLayerSlotBytes(*c_), core_, n);
-        cube_.UseSlot(slot + (GmmMultiLayerSlotLead(*c_) - uint64_t(units_.NTile()) * c_->tn) * sizeof(int32_t),
-                      units_.Row0());
+        // The unit alone in its slot, rows tn apart (GmmMultiLayerSlotBytes).
+        cube_.UseSlot(GmmRingSlot(ring_, GmmMultiLayerSlotBytes(*c_), core_, n), units_.Row0(),
+                      units_.NTile() * c_->tn, c_->tn);
         cube_.ComputeTile(units_.Layer(), units_.Expert(), units_.Row0(), units_.Rows(), units_.NTile());
     }
 };
@@ -110,8 +108,8 @@ public:
             GmmRingWaitFull();
             const uint32_t col = units.NTile() * c.tn, len = c.n - col < c.tn ? c.n - col : c.tn;
             GM_ADDR slot = GmmRingSlot(ring, GmmMultiLayerSlotBytes(c), core, n);
-            acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(slot) + GmmMultiLayerSlotLead(c),
-                                 uint64_t(c.kGroups) * GmmAccPlanes(c.int4) * c.tm * c.n);
+            acc_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(slot),
+                                 uint64_t(c.kGroups) * GmmAccPlanes(c.int4) * c.tm * c.tn);
             for (uint32_t r0 = 0; r0 < count; r0 += t.blockRows) {
                 const uint32_t b = count - r0 < t.blockRows ? count - r0 : t.blockRows;
                 Block(units.Layer(), units.Expert(), begin + r0, units.Row0() + begin + r0, b, col, len, rs[r0]);
@@ -129,7 +127,7 @@ private:
                                  uint32_t col, uint32_t len, const AscendC::LocalTensor<float>& rs) {
         const GmmCubeTilingData& c = t_.cube;
         const uint32_t pitch = t_.pitch, elems = rows * pitch;
-        const uint64_t plane = uint64_t(c.tm) * c.n;
+        const uint64_t plane = uint64_t(c.tm) * c.tn;  // the unit's slot: rows tn apart
         AscendC::LocalTensor<float> f = fBuf_.Get<float>();
         for (uint32_t g = 0; g < c.kGroups; ++g) {
             AscendC::LocalTensor<float> part = g == 0 ? f : partBuf_.Get<float>();
@@ -137,11 +135,11 @@ private:
             const AscendC::LocalTensor<float>& ws = scale_.Get(layerScales_.WScale(), c.n, layer, slice, col, len);
             if (c.int4) {
                 // The group's hi plane, then its lo plane (common/gmm_cube.h, StoreCInt4).
-                const uint64_t hi = uint64_t(kGmmInt4Planes) * g * plane + uint64_t(slotRow) * c.n;
-                block_.RunInt4(acc_[hi], acc_[hi + plane], c.n, rows, len, pitch, rs,
+                const uint64_t hi = uint64_t(kGmmInt4Planes) * g * plane + uint64_t(slotRow) * c.tn;
+                block_.RunInt4(acc_[hi], acc_[hi + plane], c.tn, rows, len, pitch, rs,
                                colsum_.Get(layerScales_.Colsums(), c.n, layer, slice, col, len), ws, part);
             } else {
-                block_.Run(acc_[g * plane + uint64_t(slotRow) * c.n], c.n, rows, len, pitch, rs, ws, part);
+                block_.Run(acc_[g * plane + uint64_t(slotRow) * c.tn], c.tn, rows, len, pitch, rs, ws, part);
             }
             if (g > 0) AscendC::Add(f, f, part, elems);
         }

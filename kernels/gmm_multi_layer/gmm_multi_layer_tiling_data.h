@@ -22,17 +22,10 @@ struct GmmMultiLayerTilingData {
 constexpr uint32_t kGmmEpilogueColAlign = 16;
 
 // The mixed kernel's ring (kGmmRingSlots per AI core, common/gmm_ring.h), alternating unit by unit, so the unit the
-// cube computes never shares a slot with the one its vector cores may still be reading. A slot has room for the
-// accumulator rows of a row tile (tm rows, N apart as the cube's Fixpipe writes them; per K group a plane of tm x N,
-// two with W4A8: the split's hi and lo products),
-// and every unit is placed at the same origin, GmmMultiLayerSlotLead elements into the slot: a slot's units then
-// reuse the same tm x tn lines (L2-resident, docs/gmm.md §5) rather than walking all N columns.
-__aicore__ constexpr uint64_t GmmMultiLayerSlotLead(const GmmCubeTilingData& c) {
-    return uint64_t(c.nTiles - 1) * c.tn;  // the last n-tile's first column: room to move the base back by n0
-}
-__aicore__ constexpr uint64_t GmmMultiLayerSlotBytes(const GmmCubeTilingData& c) {
-    return AlignUp((GmmMultiLayerSlotLead(c) + uint64_t(c.kGroups) * GmmAccPlanes(c.int4) * c.tm * c.n) * 4, 512);
-}
+// cube computes never shares a slot with the one its vector cores may still be reading. A slot holds one unit
+// compactly (GmmUnitSlotBytes, common/gmm_cube_tiling_data.h): per K group and plane tm rows of tn int32, rows tn
+// apart, whatever the unit's n-tile, so a slot's units reuse the same lines (L2-resident, docs/gmm.md §5).
+__aicore__ constexpr uint64_t GmmMultiLayerSlotBytes(const GmmCubeTilingData& c) { return GmmUnitSlotBytes(c); }
 
 // UB bytes of the block epilogue for blocks of `rows` x `pitch`: the int32 block in (double buffered), the fp32
 // block, with K groups one more fp32 block (a group's partial), the bf16 block out (double buffered), the w_scale

@@ -3,9 +3,11 @@
 // to their group and dealt expert-major: gmm_swiglu_row_tiles.h) at a time into a slot of its own two-slot GM ring
 // and sets "full"; its two vector cores wait for it, run the epilogue (dequant, SwiGLU, per-token quant:
 // gmm_swiglu_epilogue.h) over half the tile's rows each, and set "free"; the cube computes the next tile into the
-// other slot meanwhile. W4A8 (cube.int4, docs/gmm.md §9): x arrives split into int4 hi / lo planes (the
-// gmm_split_int4 launch before this one), a slot holds each K group's hi and lo planes, and the epilogue recombines
-// them (GmmRecombineInt4) before the same dequant.
+// other slot meanwhile. With scale groups along K the cube hands over one unit (the row tile's rows x one n-tile) at
+// a time in a compact slot instead; the vector cores dequantize and add its groups into their rows of the AI core's
+// fp32 row tile buffer, and after the row tile's last unit run the SwiGLU and quant from there. W4A8 (cube.int4,
+// docs/gmm.md §9): x arrives split into int4 hi / lo planes (the gmm_split_int4 launch before this one), a slot holds
+// each K group's hi and lo planes, and the epilogue recombines them (GmmRecombineInt4) before the same dequant.
 #include "kernel_operator.h"
 
 #include "common/kernel_frame.h"
@@ -18,15 +20,27 @@
 
 namespace cam::kernels {
 
-class GmmSwigluQuantMultiLayerCube : public GmmMixedCube<GmmSwigluQuantMultiLayerCube, GmmSwigluRowTiles> {
+// One AI core's fp32 row tile buffer (GmmSwigluRingBytes: after every core's slots).
+__aicore__ inline GM_ADDR GmmSwigluRowBuf(GM_ADDR ring, const GmmCubeTilingData& c, uint32_t core) {
+    return ring + uint64_t(c.blockDim) * kGmmRingSlots * GmmSwigluSlotBytes(c) + core * GmmSwigluRowBufBytes(c);
+}
+
+class GmmSwigluQuantMultiLayerCube : public GmmMixedCube<GmmSwigluQuantMultiLayerCube, GmmSwigluUnits> {
 public:
-    // GmmMixedCube's hooks: the walker from the accepted layer, and the n-th row tile into its slot.
+    // GmmMixedCube's hooks: the walker from the accepted layer, and the n-th unit into its slot.
     __aicore__ inline void Start(int64_t layer) {
-        units_.Init(groupList_, c_->groups, c_->groupListType, layer, c_->tm, core_, c_->blockDim);
+        units_.Init(groupList_, c_->groups, c_->groupListType, layer, c_->tm, GmmSwigluUnitsPerTile(*c_), core_,
+                    c_->blockDim);
     }
     __aicore__ inline void Compute(uint32_t n) {
-        cube_.UseSlot(GmmRingSlot(ring_, GmmSwigluSlotBytes(*c_), core_, n), units_.Row0());
-        cube_.ComputeRows(units_.Layer(), units_.Expert(), units_.Row0(), units_.Rows());
+        GM_ADDR slot = GmmRingSlot(ring_, GmmSwigluSlotBytes(*c_), core_, n);
+        if (GmmSwigluByUnits(*c_)) {
+            cube_.UseSlot(slot, units_.Row0(), units_.NTile() * c_->tn, c_->tn);
+            cube_.ComputeTile(units_.Layer(), units_.Expert(), units_.Row0(), units_.Rows(), units_.NTile(), true);
+        } else {
+            cube_.UseSlot(slot, units_.Row0(), 0, c_->n);
+            cube_.ComputeRows(units_.Layer(), units_.Expert(), units_.Row0(), units_.Rows());
+        }
     }
 };
 
@@ -43,16 +57,35 @@ public:
         const uint32_t ratio = static_cast<uint32_t>(AscendC::GetTaskRation());
         const uint32_t core = static_cast<uint32_t>(AscendC::GetBlockIdx()) / ratio;
         const uint32_t sub = static_cast<uint32_t>(AscendC::GetBlockIdx()) % ratio;
-        GmmSwigluRowTiles tiles;
-        tiles.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, core, c.blockDim);
-        for (uint32_t n = 0; tiles.Next(); ++n) {
+        const bool byUnits = GmmSwigluByUnits(c);
+        if (byUnits) epilogue_.UseRowBuf(GmmSwigluRowBuf(ring, c, core));
+        GmmSwigluUnits units;
+        units.Init(groupList, c.groups, c.groupListType, args.layer, c.tm, GmmSwigluUnitsPerTile(c), core,
+                   c.blockDim);
+        for (uint32_t n = 0; units.Next(); ++n) {
             GmmRingWaitFull();
             // Whole rows per vector core (the row's amax needs no other core): the first half of the tile's rows on
             // vector core 0, the rest on 1.
-            const uint32_t rows = tiles.Rows(), first = (rows + 1) / 2;
+            const uint32_t rows = units.Rows(), first = (rows + 1) / 2;
             const uint32_t begin = sub == 0 ? 0 : first, count = sub == 0 ? first : rows - first;
-            epilogue_.UseAcc(GmmRingSlot(ring, GmmSwigluSlotBytes(c), core, n), uint64_t(c.tm) * c.n);
-            if (count > 0) epilogue_.Rows(tiles.Layer(), tiles.Expert(), tiles.Row0() + begin, begin, count);
+            GM_ADDR slot = GmmRingSlot(ring, GmmSwigluSlotBytes(c), core, n);
+            if (byUnits) {
+                // The unit's K groups dequantized and added into this vector core's rows of the row tile buffer:
+                // the first ceil(tm / 2) rows are vector core 0's, the rest 1's, whatever the tile's split, so one
+                // core's next tile never writes rows the other is still reading.
+                const uint64_t bufRow = sub == 0 ? 0 : (c.tm + 1) / 2;
+                epilogue_.UseUnit(slot);
+                if (count > 0)
+                    epilogue_.SumUnit(units.Layer(), units.Expert(), units.Row0() + begin, begin, bufRow, count,
+                                      units.NTile());
+                // After the unit's last copy-out into the buffer, which comes after every read of the slot.
+                GmmRingRelease();
+                if (units.Last() && count > 0)
+                    epilogue_.Rows(units.Layer(), units.Expert(), units.Row0() + begin, bufRow, count);
+                continue;
+            }
+            epilogue_.UseAcc(slot, uint64_t(c.tm) * c.n);
+            if (count > 0) epilogue_.Rows(units.Layer(), units.Expert(), units.Row0() + begin, begin, count);
             // After the last y copy-out, which comes after every read of the slot (its spill included).
             GmmRingRelease();
         }

@@ -56,4 +56,39 @@ private:
     uint64_t tiles_ = 0, tile_ = 0, groupRows_ = 0, first_ = 0, row0_ = 0;
 };
 
+// The units the W1 cube hands over, in order: each row tile of GmmSwigluRowTiles as `units` consecutive units,
+// its n-tiles in column order (units = cube.nTiles with scale groups along K, else 1: the whole row tile,
+// GmmSwigluUnitsPerTile).
+class GmmSwigluUnits {
+public:
+    __aicore__ inline void Init(GM_ADDR groupList, uint32_t groups, uint32_t type, int64_t layer, uint32_t tmMax,
+                                uint32_t units, uint32_t core, uint32_t cores) {
+        tiles_.Init(groupList, groups, type, layer, tmMax, core, cores);
+        units_ = units;
+        nt_ = units;
+    }
+
+    // Advances to this core's next unit; false past the last.
+    __aicore__ inline bool Next() {
+        if (nt_ + 1 < units_) {
+            ++nt_;
+            return true;
+        }
+        nt_ = 0;
+        return tiles_.Next();
+    }
+
+    __aicore__ inline uint32_t Expert() const { return tiles_.Expert(); }
+    __aicore__ inline uint32_t Layer() const { return tiles_.Layer(); }
+    __aicore__ inline uint64_t Row0() const { return tiles_.Row0(); }
+    __aicore__ inline uint32_t Rows() const { return tiles_.Rows(); }
+    __aicore__ inline uint32_t NTile() const { return nt_; }
+    // Whether this unit is its row tile's last.
+    __aicore__ inline bool Last() const { return nt_ + 1 == units_; }
+
+private:
+    GmmSwigluRowTiles tiles_;
+    uint32_t units_ = 1, nt_ = 0;
+};
+
 }  // namespace cam::kernels

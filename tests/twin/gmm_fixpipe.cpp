@@ -3,7 +3,8 @@
 // accumulating Mmads into a 16 x 96 tile, under the size where the cube orders them itself; and a group of one row,
 // which the cube must not hand to Mmad as m = 1. Before it, the same call in W4A8 (docs/gmm.md §9: int4 weights
 // packed, aclnnCamGmmMultiLayerW4A8GetWorkspaceSize) at K = 301, an odd K the split pads to 320, through the cube
-// kernel's int4 tile loop. Prints "OK", or "FAIL: " and the synchronize's error message (the twin's violation: rule,
+// kernel's int4 tile loop; after it, W1 (gmm_swiglu_quant_multi_layer) per output channel at the same shape, whose
+// slot's rows are N apart. Prints "OK", or "FAIL: " and the synchronize's error message (the twin's violation: rule,
 // kernel, block, call site). The mutation suite links it against a cube kernel built from a mutant's patch.
 #include <cam/cam.h>
 
@@ -78,7 +79,23 @@ int main() {
     aclTensorList* tws = ScaleList(w2, e, h);
     uint64_t wsSize = 0;
     aclOpExecutor* ex = nullptr;
-    const aclnnStatus prepared =
-        aclnnCamGmmMultiLayerGetWorkspaceSize(ty, tys, tw, tws, tgl, tli, 1, tout, &wsSize, &ex);
-    return RunAndReport(prepared, wsSize, ex, stream, aclnnCamGmmMultiLayer);
+    aclnnStatus st = aclnnCamGmmMultiLayerGetWorkspaceSize(ty, tys, tw, tws, tgl, tli, 1, tout, &wsSize, &ex);
+    std::vector<uint8_t> workspace(st == ACLNN_SUCCESS ? wsSize : 0);
+    if (st == ACLNN_SUCCESS) st = aclnnCamGmmMultiLayer(workspace.data(), wsSize, ex, stream);
+    if (st == ACLNN_SUCCESS) st = camSynchronizeStream(stream, 20000);
+    if (st != ACLNN_SUCCESS) {
+        std::printf("FAIL: %s\n", camGetLastErrorMessage());
+        std::fflush(stdout);
+        std::_Exit(1);  // a timed-out op may still use the workspace: never free it
+    }
+    // Then W1 (gmm_swiglu_quant_multi_layer) per output channel at the same N = 72: its slot holds a whole row
+    // tile, rows N apart, so the Fixpipe of its single 96-wide n-tile writes 72 columns of each row.
+    Layers w1 = MakeLayers(layers, e, i, h, 6);
+    std::vector<int8_t> y1(m * h / 2, 0);
+    std::vector<float> y1Scale(m, 0.0f);
+    ex = nullptr;
+    const aclnnStatus prepared = aclnnCamGmmSwigluQuantMultiLayerGetWorkspaceSize(
+        ty, tys, WeightList(w1, e, i, h), ScaleList(w1, e, h), tgl, tli, 1, Make({m, h / 2}, ACL_INT8, y1.data()),
+        Make({m}, ACL_FLOAT, y1Scale.data()), &wsSize, &ex);
+    return RunAndReport(prepared, wsSize, ex, stream, aclnnCamGmmSwigluQuantMultiLayer);
 }

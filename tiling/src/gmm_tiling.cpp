@@ -260,9 +260,22 @@ bool TileGmmSwigluQuantMultiLayer(const PlatformInfo& platform, const GmmShape& 
     t.half = static_cast<uint32_t>(s.n / 2);
     const uint32_t cap = static_cast<uint32_t>(AlignUp(t.half, kernels::kGmmSwigluColAlign));
     const bool grouped = s.kGroups > 1, int4 = s.int4;
-    t.chunk = LargestChunk(platform.ubBytes, kernels::kGmmSwigluColAlign, cap, [grouped, int4](uint32_t c) {
-        return kernels::GmmSwigluQuantMultiLayerUbBytes(c, grouped, int4);
-    });
+    const auto chunkWith = [&](uint32_t groupSlices) {
+        return LargestChunk(platform.ubBytes, kernels::kGmmSwigluColAlign, cap, [=](uint32_t c) {
+            return kernels::GmmSwigluQuantMultiLayerUbBytes(c, grouped, int4, groupSlices);
+        });
+    };
+    t.chunk = chunkWith(0);
+    if (grouped && t.chunk > 0) {
+        // Units: the widest piece whose every-group slices leave the epilogue its passes; else the narrowest.
+        const uint32_t passes = static_cast<uint32_t>(CeilDiv(t.half, t.chunk));
+        uint32_t cols = t.cube.tn;
+        while (cols > kernels::kGmmSwigluColAlign &&
+               CeilDiv(t.half, std::max<uint32_t>(chunkWith(t.cube.kGroups * cols), 1)) != passes)
+            cols -= kernels::kGmmSwigluColAlign;
+        t.unitCols = cols;
+        t.chunk = chunkWith(t.cube.kGroups * cols);
+    }
     if (t.chunk == 0) {
         *why = "UB of " + std::to_string(platform.ubBytes) + " bytes cannot hold one epilogue pass";
         return false;
