@@ -82,3 +82,39 @@ def test_bad_arguments_are_named(kwargs, match):
     rows = args.pop("group_rows")
     with pytest.raises(ValueError, match=match):
         gmm_schedule_floor(op, rows, **args)
+
+
+def test_predict_prints_each_gmm_floor_beside_its_bound(capsys):
+    """cam-bench predict's report: one row per GMM op with its schedule floor, the floor's best tile and the
+    prediction's ratio to it, and the chain with W1 and W2 at their floors; a record without floors prints none."""
+    from cam.bench import predict
+
+    def op(pred_s, bound_s, floor=None):
+        cost = {"predicted_s": pred_s, "block_dim": 24, "critical_core_busy_fraction": {"M": 0.5},
+                "critical_pipe": "M", "stalls_s": {}}
+        o = {"l2_lo": cost, "l2_hi": cost, "bound": {"bound_s": bound_s, "limit": "cube", "link_bytes": 0},
+             "ratio_lo": pred_s / bound_s}
+        if floor is not None:
+            o["schedule_floor"] = {"lo": {"floor_s": floor, "tm": 145, "tn": 224, "limit": "memory"}}
+            o["ratio_floor_lo"] = pred_s / floor
+        return o
+
+    def record(with_floors):
+        ops = {"gmm_swiglu_quant_multi_layer": op(3e-3, 1e-3, 2e-3 if with_floors else None),
+               "gmm_multi_layer": op(1e-3, 0.5e-3, 0.8e-3 if with_floors else None)}
+        chain = {"predicted_s_l2_lo": 4e-3, "predicted_s_l2_hi": 4e-3, "bound_s": 1.5e-3}
+        if with_floors:
+            chain["floor_gmm_schedules_s"] = 2.8e-3
+        return {"routing": "uniform", "shape": {"K": 8}, "rounds": [
+            {"tokens": 8, "wall_s": 1.0, "ffn_rank_rows": 8, "devices": {"a3": {"ops": ops, "ffn_chain": chain}}}]}
+
+    predict.print_prediction(record(True), "a3")
+    out = capsys.readouterr().out
+    w1 = next(line for line in out.splitlines() if line.startswith("gmm_swiglu_quant_multi_layer schedule floor"))
+    assert "tile 145x224" in w1 and "2000.0" in w1 and "1.50" in w1 and "memory" in w1
+    w2 = next(line for line in out.splitlines() if line.startswith("gmm_multi_layer schedule floor"))
+    assert "800.0" in w2 and "1.25" in w2
+    chain = next(line for line in out.splitlines() if line.startswith("FFN chain floor (W1, W2 schedule floors)"))
+    assert "2800.0" in chain and "1.4" in chain
+    predict.print_prediction(record(False), "a3")
+    assert "schedule floor" not in capsys.readouterr().out

@@ -23,6 +23,7 @@ import time
 from ..sim.shapes import DEEPSEEK_V3, DEEPSEEK_V4_FLASH
 from .bounds import FFN_CHAIN, OPS, ffn_chain_bound, ffn_chain_floor_one_sender, op_bound, routing_stats
 from .common import json_path, print_table
+from .floors import GMM_OPS, gmm_schedule_floor
 
 SHAPE = {"H": 7168, "I": 2048, "E": 256, "K": 8, "F": 8}
 # --shape: the expert shapes of the models cam-sim plans for (cam.sim.shapes, each cited there), 8 FFN ranks as
@@ -382,8 +383,23 @@ def predict(rounds=ROUNDS, routing: str = "uniform", timeout_s: float = 3600.0, 
                 "predicted_s_l2_lo": chain_pred,
                 "predicted_s_l2_hi": sum(ops[op]["l2_hi"]["predicted_s"] for op in FFN_CHAIN if op in ops),
                 "bound_s": ffn_chain_bound(bounds)}}
+            chain = entry["devices"][device]["ffn_chain"]
             if attention == 1:
-                entry["devices"][device]["ffn_chain"]["floor_one_sender_s"] = ffn_chain_floor_one_sender(bounds)
+                chain["floor_one_sender_s"] = ffn_chain_floor_one_sender(bounds)
+            if weights == "w8a8" and not k_group and all(op in ops for op in GMM_OPS):
+                # The least an output-stationary W1 / W2 schedule takes in this model (cam.bench.floors): beside
+                # the bound, never instead of it. W8A8 per channel only: the floor counts int8 weights, one plane.
+                floors = {op: {l2: gmm_schedule_floor(op, st["critical_counts"], H=dims["H"], I=dims["I"],
+                                                      device=consts, l2=l2) for l2 in ("lo", "hi")}
+                          for op in GMM_OPS}
+                for op in GMM_OPS:
+                    ops[op]["schedule_floor"] = floors[op]
+                    ops[op]["ratio_floor_lo"] = ops[op]["l2_lo"]["predicted_s"] / floors[op]["lo"]["floor_s"]
+                # The chain's floor with W1 and W2 at their schedule floors (the other ops at their bounds, or at
+                # the one Attention rank's links with P = 1).
+                base = chain.get("floor_one_sender_s", chain["bound_s"])
+                chain["floor_gmm_schedules_s"] = base + sum(floors[op]["lo"]["floor_s"] - bounds[op]["bound_s"]
+                                                            for op in GMM_OPS)
         results["rounds"].append(entry)
     return results
 
@@ -444,6 +460,18 @@ def print_prediction(results: dict, device: str) -> None:
             floor = chain["floor_one_sender_s"]
             rows.append(["FFN chain floor (1 Attention rank's links)", "", "", "", "", "", _fmt_s(floor),
                          "links, W1, W2", f"{chain['predicted_s_l2_lo'] / floor:.1f}", ""])
+        for op, o in dev["ops"].items():
+            if "schedule_floor" in o:
+                # cam.bench.floors: the least an output-stationary schedule (C tile in L0C, int32 through GM, every
+                # re-read an L2 hit) takes in this model at the L2 range's low end; its best tile in the busy column.
+                f = o["schedule_floor"]["lo"]
+                rows.append([f"{op} schedule floor", "", "", f"tile {f['tm']}x{f['tn']}", "", "",
+                             _fmt_s(f["floor_s"]), f["limit"], f"{o['ratio_floor_lo']:.2f}", ""])
+        if "floor_gmm_schedules_s" in chain:
+            floor = chain["floor_gmm_schedules_s"]
+            links = "links, " if "floor_one_sender_s" in chain else ""
+            rows.append(["FFN chain floor (W1, W2 schedule floors)", "", "", "", "", "", _fmt_s(floor),
+                         f"{links}W1, W2 floors", f"{chain['predicted_s_l2_lo'] / floor:.1f}", ""])
         print_table(
             f"MODEL PREDICTION for {device.upper()} (not a measurement): {results.get('weights', 'w8a8')} "
             f"experts{_k_group(results)} (bounds: W8A8's), {entry['tokens']} tokens, "
