@@ -1,11 +1,11 @@
 """Each data-plane op timed alone: one thread drives every rank of an in-process plane (2x1+2 E=16 K=4 H=2048
-Bmax=128, int8 wire by default), so an op has completed when it returns and no other rank runs meanwhile. Prints the
-wall and process-CPU seconds of each op (median after 4 warm-up calls, and min) and the serial sums of a round's
-dispatch (2 dispatch_send + 4 dispatch_recv) and combine (4 combine_send + 2 combine_recv) against a cold memcpy of
-their effective bytes (benchmarks/README.md, "data-plane ops alone"); wall above CPU means
-the op waited (for a CPU on a loaded machine, or for a block). Public cam API only.
+Bmax=128, int8 wire by default; `--attention D` for D Attention ranks instead of 2), so an op has completed when it
+returns and no other rank runs meanwhile. Prints the wall and process-CPU seconds of each op (median after 4 warm-up
+calls, and min) and the serial sums of a round's dispatch (D dispatch_send + 2 D dispatch_recv) and combine (2 D
+combine_send + D combine_recv) against a cold memcpy of their effective bytes (benchmarks/README.md, "data-plane ops
+alone"); wall above CPU means the op waited (for a CPU on a loaded machine, or for a block). Public cam API only.
 
-    python benchmarks/plane_ops.py [rounds] [H] [--json PATH]
+    python benchmarks/plane_ops.py [rounds] [H] [--attention D] [--json PATH]
 """
 
 import argparse
@@ -29,9 +29,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("rounds", type=int, nargs="?", default=40)
     p.add_argument("H", type=int, nargs="?", default=2048)
+    p.add_argument("--attention", type=int, default=2, help="Attention ranks (D), each sending to both FFN ranks")
     p.add_argument("--json")
     args = p.parse_args(argv)
-    topo = cam.Topology(D=2, P=1, F=2, E=16, K=4, H=args.H, Bmax=128, L=1, slots=2, quantized=True)
+    if args.attention < 1:
+        p.error(f"--attention must be at least 1, got {args.attention}")
+    topo = cam.Topology(D=args.attention, P=1, F=2, E=16, K=4, H=args.H, Bmax=128, L=1, slots=2, quantized=True)
     wall, cpu = collections.defaultdict(list), collections.defaultdict(list)
 
     def timed(name, fn, *a):
@@ -83,8 +86,9 @@ def main(argv=None) -> int:
     rows = sum(int((i != -1).sum()) for i in ids)
     cold = C.ColdMemcpy(C.llc_bytes())
     md, mc = cold.seconds(rows * (topo.H + 4), 15), cold.seconds(rows * topo.H * 2, 15)
-    d = 2 * res["dispatch_send"]["wall_median_s"] + 4 * res["dispatch_recv"]["wall_median_s"]
-    c = 4 * res["combine_send"]["wall_median_s"] + 2 * res["combine_recv"]["wall_median_s"]
+    n_recv = topo.D * (topo.world_size - topo.A)  # each FFN rank receives once per Attention rank's round
+    d = topo.A * res["dispatch_send"]["wall_median_s"] + n_recv * res["dispatch_recv"]["wall_median_s"]
+    c = n_recv * res["combine_send"]["wall_median_s"] + topo.A * res["combine_recv"]["wall_median_s"]
     print(f"serial sums: dispatch {d*1e3:.3f} ms (cold memcpy {md*1e3:.3f} ms, ratio {md/d:.3f}); "
           f"combine {c*1e3:.3f} ms (cold memcpy {mc*1e3:.3f} ms, ratio {mc/c:.3f})")
     if args.json:
