@@ -46,7 +46,7 @@ if _installed is not None:
 _LIGHT = {"__main__", "_C", "_proc", "errors", "run", "run.cli", "run.bound", "run.run_dir", "run.start", "run.timeline",
           "run.trace", "bench",
           "bench.common", "bench.dataplane", "bench.dynamic_quant", "bench.ffn_loop", "bench.fixed_cost", "bench.gmm",
-          "bench.expert_bytes", "bench.predict", "bench.bounds",
+          "bench.expert_bytes", "bench.predict", "bench.bounds", "bench.floors",
           "models", "models.config", "sim", "ffn_server", "integrations", "placement", "qualify", "serve",
           "serve.policy", "serve.server", "checkpoint_config", "checkpoint_identity", "serve.launch"}
 _LAZY = {
