@@ -223,11 +223,17 @@ GmRaceCopy::GmRaceCopy(Pipe pipe, const void* gm, uint64_t burstBytes, uint64_t 
     if (bursts == 1) pitch = burstBytes;
     const uint32_t epoch = c->AccessEpoch();
     if (!c->log.empty()) {
-        const Access& last = c->log.back();
-        // A copy the core repeats in one epoch (a tile read again) orders and races exactly as the first one.
-        if (last.lo == lo && last.burst == burstBytes && last.bursts == bursts && last.pitch == pitch &&
-            last.epoch == epoch && last.write == write)
-            return;
+        Access& last = c->log.back();
+        if (last.epoch == epoch && last.write == write) {
+            // A copy the core repeats in one epoch (a tile read again) orders and races exactly as the first one.
+            if (last.lo == lo && last.burst == burstBytes && last.bursts == bursts && last.pitch == pitch) return;
+            // A one-burst copy that continues the last one (a buffer streamed in chunks) is one access with it.
+            if (last.bursts == 1 && bursts == 1 && last.lo + last.burst == lo) {
+                last.burst += burstBytes;
+                last.pitch = last.burst;
+                return;
+            }
+        }
     }
     c->log.push_back(Access{lo, burstBytes, bursts, pitch, c->idx, epoch, write, where});
 }
