@@ -35,7 +35,7 @@ def marker_lines(source_root, marker):
 
 
 def run(binary, case, order, **env):
-    env = dict(os.environ, CAM_TWIN_PLATFORM="twin", CAM_TWIN_SYNC_TIMEOUT_S="20", **env)
+    env = dict(os.environ, CAM_TWIN_PLATFORM="twin", CAM_TWIN_SYNC_TIMEOUT_S="20", **{"CAM_TWIN_GM_RACE": "1", **env})
     return subprocess.run([binary, case, order], capture_output=True, text=True, timeout=60, env=env)
 
 
@@ -64,7 +64,7 @@ def test_synchronized_gm_hand_off_passes(gm_race_binary, case, order):
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
 
 
-def test_the_check_can_be_turned_off_for_diagnosis(gm_race_binary):
-    """CAM_TWIN_GM_RACE=0: the race runs to its end (the switch exists for A/B timing and diagnosis only)."""
+def test_the_check_is_off_outside_tests(gm_race_binary):
+    """Without CAM_TWIN_GM_RACE=1 (tests/conftest.py sets it for every test) the race runs to its end."""
     result = run(gm_race_binary, "vec_race", "write_first", CAM_TWIN_GM_RACE="0")
     assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr

@@ -2,6 +2,7 @@
 #include "twin/gm_race.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -85,6 +86,10 @@ struct GmRaceLaunch {
     std::vector<uint32_t> barrier[2];                // SyncAll: the joined clocks of the arrivals, per parity
     std::deque<std::vector<uint32_t>> snaps;         // released clocks (a deque: references stay valid)
     std::unordered_map<uint64_t, uint32_t> words;    // GM word (address / 8) -> snapshot of its newest writer
+    // Set (under mutex) at the first word write: until then a word read has nothing to acquire and takes no lock (a
+    // kernel without GM-word hand-offs, the GMM's, pays one load per scalar fetch). A read that misses a write made
+    // at the same time acquires nothing from it, as it could not have seen its value either.
+    std::atomic<bool> anyWords{false};
     // Cross-core sets: (AI core, slot, mode, flag) -> the snapshot of each set, in the setter's order.
     std::map<std::tuple<uint32_t, int, int, int>, std::vector<uint32_t>> sets;
 };
@@ -138,10 +143,12 @@ void WordRelease(GmRaceCore& c, uintptr_t lo, uint64_t bytes) {
     std::lock_guard<std::mutex> lock(l.mutex);
     const uint32_t s = Release(l, c);
     for (uint64_t w = lo >> 3; w <= (lo + bytes - 1) >> 3; ++w) l.words[w] = s;
+    l.anyWords.store(true, std::memory_order_release);
 }
 
 void WordAcquire(GmRaceCore& c, uintptr_t lo, uint64_t bytes) {
     GmRaceLaunch& l = *CurrentBlock().gmRace;
+    if (!l.anyWords.load(std::memory_order_acquire)) return;
     std::lock_guard<std::mutex> lock(l.mutex);
     for (uint64_t w = lo >> 3; w <= (lo + bytes - 1) >> 3; ++w)
         if (auto it = l.words.find(w); it != l.words.end()) Acquire(l, c, it->second);
@@ -188,7 +195,7 @@ bool BurstsOverlap(const Access& x, const Access& y, uintptr_t* lo, uintptr_t* h
 bool GmRaceEnabled() {
     static const bool on = [] {
         const char* env = std::getenv("CAM_TWIN_GM_RACE");
-        return !(env != nullptr && env[0] == '0' && env[1] == '\0');
+        return env != nullptr && env[0] == '1' && env[1] == '\0';
     }();
     return on;
 }

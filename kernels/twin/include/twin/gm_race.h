@@ -19,7 +19,8 @@
 // read that acquires a write newer than the one it saw only orders more pairs (never refuses a correct kernel).
 // Program order inside a core (its pipes and flags) is the pipe-order rules' job, not this one's.
 //
-// CAM_TWIN_GM_RACE=0 turns the check off (A/B and diagnosis only).
+// On with CAM_TWIN_GM_RACE=1, which tests/conftest.py sets for every test: its logging costs the GMM kernels a few
+// per cent of the twin's CPU time (docs/twin.md), which benchmarks and predictions need not pay.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,7 @@ inline constexpr uint64_t kGmRaceWordBytes = 64;
 
 struct GmRaceLaunch;
 
-// Resolved once from CAM_TWIN_GM_RACE (on unless "0").
+// Resolved once from CAM_TWIN_GM_RACE (on only when "1").
 bool GmRaceEnabled();
 
 // RunLaunch: the launch's shadow (nullptr when the check is off), and at its end the first race found ("" if
