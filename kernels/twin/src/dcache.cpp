@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "twin/gm_race.h"
 #include "twin/park.h"
 #include "twin/pipes.h"
 #include "twin/runtime.h"
@@ -207,6 +208,7 @@ void DataCache::Load(const void* addr, void* out, size_t bytes, const std::sourc
     auto* cached = reinterpret_cast<uint8_t*>(line.words) + (a - base);
     if ((line.valid & want) != want) {
         const uint64_t v = AtomicLoadN(reinterpret_cast<const uint8_t*>(a), bytes);
+        GmRaceWordAcquire(reinterpret_cast<const void*>(a), bytes);  // a word another core may have published
         if (DcacheAcrossLaunches() && !invalidatedAll_ && invalidated_.find(base) == invalidated_.end()) {
             std::lock_guard<std::mutex> lock(gHeldMutex);
             auto held = gHeld.find(base);
@@ -286,6 +288,7 @@ void DataCache::WriteBack(uintptr_t base, Line& line, const std::source_location
     // The write-back runs beside the MTEs until a full pipe barrier (twin/pipes.h): checked before any byte moves.
     const int first = __builtin_ctzll(dirty), last = 63 - __builtin_clzll(dirty);
     PipeCleanWrite(reinterpret_cast<const void*>(base + first), uint64_t(last - first + 1), where);
+    GmRaceWordRelease(reinterpret_cast<const void*>(base + first), uint64_t(last - first + 1));
     Shard& shard = ShardOf(base);
     std::lock_guard<std::mutex> lock(shard.mutex);
     // Only the bytes this block stored, each run with the widest aligned atomic store it fills, so nothing outside

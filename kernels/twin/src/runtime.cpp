@@ -15,6 +15,7 @@
 #include "kernel_operator.h"
 #include "twin/block_pool.h"
 #include "twin/crosscore.h"
+#include "twin/gm_race.h"
 #include "twin/launch.h"
 #include "twin/park.h"
 #include "twin/timing.h"
@@ -129,6 +130,7 @@ struct LaunchState {
     const std::function<void()>* kernelFn = nullptr;
     std::vector<std::thread> vectorCores;
     std::vector<std::unique_ptr<MixGroup, void (*)(MixGroup*)>> groups;
+    GmRaceLaunch* gmRace = nullptr;  // rule gm-unordered-access (twin/gm_race.h), freed by GmRaceLaunchEnd
 
     void Fail(const std::string& message) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -416,6 +418,7 @@ void RunBlock(LaunchState& launch, uint32_t idx, int sub, MixGroup* mix) {
     ctx.mix = mix;
     ctx.sub = int8_t(sub);
     ctx.group = idx;
+    ctx.gmRace = launch.gmRace;
     if (sub >= 0) ctx.kernelType = KERNEL_TYPE_MIX_AIC_1_2;
     DataCache dcache(&launch, launch.windows != nullptr ? &launch.windows->hostTables : nullptr);
     ctx.dcache = &dcache;
@@ -489,6 +492,7 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
     launch.schedule = schedule;
 
     launch.kernelFn = &kernel;
+    launch.gmRace = GmRaceLaunchBegin(blockDim);
     auto body = [&](uint32_t idx) { RunBlock(launch, idx, -1, nullptr); };
 
     RunBlocks(blockDim, body);  // returns after every block ended: the flag's stores happen-before this load
@@ -496,7 +500,9 @@ void RunLaunch(const char* kernelName, uint32_t blockDim, const std::function<vo
     for (std::thread& t : launch.vectorCores) t.join();
     TimeLaunchEnd(&launch, kernelName, blockDim, windows);
     if (launch.dcacheTouched.load(std::memory_order_relaxed)) ForgetLaunch(&launch);
+    const std::string race = GmRaceLaunchEnd(launch.gmRace, kernelName, !launch.firstError.empty());
     if (!launch.firstError.empty()) throw TwinViolation(launch.firstError);
+    if (!race.empty()) throw TwinViolation(race);
 }
 
 const char* StateName(BufferState s) {

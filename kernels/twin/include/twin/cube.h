@@ -180,6 +180,7 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2Nz
     PipeTouch(Pipe::MTE2, Space::GM, src.GetPhyAddr(), uint64_t(p.nValue - 1) * p.srcDValue + p.dValue, false, where);
     PipeTouch(Pipe::MTE2, Space::L1, dst.Data(), lastByte, true, where);
     TimeGmCopy(Pipe::MTE2, src.GetPhyAddr(), p.dValue, p.nValue, p.srcDValue);
+    const GmRaceCopy race(Pipe::MTE2, src.GetPhyAddr(), p.dValue, p.nValue, p.srcDValue, where);
     uint8_t* staged = CopyStaging(blocks * 32u);  // one GM read per row, then 32-byte blocks scattered
     std::memset(staged + p.dValue, 0, blocks * 32u - p.dValue);  // the zero fill of a row's last partial block
     for (uint32_t j = 0; j < p.nValue; ++j) {
@@ -212,6 +213,7 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataC
     PipeTouch(Pipe::MTE2, CubeSpace(dst.Record() ? dst.Record()->position : TPosition::A1), dst.Data(),
               span * sizeof(T), true, where);
     TimeGmCopy(Pipe::MTE2, src.GetPhyAddr(), burst * sizeof(T), p.blockCount, srcPitch * sizeof(T));
+    const GmRaceCopy race(Pipe::MTE2, src.GetPhyAddr(), burst * sizeof(T), p.blockCount, srcPitch * sizeof(T), where);
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         GmRead(dst.Data() + b * dstPitch, src.GetPhyAddr() + b * srcPitch, burst * sizeof(T));
     }
@@ -429,6 +431,8 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
     PipeTouch(Pipe::FIX, Space::GM, dst.GetPhyAddr(), (uint64_t(p.mSize - 1) * p.dstStride + p.nSize) * sizeof(T),
               true, where);
     TimeGmCopy(Pipe::FIX, dst.GetPhyAddr(), uint64_t(p.nSize) * sizeof(T), p.mSize, uint64_t(p.dstStride) * sizeof(T));
+    const GmRaceCopy race(Pipe::FIX, dst.GetPhyAddr(), uint64_t(p.nSize) * sizeof(T), p.mSize,
+                          uint64_t(p.dstStride) * sizeof(T), where);
     for (uint32_t i = 0; i < p.mSize; ++i) {
         CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + uint64_t(i) * p.dstStride, uint64_t(p.nSize) * sizeof(T),
                                        where);

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "twin/gm_race.h"
 #include "twin/tensor.h"
 
 namespace AscendC {
@@ -88,6 +89,7 @@ template <typename T>
 void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t count,
               const std::source_location where = std::source_location::current()) {
     cam::twin::CheckContiguousCopy(dst, src, count, cam::twin::Access::CopyIn, where);
+    const cam::twin::GmRaceCopy race(cam::twin::Pipe::MTE2, src.GetPhyAddr(), uint64_t(count) * sizeof(T), 1, 0, where);
     cam::twin::GmRead(dst.Data(), src.GetPhyAddr(), count * sizeof(T));
 }
 
@@ -95,6 +97,7 @@ template <typename T>
 void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count,
               const std::source_location where = std::source_location::current()) {
     cam::twin::CheckContiguousCopy(src, dst, count, cam::twin::Access::CopyOut, where);
+    const cam::twin::GmRaceCopy race(cam::twin::Pipe::MTE3, dst.GetPhyAddr(), uint64_t(count) * sizeof(T), 1, 0, where);
     cam::twin::GmWrite(dst.GetPhyAddr(), src.Data(), count * sizeof(T));
     cam::twin::WakeParked(dst.GetPhyAddr(), uint64_t(count) * sizeof(T));
 }
@@ -130,6 +133,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
               where);
     PipeTouch(Pipe::MTE2, Space::UB, out, ubSpan, true, where);
     TimeGmCopy(Pipe::MTE2, src.GetPhyAddr(), p.blockLen, p.blockCount, srcPitch * sizeof(T));
+    const GmRaceCopy race(Pipe::MTE2, src.GetPhyAddr(), p.blockLen, p.blockCount, srcPitch * sizeof(T), where);
     // Checked: from here on only bytes move. Whole 32-byte blocks with no gaps on either side are one run.
     if (left == 0 && right == 0 && p.blockLen % kUbAlign == 0 && p.srcStride == 0 && p.dstStride == 0) {
         GmRead(out, src.GetPhyAddr(), uint64_t(p.blockCount) * p.blockLen);
@@ -176,6 +180,7 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
         CheckMteWriteAgainstDirtyLines(dst.GetPhyAddr() + b * dstPitch, p.blockLen, where);
     PipeTouch(Pipe::MTE3, Space::UB, src.Data(), ubSpan, false, where);
     TimeGmCopy(Pipe::MTE3, dst.GetPhyAddr(), p.blockLen, p.blockCount, dstPitch * sizeof(T));
+    const GmRaceCopy race(Pipe::MTE3, dst.GetPhyAddr(), p.blockLen, p.blockCount, dstPitch * sizeof(T), where);
     PipeTouch(Pipe::MTE3, Space::GM, dst.GetPhyAddr(), ((p.blockCount - 1ull) * dstPitch + elems) * sizeof(T), true,
               where);
     const uint8_t* in = reinterpret_cast<const uint8_t*>(src.Data());

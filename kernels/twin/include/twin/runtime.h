@@ -109,6 +109,9 @@ struct BlockContext {
     struct MixGroup* mix = nullptr;
     int8_t sub = -1;
     uint32_t group = 0;
+    // Rule gm-unordered-access (twin/gm_race.h): the launch's GM shadow (nullptr: off) and this core's clock.
+    struct GmRaceLaunch* gmRace = nullptr;
+    struct GmRaceCore* gmRaceCore = nullptr;
 };
 
 BlockContext& CurrentBlock();

@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "twin/crosscore.h"
+#include "twin/gm_race.h"
 #include "twin/tensor.h"
 
 namespace cam::twin {
@@ -30,7 +31,9 @@ inline int64_t GetSystemCycle() { return cam::twin::SystemCycle(); }
 template <bool isAIVOnly = true>
 void SyncAll(const std::source_location where = std::source_location::current()) {
     cam::twin::TimeSyncAll();
+    cam::twin::GmRaceSyncAllArrive();
     cam::twin::BlockBarrier(isAIVOnly, where);
+    cam::twin::GmRaceSyncAllLeave();
 }
 
 template <pipe_t pipe>
@@ -72,6 +75,7 @@ void WaitFlag(int32_t eventID, const std::source_location where = std::source_lo
 template <uint8_t modeId, pipe_t pipe>
 void CrossCoreSetFlag(uint16_t flagId, const std::source_location where = std::source_location::current()) {
     static_assert(modeId <= 2, "CrossCoreSetFlag modeId is 0..2");
+    cam::twin::GmRaceCrossSet(modeId, flagId);
     cam::twin::CrossCoreSet(modeId, static_cast<cam::twin::Pipe>(pipe), flagId, where);
 }
 
@@ -79,6 +83,7 @@ template <uint8_t modeId, pipe_t pipe>
 void CrossCoreWaitFlag(uint16_t flagId, const std::source_location where = std::source_location::current()) {
     static_assert(modeId <= 2, "CrossCoreWaitFlag modeId is 0..2");
     cam::twin::CrossCoreWait(modeId, static_cast<cam::twin::Pipe>(pipe), flagId, where);
+    cam::twin::GmRaceCrossWaited(modeId, flagId);
 }
 
 // Cores of the caller's kind per AI core: 2 on a vector core of a 1:2 mixed kernel, otherwise 1.
