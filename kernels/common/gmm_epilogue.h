@@ -9,6 +9,7 @@
 
 #include "kernel_operator.h"
 
+#include "common/gmm_cube_tiling_data.h"
 #include "common/ub_math.h"
 
 namespace cam::kernels {
@@ -71,6 +72,10 @@ struct GmmAccView {
     AscendC::GlobalTensor<int32_t> acc;
     uint64_t plane = 0;  // M * N
     uint32_t int4 = 0;
+
+    // K group g's first plane, in elements (int4: its hi plane, the lo plane one plane after; common/gmm_cube.h,
+    // StoreCInt4 writes them so).
+    __aicore__ inline uint64_t Group(uint32_t g) const { return uint64_t(GmmAccPlanes(int4)) * g * plane; }
 };
 
 class DequantStep {
@@ -98,10 +103,10 @@ public:
                                     const AscendC::LocalTensor<int32_t>* colsum, const AscendC::LocalTensor<float>& ws,
                                     uint32_t len, float rowScale, const AscendC::LocalTensor<float>& dst) {
         if (!p.int4) {
-            Run(p.acc[g * p.plane + off], ws, len, rowScale, dst);
+            Run(p.acc[p.Group(g) + off], ws, len, rowScale, dst);
             return;
         }
-        const uint64_t hiOff = 2 * uint64_t(g) * p.plane + off;
+        const uint64_t hiOff = p.Group(g) + off;
         AscendC::LocalTensor<int32_t> hi = accQue_.AllocTensor<int32_t>();
         AscendC::LocalTensor<int32_t> lo = accQue_.AllocTensor<int32_t>();
         AscendC::DataCopyPad(hi, p.acc[hiOff], {1, len * 4u, 0, 0, 0}, {false, 0, 0, 0});
@@ -176,6 +181,19 @@ public:
         for (uint32_t r = 0; r < rows; ++r) GmmRecombineInt4(hi[r * pitch], lo[r * pitch], colsum, len);
         accQue_.FreeTensor(lo);
         Scale(hi, rows, len, pitch, rowScale, ws, dst);
+    }
+
+    // K group g's block of the view at element offset off (rows srcPitch apart): Run on int8's sum, RunInt4 on
+    // int4's hi and lo planes with the group's colsum slice; bit for bit DequantStep::RunGroup on each row.
+    __aicore__ inline void RunGroup(const GmmAccView& p, uint64_t off, uint32_t g, uint64_t srcPitch, uint32_t rows,
+                                    uint32_t len, uint32_t pitch, const AscendC::LocalTensor<float>& rowScale,
+                                    const AscendC::LocalTensor<int32_t>* colsum,
+                                    const AscendC::LocalTensor<float>& ws, const AscendC::LocalTensor<float>& dst) {
+        const uint64_t at = p.Group(g) + off;
+        if (p.int4)
+            RunInt4(p.acc[at], p.acc[at + p.plane], srcPitch, rows, len, pitch, rowScale, *colsum, ws, dst);
+        else
+            Run(p.acc[at], srcPitch, rows, len, pitch, rowScale, ws, dst);
     }
 
     // GM -> UB of rows x len 4-byte elements, srcPitch apart in GM, pitch apart in UB: DataCopyExtParams' srcStride

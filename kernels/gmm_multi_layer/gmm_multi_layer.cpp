@@ -127,20 +127,15 @@ private:
                                  uint32_t col, uint32_t len, const AscendC::LocalTensor<float>& rs) {
         const GmmCubeTilingData& c = t_.cube;
         const uint32_t pitch = t_.pitch, elems = rows * pitch;
-        const uint64_t plane = uint64_t(c.tm) * c.tn;  // the unit's slot: rows tn apart
+        const GmmAccView unit{acc_, uint64_t(c.tm) * c.tn, c.int4};  // the unit's slot: rows tn apart
         AscendC::LocalTensor<float> f = fBuf_.Get<float>();
         for (uint32_t g = 0; g < c.kGroups; ++g) {
             AscendC::LocalTensor<float> part = g == 0 ? f : partBuf_.Get<float>();
             const uint32_t slice = expert * c.kGroups + g;
             const AscendC::LocalTensor<float>& ws = scale_.Get(layerScales_.WScale(), c.n, layer, slice, col, len);
-            if (c.int4) {
-                // The group's hi plane, then its lo plane (common/gmm_cube.h, StoreCInt4).
-                const uint64_t hi = uint64_t(kGmmInt4Planes) * g * plane + uint64_t(slotRow) * c.tn;
-                block_.RunInt4(acc_[hi], acc_[hi + plane], c.tn, rows, len, pitch, rs,
-                               colsum_.Get(layerScales_.Colsums(), c.n, layer, slice, col, len), ws, part);
-            } else {
-                block_.Run(acc_[g * plane + uint64_t(slotRow) * c.tn], c.tn, rows, len, pitch, rs, ws, part);
-            }
+            const AscendC::LocalTensor<int32_t>* cs =
+                c.int4 ? &colsum_.Get(layerScales_.Colsums(), c.n, layer, slice, col, len) : nullptr;
+            block_.RunGroup(unit, uint64_t(slotRow) * c.tn, g, c.tn, rows, len, pitch, rs, cs, ws, part);
             if (g > 0) AscendC::Add(f, f, part, elems);
         }
         if (t_.outScaled) AscendC::Muls(f, f, t_.outScale, elems);

@@ -97,7 +97,6 @@ public:
         const GmmCubeTilingData& c = t_.cube;
         const uint32_t n0 = nt * c.tn, end = c.n - n0 < c.tn ? c.n : n0 + c.tn;
         const uint32_t most = t_.chunk < t_.unitCols ? t_.chunk : t_.unitCols;
-        const uint64_t plane = uint64_t(c.tm) * c.tn;
         AscendC::LocalTensor<float> f = sBuf_.Get<float>();
         AscendC::LocalTensor<float> rs = rowScaleBuf_.Get<float>();  // the block's row scales (scalar unit only)
         for (uint32_t col = n0; col < end;) {
@@ -125,14 +124,8 @@ public:
                 const uint64_t off = (slotRow + r0) * c.tn + (col - n0);
                 for (uint32_t g = 0; g < c.kGroups; ++g) {
                     AscendC::LocalTensor<float> part = g == 0 ? f : partBuf_.Get<float>();
-                    if (c.int4) {
-                        // The group's hi plane, then its lo plane (common/gmm_cube.h, StoreCInt4).
-                        const uint64_t hi = uint64_t(kGmmInt4Planes) * g * plane + off;
-                        block_.RunInt4(acc_[hi], acc_[hi + plane], c.tn, b, len, pitch, rs, cs[g * pitch],
-                                       ws[g * pitch], part);
-                    } else {
-                        block_.Run(acc_[g * plane + off], c.tn, b, len, pitch, rs, ws[g * pitch], part);
-                    }
+                    const AscendC::LocalTensor<int32_t> groupColsum = c.int4 ? cs[g * pitch] : cs;
+                    block_.RunGroup(planes_, off, g, c.tn, b, len, pitch, rs, &groupColsum, ws[g * pitch], part);
                     if (g > 0) AscendC::Add(f, f, part, b * pitch);
                 }
                 AscendC::LocalTensor<float> o = outQue_.AllocTensor<float>();
